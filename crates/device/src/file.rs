@@ -1,0 +1,355 @@
+//! `FileDevice`: a regular file or a raw block device, accessed with `pread`/`pwrite`.
+//!
+//! * `direct`: opens with `O_DIRECT`; requests that are not aligned to [`DIRECT_ALIGN`] (offset, length
+//!   or buffer address) go through an aligned bounce buffer, with read-modify-write for partial sectors;
+//! * `preallocate`: `fallocate(2)` the whole capacity up front (CodFS §4.5 reserves space this way);
+//! * `discard`: `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)` releases the range (a block
+//!   device turns it into a discard); where the file system does not support it the call is a no-op,
+//!   which the trait allows ("reads of it *may* return zeros");
+//! * `flush`: `fdatasync(2)`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::{check_range, BasicCounters, BlockDevice, DeviceError, DeviceStats, Result};
+
+/// Alignment used for `O_DIRECT` I/O (a multiple of every logical sector size in use: 512 and 4096).
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// How to open a [`FileDevice`].
+#[derive(Debug, Clone, Default)]
+pub struct FileOptions {
+    /// Create the file if it is missing (regular files only).
+    pub create: bool,
+    /// Capacity in bytes. A regular file shorter than this is extended (sparse). Default: the file's
+    /// current length (or the block device's size).
+    pub size: Option<u64>,
+    /// Open with `O_DIRECT` (bypass the page cache).
+    pub direct: bool,
+    /// `fallocate` the whole capacity when opening (regular files).
+    pub preallocate: bool,
+    /// Open read-only; writes, discards and preallocation fail.
+    pub read_only: bool,
+}
+
+/// A buffer whose usable part starts at a `DIRECT_ALIGN`-aligned address (no unsafe needed: we
+/// over-allocate and start at the first aligned byte).
+struct AlignedBuf {
+    v: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> Self {
+        let v = vec![0u8; len + DIRECT_ALIGN];
+        let off = v.as_ptr().align_offset(DIRECT_ALIGN);
+        AlignedBuf { v, off, len }
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.v[self.off..self.off + self.len]
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.v[self.off..self.off + self.len]
+    }
+}
+
+/// A block device over a regular file or a raw block device.
+#[derive(Debug)]
+pub struct FileDevice {
+    name: String,
+    path: PathBuf,
+    file: File,
+    capacity: u64,
+    direct: bool,
+    is_block: bool,
+    read_only: bool,
+    /// Serializes read-modify-write of partial sectors under `O_DIRECT`.
+    rmw: Mutex<()>,
+    counters: BasicCounters,
+}
+
+impl FileDevice {
+    /// Open `path` with `opts`.
+    pub fn open(path: impl AsRef<Path>, opts: &FileOptions) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let name = path.display().to_string();
+        let mut oo = OpenOptions::new();
+        oo.read(true)
+            .write(!opts.read_only)
+            .create(opts.create && !opts.read_only);
+        if opts.direct {
+            oo.custom_flags(libc::O_DIRECT);
+        }
+        let mut file = oo.open(&path).map_err(|e| DeviceError::io(&name, e))?;
+        let meta = file.metadata().map_err(|e| DeviceError::io(&name, e))?;
+        let is_block = meta.file_type().is_block_device();
+        let capacity = if is_block {
+            let dev_size = file
+                .seek(SeekFrom::End(0))
+                .map_err(|e| DeviceError::io(&name, e))?;
+            match opts.size {
+                Some(s) if s > dev_size => {
+                    return Err(DeviceError::other(
+                        &name,
+                        format!("requested size {s} exceeds the block device's {dev_size} bytes"),
+                    ))
+                }
+                Some(s) => s,
+                None => dev_size,
+            }
+        } else if meta.is_file() {
+            let cur = meta.len();
+            match opts.size {
+                Some(s) => {
+                    if s > cur {
+                        if opts.read_only {
+                            return Err(DeviceError::other(
+                                &name,
+                                format!("file is {cur} bytes, shorter than size {s}, and opened read-only"),
+                            ));
+                        }
+                        file.set_len(s).map_err(|e| DeviceError::io(&name, e))?;
+                    }
+                    s
+                }
+                None => cur,
+            }
+        } else {
+            return Err(DeviceError::other(
+                &name,
+                "not a regular file or block device",
+            ));
+        };
+        if opts.direct && capacity % DIRECT_ALIGN as u64 != 0 {
+            return Err(DeviceError::other(
+                &name,
+                format!("O_DIRECT needs a capacity that is a multiple of {DIRECT_ALIGN}, got {capacity}"),
+            ));
+        }
+        let dev = FileDevice {
+            name,
+            path,
+            file,
+            capacity,
+            direct: opts.direct,
+            is_block,
+            read_only: opts.read_only,
+            rmw: Mutex::new(()),
+            counters: BasicCounters::default(),
+        };
+        if opts.preallocate && !is_block && capacity > 0 {
+            dev.preallocate(0, capacity)?;
+        }
+        Ok(dev)
+    }
+
+    /// Create (or open) a regular file of `size` bytes, buffered I/O.
+    pub fn create(path: impl AsRef<Path>, size: u64) -> Result<Self> {
+        Self::open(
+            path,
+            &FileOptions {
+                create: true,
+                size: Some(size),
+                ..FileOptions::default()
+            },
+        )
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    pub fn is_block_device(&self) -> bool {
+        self.is_block
+    }
+
+    fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> std::io::Result<()> {
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        let l = libc::off_t::try_from(len)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        loop {
+            // SAFETY: `fallocate` takes a file descriptor and three integers and touches no memory of
+            // ours; the descriptor is owned by `self.file`, which outlives this call.
+            let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, off, l) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Reserve disk space for `[offset, offset+len)` without changing the file size (`fallocate` with
+    /// `FALLOC_FL_KEEP_SIZE`), so later writes there cannot fail for lack of space.
+    pub fn preallocate(&self, offset: u64, len: u64) -> Result<()> {
+        check_range(&self.name, offset, len, self.capacity)?;
+        if self.read_only {
+            return Err(DeviceError::other(&self.name, "opened read-only"));
+        }
+        if self.is_block || len == 0 {
+            return Ok(());
+        }
+        self.fallocate(libc::FALLOC_FL_KEEP_SIZE, offset, len)
+            .map_err(|e| DeviceError::io(&self.name, e))
+    }
+
+    /// Bytes the file occupies on disk (`st_blocks * 512`), to observe preallocation and hole punching.
+    pub fn allocated_bytes(&self) -> Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self
+            .file
+            .metadata()
+            .map_err(|e| DeviceError::io(&self.name, e))?;
+        Ok(m.blocks() * 512)
+    }
+
+    /// `pread` until `buf` is full; bytes past end of file read as zeros.
+    fn pread_full(&self, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            match self.file.read_at(buf, offset) {
+                Ok(0) => {
+                    buf.fill(0);
+                    return Ok(());
+                }
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn aligned(buf_ptr: *const u8, len: usize, offset: u64) -> bool {
+        buf_ptr as usize % DIRECT_ALIGN == 0
+            && len % DIRECT_ALIGN == 0
+            && offset % DIRECT_ALIGN as u64 == 0
+    }
+
+    fn span(offset: u64, len: usize) -> (u64, usize) {
+        let a = DIRECT_ALIGN as u64;
+        let start = offset / a * a;
+        let end = (offset + len as u64).div_ceil(a) * a;
+        (start, (end - start) as usize)
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        check_range(&self.name, offset, buf.len() as u64, self.capacity)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let res = if !self.direct || Self::aligned(buf.as_ptr(), buf.len(), offset) {
+            self.pread_full(buf, offset)
+        } else {
+            let (start, len) = Self::span(offset, buf.len());
+            let mut bounce = AlignedBuf::new(len);
+            self.pread_full(bounce.as_mut_slice(), start).map(|()| {
+                let skip = (offset - start) as usize;
+                buf.copy_from_slice(&bounce.as_slice()[skip..skip + buf.len()]);
+            })
+        };
+        res.map_err(|e| DeviceError::io(&self.name, e))?;
+        self.counters.read(buf.len() as u64);
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        check_range(&self.name, offset, buf.len() as u64, self.capacity)?;
+        if self.read_only {
+            return Err(DeviceError::other(&self.name, "opened read-only"));
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let res = if !self.direct || Self::aligned(buf.as_ptr(), buf.len(), offset) {
+            self.file.write_all_at(buf, offset)
+        } else {
+            let (start, len) = Self::span(offset, buf.len());
+            let mut bounce = AlignedBuf::new(len);
+            let skip = (offset - start) as usize;
+            let partial = skip != 0 || len != buf.len();
+            // Partial sectors need read-modify-write; serialize those so two writers sharing a sector
+            // cannot undo each other.
+            let _guard = if partial {
+                Some(self.rmw.lock().unwrap_or_else(|p| p.into_inner()))
+            } else {
+                None
+            };
+            let r = if partial {
+                self.pread_full(bounce.as_mut_slice(), start)
+            } else {
+                Ok(())
+            };
+            r.and_then(|()| {
+                bounce.as_mut_slice()[skip..skip + buf.len()].copy_from_slice(buf);
+                self.file.write_all_at(bounce.as_slice(), start)
+            })
+        };
+        res.map_err(|e| DeviceError::io(&self.name, e))?;
+        self.counters.write(buf.len() as u64);
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        if !self.read_only {
+            self.file
+                .sync_data()
+                .map_err(|e| DeviceError::io(&self.name, e))?;
+        }
+        self.counters.flush();
+        Ok(())
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        check_range(&self.name, offset, len, self.capacity)?;
+        if self.read_only {
+            return Err(DeviceError::other(&self.name, "opened read-only"));
+        }
+        if len > 0 {
+            match self.fallocate(
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            ) {
+                Ok(()) => {}
+                // The file system (or device) cannot punch holes: discard is advisory, so do nothing.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+                    ) => {}
+                Err(e) => return Err(DeviceError::io(&self.name, e)),
+            }
+        }
+        self.counters.discard(len);
+        Ok(())
+    }
+
+    fn stats(&self) -> DeviceStats {
+        self.counters.snapshot()
+    }
+}

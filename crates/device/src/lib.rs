@@ -1,0 +1,252 @@
+//! The `BlockDevice` seam and everything that implements it.
+//!
+//! Every layer above (array, OSD chunk store, KV store) stores bytes on a `BlockDevice`. Real devices,
+//! wrappers and simulated devices all implement the same trait so an experiment can swap a file for a
+//! simulated SSD without touching the code above.
+//!
+//! * real devices: [`FileDevice`] (regular file or raw block device, optional `O_DIRECT`), [`MemDevice`];
+//! * wrappers, composable around any device: [`Metered`], [`Throttled`], [`Faulty`];
+//! * simulated devices in virtual time: [`SimHdd`] (over [`HddModel`]) and [`SimSsd`] (over [`SsdModel`]);
+//! * [`open_spec`]: build any of the above from a one-line spec such as
+//!   `metered:faulty:seed=7,fail_at=1000:ssd:blocks=1024,op=0.15` (syntax in `docs/devices.md`).
+
+use std::fmt;
+use std::sync::Arc;
+
+pub mod faulty;
+pub mod file;
+pub mod hist;
+pub mod mem;
+pub mod metered;
+pub mod rng;
+pub mod sim;
+pub mod spec;
+pub mod throttled;
+pub mod workload;
+
+pub use faulty::{
+    CutWrite, FaultConfig, FaultCounts, Faulty, Outcome, PowerCutPolicy, PowerCutReport,
+};
+pub use file::{FileDevice, FileOptions};
+pub use hist::LatencyHistogram;
+pub use mem::MemDevice;
+pub use metered::Metered;
+pub use rng::SplitMix64;
+pub use sim::hdd::{HddConfig, HddModel, HddStats, Scheduler, SimHdd};
+pub use sim::ssd::{
+    BlockInfo, BlockStatus, CellMode, NoWear, SimSsd, SsdConfig, SsdModel, SsdStats, WearAction,
+    WearModel,
+};
+pub use spec::{hdd_config, open_spec, parse_duration, parse_size, ssd_config};
+pub use throttled::{LatencyDist, ThrottleConfig, Throttled};
+pub use workload::{Pattern, Workload};
+
+/// Errors a device reports. One line each, naming the device where it can.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("{device}: I/O error: {source}")]
+    Io {
+        device: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{device}: access [{offset}, {offset}+{len}) is beyond capacity {capacity}")]
+    OutOfRange {
+        device: String,
+        offset: u64,
+        len: u64,
+        capacity: u64,
+    },
+    #[error("{device}: device has failed")]
+    Failed { device: String },
+    #[error("{device}: {what}")]
+    Other { device: String, what: String },
+}
+
+impl DeviceError {
+    /// Shorthand for [`DeviceError::Other`].
+    pub fn other(device: impl Into<String>, what: impl Into<String>) -> Self {
+        DeviceError::Other {
+            device: device.into(),
+            what: what.into(),
+        }
+    }
+    /// Shorthand for [`DeviceError::Io`].
+    pub fn io(device: impl Into<String>, source: std::io::Error) -> Self {
+        DeviceError::Io {
+            device: device.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, DeviceError>;
+
+/// Counters every device exposes (wrappers such as `Metered` fill in more detail).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceStats {
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
+    pub seq_reads: u64,
+    pub rand_reads: u64,
+    pub seq_writes: u64,
+    pub rand_writes: u64,
+    pub flushes: u64,
+    pub discards: u64,
+    pub discard_bytes: u64,
+    /// Modeled (virtual) time in nanoseconds for simulated devices; time spent sleeping for
+    /// `Throttled`; 0 for real devices.
+    #[serde(default)]
+    pub modeled_ns: u64,
+}
+
+/// Model-specific counters of a simulated device, reachable through `Arc<dyn BlockDevice>`
+/// (wrappers forward them).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "model", rename_all = "lowercase")]
+pub enum ModelStats {
+    Ssd(SsdStats),
+    Hdd(HddStats),
+}
+
+/// A byte-addressed block device. Object-safe and shareable between threads: the array issues I/O to
+/// several devices in parallel, so implementations use interior mutability where they need state.
+pub trait BlockDevice: Send + Sync + fmt::Debug {
+    /// Human-readable name used in errors and reports.
+    fn name(&self) -> &str;
+    /// Capacity in bytes.
+    fn capacity(&self) -> u64;
+    /// Read exactly `buf.len()` bytes at `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// Write all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
+    /// Make every completed write durable.
+    fn flush(&self) -> Result<()>;
+    /// Tell the device a range no longer holds data (TRIM / punch hole). Reads of it may return zeros.
+    fn discard(&self, offset: u64, len: u64) -> Result<()>;
+    /// A snapshot of the device's counters.
+    fn stats(&self) -> DeviceStats {
+        DeviceStats::default()
+    }
+    /// Model counters (write amplification, GC, seeks…) of a simulated device, if this is one or wraps one.
+    fn model_stats(&self) -> Option<ModelStats> {
+        None
+    }
+}
+
+impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn capacity(&self) -> u64 {
+        (**self).capacity()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<()> {
+        (**self).flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        (**self).discard(offset, len)
+    }
+    fn stats(&self) -> DeviceStats {
+        (**self).stats()
+    }
+    fn model_stats(&self) -> Option<ModelStats> {
+        (**self).model_stats()
+    }
+}
+
+impl<D: BlockDevice + ?Sized> BlockDevice for Box<D> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn capacity(&self) -> u64 {
+        (**self).capacity()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<()> {
+        (**self).flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        (**self).discard(offset, len)
+    }
+    fn stats(&self) -> DeviceStats {
+        (**self).stats()
+    }
+    fn model_stats(&self) -> Option<ModelStats> {
+        (**self).model_stats()
+    }
+}
+
+/// Lock-free basic counters (ops, bytes, flushes, discards) that real devices keep for `stats()`.
+/// Sequential/random classification is left to [`Metered`].
+#[derive(Debug, Default)]
+pub struct BasicCounters {
+    read_ops: std::sync::atomic::AtomicU64,
+    read_bytes: std::sync::atomic::AtomicU64,
+    write_ops: std::sync::atomic::AtomicU64,
+    write_bytes: std::sync::atomic::AtomicU64,
+    flushes: std::sync::atomic::AtomicU64,
+    discards: std::sync::atomic::AtomicU64,
+    discard_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl BasicCounters {
+    pub fn read(&self, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.read_ops.fetch_add(1, Relaxed);
+        self.read_bytes.fetch_add(bytes, Relaxed);
+    }
+    pub fn write(&self, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.write_ops.fetch_add(1, Relaxed);
+        self.write_bytes.fetch_add(bytes, Relaxed);
+    }
+    pub fn flush(&self) {
+        self.flushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    pub fn discard(&self, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.discards.fetch_add(1, Relaxed);
+        self.discard_bytes.fetch_add(bytes, Relaxed);
+    }
+    pub fn snapshot(&self) -> DeviceStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        DeviceStats {
+            read_ops: self.read_ops.load(Relaxed),
+            read_bytes: self.read_bytes.load(Relaxed),
+            write_ops: self.write_ops.load(Relaxed),
+            write_bytes: self.write_bytes.load(Relaxed),
+            flushes: self.flushes.load(Relaxed),
+            discards: self.discards.load(Relaxed),
+            discard_bytes: self.discard_bytes.load(Relaxed),
+            ..DeviceStats::default()
+        }
+    }
+}
+
+/// Check that `[offset, offset+len)` lies inside `capacity`; the error names the device.
+pub fn check_range(name: &str, offset: u64, len: u64, capacity: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= capacity => Ok(()),
+        _ => Err(DeviceError::OutOfRange {
+            device: name.to_string(),
+            offset,
+            len,
+            capacity,
+        }),
+    }
+}

@@ -1,0 +1,135 @@
+//! `Metered`: counts what passes through to the inner device.
+//!
+//! Reads and writes are counted as operations and bytes, and classified sequential or random: a request
+//! is **sequential** when it starts exactly where the previous request (read or write) ended, **random**
+//! otherwise; before the first request the "previous end" is offset 0. Flushes and discards (ops and
+//! bytes) are counted too, and discards do not move the position. Only requests the inner device
+//! completes successfully are counted; failures are counted separately in [`Metered::errors`].
+//! `snapshot()` / `reset()` make per-phase measurements easy; `DeviceStats` is `serde`-serializable for
+//! `--json` output.
+
+use std::sync::Mutex;
+
+use crate::{BlockDevice, DeviceStats, ModelStats, Result};
+
+#[derive(Debug, Default)]
+struct State {
+    stats: DeviceStats,
+    last_end: u64,
+    errors: u64,
+}
+
+/// Counting wrapper around any device.
+#[derive(Debug)]
+pub struct Metered<D> {
+    inner: D,
+    state: Mutex<State>,
+}
+
+impl<D: BlockDevice> Metered<D> {
+    pub fn new(inner: D) -> Self {
+        Metered {
+            inner,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+
+    pub fn into_inner(self) -> D {
+        self.inner
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The counters so far (`modeled_ns` is taken from the inner device).
+    pub fn snapshot(&self) -> DeviceStats {
+        let mut s = self.lock().stats;
+        s.modeled_ns = self.inner.stats().modeled_ns;
+        s
+    }
+
+    /// Zero the counters (the sequential/random position is kept).
+    pub fn reset(&self) {
+        let mut st = self.lock();
+        st.stats = DeviceStats::default();
+        st.errors = 0;
+    }
+
+    /// Requests the inner device failed.
+    pub fn errors(&self) -> u64 {
+        self.lock().errors
+    }
+
+    fn record(&self, write: bool, offset: u64, len: u64) {
+        let mut st = self.lock();
+        let seq = offset == st.last_end;
+        st.last_end = offset + len;
+        let s = &mut st.stats;
+        if write {
+            s.write_ops += 1;
+            s.write_bytes += len;
+            if seq {
+                s.seq_writes += 1
+            } else {
+                s.rand_writes += 1
+            }
+        } else {
+            s.read_ops += 1;
+            s.read_bytes += len;
+            if seq {
+                s.seq_reads += 1
+            } else {
+                s.rand_reads += 1
+            }
+        }
+    }
+
+    fn note<T>(&self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.lock().errors += 1;
+        }
+        r
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for Metered<D> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn capacity(&self) -> u64 {
+        self.inner.capacity()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.note(self.inner.read_at(buf, offset))?;
+        self.record(false, offset, buf.len() as u64);
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.note(self.inner.write_at(buf, offset))?;
+        self.record(true, offset, buf.len() as u64);
+        Ok(())
+    }
+    fn flush(&self) -> Result<()> {
+        self.note(self.inner.flush())?;
+        self.lock().stats.flushes += 1;
+        Ok(())
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        self.note(self.inner.discard(offset, len))?;
+        let mut st = self.lock();
+        st.stats.discards += 1;
+        st.stats.discard_bytes += len;
+        Ok(())
+    }
+    fn stats(&self) -> DeviceStats {
+        self.snapshot()
+    }
+    fn model_stats(&self) -> Option<ModelStats> {
+        self.inner.model_stats()
+    }
+}

@@ -1,0 +1,834 @@
+//! Simulated SSD: a page-mapped FTL with greedy garbage collection, in virtual time.
+//!
+//! # Model
+//! * Geometry: `blocks` erase blocks of `pages_per_block` pages of `page_size` bytes. A fraction `op`
+//!   of the physical pages is over-provisioning: the host sees `floor(blocks * pages_per_block * (1-op))`
+//!   logical pages.
+//! * Mapping: a flat logical→physical table (`l2p`) and physical→logical table (`p2l`), `u32` each.
+//!   Writes go out of place to the single open ("frontier") block; the page they replace is invalidated.
+//! * Garbage collection: when the number of free blocks drops below the low watermark
+//!   (`ceil(gc_low * blocks)`, at least 2) after a block allocation, GC runs until free blocks reach the
+//!   high watermark (`max(low, ceil(gc_high * blocks))`). Each step is **greedy**: the full block with
+//!   the fewest valid pages is the victim; its valid pages are copied to the frontier, then it is erased
+//!   and appended to the FIFO free list. Full blocks sit in buckets indexed by valid-page count
+//!   (intrusive doubly-linked lists), so invalidation and victim selection are O(1) (amortized; a hint
+//!   tracks the lowest non-empty bucket). No wear-leveling migration (EPLOG §5.2 Exp 2 disables it).
+//! * TRIM invalidates the mapped pages of the range.
+//! * Time: one flash element, no internal parallelism. A host page write costs the interface transfer
+//!   plus the page program latency of the target block's cell mode; a host read costs the page read plus
+//!   the transfer (an unmapped page costs the transfer only); GC is foreground and charges each copied
+//!   page a read + program and each victim an erase to the host write that triggered it. Latencies per
+//!   cell mode are Table 4.1 of the ZombieNAND thesis (§4.4.2); the interface is SATA 300 (300 MB/s).
+//!
+//! # Room for wear physics (ZombieNAND)
+//! Every block carries a [`BlockInfo`]: erase count, current [`CellMode`], usable pages in that mode and
+//! a [`BlockStatus`] that includes `Retired`. After every erase the model asks its [`WearModel`] what to
+//! do with the block: keep it, switch it to a lower-bit cell mode with fewer usable pages (bit-mode
+//! fallback) or retire it. The default [`NoWear`] keeps every block forever. Physical page numbers are
+//! `block * pages_per_block + slot`, with `slot < BlockInfo::pages <= pages_per_block`, so a block whose
+//! capacity shrinks keeps its place in every table.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use super::sparse::SparseData;
+use crate::{check_range, BlockDevice, DeviceError, DeviceStats, ModelStats, Result};
+
+const NONE: u32 = u32::MAX;
+
+/// NAND cell mode (bits per cell), with the access latencies of ZombieNAND Table 4.1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CellMode {
+    Slc,
+    Mlc,
+    Tlc,
+}
+
+impl CellMode {
+    pub fn bits_per_cell(self) -> u32 {
+        match self {
+            CellMode::Slc => 1,
+            CellMode::Mlc => 2,
+            CellMode::Tlc => 3,
+        }
+    }
+    /// Page read latency, ns (Table 4.1: 0.025 / 0.05 / 0.15 ms).
+    pub fn read_ns(self) -> u64 {
+        match self {
+            CellMode::Slc => 25_000,
+            CellMode::Mlc => 50_000,
+            CellMode::Tlc => 150_000,
+        }
+    }
+    /// Page program latency, ns (Table 4.1: 0.2 / 0.5 / 1.0 ms).
+    pub fn program_ns(self) -> u64 {
+        match self {
+            CellMode::Slc => 200_000,
+            CellMode::Mlc => 500_000,
+            CellMode::Tlc => 1_000_000,
+        }
+    }
+    /// Block erase latency, ns (Table 4.1: 1.5 / 1.5 / 3.0 ms).
+    pub fn erase_ns(self) -> u64 {
+        match self {
+            CellMode::Slc => 1_500_000,
+            CellMode::Mlc => 1_500_000,
+            CellMode::Tlc => 3_000_000,
+        }
+    }
+    /// Page size of this mode in Table 4.1 (2 / 4 / 8 KiB).
+    pub fn table_page_size(self) -> u32 {
+        match self {
+            CellMode::Slc => 2048,
+            CellMode::Mlc => 4096,
+            CellMode::Tlc => 8192,
+        }
+    }
+    /// P/E cycles at which an unswitched SSD of this mode dies in ZombieNAND §4.4.2 (75,000 / 6,000 / 1,000).
+    pub fn rated_pe_cycles(self) -> u32 {
+        match self {
+            CellMode::Slc => 75_000,
+            CellMode::Mlc => 6_000,
+            CellMode::Tlc => 1_000,
+        }
+    }
+    pub fn parse(s: &str) -> Option<CellMode> {
+        match s.to_ascii_lowercase().as_str() {
+            "slc" => Some(CellMode::Slc),
+            "mlc" => Some(CellMode::Mlc),
+            "tlc" => Some(CellMode::Tlc),
+            _ => None,
+        }
+    }
+}
+
+/// Life-cycle state of an erase block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockStatus {
+    Free,
+    Open,
+    Full,
+    Retired,
+}
+
+/// Per-block state. Wear physics (a later issue) reads `erase_count` and `mode` and changes `mode`,
+/// `pages` and `status` through a [`WearModel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct BlockInfo {
+    pub erase_count: u32,
+    /// Valid pages currently stored.
+    pub valid: u32,
+    /// Next slot to program.
+    pub write_ptr: u32,
+    /// Usable page slots in the current mode (≤ `pages_per_block`).
+    pub pages: u32,
+    pub mode: CellMode,
+    pub status: BlockStatus,
+}
+
+/// What to do with a block after an erase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WearAction {
+    Keep,
+    /// Bit-mode fallback: reprogram the block in `mode` with `pages` usable slots.
+    Switch {
+        mode: CellMode,
+        pages: u32,
+    },
+    Retire,
+}
+
+/// Hook called after every erase; implement it to add cell-wear physics.
+pub trait WearModel: Send + std::fmt::Debug {
+    fn after_erase(&mut self, block: u32, info: &BlockInfo) -> WearAction;
+}
+
+/// No wear: blocks live forever.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoWear;
+
+impl WearModel for NoWear {
+    fn after_erase(&mut self, _block: u32, _info: &BlockInfo) -> WearAction {
+        WearAction::Keep
+    }
+}
+
+/// SSD geometry and policy.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SsdConfig {
+    pub blocks: u32,
+    pub pages_per_block: u32,
+    pub page_size: u32,
+    /// Over-provisioning: fraction of physical pages not exposed to the host.
+    pub op: f64,
+    /// GC starts when free blocks < `ceil(gc_low * blocks)` (at least 2).
+    pub gc_low: f64,
+    /// GC stops when free blocks ≥ `max(low, ceil(gc_high * blocks))`.
+    pub gc_high: f64,
+    pub mode: CellMode,
+    /// Host interface bandwidth, MB/s (10^6 bytes/s).
+    pub interface_mbps: f64,
+    /// Keep the data (reads return what was written); otherwise metadata only and reads return zeros.
+    pub keep_data: bool,
+}
+
+impl Default for SsdConfig {
+    /// EPLOG §5.2 Exp 2: 16,384 blocks × 64 pages × 4 KiB (4 GiB raw in this model), 15% OP, GC when
+    /// clean blocks < 5%, greedy; MLC latencies; SATA 300; metadata only.
+    fn default() -> Self {
+        SsdConfig {
+            blocks: 16_384,
+            pages_per_block: 64,
+            page_size: 4096,
+            op: 0.15,
+            gc_low: 0.05,
+            gc_high: 0.05,
+            mode: CellMode::Mlc,
+            interface_mbps: 300.0,
+            keep_data: false,
+        }
+    }
+}
+
+impl SsdConfig {
+    /// Named presets: `eplog` (the default), `zombienand` (Table 4.2 synthetic: one element, 128 blocks
+    /// of 128 pages, GC 2%/5%, TLC 8 KiB pages, 10% reserve) and `zombienand-trace` (Table 4.2
+    /// trace-driven: 4 × 512 blocks of 128 pages, same policy).
+    pub fn preset(name: &str) -> Option<SsdConfig> {
+        let zombie = SsdConfig {
+            blocks: 128,
+            pages_per_block: 128,
+            page_size: 8192,
+            op: 0.10,
+            gc_low: 0.02,
+            gc_high: 0.05,
+            mode: CellMode::Tlc,
+            ..SsdConfig::default()
+        };
+        match name {
+            "eplog" => Some(SsdConfig::default()),
+            "zombienand" => Some(zombie),
+            "zombienand-trace" => Some(SsdConfig {
+                blocks: 2048,
+                ..zombie
+            }),
+            _ => None,
+        }
+    }
+
+    pub fn logical_pages(&self) -> u64 {
+        ((self.blocks as u64 * self.pages_per_block as u64) as f64 * (1.0 - self.op)).floor() as u64
+    }
+
+    pub fn low_blocks(&self) -> u32 {
+        ((self.gc_low * self.blocks as f64).ceil() as u32).max(2)
+    }
+
+    pub fn high_blocks(&self) -> u32 {
+        ((self.gc_high * self.blocks as f64).ceil() as u32).max(self.low_blocks())
+    }
+
+    /// Check the configuration; the error is one line.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.blocks < 4 || self.pages_per_block == 0 || self.page_size == 0 {
+            return Err("need at least 4 blocks, 1 page per block and a non-zero page size".into());
+        }
+        if (self.blocks as u64) * (self.pages_per_block as u64) >= u32::MAX as u64 {
+            return Err("blocks × pages_per_block must be below 2^32".into());
+        }
+        if !(0.0..1.0).contains(&self.op)
+            || !(0.0..1.0).contains(&self.gc_low)
+            || !(0.0..1.0).contains(&self.gc_high)
+        {
+            return Err("op, gc_low and gc_high must be fractions in [0, 1)".into());
+        }
+        if self.interface_mbps.is_nan() || self.interface_mbps <= 0.0 {
+            return Err("interface bandwidth must be positive".into());
+        }
+        // GC must always find a victim with an invalid page: the full blocks (all but the free pool and
+        // the open block) must hold more pages than the host can keep valid.
+        let usable =
+            (self.blocks as u64 - self.high_blocks() as u64 - 2) * self.pages_per_block as u64;
+        if self.logical_pages() == 0 || self.logical_pages() > usable {
+            return Err(format!(
+                "over-provisioning {} is too small for GC watermarks {}/{}: {} logical pages but only {} \
+                 pages outside the free pool",
+                self.op,
+                self.gc_low,
+                self.gc_high,
+                self.logical_pages(),
+                usable
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Counters of an [`SsdModel`]. `write_amplification = flash_page_writes / host_page_writes`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct SsdStats {
+    pub host_page_writes: u64,
+    pub host_page_reads: u64,
+    pub host_trimmed_pages: u64,
+    pub flash_page_writes: u64,
+    pub flash_page_reads: u64,
+    pub gc_copies: u64,
+    /// GC episodes (watermark crossings).
+    pub gc_invocations: u64,
+    /// Blocks cleaned by GC (victims).
+    pub gc_victims: u64,
+    pub erases: u64,
+    pub write_amplification: f64,
+    pub modeled_ns: u64,
+    pub free_blocks: u64,
+    pub retired_blocks: u64,
+    pub valid_pages: u64,
+    pub logical_pages: u64,
+    pub erase_min: u32,
+    pub erase_max: u32,
+    pub erase_mean: f64,
+}
+
+/// The FTL state machine. Not thread-safe by itself; [`SimSsd`] wraps it in a mutex.
+#[derive(Debug)]
+pub struct SsdModel {
+    cfg: SsdConfig,
+    ppb: u32,
+    logical_pages: u32,
+    low: u32,
+    high: u32,
+    l2p: Vec<u32>,
+    p2l: Vec<u32>,
+    blocks: Vec<BlockInfo>,
+    // Buckets of full blocks by valid count: intrusive doubly-linked lists.
+    bucket_head: Vec<u32>,
+    next: Vec<u32>,
+    prev: Vec<u32>,
+    min_hint: u32,
+    free: VecDeque<u32>,
+    open: u32,
+    in_gc: bool,
+    xfer_ns: u64,
+    wear: Box<dyn WearModel>,
+    data: SparseData,
+    // counters
+    host_page_writes: u64,
+    host_page_reads: u64,
+    host_trimmed_pages: u64,
+    flash_page_writes: u64,
+    flash_page_reads: u64,
+    gc_copies: u64,
+    gc_invocations: u64,
+    gc_victims: u64,
+    erases: u64,
+    retired: u64,
+    valid_pages: u64,
+    now_ns: u64,
+}
+
+impl SsdModel {
+    pub fn new(cfg: SsdConfig) -> std::result::Result<SsdModel, String> {
+        Self::with_wear(cfg, Box::new(NoWear))
+    }
+
+    pub fn with_wear(
+        cfg: SsdConfig,
+        wear: Box<dyn WearModel>,
+    ) -> std::result::Result<SsdModel, String> {
+        cfg.validate()?;
+        let ppb = cfg.pages_per_block;
+        let nblocks = cfg.blocks;
+        let phys = nblocks as usize * ppb as usize;
+        let logical_pages = cfg.logical_pages() as u32;
+        let data = SparseData::new();
+        let xfer_ns = (cfg.page_size as f64 / (cfg.interface_mbps * 1e6) * 1e9).round() as u64;
+        let info = BlockInfo {
+            erase_count: 0,
+            valid: 0,
+            write_ptr: 0,
+            pages: ppb,
+            mode: cfg.mode,
+            status: BlockStatus::Free,
+        };
+        Ok(SsdModel {
+            ppb,
+            logical_pages,
+            low: cfg.low_blocks(),
+            high: cfg.high_blocks(),
+            l2p: vec![NONE; logical_pages as usize],
+            p2l: vec![NONE; phys],
+            blocks: vec![info; nblocks as usize],
+            bucket_head: vec![NONE; ppb as usize + 1],
+            next: vec![NONE; nblocks as usize],
+            prev: vec![NONE; nblocks as usize],
+            min_hint: ppb + 1,
+            free: (0..nblocks).collect(),
+            open: NONE,
+            in_gc: false,
+            xfer_ns,
+            wear,
+            data,
+            cfg,
+            host_page_writes: 0,
+            host_page_reads: 0,
+            host_trimmed_pages: 0,
+            flash_page_writes: 0,
+            flash_page_reads: 0,
+            gc_copies: 0,
+            gc_invocations: 0,
+            gc_victims: 0,
+            erases: 0,
+            retired: 0,
+            valid_pages: 0,
+            now_ns: 0,
+        })
+    }
+
+    pub fn config(&self) -> &SsdConfig {
+        &self.cfg
+    }
+
+    pub fn logical_pages(&self) -> u64 {
+        self.logical_pages as u64
+    }
+
+    pub fn page_size(&self) -> u32 {
+        self.cfg.page_size
+    }
+
+    /// Virtual time so far, ns.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    pub fn block(&self, b: u32) -> &BlockInfo {
+        &self.blocks[b as usize]
+    }
+
+    pub fn blocks(&self) -> &[BlockInfo] {
+        &self.blocks
+    }
+
+    /// Erase count of every block, in block order.
+    pub fn erase_counts(&self) -> Vec<u32> {
+        self.blocks.iter().map(|b| b.erase_count).collect()
+    }
+
+    /// Physical page currently holding `lpn`, if mapped.
+    pub fn mapping(&self, lpn: u64) -> Option<u64> {
+        match self.l2p.get(lpn as usize) {
+            Some(&p) if p != NONE => Some(p as u64),
+            _ => None,
+        }
+    }
+
+    pub fn stats(&self) -> SsdStats {
+        let (mut mn, mut mx, mut sum) = (u32::MAX, 0u32, 0u64);
+        for b in &self.blocks {
+            mn = mn.min(b.erase_count);
+            mx = mx.max(b.erase_count);
+            sum += b.erase_count as u64;
+        }
+        SsdStats {
+            host_page_writes: self.host_page_writes,
+            host_page_reads: self.host_page_reads,
+            host_trimmed_pages: self.host_trimmed_pages,
+            flash_page_writes: self.flash_page_writes,
+            flash_page_reads: self.flash_page_reads,
+            gc_copies: self.gc_copies,
+            gc_invocations: self.gc_invocations,
+            gc_victims: self.gc_victims,
+            erases: self.erases,
+            write_amplification: if self.host_page_writes == 0 {
+                0.0
+            } else {
+                self.flash_page_writes as f64 / self.host_page_writes as f64
+            },
+            modeled_ns: self.now_ns,
+            free_blocks: self.free.len() as u64,
+            retired_blocks: self.retired,
+            valid_pages: self.valid_pages,
+            logical_pages: self.logical_pages as u64,
+            erase_min: if self.blocks.is_empty() { 0 } else { mn },
+            erase_max: mx,
+            erase_mean: sum as f64 / self.blocks.len().max(1) as f64,
+        }
+    }
+
+    // ---- bucket lists -------------------------------------------------------------------------
+
+    #[inline]
+    fn bucket_insert(&mut self, b: u32, v: u32) {
+        let head = self.bucket_head[v as usize];
+        self.next[b as usize] = head;
+        self.prev[b as usize] = NONE;
+        if head != NONE {
+            self.prev[head as usize] = b;
+        }
+        self.bucket_head[v as usize] = b;
+        if v < self.min_hint {
+            self.min_hint = v;
+        }
+    }
+
+    #[inline]
+    fn bucket_remove(&mut self, b: u32, v: u32) {
+        let (n, p) = (self.next[b as usize], self.prev[b as usize]);
+        if p != NONE {
+            self.next[p as usize] = n;
+        } else {
+            self.bucket_head[v as usize] = n;
+        }
+        if n != NONE {
+            self.prev[n as usize] = p;
+        }
+    }
+
+    // ---- core FTL ------------------------------------------------------------------------------
+
+    #[inline]
+    fn invalidate(&mut self, ppn: u32) {
+        let b = ppn / self.ppb;
+        self.p2l[ppn as usize] = NONE;
+        let info = &mut self.blocks[b as usize];
+        let v = info.valid;
+        info.valid = v - 1;
+        if info.status == BlockStatus::Full {
+            self.bucket_remove(b, v);
+            self.bucket_insert(b, v - 1);
+        }
+        self.valid_pages -= 1;
+    }
+
+    fn dead(&self) -> DeviceError {
+        DeviceError::other(
+            format!("ssd:{}x{}", self.cfg.blocks, self.cfg.pages_per_block),
+            format!(
+                "no free block left ({} blocks retired): the SSD is worn out",
+                self.retired
+            ),
+        )
+    }
+
+    /// Make sure the open block has a free slot; allocates (and, outside GC, collects) as needed.
+    /// Returns the time spent in GC.
+    #[inline]
+    fn ensure_open(&mut self) -> Result<u64> {
+        if self.open != NONE {
+            let o = &self.blocks[self.open as usize];
+            if o.write_ptr < o.pages {
+                return Ok(0);
+            }
+        }
+        self.new_open()
+    }
+
+    #[cold]
+    fn new_open(&mut self) -> Result<u64> {
+        if self.open != NONE {
+            let b = self.open;
+            let v = self.blocks[b as usize].valid;
+            self.blocks[b as usize].status = BlockStatus::Full;
+            self.bucket_insert(b, v);
+            self.open = NONE;
+        }
+        let b = self.free.pop_front().ok_or_else(|| self.dead())?;
+        self.blocks[b as usize].status = BlockStatus::Open;
+        self.open = b;
+        if !self.in_gc && (self.free.len() as u32) < self.low {
+            return self.collect();
+        }
+        Ok(0)
+    }
+
+    /// Program `lpn` into the next slot of the open block (which must have room).
+    #[inline]
+    fn program(&mut self, lpn: u32) -> u64 {
+        let b = self.open;
+        let info = &mut self.blocks[b as usize];
+        let ppn = b * self.ppb + info.write_ptr;
+        info.write_ptr += 1;
+        info.valid += 1;
+        let t = info.mode.program_ns();
+        self.p2l[ppn as usize] = lpn;
+        self.l2p[lpn as usize] = ppn;
+        self.valid_pages += 1;
+        self.flash_page_writes += 1;
+        t
+    }
+
+    /// Greedy GC until the high watermark. Returns the time spent.
+    fn collect(&mut self) -> Result<u64> {
+        self.in_gc = true;
+        self.gc_invocations += 1;
+        let mut t = 0;
+        let r = loop {
+            if self.free.len() as u32 >= self.high {
+                break Ok(());
+            }
+            match self.clean_one() {
+                Ok(dt) => t += dt,
+                Err(e) => break Err(e),
+            }
+        };
+        self.in_gc = false;
+        r.map(|()| t)
+    }
+
+    /// Clean the greedy victim: copy its valid pages, erase it. Returns the time spent.
+    fn clean_one(&mut self) -> Result<u64> {
+        let mut v = self.min_hint;
+        while (v as usize) < self.bucket_head.len() && self.bucket_head[v as usize] == NONE {
+            v += 1;
+        }
+        self.min_hint = v;
+        if v as usize >= self.bucket_head.len() {
+            return Err(self.dead());
+        }
+        let victim = self.bucket_head[v as usize];
+        let vinfo = self.blocks[victim as usize];
+        if v >= vinfo.pages {
+            // Every full block is full of valid data: nothing can be reclaimed.
+            return Err(DeviceError::other(
+                format!("ssd:{}x{}", self.cfg.blocks, self.cfg.pages_per_block),
+                "garbage collection found no reclaimable page (too little over-provisioning)",
+            ));
+        }
+        self.bucket_remove(victim, v);
+        self.blocks[victim as usize].status = BlockStatus::Open; // out of the buckets while copied
+        self.gc_victims += 1;
+        let mode = vinfo.mode;
+        let mut t = 0;
+        let base = victim * self.ppb;
+        let mut left = v;
+        let mut slot = 0;
+        while left > 0 && slot < vinfo.write_ptr {
+            let lpn = self.p2l[(base + slot) as usize];
+            if lpn != NONE {
+                t += self.ensure_open()?;
+                self.p2l[(base + slot) as usize] = NONE;
+                self.valid_pages -= 1;
+                t += mode.read_ns() + self.program(lpn);
+                self.flash_page_reads += 1;
+                self.gc_copies += 1;
+                left -= 1;
+            }
+            slot += 1;
+        }
+        t += self.erase(victim);
+        Ok(t)
+    }
+
+    fn erase(&mut self, b: u32) -> u64 {
+        self.erases += 1;
+        let info = &mut self.blocks[b as usize];
+        let t = info.mode.erase_ns();
+        info.erase_count += 1;
+        info.valid = 0;
+        info.write_ptr = 0;
+        info.status = BlockStatus::Free;
+        let snapshot = *info;
+        match self.wear.after_erase(b, &snapshot) {
+            WearAction::Keep => self.free.push_back(b),
+            WearAction::Switch { mode, pages } => {
+                let info = &mut self.blocks[b as usize];
+                info.mode = mode;
+                info.pages = pages.clamp(1, self.ppb);
+                self.free.push_back(b);
+            }
+            WearAction::Retire => {
+                self.blocks[b as usize].status = BlockStatus::Retired;
+                self.retired += 1;
+            }
+        }
+        t
+    }
+
+    #[inline]
+    fn check_lpn(&self, lpn: u64) -> Result<u32> {
+        if lpn < self.logical_pages as u64 {
+            Ok(lpn as u32)
+        } else {
+            Err(DeviceError::OutOfRange {
+                device: format!("ssd:{}x{}", self.cfg.blocks, self.cfg.pages_per_block),
+                offset: lpn * self.cfg.page_size as u64,
+                len: self.cfg.page_size as u64,
+                capacity: self.logical_pages as u64 * self.cfg.page_size as u64,
+            })
+        }
+    }
+
+    /// Host writes one logical page. Returns its modeled latency (ns), GC included.
+    #[inline]
+    pub fn write_page(&mut self, lpn: u64) -> Result<u64> {
+        let lpn = self.check_lpn(lpn)?;
+        let old = self.l2p[lpn as usize];
+        if old != NONE {
+            self.invalidate(old);
+        }
+        let gc = self.ensure_open()?;
+        let t = self.xfer_ns + gc + self.program(lpn);
+        self.host_page_writes += 1;
+        self.now_ns += t;
+        Ok(t)
+    }
+
+    /// Host reads one logical page. Returns its modeled latency (ns).
+    #[inline]
+    pub fn read_page(&mut self, lpn: u64) -> Result<u64> {
+        let lpn = self.check_lpn(lpn)?;
+        let p = self.l2p[lpn as usize];
+        let mut t = self.xfer_ns;
+        if p != NONE {
+            t += self.blocks[(p / self.ppb) as usize].mode.read_ns();
+            self.flash_page_reads += 1;
+        }
+        self.host_page_reads += 1;
+        self.now_ns += t;
+        Ok(t)
+    }
+
+    /// Host TRIMs one logical page.
+    #[inline]
+    pub fn trim_page(&mut self, lpn: u64) -> Result<()> {
+        let lpn = self.check_lpn(lpn)?;
+        let p = self.l2p[lpn as usize];
+        if p != NONE {
+            self.invalidate(p);
+            self.l2p[lpn as usize] = NONE;
+        }
+        self.host_trimmed_pages += 1;
+        Ok(())
+    }
+}
+
+/// A simulated SSD as a [`BlockDevice`] (byte-addressed; a partial-page write is a read-modify-write of
+/// the page and counts as one host page write). With `keep_data` the bytes live in a sparse store.
+#[derive(Debug)]
+pub struct SimSsd {
+    name: String,
+    capacity: u64,
+    model: Mutex<SsdModel>,
+    host: Mutex<DeviceStats>,
+}
+
+impl SimSsd {
+    pub fn new(cfg: SsdConfig) -> Result<SimSsd> {
+        let name = format!(
+            "ssd:{}x{}x{}",
+            cfg.blocks, cfg.pages_per_block, cfg.page_size
+        );
+        let model = SsdModel::new(cfg).map_err(|e| DeviceError::other(&name, e))?;
+        Ok(Self::from_model(name, model))
+    }
+
+    pub fn from_model(name: impl Into<String>, model: SsdModel) -> SimSsd {
+        let capacity = model.logical_pages() * model.page_size() as u64;
+        SimSsd {
+            name: name.into(),
+            capacity,
+            model: Mutex::new(model),
+            host: Mutex::new(DeviceStats::default()),
+        }
+    }
+
+    /// Run `f` on the model (e.g. to read erase counts).
+    pub fn with_model<T>(&self, f: impl FnOnce(&mut SsdModel) -> T) -> T {
+        f(&mut self.model.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn ssd_stats(&self) -> SsdStats {
+        self.with_model(|m| m.stats())
+    }
+
+    fn pages(&self, offset: u64, len: u64, ps: u64) -> (u64, u64) {
+        (offset / ps, (offset + len).div_ceil(ps))
+    }
+}
+
+impl BlockDevice for SimSsd {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        check_range(&self.name, offset, buf.len() as u64, self.capacity)?;
+        let mut m = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        let ps = m.page_size() as u64;
+        let (first, end) = self.pages(offset, buf.len() as u64, ps);
+        let mut t = 0;
+        for lpn in first..end {
+            t += m.read_page(lpn)?;
+        }
+        if m.cfg.keep_data {
+            m.data.read(buf, offset);
+        } else {
+            buf.fill(0);
+        }
+        drop(m);
+        let mut h = self.host.lock().unwrap_or_else(|p| p.into_inner());
+        h.read_ops += 1;
+        h.read_bytes += buf.len() as u64;
+        h.modeled_ns += t;
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        check_range(&self.name, offset, buf.len() as u64, self.capacity)?;
+        let mut m = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        let ps = m.page_size() as u64;
+        let (first, end) = self.pages(offset, buf.len() as u64, ps);
+        let mut t = 0;
+        for lpn in first..end {
+            let partial = lpn * ps < offset || (lpn + 1) * ps > offset + buf.len() as u64;
+            if partial && m.mapping(lpn).is_some() {
+                // Read-modify-write of a partially covered page.
+                t += m.read_page(lpn)?;
+                m.host_page_reads -= 1;
+            }
+            t += m.write_page(lpn)?;
+        }
+        if m.cfg.keep_data {
+            m.data.write(buf, offset);
+        }
+        drop(m);
+        let mut h = self.host.lock().unwrap_or_else(|p| p.into_inner());
+        h.write_ops += 1;
+        h.write_bytes += buf.len() as u64;
+        h.modeled_ns += t;
+        Ok(())
+    }
+    fn flush(&self) -> Result<()> {
+        self.host.lock().unwrap_or_else(|p| p.into_inner()).flushes += 1;
+        Ok(())
+    }
+    /// TRIMs the pages the range covers completely (a partial page is left alone; its bytes read as
+    /// zeros afterwards in data mode only if they were zero before — discard is advisory).
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        check_range(&self.name, offset, len, self.capacity)?;
+        let mut m = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        let ps = m.page_size() as u64;
+        let first = offset.div_ceil(ps);
+        let end = (offset + len) / ps;
+        for lpn in first..end.max(first) {
+            m.trim_page(lpn)?;
+        }
+        if m.cfg.keep_data && end > first {
+            m.data.zero(first * ps, (end - first) * ps);
+        }
+        drop(m);
+        let mut h = self.host.lock().unwrap_or_else(|p| p.into_inner());
+        h.discards += 1;
+        h.discard_bytes += len;
+        Ok(())
+    }
+    fn stats(&self) -> DeviceStats {
+        *self.host.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn model_stats(&self) -> Option<ModelStats> {
+        Some(ModelStats::Ssd(self.ssd_stats()))
+    }
+}
