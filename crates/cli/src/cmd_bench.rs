@@ -1,0 +1,459 @@
+//! `ecstack bench`: throughput measurements, side by side with the peer library in the same process.
+
+use crate::util::{fmt_size, parse_size, print_json};
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+use ecstack_codes::code::{CodeKind, ErasureCode, LinearCode};
+use ecstack_codes::lt::{LtCode, LtDecoder, LtParams};
+use ecstack_codes::raptor::RaptorQ;
+use ecstack_codes::rng::Rng;
+use ecstack_codes::RatelessCode;
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: BenchWhat,
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Erasure-code throughput: RS encode / decode / parity delta per (k, m, chunk), LT and RaptorQ.
+    /// Built with `--features isal`, ISA-L runs on the same buffers and the ratio ours/ISA-L is printed.
+    Ec(EcBench),
+}
+
+#[derive(Args)]
+struct EcBench {
+    /// Rows as k,m,chunk separated by ';'
+    #[arg(long, default_value = "10,4,1M;6,2,64K;4,2,4K;12,4,256K")]
+    rows: String,
+    /// Code for the RS rows (rs-cauchy, rs-vand, ...)
+    #[arg(long, default_value = "rs-cauchy")]
+    code: String,
+    /// Kernel level cap (scalar, ssse3, avx2, avx2-gfni, avx512-gfni); default: the best this CPU has
+    #[arg(long)]
+    simd: Option<String>,
+    /// Seconds per measurement
+    #[arg(long, default_value_t = 0.25)]
+    time: f64,
+    /// Interleaved rounds per measurement (the best round counts, for both sides alike)
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Skip the LT / RaptorQ rows
+    #[arg(long)]
+    no_rateless: bool,
+    /// Rateless source blocks K
+    #[arg(long, default_value_t = 1024)]
+    rateless_k: usize,
+    /// Rateless block size (RaptorQ symbols are capped at 65528 bytes)
+    #[arg(long, default_value = "64K")]
+    rateless_block: String,
+    /// Trials for the reception-overhead statistics
+    #[arg(long, default_value_t = 200)]
+    trials: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Row {
+    code: String,
+    k: usize,
+    m: usize,
+    chunk: usize,
+    op: &'static str,
+    ours_gbps: f64,
+    isal_gbps: Option<f64>,
+    ratio: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct RatelessRow {
+    code: &'static str,
+    k: usize,
+    block: usize,
+    coded_blocks: usize,
+    encode_gbps: f64,
+    decode_gbps: f64,
+    overhead_mean: f64,
+    overhead_max: f64,
+    overhead_trials: usize,
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    match a.what {
+        BenchWhat::Ec(e) => bench_ec(e),
+    }
+}
+
+/// Run `f` repeatedly for about `secs`; return GB/s for `bytes` per call.
+fn measure(bytes: usize, secs: f64, f: &mut dyn FnMut()) -> f64 {
+    f(); // warm caches and page in buffers
+    let start = Instant::now();
+    let mut iters = 0u64;
+    let mut batch = 1u64;
+    loop {
+        for _ in 0..batch {
+            f();
+        }
+        iters += batch;
+        let el = start.elapsed().as_secs_f64();
+        if el >= secs {
+            return bytes as f64 * iters as f64 / el / 1e9;
+        }
+        batch = (batch * 2).min(1 << 16);
+    }
+}
+
+fn rand_bufs(rng: &mut Rng, count: usize, len: usize) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|_| {
+            let mut v = vec![0u8; len];
+            rng.fill(&mut v);
+            v
+        })
+        .collect()
+}
+
+fn parse_rows(s: &str) -> Result<Vec<(usize, usize, usize)>> {
+    s.split(';')
+        .filter(|r| !r.trim().is_empty())
+        .map(|r| {
+            let p: Vec<&str> = r.split(',').map(str::trim).collect();
+            if p.len() != 3 {
+                bail!("bad row '{r}': expected k,m,chunk such as 10,4,1M");
+            }
+            Ok((p[0].parse()?, p[1].parse()?, parse_size(p[2])? as usize))
+        })
+        .collect()
+}
+
+fn bench_ec(a: EcBench) -> Result<()> {
+    if let Some(l) = &a.simd {
+        let lvl = ecstack_codes::Simd::parse(l)
+            .ok_or_else(|| anyhow::anyhow!("unknown SIMD level '{l}'"))?;
+        if !lvl.supported() {
+            bail!("this CPU does not support {l}");
+        }
+        // Read once by kernels::active(), before any code is built.
+        std::env::set_var("ECSTACK_SIMD", l);
+    }
+    let kind = CodeKind::parse(&a.code)?;
+    let rows = parse_rows(&a.rows)?;
+    let simd = ecstack_codes::kernels::active().name();
+    let mut out = Vec::new();
+    let mut rng = Rng::new(1);
+    if !a.json {
+        println!("ecstack bench ec: kernels {simd}, one thread, {} s x {} rounds per figure (best round)", a.time, a.rounds);
+        println!("GB/s = input data bytes per second (encode, decode: k chunks; delta: the updated chunk)");
+        println!(
+            "{:<10} {:>4} {:>3} {:>8}  {:<7} {:>10} {:>10} {:>10}",
+            "code", "k", "m", "chunk", "op", "ours", "isa-l", "ours/isa-l"
+        );
+    }
+    for (k, m, chunk) in rows {
+        let code = LinearCode::new(kind, k, m)?;
+        let data = rand_bufs(&mut rng, k, chunk);
+        let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+        let mut parity = vec![vec![0u8; chunk]; m];
+        let mut isal_parity = vec![vec![0u8; chunk]; m];
+        let mut fig = |op: &'static str, ours: f64, isal: Option<f64>| {
+            let r = Row {
+                code: kind.name().into(),
+                k,
+                m,
+                chunk,
+                op,
+                ours_gbps: ours,
+                isal_gbps: isal,
+                ratio: isal.map(|i| ours / i),
+            };
+            if !a.json {
+                println!(
+                    "{:<10} {:>4} {:>3} {:>8}  {:<7} {:>10.2} {:>10} {:>10}",
+                    r.code,
+                    k,
+                    m,
+                    fmt_size(chunk as u64),
+                    op,
+                    ours,
+                    isal.map(|x| format!("{x:.2}"))
+                        .unwrap_or_else(|| "-".into()),
+                    r.ratio
+                        .map(|x| format!("{x:.2}x"))
+                        .unwrap_or_else(|| "-".into())
+                );
+            }
+            out.push(r);
+        };
+
+        // Encode.
+        let mut best = (0f64, None::<f64>);
+        for _ in 0..a.rounds {
+            let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+            best.0 = best.0.max(measure(k * chunk, a.time, &mut || {
+                code.encode(&d, &mut p).expect("encode")
+            }));
+            #[cfg(feature = "isal")]
+            {
+                let g = code.generator();
+                let mut t = ecstack_codes::isal::IsalTables::new(k, m, &g.data[k * k..]);
+                let mut p: Vec<&mut [u8]> =
+                    isal_parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+                let x = measure(k * chunk, a.time, &mut || t.encode(chunk, &d, &mut p));
+                best.1 = Some(best.1.unwrap_or(0f64).max(x));
+            }
+        }
+        #[cfg(feature = "isal")]
+        if parity != isal_parity {
+            bail!("ours and ISA-L disagree on parity for k={k} m={m} chunk={chunk}");
+        }
+        let _ = &mut isal_parity;
+        fig("encode", best.0, best.1);
+
+        // Decode with m data chunks lost (all data and some parity when m > k).
+        let erased: Vec<usize> = (0..m.min(k)).chain(k..k + m.saturating_sub(k)).collect();
+        let mut shards: Vec<Vec<u8>> = data.iter().chain(parity.iter()).cloned().collect();
+        let mut best = (0f64, None::<f64>);
+        for _ in 0..a.rounds {
+            let mut s: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
+            best.0 = best.0.max(measure(k * chunk, a.time, &mut || {
+                code.reconstruct(&mut s, &erased).expect("decode")
+            }));
+            #[cfg(feature = "isal")]
+            {
+                let g = code.generator();
+                let survivors: Vec<usize> =
+                    (0..k + m).filter(|i| !erased.contains(i)).take(k).collect();
+                let srcs: Vec<&[u8]> = survivors
+                    .iter()
+                    .map(|&i| {
+                        if i < k {
+                            d[i]
+                        } else {
+                            parity[i - k].as_slice()
+                        }
+                    })
+                    .collect();
+                let mut outs = vec![vec![0u8; chunk]; erased.len()];
+                let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+                // The same steps ISA-L's own erasure_code_perf times: invert, expand tables, dot product.
+                let x = measure(k * chunk, a.time, &mut || {
+                    let mut b = Vec::with_capacity(k * k);
+                    for &sv in &survivors {
+                        b.extend_from_slice(g.row(sv));
+                    }
+                    let inv = ecstack_codes::isal::invert(&b, k).expect("invertible");
+                    let mut rows = Vec::with_capacity(erased.len() * k);
+                    for &e in &erased {
+                        if e < k {
+                            rows.extend_from_slice(&inv[e * k..(e + 1) * k]);
+                        } else {
+                            let mut r = vec![0u8; k];
+                            for (j, rj) in r.iter_mut().enumerate() {
+                                for t in 0..k {
+                                    *rj ^= ecstack_codes::gf::mul(g.get(e, t), inv[t * k + j]);
+                                }
+                            }
+                            rows.extend_from_slice(&r);
+                        }
+                    }
+                    let mut t = ecstack_codes::isal::IsalTables::new(k, erased.len(), &rows);
+                    t.encode(chunk, &srcs, &mut o);
+                });
+                for (i, &e) in erased.iter().enumerate() {
+                    let want = if e < k { &data[e] } else { &parity[e - k] };
+                    if &outs[i] != want {
+                        bail!("ISA-L decode check failed for k={k} m={m}");
+                    }
+                }
+                best.1 = Some(best.1.unwrap_or(0f64).max(x));
+            }
+        }
+        for &e in &erased {
+            let want = if e < k { &data[e] } else { &parity[e - k] };
+            if &shards[e] != want {
+                bail!("decode check failed for k={k} m={m} chunk={chunk}");
+            }
+        }
+        fig("decode", best.0, best.1);
+
+        // Parity delta for an update of the whole of data chunk 0.
+        let new = rand_bufs(&mut rng, 1, chunk).remove(0);
+        let mut deltas = vec![vec![0u8; chunk]; m];
+        let mut best = (0f64, None::<f64>);
+        for _ in 0..a.rounds {
+            let mut dl: Vec<&mut [u8]> = deltas.iter_mut().map(|v| v.as_mut_slice()).collect();
+            best.0 = best.0.max(measure(chunk, a.time, &mut || {
+                code.parity_deltas(0, &data[0], &new, &mut dl)
+                    .expect("delta")
+            }));
+            #[cfg(feature = "isal")]
+            {
+                let g = code.generator();
+                let col: Vec<u8> = (0..m).map(|i| g.get(k + i, 0)).collect();
+                let mut t = ecstack_codes::isal::IsalTables::new(1, m, &col);
+                let mut diff = vec![0u8; chunk];
+                let mut outs = vec![vec![0u8; chunk]; m];
+                let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+                let x = measure(chunk, a.time, &mut || {
+                    ecstack_codes::isal::xor(&[&data[0], &new], &mut diff);
+                    t.encode(chunk, &[&diff], &mut o);
+                });
+                if outs != deltas {
+                    bail!("ours and ISA-L disagree on parity deltas for k={k} m={m}");
+                }
+                best.1 = Some(best.1.unwrap_or(0f64).max(x));
+            }
+        }
+        fig("delta", best.0, best.1);
+    }
+
+    let mut rl = Vec::new();
+    if !a.no_rateless {
+        let block = parse_size(&a.rateless_block)? as usize;
+        rl.push(bench_lt(a.rateless_k, block, a.trials)?);
+        rl.push(bench_raptorq(a.rateless_k, block.min(65528), a.trials)?);
+        if !a.json {
+            println!();
+            println!(
+                "{:<8} {:>5} {:>8} {:>6} {:>11} {:>11} {:>16} {:>13}",
+                "rateless",
+                "K",
+                "block",
+                "N",
+                "encode GB/s",
+                "decode GB/s",
+                "overhead (N/K)",
+                "max"
+            );
+            for r in &rl {
+                println!(
+                    "{:<8} {:>5} {:>8} {:>6} {:>11.2} {:>11.2} {:>16.4} {:>13.4}",
+                    r.code,
+                    r.k,
+                    fmt_size(r.block as u64),
+                    r.coded_blocks,
+                    r.encode_gbps,
+                    r.decode_gbps,
+                    r.overhead_mean,
+                    r.overhead_max
+                );
+            }
+            println!("overhead = coded blocks received before the object decoded / K, mean over {} random orders", a.trials);
+        }
+    }
+    if a.json {
+        print_json(
+            &serde_json::json!({ "simd": simd, "isal": cfg!(feature = "isal"), "rows": out, "rateless": rl }),
+        )?;
+    }
+    Ok(())
+}
+
+fn bench_lt(k: usize, block: usize, trials: usize) -> Result<RatelessRow> {
+    let n = 3 * k;
+    let code = LtCode::new(LtParams::new(k, n, block))?;
+    let mut data = vec![0u8; k * block];
+    Rng::new(5).fill(&mut data);
+    // Encode into a reused output buffer (as the RS rows reuse their parity buffers).
+    let mut coded = vec![0u8; n * block];
+    let enc_gbps = measure(data.len(), 0.5, &mut || {
+        code.encode_into(&data, n, &mut coded).expect("encode")
+    });
+    // Decode from a random reception order into a reused output buffer; only decoding is timed, best of 3.
+    let mut order: Vec<usize> = (0..n).collect();
+    Rng::new(6).shuffle(&mut order);
+    let mut out = vec![0u8; data.len()];
+    let mut dec_gbps = 0f64;
+    for _ in 0..3 {
+        let feed: Vec<(usize, Vec<u8>)> = order
+            .iter()
+            .map(|&i| (i, coded[i * block..(i + 1) * block].to_vec()))
+            .collect();
+        let mut dec = LtDecoder::with_output(code.clone(), std::mem::take(&mut out));
+        let t = Instant::now();
+        for (id, buf) in feed {
+            if dec.push_block(id, buf)? {
+                break;
+            }
+        }
+        let dect = t.elapsed().as_secs_f64();
+        dec_gbps = dec_gbps.max(data.len() as f64 / dect / 1e9);
+        out = ecstack_codes::RatelessDecoder::finish(Box::new(dec))?;
+        if out != data {
+            bail!("LT decode check failed");
+        }
+    }
+    let o = code.reception_overhead(trials, 7);
+    Ok(RatelessRow {
+        code: "lt",
+        k,
+        block,
+        coded_blocks: n,
+        encode_gbps: enc_gbps,
+        decode_gbps: dec_gbps,
+        overhead_mean: o.iter().sum::<f64>() / o.len().max(1) as f64,
+        overhead_max: o.iter().cloned().fold(0.0, f64::max),
+        overhead_trials: trials,
+    })
+}
+
+fn bench_raptorq(k: usize, symbol: usize, trials: usize) -> Result<RatelessRow> {
+    let n = k + k / 2;
+    let code = RaptorQ::new(k, symbol)?;
+    let mut data = vec![0u8; k * symbol];
+    Rng::new(8).fill(&mut data);
+    let t = Instant::now();
+    let mut packets = code.encode(&data, n)?;
+    let enc = t.elapsed().as_secs_f64();
+    // Decode after losing a random third: receive repair and source symbols in random order.
+    let mut rng = Rng::new(9);
+    rng.shuffle(&mut packets);
+    let mut dec = code.decoder();
+    let t = Instant::now();
+    for p in &packets {
+        if dec.push(p)? {
+            break;
+        }
+    }
+    let dect = t.elapsed().as_secs_f64();
+    if dec.finish()? != data {
+        bail!("RaptorQ decode check failed");
+    }
+    // Reception overhead does not depend on the symbol size: measure it with 16-byte symbols.
+    let small = RaptorQ::new(k, 16)?;
+    let mut obj = vec![0u8; k * 16];
+    rng.fill(&mut obj);
+    let all = small.encode(&obj, n)?;
+    let mut ratios = Vec::with_capacity(trials);
+    for _ in 0..trials {
+        let mut ps = all.clone();
+        rng.shuffle(&mut ps);
+        let mut d = small.decoder();
+        let mut used = 0;
+        for p in &ps {
+            used += 1;
+            if d.push(p)? {
+                break;
+            }
+        }
+        if !d.is_complete() {
+            bail!("RaptorQ failed to decode from {n} symbols");
+        }
+        ratios.push(used as f64 / k as f64);
+    }
+    Ok(RatelessRow {
+        code: "raptorq",
+        k,
+        block: symbol,
+        coded_blocks: n,
+        encode_gbps: data.len() as f64 / enc / 1e9,
+        decode_gbps: data.len() as f64 / dect / 1e9,
+        overhead_mean: ratios.iter().sum::<f64>() / ratios.len().max(1) as f64,
+        overhead_max: ratios.iter().cloned().fold(0.0, f64::max),
+        overhead_trials: trials,
+    })
+}

@@ -1,0 +1,425 @@
+//! Systematic linear block codes behind the `ErasureCode` seam: Reed-Solomon from a Vandermonde-derived
+//! or a Cauchy matrix, XOR parity (RAID-5) and RAID-6 P+Q, the last two with their own fast paths.
+
+use crate::kernels::{self, Tables};
+use crate::matrix::{self, Matrix};
+use crate::{CodeError, Result};
+use std::fmt;
+
+/// Which generator a code uses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum CodeKind {
+    /// Reed-Solomon, systematic generator derived from a Vandermonde matrix.
+    RsVandermonde,
+    /// Reed-Solomon, Cauchy generator laid out as ISA-L's `gf_gen_cauchy1_matrix`.
+    RsCauchy,
+    /// Single XOR parity (RAID-5); m must be 1.
+    Xor,
+    /// RAID-6: P = XOR, Q = sum 2^j D_j; m must be 2.
+    Raid6,
+}
+
+impl CodeKind {
+    pub const ALL: [CodeKind; 4] = [
+        CodeKind::RsVandermonde,
+        CodeKind::RsCauchy,
+        CodeKind::Xor,
+        CodeKind::Raid6,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CodeKind::RsVandermonde => "rs-vand",
+            CodeKind::RsCauchy => "rs-cauchy",
+            CodeKind::Xor => "xor",
+            CodeKind::Raid6 => "raid6",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<CodeKind> {
+        match s {
+            "rs-vand" | "rs" | "vandermonde" => Ok(CodeKind::RsVandermonde),
+            "rs-cauchy" | "cauchy" => Ok(CodeKind::RsCauchy),
+            "xor" | "raid5" => Ok(CodeKind::Xor),
+            "raid6" => Ok(CodeKind::Raid6),
+            _ => Err(CodeError::InvalidParams(format!(
+                "unknown code '{s}' (expected rs-vand, rs-cauchy, xor or raid6)"
+            ))),
+        }
+    }
+
+    /// Stable on-disk identifier.
+    pub fn id(self) -> u8 {
+        match self {
+            CodeKind::RsVandermonde => 1,
+            CodeKind::RsCauchy => 2,
+            CodeKind::Xor => 3,
+            CodeKind::Raid6 => 4,
+        }
+    }
+
+    pub fn from_id(id: u8) -> Option<CodeKind> {
+        CodeKind::ALL.into_iter().find(|k| k.id() == id)
+    }
+}
+
+impl fmt::Display for CodeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The erasure-code seam every layer above uses. Shards are equal-length byte slices: indices `0..k` are
+/// data chunks, `k..k+m` parity chunks.
+pub trait ErasureCode: Send + Sync + fmt::Debug {
+    fn kind(&self) -> CodeKind;
+    /// Number of data chunks.
+    fn k(&self) -> usize;
+    /// Number of parity chunks.
+    fn m(&self) -> usize;
+    /// Total chunks per stripe.
+    fn n(&self) -> usize {
+        self.k() + self.m()
+    }
+    /// The n x k generator matrix (top k rows are the identity).
+    fn generator(&self) -> &Matrix;
+
+    /// Compute every parity chunk from the data chunks.
+    fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<()>;
+
+    /// Rebuild the shards listed in `erased` (at most m, data or parity in any mix) in place from the
+    /// others, which must hold valid contents.
+    fn reconstruct(&self, shards: &mut [&mut [u8]], erased: &[usize]) -> Result<()>;
+
+    /// Whether the parity chunks match the data chunks.
+    fn verify(&self, shards: &[&[u8]]) -> Result<bool>;
+
+    /// Parity deltas for an update of data chunk `data_index` over some byte range (CodFS §2.1.1): given the
+    /// old and new bytes of the range, `deltas[i]` receives `gamma(i, l) * (old ^ new)`, the change of parity
+    /// chunk i over the same range. Only deltas need to travel to parity holders.
+    fn parity_deltas(
+        &self,
+        data_index: usize,
+        old: &[u8],
+        new: &[u8],
+        deltas: &mut [&mut [u8]],
+    ) -> Result<()>;
+
+    /// Apply a parity delta to the matching range of a parity chunk (`parity ^= delta`).
+    fn apply_delta(&self, parity: &mut [u8], delta: &[u8]) -> Result<()> {
+        if parity.len() != delta.len() {
+            return Err(CodeError::LengthMismatch(format!(
+                "parity range is {} bytes but the delta is {}",
+                parity.len(),
+                delta.len()
+            )));
+        }
+        kernels::xor_into(parity, delta);
+        Ok(())
+    }
+}
+
+/// Build a code of the given kind. Checks k >= 1, m >= 1, k + m <= 256 and the kind's own limits.
+pub fn new_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn ErasureCode>> {
+    Ok(Box::new(LinearCode::new(kind, k, m)?))
+}
+
+/// The one implementation of `ErasureCode`: a systematic linear code given by its generator, with
+/// precomputed kernel tables and fast paths for XOR and RAID-6.
+#[derive(Clone)]
+pub struct LinearCode {
+    kind: CodeKind,
+    k: usize,
+    m: usize,
+    gen: Matrix,
+    /// Parity rows (m x k) as kernel tables.
+    parity_tables: Tables,
+    /// Per data column l: the m x 1 column of parity coefficients, for deltas.
+    delta_tables: Vec<Tables>,
+}
+
+impl fmt::Debug for LinearCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({}+{})", self.kind, self.k, self.m)
+    }
+}
+
+impl LinearCode {
+    pub fn new(kind: CodeKind, k: usize, m: usize) -> Result<LinearCode> {
+        if k == 0 || m == 0 || k + m > 256 {
+            return Err(CodeError::InvalidParams(format!(
+                "{kind} needs k >= 1, m >= 1 and k + m <= 256 (got k={k}, m={m})"
+            )));
+        }
+        let gen = match kind {
+            CodeKind::RsVandermonde => matrix::vandermonde_systematic(k, m),
+            CodeKind::RsCauchy => matrix::cauchy1(k, m),
+            CodeKind::Xor => {
+                if m != 1 {
+                    return Err(CodeError::InvalidParams(format!(
+                        "xor parity has m = 1 (got m={m})"
+                    )));
+                }
+                matrix::xor_parity(k)
+            }
+            CodeKind::Raid6 => {
+                if m != 2 {
+                    return Err(CodeError::InvalidParams(format!(
+                        "raid6 has m = 2 (got k={k}, m={m})"
+                    )));
+                }
+                matrix::raid6(k)
+            }
+        };
+        let parity = gen.select_rows(&(k..k + m).collect::<Vec<_>>());
+        let parity_tables = Tables::new(m, k, &parity.data);
+        let delta_tables = (0..k)
+            .map(|l| {
+                let col: Vec<u8> = (0..m).map(|i| parity.get(i, l)).collect();
+                Tables::new(m, 1, &col)
+            })
+            .collect();
+        Ok(LinearCode {
+            kind,
+            k,
+            m,
+            gen,
+            parity_tables,
+            delta_tables,
+        })
+    }
+
+    /// The decode plan for an erasure pattern: which k surviving shards to read and the coefficient rows
+    /// that turn them into each erased shard. Exposed so a cluster can ship the rows to where data lives.
+    pub fn decode_plan(&self, erased: &[usize]) -> Result<(Vec<usize>, Matrix)> {
+        let n = self.k + self.m;
+        let mut is_erased = vec![false; n];
+        for &e in erased {
+            if e >= n {
+                return Err(CodeError::IndexOutOfRange { index: e, n });
+            }
+            if is_erased[e] {
+                return Err(CodeError::InvalidParams(format!(
+                    "shard {e} is listed as erased twice"
+                )));
+            }
+            is_erased[e] = true;
+        }
+        if erased.len() > self.m {
+            return Err(CodeError::TooManyErasures {
+                erased: erased.len(),
+                m: self.m,
+            });
+        }
+        let survivors: Vec<usize> = (0..n).filter(|&i| !is_erased[i]).take(self.k).collect();
+        let b = self.gen.select_rows(&survivors);
+        let b_inv = b.invert().ok_or_else(|| {
+            CodeError::InvalidParams(format!(
+                "{self:?}: survivors {survivors:?} do not form an invertible matrix"
+            ))
+        })?;
+        let mut rows = Matrix::zero(erased.len(), self.k);
+        for (i, &e) in erased.iter().enumerate() {
+            let r = if e < self.k {
+                b_inv.row(e).to_vec()
+            } else {
+                let g = Matrix {
+                    rows: 1,
+                    cols: self.k,
+                    data: self.gen.row(e).to_vec(),
+                };
+                g.mul(&b_inv).data
+            };
+            rows.data[i * self.k..(i + 1) * self.k].copy_from_slice(&r);
+        }
+        Ok((survivors, rows))
+    }
+
+    fn check_shards(
+        &self,
+        lens: impl Iterator<Item = usize>,
+        count: usize,
+        want: usize,
+        what: &str,
+    ) -> Result<usize> {
+        if count != want {
+            return Err(CodeError::ShardCount {
+                what: what.to_string(),
+                got: count,
+                want,
+            });
+        }
+        let mut len = None;
+        for (i, l) in lens.enumerate() {
+            match len {
+                None => len = Some(l),
+                Some(x) if x != l => {
+                    return Err(CodeError::LengthMismatch(format!(
+                        "{what} {i} is {l} bytes, the others are {x}"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Ok(len.unwrap_or(0))
+    }
+}
+
+impl ErasureCode for LinearCode {
+    fn kind(&self) -> CodeKind {
+        self.kind
+    }
+    fn k(&self) -> usize {
+        self.k
+    }
+    fn m(&self) -> usize {
+        self.m
+    }
+    fn generator(&self) -> &Matrix {
+        &self.gen
+    }
+
+    fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<()> {
+        let len = self.check_shards(
+            data.iter().map(|d| d.len()),
+            data.len(),
+            self.k,
+            "data chunk",
+        )?;
+        let plen = self.check_shards(
+            parity.iter().map(|p| p.len()),
+            parity.len(),
+            self.m,
+            "parity chunk",
+        )?;
+        if plen != len {
+            return Err(CodeError::LengthMismatch(format!(
+                "data chunks are {len} bytes, parity chunks {plen}"
+            )));
+        }
+        match self.kind {
+            CodeKind::Xor => kernels::xor_multi(parity[0], data, false),
+            CodeKind::Raid6 => {
+                let (p, q) = parity.split_at_mut(1);
+                kernels::raid6_pq(data, p[0], q[0]);
+            }
+            _ => kernels::dot_prod(&self.parity_tables, data, parity, len, false),
+        }
+        Ok(())
+    }
+
+    fn reconstruct(&self, shards: &mut [&mut [u8]], erased: &[usize]) -> Result<()> {
+        let n = self.k + self.m;
+        let len = self.check_shards(shards.iter().map(|s| s.len()), shards.len(), n, "shard")?;
+        if erased.is_empty() {
+            return Ok(());
+        }
+        // XOR parity (and RAID-6 P with every data chunk present) rebuilds by XOR alone.
+        let xor_only = erased.len() == 1
+            && match self.kind {
+                CodeKind::Xor => erased[0] < n,
+                CodeKind::Raid6 => erased[0] < self.k || erased[0] == self.k,
+                _ => false,
+            };
+        if xor_only {
+            let e = erased[0];
+            let (mut srcs, mut dst): (Vec<&[u8]>, Option<&mut [u8]>) = (Vec::new(), None);
+            for (i, s) in shards.iter_mut().enumerate() {
+                if i == e {
+                    dst = Some(&mut **s);
+                } else if i <= self.k {
+                    srcs.push(&**s);
+                }
+            }
+            kernels::xor_multi(dst.expect("erased index checked"), &srcs, false);
+            return Ok(());
+        }
+        let (survivors, rows) = self.decode_plan(erased)?;
+        let tables = Tables::new(rows.rows, rows.cols, &rows.data);
+        let mut src_by_idx: Vec<Option<&[u8]>> = vec![None; n];
+        let mut dst_by_idx: Vec<Option<&mut [u8]>> = (0..n).map(|_| None).collect();
+        let mut erased_mask = vec![false; n];
+        for &e in erased {
+            erased_mask[e] = true;
+        }
+        for (i, s) in shards.iter_mut().enumerate() {
+            if erased_mask[i] {
+                dst_by_idx[i] = Some(&mut **s);
+            } else {
+                src_by_idx[i] = Some(&**s);
+            }
+        }
+        let srcs: Vec<&[u8]> = survivors
+            .iter()
+            .map(|&i| src_by_idx[i].expect("survivor present"))
+            .collect();
+        let mut dsts: Vec<&mut [u8]> = erased
+            .iter()
+            .map(|&e| dst_by_idx[e].take().expect("erased once"))
+            .collect();
+        kernels::dot_prod(&tables, &srcs, &mut dsts, len, false);
+        Ok(())
+    }
+
+    fn verify(&self, shards: &[&[u8]]) -> Result<bool> {
+        let len = self.check_shards(
+            shards.iter().map(|s| s.len()),
+            shards.len(),
+            self.k + self.m,
+            "shard",
+        )?;
+        let mut fresh: Vec<Vec<u8>> = vec![vec![0u8; len]; self.m];
+        let mut outs: Vec<&mut [u8]> = fresh.iter_mut().map(|v| v.as_mut_slice()).collect();
+        self.encode(&shards[..self.k], &mut outs)?;
+        Ok(fresh
+            .iter()
+            .zip(&shards[self.k..])
+            .all(|(a, b)| a.as_slice() == *b))
+    }
+
+    fn parity_deltas(
+        &self,
+        data_index: usize,
+        old: &[u8],
+        new: &[u8],
+        deltas: &mut [&mut [u8]],
+    ) -> Result<()> {
+        if data_index >= self.k {
+            return Err(CodeError::IndexOutOfRange {
+                index: data_index,
+                n: self.k,
+            });
+        }
+        if old.len() != new.len() {
+            return Err(CodeError::LengthMismatch(format!(
+                "old range is {} bytes, new range {}",
+                old.len(),
+                new.len()
+            )));
+        }
+        let dl = self.check_shards(
+            deltas.iter().map(|d| d.len()),
+            deltas.len(),
+            self.m,
+            "delta",
+        )?;
+        if dl != old.len() {
+            return Err(CodeError::LengthMismatch(format!(
+                "deltas are {dl} bytes but the updated range is {}",
+                old.len()
+            )));
+        }
+        match self.kind {
+            CodeKind::Xor => kernels::xor_multi(deltas[0], &[old, new], false),
+            _ => kernels::dot_prod_delta(
+                &self.delta_tables[data_index],
+                &[old],
+                &[new],
+                deltas,
+                old.len(),
+                false,
+            ),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,841 @@
+//! Region kernels over GF(2^8): multiply, multiply-accumulate, the multi-output dot product that reads
+//! each source byte once while producing several outputs, multi-source XOR and the RAID-6 P+Q pass.
+//!
+//! Every kernel exists in a scalar form and in SIMD forms chosen at run time:
+//!
+//! | level        | width | multiply by a constant                                   |
+//! |--------------|-------|----------------------------------------------------------|
+//! | `avx512-gfni`| 64 B  | one `vgf2p8affineqb` with the constant's 8x8 bit matrix |
+//! | `avx2-gfni`  | 32 B  | the same, on 256-bit registers                           |
+//! | `avx2`       | 32 B  | split nibbles, two `vpshufb` table look-ups, XOR         |
+//! | `ssse3`      | 16 B  | the same, on 128-bit registers                           |
+//! | `scalar`     | 1 B   | 256-entry product table per constant                     |
+//!
+//! `ECSTACK_SIMD=<level>` caps the level (for tests and benchmarks); the best the CPU has is the default.
+//! SIMD kernels process whole vectors; the scalar kernel finishes the tail.
+
+use crate::gf;
+use std::sync::OnceLock;
+
+/// A kernel implementation level, ordered from slowest to fastest.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub enum Simd {
+    Scalar,
+    Ssse3,
+    Avx2,
+    Avx2Gfni,
+    Avx512Gfni,
+}
+
+impl Simd {
+    pub const ALL: [Simd; 5] = [
+        Simd::Scalar,
+        Simd::Ssse3,
+        Simd::Avx2,
+        Simd::Avx2Gfni,
+        Simd::Avx512Gfni,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Simd::Scalar => "scalar",
+            Simd::Ssse3 => "ssse3",
+            Simd::Avx2 => "avx2",
+            Simd::Avx2Gfni => "avx2-gfni",
+            Simd::Avx512Gfni => "avx512-gfni",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Simd> {
+        Simd::ALL.into_iter().find(|l| l.name() == s)
+    }
+
+    /// Whether this CPU can run the level.
+    pub fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            match self {
+                Simd::Scalar => true,
+                Simd::Ssse3 => has!("ssse3"),
+                Simd::Avx2 => has!("avx2"),
+                Simd::Avx2Gfni => has!("avx2") && has!("gfni"),
+                Simd::Avx512Gfni => has!("avx512f") && has!("avx512bw") && has!("gfni"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Simd::Scalar
+        }
+    }
+
+    fn uses_affine(self) -> bool {
+        matches!(self, Simd::Avx2Gfni | Simd::Avx512Gfni)
+    }
+    fn uses_nibbles(self) -> bool {
+        matches!(self, Simd::Ssse3 | Simd::Avx2)
+    }
+}
+
+/// Every level this CPU supports.
+pub fn supported_levels() -> Vec<Simd> {
+    Simd::ALL.into_iter().filter(|l| l.supported()).collect()
+}
+
+/// The best level the CPU supports.
+pub fn detected() -> Simd {
+    *Simd::ALL
+        .iter()
+        .rev()
+        .find(|l| l.supported())
+        .unwrap_or(&Simd::Scalar)
+}
+
+/// The level kernels use by default: the detected one, capped by `ECSTACK_SIMD` when set.
+pub fn active() -> Simd {
+    static ACTIVE: OnceLock<Simd> = OnceLock::new();
+    *ACTIVE.get_or_init(|| {
+        let best = detected();
+        match std::env::var("ECSTACK_SIMD")
+            .ok()
+            .as_deref()
+            .and_then(Simd::parse)
+        {
+            Some(l) if l <= best && l.supported() => l,
+            _ => best,
+        }
+    })
+}
+
+const fn build_mul_table() -> [[u8; 256]; 256] {
+    let exp_log = build_exp_log_const();
+    let mut t = [[0u8; 256]; 256];
+    let mut a = 1;
+    while a < 256 {
+        let mut b = 1;
+        while b < 256 {
+            t[a][b] = exp_log.0[exp_log.1[a] as usize + exp_log.1[b] as usize];
+            b += 1;
+        }
+        a += 1;
+    }
+    t
+}
+
+const fn build_exp_log_const() -> ([u8; 512], [u8; 256]) {
+    let mut exp = [0u8; 512];
+    let mut log = [0u8; 256];
+    let mut x: u16 = 1;
+    let mut i = 0;
+    while i < 255 {
+        exp[i] = x as u8;
+        exp[i + 255] = x as u8;
+        log[x as usize] = i as u8;
+        x <<= 1;
+        if x & 0x100 != 0 {
+            x ^= gf::POLY;
+        }
+        i += 1;
+    }
+    (exp, log)
+}
+
+/// `MUL_TABLE[c][x] = c * x`, 64 KiB, built at compile time: the scalar kernel's look-up table.
+pub static MUL_TABLE: [[u8; 256]; 256] = build_mul_table();
+
+/// A `rows x cols` coefficient matrix with the per-level tables the kernels need, built once and reused
+/// for every stripe (the analogue of ISA-L's `ec_init_tables`).
+#[derive(Clone, Debug)]
+pub struct Tables {
+    rows: usize,
+    cols: usize,
+    level: Simd,
+    coef: Vec<u8>,
+    /// Per coefficient: low-nibble products twice (32 B), then high-nibble products twice (32 B).
+    nib: Vec<[u8; 64]>,
+    /// Per coefficient: the GF2P8AFFINEQB bit matrix.
+    aff: Vec<u64>,
+}
+
+impl Tables {
+    /// Tables for the active level. `coef` is row-major, `rows * cols` long.
+    pub fn new(rows: usize, cols: usize, coef: &[u8]) -> Tables {
+        Tables::for_level(active(), rows, cols, coef)
+    }
+
+    /// Tables for a given level (which must be supported by this CPU to be used).
+    pub fn for_level(level: Simd, rows: usize, cols: usize, coef: &[u8]) -> Tables {
+        assert_eq!(
+            coef.len(),
+            rows * cols,
+            "coefficient matrix must be rows x cols"
+        );
+        let nib = if level.uses_nibbles() {
+            coef.iter()
+                .map(|&c| {
+                    let t = gf::nibble_tables(c);
+                    let mut w = [0u8; 64];
+                    w[..16].copy_from_slice(&t[..16]);
+                    w[16..32].copy_from_slice(&t[..16]);
+                    w[32..48].copy_from_slice(&t[16..]);
+                    w[48..].copy_from_slice(&t[16..]);
+                    w
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let aff = if level.uses_affine() {
+            coef.iter().map(|&c| gf::affine_matrix(c)).collect()
+        } else {
+            Vec::new()
+        };
+        Tables {
+            rows,
+            cols,
+            level,
+            coef: coef.to_vec(),
+            nib,
+            aff,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    pub fn level(&self) -> Simd {
+        self.level
+    }
+    pub fn coef(&self, r: usize, c: usize) -> u8 {
+        self.coef[r * self.cols + c]
+    }
+}
+
+/// `dsts[r] (^)= sum_c coef[r][c] * srcs[c]` over the first `len` bytes of every buffer.
+/// With `accumulate` the products are XORed into the outputs, otherwise they overwrite them.
+///
+/// Panics if `srcs.len() != cols`, `dsts.len() != rows`, or any buffer is shorter than `len`.
+pub fn dot_prod(t: &Tables, srcs: &[&[u8]], dsts: &mut [&mut [u8]], len: usize, accumulate: bool) {
+    assert_eq!(srcs.len(), t.cols, "dot_prod: one source per column");
+    run_dot(t, srcs, false, dsts, len, accumulate);
+}
+
+/// Fused delta kernel: like [`dot_prod`] but source `c` is `olds[c] ^ news[c]`, computed in registers.
+/// `t` has one column per (old, new) pair. Used for parity deltas (CodFS §2.1.1).
+pub fn dot_prod_delta(
+    t: &Tables,
+    olds: &[&[u8]],
+    news: &[&[u8]],
+    dsts: &mut [&mut [u8]],
+    len: usize,
+    accumulate: bool,
+) {
+    assert_eq!(
+        olds.len(),
+        t.cols,
+        "dot_prod_delta: one old source per column"
+    );
+    assert_eq!(
+        news.len(),
+        t.cols,
+        "dot_prod_delta: one new source per column"
+    );
+    let mut pairs: Vec<&[u8]> = Vec::with_capacity(2 * t.cols);
+    for (o, n) in olds.iter().zip(news) {
+        pairs.push(o);
+        pairs.push(n);
+    }
+    run_dot(t, &pairs, true, dsts, len, accumulate);
+}
+
+fn run_dot(t: &Tables, srcs: &[&[u8]], pairs: bool, dsts: &mut [&mut [u8]], len: usize, acc: bool) {
+    assert_eq!(dsts.len(), t.rows, "dot_prod: one destination per row");
+    assert!(
+        srcs.iter().all(|s| s.len() >= len),
+        "dot_prod: a source is shorter than len"
+    );
+    assert!(
+        dsts.iter().all(|d| d.len() >= len),
+        "dot_prod: a destination is shorter than len"
+    );
+    let sp: Vec<*const u8> = srcs.iter().map(|s| s.as_ptr()).collect();
+    let dp: Vec<*mut u8> = dsts.iter_mut().map(|d| d.as_mut_ptr()).collect();
+    // SAFETY: every pointer is valid for `len` bytes (checked above); sources and destinations come from
+    // distinct borrows (`&[u8]` vs `&mut [u8]`), so they cannot alias; the level was checked supported
+    // when it became `active()` or by the caller of `Tables::for_level` (asserted here).
+    let done = unsafe { simd_dot(t, &sp, pairs, &dp, len, acc) };
+    unsafe { scalar::dot(t, &sp, pairs, &dp, done, len, acc) };
+}
+
+#[allow(unused_variables)]
+unsafe fn simd_dot(
+    t: &Tables,
+    sp: &[*const u8],
+    pairs: bool,
+    dp: &[*mut u8],
+    len: usize,
+    acc: bool,
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(
+            t.level.supported(),
+            "kernel level {} not supported by this CPU",
+            t.level.name()
+        );
+        match t.level {
+            Simd::Scalar => 0,
+            Simd::Ssse3 => ssse3::dot(t, sp, pairs, dp, len, acc),
+            Simd::Avx2 => avx2::dot(t, sp, pairs, dp, len, acc),
+            Simd::Avx2Gfni => avx2gfni::dot(t, sp, pairs, dp, len, acc),
+            Simd::Avx512Gfni => avx512gfni::dot(t, sp, pairs, dp, len, acc),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
+}
+
+/// `dst = c * src` (region multiply).
+pub fn mul_region(c: u8, src: &[u8], dst: &mut [u8]) {
+    let n = src.len().min(dst.len());
+    dot_prod(&Tables::new(1, 1, &[c]), &[src], &mut [dst], n, false);
+}
+
+/// `dst ^= c * src` (region multiply-accumulate).
+pub fn mul_add_region(c: u8, src: &[u8], dst: &mut [u8]) {
+    let n = src.len().min(dst.len());
+    dot_prod(&Tables::new(1, 1, &[c]), &[src], &mut [dst], n, true);
+}
+
+/// `dst (^)= XOR of srcs` over `dst.len()` bytes; every source must be at least that long.
+pub fn xor_multi(dst: &mut [u8], srcs: &[&[u8]], accumulate: bool) {
+    xor_multi_level(active(), dst, srcs, accumulate)
+}
+
+/// [`xor_multi`] at a given level.
+pub fn xor_multi_level(level: Simd, dst: &mut [u8], srcs: &[&[u8]], accumulate: bool) {
+    let len = dst.len();
+    assert!(
+        srcs.iter().all(|s| s.len() >= len),
+        "xor_multi: a source is shorter than the destination"
+    );
+    if srcs.is_empty() {
+        if !accumulate {
+            dst.fill(0);
+        }
+        return;
+    }
+    let sp: Vec<*const u8> = srcs.iter().map(|s| s.as_ptr()).collect();
+    // SAFETY: pointers valid for `len` bytes (checked above); dst is a unique borrow so it does not alias
+    // the shared sources.
+    unsafe { xor_multi_raw(level, dst.as_mut_ptr(), &sp, len, accumulate) }
+}
+
+/// [`xor_multi`] over raw pointers, for callers that XOR many small strips of large buffers (the LT
+/// code's cache-blocked schedule) and cannot afford a slice vector per call.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes, every source valid for reads of `len` bytes, and no
+/// source may overlap `dst`.
+pub unsafe fn xor_multi_raw(
+    level: Simd,
+    d: *mut u8,
+    sp: &[*const u8],
+    len: usize,
+    accumulate: bool,
+) {
+    if sp.is_empty() {
+        if !accumulate {
+            std::ptr::write_bytes(d, 0, len);
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    let done = {
+        assert!(level.supported());
+        match level {
+            Simd::Scalar => 0,
+            Simd::Ssse3 => ssse3::xor_multi(d, sp, len, accumulate),
+            Simd::Avx2 => avx2::xor_multi(d, sp, len, accumulate),
+            Simd::Avx2Gfni => avx2gfni::xor_multi(d, sp, len, accumulate),
+            Simd::Avx512Gfni => avx512gfni::xor_multi(d, sp, len, accumulate),
+        }
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
+    scalar::xor_multi(d, sp, done, len, accumulate);
+}
+
+/// `dst ^= src` over `dst.len()` bytes.
+pub fn xor_into(dst: &mut [u8], src: &[u8]) {
+    xor_multi(dst, &[src], true);
+}
+
+/// RAID-6 in one pass: `p = XOR of data`, `q = sum 2^j * data[j]` (Horner, one multiply-by-2 per source).
+pub fn raid6_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
+    raid6_pq_level(active(), data, p, q)
+}
+
+/// [`raid6_pq`] at a given level.
+pub fn raid6_pq_level(level: Simd, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
+    let len = p.len();
+    assert_eq!(q.len(), len, "raid6: P and Q must be the same length");
+    assert!(
+        !data.is_empty() && data.iter().all(|s| s.len() >= len),
+        "raid6: a data chunk is too short"
+    );
+    let sp: Vec<*const u8> = data.iter().map(|s| s.as_ptr()).collect();
+    // SAFETY: as for xor_multi; p and q are distinct unique borrows.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        let done = {
+            assert!(level.supported());
+            match level {
+                Simd::Scalar => 0,
+                Simd::Ssse3 => ssse3::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), len),
+                Simd::Avx2 => avx2::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), len),
+                Simd::Avx2Gfni => avx2gfni::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), len),
+                Simd::Avx512Gfni => avx512gfni::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), len),
+            }
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let done = 0;
+        scalar::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), done, len);
+    }
+}
+
+mod scalar {
+    use super::{Tables, MUL_TABLE};
+
+    /// Bytes [from, len) of the dot product.
+    pub unsafe fn dot(
+        t: &Tables,
+        sp: &[*const u8],
+        pairs: bool,
+        dp: &[*mut u8],
+        from: usize,
+        len: usize,
+        acc: bool,
+    ) {
+        if from >= len {
+            return;
+        }
+        let n = len - from;
+        for (r, &d) in dp.iter().enumerate() {
+            // SAFETY: caller guarantees d is valid for len bytes and not aliased.
+            let dst = std::slice::from_raw_parts_mut(d.add(from), n);
+            if !acc {
+                dst.fill(0);
+            }
+            for c in 0..t.cols {
+                let row = &MUL_TABLE[t.coef(r, c) as usize];
+                if pairs {
+                    let o = std::slice::from_raw_parts(sp[2 * c].add(from), n);
+                    let nw = std::slice::from_raw_parts(sp[2 * c + 1].add(from), n);
+                    for i in 0..n {
+                        dst[i] ^= row[(o[i] ^ nw[i]) as usize];
+                    }
+                } else {
+                    let s = std::slice::from_raw_parts(sp[c].add(from), n);
+                    for (x, &b) in dst.iter_mut().zip(s) {
+                        *x ^= row[b as usize];
+                    }
+                }
+            }
+        }
+    }
+
+    pub unsafe fn xor_multi(d: *mut u8, sp: &[*const u8], from: usize, len: usize, acc: bool) {
+        if from >= len {
+            return;
+        }
+        let n = len - from;
+        let dst = std::slice::from_raw_parts_mut(d.add(from), n);
+        for (i, &s) in sp.iter().enumerate() {
+            let s = std::slice::from_raw_parts(s.add(from), n);
+            if i == 0 && !acc {
+                dst.copy_from_slice(s);
+            } else {
+                for (x, &b) in dst.iter_mut().zip(s) {
+                    *x ^= b;
+                }
+            }
+        }
+    }
+
+    pub unsafe fn raid6_pq(sp: &[*const u8], p: *mut u8, q: *mut u8, from: usize, len: usize) {
+        for i in from..len {
+            let mut pv = 0u8;
+            let mut qv = 0u8;
+            for &s in sp.iter().rev() {
+                let x = *s.add(i);
+                pv ^= x;
+                qv = MUL_TABLE[2][qv as usize] ^ x;
+            }
+            *p.add(i) = pv;
+            *q.add(i) = qv;
+        }
+    }
+}
+
+/// The body shared by every SIMD level. Each level's module defines `W` (bytes per vector), the vector
+/// type `V`, the prepared-source type `P` and `#[inline]` target-feature helpers `load`, `store`, `xor`,
+/// `zero`, `prep` (work done once per source vector, e.g. nibble split), `mul` (product with one
+/// coefficient of the table) and `mul2`; the macro then expands the same kernels over them.
+#[cfg(target_arch = "x86_64")]
+macro_rules! simd_body {
+    ($feat:literal, $maxg:literal) => {
+        /// Rows [r0, r0 + G) of the dot product over whole vectors of [0, n).
+        #[target_feature(enable = $feat)]
+        unsafe fn group<const G: usize, const PAIRS: bool>(
+            t: &Tables,
+            r0: usize,
+            sp: &[*const u8],
+            dp: &[*mut u8],
+            n: usize,
+            acc: bool,
+        ) {
+            let cols = t.cols();
+            let mut pos = 0;
+            while pos + W <= n {
+                let mut a: [V; G] = [zero(); G];
+                if acc {
+                    for g in 0..G {
+                        a[g] = load((*dp.get_unchecked(r0 + g)).add(pos));
+                    }
+                }
+                for c in 0..cols {
+                    let x = if PAIRS {
+                        xor(
+                            load(sp.get_unchecked(2 * c).add(pos)),
+                            load(sp.get_unchecked(2 * c + 1).add(pos)),
+                        )
+                    } else {
+                        load(sp.get_unchecked(c).add(pos))
+                    };
+                    let p = prep(x);
+                    for g in 0..G {
+                        a[g] = xor(a[g], mul(&p, t, (r0 + g) * cols + c));
+                    }
+                }
+                for g in 0..G {
+                    store((*dp.get_unchecked(r0 + g)).add(pos), a[g]);
+                }
+                pos += W;
+            }
+        }
+
+        /// Whole vectors of the dot product; returns how many bytes were done.
+        #[target_feature(enable = $feat)]
+        pub unsafe fn dot(
+            t: &Tables,
+            sp: &[*const u8],
+            pairs: bool,
+            dp: &[*mut u8],
+            len: usize,
+            acc: bool,
+        ) -> usize {
+            let n = len / W * W;
+            let mut r = 0;
+            while r < t.rows() {
+                let g = (t.rows() - r).min($maxg);
+                macro_rules! go {
+                    ($g:literal) => {
+                        if pairs {
+                            group::<$g, true>(t, r, sp, dp, n, acc)
+                        } else {
+                            group::<$g, false>(t, r, sp, dp, n, acc)
+                        }
+                    };
+                }
+                match g {
+                    1 => go!(1),
+                    2 => go!(2),
+                    3 => go!(3),
+                    4 => go!(4),
+                    5 => go!(5),
+                    6 => go!(6),
+                    7 => go!(7),
+                    _ => go!(8),
+                }
+                r += g.min($maxg);
+            }
+            n
+        }
+
+        /// Whole vectors of the multi-source XOR; returns how many bytes were done.
+        #[target_feature(enable = $feat)]
+        pub unsafe fn xor_multi(d: *mut u8, sp: &[*const u8], len: usize, acc: bool) -> usize {
+            let n = len / W * W;
+            let mut pos = 0;
+            while pos + 4 * W <= n {
+                // Four vectors per step keep several loads in flight per source.
+                let mut a = if acc {
+                    [
+                        load(d.add(pos)),
+                        load(d.add(pos + W)),
+                        load(d.add(pos + 2 * W)),
+                        load(d.add(pos + 3 * W)),
+                    ]
+                } else {
+                    [zero(); 4]
+                };
+                for &s in sp {
+                    for (j, aj) in a.iter_mut().enumerate() {
+                        *aj = xor(*aj, load(s.add(pos + j * W)));
+                    }
+                }
+                for (j, aj) in a.iter().enumerate() {
+                    store(d.add(pos + j * W), *aj);
+                }
+                pos += 4 * W;
+            }
+            while pos + W <= n {
+                let mut a = if acc { load(d.add(pos)) } else { zero() };
+                for &s in sp {
+                    a = xor(a, load(s.add(pos)));
+                }
+                store(d.add(pos), a);
+                pos += W;
+            }
+            n
+        }
+
+        /// Whole vectors of RAID-6 P and Q; returns how many bytes were done.
+        #[target_feature(enable = $feat)]
+        pub unsafe fn raid6_pq(sp: &[*const u8], p: *mut u8, q: *mut u8, len: usize) -> usize {
+            let n = len / W * W;
+            let mut pos = 0;
+            while pos + W <= n {
+                let mut pv = zero();
+                let mut qv = zero();
+                for &s in sp.iter().rev() {
+                    let x = load(s.add(pos));
+                    pv = xor(pv, x);
+                    qv = xor(mul2(qv), x);
+                }
+                store(p.add(pos), pv);
+                store(q.add(pos), qv);
+                pos += W;
+            }
+            n
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512gfni {
+    use super::Tables;
+    use std::arch::x86_64::*;
+    const W: usize = 64;
+    type V = __m512i;
+    type P = __m512i;
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,gfni")]
+    unsafe fn load(p: *const u8) -> V {
+        _mm512_loadu_si512(p as *const _)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,gfni")]
+    unsafe fn store(p: *mut u8, v: V) {
+        _mm512_storeu_si512(p as *mut _, v)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,gfni")]
+    unsafe fn xor(a: V, b: V) -> V {
+        _mm512_xor_si512(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,gfni")]
+    unsafe fn zero() -> V {
+        _mm512_setzero_si512()
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,gfni")]
+    unsafe fn prep(x: V) -> P {
+        x
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,gfni")]
+    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
+        _mm512_gf2p8affine_epi64_epi8::<0>(*p, _mm512_set1_epi64(*t.aff.get_unchecked(idx) as i64))
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,gfni")]
+    unsafe fn mul2(x: V) -> V {
+        _mm512_gf2p8affine_epi64_epi8::<0>(x, _mm512_set1_epi64(super::MUL2_MATRIX as i64))
+    }
+    simd_body!("avx512f,avx512bw,gfni", 8);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2gfni {
+    use super::Tables;
+    use std::arch::x86_64::*;
+    const W: usize = 32;
+    type V = __m256i;
+    type P = __m256i;
+
+    #[inline]
+    #[target_feature(enable = "avx2,gfni")]
+    unsafe fn load(p: *const u8) -> V {
+        _mm256_loadu_si256(p as *const _)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,gfni")]
+    unsafe fn store(p: *mut u8, v: V) {
+        _mm256_storeu_si256(p as *mut _, v)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,gfni")]
+    unsafe fn xor(a: V, b: V) -> V {
+        _mm256_xor_si256(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,gfni")]
+    unsafe fn zero() -> V {
+        _mm256_setzero_si256()
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,gfni")]
+    unsafe fn prep(x: V) -> P {
+        x
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,gfni")]
+    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
+        _mm256_gf2p8affine_epi64_epi8::<0>(*p, _mm256_set1_epi64x(*t.aff.get_unchecked(idx) as i64))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,gfni")]
+    unsafe fn mul2(x: V) -> V {
+        _mm256_gf2p8affine_epi64_epi8::<0>(x, _mm256_set1_epi64x(super::MUL2_MATRIX as i64))
+    }
+    simd_body!("avx2,gfni", 4);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::Tables;
+    use std::arch::x86_64::*;
+    const W: usize = 32;
+    type V = __m256i;
+    /// Low and high nibbles of the source vector.
+    type P = (__m256i, __m256i);
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load(p: *const u8) -> V {
+        _mm256_loadu_si256(p as *const _)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store(p: *mut u8, v: V) {
+        _mm256_storeu_si256(p as *mut _, v)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn xor(a: V, b: V) -> V {
+        _mm256_xor_si256(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn zero() -> V {
+        _mm256_setzero_si256()
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn prep(x: V) -> P {
+        let mask = _mm256_set1_epi8(0x0f);
+        (
+            _mm256_and_si256(x, mask),
+            _mm256_and_si256(_mm256_srli_epi64::<4>(x), mask),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
+        let tb = t.nib.get_unchecked(idx).as_ptr();
+        let lo = _mm256_loadu_si256(tb as *const _);
+        let hi = _mm256_loadu_si256(tb.add(32) as *const _);
+        _mm256_xor_si256(_mm256_shuffle_epi8(lo, p.0), _mm256_shuffle_epi8(hi, p.1))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn mul2(x: V) -> V {
+        // Shift each byte left; where the top bit was set, reduce by the polynomial (0x1d).
+        let carry = _mm256_cmpgt_epi8(_mm256_setzero_si256(), x);
+        _mm256_xor_si256(
+            _mm256_add_epi8(x, x),
+            _mm256_and_si256(carry, _mm256_set1_epi8(0x1d)),
+        )
+    }
+    simd_body!("avx2", 4);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod ssse3 {
+    use super::Tables;
+    use std::arch::x86_64::*;
+    const W: usize = 16;
+    type V = __m128i;
+    type P = (__m128i, __m128i);
+
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn load(p: *const u8) -> V {
+        _mm_loadu_si128(p as *const _)
+    }
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn store(p: *mut u8, v: V) {
+        _mm_storeu_si128(p as *mut _, v)
+    }
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn xor(a: V, b: V) -> V {
+        _mm_xor_si128(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn zero() -> V {
+        _mm_setzero_si128()
+    }
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn prep(x: V) -> P {
+        let mask = _mm_set1_epi8(0x0f);
+        (
+            _mm_and_si128(x, mask),
+            _mm_and_si128(_mm_srli_epi64::<4>(x), mask),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
+        let tb = t.nib.get_unchecked(idx).as_ptr();
+        let lo = _mm_loadu_si128(tb as *const _);
+        let hi = _mm_loadu_si128(tb.add(32) as *const _);
+        _mm_xor_si128(_mm_shuffle_epi8(lo, p.0), _mm_shuffle_epi8(hi, p.1))
+    }
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn mul2(x: V) -> V {
+        let carry = _mm_cmpgt_epi8(_mm_setzero_si128(), x);
+        _mm_xor_si128(
+            _mm_add_epi8(x, x),
+            _mm_and_si128(carry, _mm_set1_epi8(0x1d)),
+        )
+    }
+    simd_body!("ssse3", 4);
+}
+
+/// The GF2P8AFFINEQB bit matrix of multiply-by-2 under 0x11d (rows 0x80,0x01,0x82,0x84,0x88,0x10,0x20,0x40
+/// for output bits 0..7); a unit test checks it against `gf::affine_matrix(2)`.
+pub const MUL2_MATRIX: u64 = 0x80_01_82_84_88_10_20_40;

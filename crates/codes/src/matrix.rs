@@ -1,0 +1,205 @@
+//! Small dense matrices over GF(2^8): generator matrices and Gaussian-elimination inversion.
+
+use crate::gf;
+
+/// A row-major matrix over GF(2^8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Matrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<u8>,
+}
+
+impl Matrix {
+    pub fn zero(rows: usize, cols: usize) -> Matrix {
+        Matrix {
+            rows,
+            cols,
+            data: vec![0; rows * cols],
+        }
+    }
+
+    pub fn identity(n: usize) -> Matrix {
+        let mut m = Matrix::zero(n, n);
+        for i in 0..n {
+            m.set(i, i, 1);
+        }
+        m
+    }
+
+    #[inline]
+    pub fn get(&self, r: usize, c: usize) -> u8 {
+        self.data[r * self.cols + c]
+    }
+
+    #[inline]
+    pub fn set(&mut self, r: usize, c: usize, v: u8) {
+        self.data[r * self.cols + c] = v;
+    }
+
+    pub fn row(&self, r: usize) -> &[u8] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+
+    /// The matrix made of the given rows, in that order.
+    pub fn select_rows(&self, rows: &[usize]) -> Matrix {
+        let mut m = Matrix::zero(rows.len(), self.cols);
+        for (i, &r) in rows.iter().enumerate() {
+            m.data[i * self.cols..(i + 1) * self.cols].copy_from_slice(self.row(r));
+        }
+        m
+    }
+
+    /// self * other.
+    pub fn mul(&self, other: &Matrix) -> Matrix {
+        assert_eq!(self.cols, other.rows);
+        let mut out = Matrix::zero(self.rows, other.cols);
+        for i in 0..self.rows {
+            for j in 0..other.cols {
+                let mut acc = 0u8;
+                for t in 0..self.cols {
+                    acc ^= gf::mul(self.get(i, t), other.get(t, j));
+                }
+                out.set(i, j, acc);
+            }
+        }
+        out
+    }
+
+    /// The inverse of a square matrix, or `None` if it is singular (Gauss-Jordan elimination).
+    pub fn invert(&self) -> Option<Matrix> {
+        assert_eq!(self.rows, self.cols, "only square matrices invert");
+        let n = self.rows;
+        let mut a = self.clone();
+        let mut inv = Matrix::identity(n);
+        for col in 0..n {
+            // Find a pivot.
+            let pivot = (col..n).find(|&r| a.get(r, col) != 0)?;
+            if pivot != col {
+                for c in 0..n {
+                    a.data.swap(pivot * n + c, col * n + c);
+                    inv.data.swap(pivot * n + c, col * n + c);
+                }
+            }
+            // Scale the pivot row to 1.
+            let p = gf::inv(a.get(col, col));
+            if p != 1 {
+                for c in 0..n {
+                    a.set(col, c, gf::mul(a.get(col, c), p));
+                    inv.set(col, c, gf::mul(inv.get(col, c), p));
+                }
+            }
+            // Eliminate the column from every other row.
+            for r in 0..n {
+                let f = a.get(r, col);
+                if r != col && f != 0 {
+                    for c in 0..n {
+                        let av = a.get(col, c);
+                        let iv = inv.get(col, c);
+                        a.data[r * n + c] ^= gf::mul(f, av);
+                        inv.data[r * n + c] ^= gf::mul(f, iv);
+                    }
+                }
+            }
+        }
+        Some(inv)
+    }
+}
+
+/// The systematic n x k generator derived from a Vandermonde matrix: V[i][j] = i^j over the n distinct
+/// points 0..n-1, multiplied on the right by the inverse of its top k x k block. Any k rows of V are
+/// independent (distinct points), and right-multiplying by an invertible matrix keeps that, so every
+/// k x k submatrix of the result is invertible: the code is MDS for any k + m <= 256.
+pub fn vandermonde_systematic(k: usize, m: usize) -> Matrix {
+    let n = k + m;
+    assert!(k >= 1 && n <= 256);
+    let mut v = Matrix::zero(n, k);
+    for i in 0..n {
+        for j in 0..k {
+            v.set(i, j, gf::pow(i as u8, j));
+        }
+    }
+    let top = v.select_rows(&(0..k).collect::<Vec<_>>());
+    let top_inv = top
+        .invert()
+        .expect("a Vandermonde matrix on distinct points is invertible");
+    let mut g = v.mul(&top_inv);
+    // Clean the identity exactly (it already is, by construction).
+    for i in 0..k {
+        for j in 0..k {
+            g.set(i, j, (i == j) as u8);
+        }
+    }
+    g
+}
+
+/// The n x k generator of ISA-L's `gf_gen_cauchy1_matrix`: identity on top, then row i (k <= i < n),
+/// column j holds 1 / (i XOR j). Every square submatrix of a Cauchy matrix is invertible, so the code is
+/// MDS for any k + m <= 256; keeping ISA-L's exact layout makes parity byte-identical to ISA-L's.
+pub fn cauchy1(k: usize, m: usize) -> Matrix {
+    let n = k + m;
+    assert!(k >= 1 && n <= 256);
+    let mut g = Matrix::zero(n, k);
+    for i in 0..k {
+        g.set(i, i, 1);
+    }
+    for i in k..n {
+        for j in 0..k {
+            g.set(i, j, gf::inv((i ^ j) as u8));
+        }
+    }
+    g
+}
+
+/// RAID-6 generator: identity, P = all ones, Q = 2^j.
+pub fn raid6(k: usize) -> Matrix {
+    assert!((1..=255).contains(&k));
+    let mut g = Matrix::zero(k + 2, k);
+    for j in 0..k {
+        g.set(j, j, 1);
+        g.set(k, j, 1);
+        g.set(k + 1, j, gf::pow(2, j));
+    }
+    g
+}
+
+/// RAID-5 generator: identity and one all-ones parity row.
+pub fn xor_parity(k: usize) -> Matrix {
+    let mut g = Matrix::zero(k + 1, k);
+    for j in 0..k {
+        g.set(j, j, 1);
+        g.set(k, j, 1);
+    }
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invert_roundtrip() {
+        let g = cauchy1(6, 3);
+        let sub = g.select_rows(&[1, 6, 7, 3, 8, 0]);
+        let inv = sub.invert().unwrap();
+        assert_eq!(sub.mul(&inv), Matrix::identity(6));
+        assert_eq!(inv.mul(&sub), Matrix::identity(6));
+    }
+
+    #[test]
+    fn singular_is_none() {
+        let mut m = Matrix::identity(3);
+        m.set(2, 2, 0);
+        assert!(m.invert().is_none());
+    }
+
+    #[test]
+    fn systematic_vandermonde_top_is_identity() {
+        let g = vandermonde_systematic(5, 3);
+        for i in 0..5 {
+            for j in 0..5 {
+                assert_eq!(g.get(i, j), (i == j) as u8);
+            }
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Every SIMD level against the scalar kernels, on random inputs of every length 0..=4097.
+
+use ecstack_codes::kernels::{self, Simd, Tables};
+use ecstack_codes::rng::Rng;
+
+fn rand_vec(rng: &mut Rng, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rng.fill(&mut v);
+    v
+}
+
+#[test]
+fn mul_table_matches_field() {
+    for a in 0..=255u8 {
+        for b in 0..=255u8 {
+            assert_eq!(
+                kernels::MUL_TABLE[a as usize][b as usize],
+                ecstack_codes::gf::mul(a, b)
+            );
+        }
+    }
+    assert_eq!(kernels::MUL2_MATRIX, ecstack_codes::gf::affine_matrix(2));
+}
+
+#[test]
+fn dot_prod_every_level_every_length() {
+    let levels = kernels::supported_levels();
+    eprintln!("testing levels {levels:?}");
+    let mut rng = Rng::new(7);
+    // Shapes: single multiply, the multi-output groups (1..=8 rows and beyond), odd column counts.
+    let shapes = [
+        (1usize, 1usize),
+        (2, 3),
+        (4, 10),
+        (5, 6),
+        (8, 4),
+        (9, 3),
+        (3, 17),
+    ];
+    for len in 0..=4097usize {
+        let (rows, cols) = shapes[len % shapes.len()];
+        let coef = rand_vec(&mut rng, rows * cols);
+        let srcs: Vec<Vec<u8>> = (0..cols).map(|_| rand_vec(&mut rng, len)).collect();
+        let init: Vec<Vec<u8>> = (0..rows).map(|_| rand_vec(&mut rng, len)).collect();
+        let s: Vec<&[u8]> = srcs.iter().map(|v| v.as_slice()).collect();
+        let mut want: Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = None;
+        for &level in &levels {
+            let t = Tables::for_level(level, rows, cols, &coef);
+            let mut over = init.clone();
+            let mut acc = init.clone();
+            {
+                let mut o: Vec<&mut [u8]> = over.iter_mut().map(|v| v.as_mut_slice()).collect();
+                kernels::dot_prod(&t, &s, &mut o, len, false);
+                let mut a: Vec<&mut [u8]> = acc.iter_mut().map(|v| v.as_mut_slice()).collect();
+                kernels::dot_prod(&t, &s, &mut a, len, true);
+            }
+            match &want {
+                None => want = Some((over, acc)),
+                Some((wo, wa)) => {
+                    assert_eq!(
+                        &over, wo,
+                        "overwrite: level {level:?} len {len} shape {rows}x{cols}"
+                    );
+                    assert_eq!(
+                        &acc, wa,
+                        "accumulate: level {level:?} len {len} shape {rows}x{cols}"
+                    );
+                }
+            }
+        }
+        // The scalar result (first level) is checked against the definition on a few bytes.
+        let (wo, _) = want.unwrap();
+        if len > 0 {
+            let i = len / 2;
+            for r in 0..rows {
+                let mut x = 0u8;
+                for c in 0..cols {
+                    x ^= ecstack_codes::gf::mul(coef[r * cols + c], srcs[c][i]);
+                }
+                assert_eq!(wo[r][i], x);
+            }
+        }
+    }
+}
+
+#[test]
+fn delta_xor_and_raid6_every_level() {
+    let levels = kernels::supported_levels();
+    let mut rng = Rng::new(11);
+    for len in (0..=4097usize).step_by(7).chain([4095, 4096, 4097]) {
+        let cols = 1 + len % 9;
+        let srcs: Vec<Vec<u8>> = (0..cols).map(|_| rand_vec(&mut rng, len)).collect();
+        let news: Vec<Vec<u8>> = (0..cols).map(|_| rand_vec(&mut rng, len)).collect();
+        let s: Vec<&[u8]> = srcs.iter().map(|v| v.as_slice()).collect();
+        let nw: Vec<&[u8]> = news.iter().map(|v| v.as_slice()).collect();
+        let coef = rand_vec(&mut rng, 3 * cols);
+        let mut results = Vec::new();
+        for &level in &levels {
+            let t = Tables::for_level(level, 3, cols, &coef);
+            let mut d = vec![vec![0u8; len]; 3];
+            let mut dm: Vec<&mut [u8]> = d.iter_mut().map(|v| v.as_mut_slice()).collect();
+            kernels::dot_prod_delta(&t, &s, &nw, &mut dm, len, false);
+            let mut x = vec![0xa5u8; len];
+            kernels::xor_multi_level(level, &mut x, &s, true);
+            let mut p = vec![0u8; len];
+            let mut q = vec![0u8; len];
+            kernels::raid6_pq_level(level, &s, &mut p, &mut q);
+            results.push((level, d, x, p, q));
+        }
+        let (_, d0, x0, p0, q0) = &results[0];
+        for (level, d, x, p, q) in &results[1..] {
+            assert_eq!(d, d0, "delta level {level:?} len {len}");
+            assert_eq!(x, x0, "xor level {level:?} len {len}");
+            assert_eq!(p, p0, "raid6 P level {level:?} len {len}");
+            assert_eq!(q, q0, "raid6 Q level {level:?} len {len}");
+        }
+        // Definitions, on the scalar result.
+        for i in (0..len).step_by(97) {
+            let mut xp = 0u8;
+            let mut xq = 0u8;
+            let mut xx = 0xa5u8;
+            for (j, sj) in srcs.iter().enumerate() {
+                xp ^= sj[i];
+                xx ^= sj[i];
+                xq ^= ecstack_codes::gf::mul(ecstack_codes::gf::pow(2, j), sj[i]);
+            }
+            assert_eq!((p0[i], q0[i], x0[i]), (xp, xq, xx));
+            let mut dd = 0u8;
+            for c in 0..cols {
+                dd ^= ecstack_codes::gf::mul(coef[c], srcs[c][i] ^ news[c][i]);
+            }
+            assert_eq!(d0[0][i], dd);
+        }
+    }
+}
+
+#[test]
+fn simd_level_names_roundtrip() {
+    for l in Simd::ALL {
+        assert_eq!(Simd::parse(l.name()), Some(l));
+    }
+    assert!(Simd::Scalar.supported());
+    assert!(kernels::detected().supported());
+}
