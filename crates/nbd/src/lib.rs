@@ -1,0 +1,1 @@
+//! NBD server: exports any BlockDevice over the NBD protocol to unmodified clients.
