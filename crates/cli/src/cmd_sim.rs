@@ -1,0 +1,483 @@
+//! `ecstack sim ssd|hdd`: run a synthetic workload against a simulated device and report what the
+//! model saw — write amplification, GC, erase histogram for the SSD; seeks and rotation for the HDD;
+//! modeled throughput and latency percentiles for both. The SSD report also gives the simulator's own
+//! speed (host page writes per second of wall time).
+
+use std::io::IsTerminal;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use ecstack_device::{
+    hdd_config, parse_size, ssd_config, HddModel, LatencyHistogram, Pattern, SsdModel, Workload,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+#[derive(Args)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    cmd: SimCmd,
+}
+
+#[derive(Subcommand)]
+enum SimCmd {
+    /// Simulated SSD: page-mapped FTL with greedy GC (default geometry: EPLOG §5.2 Exp 2)
+    Ssd(SsdArgs),
+    /// Simulated 7200 rpm SATA HDD: seek curve, rotation, zoned transfer, request queue
+    Hdd(HddArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Debug)]
+enum WorkloadKind {
+    /// Sequential, wrapping around the address space
+    Seq,
+    /// Uniform random
+    Uniform,
+    /// Zipf-distributed (skew --theta)
+    Zipf,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Access pattern
+    #[arg(long, short, value_enum, default_value = "uniform")]
+    workload: WorkloadKind,
+    /// Zipf skew (YCSB uses 0.99)
+    #[arg(long, default_value_t = 0.99)]
+    theta: f64,
+    /// Number of requests (default: 4 x the logical space for ssd, 100,000 for hdd)
+    #[arg(long, conflicts_with = "bytes")]
+    ops: Option<u64>,
+    /// Total bytes to issue instead of --ops (e.g. 10G)
+    #[arg(long)]
+    bytes: Option<String>,
+    /// Request size (a multiple of the SSD page size)
+    #[arg(long, default_value = "4K")]
+    io_size: String,
+    /// Percentage of requests that are reads
+    #[arg(long, default_value_t = 0.0)]
+    read_pct: f64,
+    /// Fraction of the address space the workload touches (from offset 0)
+    #[arg(long, default_value_t = 1.0)]
+    working_set: f64,
+    /// Seed for the workload generator
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct SsdArgs {
+    /// Model parameters in device-spec syntax, e.g. blocks=16384,pages=64,page=4K,op=0.15,gc_low=0.05,
+    /// gc_high=0.05,mode=mlc or preset=zombienand (see docs/devices.md)
+    #[arg(long, default_value = "")]
+    params: String,
+    /// Do not fill the logical space sequentially before the workload
+    #[arg(long)]
+    no_prefill: bool,
+    /// Percentage of requests that are TRIMs
+    #[arg(long, default_value_t = 0.0)]
+    trim_pct: f64,
+    /// Bins of the erase-count histogram
+    #[arg(long, default_value_t = 8)]
+    bins: usize,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct HddArgs {
+    /// Model parameters in device-spec syntax, e.g. capacity=500G,rpm=7200,seek=6,sched=sstf
+    #[arg(long, default_value = "")]
+    params: String,
+    /// Requests kept outstanding (the scheduler picks among them)
+    #[arg(long, default_value_t = 1)]
+    queue_depth: usize,
+    #[command(flatten)]
+    common: Common,
+}
+
+pub fn run(a: SimArgs) -> Result<()> {
+    match a.cmd {
+        SimCmd::Ssd(s) => run_ssd(s),
+        SimCmd::Hdd(h) => run_hdd(h),
+    }
+}
+
+fn progress(total: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() || total < 1_000_000 {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{bar:40}] {human_pos}/{human_len} {per_sec} eta {eta}")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+fn pattern(c: &Common) -> Result<Pattern> {
+    Ok(match c.workload {
+        WorkloadKind::Seq => Pattern::Sequential,
+        WorkloadKind::Uniform => Pattern::Uniform,
+        WorkloadKind::Zipf => Pattern::Zipf { theta: c.theta },
+    })
+}
+
+fn check_common(c: &Common) -> Result<u64> {
+    if !(0.0..=100.0).contains(&c.read_pct) {
+        bail!("--read-pct must be between 0 and 100");
+    }
+    if !(c.working_set > 0.0 && c.working_set <= 1.0) {
+        bail!("--working-set must be in (0, 1]");
+    }
+    let io = parse_size(&c.io_size).map_err(|e| anyhow::anyhow!("--io-size: {e}"))?;
+    if io == 0 {
+        bail!("--io-size must be positive");
+    }
+    Ok(io)
+}
+
+fn latency_json(h: &LatencyHistogram) -> serde_json::Value {
+    let us = |ns: u64| ns as f64 / 1e3;
+    json!({
+        "count": h.count(),
+        "mean": h.mean() / 1e3,
+        "p50": us(h.quantile(0.50)),
+        "p90": us(h.quantile(0.90)),
+        "p99": us(h.quantile(0.99)),
+        "p999": us(h.quantile(0.999)),
+        "max": us(h.max()),
+    })
+}
+
+fn print_latency(h: &LatencyHistogram) {
+    let us = |q: f64| h.quantile(q) as f64 / 1e3;
+    println!(
+        "latency (us)        mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+        h.mean() / 1e3,
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        h.max() as f64 / 1e3
+    );
+}
+
+/// Equal-width histogram of erase counts: (lo, hi inclusive, blocks).
+fn erase_histogram(counts: &[u32], bins: usize) -> Vec<(u32, u32, u64)> {
+    let (mn, mx) = match (counts.iter().min(), counts.iter().max()) {
+        (Some(&a), Some(&b)) => (a, b),
+        _ => return Vec::new(),
+    };
+    let bins = bins.max(1);
+    let width = ((mx - mn) as usize / bins + 1) as u32;
+    let n = ((mx - mn) / width + 1) as usize;
+    let mut out: Vec<(u32, u32, u64)> = (0..n)
+        .map(|i| (mn + i as u32 * width, mn + (i as u32 + 1) * width - 1, 0))
+        .collect();
+    for &c in counts {
+        out[((c - mn) / width) as usize].2 += 1;
+    }
+    out
+}
+
+fn run_ssd(a: SsdArgs) -> Result<()> {
+    let c = &a.common;
+    let io = check_common(c)?;
+    if !(0.0..=100.0).contains(&a.trim_pct) || a.trim_pct + c.read_pct > 100.0 {
+        bail!("--trim-pct must be between 0 and 100 - --read-pct");
+    }
+    let cfg = ssd_config(&format!("ssd:{}", a.params), &a.params)?;
+    let ps = cfg.page_size as u64;
+    if io % ps != 0 {
+        bail!("--io-size {io} must be a multiple of the page size {ps}");
+    }
+    let mut m = SsdModel::new(cfg.clone()).map_err(|e| anyhow::anyhow!("ssd: {e}"))?;
+    let ppio = io / ps;
+    let space = ((m.logical_pages() as f64 * c.working_set) as u64 / ppio).max(1);
+    if space * ppio > m.logical_pages() {
+        bail!("--io-size is larger than the device");
+    }
+    let ops = match (c.ops, &c.bytes) {
+        (Some(n), _) => n,
+        (None, Some(b)) => parse_size(b).map_err(|e| anyhow::anyhow!("--bytes: {e}"))? / io,
+        (None, None) => 4 * m.logical_pages() / ppio,
+    };
+    let mut w = Workload::new(pattern(c)?, space, c.seed).map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let prefill = !a.no_prefill;
+    if prefill {
+        let pb = progress(m.logical_pages(), "prefill");
+        for lpn in 0..m.logical_pages() {
+            m.write_page(lpn)?;
+            if lpn & 0xFFFF == 0 {
+                pb.set_position(lpn);
+            }
+        }
+        pb.finish_and_clear();
+    }
+    let before = m.stats();
+    let (p_read, p_trim) = (c.read_pct / 100.0, a.trim_pct / 100.0);
+    let mut rng = ecstack_device::SplitMix64::new(c.seed ^ 0x5EED_0F0B5);
+    let mut hist = LatencyHistogram::new();
+    let pb = progress(ops, "ssd");
+    let t0 = Instant::now();
+    for i in 0..ops {
+        let first = w.next_unit() * ppio;
+        let r = if p_read > 0.0 || p_trim > 0.0 {
+            rng.next_f64()
+        } else {
+            1.0
+        };
+        let mut lat = 0;
+        if r < p_read {
+            for p in first..first + ppio {
+                lat += m.read_page(p)?;
+            }
+        } else if r < p_read + p_trim {
+            for p in first..first + ppio {
+                m.trim_page(p)?;
+            }
+        } else {
+            for p in first..first + ppio {
+                lat += m.write_page(p)?;
+            }
+        }
+        hist.record(lat);
+        if i & 0xFFFF == 0 {
+            pb.set_position(i);
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    let after = m.stats();
+
+    let host_w = after.host_page_writes - before.host_page_writes;
+    let host_r = after.host_page_reads - before.host_page_reads;
+    let flash_w = after.flash_page_writes - before.flash_page_writes;
+    let wa = if host_w == 0 {
+        0.0
+    } else {
+        flash_w as f64 / host_w as f64
+    };
+    let gc = after.gc_invocations - before.gc_invocations;
+    let victims = after.gc_victims - before.gc_victims;
+    let copies = after.gc_copies - before.gc_copies;
+    let erases = after.erases - before.erases;
+    let modeled_s = (after.modeled_ns - before.modeled_ns) as f64 / 1e9;
+    let host_bytes = (host_w + host_r) * ps;
+    let mbps = if modeled_s > 0.0 {
+        host_bytes as f64 / modeled_s / 1e6
+    } else {
+        0.0
+    };
+    let iops = if modeled_s > 0.0 {
+        ops as f64 / modeled_s
+    } else {
+        0.0
+    };
+    let wps = if wall > 0.0 {
+        host_w as f64 / wall
+    } else {
+        0.0
+    };
+    let hist_e = erase_histogram(&m.erase_counts(), a.bins);
+
+    if c.json {
+        let out = json!({
+            "model": "ssd",
+            "config": cfg,
+            "logical_pages": m.logical_pages(),
+            "workload": {
+                "pattern": pattern(c)?, "ops": ops, "io_size": io, "read_pct": c.read_pct,
+                "trim_pct": a.trim_pct, "working_set": c.working_set, "seed": c.seed, "prefill": prefill,
+            },
+            "host_page_writes": host_w,
+            "host_page_reads": host_r,
+            "flash_page_writes": flash_w,
+            "write_amplification": wa,
+            "gc_invocations": gc,
+            "gc_victims": victims,
+            "gc_copies": copies,
+            "erases": erases,
+            "erase_histogram": hist_e.iter().map(|&(lo, hi, n)| json!({"lo": lo, "hi": hi, "blocks": n})).collect::<Vec<_>>(),
+            "modeled": { "seconds": modeled_s, "iops": iops, "mb_per_s": mbps },
+            "latency_us": latency_json(&hist),
+            "wall": { "seconds": wall, "host_page_writes_per_sec": wps },
+            "totals": after,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).context("serializing the report")?
+        );
+        return Ok(());
+    }
+    println!(
+        "ssd: {} blocks x {} pages x {} B, OP {:.0}%, GC {:.0}%/{:.0}% ({} / {} free blocks), {:?}",
+        cfg.blocks,
+        cfg.pages_per_block,
+        cfg.page_size,
+        cfg.op * 100.0,
+        cfg.gc_low * 100.0,
+        cfg.gc_high * 100.0,
+        cfg.low_blocks(),
+        cfg.high_blocks(),
+        cfg.mode
+    );
+    println!(
+        "workload: {:?}, {} requests of {} B, {}% reads, {}% trims, working set {:.0}%, seed {}{}",
+        c.workload,
+        ops,
+        io,
+        c.read_pct,
+        a.trim_pct,
+        c.working_set * 100.0,
+        c.seed,
+        if prefill {
+            ", after a sequential prefill"
+        } else {
+            ""
+        }
+    );
+    println!("host page writes    {host_w}");
+    println!("flash page writes   {flash_w}");
+    println!("write amplification {wa:.3}");
+    println!("GC                  {gc} invocations, {victims} victims, {copies} page copies, {erases} erases");
+    println!(
+        "erase counts        min {} max {} mean {:.2}",
+        after.erase_min, after.erase_max, after.erase_mean
+    );
+    for (lo, hi, n) in &hist_e {
+        println!("  erases {lo:>6}..={hi:<6} {n:>8} blocks");
+    }
+    println!("modeled             {modeled_s:.3} s, {iops:.0} IOPS, {mbps:.1} MB/s");
+    print_latency(&hist);
+    println!(
+        "simulator speed     {:.2} M host page writes/s (wall {wall:.3} s)",
+        wps / 1e6
+    );
+    Ok(())
+}
+
+fn run_hdd(a: HddArgs) -> Result<()> {
+    let c = &a.common;
+    let io = check_common(c)?;
+    if a.queue_depth == 0 {
+        bail!("--queue-depth must be at least 1");
+    }
+    let cfg = hdd_config(&format!("hdd:{}", a.params), &a.params)?;
+    let mut m = HddModel::new(cfg.clone()).map_err(|e| anyhow::anyhow!("hdd: {e}"))?;
+    let space = ((m.capacity() as f64 * c.working_set) as u64 / io).max(1);
+    if space * io > m.capacity() {
+        bail!("--io-size is larger than the disk");
+    }
+    let ops = match (c.ops, &c.bytes) {
+        (Some(n), _) => n,
+        (None, Some(b)) => parse_size(b).map_err(|e| anyhow::anyhow!("--bytes: {e}"))? / io,
+        (None, None) => 100_000,
+    };
+    let mut w = Workload::new(pattern(c)?, space, c.seed).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut rng = ecstack_device::SplitMix64::new(c.seed ^ 0x4DD);
+    let p_read = c.read_pct / 100.0;
+    // Closed loop: `queue_depth` requests outstanding; a new one arrives when one completes.
+    let mut pending: Vec<(u64, u64, bool)> = Vec::with_capacity(a.queue_depth); // (offset, arrival, write)
+    let mut offsets: Vec<u64> = Vec::with_capacity(a.queue_depth);
+    let mut issued = 0u64;
+    let mut hist = LatencyHistogram::new();
+    let pb = progress(ops, "hdd");
+    let t0 = Instant::now();
+    let mut done = 0u64;
+    while done < ops {
+        while pending.len() < a.queue_depth && issued < ops {
+            let write = !(p_read > 0.0 && rng.next_f64() < p_read);
+            pending.push((w.next_unit() * io, m.now_ns(), write));
+            issued += 1;
+        }
+        offsets.clear();
+        offsets.extend(pending.iter().map(|p| p.0));
+        let i = m.pick(&offsets);
+        let (off, arrival, write) = pending.swap_remove(i);
+        m.access(off, io, write);
+        hist.record(m.now_ns() - arrival);
+        done += 1;
+        if done & 0xFFFF == 0 {
+            pb.set_position(done);
+        }
+    }
+    pb.finish_and_clear();
+    let wall = t0.elapsed().as_secs_f64();
+    let s = m.stats();
+    let secs = s.modeled_ns as f64 / 1e9;
+    let iops = if secs > 0.0 { ops as f64 / secs } else { 0.0 };
+    let mbps = if secs > 0.0 {
+        s.bytes as f64 / secs / 1e6
+    } else {
+        0.0
+    };
+    let per = |x: u64| {
+        if ops == 0 {
+            0.0
+        } else {
+            x as f64 / ops as f64 / 1e6
+        }
+    };
+    if c.json {
+        let out = json!({
+            "model": "hdd",
+            "config": cfg,
+            "workload": {
+                "pattern": pattern(c)?, "ops": ops, "io_size": io, "read_pct": c.read_pct,
+                "working_set": c.working_set, "seed": c.seed, "queue_depth": a.queue_depth,
+            },
+            "modeled": { "seconds": secs, "iops": iops, "mb_per_s": mbps },
+            "mean_ms": { "seek": per(s.seek_ns), "rotation": per(s.rotation_ns), "transfer": per(s.transfer_ns) },
+            "latency_us": latency_json(&hist),
+            "wall": { "seconds": wall },
+            "totals": s,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).context("serializing the report")?
+        );
+        return Ok(());
+    }
+    println!(
+        "hdd: {} B, {} rpm, {} zones {:.0}->{:.0} MB/s, seek {}/{}/{} ms, {:?}, queue depth {}",
+        cfg.capacity,
+        cfg.rpm,
+        cfg.zones,
+        cfg.outer_mbps,
+        cfg.inner_mbps,
+        cfg.track_to_track_ms,
+        cfg.avg_seek_ms,
+        cfg.full_stroke_ms,
+        cfg.scheduler,
+        a.queue_depth
+    );
+    println!(
+        "workload: {:?}, {} requests of {} B, {}% reads, working set {:.0}%, seed {}",
+        c.workload,
+        ops,
+        io,
+        c.read_pct,
+        c.working_set * 100.0,
+        c.seed
+    );
+    println!("modeled             {secs:.3} s, {iops:.1} IOPS, {mbps:.1} MB/s");
+    println!(
+        "per request (ms)    seek {:.3}  rotation {:.3}  transfer {:.3}  ({} seeks, {} sequential)",
+        per(s.seek_ns),
+        per(s.rotation_ns),
+        per(s.transfer_ns),
+        s.seeks,
+        s.sequential
+    );
+    print_latency(&hist);
+    Ok(())
+}
