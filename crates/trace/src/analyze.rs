@@ -274,7 +274,11 @@ fn volume_report(volume: String, g: &Group, opts: &AnalyzeOptions) -> VolumeRepo
         files_accessed: is_file.then_some(files_accessed),
         files_updated: is_file.then_some(files_updated),
         updated_files_pct: is_file.then(|| pct(files_updated, files_accessed)),
-        first_ns: if g.first_ns == u64::MAX { 0 } else { g.first_ns },
+        first_ns: if g.first_ns == u64::MAX {
+            0
+        } else {
+            g.first_ns
+        },
         last_ns: g.last_ns,
         duration_s: g.last_ns.saturating_sub(g.first_ns.min(g.last_ns)) as f64 / 1e9,
         reuse_cdf,

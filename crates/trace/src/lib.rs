@@ -29,7 +29,7 @@ pub mod synth;
 pub mod transform;
 pub mod write;
 
-pub use analyze::{analyze_records, Analyzer, AnalyzeOptions, GroupBy, Report, VolumeReport};
+pub use analyze::{analyze_records, AnalyzeOptions, Analyzer, GroupBy, Report, VolumeReport};
 pub use error::{Result, TraceError};
 pub use parse::{Format, ParseOptions, TraceReader};
 pub use record::{Names, Op, Record, BLOCK_SIZE};

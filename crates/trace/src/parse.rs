@@ -418,12 +418,7 @@ impl TraceReader {
         let op = match f[3] {
             b"w" | b"W" => Op::Write,
             b"r" | b"R" => Op::Read,
-            other => {
-                return Line::Bad(format!(
-                    "bad opcode `{}` (expected r or w)",
-                    show(other)
-                ))
-            }
+            other => return Line::Bad(format!("bad opcode `{}` (expected r or w)", show(other))),
         };
         let Some(time_ns) = parse_seconds_ns(f[4]) else {
             return Line::Bad(format!("bad timestamp `{}`", show(f[4])));
@@ -452,7 +447,9 @@ impl TraceReader {
         if line.first() == Some(&b'#') {
             return Line::Ignore;
         }
-        let mut t = line.split(|b| *b == b' ' || *b == b'\t').filter(|s| !s.is_empty());
+        let mut t = line
+            .split(|b| *b == b' ' || *b == b'\t')
+            .filter(|s| !s.is_empty());
         let (Some(time), Some(_src), Some(dst), Some(_proto), Some(dir)) =
             (t.next(), t.next(), t.next(), t.next(), t.next())
         else {
@@ -547,7 +544,9 @@ impl TraceReader {
             ));
         }
         if n < 7 {
-            return Line::Bad(format!("blkparse event has {n} fields, expected at least 7"));
+            return Line::Bad(format!(
+                "blkparse event has {n} fields, expected at least 7"
+            ));
         }
         if f[5] != self.opts.blk_action.letter() {
             return Line::Ignore;
@@ -563,10 +562,7 @@ impl TraceReader {
             return Line::Ignore; // flush / barrier without data
         };
         if n < 10 || f[8] != b"+" {
-            return Line::Bad(format!(
-                "{} event without `sector + count`",
-                show(f[5])
-            ));
+            return Line::Bad(format!("{} event without `sector + count`", show(f[5])));
         }
         let Some(sector) = parse_u64(f[7]) else {
             return Line::Bad(format!("bad sector `{}`", show(f[7])));
@@ -698,12 +694,13 @@ pub fn detect_format<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Option<Format
         }
         let mut c = [&b""[..]; 7];
         let nc = split_into(line, b',', &mut c);
-        if nc >= 6
-            && (c[3].eq_ignore_ascii_case(b"read") || c[3].eq_ignore_ascii_case(b"write"))
-        {
+        if nc >= 6 && (c[3].eq_ignore_ascii_case(b"read") || c[3].eq_ignore_ascii_case(b"write")) {
             return Some(Format::Msr);
         }
-        if nc >= 6 && c[0].eq_ignore_ascii_case(b"timestamp") && c[1].eq_ignore_ascii_case(b"hostname") {
+        if nc >= 6
+            && c[0].eq_ignore_ascii_case(b"timestamp")
+            && c[1].eq_ignore_ascii_case(b"hostname")
+        {
             return Some(Format::Msr);
         }
         if nc >= 5 && matches!(c[3], b"r" | b"R" | b"w" | b"W") && parse_u64(c[1]).is_some() {
@@ -837,7 +834,10 @@ pub(crate) fn parse_seconds_ns(s: &[u8]) -> Option<u64> {
 fn show(s: &[u8]) -> String {
     let t = String::from_utf8_lossy(s);
     if t.len() > 40 {
-        format!("{}…", &t[..t.char_indices().nth(40).map(|c| c.0).unwrap_or(t.len())])
+        format!(
+            "{}…",
+            &t[..t.char_indices().nth(40).map(|c| c.0).unwrap_or(t.len())]
+        )
     } else {
         t.into_owned()
     }

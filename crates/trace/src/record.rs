@@ -75,7 +75,10 @@ impl Names {
         self.index.get(name.as_bytes()).copied()
     }
     pub fn name(&self, id: u32) -> &str {
-        self.names.get(id as usize).map(|s| s.as_str()).unwrap_or("?")
+        self.names
+            .get(id as usize)
+            .map(|s| s.as_str())
+            .unwrap_or("?")
     }
     pub fn len(&self) -> usize {
         self.names.len()

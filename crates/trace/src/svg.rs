@@ -122,7 +122,11 @@ pub fn size_distribution_svg(report: &Report) -> String {
 pub fn reuse_cdf_svg(report: &Report) -> String {
     let mut s = String::new();
     header(&mut s, "Address reuse CDF");
-    axes(&mut s, "fraction of accesses", "fraction of working set (hottest first)");
+    axes(
+        &mut s,
+        "fraction of accesses",
+        "fraction of working set (hottest first)",
+    );
     let (x0, y0, x1, y1) = (ML, H - MB, W - MR, MT);
     for i in 0..=10 {
         let x = x0 + i as f64 / 10.0 * (x1 - x0);

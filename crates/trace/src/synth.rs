@@ -273,7 +273,9 @@ impl Targets {
                 return bad("more files than blocks of working set".into());
             }
             if (bu > 0.0) != (fu > 0.0) {
-                return bad("updated WSS and updated files must both be zero or both positive".into());
+                return bad(
+                    "updated WSS and updated files must both be zero or both positive".into(),
+                );
             }
             if fu > bu || (f.files as f64 - fu) > (b - bu) {
                 return bad("too many files for the working set split".into());
@@ -370,7 +372,11 @@ impl FileLayout {
         } else {
             // beyond the planned space (holes pushed the frontier): one extra file per 1 MiB
             let i = (a - self.b) / 256;
-            (self.fu + self.fn_ + i, self.b + i * 256, self.b + (i + 1) * 256)
+            (
+                self.fu + self.fn_ + i,
+                self.b + i * 256,
+                self.b + (i + 1) * 256,
+            )
         }
     }
 }
@@ -528,7 +534,10 @@ impl TargetGen {
                 .rng
                 .geometric(mean)
                 .clamp(force_fresh_min.max(1), MAX_READ_BLOCKS);
-            n = n.min(need.ceil() as u64).max(force_fresh_min.min(need as u64)).max(1);
+            n = n
+                .min(need.ceil() as u64)
+                .max(force_fresh_min.min(need as u64))
+                .max(1);
             let f = self.frontier;
             let end = self.extent_end(f, f + n);
             let n = (end - f).max(1);
@@ -562,6 +571,10 @@ impl TargetGen {
         }
         // fall back to the first block
         self.emit(Op::Read, 0, 1);
+    }
+
+    fn is_jump_from(&self, p: u64, a: u64) -> bool {
+        a.abs_diff(p) >= JUMP_BLOCKS
     }
 
     fn is_jump(&self, a: u64) -> bool {
@@ -707,8 +720,15 @@ impl TargetGen {
         // Start a new run (a jump).
         self.run_left = self.plan_run().saturating_sub(1);
         let can_update = self.frontier.min(self.bu) > 0 && upd_left > 0;
+        // A fresh run right after a write that ended at the frontier could not jump; prefer an
+        // update run then (holes or inserted reads are the fallback when updates are scarce).
+        let after_fresh = self
+            .prev_write_end
+            .is_some_and(|p| !self.is_jump_from(p, self.frontier));
         let update = can_update
-            && (fresh_left == 0 || self.rng.below(fresh_left + upd_left) < upd_left);
+            && (fresh_left == 0
+                || (after_fresh && upd_left >= fresh_left)
+                || self.rng.below(fresh_left + upd_left) < upd_left);
         if update {
             self.run_class = RunClass::Update;
             let uncovered = self.bu - self.updated_count;
@@ -835,8 +855,10 @@ struct PatternGen {
 impl PatternGen {
     fn slot(&mut self) -> u64 {
         match &self.zipf {
-            Some(z) => ((z.sample(&mut self.rng) - 1) as u128 * self.mult as u128 % self.slots as u128)
-                as u64,
+            Some(z) => {
+                ((z.sample(&mut self.rng) - 1) as u128 * self.mult as u128 % self.slots as u128)
+                    as u64
+            }
             None => self.rng.below(self.slots),
         }
     }
@@ -1131,14 +1153,42 @@ pub fn presets() -> Vec<Preset> {
     // WEB/USR/MDS are those of the same MSR volumes (web0, usr0, mds0) in CodFS Table 3.2; FIN's
     // and every read % are assumptions.
     let eplog = "EPLOG Table 2 (writes, avg size, random %, WSS)";
-    p("eplog-fin", &format!("{eplog}; upd WSS 60%, upd writes 90%, reads 23% assumed"),
-        Generator::Targets(t("FIN", 4_110_563, 7.19, 76.17, 3.67, 60.0, 90.0, 23.0, 12.0 * 3600.0)));
-    p("eplog-web", &format!("{eplog}; upd WSS/writes of web0 (CodFS Table 3.2); reads 30% assumed"),
-        Generator::Targets(t("WEB", 1_431_628, 12.50, 77.62, 7.26, 37.25, 96.23, 30.0, WEEK_S)));
-    p("eplog-usr", &format!("{eplog}; upd WSS/writes of usr0 (CodFS Table 3.2); reads 40% assumed"),
-        Generator::Targets(t("USR", 1_363_855, 10.05, 76.19, 2.44, 42.54, 96.08, 40.0, WEEK_S)));
-    p("eplog-mds", &format!("{eplog}; upd WSS/writes of mds0 (CodFS Table 3.2); reads 12% assumed"),
-        Generator::Targets(t("MDS", 1_069_421, 7.22, 82.99, 3.09, 29.27, 95.77, 12.0, WEEK_S)));
+    p(
+        "eplog-fin",
+        &format!("{eplog}; upd WSS 60%, upd writes 90%, reads 23% assumed"),
+        Generator::Targets(t(
+            "FIN",
+            4_110_563,
+            7.19,
+            76.17,
+            3.67,
+            60.0,
+            90.0,
+            23.0,
+            12.0 * 3600.0,
+        )),
+    );
+    p(
+        "eplog-web",
+        &format!("{eplog}; upd WSS/writes of web0 (CodFS Table 3.2); reads 30% assumed"),
+        Generator::Targets(t(
+            "WEB", 1_431_628, 12.50, 77.62, 7.26, 37.25, 96.23, 30.0, WEEK_S,
+        )),
+    );
+    p(
+        "eplog-usr",
+        &format!("{eplog}; upd WSS/writes of usr0 (CodFS Table 3.2); reads 40% assumed"),
+        Generator::Targets(t(
+            "USR", 1_363_855, 10.05, 76.19, 2.44, 42.54, 96.08, 40.0, WEEK_S,
+        )),
+    );
+    p(
+        "eplog-mds",
+        &format!("{eplog}; upd WSS/writes of mds0 (CodFS Table 3.2); reads 12% assumed"),
+        Generator::Targets(t(
+            "MDS", 1_069_421, 7.22, 82.99, 3.09, 29.27, 95.77, 12.0, WEEK_S,
+        )),
+    );
     // CodFS Table 3.2, the ten volumes selected for evaluation (writes, WSS, upd WSS %, upd writes
     // %). Avg write size and random % from EPLOG Table 2 where the volume is the same; otherwise
     // 8 KiB (larger where the updated WSS needs it) and 75% random; read % assumed.
@@ -1157,11 +1207,24 @@ pub fn presets() -> Vec<Preset> {
         ("proj0", 3_697_143, 3.16, 56.67, 98.89, 8.0, 75.0, 12.0),
     ];
     for (name, w, wss, uw, up, kib, rnd, rd) in msr {
-        p(&format!("msr-{name}"), &format!("{codfs}; avg size {kib} KiB, random {rnd}%, reads {rd}%"),
-            Generator::Targets(t(name, w, kib, rnd, wss, uw, up, rd, WEEK_S)));
+        p(
+            &format!("msr-{name}"),
+            &format!("{codfs}; avg size {kib} KiB, random {rnd}%, reads {rd}%"),
+            Generator::Targets(t(name, w, kib, rnd, wss, uw, up, rd, WEEK_S)),
+        );
     }
     // CodFS Table 3.1: Harvard DEAS03 NFS.
-    let mut h = t("deas03", 172_702_071, 10.58, 50.0, 174.73, 68.39, 91.56, 30.0, 41.0 * 86400.0);
+    let mut h = t(
+        "deas03",
+        172_702_071,
+        10.58,
+        50.0,
+        174.73,
+        68.39,
+        91.56,
+        30.0,
+        41.0 * 86400.0,
+    );
     h.files = Some(FileTargets {
         files: 2_039_724,
         updated_files_pct: 12.10,

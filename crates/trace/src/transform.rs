@@ -82,7 +82,11 @@ impl Pipeline {
             t0: None,
             writes_only: opts.writes_only,
             merge: opts.merge,
-            merge_max: if opts.merge_max == 0 { u64::MAX } else { opts.merge_max },
+            merge_max: if opts.merge_max == 0 {
+                u64::MAX
+            } else {
+                opts.merge_max
+            },
             round: opts.round,
             pending: None,
         })
@@ -247,7 +251,11 @@ pub fn client_of(r: &Record, n: usize, segment: u64) -> usize {
     }
     let mut h = FxHasher::default();
     h.write_u64(space_of(r));
-    let mix = if r.volume == 0 && r.file == 0 { 0 } else { h.finish() };
+    let mix = if r.volume == 0 && r.file == 0 {
+        0
+    } else {
+        h.finish()
+    };
     ((r.offset / segment.max(1)).wrapping_add(mix) % n as u64) as usize
 }
 

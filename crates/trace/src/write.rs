@@ -57,7 +57,12 @@ pub struct TraceWriter<W: Write> {
 const FILETIME_UNIX_EPOCH: u64 = 116_444_736_000_000_000;
 
 impl<W: Write> TraceWriter<W> {
-    pub fn new(out: W, format: OutFormat, volumes: &Names, fio_file: Option<String>) -> io::Result<Self> {
+    pub fn new(
+        out: W,
+        format: OutFormat,
+        volumes: &Names,
+        fio_file: Option<String>,
+    ) -> io::Result<Self> {
         let mut w = TraceWriter {
             out,
             format,
@@ -93,11 +98,7 @@ impl<W: Write> TraceWriter<W> {
                 };
                 let ft = r.time_ns / 100 + FILETIME_UNIX_EPOCH;
                 let ty = if r.op == Op::Read { "Read" } else { "Write" };
-                writeln!(
-                    self.out,
-                    "{ft},{host},{disk},{ty},{},{},0",
-                    r.offset, r.len
-                )
+                writeln!(self.out, "{ft},{host},{disk},{ty},{},{},0", r.offset, r.len)
             }
             OutFormat::Spc => {
                 let op = if r.op == Op::Read { 'r' } else { 'w' };
@@ -113,7 +114,11 @@ impl<W: Write> TraceWriter<W> {
                 )
             }
             OutFormat::Fio2 | OutFormat::Fio3 => {
-                let key = if self.fio_file.is_some() { 0 } else { r.volume as usize };
+                let key = if self.fio_file.is_some() {
+                    0
+                } else {
+                    r.volume as usize
+                };
                 if key >= self.fio_seen.len() {
                     self.fio_seen.resize(key + 1, false);
                 }
@@ -163,7 +168,10 @@ impl<W: Write> TraceWriter<W> {
                 self.xid += 1;
                 let op = if r.op == Op::Read { "read" } else { "write" };
                 let procno = if r.op == Op::Read { 6 } else { 7 };
-                let server = self.volumes.name(r.volume).replace(char::is_whitespace, "_");
+                let server = self
+                    .volumes
+                    .name(r.volume)
+                    .replace(char::is_whitespace, "_");
                 writeln!(
                     self.out,
                     "{}.{:06} 1.0301 {server}.0801 U C3 {:x} {procno} {op} fh {:032x} off {:x} count {:x}",
