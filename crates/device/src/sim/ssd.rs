@@ -296,6 +296,8 @@ pub struct SsdStats {
 pub struct SsdModel {
     cfg: SsdConfig,
     ppb: u32,
+    /// `log2(ppb)` when `ppb` is a power of two (block index by shift instead of division).
+    ppb_shift: Option<u32>,
     logical_pages: u32,
     low: u32,
     high: u32,
@@ -354,6 +356,7 @@ impl SsdModel {
         };
         Ok(SsdModel {
             ppb,
+            ppb_shift: ppb.is_power_of_two().then(|| ppb.trailing_zeros()),
             logical_pages,
             low: cfg.low_blocks(),
             high: cfg.high_blocks(),
@@ -489,8 +492,16 @@ impl SsdModel {
     // ---- core FTL ------------------------------------------------------------------------------
 
     #[inline]
+    fn block_of(&self, ppn: u32) -> u32 {
+        match self.ppb_shift {
+            Some(sh) => ppn >> sh,
+            None => ppn / self.ppb,
+        }
+    }
+
+    #[inline]
     fn invalidate(&mut self, ppn: u32) {
-        let b = ppn / self.ppb;
+        let b = self.block_of(ppn);
         self.p2l[ppn as usize] = NONE;
         let info = &mut self.blocks[b as usize];
         let v = info.valid;
@@ -682,7 +693,7 @@ impl SsdModel {
         let p = self.l2p[lpn as usize];
         let mut t = self.xfer_ns;
         if p != NONE {
-            t += self.blocks[(p / self.ppb) as usize].mode.read_ns();
+            t += self.blocks[self.block_of(p) as usize].mode.read_ns();
             self.flash_page_reads += 1;
         }
         self.host_page_reads += 1;
