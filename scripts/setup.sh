@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install what ecstack needs on a Debian machine, idempotently: system packages with apt-get (only the
+# missing ones, so a second run does nothing) and a Rust toolchain if there is none.
+set -euo pipefail
+
+# libisal-dev: ISA-L, the peer the codes are cross-checked and benchmarked against.
+# fio, libnbd-bin (nbdinfo, nbdcopy): the unmodified clients the NBD export is tested with.
+PKGS=(build-essential pkg-config libisal-dev fio libnbd-bin)
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "setup: not root and no sudo; install these packages yourself: ${PKGS[*]}" >&2
+  fi
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: no Rust toolchain; installing rustup from Debian"
+    $SUDO apt-get install -y -qq rustup >/dev/null 2>&1 || {
+      echo "setup: could not install rustup with apt-get; install Rust >= 1.85 (https://rustup.rs) and rerun" >&2
+      exit 1
+    }
+    rustup default stable
+  fi
+fi
