@@ -11,7 +11,7 @@ use crate::SplitMix64;
 pub enum Pattern {
     Sequential,
     Uniform,
-    /// Zipf with skew `theta` in (0, 1) ∪ (1, ∞)-excluded; YCSB uses 0.99.
+    /// Zipf with skew `theta` in (0, 1); YCSB uses 0.99.
     Zipf {
         theta: f64,
     },
@@ -101,7 +101,7 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// `n` must be positive; Zipf `theta` must be positive and not 1.
+    /// `n` must be positive; Zipf `theta` must be in (0, 1).
     pub fn new(pattern: Pattern, n: u64, seed: u64) -> Result<Workload, String> {
         if n == 0 {
             return Err("workload needs a non-empty address space".into());
