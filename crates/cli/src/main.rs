@@ -3,6 +3,7 @@
 mod cmd_bench;
 mod cmd_ec;
 mod cmd_sim;
+mod cmd_trace;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Cmd {
     Bench(cmd_bench::BenchArgs),
     /// Run a workload on a simulated SSD or HDD: write amplification, GC, erases, seeks, latency
     Sim(cmd_sim::SimArgs),
+    /// Parse, analyze, transform, synthesize and replay block and file traces (MSR, SPC, NFS, blkparse, fio)
+    Trace(cmd_trace::TraceArgs),
 }
 
 fn main() {
@@ -37,6 +40,7 @@ fn main() {
         Cmd::Ec(a) => cmd_ec::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
         Cmd::Sim(a) => cmd_sim::run(a),
+        Cmd::Trace(a) => cmd_trace::run(a),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.

@@ -51,6 +51,7 @@ pub struct TraceWriter<W: Write> {
     fio_file: Option<String>,
     fio_seen: Vec<bool>,
     t0: Option<u64>,
+    last_us: u64,
     xid: u64,
 }
 
@@ -70,6 +71,7 @@ impl<W: Write> TraceWriter<W> {
             fio_file,
             fio_seen: Vec::new(),
             t0: None,
+            last_us: 0,
             xid: 0,
         };
         match format {
@@ -84,6 +86,13 @@ impl<W: Write> TraceWriter<W> {
         match &self.fio_file {
             Some(f) => f.clone(),
             None => self.volumes.name(v).replace(char::is_whitespace, "_"),
+        }
+    }
+
+    /// Adopt a grown name table (volumes that appeared after the writer was created).
+    pub fn sync_names(&mut self, volumes: &Names) {
+        if volumes.len() > self.volumes.len() {
+            self.volumes = volumes.clone();
         }
     }
 
@@ -124,6 +133,7 @@ impl<W: Write> TraceWriter<W> {
                 }
                 let name = self.fio_name(r.volume);
                 let t_us = (r.time_ns - t0.min(r.time_ns)) / 1000;
+                self.last_us = self.last_us.max(t_us);
                 let ts = if self.format == OutFormat::Fio3 {
                     format!("{t_us} ")
                 } else {
@@ -193,7 +203,7 @@ impl<W: Write> TraceWriter<W> {
                 if seen {
                     let name = self.fio_name(key as u32);
                     if self.format == OutFormat::Fio3 {
-                        writeln!(self.out, "0 {name} close")?;
+                        writeln!(self.out, "{} {name} close", self.last_us)?;
                     } else {
                         writeln!(self.out, "{name} close")?;
                     }
