@@ -234,6 +234,8 @@ impl FileDevice {
         Ok(())
     }
 
+    // `%` rather than `is_multiple_of`: the workspace's rust-version is 1.85.
+    #[allow(clippy::manual_is_multiple_of)]
     fn aligned(buf_ptr: *const u8, len: usize, offset: u64) -> bool {
         buf_ptr as usize % DIRECT_ALIGN == 0
             && len % DIRECT_ALIGN == 0

@@ -108,10 +108,8 @@ impl Workload {
         }
         let zipf = match pattern {
             Pattern::Zipf { theta } => {
-                if !(theta > 0.0) || (theta - 1.0).abs() < 1e-9 || !theta.is_finite() {
-                    return Err(format!(
-                        "zipf theta must be positive and not 1, got {theta}"
-                    ));
+                if theta.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || theta >= 1.0 {
+                    return Err(format!("zipf theta must be in (0, 1), got {theta}"));
                 }
                 Some(Zipf::new(n, theta))
             }
