@@ -2,6 +2,11 @@
 //! model saw — write amplification, GC, erase histogram for the SSD; seeks and rotation for the HDD;
 //! modeled throughput and latency percentiles for both. The SSD report also gives the simulator's own
 //! speed (host page writes per second of wall time).
+//!
+//! Requests come from a synthetic generator (sequential, uniform, Zipf) or from a block trace
+//! (`--trace FILE`, any format `ecstack-trace` parses). Trace offsets are folded into the simulated
+//! device's address space modulo its capacity, as ZombieNAND's trace-driven runs map the first
+//! addresses of a trace onto a small simulated SSD.
 
 use std::io::IsTerminal;
 use std::time::Instant;
@@ -9,8 +14,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use ecstack_device::{
-    hdd_config, parse_size, ssd_config, HddModel, LatencyHistogram, Pattern, SsdModel, Workload,
+    hdd_config, parse_size, ssd_config, HddModel, LatencyHistogram, Pattern, SplitMix64, SsdModel,
+    Workload,
 };
+use ecstack_trace::{Format, Op, ParseOptions, TraceReader};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
@@ -46,7 +53,7 @@ struct Common {
     /// Zipf skew (YCSB uses 0.99)
     #[arg(long, default_value_t = 0.99)]
     theta: f64,
-    /// Number of requests (default: 4 x the logical space for ssd, 100,000 for hdd)
+    /// Number of requests (default: 4 x the logical space for ssd, 100,000 for hdd, the whole trace)
     #[arg(long, conflicts_with = "bytes")]
     ops: Option<u64>,
     /// Total bytes to issue instead of --ops (e.g. 10G)
@@ -64,6 +71,12 @@ struct Common {
     /// Seed for the workload generator
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Replay a block trace instead of a synthetic workload (MSR, SPC, blkparse, fio; gzip/zstd ok)
+    #[arg(long)]
+    trace: Option<std::path::PathBuf>,
+    /// Trace format (default: detected from the first lines)
+    #[arg(long, requires = "trace")]
+    trace_format: Option<String>,
     /// Print one JSON object instead of text
     #[arg(long)]
     json: bool,
@@ -127,6 +140,117 @@ fn pattern(c: &Common) -> Result<Pattern> {
         WorkloadKind::Uniform => Pattern::Uniform,
         WorkloadKind::Zipf => Pattern::Zipf { theta: c.theta },
     })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Read,
+    Write,
+    Trim,
+}
+
+/// Where requests come from: `(kind, offset, len)` in bytes, inside `[0, space)`.
+enum Source {
+    Synthetic {
+        w: Workload,
+        io: u64,
+        rng: SplitMix64,
+        p_read: f64,
+        p_trim: f64,
+    },
+    Trace {
+        r: Box<TraceReader>,
+        space: u64,
+        align: u64,
+    },
+}
+
+impl Source {
+    fn new(c: &Common, io: u64, units: u64, p_trim: f64, space: u64, align: u64) -> Result<Source> {
+        if let Some(path) = &c.trace {
+            let format = match &c.trace_format {
+                Some(f) => Some(Format::from_name(f).with_context(|| {
+                    format!("unknown trace format '{f}' (msr, spc, nfs, blkparse, fio)")
+                })?),
+                None => None,
+            };
+            let opts = ParseOptions {
+                format,
+                ..ParseOptions::default()
+            };
+            let r = TraceReader::open(path, opts)?;
+            return Ok(Source::Trace {
+                r: Box::new(r),
+                space,
+                align,
+            });
+        }
+        Ok(Source::Synthetic {
+            w: Workload::new(pattern(c)?, units, c.seed).map_err(|e| anyhow::anyhow!("{e}"))?,
+            io,
+            rng: SplitMix64::new(c.seed ^ 0x5EED_0F0B5),
+            p_read: c.read_pct / 100.0,
+            p_trim,
+        })
+    }
+
+    fn is_trace(&self) -> bool {
+        matches!(self, Source::Trace { .. })
+    }
+
+    fn next(&mut self) -> Result<Option<(Kind, u64, u64)>> {
+        match self {
+            Source::Synthetic {
+                w,
+                io,
+                rng,
+                p_read,
+                p_trim,
+            } => {
+                let off = w.next_unit() * *io;
+                let r = if *p_read > 0.0 || *p_trim > 0.0 {
+                    rng.next_f64()
+                } else {
+                    1.0
+                };
+                let kind = if r < *p_read {
+                    Kind::Read
+                } else if r < *p_read + *p_trim {
+                    Kind::Trim
+                } else {
+                    Kind::Write
+                };
+                Ok(Some((kind, off, *io)))
+            }
+            Source::Trace { r, space, align } => loop {
+                let rec = match r.next_record()? {
+                    Some(rec) => rec,
+                    None => return Ok(None),
+                };
+                if rec.len == 0 {
+                    continue;
+                }
+                let kind = match rec.op {
+                    Op::Read => Kind::Read,
+                    Op::Write => Kind::Write,
+                    Op::Discard => Kind::Trim,
+                };
+                // Fold into the device: aligned start modulo the space, clipped at its end.
+                let start = (rec.offset / *align * *align) % *space;
+                let end = rec.end().div_ceil(*align) * *align;
+                let len = (end - rec.offset / *align * *align).min(*space - start);
+                return Ok(Some((kind, start, len)));
+            },
+        }
+    }
+}
+
+/// What the workload line of the text report calls the request source.
+fn source_name(c: &Common) -> String {
+    match &c.trace {
+        Some(p) => format!("trace {}", p.display()),
+        None => format!("{:?}", c.workload),
+    }
 }
 
 fn check_common(c: &Common) -> Result<u64> {
@@ -209,7 +333,12 @@ fn run_ssd(a: SsdArgs) -> Result<()> {
         (None, Some(b)) => parse_size(b).map_err(|e| anyhow::anyhow!("--bytes: {e}"))? / io,
         (None, None) => 4 * m.logical_pages() / ppio,
     };
-    let mut w = Workload::new(pattern(c)?, space, c.seed).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut src = Source::new(c, io, space, a.trim_pct / 100.0, space * ppio * ps, ps)?;
+    let ops = if src.is_trace() {
+        c.ops.unwrap_or(u64::MAX)
+    } else {
+        ops
+    };
 
     let prefill = !a.no_prefill;
     if prefill {
@@ -223,37 +352,41 @@ fn run_ssd(a: SsdArgs) -> Result<()> {
         pb.finish_and_clear();
     }
     let before = m.stats();
-    let (p_read, p_trim) = (c.read_pct / 100.0, a.trim_pct / 100.0);
-    let mut rng = ecstack_device::SplitMix64::new(c.seed ^ 0x5EED_0F0B5);
     let mut hist = LatencyHistogram::new();
-    let pb = progress(ops, "ssd");
+    let pb = progress(if src.is_trace() { 0 } else { ops }, "ssd");
     let t0 = Instant::now();
-    for i in 0..ops {
-        let first = w.next_unit() * ppio;
-        let r = if p_read > 0.0 || p_trim > 0.0 {
-            rng.next_f64()
-        } else {
-            1.0
+    let mut issued = 0u64;
+    while issued < ops {
+        let (kind, off, len) = match src.next()? {
+            Some(r) => r,
+            None => break,
         };
+        let (first, end) = (off / ps, (off + len).div_ceil(ps));
         let mut lat = 0;
-        if r < p_read {
-            for p in first..first + ppio {
-                lat += m.read_page(p)?;
+        match kind {
+            Kind::Read => {
+                for p in first..end {
+                    lat += m.read_page(p)?;
+                }
             }
-        } else if r < p_read + p_trim {
-            for p in first..first + ppio {
-                m.trim_page(p)?;
+            Kind::Trim => {
+                for p in first..end {
+                    m.trim_page(p)?;
+                }
             }
-        } else {
-            for p in first..first + ppio {
-                lat += m.write_page(p)?;
+            Kind::Write => {
+                for p in first..end {
+                    lat += m.write_page(p)?;
+                }
             }
         }
         hist.record(lat);
-        if i & 0xFFFF == 0 {
-            pb.set_position(i);
+        if issued & 0xFFFF == 0 {
+            pb.set_position(issued);
         }
+        issued += 1;
     }
+    let ops = issued;
     let wall = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
     let after = m.stats();
@@ -295,7 +428,7 @@ fn run_ssd(a: SsdArgs) -> Result<()> {
             "config": cfg,
             "logical_pages": m.logical_pages(),
             "workload": {
-                "pattern": pattern(c)?, "ops": ops, "io_size": io, "read_pct": c.read_pct,
+                "pattern": pattern(c)?, "trace": c.trace, "ops": ops, "io_size": io, "read_pct": c.read_pct,
                 "trim_pct": a.trim_pct, "working_set": c.working_set, "seed": c.seed, "prefill": prefill,
             },
             "host_page_writes": host_w,
@@ -331,8 +464,8 @@ fn run_ssd(a: SsdArgs) -> Result<()> {
         cfg.mode
     );
     println!(
-        "workload: {:?}, {} requests of {} B, {}% reads, {}% trims, working set {:.0}%, seed {}{}",
-        c.workload,
+        "workload: {}, {} requests of {} B, {}% reads, {}% trims, working set {:.0}%, seed {}{}",
+        source_name(c),
         ops,
         io,
         c.read_pct,
@@ -382,34 +515,48 @@ fn run_hdd(a: HddArgs) -> Result<()> {
         (None, Some(b)) => parse_size(b).map_err(|e| anyhow::anyhow!("--bytes: {e}"))? / io,
         (None, None) => 100_000,
     };
-    let mut w = Workload::new(pattern(c)?, space, c.seed).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut rng = ecstack_device::SplitMix64::new(c.seed ^ 0x4DD);
-    let p_read = c.read_pct / 100.0;
+    let mut src = Source::new(c, io, space, 0.0, space * io, 512)?;
+    let ops = if src.is_trace() {
+        c.ops.unwrap_or(u64::MAX)
+    } else {
+        ops
+    };
     // Closed loop: `queue_depth` requests outstanding; a new one arrives when one completes.
-    let mut pending: Vec<(u64, u64, bool)> = Vec::with_capacity(a.queue_depth); // (offset, arrival, write)
+    // TRIMs from a trace cost nothing on a disk and are skipped.
+    let mut pending: Vec<(u64, u64, u64, bool)> = Vec::with_capacity(a.queue_depth); // (offset, len, arrival, write)
     let mut offsets: Vec<u64> = Vec::with_capacity(a.queue_depth);
     let mut issued = 0u64;
+    let mut exhausted = false;
     let mut hist = LatencyHistogram::new();
-    let pb = progress(ops, "hdd");
+    let pb = progress(if src.is_trace() { 0 } else { ops }, "hdd");
     let t0 = Instant::now();
     let mut done = 0u64;
-    while done < ops {
-        while pending.len() < a.queue_depth && issued < ops {
-            let write = !(p_read > 0.0 && rng.next_f64() < p_read);
-            pending.push((w.next_unit() * io, m.now_ns(), write));
-            issued += 1;
+    loop {
+        while pending.len() < a.queue_depth && issued < ops && !exhausted {
+            match src.next()? {
+                Some((Kind::Trim, _, _)) => {}
+                Some((kind, off, len)) => {
+                    pending.push((off, len, m.now_ns(), kind == Kind::Write));
+                    issued += 1;
+                }
+                None => exhausted = true,
+            }
+        }
+        if pending.is_empty() {
+            break;
         }
         offsets.clear();
         offsets.extend(pending.iter().map(|p| p.0));
         let i = m.pick(&offsets);
-        let (off, arrival, write) = pending.swap_remove(i);
-        m.access(off, io, write);
+        let (off, len, arrival, write) = pending.swap_remove(i);
+        m.access(off, len, write);
         hist.record(m.now_ns() - arrival);
         done += 1;
         if done & 0xFFFF == 0 {
             pb.set_position(done);
         }
     }
+    let ops = done;
     pb.finish_and_clear();
     let wall = t0.elapsed().as_secs_f64();
     let s = m.stats();
@@ -432,7 +579,7 @@ fn run_hdd(a: HddArgs) -> Result<()> {
             "model": "hdd",
             "config": cfg,
             "workload": {
-                "pattern": pattern(c)?, "ops": ops, "io_size": io, "read_pct": c.read_pct,
+                "pattern": pattern(c)?, "trace": c.trace, "ops": ops, "io_size": io, "read_pct": c.read_pct,
                 "working_set": c.working_set, "seed": c.seed, "queue_depth": a.queue_depth,
             },
             "modeled": { "seconds": secs, "iops": iops, "mb_per_s": mbps },
@@ -461,8 +608,8 @@ fn run_hdd(a: HddArgs) -> Result<()> {
         a.queue_depth
     );
     println!(
-        "workload: {:?}, {} requests of {} B, {}% reads, working set {:.0}%, seed {}",
-        c.workload,
+        "workload: {}, {} requests of {} B, {}% reads, working set {:.0}%, seed {}",
+        source_name(c),
         ops,
         io,
         c.read_pct,

@@ -161,3 +161,44 @@ fn bad_parameters_fail_with_one_line() {
     assert!(err.contains("unknown key 'colour'"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn ssd_and_hdd_replay_a_block_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("usr_0.csv");
+    // MSR Cambridge format: Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime.
+    let ft = 128_166_372_000_000_000u64;
+    let lines = [
+        ("Write", 0u64, 8192u64),       // pages 0-1
+        ("Write", 4096, 4096),          // page 1
+        ("Read", 1 << 20, 4096),        // page 256
+        ("Write", 1 << 20, 16384),      // pages 256-259
+        ("Write", 10 << 20, 600 << 10), // 150 pages
+        ("Write", 0, 2048),             // page 0 (partial: one page write)
+    ];
+    let body: String = lines
+        .iter()
+        .enumerate()
+        .map(|(i, (ty, off, len))| format!("{},usr,0,{ty},{off},{len},100\n", ft + i as u64 * 10))
+        .collect();
+    std::fs::write(&path, body).unwrap();
+    let p = path.to_str().unwrap();
+    let v = sim(&[
+        "ssd",
+        "--params",
+        "blocks=256,pages=32",
+        "--no-prefill",
+        "--trace",
+        p,
+    ]);
+    assert_eq!(f(&v, &["workload", "ops"]), 6.0);
+    assert_eq!(f(&v, &["host_page_writes"]), 158.0);
+    assert_eq!(f(&v, &["host_page_reads"]), 1.0);
+    assert_eq!(f(&v, &["write_amplification"]), 1.0);
+    let h = sim(&["hdd", "--trace", p, "--trace-format", "msr"]);
+    assert_eq!(f(&h, &["totals", "requests"]), 6.0);
+    assert_eq!(
+        f(&h, &["totals", "bytes"]),
+        (8192 + 4096 + 4096 + 16384 + (600 << 10) + 2048) as f64
+    );
+}
