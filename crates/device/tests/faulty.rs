@@ -289,3 +289,23 @@ fn bitrot_flips_exactly_one_bit_per_rotten_read() {
     dev.inner().read_at(&mut clean, 0).unwrap();
     assert_eq!(clean, data);
 }
+
+#[test]
+fn power_cut_undoes_an_unflushed_discard() {
+    let dev = Faulty::new(MemDevice::new(CAP).unwrap(), FaultConfig::default());
+    dev.write_at(&[9u8; 8192], 4096).unwrap();
+    dev.flush().unwrap();
+    dev.discard(4096, 8192).unwrap();
+    let mut b = vec![1u8; 8192];
+    dev.read_at(&mut b, 4096).unwrap();
+    assert!(b.iter().all(|&x| x == 0));
+    let r = dev.power_cut().unwrap();
+    assert_eq!(r.writes.len(), 1);
+    assert!(r.writes[0].discard);
+    dev.power_on();
+    dev.read_at(&mut b, 4096).unwrap();
+    assert!(
+        b.iter().all(|&x| x == 9),
+        "flushed data lost to an unflushed discard"
+    );
+}

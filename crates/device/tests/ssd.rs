@@ -292,3 +292,86 @@ fn sim_ssd_block_device_keeps_data_and_counts_pages() {
     assert!(dev.write_at(&[1], 16 * 4096).is_err());
     assert!(SimSsd::new(SsdConfig { op: 0.01, ..tiny() }).is_err());
 }
+
+#[derive(Debug)]
+struct FallbackAfter(u32);
+
+impl WearModel for FallbackAfter {
+    fn after_erase(&mut self, _b: u32, info: &BlockInfo) -> WearAction {
+        if info.erase_count >= self.0 && info.mode == CellMode::Tlc {
+            WearAction::Switch {
+                mode: CellMode::Mlc,
+                pages: 3,
+            }
+        } else {
+            WearAction::Keep
+        }
+    }
+}
+
+#[test]
+fn wear_hook_bit_mode_fallback_shrinks_blocks_and_changes_latency() {
+    // 16 blocks x 4 pages, 16 logical pages: room to lose a slot per block.
+    let cfg = SsdConfig {
+        blocks: 16,
+        pages_per_block: 4,
+        op: 0.75,
+        mode: CellMode::Tlc,
+        ..tiny()
+    };
+    let mut m = SsdModel::with_wear(cfg, Box::new(FallbackAfter(2))).unwrap();
+    let mut w = Workload::new(Pattern::Uniform, 16, 8).unwrap();
+    for _ in 0..20_000 {
+        m.write_page(w.next_unit()).unwrap();
+    }
+    let blocks = m.blocks();
+    assert!(
+        blocks.iter().all(|b| b.erase_count >= 2),
+        "every block cycled"
+    );
+    for b in blocks {
+        assert_eq!((b.mode, b.pages), (CellMode::Mlc, 3), "{b:?}");
+        assert!(b.write_ptr <= 3 && b.valid <= 3);
+    }
+    assert_eq!(m.stats().valid_pages, 16);
+    // A host write into an MLC block now costs the MLC program latency (when no GC runs).
+    let mut saw_mlc_write = false;
+    for _ in 0..100 {
+        let t = m.write_page(w.next_unit()).unwrap();
+        if t == 13_653 + 500_000 {
+            saw_mlc_write = true;
+        }
+        assert_ne!(t, 13_653 + 1_000_000, "TLC latency after fallback");
+    }
+    assert!(saw_mlc_write);
+}
+
+#[test]
+fn devices_are_shared_between_threads() {
+    use std::sync::Arc;
+    let dev: Arc<dyn BlockDevice> =
+        ecstack_device::open_spec("metered:ssd:blocks=256,pages=32,data=1").unwrap();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let d = Arc::clone(&dev);
+            std::thread::spawn(move || {
+                for i in 0..500u64 {
+                    let off = (t * 1000 + i) * 4096;
+                    d.write_at(&[t as u8 + 1; 4096], off).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = dev.stats();
+    assert_eq!(s.write_ops, 2000);
+    let mut b = [0u8; 4096];
+    dev.read_at(&mut b, (3 * 1000 + 7) * 4096).unwrap();
+    assert!(b.iter().all(|&x| x == 4));
+    match dev.model_stats() {
+        Some(ecstack_device::ModelStats::Ssd(st)) => assert_eq!(st.host_page_writes, 2000),
+        other => panic!("{other:?}"),
+    }
+}
