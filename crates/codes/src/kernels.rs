@@ -7,7 +7,8 @@
 //! |--------------|-------|----------------------------------------------------------|
 //! | `avx512-gfni`| 64 B  | one `vgf2p8affineqb` with the constant's 8x8 bit matrix |
 //! | `avx2-gfni`  | 32 B  | the same, on 256-bit registers                           |
-//! | `avx2`       | 32 B  | split nibbles, two `vpshufb` table look-ups, XOR         |
+//! | `avx512`     | 64 B  | split nibbles, two `vpshufb` table look-ups, XOR         |
+//! | `avx2`       | 32 B  | the same, on 256-bit registers                           |
 //! | `ssse3`      | 16 B  | the same, on 128-bit registers                           |
 //! | `scalar`     | 1 B   | 256-entry product table per constant                     |
 //!
@@ -23,15 +24,17 @@ pub enum Simd {
     Scalar,
     Ssse3,
     Avx2,
+    Avx512,
     Avx2Gfni,
     Avx512Gfni,
 }
 
 impl Simd {
-    pub const ALL: [Simd; 5] = [
+    pub const ALL: [Simd; 6] = [
         Simd::Scalar,
         Simd::Ssse3,
         Simd::Avx2,
+        Simd::Avx512,
         Simd::Avx2Gfni,
         Simd::Avx512Gfni,
     ];
@@ -41,6 +44,7 @@ impl Simd {
             Simd::Scalar => "scalar",
             Simd::Ssse3 => "ssse3",
             Simd::Avx2 => "avx2",
+            Simd::Avx512 => "avx512",
             Simd::Avx2Gfni => "avx2-gfni",
             Simd::Avx512Gfni => "avx512-gfni",
         }
@@ -59,6 +63,7 @@ impl Simd {
                 Simd::Scalar => true,
                 Simd::Ssse3 => has!("ssse3"),
                 Simd::Avx2 => has!("avx2"),
+                Simd::Avx512 => has!("avx512f") && has!("avx512bw"),
                 Simd::Avx2Gfni => has!("avx2") && has!("gfni"),
                 Simd::Avx512Gfni => has!("avx512f") && has!("avx512bw") && has!("gfni"),
             }
@@ -73,7 +78,7 @@ impl Simd {
         matches!(self, Simd::Avx2Gfni | Simd::Avx512Gfni)
     }
     fn uses_nibbles(self) -> bool {
-        matches!(self, Simd::Ssse3 | Simd::Avx2)
+        matches!(self, Simd::Ssse3 | Simd::Avx2 | Simd::Avx512)
     }
 }
 
@@ -290,6 +295,7 @@ unsafe fn simd_dot(
             Simd::Scalar => 0,
             Simd::Ssse3 => ssse3::dot(t, sp, pairs, dp, len, acc),
             Simd::Avx2 => avx2::dot(t, sp, pairs, dp, len, acc),
+            Simd::Avx512 => avx512::dot(t, sp, pairs, dp, len, acc),
             Simd::Avx2Gfni => avx2gfni::dot(t, sp, pairs, dp, len, acc),
             Simd::Avx512Gfni => avx512gfni::dot(t, sp, pairs, dp, len, acc),
         }
@@ -362,6 +368,7 @@ pub unsafe fn xor_multi_raw(
             Simd::Scalar => 0,
             Simd::Ssse3 => ssse3::xor_multi(d, sp, len, accumulate),
             Simd::Avx2 => avx2::xor_multi(d, sp, len, accumulate),
+            Simd::Avx512 => avx512::xor_multi(d, sp, len, accumulate),
             Simd::Avx2Gfni => avx2gfni::xor_multi(d, sp, len, accumulate),
             Simd::Avx512Gfni => avx512gfni::xor_multi(d, sp, len, accumulate),
         }
@@ -399,6 +406,7 @@ pub fn raid6_pq_level(level: Simd, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
                 Simd::Scalar => 0,
                 Simd::Ssse3 => ssse3::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), len),
                 Simd::Avx2 => avx2::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), len),
+                Simd::Avx512 => avx512::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), len),
                 Simd::Avx2Gfni => avx2gfni::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), len),
                 Simd::Avx512Gfni => avx512gfni::raid6_pq(&sp, p.as_mut_ptr(), q.as_mut_ptr(), len),
             }
@@ -672,6 +680,63 @@ mod avx512gfni {
         _mm512_gf2p8affine_epi64_epi8::<0>(x, _mm512_set1_epi64(super::MUL2_MATRIX as i64))
     }
     simd_body!("avx512f,avx512bw,gfni", 8);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::Tables;
+    use std::arch::x86_64::*;
+    const W: usize = 64;
+    type V = __m512i;
+    type P = (__m512i, __m512i);
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn load(p: *const u8) -> V {
+        _mm512_loadu_si512(p as *const _)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn store(p: *mut u8, v: V) {
+        _mm512_storeu_si512(p as *mut _, v)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn xor(a: V, b: V) -> V {
+        _mm512_xor_si512(a, b)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn zero() -> V {
+        _mm512_setzero_si512()
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn prep(x: V) -> P {
+        let mask = _mm512_set1_epi8(0x0f);
+        (
+            _mm512_and_si512(x, mask),
+            _mm512_and_si512(_mm512_srli_epi64::<4>(x), mask),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
+        // The 16-byte tables broadcast to all four lanes (a single load with broadcast).
+        let tb = t.nib.get_unchecked(idx).as_ptr();
+        let lo = _mm512_broadcast_i32x4(_mm_loadu_si128(tb as *const _));
+        let hi = _mm512_broadcast_i32x4(_mm_loadu_si128(tb.add(32) as *const _));
+        _mm512_xor_si512(_mm512_shuffle_epi8(lo, p.0), _mm512_shuffle_epi8(hi, p.1))
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn mul2(x: V) -> V {
+        // Shift each byte left; where the top bit was set, reduce by the polynomial (0x1d).
+        let carry = _mm512_movepi8_mask(x);
+        let poly = _mm512_maskz_mov_epi8(carry, _mm512_set1_epi8(0x1d));
+        _mm512_xor_si512(_mm512_add_epi8(x, x), poly)
+    }
+    simd_body!("avx512f,avx512bw", 8);
 }
 
 #[cfg(target_arch = "x86_64")]
