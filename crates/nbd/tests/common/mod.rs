@@ -1,0 +1,53 @@
+//! Helpers shared by the NBD integration tests.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ecstack_device::{BlockDevice, MemDevice, Metered};
+use ecstack_nbd::{ServeConfig, Server};
+
+pub type MeteredMem = Metered<MemDevice>;
+
+/// Config on an ephemeral loopback port.
+pub fn cfg() -> ServeConfig {
+    ServeConfig {
+        addr: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+        ..ServeConfig::default()
+    }
+}
+
+/// A metered memory device of `size` bytes served on an ephemeral port.
+pub fn mem_server(size: u64, cfg: ServeConfig) -> (Server, Arc<MeteredMem>) {
+    let dev = Arc::new(Metered::new(MemDevice::new(size).unwrap()));
+    let server = Server::start(dev.clone() as Arc<dyn BlockDevice>, None, cfg).unwrap();
+    (server, dev)
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Is `bin` runnable? Prints a skip notice when it is not.
+pub fn have(bin: &str, test: &str) -> bool {
+    let ok = std::process::Command::new(bin)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("SKIPPED {test}: '{bin}' is not installed (apt install fio libnbd-bin)");
+    }
+    ok
+}
