@@ -253,6 +253,13 @@ fn source_name(c: &Common) -> String {
     }
 }
 
+/// CPU time this thread has run, ns (Linux `/proc/thread-self/schedstat`), to report the simulator's
+/// speed independently of how busy a shared machine is. `None` elsewhere.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
 fn check_common(c: &Common) -> Result<u64> {
     if !(0.0..=100.0).contains(&c.read_pct) {
         bail!("--read-pct must be between 0 and 100");
@@ -354,6 +361,7 @@ fn run_ssd(a: SsdArgs) -> Result<()> {
     let before = m.stats();
     let mut hist = LatencyHistogram::new();
     let pb = progress(if src.is_trace() { 0 } else { ops }, "ssd");
+    let cpu0 = thread_cpu_ns();
     let t0 = Instant::now();
     let mut issued = 0u64;
     while issued < ops {
@@ -388,6 +396,10 @@ fn run_ssd(a: SsdArgs) -> Result<()> {
     }
     let ops = issued;
     let wall = t0.elapsed().as_secs_f64();
+    let cpu = match (cpu0, thread_cpu_ns()) {
+        (Some(a), Some(b)) if b > a => Some((b - a) as f64 / 1e9),
+        _ => None,
+    };
     pb.finish_and_clear();
     let after = m.stats();
 
@@ -420,6 +432,7 @@ fn run_ssd(a: SsdArgs) -> Result<()> {
     } else {
         0.0
     };
+    let wps_cpu = cpu.map(|c| host_w as f64 / c);
     let hist_e = erase_histogram(&m.erase_counts(), a.bins);
 
     if c.json {
@@ -442,7 +455,10 @@ fn run_ssd(a: SsdArgs) -> Result<()> {
             "erase_histogram": hist_e.iter().map(|&(lo, hi, n)| json!({"lo": lo, "hi": hi, "blocks": n})).collect::<Vec<_>>(),
             "modeled": { "seconds": modeled_s, "iops": iops, "mb_per_s": mbps },
             "latency_us": latency_json(&hist),
-            "wall": { "seconds": wall, "host_page_writes_per_sec": wps },
+            "wall": {
+                "seconds": wall, "host_page_writes_per_sec": wps,
+                "cpu_seconds": cpu, "host_page_writes_per_cpu_sec": wps_cpu,
+            },
             "totals": after,
         });
         println!(
@@ -491,8 +507,12 @@ fn run_ssd(a: SsdArgs) -> Result<()> {
     }
     println!("modeled             {modeled_s:.3} s, {iops:.0} IOPS, {mbps:.1} MB/s");
     print_latency(&hist);
+    let per_cpu = match (wps_cpu, cpu) {
+        (Some(w), Some(c)) => format!(", {:.2} M per CPU-second (CPU {c:.3} s)", w / 1e6),
+        _ => String::new(),
+    };
     println!(
-        "simulator speed     {:.2} M host page writes/s (wall {wall:.3} s)",
+        "simulator speed     {:.2} M host page writes/s (wall {wall:.3} s){per_cpu}",
         wps / 1e6
     );
     Ok(())
