@@ -219,6 +219,16 @@ pub fn open_spec(spec: &str) -> Result<Arc<dyn BlockDevice>> {
     open_inner(spec, spec.trim())
 }
 
+const KINDS: [&str; 7] = [
+    "file",
+    "mem",
+    "ssd",
+    "hdd",
+    "metered",
+    "faulty",
+    "throttled",
+];
+
 fn open_inner(full: &str, s: &str) -> Result<Arc<dyn BlockDevice>> {
     if s.is_empty() {
         return Err(err(
@@ -231,6 +241,12 @@ fn open_inner(full: &str, s: &str) -> Result<Arc<dyn BlockDevice>> {
     }
     let (kind, rest) = match s.split_once(':') {
         Some((k, r)) => (k, r),
+        None if KINDS.contains(&s) && !std::path::Path::new(s).exists() => {
+            return Err(err(
+                full,
+                format!("'{s}' needs a colon: '{s}:' (or './{s}' for a file)"),
+            ))
+        }
         None => return open_file(full, s, ""),
     };
     match kind {

@@ -132,6 +132,7 @@ fn bad_specs_give_one_clear_line() {
         ("faulty:lse=12:mem:1M", "offset+len"),
         ("throttled:lat_min=1ms:mem:1M", "both lat_min and lat_max"),
         ("file:/nonexistent/dir/x", "No such file"),
+        ("ssd", "needs a colon"),
     ] {
         let e = open_spec(spec).unwrap_err().to_string();
         assert!(
