@@ -1,0 +1,1056 @@
+//! The array: geometry, devices, metadata and locking around an [`UpdateScheme`].
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use ecstack_codes::{new_code, ErasureCode};
+use ecstack_device::{BlockDevice, DeviceError, DeviceStats};
+
+use crate::format::{
+    decode_label, encode_label, ArrayConfig, Geometry, MetaLayout, SchemeKind, Superblock,
+    DEVICE_HEADER, LABEL_SIZE, SB_SLOT,
+};
+use crate::io::{Devs, IoCounters};
+use crate::meta::{MetaState, MetaVolume, Rec};
+use crate::recovery::RebuildReport;
+use crate::scheme::{new_scheme, ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
+use crate::status::Stats;
+use crate::{ArrayError, Result};
+
+/// Stripe lock table size (a request locks the entries of its stripes in ascending order).
+const LOCKS: usize = 1024;
+/// Pending metadata records that force a metadata sync even without a flush.
+const MAX_PENDING: usize = 8192;
+
+/// The devices of an array.
+#[derive(Debug, Clone)]
+pub struct ArrayDevices {
+    /// The n devices of the main array.
+    pub main: Vec<Arc<dyn BlockDevice>>,
+    /// The n − k log devices (pl, eplog; none for md).
+    pub log: Vec<Arc<dyn BlockDevice>>,
+    /// The metadata volume.
+    pub meta: Arc<dyn BlockDevice>,
+    /// Specs to record in the superblock (main, log, meta), so the CLI can reopen by spec.
+    pub specs: Option<Vec<String>>,
+}
+
+/// Run-time options (not stored on disk).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenOptions {
+    /// Issue I/O to different devices in parallel.
+    pub parallel_io: bool,
+    /// Override the stored commit-every-N-writes trigger.
+    pub commit_every: Option<u64>,
+    /// Recovery batch size B (data stripes per batch).
+    pub rebuild_batch: usize,
+    /// Prefetch the next batch's chunks during the metadata scan.
+    pub rebuild_prefetch: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            parallel_io: true,
+            commit_every: None,
+            rebuild_batch: 100,
+            rebuild_prefetch: true,
+        }
+    }
+}
+
+/// Free chunk slots per main device (eplog), handed out in ascending order from a moving cursor so
+/// out-of-place writes land sequentially in the spare area.
+#[derive(Debug, Default)]
+pub(crate) struct Alloc {
+    free: Vec<BTreeSet<u64>>,
+    cursor: Vec<u64>,
+}
+
+impl Alloc {
+    pub fn take(&mut self, dev: usize) -> Option<u64> {
+        let set = self.free.get_mut(dev)?;
+        let c = self.cursor[dev];
+        let s = set
+            .range(c..)
+            .next()
+            .or_else(|| set.iter().next())
+            .copied()?;
+        set.remove(&s);
+        self.cursor[dev] = s + 1;
+        Some(s)
+    }
+    pub fn put(&mut self, dev: usize, slot: u64) {
+        if let Some(set) = self.free.get_mut(dev) {
+            set.insert(slot);
+        }
+    }
+    pub fn min_free(&self) -> u64 {
+        self.free.iter().map(|s| s.len() as u64).min().unwrap_or(0)
+    }
+
+    /// Free slots implied by the metadata (eplog): everything no data stripe, log stripe or parity
+    /// references, and not the reserved home slot of a chunk never written.
+    fn build(g: &Geometry, st: &MetaState) -> Alloc {
+        let mut used: Vec<Vec<bool>> = vec![vec![false; g.slots as usize]; g.n];
+        let mark = |used: &mut Vec<Vec<bool>>, d: usize, s: u64| {
+            if let Some(b) = used[d].get_mut(s as usize) {
+                *b = true;
+            }
+        };
+        for s in 0..g.stripes {
+            let ds = st.stripes.get(&s);
+            for p in 0..g.n {
+                let home = match ds {
+                    _ if p >= g.k => true,
+                    None => true,
+                    Some(ds) => ds.committed[p].is_none() && ds.latest[p].is_none(),
+                };
+                if home {
+                    mark(&mut used, g.dev_of(s, p), s);
+                }
+            }
+        }
+        for (s, ds) in &st.stripes {
+            for p in 0..g.k {
+                let d = g.dev_of(*s, p);
+                if let Some(c) = ds.committed[p] {
+                    mark(&mut used, d, c);
+                }
+                if let Some((l, _)) = ds.latest[p] {
+                    mark(&mut used, d, l);
+                }
+            }
+        }
+        for ls in st.logs.values() {
+            for m in &ls.members {
+                mark(&mut used, m.dev as usize, m.slot);
+            }
+        }
+        Alloc {
+            free: used
+                .iter()
+                .map(|u| (0..g.slots).filter(|&s| !u[s as usize]).collect())
+                .collect(),
+            cursor: vec![g.stripes; g.n],
+        }
+    }
+}
+
+/// Metadata in memory: the state, records not yet on the metadata volume, the slot allocator.
+#[derive(Debug)]
+pub(crate) struct MetaInner {
+    pub state: MetaState,
+    pub pending: Vec<Rec>,
+    pub alloc: Alloc,
+}
+
+impl MetaInner {
+    /// Apply a change and queue its record for the metadata volume.
+    pub fn record(&mut self, r: Rec) {
+        self.state.apply(&r);
+        self.pending.push(r);
+    }
+}
+
+/// Everything the update schemes work with.
+pub struct Core {
+    pub(crate) geo: Geometry,
+    pub(crate) code: Box<dyn ErasureCode>,
+    log_codes: Vec<OnceLock<Box<dyn ErasureCode>>>,
+    pub(crate) devs: Devs,
+    pub(crate) meta: Mutex<MetaInner>,
+    pub(crate) metavol: Mutex<MetaVolume>,
+    pub(crate) sb: Mutex<Superblock>,
+    pub(crate) stats: Stats,
+    pub(crate) trim_on_commit: AtomicBool,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Core({:?})", self.geo)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn lock_sb(core: &Core) -> MutexGuard<'_, Superblock> {
+    lock(&core.sb)
+}
+
+impl Core {
+    pub(crate) fn meta(&self) -> MutexGuard<'_, MetaInner> {
+        lock(&self.meta)
+    }
+
+    /// The k'-of-(k'+m) code of a log stripe with k' data chunks.
+    pub(crate) fn log_code(&self, kp: usize) -> Result<&dyn ErasureCode> {
+        let cell = self
+            .log_codes
+            .get(kp)
+            .ok_or_else(|| ArrayError::Meta(format!("log stripe of {kp} chunks")))?;
+        if cell.get().is_none() {
+            let c = new_code(self.code.kind(), kp, self.geo.m)?;
+            let _ = cell.set(c);
+        }
+        Ok(cell.get().expect("set above").as_ref())
+    }
+
+    pub(crate) fn main_counters(&self) -> IoCounters {
+        let mut c = IoCounters::default();
+        for i in 0..self.geo.n {
+            c.add(&self.devs.meters[i].get());
+        }
+        c
+    }
+
+    /// Make everything done so far durable: flush the devices, then append the pending metadata
+    /// records (or a full checkpoint when the incremental area is full) and flush the volume.
+    pub(crate) fn persist(&self) -> Result<()> {
+        let mut mv = lock(&self.metavol);
+        self.devs.flush_all();
+        let (recs, cp) = {
+            let mut mi = self.meta();
+            for d in self.devs.failed_list() {
+                if !mi.state.failed.contains(&(d as u16)) {
+                    mi.record(Rec::DeviceFailed { dev: d as u16 });
+                }
+            }
+            let recs = std::mem::take(&mut mi.pending);
+            if recs.is_empty() || mv.fits(crate::meta::frame_len(&recs)) {
+                (recs, None)
+            } else {
+                (Vec::new(), Some(mi.state.encode()))
+            }
+        };
+        let t = Instant::now();
+        if let Some(body) = cp {
+            mv.write_checkpoint(&body)?;
+        } else if !recs.is_empty() {
+            mv.append(&recs)?;
+        }
+        self.stats
+            .meta_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+        Ok(())
+    }
+
+    /// Write a full checkpoint of the current state (after flushing the devices).
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let mut mv = lock(&self.metavol);
+        self.devs.flush_all();
+        let body = {
+            let mut mi = self.meta();
+            for d in self.devs.failed_list() {
+                if !mi.state.failed.contains(&(d as u16)) {
+                    mi.record(Rec::DeviceFailed { dev: d as u16 });
+                }
+            }
+            mi.pending.clear();
+            mi.state.encode()
+        };
+        mv.write_checkpoint(&body)
+    }
+
+    pub(crate) fn begin_commit(&self) -> Result<()> {
+        self.meta().record(Rec::CommitBegin);
+        self.persist()
+    }
+
+    /// End a parity commit: durable CommitDone, then hand the freed slots back (and TRIM them).
+    pub(crate) fn finish_commit(&self, frees: Vec<(usize, u64)>) -> Result<()> {
+        self.meta().record(Rec::CommitDone);
+        self.persist()?;
+        {
+            let mut mi = self.meta();
+            for &(d, s) in &frees {
+                mi.alloc.put(d, s);
+            }
+        }
+        if self.trim_on_commit.load(Relaxed) {
+            for &(d, s) in &frees {
+                if !self.devs.is_failed(d) {
+                    let _ = self.devs.get(d).discard(self.geo.off(s), self.geo.chunk);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An erasure-coded block array (see the crate docs).
+pub struct Array {
+    pub(crate) core: Core,
+    pub(crate) scheme: Box<dyn UpdateScheme>,
+    name: String,
+    admin: RwLock<()>,
+    locks: Vec<Mutex<()>>,
+    writes: AtomicU64,
+    commit_every: AtomicU64,
+    pub(crate) rebuild_batch: AtomicU64,
+    pub(crate) rebuild_prefetch: AtomicBool,
+    piece_stripes: u64,
+    last_io: Mutex<Instant>,
+}
+
+impl std::fmt::Debug for Array {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Array({})", self.name)
+    }
+}
+
+fn new_uuid() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut z = t ^ ((std::process::id() as u64) << 32) ^ (&t as *const u64 as u64);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn cfg_err(s: impl Into<String>) -> ArrayError {
+    ArrayError::Config(s.into())
+}
+
+impl Array {
+    /// Check a configuration against the devices and compute the superblock, writing nothing.
+    pub fn plan(cfg: &ArrayConfig, devices: &ArrayDevices) -> Result<Superblock> {
+        let (k, m) = (cfg.k, cfg.m);
+        if k == 0 || m == 0 || k + m > 255 {
+            return Err(cfg_err(format!(
+                "need k >= 1, n - k >= 1 and n <= 255 (got k={k}, m={m})"
+            )));
+        }
+        new_code(cfg.code, k, m).map_err(|e| cfg_err(e.to_string()))?;
+        let n = k + m;
+        if devices.main.len() != n {
+            return Err(cfg_err(format!(
+                "a ({k}+{m}) array needs {n} main devices, got {}",
+                devices.main.len()
+            )));
+        }
+        let want_log = if cfg.scheme.uses_log() { m } else { 0 };
+        if devices.log.len() != want_log {
+            return Err(cfg_err(if cfg.scheme.uses_log() {
+                format!(
+                    "scheme {} needs n - k = {m} log devices, got {}",
+                    cfg.scheme,
+                    devices.log.len()
+                )
+            } else {
+                format!("scheme md uses no log devices, got {}", devices.log.len())
+            }));
+        }
+        let chunk = cfg.chunk_size as u64;
+        if chunk < 512 || chunk % 512 != 0 || chunk > (16 << 20) {
+            return Err(cfg_err(format!(
+                "chunk size {chunk} must be a multiple of 512 between 512 and 16 MiB"
+            )));
+        }
+        if !(cfg.reserve.is_finite() && (0.0..0.95).contains(&cfg.reserve)) {
+            return Err(cfg_err(format!(
+                "reserve {} must be in [0, 0.95)",
+                cfg.reserve
+            )));
+        }
+        let data_start = DEVICE_HEADER.max(chunk).div_ceil(chunk) * chunk;
+        let min_main = devices.main.iter().map(|d| d.capacity()).min().unwrap_or(0);
+        let slots = min_main.saturating_sub(data_start) / chunk;
+        if slots < 2 {
+            return Err(cfg_err(format!(
+                "main devices are too small: the smallest has {min_main} bytes, need at least {} for two {chunk}-byte chunks",
+                data_start + 2 * chunk
+            )));
+        }
+        let mut stripes = match cfg.scheme {
+            SchemeKind::Eplog => {
+                let s = ((slots as f64) * (1.0 - cfg.reserve)).floor() as u64;
+                s.min(slots - 1)
+            }
+            _ => slots,
+        };
+        if let Some(ms) = cfg.max_stripes {
+            stripes = stripes.min(ms.max(1));
+        }
+        if stripes == 0 {
+            return Err(cfg_err("no room for a single data stripe"));
+        }
+        if cfg.scheme == SchemeKind::Eplog && slots - stripes < 2 {
+            return Err(cfg_err(format!(
+                "eplog needs spare chunk slots for out-of-place updates: {slots} slots per device, {stripes} data stripes (raise --reserve or the device size)"
+            )));
+        }
+        let log_slots = if cfg.scheme.uses_log() {
+            let min_log = devices.log.iter().map(|d| d.capacity()).min().unwrap_or(0);
+            let ls = min_log.saturating_sub(data_start) / chunk;
+            if ls < 4 {
+                return Err(cfg_err(format!(
+                    "log devices are too small: the smallest has {min_log} bytes, need at least {}",
+                    data_start + 4 * chunk
+                )));
+            }
+            ls
+        } else {
+            0
+        };
+        let cp_size =
+            (48 + MetaState::max_encoded(k, n, stripes, slots, log_slots)).div_ceil(4096) * 4096;
+        let inc_min = 256 << 10;
+        let need = 2 * SB_SLOT + 2 * cp_size + inc_min;
+        let meta_cap = devices.meta.capacity();
+        if meta_cap < need {
+            return Err(cfg_err(format!(
+                "metadata volume is too small: {meta_cap} bytes, this geometry needs at least {need} ({} MiB)",
+                need.div_ceil(1 << 20)
+            )));
+        }
+        let cp0 = 2 * SB_SLOT;
+        let layout = MetaLayout {
+            cp_off: [cp0, cp0 + cp_size],
+            cp_size,
+            inc_off: cp0 + 2 * cp_size,
+            inc_size: (meta_cap - cp0 - 2 * cp_size) / 4096 * 4096,
+        };
+        let specs = match &devices.specs {
+            Some(s) => {
+                if s.len() != n + devices.log.len() + 1 {
+                    return Err(cfg_err(format!(
+                        "{} device specs given for {} devices",
+                        s.len(),
+                        n + devices.log.len() + 1
+                    )));
+                }
+                s.clone()
+            }
+            None => devices
+                .main
+                .iter()
+                .chain(devices.log.iter())
+                .chain(std::iter::once(&devices.meta))
+                .map(|d| d.name().to_string())
+                .collect(),
+        };
+        let sb = Superblock {
+            generation: 1,
+            uuid: new_uuid(),
+            scheme: cfg.scheme,
+            code: cfg.code,
+            geometry: Geometry {
+                n,
+                k,
+                m,
+                chunk,
+                data_start,
+                slots,
+                stripes,
+                log_slots,
+            },
+            layout,
+            commit_every: cfg.commit_every,
+            trim_on_commit: cfg.trim_on_commit,
+            specs,
+        };
+        sb.encode()?;
+        Ok(sb)
+    }
+
+    /// Create a new array on `devices` (everything on them is overwritten). Misconfigurations are
+    /// refused before anything is written.
+    pub fn create(cfg: &ArrayConfig, devices: ArrayDevices) -> Result<Array> {
+        Self::create_with(cfg, devices, &OpenOptions::default())
+    }
+
+    pub fn create_with(
+        cfg: &ArrayConfig,
+        devices: ArrayDevices,
+        opts: &OpenOptions,
+    ) -> Result<Array> {
+        let sb = Self::plan(cfg, &devices)?;
+        // Labels, an empty checkpoint, then the superblock copies.
+        for (i, d) in devices.main.iter().chain(devices.log.iter()).enumerate() {
+            d.write_at(&encode_label(sb.uuid, i as u16), 0)?;
+            d.flush()?;
+        }
+        let g = &sb.geometry;
+        let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
+        // Invalidate a previous array's second checkpoint area and first frame.
+        devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[0])?;
+        devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[1])?;
+        devices.meta.write_at(&[0u8; 64], sb.layout.inc_off)?;
+        mv.write_checkpoint(&MetaState::new(g.k, g.stripes).encode())?;
+        let raw = sb.encode()?;
+        devices.meta.write_at(&raw, 0)?;
+        devices.meta.write_at(&raw, SB_SLOT)?;
+        devices.meta.flush()?;
+        Self::assemble(sb, devices, mv, opts)
+    }
+
+    /// Read the superblock of a metadata volume (the newer valid copy).
+    pub fn read_superblock(meta: &dyn BlockDevice) -> Result<Superblock> {
+        let mut best: Option<Superblock> = None;
+        for off in [0, SB_SLOT] {
+            let len = SB_SLOT.min(meta.capacity().saturating_sub(off)) as usize;
+            if len < 20 {
+                continue;
+            }
+            let mut raw = vec![0u8; len];
+            if meta.read_at(&mut raw, off).is_err() {
+                continue;
+            }
+            if let Some(sb) = Superblock::decode(&raw)? {
+                if best.as_ref().is_none_or(|b| sb.generation > b.generation) {
+                    best = Some(sb);
+                }
+            }
+        }
+        best.ok_or_else(|| {
+            ArrayError::Meta(format!(
+                "{}: no valid array superblock (not an ecstack array metadata volume?)",
+                meta.name()
+            ))
+        })
+    }
+
+    /// Open an existing array: superblock, newest valid checkpoint + incremental records, device
+    /// labels. An interrupted parity commit is completed.
+    pub fn open(devices: ArrayDevices) -> Result<Array> {
+        Self::open_with(devices, &OpenOptions::default())
+    }
+
+    pub fn open_with(devices: ArrayDevices, opts: &OpenOptions) -> Result<Array> {
+        let sb = Self::read_superblock(devices.meta.as_ref())?;
+        let g = &sb.geometry;
+        let want_log = if sb.scheme.uses_log() { g.m } else { 0 };
+        if devices.main.len() != g.n || devices.log.len() != want_log {
+            return Err(cfg_err(format!(
+                "this {} ({}+{}) array has {} main and {want_log} log devices; got {} and {}",
+                sb.scheme,
+                g.k,
+                g.m,
+                g.n,
+                devices.main.len(),
+                devices.log.len()
+            )));
+        }
+        let mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
+        Self::assemble(sb, devices, mv, opts)
+    }
+
+    fn assemble(
+        sb: Superblock,
+        devices: ArrayDevices,
+        mut mv: MetaVolume,
+        opts: &OpenOptions,
+    ) -> Result<Array> {
+        let g = sb.geometry.clone();
+        let mut state = mv.load(g.k, g.stripes)?;
+        let all: Vec<Arc<dyn BlockDevice>> = devices
+            .main
+            .iter()
+            .chain(devices.log.iter())
+            .cloned()
+            .collect();
+        let devs = Devs::new(all.clone(), opts.parallel_io);
+        // Labels: a device that cannot be read is failed; a wrong device is refused.
+        let mut newly_failed = Vec::new();
+        for (i, d) in all.iter().enumerate() {
+            if state.failed.contains(&(i as u16)) {
+                devs.mark_failed(i);
+                continue;
+            }
+            let mut b = vec![0u8; LABEL_SIZE];
+            match d.read_at(&mut b, 0) {
+                Err(_) => {
+                    devs.mark_failed(i);
+                    newly_failed.push(i);
+                }
+                Ok(()) => match decode_label(&b) {
+                    Some((u, idx)) if u == sb.uuid && idx as usize == i => {}
+                    Some((u, idx)) if u == sb.uuid => {
+                        return Err(cfg_err(format!(
+                            "device {} ({}) is member {idx} of this array, not member {i}: check the device order",
+                            i,
+                            d.name()
+                        )))
+                    }
+                    _ => {
+                        return Err(cfg_err(format!(
+                            "device {} ({}) does not belong to this array",
+                            i,
+                            d.name()
+                        )))
+                    }
+                },
+            }
+        }
+        if devices.meta.capacity() < sb.layout.inc_off + sb.layout.inc_size {
+            return Err(cfg_err(
+                "metadata volume is smaller than its recorded layout",
+            ));
+        }
+        let mut pending = Vec::new();
+        for i in newly_failed {
+            let r = Rec::DeviceFailed { dev: i as u16 };
+            state.apply(&r);
+            pending.push(r);
+        }
+        let alloc = if sb.scheme == SchemeKind::Eplog {
+            Alloc::build(&g, &state)
+        } else {
+            Alloc::default()
+        };
+        let code = new_code(sb.code, g.k, g.m)?;
+        let spare = g.slots - g.stripes;
+        let piece_stripes = match sb.scheme {
+            SchemeKind::Md => 64,
+            SchemeKind::Pl => (g.log_slots / 2).clamp(1, 64),
+            SchemeKind::Eplog => (spare / 2).min(g.log_slots / 2).clamp(1, 64),
+        };
+        let name = format!("array:{}({}+{})", sb.scheme, g.k, g.m);
+        let commit_every = opts.commit_every.unwrap_or(sb.commit_every);
+        let trim = sb.trim_on_commit;
+        let core = Core {
+            log_codes: (0..=g.n).map(|_| OnceLock::new()).collect(),
+            code,
+            devs,
+            meta: Mutex::new(MetaInner {
+                state,
+                pending,
+                alloc,
+            }),
+            metavol: Mutex::new(mv),
+            sb: Mutex::new(sb.clone()),
+            stats: Stats::default(),
+            trim_on_commit: AtomicBool::new(trim),
+            geo: g,
+        };
+        let array = Array {
+            scheme: new_scheme(sb.scheme),
+            core,
+            name,
+            admin: RwLock::new(()),
+            locks: (0..LOCKS).map(|_| Mutex::new(())).collect(),
+            writes: AtomicU64::new(0),
+            commit_every: AtomicU64::new(commit_every),
+            rebuild_batch: AtomicU64::new(opts.rebuild_batch.max(1) as u64),
+            rebuild_prefetch: AtomicBool::new(opts.rebuild_prefetch),
+            piece_stripes,
+            last_io: Mutex::new(Instant::now()),
+        };
+        if array.core.meta().state.commit_in_progress {
+            // Finish the parity commit a crash interrupted (its parity writes may be torn).
+            array.commit()?;
+        }
+        Ok(array)
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.core.geo
+    }
+
+    pub fn scheme_kind(&self) -> SchemeKind {
+        self.scheme.kind()
+    }
+
+    pub fn superblock(&self) -> Superblock {
+        lock(&self.core.sb).clone()
+    }
+
+    /// Logical capacity in bytes.
+    pub fn size(&self) -> u64 {
+        self.core.geo.capacity()
+    }
+
+    pub fn set_commit_every(&self, n: u64) {
+        self.commit_every.store(n, Relaxed);
+    }
+
+    pub fn set_parallel_io(&self, on: bool) {
+        self.core.devs.parallel.store(on, Relaxed);
+    }
+
+    pub fn set_rebuild(&self, batch: usize, prefetch: bool) {
+        self.rebuild_batch.store(batch.max(1) as u64, Relaxed);
+        self.rebuild_prefetch.store(prefetch, Relaxed);
+    }
+
+    pub fn set_trim_on_commit(&self, on: bool) {
+        self.core.trim_on_commit.store(on, Relaxed);
+    }
+
+    /// Zero all counters (device meters, requests, commits).
+    pub fn reset_stats(&self) {
+        for m in &self.core.devs.meters {
+            m.reset();
+        }
+        self.core.stats.reset();
+    }
+
+    /// The devices in array order (main then log).
+    pub fn devices(&self) -> Vec<Arc<dyn BlockDevice>> {
+        self.core.devs.all()
+    }
+
+    pub fn failed_devices(&self) -> Vec<usize> {
+        self.core.devs.failed_list()
+    }
+
+    fn admin_read(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.admin.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn admin_write(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.admin.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_stripes(&self, first: u64, last: u64) -> Vec<MutexGuard<'_, ()>> {
+        let mut idx: Vec<usize> = (first..=last.min(first + LOCKS as u64))
+            .map(|s| (s % LOCKS as u64) as usize)
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| lock(&self.locks[i])).collect()
+    }
+
+    fn check_range(&self, off: u64, len: u64) -> Result<()> {
+        match off.checked_add(len) {
+            Some(e) if e <= self.size() => Ok(()),
+            _ => Err(ArrayError::Device(DeviceError::OutOfRange {
+                device: self.name.clone(),
+                offset: off,
+                len,
+                capacity: self.size(),
+            })),
+        }
+    }
+
+    fn touch(&self) {
+        *lock(&self.last_io) = Instant::now();
+    }
+
+    /// Time since the last read or write.
+    pub fn idle_for(&self) -> Duration {
+        lock(&self.last_io).elapsed()
+    }
+
+    /// Read `buf.len()` bytes at logical byte `off`.
+    pub fn read(&self, buf: &mut [u8], off: u64) -> Result<()> {
+        self.check_range(off, buf.len() as u64)?;
+        let t = Instant::now();
+        self.touch();
+        let g = &self.core.geo;
+        let sb = g.stripe_bytes();
+        let piece = self.piece_stripes * sb;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let poff = off + done as u64;
+            let plen = (piece - poff % piece).min((buf.len() - done) as u64) as usize;
+            let pbuf = &mut buf[done..done + plen];
+            let _a = self.admin_read();
+            let _l = self.lock_stripes(poff / sb, (poff + plen as u64 - 1) / sb);
+            let mut reqs = split_reads(g, pbuf, poff);
+            self.scheme.read(&self.core, &mut reqs)?;
+            done += plen;
+        }
+        self.core.stats.read(buf.len() as u64, t.elapsed());
+        Ok(())
+    }
+
+    /// Write `buf` at logical byte `off`.
+    pub fn write(&self, buf: &[u8], off: u64) -> Result<()> {
+        self.check_range(off, buf.len() as u64)?;
+        let t = Instant::now();
+        self.touch();
+        let g = &self.core.geo;
+        let sb = g.stripe_bytes();
+        let piece = self.piece_stripes * sb;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let poff = off + done as u64;
+            let plen = (piece - poff % piece).min((buf.len() - done) as u64) as usize;
+            let mut tries = 0;
+            loop {
+                let outcome = {
+                    let _a = self.admin_read();
+                    let _l = self.lock_stripes(poff / sb, (poff + plen as u64 - 1) / sb);
+                    self.write_piece(&buf[done..done + plen], poff)?
+                };
+                match outcome {
+                    WriteOutcome::Done => break,
+                    WriteOutcome::NeedCommit if tries == 0 => {
+                        tries += 1;
+                        self.core.stats.space_commits.fetch_add(1, Relaxed);
+                        self.commit()?;
+                    }
+                    WriteOutcome::NeedCommit => {
+                        return Err(ArrayError::NoSpace(
+                            "no free chunk slots or log space even after a parity commit".into(),
+                        ))
+                    }
+                }
+            }
+            done += plen;
+        }
+        self.core.stats.write(buf.len() as u64, t.elapsed());
+        let w = self.writes.fetch_add(1, Relaxed) + 1;
+        let every = self.commit_every.load(Relaxed);
+        if every > 0 && w % every == 0 {
+            self.commit()?;
+        }
+        if self.core.meta().pending.len() > MAX_PENDING {
+            let _a = self.admin_read();
+            self.core.persist()?;
+        }
+        Ok(())
+    }
+
+    /// Write one piece (stripes locked): complete partial chunks from their current content, then
+    /// hand whole chunks to the scheme.
+    fn write_piece(&self, buf: &[u8], off: u64) -> Result<WriteOutcome> {
+        let g = &self.core.geo;
+        let c = g.chunk;
+        let mut writes: Vec<(u64, usize, usize, usize)> = Vec::new(); // stripe, pos, chunk off, buf idx
+        let mut p = 0usize;
+        while p < buf.len() {
+            let a = off + p as u64;
+            let ci = a / c;
+            let co = (a % c) as usize;
+            let len = ((c as usize) - co).min(buf.len() - p);
+            writes.push((ci / g.k as u64, (ci % g.k as u64) as usize, co, p));
+            p += len;
+        }
+        // Current content of partially covered chunks.
+        let mut fills: Vec<(usize, Vec<u8>)> = Vec::new();
+        for (i, &(_, _, co, bp)) in writes.iter().enumerate() {
+            let len = ((c as usize) - co).min(buf.len() - bp);
+            if len < c as usize {
+                fills.push((i, vec![0u8; c as usize]));
+            }
+        }
+        if !fills.is_empty() {
+            let mut reqs: Vec<ChunkRead> = fills
+                .iter_mut()
+                .map(|(i, b)| ChunkRead {
+                    stripe: writes[*i].0,
+                    pos: writes[*i].1,
+                    off: 0,
+                    buf: b.as_mut_slice(),
+                })
+                .collect();
+            self.scheme.read(&self.core, &mut reqs)?;
+            for (i, b) in fills.iter_mut() {
+                let (_, _, co, bp) = writes[*i];
+                let len = ((c as usize) - co).min(buf.len() - bp);
+                b[co..co + len].copy_from_slice(&buf[bp..bp + len]);
+            }
+        }
+        let mut fi = fills.iter().peekable();
+        let mut cws: Vec<ChunkWrite> = Vec::with_capacity(writes.len());
+        for (i, &(s, pos, _, bp)) in writes.iter().enumerate() {
+            let data: &[u8] = match fi.peek() {
+                Some((j, b)) if *j == i => {
+                    fi.next();
+                    b.as_slice()
+                }
+                _ => &buf[bp..bp + c as usize],
+            };
+            cws.push(ChunkWrite {
+                stripe: s,
+                pos,
+                data,
+            });
+        }
+        self.scheme.write(&self.core, &cws)
+    }
+
+    /// Make every completed write durable (devices flushed, metadata records persisted).
+    pub fn sync(&self) -> Result<()> {
+        let _a = self.admin_read();
+        self.core.persist()
+    }
+
+    /// Parity commit (EPLOG §3.3); a no-op for md.
+    pub fn commit(&self) -> Result<CommitReport> {
+        let _a = self.admin_write();
+        self.commit_locked()
+    }
+
+    pub(crate) fn commit_locked(&self) -> Result<CommitReport> {
+        let r = self.scheme.commit(&self.core)?;
+        if r.stripes > 0 || r.seconds > 0.0 {
+            self.core.stats.commit(&r);
+        }
+        Ok(r)
+    }
+
+    /// Whether there are updates not yet committed to the main array's parity.
+    pub fn has_pending(&self) -> bool {
+        self.scheme.has_pending(&self.core)
+    }
+
+    /// Take device `i` (main 0..n, log n..n+m) out of service. A failed log device makes the array
+    /// commit, so pending updates are protected by the main array's parity again.
+    pub fn fail_device(&self, i: usize) -> Result<()> {
+        let _a = self.admin_write();
+        if i >= self.core.devs.len() {
+            return Err(ArrayError::Admin(format!(
+                "no device {i} (the array has {} devices: main 0..{}, log {}..{})",
+                self.core.devs.len(),
+                self.core.geo.n,
+                self.core.geo.n,
+                self.core.devs.len()
+            )));
+        }
+        self.core.devs.mark_failed(i);
+        self.core.persist()?;
+        if i >= self.core.geo.n && self.scheme.has_pending(&self.core) {
+            self.commit_locked()?;
+        }
+        Ok(())
+    }
+
+    /// Rebuild device `i` onto `replacement` (which may be the same device, wiped): parity commit
+    /// first, then the lost chunks stripe by stripe in batches (EPLOG §3.4).
+    pub fn rebuild_device(
+        &self,
+        i: usize,
+        replacement: Arc<dyn BlockDevice>,
+    ) -> Result<RebuildReport> {
+        self.rebuild_devices(vec![(i, replacement)])
+    }
+
+    /// Rebuild several failed devices in one pass.
+    pub fn rebuild_devices(
+        &self,
+        targets: Vec<(usize, Arc<dyn BlockDevice>)>,
+    ) -> Result<RebuildReport> {
+        let _a = self.admin_write();
+        let r = crate::recovery::rebuild(self, targets)?;
+        self.core.stats.set_rebuild(&r);
+        Ok(r)
+    }
+
+    /// Record a new spec string for device `i` (main, log, then meta) in the superblock.
+    pub fn set_device_spec(&self, i: usize, spec: &str) -> Result<()> {
+        let _a = self.admin_write();
+        let mut sb = lock(&self.core.sb);
+        if i >= sb.specs.len() {
+            return Err(ArrayError::Admin(format!("no device {i}")));
+        }
+        sb.specs[i] = spec.to_string();
+        sb.generation += 1;
+        let raw = sb.encode()?;
+        let off = if sb.generation % 2 == 0 { SB_SLOT } else { 0 };
+        let meta = Arc::clone(&lock(&self.core.metavol).dev);
+        meta.write_at(&raw, off)?;
+        meta.flush()?;
+        Ok(())
+    }
+
+    /// Flush everything and write a full checkpoint (a clean shutdown point).
+    pub fn close(&self) -> Result<()> {
+        let _a = self.admin_write();
+        self.core.checkpoint()
+    }
+
+    pub(crate) fn admin_lock_free_commit_if_idle(&self, idle: Duration) -> Result<bool> {
+        if self.idle_for() >= idle && self.has_pending() {
+            self.core.stats.idle_commits.fetch_add(1, Relaxed);
+            self.commit()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Commit whenever the array has been idle for `idle` (EPLOG §3.3 trigger (i)). The thread ends
+    /// when the array is dropped.
+    pub fn spawn_idle_committer(self: &Arc<Self>, idle: Duration) -> std::thread::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        std::thread::spawn(move || loop {
+            std::thread::sleep(
+                idle.min(Duration::from_millis(500))
+                    .max(Duration::from_millis(10)),
+            );
+            match weak.upgrade() {
+                Some(a) => {
+                    let _ = a.admin_lock_free_commit_if_idle(idle);
+                }
+                None => return,
+            }
+        })
+    }
+
+    pub(crate) fn total_stats(&self) -> DeviceStats {
+        let s = &self.core.stats;
+        DeviceStats {
+            read_ops: s.reads.load(Relaxed),
+            read_bytes: s.read_bytes.load(Relaxed),
+            write_ops: s.writes.load(Relaxed),
+            write_bytes: s.write_bytes.load(Relaxed),
+            ..DeviceStats::default()
+        }
+    }
+}
+
+/// Split a logical read into chunk reads.
+fn split_reads<'a>(g: &Geometry, mut buf: &'a mut [u8], off: u64) -> Vec<ChunkRead<'a>> {
+    let c = g.chunk;
+    let mut v = Vec::new();
+    let mut a = off;
+    while !buf.is_empty() {
+        let ci = a / c;
+        let co = (a % c) as usize;
+        let len = ((c as usize) - co).min(buf.len());
+        let (head, tail) = std::mem::take(&mut buf).split_at_mut(len);
+        v.push(ChunkRead {
+            stripe: ci / g.k as u64,
+            pos: (ci % g.k as u64) as usize,
+            off: co,
+            buf: head,
+        });
+        buf = tail;
+        a += len as u64;
+    }
+    v
+}
+
+fn to_dev_err(name: &str, e: ArrayError) -> DeviceError {
+    match e {
+        ArrayError::Device(d @ DeviceError::OutOfRange { .. }) => d,
+        other => DeviceError::io(name, std::io::Error::other(other.to_string())),
+    }
+}
+
+impl BlockDevice for Array {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn capacity(&self) -> u64 {
+        self.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> ecstack_device::Result<()> {
+        self.read(buf, offset)
+            .map_err(|e| to_dev_err(&self.name, e))
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> ecstack_device::Result<()> {
+        self.write(buf, offset)
+            .map_err(|e| to_dev_err(&self.name, e))
+    }
+    fn flush(&self) -> ecstack_device::Result<()> {
+        self.sync().map_err(|e| to_dev_err(&self.name, e))
+    }
+    fn discard(&self, offset: u64, len: u64) -> ecstack_device::Result<()> {
+        // Discarded ranges keep their data (the trait allows it); only the range is checked.
+        self.check_range(offset, len)
+            .map_err(|e| to_dev_err(&self.name, e))
+    }
+    fn stats(&self) -> DeviceStats {
+        self.total_stats()
+    }
+}

@@ -1,0 +1,504 @@
+//! `eplog`: elastic parity logging (EPLOG §2.3, §3.2–§3.4).
+//!
+//! * A new write that covers a whole data stripe goes to the main array with its parity.
+//! * Every other write (new partial-stripe writes and updates) is written **out of place**: each new
+//!   data chunk goes to a free chunk slot of the device that holds its position (no-overwrite; the
+//!   old version stays until the next parity commit). The new chunks of a request are grouped into log
+//!   stripes holding at most one chunk per device; a log stripe of k' chunks is encoded k'-of-(k'+m)
+//!   and its m log chunks are appended to the m log devices. No pre-reads.
+//! * Parity commit (Algorithm 1): for every data stripe with updated chunks, read the latest versions
+//!   (decoding any lost one from its log stripe), recompute the parity, write it in place, then free
+//!   the old versions and all log chunks.
+//! * Degraded reads: a lost chunk updated since the last commit is decoded from its log stripe,
+//!   otherwise from its data stripe (committed versions + parity).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::md::by_stripe;
+use super::{ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
+use crate::array::Core;
+use crate::io::{Rd, Wr};
+use crate::meta::{DataStripe, LogStripe, Member, Rec};
+use crate::{ArrayError, Result, SchemeKind};
+
+pub struct Eplog;
+
+const COMMIT_BATCH: usize = 256;
+
+/// Where the current version of a data chunk lives.
+#[derive(Clone, Copy)]
+enum Loc {
+    Zero,
+    At { dev: usize, slot: u64 },
+}
+
+impl Eplog {
+    fn locate(core: &Core, ds: Option<&DataStripe>, s: u64, pos: usize) -> Loc {
+        let dev = core.geo.dev_of(s, pos);
+        match ds {
+            None => Loc::Zero,
+            Some(ds) => match (ds.latest[pos], ds.committed[pos]) {
+                (Some((slot, _)), _) => Loc::At { dev, slot },
+                (None, Some(slot)) => Loc::At { dev, slot },
+                (None, None) => Loc::Zero,
+            },
+        }
+    }
+
+    /// Decode member `idx` of a log stripe from the other members and the log chunks.
+    pub(crate) fn decode_from_log(core: &Core, ls: &LogStripe, idx: usize) -> Result<Vec<u8>> {
+        let g = &core.geo;
+        let (kp, m, c) = (ls.members.len(), g.m, g.chunk as usize);
+        let code = core.log_code(kp)?;
+        for _ in 0..=g.n + m {
+            let mut shards = vec![vec![0u8; c]; kp + m];
+            let mut reads = Vec::new();
+            let mut erased = Vec::new();
+            for (j, mem) in ls.members.iter().enumerate() {
+                if reads.len() < kp && !core.devs.is_failed(mem.dev as usize) {
+                    reads.push((j, mem.dev as usize, g.off(mem.slot)));
+                } else {
+                    erased.push(j);
+                }
+            }
+            for i in 0..m {
+                if reads.len() < kp && !core.devs.is_failed(g.log_dev(i)) {
+                    reads.push((kp + i, g.log_dev(i), g.off(ls.off)));
+                } else {
+                    erased.push(kp + i);
+                }
+            }
+            if reads.len() < kp {
+                return Err(ArrayError::DataLoss(format!(
+                    "log stripe at log slot {}: only {} of the {kp} chunks needed are available",
+                    ls.off,
+                    reads.len()
+                )));
+            }
+            let ok = {
+                let mut bufs: Vec<Option<&mut Vec<u8>>> = shards.iter_mut().map(Some).collect();
+                let mut ops: Vec<Rd> = reads
+                    .iter()
+                    .map(|&(j, d, off)| {
+                        Rd::new(d, off, bufs[j].take().expect("once").as_mut_slice())
+                    })
+                    .collect();
+                core.devs.read(&mut ops);
+                ops.iter().all(|o| o.ok)
+            };
+            if !ok {
+                continue;
+            }
+            if erased.contains(&idx) {
+                let mut refs: Vec<&mut [u8]> =
+                    shards.iter_mut().map(|v| v.as_mut_slice()).collect();
+                code.reconstruct(&mut refs, &erased)?;
+            }
+            return Ok(std::mem::take(&mut shards[idx]));
+        }
+        Err(ArrayError::DataLoss(
+            "devices kept failing while decoding a log stripe".into(),
+        ))
+    }
+
+    /// Decode the committed version of data chunk `pos` of stripe `s` from its data stripe.
+    fn decode_committed(
+        core: &Core,
+        s: u64,
+        ds: &DataStripe,
+        pos: usize,
+        rerun: bool,
+    ) -> Result<Vec<u8>> {
+        let g = &core.geo;
+        if !ds.parity {
+            return Err(ArrayError::DataLoss(format!(
+                "stripe {s}: chunk {pos} is lost and the stripe has no parity yet"
+            )));
+        }
+        if rerun && ds.pending() {
+            return Err(ArrayError::DataLoss(format!(
+                "stripe {s}: chunk {pos} is lost and an interrupted parity commit may have torn the parity"
+            )));
+        }
+        let mut slots: Vec<Option<u64>> = ds.committed.clone();
+        slots.extend((0..g.m).map(|_| Some(s)));
+        let mut sh = core.decode_stripe(s, &slots, &[], &|_, _| Ok(()))?;
+        Ok(std::mem::take(&mut sh[pos]))
+    }
+
+    /// The full current content of data chunk (s, pos) when its device cannot serve it.
+    fn decode_current(core: &Core, s: u64, pos: usize) -> Result<Vec<u8>> {
+        let (ds, ls, rerun) = {
+            let mi = core.meta();
+            let ds = mi.state.stripes.get(&s).cloned();
+            let ls = ds
+                .as_ref()
+                .and_then(|d| d.latest[pos])
+                .and_then(|(_, id)| mi.state.logs.get(&id).cloned());
+            (ds, ls, mi.state.commit_in_progress)
+        };
+        let c = core.geo.chunk as usize;
+        let Some(ds) = ds else {
+            return Ok(vec![0u8; c]);
+        };
+        match (ds.latest[pos], ds.committed[pos]) {
+            (Some((slot, id)), _) => {
+                let ls = ls.ok_or_else(|| {
+                    ArrayError::Meta(format!(
+                        "log stripe {id} of stripe {s} chunk {pos} is missing"
+                    ))
+                })?;
+                let idx = ls
+                    .members
+                    .iter()
+                    .position(|m| m.stripe == s && m.pos as usize == pos && m.slot == slot)
+                    .ok_or_else(|| {
+                        ArrayError::Meta(format!(
+                            "log stripe {id} does not list stripe {s} chunk {pos}"
+                        ))
+                    })?;
+                Self::decode_from_log(core, &ls, idx)
+            }
+            (None, Some(_)) => Self::decode_committed(core, s, &ds, pos, rerun),
+            (None, None) => Ok(vec![0u8; c]),
+        }
+    }
+}
+
+impl UpdateScheme for Eplog {
+    fn kind(&self) -> SchemeKind {
+        SchemeKind::Eplog
+    }
+
+    fn read(&self, core: &Core, reqs: &mut [ChunkRead<'_>]) -> Result<()> {
+        let g = &core.geo;
+        let locs: Vec<Loc> = {
+            let mi = core.meta();
+            reqs.iter()
+                .map(|r| Self::locate(core, mi.state.stripes.get(&r.stripe), r.stripe, r.pos))
+                .collect()
+        };
+        let mut need = Vec::new();
+        {
+            let mut ops = Vec::new();
+            let mut idx = Vec::new();
+            for (i, (r, loc)) in reqs.iter_mut().zip(&locs).enumerate() {
+                match *loc {
+                    Loc::Zero => r.buf.fill(0),
+                    Loc::At { dev, slot } => {
+                        if core.devs.is_failed(dev) {
+                            need.push(i);
+                        } else {
+                            idx.push(i);
+                            ops.push(Rd::new(dev, g.off(slot) + r.off as u64, &mut *r.buf));
+                        }
+                    }
+                }
+            }
+            core.devs.read(&mut ops);
+            for (o, i) in ops.iter().zip(idx) {
+                if !o.ok {
+                    need.push(i);
+                }
+            }
+        }
+        for i in need {
+            let r = &mut reqs[i];
+            let full = Self::decode_current(core, r.stripe, r.pos)?;
+            r.buf.copy_from_slice(&full[r.off..r.off + r.buf.len()]);
+        }
+        Ok(())
+    }
+
+    fn write(&self, core: &Core, ws: &[ChunkWrite<'_>]) -> Result<WriteOutcome> {
+        core.check_tolerance()?;
+        let g = &core.geo;
+        let (k, m, n) = (g.k, g.m, g.n);
+        let groups = by_stripe(ws);
+        let mut full_new: Vec<(u64, Vec<&[u8]>)> = Vec::new();
+        let mut logged: Vec<&ChunkWrite> = Vec::new();
+        let mut slots: Vec<u64> = Vec::new();
+        let mut lgroups: Vec<Vec<usize>> = Vec::new();
+        let (base, id0) = {
+            let mut mi = core.meta();
+            for (&s, wl) in &groups {
+                if wl.len() == k && !mi.state.stripes.contains_key(&s) {
+                    let mut data: Vec<&[u8]> = vec![&[]; k];
+                    for w in wl {
+                        data[w.pos] = w.data;
+                    }
+                    full_new.push((s, data));
+                } else {
+                    logged.extend(wl.iter().copied());
+                }
+            }
+            // Allocate an out-of-place slot on each chunk's device (a chunk never written yet uses
+            // its home slot, which nothing else references).
+            let mut taken: Vec<(usize, u64)> = Vec::new();
+            for w in &logged {
+                let d = g.dev_of(w.stripe, w.pos);
+                let home = match mi.state.stripes.get(&w.stripe) {
+                    None => true,
+                    Some(ds) => ds.committed[w.pos].is_none() && ds.latest[w.pos].is_none(),
+                };
+                if home {
+                    slots.push(w.stripe);
+                } else if let Some(sl) = mi.alloc.take(d) {
+                    slots.push(sl);
+                    taken.push((d, sl));
+                } else {
+                    for (d, sl) in taken {
+                        mi.alloc.put(d, sl);
+                    }
+                    return Ok(WriteOutcome::NeedCommit);
+                }
+            }
+            // Log stripes: at most one chunk per device, first fit in request order.
+            let mut used: Vec<Vec<bool>> = Vec::new();
+            for (i, w) in logged.iter().enumerate() {
+                let d = g.dev_of(w.stripe, w.pos);
+                match used.iter().position(|u| !u[d]) {
+                    Some(j) => {
+                        used[j][d] = true;
+                        lgroups[j].push(i);
+                    }
+                    None => {
+                        let mut u = vec![false; n];
+                        u[d] = true;
+                        used.push(u);
+                        lgroups.push(vec![i]);
+                    }
+                }
+            }
+            if mi.state.log_next + lgroups.len() as u64 > g.log_slots {
+                for (d, sl) in taken {
+                    mi.alloc.put(d, sl);
+                }
+                return Ok(WriteOutcome::NeedCommit);
+            }
+            let base = mi.state.log_next;
+            let id0 = mi.state.next_log_id;
+            mi.state.log_next += lgroups.len() as u64;
+            mi.state.next_log_id += lgroups.len() as u64;
+            (base, id0)
+        };
+        // Encode: parity of full new stripes, log chunks of log stripes.
+        let mut parities = Vec::with_capacity(full_new.len());
+        for (_, data) in &full_new {
+            parities.push(core.encode_parity(data)?);
+        }
+        let mut logchunks = Vec::with_capacity(lgroups.len());
+        for grp in &lgroups {
+            let code = core.log_code(grp.len())?;
+            let data: Vec<&[u8]> = grp.iter().map(|&i| logged[i].data).collect();
+            let mut out = vec![vec![0u8; g.chunk as usize]; m];
+            let mut refs: Vec<&mut [u8]> = out.iter_mut().map(|v| v.as_mut_slice()).collect();
+            code.encode(&data, &mut refs)?;
+            logchunks.push(out);
+        }
+        let mut ops = Vec::new();
+        for ((s, data), par) in full_new.iter().zip(&parities) {
+            for (p, b) in data
+                .iter()
+                .copied()
+                .chain(par.iter().map(|v| v.as_slice()))
+                .enumerate()
+            {
+                ops.push(Wr::new(g.dev_of(*s, p), g.off(*s), b));
+            }
+        }
+        for (w, &slot) in logged.iter().zip(&slots) {
+            ops.push(Wr::new(g.dev_of(w.stripe, w.pos), g.off(slot), w.data));
+        }
+        for (j, lc) in logchunks.iter().enumerate() {
+            for (i, b) in lc.iter().enumerate() {
+                ops.push(Wr::new(g.log_dev(i), g.off(base + j as u64), b));
+            }
+        }
+        core.devs.write(&mut ops);
+        drop(ops);
+        core.check_tolerance()?;
+        let mut mi = core.meta();
+        for (s, _) in &full_new {
+            mi.record(Rec::FullStripe { stripe: *s });
+        }
+        for (j, grp) in lgroups.iter().enumerate() {
+            let members = grp
+                .iter()
+                .map(|&i| Member {
+                    dev: g.dev_of(logged[i].stripe, logged[i].pos) as u16,
+                    slot: slots[i],
+                    stripe: logged[i].stripe,
+                    pos: logged[i].pos as u16,
+                })
+                .collect();
+            mi.record(Rec::LogStripe {
+                id: id0 + j as u64,
+                off: base + j as u64,
+                members,
+            });
+        }
+        Ok(WriteOutcome::Done)
+    }
+
+    fn commit(&self, core: &Core) -> Result<CommitReport> {
+        let t = Instant::now();
+        let g = &core.geo;
+        let (k, c) = (g.k, g.chunk as usize);
+        let (touched, logs, rerun, log_used): (
+            Vec<(u64, DataStripe)>,
+            HashMap<u64, LogStripe>,
+            bool,
+            u64,
+        ) = {
+            let mi = core.meta();
+            let mut v: Vec<(u64, DataStripe)> = mi
+                .state
+                .stripes
+                .iter()
+                .filter(|(_, ds)| ds.pending())
+                .map(|(s, ds)| (*s, ds.clone()))
+                .collect();
+            v.sort_unstable_by_key(|(s, _)| *s);
+            (
+                v,
+                mi.state.logs.clone(),
+                mi.state.commit_in_progress,
+                mi.state.log_next,
+            )
+        };
+        if touched.is_empty() && !rerun {
+            return Ok(CommitReport::default());
+        }
+        let before = core.main_counters();
+        core.begin_commit()?;
+        let mut chunks = 0u64;
+        let mut decoded = 0u64;
+        for batch in touched.chunks(COMMIT_BATCH) {
+            // Line 2: read the latest version of every data chunk of the touched stripes.
+            let mut data: Vec<Vec<Vec<u8>>> = batch.iter().map(|_| vec![vec![0u8; c]; k]).collect();
+            let mut lost = Vec::new();
+            {
+                let mut ops = Vec::new();
+                let mut who = Vec::new();
+                for (i, ((s, ds), d)) in batch.iter().zip(data.iter_mut()).enumerate() {
+                    for (p, b) in d.iter_mut().enumerate() {
+                        if let Loc::At { dev, slot } = Self::locate(core, Some(ds), *s, p) {
+                            if core.devs.is_failed(dev) {
+                                lost.push((i, p));
+                            } else {
+                                who.push((i, p));
+                                ops.push(Rd::new(dev, g.off(slot), b.as_mut_slice()));
+                            }
+                        }
+                    }
+                }
+                core.devs.read(&mut ops);
+                for (o, w) in ops.iter().zip(who) {
+                    if !o.ok {
+                        lost.push(w);
+                    }
+                }
+            }
+            // Lines 3-6: recover unavailable chunks (from the log stripe if updated).
+            for (i, p) in lost {
+                let (s, ds) = &batch[i];
+                data[i][p] = match ds.latest[p] {
+                    Some((slot, id)) => {
+                        let ls = logs.get(&id).ok_or_else(|| {
+                            ArrayError::Meta(format!("log stripe {id} is missing"))
+                        })?;
+                        let idx = ls
+                            .members
+                            .iter()
+                            .position(|m| m.stripe == *s && m.pos as usize == p && m.slot == slot)
+                            .ok_or_else(|| {
+                                ArrayError::Meta(format!("log stripe {id} lacks its member"))
+                            })?;
+                        decoded += 1;
+                        Self::decode_from_log(core, ls, idx)?
+                    }
+                    None => Self::decode_committed(core, *s, ds, p, rerun)?,
+                };
+            }
+            // Lines 8-12: new parity from the latest data, written in place.
+            let mut parities = Vec::with_capacity(batch.len());
+            for d in &data {
+                let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
+                parities.push(core.encode_parity(&refs)?);
+            }
+            let mut ops = Vec::new();
+            for ((s, ds), par) in batch.iter().zip(&parities) {
+                chunks += ds.latest.iter().filter(|l| l.is_some()).count() as u64;
+                for (i, b) in par.iter().enumerate() {
+                    ops.push(Wr::new(g.dev_of(*s, k + i), g.off(*s), b));
+                }
+            }
+            core.devs.write(&mut ops);
+        }
+        // Lines 13-14: free old versions and obsolete log chunks (after the commit is durable).
+        let mut frees: Vec<(usize, u64)> = Vec::new();
+        let latest: HashMap<(u64, usize), u64> = touched
+            .iter()
+            .flat_map(|(s, ds)| {
+                ds.latest
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(p, l)| l.map(|(slot, _)| ((*s, p), slot)))
+            })
+            .collect();
+        for ls in logs.values() {
+            for mem in &ls.members {
+                if latest.get(&(mem.stripe, mem.pos as usize)) != Some(&mem.slot) {
+                    frees.push((mem.dev as usize, mem.slot));
+                }
+            }
+        }
+        for (s, ds) in &touched {
+            for (p, (l, cm)) in ds.latest.iter().zip(&ds.committed).enumerate() {
+                if let (Some((slot, _)), Some(old)) = (l, cm) {
+                    if slot != old {
+                        frees.push((g.dev_of(*s, p), *old));
+                    }
+                }
+            }
+        }
+        frees.sort_unstable();
+        frees.dedup();
+        let freed = frees.len() as u64;
+        core.finish_commit(frees)?;
+        let after = core.main_counters();
+        Ok(CommitReport {
+            stripes: touched.len() as u64,
+            chunks,
+            decoded_from_log: decoded,
+            freed_slots: freed,
+            freed_log_slots: log_used,
+            bytes_read: after.read_bytes - before.read_bytes,
+            bytes_written: after.write_bytes - before.write_bytes,
+            seconds: t.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn has_pending(&self, core: &Core) -> bool {
+        let mi = core.meta();
+        !mi.state.logs.is_empty() || mi.state.commit_in_progress
+    }
+
+    fn committed_layout(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>> {
+        let mi = core.meta();
+        let ds = mi.state.stripes.get(&s)?;
+        let mut v: Vec<Option<u64>> = (0..core.geo.k)
+            .map(|p| ds.latest[p].map(|(slot, _)| slot).or(ds.committed[p]))
+            .collect();
+        v.extend((0..core.geo.m).map(|_| ds.parity.then_some(s)));
+        Some(v)
+    }
+
+    fn written_stripes(&self, core: &Core) -> Vec<u64> {
+        let mut v: Vec<u64> = core.meta().state.stripes.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
