@@ -2,6 +2,7 @@
 
 mod cmd_bench;
 mod cmd_ec;
+mod cmd_nbd;
 mod cmd_sim;
 mod cmd_trace;
 mod util;
@@ -32,6 +33,8 @@ enum Cmd {
     Sim(cmd_sim::SimArgs),
     /// Parse, analyze, transform, synthesize and replay block and file traces (MSR, SPC, NFS, blkparse, fio)
     Trace(cmd_trace::TraceArgs),
+    /// Export any device over NBD (nbdinfo, nbdcopy, fio, nbd-client), admin socket client, fio bench
+    Nbd(cmd_nbd::NbdArgs),
 }
 
 fn main() {
@@ -41,6 +44,7 @@ fn main() {
         Cmd::Bench(a) => cmd_bench::run(a),
         Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Trace(a) => cmd_trace::run(a),
+        Cmd::Nbd(a) => cmd_nbd::run(a),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.

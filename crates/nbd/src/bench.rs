@@ -188,6 +188,7 @@ fn verify_args(uri: &str, p: &VerifyParams, verify_only: bool) -> Vec<String> {
         format!("--iodepth={}", p.iodepth.max(1)),
         "--verify=crc32c".into(),
         "--verify_fatal=1".into(),
+        "--verify_state_save=0".into(),
         format!("--randseed={}", p.seed),
         "--output-format=json".into(),
     ]);
