@@ -394,7 +394,7 @@ fn read_records(i: &InputArgs) -> Result<(Vec<Record>, Names, u64)> {
         let mut r = TraceReader::open_with(p, opts.clone(), vols, fnames)?;
         while let Some(rec) = r.next_record()? {
             out.push(rec);
-            if out.len() % 65536 == 0 {
+            if out.len() & 0xffff == 0 {
                 pb.set_position(out.len() as u64);
             }
         }
@@ -793,7 +793,7 @@ fn synth(a: SynthArgs) -> Result<()> {
             an.add(&r);
         }
         n += 1;
-        if n % 65536 == 0 {
+        if n & 0xffff == 0 {
             pb.set_position(n);
         }
     }

@@ -289,7 +289,7 @@ fn volume_report(volume: String, g: &Group, opts: &AnalyzeOptions) -> VolumeRepo
 /// fraction of the WSS (hottest first) and y the fraction of all accesses they account for.
 pub fn reuse_cdf(mut hist: Vec<(u64, u64)>, points: usize) -> Vec<[f64; 2]> {
     hist.retain(|h| h.1 > 0);
-    hist.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    hist.sort_unstable_by_key(|h| std::cmp::Reverse(h.0));
     let total_blocks: u64 = hist.iter().map(|h| h.1).sum();
     let total_acc: u128 = hist.iter().map(|h| h.0 as u128 * h.1 as u128).sum();
     if total_blocks == 0 || total_acc == 0 {
@@ -488,7 +488,7 @@ pub fn analyze_files(
         while let Some(rec) = r.next_record()? {
             a.add(&rec);
             n += 1;
-            if n % (1 << 20) == 0 {
+            if n & ((1 << 20) - 1) == 0 {
                 progress(1 << 20);
             }
         }

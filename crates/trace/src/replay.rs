@@ -99,7 +99,7 @@ fn pattern_word(w: u64) -> u64 {
 /// Fill `buf` with the pattern of the addresses `[addr, addr + buf.len())`.
 pub fn fill_pattern(buf: &mut [u8], addr: u64) {
     let mut i = 0usize;
-    while i < buf.len() && (addr + i as u64) % 8 != 0 {
+    while i < buf.len() && (addr + i as u64) & 7 != 0 {
         buf[i] = pattern_byte(addr + i as u64);
         i += 1;
     }
@@ -210,7 +210,7 @@ pub fn replay(
         place(r, cap, opts.wrap, &name)?;
     }
     if let Pace::Timed { speed } = opts.pace {
-        if !(speed > 0.0) {
+        if speed.is_nan() || speed <= 0.0 {
             return Err(TraceError::Invalid("speed must be positive".into()));
         }
     }

@@ -69,7 +69,7 @@ impl Rng {
     }
     /// Geometric on {1, 2, ...} with the given mean (>= 1).
     pub fn geometric(&mut self, mean: f64) -> u64 {
-        if !(mean > 1.0) {
+        if mean.is_nan() || mean <= 1.0 {
             return 1;
         }
         if !mean.is_finite() {
@@ -227,7 +227,7 @@ impl Targets {
         if self.writes == 0 || self.wss_bytes < BLOCK_SIZE {
             return bad("need at least one write and one block of working set".into());
         }
-        if !(self.avg_write_size >= BLOCK_SIZE as f64) {
+        if self.avg_write_size.is_nan() || self.avg_write_size < BLOCK_SIZE as f64 {
             return bad(format!(
                 "avg_write_size {} is below one {BLOCK_SIZE}-byte block",
                 self.avg_write_size
@@ -1193,7 +1193,8 @@ pub fn presets() -> Vec<Preset> {
     // %). Avg write size and random % from EPLOG Table 2 where the volume is the same; otherwise
     // 8 KiB (larger where the updated WSS needs it) and 75% random; read % assumed.
     let codfs = "CodFS Table 3.2 (writes, WSS, upd WSS %, upd writes %)";
-    let msr: [(&str, u64, f64, f64, f64, f64, f64, f64); 10] = [
+    type Row = (&'static str, u64, f64, f64, f64, f64, f64, f64);
+    let msr: [Row; 10] = [
         // name, writes, wss GiB, upd wss %, upd writes %, avg KiB, random %, read %
         ("src22", 805_955, 20.17, 99.57, 99.68, 48.0, 75.0, 50.0),
         ("mds0", 1_067_061, 3.09, 29.27, 95.77, 7.22, 82.99, 12.0),

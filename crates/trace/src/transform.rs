@@ -7,8 +7,9 @@
 //! [`Compactor::map`] every record again.
 
 use crate::error::{Result, TraceError};
-use crate::hash::{FxHashMap, FxHasher};
+use crate::hash::{FxBuild, FxHashMap, FxHasher};
 use crate::record::{Names, Op, Record};
+use std::collections::HashSet;
 use std::hash::Hasher;
 
 /// EPLOG's compaction segment (1 MiB).
@@ -154,7 +155,8 @@ impl Pipeline {
 pub struct Compactor {
     segment: u64,
     flatten: bool,
-    learning: FxHashMap<u64, Vec<u64>>,
+    /// space → touched segments (a set: memory follows the working set, not the trace length)
+    learning: FxHashMap<u64, HashSet<u64, FxBuild>>,
     /// space → (sorted touched segments, base offset in the output space)
     spaces: FxHashMap<u64, (Vec<u64>, u64)>,
     order: Vec<u64>,
@@ -180,7 +182,7 @@ impl Compactor {
         let s = space_of(r);
         let v = self.learning.entry(s).or_insert_with(|| {
             self.order.push(s);
-            Vec::new()
+            HashSet::default()
         });
         if r.len == 0 {
             return;
@@ -188,9 +190,7 @@ impl Compactor {
         let first = r.offset / self.segment;
         let last = (r.end() - 1) / self.segment;
         for seg in first..=last {
-            if v.last() != Some(&seg) {
-                v.push(seg);
-            }
+            v.insert(seg);
         }
     }
 
@@ -198,9 +198,13 @@ impl Compactor {
     pub fn finish(&mut self) {
         let mut base = 0;
         for s in &self.order {
-            let mut v = self.learning.remove(s).unwrap_or_default();
+            let mut v: Vec<u64> = self
+                .learning
+                .remove(s)
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
             v.sort_unstable();
-            v.dedup();
             let size = v.len() as u64 * self.segment;
             let flat = self.flatten || (*s & 0xffff_ffff) != 0;
             let b = if flat { base } else { 0 };
