@@ -494,13 +494,15 @@ impl Array {
     /// Read the superblock of a metadata volume (the newer valid copy).
     pub fn read_superblock(meta: &dyn BlockDevice) -> Result<Superblock> {
         let mut best: Option<Superblock> = None;
+        let mut io_err = None;
         for off in [0, SB_SLOT] {
             let len = SB_SLOT.min(meta.capacity().saturating_sub(off)) as usize;
             if len < 20 {
                 continue;
             }
             let mut raw = vec![0u8; len];
-            if meta.read_at(&mut raw, off).is_err() {
+            if let Err(e) = meta.read_at(&mut raw, off) {
+                io_err = Some(e);
                 continue;
             }
             if let Some(sb) = Superblock::decode(&raw)? {
@@ -508,6 +510,9 @@ impl Array {
                     best = Some(sb);
                 }
             }
+        }
+        if let (None, Some(e)) = (&best, io_err) {
+            return Err(e.into());
         }
         best.ok_or_else(|| {
             ArrayError::Meta(format!(
@@ -875,7 +880,8 @@ impl Array {
         self.core.persist()
     }
 
-    /// Parity commit (EPLOG §3.3); a no-op for md.
+    /// Parity commit (EPLOG §3.3). Also makes every completed write durable (for md that is all it
+    /// does).
     pub fn commit(&self) -> Result<CommitReport> {
         let _a = self.admin_write();
         self.commit_locked()
@@ -885,6 +891,9 @@ impl Array {
         let r = self.scheme.commit(&self.core)?;
         if r.stripes > 0 || r.seconds > 0.0 {
             self.core.stats.commit(&r);
+        } else {
+            // Nothing to commit: still a durability point for everything written so far.
+            self.core.persist()?;
         }
         Ok(r)
     }

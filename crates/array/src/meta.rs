@@ -528,7 +528,8 @@ impl MetaVolume {
         let mut best: Option<(u64, Vec<u8>)> = None;
         for &off in &self.layout.cp_off {
             let mut h = vec![0u8; CP_HEADER];
-            if self.dev.read_at(&mut h, off).is_err() || &h[..8] != CP_MAGIC {
+            self.dev.read_at(&mut h, off)?;
+            if &h[..8] != CP_MAGIC {
                 continue;
             }
             let hc = u32::from_le_bytes(h[40..44].try_into().expect("4"));
@@ -544,9 +545,8 @@ impl MetaVolume {
                 continue;
             }
             let mut body = vec![0u8; len as usize];
-            if self.dev.read_at(&mut body, off + CP_HEADER as u64).is_err()
-                || crc32c::crc32c(&body) != crc
-            {
+            self.dev.read_at(&mut body, off + CP_HEADER as u64)?;
+            if crc32c::crc32c(&body) != crc {
                 continue;
             }
             if best.as_ref().is_none_or(|(e, _)| epoch > *e) {
@@ -567,9 +567,7 @@ impl MetaVolume {
             }
             let base = self.layout.inc_off + self.inc_pos;
             let mut h = [0u8; FRAME_HEADER];
-            if self.dev.read_at(&mut h, base).is_err() {
-                break;
-            }
+            self.dev.read_at(&mut h, base)?;
             let magic = u32::from_le_bytes(h[0..4].try_into().expect("4"));
             let len = u32::from_le_bytes(h[4..8].try_into().expect("4")) as u64;
             let salt = u64::from_le_bytes(h[8..16].try_into().expect("8"));
@@ -585,13 +583,7 @@ impl MetaVolume {
                 break;
             }
             let mut payload = vec![0u8; len as usize];
-            if self
-                .dev
-                .read_at(&mut payload, base + FRAME_HEADER as u64)
-                .is_err()
-            {
-                break;
-            }
+            self.dev.read_at(&mut payload, base + FRAME_HEADER as u64)?;
             let c = crc32c::crc32c_append(crc32c::crc32c(&h[..32]), &payload);
             if c != crc {
                 break;
