@@ -331,6 +331,7 @@ pub struct TargetGen {
     queue: std::collections::VecDeque<Record>,
     files: Option<FileLayout>,
     read_k: f64,
+    written_blocks: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -441,6 +442,7 @@ impl TargetGen {
             queue: Default::default(),
             files,
             read_k,
+            written_blocks: 0,
         })
     }
 
@@ -633,7 +635,7 @@ impl TargetGen {
         if a >= self.bu.min(self.frontier) || !self.is_acc(a) {
             return false;
         }
-        let want = self.rng.geometric(self.k);
+        let want = self.rng.geometric(self.write_mean());
         let lim = self.extent_end(a, (a + want).min(self.bu).min(self.frontier));
         let mut e = a + 1;
         while e < lim && self.is_acc(e) {
@@ -659,7 +661,7 @@ impl TargetGen {
             let need = (self.b - self.accessed_count.min(self.b)) as f64;
             self.rng.geometric((need / left.max(1) as f64).max(1.0))
         } else {
-            self.rng.geometric(self.k)
+            self.rng.geometric(self.write_mean())
         };
         let want = limit_blocks.map_or(want, |l| want.min(l)).max(1);
         let e = self.extent_end(f, f + want);
@@ -668,7 +670,16 @@ impl TargetGen {
         self.fresh_done += 1;
     }
 
+    /// Mean size of the next write: the target mean, corrected for what truncation at region and
+    /// file ends has cost so far.
+    fn write_mean(&self) -> f64 {
+        let left = (self.w_total - self.writes_done).max(1) as f64;
+        let need = self.k * self.w_total as f64 - self.written_blocks as f64;
+        (need / left).clamp(1.0, 4.0 * self.k)
+    }
+
     fn finish_write(&mut self, a0: u64, a1: u64) {
+        self.written_blocks += a1 - a0;
         if self.writes_done > 0 && self.is_jump(a0) {
             self.random_done += 1;
         }
@@ -929,6 +940,7 @@ pub enum Metric {
     ReadPct,
     UpdatedFilesPct,
     FilesAccessed,
+    AvgUpdateSize,
 }
 
 impl Metric {
@@ -943,6 +955,7 @@ impl Metric {
             Metric::ReadPct => "read_pct",
             Metric::UpdatedFilesPct => "updated_files_pct",
             Metric::FilesAccessed => "files_accessed",
+            Metric::AvgUpdateSize => "avg_update_size",
         }
     }
     pub fn measure(self, v: &VolumeReport) -> f64 {
@@ -956,6 +969,7 @@ impl Metric {
             Metric::ReadPct => v.read_pct,
             Metric::UpdatedFilesPct => v.updated_files_pct.unwrap_or(0.0),
             Metric::FilesAccessed => v.files_accessed.unwrap_or(0) as f64,
+            Metric::AvgUpdateSize => v.avg_update_size,
         }
     }
     fn is_pct(self) -> bool {
@@ -999,6 +1013,8 @@ impl Preset {
                 if let Some(f) = &t.files {
                     v.push((Metric::FilesAccessed, f.files as f64));
                     v.push((Metric::UpdatedFilesPct, f.updated_files_pct));
+                    // Table 3.1 publishes the average update size; updates share the write sizes
+                    v.push((Metric::AvgUpdateSize, t.avg_write_size));
                 }
                 v
             }
