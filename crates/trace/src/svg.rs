@@ -88,7 +88,7 @@ pub fn size_distribution_svg(report: &Report) -> String {
                 r#"<rect x="{x:.1}" y="{y:.1}" width="{bw:.1}" height="{h:.1}" fill="{}"><title>{} {}: {:.2}%</title></rect>"#,
                 COLORS[c],
                 esc(&v.volume),
-                SIZE_CLASS_LABELS[c],
+                esc(SIZE_CLASS_LABELS[c]),
                 p
             );
             acc += h;
