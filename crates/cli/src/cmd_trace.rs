@@ -14,6 +14,21 @@ use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
+/// Print to stdout; a closed pipe (`… | head`) ends output quietly instead of panicking.
+fn emit(s: &str) -> Result<()> {
+    let mut o = std::io::stdout().lock();
+    match o.write_all(s.as_bytes()).and_then(|_| o.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(Into::into),
+    }
+}
+
+macro_rules! outln {
+    ($($t:tt)*) => {
+        emit(&format!("{}\n", format_args!($($t)*)))?
+    };
+}
+
 #[derive(Args)]
 #[command(
     about = "Parse, analyze, transform, synthesize and replay block and file traces",
@@ -307,11 +322,23 @@ struct ReplayArgs {
 }
 
 pub fn run(a: TraceArgs) -> Result<()> {
-    match a.cmd {
+    let res = match a.cmd {
         TraceCmd::Analyze(a) => analyze(a),
         TraceCmd::Transform(a) => transform(a),
         TraceCmd::Synth(a) => synth(a),
         TraceCmd::Replay(a) => replay_cmd(a),
+    };
+    // `ecstack trace synth -o - | head`: the reader went away, which is not an error.
+    match res {
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            Ok(())
+        }
+        r => r,
     }
 }
 
@@ -437,9 +464,9 @@ fn analyze(a: AnalyzeArgs) -> Result<()> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
+        outln!("{}", serde_json::to_string_pretty(&rep)?);
     } else {
-        print!("{}", rep.table());
+        emit(&rep.table())?;
         eprintln!(
             "{} records in {:.2} s ({:.2} M records/s)",
             rep.records,
@@ -624,7 +651,7 @@ fn transform(a: TransformArgs) -> Result<()> {
         per_output: counts,
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else if a.output.as_os_str() != "-" {
         eprintln!(
             "{} records in, {} out{}{}",
@@ -739,10 +766,10 @@ fn synth(a: SynthArgs) -> Result<()> {
     if a.list {
         let all = presets();
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&all)?);
+            outln!("{}", serde_json::to_string_pretty(&all)?);
         } else {
             for p in all {
-                println!("{:<16} {}", p.name, p.source);
+                outln!("{:<16} {}", p.name, p.source);
             }
         }
         return Ok(());
@@ -819,18 +846,21 @@ fn synth(a: SynthArgs) -> Result<()> {
             output: a.output.as_ref().map(|p| p.display().to_string()),
             checks,
         };
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        outln!("{}", serde_json::to_string_pretty(&s)?);
     } else {
         if a.output.as_ref().is_some_and(|o| o.as_os_str() != "-") {
             eprintln!("{n} records written");
         }
         if let Some(cs) = &checks {
-            println!(
+            outln!(
                 "{:<20} {:>16} {:>16} {:>8}",
-                "metric", "target", "measured", "error%"
+                "metric",
+                "target",
+                "measured",
+                "error%"
             );
             for c in cs {
-                println!(
+                outln!(
                     "{:<20} {:>16.3} {:>16.3} {:>8.3}{}",
                     c.metric.name(),
                     c.target,
@@ -893,28 +923,34 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     let rep = replay(&dev, &records, &opts, &|n| pb.inc(n))?;
     pb.finish_and_clear();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
+        outln!("{}", serde_json::to_string_pretty(&rep)?);
     } else {
-        println!(
+        outln!(
             "{}: {} requests ({} reads, {} writes) by {} client(s) in {:.3} s",
-            rep.device, rep.requests, rep.reads, rep.writes, rep.clients, rep.elapsed_s
+            rep.device,
+            rep.requests,
+            rep.reads,
+            rep.writes,
+            rep.clients,
+            rep.elapsed_s
         );
-        println!(
+        outln!(
             "{:.0} requests/s, {:.2} MB/s",
-            rep.requests_per_s, rep.mb_per_s
+            rep.requests_per_s,
+            rep.mb_per_s
         );
         for (what, l) in [
             ("all", &rep.latency),
             ("read", &rep.read_latency),
             ("write", &rep.write_latency),
         ] {
-            println!(
+            outln!(
                 "latency {what:<5} mean {:>9.1} us  p50 {:>9.1}  p90 {:>9.1}  p99 {:>9.1}  p99.9 {:>9.1}  max {:>9.1}",
                 l.mean_us, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us
             );
         }
         if rep.prewrite_bytes > 0 {
-            println!(
+            outln!(
                 "pre-write: {} MiB in {:.3} s",
                 rep.prewrite_bytes >> 20,
                 rep.prewrite_s
