@@ -429,7 +429,19 @@ impl TraceReader {
         let mut key = std::mem::take(&mut self.scratch);
         key.clear();
         key.extend_from_slice(b"asu");
-        key.extend_from_slice(asu.to_string().as_bytes());
+        // canonical decimal without allocating ("007" and "7" are one ASU)
+        let mut digits = [0u8; 20];
+        let mut n = asu;
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        key.extend_from_slice(&digits[i..]);
         let volume = self.volume_id(&key);
         self.scratch = key;
         Line::Rec(Record {
