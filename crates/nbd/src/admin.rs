@@ -13,12 +13,13 @@
 //! itself (`ping`, `nbd-stats`, `device-stats`, `shutdown`, `help`) and hands every other line to the
 //! [`Admin`] handler (the array's `status`, `fail 2`, `rebuild 2`, `commit`, …).
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -39,9 +40,12 @@ const MAX_LINE: u64 = 64 << 10;
 
 const BUILTINS: &str = "ping, nbd-stats, device-stats, shutdown, help";
 
+type ConnMap = Arc<Mutex<HashMap<u64, UnixStream>>>;
+
 pub(crate) struct AdminServer {
     path: PathBuf,
     stopping: Arc<AtomicBool>,
+    conns: ConnMap,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -74,9 +78,12 @@ impl AdminServer {
         };
         let stopping = Arc::new(AtomicBool::new(false));
         let st = Arc::clone(&stopping);
+        let conns: ConnMap = Arc::default();
+        let cs = Arc::clone(&conns);
         let thread = thread::Builder::new()
             .name("nbd-admin".into())
             .spawn(move || {
+                let mut next_id = 0u64;
                 for conn in listener.incoming() {
                     if st.load(Relaxed) {
                         break;
@@ -85,9 +92,18 @@ impl AdminServer {
                         Ok(s) => {
                             let admin = admin.clone();
                             let shared = Arc::clone(&shared);
+                            next_id += 1;
+                            let id = next_id;
+                            if let Ok(c) = s.try_clone() {
+                                lock(&cs).insert(id, c);
+                            }
+                            let cs2 = Arc::clone(&cs);
                             let spawned = thread::Builder::new()
                                 .name("nbd-admin-conn".into())
-                                .spawn(move || serve_admin_conn(s, admin.as_deref(), &shared));
+                                .spawn(move || {
+                                    serve_admin_conn(s, admin.as_deref(), &shared);
+                                    lock(&cs2).remove(&id);
+                                });
                             if let Err(e) = spawned {
                                 warn!("nbd: admin: cannot spawn thread: {e}");
                             }
@@ -106,6 +122,7 @@ impl AdminServer {
         Ok(AdminServer {
             path,
             stopping,
+            conns,
             thread: Some(thread),
         })
     }
@@ -117,8 +134,16 @@ impl AdminServer {
                 let _ = h.join();
             }
         }
+        // Idle admin clients must not keep the served device alive after the server stops.
+        for (_, c) in lock(&self.conns).drain() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn escape(s: &str) -> String {

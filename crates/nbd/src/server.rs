@@ -536,6 +536,9 @@ impl Inflight {
         g.1 -= bytes;
         self.cv.notify_all();
     }
+    fn count(&self) -> usize {
+        lock(&self.st).0
+    }
     fn wait_idle(&self) {
         let mut g = lock(&self.st);
         while g.0 > 0 {
@@ -830,7 +833,7 @@ impl Conn {
         out
     }
 
-    fn transmission(self: &Arc<Self>, r: &mut impl Read) -> End {
+    fn transmission(self: &Arc<Self>, r: &mut BufReader<TcpStream>) -> End {
         let mut hdr = [0u8; REQUEST_LEN];
         loop {
             if self.broken.load(Relaxed) {
@@ -869,7 +872,7 @@ impl Conn {
                         }
                         continue;
                     }
-                    self.dispatch(req, buf, bytes);
+                    self.dispatch(req, buf, bytes, !r.buffer().is_empty());
                 }
                 CMD_READ | CMD_FLUSH | CMD_TRIM | CMD_WRITE_ZEROES => {
                     if req.typ == CMD_READ && req.len > MAX_PAYLOAD {
@@ -894,7 +897,7 @@ impl Conn {
                         0
                     };
                     self.inflight.acquire(bytes);
-                    self.dispatch(req, Vec::new(), bytes);
+                    self.dispatch(req, Vec::new(), bytes, !r.buffer().is_empty());
                 }
                 other => {
                     debug!(
@@ -974,7 +977,14 @@ impl Conn {
         Ok(())
     }
 
-    fn dispatch(self: &Arc<Self>, req: Request, payload: Vec<u8>, bytes: u64) {
+    fn dispatch(self: &Arc<Self>, req: Request, payload: Vec<u8>, bytes: u64, more_buffered: bool) {
+        // Nothing else of this connection queued or running and no further request already read:
+        // run it on the reader thread and save a hand-off (queue depth 1). Under load, the pool.
+        if !more_buffered && self.inflight.count() == 1 {
+            self.execute(req, payload);
+            self.inflight.release(bytes);
+            return;
+        }
         let conn = Arc::clone(self);
         self.shared.pool.submit(Box::new(move || {
             conn.execute(req, payload);

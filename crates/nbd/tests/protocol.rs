@@ -533,7 +533,17 @@ fn admin_socket_commands() {
         Err(NbdError::AdminCommand(m)) => assert!(m.contains("unknown command"), "{m}"),
         other => panic!("{other:?}"),
     }
+    // An idle admin client does not keep the server (and its device) alive.
+    let mut idle = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     s3.shutdown().unwrap();
+    let mut b = [0u8; 8];
+    assert_eq!(
+        idle.read(&mut b).unwrap_or(0),
+        0,
+        "idle admin connection closed"
+    );
 }
 
 #[test]
