@@ -49,6 +49,11 @@ pub struct ServeConfig {
     pub preferred_block_size: u32,
     /// Time a client has to finish negotiation.
     pub handshake_timeout: Duration,
+    /// While the device's recent service time (moving average) is below this, requests run on the
+    /// connection's reader thread (no thread hand-off: best for fast devices such as `mem:` or the page
+    /// cache); slower devices go through the worker pool so a connection's requests overlap. A request
+    /// that finds its connection otherwise idle always runs inline. `Duration::ZERO`: pool only.
+    pub inline_below: Duration,
 }
 
 impl Default for ServeConfig {
@@ -64,6 +69,7 @@ impl Default for ServeConfig {
             min_block_size: 1,
             preferred_block_size: 4096,
             handshake_timeout: Duration::from_secs(30),
+            inline_below: Duration::from_micros(20),
         }
     }
 }
@@ -553,6 +559,8 @@ struct Conn {
     writer: Mutex<TcpStream>,
     broken: AtomicBool,
     inflight: Inflight,
+    /// Moving average of the device service time of this connection's requests, in ns.
+    service_ns: AtomicU64,
 }
 
 /// Why the reader stopped.
@@ -580,6 +588,7 @@ fn run_connection(shared: &Arc<Shared>, stream: TcpStream, peer: &str) {
         writer: Mutex::new(writer),
         broken: AtomicBool::new(false),
         inflight: Inflight::default(),
+        service_ns: AtomicU64::new(0),
     });
     let mut reader = BufReader::with_capacity(256 << 10, stream);
     let end = match conn.negotiate(&mut reader) {
@@ -978,9 +987,11 @@ impl Conn {
     }
 
     fn dispatch(self: &Arc<Self>, req: Request, payload: Vec<u8>, bytes: u64, more_buffered: bool) {
-        // Nothing else of this connection queued or running and no further request already read:
-        // run it on the reader thread and save a hand-off (queue depth 1). Under load, the pool.
-        if !more_buffered && self.inflight.count() == 1 {
+        // A fast device, or nothing else of this connection queued or running and no further request
+        // already read: run it on the reader thread and save a hand-off. Otherwise, the pool.
+        let fast =
+            u128::from(self.service_ns.load(Relaxed)) < self.shared.cfg.inline_below.as_nanos();
+        if fast || (!more_buffered && self.inflight.count() == 1) {
             self.execute(req, payload);
             self.inflight.release(bytes);
             return;
@@ -1004,6 +1015,7 @@ impl Conn {
             }
         };
         let writing = req.typ != CMD_READ;
+        let started = std::time::Instant::now();
         let mut reply_buf;
         let result = match req.typ {
             CMD_READ => {
@@ -1082,6 +1094,11 @@ impl Conn {
                 Err(DeviceError::other(dev.name(), "unsupported command"))
             }
         };
+        if matches!(req.typ, CMD_READ | CMD_WRITE) {
+            let ns = started.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
+            let old = self.service_ns.load(Relaxed);
+            self.service_ns.store((old * 7 + ns) / 8, Relaxed);
+        }
         match result {
             Ok(()) => {
                 put_simple_reply(&mut reply_buf, 0, req.cookie);

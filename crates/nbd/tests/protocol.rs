@@ -317,8 +317,25 @@ fn negotiation_garbage_gets_error_replies_and_the_server_survives() {
 }
 
 #[test]
-fn pipelined_requests_on_concurrent_connections() {
-    let (server, _dev) = mem_server(16 * MIB, cfg());
+fn pipelined_requests_on_concurrent_connections_worker_pool() {
+    // inline_below = 0: every request that is not alone goes through the worker pool.
+    pipelined(ServeConfig {
+        inline_below: Duration::ZERO,
+        ..cfg()
+    });
+}
+
+#[test]
+fn pipelined_requests_on_concurrent_connections_inline() {
+    // Huge threshold: every request runs on its connection's reader thread.
+    pipelined(ServeConfig {
+        inline_below: Duration::from_secs(3600),
+        ..cfg()
+    });
+}
+
+fn pipelined(cfg: ServeConfig) {
+    let (server, _dev) = mem_server(16 * MIB, cfg);
     let addr = server.addr();
     const BS: usize = 4096;
     const N: u64 = 256;
