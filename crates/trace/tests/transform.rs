@@ -167,3 +167,54 @@ fn select_window_and_writes_only() {
     };
     assert!(apply(&before, &names, &bad).is_err());
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_records() -> impl Strategy<Value = Vec<Record>> {
+        // offsets over a sparse 64 GiB space, sizes up to 3 MiB, two volumes
+        prop::collection::vec((0u32..2, 0u64..(64u64 << 30), 1u64..(3 << 20)), 1..120).prop_map(
+            |v| {
+                v.into_iter()
+                    .enumerate()
+                    .map(|(i, (vol, off, len))| rec(i as u64, vol, off, len))
+                    .collect()
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn compaction_keeps_order_sizes_and_overlaps(recs in arb_records()) {
+            let opts = TransformOptions { compact: Some(1 << 20), ..Default::default() };
+            let after = apply(&recs, &Names::new(), &opts).unwrap();
+            check_invariants(&recs, &after);
+            // per volume, the compacted space is exactly the touched segments
+            for vol in 0..2u32 {
+                let segs: std::collections::BTreeSet<u64> = recs
+                    .iter()
+                    .filter(|r| r.volume == vol)
+                    .flat_map(|r| (r.offset >> 20)..=((r.end() - 1) >> 20))
+                    .collect();
+                let max = after.iter().filter(|r| r.volume == vol).map(|r| r.end()).max();
+                if let Some(m) = max {
+                    prop_assert!(m <= segs.len() as u64 * (1 << 20));
+                }
+            }
+        }
+
+        #[test]
+        fn rounding_covers_the_request(recs in arb_records(), shift in 9u32..17) {
+            let c = 1u64 << shift;
+            let opts = TransformOptions { round: Some(c), ..Default::default() };
+            let after = apply(&recs, &Names::new(), &opts).unwrap();
+            for (a, b) in recs.iter().zip(&after) {
+                prop_assert!(b.offset <= a.offset && b.end() >= a.end());
+                prop_assert_eq!(b.offset % c, 0);
+                prop_assert_eq!(b.len % c, 0);
+                prop_assert!(b.len < a.len + 2 * c);
+            }
+        }
+    }
+}
