@@ -1,7 +1,9 @@
 //! The one `ecstack` binary: a subcommand per layer, plus `bench` and `experiment`.
 
+mod cmd_array;
 mod cmd_bench;
 mod cmd_ec;
+mod cmd_experiment;
 mod cmd_nbd;
 mod cmd_sim;
 mod cmd_trace;
@@ -35,6 +37,10 @@ enum Cmd {
     Trace(cmd_trace::TraceArgs),
     /// Export any device over NBD (nbdinfo, nbdcopy, fio, nbd-client), admin socket client, fio bench
     Nbd(cmd_nbd::NbdArgs),
+    /// Erasure-coded array (EPLOG md / pl / eplog schemes): create, status, commit, fail, rebuild, serve over NBD
+    Array(cmd_array::ArrayArgs),
+    /// Re-run published experiments on this machine (eplog: EPLOG §5 Exps 1-5)
+    Experiment(cmd_experiment::ExperimentArgs),
 }
 
 fn main() {
@@ -45,6 +51,8 @@ fn main() {
         Cmd::Sim(a) => cmd_sim::run(a),
         Cmd::Trace(a) => cmd_trace::run(a),
         Cmd::Nbd(a) => cmd_nbd::run(a),
+        Cmd::Array(a) => cmd_array::run(a),
+        Cmd::Experiment(a) => cmd_experiment::run(a),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.

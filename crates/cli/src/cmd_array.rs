@@ -1,0 +1,569 @@
+//! `ecstack array`: create, inspect, commit, fail, rebuild and serve (over NBD) an erasure-coded
+//! array (EPLOG `md` / `pl` / `eplog` schemes). Every command after `create` opens the array from its
+//! metadata volume (`--meta SPEC`): the superblock records the specs of all its devices. While an
+//! array is being served, `status`, `commit`, `fail` and `rebuild` take `--admin SOCKET` to act on the
+//! running server instead.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use ecstack_array::{
+    Array, ArrayConfig, ArrayDevices, ArrayStatus, CodeKind, OpenOptions, SchemeKind,
+};
+use ecstack_device::{open_spec, BlockDevice};
+use ecstack_nbd::{admin_request, Admin, ServeConfig};
+
+use crate::util::{fmt_size, parse_size, print_json};
+
+#[derive(Args)]
+pub struct ArrayArgs {
+    #[command(subcommand)]
+    cmd: ArrayCmd,
+}
+
+#[derive(Subcommand)]
+enum ArrayCmd {
+    /// Create an array: n = k + m main devices, m log devices (pl, eplog), one metadata volume
+    Create(CreateArgs),
+    /// Show geometry, devices, pending updates, I/O per device class, commit work
+    Status(TargetArgs),
+    /// Parity commit: fold logged updates into the main array's parity, free old versions
+    Commit(TargetArgs),
+    /// Take a device out of service (main 0..n, log n..n+m; `log0` names the first log device)
+    Fail(DevArgs),
+    /// Rebuild a failed device (commit first, then batched stripe recovery)
+    Rebuild(RebuildArgs),
+    /// Open the array and export it over NBD (127.0.0.1 by default) until Ctrl-C / SIGTERM
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct CreateArgs {
+    /// Update scheme: md, pl or eplog
+    #[arg(long, default_value = "eplog")]
+    scheme: String,
+    /// Data chunks per stripe
+    #[arg(short, long)]
+    k: usize,
+    /// Parity chunks per stripe (= tolerated failures = log devices)
+    #[arg(short, long)]
+    m: usize,
+    /// Code: xor (m=1), raid6 (m=2), rs-cauchy, rs-vand (default: xor / raid6 / rs-cauchy by m)
+    #[arg(long)]
+    code: Option<String>,
+    /// Chunk size
+    #[arg(long, default_value = "4K")]
+    chunk: String,
+    /// eplog: fraction of each main device kept for out-of-place updates
+    #[arg(long, default_value_t = 0.25)]
+    reserve: f64,
+    /// Parity commit every N write requests (0 = only on demand, idle or when space runs out)
+    #[arg(long, default_value_t = 0)]
+    commit_every: u64,
+    /// TRIM chunk slots freed by a parity commit
+    #[arg(long)]
+    trim: bool,
+    /// Main device specs, comma-separated (files, raw devices, mem:SIZE, ssd:..., see docs/devices.md)
+    #[arg(long, value_delimiter = ',', required = true)]
+    main: Vec<String>,
+    /// Log device specs, comma-separated (pl and eplog need m of them)
+    #[arg(long, value_delimiter = ',')]
+    log: Vec<String>,
+    /// Metadata volume spec
+    #[arg(long)]
+    meta: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Clone)]
+struct TargetArgs {
+    /// Metadata volume spec of the array (its superblock names the other devices)
+    #[arg(long, required_unless_present = "admin")]
+    meta: Option<String>,
+    /// Override the main device specs recorded in the superblock
+    #[arg(long, value_delimiter = ',')]
+    main: Vec<String>,
+    /// Override the log device specs recorded in the superblock
+    #[arg(long, value_delimiter = ',')]
+    log: Vec<String>,
+    /// Talk to a running `ecstack array serve` through its admin socket instead
+    #[arg(long)]
+    admin: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct DevArgs {
+    /// Device: index (main 0..n, log n..n+m), `mainI` or `logI`
+    dev: String,
+    #[command(flatten)]
+    target: TargetArgs,
+}
+
+#[derive(Args)]
+struct RebuildArgs {
+    /// Device: index (main 0..n, log n..n+m), `mainI` or `logI`
+    dev: String,
+    /// Replacement device spec (default: the device's recorded spec, e.g. a swapped disk at the same path)
+    #[arg(long)]
+    replacement: Option<String>,
+    /// Recovery batch size (data stripes per batch)
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Do not prefetch chunks during the metadata scan
+    #[arg(long)]
+    no_prefetch: bool,
+    #[command(flatten)]
+    target: TargetArgs,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Metadata volume spec of the array
+    #[arg(long)]
+    meta: String,
+    #[arg(long, value_delimiter = ',')]
+    main: Vec<String>,
+    #[arg(long, value_delimiter = ',')]
+    log: Vec<String>,
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    addr: SocketAddr,
+    /// Export name
+    #[arg(long, default_value = "ecstack")]
+    name: String,
+    /// Admin socket (status, commit, fail N, rebuild N [SPEC], sync)
+    #[arg(long)]
+    admin_socket: Option<PathBuf>,
+    /// Parity commit after this many seconds without I/O (0 = off)
+    #[arg(long, default_value_t = 5.0)]
+    idle_commit: f64,
+    /// Worker threads for device operations
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: ArrayArgs) -> Result<()> {
+    match a.cmd {
+        ArrayCmd::Create(c) => create(c),
+        ArrayCmd::Status(t) => status(t),
+        ArrayCmd::Commit(t) => commit(t),
+        ArrayCmd::Fail(d) => fail(d),
+        ArrayCmd::Rebuild(r) => rebuild(r),
+        ArrayCmd::Serve(s) => serve(s),
+    }
+}
+
+fn open_all(specs: &[String]) -> Result<Vec<Arc<dyn BlockDevice>>> {
+    specs
+        .iter()
+        .map(|s| open_spec(s).with_context(|| format!("opening device '{s}'")))
+        .collect()
+}
+
+fn create(a: CreateArgs) -> Result<()> {
+    let scheme = SchemeKind::parse(&a.scheme)?;
+    let chunk = parse_size(&a.chunk)?;
+    let base = ArrayConfig::with_geometry(scheme, a.k, a.m);
+    let code = match &a.code {
+        Some(c) => CodeKind::parse(c)?,
+        None => base.code,
+    };
+    let cfg = ArrayConfig {
+        code,
+        chunk_size: u32::try_from(chunk).context("chunk size too large")?,
+        reserve: a.reserve,
+        commit_every: a.commit_every,
+        trim_on_commit: a.trim,
+        ..base
+    };
+    let mut specs = a.main.clone();
+    specs.extend(a.log.iter().cloned());
+    specs.push(a.meta.clone());
+    let devices = ArrayDevices {
+        main: open_all(&a.main)?,
+        log: open_all(&a.log)?,
+        meta: open_spec(&a.meta)
+            .with_context(|| format!("opening metadata volume '{}'", a.meta))?,
+        specs: Some(specs),
+    };
+    let array = Array::create(&cfg, devices)?;
+    array.close()?;
+    let st = array.status();
+    if a.json {
+        return print_json(&st);
+    }
+    println!(
+        "created {}: {} code {}, chunk {}, capacity {} ({} data stripes; {} slots per main device)",
+        st.name,
+        st.scheme,
+        st.code,
+        fmt_size(st.chunk_size),
+        fmt_size(st.capacity),
+        st.data_stripes,
+        st.slots_per_device
+    );
+    Ok(())
+}
+
+/// Open an array from its metadata volume (device specs from the superblock unless overridden).
+fn open_array(t: &TargetArgs, opts: &OpenOptions) -> Result<Array> {
+    let meta_spec = t
+        .meta
+        .as_deref()
+        .context("--meta is required (or --admin for a running server)")?;
+    open_from(meta_spec, &t.main, &t.log, opts)
+}
+
+fn open_from(
+    meta_spec: &str,
+    main: &[String],
+    log: &[String],
+    opts: &OpenOptions,
+) -> Result<Array> {
+    let meta =
+        open_spec(meta_spec).with_context(|| format!("opening metadata volume '{meta_spec}'"))?;
+    let sb = Array::read_superblock(meta.as_ref())?;
+    let n = sb.geometry.n;
+    let nlog = if sb.scheme.uses_log() {
+        sb.geometry.m
+    } else {
+        0
+    };
+    let rec_main: Vec<String> = sb.specs.iter().take(n).cloned().collect();
+    let rec_log: Vec<String> = sb.specs.iter().skip(n).take(nlog).cloned().collect();
+    let main = if main.is_empty() {
+        rec_main
+    } else {
+        main.to_vec()
+    };
+    let log = if log.is_empty() {
+        rec_log
+    } else {
+        log.to_vec()
+    };
+    let mut specs = main.clone();
+    specs.extend(log.iter().cloned());
+    specs.push(meta_spec.to_string());
+    let devices = ArrayDevices {
+        main: open_devices_tolerant(&main)?,
+        log: open_devices_tolerant(&log)?,
+        meta,
+        specs: Some(specs),
+    };
+    Ok(Array::open_with(devices, opts)?)
+}
+
+/// A device that cannot be opened any more (a pulled disk) is represented by a stand-in that fails
+/// every request, so the array opens degraded.
+fn open_devices_tolerant(specs: &[String]) -> Result<Vec<Arc<dyn BlockDevice>>> {
+    Ok(specs
+        .iter()
+        .map(|s| match open_spec(s) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("ecstack: warning: device '{s}' is unavailable ({e}); opening degraded");
+                let f = ecstack_device::Faulty::new(
+                    ecstack_device::MemDevice::with_name(s.clone(), 4096).expect("4 KiB"),
+                    ecstack_device::FaultConfig::default(),
+                );
+                f.fail_now();
+                Arc::new(f) as Arc<dyn BlockDevice>
+            }
+        })
+        .collect())
+}
+
+fn parse_dev(s: &str, n: usize, total: usize) -> Result<usize> {
+    let t = s.trim().to_ascii_lowercase();
+    let i = if let Some(r) = t.strip_prefix("log") {
+        n + r
+            .trim_start_matches([':', '-'])
+            .parse::<usize>()
+            .context("bad log device number")?
+    } else if let Some(r) = t.strip_prefix("main") {
+        r.trim_start_matches([':', '-'])
+            .parse::<usize>()
+            .context("bad main device number")?
+    } else {
+        t.parse::<usize>()
+            .with_context(|| format!("'{s}' is not a device number (0..{total}, mainI or logI)"))?
+    };
+    if i >= total {
+        bail!("no device {i}: the array has {total} devices (main 0..{n}, log {n}..{total})");
+    }
+    Ok(i)
+}
+
+fn via_admin(sock: &PathBuf, line: &str, json: bool) -> Result<()> {
+    let answer = admin_request(sock, line)?;
+    if json {
+        println!("{answer}");
+    } else if let Ok(st) = serde_json::from_str::<ArrayStatus>(&answer) {
+        print_status(&st);
+    } else {
+        println!("{answer}");
+    }
+    Ok(())
+}
+
+fn status(t: TargetArgs) -> Result<()> {
+    if let Some(sock) = &t.admin {
+        return via_admin(sock, "status", t.json);
+    }
+    let a = open_array(&t, &OpenOptions::default())?;
+    let st = a.status();
+    if t.json {
+        print_json(&st)
+    } else {
+        print_status(&st);
+        Ok(())
+    }
+}
+
+fn print_status(st: &ArrayStatus) {
+    println!(
+        "{}: code {}, chunk {}, capacity {}, {} data stripes, {} slots per main device",
+        st.name,
+        st.code,
+        fmt_size(st.chunk_size),
+        fmt_size(st.capacity),
+        st.data_stripes,
+        st.slots_per_device
+    );
+    for d in &st.devices {
+        let gc = d
+            .ssd
+            .as_ref()
+            .map(|s| format!(", GC {} (WA {:.2})", s.gc_victims, s.write_amplification))
+            .unwrap_or_default();
+        println!(
+            "  {:>2} {:<4} {:<40} {}  reads {} ({}), writes {} ({}){gc}",
+            d.index,
+            d.role,
+            d.name,
+            if d.failed { "FAILED" } else { "ok    " },
+            d.io.read_ops,
+            fmt_size(d.io.read_bytes),
+            d.io.write_ops,
+            fmt_size(d.io.write_bytes)
+        );
+    }
+    let p = &st.pending;
+    println!(
+        "  pending: {} updated chunks in {} stripes, {} log stripes, {} pl log entries, log {}/{} slots, {} free spare slots (min){}",
+        p.updated_chunks,
+        p.updated_stripes,
+        p.log_stripes,
+        p.log_entries,
+        p.log_slots_used,
+        p.log_slots,
+        p.min_free_slots,
+        if p.commit_in_progress { ", commit in progress" } else { "" }
+    );
+    let c = &st.commits;
+    println!(
+        "  commits: {} ({} for space, {} when idle), {} stripes, {} chunks, {} decoded from log, read {}, wrote {}, {:.3} s",
+        c.commits,
+        c.space_commits,
+        c.idle_commits,
+        c.stripes,
+        c.chunks,
+        c.decoded_from_log,
+        fmt_size(c.bytes_read),
+        fmt_size(c.bytes_written),
+        c.seconds
+    );
+    if let Some(r) = &st.last_rebuild {
+        println!(
+            "  last rebuild: devices {:?}, {} chunks ({}), {:.1} MB/s, batch {}, prefetch {}",
+            r.devices,
+            r.chunks,
+            fmt_size(r.bytes),
+            r.mb_per_s,
+            r.batch,
+            r.prefetch
+        );
+    }
+}
+
+fn commit(t: TargetArgs) -> Result<()> {
+    if let Some(sock) = &t.admin {
+        return via_admin(sock, "commit", t.json);
+    }
+    let a = open_array(&t, &OpenOptions::default())?;
+    let r = a.commit()?;
+    a.close()?;
+    if t.json {
+        return print_json(&r);
+    }
+    println!(
+        "parity commit: {} stripes, {} chunks, {} decoded from log, {} slots freed, {:.3} s",
+        r.stripes, r.chunks, r.decoded_from_log, r.freed_slots, r.seconds
+    );
+    Ok(())
+}
+
+fn fail(d: DevArgs) -> Result<()> {
+    if let Some(sock) = &d.target.admin {
+        return via_admin(sock, &format!("fail {}", d.dev), d.target.json);
+    }
+    let a = open_array(&d.target, &OpenOptions::default())?;
+    let g = a.geometry();
+    let i = parse_dev(&d.dev, g.n, a.devices().len())?;
+    a.fail_device(i)?;
+    a.close()?;
+    if d.target.json {
+        return print_json(
+            &serde_json::json!({ "failed": i, "failed_devices": a.failed_devices() }),
+        );
+    }
+    println!(
+        "device {i} marked failed; failed devices now {:?}",
+        a.failed_devices()
+    );
+    Ok(())
+}
+
+fn rebuild(r: RebuildArgs) -> Result<()> {
+    if let Some(sock) = &r.target.admin {
+        let line = match &r.replacement {
+            Some(s) => format!("rebuild {} {s}", r.dev),
+            None => format!("rebuild {}", r.dev),
+        };
+        return via_admin(sock, &line, r.target.json);
+    }
+    let opts = OpenOptions {
+        rebuild_batch: r.batch,
+        rebuild_prefetch: !r.no_prefetch,
+        ..OpenOptions::default()
+    };
+    let a = open_array(&r.target, &opts)?;
+    let g = a.geometry().clone();
+    let i = parse_dev(&r.dev, g.n, a.devices().len())?;
+    let report = rebuild_on(&a, i, r.replacement.as_deref())?;
+    a.close()?;
+    if r.target.json {
+        return print_json(&report);
+    }
+    println!(
+        "rebuilt device {i}: {} chunks ({}) in {:.3} s = {:.1} MB/s (batch {}, prefetch {})",
+        report.chunks,
+        fmt_size(report.bytes),
+        report.seconds,
+        report.mb_per_s,
+        report.batch,
+        report.prefetch
+    );
+    Ok(())
+}
+
+fn rebuild_on(
+    a: &Array,
+    i: usize,
+    replacement: Option<&str>,
+) -> Result<ecstack_array::RebuildReport> {
+    let spec = match replacement {
+        Some(s) => s.to_string(),
+        None => a.superblock().specs[i].clone(),
+    };
+    let dev = open_spec(&spec).with_context(|| format!("opening replacement '{spec}'"))?;
+    let report = a.rebuild_device(i, dev)?;
+    a.set_device_spec(i, &spec)?;
+    Ok(report)
+}
+
+/// The array's commands on the NBD server's admin socket.
+struct ArrayAdmin(Arc<Array>);
+
+impl Admin for ArrayAdmin {
+    fn command(&self, line: &str) -> std::result::Result<String, String> {
+        let a = &self.0;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let js = |v: &dyn erased_json::Ser| v.json();
+        let g = a.geometry().clone();
+        let total = a.devices().len();
+        match words.as_slice() {
+            ["status"] => js(&a.status()),
+            ["commit"] => a.commit().map_err(|e| e.to_string()).and_then(|r| js(&r)),
+            ["sync"] | ["flush"] => a.sync().map(|_| "synced".into()).map_err(|e| e.to_string()),
+            ["fail", d] => {
+                let i = parse_dev(d, g.n, total).map_err(|e| e.to_string())?;
+                a.fail_device(i).map_err(|e| e.to_string())?;
+                Ok(format!("device {i} failed; failed devices {:?}", a.failed_devices()))
+            }
+            ["rebuild", d, rest @ ..] if rest.len() <= 1 => {
+                let i = parse_dev(d, g.n, total).map_err(|e| e.to_string())?;
+                let r = rebuild_on(a, i, rest.first().copied()).map_err(|e| format!("{e:#}"))?;
+                js(&r)
+            }
+            ["help"] => Ok("array commands: status, commit, sync, fail DEV, rebuild DEV [SPEC]".into()),
+            _ => Err(format!(
+                "unknown array command '{line}' (status, commit, sync, fail DEV, rebuild DEV [SPEC])"
+            )),
+        }
+    }
+}
+
+/// Tiny helper so `command` can serialize different report types through one closure.
+mod erased_json {
+    pub trait Ser {
+        fn json(&self) -> Result<String, String>;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn json(&self) -> Result<String, String> {
+            serde_json::to_string(self).map_err(|e| e.to_string())
+        }
+    }
+}
+
+fn serve(s: ServeArgs) -> Result<()> {
+    let a = Arc::new(open_from(
+        &s.meta,
+        &s.main,
+        &s.log,
+        &OpenOptions::default(),
+    )?);
+    let idle = (s.idle_commit > 0.0).then(|| Duration::from_secs_f64(s.idle_commit));
+    if let Some(d) = idle {
+        if a.scheme_kind() != SchemeKind::Md {
+            a.spawn_idle_committer(d);
+        }
+    }
+    let cfg = ServeConfig {
+        addr: s.addr,
+        export_name: s.name.clone(),
+        admin_socket: s.admin_socket.clone(),
+        workers: s.workers,
+        description: Some(format!("ecstack {}", a.name())),
+        ..ServeConfig::default()
+    };
+    eprintln!(
+        "ecstack array: exporting {} ({}) at nbd://{}/{}{}; Ctrl-C stops",
+        a.name(),
+        fmt_size(a.size()),
+        s.addr,
+        s.name,
+        s.admin_socket
+            .as_ref()
+            .map(|p| format!(", admin socket {}", p.display()))
+            .unwrap_or_default()
+    );
+    let admin: Arc<dyn Admin> = Arc::new(ArrayAdmin(Arc::clone(&a)));
+    let dev: Arc<dyn BlockDevice> = Arc::clone(&a) as Arc<dyn BlockDevice>;
+    let res = ecstack_nbd::serve(dev, Some(admin), cfg);
+    a.close()?;
+    res?;
+    if s.json {
+        print_json(&a.status())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,980 @@
+//! `ecstack experiment eplog`: EPLOG §5 Experiments 1–5 re-run on this machine with the array layer.
+//!
+//! Traces: the trace crate's synthesized FIN/WEB/USR/MDS presets (EPLOG Table 2 statistics), writes
+//! only, rounded to the 4 KiB chunk and compacted by 1 MiB segments (§5.1); the working set is written
+//! sequentially (whole stripes) before each replay, so every replayed write is an update.
+//!
+//! * Exp 1 (write traffic to SSDs) and Exp 2 (GC requests per SSD) share runs on simulated SSDs
+//!   (page-mapped FTL, greedy GC, 15 % over-provisioning, GC below 5 % clean blocks, 64 × 4 KiB pages
+//!   per block as §5.2; the number of blocks is scaled to the array, see the report).
+//! * Exp 3: eplog with parity commit nil / all / every 1K / every 10K writes (+ md), traffic and GC.
+//! * Exp 4: requests/s replaying as fast as possible on file-backed devices with O_DIRECT (main and log
+//!   devices are files; parity commit nil/all/10K; degraded commit with two failed SSDs).
+//! * Exp 5: recovery throughput of a double failure vs batch size, before/after replay, prefetch on/off.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use ecstack_array::{Array, ArrayConfig, ArrayDevices, OpenOptions, SchemeKind};
+use ecstack_device::{open_spec, BlockDevice, MemDevice, SimSsd, SsdConfig};
+use ecstack_trace::record::Op;
+use ecstack_trace::synth::synthesize_preset;
+use ecstack_trace::transform::eplog_prepare;
+use serde::Serialize;
+
+use crate::util::print_json;
+
+#[derive(Args)]
+pub struct ExperimentArgs {
+    #[command(subcommand)]
+    cmd: ExpCmd,
+}
+
+#[derive(Subcommand)]
+enum ExpCmd {
+    /// EPLOG §5 Exps 1-5: write traffic, GC, commit frequency, requests/s, recovery (md vs pl vs eplog)
+    Eplog(EplogArgs),
+}
+
+#[derive(Args)]
+struct EplogArgs {
+    /// Small traces and a subset of the runs (a few minutes)
+    #[arg(long)]
+    quick: bool,
+    /// Trace scale relative to the published traces (default 0.004 with --quick, 0.02 otherwise)
+    #[arg(long)]
+    scale: Option<f64>,
+    /// Experiments to run
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5")]
+    exp: Vec<u32>,
+    /// Output directory for the Markdown report, CSV and SVG files
+    #[arg(long, default_value = "eplog-results")]
+    out: PathBuf,
+    /// Directory for the file-backed devices of Exps 4-5 (removed afterwards)
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Print all results as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: ExperimentArgs) -> Result<()> {
+    match a.cmd {
+        ExpCmd::Eplog(e) => eplog(e),
+    }
+}
+
+const CHUNK: u64 = 4096;
+
+struct Trace {
+    name: &'static str,
+    reqs: Vec<(u64, u64)>,
+    wss: u64,
+    chunks: u64,
+}
+
+fn load_trace(preset: &str, name: &'static str, scale: f64, seed: u64) -> Result<Trace> {
+    let t = synthesize_preset(preset, scale, seed)?;
+    let writes: Vec<_> = t
+        .records
+        .into_iter()
+        .filter(|r| r.op == Op::Write && r.len > 0)
+        .collect();
+    let (recs, wss) = eplog_prepare(&writes, CHUNK);
+    let reqs: Vec<(u64, u64)> = recs.iter().map(|r| (r.offset, r.len)).collect();
+    let chunks = reqs.iter().map(|(_, l)| l / CHUNK).sum();
+    Ok(Trace {
+        name,
+        reqs,
+        wss,
+        chunks,
+    })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Backing {
+    /// Simulated SSDs (metadata only) for main devices, simulated HDDs for log devices.
+    Sim,
+    /// Files with O_DIRECT.
+    File,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Commit {
+    Nil,
+    All,
+    Every(u64),
+}
+
+impl Commit {
+    fn label(self) -> String {
+        match self {
+            Commit::Nil => "nil".into(),
+            Commit::All => "all".into(),
+            Commit::Every(n) => format!("{}K", n / 1000),
+        }
+    }
+}
+
+struct Sizing {
+    stripes: u64,
+    slots: u64,
+    log_slots: u64,
+}
+
+fn sizing(t: &Trace, k: usize, m: usize) -> Sizing {
+    let n = (k + m) as u64;
+    let stripes = t.wss.div_ceil(k as u64 * CHUNK);
+    let spare = (t.chunks as f64 / n as f64 * 1.3).ceil() as u64 + 256;
+    Sizing {
+        stripes,
+        slots: stripes + spare,
+        log_slots: t.chunks + 256,
+    }
+}
+
+fn ssd_config(dev_bytes: u64) -> SsdConfig {
+    let base = SsdConfig::default();
+    let per_block = (base.pages_per_block as u64 * base.page_size as u64) as f64 * (1.0 - base.op);
+    let blocks = ((dev_bytes as f64 / per_block).ceil() as u32 + 8).max(64);
+    SsdConfig { blocks, ..base }
+}
+
+struct Rig {
+    array: Array,
+    dir: Option<PathBuf>,
+    ssd_blocks: u32,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn build(
+    t: &Trace,
+    scheme: SchemeKind,
+    k: usize,
+    m: usize,
+    backing: Backing,
+    dir: &Path,
+    tag: &str,
+) -> Result<Rig> {
+    let sz = sizing(t, k, m);
+    let n = k + m;
+    let dev_bytes = CHUNK + sz.slots * CHUNK;
+    let log_bytes = CHUNK + sz.log_slots * CHUNK;
+    let nlog = if scheme.uses_log() { m } else { 0 };
+    let ssd = ssd_config(dev_bytes);
+    let mut rig_dir = None;
+    let (main, log): (Vec<Arc<dyn BlockDevice>>, Vec<Arc<dyn BlockDevice>>) = match backing {
+        Backing::Sim => (
+            (0..n)
+                .map(|_| Ok(Arc::new(SimSsd::new(ssd.clone())?) as Arc<dyn BlockDevice>))
+                .collect::<Result<_>>()?,
+            (0..nlog)
+                .map(|_| open_spec(&format!("hdd:capacity={log_bytes},data=0")).map_err(Into::into))
+                .collect::<Result<_>>()?,
+        ),
+        Backing::File => {
+            let d = dir.join(tag);
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            let f = |name: String, size: u64| -> Result<Arc<dyn BlockDevice>> {
+                let p = d.join(name);
+                Ok(open_spec(&format!(
+                    "file:{}?size={size}&direct=1",
+                    p.display()
+                ))?)
+            };
+            let main = (0..n)
+                .map(|i| f(format!("main{i}.img"), dev_bytes))
+                .collect::<Result<_>>()?;
+            let log = (0..nlog)
+                .map(|i| f(format!("log{i}.img"), log_bytes))
+                .collect::<Result<_>>()?;
+            rig_dir = Some(d);
+            (main, log)
+        }
+    };
+    let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(1 << 30)?);
+    let cfg = ArrayConfig {
+        chunk_size: CHUNK as u32,
+        reserve: (sz.slots - sz.stripes) as f64 / sz.slots as f64 * 0.999,
+        max_stripes: Some(sz.stripes),
+        ..ArrayConfig::with_geometry(scheme, k, m)
+    };
+    let opts = OpenOptions {
+        parallel_io: backing == Backing::File,
+        ..OpenOptions::default()
+    };
+    let array = Array::create_with(
+        &cfg,
+        ArrayDevices {
+            main,
+            log,
+            meta,
+            specs: None,
+        },
+        &opts,
+    )?;
+    Ok(Rig {
+        array,
+        dir: rig_dir,
+        ssd_blocks: ssd.blocks,
+    })
+}
+
+/// Write the whole working set sequentially in stripe-aligned pieces.
+fn prewrite(a: &Array, wss: u64) -> Result<()> {
+    let sb = a.geometry().stripe_bytes();
+    let piece = sb * 32;
+    let end = wss.div_ceil(sb) * sb;
+    let buf = vec![0x5au8; piece as usize];
+    let mut off = 0;
+    while off < end {
+        let len = piece.min(end - off);
+        a.write(&buf[..len as usize], off)?;
+        off += len;
+    }
+    a.commit()?;
+    Ok(())
+}
+
+fn gc_total(a: &Array) -> (f64, u64) {
+    let st = a.status();
+    let v: Vec<u64> = st
+        .devices
+        .iter()
+        .filter(|d| d.role == "main")
+        .map(|d| d.ssd.as_ref().map(|s| s.gc_victims).unwrap_or(0))
+        .collect();
+    let t: u64 = v.iter().sum();
+    (t as f64 / v.len().max(1) as f64, t)
+}
+
+#[derive(Serialize, Clone, Debug)]
+struct RunRow {
+    trace: String,
+    setting: String,
+    scheme: String,
+    commit: String,
+    degraded: bool,
+    requests: u64,
+    seconds: f64,
+    requests_per_s: f64,
+    ssd_write_bytes: u64,
+    ssd_read_bytes: u64,
+    log_write_bytes: u64,
+    gc_per_ssd: f64,
+    commit_seconds: f64,
+    commits: u64,
+    ssd_blocks: u32,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_one(
+    t: &Trace,
+    scheme: SchemeKind,
+    k: usize,
+    m: usize,
+    backing: Backing,
+    commit: Commit,
+    degraded: bool,
+    dir: &Path,
+) -> Result<RunRow> {
+    let tag = format!("{}-{}-{k}{m}-{}", t.name, scheme, commit.label());
+    let rig = build(t, scheme, k, m, backing, dir, &tag)?;
+    let a = &rig.array;
+    prewrite(a, t.wss)?;
+    a.reset_stats();
+    let (gc0, _) = gc_total(a);
+    if let Commit::Every(nw) = commit {
+        a.set_commit_every(nw);
+    }
+    let maxlen = t.reqs.iter().map(|r| r.1).max().unwrap_or(CHUNK) as usize;
+    let buf: Vec<u8> = (0..maxlen).map(|i| (i * 7 + 3) as u8).collect();
+    let start = Instant::now();
+    for &(off, len) in &t.reqs {
+        a.write(&buf[..len as usize], off)?;
+    }
+    if degraded {
+        a.fail_device(0)?;
+        a.fail_device(1)?;
+    }
+    if commit != Commit::Nil {
+        a.commit()?;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let st = a.status();
+    let (gc1, _) = gc_total(a);
+    Ok(RunRow {
+        trace: t.name.into(),
+        setting: format!("({k}+{m})"),
+        scheme: scheme.to_string(),
+        commit: commit.label(),
+        degraded,
+        requests: t.reqs.len() as u64,
+        seconds,
+        requests_per_s: t.reqs.len() as f64 / seconds.max(1e-9),
+        ssd_write_bytes: st.main.io.write_bytes,
+        ssd_read_bytes: st.main.io.read_bytes,
+        log_write_bytes: st.log.io.write_bytes,
+        gc_per_ssd: gc1 - gc0,
+        commit_seconds: st.commits.seconds,
+        commits: st.commits.commits,
+        ssd_blocks: rig.ssd_blocks,
+    })
+}
+
+#[derive(Serialize, Clone, Debug)]
+struct RecoveryRow {
+    case: String,
+    batch: usize,
+    prefetch: bool,
+    recovered_bytes: u64,
+    seconds: f64,
+    mb_per_s: f64,
+}
+
+fn recovery(t: &Trace, batches: &[usize], dir: &Path) -> Result<Vec<RecoveryRow>> {
+    let rig = build(t, SchemeKind::Eplog, 6, 2, Backing::File, dir, "recovery")?;
+    let a = &rig.array;
+    prewrite(a, t.wss)?;
+    let devs = a.devices();
+    let mut rows = Vec::new();
+    let measure = |case: &str, prefetch: bool, rows: &mut Vec<RecoveryRow>| -> Result<()> {
+        for &b in batches {
+            a.set_rebuild(b, prefetch);
+            let r =
+                a.rebuild_devices(vec![(0, Arc::clone(&devs[0])), (1, Arc::clone(&devs[1]))])?;
+            rows.push(RecoveryRow {
+                case: case.into(),
+                batch: b,
+                prefetch,
+                recovered_bytes: r.bytes,
+                seconds: r.seconds,
+                mb_per_s: r.mb_per_s,
+            });
+        }
+        Ok(())
+    };
+    measure("before replay", false, &mut rows)?;
+    let maxlen = t.reqs.iter().map(|r| r.1).max().unwrap_or(CHUNK) as usize;
+    let buf = vec![0xa5u8; maxlen];
+    for &(off, len) in &t.reqs {
+        a.write(&buf[..len as usize], off)?;
+    }
+    a.commit()?;
+    measure("after replay", false, &mut rows)?;
+    measure("after replay + prefetch", true, &mut rows)?;
+    Ok(rows)
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1 << 20) as f64
+}
+
+fn find<'a>(
+    rows: &'a [RunRow],
+    trace: &str,
+    setting: &str,
+    scheme: &str,
+    commit: &str,
+    deg: bool,
+) -> Option<&'a RunRow> {
+    rows.iter().find(|r| {
+        r.trace == trace
+            && r.setting == setting
+            && r.scheme == scheme
+            && r.commit == commit
+            && r.degraded == deg
+    })
+}
+
+/// A grouped bar chart: one group per category, one bar per series.
+fn svg_bars(title: &str, ylabel: &str, cats: &[String], series: &[(String, Vec<f64>)]) -> String {
+    let (w, h, left, bottom, top) = (720.0, 360.0, 70.0, 60.0, 40.0);
+    let maxv = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .fold(0.0f64, f64::max)
+        .max(1e-9);
+    let colors = [
+        "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2",
+    ];
+    let plot_w = w - left - 20.0;
+    let plot_h = h - bottom - top;
+    let gw = plot_w / cats.len().max(1) as f64;
+    let bw = gw * 0.8 / series.len().max(1) as f64;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{title}</text>\n<text x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">{ylabel}</text>\n",
+        w / 2.0,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0
+    );
+    let _ = writeln!(
+        s,
+        "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>",
+        top + plot_h,
+        left + plot_w,
+        top + plot_h
+    );
+    for i in 0..=4 {
+        let v = maxv * i as f64 / 4.0;
+        let y = top + plot_h - plot_h * i as f64 / 4.0;
+        let _ = writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><line x1=\"{left}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#ddd\"/>", left - 4.0, y + 4.0, fmt_num(v), left + plot_w);
+    }
+    for (ci, c) in cats.iter().enumerate() {
+        let gx = left + gw * ci as f64 + gw * 0.1;
+        for (si, (_, v)) in series.iter().enumerate() {
+            let val = v.get(ci).copied().unwrap_or(0.0);
+            let bh = plot_h * val / maxv;
+            let _ = writeln!(
+                s,
+                "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>",
+                gx + bw * si as f64,
+                top + plot_h - bh,
+                bw * 0.95,
+                bh,
+                colors[si % colors.len()]
+            );
+        }
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{c}</text>",
+            gx + gw * 0.4,
+            top + plot_h + 16.0
+        );
+    }
+    for (si, (name, _)) in series.iter().enumerate() {
+        let x = left + 10.0 + 110.0 * si as f64;
+        let _ = writeln!(s, "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{name}</text>", h - 24.0, colors[si % colors.len()], x + 14.0, h - 15.0);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn fmt_num(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
+    let mut out = String::new();
+    for (i, r) in rows.iter().enumerate() {
+        let v = serde_json::to_value(r)?;
+        let obj = v.as_object().context("row is an object")?;
+        if i == 0 {
+            out.push_str(&obj.keys().cloned().collect::<Vec<_>>().join(","));
+            out.push('\n');
+        }
+        let vals: Vec<String> = obj
+            .values()
+            .map(|x| match x {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        out.push_str(&vals.join(","));
+        out.push('\n');
+    }
+    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
+}
+
+#[derive(Serialize)]
+struct Report {
+    scale: f64,
+    quick: bool,
+    traces: Vec<TraceInfo>,
+    sim: Vec<RunRow>,
+    perf: Vec<RunRow>,
+    recovery: Vec<RecoveryRow>,
+    targets: Vec<TargetCheck>,
+}
+
+#[derive(Serialize, Clone)]
+struct TraceInfo {
+    name: String,
+    writes: u64,
+    avg_write_kib: f64,
+    wss_mib: f64,
+}
+
+#[derive(Serialize, Clone)]
+struct TargetCheck {
+    what: String,
+    ratio: f64,
+    target: String,
+    met: bool,
+}
+
+fn eplog(a: EplogArgs) -> Result<()> {
+    let scale = a.scale.unwrap_or(if a.quick { 0.004 } else { 0.02 });
+    if !(scale > 0.0 && scale <= 1.0) {
+        bail!("--scale must be in (0, 1]");
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let base_dir = a.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("ecstack-eplog-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&base_dir)?;
+    let t_all = Instant::now();
+    let presets = [
+        ("eplog-fin", "FIN"),
+        ("eplog-web", "WEB"),
+        ("eplog-usr", "USR"),
+        ("eplog-mds", "MDS"),
+    ];
+    let mut traces = Vec::new();
+    for (p, n) in presets {
+        eprintln!("synthesizing {n} (scale {scale})");
+        traces.push(load_trace(p, n, scale, a.seed)?);
+    }
+    let info: Vec<TraceInfo> = traces
+        .iter()
+        .map(|t| TraceInfo {
+            name: t.name.into(),
+            writes: t.reqs.len() as u64,
+            avg_write_kib: t.chunks as f64 * 4.0 / t.reqs.len().max(1) as f64,
+            wss_mib: mib(t.wss),
+        })
+        .collect();
+    let fin = &traces[0];
+    let settings = [(4usize, 1usize), (6, 1), (4, 2), (6, 2)];
+    let schemes = SchemeKind::ALL;
+    let want = |e: u32| a.exp.contains(&e);
+    let mut sim = Vec::new();
+    let mut perf = Vec::new();
+    let mut rec = Vec::new();
+    let dir = base_dir.as_path();
+    // Exps 1-2: every trace at (6+2), FIN at every setting; simulated SSDs.
+    if want(1) || want(2) || want(3) {
+        for t in &traces {
+            for (k, m) in settings {
+                if t.name != "FIN" && (k, m) != (6, 2) {
+                    continue;
+                }
+                for s in schemes {
+                    eprintln!("exp 1/2: {} ({k}+{m}) {s}", t.name);
+                    sim.push(run_one(t, s, k, m, Backing::Sim, Commit::Nil, false, dir)?);
+                }
+            }
+        }
+    }
+    if want(3) {
+        for t in &traces {
+            for c in [Commit::All, Commit::Every(1000), Commit::Every(10_000)] {
+                eprintln!("exp 3: {} eplog commit {}", t.name, c.label());
+                sim.push(run_one(
+                    t,
+                    SchemeKind::Eplog,
+                    6,
+                    2,
+                    Backing::Sim,
+                    c,
+                    false,
+                    dir,
+                )?);
+            }
+        }
+    }
+    if want(4) {
+        for (k, m) in settings {
+            for s in schemes {
+                eprintln!("exp 4a: FIN ({k}+{m}) {s} on O_DIRECT files");
+                perf.push(run_one(
+                    fin,
+                    s,
+                    k,
+                    m,
+                    Backing::File,
+                    Commit::Nil,
+                    false,
+                    dir,
+                )?);
+            }
+        }
+        let ts: Vec<&Trace> = if a.quick {
+            vec![&traces[0], &traces[3]]
+        } else {
+            traces.iter().collect()
+        };
+        for t in ts {
+            if t.name != "FIN" {
+                for s in [SchemeKind::Md, SchemeKind::Pl, SchemeKind::Eplog] {
+                    eprintln!("exp 4b: {} (6+2) {s}", t.name);
+                    perf.push(run_one(t, s, 6, 2, Backing::File, Commit::Nil, false, dir)?);
+                }
+            }
+            for c in [Commit::All, Commit::Every(10_000)] {
+                for deg in [false, true] {
+                    eprintln!(
+                        "exp 4b/c: {} (6+2) eplog commit {} {}",
+                        t.name,
+                        c.label(),
+                        if deg { "degraded" } else { "normal" }
+                    );
+                    perf.push(run_one(
+                        t,
+                        SchemeKind::Eplog,
+                        6,
+                        2,
+                        Backing::File,
+                        c,
+                        deg,
+                        dir,
+                    )?);
+                }
+            }
+        }
+    }
+    if want(5) {
+        eprintln!("exp 5: recovery, FIN (6+2) eplog on O_DIRECT files");
+        rec = recovery(fin, &[1, 10, 100, 1000], dir)?;
+    }
+    let _ = std::fs::remove_dir_all(&base_dir);
+
+    // Targets (FIN, (6+2)).
+    let mut targets = Vec::new();
+    let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+        _ => None,
+    };
+    let simv =
+        |s: &str, f: &dyn Fn(&RunRow) -> f64| find(&sim, "FIN", "(6+2)", s, "nil", false).map(f);
+    if let Some(r) = ratio(
+        simv("eplog", &|r| r.ssd_write_bytes as f64),
+        simv("md", &|r| r.ssd_write_bytes as f64),
+    ) {
+        targets.push(TargetCheck {
+            what: "SSD write traffic eplog / md".into(),
+            ratio: r,
+            target: "<= 0.6".into(),
+            met: r <= 0.6,
+        });
+    }
+    if let Some(r) = ratio(
+        simv("eplog", &|r| r.gc_per_ssd),
+        simv("md", &|r| r.gc_per_ssd),
+    ) {
+        targets.push(TargetCheck {
+            what: "GC requests per SSD eplog / md".into(),
+            ratio: r,
+            target: "<= 0.3".into(),
+            met: r <= 0.3,
+        });
+    }
+    let perfv = |s: &str| find(&perf, "FIN", "(6+2)", s, "nil", false).map(|r| r.requests_per_s);
+    if let Some(r) = ratio(perfv("eplog"), perfv("md")) {
+        targets.push(TargetCheck {
+            what: "requests/s eplog / md (O_DIRECT files)".into(),
+            ratio: r,
+            target: ">= 1.3".into(),
+            met: r >= 1.3,
+        });
+    }
+    if let Some(r) = ratio(perfv("eplog"), perfv("pl")) {
+        targets.push(TargetCheck {
+            what: "requests/s eplog / pl (O_DIRECT files)".into(),
+            ratio: r,
+            target: ">= 2".into(),
+            met: r >= 2.0,
+        });
+    }
+    let recv = |b: usize| {
+        rec.iter()
+            .find(|r| r.case == "before replay" && r.batch == b)
+            .map(|r| r.mb_per_s)
+    };
+    if let Some(r) = ratio(recv(100), recv(1)) {
+        targets.push(TargetCheck {
+            what: "recovery throughput batch 100 / batch 1 (before replay)".into(),
+            ratio: r,
+            target: ">= 2".into(),
+            met: r >= 2.0,
+        });
+    }
+
+    let report = Report {
+        scale,
+        quick: a.quick,
+        traces: info,
+        sim,
+        perf,
+        recovery: rec,
+        targets,
+    };
+    let md = markdown(&report, t_all.elapsed().as_secs_f64());
+    std::fs::write(a.out.join("eplog.md"), &md)?;
+    if !report.sim.is_empty() {
+        write_csv(&a.out.join("eplog-sim.csv"), &report.sim)?;
+    }
+    if !report.perf.is_empty() {
+        write_csv(&a.out.join("eplog-perf.csv"), &report.perf)?;
+    }
+    if !report.recovery.is_empty() {
+        write_csv(&a.out.join("eplog-recovery.csv"), &report.recovery)?;
+    }
+    write_svgs(&report, &a.out)?;
+    if a.json {
+        print_json(&report)?;
+    } else {
+        println!("{md}");
+        eprintln!("report, CSV and SVG files in {}", a.out.display());
+    }
+    Ok(())
+}
+
+fn markdown(r: &Report, secs: f64) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Scale {} of the published traces ({:.0} s).\n",
+        r.scale, secs
+    );
+    let _ = writeln!(
+        s,
+        "| trace | writes | avg write (KiB) | WSS after compaction (MiB) |\n|---|---|---|---|"
+    );
+    for t in &r.traces {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {:.1} |",
+            t.name, t.writes, t.avg_write_kib, t.wss_mib
+        );
+    }
+    if let Some(b) = r.sim.first().map(|x| x.ssd_blocks) {
+        let _ = writeln!(
+            s,
+            "\nSimulated SSDs (Exps 1-3): page-mapped FTL, greedy GC, 64 pages x 4 KiB per block, 15% over-provisioning, GC below 5% clean blocks, no wear leveling; {b} blocks per SSD for the first run (sized to the array: data + eplog spare area), vs 16,384 blocks in §5.2. Log devices: simulated HDDs. GC requests = blocks reclaimed per SSD, averaged over the main array."
+        );
+    }
+    let nil: Vec<&RunRow> = r.sim.iter().filter(|x| x.commit == "nil").collect();
+    if !nil.is_empty() {
+        let _ = writeln!(s, "\n### Exp 1-2: SSD write traffic and GC per SSD (no parity commit)\n\n| trace | setting | scheme | SSD writes (MiB) | vs md | log writes (MiB) | GC per SSD | vs md |\n|---|---|---|---|---|---|---|---|");
+        for x in &nil {
+            let md = find(&r.sim, &x.trace, &x.setting, "md", "nil", false);
+            let wr = md
+                .map(|m| x.ssd_write_bytes as f64 / m.ssd_write_bytes.max(1) as f64)
+                .unwrap_or(0.0);
+            let gr = md
+                .map(|m| {
+                    if m.gc_per_ssd > 0.0 {
+                        format!("{:.2}", x.gc_per_ssd / m.gc_per_ssd)
+                    } else {
+                        "-".into()
+                    }
+                })
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.1} | {:.2} | {:.1} | {:.1} | {} |",
+                x.trace,
+                x.setting,
+                x.scheme,
+                mib(x.ssd_write_bytes),
+                wr,
+                mib(x.log_write_bytes),
+                x.gc_per_ssd,
+                gr
+            );
+        }
+    }
+    let c3: Vec<&RunRow> = r
+        .sim
+        .iter()
+        .filter(|x| x.scheme == "eplog" && x.setting == "(6+2)")
+        .collect();
+    if c3.iter().any(|x| x.commit != "nil") {
+        let _ = writeln!(s, "\n### Exp 3: parity commit frequency, eplog (6+2)\n\n| trace | commit | SSD writes (MiB) | vs nil | vs md | GC per SSD | commits |\n|---|---|---|---|---|---|---|");
+        for x in &c3 {
+            let nilr = find(&r.sim, &x.trace, "(6+2)", "eplog", "nil", false);
+            let md = find(&r.sim, &x.trace, "(6+2)", "md", "nil", false);
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.1} | {:.3} | {:.2} | {:.1} | {} |",
+                x.trace,
+                x.commit,
+                mib(x.ssd_write_bytes),
+                nilr.map(|n| x.ssd_write_bytes as f64 / n.ssd_write_bytes.max(1) as f64)
+                    .unwrap_or(0.0),
+                md.map(|n| x.ssd_write_bytes as f64 / n.ssd_write_bytes.max(1) as f64)
+                    .unwrap_or(0.0),
+                x.gc_per_ssd,
+                x.commits
+            );
+        }
+    }
+    if !r.perf.is_empty() {
+        let _ = writeln!(s, "\n### Exp 4: requests/s on O_DIRECT files (one client, as fast as possible)\n\n| trace | setting | scheme | commit | mode | req/s | vs md | commit s |\n|---|---|---|---|---|---|---|---|");
+        for x in &r.perf {
+            let md = find(&r.perf, &x.trace, &x.setting, "md", "nil", false);
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {:.0} | {} | {:.3} |",
+                x.trace,
+                x.setting,
+                x.scheme,
+                x.commit,
+                if x.degraded { "degraded" } else { "normal" },
+                x.requests_per_s,
+                md.map(|m| format!("{:.2}", x.requests_per_s / m.requests_per_s))
+                    .unwrap_or_else(|| "-".into()),
+                x.commit_seconds
+            );
+        }
+    }
+    if !r.recovery.is_empty() {
+        let _ = writeln!(s, "\n### Exp 5: recovery throughput, FIN (6+2) eplog, two failed SSDs rebuilt in place (O_DIRECT files)\n\n| case | batch | MB/s | recovered (MiB) | s |\n|---|---|---|---|---|");
+        for x in &r.recovery {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.1} | {:.1} | {:.3} |",
+                x.case,
+                x.batch,
+                x.mb_per_s,
+                mib(x.recovered_bytes),
+                x.seconds
+            );
+        }
+    }
+    if !r.targets.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n### Targets (FIN, (6+2))\n\n| target | measured | wanted | met |\n|---|---|---|---|"
+        );
+        for t in &r.targets {
+            let _ = writeln!(
+                s,
+                "| {} | {:.2} | {} | {} |",
+                t.what,
+                t.ratio,
+                t.target,
+                if t.met { "yes" } else { "no" }
+            );
+        }
+    }
+    s
+}
+
+fn write_svgs(r: &Report, out: &Path) -> Result<()> {
+    let schemes = ["md", "pl", "eplog"];
+    let cats: Vec<String> = r.traces.iter().map(|t| t.name.clone()).collect();
+    let series =
+        |f: &dyn Fn(&RunRow) -> f64, rows: &[RunRow], setting: &str| -> Vec<(String, Vec<f64>)> {
+            schemes
+                .iter()
+                .map(|s| {
+                    (
+                        s.to_string(),
+                        cats.iter()
+                            .map(|c| {
+                                find(rows, c, setting, s, "nil", false)
+                                    .map(f)
+                                    .unwrap_or(0.0)
+                            })
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+    if !r.sim.is_empty() {
+        std::fs::write(
+            out.join("exp1-write-traffic.svg"),
+            svg_bars(
+                "Exp 1: SSD write traffic, (6+2)",
+                "MiB",
+                &cats,
+                &series(&|x| mib(x.ssd_write_bytes), &r.sim, "(6+2)"),
+            ),
+        )?;
+        std::fs::write(
+            out.join("exp2-gc.svg"),
+            svg_bars(
+                "Exp 2: GC requests per SSD, (6+2)",
+                "GC requests",
+                &cats,
+                &series(&|x| x.gc_per_ssd, &r.sim, "(6+2)"),
+            ),
+        )?;
+    }
+    if !r.perf.is_empty() {
+        let sets: Vec<String> = ["(4+1)", "(6+1)", "(4+2)", "(6+2)"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let ser: Vec<(String, Vec<f64>)> = schemes
+            .iter()
+            .map(|s| {
+                (
+                    s.to_string(),
+                    sets.iter()
+                        .map(|st| {
+                            find(&r.perf, "FIN", st, s, "nil", false)
+                                .map(|x| x.requests_per_s)
+                                .unwrap_or(0.0)
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        std::fs::write(
+            out.join("exp4-throughput.svg"),
+            svg_bars(
+                "Exp 4: FIN requests/s (O_DIRECT files)",
+                "requests/s",
+                &sets,
+                &ser,
+            ),
+        )?;
+    }
+    if !r.recovery.is_empty() {
+        let mut batches: Vec<usize> = r.recovery.iter().map(|x| x.batch).collect();
+        batches.sort_unstable();
+        batches.dedup();
+        let cats: Vec<String> = batches.iter().map(|b| b.to_string()).collect();
+        let cases = ["before replay", "after replay", "after replay + prefetch"];
+        let ser: Vec<(String, Vec<f64>)> = cases
+            .iter()
+            .map(|c| {
+                (
+                    c.to_string(),
+                    batches
+                        .iter()
+                        .map(|b| {
+                            r.recovery
+                                .iter()
+                                .find(|x| x.case == *c && x.batch == *b)
+                                .map(|x| x.mb_per_s)
+                                .unwrap_or(0.0)
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        std::fs::write(
+            out.join("exp5-recovery.svg"),
+            svg_bars(
+                "Exp 5: recovery throughput vs batch size",
+                "MB/s",
+                &cats,
+                &ser,
+            ),
+        )?;
+    }
+    Ok(())
+}
