@@ -338,11 +338,20 @@ impl Server {
         let sh = Arc::clone(&shared);
         let accept = thread::Builder::new()
             .name("nbd-accept".into())
-            .spawn(move || accept_loop(sh, listener))
-            .map_err(|e| NbdError::Io {
-                what: "spawning NBD accept thread".into(),
-                source: e,
-            })?;
+            .spawn(move || accept_loop(sh, listener));
+        let accept = match accept {
+            Ok(h) => h,
+            Err(e) => {
+                shared.pool.close();
+                if let Some(a) = admin_server {
+                    a.stop();
+                }
+                return Err(NbdError::Io {
+                    what: "spawning NBD accept thread".into(),
+                    source: e,
+                });
+            }
+        };
         info!(
             "nbd: serving {} ({} bytes{}) at nbd://{}/{}",
             shared.dev.name(),
@@ -946,7 +955,8 @@ impl Conn {
             ))
         } else {
             let min = u64::from(self.shared.cfg.min_block_size);
-            if min > 1 && (req.offset % min != 0 || u64::from(req.len) % min != 0) {
+            // `min` is a power of two (validated).
+            if min > 1 && (req.offset | u64::from(req.len)) & (min - 1) != 0 {
                 Some((EINVAL, format!("not aligned to {min} bytes")))
             } else {
                 None

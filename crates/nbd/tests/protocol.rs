@@ -575,3 +575,43 @@ fn shutdown_closes_open_connections() {
     assert!(c.read(0, &mut b).is_err(), "connection closed by shutdown");
     assert!(h.is_requested());
 }
+
+#[test]
+fn min_block_size_is_advertised_and_enforced() {
+    let cfg = ServeConfig {
+        min_block_size: 512,
+        ..cfg()
+    };
+    let (server, _dev) = mem_server(MIB, cfg);
+    let mut s = raw(server.addr(), FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+    send_opt(&mut s, OPT_GO, &info_data("ecstack", &[INFO_BLOCK_SIZE]));
+    let mut min = None;
+    loop {
+        let (t, d) = read_opt_reply(&mut s, OPT_GO);
+        if t == REP_ACK {
+            break;
+        }
+        if be16(&d[0..2]) == INFO_BLOCK_SIZE {
+            min = Some(be32(&d[2..6]));
+        }
+    }
+    assert_eq!(min, Some(512));
+    send_req(&mut s, CMD_READ, 0, 1, 100, 512);
+    assert_eq!(read_reply(&mut s), (EINVAL, 1), "unaligned offset");
+    send_req(&mut s, CMD_READ, 0, 2, 512, 100);
+    assert_eq!(read_reply(&mut s), (EINVAL, 2), "unaligned length");
+    send_req(&mut s, CMD_READ, 0, 3, 512, 1024);
+    assert_eq!(read_reply(&mut s), (0, 3));
+    let mut d = [0u8; 1024];
+    s.read_exact(&mut d).unwrap();
+    server.shutdown().unwrap();
+    let bad = ServeConfig {
+        min_block_size: 3,
+        ..common::cfg()
+    };
+    let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(MIB).unwrap());
+    assert!(matches!(
+        Server::start(dev, None, bad),
+        Err(NbdError::Config(_))
+    ));
+}
