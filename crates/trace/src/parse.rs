@@ -182,9 +182,7 @@ impl TraceReader {
         let mut eof = false;
         while pending.len() < DETECT_LINES {
             let mut l = Vec::new();
-            let n = input
-                .read_until(b'\n', &mut l)
-                .map_err(|e| TraceError::io(name, e))?;
+            let n = read_line_bounded(&mut input, &mut l).map_err(|e| TraceError::io(name, e))?;
             if n == 0 {
                 eof = true;
                 break;
@@ -274,9 +272,7 @@ impl TraceReader {
         if self.eof {
             return Ok(false);
         }
-        let n = self
-            .input
-            .read_until(b'\n', &mut self.buf)
+        let n = read_line_bounded(&mut self.input, &mut self.buf)
             .map_err(|e| TraceError::io(&self.file, e))?;
         if n == 0 {
             self.eof = true;
@@ -294,7 +290,12 @@ impl TraceReader {
             }
             let buf = std::mem::take(&mut self.buf);
             let line = trim_eol(&buf);
-            let res = if line.iter().all(|b| b.is_ascii_whitespace()) {
+            let res = if buf.len() > MAX_LINE {
+                Line::Bad(format!(
+                    "line longer than {} KiB (not a text trace?)",
+                    MAX_LINE >> 10
+                ))
+            } else if line.iter().all(|b| b.is_ascii_whitespace()) {
                 Line::Ignore
             } else {
                 match self.format {
@@ -724,6 +725,56 @@ pub fn detect_format<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Option<Format
 
 // ------------------------------------------------------------------------------------ helpers
 
+/// Longest line kept; longer ones are consumed and reported as malformed (a binary file without
+/// newlines must not be read into memory).
+const MAX_LINE: usize = 64 << 10;
+
+/// Index of the first `\n` in `s`, eight bytes at a time (the lowest flagged byte of the
+/// has-zero-byte test is always a true match).
+#[inline]
+fn find_newline(s: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const PAT: u64 = LO * b'\n' as u64;
+    let mut i = 0;
+    while i + 8 <= s.len() {
+        let w = u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes")) ^ PAT;
+        let z = w.wrapping_sub(LO) & !w & HI;
+        if z != 0 {
+            return Some(i + (z.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    s[i..].iter().position(|b| *b == b'\n').map(|p| i + p)
+}
+
+/// `read_until(b'\n')` that stores at most `MAX_LINE + 1` bytes of a line (the rest is consumed).
+/// Returns the number of bytes consumed (0 at end of input).
+fn read_line_bounded(input: &mut dyn BufRead, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut total = 0;
+    loop {
+        let avail = match input.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if avail.is_empty() {
+            return Ok(total);
+        }
+        let (used, done) = match find_newline(avail) {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        };
+        let room = (MAX_LINE + 1).saturating_sub(buf.len());
+        buf.extend_from_slice(&avail[..used.min(room)]);
+        input.consume(used);
+        total += used;
+        if done {
+            return Ok(total);
+        }
+    }
+}
+
 fn trim_eol(l: &[u8]) -> &[u8] {
     let mut e = l.len();
     while e > 0 && (l[e - 1] == b'\n' || l[e - 1] == b'\r') {
@@ -882,6 +933,26 @@ mod tests {
         assert_eq!(parse_seconds_ns(b"1.2345678919"), Some(1_234_567_891));
         assert_eq!(parse_seconds_ns(b"1.x"), None);
         assert_eq!(parse_seconds_ns(b"."), None);
+    }
+
+    #[test]
+    fn newline_search() {
+        for len in 0..40 {
+            for at in 0..=len {
+                let mut v = vec![b'a'; len];
+                if at < len {
+                    v[at] = b'\n';
+                }
+                let want = (at < len).then_some(at);
+                assert_eq!(find_newline(&v), want, "len {len} at {at}");
+                // bytes that differ from '\n' by one bit must not match
+                let w: Vec<u8> = v
+                    .iter()
+                    .map(|b| if *b == b'a' { b'\n' ^ 0x80 } else { *b })
+                    .collect();
+                assert_eq!(find_newline(&w), want);
+            }
+        }
     }
 
     #[test]

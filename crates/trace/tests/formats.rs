@@ -445,3 +445,26 @@ fn svg_plots_are_well_formed() {
         );
     }
 }
+
+#[test]
+fn binary_input_is_rejected_without_reading_it_into_memory() {
+    let d = tempfile::tempdir().unwrap();
+    // 8 MiB without a newline
+    let p = d.path().join("blob.bin");
+    std::fs::write(&p, vec![0xabu8; 8 << 20]).unwrap();
+    let e = TraceReader::open(&p, ParseOptions::default()).unwrap_err();
+    assert!(matches!(e, TraceError::UnknownFormat { .. }), "{e}");
+    let e = read_all(
+        &[&p],
+        &ParseOptions {
+            format: Some(Format::Msr),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("blob.bin:1:") && e.contains("longer than"),
+        "{e}"
+    );
+}
