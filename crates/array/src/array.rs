@@ -488,7 +488,7 @@ impl Array {
         devices.meta.write_at(&raw, 0)?;
         devices.meta.write_at(&raw, SB_SLOT)?;
         devices.meta.flush()?;
-        Self::assemble(sb, devices, mv, opts)
+        Self::assemble(sb, devices, mv, opts, true)
     }
 
     /// Read the superblock of a metadata volume (the newer valid copy).
@@ -544,14 +544,17 @@ impl Array {
             )));
         }
         let mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
-        Self::assemble(sb, devices, mv, opts)
+        Self::assemble(sb, devices, mv, opts, false)
     }
 
+    /// `fresh`: the labels were just written (devices that do not keep data, such as metadata-only
+    /// simulated SSDs, cannot read them back).
     fn assemble(
         sb: Superblock,
         devices: ArrayDevices,
         mut mv: MetaVolume,
         opts: &OpenOptions,
+        fresh: bool,
     ) -> Result<Array> {
         let g = sb.geometry.clone();
         let mut state = mv.load(g.k, g.stripes)?;
@@ -567,6 +570,9 @@ impl Array {
         for (i, d) in all.iter().enumerate() {
             if state.failed.contains(&(i as u16)) {
                 devs.mark_failed(i);
+                continue;
+            }
+            if fresh {
                 continue;
             }
             let mut b = vec![0u8; LABEL_SIZE];
