@@ -3,6 +3,7 @@
 //! request) and issued to different devices in parallel.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 
 use ecstack_device::BlockDevice;
@@ -129,6 +130,61 @@ impl<'a> Wr<'a> {
     }
 }
 
+type Job = Box<dyn FnOnce() + Send + 'static>;
+type Task<R> = Box<dyn FnOnce(&dyn BlockDevice) -> R + Send + 'static>;
+
+/// A merged run of consecutive ops on one device.
+struct Run {
+    off: u64,
+    len: usize,
+    ops: Vec<usize>,
+}
+
+/// Worker threads per device (jobs own their buffers, so no borrowed data crosses threads).
+const WORKERS_PER_DEVICE: usize = 2;
+
+struct Pool {
+    queues: Vec<Sender<Job>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pool({} devices)", self.queues.len())
+    }
+}
+
+impl Pool {
+    fn new(devices: usize) -> Pool {
+        let mut queues = Vec::with_capacity(devices);
+        for d in 0..devices {
+            let (tx, rx) = channel::<Job>();
+            let rx = Arc::new(Mutex::new(rx));
+            for w in 0..WORKERS_PER_DEVICE {
+                let rx = Arc::clone(&rx);
+                let _ = std::thread::Builder::new()
+                    .name(format!("array-io-{d}.{w}"))
+                    .spawn(move || loop {
+                        let job = match rx.lock() {
+                            Ok(r) => r.recv(),
+                            Err(_) => return,
+                        };
+                        match job {
+                            Ok(j) => j(),
+                            Err(_) => return,
+                        }
+                    });
+            }
+            queues.push(tx);
+        }
+        Pool { queues }
+    }
+
+    /// Queue a job for device `d`'s workers; gives the job back if they are gone.
+    fn submit(&self, d: usize, job: Job) -> std::result::Result<(), Job> {
+        self.queues[d].send(job).map_err(|e| e.0)
+    }
+}
+
 /// The main and log devices (main 0..n, log n..n+m) with their failure flags and meters.
 #[derive(Debug)]
 pub(crate) struct Devs {
@@ -137,6 +193,7 @@ pub(crate) struct Devs {
     pub meters: Vec<Meter>,
     pub parallel: AtomicBool,
     pub failures_seen: AtomicU64,
+    pool: Pool,
 }
 
 impl Devs {
@@ -148,6 +205,7 @@ impl Devs {
             meters: (0..n).map(|_| Meter::default()).collect(),
             parallel: AtomicBool::new(parallel),
             failures_seen: AtomicU64::new(0),
+            pool: Pool::new(n),
         }
     }
 
@@ -186,36 +244,92 @@ impl Devs {
         (0..self.len()).filter(|&i| self.is_failed(i)).count()
     }
 
-    fn groups<T>(&self, items: Vec<(usize, T)>) -> Vec<(usize, Vec<T>)> {
-        let mut g: Vec<Vec<T>> = (0..self.len()).map(|_| Vec::new()).collect();
-        for (d, it) in items {
-            g[d].push(it);
+    /// Run one task per device: the first on the calling thread, the others on the device workers
+    /// (in parallel), or all inline when parallel I/O is off. Results come back in task order.
+    fn exec<R: Send + 'static>(&self, tasks: Vec<(usize, Task<R>)>) -> Vec<R> {
+        if tasks.len() <= 1 || !self.parallel.load(Relaxed) {
+            return tasks
+                .into_iter()
+                .map(|(d, t)| t(self.get(d).as_ref()))
+                .collect();
         }
-        g.into_iter()
-            .enumerate()
-            .filter(|(_, v)| !v.is_empty())
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, R)>();
+        let mut it = tasks.into_iter().enumerate();
+        let first = it.next();
+        let mut inline = Vec::new();
+        let mut sent = 0;
+        for (i, (d, t)) in it {
+            let dev = self.get(d);
+            let tx = tx.clone();
+            let job: Job = Box::new(move || {
+                let _ = tx.send((i, t(dev.as_ref())));
+            });
+            match self.pool.submit(d, job) {
+                Ok(()) => sent += 1,
+                Err(job) => inline.push(job),
+            }
+        }
+        drop(tx);
+        let mut out: Vec<Option<R>> = Vec::new();
+        let put = |i: usize, r: R, out: &mut Vec<Option<R>>| {
+            if out.len() <= i {
+                out.resize_with(i + 1, || None);
+            }
+            out[i] = Some(r);
+        };
+        if let Some((i, (d, t))) = first {
+            let r = t(self.get(d).as_ref());
+            put(i, r, &mut out);
+        }
+        for job in inline {
+            job();
+        }
+        for (i, r) in rx.iter() {
+            put(i, r, &mut out);
+        }
+        let _ = sent;
+        out.into_iter()
+            .map(|r| r.expect("every task answers"))
             .collect()
     }
 
-    /// Run `f` on every device group, in parallel when enabled and there is more than one group.
-    fn run<T: Send>(&self, groups: Vec<(usize, Vec<T>)>, f: impl Fn(usize, Vec<T>) + Sync) {
-        if groups.len() <= 1 || !self.parallel.load(Relaxed) {
-            for (d, g) in groups {
-                f(d, g);
+    /// Sorted, merged runs per alive device: (device, [(offset, length, op indices)]).
+    fn plan<T>(
+        &self,
+        ops: &[T],
+        key: impl Fn(&T) -> (usize, u64, usize),
+    ) -> Vec<(usize, Vec<Run>)> {
+        let mut by_dev: Vec<Vec<usize>> = vec![Vec::new(); self.len()];
+        for (i, o) in ops.iter().enumerate() {
+            let (d, _, len) = key(o);
+            if len > 0 && !self.is_failed(d) {
+                by_dev[d].push(i);
             }
-            return;
         }
-        std::thread::scope(|sc| {
-            let mut it = groups.into_iter();
-            let first = it.next();
-            let f = &f;
-            for (d, g) in it {
-                sc.spawn(move || f(d, g));
+        let mut plans = Vec::new();
+        for (d, mut idx) in by_dev.into_iter().enumerate() {
+            if idx.is_empty() {
+                continue;
             }
-            if let Some((d, g)) = first {
-                f(d, g);
+            idx.sort_by_key(|&i| key(&ops[i]).1);
+            let mut runs: Vec<Run> = Vec::new();
+            for i in idx {
+                let (_, off, len) = key(&ops[i]);
+                match runs.last_mut() {
+                    Some(r) if r.off + r.len as u64 == off && (r.len as u64) < MAX_MERGE => {
+                        r.len += len;
+                        r.ops.push(i);
+                    }
+                    _ => runs.push(Run {
+                        off,
+                        len,
+                        ops: vec![i],
+                    }),
+                }
             }
-        });
+            plans.push((d, runs));
+        }
+        plans
     }
 
     /// Read every op (skipping failed devices); sets `ok`. A device that errors is marked failed.
@@ -225,126 +339,123 @@ impl Devs {
                 o.ok = true;
             }
         }
-        let items: Vec<(usize, &mut Rd<'_>)> = ops
-            .iter_mut()
-            .filter(|o| !o.buf.is_empty())
-            .map(|o| (o.dev, o))
+        let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
+        let tasks: Vec<(usize, Task<Vec<Option<Vec<u8>>>>)> = plans
+            .iter()
+            .map(|(d, runs)| {
+                let spans: Vec<(u64, usize)> = runs.iter().map(|r| (r.off, r.len)).collect();
+                let t: Task<Vec<Option<Vec<u8>>>> = Box::new(move |dev: &dyn BlockDevice| {
+                    let mut out = Vec::with_capacity(spans.len());
+                    let mut failed = false;
+                    for (off, len) in spans {
+                        if failed {
+                            out.push(None);
+                            continue;
+                        }
+                        let mut b = vec![0u8; len];
+                        match dev.read_at(&mut b, off) {
+                            Ok(()) => out.push(Some(b)),
+                            Err(_) => {
+                                failed = true;
+                                out.push(None)
+                            }
+                        }
+                    }
+                    out
+                });
+                (*d, t)
+            })
             .collect();
-        let groups = self.groups(items);
-        self.run(groups, |d, mut g| {
-            if self.is_failed(d) {
-                return;
-            }
-            let dev = self.get(d);
-            g.sort_by_key(|o| o.off);
-            let mut i = 0;
-            while i < g.len() {
-                let mut j = i + 1;
-                let mut end = g[i].off + g[i].buf.len() as u64;
-                while j < g.len() && g[j].off == end && end - g[i].off < MAX_MERGE {
-                    end += g[j].buf.len() as u64;
-                    j += 1;
-                }
-                if self.is_failed(d) {
-                    return;
-                }
-                let start = g[i].off;
-                let res = if j == i + 1 {
-                    dev.read_at(g[i].buf, start)
-                } else {
-                    let mut tmp = vec![0u8; (end - start) as usize];
-                    let r = dev.read_at(&mut tmp, start);
-                    if r.is_ok() {
+        let results = self.exec(tasks);
+        for ((d, runs), res) in plans.into_iter().zip(results) {
+            for (r, data) in runs.into_iter().zip(res) {
+                match data {
+                    Some(b) => {
+                        self.meters[d].record(false, r.off, r.len as u64);
                         let mut p = 0;
-                        for o in &mut g[i..j] {
-                            let l = o.buf.len();
-                            o.buf.copy_from_slice(&tmp[p..p + l]);
+                        for i in r.ops {
+                            let l = ops[i].buf.len();
+                            ops[i].buf.copy_from_slice(&b[p..p + l]);
+                            ops[i].ok = true;
                             p += l;
                         }
                     }
-                    r
-                };
-                match res {
-                    Ok(()) => {
-                        self.meters[d].record(false, start, end - start);
-                        for o in &mut g[i..j] {
-                            o.ok = true;
-                        }
-                    }
-                    Err(_) => {
+                    None => {
                         self.meters[d].error();
                         self.mark_failed(d);
-                        return;
                     }
                 }
-                i = j;
             }
-        });
+        }
     }
 
     /// Write every op (skipping failed devices); sets `ok`. A device that errors is marked failed.
     pub fn write(&self, ops: &mut [Wr<'_>]) {
-        let items: Vec<(usize, &mut Wr<'_>)> = ops.iter_mut().map(|o| (o.dev, o)).collect();
-        let groups = self.groups(items);
-        self.run(groups, |d, mut g| {
-            if self.is_failed(d) {
-                return;
-            }
-            let dev = self.get(d);
-            g.sort_by_key(|o| o.off);
-            let mut i = 0;
-            while i < g.len() {
-                let mut j = i + 1;
-                let mut end = g[i].off + g[i].buf.len() as u64;
-                while j < g.len() && g[j].off == end && end - g[i].off < MAX_MERGE {
-                    end += g[j].buf.len() as u64;
-                    j += 1;
-                }
-                if self.is_failed(d) {
-                    return;
-                }
-                let start = g[i].off;
-                let res = if j == i + 1 {
-                    dev.write_at(g[i].buf, start)
-                } else {
-                    let mut tmp = Vec::with_capacity((end - start) as usize);
-                    for o in &g[i..j] {
-                        tmp.extend_from_slice(o.buf);
-                    }
-                    dev.write_at(&tmp, start)
-                };
-                match res {
-                    Ok(()) => {
-                        self.meters[d].record(true, start, end - start);
-                        for o in &mut g[i..j] {
-                            o.ok = true;
+        let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
+        let tasks: Vec<(usize, Task<Vec<bool>>)> = plans
+            .iter()
+            .map(|(d, runs)| {
+                let bufs: Vec<(u64, Vec<u8>)> = runs
+                    .iter()
+                    .map(|r| {
+                        let mut b = Vec::with_capacity(r.len);
+                        for &i in &r.ops {
+                            b.extend_from_slice(ops[i].buf);
                         }
+                        (r.off, b)
+                    })
+                    .collect();
+                let t: Task<Vec<bool>> = Box::new(move |dev: &dyn BlockDevice| {
+                    let mut failed = false;
+                    bufs.iter()
+                        .map(|(off, b)| {
+                            failed = failed || dev.write_at(b, *off).is_err();
+                            !failed
+                        })
+                        .collect()
+                });
+                (*d, t)
+            })
+            .collect();
+        let results = self.exec(tasks);
+        for ((d, runs), res) in plans.into_iter().zip(results) {
+            for (r, ok) in runs.into_iter().zip(res) {
+                if ok {
+                    self.meters[d].record(true, r.off, r.len as u64);
+                    for i in r.ops {
+                        ops[i].ok = true;
                     }
-                    Err(_) => {
-                        self.meters[d].error();
-                        self.mark_failed(d);
-                        return;
-                    }
+                } else {
+                    self.meters[d].error();
+                    self.mark_failed(d);
                 }
-                i = j;
             }
-        });
+        }
+        for o in ops.iter_mut() {
+            if o.buf.is_empty() && !self.is_failed(o.dev) {
+                o.ok = true;
+            }
+        }
     }
 
     /// Flush every alive device (in parallel); a device whose flush fails is marked failed.
     pub fn flush_all(&self) {
-        let groups: Vec<(usize, Vec<()>)> = (0..self.len())
-            .filter(|&i| !self.is_failed(i))
-            .map(|i| (i, vec![()]))
+        let alive: Vec<usize> = (0..self.len()).filter(|&i| !self.is_failed(i)).collect();
+        let tasks: Vec<(usize, Task<bool>)> = alive
+            .iter()
+            .map(|&d| {
+                let t: Task<bool> = Box::new(|dev: &dyn BlockDevice| dev.flush().is_ok());
+                (d, t)
+            })
             .collect();
-        self.run(groups, |d, _| {
-            if self.get(d).flush().is_ok() {
+        for (d, ok) in alive.into_iter().zip(self.exec(tasks)) {
+            if ok {
                 self.meters[d].flush();
             } else {
                 self.meters[d].error();
                 self.mark_failed(d);
             }
-        });
+        }
     }
 
     /// Write directly to a device that is not (yet) part of the array, metered as device `d`.
