@@ -148,16 +148,37 @@ fn ssd_config(dev_bytes: u64) -> SsdConfig {
 
 struct Rig {
     array: Array,
-    dir: Option<PathBuf>,
     ssd_blocks: u32,
 }
 
-impl Drop for Rig {
-    fn drop(&mut self) {
-        if let Some(d) = &self.dir {
-            let _ = std::fs::remove_dir_all(d);
+/// Create the device files of Exps 4-5 once, written through with zeros (so no run writes into holes
+/// of a sparse file, which costs extent allocation that a real SSD does not have).
+fn prefill(dir: &Path, traces: &[Trace]) -> Result<()> {
+    let (mut main, mut log) = (0u64, 0u64);
+    for t in traces {
+        for (k, m) in [(4usize, 1usize), (6, 1), (4, 2), (6, 2)] {
+            let sz = sizing(t, k, m);
+            main = main.max(CHUNK + sz.slots * CHUNK);
+            log = log.max(CHUNK + sz.log_slots * CHUNK);
         }
     }
+    let zero = vec![0u8; 1 << 20];
+    for (name, size) in (0..8)
+        .map(|i| (format!("main{i}.img"), main))
+        .chain((0..2).map(|i| (format!("log{i}.img"), log)))
+    {
+        use std::io::Write;
+        let p = dir.join(name);
+        let mut f =
+            std::fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+        let mut left = size.div_ceil(1 << 20) << 20;
+        while left > 0 {
+            f.write_all(&zero)?;
+            left -= zero.len() as u64;
+        }
+        f.sync_all()?;
+    }
+    Ok(())
 }
 
 fn build(
@@ -175,7 +196,7 @@ fn build(
     let log_bytes = CHUNK + sz.log_slots * CHUNK;
     let nlog = if scheme.uses_log() { m } else { 0 };
     let ssd = ssd_config(dev_bytes);
-    let mut rig_dir = None;
+    let _ = tag;
     let (main, log): (Vec<Arc<dyn BlockDevice>>, Vec<Arc<dyn BlockDevice>>) = match backing {
         Backing::Sim => (
             (0..n)
@@ -186,14 +207,19 @@ fn build(
                 .collect::<Result<_>>()?,
         ),
         Backing::File => {
-            let d = dir.join(tag);
-            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-            let f = |name: String, size: u64| -> Result<Arc<dyn BlockDevice>> {
-                let p = d.join(name);
-                Ok(open_spec(&format!(
-                    "file:{}?size={size}&direct=1",
-                    p.display()
-                ))?)
+            // Pre-filled files shared by every run (see `prefill`): writes land on allocated blocks,
+            // as on an SSD that has been written before, whatever slot a scheme picks.
+            let f = |name: String, need: u64| -> Result<Arc<dyn BlockDevice>> {
+                let p = dir.join(name);
+                let d = open_spec(&format!("file:{}?direct=1", p.display()))?;
+                if d.capacity() < need {
+                    bail!(
+                        "{} holds {} bytes, this run needs {need}",
+                        p.display(),
+                        d.capacity()
+                    );
+                }
+                Ok(d)
             };
             let main = (0..n)
                 .map(|i| f(format!("main{i}.img"), dev_bytes))
@@ -201,7 +227,6 @@ fn build(
             let log = (0..nlog)
                 .map(|i| f(format!("log{i}.img"), log_bytes))
                 .collect::<Result<_>>()?;
-            rig_dir = Some(d);
             (main, log)
         }
     };
@@ -228,7 +253,6 @@ fn build(
     )?;
     Ok(Rig {
         array,
-        dir: rig_dir,
         ssd_blocks: ssd.blocks,
     })
 }
@@ -591,6 +615,13 @@ fn eplog(a: EplogArgs) -> Result<()> {
                 )?);
             }
         }
+    }
+    if want(4) || want(5) {
+        eprintln!(
+            "pre-filling the device files of exps 4-5 in {}",
+            dir.display()
+        );
+        prefill(dir, &traces)?;
     }
     if want(4) {
         for (k, m) in settings {
