@@ -348,7 +348,7 @@ impl Array {
             }));
         }
         let chunk = cfg.chunk_size as u64;
-        if chunk < 512 || chunk % 512 != 0 || chunk > (16 << 20) {
+        if chunk < 512 || !chunk.is_multiple_of(512) || chunk > (16 << 20) {
             return Err(cfg_err(format!(
                 "chunk size {chunk} must be a multiple of 512 between 512 and 16 MiB"
             )));
@@ -811,7 +811,7 @@ impl Array {
         self.core.stats.write(buf.len() as u64, t.elapsed());
         let w = self.writes.fetch_add(1, Relaxed) + 1;
         let every = self.commit_every.load(Relaxed);
-        if every > 0 && w % every == 0 {
+        if every > 0 && w.is_multiple_of(every) {
             self.commit()?;
         }
         if self.core.meta().pending.len() > MAX_PENDING {
@@ -961,7 +961,11 @@ impl Array {
         sb.specs[i] = spec.to_string();
         sb.generation += 1;
         let raw = sb.encode()?;
-        let off = if sb.generation % 2 == 0 { SB_SLOT } else { 0 };
+        let off = if sb.generation.is_multiple_of(2) {
+            SB_SLOT
+        } else {
+            0
+        };
         let meta = Arc::clone(&lock(&self.core.metavol).dev);
         meta.write_at(&raw, off)?;
         meta.flush()?;

@@ -333,6 +333,7 @@ impl Devs {
     }
 
     /// Read every op (skipping failed devices); sets `ok`. A device that errors is marked failed.
+    #[allow(clippy::type_complexity)]
     pub fn read(&self, ops: &mut [Rd<'_>]) {
         for o in ops.iter_mut() {
             if o.buf.is_empty() {

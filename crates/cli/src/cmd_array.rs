@@ -303,7 +303,7 @@ fn parse_dev(s: &str, n: usize, total: usize) -> Result<usize> {
     Ok(i)
 }
 
-fn via_admin(sock: &PathBuf, line: &str, json: bool) -> Result<()> {
+fn via_admin(sock: &std::path::Path, line: &str, json: bool) -> Result<()> {
     let answer = admin_request(sock, line)?;
     if json {
         println!("{answer}");

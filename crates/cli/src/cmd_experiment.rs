@@ -197,7 +197,8 @@ fn build(
     let nlog = if scheme.uses_log() { m } else { 0 };
     let ssd = ssd_config(dev_bytes);
     let _ = tag;
-    let (main, log): (Vec<Arc<dyn BlockDevice>>, Vec<Arc<dyn BlockDevice>>) = match backing {
+    type Devices = Vec<Arc<dyn BlockDevice>>;
+    let (main, log): (Devices, Devices) = match backing {
         Backing::Sim => (
             (0..n)
                 .map(|_| Ok(Arc::new(SimSsd::new(ssd.clone())?) as Arc<dyn BlockDevice>))

@@ -342,6 +342,7 @@ impl UpdateScheme for Eplog {
         Ok(WriteOutcome::Done)
     }
 
+    #[allow(clippy::type_complexity)]
     fn commit(&self, core: &Core) -> Result<CommitReport> {
         let t = Instant::now();
         let g = &core.geo;

@@ -52,10 +52,10 @@ pub(crate) fn read_in_place(
     let mut cache: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
     for i in need {
         let r = &mut reqs[i];
-        if !cache.contains_key(&r.stripe) {
-            cache.insert(r.stripe, degraded(r.stripe)?);
-        }
-        let shards = &cache[&r.stripe];
+        let shards = match cache.entry(r.stripe) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(degraded(r.stripe)?),
+        };
         r.buf
             .copy_from_slice(&shards[r.pos][r.off..r.off + r.buf.len()]);
     }
@@ -174,6 +174,7 @@ impl UpdateScheme for Md {
             return self.write(core, ws);
         }
         // Phase 2: new parity per partial stripe.
+        #[allow(clippy::type_complexity)]
         let mut outs: Vec<(u64, Vec<(usize, Vec<u8>)>)> = Vec::new();
         for ((s, wl, rmw), sb) in partial.iter().zip(bufs.iter_mut()) {
             let mut parity: Vec<Vec<u8>>;
