@@ -344,29 +344,6 @@ pub fn run(a: TraceArgs) -> Result<()> {
 
 // ----------------------------------------------------------------------------------- helpers
 
-fn size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| anyhow::anyhow!("invalid size '{s}' (examples: 4096, 64K, 1M, 2G)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => bail!("invalid size unit in '{s}' (use K, M, G or T)"),
-    };
-    if !(n >= 0.0 && n.is_finite()) {
-        bail!("invalid size '{s}'");
-    }
-    Ok((n * mult as f64).round() as u64)
-}
-
 fn spinner(what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
@@ -499,16 +476,24 @@ fn transform(a: TransformArgs) -> Result<()> {
         to_s: a.to,
         writes_only: a.writes_only,
         merge: a.merge,
-        merge_max: size(&a.merge_max)?,
-        round: a.round.as_deref().map(size).transpose()?,
-        compact: a.compact.as_deref().map(size).transpose()?,
+        merge_max: crate::util::parse_size(&a.merge_max)?,
+        round: a
+            .round
+            .as_deref()
+            .map(crate::util::parse_size)
+            .transpose()?,
+        compact: a
+            .compact
+            .as_deref()
+            .map(crate::util::parse_size)
+            .transpose()?,
         flatten: a.flatten,
     };
     if topts.compact == Some(0) {
         bail!("--compact segment must be positive");
     }
     let clients = a.clients.max(1);
-    let segment = size(&a.segment)?.max(1);
+    let segment = crate::util::parse_size(&a.segment)?.max(1);
     if topts.compact.is_some() && files.iter().any(|p| p.as_os_str() == "-") {
         bail!("--compact reads the input twice; it cannot read stdin");
     }
@@ -698,7 +683,7 @@ fn targets_from_args(a: &SynthArgs, base: Option<&Preset>) -> Result<Option<Gene
                 .ok_or_else(|| anyhow::anyhow!("--writes is required without --preset"))?,
             avg_write_size: 8192.0,
             random_pct: 75.0,
-            wss_bytes: size(
+            wss_bytes: crate::util::parse_size(
                 a.wss
                     .as_deref()
                     .ok_or_else(|| anyhow::anyhow!("--wss is required without --preset"))?,
@@ -715,13 +700,13 @@ fn targets_from_args(a: &SynthArgs, base: Option<&Preset>) -> Result<Option<Gene
         t.writes = v;
     }
     if let Some(v) = &a.avg_write_size {
-        t.avg_write_size = size(v)? as f64;
+        t.avg_write_size = crate::util::parse_size(v)? as f64;
     }
     if let Some(v) = a.random_pct {
         t.random_pct = v;
     }
     if let Some(v) = &a.wss {
-        t.wss_bytes = size(v)? / 4096 * 4096;
+        t.wss_bytes = crate::util::parse_size(v)? / 4096 * 4096;
     }
     if let Some(v) = a.updated_wss_pct {
         t.updated_wss_pct = v;
@@ -897,7 +882,10 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         records.retain(|r| r.op == ecstack_trace::Op::Write);
     }
     if a.compact {
-        let (r, _) = ecstack_trace::transform::eplog_prepare(&records, size(&a.round)?.max(1));
+        let (r, _) = ecstack_trace::transform::eplog_prepare(
+            &records,
+            crate::util::parse_size(&a.round)?.max(1),
+        );
         records = r;
     } else if records.iter().any(|r| r.file != 0) {
         bail!("a file trace needs --compact to be laid out on a block device");
@@ -916,7 +904,9 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         pace,
         prewrite: a.prewrite,
         wrap: a.wrap,
-        segment: size(&a.segment).unwrap_or(CODFS_SEGMENT).max(1),
+        segment: crate::util::parse_size(&a.segment)
+            .unwrap_or(CODFS_SEGMENT)
+            .max(1),
         flush: true,
     };
     let pb = bar(records.len() as u64, "replay");

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn ecstack(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ecstack")).args(args).output().expect("run ecstack")
+    Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args(args)
+        .output()
+        .expect("run ecstack")
 }
 
 fn shards_in(dir: &Path) -> Vec<PathBuf> {
@@ -21,10 +24,25 @@ fn shards_in(dir: &Path) -> Vec<PathBuf> {
 fn encode_lose_m_decode_roundtrip() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("file.bin");
-    let data: Vec<u8> = (0..777_777u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let data: Vec<u8> = (0..777_777u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     std::fs::write(&input, &data).unwrap();
     let sd = dir.path().join("shards");
-    let o = ecstack(&["ec", "encode", input.to_str().unwrap(), "-o", sd.to_str().unwrap(), "-k", "5", "-m", "3", "--unit", "16K", "--json"]);
+    let o = ecstack(&[
+        "ec",
+        "encode",
+        input.to_str().unwrap(),
+        "-o",
+        sd.to_str().unwrap(),
+        "-k",
+        "5",
+        "-m",
+        "3",
+        "--unit",
+        "16K",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(rep["bytes"], 777_777);
@@ -34,7 +52,10 @@ fn encode_lose_m_decode_roundtrip() {
     for i in [0, 3, 6] {
         std::fs::remove_file(&shards[i]).unwrap();
     }
-    let keep: Vec<String> = shards_in(&sd).iter().map(|p| p.display().to_string()).collect();
+    let keep: Vec<String> = shards_in(&sd)
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
     let out = dir.path().join("out.bin");
     let mut args = vec!["ec", "decode", "-o", out.to_str().unwrap()];
     args.extend(keep.iter().map(|s| s.as_str()));
@@ -45,7 +66,10 @@ fn encode_lose_m_decode_roundtrip() {
     // Info on a shard.
     let o = ecstack(&["ec", "info", &keep[0], "--json"]);
     let h: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((h["k"].as_u64(), h["m"].as_u64(), h["index"].as_u64()), (Some(5), Some(3), Some(1)));
+    assert_eq!(
+        (h["k"].as_u64(), h["m"].as_u64(), h["index"].as_u64()),
+        (Some(5), Some(3), Some(1))
+    );
 
     // Lose one more: too few shards, one clear error line, exit code 1, no output written.
     std::fs::remove_file(&keep[0]).unwrap();
@@ -55,7 +79,10 @@ fn encode_lose_m_decode_roundtrip() {
     let o = ecstack(&args);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.starts_with("ecstack: error:") && err.contains("need 5 shards"), "{err}");
+    assert!(
+        err.starts_with("ecstack: error:") && err.contains("need 5 shards"),
+        "{err}"
+    );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(!out2.exists());
 }
@@ -67,7 +94,19 @@ fn corrupt_shard_is_named_and_never_decoded_wrong() {
     let data = vec![0x5au8; 100_000];
     std::fs::write(&input, &data).unwrap();
     let sd = dir.path().join("s");
-    let o = ecstack(&["ec", "encode", input.to_str().unwrap(), "-o", sd.to_str().unwrap(), "-k", "2", "-m", "1", "--code", "xor"]);
+    let o = ecstack(&[
+        "ec",
+        "encode",
+        input.to_str().unwrap(),
+        "-o",
+        sd.to_str().unwrap(),
+        "-k",
+        "2",
+        "-m",
+        "1",
+        "--code",
+        "xor",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let shards = shards_in(&sd);
     let mut b = std::fs::read(&shards[1]).unwrap();
@@ -75,10 +114,20 @@ fn corrupt_shard_is_named_and_never_decoded_wrong() {
     std::fs::write(&shards[1], &b).unwrap();
     let out = dir.path().join("o");
     // With only two shards, one of them corrupt: error naming it.
-    let o = ecstack(&["ec", "decode", "-o", out.to_str().unwrap(), shards[0].to_str().unwrap(), shards[1].to_str().unwrap()]);
+    let o = ecstack(&[
+        "ec",
+        "decode",
+        "-o",
+        out.to_str().unwrap(),
+        shards[0].to_str().unwrap(),
+        shards[1].to_str().unwrap(),
+    ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("f.001.shard") && err.contains("checksum"), "{err}");
+    assert!(
+        err.contains("f.001.shard") && err.contains("checksum"),
+        "{err}"
+    );
     assert!(!out.exists());
     // With the parity shard too, decode succeeds around the corrupt one and warns about it.
     let all: Vec<&str> = shards.iter().map(|p| p.to_str().unwrap()).collect();
@@ -113,7 +162,23 @@ fn demo_verifies_end_to_end() {
 
 #[test]
 fn bench_reports_rows_and_checks_results() {
-    let o = ecstack(&["bench", "ec", "--rows", "4,2,4K;3,3,8K", "--time", "0.01", "--rounds", "1", "--rateless-k", "64", "--rateless-block", "1K", "--trials", "5", "--json"]);
+    let o = ecstack(&[
+        "bench",
+        "ec",
+        "--rows",
+        "4,2,4K;3,3,8K",
+        "--time",
+        "0.01",
+        "--rounds",
+        "1",
+        "--rateless-k",
+        "64",
+        "--rateless-block",
+        "1K",
+        "--trials",
+        "5",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = r["rows"].as_array().unwrap();

@@ -5,7 +5,7 @@
 /// The field polynomial (with the x^8 term).
 pub const POLY: u16 = 0x11d;
 
-const fn build_exp_log() -> ([u8; 512], [u8; 256]) {
+pub(crate) const fn build_exp_log() -> ([u8; 512], [u8; 256]) {
     let mut exp = [0u8; 512];
     let mut log = [0u8; 256];
     let mut x: u16 = 1;

@@ -113,7 +113,7 @@ pub fn active() -> Simd {
 }
 
 const fn build_mul_table() -> [[u8; 256]; 256] {
-    let exp_log = build_exp_log_const();
+    let exp_log = gf::build_exp_log();
     let mut t = [[0u8; 256]; 256];
     let mut a = 1;
     while a < 256 {
@@ -125,24 +125,6 @@ const fn build_mul_table() -> [[u8; 256]; 256] {
         a += 1;
     }
     t
-}
-
-const fn build_exp_log_const() -> ([u8; 512], [u8; 256]) {
-    let mut exp = [0u8; 512];
-    let mut log = [0u8; 256];
-    let mut x: u16 = 1;
-    let mut i = 0;
-    while i < 255 {
-        exp[i] = x as u8;
-        exp[i + 255] = x as u8;
-        log[x as usize] = i as u8;
-        x <<= 1;
-        if x & 0x100 != 0 {
-            x ^= gf::POLY;
-        }
-        i += 1;
-    }
-    (exp, log)
 }
 
 /// `MUL_TABLE[c][x] = c * x`, 64 KiB, built at compile time: the scalar kernel's look-up table.

@@ -48,35 +48,7 @@ fn err(spec: &str, what: impl Into<String>) -> DeviceError {
     }
 }
 
-/// Parse a size such as `4096`, `4K`, `1.5G`, `256MiB` (powers of 1024).
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let stripped = lower
-        .strip_suffix("ib")
-        .or_else(|| lower.strip_suffix('b'))
-        .unwrap_or(&lower);
-    let (num, mult) = match stripped.chars().last() {
-        Some('k') => (&stripped[..stripped.len() - 1], 1u64 << 10),
-        Some('m') => (&stripped[..stripped.len() - 1], 1 << 20),
-        Some('g') => (&stripped[..stripped.len() - 1], 1 << 30),
-        Some('t') => (&stripped[..stripped.len() - 1], 1 << 40),
-        _ => (stripped, 1),
-    };
-    if let Ok(v) = num.parse::<u64>() {
-        return v
-            .checked_mul(mult)
-            .ok_or_else(|| format!("size '{s}' is too large"));
-    }
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 && v * (mult as f64) < 1.8e19 => {
-            Ok((v * mult as f64).round() as u64)
-        }
-        _ => Err(format!(
-            "'{s}' is not a size (examples: 4096, 4K, 256M, 1.5G)"
-        )),
-    }
-}
+pub use ecstack_base::parse_size;
 
 /// Parse a duration such as `250us`, `2ms`, `1.5s`.
 pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {

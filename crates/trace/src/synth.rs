@@ -22,69 +22,7 @@ const JUMP_BLOCKS: u64 = RANDOM_JUMP / BLOCK_SIZE;
 
 // ------------------------------------------------------------------------------------------ rng
 
-/// xoshiro256** (public domain algorithm by Blackman and Vigna).
-#[derive(Debug, Clone)]
-pub struct Rng {
-    s: [u64; 4],
-}
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        let mut x = seed;
-        let mut next = || {
-            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
-        Rng {
-            s: [next(), next(), next(), next()],
-        }
-    }
-    #[inline]
-    pub fn next_u64(&mut self) -> u64 {
-        let r = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = self.s[1] << 17;
-        self.s[2] ^= self.s[0];
-        self.s[3] ^= self.s[1];
-        self.s[1] ^= self.s[2];
-        self.s[0] ^= self.s[3];
-        self.s[2] ^= t;
-        self.s[3] = self.s[3].rotate_left(45);
-        r
-    }
-    /// Uniform in [0, 1).
-    #[inline]
-    pub fn f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-    /// Uniform in [0, n).
-    #[inline]
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            return 0;
-        }
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-    /// Geometric on {1, 2, ...} with the given mean (>= 1).
-    pub fn geometric(&mut self, mean: f64) -> u64 {
-        if mean.is_nan() || mean <= 1.0 {
-            return 1;
-        }
-        if !mean.is_finite() {
-            return u64::MAX / 4;
-        }
-        let p = 1.0 / mean;
-        let u = 1.0 - self.f64(); // (0, 1]
-        let k = (u.ln() / (1.0 - p).ln()).floor();
-        1 + k.min(1e15) as u64
-    }
-    /// Exponential with the given mean.
-    pub fn exp(&mut self, mean: f64) -> f64 {
-        -(1.0 - self.f64()).ln() * mean
-    }
-}
+pub use ecstack_base::rng::Rng;
 
 // ----------------------------------------------------------------------------------------- zipf
 
@@ -146,7 +84,7 @@ impl Zipf {
             return 1 + rng.below(self.n as u64);
         }
         loop {
-            let u = self.h_n + rng.f64() * (self.h_x1 - self.h_n);
+            let u = self.h_n + rng.next_f64() * (self.h_x1 - self.h_n);
             let x = self.hinv(u);
             let k = (x + 0.5).floor().clamp(1.0, self.n);
             if k - x <= self.sc || u >= self.hi(k + 0.5) - self.h(k) {
@@ -529,7 +467,7 @@ impl TargetGen {
         let need = self.remaining_fresh_read_blocks();
         let fresh_reads_left = (need / self.read_k).ceil().min(reads_left);
         let fresh = force_fresh_min > 0
-            || (need >= 1.0 && self.rng.f64() * reads_left < fresh_reads_left.max(1.0));
+            || (need >= 1.0 && self.rng.next_f64() * reads_left < fresh_reads_left.max(1.0));
         if fresh && need >= 1.0 {
             let mean = (need / fresh_reads_left.max(1.0)).max(1.0);
             let mut n = self
@@ -744,7 +682,7 @@ impl TargetGen {
             self.run_class = RunClass::Update;
             let uncovered = self.bu - self.updated_count;
             let cover_p = (uncovered as f64 * 1.3 / (upd_left as f64 * self.k).max(1.0)).min(1.0);
-            let start = if self.rng.f64() < cover_p {
+            let start = if self.rng.next_f64() < cover_p {
                 self.cover_start().or_else(|| self.hot_start())
             } else {
                 self.hot_start().or_else(|| self.cover_start())
