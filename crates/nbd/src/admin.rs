@@ -57,7 +57,7 @@ impl AdminServer {
     ) -> Result<AdminServer, NbdError> {
         let sock_err = |e: std::io::Error| NbdError::AdminSocket {
             path: path.display().to_string(),
-            source: e,
+            err: e,
         };
         let listener = match UnixListener::bind(&path) {
             Ok(l) => l,
@@ -117,7 +117,7 @@ impl AdminServer {
             })
             .map_err(|e| NbdError::Io {
                 what: "spawning admin thread".into(),
-                source: e,
+                err: e,
             })?;
         Ok(AdminServer {
             path,
@@ -279,7 +279,7 @@ pub fn admin_request(socket: &Path, line: &str) -> Result<String, NbdError> {
     }
     let conn_err = |e: std::io::Error| NbdError::AdminSocket {
         path: socket.display().to_string(),
-        source: e,
+        err: e,
     };
     let mut s = UnixStream::connect(socket).map_err(conn_err)?;
     s.set_write_timeout(Some(Duration::from_secs(10)))

@@ -21,7 +21,7 @@ pub struct Client {
 fn io(what: &str) -> impl Fn(std::io::Error) -> NbdError + '_ {
     move |e| NbdError::Io {
         what: what.to_string(),
-        source: e,
+        err: e,
     }
 }
 

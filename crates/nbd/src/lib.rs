@@ -43,28 +43,16 @@ pub use server::{ServeConfig, Server, ServerStats, ShutdownHandle};
 /// Errors of the NBD server, client and helpers. One line each.
 #[derive(Debug, thiserror::Error)]
 pub enum NbdError {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("admin socket {path}: {source}")]
-    AdminSocket {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot listen on {addr}: {err}")]
+    Bind { addr: String, err: std::io::Error },
+    #[error("admin socket {path}: {err}")]
+    AdminSocket { path: String, err: std::io::Error },
     #[error("admin socket {path} is in use by a running server (or is not a socket)")]
     AdminSocketInUse { path: String },
     #[error("{0}")]
     AdminCommand(String),
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{what}: {err}")]
+    Io { what: String, err: std::io::Error },
     #[error("NBD protocol: {0}")]
     Protocol(String),
     #[error("server answered {cmd} with error {errno} ({})", errno_name(*.errno))]

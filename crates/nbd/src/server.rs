@@ -163,7 +163,7 @@ impl Pool {
                 })
                 .map_err(|e| NbdError::Io {
                     what: "spawning NBD worker thread".into(),
-                    source: e,
+                    err: e,
                 })?;
             threads.push(h);
         }
@@ -300,11 +300,11 @@ impl Server {
         cfg.validate()?;
         let listener = TcpListener::bind(cfg.addr).map_err(|e| NbdError::Bind {
             addr: cfg.addr.to_string(),
-            source: e,
+            err: e,
         })?;
         let addr = listener.local_addr().map_err(|e| NbdError::Io {
             what: "reading the bound address".into(),
-            source: e,
+            err: e,
         })?;
         let mut tflags = FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_SEND_FUA | FLAG_CAN_MULTI_CONN;
         if cfg.read_only {
@@ -348,7 +348,7 @@ impl Server {
                 }
                 return Err(NbdError::Io {
                     what: "spawning NBD accept thread".into(),
-                    source: e,
+                    err: e,
                 });
             }
         };
