@@ -615,3 +615,33 @@ fn min_block_size_is_advertised_and_enforced() {
         Err(NbdError::Config(_))
     ));
 }
+
+#[test]
+fn serve_blocks_until_the_admin_shutdown_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("serve.sock");
+    let dev = Arc::new(ecstack_device::Metered::new(MemDevice::new(MIB).unwrap()));
+    let cfg = ServeConfig {
+        admin_socket: Some(sock.clone()),
+        ..cfg()
+    };
+    let d = dev.clone() as Arc<dyn BlockDevice>;
+    let t = std::thread::spawn(move || ecstack_nbd::serve(d, None, cfg));
+    let mut up = false;
+    for _ in 0..200 {
+        if admin_request(&sock, "ping").is_ok() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(up, "serve() never opened its admin socket");
+    let flushes = dev.snapshot().flushes;
+    assert_eq!(admin_request(&sock, "shutdown").unwrap(), "stopping");
+    t.join().unwrap().unwrap();
+    assert_eq!(
+        dev.snapshot().flushes,
+        flushes + 1,
+        "device flushed on the way out"
+    );
+}
