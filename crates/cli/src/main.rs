@@ -56,7 +56,21 @@ fn main() {
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.
-        eprintln!("ecstack: error: {e:#}");
+        eprintln!("ecstack: error: {}", one_line(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes on one line, skipping a cause whose text the line already holds (library
+/// errors often print their source in their own message too).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg.replace('\n', " ")
 }
