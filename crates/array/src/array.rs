@@ -880,10 +880,25 @@ impl Array {
         self.scheme.write(&self.core, &cws)
     }
 
-    /// Make every completed write durable (devices flushed, metadata records persisted).
+    /// Make every completed write durable (buffers drained, devices flushed, metadata records
+    /// persisted).
     pub fn sync(&self) -> Result<()> {
-        let _a = self.admin_read();
-        self.core.persist()
+        {
+            let _a = self.admin_read();
+            if self.scheme.drain(&self.core)? == WriteOutcome::Done {
+                return self.core.persist();
+            }
+        }
+        // The buffers need space: a parity commit frees it, drains them and persists.
+        self.commit().map(|_| ())
+    }
+
+    /// eplog device buffers (§3.1): hold up to `chunks` updated chunks per device in memory so log
+    /// stripes leave full width and rewrites are absorbed (0 = off, the default). Buffered writes are
+    /// durable after the next flush, like any write.
+    pub fn set_device_buffer(&self, chunks: usize) -> Result<()> {
+        let _a = self.admin_write();
+        self.scheme.set_buffer(&self.core, chunks)
     }
 
     /// Parity commit (EPLOG §3.3). Also makes every completed write durable (for md that is all it
@@ -974,6 +989,7 @@ impl Array {
 
     /// Flush everything and write a full checkpoint (a clean shutdown point).
     pub fn close(&self) -> Result<()> {
+        self.sync()?;
         let _a = self.admin_write();
         self.core.checkpoint()
     }

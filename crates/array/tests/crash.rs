@@ -8,12 +8,20 @@ use common::*;
 use ecstack_array::{Array, SchemeKind};
 
 fn run(scheme: SchemeKind, k: usize, m: usize, seed: u64, steps: usize) {
-    run_cut(scheme, k, m, seed, steps, None)
+    run_cut(scheme, k, m, seed, steps, None, 0)
 }
 
 /// `meta_cut`: the metadata volume loses power just before its n-th operation (mid-flush, mid-commit),
 /// which the test then treats as a crash of the whole machine.
-fn run_cut(scheme: SchemeKind, k: usize, m: usize, seed: u64, steps: usize, meta_cut: Option<u64>) {
+fn run_cut(
+    scheme: SchemeKind,
+    k: usize,
+    m: usize,
+    seed: u64,
+    steps: usize,
+    meta_cut: Option<u64>,
+    buffer: usize,
+) {
     let what = format!("{scheme} ({k}+{m}) seed {seed} cut {meta_cut:?}");
     let mut rng = Rng(seed);
     let mut rig = Rig::new(scheme, k, m, seed, true);
@@ -27,6 +35,7 @@ fn run_cut(scheme: SchemeKind, k: usize, m: usize, seed: u64, steps: usize, meta
     }
     let cfg = config(scheme, k, m);
     let mut a = Array::create(&cfg, rig.devices()).unwrap();
+    a.set_device_buffer(buffer).unwrap();
     let cap = a.size() as usize;
     let mut model = vec![0u8; cap];
     // Bytes written since the last point known durable.
@@ -85,7 +94,10 @@ fn run_cut(scheme: SchemeKind, k: usize, m: usize, seed: u64, steps: usize, meta
                 }
                 a = loop {
                     match Array::open(rig.devices()) {
-                        Ok(a) => break a,
+                        Ok(a) => {
+                            a.set_device_buffer(buffer).unwrap();
+                            break a;
+                        }
                         // The scheduled cut hit the reopen itself: power-cycle again and retry.
                         Err(_) if rig.meta.is_powered_off() => {
                             for d in rig.all() {
@@ -142,7 +154,16 @@ fn power_cuts_eplog() {
 fn power_cut_mid_flush_and_commit() {
     for (i, scheme) in SchemeKind::ALL.into_iter().enumerate() {
         for cut in (12u64..90).step_by(5) {
-            run_cut(scheme, 4, 2, 40 + i as u64 * 7 + cut, 120, Some(cut));
+            run_cut(scheme, 4, 2, 40 + i as u64 * 7 + cut, 120, Some(cut), 0);
         }
+    }
+}
+
+#[test]
+fn power_cuts_eplog_device_buffers() {
+    run_cut(SchemeKind::Eplog, 4, 2, 61, 250, None, 4);
+    run_cut(SchemeKind::Eplog, 6, 2, 62, 250, None, 8);
+    for cut in (14u64..80).step_by(11) {
+        run_cut(SchemeKind::Eplog, 4, 1, 63 + cut, 120, Some(cut), 4);
     }
 }

@@ -12,7 +12,8 @@
 //! * Degraded reads: a lost chunk updated since the last commit is decoded from its log stripe,
 //!   otherwise from its data stripe (committed versions + parity).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::md::by_stripe;
@@ -22,7 +23,21 @@ use crate::io::{Rd, Wr};
 use crate::meta::{DataStripe, LogStripe, Member, Rec};
 use crate::{ArrayError, Result, SchemeKind};
 
-pub struct Eplog;
+#[derive(Default)]
+pub struct Eplog {
+    buffer: Mutex<DeviceBuffers>,
+}
+
+/// Device buffers (§3.1, optional): updated data chunks wait in memory, one FIFO per device, until
+/// every device has one (then they leave as a full-width log stripe, k' = n), until the buffers hold
+/// more than `cap` chunks per device, or until a flush / parity commit drains them. A chunk written
+/// again while buffered is replaced in memory (one SSD write instead of two).
+#[derive(Default)]
+struct DeviceBuffers {
+    cap: usize,
+    data: HashMap<(u64, usize), Vec<u8>>,
+    queues: Vec<VecDeque<(u64, usize)>>,
+}
 
 const COMMIT_BATCH: usize = 256;
 
@@ -166,12 +181,12 @@ impl Eplog {
     }
 }
 
-impl UpdateScheme for Eplog {
-    fn kind(&self) -> SchemeKind {
+impl Eplog {
+    fn kind_now(&self) -> SchemeKind {
         SchemeKind::Eplog
     }
 
-    fn read(&self, core: &Core, reqs: &mut [ChunkRead<'_>]) -> Result<()> {
+    fn read_now(&self, core: &Core, reqs: &mut [ChunkRead<'_>]) -> Result<()> {
         let g = &core.geo;
         let locs: Vec<Loc> = {
             let mi = core.meta();
@@ -211,7 +226,7 @@ impl UpdateScheme for Eplog {
         Ok(())
     }
 
-    fn write(&self, core: &Core, ws: &[ChunkWrite<'_>]) -> Result<WriteOutcome> {
+    fn write_now(&self, core: &Core, ws: &[ChunkWrite<'_>]) -> Result<WriteOutcome> {
         core.check_tolerance()?;
         let g = &core.geo;
         let (k, m, n) = (g.k, g.m, g.n);
@@ -343,7 +358,7 @@ impl UpdateScheme for Eplog {
     }
 
     #[allow(clippy::type_complexity)]
-    fn commit(&self, core: &Core) -> Result<CommitReport> {
+    fn commit_now(&self, core: &Core) -> Result<CommitReport> {
         let t = Instant::now();
         let g = &core.geo;
         let (k, c) = (g.k, g.chunk as usize);
@@ -482,12 +497,12 @@ impl UpdateScheme for Eplog {
         })
     }
 
-    fn has_pending(&self, core: &Core) -> bool {
+    fn has_pending_now(&self, core: &Core) -> bool {
         let mi = core.meta();
         !mi.state.logs.is_empty() || mi.state.commit_in_progress
     }
 
-    fn committed_layout(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>> {
+    fn committed_layout_now(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>> {
         let mi = core.meta();
         let ds = mi.state.stripes.get(&s)?;
         let mut v: Vec<Option<u64>> = (0..core.geo.k)
@@ -497,9 +512,180 @@ impl UpdateScheme for Eplog {
         Some(v)
     }
 
-    fn written_stripes(&self, core: &Core) -> Vec<u64> {
+    fn written_stripes_now(&self, core: &Core) -> Vec<u64> {
         let mut v: Vec<u64> = core.meta().state.stripes.keys().copied().collect();
         v.sort_unstable();
         v
+    }
+}
+
+impl Eplog {
+    fn buffers(&self) -> MutexGuard<'_, DeviceBuffers> {
+        self.buffer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Write buffered chunks out as log stripes (one chunk per device each): while every device has
+    /// one, while the buffers are over capacity, or (`all`) until they are empty.
+    fn drain_locked(&self, core: &Core, b: &mut DeviceBuffers, all: bool) -> Result<WriteOutcome> {
+        let n = core.geo.n;
+        loop {
+            let DeviceBuffers { data, queues, cap } = &mut *b;
+            for q in queues.iter_mut() {
+                while q.front().is_some_and(|k| !data.contains_key(k)) {
+                    q.pop_front();
+                }
+            }
+            let full = queues.len() == n && queues.iter().all(|q| !q.is_empty());
+            let over = data.len() > *cap * n;
+            if data.is_empty() || !(full || over || all) {
+                return Ok(WriteOutcome::Done);
+            }
+            let keys: Vec<(u64, usize)> =
+                queues.iter().filter_map(|q| q.front().copied()).collect();
+            let chunks: Vec<ChunkWrite> = keys
+                .iter()
+                .map(|k| ChunkWrite {
+                    stripe: k.0,
+                    pos: k.1,
+                    data: data[k].as_slice(),
+                })
+                .collect();
+            if self.write_now(core, &chunks)? == WriteOutcome::NeedCommit {
+                return Ok(WriteOutcome::NeedCommit);
+            }
+            drop(chunks);
+            for k in keys {
+                data.remove(&k);
+                queues[core.geo.dev_of(k.0, k.1)].pop_front();
+            }
+        }
+    }
+}
+
+impl UpdateScheme for Eplog {
+    fn kind(&self) -> SchemeKind {
+        self.kind_now()
+    }
+
+    fn read(&self, core: &Core, reqs: &mut [ChunkRead<'_>]) -> Result<()> {
+        let b = self.buffers();
+        if b.data.is_empty() {
+            drop(b);
+            return self.read_now(core, reqs);
+        }
+        // Serve buffered chunks from memory; read the rest while the buffers cannot drain.
+        let mut miss: Vec<ChunkRead> = Vec::new();
+        for r in reqs.iter_mut() {
+            match b.data.get(&(r.stripe, r.pos)) {
+                Some(d) => r.buf.copy_from_slice(&d[r.off..r.off + r.buf.len()]),
+                None => miss.push(ChunkRead {
+                    stripe: r.stripe,
+                    pos: r.pos,
+                    off: r.off,
+                    buf: &mut *r.buf,
+                }),
+            }
+        }
+        self.read_now(core, &mut miss)
+    }
+
+    fn write(&self, core: &Core, ws: &[ChunkWrite<'_>]) -> Result<WriteOutcome> {
+        let mut b = self.buffers();
+        if b.cap == 0 && b.data.is_empty() {
+            drop(b);
+            return self.write_now(core, ws);
+        }
+        core.check_tolerance()?;
+        let g = &core.geo;
+        let groups = by_stripe(ws);
+        let mut direct: Vec<ChunkWrite> = Vec::new();
+        let mut buffered: Vec<&ChunkWrite> = Vec::new();
+        {
+            let mi = core.meta();
+            for (&s, wl) in &groups {
+                if wl.len() == g.k && !mi.state.stripes.contains_key(&s) {
+                    direct.extend(wl.iter().map(|w| ChunkWrite {
+                        stripe: w.stripe,
+                        pos: w.pos,
+                        data: w.data,
+                    }));
+                } else {
+                    buffered.extend(wl.iter().copied());
+                }
+            }
+        }
+        if !direct.is_empty() {
+            // A new full stripe supersedes whatever of it is buffered.
+            for w in &direct {
+                b.data.remove(&(w.stripe, w.pos));
+            }
+            if self.write_now(core, &direct)? == WriteOutcome::NeedCommit {
+                return Ok(WriteOutcome::NeedCommit);
+            }
+        }
+        if b.queues.len() != g.n {
+            b.queues = vec![VecDeque::new(); g.n];
+        }
+        for w in buffered {
+            let key = (w.stripe, w.pos);
+            if b.data.insert(key, w.data.to_vec()).is_none() {
+                b.queues[g.dev_of(w.stripe, w.pos)].push_back(key);
+            }
+        }
+        self.drain_locked(core, &mut b, false)
+    }
+
+    fn commit(&self, core: &Core) -> Result<CommitReport> {
+        let mut b = self.buffers();
+        let mut total = CommitReport::default();
+        for _ in 0..4 {
+            let r = self.commit_now(core)?;
+            total.stripes += r.stripes;
+            total.chunks += r.chunks;
+            total.decoded_from_log += r.decoded_from_log;
+            total.freed_slots += r.freed_slots;
+            total.freed_log_slots += r.freed_log_slots;
+            total.bytes_read += r.bytes_read;
+            total.bytes_written += r.bytes_written;
+            total.seconds += r.seconds;
+            if b.data.is_empty() {
+                return Ok(total);
+            }
+            // The buffered chunks go out now that the commit freed space; commit them too.
+            self.drain_locked(core, &mut b, true)?;
+        }
+        Err(ArrayError::NoSpace(
+            "the device buffers do not fit in the spare chunk slots".into(),
+        ))
+    }
+
+    fn drain(&self, core: &Core) -> Result<WriteOutcome> {
+        let mut b = self.buffers();
+        self.drain_locked(core, &mut b, true)
+    }
+
+    fn set_buffer(&self, core: &Core, chunks: usize) -> Result<()> {
+        let mut b = self.buffers();
+        if self.drain_locked(core, &mut b, true)? == WriteOutcome::NeedCommit {
+            return Err(ArrayError::NoSpace(
+                "commit before changing the device buffers".into(),
+            ));
+        }
+        let g = &core.geo;
+        let limit = ((g.slots - g.stripes) / 4).min(g.log_slots / 4) as usize;
+        b.cap = chunks.min(limit);
+        Ok(())
+    }
+
+    fn has_pending(&self, core: &Core) -> bool {
+        !self.buffers().data.is_empty() || self.has_pending_now(core)
+    }
+
+    fn committed_layout(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>> {
+        self.committed_layout_now(core, s)
+    }
+
+    fn written_stripes(&self, core: &Core) -> Vec<u64> {
+        self.written_stripes_now(core)
     }
 }

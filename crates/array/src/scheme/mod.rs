@@ -73,13 +73,21 @@ pub trait UpdateScheme: Send + Sync {
     fn committed_layout(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>>;
     /// Stripes that have ever been written, in ascending order.
     fn written_stripes(&self, core: &Core) -> Vec<u64>;
+    /// Write out anything held in memory (eplog device buffers) before a flush.
+    fn drain(&self, _core: &Core) -> Result<WriteOutcome> {
+        Ok(WriteOutcome::Done)
+    }
+    /// Hold up to `chunks` updated chunks per device in memory (eplog device buffers; 0 = off).
+    fn set_buffer(&self, _core: &Core, _chunks: usize) -> Result<()> {
+        Ok(())
+    }
 }
 
 pub(crate) fn new_scheme(kind: SchemeKind) -> Box<dyn UpdateScheme> {
     match kind {
         SchemeKind::Md => Box::new(Md),
         SchemeKind::Pl => Box::new(Pl),
-        SchemeKind::Eplog => Box::new(Eplog),
+        SchemeKind::Eplog => Box::new(Eplog::default()),
     }
 }
 
