@@ -147,6 +147,9 @@ struct ServeArgs {
     /// Worker threads for device operations
     #[arg(long, default_value_t = 8)]
     workers: usize,
+    /// eplog device buffers: hold up to N updated chunks per device in memory (0 = off)
+    #[arg(long, default_value_t = 0)]
+    device_buffer: usize,
     #[arg(long)]
     json: bool,
 }
@@ -532,6 +535,7 @@ fn serve(s: ServeArgs) -> Result<()> {
         &s.log,
         &OpenOptions::default(),
     )?);
+    a.set_device_buffer(s.device_buffer)?;
     let idle = (s.idle_commit > 0.0).then(|| Duration::from_secs_f64(s.idle_commit));
     if let Some(d) = idle {
         if a.scheme_kind() != SchemeKind::Md {

@@ -316,10 +316,27 @@ fn run_one(
     degraded: bool,
     dir: &Path,
 ) -> Result<RunRow> {
+    run_buf(t, scheme, k, m, backing, commit, degraded, dir, 0)
+}
+
+/// `buffer`: eplog device buffers, chunks per device (0 = off).
+#[allow(clippy::too_many_arguments)]
+fn run_buf(
+    t: &Trace,
+    scheme: SchemeKind,
+    k: usize,
+    m: usize,
+    backing: Backing,
+    commit: Commit,
+    degraded: bool,
+    dir: &Path,
+    buffer: usize,
+) -> Result<RunRow> {
     let tag = format!("{}-{}-{k}{m}-{}", t.name, scheme, commit.label());
     let rig = build(t, scheme, k, m, backing, dir, &tag)?;
     let a = &rig.array;
     prewrite(a, t.wss)?;
+    a.set_device_buffer(buffer)?;
     a.reset_stats();
     let (gc0, _) = gc_total(a);
     if let Commit::Every(nw) = commit {
@@ -337,6 +354,8 @@ fn run_one(
     }
     if commit != Commit::Nil {
         a.commit()?;
+    } else if buffer > 0 {
+        a.sync()?;
     }
     let seconds = start.elapsed().as_secs_f64();
     let st = a.status();
@@ -344,7 +363,11 @@ fn run_one(
     Ok(RunRow {
         trace: t.name.into(),
         setting: format!("({k}+{m})"),
-        scheme: scheme.to_string(),
+        scheme: if buffer > 0 {
+            format!("{scheme}+buf{buffer}")
+        } else {
+            scheme.to_string()
+        },
         commit: commit.label(),
         degraded,
         requests: t.reqs.len() as u64,
@@ -596,6 +619,23 @@ fn eplog(a: EplogArgs) -> Result<()> {
                 for s in schemes {
                     eprintln!("exp 1/2: {} ({k}+{m}) {s}", t.name);
                     sim.push(run_one(t, s, k, m, Backing::Sim, Commit::Nil, false, dir)?);
+                }
+                if (k, m) == (6, 2) {
+                    eprintln!(
+                        "exp 1/2: {} ({k}+{m}) eplog with device buffers of 16 chunks",
+                        t.name
+                    );
+                    sim.push(run_buf(
+                        t,
+                        SchemeKind::Eplog,
+                        k,
+                        m,
+                        Backing::Sim,
+                        Commit::Nil,
+                        false,
+                        dir,
+                        16,
+                    )?);
                 }
             }
         }
