@@ -29,7 +29,8 @@ pub struct ArrayArgs {
 enum ArrayCmd {
     /// Create an array: n = k + m main devices, m log devices (pl, eplog), one metadata volume
     Create(CreateArgs),
-    /// Show geometry, devices, pending updates, I/O per device class, commit work
+    /// Open the array and show geometry, devices, pending updates, I/O per device class, commit work
+    #[command(alias = "open")]
     Status(TargetArgs),
     /// Parity commit: fold logged updates into the main array's parity, free old versions
     Commit(TargetArgs),
@@ -188,6 +189,23 @@ fn create(a: CreateArgs) -> Result<()> {
         trim_on_commit: a.trim,
         ..base
     };
+    // Device counts are checked before any spec is opened (opening a file spec with size= creates it).
+    let n = a.k + a.m;
+    if a.main.len() != n {
+        bail!(
+            "invalid array configuration: a ({}+{}) array needs {n} main devices, got {}",
+            a.k,
+            a.m,
+            a.main.len()
+        );
+    }
+    let want_log = if scheme.uses_log() { a.m } else { 0 };
+    if a.log.len() != want_log {
+        bail!(
+            "invalid array configuration: scheme {scheme} needs {want_log} log devices, got {}",
+            a.log.len()
+        );
+    }
     let mut specs = a.main.clone();
     specs.extend(a.log.iter().cloned());
     specs.push(a.meta.clone());
