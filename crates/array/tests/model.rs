@@ -209,3 +209,36 @@ fn device_buffers_make_full_width_log_stripes() {
         st.log
     );
 }
+
+#[test]
+fn large_unaligned_requests_span_pieces() {
+    for scheme in SchemeKind::ALL {
+        let rig = Rig::new(scheme, 4, 2, 21, false);
+        let a = Array::create(&config(scheme, 4, 2), rig.devices()).unwrap();
+        let cap = a.size() as usize;
+        let mut model = vec![0u8; cap];
+        let mut rng = Rng(21);
+        for _ in 0..12 {
+            let len = cap / 3 + rng.below((cap / 2) as u64) as usize;
+            let off = rng.below((cap - len) as u64) as usize;
+            let mut d = vec![0u8; len];
+            rng.fill(&mut d);
+            a.write(&d, off as u64).unwrap();
+            model[off..off + len].copy_from_slice(&d);
+            let mut b = vec![0u8; len + 3];
+            let ro = off.saturating_sub(1).min(cap - b.len());
+            a.read(&mut b, ro as u64).unwrap();
+            assert!(b == model[ro..ro + b.len()], "{scheme}: large read differs");
+        }
+        a.fail_device(5).unwrap();
+        verify_all(&a, &model, &format!("{scheme} large, degraded"));
+        assert!(
+            a.write(&[0u8; 10], cap as u64 - 5).is_err(),
+            "write past the end accepted"
+        );
+        assert!(
+            a.read(&mut [0u8; 10], cap as u64 - 5).is_err(),
+            "read past the end accepted"
+        );
+    }
+}
