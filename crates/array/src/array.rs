@@ -96,7 +96,7 @@ impl Alloc {
     fn build(g: &Geometry, st: &MetaState) -> Alloc {
         let mut used: Vec<Vec<bool>> = vec![vec![false; g.slots as usize]; g.n];
         let mark = |used: &mut Vec<Vec<bool>>, d: usize, s: u64| {
-            if let Some(b) = used[d].get_mut(s as usize) {
+            if let Some(b) = used.get_mut(d).and_then(|u| u.get_mut(s as usize)) {
                 *b = true;
             }
         };

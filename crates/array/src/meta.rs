@@ -602,3 +602,88 @@ impl MetaVolume {
         Ok(st)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(k: usize) -> MetaState {
+        let mut st = MetaState::new(k, 300);
+        let recs = vec![
+            Rec::StripeWritten { stripe: 5 },
+            Rec::StripeWritten { stripe: 299 },
+            Rec::FullStripe { stripe: 7 },
+            Rec::LogStripe {
+                id: 0,
+                off: 0,
+                members: vec![
+                    Member {
+                        dev: 1,
+                        slot: 301,
+                        stripe: 7,
+                        pos: 2,
+                    },
+                    Member {
+                        dev: 3,
+                        slot: 9,
+                        stripe: 9,
+                        pos: 0,
+                    },
+                ],
+            },
+            Rec::PlLog { stripe: 5, off: 1 },
+            Rec::PlLog { stripe: 5, off: 2 },
+            Rec::DeviceFailed { dev: 4 },
+            Rec::CommitBegin,
+        ];
+        for r in &recs {
+            st.apply(r);
+        }
+        st
+    }
+
+    #[test]
+    fn checkpoint_roundtrip() {
+        let st = sample(4);
+        let back = MetaState::decode(4, 300, &st.encode()).unwrap();
+        assert_eq!(back, st);
+        assert!(back.is_written(299) && !back.is_written(6));
+        assert_eq!(back.stripes[&7].latest[2], Some((301, 0)));
+        assert_eq!(back.log_next, 3);
+        assert!(back.commit_in_progress);
+        let enc = st.encode();
+        assert!((enc.len() as u64) < MetaState::max_encoded(4, 6, 300, 400, 10));
+    }
+
+    #[test]
+    fn truncated_or_garbage_checkpoints_are_errors_not_panics() {
+        let enc = sample(4).encode();
+        for cut in 0..enc.len() {
+            assert!(MetaState::decode(4, 300, &enc[..cut]).is_err());
+        }
+        let mut x = 0x1234_5678u64;
+        for _ in 0..200 {
+            let v: Vec<u8> = (0..64)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let _ = MetaState::decode(4, 300, &v);
+        }
+    }
+
+    #[test]
+    fn commit_done_folds_latest_into_committed() {
+        let mut st = sample(4);
+        st.apply(&Rec::CommitDone);
+        assert_eq!(st.stripes[&7].committed[2], Some(301));
+        assert_eq!(st.stripes[&9].committed[0], Some(9));
+        assert!(st.stripes.values().all(|d| !d.pending() && d.parity));
+        assert!(st.logs.is_empty() && st.pl_logs.is_empty());
+        assert_eq!(st.log_next, 0);
+        assert!(!st.commit_in_progress);
+    }
+}
