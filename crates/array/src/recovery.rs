@@ -134,7 +134,8 @@ fn decode_and_write(
             *chunks += 1;
         }
     }
-    for (ti, mut v) in out.into_iter().enumerate() {
+    // Each replacement is written by its own thread (they are different devices).
+    let write_one = |ti: usize, mut v: Vec<(u64, Vec<u8>)>| -> Result<()> {
         let (d, dev) = &targets[ti];
         v.sort_unstable_by_key(|(s, _)| *s);
         let mut i = 0;
@@ -155,6 +156,30 @@ fn decode_and_write(
             }
             i = j;
         }
+        Ok(())
+    };
+    let busy: Vec<(usize, Vec<(u64, Vec<u8>)>)> = out
+        .into_iter()
+        .enumerate()
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    if busy.len() <= 1 {
+        for (ti, v) in busy {
+            write_one(ti, v)?;
+        }
+    } else {
+        let write_one = &write_one;
+        std::thread::scope(|sc| -> Result<()> {
+            let hs: Vec<_> = busy
+                .into_iter()
+                .map(|(ti, v)| sc.spawn(move || write_one(ti, v)))
+                .collect();
+            for h in hs {
+                h.join()
+                    .map_err(|_| ArrayError::Admin("rebuild writer panicked".into()))??;
+            }
+            Ok(())
+        })?;
     }
     Ok(())
 }
