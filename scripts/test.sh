@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, then runs every crate's tests with the ISA-L
-# cross-check enabled (the `isal` feature links Debian's libisal).
+# cross-check enabled (the `isal` feature links Debian's libisal), and ends with one summary line
+# "N passed, N failed" over every test binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo test --workspace --features ecstack/isal
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --features ecstack/isal 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit $status
