@@ -318,7 +318,7 @@ impl ErasureCode for LinearCode {
         let xor_only = erased.len() == 1
             && match self.kind {
                 CodeKind::Xor => erased[0] < n,
-                CodeKind::Raid6 => erased[0] < self.k || erased[0] == self.k,
+                CodeKind::Raid6 => erased[0] <= self.k,
                 _ => false,
             };
         if xor_only {

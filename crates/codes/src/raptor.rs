@@ -31,7 +31,7 @@ impl RaptorQ {
                 "RaptorQ symbols are 1..=65535 bytes (got {symbol_size})"
             )));
         }
-        let align = if symbol_size % 8 == 0 { 8 } else { 1 };
+        let align = if symbol_size.is_multiple_of(8) { 8 } else { 1 };
         let len = (k * symbol_size) as u64;
         let config = ObjectTransmissionInformation::new(len, symbol_size as u16, 1, 1, align);
         Ok(RaptorQ {
