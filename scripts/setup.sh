@@ -31,7 +31,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   else
     echo "setup: no Rust toolchain; installing rustup from Debian"
     $SUDO apt-get install -y -qq rustup >/dev/null 2>&1 || {
-      echo "setup: could not install rustup with apt-get; install Rust >= 1.85 (https://rustup.rs) and rerun" >&2
+      echo "setup: could not install rustup with apt-get; install Rust >= 1.89 (https://rustup.rs) and rerun" >&2
       exit 1
     }
     rustup default stable
