@@ -2,9 +2,9 @@
 //! batches of chunk reads/writes that are merged per device (consecutive offsets become one large
 //! request) and issued to different devices in parallel.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use ecstack_device::BlockDevice;
 
@@ -143,8 +143,48 @@ struct Run {
 /// Worker threads per device (jobs own their buffers, so no borrowed data crosses threads).
 const WORKERS_PER_DEVICE: usize = 2;
 
+/// The job queue of one device, shared by its workers. Workers sleep on the condition variable, so
+/// a job wakes exactly one of them (with a receiver behind a mutex, handing the mutex over woke the
+/// device's second worker for every job: an extra context switch per device request).
+#[derive(Default)]
+struct Queue {
+    st: Mutex<QueueState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next job, or `None` once the pool is closed and the queue drained.
+    fn next(&self) -> Option<Job> {
+        let mut st = self.lock();
+        loop {
+            if let Some(j) = st.jobs.pop_front() {
+                return Some(j);
+            }
+            if st.closed {
+                return None;
+            }
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.cv.notify_all();
+    }
+}
+
 struct Pool {
-    queues: Vec<Sender<Job>>,
+    queues: Vec<Arc<Queue>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -157,31 +197,52 @@ impl Pool {
     fn new(devices: usize) -> Pool {
         let mut queues = Vec::with_capacity(devices);
         for d in 0..devices {
-            let (tx, rx) = channel::<Job>();
-            let rx = Arc::new(Mutex::new(rx));
+            let q = Arc::new(Queue::default());
+            let mut spawned = 0;
             for w in 0..WORKERS_PER_DEVICE {
-                let rx = Arc::clone(&rx);
-                let _ = std::thread::Builder::new()
+                let q = Arc::clone(&q);
+                let r = std::thread::Builder::new()
                     .name(format!("array-io-{d}.{w}"))
-                    .spawn(move || loop {
-                        let job = match rx.lock() {
-                            Ok(r) => r.recv(),
-                            Err(_) => return,
-                        };
-                        match job {
-                            Ok(j) => j(),
-                            Err(_) => return,
+                    .spawn(move || {
+                        while let Some(job) = q.next() {
+                            // A panicking job drops its result sender, which the caller notices;
+                            // the worker stays.
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                         }
                     });
+                if r.is_ok() {
+                    spawned += 1;
+                }
             }
-            queues.push(tx);
+            if spawned == 0 {
+                // No worker: submit() refuses, the caller runs the jobs itself.
+                q.close();
+            }
+            queues.push(q);
         }
         Pool { queues }
     }
 
     /// Queue a job for device `d`'s workers; gives the job back if they are gone.
     fn submit(&self, d: usize, job: Job) -> std::result::Result<(), Job> {
-        self.queues[d].send(job).map_err(|e| e.0)
+        let q = &self.queues[d];
+        {
+            let mut st = q.lock();
+            if st.closed {
+                return Err(job);
+            }
+            st.jobs.push_back(job);
+        }
+        q.cv.notify_one();
+        Ok(())
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for q in &self.queues {
+            q.close();
+        }
     }
 }
 
