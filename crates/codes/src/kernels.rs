@@ -618,6 +618,34 @@ macro_rules! simd_body {
     };
 }
 
+/// `load`, `store`, `xor` and `zero` for one vector width under one feature set: the part of a level
+/// that only moves bytes (the levels differ in how they multiply).
+#[cfg(target_arch = "x86_64")]
+macro_rules! basic_ops {
+    ($feat:literal, $load:ident, $store:ident, $xor:ident, $zero:ident) => {
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn load(p: *const u8) -> V {
+            $load(p as *const _)
+        }
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn store(p: *mut u8, v: V) {
+            $store(p as *mut _, v)
+        }
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn xor(a: V, b: V) -> V {
+            $xor(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn zero() -> V {
+            $zero()
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512gfni {
     use super::Tables;
@@ -626,26 +654,13 @@ mod avx512gfni {
     type V = __m512i;
     type P = __m512i;
 
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    unsafe fn load(p: *const u8) -> V {
-        _mm512_loadu_si512(p as *const _)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    unsafe fn store(p: *mut u8, v: V) {
-        _mm512_storeu_si512(p as *mut _, v)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    unsafe fn xor(a: V, b: V) -> V {
-        _mm512_xor_si512(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    unsafe fn zero() -> V {
-        _mm512_setzero_si512()
-    }
+    basic_ops!(
+        "avx512f,avx512bw,gfni",
+        _mm512_loadu_si512,
+        _mm512_storeu_si512,
+        _mm512_xor_si512,
+        _mm512_setzero_si512
+    );
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,gfni")]
     unsafe fn prep(x: V) -> P {
@@ -672,26 +687,13 @@ mod avx512 {
     type V = __m512i;
     type P = (__m512i, __m512i);
 
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn load(p: *const u8) -> V {
-        _mm512_loadu_si512(p as *const _)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn store(p: *mut u8, v: V) {
-        _mm512_storeu_si512(p as *mut _, v)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn xor(a: V, b: V) -> V {
-        _mm512_xor_si512(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn zero() -> V {
-        _mm512_setzero_si512()
-    }
+    basic_ops!(
+        "avx512f,avx512bw",
+        _mm512_loadu_si512,
+        _mm512_storeu_si512,
+        _mm512_xor_si512,
+        _mm512_setzero_si512
+    );
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn prep(x: V) -> P {
@@ -729,26 +731,13 @@ mod avx2gfni {
     type V = __m256i;
     type P = __m256i;
 
-    #[inline]
-    #[target_feature(enable = "avx2,gfni")]
-    unsafe fn load(p: *const u8) -> V {
-        _mm256_loadu_si256(p as *const _)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,gfni")]
-    unsafe fn store(p: *mut u8, v: V) {
-        _mm256_storeu_si256(p as *mut _, v)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,gfni")]
-    unsafe fn xor(a: V, b: V) -> V {
-        _mm256_xor_si256(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,gfni")]
-    unsafe fn zero() -> V {
-        _mm256_setzero_si256()
-    }
+    basic_ops!(
+        "avx2,gfni",
+        _mm256_loadu_si256,
+        _mm256_storeu_si256,
+        _mm256_xor_si256,
+        _mm256_setzero_si256
+    );
     #[inline]
     #[target_feature(enable = "avx2,gfni")]
     unsafe fn prep(x: V) -> P {
@@ -776,26 +765,13 @@ mod avx2 {
     /// Low and high nibbles of the source vector.
     type P = (__m256i, __m256i);
 
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn load(p: *const u8) -> V {
-        _mm256_loadu_si256(p as *const _)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn store(p: *mut u8, v: V) {
-        _mm256_storeu_si256(p as *mut _, v)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn xor(a: V, b: V) -> V {
-        _mm256_xor_si256(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn zero() -> V {
-        _mm256_setzero_si256()
-    }
+    basic_ops!(
+        "avx2",
+        _mm256_loadu_si256,
+        _mm256_storeu_si256,
+        _mm256_xor_si256,
+        _mm256_setzero_si256
+    );
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn prep(x: V) -> P {
@@ -834,26 +810,13 @@ mod ssse3 {
     type V = __m128i;
     type P = (__m128i, __m128i);
 
-    #[inline]
-    #[target_feature(enable = "ssse3")]
-    unsafe fn load(p: *const u8) -> V {
-        _mm_loadu_si128(p as *const _)
-    }
-    #[inline]
-    #[target_feature(enable = "ssse3")]
-    unsafe fn store(p: *mut u8, v: V) {
-        _mm_storeu_si128(p as *mut _, v)
-    }
-    #[inline]
-    #[target_feature(enable = "ssse3")]
-    unsafe fn xor(a: V, b: V) -> V {
-        _mm_xor_si128(a, b)
-    }
-    #[inline]
-    #[target_feature(enable = "ssse3")]
-    unsafe fn zero() -> V {
-        _mm_setzero_si128()
-    }
+    basic_ops!(
+        "ssse3",
+        _mm_loadu_si128,
+        _mm_storeu_si128,
+        _mm_xor_si128,
+        _mm_setzero_si128
+    );
     #[inline]
     #[target_feature(enable = "ssse3")]
     unsafe fn prep(x: V) -> P {
