@@ -244,6 +244,17 @@ fn open_array(t: &TargetArgs, opts: &OpenOptions) -> Result<Array> {
     open_from(meta_spec, &t.main, &t.log, opts)
 }
 
+/// Open the array whose metadata volume is `meta_spec` (its other devices come from the superblock), for
+/// commands of other layers that take a device: `--device array:<meta spec>`.
+pub fn open_by_meta(meta_spec: &str) -> Result<Arc<Array>> {
+    Ok(Arc::new(open_from(
+        meta_spec,
+        &[],
+        &[],
+        &OpenOptions::default(),
+    )?))
+}
+
 fn open_from(
     meta_spec: &str,
     main: &[String],

@@ -289,7 +289,8 @@ struct ReplayArgs {
     /// With --preset: seed
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Device spec: file:/path?size=1G, /dev/sdX, mem:256M, ssd:…, hdd:… (see docs/devices.md)
+    /// Device spec: file:/path?size=1G, /dev/sdX, mem:256M, ssd:…, hdd:… (see docs/devices.md), or
+    /// array:<metadata volume spec> for an array made with `ecstack array create`
     #[arg(long)]
     device: String,
     /// Concurrent client threads (requests dealt by segment, order kept per client)
@@ -893,7 +894,16 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     if records.is_empty() {
         bail!("the trace has no requests");
     }
-    let dev = ecstack_device::open_spec(&a.device)?;
+    // `array:<meta spec>` replays against an ecstack array (EPLOG md / pl / eplog), any other spec
+    // against a device.
+    let array = match a.device.strip_prefix("array:") {
+        Some(meta) => Some(crate::cmd_array::open_by_meta(meta)?),
+        None => None,
+    };
+    let dev: std::sync::Arc<dyn ecstack_device::BlockDevice> = match &array {
+        Some(arr) => arr.clone(),
+        None => ecstack_device::open_spec(&a.device)?,
+    };
     let pace = match a.speed {
         Some(s) if s > 0.0 && s.is_finite() => Pace::Timed { speed: s },
         Some(_) => bail!("--speed must be positive"),
@@ -911,6 +921,10 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     };
     let pb = bar(records.len() as u64, "replay");
     let rep = replay(&dev, &records, &opts, &|n| pb.inc(n))?;
+    if let Some(arr) = &array {
+        // Persist the array's metadata (a checkpoint) so the next open need not replay a long log.
+        arr.close()?;
+    }
     pb.finish_and_clear();
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&rep)?);
