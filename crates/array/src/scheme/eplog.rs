@@ -640,14 +640,7 @@ impl UpdateScheme for Eplog {
         let mut total = CommitReport::default();
         for _ in 0..4 {
             let r = self.commit_now(core)?;
-            total.stripes += r.stripes;
-            total.chunks += r.chunks;
-            total.decoded_from_log += r.decoded_from_log;
-            total.freed_slots += r.freed_slots;
-            total.freed_log_slots += r.freed_log_slots;
-            total.bytes_read += r.bytes_read;
-            total.bytes_written += r.bytes_written;
-            total.seconds += r.seconds;
+            total.add(&r);
             if b.data.is_empty() {
                 return Ok(total);
             }

@@ -244,18 +244,4 @@ impl UpdateScheme for Md {
     fn has_pending(&self, _core: &Core) -> bool {
         false
     }
-
-    fn committed_layout(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>> {
-        core.meta()
-            .state
-            .is_written(s)
-            .then(|| vec![Some(s); core.geo.n])
-    }
-
-    fn written_stripes(&self, core: &Core) -> Vec<u64> {
-        let mi = core.meta();
-        (0..core.geo.stripes)
-            .filter(|&s| mi.state.is_written(s))
-            .collect()
-    }
 }

@@ -54,6 +54,20 @@ pub struct CommitReport {
     pub seconds: f64,
 }
 
+impl CommitReport {
+    /// Add another commit's work to this one.
+    pub fn add(&mut self, r: &CommitReport) {
+        self.stripes += r.stripes;
+        self.chunks += r.chunks;
+        self.decoded_from_log += r.decoded_from_log;
+        self.freed_slots += r.freed_slots;
+        self.freed_log_slots += r.freed_log_slots;
+        self.bytes_read += r.bytes_read;
+        self.bytes_written += r.bytes_written;
+        self.seconds += r.seconds;
+    }
+}
+
 /// One update scheme. All calls come from the array with the stripes involved locked; `commit`
 /// runs with the whole array locked.
 pub trait UpdateScheme: Send + Sync {
@@ -70,9 +84,20 @@ pub trait UpdateScheme: Send + Sync {
     /// The committed layout of stripe `s`: for every position (data then parity) the chunk slot on
     /// its device, or None when the chunk reads as zeros (data) or holds nothing yet (parity).
     /// None for a stripe never written. Valid right after a parity commit.
-    fn committed_layout(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>>;
+    /// The default is the in-place layout of md and pl: chunk p of stripe s is slot s of device p.
+    fn committed_layout(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>> {
+        core.meta()
+            .state
+            .is_written(s)
+            .then(|| vec![Some(s); core.geo.n])
+    }
     /// Stripes that have ever been written, in ascending order.
-    fn written_stripes(&self, core: &Core) -> Vec<u64>;
+    fn written_stripes(&self, core: &Core) -> Vec<u64> {
+        let mi = core.meta();
+        (0..core.geo.stripes)
+            .filter(|&s| mi.state.is_written(s))
+            .collect()
+    }
     /// Write out anything held in memory (eplog device buffers) before a flush.
     fn drain(&self, _core: &Core) -> Result<WriteOutcome> {
         Ok(WriteOutcome::Done)

@@ -271,18 +271,4 @@ impl UpdateScheme for Pl {
         let mi = core.meta();
         !mi.state.pl_logs.is_empty() || mi.state.commit_in_progress
     }
-
-    fn committed_layout(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>> {
-        core.meta()
-            .state
-            .is_written(s)
-            .then(|| vec![Some(s); core.geo.n])
-    }
-
-    fn written_stripes(&self, core: &Core) -> Vec<u64> {
-        let mi = core.meta();
-        (0..core.geo.stripes)
-            .filter(|&s| mi.state.is_written(s))
-            .collect()
-    }
 }
