@@ -701,6 +701,7 @@ impl Array {
             m.reset();
         }
         self.core.stats.reset();
+        self.scheme.stripe_buffer_stats(true);
     }
 
     /// The devices in array order (main then log).
@@ -899,6 +900,17 @@ impl Array {
     pub fn set_device_buffer(&self, chunks: usize) -> Result<()> {
         let _a = self.admin_write();
         self.scheme.set_buffer(&self.core, chunks)
+    }
+
+    /// eplog stripe buffer (§3.1, on by default with
+    /// [`DEFAULT_IN_FLIGHT`](crate::scheme::DEFAULT_IN_FLIGHT) batches in flight): write requests in
+    /// flight at the same time share log stripes and leave in one round of device writes; each
+    /// returns once its batch is written (group commit, no write-back). `in_flight` bounds the
+    /// batches being written at once (fewer: larger batches, fewer log chunks); 0 turns the buffer
+    /// off (every request forms its own log stripes).
+    pub fn set_stripe_buffer(&self, in_flight: usize) {
+        let _a = self.admin_write();
+        self.scheme.set_stripe_buffer(in_flight);
     }
 
     /// Parity commit (EPLOG §3.3). Also makes every completed write durable (for md that is all it

@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
-use ecstack_device::BlockDevice;
+use ecstack_device::uring::{self, UringOp};
+use ecstack_device::{AlignedBuf, BlockDevice};
 
 /// Largest merged request.
 const MAX_MERGE: u64 = 1 << 20;
@@ -133,11 +134,78 @@ impl<'a> Wr<'a> {
 type Job = Box<dyn FnOnce() + Send + 'static>;
 type Task<R> = Box<dyn FnOnce(&dyn BlockDevice) -> R + Send + 'static>;
 
+/// The data of a merged read: from a worker (plain) or from io_uring (aligned for O_DIRECT).
+enum RunBuf {
+    Plain(Vec<u8>),
+    Aligned(AlignedBuf),
+}
+
+impl RunBuf {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            RunBuf::Plain(v) => v,
+            RunBuf::Aligned(b) => b.as_slice(),
+        }
+    }
+}
+
 /// A merged run of consecutive ops on one device.
 struct Run {
     off: u64,
     len: usize,
     ops: Vec<usize>,
+}
+
+/// Results of one `exec`: the caller sleeps once, until the last task has answered (one wake-up per
+/// batch instead of one per device).
+struct Latch<R> {
+    st: Mutex<(usize, Vec<Option<R>>)>,
+    cv: Condvar,
+}
+
+impl<R> Latch<R> {
+    fn new(n: usize) -> Self {
+        Latch {
+            st: Mutex::new((n, (0..n).map(|_| None).collect())),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn put(&self, i: usize, r: Option<R>) {
+        let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+        st.1[i] = r;
+        st.0 -= 1;
+        if st.0 == 0 {
+            self.cv.notify_one();
+        }
+    }
+
+    fn wait(&self) -> Vec<Option<R>> {
+        let mut st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+        while st.0 > 0 {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        std::mem::take(&mut st.1)
+    }
+}
+
+/// A task's answer: delivered when dropped, so a panicking task still counts down (with no value).
+struct Slot<R> {
+    latch: Arc<Latch<R>>,
+    i: usize,
+    val: Option<R>,
+}
+
+impl<R> Slot<R> {
+    fn answer(mut self, r: R) {
+        self.val = Some(r);
+    }
+}
+
+impl<R> Drop for Slot<R> {
+    fn drop(&mut self) {
+        self.latch.put(self.i, self.val.take());
+    }
 }
 
 /// Worker threads per device (jobs own their buffers, so no borrowed data crosses threads).
@@ -314,42 +382,32 @@ impl Devs {
                 .map(|(d, t)| t(self.get(d).as_ref()))
                 .collect();
         }
-        let (tx, rx) = std::sync::mpsc::channel::<(usize, R)>();
+        let latch = Arc::new(Latch::<R>::new(tasks.len()));
         let mut it = tasks.into_iter().enumerate();
         let first = it.next();
         let mut inline = Vec::new();
-        let mut sent = 0;
         for (i, (d, t)) in it {
             let dev = self.get(d);
-            let tx = tx.clone();
-            let job: Job = Box::new(move || {
-                let _ = tx.send((i, t(dev.as_ref())));
-            });
-            match self.pool.submit(d, job) {
-                Ok(()) => sent += 1,
-                Err(job) => inline.push(job),
+            let slot = Slot {
+                latch: Arc::clone(&latch),
+                i,
+                val: None,
+            };
+            let job: Job = Box::new(move || slot.answer(t(dev.as_ref())));
+            if let Err(job) = self.pool.submit(d, job) {
+                inline.push(job);
             }
         }
-        drop(tx);
-        let mut out: Vec<Option<R>> = Vec::new();
-        let put = |i: usize, r: R, out: &mut Vec<Option<R>>| {
-            if out.len() <= i {
-                out.resize_with(i + 1, || None);
-            }
-            out[i] = Some(r);
-        };
         if let Some((i, (d, t))) = first {
             let r = t(self.get(d).as_ref());
-            put(i, r, &mut out);
+            latch.put(i, Some(r));
         }
         for job in inline {
             job();
         }
-        for (i, r) in rx.iter() {
-            put(i, r, &mut out);
-        }
-        let _ = sent;
-        out.into_iter()
+        latch
+            .wait()
+            .into_iter()
             .map(|r| r.expect("every task answers"))
             .collect()
     }
@@ -402,37 +460,15 @@ impl Devs {
             }
         }
         let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
-        let tasks: Vec<(usize, Task<Vec<Option<Vec<u8>>>>)> = plans
-            .iter()
-            .map(|(d, runs)| {
-                let spans: Vec<(u64, usize)> = runs.iter().map(|r| (r.off, r.len)).collect();
-                let t: Task<Vec<Option<Vec<u8>>>> = Box::new(move |dev: &dyn BlockDevice| {
-                    let mut out = Vec::with_capacity(spans.len());
-                    let mut failed = false;
-                    for (off, len) in spans {
-                        if failed {
-                            out.push(None);
-                            continue;
-                        }
-                        let mut b = vec![0u8; len];
-                        match dev.read_at(&mut b, off) {
-                            Ok(()) => out.push(Some(b)),
-                            Err(_) => {
-                                failed = true;
-                                out.push(None)
-                            }
-                        }
-                    }
-                    out
-                });
-                (*d, t)
-            })
-            .collect();
-        let results = self.exec(tasks);
+        let results = match self.uring_read(&plans) {
+            Some(r) => r,
+            None => self.read_threads(&plans),
+        };
         for ((d, runs), res) in plans.into_iter().zip(results) {
             for (r, data) in runs.into_iter().zip(res) {
                 match data {
                     Some(b) => {
+                        let b = b.as_slice();
                         self.meters[d].record(false, r.off, r.len as u64);
                         let mut p = 0;
                         for i in r.ops {
@@ -451,9 +487,162 @@ impl Devs {
         }
     }
 
+    /// The devices of `plans` when every one of them is a plain file device and parallel I/O is on
+    /// (then one io_uring submission serves the whole batch).
+    fn uring_devices(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Arc<dyn BlockDevice>>> {
+        if !self.parallel.load(Relaxed) || plans.is_empty() || !uring::available() {
+            return None;
+        }
+        let devs: Vec<Arc<dyn BlockDevice>> = plans.iter().map(|(d, _)| self.get(*d)).collect();
+        devs.iter().all(|d| d.as_file().is_some()).then_some(devs)
+    }
+
+    /// Read every run with one io_uring submission (None: not all file devices, use the workers).
+    fn uring_read(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Vec<Option<RunBuf>>>> {
+        let devs = self.uring_devices(plans)?;
+        let mut bufs: Vec<Vec<AlignedBuf>> = plans
+            .iter()
+            .map(|(_, runs)| runs.iter().map(|r| AlignedBuf::new(r.len)).collect())
+            .collect();
+        let res = {
+            let mut uops: Vec<UringOp> = Vec::new();
+            for (((_, runs), dev), bs) in plans.iter().zip(&devs).zip(bufs.iter_mut()) {
+                let file = dev.as_file().expect("checked");
+                for (r, b) in runs.iter().zip(bs.iter_mut()) {
+                    uops.push(UringOp::Read {
+                        dev: file,
+                        off: r.off,
+                        buf: b.as_mut_slice(),
+                    });
+                }
+            }
+            uring::submit(&mut uops)
+        };
+        let mut res = res.into_iter();
+        Some(
+            bufs.into_iter()
+                .map(|bs| {
+                    let mut failed = false;
+                    bs.into_iter()
+                        .map(|b| {
+                            failed = failed || res.next().is_none_or(|r| r.is_err());
+                            (!failed).then_some(RunBuf::Aligned(b))
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// Read every run on the device workers.
+    #[allow(clippy::type_complexity)]
+    fn read_threads(&self, plans: &[(usize, Vec<Run>)]) -> Vec<Vec<Option<RunBuf>>> {
+        let tasks: Vec<(usize, Task<Vec<Option<RunBuf>>>)> = plans
+            .iter()
+            .map(|(d, runs)| {
+                let spans: Vec<(u64, usize)> = runs.iter().map(|r| (r.off, r.len)).collect();
+                let t: Task<Vec<Option<RunBuf>>> = Box::new(move |dev: &dyn BlockDevice| {
+                    let mut out = Vec::with_capacity(spans.len());
+                    let mut failed = false;
+                    for (off, len) in spans {
+                        if failed {
+                            out.push(None);
+                            continue;
+                        }
+                        let mut b = vec![0u8; len];
+                        match dev.read_at(&mut b, off) {
+                            Ok(()) => out.push(Some(RunBuf::Plain(b))),
+                            Err(_) => {
+                                failed = true;
+                                out.push(None)
+                            }
+                        }
+                    }
+                    out
+                });
+                (*d, t)
+            })
+            .collect();
+        self.exec(tasks)
+    }
+
     /// Write every op (skipping failed devices); sets `ok`. A device that errors is marked failed.
     pub fn write(&self, ops: &mut [Wr<'_>]) {
         let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
+        let results = match self.uring_write(&plans, ops) {
+            Some(r) => r,
+            None => self.write_threads(&plans, ops),
+        };
+        for ((d, runs), res) in plans.into_iter().zip(results) {
+            for (r, ok) in runs.into_iter().zip(res) {
+                if ok {
+                    self.meters[d].record(true, r.off, r.len as u64);
+                    for i in r.ops {
+                        ops[i].ok = true;
+                    }
+                } else {
+                    self.meters[d].error();
+                    self.mark_failed(d);
+                }
+            }
+        }
+        for o in ops.iter_mut() {
+            if o.buf.is_empty() && !self.is_failed(o.dev) {
+                o.ok = true;
+            }
+        }
+    }
+
+    /// Write every run with one io_uring submission (None: not all file devices, use the workers).
+    fn uring_write(&self, plans: &[(usize, Vec<Run>)], ops: &[Wr<'_>]) -> Option<Vec<Vec<bool>>> {
+        let devs = self.uring_devices(plans)?;
+        let bufs: Vec<Vec<AlignedBuf>> = plans
+            .iter()
+            .map(|(_, runs)| {
+                runs.iter()
+                    .map(|r| {
+                        let mut b = AlignedBuf::new(r.len);
+                        let mut p = 0;
+                        for &i in &r.ops {
+                            let l = ops[i].buf.len();
+                            b.as_mut_slice()[p..p + l].copy_from_slice(ops[i].buf);
+                            p += l;
+                        }
+                        b
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut uops: Vec<UringOp> = Vec::new();
+        for (((_, runs), dev), bs) in plans.iter().zip(&devs).zip(&bufs) {
+            let file = dev.as_file().expect("checked");
+            for (r, b) in runs.iter().zip(bs) {
+                uops.push(UringOp::Write {
+                    dev: file,
+                    off: r.off,
+                    buf: b.as_slice(),
+                });
+            }
+        }
+        let mut res = uring::submit(&mut uops).into_iter();
+        Some(
+            plans
+                .iter()
+                .map(|(_, runs)| {
+                    let mut failed = false;
+                    runs.iter()
+                        .map(|_| {
+                            failed = failed || res.next().is_none_or(|r| r.is_err());
+                            !failed
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// Write every run on the device workers.
+    fn write_threads(&self, plans: &[(usize, Vec<Run>)], ops: &[Wr<'_>]) -> Vec<Vec<bool>> {
         let tasks: Vec<(usize, Task<Vec<bool>>)> = plans
             .iter()
             .map(|(d, runs)| {
@@ -479,25 +668,7 @@ impl Devs {
                 (*d, t)
             })
             .collect();
-        let results = self.exec(tasks);
-        for ((d, runs), res) in plans.into_iter().zip(results) {
-            for (r, ok) in runs.into_iter().zip(res) {
-                if ok {
-                    self.meters[d].record(true, r.off, r.len as u64);
-                    for i in r.ops {
-                        ops[i].ok = true;
-                    }
-                } else {
-                    self.meters[d].error();
-                    self.mark_failed(d);
-                }
-            }
-        }
-        for o in ops.iter_mut() {
-            if o.buf.is_empty() && !self.is_failed(o.dev) {
-                o.ok = true;
-            }
-        }
+        self.exec(tasks)
     }
 
     /// Flush every alive device (in parallel); a device whose flush fails is marked failed.

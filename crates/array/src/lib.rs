@@ -70,6 +70,10 @@ pub enum ArrayError {
     NoSpace(String),
     #[error("{0}")]
     Admin(String),
+    /// An error of a write batched with others by the eplog stripe buffer, as every request of
+    /// the batch sees it.
+    #[error("{0}")]
+    Batch(String),
 }
 
 pub type Result<T> = std::result::Result<T, ArrayError>;

@@ -9,7 +9,7 @@ use ecstack_device::{BlockDevice, ModelStats};
 use crate::array::Array;
 use crate::io::IoCounters;
 use crate::recovery::RebuildReport;
-use crate::scheme::CommitReport;
+use crate::scheme::{BatchStats, CommitReport};
 
 /// Log2 latency histogram (nanoseconds).
 #[derive(Debug)]
@@ -223,6 +223,10 @@ pub struct ArrayStatus {
     pub requests: RequestStats,
     pub metadata: MetaStatus,
     pub last_rebuild: Option<RebuildReport>,
+    /// eplog stripe buffer: batches written and the write requests they carried (None when off or
+    /// not eplog).
+    #[serde(default)]
+    pub stripe_buffer: Option<BatchStats>,
 }
 
 impl Array {
@@ -348,6 +352,7 @@ impl Array {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            stripe_buffer: self.scheme.stripe_buffer_stats(false),
         }
     }
 }

@@ -151,6 +151,11 @@ struct ServeArgs {
     /// eplog device buffers: hold up to N updated chunks per device in memory (0 = off)
     #[arg(long, default_value_t = 0)]
     device_buffer: usize,
+    /// eplog stripe buffer: concurrent write requests share log stripes, with up to N batches
+    /// written at once (fewer: larger batches, fewer log chunks); 0 = off, each request forms its
+    /// own log stripes
+    #[arg(long, default_value_t = ecstack_array::scheme::DEFAULT_IN_FLIGHT)]
+    stripe_buffer: usize,
     #[arg(long)]
     json: bool,
 }
@@ -414,6 +419,14 @@ fn print_status(st: &ArrayStatus) {
         fmt_size(c.bytes_written),
         c.seconds
     );
+    if let Some(b) = &st.stripe_buffer {
+        println!(
+            "  stripe buffer: {} write requests in {} batches ({:.2} per batch)",
+            b.requests,
+            b.batches,
+            b.requests as f64 / b.batches.max(1) as f64
+        );
+    }
     if let Some(r) = &st.last_rebuild {
         println!(
             "  last rebuild: devices {:?}, {} chunks ({}), {:.1} MB/s, batch {}, prefetch {}",
@@ -565,6 +578,7 @@ fn serve(s: ServeArgs) -> Result<()> {
         &OpenOptions::default(),
     )?);
     a.set_device_buffer(s.device_buffer)?;
+    a.set_stripe_buffer(s.stripe_buffer);
     let idle = (s.idle_commit > 0.0).then(|| Duration::from_secs_f64(s.idle_commit));
     if let Some(d) = idle {
         if a.scheme_kind() != SchemeKind::Md {

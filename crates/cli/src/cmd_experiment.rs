@@ -57,6 +57,19 @@ struct EplogArgs {
     /// Directory for the file-backed devices of Exps 4-5 (removed afterwards)
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// RAID settings k+m to run (Exps 1, 2 and 4; the others always use 6+2)
+    #[arg(long, value_delimiter = ',', default_value = "4+1,6+1,4+2,6+2")]
+    settings: Vec<String>,
+    /// Schemes to run (Exps 1, 2 and 4)
+    #[arg(long, value_delimiter = ',', default_value = "md,pl,eplog")]
+    schemes: Vec<String>,
+    /// Exp 4 is also run with this many concurrent clients (FIN, every setting; 0 = skip); the
+    /// one-client runs always happen
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// eplog stripe buffer in the multi-client runs: batches written at once (0 = off)
+    #[arg(long, default_value_t = ecstack_array::scheme::DEFAULT_IN_FLIGHT)]
+    stripe_buffer: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Print all results as JSON
@@ -291,6 +304,14 @@ struct RunRow {
     trace: String,
     setting: String,
     scheme: String,
+    /// Concurrent replay clients.
+    clients: usize,
+    /// eplog stripe buffer: write requests per batch (None when off or not eplog).
+    batch: Option<f64>,
+    /// Device requests (main reads + main writes + log writes) per replayed write.
+    dev_ops_per_req: f64,
+    /// CPU time of the whole process (user + system) per wall-clock second of the replay.
+    cpu_load: f64,
     commit: String,
     degraded: bool,
     requests: u64,
@@ -316,10 +337,74 @@ fn run_one(
     degraded: bool,
     dir: &Path,
 ) -> Result<RunRow> {
-    run_buf(t, scheme, k, m, backing, commit, degraded, dir, 0)
+    let opts = RunOpts::default();
+    run_buf(t, scheme, k, m, backing, commit, degraded, dir, opts)
 }
 
-/// `buffer`: eplog device buffers, chunks per device (0 = off).
+/// How a run replays: eplog device buffers (chunks per device, 0 = off), concurrent clients, and
+/// whether the eplog stripe buffer is on.
+#[derive(Clone, Copy)]
+struct RunOpts {
+    buffer: usize,
+    clients: usize,
+    /// eplog stripe buffer: batches in flight (0 = off).
+    stripe_buffer: usize,
+}
+
+impl Default for RunOpts {
+    fn default() -> Self {
+        RunOpts {
+            buffer: 0,
+            clients: 1,
+            stripe_buffer: ecstack_array::scheme::DEFAULT_IN_FLIGHT,
+        }
+    }
+}
+
+/// User + system CPU seconds of this process so far (Linux: /proc/self/stat; 0 elsewhere).
+fn process_cpu_seconds() -> f64 {
+    let Ok(st) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = st.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the file: 12 and 13 after the name and state.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Replay the trace's writes with `clients` threads; client `c` issues requests c, c+N, c+2N, …
+/// in order, each waiting for the previous one.
+fn replay(a: &Array, reqs: &[(u64, u64)], clients: usize) -> Result<()> {
+    let maxlen = reqs.iter().map(|r| r.1).max().unwrap_or(CHUNK) as usize;
+    let buf: Vec<u8> = (0..maxlen).map(|i| (i * 7 + 3) as u8).collect();
+    if clients <= 1 {
+        for &(off, len) in reqs {
+            a.write(&buf[..len as usize], off)?;
+        }
+        return Ok(());
+    }
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..clients)
+            .map(|c| {
+                let buf = &buf;
+                sc.spawn(move || -> Result<()> {
+                    for &(off, len) in reqs.iter().skip(c).step_by(clients) {
+                        a.write(&buf[..len as usize], off)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a replay client panicked"))??;
+        }
+        Ok(())
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_buf(
     t: &Trace,
@@ -330,24 +415,23 @@ fn run_buf(
     commit: Commit,
     degraded: bool,
     dir: &Path,
-    buffer: usize,
+    opts: RunOpts,
 ) -> Result<RunRow> {
+    let buffer = opts.buffer;
     let tag = format!("{}-{}-{k}{m}-{}", t.name, scheme, commit.label());
     let rig = build(t, scheme, k, m, backing, dir, &tag)?;
     let a = &rig.array;
     prewrite(a, t.wss)?;
     a.set_device_buffer(buffer)?;
+    a.set_stripe_buffer(opts.stripe_buffer);
     a.reset_stats();
     let (gc0, _) = gc_total(a);
     if let Commit::Every(nw) = commit {
         a.set_commit_every(nw);
     }
-    let maxlen = t.reqs.iter().map(|r| r.1).max().unwrap_or(CHUNK) as usize;
-    let buf: Vec<u8> = (0..maxlen).map(|i| (i * 7 + 3) as u8).collect();
     let start = Instant::now();
-    for &(off, len) in &t.reqs {
-        a.write(&buf[..len as usize], off)?;
-    }
+    let cpu0 = process_cpu_seconds();
+    replay(a, &t.reqs, opts.clients)?;
     if degraded {
         a.fail_device(0)?;
         a.fail_device(1)?;
@@ -358,6 +442,7 @@ fn run_buf(
         a.sync()?;
     }
     let seconds = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds() - cpu0;
     let st = a.status();
     let (gc1, _) = gc_total(a);
     Ok(RunRow {
@@ -365,9 +450,18 @@ fn run_buf(
         setting: format!("({k}+{m})"),
         scheme: if buffer > 0 {
             format!("{scheme}+buf{buffer}")
+        } else if scheme == SchemeKind::Eplog && opts.stripe_buffer == 0 {
+            format!("{scheme}-nosb")
         } else {
             scheme.to_string()
         },
+        clients: opts.clients,
+        cpu_load: cpu / seconds.max(1e-9),
+        dev_ops_per_req: (st.main.io.read_ops + st.main.io.write_ops + st.log.io.write_ops) as f64
+            / t.reqs.len().max(1) as f64,
+        batch: st
+            .stripe_buffer
+            .map(|b| b.requests as f64 / b.batches.max(1) as f64),
         commit: commit.label(),
         degraded,
         requests: t.reqs.len() as u64,
@@ -439,12 +533,26 @@ fn find<'a>(
     commit: &str,
     deg: bool,
 ) -> Option<&'a RunRow> {
+    find_n(rows, trace, setting, scheme, commit, deg, 1)
+}
+
+/// Like `find`, for runs with `clients` concurrent clients.
+fn find_n<'a>(
+    rows: &'a [RunRow],
+    trace: &str,
+    setting: &str,
+    scheme: &str,
+    commit: &str,
+    deg: bool,
+    clients: usize,
+) -> Option<&'a RunRow> {
     rows.iter().find(|r| {
         r.trace == trace
             && r.setting == setting
             && r.scheme == scheme
             && r.commit == commit
             && r.degraded == deg
+            && r.clients == clients
     })
 }
 
@@ -602,8 +710,27 @@ fn eplog(a: EplogArgs) -> Result<()> {
         })
         .collect();
     let fin = &traces[0];
-    let settings = [(4usize, 1usize), (6, 1), (4, 2), (6, 2)];
-    let schemes = SchemeKind::ALL;
+    let mut settings = Vec::new();
+    for st in &a.settings {
+        let (k, m) = st
+            .split_once('+')
+            .and_then(|(k, m)| {
+                Some((
+                    k.trim().parse::<usize>().ok()?,
+                    m.trim().parse::<usize>().ok()?,
+                ))
+            })
+            .with_context(|| format!("--settings: '{st}' is not k+m (e.g. 6+2)"))?;
+        if !(1..=6).contains(&k) || !(1..=2).contains(&m) {
+            bail!("--settings: {k}+{m} is outside what the pre-filled device files hold (k <= 6, m <= 2)");
+        }
+        settings.push((k, m));
+    }
+    let schemes = a
+        .schemes
+        .iter()
+        .map(|s| SchemeKind::parse(s).with_context(|| "--schemes"))
+        .collect::<Result<Vec<_>>>()?;
     let want = |e: u32| a.exp.contains(&e);
     let mut sim = Vec::new();
     let mut perf = Vec::new();
@@ -612,11 +739,11 @@ fn eplog(a: EplogArgs) -> Result<()> {
     // Exps 1-2: every trace at (6+2), FIN at every setting; simulated SSDs.
     if want(1) || want(2) || want(3) {
         for t in &traces {
-            for (k, m) in settings {
+            for &(k, m) in &settings {
                 if t.name != "FIN" && (k, m) != (6, 2) {
                     continue;
                 }
-                for s in schemes {
+                for &s in &schemes {
                     eprintln!("exp 1/2: {} ({k}+{m}) {s}", t.name);
                     sim.push(run_one(t, s, k, m, Backing::Sim, Commit::Nil, false, dir)?);
                 }
@@ -625,6 +752,10 @@ fn eplog(a: EplogArgs) -> Result<()> {
                         "exp 1/2: {} ({k}+{m}) eplog with device buffers of 16 chunks",
                         t.name
                     );
+                    let opts = RunOpts {
+                        buffer: 16,
+                        ..RunOpts::default()
+                    };
                     sim.push(run_buf(
                         t,
                         SchemeKind::Eplog,
@@ -634,7 +765,7 @@ fn eplog(a: EplogArgs) -> Result<()> {
                         Commit::Nil,
                         false,
                         dir,
-                        16,
+                        opts,
                     )?);
                 }
             }
@@ -665,8 +796,8 @@ fn eplog(a: EplogArgs) -> Result<()> {
         prefill(dir, &traces)?;
     }
     if want(4) {
-        for (k, m) in settings {
-            for s in schemes {
+        for &(k, m) in &settings {
+            for &s in &schemes {
                 eprintln!("exp 4a: FIN ({k}+{m}) {s} on O_DIRECT files");
                 perf.push(run_one(
                     fin,
@@ -713,6 +844,52 @@ fn eplog(a: EplogArgs) -> Result<()> {
                 }
             }
         }
+    }
+    if want(4) && a.clients > 1 {
+        for &(k, m) in &settings {
+            for &s in &schemes {
+                eprintln!(
+                    "exp 4d: FIN ({k}+{m}) {s} on O_DIRECT files, {} clients",
+                    a.clients
+                );
+                let opts = RunOpts {
+                    clients: a.clients,
+                    stripe_buffer: a.stripe_buffer,
+                    ..RunOpts::default()
+                };
+                perf.push(run_buf(
+                    fin,
+                    s,
+                    k,
+                    m,
+                    Backing::File,
+                    Commit::Nil,
+                    false,
+                    dir,
+                    opts,
+                )?);
+            }
+        }
+        eprintln!(
+            "exp 4d: FIN (6+2) eplog without the stripe buffer, {} clients",
+            a.clients
+        );
+        let opts = RunOpts {
+            clients: a.clients,
+            stripe_buffer: 0,
+            ..RunOpts::default()
+        };
+        perf.push(run_buf(
+            fin,
+            SchemeKind::Eplog,
+            6,
+            2,
+            Backing::File,
+            Commit::Nil,
+            false,
+            dir,
+            opts,
+        )?);
     }
     if want(5) {
         eprintln!("exp 5: recovery, FIN (6+2) eplog on O_DIRECT files");
@@ -762,6 +939,31 @@ fn eplog(a: EplogArgs) -> Result<()> {
     if let Some(r) = ratio(perfv("eplog"), perfv("pl")) {
         targets.push(TargetCheck {
             what: "requests/s eplog / pl (O_DIRECT files)".into(),
+            ratio: r,
+            target: ">= 2".into(),
+            met: r >= 2.0,
+        });
+    }
+    let perfn = |s: &str| {
+        find_n(&perf, "FIN", "(6+2)", s, "nil", false, a.clients).map(|r| r.requests_per_s)
+    };
+    if let Some(r) = ratio(perfn("eplog"), perfn("md")) {
+        targets.push(TargetCheck {
+            what: format!(
+                "requests/s eplog / md (O_DIRECT files, {} clients)",
+                a.clients
+            ),
+            ratio: r,
+            target: ">= 1.3".into(),
+            met: r >= 1.3,
+        });
+    }
+    if let Some(r) = ratio(perfn("eplog"), perfn("pl")) {
+        targets.push(TargetCheck {
+            what: format!(
+                "requests/s eplog / pl (O_DIRECT files, {} clients)",
+                a.clients
+            ),
             ratio: r,
             target: ">= 2".into(),
             met: r >= 2.0,
@@ -892,20 +1094,30 @@ fn markdown(r: &Report, secs: f64) -> String {
         }
     }
     if !r.perf.is_empty() {
-        let _ = writeln!(s, "\n### Exp 4: requests/s on O_DIRECT files (one client, as fast as possible)\n\n| trace | setting | scheme | commit | mode | req/s | vs md | commit s |\n|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "\n### Exp 4: requests/s on O_DIRECT files (as fast as possible)\n\n| trace | setting | clients | scheme | commit | mode | req/s | vs md | vs pl | device ops per write | writes per batch | CPU load | commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for x in &r.perf {
-            let md = find(&r.perf, &x.trace, &x.setting, "md", "nil", false);
+            let vs = |sch: &str| {
+                find_n(&r.perf, &x.trace, &x.setting, sch, "nil", false, x.clients)
+                    .map(|m| format!("{:.2}", x.requests_per_s / m.requests_per_s))
+                    .unwrap_or_else(|| "-".into())
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {:.0} | {} | {:.3} |",
+                "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {:.2} | {} | {:.2} | {:.3} |",
                 x.trace,
                 x.setting,
+                x.clients,
                 x.scheme,
                 x.commit,
                 if x.degraded { "degraded" } else { "normal" },
                 x.requests_per_s,
-                md.map(|m| format!("{:.2}", x.requests_per_s / m.requests_per_s))
+                vs("md"),
+                vs("pl"),
+                x.dev_ops_per_req,
+                x.batch
+                    .map(|b| format!("{b:.2}"))
                     .unwrap_or_else(|| "-".into()),
+                x.cpu_load,
                 x.commit_seconds
             );
         }

@@ -37,23 +37,30 @@ pub struct FileOptions {
 }
 
 /// A buffer whose usable part starts at a `DIRECT_ALIGN`-aligned address (no unsafe needed: we
-/// over-allocate and start at the first aligned byte).
-struct AlignedBuf {
+/// over-allocate and start at the first aligned byte). Use it for buffers handed to `O_DIRECT`
+/// devices to spare them the bounce copy.
+pub struct AlignedBuf {
     v: Vec<u8>,
     off: usize,
     len: usize,
 }
 
 impl AlignedBuf {
-    fn new(len: usize) -> Self {
+    pub fn new(len: usize) -> Self {
         let v = vec![0u8; len + DIRECT_ALIGN];
         let off = v.as_ptr().align_offset(DIRECT_ALIGN);
         AlignedBuf { v, off, len }
     }
-    fn as_slice(&self) -> &[u8] {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn as_slice(&self) -> &[u8] {
         &self.v[self.off..self.off + self.len]
     }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.v[self.off..self.off + self.len]
     }
 }
@@ -166,6 +173,24 @@ impl FileDevice {
 
     pub fn is_direct(&self) -> bool {
         self.direct
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The open file (for batched submission, see [`crate::uring`]).
+    pub(crate) fn raw_file(&self) -> &File {
+        &self.file
+    }
+
+    /// Count a transfer done outside `read_at`/`write_at` (batched submission).
+    pub(crate) fn count(&self, write: bool, bytes: u64) {
+        if write {
+            self.counters.write(bytes);
+        } else {
+            self.counters.read(bytes);
+        }
     }
 
     pub fn is_block_device(&self) -> bool {
@@ -353,5 +378,9 @@ impl BlockDevice for FileDevice {
 
     fn stats(&self) -> DeviceStats {
         self.counters.snapshot()
+    }
+
+    fn as_file(&self) -> Option<&FileDevice> {
+        Some(self)
     }
 }

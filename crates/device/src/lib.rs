@@ -22,12 +22,13 @@ pub mod rng;
 pub mod sim;
 pub mod spec;
 pub mod throttled;
+pub mod uring;
 pub mod workload;
 
 pub use faulty::{
     CutWrite, FaultConfig, FaultCounts, Faulty, Outcome, PowerCutPolicy, PowerCutReport,
 };
-pub use file::{FileDevice, FileOptions};
+pub use file::{AlignedBuf, FileDevice, FileOptions, DIRECT_ALIGN};
 pub use hist::LatencyHistogram;
 pub use mem::MemDevice;
 pub use metered::Metered;
@@ -134,9 +135,17 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     fn model_stats(&self) -> Option<ModelStats> {
         None
     }
+    /// The file device itself, when this is one (not a wrapper): callers may then batch its I/O
+    /// with others through [`uring::submit`].
+    fn as_file(&self) -> Option<&FileDevice> {
+        None
+    }
 }
 
 impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
+    fn as_file(&self) -> Option<&FileDevice> {
+        (**self).as_file()
+    }
     fn name(&self) -> &str {
         (**self).name()
     }
@@ -164,6 +173,9 @@ impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
 }
 
 impl<D: BlockDevice + ?Sized> BlockDevice for Box<D> {
+    fn as_file(&self) -> Option<&FileDevice> {
+        (**self).as_file()
+    }
     fn name(&self) -> &str {
         (**self).name()
     }

@@ -13,19 +13,40 @@
 //!   otherwise from its data stripe (committed versions + parity).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::md::by_stripe;
+use super::stripe_buffer::{BatchStats, StripeBuffer};
 use super::{ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
 use crate::array::Core;
 use crate::io::{Rd, Wr};
 use crate::meta::{DataStripe, LogStripe, Member, Rec};
 use crate::{ArrayError, Result, SchemeKind};
 
-#[derive(Default)]
 pub struct Eplog {
     buffer: Mutex<DeviceBuffers>,
+    /// Stripe buffer (§3.1): concurrent requests share log stripes (on by default).
+    stripes: StripeBuffer<Vec<OwnedWrite>>,
+    stripes_on: AtomicBool,
+}
+
+impl Default for Eplog {
+    fn default() -> Self {
+        Eplog {
+            buffer: Mutex::default(),
+            stripes: StripeBuffer::default(),
+            stripes_on: AtomicBool::new(true),
+        }
+    }
+}
+
+/// A chunk write copied into the stripe buffer.
+struct OwnedWrite {
+    stripe: u64,
+    pos: usize,
+    data: Vec<u8>,
 }
 
 /// Device buffers (§3.1, optional): updated data chunks wait in memory, one FIFO per device, until
@@ -593,7 +614,29 @@ impl UpdateScheme for Eplog {
         let mut b = self.buffers();
         if b.cap == 0 && b.data.is_empty() {
             drop(b);
-            return self.write_now(core, ws);
+            if !self.stripes_on.load(Relaxed) {
+                return self.write_now(core, ws);
+            }
+            let job: Vec<OwnedWrite> = ws
+                .iter()
+                .map(|w| OwnedWrite {
+                    stripe: w.stripe,
+                    pos: w.pos,
+                    data: w.data.to_vec(),
+                })
+                .collect();
+            return self.stripes.submit(job, |jobs| {
+                let cws: Vec<ChunkWrite> = jobs
+                    .iter()
+                    .flatten()
+                    .map(|w| ChunkWrite {
+                        stripe: w.stripe,
+                        pos: w.pos,
+                        data: &w.data,
+                    })
+                    .collect();
+                self.write_now(core, &cws)
+            });
         }
         core.check_tolerance()?;
         let g = &core.geo;
@@ -672,6 +715,21 @@ impl UpdateScheme for Eplog {
 
     fn has_pending(&self, core: &Core) -> bool {
         !self.buffers().data.is_empty() || self.has_pending_now(core)
+    }
+
+    fn set_stripe_buffer(&self, in_flight: usize) {
+        self.stripes_on.store(in_flight > 0, Relaxed);
+        if in_flight > 0 {
+            self.stripes.set_in_flight(in_flight);
+        }
+    }
+
+    fn stripe_buffer_stats(&self, reset: bool) -> Option<BatchStats> {
+        let st = self.stripes.stats();
+        if reset {
+            self.stripes.reset_stats();
+        }
+        self.stripes_on.load(Relaxed).then_some(st)
     }
 
     fn committed_layout(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>> {

@@ -4,10 +4,12 @@
 mod eplog;
 mod md;
 mod pl;
+mod stripe_buffer;
 
 pub use eplog::Eplog;
 pub use md::Md;
 pub use pl::Pl;
+pub use stripe_buffer::{BatchStats, DEFAULT_IN_FLIGHT};
 
 use crate::array::Core;
 use crate::io::Rd;
@@ -105,6 +107,13 @@ pub trait UpdateScheme: Send + Sync {
     /// Hold up to `chunks` updated chunks per device in memory (eplog device buffers; 0 = off).
     fn set_buffer(&self, _core: &Core, _chunks: usize) -> Result<()> {
         Ok(())
+    }
+    /// Let concurrent write requests share log stripes, with up to `in_flight` batches written at
+    /// once (eplog stripe buffer; 0 = off; other schemes ignore it).
+    fn set_stripe_buffer(&self, _in_flight: usize) {}
+    /// Stripe-buffer counters (None when the scheme has none or it is off); `reset` zeroes them.
+    fn stripe_buffer_stats(&self, _reset: bool) -> Option<BatchStats> {
+        None
     }
 }
 

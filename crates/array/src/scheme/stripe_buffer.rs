@@ -1,0 +1,220 @@
+//! The eplog *stripe buffer* (EPLOG §3.1): the chunks of write requests that are in flight at the
+//! same time are gathered in memory and leave together, as shared log stripes, in one round of
+//! device writes (group commit).
+//!
+//! The first request to arrive while no batch is being written becomes the *leader*: it takes every
+//! request queued so far (its own included), writes them as one batch and hands the outcome to the
+//! others. Requests that arrive while a batch is being written queue up and form the next batch, so
+//! the batch size follows the load: one request alone is written at once (no added latency), eight
+//! concurrent clients share log stripes and log-device writes. A request returns only after its
+//! batch is on the devices, so unlike a write-back cache no acknowledged write is only in memory.
+//!
+//! Requests hold their stripe locks while queued, so no two queued requests touch the same chunk.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use super::WriteOutcome;
+use crate::{ArrayError, Result};
+
+/// Batches that may be written at the same time by default (more keep the devices busier, fewer
+/// make batches larger: fewer log chunks per data chunk).
+pub const DEFAULT_IN_FLIGHT: usize = 4;
+
+/// Upper bound on the requests of one batch (keeps a batch's buffers and its log stripes bounded).
+const MAX_BATCH: usize = 64;
+
+/// Gathers jobs of type `J` from concurrent callers and runs them in batches.
+pub(crate) struct StripeBuffer<J> {
+    st: Mutex<State<J>>,
+    cv: Condvar,
+}
+
+struct State<J> {
+    next: u64,
+    queue: Vec<(u64, J)>,
+    /// Batches being written now, and how many may be at once.
+    leaders: usize,
+    max_leaders: usize,
+    done: HashMap<u64, Result<WriteOutcome>>,
+    batches: u64,
+    jobs: u64,
+}
+
+/// Counters: batches written and the requests they carried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BatchStats {
+    pub batches: u64,
+    pub requests: u64,
+}
+
+impl<J> Default for StripeBuffer<J> {
+    fn default() -> Self {
+        StripeBuffer {
+            st: Mutex::new(State {
+                next: 0,
+                queue: Vec::new(),
+                leaders: 0,
+                max_leaders: DEFAULT_IN_FLIGHT,
+                done: HashMap::new(),
+                batches: 0,
+                jobs: 0,
+            }),
+            cv: Condvar::new(),
+        }
+    }
+}
+
+impl<J> StripeBuffer<J> {
+    fn lock(&self) -> MutexGuard<'_, State<J>> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue `job` and return the outcome of the batch that carried it. `run` writes a batch; it is
+    /// called by whichever caller leads that batch, without the buffer's lock held.
+    pub fn submit(
+        &self,
+        job: J,
+        run: impl Fn(Vec<J>) -> Result<WriteOutcome>,
+    ) -> Result<WriteOutcome> {
+        let mut st = self.lock();
+        let me = st.next;
+        st.next += 1;
+        st.queue.push((me, job));
+        loop {
+            if let Some(r) = st.done.remove(&me) {
+                return r;
+            }
+            if st.leaders < st.max_leaders && st.queue.iter().any(|(t, _)| *t == me) {
+                st.leaders += 1;
+                let take = st.queue.len().min(MAX_BATCH);
+                // Our own job is in the batch: it may sit past MAX_BATCH, so move it to the front.
+                let at = st.queue.iter().position(|(t, _)| *t == me).expect("queued");
+                st.queue.swap(0, at);
+                let batch: Vec<(u64, J)> = st.queue.drain(..take).collect();
+                st.batches += 1;
+                st.jobs += batch.len() as u64;
+                drop(st);
+                let (tickets, jobs): (Vec<u64>, Vec<J>) = batch.into_iter().unzip();
+                let r = run(jobs);
+                let mut st = self.lock();
+                st.leaders -= 1;
+                for &t in &tickets[1..] {
+                    st.done.insert(t, share(&r));
+                }
+                drop(st);
+                self.cv.notify_all();
+                return r;
+            }
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// How many batches may be written at the same time (at least 1).
+    pub fn set_in_flight(&self, n: usize) {
+        self.lock().max_leaders = n.max(1);
+        self.cv.notify_all();
+    }
+
+    pub fn stats(&self) -> BatchStats {
+        let st = self.lock();
+        BatchStats {
+            batches: st.batches,
+            requests: st.jobs,
+        }
+    }
+
+    pub fn reset_stats(&self) {
+        let mut st = self.lock();
+        st.batches = 0;
+        st.jobs = 0;
+    }
+}
+
+/// The outcome of a batch for the requests that did not lead it.
+fn share(r: &Result<WriteOutcome>) -> Result<WriteOutcome> {
+    match r {
+        Ok(o) => Ok(*o),
+        Err(e) => Err(match e {
+            ArrayError::Config(s) => ArrayError::Config(s.clone()),
+            ArrayError::Meta(s) => ArrayError::Meta(s.clone()),
+            ArrayError::DataLoss(s) => ArrayError::DataLoss(s.clone()),
+            ArrayError::NoSpace(s) => ArrayError::NoSpace(s.clone()),
+            ArrayError::Admin(s) => ArrayError::Admin(s.clone()),
+            other => ArrayError::Batch(other.to_string()),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+
+    #[test]
+    fn every_job_runs_exactly_once_and_batches_form_under_load() {
+        let sb: Arc<StripeBuffer<u32>> = Arc::default();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                let (sb, seen, calls) = (sb.clone(), seen.clone(), calls.clone());
+                std::thread::spawn(move || {
+                    for i in 0..200u32 {
+                        let r = sb.submit(t * 1000 + i, |jobs| {
+                            calls.fetch_add(1, SeqCst);
+                            std::thread::sleep(std::time::Duration::from_micros(50));
+                            seen.lock().unwrap().extend(jobs);
+                            Ok(WriteOutcome::Done)
+                        });
+                        assert_eq!(r.unwrap(), WriteOutcome::Done);
+                        // Our job was written before submit returned.
+                        assert!(seen.lock().unwrap().contains(&(t * 1000 + i)));
+                    }
+                })
+            })
+            .collect();
+        for h in threads {
+            h.join().unwrap();
+        }
+        let mut v = seen.lock().unwrap().clone();
+        v.sort_unstable();
+        let want: Vec<u32> = (0..8u32)
+            .flat_map(|t| (0..200).map(move |i| t * 1000 + i))
+            .collect();
+        assert_eq!(v, want);
+        let st = sb.stats();
+        assert_eq!(st.requests, 1600);
+        assert_eq!(st.batches, calls.load(SeqCst) as u64);
+        assert!(st.batches < 1600, "no batch carried more than one request");
+    }
+
+    #[test]
+    fn errors_reach_every_request_of_the_batch() {
+        let sb: Arc<StripeBuffer<u32>> = Arc::default();
+        let threads: Vec<_> = (0..4u32)
+            .map(|t| {
+                let sb = sb.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let r = sb.submit(t * 100 + i, |jobs| {
+                            std::thread::sleep(std::time::Duration::from_micros(20));
+                            if jobs.iter().any(|j| j % 7 == 0) {
+                                Err(ArrayError::DataLoss("injected".into()))
+                            } else {
+                                Ok(WriteOutcome::Done)
+                            }
+                        });
+                        if (t * 100 + i) % 7 == 0 {
+                            assert!(matches!(r, Err(ArrayError::DataLoss(_))));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in threads {
+            h.join().unwrap();
+        }
+    }
+}
