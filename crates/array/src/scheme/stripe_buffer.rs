@@ -19,7 +19,7 @@ use crate::{ArrayError, Result};
 
 /// Batches that may be written at the same time by default (more keep the devices busier, fewer
 /// make batches larger: fewer log chunks per data chunk).
-pub const DEFAULT_IN_FLIGHT: usize = 4;
+pub const DEFAULT_IN_FLIGHT: usize = 2;
 
 /// Upper bound on the requests of one batch (keeps a batch's buffers and its log stripes bounded).
 const MAX_BATCH: usize = 64;
@@ -39,6 +39,7 @@ struct State<J> {
     done: HashMap<u64, Result<WriteOutcome>>,
     batches: u64,
     jobs: u64,
+    write_ns: u64,
 }
 
 /// Counters: batches written and the requests they carried.
@@ -46,6 +47,9 @@ struct State<J> {
 pub struct BatchStats {
     pub batches: u64,
     pub requests: u64,
+    /// Time spent writing batches (summed over batches written at the same time).
+    #[serde(default)]
+    pub write_seconds: f64,
 }
 
 impl<J> Default for StripeBuffer<J> {
@@ -59,6 +63,7 @@ impl<J> Default for StripeBuffer<J> {
                 done: HashMap::new(),
                 batches: 0,
                 jobs: 0,
+                write_ns: 0,
             }),
             cv: Condvar::new(),
         }
@@ -96,8 +101,11 @@ impl<J> StripeBuffer<J> {
                 st.jobs += batch.len() as u64;
                 drop(st);
                 let (tickets, jobs): (Vec<u64>, Vec<J>) = batch.into_iter().unzip();
+                let t = std::time::Instant::now();
                 let r = run(jobs);
+                let ns = t.elapsed().as_nanos() as u64;
                 let mut st = self.lock();
+                st.write_ns += ns;
                 st.leaders -= 1;
                 for &t in &tickets[1..] {
                     st.done.insert(t, share(&r));
@@ -121,6 +129,7 @@ impl<J> StripeBuffer<J> {
         BatchStats {
             batches: st.batches,
             requests: st.jobs,
+            write_seconds: st.write_ns as f64 / 1e9,
         }
     }
 
@@ -128,6 +137,7 @@ impl<J> StripeBuffer<J> {
         let mut st = self.lock();
         st.batches = 0;
         st.jobs = 0;
+        st.write_ns = 0;
     }
 }
 
