@@ -210,6 +210,11 @@ impl<D: BlockDevice> Faulty<D> {
         self.lock().failed
     }
 
+    /// Undo a fail-stop failure (the device comes back, holding whatever it held when it failed).
+    pub fn repair(&self) {
+        self.lock().failed = false;
+    }
+
     pub fn is_powered_off(&self) -> bool {
         self.lock().powered_off
     }

@@ -18,6 +18,7 @@ pub mod file;
 pub mod hist;
 pub mod mem;
 pub mod metered;
+pub mod mirror;
 pub mod rng;
 pub mod sim;
 pub mod spec;
@@ -32,6 +33,7 @@ pub use file::{AlignedBuf, FileDevice, FileOptions, DIRECT_ALIGN};
 pub use hist::LatencyHistogram;
 pub use mem::MemDevice;
 pub use metered::Metered;
+pub use mirror::{Mirror, MirrorReport};
 pub use rng::SplitMix64;
 pub use sim::hdd::{HddConfig, HddModel, HddStats, Scheduler, SimHdd};
 pub use sim::ssd::{

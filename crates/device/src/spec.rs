@@ -11,6 +11,7 @@
 //!           | "mem:" size | "mem:size=" size
 //!           | "ssd:" [params]           (simulated SSD)
 //!           | "hdd:" [params]           (simulated HDD)
+//!           | "mirror:" spec (";" spec)+ (RAID-1 of two or more devices, see `mirror.rs`)
 //! params   := key=value ("," key=value)*
 //! size     := integer or decimal with optional K, M, G, T suffix (powers of 1024; "KiB"/"KB" accepted)
 //! duration := number with ns, us, ms or s
@@ -37,7 +38,7 @@ use std::time::Duration;
 
 use crate::{
     BlockDevice, DeviceError, FaultConfig, Faulty, FileDevice, FileOptions, HddConfig, LatencyDist,
-    MemDevice, Metered, PowerCutPolicy, Result, SimHdd, SimSsd, SsdConfig, ThrottleConfig,
+    MemDevice, Metered, Mirror, PowerCutPolicy, Result, SimHdd, SimSsd, SsdConfig, ThrottleConfig,
     Throttled,
 };
 
@@ -191,7 +192,8 @@ pub fn open_spec(spec: &str) -> Result<Arc<dyn BlockDevice>> {
     open_inner(spec, spec.trim())
 }
 
-const KINDS: [&str; 7] = [
+const KINDS: [&str; 8] = [
+    "mirror",
     "file",
     "mem",
     "ssd",
@@ -223,6 +225,20 @@ fn open_inner(full: &str, s: &str) -> Result<Arc<dyn BlockDevice>> {
     };
     match kind {
         "metered" => Ok(Arc::new(Metered::new(open_inner(full, rest)?))),
+        "mirror" => {
+            let legs = rest
+                .split(';')
+                .map(|l| open_inner(full, l.trim()))
+                .collect::<Result<Vec<_>>>()?;
+            if legs.len() < 2 {
+                return Err(err(
+                    full,
+                    "mirror: give two or more device specs separated by ';'",
+                ));
+            }
+            let (m, _) = Mirror::open(legs)?;
+            Ok(Arc::new(m))
+        }
         "faulty" => {
             let (ptext, inner) = split_wrapper(rest);
             let cfg = fault_config(full, ptext)?;
@@ -255,7 +271,7 @@ fn open_inner(full: &str, s: &str) -> Result<Arc<dyn BlockDevice>> {
         }
         other if other.len() > 1 && !other.contains('/') && !other.contains('.') => Err(err(
             full,
-            format!("unknown device kind '{other}' (expected file, mem, ssd, hdd, metered, faulty, throttled, or a path)"),
+            format!("unknown device kind '{other}' (expected file, mem, ssd, hdd, mirror, metered, faulty, throttled, or a path)"),
         )),
         _ => open_file(full, s, ""),
     }

@@ -142,3 +142,30 @@ fn bad_specs_give_one_clear_line() {
         assert!(!e.contains('\n'), "{e:?}");
     }
 }
+
+#[test]
+fn mirror_spec_survives_reopen_and_resyncs_a_new_leg() {
+    let dir = tempfile::tempdir().unwrap();
+    let leg = |n: &str| format!("file:{}?size=1M", dir.path().join(n).display());
+    let spec = format!("mirror:{};{}", leg("a"), leg("b"));
+    let m = open_spec(&spec).unwrap();
+    assert_eq!(m.capacity(), (1 << 20) - ecstack_device::mirror::HEADER);
+    let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+    m.write_at(&data, 777).unwrap();
+    m.flush().unwrap();
+    drop(m);
+    // Reopen with a blank third leg (and the legs in another order): it is copied in.
+    let spec = format!("mirror:{};{};{}", leg("c"), leg("b"), leg("a"));
+    let m = open_spec(&spec).unwrap();
+    let mut back = vec![0u8; data.len()];
+    m.read_at(&mut back, 777).unwrap();
+    assert_eq!(back, data);
+    let c = open_spec(&format!("file:{}", dir.path().join("c").display())).unwrap();
+    c.read_at(&mut back, ecstack_device::mirror::HEADER + 777)
+        .unwrap();
+    assert_eq!(back, data, "the new leg holds the data");
+    for bad in ["mirror:", "mirror:mem:1M", "mirror:mem:1M;bogus:x"] {
+        let e = open_spec(bad).unwrap_err().to_string();
+        assert!(e.contains("mirror") || e.contains("bogus"), "{bad}: {e}");
+    }
+}
