@@ -1207,12 +1207,44 @@ fn write_svgs(r: &Report, out: &Path) -> Result<()> {
         std::fs::write(
             out.join("exp4-throughput.svg"),
             svg_bars(
-                "Exp 4: FIN requests/s (O_DIRECT files)",
+                "Exp 4: FIN requests/s (O_DIRECT files, one client)",
                 "requests/s",
                 &sets,
                 &ser,
             ),
         )?;
+        // FIN (6+2) at every client count that ran.
+        let mut clients: Vec<usize> = r.perf.iter().map(|x| x.clients).collect();
+        clients.sort_unstable();
+        clients.dedup();
+        if clients.len() > 1 {
+            let cats: Vec<String> = clients.iter().map(|c| format!("{c} clients")).collect();
+            let ser: Vec<(String, Vec<f64>)> = ["md", "pl", "eplog", "eplog-nosb"]
+                .iter()
+                .map(|s| {
+                    (
+                        s.to_string(),
+                        clients
+                            .iter()
+                            .map(|&c| {
+                                find_n(&r.perf, "FIN", "(6+2)", s, "nil", false, c)
+                                    .map(|x| x.requests_per_s)
+                                    .unwrap_or(0.0)
+                            })
+                            .collect(),
+                    )
+                })
+                .collect();
+            std::fs::write(
+                out.join("exp4-clients.svg"),
+                svg_bars(
+                    "Exp 4: FIN (6+2) requests/s by concurrent clients (O_DIRECT files)",
+                    "requests/s",
+                    &cats,
+                    &ser,
+                ),
+            )?;
+        }
     }
     if !r.recovery.is_empty() {
         let mut batches: Vec<usize> = r.recovery.iter().map(|x| x.batch).collect();
