@@ -158,7 +158,9 @@ fn decode_and_write(
         }
         Ok(())
     };
-    let busy: Vec<(usize, Vec<(u64, Vec<u8>)>)> = out
+    // (replacement index, [(slot, chunk)]) for every replacement with chunks to write.
+    type SlotChunks = Vec<(u64, Vec<u8>)>;
+    let busy: Vec<(usize, SlotChunks)> = out
         .into_iter()
         .enumerate()
         .filter(|(_, v)| !v.is_empty())
