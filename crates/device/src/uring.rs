@@ -302,4 +302,33 @@ mod tests {
             assert_eq!(devs[0].stats().write_ops, 35);
         }
     }
+
+    #[test]
+    fn short_reads_are_finished() {
+        let t = tempfile::tempdir().unwrap();
+        let d = dev(t.path(), "short", false);
+        d.write_at(&[7u8; 8192], 0).unwrap();
+        // The file shrinks under the device: a read across the new end comes back short.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(t.path().join("short"))
+            .unwrap()
+            .set_len(4096 + 100)
+            .unwrap();
+        let mut a = crate::file::AlignedBuf::new(8192);
+        a.as_mut_slice().fill(1);
+        let mut ops = vec![UringOp::Read {
+            dev: &d,
+            off: 0,
+            buf: a.as_mut_slice(),
+        }];
+        assert!(submit(&mut ops)[0].is_ok());
+        drop(ops);
+        let b = a.as_slice();
+        assert!(b[..4196].iter().all(|&x| x == 7));
+        assert!(
+            b[4196..].iter().all(|&x| x == 0),
+            "past the end reads as zeros"
+        );
+    }
 }
