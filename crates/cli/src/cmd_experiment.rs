@@ -1082,8 +1082,10 @@ fn markdown(r: &Report, secs: f64) -> String {
         }
     }
     if !r.perf.is_empty() {
-        let _ = writeln!(s, "\n### Exp 4: requests/s on O_DIRECT files (as fast as possible)\n\n| trace | setting | clients | scheme | commit | mode | req/s | vs md | vs pl | device ops per write | writes per batch | CPU load | commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "\n### Exp 4: requests/s on O_DIRECT files (as fast as possible)\n\n| trace | setting | clients | scheme | commit | mode | req/s | vs md | vs pl | device ops per write | device KiB per write | device MB/s | writes per batch | CPU load | commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for x in &r.perf {
+            // Bytes the devices moved (main reads and writes, log writes), commit work included.
+            let moved = x.ssd_read_bytes + x.ssd_write_bytes + x.log_write_bytes;
             let vs = |sch: &str| {
                 find_n(&r.perf, &x.trace, &x.setting, sch, "nil", false, x.clients)
                     .map(|m| format!("{:.2}", x.requests_per_s / m.requests_per_s))
@@ -1091,7 +1093,7 @@ fn markdown(r: &Report, secs: f64) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {:.2} | {} | {:.2} | {:.3} |",
+                "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {:.2} | {:.1} | {:.0} | {} | {:.2} | {:.3} |",
                 x.trace,
                 x.setting,
                 x.clients,
@@ -1102,6 +1104,8 @@ fn markdown(r: &Report, secs: f64) -> String {
                 vs("md"),
                 vs("pl"),
                 x.dev_ops_per_req,
+                moved as f64 / 1024.0 / x.requests.max(1) as f64,
+                moved as f64 / 1e6 / x.seconds.max(1e-9),
                 x.batch
                     .map(|b| format!("{b:.2} ({:.0} µs)", x.batch_us.unwrap_or(0.0)))
                     .unwrap_or_else(|| "-".into()),
