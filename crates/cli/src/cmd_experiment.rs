@@ -1147,27 +1147,29 @@ fn markdown(r: &Report, secs: f64) -> String {
     s
 }
 
+/// One bar series per name, one value per category (0 where `value` has none).
+fn bar_series<C>(
+    names: &[&str],
+    cats: &[C],
+    value: impl Fn(&str, &C) -> Option<f64>,
+) -> Vec<(String, Vec<f64>)> {
+    names
+        .iter()
+        .map(|n| {
+            let v = cats.iter().map(|c| value(n, c).unwrap_or(0.0)).collect();
+            (n.to_string(), v)
+        })
+        .collect()
+}
+
 fn write_svgs(r: &Report, out: &Path) -> Result<()> {
     let schemes = ["md", "pl", "eplog"];
     let cats: Vec<String> = r.traces.iter().map(|t| t.name.clone()).collect();
-    let series =
-        |f: &dyn Fn(&RunRow) -> f64, rows: &[RunRow], setting: &str| -> Vec<(String, Vec<f64>)> {
-            schemes
-                .iter()
-                .map(|s| {
-                    (
-                        s.to_string(),
-                        cats.iter()
-                            .map(|c| {
-                                find(rows, c, setting, s, "nil", false)
-                                    .map(f)
-                                    .unwrap_or(0.0)
-                            })
-                            .collect(),
-                    )
-                })
-                .collect()
-        };
+    let series = |f: &dyn Fn(&RunRow) -> f64, rows: &[RunRow], setting: &str| {
+        bar_series(&schemes, &cats, |s, c| {
+            find(rows, c, setting, s, "nil", false).map(f)
+        })
+    };
     if !r.sim.is_empty() {
         std::fs::write(
             out.join("exp1-write-traffic.svg"),
@@ -1193,21 +1195,9 @@ fn write_svgs(r: &Report, out: &Path) -> Result<()> {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let ser: Vec<(String, Vec<f64>)> = schemes
-            .iter()
-            .map(|s| {
-                (
-                    s.to_string(),
-                    sets.iter()
-                        .map(|st| {
-                            find(&r.perf, "FIN", st, s, "nil", false)
-                                .map(|x| x.requests_per_s)
-                                .unwrap_or(0.0)
-                        })
-                        .collect(),
-                )
-            })
-            .collect();
+        let ser = bar_series(&schemes, &sets, |s, st| {
+            find(&r.perf, "FIN", st, s, "nil", false).map(|x| x.requests_per_s)
+        });
         std::fs::write(
             out.join("exp4-throughput.svg"),
             svg_bars(
@@ -1223,22 +1213,9 @@ fn write_svgs(r: &Report, out: &Path) -> Result<()> {
         clients.dedup();
         if clients.len() > 1 {
             let cats: Vec<String> = clients.iter().map(|c| format!("{c} clients")).collect();
-            let ser: Vec<(String, Vec<f64>)> = ["md", "pl", "eplog", "eplog-nosb"]
-                .iter()
-                .map(|s| {
-                    (
-                        s.to_string(),
-                        clients
-                            .iter()
-                            .map(|&c| {
-                                find_n(&r.perf, "FIN", "(6+2)", s, "nil", false, c)
-                                    .map(|x| x.requests_per_s)
-                                    .unwrap_or(0.0)
-                            })
-                            .collect(),
-                    )
-                })
-                .collect();
+            let ser = bar_series(&["md", "pl", "eplog", "eplog-nosb"], &clients, |s, &c| {
+                find_n(&r.perf, "FIN", "(6+2)", s, "nil", false, c).map(|x| x.requests_per_s)
+            });
             std::fs::write(
                 out.join("exp4-clients.svg"),
                 svg_bars(
@@ -1256,24 +1233,12 @@ fn write_svgs(r: &Report, out: &Path) -> Result<()> {
         batches.dedup();
         let cats: Vec<String> = batches.iter().map(|b| b.to_string()).collect();
         let cases = ["before replay", "after replay", "after replay + prefetch"];
-        let ser: Vec<(String, Vec<f64>)> = cases
-            .iter()
-            .map(|c| {
-                (
-                    c.to_string(),
-                    batches
-                        .iter()
-                        .map(|b| {
-                            r.recovery
-                                .iter()
-                                .find(|x| x.case == *c && x.batch == *b)
-                                .map(|x| x.mb_per_s)
-                                .unwrap_or(0.0)
-                        })
-                        .collect(),
-                )
-            })
-            .collect();
+        let ser = bar_series(&cases, &batches, |c, b| {
+            r.recovery
+                .iter()
+                .find(|x| x.case == c && x.batch == *b)
+                .map(|x| x.mb_per_s)
+        });
         std::fs::write(
             out.join("exp5-recovery.svg"),
             svg_bars(
