@@ -96,7 +96,7 @@ fn synth_analyze_transform_replay() {
     ]);
     assert_eq!(t["records_in"], t["records_out"]);
     let compacted = t["compacted_bytes"].as_u64().unwrap();
-    assert!(compacted > 0 && compacted % (1 << 20) == 0);
+    assert!(compacted > 0 && compacted.is_multiple_of(1 << 20));
     let a0 = ok_json(&[
         "trace",
         "analyze",

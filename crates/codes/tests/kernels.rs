@@ -43,7 +43,9 @@ fn dot_prod_every_level_every_length() {
         let srcs: Vec<Vec<u8>> = (0..cols).map(|_| rand_vec(&mut rng, len)).collect();
         let init: Vec<Vec<u8>> = (0..rows).map(|_| rand_vec(&mut rng, len)).collect();
         let s: Vec<&[u8]> = srcs.iter().map(|v| v.as_slice()).collect();
-        let mut want: Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = None;
+        // The scalar level's (overwrite, accumulate) outputs, which every other level must match.
+        type Outputs = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+        let mut want: Option<Outputs> = None;
         for &level in &levels {
             let t = Tables::for_level(level, rows, cols, &coef);
             let mut over = init.clone();
