@@ -13,7 +13,7 @@ use crate::format::{
     DEVICE_HEADER, LABEL_SIZE, SB_SLOT,
 };
 use crate::io::{Devs, IoCounters};
-use crate::meta::{MetaState, MetaVolume, Rec};
+use crate::meta::{MetaState, MetaVolume, Rec, REGION_STRIPES};
 use crate::recovery::RebuildReport;
 use crate::scheme::{new_scheme, ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
 use crate::status::Stats;
@@ -289,6 +289,9 @@ pub struct Array {
     name: String,
     admin: RwLock<()>,
     locks: Vec<Mutex<()>>,
+    /// md/pl write-intent regions known durable on the metadata volume, and the lock that makes
+    /// new ones durable one caller at a time.
+    intent: Mutex<std::collections::BTreeSet<u64>>,
     writes: AtomicU64,
     commit_every: AtomicU64,
     pub(crate) rebuild_batch: AtomicU64,
@@ -647,6 +650,7 @@ impl Array {
             name,
             admin: RwLock::new(()),
             locks: (0..LOCKS).map(|_| Mutex::new(())).collect(),
+            intent: Mutex::new(std::collections::BTreeSet::new()),
             writes: AtomicU64::new(0),
             commit_every: AtomicU64::new(commit_every),
             rebuild_batch: AtomicU64::new(opts.rebuild_batch.max(1) as u64),
@@ -657,6 +661,10 @@ impl Array {
         if array.core.meta().state.commit_in_progress {
             // Finish the parity commit a crash interrupted (its parity writes may be torn).
             array.commit()?;
+        }
+        if !array.core.meta().state.dirty.is_empty() {
+            // md/pl after an unclean shutdown: writes may have reached data but not parity.
+            array.resync()?;
         }
         Ok(array)
     }
@@ -790,7 +798,9 @@ impl Array {
             loop {
                 let outcome = {
                     let _a = self.admin_read();
-                    let _l = self.lock_stripes(poff / sb, (poff + plen as u64 - 1) / sb);
+                    let (first, last) = (poff / sb, (poff + plen as u64 - 1) / sb);
+                    self.mark_dirty(first, last)?;
+                    let _l = self.lock_stripes(first, last);
                     self.write_piece(&buf[done..done + plen], poff)?
                 };
                 match outcome {
@@ -928,7 +938,78 @@ impl Array {
             // Nothing to commit: still a durability point for everything written so far.
             self.core.persist()?;
         }
+        self.clean_locked()?;
         Ok(r)
+    }
+
+    /// md/pl write intent: before the first write into a region, make "region may be inconsistent"
+    /// durable, so a crash mid-write leads to a parity resync of the region on the next open (the
+    /// RAID write hole closed like Linux md's write-intent bitmap). Called with `admin_read` held.
+    fn mark_dirty(&self, first: u64, last: u64) -> Result<()> {
+        if self.scheme.kind() == SchemeKind::Eplog {
+            return Ok(());
+        }
+        let regions = first / REGION_STRIPES..=last / REGION_STRIPES;
+        let mut durable = lock(&self.intent);
+        if regions.clone().all(|r| durable.contains(&r)) {
+            return Ok(());
+        }
+        {
+            let mut mi = self.core.meta();
+            for r in regions.clone() {
+                if !mi.state.dirty.contains(&r) {
+                    mi.record(Rec::Dirty { region: r });
+                }
+            }
+        }
+        self.core.persist()?;
+        durable.extend(regions);
+        Ok(())
+    }
+
+    /// With no write in flight (`admin_write` held) and everything flushed: every region is
+    /// consistent again.
+    fn clean_locked(&self) -> Result<()> {
+        let mut durable = lock(&self.intent);
+        let dirty = !self.core.meta().state.dirty.is_empty();
+        if dirty && self.core.devs.failed_count() == 0 {
+            self.core.meta().record(Rec::Clean);
+            self.core.persist()?;
+            durable.clear();
+        }
+        Ok(())
+    }
+
+    /// After an unclean shutdown (md/pl): recompute the parity of every written stripe of the dirty
+    /// regions from its data (pl: after a parity commit, which does that for logged stripes and
+    /// empties the log). Skipped while devices are failed: their stripes cannot be recomputed, as
+    /// with md's bitmap on a degraded array.
+    fn resync(&self) -> Result<()> {
+        let _a = self.admin_write();
+        if self.core.devs.failed_count() > 0 || self.core.meta().state.commit_in_progress {
+            return Ok(());
+        }
+        if self.scheme.kind() == SchemeKind::Pl {
+            self.scheme.commit(&self.core)?;
+        }
+        let stripes: Vec<u64> = {
+            let mi = self.core.meta();
+            mi.state
+                .dirty
+                .iter()
+                .flat_map(|r| {
+                    r * REGION_STRIPES..((r + 1) * REGION_STRIPES).min(self.core.geo.stripes)
+                })
+                .filter(|&s| mi.state.is_written(s))
+                .collect()
+        };
+        self.core.rewrite_parity(&stripes)?;
+        self.core
+            .stats
+            .resync_stripes
+            .fetch_add(stripes.len() as u64, Relaxed);
+        self.core.persist()?;
+        self.clean_locked()
     }
 
     /// Whether there are updates not yet committed to the main array's parity.
@@ -1003,11 +1084,13 @@ impl Array {
     pub fn close(&self) -> Result<()> {
         self.sync()?;
         let _a = self.admin_write();
+        self.clean_locked()?;
         self.core.checkpoint()
     }
 
     pub(crate) fn admin_lock_free_commit_if_idle(&self, idle: Duration) -> Result<bool> {
-        if self.idle_for() >= idle && self.has_pending() {
+        let dirty = !self.core.meta().state.dirty.is_empty();
+        if self.idle_for() >= idle && (self.has_pending() || dirty) {
             self.core.stats.idle_commits.fetch_add(1, Relaxed);
             self.commit()?;
             return Ok(true);

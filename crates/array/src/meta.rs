@@ -93,7 +93,17 @@ pub enum Rec {
     DeviceReplaced {
         dev: u16,
     },
+    /// md/pl write-intent: region `region` (of [`REGION_STRIPES`] stripes) may have data and parity
+    /// out of step; persisted before the first write into it.
+    Dirty {
+        region: u64,
+    },
+    /// md/pl: every region is consistent again (after a commit, a clean close or a resync).
+    Clean,
 }
+
+/// Stripes per write-intent region (md/pl).
+pub const REGION_STRIPES: u64 = 1024;
 
 impl Rec {
     fn encode(&self, e: &mut Enc) {
@@ -134,6 +144,11 @@ impl Rec {
                 e.u8(9);
                 e.u16(*dev);
             }
+            Rec::Dirty { region } => {
+                e.u8(10);
+                e.u64(*region);
+            }
+            Rec::Clean => e.u8(11),
         }
     }
 
@@ -160,6 +175,8 @@ impl Rec {
             7 => Rec::CommitDone,
             8 => Rec::DeviceFailed { dev: d.u16()? },
             9 => Rec::DeviceReplaced { dev: d.u16()? },
+            10 => Rec::Dirty { region: d.u64()? },
+            11 => Rec::Clean,
             t => return Err(ArrayError::Meta(format!("unknown record type {t}"))),
         })
     }
@@ -198,6 +215,8 @@ pub struct MetaState {
     pub log_next: u64,
     pub next_log_id: u64,
     pub commit_in_progress: bool,
+    /// md/pl write-intent regions that may hold stripes whose parity lags their data.
+    pub dirty: BTreeSet<u64>,
 }
 
 impl MetaState {
@@ -212,6 +231,7 @@ impl MetaState {
             log_next: 0,
             next_log_id: 0,
             commit_in_progress: false,
+            dirty: BTreeSet::new(),
         }
     }
 
@@ -291,6 +311,10 @@ impl MetaState {
             Rec::DeviceReplaced { dev } => {
                 self.failed.remove(dev);
             }
+            Rec::Dirty { region } => {
+                self.dirty.insert(*region);
+            }
+            Rec::Clean => self.dirty.clear(),
         }
     }
 
@@ -349,6 +373,10 @@ impl MetaState {
         e.u64(self.log_next);
         e.u64(self.next_log_id);
         e.u8(self.commit_in_progress as u8);
+        e.u64(self.dirty.len() as u64);
+        for r in &self.dirty {
+            e.u64(*r);
+        }
         e.0
     }
 
@@ -406,6 +434,12 @@ impl MetaState {
         st.next_log_id = d.u64()?;
         st.commit_in_progress = d.u8()? != 0;
         if !d.done() {
+            // Write-intent regions (absent in checkpoints written before they existed).
+            for _ in 0..d.u64()? {
+                st.dirty.insert(d.u64()?);
+            }
+        }
+        if !d.done() {
             return Err(ArrayError::Meta("trailing bytes after checkpoint".into()));
         }
         Ok(st)
@@ -416,6 +450,7 @@ impl MetaState {
         let words = stripes.div_ceil(64);
         256 + 2 * 64
             + 8 * words
+            + 8 * (stripes.div_ceil(REGION_STRIPES) + 1)
             + stripes * (9 + 25 * k as u64)
             + log_slots * 18
             + (n as u64) * slots * 20
@@ -635,6 +670,8 @@ mod tests {
             Rec::PlLog { stripe: 5, off: 2 },
             Rec::DeviceFailed { dev: 4 },
             Rec::CommitBegin,
+            Rec::Dirty { region: 3 },
+            Rec::Dirty { region: 0 },
         ];
         for r in &recs {
             st.apply(r);
@@ -657,9 +694,18 @@ mod tests {
 
     #[test]
     fn truncated_or_garbage_checkpoints_are_errors_not_panics() {
-        let enc = sample(4).encode();
+        let st = sample(4);
+        let enc = st.encode();
+        // The write-intent section is optional (checkpoints from before it existed end without it;
+        // the checkpoint's CRC catches a real truncation there).
+        let without_intent = enc.len() - 8 - 8 * st.dirty.len();
         for cut in 0..enc.len() {
-            assert!(MetaState::decode(4, 300, &enc[..cut]).is_err());
+            let r = MetaState::decode(4, 300, &enc[..cut]);
+            if cut == without_intent {
+                assert!(r.unwrap().dirty.is_empty());
+            } else {
+                assert!(r.is_err(), "cut {cut}");
+            }
         }
         let mut x = 0x1234_5678u64;
         for _ in 0..200 {

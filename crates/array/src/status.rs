@@ -62,6 +62,8 @@ pub(crate) struct Stats {
     pub commits: AtomicU64,
     pub space_commits: AtomicU64,
     pub idle_commits: AtomicU64,
+    /// md/pl: stripes whose parity was recomputed after an unclean shutdown.
+    pub resync_stripes: AtomicU64,
     commit_stripes: AtomicU64,
     commit_chunks: AtomicU64,
     commit_decoded: AtomicU64,
@@ -104,6 +106,7 @@ impl Stats {
             &self.commits,
             &self.space_commits,
             &self.idle_commits,
+            &self.resync_stripes,
             &self.commit_stripes,
             &self.commit_chunks,
             &self.commit_decoded,
@@ -154,6 +157,9 @@ pub struct ClassStatus {
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PendingStatus {
+    /// md/pl write-intent regions marked dirty (resynced on open after an unclean shutdown).
+    #[serde(default)]
+    pub dirty_regions: u64,
     /// Data chunks updated since the last parity commit.
     pub updated_chunks: u64,
     /// Data stripes with updated chunks.
@@ -179,6 +185,9 @@ pub struct CommitStats {
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub seconds: f64,
+    /// md/pl: stripes whose parity was recomputed on open after an unclean shutdown (write intent).
+    #[serde(default)]
+    pub resync_stripes: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -287,6 +296,7 @@ impl Array {
                 log_stripes: st.logs.len() as u64,
                 log_entries: st.pl_logs.values().map(|v| v.len() as u64).sum(),
                 min_free_slots: mi.alloc.min_free(),
+                dirty_regions: st.dirty.len() as u64,
                 ..PendingStatus::default()
             };
             for ds in st.stripes.values() {
@@ -301,6 +311,7 @@ impl Array {
         let commits = CommitStats {
             commits: s.commits.load(Relaxed),
             space_commits: s.space_commits.load(Relaxed),
+            resync_stripes: s.resync_stripes.load(Relaxed),
             idle_commits: s.idle_commits.load(Relaxed),
             stripes: s.commit_stripes.load(Relaxed),
             chunks: s.commit_chunks.load(Relaxed),

@@ -142,7 +142,8 @@ struct ServeArgs {
     /// Admin socket (status, commit, fail N, rebuild N [SPEC], sync)
     #[arg(long)]
     admin_socket: Option<PathBuf>,
-    /// Parity commit after this many seconds without I/O (0 = off)
+    /// Parity commit after this many seconds without I/O (md: a sync that marks the write-intent
+    /// regions clean) (0 = off)
     #[arg(long, default_value_t = 5.0)]
     idle_commit: f64,
     /// Worker threads for device operations
@@ -396,7 +397,7 @@ fn print_status(st: &ArrayStatus) {
     }
     let p = &st.pending;
     println!(
-        "  pending: {} updated chunks in {} stripes, {} log stripes, {} pl log entries, log {}/{} slots, {} free spare slots (min){}",
+        "  pending: {} updated chunks in {} stripes, {} log stripes, {} pl log entries, log {}/{} slots, {} free spare slots (min), {} dirty regions{}",
         p.updated_chunks,
         p.updated_stripes,
         p.log_stripes,
@@ -404,11 +405,12 @@ fn print_status(st: &ArrayStatus) {
         p.log_slots_used,
         p.log_slots,
         p.min_free_slots,
+        p.dirty_regions,
         if p.commit_in_progress { ", commit in progress" } else { "" }
     );
     let c = &st.commits;
     println!(
-        "  commits: {} ({} for space, {} when idle), {} stripes, {} chunks, {} decoded from log, read {}, wrote {}, {:.3} s",
+        "  commits: {} ({} for space, {} when idle), {} stripes, {} chunks, {} decoded from log, read {}, wrote {}, {:.3} s; {} stripes resynced after a crash",
         c.commits,
         c.space_commits,
         c.idle_commits,
@@ -417,7 +419,8 @@ fn print_status(st: &ArrayStatus) {
         c.decoded_from_log,
         fmt_size(c.bytes_read),
         fmt_size(c.bytes_written),
-        c.seconds
+        c.seconds,
+        c.resync_stripes
     );
     if let Some(b) = &st.stripe_buffer {
         println!(
@@ -581,9 +584,8 @@ fn serve(s: ServeArgs) -> Result<()> {
     a.set_stripe_buffer(s.stripe_buffer);
     let idle = (s.idle_commit > 0.0).then(|| Duration::from_secs_f64(s.idle_commit));
     if let Some(d) = idle {
-        if a.scheme_kind() != SchemeKind::Md {
-            a.spawn_idle_committer(d);
-        }
+        // eplog/pl: parity commit; md: a sync that also clears the write-intent regions.
+        a.spawn_idle_committer(d);
     }
     let cfg = ServeConfig {
         addr: s.addr,

@@ -12,7 +12,7 @@ pub use pl::Pl;
 pub use stripe_buffer::{BatchStats, DEFAULT_IN_FLIGHT};
 
 use crate::array::Core;
-use crate::io::Rd;
+use crate::io::{Rd, Wr};
 use crate::{ArrayError, Result, SchemeKind};
 
 /// Read `buf.len()` bytes at byte `off` inside data chunk `pos` of data stripe `stripe`.
@@ -227,6 +227,50 @@ impl Core {
         let mut refs: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
         self.code.encode(data, &mut refs)?;
         Ok(parity)
+    }
+
+    /// Recompute the parity of `stripes` (in-place layout: chunk p of stripe s at slot s) from their
+    /// data chunks and write it, in batches read and written in parallel.
+    pub(crate) fn rewrite_parity(&self, stripes: &[u64]) -> Result<()> {
+        let g = &self.geo;
+        let c = g.chunk as usize;
+        for batch in stripes.chunks(256) {
+            let mut data: Vec<Vec<Vec<u8>>> =
+                batch.iter().map(|_| vec![vec![0u8; c]; g.k]).collect();
+            {
+                let mut ops: Vec<Rd> = Vec::new();
+                for (s, d) in batch.iter().zip(data.iter_mut()) {
+                    for (p, b) in d.iter_mut().enumerate() {
+                        ops.push(Rd::new(g.dev_of(*s, p), g.off(*s), b.as_mut_slice()));
+                    }
+                }
+                self.devs.read(&mut ops);
+                if let Some(o) = ops.iter().find(|o| !o.ok) {
+                    return Err(ArrayError::DataLoss(format!(
+                        "parity resync: device {} could not be read",
+                        o.dev
+                    )));
+                }
+            }
+            let mut parities = Vec::with_capacity(batch.len());
+            for d in &data {
+                let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
+                parities.push(self.encode_parity(&refs)?);
+            }
+            let mut ops = Vec::new();
+            for (s, par) in batch.iter().zip(&parities) {
+                for (i, b) in par.iter().enumerate() {
+                    ops.push(Wr::new(g.dev_of(*s, g.k + i), g.off(*s), b));
+                }
+            }
+            self.devs.write(&mut ops);
+            if ops.iter().any(|o| !o.ok) {
+                return Err(ArrayError::DataLoss(
+                    "parity resync: a parity write failed".into(),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Fail with DataLoss if more devices failed than the code tolerates.
