@@ -82,6 +82,10 @@ impl Alloc {
         self.cursor[dev] = s + 1;
         Some(s)
     }
+    /// Take a specific free slot; false when it is not free.
+    pub fn take_exact(&mut self, dev: usize, slot: u64) -> bool {
+        self.free.get_mut(dev).is_some_and(|set| set.remove(&slot))
+    }
     pub fn put(&mut self, dev: usize, slot: u64) {
         if let Some(set) = self.free.get_mut(dev) {
             set.insert(slot);
@@ -891,6 +895,104 @@ impl Array {
         self.scheme.write(&self.core, &cws)
     }
 
+    /// Discard (TRIM) the whole data stripes inside `[off, off + len)`: they read as zeros from then
+    /// on and their chunks are discarded on the devices (so SSDs can drop them); partly covered
+    /// stripes, and eplog stripes with updates not yet committed, keep their data (discard is
+    /// advisory). The change is durable before any device drops data. Returns the stripes discarded.
+    pub fn discard(&self, off: u64, len: u64) -> Result<u64> {
+        self.check_range(off, len)?;
+        let g = &self.core.geo;
+        let sb = g.stripe_bytes();
+        let (first, end) = (off.div_ceil(sb), (off + len) / sb);
+        let eplog = self.scheme.kind() == SchemeKind::Eplog;
+        let mut total = 0u64;
+        let mut start = first;
+        while start < end {
+            let last = (start + self.piece_stripes).min(end) - 1;
+            let _a = self.admin_read();
+            if eplog {
+                // Buffered chunks become ordinary (pending) updates, which keep their stripe.
+                self.scheme.drain(&self.core)?;
+            }
+            let _l = self.lock_stripes(start, last);
+            // (device, slot) to discard on the devices, and slots to free once durable.
+            let mut drop_slots: Vec<(usize, u64)> = Vec::new();
+            let mut frees: Vec<(usize, u64)> = Vec::new();
+            let mut n = 0u64;
+            {
+                let mut mi = self.core.meta();
+                for s in start..=last {
+                    if eplog {
+                        let Some(ds) = mi.state.stripes.get(&s).cloned() else {
+                            continue;
+                        };
+                        if ds.pending() {
+                            continue;
+                        }
+                        // An absent stripe owns its home slots: reclaim those its chunks moved
+                        // away from, or leave the stripe alone if another chunk lives there now.
+                        let moved: Vec<(usize, u64)> = (0..g.k)
+                            .filter_map(|p| match ds.committed[p] {
+                                Some(c) if c != s => Some((g.dev_of(s, p), c)),
+                                _ => None,
+                            })
+                            .collect();
+                        let mut got = Vec::new();
+                        let all = moved.iter().all(|&(d, _)| {
+                            let ok = mi.alloc.take_exact(d, s);
+                            if ok {
+                                got.push(d);
+                            }
+                            ok
+                        });
+                        if !all {
+                            for d in got {
+                                mi.alloc.put(d, s);
+                            }
+                            continue;
+                        }
+                        frees.extend(moved.iter().copied());
+                        drop_slots.extend(moved.iter().copied());
+                        for p in 0..g.n {
+                            let at_home = if p < g.k {
+                                ds.committed[p] == Some(s)
+                            } else {
+                                ds.parity
+                            };
+                            if at_home {
+                                drop_slots.push((g.dev_of(s, p), s));
+                            }
+                        }
+                    } else {
+                        if !mi.state.is_written(s) {
+                            continue;
+                        }
+                        drop_slots.extend((0..g.n).map(|p| (g.dev_of(s, p), s)));
+                    }
+                    mi.record(Rec::Discard { stripe: s });
+                    n += 1;
+                }
+            }
+            if n > 0 {
+                self.core.persist()?;
+                let mut mi = self.core.meta();
+                for (d, sl) in frees {
+                    mi.alloc.put(d, sl);
+                }
+                drop(mi);
+                for (d, sl) in drop_slots {
+                    if !self.core.devs.is_failed(d) {
+                        // Advisory: a device that cannot discard keeps the bytes.
+                        let _ = self.core.devs.get(d).discard(g.off(sl), g.chunk);
+                    }
+                }
+            }
+            total += n;
+            start = last + 1;
+        }
+        Ok(total)
+    }
+
     /// Make every completed write durable (buffers drained, devices flushed, metadata records
     /// persisted).
     pub fn sync(&self) -> Result<()> {
@@ -1176,8 +1278,8 @@ impl BlockDevice for Array {
         self.sync().map_err(|e| to_dev_err(&self.name, e))
     }
     fn discard(&self, offset: u64, len: u64) -> ecstack_device::Result<()> {
-        // Discarded ranges keep their data (the trait allows it); only the range is checked.
-        self.check_range(offset, len)
+        Array::discard(self, offset, len)
+            .map(|_| ())
             .map_err(|e| to_dev_err(&self.name, e))
     }
     fn stats(&self) -> DeviceStats {

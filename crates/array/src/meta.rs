@@ -100,6 +100,10 @@ pub enum Rec {
     },
     /// md/pl: every region is consistent again (after a commit, a clean close or a resync).
     Clean,
+    /// The stripe was discarded (TRIM): it reads as zeros and is written whole again next time.
+    Discard {
+        stripe: u64,
+    },
 }
 
 /// Stripes per write-intent region (md/pl).
@@ -149,6 +153,10 @@ impl Rec {
                 e.u64(*region);
             }
             Rec::Clean => e.u8(11),
+            Rec::Discard { stripe } => {
+                e.u8(12);
+                e.u64(*stripe);
+            }
         }
     }
 
@@ -177,6 +185,7 @@ impl Rec {
             9 => Rec::DeviceReplaced { dev: d.u16()? },
             10 => Rec::Dirty { region: d.u64()? },
             11 => Rec::Clean,
+            12 => Rec::Discard { stripe: d.u64()? },
             t => return Err(ArrayError::Meta(format!("unknown record type {t}"))),
         })
     }
@@ -315,6 +324,13 @@ impl MetaState {
                 self.dirty.insert(*region);
             }
             Rec::Clean => self.dirty.clear(),
+            Rec::Discard { stripe } => {
+                if let Some(w) = self.written.get_mut((stripe / 64) as usize) {
+                    *w &= !(1 << (stripe % 64));
+                }
+                self.pl_logs.remove(stripe);
+                self.stripes.remove(stripe);
+            }
         }
     }
 
