@@ -92,9 +92,9 @@ fn stripe_buffer_run(in_flight: usize) -> (u64, u64, u64) {
     let a = Arc::new(Array::create(&config(SchemeKind::Eplog, k, m), devices).unwrap());
     a.set_stripe_buffer(in_flight);
     let cap = a.size() as usize;
-    let threads = 8;
+    let threads = 16;
     let chunks_per = cap / CHUNK as usize / threads;
-    let per_thread = 24;
+    let per_thread = 12;
     a.reset_stats();
     let models: Vec<Vec<u8>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
