@@ -1105,7 +1105,11 @@ impl Array {
                 .filter(|&s| mi.state.is_written(s))
                 .collect()
         };
-        self.core.rewrite_parity(&stripes)?;
+        self.core.rewrite_parity(&stripes, &|s| {
+            Err(ArrayError::DataLoss(format!(
+                "parity resync: stripe {s} could not be read"
+            )))
+        })?;
         self.core
             .stats
             .resync_stripes

@@ -230,27 +230,37 @@ impl Core {
     }
 
     /// Recompute the parity of `stripes` (in-place layout: chunk p of stripe s at slot s) from their
-    /// data chunks and write it, in batches read and written in parallel.
-    pub(crate) fn rewrite_parity(&self, stripes: &[u64]) -> Result<()> {
+    /// data chunks and write it, in batches read and written in parallel. `unreadable(s)` supplies
+    /// the k data chunks of a stripe whose reads failed (a degraded decode, or an error).
+    pub(crate) fn rewrite_parity(
+        &self,
+        stripes: &[u64],
+        unreadable: &dyn Fn(u64) -> Result<Vec<Vec<u8>>>,
+    ) -> Result<()> {
         let g = &self.geo;
         let c = g.chunk as usize;
         for batch in stripes.chunks(256) {
             let mut data: Vec<Vec<Vec<u8>>> =
                 batch.iter().map(|_| vec![vec![0u8; c]; g.k]).collect();
+            let mut bad = Vec::new();
             {
                 let mut ops: Vec<Rd> = Vec::new();
-                for (s, d) in batch.iter().zip(data.iter_mut()) {
+                let mut who = Vec::new();
+                for (i, (s, d)) in batch.iter().zip(data.iter_mut()).enumerate() {
                     for (p, b) in d.iter_mut().enumerate() {
                         ops.push(Rd::new(g.dev_of(*s, p), g.off(*s), b.as_mut_slice()));
+                        who.push(i);
                     }
                 }
                 self.devs.read(&mut ops);
-                if let Some(o) = ops.iter().find(|o| !o.ok) {
-                    return Err(ArrayError::DataLoss(format!(
-                        "parity resync: device {} could not be read",
-                        o.dev
-                    )));
+                for (o, &i) in ops.iter().zip(&who) {
+                    if !o.ok && !bad.contains(&i) {
+                        bad.push(i);
+                    }
                 }
+            }
+            for i in bad {
+                data[i] = unreadable(batch[i])?;
             }
             let mut parities = Vec::with_capacity(batch.len());
             for d in &data {
@@ -264,11 +274,6 @@ impl Core {
                 }
             }
             self.devs.write(&mut ops);
-            if ops.iter().any(|o| !o.ok) {
-                return Err(ArrayError::DataLoss(
-                    "parity resync: a parity write failed".into(),
-                ));
-            }
         }
         Ok(())
     }

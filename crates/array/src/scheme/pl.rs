@@ -16,8 +16,6 @@ use crate::{ArrayError, Result, SchemeKind};
 
 pub struct Pl;
 
-const COMMIT_BATCH: usize = 256;
-
 impl Pl {
     /// Decode stripe `s` with the current parity (parity chunks ⊕ logged deltas).
     fn degraded(&self, core: &Core, s: u64) -> Result<Vec<Vec<u8>>> {
@@ -202,7 +200,7 @@ impl UpdateScheme for Pl {
     fn commit(&self, core: &Core) -> Result<CommitReport> {
         let t = Instant::now();
         let g = &core.geo;
-        let (k, c) = (g.k, g.chunk as usize);
+        let k = g.k;
         let (mut touched, log_used): (Vec<u64>, u64) = {
             let mi = core.meta();
             (
@@ -216,43 +214,12 @@ impl UpdateScheme for Pl {
         touched.sort_unstable();
         let before = core.main_counters();
         core.begin_commit()?;
-        for batch in touched.chunks(COMMIT_BATCH) {
-            let mut data: Vec<Vec<Vec<u8>>> = batch.iter().map(|_| vec![vec![0u8; c]; k]).collect();
-            let mut bad = Vec::new();
-            {
-                let mut ops = Vec::new();
-                let mut who = Vec::new();
-                for (i, (s, d)) in batch.iter().zip(data.iter_mut()).enumerate() {
-                    for (p, b) in d.iter_mut().enumerate() {
-                        ops.push(Rd::new(g.dev_of(*s, p), g.off(*s), b.as_mut_slice()));
-                        who.push(i);
-                    }
-                }
-                core.devs.read(&mut ops);
-                for (o, &i) in ops.iter().zip(&who) {
-                    if !o.ok && !bad.contains(&i) {
-                        bad.push(i);
-                    }
-                }
-            }
-            for i in bad {
-                let mut sh = self.degraded(core, batch[i])?;
-                sh.truncate(k);
-                data[i] = sh;
-            }
-            let mut parities = Vec::with_capacity(batch.len());
-            for d in &data {
-                let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
-                parities.push(core.encode_parity(&refs)?);
-            }
-            let mut ops = Vec::new();
-            for (s, par) in batch.iter().zip(&parities) {
-                for (i, b) in par.iter().enumerate() {
-                    ops.push(Wr::new(g.dev_of(*s, k + i), g.off(*s), b));
-                }
-            }
-            core.devs.write(&mut ops);
-        }
+        // Stripes with a chunk on a failed device: their data from a degraded decode.
+        core.rewrite_parity(&touched, &|s| {
+            let mut sh = self.degraded(core, s)?;
+            sh.truncate(k);
+            Ok(sh)
+        })?;
         core.finish_commit(Vec::new())?;
         let after = core.main_counters();
         Ok(CommitReport {
