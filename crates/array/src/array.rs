@@ -295,7 +295,7 @@ pub struct Array {
     locks: Vec<Mutex<()>>,
     /// md/pl write-intent regions known durable on the metadata volume, and the lock that makes
     /// new ones durable one caller at a time.
-    intent: Mutex<std::collections::BTreeSet<u64>>,
+    intent: RwLock<std::collections::BTreeSet<u64>>,
     writes: AtomicU64,
     commit_every: AtomicU64,
     pub(crate) rebuild_batch: AtomicU64,
@@ -654,7 +654,7 @@ impl Array {
             name,
             admin: RwLock::new(()),
             locks: (0..LOCKS).map(|_| Mutex::new(())).collect(),
-            intent: Mutex::new(std::collections::BTreeSet::new()),
+            intent: RwLock::new(std::collections::BTreeSet::new()),
             writes: AtomicU64::new(0),
             commit_every: AtomicU64::new(commit_every),
             rebuild_batch: AtomicU64::new(opts.rebuild_batch.max(1) as u64),
@@ -1052,7 +1052,14 @@ impl Array {
             return Ok(());
         }
         let regions = first / REGION_STRIPES..=last / REGION_STRIPES;
-        let mut durable = lock(&self.intent);
+        // Hot path: every region already durable; writers share the read lock.
+        {
+            let durable = self.intent.read().unwrap_or_else(|p| p.into_inner());
+            if regions.clone().all(|r| durable.contains(&r)) {
+                return Ok(());
+            }
+        }
+        let mut durable = self.intent.write().unwrap_or_else(|p| p.into_inner());
         if regions.clone().all(|r| durable.contains(&r)) {
             return Ok(());
         }
@@ -1072,7 +1079,7 @@ impl Array {
     /// With no write in flight (`admin_write` held) and everything flushed: every region is
     /// consistent again.
     fn clean_locked(&self) -> Result<()> {
-        let mut durable = lock(&self.intent);
+        let mut durable = self.intent.write().unwrap_or_else(|p| p.into_inner());
         let dirty = !self.core.meta().state.dirty.is_empty();
         if dirty && self.core.devs.failed_count() == 0 {
             self.core.meta().record(Rec::Clean);
