@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Instant;
 
 use ecstack_device::uring::{self, UringOp};
 use ecstack_device::{AlignedBuf, BlockDevice};
@@ -462,7 +463,10 @@ impl Devs {
         let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
         let results = match self.uring_read(&plans) {
             Some(r) => r,
-            None => self.read_threads(&plans),
+            None => match self.paced_read(&plans) {
+                Some(r) => r,
+                None => self.read_threads(&plans),
+            },
         };
         for ((d, runs), res) in plans.into_iter().zip(results) {
             for (r, data) in runs.into_iter().zip(res) {
@@ -534,6 +538,50 @@ impl Devs {
         )
     }
 
+    /// The devices of `plans` when every one of them is paced (models its service time in real
+    /// time and answers at once, see `BlockDevice::paced`) and parallel I/O is on.
+    fn paced_devices(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Arc<dyn BlockDevice>>> {
+        if !self.parallel.load(Relaxed) || plans.is_empty() {
+            return None;
+        }
+        let devs: Vec<Arc<dyn BlockDevice>> = plans.iter().map(|(d, _)| self.get(*d)).collect();
+        devs.iter().all(|d| d.paced()).then_some(devs)
+    }
+
+    /// Read every run of paced devices on this thread, then sleep once until the last of them
+    /// completes in modeled time (None: not all paced, use the workers).
+    fn paced_read(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Vec<Option<RunBuf>>>> {
+        let devs = self.paced_devices(plans)?;
+        let mut last = Instant::now();
+        let out = plans
+            .iter()
+            .zip(&devs)
+            .map(|((_, runs), dev)| {
+                let mut failed = false;
+                runs.iter()
+                    .map(|r| {
+                        if failed {
+                            return None;
+                        }
+                        let mut b = vec![0u8; r.len];
+                        match dev.read_paced(&mut b, r.off) {
+                            Ok(t) => {
+                                last = last.max(t);
+                                Some(RunBuf::Plain(b))
+                            }
+                            Err(_) => {
+                                failed = true;
+                                None
+                            }
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        ecstack_device::throttled::sleep_until(last);
+        Some(out)
+    }
+
     /// Read every run on the device workers.
     #[allow(clippy::type_complexity)]
     fn read_threads(&self, plans: &[(usize, Vec<Run>)]) -> Vec<Vec<Option<RunBuf>>> {
@@ -571,7 +619,10 @@ impl Devs {
         let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
         let results = match self.uring_write(&plans, ops) {
             Some(r) => r,
-            None => self.write_threads(&plans, ops),
+            None => match self.paced_write(&plans, ops) {
+                Some(r) => r,
+                None => self.write_threads(&plans, ops),
+            },
         };
         for ((d, runs), res) in plans.into_iter().zip(results) {
             for (r, ok) in runs.into_iter().zip(res) {
@@ -639,6 +690,44 @@ impl Devs {
                 })
                 .collect(),
         )
+    }
+
+    /// Write every run of paced devices on this thread, then sleep once until the last of them
+    /// completes in modeled time (None: not all paced, use the workers).
+    fn paced_write(&self, plans: &[(usize, Vec<Run>)], ops: &[Wr<'_>]) -> Option<Vec<Vec<bool>>> {
+        let devs = self.paced_devices(plans)?;
+        let mut last = Instant::now();
+        let out = plans
+            .iter()
+            .zip(&devs)
+            .map(|((_, runs), dev)| {
+                let mut failed = false;
+                runs.iter()
+                    .map(|r| {
+                        if failed {
+                            return false;
+                        }
+                        let res = match r.ops.as_slice() {
+                            [i] => dev.write_paced(ops[*i].buf, r.off),
+                            many => {
+                                let mut b = Vec::with_capacity(r.len);
+                                for &i in many {
+                                    b.extend_from_slice(ops[i].buf);
+                                }
+                                dev.write_paced(&b, r.off)
+                            }
+                        };
+                        match res {
+                            Ok(t) => last = last.max(t),
+                            Err(_) => failed = true,
+                        }
+                        !failed
+                    })
+                    .collect()
+            })
+            .collect();
+        ecstack_device::throttled::sleep_until(last);
+        Some(out)
     }
 
     /// Write every run on the device workers.

@@ -78,6 +78,7 @@ fn stripe_buffer_run(in_flight: usize) -> (u64, u64, u64) {
     let slow = |size: u64, seed: u64| -> Arc<dyn ecstack_device::BlockDevice> {
         let cfg = ThrottleConfig {
             bandwidth: None,
+            profile: None,
             latency: LatencyDist::Fixed { ns: 300_000 },
             seed,
         };

@@ -154,7 +154,8 @@ struct ServeArgs {
     device_buffer: usize,
     /// eplog stripe buffer: concurrent write requests share log stripes, with up to N batches
     /// written at once (fewer: larger batches, fewer log chunks); 0 = off, each request forms its
-    /// own log stripes
+    /// own log stripes. Whether a request waits for a batch slot or is written at once under light
+    /// load is chosen by measuring both (see docs/array.md)
     #[arg(long, default_value_t = ecstack_array::scheme::DEFAULT_IN_FLIGHT)]
     stripe_buffer: usize,
     #[arg(long)]
@@ -424,10 +425,12 @@ fn print_status(st: &ArrayStatus) {
     );
     if let Some(b) = &st.stripe_buffer {
         println!(
-            "  stripe buffer: {} write requests in {} batches ({:.2} per batch)",
+            "  stripe buffer: {} write requests in {} batches ({:.2} per batch); measuring epochs: {} eager, {} batching",
             b.requests,
             b.batches,
-            b.requests as f64 / b.batches.max(1) as f64
+            b.requests as f64 / b.batches.max(1) as f64,
+            b.eager_epochs,
+            b.batch_epochs
         );
     }
     if let Some(r) = &st.last_rebuild {

@@ -11,6 +11,13 @@
 //! * Exp 4: requests/s replaying as fast as possible on file-backed devices with O_DIRECT (main and log
 //!   devices are files; parity commit nil/all/10K; degraded commit with two failed SSDs).
 //! * Exp 5: recovery throughput of a double failure vs batch size, before/after replay, prefetch on/off.
+//!
+//! Exp 4 also runs on an emulated copy of the paper's testbed (`--testbed paper`): every device is a
+//! RAM device behind a `Throttled` wrapper that charges each request the service time of the paper's
+//! devices (Table 1: Plextor SSDs for the main array, Seagate HDDs for the logs; one request at a time
+//! per device, devices independent of each other). On this machine all device files share one
+//! virtual disk, which serves requests nearly one after another; the emulation shows what the schemes
+//! do on separate devices with the paper's read/write costs.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -20,7 +27,9 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_array::{Array, ArrayConfig, ArrayDevices, OpenOptions, SchemeKind};
-use ecstack_device::{open_spec, BlockDevice, MemDevice, SimSsd, SsdConfig};
+use ecstack_device::{
+    open_spec, BlockDevice, MemDevice, ServiceProfile, SimSsd, SsdConfig, ThrottleConfig, Throttled,
+};
 use ecstack_trace::record::Op;
 use ecstack_trace::synth::synthesize_preset;
 use ecstack_trace::transform::eplog_prepare;
@@ -70,6 +79,10 @@ struct EplogArgs {
     /// eplog stripe buffer in the multi-client runs: batches written at once (0 = off)
     #[arg(long, default_value_t = ecstack_array::scheme::DEFAULT_IN_FLIGHT)]
     stripe_buffer: usize,
+    /// Exp 4 testbeds: `files` (O_DIRECT files in --dir), `paper` (EPLOG's SSDs and HDDs, Table 1,
+    /// emulated: RAM devices charged the paper's per-request service times)
+    #[arg(long, value_delimiter = ',', default_value = "files,paper")]
+    testbed: Vec<String>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Print all results as JSON
@@ -116,6 +129,19 @@ enum Backing {
     Sim,
     /// Files with O_DIRECT.
     File,
+    /// EPLOG's testbed emulated: RAM devices with the service times of its SSDs (main) and HDDs
+    /// (logs), Table 1.
+    Paper,
+}
+
+impl Backing {
+    fn label(self) -> &'static str {
+        match self {
+            Backing::Sim => "simulated",
+            Backing::File => "O_DIRECT files",
+            Backing::Paper => "EPLOG testbed emulated",
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -243,6 +269,24 @@ fn build(
                 .collect::<Result<_>>()?;
             (main, log)
         }
+        Backing::Paper => {
+            let dev = |profile: &str, bytes: u64, seed: u64| -> Result<Arc<dyn BlockDevice>> {
+                let cfg = ThrottleConfig {
+                    profile: ServiceProfile::preset(profile),
+                    seed,
+                    ..ThrottleConfig::default()
+                };
+                Ok(Arc::new(Throttled::new(MemDevice::new(bytes)?, cfg)))
+            };
+            (
+                (0..n)
+                    .map(|i| dev("eplog-ssd", dev_bytes, i as u64))
+                    .collect::<Result<_>>()?,
+                (0..nlog)
+                    .map(|i| dev("eplog-hdd", log_bytes, 100 + i as u64))
+                    .collect::<Result<_>>()?,
+            )
+        }
     };
     let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(1 << 30)?);
     let cfg = ArrayConfig {
@@ -252,7 +296,7 @@ fn build(
         ..ArrayConfig::with_geometry(scheme, k, m)
     };
     let opts = OpenOptions {
-        parallel_io: backing == Backing::File,
+        parallel_io: backing != Backing::Sim,
         ..OpenOptions::default()
     };
     let array = Array::create_with(
@@ -301,6 +345,8 @@ fn gc_total(a: &Array) -> (f64, u64) {
 
 #[derive(Serialize, Clone, Debug)]
 struct RunRow {
+    /// Where it ran: simulated, O_DIRECT files, EPLOG testbed emulated.
+    testbed: String,
     trace: String,
     setting: String,
     scheme: String,
@@ -448,6 +494,7 @@ fn run_buf(
     let st = a.status();
     let (gc1, _) = gc_total(a);
     Ok(RunRow {
+        testbed: backing.label().into(),
         trace: t.name.into(),
         setting: format!("({k}+{m})"),
         scheme: if buffer > 0 {
@@ -480,6 +527,70 @@ fn run_buf(
         commits: st.commits.commits,
         ssd_blocks: rig.ssd_blocks,
     })
+}
+
+/// Exp 4's grid on one testbed: FIN at every setting and scheme, for each number of clients (no
+/// commit, normal mode); with several clients also eplog without the stripe buffer at (6+2).
+#[allow(clippy::too_many_arguments)]
+fn exp4_grid(
+    fin: &Trace,
+    settings: &[(usize, usize)],
+    schemes: &[SchemeKind],
+    clients: &[usize],
+    stripe_buffer: usize,
+    backing: Backing,
+    dir: &Path,
+    rows: &mut Vec<RunRow>,
+) -> Result<()> {
+    for &nc in clients {
+        for &(k, m) in settings {
+            for &s in schemes {
+                eprintln!(
+                    "exp 4: FIN ({k}+{m}) {s}, {nc} client(s), {}",
+                    backing.label()
+                );
+                let opts = RunOpts {
+                    clients: nc,
+                    stripe_buffer,
+                    ..RunOpts::default()
+                };
+                rows.push(run_buf(
+                    fin,
+                    s,
+                    k,
+                    m,
+                    backing,
+                    Commit::Nil,
+                    false,
+                    dir,
+                    opts,
+                )?);
+            }
+        }
+        if nc > 1 && settings.contains(&(6, 2)) && schemes.contains(&SchemeKind::Eplog) {
+            eprintln!(
+                "exp 4: FIN (6+2) eplog without the stripe buffer, {nc} clients, {}",
+                backing.label()
+            );
+            let opts = RunOpts {
+                clients: nc,
+                stripe_buffer: 0,
+                ..RunOpts::default()
+            };
+            rows.push(run_buf(
+                fin,
+                SchemeKind::Eplog,
+                6,
+                2,
+                backing,
+                Commit::Nil,
+                false,
+                dir,
+                opts,
+            )?);
+        }
+    }
+    Ok(())
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -662,7 +773,10 @@ struct Report {
     quick: bool,
     traces: Vec<TraceInfo>,
     sim: Vec<RunRow>,
+    /// Exp 4 on O_DIRECT files.
     perf: Vec<RunRow>,
+    /// Exp 4 on the emulated EPLOG testbed.
+    paper: Vec<RunRow>,
     recovery: Vec<RecoveryRow>,
     targets: Vec<TargetCheck>,
 }
@@ -736,9 +850,20 @@ fn eplog(a: EplogArgs) -> Result<()> {
         .iter()
         .map(|s| SchemeKind::parse(s).with_context(|| "--schemes"))
         .collect::<Result<Vec<_>>>()?;
+    let testbeds = a
+        .testbed
+        .iter()
+        .map(|tb| match tb.as_str() {
+            "files" => Ok(Backing::File),
+            "paper" => Ok(Backing::Paper),
+            other => bail!("--testbed: unknown testbed '{other}' (expected files, paper)"),
+        })
+        .collect::<Result<Vec<_>>>()?;
     let want = |e: u32| a.exp.contains(&e);
+    let files4 = want(4) && testbeds.contains(&Backing::File);
     let mut sim = Vec::new();
     let mut perf = Vec::new();
+    let mut paper = Vec::new();
     let mut rec = Vec::new();
     let dir = base_dir.as_path();
     // Exps 1-2: every trace at (6+2), FIN at every setting; simulated SSDs.
@@ -793,29 +918,28 @@ fn eplog(a: EplogArgs) -> Result<()> {
             }
         }
     }
-    if want(4) || want(5) {
+    if files4 || want(5) {
         eprintln!(
             "pre-filling the device files of exps 4-5 in {}",
             dir.display()
         );
         prefill(dir, &traces)?;
     }
-    if want(4) {
-        for &(k, m) in &settings {
-            for &s in &schemes {
-                eprintln!("exp 4a: FIN ({k}+{m}) {s} on O_DIRECT files");
-                perf.push(run_one(
-                    fin,
-                    s,
-                    k,
-                    m,
-                    Backing::File,
-                    Commit::Nil,
-                    false,
-                    dir,
-                )?);
-            }
-        }
+    let grid = |backing: Backing, clients: &[usize], rows: &mut Vec<RunRow>| {
+        exp4_grid(
+            fin,
+            &settings,
+            &schemes,
+            clients,
+            a.stripe_buffer,
+            backing,
+            dir,
+            rows,
+        )
+    };
+    let many: Vec<usize> = a.clients.iter().copied().filter(|&c| c > 1).collect();
+    if files4 {
+        grid(Backing::File, &[1], &mut perf)?;
         let ts: Vec<&Trace> = if a.quick {
             vec![&traces[0], &traces[3]]
         } else {
@@ -850,45 +974,12 @@ fn eplog(a: EplogArgs) -> Result<()> {
             }
         }
     }
-    for &nc in a.clients.iter().filter(|&&c| c > 1 && want(4)) {
-        for &(k, m) in &settings {
-            for &s in &schemes {
-                eprintln!("exp 4d: FIN ({k}+{m}) {s} on O_DIRECT files, {nc} clients");
-                let opts = RunOpts {
-                    clients: nc,
-                    stripe_buffer: a.stripe_buffer,
-                    ..RunOpts::default()
-                };
-                perf.push(run_buf(
-                    fin,
-                    s,
-                    k,
-                    m,
-                    Backing::File,
-                    Commit::Nil,
-                    false,
-                    dir,
-                    opts,
-                )?);
-            }
-        }
-        eprintln!("exp 4d: FIN (6+2) eplog without the stripe buffer, {nc} clients");
-        let opts = RunOpts {
-            clients: nc,
-            stripe_buffer: 0,
-            ..RunOpts::default()
-        };
-        perf.push(run_buf(
-            fin,
-            SchemeKind::Eplog,
-            6,
-            2,
-            Backing::File,
-            Commit::Nil,
-            false,
-            dir,
-            opts,
-        )?);
+    if files4 {
+        grid(Backing::File, &many, &mut perf)?;
+    }
+    if want(4) && testbeds.contains(&Backing::Paper) {
+        let all: Vec<usize> = std::iter::once(1).chain(many.iter().copied()).collect();
+        grid(Backing::Paper, &all, &mut paper)?;
     }
     if want(5) {
         eprintln!("exp 5: recovery, FIN (6+2) eplog on O_DIRECT files");
@@ -926,34 +1017,31 @@ fn eplog(a: EplogArgs) -> Result<()> {
             met: r <= 0.3,
         });
     }
-    let perfv = |s: &str| find(&perf, "FIN", "(6+2)", s, "nil", false).map(|r| r.requests_per_s);
-    if let Some(r) = ratio(perfv("eplog"), perfv("md")) {
-        targets.push(TargetCheck {
-            what: "requests/s eplog / md (O_DIRECT files)".into(),
-            ratio: r,
-            target: ">= 1.3".into(),
-            met: r >= 1.3,
-        });
-    }
-    if let Some(r) = ratio(perfv("eplog"), perfv("pl")) {
-        targets.push(TargetCheck {
-            what: "requests/s eplog / pl (O_DIRECT files)".into(),
-            ratio: r,
-            target: ">= 2".into(),
-            met: r >= 2.0,
-        });
-    }
-    for &nc in a.clients.iter().filter(|&&c| c > 1) {
-        let perfn =
-            |s: &str| find_n(&perf, "FIN", "(6+2)", s, "nil", false, nc).map(|r| r.requests_per_s);
-        for (peer, want) in [("md", 1.3), ("pl", 2.0)] {
-            if let Some(r) = ratio(perfn("eplog"), perfn(peer)) {
-                targets.push(TargetCheck {
-                    what: format!("requests/s eplog / {peer} (O_DIRECT files, {nc} clients)"),
-                    ratio: r,
-                    target: format!(">= {want}"),
-                    met: r >= want,
-                });
+    for (rows, label) in [
+        (&perf, Backing::File.label()),
+        (&paper, Backing::Paper.label()),
+    ] {
+        let mut cs: Vec<usize> = rows.iter().map(|r| r.clients).collect();
+        cs.sort_unstable();
+        cs.dedup();
+        for nc in cs {
+            let perfn = |s: &str| {
+                find_n(rows, "FIN", "(6+2)", s, "nil", false, nc).map(|r| r.requests_per_s)
+            };
+            let who = if nc == 1 {
+                label.to_string()
+            } else {
+                format!("{label}, {nc} clients")
+            };
+            for (peer, want) in [("md", 1.3), ("pl", 2.0)] {
+                if let Some(r) = ratio(perfn("eplog"), perfn(peer)) {
+                    targets.push(TargetCheck {
+                        what: format!("requests/s eplog / {peer} ({who})"),
+                        ratio: r,
+                        target: format!(">= {want}"),
+                        met: r >= want,
+                    });
+                }
             }
         }
     }
@@ -977,6 +1065,7 @@ fn eplog(a: EplogArgs) -> Result<()> {
         traces: info,
         sim,
         perf,
+        paper,
         recovery: rec,
         targets,
     };
@@ -987,6 +1076,9 @@ fn eplog(a: EplogArgs) -> Result<()> {
     }
     if !report.perf.is_empty() {
         write_csv(&a.out.join("eplog-perf.csv"), &report.perf)?;
+    }
+    if !report.paper.is_empty() {
+        write_csv(&a.out.join("eplog-perf-paper.csv"), &report.paper)?;
     }
     if !report.recovery.is_empty() {
         write_csv(&a.out.join("eplog-recovery.csv"), &report.recovery)?;
@@ -1081,39 +1173,16 @@ fn markdown(r: &Report, secs: f64) -> String {
             );
         }
     }
-    if !r.perf.is_empty() {
-        let _ = writeln!(s, "\n### Exp 4: requests/s on O_DIRECT files (as fast as possible)\n\n| trace | setting | clients | scheme | commit | mode | req/s | vs md | vs pl | device ops per write | device KiB per write | device MB/s | writes per batch | CPU load | commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for x in &r.perf {
-            // Bytes the devices moved (main reads and writes, log writes), commit work included.
-            let moved = x.ssd_read_bytes + x.ssd_write_bytes + x.log_write_bytes;
-            let vs = |sch: &str| {
-                find_n(&r.perf, &x.trace, &x.setting, sch, "nil", false, x.clients)
-                    .map(|m| format!("{:.2}", x.requests_per_s / m.requests_per_s))
-                    .unwrap_or_else(|| "-".into())
-            };
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {:.2} | {:.1} | {:.0} | {} | {:.2} | {:.3} |",
-                x.trace,
-                x.setting,
-                x.clients,
-                x.scheme,
-                x.commit,
-                if x.degraded { "degraded" } else { "normal" },
-                x.requests_per_s,
-                vs("md"),
-                vs("pl"),
-                x.dev_ops_per_req,
-                moved as f64 / 1024.0 / x.requests.max(1) as f64,
-                moved as f64 / 1e6 / x.seconds.max(1e-9),
-                x.batch
-                    .map(|b| format!("{b:.2} ({:.0} µs)", x.batch_us.unwrap_or(0.0)))
-                    .unwrap_or_else(|| "-".into()),
-                x.cpu_load,
-                x.commit_seconds
-            );
-        }
-    }
+    perf_table(
+        &mut s,
+        "Exp 4: requests/s on O_DIRECT files (as fast as possible)",
+        &r.perf,
+    );
+    perf_table(
+        &mut s,
+        "Exp 4 on the EPLOG testbed, emulated (Table 1 service times: SSD main array, HDD logs)",
+        &r.paper,
+    );
     if !r.recovery.is_empty() {
         let _ = writeln!(s, "\n### Exp 5: recovery throughput, FIN (6+2) eplog, two failed SSDs rebuilt in place (O_DIRECT files)\n\n| case | batch | MB/s | recovered (MiB) | s |\n|---|---|---|---|---|");
         for x in &r.recovery {
@@ -1147,6 +1216,43 @@ fn markdown(r: &Report, secs: f64) -> String {
     s
 }
 
+/// One Exp 4 table: a row per run, with ratios to md and pl at the same setting and clients.
+fn perf_table(s: &mut String, title: &str, rows: &[RunRow]) {
+    if !rows.is_empty() {
+        let _ = writeln!(s, "\n### {title}\n\n| trace | setting | clients | scheme | commit | mode | req/s | vs md | vs pl | device ops per write | device KiB per write | device MB/s | writes per batch | CPU load | commit s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for x in rows {
+            // Bytes the devices moved (main reads and writes, log writes), commit work included.
+            let moved = x.ssd_read_bytes + x.ssd_write_bytes + x.log_write_bytes;
+            let vs = |sch: &str| {
+                find_n(rows, &x.trace, &x.setting, sch, "nil", false, x.clients)
+                    .map(|m| format!("{:.2}", x.requests_per_s / m.requests_per_s))
+                    .unwrap_or_else(|| "-".into())
+            };
+            let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {:.2} | {:.1} | {:.0} | {} | {:.2} | {:.3} |",
+            x.trace,
+            x.setting,
+            x.clients,
+            x.scheme,
+            x.commit,
+            if x.degraded { "degraded" } else { "normal" },
+            x.requests_per_s,
+            vs("md"),
+            vs("pl"),
+            x.dev_ops_per_req,
+            moved as f64 / 1024.0 / x.requests.max(1) as f64,
+            moved as f64 / 1e6 / x.seconds.max(1e-9),
+            x.batch
+                .map(|b| format!("{b:.2} ({:.0} µs)", x.batch_us.unwrap_or(0.0)))
+                .unwrap_or_else(|| "-".into()),
+            x.cpu_load,
+            x.commit_seconds
+        );
+        }
+    }
+}
+
 /// One bar series per name, one value per category (0 where `value` has none).
 fn bar_series<C>(
     names: &[&str],
@@ -1160,6 +1266,48 @@ fn bar_series<C>(
             (n.to_string(), v)
         })
         .collect()
+}
+
+/// Exp 4 plots of one testbed: requests/s by setting (one client) and by clients at (6+2).
+fn perf_svgs(rows: &[RunRow], out: &Path, prefix: &str, label: &str) -> Result<()> {
+    if !rows.is_empty() {
+        let sets: Vec<String> = ["(4+1)", "(6+1)", "(4+2)", "(6+2)"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let ser = bar_series(&["md", "pl", "eplog"], &sets, |s, st| {
+            find(rows, "FIN", st, s, "nil", false).map(|x| x.requests_per_s)
+        });
+        std::fs::write(
+            out.join(format!("{prefix}-throughput.svg")),
+            svg_bars(
+                &format!("Exp 4: FIN requests/s ({label}, one client)"),
+                "requests/s",
+                &sets,
+                &ser,
+            ),
+        )?;
+        // FIN (6+2) at every client count that ran.
+        let mut clients: Vec<usize> = rows.iter().map(|x| x.clients).collect();
+        clients.sort_unstable();
+        clients.dedup();
+        if clients.len() > 1 {
+            let cats: Vec<String> = clients.iter().map(|c| format!("{c} clients")).collect();
+            let ser = bar_series(&["md", "pl", "eplog", "eplog-nosb"], &clients, |s, &c| {
+                find_n(rows, "FIN", "(6+2)", s, "nil", false, c).map(|x| x.requests_per_s)
+            });
+            std::fs::write(
+                out.join(format!("{prefix}-clients.svg")),
+                svg_bars(
+                    &format!("Exp 4: FIN (6+2) requests/s by concurrent clients ({label})"),
+                    "requests/s",
+                    &cats,
+                    &ser,
+                ),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn write_svgs(r: &Report, out: &Path) -> Result<()> {
@@ -1190,43 +1338,8 @@ fn write_svgs(r: &Report, out: &Path) -> Result<()> {
             ),
         )?;
     }
-    if !r.perf.is_empty() {
-        let sets: Vec<String> = ["(4+1)", "(6+1)", "(4+2)", "(6+2)"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let ser = bar_series(&schemes, &sets, |s, st| {
-            find(&r.perf, "FIN", st, s, "nil", false).map(|x| x.requests_per_s)
-        });
-        std::fs::write(
-            out.join("exp4-throughput.svg"),
-            svg_bars(
-                "Exp 4: FIN requests/s (O_DIRECT files, one client)",
-                "requests/s",
-                &sets,
-                &ser,
-            ),
-        )?;
-        // FIN (6+2) at every client count that ran.
-        let mut clients: Vec<usize> = r.perf.iter().map(|x| x.clients).collect();
-        clients.sort_unstable();
-        clients.dedup();
-        if clients.len() > 1 {
-            let cats: Vec<String> = clients.iter().map(|c| format!("{c} clients")).collect();
-            let ser = bar_series(&["md", "pl", "eplog", "eplog-nosb"], &clients, |s, &c| {
-                find_n(&r.perf, "FIN", "(6+2)", s, "nil", false, c).map(|x| x.requests_per_s)
-            });
-            std::fs::write(
-                out.join("exp4-clients.svg"),
-                svg_bars(
-                    "Exp 4: FIN (6+2) requests/s by concurrent clients (O_DIRECT files)",
-                    "requests/s",
-                    &cats,
-                    &ser,
-                ),
-            )?;
-        }
-    }
+    perf_svgs(&r.perf, out, "exp4", Backing::File.label())?;
+    perf_svgs(&r.paper, out, "exp4-paper", Backing::Paper.label())?;
     if !r.recovery.is_empty() {
         let mut batches: Vec<usize> = r.recovery.iter().map(|x| x.batch).collect();
         batches.sort_unstable();

@@ -41,7 +41,7 @@ pub use sim::ssd::{
     WearModel,
 };
 pub use spec::{hdd_config, open_spec, parse_duration, parse_size, ssd_config};
-pub use throttled::{LatencyDist, ThrottleConfig, Throttled};
+pub use throttled::{LatencyDist, ServiceProfile, ThrottleConfig, Throttled};
 pub use workload::{Pattern, Workload};
 
 /// Errors a device reports. One line each, naming the device where it can.
@@ -142,11 +142,39 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     fn as_file(&self) -> Option<&FileDevice> {
         None
     }
+    /// True when the device models its service time in real time and can do the work at once
+    /// (`Throttled` over a memory or simulated device): then [`read_paced`](Self::read_paced) and
+    /// [`write_paced`](Self::write_paced) do not wait, and a caller driving several such devices
+    /// sleeps once, until the latest completion ([`throttled::sleep_until`]), instead of a thread
+    /// per device sleeping.
+    fn paced(&self) -> bool {
+        false
+    }
+    /// Read, and return when the request completes in modeled time (without waiting for it when
+    /// `paced()`; otherwise this is `read_at`, and the completion is now).
+    fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<std::time::Instant> {
+        self.read_at(buf, offset)?;
+        Ok(std::time::Instant::now())
+    }
+    /// Write, and return when the request completes in modeled time (see `read_paced`).
+    fn write_paced(&self, buf: &[u8], offset: u64) -> Result<std::time::Instant> {
+        self.write_at(buf, offset)?;
+        Ok(std::time::Instant::now())
+    }
 }
 
 impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
     fn as_file(&self) -> Option<&FileDevice> {
         (**self).as_file()
+    }
+    fn paced(&self) -> bool {
+        (**self).paced()
+    }
+    fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<std::time::Instant> {
+        (**self).read_paced(buf, offset)
+    }
+    fn write_paced(&self, buf: &[u8], offset: u64) -> Result<std::time::Instant> {
+        (**self).write_paced(buf, offset)
     }
     fn name(&self) -> &str {
         (**self).name()
@@ -177,6 +205,15 @@ impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
 impl<D: BlockDevice + ?Sized> BlockDevice for Box<D> {
     fn as_file(&self) -> Option<&FileDevice> {
         (**self).as_file()
+    }
+    fn paced(&self) -> bool {
+        (**self).paced()
+    }
+    fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<std::time::Instant> {
+        (**self).read_paced(buf, offset)
+    }
+    fn write_paced(&self, buf: &[u8], offset: u64) -> Result<std::time::Instant> {
+        (**self).write_paced(buf, offset)
     }
     fn name(&self) -> &str {
         (**self).name()

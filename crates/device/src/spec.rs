@@ -29,7 +29,8 @@
 //! * `faulty`: `seed`, `fail_at` (op), `fail_after` (duration), `error_rate`, `lse` (`offset+len`,
 //!   repeatable), `heal` (0/1), `bitrot`, `cut_at` (op), `survive`, `torn`, `reorder` (0/1), `sector`
 //! * `throttled`: `bw` (bytes/s as a size), `lat` (fixed), `lat_min`+`lat_max` (uniform), `lat_mean`
-//!   (exponential), `lat_median`+`lat_sigma` (log-normal), `seed`
+//!   (exponential), `lat_median`+`lat_sigma` (log-normal), `seed`, `profile` (eplog-ssd, eplog-hdd:
+//!   service times by request kind instead of `bw`)
 //!
 //! Example: `metered:faulty:seed=7,fail_at=100000:ssd:blocks=4096,op=0.2,mode=tlc`.
 
@@ -38,8 +39,8 @@ use std::time::Duration;
 
 use crate::{
     BlockDevice, DeviceError, FaultConfig, Faulty, FileDevice, FileOptions, HddConfig, LatencyDist,
-    MemDevice, Metered, Mirror, PowerCutPolicy, Result, SimHdd, SimSsd, SsdConfig, ThrottleConfig,
-    Throttled,
+    MemDevice, Metered, Mirror, PowerCutPolicy, Result, ServiceProfile, SimHdd, SimSsd, SsdConfig,
+    ThrottleConfig, Throttled,
 };
 
 fn err(spec: &str, what: impl Into<String>) -> DeviceError {
@@ -454,6 +455,7 @@ fn throttle_config(full: &str, text: &str) -> Result<ThrottleConfig> {
         "lat_median",
         "lat_sigma",
         "seed",
+        "profile",
     ])?;
     let ns = |d: Duration| d.as_nanos() as u64;
     let latency = if let Some(d) = p.dur("lat")? {
@@ -482,8 +484,24 @@ fn throttle_config(full: &str, text: &str) -> Result<ThrottleConfig> {
     if bandwidth == Some(0.0) {
         return Err(err(full, "throttled: bw must be positive"));
     }
+    let profile = match p.get("profile") {
+        None => None,
+        Some(name) => Some(ServiceProfile::preset(name).ok_or_else(|| {
+            err(
+                full,
+                format!(
+                    "throttled: unknown profile '{name}' (expected {})",
+                    ServiceProfile::PRESETS.join(", ")
+                ),
+            )
+        })?),
+    };
+    if profile.is_some() && bandwidth.is_some() {
+        return Err(err(full, "throttled: give bw or profile, not both"));
+    }
     Ok(ThrottleConfig {
         bandwidth,
+        profile,
         latency,
         seed: p.num("seed")?.unwrap_or(0),
     })

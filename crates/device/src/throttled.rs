@@ -1,11 +1,19 @@
 //! `Throttled`: caps bandwidth and adds per-request latency (fixed or drawn from a distribution), in real
-//! time, to make a fast device behave like a slow or heterogeneous one (RobuSTore's setting).
+//! time, to make a fast device behave like a slow or heterogeneous one (RobuSTore's setting), or gives
+//! each request the service time of a measured device class ([`ServiceProfile`], e.g. the SSDs and HDDs
+//! of EPLOG's testbed, Table 1).
 //!
-//! Bandwidth is a shared pipe: each request occupies it for `len / bandwidth` seconds after the previous
-//! request's transfer ends (so parallel requests queue behind each other), then the request's latency
-//! (drawn per request, deterministic from the seed) is added on top. Both delays are `thread::sleep`s.
+//! The device is one server: each request occupies it for its service time (`len / bandwidth`, or the
+//! profile's time for the request's kind) after the previous request's service ends, so parallel
+//! requests queue behind each other; then the request's latency (drawn per request, deterministic from
+//! the seed) is added on top. Times count from the request's arrival, and a request returns when both
+//! the inner device has finished and the modeled time has passed (a `thread::sleep`, with the thread's
+//! timer slack lowered to 1 µs so short sleeps are not stretched by the kernel's default 50 µs, and
+//! shortened by the measured mean wake-up lateness, so requests end at their modeled time on average).
 //! The total delay imposed is reported as `DeviceStats::modeled_ns`.
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -49,11 +57,98 @@ impl LatencyDist {
     }
 }
 
+/// Service times of a device class, from its throughput under 4 KiB requests issued one at a time
+/// (the way EPLOG's Table 1 and `fio --bs=4k --iodepth=1` measure devices), plus its streaming rate.
+///
+/// A request of `len` bytes takes `setup + len / stream`, where `setup` is the 4 KiB time of its kind
+/// (read or write, sequential or random) minus the 4 KiB transfer: so a 4 KiB request takes exactly
+/// the measured time, and long requests approach the streaming rate. A request is sequential when it
+/// starts within `seq_window` bytes of where the previous request ended (EPLOG §5.1 calls a write
+/// random when it starts at least 64 KiB from the previous one's end).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServiceProfile {
+    /// Bytes per second under 4 KiB requests, one at a time.
+    pub seq_read: f64,
+    pub rand_read: f64,
+    pub seq_write: f64,
+    pub rand_write: f64,
+    /// Bytes per second of long transfers.
+    pub stream: f64,
+    pub seq_window: u64,
+}
+
+/// 4 KiB, the request size the profiles are measured with.
+const PROFILE_REQ: f64 = 4096.0;
+
+impl ServiceProfile {
+    /// Named profiles: `eplog-ssd` and `eplog-hdd` are the Plextor SSD and Seagate HDD of EPLOG's
+    /// testbed (Table 1, 4 KiB direct I/O, MB/s taken as 10^6 bytes/s); their streaming rates, which
+    /// Table 1 does not give, are typical of SATA SSDs (500 MB/s) and 7200 rpm HDDs (150 MB/s).
+    pub fn preset(name: &str) -> Option<ServiceProfile> {
+        const MB: f64 = 1e6;
+        match name {
+            "eplog-ssd" => Some(ServiceProfile {
+                seq_read: 99.23 * MB,
+                rand_read: 32.8 * MB,
+                seq_write: 93.4 * MB,
+                rand_write: 93.1 * MB,
+                stream: 500.0 * MB,
+                seq_window: 64 << 10,
+            }),
+            "eplog-hdd" => Some(ServiceProfile {
+                seq_read: 94.2 * MB,
+                rand_read: 0.6 * MB,
+                seq_write: 91.6 * MB,
+                rand_write: 1.1 * MB,
+                stream: 150.0 * MB,
+                seq_window: 64 << 10,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The preset names, for error messages and `--help`.
+    pub const PRESETS: &'static [&'static str] = &["eplog-ssd", "eplog-hdd"];
+
+    /// Every rate positive and finite.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let rates = [
+            ("seq_read", self.seq_read),
+            ("rand_read", self.rand_read),
+            ("seq_write", self.seq_write),
+            ("rand_write", self.rand_write),
+            ("stream", self.stream),
+        ];
+        for (what, v) in rates {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!(
+                    "service profile: {what} must be a positive rate, got {v}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Service time in nanoseconds of one request.
+    pub fn service_ns(&self, write: bool, sequential: bool, len: u64) -> u64 {
+        let small = match (write, sequential) {
+            (false, true) => self.seq_read,
+            (false, false) => self.rand_read,
+            (true, true) => self.seq_write,
+            (true, false) => self.rand_write,
+        };
+        let setup = (PROFILE_REQ / small - PROFILE_REQ / self.stream).max(0.0);
+        ((setup + len as f64 / self.stream) * 1e9) as u64
+    }
+}
+
 /// What `Throttled` imposes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThrottleConfig {
-    /// Bytes per second for reads and writes (None: unlimited).
+    /// Bytes per second for reads and writes (None: unlimited). Ignored when `profile` is set.
     pub bandwidth: Option<f64>,
+    /// Service times by request kind (replaces `bandwidth`).
+    pub profile: Option<ServiceProfile>,
     /// Added to every read and write.
     pub latency: LatencyDist,
     pub seed: u64,
@@ -63,6 +158,7 @@ impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
             bandwidth: None,
+            profile: None,
             latency: LatencyDist::None,
             seed: 0,
         }
@@ -72,8 +168,33 @@ impl Default for ThrottleConfig {
 #[derive(Debug)]
 struct State {
     busy_until: Instant,
+    /// Where the previous request ended (for the profile's sequential test).
+    last_end: Option<u64>,
     rng: SplitMix64,
     delayed_ns: u64,
+}
+
+/// Running mean (1/16 weight) of how late `thread::sleep` wakes, in nanoseconds.
+static OVERSHOOT_NS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static SLACK_SET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Lower this thread's timer slack to 1 µs (once per thread): Linux stretches sleeps by up to 50 µs
+/// by default, which would swamp modeled service times of tens of microseconds.
+fn fine_timer_slack() {
+    SLACK_SET.with(|s| {
+        if !s.get() {
+            s.set(true);
+            #[cfg(target_os = "linux")]
+            // SAFETY: PR_SET_TIMERSLACK takes an integer argument and changes only this thread's
+            // timer slack.
+            unsafe {
+                libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0);
+            }
+        }
+    });
 }
 
 /// Bandwidth/latency-capping wrapper.
@@ -88,6 +209,7 @@ impl<D: BlockDevice> Throttled<D> {
     pub fn new(inner: D, cfg: ThrottleConfig) -> Self {
         let state = State {
             busy_until: Instant::now(),
+            last_end: None,
             rng: SplitMix64::new(cfg.seed),
             delayed_ns: 0,
         };
@@ -106,26 +228,53 @@ impl<D: BlockDevice> Throttled<D> {
         &self.cfg
     }
 
-    fn delay(&self, bytes: u64) {
-        let now = Instant::now();
-        let wake = {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            let mut t = now;
-            if let Some(bw) = self.cfg.bandwidth.filter(|b| *b > 0.0) {
-                let start = st.busy_until.max(now);
-                st.busy_until = start + Duration::from_secs_f64(bytes as f64 / bw);
-                t = st.busy_until;
-            }
-            let lat = self.cfg.latency.sample(&mut st.rng);
-            let wake = t + Duration::from_nanos(lat);
-            st.delayed_ns += wake.duration_since(now).as_nanos() as u64;
-            wake
+    /// Modeled completion of a request that arrived at `arrival`: queue behind the previous
+    /// requests for the service time, then add the latency. Records the delay imposed.
+    fn schedule(&self, arrival: Instant, write: bool, offset: u64, len: u64) -> Instant {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let service = if let Some(p) = &self.cfg.profile {
+            let seq = st
+                .last_end
+                .is_some_and(|e| offset.abs_diff(e) < p.seq_window);
+            st.last_end = Some(offset + len);
+            Some(Duration::from_nanos(p.service_ns(write, seq, len)))
+        } else {
+            self.cfg
+                .bandwidth
+                .filter(|b| *b > 0.0)
+                .map(|bw| Duration::from_secs_f64(len as f64 / bw))
         };
-        let now = Instant::now();
-        if wake > now {
-            std::thread::sleep(wake - now);
+        let mut t = arrival;
+        if let Some(service) = service {
+            let start = st.busy_until.max(arrival);
+            st.busy_until = start + service;
+            t = st.busy_until;
         }
+        let lat = self.cfg.latency.sample(&mut st.rng);
+        let wake = t + Duration::from_nanos(lat);
+        st.delayed_ns += wake.duration_since(arrival).as_nanos() as u64;
+        wake
     }
+}
+
+/// Sleep until `wake`. The kernel wakes a sleeper some tens of microseconds late on a VM; the sleep
+/// is shortened by the running mean of that lateness so that sleepers wake at `wake` on average.
+pub fn sleep_until(wake: Instant) {
+    let now = Instant::now();
+    if wake <= now {
+        return;
+    }
+    fine_timer_slack();
+    let remaining = wake - now;
+    let est = Duration::from_nanos(OVERSHOOT_NS.load(Relaxed));
+    if remaining <= est {
+        return;
+    }
+    let asked = remaining - est;
+    std::thread::sleep(asked);
+    let late = now.elapsed().saturating_sub(asked).as_nanos() as u64;
+    let old = OVERSHOOT_NS.load(Relaxed);
+    OVERSHOOT_NS.store(old - old / 16 + late.min(1_000_000) / 16, Relaxed);
 }
 
 impl<D: BlockDevice> BlockDevice for Throttled<D> {
@@ -136,14 +285,31 @@ impl<D: BlockDevice> BlockDevice for Throttled<D> {
         self.inner.capacity()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let wake = self.schedule(Instant::now(), false, offset, buf.len() as u64);
         self.inner.read_at(buf, offset)?;
-        self.delay(buf.len() as u64);
+        sleep_until(wake);
         Ok(())
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let wake = self.schedule(Instant::now(), true, offset, buf.len() as u64);
         self.inner.write_at(buf, offset)?;
-        self.delay(buf.len() as u64);
+        sleep_until(wake);
         Ok(())
+    }
+    /// Paced when the inner device is not a file: memory and simulated devices answer at once, so
+    /// the work can be done inline; a file's real I/O is left to run in parallel threads.
+    fn paced(&self) -> bool {
+        self.inner.as_file().is_none()
+    }
+    fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<Instant> {
+        let wake = self.schedule(Instant::now(), false, offset, buf.len() as u64);
+        self.inner.read_at(buf, offset)?;
+        Ok(wake)
+    }
+    fn write_paced(&self, buf: &[u8], offset: u64) -> Result<Instant> {
+        let wake = self.schedule(Instant::now(), true, offset, buf.len() as u64);
+        self.inner.write_at(buf, offset)?;
+        Ok(wake)
     }
     fn flush(&self) -> Result<()> {
         self.inner.flush()

@@ -3,13 +3,16 @@
 
 use std::time::{Duration, Instant};
 
-use ecstack_device::{BlockDevice, LatencyDist, MemDevice, SplitMix64, ThrottleConfig, Throttled};
+use ecstack_device::{
+    BlockDevice, LatencyDist, MemDevice, ServiceProfile, SplitMix64, ThrottleConfig, Throttled,
+};
 
 #[test]
 fn bandwidth_and_latency_are_imposed() {
     // 256 KiB at 4 MiB/s = 62.5 ms of transfer, plus 4 x 5 ms of latency.
     let cfg = ThrottleConfig {
         bandwidth: Some(4.0 * 1024.0 * 1024.0),
+        profile: None,
         latency: LatencyDist::Fixed { ns: 5_000_000 },
         seed: 1,
     };
@@ -20,10 +23,8 @@ fn bandwidth_and_latency_are_imposed() {
         t.write_at(&buf, i * 65_536).unwrap();
     }
     let took = start.elapsed();
-    assert!(
-        took >= Duration::from_micros(62_500 + 20_000),
-        "took {took:?}"
-    );
+    // Sleeps are shortened by the mean wake-up lateness (tens of µs), hence the 1 % slack.
+    assert!(took >= Duration::from_micros(81_600), "took {took:?}");
     let s = t.stats();
     assert_eq!(s.write_ops, 4);
     assert!(s.modeled_ns >= 82_000_000, "delayed {} ns", s.modeled_ns);
@@ -63,4 +64,102 @@ fn latency_distributions_are_seeded_and_shaped() {
         "log-normal tail too light"
     );
     assert_eq!(draw(LatencyDist::None, 1)[0], 0);
+}
+
+/// A service profile charges each request its kind's time: 4 KiB random reads on the EPLOG SSD take
+/// 4096 B / 32.8 MB/s = 124.9 µs each, sequential 4 KiB writes on the EPLOG HDD 44.7 µs, random ones
+/// 3.72 ms; and the device is one server, so requests from two threads queue behind each other.
+#[test]
+fn service_profile_charges_by_kind_and_queues() {
+    let ssd = ServiceProfile::preset("eplog-ssd").unwrap();
+    let hdd = ServiceProfile::preset("eplog-hdd").unwrap();
+    let near = |got: u64, want: f64| (got as f64 - want).abs() < want * 0.01;
+    assert!(near(ssd.service_ns(false, false, 4096), 124_878.0));
+    assert!(near(ssd.service_ns(true, false, 4096), 43_995.0));
+    assert!(near(hdd.service_ns(true, true, 4096), 44_716.0));
+    assert!(near(hdd.service_ns(true, false, 4096), 3_723_636.0));
+    // Long transfers approach the streaming rate: 1 MiB sequential on the SSD ≈ setup + 2.1 ms.
+    let big = ssd.service_ns(false, true, 1 << 20);
+    assert!((2_097_000..2_200_000).contains(&big), "1 MiB read {big} ns");
+    assert!(ServiceProfile::preset("floppy").is_none());
+
+    let dev = |p: ServiceProfile| {
+        Throttled::new(
+            MemDevice::new(64 << 20).unwrap(),
+            ThrottleConfig {
+                profile: Some(p),
+                ..ThrottleConfig::default()
+            },
+        )
+    };
+    // 40 random 4 KiB reads (offsets 1 MiB apart) on the SSD: at least 40 × 124.9 µs.
+    let d = dev(ssd);
+    let mut buf = vec![0u8; 4096];
+    let start = Instant::now();
+    for i in 0..40u64 {
+        d.read_at(&mut buf, (i * 7 % 40) << 20).unwrap();
+    }
+    // (5 % slack: sleeps end at the modeled time on average, some a little early.)
+    assert!(
+        start.elapsed() >= Duration::from_micros(40 * 118),
+        "{:?}",
+        start.elapsed()
+    );
+    // 20 appends on the HDD are sequential (fast); 20 scattered writes are random (slow).
+    let h = dev(hdd);
+    h.write_at(&buf, 0).unwrap(); // the first request has no predecessor: random
+    let start = Instant::now();
+    for i in 1..21u64 {
+        h.write_at(&buf, i * 4096).unwrap();
+    }
+    let seq = start.elapsed();
+    eprintln!("20 sequential HDD writes: {seq:?} (modeled 894 µs)");
+    let start = Instant::now();
+    for i in 0..20u64 {
+        h.write_at(&buf, ((i * 13 % 20) + 1) << 20).unwrap();
+    }
+    let rand = start.elapsed();
+    assert!(seq >= Duration::from_micros(20 * 42), "sequential {seq:?}");
+    assert!(rand >= Duration::from_micros(20 * 3_500), "random {rand:?}");
+    assert!(rand > seq * 20, "random {rand:?} vs sequential {seq:?}");
+    // Two threads, 20 random SSD writes each: one server, so at least 40 × 44 µs in all.
+    let d = std::sync::Arc::new(dev(ssd));
+    let start = Instant::now();
+    let hs: Vec<_> = (0..2u64)
+        .map(|t| {
+            let d = std::sync::Arc::clone(&d);
+            std::thread::spawn(move || {
+                let buf = vec![1u8; 4096];
+                for i in 0..20u64 {
+                    d.write_at(&buf, (t * 20 + i) << 20).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert!(
+        start.elapsed() >= Duration::from_micros(40 * 41),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(d.stats().modeled_ns >= 40 * 43_000);
+}
+
+#[test]
+fn profile_spec_parses_and_rejects() {
+    let d = ecstack_device::open_spec("throttled:profile=eplog-hdd:mem:1M").unwrap();
+    assert_eq!(d.capacity(), 1 << 20);
+    let e = ecstack_device::open_spec("throttled:profile=tape:mem:1M")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown profile 'tape'") && e.contains("eplog-ssd"),
+        "{e}"
+    );
+    let e = ecstack_device::open_spec("throttled:profile=eplog-ssd,bw=1M:mem:1M")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not both"), "{e}");
 }

@@ -2,13 +2,21 @@
 //! same time are gathered in memory and leave together, as shared log stripes, in one round of
 //! device writes (group commit).
 //!
-//! A request that arrives while fewer than `n` batches are being written (default 2), or while the
-//! devices hold few writes (fewer than 4n requests in flight), becomes a *leader*: it takes every
-//! request queued so far (its own included), writes them as one batch and hands the outcome to the
-//! others. Requests that arrive otherwise queue up and form the next batch, so the batch size follows
-//! the load: under light load every request is written at once (no added latency), under heavy load
-//! many requests share log stripes and log-device writes. A request returns only after its batch is
-//! on the devices, so unlike a write-back cache no acknowledged write is only in memory.
+//! A request that arrives while fewer than `n` batches are being written (default 2) becomes a
+//! *leader*: it takes every request queued so far (its own included), writes them as one batch and
+//! hands the outcome to the others. Requests that arrive otherwise queue up and form the next batch,
+//! so the batch size follows the load: under light load every request is written at once (no added
+//! latency), under heavy load many requests share log stripes and log-device writes. A request
+//! returns only after its batch is on the devices, so unlike a write-back cache no acknowledged write
+//! is only in memory.
+//!
+//! Whether waiting for a batch slot pays depends on the devices. Devices that serve one request at a
+//! time (HDD log devices, as in EPLOG's testbed) gain from every merged write; a device that serves
+//! many requests at once (an SSD, or a virtual disk) may do more work per second when each request
+//! is written at once. So the buffer also has an *eager* mode, in which a request leads at once
+//! while the batches in flight hold fewer than 4n requests, and it picks the mode by measurement:
+//! it runs an epoch of requests in each mode, keeps the one that completed more requests per second
+//! (eager on a tie), and probes again after a while.
 //!
 //! Requests hold their stripe locks while queued, so no two queued requests touch the same chunk.
 
@@ -22,10 +30,26 @@ use crate::{ArrayError, Result};
 /// make batches larger: fewer log chunks per data chunk).
 pub const DEFAULT_IN_FLIGHT: usize = 2;
 
-/// A request is written at once, whatever the batches in flight, while fewer than this many write
-/// requests per allowed batch are being written (measured: with 8 clients, waiting for a batch slot
-/// cost 15-25 % of the requests/s; with 32, batches still form).
+/// In eager mode a request is written at once, whatever the batches in flight, while fewer than
+/// this many write requests per allowed batch are being written.
 const EAGER_PER_BATCH: usize = 4;
+
+/// Requests completed per measuring epoch of the mode choice.
+const EPOCH_JOBS: u64 = 1024;
+
+/// Epochs spent in the chosen mode before both are measured again.
+const STAY_EPOCHS: u32 = 8;
+
+/// The eager mode is kept unless batching completes this much more per second.
+const TIE: f64 = 1.05;
+
+/// The mode choice: measuring the first mode, measuring the second, or staying.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    ProbeFirst,
+    ProbeSecond { first_rate: f64 },
+    Stay { left: u32 },
+}
 
 /// Upper bound on the requests of one batch (keeps a batch's buffers and its log stripes bounded).
 const MAX_BATCH: usize = 64;
@@ -44,6 +68,13 @@ struct State<J> {
     max_leaders: usize,
     /// Write requests in the batches being written now.
     in_flight: usize,
+    /// Current mode (see the module notes), and how it is being chosen.
+    eager: bool,
+    phase: Phase,
+    epoch_start: Option<std::time::Instant>,
+    epoch_jobs: u64,
+    eager_epochs: u64,
+    batch_epochs: u64,
     done: HashMap<u64, Result<WriteOutcome>>,
     batches: u64,
     jobs: u64,
@@ -58,6 +89,11 @@ pub struct BatchStats {
     /// Time spent writing batches (summed over batches written at the same time).
     #[serde(default)]
     pub write_seconds: f64,
+    /// Measuring epochs spent in eager mode and in batching mode.
+    #[serde(default)]
+    pub eager_epochs: u64,
+    #[serde(default)]
+    pub batch_epochs: u64,
 }
 
 impl<J> Default for StripeBuffer<J> {
@@ -69,6 +105,12 @@ impl<J> Default for StripeBuffer<J> {
                 leaders: 0,
                 max_leaders: DEFAULT_IN_FLIGHT,
                 in_flight: 0,
+                eager: true,
+                phase: Phase::ProbeFirst,
+                epoch_start: None,
+                epoch_jobs: 0,
+                eager_epochs: 0,
+                batch_epochs: 0,
                 done: HashMap::new(),
                 batches: 0,
                 jobs: 0,
@@ -99,8 +141,8 @@ impl<J> StripeBuffer<J> {
             if let Some(r) = st.done.remove(&me) {
                 return r;
             }
-            // Light load (few writes on the devices): no waiting, batching would only add latency.
-            let eager = st.in_flight < EAGER_PER_BATCH * st.max_leaders;
+            // Eager mode, light load (few writes on the devices): no waiting.
+            let eager = st.eager && st.in_flight < EAGER_PER_BATCH * st.max_leaders;
             if (st.leaders < st.max_leaders || eager) && st.queue.iter().any(|(t, _)| *t == me) {
                 st.leaders += 1;
                 let take = st.queue.len().min(MAX_BATCH);
@@ -121,6 +163,7 @@ impl<J> StripeBuffer<J> {
                 st.write_ns += ns;
                 st.leaders -= 1;
                 st.in_flight -= size;
+                st.completed(size as u64);
                 for &t in &tickets[1..] {
                     st.done.insert(t, share(&r));
                 }
@@ -144,6 +187,8 @@ impl<J> StripeBuffer<J> {
             batches: st.batches,
             requests: st.jobs,
             write_seconds: st.write_ns as f64 / 1e9,
+            eager_epochs: st.eager_epochs,
+            batch_epochs: st.batch_epochs,
         }
     }
 
@@ -152,6 +197,46 @@ impl<J> StripeBuffer<J> {
         st.batches = 0;
         st.jobs = 0;
         st.write_ns = 0;
+        st.eager_epochs = 0;
+        st.batch_epochs = 0;
+    }
+}
+
+impl<J> State<J> {
+    /// Count `n` completed requests toward the current epoch; at its end, advance the mode choice.
+    fn completed(&mut self, n: u64) {
+        let now = std::time::Instant::now();
+        let start = *self.epoch_start.get_or_insert(now);
+        self.epoch_jobs += n;
+        if self.epoch_jobs < EPOCH_JOBS {
+            return;
+        }
+        let rate = self.epoch_jobs as f64 / now.duration_since(start).as_secs_f64().max(1e-9);
+        if self.eager {
+            self.eager_epochs += 1;
+        } else {
+            self.batch_epochs += 1;
+        }
+        self.epoch_start = Some(now);
+        self.epoch_jobs = 0;
+        self.phase = match self.phase {
+            Phase::ProbeFirst => {
+                self.eager = !self.eager;
+                Phase::ProbeSecond { first_rate: rate }
+            }
+            Phase::ProbeSecond { first_rate } => {
+                // `rate` was measured in the current mode, `first_rate` in the other one.
+                let (eager_rate, batch_rate) = if self.eager {
+                    (rate, first_rate)
+                } else {
+                    (first_rate, rate)
+                };
+                self.eager = batch_rate <= eager_rate * TIE;
+                Phase::Stay { left: STAY_EPOCHS }
+            }
+            Phase::Stay { left } if left > 1 => Phase::Stay { left: left - 1 },
+            Phase::Stay { .. } => Phase::ProbeFirst,
+        };
     }
 }
 
@@ -214,6 +299,50 @@ mod tests {
         assert!(
             st.batches < 24 * 200,
             "no batch carried more than one request"
+        );
+    }
+
+    /// Drive 8 threads through the buffer for about nine measuring epochs; `cost(jobs)` is what a
+    /// batch of `jobs` costs, under `serial` one batch at a time. Returns (eager, batching) epochs.
+    fn mode_epochs(serial: bool, cost: fn(usize) -> u64) -> (u64, u64) {
+        let sb: Arc<StripeBuffer<u32>> = Arc::default();
+        let device = Arc::new(Mutex::new(()));
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                let (sb, device) = (sb.clone(), device.clone());
+                std::thread::spawn(move || {
+                    for i in 0..1200u32 {
+                        sb.submit(t * 10_000 + i, |jobs| {
+                            let _busy = serial.then(|| device.lock().unwrap());
+                            std::thread::sleep(std::time::Duration::from_micros(cost(jobs.len())));
+                            Ok(WriteOutcome::Done)
+                        })
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in threads {
+            h.join().unwrap();
+        }
+        let st = sb.stats();
+        (st.eager_epochs, st.batch_epochs)
+    }
+
+    /// The mode is chosen by measurement: a device that serves one batch at a time at a fixed cost
+    /// (an HDD appending log chunks) makes the buffer batch; a device that serves requests in
+    /// parallel at a cost per request makes it write each request at once.
+    #[test]
+    fn the_mode_follows_what_the_devices_reward() {
+        let (eager, batching) = mode_epochs(true, |_| 150);
+        assert!(
+            batching > eager,
+            "serial device: {eager} eager vs {batching} batching epochs"
+        );
+        let (eager, batching) = mode_epochs(false, |jobs| 10 + 60 * jobs as u64);
+        assert!(
+            eager > batching,
+            "parallel device: {eager} eager vs {batching} batching epochs"
         );
     }
 
