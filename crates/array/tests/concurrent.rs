@@ -174,3 +174,93 @@ fn stripe_buffer_shares_log_stripes_between_concurrent_requests() {
         "without the buffer every request appends its own log chunk"
     );
 }
+
+/// Paced devices (EPLOG's SSDs and HDDs emulated: `Throttled` with the Table 1 profiles over
+/// memory) take the array's inline path, which issues a whole batch and sleeps once. Concurrent
+/// writers on every scheme, one main device failing mid-run (its errors arrive through that path)
+/// and a log device failing too: every byte reads back, and the failed devices are marked.
+#[test]
+fn paced_devices_with_failures_mid_run() {
+    use ecstack_device::{
+        FaultConfig, Faulty, MemDevice, ServiceProfile, ThrottleConfig, Throttled,
+    };
+    let paced =
+        |size: u64, profile: &str, fail_at: Option<u64>| -> Arc<dyn ecstack_device::BlockDevice> {
+            let inner = Faulty::new(
+                MemDevice::new(size).unwrap(),
+                FaultConfig {
+                    fail_at_op: fail_at,
+                    track_unflushed: false,
+                    ..FaultConfig::default()
+                },
+            );
+            let cfg = ThrottleConfig {
+                profile: ServiceProfile::preset(profile),
+                ..ThrottleConfig::default()
+            };
+            let d = Throttled::new(inner, cfg);
+            assert!(ecstack_device::BlockDevice::paced(&d));
+            Arc::new(d)
+        };
+    for scheme in SchemeKind::ALL {
+        let (k, m) = (4, 2);
+        let nlog = if scheme.uses_log() { m } else { 0 };
+        let devices = ecstack_array::ArrayDevices {
+            main: (0..k + m)
+                .map(|i| paced(MAIN_SIZE, "eplog-ssd", (i == 2).then_some(400)))
+                .collect(),
+            log: (0..nlog)
+                .map(|i| paced(LOG_SIZE, "eplog-hdd", (i == 1).then_some(60)))
+                .collect(),
+            meta: Arc::new(MemDevice::new(META_SIZE).unwrap()),
+            specs: None,
+        };
+        let a = Arc::new(Array::create(&config(scheme, k, m), devices).unwrap());
+        let cap = a.size() as usize;
+        let threads = 4;
+        let region = cap / threads;
+        let models: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|t| {
+                    let a = Arc::clone(&a);
+                    s.spawn(move || {
+                        let mut rng = Rng(500 + t as u64);
+                        let mut model = vec![0u8; region];
+                        for _ in 0..120 {
+                            let len = 1 + rng.below(3 * CHUNK as u64) as usize;
+                            let off = rng.below((region - len) as u64) as usize;
+                            let mut d = vec![0u8; len];
+                            rng.fill(&mut d);
+                            a.write(&d, (t * region + off) as u64).unwrap();
+                            model[off..off + len].copy_from_slice(&d);
+                        }
+                        model
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all = vec![0u8; cap];
+        for (t, m) in models.iter().enumerate() {
+            all[t * region..(t + 1) * region].copy_from_slice(m);
+        }
+        let failed: Vec<usize> = a
+            .status()
+            .devices
+            .iter()
+            .filter(|d| d.failed)
+            .map(|d| d.index)
+            .collect();
+        assert!(
+            failed.contains(&2),
+            "{scheme}: main device 2 failed mid-run: {failed:?}"
+        );
+        if nlog > 0 {
+            assert!(
+                failed.contains(&(k + m + 1)),
+                "{scheme}: log device 1 failed: {failed:?}"
+            );
+        }
+        verify_all(&a, &all, &format!("{scheme} on paced devices, degraded"));
+    }
+}
