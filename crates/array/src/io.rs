@@ -548,9 +548,14 @@ impl Devs {
         devs.iter().all(|d| d.paced()).then_some(devs)
     }
 
-    /// Read every run of paced devices on this thread, then sleep once until the last of them
-    /// completes in modeled time (None: not all paced, use the workers).
-    fn paced_read(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Vec<Option<RunBuf>>>> {
+    /// Run `f` on every run of paced devices on this thread (a device's later runs are skipped
+    /// after one fails), then sleep once until the last request completes in modeled time.
+    /// None: not all devices are paced, use the workers.
+    fn paced<R>(
+        &self,
+        plans: &[(usize, Vec<Run>)],
+        mut f: impl FnMut(&dyn BlockDevice, &Run) -> ecstack_device::Result<(Instant, R)>,
+    ) -> Option<Vec<Vec<Option<R>>>> {
         let devs = self.paced_devices(plans)?;
         let mut last = Instant::now();
         let out = plans
@@ -563,11 +568,10 @@ impl Devs {
                         if failed {
                             return None;
                         }
-                        let mut b = vec![0u8; r.len];
-                        match dev.read_paced(&mut b, r.off) {
-                            Ok(t) => {
+                        match f(dev.as_ref(), r) {
+                            Ok((t, v)) => {
                                 last = last.max(t);
-                                Some(RunBuf::Plain(b))
+                                Some(v)
                             }
                             Err(_) => {
                                 failed = true;
@@ -580,6 +584,15 @@ impl Devs {
             .collect();
         ecstack_device::throttled::sleep_until(last);
         Some(out)
+    }
+
+    /// Read every run of paced devices (see `paced`).
+    fn paced_read(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Vec<Option<RunBuf>>>> {
+        self.paced(plans, |dev, r| {
+            let mut b = vec![0u8; r.len];
+            let t = dev.read_paced(&mut b, r.off)?;
+            Ok((t, RunBuf::Plain(b)))
+        })
     }
 
     /// Read every run on the device workers.
@@ -692,42 +705,26 @@ impl Devs {
         )
     }
 
-    /// Write every run of paced devices on this thread, then sleep once until the last of them
-    /// completes in modeled time (None: not all paced, use the workers).
+    /// Write every run of paced devices (see `paced`).
     fn paced_write(&self, plans: &[(usize, Vec<Run>)], ops: &[Wr<'_>]) -> Option<Vec<Vec<bool>>> {
-        let devs = self.paced_devices(plans)?;
-        let mut last = Instant::now();
-        let out = plans
-            .iter()
-            .zip(&devs)
-            .map(|((_, runs), dev)| {
-                let mut failed = false;
-                runs.iter()
-                    .map(|r| {
-                        if failed {
-                            return false;
-                        }
-                        let res = match r.ops.as_slice() {
-                            [i] => dev.write_paced(ops[*i].buf, r.off),
-                            many => {
-                                let mut b = Vec::with_capacity(r.len);
-                                for &i in many {
-                                    b.extend_from_slice(ops[i].buf);
-                                }
-                                dev.write_paced(&b, r.off)
-                            }
-                        };
-                        match res {
-                            Ok(t) => last = last.max(t),
-                            Err(_) => failed = true,
-                        }
-                        !failed
-                    })
-                    .collect()
-            })
-            .collect();
-        ecstack_device::throttled::sleep_until(last);
-        Some(out)
+        let out = self.paced(plans, |dev, r| {
+            let t = match r.ops.as_slice() {
+                [i] => dev.write_paced(ops[*i].buf, r.off)?,
+                many => {
+                    let mut b = Vec::with_capacity(r.len);
+                    for &i in many {
+                        b.extend_from_slice(ops[i].buf);
+                    }
+                    dev.write_paced(&b, r.off)?
+                }
+            };
+            Ok((t, ()))
+        })?;
+        Some(
+            out.into_iter()
+                .map(|runs| runs.into_iter().map(|r| r.is_some()).collect())
+                .collect(),
+        )
     }
 
     /// Write every run on the device workers.
