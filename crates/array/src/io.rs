@@ -13,35 +13,9 @@ use ecstack_device::{AlignedBuf, BlockDevice};
 /// Largest merged request.
 const MAX_MERGE: u64 = 1 << 20;
 
-/// Counters of one device (or a device class), as the array saw its requests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IoCounters {
-    pub read_ops: u64,
-    pub read_bytes: u64,
-    pub write_ops: u64,
-    pub write_bytes: u64,
-    pub seq_reads: u64,
-    pub rand_reads: u64,
-    pub seq_writes: u64,
-    pub rand_writes: u64,
-    pub flushes: u64,
-    pub errors: u64,
-}
-
-impl IoCounters {
-    pub fn add(&mut self, o: &IoCounters) {
-        self.read_ops += o.read_ops;
-        self.read_bytes += o.read_bytes;
-        self.write_ops += o.write_ops;
-        self.write_bytes += o.write_bytes;
-        self.seq_reads += o.seq_reads;
-        self.rand_reads += o.rand_reads;
-        self.seq_writes += o.seq_writes;
-        self.rand_writes += o.rand_writes;
-        self.flushes += o.flushes;
-        self.errors += o.errors;
-    }
-}
+/// Counters of one device (or a device class), as the array saw its requests (merged requests
+/// count once; failed ones in `errors`).
+pub type IoCounters = ecstack_device::DeviceStats;
 
 #[derive(Debug, Default)]
 struct MeterState {
@@ -61,24 +35,7 @@ impl Meter {
         let mut st = self.lock();
         let seq = off == st.last_end;
         st.last_end = off + len;
-        let c = &mut st.c;
-        if write {
-            c.write_ops += 1;
-            c.write_bytes += len;
-            if seq {
-                c.seq_writes += 1
-            } else {
-                c.rand_writes += 1
-            }
-        } else {
-            c.read_ops += 1;
-            c.read_bytes += len;
-            if seq {
-                c.seq_reads += 1
-            } else {
-                c.rand_reads += 1
-            }
-        }
+        st.c.count(write, seq, len);
     }
     pub fn flush(&self) {
         self.lock().c.flushes += 1;

@@ -103,6 +103,54 @@ pub struct DeviceStats {
     /// `Throttled`; 0 for real devices.
     #[serde(default)]
     pub modeled_ns: u64,
+    /// Requests that failed (kept by observers such as `Metered` and the array's meters).
+    #[serde(default)]
+    pub errors: u64,
+}
+
+impl DeviceStats {
+    /// Count one read or write of `len` bytes, sequential or random.
+    pub fn count(&mut self, write: bool, sequential: bool, len: u64) {
+        let (ops, bytes, seq, rand) = if write {
+            (
+                &mut self.write_ops,
+                &mut self.write_bytes,
+                &mut self.seq_writes,
+                &mut self.rand_writes,
+            )
+        } else {
+            (
+                &mut self.read_ops,
+                &mut self.read_bytes,
+                &mut self.seq_reads,
+                &mut self.rand_reads,
+            )
+        };
+        *ops += 1;
+        *bytes += len;
+        if sequential {
+            *seq += 1;
+        } else {
+            *rand += 1;
+        }
+    }
+
+    /// Add another device's counters (totals of a device class).
+    pub fn add(&mut self, o: &DeviceStats) {
+        self.read_ops += o.read_ops;
+        self.read_bytes += o.read_bytes;
+        self.write_ops += o.write_ops;
+        self.write_bytes += o.write_bytes;
+        self.seq_reads += o.seq_reads;
+        self.rand_reads += o.rand_reads;
+        self.seq_writes += o.seq_writes;
+        self.rand_writes += o.rand_writes;
+        self.flushes += o.flushes;
+        self.discards += o.discards;
+        self.discard_bytes += o.discard_bytes;
+        self.modeled_ns += o.modeled_ns;
+        self.errors += o.errors;
+    }
 }
 
 /// Model-specific counters of a simulated device, reachable through `Arc<dyn BlockDevice>`

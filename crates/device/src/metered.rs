@@ -4,7 +4,7 @@
 //! is **sequential** when it starts exactly where the previous request (read or write) ended, **random**
 //! otherwise; before the first request the "previous end" is offset 0. Flushes and discards (ops and
 //! bytes) are counted too, and discards do not move the position. Only requests the inner device
-//! completes successfully are counted; failures are counted separately in [`Metered::errors`].
+//! completes successfully are counted; failures are counted separately, in `DeviceStats::errors` ([`Metered::errors`]).
 //! `snapshot()` / `reset()` make per-phase measurements easy; `DeviceStats` is `serde`-serializable for
 //! `--json` output.
 
@@ -16,7 +16,6 @@ use crate::{BlockDevice, DeviceStats, ModelStats, Result};
 struct State {
     stats: DeviceStats,
     last_end: u64,
-    errors: u64,
 }
 
 /// Counting wrapper around any device.
@@ -57,41 +56,23 @@ impl<D: BlockDevice> Metered<D> {
     pub fn reset(&self) {
         let mut st = self.lock();
         st.stats = DeviceStats::default();
-        st.errors = 0;
     }
 
     /// Requests the inner device failed.
     pub fn errors(&self) -> u64 {
-        self.lock().errors
+        self.lock().stats.errors
     }
 
     fn record(&self, write: bool, offset: u64, len: u64) {
         let mut st = self.lock();
         let seq = offset == st.last_end;
         st.last_end = offset + len;
-        let s = &mut st.stats;
-        if write {
-            s.write_ops += 1;
-            s.write_bytes += len;
-            if seq {
-                s.seq_writes += 1
-            } else {
-                s.rand_writes += 1
-            }
-        } else {
-            s.read_ops += 1;
-            s.read_bytes += len;
-            if seq {
-                s.seq_reads += 1
-            } else {
-                s.rand_reads += 1
-            }
-        }
+        st.stats.count(write, seq, len);
     }
 
     fn note<T>(&self, r: Result<T>) -> Result<T> {
         if r.is_err() {
-            self.lock().errors += 1;
+            self.lock().stats.errors += 1;
         }
         r
     }

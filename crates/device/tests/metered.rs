@@ -29,6 +29,7 @@ fn exact_counts_and_reset() {
         discards: 2,
         discard_bytes: 4196,
         modeled_ns: 0,
+        errors: 1,
     };
     assert_eq!(m.snapshot(), want);
     assert_eq!(m.stats(), want);
