@@ -15,35 +15,34 @@ fn array_is_send_and_sync() {
     assert_send_sync::<Array>();
 }
 
-fn concurrent(scheme: SchemeKind, k: usize, m: usize) {
-    let rig = Rig::new(scheme, k, m, 77, false);
-    let a = Arc::new(Array::create(&config(scheme, k, m), rig.devices()).unwrap());
+/// Four threads write random extents (1 to `max_len` bytes, seeded by `seed`) into their own
+/// quarter of the array, 150 each; after each write `after(thread, round, data, offset)` runs.
+/// Returns the whole array's expected content.
+fn write_quarters(
+    a: &Array,
+    seed: u64,
+    max_len: usize,
+    after: impl Fn(usize, usize, &[u8], u64) + Sync,
+) -> Vec<u8> {
     let cap = a.size() as usize;
     let threads = 4;
     let region = cap / threads;
+    let after = &after;
     let models: Vec<Vec<u8>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
-                let a = Arc::clone(&a);
                 s.spawn(move || {
-                    let mut rng = Rng(1000 + t as u64);
+                    let mut rng = Rng(seed + t as u64);
                     let base = t * region;
                     let mut model = vec![0u8; region];
                     for i in 0..150 {
-                        let len = 1 + rng.below((region / 8) as u64) as usize;
+                        let len = 1 + rng.below(max_len as u64) as usize;
                         let off = rng.below((region - len) as u64) as usize;
                         let mut d = vec![0u8; len];
                         rng.fill(&mut d);
                         a.write(&d, (base + off) as u64).unwrap();
                         model[off..off + len].copy_from_slice(&d);
-                        if i % 10 == 0 {
-                            let mut b = vec![0u8; len];
-                            a.read(&mut b, (base + off) as u64).unwrap();
-                            assert!(b == d, "thread {t}: read-your-write failed");
-                        }
-                        if t == 0 && i % 50 == 49 {
-                            a.commit().unwrap();
-                        }
+                        after(t, i, &d, (base + off) as u64);
                     }
                     model
                 })
@@ -55,6 +54,23 @@ fn concurrent(scheme: SchemeKind, k: usize, m: usize) {
     for (t, m) in models.iter().enumerate() {
         all[t * region..(t + 1) * region].copy_from_slice(m);
     }
+    all
+}
+
+fn concurrent(scheme: SchemeKind, k: usize, m: usize) {
+    let rig = Rig::new(scheme, k, m, 77, false);
+    let a = Array::create(&config(scheme, k, m), rig.devices()).unwrap();
+    let max_len = a.size() as usize / 4 / 8;
+    let all = write_quarters(&a, 1000, max_len, |t, i, d, off| {
+        if i % 10 == 0 {
+            let mut b = vec![0u8; d.len()];
+            a.read(&mut b, off).unwrap();
+            assert!(b == d, "thread {t}: read-your-write failed");
+        }
+        if t == 0 && i % 50 == 49 {
+            a.commit().unwrap();
+        }
+    });
     verify_all(&a, &all, &format!("{scheme} concurrent"));
     a.fail_device(1).unwrap();
     verify_all(&a, &all, &format!("{scheme} concurrent, degraded"));
@@ -215,35 +231,8 @@ fn paced_devices_with_failures_mid_run() {
             meta: Arc::new(MemDevice::new(META_SIZE).unwrap()),
             specs: None,
         };
-        let a = Arc::new(Array::create(&config(scheme, k, m), devices).unwrap());
-        let cap = a.size() as usize;
-        let threads = 4;
-        let region = cap / threads;
-        let models: Vec<Vec<u8>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..threads)
-                .map(|t| {
-                    let a = Arc::clone(&a);
-                    s.spawn(move || {
-                        let mut rng = Rng(500 + t as u64);
-                        let mut model = vec![0u8; region];
-                        for _ in 0..120 {
-                            let len = 1 + rng.below(3 * CHUNK as u64) as usize;
-                            let off = rng.below((region - len) as u64) as usize;
-                            let mut d = vec![0u8; len];
-                            rng.fill(&mut d);
-                            a.write(&d, (t * region + off) as u64).unwrap();
-                            model[off..off + len].copy_from_slice(&d);
-                        }
-                        model
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        let mut all = vec![0u8; cap];
-        for (t, m) in models.iter().enumerate() {
-            all[t * region..(t + 1) * region].copy_from_slice(m);
-        }
+        let a = Array::create(&config(scheme, k, m), devices).unwrap();
+        let all = write_quarters(&a, 500, 3 * CHUNK as usize, |_, _, _, _| {});
         let failed: Vec<usize> = a
             .status()
             .devices

@@ -543,28 +543,21 @@ fn exp4_grid(
     rows: &mut Vec<RunRow>,
 ) -> Result<()> {
     for &nc in clients {
+        let run = |s, k, m, stripe_buffer| {
+            let opts = RunOpts {
+                clients: nc,
+                stripe_buffer,
+                ..RunOpts::default()
+            };
+            run_buf(fin, s, k, m, backing, Commit::Nil, false, dir, opts)
+        };
         for &(k, m) in settings {
             for &s in schemes {
                 eprintln!(
                     "exp 4: FIN ({k}+{m}) {s}, {nc} client(s), {}",
                     backing.label()
                 );
-                let opts = RunOpts {
-                    clients: nc,
-                    stripe_buffer,
-                    ..RunOpts::default()
-                };
-                rows.push(run_buf(
-                    fin,
-                    s,
-                    k,
-                    m,
-                    backing,
-                    Commit::Nil,
-                    false,
-                    dir,
-                    opts,
-                )?);
+                rows.push(run(s, k, m, stripe_buffer)?);
             }
         }
         if nc > 1 && settings.contains(&(6, 2)) && schemes.contains(&SchemeKind::Eplog) {
@@ -572,22 +565,7 @@ fn exp4_grid(
                 "exp 4: FIN (6+2) eplog without the stripe buffer, {nc} clients, {}",
                 backing.label()
             );
-            let opts = RunOpts {
-                clients: nc,
-                stripe_buffer: 0,
-                ..RunOpts::default()
-            };
-            rows.push(run_buf(
-                fin,
-                SchemeKind::Eplog,
-                6,
-                2,
-                backing,
-                Commit::Nil,
-                false,
-                dir,
-                opts,
-            )?);
+            rows.push(run(SchemeKind::Eplog, 6, 2, 0)?);
         }
     }
     Ok(())

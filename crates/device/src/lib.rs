@@ -211,83 +211,51 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     }
 }
 
-impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
-    fn as_file(&self) -> Option<&FileDevice> {
-        (**self).as_file()
-    }
-    fn paced(&self) -> bool {
-        (**self).paced()
-    }
-    fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<std::time::Instant> {
-        (**self).read_paced(buf, offset)
-    }
-    fn write_paced(&self, buf: &[u8], offset: u64) -> Result<std::time::Instant> {
-        (**self).write_paced(buf, offset)
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn capacity(&self) -> u64 {
-        (**self).capacity()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        (**self).read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        (**self).write_at(buf, offset)
-    }
-    fn flush(&self) -> Result<()> {
-        (**self).flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> Result<()> {
-        (**self).discard(offset, len)
-    }
-    fn stats(&self) -> DeviceStats {
-        (**self).stats()
-    }
-    fn model_stats(&self) -> Option<ModelStats> {
-        (**self).model_stats()
-    }
+/// Smart pointers to a device are devices: every method goes to the pointee.
+macro_rules! forward_block_device {
+    ($($ptr:ident),*) => {$(
+        impl<D: BlockDevice + ?Sized> BlockDevice for $ptr<D> {
+            fn as_file(&self) -> Option<&FileDevice> {
+                (**self).as_file()
+            }
+            fn paced(&self) -> bool {
+                (**self).paced()
+            }
+            fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<std::time::Instant> {
+                (**self).read_paced(buf, offset)
+            }
+            fn write_paced(&self, buf: &[u8], offset: u64) -> Result<std::time::Instant> {
+                (**self).write_paced(buf, offset)
+            }
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn capacity(&self) -> u64 {
+                (**self).capacity()
+            }
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+                (**self).read_at(buf, offset)
+            }
+            fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+                (**self).write_at(buf, offset)
+            }
+            fn flush(&self) -> Result<()> {
+                (**self).flush()
+            }
+            fn discard(&self, offset: u64, len: u64) -> Result<()> {
+                (**self).discard(offset, len)
+            }
+            fn stats(&self) -> DeviceStats {
+                (**self).stats()
+            }
+            fn model_stats(&self) -> Option<ModelStats> {
+                (**self).model_stats()
+            }
+        }
+    )*};
 }
 
-impl<D: BlockDevice + ?Sized> BlockDevice for Box<D> {
-    fn as_file(&self) -> Option<&FileDevice> {
-        (**self).as_file()
-    }
-    fn paced(&self) -> bool {
-        (**self).paced()
-    }
-    fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<std::time::Instant> {
-        (**self).read_paced(buf, offset)
-    }
-    fn write_paced(&self, buf: &[u8], offset: u64) -> Result<std::time::Instant> {
-        (**self).write_paced(buf, offset)
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn capacity(&self) -> u64 {
-        (**self).capacity()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        (**self).read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        (**self).write_at(buf, offset)
-    }
-    fn flush(&self) -> Result<()> {
-        (**self).flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> Result<()> {
-        (**self).discard(offset, len)
-    }
-    fn stats(&self) -> DeviceStats {
-        (**self).stats()
-    }
-    fn model_stats(&self) -> Option<ModelStats> {
-        (**self).model_stats()
-    }
-}
+forward_block_device!(Arc, Box);
 
 /// Lock-free basic counters (ops, bytes, flushes, discards) that real devices keep for `stats()`.
 /// Sequential/random classification is left to [`Metered`].
