@@ -571,6 +571,32 @@ fn exp4_grid(
     Ok(())
 }
 
+/// Exps 4b/4c on one testbed: the other traces' md/pl/eplog runs at (6+2), and eplog with a commit
+/// at the end or every 10K writes, normal and with two SSDs failed before the last commit.
+fn exp4_traces(ts: &[&Trace], backing: Backing, dir: &Path, rows: &mut Vec<RunRow>) -> Result<()> {
+    let label = backing.label();
+    for t in ts {
+        if t.name != "FIN" {
+            for s in [SchemeKind::Md, SchemeKind::Pl, SchemeKind::Eplog] {
+                eprintln!("exp 4b: {} (6+2) {s}, {label}", t.name);
+                rows.push(run_one(t, s, 6, 2, backing, Commit::Nil, false, dir)?);
+            }
+        }
+        for c in [Commit::All, Commit::Every(10_000)] {
+            for deg in [false, true] {
+                eprintln!(
+                    "exp 4b/c: {} (6+2) eplog commit {} {}, {label}",
+                    t.name,
+                    c.label(),
+                    if deg { "degraded" } else { "normal" }
+                );
+                rows.push(run_one(t, SchemeKind::Eplog, 6, 2, backing, c, deg, dir)?);
+            }
+        }
+    }
+    Ok(())
+}
+
 #[derive(Serialize, Clone, Debug)]
 struct RecoveryRow {
     case: String,
@@ -916,48 +942,22 @@ fn eplog(a: EplogArgs) -> Result<()> {
         )
     };
     let many: Vec<usize> = a.clients.iter().copied().filter(|&c| c > 1).collect();
+    // Exps 4b/4c: every trace (FIN and MDS with --quick) at (6+2): md/pl/eplog, and eplog with
+    // commits, normal and degraded.
+    let ts: Vec<&Trace> = if a.quick {
+        vec![&traces[0], &traces[3]]
+    } else {
+        traces.iter().collect()
+    };
     if files4 {
         grid(Backing::File, &[1], &mut perf)?;
-        let ts: Vec<&Trace> = if a.quick {
-            vec![&traces[0], &traces[3]]
-        } else {
-            traces.iter().collect()
-        };
-        for t in ts {
-            if t.name != "FIN" {
-                for s in [SchemeKind::Md, SchemeKind::Pl, SchemeKind::Eplog] {
-                    eprintln!("exp 4b: {} (6+2) {s}", t.name);
-                    perf.push(run_one(t, s, 6, 2, Backing::File, Commit::Nil, false, dir)?);
-                }
-            }
-            for c in [Commit::All, Commit::Every(10_000)] {
-                for deg in [false, true] {
-                    eprintln!(
-                        "exp 4b/c: {} (6+2) eplog commit {} {}",
-                        t.name,
-                        c.label(),
-                        if deg { "degraded" } else { "normal" }
-                    );
-                    perf.push(run_one(
-                        t,
-                        SchemeKind::Eplog,
-                        6,
-                        2,
-                        Backing::File,
-                        c,
-                        deg,
-                        dir,
-                    )?);
-                }
-            }
-        }
-    }
-    if files4 {
+        exp4_traces(&ts, Backing::File, dir, &mut perf)?;
         grid(Backing::File, &many, &mut perf)?;
     }
     if want(4) && testbeds.contains(&Backing::Paper) {
         let all: Vec<usize> = std::iter::once(1).chain(many.iter().copied()).collect();
         grid(Backing::Paper, &all, &mut paper)?;
+        exp4_traces(&ts, Backing::Paper, dir, &mut paper)?;
     }
     if want(5) {
         eprintln!("exp 5: recovery, FIN (6+2) eplog on O_DIRECT files");

@@ -62,6 +62,12 @@ struct DeviceBuffers {
 
 const COMMIT_BATCH: usize = 256;
 
+/// Most bytes of lost chunks a degraded commit decodes ahead, in log order.
+const EARLY_DECODE_BYTES: u64 = 256 << 20;
+
+/// Log stripes decoded per round of the log-order pass.
+const EARLY_DECODE_GROUP: usize = 1024;
+
 /// Where the current version of a data chunk lives.
 #[derive(Clone, Copy)]
 enum Loc {
@@ -82,56 +88,106 @@ impl Eplog {
         }
     }
 
+    /// Which chunks of a log stripe to read (the first `k'` available of its members, then of its
+    /// log chunks): (shard index, device, offset), and the shards left out (erased).
+    #[allow(clippy::type_complexity)]
+    fn log_reads(core: &Core, ls: &LogStripe) -> Result<(Vec<(usize, usize, u64)>, Vec<usize>)> {
+        let g = &core.geo;
+        let kp = ls.members.len();
+        let mut reads = Vec::new();
+        let mut erased = Vec::new();
+        for (j, mem) in ls.members.iter().enumerate() {
+            if reads.len() < kp && !core.devs.is_failed(mem.dev as usize) {
+                reads.push((j, mem.dev as usize, g.off(mem.slot)));
+            } else {
+                erased.push(j);
+            }
+        }
+        for i in 0..g.m {
+            if reads.len() < kp && !core.devs.is_failed(g.log_dev(i)) {
+                reads.push((kp + i, g.log_dev(i), g.off(ls.off)));
+            } else {
+                erased.push(kp + i);
+            }
+        }
+        if reads.len() < kp {
+            return Err(ArrayError::DataLoss(format!(
+                "log stripe at log slot {}: only {} of the {kp} chunks needed are available",
+                ls.off,
+                reads.len()
+            )));
+        }
+        Ok((reads, erased))
+    }
+
     /// Decode member `idx` of a log stripe from the other members and the log chunks.
     pub(crate) fn decode_from_log(core: &Core, ls: &LogStripe, idx: usize) -> Result<Vec<u8>> {
+        Ok(Self::decode_many_from_log(core, &[(ls, idx)])?.remove(0))
+    }
+
+    /// Decode several log-stripe members at once. The reads of every log stripe involved go out as
+    /// one batch, which the io layer sorts and merges per device, so the log devices are read in log
+    /// order, in long runs where the log stripes are consecutive (§3.4's batching applied to the
+    /// log). A device that fails during the batch is marked failed and the batch is planned again
+    /// without it.
+    pub(crate) fn decode_many_from_log(
+        core: &Core,
+        want: &[(&LogStripe, usize)],
+    ) -> Result<Vec<Vec<u8>>> {
         let g = &core.geo;
-        let (kp, m, c) = (ls.members.len(), g.m, g.chunk as usize);
-        let code = core.log_code(kp)?;
+        let (m, c) = (g.m, g.chunk as usize);
+        // The distinct log stripes (by log slot) and which wanted member each item is.
+        let mut uniq: Vec<&LogStripe> = Vec::new();
+        let mut at: HashMap<u64, usize> = HashMap::new();
+        let item: Vec<(usize, usize)> = want
+            .iter()
+            .map(|&(ls, idx)| {
+                let u = *at.entry(ls.off).or_insert_with(|| {
+                    uniq.push(ls);
+                    uniq.len() - 1
+                });
+                (u, idx)
+            })
+            .collect();
         for _ in 0..=g.n + m {
-            let mut shards = vec![vec![0u8; c]; kp + m];
-            let mut reads = Vec::new();
-            let mut erased = Vec::new();
-            for (j, mem) in ls.members.iter().enumerate() {
-                if reads.len() < kp && !core.devs.is_failed(mem.dev as usize) {
-                    reads.push((j, mem.dev as usize, g.off(mem.slot)));
-                } else {
-                    erased.push(j);
-                }
-            }
-            for i in 0..m {
-                if reads.len() < kp && !core.devs.is_failed(g.log_dev(i)) {
-                    reads.push((kp + i, g.log_dev(i), g.off(ls.off)));
-                } else {
-                    erased.push(kp + i);
-                }
-            }
-            if reads.len() < kp {
-                return Err(ArrayError::DataLoss(format!(
-                    "log stripe at log slot {}: only {} of the {kp} chunks needed are available",
-                    ls.off,
-                    reads.len()
-                )));
-            }
+            let plans = uniq
+                .iter()
+                .map(|ls| Self::log_reads(core, ls))
+                .collect::<Result<Vec<_>>>()?;
+            let mut shards: Vec<Vec<Vec<u8>>> = uniq
+                .iter()
+                .map(|ls| vec![vec![0u8; c]; ls.members.len() + m])
+                .collect();
             let ok = {
-                let mut bufs: Vec<Option<&mut Vec<u8>>> = shards.iter_mut().map(Some).collect();
-                let mut ops: Vec<Rd> = reads
-                    .iter()
-                    .map(|&(j, d, off)| {
-                        Rd::new(d, off, bufs[j].take().expect("once").as_mut_slice())
-                    })
-                    .collect();
+                let mut ops: Vec<Rd> = Vec::new();
+                for ((reads, _), sh) in plans.iter().zip(shards.iter_mut()) {
+                    let mut bufs: Vec<Option<&mut Vec<u8>>> = sh.iter_mut().map(Some).collect();
+                    for &(j, d, off) in reads {
+                        ops.push(Rd::new(
+                            d,
+                            off,
+                            bufs[j].take().expect("once").as_mut_slice(),
+                        ));
+                    }
+                }
                 core.devs.read(&mut ops);
                 ops.iter().all(|o| o.ok)
             };
             if !ok {
                 continue;
             }
-            if erased.contains(&idx) {
-                let mut refs: Vec<&mut [u8]> =
-                    shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-                code.reconstruct(&mut refs, &erased)?;
+            for (u, ((_, erased), sh)) in plans.iter().zip(shards.iter_mut()).enumerate() {
+                if item.iter().any(|&(w, idx)| w == u && erased.contains(&idx)) {
+                    let code = core.log_code(uniq[u].members.len())?;
+                    let mut refs: Vec<&mut [u8]> =
+                        sh.iter_mut().map(|v| v.as_mut_slice()).collect();
+                    code.reconstruct(&mut refs, erased)?;
+                }
             }
-            return Ok(std::mem::take(&mut shards[idx]));
+            return Ok(item
+                .iter()
+                .map(|&(u, idx)| shards[u][idx].clone())
+                .collect());
         }
         Err(ArrayError::DataLoss(
             "devices kept failing while decoding a log stripe".into(),
@@ -379,6 +435,68 @@ impl Eplog {
     }
 
     #[allow(clippy::type_complexity)]
+    /// Degraded commit: the latest versions of the touched chunks on failed devices can only come
+    /// from their log stripes. Decoding them stripe batch by stripe batch reads the log devices in
+    /// scattered order (random reads, which an HDD log device serves at a few ms each); this pass
+    /// decodes them first, in log order, in groups of consecutive log stripes, so the log devices
+    /// are read front to back. Bounded by `EARLY_DECODE_BYTES`: beyond it, the rest is decoded with
+    /// its stripe batch. Returns the decoded chunks by (stripe, position).
+    #[allow(clippy::type_complexity)]
+    fn decode_lost_in_log_order(
+        core: &Core,
+        touched: &[(u64, DataStripe)],
+        logs: &HashMap<u64, LogStripe>,
+    ) -> Result<HashMap<(u64, usize), Vec<u8>>> {
+        let g = &core.geo;
+        let mut out = HashMap::new();
+        if core.devs.failed_count() == 0 {
+            return Ok(out);
+        }
+        let mut items: Vec<(u64, usize, &LogStripe, usize)> = Vec::new();
+        for (s, ds) in touched {
+            for (p, l) in ds.latest.iter().enumerate() {
+                let Some((slot, id)) = l else { continue };
+                if !core.devs.is_failed(g.dev_of(*s, p)) {
+                    continue;
+                }
+                let Some(ls) = logs.get(id) else { continue };
+                let Some(idx) = ls
+                    .members
+                    .iter()
+                    .position(|m| m.stripe == *s && m.pos as usize == p && m.slot == *slot)
+                else {
+                    continue;
+                };
+                items.push((*s, p, ls, idx));
+            }
+        }
+        let cap = (EARLY_DECODE_BYTES / g.chunk).max(1) as usize;
+        items.truncate(cap);
+        items.sort_unstable_by_key(|&(s, p, ls, _)| (ls.off, s, p));
+        // Groups of whole log stripes (a log stripe's lost members are decoded together).
+        let mut start = 0;
+        while start < items.len() {
+            let mut end = start;
+            let mut stripes = 0;
+            while end < items.len() && stripes < EARLY_DECODE_GROUP {
+                let off = items[end].2.off;
+                stripes += 1;
+                while end < items.len() && items[end].2.off == off {
+                    end += 1;
+                }
+            }
+            let group = &items[start..end];
+            let want: Vec<(&LogStripe, usize)> =
+                group.iter().map(|&(_, _, ls, idx)| (ls, idx)).collect();
+            let got = Self::decode_many_from_log(core, &want)?;
+            for (&(s, p, _, _), b) in group.iter().zip(got) {
+                out.insert((s, p), b);
+            }
+            start = end;
+        }
+        Ok(out)
+    }
+
     fn commit_now(&self, core: &Core) -> Result<CommitReport> {
         let t = Instant::now();
         let g = &core.geo;
@@ -412,6 +530,8 @@ impl Eplog {
         core.begin_commit()?;
         let mut chunks = 0u64;
         let mut decoded = 0u64;
+        let mut early = Self::decode_lost_in_log_order(core, &touched, &logs)?;
+        decoded += early.len() as u64;
         for batch in touched.chunks(COMMIT_BATCH) {
             // Line 2: read the latest version of every data chunk of the touched stripes.
             let mut data: Vec<Vec<Vec<u8>>> = batch.iter().map(|_| vec![vec![0u8; c]; k]).collect();
@@ -438,10 +558,16 @@ impl Eplog {
                     }
                 }
             }
-            // Lines 3-6: recover unavailable chunks (from the log stripe if updated).
+            // Lines 3-6: recover unavailable chunks: from the log stripe if updated (all of the
+            // batch's log stripes read in one round), otherwise from the data stripe.
+            let mut from_log: Vec<((usize, usize), &LogStripe, usize)> = Vec::new();
             for (i, p) in lost {
                 let (s, ds) = &batch[i];
-                data[i][p] = match ds.latest[p] {
+                if let Some(b) = early.remove(&(*s, p)) {
+                    data[i][p] = b;
+                    continue;
+                }
+                match ds.latest[p] {
                     Some((slot, id)) => {
                         let ls = logs.get(&id).ok_or_else(|| {
                             ArrayError::Meta(format!("log stripe {id} is missing"))
@@ -453,11 +579,19 @@ impl Eplog {
                             .ok_or_else(|| {
                                 ArrayError::Meta(format!("log stripe {id} lacks its member"))
                             })?;
-                        decoded += 1;
-                        Self::decode_from_log(core, ls, idx)?
+                        from_log.push(((i, p), ls, idx));
                     }
-                    None => Self::decode_committed(core, *s, ds, p, rerun)?,
-                };
+                    None => data[i][p] = Self::decode_committed(core, *s, ds, p, rerun)?,
+                }
+            }
+            if !from_log.is_empty() {
+                let want: Vec<(&LogStripe, usize)> =
+                    from_log.iter().map(|&(_, ls, idx)| (ls, idx)).collect();
+                let got = Self::decode_many_from_log(core, &want)?;
+                decoded += got.len() as u64;
+                for (((i, p), _, _), b) in from_log.iter().zip(got) {
+                    data[*i][*p] = b;
+                }
             }
             // Lines 8-12: new parity from the latest data, written in place.
             let mut parities = Vec::with_capacity(batch.len());
