@@ -24,10 +24,16 @@ impl MemDevice {
         let len = usize::try_from(capacity).map_err(|_| {
             DeviceError::other(&name, format!("capacity {capacity} does not fit in memory"))
         })?;
-        let mut data = Vec::new();
-        data.try_reserve_exact(len)
+        // Check that the allocation can succeed (a clear error instead of an abort), then allocate
+        // zeroed memory: `vec![0; len]` asks the allocator for zeroed pages, which the kernel hands
+        // out lazily, where `resize` would write every byte (a 1 GiB device: 262,144 page faults
+        // and a memset up front).
+        let mut probe: Vec<u8> = Vec::new();
+        probe
+            .try_reserve_exact(len)
             .map_err(|_| DeviceError::other(&name, format!("cannot allocate {capacity} bytes")))?;
-        data.resize(len, 0);
+        drop(probe);
+        let data = vec![0u8; len];
         Ok(MemDevice {
             name,
             data: RwLock::new(data),
