@@ -434,7 +434,6 @@ impl Eplog {
         Ok(WriteOutcome::Done)
     }
 
-    #[allow(clippy::type_complexity)]
     /// Degraded commit: the latest versions of the touched chunks on failed devices can only come
     /// from their log stripes. Decoding them stripe batch by stripe batch reads the log devices in
     /// scattered order (random reads, which an HDD log device serves at a few ms each); this pass
@@ -497,6 +496,7 @@ impl Eplog {
         Ok(out)
     }
 
+    #[allow(clippy::type_complexity)]
     fn commit_now(&self, core: &Core) -> Result<CommitReport> {
         let t = Instant::now();
         let g = &core.geo;
