@@ -811,8 +811,12 @@ impl Array {
                     WriteOutcome::Done => break,
                     WriteOutcome::NeedCommit if tries == 0 => {
                         tries += 1;
-                        self.core.stats.space_commits.fetch_add(1, Relaxed);
-                        self.commit()?;
+                        // Concurrent writers that ran out of space together all ask; the first
+                        // commit does the work, and only a commit that did work counts.
+                        let r = self.commit()?;
+                        if r.stripes > 0 || r.seconds > 0.0 {
+                            self.core.stats.space_commits.fetch_add(1, Relaxed);
+                        }
                     }
                     WriteOutcome::NeedCommit => {
                         return Err(ArrayError::NoSpace(

@@ -296,10 +296,11 @@ impl<D: BlockDevice> BlockDevice for Throttled<D> {
         sleep_until(wake);
         Ok(())
     }
-    /// Paced when the inner device is not a file: memory and simulated devices answer at once, so
-    /// the work can be done inline; a file's real I/O is left to run in parallel threads.
+    /// Paced unless the inner device is an `O_DIRECT` file: memory and simulated devices, and
+    /// files through the page cache, answer at once, so the work can be done inline; real device
+    /// I/O is left to run in parallel threads.
     fn paced(&self) -> bool {
-        self.inner.as_file().is_none()
+        self.inner.as_file().is_none_or(|f| !f.is_direct())
     }
     fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<Instant> {
         let wake = self.schedule(Instant::now(), false, offset, buf.len() as u64);
