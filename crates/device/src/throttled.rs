@@ -63,8 +63,9 @@ impl LatencyDist {
 /// A request of `len` bytes takes `setup + len / stream`, where `setup` is the 4 KiB time of its kind
 /// (read or write, sequential or random) minus the 4 KiB transfer: so a 4 KiB request takes exactly
 /// the measured time, and long requests approach the streaming rate. A request is sequential when it
-/// starts within `seq_window` bytes of where the previous request ended (EPLOG §5.1 calls a write
-/// random when it starts at least 64 KiB from the previous one's end).
+/// starts within `seq_window` bytes of where one of the last 32 requests ended (EPLOG §5.1 calls a
+/// write random when it starts at least 64 KiB from the previous one's end; the 32 stand for a
+/// drive's command queue, which absorbs appends that arrive slightly out of order).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServiceProfile {
     /// Bytes per second under 4 KiB requests, one at a time.
@@ -76,6 +77,11 @@ pub struct ServiceProfile {
     pub stream: f64,
     pub seq_window: u64,
 }
+
+/// A request counts as sequential when it starts near where any of the last this many requests
+/// ended: a drive with a 32-deep command queue (NCQ) serves appends that arrive slightly out of
+/// order, as concurrent writers' appends do, without seeking between them.
+const REORDER_WINDOW: usize = 32;
 
 /// 4 KiB, the request size the profiles are measured with.
 const PROFILE_REQ: f64 = 4096.0;
@@ -169,7 +175,8 @@ impl Default for ThrottleConfig {
 struct State {
     busy_until: Instant,
     /// Where the previous request ended (for the profile's sequential test).
-    last_end: Option<u64>,
+    /// Where the most recent requests ended (for the profile's sequential test), newest last.
+    recent_ends: std::collections::VecDeque<u64>,
     rng: SplitMix64,
     delayed_ns: u64,
 }
@@ -209,7 +216,7 @@ impl<D: BlockDevice> Throttled<D> {
     pub fn new(inner: D, cfg: ThrottleConfig) -> Self {
         let state = State {
             busy_until: Instant::now(),
-            last_end: None,
+            recent_ends: std::collections::VecDeque::new(),
             rng: SplitMix64::new(cfg.seed),
             delayed_ns: 0,
         };
@@ -234,9 +241,13 @@ impl<D: BlockDevice> Throttled<D> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let service = if let Some(p) = &self.cfg.profile {
             let seq = st
-                .last_end
-                .is_some_and(|e| offset.abs_diff(e) < p.seq_window);
-            st.last_end = Some(offset + len);
+                .recent_ends
+                .iter()
+                .any(|&e| offset.abs_diff(e) < p.seq_window);
+            if st.recent_ends.len() == REORDER_WINDOW {
+                st.recent_ends.pop_front();
+            }
+            st.recent_ends.push_back(offset + len);
             Some(Duration::from_nanos(p.service_ns(write, seq, len)))
         } else {
             self.cfg
