@@ -63,9 +63,8 @@ impl LatencyDist {
 /// A request of `len` bytes takes `setup + len / stream`, where `setup` is the 4 KiB time of its kind
 /// (read or write, sequential or random) minus the 4 KiB transfer: so a 4 KiB request takes exactly
 /// the measured time, and long requests approach the streaming rate. A request is sequential when it
-/// starts within `seq_window` bytes of where one of the last 32 requests ended (EPLOG §5.1 calls a
-/// write random when it starts at least 64 KiB from the previous one's end; the 32 stand for a
-/// drive's command queue, which absorbs appends that arrive slightly out of order).
+/// starts within `seq_window` bytes of where one of the last `reorder` requests ended (EPLOG §5.1
+/// calls a write random when it starts at least 64 KiB from the previous one's end).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServiceProfile {
     /// Bytes per second under 4 KiB requests, one at a time.
@@ -76,12 +75,12 @@ pub struct ServiceProfile {
     /// Bytes per second of long transfers.
     pub stream: f64,
     pub seq_window: u64,
+    /// A request is sequential when it starts near where any of the last `reorder` requests ended
+    /// (1: the previous one). An HDD with a 32-deep command queue (NCQ) serves appends that
+    /// concurrent writers deliver slightly out of order without seeking between them; an SSD's
+    /// fast sequential reads come from read-ahead of one stream, so it keeps 1.
+    pub reorder: usize,
 }
-
-/// A request counts as sequential when it starts near where any of the last this many requests
-/// ended: a drive with a 32-deep command queue (NCQ) serves appends that arrive slightly out of
-/// order, as concurrent writers' appends do, without seeking between them.
-const REORDER_WINDOW: usize = 32;
 
 /// 4 KiB, the request size the profiles are measured with.
 const PROFILE_REQ: f64 = 4096.0;
@@ -100,6 +99,7 @@ impl ServiceProfile {
                 rand_write: 93.1 * MB,
                 stream: 500.0 * MB,
                 seq_window: 64 << 10,
+                reorder: 1,
             }),
             "eplog-hdd" => Some(ServiceProfile {
                 seq_read: 94.2 * MB,
@@ -108,6 +108,7 @@ impl ServiceProfile {
                 rand_write: 1.1 * MB,
                 stream: 150.0 * MB,
                 seq_window: 64 << 10,
+                reorder: 32,
             }),
             _ => None,
         }
@@ -244,7 +245,7 @@ impl<D: BlockDevice> Throttled<D> {
                 .recent_ends
                 .iter()
                 .any(|&e| offset.abs_diff(e) < p.seq_window);
-            if st.recent_ends.len() == REORDER_WINDOW {
+            while st.recent_ends.len() >= p.reorder.max(1) {
                 st.recent_ends.pop_front();
             }
             st.recent_ends.push_back(offset + len);
