@@ -809,6 +809,15 @@ fn eplog(a: EplogArgs) -> Result<()> {
     if !(scale > 0.0 && scale <= 1.0) {
         bail!("--scale must be in (0, 1]");
     }
+    let testbeds = a
+        .testbed
+        .iter()
+        .map(|tb| match tb.as_str() {
+            "files" => Ok(Backing::File),
+            "paper" => Ok(Backing::Paper),
+            other => bail!("--testbed: unknown testbed '{other}' (expected files, paper)"),
+        })
+        .collect::<Result<Vec<_>>>()?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let base_dir = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("ecstack-eplog-{}", std::process::id()))
@@ -856,15 +865,6 @@ fn eplog(a: EplogArgs) -> Result<()> {
         .schemes
         .iter()
         .map(|s| SchemeKind::parse(s).with_context(|| "--schemes"))
-        .collect::<Result<Vec<_>>>()?;
-    let testbeds = a
-        .testbed
-        .iter()
-        .map(|tb| match tb.as_str() {
-            "files" => Ok(Backing::File),
-            "paper" => Ok(Backing::Paper),
-            other => bail!("--testbed: unknown testbed '{other}' (expected files, paper)"),
-        })
         .collect::<Result<Vec<_>>>()?;
     let want = |e: u32| a.exp.contains(&e);
     let files4 = want(4) && testbeds.contains(&Backing::File);
