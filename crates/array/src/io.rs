@@ -451,11 +451,23 @@ impl Devs {
     /// The devices of `plans` when every one of them is a plain file device and parallel I/O is on
     /// (then one io_uring submission serves the whole batch).
     fn uring_devices(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Arc<dyn BlockDevice>>> {
-        if !self.parallel.load(Relaxed) || plans.is_empty() || !uring::available() {
+        if !uring::available() {
+            return None;
+        }
+        self.batch_devices(plans, |d| d.as_file().is_some())
+    }
+
+    /// The devices of `plans` when parallel I/O is on and every one of them passes `fits`.
+    fn batch_devices(
+        &self,
+        plans: &[(usize, Vec<Run>)],
+        fits: impl Fn(&dyn BlockDevice) -> bool,
+    ) -> Option<Vec<Arc<dyn BlockDevice>>> {
+        if !self.parallel.load(Relaxed) || plans.is_empty() {
             return None;
         }
         let devs: Vec<Arc<dyn BlockDevice>> = plans.iter().map(|(d, _)| self.get(*d)).collect();
-        devs.iter().all(|d| d.as_file().is_some()).then_some(devs)
+        devs.iter().all(|d| fits(d.as_ref())).then_some(devs)
     }
 
     /// Read every run with one io_uring submission (None: not all file devices, use the workers).
@@ -495,16 +507,6 @@ impl Devs {
         )
     }
 
-    /// The devices of `plans` when every one of them is paced (models its service time in real
-    /// time and answers at once, see `BlockDevice::paced`) and parallel I/O is on.
-    fn paced_devices(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Arc<dyn BlockDevice>>> {
-        if !self.parallel.load(Relaxed) || plans.is_empty() {
-            return None;
-        }
-        let devs: Vec<Arc<dyn BlockDevice>> = plans.iter().map(|(d, _)| self.get(*d)).collect();
-        devs.iter().all(|d| d.paced()).then_some(devs)
-    }
-
     /// Run `f` on every run of paced devices on this thread (a device's later runs are skipped
     /// after one fails), then sleep once until the last request completes in modeled time.
     /// None: not all devices are paced, use the workers.
@@ -513,7 +515,8 @@ impl Devs {
         plans: &[(usize, Vec<Run>)],
         mut f: impl FnMut(&dyn BlockDevice, &Run) -> ecstack_device::Result<(Instant, R)>,
     ) -> Option<Vec<Vec<Option<R>>>> {
-        let devs = self.paced_devices(plans)?;
+        // Every device paced: models its service time in real time and answers at once.
+        let devs = self.batch_devices(plans, |d| d.paced())?;
         let mut last = Instant::now();
         let out = plans
             .iter()

@@ -117,25 +117,6 @@ impl ServiceProfile {
     /// The preset names, for error messages and `--help`.
     pub const PRESETS: &'static [&'static str] = &["eplog-ssd", "eplog-hdd"];
 
-    /// Every rate positive and finite.
-    pub fn validate(&self) -> std::result::Result<(), String> {
-        let rates = [
-            ("seq_read", self.seq_read),
-            ("rand_read", self.rand_read),
-            ("seq_write", self.seq_write),
-            ("rand_write", self.rand_write),
-            ("stream", self.stream),
-        ];
-        for (what, v) in rates {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!(
-                    "service profile: {what} must be a positive rate, got {v}"
-                ));
-            }
-        }
-        Ok(())
-    }
-
     /// Service time in nanoseconds of one request.
     pub fn service_ns(&self, write: bool, sequential: bool, len: u64) -> u64 {
         let small = match (write, sequential) {
