@@ -16,7 +16,9 @@
 //! is written at once. So the buffer also has an *eager* mode, in which a request leads at once
 //! while the batches in flight hold fewer than 4n requests, and it picks the mode by measurement:
 //! it runs an epoch of requests in each mode, keeps the one that completed more requests per second
-//! (eager on a tie), and probes again after a while.
+//! (eager on a tie), and probes again after a while: after 8 epochs, and twice as long each time a
+//! probe confirms the mode it already had (up to 128 epochs), so a steady workload spends ever less
+//! time in the worse mode while a change of workload is still noticed.
 //!
 //! Requests hold their stripe locks while queued, so no two queued requests touch the same chunk.
 
@@ -37,8 +39,10 @@ const EAGER_PER_BATCH: usize = 4;
 /// Requests completed per measuring epoch of the mode choice.
 const EPOCH_JOBS: u64 = 1024;
 
-/// Epochs spent in the chosen mode before both are measured again.
+/// Epochs spent in the chosen mode before both are measured again; doubled each time a probe keeps
+/// the mode, up to `MAX_STAY_EPOCHS`, and back to `STAY_EPOCHS` when a probe changes it.
 const STAY_EPOCHS: u32 = 8;
+const MAX_STAY_EPOCHS: u32 = 128;
 
 /// The eager mode is kept unless batching completes this much more per second.
 const TIE: f64 = 1.05;
@@ -71,6 +75,8 @@ struct State<J> {
     /// Current mode (see the module notes), and how it is being chosen.
     eager: bool,
     phase: Phase,
+    /// Epochs the next stay lasts.
+    stay: u32,
     epoch_start: Option<std::time::Instant>,
     epoch_jobs: u64,
     eager_epochs: u64,
@@ -107,6 +113,7 @@ impl<J> Default for StripeBuffer<J> {
                 in_flight: 0,
                 eager: true,
                 phase: Phase::ProbeFirst,
+                stay: STAY_EPOCHS,
                 epoch_start: None,
                 epoch_jobs: 0,
                 eager_epochs: 0,
@@ -205,7 +212,10 @@ impl<J> StripeBuffer<J> {
 impl<J> State<J> {
     /// Count `n` completed requests toward the current epoch; at its end, advance the mode choice.
     fn completed(&mut self, n: u64) {
-        let now = std::time::Instant::now();
+        self.completed_at(n, std::time::Instant::now());
+    }
+
+    fn completed_at(&mut self, n: u64, now: std::time::Instant) {
         let start = *self.epoch_start.get_or_insert(now);
         self.epoch_jobs += n;
         if self.epoch_jobs < EPOCH_JOBS {
@@ -231,8 +241,15 @@ impl<J> State<J> {
                 } else {
                     (first_rate, rate)
                 };
+                // The first probe ran in the mode chosen before, the second in the other one.
+                let before = !self.eager;
                 self.eager = batch_rate <= eager_rate * TIE;
-                Phase::Stay { left: STAY_EPOCHS }
+                self.stay = if self.eager == before {
+                    (self.stay * 2).min(MAX_STAY_EPOCHS)
+                } else {
+                    STAY_EPOCHS
+                };
+                Phase::Stay { left: self.stay }
             }
             Phase::Stay { left } if left > 1 => Phase::Stay { left: left - 1 },
             Phase::Stay { .. } => Phase::ProbeFirst,
@@ -343,6 +360,58 @@ mod tests {
         assert!(
             eager > batching,
             "parallel device: {eager} eager vs {batching} batching epochs"
+        );
+    }
+
+    /// Feed `epochs` measuring epochs to the mode choice on a synthetic clock: an epoch takes
+    /// `eager_us(i)` or `batch_us(i)` µs depending on the mode in effect. Returns the modes in
+    /// effect, one per epoch.
+    fn drive(
+        epochs: usize,
+        eager_us: impl Fn(usize) -> u64,
+        batch_us: impl Fn(usize) -> u64,
+    ) -> Vec<bool> {
+        let sb: StripeBuffer<u32> = StripeBuffer::default();
+        let mut st = sb.lock();
+        let mut now = std::time::Instant::now();
+        st.completed_at(0, now);
+        let mut modes = Vec::new();
+        for i in 0..epochs {
+            modes.push(st.eager);
+            let us = if st.eager { eager_us(i) } else { batch_us(i) };
+            now += std::time::Duration::from_micros(us);
+            st.completed_at(EPOCH_JOBS, now);
+        }
+        modes
+    }
+
+    /// A probe that confirms the mode doubles the stay, so a steady workload spends ever fewer
+    /// epochs in the worse mode; a workload that changes is followed within one (capped) stay.
+    #[test]
+    fn probing_backs_off_while_the_mode_is_confirmed() {
+        // Batching is twice as fast throughout: eager only on its probes, and those thin out.
+        let modes = drive(1000, |_| 2000, |_| 1000);
+        let eager = modes.iter().filter(|&&e| e).count();
+        // Stays 8, 16, 32, 64, 128, 128, ...: 10 probes in 1000 epochs (a fixed stay of 8 probes 100 times).
+        assert!(eager <= 12, "{eager} eager epochs in 1000");
+        assert!(!modes[999]);
+        // Eager wins from epoch 500 on: the choice follows within a capped stay plus one probe.
+        let modes = drive(1000, |i| if i < 500 { 2000 } else { 500 }, |_| 1000);
+        // The first stay in eager mode (three eager epochs in a row) starts within one capped
+        // stay and a probe of the change.
+        let switch = (500..997)
+            .find(|&i| modes[i..i + 3].iter().all(|&e| e))
+            .unwrap();
+        assert!(
+            switch < 500 + MAX_STAY_EPOCHS as usize + 3,
+            "eager only chosen from epoch {switch}"
+        );
+        assert!(modes[999]);
+        // After the switch the stay restarts at 8: batching is probed again soon.
+        let next_probe = modes[switch..].iter().position(|&e| !e).unwrap();
+        assert!(
+            next_probe <= STAY_EPOCHS as usize + 2,
+            "next probe after {next_probe} epochs"
         );
     }
 
