@@ -845,6 +845,33 @@ fn eplog(a: EplogArgs) -> Result<()> {
             other => bail!("--testbed: unknown testbed '{other}' (expected files, paper)"),
         })
         .collect::<Result<Vec<_>>>()?;
+    let mut settings = Vec::new();
+    for st in &a.settings {
+        let (k, m) = st
+            .split_once('+')
+            .and_then(|(k, m)| {
+                Some((
+                    k.trim().parse::<usize>().ok()?,
+                    m.trim().parse::<usize>().ok()?,
+                ))
+            })
+            .with_context(|| format!("--settings: '{st}' is not k+m (e.g. 6+2)"))?;
+        if !(1..=6).contains(&k) || !(1..=2).contains(&m) {
+            bail!("--settings: {k}+{m} is outside what the pre-filled device files hold (k <= 6, m <= 2)");
+        }
+        settings.push((k, m));
+    }
+    let schemes = a
+        .schemes
+        .iter()
+        .map(|s| SchemeKind::parse(s).with_context(|| "--schemes"))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(e) = a.exp.iter().find(|e| !(1..=5).contains(*e)) {
+        bail!("--exp: {e} is not one of EPLOG's experiments 1-5");
+    }
+    if a.clients.contains(&0) {
+        bail!("--clients: 0 is not a number of clients (use 1 or more)");
+    }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let base_dir = a.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("ecstack-eplog-{}", std::process::id()))
@@ -872,27 +899,6 @@ fn eplog(a: EplogArgs) -> Result<()> {
         })
         .collect();
     let fin = &traces[0];
-    let mut settings = Vec::new();
-    for st in &a.settings {
-        let (k, m) = st
-            .split_once('+')
-            .and_then(|(k, m)| {
-                Some((
-                    k.trim().parse::<usize>().ok()?,
-                    m.trim().parse::<usize>().ok()?,
-                ))
-            })
-            .with_context(|| format!("--settings: '{st}' is not k+m (e.g. 6+2)"))?;
-        if !(1..=6).contains(&k) || !(1..=2).contains(&m) {
-            bail!("--settings: {k}+{m} is outside what the pre-filled device files hold (k <= 6, m <= 2)");
-        }
-        settings.push((k, m));
-    }
-    let schemes = a
-        .schemes
-        .iter()
-        .map(|s| SchemeKind::parse(s).with_context(|| "--schemes"))
-        .collect::<Result<Vec<_>>>()?;
     let want = |e: u32| a.exp.contains(&e);
     let files4 = want(4) && testbeds.contains(&Backing::File);
     let mut sim = Vec::new();
