@@ -1,22 +1,24 @@
-//! The array: geometry, devices, metadata and locking around an [`UpdateScheme`].
+//! The array facade: the [`BlockDevice`] implementation, stripe and admin locking, write intent and
+//! the admin operations, around the core ([`Core`]) and an update scheme.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-use ecstack_codes::{new_code, ErasureCode};
+use ecstack_codes::new_code;
 use ecstack_device::{BlockDevice, DeviceError, DeviceStats};
 
+use crate::core::{lock, Alloc, CommitReport, Core, MetaInner, RebuildReport};
 use crate::format::{
     decode_label, encode_label, ArrayConfig, Geometry, MetaLayout, SchemeKind, Superblock,
     DEVICE_HEADER, LABEL_SIZE, SB_SLOT,
 };
-use crate::io::{Devs, IoCounters};
+use crate::io::Devs;
 use crate::meta::{MetaState, MetaVolume, Rec, REGION_STRIPES};
-use crate::recovery::RebuildReport;
-use crate::scheme::{new_scheme, ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
-use crate::status::Stats;
+use crate::scheme::eplog::Eplog;
+use crate::scheme::md::Md;
+use crate::scheme::pl::Pl;
+use crate::scheme::{ChunkRead, ChunkWrite, UpdateScheme, WriteOutcome};
 use crate::{ArrayError, Result};
 
 /// Stripe lock table size (a request locks the entries of its stripes in ascending order).
@@ -61,228 +63,11 @@ impl Default for OpenOptions {
     }
 }
 
-/// Free chunk slots per main device (eplog), handed out in ascending order from a moving cursor so
-/// out-of-place writes land sequentially in the spare area.
-#[derive(Debug, Default)]
-pub(crate) struct Alloc {
-    free: Vec<BTreeSet<u64>>,
-    cursor: Vec<u64>,
-}
-
-impl Alloc {
-    pub fn take(&mut self, dev: usize) -> Option<u64> {
-        let set = self.free.get_mut(dev)?;
-        let c = self.cursor[dev];
-        let s = set
-            .range(c..)
-            .next()
-            .or_else(|| set.iter().next())
-            .copied()?;
-        set.remove(&s);
-        self.cursor[dev] = s + 1;
-        Some(s)
-    }
-    /// Take a specific free slot; false when it is not free.
-    pub fn take_exact(&mut self, dev: usize, slot: u64) -> bool {
-        self.free.get_mut(dev).is_some_and(|set| set.remove(&slot))
-    }
-    pub fn put(&mut self, dev: usize, slot: u64) {
-        if let Some(set) = self.free.get_mut(dev) {
-            set.insert(slot);
-        }
-    }
-    pub fn min_free(&self) -> u64 {
-        self.free.iter().map(|s| s.len() as u64).min().unwrap_or(0)
-    }
-
-    /// Free slots implied by the metadata (eplog): everything no data stripe, log stripe or parity
-    /// references, and not the reserved home slot of a chunk never written.
-    fn build(g: &Geometry, st: &MetaState) -> Alloc {
-        let mut used: Vec<Vec<bool>> = vec![vec![false; g.slots as usize]; g.n];
-        let mark = |used: &mut Vec<Vec<bool>>, d: usize, s: u64| {
-            if let Some(b) = used.get_mut(d).and_then(|u| u.get_mut(s as usize)) {
-                *b = true;
-            }
-        };
-        for s in 0..g.stripes {
-            let ds = st.stripes.get(&s);
-            for p in 0..g.n {
-                let home = match ds {
-                    _ if p >= g.k => true,
-                    None => true,
-                    Some(ds) => ds.committed[p].is_none() && ds.latest[p].is_none(),
-                };
-                if home {
-                    mark(&mut used, g.dev_of(s, p), s);
-                }
-            }
-        }
-        for (s, ds) in &st.stripes {
-            for p in 0..g.k {
-                let d = g.dev_of(*s, p);
-                if let Some(c) = ds.committed[p] {
-                    mark(&mut used, d, c);
-                }
-                if let Some((l, _)) = ds.latest[p] {
-                    mark(&mut used, d, l);
-                }
-            }
-        }
-        for ls in st.logs.values() {
-            for m in &ls.members {
-                mark(&mut used, m.dev as usize, m.slot);
-            }
-        }
-        Alloc {
-            free: used
-                .iter()
-                .map(|u| (0..g.slots).filter(|&s| !u[s as usize]).collect())
-                .collect(),
-            cursor: vec![g.stripes; g.n],
-        }
-    }
-}
-
-/// Metadata in memory: the state, records not yet on the metadata volume, the slot allocator.
-#[derive(Debug)]
-pub(crate) struct MetaInner {
-    pub state: MetaState,
-    pub pending: Vec<Rec>,
-    pub alloc: Alloc,
-}
-
-impl MetaInner {
-    /// Apply a change and queue its record for the metadata volume.
-    pub fn record(&mut self, r: Rec) {
-        self.state.apply(&r);
-        self.pending.push(r);
-    }
-}
-
-/// Everything the update schemes work with.
-pub struct Core {
-    pub(crate) geo: Geometry,
-    pub(crate) code: Box<dyn ErasureCode>,
-    log_codes: Vec<OnceLock<Box<dyn ErasureCode>>>,
-    pub(crate) devs: Devs,
-    pub(crate) meta: Mutex<MetaInner>,
-    pub(crate) metavol: Mutex<MetaVolume>,
-    pub(crate) sb: Mutex<Superblock>,
-    pub(crate) stats: Stats,
-    pub(crate) trim_on_commit: AtomicBool,
-}
-
-impl std::fmt::Debug for Core {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Core({:?})", self.geo)
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn lock_sb(core: &Core) -> MutexGuard<'_, Superblock> {
-    lock(&core.sb)
-}
-
-impl Core {
-    pub(crate) fn meta(&self) -> MutexGuard<'_, MetaInner> {
-        lock(&self.meta)
-    }
-
-    /// The k'-of-(k'+m) code of a log stripe with k' data chunks.
-    pub(crate) fn log_code(&self, kp: usize) -> Result<&dyn ErasureCode> {
-        let cell = self
-            .log_codes
-            .get(kp)
-            .ok_or_else(|| ArrayError::Meta(format!("log stripe of {kp} chunks")))?;
-        if cell.get().is_none() {
-            let c = new_code(self.code.kind(), kp, self.geo.m)?;
-            let _ = cell.set(c);
-        }
-        Ok(cell.get().expect("set above").as_ref())
-    }
-
-    pub(crate) fn main_counters(&self) -> IoCounters {
-        let mut c = IoCounters::default();
-        for i in 0..self.geo.n {
-            c.add(&self.devs.meters[i].get());
-        }
-        c
-    }
-
-    /// Make everything done so far durable: flush the devices, then append the pending metadata
-    /// records (or a full checkpoint when the incremental area is full) and flush the volume.
-    pub(crate) fn persist(&self) -> Result<()> {
-        let mut mv = lock(&self.metavol);
-        self.devs.flush_all();
-        let (recs, cp) = {
-            let mut mi = self.meta();
-            for d in self.devs.failed_list() {
-                if !mi.state.failed.contains(&(d as u16)) {
-                    mi.record(Rec::DeviceFailed { dev: d as u16 });
-                }
-            }
-            let recs = std::mem::take(&mut mi.pending);
-            if recs.is_empty() || mv.fits(crate::meta::frame_len(&recs)) {
-                (recs, None)
-            } else {
-                (Vec::new(), Some(mi.state.encode()))
-            }
-        };
-        let t = Instant::now();
-        if let Some(body) = cp {
-            mv.write_checkpoint(&body)?;
-        } else if !recs.is_empty() {
-            mv.append(&recs)?;
-        }
-        self.stats
-            .meta_ns
-            .fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
-        Ok(())
-    }
-
-    /// Write a full checkpoint of the current state (after flushing the devices).
-    pub(crate) fn checkpoint(&self) -> Result<()> {
-        let mut mv = lock(&self.metavol);
-        self.devs.flush_all();
-        let body = {
-            let mut mi = self.meta();
-            for d in self.devs.failed_list() {
-                if !mi.state.failed.contains(&(d as u16)) {
-                    mi.record(Rec::DeviceFailed { dev: d as u16 });
-                }
-            }
-            mi.pending.clear();
-            mi.state.encode()
-        };
-        mv.write_checkpoint(&body)
-    }
-
-    pub(crate) fn begin_commit(&self) -> Result<()> {
-        self.meta().record(Rec::CommitBegin);
-        self.persist()
-    }
-
-    /// End a parity commit: durable CommitDone, then hand the freed slots back (and TRIM them).
-    pub(crate) fn finish_commit(&self, frees: Vec<(usize, u64)>) -> Result<()> {
-        self.meta().record(Rec::CommitDone);
-        self.persist()?;
-        {
-            let mut mi = self.meta();
-            for &(d, s) in &frees {
-                mi.alloc.put(d, s);
-            }
-        }
-        if self.trim_on_commit.load(Relaxed) {
-            for &(d, s) in &frees {
-                if !self.devs.is_failed(d) {
-                    let _ = self.devs.get(d).discard(self.geo.off(s), self.geo.chunk);
-                }
-            }
-        }
-        Ok(())
+fn new_scheme(kind: SchemeKind) -> Box<dyn UpdateScheme> {
+    match kind {
+        SchemeKind::Md => Box::new(Md),
+        SchemeKind::Pl => Box::new(Pl),
+        SchemeKind::Eplog => Box::new(Eplog::default()),
     }
 }
 
@@ -632,22 +417,17 @@ impl Array {
         };
         let name = format!("array:{}({}+{})", sb.scheme, g.k, g.m);
         let commit_every = opts.commit_every.unwrap_or(sb.commit_every);
-        let trim = sb.trim_on_commit;
-        let core = Core {
-            log_codes: (0..=g.n).map(|_| OnceLock::new()).collect(),
+        let core = Core::new(
+            &sb,
             code,
             devs,
-            meta: Mutex::new(MetaInner {
+            MetaInner {
                 state,
                 pending,
                 alloc,
-            }),
-            metavol: Mutex::new(mv),
-            sb: Mutex::new(sb.clone()),
-            stats: Stats::default(),
-            trim_on_commit: AtomicBool::new(trim),
-            geo: g,
-        };
+            },
+            mv,
+        );
         let array = Array {
             scheme: new_scheme(sb.scheme),
             core,
@@ -1171,7 +951,16 @@ impl Array {
         targets: Vec<(usize, Arc<dyn BlockDevice>)>,
     ) -> Result<RebuildReport> {
         let _a = self.admin_write();
-        let r = crate::recovery::rebuild(self, targets)?;
+        let batch = self.rebuild_batch.load(Relaxed) as usize;
+        let prefetch = self.rebuild_prefetch.load(Relaxed);
+        let r = crate::recovery::rebuild(
+            &self.core,
+            self.scheme.as_ref(),
+            targets,
+            batch,
+            prefetch,
+            &|| self.commit_locked(),
+        )?;
         self.core.stats.set_rebuild(&r);
         Ok(r)
     }

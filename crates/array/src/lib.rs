@@ -5,7 +5,7 @@
 //!   parity rotating across devices); `n − k` **log devices** hold log chunks; a **metadata volume**
 //!   holds the superblock, two alternating full checkpoints and an append-only incremental area
 //!   (format in `docs/array-format.md`).
-//! * Update schemes, one file each behind [`UpdateScheme`]: `md` (read-modify-write or
+//! * Update schemes, one file each behind a crate-private `UpdateScheme` trait: `md` (read-modify-write or
 //!   reconstruct-write, parity in place), `pl` (classic parity logging, §2.2) and `eplog` (elastic
 //!   parity logging with out-of-place updates, log stripes, parity commit and recovery, §2.3–§3.4).
 //! * [`Array`] implements [`BlockDevice`] (any byte offset and length, concurrent callers, per-stripe
@@ -33,6 +33,7 @@
 //! ```
 
 mod array;
+mod core;
 mod format;
 mod io;
 mod meta;
@@ -40,11 +41,11 @@ mod recovery;
 pub mod scheme;
 mod status;
 
+pub use crate::core::{CommitReport, RebuildReport};
 pub use array::{Array, ArrayDevices, OpenOptions};
 pub use format::{ArrayConfig, Geometry, SchemeKind, Superblock};
 pub use io::IoCounters;
-pub use recovery::RebuildReport;
-pub use scheme::{CommitReport, UpdateScheme};
+pub use scheme::{BatchStats, DEFAULT_IN_FLIGHT};
 pub use status::{
     ArrayStatus, ClassStatus, CommitStats, DeviceStatus, MetaStatus, PendingStatus, RequestStats,
     SsdSummary,

@@ -10,32 +10,12 @@ use std::time::Instant;
 
 use ecstack_device::BlockDevice;
 
-use crate::array::{Array, Core};
+use crate::core::{lock_sb, CommitReport, Core, RebuildReport};
 use crate::format::encode_label;
 use crate::io::Rd;
 use crate::meta::Rec;
-use crate::scheme::{CommitReport, UpdateScheme};
+use crate::scheme::UpdateScheme;
 use crate::{ArrayError, Result};
-
-/// What a rebuild did.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RebuildReport {
-    pub devices: Vec<usize>,
-    /// Data stripes that had chunks on the rebuilt devices.
-    pub stripes: u64,
-    /// Chunks recovered.
-    pub chunks: u64,
-    /// Bytes recovered.
-    pub bytes: u64,
-    /// Time of the rebuild proper (after the parity commit).
-    pub seconds: f64,
-    /// Recovery throughput: recovered bytes / seconds, MB/s (10^6).
-    pub mb_per_s: f64,
-    pub batch: usize,
-    pub prefetch: bool,
-    /// The parity commit that preceded the rebuild, if there was anything to commit.
-    pub commit: Option<CommitReport>,
-}
 
 /// One stripe of a batch: its shards (surviving ones filled by the batch read) and what to rebuild.
 struct Item {
@@ -186,11 +166,16 @@ fn decode_and_write(
     Ok(())
 }
 
+/// Rebuild `targets` (device index, replacement) with batches of `batch` stripes; `commit` runs the
+/// parity commit that must precede the rebuild (the caller holds the admin lock).
 pub(crate) fn rebuild(
-    array: &Array,
+    core: &Core,
+    scheme: &dyn UpdateScheme,
     targets: Vec<(usize, Arc<dyn BlockDevice>)>,
+    batch: usize,
+    prefetch: bool,
+    commit: &dyn Fn() -> Result<CommitReport>,
 ) -> Result<RebuildReport> {
-    let core = &array.core;
     let g = core.geo.clone();
     if targets.is_empty() {
         return Err(ArrayError::Admin("nothing to rebuild".into()));
@@ -223,17 +208,11 @@ pub(crate) fn rebuild(
     }
     core.check_tolerance()?;
     core.persist()?;
-    let commit = if array.scheme.has_pending(core) {
-        Some(array.commit_locked()?)
+    let commit = if scheme.has_pending(core) {
+        Some(commit()?)
     } else {
         None
     };
-    let batch = array
-        .rebuild_batch
-        .load(std::sync::atomic::Ordering::Relaxed) as usize;
-    let prefetch = array
-        .rebuild_prefetch
-        .load(std::sync::atomic::Ordering::Relaxed);
     let t = Instant::now();
     let mains: Vec<(usize, Arc<dyn BlockDevice>)> =
         targets.iter().filter(|(i, _)| *i < g.n).cloned().collect();
@@ -241,9 +220,8 @@ pub(crate) fn rebuild(
     let mut chunks = 0u64;
     let mut nstripes = 0u64;
     if !mains.is_empty() {
-        let stripes = array.scheme.written_stripes(core);
+        let stripes = scheme.written_stripes(core);
         nstripes = stripes.len() as u64;
-        let scheme = array.scheme.as_ref();
         if prefetch {
             std::thread::scope(|sc| -> Result<()> {
                 let (tx, rx) = sync_channel::<Result<Vec<Item>>>(4);
@@ -275,7 +253,7 @@ pub(crate) fn rebuild(
     }
     let seconds = t.elapsed().as_secs_f64();
     // Install the replacements.
-    let uuid = crate::array::lock_sb(core).uuid;
+    let uuid = lock_sb(core).uuid;
     for (i, dev) in &targets {
         dev.write_at(&encode_label(uuid, *i as u16), 0)?;
         dev.flush()?;

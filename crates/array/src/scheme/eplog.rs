@@ -18,9 +18,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::md::by_stripe;
-use super::stripe_buffer::{BatchStats, StripeBuffer};
-use super::{ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
-use crate::array::Core;
+use super::stripe_buffer::StripeBuffer;
+use super::{BatchStats, ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
+use crate::core::Core;
 use crate::io::{Rd, Wr};
 use crate::meta::{DataStripe, LogStripe, Member, Rec};
 use crate::{ArrayError, Result, SchemeKind};

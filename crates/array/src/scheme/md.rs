@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::{ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
-use crate::array::Core;
+use crate::core::Core;
 use crate::io::{Rd, Wr};
 use crate::meta::Rec;
 use crate::{Result, SchemeKind};

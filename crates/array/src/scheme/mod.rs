@@ -1,22 +1,23 @@
 //! Update schemes: how a write becomes chunk writes, log chunks and parity work. One file per scheme
-//! behind [`UpdateScheme`]; the array core ([`Core`]) provides geometry, devices, metadata and codes.
+//! behind `UpdateScheme` (crate-private); the array core (`Core`) provides geometry, devices,
+//! metadata and codes. This file holds what the schemes share; the array picks a scheme.
 
-mod eplog;
-mod md;
-mod pl;
-mod stripe_buffer;
+pub(crate) mod eplog;
+pub(crate) mod md;
+pub(crate) mod pl;
+pub(crate) mod stripe_buffer;
 
-pub use eplog::Eplog;
-pub use md::Md;
-pub use pl::Pl;
-pub use stripe_buffer::{BatchStats, DEFAULT_IN_FLIGHT};
+pub use crate::core::CommitReport;
 
-use crate::array::Core;
-use crate::io::{Rd, Wr};
-use crate::{ArrayError, Result, SchemeKind};
+use crate::core::Core;
+use crate::{Result, SchemeKind};
+
+/// Batches that may be written at the same time by default (more keep the devices busier, fewer
+/// make batches larger: fewer log chunks per data chunk).
+pub const DEFAULT_IN_FLIGHT: usize = 2;
 
 /// Read `buf.len()` bytes at byte `off` inside data chunk `pos` of data stripe `stripe`.
-pub struct ChunkRead<'a> {
+pub(crate) struct ChunkRead<'a> {
     pub stripe: u64,
     pub pos: usize,
     pub off: usize,
@@ -24,7 +25,7 @@ pub struct ChunkRead<'a> {
 }
 
 /// Write the whole data chunk `pos` of data stripe `stripe` (`data.len()` = chunk size).
-pub struct ChunkWrite<'a> {
+pub(crate) struct ChunkWrite<'a> {
     pub stripe: u64,
     pub pos: usize,
     pub data: &'a [u8],
@@ -32,47 +33,15 @@ pub struct ChunkWrite<'a> {
 
 /// Whether a write went through or needs a parity commit first to free space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOutcome {
+pub(crate) enum WriteOutcome {
     Done,
     /// Nothing was written: the spare chunk slots or the log devices are full.
     NeedCommit,
 }
 
-/// What one parity commit did.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CommitReport {
-    /// Data stripes whose parity was recomputed.
-    pub stripes: u64,
-    /// Latest data chunk versions that became committed.
-    pub chunks: u64,
-    /// Data chunks decoded from log stripes (degraded commit).
-    pub decoded_from_log: u64,
-    /// Chunk slots freed (old versions).
-    pub freed_slots: u64,
-    /// Log slots freed on each log device.
-    pub freed_log_slots: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub seconds: f64,
-}
-
-impl CommitReport {
-    /// Add another commit's work to this one.
-    pub fn add(&mut self, r: &CommitReport) {
-        self.stripes += r.stripes;
-        self.chunks += r.chunks;
-        self.decoded_from_log += r.decoded_from_log;
-        self.freed_slots += r.freed_slots;
-        self.freed_log_slots += r.freed_log_slots;
-        self.bytes_read += r.bytes_read;
-        self.bytes_written += r.bytes_written;
-        self.seconds += r.seconds;
-    }
-}
-
 /// One update scheme. All calls come from the array with the stripes involved locked; `commit`
 /// runs with the whole array locked.
-pub trait UpdateScheme: Send + Sync {
+pub(crate) trait UpdateScheme: Send + Sync {
     fn kind(&self) -> SchemeKind;
     /// Read data chunk ranges (degraded reads decode lost chunks).
     fn read(&self, core: &Core, reqs: &mut [ChunkRead<'_>]) -> Result<()>;
@@ -117,176 +86,17 @@ pub trait UpdateScheme: Send + Sync {
     }
 }
 
-pub(crate) fn new_scheme(kind: SchemeKind) -> Box<dyn UpdateScheme> {
-    match kind {
-        SchemeKind::Md => Box::new(Md),
-        SchemeKind::Pl => Box::new(Pl),
-        SchemeKind::Eplog => Box::new(Eplog::default()),
-    }
-}
-
-/// Which shards of a stripe to read and which to reconstruct.
-pub(crate) struct StripePlan {
-    /// (position, device, slot) to read.
-    pub reads: Vec<(usize, usize, u64)>,
-    /// Positions to reconstruct (exactly m when decoding is needed).
-    pub erased: Vec<usize>,
-}
-
-impl Core {
-    /// Plan a decode of stripe `s` whose chunks sit at `slots` (None: data reads as zeros / parity not
-    /// valid). `unusable` lists positions that must not be used (e.g. parity without its log).
-    /// Reads exactly enough chunks (k minus the known-zero ones).
-    pub(crate) fn plan_stripe(
-        &self,
-        s: u64,
-        slots: &[Option<u64>],
-        unusable: &[usize],
-    ) -> Result<StripePlan> {
-        let g = &self.geo;
-        let mut known = 0usize;
-        let mut reads = Vec::new();
-        let mut erased = Vec::new();
-        for (p, slot) in slots.iter().enumerate().take(g.n) {
-            let d = g.dev_of(s, p);
-            let usable = !unusable.contains(&p) && !self.devs.is_failed(d);
-            match slot {
-                None if p < g.k => known += 1,
-                Some(sl) if usable && known < g.k => {
-                    known += 1;
-                    reads.push((p, d, *sl));
-                }
-                _ => erased.push(p),
-            }
-        }
-        if known < g.k {
-            return Err(ArrayError::DataLoss(format!(
-                "stripe {s}: only {known} of the {} chunks needed are available",
-                g.k
-            )));
-        }
-        Ok(StripePlan { reads, erased })
-    }
-
-    /// Decode stripe `s`: returns all n shards (data then parity). `adjust(p, buf)` is applied to
-    /// every parity shard read (parity logging folds its log chunks in there).
-    pub(crate) fn decode_stripe(
-        &self,
-        s: u64,
-        slots: &[Option<u64>],
-        unusable: &[usize],
-        adjust: &dyn Fn(usize, &mut [u8]) -> Result<()>,
-    ) -> Result<Vec<Vec<u8>>> {
-        let g = &self.geo;
-        let c = g.chunk as usize;
-        for _attempt in 0..=g.n {
-            let plan = self.plan_stripe(s, slots, unusable)?;
-            let mut shards = vec![vec![0u8; c]; g.n];
-            let mut ok = true;
-            {
-                let mut bufs: Vec<Option<&mut Vec<u8>>> = shards.iter_mut().map(Some).collect();
-                let mut ops: Vec<Rd<'_>> = plan
-                    .reads
-                    .iter()
-                    .map(|&(p, d, slot)| {
-                        Rd::new(
-                            d,
-                            g.off(slot),
-                            bufs[p].take().expect("read once").as_mut_slice(),
-                        )
-                    })
-                    .collect();
-                self.devs.read(&mut ops);
-                if ops.iter().any(|o| !o.ok) {
-                    ok = false;
-                }
-            }
-            if !ok {
-                continue; // a device failed under us: plan again around it
-            }
-            for &(p, _, _) in &plan.reads {
-                if p >= g.k {
-                    adjust(p, &mut shards[p])?;
-                }
-            }
-            if !plan.erased.is_empty() {
-                let mut refs: Vec<&mut [u8]> =
-                    shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-                self.code.reconstruct(&mut refs, &plan.erased)?;
-            }
-            return Ok(shards);
-        }
-        Err(ArrayError::DataLoss(format!(
-            "stripe {s}: devices kept failing during decode"
-        )))
-    }
-
-    /// Encode parity of `data` (k chunks) into m new buffers.
-    pub(crate) fn encode_parity(&self, data: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
-        let mut parity = vec![vec![0u8; self.geo.chunk as usize]; self.geo.m];
-        let mut refs: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
-        self.code.encode(data, &mut refs)?;
-        Ok(parity)
-    }
-
-    /// Recompute the parity of `stripes` (in-place layout: chunk p of stripe s at slot s) from their
-    /// data chunks and write it, in batches read and written in parallel. `unreadable(s)` supplies
-    /// the k data chunks of a stripe whose reads failed (a degraded decode, or an error).
-    pub(crate) fn rewrite_parity(
-        &self,
-        stripes: &[u64],
-        unreadable: &dyn Fn(u64) -> Result<Vec<Vec<u8>>>,
-    ) -> Result<()> {
-        let g = &self.geo;
-        let c = g.chunk as usize;
-        for batch in stripes.chunks(256) {
-            let mut data: Vec<Vec<Vec<u8>>> =
-                batch.iter().map(|_| vec![vec![0u8; c]; g.k]).collect();
-            let mut bad = Vec::new();
-            {
-                let mut ops: Vec<Rd> = Vec::new();
-                let mut who = Vec::new();
-                for (i, (s, d)) in batch.iter().zip(data.iter_mut()).enumerate() {
-                    for (p, b) in d.iter_mut().enumerate() {
-                        ops.push(Rd::new(g.dev_of(*s, p), g.off(*s), b.as_mut_slice()));
-                        who.push(i);
-                    }
-                }
-                self.devs.read(&mut ops);
-                for (o, &i) in ops.iter().zip(&who) {
-                    if !o.ok && !bad.contains(&i) {
-                        bad.push(i);
-                    }
-                }
-            }
-            for i in bad {
-                data[i] = unreadable(batch[i])?;
-            }
-            let mut parities = Vec::with_capacity(batch.len());
-            for d in &data {
-                let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
-                parities.push(self.encode_parity(&refs)?);
-            }
-            let mut ops = Vec::new();
-            for (s, par) in batch.iter().zip(&parities) {
-                for (i, b) in par.iter().enumerate() {
-                    ops.push(Wr::new(g.dev_of(*s, g.k + i), g.off(*s), b));
-                }
-            }
-            self.devs.write(&mut ops);
-        }
-        Ok(())
-    }
-
-    /// Fail with DataLoss if more devices failed than the code tolerates.
-    pub(crate) fn check_tolerance(&self) -> Result<()> {
-        let f = self.devs.failed_count();
-        if f > self.geo.m {
-            return Err(ArrayError::DataLoss(format!(
-                "{f} devices failed but the array tolerates {}",
-                self.geo.m
-            )));
-        }
-        Ok(())
-    }
+/// Counters: batches written and the requests they carried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BatchStats {
+    pub batches: u64,
+    pub requests: u64,
+    /// Time spent writing batches (summed over batches written at the same time).
+    #[serde(default)]
+    pub write_seconds: f64,
+    /// Measuring epochs spent in eager mode and in batching mode.
+    #[serde(default)]
+    pub eager_epochs: u64,
+    #[serde(default)]
+    pub batch_epochs: u64,
 }

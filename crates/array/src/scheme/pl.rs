@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::md::{by_stripe, read_in_place, write_full_stripes};
 use super::{ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
-use crate::array::Core;
+use crate::core::Core;
 use crate::io::{Rd, Wr};
 use crate::meta::Rec;
 use crate::{ArrayError, Result, SchemeKind};

@@ -25,12 +25,8 @@
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use super::WriteOutcome;
+use super::{BatchStats, WriteOutcome, DEFAULT_IN_FLIGHT};
 use crate::{ArrayError, Result};
-
-/// Batches that may be written at the same time by default (more keep the devices busier, fewer
-/// make batches larger: fewer log chunks per data chunk).
-pub const DEFAULT_IN_FLIGHT: usize = 2;
 
 /// In eager mode a request is written at once, whatever the batches in flight, while fewer than
 /// this many write requests per allowed batch are being written.
@@ -85,21 +81,6 @@ struct State<J> {
     batches: u64,
     jobs: u64,
     write_ns: u64,
-}
-
-/// Counters: batches written and the requests they carried.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct BatchStats {
-    pub batches: u64,
-    pub requests: u64,
-    /// Time spent writing batches (summed over batches written at the same time).
-    #[serde(default)]
-    pub write_seconds: f64,
-    /// Measuring epochs spent in eager mode and in batching mode.
-    #[serde(default)]
-    pub eager_epochs: u64,
-    #[serde(default)]
-    pub batch_epochs: u64,
 }
 
 impl<J> Default for StripeBuffer<J> {

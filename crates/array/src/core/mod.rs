@@ -1,0 +1,171 @@
+//! The array core: geometry, devices, metadata and codes, with the stripe-level operations every
+//! update scheme, recovery and the status report share. It depends only on `format`, `meta` and
+//! `io`; the schemes, `recovery`, `status` and the `Array` facade depend on it.
+
+mod alloc;
+mod stats;
+mod stripe;
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use ecstack_codes::{new_code, ErasureCode};
+
+use crate::format::{Geometry, Superblock};
+use crate::io::{Devs, IoCounters};
+use crate::meta::{MetaVolume, Rec};
+use crate::{ArrayError, Result};
+
+pub(crate) use alloc::{Alloc, MetaInner};
+pub(crate) use stats::Stats;
+pub use stats::{CommitReport, RebuildReport};
+
+/// Everything the update schemes work with.
+pub(crate) struct Core {
+    pub(crate) geo: Geometry,
+    pub(crate) code: Box<dyn ErasureCode>,
+    log_codes: Vec<OnceLock<Box<dyn ErasureCode>>>,
+    pub(crate) devs: Devs,
+    pub(crate) meta: Mutex<MetaInner>,
+    pub(crate) metavol: Mutex<MetaVolume>,
+    pub(crate) sb: Mutex<Superblock>,
+    pub(crate) stats: Stats,
+    pub(crate) trim_on_commit: AtomicBool,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Core({:?})", self.geo)
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn lock_sb(core: &Core) -> MutexGuard<'_, Superblock> {
+    lock(&core.sb)
+}
+
+impl Core {
+    /// Assemble a core from an opened array's parts.
+    pub(crate) fn new(
+        sb: &Superblock,
+        code: Box<dyn ErasureCode>,
+        devs: Devs,
+        meta: MetaInner,
+        metavol: MetaVolume,
+    ) -> Core {
+        let g = sb.geometry.clone();
+        Core {
+            log_codes: (0..=g.n).map(|_| OnceLock::new()).collect(),
+            code,
+            devs,
+            meta: Mutex::new(meta),
+            metavol: Mutex::new(metavol),
+            sb: Mutex::new(sb.clone()),
+            stats: Stats::default(),
+            trim_on_commit: AtomicBool::new(sb.trim_on_commit),
+            geo: g,
+        }
+    }
+
+    pub(crate) fn meta(&self) -> MutexGuard<'_, MetaInner> {
+        lock(&self.meta)
+    }
+
+    /// The k'-of-(k'+m) code of a log stripe with k' data chunks.
+    pub(crate) fn log_code(&self, kp: usize) -> Result<&dyn ErasureCode> {
+        let cell = self
+            .log_codes
+            .get(kp)
+            .ok_or_else(|| ArrayError::Meta(format!("log stripe of {kp} chunks")))?;
+        if cell.get().is_none() {
+            let c = new_code(self.code.kind(), kp, self.geo.m)?;
+            let _ = cell.set(c);
+        }
+        Ok(cell.get().expect("set above").as_ref())
+    }
+
+    pub(crate) fn main_counters(&self) -> IoCounters {
+        let mut c = IoCounters::default();
+        for i in 0..self.geo.n {
+            c.add(&self.devs.meters[i].get());
+        }
+        c
+    }
+
+    /// Make everything done so far durable: flush the devices, then append the pending metadata
+    /// records (or a full checkpoint when the incremental area is full) and flush the volume.
+    pub(crate) fn persist(&self) -> Result<()> {
+        let mut mv = lock(&self.metavol);
+        self.devs.flush_all();
+        let (recs, cp) = {
+            let mut mi = self.meta();
+            for d in self.devs.failed_list() {
+                if !mi.state.failed.contains(&(d as u16)) {
+                    mi.record(Rec::DeviceFailed { dev: d as u16 });
+                }
+            }
+            let recs = std::mem::take(&mut mi.pending);
+            if recs.is_empty() || mv.fits(crate::meta::frame_len(&recs)) {
+                (recs, None)
+            } else {
+                (Vec::new(), Some(mi.state.encode()))
+            }
+        };
+        let t = Instant::now();
+        if let Some(body) = cp {
+            mv.write_checkpoint(&body)?;
+        } else if !recs.is_empty() {
+            mv.append(&recs)?;
+        }
+        self.stats
+            .meta_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+        Ok(())
+    }
+
+    /// Write a full checkpoint of the current state (after flushing the devices).
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let mut mv = lock(&self.metavol);
+        self.devs.flush_all();
+        let body = {
+            let mut mi = self.meta();
+            for d in self.devs.failed_list() {
+                if !mi.state.failed.contains(&(d as u16)) {
+                    mi.record(Rec::DeviceFailed { dev: d as u16 });
+                }
+            }
+            mi.pending.clear();
+            mi.state.encode()
+        };
+        mv.write_checkpoint(&body)
+    }
+
+    pub(crate) fn begin_commit(&self) -> Result<()> {
+        self.meta().record(Rec::CommitBegin);
+        self.persist()
+    }
+
+    /// End a parity commit: durable CommitDone, then hand the freed slots back (and TRIM them).
+    pub(crate) fn finish_commit(&self, frees: Vec<(usize, u64)>) -> Result<()> {
+        self.meta().record(Rec::CommitDone);
+        self.persist()?;
+        {
+            let mut mi = self.meta();
+            for &(d, s) in &frees {
+                mi.alloc.put(d, s);
+            }
+        }
+        if self.trim_on_commit.load(Relaxed) {
+            for &(d, s) in &frees {
+                if !self.devs.is_failed(d) {
+                    let _ = self.devs.get(d).discard(self.geo.off(s), self.geo.chunk);
+                }
+            }
+        }
+        Ok(())
+    }
+}
