@@ -25,6 +25,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# The real-client tests fail under CI=true / ECSTACK_REQUIRE_CLIENTS=1 without these: say so now.
+for tool in fio nbdinfo nbdcopy; do
+  command -v "$tool" >/dev/null 2>&1 || echo "setup: '$tool' is still missing after the install" >&2
+done
+if command -v fio >/dev/null 2>&1 && ! fio --enghelp=nbd 2>/dev/null | grep -q uri; then
+  echo "setup: this fio has no nbd ioengine (Debian's fio package has it)" >&2
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"

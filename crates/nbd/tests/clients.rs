@@ -128,11 +128,7 @@ fn fio_ok(test: &str) -> bool {
     if !have("fio", test) {
         return false;
     }
-    if !fio_has_nbd_engine() {
-        eprintln!("SKIPPED {test}: this fio has no nbd ioengine");
-        return false;
-    }
-    true
+    need("fio with the nbd ioengine", fio_has_nbd_engine(), test)
 }
 
 fn fio_verify_cycle(dev: Arc<dyn BlockDevice>, size: u64) {

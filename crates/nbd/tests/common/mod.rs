@@ -37,17 +37,13 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// Is `bin` runnable? Prints a skip notice when it is not.
+/// Is `bin` runnable? When it is not, the test is skipped with a loud notice, or fails (with a
+/// message naming the tool) when CI=true or ECSTACK_REQUIRE_CLIENTS=1 (`bench::client_check`).
 pub fn have(bin: &str, test: &str) -> bool {
-    let ok = std::process::Command::new(bin)
-        .arg("--version")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIPPED {test}: '{bin}' is not installed (apt install fio libnbd-bin)");
-    }
-    ok
+    need(bin, ecstack_nbd::bench::tool_runs(bin), test)
+}
+
+/// Like [`have`] for a condition the caller checked (`present`), reported as tool `what`.
+pub fn need(what: &str, present: bool, test: &str) -> bool {
+    ecstack_nbd::bench::client_check(what, present, test).unwrap_or_else(|e| panic!("{e}"))
 }
