@@ -107,7 +107,7 @@ fn decode_and_write(
     for it in items.iter_mut() {
         if !it.erased.is_empty() {
             let mut refs: Vec<&mut [u8]> = it.shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-            core.code.reconstruct(&mut refs, &it.erased)?;
+            core.code.reconstruct_in_place(&mut refs, &it.erased)?;
         }
         for &(ti, p, slot) in &it.targets {
             out[ti].push((slot, std::mem::take(&mut it.shards[p])));

@@ -3,11 +3,10 @@
 use crate::util::{fmt_size, parse_size, print_json};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use ecstack_codes::code::{CodeKind, ErasureCode, LinearCode};
-use ecstack_codes::lt::{LtCode, LtDecoder, LtParams};
-use ecstack_codes::raptor::RaptorQ;
-use ecstack_codes::rng::Rng;
-use ecstack_codes::RatelessCode;
+use ecstack_base::rng::Rng;
+use ecstack_codes::{
+    new_linear_code, CodeKind, LtCode, LtDecoder, LtParams, RaptorQ, RatelessCode, Simd,
+};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -132,8 +131,7 @@ fn parse_rows(s: &str) -> Result<Vec<(usize, usize, usize)>> {
 
 fn bench_ec(a: EcBench) -> Result<()> {
     if let Some(l) = &a.simd {
-        let lvl = ecstack_codes::Simd::parse(l)
-            .ok_or_else(|| anyhow::anyhow!("unknown SIMD level '{l}'"))?;
+        let lvl = Simd::parse(l).ok_or_else(|| anyhow::anyhow!("unknown SIMD level '{l}'"))?;
         if !lvl.supported() {
             bail!("this CPU does not support {l}");
         }
@@ -142,7 +140,7 @@ fn bench_ec(a: EcBench) -> Result<()> {
     }
     let kind = CodeKind::parse(&a.code)?;
     let rows = parse_rows(&a.rows)?;
-    let simd = ecstack_codes::kernels::active().name();
+    let simd = Simd::active().name();
     let mut out = Vec::new();
     let mut rng = Rng::new(1);
     if !a.json {
@@ -154,7 +152,7 @@ fn bench_ec(a: EcBench) -> Result<()> {
         );
     }
     for (k, m, chunk) in rows {
-        let code = LinearCode::new(kind, k, m)?;
+        let code = new_linear_code(kind, k, m)?;
         let data = rand_bufs(&mut rng, k, chunk);
         let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
         let mut parity = vec![vec![0u8; chunk]; m];
@@ -220,7 +218,7 @@ fn bench_ec(a: EcBench) -> Result<()> {
         for _ in 0..a.rounds {
             let mut s: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
             best.0 = best.0.max(measure(k * chunk, a.time, &mut || {
-                code.reconstruct(&mut s, &erased).expect("decode")
+                code.reconstruct_in_place(&mut s, &erased).expect("decode")
             }));
             #[cfg(feature = "isal")]
             {
@@ -254,7 +252,7 @@ fn bench_ec(a: EcBench) -> Result<()> {
                             let mut r = vec![0u8; k];
                             for (j, rj) in r.iter_mut().enumerate() {
                                 for t in 0..k {
-                                    *rj ^= ecstack_codes::gf::mul(g.get(e, t), inv[t * k + j]);
+                                    *rj ^= ecstack_codes::isal::mul(g.get(e, t), inv[t * k + j]);
                                 }
                             }
                             rows.extend_from_slice(&r);

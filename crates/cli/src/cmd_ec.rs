@@ -252,12 +252,12 @@ fn demo(a: DemoArgs) -> Result<()> {
             opts.code,
             opts.k,
             opts.m,
-            ecstack_codes::kernels::active().name()
+            ecstack_codes::Simd::active().name()
         );
     }
     let enc = encode_with_bar(&input, &dir.join("shards"), &opts)?;
     // Lose m shards, chosen by the seed, data shards first so decoding has real work to do.
-    let mut rng = ecstack_codes::rng::Rng::new(a.seed);
+    let mut rng = ecstack_base::rng::Rng::new(a.seed);
     let mut idx: Vec<usize> = (0..opts.k + opts.m).collect();
     rng.shuffle(&mut idx[..opts.k]);
     let lost: Vec<usize> = idx[..opts.m.min(opts.k)].to_vec();
@@ -283,7 +283,7 @@ fn demo(a: DemoArgs) -> Result<()> {
     if a.json {
         return print_json(&serde_json::json!({
             "bytes": size, "code": opts.code, "k": opts.k, "m": opts.m, "lost": lost, "verified": same,
-            "simd": ecstack_codes::kernels::active().name(),
+            "simd": ecstack_codes::Simd::active().name(),
             "encode_gbps": gbps(size, enc.coding_seconds), "decode_gbps": gbps(size, dec.coding_seconds),
             "encode_total_seconds": enc.total_seconds, "decode_total_seconds": dec.total_seconds,
         }));
@@ -308,7 +308,7 @@ fn write_random_file(path: &Path, size: u64, seed: u64) -> Result<()> {
     let mut w = std::io::BufWriter::new(
         std::fs::File::create(path).with_context(|| format!("{}", path.display()))?,
     );
-    let mut rng = ecstack_codes::rng::Rng::new(seed);
+    let mut rng = ecstack_base::rng::Rng::new(seed);
     let mut buf = vec![0u8; 1 << 20];
     let mut left = size;
     while left > 0 {

@@ -42,9 +42,9 @@ impl CodeKind {
             "rs-cauchy" | "cauchy" => Ok(CodeKind::RsCauchy),
             "xor" | "raid5" => Ok(CodeKind::Xor),
             "raid6" => Ok(CodeKind::Raid6),
-            _ => Err(CodeError::InvalidParams(format!(
-                "unknown code '{s}' (expected rs-vand, rs-cauchy, xor or raid6)"
-            ))),
+            _ => Err(CodeError::UnknownCode {
+                name: s.to_string(),
+            }),
         }
     }
 
@@ -69,8 +69,13 @@ impl fmt::Display for CodeKind {
     }
 }
 
-/// The erasure-code seam every layer above uses. Shards are equal-length byte slices: indices `0..k` are
-/// data chunks, `k..k+m` parity chunks.
+/// The erasure-code seam every layer above uses; build one with [`new_code`]. Shards are equal-length
+/// byte slices: indices `0..k` are data chunks, `k..k+m` parity chunks.
+///
+/// A code cannot detect corruption: every shard it is given as input must hold valid contents. The caller
+/// guarantees that: shard files check a CRC per unit ([`crate::shard`]), the array trusts only chunks its
+/// metadata says are current on a working device, a cluster OSD checks its chunk headers. Every method
+/// checks counts, lengths and indexes first and returns a [`CodeError`] instead of panicking.
 pub trait ErasureCode: Send + Sync + fmt::Debug {
     fn kind(&self) -> CodeKind;
     /// Number of data chunks.
@@ -81,17 +86,74 @@ pub trait ErasureCode: Send + Sync + fmt::Debug {
     fn n(&self) -> usize {
         self.k() + self.m()
     }
-    /// The n x k generator matrix (top k rows are the identity).
-    fn generator(&self) -> &Matrix;
 
-    /// Compute every parity chunk from the data chunks.
+    /// Compute every parity chunk from the data chunks: `data` holds k slices, `parity` m slices, all of
+    /// one length. (Data and parity are separate so that data can stay borrowed from the caller.)
     fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<()>;
 
-    /// Rebuild the shards listed in `erased` (at most m, data or parity in any mix) in place from the
-    /// others, which must hold valid contents.
-    fn reconstruct(&self, shards: &mut [&mut [u8]], erased: &[usize]) -> Result<()>;
+    /// Rebuild every missing shard: `shards` holds n entries, `None` for a lost one, and at least k present
+    /// ones of equal length (which must hold valid contents, see the trait doc). Each `None` becomes the
+    /// rebuilt shard; data or parity in any mix. Errors: [`CodeError::ShardCount`] (not n entries),
+    /// [`CodeError::ShardSize`] (present shards differ in length), [`CodeError::TooFewShards`].
+    fn reconstruct(&self, shards: &mut [Option<Vec<u8>>]) -> Result<()> {
+        let (n, k) = (self.n(), self.k());
+        if shards.len() != n {
+            return Err(CodeError::ShardCount {
+                what: "shard",
+                got: shards.len(),
+                want: n,
+            });
+        }
+        let mut len = None;
+        let mut erased = Vec::new();
+        for (i, s) in shards.iter().enumerate() {
+            match (s, len) {
+                (None, _) => erased.push(i),
+                (Some(v), None) => len = Some(v.len()),
+                (Some(v), Some(l)) if v.len() != l => {
+                    return Err(CodeError::ShardSize {
+                        what: "shard",
+                        index: i,
+                        got: v.len(),
+                        want: l,
+                    })
+                }
+                _ => {}
+            }
+        }
+        if erased.is_empty() {
+            return Ok(());
+        }
+        if n - erased.len() < k {
+            return Err(CodeError::TooFewShards {
+                present: n - erased.len(),
+                k,
+            });
+        }
+        let len = len.unwrap_or(0);
+        for &e in &erased {
+            shards[e] = Some(vec![0u8; len]);
+        }
+        let mut refs: Vec<&mut [u8]> = shards
+            .iter_mut()
+            .map(|s| s.get_or_insert_with(Vec::new).as_mut_slice())
+            .collect();
+        let r = self.reconstruct_in_place(&mut refs, &erased);
+        if r.is_err() {
+            for &e in &erased {
+                shards[e] = None;
+            }
+        }
+        r
+    }
 
-    /// Whether the parity chunks match the data chunks.
+    /// [`reconstruct`](ErasureCode::reconstruct) into buffers the caller owns, without allocating: `shards`
+    /// holds all n shards of one length, and the ones listed in `erased` (at most m, no repeats) are
+    /// overwritten with their rebuilt contents from the others (which must be valid, see the trait doc).
+    fn reconstruct_in_place(&self, shards: &mut [&mut [u8]], erased: &[usize]) -> Result<()>;
+
+    /// Whether the parity chunks match the data chunks (`shards` holds all n). Detects an inconsistent
+    /// stripe, not which shard is wrong.
     fn verify(&self, shards: &[&[u8]]) -> Result<bool>;
 
     /// Parity deltas for an update of data chunk `data_index` over some byte range (CodFS §2.1.1): given the
@@ -108,26 +170,45 @@ pub trait ErasureCode: Send + Sync + fmt::Debug {
     /// Apply a parity delta to the matching range of a parity chunk (`parity ^= delta`).
     fn apply_delta(&self, parity: &mut [u8], delta: &[u8]) -> Result<()> {
         if parity.len() != delta.len() {
-            return Err(CodeError::LengthMismatch(format!(
-                "parity range is {} bytes but the delta is {}",
-                parity.len(),
-                delta.len()
-            )));
+            return Err(CodeError::ShardSize {
+                what: "delta",
+                index: 0,
+                got: delta.len(),
+                want: parity.len(),
+            });
         }
         kernels::xor_into(parity, delta);
         Ok(())
     }
 }
 
-/// Build a code of the given kind. Checks k >= 1, m >= 1, k + m <= 256 and the kind's own limits.
+/// The linear-algebra view of a code, for benchmarks against other libraries, the ISA-L cross-check and
+/// callers that ship decode coefficients to where the data lives. Every [`CodeKind`] is linear; build
+/// one with [`new_linear_code`].
+pub trait LinearCode: ErasureCode {
+    /// The n x k generator matrix (top k rows are the identity, the rest the parity coefficients).
+    fn generator(&self) -> &Matrix;
+
+    /// The decode plan for an erasure pattern: which k surviving shards to read, and the coefficient rows
+    /// (one per erased shard, in `erased` order) that turn them into each erased shard.
+    fn decode_plan(&self, erased: &[usize]) -> Result<(Vec<usize>, Matrix)>;
+}
+
+/// Build a code of the given kind. Checks k >= 1, m >= 1, k + m <= 256 and the kind's own limits (m = 1
+/// for xor, m = 2 for raid6), else [`CodeError::Params`].
 pub fn new_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn ErasureCode>> {
-    Ok(Box::new(LinearCode::new(kind, k, m)?))
+    Ok(Box::new(Systematic::new(kind, k, m)?))
+}
+
+/// [`new_code`] with the [`LinearCode`] view (generator matrix, decode plans).
+pub fn new_linear_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn LinearCode>> {
+    Ok(Box::new(Systematic::new(kind, k, m)?))
 }
 
 /// The one implementation of `ErasureCode`: a systematic linear code given by its generator, with
 /// precomputed kernel tables and fast paths for XOR and RAID-6.
 #[derive(Clone)]
-pub struct LinearCode {
+pub(crate) struct Systematic {
     kind: CodeKind,
     k: usize,
     m: usize,
@@ -138,35 +219,34 @@ pub struct LinearCode {
     delta_tables: Vec<Tables>,
 }
 
-impl fmt::Debug for LinearCode {
+impl fmt::Debug for Systematic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}({}+{})", self.kind, self.k, self.m)
     }
 }
 
-impl LinearCode {
-    pub fn new(kind: CodeKind, k: usize, m: usize) -> Result<LinearCode> {
+impl Systematic {
+    pub(crate) fn new(kind: CodeKind, k: usize, m: usize) -> Result<Systematic> {
+        let params = |rule| CodeError::Params {
+            code: kind.name(),
+            got: format!("k={k}, m={m}"),
+            rule,
+        };
         if k == 0 || m == 0 || k + m > 256 {
-            return Err(CodeError::InvalidParams(format!(
-                "{kind} needs k >= 1, m >= 1 and k + m <= 256 (got k={k}, m={m})"
-            )));
+            return Err(params("needs k >= 1, m >= 1 and k + m <= 256"));
         }
         let gen = match kind {
             CodeKind::RsVandermonde => matrix::vandermonde_systematic(k, m),
             CodeKind::RsCauchy => matrix::cauchy1(k, m),
             CodeKind::Xor => {
                 if m != 1 {
-                    return Err(CodeError::InvalidParams(format!(
-                        "xor parity has m = 1 (got m={m})"
-                    )));
+                    return Err(params("xor parity has m = 1"));
                 }
                 matrix::xor_parity(k)
             }
             CodeKind::Raid6 => {
                 if m != 2 {
-                    return Err(CodeError::InvalidParams(format!(
-                        "raid6 has m = 2 (got k={k}, m={m})"
-                    )));
+                    return Err(params("raid6 has m = 2"));
                 }
                 matrix::raid6(k)
             }
@@ -179,7 +259,7 @@ impl LinearCode {
                 Tables::new(m, 1, &col)
             })
             .collect();
-        Ok(LinearCode {
+        Ok(Systematic {
             kind,
             k,
             m,
@@ -189,9 +269,8 @@ impl LinearCode {
         })
     }
 
-    /// The decode plan for an erasure pattern: which k surviving shards to read and the coefficient rows
-    /// that turn them into each erased shard. Exposed so a cluster can ship the rows to where data lives.
-    pub fn decode_plan(&self, erased: &[usize]) -> Result<(Vec<usize>, Matrix)> {
+    /// See [`LinearCode::decode_plan`].
+    pub(crate) fn plan(&self, erased: &[usize]) -> Result<(Vec<usize>, Matrix)> {
         let n = self.k + self.m;
         let mut is_erased = vec![false; n];
         for &e in erased {
@@ -199,9 +278,7 @@ impl LinearCode {
                 return Err(CodeError::IndexOutOfRange { index: e, n });
             }
             if is_erased[e] {
-                return Err(CodeError::InvalidParams(format!(
-                    "shard {e} is listed as erased twice"
-                )));
+                return Err(CodeError::DuplicateErasure { index: e });
             }
             is_erased[e] = true;
         }
@@ -213,8 +290,10 @@ impl LinearCode {
         }
         let survivors: Vec<usize> = (0..n).filter(|&i| !is_erased[i]).take(self.k).collect();
         let b = self.gen.select_rows(&survivors);
+        // Every generator built here is MDS (any k rows invertible), so this cannot fail; it is reported
+        // rather than unwrapped all the same.
         let b_inv = b.invert().ok_or_else(|| {
-            CodeError::InvalidParams(format!(
+            CodeError::DecodeFailed(format!(
                 "{self:?}: survivors {survivors:?} do not form an invertible matrix"
             ))
         })?;
@@ -234,38 +313,52 @@ impl LinearCode {
         }
         Ok((survivors, rows))
     }
+}
 
-    fn check_shards(
-        &self,
-        lens: impl Iterator<Item = usize>,
-        count: usize,
-        want: usize,
-        what: &str,
-    ) -> Result<usize> {
-        if count != want {
-            return Err(CodeError::ShardCount {
-                what: what.to_string(),
-                got: count,
-                want,
-            });
-        }
-        let mut len = None;
-        for (i, l) in lens.enumerate() {
-            match len {
-                None => len = Some(l),
-                Some(x) if x != l => {
-                    return Err(CodeError::LengthMismatch(format!(
-                        "{what} {i} is {l} bytes, the others are {x}"
-                    )))
-                }
-                _ => {}
+/// Check that there are `want` slices (`what` names them in errors) of one length, equal to `len` when
+/// given; returns that length.
+fn check_shards(
+    lens: impl Iterator<Item = usize>,
+    count: usize,
+    want: usize,
+    what: &'static str,
+    len: Option<usize>,
+) -> Result<usize> {
+    if count != want {
+        return Err(CodeError::ShardCount {
+            what,
+            got: count,
+            want,
+        });
+    }
+    let mut len = len;
+    for (index, got) in lens.enumerate() {
+        match len {
+            None => len = Some(got),
+            Some(want) if want != got => {
+                return Err(CodeError::ShardSize {
+                    what,
+                    index,
+                    got,
+                    want,
+                })
             }
+            _ => {}
         }
-        Ok(len.unwrap_or(0))
+    }
+    Ok(len.unwrap_or(0))
+}
+
+impl LinearCode for Systematic {
+    fn generator(&self) -> &Matrix {
+        &self.gen
+    }
+    fn decode_plan(&self, erased: &[usize]) -> Result<(Vec<usize>, Matrix)> {
+        self.plan(erased)
     }
 }
 
-impl ErasureCode for LinearCode {
+impl ErasureCode for Systematic {
     fn kind(&self) -> CodeKind {
         self.kind
     }
@@ -275,28 +368,21 @@ impl ErasureCode for LinearCode {
     fn m(&self) -> usize {
         self.m
     }
-    fn generator(&self) -> &Matrix {
-        &self.gen
-    }
-
     fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<()> {
-        let len = self.check_shards(
+        let len = check_shards(
             data.iter().map(|d| d.len()),
             data.len(),
             self.k,
             "data chunk",
+            None,
         )?;
-        let plen = self.check_shards(
+        check_shards(
             parity.iter().map(|p| p.len()),
             parity.len(),
             self.m,
             "parity chunk",
+            Some(len),
         )?;
-        if plen != len {
-            return Err(CodeError::LengthMismatch(format!(
-                "data chunks are {len} bytes, parity chunks {plen}"
-            )));
-        }
         match self.kind {
             CodeKind::Xor => kernels::xor_multi(parity[0], data, false),
             CodeKind::Raid6 => {
@@ -308,9 +394,15 @@ impl ErasureCode for LinearCode {
         Ok(())
     }
 
-    fn reconstruct(&self, shards: &mut [&mut [u8]], erased: &[usize]) -> Result<()> {
+    fn reconstruct_in_place(&self, shards: &mut [&mut [u8]], erased: &[usize]) -> Result<()> {
         let n = self.k + self.m;
-        let len = self.check_shards(shards.iter().map(|s| s.len()), shards.len(), n, "shard")?;
+        let len = check_shards(
+            shards.iter().map(|s| s.len()),
+            shards.len(),
+            n,
+            "shard",
+            None,
+        )?;
         if erased.is_empty() {
             return Ok(());
         }
@@ -334,7 +426,7 @@ impl ErasureCode for LinearCode {
             kernels::xor_multi(dst.expect("erased index checked"), &srcs, false);
             return Ok(());
         }
-        let (survivors, rows) = self.decode_plan(erased)?;
+        let (survivors, rows) = self.plan(erased)?;
         let tables = Tables::new(rows.rows, rows.cols, &rows.data);
         let mut src_by_idx: Vec<Option<&[u8]>> = vec![None; n];
         let mut dst_by_idx: Vec<Option<&mut [u8]>> = (0..n).map(|_| None).collect();
@@ -362,11 +454,12 @@ impl ErasureCode for LinearCode {
     }
 
     fn verify(&self, shards: &[&[u8]]) -> Result<bool> {
-        let len = self.check_shards(
+        let len = check_shards(
             shards.iter().map(|s| s.len()),
             shards.len(),
             self.k + self.m,
             "shard",
+            None,
         )?;
         let mut fresh: Vec<Vec<u8>> = vec![vec![0u8; len]; self.m];
         let mut outs: Vec<&mut [u8]> = fresh.iter_mut().map(|v| v.as_mut_slice()).collect();
@@ -391,24 +484,20 @@ impl ErasureCode for LinearCode {
             });
         }
         if old.len() != new.len() {
-            return Err(CodeError::LengthMismatch(format!(
-                "old range is {} bytes, new range {}",
-                old.len(),
-                new.len()
-            )));
+            return Err(CodeError::ShardSize {
+                what: "new range",
+                index: data_index,
+                got: new.len(),
+                want: old.len(),
+            });
         }
-        let dl = self.check_shards(
+        check_shards(
             deltas.iter().map(|d| d.len()),
             deltas.len(),
             self.m,
             "delta",
+            Some(old.len()),
         )?;
-        if dl != old.len() {
-            return Err(CodeError::LengthMismatch(format!(
-                "deltas are {dl} bytes but the updated range is {}",
-                old.len()
-            )));
-        }
         match self.kind {
             CodeKind::Xor => kernels::xor_multi(deltas[0], &[old, new], false),
             _ => kernels::dot_prod_delta(

@@ -51,7 +51,7 @@ pub fn inv(a: u8) -> u8 {
 }
 
 /// a / b; b must be non-zero.
-#[inline]
+#[cfg(test)]
 pub fn div(a: u8, b: u8) -> u8 {
     debug_assert!(b != 0);
     mul(a, inv(b))
@@ -66,15 +66,6 @@ pub fn pow(a: u8, n: usize) -> u8 {
         return 0;
     }
     EXP[(LOG[a as usize] as usize * n) % 255]
-}
-
-/// The 256-entry product row `c * x` for every x: the scalar kernel's table.
-pub fn mul_row(c: u8) -> [u8; 256] {
-    let mut t = [0u8; 256];
-    for (x, slot) in t.iter_mut().enumerate() {
-        *slot = mul(c, x as u8);
-    }
-    t
 }
 
 /// Split-nibble tables for the PSHUFB kernels: `lo[i] = c * i`, `hi[i] = c * (i << 4)`.

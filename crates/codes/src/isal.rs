@@ -6,6 +6,7 @@ use std::os::raw::{c_int, c_uchar};
 extern "C" {
     fn gf_gen_cauchy1_matrix(a: *mut c_uchar, m: c_int, k: c_int);
     fn gf_gen_rs_matrix(a: *mut c_uchar, m: c_int, k: c_int);
+    fn gf_mul(a: c_uchar, b: c_uchar) -> c_uchar;
     fn gf_invert_matrix(input: *mut c_uchar, output: *mut c_uchar, n: c_int) -> c_int;
     fn ec_init_tables(k: c_int, rows: c_int, a: *mut c_uchar, gftbls: *mut c_uchar);
     fn ec_encode_data(
@@ -34,6 +35,12 @@ pub fn rs_matrix(k: usize, m: usize) -> Vec<u8> {
     // SAFETY: as above.
     unsafe { gf_gen_rs_matrix(a.as_mut_ptr(), n as c_int, k as c_int) };
     a
+}
+
+/// a * b in GF(2^8) with ISA-L's `gf_mul` (the same field, polynomial 0x11d).
+pub fn mul(a: u8, b: u8) -> u8 {
+    // SAFETY: a pure function of two bytes.
+    unsafe { gf_mul(a, b) }
 }
 
 /// Invert a k x k matrix with ISA-L; `None` if singular.

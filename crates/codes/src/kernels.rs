@@ -74,6 +74,12 @@ impl Simd {
         }
     }
 
+    /// The level the kernels run at: the best this CPU has, capped by `ECSTACK_SIMD=<level>` when set.
+    /// Fixed by the first call (or the first code built), so set the variable before that.
+    pub fn active() -> Simd {
+        active()
+    }
+
     fn uses_affine(self) -> bool {
         matches!(self, Simd::Avx2Gfni | Simd::Avx512Gfni)
     }
@@ -83,6 +89,7 @@ impl Simd {
 }
 
 /// Every level this CPU supports.
+#[cfg(test)]
 pub fn supported_levels() -> Vec<Simd> {
     Simd::ALL.into_iter().filter(|l| l.supported()).collect()
 }
@@ -193,9 +200,6 @@ impl Tables {
     pub fn cols(&self) -> usize {
         self.cols
     }
-    pub fn level(&self) -> Simd {
-        self.level
-    }
     pub fn coef(&self, r: usize, c: usize) -> u8 {
         self.coef[r * self.cols + c]
     }
@@ -286,18 +290,6 @@ unsafe fn simd_dot(
     {
         0
     }
-}
-
-/// `dst = c * src` (region multiply).
-pub fn mul_region(c: u8, src: &[u8], dst: &mut [u8]) {
-    let n = src.len().min(dst.len());
-    dot_prod(&Tables::new(1, 1, &[c]), &[src], &mut [dst], n, false);
-}
-
-/// `dst ^= c * src` (region multiply-accumulate).
-pub fn mul_add_region(c: u8, src: &[u8], dst: &mut [u8]) {
-    let n = src.len().min(dst.len());
-    dot_prod(&Tables::new(1, 1, &[c]), &[src], &mut [dst], n, true);
 }
 
 /// `dst (^)= XOR of srcs` over `dst.len()` bytes; every source must be at least that long.
@@ -849,3 +841,7 @@ mod ssse3 {
 /// The GF2P8AFFINEQB bit matrix of multiply-by-2 under 0x11d (rows 0x80,0x01,0x82,0x84,0x88,0x10,0x20,0x40
 /// for output bits 0..7); a unit test checks it against `gf::affine_matrix(2)`.
 pub const MUL2_MATRIX: u64 = 0x80_01_82_84_88_10_20_40;
+
+#[cfg(test)]
+#[path = "kernels_tests.rs"]
+mod tests;

@@ -1,7 +1,20 @@
-//! The `codes` layer of ecstack: GF(2^8) region kernels with run-time SIMD dispatch, systematic
-//! Reed-Solomon codes (Vandermonde-derived and Cauchy, the latter byte-identical to ISA-L), XOR and
-//! RAID-6 fast paths, parity deltas for small updates, rateless codes (RobuSTore's improved LT code and
-//! RFC 6330 RaptorQ) and the shard-file format used by `ecstack ec`.
+//! The `codes` layer of ecstack: systematic erasure codes (Reed-Solomon from a Vandermonde-derived or a
+//! Cauchy generator, the latter byte-identical to ISA-L; XOR parity; RAID-6), parity deltas for small
+//! updates, rateless codes (RobuSTore's improved LT code and RFC 6330 RaptorQ) and the shard-file format
+//! used by `ecstack ec`. GF(2^8) arithmetic, matrices and the SIMD region kernels are internal.
+//!
+//! The API, in the shape of klauspost/reedsolomon:
+//!
+//! - [`new_code`] builds an [`ErasureCode`]: [`encode`](ErasureCode::encode) data into parity,
+//!   [`reconstruct`](ErasureCode::reconstruct) any k of n shards (missing ones are `None`),
+//!   [`parity_deltas`](ErasureCode::parity_deltas) and [`apply_delta`](ErasureCode::apply_delta) for
+//!   small updates. [`LinearCode`] adds the generator matrix for benchmarks and cross-checks.
+//! - [`RatelessCode`] ([`LtCode`], [`RaptorQ`]) encodes into as many packets as asked; its decoder takes
+//!   packets in any order.
+//! - [`shard`] splits a file into n shard files and rebuilds it from any k.
+//!
+//! Codes cannot tell a corrupt shard from a good one: a caller passes only shards it has verified (the
+//! CRC of each shard-file unit, the array's metadata, an OSD's chunk headers).
 //!
 //! ```
 //! use ecstack_codes::{new_code, CodeKind};
@@ -11,52 +24,118 @@
 //! let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
 //! let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
 //! code.encode(&d, &mut p).unwrap();
-//! // Lose data chunk 1 and parity chunk 0, rebuild them.
-//! let mut shards: Vec<Vec<u8>> = data.iter().chain(parity.iter()).cloned().collect();
-//! shards[1].fill(0);
-//! shards[4].fill(0);
-//! let mut s: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-//! code.reconstruct(&mut s, &[1, 4]).unwrap();
-//! assert_eq!(shards[1], data[1]);
+//!
+//! // Lose data chunk 1 and parity chunk 0 (shard 4), rebuild them from the other four.
+//! let mut shards: Vec<Option<Vec<u8>>> = data.iter().chain(&parity).cloned().map(Some).collect();
+//! shards[1] = None;
+//! shards[4] = None;
+//! code.reconstruct(&mut shards).unwrap();
+//! assert_eq!(shards[1].as_deref(), Some(data[1].as_slice()));
+//! assert_eq!(shards[4].as_deref(), Some(parity[0].as_slice()));
+//!
+//! // Update the first 8 bytes of data chunk 2: only the parity deltas travel to the parity chunks.
+//! let new = [0xffu8; 8];
+//! let mut deltas = vec![vec![0u8; 8]; 2];
+//! let mut dl: Vec<&mut [u8]> = deltas.iter_mut().map(|v| v.as_mut_slice()).collect();
+//! code.parity_deltas(2, &data[2][..8], &new, &mut dl).unwrap();
+//! for (p, d) in parity.iter_mut().zip(&deltas) {
+//!     code.apply_delta(&mut p[..8], d).unwrap();
+//! }
+//! let mut updated = data.clone();
+//! updated[2][..8].copy_from_slice(&new);
+//! let all: Vec<&[u8]> = updated.iter().chain(&parity).map(|v| v.as_slice()).collect();
+//! assert!(code.verify(&all).unwrap());
 //! ```
 
-pub mod code;
-pub mod gf;
+mod code;
+mod gf;
 #[cfg(feature = "isal")]
 pub mod isal;
-pub mod kernels;
-pub mod lt;
-pub mod matrix;
-pub mod raptor;
-pub mod rateless;
-pub mod rng;
+mod kernels;
+mod lt;
+mod matrix;
+mod raptor;
+mod rateless;
+mod rng;
 pub mod shard;
 
-pub use code::{new_code, CodeKind, ErasureCode, LinearCode};
+pub use code::{new_code, new_linear_code, CodeKind, ErasureCode, LinearCode};
 pub use kernels::Simd;
+pub use lt::{LtCode, LtDecoder, LtParams};
+pub use matrix::Matrix;
+pub use raptor::{RaptorQ, RaptorQDecoder};
 pub use rateless::{Packet, RatelessCode, RatelessDecoder};
 
-/// Errors of the codes layer: each one line that names the problem.
+/// `dst ^= src`, with the SIMD kernels: the one region operation callers need outside a code (summing
+/// parity deltas, folding log chunks into parity). Both slices must have the same length.
+pub fn xor_into(dst: &mut [u8], src: &[u8]) -> Result<()> {
+    if dst.len() != src.len() {
+        return Err(CodeError::ShardSize {
+            what: "xor source",
+            index: 0,
+            got: src.len(),
+            want: dst.len(),
+        });
+    }
+    kernels::xor_into(dst, src);
+    Ok(())
+}
+
+/// Errors of the codes layer: each one line that names the problem. Every method checks the shapes it is
+/// given (counts, lengths, indexes) before touching data and returns one of these instead of panicking.
 #[derive(Debug, thiserror::Error)]
 pub enum CodeError {
-    #[error("invalid code parameters: {0}")]
-    InvalidParams(String),
+    /// [`CodeKind::parse`] was given a name it does not know.
+    #[error("unknown code '{name}' (expected rs-vand, rs-cauchy, xor or raid6)")]
+    UnknownCode { name: String },
+    /// A constructor ([`new_code`], [`LtCode::new`], [`RaptorQ::new`], [`shard::encode_file`]) was given
+    /// parameters outside the code's limits; `rule` states the limit, `got` the values given.
+    #[error("invalid {code} parameters ({got}): {rule}")]
+    Params {
+        code: &'static str,
+        got: String,
+        rule: &'static str,
+    },
+    /// A slice of shards (data, parity, deltas, all n) has the wrong number of entries.
     #[error("expected {want} {what}s, got {got}")]
     ShardCount {
-        what: String,
+        what: &'static str,
         got: usize,
         want: usize,
     },
-    #[error("length mismatch: {0}")]
-    LengthMismatch(String),
+    /// A shard (or delta, range, packet) differs in length from the others or from what the code holds.
+    #[error("{what} {index} is {got} bytes, expected {want}")]
+    ShardSize {
+        what: &'static str,
+        index: usize,
+        got: usize,
+        want: usize,
+    },
+    /// [`ErasureCode::reconstruct`] was given fewer than k shards.
+    #[error("too few shards: {present} present but {k} are needed")]
+    TooFewShards { present: usize, k: usize },
+    /// [`ErasureCode::reconstruct_in_place`] was asked to rebuild more shards than the code tolerates.
     #[error("too many erasures: {erased} shards lost but the code tolerates {m}")]
     TooManyErasures { erased: usize, m: usize },
+    /// A shard, data-chunk or packet index is outside the code.
     #[error("shard index {index} out of range (n = {n})")]
     IndexOutOfRange { index: usize, n: usize },
+    /// The list of erased shards names one shard twice.
+    #[error("shard {index} is listed as erased twice")]
+    DuplicateErasure { index: usize },
+    /// A rateless code was given an object longer than the K source blocks it was built for.
+    #[error("object is {got} bytes but the code holds at most {max}")]
+    ObjectTooLarge { got: usize, max: usize },
+    /// A rateless code was asked for more packets than it was built for.
+    #[error("asked for {asked} packets but the code was built for {max}")]
+    TooManyPackets { asked: usize, max: usize },
+    /// A rateless code could not be built or a decoder was finished before it had enough packets.
     #[error("decoding failed: {0}")]
     DecodeFailed(String),
+    /// A shard file is unusable (bad header, wrong size, corrupt unit) or too few are left to decode.
     #[error("{0}")]
     Shard(String),
+    /// Reading or writing a shard file or its original failed.
     #[error("{path}: {source}")]
     Io {
         path: String,

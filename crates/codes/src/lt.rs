@@ -273,14 +273,18 @@ impl LtCode {
             || k > u32::MAX as usize / 2
             || n > u32::MAX as usize / 2
         {
-            return Err(CodeError::InvalidParams(format!(
-                "LT needs k >= 1, n >= k and a non-empty block (got k={k}, n={n}, block={block_size})"
-            )));
+            return Err(CodeError::Params {
+                code: "LT",
+                got: format!("k={k}, n={n}, block={block_size}"),
+                rule: "needs 1 <= k <= n < 2^31 and a non-empty block",
+            });
         }
         if c <= 0.0 || !(delta > 0.0 && delta < 1.0) {
-            return Err(CodeError::InvalidParams(format!(
-                "LT needs C > 0 and 0 < δ < 1 (got C={c}, δ={delta})"
-            )));
+            return Err(CodeError::Params {
+                code: "LT",
+                got: format!("C={c}, δ={delta}"),
+                rule: "needs C > 0 and 0 < δ < 1",
+            });
         }
         let cdf = robust_soliton_cdf(k, c, delta);
         for attempt in 0..1000u64 {
@@ -302,9 +306,11 @@ impl LtCode {
                 });
             }
         }
-        Err(CodeError::InvalidParams(format!(
-            "no decodable LT graph in 1000 tries for k={k}, n={n}: raise n or C"
-        )))
+        Err(CodeError::Params {
+            code: "LT",
+            got: format!("k={k}, n={n}"),
+            rule: "no decodable graph in 1000 tries: raise n or C",
+        })
     }
 
     /// The graph seed in use (the configured one, or the next that yielded a decodable graph).
@@ -346,12 +352,27 @@ impl LtCode {
     /// source block is read from cache rather than memory however many coded blocks use it.
     pub fn encode_into(&self, padded: &[u8], count: usize, out: &mut [u8]) -> Result<()> {
         let bs = self.params.block_size;
-        if padded.len() != self.object_len() || out.len() != count * bs || count > self.graph.n() {
-            return Err(CodeError::LengthMismatch(format!(
-                "encode_into needs a {}-byte object and a {count} x {bs}-byte output within n = {}",
-                self.object_len(),
-                self.graph.n()
-            )));
+        if count > self.graph.n() {
+            return Err(CodeError::TooManyPackets {
+                asked: count,
+                max: self.graph.n(),
+            });
+        }
+        if padded.len() != self.object_len() {
+            return Err(CodeError::ShardSize {
+                what: "padded object",
+                index: 0,
+                got: padded.len(),
+                want: self.object_len(),
+            });
+        }
+        if out.len() != count * bs {
+            return Err(CodeError::ShardSize {
+                what: "output buffer",
+                index: 0,
+                got: out.len(),
+                want: count * bs,
+            });
         }
         let level = kernels::active();
         let strip = strip_len(bs, self.params.k + count);
@@ -389,18 +410,16 @@ impl RatelessCode for LtCode {
     }
     fn encode(&self, data: &[u8], count: usize) -> Result<Vec<Packet>> {
         if data.len() > self.object_len() {
-            return Err(CodeError::LengthMismatch(format!(
-                "object is {} bytes but the LT code holds {} x {}",
-                data.len(),
-                self.params.k,
-                self.params.block_size
-            )));
+            return Err(CodeError::ObjectTooLarge {
+                got: data.len(),
+                max: self.object_len(),
+            });
         }
         if count > self.graph.n() {
-            return Err(CodeError::InvalidParams(format!(
-                "asked for {count} packets but the code was built for n = {}",
-                self.graph.n()
-            )));
+            return Err(CodeError::TooManyPackets {
+                asked: count,
+                max: self.graph.n(),
+            });
         }
         let padded_store;
         let padded: &[u8] = if data.len() == self.object_len() {
@@ -476,11 +495,12 @@ impl LtDecoder {
             return Err(CodeError::IndexOutOfRange { index: id, n });
         }
         if data.len() != self.code.params.block_size {
-            return Err(CodeError::LengthMismatch(format!(
-                "packet {id} is {} bytes, blocks are {}",
-                data.len(),
-                self.code.params.block_size
-            )));
+            return Err(CodeError::ShardSize {
+                what: "packet",
+                index: id,
+                got: data.len(),
+                want: self.code.params.block_size,
+            });
         }
         self.received += 1;
         if self.peel.complete() || self.coded[id].is_some() {

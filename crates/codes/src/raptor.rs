@@ -22,14 +22,18 @@ pub const MAX_SYMBOLS: usize = 56_403;
 impl RaptorQ {
     pub fn new(k: usize, symbol_size: usize) -> Result<RaptorQ> {
         if k == 0 || k > MAX_SYMBOLS {
-            return Err(CodeError::InvalidParams(format!(
-                "RaptorQ needs 1 <= K <= {MAX_SYMBOLS} (got {k})"
-            )));
+            return Err(CodeError::Params {
+                code: "RaptorQ",
+                got: format!("K={k}"),
+                rule: "needs 1 <= K <= 56403 (RFC 6330's largest source block)",
+            });
         }
         if symbol_size == 0 || symbol_size > u16::MAX as usize {
-            return Err(CodeError::InvalidParams(format!(
-                "RaptorQ symbols are 1..=65535 bytes (got {symbol_size})"
-            )));
+            return Err(CodeError::Params {
+                code: "RaptorQ",
+                got: format!("symbol size {symbol_size}"),
+                rule: "symbols are 1..=65535 bytes",
+            });
         }
         let align = if symbol_size.is_multiple_of(8) { 8 } else { 1 };
         let len = (k * symbol_size) as u64;
@@ -55,12 +59,10 @@ impl RatelessCode for RaptorQ {
     }
     fn encode(&self, data: &[u8], count: usize) -> Result<Vec<Packet>> {
         if data.len() > self.object_len() {
-            return Err(CodeError::LengthMismatch(format!(
-                "object is {} bytes but the RaptorQ code holds {} x {}",
-                data.len(),
-                self.k,
-                self.symbol_size
-            )));
+            return Err(CodeError::ObjectTooLarge {
+                got: data.len(),
+                max: self.object_len(),
+            });
         }
         let mut padded = data.to_vec();
         padded.resize(self.object_len(), 0);
@@ -112,18 +114,18 @@ pub struct RaptorQDecoder {
 impl RatelessDecoder for RaptorQDecoder {
     fn push(&mut self, packet: &Packet) -> Result<bool> {
         if packet.data.len() != self.symbol_size {
-            return Err(CodeError::LengthMismatch(format!(
-                "packet {} is {} bytes, symbols are {}",
-                packet.id,
-                packet.data.len(),
-                self.symbol_size
-            )));
+            return Err(CodeError::ShardSize {
+                what: "packet",
+                index: packet.id as usize,
+                got: packet.data.len(),
+                want: self.symbol_size,
+            });
         }
         if packet.id >= (1 << 24) {
-            return Err(CodeError::InvalidParams(format!(
-                "RaptorQ symbol id {} exceeds 24 bits",
-                packet.id
-            )));
+            return Err(CodeError::IndexOutOfRange {
+                index: packet.id as usize,
+                n: 1 << 24,
+            });
         }
         self.received += 1;
         if self.result.is_none() {

@@ -28,7 +28,7 @@
 //! use and the decoder switches to another shard; the whole-file CRC is checked before the output file is
 //! renamed into place, so a decode never leaves wrong bytes behind.
 
-use crate::code::{CodeKind, ErasureCode, LinearCode};
+use crate::code::{CodeKind, ErasureCode, Systematic};
 use crate::kernels::{self, Tables};
 use crate::{CodeError, Result};
 use std::fs::File;
@@ -201,15 +201,17 @@ pub fn encode_file_with_progress(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Report> {
     let start = std::time::Instant::now();
-    let code = LinearCode::new(opts.code, opts.k, opts.m)?;
+    let code = Systematic::new(opts.code, opts.k, opts.m)?;
     let (k, m) = (opts.k, opts.m);
     let mut f = File::open(input).map_err(|e| io_err(input, e))?;
     let length = f.metadata().map_err(|e| io_err(input, e))?.len();
     let unit = match opts.unit {
         Some(0) => {
-            return Err(CodeError::InvalidParams(
-                "shard unit must be at least 1 byte".into(),
-            ))
+            return Err(CodeError::Params {
+                code: "shard file",
+                got: "unit 0".into(),
+                rule: "the shard unit is at least 1 byte",
+            })
         }
         Some(u) => u,
         None => {
@@ -217,9 +219,11 @@ pub fn encode_file_with_progress(
         }
     };
     if unit > u32::MAX as usize {
-        return Err(CodeError::InvalidParams(
-            "shard unit must be below 4 GiB".into(),
-        ));
+        return Err(CodeError::Params {
+            code: "shard file",
+            got: format!("unit {unit}"),
+            rule: "the shard unit is below 4 GiB",
+        });
     }
     // First pass: whole-file CRC (the file is read twice so that headers can be written first and a
     // huge file never sits in memory).
@@ -418,7 +422,7 @@ pub fn decode_files_with_progress(
             }
         )));
     }
-    let code = LinearCode::new(h0.code, k, m)?;
+    let code = Systematic::new(h0.code, k, m)?;
     // Prefer data shards (no decoding needed), then parity, in index order.
     open.sort_by_key(|o| o.header.index);
     let tmp = output.with_extension(format!(
@@ -488,7 +492,7 @@ pub fn decode_files_with_progress(
             let missing: Vec<usize> = (0..k).filter(|j| !have.contains(j)).collect();
             if !missing.is_empty() {
                 let erased: Vec<usize> = (0..k + m).filter(|i| !have.contains(i)).collect();
-                let (survivors, rows) = code.decode_plan(&erased)?;
+                let (survivors, rows) = code.plan(&erased)?;
                 // Keep only the rows that rebuild data chunks.
                 let mut coef = Vec::with_capacity(missing.len() * k);
                 for (r, &e) in erased.iter().enumerate() {

@@ -1,8 +1,8 @@
 //! Reed-Solomon, XOR and RAID-6: decode of any k shards equals the data, exhaustively over every erasure
 //! pattern for k + m <= 12 and randomly up to k + m = 256; parity deltas equal a fresh encode.
 
-use ecstack_codes::rng::Rng;
-use ecstack_codes::{new_code, CodeKind, ErasureCode};
+use ecstack_base::rng::Rng;
+use ecstack_codes::{new_code, CodeError, CodeKind, ErasureCode};
 use proptest::prelude::*;
 
 fn encode_random(code: &dyn ErasureCode, len: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
@@ -17,18 +17,32 @@ fn encode_random(code: &dyn ErasureCode, len: usize, rng: &mut Rng) -> Vec<Vec<u
     shards
 }
 
+/// Lose `erased` and rebuild them, both with missing shards as `None` and in place.
 fn check_pattern(code: &dyn ErasureCode, shards: &[Vec<u8>], erased: &[usize]) {
+    let mut opt: Vec<Option<Vec<u8>>> = shards.iter().cloned().map(Some).collect();
+    for &e in erased {
+        opt[e] = None;
+    }
+    code.reconstruct(&mut opt)
+        .unwrap_or_else(|e| panic!("{code:?} erased {erased:?}: {e}"));
+    for (i, s) in opt.iter().enumerate() {
+        assert_eq!(
+            s.as_ref(),
+            Some(&shards[i]),
+            "{code:?}: shard {i} wrong after losing {erased:?}"
+        );
+    }
     let mut work: Vec<Vec<u8>> = shards.to_vec();
     for &e in erased {
         work[e].fill(0xee);
     }
     let mut w: Vec<&mut [u8]> = work.iter_mut().map(|v| v.as_mut_slice()).collect();
-    code.reconstruct(&mut w, erased)
+    code.reconstruct_in_place(&mut w, erased)
         .unwrap_or_else(|e| panic!("{code:?} erased {erased:?}: {e}"));
     for &e in erased {
         assert_eq!(
             work[e], shards[e],
-            "{code:?}: shard {e} wrong after losing {erased:?}"
+            "{code:?}: shard {e} wrong after losing {erased:?} (in place)"
         );
     }
 }
@@ -118,31 +132,165 @@ fn raid6_large_k_and_xor_fast_paths() {
 
 #[test]
 fn errors_are_clear_not_panics() {
-    assert!(new_code(CodeKind::RsCauchy, 0, 2)
-        .unwrap_err()
-        .to_string()
-        .contains("k >= 1"));
+    let e = new_code(CodeKind::RsCauchy, 0, 2).unwrap_err();
+    assert!(matches!(e, CodeError::Params { .. }), "{e}");
+    assert!(e.to_string().contains("k >= 1"), "{e}");
     assert!(new_code(CodeKind::RsCauchy, 200, 57).is_err());
     assert!(new_code(CodeKind::Xor, 4, 2).is_err());
     assert!(new_code(CodeKind::Raid6, 4, 3).is_err());
+    assert!(matches!(
+        CodeKind::parse("rs-foo"),
+        Err(CodeError::UnknownCode { .. })
+    ));
     let code = new_code(CodeKind::RsVandermonde, 4, 2).unwrap();
     let mut rng = Rng::new(4);
     let mut shards = encode_random(code.as_ref(), 16, &mut rng);
     let mut w: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-    let e = code.reconstruct(&mut w, &[0, 1, 2]).unwrap_err();
-    assert!(e.to_string().contains("too many erasures"), "{e}");
-    let e = code.reconstruct(&mut w, &[9]).unwrap_err();
-    assert!(e.to_string().contains("out of range"), "{e}");
-    let e = code.reconstruct(&mut w, &[1, 1]).unwrap_err();
-    assert!(e.to_string().contains("twice"), "{e}");
+    let e = code.reconstruct_in_place(&mut w, &[0, 1, 2]).unwrap_err();
+    assert!(
+        matches!(e, CodeError::TooManyErasures { erased: 3, m: 2 }),
+        "{e}"
+    );
+    let e = code.reconstruct_in_place(&mut w, &[9]).unwrap_err();
+    assert!(
+        matches!(e, CodeError::IndexOutOfRange { index: 9, n: 6 }),
+        "{e}"
+    );
+    let e = code.reconstruct_in_place(&mut w, &[1, 1]).unwrap_err();
+    assert!(matches!(e, CodeError::DuplicateErasure { index: 1 }), "{e}");
+    let e = code.reconstruct_in_place(&mut w[..5], &[0]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodeError::ShardCount {
+                got: 5,
+                want: 6,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let mut short = vec![vec![0u8; 16]; 5];
     short.push(vec![0u8; 15]);
     let mut w: Vec<&mut [u8]> = short.iter_mut().map(|v| v.as_mut_slice()).collect();
-    assert!(code
-        .reconstruct(&mut w, &[0])
-        .unwrap_err()
-        .to_string()
-        .contains("length mismatch"));
+    let e = code.reconstruct_in_place(&mut w, &[0]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodeError::ShardSize {
+                index: 5,
+                got: 15,
+                want: 16,
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    // Missing shards as `None`: too few present, a wrong count, a length mismatch.
+    let mut opt: Vec<Option<Vec<u8>>> = shards.iter().cloned().map(Some).collect();
+    opt[0] = None;
+    opt[2] = None;
+    opt[5] = None;
+    let e = code.reconstruct(&mut opt).unwrap_err();
+    assert!(
+        matches!(e, CodeError::TooFewShards { present: 3, k: 4 }),
+        "{e}"
+    );
+    assert!(
+        opt[0].is_none() && opt[2].is_none(),
+        "nothing rebuilt on error"
+    );
+    let e = code.reconstruct(&mut opt[..4]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodeError::ShardCount {
+                got: 4,
+                want: 6,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let mut opt: Vec<Option<Vec<u8>>> = shards.iter().cloned().map(Some).collect();
+    opt[0] = None;
+    opt[3] = Some(vec![1u8; 17]);
+    let e = code.reconstruct(&mut opt).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodeError::ShardSize {
+                index: 3,
+                got: 17,
+                want: 16,
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    // Encode and deltas check counts and lengths.
+    let data = vec![vec![0u8; 16]; 4];
+    let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+    let mut parity = vec![vec![0u8; 16], vec![0u8; 8]];
+    let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+    let e = code.encode(&d, &mut p).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodeError::ShardSize {
+                index: 1,
+                got: 8,
+                want: 16,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = code.encode(&d[..3], &mut p).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodeError::ShardCount {
+                got: 3,
+                want: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = code.parity_deltas(4, &[0; 8], &[0; 8], &mut p).unwrap_err();
+    assert!(
+        matches!(e, CodeError::IndexOutOfRange { index: 4, .. }),
+        "{e}"
+    );
+    let e = code.parity_deltas(0, &[0; 8], &[0; 7], &mut p).unwrap_err();
+    assert!(matches!(e, CodeError::ShardSize { .. }), "{e}");
+    let e = code.apply_delta(&mut [0u8; 8], &[0u8; 9]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodeError::ShardSize {
+                got: 9,
+                want: 8,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = ecstack_codes::xor_into(&mut [0u8; 8], &[0u8; 7]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodeError::ShardSize {
+                got: 7,
+                want: 8,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]

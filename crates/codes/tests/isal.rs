@@ -3,9 +3,9 @@
 //! decodes what we encode.
 #![cfg(feature = "isal")]
 
+use ecstack_base::rng::Rng;
 use ecstack_codes::isal::{self, IsalTables};
-use ecstack_codes::rng::Rng;
-use ecstack_codes::{new_code, CodeKind};
+use ecstack_codes::{new_code, new_linear_code, CodeKind};
 
 #[test]
 fn cauchy_matrix_is_isal_cauchy1() {
@@ -19,7 +19,7 @@ fn cauchy_matrix_is_isal_cauchy1() {
         (100, 50),
         (200, 56),
     ] {
-        let ours = new_code(CodeKind::RsCauchy, k, m).unwrap();
+        let ours = new_linear_code(CodeKind::RsCauchy, k, m).unwrap();
         assert_eq!(
             ours.generator().data,
             isal::cauchy1_matrix(k, m),

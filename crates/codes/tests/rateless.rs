@@ -1,9 +1,9 @@
 //! LT and RaptorQ: decoding from a random subset in random order returns the object.
 
-use ecstack_codes::lt::{LtCode, LtParams};
-use ecstack_codes::raptor::RaptorQ;
-use ecstack_codes::rng::Rng;
+use ecstack_base::rng::Rng;
+use ecstack_codes::RaptorQ;
 use ecstack_codes::RatelessCode;
+use ecstack_codes::{LtCode, LtParams};
 
 fn roundtrip(code: &dyn RatelessCode, data: &[u8], count: usize, seed: u64) -> usize {
     let mut packets = code.encode(data, count).unwrap();

@@ -1,7 +1,7 @@
 //! Shard files: decode from any k, clear errors for missing / truncated / mismatched / corrupt shards,
 //! never wrong bytes; the header and shard parsers never panic on arbitrary bytes.
 
-use ecstack_codes::rng::Rng;
+use ecstack_base::rng::Rng;
 use ecstack_codes::shard::{decode_files, encode_file, read_header, EncodeOptions, ShardHeader};
 use ecstack_codes::CodeKind;
 use proptest::prelude::*;

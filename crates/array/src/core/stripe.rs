@@ -91,7 +91,7 @@ impl Core {
             if !plan.erased.is_empty() {
                 let mut refs: Vec<&mut [u8]> =
                     shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-                self.code.reconstruct(&mut refs, &plan.erased)?;
+                self.code.reconstruct_in_place(&mut refs, &plan.erased)?;
             }
             return Ok(shards);
         }

@@ -181,7 +181,7 @@ impl Eplog {
                     let code = core.log_code(uniq[u].members.len())?;
                     let mut refs: Vec<&mut [u8]> =
                         sh.iter_mut().map(|v| v.as_mut_slice()).collect();
-                    code.reconstruct(&mut refs, erased)?;
+                    code.reconstruct_in_place(&mut refs, erased)?;
                 }
             }
             return Ok(item

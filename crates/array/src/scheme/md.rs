@@ -187,7 +187,7 @@ impl UpdateScheme for Md {
                     core.code
                         .parity_deltas(w.pos, &sb[w.pos], w.data, &mut dr)?;
                     for (pa, d) in parity.iter_mut().zip(&deltas) {
-                        ecstack_codes::kernels::xor_into(pa, d);
+                        ecstack_codes::xor_into(pa, d)?;
                     }
                 }
             } else {

@@ -53,7 +53,7 @@ impl Pl {
                     )));
                 }
                 for t in &tmp {
-                    ecstack_codes::kernels::xor_into(buf, t);
+                    ecstack_codes::xor_into(buf, t)?;
                 }
                 Ok(())
             };
@@ -151,7 +151,7 @@ impl UpdateScheme for Pl {
                 let mut tr: Vec<&mut [u8]> = tmp.iter_mut().map(|v| v.as_mut_slice()).collect();
                 core.code.parity_deltas(w.pos, o, w.data, &mut tr)?;
                 for (a, t) in acc.iter_mut().zip(&tmp) {
-                    ecstack_codes::kernels::xor_into(a, t);
+                    ecstack_codes::xor_into(a, t)?;
                 }
             }
             deltas.push(acc);

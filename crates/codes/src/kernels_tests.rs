@@ -1,7 +1,9 @@
-//! Every SIMD level against the scalar kernels, on random inputs of every length 0..=4097.
+//! Every SIMD level against the scalar kernels, on random inputs of every length 0..=4097. (Unit tests,
+//! since the kernels are internal to the crate.)
 
-use ecstack_codes::kernels::{self, Simd, Tables};
-use ecstack_codes::rng::Rng;
+use crate::gf;
+use crate::kernels::{self, Simd, Tables};
+use crate::rng::Rng;
 
 fn rand_vec(rng: &mut Rng, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
@@ -13,13 +15,10 @@ fn rand_vec(rng: &mut Rng, n: usize) -> Vec<u8> {
 fn mul_table_matches_field() {
     for a in 0..=255u8 {
         for b in 0..=255u8 {
-            assert_eq!(
-                kernels::MUL_TABLE[a as usize][b as usize],
-                ecstack_codes::gf::mul(a, b)
-            );
+            assert_eq!(kernels::MUL_TABLE[a as usize][b as usize], gf::mul(a, b));
         }
     }
-    assert_eq!(kernels::MUL2_MATRIX, ecstack_codes::gf::affine_matrix(2));
+    assert_eq!(kernels::MUL2_MATRIX, gf::affine_matrix(2));
 }
 
 #[test]
@@ -77,7 +76,7 @@ fn dot_prod_every_level_every_length() {
             for r in 0..rows {
                 let mut x = 0u8;
                 for c in 0..cols {
-                    x ^= ecstack_codes::gf::mul(coef[r * cols + c], srcs[c][i]);
+                    x ^= gf::mul(coef[r * cols + c], srcs[c][i]);
                 }
                 assert_eq!(wo[r][i], x);
             }
@@ -124,12 +123,12 @@ fn delta_xor_and_raid6_every_level() {
             for (j, sj) in srcs.iter().enumerate() {
                 xp ^= sj[i];
                 xx ^= sj[i];
-                xq ^= ecstack_codes::gf::mul(ecstack_codes::gf::pow(2, j), sj[i]);
+                xq ^= gf::mul(gf::pow(2, j), sj[i]);
             }
             assert_eq!((p0[i], q0[i], x0[i]), (xp, xq, xx));
             let mut dd = 0u8;
             for c in 0..cols {
-                dd ^= ecstack_codes::gf::mul(coef[c], srcs[c][i] ^ news[c][i]);
+                dd ^= gf::mul(coef[c], srcs[c][i] ^ news[c][i]);
             }
             assert_eq!(d0[0][i], dd);
         }
