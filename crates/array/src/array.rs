@@ -114,11 +114,7 @@ impl Array {
     /// Check a configuration against the devices and compute the superblock, writing nothing.
     pub fn plan(cfg: &ArrayConfig, devices: &ArrayDevices) -> Result<Superblock> {
         let (k, m) = (cfg.k, cfg.m);
-        if k == 0 || m == 0 || k + m > 255 {
-            return Err(cfg_err(format!(
-                "need k >= 1, n - k >= 1 and n <= 255 (got k={k}, m={m})"
-            )));
-        }
+        Geometry::check_shape(k, m, cfg.chunk_size as u64)?;
         new_code(cfg.code, k, m).map_err(|e| cfg_err(e.to_string()))?;
         let n = k + m;
         if devices.main.len() != n {
@@ -140,11 +136,6 @@ impl Array {
             }));
         }
         let chunk = cfg.chunk_size as u64;
-        if chunk < 512 || !chunk.is_multiple_of(512) || chunk > (16 << 20) {
-            return Err(cfg_err(format!(
-                "chunk size {chunk} must be a multiple of 512 between 512 and 16 MiB"
-            )));
-        }
         if !(cfg.reserve.is_finite() && (0.0..0.95).contains(&cfg.reserve)) {
             return Err(cfg_err(format!(
                 "reserve {} must be in [0, 0.95)",
@@ -170,14 +161,6 @@ impl Array {
         if let Some(ms) = cfg.max_stripes {
             stripes = stripes.min(ms.max(1));
         }
-        if stripes == 0 {
-            return Err(cfg_err("no room for a single data stripe"));
-        }
-        if cfg.scheme == SchemeKind::Eplog && slots - stripes < 2 {
-            return Err(cfg_err(format!(
-                "eplog needs spare chunk slots for out-of-place updates: {slots} slots per device, {stripes} data stripes (raise --reserve or the device size)"
-            )));
-        }
         let log_slots = if cfg.scheme.uses_log() {
             let min_log = devices.log.iter().map(|d| d.capacity()).min().unwrap_or(0);
             let ls = min_log.saturating_sub(data_start) / chunk;
@@ -191,6 +174,17 @@ impl Array {
         } else {
             0
         };
+        let geometry = Geometry {
+            n,
+            k,
+            m,
+            chunk,
+            data_start,
+            slots,
+            stripes,
+            log_slots,
+        };
+        geometry.validate(cfg.scheme)?;
         let cp_size =
             (48 + MetaState::max_encoded(k, n, stripes, slots, log_slots)).div_ceil(4096) * 4096;
         let inc_min = 256 << 10;
@@ -233,21 +227,13 @@ impl Array {
             uuid: new_uuid(),
             scheme: cfg.scheme,
             code: cfg.code,
-            geometry: Geometry {
-                n,
-                k,
-                m,
-                chunk,
-                data_start,
-                slots,
-                stripes,
-                log_slots,
-            },
+            geometry,
             layout,
             commit_every: cfg.commit_every,
             trim_on_commit: cfg.trim_on_commit,
             specs,
         };
+        sb.validate()?;
         sb.encode()?;
         Ok(sb)
     }
@@ -275,7 +261,7 @@ impl Array {
         devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[0])?;
         devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[1])?;
         devices.meta.write_at(&[0u8; 64], sb.layout.inc_off)?;
-        mv.write_checkpoint(&MetaState::new(g.k, g.stripes).encode())?;
+        mv.write_checkpoint(&MetaState::new(g).encode())?;
         let raw = sb.encode()?;
         devices.meta.write_at(&raw, 0)?;
         devices.meta.write_at(&raw, SB_SLOT)?;
@@ -322,19 +308,7 @@ impl Array {
 
     pub fn open_with(devices: ArrayDevices, opts: &OpenOptions) -> Result<Array> {
         let sb = Self::read_superblock(devices.meta.as_ref())?;
-        let g = &sb.geometry;
-        let want_log = if sb.scheme.uses_log() { g.m } else { 0 };
-        if devices.main.len() != g.n || devices.log.len() != want_log {
-            return Err(cfg_err(format!(
-                "this {} ({}+{}) array has {} main and {want_log} log devices; got {} and {}",
-                sb.scheme,
-                g.k,
-                g.m,
-                g.n,
-                devices.main.len(),
-                devices.log.len()
-            )));
-        }
+        sb.check_devices(&devices.main, &devices.log)?;
         let mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
         Self::assemble(sb, devices, mv, opts, false)
     }
@@ -349,7 +323,7 @@ impl Array {
         fresh: bool,
     ) -> Result<Array> {
         let g = sb.geometry.clone();
-        let mut state = mv.load(g.k, g.stripes)?;
+        let mut state = mv.load(&g)?;
         let all: Vec<Arc<dyn BlockDevice>> = devices
             .main
             .iter()
@@ -373,7 +347,7 @@ impl Array {
                     devs.mark_failed(i);
                     newly_failed.push(i);
                 }
-                Ok(()) => match decode_label(&b) {
+                Ok(()) => match decode_label(&b)? {
                     Some((u, idx)) if u == sb.uuid && idx as usize == i => {}
                     Some((u, idx)) if u == sb.uuid => {
                         return Err(cfg_err(format!(

@@ -8,11 +8,36 @@ use ecstack_codes::CodeKind;
 pub(crate) const SB_MAGIC: &[u8; 8] = b"ECSTKARR";
 pub(crate) const SB_VERSION: u32 = 1;
 pub(crate) const SB_SLOT: u64 = 64 << 10;
-/// Device label magic; the label lives in the first 512 bytes of every main and log device.
+/// Superblock copy header: magic, version, body length, body CRC32C (offsets named below).
+const SB_VERSION_AT: usize = 8;
+const SB_LEN_AT: usize = SB_VERSION_AT + 4;
+const SB_CRC_AT: usize = SB_LEN_AT + 4;
+const SB_HEADER: usize = SB_CRC_AT + 4;
+/// Device label magic and version; the label lives in the first 512 bytes of every main and log
+/// device.
 pub(crate) const LABEL_MAGIC: &[u8; 8] = b"ECSTKLBL";
+pub(crate) const LABEL_VERSION: u32 = 1;
 pub(crate) const LABEL_SIZE: usize = 512;
+const LABEL_VERSION_AT: usize = 8;
+const LABEL_UUID_AT: usize = LABEL_VERSION_AT + 4;
+const LABEL_INDEX_AT: usize = LABEL_UUID_AT + 8;
+const LABEL_CRC_AT: usize = LABEL_INDEX_AT + 2;
+/// Bytes of the label that are written (the rest of `LABEL_SIZE` is zero).
+const LABEL_LEN: usize = LABEL_CRC_AT + 4;
 /// Bytes reserved at the front of every main and log device before the first chunk slot (at least).
 pub(crate) const DEVICE_HEADER: u64 = 4096;
+/// Chunk sizes an array accepts: multiples of 512 in this range.
+pub(crate) const CHUNK_BYTES_MIN: u64 = 512;
+pub(crate) const CHUNK_BYTES_MAX: u64 = 16 << 20;
+/// Devices an array can have (main devices; the label stores the member index as u16, the codes
+/// work over GF(2^8)).
+pub(crate) const MAIN_DEVICES_MAX: usize = 255;
+
+const _: () = assert!(LABEL_LEN == 26);
+const _: () = assert!(LABEL_LEN <= LABEL_SIZE);
+const _: () = assert!(LABEL_SIZE as u64 <= DEVICE_HEADER);
+const _: () = assert!(SB_HEADER == 20 && (SB_HEADER as u64) < SB_SLOT);
+const _: () = assert!(MAIN_DEVICES_MAX + MAIN_DEVICES_MAX <= u16::MAX as usize);
 
 /// How writes become chunk writes, logs and parity work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -178,6 +203,101 @@ impl Geometry {
     pub fn log_dev(&self, i: usize) -> usize {
         self.n + i
     }
+
+    /// Main and log devices of an array of this geometry (log devices exist when `log_slots > 0`).
+    pub fn devices(&self) -> usize {
+        self.n + if self.log_slots > 0 { self.m } else { 0 }
+    }
+
+    /// The checks that must pass before any arithmetic with k, m or the chunk size.
+    pub fn check_shape(k: usize, m: usize, chunk_bytes: u64) -> Result<()> {
+        if k == 0 || m == 0 || k.saturating_add(m) > MAIN_DEVICES_MAX {
+            return Err(ArrayError::Config(format!(
+                "need k >= 1, n - k >= 1 and n <= {MAIN_DEVICES_MAX} (got k={k}, m={m})"
+            )));
+        }
+        if !(CHUNK_BYTES_MIN..=CHUNK_BYTES_MAX).contains(&chunk_bytes)
+            || !chunk_bytes.is_multiple_of(CHUNK_BYTES_MIN)
+        {
+            return Err(ArrayError::Config(format!(
+                "chunk size {chunk_bytes} must be a multiple of 512 between 512 and 16 MiB"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every relationship the rest of the array relies on, checked before it computes with the
+    /// geometry: on create (`Array::plan`) and on every superblock decode. The errors are `Config`.
+    pub fn validate(&self, scheme: SchemeKind) -> Result<()> {
+        let bad = |msg: String| Err(ArrayError::Config(msg));
+        Self::check_shape(self.k, self.m, self.chunk)?;
+        if self.n != self.k + self.m {
+            return bad(format!("n = {} is not k + m = {}", self.n, self.k + self.m));
+        }
+        let c = self.chunk;
+        if self.data_start < DEVICE_HEADER || !self.data_start.is_multiple_of(c) {
+            return bad(format!(
+                "data start {} must be at least {DEVICE_HEADER} and a multiple of the chunk size {c}",
+                self.data_start
+            ));
+        }
+        let end = |slots: u64| {
+            slots
+                .checked_mul(c)
+                .and_then(|b| b.checked_add(self.data_start))
+        };
+        if end(self.slots).is_none() || end(self.log_slots).is_none() {
+            return bad(format!(
+                "{} chunk slots of {c} bytes overflow a 64-bit device offset",
+                self.slots.max(self.log_slots)
+            ));
+        }
+        if self.slots < 2 {
+            return bad(format!(
+                "{} chunk slots per main device; at least 2 are needed",
+                self.slots
+            ));
+        }
+        if self.stripes == 0 {
+            return bad("no room for a single data stripe".into());
+        }
+        if self.stripes > self.slots {
+            return bad(format!(
+                "{} data stripes do not fit in {} chunk slots per device",
+                self.stripes, self.slots
+            ));
+        }
+        if self
+            .stripes
+            .checked_mul(self.k as u64)
+            .and_then(|x| x.checked_mul(c))
+            .is_none()
+        {
+            return bad(format!(
+                "a capacity of {} stripes x {} x {c} bytes overflows 64 bits",
+                self.stripes, self.k
+            ));
+        }
+        if scheme == SchemeKind::Eplog && self.slots - self.stripes < 2 {
+            return bad(format!(
+                "eplog needs spare chunk slots for out-of-place updates: {} slots per device, {} data stripes (raise --reserve or the device size)",
+                self.slots, self.stripes
+            ));
+        }
+        if scheme.uses_log() && self.log_slots < 4 {
+            return bad(format!(
+                "scheme {scheme} needs at least 4 log slots per log device, got {}",
+                self.log_slots
+            ));
+        }
+        if !scheme.uses_log() && self.log_slots != 0 {
+            return bad(format!(
+                "scheme {scheme} uses no log devices, but the geometry has {} log slots",
+                self.log_slots
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The metadata volume layout: superblock copies, two full-checkpoint areas, incremental area.
@@ -187,6 +307,32 @@ pub struct MetaLayout {
     pub cp_size: u64,
     pub inc_off: u64,
     pub inc_size: u64,
+}
+
+impl MetaLayout {
+    /// The areas lie after the superblock copies, in order, without overlap or overflow.
+    pub fn validate(&self, cp_header: u64) -> Result<()> {
+        let bad = || {
+            Err(ArrayError::Meta(format!(
+                "metadata layout is inconsistent: checkpoint areas at {} and {} of {} bytes, incremental area at {} of {} bytes",
+                self.cp_off[0], self.cp_off[1], self.cp_size, self.inc_off, self.inc_size
+            )))
+        };
+        let after = |off: u64| off.checked_add(self.cp_size);
+        match (after(self.cp_off[0]), after(self.cp_off[1])) {
+            (Some(e0), Some(e1))
+                if self.cp_off[0] >= 2 * SB_SLOT
+                    && self.cp_off[1] >= e0
+                    && self.inc_off >= e1
+                    && self.cp_size > cp_header
+                    && self.inc_size > 0
+                    && self.inc_off.checked_add(self.inc_size).is_some() =>
+            {
+                Ok(())
+            }
+            _ => bad(),
+        }
+    }
 }
 
 /// Everything needed to reopen an array, stored twice on the metadata volume.
@@ -265,7 +411,12 @@ impl<'a> Dec<'a> {
     }
     pub fn str(&mut self) -> Result<String> {
         let n = self.u32()? as usize;
-        Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
+        String::from_utf8(self.take(n)?.to_vec())
+            .map_err(|_| ArrayError::Meta("a string is not valid UTF-8".into()))
+    }
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.b.len() - self.p
     }
     pub fn done(&self) -> bool {
         self.p == self.b.len()
@@ -300,11 +451,11 @@ impl Superblock {
             b.str(s);
         }
         let body = b.0;
-        let mut out = Vec::with_capacity(body.len() + 20);
-        out.extend_from_slice(SB_MAGIC);
-        out.extend_from_slice(&SB_VERSION.to_le_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        let mut out = vec![0u8; SB_HEADER];
+        out[..SB_VERSION_AT].copy_from_slice(SB_MAGIC);
+        out[SB_VERSION_AT..SB_LEN_AT].copy_from_slice(&SB_VERSION.to_le_bytes());
+        out[SB_LEN_AT..SB_CRC_AT].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        out[SB_CRC_AT..SB_HEADER].copy_from_slice(&crc32c::crc32c(&body).to_le_bytes());
         out.extend_from_slice(&body);
         if out.len() as u64 > SB_SLOT {
             return Err(ArrayError::Config(format!(
@@ -316,23 +467,84 @@ impl Superblock {
         Ok(out)
     }
 
-    /// Decode one copy; `Ok(None)` when the slot holds no valid superblock.
+    /// Decode one copy; `Ok(None)` when the slot holds no superblock (magic or CRC wrong); an
+    /// error when a checksummed superblock has an unknown version or an invalid geometry.
     pub(crate) fn decode(raw: &[u8]) -> Result<Option<Superblock>> {
-        if raw.len() < 20 || &raw[..8] != SB_MAGIC {
+        if raw.len() < SB_HEADER || &raw[..SB_VERSION_AT] != SB_MAGIC {
             return Ok(None);
         }
-        let version = u32::from_le_bytes(raw[8..12].try_into().expect("4"));
-        let len = u32::from_le_bytes(raw[12..16].try_into().expect("4")) as usize;
-        let crc = u32::from_le_bytes(raw[16..20].try_into().expect("4"));
-        if raw.len() < 20 + len || crc32c::crc32c(&raw[20..20 + len]) != crc {
+        let version = le_u32(raw, SB_VERSION_AT);
+        let len = le_u32(raw, SB_LEN_AT) as usize;
+        let crc = le_u32(raw, SB_CRC_AT);
+        if raw.len() - SB_HEADER < len || crc32c::crc32c(&raw[SB_HEADER..SB_HEADER + len]) != crc {
             return Ok(None);
         }
         if version != SB_VERSION {
             return Err(ArrayError::Meta(format!(
-                "superblock version {version} is not supported (this build reads version {SB_VERSION})"
+                "superblock has unknown format version {version} (this build reads version {SB_VERSION}): corrupt, or written by a newer ecstack"
             )));
         }
-        let mut d = Dec::new(&raw[20..20 + len]);
+        let sb = Self::decode_body(&raw[SB_HEADER..SB_HEADER + len])?;
+        sb.validate()
+            .map_err(|e| ArrayError::Meta(format!("superblock: {}", plain(&e))))?;
+        Ok(Some(sb))
+    }
+
+    /// Everything a decoded superblock must satisfy before the array computes with it.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let g = &self.geometry;
+        g.validate(self.scheme)?;
+        ecstack_codes::new_code(self.code, g.k, g.m)
+            .map_err(|e| ArrayError::Config(format!("code {}: {e}", self.code.name())))?;
+        self.layout.validate(crate::meta::CP_HEADER as u64)?;
+        let want = g.devices() + 1;
+        if self.specs.len() != want {
+            return Err(ArrayError::Config(format!(
+                "{} device specs recorded for {want} devices",
+                self.specs.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuse devices that do not match the recorded geometry: wrong counts, or too small for
+    /// their chunk slots.
+    pub(crate) fn check_devices(
+        &self,
+        main: &[std::sync::Arc<dyn ecstack_device::BlockDevice>],
+        log: &[std::sync::Arc<dyn ecstack_device::BlockDevice>],
+    ) -> Result<()> {
+        let g = &self.geometry;
+        let want_log = g.devices() - g.n;
+        if main.len() != g.n || log.len() != want_log {
+            return Err(ArrayError::Config(format!(
+                "this {} ({}+{}) array has {} main and {want_log} log devices; got {} and {}",
+                self.scheme,
+                g.k,
+                g.m,
+                g.n,
+                main.len(),
+                log.len()
+            )));
+        }
+        let sizes = main
+            .iter()
+            .map(|d| (d, g.off(g.slots)))
+            .chain(log.iter().map(|d| (d, g.off(g.log_slots))));
+        for (i, (d, need)) in sizes.enumerate() {
+            if d.capacity() < need {
+                return Err(ArrayError::Config(format!(
+                    "device {i} ({}) has {} bytes; this array needs {need}",
+                    d.name(),
+                    d.capacity()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn decode_body(body: &[u8]) -> Result<Superblock> {
+        let mut d = Dec::new(body);
         let generation = d.u64()?;
         let uuid = d.u64()?;
         let scheme = SchemeKind::from_id(d.u8()?)
@@ -364,7 +576,12 @@ impl Superblock {
         for _ in 0..ns {
             specs.push(d.str()?);
         }
-        Ok(Some(Superblock {
+        if !d.done() {
+            return Err(ArrayError::Meta(
+                "superblock: trailing bytes after the device specs".into(),
+            ));
+        }
+        Ok(Superblock {
             generation,
             uuid,
             scheme,
@@ -374,33 +591,147 @@ impl Superblock {
             commit_every,
             trim_on_commit,
             specs,
-        }))
+        })
+    }
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// The message of an error without its kind prefix (a `Config` check reported as metadata).
+fn plain(e: &ArrayError) -> String {
+    match e {
+        ArrayError::Config(s) | ArrayError::Meta(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 
 /// The label at the front of each main/log device: which array and which member it is.
 pub(crate) fn encode_label(uuid: u64, index: u16) -> Vec<u8> {
     let mut b = vec![0u8; LABEL_SIZE];
-    b[..8].copy_from_slice(LABEL_MAGIC);
-    b[8..12].copy_from_slice(&SB_VERSION.to_le_bytes());
-    b[12..20].copy_from_slice(&uuid.to_le_bytes());
-    b[20..22].copy_from_slice(&index.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..22]);
-    b[22..26].copy_from_slice(&crc.to_le_bytes());
+    b[..LABEL_VERSION_AT].copy_from_slice(LABEL_MAGIC);
+    b[LABEL_VERSION_AT..LABEL_UUID_AT].copy_from_slice(&LABEL_VERSION.to_le_bytes());
+    b[LABEL_UUID_AT..LABEL_INDEX_AT].copy_from_slice(&uuid.to_le_bytes());
+    b[LABEL_INDEX_AT..LABEL_CRC_AT].copy_from_slice(&index.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..LABEL_CRC_AT]);
+    b[LABEL_CRC_AT..LABEL_LEN].copy_from_slice(&crc.to_le_bytes());
     b
 }
 
-/// `(uuid, index)` of a label, or None if it is not a valid label.
-pub(crate) fn decode_label(b: &[u8]) -> Option<(u64, u16)> {
-    if b.len() < 26 || &b[..8] != LABEL_MAGIC {
-        return None;
+/// `(uuid, index)` of a label; `Ok(None)` if it is not a label (magic or CRC wrong), an error for
+/// a checksummed label of an unknown version.
+pub(crate) fn decode_label(b: &[u8]) -> Result<Option<(u64, u16)>> {
+    if b.len() < LABEL_LEN || &b[..LABEL_VERSION_AT] != LABEL_MAGIC {
+        return Ok(None);
     }
-    let crc = u32::from_le_bytes(b[22..26].try_into().ok()?);
-    if crc32c::crc32c(&b[..22]) != crc {
-        return None;
+    if crc32c::crc32c(&b[..LABEL_CRC_AT]) != le_u32(b, LABEL_CRC_AT) {
+        return Ok(None);
     }
-    Some((
-        u64::from_le_bytes(b[12..20].try_into().ok()?),
-        u16::from_le_bytes(b[20..22].try_into().ok()?),
-    ))
+    let version = le_u32(b, LABEL_VERSION_AT);
+    if version != LABEL_VERSION {
+        return Err(ArrayError::Meta(format!(
+            "device label has unknown format version {version} (this build reads version {LABEL_VERSION}): corrupt, or written by a newer ecstack"
+        )));
+    }
+    let uuid = u64::from_le_bytes(b[LABEL_UUID_AT..LABEL_INDEX_AT].try_into().expect("8"));
+    let index = u16::from_le_bytes(b[LABEL_INDEX_AT..LABEL_CRC_AT].try_into().expect("2"));
+    Ok(Some((uuid, index)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sb() -> Superblock {
+        Superblock {
+            generation: 3,
+            uuid: 42,
+            scheme: SchemeKind::Eplog,
+            code: CodeKind::RsCauchy,
+            geometry: Geometry {
+                n: 6,
+                k: 4,
+                m: 2,
+                chunk: 4096,
+                data_start: 4096,
+                slots: 1000,
+                stripes: 700,
+                log_slots: 100,
+            },
+            layout: MetaLayout {
+                cp_off: [2 * SB_SLOT, 2 * SB_SLOT + 8192],
+                cp_size: 8192,
+                inc_off: 2 * SB_SLOT + 16384,
+                inc_size: 1 << 20,
+            },
+            commit_every: 0,
+            trim_on_commit: false,
+            specs: (0..9).map(|i| format!("mem:{i}")).collect(),
+        }
+    }
+
+    #[test]
+    fn superblock_round_trip() {
+        let s = sb();
+        s.validate().unwrap();
+        assert_eq!(Superblock::decode(&s.encode().unwrap()).unwrap(), Some(s));
+    }
+
+    #[test]
+    fn invalid_geometry_is_refused_on_decode() {
+        type Edit = fn(&mut Superblock);
+        let edits: [(&str, Edit); 12] = [
+            ("chunk 0", |s| s.geometry.chunk = 0),
+            ("chunk 1000", |s| s.geometry.chunk = 1000),
+            ("k 0", |s| {
+                s.geometry.k = 0;
+                s.geometry.n = 2
+            }),
+            ("stripes 0", |s| s.geometry.stripes = 0),
+            ("stripes > slots", |s| s.geometry.stripes = 1001),
+            ("no spare", |s| s.geometry.stripes = 999),
+            ("slots overflow", |s| s.geometry.slots = u64::MAX / 2),
+            ("capacity overflow", |s| {
+                s.geometry.slots = u64::MAX / 8192;
+                s.geometry.stripes = s.geometry.slots - 2
+            }),
+            ("log slots", |s| s.geometry.log_slots = 0),
+            ("data start", |s| s.geometry.data_start = 0),
+            ("layout overlap", |s| s.layout.inc_off = 2 * SB_SLOT),
+            ("specs", |s| {
+                s.specs.pop();
+            }),
+        ];
+        for (what, edit) in edits {
+            let mut s = sb();
+            edit(&mut s);
+            let e = Superblock::decode(&s.encode().unwrap())
+                .expect_err(what)
+                .to_string();
+            assert!(e.starts_with("metadata: superblock: "), "{what}: {e}");
+        }
+        // XOR parity with m = 2 is a code the array cannot build.
+        let mut s = sb();
+        s.code = CodeKind::Xor;
+        assert!(Superblock::decode(&s.encode().unwrap()).is_err());
+    }
+
+    #[test]
+    fn superblock_version_and_label_version_are_checked() {
+        let mut raw = sb().encode().unwrap();
+        raw[SB_VERSION_AT] = 9;
+        let e = Superblock::decode(&raw).unwrap_err().to_string();
+        assert!(e.contains("unknown format version 9"), "{e}");
+        let l = encode_label(7, 3);
+        assert_eq!(decode_label(&l).unwrap(), Some((7, 3)));
+        let mut l2 = l.clone();
+        l2[LABEL_VERSION_AT] = 2;
+        let crc = crc32c::crc32c(&l2[..LABEL_CRC_AT]);
+        l2[LABEL_CRC_AT..LABEL_LEN].copy_from_slice(&crc.to_le_bytes());
+        assert!(decode_label(&l2).is_err());
+        let mut l3 = l;
+        l3[LABEL_UUID_AT] ^= 1;
+        assert_eq!(decode_label(&l3).unwrap(), None);
+    }
 }
