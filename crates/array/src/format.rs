@@ -26,6 +26,8 @@ const LABEL_CRC_AT: usize = LABEL_INDEX_AT + 2;
 const LABEL_LEN: usize = LABEL_CRC_AT + 4;
 /// Bytes reserved at the front of every main and log device before the first chunk slot (at least).
 pub(crate) const DEVICE_HEADER: u64 = 4096;
+/// Bytes the full-checkpoint header occupies in front of the body (`CheckpointHeader` in `meta.rs`).
+pub(crate) const CP_HEADER: usize = 48;
 /// Chunk sizes an array accepts: multiples of 512 in this range.
 pub(crate) const CHUNK_BYTES_MIN: u64 = 512;
 pub(crate) const CHUNK_BYTES_MAX: u64 = 16 << 20;
@@ -496,7 +498,7 @@ impl Superblock {
         g.validate(self.scheme)?;
         ecstack_codes::new_code(self.code, g.k, g.m)
             .map_err(|e| ArrayError::Config(format!("code {}: {e}", self.code.name())))?;
-        self.layout.validate(crate::meta::CP_HEADER as u64)?;
+        self.layout.validate(CP_HEADER as u64)?;
         let want = g.devices() + 1;
         if self.specs.len() != want {
             return Err(ArrayError::Config(format!(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ecstack_device::BlockDevice;
 
-use crate::format::{Dec, Enc, Geometry, MetaLayout};
+use crate::format::{Dec, Enc, Geometry, MetaLayout, CP_HEADER};
 use crate::{ArrayError, Result};
 
 /// Format version of the checkpoints and frames this build writes. The frames of an epoch have the
@@ -21,8 +21,6 @@ pub(crate) const META_VERSION: u32 = 2;
 pub(crate) const META_VERSION_MIN: u32 = 1;
 
 const CP_MAGIC: &[u8; 8] = b"ECSTKCKP";
-/// Bytes the checkpoint header occupies in front of the body.
-pub(crate) const CP_HEADER: usize = 48;
 const FRAME_MAGIC: u32 = 0x4543_5246; // "FREC"
 
 /// The header in front of a full checkpoint body (layout in `docs/array-format.md`).
