@@ -7,7 +7,7 @@
 //!   0  magic        8   "ECSSHARD"
 //!   8  version      u16 1
 //!  10  code         u8  1 rs-vand, 2 rs-cauchy, 3 xor, 4 raid6
-//!  11  flags        u8  0
+//!  11  flags        u8  0 (reserved)
 //!  12  k            u16 data shards
 //!  14  m            u16 parity shards
 //!  16  index        u16 this shard's index, 0..k+m (data first)
@@ -27,6 +27,10 @@
 //! binds each unit to its stripe and shard, so a corrupt, truncated or misplaced unit is detected before
 //! use and the decoder switches to another shard; the whole-file CRC is checked before the output file is
 //! renamed into place, so a decode never leaves wrong bytes behind.
+//!
+//! A header is accepted only if every field is valid: known version and code, k ≥ 1, m ≥ 1, k + m ≤ 256,
+//! index < k + m, unit ≥ 1, every reserved byte (11, 18–19, 44–59) zero, and a file size
+//! `64 + stripes · (unit + 4)` that fits in 64 bits (a forged length cannot overflow the arithmetic).
 
 use crate::code::{CodeKind, ErasureCode, Systematic};
 use crate::kernels::{self, Tables};
@@ -42,6 +46,37 @@ pub const HEADER_LEN: usize = 64;
 /// Default shard unit: large enough for full-speed coding, small enough to stream.
 pub const DEFAULT_UNIT: usize = 1 << 20;
 
+/// Why a 64-byte shard header was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("too short for a shard header ({got} of {HEADER_LEN} bytes)")]
+    TooShort { got: usize },
+    #[error("not a shard file (bad magic)")]
+    BadMagic,
+    #[error("unsupported shard format version {got} (this build reads {VERSION})")]
+    Version { got: u16 },
+    #[error("header checksum mismatch (corrupt header)")]
+    Checksum,
+    #[error("unknown code id {id}")]
+    UnknownCode { id: u8 },
+    #[error("invalid geometry k={k} m={m} (need k >= 1, m >= 1, k + m <= 256)")]
+    Geometry { k: u16, m: u16 },
+    #[error("shard index {index} out of range for k={k} m={m}")]
+    Index { index: u16, k: u16, m: u16 },
+    #[error("zero shard unit")]
+    ZeroUnit,
+    #[error("reserved header byte {offset} is {value:#04x}, not zero")]
+    Reserved { offset: usize, value: u8 },
+    #[error(
+        "length {length} with k={k} and unit {unit} gives a shard file larger than 2^64 bytes"
+    )]
+    TooLong { length: u64, k: u16, unit: u32 },
+}
+
+/// Header bytes that must be zero in version 1: flags, the u16 after the index, the 16 bytes before the
+/// header CRC.
+const RESERVED: [std::ops::Range<usize>; 3] = [11..12, 18..20, 44..60];
+
 /// A parsed shard header.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ShardHeader {
@@ -56,13 +91,23 @@ pub struct ShardHeader {
 }
 
 impl ShardHeader {
+    /// Stripes in the file (0 for a header with k = 0 or unit = 0, which `parse` refuses).
     pub fn stripes(&self) -> u64 {
+        if self.k == 0 || self.unit == 0 {
+            return 0;
+        }
         stripes(self.length, self.k as u64, self.unit as u64)
     }
 
-    /// Exact size of a complete shard file with this header.
-    pub fn file_len(&self) -> u64 {
-        HEADER_LEN as u64 + self.stripes() * (self.unit as u64 + 4)
+    /// Exact size of a complete shard file with this header; `None` if it does not fit in 64 bits (never
+    /// for a header [`parse`](ShardHeader::parse) accepted).
+    pub fn file_len(&self) -> Option<u64> {
+        if self.k == 0 || self.unit == 0 {
+            return None;
+        }
+        self.stripes()
+            .checked_mul(self.unit as u64 + 4)?
+            .checked_add(HEADER_LEN as u64)
     }
 
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
@@ -82,41 +127,45 @@ impl ShardHeader {
         b
     }
 
-    /// Parse and validate a header. Any byte string gives either a header or an error, never a panic.
-    pub fn parse(b: &[u8]) -> std::result::Result<ShardHeader, String> {
-        if b.len() < HEADER_LEN {
-            return Err(format!(
-                "too short for a shard header ({} of {HEADER_LEN} bytes)",
-                b.len()
-            ));
-        }
+    /// Parse and validate a header (see the module doc for what is checked). Any byte string gives either
+    /// a header or an error, never a panic; an accepted header re-encodes to the same 64 bytes.
+    pub fn parse(b: &[u8]) -> std::result::Result<ShardHeader, HeaderError> {
+        let Some(b) = b.get(..HEADER_LEN) else {
+            return Err(HeaderError::TooShort { got: b.len() });
+        };
         if &b[0..8] != MAGIC {
-            return Err("not a shard file (bad magic)".into());
+            return Err(HeaderError::BadMagic);
         }
         let u16at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-        let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u32at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64at = |o: usize| (u32at(o) as u64) | (u32at(o + 4) as u64) << 32;
         let version = u16at(8);
         if version != VERSION {
-            return Err(format!(
-                "unsupported shard format version {version} (this build reads {VERSION})"
-            ));
+            return Err(HeaderError::Version { got: version });
         }
         if crc32c::crc32c(&b[..60]) != u32at(60) {
-            return Err("header checksum mismatch (corrupt header)".into());
+            return Err(HeaderError::Checksum);
         }
-        let code = CodeKind::from_id(b[10]).ok_or_else(|| format!("unknown code id {}", b[10]))?;
+        for offset in RESERVED.into_iter().flatten() {
+            if b[offset] != 0 {
+                return Err(HeaderError::Reserved {
+                    offset,
+                    value: b[offset],
+                });
+            }
+        }
+        let code = CodeKind::from_id(b[10]).ok_or(HeaderError::UnknownCode { id: b[10] })?;
         let (k, m, index, unit) = (u16at(12), u16at(14), u16at(16), u32at(20));
         if k == 0 || m == 0 || k as usize + m as usize > 256 {
-            return Err(format!("invalid geometry k={k} m={m}"));
+            return Err(HeaderError::Geometry { k, m });
         }
         if index >= k + m {
-            return Err(format!("shard index {index} out of range for k={k} m={m}"));
+            return Err(HeaderError::Index { index, k, m });
         }
         if unit == 0 {
-            return Err("zero shard unit".into());
+            return Err(HeaderError::ZeroUnit);
         }
-        Ok(ShardHeader {
+        let h = ShardHeader {
             code,
             k,
             m,
@@ -125,7 +174,15 @@ impl ShardHeader {
             length: u64at(24),
             set_id: u64at(32),
             data_crc: u32at(40),
-        })
+        };
+        if h.file_len().is_none() {
+            return Err(HeaderError::TooLong {
+                length: h.length,
+                k,
+                unit,
+            });
+        }
+        Ok(h)
     }
 }
 
@@ -298,6 +355,18 @@ pub fn encode_file_with_progress(
     })
 }
 
+/// A zeroed buffer, or an error if the allocation fails.
+fn zeroed(len: usize) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        CodeError::Shard(format!(
+            "cannot allocate a {len}-byte buffer for this shard geometry"
+        ))
+    })?;
+    v.resize(len, 0);
+    Ok(v)
+}
+
 fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
@@ -318,17 +387,19 @@ pub fn read_header(path: &Path) -> Result<ShardHeader> {
     let got = f.read_at(&mut b, 0).map_err(|e| io_err(path, e))?;
     let h = ShardHeader::parse(&b[..got])
         .map_err(|e| CodeError::Shard(format!("shard {}: {e}", path.display())))?;
+    // `parse` refuses a header whose file size overflows, so this is always `Some`.
+    let want = h.file_len().unwrap_or(u64::MAX);
     let len = f.metadata().map_err(|e| io_err(path, e))?.len();
-    if len != h.file_len() {
+    if len != want {
         return Err(CodeError::Shard(format!(
             "shard {}: {} (expected {} bytes, found {len})",
             path.display(),
-            if len < h.file_len() {
+            if len < want {
                 "truncated"
             } else {
                 "has trailing bytes"
             },
-            h.file_len()
+            want
         )));
     }
     Ok(h)
@@ -435,8 +506,13 @@ pub fn decode_files_with_progress(
     let out_file = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
     let result = (|| -> Result<f64> {
         let mut w = BufWriter::with_capacity(1 << 20, out_file);
-        let mut units: Vec<Vec<u8>> = vec![vec![0u8; unit + 4]; k + m];
-        let mut stripe_buf = vec![0u8; k * unit];
+        // Headers are validated, but a unit of up to 4 GiB is legal: allocate fallibly so that an absurd
+        // (for this machine) geometry is an error, not an abort.
+        let mut units: Vec<Vec<u8>> = Vec::with_capacity(k + m);
+        for _ in 0..k + m {
+            units.push(zeroed(unit + 4)?);
+        }
+        let mut stripe_buf = zeroed(k * unit)?;
         let mut crc = 0u32;
         let mut coding = 0f64;
         let mut remaining = h0.length;
@@ -567,6 +643,6 @@ mod tests {
         assert_eq!(ShardHeader::parse(&h.to_bytes()).unwrap(), h);
         let mut b = h.to_bytes();
         b[17] ^= 1;
-        assert!(ShardHeader::parse(&b).unwrap_err().contains("checksum"));
+        assert_eq!(ShardHeader::parse(&b), Err(HeaderError::Checksum));
     }
 }

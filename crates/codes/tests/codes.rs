@@ -233,7 +233,7 @@ fn errors_are_clear_not_panics() {
     // Encode and deltas check counts and lengths.
     let data = vec![vec![0u8; 16]; 4];
     let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
-    let mut parity = vec![vec![0u8; 16], vec![0u8; 8]];
+    let mut parity = [vec![0u8; 16], vec![0u8; 8]];
     let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
     let e = code.encode(&d, &mut p).unwrap_err();
     assert!(

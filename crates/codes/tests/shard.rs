@@ -2,7 +2,9 @@
 //! never wrong bytes; the header and shard parsers never panic on arbitrary bytes.
 
 use ecstack_base::rng::Rng;
-use ecstack_codes::shard::{decode_files, encode_file, read_header, EncodeOptions, ShardHeader};
+use ecstack_codes::shard::{
+    decode_files, encode_file, read_header, EncodeOptions, HeaderError, ShardHeader,
+};
 use ecstack_codes::CodeKind;
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
@@ -188,4 +190,127 @@ proptest! {
             prop_assert_eq!(std::fs::read(&out).unwrap(), data);
         }
     }
+}
+
+/// A header image with its CRC recomputed after an edit: what a forger (or a bug) could write.
+fn resealed(mut b: [u8; 64]) -> [u8; 64] {
+    let crc = crc32c::crc32c(&b[..60]);
+    b[60..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn valid_header() -> ShardHeader {
+    ShardHeader {
+        code: CodeKind::RsCauchy,
+        k: 4,
+        m: 2,
+        index: 1,
+        unit: 64,
+        length: 1000,
+        set_id: 7,
+        data_crc: 9,
+    }
+}
+
+#[test]
+fn forged_lengths_are_refused_not_overflowed() {
+    // (length, k, unit): shard-file sizes 64 + ceil(length / (k·unit))·(unit + 4) beyond 2^64.
+    for (length, k, unit) in [
+        (u64::MAX, 1u16, 1u32),
+        (u64::MAX, 4, 1),
+        (u64::MAX - 1, 1, 3),
+        (u64::MAX / 2, 1, 1),
+        (1 << 62, 1, 1),
+    ] {
+        let h = ShardHeader {
+            length,
+            k,
+            m: 1,
+            index: 0,
+            unit,
+            ..valid_header()
+        };
+        assert_eq!(h.file_len(), None, "{length} {k} {unit}");
+        let e = ShardHeader::parse(&h.to_bytes()).unwrap_err();
+        assert_eq!(e, HeaderError::TooLong { length, k, unit }, "{e}");
+        assert!(e.to_string().contains("larger than 2^64"), "{e}");
+    }
+    // The largest geometry still fits: accepted, and the exact size is computed.
+    let h = ShardHeader {
+        length: u64::MAX,
+        k: 255,
+        m: 1,
+        index: 0,
+        unit: u32::MAX,
+        ..valid_header()
+    };
+    let want = 64 + u64::MAX.div_ceil(255 * u32::MAX as u64) * (u32::MAX as u64 + 4);
+    assert_eq!(
+        ShardHeader::parse(&h.to_bytes()).unwrap().file_len(),
+        Some(want)
+    );
+
+    // On disk: a forged header with a valid CRC gives one clear line from read_header and decode_files.
+    let dir = tempfile::tempdir().unwrap();
+    let (input, _) = make_file(dir.path(), 300, 11);
+    let rep = encode_file(
+        &input,
+        &dir.path().join("s"),
+        &opts(CodeKind::RsCauchy, 2, 1, Some(64)),
+    )
+    .unwrap();
+    let mut b: [u8; 64] = std::fs::read(&rep.shards[0]).unwrap()[..64]
+        .try_into()
+        .unwrap();
+    b[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
+    b[20..24].copy_from_slice(&1u32.to_le_bytes());
+    let mut file = std::fs::read(&rep.shards[0]).unwrap();
+    file[..64].copy_from_slice(&resealed(b));
+    std::fs::write(&rep.shards[0], &file).unwrap();
+    let e = read_header(&rep.shards[0]).unwrap_err().to_string();
+    assert!(
+        e.contains(".000.shard") && e.contains("larger than 2^64"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'), "{e}");
+    let r = decode_files(&rep.shards, &dir.path().join("o")).unwrap();
+    assert!(
+        r.rejected.iter().any(|x| x.contains("larger than 2^64")),
+        "{:?}",
+        r.rejected
+    );
+}
+
+#[test]
+fn non_zero_reserved_bytes_are_refused() {
+    let good = valid_header().to_bytes();
+    assert!(ShardHeader::parse(&good).is_ok());
+    for offset in [11usize, 18, 19, 44, 50, 59] {
+        for value in [1u8, 0x80, 0xff] {
+            let mut b = good;
+            b[offset] = value;
+            let e = ShardHeader::parse(&resealed(b)).unwrap_err();
+            assert_eq!(e, HeaderError::Reserved { offset, value });
+            assert!(e.to_string().contains(&format!("byte {offset}")), "{e}");
+        }
+    }
+    // On disk too, through read_header.
+    let dir = tempfile::tempdir().unwrap();
+    let (input, _) = make_file(dir.path(), 300, 12);
+    let rep = encode_file(
+        &input,
+        &dir.path().join("s"),
+        &opts(CodeKind::Xor, 3, 1, Some(64)),
+    )
+    .unwrap();
+    let mut file = std::fs::read(&rep.shards[2]).unwrap();
+    let mut b: [u8; 64] = file[..64].try_into().unwrap();
+    b[45] = 1;
+    file[..64].copy_from_slice(&resealed(b));
+    std::fs::write(&rep.shards[2], &file).unwrap();
+    let e = read_header(&rep.shards[2]).unwrap_err().to_string();
+    assert!(
+        e.contains(".002.shard") && e.contains("reserved header byte 45"),
+        "{e}"
+    );
 }
