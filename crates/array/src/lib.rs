@@ -10,7 +10,9 @@
 //!   parity logging with out-of-place updates, log stripes, parity commit and recovery, §2.3–§3.4).
 //! * [`Array`] implements [`BlockDevice`] (any byte offset and length, concurrent callers, per-stripe
 //!   locking, device I/O issued in parallel) and exposes the admin operations `fail_device`,
-//!   `rebuild_device`, `commit`, `status`.
+//!   `rebuild_device`, `commit`, `status`; the admin language of a running array (`fail log0`,
+//!   `rebuild 3 --replacement SPEC`, …) is [`AdminCommand`], executed by [`Array::execute`], and
+//!   [`Array::open_recorded`] reopens an array from the device specs its superblock records.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -32,6 +34,7 @@
 //! assert_eq!(&back, b"hello, elastic parity logging");
 //! ```
 
+mod admin;
 mod array;
 mod core;
 mod format;
@@ -42,6 +45,7 @@ pub mod scheme;
 mod status;
 
 pub use crate::core::{CommitReport, RebuildReport};
+pub use admin::{AdminCommand, AdminReply, DeviceName, Reopened, UnavailableDevice};
 pub use array::{Array, ArrayDevices, OpenOptions};
 pub use format::{ArrayConfig, Geometry, SchemeKind, Superblock};
 pub use io::IoCounters;

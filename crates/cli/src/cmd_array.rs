@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_array::{
-    Array, ArrayConfig, ArrayDevices, ArrayStatus, CodeKind, OpenOptions, SchemeKind,
+    AdminCommand, Array, ArrayConfig, ArrayDevices, ArrayStatus, CodeKind, DeviceName, OpenOptions,
+    SchemeKind,
 };
 use ecstack_device::{open_spec, BlockDevice};
 use ecstack_nbd::{admin_request, Admin, ServeConfig};
@@ -139,7 +140,7 @@ struct ServeArgs {
     /// Export name
     #[arg(long, default_value = "ecstack")]
     name: String,
-    /// Admin socket (status, commit, fail N, rebuild N [SPEC], sync)
+    /// Admin socket (status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC])
     #[arg(long)]
     admin_socket: Option<PathBuf>,
     /// Parity commit after this many seconds without I/O (md: a sync that marks the write-intent
@@ -268,78 +269,19 @@ fn open_from(
     log: &[String],
     opts: &OpenOptions,
 ) -> Result<Array> {
-    let meta =
-        open_spec(meta_spec).with_context(|| format!("opening metadata volume '{meta_spec}'"))?;
-    let sb = Array::read_superblock(meta.as_ref())?;
-    let n = sb.geometry.n;
-    let nlog = if sb.scheme.uses_log() {
-        sb.geometry.m
-    } else {
-        0
-    };
-    let rec_main: Vec<String> = sb.specs.iter().take(n).cloned().collect();
-    let rec_log: Vec<String> = sb.specs.iter().skip(n).take(nlog).cloned().collect();
-    let main = if main.is_empty() {
-        rec_main
-    } else {
-        main.to_vec()
-    };
-    let log = if log.is_empty() {
-        rec_log
-    } else {
-        log.to_vec()
-    };
-    let mut specs = main.clone();
-    specs.extend(log.iter().cloned());
-    specs.push(meta_spec.to_string());
-    let devices = ArrayDevices {
-        main: open_devices_tolerant(&main)?,
-        log: open_devices_tolerant(&log)?,
-        meta,
-        specs: Some(specs),
-    };
-    Ok(Array::open_with(devices, opts)?)
-}
-
-/// A device that cannot be opened any more (a pulled disk) is represented by a stand-in that fails
-/// every request, so the array opens degraded.
-fn open_devices_tolerant(specs: &[String]) -> Result<Vec<Arc<dyn BlockDevice>>> {
-    Ok(specs
-        .iter()
-        .map(|s| match open_spec(s) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("ecstack: warning: device '{s}' is unavailable ({e}); opening degraded");
-                let f = ecstack_device::Faulty::new(
-                    ecstack_device::MemDevice::with_name(s.clone(), 4096).expect("4 KiB"),
-                    ecstack_device::FaultConfig::default(),
-                );
-                f.fail_now();
-                Arc::new(f) as Arc<dyn BlockDevice>
-            }
-        })
-        .collect())
-}
-
-fn parse_dev(s: &str, n: usize, total: usize) -> Result<usize> {
-    let t = s.trim().to_ascii_lowercase();
-    let i = if let Some(r) = t.strip_prefix("log") {
-        n + r
-            .trim_start_matches([':', '-'])
-            .parse::<usize>()
-            .context("bad log device number")?
-    } else if let Some(r) = t.strip_prefix("main") {
-        r.trim_start_matches([':', '-'])
-            .parse::<usize>()
-            .context("bad main device number")?
-    } else {
-        t.parse::<usize>()
-            .with_context(|| format!("'{s}' is not a device number (0..{total}, mainI or logI)"))?
-    };
-    if i >= total {
-        bail!("no device {i}: the array has {total} devices (main 0..{n}, log {n}..{total})");
+    let r = Array::open_recorded(meta_spec, main, log, opts)?;
+    for u in &r.unavailable {
+        eprintln!(
+            "ecstack: warning: device '{}' is unavailable ({}); opening degraded",
+            u.spec, u.error
+        );
     }
-    Ok(i)
+    Ok(r.array)
+}
+
+/// The index of the device `name` (an index, mainI or logI) names in `a`, range-checked.
+fn device_index(a: &Array, name: &str) -> Result<usize> {
+    Ok(a.device_index(&name.parse::<DeviceName>()?)?)
 }
 
 fn via_admin(sock: &std::path::Path, line: &str, json: bool) -> Result<()> {
@@ -465,11 +407,11 @@ fn commit(t: TargetArgs) -> Result<()> {
 
 fn fail(d: DevArgs) -> Result<()> {
     if let Some(sock) = &d.target.admin {
-        return via_admin(sock, &format!("fail {}", d.dev), d.target.json);
+        let cmd = AdminCommand::Fail(d.dev.parse()?);
+        return via_admin(sock, &cmd.to_string(), d.target.json);
     }
     let a = open_array(&d.target, &OpenOptions::default())?;
-    let g = a.geometry();
-    let i = parse_dev(&d.dev, g.n, a.devices().len())?;
+    let i = device_index(&a, &d.dev)?;
     a.fail_device(i)?;
     a.close()?;
     if d.target.json {
@@ -486,11 +428,11 @@ fn fail(d: DevArgs) -> Result<()> {
 
 fn rebuild(r: RebuildArgs) -> Result<()> {
     if let Some(sock) = &r.target.admin {
-        let line = match &r.replacement {
-            Some(s) => format!("rebuild {} {s}", r.dev),
-            None => format!("rebuild {}", r.dev),
+        let cmd = AdminCommand::Rebuild {
+            device: r.dev.parse()?,
+            replacement: r.replacement.clone(),
         };
-        return via_admin(sock, &line, r.target.json);
+        return via_admin(sock, &cmd.to_string(), r.target.json);
     }
     let opts = OpenOptions {
         rebuild_batch: r.batch,
@@ -498,9 +440,8 @@ fn rebuild(r: RebuildArgs) -> Result<()> {
         ..OpenOptions::default()
     };
     let a = open_array(&r.target, &opts)?;
-    let g = a.geometry().clone();
-    let i = parse_dev(&r.dev, g.n, a.devices().len())?;
-    let report = rebuild_on(&a, i, r.replacement.as_deref())?;
+    let i = device_index(&a, &r.dev)?;
+    let report = a.rebuild_from_spec(i, r.replacement.as_deref())?;
     a.close()?;
     if r.target.json {
         return print_json(&report);
@@ -517,62 +458,12 @@ fn rebuild(r: RebuildArgs) -> Result<()> {
     Ok(())
 }
 
-fn rebuild_on(
-    a: &Array,
-    i: usize,
-    replacement: Option<&str>,
-) -> Result<ecstack_array::RebuildReport> {
-    let spec = match replacement {
-        Some(s) => s.to_string(),
-        None => a.superblock().specs[i].clone(),
-    };
-    let dev = open_spec(&spec).with_context(|| format!("opening replacement '{spec}'"))?;
-    let report = a.rebuild_device(i, dev)?;
-    a.set_device_spec(i, &spec)?;
-    Ok(report)
-}
-
-/// The array's commands on the NBD server's admin socket.
+/// The array's commands on the NBD server's admin socket (the language lives in `ecstack_array`).
 struct ArrayAdmin(Arc<Array>);
 
 impl Admin for ArrayAdmin {
     fn command(&self, line: &str) -> std::result::Result<String, String> {
-        let a = &self.0;
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let js = |v: &dyn erased_json::Ser| v.json();
-        let g = a.geometry().clone();
-        let total = a.devices().len();
-        match words.as_slice() {
-            ["status"] => js(&a.status()),
-            ["commit"] => a.commit().map_err(|e| e.to_string()).and_then(|r| js(&r)),
-            ["sync"] | ["flush"] => a.sync().map(|_| "synced".into()).map_err(|e| e.to_string()),
-            ["fail", d] => {
-                let i = parse_dev(d, g.n, total).map_err(|e| e.to_string())?;
-                a.fail_device(i).map_err(|e| e.to_string())?;
-                Ok(format!("device {i} failed; failed devices {:?}", a.failed_devices()))
-            }
-            ["rebuild", d, rest @ ..] if rest.len() <= 1 => {
-                let i = parse_dev(d, g.n, total).map_err(|e| e.to_string())?;
-                let r = rebuild_on(a, i, rest.first().copied()).map_err(|e| format!("{e:#}"))?;
-                js(&r)
-            }
-            ["help"] => Ok("array commands: status, commit, sync, fail DEV, rebuild DEV [SPEC]".into()),
-            _ => Err(format!(
-                "unknown array command '{line}' (status, commit, sync, fail DEV, rebuild DEV [SPEC])"
-            )),
-        }
-    }
-}
-
-/// Tiny helper so `command` can serialize different report types through one closure.
-mod erased_json {
-    pub trait Ser {
-        fn json(&self) -> Result<String, String>;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn json(&self) -> Result<String, String> {
-            serde_json::to_string(self).map_err(|e| e.to_string())
-        }
+        self.0.admin(line).map_err(|e| e.to_string())
     }
 }
 
