@@ -20,7 +20,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use ecstack_device::{open_spec, BlockDevice, FaultConfig, Faulty, MemDevice};
+use ecstack_device::{open_spec, BlockDevice, DeviceError};
 
 use crate::array::{Array, ArrayDevices, OpenOptions};
 use crate::core::{CommitReport, RebuildReport};
@@ -300,8 +300,8 @@ pub struct Reopened {
 impl Array {
     /// Open the array whose metadata volume is `meta_spec`: the main and log devices are the specs
     /// its superblock records unless `main` / `log` override them. A device that cannot be opened any
-    /// more (a pulled disk) is represented by a stand-in that fails every request, so the array
-    /// opens degraded; [`Reopened::unavailable`] lists them.
+    /// more (a pulled disk) is represented by a stand-in of the size the array expects that fails
+    /// every request, so the array opens degraded; [`Reopened::unavailable`] lists them.
     pub fn open_recorded(
         meta_spec: &str,
         main: &[String],
@@ -332,9 +332,10 @@ impl Array {
         specs.extend(log.iter().cloned());
         specs.push(meta_spec.to_string());
         let mut unavailable = Vec::new();
+        let g = &sb.geometry;
         let devices = ArrayDevices {
-            main: open_tolerant(&main, &mut unavailable)?,
-            log: open_tolerant(&log, &mut unavailable)?,
+            main: open_tolerant(&main, g.off(g.slots), &mut unavailable),
+            log: open_tolerant(&log, g.off(g.log_slots), &mut unavailable),
             meta,
             specs: Some(specs),
         };
@@ -345,28 +346,65 @@ impl Array {
     }
 }
 
+/// Open `specs`; one that cannot be opened becomes an [`Unavailable`] stand-in of `capacity` bytes.
 fn open_tolerant(
     specs: &[String],
+    capacity: u64,
     unavailable: &mut Vec<UnavailableDevice>,
-) -> Result<Vec<Arc<dyn BlockDevice>>> {
+) -> Vec<Arc<dyn BlockDevice>> {
     specs
         .iter()
         .map(|s| match open_spec(s) {
-            Ok(d) => Ok(d),
+            Ok(d) => d,
             Err(e) => {
                 unavailable.push(UnavailableDevice {
                     spec: s.clone(),
                     error: e.to_string(),
                 });
-                let f = Faulty::new(
-                    MemDevice::with_name(s.clone(), 4096)?,
-                    FaultConfig::default(),
-                );
-                f.fail_now();
-                Ok(Arc::new(f) as Arc<dyn BlockDevice>)
+                Arc::new(Unavailable {
+                    name: s.clone(),
+                    capacity,
+                    error: e.to_string(),
+                }) as Arc<dyn BlockDevice>
             }
         })
         .collect()
+}
+
+/// A recorded device that could not be opened: it has the size the array expects of it and fails
+/// every request, so the array marks it failed when it reads its label and opens degraded.
+#[derive(Debug)]
+struct Unavailable {
+    name: String,
+    capacity: u64,
+    error: String,
+}
+
+impl Unavailable {
+    fn err(&self) -> DeviceError {
+        DeviceError::other(&self.name, format!("unavailable: {}", self.error))
+    }
+}
+
+impl BlockDevice for Unavailable {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+    fn read_at(&self, _buf: &mut [u8], _offset: u64) -> ecstack_device::Result<()> {
+        Err(self.err())
+    }
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> ecstack_device::Result<()> {
+        Err(self.err())
+    }
+    fn flush(&self) -> ecstack_device::Result<()> {
+        Err(self.err())
+    }
+    fn discard(&self, _offset: u64, _len: u64) -> ecstack_device::Result<()> {
+        Err(self.err())
+    }
 }
 
 #[cfg(test)]
