@@ -70,13 +70,33 @@ fn lt_incomplete_is_an_error() {
         .is_err());
 }
 
-#[test]
-fn lt_overhead_is_in_robustore_range() {
-    // RobuSTore §5.2.4: K = 1024, C = 1, δ = 0.1 gives reception overhead about 0.5 (blocks/K ≈ 1.5).
-    let code = LtCode::new(LtParams::new(1024, 4096, 1)).unwrap();
-    let o = code.reception_overhead(20, 3);
+/// Mean and largest blocks/K over `trials` random reception orders.
+fn lt_overhead(k: usize, n: usize, graph_seed: u64, trials: usize, order_seed: u64) -> (f64, f64) {
+    let mut p = LtParams::new(k, n, 1);
+    p.seed = graph_seed;
+    let o = LtCode::new(p)
+        .unwrap()
+        .reception_overhead(trials, order_seed);
     let mean = o.iter().sum::<f64>() / o.len() as f64;
-    assert!(mean > 1.0 && mean < 2.0, "mean blocks/K = {mean}");
+    (mean, o.iter().cloned().fold(0.0, f64::max))
+}
+
+#[test]
+fn lt_overhead_is_the_documented_figure() {
+    // docs/codes.md and docs/benchmarks.md: K = 1024, N = 3K, C = 1, δ = 0.1 (RobuSTore §5.2.4's point,
+    // which reports blocks/K of about 1.5) needs 1.445 blocks/K on average over 200 random reception
+    // orders (the `ecstack bench ec` configuration: graph seed 1, order seed 7), at most 1.924.
+    let (mean, max) = lt_overhead(1024, 3072, 1, 200, 7);
+    assert!((1.44..=1.45).contains(&mean), "mean blocks/K = {mean}");
+    assert!(max <= 1.93, "largest blocks/K = {max}");
+    // Other graphs of the same code stay at about 1.5: 1.42-1.53 over graph seeds 1-5 (documented).
+    for graph_seed in 2..=5 {
+        let (mean, _) = lt_overhead(1024, 3072, graph_seed, 200, 3);
+        assert!(
+            (1.40..=1.55).contains(&mean),
+            "graph seed {graph_seed}: mean blocks/K = {mean}"
+        );
+    }
 }
 
 #[test]
