@@ -1,0 +1,88 @@
+//! Unit tests of the report logic over hand-made rows (no runs).
+
+use super::report::peak_table;
+use super::*;
+
+fn row(variant: Variant, clients: usize, commit: Commit, degraded: bool, rps: f64) -> RunRow {
+    RunRow {
+        testbed: Backing::Testbed(Testbed::Files),
+        trace: TraceName::Fin,
+        setting: Setting::SIX_TWO,
+        scheme: variant,
+        clients,
+        batch: None,
+        batch_us: None,
+        dev_ops_per_req: 0.0,
+        cpu_load: 0.0,
+        commit,
+        degraded,
+        requests: 1000,
+        seconds: 1000.0 / rps,
+        requests_per_s: rps,
+        ssd_write_bytes: 0,
+        ssd_read_bytes: 0,
+        log_write_bytes: 0,
+        gc_per_ssd: 0.0,
+        commit_seconds: 0.0,
+        commits: 0,
+        ssd_blocks: 0,
+    }
+}
+
+fn rows() -> Vec<RunRow> {
+    vec![
+        row(Variant::PL, 1, Commit::Nil, false, 5_000.0),
+        row(Variant::PL, 32, Commit::Nil, false, 21_000.0),
+        row(Variant::PL, 128, Commit::Nil, false, 20_000.0),
+        row(Variant::EPLOG, 1, Commit::Nil, false, 9_000.0),
+        row(Variant::EPLOG, 1, Commit::All, false, 90_000.0),
+        row(Variant::EPLOG, 1, Commit::Every(10_000), true, 95_000.0),
+        row(Variant::EPLOG, 128, Commit::Nil, false, 60_000.0),
+    ]
+}
+
+#[test]
+fn peak_is_the_fastest_plain_run_over_all_client_counts() {
+    let rows = rows();
+    let p = peak(&rows, Variant::PL).unwrap();
+    assert_eq!((p.clients, p.requests_per_s), (32, 21_000.0));
+    // Runs with commits or failures are not the "as fast as possible" figure.
+    let e = peak(&rows, Variant::EPLOG).unwrap();
+    assert_eq!((e.clients, e.requests_per_s), (128, 60_000.0));
+    assert!(peak(&rows, Variant::MD).is_none());
+    assert_eq!(client_counts(&rows), vec![1, 32, 128]);
+    let mut s = String::new();
+    peak_table(&mut s, "peak", &rows);
+    assert!(s.contains("| pl | 21000 | 32 | - | 1.00 |"), "{s}");
+    assert!(s.contains("| eplog | 60000 | 128 | - | 2.86 |"), "{s}");
+    // One client count: no peak table.
+    let mut one = String::new();
+    peak_table(&mut one, "peak", &rows[..1]);
+    assert!(one.is_empty());
+}
+
+#[test]
+fn typed_keys_keep_their_labels_in_json() {
+    let r = row(
+        Variant::EplogNoStripeBuffer,
+        4,
+        Commit::Every(10_000),
+        true,
+        1.0,
+    );
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["scheme"], "eplog-nosb");
+    assert_eq!(v["commit"], "10K");
+    assert_eq!(v["setting"], "(6+2)");
+    assert_eq!(v["trace"], "FIN");
+    assert_eq!(v["testbed"], "O_DIRECT files");
+    assert_eq!(Variant::EplogDeviceBuffer(16).to_string(), "eplog+buf16");
+    assert_eq!(
+        r.key(),
+        RunKey {
+            commit: Commit::Every(10_000),
+            degraded: true,
+            ..RunKey::fin(Variant::EplogNoStripeBuffer, 4)
+        }
+    );
+}

@@ -1,0 +1,55 @@
+//! ecstack's experiment drivers and their reports.
+//!
+//! Each experiment takes a typed configuration, runs in-process over the real layers below (codes,
+//! devices, traces, arrays) and returns a typed report that [`table`] writes as CSV and Markdown and
+//! [`plot`] draws as SVG. The `ecstack experiment …` commands only parse arguments into these
+//! configurations.
+//!
+//! * [`eplog`]: EPLOG §5 Experiments 1–5 (write traffic, GC, parity commit frequency, requests/s on
+//!   two testbeds, recovery), md vs pl vs eplog.
+
+pub mod eplog;
+pub mod plot;
+pub mod table;
+
+use std::path::PathBuf;
+
+/// Errors of an experiment: each one line that names the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// A configuration value out of range; `field` names the setting (the CLI flag without `--`).
+    #[error("{field}: {msg}")]
+    Config { field: &'static str, msg: String },
+    #[error(transparent)]
+    Array(#[from] ecstack_array::ArrayError),
+    #[error(transparent)]
+    Device(#[from] ecstack_device::DeviceError),
+    #[error(transparent)]
+    Trace(#[from] ecstack_trace::TraceError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A run that cannot go on (a device file too small, a replay client that panicked).
+    #[error("{0}")]
+    Run(String),
+}
+
+pub type Result<T> = std::result::Result<T, LabError>;
+
+/// Attach a path to an I/O error.
+pub(crate) fn io_at(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> LabError + '_ {
+    move |source| LabError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Serialize a value through its `Display` text (typed keys appear in JSON and CSV as their labels).
+pub(crate) fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
+    v: &T,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
