@@ -681,7 +681,7 @@ impl Array {
                 let mut mi = self.core.meta();
                 for s in start..=last {
                     if eplog {
-                        let Some(ds) = mi.state.stripes.get(&s).cloned() else {
+                        let Some(ds) = mi.state.data_stripe(s) else {
                             continue;
                         };
                         if ds.pending() {

@@ -186,7 +186,7 @@ impl Array {
                 dirty_regions: st.dirty.len() as u64,
                 ..PendingStatus::default()
             };
-            for ds in st.stripes.values() {
+            for (_, ds) in st.changed() {
                 let u = ds.latest.iter().filter(|l| l.is_some()).count() as u64;
                 p.updated_chunks += u;
                 p.updated_stripes += (u > 0) as u64;

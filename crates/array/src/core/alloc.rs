@@ -49,21 +49,22 @@ impl Alloc {
             }
         };
         for s in 0..g.stripes {
-            let ds = st.stripes.get(&s);
             for p in 0..g.n {
-                let home = match ds {
-                    _ if p >= g.k => true,
-                    None => true,
-                    Some(ds) => ds.committed[p].is_none() && ds.latest[p].is_none(),
-                };
+                // Parity, a chunk never written (its home slot stays reserved) or one committed
+                // at home.
+                let home = p >= g.k
+                    || match st.data_chunk(s, p) {
+                        None => true,
+                        Some((c, l)) => c == Some(s) || (c.is_none() && l.is_none()),
+                    };
                 if home {
                     mark(&mut used, g.dev_of(s, p), s);
                 }
             }
         }
-        for (s, ds) in &st.stripes {
+        for (s, ds) in st.changed() {
             for p in 0..g.k {
-                let d = g.dev_of(*s, p);
+                let d = g.dev_of(s, p);
                 if let Some(c) = ds.committed[p] {
                     mark(&mut used, d, c);
                 }

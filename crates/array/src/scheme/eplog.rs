@@ -76,11 +76,17 @@ enum Loc {
 }
 
 impl Eplog {
-    fn locate(core: &Core, ds: Option<&DataStripe>, s: u64, pos: usize) -> Loc {
+    #[allow(clippy::type_complexity)]
+    fn locate(
+        core: &Core,
+        chunk: Option<(Option<u64>, Option<(u64, u64)>)>,
+        s: u64,
+        pos: usize,
+    ) -> Loc {
         let dev = core.geo.dev_of(s, pos);
-        match ds {
+        match chunk {
             None => Loc::Zero,
-            Some(ds) => match (ds.latest[pos], ds.committed[pos]) {
+            Some((committed, latest)) => match (latest, committed) {
                 (Some((slot, _)), _) => Loc::At { dev, slot },
                 (None, Some(slot)) => Loc::At { dev, slot },
                 (None, None) => Loc::Zero,
@@ -223,7 +229,7 @@ impl Eplog {
     fn decode_current(core: &Core, s: u64, pos: usize) -> Result<Vec<u8>> {
         let (ds, ls, rerun) = {
             let mi = core.meta();
-            let ds = mi.state.stripes.get(&s).cloned();
+            let ds = mi.state.data_stripe(s);
             let ls = ds
                 .as_ref()
                 .and_then(|d| d.latest[pos])
@@ -268,7 +274,7 @@ impl Eplog {
         let locs: Vec<Loc> = {
             let mi = core.meta();
             reqs.iter()
-                .map(|r| Self::locate(core, mi.state.stripes.get(&r.stripe), r.stripe, r.pos))
+                .map(|r| Self::locate(core, mi.state.data_chunk(r.stripe, r.pos), r.stripe, r.pos))
                 .collect()
         };
         let mut need = Vec::new();
@@ -315,7 +321,7 @@ impl Eplog {
         let (base, id0) = {
             let mut mi = core.meta();
             for (&s, wl) in &groups {
-                if wl.len() == k && !mi.state.stripes.contains_key(&s) {
+                if wl.len() == k && !mi.state.is_written(s) {
                     let mut data: Vec<&[u8]> = vec![&[]; k];
                     for w in wl {
                         data[w.pos] = w.data;
@@ -330,9 +336,9 @@ impl Eplog {
             let mut taken: Vec<(usize, u64)> = Vec::new();
             for w in &logged {
                 let d = g.dev_of(w.stripe, w.pos);
-                let home = match mi.state.stripes.get(&w.stripe) {
+                let home = match mi.state.data_chunk(w.stripe, w.pos) {
                     None => true,
-                    Some(ds) => ds.committed[w.pos].is_none() && ds.latest[w.pos].is_none(),
+                    Some((committed, latest)) => committed.is_none() && latest.is_none(),
                 };
                 if home {
                     slots.push(w.stripe);
@@ -508,16 +514,8 @@ impl Eplog {
             u64,
         ) = {
             let mi = core.meta();
-            let mut v: Vec<(u64, DataStripe)> = mi
-                .state
-                .stripes
-                .iter()
-                .filter(|(_, ds)| ds.pending())
-                .map(|(s, ds)| (*s, ds.clone()))
-                .collect();
-            v.sort_unstable_by_key(|(s, _)| *s);
             (
-                v,
+                mi.state.pending_stripes(),
                 mi.state.logs.clone(),
                 mi.state.commit_in_progress,
                 mi.state.log_next,
@@ -541,7 +539,9 @@ impl Eplog {
                 let mut who = Vec::new();
                 for (i, ((s, ds), d)) in batch.iter().zip(data.iter_mut()).enumerate() {
                     for (p, b) in d.iter_mut().enumerate() {
-                        if let Loc::At { dev, slot } = Self::locate(core, Some(ds), *s, p) {
+                        if let Loc::At { dev, slot } =
+                            Self::locate(core, Some((ds.committed[p], ds.latest[p])), *s, p)
+                        {
                             if core.devs.is_failed(dev) {
                                 lost.push((i, p));
                             } else {
@@ -659,7 +659,7 @@ impl Eplog {
 
     fn committed_layout_now(&self, core: &Core, s: u64) -> Option<Vec<Option<u64>>> {
         let mi = core.meta();
-        let ds = mi.state.stripes.get(&s)?;
+        let ds = mi.state.data_stripe(s)?;
         let mut v: Vec<Option<u64>> = (0..core.geo.k)
             .map(|p| ds.latest[p].map(|(slot, _)| slot).or(ds.committed[p]))
             .collect();
@@ -668,9 +668,7 @@ impl Eplog {
     }
 
     fn written_stripes_now(&self, core: &Core) -> Vec<u64> {
-        let mut v: Vec<u64> = core.meta().state.stripes.keys().copied().collect();
-        v.sort_unstable();
-        v
+        core.meta().state.written_stripes()
     }
 }
 
@@ -780,7 +778,7 @@ impl UpdateScheme for Eplog {
         {
             let mi = core.meta();
             for (&s, wl) in &groups {
-                if wl.len() == g.k && !mi.state.stripes.contains_key(&s) {
+                if wl.len() == g.k && !mi.state.is_written(s) {
                     direct.extend(wl.iter().map(|w| ChunkWrite {
                         stripe: w.stripe,
                         pos: w.pos,

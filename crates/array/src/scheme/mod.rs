@@ -64,10 +64,7 @@ pub(crate) trait UpdateScheme: Send + Sync {
     }
     /// Stripes that have ever been written, in ascending order.
     fn written_stripes(&self, core: &Core) -> Vec<u64> {
-        let mi = core.meta();
-        (0..core.geo.stripes)
-            .filter(|&s| mi.state.is_written(s))
-            .collect()
+        core.meta().state.written_stripes()
     }
     /// Write out anything held in memory (eplog device buffers) before a flush.
     fn drain(&self, _core: &Core) -> Result<WriteOutcome> {
