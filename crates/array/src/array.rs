@@ -39,6 +39,16 @@ pub struct ArrayDevices {
     pub specs: Option<Vec<String>>,
 }
 
+/// What [`Array::discard`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DiscardReport {
+    /// Whole data stripes dropped from the metadata, their chunk slots discarded on the devices.
+    pub stripes: u64,
+    /// Bytes overwritten with zeros instead (partly covered stripes, and eplog stripes that could
+    /// not be dropped).
+    pub zeroed_bytes: u64,
+}
+
 /// Run-time options (not stored on disk).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpenOptions {
@@ -653,16 +663,97 @@ impl Array {
         self.scheme.write(&self.core, &cws)
     }
 
-    /// Discard (TRIM) the whole data stripes inside `[off, off + len)`: they read as zeros from then
-    /// on and their chunks are discarded on the devices (so SSDs can drop them); partly covered
-    /// stripes, and eplog stripes with updates not yet committed, keep their data (discard is
-    /// advisory). The change is durable before any device drops data. Returns the stripes discarded.
-    pub fn discard(&self, off: u64, len: u64) -> Result<u64> {
+    /// Discard (TRIM) `[off, off + len)`: the range reads as zeros from then on, also after a reopen,
+    /// a device failure or a rebuild. Whole data stripes inside the range are dropped from the
+    /// metadata (durably, before any device drops data) and their chunk slots discarded on the
+    /// devices, so SSDs can reclaim them; eplog stripes with updates not yet committed get a parity
+    /// commit first. The rest (partly covered stripes, and eplog stripes one of whose home slots
+    /// another chunk has taken meanwhile) is overwritten with zeros through the ordinary write
+    /// path, skipping stripes that already read as zeros.
+    pub fn discard(&self, off: u64, len: u64) -> Result<DiscardReport> {
         self.check_range(off, len)?;
-        let g = &self.core.geo;
-        let sb = g.stripe_bytes();
-        let (first, end) = (off.div_ceil(sb), (off + len) / sb);
+        let sb = self.core.geo.stripe_bytes();
+        let end_byte = off + len;
+        let (first, end) = (off.div_ceil(sb), end_byte / sb);
         let eplog = self.scheme.kind() == SchemeKind::Eplog;
+        if eplog {
+            // Chunks held in device buffers must reach the metadata before it is consulted (as in
+            // `sync`); stripes with uncommitted updates get them committed, so they can be dropped.
+            let drained = {
+                let _a = self.admin_read();
+                self.scheme.drain(&self.core)?
+            };
+            let pending = first < end && {
+                let st = &self.core.meta().state;
+                if ((end - first) as usize) < st.stripes.len() {
+                    (first..end).any(|s| st.stripes.get(&s).is_some_and(|ds| ds.pending()))
+                } else {
+                    st.stripes
+                        .iter()
+                        .any(|(s, ds)| (first..end).contains(s) && ds.pending())
+                }
+            };
+            if drained == WriteOutcome::NeedCommit || pending {
+                self.commit()?;
+            }
+        }
+        let mut report = DiscardReport::default();
+        if first >= end {
+            report.zeroed_bytes = self.write_zeros(off, len)?;
+            return Ok(report);
+        }
+        report.zeroed_bytes += self.write_zeros(off, first * sb - off)?;
+        report.zeroed_bytes += self.write_zeros(end * sb, end_byte - end * sb)?;
+        let (stripes, left) = self.discard_stripes(first, end)?;
+        report.stripes = stripes;
+        for s in left {
+            report.zeroed_bytes += self.write_zeros(s * sb, sb)?;
+        }
+        Ok(report)
+    }
+
+    /// Write zeros over `[off, off + len)` in pieces, skipping stripes that already read as zeros
+    /// (never written, or discarded; eplog device buffers drained by the caller). Returns the bytes
+    /// written.
+    fn write_zeros(&self, off: u64, len: u64) -> Result<u64> {
+        const PIECE_BYTES: u64 = 1 << 20;
+        let sb = self.core.geo.stripe_bytes();
+        let zeros = vec![0u8; len.min(PIECE_BYTES) as usize];
+        let eplog = self.scheme.kind() == SchemeKind::Eplog;
+        let mut written = 0u64;
+        let mut a = off;
+        while a < off + len {
+            let s = a / sb;
+            let stripe_end = ((s + 1) * sb).min(off + len);
+            let blank = {
+                let mi = self.core.meta();
+                if eplog {
+                    !mi.state.stripes.contains_key(&s)
+                } else {
+                    !mi.state.is_written(s)
+                }
+            };
+            if blank {
+                a = stripe_end;
+                continue;
+            }
+            while a < stripe_end {
+                let l = (stripe_end - a).min(PIECE_BYTES);
+                self.write(&zeros[..l as usize], a)?;
+                written += l;
+                a += l;
+            }
+        }
+        Ok(written)
+    }
+
+    /// Drop the whole stripes `first..end` from the metadata and discard their chunk slots. Returns
+    /// the stripes dropped, and those left for zeroing: eplog stripes with uncommitted updates (a
+    /// write that raced the discard) or whose home slot another chunk now holds.
+    fn discard_stripes(&self, first: u64, end: u64) -> Result<(u64, Vec<u64>)> {
+        let g = &self.core.geo;
+        let eplog = self.scheme.kind() == SchemeKind::Eplog;
+        let mut left = Vec::new();
         let mut total = 0u64;
         let mut start = first;
         while start < end {
@@ -685,6 +776,7 @@ impl Array {
                             continue;
                         };
                         if ds.pending() {
+                            left.push(s);
                             continue;
                         }
                         // An absent stripe owns its home slots: reclaim those its chunks moved
@@ -707,6 +799,7 @@ impl Array {
                             for d in got {
                                 mi.alloc.put(d, s);
                             }
+                            left.push(s);
                             continue;
                         }
                         frees.extend(moved.iter().copied());
@@ -748,7 +841,7 @@ impl Array {
             total += n;
             start = last + 1;
         }
-        Ok(total)
+        Ok((total, left))
     }
 
     /// Make every completed write durable (buffers drained, devices flushed, metadata records

@@ -46,7 +46,7 @@ mod status;
 
 pub use crate::core::{CommitReport, RebuildReport};
 pub use admin::{AdminCommand, AdminReply, DeviceName, Reopened, UnavailableDevice};
-pub use array::{Array, ArrayDevices, OpenOptions};
+pub use array::{Array, ArrayDevices, DiscardReport, OpenOptions};
 pub use format::{ArrayConfig, Geometry, SchemeKind, Superblock};
 pub use io::IoCounters;
 pub use scheme::{BatchStats, DEFAULT_IN_FLIGHT};
