@@ -49,7 +49,7 @@ pub use exps::{RecoveryCase, RecoveryRow, RECOVERY_BATCHES};
 pub use report::{Report, TraceInfo};
 pub use rig::Backing;
 pub use run::{find, Commit, RunKey, RunRow, Variant};
-pub use targets::{client_counts, peak, TargetCheck};
+pub use targets::{client_counts, exp4_summary, peak, Figure, TargetCheck};
 pub use workload::{TraceName, CHUNK_BYTES};
 
 use crate::{io_at, Result};

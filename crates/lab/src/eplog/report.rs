@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::config::Setting;
 use super::exps::RecoveryRow;
 use super::run::{find, Commit, RunKey, RunRow, Variant};
-use super::targets::{client_counts, peak, TargetCheck};
+use super::targets::{client_counts, exp4_summary, peak, Figure, TargetCheck};
 use super::workload::{Trace, TraceName, CHUNK_BYTES};
 
 /// Everything one run of the experiment measured.
@@ -68,11 +68,11 @@ impl Report {
         self.exp3_table(&mut s);
         let files = "Exp 4: requests/s on O_DIRECT files (as fast as possible)";
         perf_table(&mut s, files, &self.perf);
-        let files_peak = "Exp 4: peak requests/s on O_DIRECT files (FIN (6+2), each scheme at its best client count)";
+        let files_peak = "Exp 4, secondary: peak requests/s on O_DIRECT files (FIN (6+2), each scheme at its best client count)";
         peak_table(&mut s, files_peak, &self.perf);
         let paper = "Exp 4 on the EPLOG testbed, emulated (Table 1 service times: SSD main array, HDD logs)";
         perf_table(&mut s, paper, &self.paper);
-        let paper_peak = "Exp 4 on the EPLOG testbed, emulated: peak requests/s (FIN (6+2))";
+        let paper_peak = "Exp 4 on the EPLOG testbed, emulated, secondary: peak requests/s (FIN (6+2), each scheme at its best client count)";
         peak_table(&mut s, paper_peak, &self.paper);
         self.exp5_table(&mut s);
         self.targets_table(&mut s);
@@ -181,18 +181,44 @@ impl Report {
         }
     }
 
+    /// The primary targets, a plain statement of which Exp 4 targets are met where, then the
+    /// secondary rows under their own heading.
     fn targets_table(&self, s: &mut String) {
         if self.targets.is_empty() {
             return;
         }
-        let _ = writeln!(
+        let _ = writeln!(s, "\n### Targets (FIN, (6+2))\n");
+        target_rows(
             s,
-            "\n### Targets (FIN, (6+2))\n\n| target | measured | wanted | met |\n|---|---|---|---|"
+            self.targets.iter().filter(|t| t.figure == Figure::Primary),
         );
-        for t in &self.targets {
-            let met = if t.met { "yes" } else { "no" };
-            let _ = writeln!(s, "| {} | {:.2} | {} | {met} |", t.what, t.ratio, t.target);
+        let summary = exp4_summary(&self.targets);
+        if !summary.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nExp 4, primary figures (each client count, every scheme under the same load):\n"
+            );
+            for line in summary {
+                let _ = writeln!(s, "- {line}");
+            }
         }
+        let mut secondary = self
+            .targets
+            .iter()
+            .filter(|t| t.figure == Figure::Secondary)
+            .peekable();
+        if secondary.peek().is_some() {
+            let _ = writeln!(s, "\n#### Secondary: each scheme at its own peak client count\n\nThese compare runs at different client counts; they do not replace a primary row above.\n");
+            target_rows(s, secondary);
+        }
+    }
+}
+
+fn target_rows<'a>(s: &mut String, targets: impl Iterator<Item = &'a TargetCheck>) {
+    let _ = writeln!(s, "| target | measured | wanted | met |\n|---|---|---|---|");
+    for t in targets {
+        let met = if t.met { "yes" } else { "no" };
+        let _ = writeln!(s, "| {} | {:.2} | {} | {met} |", t.what, t.ratio, t.target);
     }
 }
 

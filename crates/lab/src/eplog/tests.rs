@@ -86,3 +86,64 @@ fn typed_keys_keep_their_labels_in_json() {
         }
     );
 }
+
+#[test]
+fn exp4_targets_per_client_count_are_primary_and_peaks_secondary() {
+    let rows = rows();
+    let ts = targets::exp4(&rows, Backing::Testbed(Testbed::Files));
+    let primary: Vec<(&str, bool)> = ts
+        .iter()
+        .filter(|t| t.figure == Figure::Primary)
+        .map(|t| (t.what.as_str(), t.met))
+        .collect();
+    assert_eq!(
+        primary,
+        [
+            ("requests/s eplog / pl (O_DIRECT files, 1 client)", false),
+            ("requests/s eplog / pl (O_DIRECT files, 128 clients)", true),
+        ]
+    );
+    // The peak row comes after every primary row and is labelled secondary, met or not.
+    let last = ts.last().unwrap();
+    assert_eq!(last.figure, Figure::Secondary);
+    assert!(
+        last.what.contains("each at its peak over 1/32/128 clients"),
+        "{}",
+        last.what
+    );
+    assert!((last.ratio - 60_000.0 / 21_000.0).abs() < 1e-9);
+    assert_eq!(
+        exp4_summary(&ts),
+        ["requests/s eplog >= 2 x pl on O_DIRECT files: met at 128 client(s), missed at 1 client(s)"]
+    );
+    let report = Report {
+        scale: 0.01,
+        quick: true,
+        traces: Vec::new(),
+        sim: Vec::new(),
+        perf: rows,
+        paper: Vec::new(),
+        recovery: Vec::new(),
+        targets: ts,
+        seconds: 1.0,
+    };
+    let md = report.markdown();
+    let at = |needle: &str| {
+        md.find(needle)
+            .unwrap_or_else(|| panic!("{needle} missing:\n{md}"))
+    };
+    // Primary rows, then the plain statement, then the secondary heading with the peak row.
+    let primary_row =
+        at("| requests/s eplog / pl (O_DIRECT files, 128 clients) | 3.00 | >= 2 | yes |");
+    let missed_row = at("| requests/s eplog / pl (O_DIRECT files, 1 client) | 1.80 | >= 2 | no |");
+    let summary = at("met at 128 client(s), missed at 1 client(s)");
+    let secondary = at("#### Secondary: each scheme at its own peak client count");
+    let peak_row = at("each at its peak over 1/32/128 clients");
+    assert!(missed_row < primary_row && primary_row < summary && summary < secondary);
+    assert!(secondary < peak_row, "{md}");
+    assert!(
+        md.find("| requests/s eplog / pl (O_DIRECT files, 1 client) |")
+            .unwrap()
+            < secondary
+    );
+}
