@@ -684,14 +684,12 @@ impl Array {
                 self.scheme.drain(&self.core)?
             };
             let pending = first < end && {
-                let st = &self.core.meta().state;
-                if ((end - first) as usize) < st.stripes.len() {
-                    (first..end).any(|s| st.stripes.get(&s).is_some_and(|ds| ds.pending()))
-                } else {
-                    st.stripes
-                        .iter()
-                        .any(|(s, ds)| (first..end).contains(s) && ds.pending())
-                }
+                let mi = self.core.meta();
+                let pending = mi
+                    .state
+                    .changed()
+                    .any(|(s, ds)| (first..end).contains(&s) && ds.pending());
+                pending
             };
             if drained == WriteOutcome::NeedCommit || pending {
                 self.commit()?;
@@ -728,7 +726,7 @@ impl Array {
             let blank = {
                 let mi = self.core.meta();
                 if eplog {
-                    !mi.state.stripes.contains_key(&s)
+                    mi.state.data_stripe(s).is_none()
                 } else {
                     !mi.state.is_written(s)
                 }
