@@ -38,6 +38,8 @@ mod admin;
 mod array;
 mod core;
 mod format;
+#[cfg(test)]
+mod fuzz;
 mod io;
 mod meta;
 mod recovery;

@@ -289,7 +289,7 @@ const WRITTEN_BITMAP: u8 = 2;
 pub const REGION_STRIPES: u64 = 1024;
 
 impl Rec {
-    fn encode(&self, e: &mut Enc) {
+    pub(crate) fn encode(&self, e: &mut Enc) {
         match self {
             Rec::StripeWritten { stripe } => {
                 e.u8(1);
@@ -339,7 +339,7 @@ impl Rec {
         }
     }
 
-    fn decode(d: &mut Dec) -> Result<Rec> {
+    pub(crate) fn decode(d: &mut Dec) -> Result<Rec> {
         Ok(match d.u8()? {
             1 => Rec::StripeWritten { stripe: d.u64()? },
             2 => Rec::FullStripe { stripe: d.u64()? },
@@ -1338,6 +1338,56 @@ fn frame_err(fh: &FrameHeader, e: &ArrayError) -> ArrayError {
     ))
 }
 
+/// The checkpoint body of versions 1 and 2, written out field by field as
+/// `docs/array-format.md` describes it (every written stripe's bit, every eplog data stripe
+/// with all its chunks).
+#[cfg(test)]
+pub(crate) fn encode_v1(st: &MetaState) -> Vec<u8> {
+    let mut e = Enc::default();
+    e.u16(st.failed.len() as u16);
+    for f in &st.failed {
+        e.u16(*f);
+    }
+    let words = st.geo.stripes.div_ceil(64);
+    e.u64(words);
+    for i in 0..words {
+        let w = (0..64).fold(0u64, |w, b| w | (st.is_written(i * 64 + b) as u64) << b);
+        e.u64(w);
+    }
+    // (In versions 1 and 2 the md/pl bitmap and the eplog stripe list were kept apart; a
+    // stripe in both decodes the same.)
+    let written = st.written_stripes();
+    e.u64(written.len() as u64);
+    for s in written {
+        let ds = st.data_stripe(s).unwrap();
+        e.u64(s);
+        e.u8(ds.parity as u8);
+        for (c, l) in ds.committed.iter().zip(&ds.latest) {
+            e.u8(c.is_some() as u8 | (l.is_some() as u8) << 1);
+            if let Some(c) = c {
+                e.u64(*c);
+            }
+            if let Some((slot, log)) = l {
+                e.u64(*slot);
+                e.u64(*log);
+            }
+        }
+    }
+    let v3 = st.encode();
+    // The log stripes, pl logs, counters and write intent are unchanged since version 1:
+    // they are the tail of the version 3 body after its data stripes.
+    let mut d = Dec::new(&v3);
+    d.u16().unwrap();
+    for _ in 0..st.failed.len() {
+        d.u16().unwrap();
+    }
+    let mut probe = MetaState::new(&st.geo);
+    probe.decode_written(&mut d).unwrap();
+    probe.decode_changed(&mut d).unwrap();
+    e.0.extend_from_slice(&v3[v3.len() - d.remaining()..]);
+    e.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1392,55 +1442,6 @@ mod tests {
             st.apply(r);
         }
         st
-    }
-
-    /// The checkpoint body of versions 1 and 2, written out field by field as
-    /// `docs/array-format.md` describes it (every written stripe's bit, every eplog data stripe
-    /// with all its chunks).
-    fn encode_v1(st: &MetaState) -> Vec<u8> {
-        let mut e = Enc::default();
-        e.u16(st.failed.len() as u16);
-        for f in &st.failed {
-            e.u16(*f);
-        }
-        let words = st.geo.stripes.div_ceil(64);
-        e.u64(words);
-        for i in 0..words {
-            let w = (0..64).fold(0u64, |w, b| w | (st.is_written(i * 64 + b) as u64) << b);
-            e.u64(w);
-        }
-        // (In versions 1 and 2 the md/pl bitmap and the eplog stripe list were kept apart; a
-        // stripe in both decodes the same.)
-        let written = st.written_stripes();
-        e.u64(written.len() as u64);
-        for s in written {
-            let ds = st.data_stripe(s).unwrap();
-            e.u64(s);
-            e.u8(ds.parity as u8);
-            for (c, l) in ds.committed.iter().zip(&ds.latest) {
-                e.u8(c.is_some() as u8 | (l.is_some() as u8) << 1);
-                if let Some(c) = c {
-                    e.u64(*c);
-                }
-                if let Some((slot, log)) = l {
-                    e.u64(*slot);
-                    e.u64(*log);
-                }
-            }
-        }
-        let v3 = st.encode();
-        // The log stripes, pl logs, counters and write intent are unchanged since version 1:
-        // they are the tail of the version 3 body after its data stripes.
-        let mut d = Dec::new(&v3);
-        d.u16().unwrap();
-        for _ in 0..st.failed.len() {
-            d.u16().unwrap();
-        }
-        let mut probe = MetaState::new(&st.geo);
-        probe.decode_written(&mut d).unwrap();
-        probe.decode_changed(&mut d).unwrap();
-        e.0.extend_from_slice(&v3[v3.len() - d.remaining()..]);
-        e.0
     }
 
     #[test]

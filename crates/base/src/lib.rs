@@ -1,7 +1,8 @@
 //! What every ecstack layer shares and nothing else: the seeded PRNGs (so a stored seed regenerates the
-//! same coding graph, fault schedule or synthetic trace whatever the dependency versions) and the parsing
-//! and printing of byte sizes. No dependencies.
+//! same coding graph, fault schedule or synthetic trace whatever the dependency versions), the parsing
+//! and printing of byte sizes, and the mutation of byte images for decoder fuzzing. No dependencies.
 
+pub mod mutate;
 pub mod rng;
 pub mod size;
 
