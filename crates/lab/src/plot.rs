@@ -1,97 +1,356 @@
-//! Plots: grouped bar charts written as SVG.
+//! Plots, one path for every experiment: charts drawn with `plotters` into SVG (its SVG backend only),
+//! with round ticks chosen by plotters on linear axes, tick labels in a compact unit form (`20k`,
+//! `1.5M`) and the quantity and unit on each axis.
+//!
+//! * [`Bars`]: grouped bars, one group per category (a trace, a setting, a client count), one bar
+//!   per series (a scheme).
+//! * [`Lines`]: one curve per series over a numeric x axis (a CDF, a sweep).
 
-use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::{io_at, Result};
+use plotters::coord::ranged1d::Ranged;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::{io_at, LabError, Result};
+
+const SIZE: (u32, u32) = (760, 400);
+const COLORS: [RGBColor; 8] = [
+    RGBColor(0x4e, 0x79, 0xa7),
+    RGBColor(0xf2, 0x8e, 0x2b),
+    RGBColor(0x59, 0xa1, 0x4f),
+    RGBColor(0xe1, 0x57, 0x59),
+    RGBColor(0xb0, 0x7a, 0xa1),
+    RGBColor(0x76, 0xb7, 0xb2),
+    RGBColor(0xed, 0xc9, 0x48),
+    RGBColor(0x9c, 0x75, 0x5f),
+];
+
+fn color(i: usize) -> RGBColor {
+    COLORS[i % COLORS.len()]
+}
+
+/// A tick label: at most three significant digits, with k / M / G for thousands, millions and
+/// billions (`0`, `0.25`, `12.5`, `20k`, `1.5M`).
+pub fn tick_label(v: f64) -> String {
+    let a = v.abs();
+    let (x, suffix) = match a {
+        _ if a >= 1e9 => (v / 1e9, "G"),
+        _ if a >= 1e6 => (v / 1e6, "M"),
+        _ if a >= 1e3 => (v / 1e3, "k"),
+        _ => (v, ""),
+    };
+    let digits = if x.abs() >= 100.0 || x == x.round() {
+        0
+    } else if x.abs() >= 10.0 {
+        1
+    } else {
+        2
+    };
+    let s = format!("{x:.digits$}");
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    };
+    format!("{s}{suffix}")
+}
+
+fn draw_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> LabError {
+    LabError::Run(format!("drawing a plot: {e}"))
+}
+
+fn write(path: &Path, svg: String) -> Result<()> {
+    std::fs::write(path, svg).map_err(io_at(path))
+}
+
+/// The top of a value axis: the largest value plus headroom (1 when every value is 0).
+fn axis_top(max: f64) -> f64 {
+    if max > 0.0 && max.is_finite() {
+        max * 1.08
+    } else {
+        1.0
+    }
+}
 
 /// A grouped bar chart: one group per category, one bar per series.
 pub struct Bars<'a> {
     pub title: &'a str,
-    /// The y axis: quantity and unit, e.g. "requests/s" or "MiB".
+    /// What the categories are, e.g. "trace" or "concurrent clients".
+    pub x_label: &'a str,
+    /// The value axis: quantity and unit, e.g. "requests/s" or "SSD writes (MiB)".
     pub y_label: &'a str,
     pub categories: Vec<String>,
-    /// (name, one value per category).
+    /// (name, one value per category; a missing value is drawn as no bar).
     pub series: Vec<(String, Vec<f64>)>,
-}
-
-fn fmt_num(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 1.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.3}")
-    }
 }
 
 impl Bars<'_> {
     /// Write the chart to `path` as SVG.
     pub fn write_svg(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, self.svg()).map_err(io_at(path))
+        write(path, self.svg()?)
     }
 
-    fn svg(&self) -> String {
-        let (title, ylabel, cats, series) =
-            (self.title, self.y_label, &self.categories, &self.series);
-        let (w, h, left, bottom, top) = (720.0, 360.0, 70.0, 60.0, 40.0);
-        let maxv = series
+    /// The chart as SVG text.
+    pub fn svg(&self) -> Result<String> {
+        let mut out = String::new();
+        {
+            let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
+            root.fill(&WHITE).map_err(draw_error)?;
+            self.draw(&root)?;
+            root.present().map_err(draw_error)?;
+        }
+        Ok(out)
+    }
+
+    fn draw(&self, root: &DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()> {
+        let ncat = self.categories.len().max(1);
+        let max = self
+            .series
             .iter()
             .flat_map(|(_, v)| v.iter().copied())
-            .fold(0.0f64, f64::max)
-            .max(1e-9);
-        let colors = [
-            "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2",
-        ];
-        let plot_w = w - left - 20.0;
-        let plot_h = h - bottom - top;
-        let gw = plot_w / cats.len().max(1) as f64;
-        let bw = gw * 0.8 / series.len().max(1) as f64;
-        let mut s = format!(
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{title}</text>\n<text x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">{ylabel}</text>\n",
-            w / 2.0,
-            top + plot_h / 2.0,
-            top + plot_h / 2.0
-        );
-        let _ = writeln!(
-            s,
-            "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>",
-            top + plot_h,
-            left + plot_w,
-            top + plot_h
-        );
-        for i in 0..=4 {
-            let v = maxv * i as f64 / 4.0;
-            let y = top + plot_h - plot_h * i as f64 / 4.0;
-            let _ = writeln!(s, "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><line x1=\"{left}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#ddd\"/>", left - 4.0, y + 4.0, fmt_num(v), left + plot_w);
+            .fold(0.0, f64::max);
+        // Categories sit at 0.5, 1.5, …; their names are drawn under the axis at those centres.
+        let mut chart = ChartBuilder::on(root)
+            .caption(self.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..ncat as f64, 0.0..axis_top(max))
+            .map_err(draw_error)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .disable_x_mesh()
+            .x_labels(0)
+            .x_desc(self.x_label)
+            .y_desc(self.y_label)
+            .y_label_formatter(&|v| tick_label(*v))
+            .draw()
+            .map_err(draw_error)?;
+        let under =
+            TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+        for (i, name) in self.categories.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
+            let label = Text::new(name.as_str(), (px, py + 6), under.clone());
+            root.draw(&label).map_err(draw_error)?;
         }
-        for (ci, c) in cats.iter().enumerate() {
-            let gx = left + gw * ci as f64 + gw * 0.1;
-            for (si, (_, v)) in series.iter().enumerate() {
-                let val = v.get(ci).copied().unwrap_or(0.0);
-                let bh = plot_h * val / maxv;
-                let _ = writeln!(
-                    s,
-                    "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>",
-                    gx + bw * si as f64,
-                    top + plot_h - bh,
-                    bw * 0.95,
-                    bh,
-                    colors[si % colors.len()]
-                );
-            }
-            let _ = writeln!(
-                s,
-                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{c}</text>",
-                gx + gw * 0.4,
-                top + plot_h + 16.0
+        let width = 0.8 / self.series.len().max(1) as f64;
+        for (si, (name, values)) in self.series.iter().enumerate() {
+            let c = color(si);
+            let bars = values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.is_finite())
+                .map(|(ci, &v)| {
+                    let x0 = ci as f64 + 0.1 + width * si as f64;
+                    Rectangle::new([(x0, 0.0), (x0 + width * 0.92, v)], c.filled())
+                });
+            chart
+                .draw_series(bars)
+                .map_err(draw_error)?
+                .label(name.as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
+        }
+        legend(&mut chart)
+    }
+}
+
+fn legend<'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(draw_error)
+}
+
+/// A line chart: one curve per series over a numeric x axis.
+pub struct Lines<'a> {
+    pub title: &'a str,
+    /// The x axis: quantity and unit.
+    pub x_label: &'a str,
+    /// The y axis: quantity and unit.
+    pub y_label: &'a str,
+    /// (name, points (x, y) in increasing x).
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    /// Fixed y range (e.g. 0..1 for a CDF); from the data when `None`.
+    pub y_range: Option<(f64, f64)>,
+}
+
+impl Lines<'_> {
+    /// Write the chart to `path` as SVG.
+    pub fn write_svg(&self, path: &Path) -> Result<()> {
+        write(path, self.svg()?)
+    }
+
+    /// The chart as SVG text.
+    pub fn svg(&self) -> Result<String> {
+        let mut out = String::new();
+        {
+            let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
+            root.fill(&WHITE).map_err(draw_error)?;
+            self.draw(&root)?;
+            root.present().map_err(draw_error)?;
+        }
+        Ok(out)
+    }
+
+    fn draw(&self, root: &DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()> {
+        let points = || self.series.iter().flat_map(|(_, p)| p.iter().copied());
+        let x_max = axis_top(points().map(|p| p.0).fold(0.0, f64::max)) / 1.08;
+        let (y0, y1) = self
+            .y_range
+            .unwrap_or_else(|| (0.0, axis_top(points().map(|p| p.1).fold(0.0, f64::max))));
+        let mut chart = ChartBuilder::on(root)
+            .caption(self.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..x_max, y0..y1)
+            .map_err(draw_error)?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .x_desc(self.x_label)
+            .y_desc(self.y_label)
+            .x_label_formatter(&|v| tick_label(*v))
+            .y_label_formatter(&|v| tick_label(*v))
+            .draw()
+            .map_err(draw_error)?;
+        for (si, (name, pts)) in self.series.iter().enumerate() {
+            let c = color(si);
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+                .map_err(draw_error)?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], c.stroke_width(2)));
+        }
+        legend(&mut chart)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_labels_are_compact_with_units() {
+        let cases = [
+            (0.0, "0"),
+            (0.25, "0.25"),
+            (12.5, "12.5"),
+            (100.0, "100"),
+            (20_000.0, "20k"),
+            (12_500.0, "12.5k"),
+            (1_500_000.0, "1.5M"),
+            (2e9, "2G"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(tick_label(v), want, "{v}");
+        }
+    }
+
+    /// The `<text>` elements of an SVG, in order.
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                Some(
+                    t.split_once('>')?
+                        .1
+                        .split_once("</text>")?
+                        .0
+                        .trim()
+                        .to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bars_label_categories_axes_and_round_ticks() {
+        let bars = Bars {
+            title: "Exp 4: requests/s",
+            x_label: "concurrent clients",
+            y_label: "requests/s",
+            categories: vec!["1".into(), "8".into(), "32".into()],
+            series: vec![
+                ("md".into(), vec![4_866.0, 13_391.0, 16_237.0]),
+                ("eplog".into(), vec![11_234.0, 31_050.0, 53_696.0]),
+            ],
+        };
+        let svg = bars.svg().unwrap();
+        if let Ok(dir) = std::env::var("ECSTACK_PLOT_DIR") {
+            std::fs::write(format!("{dir}/bars.svg"), &svg).unwrap();
+        }
+        let t = texts(&svg);
+        for want in [
+            "Exp 4: requests/s",
+            "concurrent clients",
+            "requests/s",
+            "1",
+            "8",
+            "32",
+            "md",
+            "eplog",
+        ] {
+            assert!(t.iter().any(|x| x == want), "{want} missing from {t:?}");
+        }
+        // Value ticks are round numbers in a compact form, up to the largest bar.
+        for want in ["0", "10k", "20k", "50k"] {
+            assert!(
+                t.iter().any(|x| x == want),
+                "tick {want} missing from {t:?}"
             );
         }
-        for (si, (name, _)) in series.iter().enumerate() {
-            let x = left + 10.0 + 110.0 * si as f64;
-            let _ = writeln!(s, "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{name}</text>", h - 24.0, colors[si % colors.len()], x + 14.0, h - 15.0);
+        assert!(!t.iter().any(|x| x.contains('.')), "{t:?}");
+        // One bar per value, plus the legend's swatches.
+        assert!(svg.matches("<rect").count() >= 6, "{svg}");
+    }
+
+    #[test]
+    fn lines_draw_one_curve_per_series() {
+        let cdf = |k: f64| {
+            (0..=20)
+                .map(|i| (i as f64 * 50.0, 1.0 - (-(i as f64) / k).exp()))
+                .collect()
+        };
+        let lines = Lines {
+            title: "reuse CDF",
+            x_label: "reuse distance (MiB)",
+            y_label: "fraction of writes",
+            series: vec![("a".into(), cdf(3.0)), ("b".into(), cdf(8.0))],
+            y_range: Some((0.0, 1.0)),
+        };
+        let svg = lines.svg().unwrap();
+        if let Ok(dir) = std::env::var("ECSTACK_PLOT_DIR") {
+            std::fs::write(format!("{dir}/lines.svg"), &svg).unwrap();
         }
-        s.push_str("</svg>\n");
-        s
+        let curves = svg.matches("<polyline").filter(|_| true).count();
+        assert!(curves >= 4, "{svg}");
+        let wide = svg
+            .lines()
+            .filter(|l| l.starts_with("<polyline") && l.contains("stroke-width=\"2\""));
+        assert_eq!(
+            wide.count(),
+            2 + 2,
+            "two curves and two legend lines: {svg}"
+        );
+        let t = texts(&svg);
+        for want in [
+            "0",
+            "0.5",
+            "1",
+            "500",
+            "900",
+            "reuse distance (MiB)",
+            "fraction of writes",
+        ] {
+            assert!(t.iter().any(|x| x == want), "{want} missing from {t:?}");
+        }
     }
 }

@@ -36,6 +36,7 @@ fn exp4(rows: &[RunRow], out: &Path, prefix: &str, backing: Backing) -> Result<V
     }
     let by_setting = Bars {
         title: &format!("Exp 4: FIN requests/s ({backing}, one client)"),
+        x_label: "RAID setting (k+m)",
         y_label: "requests/s",
         categories: Setting::ALL.iter().map(|s| s.to_string()).collect(),
         series: series(&SCHEMES, &Setting::ALL, |v, &s| {
@@ -54,8 +55,9 @@ fn exp4(rows: &[RunRow], out: &Path, prefix: &str, backing: Backing) -> Result<V
         ];
         let by_clients = Bars {
             title: &format!("Exp 4: FIN (6+2) requests/s by concurrent clients ({backing})"),
+            x_label: "concurrent clients",
             y_label: "requests/s",
-            categories: clients.iter().map(|c| format!("{c} clients")).collect(),
+            categories: clients.iter().map(|c| c.to_string()).collect(),
             series: series(&variants, &clients, |v, &c| {
                 find(rows, RunKey::fin(v, c)).map(|x| x.requests_per_s)
             }),
@@ -96,6 +98,7 @@ fn simulated(r: &Report, out: &Path) -> Result<Vec<PathBuf>> {
     for (name, title, y_label, series) in plots {
         let bars = Bars {
             title,
+            x_label: "trace",
             y_label,
             categories: cats.clone(),
             series,
@@ -125,6 +128,7 @@ fn recovery(r: &Report, out: &Path) -> Result<Vec<PathBuf>> {
         .collect();
     let bars = Bars {
         title: "Exp 5: recovery throughput vs batch size",
+        x_label: "rebuild batch (stripes)",
         y_label: "recovery throughput (MB/s)",
         categories: RECOVERY_BATCHES
             .iter()
