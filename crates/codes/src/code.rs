@@ -292,10 +292,8 @@ impl Systematic {
         let b = self.gen.select_rows(&survivors);
         // Every generator built here is MDS (any k rows invertible), so this cannot fail; it is reported
         // rather than unwrapped all the same.
-        let b_inv = b.invert().ok_or_else(|| {
-            CodeError::DecodeFailed(format!(
-                "{self:?}: survivors {survivors:?} do not form an invertible matrix"
-            ))
+        let b_inv = b.invert().ok_or_else(|| CodeError::NotInvertible {
+            survivors: survivors.clone(),
         })?;
         let mut rows = Matrix::zero(erased.len(), self.k);
         for (i, &e) in erased.iter().enumerate() {

@@ -129,12 +129,53 @@ pub enum CodeError {
     /// A rateless code was asked for more packets than it was built for.
     #[error("asked for {asked} packets but the code was built for {max}")]
     TooManyPackets { asked: usize, max: usize },
-    /// A rateless code could not be built or a decoder was finished before it had enough packets.
-    #[error("decoding failed: {0}")]
-    DecodeFailed(String),
-    /// A shard file is unusable (bad header, wrong size, corrupt unit) or too few are left to decode.
-    #[error("{0}")]
-    Shard(String),
+    /// A rateless decoder was finished before it could return the object.
+    #[error(
+        "{code}: {decoded} of {k} source blocks known after {received} packets, not decodable yet"
+    )]
+    Incomplete {
+        code: &'static str,
+        decoded: usize,
+        k: usize,
+        received: usize,
+    },
+    /// The surviving shards' generator rows are singular. Cannot happen for the MDS generators built here;
+    /// reported rather than panicking.
+    #[error("survivors {survivors:?} do not form an invertible matrix")]
+    NotInvertible { survivors: Vec<usize> },
+    /// A shard file's header is refused (see [`shard::HeaderError`]).
+    #[error("shard {path}: {error}")]
+    Header {
+        path: String,
+        #[source]
+        error: shard::HeaderError,
+    },
+    /// A shard file's size differs from what its header implies (truncated, or trailing bytes).
+    #[error("shard {path}: {} (expected {want} bytes, found {got})", if .got < .want { "truncated" } else { "has trailing bytes" })]
+    ShardFileSize { path: String, got: u64, want: u64 },
+    /// None of the shard files given to [`shard::decode_files`] is usable; `rejected` says why, one per file.
+    #[error("no usable shard among {given} given{}", reasons(.rejected))]
+    NoUsableShard { given: usize, rejected: Vec<String> },
+    /// Fewer than k usable shard files of one encoding were given.
+    #[error("need {k} shards to decode, only {usable} usable{}", reasons(.rejected))]
+    TooFewShardFiles {
+        usable: usize,
+        k: usize,
+        rejected: Vec<String>,
+    },
+    /// While decoding, so many units of one stripe were unreadable or corrupt that fewer than k remain.
+    #[error("stripe {stripe}: only {intact} of the {k} needed shards are intact{}", reasons(.rejected))]
+    StripeLost {
+        stripe: u64,
+        intact: usize,
+        k: usize,
+        rejected: Vec<String>,
+    },
+    /// The decoded file fails the whole-file CRC-32C its shards carry; the output was discarded.
+    #[error(
+        "decoded data fails the whole-file checksum ({got:08x} != {want:08x}); output discarded"
+    )]
+    FileChecksum { got: u32, want: u32 },
     /// Reading or writing a shard file or its original failed.
     #[error("{path}: {source}")]
     Io {
@@ -145,3 +186,12 @@ pub enum CodeError {
 }
 
 pub type Result<T> = std::result::Result<T, CodeError>;
+
+/// ": reason; reason" for the rejected shard files in an error line, or nothing.
+fn reasons(rejected: &[String]) -> String {
+    if rejected.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", rejected.join("; "))
+    }
+}

@@ -85,7 +85,7 @@ pub fn robust_soliton_cdf(k: usize, c: f64, delta: f64) -> Vec<f64> {
 
 /// The bipartite coding graph in compressed rows: coded block i joins `nbr[off[i]..off[i+1]]`.
 #[derive(Clone, Debug)]
-pub struct Graph {
+pub(crate) struct Graph {
     pub k: usize,
     pub off: Vec<u32>,
     pub nbr: Vec<u32>,
@@ -141,10 +141,6 @@ impl Graph {
 
     pub fn neighbours(&self, i: usize) -> &[u32] {
         &self.nbr[self.off[i] as usize..self.off[i + 1] as usize]
-    }
-
-    pub fn edges(&self) -> usize {
-        self.nbr.len()
     }
 
     /// Source -> coded blocks containing it, compressed rows.
@@ -319,9 +315,6 @@ impl LtCode {
     }
     pub fn params(&self) -> &LtParams {
         &self.params
-    }
-    pub fn graph(&self) -> &Graph {
-        &self.graph
     }
 
     /// Reception overhead over `trials` random reception orders: for each, the number of coded blocks
@@ -572,10 +565,12 @@ impl RatelessDecoder for LtDecoder {
     }
     fn finish(self: Box<Self>) -> Result<Vec<u8>> {
         if !self.peel.complete() {
-            return Err(CodeError::DecodeFailed(format!(
-                "LT: {} of {} source blocks known after {} packets",
-                self.peel.n_decoded, self.code.params.k, self.received
-            )));
+            return Err(CodeError::Incomplete {
+                code: "LT",
+                decoded: self.peel.n_decoded,
+                k: self.code.params.k,
+                received: self.received,
+            });
         }
         Ok(self.out)
     }

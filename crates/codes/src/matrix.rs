@@ -2,7 +2,9 @@
 
 use crate::gf;
 
-/// A row-major matrix over GF(2^8).
+/// A row-major matrix over GF(2^8), as [`LinearCode`](crate::LinearCode) hands out generators and decode
+/// rows. Read it through `data` (row-major, `rows * cols` bytes), [`get`](Matrix::get) or
+/// [`row`](Matrix::row).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Matrix {
     pub rows: usize,
@@ -11,7 +13,7 @@ pub struct Matrix {
 }
 
 impl Matrix {
-    pub fn zero(rows: usize, cols: usize) -> Matrix {
+    pub(crate) fn zero(rows: usize, cols: usize) -> Matrix {
         Matrix {
             rows,
             cols,
@@ -19,7 +21,7 @@ impl Matrix {
         }
     }
 
-    pub fn identity(n: usize) -> Matrix {
+    pub(crate) fn identity(n: usize) -> Matrix {
         let mut m = Matrix::zero(n, n);
         for i in 0..n {
             m.set(i, i, 1);
@@ -27,22 +29,24 @@ impl Matrix {
         m
     }
 
+    /// Entry (r, c). Panics if r >= rows or c >= cols, as slice indexing does.
     #[inline]
     pub fn get(&self, r: usize, c: usize) -> u8 {
         self.data[r * self.cols + c]
     }
 
     #[inline]
-    pub fn set(&mut self, r: usize, c: usize, v: u8) {
+    pub(crate) fn set(&mut self, r: usize, c: usize, v: u8) {
         self.data[r * self.cols + c] = v;
     }
 
+    /// Row r. Panics if r >= rows, as slice indexing does.
     pub fn row(&self, r: usize) -> &[u8] {
         &self.data[r * self.cols..(r + 1) * self.cols]
     }
 
     /// The matrix made of the given rows, in that order.
-    pub fn select_rows(&self, rows: &[usize]) -> Matrix {
+    pub(crate) fn select_rows(&self, rows: &[usize]) -> Matrix {
         let mut m = Matrix::zero(rows.len(), self.cols);
         for (i, &r) in rows.iter().enumerate() {
             m.data[i * self.cols..(i + 1) * self.cols].copy_from_slice(self.row(r));
@@ -51,7 +55,7 @@ impl Matrix {
     }
 
     /// self * other.
-    pub fn mul(&self, other: &Matrix) -> Matrix {
+    pub(crate) fn mul(&self, other: &Matrix) -> Matrix {
         assert_eq!(self.cols, other.rows);
         let mut out = Matrix::zero(self.rows, other.cols);
         for i in 0..self.rows {
@@ -67,7 +71,7 @@ impl Matrix {
     }
 
     /// The inverse of a square matrix, or `None` if it is singular (Gauss-Jordan elimination).
-    pub fn invert(&self) -> Option<Matrix> {
+    pub(crate) fn invert(&self) -> Option<Matrix> {
         assert_eq!(self.rows, self.cols, "only square matrices invert");
         let n = self.rows;
         let mut a = self.clone();
@@ -110,7 +114,7 @@ impl Matrix {
 /// points 0..n-1, multiplied on the right by the inverse of its top k x k block. Any k rows of V are
 /// independent (distinct points), and right-multiplying by an invertible matrix keeps that, so every
 /// k x k submatrix of the result is invertible: the code is MDS for any k + m <= 256.
-pub fn vandermonde_systematic(k: usize, m: usize) -> Matrix {
+pub(crate) fn vandermonde_systematic(k: usize, m: usize) -> Matrix {
     let n = k + m;
     assert!(k >= 1 && n <= 256);
     let mut v = Matrix::zero(n, k);
@@ -136,7 +140,7 @@ pub fn vandermonde_systematic(k: usize, m: usize) -> Matrix {
 /// The n x k generator of ISA-L's `gf_gen_cauchy1_matrix`: identity on top, then row i (k <= i < n),
 /// column j holds 1 / (i XOR j). Every square submatrix of a Cauchy matrix is invertible, so the code is
 /// MDS for any k + m <= 256; keeping ISA-L's exact layout makes parity byte-identical to ISA-L's.
-pub fn cauchy1(k: usize, m: usize) -> Matrix {
+pub(crate) fn cauchy1(k: usize, m: usize) -> Matrix {
     let n = k + m;
     assert!(k >= 1 && n <= 256);
     let mut g = Matrix::zero(n, k);
@@ -152,7 +156,7 @@ pub fn cauchy1(k: usize, m: usize) -> Matrix {
 }
 
 /// RAID-6 generator: identity, P = all ones, Q = 2^j.
-pub fn raid6(k: usize) -> Matrix {
+pub(crate) fn raid6(k: usize) -> Matrix {
     assert!((1..=255).contains(&k));
     let mut g = Matrix::zero(k + 2, k);
     for j in 0..k {
@@ -164,7 +168,7 @@ pub fn raid6(k: usize) -> Matrix {
 }
 
 /// RAID-5 generator: identity and one all-ones parity row.
-pub fn xor_parity(k: usize) -> Matrix {
+pub(crate) fn xor_parity(k: usize) -> Matrix {
     let mut g = Matrix::zero(k + 1, k);
     for j in 0..k {
         g.set(j, j, 1);

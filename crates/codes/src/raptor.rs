@@ -97,6 +97,7 @@ impl RatelessCode for RaptorQ {
     fn decoder(&self) -> Box<dyn RatelessDecoder> {
         Box::new(RaptorQDecoder {
             dec: SourceBlockDecoder::new(0, &self.config, self.object_len() as u64),
+            k: self.k,
             symbol_size: self.symbol_size as usize,
             result: None,
             received: 0,
@@ -106,6 +107,7 @@ impl RatelessCode for RaptorQ {
 
 pub struct RaptorQDecoder {
     dec: SourceBlockDecoder,
+    k: usize,
     symbol_size: usize,
     result: Option<Vec<u8>>,
     received: usize,
@@ -141,11 +143,12 @@ impl RatelessDecoder for RaptorQDecoder {
         self.received
     }
     fn finish(self: Box<Self>) -> Result<Vec<u8>> {
-        self.result.ok_or_else(|| {
-            CodeError::DecodeFailed(format!(
-                "RaptorQ: not decodable after {} packets",
-                self.received
-            ))
+        // RaptorQ decodes all at once, so until then no source symbol counts as known.
+        self.result.ok_or(CodeError::Incomplete {
+            code: "RaptorQ",
+            decoded: 0,
+            k: self.k,
+            received: self.received,
         })
     }
 }

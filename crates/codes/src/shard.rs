@@ -285,7 +285,7 @@ pub fn encode_file_with_progress(
     // First pass: whole-file CRC (the file is read twice so that headers can be written first and a
     // huge file never sits in memory).
     let mut data_crc = 0u32;
-    let mut buf = vec![0u8; k * unit];
+    let mut buf = zeroed(k * unit)?;
     loop {
         let n = read_full(&mut f, &mut buf).map_err(|e| io_err(input, e))?;
         if n == 0 {
@@ -314,7 +314,7 @@ pub fn encode_file_with_progress(
         outs.push(w);
     }
     let nstripes = stripes(length, k as u64, unit as u64);
-    let mut parity = vec![0u8; m * unit];
+    let mut parity = zeroed(m * unit)?;
     let mut coding = 0f64;
     for s in 0..nstripes {
         let n = read_full(&mut f, &mut buf).map_err(|e| io_err(input, e))?;
@@ -358,10 +358,10 @@ pub fn encode_file_with_progress(
 /// A zeroed buffer, or an error if the allocation fails.
 fn zeroed(len: usize) -> Result<Vec<u8>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| {
-        CodeError::Shard(format!(
-            "cannot allocate a {len}-byte buffer for this shard geometry"
-        ))
+    v.try_reserve_exact(len).map_err(|_| CodeError::Params {
+        code: "shard file",
+        got: format!("a {len}-byte buffer"),
+        rule: "the geometry's buffers must fit in memory",
     })?;
     v.resize(len, 0);
     Ok(v)
@@ -385,22 +385,19 @@ pub fn read_header(path: &Path) -> Result<ShardHeader> {
     let f = File::open(path).map_err(|e| io_err(path, e))?;
     let mut b = [0u8; HEADER_LEN];
     let got = f.read_at(&mut b, 0).map_err(|e| io_err(path, e))?;
-    let h = ShardHeader::parse(&b[..got])
-        .map_err(|e| CodeError::Shard(format!("shard {}: {e}", path.display())))?;
+    let h = ShardHeader::parse(&b[..got]).map_err(|error| CodeError::Header {
+        path: path.display().to_string(),
+        error,
+    })?;
     // `parse` refuses a header whose file size overflows, so this is always `Some`.
     let want = h.file_len().unwrap_or(u64::MAX);
     let len = f.metadata().map_err(|e| io_err(path, e))?.len();
     if len != want {
-        return Err(CodeError::Shard(format!(
-            "shard {}: {} (expected {} bytes, found {len})",
-            path.display(),
-            if len < want {
-                "truncated"
-            } else {
-                "has trailing bytes"
-            },
-            want
-        )));
+        return Err(CodeError::ShardFileSize {
+            path: path.display().to_string(),
+            got: len,
+            want,
+        });
     }
     Ok(h)
 }
@@ -470,28 +467,19 @@ pub fn decode_files_with_progress(
         });
     }
     let Some(first) = open.first() else {
-        return Err(CodeError::Shard(format!(
-            "no usable shard among {} given{}",
-            shards.len(),
-            if rejected.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", rejected.join("; "))
-            }
-        )));
+        return Err(CodeError::NoUsableShard {
+            given: shards.len(),
+            rejected,
+        });
     };
     let h0 = first.header.clone();
     let (k, m, unit) = (h0.k as usize, h0.m as usize, h0.unit as usize);
     if open.len() < k {
-        return Err(CodeError::Shard(format!(
-            "need {k} shards to decode, only {} usable{}",
-            open.len(),
-            if rejected.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", rejected.join("; "))
-            }
-        )));
+        return Err(CodeError::TooFewShardFiles {
+            usable: open.len(),
+            k,
+            rejected,
+        });
     }
     let code = Systematic::new(h0.code, k, m)?;
     // Prefer data shards (no decoding needed), then parity, in index order.
@@ -549,11 +537,12 @@ pub fn decode_files_with_progress(
                 chosen.push(oi);
             }
             if chosen.len() < k {
-                return Err(CodeError::Shard(format!(
-                    "stripe {s}: only {} of the {k} needed shards are intact: {}",
-                    chosen.len(),
-                    rejected.join("; ")
-                )));
+                return Err(CodeError::StripeLost {
+                    stripe: s,
+                    intact: chosen.len(),
+                    k,
+                    rejected: std::mem::take(&mut rejected),
+                });
             }
             let have: Vec<usize> = chosen
                 .iter()
@@ -595,10 +584,10 @@ pub fn decode_files_with_progress(
             progress(h0.length - remaining, h0.length);
         }
         if crc != h0.data_crc {
-            return Err(CodeError::Shard(format!(
-                "decoded data fails the whole-file checksum ({crc:08x} != {:08x}); output discarded",
-                h0.data_crc
-            )));
+            return Err(CodeError::FileChecksum {
+                got: crc,
+                want: h0.data_crc,
+            });
         }
         let f = w.into_inner().map_err(|e| io_err(&tmp, e.into_error()))?;
         f.sync_all().map_err(|e| io_err(&tmp, e))?;
