@@ -293,12 +293,28 @@ fn bench_ec(a: EcBench) -> Result<()> {
                 let g = code.generator();
                 let col: Vec<u8> = (0..m).map(|i| g.get(k + i, 0)).collect();
                 let mut t = ecstack_codes::isal::IsalTables::new(1, m, &col);
-                let mut diff = vec![0u8; chunk];
+                // xor_gen needs 32-byte aligned buffers.
+                let (mut old_buf, mut new_buf, mut diff_buf) = (
+                    vec![0u8; chunk + 32],
+                    vec![0u8; chunk + 32],
+                    vec![0u8; chunk + 32],
+                );
+                let old_a: &[u8] = {
+                    let s = aligned32(&mut old_buf, chunk);
+                    s.copy_from_slice(&data[0]);
+                    s
+                };
+                let new_a: &[u8] = {
+                    let s = aligned32(&mut new_buf, chunk);
+                    s.copy_from_slice(&new);
+                    s
+                };
+                let diff = aligned32(&mut diff_buf, chunk);
                 let mut outs = vec![vec![0u8; chunk]; m];
                 let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
                 let x = measure(chunk, a.time, &mut || {
-                    ecstack_codes::isal::xor(&[&data[0], &new], &mut diff);
-                    t.encode(chunk, &[&diff], &mut o);
+                    ecstack_codes::isal::xor(&[old_a, new_a], &mut *diff);
+                    t.encode(chunk, &[&*diff], &mut o);
                 });
                 if outs != deltas {
                     bail!("ours and ISA-L disagree on parity deltas for k={k} m={m}");
@@ -349,6 +365,13 @@ fn bench_ec(a: EcBench) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The `len` bytes of `buf` (which has 32 to spare) that start on a 32-byte boundary.
+#[cfg(feature = "isal")]
+fn aligned32(buf: &mut [u8], len: usize) -> &mut [u8] {
+    let off = buf.as_ptr().align_offset(32);
+    &mut buf[off..off + len]
 }
 
 fn bench_lt(k: usize, block: usize, trials: usize) -> Result<RatelessRow> {

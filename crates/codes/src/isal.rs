@@ -97,10 +97,17 @@ extern "C" {
     fn xor_gen(vects: c_int, len: c_int, array: *mut *mut std::ffi::c_void) -> c_int;
 }
 
-/// `dst = XOR of srcs` with ISA-L's `xor_gen` (len a multiple of 32 for its SIMD path).
+/// `dst = XOR of srcs` with ISA-L's `xor_gen`. ISA-L requires every buffer to start on a 32-byte
+/// boundary (its AVX kernel faults otherwise); this is checked, as are the lengths (panics, never UB:
+/// this is a benchmark hook).
 pub fn xor(srcs: &[&[u8]], dst: &mut [u8]) {
     let len = dst.len();
     assert!(srcs.len() >= 2 && srcs.iter().all(|s| s.len() >= len));
+    assert!(
+        srcs.iter().all(|s| s.as_ptr().align_offset(32) == 0) && dst.as_ptr().align_offset(32) == 0,
+        "isal::xor: xor_gen needs 32-byte aligned buffers"
+    );
+    assert!(len <= c_int::MAX as usize);
     let mut ptrs: Vec<*mut std::ffi::c_void> = srcs.iter().map(|s| s.as_ptr() as *mut _).collect();
     ptrs.push(dst.as_mut_ptr() as *mut _);
     // SAFETY: vects pointers, the last the destination, each valid for len bytes; sources only read.
