@@ -12,13 +12,9 @@ use ecstack_codes::shard::{ShardHeader, HEADER_LEN};
 use ecstack_codes::CodeKind;
 use proptest::prelude::*;
 
+/// `ECSTACK_FUZZ_CASES` (parsed as every mutation target in the workspace parses it), else 4096.
 fn cases() -> u32 {
-    match std::env::var("ECSTACK_FUZZ_CASES") {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("ECSTACK_FUZZ_CASES={v:?} is not a case count")),
-        Err(_) => 4096,
-    }
+    u32::try_from(ecstack_base::mutate::fuzz_cases(4096)).expect("ECSTACK_FUZZ_CASES fits in u32")
 }
 
 fn le(b: &[u8], at: usize, len: usize) -> u64 {
