@@ -26,6 +26,10 @@ const LOCKS: usize = 1024;
 /// Pending metadata records that force a metadata sync even without a flush.
 const MAX_PENDING: usize = 8192;
 
+/// Parity commits one write may ask for when it runs out of chunk slots or log space, before it
+/// gives up with `NoSpace` (concurrent writers can take the space a commit freed).
+const SPACE_COMMITS_MAX: u32 = 8;
+
 /// The devices of an array.
 #[derive(Debug, Clone)]
 pub struct ArrayDevices {
@@ -573,10 +577,12 @@ impl Array {
                 };
                 match outcome {
                     WriteOutcome::Done => break,
-                    WriteOutcome::NeedCommit if tries == 0 => {
+                    WriteOutcome::NeedCommit if tries < SPACE_COMMITS_MAX => {
                         tries += 1;
                         // Concurrent writers that ran out of space together all ask; the first
-                        // commit does the work, and only a commit that did work counts.
+                        // commit does the work, and only a commit that did work counts. Other
+                        // writers may use up the freed space before this one retries, so it may
+                        // take a few rounds.
                         let r = self.commit()?;
                         if r.stripes > 0 || r.seconds > 0.0 {
                             self.core.stats.space_commits.fetch_add(1, Relaxed);
