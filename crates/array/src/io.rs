@@ -1,14 +1,14 @@
 //! Device I/O for the array: per-device counters (sequential vs random), failure tracking, and
 //! batches of chunk reads/writes that are merged per device (consecutive offsets become one large
-//! request) and issued to different devices in parallel.
+//! request) and issued to every device at once through the one batch seam
+//! ([`BlockDevice::submit`]): each device serves its share its own way (io_uring for files, one
+//! sleep per batch for paced devices, in order for the rest), and this module never asks which.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::time::Instant;
 
-use ecstack_device::uring::{self, UringOp};
-use ecstack_device::{AlignedBuf, BlockDevice};
+use ecstack_device::{AlignedBuf, Batch, BlockDevice, IoKind};
 
 /// Largest merged request.
 const MAX_MERGE: u64 = 1 << 20;
@@ -91,21 +91,6 @@ impl<'a> Wr<'a> {
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 type Task<R> = Box<dyn FnOnce(&dyn BlockDevice) -> R + Send + 'static>;
-
-/// The data of a merged read: from a worker (plain) or from io_uring (aligned for O_DIRECT).
-enum RunBuf {
-    Plain(Vec<u8>),
-    Aligned(AlignedBuf),
-}
-
-impl RunBuf {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            RunBuf::Plain(v) => v,
-            RunBuf::Aligned(b) => b.as_slice(),
-        }
-    }
-}
 
 /// A merged run of consecutive ops on one device.
 struct Run {
@@ -409,8 +394,58 @@ impl Devs {
         plans
     }
 
+    /// Issue one request per run: every device's share in one batch when parallel I/O is on (so
+    /// file devices go out in one io_uring submission and paced devices sleep once, for the
+    /// batch), else device by device. Per run, whether it succeeded; a device's runs after its
+    /// first failure count as failed.
+    fn submit<'a>(
+        &self,
+        devs: &'a [Arc<dyn BlockDevice>],
+        reqs: Vec<Vec<(u64, IoKind<'a>)>>,
+    ) -> Vec<Vec<bool>> {
+        let shape: Vec<usize> = reqs.iter().map(Vec::len).collect();
+        let one =
+            |batch: &mut Batch<'a>, dev: &'a Arc<dyn BlockDevice>, rs: Vec<(u64, IoKind<'a>)>| {
+                let rs = rs
+                    .into_iter()
+                    .map(|(off, k)| batch.request(off, k))
+                    .collect();
+                batch.submit_to(dev.as_ref(), rs);
+            };
+        let flat: Vec<ecstack_device::Result<()>> = if self.parallel.load(Relaxed) {
+            let mut batch = Batch::new();
+            for (dev, rs) in devs.iter().zip(reqs) {
+                one(&mut batch, dev, rs);
+            }
+            batch.finish()
+        } else {
+            devs.iter()
+                .zip(reqs)
+                .flat_map(|(dev, rs)| {
+                    let mut batch = Batch::new();
+                    one(&mut batch, dev, rs);
+                    batch.finish()
+                })
+                .collect()
+        };
+        let mut it = flat.into_iter();
+        shape
+            .into_iter()
+            .map(|n| {
+                let mut failed = false;
+                (0..n)
+                    .map(|_| {
+                        // Take every result (no short circuit), so the next run gets its own.
+                        let ok = it.next().is_some_and(|r| r.is_ok());
+                        failed = failed || !ok;
+                        !failed
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Read every op (skipping failed devices); sets `ok`. A device that errors is marked failed.
-    #[allow(clippy::type_complexity)]
     pub fn read(&self, ops: &mut [Rd<'_>]) {
         for o in ops.iter_mut() {
             if o.buf.is_empty() {
@@ -418,191 +453,34 @@ impl Devs {
             }
         }
         let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
-        let results = match self.uring_read(&plans) {
-            Some(r) => r,
-            None => match self.paced_read(&plans) {
-                Some(r) => r,
-                None => self.read_threads(&plans),
-            },
-        };
-        for ((d, runs), res) in plans.into_iter().zip(results) {
-            for (r, data) in runs.into_iter().zip(res) {
-                match data {
-                    Some(b) => {
-                        let b = b.as_slice();
-                        self.meters[d].record(false, r.off, r.len as u64);
-                        let mut p = 0;
-                        for i in r.ops {
-                            let l = ops[i].buf.len();
-                            ops[i].buf.copy_from_slice(&b[p..p + l]);
-                            ops[i].ok = true;
-                            p += l;
-                        }
-                    }
-                    None => {
-                        self.meters[d].error();
-                        self.mark_failed(d);
-                    }
-                }
-            }
-        }
-    }
-
-    /// The devices of `plans` when every one of them is a plain file device and parallel I/O is on
-    /// (then one io_uring submission serves the whole batch).
-    fn uring_devices(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Arc<dyn BlockDevice>>> {
-        if !uring::available() {
-            return None;
-        }
-        self.batch_devices(plans, |d| d.as_file().is_some())
-    }
-
-    /// The devices of `plans` when parallel I/O is on and every one of them passes `fits`.
-    fn batch_devices(
-        &self,
-        plans: &[(usize, Vec<Run>)],
-        fits: impl Fn(&dyn BlockDevice) -> bool,
-    ) -> Option<Vec<Arc<dyn BlockDevice>>> {
-        if !self.parallel.load(Relaxed) || plans.is_empty() {
-            return None;
-        }
         let devs: Vec<Arc<dyn BlockDevice>> = plans.iter().map(|(d, _)| self.get(*d)).collect();
-        devs.iter().all(|d| fits(d.as_ref())).then_some(devs)
-    }
-
-    /// Read every run with one io_uring submission (None: not all file devices, use the workers).
-    fn uring_read(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Vec<Option<RunBuf>>>> {
-        let devs = self.uring_devices(plans)?;
+        // Aligned, so that O_DIRECT files take them as they are.
         let mut bufs: Vec<Vec<AlignedBuf>> = plans
             .iter()
             .map(|(_, runs)| runs.iter().map(|r| AlignedBuf::new(r.len)).collect())
             .collect();
-        let res = {
-            let mut uops: Vec<UringOp> = Vec::new();
-            for (((_, runs), dev), bs) in plans.iter().zip(&devs).zip(bufs.iter_mut()) {
-                let file = dev.as_file().expect("checked");
-                for (r, b) in runs.iter().zip(bs.iter_mut()) {
-                    uops.push(UringOp::Read {
-                        dev: file,
-                        off: r.off,
-                        buf: b.as_mut_slice(),
-                    });
-                }
-            }
-            uring::submit(&mut uops)
-        };
-        let mut res = res.into_iter();
-        Some(
-            bufs.into_iter()
-                .map(|bs| {
-                    let mut failed = false;
-                    bs.into_iter()
-                        .map(|b| {
-                            failed = failed || res.next().is_none_or(|r| r.is_err());
-                            (!failed).then_some(RunBuf::Aligned(b))
-                        })
-                        .collect()
-                })
-                .collect(),
-        )
-    }
-
-    /// Run `f` on every run of paced devices on this thread (a device's later runs are skipped
-    /// after one fails), then sleep once until the last request completes in modeled time.
-    /// None: not all devices are paced, use the workers.
-    fn paced<R>(
-        &self,
-        plans: &[(usize, Vec<Run>)],
-        mut f: impl FnMut(&dyn BlockDevice, &Run) -> ecstack_device::Result<(Instant, R)>,
-    ) -> Option<Vec<Vec<Option<R>>>> {
-        // Every device paced: models its service time in real time and answers at once.
-        let devs = self.batch_devices(plans, |d| d.paced())?;
-        let mut last = Instant::now();
-        let out = plans
-            .iter()
-            .zip(&devs)
-            .map(|((_, runs), dev)| {
-                let mut failed = false;
-                runs.iter()
-                    .map(|r| {
-                        if failed {
-                            return None;
-                        }
-                        match f(dev.as_ref(), r) {
-                            Ok((t, v)) => {
-                                last = last.max(t);
-                                Some(v)
-                            }
-                            Err(_) => {
-                                failed = true;
-                                None
-                            }
-                        }
-                    })
+        let reqs = bufs
+            .iter_mut()
+            .zip(&plans)
+            .map(|(bs, (_, runs))| {
+                bs.iter_mut()
+                    .zip(runs)
+                    .map(|(b, r)| (r.off, IoKind::Read(b.as_mut_slice())))
                     .collect()
             })
             .collect();
-        ecstack_device::throttled::sleep_until(last);
-        Some(out)
-    }
-
-    /// Read every run of paced devices (see `paced`).
-    fn paced_read(&self, plans: &[(usize, Vec<Run>)]) -> Option<Vec<Vec<Option<RunBuf>>>> {
-        self.paced(plans, |dev, r| {
-            let mut b = vec![0u8; r.len];
-            let t = dev.read_paced(&mut b, r.off)?;
-            Ok((t, RunBuf::Plain(b)))
-        })
-    }
-
-    /// Read every run on the device workers.
-    #[allow(clippy::type_complexity)]
-    fn read_threads(&self, plans: &[(usize, Vec<Run>)]) -> Vec<Vec<Option<RunBuf>>> {
-        let tasks: Vec<(usize, Task<Vec<Option<RunBuf>>>)> = plans
-            .iter()
-            .map(|(d, runs)| {
-                let spans: Vec<(u64, usize)> = runs.iter().map(|r| (r.off, r.len)).collect();
-                let t: Task<Vec<Option<RunBuf>>> = Box::new(move |dev: &dyn BlockDevice| {
-                    let mut out = Vec::with_capacity(spans.len());
-                    let mut failed = false;
-                    for (off, len) in spans {
-                        if failed {
-                            out.push(None);
-                            continue;
-                        }
-                        let mut b = vec![0u8; len];
-                        match dev.read_at(&mut b, off) {
-                            Ok(()) => out.push(Some(RunBuf::Plain(b))),
-                            Err(_) => {
-                                failed = true;
-                                out.push(None)
-                            }
-                        }
-                    }
-                    out
-                });
-                (*d, t)
-            })
-            .collect();
-        self.exec(tasks)
-    }
-
-    /// Write every op (skipping failed devices); sets `ok`. A device that errors is marked failed.
-    pub fn write(&self, ops: &mut [Wr<'_>]) {
-        let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
-        let results = match self.uring_write(&plans, ops) {
-            Some(r) => r,
-            None => match self.paced_write(&plans, ops) {
-                Some(r) => r,
-                None => self.write_threads(&plans, ops),
-            },
-        };
-        for ((d, runs), res) in plans.into_iter().zip(results) {
-            for (r, ok) in runs.into_iter().zip(res) {
+        let oks = self.submit(&devs, reqs);
+        for (((d, runs), oks), bs) in plans.into_iter().zip(oks).zip(bufs) {
+            for ((r, ok), b) in runs.into_iter().zip(oks).zip(bs) {
                 if ok {
-                    self.meters[d].record(true, r.off, r.len as u64);
+                    let b = b.as_slice();
+                    self.meters[d].record(false, r.off, r.len as u64);
+                    let mut p = 0;
                     for i in r.ops {
+                        let l = ops[i].buf.len();
+                        ops[i].buf.copy_from_slice(&b[p..p + l]);
                         ops[i].ok = true;
+                        p += l;
                     }
                 } else {
                     self.meters[d].error();
@@ -610,16 +488,13 @@ impl Devs {
                 }
             }
         }
-        for o in ops.iter_mut() {
-            if o.buf.is_empty() && !self.is_failed(o.dev) {
-                o.ok = true;
-            }
-        }
     }
 
-    /// Write every run with one io_uring submission (None: not all file devices, use the workers).
-    fn uring_write(&self, plans: &[(usize, Vec<Run>)], ops: &[Wr<'_>]) -> Option<Vec<Vec<bool>>> {
-        let devs = self.uring_devices(plans)?;
+    /// Write every op (skipping failed devices); sets `ok`. A device that errors is marked failed.
+    pub fn write(&self, ops: &mut [Wr<'_>]) {
+        let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
+        let devs: Vec<Arc<dyn BlockDevice>> = plans.iter().map(|(d, _)| self.get(*d)).collect();
+        // One aligned buffer per merged run.
         let bufs: Vec<Vec<AlignedBuf>> = plans
             .iter()
             .map(|(_, runs)| {
@@ -637,84 +512,35 @@ impl Devs {
                     .collect()
             })
             .collect();
-        let mut uops: Vec<UringOp> = Vec::new();
-        for (((_, runs), dev), bs) in plans.iter().zip(&devs).zip(&bufs) {
-            let file = dev.as_file().expect("checked");
-            for (r, b) in runs.iter().zip(bs) {
-                uops.push(UringOp::Write {
-                    dev: file,
-                    off: r.off,
-                    buf: b.as_slice(),
-                });
-            }
-        }
-        let mut res = uring::submit(&mut uops).into_iter();
-        Some(
-            plans
-                .iter()
-                .map(|(_, runs)| {
-                    let mut failed = false;
-                    runs.iter()
-                        .map(|_| {
-                            failed = failed || res.next().is_none_or(|r| r.is_err());
-                            !failed
-                        })
-                        .collect()
-                })
-                .collect(),
-        )
-    }
-
-    /// Write every run of paced devices (see `paced`).
-    fn paced_write(&self, plans: &[(usize, Vec<Run>)], ops: &[Wr<'_>]) -> Option<Vec<Vec<bool>>> {
-        let out = self.paced(plans, |dev, r| {
-            let t = match r.ops.as_slice() {
-                [i] => dev.write_paced(ops[*i].buf, r.off)?,
-                many => {
-                    let mut b = Vec::with_capacity(r.len);
-                    for &i in many {
-                        b.extend_from_slice(ops[i].buf);
-                    }
-                    dev.write_paced(&b, r.off)?
-                }
-            };
-            Ok((t, ()))
-        })?;
-        Some(
-            out.into_iter()
-                .map(|runs| runs.into_iter().map(|r| r.is_some()).collect())
-                .collect(),
-        )
-    }
-
-    /// Write every run on the device workers.
-    fn write_threads(&self, plans: &[(usize, Vec<Run>)], ops: &[Wr<'_>]) -> Vec<Vec<bool>> {
-        let tasks: Vec<(usize, Task<Vec<bool>>)> = plans
+        let reqs = bufs
             .iter()
-            .map(|(d, runs)| {
-                let bufs: Vec<(u64, Vec<u8>)> = runs
-                    .iter()
-                    .map(|r| {
-                        let mut b = Vec::with_capacity(r.len);
-                        for &i in &r.ops {
-                            b.extend_from_slice(ops[i].buf);
-                        }
-                        (r.off, b)
-                    })
-                    .collect();
-                let t: Task<Vec<bool>> = Box::new(move |dev: &dyn BlockDevice| {
-                    let mut failed = false;
-                    bufs.iter()
-                        .map(|(off, b)| {
-                            failed = failed || dev.write_at(b, *off).is_err();
-                            !failed
-                        })
-                        .collect()
-                });
-                (*d, t)
+            .zip(&plans)
+            .map(|(bs, (_, runs))| {
+                bs.iter()
+                    .zip(runs)
+                    .map(|(b, r)| (r.off, IoKind::Write(b.as_slice())))
+                    .collect()
             })
             .collect();
-        self.exec(tasks)
+        let oks = self.submit(&devs, reqs);
+        for ((d, runs), oks) in plans.into_iter().zip(oks) {
+            for (r, ok) in runs.into_iter().zip(oks) {
+                if ok {
+                    self.meters[d].record(true, r.off, r.len as u64);
+                    for i in r.ops {
+                        ops[i].ok = true;
+                    }
+                } else {
+                    self.meters[d].error();
+                    self.mark_failed(d);
+                }
+            }
+        }
+        for o in ops.iter_mut() {
+            if o.buf.is_empty() && !self.is_failed(o.dev) {
+                o.ok = true;
+            }
+        }
     }
 
     /// Flush every alive device (in parallel); a device whose flush fails is marked failed.
@@ -748,5 +574,140 @@ impl Devs {
         dev.write_at(buf, off)?;
         self.meters[d].record(true, off, buf.len() as u64);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ecstack_device::{IoRequest, MemDevice};
+
+    /// A device that overrides `submit`, counting batches and requests, and counts direct
+    /// `read_at`/`write_at` calls separately.
+    #[derive(Debug)]
+    struct Counting {
+        inner: MemDevice,
+        batches: AtomicU64,
+        requests: AtomicU64,
+        direct: AtomicU64,
+    }
+
+    impl Counting {
+        fn new() -> Counting {
+            Counting {
+                inner: MemDevice::new(1 << 20).unwrap(),
+                batches: AtomicU64::new(0),
+                requests: AtomicU64::new(0),
+                direct: AtomicU64::new(0),
+            }
+        }
+    }
+
+    impl BlockDevice for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+        fn capacity(&self) -> u64 {
+            self.inner.capacity()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> ecstack_device::Result<()> {
+            self.direct.fetch_add(1, Relaxed);
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> ecstack_device::Result<()> {
+            self.direct.fetch_add(1, Relaxed);
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> ecstack_device::Result<()> {
+            Ok(())
+        }
+        fn discard(&self, _: u64, _: u64) -> ecstack_device::Result<()> {
+            Ok(())
+        }
+        fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
+            self.batches.fetch_add(1, Relaxed);
+            self.requests.fetch_add(reqs.len() as u64, Relaxed);
+            batch.run_now(&self.inner, reqs);
+        }
+    }
+
+    /// Chunk reads and writes reach each device as one batch through its `submit` override (never
+    /// request by request through `read_at`/`write_at`), merged runs as one request, with parallel
+    /// I/O on and off.
+    #[test]
+    fn chunk_io_reaches_the_device_override_as_one_batch() {
+        for parallel in [true, false] {
+            let counting: Vec<Arc<Counting>> = (0..3).map(|_| Arc::new(Counting::new())).collect();
+            let devs = Devs::new(
+                counting
+                    .iter()
+                    .map(|c| Arc::clone(c) as Arc<dyn BlockDevice>)
+                    .collect(),
+                parallel,
+            );
+            let chunk = |i: u8| vec![i; 4096];
+            let data: Vec<Vec<u8>> = (1..=5).map(chunk).collect();
+            // Device 0: two adjacent chunks (one merged run) and one apart; devices 1 and 2: one.
+            let place = [(0, 0), (0, 4096), (0, 65536), (1, 4096), (2, 0)];
+            let mut w: Vec<Wr> = place
+                .iter()
+                .zip(&data)
+                .map(|(&(d, off), b)| Wr::new(d, off, b))
+                .collect();
+            devs.write(&mut w);
+            assert!(w.iter().all(|o| o.ok));
+            let mut back: Vec<Vec<u8>> = (0..5).map(|_| vec![0u8; 4096]).collect();
+            let mut r: Vec<Rd> = place
+                .iter()
+                .zip(back.iter_mut())
+                .map(|(&(d, off), b)| Rd::new(d, off, b))
+                .collect();
+            devs.read(&mut r);
+            assert!(r.iter().all(|o| o.ok));
+            assert_eq!(back, data, "parallel={parallel}");
+            for (i, c) in counting.iter().enumerate() {
+                assert_eq!(c.batches.load(Relaxed), 2, "device {i}: one batch per call");
+                assert_eq!(c.direct.load(Relaxed), 0, "device {i}: no per-request path");
+            }
+            assert_eq!(counting[0].requests.load(Relaxed), 4, "two runs per call");
+            assert_eq!(counting[1].requests.load(Relaxed), 2);
+            assert_eq!(devs.meters[0].get().write_ops, 2, "merged run metered once");
+        }
+    }
+
+    /// A device that fails its first run has its later runs counted failed, and the next
+    /// device's results stay its own (regression: a short-circuited `next()` shifted them, so a
+    /// healthy device was marked failed with its neighbour's error).
+    #[test]
+    fn a_failed_run_does_not_shift_the_next_devices_results() {
+        use ecstack_device::{FaultConfig, Faulty};
+        for parallel in [true, false] {
+            let bad = Faulty::new(
+                MemDevice::new(1 << 20).unwrap(),
+                FaultConfig {
+                    fail_at_op: Some(0),
+                    ..FaultConfig::default()
+                },
+            );
+            let devs = Devs::new(
+                vec![Arc::new(bad), Arc::new(MemDevice::new(1 << 20).unwrap())],
+                parallel,
+            );
+            let b = vec![5u8; 4096];
+            let mut w = vec![
+                Wr::new(0, 0, &b),
+                Wr::new(0, 65536, &b),
+                Wr::new(0, 131072, &b),
+                Wr::new(1, 0, &b),
+            ];
+            devs.write(&mut w);
+            assert_eq!(
+                w.iter().map(|o| o.ok).collect::<Vec<_>>(),
+                [false, false, false, true]
+            );
+            assert_eq!(devs.failed_list(), vec![0], "parallel={parallel}");
+            assert_eq!(devs.meters[0].get().errors, 3);
+            assert_eq!(devs.meters[1].get().write_ops, 1);
+        }
     }
 }

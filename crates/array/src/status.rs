@@ -137,7 +137,7 @@ impl Array {
         let (mut main_gc, mut log_gc) = (None::<u64>, None::<u64>);
         for (i, d) in core.devs.all().iter().enumerate() {
             let is_main = i < g.n;
-            let ssd = match d.model_stats() {
+            let ssd = match d.stats().model {
                 Some(ModelStats::Ssd(s)) => Some(SsdSummary {
                     host_page_writes: s.host_page_writes,
                     flash_page_writes: s.flash_page_writes,

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::{BlockDevice, DeviceError, DeviceStats, ModelStats, Result, SplitMix64};
+use crate::{BlockDevice, DeviceError, DeviceStats, Result, SplitMix64};
 
 /// What happens to unflushed writes at a power cut. The default drops all of them.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -486,9 +486,6 @@ impl<D: BlockDevice> BlockDevice for Faulty<D> {
 
     fn stats(&self) -> DeviceStats {
         self.inner.stats()
-    }
-    fn model_stats(&self) -> Option<ModelStats> {
-        self.inner.model_stats()
     }
 }
 

@@ -15,7 +15,9 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::{check_range, BasicCounters, BlockDevice, DeviceError, DeviceStats, Result};
+use crate::{
+    check_range, BasicCounters, Batch, BlockDevice, DeviceError, DeviceStats, IoRequest, Result,
+};
 
 /// Alignment used for `O_DIRECT` I/O (a multiple of every logical sector size in use: 512 and 4096).
 pub const DIRECT_ALIGN: usize = 4096;
@@ -380,7 +382,14 @@ impl BlockDevice for FileDevice {
         self.counters.snapshot()
     }
 
-    fn as_file(&self) -> Option<&FileDevice> {
-        Some(self)
+    /// Queued for the batch's one io_uring submission (requests io_uring cannot take as they are,
+    /// such as unaligned `O_DIRECT` ones, run through `read_at`/`write_at` at that point); without
+    /// io_uring on this thread, deferred to run in parallel with the batch's other devices.
+    fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
+        if crate::uring::available() {
+            batch.uring(self, reqs);
+        } else {
+            batch.defer(self, reqs);
+        }
     }
 }

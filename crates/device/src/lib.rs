@@ -13,6 +13,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+pub mod batch;
 pub mod faulty;
 pub mod file;
 pub mod hist;
@@ -23,9 +24,10 @@ pub mod rng;
 pub mod sim;
 pub mod spec;
 pub mod throttled;
-pub mod uring;
+pub(crate) mod uring;
 pub mod workload;
 
+pub use batch::{Batch, IoKind, IoRequest};
 pub use faulty::{
     CutWrite, FaultConfig, FaultCounts, Faulty, Outcome, PowerCutPolicy, PowerCutReport,
 };
@@ -86,7 +88,7 @@ impl DeviceError {
 pub type Result<T> = std::result::Result<T, DeviceError>;
 
 /// Counters every device exposes (wrappers such as `Metered` fill in more detail).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceStats {
     pub read_ops: u64,
     pub read_bytes: u64,
@@ -106,6 +108,10 @@ pub struct DeviceStats {
     /// Requests that failed (kept by observers such as `Metered` and the array's meters).
     #[serde(default)]
     pub errors: u64,
+    /// Model counters (write amplification, GC, seeks…) of a simulated device, or of the one a
+    /// wrapper holds; None for real devices. Not summed by [`DeviceStats::add`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelStats>,
 }
 
 impl DeviceStats {
@@ -135,7 +141,7 @@ impl DeviceStats {
         }
     }
 
-    /// Add another device's counters (totals of a device class).
+    /// Add another device's counters (totals of a device class; `model` is left as it is).
     pub fn add(&mut self, o: &DeviceStats) {
         self.read_ops += o.read_ops;
         self.read_bytes += o.read_bytes;
@@ -153,9 +159,8 @@ impl DeviceStats {
     }
 }
 
-/// Model-specific counters of a simulated device, reachable through `Arc<dyn BlockDevice>`
-/// (wrappers forward them).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// Model-specific counters of a simulated device ([`DeviceStats::model`]; wrappers pass them on).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "model", rename_all = "lowercase")]
 pub enum ModelStats {
     Ssd(SsdStats),
@@ -181,33 +186,14 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     fn stats(&self) -> DeviceStats {
         DeviceStats::default()
     }
-    /// Model counters (write amplification, GC, seeks…) of a simulated device, if this is one or wraps one.
-    fn model_stats(&self) -> Option<ModelStats> {
-        None
-    }
-    /// The file device itself, when this is one (not a wrapper): callers may then batch its I/O
-    /// with others through [`uring::submit`].
-    fn as_file(&self) -> Option<&FileDevice> {
-        None
-    }
-    /// True when the device models its service time in real time and can do the work at once
-    /// (`Throttled` over a memory or simulated device): then [`read_paced`](Self::read_paced) and
-    /// [`write_paced`](Self::write_paced) do not wait, and a caller driving several such devices
-    /// sleeps once, until the latest completion ([`throttled::sleep_until`]), instead of a thread
-    /// per device sleeping.
-    fn paced(&self) -> bool {
-        false
-    }
-    /// Read, and return when the request completes in modeled time (without waiting for it when
-    /// `paced()`; otherwise this is `read_at`, and the completion is now).
-    fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<std::time::Instant> {
-        self.read_at(buf, offset)?;
-        Ok(std::time::Instant::now())
-    }
-    /// Write, and return when the request completes in modeled time (see `read_paced`).
-    fn write_paced(&self, buf: &[u8], offset: u64) -> Result<std::time::Instant> {
-        self.write_at(buf, offset)?;
-        Ok(std::time::Instant::now())
+    /// Run a batch of requests (each answered exactly once, through `batch`): the one path for
+    /// issuing several requests at once. The default runs them one after another with
+    /// [`read_at`](Self::read_at)/[`write_at`](Self::write_at) ([`Batch::run_now`]); a file device
+    /// queues them for the batch's io_uring submission, `Throttled` paces them with one sleep per
+    /// batch, `Metered` counts them and forwards. Requests to one device must not overlap. Callers
+    /// usually go through [`Batch::submit_to`].
+    fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
+        batch.run_now(self, reqs);
     }
 }
 
@@ -215,17 +201,8 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
 macro_rules! forward_block_device {
     ($($ptr:ident),*) => {$(
         impl<D: BlockDevice + ?Sized> BlockDevice for $ptr<D> {
-            fn as_file(&self) -> Option<&FileDevice> {
-                (**self).as_file()
-            }
-            fn paced(&self) -> bool {
-                (**self).paced()
-            }
-            fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<std::time::Instant> {
-                (**self).read_paced(buf, offset)
-            }
-            fn write_paced(&self, buf: &[u8], offset: u64) -> Result<std::time::Instant> {
-                (**self).write_paced(buf, offset)
+            fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
+                (**self).submit(reqs, batch)
             }
             fn name(&self) -> &str {
                 (**self).name()
@@ -247,9 +224,6 @@ macro_rules! forward_block_device {
             }
             fn stats(&self) -> DeviceStats {
                 (**self).stats()
-            }
-            fn model_stats(&self) -> Option<ModelStats> {
-                (**self).model_stats()
             }
         }
     )*};

@@ -10,7 +10,7 @@
 
 use std::sync::Mutex;
 
-use crate::{BlockDevice, DeviceStats, ModelStats, Result};
+use crate::{Batch, BlockDevice, DeviceStats, IoRequest, Result};
 
 #[derive(Debug, Default)]
 struct State {
@@ -45,10 +45,12 @@ impl<D: BlockDevice> Metered<D> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The counters so far (`modeled_ns` is taken from the inner device).
+    /// The counters so far (`modeled_ns` and `model` are taken from the inner device).
     pub fn snapshot(&self) -> DeviceStats {
         let mut s = self.lock().stats;
-        s.modeled_ns = self.inner.stats().modeled_ns;
+        let inner = self.inner.stats();
+        s.modeled_ns = inner.modeled_ns;
+        s.model = inner.model;
         s
     }
 
@@ -110,7 +112,21 @@ impl<D: BlockDevice> BlockDevice for Metered<D> {
     fn stats(&self) -> DeviceStats {
         self.snapshot()
     }
-    fn model_stats(&self) -> Option<ModelStats> {
-        self.inner.model_stats()
+    /// Forwarded whole (the inner device keeps its fast path); each outcome is counted once the
+    /// batch has finished, as `read_at`/`write_at` count them.
+    fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
+        let seen: Vec<(usize, bool, u64, u64)> = reqs
+            .iter()
+            .map(|r| (r.id(), r.is_write(), r.offset, r.len() as u64))
+            .collect();
+        batch.on_complete(move |results| {
+            for (id, write, offset, len) in seen {
+                match &results[id] {
+                    Ok(()) => self.record(write, offset, len),
+                    Err(_) => self.lock().stats.errors += 1,
+                }
+            }
+        });
+        self.inner.submit(reqs, batch);
     }
 }

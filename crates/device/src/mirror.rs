@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use crate::{BlockDevice, DeviceError, DeviceStats, ModelStats, Result};
+use crate::{BlockDevice, DeviceError, DeviceStats, Result};
 
 /// Bytes reserved at the start of every leg for its header.
 pub const HEADER: u64 = 4096;
@@ -331,12 +331,11 @@ impl BlockDevice for Mirror {
     }
 
     fn stats(&self) -> DeviceStats {
-        // The mirror's own traffic is what its first leg saw.
-        self.legs[0].stats()
-    }
-
-    fn model_stats(&self) -> Option<ModelStats> {
-        None
+        // The mirror's own traffic is what its first leg saw; it models no device of its own.
+        DeviceStats {
+            model: None,
+            ..self.legs[0].stats()
+        }
     }
 }
 

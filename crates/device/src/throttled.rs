@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::{BlockDevice, DeviceStats, ModelStats, Result, SplitMix64};
+use crate::{Batch, BlockDevice, DeviceStats, IoRequest, Result, SplitMix64};
 
 /// Per-request latency distribution (nanoseconds).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -289,21 +289,17 @@ impl<D: BlockDevice> BlockDevice for Throttled<D> {
         sleep_until(wake);
         Ok(())
     }
-    /// Paced unless the inner device is an `O_DIRECT` file: memory and simulated devices, and
-    /// files through the page cache, answer at once, so the work can be done inline; real device
-    /// I/O is left to run in parallel threads.
-    fn paced(&self) -> bool {
-        self.inner.as_file().is_none_or(|f| !f.is_direct())
-    }
-    fn read_paced(&self, buf: &mut [u8], offset: u64) -> Result<Instant> {
-        let wake = self.schedule(Instant::now(), false, offset, buf.len() as u64);
-        self.inner.read_at(buf, offset)?;
-        Ok(wake)
-    }
-    fn write_paced(&self, buf: &[u8], offset: u64) -> Result<Instant> {
-        let wake = self.schedule(Instant::now(), true, offset, buf.len() as u64);
-        self.inner.write_at(buf, offset)?;
-        Ok(wake)
+    /// The batch's work is done by the inner device (so a file under `Throttled` still goes
+    /// through io_uring), and the batch completes at the latest modeled completion of these
+    /// requests: one sleep for the whole batch, over every paced device in it, instead of a thread
+    /// per device sleeping. Every request arrives now and queues behind the earlier ones.
+    fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
+        let arrival = Instant::now();
+        for r in &reqs {
+            let wake = self.schedule(arrival, r.is_write(), r.offset, r.len() as u64);
+            batch.complete_at(wake);
+        }
+        self.inner.submit(reqs, batch);
     }
     fn flush(&self) -> Result<()> {
         self.inner.flush()
@@ -319,8 +315,5 @@ impl<D: BlockDevice> BlockDevice for Throttled<D> {
             .unwrap_or_else(|p| p.into_inner())
             .delayed_ns;
         s
-    }
-    fn model_stats(&self) -> Option<ModelStats> {
-        self.inner.model_stats()
     }
 }

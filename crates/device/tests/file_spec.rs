@@ -94,7 +94,7 @@ fn specs_open_each_kind() {
 
     let ssd = open_spec("ssd:blocks=64,pages=32,page=4K,op=0.25,gc_low=0.05,mode=tlc").unwrap();
     assert_eq!(ssd.capacity(), (64 * 32 * 3 / 4) * 4096);
-    match ssd.model_stats() {
+    match ssd.stats().model {
         Some(ModelStats::Ssd(s)) => assert_eq!(s.logical_pages, 1536),
         other => panic!("{other:?}"),
     }
@@ -110,7 +110,7 @@ fn specs_open_each_kind() {
     assert_eq!(&b, b"abc");
     assert!(stack.read_at(&mut b, 0).is_err());
     assert_eq!(stack.stats().write_ops, 1);
-    assert!(matches!(stack.model_stats(), Some(ModelStats::Ssd(_))));
+    assert!(matches!(stack.stats().model, Some(ModelStats::Ssd(_))));
     let t = open_spec("throttled:bw=1G,lat=1us:mem:1M").unwrap();
     t.write_at(&[0; 4096], 0).unwrap();
     assert!(t.stats().modeled_ns >= 1000);

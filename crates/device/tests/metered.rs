@@ -30,6 +30,7 @@ fn exact_counts_and_reset() {
         discard_bytes: 4196,
         modeled_ns: 0,
         errors: 1,
+        model: None,
     };
     assert_eq!(m.snapshot(), want);
     assert_eq!(m.stats(), want);

@@ -370,7 +370,7 @@ fn devices_are_shared_between_threads() {
     let mut b = [0u8; 4096];
     dev.read_at(&mut b, (3 * 1000 + 7) * 4096).unwrap();
     assert!(b.iter().all(|&x| x == 4));
-    match dev.model_stats() {
+    match dev.stats().model {
         Some(ecstack_device::ModelStats::Ssd(st)) => assert_eq!(st.host_page_writes, 2000),
         other => panic!("{other:?}"),
     }

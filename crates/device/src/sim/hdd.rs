@@ -95,7 +95,7 @@ impl HddConfig {
 }
 
 /// Counters of an [`HddModel`].
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HddStats {
     pub requests: u64,
     pub reads: u64,
@@ -451,9 +451,8 @@ impl BlockDevice for SimHdd {
         Ok(())
     }
     fn stats(&self) -> DeviceStats {
-        *self.host.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn model_stats(&self) -> Option<ModelStats> {
-        Some(ModelStats::Hdd(self.hdd_stats()))
+        let mut s = *self.host.lock().unwrap_or_else(|p| p.into_inner());
+        s.model = Some(ModelStats::Hdd(self.hdd_stats()));
+        s
     }
 }

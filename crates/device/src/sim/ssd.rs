@@ -267,7 +267,7 @@ impl SsdConfig {
 }
 
 /// Counters of an [`SsdModel`]. `write_amplification = flash_page_writes / host_page_writes`.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SsdStats {
     pub host_page_writes: u64,
     pub host_page_reads: u64,
@@ -837,9 +837,8 @@ impl BlockDevice for SimSsd {
         Ok(())
     }
     fn stats(&self) -> DeviceStats {
-        *self.host.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn model_stats(&self) -> Option<ModelStats> {
-        Some(ModelStats::Ssd(self.ssd_stats()))
+        let mut s = *self.host.lock().unwrap_or_else(|p| p.into_inner());
+        s.model = Some(ModelStats::Ssd(self.ssd_stats()));
+        s
     }
 }
