@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use ecstack_codes::new_code;
 use ecstack_device::{BlockDevice, DeviceError, DeviceStats};
 
+use crate::clock::Clock;
 use crate::core::{lock, Alloc, CommitReport, Core, MetaInner, RebuildReport};
 use crate::format::{
     decode_label, encode_label, ArrayConfig, Geometry, MetaLayout, SchemeKind, Superblock,
@@ -64,6 +65,12 @@ pub struct OpenOptions {
     pub rebuild_batch: usize,
     /// Prefetch the next batch's chunks during the metadata scan.
     pub rebuild_prefetch: bool,
+    /// The clock for time-driven decisions (idle commit, stripe buffer mode); a simulation passes
+    /// a manual one.
+    pub clock: Clock,
+    /// On create: the array's uuid (salts every label and metadata frame) instead of a fresh one
+    /// mixed from the time, so two runs of one simulation seed write identical bytes.
+    pub uuid: Option<u64>,
 }
 
 impl Default for OpenOptions {
@@ -73,6 +80,8 @@ impl Default for OpenOptions {
             commit_every: None,
             rebuild_batch: 100,
             rebuild_prefetch: true,
+            clock: Clock::system(),
+            uuid: None,
         }
     }
 }
@@ -100,6 +109,7 @@ pub struct Array {
     pub(crate) rebuild_batch: AtomicU64,
     pub(crate) rebuild_prefetch: AtomicBool,
     piece_stripes: u64,
+    clock: Clock,
     last_io: Mutex<Instant>,
 }
 
@@ -263,7 +273,10 @@ impl Array {
         devices: ArrayDevices,
         opts: &OpenOptions,
     ) -> Result<Array> {
-        let sb = Self::plan(cfg, &devices)?;
+        let mut sb = Self::plan(cfg, &devices)?;
+        if let Some(uuid) = opts.uuid {
+            sb.uuid = uuid;
+        }
         // Labels, an empty checkpoint, then the superblock copies.
         for (i, d) in devices.main.iter().chain(devices.log.iter()).enumerate() {
             d.write_at(&encode_label(sb.uuid, i as u16), 0)?;
@@ -428,8 +441,10 @@ impl Array {
             rebuild_batch: AtomicU64::new(opts.rebuild_batch.max(1) as u64),
             rebuild_prefetch: AtomicBool::new(opts.rebuild_prefetch),
             piece_stripes,
-            last_io: Mutex::new(Instant::now()),
+            clock: opts.clock.clone(),
+            last_io: Mutex::new(opts.clock.now()),
         };
+        array.scheme.set_clock(opts.clock.clone());
         if array.core.meta().state.commit_in_progress {
             // Finish the parity commit a crash interrupted (its parity writes may be torn).
             array.commit()?;
@@ -523,12 +538,13 @@ impl Array {
     }
 
     fn touch(&self) {
-        *lock(&self.last_io) = Instant::now();
+        *lock(&self.last_io) = self.clock.now();
     }
 
     /// Time since the last read or write.
     pub fn idle_for(&self) -> Duration {
-        lock(&self.last_io).elapsed()
+        let last = *lock(&self.last_io);
+        self.clock.now().saturating_duration_since(last)
     }
 
     /// Read `buf.len()` bytes at logical byte `off`.
@@ -967,10 +983,25 @@ impl Array {
                 .filter(|&s| mi.state.is_written(s))
                 .collect()
         };
+        // A chunk that cannot be read (a device that fails now, a latent sector error) fails its
+        // device; the stripe is decoded from the others, like a degraded read would.
+        let k = self.core.geo.k;
+        let c = self.core.geo.chunk as usize;
         self.core.rewrite_parity(&stripes, &|s| {
-            Err(ArrayError::DataLoss(format!(
-                "parity resync: stripe {s} could not be read"
-            )))
+            let mut data = vec![vec![0u8; c]; k];
+            let mut reqs: Vec<ChunkRead> = data
+                .iter_mut()
+                .enumerate()
+                .map(|(pos, buf)| ChunkRead {
+                    stripe: s,
+                    pos,
+                    off: 0,
+                    buf: buf.as_mut_slice(),
+                })
+                .collect();
+            self.scheme.read(&self.core, &mut reqs)?;
+            drop(reqs);
+            Ok(data)
         })?;
         self.core
             .stats
@@ -1065,7 +1096,9 @@ impl Array {
         self.core.checkpoint()
     }
 
-    pub(crate) fn admin_lock_free_commit_if_idle(&self, idle: Duration) -> Result<bool> {
+    /// Commit if the array has been idle for `idle` (by its clock) and has pending updates or
+    /// dirty md/pl regions: what the idle committer does on each wake-up. True if it committed.
+    pub fn commit_if_idle(&self, idle: Duration) -> Result<bool> {
         let dirty = !self.core.meta().state.dirty.is_empty();
         if self.idle_for() >= idle && (self.has_pending() || dirty) {
             self.core.stats.idle_commits.fetch_add(1, Relaxed);
@@ -1086,7 +1119,7 @@ impl Array {
             );
             match weak.upgrade() {
                 Some(a) => {
-                    let _ = a.admin_lock_free_commit_if_idle(idle);
+                    let _ = a.commit_if_idle(idle);
                 }
                 None => return,
             }

@@ -37,6 +37,7 @@
 mod admin;
 mod array;
 mod core;
+mod clock;
 mod format;
 #[cfg(test)]
 mod fuzz;
@@ -44,11 +45,13 @@ mod io;
 mod meta;
 mod recovery;
 pub mod scheme;
+pub mod sim;
 mod status;
 
 pub use crate::core::{CommitReport, RebuildReport};
 pub use admin::{AdminCommand, AdminReply, DeviceName, Reopened, UnavailableDevice};
 pub use array::{Array, ArrayDevices, DiscardReport, OpenOptions};
+pub use clock::Clock;
 pub use format::{ArrayConfig, Geometry, SchemeKind, Superblock};
 pub use io::IoCounters;
 pub use scheme::{BatchStats, DEFAULT_IN_FLIGHT};

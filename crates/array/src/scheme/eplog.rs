@@ -849,6 +849,10 @@ impl UpdateScheme for Eplog {
         !self.buffers().data.is_empty() || self.has_pending_now(core)
     }
 
+    fn set_clock(&self, clock: crate::clock::Clock) {
+        self.stripes.set_clock(clock);
+    }
+
     fn set_stripe_buffer(&self, in_flight: usize) {
         self.stripes_on.store(in_flight > 0, Relaxed);
         if in_flight > 0 {

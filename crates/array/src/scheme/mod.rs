@@ -77,6 +77,8 @@ pub(crate) trait UpdateScheme: Send + Sync {
     /// Let concurrent write requests share log stripes, with up to `in_flight` batches written at
     /// once (eplog stripe buffer; 0 = off; other schemes ignore it).
     fn set_stripe_buffer(&self, _in_flight: usize) {}
+    /// The clock of time-driven decisions (eplog stripe buffer mode choice; others ignore it).
+    fn set_clock(&self, _clock: crate::clock::Clock) {}
     /// Stripe-buffer counters (None when the scheme has none or it is off); `reset` zeroes them.
     fn stripe_buffer_stats(&self, _reset: bool) -> Option<BatchStats> {
         None

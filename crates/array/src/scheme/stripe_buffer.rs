@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use super::{BatchStats, WriteOutcome, DEFAULT_IN_FLIGHT};
+use crate::clock::Clock;
 use crate::{ArrayError, Result};
 
 /// In eager mode a request is written at once, whatever the batches in flight, while fewer than
@@ -74,6 +75,8 @@ struct State<J> {
     /// Epochs the next stay lasts.
     stay: u32,
     epoch_start: Option<std::time::Instant>,
+    /// Measures the epochs of the mode choice.
+    clock: Clock,
     epoch_jobs: u64,
     eager_epochs: u64,
     batch_epochs: u64,
@@ -96,6 +99,7 @@ impl<J> Default for StripeBuffer<J> {
                 phase: Phase::ProbeFirst,
                 stay: STAY_EPOCHS,
                 epoch_start: None,
+                clock: Clock::system(),
                 epoch_jobs: 0,
                 eager_epochs: 0,
                 batch_epochs: 0,
@@ -163,6 +167,11 @@ impl<J> StripeBuffer<J> {
         }
     }
 
+    /// The clock that times the measuring epochs of the mode choice.
+    pub fn set_clock(&self, clock: Clock) {
+        self.lock().clock = clock;
+    }
+
     /// How many batches may be written at the same time (at least 1).
     pub fn set_in_flight(&self, n: usize) {
         self.lock().max_leaders = n.max(1);
@@ -193,7 +202,8 @@ impl<J> StripeBuffer<J> {
 impl<J> State<J> {
     /// Count `n` completed requests toward the current epoch; at its end, advance the mode choice.
     fn completed(&mut self, n: u64) {
-        self.completed_at(n, std::time::Instant::now());
+        let now = self.clock.now();
+        self.completed_at(n, now);
     }
 
     fn completed_at(&mut self, n: u64, now: std::time::Instant) {
