@@ -446,8 +446,14 @@ impl Array {
         };
         array.scheme.set_clock(opts.clock.clone());
         if array.core.meta().state.commit_in_progress {
-            // Finish the parity commit a crash interrupted (its parity writes may be torn).
-            array.commit()?;
+            // Finish the parity commit a crash interrupted (its parity writes may be torn). With
+            // dirty md/pl regions, only the scheme's commit: `commit` would record the regions
+            // clean before the resync below recomputed their parity.
+            if array.core.meta().state.dirty.is_empty() {
+                array.commit()?;
+            } else {
+                array.scheme.commit(&array.core)?;
+            }
         }
         if !array.core.meta().state.dirty.is_empty() {
             // md/pl after an unclean shutdown: writes may have reached data but not parity.

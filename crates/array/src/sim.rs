@@ -6,7 +6,7 @@
 //!
 //! * every acknowledged write reads back exactly until a power cut;
 //! * after a power cut, every byte that was durable (written before the last successful flush,
-//!   parity commit, discard, rebuild or close) reads back exactly, and every byte written since
+//!   parity commit or close, or dropped by a discard) reads back exactly, and every byte written since
 //!   reads as the data of one of the writes that covered it or as its durable value: the old or the
 //!   new data of a write, never anything else;
 //! * at the end, with every failed device rebuilt and one more device failed, every byte decodes
@@ -460,8 +460,21 @@ impl Sim {
     }
 
     fn run(&mut self) -> Step {
-        let a = Array::create_with(&self.cfg, self.devices(), &self.opts)
-            .map_err(|e| format!("create: {e}"))?;
+        let a = loop {
+            match Array::create_with(&self.cfg, self.devices(), &self.opts) {
+                Ok(a) => break a,
+                // The scheduled cut hit the creation: power-cycle and create again.
+                Err(e) if self.powered_off() => {
+                    self.note(format_args!("create cut short: {e}"));
+                    self.reached.mid_op_cuts += 1;
+                    for d in self.all() {
+                        d.power_cut().map_err(|e| format!("power cut: {e}"))?;
+                        d.power_on();
+                    }
+                }
+                Err(e) => return Err(format!("create: {e}")),
+            }
+        };
         a.set_device_buffer(self.buffer)
             .map_err(|e| format!("device buffer: {e}"))?;
         let cap = a.size() as usize;
@@ -643,7 +656,7 @@ impl Sim {
     }
 
     /// Discard a range: each whole stripe in it now reads as zeros or keeps its data (discard is
-    /// advisory); a discard that dropped anything is a durability point.
+    /// advisory); a dropped stripe is durably zeros, but a discard is no flush for other writes.
     fn discard(&mut self) -> Step {
         let (off, len) = self.extent();
         let sb = self.a().geometry().stripe_bytes() as usize;
@@ -684,7 +697,15 @@ impl Sim {
                     "discard {off}+{len}: stripe {s} reads neither as its data nor as zeros"
                 ));
             }
-            self.model[r].fill(0);
+            // The discard of this stripe is durable: only zeros may come back after a power cut.
+            self.model[r.clone()].fill(0);
+            self.durable[r.clone()].fill(0);
+            for w in &mut self.unsynced {
+                let (a, b) = (r.start.max(w.off), r.end.min(w.off + w.data.len()));
+                if a < b {
+                    w.data[a - w.off..b - w.off].fill(0);
+                }
+            }
             dropped += 1;
         }
         if dropped > n {
@@ -694,7 +715,6 @@ impl Sim {
         }
         if n > 0 {
             self.reached.discards += 1;
-            self.durable_point();
         }
         Ok(())
     }
@@ -893,7 +913,6 @@ impl Sim {
             Ok(_) => {
                 self.install(i, new);
                 self.reached.rebuilds += 1;
-                self.durable_point();
                 let cap = self.model.len();
                 self.check(0, cap, &format!("after rebuilding device {i}"))
                     .map(|_| ())
