@@ -32,7 +32,7 @@ fn write_quarters(
         let hs: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
-                    let mut rng = Rng(seed + t as u64);
+                    let mut rng = Rng::new(seed + t as u64);
                     let base = t * region;
                     let mut model = vec![0u8; region];
                     for i in 0..150 {
@@ -118,7 +118,7 @@ fn stripe_buffer_run(in_flight: usize) -> (u64, u64, u64) {
             .map(|t| {
                 let a = Arc::clone(&a);
                 s.spawn(move || {
-                    let mut rng = Rng(500 + t as u64);
+                    let mut rng = Rng::new(500 + t as u64);
                     let region = chunks_per * CHUNK as usize;
                     let base = t * region;
                     let mut model = vec![0u8; region];

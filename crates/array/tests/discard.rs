@@ -22,7 +22,7 @@ fn run(scheme: SchemeKind, k: usize, m: usize, seed: u64) {
     let cap = a.size() as usize;
     let sb = a.geometry().stripe_bytes() as usize;
     let n = a.geometry().n;
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut model = vec![0u8; cap];
     rng.fill(&mut model);
     a.write(&model, 0).unwrap();
@@ -130,7 +130,7 @@ fn eplog_discard_when_another_chunk_holds_a_home_slot() {
     let g = a.geometry().clone();
     let sb = g.stripe_bytes() as usize;
     let c = CHUNK as usize;
-    let mut rng = Rng(75);
+    let mut rng = Rng::new(75);
     let mut model = vec![0u8; a.size() as usize];
     rng.fill(&mut model);
     a.write(&model, 0).unwrap();

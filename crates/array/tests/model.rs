@@ -17,7 +17,7 @@ fn run(scheme: SchemeKind, k: usize, m: usize, seed: u64, steps: usize) {
 /// `buffer`: eplog device buffers (chunks per device; 0 = off).
 fn run_buffered(scheme: SchemeKind, k: usize, m: usize, seed: u64, steps: usize, buffer: usize) {
     let what = format!("{scheme} ({k}+{m}) seed {seed} buffer {buffer}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut rig = Rig::new(scheme, k, m, seed, false);
     let cfg = config(scheme, k, m);
     let mut a = Array::create(&cfg, rig.devices()).unwrap();
@@ -164,7 +164,7 @@ fn model_eplog_rs_three_parities() {
 #[test]
 fn exercises_commit_and_degraded_paths() {
     // Sanity: the randomized runs reach space-triggered commits and log-stripe decoding.
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let rig = Rig::new(SchemeKind::Eplog, 4, 2, 5, false);
     let a = Array::create(&config(SchemeKind::Eplog, 4, 2), rig.devices()).unwrap();
     let cap = a.size();
@@ -198,7 +198,7 @@ fn device_buffers_make_full_width_log_stripes() {
     let a = Array::create(&config(SchemeKind::Eplog, 4, 2), rig.devices()).unwrap();
     a.write(&vec![1u8; a.size() as usize], 0).unwrap();
     a.set_device_buffer(16).unwrap();
-    let mut rng = Rng(8);
+    let mut rng = Rng::new(8);
     let c = CHUNK as u64;
     for _ in 0..600 {
         let chunk = rng.below(a.size() / c);
@@ -224,7 +224,7 @@ fn large_unaligned_requests_span_pieces() {
         let a = Array::create(&config(scheme, 4, 2), rig.devices()).unwrap();
         let cap = a.size() as usize;
         let mut model = vec![0u8; cap];
-        let mut rng = Rng(21);
+        let mut rng = Rng::new(21);
         for _ in 0..12 {
             let len = cap / 3 + rng.below((cap / 2) as u64) as usize;
             let off = rng.below((cap - len) as u64) as usize;
@@ -304,7 +304,7 @@ fn degraded_commit_reads_the_log_in_order() {
     let a = Array::create(&config(SchemeKind::Eplog, k, m), devices).unwrap();
     let cap = a.size() as usize;
     let mut model = vec![0u8; cap];
-    let mut rng = Rng(21);
+    let mut rng = Rng::new(21);
     rng.fill(&mut model);
     a.write(&model, 0).unwrap();
     a.commit().unwrap();

@@ -6,32 +6,10 @@ use std::sync::Arc;
 use ecstack_array::{Array, ArrayConfig, ArrayDevices, SchemeKind};
 use ecstack_device::{BlockDevice, FaultConfig, Faulty, MemDevice, PowerCutPolicy};
 
+/// The one seeded PRNG of the workspace.
+pub use ecstack_base::Rng;
+
 pub type Dev = Arc<Faulty<MemDevice>>;
-
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    pub fn fill(&mut self, b: &mut [u8]) {
-        for c in b.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
-            c.copy_from_slice(&v[..c.len()]);
-        }
-    }
-}
 
 pub const CHUNK: u32 = 1024;
 pub const MAIN_SIZE: u64 = 256 << 10;

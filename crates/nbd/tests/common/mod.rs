@@ -24,17 +24,11 @@ pub fn mem_server(size: u64, cfg: ServeConfig) -> (Server, Arc<MeteredMem>) {
     (server, dev)
 }
 
-/// Deterministic pseudo-random bytes.
+/// Deterministic pseudo-random bytes (the workspace's one seeded PRNG).
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    let mut v = vec![0u8; len];
+    ecstack_base::Rng::new(seed).fill(&mut v);
+    v
 }
 
 /// Is `bin` runnable? When it is not, the test is skipped with a loud notice, or fails (with a
