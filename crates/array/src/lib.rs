@@ -36,8 +36,8 @@
 
 mod admin;
 mod array;
-mod core;
 mod clock;
+mod core;
 mod format;
 #[cfg(test)]
 mod fuzz;
