@@ -1,10 +1,13 @@
 //! What every ecstack layer shares and nothing else: the seeded PRNGs (so a stored seed regenerates the
 //! same coding graph, fault schedule or synthetic trace whatever the dependency versions), the parsing
-//! and printing of byte sizes, and the mutation of byte images for decoder fuzzing. No dependencies.
+//! and printing of byte sizes, the mutation of byte images for decoder fuzzing, and the one latency
+//! histogram (on `hdrhistogram`, its only dependency).
 
+pub mod hist;
 pub mod mutate;
 pub mod rng;
 pub mod size;
 
+pub use hist::LatencyHistogram;
 pub use rng::{Rng, SplitMix64};
 pub use size::{fmt_size, parse_size};

@@ -8,8 +8,8 @@
 use crate::error::{Result, TraceError};
 use crate::record::{Op, Record};
 use crate::transform::{client_of, CODFS_SEGMENT, EPLOG_SEGMENT};
+use ecstack_base::LatencyHistogram;
 use ecstack_device::BlockDevice;
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -137,29 +137,29 @@ fn place(r: &Record, cap: u64, wrap: bool, dev: &str) -> Result<(u64, u64)> {
     Ok((off, r.len))
 }
 
-fn latency(h: &Histogram<u64>) -> Latency {
-    if h.is_empty() {
+fn latency(h: &LatencyHistogram) -> Latency {
+    if h.count() == 0 {
         return Latency::default();
     }
     let us = |v: u64| v as f64 / 1000.0;
     Latency {
         mean_us: h.mean() / 1000.0,
-        p50_us: us(h.value_at_quantile(0.50)),
-        p90_us: us(h.value_at_quantile(0.90)),
-        p99_us: us(h.value_at_quantile(0.99)),
-        p999_us: us(h.value_at_quantile(0.999)),
+        p50_us: us(h.quantile(0.50)),
+        p90_us: us(h.quantile(0.90)),
+        p99_us: us(h.quantile(0.99)),
+        p999_us: us(h.quantile(0.999)),
         max_us: us(h.max()),
     }
 }
 
-fn new_hist() -> Histogram<u64> {
-    Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid HDR bounds")
+fn new_hist() -> LatencyHistogram {
+    LatencyHistogram::new()
 }
 
 struct ClientResult {
-    all: Histogram<u64>,
-    rd: Histogram<u64>,
-    wr: Histogram<u64>,
+    all: LatencyHistogram,
+    rd: LatencyHistogram,
+    wr: LatencyHistogram,
     reads: u64,
     writes: u64,
     discards: u64,
@@ -275,8 +275,8 @@ pub fn replay(
                                 let o = dev.write_at(&buf, off);
                                 // exclude pattern generation from the latency
                                 let ns = t.elapsed().as_nanos() as u64;
-                                res.wr.saturating_record(ns.max(1));
-                                res.all.saturating_record(ns.max(1));
+                                res.wr.record(ns.max(1));
+                                res.all.record(ns.max(1));
                                 res.writes += 1;
                                 res.write_bytes += len;
                                 if let Err(e) = o {
@@ -297,10 +297,10 @@ pub fn replay(
                             stop.store(true, Ordering::Relaxed);
                             return Err(e.into());
                         }
-                        res.all.saturating_record(ns);
+                        res.all.record(ns);
                         match r.op {
                             Op::Read => {
-                                res.rd.saturating_record(ns);
+                                res.rd.record(ns);
                                 res.reads += 1;
                                 res.read_bytes += len;
                             }
@@ -334,9 +334,9 @@ pub fn replay(
     let (mut reads, mut writes, mut discards, mut read_bytes, mut write_bytes) = (0, 0, 0, 0, 0);
     for r in results {
         let r = r?;
-        all.add(&r.all).ok();
-        rd.add(&r.rd).ok();
-        wr.add(&r.wr).ok();
+        all.merge(&r.all);
+        rd.merge(&r.rd);
+        wr.merge(&r.wr);
         reads += r.reads;
         writes += r.writes;
         discards += r.discards;

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use ecstack_device::LatencyHistogram;
+
 /// What one parity commit did.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CommitReport {
@@ -56,43 +58,25 @@ pub struct RebuildReport {
     pub commit: Option<CommitReport>,
 }
 
-/// Log2 latency histogram (nanoseconds).
-#[derive(Debug)]
-pub(crate) struct Hist([AtomicU64; 48]);
-
-impl Default for Hist {
-    fn default() -> Self {
-        Hist(std::array::from_fn(|_| AtomicU64::new(0)))
-    }
-}
+/// Request latencies: the stack's one histogram type ([`LatencyHistogram`], HDR) behind a lock;
+/// recording takes nanoseconds, far below the device requests it measures.
+#[derive(Debug, Default)]
+pub(crate) struct Hist(Mutex<LatencyHistogram>);
 
 impl Hist {
-    fn add(&self, d: Duration) {
-        let ns = d.as_nanos().max(1) as u64;
-        let b = (63 - ns.leading_zeros() as usize).min(47);
-        self.0[b].fetch_add(1, Relaxed);
+    fn lock(&self) -> std::sync::MutexGuard<'_, LatencyHistogram> {
+        // A panic while recording leaves a histogram that is still valid: keep using it.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
-    /// Upper bound of the bucket holding quantile `q`, microseconds.
+    fn add(&self, d: Duration) {
+        self.lock().record_duration(d);
+    }
+    /// The latency at quantile `q`, microseconds (0 when nothing was recorded).
     pub(crate) fn quantile_us(&self, q: f64) -> f64 {
-        let counts: Vec<u64> = self.0.iter().map(|c| c.load(Relaxed)).collect();
-        let total: u64 = counts.iter().sum();
-        if total == 0 {
-            return 0.0;
-        }
-        let want = (q * total as f64).ceil().max(1.0) as u64;
-        let mut acc = 0;
-        for (b, c) in counts.iter().enumerate() {
-            acc += c;
-            if acc >= want {
-                return (1u64 << (b + 1)) as f64 / 1000.0;
-            }
-        }
-        0.0
+        self.lock().quantile_us(q)
     }
     fn reset(&self) {
-        for c in &self.0 {
-            c.store(0, Relaxed);
-        }
+        self.lock().reset();
     }
 }
 
