@@ -148,19 +148,22 @@ impl<J> StripeBuffer<J> {
                 let size = batch.len();
                 drop(st);
                 let (tickets, jobs): (Vec<u64>, Vec<J>) = batch.into_iter().unzip();
+                // Should `run` panic, the guard still gives up the leader role and answers the
+                // other requests of the batch, so they do not wait forever.
+                let mut guard = Leading {
+                    buffer: self,
+                    tickets,
+                    size,
+                };
                 let t = std::time::Instant::now();
                 let r = run(jobs);
                 let ns = t.elapsed().as_nanos() as u64;
                 let mut st = self.lock();
                 st.write_ns += ns;
-                st.leaders -= 1;
-                st.in_flight -= size;
                 st.completed(size as u64);
-                for &t in &tickets[1..] {
-                    st.done.insert(t, share(&r));
-                }
+                guard.finish(&mut st, |_| share(&r));
                 drop(st);
-                self.cv.notify_all();
+                drop(guard);
                 return r;
             }
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -196,6 +199,43 @@ impl<J> StripeBuffer<J> {
         st.write_ns = 0;
         st.eager_epochs = 0;
         st.batch_epochs = 0;
+    }
+}
+
+/// The leader role of one batch: `finish` hands the outcome to the batch's other requests and gives
+/// the role up; dropped unfinished (the batch's `run` panicked), it does so with an error.
+struct Leading<'a, J> {
+    buffer: &'a StripeBuffer<J>,
+    /// The batch's tickets, the leader's own first; emptied once finished.
+    tickets: Vec<u64>,
+    size: usize,
+}
+
+impl<J> Leading<'_, J> {
+    fn finish(&mut self, st: &mut State<J>, outcome: impl Fn(u64) -> Result<WriteOutcome>) {
+        assert!(!self.tickets.is_empty(), "a batch is finished once");
+        assert!(st.leaders > 0 && st.in_flight >= self.size);
+        st.leaders -= 1;
+        st.in_flight -= self.size;
+        for &t in &self.tickets[1..] {
+            let fresh = st.done.insert(t, outcome(t)).is_none();
+            assert!(fresh, "request {t} answered twice");
+        }
+        self.tickets.clear();
+    }
+}
+
+impl<J> Drop for Leading<'_, J> {
+    fn drop(&mut self) {
+        if !self.tickets.is_empty() {
+            let mut st = self.buffer.lock();
+            self.finish(&mut st, |_| {
+                Err(ArrayError::Batch(
+                    "another request of this write batch panicked while writing it".into(),
+                ))
+            });
+        }
+        self.buffer.cv.notify_all();
     }
 }
 
@@ -308,6 +348,121 @@ mod tests {
             st.batches < 24 * 200,
             "no batch carried more than one request"
         );
+    }
+
+    /// A request that panics while it leads a batch must not wedge the buffer: the other requests
+    /// of its batch get an error, and later requests are written as usual.
+    #[test]
+    fn a_panicking_batch_does_not_wedge_the_buffer() {
+        // Batching mode (not eager), one batch in flight: later requests queue behind the first.
+        let batching = || {
+            let sb: Arc<StripeBuffer<u32>> = Arc::default();
+            sb.set_in_flight(1);
+            sb.lock().eager = false;
+            sb
+        };
+        let sb = batching();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let go_rx = Mutex::new(go_rx);
+        // Request 0 leads the first batch and holds it until the others have queued, then panics.
+        let leader = {
+            let sb = sb.clone();
+            std::thread::spawn(move || {
+                sb.submit(0, |_| {
+                    started_tx.send(()).unwrap();
+                    go_rx.lock().unwrap().recv().unwrap();
+                    panic!("injected panic in a batch");
+                })
+            })
+        };
+        started_rx.recv().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        for t in 1..=3u32 {
+            let (sb, done_tx) = (sb.clone(), done_tx.clone());
+            std::thread::spawn(move || {
+                let r = sb.submit(t, |jobs| {
+                    assert!(!jobs.contains(&0));
+                    Ok(WriteOutcome::Done)
+                });
+                done_tx.send((t, r.map_err(|e| e.to_string()))).unwrap();
+            });
+        }
+        // All three are queued behind the one batch allowed in flight.
+        while sb.lock().queue.len() < 3 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        go_tx.send(()).unwrap();
+        assert!(
+            leader.join().is_err(),
+            "the leader's panic propagates to it"
+        );
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let a = done_rx
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .expect("a request waits forever after its batch's leader panicked");
+            answers.push(a);
+        }
+        answers.sort_by_key(|(t, _)| *t);
+        // They queued after the panicking batch had left, so they form a batch of their own.
+        for (t, r) in &answers {
+            assert_eq!(r, &Ok(WriteOutcome::Done), "request {t}");
+        }
+        let st = sb.lock();
+        assert_eq!((st.leaders, st.in_flight, st.done.len()), (0, 0, 0));
+        drop(st);
+        // A batch the panicking leader shares with others: they get its error.
+        let sb = batching();
+        let blocker = {
+            let sb = sb.clone();
+            let (started_tx, started_rx) = std::sync::mpsc::channel();
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            let go_rx = Mutex::new(go_rx);
+            let h = std::thread::spawn(move || {
+                sb.submit(100, |_| {
+                    started_tx.send(()).unwrap();
+                    go_rx.lock().unwrap().recv().unwrap();
+                    Ok(WriteOutcome::Done)
+                })
+            });
+            started_rx.recv().unwrap();
+            (h, go_tx)
+        };
+        // Two requests queue behind the blocker; whichever leads the next batch panics.
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        for t in 1..=2u32 {
+            let (sb, done_tx) = (sb.clone(), done_tx.clone());
+            std::thread::spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    sb.submit(t, |_| panic!("injected panic in a shared batch"))
+                }));
+                let r = match r {
+                    Ok(r) => r.map(|_| "done".to_string()).map_err(|e| e.to_string()),
+                    Err(_) => Ok("panicked".to_string()),
+                };
+                done_tx.send(r).unwrap();
+            });
+        }
+        while sb.lock().queue.len() < 2 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        blocker.1.send(()).unwrap();
+        assert_eq!(blocker.0.join().unwrap().unwrap(), WriteOutcome::Done);
+        let mut got: Vec<std::result::Result<String, String>> = (0..2)
+            .map(|_| {
+                done_rx
+                    .recv_timeout(std::time::Duration::from_secs(30))
+                    .expect("a request waits forever after its batch's leader panicked")
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got[0], Ok("panicked".to_string()));
+        assert!(
+            got[1].as_ref().is_err_and(|e| e.contains("panicked")),
+            "{got:?}"
+        );
+        assert_eq!(sb.lock().leaders, 0);
     }
 
     /// Drive 8 threads through the buffer for about nine measuring epochs; `cost(jobs)` is what a
