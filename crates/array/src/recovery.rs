@@ -118,6 +118,11 @@ fn decode_and_write(
     let write_one = |ti: usize, mut v: Vec<(u64, Vec<u8>)>| -> Result<()> {
         let (d, dev) = &targets[ti];
         v.sort_unstable_by_key(|(s, _)| *s);
+        // Runs on a replacement never overlap: each slot is rebuilt once.
+        assert!(
+            v.windows(2).all(|w| w[0].0 < w[1].0),
+            "rebuild writes a slot of device {d} twice"
+        );
         let mut i = 0;
         while i < v.len() {
             let mut j = i + 1;

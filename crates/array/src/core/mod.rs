@@ -151,7 +151,24 @@ impl Core {
 
     /// End a parity commit: durable CommitDone, then hand the freed slots back (and TRIM them).
     pub(crate) fn finish_commit(&self, frees: Vec<(usize, u64)>) -> Result<()> {
-        self.meta().record(Rec::CommitDone);
+        {
+            let mut mi = self.meta();
+            mi.record(Rec::CommitDone);
+            // Postcondition of a parity commit: no log stripe, pl log entry or latest version is
+            // left, and the log devices are empty.
+            let st = &mi.state;
+            assert!(
+                st.logs.is_empty()
+                    && st.pl_logs.is_empty()
+                    && st.log_next == 0
+                    && !st.commit_in_progress,
+                "logs left after a parity commit"
+            );
+            assert!(
+                st.changed().all(|(_, ds)| !ds.pending()),
+                "latest versions left after a parity commit"
+            );
+        }
         self.persist()?;
         {
             let mut mi = self.meta();

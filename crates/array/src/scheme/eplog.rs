@@ -20,7 +20,7 @@ use std::time::Instant;
 use super::md::by_stripe;
 use super::stripe_buffer::StripeBuffer;
 use super::{BatchStats, ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
-use crate::core::Core;
+use crate::core::{Alloc, Core};
 use crate::io::{Rd, Wr};
 use crate::meta::{DataStripe, LogStripe, Member, Rec};
 use crate::{ArrayError, Result, SchemeKind};
@@ -352,6 +352,14 @@ impl Eplog {
                     return Ok(WriteOutcome::NeedCommit);
                 }
             }
+            // A slot just taken holds no version anything refers to (the allocator and the
+            // metadata agree).
+            debug_assert!(
+                taken
+                    .iter()
+                    .all(|&(d, sl)| !Alloc::referenced(g, &mi.state, d, sl)),
+                "write_now: a slot taken from the allocator is referenced: {taken:?}"
+            );
             // Log stripes: at most one chunk per device, first fit in request order.
             let mut used: Vec<Vec<bool>> = Vec::new();
             for (i, w) in logged.iter().enumerate() {
@@ -368,6 +376,21 @@ impl Eplog {
                         lgroups.push(vec![i]);
                     }
                 }
+            }
+            // Pair of `check_log_stripe` on the read path: one member per device, so k' <= n.
+            for grp in &lgroups {
+                assert!(
+                    !grp.is_empty() && grp.len() <= n,
+                    "log stripe of {} chunks",
+                    grp.len()
+                );
+                let mut devs: Vec<usize> = grp
+                    .iter()
+                    .map(|&i| g.dev_of(logged[i].stripe, logged[i].pos))
+                    .collect();
+                devs.sort_unstable();
+                devs.dedup();
+                assert_eq!(devs.len(), grp.len(), "a log stripe repeats a device");
             }
             if mi.state.log_next + lgroups.len() as u64 > g.log_slots {
                 for (d, sl) in taken {
@@ -637,6 +660,14 @@ impl Eplog {
         }
         frees.sort_unstable();
         frees.dedup();
+        // No latest version is freed: it is the committed version from now on.
+        for (&(s, p), &slot) in &latest {
+            let at = (g.dev_of(s, p), slot);
+            assert!(
+                frees.binary_search(&at).is_err(),
+                "commit_now: the latest version of stripe {s} chunk {p} (slot {slot}) would be freed"
+            );
+        }
         let freed = frees.len() as u64;
         core.finish_commit(frees)?;
         let after = core.main_counters();
