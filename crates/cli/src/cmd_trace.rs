@@ -432,13 +432,9 @@ fn analyze(a: AnalyzeArgs) -> Result<()> {
     let secs = t.elapsed().as_secs_f64();
     if let Some(dir) = &a.plot_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let sizes = dir.join("sizes.svg");
-        std::fs::write(&sizes, ecstack_trace::size_distribution_svg(&rep))
-            .with_context(|| format!("cannot write {}", sizes.display()))?;
+        ecstack_lab::trace_plots::size_distribution(&rep).write_svg(&dir.join("sizes.svg"))?;
         if !a.no_cdf {
-            let reuse = dir.join("reuse.svg");
-            std::fs::write(&reuse, ecstack_trace::reuse_cdf_svg(&rep))
-                .with_context(|| format!("cannot write {}", reuse.display()))?;
+            ecstack_lab::trace_plots::reuse_cdf(&rep).write_svg(&dir.join("reuse.svg"))?;
         }
     }
     if a.json {

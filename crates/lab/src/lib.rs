@@ -7,10 +7,12 @@
 //!
 //! * [`eplog`]: EPLOG §5 Experiments 1–5 (write traffic, GC, parity commit frequency, requests/s on
 //!   two testbeds, recovery), md vs pl vs eplog.
+//! * [`trace_plots`]: the figures of a trace analysis.
 
 pub mod eplog;
 pub mod plot;
 pub mod table;
+pub mod trace_plots;
 
 use std::path::PathBuf;
 

@@ -2,8 +2,8 @@
 //! with round ticks chosen by plotters on linear axes, tick labels in a compact unit form (`20k`,
 //! `1.5M`) and the quantity and unit on each axis.
 //!
-//! * [`Bars`]: grouped bars, one group per category (a trace, a setting, a client count), one bar
-//!   per series (a scheme).
+//! * [`Bars`]: grouped (or stacked) bars, one group per category (a trace, a setting, a client
+//!   count), one bar (or bar segment) per series (a scheme, a size class).
 //! * [`Lines`]: one curve per series over a numeric x axis (a CDF, a sweep).
 
 use std::path::Path;
@@ -83,6 +83,8 @@ pub struct Bars<'a> {
     pub categories: Vec<String>,
     /// (name, one value per category; a missing value is drawn as no bar).
     pub series: Vec<(String, Vec<f64>)>,
+    /// Stack the series in one bar per category instead of a bar each side by side.
+    pub stacked: bool,
 }
 
 impl Bars<'_> {
@@ -105,11 +107,21 @@ impl Bars<'_> {
 
     fn draw(&self, root: &DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()> {
         let ncat = self.categories.len().max(1);
-        let max = self
-            .series
-            .iter()
-            .flat_map(|(_, v)| v.iter().copied())
-            .fold(0.0, f64::max);
+        let max = if self.stacked {
+            (0..ncat)
+                .map(|c| {
+                    self.series
+                        .iter()
+                        .filter_map(|(_, v)| v.get(c))
+                        .sum::<f64>()
+                })
+                .fold(0.0, f64::max)
+        } else {
+            self.series
+                .iter()
+                .flat_map(|(_, v)| v.iter().copied())
+                .fold(0.0, f64::max)
+        };
         // Categories sit at 0.5, 1.5, …; their names are drawn under the axis at those centres.
         let mut chart = ChartBuilder::on(root)
             .caption(self.title, ("sans-serif", 18))
@@ -135,17 +147,30 @@ impl Bars<'_> {
             let label = Text::new(name.as_str(), (px, py + 6), under.clone());
             root.draw(&label).map_err(draw_error)?;
         }
-        let width = 0.8 / self.series.len().max(1) as f64;
+        let (nbars, width) = match self.stacked {
+            true => (1, 0.7),
+            false => (
+                self.series.len().max(1),
+                0.8 / self.series.len().max(1) as f64,
+            ),
+        };
+        let mut base = vec![0.0; ncat];
         for (si, (name, values)) in self.series.iter().enumerate() {
             let c = color(si);
-            let bars = values
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| v.is_finite())
-                .map(|(ci, &v)| {
-                    let x0 = ci as f64 + 0.1 + width * si as f64;
-                    Rectangle::new([(x0, 0.0), (x0 + width * 0.92, v)], c.filled())
-                });
+            let slot = if nbars == 1 { 0 } else { si };
+            let margin = (1.0 - width * nbars as f64) / 2.0;
+            let mut bars = Vec::new();
+            for (ci, &v) in values.iter().enumerate().filter(|(_, v)| v.is_finite()) {
+                let x0 = ci as f64 + margin + width * slot as f64;
+                let y0 = if self.stacked { base[ci] } else { 0.0 };
+                bars.push(Rectangle::new(
+                    [(x0, y0), (x0 + width * 0.92, y0 + v)],
+                    c.filled(),
+                ));
+                if self.stacked && ci < ncat {
+                    base[ci] += v;
+                }
+            }
             chart
                 .draw_series(bars)
                 .map_err(draw_error)?
@@ -282,6 +307,7 @@ mod tests {
                 ("md".into(), vec![4_866.0, 13_391.0, 16_237.0]),
                 ("eplog".into(), vec![11_234.0, 31_050.0, 53_696.0]),
             ],
+            stacked: false,
         };
         let svg = bars.svg().unwrap();
         if let Ok(dir) = std::env::var("ECSTACK_PLOT_DIR") {

@@ -24,7 +24,6 @@ pub mod parse;
 pub mod record;
 #[cfg(feature = "replay")]
 pub mod replay;
-mod svg;
 pub mod synth;
 pub mod transform;
 pub mod write;
@@ -33,6 +32,5 @@ pub use analyze::{analyze_records, AnalyzeOptions, Analyzer, GroupBy, Report, Vo
 pub use error::{Result, TraceError};
 pub use parse::{Format, ParseOptions, TraceReader};
 pub use record::{Names, Op, Record, BLOCK_SIZE};
-pub use svg::{reuse_cdf_svg, size_distribution_svg};
 pub use synth::{preset_names, synthesize, synthesize_preset, Preset, SynthTrace, Targets};
 pub use write::{write_records, OutFormat};

@@ -42,6 +42,7 @@ fn exp4(rows: &[RunRow], out: &Path, prefix: &str, backing: Backing) -> Result<V
         series: series(&SCHEMES, &Setting::ALL, |v, &s| {
             find(rows, RunKey::plain(TraceName::Fin, s, v, 1)).map(|x| x.requests_per_s)
         }),
+        stacked: false,
     };
     let mut files = vec![out.join(format!("{prefix}-throughput.svg"))];
     by_setting.write_svg(&files[0])?;
@@ -61,6 +62,7 @@ fn exp4(rows: &[RunRow], out: &Path, prefix: &str, backing: Backing) -> Result<V
             series: series(&variants, &clients, |v, &c| {
                 find(rows, RunKey::fin(v, c)).map(|x| x.requests_per_s)
             }),
+            stacked: false,
         };
         files.push(out.join(format!("{prefix}-clients.svg")));
         by_clients.write_svg(&files[1])?;
@@ -102,6 +104,7 @@ fn simulated(r: &Report, out: &Path) -> Result<Vec<PathBuf>> {
             y_label,
             categories: cats.clone(),
             series,
+            stacked: false,
         };
         files.push(out.join(name));
         bars.write_svg(files.last().expect("just pushed"))?;
@@ -135,6 +138,7 @@ fn recovery(r: &Report, out: &Path) -> Result<Vec<PathBuf>> {
             .map(|b| format!("{b} stripes"))
             .collect(),
         series,
+        stacked: false,
     };
     let path = out.join("exp5-recovery.svg");
     bars.write_svg(&path)?;
