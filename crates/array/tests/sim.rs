@@ -3,7 +3,8 @@
 //! model after every step.
 //!
 //! * `ECSTACK_SEED=<n>` runs seed n alone (a failure message names the seed to pass);
-//! * `ECSTACK_SEEDS=<count>` sets the sweep size (default 300 seeds, seeds 0..count);
+//! * `ECSTACK_SEEDS=<count>` sets the sweep size (default 300 seeds, seeds 0..count), and
+//!   `ECSTACK_FIRST_SEED=<n>` where it starts;
 //! * `ecstack sim array --seed N [--seeds C]` runs the same simulator from the command line.
 
 use ecstack_array::sim::{run_seed, sweep, SimOptions};
@@ -34,7 +35,9 @@ fn sweep_of_seeds_loses_no_acknowledged_write() {
         return;
     }
     let count = env_u64("ECSTACK_SEEDS").unwrap_or(DEFAULT_SEEDS);
-    let report = sweep(0, count, &SimOptions::default(), |_| {}).unwrap_or_else(|f| panic!("{f}"));
+    let first = env_u64("ECSTACK_FIRST_SEED").unwrap_or(0);
+    let report =
+        sweep(first, count, &SimOptions::default(), |_| {}).unwrap_or_else(|f| panic!("{f}"));
     eprintln!(
         "{} seeds (md/pl/eplog {:?}): {:?}",
         report.seeds, report.per_scheme, report.reached
@@ -162,6 +165,21 @@ fn strict_seed_257_eplog_degraded_commit_cut() {
 #[test]
 fn seed_1939_pl_commit_rerun_keeps_the_resync() {
     if let Err(f) = run_seed(1939, &SimOptions::default()) {
+        panic!("{f}");
+    }
+}
+
+/// Seed 8835 (eplog (2+2), chunk 2048, device buffers of 5 chunks), not fixed: writes at steps 11
+/// and 12 touch stripe 12, the parity commit at step 13 leaves it with both data chunks committed
+/// in their home slot 12 (parity true), yet the log stripes written at steps 15–20 take slot 12 on
+/// all four main devices; at the power cut of step 21 byte 49152 (stripe 12, data chunk 0, durable
+/// since the commit as 0x7a) reads 0x00. A chunk slot still referenced by a committed version is
+/// handed out again (or the committed version never reached it); see the sim report in
+/// docs/benchmarks.md.
+#[test]
+#[ignore = "open bug: eplog with device buffers loses a committed chunk (seed 8835)"]
+fn seed_8835_eplog_device_buffer_loses_a_committed_chunk() {
+    if let Err(f) = run_seed(8835, &SimOptions::default()) {
         panic!("{f}");
     }
 }
