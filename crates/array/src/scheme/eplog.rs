@@ -60,7 +60,8 @@ struct DeviceBuffers {
     queues: Vec<VecDeque<(u64, usize)>>,
 }
 
-const COMMIT_BATCH: usize = 256;
+/// Data stripes a parity commit reads, re-encodes and writes per round.
+const COMMIT_BATCH_STRIPES: usize = 256;
 
 /// Most bytes of lost chunks a degraded commit decodes ahead, in log order.
 const EARLY_DECODE_BYTES: u64 = 256 << 20;
@@ -553,7 +554,7 @@ impl Eplog {
         let mut decoded = 0u64;
         let mut early = Self::decode_lost_in_log_order(core, &touched, &logs)?;
         decoded += early.len() as u64;
-        for batch in touched.chunks(COMMIT_BATCH) {
+        for batch in touched.chunks(COMMIT_BATCH_STRIPES) {
             // Line 2: read the latest version of every data chunk of the touched stripes.
             let mut data: Vec<Vec<Vec<u8>>> = batch.iter().map(|_| vec![vec![0u8; c]; k]).collect();
             let mut lost = Vec::new();
