@@ -738,8 +738,8 @@ impl Sim {
             self.reached.degraded_reads += 1;
         }
         self.reached.bytes_checked += cap as u64;
-        for i in 0..cap {
-            if back[i] == self.durable[i] {
+        for (i, &got) in back.iter().enumerate() {
+            if got == self.durable[i] {
                 continue;
             }
             let covers = |w: &&Unsynced| (w.off..w.off + w.data.len()).contains(&i);
@@ -747,7 +747,7 @@ impl Sim {
                 .unsynced
                 .iter()
                 .filter(covers)
-                .any(|w| w.data[i - w.off] == back[i])
+                .any(|w| w.data[i - w.off] == got)
             {
                 continue;
             }
@@ -765,7 +765,7 @@ impl Sim {
             };
             return Err(format!(
                 "after a power cut byte {i} reads {:#04x}: {why} ({})",
-                back[i],
+                got,
                 self.where_is(i)
             ));
         }
