@@ -132,7 +132,8 @@ impl<R> Latch<R> {
     }
 }
 
-/// A task's answer: delivered when dropped, so a panicking task still counts down (with no value).
+/// A task's answer: delivered when dropped, so a task that never answers (dropped unrun, or
+/// unwinding past `answer`) still counts down, with no value, and the caller's wait ends.
 struct Slot<R> {
     latch: Arc<Latch<R>>,
     i: usize,
@@ -216,8 +217,8 @@ impl Pool {
                     .name(format!("array-io-{d}.{w}"))
                     .spawn(move || {
                         while let Some(job) = q.next() {
-                            // A panicking job drops its result sender, which the caller notices;
-                            // the worker stays.
+                            // Jobs from `exec` catch their own panics and hand them to the
+                            // caller; this only keeps the worker alive whatever a job does.
                             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                         }
                     });
@@ -318,6 +319,11 @@ impl Devs {
 
     /// Run one task per device: the first on the calling thread, the others on the device workers
     /// (in parallel), or all inline when parallel I/O is off. Results come back in task order.
+    ///
+    /// Panic safety: a task that panics (on a worker or here) still answers its slot, with the
+    /// panic, so the wait below always ends; once every task has answered, the first panic is
+    /// re-raised on the calling thread with its original payload, as if the task had run here. The
+    /// workers outlive it (`catch_unwind`), so the pool keeps serving later calls.
     fn exec<R: Send + 'static>(&self, tasks: Vec<(usize, Task<R>)>) -> Vec<R> {
         if tasks.len() <= 1 || !self.parallel.load(Relaxed) {
             return tasks
@@ -325,7 +331,7 @@ impl Devs {
                 .map(|(d, t)| t(self.get(d).as_ref()))
                 .collect();
         }
-        let latch = Arc::new(Latch::<R>::new(tasks.len()));
+        let latch = Arc::new(Latch::<std::thread::Result<R>>::new(tasks.len()));
         let mut it = tasks.into_iter().enumerate();
         let first = it.next();
         let mut inline = Vec::new();
@@ -336,23 +342,34 @@ impl Devs {
                 i,
                 val: None,
             };
-            let job: Job = Box::new(move || slot.answer(t(dev.as_ref())));
+            let job: Job = Box::new(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t(dev.as_ref())));
+                slot.answer(r)
+            });
             if let Err(job) = self.pool.submit(d, job) {
                 inline.push(job);
             }
         }
         if let Some((i, (d, t))) = first {
-            let r = t(self.get(d).as_ref());
+            let dev = self.get(d);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t(dev.as_ref())));
             latch.put(i, Some(r));
         }
         for job in inline {
             job();
         }
-        latch
-            .wait()
-            .into_iter()
-            .map(|r| r.expect("every task answers"))
-            .collect()
+        let answers = latch.wait();
+        let mut out = Vec::with_capacity(answers.len());
+        for a in answers {
+            match a {
+                Some(Ok(v)) => out.push(v),
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                // A job is only dropped unrun if the pool shut down under a running call, which
+                // `&self` rules out.
+                None => unreachable!("a device task was dropped without running"),
+            }
+        }
+        out
     }
 
     /// Sorted, merged runs per alive device: (device, [(offset, length, op indices)]).
@@ -673,6 +690,69 @@ mod tests {
             assert_eq!(counting[1].requests.load(Relaxed), 2);
             assert_eq!(devs.meters[0].get().write_ops, 2, "merged run metered once");
         }
+    }
+
+    /// A device whose flush panics: the panic reaches the caller of `flush_all` (not a hang), the
+    /// other devices' flushes still complete, and the pool serves the next call.
+    #[test]
+    fn a_panicking_device_task_does_not_wedge_the_pool() {
+        #[derive(Debug)]
+        struct Bomb(MemDevice);
+        impl BlockDevice for Bomb {
+            fn name(&self) -> &str {
+                "bomb"
+            }
+            fn capacity(&self) -> u64 {
+                self.0.capacity()
+            }
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> ecstack_device::Result<()> {
+                self.0.read_at(buf, offset)
+            }
+            fn write_at(&self, buf: &[u8], offset: u64) -> ecstack_device::Result<()> {
+                self.0.write_at(buf, offset)
+            }
+            fn flush(&self) -> ecstack_device::Result<()> {
+                panic!("bomb: flush")
+            }
+            fn discard(&self, _: u64, _: u64) -> ecstack_device::Result<()> {
+                Ok(())
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let plain: Vec<Arc<Counting>> = (0..3).map(|_| Arc::new(Counting::new())).collect();
+            let mut all: Vec<Arc<dyn BlockDevice>> = plain
+                .iter()
+                .map(|c| Arc::clone(c) as Arc<dyn BlockDevice>)
+                .collect();
+            // On a worker (not the first task, which runs on the calling thread).
+            all.insert(2, Arc::new(Bomb(MemDevice::new(1 << 16).unwrap())));
+            let devs = Devs::new(all, true);
+            for _ in 0..3 {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| devs.flush_all()));
+                let msg = r
+                    .err()
+                    .and_then(|p| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                assert_eq!(msg, "bomb: flush", "the original panic reaches the caller");
+            }
+            for i in [0, 1, 3] {
+                assert_eq!(
+                    devs.meters[i].get().flushes,
+                    0,
+                    "flushes are counted after the exec"
+                );
+            }
+            devs.replace(2, Arc::new(MemDevice::new(1 << 16).unwrap()));
+            devs.flush_all();
+            assert!(
+                (0..4).all(|i| devs.meters[i].get().flushes == 1),
+                "the pool still works"
+            );
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("flush_all returned (no hang) and the checks passed");
     }
 
     /// A device that fails its first run has its later runs counted failed, and the next

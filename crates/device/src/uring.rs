@@ -136,6 +136,29 @@ pub fn submit(ops: &mut [UringOp<'_>]) -> Vec<Result<()>> {
         .collect()
 }
 
+/// Requests pushed to the ring and not yet reaped. If anything panics while some are in flight
+/// (the reap loop calls into the device: short-transfer completion, counters), unwinding would
+/// return the caller's buffers to it, and free or reuse them, while the kernel may still read or
+/// write them: memory corruption that no later check could catch. The requests cannot be called
+/// back (io_uring has no synchronous cancel that guarantees the buffer is released), and waiting
+/// for them inside a `Drop` during unwinding could itself block forever or panic again. So the only
+/// sound choice is to stop the process before the buffers are released: `Drop` aborts when
+/// requests are outstanding. (The normal path reaps everything, so the count is 0 on return.)
+struct InFlight(usize);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            eprintln!(
+                "ecstack: aborting: unwinding with {} io_uring requests in flight (they point \
+                 into buffers that would be released)",
+                self.0
+            );
+            std::process::abort();
+        }
+    }
+}
+
 /// Submit `queued` in rounds of at most RING_ENTRIES and reap every completion before returning
 /// (the kernel holds pointers into the buffers until then).
 fn run_ring(
@@ -144,6 +167,7 @@ fn run_ring(
     queued: &[usize],
     res: &mut [Option<Result<()>>],
 ) {
+    let mut in_flight = InFlight(0);
     for round in queued.chunks(RING_ENTRIES as usize) {
         let mut pushed = 0usize;
         for &i in round {
@@ -171,6 +195,7 @@ fn run_ring(
                 break; // queue full (cannot happen: round <= RING_ENTRIES); rest goes sync
             }
             pushed += 1;
+            in_flight.0 += 1;
         }
         let mut reaped = 0usize;
         while reaped < pushed {
@@ -194,6 +219,7 @@ fn run_ring(
                 .collect();
             for (ud, r) in cqes {
                 reaped += 1;
+                in_flight.0 -= 1;
                 let i = ud as usize;
                 let (_, len, _) = ops[i].span();
                 let out = if r < 0 {
