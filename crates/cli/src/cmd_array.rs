@@ -7,7 +7,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -476,7 +475,8 @@ fn serve(s: ServeArgs) -> Result<()> {
     )?);
     a.set_device_buffer(s.device_buffer)?;
     a.set_stripe_buffer(s.stripe_buffer);
-    let idle = (s.idle_commit > 0.0).then(|| Duration::from_secs_f64(s.idle_commit));
+    let idle =
+        Some(crate::util::secs_arg("--idle-commit", s.idle_commit)?).filter(|d| !d.is_zero());
     if let Some(d) = idle {
         // eplog/pl: parity commit; md: a sync that also clears the write-intent regions.
         a.spawn_idle_committer(d);

@@ -130,6 +130,10 @@ fn parse_rows(s: &str) -> Result<Vec<(usize, usize, usize)>> {
 }
 
 fn bench_ec(a: EcBench) -> Result<()> {
+    // measure() loops until this much time has passed: NaN or infinity would never end.
+    if crate::util::secs_arg("--time", a.time)?.is_zero() {
+        bail!("--time must be positive");
+    }
     if let Some(l) = &a.simd {
         let lvl = Simd::parse(l).ok_or_else(|| anyhow::anyhow!("unknown SIMD level '{l}'"))?;
         if !lvl.supported() {

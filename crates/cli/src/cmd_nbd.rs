@@ -159,7 +159,8 @@ fn bench(a: BenchArgs) -> Result<()> {
     if !fio_has_nbd_engine() {
         bail!("this fio has no nbd ioengine (Debian's fio >= 3.33 has it)");
     }
-    if !(a.runtime > 0.0 && a.runtime.is_finite()) {
+    let runtime = crate::util::secs_arg("--runtime", a.runtime)?;
+    if runtime.is_zero() {
         bail!("--runtime must be positive");
     }
     let bs = parse_size(&a.bs)?;
@@ -171,11 +172,11 @@ fn bench(a: BenchArgs) -> Result<()> {
     let params = |iodepth: u32| FioParams {
         bs,
         size,
-        runtime: Duration::from_secs_f64(a.runtime),
+        runtime,
         iodepth,
         numjobs: 1,
         direct: a.direct,
-        timeout: Duration::from_secs_f64(a.runtime * 4.0 + 120.0),
+        timeout: runtime * 4 + Duration::from_secs(120),
     };
     let mut rows: Vec<(String, u32, FioResult)> = Vec::new();
     let server = Server::start(

@@ -263,7 +263,12 @@ fn pattern(c: &Common) -> Result<Pattern> {
     Ok(match c.workload {
         WorkloadKind::Seq => Pattern::Sequential,
         WorkloadKind::Uniform => Pattern::Uniform,
-        WorkloadKind::Zipf => Pattern::Zipf { theta: c.theta },
+        WorkloadKind::Zipf => {
+            if !(c.theta > 0.0 && c.theta < 1.0) {
+                bail!("--theta must be in (0, 1), got {}", c.theta);
+            }
+            Pattern::Zipf { theta: c.theta }
+        }
     })
 }
 

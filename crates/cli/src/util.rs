@@ -11,6 +11,21 @@ pub fn parse_size(s: &str) -> Result<u64> {
     ecstack_base::parse_size(s).map_err(|e| anyhow::anyhow!(e))
 }
 
+/// A flag given in seconds (such as `--runtime 2.5`) as a `Duration`: a finite, non-negative
+/// number small enough to represent (at most 10^9 s); otherwise one line naming the flag.
+pub fn secs_arg(flag: &str, secs: f64) -> Result<std::time::Duration> {
+    const SECS_MAX: f64 = 1e9;
+    if !(secs.is_finite() && (0.0..=SECS_MAX).contains(&secs)) {
+        let got = if secs.abs() >= 1e6 {
+            format!("{secs:e}")
+        } else {
+            secs.to_string()
+        };
+        anyhow::bail!("{flag} must be a number of seconds in [0, {SECS_MAX:e}], got {got}");
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 /// A byte progress bar drawn only when stderr is a terminal (quiet when piped or in CI).
 pub fn progress_bar(total: u64, what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
@@ -32,4 +47,29 @@ pub fn progress_bar(total: u64, what: &str) -> ProgressBar {
 pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_flags_refuse_hostile_values() {
+        assert_eq!(secs_arg("--t", 1.5).unwrap().as_millis(), 1500);
+        assert!(secs_arg("--t", 0.0).unwrap().is_zero());
+        for bad in [
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e300,
+            1e10,
+        ] {
+            let e = secs_arg("--t", bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--t must be") && !e.contains('\n'),
+                "{bad}: {e}"
+            );
+        }
+    }
 }

@@ -68,11 +68,18 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
             "'{s}' is not a duration (give a unit: ns, us, ms or s)"
         ));
     };
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(Duration::from_secs_f64(v * unit)),
-        _ => Err(format!(
-            "'{s}' is not a duration (examples: 500us, 2ms, 1.5s)"
-        )),
+    let v = match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => v,
+        _ => {
+            return Err(format!(
+                "'{s}' is not a duration (examples: 500us, 2ms, 1.5s)"
+            ))
+        }
+    };
+    // Whole nanoseconds in a u64 (about 584 years): what every consumer stores.
+    match Duration::try_from_secs_f64(v * unit) {
+        Ok(d) if d.as_nanos() <= u64::MAX as u128 => Ok(d),
+        _ => Err(format!("'{s}' is too long a duration (at most 584 years)")),
     }
 }
 
@@ -457,7 +464,8 @@ fn throttle_config(full: &str, text: &str) -> Result<ThrottleConfig> {
         "seed",
         "profile",
     ])?;
-    let ns = |d: Duration| d.as_nanos() as u64;
+    // parse_duration keeps durations within u64 nanoseconds.
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let latency = if let Some(d) = p.dur("lat")? {
         LatencyDist::Fixed { ns: ns(d) }
     } else if let (Some(a), Some(b)) = (p.dur("lat_min")?, p.dur("lat_max")?) {
@@ -471,9 +479,17 @@ fn throttle_config(full: &str, text: &str) -> Result<ThrottleConfig> {
     } else if let Some(m) = p.dur("lat_mean")? {
         LatencyDist::Exponential { mean_ns: ns(m) }
     } else if let Some(m) = p.dur("lat_median")? {
+        let sigma: f64 = p.num("lat_sigma")?.unwrap_or(0.5);
+        if !(sigma.is_finite() && (0.0..=10.0).contains(&sigma)) {
+            return Err(p.bad(
+                "lat_sigma",
+                p.get("lat_sigma").unwrap_or(""),
+                "must be a number in [0, 10]",
+            ));
+        }
         LatencyDist::LogNormal {
             median_ns: ns(m),
-            sigma: p.num("lat_sigma")?.unwrap_or(0.5),
+            sigma,
         }
     } else if p.get("lat_min").is_some() || p.get("lat_max").is_some() {
         return Err(err(full, "throttled: give both lat_min and lat_max"));
@@ -533,5 +549,91 @@ mod tests {
         assert_eq!(split_wrapper("mem:1M"), ("", "mem:1M"));
         assert_eq!(split_wrapper("/tmp/a=b"), ("", "/tmp/a=b"));
         assert_eq!(split_wrapper("ssd:blocks=64"), ("", "ssd:blocks=64"));
+    }
+
+    /// Hostile values in specs: each is refused with one line naming the spec, never a panic,
+    /// a wrap or an overflow (before the fix: `1e300s` panicked in `Duration::from_secs_f64`, and
+    /// `ssd:blocks=4,gc_high=0.9` underflowed `blocks - free pool - 2`).
+    #[test]
+    fn hostile_values_are_one_line_errors() {
+        for d in [
+            "1e300s",
+            "-1s",
+            "NaNs",
+            "infs",
+            "1e12s",
+            "18446744073709551616ns",
+            "-0.5ms",
+            "s",
+        ] {
+            assert!(parse_duration(d).is_err(), "{d}");
+        }
+        assert_eq!(
+            parse_duration("18446744073ns").unwrap(),
+            Duration::from_nanos(18_446_744_073)
+        );
+        assert!(parse_duration("500y").is_err());
+        let specs = [
+            "ssd:blocks=4,gc_high=0.9",
+            "ssd:blocks=4,gc_low=0.5,gc_high=0.5",
+            "ssd:blocks=0",
+            "ssd:blocks=-4",
+            "ssd:blocks=4294967295",
+            "ssd:blocks=18446744073709551616",
+            "ssd:pages=0",
+            "ssd:page=0",
+            "ssd:page=16E",
+            "ssd:op=NaN",
+            "ssd:op=-1",
+            "ssd:op=1e300",
+            "ssd:op=0.999999,blocks=4,pages=1",
+            "ssd:iface=inf",
+            "ssd:iface=NaN",
+            "ssd:iface=0",
+            "ssd:iface=-5",
+            "hdd:heads=4294967295",
+            "hdd:heads=0",
+            "hdd:zones=4294967295",
+            "hdd:rpm=1e-300",
+            "hdd:rpm=NaN",
+            "hdd:rpm=inf",
+            "hdd:outer=1e300",
+            "hdd:inner=-1",
+            "hdd:capacity=0",
+            "hdd:capacity=16383P",
+            "hdd:t2t=0",
+            "hdd:full=1e300",
+            "hdd:seek=NaN",
+            "throttled:lat=1e300s:mem:1M",
+            "throttled:lat=-1ms:mem:1M",
+            "throttled:lat_mean=NaNs:mem:1M",
+            "throttled:lat_median=1ms,lat_sigma=NaN:mem:1M",
+            "throttled:lat_median=1ms,lat_sigma=-1:mem:1M",
+            "throttled:lat_median=1ms,lat_sigma=1e300:mem:1M",
+            "throttled:lat_min=2ms,lat_max=1ms:mem:1M",
+            "throttled:bw=0:mem:1M",
+            "throttled:bw=-1:mem:1M",
+            "faulty:fail_after=1e300s:mem:1M",
+            "faulty:error_rate=2:mem:1M",
+            "faulty:error_rate=NaN:mem:1M",
+            "faulty:seed=-1:mem:1M",
+            "faulty:fail_at=18446744073709551616:mem:1M",
+            "faulty:lse=1e300+4K:mem:1M",
+            "mem:0",
+            "mem:-1",
+            "mem:99999999999T",
+        ];
+        for spec in specs {
+            let e = match open_spec(spec) {
+                Ok(d) => panic!("{spec}: accepted as {d:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(!e.contains('\n'), "{spec}: {e}");
+            assert!(e.contains(spec), "{spec}: the error names the spec: {e}");
+        }
+        // The largest values that are still sane are accepted.
+        assert!(open_spec("throttled:lat=1ns,bw=1:mem:1M").is_ok());
+        assert!(open_spec("ssd:blocks=4,pages=4,op=0.2,gc_low=0,gc_high=0,data=1").is_err());
+        assert!(open_spec("ssd:blocks=8,pages=4,op=0.5,gc_low=0,gc_high=0").is_ok());
     }
 }

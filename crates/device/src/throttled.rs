@@ -235,19 +235,30 @@ impl<D: BlockDevice> Throttled<D> {
             self.cfg
                 .bandwidth
                 .filter(|b| *b > 0.0)
-                .map(|bw| Duration::from_secs_f64(len as f64 / bw))
+                .map(|bw| Duration::try_from_secs_f64(len as f64 / bw).unwrap_or(DELAY_MAX))
         };
         let mut t = arrival;
         if let Some(service) = service {
             let start = st.busy_until.max(arrival);
-            st.busy_until = start + service;
+            st.busy_until = later(start, service);
             t = st.busy_until;
         }
         let lat = self.cfg.latency.sample(&mut st.rng);
-        let wake = t + Duration::from_nanos(lat);
-        st.delayed_ns += wake.duration_since(arrival).as_nanos() as u64;
+        let wake = later(t, Duration::from_nanos(lat));
+        let delay = u64::try_from(wake.duration_since(arrival).as_nanos()).unwrap_or(u64::MAX);
+        st.delayed_ns = st.delayed_ns.saturating_add(delay);
         wake
     }
+}
+
+/// Longest delay one request may be given (a configuration such as a bandwidth of 10^-300
+/// bytes/s would otherwise ask for an unrepresentable instant): a year.
+const DELAY_MAX: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `t + d`, with `d` capped at [`DELAY_MAX`].
+fn later(t: Instant, d: Duration) -> Instant {
+    let d = d.min(DELAY_MAX);
+    t.checked_add(d).unwrap_or(t)
 }
 
 /// Sleep until `wake`. The kernel wakes a sleeper some tens of microseconds late on a VM; the sleep
@@ -315,5 +326,54 @@ impl<D: BlockDevice> BlockDevice for Throttled<D> {
             .unwrap_or_else(|p| p.into_inner())
             .delayed_ns;
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemDevice;
+
+    /// Configurations built in code (not through a spec, which refuses them) with absurd values:
+    /// the schedule neither panics nor wraps; a delay is capped at `DELAY_MAX`.
+    #[test]
+    fn hostile_configs_do_not_panic_the_schedule() {
+        let profile = ServiceProfile {
+            stream: 0.0,
+            ..ServiceProfile::preset("eplog-hdd").unwrap()
+        };
+        let cfgs = [
+            ThrottleConfig {
+                bandwidth: Some(1e-300),
+                latency: LatencyDist::Fixed { ns: u64::MAX },
+                ..ThrottleConfig::default()
+            },
+            ThrottleConfig {
+                bandwidth: Some(f64::NAN),
+                latency: LatencyDist::LogNormal {
+                    median_ns: u64::MAX,
+                    sigma: 1e300,
+                },
+                ..ThrottleConfig::default()
+            },
+            ThrottleConfig {
+                profile: Some(profile),
+                latency: LatencyDist::Uniform {
+                    min_ns: u64::MAX,
+                    max_ns: 0,
+                },
+                ..ThrottleConfig::default()
+            },
+        ];
+        for cfg in cfgs {
+            let t = Throttled::new(MemDevice::new(1 << 20).unwrap(), cfg);
+            let now = Instant::now();
+            for i in 1..=3 {
+                // Requests queue: the i-th ends at most i service times plus one latency later.
+                let wake = t.schedule(now, true, 0, 1 << 20);
+                assert!(wake <= now + DELAY_MAX * (i + 1), "{cfg:?}");
+            }
+            assert!(t.stats().modeled_ns > 0);
+        }
     }
 }

@@ -30,6 +30,16 @@ use std::sync::Mutex;
 use super::sparse::SparseData;
 use crate::{check_range, BlockDevice, DeviceError, DeviceStats, ModelStats, Result};
 
+/// Bounds on an [`HddConfig`]: far beyond any real disk, low enough that the zone and cylinder
+/// arithmetic cannot overflow.
+pub const HDD_HEADS_MAX: u32 = 1024;
+pub const HDD_ZONES_MAX: u32 = 4096;
+pub const HDD_CAPACITY_MAX: u64 = 1 << 60;
+pub const HDD_RPM_MIN: f64 = 60.0;
+pub const HDD_RPM_MAX: f64 = 1e6;
+pub const HDD_MBPS_MAX: f64 = 1e5;
+pub const HDD_SEEK_MS_MAX: f64 = 1e6;
+
 /// Queue scheduling policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -81,12 +91,32 @@ impl HddConfig {
         if self.capacity == 0 || self.heads == 0 || self.zones == 0 {
             return Err("capacity, heads and zones must be positive".into());
         }
+        if self.heads > HDD_HEADS_MAX || self.zones > HDD_ZONES_MAX {
+            return Err(format!(
+                "at most {HDD_HEADS_MAX} heads and {HDD_ZONES_MAX} zones"
+            ));
+        }
+        if self.capacity > HDD_CAPACITY_MAX {
+            return Err(format!("capacity at most {HDD_CAPACITY_MAX} bytes (1 EiB)"));
+        }
         if !pos(self.rpm) || !pos(self.outer_mbps) || !pos(self.inner_mbps) {
             return Err("rpm and transfer rates must be positive".into());
         }
-        if !pos(self.track_to_track_ms)
-            || self.avg_seek_ms < self.track_to_track_ms
-            || self.full_stroke_ms < self.avg_seek_ms
+        if !(HDD_RPM_MIN..=HDD_RPM_MAX).contains(&self.rpm)
+            || self.outer_mbps > HDD_MBPS_MAX
+            || self.inner_mbps > HDD_MBPS_MAX
+        {
+            return Err(format!(
+                "rpm in [{HDD_RPM_MIN}, {HDD_RPM_MAX}] and transfer rates at most {HDD_MBPS_MAX} MB/s"
+            ));
+        }
+        if !self.full_stroke_ms.is_finite() || self.full_stroke_ms > HDD_SEEK_MS_MAX {
+            return Err(format!("seek times at most {HDD_SEEK_MS_MAX} ms"));
+        }
+        // Written so that NaN fails every comparison.
+        if !(pos(self.track_to_track_ms)
+            && self.track_to_track_ms <= self.avg_seek_ms
+            && self.avg_seek_ms <= self.full_stroke_ms)
         {
             return Err("need 0 < track_to_track_ms <= avg_seek_ms <= full_stroke_ms".into());
         }
@@ -231,7 +261,7 @@ impl HddModel {
     pub fn stats(&self) -> HddStats {
         HddStats {
             modeled_ns: self.now_ns,
-            ..self.stats.clone()
+            ..self.stats
         }
     }
 

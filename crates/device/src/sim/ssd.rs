@@ -36,6 +36,9 @@ use crate::{check_range, BlockDevice, DeviceError, DeviceStats, ModelStats, Resu
 
 const NONE: u32 = u32::MAX;
 
+/// Most erase blocks a simulated SSD may have (the model keeps per-block state).
+pub const SSD_BLOCKS_MAX: u32 = 1 << 24;
+
 /// NAND cell mode (bits per cell), with the access latencies of ZombieNAND Table 4.1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -238,19 +241,33 @@ impl SsdConfig {
         if (self.blocks as u64) * (self.pages_per_block as u64) >= u32::MAX as u64 {
             return Err("blocks × pages_per_block must be below 2^32".into());
         }
+        if self.blocks > SSD_BLOCKS_MAX {
+            return Err(format!("at most {SSD_BLOCKS_MAX} blocks"));
+        }
         if !(0.0..1.0).contains(&self.op)
             || !(0.0..1.0).contains(&self.gc_low)
             || !(0.0..1.0).contains(&self.gc_high)
         {
             return Err("op, gc_low and gc_high must be fractions in [0, 1)".into());
         }
-        if self.interface_mbps.is_nan() || self.interface_mbps <= 0.0 {
+        if !self.interface_mbps.is_finite() || self.interface_mbps <= 0.0 {
             return Err("interface bandwidth must be positive".into());
         }
         // GC must always find a victim with an invalid page: the full blocks (all but the free pool and
         // the open block) must hold more pages than the host can keep valid.
-        let usable =
-            (self.blocks as u64 - self.high_blocks() as u64 - 2) * self.pages_per_block as u64;
+        let outside = (self.blocks as u64)
+            .checked_sub(self.high_blocks() as u64 + 2)
+            .filter(|&b| b > 0)
+            .ok_or_else(|| {
+                format!(
+                    "GC watermark gc_high={} reserves {} of {} blocks as free pool, leaving none \
+                     for data (need at least the free pool + 3 blocks)",
+                    self.gc_high,
+                    self.high_blocks(),
+                    self.blocks
+                )
+            })?;
+        let usable = outside * self.pages_per_block as u64;
         if self.logical_pages() == 0 || self.logical_pages() > usable {
             return Err(format!(
                 "over-provisioning {} is too small for GC watermarks {}/{}: {} logical pages but only {} \
