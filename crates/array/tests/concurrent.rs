@@ -87,7 +87,10 @@ fn concurrent_writers() {
 /// writes than requests), and every byte reads back, also with two devices failed (decoded from
 /// log stripes that mix chunks of different requests). With the buffer off, each request writes its
 /// own log chunks.
-fn stripe_buffer_run(in_flight: usize) -> (u64, u64, u64) {
+///
+/// Returns (requests, batches, log writes, requests the buffer saw); the buffer sees a request
+/// more than once when a write that found the spare slots full is retried after a parity commit.
+fn stripe_buffer_run(in_flight: usize) -> (u64, u64, u64, u64) {
     let on = in_flight > 0;
     use ecstack_device::{LatencyDist, MemDevice, ThrottleConfig, Throttled};
     let (k, m) = (4, 2);
@@ -95,7 +98,10 @@ fn stripe_buffer_run(in_flight: usize) -> (u64, u64, u64) {
         let cfg = ThrottleConfig {
             bandwidth: None,
             profile: None,
-            latency: LatencyDist::Fixed { ns: 300_000 },
+            // Long enough that the other writers' next requests arrive while a batch is on the
+            // devices even when this machine's scheduler is slow to wake them (at 300 µs the
+            // batching check failed about 1 run in 6 under a loaded machine).
+            latency: LatencyDist::Fixed { ns: 1_500_000 },
             seed,
         };
         Arc::new(Throttled::new(MemDevice::new(size).unwrap(), cfg))
@@ -139,7 +145,7 @@ fn stripe_buffer_run(in_flight: usize) -> (u64, u64, u64) {
     let requests = (threads * per_thread) as u64;
     assert_eq!(st.requests.writes, requests);
     let log_ops = st.devices[k + m].io.write_ops;
-    let batches = match st.stripe_buffer {
+    let (batches, buffered) = match st.stripe_buffer {
         Some(b) => {
             assert!(on);
             // At least once each (a write that found the spare slots full is retried after a
@@ -148,11 +154,18 @@ fn stripe_buffer_run(in_flight: usize) -> (u64, u64, u64) {
                 b.requests >= requests,
                 "every write went through the buffer"
             );
-            b.batches
+            // Every batch holds at least one request.
+            assert!(
+                b.batches <= b.requests,
+                "{} batches for {} buffered requests",
+                b.batches,
+                b.requests
+            );
+            (b.batches, b.requests)
         }
         None => {
             assert!(!on);
-            requests
+            (requests, requests)
         }
     };
     let mut all = vec![0u8; cap];
@@ -164,13 +177,13 @@ fn stripe_buffer_run(in_flight: usize) -> (u64, u64, u64) {
     a.fail_device(0).unwrap();
     a.fail_device(3).unwrap();
     verify_all(&a, &all, "stripe buffer, two main devices failed");
-    (requests, batches, log_ops)
+    (requests, batches, log_ops, buffered)
 }
 
 #[test]
 fn stripe_buffer_shares_log_stripes_between_concurrent_requests() {
     // One batch in flight at a time: everything that arrives meanwhile joins the next one.
-    let (requests, batches, log_ops) = stripe_buffer_run(1);
+    let (requests, batches, log_ops, _) = stripe_buffer_run(1);
     eprintln!("stripe buffer on: {requests} requests, {batches} batches, {log_ops} log writes");
     assert!(
         batches * 2 <= requests,
@@ -182,9 +195,9 @@ fn stripe_buffer_shares_log_stripes_between_concurrent_requests() {
         "{log_ops} log writes for {batches} batches"
     );
     // The default: several batches in flight, every byte still reads back.
-    let (requests, batches, _) = stripe_buffer_run(ecstack_array::scheme::DEFAULT_IN_FLIGHT);
-    assert!(batches <= requests);
-    let (requests, _, log_ops) = stripe_buffer_run(0);
+    let (_, batches, _, buffered) = stripe_buffer_run(ecstack_array::scheme::DEFAULT_IN_FLIGHT);
+    assert!(batches <= buffered);
+    let (requests, _, log_ops, _) = stripe_buffer_run(0);
     assert_eq!(
         log_ops, requests,
         "without the buffer every request appends its own log chunk"
