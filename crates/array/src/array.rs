@@ -913,10 +913,13 @@ impl Array {
         let r = self.scheme.commit(&self.core)?;
         if r.stripes > 0 || r.seconds > 0.0 {
             self.core.stats.commit(&r);
-        } else {
-            // Nothing to commit: still a durability point for everything written so far.
-            self.core.persist()?;
         }
+        // A durability point for everything written so far, whatever the scheme did: a parity
+        // commit persists its own records, but eplog's commit then drains the device buffers, and
+        // a drained chunk pair that forms a new full stripe is written in place with no parity
+        // commit after it (seed 8835 lost such a stripe at the next power cut). Nothing to write:
+        // a device flush and no metadata record.
+        self.core.persist()?;
         self.clean_locked()?;
         Ok(r)
     }

@@ -169,16 +169,15 @@ fn seed_1939_pl_commit_rerun_keeps_the_resync() {
     }
 }
 
-/// Seed 8835 (eplog (2+2), chunk 2048, device buffers of 5 chunks), not fixed: writes at steps 11
-/// and 12 touch stripe 12, the parity commit at step 13 leaves it with both data chunks committed
-/// in their home slot 12 (parity true); the writes of steps 15–20 (to stripes 7–10 and 14–18)
-/// leave unflushed device writes at byte 28672 (slot 12) on all four main devices, and after the
-/// power cut of step 21 byte 49152 (stripe 12, data chunk 0, durable since the commit as 0x7a)
-/// reads 0x00. Either slot 12 was handed out again while stripe 12 still referenced it, or the
-/// committed version never reached slot 12 (the write_now debug assertion that taken slots are
-/// unreferenced does not fire). See docs/benchmarks.md.
+/// Seed 8835 (eplog (2+2), chunk 2048, device buffers of 5 chunks), fixed: steps 11 and 12 put
+/// both data chunks of stripe 12 in the device buffers; the commit of step 13 ran its parity commit
+/// (stripes 7 and 17), then drained the buffers, which wrote stripe 12 as a new full stripe in its
+/// home slots (no parity commit needed, so none followed). `Array::commit` persisted only when the
+/// scheme reported nothing committed, so those device writes and the FullStripe record were never
+/// flushed, and the power cut of step 21 dropped them: byte 49152 (stripe 12, data chunk 0),
+/// acknowledged durable by the commit, read as zeros. Fix: a commit now always ends with a persist
+/// (device flush, then any records), whatever the scheme did.
 #[test]
-#[ignore = "open bug: eplog with device buffers loses a committed chunk (seed 8835)"]
 fn seed_8835_eplog_device_buffer_loses_a_committed_chunk() {
     if let Err(f) = run_seed(8835, &SimOptions::default()) {
         panic!("{f}");
