@@ -416,3 +416,40 @@ fn the_check_finds_circles_in_grouped_and_inline_paths() {
     assert_eq!(find_cycle(&g), None, "{g:?}");
     assert!(g["b"].contains("a") && !g["a"].contains("b"), "{g:?}");
 }
+
+/// "No import circle inside any crate" (issue 11) holds for every crate of the workspace, not only
+/// this one: the same check over each `crates/*/src`.
+#[test]
+fn every_workspace_crate_is_free_of_import_circles() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(&crates).expect("read crates/") {
+        let src = entry.expect("crates/ entry").path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let mut files = Vec::new();
+        read_src(&src, &src, &mut files);
+        let g = module_graph(&files);
+        let name = src
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        if let Some(c) = find_cycle(&g) {
+            panic!(
+                "import circle among crates/{name} modules: {}",
+                c.join(" -> ")
+            );
+        }
+        seen.push(name);
+    }
+    for name in ["array", "codes", "device", "trace", "nbd", "lab", "cli"] {
+        assert!(
+            seen.iter().any(|s| s == name),
+            "crate {name} not checked: {seen:?}"
+        );
+    }
+}

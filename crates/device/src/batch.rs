@@ -141,8 +141,12 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Queue `reqs` of a file device for the batch's io_uring submission.
+    /// Queue `reqs` of a file device for the batch's io_uring submission; without io_uring on this
+    /// thread, defer them to run in parallel with the batch's other devices.
     pub(crate) fn uring(&mut self, dev: &'a FileDevice, reqs: Vec<IoRequest<'a>>) {
+        if !crate::uring::available() {
+            return self.defer(dev, reqs);
+        }
         for r in reqs {
             let op = match r.kind {
                 IoKind::Read(buf) => UringOp::Read {

@@ -181,7 +181,7 @@ impl FileDevice {
         self.read_only
     }
 
-    /// The open file (for batched submission, see [`crate::uring`]).
+    /// The open file (for batched submission through io_uring).
     pub(crate) fn raw_file(&self) -> &File {
         &self.file
     }
@@ -386,10 +386,6 @@ impl BlockDevice for FileDevice {
     /// such as unaligned `O_DIRECT` ones, run through `read_at`/`write_at` at that point); without
     /// io_uring on this thread, deferred to run in parallel with the batch's other devices.
     fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
-        if crate::uring::available() {
-            batch.uring(self, reqs);
-        } else {
-            batch.defer(self, reqs);
-        }
+        batch.uring(self, reqs);
     }
 }

@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use crate::server::Shared;
 use crate::NbdError;
 
 /// Commands for the thing being served (the array), one text line in, one answer out.
@@ -33,6 +32,17 @@ pub trait Admin: Send + Sync {
     /// Run one command line (already trimmed, never empty). `Ok` is the answer (JSON or text);
     /// `Err` is a one-line message for the user.
     fn command(&self, line: &str) -> Result<String, String>;
+}
+
+/// What the built-in commands need of the export being served. The server implements it, so this
+/// module knows nothing of the server's internals (and the two do not import each other).
+pub(crate) trait Export: Send + Sync {
+    /// The `nbd-stats` answer: the server's counters with the export name, size and device.
+    fn stats_json(&self) -> Result<serde_json::Value, String>;
+    /// The device behind the export.
+    fn device(&self) -> &dyn ecstack_device::BlockDevice;
+    /// Ask the server to stop.
+    fn request_stop(&self);
 }
 
 /// Longest command line accepted.
@@ -53,7 +63,7 @@ impl AdminServer {
     pub(crate) fn start(
         path: PathBuf,
         admin: Option<Arc<dyn Admin>>,
-        shared: Arc<Shared>,
+        shared: Arc<dyn Export>,
     ) -> Result<AdminServer, NbdError> {
         let sock_err = |e: std::io::Error| NbdError::AdminSocket {
             path: path.display().to_string(),
@@ -101,7 +111,7 @@ impl AdminServer {
                             let spawned = thread::Builder::new()
                                 .name("nbd-admin-conn".into())
                                 .spawn(move || {
-                                    serve_admin_conn(s, admin.as_deref(), &shared);
+                                    serve_admin_conn(s, admin.as_deref(), shared.as_ref());
                                     lock(&cs2).remove(&id);
                                 });
                             if let Err(e) = spawned {
@@ -178,7 +188,7 @@ fn unescape(s: &str) -> String {
     o
 }
 
-fn serve_admin_conn(s: UnixStream, admin: Option<&dyn Admin>, shared: &Shared) {
+fn serve_admin_conn(s: UnixStream, admin: Option<&dyn Admin>, shared: &dyn Export) {
     let _ = s.set_read_timeout(Some(Duration::from_secs(600)));
     let mut w = match s.try_clone() {
         Ok(w) => w,
@@ -219,19 +229,19 @@ fn serve_admin_conn(s: UnixStream, admin: Option<&dyn Admin>, shared: &Shared) {
     }
 }
 
-fn run_command(line: &str, admin: Option<&dyn Admin>, shared: &Shared) -> Result<String, String> {
+fn run_command(
+    line: &str,
+    admin: Option<&dyn Admin>,
+    shared: &dyn Export,
+) -> Result<String, String> {
     match line {
         "ping" => Ok("pong".into()),
-        "nbd-stats" => {
-            let mut v = serde_json::to_value(shared.stats()).map_err(|e| e.to_string())?;
-            v["export"] = shared.export_name().into();
-            v["size"] = shared.size().into();
-            v["device"] = shared.dev.name().into();
-            Ok(v.to_string())
+        "nbd-stats" => Ok(shared.stats_json()?.to_string()),
+        "device-stats" => {
+            serde_json::to_string(&shared.device().stats()).map_err(|e| e.to_string())
         }
-        "device-stats" => serde_json::to_string(&shared.dev.stats()).map_err(|e| e.to_string()),
         "shutdown" => {
-            shared.stop.request();
+            shared.request_stop();
             Ok("stopping".into())
         }
         "help" => {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use ecstack_device::{BlockDevice, DeviceError};
 use tracing::{debug, info, warn};
 
-use crate::admin::{Admin, AdminServer};
+use crate::admin::{Admin, AdminServer, Export};
 use crate::proto::*;
 use crate::NbdError;
 
@@ -252,6 +252,24 @@ pub(crate) struct Shared {
     pool: Pool,
 }
 
+impl Export for Shared {
+    fn stats_json(&self) -> Result<serde_json::Value, String> {
+        let mut v = serde_json::to_value(self.stats()).map_err(|e| e.to_string())?;
+        v["export"] = self.export_name().into();
+        v["size"] = self.size().into();
+        v["device"] = self.dev.name().into();
+        Ok(v)
+    }
+
+    fn device(&self) -> &dyn BlockDevice {
+        self.dev.as_ref()
+    }
+
+    fn request_stop(&self) {
+        self.stop.request();
+    }
+}
+
 impl Shared {
     pub(crate) fn stats(&self) -> ServerStats {
         let c = &self.counters;
@@ -326,7 +344,11 @@ impl Server {
             cfg,
         });
         let admin_server = match &shared.cfg.admin_socket {
-            Some(path) => match AdminServer::start(path.clone(), admin, Arc::clone(&shared)) {
+            Some(path) => match AdminServer::start(
+                path.clone(),
+                admin,
+                Arc::clone(&shared) as Arc<dyn Export>,
+            ) {
                 Ok(a) => Some(a),
                 Err(e) => {
                     shared.pool.close();
