@@ -44,6 +44,24 @@ pub struct ArrayDevices {
     pub specs: Option<Vec<String>>,
 }
 
+impl ArrayDevices {
+    /// The devices of an array from handles of one concrete type, with no specs recorded: for
+    /// callers that keep typed handles to inject faults (the simulator, tests).
+    pub fn from_handles<D: BlockDevice + 'static>(
+        main: &[Arc<D>],
+        log: &[Arc<D>],
+        meta: &Arc<D>,
+    ) -> ArrayDevices {
+        let erase = |d: &Arc<D>| Arc::clone(d) as Arc<dyn BlockDevice>;
+        ArrayDevices {
+            main: main.iter().map(erase).collect(),
+            log: log.iter().map(erase).collect(),
+            meta: erase(meta),
+            specs: None,
+        }
+    }
+}
+
 /// What [`Array::discard`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DiscardReport {

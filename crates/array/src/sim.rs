@@ -395,20 +395,7 @@ impl Sim {
     }
 
     fn devices(&self) -> ArrayDevices {
-        ArrayDevices {
-            main: self
-                .main
-                .iter()
-                .map(|d| Arc::clone(d) as Arc<dyn BlockDevice>)
-                .collect(),
-            log: self
-                .log
-                .iter()
-                .map(|d| Arc::clone(d) as Arc<dyn BlockDevice>)
-                .collect(),
-            meta: Arc::clone(&self.meta) as Arc<dyn BlockDevice>,
-            specs: None,
-        }
+        ArrayDevices::from_handles(&self.main, &self.log, &self.meta)
     }
 
     fn ndev(&self) -> usize {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use ecstack_array::{Array, ArrayConfig, ArrayDevices, SchemeKind};
-use ecstack_device::{BlockDevice, FaultConfig, Faulty, MemDevice, PowerCutPolicy};
+use ecstack_device::{FaultConfig, Faulty, MemDevice, PowerCutPolicy};
 
 /// The one seeded PRNG of the workspace.
 pub use ecstack_base::Rng;
@@ -57,20 +57,7 @@ impl Rig {
     }
 
     pub fn devices(&self) -> ArrayDevices {
-        ArrayDevices {
-            main: self
-                .main
-                .iter()
-                .map(|d| Arc::clone(d) as Arc<dyn BlockDevice>)
-                .collect(),
-            log: self
-                .log
-                .iter()
-                .map(|d| Arc::clone(d) as Arc<dyn BlockDevice>)
-                .collect(),
-            meta: Arc::clone(&self.meta) as Arc<dyn BlockDevice>,
-            specs: None,
-        }
+        ArrayDevices::from_handles(&self.main, &self.log, &self.meta)
     }
 
     /// Device `i` in array numbering (main then log).
