@@ -465,46 +465,54 @@ mod tests {
         assert_eq!(sb.lock().leaders, 0);
     }
 
-    /// Drive 8 threads through the buffer for about nine measuring epochs; `cost(jobs)` is what a
-    /// batch of `jobs` costs, under `serial` one batch at a time. Returns (eager, batching) epochs.
-    fn mode_epochs(serial: bool, cost: fn(usize) -> u64) -> (u64, u64) {
-        let sb: Arc<StripeBuffer<u32>> = Arc::default();
-        let device = Arc::new(Mutex::new(()));
-        let threads: Vec<_> = (0..8u32)
-            .map(|t| {
-                let (sb, device) = (sb.clone(), device.clone());
-                std::thread::spawn(move || {
-                    for i in 0..1200u32 {
-                        sb.submit(t * 10_000 + i, |jobs| {
-                            let _busy = serial.then(|| device.lock().unwrap());
-                            std::thread::sleep(std::time::Duration::from_micros(cost(jobs.len())));
-                            Ok(WriteOutcome::Done)
-                        })
-                        .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for h in threads {
-            h.join().unwrap();
+    /// Run `epochs` measuring epochs of a modelled workload through the mode choice on a manual
+    /// clock, so machine load plays no part. Eight writers each keep one request outstanding; in
+    /// eager mode each request is its own batch and all eight are written at once, in batching mode `DEFAULT_IN_FLIGHT` batches share
+    /// them. `cost(jobs)` is the µs a batch of `jobs` takes; a `serial` device serves one batch at
+    /// a time, a parallel one all at once. Returns (eager, batching) epochs.
+    fn mode_epochs(epochs: u64, serial: bool, cost: fn(usize) -> u64) -> (u64, u64) {
+        const WRITERS: usize = 8;
+        // Each finds fewer than `EAGER_PER_BATCH * DEFAULT_IN_FLIGHT` requests in flight.
+        const _: () = assert!(WRITERS <= EAGER_PER_BATCH * DEFAULT_IN_FLIGHT);
+        let sb: StripeBuffer<u32> = StripeBuffer::default();
+        let clock = Clock::manual();
+        sb.set_clock(clock.clone());
+        let rounds = epochs * EPOCH_JOBS / WRITERS as u64;
+        for _ in 0..rounds {
+            let eager = sb.lock().eager;
+            let batches = if eager {
+                vec![1; WRITERS]
+            } else {
+                vec![WRITERS / DEFAULT_IN_FLIGHT; DEFAULT_IN_FLIGHT]
+            };
+            let costs = batches.iter().map(|&jobs| cost(jobs));
+            let us = if serial {
+                costs.sum()
+            } else {
+                costs.max().unwrap_or(0)
+            };
+            clock.advance(std::time::Duration::from_micros(us));
+            sb.lock().completed(WRITERS as u64);
         }
         let st = sb.stats();
+        assert_eq!(st.eager_epochs + st.batch_epochs, epochs);
         (st.eager_epochs, st.batch_epochs)
     }
 
     /// The mode is chosen by measurement: a device that serves one batch at a time at a fixed cost
     /// (an HDD appending log chunks) makes the buffer batch; a device that serves requests in
-    /// parallel at a cost per request makes it write each request at once.
+    /// parallel at a cost per request makes it write each request at once. In ten epochs: one
+    /// probe of each mode, then a stay of eight in the one that won.
     #[test]
     fn the_mode_follows_what_the_devices_reward() {
-        let (eager, batching) = mode_epochs(true, |_| 150);
+        let (eager, batching) = mode_epochs(10, true, |_| 150);
         assert!(
-            batching > eager,
+            (eager, batching) == (1, 9),
             "serial device: {eager} eager vs {batching} batching epochs"
         );
-        let (eager, batching) = mode_epochs(false, |jobs| 10 + 60 * jobs as u64);
+        let (eager, batching) = mode_epochs(10, false, |jobs| 10 + 60 * jobs as u64);
         assert!(
-            eager > batching,
+            (eager, batching) == (9, 1),
             "parallel device: {eager} eager vs {batching} batching epochs"
         );
     }
