@@ -95,14 +95,7 @@ impl Bars<'_> {
 
     /// The chart as SVG text.
     pub fn svg(&self) -> Result<String> {
-        let mut out = String::new();
-        {
-            let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
-            root.fill(&WHITE).map_err(draw_error)?;
-            self.draw(&root)?;
-            root.present().map_err(draw_error)?;
-        }
-        Ok(out)
+        render_svg(|root| self.draw(root))
     }
 
     fn draw(&self, root: &DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()> {
@@ -193,6 +186,21 @@ fn legend<'a, X: Ranged, Y: Ranged>(
         .map_err(draw_error)
 }
 
+/// Draw on a white SVG canvas of the standard size and return the SVG text (the one rendering
+/// path of every chart type).
+fn render_svg(
+    draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()>,
+) -> Result<String> {
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_error)?;
+        draw(&root)?;
+        root.present().map_err(draw_error)?;
+    }
+    Ok(out)
+}
+
 /// A line chart: one curve per series over a numeric x axis.
 pub struct Lines<'a> {
     pub title: &'a str,
@@ -214,14 +222,7 @@ impl Lines<'_> {
 
     /// The chart as SVG text.
     pub fn svg(&self) -> Result<String> {
-        let mut out = String::new();
-        {
-            let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
-            root.fill(&WHITE).map_err(draw_error)?;
-            self.draw(&root)?;
-            root.present().map_err(draw_error)?;
-        }
-        Ok(out)
+        render_svg(|root| self.draw(root))
     }
 
     fn draw(&self, root: &DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()> {
