@@ -57,6 +57,16 @@ fn clean(e: &ArrayError) {
     );
 }
 
+/// The log-stripe member for data chunk `pos` of `stripe`, on the device that holds it, at `slot`.
+fn member_at(g: &Geometry, stripe: u64, pos: usize, slot: u64) -> Member {
+    Member {
+        dev: g.dev_of(stripe, pos) as u16,
+        slot,
+        stripe,
+        pos: pos as u16,
+    }
+}
+
 fn geometry(scheme: SchemeKind) -> Geometry {
     Geometry {
         n: 6,
@@ -138,12 +148,7 @@ fn superblock_mutations() {
 /// (changed data stripes, log stripes pending, a commit under way).
 fn states() -> Vec<MetaState> {
     let g = geometry(SchemeKind::Eplog);
-    let member = |stripe: u64, pos: usize, slot: u64| Member {
-        dev: g.dev_of(stripe, pos) as u16,
-        slot,
-        stripe,
-        pos: pos as u16,
-    };
+    let member = |stripe: u64, pos: usize, slot: u64| member_at(&g, stripe, pos, slot);
     let mut a = MetaState::new(&geometry(SchemeKind::Pl));
     for r in [
         Rec::StripeWritten { stripe: 0 },
@@ -222,12 +227,7 @@ fn checkpoint_body_mutations() {
 
 fn records() -> Vec<Rec> {
     let g = geometry(SchemeKind::Eplog);
-    let member = |stripe: u64, pos: usize, slot: u64| Member {
-        dev: g.dev_of(stripe, pos) as u16,
-        slot,
-        stripe,
-        pos: pos as u16,
-    };
+    let member = |stripe: u64, pos: usize, slot: u64| member_at(&g, stripe, pos, slot);
     vec![
         Rec::FullStripe { stripe: 8 },
         Rec::LogStripe {
