@@ -5,7 +5,8 @@ set -euo pipefail
 
 # libisal-dev: ISA-L, the peer the codes are cross-checked and benchmarked against.
 # fio, libnbd-bin (nbdinfo, nbdcopy): the unmodified clients the NBD export is tested with.
-PKGS=(build-essential pkg-config libisal-dev fio libnbd-bin)
+# protobuf-compiler (protoc): the cluster's gRPC messages (crates/cluster/{mds,osd}/proto) are compiled at build time.
+PKGS=(build-essential pkg-config libisal-dev fio libnbd-bin protobuf-compiler)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -26,7 +27,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The real-client tests fail under CI=true / ECSTACK_REQUIRE_CLIENTS=1 without these: say so now.
-for tool in fio nbdinfo nbdcopy; do
+for tool in fio nbdinfo nbdcopy protoc; do
   command -v "$tool" >/dev/null 2>&1 || echo "setup: '$tool' is still missing after the install" >&2
 done
 if command -v fio >/dev/null 2>&1 && ! fio --enghelp=nbd 2>/dev/null | grep -q uri; then

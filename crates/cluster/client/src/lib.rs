@@ -1,0 +1,4 @@
+//! The CodFS client library: files split into segments; metadata from the MDS, data through each
+//! segment's primary OSD, with deadlines, retries with backoff and re-fetching a segment's layout
+//! after a primary promotion. The FUSE mount and RobuSTore build on this crate. It uses the MDS and
+//! OSD protocols through their typed clients, never their internals.

@@ -1,0 +1,8 @@
+//! The CodFS object storage daemon (thesis §4.3): a `ChunkStore` of chunk files, the primary OSD's
+//! work (encode a segment, keep one data chunk, send n−1 to the secondaries; read; split updates
+//! into sub-updates), full-overwrite (FO) parity-delta updates, degraded reads and recovery.
+
+#[allow(clippy::all)]
+mod proto {
+    tonic::include_proto!("ecstack.osd.v1");
+}
