@@ -38,6 +38,7 @@ mod admin;
 mod array;
 mod clock;
 mod core;
+mod extent_set;
 mod format;
 #[cfg(test)]
 mod fuzz;

@@ -3,11 +3,12 @@
 //! persisted on the metadata volume as two alternating full checkpoints plus an append-only
 //! incremental area of checksummed frames.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use ecstack_device::BlockDevice;
 
+use crate::extent_set::ExtentSet;
 use crate::format::{Dec, Enc, Geometry, MetaLayout, CP_HEADER};
 use crate::{ArrayError, Result};
 
@@ -409,77 +410,6 @@ fn meta_err(msg: String) -> ArrayError {
     ArrayError::Meta(msg)
 }
 
-/// A set of stripes kept as disjoint, non-adjacent half-open extents (memory and checkpoint size
-/// grow with the number of extents, not with the number of stripes).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StripeSet {
-    /// start -> end (exclusive).
-    extents: BTreeMap<u64, u64>,
-    count: u64,
-}
-
-impl StripeSet {
-    /// The extent holding `s`, if any.
-    fn extent_of(&self, s: u64) -> Option<(u64, u64)> {
-        self.extents
-            .range(..=s)
-            .next_back()
-            .filter(|(_, &e)| s < e)
-            .map(|(&b, &e)| (b, e))
-    }
-    pub fn contains(&self, s: u64) -> bool {
-        self.extent_of(s).is_some()
-    }
-    /// Stripes in the set.
-    #[cfg(test)]
-    pub fn len(&self) -> u64 {
-        self.count
-    }
-    /// Extents in the set.
-    pub fn extents(&self) -> usize {
-        self.extents.len()
-    }
-    pub fn insert(&mut self, s: u64) {
-        if self.contains(s) {
-            return;
-        }
-        self.count += 1;
-        let mut start = s;
-        let mut end = s + 1;
-        // Merge with the extent ending at s and the one starting at s + 1.
-        if let Some((&b, &e)) = self.extents.range(..s).next_back() {
-            if e == s {
-                start = b;
-            }
-        }
-        if let Some(e) = self.extents.remove(&end) {
-            end = e;
-        }
-        self.extents.insert(start, end);
-    }
-    /// Add the extent `start..end` (it must not overlap the set; used by the decoder).
-    fn push_extent(&mut self, start: u64, end: u64) {
-        self.count += end - start;
-        self.extents.insert(start, end);
-    }
-    pub fn remove(&mut self, s: u64) {
-        let Some((b, e)) = self.extent_of(s) else {
-            return;
-        };
-        self.count -= 1;
-        self.extents.remove(&b);
-        if b < s {
-            self.extents.insert(b, s);
-        }
-        if s + 1 < e {
-            self.extents.insert(s + 1, e);
-        }
-    }
-    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        self.extents.iter().flat_map(|(&b, &e)| b..e)
-    }
-}
-
 /// The whole metadata state. Its size grows with what was updated, not with the capacity: the
 /// written stripes are extents, and a data stripe has an entry only while it differs from the
 /// implicit layout (every data chunk committed at its home slot, no latest version, parity valid).
@@ -490,7 +420,7 @@ pub struct MetaState {
     pub geo: Geometry,
     pub failed: BTreeSet<u16>,
     /// Stripes written at least once (all schemes); the others read as zeros.
-    pub written: StripeSet,
+    pub written: ExtentSet,
     /// eplog: the written data stripes that differ from the implicit layout (read through
     /// [`MetaState::data_stripe`]).
     changed: HashMap<u64, DataStripe>,
@@ -512,7 +442,7 @@ impl MetaState {
             k: geo.k,
             geo: geo.clone(),
             failed: BTreeSet::new(),
-            written: StripeSet::default(),
+            written: ExtentSet::default(),
             changed: HashMap::new(),
             logs: HashMap::new(),
             pl_logs: HashMap::new(),
@@ -706,7 +636,9 @@ impl MetaState {
             panic!("the array built an invalid metadata record {r:?}: {e}");
         }
         match r {
-            Rec::StripeWritten { stripe } => self.written.insert(*stripe),
+            Rec::StripeWritten { stripe } => {
+                self.written.insert(*stripe);
+            }
             Rec::FullStripe { stripe } => {
                 self.written.insert(*stripe);
                 self.changed.remove(stripe);
@@ -852,7 +784,7 @@ impl MetaState {
         if (self.written.extents() as u64) * 16 <= words * 8 {
             e.u8(WRITTEN_EXTENTS);
             e.u64(self.written.extents() as u64);
-            for (&b, &end) in &self.written.extents {
+            for (b, end) in self.written.ranges() {
                 e.u64(b);
                 e.u64(end - b);
             }
@@ -1454,23 +1386,6 @@ mod tests {
         st.apply(&Rec::FullStripe { stripe: 40 });
         assert_eq!(MetaState::decode(&geo(4), 2, &encode_v1(&st)).unwrap(), st);
         assert!(!st.changed.contains_key(&40) && st.is_written(40));
-    }
-
-    #[test]
-    fn stripe_set_merges_and_splits_extents() {
-        let mut w = StripeSet::default();
-        for s in [5, 7, 6, 9, 8, 100] {
-            w.insert(s);
-        }
-        assert_eq!(w.extents(), 2);
-        assert_eq!(w.len(), 6);
-        w.remove(7);
-        assert_eq!(w.iter().collect::<Vec<_>>(), vec![5, 6, 8, 9, 100]);
-        assert_eq!(w.extents(), 3);
-        w.remove(42);
-        w.insert(7);
-        assert_eq!(w.extents(), 2);
-        assert!(w.contains(9) && !w.contains(10) && !w.contains(4));
     }
 
     #[test]
