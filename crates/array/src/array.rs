@@ -9,13 +9,16 @@ use ecstack_codes::new_code;
 use ecstack_device::{BlockDevice, DeviceError, DeviceStats};
 
 use crate::clock::Clock;
-use crate::core::{lock, Alloc, CommitReport, Core, MetaInner, RebuildReport};
+use crate::core::{lock, store_superblock, Alloc, CommitReport, Core, MetaInner, RebuildReport};
 use crate::format::{
     decode_label, encode_label, ArrayConfig, Geometry, MetaLayout, SchemeKind, Superblock,
     DEVICE_HEADER, LABEL_SIZE, SB_SLOT,
 };
 use crate::io::Devs;
-use crate::meta::{MetaState, MetaVolume, Rec, REGION_STRIPES};
+use crate::meta::{
+    checkpoint_area_max, MetaState, MetaVolume, Rec, CHECKPOINT_AREA_INITIAL_BYTES,
+    INC_AREA_MIN_BYTES, REGION_STRIPES,
+};
 use crate::scheme::eplog::Eplog;
 use crate::scheme::md::Md;
 use crate::scheme::pl::Pl;
@@ -227,9 +230,10 @@ impl Array {
             log_slots,
         };
         geometry.validate(cfg.scheme)?;
-        let cp_size =
-            (48 + MetaState::max_encoded(k, n, stripes, slots, log_slots)).div_ceil(4096) * 4096;
-        let inc_min = 256 << 10;
+        // Checkpoint areas start at the worst case of the geometry or 1 MiB, whichever is
+        // smaller, and grow with the checkpoints (`MetaVolume::write_checkpoint_growing`).
+        let cp_size = checkpoint_area_max(&geometry).min(CHECKPOINT_AREA_INITIAL_BYTES);
+        let inc_min = INC_AREA_MIN_BYTES;
         let need = 2 * SB_SLOT + 2 * cp_size + inc_min;
         let meta_cap = devices.meta.capacity();
         if meta_cap < need {
@@ -302,6 +306,7 @@ impl Array {
         }
         let g = &sb.geometry;
         let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
+        mv.cp_size_max = checkpoint_area_max(g);
         // Invalidate a previous array's second checkpoint area and first frame.
         devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[0])?;
         devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[1])?;
@@ -354,7 +359,8 @@ impl Array {
     pub fn open_with(devices: ArrayDevices, opts: &OpenOptions) -> Result<Array> {
         let sb = Self::read_superblock(devices.meta.as_ref())?;
         sb.check_devices(&devices.main, &devices.log)?;
-        let mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
+        let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
+        mv.cp_size_max = checkpoint_area_max(&sb.geometry);
         Self::assemble(sb, devices, mv, opts, false)
     }
 
@@ -1097,22 +1103,15 @@ impl Array {
     /// Record a new spec string for device `i` (main, log, then meta) in the superblock.
     pub fn set_device_spec(&self, i: usize, spec: &str) -> Result<()> {
         let _a = self.admin_write();
+        // Lock order: the metadata volume before the superblock (a checkpoint that grows its
+        // areas holds the first and takes the second).
+        let meta = Arc::clone(&lock(&self.core.metavol).dev);
         let mut sb = lock(&self.core.sb);
         if i >= sb.specs.len() {
             return Err(ArrayError::Admin(format!("no device {i}")));
         }
-        sb.specs[i] = spec.to_string();
-        sb.generation += 1;
-        let raw = sb.encode()?;
-        let off = if sb.generation.is_multiple_of(2) {
-            SB_SLOT
-        } else {
-            0
-        };
-        let meta = Arc::clone(&lock(&self.core.metavol).dev);
-        meta.write_at(&raw, off)?;
-        meta.flush()?;
-        Ok(())
+        let old = std::mem::replace(&mut sb.specs[i], spec.to_string());
+        store_superblock(&mut sb, &*meta).inspect_err(|_| sb.specs[i] = old)
     }
 
     /// Flush everything and write a full checkpoint (a clean shutdown point).

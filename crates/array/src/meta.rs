@@ -1047,16 +1047,22 @@ impl MetaState {
     pub fn max_encoded(k: usize, n: usize, stripes: u64, slots: u64, log_slots: u64) -> u64 {
         // Failed devices and counters; written stripes (never more than the bitmap); data
         // stripes; log stripes (at most one per log slot); pl entries; write-intent regions.
+        // Saturating: a geometry read from a superblock is range-checked, but this must not
+        // overflow on the way.
+        let (k, n) = (k as u64, n as u64);
         let words = stripes.div_ceil(64);
-        256 + 2 * 64
-            + 9
-            + 8 * words
-            + 8 * (stripes.div_ceil(REGION_STRIPES) + 1)
-            + stripes * (11 + 27 * k as u64)
-            + log_slots * (18 + 20 * n as u64)
-            + (n as u64) * slots * 20
-            + stripes * 12
-            + log_slots * 20
+        [
+            256 + 2 * 64 + 9,
+            words.saturating_mul(8),
+            (stripes.div_ceil(REGION_STRIPES) + 1).saturating_mul(8),
+            stripes.saturating_mul(11 + 27 * k),
+            log_slots.saturating_mul(18 + 20 * n),
+            n.saturating_mul(slots).saturating_mul(20),
+            stripes.saturating_mul(12),
+            log_slots.saturating_mul(20),
+        ]
+        .into_iter()
+        .fold(0u64, u64::saturating_add)
     }
 }
 
@@ -1082,10 +1088,45 @@ pub(crate) struct MetaVolume {
     pub checkpoints: u64,
     /// Format version of the live checkpoint (and so of the frames that follow it).
     pub version: u32,
+    /// Body bytes of the live checkpoint.
+    pub body_len: u64,
+    /// Checkpoint area that holds any state of the geometry ([`checkpoint_area_max`]); an area
+    /// smaller than this grows (see [`MetaVolume::write_checkpoint_growing`]).
+    pub cp_size_max: u64,
+}
+
+/// Bytes a frame may grow the next checkpoint body by, per byte of the frame, at most. The worst
+/// record is a log stripe: a member takes 20 bytes in the frame, and in the checkpoint 20 (the
+/// log stripe) + 11 (a new data stripe entry) + 27 (its chunk entry) + 16 (a new written extent)
+/// = 74. `checkpoint_growth_per_record_byte_is_bounded` checks it for every record kind.
+pub(crate) const CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX: u64 = 4;
+
+/// Checkpoint areas reserved at creation when the geometry's worst case is larger: they grow with
+/// the checkpoints, so a large array's metadata volume starts small.
+pub(crate) const CHECKPOINT_AREA_INITIAL_BYTES: u64 = 1 << 20;
+
+/// Smallest incremental area a layout keeps (at creation and when checkpoint areas grow).
+pub(crate) const INC_AREA_MIN_BYTES: u64 = 256 << 10;
+
+/// A checkpoint area that holds any checkpoint of the geometry (in 4 KiB units).
+pub(crate) fn checkpoint_area_max(g: &Geometry) -> u64 {
+    (CP_HEADER as u64)
+        .saturating_add(MetaState::max_encoded(
+            g.k,
+            g.n,
+            g.stripes,
+            g.slots,
+            g.log_slots,
+        ))
+        .div_ceil(4096)
+        .saturating_mul(4096)
 }
 
 impl MetaVolume {
+    /// A volume whose checkpoint areas never grow (`cp_size_max` is their size; set it to
+    /// [`checkpoint_area_max`] to let them grow).
     pub fn new(dev: Arc<dyn BlockDevice>, layout: MetaLayout, salt: u64) -> MetaVolume {
+        let layout_cp_size = layout.cp_size;
         MetaVolume {
             dev,
             layout,
@@ -1096,14 +1137,23 @@ impl MetaVolume {
             frames: 0,
             checkpoints: 0,
             version: META_VERSION,
+            body_len: 0,
+            cp_size_max: layout_cp_size,
         }
     }
 
     /// Whether a frame of `len` bytes still fits in the incremental area. Never after a checkpoint
     /// of an older version: frames follow their checkpoint's format, so the next sync upgrades
     /// the array by writing a full checkpoint instead.
+    /// It also must leave room for the next checkpoint in its area: each frame byte may grow the
+    /// checkpoint by [`CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX`] bytes.
     pub fn fits(&self, len: u64) -> bool {
-        self.version == META_VERSION && self.inc_pos + len <= self.layout.inc_size
+        let frames = self.inc_pos + len;
+        let checkpoint_fits = self.layout.cp_size >= self.cp_size_max
+            || (CP_HEADER as u64 + self.body_len)
+                .saturating_add(frames.saturating_mul(CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX))
+                <= self.layout.cp_size;
+        self.version == META_VERSION && frames <= self.layout.inc_size && checkpoint_fits
     }
 
     /// Write a full checkpoint of `body` at the next epoch into the other area, flush, and start a
@@ -1112,11 +1162,98 @@ impl MetaVolume {
         let total = (CP_HEADER + body.len()) as u64;
         if total > self.layout.cp_size {
             return Err(ArrayError::Meta(format!(
-                "checkpoint of {total} bytes exceeds its {} byte area",
-                self.layout.cp_size
+                "checkpoint of {total} bytes exceeds its {} byte area, and the metadata volume has no room to grow it (incremental area of {} bytes): use a larger metadata volume",
+                self.layout.cp_size, self.layout.inc_size
             )));
         }
+        let off = self.layout.cp_off[((self.epoch + 1) % 2) as usize];
+        self.write_checkpoint_at(off, body)
+    }
+
+    /// Write a full checkpoint, growing the checkpoint areas when it fills more than half of its
+    /// area (or does not fit at all): the new areas lie in the incremental area after its live
+    /// frames, and the checkpoint is written there (the old areas stay as they are, unused).
+    /// `store_layout` must make the new layout durable in the superblock before it returns; only
+    /// then does the volume use it. A power cut before that leaves the old layout, its live
+    /// checkpoint and frames untouched (the new areas lie beyond the frames, and a frame replay
+    /// stops at a checkpoint header); after it, the new layout's live checkpoint holds everything
+    /// (layout and crash order in `docs/array-format.md`, "Checkpoint areas").
+    pub fn write_checkpoint_growing(
+        &mut self,
+        body: &[u8],
+        store_layout: &mut dyn FnMut(&dyn BlockDevice, &MetaLayout) -> Result<()>,
+    ) -> Result<()> {
+        let total = (CP_HEADER + body.len()) as u64;
+        let fits = total <= self.layout.cp_size;
+        if fits {
+            self.write_checkpoint(body)?;
+        }
+        let half_full = 2 * total > self.layout.cp_size && self.layout.cp_size < self.cp_size_max;
+        if fits && !half_full {
+            return Ok(());
+        }
+        let Some(layout) = self.grown_layout(total) else {
+            // No room to grow: a checkpoint that fits is written; frames get fewer until the next
+            // one does not, which is the error.
+            return match fits {
+                true => Ok(()),
+                false => self.write_checkpoint(body),
+            };
+        };
         let epoch = self.epoch + 1;
+        self.write_at_epoch(layout.cp_off[(epoch % 2) as usize], epoch, body)?;
+        store_layout(&*self.dev, &layout)?;
+        self.layout = layout;
+        self.commit_checkpoint(epoch, body.len() as u64);
+        Ok(())
+    }
+
+    /// Checkpoint areas for a checkpoint of `total` bytes (header included): four times its size
+    /// (room for it to double again before the next growth), at least the current areas, at most
+    /// [`MetaVolume::cp_size_max`], placed after the live frames; None if the incremental area
+    /// cannot hold them and its minimum.
+    fn grown_layout(&self, total: u64) -> Option<MetaLayout> {
+        let size = total
+            .checked_mul(4)?
+            .min(self.cp_size_max)
+            .max(total)
+            .max(self.layout.cp_size)
+            .div_ceil(4096)
+            .checked_mul(4096)?;
+        let start = self.layout.inc_off + self.inc_pos.div_ceil(4096) * 4096;
+        let inc_off = start.checked_add(size.checked_mul(2)?)?;
+        let end = self.layout.inc_off + self.layout.inc_size;
+        if inc_off.checked_add(INC_AREA_MIN_BYTES)? > end {
+            return None;
+        }
+        Some(MetaLayout {
+            cp_off: [start, start + size],
+            cp_size: size,
+            inc_off,
+            inc_size: end - inc_off,
+        })
+    }
+
+    /// Write the checkpoint of the next epoch at `off` and make it the live one.
+    fn write_checkpoint_at(&mut self, off: u64, body: &[u8]) -> Result<()> {
+        let epoch = self.epoch + 1;
+        self.write_at_epoch(off, epoch, body)?;
+        self.commit_checkpoint(epoch, body.len() as u64);
+        Ok(())
+    }
+
+    /// The volume's state once the checkpoint of `epoch` is durable: a fresh incremental area.
+    fn commit_checkpoint(&mut self, epoch: u64, body_len: u64) {
+        self.epoch = epoch;
+        self.version = META_VERSION;
+        self.inc_pos = 0;
+        self.seq = 0;
+        self.checkpoints += 1;
+        self.body_len = body_len;
+    }
+
+    /// Write a checkpoint of `body` with `epoch` at `off` and flush.
+    fn write_at_epoch(&mut self, off: u64, epoch: u64, body: &[u8]) -> Result<()> {
         let header = CheckpointHeader {
             version: META_VERSION,
             salt: self.salt,
@@ -1126,14 +1263,8 @@ impl MetaVolume {
         };
         let mut h = header.encode().to_vec();
         h.extend_from_slice(body);
-        let off = self.layout.cp_off[(epoch % 2) as usize];
         self.dev.write_at(&h, off)?;
         self.dev.flush()?;
-        self.epoch = epoch;
-        self.version = META_VERSION;
-        self.inc_pos = 0;
-        self.seq = 0;
-        self.checkpoints += 1;
         Ok(())
     }
 
@@ -1207,6 +1338,7 @@ impl MetaVolume {
             ArrayError::Meta("no valid full checkpoint on the metadata volume".into())
         })?;
         let mut st = MetaState::decode(geo, ch.version, &body)?;
+        self.body_len = ch.body_len;
         self.epoch = ch.epoch;
         self.version = ch.version;
         self.inc_pos = 0;
@@ -1620,6 +1752,259 @@ mod tests {
         }
     }
 
+    /// A random record of every kind (the match in `kind` fails to compile when a kind is added,
+    /// so a new kind gets its case here).
+    fn random_record(g: &Geometry, rng: &mut ecstack_base::Rng, next_log: &mut u64) -> Rec {
+        fn kind(r: &Rec) -> u64 {
+            match r {
+                Rec::StripeWritten { .. } => 0,
+                Rec::FullStripe { .. } => 1,
+                Rec::LogStripe { .. } => 2,
+                Rec::PlLog { .. } => 3,
+                Rec::PlReset { .. } => 4,
+                Rec::CommitBegin => 5,
+                Rec::CommitDone => 6,
+                Rec::DeviceFailed { .. } => 7,
+                Rec::DeviceReplaced { .. } => 8,
+                Rec::Dirty { .. } => 9,
+                Rec::Clean => 10,
+                Rec::Discard { .. } => 11,
+            }
+        }
+        let stripe = rng.below(g.stripes);
+        let r = match rng.below(16) {
+            0 => Rec::StripeWritten { stripe },
+            1 => Rec::FullStripe { stripe },
+            2 => Rec::PlLog {
+                stripe,
+                off: rng.below(g.log_slots),
+            },
+            3 => Rec::PlReset { stripe },
+            4 => Rec::CommitBegin,
+            5 => Rec::CommitDone,
+            6 => Rec::DeviceFailed {
+                dev: rng.below(g.n as u64) as u16,
+            },
+            7 => Rec::DeviceReplaced {
+                dev: rng.below(g.n as u64) as u16,
+            },
+            8 => Rec::Dirty {
+                region: rng.below(g.stripes.div_ceil(REGION_STRIPES)),
+            },
+            9 => Rec::Clean,
+            10 => Rec::Discard { stripe },
+            _ => {
+                let mut members: Vec<Member> = Vec::new();
+                for _ in 0..1 + rng.below(g.k as u64) {
+                    let (s, p) = (rng.below(g.stripes), rng.below(g.k as u64) as usize);
+                    let dev = g.dev_of(s, p) as u16;
+                    if members.iter().all(|m| m.dev != dev) {
+                        members.push(Member {
+                            dev,
+                            slot: rng.below(g.slots),
+                            stripe: s,
+                            pos: p as u16,
+                        });
+                    }
+                }
+                *next_log += 1;
+                Rec::LogStripe {
+                    id: *next_log,
+                    off: *next_log % g.log_slots,
+                    members,
+                }
+            }
+        };
+        assert!(kind(&r) < 12);
+        r
+    }
+
+    /// The bound `MetaVolume::fits` relies on: a record grows the checkpoint body by at most
+    /// `CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX` bytes per byte of the record.
+    #[test]
+    fn checkpoint_growth_per_record_byte_is_bounded() {
+        let mut g = geo(4);
+        g.log_slots = 1 << 20;
+        let mut worst = 0f64;
+        for seed in 1..=30u64 {
+            let mut rng = ecstack_base::Rng::new(seed);
+            let mut st = MetaState::new(&g);
+            let mut next_log = 0;
+            let mut before = st.encode().len() as u64;
+            for _ in 0..400 {
+                let r = random_record(&g, &mut rng, &mut next_log);
+                let mut e = Enc::default();
+                r.encode(&mut e);
+                st.apply(&r);
+                let after = st.encode().len() as u64;
+                let grown = after.saturating_sub(before);
+                worst = worst.max(grown as f64 / e.0.len() as f64);
+                assert!(
+                    grown <= CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX * e.0.len() as u64,
+                    "seed {seed}: {r:?} ({} bytes) grew the checkpoint by {grown} bytes",
+                    e.0.len()
+                );
+                before = after;
+            }
+        }
+        println!("largest growth: {worst:.2} checkpoint bytes per record byte");
+    }
+
+    fn volume_dev(bytes: u64) -> Arc<dyn BlockDevice> {
+        Arc::new(ecstack_device::MemDevice::new(bytes).unwrap())
+    }
+
+    /// A state whose checkpoint body is about `updates` x 50 bytes (pending log stripes).
+    fn grown_state(g: &Geometry, updates: u64) -> MetaState {
+        let mut st = MetaState::new(g);
+        for i in 0..updates {
+            let s = i % g.stripes;
+            st.apply(&Rec::LogStripe {
+                id: i,
+                off: i % g.log_slots,
+                members: vec![Member {
+                    dev: g.dev_of(s, 0) as u16,
+                    slot: g.stripes + i % (g.slots - g.stripes),
+                    stripe: s,
+                    pos: 0,
+                }],
+            });
+        }
+        st
+    }
+
+    /// Checkpoint areas grow when a checkpoint fills more than half of one, or does not fit:
+    /// the volume loads the same state before the superblock records the new layout (the old
+    /// layout, checkpoint and frames are untouched) and after it.
+    #[test]
+    fn checkpoint_areas_grow_and_survive_a_cut_at_every_step() {
+        let mut g = geo(4);
+        g.log_slots = 1 << 20;
+        let layout = MetaLayout {
+            cp_off: [
+                2 * crate::format::SB_SLOT,
+                2 * crate::format::SB_SLOT + 8192,
+            ],
+            cp_size: 8192,
+            inc_off: 2 * crate::format::SB_SLOT + 16384,
+            inc_size: 4 << 20,
+        };
+        let dev = volume_dev(layout.inc_off + layout.inc_size);
+        let mut mv = MetaVolume::new(Arc::clone(&dev), layout.clone(), 7);
+        mv.cp_size_max = checkpoint_area_max(&g);
+        let load = |layout: &MetaLayout| {
+            let mut v = MetaVolume::new(Arc::clone(&dev), layout.clone(), 7);
+            v.load(&g).unwrap()
+        };
+        let mut stored: Option<MetaLayout> = None;
+        let mut store = |_: &dyn BlockDevice, l: &MetaLayout| {
+            stored = Some(l.clone());
+            Ok(())
+        };
+        // Small: written in place, no growth.
+        let small = grown_state(&g, 20);
+        mv.write_checkpoint_growing(&small.encode(), &mut store)
+            .unwrap();
+        assert_eq!(mv.layout, layout);
+        // Frames are limited by the room the next checkpoint needs in its area.
+        let frame = [Rec::StripeWritten { stripe: 1 }];
+        assert!(mv.fits(frame_len(&frame)));
+        assert!(!mv.fits(8192 / CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX));
+        mv.append(&frame).unwrap();
+        let mut small_after = small.clone();
+        small_after.apply(&frame[0]);
+        assert!(load(&layout) == small_after);
+
+        // A checkpoint that does not fit, with live frames: a cut before the superblock leaves
+        // the old layout's checkpoint and frames.
+        let big = grown_state(&g, 400);
+        let body = big.encode();
+        assert!(body.len() > 8192);
+        let mut cut = |_: &dyn BlockDevice, _: &MetaLayout| -> Result<()> {
+            Err(ArrayError::Meta("power cut".into()))
+        };
+        let mut mv2 = MetaVolume::new(Arc::clone(&dev), layout.clone(), 7);
+        mv2.cp_size_max = mv.cp_size_max;
+        assert!(mv2.load(&g).unwrap() == small_after);
+        assert!(mv2.write_checkpoint_growing(&body, &mut cut).is_err());
+        assert!(load(&layout) == small_after, "old layout after a cut");
+        // Without the cut: the new layout holds the big state, the old one still loads its own.
+        let mut stored: Option<MetaLayout> = None;
+        mv.write_checkpoint_growing(&body, &mut |_: &dyn BlockDevice, l: &MetaLayout| {
+            stored = Some(l.clone());
+            Ok(())
+        })
+        .unwrap();
+        let grown = stored.expect("the layout grew");
+        assert_eq!(mv.layout, grown);
+        grown.validate(CP_HEADER as u64).unwrap();
+        assert!(grown.cp_size >= 4 * (CP_HEADER + body.len()) as u64);
+        assert!(
+            grown.cp_off[0] >= layout.inc_off + 4096,
+            "after the live frame"
+        );
+        assert!(load(&grown) == big);
+        // Frames and checkpoints in the grown areas.
+        mv.append(&frame).unwrap();
+        let mut big_after = big.clone();
+        big_after.apply(&frame[0]);
+        assert!(load(&grown) == big_after);
+        mv.write_checkpoint_growing(
+            &big_after.encode(),
+            &mut |_: &dyn BlockDevice, _: &MetaLayout| {
+                panic!("no growth while the area is less than half full")
+            },
+        )
+        .unwrap();
+        assert!(load(&grown) == big_after);
+
+        // More than half full after a checkpoint: written in place, then again in larger areas
+        // at the start of the (now empty) incremental area.
+        let bigger = grown_state(&g, 400 * 3);
+        let body = bigger.encode();
+        assert!(2 * (body.len() + CP_HEADER) as u64 > grown.cp_size);
+        assert!(((body.len() + CP_HEADER) as u64) < grown.cp_size);
+        let mut stored: Option<MetaLayout> = None;
+        mv.write_checkpoint_growing(&body, &mut |_: &dyn BlockDevice, l: &MetaLayout| {
+            stored = Some(l.clone());
+            Ok(())
+        })
+        .unwrap();
+        let regrown = stored.expect("grew again");
+        assert_eq!(regrown.cp_off[0], grown.inc_off);
+        assert!(load(&grown) == bigger, "the in-place copy");
+        assert!(load(&regrown) == bigger);
+        let _ = store;
+    }
+
+    /// A volume with no room to grow writes what fits, then refuses the checkpoint that does not.
+    #[test]
+    fn checkpoint_areas_without_room_to_grow_are_an_error() {
+        let mut g = geo(4);
+        g.log_slots = 1 << 20;
+        let layout = MetaLayout {
+            cp_off: [
+                2 * crate::format::SB_SLOT,
+                2 * crate::format::SB_SLOT + 8192,
+            ],
+            cp_size: 8192,
+            inc_off: 2 * crate::format::SB_SLOT + 16384,
+            inc_size: INC_AREA_MIN_BYTES,
+        };
+        let dev = volume_dev(layout.inc_off + layout.inc_size);
+        let mut mv = MetaVolume::new(Arc::clone(&dev), layout, 7);
+        mv.cp_size_max = checkpoint_area_max(&g);
+        let mut never =
+            |_: &dyn BlockDevice, _: &MetaLayout| -> Result<()> { panic!("no room to grow") };
+        mv.write_checkpoint_growing(&grown_state(&g, 100).encode(), &mut never)
+            .unwrap();
+        let e = mv
+            .write_checkpoint_growing(&grown_state(&g, 400).encode(), &mut never)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use a larger metadata volume"), "{e}");
+    }
+
     /// An eplog (6+2) array on 8 main devices of 4 TB (and 2 log devices of 4 TB), 4 KiB chunks,
     /// the default 25% spare area: every stripe written once.
     fn geo_8x4tb() -> Geometry {
@@ -1640,10 +2025,9 @@ mod tests {
     /// `updates` distinct data chunks, chosen at random, each rewritten once out of place through
     /// log stripes of up to k chunks on distinct devices (as eplog's write path records them).
     /// Returns the state with the updates pending, and the same state after a parity commit.
-    fn updated_state(updates: usize, seed: u64) -> (MetaState, MetaState) {
-        let g = geo_8x4tb();
+    fn updated_state(g: &Geometry, updates: usize, seed: u64) -> (MetaState, MetaState) {
         g.validate(crate::SchemeKind::Eplog).unwrap();
-        let mut st = MetaState::new(&g);
+        let mut st = MetaState::new(g);
         st.written.push_extent(0, g.stripes);
         let mut rng = ecstack_base::Rng::new(seed);
         let mut chosen = std::collections::HashSet::new();
@@ -1688,7 +2072,7 @@ mod tests {
         // 1,000 and 10,000 updated chunks of the 8 x 4 TB array: about 20 and 50 bytes per chunk
         // (committed, pending), nothing per stripe of the capacity.
         for updates in [1_000usize, 10_000] {
-            let (pending, committed) = updated_state(updates, 7);
+            let (pending, committed) = updated_state(&geo_8x4tb(), updates, 7);
             for (what, st) in [("pending", &pending), ("committed", &committed)] {
                 let body = st.encode();
                 let per_chunk = body.len() as f64 / updates as f64;
@@ -1703,12 +2087,27 @@ mod tests {
         }
     }
 
-    /// The figure in docs/array-format.md ("Metadata size"): `cargo test -p ecstack-array --lib
+    /// Resident memory of this process, in bytes (`VmRSS` of /proc/self/status).
+    fn rss_bytes() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let kb = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            .expect("VmRSS in /proc/self/status");
+        kb * 1024
+    }
+
+    /// The figures in docs/array-format.md ("Metadata size"): `cargo test -p ecstack-array --lib
     /// checkpoint_size_8x4tb_1m_updates -- --ignored --nocapture` (the test profile optimizes).
+    /// The checkpoint sizes, then what opening the array costs: the state decoded, the slot
+    /// allocator built (time and memory), and a whole `Array::open` of an array on 8 + 2 sparse
+    /// files of 4 TB whose metadata volume holds that checkpoint (in `ECSTACK_BIG_DIR`, default
+    /// /var/tmp; the files take a few MiB of disk).
     #[test]
     #[ignore = "measurement: builds 10^6 updated chunks (about 1 GB of memory)"]
     fn checkpoint_size_8x4tb_1m_updates() {
-        let (pending, committed) = updated_state(1_000_000, 1);
+        let (pending, committed) = updated_state(&geo_8x4tb(), 1_000_000, 1);
         let g = &pending.geo;
         println!(
             "geometry: 8 x 4 TB main devices (6+2), 4 KiB chunks, {} slots and {} stripes per device, capacity {} bytes",
@@ -1716,21 +2115,107 @@ mod tests {
             g.stripes,
             g.capacity()
         );
+        println!(
+            "checkpoint area for any state of this geometry (the reservation before areas grew): {} bytes",
+            checkpoint_area_max(g)
+        );
         for (what, st) in [("pending", &pending), ("committed", &committed)] {
             let t = std::time::Instant::now();
             let body = st.encode();
             let enc = t.elapsed();
+            let t = std::time::Instant::now();
             let back = MetaState::decode(g, META_VERSION, &body).unwrap();
+            let dec = t.elapsed();
             assert!(back == *st, "{what}: round trip");
+            drop(back);
+            let rss = rss_bytes();
+            let t = std::time::Instant::now();
+            let alloc = crate::core::Alloc::build(g, st);
+            let build = t.elapsed();
+            let alloc_rss = rss_bytes().saturating_sub(rss);
             println!(
-                "10^6 updated chunks, {what}: checkpoint body {} bytes ({:.1} MiB; {} log stripes, {} data stripes with entries), encoded in {:.2} s",
+                "10^6 updated chunks, {what}: checkpoint body {} bytes ({:.1} MiB; {} log stripes, {} data stripes with entries), encoded in {:.2} s, decoded in {:.2} s; slot allocator built in {:.3} s: {} free-slot extents, {:.1} MiB resident, {} free slots on the fullest device",
                 body.len(),
                 body.len() as f64 / (1 << 20) as f64,
                 st.logs.len(),
                 st.changed.len(),
-                enc.as_secs_f64()
+                enc.as_secs_f64(),
+                dec.as_secs_f64(),
+                build.as_secs_f64(),
+                alloc.extents(),
+                alloc_rss as f64 / (1 << 20) as f64,
+                alloc.min_free()
             );
             assert!(body.len() <= 64 << 20, "{what}: over the 64 MB goal");
         }
+        drop(committed);
+        open_8x4tb_files(pending);
+    }
+
+    /// Create an eplog (6+2) array on sparse 4 TB files, put `updated`'s checkpoint (rebuilt for
+    /// the created geometry) on its metadata volume through the growing checkpoint areas, and
+    /// time `Array::open` and the memory it keeps.
+    fn open_8x4tb_files(updated: MetaState) {
+        use crate::{Array, ArrayConfig, ArrayDevices, SchemeKind};
+        use ecstack_device::FileDevice;
+        let base = std::env::var("ECSTACK_BIG_DIR").unwrap_or_else(|_| "/var/tmp".into());
+        let dir = std::path::Path::new(&base).join(format!("ecstack-8x4tb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tb4 = 4_000_000_000_000u64;
+        let files = |meta_bytes: u64| {
+            let dev = |name: String, bytes: u64| -> Arc<dyn BlockDevice> {
+                Arc::new(FileDevice::create(dir.join(name), bytes).unwrap())
+            };
+            ArrayDevices {
+                main: (0..8).map(|i| dev(format!("main{i}"), tb4)).collect(),
+                log: (0..2).map(|i| dev(format!("log{i}"), tb4)).collect(),
+                meta: dev("meta".into(), meta_bytes),
+                specs: None,
+            }
+        };
+        let meta_bytes = 1u64 << 30;
+        let cfg = ArrayConfig {
+            scheme: SchemeKind::Eplog,
+            ..ArrayConfig::rs(6, 2)
+        };
+        let array = Array::create(&cfg, files(meta_bytes)).unwrap();
+        let sb0 = array.superblock();
+        array.close().unwrap();
+        drop(array);
+        let g = sb0.geometry.clone();
+        drop(updated);
+        let (pending, _) = updated_state(&g, 1_000_000, 1);
+        let devices = files(meta_bytes);
+        let mut sb = Array::read_superblock(devices.meta.as_ref()).unwrap();
+        let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
+        mv.cp_size_max = checkpoint_area_max(&g);
+        mv.load(&g).unwrap();
+        let body = pending.encode();
+        let (changed, logs) = (pending.changed.len(), pending.logs.len());
+        drop(pending);
+        mv.write_checkpoint_growing(&body, &mut |dev: &dyn BlockDevice, l: &MetaLayout| {
+            sb.layout = l.clone();
+            crate::core::store_superblock(&mut sb, dev)
+        })
+        .unwrap();
+        drop((mv, devices, body));
+        println!(
+            "array on 8 + 2 sparse 4 TB files: checkpoint areas {} bytes each at creation, {} bytes each after the 10^6-update checkpoint grew them; incremental area {} bytes",
+            sb0.layout.cp_size, sb.layout.cp_size, sb.layout.inc_size
+        );
+        let rss = rss_bytes();
+        let t = std::time::Instant::now();
+        let array = Array::open(files(meta_bytes)).unwrap();
+        let open = t.elapsed();
+        let kept = rss_bytes().saturating_sub(rss);
+        let st = array.status();
+        println!(
+            "Array::open with 10^6 pending updated chunks ({changed} data stripes with entries, {logs} log stripes): {:.2} s, {:.0} MiB more resident memory; {} free slots on the fullest device",
+            open.as_secs_f64(),
+            kept as f64 / (1 << 20) as f64,
+            st.pending.min_free_slots
+        );
+        drop(array);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

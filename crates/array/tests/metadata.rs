@@ -111,10 +111,9 @@ fn power_cut_during_metadata_writes() {
         }
         assert!(inflight.is_some(), "cut {cut} never happened");
         drop(a);
-        for d in rig.all() {
-            d.power_cut().unwrap();
-            d.power_on();
-        }
+        // Main and log devices keep their writes: the array flushed them before each sync.
+        rig.meta.power_cut().unwrap();
+        rig.meta.power_on();
         let a = Array::open(rig.devices()).unwrap_or_else(|e| panic!("cut {cut}: reopen: {e}"));
         let mut back = vec![0u8; cap as usize];
         a.read(&mut back, 0).unwrap();
@@ -188,4 +187,112 @@ fn mirrored_metadata_volume_survives_a_leg_failure() {
     );
     let a = Array::open(devices(solo)).unwrap();
     verify_all(&a, &model, "after losing the second metadata leg");
+}
+
+/// Devices for `checkpoint_areas_grow_with_the_updates`: a geometry whose worst-case checkpoint
+/// is over 1 MiB, so it starts with 1 MiB areas; the metadata volume cuts power before its op
+/// `cut_at`.
+fn growth_rig(seed: u64, cut_at: Option<u64>) -> Rig {
+    let plain = |size: u64, s: u64| faulty(size, s, false);
+    let mut cfg = FaultConfig {
+        seed,
+        power_cut: PowerCutPolicy {
+            survive_prob: 0.5,
+            torn_prob: 0.5,
+            reorder: true,
+            sector: 512,
+        },
+        ..FaultConfig::default()
+    };
+    cfg.power_cut_at_op = cut_at;
+    Rig {
+        main: (0..6).map(|i| plain(40 << 20, seed * 100 + i)).collect(),
+        log: (0..2)
+            .map(|i| plain(64 << 20, seed * 100 + 50 + i))
+            .collect(),
+        meta: Arc::new(Faulty::new(MemDevice::new(32 << 20).unwrap(), cfg)),
+        crashy: true,
+    }
+}
+
+/// 4 KiB updates of random chunks, synced one by one, until the checkpoint areas grew (or the
+/// metadata volume lost power). Returns the array, the acknowledged bytes, the write whose sync
+/// failed, and the metadata volume's op count before and after the sync that grew the areas.
+#[allow(clippy::type_complexity)]
+fn write_until_growth(
+    rig: &Rig,
+    seed: u64,
+) -> (Array, Vec<u8>, Option<(u64, Vec<u8>)>, (u64, u64)) {
+    let cfg = ecstack_array::ArrayConfig {
+        scheme: SchemeKind::Eplog,
+        chunk_size: 4096,
+        ..ecstack_array::ArrayConfig::rs(4, 2)
+    };
+    let a = Array::create(&cfg, rig.devices()).unwrap();
+    let initial = a.status().metadata.checkpoint_size;
+    assert_eq!(initial, 1 << 20, "initial checkpoint areas");
+    let cap = a.size();
+    let mut durable = vec![0u8; cap as usize];
+    let mut rng = Rng::new(seed);
+    for _ in 0..40_000 {
+        let off = rng.below(cap / 4096) * 4096;
+        let mut d = vec![0u8; 4096];
+        rng.fill(&mut d);
+        let before = rig.meta.counts().ops;
+        if a.write(&d, off).is_err() || a.sync().is_err() {
+            assert!(rig.meta.is_powered_off(), "error without a power cut");
+            return (a, durable, Some((off, d)), (before, before));
+        }
+        durable[off as usize..off as usize + 4096].copy_from_slice(&d);
+        if a.superblock().layout.cp_size > initial {
+            return (a, durable, None, (before, rig.meta.counts().ops));
+        }
+    }
+    panic!("the checkpoint areas never grew");
+}
+
+/// The checkpoint areas grow with the updates (the superblock records the new layout), and a
+/// power cut at any operation of the metadata volume while they grow loses no acknowledged write:
+/// the old layout with its checkpoint and frames, or the new one, is found on open.
+#[test]
+fn checkpoint_areas_grow_with_the_updates() {
+    let seed = 77;
+    let rig = growth_rig(seed, None);
+    let (a, durable, _, (from, to)) = write_until_growth(&rig, seed);
+    let grown = a.status().metadata.checkpoint_size;
+    assert!(grown >= 2 << 20, "areas of {grown} bytes");
+    let layout = a.superblock().layout;
+    drop(a);
+    let a = Array::open(rig.devices()).unwrap();
+    assert_eq!(
+        a.superblock().layout,
+        layout,
+        "the superblock holds the grown layout"
+    );
+    let mut back = vec![0u8; durable.len()];
+    a.read(&mut back, 0).unwrap();
+    assert!(back == durable, "data after reopening the grown array");
+    drop(a);
+    println!("areas grew from 1 MiB to {grown} bytes in metadata ops {from}..{to}");
+    // The same workload, cut before each op of the growing sync.
+    for cut in from..to {
+        let rig = growth_rig(seed, Some(cut));
+        let (a, durable, inflight, _) = write_until_growth(&rig, seed);
+        drop(a);
+        // Main and log devices keep their writes: the array flushed them before each sync.
+        rig.meta.power_cut().unwrap();
+        rig.meta.power_on();
+        let a = Array::open(rig.devices()).unwrap_or_else(|e| panic!("cut {cut}: reopen: {e}"));
+        let mut back = vec![0u8; durable.len()];
+        a.read(&mut back, 0).unwrap();
+        if let Some((off, d)) = inflight {
+            let r = off as usize..off as usize + d.len();
+            assert!(
+                back[r.clone()] == durable[r.clone()] || back[r.clone()] == d[..],
+                "cut {cut}: the write in flight reads as neither old nor new"
+            );
+            back[r.clone()].copy_from_slice(&durable[r]);
+        }
+        assert!(back == durable, "cut {cut}: acknowledged data lost");
+    }
 }

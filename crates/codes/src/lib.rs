@@ -13,6 +13,17 @@
 //!   packets in any order.
 //! - [`shard`] splits a file into n shard files and rebuilds it from any k.
 //!
+//! Unlike klauspost/reedsolomon's `Encode(shards)`, [`encode`](ErasureCode::encode) takes the data
+//! and the parity as two arguments, `(&[&[u8]], &mut [&mut [u8]])`, not one slice of all n shards.
+//! The data often is borrowed immutably while parity is written: the array's eplog scheme encodes
+//! a log stripe's log chunks straight from the slices of the caller's `write_at(&[u8])` buffer,
+//! which it may not mutate, and the chunks are written out from those same slices. One `&mut`
+//! slice of n shards would force such a caller to copy every data chunk into mutable buffers first. [`reconstruct`] is the
+//! other way round: it fills missing shards of any position, so it takes the one slice of all n,
+//! each `Some` (present) or `None` (to rebuild), and allocates what it fills.
+//!
+//! [`reconstruct`]: ErasureCode::reconstruct
+//!
 //! Codes cannot tell a corrupt shard from a good one: a caller passes only shards it has verified (the
 //! CRC of each shard-file unit, the array's metadata, an OSD's chunk headers).
 //!

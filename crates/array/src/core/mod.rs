@@ -12,7 +12,9 @@ use std::time::Instant;
 
 use ecstack_codes::{new_code, ErasureCode};
 
-use crate::format::{Geometry, Superblock};
+use ecstack_device::BlockDevice;
+
+use crate::format::{Geometry, MetaLayout, Superblock, SB_SLOT};
 use crate::io::{Devs, IoCounters};
 use crate::meta::{MetaVolume, Rec};
 use crate::{ArrayError, Result};
@@ -46,6 +48,23 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub(crate) fn lock_sb(core: &Core) -> MutexGuard<'_, Superblock> {
     lock(&core.sb)
+}
+
+/// Record a changed superblock: the next generation, written over the older of the two copies
+/// and flushed (a torn write leaves the other copy, which the open picks).
+pub(crate) fn store_superblock(sb: &mut Superblock, meta: &dyn BlockDevice) -> Result<()> {
+    let mut next = sb.clone();
+    next.generation += 1;
+    let raw = next.encode()?;
+    let off = if next.generation.is_multiple_of(2) {
+        SB_SLOT
+    } else {
+        0
+    };
+    meta.write_at(&raw, off)?;
+    meta.flush()?;
+    *sb = next;
+    Ok(())
 }
 
 impl Core {
@@ -117,7 +136,7 @@ impl Core {
         };
         let t = Instant::now();
         if let Some(body) = cp {
-            mv.write_checkpoint(&body)?;
+            self.write_checkpoint(&mut mv, &body)?;
         } else if !recs.is_empty() {
             mv.append(&recs)?;
         }
@@ -141,7 +160,17 @@ impl Core {
             mi.pending.clear();
             mi.state.encode()
         };
-        mv.write_checkpoint(&body)
+        self.write_checkpoint(&mut mv, &body)
+    }
+
+    /// Write a full checkpoint; when its areas grow, the superblock records the new layout (lock
+    /// order: the metadata volume, then the superblock).
+    fn write_checkpoint(&self, mv: &mut MetaVolume, body: &[u8]) -> Result<()> {
+        mv.write_checkpoint_growing(body, &mut |dev: &dyn BlockDevice, layout: &MetaLayout| {
+            let mut sb = lock_sb(self);
+            let old = std::mem::replace(&mut sb.layout, layout.clone());
+            store_superblock(&mut sb, dev).inspect_err(|_| sb.layout = old)
+        })
     }
 
     pub(crate) fn begin_commit(&self) -> Result<()> {
