@@ -9,3 +9,11 @@
 mod proto {
     tonic::include_proto!("ecstack.mds.v1");
 }
+
+pub mod api;
+
+pub use api::{
+    ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
+    Heartbeat, HeartbeatReply, MdsClient, MdsError, OsdInfo, OsdRegistration, OsdState, OsdTask,
+    RecoverTask, RecoveryProgress, Registered, SegmentLayout,
+};

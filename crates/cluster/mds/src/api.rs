@@ -1,0 +1,863 @@
+//! The MDS as other crates see it: domain types and a typed async client ([`MdsClient`]) over the
+//! generated gRPC client. Generated types never leave this crate; conversions check every enum
+//! and required field, so a malformed reply is an [`MdsError::Protocol`], never a panic.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ecstack_rpc::Security;
+use tonic::transport::Channel;
+
+use crate::proto;
+use crate::proto::mds_client::MdsClient as RawClient;
+
+/// How long a client waits to connect to the MDS, and for one MDS request.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Health of an OSD as the MDS sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OsdState {
+    /// Heartbeating.
+    Up,
+    /// Missed heartbeats for `down_after_ms`: its chunks are read degraded, it may come back.
+    Down,
+    /// Declared out (`out_after_ms` or `osd out`): its chunks are rebuilt elsewhere.
+    Out,
+}
+
+/// State of one chunk of a segment at its holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ChunkState {
+    Healthy,
+    /// The holder missed a write or update; never read until caught up.
+    Stale,
+    /// Being rebuilt onto its (new or returning) holder.
+    Recovering,
+    /// No holder: its OSD is out (or there were fewer than n OSDs up) and no target was available.
+    Lost,
+}
+
+/// Cluster-wide parameters the MDS hands to every OSD at registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterParams {
+    pub cluster_id: String,
+    /// An ecstack codes family name (`rs-vand`, ...).
+    pub code: String,
+    pub k: u32,
+    pub m: u32,
+    pub segment_bytes: u64,
+    pub heartbeat_ms: u32,
+}
+
+impl ClusterParams {
+    /// Chunks per segment.
+    pub fn n(&self) -> u32 {
+        self.k + self.m
+    }
+}
+
+/// One OSD of the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OsdInfo {
+    pub osd_id: u32,
+    pub name: String,
+    pub addr: String,
+    /// Failure domains: `host`, `rack`.
+    pub labels: BTreeMap<String, String>,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    pub state: OsdState,
+    pub last_heartbeat_ms_ago: u64,
+}
+
+/// Where chunk `index` of a segment lives. `osd_id`/`addr` are meaningless when `state` is `Lost`
+/// (`osd_id` is then [`NO_OSD`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkPlacement {
+    /// 0..k data, k..n parity.
+    pub index: u32,
+    pub osd_id: u32,
+    pub addr: String,
+    pub state: ChunkState,
+}
+
+/// `osd_id` of a chunk that has no holder (a `Lost` chunk).
+pub const NO_OSD: u32 = u32::MAX;
+
+/// The layout of one segment: its primary and the holder of each of its n chunks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentLayout {
+    pub segment_id: u64,
+    pub file_id: u64,
+    /// Position of the segment in its file.
+    pub index: u32,
+    /// Data bytes in this segment (the last one of a file may be short).
+    pub length: u64,
+    /// osd_id of the primary OSD.
+    pub primary: u32,
+    pub primary_addr: String,
+    /// n entries, by chunk index.
+    pub chunks: Vec<ChunkPlacement>,
+    /// Bumped whenever the layout changes (promotion, recovery).
+    pub epoch: u64,
+}
+
+impl SegmentLayout {
+    /// Chunks that may be read: `Healthy` ones.
+    pub fn usable(&self) -> impl Iterator<Item = &ChunkPlacement> {
+        self.chunks
+            .iter()
+            .filter(|c| c.state == ChunkState::Healthy)
+    }
+}
+
+/// A committed file with the layout of every segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileInfo {
+    pub file_id: u64,
+    pub path: String,
+    pub size: u64,
+    pub mtime_ms: u64,
+    pub segment_bytes: u64,
+    pub segments: Vec<SegmentLayout>,
+}
+
+/// One line of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSummary {
+    pub path: String,
+    pub size: u64,
+    pub mtime_ms: u64,
+    pub segments: u32,
+}
+
+/// Work the MDS hands an OSD in a heartbeat reply. A task may arrive again (in later heartbeats,
+/// after an MDS restart) until it is reported done, so running one twice must be harmless.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OsdTask {
+    /// To a segment's primary: rebuild these chunks onto the holders their placements name, then
+    /// report each with `chunk_recovered`.
+    Recover(RecoverTask),
+    /// To a holder: drop these chunks of a removed or replaced segment, then report the segment in
+    /// the next heartbeat's `deleted_segments`.
+    Delete(DeleteTask),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoverTask {
+    pub layout: SegmentLayout,
+    /// Chunk indexes to rebuild (their placements name the target OSD, state `Recovering`).
+    pub chunks: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteTask {
+    pub segment_id: u64,
+    pub chunks: Vec<u32>,
+}
+
+/// Recovery progress since the last time recovery started from idle.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryProgress {
+    pub chunks_total: u64,
+    pub chunks_done: u64,
+    pub bytes_done: u64,
+    /// Unix ms; 0 when no recovery ran.
+    pub started_ms: u64,
+    /// Unix ms; 0 while running.
+    pub finished_ms: u64,
+}
+
+/// What `ecstack cluster status` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStatus {
+    pub cluster_id: String,
+    pub params: ClusterParams,
+    pub osds: Vec<OsdInfo>,
+    pub files: u64,
+    pub bytes: u64,
+    pub segments_healthy: u64,
+    /// Readable, but with at least one chunk stale, lost or on a down OSD.
+    pub segments_degraded: u64,
+    pub segments_recovering: u64,
+    /// Fewer than k usable chunks.
+    pub segments_lost: u64,
+    pub recovery: RecoveryProgress,
+}
+
+/// What an OSD tells the MDS when it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OsdRegistration {
+    pub name: String,
+    /// host:port of its Osd service (the port it actually bound).
+    pub addr: String,
+    pub labels: BTreeMap<String, String>,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+}
+
+/// The MDS's answer to a registration: the OSD's stable id (kept across restarts for its name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub osd_id: u32,
+    pub params: ClusterParams,
+}
+
+/// One heartbeat.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub osd_id: u32,
+    pub used_bytes: u64,
+    pub chunks: u64,
+    /// Segments whose DeleteTask for this OSD is done.
+    pub deleted_segments: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    /// The MDS's global layout epoch (the largest segment epoch).
+    pub epoch: u64,
+    pub tasks: Vec<OsdTask>,
+}
+
+/// Everything an MDS call can fail with. The service maps its own errors to gRPC codes with
+/// [`MdsError::to_status`]; the client maps codes back with `From<tonic::Status>`.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum MdsError {
+    /// Bad input: empty path, length over segment_bytes, ...
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No such file, segment, OSD.
+    #[error("{0}")]
+    NotFound(String),
+    /// The cluster cannot do it now (too few OSDs up, ...).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The MDS cannot be reached (or timed out); retry with backoff.
+    #[error("MDS unavailable: {0}")]
+    Unavailable(String),
+    /// The MDS's store failed.
+    #[error("MDS internal error: {0}")]
+    Internal(String),
+    /// A reply this client cannot understand (version skew or a bug).
+    #[error("malformed MDS reply: {0}")]
+    Protocol(String),
+    /// Any other gRPC status.
+    #[error("MDS call failed ({code:?}): {message}")]
+    Other { code: tonic::Code, message: String },
+}
+
+impl MdsError {
+    /// Worth retrying after a backoff.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, MdsError::Unavailable(_))
+    }
+
+    pub fn to_status(&self) -> tonic::Status {
+        match self {
+            MdsError::InvalidArgument(m) => tonic::Status::invalid_argument(m.clone()),
+            MdsError::NotFound(m) => tonic::Status::not_found(m.clone()),
+            MdsError::FailedPrecondition(m) => tonic::Status::failed_precondition(m.clone()),
+            MdsError::Unavailable(m) => tonic::Status::unavailable(m.clone()),
+            MdsError::Internal(m) => tonic::Status::internal(m.clone()),
+            MdsError::Protocol(m) => tonic::Status::invalid_argument(m.clone()),
+            MdsError::Other { code, message } => tonic::Status::new(*code, message.clone()),
+        }
+    }
+}
+
+impl From<tonic::Status> for MdsError {
+    fn from(s: tonic::Status) -> Self {
+        let message = s.message().to_owned();
+        match s.code() {
+            tonic::Code::InvalidArgument => MdsError::InvalidArgument(message),
+            tonic::Code::NotFound => MdsError::NotFound(message),
+            tonic::Code::FailedPrecondition => MdsError::FailedPrecondition(message),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+                MdsError::Unavailable(message)
+            }
+            tonic::Code::Internal => MdsError::Internal(message),
+            code => MdsError::Other { code, message },
+        }
+    }
+}
+
+impl From<MdsError> for tonic::Status {
+    fn from(e: MdsError) -> Self {
+        e.to_status()
+    }
+}
+
+// ---- conversions between domain and generated types (both directions: the service uses them too)
+
+pub(crate) fn osd_state_to_proto(s: OsdState) -> proto::OsdState {
+    match s {
+        OsdState::Up => proto::OsdState::Up,
+        OsdState::Down => proto::OsdState::Down,
+        OsdState::Out => proto::OsdState::Out,
+    }
+}
+
+fn osd_state_from_proto(v: i32) -> Result<OsdState, MdsError> {
+    match proto::OsdState::try_from(v) {
+        Ok(proto::OsdState::Up) => Ok(OsdState::Up),
+        Ok(proto::OsdState::Down) => Ok(OsdState::Down),
+        Ok(proto::OsdState::Out) => Ok(OsdState::Out),
+        _ => Err(MdsError::Protocol(format!("unknown OSD state {v}"))),
+    }
+}
+
+pub(crate) fn chunk_state_to_proto(s: ChunkState) -> proto::ChunkState {
+    match s {
+        ChunkState::Healthy => proto::ChunkState::Healthy,
+        ChunkState::Stale => proto::ChunkState::Stale,
+        ChunkState::Recovering => proto::ChunkState::Recovering,
+        ChunkState::Lost => proto::ChunkState::Lost,
+    }
+}
+
+fn chunk_state_from_proto(v: i32) -> Result<ChunkState, MdsError> {
+    match proto::ChunkState::try_from(v) {
+        Ok(proto::ChunkState::Healthy) => Ok(ChunkState::Healthy),
+        Ok(proto::ChunkState::Stale) => Ok(ChunkState::Stale),
+        Ok(proto::ChunkState::Recovering) => Ok(ChunkState::Recovering),
+        Ok(proto::ChunkState::Lost) => Ok(ChunkState::Lost),
+        _ => Err(MdsError::Protocol(format!("unknown chunk state {v}"))),
+    }
+}
+
+fn required<T>(v: Option<T>, what: &str) -> Result<T, MdsError> {
+    v.ok_or_else(|| MdsError::Protocol(format!("reply lacks {what}")))
+}
+
+impl From<ClusterParams> for proto::ClusterParams {
+    fn from(p: ClusterParams) -> Self {
+        proto::ClusterParams {
+            cluster_id: p.cluster_id,
+            code: p.code,
+            k: p.k,
+            m: p.m,
+            segment_bytes: p.segment_bytes,
+            heartbeat_ms: p.heartbeat_ms,
+        }
+    }
+}
+
+impl From<proto::ClusterParams> for ClusterParams {
+    fn from(p: proto::ClusterParams) -> Self {
+        ClusterParams {
+            cluster_id: p.cluster_id,
+            code: p.code,
+            k: p.k,
+            m: p.m,
+            segment_bytes: p.segment_bytes,
+            heartbeat_ms: p.heartbeat_ms,
+        }
+    }
+}
+
+impl From<OsdInfo> for proto::OsdInfo {
+    fn from(o: OsdInfo) -> Self {
+        proto::OsdInfo {
+            osd_id: o.osd_id,
+            name: o.name,
+            addr: o.addr,
+            labels: o.labels.into_iter().collect(),
+            capacity_bytes: o.capacity_bytes,
+            used_bytes: o.used_bytes,
+            state: osd_state_to_proto(o.state) as i32,
+            last_heartbeat_ms_ago: o.last_heartbeat_ms_ago,
+        }
+    }
+}
+
+impl TryFrom<proto::OsdInfo> for OsdInfo {
+    type Error = MdsError;
+    fn try_from(o: proto::OsdInfo) -> Result<Self, MdsError> {
+        Ok(OsdInfo {
+            osd_id: o.osd_id,
+            name: o.name,
+            addr: o.addr,
+            labels: o.labels.into_iter().collect(),
+            capacity_bytes: o.capacity_bytes,
+            used_bytes: o.used_bytes,
+            state: osd_state_from_proto(o.state)?,
+            last_heartbeat_ms_ago: o.last_heartbeat_ms_ago,
+        })
+    }
+}
+
+impl From<SegmentLayout> for proto::SegmentLayout {
+    fn from(s: SegmentLayout) -> Self {
+        proto::SegmentLayout {
+            segment_id: s.segment_id,
+            file_id: s.file_id,
+            index: s.index,
+            length: s.length,
+            primary: s.primary,
+            primary_addr: s.primary_addr,
+            chunks: s
+                .chunks
+                .into_iter()
+                .map(|c| proto::ChunkPlacement {
+                    index: c.index,
+                    osd_id: c.osd_id,
+                    addr: c.addr,
+                    state: chunk_state_to_proto(c.state) as i32,
+                })
+                .collect(),
+            epoch: s.epoch,
+        }
+    }
+}
+
+impl TryFrom<proto::SegmentLayout> for SegmentLayout {
+    type Error = MdsError;
+    fn try_from(s: proto::SegmentLayout) -> Result<Self, MdsError> {
+        let chunks = s
+            .chunks
+            .into_iter()
+            .map(|c| {
+                Ok(ChunkPlacement {
+                    index: c.index,
+                    osd_id: c.osd_id,
+                    addr: c.addr,
+                    state: chunk_state_from_proto(c.state)?,
+                })
+            })
+            .collect::<Result<Vec<_>, MdsError>>()?;
+        for (i, c) in chunks.iter().enumerate() {
+            if c.index as usize != i {
+                return Err(MdsError::Protocol(format!(
+                    "segment {} lists chunk {} at position {i}",
+                    s.segment_id, c.index
+                )));
+            }
+        }
+        Ok(SegmentLayout {
+            segment_id: s.segment_id,
+            file_id: s.file_id,
+            index: s.index,
+            length: s.length,
+            primary: s.primary,
+            primary_addr: s.primary_addr,
+            chunks,
+            epoch: s.epoch,
+        })
+    }
+}
+
+impl From<FileInfo> for proto::FileInfo {
+    fn from(f: FileInfo) -> Self {
+        proto::FileInfo {
+            file_id: f.file_id,
+            path: f.path,
+            size: f.size,
+            mtime_ms: f.mtime_ms,
+            segment_bytes: f.segment_bytes,
+            segments: f.segments.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl TryFrom<proto::FileInfo> for FileInfo {
+    type Error = MdsError;
+    fn try_from(f: proto::FileInfo) -> Result<Self, MdsError> {
+        Ok(FileInfo {
+            file_id: f.file_id,
+            path: f.path,
+            size: f.size,
+            mtime_ms: f.mtime_ms,
+            segment_bytes: f.segment_bytes,
+            segments: f
+                .segments
+                .into_iter()
+                .map(TryInto::try_into)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+impl From<FileSummary> for proto::FileSummary {
+    fn from(f: FileSummary) -> Self {
+        proto::FileSummary {
+            path: f.path,
+            size: f.size,
+            mtime_ms: f.mtime_ms,
+            segments: f.segments,
+        }
+    }
+}
+
+impl From<proto::FileSummary> for FileSummary {
+    fn from(f: proto::FileSummary) -> Self {
+        FileSummary {
+            path: f.path,
+            size: f.size,
+            mtime_ms: f.mtime_ms,
+            segments: f.segments,
+        }
+    }
+}
+
+impl From<OsdTask> for proto::OsdTask {
+    fn from(t: OsdTask) -> Self {
+        let task = match t {
+            OsdTask::Recover(r) => proto::osd_task::Task::Recover(proto::RecoverTask {
+                layout: Some(r.layout.into()),
+                chunks: r.chunks,
+            }),
+            OsdTask::Delete(d) => proto::osd_task::Task::Delete(proto::DeleteTask {
+                segment_id: d.segment_id,
+                chunks: d.chunks,
+            }),
+        };
+        proto::OsdTask { task: Some(task) }
+    }
+}
+
+impl TryFrom<proto::OsdTask> for OsdTask {
+    type Error = MdsError;
+    fn try_from(t: proto::OsdTask) -> Result<Self, MdsError> {
+        Ok(match required(t.task, "a task")? {
+            proto::osd_task::Task::Recover(r) => OsdTask::Recover(RecoverTask {
+                layout: required(r.layout, "a recover task's layout")?.try_into()?,
+                chunks: r.chunks,
+            }),
+            proto::osd_task::Task::Delete(d) => OsdTask::Delete(DeleteTask {
+                segment_id: d.segment_id,
+                chunks: d.chunks,
+            }),
+        })
+    }
+}
+
+impl From<RecoveryProgress> for proto::RecoveryProgress {
+    fn from(r: RecoveryProgress) -> Self {
+        proto::RecoveryProgress {
+            chunks_total: r.chunks_total,
+            chunks_done: r.chunks_done,
+            bytes_done: r.bytes_done,
+            started_ms: r.started_ms,
+            finished_ms: r.finished_ms,
+        }
+    }
+}
+
+impl From<proto::RecoveryProgress> for RecoveryProgress {
+    fn from(r: proto::RecoveryProgress) -> Self {
+        RecoveryProgress {
+            chunks_total: r.chunks_total,
+            chunks_done: r.chunks_done,
+            bytes_done: r.bytes_done,
+            started_ms: r.started_ms,
+            finished_ms: r.finished_ms,
+        }
+    }
+}
+
+impl From<ClusterStatus> for proto::StatusReply {
+    fn from(s: ClusterStatus) -> Self {
+        proto::StatusReply {
+            cluster_id: s.cluster_id,
+            params: Some(s.params.into()),
+            osds: s.osds.into_iter().map(Into::into).collect(),
+            files: s.files,
+            bytes: s.bytes,
+            segments_healthy: s.segments_healthy,
+            segments_degraded: s.segments_degraded,
+            segments_recovering: s.segments_recovering,
+            segments_lost: s.segments_lost,
+            recovery: Some(s.recovery.into()),
+        }
+    }
+}
+
+impl TryFrom<proto::StatusReply> for ClusterStatus {
+    type Error = MdsError;
+    fn try_from(s: proto::StatusReply) -> Result<Self, MdsError> {
+        Ok(ClusterStatus {
+            cluster_id: s.cluster_id,
+            params: required(s.params, "cluster params")?.into(),
+            osds: s
+                .osds
+                .into_iter()
+                .map(TryInto::try_into)
+                .collect::<Result<_, _>>()?,
+            files: s.files,
+            bytes: s.bytes,
+            segments_healthy: s.segments_healthy,
+            segments_degraded: s.segments_degraded,
+            segments_recovering: s.segments_recovering,
+            segments_lost: s.segments_lost,
+            recovery: s.recovery.map(Into::into).unwrap_or_default(),
+        })
+    }
+}
+
+/// A typed client of the MDS. Cheap to clone (one HTTP/2 channel underneath); every call takes
+/// `&self`.
+#[derive(Debug, Clone)]
+pub struct MdsClient {
+    raw: RawClient<Channel>,
+}
+
+impl MdsClient {
+    /// A client of the MDS at `addr` (`host:port`); connects lazily, on the first call.
+    pub fn connect(addr: &str, security: &Security) -> Result<MdsClient, MdsError> {
+        let channel = security
+            .channel(addr, CONNECT_TIMEOUT, REQUEST_TIMEOUT)
+            .map_err(|e| MdsError::Unavailable(format!("MDS at {addr}: {e}")))?;
+        Ok(MdsClient::from_channel(channel))
+    }
+
+    /// A client over a channel made elsewhere (`Security::channel`).
+    pub fn from_channel(channel: Channel) -> MdsClient {
+        MdsClient {
+            raw: RawClient::new(channel),
+        }
+    }
+
+    fn raw(&self) -> RawClient<Channel> {
+        self.raw.clone()
+    }
+
+    /// Registers an OSD (a returning name keeps its id and updates its address).
+    pub async fn register_osd(&self, r: &OsdRegistration) -> Result<Registered, MdsError> {
+        let reply = self
+            .raw()
+            .register_osd(proto::RegisterOsdRequest {
+                name: r.name.clone(),
+                addr: r.addr.clone(),
+                labels: r.labels.clone().into_iter().collect(),
+                capacity_bytes: r.capacity_bytes,
+                used_bytes: r.used_bytes,
+            })
+            .await?
+            .into_inner();
+        Ok(Registered {
+            osd_id: reply.osd_id,
+            params: required(reply.params, "cluster params")?.into(),
+        })
+    }
+
+    /// One heartbeat; the reply carries this OSD's pending tasks.
+    pub async fn heartbeat(&self, h: &Heartbeat) -> Result<HeartbeatReply, MdsError> {
+        let reply = self
+            .raw()
+            .heartbeat(proto::HeartbeatRequest {
+                osd_id: h.osd_id,
+                used_bytes: h.used_bytes,
+                chunks: h.chunks,
+                deleted_segments: h.deleted_segments.clone(),
+            })
+            .await?
+            .into_inner();
+        Ok(HeartbeatReply {
+            epoch: reply.epoch,
+            tasks: reply
+                .tasks
+                .into_iter()
+                .map(TryInto::try_into)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// Starts a put of `path`; the file stays invisible until [`MdsClient::commit_file`].
+    pub async fn create_file(&self, path: &str) -> Result<u64, MdsError> {
+        let reply = self
+            .raw()
+            .create_file(proto::CreateFileRequest {
+                path: path.to_owned(),
+            })
+            .await?
+            .into_inner();
+        Ok(reply.file_id)
+    }
+
+    /// Places new segments of a pending file (data bytes of each, in file order).
+    pub async fn allocate_segments(
+        &self,
+        file_id: u64,
+        lengths: &[u64],
+    ) -> Result<Vec<SegmentLayout>, MdsError> {
+        let reply = self
+            .raw()
+            .allocate_segments(proto::AllocateSegmentsRequest {
+                file_id,
+                lengths: lengths.to_vec(),
+            })
+            .await?
+            .into_inner();
+        reply.segments.into_iter().map(TryInto::try_into).collect()
+    }
+
+    /// Makes a pending file visible, replacing any committed file of the same path.
+    pub async fn commit_file(&self, file_id: u64, size: u64) -> Result<(), MdsError> {
+        self.raw()
+            .commit_file(proto::CommitFileRequest { file_id, size })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn lookup_file(&self, path: &str) -> Result<FileInfo, MdsError> {
+        let reply = self
+            .raw()
+            .lookup_file(proto::LookupFileRequest {
+                path: path.to_owned(),
+            })
+            .await?
+            .into_inner();
+        reply.try_into()
+    }
+
+    /// Committed files whose path starts with `prefix`, sorted by path.
+    pub async fn list_files(&self, prefix: &str) -> Result<Vec<FileSummary>, MdsError> {
+        let reply = self
+            .raw()
+            .list_files(proto::ListFilesRequest {
+                prefix: prefix.to_owned(),
+            })
+            .await?
+            .into_inner();
+        Ok(reply.files.into_iter().map(Into::into).collect())
+    }
+
+    pub async fn remove_file(&self, path: &str) -> Result<(), MdsError> {
+        self.raw()
+            .remove_file(proto::RemoveFileRequest {
+                path: path.to_owned(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn get_segment(&self, segment_id: u64) -> Result<SegmentLayout, MdsError> {
+        let reply = self
+            .raw()
+            .get_segment(proto::GetSegmentRequest { segment_id })
+            .await?
+            .into_inner();
+        reply.try_into()
+    }
+
+    /// Marks chunks stale (durable at the MDS when this returns).
+    pub async fn mark_stale(
+        &self,
+        segment_id: u64,
+        chunks: &[u32],
+        version: u64,
+    ) -> Result<(), MdsError> {
+        self.raw()
+            .mark_stale(proto::MarkStaleRequest {
+                segment_id,
+                chunks: chunks.to_vec(),
+                version,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Reports chunk `chunk` of a segment rebuilt on `osd_id` at `version`.
+    pub async fn chunk_recovered(
+        &self,
+        segment_id: u64,
+        chunk: u32,
+        osd_id: u32,
+        version: u64,
+    ) -> Result<(), MdsError> {
+        self.raw()
+            .chunk_recovered(proto::ChunkRecoveredRequest {
+                segment_id,
+                chunk,
+                osd_id,
+                version,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Declares an OSD out; returns how many chunks will be rebuilt elsewhere.
+    pub async fn osd_out(&self, osd_id: u32) -> Result<u64, MdsError> {
+        let reply = self
+            .raw()
+            .osd_out(proto::OsdOutRequest { osd_id })
+            .await?
+            .into_inner();
+        Ok(reply.chunks_to_recover)
+    }
+
+    pub async fn status(&self) -> Result<ClusterStatus, MdsError> {
+        let reply = self
+            .raw()
+            .status(proto::StatusRequest {})
+            .await?
+            .into_inner();
+        reply.try_into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> SegmentLayout {
+        SegmentLayout {
+            segment_id: 7,
+            file_id: 3,
+            index: 1,
+            length: 1000,
+            primary: 2,
+            primary_addr: "127.0.0.1:9".into(),
+            chunks: (0..3)
+                .map(|i| ChunkPlacement {
+                    index: i,
+                    osd_id: if i == 2 { NO_OSD } else { i + 2 },
+                    addr: format!("a{i}"),
+                    state: [ChunkState::Healthy, ChunkState::Stale, ChunkState::Lost][i as usize],
+                })
+                .collect(),
+            epoch: 5,
+        }
+    }
+
+    #[test]
+    fn layout_survives_the_wire_types() {
+        let l = layout();
+        let p: proto::SegmentLayout = l.clone().into();
+        assert_eq!(SegmentLayout::try_from(p).unwrap(), l);
+        assert_eq!(l.usable().count(), 1);
+    }
+
+    #[test]
+    fn malformed_layouts_are_protocol_errors() {
+        let mut p: proto::SegmentLayout = layout().into();
+        p.chunks[1].state = 99;
+        assert!(matches!(
+            SegmentLayout::try_from(p),
+            Err(MdsError::Protocol(_))
+        ));
+        let mut p: proto::SegmentLayout = layout().into();
+        p.chunks.swap(0, 1);
+        assert!(matches!(
+            SegmentLayout::try_from(p),
+            Err(MdsError::Protocol(_))
+        ));
+        assert!(OsdTask::try_from(proto::OsdTask { task: None }).is_err());
+    }
+
+    #[test]
+    fn errors_map_to_codes_and_back() {
+        for e in [
+            MdsError::InvalidArgument("x".into()),
+            MdsError::NotFound("x".into()),
+            MdsError::FailedPrecondition("x".into()),
+            MdsError::Unavailable("x".into()),
+            MdsError::Internal("x".into()),
+        ] {
+            assert_eq!(MdsError::from(e.to_status()), e);
+        }
+        assert!(MdsError::from(tonic::Status::deadline_exceeded("t")).is_retryable());
+    }
+}
