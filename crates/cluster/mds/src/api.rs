@@ -80,6 +80,9 @@ pub struct ChunkPlacement {
     pub osd_id: u32,
     pub addr: String,
     pub state: ChunkState,
+    /// The holder is UP. A chunk on a down or out OSD is not usable whatever its state: a reader
+    /// skips it, a writer treats its holder as unreachable (MarkStale).
+    pub up: bool,
 }
 
 /// `osd_id` of a chunk that has no holder (a `Lost` chunk).
@@ -104,11 +107,11 @@ pub struct SegmentLayout {
 }
 
 impl SegmentLayout {
-    /// Chunks that may be read: `Healthy` ones.
+    /// Chunks that may be read: `Healthy` ones on an UP holder.
     pub fn usable(&self) -> impl Iterator<Item = &ChunkPlacement> {
         self.chunks
             .iter()
-            .filter(|c| c.state == ChunkState::Healthy)
+            .filter(|c| c.state == ChunkState::Healthy && c.up)
     }
 }
 
@@ -405,6 +408,7 @@ impl From<SegmentLayout> for proto::SegmentLayout {
                     osd_id: c.osd_id,
                     addr: c.addr,
                     state: chunk_state_to_proto(c.state) as i32,
+                    up: c.up,
                 })
                 .collect(),
             epoch: s.epoch,
@@ -424,6 +428,7 @@ impl TryFrom<proto::SegmentLayout> for SegmentLayout {
                     osd_id: c.osd_id,
                     addr: c.addr,
                     state: chunk_state_from_proto(c.state)?,
+                    up: c.up,
                 })
             })
             .collect::<Result<Vec<_>, MdsError>>()?;
@@ -816,6 +821,7 @@ mod tests {
                     osd_id: if i == 2 { NO_OSD } else { i + 2 },
                     addr: format!("a{i}"),
                     state: [ChunkState::Healthy, ChunkState::Stale, ChunkState::Lost][i as usize],
+                    up: i != 2,
                 })
                 .collect(),
             epoch: 5,
