@@ -107,7 +107,7 @@ pub fn run(a: NbdArgs) -> Result<()> {
     }
 }
 
-fn init_logging(default: &str) {
+pub(crate) fn init_logging(default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()

@@ -4,6 +4,7 @@ mod cmd_array;
 mod cmd_bench;
 mod cmd_ec;
 mod cmd_experiment;
+mod cmd_mds;
 mod cmd_nbd;
 mod cmd_sim;
 mod cmd_trace;
@@ -41,6 +42,8 @@ enum Cmd {
     Array(cmd_array::ArrayArgs),
     /// Re-run published experiments on this machine (eplog: EPLOG §5 Exps 1-5)
     Experiment(cmd_experiment::ExperimentArgs),
+    /// CodFS metadata server: files → segments → chunks on OSDs, OSD health, promotion, recovery
+    Mds(cmd_mds::MdsArgs),
 }
 
 fn main() {
@@ -53,6 +56,7 @@ fn main() {
         Cmd::Nbd(a) => cmd_nbd::run(a),
         Cmd::Array(a) => cmd_array::run(a),
         Cmd::Experiment(a) => cmd_experiment::run(a),
+        Cmd::Mds(a) => cmd_mds::run(a),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.

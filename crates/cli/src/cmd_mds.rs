@@ -1,0 +1,130 @@
+//! `ecstack mds`: the CodFS metadata server (crates/cluster/mds). Serves the MDS protocol over
+//! mutual TLS (or loudly insecure), runs the failure detector, and serves Prometheus metrics on a
+//! loopback port. Prints its bound addresses on stdout, one line each, so scripts and tests that
+//! start it on port 0 can find it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ecstack_mds::engine::{MdsCore, MdsSettings, SystemClock};
+use ecstack_mds::service::MdsHandle;
+use ecstack_mds::store::SqliteStore;
+use ecstack_rpc::{ClusterConfig, Security};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+#[derive(Args)]
+pub struct MdsArgs {
+    /// The cluster's config file (cluster.toml, made by `ecstack cluster init`)
+    #[arg(long)]
+    config: PathBuf,
+    /// This process's name: its certificate is <certs>/<name>.pem and .key
+    #[arg(long, default_value = "mds")]
+    name: String,
+    /// Plain HTTP/2 without TLS or client certificates (loopback experiments only)
+    #[arg(long)]
+    insecure: bool,
+    /// Address of the MDS service (default: the config's [mds] addr; port 0 picks one)
+    #[arg(long)]
+    addr: Option<String>,
+    /// Loopback address of the Prometheus metrics endpoint (default: the config's [mds] metrics_addr)
+    #[arg(long)]
+    metrics_addr: Option<String>,
+}
+
+pub fn run(a: MdsArgs) -> Result<()> {
+    crate::cmd_nbd::init_logging("info");
+    let config = ClusterConfig::load(&a.config)?;
+    let security = if a.insecure {
+        eprintln!(
+            "ecstack mds: WARNING: --insecure: no TLS, no client certificates; anyone who can reach the port can change the cluster's metadata"
+        );
+        Security::Insecure
+    } else {
+        Security::load(&config.certs_dir(), &a.name)
+            .with_context(|| format!("loading the certificate of {:?}", a.name))?
+    };
+    let store_path = config.resolve(&config.mds.store);
+    let store = SqliteStore::open(&store_path)?;
+    let settings = MdsSettings::from_config(&config);
+    let core = MdsCore::open(Box::new(store), settings, Arc::new(SystemClock))?;
+    let handle = MdsHandle::new(core);
+    let addr = a.addr.unwrap_or_else(|| config.mds.addr.clone());
+    let metrics_addr = a
+        .metrics_addr
+        .unwrap_or_else(|| config.mds.metrics_addr.clone());
+    let detector_every = Duration::from_millis((config.mds.heartbeat_ms / 2).max(1));
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot bind the MDS address {addr}"))?;
+        let metrics = TcpListener::bind(&metrics_addr)
+            .await
+            .with_context(|| format!("cannot bind the metrics address {metrics_addr}"))?;
+        println!("ecstack mds: listening on {}", listener.local_addr()?);
+        println!(
+            "ecstack mds: metrics on http://{}/metrics",
+            metrics.local_addr()?
+        );
+        println!("ecstack mds: store {}", store_path.display());
+        tokio::spawn(serve_metrics(metrics, handle.clone()));
+        handle.spawn_failure_detector(detector_every);
+        handle.serve(listener, &security, shutdown_signal()).await?;
+        eprintln!("ecstack mds: stopped");
+        Ok(())
+    })
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
+
+/// A minimal HTTP/1.1 endpoint: `GET /metrics` answers the MDS's Prometheus text, anything else
+/// 404. (To move onto `ecstack_rpc`'s shared metrics endpoint once it exists.)
+async fn serve_metrics(listener: TcpListener, handle: MdsHandle) {
+    loop {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let mut req = Vec::with_capacity(1024);
+            let mut buf = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 8192 {
+                match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => req.extend_from_slice(&buf[..n]),
+                    _ => return,
+                }
+            }
+            let line = String::from_utf8_lossy(&req);
+            let (status, body) = if line.starts_with("GET /metrics ") {
+                ("200 OK", handle.metrics_text().await)
+            } else {
+                ("404 Not Found", "try GET /metrics\n".to_string())
+            };
+            let reply = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(reply.as_bytes()).await;
+        });
+    }
+}

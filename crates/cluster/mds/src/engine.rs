@@ -1,0 +1,1089 @@
+//! The MDS's logic, synchronous and on an injectable clock: namespace operations, OSD registry and
+//! health (down → primary promotion, out → re-placement and recovery), chunk states and the tasks
+//! OSDs receive in heartbeat replies. Every mutating operation writes one atomic batch to the
+//! [`MetadataStore`] before it returns, so an acknowledged RPC survives an MDS restart.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::api::{
+    ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
+    Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdRegistration, OsdState, OsdTask, RecoverTask,
+    RecoveryProgress, Registered, SegmentLayout, NO_OSD,
+};
+use crate::placement::{place_chunk, place_segment, Candidate};
+use crate::store::{
+    ChunkRecord, DeleteRecord, FileRecord, MetadataStore, Mutation, OsdRecord, SegmentRecord,
+    StoreError, COUNTER_EPOCH, COUNTER_FILE, COUNTER_OSD, COUNTER_SEGMENT,
+};
+
+/// Longest path the MDS accepts, bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Most segments one AllocateSegments call may add, and most segments of one file.
+pub const MAX_SEGMENTS_PER_CALL: usize = 4096;
+pub const MAX_SEGMENTS_PER_FILE: u64 = 1 << 20;
+/// A file created but not committed for this long is removed (its chunks get DeleteTasks).
+pub const DEFAULT_PENDING_TTL_MS: u64 = 60 * 60 * 1000;
+
+/// Time in unix milliseconds. The MDS reads time only through this, so tests drive it.
+pub trait Clock: Send + Sync {
+    fn now_ms(&self) -> u64;
+}
+
+/// The wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that moves only when told (tests).
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    pub fn new(start_ms: u64) -> Arc<ManualClock> {
+        Arc::new(ManualClock(AtomicU64::new(start_ms)))
+    }
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// What the MDS needs from the cluster config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MdsSettings {
+    pub params: ClusterParams,
+    /// The OSD label naming a failure domain (`host`, `rack`), if any.
+    pub failure_domain: Option<String>,
+    pub down_after_ms: u64,
+    pub out_after_ms: u64,
+    pub pending_ttl_ms: u64,
+}
+
+impl MdsSettings {
+    pub fn from_config(c: &ecstack_rpc::ClusterConfig) -> MdsSettings {
+        MdsSettings {
+            params: ClusterParams {
+                cluster_id: c.cluster_id.clone(),
+                code: c.code.family.clone(),
+                k: c.code.k,
+                m: c.code.m,
+                segment_bytes: c.segment_bytes,
+                heartbeat_ms: u32::try_from(c.mds.heartbeat_ms).unwrap_or(u32::MAX),
+            },
+            failure_domain: c.placement.failure_domain.clone(),
+            down_after_ms: c.mds.down_after_ms,
+            out_after_ms: c.mds.out_after_ms,
+            pending_ttl_ms: DEFAULT_PENDING_TTL_MS,
+        }
+    }
+}
+
+fn internal(e: StoreError) -> MdsError {
+    MdsError::Internal(e.to_string())
+}
+
+/// Mutations of one operation plus the counters it advanced; written in one transaction.
+struct Batch {
+    muts: Vec<Mutation>,
+    counters: BTreeMap<&'static str, u64>,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            muts: Vec::new(),
+            counters: BTreeMap::new(),
+        }
+    }
+
+    fn next(&mut self, store: &dyn MetadataStore, name: &'static str) -> Result<u64, MdsError> {
+        let cur = match self.counters.get(name) {
+            Some(v) => *v,
+            None => store.counter(name).map_err(internal)?,
+        };
+        self.counters.insert(name, cur + 1);
+        Ok(cur + 1)
+    }
+
+    fn push(&mut self, m: Mutation) {
+        self.muts.push(m);
+    }
+
+    fn commit(mut self, store: &mut dyn MetadataStore) -> Result<(), MdsError> {
+        for (name, value) in std::mem::take(&mut self.counters) {
+            self.muts.push(Mutation::SetCounter { name, value });
+        }
+        if self.muts.is_empty() {
+            return Ok(());
+        }
+        store.apply(&self.muts).map_err(internal)
+    }
+}
+
+/// The metadata server's state machine.
+pub struct MdsCore {
+    store: Box<dyn MetadataStore>,
+    settings: MdsSettings,
+    clock: Arc<dyn Clock>,
+    /// Last heartbeat per OSD (unix ms). After a restart every known OSD starts from the restart
+    /// time, so none is declared down before it had `down_after_ms` to heartbeat again.
+    last_seen: HashMap<u32, u64>,
+}
+
+impl MdsCore {
+    pub fn open(
+        store: Box<dyn MetadataStore>,
+        settings: MdsSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<MdsCore, MdsError> {
+        let now = clock.now_ms();
+        let last_seen = store
+            .osds()
+            .map_err(internal)?
+            .into_iter()
+            .map(|o| (o.osd_id, o.last_heartbeat_ms.max(now)))
+            .collect();
+        Ok(MdsCore {
+            store,
+            settings,
+            clock,
+            last_seen,
+        })
+    }
+
+    pub fn settings(&self) -> &MdsSettings {
+        &self.settings
+    }
+
+    fn k(&self) -> u32 {
+        self.settings.params.k
+    }
+
+    fn n(&self) -> u32 {
+        self.settings.params.n()
+    }
+
+    fn chunk_bytes(&self, length: u64) -> u64 {
+        length.div_ceil(u64::from(self.k()))
+    }
+
+    fn osd_map(&self) -> Result<BTreeMap<u32, OsdRecord>, MdsError> {
+        Ok(self
+            .store
+            .osds()
+            .map_err(internal)?
+            .into_iter()
+            .map(|o| (o.osd_id, o))
+            .collect())
+    }
+
+    fn domain_of(&self, o: &OsdRecord) -> Option<String> {
+        self.settings
+            .failure_domain
+            .as_ref()
+            .and_then(|d| o.labels.get(d).cloned())
+    }
+
+    /// UP OSDs with their loads, for placement.
+    fn candidates(&self, osds: &BTreeMap<u32, OsdRecord>) -> Result<Vec<Candidate>, MdsError> {
+        let loads = self.store.osd_loads(self.k()).map_err(internal)?;
+        Ok(osds
+            .values()
+            .filter(|o| o.state == OsdState::Up)
+            .map(|o| Candidate {
+                osd_id: o.osd_id,
+                domain: self.domain_of(o),
+                load: loads.get(&o.osd_id).cloned().unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    fn segment(&self, segment_id: u64) -> Result<SegmentRecord, MdsError> {
+        self.store
+            .segment(segment_id)
+            .map_err(internal)?
+            .ok_or_else(|| MdsError::NotFound(format!("no segment {segment_id}")))
+    }
+
+    fn layout(
+        &self,
+        s: &SegmentRecord,
+        osds: &BTreeMap<u32, OsdRecord>,
+    ) -> Result<SegmentLayout, MdsError> {
+        let chunks = self.store.chunks(s.segment_id).map_err(internal)?;
+        Ok(layout_of(s, &chunks, osds))
+    }
+
+    // ---- OSDs
+
+    pub fn register_osd(&mut self, r: &OsdRegistration) -> Result<Registered, MdsError> {
+        if r.name.trim().is_empty() {
+            return Err(MdsError::InvalidArgument("OSD name is empty".into()));
+        }
+        if r.addr.trim().is_empty() {
+            return Err(MdsError::InvalidArgument(format!(
+                "OSD {} registered without an address",
+                r.name
+            )));
+        }
+        let now = self.clock.now_ms();
+        let osds = self.osd_map()?;
+        let mut batch = Batch::new();
+        let osd_id = match osds.values().find(|o| o.name == r.name) {
+            Some(o) => o.osd_id,
+            None => {
+                let id = batch.next(self.store.as_ref(), COUNTER_OSD)? - 1;
+                u32::try_from(id)
+                    .ok()
+                    .filter(|&id| id != NO_OSD)
+                    .ok_or_else(|| MdsError::FailedPrecondition("OSD ids exhausted".into()))?
+            }
+        };
+        let previous = osds.get(&osd_id).map(|o| o.state);
+        batch.push(Mutation::PutOsd(OsdRecord {
+            osd_id,
+            name: r.name.clone(),
+            addr: r.addr.clone(),
+            labels: r.labels.clone(),
+            capacity_bytes: r.capacity_bytes,
+            used_bytes: r.used_bytes,
+            state: OsdState::Up,
+            last_heartbeat_ms: now,
+        }));
+        batch.commit(self.store.as_mut())?;
+        self.last_seen.insert(osd_id, now);
+        tracing::info!(osd_id, name = %r.name, addr = %r.addr, ?previous, "OSD registered");
+        Ok(Registered {
+            osd_id,
+            params: self.settings.params.clone(),
+        })
+    }
+
+    pub fn heartbeat(&mut self, h: &Heartbeat) -> Result<HeartbeatReply, MdsError> {
+        let now = self.clock.now_ms();
+        let mut osds = self.osd_map()?;
+        let Some(osd) = osds.get_mut(&h.osd_id) else {
+            return Err(MdsError::NotFound(format!(
+                "unknown OSD id {}; register first",
+                h.osd_id
+            )));
+        };
+        if osd.state == OsdState::Down {
+            tracing::info!(osd_id = h.osd_id, "OSD is up again");
+            osd.state = OsdState::Up;
+        }
+        osd.used_bytes = h.used_bytes;
+        osd.last_heartbeat_ms = now;
+        let mut batch = Batch::new();
+        batch.push(Mutation::PutOsd(osd.clone()));
+        for &segment_id in &h.deleted_segments {
+            batch.push(Mutation::RemoveDeletes {
+                osd_id: h.osd_id,
+                segment_id,
+            });
+        }
+        batch.commit(self.store.as_mut())?;
+        self.last_seen.insert(h.osd_id, now);
+
+        let mut tasks = Vec::new();
+        let mut deletes: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for d in self.store.deletes_for(h.osd_id).map_err(internal)? {
+            deletes.entry(d.segment_id).or_default().push(d.chunk);
+        }
+        tasks.extend(
+            deletes
+                .into_iter()
+                .map(|(segment_id, chunks)| OsdTask::Delete(DeleteTask { segment_id, chunks })),
+        );
+        tasks.extend(
+            self.recover_tasks(h.osd_id, &osds)?
+                .into_iter()
+                .map(OsdTask::Recover),
+        );
+        Ok(HeartbeatReply {
+            epoch: self.store.counter(COUNTER_EPOCH).map_err(internal)?,
+            tasks,
+        })
+    }
+
+    /// Derived from chunk states: every segment with `primary` as its primary and a stale or
+    /// recovering chunk whose holder is UP.
+    fn recover_tasks(
+        &self,
+        primary: u32,
+        osds: &BTreeMap<u32, OsdRecord>,
+    ) -> Result<Vec<RecoverTask>, MdsError> {
+        let mut wanted: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for state in [ChunkState::Stale, ChunkState::Recovering] {
+            for c in self.store.chunks_in_state(state).map_err(internal)? {
+                let holder_up = c
+                    .osd_id
+                    .and_then(|o| osds.get(&o))
+                    .is_some_and(|o| o.state == OsdState::Up);
+                if holder_up {
+                    wanted.entry(c.segment_id).or_default().push(c.index);
+                }
+            }
+        }
+        let mut tasks = Vec::new();
+        for (segment_id, mut chunks) in wanted {
+            let Some(s) = self.store.segment(segment_id).map_err(internal)? else {
+                continue;
+            };
+            if s.primary != primary {
+                continue;
+            }
+            chunks.sort_unstable();
+            tasks.push(RecoverTask {
+                layout: self.layout(&s, osds)?,
+                chunks,
+            });
+        }
+        Ok(tasks)
+    }
+
+    // ---- namespace
+
+    fn check_path(path: &str) -> Result<(), MdsError> {
+        if path.is_empty() {
+            return Err(MdsError::InvalidArgument("path is empty".into()));
+        }
+        if path.len() > MAX_PATH_BYTES {
+            return Err(MdsError::InvalidArgument(format!(
+                "path is {} bytes long; the limit is {MAX_PATH_BYTES}",
+                path.len()
+            )));
+        }
+        if path.contains('\0') {
+            return Err(MdsError::InvalidArgument("path contains a NUL byte".into()));
+        }
+        Ok(())
+    }
+
+    pub fn create_file(&mut self, path: &str) -> Result<u64, MdsError> {
+        Self::check_path(path)?;
+        let mut batch = Batch::new();
+        let file_id = batch.next(self.store.as_ref(), COUNTER_FILE)?;
+        batch.push(Mutation::PutFile(FileRecord {
+            file_id,
+            path: path.to_owned(),
+            size: 0,
+            mtime_ms: self.clock.now_ms(),
+            committed: false,
+        }));
+        batch.commit(self.store.as_mut())?;
+        Ok(file_id)
+    }
+
+    fn pending_file(&self, file_id: u64) -> Result<FileRecord, MdsError> {
+        let f = self
+            .store
+            .file(file_id)
+            .map_err(internal)?
+            .ok_or_else(|| MdsError::NotFound(format!("no file with id {file_id}")))?;
+        if f.committed {
+            return Err(MdsError::FailedPrecondition(format!(
+                "file {file_id} ({}) is already committed",
+                f.path
+            )));
+        }
+        Ok(f)
+    }
+
+    pub fn allocate_segments(
+        &mut self,
+        file_id: u64,
+        lengths: &[u64],
+    ) -> Result<Vec<SegmentLayout>, MdsError> {
+        let f = self.pending_file(file_id)?;
+        let seg_bytes = self.settings.params.segment_bytes;
+        if lengths.is_empty() {
+            return Err(MdsError::InvalidArgument("no segment lengths given".into()));
+        }
+        if lengths.len() > MAX_SEGMENTS_PER_CALL {
+            return Err(MdsError::InvalidArgument(format!(
+                "{} segments in one call; the limit is {MAX_SEGMENTS_PER_CALL}",
+                lengths.len()
+            )));
+        }
+        if let Some((i, l)) = lengths
+            .iter()
+            .enumerate()
+            .find(|(_, &l)| l == 0 || l > seg_bytes)
+        {
+            return Err(MdsError::InvalidArgument(format!(
+                "segment length #{i} is {l}; it must be 1..={seg_bytes} (segment_bytes)"
+            )));
+        }
+        let existing = self.store.segments_of_file(file_id).map_err(internal)?;
+        if existing.len() as u64 + lengths.len() as u64 > MAX_SEGMENTS_PER_FILE {
+            return Err(MdsError::InvalidArgument(format!(
+                "file {} would have {} segments; the limit is {MAX_SEGMENTS_PER_FILE}",
+                f.path,
+                existing.len() + lengths.len()
+            )));
+        }
+        let osds = self.osd_map()?;
+        let mut candidates = self.candidates(&osds)?;
+        let (k, n) = (self.k(), self.n());
+        let mut batch = Batch::new();
+        let epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
+        let mut records = Vec::with_capacity(lengths.len());
+        for (i, &length) in lengths.iter().enumerate() {
+            let placed = place_segment(&mut candidates, k, n, self.chunk_bytes(length))
+                .map_err(|e| MdsError::FailedPrecondition(e.to_string()))?;
+            let segment_id = batch.next(self.store.as_ref(), COUNTER_SEGMENT)?;
+            let seg = SegmentRecord {
+                segment_id,
+                file_id,
+                index: (existing.len() + i) as u32,
+                length,
+                primary: placed[0].expect("chunk 0 is always placed"),
+                epoch,
+                version: 0,
+            };
+            batch.push(Mutation::PutSegment(seg.clone()));
+            let chunks: Vec<ChunkRecord> = placed
+                .iter()
+                .enumerate()
+                .map(|(index, osd)| ChunkRecord {
+                    segment_id,
+                    index: index as u32,
+                    osd_id: *osd,
+                    state: if osd.is_some() {
+                        ChunkState::Healthy
+                    } else {
+                        ChunkState::Lost
+                    },
+                })
+                .collect();
+            for c in &chunks {
+                batch.push(Mutation::PutChunk(c.clone()));
+            }
+            records.push((seg, chunks));
+        }
+        batch.commit(self.store.as_mut())?;
+        Ok(records
+            .iter()
+            .map(|(s, c)| layout_of(s, c, &osds))
+            .collect())
+    }
+
+    /// Delete tasks for every chunk of a file, and the file's removal.
+    fn drop_file(&self, batch: &mut Batch, file_id: u64) -> Result<(), MdsError> {
+        for s in self.store.segments_of_file(file_id).map_err(internal)? {
+            for c in self.store.chunks(s.segment_id).map_err(internal)? {
+                if let Some(osd_id) = c.osd_id {
+                    batch.push(Mutation::PutDelete(DeleteRecord {
+                        osd_id,
+                        segment_id: s.segment_id,
+                        chunk: c.index,
+                    }));
+                }
+            }
+        }
+        batch.push(Mutation::DeleteFile(file_id));
+        Ok(())
+    }
+
+    pub fn commit_file(&mut self, file_id: u64, size: u64) -> Result<(), MdsError> {
+        let f = match self.store.file(file_id).map_err(internal)? {
+            Some(f) if f.committed && f.size == size => return Ok(()), // a retried commit
+            _ => self.pending_file(file_id)?,
+        };
+        let total: u64 = self
+            .store
+            .segments_of_file(file_id)
+            .map_err(internal)?
+            .iter()
+            .map(|s| s.length)
+            .sum();
+        if total != size {
+            return Err(MdsError::InvalidArgument(format!(
+                "file {} commits size {size} but its segments hold {total} bytes",
+                f.path
+            )));
+        }
+        let mut batch = Batch::new();
+        if let Some(old) = self.store.committed_file(&f.path).map_err(internal)? {
+            self.drop_file(&mut batch, old.file_id)?;
+        }
+        batch.push(Mutation::PutFile(FileRecord {
+            size,
+            mtime_ms: self.clock.now_ms(),
+            committed: true,
+            ..f
+        }));
+        batch.commit(self.store.as_mut())
+    }
+
+    fn committed(&self, path: &str) -> Result<FileRecord, MdsError> {
+        Self::check_path(path)?;
+        self.store
+            .committed_file(path)
+            .map_err(internal)?
+            .ok_or_else(|| MdsError::NotFound(format!("no file {path}")))
+    }
+
+    pub fn lookup_file(&self, path: &str) -> Result<FileInfo, MdsError> {
+        let f = self.committed(path)?;
+        let osds = self.osd_map()?;
+        let segments = self
+            .store
+            .segments_of_file(f.file_id)
+            .map_err(internal)?
+            .iter()
+            .map(|s| self.layout(s, &osds))
+            .collect::<Result<_, _>>()?;
+        Ok(FileInfo {
+            file_id: f.file_id,
+            path: f.path,
+            size: f.size,
+            mtime_ms: f.mtime_ms,
+            segment_bytes: self.settings.params.segment_bytes,
+            segments,
+        })
+    }
+
+    pub fn list_files(&self, prefix: &str) -> Result<Vec<FileSummary>, MdsError> {
+        Ok(self
+            .store
+            .committed_files(prefix)
+            .map_err(internal)?
+            .into_iter()
+            .map(|(f, segments)| FileSummary {
+                path: f.path,
+                size: f.size,
+                mtime_ms: f.mtime_ms,
+                segments,
+            })
+            .collect())
+    }
+
+    pub fn remove_file(&mut self, path: &str) -> Result<(), MdsError> {
+        let f = self.committed(path)?;
+        let mut batch = Batch::new();
+        self.drop_file(&mut batch, f.file_id)?;
+        batch.commit(self.store.as_mut())
+    }
+
+    pub fn get_segment(&self, segment_id: u64) -> Result<SegmentLayout, MdsError> {
+        let s = self.segment(segment_id)?;
+        self.layout(&s, &self.osd_map()?)
+    }
+
+    // ---- chunk states
+
+    fn check_chunks(&self, segment_id: u64, chunks: &[u32]) -> Result<(), MdsError> {
+        if let Some(c) = chunks.iter().find(|&&c| c >= self.n()) {
+            return Err(MdsError::InvalidArgument(format!(
+                "segment {segment_id} has chunks 0..{}; got chunk {c}",
+                self.n()
+            )));
+        }
+        Ok(())
+    }
+
+    fn progress_add(&self, batch: &mut Batch, chunks: u64) -> Result<(), MdsError> {
+        if chunks == 0 {
+            return Ok(());
+        }
+        let mut r = self.store.recovery().map_err(internal)?;
+        if r.chunks_done >= r.chunks_total {
+            r = RecoveryProgress {
+                started_ms: self.clock.now_ms(),
+                ..RecoveryProgress::default()
+            };
+        }
+        r.chunks_total += chunks;
+        r.finished_ms = 0;
+        batch.push(Mutation::SetRecovery(r));
+        Ok(())
+    }
+
+    pub fn mark_stale(
+        &mut self,
+        segment_id: u64,
+        chunks: &[u32],
+        version: u64,
+    ) -> Result<(), MdsError> {
+        let mut s = self.segment(segment_id)?;
+        self.check_chunks(segment_id, chunks)?;
+        let mut batch = Batch::new();
+        let mut newly = 0;
+        for c in self.store.chunks(segment_id).map_err(internal)? {
+            if chunks.contains(&c.index)
+                && matches!(c.state, ChunkState::Healthy | ChunkState::Recovering)
+            {
+                if c.state == ChunkState::Healthy {
+                    newly += 1;
+                }
+                batch.push(Mutation::PutChunk(ChunkRecord {
+                    state: ChunkState::Stale,
+                    ..c
+                }));
+            }
+        }
+        s.version = s.version.max(version);
+        s.epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
+        batch.push(Mutation::PutSegment(s));
+        self.progress_add(&mut batch, newly)?;
+        batch.commit(self.store.as_mut())
+    }
+
+    pub fn chunk_recovered(
+        &mut self,
+        segment_id: u64,
+        chunk: u32,
+        osd_id: u32,
+        version: u64,
+    ) -> Result<(), MdsError> {
+        let mut s = self.segment(segment_id)?;
+        self.check_chunks(segment_id, &[chunk])?;
+        let c = self
+            .store
+            .chunks(segment_id)
+            .map_err(internal)?
+            .into_iter()
+            .find(|c| c.index == chunk)
+            .ok_or_else(|| {
+                MdsError::NotFound(format!("segment {segment_id} has no chunk {chunk}"))
+            })?;
+        if c.osd_id != Some(osd_id) {
+            return Err(MdsError::FailedPrecondition(format!(
+                "chunk {chunk} of segment {segment_id} is assigned to {}, not OSD {osd_id}",
+                c.osd_id
+                    .map_or("no OSD".to_string(), |o| format!("OSD {o}"))
+            )));
+        }
+        if c.state == ChunkState::Healthy {
+            return Ok(());
+        }
+        if version < s.version {
+            return Err(MdsError::FailedPrecondition(format!(
+                "segment {segment_id} is at version {}; a rebuild at version {version} is outdated",
+                s.version
+            )));
+        }
+        let mut batch = Batch::new();
+        batch.push(Mutation::PutChunk(ChunkRecord {
+            state: ChunkState::Healthy,
+            ..c
+        }));
+        s.version = version;
+        s.epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
+        let bytes = self.chunk_bytes(s.length);
+        batch.push(Mutation::PutSegment(s));
+        let mut r = self.store.recovery().map_err(internal)?;
+        r.chunks_done += 1;
+        r.bytes_done += bytes;
+        if r.chunks_done >= r.chunks_total {
+            r.chunks_total = r.chunks_total.max(r.chunks_done);
+            r.finished_ms = self.clock.now_ms();
+        }
+        batch.push(Mutation::SetRecovery(r));
+        batch.commit(self.store.as_mut())
+    }
+
+    // ---- failures
+
+    pub fn osd_out(&mut self, osd_id: u32) -> Result<u64, MdsError> {
+        let osds = self.osd_map()?;
+        if !osds.contains_key(&osd_id) {
+            return Err(MdsError::NotFound(format!("no OSD with id {osd_id}")));
+        }
+        self.declare_out(osd_id)
+    }
+
+    /// For every segment whose primary is `osd_id`: the usable holder with the lowest chunk index
+    /// that is UP becomes the primary.
+    /// Changed segments go into `touched` (the caller writes them, once each).
+    fn promote(
+        &self,
+        batch: &mut Batch,
+        osd_id: u32,
+        osds: &BTreeMap<u32, OsdRecord>,
+        touched: &mut BTreeMap<u64, SegmentRecord>,
+    ) -> Result<(), MdsError> {
+        for mut s in self.store.segments_with_primary(osd_id).map_err(internal)? {
+            let chunks = self.store.chunks(s.segment_id).map_err(internal)?;
+            let next = chunks.iter().find_map(|c| {
+                let o = c.osd_id?;
+                (o != osd_id
+                    && c.state == ChunkState::Healthy
+                    && osds.get(&o).is_some_and(|r| r.state == OsdState::Up))
+                .then_some(o)
+            });
+            match next {
+                Some(p) => {
+                    tracing::info!(
+                        segment = s.segment_id,
+                        from = osd_id,
+                        to = p,
+                        "primary promoted"
+                    );
+                    s.primary = p;
+                    s.epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
+                    touched.insert(s.segment_id, s);
+                }
+                None => tracing::warn!(
+                    segment = s.segment_id,
+                    "primary is not up and no usable holder is up; segment unavailable"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    fn set_state(
+        &self,
+        batch: &mut Batch,
+        osds: &mut BTreeMap<u32, OsdRecord>,
+        osd_id: u32,
+        state: OsdState,
+    ) {
+        if let Some(o) = osds.get_mut(&osd_id) {
+            o.state = state;
+            batch.push(Mutation::PutOsd(o.clone()));
+        }
+    }
+
+    fn declare_down(&mut self, osd_id: u32) -> Result<(), MdsError> {
+        let mut osds = self.osd_map()?;
+        let mut batch = Batch::new();
+        self.set_state(&mut batch, &mut osds, osd_id, OsdState::Down);
+        let mut touched = BTreeMap::new();
+        self.promote(&mut batch, osd_id, &osds, &mut touched)?;
+        for s in touched.into_values() {
+            batch.push(Mutation::PutSegment(s));
+        }
+        tracing::warn!(osd_id, "OSD is down (missed heartbeats)");
+        batch.commit(self.store.as_mut())
+    }
+
+    /// Out: promote where it is primary, then give each of its chunks a new holder by placement
+    /// (RECOVERING, rebuilt by the primary) or mark it LOST when no UP OSD can take it.
+    fn declare_out(&mut self, osd_id: u32) -> Result<u64, MdsError> {
+        let mut osds = self.osd_map()?;
+        let mut batch = Batch::new();
+        self.set_state(&mut batch, &mut osds, osd_id, OsdState::Out);
+        let mut touched = BTreeMap::new();
+        self.promote(&mut batch, osd_id, &osds, &mut touched)?;
+        let mut candidates = self.candidates(&osds)?;
+        let mut by_segment: BTreeMap<u64, Vec<ChunkRecord>> = BTreeMap::new();
+        for c in self.store.chunks_on_osd(osd_id).map_err(internal)? {
+            by_segment.entry(c.segment_id).or_default().push(c);
+        }
+        let mut moved = 0u64;
+        let mut recovering = 0u64;
+        for (segment_id, lost) in by_segment {
+            let mut s = match touched.remove(&segment_id) {
+                Some(s) => s,
+                None => match self.store.segment(segment_id).map_err(internal)? {
+                    Some(s) => s,
+                    None => continue,
+                },
+            };
+            let mut holders: Vec<u32> = self
+                .store
+                .chunks(segment_id)
+                .map_err(internal)?
+                .iter()
+                .filter_map(|c| c.osd_id)
+                .filter(|&o| o != osd_id)
+                .collect();
+            for c in lost {
+                let domains: Vec<Option<String>> = holders
+                    .iter()
+                    .map(|o| osds.get(o).and_then(|r| self.domain_of(r)))
+                    .collect();
+                let target = place_chunk(
+                    &mut candidates,
+                    &holders,
+                    &domains,
+                    self.chunk_bytes(s.length),
+                );
+                let (osd, state) = match target {
+                    Some(t) => {
+                        holders.push(t);
+                        recovering += 1;
+                        (Some(t), ChunkState::Recovering)
+                    }
+                    None => (None, ChunkState::Lost),
+                };
+                batch.push(Mutation::PutChunk(ChunkRecord {
+                    osd_id: osd,
+                    state,
+                    ..c
+                }));
+                moved += 1;
+            }
+            s.epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
+            batch.push(Mutation::PutSegment(s));
+        }
+        for s in touched.into_values() {
+            batch.push(Mutation::PutSegment(s));
+        }
+        self.progress_add(&mut batch, recovering)?;
+        tracing::warn!(
+            osd_id,
+            chunks = moved,
+            recovering,
+            "OSD is out; its chunks are rebuilt elsewhere"
+        );
+        batch.commit(self.store.as_mut())?;
+        Ok(moved)
+    }
+
+    /// LOST chunks get a holder as soon as an UP OSD can take them.
+    fn place_lost(&mut self) -> Result<(), MdsError> {
+        let lost = self
+            .store
+            .chunks_in_state(ChunkState::Lost)
+            .map_err(internal)?;
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let osds = self.osd_map()?;
+        let mut candidates = self.candidates(&osds)?;
+        let mut batch = Batch::new();
+        let mut placed = 0;
+        let mut touched: BTreeMap<u64, SegmentRecord> = BTreeMap::new();
+        for c in lost {
+            let s = match touched.get(&c.segment_id) {
+                Some(s) => s.clone(),
+                None => match self.store.segment(c.segment_id).map_err(internal)? {
+                    Some(s) => s,
+                    None => continue,
+                },
+            };
+            let mut holders: Vec<u32> = self
+                .store
+                .chunks(c.segment_id)
+                .map_err(internal)?
+                .iter()
+                .filter_map(|c| c.osd_id)
+                .collect();
+            // Chunks placed earlier in this batch for the same segment.
+            for m in &batch.muts {
+                if let Mutation::PutChunk(p) = m {
+                    if p.segment_id == c.segment_id {
+                        holders.extend(p.osd_id);
+                    }
+                }
+            }
+            let domains: Vec<Option<String>> = holders
+                .iter()
+                .map(|o| osds.get(o).and_then(|r| self.domain_of(r)))
+                .collect();
+            if let Some(t) = place_chunk(
+                &mut candidates,
+                &holders,
+                &domains,
+                self.chunk_bytes(s.length),
+            ) {
+                batch.push(Mutation::PutChunk(ChunkRecord {
+                    osd_id: Some(t),
+                    state: ChunkState::Recovering,
+                    ..c
+                }));
+                placed += 1;
+                touched.insert(c.segment_id, s);
+            }
+        }
+        for (_, mut s) in touched {
+            s.epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
+            batch.push(Mutation::PutSegment(s));
+        }
+        self.progress_add(&mut batch, placed)?;
+        batch.commit(self.store.as_mut())
+    }
+
+    /// Pending files older than `pending_ttl_ms` are dropped (a client died mid-put).
+    fn expire_pending(&mut self) -> Result<(), MdsError> {
+        let now = self.clock.now_ms();
+        let mut batch = Batch::new();
+        for f in self.store.pending_files().map_err(internal)? {
+            if now.saturating_sub(f.mtime_ms) > self.settings.pending_ttl_ms {
+                tracing::info!(file_id = f.file_id, path = %f.path, "dropping an uncommitted file");
+                self.drop_file(&mut batch, f.file_id)?;
+            }
+        }
+        batch.commit(self.store.as_mut())
+    }
+
+    /// One round of the failure detector: down after `down_after_ms` without heartbeat, out after
+    /// `out_after_ms`; retries promotions that found no usable holder; places LOST chunks.
+    pub fn tick(&mut self) -> Result<(), MdsError> {
+        let now = self.clock.now_ms();
+        let osds = self.osd_map()?;
+        for o in osds.values() {
+            let seen = *self.last_seen.entry(o.osd_id).or_insert(now);
+            let silent = now.saturating_sub(seen);
+            match o.state {
+                OsdState::Up if silent > self.settings.down_after_ms => {
+                    self.declare_down(o.osd_id)?;
+                    if silent > self.settings.out_after_ms {
+                        self.declare_out(o.osd_id)?;
+                    }
+                }
+                OsdState::Down if silent > self.settings.out_after_ms => {
+                    self.declare_out(o.osd_id)?;
+                }
+                OsdState::Down | OsdState::Out => {
+                    if !self
+                        .store
+                        .segments_with_primary(o.osd_id)
+                        .map_err(internal)?
+                        .is_empty()
+                    {
+                        let osds = self.osd_map()?;
+                        let mut batch = Batch::new();
+                        let mut touched = BTreeMap::new();
+                        self.promote(&mut batch, o.osd_id, &osds, &mut touched)?;
+                        if touched.is_empty() {
+                            continue;
+                        }
+                        for s in touched.into_values() {
+                            batch.push(Mutation::PutSegment(s));
+                        }
+                        batch.commit(self.store.as_mut())?;
+                    }
+                }
+                OsdState::Up => {}
+            }
+        }
+        self.place_lost()?;
+        self.expire_pending()
+    }
+
+    // ---- status
+
+    pub fn status(&self) -> Result<ClusterStatus, MdsError> {
+        let now = self.clock.now_ms();
+        let osds = self.osd_map()?;
+        let (files, bytes) = self.store.totals().map_err(internal)?;
+        let mut counts = [0u64; 4];
+        let mut by_segment: BTreeMap<u64, Vec<ChunkRecord>> = BTreeMap::new();
+        for c in self.store.all_chunks().map_err(internal)? {
+            by_segment.entry(c.segment_id).or_default().push(c);
+        }
+        for chunks in by_segment.values() {
+            counts[segment_health(chunks, &osds, self.k(), self.n()) as usize] += 1;
+        }
+        Ok(ClusterStatus {
+            cluster_id: self.settings.params.cluster_id.clone(),
+            params: self.settings.params.clone(),
+            osds: osds
+                .values()
+                .map(|o| OsdInfo {
+                    osd_id: o.osd_id,
+                    name: o.name.clone(),
+                    addr: o.addr.clone(),
+                    labels: o.labels.clone(),
+                    capacity_bytes: o.capacity_bytes,
+                    used_bytes: o.used_bytes,
+                    state: o.state,
+                    last_heartbeat_ms_ago: now.saturating_sub(
+                        self.last_seen
+                            .get(&o.osd_id)
+                            .copied()
+                            .unwrap_or(o.last_heartbeat_ms),
+                    ),
+                })
+                .collect(),
+            files,
+            bytes,
+            segments_healthy: counts[Health::Healthy as usize],
+            segments_degraded: counts[Health::Degraded as usize],
+            segments_recovering: counts[Health::Recovering as usize],
+            segments_lost: counts[Health::Lost as usize],
+            recovery: self.store.recovery().map_err(internal)?,
+        })
+    }
+}
+
+/// A segment's health for status and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Healthy = 0,
+    /// Readable, with fewer than n usable chunks.
+    Degraded = 1,
+    /// Readable, with a chunk being rebuilt.
+    Recovering = 2,
+    /// Fewer than k usable chunks.
+    Lost = 3,
+}
+
+fn usable(c: &ChunkRecord, osds: &BTreeMap<u32, OsdRecord>) -> bool {
+    c.state == ChunkState::Healthy
+        && c.osd_id
+            .and_then(|o| osds.get(&o))
+            .is_some_and(|o| o.state == OsdState::Up)
+}
+
+pub fn segment_health(
+    chunks: &[ChunkRecord],
+    osds: &BTreeMap<u32, OsdRecord>,
+    k: u32,
+    n: u32,
+) -> Health {
+    let ok = chunks.iter().filter(|c| usable(c, osds)).count() as u32;
+    if ok < k {
+        Health::Lost
+    } else if chunks
+        .iter()
+        .any(|c| matches!(c.state, ChunkState::Recovering | ChunkState::Stale))
+    {
+        Health::Recovering
+    } else if ok < n {
+        Health::Degraded
+    } else {
+        Health::Healthy
+    }
+}
+
+fn layout_of(
+    s: &SegmentRecord,
+    chunks: &[ChunkRecord],
+    osds: &BTreeMap<u32, OsdRecord>,
+) -> SegmentLayout {
+    let addr = |o: u32| osds.get(&o).map(|r| r.addr.clone()).unwrap_or_default();
+    SegmentLayout {
+        segment_id: s.segment_id,
+        file_id: s.file_id,
+        index: s.index,
+        length: s.length,
+        primary: s.primary,
+        primary_addr: addr(s.primary),
+        chunks: chunks
+            .iter()
+            .map(|c| ChunkPlacement {
+                index: c.index,
+                osd_id: c.osd_id.unwrap_or(NO_OSD),
+                addr: c.osd_id.map(addr).unwrap_or_default(),
+                state: c.state,
+                up: c
+                    .osd_id
+                    .and_then(|o| osds.get(&o))
+                    .is_some_and(|o| o.state == OsdState::Up),
+            })
+            .collect(),
+        epoch: s.epoch,
+    }
+}

@@ -1,0 +1,600 @@
+//! The MDS logic on a manual clock over a real SQLite store: registration, placement, the put
+//! protocol, heartbeat tasks, down/promotion, out/recovery, catch-up, restart durability.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::api::*;
+use crate::engine::*;
+use crate::store::SqliteStore;
+
+const K: u32 = 2;
+const M: u32 = 1;
+const SEG: u64 = 1 << 20;
+const DOWN: u64 = 3_000;
+const OUT: u64 = 10_000;
+
+fn settings() -> MdsSettings {
+    MdsSettings {
+        params: ClusterParams {
+            cluster_id: "test".into(),
+            code: "rs-vand".into(),
+            k: K,
+            m: M,
+            segment_bytes: SEG,
+            heartbeat_ms: 1000,
+        },
+        failure_domain: Some("host".into()),
+        down_after_ms: DOWN,
+        out_after_ms: OUT,
+        pending_ttl_ms: 60_000,
+    }
+}
+
+fn open(path: &Path, clock: &Arc<ManualClock>) -> MdsCore {
+    let store = SqliteStore::open(path).unwrap();
+    MdsCore::open(Box::new(store), settings(), clock.clone()).unwrap()
+}
+
+fn reg(name: &str, host: &str) -> OsdRegistration {
+    OsdRegistration {
+        name: name.into(),
+        addr: format!("127.0.0.1:{}", 7000 + name.len() + host.len()),
+        labels: BTreeMap::from([("host".to_string(), host.to_string())]),
+        capacity_bytes: 1 << 30,
+        used_bytes: 0,
+    }
+}
+
+fn hb(mds: &mut MdsCore, osd_id: u32) -> HeartbeatReply {
+    mds.heartbeat(&Heartbeat {
+        osd_id,
+        ..Heartbeat::default()
+    })
+    .unwrap()
+}
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    clock: Arc<ManualClock>,
+    mds: MdsCore,
+    ids: Vec<u32>,
+}
+
+fn rig(osds: usize) -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mds.sqlite");
+    let clock = ManualClock::new(1_700_000_000_000);
+    let mut mds = open(&path, &clock);
+    let ids = (0..osds)
+        .map(|i| {
+            mds.register_osd(&reg(&format!("osd-{i}"), &format!("h{i}")))
+                .unwrap()
+                .osd_id
+        })
+        .collect();
+    Rig {
+        _dir: dir,
+        path,
+        clock,
+        mds,
+        ids,
+    }
+}
+
+impl Rig {
+    /// Advances the clock by `ms`, heartbeating every OSD except `silent` each second.
+    fn run(&mut self, ms: u64, silent: &[u32]) {
+        let mut left = ms;
+        while left > 0 {
+            let step = left.min(1000);
+            self.clock.advance(step);
+            left -= step;
+            for &id in &self.ids.clone() {
+                if !silent.contains(&id) {
+                    hb(&mut self.mds, id);
+                }
+            }
+            self.mds.tick().unwrap();
+        }
+    }
+
+    fn put(&mut self, path: &str, lengths: &[u64]) -> Vec<SegmentLayout> {
+        let f = self.mds.create_file(path).unwrap();
+        let segs = self.mds.allocate_segments(f, lengths).unwrap();
+        self.mds.commit_file(f, lengths.iter().sum()).unwrap();
+        segs
+    }
+
+    fn osd_state(&self, id: u32) -> OsdState {
+        self.mds
+            .status()
+            .unwrap()
+            .osds
+            .iter()
+            .find(|o| o.osd_id == id)
+            .unwrap()
+            .state
+    }
+}
+
+#[test]
+fn a_returning_osd_keeps_its_id_and_updates_its_address() {
+    let mut r = rig(3);
+    assert_eq!(r.ids, vec![0, 1, 2]);
+    let mut again = reg("osd-1", "h1");
+    again.addr = "127.0.0.1:9999".into();
+    assert_eq!(r.mds.register_osd(&again).unwrap().osd_id, 1);
+    let st = r.mds.status().unwrap();
+    assert_eq!(st.osds.len(), 3);
+    assert_eq!(st.osds[1].addr, "127.0.0.1:9999");
+    assert_eq!(st.params.k, K);
+    assert!(matches!(
+        r.mds.register_osd(&reg("", "h")),
+        Err(MdsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        r.mds.heartbeat(&Heartbeat { osd_id: 42, ..Heartbeat::default() }),
+        Err(MdsError::NotFound(m)) if m.contains("42")
+    ));
+}
+
+#[test]
+fn put_places_on_distinct_osds_and_commit_makes_the_file_visible() {
+    let mut r = rig(4);
+    let f = r.mds.create_file("dir/a").unwrap();
+    // Not visible before commit (close-to-open).
+    assert!(matches!(
+        r.mds.lookup_file("dir/a"),
+        Err(MdsError::NotFound(_))
+    ));
+    let segs = r.mds.allocate_segments(f, &[SEG, SEG, 10]).unwrap();
+    assert_eq!(segs.len(), 3);
+    for (i, s) in segs.iter().enumerate() {
+        assert_eq!(s.index, i as u32);
+        let osds: BTreeSet<u32> = s.chunks.iter().map(|c| c.osd_id).collect();
+        assert_eq!(osds.len(), (K + M) as usize);
+        assert_eq!(s.primary, s.chunks[0].osd_id);
+        assert!(s
+            .chunks
+            .iter()
+            .all(|c| c.state == ChunkState::Healthy && c.up));
+    }
+    assert!(
+        matches!(r.mds.commit_file(f, 5), Err(MdsError::InvalidArgument(m)) if m.contains("hold"))
+    );
+    r.mds.commit_file(f, 2 * SEG + 10).unwrap();
+    r.mds.commit_file(f, 2 * SEG + 10).unwrap(); // a retried commit is fine
+    let info = r.mds.lookup_file("dir/a").unwrap();
+    assert_eq!(info.size, 2 * SEG + 10);
+    assert_eq!(info.segments, segs);
+    assert_eq!(r.mds.get_segment(segs[1].segment_id).unwrap(), segs[1]);
+    let list = r.mds.list_files("dir/").unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].segments, 3);
+    assert!(r.mds.list_files("other").unwrap().is_empty());
+}
+
+#[test]
+fn bad_input_gets_one_clear_error() {
+    let mut r = rig(3);
+    assert!(
+        matches!(r.mds.create_file(""), Err(MdsError::InvalidArgument(m)) if m == "path is empty")
+    );
+    let f = r.mds.create_file("x").unwrap();
+    let e = r.mds.allocate_segments(f, &[SEG + 1]).unwrap_err();
+    assert!(
+        matches!(&e, MdsError::InvalidArgument(m) if m.contains("segment_bytes")),
+        "{e}"
+    );
+    assert!(matches!(
+        r.mds.allocate_segments(f, &[0]),
+        Err(MdsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        r.mds.allocate_segments(f, &[]),
+        Err(MdsError::InvalidArgument(_))
+    ));
+    let many = vec![1u64; MAX_SEGMENTS_PER_CALL + 1];
+    assert!(
+        matches!(r.mds.allocate_segments(f, &many), Err(MdsError::InvalidArgument(m)) if m.contains("limit"))
+    );
+    assert!(matches!(
+        r.mds.allocate_segments(999, &[1]),
+        Err(MdsError::NotFound(_))
+    ));
+    assert!(matches!(r.mds.get_segment(999), Err(MdsError::NotFound(_))));
+    assert!(matches!(
+        r.mds.remove_file("nope"),
+        Err(MdsError::NotFound(_))
+    ));
+    assert!(matches!(
+        r.mds.mark_stale(999, &[0], 1),
+        Err(MdsError::NotFound(_))
+    ));
+    assert!(matches!(r.mds.osd_out(77), Err(MdsError::NotFound(_))));
+    let s = r.mds.allocate_segments(f, &[1]).unwrap();
+    assert!(matches!(
+        r.mds.mark_stale(s[0].segment_id, &[3], 1),
+        Err(MdsError::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn too_few_osds_up_is_one_clear_error() {
+    let mut r = rig(2);
+    let f = r.mds.create_file("x").unwrap();
+    let e = r.mds.allocate_segments(f, &[100]).unwrap_err();
+    assert_eq!(
+        e,
+        MdsError::FailedPrecondition(
+            "only 2 OSD(s) are up; a segment needs at least k+1 = 3 (k = 2 data chunks and one parity chunk)".into()
+        )
+    );
+    // A third OSD makes k + 1 = n = 3: every chunk is placed.
+    r.ids
+        .push(r.mds.register_osd(&reg("osd-2", "h2")).unwrap().osd_id);
+    let s = r.put("y", &[100]);
+    assert!(s[0].chunks.iter().all(|c| c.state == ChunkState::Healthy));
+}
+
+#[test]
+fn lost_chunks_are_placed_when_an_osd_comes() {
+    // k = 2, m = 2 with 3 OSDs up: chunk 3 is LOST until a fourth OSD registers.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let mut s = settings();
+    s.params.m = 2; // n = 4
+    let store = SqliteStore::open(&dir.path().join("m.sqlite")).unwrap();
+    let mut mds = MdsCore::open(Box::new(store), s, clock.clone()).unwrap();
+    for i in 0..3 {
+        mds.register_osd(&reg(&format!("osd-{i}"), &format!("h{i}")))
+            .unwrap();
+    }
+    let f = mds.create_file("x").unwrap();
+    let seg = mds.allocate_segments(f, &[1000]).unwrap().remove(0);
+    assert_eq!(seg.chunks[3].state, ChunkState::Lost);
+    assert_eq!(seg.chunks[3].osd_id, NO_OSD);
+    assert!(seg.chunks[..3]
+        .iter()
+        .all(|c| c.state == ChunkState::Healthy));
+    mds.commit_file(f, 1000).unwrap();
+    assert_eq!(mds.status().unwrap().segments_degraded, 1);
+    let new = mds.register_osd(&reg("osd-3", "h3")).unwrap().osd_id;
+    mds.tick().unwrap();
+    let after = mds.get_segment(seg.segment_id).unwrap();
+    assert_eq!(after.chunks[3].osd_id, new);
+    assert_eq!(after.chunks[3].state, ChunkState::Recovering);
+    assert!(after.epoch > seg.epoch);
+    let tasks = mds
+        .heartbeat(&Heartbeat {
+            osd_id: seg.primary,
+            ..Heartbeat::default()
+        })
+        .unwrap()
+        .tasks;
+    assert_eq!(
+        tasks,
+        vec![OsdTask::Recover(RecoverTask {
+            layout: after.clone(),
+            chunks: vec![3]
+        })]
+    );
+    mds.chunk_recovered(seg.segment_id, 3, new, 0).unwrap();
+    assert_eq!(
+        mds.get_segment(seg.segment_id).unwrap().chunks[3].state,
+        ChunkState::Healthy
+    );
+    let st = mds.status().unwrap();
+    assert_eq!(
+        (
+            st.segments_healthy,
+            st.recovery.chunks_total,
+            st.recovery.chunks_done
+        ),
+        (1, 1, 1)
+    );
+    assert!(st.recovery.finished_ms >= st.recovery.started_ms && st.recovery.started_ms > 0);
+}
+
+#[test]
+fn replacing_and_removing_files_hands_out_delete_tasks() {
+    let mut r = rig(3);
+    let old = r.put("p", &[100, 200]);
+    let new = r.put("p", &[300]);
+    let info = r.mds.lookup_file("p").unwrap();
+    assert_eq!((info.size, info.segments.len()), (300, 1));
+    assert_eq!(info.segments[0], new[0]);
+    assert!(matches!(
+        r.mds.get_segment(old[0].segment_id),
+        Err(MdsError::NotFound(_))
+    ));
+    // Every holder of an old chunk gets a DeleteTask for it, until it reports it done.
+    for id in r.ids.clone() {
+        let tasks = hb(&mut r.mds, id).tasks;
+        let mut expected: Vec<OsdTask> = Vec::new();
+        for s in &old {
+            let chunks: Vec<u32> = s
+                .chunks
+                .iter()
+                .filter(|c| c.osd_id == id)
+                .map(|c| c.index)
+                .collect();
+            if !chunks.is_empty() {
+                expected.push(OsdTask::Delete(DeleteTask {
+                    segment_id: s.segment_id,
+                    chunks,
+                }));
+            }
+        }
+        assert_eq!(tasks, expected, "osd {id}");
+        assert_eq!(hb(&mut r.mds, id).tasks, expected, "repeated until done");
+        let done = r
+            .mds
+            .heartbeat(&Heartbeat {
+                osd_id: id,
+                deleted_segments: old.iter().map(|s| s.segment_id).collect(),
+                ..Heartbeat::default()
+            })
+            .unwrap();
+        assert!(done.tasks.is_empty());
+    }
+    r.mds.remove_file("p").unwrap();
+    assert!(matches!(r.mds.lookup_file("p"), Err(MdsError::NotFound(_))));
+    let holder = new[0].chunks[1].osd_id;
+    assert_eq!(
+        hb(&mut r.mds, holder).tasks,
+        vec![OsdTask::Delete(DeleteTask {
+            segment_id: new[0].segment_id,
+            chunks: vec![1]
+        })]
+    );
+}
+
+#[test]
+fn down_promotes_the_lowest_usable_holder_and_a_return_catches_up() {
+    let mut r = rig(4);
+    let segs = r.put("f", &[SEG; 6]);
+    r.run(2_000, &[]);
+    let victim = segs[0].primary;
+    // Before down_after_ms nothing changes.
+    r.run(DOWN, &[victim]);
+    assert_eq!(r.osd_state(victim), OsdState::Up);
+    r.run(1_000, &[victim]);
+    assert_eq!(r.osd_state(victim), OsdState::Down);
+    for s in &segs {
+        let now = r.mds.get_segment(s.segment_id).unwrap();
+        if s.primary == victim {
+            let expect = s.chunks.iter().find(|c| c.osd_id != victim).unwrap().osd_id;
+            assert_eq!(
+                now.primary, expect,
+                "lowest-index usable holder is promoted"
+            );
+            assert_eq!(now.chunks[0].osd_id, victim, "chunks stay where they are");
+            assert!(now.epoch > s.epoch);
+        }
+        for c in &now.chunks {
+            assert_eq!(c.up, c.osd_id != victim);
+        }
+    }
+    assert!(r.mds.status().unwrap().segments_degraded > 0);
+    // A write while it is down marks its chunk stale (the primary's MarkStale).
+    let hit = segs
+        .iter()
+        .find(|s| s.chunks.iter().any(|c| c.osd_id == victim))
+        .unwrap();
+    let idx = hit
+        .chunks
+        .iter()
+        .find(|c| c.osd_id == victim)
+        .unwrap()
+        .index;
+    r.mds.mark_stale(hit.segment_id, &[idx], 7).unwrap();
+    // It comes back before out_after_ms: its healthy chunks are usable again, the stale one gets a
+    // catch-up RecoverTask (target: the same OSD) at the segment's primary.
+    r.ids.retain(|&i| i != victim);
+    r.ids.push(victim);
+    r.run(1_000, &[]);
+    assert_eq!(r.osd_state(victim), OsdState::Up);
+    let now = r.mds.get_segment(hit.segment_id).unwrap();
+    assert_eq!(now.chunks[idx as usize].state, ChunkState::Stale);
+    assert_eq!(now.chunks[idx as usize].osd_id, victim);
+    let tasks = hb(&mut r.mds, now.primary).tasks;
+    assert!(
+        tasks.contains(&OsdTask::Recover(RecoverTask {
+            layout: now.clone(),
+            chunks: vec![idx]
+        })),
+        "{tasks:?}"
+    );
+    // An outdated rebuild is refused; the current one is recorded.
+    assert!(matches!(
+        r.mds.chunk_recovered(hit.segment_id, idx, victim, 6),
+        Err(MdsError::FailedPrecondition(_))
+    ));
+    r.mds
+        .chunk_recovered(hit.segment_id, idx, victim, 7)
+        .unwrap();
+    assert_eq!(
+        r.mds.get_segment(hit.segment_id).unwrap().chunks[idx as usize].state,
+        ChunkState::Healthy
+    );
+    assert!(hb(&mut r.mds, now.primary)
+        .tasks
+        .iter()
+        .all(|t| !matches!(t, OsdTask::Recover(x) if x.layout.segment_id == hit.segment_id)));
+}
+
+#[test]
+fn out_moves_chunks_to_new_holders_and_recovery_completes() {
+    let mut r = rig(5);
+    let segs = r.put("f", &[SEG, SEG, SEG, 1000]);
+    let victim = segs[0].chunks[1].osd_id;
+    r.run(OUT + 2_000, &[victim]);
+    assert_eq!(r.osd_state(victim), OsdState::Out);
+    let mut expected_tasks: BTreeMap<u32, Vec<RecoverTask>> = BTreeMap::new();
+    let mut total = 0;
+    for s in &segs {
+        let now = r.mds.get_segment(s.segment_id).unwrap();
+        let holders: BTreeSet<u32> = now.chunks.iter().map(|c| c.osd_id).collect();
+        assert_eq!(holders.len(), (K + M) as usize, "still distinct");
+        assert!(!holders.contains(&victim));
+        assert_ne!(now.primary, victim);
+        let moved: Vec<u32> = s
+            .chunks
+            .iter()
+            .filter(|c| c.osd_id == victim)
+            .map(|c| c.index)
+            .collect();
+        for &i in &moved {
+            assert_eq!(now.chunks[i as usize].state, ChunkState::Recovering);
+        }
+        if !moved.is_empty() {
+            total += moved.len();
+            expected_tasks
+                .entry(now.primary)
+                .or_default()
+                .push(RecoverTask {
+                    layout: now,
+                    chunks: moved,
+                });
+        }
+    }
+    assert!(total > 0);
+    let st = r.mds.status().unwrap();
+    assert_eq!(st.recovery.chunks_total, total as u64);
+    assert_eq!(st.recovery.finished_ms, 0);
+    for (primary, expected) in &expected_tasks {
+        let got: Vec<RecoverTask> = hb(&mut r.mds, *primary)
+            .tasks
+            .into_iter()
+            .filter_map(|t| match t {
+                OsdTask::Recover(x) => Some(x),
+                OsdTask::Delete(_) => None,
+            })
+            .collect();
+        assert_eq!(&got, expected);
+        for t in got {
+            for c in t.chunks {
+                let target = t.layout.chunks[c as usize].osd_id;
+                r.mds
+                    .chunk_recovered(t.layout.segment_id, c, target, 0)
+                    .unwrap();
+                // Reporting twice is harmless.
+                r.mds
+                    .chunk_recovered(t.layout.segment_id, c, target, 0)
+                    .unwrap();
+                assert!(matches!(
+                    r.mds.chunk_recovered(t.layout.segment_id, c, victim, 0),
+                    Err(MdsError::FailedPrecondition(_))
+                ));
+            }
+        }
+    }
+    let st = r.mds.status().unwrap();
+    assert_eq!(st.recovery.chunks_done, total as u64);
+    assert!(st.recovery.finished_ms > 0);
+    assert_eq!(st.segments_healthy, segs.len() as u64);
+    assert!(st.recovery.bytes_done > 0);
+}
+
+#[test]
+fn osd_out_by_command_promotes_and_counts() {
+    let mut r = rig(4);
+    let segs = r.put("f", &[SEG, SEG]);
+    let victim = segs[0].primary;
+    let on_victim = segs
+        .iter()
+        .flat_map(|s| &s.chunks)
+        .filter(|c| c.osd_id == victim)
+        .count();
+    assert_eq!(r.mds.osd_out(victim).unwrap(), on_victim as u64);
+    assert_ne!(
+        r.mds.get_segment(segs[0].segment_id).unwrap().primary,
+        victim
+    );
+    // Heartbeats from an out OSD do not bring it back; registering again does.
+    hb(&mut r.mds, victim);
+    assert_eq!(r.osd_state(victim), OsdState::Out);
+    r.mds
+        .register_osd(&reg(&format!("osd-{victim}"), &format!("h{victim}")))
+        .unwrap();
+    assert_eq!(r.osd_state(victim), OsdState::Up);
+}
+
+#[test]
+fn a_restart_loses_no_acknowledged_mutation() {
+    let mut r = rig(4);
+    let segs = r.put("keep", &[SEG, 77]);
+    let pending = r.mds.create_file("pending").unwrap();
+    r.mds.allocate_segments(pending, &[5]).unwrap();
+    r.mds.mark_stale(segs[1].segment_id, &[2], 3).unwrap();
+    let victim = segs[0].chunks[2].osd_id;
+    r.mds.osd_out(victim).unwrap();
+    let before = r.mds.status().unwrap();
+    let layouts: Vec<SegmentLayout> = segs
+        .iter()
+        .map(|s| r.mds.get_segment(s.segment_id).unwrap())
+        .collect();
+    let path = r.path.clone();
+    drop(std::mem::replace(&mut r.mds, open(&path, &r.clock)));
+    let after = r.mds.status().unwrap();
+    assert_eq!(
+        after
+            .osds
+            .iter()
+            .map(|o| (o.osd_id, o.state))
+            .collect::<Vec<_>>(),
+        before
+            .osds
+            .iter()
+            .map(|o| (o.osd_id, o.state))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        (after.files, after.bytes, after.recovery.clone()),
+        (before.files, before.bytes, before.recovery.clone())
+    );
+    for l in &layouts {
+        assert_eq!(&r.mds.get_segment(l.segment_id).unwrap(), l);
+    }
+    assert_eq!(r.mds.lookup_file("keep").unwrap().size, SEG + 77);
+    // The pending file is still pending: committing it now works.
+    r.mds.commit_file(pending, 5).unwrap();
+    assert_eq!(r.mds.lookup_file("pending").unwrap().size, 5);
+    // New ids never reuse old ones.
+    let f = r.mds.create_file("n").unwrap();
+    assert!(f > pending);
+    // After a restart OSDs get a full down_after_ms to heartbeat again.
+    r.clock.advance(DOWN - 1);
+    r.mds.tick().unwrap();
+    assert!(r
+        .mds
+        .status()
+        .unwrap()
+        .osds
+        .iter()
+        .filter(|o| o.osd_id != victim)
+        .all(|o| o.state == OsdState::Up));
+}
+
+#[test]
+fn an_uncommitted_file_expires() {
+    let mut r = rig(3);
+    let f = r.mds.create_file("tmp").unwrap();
+    let s = r.mds.allocate_segments(f, &[10]).unwrap().remove(0);
+    r.run(61_000, &[]);
+    assert!(matches!(
+        r.mds.commit_file(f, 10),
+        Err(MdsError::NotFound(_))
+    ));
+    let holder = s.chunks[0].osd_id;
+    assert!(hb(&mut r.mds, holder)
+        .tasks
+        .contains(&OsdTask::Delete(DeleteTask {
+            segment_id: s.segment_id,
+            chunks: vec![0]
+        })));
+}

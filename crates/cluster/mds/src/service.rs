@@ -1,0 +1,373 @@
+//! The gRPC face of the MDS: `mds.proto`'s service over an [`MdsCore`], the failure detector task
+//! and the MDS's metrics. Each RPC runs its core operation on a blocking thread under one lock
+//! (SQLite is synchronous; the MDS serializes its metadata mutations), and replies only after the
+//! operation's batch is durable.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ecstack_rpc::Security;
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+
+use crate::api::{Heartbeat, MdsError, OsdRegistration, OsdState};
+use crate::engine::MdsCore;
+use crate::proto;
+
+/// Requests, errors and latency per RPC.
+#[derive(Debug, Default, Clone, Copy)]
+struct OpStats {
+    requests: u64,
+    errors: u64,
+    seconds: f64,
+}
+
+/// A running MDS: its core, shared by the RPC handlers and the failure detector. Cheap to clone.
+#[derive(Clone)]
+pub struct MdsHandle {
+    core: Arc<Mutex<MdsCore>>,
+    ops: Arc<Mutex<BTreeMap<&'static str, OpStats>>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("MDS server: {0}")]
+    Security(#[from] ecstack_rpc::SecurityError),
+    #[error("MDS server stopped: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+impl MdsHandle {
+    pub fn new(core: MdsCore) -> MdsHandle {
+        MdsHandle {
+            core: Arc::new(Mutex::new(core)),
+            ops: Arc::default(),
+        }
+    }
+
+    /// Runs one core operation on a blocking thread and records its metrics.
+    async fn run<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut MdsCore) -> Result<T, MdsError> + Send + 'static,
+    ) -> Result<T, MdsError> {
+        let start = Instant::now();
+        let core = self.core.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            // A panic inside the core is a bug; the store's transactions keep it consistent, so
+            // the next operation may go on.
+            let mut core = core.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut core)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(MdsError::Internal(format!(
+                "MDS operation {op} failed: {e}"
+            )))
+        });
+        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        let s = ops.entry(op).or_default();
+        s.requests += 1;
+        s.errors += u64::from(result.is_err());
+        s.seconds += start.elapsed().as_secs_f64();
+        if let Err(e) = &result {
+            tracing::debug!(op, error = %e, "MDS request failed");
+        }
+        result
+    }
+
+    /// One failure-detector round (tests call it after moving their clock).
+    pub async fn tick(&self) -> Result<(), MdsError> {
+        self.run("tick", |c| c.tick()).await
+    }
+
+    /// Runs the failure detector every `every` until the runtime stops.
+    pub fn spawn_failure_detector(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let handle = self.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(every);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                if let Err(e) = handle.tick().await {
+                    tracing::error!(error = %e, "failure detector round failed");
+                }
+            }
+        })
+    }
+
+    /// Serves the MDS protocol on `listener` until `shutdown` completes.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        security: &Security,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        security
+            .server()?
+            .add_service(proto::mds_server::MdsServer::new(MdsService(self.clone())))
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await?;
+        Ok(())
+    }
+
+    /// Prometheus text: requests, errors and latency per RPC, OSDs by state, segments by state,
+    /// files, bytes and recovery progress.
+    pub async fn metrics_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let _ = writeln!(
+            out,
+            "# HELP ecstack_mds_requests_total MDS requests by operation."
+        );
+        let _ = writeln!(out, "# TYPE ecstack_mds_requests_total counter");
+        for (op, s) in &ops {
+            let _ = writeln!(
+                out,
+                "ecstack_mds_requests_total{{op=\"{op}\"}} {}",
+                s.requests
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP ecstack_mds_request_errors_total MDS requests that failed."
+        );
+        let _ = writeln!(out, "# TYPE ecstack_mds_request_errors_total counter");
+        for (op, s) in &ops {
+            let _ = writeln!(
+                out,
+                "ecstack_mds_request_errors_total{{op=\"{op}\"}} {}",
+                s.errors
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP ecstack_mds_request_seconds Time spent in MDS requests."
+        );
+        let _ = writeln!(out, "# TYPE ecstack_mds_request_seconds summary");
+        for (op, s) in &ops {
+            let _ = writeln!(
+                out,
+                "ecstack_mds_request_seconds_sum{{op=\"{op}\"}} {}",
+                s.seconds
+            );
+            let _ = writeln!(
+                out,
+                "ecstack_mds_request_seconds_count{{op=\"{op}\"}} {}",
+                s.requests
+            );
+        }
+        match self.run("metrics", |c| c.status()).await {
+            Ok(st) => {
+                let _ = writeln!(out, "# TYPE ecstack_mds_osds gauge");
+                for (state, name) in [
+                    (OsdState::Up, "up"),
+                    (OsdState::Down, "down"),
+                    (OsdState::Out, "out"),
+                ] {
+                    let n = st.osds.iter().filter(|o| o.state == state).count();
+                    let _ = writeln!(out, "ecstack_mds_osds{{state=\"{name}\"}} {n}");
+                }
+                let _ = writeln!(out, "# TYPE ecstack_mds_segments gauge");
+                for (name, n) in [
+                    ("healthy", st.segments_healthy),
+                    ("degraded", st.segments_degraded),
+                    ("recovering", st.segments_recovering),
+                    ("lost", st.segments_lost),
+                ] {
+                    let _ = writeln!(out, "ecstack_mds_segments{{state=\"{name}\"}} {n}");
+                }
+                let r = &st.recovery;
+                for (name, v) in [
+                    ("ecstack_mds_files", st.files),
+                    ("ecstack_mds_bytes", st.bytes),
+                    ("ecstack_mds_recovery_chunks_total", r.chunks_total),
+                    ("ecstack_mds_recovery_chunks_done", r.chunks_done),
+                    ("ecstack_mds_recovery_bytes_done", r.bytes_done),
+                    ("ecstack_mds_recovery_started_ms", r.started_ms),
+                    ("ecstack_mds_recovery_finished_ms", r.finished_ms),
+                ] {
+                    let _ = writeln!(out, "# TYPE {name} gauge\n{name} {v}");
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(out, "# status unavailable: {e}");
+            }
+        }
+        out
+    }
+}
+
+/// The tonic service (generated types stay here).
+struct MdsService(MdsHandle);
+
+type Reply<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl proto::mds_server::Mds for MdsService {
+    async fn register_osd(
+        &self,
+        r: Request<proto::RegisterOsdRequest>,
+    ) -> Reply<proto::RegisterOsdReply> {
+        let r = r.into_inner();
+        let reg = OsdRegistration {
+            name: r.name,
+            addr: r.addr,
+            labels: r.labels.into_iter().collect(),
+            capacity_bytes: r.capacity_bytes,
+            used_bytes: r.used_bytes,
+        };
+        let done = self
+            .0
+            .run("register_osd", move |c| c.register_osd(&reg))
+            .await?;
+        Ok(Response::new(proto::RegisterOsdReply {
+            osd_id: done.osd_id,
+            params: Some(done.params.into()),
+        }))
+    }
+
+    async fn heartbeat(&self, r: Request<proto::HeartbeatRequest>) -> Reply<proto::HeartbeatReply> {
+        let r = r.into_inner();
+        let hb = Heartbeat {
+            osd_id: r.osd_id,
+            used_bytes: r.used_bytes,
+            chunks: r.chunks,
+            deleted_segments: r.deleted_segments,
+        };
+        let reply = self.0.run("heartbeat", move |c| c.heartbeat(&hb)).await?;
+        Ok(Response::new(proto::HeartbeatReply {
+            epoch: reply.epoch,
+            tasks: reply.tasks.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn create_file(
+        &self,
+        r: Request<proto::CreateFileRequest>,
+    ) -> Reply<proto::CreateFileReply> {
+        let path = r.into_inner().path;
+        let file_id = self
+            .0
+            .run("create_file", move |c| c.create_file(&path))
+            .await?;
+        Ok(Response::new(proto::CreateFileReply { file_id }))
+    }
+
+    async fn allocate_segments(
+        &self,
+        r: Request<proto::AllocateSegmentsRequest>,
+    ) -> Reply<proto::AllocateSegmentsReply> {
+        let r = r.into_inner();
+        let segs = self
+            .0
+            .run("allocate_segments", move |c| {
+                c.allocate_segments(r.file_id, &r.lengths)
+            })
+            .await?;
+        Ok(Response::new(proto::AllocateSegmentsReply {
+            segments: segs.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn commit_file(
+        &self,
+        r: Request<proto::CommitFileRequest>,
+    ) -> Reply<proto::CommitFileReply> {
+        let r = r.into_inner();
+        self.0
+            .run("commit_file", move |c| c.commit_file(r.file_id, r.size))
+            .await?;
+        Ok(Response::new(proto::CommitFileReply {}))
+    }
+
+    async fn lookup_file(&self, r: Request<proto::LookupFileRequest>) -> Reply<proto::FileInfo> {
+        let path = r.into_inner().path;
+        let f = self
+            .0
+            .run("lookup_file", move |c| c.lookup_file(&path))
+            .await?;
+        Ok(Response::new(f.into()))
+    }
+
+    async fn list_files(
+        &self,
+        r: Request<proto::ListFilesRequest>,
+    ) -> Reply<proto::ListFilesReply> {
+        let prefix = r.into_inner().prefix;
+        let files = self
+            .0
+            .run("list_files", move |c| c.list_files(&prefix))
+            .await?;
+        Ok(Response::new(proto::ListFilesReply {
+            files: files.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn remove_file(
+        &self,
+        r: Request<proto::RemoveFileRequest>,
+    ) -> Reply<proto::RemoveFileReply> {
+        let path = r.into_inner().path;
+        self.0
+            .run("remove_file", move |c| c.remove_file(&path))
+            .await?;
+        Ok(Response::new(proto::RemoveFileReply {}))
+    }
+
+    async fn get_segment(
+        &self,
+        r: Request<proto::GetSegmentRequest>,
+    ) -> Reply<proto::SegmentLayout> {
+        let id = r.into_inner().segment_id;
+        let s = self
+            .0
+            .run("get_segment", move |c| c.get_segment(id))
+            .await?;
+        Ok(Response::new(s.into()))
+    }
+
+    async fn mark_stale(
+        &self,
+        r: Request<proto::MarkStaleRequest>,
+    ) -> Reply<proto::MarkStaleReply> {
+        let r = r.into_inner();
+        self.0
+            .run("mark_stale", move |c| {
+                c.mark_stale(r.segment_id, &r.chunks, r.version)
+            })
+            .await?;
+        Ok(Response::new(proto::MarkStaleReply {}))
+    }
+
+    async fn chunk_recovered(
+        &self,
+        r: Request<proto::ChunkRecoveredRequest>,
+    ) -> Reply<proto::ChunkRecoveredReply> {
+        let r = r.into_inner();
+        self.0
+            .run("chunk_recovered", move |c| {
+                c.chunk_recovered(r.segment_id, r.chunk, r.osd_id, r.version)
+            })
+            .await?;
+        Ok(Response::new(proto::ChunkRecoveredReply {}))
+    }
+
+    async fn osd_out(&self, r: Request<proto::OsdOutRequest>) -> Reply<proto::OsdOutReply> {
+        let id = r.into_inner().osd_id;
+        let n = self.0.run("osd_out", move |c| c.osd_out(id)).await?;
+        Ok(Response::new(proto::OsdOutReply {
+            chunks_to_recover: n,
+        }))
+    }
+
+    async fn status(&self, _: Request<proto::StatusRequest>) -> Reply<proto::StatusReply> {
+        let s = self.0.run("status", |c| c.status()).await?;
+        Ok(Response::new(s.into()))
+    }
+}

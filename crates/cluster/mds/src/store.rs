@@ -1,0 +1,806 @@
+//! The MDS's durable state: the `MetadataStore` trait (reads as queries, writes as atomic batches of
+//! [`Mutation`]s) and its SQLite implementation. The MDS logic above decides; a store only keeps.
+//!
+//! Durability contract: [`MetadataStore::apply`] returns only after the whole batch is committed and
+//! on stable storage (SQLite: WAL with `synchronous=FULL`), so the MDS replies to an RPC after its
+//! mutation is durable. A batch is all or nothing.
+//!
+//! Recover tasks are not stored: they are derived from chunk states (a `Stale` or `Recovering` chunk
+//! with a holder needs its segment's primary to rebuild it), so they cannot drift from the layout.
+//! Delete tasks are stored (their segments are gone from the other tables).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::api::{ChunkState, OsdState, RecoveryProgress};
+
+/// First row of the `meta` table: what this file is.
+pub const STORE_MARKER: &str = "ecstack-mds-store";
+/// The schema version this code reads and writes. Version changes: 1 (first).
+pub const STORE_VERSION: u32 = 1;
+
+/// Names of the id counters (never reused, so a removed segment's id never names a new one).
+pub const COUNTER_OSD: &str = "next_osd_id";
+pub const COUNTER_FILE: &str = "next_file_id";
+pub const COUNTER_SEGMENT: &str = "next_segment_id";
+/// The global layout epoch: every layout change takes the next value as the segment's epoch.
+pub const COUNTER_EPOCH: &str = "layout_epoch";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open metadata store {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("{path} is not an ecstack MDS store (marker {found:?}, expected {STORE_MARKER:?})")]
+    NotAStore { path: PathBuf, found: String },
+    #[error("metadata store {path} has schema version {found}; this ecstack reads version {STORE_VERSION} only")]
+    UnknownVersion { path: PathBuf, found: String },
+    #[error("metadata store: {0}")]
+    Db(String),
+    #[error("metadata store holds a bad value: {0}")]
+    Corrupt(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Db(e.to_string())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OsdRecord {
+    pub osd_id: u32,
+    pub name: String,
+    pub addr: String,
+    pub labels: BTreeMap<String, String>,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    pub state: OsdState,
+    /// Unix ms of the last heartbeat (or registration).
+    pub last_heartbeat_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRecord {
+    pub file_id: u64,
+    pub path: String,
+    pub size: u64,
+    /// Unix ms: creation while pending, commit time once committed.
+    pub mtime_ms: u64,
+    /// Visible (close-to-open): at most one committed file per path.
+    pub committed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentRecord {
+    pub segment_id: u64,
+    pub file_id: u64,
+    pub index: u32,
+    pub length: u64,
+    pub primary: u32,
+    pub epoch: u64,
+    /// The largest segment version a primary reported (MarkStale / ChunkRecovered).
+    pub version: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkRecord {
+    pub segment_id: u64,
+    pub index: u32,
+    /// `None` for a `Lost` chunk.
+    pub osd_id: Option<u32>,
+    pub state: ChunkState,
+}
+
+/// One chunk an OSD must drop (its segment was removed or replaced).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DeleteRecord {
+    pub osd_id: u32,
+    pub segment_id: u64,
+    pub chunk: u32,
+}
+
+/// What an OSD holds according to the chunk table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OsdLoad {
+    pub chunks: u64,
+    /// Sum of chunk sizes (ceil(segment length / k)).
+    pub bytes: u64,
+    pub primaries: u64,
+}
+
+/// One change; [`MetadataStore::apply`] applies a batch of them atomically.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mutation {
+    SetCounter {
+        name: &'static str,
+        value: u64,
+    },
+    /// Insert or replace (by id) an OSD with its labels.
+    PutOsd(OsdRecord),
+    /// Insert or replace (by id) a file.
+    PutFile(FileRecord),
+    /// Remove a file with its segments and their chunks.
+    DeleteFile(u64),
+    PutSegment(SegmentRecord),
+    /// Insert or replace chunk (segment, index).
+    PutChunk(ChunkRecord),
+    PutDelete(DeleteRecord),
+    /// Remove every delete task of `osd_id` for `segment_id`.
+    RemoveDeletes {
+        osd_id: u32,
+        segment_id: u64,
+    },
+    SetRecovery(RecoveryProgress),
+}
+
+/// The MDS's durable state. Implementations: [`SqliteStore`] (PostgreSQL is planned).
+pub trait MetadataStore: Send {
+    /// Applies a batch atomically; returns once it is durable.
+    fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError>;
+    /// A counter's value (0 if never set).
+    fn counter(&self, name: &str) -> Result<u64, StoreError>;
+    /// Every OSD, by id.
+    fn osds(&self) -> Result<Vec<OsdRecord>, StoreError>;
+    fn file(&self, file_id: u64) -> Result<Option<FileRecord>, StoreError>;
+    /// The committed file at `path`.
+    fn committed_file(&self, path: &str) -> Result<Option<FileRecord>, StoreError>;
+    /// Committed files whose path starts with `prefix`, by path, with their segment counts.
+    fn committed_files(&self, prefix: &str) -> Result<Vec<(FileRecord, u32)>, StoreError>;
+    /// Files created but not committed, by id.
+    fn pending_files(&self) -> Result<Vec<FileRecord>, StoreError>;
+    /// (committed files, sum of their sizes).
+    fn totals(&self) -> Result<(u64, u64), StoreError>;
+    fn segment(&self, segment_id: u64) -> Result<Option<SegmentRecord>, StoreError>;
+    /// A file's segments, by index.
+    fn segments_of_file(&self, file_id: u64) -> Result<Vec<SegmentRecord>, StoreError>;
+    fn segments_with_primary(&self, osd_id: u32) -> Result<Vec<SegmentRecord>, StoreError>;
+    /// A segment's chunks, by index.
+    fn chunks(&self, segment_id: u64) -> Result<Vec<ChunkRecord>, StoreError>;
+    /// Chunks held by an OSD, by (segment, index).
+    fn chunks_on_osd(&self, osd_id: u32) -> Result<Vec<ChunkRecord>, StoreError>;
+    /// Chunks in one state, by (segment, index).
+    fn chunks_in_state(&self, state: ChunkState) -> Result<Vec<ChunkRecord>, StoreError>;
+    /// Every chunk, by (segment, index).
+    fn all_chunks(&self) -> Result<Vec<ChunkRecord>, StoreError>;
+    /// Pending delete tasks of an OSD, by (segment, chunk).
+    fn deletes_for(&self, osd_id: u32) -> Result<Vec<DeleteRecord>, StoreError>;
+    /// Per OSD holding anything: chunks, bytes (chunk size = ceil(length / k)) and primaries.
+    fn osd_loads(&self, k: u32) -> Result<BTreeMap<u32, OsdLoad>, StoreError>;
+    fn recovery(&self) -> Result<RecoveryProgress, StoreError>;
+}
+
+const SCHEMA: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE osds (
+    osd_id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    addr TEXT NOT NULL,
+    capacity_bytes INTEGER NOT NULL,
+    used_bytes INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    last_heartbeat_ms INTEGER NOT NULL
+);
+CREATE TABLE osd_labels (
+    osd_id INTEGER NOT NULL REFERENCES osds(osd_id),
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (osd_id, key)
+);
+CREATE TABLE files (
+    file_id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ms INTEGER NOT NULL,
+    committed INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX files_committed_path ON files(path) WHERE committed = 1;
+CREATE TABLE segments (
+    segment_id INTEGER PRIMARY KEY,
+    file_id INTEGER NOT NULL REFERENCES files(file_id),
+    seg_index INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    primary_osd INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    UNIQUE (file_id, seg_index)
+);
+CREATE INDEX segments_primary ON segments(primary_osd);
+CREATE TABLE chunks (
+    segment_id INTEGER NOT NULL REFERENCES segments(segment_id),
+    chunk_index INTEGER NOT NULL,
+    osd_id INTEGER,
+    state INTEGER NOT NULL,
+    PRIMARY KEY (segment_id, chunk_index)
+);
+CREATE INDEX chunks_osd ON chunks(osd_id);
+CREATE INDEX chunks_state ON chunks(state);
+CREATE TABLE delete_tasks (
+    osd_id INTEGER NOT NULL,
+    segment_id INTEGER NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    PRIMARY KEY (osd_id, segment_id, chunk_index)
+);
+CREATE TABLE recovery (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    chunks_total INTEGER NOT NULL,
+    chunks_done INTEGER NOT NULL,
+    bytes_done INTEGER NOT NULL,
+    started_ms INTEGER NOT NULL,
+    finished_ms INTEGER NOT NULL
+);
+INSERT INTO recovery VALUES (0, 0, 0, 0, 0, 0);
+";
+
+/// The metadata store in one SQLite database file (WAL, `synchronous=FULL`).
+pub struct SqliteStore {
+    conn: Connection,
+}
+
+fn osd_state_code(s: OsdState) -> i64 {
+    match s {
+        OsdState::Up => 1,
+        OsdState::Down => 2,
+        OsdState::Out => 3,
+    }
+}
+
+fn osd_state_of(v: i64) -> Result<OsdState, StoreError> {
+    match v {
+        1 => Ok(OsdState::Up),
+        2 => Ok(OsdState::Down),
+        3 => Ok(OsdState::Out),
+        _ => Err(StoreError::Corrupt(format!("OSD state {v}"))),
+    }
+}
+
+fn chunk_state_code(s: ChunkState) -> i64 {
+    match s {
+        ChunkState::Healthy => 1,
+        ChunkState::Stale => 2,
+        ChunkState::Recovering => 3,
+        ChunkState::Lost => 4,
+    }
+}
+
+fn chunk_state_of(v: i64) -> Result<ChunkState, StoreError> {
+    match v {
+        1 => Ok(ChunkState::Healthy),
+        2 => Ok(ChunkState::Stale),
+        3 => Ok(ChunkState::Recovering),
+        4 => Ok(ChunkState::Lost),
+        _ => Err(StoreError::Corrupt(format!("chunk state {v}"))),
+    }
+}
+
+// SQLite integers are i64; every u64 we store (ids, sizes, unix ms) is below 2^63.
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn uint(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative value {v}")))
+}
+
+fn uint32(v: i64) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("value {v} out of u32 range")))
+}
+
+type Row = Vec<i64>;
+
+impl SqliteStore {
+    /// Opens (creating if absent) the store at `path`; refuses a file of another kind or version.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let open_err = |e: rusqlite::Error| StoreError::Open {
+            path: path.to_owned(),
+            message: e.to_string(),
+        };
+        let conn = Connection::open(path).map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_err)?;
+        let mut store = SqliteStore { conn };
+        store.check_or_init(path)?;
+        Ok(store)
+    }
+
+    fn check_or_init(&mut self, path: &Path) -> Result<(), StoreError> {
+        let has_meta: bool = self.conn.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+            [],
+            |r| r.get::<_, i64>(0).map(|n| n > 0),
+        )?;
+        if !has_meta {
+            let tables: i64 =
+                self.conn
+                    .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))?;
+            if tables > 0 {
+                return Err(StoreError::NotAStore {
+                    path: path.to_owned(),
+                    found: String::new(),
+                });
+            }
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(SCHEMA)?;
+            tx.execute(
+                "INSERT INTO meta VALUES ('marker', ?1), ('version', ?2)",
+                params![STORE_MARKER, STORE_VERSION.to_string()],
+            )?;
+            tx.commit()?;
+            return Ok(());
+        }
+        let get = |key: &str| -> Result<String, StoreError> {
+            Ok(self
+                .conn
+                .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+                .optional()?
+                .unwrap_or_default())
+        };
+        let marker = get("marker")?;
+        if marker != STORE_MARKER {
+            return Err(StoreError::NotAStore {
+                path: path.to_owned(),
+                found: marker,
+            });
+        }
+        let version = get("version")?;
+        if version != STORE_VERSION.to_string() {
+            return Err(StoreError::UnknownVersion {
+                path: path.to_owned(),
+                found: version,
+            });
+        }
+        Ok(())
+    }
+
+    fn ints(&self, sql: &str, args: &[i64], width: usize) -> Result<Vec<Row>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
+            (0..width)
+                .map(|i| r.get::<_, i64>(i))
+                .collect::<Result<Row, _>>()
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    fn files_where(
+        &self,
+        cond: &str,
+        args: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<FileRecord>, StoreError> {
+        let sql = format!(
+            "SELECT file_id, path, size, mtime_ms, committed FROM files WHERE {cond} ORDER BY file_id"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(args, |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })?;
+        rows.map(|row| {
+            let (id, path, size, mtime, committed) = row?;
+            Ok(FileRecord {
+                file_id: uint(id)?,
+                path,
+                size: uint(size)?,
+                mtime_ms: uint(mtime)?,
+                committed: committed != 0,
+            })
+        })
+        .collect()
+    }
+
+    fn segments_where(&self, cond: &str, arg: i64) -> Result<Vec<SegmentRecord>, StoreError> {
+        let sql = format!(
+            "SELECT segment_id, file_id, seg_index, length, primary_osd, epoch, version FROM segments WHERE {cond} ORDER BY file_id, seg_index"
+        );
+        self.ints(&sql, &[arg], 7)?
+            .into_iter()
+            .map(|r| {
+                Ok(SegmentRecord {
+                    segment_id: uint(r[0])?,
+                    file_id: uint(r[1])?,
+                    index: uint32(r[2])?,
+                    length: uint(r[3])?,
+                    primary: uint32(r[4])?,
+                    epoch: uint(r[5])?,
+                    version: uint(r[6])?,
+                })
+            })
+            .collect()
+    }
+
+    fn chunks_where(&self, cond: &str, args: &[i64]) -> Result<Vec<ChunkRecord>, StoreError> {
+        let sql = format!(
+            "SELECT segment_id, chunk_index, COALESCE(osd_id, -1), state FROM chunks WHERE {cond} ORDER BY segment_id, chunk_index"
+        );
+        self.ints(&sql, args, 4)?
+            .into_iter()
+            .map(|r| {
+                Ok(ChunkRecord {
+                    segment_id: uint(r[0])?,
+                    index: uint32(r[1])?,
+                    osd_id: if r[2] < 0 { None } else { Some(uint32(r[2])?) },
+                    state: chunk_state_of(r[3])?,
+                })
+            })
+            .collect()
+    }
+}
+
+fn apply_one(tx: &rusqlite::Transaction<'_>, m: &Mutation) -> Result<(), rusqlite::Error> {
+    match m {
+        Mutation::SetCounter { name, value } => {
+            tx.execute(
+                "INSERT INTO counters VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                params![name, int(*value)],
+            )?;
+        }
+        Mutation::PutOsd(o) => {
+            tx.execute(
+                "INSERT INTO osds VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(osd_id) DO UPDATE SET
+                 name = excluded.name, addr = excluded.addr, capacity_bytes = excluded.capacity_bytes,
+                 used_bytes = excluded.used_bytes, state = excluded.state,
+                 last_heartbeat_ms = excluded.last_heartbeat_ms",
+                params![
+                    o.osd_id,
+                    o.name,
+                    o.addr,
+                    int(o.capacity_bytes),
+                    int(o.used_bytes),
+                    osd_state_code(o.state),
+                    int(o.last_heartbeat_ms)
+                ],
+            )?;
+            tx.execute("DELETE FROM osd_labels WHERE osd_id = ?1", [o.osd_id])?;
+            for (k, v) in &o.labels {
+                tx.execute(
+                    "INSERT INTO osd_labels VALUES (?1, ?2, ?3)",
+                    params![o.osd_id, k, v],
+                )?;
+            }
+        }
+        Mutation::PutFile(f) => {
+            tx.execute(
+                "INSERT INTO files VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(file_id) DO UPDATE SET
+                 path = excluded.path, size = excluded.size, mtime_ms = excluded.mtime_ms,
+                 committed = excluded.committed",
+                params![
+                    int(f.file_id),
+                    f.path,
+                    int(f.size),
+                    int(f.mtime_ms),
+                    f.committed as i64
+                ],
+            )?;
+        }
+        Mutation::DeleteFile(id) => {
+            let id = int(*id);
+            tx.execute(
+                "DELETE FROM chunks WHERE segment_id IN (SELECT segment_id FROM segments WHERE file_id = ?1)",
+                [id],
+            )?;
+            tx.execute("DELETE FROM segments WHERE file_id = ?1", [id])?;
+            tx.execute("DELETE FROM files WHERE file_id = ?1", [id])?;
+        }
+        Mutation::PutSegment(s) => {
+            tx.execute(
+                "INSERT INTO segments VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(segment_id) DO UPDATE SET
+                 file_id = excluded.file_id, seg_index = excluded.seg_index, length = excluded.length,
+                 primary_osd = excluded.primary_osd, epoch = excluded.epoch, version = excluded.version",
+                params![
+                    int(s.segment_id),
+                    int(s.file_id),
+                    s.index,
+                    int(s.length),
+                    s.primary,
+                    int(s.epoch),
+                    int(s.version)
+                ],
+            )?;
+        }
+        Mutation::PutChunk(c) => {
+            tx.execute(
+                "INSERT INTO chunks VALUES (?1, ?2, ?3, ?4) ON CONFLICT(segment_id, chunk_index) DO UPDATE SET
+                 osd_id = excluded.osd_id, state = excluded.state",
+                params![
+                    int(c.segment_id),
+                    c.index,
+                    c.osd_id,
+                    chunk_state_code(c.state)
+                ],
+            )?;
+        }
+        Mutation::PutDelete(d) => {
+            tx.execute(
+                "INSERT OR IGNORE INTO delete_tasks VALUES (?1, ?2, ?3)",
+                params![d.osd_id, int(d.segment_id), d.chunk],
+            )?;
+        }
+        Mutation::RemoveDeletes { osd_id, segment_id } => {
+            tx.execute(
+                "DELETE FROM delete_tasks WHERE osd_id = ?1 AND segment_id = ?2",
+                params![osd_id, int(*segment_id)],
+            )?;
+        }
+        Mutation::SetRecovery(r) => {
+            tx.execute(
+                "UPDATE recovery SET chunks_total = ?1, chunks_done = ?2, bytes_done = ?3,
+                 started_ms = ?4, finished_ms = ?5 WHERE id = 0",
+                params![
+                    int(r.chunks_total),
+                    int(r.chunks_done),
+                    int(r.bytes_done),
+                    int(r.started_ms),
+                    int(r.finished_ms)
+                ],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+impl MetadataStore for SqliteStore {
+    fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for m in batch {
+            apply_one(&tx, m)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn counter(&self, name: &str) -> Result<u64, StoreError> {
+        let v: Option<i64> = self
+            .conn
+            .query_row("SELECT value FROM counters WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        uint(v.unwrap_or(0))
+    }
+
+    fn osds(&self) -> Result<Vec<OsdRecord>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT osd_id, name, addr, capacity_bytes, used_bytes, state, last_heartbeat_ms FROM osds ORDER BY osd_id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                [
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                    r.get::<_, i64>(6)?,
+                ],
+            ))
+        })?;
+        let mut osds = Vec::new();
+        for row in rows {
+            let (id, name, addr, v) = row?;
+            osds.push(OsdRecord {
+                osd_id: uint32(id)?,
+                name,
+                addr,
+                labels: BTreeMap::new(),
+                capacity_bytes: uint(v[0])?,
+                used_bytes: uint(v[1])?,
+                state: osd_state_of(v[2])?,
+                last_heartbeat_ms: uint(v[3])?,
+            });
+        }
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT osd_id, key, value FROM osd_labels")?;
+        let labels = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        for l in labels {
+            let (id, k, v) = l?;
+            let id = uint32(id)?;
+            if let Some(o) = osds.iter_mut().find(|o| o.osd_id == id) {
+                o.labels.insert(k, v);
+            }
+        }
+        Ok(osds)
+    }
+
+    fn file(&self, file_id: u64) -> Result<Option<FileRecord>, StoreError> {
+        Ok(self
+            .files_where("file_id = ?1", &[&int(file_id)])?
+            .into_iter()
+            .next())
+    }
+
+    fn committed_file(&self, path: &str) -> Result<Option<FileRecord>, StoreError> {
+        Ok(self
+            .files_where("committed = 1 AND path = ?1", &[&path])?
+            .into_iter()
+            .next())
+    }
+
+    fn committed_files(&self, prefix: &str) -> Result<Vec<(FileRecord, u32)>, StoreError> {
+        // substr() instead of LIKE: a prefix may contain `%` or `_`.
+        let mut files = self.files_where(
+            "committed = 1 AND substr(path, 1, length(?1)) = ?1",
+            &[&prefix],
+        )?;
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        files
+            .into_iter()
+            .map(|f| {
+                let n: i64 = self.conn.query_row(
+                    "SELECT COUNT(*) FROM segments WHERE file_id = ?1",
+                    [int(f.file_id)],
+                    |r| r.get(0),
+                )?;
+                Ok((f, uint32(n)?))
+            })
+            .collect()
+    }
+
+    fn pending_files(&self) -> Result<Vec<FileRecord>, StoreError> {
+        self.files_where("committed = 0", &[])
+    }
+
+    fn totals(&self) -> Result<(u64, u64), StoreError> {
+        let (n, bytes): (i64, i64) = self.conn.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files WHERE committed = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok((uint(n)?, uint(bytes)?))
+    }
+
+    fn segment(&self, segment_id: u64) -> Result<Option<SegmentRecord>, StoreError> {
+        Ok(self
+            .segments_where("segment_id = ?1", int(segment_id))?
+            .into_iter()
+            .next())
+    }
+
+    fn segments_of_file(&self, file_id: u64) -> Result<Vec<SegmentRecord>, StoreError> {
+        self.segments_where("file_id = ?1", int(file_id))
+    }
+
+    fn segments_with_primary(&self, osd_id: u32) -> Result<Vec<SegmentRecord>, StoreError> {
+        self.segments_where("primary_osd = ?1", i64::from(osd_id))
+    }
+
+    fn chunks(&self, segment_id: u64) -> Result<Vec<ChunkRecord>, StoreError> {
+        self.chunks_where("segment_id = ?1", &[int(segment_id)])
+    }
+
+    fn chunks_on_osd(&self, osd_id: u32) -> Result<Vec<ChunkRecord>, StoreError> {
+        self.chunks_where("osd_id = ?1", &[i64::from(osd_id)])
+    }
+
+    fn chunks_in_state(&self, state: ChunkState) -> Result<Vec<ChunkRecord>, StoreError> {
+        self.chunks_where("state = ?1", &[chunk_state_code(state)])
+    }
+
+    fn all_chunks(&self) -> Result<Vec<ChunkRecord>, StoreError> {
+        self.chunks_where("1", &[])
+    }
+
+    fn deletes_for(&self, osd_id: u32) -> Result<Vec<DeleteRecord>, StoreError> {
+        self.ints(
+            "SELECT osd_id, segment_id, chunk_index FROM delete_tasks WHERE osd_id = ?1 ORDER BY segment_id, chunk_index",
+            &[i64::from(osd_id)],
+            3,
+        )?
+        .into_iter()
+        .map(|r| {
+            Ok(DeleteRecord {
+                osd_id: uint32(r[0])?,
+                segment_id: uint(r[1])?,
+                chunk: uint32(r[2])?,
+            })
+        })
+        .collect()
+    }
+
+    fn osd_loads(&self, k: u32) -> Result<BTreeMap<u32, OsdLoad>, StoreError> {
+        let k = i64::from(k.max(1));
+        let mut loads: BTreeMap<u32, OsdLoad> = BTreeMap::new();
+        for r in self.ints(
+            "SELECT c.osd_id, COUNT(*), SUM((s.length + ?1 - 1) / ?1) FROM chunks c
+             JOIN segments s ON s.segment_id = c.segment_id
+             WHERE c.osd_id IS NOT NULL GROUP BY c.osd_id",
+            &[k],
+            3,
+        )? {
+            let l = loads.entry(uint32(r[0])?).or_default();
+            l.chunks = uint(r[1])?;
+            l.bytes = uint(r[2])?;
+        }
+        for r in self.ints(
+            "SELECT primary_osd, COUNT(*) FROM segments GROUP BY primary_osd",
+            &[],
+            2,
+        )? {
+            loads.entry(uint32(r[0])?).or_default().primaries = uint(r[1])?;
+        }
+        Ok(loads)
+    }
+
+    fn recovery(&self) -> Result<RecoveryProgress, StoreError> {
+        let r = self.ints(
+            "SELECT chunks_total, chunks_done, bytes_done, started_ms, finished_ms FROM recovery WHERE id = 0",
+            &[],
+            5,
+        )?;
+        let r = r
+            .into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Corrupt("recovery row missing".into()))?;
+        Ok(RecoveryProgress {
+            chunks_total: uint(r[0])?,
+            chunks_done: uint(r[1])?,
+            bytes_done: uint(r[2])?,
+            started_ms: uint(r[3])?,
+            finished_ms: uint(r[4])?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_passes_the_store_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mds.sqlite");
+        crate::store_suite::run(&|| {
+            Box::new(SqliteStore::open(&path).unwrap()) as Box<dyn MetadataStore>
+        });
+    }
+
+    #[test]
+    fn an_unknown_version_or_another_file_is_refused_with_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mds.sqlite");
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        conn.execute("UPDATE meta SET value = '7' WHERE key = 'version'", [])
+            .unwrap();
+        drop(conn);
+        let e = SqliteStore::open(&path).err().unwrap().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "metadata store {} has schema version 7; this ecstack reads version 1 only",
+                path.display()
+            )
+        );
+        let other = dir.path().join("other.sqlite");
+        let conn = Connection::open(&other).unwrap();
+        conn.execute("CREATE TABLE t (x INTEGER)", []).unwrap();
+        drop(conn);
+        let e = SqliteStore::open(&other).err().unwrap().to_string();
+        assert!(e.contains("is not an ecstack MDS store"), "{e}");
+        let text = dir.path().join("text");
+        std::fs::write(
+            &text,
+            "hello, this is not a database at all, not even close",
+        )
+        .unwrap();
+        assert!(SqliteStore::open(&text).is_err());
+    }
+}

@@ -1,0 +1,306 @@
+//! One test suite for every [`MetadataStore`] implementation (STYLE.md §4.3). `open` opens the
+//! same backing store each time it is called (after the previous handle is dropped), so the suite
+//! also checks that applied batches survive a reopen.
+
+use std::collections::BTreeMap;
+
+use crate::api::{ChunkState, OsdState, RecoveryProgress};
+use crate::store::*;
+
+fn osd(id: u32, name: &str, labels: &[(&str, &str)]) -> OsdRecord {
+    OsdRecord {
+        osd_id: id,
+        name: name.into(),
+        addr: format!("127.0.0.1:{}", 7000 + id),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        capacity_bytes: 1 << 40,
+        used_bytes: u64::from(id) * 1000,
+        state: OsdState::Up,
+        last_heartbeat_ms: 1_700_000_000_000 + u64::from(id),
+    }
+}
+
+fn file(id: u64, path: &str, committed: bool) -> FileRecord {
+    FileRecord {
+        file_id: id,
+        path: path.into(),
+        size: id * 100,
+        mtime_ms: 1_700_000_000_000 + id,
+        committed,
+    }
+}
+
+fn seg(id: u64, file_id: u64, index: u32, length: u64, primary: u32) -> SegmentRecord {
+    SegmentRecord {
+        segment_id: id,
+        file_id,
+        index,
+        length,
+        primary,
+        epoch: id,
+        version: 0,
+    }
+}
+
+fn chunk(segment_id: u64, index: u32, osd_id: Option<u32>, state: ChunkState) -> ChunkRecord {
+    ChunkRecord {
+        segment_id,
+        index,
+        osd_id,
+        state,
+    }
+}
+
+/// Runs the whole suite against a store; `open` must reopen the same store every time.
+pub fn run(open: &dyn Fn() -> Box<dyn MetadataStore>) {
+    empty_store(open().as_ref());
+    {
+        let mut s = open();
+        osds_round_trip(s.as_mut());
+        namespace_round_trip(s.as_mut());
+        batches_are_atomic(s.as_mut());
+        delete_tasks_and_recovery(s.as_mut());
+    }
+    // Everything applied above is still there after the handle is dropped and reopened.
+    let s = open();
+    check_after_reopen(s.as_ref());
+}
+
+fn empty_store(s: &dyn MetadataStore) {
+    assert_eq!(s.counter(COUNTER_SEGMENT).unwrap(), 0);
+    assert!(s.osds().unwrap().is_empty());
+    assert!(s.pending_files().unwrap().is_empty());
+    assert_eq!(s.totals().unwrap(), (0, 0));
+    assert_eq!(s.recovery().unwrap(), RecoveryProgress::default());
+    assert!(s.osd_loads(4).unwrap().is_empty());
+    assert_eq!(s.segment(1).unwrap(), None);
+    assert_eq!(s.file(1).unwrap(), None);
+}
+
+fn osds_round_trip(s: &mut dyn MetadataStore) {
+    let a = osd(0, "osd-0", &[("host", "h0"), ("rack", "r0")]);
+    let b = osd(1, "osd-1", &[("host", "h1")]);
+    s.apply(&[
+        Mutation::PutOsd(b.clone()),
+        Mutation::PutOsd(a.clone()),
+        Mutation::SetCounter {
+            name: COUNTER_OSD,
+            value: 2,
+        },
+    ])
+    .unwrap();
+    assert_eq!(s.osds().unwrap(), vec![a.clone(), b.clone()]);
+    assert_eq!(s.counter(COUNTER_OSD).unwrap(), 2);
+    // Replacing an OSD replaces its labels too.
+    let a2 = OsdRecord {
+        addr: "127.0.0.1:9999".into(),
+        labels: BTreeMap::from([("host".to_string(), "h9".to_string())]),
+        state: OsdState::Down,
+        ..a
+    };
+    s.apply(&[Mutation::PutOsd(a2.clone())]).unwrap();
+    assert_eq!(s.osds().unwrap(), vec![a2, b]);
+}
+
+fn namespace_round_trip(s: &mut dyn MetadataStore) {
+    let mut batch = vec![
+        Mutation::PutFile(file(1, "a/x", true)),
+        Mutation::PutFile(file(2, "a/%y", true)),
+        Mutation::PutFile(file(3, "b/z", true)),
+        Mutation::PutFile(file(4, "a/x", false)),
+        Mutation::PutSegment(seg(10, 1, 1, 500, 1)),
+        Mutation::PutSegment(seg(11, 1, 0, 1000, 0)),
+        Mutation::PutSegment(seg(12, 3, 0, 3, 1)),
+        Mutation::SetCounter {
+            name: COUNTER_SEGMENT,
+            value: 12,
+        },
+    ];
+    for (s_id, osds) in [
+        (10u64, [Some(0), Some(1), None]),
+        (11, [Some(1), Some(0), Some(0)]),
+    ] {
+        for (i, o) in osds.iter().enumerate() {
+            let state = if o.is_some() {
+                ChunkState::Healthy
+            } else {
+                ChunkState::Lost
+            };
+            batch.push(Mutation::PutChunk(chunk(s_id, i as u32, *o, state)));
+        }
+    }
+    batch.push(Mutation::PutChunk(chunk(12, 0, Some(1), ChunkState::Stale)));
+    s.apply(&batch).unwrap();
+
+    assert_eq!(s.file(4).unwrap(), Some(file(4, "a/x", false)));
+    assert_eq!(s.committed_file("a/x").unwrap(), Some(file(1, "a/x", true)));
+    assert_eq!(s.committed_file("a/").unwrap(), None);
+    let listed: Vec<(String, u32)> = s
+        .committed_files("a/")
+        .unwrap()
+        .into_iter()
+        .map(|(f, n)| (f.path, n))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![("a/%y".to_string(), 0), ("a/x".to_string(), 2)]
+    );
+    // `%` and `_` in a prefix are plain characters.
+    assert_eq!(s.committed_files("a/%").unwrap().len(), 1);
+    assert_eq!(s.committed_files("a_").unwrap().len(), 0);
+    assert_eq!(s.committed_files("").unwrap().len(), 3);
+    assert_eq!(s.pending_files().unwrap(), vec![file(4, "a/x", false)]);
+    assert_eq!(s.totals().unwrap(), (3, 100 + 200 + 300));
+
+    let of1: Vec<u64> = s
+        .segments_of_file(1)
+        .unwrap()
+        .iter()
+        .map(|s| s.segment_id)
+        .collect();
+    assert_eq!(of1, vec![11, 10], "by index");
+    assert_eq!(s.segment(12).unwrap(), Some(seg(12, 3, 0, 3, 1)));
+    let p1: Vec<u64> = s
+        .segments_with_primary(1)
+        .unwrap()
+        .iter()
+        .map(|s| s.segment_id)
+        .collect();
+    assert_eq!(p1, vec![10, 12]);
+    assert_eq!(
+        s.chunks(10).unwrap(),
+        vec![
+            chunk(10, 0, Some(0), ChunkState::Healthy),
+            chunk(10, 1, Some(1), ChunkState::Healthy),
+            chunk(10, 2, None, ChunkState::Lost),
+        ]
+    );
+    let on0: Vec<(u64, u32)> = s
+        .chunks_on_osd(0)
+        .unwrap()
+        .iter()
+        .map(|c| (c.segment_id, c.index))
+        .collect();
+    assert_eq!(on0, vec![(10, 0), (11, 1), (11, 2)]);
+    assert_eq!(
+        s.chunks_in_state(ChunkState::Lost).unwrap(),
+        vec![chunk(10, 2, None, ChunkState::Lost)]
+    );
+    assert_eq!(s.all_chunks().unwrap().len(), 7);
+
+    // k = 2: chunk sizes are ceil(500/2) = 250, ceil(1000/2) = 500, ceil(3/2) = 2.
+    let loads = s.osd_loads(2).unwrap();
+    assert_eq!(
+        loads[&0],
+        OsdLoad {
+            chunks: 3,
+            bytes: 250 + 500 + 500,
+            primaries: 1
+        }
+    );
+    assert_eq!(
+        loads[&1],
+        OsdLoad {
+            chunks: 3,
+            bytes: 250 + 500 + 2,
+            primaries: 2
+        }
+    );
+
+    // Replacing a chunk (a new holder) and removing a file with its segments and chunks.
+    s.apply(&[Mutation::PutChunk(chunk(
+        10,
+        2,
+        Some(1),
+        ChunkState::Recovering,
+    ))])
+    .unwrap();
+    assert_eq!(s.chunks_in_state(ChunkState::Recovering).unwrap().len(), 1);
+    s.apply(&[Mutation::DeleteFile(3)]).unwrap();
+    assert_eq!(s.segment(12).unwrap(), None);
+    assert!(s.chunks(12).unwrap().is_empty());
+    assert_eq!(s.file(3).unwrap(), None);
+}
+
+fn batches_are_atomic(s: &mut dyn MetadataStore) {
+    let before = (
+        s.totals().unwrap(),
+        s.pending_files().unwrap(),
+        s.counter(COUNTER_FILE).unwrap(),
+    );
+    // The second committed file at one path violates the store's uniqueness: nothing applies.
+    let r = s.apply(&[
+        Mutation::SetCounter {
+            name: COUNTER_FILE,
+            value: 99,
+        },
+        Mutation::PutFile(file(5, "new", false)),
+        Mutation::PutFile(file(6, "a/x", true)),
+    ]);
+    assert!(r.is_err(), "a second committed a/x must be refused");
+    let after = (
+        s.totals().unwrap(),
+        s.pending_files().unwrap(),
+        s.counter(COUNTER_FILE).unwrap(),
+    );
+    assert_eq!(before, after);
+    // A segment of a file that does not exist is refused as well.
+    assert!(s
+        .apply(&[Mutation::PutSegment(seg(77, 12345, 0, 1, 0))])
+        .is_err());
+    assert_eq!(s.segment(77).unwrap(), None);
+}
+
+fn delete_tasks_and_recovery(s: &mut dyn MetadataStore) {
+    let d = |osd_id, segment_id, chunk| DeleteRecord {
+        osd_id,
+        segment_id,
+        chunk,
+    };
+    s.apply(&[
+        Mutation::PutDelete(d(1, 12, 0)),
+        Mutation::PutDelete(d(1, 12, 0)), // a duplicate is harmless
+        Mutation::PutDelete(d(1, 9, 2)),
+        Mutation::PutDelete(d(1, 9, 1)),
+        Mutation::PutDelete(d(0, 9, 0)),
+    ])
+    .unwrap();
+    assert_eq!(
+        s.deletes_for(1).unwrap(),
+        vec![d(1, 9, 1), d(1, 9, 2), d(1, 12, 0)]
+    );
+    s.apply(&[Mutation::RemoveDeletes {
+        osd_id: 1,
+        segment_id: 9,
+    }])
+    .unwrap();
+    assert_eq!(s.deletes_for(1).unwrap(), vec![d(1, 12, 0)]);
+    assert_eq!(s.deletes_for(0).unwrap(), vec![d(0, 9, 0)]);
+    let r = RecoveryProgress {
+        chunks_total: 9,
+        chunks_done: 4,
+        bytes_done: 4096,
+        started_ms: 1_700_000_000_000,
+        finished_ms: 0,
+    };
+    s.apply(&[Mutation::SetRecovery(r.clone())]).unwrap();
+    assert_eq!(s.recovery().unwrap(), r);
+}
+
+fn check_after_reopen(s: &dyn MetadataStore) {
+    assert_eq!(s.osds().unwrap().len(), 2);
+    assert_eq!(s.osds().unwrap()[0].addr, "127.0.0.1:9999");
+    assert_eq!(s.counter(COUNTER_SEGMENT).unwrap(), 12);
+    assert_eq!(s.committed_file("a/x").unwrap(), Some(file(1, "a/x", true)));
+    assert_eq!(s.pending_files().unwrap().len(), 1);
+    assert_eq!(
+        s.chunks(10).unwrap()[2],
+        chunk(10, 2, Some(1), ChunkState::Recovering)
+    );
+    assert_eq!(s.segment(12).unwrap(), None);
+    assert_eq!(s.deletes_for(1).unwrap().len(), 1);
+    assert_eq!(s.recovery().unwrap().chunks_done, 4);
+}

@@ -1,0 +1,216 @@
+//! The MDS service over a real socket on 127.0.0.1 (tonic in-process, insecure loopback), driven by
+//! the typed `MdsClient`, on a manual clock: register, heartbeat, put, down and promotion, out and
+//! recovery tasks, error codes, and an MDS restart that loses no acknowledged mutation.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use ecstack_mds::engine::{ManualClock, MdsCore, MdsSettings};
+use ecstack_mds::service::MdsHandle;
+use ecstack_mds::store::SqliteStore;
+use ecstack_mds::*;
+use ecstack_rpc::Security;
+use tokio::sync::oneshot;
+
+const DOWN: u64 = 3_000;
+const OUT: u64 = 9_000;
+
+fn settings() -> MdsSettings {
+    MdsSettings {
+        params: ClusterParams {
+            cluster_id: "svc".into(),
+            code: "rs-vand".into(),
+            k: 2,
+            m: 2,
+            segment_bytes: 1 << 20,
+            heartbeat_ms: 1000,
+        },
+        failure_domain: None,
+        down_after_ms: DOWN,
+        out_after_ms: OUT,
+        pending_ttl_ms: 3_600_000,
+    }
+}
+
+struct Server {
+    handle: MdsHandle,
+    client: MdsClient,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(path: &Path, clock: &Arc<ManualClock>) -> Server {
+    let store = SqliteStore::open(path).unwrap();
+    let core = MdsCore::open(Box::new(store), settings(), clock.clone()).unwrap();
+    let handle = MdsHandle::new(core);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let h = handle.clone();
+    let task = tokio::spawn(async move {
+        h.serve(listener, &Security::Insecure, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    let client = MdsClient::connect(&addr, &Security::Insecure).unwrap();
+    Server {
+        handle,
+        client,
+        stop: Some(stop),
+        task,
+    }
+}
+
+impl Server {
+    async fn shutdown(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap();
+    }
+}
+
+fn reg(i: u32) -> OsdRegistration {
+    OsdRegistration {
+        name: format!("osd-{i}"),
+        addr: format!("127.0.0.1:{}", 17000 + i),
+        labels: BTreeMap::from([("host".to_string(), format!("h{i}"))]),
+        capacity_bytes: 1 << 30,
+        used_bytes: 0,
+    }
+}
+
+async fn beat(c: &MdsClient, osd_id: u32) -> HeartbeatReply {
+    c.heartbeat(&Heartbeat {
+        osd_id,
+        ..Heartbeat::default()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_life_cycle_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mds.sqlite");
+    let clock = ManualClock::new(1_700_000_000_000);
+    let srv = start(&path, &clock).await;
+    let c = srv.client.clone();
+
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let r = c.register_osd(&reg(i)).await.unwrap();
+        assert_eq!(r.params.n(), 4);
+        ids.push(r.osd_id);
+    }
+    assert_eq!(c.register_osd(&reg(3)).await.unwrap().osd_id, ids[3]);
+
+    // A put: invisible until committed.
+    let f = c.create_file("logs/a").await.unwrap();
+    let segs = c
+        .allocate_segments(f, &[1 << 20, 1 << 20, 5])
+        .await
+        .unwrap();
+    assert!(matches!(
+        c.lookup_file("logs/a").await,
+        Err(MdsError::NotFound(_))
+    ));
+    c.commit_file(f, (2 << 20) + 5).await.unwrap();
+    let info = c.lookup_file("logs/a").await.unwrap();
+    assert_eq!(info.segments, segs);
+    assert_eq!(c.list_files("logs/").await.unwrap().len(), 1);
+
+    // Error codes come back as typed errors with one clear line.
+    assert!(
+        matches!(c.create_file("").await, Err(MdsError::InvalidArgument(m)) if m == "path is empty")
+    );
+    assert!(
+        matches!(c.get_segment(12345).await, Err(MdsError::NotFound(m)) if m.contains("12345"))
+    );
+    let g = c.create_file("big").await.unwrap();
+    assert!(matches!(
+        c.allocate_segments(g, &[(1 << 20) + 1]).await,
+        Err(MdsError::InvalidArgument(_))
+    ));
+
+    // Down: the primary of segment 0 stops heartbeating; the others keep going.
+    let victim = segs[0].primary;
+    for _ in 0..4 {
+        clock.advance(1_000);
+        for &id in &ids {
+            if id != victim {
+                beat(&c, id).await;
+            }
+        }
+        srv.handle.tick().await.unwrap();
+    }
+    let st = c.status().await.unwrap();
+    assert_eq!(
+        st.osds.iter().find(|o| o.osd_id == victim).unwrap().state,
+        OsdState::Down
+    );
+    let now = c.get_segment(segs[0].segment_id).await.unwrap();
+    assert_ne!(now.primary, victim);
+    assert_eq!(
+        now.primary, now.chunks[1].osd_id,
+        "chunk 1's holder is the lowest usable one"
+    );
+    assert!(now.epoch > segs[0].epoch);
+    assert!(!now.chunks[0].up);
+
+    // Out (by command): the victim's chunks move; their primaries get RecoverTasks.
+    let moved = c.osd_out(victim).await.unwrap();
+    assert!(moved >= 1);
+    let now = c.get_segment(segs[0].segment_id).await.unwrap();
+    assert_eq!(now.chunks[0].state, ChunkState::Recovering);
+    assert_ne!(now.chunks[0].osd_id, victim);
+    let tasks = beat(&c, now.primary).await.tasks;
+    let task = tasks
+        .iter()
+        .find_map(|t| match t {
+            OsdTask::Recover(r) if r.layout.segment_id == now.segment_id => Some(r.clone()),
+            _ => None,
+        })
+        .expect("a RecoverTask for segment 0 at its primary");
+    assert_eq!(task.chunks, vec![0]);
+    c.chunk_recovered(now.segment_id, 0, now.chunks[0].osd_id, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.get_segment(now.segment_id).await.unwrap().chunks[0].state,
+        ChunkState::Healthy
+    );
+    let st = c.status().await.unwrap();
+    assert_eq!(st.recovery.chunks_total, moved);
+    assert!(st.recovery.chunks_done >= 1);
+
+    let metrics = srv.handle.metrics_text().await;
+    assert!(
+        metrics.contains("ecstack_mds_requests_total{op=\"heartbeat\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ecstack_mds_osds{state=\"out\"} 1"),
+        "{metrics}"
+    );
+
+    // Restart: stop the server, reopen the store, serve again; every acknowledged mutation is there.
+    let before = c.status().await.unwrap();
+    let layout = c.get_segment(now.segment_id).await.unwrap();
+    srv.shutdown().await;
+    let srv = start(&path, &clock).await;
+    let c = srv.client.clone();
+    assert_eq!(c.lookup_file("logs/a").await.unwrap().size, (2 << 20) + 5);
+    assert_eq!(c.get_segment(now.segment_id).await.unwrap(), layout);
+    let after = c.status().await.unwrap();
+    assert_eq!(after.recovery, before.recovery);
+    assert_eq!(after.files, before.files);
+    c.remove_file("logs/a").await.unwrap();
+    let holder = segs[2].chunks[3].osd_id;
+    let deletes = beat(&c, holder).await.tasks;
+    assert!(deletes
+        .iter()
+        .any(|t| matches!(t, OsdTask::Delete(d) if d.segment_id == segs[2].segment_id)));
+    srv.shutdown().await;
+}
