@@ -2087,15 +2087,27 @@ mod tests {
         }
     }
 
-    /// Resident memory of this process, in bytes (`VmRSS` of /proc/self/status).
-    fn rss_bytes() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let kb = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
-            .expect("VmRSS in /proc/self/status");
-        kb * 1024
+    /// Heap bytes in use (glibc `mallinfo2`: small blocks plus mmapped ones), to measure what a
+    /// structure keeps: the difference across building it.
+    fn heap_bytes() -> u64 {
+        // SAFETY: mallinfo2 only reads the allocator's counters.
+        let m = unsafe { libc::mallinfo2() };
+        (m.uordblks + m.hblkhd) as u64
+    }
+
+    /// CPU time of the calling thread, seconds (`/proc/thread-self/schedstat`): on the shared,
+    /// loaded machine wall time overstates the work several times.
+    fn thread_cpu_s() -> f64 {
+        let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+        let ns: u64 = s.split_whitespace().next().unwrap().parse().unwrap();
+        ns as f64 / 1e9
+    }
+
+    /// Wall and thread CPU seconds of `f`.
+    fn timed<T>(f: impl FnOnce() -> T) -> (T, f64, f64) {
+        let (t, c) = (std::time::Instant::now(), thread_cpu_s());
+        let r = f();
+        (r, t.elapsed().as_secs_f64(), thread_cpu_s() - c)
     }
 
     /// The figures in docs/array-format.md ("Metadata size"): `cargo test -p ecstack-array --lib
@@ -2120,30 +2132,22 @@ mod tests {
             checkpoint_area_max(g)
         );
         for (what, st) in [("pending", &pending), ("committed", &committed)] {
-            let t = std::time::Instant::now();
-            let body = st.encode();
-            let enc = t.elapsed();
-            let t = std::time::Instant::now();
-            let back = MetaState::decode(g, META_VERSION, &body).unwrap();
-            let dec = t.elapsed();
+            let (body, enc_s, enc_cpu) = timed(|| st.encode());
+            let (back, dec_s, dec_cpu) =
+                timed(|| MetaState::decode(g, META_VERSION, &body).unwrap());
             assert!(back == *st, "{what}: round trip");
             drop(back);
-            let rss = rss_bytes();
-            let t = std::time::Instant::now();
-            let alloc = crate::core::Alloc::build(g, st);
-            let build = t.elapsed();
-            let alloc_rss = rss_bytes().saturating_sub(rss);
+            let heap = heap_bytes();
+            let (alloc, build_s, build_cpu) = timed(|| crate::core::Alloc::build(g, st));
+            let alloc_heap = heap_bytes().saturating_sub(heap);
             println!(
-                "10^6 updated chunks, {what}: checkpoint body {} bytes ({:.1} MiB; {} log stripes, {} data stripes with entries), encoded in {:.2} s, decoded in {:.2} s; slot allocator built in {:.3} s: {} free-slot extents, {:.1} MiB resident, {} free slots on the fullest device",
+                "10^6 updated chunks, {what}: checkpoint body {} bytes ({:.1} MiB; {} log stripes, {} data stripes with entries); encoded in {enc_s:.2} s ({enc_cpu:.2} s CPU), decoded in {dec_s:.2} s ({dec_cpu:.2} s CPU); slot allocator built in {build_s:.2} s ({build_cpu:.2} s CPU): {} free-slot extents, {:.1} MiB of heap, {} free slots on the fullest device",
                 body.len(),
                 body.len() as f64 / (1 << 20) as f64,
                 st.logs.len(),
                 st.changed.len(),
-                enc.as_secs_f64(),
-                dec.as_secs_f64(),
-                build.as_secs_f64(),
                 alloc.extents(),
-                alloc_rss as f64 / (1 << 20) as f64,
+                alloc_heap as f64 / (1 << 20) as f64,
                 alloc.min_free()
             );
             assert!(body.len() <= 64 << 20, "{what}: over the 64 MB goal");
@@ -2203,15 +2207,12 @@ mod tests {
             "array on 8 + 2 sparse 4 TB files: checkpoint areas {} bytes each at creation, {} bytes each after the 10^6-update checkpoint grew them; incremental area {} bytes",
             sb0.layout.cp_size, sb.layout.cp_size, sb.layout.inc_size
         );
-        let rss = rss_bytes();
-        let t = std::time::Instant::now();
-        let array = Array::open(files(meta_bytes)).unwrap();
-        let open = t.elapsed();
-        let kept = rss_bytes().saturating_sub(rss);
+        let heap = heap_bytes();
+        let (array, open_s, open_cpu) = timed(|| Array::open(files(meta_bytes)).unwrap());
+        let kept = heap_bytes().saturating_sub(heap);
         let st = array.status();
         println!(
-            "Array::open with 10^6 pending updated chunks ({changed} data stripes with entries, {logs} log stripes): {:.2} s, {:.0} MiB more resident memory; {} free slots on the fullest device",
-            open.as_secs_f64(),
+            "Array::open with 10^6 pending updated chunks ({changed} data stripes with entries, {logs} log stripes): {open_s:.2} s ({open_cpu:.2} s CPU of the opening thread), {:.0} MiB of heap kept by the open array; {} free slots on the fullest device",
             kept as f64 / (1 << 20) as f64,
             st.pending.min_free_slots
         );

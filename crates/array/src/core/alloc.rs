@@ -95,11 +95,12 @@ impl Alloc {
                 }
             }
         }
-        // Then every slot a committed or latest version or a log-stripe member lives in.
+        // Then every slot a committed or latest version or a log-stripe member lives in (a chunk
+        // committed at its own home slot is not in the set: only its stripe could have put it).
         for (s, ds) in st.changed() {
             for p in 0..g.k {
                 let d = g.dev_of(s, p);
-                if let Some(c) = ds.committed[p] {
+                if let Some(c) = ds.committed[p].filter(|&c| c != s) {
                     free[d].remove(c);
                 }
                 if let Some((l, _)) = ds.latest[p] {
