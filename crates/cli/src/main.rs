@@ -2,6 +2,7 @@
 
 mod cmd_array;
 mod cmd_bench;
+mod cmd_cluster;
 mod cmd_ec;
 mod cmd_experiment;
 mod cmd_mds;
@@ -40,6 +41,8 @@ enum Cmd {
     Nbd(cmd_nbd::NbdArgs),
     /// Erasure-coded array (EPLOG md / pl / eplog schemes): create, status, commit, fail, rebuild, serve over NBD
     Array(cmd_array::ArrayArgs),
+    /// The CodFS cluster: init (config and certificates), cert
+    Cluster(cmd_cluster::ClusterArgs),
     /// Re-run published experiments on this machine (eplog: EPLOG §5 Exps 1-5)
     Experiment(cmd_experiment::ExperimentArgs),
     /// CodFS metadata server: files → segments → chunks on OSDs, OSD health, promotion, recovery
@@ -57,6 +60,7 @@ fn main() {
         Cmd::Array(a) => cmd_array::run(a),
         Cmd::Experiment(a) => cmd_experiment::run(a),
         Cmd::Mds(a) => cmd_mds::run(a),
+        Cmd::Cluster(a) => cmd_cluster::run(a),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.

@@ -112,12 +112,6 @@ impl ClusterConfig {
                 self.segment_bytes, MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES
             ));
         }
-        if self.segment_bytes % u64::from(c.k) != 0 {
-            return Err(format!(
-                "segment_bytes = {} is not a multiple of k = {}",
-                self.segment_bytes, c.k
-            ));
-        }
         let m = &self.mds;
         if m.heartbeat_ms == 0
             || m.down_after_ms <= m.heartbeat_ms
@@ -149,6 +143,12 @@ impl ClusterConfig {
 
     pub fn certs_dir(&self) -> PathBuf {
         self.resolve(&self.certs)
+    }
+
+    /// Bytes of one chunk of a full segment: `segment_bytes / k`, rounded up (the default 16 MiB
+    /// segment with k = 6 is not a multiple of k; the last data chunk is padded with zeros).
+    pub fn chunk_bytes(&self) -> u64 {
+        self.segment_bytes.div_ceil(u64::from(self.code.k.max(1)))
     }
 
     pub fn n(&self) -> u32 {

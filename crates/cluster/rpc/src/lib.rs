@@ -2,13 +2,22 @@
 //! protocol. It knows no chunks, segments or files.
 //!
 //! - [`config`]: the cluster's TOML config (`cluster.toml`), validated on load.
+//! - [`init`]: `ecstack cluster init` / `cluster cert`: cluster id, certificate authority, one
+//!   certificate per process, `cluster.toml`.
 //! - [`security`]: mutual TLS for every gRPC connection (or loudly insecure, for loopback experiments).
+//! - [`limits`]: message sizes, deadlines and HTTP/2 windows.
+//! - [`retry`]: bounded retries with backoff and jitter; which gRPC failures are transient.
 //!
 //! The MDS and the OSD each own their `.proto` service (crates `ecstack-mds`, `ecstack-osd`); this
 //! crate only builds the servers and channels that carry them.
 
 pub mod config;
+pub mod init;
+pub mod limits;
+pub mod retry;
 pub mod security;
 
 pub use config::{ClusterConfig, CodeConfig, ConfigError, MdsConfig, PlacementConfig};
+pub use init::{init_cluster, issue_certificate, InitError, InitOptions};
+pub use retry::{is_transient, retry, Backoff};
 pub use security::{Security, SecurityError, CLUSTER_DNS_NAME};

@@ -2,9 +2,14 @@
 //! signs one certificate per process; servers require a client certificate from that CA, clients
 //! verify the server's. `Security::Insecure` exists for loopback experiments only.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::limits::{
+    CONNECTION_WINDOW_BYTES, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, STREAM_WINDOW_BYTES,
+};
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{
     Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
 };
@@ -24,6 +29,30 @@ pub enum SecurityError {
     Tls(String),
     #[error("bad address {addr:?}: {message}")]
     Addr { addr: String, message: String },
+    #[error("--insecure is for loopback experiments only, but {addr} is not a loopback address; use the cluster's certificates")]
+    InsecureNotLoopback { addr: String },
+}
+
+/// Whether `addr` (`host:port`, `[v6]:port` or a bare host) names this machine only:
+/// 127.0.0.0/8, ::1 or `localhost`.
+pub fn is_loopback_addr(addr: &str) -> bool {
+    if let Ok(sa) = addr.parse::<std::net::SocketAddr>() {
+        return sa.ip().is_loopback();
+    }
+    if let Ok(ip) = addr.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    let host = match addr.rsplit_once(':') {
+        Some((h, port)) if port.parse::<u16>().is_ok() => h,
+        _ => addr,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    host.parse::<std::net::IpAddr>()
+        .map(|ip| ip.is_loopback())
+        .unwrap_or(false)
 }
 
 #[derive(Clone)]
@@ -63,13 +92,31 @@ impl Security {
         })
     }
 
+    /// Plain HTTP/2 for `process` (`mds`, `osd-3`, `client`), allowed only when every address
+    /// it binds or connects to is a loopback address; prints one loud warning line on stderr.
+    pub fn insecure(process: &str, addrs: &[&str]) -> Result<Security, SecurityError> {
+        if let Some(addr) = addrs.iter().find(|a| !is_loopback_addr(a)) {
+            return Err(SecurityError::InsecureNotLoopback {
+                addr: (*addr).to_owned(),
+            });
+        }
+        eprintln!("{}", insecure_warning(process));
+        Ok(Security::Insecure)
+    }
+
     pub fn is_insecure(&self) -> bool {
         matches!(self, Security::Insecure)
     }
 
     /// A server builder that requires a client certificate signed by the cluster CA.
+    /// Both kinds get TCP_NODELAY, HTTP/2 keep-alive pings and the windows of [`crate::limits`].
     pub fn server(&self) -> Result<Server, SecurityError> {
-        let builder = Server::builder();
+        let builder = Server::builder()
+            .tcp_nodelay(true)
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            .initial_stream_window_size(STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
         match self {
             Security::Insecure => Ok(builder),
             Security::Mtls {
@@ -102,7 +149,12 @@ impl Security {
             })?
             .connect_timeout(connect_timeout)
             .timeout(timeout)
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
+            .initial_stream_window_size(STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
         let endpoint = match self {
             Security::Insecure => endpoint,
             Security::Mtls {
@@ -120,5 +172,68 @@ impl Security {
             }
         };
         Ok(endpoint.connect_lazy())
+    }
+}
+
+/// Binds a server's TCP listener (`127.0.0.1:0` picks a free port) and returns it ready for
+/// `Server::serve_with_incoming`, with the address actually bound (what a daemon registers and logs).
+pub async fn bind(addr: &str) -> Result<(TcpIncoming, SocketAddr), SecurityError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| SecurityError::Addr {
+            addr: addr.to_owned(),
+            message: format!("cannot bind: {e}"),
+        })?;
+    let local = listener.local_addr().map_err(|e| SecurityError::Addr {
+        addr: addr.to_owned(),
+        message: e.to_string(),
+    })?;
+    Ok((TcpIncoming::from(listener).with_nodelay(Some(true)), local))
+}
+
+/// The one line an insecure process prints on stderr.
+pub fn insecure_warning(process: &str) -> String {
+    format!(
+        "WARNING: {process} runs with --insecure: NO TLS, NO AUTHENTICATION; anyone who reaches its port can read and \
+         change every byte. For loopback experiments only."
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_addresses() {
+        for a in [
+            "127.0.0.1:7100",
+            "127.3.2.1:0",
+            "[::1]:80",
+            "localhost:7100",
+            "localhost",
+            "::1",
+        ] {
+            assert!(is_loopback_addr(a), "{a}");
+        }
+        for a in [
+            "0.0.0.0:7100",
+            "10.0.0.1:7100",
+            "[::]:1",
+            "example.org:7100",
+            "192.168.1.2",
+            "",
+        ] {
+            assert!(!is_loopback_addr(a), "{a}");
+        }
+    }
+
+    #[test]
+    fn insecure_refuses_a_non_loopback_address() {
+        assert!(Security::insecure("mds", &["127.0.0.1:0"])
+            .unwrap()
+            .is_insecure());
+        let e = Security::insecure("osd-1", &["127.0.0.1:7100", "0.0.0.0:7101"]).unwrap_err();
+        assert!(e.to_string().contains("0.0.0.0:7101"), "{e}");
+        assert!(insecure_warning("mds").contains("loopback experiments only"));
     }
 }

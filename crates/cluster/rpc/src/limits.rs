@@ -1,0 +1,61 @@
+//! Message sizes, deadlines and HTTP/2 windows every cluster process applies, in one place so that a
+//! sender never builds a message its receiver refuses.
+//!
+//! tonic limits message sizes per service (`max_decoding_message_size` /
+//! `max_encoding_message_size` on the generated server and client), not per method, so each
+//! service takes the limit of its largest message and streamed RPCs keep their frames small:
+//!
+//! | what | limit |
+//! |---|---|
+//! | data bytes in one streamed frame (`WriteSegment`, `PutChunk`, `ReadSegment`, `GetChunk`) | [`FRAME_DATA_BYTES`] = 1 MiB |
+//! | one streamed message, frame plus header, as the receiver checks it | [`STREAM_MESSAGE_BYTES_MAX`] = 4 MiB |
+//! | one unary message (a whole 64 MiB segment update plus its header) | [`UNARY_MESSAGE_BYTES_MAX`] = 80 MiB |
+//! | any MDS message (metadata only) | [`MDS_MESSAGE_BYTES_MAX`] = 16 MiB |
+//! | any OSD message (unary updates carry data) | [`OSD_MESSAGE_BYTES_MAX`] = 80 MiB |
+
+use std::time::Duration;
+
+use crate::config::MAX_SEGMENT_BYTES;
+
+/// Data bytes a sender puts in one streamed frame.
+pub const FRAME_DATA_BYTES: usize = 1 << 20;
+/// The largest streamed message a receiver accepts: one frame of [`FRAME_DATA_BYTES`] plus its
+/// header, with room to spare for a sender that chose bigger frames.
+pub const STREAM_MESSAGE_BYTES_MAX: usize = 4 << 20;
+/// The largest unary message: a whole segment ([`MAX_SEGMENT_BYTES`] = 64 MiB) in one update,
+/// plus 16 MiB for its header and encoding.
+pub const UNARY_MESSAGE_BYTES_MAX: usize = MAX_SEGMENT_BYTES as usize + (16 << 20);
+/// Every message of the MDS service (layouts, listings, heartbeats; never file data).
+pub const MDS_MESSAGE_BYTES_MAX: usize = 16 << 20;
+/// Every message of the OSD service: its unary updates (`UpdateSegment`, `UpdateChunk`,
+/// `ApplyDelta`) can carry up to a whole segment.
+pub const OSD_MESSAGE_BYTES_MAX: usize = UNARY_MESSAGE_BYTES_MAX;
+
+/// How long a channel waits for a TCP + TLS connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Deadline of one metadata RPC (MDS calls, heartbeats, small OSD calls).
+pub const METADATA_RPC_TIMEOUT: Duration = Duration::from_secs(10);
+/// Deadline of one data RPC (a whole segment streamed, encoded and stored, or read back).
+pub const DATA_RPC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// HTTP/2 flow-control windows: the defaults (64 KiB) throttle megabyte frames on fast links.
+pub const STREAM_WINDOW_BYTES: u32 = 4 << 20;
+pub const CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
+/// HTTP/2 keep-alive pings: a peer that does not answer within the timeout is dropped, so a call
+/// to a dead (not cleanly closed) process fails instead of hanging until its deadline.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_nest() {
+        assert!(FRAME_DATA_BYTES * 2 <= STREAM_MESSAGE_BYTES_MAX);
+        assert!(STREAM_MESSAGE_BYTES_MAX <= MDS_MESSAGE_BYTES_MAX);
+        assert!(MAX_SEGMENT_BYTES as usize + (1 << 20) <= UNARY_MESSAGE_BYTES_MAX);
+        assert!(OSD_MESSAGE_BYTES_MAX >= UNARY_MESSAGE_BYTES_MAX);
+        assert!(CONNECT_TIMEOUT < METADATA_RPC_TIMEOUT && METADATA_RPC_TIMEOUT < DATA_RPC_TIMEOUT);
+    }
+}

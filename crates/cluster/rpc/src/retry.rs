@@ -1,0 +1,278 @@
+//! Bounded retries with exponential backoff and jitter, and which gRPC failures deserve one.
+//!
+//! Every retry loop of the cluster goes through [`retry`]: it stops after
+//! [`Backoff::attempts_max`] attempts or once [`Backoff::total_max`] has passed (a sleep that
+//! would end past that budget is not taken), whichever comes first, and returns the last error.
+//! Jitter is drawn from a seeded [`ecstack_base::Rng`], so a test that fixes the seed replays the
+//! same delays.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ecstack_base::Rng;
+use tonic::{Code, Status};
+
+/// A retry policy: delays grow from `initial` by `multiplier` up to `delay_max`, each shortened by
+/// a random fraction of at most `jitter` (0 = none, 1 = anywhere in [0, delay]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub delay_max: Duration,
+    pub multiplier: f64,
+    pub jitter: f64,
+    /// Attempts in all, the first one included (≥ 1).
+    pub attempts_max: u32,
+    /// Time budget from the first attempt; no new attempt starts after it.
+    pub total_max: Duration,
+    /// Seed of the jitter; `None` draws a fresh one per [`retry`] call.
+    pub seed: Option<u64>,
+}
+
+impl Default for Backoff {
+    /// The client's policy: 50 ms, 100 ms, 200 ms, … up to 2 s, at most 8 attempts or 15 s.
+    fn default() -> Backoff {
+        Backoff {
+            initial: Duration::from_millis(50),
+            delay_max: Duration::from_secs(2),
+            multiplier: 2.0,
+            jitter: 0.5,
+            attempts_max: 8,
+            total_max: Duration::from_secs(15),
+            seed: None,
+        }
+    }
+}
+
+impl Backoff {
+    /// No retries at all: one attempt.
+    pub fn none() -> Backoff {
+        Backoff {
+            attempts_max: 1,
+            ..Backoff::default()
+        }
+    }
+
+    /// The delay before attempt `attempt + 1` (attempt counts from 0), before jitter.
+    pub fn base_delay(&self, attempt: u32) -> Duration {
+        let factor = self.multiplier.max(1.0).powi(attempt.min(64) as i32);
+        let secs = (self.initial.as_secs_f64() * factor).min(self.delay_max.as_secs_f64());
+        Duration::from_secs_f64(secs.max(0.0))
+    }
+
+    /// The delay before attempt `attempt + 1`, jittered with `rng`.
+    pub fn delay(&self, attempt: u32, rng: &mut Rng) -> Duration {
+        let base = self.base_delay(attempt);
+        let jitter = self.jitter.clamp(0.0, 1.0);
+        base.mul_f64(1.0 - jitter * rng.next_f64())
+    }
+}
+
+/// A seed for jitter when the policy has none: distinct per call and per process.
+fn fresh_seed() -> u64 {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32) ^ CALLS.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Runs `op(attempt)` (attempt counts from 0) until it succeeds, fails with an error
+/// `is_retryable` rejects, or the policy's attempts or time run out; returns the last result.
+pub async fn retry<T, E, F, Fut>(
+    policy: &Backoff,
+    is_retryable: impl Fn(&E) -> bool,
+    mut op: F,
+) -> Result<T, E>
+where
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let start = Instant::now();
+    let mut rng = Rng::new(policy.seed.unwrap_or_else(fresh_seed));
+    let attempts_max = policy.attempts_max.max(1);
+    let mut attempt = 0;
+    loop {
+        let err = match op(attempt).await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        attempt += 1;
+        if attempt >= attempts_max || !is_retryable(&err) {
+            return Err(err);
+        }
+        let delay = policy.delay(attempt - 1, &mut rng);
+        if start.elapsed() + delay > policy.total_max {
+            return Err(err);
+        }
+        tracing::debug!(attempt, delay_ms = delay.as_millis() as u64, error = %err, "retrying");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Whether a failed gRPC call may succeed if tried again (possibly after a layout refresh): the
+/// peer was unreachable or overloaded, the deadline passed, or the connection broke mid-call.
+/// Requests the server understood and refused (bad arguments, missing objects, no permission,
+/// failed preconditions, data loss) are final.
+///
+/// `Unknown` counts as transient: tonic reports a connection torn down mid-call that way, and
+/// the cluster's servers never answer `Unknown` on purpose. `Cancelled` too: tonic reports a
+/// client-side timeout as `Cancelled` ("Timeout expired"). A failed TLS handshake (a certificate
+/// of another cluster, none at all, a server that does not speak TLS) is final whatever its
+/// code: rustls reports it as an I/O error of kind `InvalidData` somewhere in the status's
+/// source chain.
+pub fn is_transient(status: &Status) -> bool {
+    if tls_refused(status) {
+        return false;
+    }
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::ResourceExhausted
+            | Code::Aborted
+            | Code::Unknown
+    )
+}
+
+/// Whether the status's source chain holds an `InvalidData` I/O error: rustls's verdict on a
+/// certificate or a TLS alert.
+fn tls_refused(status: &Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    let mut depth = 0;
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::InvalidData {
+                return true;
+            }
+        }
+        depth += 1;
+        if depth > 16 {
+            break;
+        }
+        source = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    fn quick(attempts_max: u32) -> Backoff {
+        Backoff {
+            initial: Duration::from_millis(1),
+            delay_max: Duration::from_millis(4),
+            multiplier: 2.0,
+            jitter: 0.5,
+            attempts_max,
+            total_max: Duration::from_secs(5),
+            seed: Some(7),
+        }
+    }
+
+    #[test]
+    fn delays_grow_to_the_cap_and_jitter_stays_inside() {
+        let p = Backoff {
+            initial: Duration::from_millis(100),
+            delay_max: Duration::from_millis(1000),
+            ..Backoff::default()
+        };
+        let base: Vec<u128> = (0..6).map(|a| p.base_delay(a).as_millis()).collect();
+        assert_eq!(base, vec![100, 200, 400, 800, 1000, 1000]);
+        let mut rng = Rng::new(1);
+        for a in 0..50 {
+            let d = p.delay(a, &mut rng);
+            let b = p.base_delay(a);
+            assert!(d <= b && d >= b.mul_f64(0.5), "attempt {a}: {d:?} vs {b:?}");
+        }
+        // Same seed, same delays.
+        let (mut r1, mut r2) = (Rng::new(9), Rng::new(9));
+        for a in 0..10 {
+            assert_eq!(p.delay(a, &mut r1), p.delay(a, &mut r2));
+        }
+    }
+
+    #[tokio::test]
+    async fn retries_transient_errors_until_success() {
+        let calls = AtomicU32::new(0);
+        let r: Result<u32, Status> = retry(&quick(5), is_transient, |attempt| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if attempt < 2 {
+                    Err(Status::unavailable("down"))
+                } else {
+                    Ok(attempt)
+                }
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), 2);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn gives_up_after_attempts_max_with_the_last_error() {
+        let calls = AtomicU32::new(0);
+        let r: Result<(), Status> = retry(&quick(4), is_transient, |attempt| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move { Err(Status::deadline_exceeded(format!("try {attempt}"))) }
+        })
+        .await;
+        let e = r.unwrap_err();
+        assert_eq!(e.code(), Code::DeadlineExceeded);
+        assert_eq!(e.message(), "try 3");
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn final_errors_are_not_retried() {
+        for status in [
+            Status::invalid_argument("bad"),
+            Status::not_found("gone"),
+            Status::permission_denied("no"),
+            Status::failed_precondition("epoch"),
+            Status::data_loss("lost"),
+        ] {
+            let code = status.code();
+            let mut once = Some(status);
+            let calls = AtomicU32::new(0);
+            let r: Result<(), Status> = retry(&quick(5), is_transient, |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let s = once.take().expect("called once");
+                async move { Err(s) }
+            })
+            .await;
+            assert_eq!(r.unwrap_err().code(), code);
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "{code:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_time_budget_bounds_the_attempts() {
+        let p = Backoff {
+            initial: Duration::from_millis(40),
+            delay_max: Duration::from_millis(40),
+            jitter: 0.0,
+            attempts_max: 1000,
+            total_max: Duration::from_millis(150),
+            ..quick(0)
+        };
+        let calls = AtomicU32::new(0);
+        let start = Instant::now();
+        let r: Result<(), Status> = retry(&p, is_transient, |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(Status::unavailable("down")) }
+        })
+        .await;
+        assert!(r.is_err());
+        let n = calls.load(Ordering::SeqCst);
+        // Sleeps of 40 ms inside a 150 ms budget: 3 sleeps, 4 attempts, never past the budget.
+        assert_eq!(n, 4, "attempts");
+        assert!(start.elapsed() < Duration::from_millis(150));
+    }
+}
