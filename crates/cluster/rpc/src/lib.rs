@@ -6,6 +6,7 @@
 //!   certificate per process, `cluster.toml`.
 //! - [`security`]: mutual TLS for every gRPC connection (or loudly insecure, for loopback experiments).
 //! - [`limits`]: message sizes, deadlines and HTTP/2 windows.
+//! - [`metrics`]: counters, gauges, latency histograms; Prometheus text on `GET /metrics`.
 //! - [`retry`]: bounded retries with backoff and jitter; which gRPC failures are transient.
 //!
 //! The MDS and the OSD each own their `.proto` service (crates `ecstack-mds`, `ecstack-osd`); this
@@ -14,10 +15,12 @@
 pub mod config;
 pub mod init;
 pub mod limits;
+pub mod metrics;
 pub mod retry;
 pub mod security;
 
 pub use config::{ClusterConfig, CodeConfig, ConfigError, MdsConfig, PlacementConfig};
 pub use init::{init_cluster, issue_certificate, InitError, InitOptions};
+pub use metrics::{serve_metrics, serve_registry, Registry};
 pub use retry::{is_transient, retry, Backoff};
 pub use security::{Security, SecurityError, CLUSTER_DNS_NAME};

@@ -46,16 +46,12 @@ pub const CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn limits_nest() {
-        assert!(FRAME_DATA_BYTES * 2 <= STREAM_MESSAGE_BYTES_MAX);
-        assert!(STREAM_MESSAGE_BYTES_MAX <= MDS_MESSAGE_BYTES_MAX);
-        assert!(MAX_SEGMENT_BYTES as usize + (1 << 20) <= UNARY_MESSAGE_BYTES_MAX);
-        assert!(OSD_MESSAGE_BYTES_MAX >= UNARY_MESSAGE_BYTES_MAX);
-        assert!(CONNECT_TIMEOUT < METADATA_RPC_TIMEOUT && METADATA_RPC_TIMEOUT < DATA_RPC_TIMEOUT);
-    }
-}
+// The limits nest; checked when the crate compiles.
+const _: () = {
+    assert!(FRAME_DATA_BYTES * 2 <= STREAM_MESSAGE_BYTES_MAX);
+    assert!(STREAM_MESSAGE_BYTES_MAX <= MDS_MESSAGE_BYTES_MAX);
+    assert!(MAX_SEGMENT_BYTES as usize + (1 << 20) <= UNARY_MESSAGE_BYTES_MAX);
+    assert!(OSD_MESSAGE_BYTES_MAX >= UNARY_MESSAGE_BYTES_MAX);
+    assert!(CONNECT_TIMEOUT.as_millis() < METADATA_RPC_TIMEOUT.as_millis());
+    assert!(METADATA_RPC_TIMEOUT.as_millis() < DATA_RPC_TIMEOUT.as_millis());
+};
