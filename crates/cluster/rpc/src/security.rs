@@ -175,6 +175,17 @@ impl Security {
     }
 }
 
+/// The process name (certificate common name: `mds`, `osd-3`, `client`) of the peer that sent
+/// `request` over mutual TLS; `None` on an insecure connection. Servers use it to log who called
+/// (every certificate of the cluster may call every RPC; there is no role check).
+pub fn peer_name<T>(request: &tonic::Request<T>) -> Option<String> {
+    let certs = request.peer_certs()?;
+    let leaf = certs.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
+}
+
 /// Binds a server's TCP listener (`127.0.0.1:0` picks a free port) and returns it ready for
 /// `Server::serve_with_incoming`, with the address actually bound (what a daemon registers and logs).
 pub async fn bind(addr: &str) -> Result<(TcpIncoming, SocketAddr), SecurityError> {

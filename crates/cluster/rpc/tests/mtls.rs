@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use ecstack_rpc::init::{init_cluster, issue_certificate, InitOptions};
-use ecstack_rpc::security::bind;
+use ecstack_rpc::security::{bind, peer_name};
+
+/// The peer names the server saw, in call order.
+type PeerLog = std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>;
 use ecstack_rpc::{ClusterConfig, Security};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -23,8 +26,15 @@ fn cluster(dir: &std::path::Path) -> ClusterConfig {
 }
 
 /// Starts a health server with `security` on a fresh loopback port; returns its address.
-async fn serve(security: &Security) -> String {
+async fn serve(security: &Security, seen: PeerLog) -> String {
     let (reporter, service) = tonic_health::server::health_reporter();
+    let service = tonic::service::interceptor::InterceptedService::new(
+        service,
+        move |req: tonic::Request<()>| {
+            seen.lock().unwrap().push(peer_name(&req));
+            Ok(req)
+        },
+    );
     reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
@@ -57,7 +67,8 @@ async fn mtls_admits_only_certificates_of_the_same_cluster() {
     assert_ne!(a.cluster_id, b.cluster_id);
 
     let mds = Security::load(&a.certs_dir(), "mds").unwrap();
-    let addr = serve(&mds).await;
+    let seen = PeerLog::default();
+    let addr = serve(&mds, seen.clone()).await;
 
     // Same cluster: the client, an OSD and a certificate issued later all get an answer.
     for name in ["client", "osd-1"] {
@@ -71,6 +82,12 @@ async fn mtls_admits_only_certificates_of_the_same_cluster() {
     issue_certificate(&a, "osd-9", false).unwrap();
     let late = Security::load(&a.certs_dir(), "osd-9").unwrap();
     assert_eq!(check(&late, &addr).await.unwrap(), ServingStatus::Serving);
+    let names = seen.lock().unwrap().clone();
+    let expected = ["client", "osd-1", "osd-9"].map(|n| Some(n.to_owned()));
+    assert_eq!(
+        names, expected,
+        "the server sees each caller's certificate name"
+    );
 
     // Another cluster's client: the server refuses its certificate (and the client refuses the
     // server's, whose CA it does not trust).
