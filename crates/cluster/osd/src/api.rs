@@ -1,0 +1,542 @@
+//! The typed client of the OSD protocol (`proto/osd.proto`) and its domain types. Clients use
+//! [`OsdClient::write_segment`], [`OsdClient::read_segment`] and [`OsdClient::update_segment`] against a
+//! segment's primary; OSDs use the chunk calls against each other. Generated types never leave this
+//! crate: callers see [`Layout`], [`Holder`], [`ChunkMeta`], [`Ack`] and [`OsdError`].
+
+use std::time::Duration;
+
+use ecstack_rpc::Security;
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use crate::proto;
+use crate::proto::osd_client::OsdClient as RawClient;
+
+/// Bytes per streamed frame (segment data, chunk data). Below every gRPC message limit.
+pub const FRAME_BYTES: usize = 1 << 20;
+
+/// Largest gRPC message an OSD accepts or sends: a whole segment's update (at most the largest
+/// segment, 64 MiB) plus its envelope.
+pub const MAX_MESSAGE_BYTES: usize = (ecstack_rpc::config::MAX_SEGMENT_BYTES as usize) + (1 << 20);
+
+/// Connect timeout and per-request deadline of [`OsdClient::connect`].
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One chunk of a segment and the OSD that holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// 0..k data, k..n parity.
+    pub index: u32,
+    pub osd_id: u32,
+    /// `host:port` of the holder's OSD service.
+    pub addr: String,
+    /// false: the chunk is stale, recovering or lost (never read from, never waited for).
+    pub usable: bool,
+}
+
+/// A segment's layout as the primary needs it (mirrors the MDS's segment layout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub segment_id: u64,
+    /// Data bytes in the segment.
+    pub length: u64,
+    /// osd_id of the primary OSD.
+    pub primary: u32,
+    /// n entries, by chunk index.
+    pub holders: Vec<Holder>,
+    /// The MDS's layout epoch; a primary refuses a layout older than one it has seen.
+    pub epoch: u64,
+}
+
+impl Layout {
+    /// The address of the primary (the holder whose osd_id is `primary`), if it holds a chunk.
+    pub fn primary_addr(&self) -> Option<&str> {
+        self.holders
+            .iter()
+            .find(|h| h.osd_id == self.primary)
+            .map(|h| h.addr.as_str())
+    }
+}
+
+/// What a chunk file stores besides its bytes (the chunk header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkMeta {
+    pub segment_id: u64,
+    pub index: u32,
+    /// The segment version of the last write or update that touched this chunk.
+    pub version: u64,
+    /// Bytes in the chunk (every chunk of a segment has the same size: ⌈length / k⌉).
+    pub chunk_bytes: u64,
+    /// Data bytes of the whole segment.
+    pub segment_length: u64,
+}
+
+/// A write or an update the primary acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    /// The segment's version after the operation.
+    pub version: u64,
+    /// Chunks not written (holder unreachable); already marked stale at the MDS.
+    pub stale: Vec<u32>,
+}
+
+/// What can go wrong talking to an OSD. [`OsdError::is_retryable`] says whether a client should
+/// re-fetch the layout and try again.
+#[derive(Debug, thiserror::Error)]
+pub enum OsdError {
+    #[error("OSD {addr} unreachable: {message}")]
+    Unreachable { addr: String, message: String },
+    #[error("OSD {addr}: stale layout: {message}")]
+    StaleLayout { addr: String, message: String },
+    #[error("OSD {addr}: not durable: {message}")]
+    NotDurable { addr: String, message: String },
+    #[error("OSD {addr}: data lost: {message}")]
+    Unrecoverable { addr: String, message: String },
+    #[error("OSD {addr}: not found: {message}")]
+    NotFound { addr: String, message: String },
+    #[error("OSD {addr}: invalid request: {message}")]
+    Invalid { addr: String, message: String },
+    #[error("OSD {addr}: {code:?}: {message}")]
+    Remote {
+        addr: String,
+        code: Code,
+        message: String,
+    },
+    #[error("OSD {addr}: protocol violation: {message}")]
+    Protocol { addr: String, message: String },
+    #[error("cannot connect to OSD: {0}")]
+    Security(#[from] ecstack_rpc::SecurityError),
+}
+
+impl OsdError {
+    /// The error a gRPC status from `addr` means (the OSD service picks its codes to match).
+    pub fn from_status(addr: &str, s: &Status) -> OsdError {
+        let addr = addr.to_owned();
+        let message = s.message().to_owned();
+        match s.code() {
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
+                OsdError::Unreachable { addr, message }
+            }
+            Code::FailedPrecondition => OsdError::StaleLayout { addr, message },
+            Code::Aborted => OsdError::NotDurable { addr, message },
+            Code::DataLoss => OsdError::Unrecoverable { addr, message },
+            Code::NotFound => OsdError::NotFound { addr, message },
+            Code::InvalidArgument | Code::OutOfRange => OsdError::Invalid { addr, message },
+            code => OsdError::Remote {
+                addr,
+                code,
+                message,
+            },
+        }
+    }
+
+    /// Worth retrying after re-fetching the layout (with backoff): the OSD or a holder was
+    /// unreachable, the layout changed, or too few holders were durable this time.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            OsdError::Unreachable { .. }
+                | OsdError::StaleLayout { .. }
+                | OsdError::NotDurable { .. }
+        )
+    }
+}
+
+/// A typed async client of one OSD.
+#[derive(Clone)]
+pub struct OsdClient {
+    addr: String,
+    raw: RawClient<Channel>,
+}
+
+impl std::fmt::Debug for OsdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OsdClient({})", self.addr)
+    }
+}
+
+impl OsdClient {
+    /// A lazily connecting client of the OSD at `addr` (`host:port`), with the default deadlines.
+    pub fn connect(addr: &str, security: &Security) -> Result<OsdClient, OsdError> {
+        OsdClient::connect_with(addr, security, CONNECT_TIMEOUT, REQUEST_TIMEOUT)
+    }
+
+    pub fn connect_with(
+        addr: &str,
+        security: &Security,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> Result<OsdClient, OsdError> {
+        let channel = security.channel(addr, connect_timeout, timeout)?;
+        let raw = RawClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(OsdClient {
+            addr: addr.to_owned(),
+            raw,
+        })
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn err(&self, s: Status) -> OsdError {
+        OsdError::from_status(&self.addr, &s)
+    }
+
+    fn protocol(&self, message: impl Into<String>) -> OsdError {
+        OsdError::Protocol {
+            addr: self.addr.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// Client → primary: store a whole segment (`data.len()` must equal `layout.length`); the bytes
+    /// travel in frames of [`FRAME_BYTES`].
+    pub async fn write_segment(&self, layout: &Layout, data: &[u8]) -> Result<Ack, OsdError> {
+        let mut msgs = vec![proto::SegmentWrite {
+            part: Some(proto::segment_write::Part::Layout(layout_to_proto(layout))),
+        }];
+        for frame in data.chunks(FRAME_BYTES) {
+            msgs.push(proto::SegmentWrite {
+                part: Some(proto::segment_write::Part::Data(frame.to_vec())),
+            });
+        }
+        let reply = self
+            .raw
+            .clone()
+            .write_segment(tokio_stream::iter(msgs))
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        Ok(Ack {
+            version: reply.version,
+            stale: reply.stale,
+        })
+    }
+
+    /// Client → primary: `length` bytes of the segment from `offset` (degraded if chunks are missing).
+    pub async fn read_segment(
+        &self,
+        layout: &Layout,
+        offset: u64,
+        length: u64,
+    ) -> Result<Vec<u8>, OsdError> {
+        let req = proto::ReadSegmentRequest {
+            layout: Some(layout_to_proto(layout)),
+            offset,
+            length,
+        };
+        let mut stream = self
+            .raw
+            .clone()
+            .read_segment(req)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        let mut out = Vec::with_capacity(length.min(MAX_MESSAGE_BYTES as u64) as usize);
+        while let Some(frame) = stream.next().await {
+            let frame = frame.map_err(|s| self.err(s))?;
+            out.extend_from_slice(&frame.data);
+            if out.len() as u64 > length {
+                return Err(self.protocol(format!(
+                    "read of {length} bytes returned more ({})",
+                    out.len()
+                )));
+            }
+        }
+        if out.len() as u64 != length {
+            return Err(self.protocol(format!("read of {length} bytes returned {}", out.len())));
+        }
+        Ok(out)
+    }
+
+    /// Client → primary: overwrite `data.len()` bytes of the segment at `offset` (FO update).
+    pub async fn update_segment(
+        &self,
+        layout: &Layout,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Ack, OsdError> {
+        let req = proto::UpdateSegmentRequest {
+            layout: Some(layout_to_proto(layout)),
+            offset,
+            data: data.to_vec(),
+        };
+        let reply = self
+            .raw
+            .clone()
+            .update_segment(req)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        Ok(Ack {
+            version: reply.version,
+            stale: reply.stale,
+        })
+    }
+
+    /// OSD → OSD: store (create or replace) a whole chunk.
+    pub async fn put_chunk(&self, meta: &ChunkMeta, data: &[u8]) -> Result<(), OsdError> {
+        let mut msgs = vec![proto::ChunkWrite {
+            part: Some(proto::chunk_write::Part::Header(meta_to_proto(meta))),
+        }];
+        for frame in data.chunks(FRAME_BYTES) {
+            msgs.push(proto::ChunkWrite {
+                part: Some(proto::chunk_write::Part::Data(frame.to_vec())),
+            });
+        }
+        self.raw
+            .clone()
+            .put_chunk(tokio_stream::iter(msgs))
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    /// OSD → OSD: `length` bytes (0 = to the end) of a chunk from `offset`, with its header.
+    pub async fn get_chunk(
+        &self,
+        segment_id: u64,
+        index: u32,
+        offset: u64,
+        length: u64,
+    ) -> Result<(ChunkMeta, Vec<u8>), OsdError> {
+        let req = proto::GetChunkRequest {
+            segment_id,
+            index,
+            offset,
+            length,
+        };
+        let mut stream = self
+            .raw
+            .clone()
+            .get_chunk(req)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        let meta = match stream.next().await {
+            Some(Ok(proto::ChunkFrame {
+                part: Some(proto::chunk_frame::Part::Header(h)),
+            })) => meta_from_proto(&h),
+            Some(Err(s)) => return Err(self.err(s)),
+            _ => return Err(self.protocol("GetChunk reply does not start with a header")),
+        };
+        let want = if length == 0 {
+            meta.chunk_bytes.saturating_sub(offset)
+        } else {
+            length
+        };
+        let mut out = Vec::with_capacity(want.min(MAX_MESSAGE_BYTES as u64) as usize);
+        while let Some(frame) = stream.next().await {
+            match frame.map_err(|s| self.err(s))?.part {
+                Some(proto::chunk_frame::Part::Data(d)) => out.extend_from_slice(&d),
+                _ => return Err(self.protocol("GetChunk reply has a second header")),
+            }
+            if out.len() as u64 > want {
+                return Err(self.protocol("GetChunk reply longer than asked"));
+            }
+        }
+        if out.len() as u64 != want {
+            return Err(self.protocol(format!("GetChunk of {want} bytes returned {}", out.len())));
+        }
+        Ok((meta, out))
+    }
+
+    /// Primary → data holder: a sub-update of one data chunk; the holder sends the parity deltas to
+    /// `parity` and returns the parity chunks whose holder did not acknowledge.
+    pub async fn update_chunk(
+        &self,
+        segment_id: u64,
+        index: u32,
+        offset: u64,
+        data: &[u8],
+        version: u64,
+        parity: &[Holder],
+    ) -> Result<Vec<u32>, OsdError> {
+        let req = proto::UpdateChunkRequest {
+            segment_id,
+            index,
+            offset,
+            data: data.to_vec(),
+            version,
+            parity: parity.iter().map(holder_to_proto).collect(),
+        };
+        let reply = self
+            .raw
+            .clone()
+            .update_chunk(req)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        Ok(reply.stale)
+    }
+
+    /// Data holder → parity holder: XOR `delta` into the parity chunk at `offset`, set its version.
+    pub async fn apply_delta(
+        &self,
+        segment_id: u64,
+        index: u32,
+        offset: u64,
+        delta: &[u8],
+        version: u64,
+    ) -> Result<(), OsdError> {
+        let req = proto::ApplyDeltaRequest {
+            segment_id,
+            index,
+            offset,
+            delta: delta.to_vec(),
+            version,
+        };
+        self.raw
+            .clone()
+            .apply_delta(req)
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    /// The stored version of a chunk, `None` if the OSD does not hold it.
+    pub async fn chunk_version(
+        &self,
+        segment_id: u64,
+        index: u32,
+    ) -> Result<Option<u64>, OsdError> {
+        let reply = self
+            .raw
+            .clone()
+            .chunk_version(proto::ChunkVersionRequest { segment_id, index })
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        Ok(reply.present.then_some(reply.version))
+    }
+
+    /// Remove a chunk (no error if it is absent).
+    pub async fn delete_chunk(&self, segment_id: u64, index: u32) -> Result<(), OsdError> {
+        self.raw
+            .clone()
+            .delete_chunk(proto::DeleteChunkRequest { segment_id, index })
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+}
+
+pub(crate) fn holder_to_proto(h: &Holder) -> proto::Holder {
+    proto::Holder {
+        index: h.index,
+        osd_id: h.osd_id,
+        addr: h.addr.clone(),
+        usable: h.usable,
+    }
+}
+
+#[allow(dead_code)] // the OSD service decodes requests with it
+pub(crate) fn holder_from_proto(h: &proto::Holder) -> Holder {
+    Holder {
+        index: h.index,
+        osd_id: h.osd_id,
+        addr: h.addr.clone(),
+        usable: h.usable,
+    }
+}
+
+pub(crate) fn layout_to_proto(l: &Layout) -> proto::Layout {
+    proto::Layout {
+        segment_id: l.segment_id,
+        length: l.length,
+        primary: l.primary,
+        holders: l.holders.iter().map(holder_to_proto).collect(),
+        epoch: l.epoch,
+    }
+}
+
+#[allow(dead_code)] // the OSD service decodes requests with it
+pub(crate) fn layout_from_proto(l: &proto::Layout) -> Layout {
+    Layout {
+        segment_id: l.segment_id,
+        length: l.length,
+        primary: l.primary,
+        holders: l.holders.iter().map(holder_from_proto).collect(),
+        epoch: l.epoch,
+    }
+}
+
+pub(crate) fn meta_to_proto(m: &ChunkMeta) -> proto::ChunkHeader {
+    proto::ChunkHeader {
+        segment_id: m.segment_id,
+        index: m.index,
+        version: m.version,
+        chunk_bytes: m.chunk_bytes,
+        segment_length: m.segment_length,
+    }
+}
+
+pub(crate) fn meta_from_proto(h: &proto::ChunkHeader) -> ChunkMeta {
+    ChunkMeta {
+        segment_id: h.segment_id,
+        index: h.index,
+        version: h.version,
+        chunk_bytes: h.chunk_bytes,
+        segment_length: h.segment_length,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_round_trips_through_proto() {
+        let l = Layout {
+            segment_id: 7,
+            length: 1000,
+            primary: 3,
+            holders: (0..4)
+                .map(|i| Holder {
+                    index: i,
+                    osd_id: 3 + i,
+                    addr: format!("127.0.0.1:{}", 4000 + i),
+                    usable: i != 2,
+                })
+                .collect(),
+            epoch: 9,
+        };
+        assert_eq!(layout_from_proto(&layout_to_proto(&l)), l);
+        assert_eq!(l.primary_addr(), Some("127.0.0.1:4000"));
+        let m = ChunkMeta {
+            segment_id: 1,
+            index: 2,
+            version: 3,
+            chunk_bytes: 4,
+            segment_length: 5,
+        };
+        assert_eq!(meta_from_proto(&meta_to_proto(&m)), m);
+    }
+
+    #[test]
+    fn status_codes_map_to_errors() {
+        let e = |c| OsdError::from_status("a:1", &Status::new(c, "x"));
+        assert!(matches!(e(Code::Unavailable), OsdError::Unreachable { .. }));
+        assert!(matches!(
+            e(Code::DeadlineExceeded),
+            OsdError::Unreachable { .. }
+        ));
+        assert!(matches!(
+            e(Code::FailedPrecondition),
+            OsdError::StaleLayout { .. }
+        ));
+        assert!(matches!(e(Code::Aborted), OsdError::NotDurable { .. }));
+        assert!(matches!(e(Code::DataLoss), OsdError::Unrecoverable { .. }));
+        assert!(matches!(e(Code::NotFound), OsdError::NotFound { .. }));
+        assert!(matches!(e(Code::InvalidArgument), OsdError::Invalid { .. }));
+        assert!(matches!(e(Code::Internal), OsdError::Remote { .. }));
+        assert!(e(Code::Unavailable).is_retryable());
+        assert!(!e(Code::DataLoss).is_retryable());
+        assert_eq!(e(Code::Aborted).to_string(), "OSD a:1: not durable: x");
+    }
+}
