@@ -435,7 +435,6 @@ pub(crate) fn holder_to_proto(h: &Holder) -> proto::Holder {
     }
 }
 
-#[allow(dead_code)] // the OSD service decodes requests with it
 pub(crate) fn holder_from_proto(h: &proto::Holder) -> Holder {
     Holder {
         index: h.index,
@@ -455,7 +454,6 @@ pub(crate) fn layout_to_proto(l: &Layout) -> proto::Layout {
     }
 }
 
-#[allow(dead_code)] // the OSD service decodes requests with it
 pub(crate) fn layout_from_proto(l: &proto::Layout) -> Layout {
     Layout {
         segment_id: l.segment_id,

@@ -3,7 +3,8 @@
 //! into sub-updates), full-overwrite (FO) parity-delta updates, degraded reads and recovery.
 //!
 //! Layout (dependencies point down): `proto` (generated, private) → `api` (the typed client
-//! [`api::OsdClient`] and domain types, what other crates use).
+//! [`api::OsdClient`] and domain types, what other crates use) → `chunk_store` (the `ChunkStore`
+//! seam and `FileStore`, chunk files with versioned headers and per-block crc32c) → `service` (the OSD service: primary work, chunk calls, recovery).
 
 #[allow(clippy::all)]
 mod proto {
@@ -11,5 +12,10 @@ mod proto {
 }
 
 pub mod api;
+pub mod chunk_store;
+pub mod service;
 
 pub use api::{Ack, ChunkMeta, Holder, Layout, OsdClient, OsdError};
+
+#[cfg(test)]
+mod fuzz;

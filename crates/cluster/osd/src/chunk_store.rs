@@ -1,0 +1,705 @@
+//! Where an OSD keeps its chunks. [`ChunkStore`] is the seam (a directory of files today, a
+//! `BlockDevice` with an extent allocator later); [`FileStore`] keeps one preallocated file per chunk.
+//!
+//! A chunk file (all integers little-endian; docs/cluster.md "The OSD chunk store" has the table):
+//!
+//! ```text
+//! 0    header (64 bytes): magic "ECSOSDCK", format version, block size, segment id, chunk index,
+//!      version, chunk bytes, segment length, crc32c of bytes 0..56
+//! 64   crc32c of every data block (4 bytes each, ⌈chunk_bytes / BLOCK_BYTES⌉ entries)
+//! D    chunk bytes, D = 64 + 4·blocks rounded up to 4 KiB
+//! ```
+//!
+//! Blocks are [`BLOCK_BYTES`] = 4 KiB: the page size, and the granularity of the small in-place FO
+//! updates CodFS measures (§5.2), so an update re-reads and re-checksums at most one block more than it
+//! touches on each side; the checksum table costs 0.1% of the chunk. Every read verifies the crc32c of
+//! each block it touches; an update rewrites the touched blocks, their checksums and the header (with
+//! the new version), then fsyncs before returning. A whole chunk is written to a temporary file,
+//! preallocated with `fallocate`, fsynced, renamed over the old one, and the directory fsynced.
+
+use std::collections::hash_map::DefaultHasher;
+use std::fs::{File, OpenOptions};
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::api::ChunkMeta;
+
+pub const MAGIC: [u8; 8] = *b"ECSOSDCK";
+pub const FORMAT_VERSION: u32 = 1;
+pub const HEADER_BYTES: usize = 64;
+pub const BLOCK_BYTES: usize = 4096;
+/// A chunk is at most a whole segment (k = 1).
+pub const MAX_CHUNK_BYTES: u64 = ecstack_rpc::config::MAX_SEGMENT_BYTES;
+/// Chunk indexes are below 256 (n = k + m ≤ 255).
+pub const MAX_CHUNKS: u32 = 256;
+
+/// Why a chunk header was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("header is {got} bytes, need {HEADER_BYTES}")]
+    TooShort { got: usize },
+    #[error("bad magic (not an ecstack chunk file)")]
+    BadMagic,
+    #[error("header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    Checksum { stored: u32, computed: u32 },
+    #[error("unknown chunk format version {got} (this build reads {FORMAT_VERSION})")]
+    UnknownVersion { got: u32 },
+    #[error("{0}")]
+    Field(String),
+}
+
+/// Encode a chunk header (64 bytes).
+pub fn encode_header(meta: &ChunkMeta) -> [u8; HEADER_BYTES] {
+    let mut b = [0u8; HEADER_BYTES];
+    b[0..8].copy_from_slice(&MAGIC);
+    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    b[12..16].copy_from_slice(&(BLOCK_BYTES as u32).to_le_bytes());
+    b[16..24].copy_from_slice(&meta.segment_id.to_le_bytes());
+    b[24..28].copy_from_slice(&meta.index.to_le_bytes());
+    b[32..40].copy_from_slice(&meta.version.to_le_bytes());
+    b[40..48].copy_from_slice(&meta.chunk_bytes.to_le_bytes());
+    b[48..56].copy_from_slice(&meta.segment_length.to_le_bytes());
+    let crc = crc32c::crc32c(&b[0..56]);
+    b[56..60].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// Checks a chunk's fields (for headers read from disk and chunks arriving over the network).
+pub fn check_meta(meta: &ChunkMeta) -> Result<(), String> {
+    if meta.index >= MAX_CHUNKS {
+        return Err(format!(
+            "chunk index {} is not below {MAX_CHUNKS}",
+            meta.index
+        ));
+    }
+    if meta.chunk_bytes == 0 || meta.chunk_bytes > MAX_CHUNK_BYTES {
+        return Err(format!(
+            "chunk size {} is outside 1..={MAX_CHUNK_BYTES}",
+            meta.chunk_bytes
+        ));
+    }
+    if meta.segment_length == 0
+        || meta.segment_length > ecstack_rpc::config::MAX_SEGMENT_BYTES
+        || meta.segment_length > meta.chunk_bytes * u64::from(MAX_CHUNKS)
+    {
+        return Err(format!(
+            "segment length {} does not fit chunks of {} bytes",
+            meta.segment_length, meta.chunk_bytes
+        ));
+    }
+    if meta.version == 0 {
+        return Err("chunk version 0 (versions start at 1)".into());
+    }
+    Ok(())
+}
+
+/// Parse and validate a chunk header: any byte string gives a header or an error, never a panic; an
+/// accepted header re-encodes to the same 64 bytes.
+pub fn decode_header(b: &[u8]) -> Result<ChunkMeta, HeaderError> {
+    let Some(b) = b.get(..HEADER_BYTES) else {
+        return Err(HeaderError::TooShort { got: b.len() });
+    };
+    if b[0..8] != MAGIC {
+        return Err(HeaderError::BadMagic);
+    }
+    let stored = u32_at(b, 56);
+    let computed = crc32c::crc32c(&b[0..56]);
+    if stored != computed {
+        return Err(HeaderError::Checksum { stored, computed });
+    }
+    let format = u32_at(b, 8);
+    if format != FORMAT_VERSION {
+        return Err(HeaderError::UnknownVersion { got: format });
+    }
+    let block = u32_at(b, 12);
+    if block as usize != BLOCK_BYTES {
+        return Err(HeaderError::Field(format!(
+            "block size {block} (this build uses {BLOCK_BYTES})"
+        )));
+    }
+    if u32_at(b, 28) != 0 || u32_at(b, 60) != 0 {
+        return Err(HeaderError::Field(
+            "reserved header bytes are not zero".into(),
+        ));
+    }
+    let meta = ChunkMeta {
+        segment_id: u64_at(b, 16),
+        index: u32_at(b, 24),
+        version: u64_at(b, 32),
+        chunk_bytes: u64_at(b, 40),
+        segment_length: u64_at(b, 48),
+    };
+    check_meta(&meta).map_err(HeaderError::Field)?;
+    Ok(meta)
+}
+
+/// Data blocks of a chunk.
+pub fn blocks(chunk_bytes: u64) -> u64 {
+    chunk_bytes.div_ceil(BLOCK_BYTES as u64)
+}
+
+/// File offset of the chunk bytes.
+pub fn data_offset(chunk_bytes: u64) -> u64 {
+    (HEADER_BYTES as u64 + 4 * blocks(chunk_bytes)).next_multiple_of(4096)
+}
+
+/// The whole chunk file image (header, checksum table, data).
+pub fn encode_chunk(meta: &ChunkMeta, data: &[u8]) -> Vec<u8> {
+    let d = data_offset(meta.chunk_bytes) as usize;
+    let mut b = vec![0u8; d + data.len()];
+    b[..HEADER_BYTES].copy_from_slice(&encode_header(meta));
+    for (i, block) in data.chunks(BLOCK_BYTES).enumerate() {
+        let at = HEADER_BYTES + 4 * i;
+        b[at..at + 4].copy_from_slice(&crc32c::crc32c(block).to_le_bytes());
+    }
+    b[d..].copy_from_slice(data);
+    b
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChunkStoreError {
+    #[error("chunk store {path}: {op}: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: std::io::Error,
+    },
+    #[error("chunk store {path} is in use by another OSD ({holder})")]
+    Locked { path: PathBuf, holder: String },
+    #[error("segment {segment:#x} chunk {index}: not stored here")]
+    NotFound { segment: u64, index: u32 },
+    #[error("chunk file {path}: corrupt header: {error}")]
+    Header { path: PathBuf, error: HeaderError },
+    #[error("chunk file {path} holds segment {got_segment:#x} chunk {got_index}, not segment {segment:#x} chunk {index}")]
+    Misplaced {
+        path: PathBuf,
+        segment: u64,
+        index: u32,
+        got_segment: u64,
+        got_index: u32,
+    },
+    #[error(
+        "segment {segment:#x} chunk {index}: file {path} is {got} bytes, its header needs {want}"
+    )]
+    Truncated {
+        path: PathBuf,
+        segment: u64,
+        index: u32,
+        got: u64,
+        want: u64,
+    },
+    #[error("segment {segment:#x} chunk {index}: checksum mismatch in block {block} (bytes {}..{})", block * BLOCK_BYTES as u64, (block + 1) * BLOCK_BYTES as u64)]
+    Checksum {
+        segment: u64,
+        index: u32,
+        block: u64,
+    },
+    #[error("segment {segment:#x} chunk {index}: range {offset}+{len} is outside the chunk's {chunk_bytes} bytes")]
+    Range {
+        segment: u64,
+        index: u32,
+        offset: u64,
+        len: u64,
+        chunk_bytes: u64,
+    },
+    #[error("segment {segment:#x} chunk {index}: {message}")]
+    Invalid {
+        segment: u64,
+        index: u32,
+        message: String,
+    },
+}
+
+impl ChunkStoreError {
+    /// The chunk's bytes cannot be trusted (checksum, header, size): treat it as missing and repair it.
+    pub fn is_corruption(&self) -> bool {
+        matches!(
+            self,
+            ChunkStoreError::Header { .. }
+                | ChunkStoreError::Misplaced { .. }
+                | ChunkStoreError::Truncated { .. }
+                | ChunkStoreError::Checksum { .. }
+        )
+    }
+}
+
+pub type Result<T, E = ChunkStoreError> = std::result::Result<T, E>;
+
+/// What a store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreUsage {
+    pub chunks: u64,
+    /// Bytes of the chunk files (headers included).
+    pub bytes: u64,
+}
+
+/// A change applied to a chunk range in place by [`ChunkStore::modify`]: it receives the range's
+/// current (verified) bytes and overwrites them.
+pub type Modify<'a> = &'a mut dyn FnMut(&mut [u8]) -> std::result::Result<(), String>;
+
+/// The chunks of one OSD. Every method is durable before it returns.
+pub trait ChunkStore: Send + Sync {
+    /// Store a whole chunk (create, or replace atomically). `data.len()` must be `meta.chunk_bytes`.
+    fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<()>;
+    /// The header of a stored chunk (not its data), `None` if absent.
+    fn meta(&self, segment: u64, index: u32) -> Result<Option<ChunkMeta>>;
+    /// `len` bytes from `offset`, every touched block verified.
+    fn read(&self, segment: u64, index: u32, offset: u64, len: u64)
+        -> Result<(ChunkMeta, Vec<u8>)>;
+    /// Change `len` bytes at `offset` in place and set the chunk's version to `version`; returns the
+    /// new header.
+    fn modify(
+        &self,
+        segment: u64,
+        index: u32,
+        offset: u64,
+        len: u64,
+        version: u64,
+        f: Modify<'_>,
+    ) -> Result<ChunkMeta>;
+    /// Remove a chunk; whether it was there.
+    fn delete(&self, segment: u64, index: u32) -> Result<bool>;
+    /// Every stored chunk, as (segment, index), sorted.
+    fn list(&self) -> Result<Vec<(u64, u32)>>;
+    fn usage(&self) -> StoreUsage;
+}
+
+const LOCK_STRIPES: usize = 64;
+
+/// [`ChunkStore`] over a directory: `<root>/LOCK` (held with `flock` while the store is open) and
+/// `<root>/chunks/<segment id, 16 hex digits>.<index, 3 digits>.chunk`.
+pub struct FileStore {
+    root: PathBuf,
+    chunks_dir: PathBuf,
+    _lock: File,
+    stripes: Vec<Mutex<()>>,
+    chunks: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl std::fmt::Debug for FileStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FileStore({})", self.root.display())
+    }
+}
+
+fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> ChunkStoreError + 'a {
+    move |source| ChunkStoreError::Io {
+        path: path.to_owned(),
+        op,
+        source,
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir, "fsync directory"))
+}
+
+/// Preallocate `len` bytes of `file` (falls back to extending it where `fallocate` is unsupported).
+fn preallocate(file: &File, path: &Path, len: u64) -> Result<()> {
+    // SAFETY: fallocate on an open descriptor we own; no memory is passed.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {
+            file.set_len(len).map_err(io(path, "extend chunk file"))
+        }
+        _ => Err(ChunkStoreError::Io {
+            path: path.to_owned(),
+            op: "fallocate",
+            source: e,
+        }),
+    }
+}
+
+fn parse_name(name: &str) -> Option<(u64, u32)> {
+    let stem = name.strip_suffix(".chunk")?;
+    let (seg, idx) = stem.split_once('.')?;
+    if seg.len() != 16 || idx.len() != 3 {
+        return None;
+    }
+    Some((u64::from_str_radix(seg, 16).ok()?, idx.parse().ok()?))
+}
+
+impl FileStore {
+    /// Open (or create) a store directory and lock it for this process.
+    pub fn open(root: &Path) -> Result<FileStore> {
+        std::fs::create_dir_all(root).map_err(io(root, "create store directory"))?;
+        let lock_path = root.join("LOCK");
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io(&lock_path, "open lock file"))?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
+                let holder = match holder.trim() {
+                    "" => "unknown process".to_string(),
+                    h => format!("pid {h}"),
+                };
+                return Err(ChunkStoreError::Locked {
+                    path: root.to_owned(),
+                    holder,
+                });
+            }
+            return Err(ChunkStoreError::Io {
+                path: lock_path,
+                op: "lock",
+                source: e,
+            });
+        }
+        lock.set_len(0).map_err(io(&lock_path, "write lock file"))?;
+        write!(lock, "{}", std::process::id()).map_err(io(&lock_path, "write lock file"))?;
+        let chunks_dir = root.join("chunks");
+        std::fs::create_dir_all(&chunks_dir).map_err(io(&chunks_dir, "create chunks directory"))?;
+        let store = FileStore {
+            root: root.to_owned(),
+            chunks_dir,
+            _lock: lock,
+            stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            chunks: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        };
+        // Leftovers of a put interrupted by a crash, and the usage counters.
+        let dir = std::fs::read_dir(&store.chunks_dir).map_err(io(&store.chunks_dir, "list"))?;
+        for entry in dir {
+            let entry = entry.map_err(io(&store.chunks_dir, "list"))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".tmp") {
+                let p = entry.path();
+                std::fs::remove_file(&p).map_err(io(&p, "remove temporary file"))?;
+            } else if parse_name(&name).is_some() {
+                let len = entry.metadata().map_err(io(&entry.path(), "stat"))?.len();
+                store.chunks.fetch_add(1, Ordering::Relaxed);
+                store.bytes.fetch_add(len, Ordering::Relaxed);
+            }
+        }
+        Ok(store)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file of a chunk.
+    pub fn chunk_path(&self, segment: u64, index: u32) -> PathBuf {
+        self.chunks_dir
+            .join(format!("{segment:016x}.{index:03}.chunk"))
+    }
+
+    fn stripe(&self, segment: u64, index: u32) -> std::sync::MutexGuard<'_, ()> {
+        let mut h = DefaultHasher::new();
+        (segment, index).hash(&mut h);
+        let m = &self.stripes[h.finish() as usize % LOCK_STRIPES];
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Open a chunk file and read its validated header; `None` if absent.
+    fn open_chunk(
+        &self,
+        segment: u64,
+        index: u32,
+        write: bool,
+    ) -> Result<Option<(File, PathBuf, ChunkMeta)>> {
+        let path = self.chunk_path(segment, index);
+        let file = match OpenOptions::new().read(true).write(write).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(ChunkStoreError::Io {
+                    path,
+                    op: "open chunk",
+                    source: e,
+                })
+            }
+        };
+        let mut h = [0u8; HEADER_BYTES];
+        let got = read_full(&file, &mut h, 0).map_err(io(&path, "read header"))?;
+        let meta = decode_header(&h[..got]).map_err(|error| ChunkStoreError::Header {
+            path: path.clone(),
+            error,
+        })?;
+        if meta.segment_id != segment || meta.index != index {
+            return Err(ChunkStoreError::Misplaced {
+                path,
+                segment,
+                index,
+                got_segment: meta.segment_id,
+                got_index: meta.index,
+            });
+        }
+        let want = data_offset(meta.chunk_bytes) + meta.chunk_bytes;
+        let len = file.metadata().map_err(io(&path, "stat chunk"))?.len();
+        if len < want {
+            return Err(ChunkStoreError::Truncated {
+                path,
+                segment,
+                index,
+                got: len,
+                want,
+            });
+        }
+        Ok(Some((file, path, meta)))
+    }
+
+    /// Read and verify blocks `b0..b1` of an open chunk.
+    fn read_blocks(
+        file: &File,
+        path: &Path,
+        meta: &ChunkMeta,
+        b0: u64,
+        b1: u64,
+    ) -> Result<(Vec<u8>, Vec<u32>)> {
+        let start = b0 * BLOCK_BYTES as u64;
+        let end = (b1 * BLOCK_BYTES as u64).min(meta.chunk_bytes);
+        let mut data = vec![0u8; (end - start) as usize];
+        let got = read_full(file, &mut data, data_offset(meta.chunk_bytes) + start)
+            .map_err(io(path, "read chunk data"))?;
+        let mut crcs = vec![0u8; 4 * (b1 - b0) as usize];
+        let got_crcs = read_full(file, &mut crcs, HEADER_BYTES as u64 + 4 * b0)
+            .map_err(io(path, "read checksums"))?;
+        if got != data.len() || got_crcs != crcs.len() {
+            return Err(ChunkStoreError::Truncated {
+                path: path.to_owned(),
+                segment: meta.segment_id,
+                index: meta.index,
+                got: got as u64,
+                want: data.len() as u64,
+            });
+        }
+        let crcs: Vec<u32> = (0..(b1 - b0) as usize)
+            .map(|i| u32_at(&crcs, 4 * i))
+            .collect();
+        for (i, block) in data.chunks(BLOCK_BYTES).enumerate() {
+            if crc32c::crc32c(block) != crcs[i] {
+                return Err(ChunkStoreError::Checksum {
+                    segment: meta.segment_id,
+                    index: meta.index,
+                    block: b0 + i as u64,
+                });
+            }
+        }
+        Ok((data, crcs))
+    }
+
+    fn check_range(meta: &ChunkMeta, offset: u64, len: u64) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|e| e > meta.chunk_bytes) {
+            return Err(ChunkStoreError::Range {
+                segment: meta.segment_id,
+                index: meta.index,
+                offset,
+                len,
+                chunk_bytes: meta.chunk_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// pread until `buf` is full or end of file; the bytes read.
+fn read_full(file: &File, buf: &mut [u8], mut at: u64) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], at) {
+            Ok(0) => break,
+            Ok(n) => {
+                done += n;
+                at += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+impl ChunkStore for FileStore {
+    fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<()> {
+        let invalid = |message: String| ChunkStoreError::Invalid {
+            segment: meta.segment_id,
+            index: meta.index,
+            message,
+        };
+        check_meta(meta).map_err(invalid)?;
+        if data.len() as u64 != meta.chunk_bytes {
+            return Err(invalid(format!(
+                "{} data bytes for a chunk of {}",
+                data.len(),
+                meta.chunk_bytes
+            )));
+        }
+        let _g = self.stripe(meta.segment_id, meta.index);
+        let path = self.chunk_path(meta.segment_id, meta.index);
+        let tmp = path.with_extension("chunk.tmp");
+        let image = encode_chunk(meta, data);
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io(&tmp, "create chunk file"))?;
+        preallocate(&file, &tmp, image.len() as u64)?;
+        file.write_all_at(&image, 0)
+            .map_err(io(&tmp, "write chunk file"))?;
+        file.sync_all().map_err(io(&tmp, "fsync chunk file"))?;
+        let old = std::fs::metadata(&path).ok().map(|m| m.len());
+        std::fs::rename(&tmp, &path).map_err(io(&path, "rename chunk file"))?;
+        sync_dir(&self.chunks_dir)?;
+        match old {
+            Some(len) => {
+                self.bytes.fetch_sub(len, Ordering::Relaxed);
+            }
+            None => {
+                self.chunks.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.bytes.fetch_add(image.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn meta(&self, segment: u64, index: u32) -> Result<Option<ChunkMeta>> {
+        let _g = self.stripe(segment, index);
+        Ok(self.open_chunk(segment, index, false)?.map(|(_, _, m)| m))
+    }
+
+    fn read(
+        &self,
+        segment: u64,
+        index: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<(ChunkMeta, Vec<u8>)> {
+        let _g = self.stripe(segment, index);
+        let (file, path, meta) = self
+            .open_chunk(segment, index, false)?
+            .ok_or(ChunkStoreError::NotFound { segment, index })?;
+        Self::check_range(&meta, offset, len)?;
+        if len == 0 {
+            return Ok((meta, Vec::new()));
+        }
+        let b0 = offset / BLOCK_BYTES as u64;
+        let b1 = (offset + len).div_ceil(BLOCK_BYTES as u64);
+        let (data, _) = Self::read_blocks(&file, &path, &meta, b0, b1)?;
+        let from = (offset - b0 * BLOCK_BYTES as u64) as usize;
+        Ok((meta, data[from..from + len as usize].to_vec()))
+    }
+
+    fn modify(
+        &self,
+        segment: u64,
+        index: u32,
+        offset: u64,
+        len: u64,
+        version: u64,
+        f: Modify<'_>,
+    ) -> Result<ChunkMeta> {
+        let _g = self.stripe(segment, index);
+        let (file, path, meta) = self
+            .open_chunk(segment, index, true)?
+            .ok_or(ChunkStoreError::NotFound { segment, index })?;
+        Self::check_range(&meta, offset, len)?;
+        if version == 0 {
+            return Err(ChunkStoreError::Invalid {
+                segment,
+                index,
+                message: "version 0 (versions start at 1)".into(),
+            });
+        }
+        let b0 = offset / BLOCK_BYTES as u64;
+        let b1 = (offset + len).div_ceil(BLOCK_BYTES as u64).max(b0);
+        let (mut data, _) = if b1 > b0 {
+            Self::read_blocks(&file, &path, &meta, b0, b1)?
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let from = (offset - b0 * BLOCK_BYTES as u64) as usize;
+        f(&mut data[from..from + len as usize]).map_err(|message| ChunkStoreError::Invalid {
+            segment,
+            index,
+            message,
+        })?;
+        let mut crcs = Vec::with_capacity(4 * (b1 - b0) as usize);
+        for block in data.chunks(BLOCK_BYTES) {
+            crcs.extend_from_slice(&crc32c::crc32c(block).to_le_bytes());
+        }
+        let d = data_offset(meta.chunk_bytes);
+        file.write_all_at(&data, d + b0 * BLOCK_BYTES as u64)
+            .map_err(io(&path, "write chunk data"))?;
+        file.write_all_at(&crcs, HEADER_BYTES as u64 + 4 * b0)
+            .map_err(io(&path, "write checksums"))?;
+        let new = ChunkMeta { version, ..meta };
+        file.write_all_at(&encode_header(&new), 0)
+            .map_err(io(&path, "write header"))?;
+        file.sync_data().map_err(io(&path, "fsync chunk file"))?;
+        Ok(new)
+    }
+
+    fn delete(&self, segment: u64, index: u32) -> Result<bool> {
+        let _g = self.stripe(segment, index);
+        let path = self.chunk_path(segment, index);
+        let len = match std::fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => {
+                return Err(ChunkStoreError::Io {
+                    path,
+                    op: "stat chunk",
+                    source: e,
+                })
+            }
+        };
+        std::fs::remove_file(&path).map_err(io(&path, "remove chunk file"))?;
+        sync_dir(&self.chunks_dir)?;
+        self.chunks.fetch_sub(1, Ordering::Relaxed);
+        self.bytes.fetch_sub(len, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    fn list(&self) -> Result<Vec<(u64, u32)>> {
+        let dir = std::fs::read_dir(&self.chunks_dir).map_err(io(&self.chunks_dir, "list"))?;
+        let mut out = Vec::new();
+        for entry in dir {
+            let entry = entry.map_err(io(&self.chunks_dir, "list"))?;
+            if let Some(id) = parse_name(&entry.file_name().to_string_lossy()) {
+                out.push(id);
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    fn usage(&self) -> StoreUsage {
+        StoreUsage {
+            chunks: self.chunks.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The OSD process: open the chunk store, bind the service, register with the MDS (the address it
+//! actually bound), heartbeat every `heartbeat_ms` and run the tasks the replies carry (recover
+//! segments as their primary, delete chunks).
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ecstack_codes::{new_code, CodeKind};
+use ecstack_mds::api::{
+    ChunkState, Heartbeat, MdsClient, OsdRegistration, OsdTask, SegmentLayout,
+};
+use ecstack_rpc::Security;
+
+use crate::api::{Holder, Layout};
+use crate::chunk_store::{ChunkStore, FileStore};
+use crate::service::{BoxFuture, MdsLink, Osd, OsdSetup};
+
+/// How many segments one OSD recovers at once (the byte rate is limited separately).
+pub const RECOVERY_PARALLELISM: usize = 4;
+/// How long an OSD keeps trying to register with an MDS that does not answer yet.
+pub const REGISTER_PATIENCE: Duration = Duration::from_secs(60);
+
+impl From<&SegmentLayout> for Layout {
+    /// The OSD's view of an MDS layout: only `Healthy` chunks are usable.
+    fn from(s: &SegmentLayout) -> Layout {
+        Layout {
+            segment_id: s.segment_id,
+            length: s.length,
+            primary: s.primary,
+            holders: s
+                .chunks
+                .iter()
+                .map(|c| Holder {
+                    index: c.index,
+                    osd_id: c.osd_id,
+                    addr: c.addr.clone(),
+                    usable: c.state == ChunkState::Healthy,
+                })
+                .collect(),
+            epoch: s.epoch,
+        }
+    }
+}
+
+impl MdsLink for MdsClient {
+    fn mark_stale<'a>(
+        &'a self,
+        segment: u64,
+        chunks: &'a [u32],
+        version: u64,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            MdsClient::mark_stale(self, segment, chunks, version)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn chunk_recovered(
+        &self,
+        segment: u64,
+        chunk: u32,
+        osd_id: u32,
+        version: u64,
+    ) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            MdsClient::chunk_recovered(self, segment, chunk, osd_id, version)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Store(#[from] crate::chunk_store::ChunkStoreError),
+    #[error("cannot bind the OSD service to {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("MDS at {addr}: {message}")]
+    Mds { addr: String, message: String },
+    #[error("the cluster's code {code} k={k} m={m}: {message}")]
+    Code {
+        code: String,
+        k: u32,
+        m: u32,
+        message: String,
+    },
+    #[error("OSD service: {0}")]
+    Serve(String),
+}
+
+/// What an OSD process needs.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// `osd-N`: the name the MDS knows it by (kept across restarts).
+    pub name: String,
+    /// Where to bind (`127.0.0.1:0`: any free port, registered as bound).
+    pub addr: String,
+    pub labels: BTreeMap<String, String>,
+    pub store: PathBuf,
+    pub mds_addr: String,
+    pub security: Security,
+    pub recovery_bytes_per_sec: u64,
+}
+
+/// A running OSD.
+pub struct Daemon {
+    pub osd: Osd,
+    pub osd_id: u32,
+    pub addr: SocketAddr,
+    mds: MdsClient,
+    heartbeat: Duration,
+    listener: tokio::net::TcpListener,
+    security: Security,
+}
+
+/// Bytes the filesystem of `path` can hold in total.
+fn capacity(path: &Path) -> u64 {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return 0;
+    };
+    // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
+    unsafe {
+        let mut s: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
+            return 0;
+        }
+        s.f_blocks as u64 * s.f_frsize as u64
+    }
+}
+
+impl Daemon {
+    /// Open the store, bind, register with the MDS (retrying while it does not answer).
+    pub async fn start(cfg: &DaemonConfig) -> Result<Daemon, DaemonError> {
+        let store = Arc::new(FileStore::open(&cfg.store)?);
+        let listener = tokio::net::TcpListener::bind(&cfg.addr)
+            .await
+            .map_err(|source| DaemonError::Bind {
+                addr: cfg.addr.clone(),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| DaemonError::Bind {
+            addr: cfg.addr.clone(),
+            source,
+        })?;
+        let mds_err = |message: String| DaemonError::Mds {
+            addr: cfg.mds_addr.clone(),
+            message,
+        };
+        let mds = MdsClient::connect(&cfg.mds_addr, &cfg.security)
+            .map_err(|e| mds_err(e.to_string()))?;
+        let reg = OsdRegistration {
+            name: cfg.name.clone(),
+            addr: addr.to_string(),
+            labels: cfg.labels.clone(),
+            capacity_bytes: capacity(&cfg.store),
+            used_bytes: store.usage().bytes,
+        };
+        let deadline = tokio::time::Instant::now() + REGISTER_PATIENCE;
+        let mut wait = Duration::from_millis(100);
+        let registered = loop {
+            match mds.register_osd(&reg).await {
+                Ok(r) => break r,
+                Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                    tracing::info!("MDS not answering yet ({e}); retrying in {wait:?}");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(mds_err(format!("registration failed: {e}"))),
+            }
+        };
+        let p = &registered.params;
+        let code_err = |message: String| DaemonError::Code {
+            code: p.code.clone(),
+            k: p.k,
+            m: p.m,
+            message,
+        };
+        let kind = CodeKind::parse(&p.code).map_err(|e| code_err(e.to_string()))?;
+        let code = new_code(kind, p.k as usize, p.m as usize).map_err(|e| code_err(e.to_string()))?;
+        let osd = Osd::new(
+            OsdSetup {
+                osd_id: registered.osd_id,
+                code: code.into(),
+                store,
+                security: cfg.security.clone(),
+                mds: Arc::new(mds.clone()),
+            },
+            cfg.recovery_bytes_per_sec,
+        );
+        tracing::info!(
+            name = %cfg.name,
+            osd_id = registered.osd_id,
+            %addr,
+            "OSD registered with the MDS at {}",
+            cfg.mds_addr
+        );
+        Ok(Daemon {
+            osd,
+            osd_id: registered.osd_id,
+            addr,
+            mds,
+            heartbeat: Duration::from_millis(u64::from(p.heartbeat_ms.max(1))),
+            listener,
+            security: cfg.security.clone(),
+        })
+    }
+
+    /// Serve and heartbeat until `shutdown` completes.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), DaemonError> {
+        let server = self
+            .security
+            .server()
+            .map_err(|e| DaemonError::Serve(e.to_string()))?
+            .add_service(self.osd.grpc())
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(self.listener),
+                shutdown,
+            );
+        let beats = heartbeat_loop(self.osd.clone(), self.mds.clone(), self.osd_id, self.heartbeat);
+        tokio::select! {
+            r = server => r.map_err(|e| DaemonError::Serve(e.to_string())),
+            () = beats => Ok(()),
+        }
+    }
+}
+
+/// Heartbeat forever; run the tasks of each reply (recoveries in the background, at most
+/// [`RECOVERY_PARALLELISM`] at once, each segment once at a time; deletions inline, reported in
+/// the next heartbeat).
+async fn heartbeat_loop(osd: Osd, mds: MdsClient, osd_id: u32, every: Duration) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(RECOVERY_PARALLELISM));
+    let running: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let mut deleted: Vec<u64> = Vec::new();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let usage = osd.store().usage();
+        let beat = Heartbeat {
+            osd_id,
+            used_bytes: usage.bytes,
+            chunks: usage.chunks,
+            deleted_segments: deleted.clone(),
+        };
+        let reply = match mds.heartbeat(&beat).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("heartbeat to the MDS failed: {e}");
+                continue;
+            }
+        };
+        deleted.clear();
+        for task in reply.tasks {
+            match task {
+                OsdTask::Delete(t) => match osd.delete_chunks(t.segment_id, &t.chunks).await {
+                    Ok(()) => deleted.push(t.segment_id),
+                    Err(e) => tracing::warn!(segment = t.segment_id, "delete failed: {e}"),
+                },
+                OsdTask::Recover(t) => {
+                    let seg = t.layout.segment_id;
+                    if !running.lock().unwrap_or_else(|p| p.into_inner()).insert(seg) {
+                        continue;
+                    }
+                    let (osd, slots, running) = (osd.clone(), slots.clone(), running.clone());
+                    tokio::spawn(async move {
+                        let _slot = slots.acquire_owned().await;
+                        let layout = Layout::from(&t.layout);
+                        let started = std::time::Instant::now();
+                        match osd.recover(&layout, &t.chunks).await {
+                            Ok(bytes) => tracing::info!(
+                                segment = seg,
+                                chunks = ?t.chunks,
+                                bytes,
+                                ms = started.elapsed().as_millis() as u64,
+                                "recovered"
+                            ),
+                            Err(e) => tracing::warn!(segment = seg, "recovery failed: {e}"),
+                        }
+                        running.lock().unwrap_or_else(|p| p.into_inner()).remove(&seg);
+                    });
+                }
+            }
+        }
+    }
+}

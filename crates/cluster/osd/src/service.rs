@@ -1,0 +1,1586 @@
+//! The OSD service (`proto/osd.proto`): the primary's work on a segment (write: encode and
+//! distribute; read: gather k chunks, degraded when needed, repairing corrupt chunks; FO update:
+//! sub-updates per data chunk) and the chunk calls every OSD answers (PutChunk, GetChunk,
+//! UpdateChunk with its parity deltas, ApplyDelta, ChunkVersion, DeleteChunk), and recovery.
+//!
+//! All requests of one segment are serialized at its primary by a per-segment async lock; the
+//! primary keeps the segment's version and the version each chunk should carry, learned from the
+//! usable holders (ChunkVersion) when it does not know them (after a restart or a promotion).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use ecstack_codes::ErasureCode;
+use ecstack_rpc::Security;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::api::{
+    self, layout_from_proto, meta_from_proto, meta_to_proto, ChunkMeta, Holder, Layout, OsdClient,
+    OsdError, FRAME_BYTES,
+};
+use crate::chunk_store::{check_meta, ChunkStore, ChunkStoreError};
+use crate::proto;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What an OSD tells the MDS about chunks (the daemon implements it with the MDS client; tests
+/// record the calls).
+pub trait MdsLink: Send + Sync {
+    /// Durably mark chunks of a segment stale (their holder missed version `version`).
+    fn mark_stale<'a>(
+        &'a self,
+        segment: u64,
+        chunks: &'a [u32],
+        version: u64,
+    ) -> BoxFuture<'a, Result<(), String>>;
+    /// A chunk was rebuilt onto `osd_id` at `version`.
+    fn chunk_recovered(
+        &self,
+        segment: u64,
+        chunk: u32,
+        osd_id: u32,
+        version: u64,
+    ) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// The erasure code and the identity an OSD works with.
+#[derive(Clone)]
+pub struct OsdSetup {
+    pub osd_id: u32,
+    pub code: Arc<dyn ErasureCode>,
+    pub store: Arc<dyn ChunkStore>,
+    pub security: Security,
+    pub mds: Arc<dyn MdsLink>,
+}
+
+/// What the primary knows about a segment.
+#[derive(Debug, Default)]
+struct SegState {
+    /// The segment's current version (0: not known yet).
+    version: u64,
+    /// Per chunk index, the version its holder must have (valid when `version` > 0).
+    expected: Vec<u64>,
+    /// Highest layout epoch seen.
+    epoch: u64,
+}
+
+/// Why a chunk could not be had from its holder.
+#[derive(Debug)]
+enum Miss {
+    Unreachable(String),
+    Corrupt(String),
+    /// Older than the version the primary expects: it missed a write or an update.
+    Stale(String),
+    /// The request certainly never reached the holder (the connection could not be made).
+    NotSent(String),
+    /// Newer than the primary expects: the primary's view of the segment is out of date.
+    Newer(String),
+    Absent,
+    Other(String),
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Miss::Unreachable(m) => write!(f, "unreachable: {m}"),
+            Miss::Corrupt(m) => write!(f, "corrupt: {m}"),
+            Miss::Stale(m) => write!(f, "stale: {m}"),
+            Miss::NotSent(m) => write!(f, "unreachable: {m}"),
+            Miss::Newer(m) => write!(f, "newer: {m}"),
+            Miss::Absent => f.write_str("not stored"),
+            Miss::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+fn store_miss(e: ChunkStoreError) -> Miss {
+    match e {
+        ChunkStoreError::NotFound { .. } => Miss::Absent,
+        e if e.is_corruption() => Miss::Corrupt(e.to_string()),
+        e => Miss::Other(e.to_string()),
+    }
+}
+
+fn remote_miss(e: OsdError) -> Miss {
+    match e {
+        OsdError::NotFound { .. } => Miss::Absent,
+        OsdError::Unrecoverable { .. } => Miss::Corrupt(e.to_string()),
+        // tonic reports a connection that could not be made as "tcp connect error": the request
+        // never left this process.
+        OsdError::Unreachable { ref message, .. } if message.contains("connect error") => {
+            Miss::NotSent(e.to_string())
+        }
+        OsdError::Security(_) => Miss::NotSent(e.to_string()),
+        OsdError::Unreachable { .. } => Miss::Unreachable(e.to_string()),
+        e => Miss::Other(e.to_string()),
+    }
+}
+
+/// The gRPC status for a chunk store error (the client maps it back, see [`OsdError::from_status`]).
+pub fn store_status(e: ChunkStoreError) -> Status {
+    match &e {
+        ChunkStoreError::NotFound { .. } => Status::not_found(e.to_string()),
+        ChunkStoreError::Range { .. } => Status::out_of_range(e.to_string()),
+        ChunkStoreError::Invalid { .. } => Status::invalid_argument(e.to_string()),
+        e if e.is_corruption() => Status::data_loss(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+/// Bytes per chunk of a segment of `length` bytes.
+pub fn chunk_bytes(length: u64, k: usize) -> u64 {
+    length.div_ceil(k as u64)
+}
+
+/// Checks a layout against the code: n holders with indexes 0..n in order, a length within the
+/// largest segment, the primary among the holders. One line naming the problem.
+pub fn check_layout(l: &Layout, n: usize) -> Result<(), String> {
+    if l.holders.len() != n {
+        return Err(format!(
+            "segment {:#x}: layout has {} holders, the code has n = {n}",
+            l.segment_id,
+            l.holders.len()
+        ));
+    }
+    if let Some((i, h)) = l
+        .holders
+        .iter()
+        .enumerate()
+        .find(|(i, h)| h.index as usize != *i)
+    {
+        return Err(format!(
+            "segment {:#x}: holder {i} names chunk {}",
+            l.segment_id, h.index
+        ));
+    }
+    if l.length == 0 || l.length > ecstack_rpc::config::MAX_SEGMENT_BYTES {
+        return Err(format!(
+            "segment {:#x}: length {} is outside 1..={}",
+            l.segment_id,
+            l.length,
+            ecstack_rpc::config::MAX_SEGMENT_BYTES
+        ));
+    }
+    if !l.holders.iter().any(|h| h.osd_id == l.primary) {
+        return Err(format!(
+            "segment {:#x}: primary osd {} holds no chunk",
+            l.segment_id, l.primary
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a write or update up front when fewer than k + 1 holders are usable (nothing changes).
+fn check_enough(l: &Layout, k: usize, what: &str) -> Result<(), Status> {
+    let usable = l.holders.iter().filter(|h| h.usable).count();
+    if usable < k + 1 {
+        return Err(Status::aborted(format!(
+            "segment {:#x}: {what} needs k + 1 = {} usable chunks, the layout has {usable}",
+            l.segment_id,
+            k + 1
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a byte range inside a segment.
+pub fn check_range(l: &Layout, offset: u64, len: u64) -> Result<(), String> {
+    if offset.checked_add(len).is_none_or(|e| e > l.length) {
+        return Err(format!(
+            "segment {:#x}: range {offset}+{len} is outside its {} bytes",
+            l.segment_id, l.length
+        ));
+    }
+    Ok(())
+}
+
+/// The OSD: its chunk store, its peers, the segments it is primary of.
+#[derive(Clone)]
+pub struct Osd {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    setup: OsdSetup,
+    peers: Mutex<HashMap<String, OsdClient>>,
+    segments: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<SegState>>>>,
+    recovery: tokio::sync::Mutex<RateLimit>,
+}
+
+/// A byte-rate limit (0 = unlimited) shared by the recoveries of one OSD.
+#[derive(Debug)]
+struct RateLimit {
+    bytes_per_sec: u64,
+    next_free: tokio::time::Instant,
+}
+
+/// One sub-update: data chunk `index` gets `data` at `offset` inside the chunk.
+#[derive(Debug, Clone)]
+struct SubUpdate {
+    index: usize,
+    offset: u64,
+    data: Vec<u8>,
+}
+
+/// Split an update of `data` at segment byte `offset` into sub-updates per data chunk.
+fn split_update(offset: u64, data: &[u8], cb: u64) -> Vec<SubUpdate> {
+    let mut out = Vec::new();
+    let mut at = offset;
+    let end = offset + data.len() as u64;
+    while at < end {
+        let index = (at / cb) as usize;
+        let chunk_end = ((index as u64 + 1) * cb).min(end);
+        out.push(SubUpdate {
+            index,
+            offset: at - index as u64 * cb,
+            data: data[(at - offset) as usize..(chunk_end - offset) as usize].to_vec(),
+        });
+        at = chunk_end;
+    }
+    out
+}
+
+impl Osd {
+    pub fn new(setup: OsdSetup, recovery_bytes_per_sec: u64) -> Osd {
+        Osd {
+            inner: Arc::new(Inner {
+                setup,
+                peers: Mutex::new(HashMap::new()),
+                segments: Mutex::new(HashMap::new()),
+                recovery: tokio::sync::Mutex::new(RateLimit {
+                    bytes_per_sec: recovery_bytes_per_sec,
+                    next_free: tokio::time::Instant::now(),
+                }),
+            }),
+        }
+    }
+
+    pub fn osd_id(&self) -> u32 {
+        self.inner.setup.osd_id
+    }
+
+    pub fn store(&self) -> &Arc<dyn ChunkStore> {
+        &self.inner.setup.store
+    }
+
+    fn code(&self) -> &Arc<dyn ErasureCode> {
+        &self.inner.setup.code
+    }
+
+    fn k(&self) -> usize {
+        self.code().k()
+    }
+
+    fn n(&self) -> usize {
+        self.code().n()
+    }
+
+    /// The gRPC service of this OSD, with the message limits of [`api::MAX_MESSAGE_BYTES`].
+    pub fn grpc(&self) -> proto::osd_server::OsdServer<Osd> {
+        proto::osd_server::OsdServer::new(self.clone())
+            .max_decoding_message_size(api::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(api::MAX_MESSAGE_BYTES)
+    }
+
+    fn peer(&self, addr: &str) -> Result<OsdClient, Miss> {
+        let mut peers = self.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = peers.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = OsdClient::connect(addr, &self.inner.setup.security)
+            .map_err(|e| Miss::NotSent(e.to_string()))?;
+        peers.insert(addr.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    fn is_local(&self, h: &Holder) -> bool {
+        h.osd_id == self.osd_id()
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn ChunkStore) -> Result<T, ChunkStoreError> + Send + 'static,
+    ) -> Result<T, ChunkStoreError> {
+        let store = self.inner.setup.store.clone();
+        match tokio::task::spawn_blocking(move || f(&*store)).await {
+            Ok(r) => r,
+            Err(e) => Err(ChunkStoreError::Invalid {
+                segment: 0,
+                index: 0,
+                message: format!("chunk store task failed: {e}"),
+            }),
+        }
+    }
+
+    // ---- one holder's chunk, local or remote ----
+
+    async fn get_chunk(
+        &self,
+        segment: u64,
+        h: &Holder,
+        offset: u64,
+        len: u64,
+    ) -> Result<(ChunkMeta, Vec<u8>), Miss> {
+        let index = h.index;
+        if self.is_local(h) {
+            return self
+                .blocking(move |s| s.read(segment, index, offset, len))
+                .await
+                .map_err(store_miss);
+        }
+        self.peer(&h.addr)?
+            .get_chunk(segment, index, offset, len)
+            .await
+            .map_err(remote_miss)
+    }
+
+    async fn chunk_version(&self, segment: u64, h: &Holder) -> Result<Option<u64>, Miss> {
+        let index = h.index;
+        if self.is_local(h) {
+            return self
+                .blocking(move |s| s.meta(segment, index))
+                .await
+                .map(|m| m.map(|m| m.version))
+                .map_err(store_miss);
+        }
+        self.peer(&h.addr)?
+            .chunk_version(segment, index)
+            .await
+            .map_err(remote_miss)
+    }
+
+    async fn put_chunk(&self, h: &Holder, meta: ChunkMeta, data: Arc<Vec<u8>>) -> Result<(), Miss> {
+        if self.is_local(h) {
+            return self
+                .blocking(move |s| s.put(&meta, &data))
+                .await
+                .map_err(store_miss);
+        }
+        self.peer(&h.addr)?
+            .put_chunk(&meta, &data)
+            .await
+            .map_err(remote_miss)
+    }
+
+    async fn update_chunk_at(
+        &self,
+        segment: u64,
+        h: &Holder,
+        offset: u64,
+        data: Vec<u8>,
+        version: u64,
+        parity: Vec<Holder>,
+    ) -> Result<Vec<u32>, Miss> {
+        if self.is_local(h) {
+            return self
+                .update_chunk_local(segment, h.index, offset, data, version, parity)
+                .await
+                .map_err(|s| Miss::Other(s.message().to_owned()));
+        }
+        self.peer(&h.addr)?
+            .update_chunk(segment, h.index, offset, &data, version, &parity)
+            .await
+            .map_err(remote_miss)
+    }
+
+    async fn apply_delta_at(
+        &self,
+        segment: u64,
+        h: &Holder,
+        offset: u64,
+        delta: Vec<u8>,
+        version: u64,
+    ) -> Result<(), Miss> {
+        if self.is_local(h) {
+            let index = h.index;
+            let code = self.code().clone();
+            return self
+                .blocking(move |s| {
+                    s.modify(
+                        segment,
+                        index,
+                        offset,
+                        delta.len() as u64,
+                        version,
+                        &mut |b| code.apply_delta(b, &delta).map_err(|e| e.to_string()),
+                    )
+                })
+                .await
+                .map(|_| ())
+                .map_err(store_miss);
+        }
+        self.peer(&h.addr)?
+            .apply_delta(segment, h.index, offset, &delta, version)
+            .await
+            .map_err(remote_miss)
+    }
+
+    // ---- the segment lock and version ----
+
+    fn segment_lock(&self, segment: u64) -> Arc<tokio::sync::Mutex<SegState>> {
+        let mut map = self
+            .inner
+            .segments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.entry(segment).or_default().clone()
+    }
+
+    /// Refuses a layout this OSD is not the primary of, or one older than the newest it has seen.
+    fn check_primary(&self, l: &Layout, st: &mut SegState) -> Result<(), Status> {
+        check_layout(l, self.n()).map_err(Status::invalid_argument)?;
+        if l.primary != self.osd_id() {
+            return Err(Status::failed_precondition(format!(
+                "segment {:#x}: osd {} is not its primary (the layout names osd {})",
+                l.segment_id,
+                self.osd_id(),
+                l.primary
+            )));
+        }
+        if l.epoch < st.epoch {
+            return Err(Status::failed_precondition(format!(
+                "segment {:#x}: layout epoch {} is older than epoch {} seen before",
+                l.segment_id, l.epoch, st.epoch
+            )));
+        }
+        if l.epoch > st.epoch {
+            // The layout changed (promotion, recovery): another primary may have written since;
+            // learn the versions afresh.
+            st.version = 0;
+            st.epoch = l.epoch;
+        }
+        Ok(())
+    }
+
+    /// Learns the segment's version from its usable holders unless known: the highest chunk
+    /// version is the segment's; every parity chunk must carry it (each update touches every
+    /// parity), each data chunk what it reported.
+    async fn learn_version(&self, l: &Layout, st: &mut SegState) {
+        if st.version > 0 {
+            return;
+        }
+        let n = self.n();
+        let k = self.k();
+        let asks =
+            l.holders.iter().filter(|h| h.usable).map(|h| async move {
+                (h.index as usize, self.chunk_version(l.segment_id, h).await)
+            });
+        let answers = futures_join_all(asks).await;
+        let mut expected = vec![0u64; n];
+        for (i, a) in answers {
+            if let Ok(Some(v)) = a {
+                expected[i] = v;
+            }
+        }
+        let version = expected.iter().copied().max().unwrap_or(0);
+        for e in expected.iter_mut().skip(k) {
+            *e = version;
+        }
+        st.version = version;
+        st.expected = expected;
+    }
+
+    // ---- write ----
+
+    pub(crate) async fn write(&self, layout: Layout, data: Vec<u8>) -> Result<api::Ack, Status> {
+        let lock = self.segment_lock(layout.segment_id);
+        let mut st = lock.lock().await;
+        self.check_primary(&layout, &mut st)?;
+        if data.len() as u64 != layout.length {
+            return Err(Status::invalid_argument(format!(
+                "segment {:#x}: received {} bytes for a segment of {}",
+                layout.segment_id,
+                data.len(),
+                layout.length
+            )));
+        }
+        check_enough(&layout, self.k(), "a write")?;
+        self.learn_version(&layout, &mut st).await;
+        let version = st.version + 1;
+        let (k, n) = (self.k(), self.n());
+        let cb = chunk_bytes(layout.length, k);
+        let code = self.code().clone();
+        let chunks = tokio::task::spawn_blocking(move || encode_segment(&*code, &data, cb))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(Status::internal)?;
+        let seg = layout.segment_id;
+        let puts = layout.holders.iter().filter(|h| h.usable).map(|h| {
+            let meta = ChunkMeta {
+                segment_id: seg,
+                index: h.index,
+                version,
+                chunk_bytes: cb,
+                segment_length: layout.length,
+            };
+            let data = chunks[h.index as usize].clone();
+            async move { (h.index, self.put_chunk(h, meta, data).await) }
+        });
+        let results = futures_join_all(puts).await;
+        let mut failed = Vec::new();
+        let mut reasons = Vec::new();
+        for (i, r) in &results {
+            if let Err(e) = r {
+                failed.push(*i);
+                reasons.push(format!("chunk {i}: {e}"));
+            }
+        }
+        let durable = results.len() - failed.len();
+        st.version = version;
+        st.expected = vec![version; n];
+        if durable < k + 1 {
+            // Not acknowledged: the version is used up so a retry writes a newer one.
+            return Err(Status::aborted(format!(
+                "segment {seg:#x}: only {durable} of {n} chunks durable, need k + 1 = {} ({})",
+                k + 1,
+                reasons.join("; ")
+            )));
+        }
+        self.mark_stale(seg, &failed, version).await?;
+        let mut stale: Vec<u32> = layout
+            .holders
+            .iter()
+            .filter(|h| !h.usable)
+            .map(|h| h.index)
+            .chain(failed)
+            .collect();
+        stale.sort_unstable();
+        Ok(api::Ack { version, stale })
+    }
+
+    async fn mark_stale(&self, segment: u64, chunks: &[u32], version: u64) -> Result<(), Status> {
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        self.inner
+            .setup
+            .mds
+            .mark_stale(segment, chunks, version)
+            .await
+            .map_err(|e| {
+                Status::aborted(format!(
+                    "segment {segment:#x}: chunks {chunks:?} were not written and the MDS could not mark them stale: {e}"
+                ))
+            })
+    }
+
+    // ---- read ----
+
+    /// Fetch chunk `h` over `[offset, offset+len)` and check its version against what the primary
+    /// expects; an older chunk is stale (missing), a newer one means the primary's view is old.
+    async fn fetch_checked(
+        &self,
+        l: &Layout,
+        st: &SegState,
+        h: &Holder,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, Miss> {
+        let (meta, data) = self.get_chunk(l.segment_id, h, offset, len).await?;
+        let want = st.expected.get(h.index as usize).copied().unwrap_or(0);
+        if meta.version < want {
+            return Err(Miss::Stale(format!(
+                "version {} < expected {want}",
+                meta.version
+            )));
+        }
+        if meta.version > want {
+            return Err(Miss::Newer(format!(
+                "version {} > expected {want}",
+                meta.version
+            )));
+        }
+        if meta.segment_length != l.length {
+            return Err(Miss::Other(format!(
+                "chunk says the segment has {} bytes, the layout {}",
+                meta.segment_length, l.length
+            )));
+        }
+        Ok(data)
+    }
+
+    /// Gather the in-chunk range `[lo, hi)` of every chunk: first the ones in `prefer`, then any
+    /// usable chunk, until k are present; decode the missing ones. Returns all n shards and the
+    /// chunks that failed their checksum (to be repaired).
+    async fn gather(
+        &self,
+        l: &Layout,
+        st: &SegState,
+        lo: u64,
+        hi: u64,
+        have: Vec<Option<Vec<u8>>>,
+    ) -> Result<(Vec<Vec<u8>>, Vec<u32>), Status> {
+        let (k, n) = (self.k(), self.n());
+        let mut shards = have;
+        let mut corrupt = Vec::new();
+        let mut reasons = Vec::new();
+        let mut tried: Vec<bool> = shards.iter().map(|s| s.is_some()).collect();
+        loop {
+            let present = shards.iter().filter(|s| s.is_some()).count();
+            if present >= k {
+                break;
+            }
+            // Ask as many more usable holders as are still missing, data chunks first.
+            let next: Vec<&Holder> = l
+                .holders
+                .iter()
+                .filter(|h| h.usable && !tried[h.index as usize])
+                .take(k - present)
+                .collect();
+            if next.is_empty() {
+                let unusable: Vec<u32> = l
+                    .holders
+                    .iter()
+                    .filter(|h| !h.usable)
+                    .map(|h| h.index)
+                    .collect();
+                return Err(Status::data_loss(format!(
+                    "segment {:#x}: only {present} of the k = {k} chunks needed are readable (unusable: {unusable:?}; {})",
+                    l.segment_id,
+                    reasons.join("; ")
+                )));
+            }
+            let asks = next
+                .iter()
+                .map(|h| async move { (h.index, self.fetch_checked(l, st, h, lo, hi - lo).await) });
+            for (i, r) in futures_join_all(asks).await {
+                tried[i as usize] = true;
+                match r {
+                    Ok(d) => shards[i as usize] = Some(d),
+                    Err(Miss::Newer(e)) => return Err(newer(l.segment_id, i, &e)),
+                    Err(e) => {
+                        if matches!(e, Miss::Corrupt(_) | Miss::Stale(_)) {
+                            corrupt.push(i);
+                        }
+                        reasons.push(format!("chunk {i}: {e}"));
+                    }
+                }
+            }
+        }
+        if shards.iter().filter(|s| s.is_none()).count() > 0 {
+            let code = self.code().clone();
+            shards =
+                tokio::task::spawn_blocking(move || code.reconstruct(&mut shards).map(|_| shards))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .map_err(|e| {
+                        Status::internal(format!("decode of segment {:#x}: {e}", l.segment_id))
+                    })?;
+        }
+        debug_assert_eq!(shards.len(), n);
+        Ok((
+            shards.into_iter().map(|s| s.unwrap_or_default()).collect(),
+            corrupt,
+        ))
+    }
+
+    pub(crate) async fn read(&self, l: Layout, offset: u64, len: u64) -> Result<Vec<u8>, Status> {
+        let lock = self.segment_lock(l.segment_id);
+        let mut st = lock.lock().await;
+        self.check_primary(&l, &mut st)?;
+        check_range(&l, offset, len).map_err(Status::out_of_range)?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        self.learn_version(&l, &mut st).await;
+        let (k, n) = (self.k(), self.n());
+        let cb = chunk_bytes(l.length, k);
+        let first = (offset / cb) as usize;
+        let last = ((offset + len - 1) / cb) as usize;
+        // Normal read: the needed data chunks, each over its own range.
+        let lref = &l;
+        let asks = (first..=last).map(|i| {
+            let h = &lref.holders[i];
+            let lo = if i == first {
+                offset - i as u64 * cb
+            } else {
+                0
+            };
+            let hi = if i == last {
+                offset + len - i as u64 * cb
+            } else {
+                cb
+            };
+            let st = &*st;
+            async move {
+                if !h.usable {
+                    return (i, Err(Miss::Other("not usable".into())));
+                }
+                (i, self.fetch_checked(lref, st, h, lo, hi - lo).await)
+            }
+        });
+        let got = futures_join_all(asks).await;
+        if let Some((i, Err(Miss::Newer(e)))) =
+            got.iter().find(|(_, r)| matches!(r, Err(Miss::Newer(_))))
+        {
+            st.version = 0;
+            return Err(newer(l.segment_id, *i as u32, e));
+        }
+        if got.iter().all(|(_, r)| r.is_ok()) {
+            let mut out = Vec::with_capacity(len as usize);
+            for (_, r) in got {
+                out.extend_from_slice(&r.unwrap_or_default());
+            }
+            return Ok(out);
+        }
+        // Degraded read: the same in-chunk range of any k chunks, decoded. A chunk that failed its
+        // checksum (or is older than it should be) is rebuilt whole and rewritten.
+        let repair = got
+            .iter()
+            .any(|(_, r)| matches!(r, Err(Miss::Corrupt(_) | Miss::Stale(_))));
+        let (lo, hi) = if repair || first != last {
+            (0, cb)
+        } else {
+            (offset - first as u64 * cb, offset + len - first as u64 * cb)
+        };
+        let mut have = vec![None; n];
+        let mut tried_bad = Vec::new();
+        let mut to_repair = Vec::new();
+        for (i, r) in got {
+            match r {
+                Ok(d) if lo == 0 && hi == cb && d.len() as u64 == cb => have[i] = Some(d),
+                Ok(_) => {}
+                Err(e) => {
+                    if matches!(e, Miss::Corrupt(_) | Miss::Stale(_)) {
+                        to_repair.push(i as u32);
+                    }
+                    tried_bad.push(i);
+                }
+            }
+        }
+        let l2 = Layout {
+            holders: l
+                .holders
+                .iter()
+                .map(|h| Holder {
+                    usable: h.usable && !tried_bad.contains(&(h.index as usize)),
+                    ..h.clone()
+                })
+                .collect(),
+            ..l.clone()
+        };
+        let gathered = self.gather(&l2, &st, lo, hi, have).await;
+        if gathered
+            .as_ref()
+            .is_err_and(|s| s.code() == tonic::Code::FailedPrecondition)
+        {
+            st.version = 0;
+        }
+        let (shards, mut corrupt) = gathered?;
+        corrupt.extend(to_repair);
+        let mut out = Vec::with_capacity(len as usize);
+        for i in first..=last {
+            let a = if i == first {
+                offset - i as u64 * cb
+            } else {
+                0
+            };
+            let b = if i == last {
+                offset + len - i as u64 * cb
+            } else {
+                cb
+            };
+            out.extend_from_slice(&shards[i][(a - lo) as usize..(b - lo) as usize]);
+        }
+        if repair && lo == 0 && hi == cb {
+            corrupt.sort_unstable();
+            corrupt.dedup();
+            self.repair(&l, &st, &shards, &corrupt).await;
+        }
+        Ok(out)
+    }
+
+    /// Rewrite chunks that failed their checksum (or were stale) from decoded shards, best effort:
+    /// a failed repair leaves the chunk as it was (it stays detectable).
+    async fn repair(&self, l: &Layout, st: &SegState, shards: &[Vec<u8>], chunks: &[u32]) {
+        for &i in chunks {
+            let h = &l.holders[i as usize];
+            let meta = ChunkMeta {
+                segment_id: l.segment_id,
+                index: i,
+                version: st.expected[i as usize].max(1),
+                chunk_bytes: shards[i as usize].len() as u64,
+                segment_length: l.length,
+            };
+            let data = Arc::new(shards[i as usize].clone());
+            match self.put_chunk(h, meta, data).await {
+                Ok(()) => tracing::warn!(
+                    segment = l.segment_id,
+                    chunk = i,
+                    osd = h.osd_id,
+                    "repaired a chunk that failed its checksum or was stale"
+                ),
+                Err(e) => tracing::warn!(
+                    segment = l.segment_id,
+                    chunk = i,
+                    osd = h.osd_id,
+                    "could not repair chunk: {e}"
+                ),
+            }
+        }
+    }
+
+    // ---- FO update ----
+
+    pub(crate) async fn update(
+        &self,
+        l: Layout,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<api::Ack, Status> {
+        let lock = self.segment_lock(l.segment_id);
+        let mut st = lock.lock().await;
+        self.check_primary(&l, &mut st)?;
+        check_range(&l, offset, data.len() as u64).map_err(Status::out_of_range)?;
+        if data.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "segment {:#x}: empty update",
+                l.segment_id
+            )));
+        }
+        check_enough(&l, self.k(), "an update")?;
+        self.learn_version(&l, &mut st).await;
+        let (k, n) = (self.k(), self.n());
+        let seg = l.segment_id;
+        let version = st.version + 1;
+        let cb = chunk_bytes(l.length, k);
+        let subs = split_update(offset, &data, cb);
+        let parity: Vec<Holder> = l.holders[k..]
+            .iter()
+            .filter(|h| h.usable)
+            .cloned()
+            .collect();
+        // Phase 1: every sub-update at its (usable) data holder, in parallel; deltas commute.
+        let asks = subs.iter().filter(|s| l.holders[s.index].usable).map(|s| {
+            let h = &l.holders[s.index];
+            let parity = parity.clone();
+            async move {
+                (
+                    s.index,
+                    self.update_chunk_at(seg, h, s.offset, s.data.clone(), version, parity)
+                        .await,
+                )
+            }
+        });
+        let mut stale: Vec<u32> = Vec::new();
+        // (data chunk, whether the sub-update certainly never reached its holder)
+        let mut failed: Vec<(usize, bool)> = subs
+            .iter()
+            .filter(|s| !l.holders[s.index].usable)
+            .map(|s| (s.index, true))
+            .collect();
+        let mut reasons = Vec::new();
+        let mut applied = false;
+        for (i, r) in futures_join_all(asks).await {
+            match r {
+                Ok(p) => {
+                    applied = true;
+                    stale.extend(p)
+                }
+                Err(e) => {
+                    reasons.push(format!("chunk {i}: {e}"));
+                    failed.push((i, matches!(e, Miss::NotSent(_))));
+                }
+            }
+        }
+        // Phase 2: sub-updates whose data holder is unusable or failed. The versions every chunk
+        // has now: phase 1's data chunks and (if any sub-update landed) the parity chunks that
+        // acknowledged their deltas carry the new version.
+        let mut now = SegState {
+            version,
+            expected: st.expected.clone(),
+            epoch: st.epoch,
+        };
+        for s in &subs {
+            if !failed.iter().any(|f| f.0 == s.index) {
+                now.expected[s.index] = version;
+            }
+        }
+        if applied {
+            for e in now.expected.iter_mut().skip(k) {
+                *e = version;
+            }
+        }
+        let failed_idx: Vec<u32> = failed.iter().map(|f| f.0 as u32).collect();
+        for &(i, unsent) in &failed {
+            stale.push(i as u32);
+            let s = subs
+                .iter()
+                .find(|s| s.index == i)
+                .cloned()
+                .ok_or_else(|| Status::internal("sub-update vanished"))?;
+            let r = if unsent {
+                // The data chunk still holds its old bytes and the parity agrees with them: decode
+                // the old range from k other chunks and send the deltas (a degraded update).
+                self.degraded_deltas(&l, &mut now, &s, version, &failed_idx, &parity, &mut stale)
+                    .await
+            } else {
+                // Outcome unknown: re-encode the parity of the range from the other data chunks and
+                // the new bytes, and overwrite it at the parity holders (idempotent).
+                self.reencode_parity(&l, &s, version, &parity, &mut stale)
+                    .await
+            };
+            r.map_err(|e| {
+                Status::aborted(format!(
+                    "segment {seg:#x}: update of chunk {i} failed ({}) and the primary cannot finish it: {e}",
+                    reasons.join("; ")
+                ))
+            })?;
+        }
+        stale.sort_unstable();
+        stale.dedup();
+        // The version is used up whether or not this update is acknowledged.
+        st.version = version;
+        for s in &subs {
+            st.expected[s.index] = version;
+        }
+        for e in st.expected.iter_mut().skip(k) {
+            *e = version;
+        }
+        let unusable: Vec<u32> = l
+            .holders
+            .iter()
+            .filter(|h| !h.usable)
+            .map(|h| h.index)
+            .collect();
+        let durable = n - unusable.len() - stale.iter().filter(|i| !unusable.contains(i)).count();
+        if durable < k + 1 {
+            return Err(Status::aborted(format!(
+                "segment {seg:#x}: update durable on only {durable} of {n} chunks, need k + 1 = {} ({})",
+                k + 1,
+                reasons.join("; ")
+            )));
+        }
+        let newly: Vec<u32> = stale
+            .iter()
+            .copied()
+            .filter(|i| !unusable.contains(i))
+            .collect();
+        self.mark_stale(seg, &newly, version).await?;
+        let touched_unusable = subs
+            .iter()
+            .map(|s| s.index as u32)
+            .filter(|i| unusable.contains(i));
+        let mut all: Vec<u32> = stale.iter().copied().chain(touched_unusable).collect();
+        all.sort_unstable();
+        all.dedup();
+        Ok(api::Ack {
+            version,
+            stale: all,
+        })
+    }
+
+    /// A sub-update whose data holder never got it: decode the old bytes of its range from k
+    /// other chunks (the failed data chunks and stale parity excluded), compute the parity deltas
+    /// and apply them at the parity holders.
+    #[allow(clippy::too_many_arguments)]
+    async fn degraded_deltas(
+        &self,
+        l: &Layout,
+        now: &mut SegState,
+        s: &SubUpdate,
+        version: u64,
+        failed: &[u32],
+        parity: &[Holder],
+        stale: &mut Vec<u32>,
+    ) -> Result<(), String> {
+        let (k, n) = (self.k(), self.n());
+        let without = Layout {
+            holders: l
+                .holders
+                .iter()
+                .map(|h| Holder {
+                    usable: h.usable && !failed.contains(&h.index) && !stale.contains(&h.index),
+                    ..h.clone()
+                })
+                .collect(),
+            ..l.clone()
+        };
+        let (lo, hi) = (s.offset, s.offset + s.data.len() as u64);
+        let (shards, _) = self
+            .gather(&without, now, lo, hi, vec![None; n])
+            .await
+            .map_err(|e| e.message().to_owned())?;
+        let code = self.code().clone();
+        let m = code.m();
+        let (old, new, index) = (shards[s.index].clone(), s.data.clone(), s.index);
+        let deltas = tokio::task::spawn_blocking(move || {
+            let mut deltas = vec![vec![0u8; new.len()]; m];
+            let mut refs: Vec<&mut [u8]> = deltas.iter_mut().map(|d| d.as_mut_slice()).collect();
+            code.parity_deltas(index, &old, &new, &mut refs)
+                .map(|_| deltas)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        let sends = parity
+            .iter()
+            .filter(|h| !stale.contains(&h.index))
+            .map(|h| {
+                let delta = deltas[h.index as usize - k].clone();
+                async move {
+                    (
+                        h.index,
+                        self.apply_delta_at(l.segment_id, h, lo, delta, version)
+                            .await,
+                    )
+                }
+            });
+        for (i, r) in futures_join_all(sends).await {
+            match r {
+                Ok(()) => now.expected[i as usize] = version,
+                Err(e) => {
+                    tracing::warn!(
+                        segment = l.segment_id,
+                        chunk = i,
+                        "parity delta not applied: {e}"
+                    );
+                    stale.push(i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn reencode_parity(
+        &self,
+        l: &Layout,
+        s: &SubUpdate,
+        version: u64,
+        parity: &[Holder],
+        stale: &mut Vec<u32>,
+    ) -> Result<(), String> {
+        let k = self.k();
+        let (lo, len) = (s.offset, s.data.len() as u64);
+        let asks = (0..k).filter(|&j| j != s.index).map(|j| {
+            let h = &l.holders[j];
+            async move {
+                if !h.usable {
+                    return (j, Err(Miss::Other("not usable".into())));
+                }
+                let r = self.get_chunk(l.segment_id, h, lo, len).await;
+                (j, r.map(|(_, d)| d))
+            }
+        });
+        let mut data: Vec<Vec<u8>> = vec![Vec::new(); k];
+        data[s.index] = s.data.clone();
+        for (j, r) in futures_join_all(asks).await {
+            data[j] = r.map_err(|e| format!("data chunk {j} is needed too: {e}"))?;
+        }
+        let code = self.code().clone();
+        let m = code.m();
+        let par = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+            let mut par = vec![vec![0u8; len as usize]; m];
+            let mut prefs: Vec<&mut [u8]> = par.iter_mut().map(|p| p.as_mut_slice()).collect();
+            code.encode(&refs, &mut prefs).map(|_| par)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        let writes = parity.iter().map(|h| {
+            let bytes = par[h.index as usize - k].clone();
+            async move {
+                (
+                    h.index,
+                    self.update_chunk_at(l.segment_id, h, lo, bytes, version, Vec::new())
+                        .await,
+                )
+            }
+        });
+        for (i, r) in futures_join_all(writes).await {
+            if r.is_err() {
+                stale.push(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// UpdateChunk at the holder: write the new bytes in place (capturing the old), send one delta
+    /// per parity holder, all durable before returning; the parity chunks that did not acknowledge.
+    /// With no parity holders this is a plain in-place overwrite (the primary's re-encoded parity).
+    async fn update_chunk_local(
+        &self,
+        segment: u64,
+        index: u32,
+        offset: u64,
+        data: Vec<u8>,
+        version: u64,
+        parity: Vec<Holder>,
+    ) -> Result<Vec<u32>, Status> {
+        let k = self.k();
+        if !parity.is_empty() && index as usize >= k {
+            return Err(Status::invalid_argument(format!(
+                "segment {segment:#x}: chunk {index} is a parity chunk; only data chunks send deltas"
+            )));
+        }
+        if let Some(h) = parity
+            .iter()
+            .find(|h| (h.index as usize) < k || h.index as usize >= self.n())
+        {
+            return Err(Status::invalid_argument(format!(
+                "segment {segment:#x}: holder of chunk {} is not a parity holder",
+                h.index
+            )));
+        }
+        let new = Arc::new(data);
+        let new2 = new.clone();
+        let old = self
+            .blocking(move |s| {
+                let mut old = Vec::new();
+                s.modify(
+                    segment,
+                    index,
+                    offset,
+                    new2.len() as u64,
+                    version,
+                    &mut |b| {
+                        old = b.to_vec();
+                        b.copy_from_slice(&new2);
+                        Ok(())
+                    },
+                )
+                .map(|_| old)
+            })
+            .await
+            .map_err(store_status)?;
+        if parity.is_empty() {
+            return Ok(Vec::new());
+        }
+        let code = self.code().clone();
+        let m = code.m();
+        let len = new.len();
+        let new3 = new.clone();
+        let deltas = tokio::task::spawn_blocking(move || {
+            let mut deltas = vec![vec![0u8; len]; m];
+            let mut refs: Vec<&mut [u8]> = deltas.iter_mut().map(|d| d.as_mut_slice()).collect();
+            code.parity_deltas(index as usize, &old, &new3, &mut refs)
+                .map(|_| deltas)
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let sends = parity.iter().map(|h| {
+            let delta = deltas[h.index as usize - k].clone();
+            async move {
+                (
+                    h.index,
+                    self.apply_delta_at(segment, h, offset, delta, version)
+                        .await,
+                )
+            }
+        });
+        let mut stale = Vec::new();
+        for (i, r) in futures_join_all(sends).await {
+            if let Err(e) = r {
+                tracing::warn!(segment, chunk = i, "parity delta not applied: {e}");
+                stale.push(i);
+            }
+        }
+        Ok(stale)
+    }
+
+    // ---- recovery ----
+
+    /// Rebuild `chunks` of a segment (this OSD is its primary) from k usable chunks and store each
+    /// on the OSD its placement names; reports each to the MDS. The bytes moved are rate-limited.
+    pub async fn recover(&self, l: &Layout, chunks: &[u32]) -> Result<u64, String> {
+        let lock = self.segment_lock(l.segment_id);
+        let mut st = lock.lock().await;
+        check_layout(l, self.n())?;
+        if l.epoch >= st.epoch {
+            st.epoch = l.epoch;
+        }
+        // Always learn afresh: the rebuilt chunks must carry what the live holders have.
+        st.version = 0;
+        let usable = Layout {
+            holders: l
+                .holders
+                .iter()
+                .map(|h| Holder {
+                    usable: h.usable && !chunks.contains(&h.index),
+                    ..h.clone()
+                })
+                .collect(),
+            ..l.clone()
+        };
+        self.learn_version(&usable, &mut st).await;
+        let cb = chunk_bytes(l.length, self.k());
+        self.pace(cb * self.k() as u64).await;
+        let (shards, _) = self
+            .gather(&usable, &st, 0, cb, vec![None; self.n()])
+            .await
+            .map_err(|s| s.message().to_owned())?;
+        let mut moved = 0;
+        for &i in chunks {
+            let Some(h) = l.holders.get(i as usize) else {
+                return Err(format!("segment {:#x}: no chunk {i}", l.segment_id));
+            };
+            // A chunk keeps the version of the last write or update that touched it; when that is
+            // unknown (its holder is gone) the segment's version, the newest it can have.
+            let version = match st.expected.get(i as usize) {
+                Some(&v) if v > 0 => v,
+                _ => st.version.max(1),
+            };
+            let meta = ChunkMeta {
+                segment_id: l.segment_id,
+                index: i,
+                version,
+                chunk_bytes: cb,
+                segment_length: l.length,
+            };
+            self.pace(cb).await;
+            self.put_chunk(h, meta, Arc::new(shards[i as usize].clone()))
+                .await
+                .map_err(|e| {
+                    format!(
+                        "segment {:#x} chunk {i} onto osd {}: {e}",
+                        l.segment_id, h.osd_id
+                    )
+                })?;
+            st.expected[i as usize] = meta.version;
+            self.inner
+                .setup
+                .mds
+                .chunk_recovered(l.segment_id, i, h.osd_id, meta.version)
+                .await?;
+            moved += cb;
+        }
+        Ok(moved)
+    }
+
+    /// Wait until `bytes` more fit the recovery rate limit.
+    async fn pace(&self, bytes: u64) {
+        let wait = {
+            let mut r = self.inner.recovery.lock().await;
+            if r.bytes_per_sec == 0 {
+                return;
+            }
+            let now = tokio::time::Instant::now();
+            let start = r.next_free.max(now);
+            let cost = std::time::Duration::from_secs_f64(bytes as f64 / r.bytes_per_sec as f64);
+            r.next_free = start + cost;
+            start
+        };
+        tokio::time::sleep_until(wait).await;
+    }
+
+    /// Remove chunks (a DeleteTask).
+    pub async fn delete_chunks(&self, segment: u64, chunks: &[u32]) -> Result<(), String> {
+        for &i in chunks {
+            self.blocking(move |s| s.delete(segment, i))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        self.inner
+            .segments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&segment);
+        Ok(())
+    }
+}
+
+fn newer(segment: u64, chunk: u32, e: &str) -> Status {
+    Status::failed_precondition(format!(
+        "segment {segment:#x} chunk {chunk} is newer than this primary knows ({e}); re-fetch the layout and retry"
+    ))
+}
+
+/// Split a segment into k zero-padded data chunks of `cb` bytes and encode the m parity chunks.
+fn encode_segment(
+    code: &dyn ErasureCode,
+    data: &[u8],
+    cb: u64,
+) -> Result<Vec<Arc<Vec<u8>>>, String> {
+    let (k, m) = (code.k(), code.m());
+    let cb = cb as usize;
+    let mut shards: Vec<Vec<u8>> = (0..k)
+        .map(|i| {
+            let mut c = vec![0u8; cb];
+            let from = (i * cb).min(data.len());
+            let to = ((i + 1) * cb).min(data.len());
+            c[..to - from].copy_from_slice(&data[from..to]);
+            c
+        })
+        .collect();
+    let mut parity = vec![vec![0u8; cb]; m];
+    {
+        let refs: Vec<&[u8]> = shards.iter().map(|s| s.as_slice()).collect();
+        let mut prefs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+        code.encode(&refs, &mut prefs).map_err(|e| e.to_string())?;
+    }
+    shards.extend(parity);
+    Ok(shards.into_iter().map(Arc::new).collect())
+}
+
+/// Run futures concurrently, results in input order.
+async fn futures_join_all<F: Future>(fs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut set = Vec::new();
+    for f in fs {
+        set.push(Box::pin(f));
+    }
+    let mut out: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in set.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
+type FrameStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
+
+fn frames<T: Send + 'static>(
+    first: Option<T>,
+    data: Vec<u8>,
+    wrap: fn(Vec<u8>) -> T,
+) -> FrameStream<T> {
+    let mut items: Vec<Result<T, Status>> = first.into_iter().map(Ok).collect();
+    items.extend(data.chunks(FRAME_BYTES).map(|c| Ok(wrap(c.to_vec()))));
+    Box::pin(tokio_stream::iter(items))
+}
+
+/// The layout of a request, decoded and checked.
+fn request_layout(l: Option<&proto::Layout>) -> Result<Layout, Status> {
+    l.map(layout_from_proto)
+        .ok_or_else(|| Status::invalid_argument("request carries no layout"))
+}
+
+#[tonic::async_trait]
+impl proto::osd_server::Osd for Osd {
+    async fn write_segment(
+        &self,
+        req: Request<Streaming<proto::SegmentWrite>>,
+    ) -> Result<Response<proto::WriteSegmentReply>, Status> {
+        let mut s = req.into_inner();
+        let layout = match s.next().await {
+            Some(Ok(proto::SegmentWrite {
+                part: Some(proto::segment_write::Part::Layout(l)),
+            })) => layout_from_proto(&l),
+            Some(Err(e)) => return Err(e),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "WriteSegment must start with the layout",
+                ))
+            }
+        };
+        check_layout(&layout, self.n()).map_err(Status::invalid_argument)?;
+        let mut data = Vec::with_capacity(layout.length as usize);
+        while let Some(m) = s.next().await {
+            match m?.part {
+                Some(proto::segment_write::Part::Data(d)) => {
+                    if data.len() as u64 + d.len() as u64 > layout.length {
+                        return Err(Status::invalid_argument(format!(
+                            "segment {:#x}: more than its {} bytes sent",
+                            layout.segment_id, layout.length
+                        )));
+                    }
+                    data.extend_from_slice(&d);
+                }
+                _ => return Err(Status::invalid_argument("WriteSegment: a second layout")),
+            }
+        }
+        let ack = self.write(layout, data).await?;
+        Ok(Response::new(proto::WriteSegmentReply {
+            version: ack.version,
+            stale: ack.stale,
+        }))
+    }
+
+    type ReadSegmentStream = FrameStream<proto::DataFrame>;
+
+    async fn read_segment(
+        &self,
+        req: Request<proto::ReadSegmentRequest>,
+    ) -> Result<Response<Self::ReadSegmentStream>, Status> {
+        let r = req.into_inner();
+        let l = request_layout(r.layout.as_ref())?;
+        let data = self.read(l, r.offset, r.length).await?;
+        Ok(Response::new(frames(None, data, |data| proto::DataFrame {
+            data,
+        })))
+    }
+
+    async fn update_segment(
+        &self,
+        req: Request<proto::UpdateSegmentRequest>,
+    ) -> Result<Response<proto::UpdateSegmentReply>, Status> {
+        let r = req.into_inner();
+        let l = request_layout(r.layout.as_ref())?;
+        let ack = self.update(l, r.offset, r.data).await?;
+        Ok(Response::new(proto::UpdateSegmentReply {
+            version: ack.version,
+            stale: ack.stale,
+        }))
+    }
+
+    async fn put_chunk(
+        &self,
+        req: Request<Streaming<proto::ChunkWrite>>,
+    ) -> Result<Response<proto::PutChunkReply>, Status> {
+        let mut s = req.into_inner();
+        let meta = match s.next().await {
+            Some(Ok(proto::ChunkWrite {
+                part: Some(proto::chunk_write::Part::Header(h)),
+            })) => meta_from_proto(&h),
+            Some(Err(e)) => return Err(e),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "PutChunk must start with the header",
+                ))
+            }
+        };
+        check_meta(&meta).map_err(Status::invalid_argument)?;
+        let mut data = Vec::with_capacity(meta.chunk_bytes as usize);
+        while let Some(m) = s.next().await {
+            match m?.part {
+                Some(proto::chunk_write::Part::Data(d)) => {
+                    if data.len() as u64 + d.len() as u64 > meta.chunk_bytes {
+                        return Err(Status::invalid_argument(format!(
+                            "segment {:#x} chunk {}: more than its {} bytes sent",
+                            meta.segment_id, meta.index, meta.chunk_bytes
+                        )));
+                    }
+                    data.extend_from_slice(&d);
+                }
+                _ => return Err(Status::invalid_argument("PutChunk: a second header")),
+            }
+        }
+        self.blocking(move |st| st.put(&meta, &data))
+            .await
+            .map_err(store_status)?;
+        Ok(Response::new(proto::PutChunkReply {}))
+    }
+
+    type GetChunkStream = FrameStream<proto::ChunkFrame>;
+
+    async fn get_chunk(
+        &self,
+        req: Request<proto::GetChunkRequest>,
+    ) -> Result<Response<Self::GetChunkStream>, Status> {
+        let r = req.into_inner();
+        let (seg, index, offset, length) = (r.segment_id, r.index, r.offset, r.length);
+        let (meta, data) = self
+            .blocking(move |s| {
+                let len = if length == 0 {
+                    let meta = s.meta(seg, index)?.ok_or(ChunkStoreError::NotFound {
+                        segment: seg,
+                        index,
+                    })?;
+                    meta.chunk_bytes.saturating_sub(offset)
+                } else {
+                    length
+                };
+                s.read(seg, index, offset, len)
+            })
+            .await
+            .map_err(store_status)?;
+        let header = proto::ChunkFrame {
+            part: Some(proto::chunk_frame::Part::Header(meta_to_proto(&meta))),
+        };
+        Ok(Response::new(frames(Some(header), data, |d| {
+            proto::ChunkFrame {
+                part: Some(proto::chunk_frame::Part::Data(d)),
+            }
+        })))
+    }
+
+    async fn update_chunk(
+        &self,
+        req: Request<proto::UpdateChunkRequest>,
+    ) -> Result<Response<proto::UpdateChunkReply>, Status> {
+        let r = req.into_inner();
+        let parity = r.parity.iter().map(api::holder_from_proto).collect();
+        let stale = self
+            .update_chunk_local(r.segment_id, r.index, r.offset, r.data, r.version, parity)
+            .await?;
+        Ok(Response::new(proto::UpdateChunkReply { stale }))
+    }
+
+    async fn apply_delta(
+        &self,
+        req: Request<proto::ApplyDeltaRequest>,
+    ) -> Result<Response<proto::ApplyDeltaReply>, Status> {
+        let r = req.into_inner();
+        if (r.index as usize) < self.k() {
+            return Err(Status::invalid_argument(format!(
+                "segment {:#x}: chunk {} is a data chunk; deltas go to parity chunks",
+                r.segment_id, r.index
+            )));
+        }
+        let code = self.code().clone();
+        let (seg, index, offset, version, delta) =
+            (r.segment_id, r.index, r.offset, r.version, r.delta);
+        self.blocking(move |s| {
+            s.modify(seg, index, offset, delta.len() as u64, version, &mut |b| {
+                code.apply_delta(b, &delta).map_err(|e| e.to_string())
+            })
+        })
+        .await
+        .map_err(store_status)?;
+        Ok(Response::new(proto::ApplyDeltaReply {}))
+    }
+
+    async fn chunk_version(
+        &self,
+        req: Request<proto::ChunkVersionRequest>,
+    ) -> Result<Response<proto::ChunkVersionReply>, Status> {
+        let r = req.into_inner();
+        let (seg, index) = (r.segment_id, r.index);
+        let meta = self
+            .blocking(move |s| s.meta(seg, index))
+            .await
+            .map_err(store_status)?;
+        Ok(Response::new(proto::ChunkVersionReply {
+            present: meta.is_some(),
+            version: meta.map_or(0, |m| m.version),
+        }))
+    }
+
+    async fn delete_chunk(
+        &self,
+        req: Request<proto::DeleteChunkRequest>,
+    ) -> Result<Response<proto::DeleteChunkReply>, Status> {
+        let r = req.into_inner();
+        let (seg, index) = (r.segment_id, r.index);
+        self.blocking(move |s| s.delete(seg, index))
+            .await
+            .map_err(store_status)?;
+        Ok(Response::new(proto::DeleteChunkReply {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn updates_split_at_chunk_boundaries() {
+        let data: Vec<u8> = (0..25).collect();
+        let subs = split_update(5, &data, 10);
+        let got: Vec<(usize, u64, usize)> = subs
+            .iter()
+            .map(|s| (s.index, s.offset, s.data.len()))
+            .collect();
+        assert_eq!(got, vec![(0, 5, 5), (1, 0, 10), (2, 0, 10)]);
+        assert_eq!(subs[1].data[0], 5);
+        let subs = split_update(29, &data[..1], 10);
+        assert_eq!((subs[0].index, subs[0].offset), (2, 9));
+    }
+}

@@ -1,0 +1,376 @@
+//! The `ChunkStore` suite (every backend runs the same checks), on-disk corruption, the header's
+//! property tests and a mutation fuzz test of chunk files. Long mode: `ECSTACK_FUZZ_CASES=1000000
+//! cargo test -p ecstack-osd --test chunk_store fuzz` (seed: `ECSTACK_SEED`).
+
+use ecstack_base::mutate::{case_rng, fuzz_cases, fuzz_seed, mutate};
+use ecstack_base::Rng;
+use ecstack_osd::chunk_store::{
+    self, decode_header, encode_chunk, encode_header, ChunkStore, ChunkStoreError, FileStore,
+    HeaderError, BLOCK_BYTES, HEADER_BYTES,
+};
+use ecstack_osd::ChunkMeta;
+use proptest::prelude::*;
+
+fn meta(segment_id: u64, index: u32, version: u64, chunk_bytes: u64) -> ChunkMeta {
+    ChunkMeta {
+        segment_id,
+        index,
+        version,
+        chunk_bytes,
+        segment_length: chunk_bytes * 4 - 3,
+    }
+}
+
+fn bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    rng.fill(&mut b);
+    b
+}
+
+/// Every backend: a fresh store from `make` each check.
+fn suite(make: &dyn Fn() -> (Box<dyn ChunkStore>, tempfile::TempDir)) {
+    put_read_ranges(&*make().0);
+    modify_in_place(&*make().0);
+    replace_delete_list_usage(&*make().0);
+    errors_are_clean(&*make().0);
+}
+
+fn put_read_ranges(s: &dyn ChunkStore) {
+    let mut rng = Rng::new(1);
+    for (seg, len) in [
+        (1u64, 1usize),
+        (2, 4095),
+        (3, 4096),
+        (4, 4097),
+        (5, 3 * 4096 + 17),
+    ] {
+        let m = meta(seg, 2, 1, len as u64);
+        let data = bytes(&mut rng, len);
+        s.put(&m, &data).unwrap();
+        assert_eq!(s.meta(seg, 2).unwrap(), Some(m));
+        assert_eq!(s.read(seg, 2, 0, len as u64).unwrap(), (m, data.clone()));
+        for _ in 0..50 {
+            let off = rng.below(len as u64 + 1);
+            let l = rng.below(len as u64 - off + 1);
+            let (_, got) = s.read(seg, 2, off, l).unwrap();
+            assert_eq!(
+                got,
+                data[off as usize..(off + l) as usize],
+                "seg {seg} {off}+{l}"
+            );
+        }
+    }
+    assert_eq!(s.meta(9, 0).unwrap(), None);
+}
+
+fn modify_in_place(s: &dyn ChunkStore) {
+    let mut rng = Rng::new(2);
+    let len = 5 * BLOCK_BYTES + 100;
+    let m = meta(7, 0, 1, len as u64);
+    let mut model = bytes(&mut rng, len);
+    s.put(&m, &model).unwrap();
+    for v in 2..40u64 {
+        let off = rng.below(len as u64) as usize;
+        let l = rng.below((len - off) as u64 + 1) as usize;
+        let new = bytes(&mut rng, l);
+        let mut seen = Vec::new();
+        let got = s
+            .modify(7, 0, off as u64, l as u64, v, &mut |buf| {
+                seen = buf.to_vec();
+                buf.copy_from_slice(&new);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen, model[off..off + l], "the old bytes handed to modify");
+        model[off..off + l].copy_from_slice(&new);
+        assert_eq!(got.version, v);
+        assert_eq!(s.meta(7, 0).unwrap().unwrap().version, v);
+        assert_eq!(s.read(7, 0, 0, len as u64).unwrap().1, model);
+    }
+    // A refused change leaves the chunk as it was.
+    let e = s
+        .modify(7, 0, 0, 10, 99, &mut |_| Err("no".into()))
+        .unwrap_err();
+    assert!(e.to_string().contains("no"), "{e}");
+    assert_eq!(s.read(7, 0, 0, len as u64).unwrap().1, model);
+    assert_eq!(s.meta(7, 0).unwrap().unwrap().version, 39);
+}
+
+fn replace_delete_list_usage(s: &dyn ChunkStore) {
+    let mut rng = Rng::new(3);
+    assert_eq!(s.usage().chunks, 0);
+    s.put(&meta(1, 0, 1, 100), &bytes(&mut rng, 100)).unwrap();
+    s.put(&meta(1, 1, 1, 100), &bytes(&mut rng, 100)).unwrap();
+    s.put(
+        &meta(0xffff_0000_0000_0001, 255, 1, 9000),
+        &bytes(&mut rng, 9000),
+    )
+    .unwrap();
+    assert_eq!(s.usage().chunks, 3);
+    let replacement = bytes(&mut rng, 100);
+    s.put(&meta(1, 0, 5, 100), &replacement).unwrap();
+    assert_eq!(s.usage().chunks, 3);
+    assert_eq!(s.read(1, 0, 0, 100).unwrap().1, replacement);
+    assert_eq!(s.meta(1, 0).unwrap().unwrap().version, 5);
+    assert_eq!(
+        s.list().unwrap(),
+        vec![(1, 0), (1, 1), (0xffff_0000_0000_0001, 255)]
+    );
+    assert!(s.delete(1, 1).unwrap());
+    assert!(!s.delete(1, 1).unwrap());
+    assert_eq!(s.usage().chunks, 2);
+    assert_eq!(s.meta(1, 1).unwrap(), None);
+    assert!(s.usage().bytes >= 9100);
+}
+
+fn errors_are_clean(s: &dyn ChunkStore) {
+    let e = s.read(4, 4, 0, 1).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::NotFound { .. }), "{e}");
+    s.put(&meta(4, 4, 1, 100), &[7u8; 100]).unwrap();
+    let e = s.read(4, 4, 90, 11).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Range { .. }), "{e}");
+    let e = s.read(4, 4, u64::MAX, 2).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Range { .. }), "{e}");
+    let e = s.put(&meta(4, 5, 1, 100), &[7u8; 99]).unwrap_err();
+    assert!(e.to_string().contains("99 data bytes"), "{e}");
+    let e = s.put(&meta(4, 300, 1, 100), &[7u8; 100]).unwrap_err();
+    assert!(e.to_string().contains("chunk index 300"), "{e}");
+    let e = s.put(&meta(4, 5, 0, 100), &[7u8; 100]).unwrap_err();
+    assert!(e.to_string().contains("version 0"), "{e}");
+    let e = s.modify(4, 4, 0, 1, 0, &mut |_| Ok(())).unwrap_err();
+    assert!(e.to_string().contains("version 0"), "{e}");
+}
+
+fn file_store() -> (Box<dyn ChunkStore>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    (Box::new(FileStore::open(dir.path()).unwrap()), dir)
+}
+
+#[test]
+fn file_store_suite() {
+    suite(&file_store);
+}
+
+#[test]
+fn usage_survives_reopen_and_temporary_files_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = FileStore::open(dir.path()).unwrap();
+        s.put(&meta(1, 0, 1, 5000), &[1u8; 5000]).unwrap();
+        s.put(&meta(2, 0, 1, 10), &[1u8; 10]).unwrap();
+        std::fs::write(s.chunk_path(3, 0).with_extension("chunk.tmp"), b"half").unwrap();
+    }
+    let s = FileStore::open(dir.path()).unwrap();
+    assert_eq!(s.usage().chunks, 2);
+    assert_eq!(s.list().unwrap(), vec![(1, 0), (2, 0)]);
+    assert!(!s.chunk_path(3, 0).with_extension("chunk.tmp").exists());
+}
+
+#[test]
+fn two_stores_cannot_share_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let _a = FileStore::open(dir.path()).unwrap();
+    let e = FileStore::open(dir.path()).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Locked { .. }), "{e}");
+    assert!(e.to_string().contains("in use by another OSD"), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("pid {}", std::process::id())),
+        "{e}"
+    );
+    drop(_a);
+    FileStore::open(dir.path()).unwrap();
+}
+
+#[test]
+fn chunk_files_are_preallocated_to_their_full_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path()).unwrap();
+    s.put(&meta(1, 0, 1, 10_000), &[3u8; 10_000]).unwrap();
+    let len = std::fs::metadata(s.chunk_path(1, 0)).unwrap().len();
+    assert_eq!(len, chunk_store::data_offset(10_000) + 10_000);
+    assert_eq!(chunk_store::data_offset(10_000), 4096);
+}
+
+/// A flipped byte anywhere in the data is found on read and named by its block; the other blocks
+/// still read; a flipped header byte makes every access fail with a header error.
+#[test]
+fn corruption_on_disk_is_detected_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path()).unwrap();
+    let len = 4 * BLOCK_BYTES;
+    let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+    s.put(&meta(0xab, 3, 1, len as u64), &data).unwrap();
+    let path = s.chunk_path(0xab, 3);
+    let flip = |at: u64| {
+        let mut b = std::fs::read(&path).unwrap();
+        b[at as usize] ^= 0x10;
+        std::fs::write(&path, b).unwrap();
+    };
+    let d = chunk_store::data_offset(len as u64);
+    flip(d + 2 * BLOCK_BYTES as u64 + 5);
+    let e = s.read(0xab, 3, 0, len as u64).unwrap_err();
+    assert!(
+        matches!(e, ChunkStoreError::Checksum { block: 2, .. }),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "segment 0xab chunk 3: checksum mismatch in block 2 (bytes 8192..12288)"
+    );
+    assert!(e.is_corruption());
+    assert_eq!(
+        s.read(0xab, 3, 0, 2 * BLOCK_BYTES as u64).unwrap().1,
+        data[..2 * BLOCK_BYTES]
+    );
+    let e = s
+        .modify(0xab, 3, 2 * BLOCK_BYTES as u64 + 1, 1, 2, &mut |_| Ok(()))
+        .unwrap_err();
+    assert!(
+        matches!(e, ChunkStoreError::Checksum { block: 2, .. }),
+        "{e}"
+    );
+    flip(d + 2 * BLOCK_BYTES as u64 + 5);
+    // A checksum table entry.
+    flip(HEADER_BYTES as u64 + 4);
+    let e = s.read(0xab, 3, BLOCK_BYTES as u64, 1).unwrap_err();
+    assert!(
+        matches!(e, ChunkStoreError::Checksum { block: 1, .. }),
+        "{e}"
+    );
+    flip(HEADER_BYTES as u64 + 4);
+    assert_eq!(s.read(0xab, 3, 0, len as u64).unwrap().1, data);
+    // The header's version field.
+    flip(33);
+    let e = s.meta(0xab, 3).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ChunkStoreError::Header {
+                error: HeaderError::Checksum { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("corrupt header"), "{e}");
+    flip(33);
+    // A chunk file renamed to another chunk's name.
+    std::fs::rename(&path, s.chunk_path(0xac, 3)).unwrap();
+    let e = s.read(0xac, 3, 0, 1).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Misplaced { .. }), "{e}");
+    // Truncated.
+    std::fs::rename(s.chunk_path(0xac, 3), &path).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(d + 100).unwrap();
+    let e = s.read(0xab, 3, 0, 1).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Truncated { .. }), "{e}");
+}
+
+#[test]
+fn unknown_format_versions_are_named() {
+    let mut h = encode_header(&meta(1, 1, 1, 10));
+    h[8] = 9;
+    let crc = crc32c::crc32c(&h[..56]);
+    h[56..60].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(
+        decode_header(&h),
+        Err(HeaderError::UnknownVersion { got: 9 })
+    );
+    assert_eq!(
+        decode_header(&h[..10]),
+        Err(HeaderError::TooShort { got: 10 })
+    );
+    assert_eq!(decode_header(&[0u8; 64]), Err(HeaderError::BadMagic));
+}
+
+fn any_meta() -> impl Strategy<Value = ChunkMeta> {
+    (
+        any::<u64>(),
+        0u32..256,
+        1u64..u64::MAX,
+        1u64..=(64 << 20),
+        1u64..=256,
+    )
+        .prop_map(|(segment_id, index, version, chunk_bytes, f)| ChunkMeta {
+            segment_id,
+            index,
+            version,
+            chunk_bytes,
+            segment_length: (chunk_bytes * f).min(64 << 20),
+        })
+}
+
+proptest! {
+    #[test]
+    fn header_round_trips(m in any_meta()) {
+        let h = encode_header(&m);
+        prop_assert_eq!(decode_header(&h), Ok(m));
+    }
+
+    /// One flipped bit anywhere in a header is always refused.
+    #[test]
+    fn header_bit_flips_are_refused(m in any_meta(), bit in 0usize..HEADER_BYTES * 8) {
+        let mut h = encode_header(&m);
+        h[bit / 8] ^= 1 << (bit % 8);
+        prop_assert!(decode_header(&h).is_err());
+    }
+
+    /// Block checksums in an encoded image match the data they cover.
+    #[test]
+    fn block_checksums_cover_their_blocks(len in 1usize..20_000, seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let data = bytes(&mut rng, len);
+        let m = meta(1, 0, 1, len as u64);
+        let image = encode_chunk(&m, &data);
+        let d = chunk_store::data_offset(len as u64) as usize;
+        prop_assert_eq!(&image[d..], &data[..]);
+        for (i, b) in data.chunks(BLOCK_BYTES).enumerate() {
+            let at = HEADER_BYTES + 4 * i;
+            prop_assert_eq!(&image[at..at + 4], &crc32c::crc32c(b).to_le_bytes()[..]);
+        }
+    }
+}
+
+/// Mutated chunk files: every access gives the original bytes or a clean error, never a panic and
+/// never other bytes; a mutated header alone decodes to an error or re-encodes to itself.
+#[test]
+fn fuzz_mutated_chunk_files() {
+    let seed = fuzz_seed(12);
+    let cases = fuzz_cases(300);
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path()).unwrap();
+    let mut rng = Rng::new(seed);
+    let len = 2 * BLOCK_BYTES + 300;
+    let data = bytes(&mut rng, len);
+    let m = meta(5, 1, 3, len as u64);
+    let image = encode_chunk(&m, &data);
+    let donor = encode_chunk(&meta(6, 2, 4, 100), &[9u8; 100]);
+    let path = s.chunk_path(5, 1);
+    for case in 0..cases {
+        let mut rng = case_rng(seed, case);
+        let header = mutate(&mut rng, &image[..HEADER_BYTES], &[&donor[..HEADER_BYTES]]);
+        if let Ok(got) = decode_header(&header) {
+            assert_eq!(
+                encode_header(&got)[..],
+                header[..HEADER_BYTES],
+                "case {case}"
+            );
+        }
+        let bad = mutate(&mut rng, &image, &[&donor]);
+        std::fs::write(&path, &bad).unwrap();
+        let off = rng.below(len as u64);
+        let l = rng.below(len as u64 - off + 1);
+        match s.read(5, 1, off, l) {
+            Ok((got_meta, got)) => {
+                assert_eq!(got_meta, m, "case {case}: a mutated header was accepted");
+                assert_eq!(
+                    got,
+                    data[off as usize..(off + l) as usize],
+                    "case {case}: wrong bytes"
+                );
+            }
+            Err(e) => assert!(!e.to_string().is_empty()),
+        }
+    }
+}

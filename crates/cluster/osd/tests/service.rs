@@ -1,0 +1,382 @@
+//! The OSD service end to end inside one process: n OSD servers on 127.0.0.1 (each its own chunk
+//! store and gRPC server), a client talking to the primary, every read checked against a model of
+//! the segment's bytes. Unreachable holders are holders whose address no longer answers.
+//! (Multi-process clusters with an MDS are the client crate's and the CLI's tests.)
+
+use std::sync::{Arc, Mutex};
+
+use ecstack_base::Rng;
+use ecstack_codes::{new_code, CodeKind};
+use ecstack_osd::chunk_store::{ChunkStore, FileStore};
+use ecstack_osd::service::{MdsLink, Osd, OsdSetup};
+use ecstack_osd::{Holder, Layout, OsdClient, OsdError};
+use ecstack_rpc::Security;
+
+type Calls = Arc<Mutex<Vec<String>>>;
+
+/// Records what the OSDs tell the MDS.
+struct Recorder(Calls);
+
+impl MdsLink for Recorder {
+    fn mark_stale<'a>(
+        &'a self,
+        segment: u64,
+        chunks: &'a [u32],
+        version: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+        let line = format!("stale {segment} {chunks:?} v{version}");
+        Box::pin(async move {
+            self.0.lock().unwrap().push(line);
+            Ok(())
+        })
+    }
+    fn chunk_recovered(
+        &self,
+        segment: u64,
+        chunk: u32,
+        osd_id: u32,
+        version: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+        let line = format!("recovered {segment} {chunk} osd{osd_id} v{version}");
+        Box::pin(async move {
+            self.0.lock().unwrap().push(line);
+            Ok(())
+        })
+    }
+}
+
+struct Node {
+    osd: Osd,
+    store: Arc<FileStore>,
+    addr: String,
+}
+
+struct Cluster {
+    nodes: Vec<Node>,
+    calls: Calls,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+/// An address nothing listens on.
+async fn dead_addr() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = l.local_addr().unwrap().to_string();
+    drop(l);
+    a
+}
+
+async fn cluster(kind: CodeKind, k: usize, m: usize) -> Cluster {
+    let calls: Calls = Arc::default();
+    let mut nodes = Vec::new();
+    let mut dirs = Vec::new();
+    for id in 0..(k + m) as u32 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FileStore::open(dir.path()).unwrap());
+        let osd = Osd::new(
+            OsdSetup {
+                osd_id: id,
+                code: new_code(kind, k, m).unwrap().into(),
+                store: store.clone(),
+                security: Security::Insecure,
+                mds: Arc::new(Recorder(calls.clone())),
+            },
+            0,
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let svc = osd.grpc();
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await
+                .unwrap();
+        });
+        nodes.push(Node { osd, store, addr });
+        dirs.push(dir);
+    }
+    Cluster {
+        nodes,
+        calls,
+        _dirs: dirs,
+    }
+}
+
+impl Cluster {
+    fn layout(&self, segment_id: u64, length: u64) -> Layout {
+        Layout {
+            segment_id,
+            length,
+            primary: 0,
+            holders: self
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Holder {
+                    index: i as u32,
+                    osd_id: i as u32,
+                    addr: n.addr.clone(),
+                    usable: true,
+                })
+                .collect(),
+            epoch: 1,
+        }
+    }
+
+    fn client(&self) -> OsdClient {
+        OsdClient::connect(&self.nodes[0].addr, &Security::Insecure).unwrap()
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+fn bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    rng.fill(&mut b);
+    b
+}
+
+async fn check_reads(c: &OsdClient, l: &Layout, model: &[u8], rng: &mut Rng, n: usize) {
+    assert_eq!(c.read_segment(l, 0, l.length).await.unwrap(), model);
+    for _ in 0..n {
+        let off = rng.below(l.length);
+        let len = 1 + rng.below(l.length - off);
+        let got = c.read_segment(l, off, len).await.unwrap();
+        assert_eq!(
+            got,
+            model[off as usize..(off + len) as usize],
+            "read {off}+{len}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_read_update_against_a_model() {
+    for (kind, k, m) in [(CodeKind::RsVandermonde, 4, 2), (CodeKind::Xor, 2, 1)] {
+        let c = cluster(kind, k, m).await;
+        let client = c.client();
+        let mut rng = Rng::new(k as u64);
+        // Lengths that are not multiples of k or of the block size; one above a frame.
+        for (seg, len) in [(1u64, 100_003usize), (2, 1), (3, (1 << 20) + 5)] {
+            let l = c.layout(seg, len as u64);
+            let mut model = bytes(&mut rng, len);
+            let ack = client.write_segment(&l, &model).await.unwrap();
+            assert_eq!((ack.version, ack.stale.clone()), (1, vec![]));
+            for node in &c.nodes {
+                assert_eq!(
+                    node.store.usage().chunks as u64,
+                    seg.min(3),
+                    "one chunk per OSD"
+                );
+            }
+            check_reads(&client, &l, &model, &mut rng, 10).await;
+            for v in 2..8 {
+                let off = rng.below(len as u64);
+                let ulen = 1 + rng.below((len as u64 - off).min(70_000));
+                let new = bytes(&mut rng, ulen as usize);
+                let ack = client.update_segment(&l, off, &new).await.unwrap();
+                assert_eq!(ack.version, v);
+                model[off as usize..(off + ulen) as usize].copy_from_slice(&new);
+                check_reads(&client, &l, &model, &mut rng, 3).await;
+            }
+            // Every parity chunk still matches the data: a read with all data holders but one gone
+            // decodes from parity.
+            let mut degraded = l.clone();
+            for h in degraded.holders.iter_mut().skip(1).take(m.min(k - 1)) {
+                h.usable = false;
+            }
+            check_reads(&client, &degraded, &model, &mut rng, 5).await;
+        }
+        assert!(c.calls().is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn degraded_reads_and_updates_with_holders_down() {
+    let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(7);
+    let len = 300_000usize;
+    let l = c.layout(9, len as u64);
+    let mut model = bytes(&mut rng, len);
+    client.write_segment(&l, &model).await.unwrap();
+    // Data holders 1 and 2 stop answering (not yet known to the MDS).
+    let mut down = l.clone();
+    down.holders[1].addr = dead_addr().await;
+    down.holders[2].addr = dead_addr().await;
+    check_reads(&client, &down, &model, &mut rng, 5).await;
+    // An update touching chunk 1 (unreachable): marked stale before the ack, parity re-encoded.
+    let cb = (len as u64).div_ceil(4);
+    let off = cb + 10;
+    let new = bytes(&mut rng, 5000);
+    let ack = client.update_segment(&down, off, &new).await.unwrap();
+    assert_eq!(ack.version, 2);
+    assert_eq!(ack.stale, vec![1]);
+    assert_eq!(c.calls(), vec!["stale 9 [1] v2"]);
+    model[off as usize..off as usize + new.len()].copy_from_slice(&new);
+    // The MDS now says chunk 1 is stale; holder 2 is still down.
+    let mut marked = down.clone();
+    marked.holders[1].usable = false;
+    check_reads(&client, &marked, &model, &mut rng, 5).await;
+    // Chunk 1's old copy is never served: the old holder back with the old version.
+    let mut back = l.clone();
+    back.holders[2].addr = dead_addr().await;
+    let got = client.read_segment(&back, cb, 100).await;
+    assert_eq!(got.unwrap(), model[cb as usize..cb as usize + 100]);
+    // A third holder down: only 3 of 6 usable, k = 4: reads fail cleanly, writes too.
+    let mut three = marked.clone();
+    three.holders[3].addr = dead_addr().await;
+    let e = client
+        .read_segment(&three, 0, len as u64)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OsdError::Unrecoverable { .. }), "{e}");
+    let e = client
+        .write_segment(&c.layout(10, 10).clone(), &[1u8; 10])
+        .await;
+    assert!(e.is_ok());
+    let mut w = c.layout(11, 1000);
+    for i in [1, 2, 3] {
+        w.holders[i].addr = dead_addr().await;
+    }
+    let e = client.write_segment(&w, &[5u8; 1000]).await.unwrap_err();
+    assert!(matches!(e, OsdError::NotDurable { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("only 3 of 6 chunks durable, need k + 1 = 5"),
+        "{e}"
+    );
+    // One down: written (k + 1 = 5 durable), the missing chunk marked stale first.
+    let mut w = c.layout(12, 1000);
+    w.holders[5].addr = dead_addr().await;
+    let ack = client.write_segment(&w, &[6u8; 1000]).await.unwrap();
+    assert_eq!(ack.stale, vec![5]);
+    assert!(c.calls().contains(&"stale 12 [5] v1".to_string()));
+    // Chunk 5 stale and data holder 1 unreachable: the update reaches only 4 chunks, fewer than
+    // k + 1; refused with one line.
+    let mut u = c.layout(12, 1000);
+    u.holders[5].usable = false;
+    u.holders[1].addr = dead_addr().await;
+    let e = client
+        .update_segment(&u, 300, &[7u8; 10])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OsdError::NotDurable { .. }), "{e}");
+    assert!(e.to_string().contains("need k + 1 = 5"), "{e}");
+    // Two chunks unusable in the layout: refused before anything changes.
+    u.holders[1].usable = false;
+    let e = client
+        .update_segment(&u, 300, &[7u8; 10])
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("an update needs k + 1 = 5 usable chunks, the layout has 4"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_chunk_is_read_around_and_repaired() {
+    let c = cluster(CodeKind::RsCauchy, 3, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(8);
+    let len = 50_000usize;
+    let l = c.layout(5, len as u64);
+    let model = bytes(&mut rng, len);
+    client.write_segment(&l, &model).await.unwrap();
+    // Flip a byte in data chunk 1's file (block 2).
+    let path = c.nodes[1].store.chunk_path(5, 1);
+    let mut b = std::fs::read(&path).unwrap();
+    let at = ecstack_osd::chunk_store::data_offset(16_667) as usize + 2 * 4096 + 9;
+    b[at] ^= 0x40;
+    std::fs::write(&path, &b).unwrap();
+    let e = c.nodes[1].store.read(5, 1, 0, 16_667).unwrap_err();
+    assert!(e.to_string().contains("block 2"), "{e}");
+    assert_eq!(client.read_segment(&l, 0, len as u64).await.unwrap(), model);
+    // Repaired in place: the chunk reads clean with the right bytes and version.
+    let (meta, data) = c.nodes[1].store.read(5, 1, 0, 16_667).unwrap();
+    assert_eq!(meta.version, 1);
+    assert_eq!(data, model[16_667..2 * 16_667]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_rebuilds_chunks_onto_their_targets() {
+    let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(9);
+    let len = 123_456usize;
+    let l = c.layout(3, len as u64);
+    let mut model = bytes(&mut rng, len);
+    client.write_segment(&l, &model).await.unwrap();
+    let new = bytes(&mut rng, 1000);
+    client.update_segment(&l, 10, &new).await.unwrap();
+    model[10..1010].copy_from_slice(&new);
+    // Chunks 2 (data) and 5 (parity) are lost; targets are their old holders (catch-up).
+    c.nodes[2].store.delete(3, 2).unwrap();
+    c.nodes[5].store.delete(3, 5).unwrap();
+    let mut rec = l.clone();
+    rec.holders[2].usable = false;
+    rec.holders[5].usable = false;
+    rec.epoch = 2;
+    let moved = c.nodes[0].osd.recover(&rec, &[2, 5]).await.unwrap();
+    assert_eq!(moved, 2 * (len as u64).div_ceil(4));
+    let mut calls = c.calls();
+    calls.sort();
+    assert_eq!(
+        calls,
+        vec!["recovered 3 2 osd2 v2", "recovered 3 5 osd5 v2"]
+    );
+    // All chunks back: a read using only chunks 2, 3, 4 and 5 decodes the model.
+    let mut only = rec.clone();
+    only.holders[2].usable = true;
+    only.holders[5].usable = true;
+    only.holders[0].usable = false;
+    only.holders[1].usable = false;
+    check_reads(&client, &only, &model, &mut rng, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_one_clear_error() {
+    let c = cluster(CodeKind::RsVandermonde, 2, 1).await;
+    let client = c.client();
+    let l = c.layout(1, 100);
+    client.write_segment(&l, &[1u8; 100]).await.unwrap();
+    let e = client.write_segment(&l, &[1u8; 99]).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("received 99 bytes for a segment of 100"),
+        "{e}"
+    );
+    let e = client.read_segment(&l, 90, 11).await.unwrap_err();
+    assert!(matches!(e, OsdError::Invalid { .. }), "{e}");
+    let e = client.update_segment(&l, 100, &[1]).await.unwrap_err();
+    assert!(e.to_string().contains("outside its 100 bytes"), "{e}");
+    let mut not_primary = l.clone();
+    not_primary.primary = 1;
+    let e = client.read_segment(&not_primary, 0, 1).await.unwrap_err();
+    assert!(matches!(e, OsdError::StaleLayout { .. }), "{e}");
+    let mut old = l.clone();
+    old.epoch = 5;
+    client.read_segment(&old, 0, 1).await.unwrap();
+    old.epoch = 4;
+    let e = client.read_segment(&old, 0, 1).await.unwrap_err();
+    assert!(
+        e.to_string().contains("epoch 4 is older than epoch 5"),
+        "{e}"
+    );
+    let mut short = l.clone();
+    short.holders.pop();
+    let e = client.read_segment(&short, 0, 1).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("layout has 2 holders, the code has n = 3"),
+        "{e}"
+    );
+    let e = client.apply_delta(1, 0, 0, &[1], 2).await.unwrap_err();
+    assert!(e.to_string().contains("deltas go to parity chunks"), "{e}");
+    let e = client.get_chunk(77, 0, 0, 0).await.unwrap_err();
+    assert!(matches!(e, OsdError::NotFound { .. }), "{e}");
+}
