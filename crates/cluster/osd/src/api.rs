@@ -34,6 +34,9 @@ pub struct Holder {
     pub addr: String,
     /// false: the chunk is stale, recovering or lost (never read from, never waited for).
     pub usable: bool,
+    /// A healthy chunk whose holder the MDS sees down (so `usable` is false): a write or update
+    /// skips it and marks it stale at the MDS before acknowledging.
+    pub down: bool,
 }
 
 /// A segment's layout as the primary needs it (mirrors the MDS's segment layout).
@@ -432,6 +435,7 @@ pub(crate) fn holder_to_proto(h: &Holder) -> proto::Holder {
         osd_id: h.osd_id,
         addr: h.addr.clone(),
         usable: h.usable,
+        down: h.down,
     }
 }
 
@@ -441,6 +445,7 @@ pub(crate) fn holder_from_proto(h: &proto::Holder) -> Holder {
         osd_id: h.osd_id,
         addr: h.addr.clone(),
         usable: h.usable,
+        down: h.down,
     }
 }
 
@@ -500,6 +505,7 @@ mod tests {
                     osd_id: 3 + i,
                     addr: format!("127.0.0.1:{}", 4000 + i),
                     usable: i != 2,
+                    down: i == 2,
                 })
                 .collect(),
             epoch: 9,

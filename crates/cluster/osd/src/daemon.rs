@@ -9,9 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ecstack_codes::{new_code, CodeKind};
-use ecstack_mds::api::{
-    ChunkState, Heartbeat, MdsClient, OsdRegistration, OsdTask, SegmentLayout,
-};
+use ecstack_mds::api::{ChunkState, Heartbeat, MdsClient, OsdRegistration, OsdTask, SegmentLayout};
 use ecstack_rpc::Security;
 
 use crate::api::{Holder, Layout};
@@ -37,7 +35,8 @@ impl From<&SegmentLayout> for Layout {
                     index: c.index,
                     osd_id: c.osd_id,
                     addr: c.addr.clone(),
-                    usable: c.state == ChunkState::Healthy,
+                    usable: c.state == ChunkState::Healthy && c.up,
+                    down: c.state == ChunkState::Healthy && !c.up,
                 })
                 .collect(),
             epoch: s.epoch,
@@ -154,8 +153,8 @@ impl Daemon {
             addr: cfg.mds_addr.clone(),
             message,
         };
-        let mds = MdsClient::connect(&cfg.mds_addr, &cfg.security)
-            .map_err(|e| mds_err(e.to_string()))?;
+        let mds =
+            MdsClient::connect(&cfg.mds_addr, &cfg.security).map_err(|e| mds_err(e.to_string()))?;
         let reg = OsdRegistration {
             name: cfg.name.clone(),
             addr: addr.to_string(),
@@ -184,7 +183,8 @@ impl Daemon {
             message,
         };
         let kind = CodeKind::parse(&p.code).map_err(|e| code_err(e.to_string()))?;
-        let code = new_code(kind, p.k as usize, p.m as usize).map_err(|e| code_err(e.to_string()))?;
+        let code =
+            new_code(kind, p.k as usize, p.m as usize).map_err(|e| code_err(e.to_string()))?;
         let osd = Osd::new(
             OsdSetup {
                 osd_id: registered.osd_id,
@@ -227,7 +227,12 @@ impl Daemon {
                 tonic::transport::server::TcpIncoming::from(self.listener),
                 shutdown,
             );
-        let beats = heartbeat_loop(self.osd.clone(), self.mds.clone(), self.osd_id, self.heartbeat);
+        let beats = heartbeat_loop(
+            self.osd.clone(),
+            self.mds.clone(),
+            self.osd_id,
+            self.heartbeat,
+        );
         tokio::select! {
             r = server => r.map_err(|e| DaemonError::Serve(e.to_string())),
             () = beats => Ok(()),
@@ -269,7 +274,11 @@ async fn heartbeat_loop(osd: Osd, mds: MdsClient, osd_id: u32, every: Duration) 
                 },
                 OsdTask::Recover(t) => {
                     let seg = t.layout.segment_id;
-                    if !running.lock().unwrap_or_else(|p| p.into_inner()).insert(seg) {
+                    if !running
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(seg)
+                    {
                         continue;
                     }
                     let (osd, slots, running) = (osd.clone(), slots.clone(), running.clone());
@@ -287,7 +296,10 @@ async fn heartbeat_loop(osd: Osd, mds: MdsClient, osd_id: u32, every: Duration) 
                             ),
                             Err(e) => tracing::warn!(segment = seg, "recovery failed: {e}"),
                         }
-                        running.lock().unwrap_or_else(|p| p.into_inner()).remove(&seg);
+                        running
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&seg);
                     });
                 }
             }

@@ -42,6 +42,7 @@ fn layout() -> Layout {
                 osd_id: ME,
                 addr: "127.0.0.1:1".into(),
                 usable: true,
+                down: false,
             })
             .collect(),
         epoch: 1,

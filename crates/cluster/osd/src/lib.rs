@@ -4,7 +4,8 @@
 //!
 //! Layout (dependencies point down): `proto` (generated, private) → `api` (the typed client
 //! [`api::OsdClient`] and domain types, what other crates use) → `chunk_store` (the `ChunkStore`
-//! seam and `FileStore`, chunk files with versioned headers and per-block crc32c) → `service` (the OSD service: primary work, chunk calls, recovery).
+//! seam and `FileStore`, chunk files with versioned headers and per-block crc32c) → `service` (the OSD service: primary work, chunk calls, recovery) →
+//! `daemon` (the process: register with the MDS, heartbeat, run recovery and delete tasks).
 
 #[allow(clippy::all)]
 mod proto {
@@ -13,6 +14,7 @@ mod proto {
 
 pub mod api;
 pub mod chunk_store;
+pub mod daemon;
 pub mod service;
 
 pub use api::{Ack, ChunkMeta, Holder, Layout, OsdClient, OsdError};

@@ -539,11 +539,20 @@ impl Osd {
                 reasons.join("; ")
             )));
         }
+        // Healthy chunks on holders the MDS sees down were skipped: they are stale now too.
+        failed.extend(
+            layout
+                .holders
+                .iter()
+                .filter(|h| !h.usable && h.down)
+                .map(|h| h.index),
+        );
+        failed.sort_unstable();
         self.mark_stale(seg, &failed, version).await?;
         let mut stale: Vec<u32> = layout
             .holders
             .iter()
-            .filter(|h| !h.usable)
+            .filter(|h| !h.usable && !h.down)
             .map(|h| h.index)
             .chain(failed)
             .collect();
@@ -946,25 +955,46 @@ impl Osd {
             .filter(|h| !h.usable)
             .map(|h| h.index)
             .collect();
+        // Newly stale: what failed now, chunks on down holders this update touched (its data
+        // chunks, every parity chunk); already stale, recovering or lost ones stay as they are.
+        let down: Vec<u32> = l
+            .holders
+            .iter()
+            .filter(|h| !h.usable && h.down)
+            .map(|h| h.index)
+            .collect();
+        let mut newly: Vec<u32> = stale
+            .iter()
+            .copied()
+            .filter(|i| !unusable.contains(i) || down.contains(i))
+            .chain(down.iter().copied().filter(|&i| i as usize >= k))
+            .collect();
+        newly.sort_unstable();
+        newly.dedup();
         let durable = n - unusable.len() - stale.iter().filter(|i| !unusable.contains(i)).count();
         if durable < k + 1 {
+            // Not acknowledged, but some chunks may hold the new bytes: the ones that do not are
+            // marked stale (best effort) so they are never read beside the ones that do.
+            if let Err(e) = self.mark_stale(seg, &newly, version).await {
+                tracing::warn!(segment = seg, "{}", e.message());
+            }
             return Err(Status::aborted(format!(
                 "segment {seg:#x}: update durable on only {durable} of {n} chunks, need k + 1 = {} ({})",
                 k + 1,
                 reasons.join("; ")
             )));
         }
-        let newly: Vec<u32> = stale
-            .iter()
-            .copied()
-            .filter(|i| !unusable.contains(i))
-            .collect();
         self.mark_stale(seg, &newly, version).await?;
         let touched_unusable = subs
             .iter()
             .map(|s| s.index as u32)
             .filter(|i| unusable.contains(i));
-        let mut all: Vec<u32> = stale.iter().copied().chain(touched_unusable).collect();
+        let mut all: Vec<u32> = stale
+            .iter()
+            .copied()
+            .chain(touched_unusable)
+            .chain(newly.iter().copied())
+            .collect();
         all.sort_unstable();
         all.dedup();
         Ok(api::Ack {

@@ -117,6 +117,7 @@ impl Cluster {
                     osd_id: i as u32,
                     addr: n.addr.clone(),
                     usable: true,
+                    down: false,
                 })
                 .collect(),
             epoch: 1,
