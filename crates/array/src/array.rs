@@ -132,6 +132,8 @@ pub struct Array {
     piece_stripes: u64,
     clock: Clock,
     last_io: Mutex<Instant>,
+    /// Failed devices at the last metadata sync that followed a failure found by I/O.
+    failed_seen: AtomicU64,
 }
 
 impl std::fmt::Debug for Array {
@@ -422,6 +424,7 @@ impl Array {
                 "metadata volume is smaller than its recorded layout",
             ));
         }
+        let failed_at_open = state.failed.clone();
         let mut pending = Vec::new();
         for i in newly_failed {
             let r = Rec::DeviceFailed { dev: i as u16 };
@@ -467,8 +470,14 @@ impl Array {
             piece_stripes,
             clock: opts.clock.clone(),
             last_io: Mutex::new(opts.clock.now()),
+            failed_seen: AtomicU64::new(0),
         };
         array.scheme.set_clock(opts.clock.clone());
+        lock(&array.core.journal).failed_at_open = failed_at_open;
+        if sb.scheme != SchemeKind::Eplog {
+            // Degraded updates a crash interrupted: written again whole from the journal.
+            crate::scheme::md::replay_journal(&array.core)?;
+        }
         if array.core.meta().state.commit_in_progress {
             // Finish the parity commit a crash interrupted (its parity writes may be torn). With
             // dirty md/pl regions, only the scheme's commit: `commit` would record the regions
@@ -483,6 +492,9 @@ impl Array {
             // md/pl after an unclean shutdown: writes may have reached data but not parity.
             array.resync()?;
         }
+        // Every stripe a journal entry protected is consistent and durable now (eplog: the
+        // interrupted commit, which took the lost chunks from the journal, is done).
+        array.core.journal_forget_recovered()?;
         Ok(array)
     }
 
@@ -597,6 +609,7 @@ impl Array {
             done += plen;
         }
         self.core.stats.read(buf.len() as u64, t.elapsed());
+        self.settle_failures()?;
         Ok(())
     }
 
@@ -644,6 +657,7 @@ impl Array {
             done += plen;
         }
         self.core.stats.write(buf.len() as u64, t.elapsed());
+        self.settle_failures()?;
         let w = self.writes.fetch_add(1, Relaxed) + 1;
         let every = self.commit_every.load(Relaxed);
         if every > 0 && w.is_multiple_of(every) {
@@ -653,6 +667,20 @@ impl Array {
             let _a = self.admin_read();
             self.core.persist()?;
         }
+        Ok(())
+    }
+
+    /// A device failure found by I/O: flush the surviving devices and record the failure at once.
+    /// In-place updates made while the array was whole (md, pl) become durable before a crash can
+    /// tear them: a stripe that lost a device can no longer be resynced, and only updates made
+    /// after the failure go through the journal. What is left is a crash before this flush.
+    fn settle_failures(&self) -> Result<()> {
+        let now = self.core.devs.failed_count() as u64;
+        if now > self.failed_seen.load(Relaxed) {
+            let _a = self.admin_read();
+            self.core.persist()?;
+        }
+        self.failed_seen.store(now, Relaxed);
         Ok(())
     }
 
@@ -999,7 +1027,13 @@ impl Array {
     /// with md's bitmap on a degraded array.
     fn resync(&self) -> Result<()> {
         let _a = self.admin_write();
-        if self.core.devs.failed_count() > 0 || self.core.meta().state.commit_in_progress {
+        // A failed main device: its chunks cannot be recomputed (as with md's bitmap on a degraded
+        // array; the updates made while it was failed went through the journal). Failed log
+        // devices do not matter: the resync recomputes parity from the main devices alone.
+        let g = &self.core.geo;
+        if (0..g.n).any(|d| self.core.devs.is_failed(d))
+            || self.core.meta().state.commit_in_progress
+        {
             return Ok(());
         }
         if self.scheme.kind() == SchemeKind::Pl {

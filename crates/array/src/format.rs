@@ -416,6 +416,10 @@ impl<'a> Dec<'a> {
         String::from_utf8(self.take(n)?.to_vec())
             .map_err(|_| ArrayError::Meta("a string is not valid UTF-8".into()))
     }
+    /// The next `n` bytes as they are.
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
+        self.take(n)
+    }
     /// Bytes not read yet.
     pub fn remaining(&self) -> usize {
         self.b.len() - self.p

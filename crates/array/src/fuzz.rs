@@ -14,7 +14,7 @@ use ecstack_codes::CodeKind;
 use ecstack_device::{BlockDevice, MemDevice};
 
 use crate::format::{Dec, Enc, Geometry, MetaLayout, SchemeKind, Superblock, SB_SLOT};
-use crate::meta::{encode_v1, Member, MetaState, MetaVolume, Rec, META_VERSION};
+use crate::meta::{encode_v1, JournalEntry, Member, MetaState, MetaVolume, Rec, META_VERSION};
 use crate::ArrayError;
 
 const DEFAULT_CASES: u64 = 2_000;
@@ -245,6 +245,12 @@ fn records() -> Vec<Rec> {
         Rec::DeviceReplaced { dev: 2 },
         Rec::CommitBegin,
         Rec::CommitDone,
+        Rec::Journal(JournalEntry {
+            id: 3,
+            stripe: 8,
+            chunks: vec![(1, vec![0x5a; g.chunk as usize])],
+        }),
+        Rec::JournalDone { id: 3 },
     ]
 }
 

@@ -3,7 +3,7 @@
 //! persisted on the metadata volume as two alternating full checkpoints plus an append-only
 //! incremental area of checksummed frames.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use ecstack_device::BlockDevice;
@@ -17,8 +17,12 @@ use crate::{ArrayError, Result};
 /// 1. the first format (frames had no version field);
 /// 2. frames carry a version; the write-intent section of the checkpoint is always present;
 /// 3. the checkpoint is sparse: written stripes as extents, and only the data chunks whose
-///    committed version left its home slot or that have a latest version.
-pub(crate) const META_VERSION: u32 = 3;
+///    committed version left its home slot or that have a latest version;
+/// 4. frames may hold journal records (types 13 and 14, [`JournalEntry`]); the checkpoint body is
+///    that of version 3.
+pub(crate) const META_VERSION: u32 = 4;
+/// The first version whose frames may hold journal records.
+pub(crate) const JOURNAL_META_VERSION: u32 = 4;
 /// Oldest version this build still reads (an array in it is rewritten in `META_VERSION` by its
 /// next metadata sync, which writes a full checkpoint).
 pub(crate) const META_VERSION_MIN: u32 = 1;
@@ -274,6 +278,100 @@ pub enum Rec {
     Discard {
         stripe: u64,
     },
+    /// Journal: chunks of one stripe saved before a degraded in-place update (not metadata state:
+    /// [`MetaVolume::load`] collects the live entries for recovery).
+    Journal(JournalEntry),
+    /// Journal: the in-place writes entry `id` protected are durable; the entry is dead.
+    JournalDone {
+        id: u64,
+    },
+}
+
+/// Version of the journal record's own layout.
+pub(crate) const JOURNAL_VERSION: u8 = 1;
+
+/// A journal entry (record type 13, layout in `docs/array-format.md`): the content of data chunks
+/// of stripe `stripe` that an in-place update while devices are failed puts at risk, made durable
+/// before the update's first in-place write. md and pl save every data chunk of the stripe as it
+/// will be after the update (recovery rewrites the stripe whole); an eplog parity commit saves the
+/// committed versions of the lost chunks it decoded through the parity it is about to overwrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalEntry {
+    pub id: u64,
+    pub stripe: u64,
+    /// (data position, chunk content) in ascending position order, each a whole chunk.
+    pub chunks: Vec<(u16, Vec<u8>)>,
+}
+
+impl JournalEntry {
+    /// Everything the record's CRC covers: version, id, stripe, chunk length, the chunks.
+    fn encode_body(&self, e: &mut Enc) {
+        e.u8(JOURNAL_VERSION);
+        e.u64(self.id);
+        e.u64(self.stripe);
+        e.u32(self.chunks.first().map_or(0, |(_, c)| c.len()) as u32);
+        e.u16(self.chunks.len() as u16);
+        for (pos, data) in &self.chunks {
+            e.u16(*pos);
+            e.0.extend_from_slice(data);
+        }
+    }
+
+    fn encode(&self, e: &mut Enc) {
+        let mut body = Enc::default();
+        self.encode_body(&mut body);
+        e.0.extend_from_slice(&body.0);
+        e.u32(crc32c::crc32c(&body.0));
+    }
+
+    /// Bytes the record takes in a frame (type byte included).
+    pub(crate) fn encoded_len(chunks: usize, chunk: u64) -> u64 {
+        1 + 1 + 8 + 8 + 4 + 2 + chunks as u64 * (2 + chunk) + 4
+    }
+
+    /// Bytes this entry's record takes in a frame.
+    pub(crate) fn record_len(&self) -> u64 {
+        let chunk = self.chunks.first().map_or(0, |(_, c)| c.len() as u64);
+        Self::encoded_len(self.chunks.len(), chunk)
+    }
+
+    fn decode(d: &mut Dec) -> Result<JournalEntry> {
+        let version = d.u8()?;
+        if version != JOURNAL_VERSION {
+            return Err(meta_err(format!(
+                "journal record has unknown version {version} (this build reads {JOURNAL_VERSION})"
+            )));
+        }
+        let id = d.u64()?;
+        let stripe = d.u64()?;
+        let len = d.u32()? as usize;
+        let n = d.u16()? as usize;
+        if n == 0 || len == 0 || (n as u64) * (2 + len as u64) > d.remaining() as u64 {
+            return Err(meta_err(format!(
+                "journal record of {n} chunks of {len} bytes"
+            )));
+        }
+        let mut chunks: Vec<(u16, Vec<u8>)> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let pos = d.u16()?;
+            if chunks.last().is_some_and(|(p, _)| *p >= pos) {
+                return Err(meta_err(format!(
+                    "journal record of stripe {stripe}: positions not ascending"
+                )));
+            }
+            chunks.push((pos, d.bytes(len)?.to_vec()));
+        }
+        let crc = d.u32()?;
+        let j = JournalEntry { id, stripe, chunks };
+        let mut body = Enc::default();
+        j.encode_body(&mut body);
+        if crc32c::crc32c(&body.0) != crc {
+            return Err(meta_err(format!(
+                "journal record {id} of stripe {stripe}: CRC mismatch"
+            )));
+        }
+        Ok(j)
+    }
 }
 
 /// Chunk kinds of a version 3 checkpoint entry (bits 0-1), and the latest-version bit.
@@ -337,6 +435,14 @@ impl Rec {
                 e.u8(12);
                 e.u64(*stripe);
             }
+            Rec::Journal(j) => {
+                e.u8(13);
+                j.encode(e);
+            }
+            Rec::JournalDone { id } => {
+                e.u8(14);
+                e.u64(*id);
+            }
         }
     }
 
@@ -362,6 +468,8 @@ impl Rec {
             10 => Rec::Dirty { region: d.u64()? },
             11 => Rec::Clean,
             12 => Rec::Discard { stripe: d.u64()? },
+            13 => Rec::Journal(JournalEntry::decode(d)?),
+            14 => Rec::JournalDone { id: d.u64()? },
             t => return Err(ArrayError::Meta(format!("unknown record type {t}"))),
         })
     }
@@ -618,8 +726,39 @@ impl MetaState {
                 }
                 Ok(())
             }
-            Rec::CommitBegin | Rec::CommitDone | Rec::Clean => Ok(()),
+            Rec::CommitBegin | Rec::CommitDone | Rec::Clean | Rec::JournalDone { .. } => Ok(()),
+            Rec::Journal(j) => self.check_journal(j),
         }
+    }
+
+    /// A journal entry names a stripe in range and at most k whole data chunks of it.
+    fn check_journal(&self, j: &JournalEntry) -> Result<()> {
+        self.check_stripe(j.stripe)?;
+        if j.id == u64::MAX || j.chunks.is_empty() || j.chunks.len() > self.k {
+            return Err(meta_err(format!(
+                "journal record {} of stripe {} with {} chunks",
+                j.id,
+                j.stripe,
+                j.chunks.len()
+            )));
+        }
+        for (i, (pos, data)) in j.chunks.iter().enumerate() {
+            if *pos as usize >= self.k || data.len() as u64 != self.geo.chunk {
+                return Err(meta_err(format!(
+                    "journal record {} of stripe {}: chunk at position {pos} of {} bytes",
+                    j.id,
+                    j.stripe,
+                    data.len()
+                )));
+            }
+            if i > 0 && j.chunks[i - 1].0 >= *pos {
+                return Err(meta_err(format!(
+                    "journal record {} of stripe {}: positions not ascending",
+                    j.id, j.stripe
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Apply a record read from the metadata volume: checked first, an error if out of range.
@@ -705,6 +844,8 @@ impl MetaState {
                 self.pl_logs.remove(stripe);
                 self.changed.remove(stripe);
             }
+            // The journal is not part of the state (see `MetaVolume::journal`).
+            Rec::Journal(_) | Rec::JournalDone { .. } => {}
         }
     }
 
@@ -1066,6 +1207,16 @@ impl MetaState {
     }
 }
 
+/// Bytes the journal records among `recs` take in a frame.
+pub(crate) fn journal_len(recs: &[Rec]) -> u64 {
+    recs.iter()
+        .map(|r| match r {
+            Rec::Journal(j) => j.record_len(),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Bytes one frame of `recs` takes in the incremental area.
 pub(crate) fn frame_len(recs: &[Rec]) -> u64 {
     let mut e = Enc::default();
@@ -1093,6 +1244,12 @@ pub(crate) struct MetaVolume {
     /// Checkpoint area that holds any state of the geometry ([`checkpoint_area_max`]); an area
     /// smaller than this grows (see [`MetaVolume::write_checkpoint_growing`]).
     pub cp_size_max: u64,
+    /// Journal entries of the loaded epoch's frames not followed by their `JournalDone`, by id:
+    /// in-place updates a crash may have torn (filled by [`MetaVolume::load`]).
+    pub journal: BTreeMap<u64, JournalEntry>,
+    /// Bytes of journal records in the live epoch's frames: they take room in the incremental
+    /// area but never grow the next checkpoint.
+    pub journal_bytes: u64,
 }
 
 /// Bytes a frame may grow the next checkpoint body by, per byte of the frame, at most. The worst
@@ -1139,6 +1296,8 @@ impl MetaVolume {
             version: META_VERSION,
             body_len: 0,
             cp_size_max: layout_cp_size,
+            journal: BTreeMap::new(),
+            journal_bytes: 0,
         }
     }
 
@@ -1147,11 +1306,23 @@ impl MetaVolume {
     /// the array by writing a full checkpoint instead.
     /// It also must leave room for the next checkpoint in its area: each frame byte may grow the
     /// checkpoint by [`CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX`] bytes.
+    #[cfg(test)]
     pub fn fits(&self, len: u64) -> bool {
+        self.fits_with_journal(len, 0)
+    }
+
+    /// [`MetaVolume::fits`] for a frame of `recs`: its journal records (and those of the frames
+    /// before it) take room in the incremental area but do not grow the next checkpoint.
+    pub fn fits_records(&self, recs: &[Rec]) -> bool {
+        self.fits_with_journal(frame_len(recs), journal_len(recs))
+    }
+
+    fn fits_with_journal(&self, len: u64, journal: u64) -> bool {
         let frames = self.inc_pos + len;
+        let growth = frames - (self.journal_bytes + journal);
         let checkpoint_fits = self.layout.cp_size >= self.cp_size_max
             || (CP_HEADER as u64 + self.body_len)
-                .saturating_add(frames.saturating_mul(CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX))
+                .saturating_add(growth.saturating_mul(CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX))
                 <= self.layout.cp_size;
         self.version == META_VERSION && frames <= self.layout.inc_size && checkpoint_fits
     }
@@ -1250,6 +1421,7 @@ impl MetaVolume {
         self.seq = 0;
         self.checkpoints += 1;
         self.body_len = body_len;
+        self.journal_bytes = 0;
     }
 
     /// Write a checkpoint of `body` with `epoch` at `off` and flush.
@@ -1286,7 +1458,8 @@ impl MetaVolume {
         let mut f = Vec::with_capacity(FrameHeader::LEN + payload.len());
         f.extend_from_slice(&header.encode(&payload));
         f.extend_from_slice(&payload);
-        if !self.fits(f.len() as u64) {
+        let journal = journal_len(recs);
+        if !self.fits_with_journal(f.len() as u64, journal) {
             return Err(ArrayError::Meta(
                 "incremental area full (or its checkpoint is of an older version)".into(),
             ));
@@ -1294,6 +1467,7 @@ impl MetaVolume {
         self.dev.write_at(&f, self.layout.inc_off + self.inc_pos)?;
         self.dev.flush()?;
         self.inc_pos += f.len() as u64;
+        self.journal_bytes += journal;
         self.seq += 1;
         self.frames += 1;
         Ok(())
@@ -1343,6 +1517,8 @@ impl MetaVolume {
         self.version = ch.version;
         self.inc_pos = 0;
         self.seq = 0;
+        self.journal.clear();
+        self.journal_bytes = 0;
         // Replay frames of this epoch in sequence; stop at the first one that does not check out
         // (the end of the log, or a frame torn by a power cut).
         let hlen = FrameHeader::len(ch.version);
@@ -1382,6 +1558,24 @@ impl MetaVolume {
             while !d.done() {
                 let r = Rec::decode(&mut d).map_err(|e| frame_err(&fh, &e))?;
                 st.apply_checked(&r).map_err(|e| frame_err(&fh, &e))?;
+                match r {
+                    Rec::Journal(_) | Rec::JournalDone { .. }
+                        if fh.version < JOURNAL_META_VERSION =>
+                    {
+                        return Err(frame_err(
+                            &fh,
+                            &meta_err(format!("journal record in a version {} frame", fh.version)),
+                        ));
+                    }
+                    Rec::Journal(j) => {
+                        self.journal_bytes += j.record_len();
+                        self.journal.insert(j.id, j);
+                    }
+                    Rec::JournalDone { id } => {
+                        self.journal.remove(&id);
+                    }
+                    _ => {}
+                }
             }
             self.inc_pos += hlen as u64 + len;
             self.seq += 1;
@@ -1518,6 +1712,116 @@ mod tests {
         st.apply(&Rec::FullStripe { stripe: 40 });
         assert_eq!(MetaState::decode(&geo(4), 2, &encode_v1(&st)).unwrap(), st);
         assert!(!st.changed.contains_key(&40) && st.is_written(40));
+    }
+
+    fn journal_entry(g: &Geometry) -> JournalEntry {
+        let c = g.chunk as usize;
+        JournalEntry {
+            id: 7,
+            stripe: 3,
+            chunks: vec![(0, vec![1; c]), (2, vec![2; c])],
+        }
+    }
+
+    #[test]
+    fn journal_records_round_trip_and_are_validated() {
+        let g = geo(4);
+        let st = MetaState::new(&g);
+        let j = journal_entry(&g);
+        let r = Rec::Journal(j.clone());
+        let mut e = Enc::default();
+        r.encode(&mut e);
+        assert_eq!(e.0.len() as u64, JournalEntry::encoded_len(2, g.chunk));
+        let back = Rec::decode(&mut Dec::new(&e.0)).unwrap();
+        assert_eq!(back, r);
+        st.check(&back).unwrap();
+        let err = |b: &[u8]| match Rec::decode(&mut Dec::new(b)) {
+            Err(ArrayError::Meta(m)) => m,
+            other => panic!("decoded {other:?}"),
+        };
+        // A flipped bit in a saved chunk, in the id, in the CRC.
+        for at in [40, 3, e.0.len() - 1] {
+            let mut b = e.0.clone();
+            b[at] ^= 0x10;
+            assert!(err(&b).contains("CRC mismatch"), "{}", err(&b));
+        }
+        let mut b = e.0.clone();
+        b[1] = 9;
+        assert!(err(&b).contains("unknown version 9"), "{}", err(&b));
+        for cut in (0..e.0.len()).step_by(97) {
+            err(&e.0[..cut]);
+        }
+        // Decodable but out of the geometry.
+        let c = g.chunk as usize;
+        let bad = [
+            JournalEntry {
+                chunks: vec![(4, vec![0; c])],
+                ..j.clone()
+            },
+            JournalEntry {
+                chunks: vec![(0, vec![0; c - 512])],
+                ..j.clone()
+            },
+            JournalEntry {
+                stripe: g.stripes,
+                ..j.clone()
+            },
+            JournalEntry {
+                chunks: vec![(2, vec![0; c]), (1, vec![0; c])],
+                ..j.clone()
+            },
+            JournalEntry {
+                chunks: Vec::new(),
+                ..j.clone()
+            },
+        ];
+        for b in bad {
+            assert!(
+                st.check(&Rec::Journal(b.clone())).is_err(),
+                "{b:?} accepted"
+            );
+        }
+        // The journal is not metadata state.
+        let mut after = st.clone();
+        after.apply(&r);
+        after.apply(&Rec::JournalDone { id: 7 });
+        assert_eq!(after, st);
+    }
+
+    #[test]
+    fn load_returns_the_live_journal_entries() {
+        let g = geo(4);
+        let layout = MetaLayout {
+            cp_off: [2 << 16, 3 << 16],
+            cp_size: 1 << 16,
+            inc_off: 4 << 16,
+            inc_size: 1 << 16,
+        };
+        let dev: Arc<dyn BlockDevice> = Arc::new(ecstack_device::MemDevice::new(5 << 16).unwrap());
+        let mut mv = MetaVolume::new(Arc::clone(&dev), layout.clone(), 5);
+        let st = sample(4);
+        mv.write_checkpoint(&st.encode()).unwrap();
+        let a = journal_entry(&g);
+        let b = JournalEntry {
+            id: 8,
+            stripe: 9,
+            ..a.clone()
+        };
+        mv.append(&[Rec::Journal(a.clone()), Rec::Journal(b.clone())])
+            .unwrap();
+        mv.append(&[Rec::JournalDone { id: 7 }, Rec::Dirty { region: 1 }])
+            .unwrap();
+        let mut again = MetaVolume::new(Arc::clone(&dev), layout.clone(), 5);
+        let loaded = again.load(&g).unwrap();
+        assert_eq!(again.journal.values().collect::<Vec<_>>(), vec![&b]);
+        let mut want = st.clone();
+        want.apply(&Rec::Dirty { region: 1 });
+        assert_eq!(loaded, want);
+        // A checkpoint starts an epoch without them (the array appends the live ones again).
+        again.write_checkpoint(&loaded.encode()).unwrap();
+        let mut third = MetaVolume::new(dev, layout, 5);
+        third.load(&g).unwrap();
+        assert!(third.journal.is_empty());
     }
 
     #[test]

@@ -104,11 +104,13 @@ pub struct Reached {
     pub degraded_reads: u64,
     /// Bytes compared with the model.
     pub bytes_checked: u64,
-    /// md/pl power cuts while degraded that were preceded by a flush, outside strict mode (see
-    /// [`SimOptions::strict`]).
-    pub degraded_cut_syncs: u64,
-    /// Device faults not injected while a scheduled mid-operation power cut was pending, outside
-    /// strict mode.
+    /// Power cuts (whole machine or mid-operation) while the array had a failed device.
+    pub degraded_power_cuts: u64,
+    /// md/pl power cuts preceded by a flush because a device was impaired without the array
+    /// knowing it yet, outside strict mode (see [`SimOptions::strict`]).
+    pub unnoticed_cut_syncs: u64,
+    /// md/pl fail-stops and latent errors not injected while a scheduled mid-operation cut was
+    /// pending, outside strict mode.
     pub faults_deferred: u64,
 }
 
@@ -130,18 +132,20 @@ impl Reached {
         self.rebuilds += o.rebuilds;
         self.degraded_reads += o.degraded_reads;
         self.bytes_checked += o.bytes_checked;
-        self.degraded_cut_syncs += o.degraded_cut_syncs;
+        self.degraded_power_cuts += o.degraded_power_cuts;
+        self.unnoticed_cut_syncs += o.unnoticed_cut_syncs;
         self.faults_deferred += o.faults_deferred;
     }
 
     /// The paths a sweep must reach to mean anything, with their counts.
-    pub fn required(&self) -> [(&'static str, u64); 10] {
+    pub fn required(&self) -> [(&'static str, u64); 11] {
         [
             ("parity commit", self.commits),
             ("idle commit", self.idle_commits),
             ("discard", self.discards),
             ("power cut", self.power_cuts),
             ("power cut mid-operation", self.mid_op_cuts),
+            ("power cut while degraded", self.degraded_power_cuts),
             ("torn write", self.torn_writes),
             ("device failure", self.device_failures),
             ("latent sector error", self.latent_errors),
@@ -187,18 +191,16 @@ pub struct SweepReport {
 pub struct SimOptions {
     /// Steps per seed.
     pub steps: usize,
-    /// Also cut the power of a degraded array in the middle of its work. Off by default, because
-    /// the array does not survive that today:
-    /// * md and pl update data and parity in place and skip the write-intent resync while devices
-    ///   are failed (docs/array.md, "Write hole", as Linux md), so a cut with unflushed writes
-    ///   can leave the chunks of a failed device decoding to neither old nor new data;
-    /// * an eplog parity commit interrupted while a device is failed leaves parity that may be
-    ///   torn, and the lost chunks of the stripes it was committing cannot be decoded (the array
-    ///   refuses to open: "an interrupted parity commit may have torn the parity").
-    ///
-    /// Outside strict mode the simulator flushes an md/pl array before cutting its power while
-    /// degraded, and injects no device fault while the scheduled mid-operation cut is pending;
-    /// both are counted ([`Reached`]).
+    /// Also cut the power of an md or pl array with in-place writes unflushed while a device is
+    /// impaired without the array knowing it yet (a latent sector error, or a fail-stop no I/O
+    /// has met). Off by default, because md and pl do not survive it: the write-intent resync
+    /// cannot recompute a stripe whose device is lost, and the journal only protects updates made
+    /// while the array knew the device had failed (docs/array.md, "Write hole"); closing it needs
+    /// a partial parity log written before every in-place update. Outside strict mode the
+    /// simulator flushes such an array before cutting its power, and injects no silent fault
+    /// into it while a scheduled mid-operation cut is pending; it counts both
+    /// ([`Reached::unnoticed_cut_syncs`], [`Reached::faults_deferred`]). Power cuts of a degraded array in the middle of its
+    /// work (writes, parity commits, rebuilds, opening) are simulated in both modes.
     pub strict: bool,
     /// Print every step to stderr.
     pub trace: bool,
@@ -501,9 +503,9 @@ impl Sim {
             67..=69 => self.idle(),
             70..=72 => self.discard(),
             73..=78 => {
-                if self.in_place() && !self.impaired().is_empty() {
-                    // Outside the write hole: no unflushed write while degraded (see strict).
-                    self.reached.degraded_cut_syncs += 1;
+                if self.unnoticed_hole() {
+                    // Outside the hole a partial parity log would close (see strict).
+                    self.reached.unnoticed_cut_syncs += 1;
                     self.sync(false)?;
                     if self.powered_off() {
                         return Ok(());
@@ -676,7 +678,13 @@ impl Sim {
             self.unsynced.len(),
             self.all().iter().map(|d| d.unflushed()).collect::<Vec<_>>()
         ));
-        self.array = None;
+        if self
+            .array
+            .take()
+            .is_some_and(|a| !a.failed_devices().is_empty())
+        {
+            self.reached.degraded_power_cuts += 1;
+        }
         self.reached.power_cuts += 1;
         let mut tries = 0;
         loop {
@@ -719,6 +727,12 @@ impl Sim {
         let mut back = vec![0u8; cap];
         let degraded = !self.a().failed_devices().is_empty();
         if let Err(e) = self.a().read(&mut back, 0) {
+            if self.powered_off() {
+                // The scheduled cut hit the metadata sync of a failure this read found.
+                self.note(format_args!("read after a power cut cut short: {e}"));
+                self.reached.mid_op_cuts += 1;
+                return self.power_cut();
+            }
             return Err(format!("read after a power cut: {e}"));
         }
         if degraded {
@@ -785,15 +799,26 @@ impl Sim {
         self.check(0, cap, "after reopening").map(|_| ())
     }
 
-    /// md or pl outside strict mode: kept out of the degraded write hole.
-    fn in_place(&self) -> bool {
-        !self.strict && self.cfg.scheme != SchemeKind::Eplog
+    /// md or pl outside strict mode with a device impaired that the array has not noticed.
+    fn unnoticed_hole(&self) -> bool {
+        if self.strict || self.cfg.scheme == SchemeKind::Eplog {
+            return false;
+        }
+        let known = self.a().failed_devices();
+        self.impaired().iter().any(|d| !known.contains(d))
     }
 
     /// A healthy device (main or log) that may fail without exceeding m impaired devices.
-    fn victim(&mut self) -> Option<usize> {
+    /// `silent`: a fault the array notices only when it next meets it; outside strict mode md and
+    /// pl get none while a scheduled mid-operation cut is pending (it could land before the array
+    /// has noticed the fault and synced, the hole [`SimOptions::strict`] describes).
+    fn victim(&mut self, silent: bool) -> Option<usize> {
         let meta_cut = self.meta.config().power_cut_at_op;
-        if !self.strict && meta_cut.is_some_and(|n| self.meta.counts().ops <= n) {
+        if silent
+            && !self.strict
+            && self.cfg.scheme != SchemeKind::Eplog
+            && meta_cut.is_some_and(|n| self.meta.counts().ops <= n)
+        {
             self.reached.faults_deferred += 1;
             return None;
         }
@@ -807,12 +832,16 @@ impl Sim {
 
     /// Fail-stop a device, announced (admin) or discovered by the array on its next I/O.
     fn fail(&mut self) -> Step {
-        let Some(i) = self.victim() else {
+        let announced = self.rng.chance(0.5);
+        let Some(i) = self.victim(!announced) else {
             return Ok(());
         };
         self.reached.device_failures += 1;
-        self.note(format_args!("fail device {i}"));
-        if self.rng.chance(0.5) {
+        self.note(format_args!(
+            "fail device {i} ({})",
+            if announced { "announced" } else { "fail-stop" }
+        ));
+        if announced {
             if let Err(e) = self.a().fail_device(i) {
                 return self.failed(&format!("fail device {i}"), e);
             }
@@ -824,7 +853,7 @@ impl Sim {
 
     /// Latent sector errors somewhere in a device's chunk area.
     fn latent_error(&mut self) -> Step {
-        let Some(i) = self.victim() else {
+        let Some(i) = self.victim(true) else {
             return Ok(());
         };
         let g = self.a().geometry().clone();

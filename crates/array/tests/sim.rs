@@ -136,24 +136,38 @@ fn strict(seed: u64) {
     }
 }
 
-/// Seed 4 under strict mode: md (3+3) with device 5 failed loses power with writes unflushed; a
-/// torn parity update makes a durable chunk of the failed device decode to other bytes (the RAID
-/// write hole of a degraded array: the write-intent resync is skipped while devices are failed,
-/// docs/array.md). Not fixed: it needs a journal of the chunks a degraded write puts at risk.
+/// Seed 4 under strict mode (fixed): md (3+3) with device 5 failed lost power with writes
+/// unflushed; a torn parity update made a durable chunk of the failed device decode to other bytes
+/// (the RAID write hole of a degraded array: the write-intent resync cannot run while a device is
+/// failed). Degraded md/pl updates now go through the journal: the stripe's data is saved on the
+/// metadata volume before the in-place writes, and open rewrites the stripe from it.
 #[test]
-#[ignore = "known: md/pl write hole while degraded (docs/array.md, Deterministic simulation)"]
 fn strict_seed_4_md_degraded_write_hole() {
     strict(4);
 }
 
-/// Seed 257 under strict mode: eplog (2+3) with devices 1 and 3 failed loses power in a parity
-/// commit that a write triggered; the reopened array cannot rerun the commit ("stripe 6: chunk 0
-/// is lost and an interrupted parity commit may have torn the parity") and refuses to open. Not
-/// fixed: the commit would have to save the lost chunks it puts at risk before rewriting parity.
+/// Seed 257 under strict mode (fixed): eplog (2+3) with devices 1 and 3 failed lost power in a
+/// parity commit that a write triggered; the reopened array could not rerun the commit ("stripe 6:
+/// chunk 0 is lost and an interrupted parity commit may have torn the parity") and refused to open.
+/// The commit now saves the lost chunks it decodes through the parity in the journal before it
+/// overwrites that parity, and a lost chunk of a device failed before the commit that is not in the
+/// journal sits in a stripe whose parity the commit never reached.
 #[test]
-#[ignore = "known: eplog parity commit interrupted while degraded (docs/array.md, Deterministic simulation)"]
 fn strict_seed_257_eplog_degraded_commit_cut() {
     strict(257);
+}
+
+/// Seed 748 (md (2+1)), found once degraded power cuts were simulated: step 18 updated stripe 39
+/// in place while the array was whole, device 0 fail-stopped (step 19), the write of step 20 found
+/// it failed, and the power cut of step 21 came with step 18's writes still unflushed: the torn
+/// parity made device 0's chunk decode to bytes never written (byte 79872), and the resync cannot
+/// repair a stripe with a failed device. The array now flushes and syncs its metadata as soon as
+/// I/O finds a device failed (`Array::settle_failures`).
+#[test]
+fn seed_748_md_failure_found_by_a_write_then_power_cut() {
+    if let Err(f) = run_seed(748, &SimOptions::default()) {
+        panic!("{f}");
+    }
 }
 
 /// Found by seed 1939 (pl (4+2)): a power cut left a pl parity commit in progress and a torn,

@@ -51,8 +51,8 @@ struct ArraySimArgs {
     /// Steps per seed
     #[arg(long, default_value_t = ecstack_array::sim::DEFAULT_STEPS)]
     steps: usize,
-    /// Also cut the power of md/pl arrays while degraded with unflushed writes (the documented
-    /// write hole; see docs/array.md)
+    /// Also cut the power of md/pl arrays with unflushed writes while a device is impaired that
+    /// the array has not noticed yet (the remaining write hole; see docs/array.md)
     #[arg(long)]
     strict: bool,
     /// Print every step of each seed to stderr
@@ -230,10 +230,14 @@ fn run_array(a: ArraySimArgs) -> Result<()> {
         "  {} bytes checked against the model, 0 lost acknowledged writes",
         x.bytes_checked
     );
+    println!(
+        "  {} power cuts while degraded (journal replays and commit reruns included)",
+        x.degraded_power_cuts
+    );
     if !a.strict {
         println!(
-            "  md/pl kept out of the degraded write hole: {} flushes before a degraded power cut, {} faults deferred (--strict to include it)",
-            x.degraded_cut_syncs, x.faults_deferred
+            "  md/pl kept out of the unnoticed-failure hole: {} flushes before a power cut with a device impaired that the array had not noticed, {} silent faults deferred while a mid-operation cut was pending (--strict to include it)",
+            x.unnoticed_cut_syncs, x.faults_deferred
         );
     }
     if a.seeds > 1 {

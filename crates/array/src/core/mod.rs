@@ -3,6 +3,8 @@
 //! `io`; the schemes, `recovery`, `status` and the `Array` facade depend on it.
 
 mod alloc;
+mod journal;
+mod journaled;
 mod stats;
 mod stripe;
 
@@ -20,6 +22,7 @@ use crate::meta::{MetaVolume, Rec};
 use crate::{ArrayError, Result};
 
 pub(crate) use alloc::{Alloc, MetaInner};
+pub(crate) use journal::Journal;
 pub(crate) use stats::Stats;
 pub use stats::{CommitReport, RebuildReport};
 
@@ -34,6 +37,12 @@ pub(crate) struct Core {
     pub(crate) sb: Mutex<Superblock>,
     pub(crate) stats: Stats,
     pub(crate) trim_on_commit: AtomicBool,
+    /// The journal of degraded in-place updates (lock order: `metavol`, then `journal`, then
+    /// `meta`).
+    pub(crate) journal: Mutex<Journal>,
+    /// Held by one journaled update at a time, from saving its entries to its last write, so the
+    /// live entries stay within one group (they must fit the incremental area after a checkpoint).
+    pub(crate) journal_gate: Mutex<()>,
 }
 
 impl std::fmt::Debug for Core {
@@ -74,10 +83,13 @@ impl Core {
         code: Box<dyn ErasureCode>,
         devs: Devs,
         meta: MetaInner,
-        metavol: MetaVolume,
+        mut metavol: MetaVolume,
     ) -> Core {
         let g = sb.geometry.clone();
+        let journal = Journal::recovered(std::mem::take(&mut metavol.journal));
         Core {
+            journal: Mutex::new(journal),
+            journal_gate: Mutex::new(()),
             log_codes: (0..=g.n).map(|_| OnceLock::new()).collect(),
             code,
             devs,
@@ -119,16 +131,21 @@ impl Core {
     /// records (or a full checkpoint when the incremental area is full) and flush the volume.
     pub(crate) fn persist(&self) -> Result<()> {
         let mut mv = lock(&self.metavol);
+        // Journal entries whose writes returned before the flush are dead after it.
+        let done = lock(&self.journal).take_done();
         self.devs.flush_all();
         let (recs, cp) = {
             let mut mi = self.meta();
+            for id in done {
+                mi.record(Rec::JournalDone { id });
+            }
             for d in self.devs.failed_list() {
                 if !mi.state.failed.contains(&(d as u16)) {
                     mi.record(Rec::DeviceFailed { dev: d as u16 });
                 }
             }
             let recs = std::mem::take(&mut mi.pending);
-            if recs.is_empty() || mv.fits(crate::meta::frame_len(&recs)) {
+            if recs.is_empty() || mv.fits_records(&recs) {
                 (recs, None)
             } else {
                 (Vec::new(), Some(mi.state.encode()))
@@ -137,6 +154,7 @@ impl Core {
         let t = Instant::now();
         if let Some(body) = cp {
             self.write_checkpoint(&mut mv, &body)?;
+            self.append_live_journal(&mut mv)?;
         } else if !recs.is_empty() {
             mv.append(&recs)?;
         }
@@ -149,6 +167,7 @@ impl Core {
     /// Write a full checkpoint of the current state (after flushing the devices).
     pub(crate) fn checkpoint(&self) -> Result<()> {
         let mut mv = lock(&self.metavol);
+        lock(&self.journal).take_done();
         self.devs.flush_all();
         let body = {
             let mut mi = self.meta();
@@ -160,7 +179,8 @@ impl Core {
             mi.pending.clear();
             mi.state.encode()
         };
-        self.write_checkpoint(&mut mv, &body)
+        self.write_checkpoint(&mut mv, &body)?;
+        self.append_live_journal(&mut mv)
     }
 
     /// Write a full checkpoint; when its areas grow, the superblock records the new layout (lock
@@ -171,6 +191,23 @@ impl Core {
             let old = std::mem::replace(&mut sb.layout, layout.clone());
             store_superblock(&mut sb, dev).inspect_err(|_| sb.layout = old)
         })
+    }
+
+    /// After a full checkpoint (which does not hold the journal): the live journal entries again,
+    /// in frames of at most a group each.
+    fn append_live_journal(&self, mv: &mut MetaVolume) -> Result<()> {
+        let live = lock(&self.journal).live_records();
+        let limit = journal::group_bytes(&mv.layout);
+        let mut start = 0;
+        while start < live.len() {
+            let mut end = start + 1;
+            while end < live.len() && crate::meta::frame_len(&live[start..=end]) <= limit {
+                end += 1;
+            }
+            mv.append(&live[start..end])?;
+            start = end;
+        }
+        Ok(())
     }
 
     pub(crate) fn begin_commit(&self) -> Result<()> {

@@ -146,13 +146,34 @@ impl Core {
                 let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
                 parities.push(self.encode_parity(&refs)?);
             }
-            let mut ops = Vec::new();
-            for (s, par) in batch.iter().zip(&parities) {
-                for (i, b) in par.iter().enumerate() {
-                    ops.push(Wr::new(g.dev_of(*s, g.k + i), g.off(*s), b));
-                }
-            }
-            self.devs.write(&mut ops);
+            // With a main device failed every stripe is degraded: a torn parity write would make
+            // its lost chunk decode to bytes never written, so the stripes go through the journal
+            // (their data saved whole; recovery rewrites them from it).
+            let degraded = (0..g.n).any(|d| self.devs.is_failed(d));
+            self.journaled(
+                batch.len(),
+                &|i| {
+                    let saved = match degraded {
+                        true => data[i]
+                            .iter()
+                            .enumerate()
+                            .map(|(p, c)| (p as u16, c.clone()))
+                            .collect(),
+                        false => Vec::new(),
+                    };
+                    (batch[i], saved)
+                },
+                &mut |r| {
+                    let mut ops = Vec::new();
+                    for (s, par) in batch[r.clone()].iter().zip(&parities[r]) {
+                        for (i, b) in par.iter().enumerate() {
+                            ops.push(Wr::new(g.dev_of(*s, g.k + i), g.off(*s), b));
+                        }
+                    }
+                    self.devs.write(&mut ops);
+                    Ok(())
+                },
+            )?;
         }
         Ok(())
     }

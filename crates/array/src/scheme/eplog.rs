@@ -216,14 +216,68 @@ impl Eplog {
             )));
         }
         if rerun && ds.pending() {
+            // The interrupted commit saved it before overwriting the parity.
+            if let Some(saved) = core.journal_saved(s, pos) {
+                return Ok(saved);
+            }
+            // Not saved, but its device was failed in the metadata the interrupted commit left:
+            // the commit saw it failed (or saved what it had read before it failed) and would have
+            // saved the chunk before overwriting this stripe's parity, so the parity is untouched.
+            if core.failed_at_open(g.dev_of(s, pos)) {
+                return Self::decode_through_parity(core, s, &ds.committed, pos);
+            }
             return Err(ArrayError::DataLoss(format!(
                 "stripe {s}: chunk {pos} is lost and an interrupted parity commit may have torn the parity"
             )));
         }
-        let mut slots: Vec<Option<u64>> = ds.committed.clone();
-        slots.extend((0..g.m).map(|_| Some(s)));
+        Self::decode_through_parity(core, s, &ds.committed, pos)
+    }
+
+    /// Decode data chunk `pos` of stripe `s` from the data chunks at `data_slots` and the parity.
+    fn decode_through_parity(
+        core: &Core,
+        s: u64,
+        data_slots: &[Option<u64>],
+        pos: usize,
+    ) -> Result<Vec<u8>> {
+        let mut slots: Vec<Option<u64>> = data_slots.to_vec();
+        slots.extend((0..core.geo.m).map(|_| Some(s)));
         let mut sh = core.decode_stripe(s, &slots, &[], &|_, _| Ok(()))?;
         Ok(std::mem::take(&mut sh[pos]))
+    }
+
+    /// A device failed during a parity commit, after the commit had read its chunks of the stripes
+    /// `done` and rewritten their parity from them. Make that parity durable, then save the
+    /// committed-only chunks of those stripes on the devices newly failed (decoded from the latest
+    /// versions and the new parity): a rerun after a crash finds them in the journal, and a lost
+    /// chunk it does not find there sits in a stripe whose parity the commit never touched.
+    /// Returns the ids to release when the commit is done.
+    fn save_after_failure(
+        core: &Core,
+        done: &[(u64, DataStripe)],
+        newly: &[usize],
+    ) -> Result<Vec<u64>> {
+        let g = &core.geo;
+        core.persist()?;
+        let mut entries = Vec::new();
+        for (s, ds) in done {
+            let mut chunks = Vec::new();
+            for p in 0..g.k {
+                if ds.latest[p].is_some() || ds.committed[p].is_none() {
+                    continue;
+                }
+                if newly.contains(&g.dev_of(*s, p)) {
+                    let latest: Vec<Option<u64>> = (0..g.k)
+                        .map(|q| ds.latest[q].map(|(slot, _)| slot).or(ds.committed[q]))
+                        .collect();
+                    chunks.push((p as u16, Self::decode_through_parity(core, *s, &latest, p)?));
+                }
+            }
+            if !chunks.is_empty() {
+                entries.push((*s, chunks));
+            }
+        }
+        core.journal_hold(entries)
     }
 
     /// The full current content of data chunk (s, pos) when its device cannot serve it.
@@ -554,7 +608,9 @@ impl Eplog {
         let mut decoded = 0u64;
         let mut early = Self::decode_lost_in_log_order(core, &touched, &logs)?;
         decoded += early.len() as u64;
-        for batch in touched.chunks(COMMIT_BATCH_STRIPES) {
+        let mut failed = core.devs.failed_list();
+        let mut held = Vec::new();
+        for (b, batch) in touched.chunks(COMMIT_BATCH_STRIPES).enumerate() {
             // Line 2: read the latest version of every data chunk of the touched stripes.
             let mut data: Vec<Vec<Vec<u8>>> = batch.iter().map(|_| vec![vec![0u8; c]; k]).collect();
             let mut lost = Vec::new();
@@ -585,6 +641,9 @@ impl Eplog {
             // Lines 3-6: recover unavailable chunks: from the log stripe if updated (all of the
             // batch's log stripes read in one round), otherwise from the data stripe.
             let mut from_log: Vec<((usize, usize), &LogStripe, usize)> = Vec::new();
+            // Lost chunks decoded through the parity this batch overwrites: saved in the journal
+            // first, or a rerun after a crash could not decode them from the torn parity.
+            let mut through_parity: Vec<Vec<usize>> = vec![Vec::new(); batch.len()];
             for (i, p) in lost {
                 let (s, ds) = &batch[i];
                 if let Some(b) = early.remove(&(*s, p)) {
@@ -605,7 +664,10 @@ impl Eplog {
                             })?;
                         from_log.push(((i, p), ls, idx));
                     }
-                    None => data[i][p] = Self::decode_committed(core, *s, ds, p, rerun)?,
+                    None => {
+                        data[i][p] = Self::decode_committed(core, *s, ds, p, rerun)?;
+                        through_parity[i].push(p);
+                    }
                 }
             }
             if !from_log.is_empty() {
@@ -617,20 +679,45 @@ impl Eplog {
                     data[*i][*p] = b;
                 }
             }
+            let now = core.devs.failed_list();
+            if now != failed {
+                let newly: Vec<usize> = now
+                    .iter()
+                    .filter(|d| !failed.contains(d))
+                    .copied()
+                    .collect();
+                let done = &touched[..b * COMMIT_BATCH_STRIPES];
+                held.extend(Self::save_after_failure(core, done, &newly)?);
+                failed = now;
+            }
             // Lines 8-12: new parity from the latest data, written in place.
             let mut parities = Vec::with_capacity(batch.len());
             for d in &data {
                 let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
                 parities.push(core.encode_parity(&refs)?);
             }
-            let mut ops = Vec::new();
-            for ((s, ds), par) in batch.iter().zip(&parities) {
+            for (_, ds) in batch {
                 chunks += ds.latest.iter().filter(|l| l.is_some()).count() as u64;
-                for (i, b) in par.iter().enumerate() {
-                    ops.push(Wr::new(g.dev_of(*s, k + i), g.off(*s), b));
-                }
             }
-            core.devs.write(&mut ops);
+            core.journaled(
+                batch.len(),
+                &|i| {
+                    let mut ps = through_parity[i].clone();
+                    ps.sort_unstable();
+                    let saved = ps.into_iter().map(|p| (p as u16, data[i][p].clone()));
+                    (batch[i].0, saved.collect())
+                },
+                &mut |r| {
+                    let mut ops = Vec::new();
+                    for ((s, _), par) in batch[r.clone()].iter().zip(&parities[r]) {
+                        for (i, b) in par.iter().enumerate() {
+                            ops.push(Wr::new(g.dev_of(*s, k + i), g.off(*s), b));
+                        }
+                    }
+                    core.devs.write(&mut ops);
+                    Ok(())
+                },
+            )?;
         }
         // Lines 13-14: free old versions and obsolete log chunks (after the commit is durable).
         let mut frees: Vec<(usize, u64)> = Vec::new();
@@ -670,6 +757,7 @@ impl Eplog {
             );
         }
         let freed = frees.len() as u64;
+        core.journal_release(held);
         core.finish_commit(frees)?;
         let after = core.main_counters();
         Ok(CommitReport {

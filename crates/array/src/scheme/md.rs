@@ -9,7 +9,7 @@ use super::{ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
 use crate::core::Core;
 use crate::io::{Rd, Wr};
 use crate::meta::Rec;
-use crate::{Result, SchemeKind};
+use crate::{ArrayError, Result, SchemeKind};
 
 pub struct Md;
 
@@ -92,6 +92,64 @@ pub(crate) fn write_full_stripes(core: &Core, stripes: &[(u64, Vec<Vec<u8>>)]) -
     core.check_tolerance()
 }
 
+/// Write whole stripes of a degraded array in place under the journal: each stripe's k data chunks
+/// (its content after the write) are saved durably first, so a crash that tears the writes is
+/// repaired on open by writing the stripe again from the journal ([`replay_journal`]). Without it
+/// a torn data or parity chunk makes the failed device's chunk decode to bytes never written.
+pub(crate) fn write_full_journaled(core: &Core, stripes: &[(u64, Vec<Vec<u8>>)]) -> Result<()> {
+    if stripes.is_empty() {
+        return Ok(());
+    }
+    core.journaled(
+        stripes.len(),
+        &|i| {
+            let (s, data) = &stripes[i];
+            let chunks = data
+                .iter()
+                .enumerate()
+                .map(|(p, c)| (p as u16, c.clone()))
+                .collect();
+            (*s, chunks)
+        },
+        &mut |r| write_full_stripes(core, &stripes[r]),
+    )
+}
+
+/// On open (md, pl): rewrite every stripe a journal entry saved (data as saved, parity computed),
+/// so a degraded update a crash interrupted ends as its new data, consistent with its parity; pl
+/// drops the stripe's log entries (the parity is whole again). Made durable before returning.
+pub(crate) fn replay_journal(core: &Core) -> Result<u64> {
+    let g = &core.geo;
+    let mut stripes = Vec::new();
+    for (s, chunks) in core.journal_replay() {
+        if !core.meta().state.is_written(s) {
+            continue;
+        }
+        if chunks.len() != g.k {
+            return Err(ArrayError::Meta(format!(
+                "journal entry of stripe {s} saves {} of its {} data chunks",
+                chunks.len(),
+                g.k
+            )));
+        }
+        stripes.push((s, chunks.into_values().collect::<Vec<_>>()));
+    }
+    if stripes.is_empty() {
+        return Ok(0);
+    }
+    write_full_stripes(core, &stripes)?;
+    {
+        let mut mi = core.meta();
+        for (s, _) in &stripes {
+            if mi.state.pl_logs.contains_key(s) {
+                mi.record(Rec::PlReset { stripe: *s });
+            }
+        }
+    }
+    core.persist()?;
+    Ok(stripes.len() as u64)
+}
+
 impl UpdateScheme for Md {
     fn kind(&self) -> SchemeKind {
         SchemeKind::Md
@@ -116,8 +174,10 @@ impl UpdateScheme for Md {
                 .map(|&s| (s, mi.state.is_written(s)))
                 .collect()
         };
-        // Stripes written whole (new stripes, full-stripe writes, degraded stripes).
+        // Stripes written whole (new stripes, full-stripe writes).
         let mut full: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
+        // Written stripes with a failed device: written whole under the journal.
+        let mut journaled: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
         let mut new_stripes = Vec::new();
         // Partial stripes: (stripe, writes, rmw?)
         let mut partial: Vec<(u64, &Vec<&ChunkWrite>, bool)> = Vec::new();
@@ -136,8 +196,12 @@ impl UpdateScheme for Md {
                 }
                 if !written[&s] {
                     new_stripes.push(s);
+                    full.push((s, data));
+                } else if degraded {
+                    journaled.push((s, data));
+                } else {
+                    full.push((s, data));
                 }
-                full.push((s, data));
             } else {
                 let w = wl.len();
                 let rmw = w + m < k - w;
@@ -206,7 +270,8 @@ impl UpdateScheme for Md {
                     .collect(),
             ));
         }
-        // Phase 3: all writes in one batch.
+        // Phase 3: degraded stripes under the journal, then all other writes in one batch.
+        write_full_journaled(core, &journaled)?;
         let mut parities = Vec::new();
         for (s, data) in &full {
             let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use super::md::{by_stripe, read_in_place, write_full_stripes};
+use super::md::{by_stripe, read_in_place, write_full_journaled, write_full_stripes};
 use super::{ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
 use crate::core::Core;
 use crate::io::{Rd, Wr};
@@ -84,10 +84,19 @@ impl UpdateScheme for Pl {
         let mut new_stripes = Vec::new();
         let mut reset = Vec::new();
         let mut partial = Vec::new();
+        // Written stripes with a failed main device: decoded, patched and written whole under the
+        // journal (a log entry cannot make a torn in-place update of a degraded stripe safe).
+        let mut degraded = Vec::new();
         {
             let mi = core.meta();
             for (&s, wl) in &groups {
-                if !mi.state.is_written(s) {
+                let failed = (0..g.n).any(|p| core.devs.is_failed(g.dev_of(s, p)));
+                if failed && mi.state.is_written(s) {
+                    if mi.state.pl_logs.contains_key(&s) {
+                        reset.push(s);
+                    }
+                    degraded.push((s, wl));
+                } else if !mi.state.is_written(s) {
                     let mut data = vec![vec![0u8; c]; k];
                     for w in wl {
                         data[w.pos].copy_from_slice(w.data);
@@ -112,6 +121,21 @@ impl UpdateScheme for Pl {
                 return Ok(WriteOutcome::NeedCommit);
             }
         }
+        let mut journaled: Vec<(u64, Vec<Vec<u8>>)> = Vec::with_capacity(degraded.len());
+        for (s, wl) in degraded {
+            let mut data = if wl.len() == k {
+                vec![vec![0u8; c]; k]
+            } else {
+                let mut sh = self.degraded(core, s)?;
+                sh.truncate(k);
+                sh
+            };
+            for w in wl {
+                data[w.pos].copy_from_slice(w.data);
+            }
+            journaled.push((s, data));
+        }
+        write_full_journaled(core, &journaled)?;
         // Pre-read the old data chunks of partial stripes (decoding chunks on failed devices).
         let mut olds: Vec<Vec<Vec<u8>>> = Vec::with_capacity(partial.len());
         let mut need_decode = Vec::new();
@@ -133,6 +157,11 @@ impl UpdateScheme for Pl {
                 if !o.ok {
                     need_decode.push(*w);
                 }
+            }
+            if !need_decode.is_empty() && core.devs.failed_count() > 0 {
+                // A device failed under us: start over, its stripes now degraded (journaled).
+                drop(ops);
+                return self.write(core, ws);
             }
             drop(ops);
             olds.append(&mut bufs);
