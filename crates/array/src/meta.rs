@@ -2073,10 +2073,12 @@ mod tests {
                 Rec::Dirty { .. } => 9,
                 Rec::Clean => 10,
                 Rec::Discard { .. } => 11,
+                Rec::Journal(_) => 12,
+                Rec::JournalDone { .. } => 13,
             }
         }
         let stripe = rng.below(g.stripes);
-        let r = match rng.below(16) {
+        let r = match rng.below(18) {
             0 => Rec::StripeWritten { stripe },
             1 => Rec::FullStripe { stripe },
             2 => Rec::PlLog {
@@ -2097,6 +2099,12 @@ mod tests {
             },
             9 => Rec::Clean,
             10 => Rec::Discard { stripe },
+            11 => Rec::Journal(JournalEntry {
+                id: rng.below(100),
+                stripe,
+                chunks: vec![(rng.below(g.k as u64) as u16, vec![7; g.chunk as usize])],
+            }),
+            12 => Rec::JournalDone { id: rng.below(100) },
             _ => {
                 let mut members: Vec<Member> = Vec::new();
                 for _ in 0..1 + rng.below(g.k as u64) {
@@ -2119,7 +2127,7 @@ mod tests {
                 }
             }
         };
-        assert!(kind(&r) < 12);
+        assert!(kind(&r) < 14);
         r
     }
 
