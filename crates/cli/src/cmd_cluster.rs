@@ -1,20 +1,41 @@
 //! `ecstack cluster ...`: the CodFS cluster's commands. `init` and `cert` make a cluster's config
-//! and certificates (the work is in `ecstack_rpc::init`).
+//! and certificates (the work is in `ecstack_rpc::init`); the client commands (put, get, update, rm,
+//! ls, stat, status, osd out) and `cluster up`, a local cluster of child processes, are arguments
+//! only: the work is in `ecstack_client`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use ecstack_client::{Client, LocalCluster, LocalSpec};
 use ecstack_codes::{new_code, CodeKind};
+use ecstack_mds::{ClusterStatus, FileInfo, OsdState};
 use ecstack_rpc::init::{init_cluster, issue_certificate, InitOptions, DEFAULT_MDS_ADDR};
 use ecstack_rpc::ClusterConfig;
+use serde_json::json;
 
-use crate::util::{fmt_size, parse_size};
+use crate::util::{fmt_size, parse_size, print_json};
 
 #[derive(Args)]
 pub struct ClusterArgs {
     #[command(subcommand)]
     cmd: ClusterCmd,
+}
+
+/// How a client finds and authenticates to its cluster.
+#[derive(Args, Clone)]
+struct Conn {
+    /// The cluster's config (default: $ECSTACK_CLUSTER, a file or a directory holding cluster.toml,
+    /// else ./ecstack-cluster/cluster.toml)
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Certificate to authenticate with (certs/NAME.pem in the cluster's directory)
+    #[arg(long, default_value = "client")]
+    name: String,
+    /// Plain HTTP/2 without TLS (loopback experiments only; the daemons must run --insecure too)
+    #[arg(long)]
+    insecure: bool,
 }
 
 #[derive(Subcommand)]
@@ -23,6 +44,112 @@ enum ClusterCmd {
     Init(InitArgs),
     /// Issue one more certificate from the cluster's CA (an extra OSD or client)
     Cert(CertArgs),
+    /// Store a local file in the cluster as PATH (replaces PATH when it completes)
+    Put {
+        local: PathBuf,
+        path: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Read PATH (or a byte range of it) into LOCAL, or to stdout with `-` or no LOCAL
+    Get {
+        path: String,
+        local: Option<String>,
+        /// First byte to read
+        #[arg(long, default_value = "0", value_parser = parse_size_arg)]
+        offset: u64,
+        /// Bytes to read (default: to the end of the file)
+        #[arg(long, value_parser = parse_size_arg)]
+        length: Option<u64>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Overwrite a byte range inside an existing file (an FO update at each segment's primary OSD)
+    Update {
+        path: String,
+        #[arg(long, value_parser = parse_size_arg)]
+        offset: u64,
+        /// The new bytes, from a local file
+        #[arg(long, conflicts_with = "data", required_unless_present = "data")]
+        file: Option<PathBuf>,
+        /// The new bytes, as a string
+        #[arg(long)]
+        data: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Remove a file
+    Rm {
+        path: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// List files (whose path starts with PREFIX)
+    Ls {
+        prefix: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// A file's size and the layout of its segments (primary OSD, chunk holders and states)
+    Stat {
+        path: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// OSDs up/down/out, segments healthy/degraded/recovering/lost, recovery progress
+    Status {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// OSD administration
+    Osd {
+        #[command(subcommand)]
+        cmd: OsdCmd,
+    },
+    /// Start an MDS and N OSDs on 127.0.0.1 as child processes (a new cluster in DIR unless one is
+    /// there); Ctrl-C stops them all
+    Up(UpArgs),
+}
+
+#[derive(Subcommand)]
+enum OsdCmd {
+    /// Declare an OSD (id or name) out: its chunks are rebuilt on other OSDs
+    Out {
+        osd: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Args)]
+struct UpArgs {
+    /// Number of OSDs
+    #[arg(long, default_value_t = 8)]
+    osds: usize,
+    /// The cluster's directory (config, certificates, MDS database, OSD stores, logs)
+    #[arg(long, default_value = "ecstack-cluster")]
+    dir: PathBuf,
+    /// Data chunks per segment (a new cluster only)
+    #[arg(short = 'k', default_value_t = 6)]
+    k: u32,
+    /// Parity chunks per segment (a new cluster only)
+    #[arg(short = 'm', default_value_t = 2)]
+    m: u32,
+    /// Code family (a new cluster only): rs-vand, rs-cauchy, ...
+    #[arg(long, default_value = "rs-vand")]
+    family: String,
+    /// Segment size (a new cluster only), 1M-64M, a multiple of k
+    #[arg(long, default_value = "12M", value_parser = parse_size_arg)]
+    segment_size: u64,
+    /// Run the daemons without TLS (loopback experiments only)
+    #[arg(long)]
+    insecure: bool,
 }
 
 #[derive(Args)]
@@ -70,10 +197,405 @@ struct CertArgs {
     force: bool,
 }
 
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    ecstack_base::parse_size(s)
+}
+
+/// The config path: `--config`, else $ECSTACK_CLUSTER, else ./ecstack-cluster/cluster.toml; a
+/// directory means its cluster.toml.
+fn config_path(conn: &Conn) -> PathBuf {
+    let p = conn
+        .config
+        .clone()
+        .or_else(|| std::env::var_os("ECSTACK_CLUSTER").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("ecstack-cluster"));
+    if p.is_dir() {
+        p.join("cluster.toml")
+    } else {
+        p
+    }
+}
+
+fn connect(conn: &Conn) -> Result<Client> {
+    if conn.insecure {
+        eprintln!(
+            "ecstack: WARNING: --insecure: no TLS, no authentication (loopback experiments only)"
+        );
+    }
+    Ok(Client::from_config_file(
+        &config_path(conn),
+        &conn.name,
+        conn.insecure,
+    )?)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
 pub fn run(a: ClusterArgs) -> Result<()> {
+    let rt = runtime()?;
+    rt.block_on(run_async(a))
+}
+
+async fn run_async(a: ClusterArgs) -> Result<()> {
     match a.cmd {
-        ClusterCmd::Init(a) => init(a),
-        ClusterCmd::Cert(a) => cert(a),
+        ClusterCmd::Put { local, path, conn } => {
+            let client = connect(&conn)?;
+            let size = client.put_file(&path, &local).await?;
+            println!("stored {} as {path} ({})", local.display(), fmt_size(size));
+        }
+        ClusterCmd::Get {
+            path,
+            local,
+            offset,
+            length,
+            conn,
+        } => {
+            let client = connect(&conn)?;
+            match local.as_deref() {
+                None | Some("-") => {
+                    use std::os::fd::AsFd;
+                    let fd = std::io::stdout()
+                        .as_fd()
+                        .try_clone_to_owned()
+                        .context("cannot write to stdout")?;
+                    let mut out = tokio::fs::File::from_std(std::fs::File::from(fd));
+                    client.get(&path, offset, length, &mut out).await?;
+                }
+                Some(file) => {
+                    let mut out = tokio::fs::File::create(file)
+                        .await
+                        .with_context(|| format!("cannot create {file}"))?;
+                    let n = client.get(&path, offset, length, &mut out).await?;
+                    out.sync_all()
+                        .await
+                        .with_context(|| format!("cannot write {file}"))?;
+                    eprintln!("read {path} into {file} ({})", fmt_size(n));
+                }
+            }
+        }
+        ClusterCmd::Update {
+            path,
+            offset,
+            file,
+            data,
+            conn,
+        } => {
+            let bytes = match (file, data) {
+                (Some(f), _) => {
+                    std::fs::read(&f).with_context(|| format!("cannot read {}", f.display()))?
+                }
+                (None, Some(d)) => d.into_bytes(),
+                (None, None) => anyhow::bail!("update needs --file or --data"),
+            };
+            let client = connect(&conn)?;
+            client.update(&path, offset, &bytes).await?;
+            println!(
+                "updated {path}: {} at offset {offset}",
+                fmt_size(bytes.len() as u64)
+            );
+        }
+        ClusterCmd::Rm { path, conn } => {
+            connect(&conn)?.remove(&path).await?;
+            println!("removed {path}");
+        }
+        ClusterCmd::Ls { prefix, json, conn } => {
+            let files = connect(&conn)?
+                .list(prefix.as_deref().unwrap_or(""))
+                .await?;
+            if json {
+                let v: Vec<_> = files
+                    .iter()
+                    .map(|f| {
+                        json!({"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms, "segments": f.segments})
+                    })
+                    .collect();
+                print_json(&v)?;
+            } else {
+                for f in &files {
+                    println!("{:>12}  {:>4} seg  {}", f.size, f.segments, f.path);
+                }
+            }
+        }
+        ClusterCmd::Stat { path, json, conn } => {
+            let info = connect(&conn)?.stat(&path).await?;
+            if json {
+                print_json(&file_json(&info))?;
+            } else {
+                print_stat(&info);
+            }
+        }
+        ClusterCmd::Status { json, conn } => {
+            let status = connect(&conn)?.status().await?;
+            if json {
+                print_json(&status_json(&status))?;
+            } else {
+                print_status(&status);
+            }
+        }
+        ClusterCmd::Osd {
+            cmd: OsdCmd::Out { osd, conn },
+        } => {
+            let (id, chunks) = connect(&conn)?.osd_out(&osd).await?;
+            println!("OSD {id} is out; {chunks} chunks will be rebuilt on other OSDs");
+        }
+        ClusterCmd::Up(a) => up(a).await?,
+        ClusterCmd::Init(a) => init(a)?,
+        ClusterCmd::Cert(a) => cert(a)?,
+    }
+    Ok(())
+}
+
+fn state_name(s: OsdState) -> &'static str {
+    match s {
+        OsdState::Up => "up",
+        OsdState::Down => "down",
+        OsdState::Out => "out",
+    }
+}
+
+fn file_json(f: &FileInfo) -> serde_json::Value {
+    json!({
+        "path": f.path,
+        "file_id": f.file_id,
+        "size": f.size,
+        "mtime_ms": f.mtime_ms,
+        "segment_bytes": f.segment_bytes,
+        "segments": f.segments.iter().map(|s| json!({
+            "index": s.index,
+            "segment_id": s.segment_id,
+            "length": s.length,
+            "primary": s.primary,
+            "primary_addr": s.primary_addr,
+            "epoch": s.epoch,
+            "chunks": s.chunks.iter().map(|c| json!({
+                "index": c.index, "osd_id": c.osd_id, "addr": c.addr,
+                "state": format!("{:?}", c.state).to_lowercase(),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_stat(f: &FileInfo) {
+    println!(
+        "{}: {} ({} bytes), {} segments of up to {}",
+        f.path,
+        fmt_size(f.size),
+        f.size,
+        f.segments.len(),
+        fmt_size(f.segment_bytes)
+    );
+    for s in &f.segments {
+        let chunks: Vec<String> = s
+            .chunks
+            .iter()
+            .map(|c| {
+                let state = format!("{:?}", c.state).to_lowercase();
+                if state == "healthy" {
+                    format!("{}@{}", c.index, c.osd_id)
+                } else {
+                    format!("{}@{}({state})", c.index, c.osd_id)
+                }
+            })
+            .collect();
+        println!(
+            "  segment {:>4}  id {:<8} {:>10}  primary osd {}  chunks {}",
+            s.index,
+            s.segment_id,
+            fmt_size(s.length),
+            s.primary,
+            chunks.join(" ")
+        );
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Seconds recovery has run (to its end, or to now while it runs); `None` when none ran.
+fn recovery_secs(s: &ClusterStatus) -> Option<f64> {
+    let r = &s.recovery;
+    if r.started_ms == 0 {
+        return None;
+    }
+    let end = if r.finished_ms == 0 {
+        now_ms()
+    } else {
+        r.finished_ms
+    };
+    Some(end.saturating_sub(r.started_ms) as f64 / 1000.0)
+}
+
+fn status_json(s: &ClusterStatus) -> serde_json::Value {
+    let count = |st: OsdState| s.osds.iter().filter(|o| o.state == st).count();
+    json!({
+        "cluster_id": s.cluster_id,
+        "code": {"family": s.params.code, "k": s.params.k, "m": s.params.m},
+        "segment_bytes": s.params.segment_bytes,
+        "osds_up": count(OsdState::Up),
+        "osds_down": count(OsdState::Down),
+        "osds_out": count(OsdState::Out),
+        "osds": s.osds.iter().map(|o| json!({
+            "osd_id": o.osd_id, "name": o.name, "addr": o.addr, "state": state_name(o.state),
+            "labels": o.labels, "capacity_bytes": o.capacity_bytes, "used_bytes": o.used_bytes,
+            "last_heartbeat_ms_ago": o.last_heartbeat_ms_ago,
+        })).collect::<Vec<_>>(),
+        "files": s.files,
+        "bytes": s.bytes,
+        "segments": {
+            "healthy": s.segments_healthy,
+            "degraded": s.segments_degraded,
+            "recovering": s.segments_recovering,
+            "lost": s.segments_lost,
+        },
+        "recovery": {
+            "chunks_total": s.recovery.chunks_total,
+            "chunks_done": s.recovery.chunks_done,
+            "bytes_done": s.recovery.bytes_done,
+            "started_ms": s.recovery.started_ms,
+            "finished_ms": s.recovery.finished_ms,
+            "running": s.recovery.started_ms != 0 && s.recovery.finished_ms == 0,
+            "secs": recovery_secs(s),
+        },
+    })
+}
+
+fn print_status(s: &ClusterStatus) {
+    let count = |st: OsdState| s.osds.iter().filter(|o| o.state == st).count();
+    println!(
+        "cluster {}  code {} k={} m={}  segments of {}",
+        s.cluster_id,
+        s.params.code,
+        s.params.k,
+        s.params.m,
+        fmt_size(s.params.segment_bytes)
+    );
+    println!(
+        "OSDs: {} up, {} down, {} out",
+        count(OsdState::Up),
+        count(OsdState::Down),
+        count(OsdState::Out)
+    );
+    for o in &s.osds {
+        println!(
+            "  {:>3} {:<10} {:<22} {:<5} used {:>10}  heartbeat {} ms ago",
+            o.osd_id,
+            o.name,
+            o.addr,
+            state_name(o.state),
+            fmt_size(o.used_bytes),
+            o.last_heartbeat_ms_ago
+        );
+    }
+    println!("files: {} ({})", s.files, fmt_size(s.bytes));
+    println!(
+        "segments: {} healthy, {} degraded, {} recovering, {} lost",
+        s.segments_healthy, s.segments_degraded, s.segments_recovering, s.segments_lost
+    );
+    let r = &s.recovery;
+    match recovery_secs(s) {
+        None => println!("recovery: none ran"),
+        Some(secs) => println!(
+            "recovery: {}/{} chunks, {} in {secs:.1} s{}",
+            r.chunks_done,
+            r.chunks_total,
+            fmt_size(r.bytes_done),
+            if r.finished_ms == 0 {
+                " (running)"
+            } else {
+                " (done)"
+            }
+        ),
+    }
+}
+
+async fn up(a: UpArgs) -> Result<()> {
+    if a.insecure {
+        eprintln!("ecstack: WARNING: --insecure: the daemons run without TLS or authentication (loopback experiments only)");
+    }
+    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
+    let mut spec = LocalSpec::new(exe, a.dir.clone(), a.osds);
+    spec.k = a.k;
+    spec.m = a.m;
+    spec.family = a.family;
+    spec.segment_bytes = a.segment_size;
+    spec.insecure = a.insecure;
+    let fresh = !spec.config_path().exists();
+    let mut cluster = LocalCluster::start(spec)?;
+    let config_path = cluster.config_path();
+    let client = Client::from_config_file(&config_path, "client", a.insecure)?;
+    let ready = client.wait_for_osds(a.osds, Duration::from_secs(30)).await;
+    cluster.check_alive()?;
+    let status = ready?;
+    println!(
+        "{} cluster {} in {}",
+        if fresh { "new" } else { "existing" },
+        status.cluster_id,
+        cluster.dir().display()
+    );
+    println!(
+        "  MDS   {}  (pid {})",
+        cluster.config().mds.addr,
+        pid_of(&cluster, "mds")
+    );
+    for o in &status.osds {
+        println!(
+            "  {:<6}{}  (id {}, pid {}, store {})",
+            o.name,
+            o.addr,
+            o.osd_id,
+            pid_of(&cluster, &o.name),
+            cluster.dir().join(&o.name).display()
+        );
+    }
+    println!("  logs  {}", cluster.log_dir().display());
+    println!("  config {}", config_path.display());
+    println!(
+        "try: ecstack cluster put FILE /path --config {}   (Ctrl-C stops the cluster)",
+        config_path.display()
+    );
+    wait_for_stop(&mut cluster).await?;
+    eprintln!("stopping the cluster");
+    cluster.stop();
+    Ok(())
+}
+
+fn pid_of(cluster: &LocalCluster, name: &str) -> String {
+    cluster
+        .pids()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, p)| p.to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Returns on SIGINT or SIGTERM; meanwhile reports a daemon that died (once).
+async fn wait_for_stop(cluster: &mut LocalCluster) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let mut reported = false;
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                if let Err(e) = cluster.check_alive() {
+                    if !reported {
+                        eprintln!("ecstack: warning: {e}");
+                        reported = true;
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 mod cmd_array;
 mod cmd_bench;
 mod cmd_cluster;
+mod cmd_demo;
 mod cmd_ec;
 mod cmd_experiment;
 mod cmd_mds;
@@ -41,8 +42,10 @@ enum Cmd {
     Nbd(cmd_nbd::NbdArgs),
     /// Erasure-coded array (EPLOG md / pl / eplog schemes): create, status, commit, fail, rebuild, serve over NBD
     Array(cmd_array::ArrayArgs),
-    /// The CodFS cluster: init (config and certificates), cert
+    /// CodFS cluster: init, cert, put/get/update/rm/ls/stat, status, osd out; `cluster up` starts a local cluster
     Cluster(cmd_cluster::ClusterArgs),
+    /// Start a local cluster (MDS + 8 OSDs, RS 6+2), store files, SIGKILL two OSDs, read degraded, recover, verify
+    Demo(cmd_demo::DemoArgs),
     /// Re-run published experiments on this machine (eplog: EPLOG §5 Exps 1-5)
     Experiment(cmd_experiment::ExperimentArgs),
     /// CodFS metadata server: files → segments → chunks on OSDs, OSD health, promotion, recovery
@@ -61,6 +64,7 @@ fn main() {
         Cmd::Experiment(a) => cmd_experiment::run(a),
         Cmd::Mds(a) => cmd_mds::run(a),
         Cmd::Cluster(a) => cmd_cluster::run(a),
+        Cmd::Demo(a) => cmd_demo::run(a),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.

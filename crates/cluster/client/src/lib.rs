@@ -2,3 +2,17 @@
 //! segment's primary OSD, with deadlines, retries with backoff and re-fetching a segment's layout
 //! after a primary promotion. The FUSE mount and RobuSTore build on this crate. It uses the MDS and
 //! OSD protocols through their typed clients, never their internals.
+//!
+//! Layout (dependencies point down): `error` → `segments` (file ranges → segment pieces) → `client`
+//! ([`Client`]) → `local` (a cluster of local processes: `ecstack cluster up`, tests) → `demo`
+//! (`ecstack demo`).
+
+mod client;
+pub mod demo;
+mod error;
+pub mod local;
+pub mod segments;
+
+pub use client::{summary, Client, ClientOptions};
+pub use error::ClientError;
+pub use local::{LocalCluster, LocalSpec};

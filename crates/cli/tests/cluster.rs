@@ -1,0 +1,387 @@
+//! The cluster through real processes on 127.0.0.1: put/get/update of random files and ranges
+//! against a byte model, listing and removal, the CLI commands, bad input (ranges, config,
+//! certificates of another cluster). Fault runs are in `cluster_faults.rs`.
+
+mod cluster_common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use cluster_common::*;
+use ecstack_base::Rng;
+use ecstack_client::{Client, ClientError, LocalCluster, LocalSpec};
+use ecstack_rpc::Security;
+
+/// Random puts, whole and ranged gets and updates (inside a segment, across segment boundaries,
+/// at the file's end) checked byte for byte against the model; then ls, stat and rm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_get_update_match_the_model() {
+    let rig = Rig::start(RigSpec::default()).await;
+    let seg = rig.segment_bytes as usize;
+    for seed in seeds(1) {
+        let mut rng = Rng::new(seed);
+        let mut model = Model::new();
+        let sizes = [0, 1, 4095, seg - 1, seg, seg + 1, 3 * seg + 12345];
+        for (i, &size) in sizes.iter().enumerate() {
+            let path = format!("/s{seed}/f{i}");
+            let data = random_bytes(&mut rng, size);
+            let n = rig.client.put(&path, &data[..]).await.unwrap();
+            assert_eq!(n, size as u64);
+            model.insert(path, FileModel::new(data));
+        }
+        for step in 0..60 {
+            let paths: Vec<String> = model.keys().cloned().collect();
+            let path = &paths[rng.below(paths.len() as u64) as usize];
+            let size = model[path].cur.len();
+            let ctx = format!("seed {seed} step {step} {path} ({size} bytes)");
+            if size == 0 {
+                let got = rig.client.read(path, 0, 0).await.unwrap();
+                assert!(got.is_empty(), "{ctx}");
+                continue;
+            }
+            let offset = rng.below(size as u64) as usize;
+            let len = 1 + rng.below((size - offset) as u64) as usize;
+            if rng.chance(0.5) {
+                let data = random_bytes(&mut rng, len);
+                rig.client
+                    .update(path, offset as u64, &data)
+                    .await
+                    .unwrap_or_else(|e| panic!("{ctx}: update {offset}+{len}: {e}"));
+                model.get_mut(path).unwrap().updated(offset, &data);
+            } else {
+                let got = rig
+                    .client
+                    .read(path, offset as u64, len as u64)
+                    .await
+                    .unwrap_or_else(|e| panic!("{ctx}: get {offset}+{len}: {e}"));
+                assert_eq!(got.len(), len, "{ctx}");
+                assert_eq!(
+                    model[path].check(offset, &got),
+                    None,
+                    "{ctx}: get {offset}+{len}"
+                );
+            }
+        }
+        for (path, f) in &model {
+            let got = rig.client.read(path, 0, f.cur.len() as u64).await.unwrap();
+            assert!(got == f.cur, "seed {seed}: {path} whole file differs");
+        }
+        let listed = rig.client.list(&format!("/s{seed}/")).await.unwrap();
+        let names: Vec<&str> = listed.iter().map(|f| f.path.as_str()).collect();
+        let want: Vec<&str> = model.keys().map(String::as_str).collect();
+        assert_eq!(names, want, "seed {seed}: listing");
+        let big = format!("/s{seed}/f6");
+        let info = rig.client.stat(&big).await.unwrap();
+        assert_eq!(info.size, model[&big].cur.len() as u64);
+        assert_eq!(info.segments.len(), 4);
+        for s in &info.segments {
+            assert_eq!(s.chunks.len(), (rig.k + rig.m) as usize);
+            let mut osds: Vec<u32> = s.chunks.iter().map(|c| c.osd_id).collect();
+            osds.sort_unstable();
+            osds.dedup();
+            assert_eq!(
+                osds.len(),
+                (rig.k + rig.m) as usize,
+                "two chunks on one OSD"
+            );
+        }
+        // Replacing a file (close-to-open): the new content, whole.
+        let data = random_bytes(&mut rng, 2 * seg + 7);
+        rig.client.put(&big, &data[..]).await.unwrap();
+        let got = rig.client.read(&big, 0, data.len() as u64).await.unwrap();
+        assert!(got == data, "replaced file");
+        rig.client.remove(&big).await.unwrap();
+        let e = rig.client.stat(&big).await.unwrap_err();
+        assert!(!e.is_retryable(), "{e}");
+        let listed = rig.client.list(&format!("/s{seed}/")).await.unwrap();
+        assert_eq!(listed.len(), model.len() - 1);
+    }
+}
+
+/// Ranges outside the file are one clear error each, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranges_outside_the_file_are_refused() {
+    let rig = Rig::start(RigSpec {
+        osds: 6,
+        ..RigSpec::default()
+    })
+    .await;
+    let data = vec![7u8; 1000];
+    rig.client.put("/r", &data[..]).await.unwrap();
+    for (offset, len) in [(1000u64, 1u64), (999, 2), (u64::MAX, 2)] {
+        let e = rig.client.read("/r", offset, len).await.unwrap_err();
+        assert!(matches!(e, ClientError::Range { .. }), "{e}");
+        let e = rig
+            .client
+            .update("/r", offset, &vec![1u8; len as usize])
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ClientError::Range { .. }), "{e}");
+        assert!(!e.to_string().contains('\n'));
+    }
+    assert_eq!(rig.client.read("/r", 0, 1000).await.unwrap(), data);
+    let e = rig.client.read("/missing", 0, 1).await.unwrap_err();
+    assert!(
+        !e.is_retryable() && e.to_string().contains("/missing"),
+        "{e}"
+    );
+}
+
+fn ecstack(args: &[&str]) -> std::process::Output {
+    Command::new(exe())
+        .args(args)
+        .env_remove("ECSTACK_CLUSTER")
+        .output()
+        .expect("run ecstack")
+}
+
+fn stderr_line(o: &std::process::Output) -> String {
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one error line, got: {e}");
+    assert!(lines[0].starts_with("ecstack: error: "), "{e}");
+    lines[0].to_owned()
+}
+
+/// The CLI end to end: put a file, get it whole and as a range (to a file and to stdout), update
+/// it, ls/stat/status as JSON, rm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_commands_round_trip() {
+    let rig = Rig::start(RigSpec {
+        osds: 6,
+        ..RigSpec::default()
+    })
+    .await;
+    let config = rig.cluster.config_path();
+    let config = config.to_str().unwrap();
+    let work = rig.dir.path();
+    let mut rng = Rng::new(5);
+    let data = random_bytes(&mut rng, 2_500_000);
+    let local = work.join("in.bin");
+    std::fs::write(&local, &data).unwrap();
+    let ok = |o: std::process::Output| {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    ok(ecstack(&[
+        "cluster",
+        "put",
+        local.to_str().unwrap(),
+        "/cli/a",
+        "--config",
+        config,
+    ]));
+    let out = work.join("out.bin");
+    ok(ecstack(&[
+        "cluster",
+        "get",
+        "/cli/a",
+        out.to_str().unwrap(),
+        "--config",
+        config,
+    ]));
+    assert!(std::fs::read(&out).unwrap() == data);
+    let o = ok(ecstack(&[
+        "cluster", "get", "/cli/a", "-", "--offset", "1048570", "--length", "100", "--config",
+        config,
+    ]));
+    assert_eq!(o.stdout, &data[1_048_570..1_048_670]);
+    ok(ecstack(&[
+        "cluster", "update", "/cli/a", "--offset", "1048575", "--data", "hello", "--config", config,
+    ]));
+    let o = ok(ecstack(&[
+        "cluster", "get", "/cli/a", "--offset", "1048574", "--length", "7", "--config", config,
+    ]));
+    let mut want = data[1_048_574..1_048_581].to_vec();
+    want[1..6].copy_from_slice(b"hello");
+    assert_eq!(o.stdout, want);
+    let o = ok(ecstack(&[
+        "cluster", "ls", "/cli/", "--json", "--config", config,
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["path"], "/cli/a");
+    assert_eq!(v[0]["size"], 2_500_000);
+    let o = ok(ecstack(&[
+        "cluster", "stat", "/cli/a", "--json", "--config", config,
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["segments"].as_array().unwrap().len(), 3);
+    let o = ok(ecstack(&[
+        "cluster", "status", "--json", "--config", config,
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["osds_up"], 6);
+    assert_eq!(v["segments"]["healthy"], 3);
+    ok(ecstack(&["cluster", "rm", "/cli/a", "--config", config]));
+    let o = ecstack(&["cluster", "get", "/cli/a", "--config", config]);
+    assert!(!o.status.success());
+    let line = stderr_line(&o);
+    assert!(line.contains("/cli/a"), "{line}");
+}
+
+/// A config that does not exist, is not TOML, or holds impossible values: one clear line each,
+/// before any network call.
+#[test]
+fn wrong_config_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let line = stderr_line(&ecstack(&[
+        "cluster",
+        "ls",
+        "--config",
+        missing.to_str().unwrap(),
+    ]));
+    assert!(line.contains("nope.toml"), "{line}");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "cluster_id = [\n").unwrap();
+    let line = stderr_line(&ecstack(&[
+        "cluster",
+        "status",
+        "--config",
+        bad.to_str().unwrap(),
+    ]));
+    assert!(line.contains("bad.toml"), "{line}");
+    // A real config with an impossible code.
+    let c = dir.path().join("c");
+    ecstack_rpc::init_cluster(&c, &ecstack_rpc::InitOptions::default()).unwrap();
+    let path = c.join("cluster.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("k = 6", "k = 0")).unwrap();
+    let line = stderr_line(&ecstack(&[
+        "cluster",
+        "ls",
+        "--config",
+        path.to_str().unwrap(),
+    ]));
+    assert!(
+        line.contains("k=0") || line.contains("k = 0") || line.contains("k"),
+        "{line}"
+    );
+    // No certificate of that name.
+    std::fs::write(&path, text).unwrap();
+    let line = stderr_line(&ecstack(&[
+        "cluster",
+        "ls",
+        "--config",
+        path.to_str().unwrap(),
+        "--name",
+        "nobody",
+    ]));
+    assert!(line.contains("nobody"), "{line}");
+}
+
+/// A client holding a certificate of another cluster (its own CA) is refused by the MDS and by
+/// the OSDs: a clean error, no data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_another_cluster_is_refused() {
+    let rig = Rig::start(RigSpec {
+        osds: 6,
+        ..RigSpec::default()
+    })
+    .await;
+    rig.client
+        .put("/secret", &b"for this cluster only"[..])
+        .await
+        .unwrap();
+    let other = rig.dir.path().join("other");
+    ecstack_rpc::init_cluster(&other, &ecstack_rpc::InitOptions::default()).unwrap();
+    let foreign = Security::load(&other.join("certs"), "client").unwrap();
+    let intruder = Client::connect_with(rig.cluster.config(), foreign, client_options(2)).unwrap();
+    let e = intruder.read("/secret", 0, 5).await.unwrap_err();
+    assert!(!e.to_string().contains('\n'), "{e}");
+    let e = intruder.list("").await.unwrap_err();
+    assert!(!e.to_string().contains('\n'), "{e}");
+    // Straight to an OSD, with a layout the real client fetched.
+    let info = rig.client.stat("/secret").await.unwrap();
+    let osd = ecstack_osd::OsdClient::connect(
+        &info.segments[0].primary_addr,
+        &Security::load(&other.join("certs"), "client").unwrap(),
+    )
+    .unwrap();
+    let layout = ecstack_osd::Layout {
+        segment_id: info.segments[0].segment_id,
+        length: info.segments[0].length,
+        primary: info.segments[0].primary,
+        holders: Vec::new(),
+        epoch: info.segments[0].epoch,
+    };
+    let r = tokio::time::timeout(Duration::from_secs(20), osd.read_segment(&layout, 0, 5)).await;
+    assert!(
+        matches!(r, Ok(Err(_))),
+        "an OSD served a foreign client: {r:?}"
+    );
+    // The cluster's own client still works.
+    assert_eq!(rig.client.read("/secret", 0, 3).await.unwrap(), b"for");
+}
+
+/// `ecstack cluster up` starts the daemons, reports them, and stops every one on SIGTERM.
+#[test]
+fn cluster_up_starts_and_stops_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdir = dir.path().join("c");
+    // A cluster made the way `up` makes one, on a free port (the default 7100 may be taken).
+    let mut spec = LocalSpec::new(exe(), cdir.clone(), 0);
+    spec.k = 2;
+    spec.m = 1;
+    spec.segment_bytes = 1 << 20;
+    drop(LocalCluster::start(spec).unwrap());
+    let mut child = Command::new(exe())
+        .args([
+            "cluster",
+            "up",
+            "--osds",
+            "3",
+            "--dir",
+            cdir.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut lines = Vec::new();
+        for l in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let done = l.starts_with("try:");
+            lines.push(l);
+            if done {
+                break;
+            }
+        }
+        lines
+    });
+    let lines = reader.join().unwrap();
+    let text = lines.join("\n");
+    assert!(text.contains("MDS") && text.contains("osd-2"), "{text}");
+    let pids: Vec<i32> = lines
+        .iter()
+        .filter_map(|l| l.split("pid ").nth(1))
+        .filter_map(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 4, "{text}");
+    // SAFETY: kill(2) with a child's pid and SIGTERM touches no memory.
+    unsafe {
+        libc_kill(child.id() as i32, 15);
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "cluster up exited with {status}");
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| s.contains(") Z "))
+                    .unwrap_or(true),
+            "daemon {pid} outlived `cluster up`"
+        );
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

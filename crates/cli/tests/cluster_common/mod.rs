@@ -1,0 +1,206 @@
+//! The multi-process test rig: a real cluster (`ecstack mds` + N `ecstack osd` processes of the
+//! built binary on 127.0.0.1, OSDs on port 0, everything under a temporary directory) with fast
+//! failure detection, a client, and a byte model of what every file must read as. Every daemon is
+//! killed when the rig is dropped (a failing test leaves no process behind) and a failure prints
+//! the seed and the daemons' log tails.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ecstack_base::Rng;
+use ecstack_client::{Client, ClientOptions, LocalCluster, LocalSpec};
+use ecstack_rpc::{Backoff, Security};
+
+pub const HEARTBEAT_MS: u64 = 100;
+pub const DOWN_AFTER_MS: u64 = 700;
+
+/// Seeds a test runs: `ECSTACK_SEED=<n>` reruns one, `ECSTACK_CLUSTER_SEEDS=<count>` runs many
+/// (the long mode), otherwise `default` seeds from 1.
+pub fn seeds(default: u64) -> Vec<u64> {
+    if let Some(s) = std::env::var("ECSTACK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return vec![s];
+    }
+    let n = std::env::var("ECSTACK_CLUSTER_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    (1..=n).collect()
+}
+
+pub struct Rig {
+    pub cluster: LocalCluster,
+    pub client: Client,
+    pub dir: tempfile::TempDir,
+    pub k: u32,
+    pub m: u32,
+    pub segment_bytes: u64,
+}
+
+pub struct RigSpec {
+    pub osds: usize,
+    pub k: u32,
+    pub m: u32,
+    pub segment_bytes: u64,
+    /// The client gives up on a retryable error after this long.
+    pub retry_secs: u64,
+}
+
+impl Default for RigSpec {
+    fn default() -> Self {
+        RigSpec {
+            osds: 8,
+            k: 4,
+            m: 2,
+            segment_bytes: 1 << 20,
+            retry_secs: 20,
+        }
+    }
+}
+
+pub fn exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ecstack"))
+}
+
+pub fn client_options(retry_secs: u64) -> ClientOptions {
+    ClientOptions {
+        metadata_timeout: Duration::from_secs(5),
+        data_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(2),
+        retry: Backoff {
+            initial: Duration::from_millis(30),
+            delay_max: Duration::from_millis(500),
+            multiplier: 2.0,
+            jitter: 0.5,
+            attempts_max: 1000,
+            total_max: Duration::from_secs(retry_secs),
+            seed: Some(7),
+        },
+        window_segments_max: 4,
+    }
+}
+
+impl Rig {
+    pub async fn start(spec: RigSpec) -> Rig {
+        let dir = tempfile::Builder::new()
+            .prefix("ecstack-cluster-test-")
+            .tempdir()
+            .expect("temp dir");
+        let mut s = LocalSpec::new(exe(), dir.path().join("cluster"), spec.osds);
+        s.k = spec.k;
+        s.m = spec.m;
+        s.segment_bytes = spec.segment_bytes;
+        s.heartbeat_ms = HEARTBEAT_MS;
+        s.down_after_ms = DOWN_AFTER_MS;
+        s.out_after_ms = 3_600_000;
+        let cluster = LocalCluster::start(s).expect("start the cluster");
+        let security =
+            Security::load(&cluster.config().certs_dir(), "client").expect("client cert");
+        let client =
+            Client::connect_with(cluster.config(), security, client_options(spec.retry_secs))
+                .expect("client");
+        let rig = Rig {
+            cluster,
+            client,
+            dir,
+            k: spec.k,
+            m: spec.m,
+            segment_bytes: spec.segment_bytes,
+        };
+        let up = rig
+            .client
+            .wait_for_osds(spec.osds, Duration::from_secs(30))
+            .await;
+        if let Err(e) = up {
+            panic!("cluster did not come up: {e}\n{}", rig.logs());
+        }
+        rig
+    }
+
+    /// The last lines of every daemon's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        let Ok(entries) = std::fs::read_dir(self.cluster.log_dir()) else {
+            return out;
+        };
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for p in paths {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(8)..];
+            out.push_str(&format!("--- {}\n{}\n", p.display(), tail.join("\n")));
+        }
+        out
+    }
+
+    /// Waits until the MDS sees OSD `name` in a state other than up.
+    pub async fn wait_down(&self, name: &str) {
+        let n = name.to_owned();
+        self.client
+            .wait_status(&format!("{name} down"), Duration::from_secs(30), move |s| {
+                s.osds
+                    .iter()
+                    .any(|o| o.name == n && o.state != ecstack_mds::OsdState::Up)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()));
+    }
+
+    pub async fn wait_healthy(&self) {
+        self.client
+            .wait_for_health(Duration::from_secs(120))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()));
+    }
+}
+
+/// What a file must read as: byte i is `cur[i]`, or `alt[i]` where an update failed (an FO update
+/// that was not acknowledged may or may not have reached each segment).
+#[derive(Clone, Debug)]
+pub struct FileModel {
+    pub cur: Vec<u8>,
+    pub alt: Vec<u8>,
+}
+
+impl FileModel {
+    pub fn new(data: Vec<u8>) -> FileModel {
+        FileModel {
+            alt: data.clone(),
+            cur: data,
+        }
+    }
+
+    pub fn updated(&mut self, offset: usize, data: &[u8]) {
+        self.cur[offset..offset + data.len()].copy_from_slice(data);
+        self.alt[offset..offset + data.len()].copy_from_slice(data);
+    }
+
+    pub fn maybe_updated(&mut self, offset: usize, data: &[u8]) {
+        self.alt[offset..offset + data.len()].copy_from_slice(data);
+    }
+
+    /// `None` when `got` is what the range may read as; else the first differing offset.
+    pub fn check(&self, offset: usize, got: &[u8]) -> Option<usize> {
+        for (i, &b) in got.iter().enumerate() {
+            let j = offset + i;
+            if b != self.cur[j] && b != self.alt[j] {
+                return Some(j);
+            }
+        }
+        None
+    }
+}
+
+pub type Model = BTreeMap<String, FileModel>;
+
+pub fn random_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v);
+    v
+}

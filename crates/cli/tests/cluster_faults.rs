@@ -1,0 +1,414 @@
+//! Seeded fault runs on a real cluster of processes: OSDs SIGKILLed at random moments between
+//! writes, updates and reads (up to m at a time), some restarted, others declared out and
+//! replaced; every read returns exactly the model's bytes or a clean error, never wrong bytes;
+//! after recovery every segment is healthy and every file reads back whole. Also: more than m
+//! failures, MDS SIGKILL + restart, a stale chunk that must never be served, a corrupted chunk file.
+//!
+//! CI runs `seeds(2)`; the long mode is `ECSTACK_CLUSTER_SEEDS=200 cargo test --release -p ecstack
+//! --test cluster_faults -- fault_runs` (docs/benchmarks.md); `ECSTACK_SEED=n` replays one seed.
+
+mod cluster_common;
+
+use std::time::Duration;
+
+use cluster_common::*;
+use ecstack_base::Rng;
+use ecstack_client::{ClientError, LocalCluster};
+
+#[derive(Default, Debug)]
+struct Marks {
+    reads_ok: u64,
+    reads_degraded_ok: u64,
+    read_errors: u64,
+    updates_ok: u64,
+    update_errors: u64,
+    puts_ok: u64,
+    put_errors: u64,
+    kills: u64,
+    restarts: u64,
+    outs: u64,
+}
+
+/// One seeded run; panics with the seed on a wrong byte or an unhealthy end.
+async fn fault_run(seed: u64) -> Marks {
+    let rig = Rig::start(RigSpec::default()).await;
+    let mut rig = rig;
+    let mut rng = Rng::new(seed);
+    let mut model = Model::new();
+    let mut marks = Marks::default();
+    let seg = rig.segment_bytes as usize;
+    let m = rig.m as usize;
+    // OSD indexes that are down (killed, not restarted) and those declared out (never back).
+    let mut down: Vec<usize> = Vec::new();
+    let mut outs = 0usize;
+    let outs_max = rig.cluster.osd_count() - (rig.k + rig.m) as usize;
+    for i in 0..4 {
+        let path = format!("/f{i}");
+        let len = (1 + rng.below(3 * seg as u64)) as usize;
+        let data = random_bytes(&mut rng, len);
+        rig.client.put(&path, &data[..]).await.unwrap();
+        model.insert(path, FileModel::new(data));
+    }
+    for step in 0..40 {
+        let ctx = format!("seed {seed} step {step} (down {down:?}, outs {outs})");
+        match rng.below(10) {
+            // Kill a running OSD while fewer than m are unavailable.
+            0 | 1 if down.len() + outs < m => {
+                let running: Vec<usize> = (0..rig.cluster.osd_count())
+                    .filter(|&i| rig.cluster.osd_running(i))
+                    .collect();
+                let i = running[rng.below(running.len() as u64) as usize];
+                rig.cluster.kill_osd(i);
+                down.push(i);
+                marks.kills += 1;
+            }
+            // Restart a killed OSD (it catches up on what it missed).
+            2 if !down.is_empty() => {
+                let i = down.remove(rng.below(down.len() as u64) as usize);
+                rig.cluster.start_osd(i).unwrap();
+                marks.restarts += 1;
+            }
+            // Declare a killed OSD out: a replacement joins, recovery rebuilds its chunks.
+            3 if !down.is_empty() && outs < outs_max => {
+                let i = down.remove(rng.below(down.len() as u64) as usize);
+                let name = LocalCluster::osd_name(i);
+                rig.wait_down(&name).await;
+                rig.client
+                    .osd_out(&name)
+                    .await
+                    .unwrap_or_else(|e| panic!("{ctx}: osd out {name}: {e}"));
+                outs += 1;
+                marks.outs += 1;
+            }
+            // A new file.
+            4 => {
+                let path = format!("/n{step}");
+                let len = (rng.below(2 * seg as u64 + 100)) as usize;
+                let data = random_bytes(&mut rng, len);
+                match rig.client.put(&path, &data[..]).await {
+                    Ok(_) => {
+                        marks.puts_ok += 1;
+                        model.insert(path, FileModel::new(data));
+                    }
+                    Err(e) => {
+                        assert_clean(&e, &ctx);
+                        marks.put_errors += 1;
+                    }
+                }
+            }
+            // An update of a random range.
+            5..=6 => {
+                let (path, f) = pick(&mut rng, &model);
+                let size = f.cur.len();
+                if size == 0 {
+                    continue;
+                }
+                let offset = rng.below(size as u64) as usize;
+                let len = 1 + rng.below(((size - offset) as u64).min(seg as u64 + 10)) as usize;
+                let data = random_bytes(&mut rng, len);
+                match rig.client.update(&path, offset as u64, &data).await {
+                    Ok(()) => {
+                        marks.updates_ok += 1;
+                        model.get_mut(&path).unwrap().updated(offset, &data);
+                    }
+                    Err(e) => {
+                        assert_clean(&e, &ctx);
+                        marks.update_errors += 1;
+                        model.get_mut(&path).unwrap().maybe_updated(offset, &data);
+                    }
+                }
+            }
+            // A read of a random range.
+            _ => {
+                let (path, f) = pick(&mut rng, &model);
+                let size = f.cur.len();
+                let offset = rng.below(size as u64 + 1) as usize;
+                let len = rng.below((size - offset) as u64 + 1) as usize;
+                match rig.client.read(&path, offset as u64, len as u64).await {
+                    Ok(got) => {
+                        assert_eq!(got.len(), len, "{ctx}: {path} {offset}+{len}");
+                        if let Some(at) = f.check(offset, &got) {
+                            panic!("{ctx}: {path} read {offset}+{len} returned a wrong byte at {at}\n{}", rig.logs());
+                        }
+                        marks.reads_ok += 1;
+                        if !down.is_empty() {
+                            marks.reads_degraded_ok += 1;
+                        }
+                    }
+                    Err(e) => {
+                        assert_clean(&e, &ctx);
+                        marks.read_errors += 1;
+                    }
+                }
+            }
+        }
+    }
+    // Heal: restart whatever is down, wait for full redundancy, then every file must read whole.
+    for i in down.drain(..) {
+        rig.cluster.start_osd(i).unwrap();
+    }
+    rig.wait_healthy().await;
+    for (path, f) in &model {
+        let got = rig
+            .client
+            .read(path, 0, f.cur.len() as u64)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: after recovery {path}: {e}\n{}", rig.logs()));
+        if let Some(at) = f.check(0, &got) {
+            panic!("seed {seed}: after recovery {path} has a wrong byte at {at}");
+        }
+    }
+    rig.cluster.check_alive().unwrap();
+    marks
+}
+
+fn pick(rng: &mut Rng, model: &Model) -> (String, FileModel) {
+    let i = rng.below(model.len() as u64) as usize;
+    let (p, f) = model.iter().nth(i).unwrap();
+    (p.clone(), f.clone())
+}
+
+/// A failure is acceptable only as one line of a known kind (never a panic, never wrong bytes).
+fn assert_clean(e: &ClientError, ctx: &str) {
+    let s = e.to_string();
+    assert!(
+        !s.is_empty() && !s.contains('\n'),
+        "{ctx}: messy error {s:?}"
+    );
+    assert!(
+        !matches!(e, ClientError::Range { .. } | ClientError::Layout(_)),
+        "{ctx}: unexpected error kind: {s}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_runs() {
+    let mut total = Marks::default();
+    let seeds = seeds(2);
+    for &seed in &seeds {
+        let m = fault_run(seed).await;
+        eprintln!("seed {seed}: {m:?}");
+        total.reads_ok += m.reads_ok;
+        total.reads_degraded_ok += m.reads_degraded_ok;
+        total.kills += m.kills;
+        total.restarts += m.restarts;
+        total.outs += m.outs;
+        total.read_errors += m.read_errors;
+        total.update_errors += m.update_errors;
+    }
+    eprintln!("{} seeds: {total:?}", seeds.len());
+    // The runs reached the paths they are for.
+    assert!(total.kills > 0 && total.reads_degraded_ok > 0, "{total:?}");
+}
+
+/// More than m OSDs down: reads fail with one clean error (no wrong bytes, no hang), and a put
+/// with fewer than k + 1 OSDs up fails naming the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_than_m_failures_is_a_clean_error() {
+    let mut rig = Rig::start(RigSpec {
+        osds: 6,
+        retry_secs: 4,
+        ..RigSpec::default()
+    })
+    .await;
+    let data = random_bytes(&mut Rng::new(3), 300_000);
+    rig.client.put("/x", &data[..]).await.unwrap();
+    for i in 0..3 {
+        rig.cluster.kill_osd(i);
+    }
+    for i in 0..3 {
+        rig.wait_down(&LocalCluster::osd_name(i)).await;
+    }
+    let e = rig.client.read("/x", 0, 300_000).await.unwrap_err();
+    assert_clean(&e, "read with m+1 down");
+    let e = rig.client.update("/x", 10, b"abc").await.unwrap_err();
+    assert_clean(&e, "update with m+1 down");
+    let e = rig.client.put("/y", &data[..]).await.unwrap_err();
+    assert_clean(&e, "put with 3 of 6 OSDs up");
+    assert!(
+        e.to_string().contains("OSD"),
+        "the error names the reason: {e}"
+    );
+    // Back to m down: readable again, with the original bytes.
+    rig.cluster.start_osd(0).unwrap();
+    rig.client
+        .wait_for_osds(4, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let got = rig.client.read("/x", 0, 300_000).await.unwrap();
+    assert!(got == data);
+}
+
+/// MDS SIGKILL and restart: no acknowledged metadata is lost (every acknowledged put is listed
+/// and reads back; an update acknowledged before the kill is still there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mds_kill_and_restart_loses_no_acknowledged_metadata() {
+    let mut rig = Rig::start(RigSpec {
+        osds: 6,
+        ..RigSpec::default()
+    })
+    .await;
+    let mut rng = Rng::new(11);
+    let mut model = Model::new();
+    for round in 0..3 {
+        for i in 0..4 {
+            let path = format!("/r{round}/f{i}");
+            let len = (rng.below(2_500_000)) as usize;
+            let data = random_bytes(&mut rng, len);
+            rig.client.put(&path, &data[..]).await.unwrap();
+            model.insert(path, FileModel::new(data));
+        }
+        let (path, _) = pick(&mut rng, &model);
+        if !model[&path].cur.is_empty() {
+            rig.client.update(&path, 0, b"Z").await.unwrap();
+            model.get_mut(&path).unwrap().updated(0, b"Z");
+        }
+        rig.cluster.kill_mds();
+        rig.cluster.start_mds().unwrap();
+        let listed = rig.client.list("/").await.unwrap();
+        assert_eq!(listed.len(), model.len(), "round {round}");
+        for (path, f) in &model {
+            let got = rig.client.read(path, 0, f.cur.len() as u64).await.unwrap();
+            assert!(got == f.cur, "round {round}: {path}");
+        }
+    }
+    // A put in flight while the MDS dies: after the restart the file is either absent or whole.
+    let data = random_bytes(&mut rng, 3_000_000);
+    let client = rig.client.clone();
+    let d2 = data.clone();
+    let put = tokio::spawn(async move { client.put("/inflight", &d2[..]).await });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    rig.cluster.kill_mds();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    rig.cluster.start_mds().unwrap();
+    let acked = put.await.unwrap().is_ok();
+    match rig.client.read("/inflight", 0, data.len() as u64).await {
+        Ok(got) => assert!(got == data, "a half-stored file became visible"),
+        Err(e) => assert!(!acked, "an acknowledged put was lost: {e}"),
+    }
+}
+
+/// An OSD that is down while its chunks are updated comes back: its old chunks are never
+/// returned (before catch-up they are stale and not read; after catch-up they hold the new bytes,
+/// proven by reading with two other holders dead so that its chunk is needed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_chunk_is_never_returned() {
+    let mut rig = Rig::start(RigSpec {
+        osds: 6,
+        ..RigSpec::default()
+    })
+    .await;
+    let mut rng = Rng::new(21);
+    let data = random_bytes(&mut rng, 1 << 20);
+    rig.client.put("/s", &data[..]).await.unwrap();
+    let mut model = FileModel::new(data);
+    // Kill the holder of data chunk 1 (not the primary), update every byte it holds.
+    let info = rig.client.stat("/s").await.unwrap();
+    let layout = &info.segments[0];
+    let status = rig.client.status().await.unwrap();
+    let osd_index = |osd_id: u32| -> usize {
+        let name = &status
+            .osds
+            .iter()
+            .find(|o| o.osd_id == osd_id)
+            .unwrap()
+            .name;
+        name.trim_start_matches("osd-").parse().unwrap()
+    };
+    let victim = osd_index(layout.chunks[1].osd_id);
+    rig.cluster.kill_osd(victim);
+    let new = random_bytes(&mut rng, 1 << 20);
+    rig.client.update("/s", 0, &new).await.unwrap();
+    model.updated(0, &new);
+    // Back up; then two other holders die, so a read needs the victim's chunk.
+    rig.cluster.start_osd(victim).unwrap();
+    let others: Vec<usize> = [2usize, 3]
+        .iter()
+        .map(|&c| osd_index(layout.chunks[c].osd_id))
+        .collect();
+    for &o in &others {
+        rig.cluster.kill_osd(o);
+    }
+    // Before or after its catch-up, the bytes are the new ones or the read fails cleanly.
+    for _ in 0..5 {
+        match rig.client.read("/s", 0, 1 << 20).await {
+            Ok(got) => assert_eq!(model.check(0, &got), None, "a stale chunk was served"),
+            Err(e) => assert_clean(&e, "read with a stale chunk"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for &o in &others {
+        rig.cluster.start_osd(o).unwrap();
+    }
+    rig.wait_healthy().await;
+    for &o in &others {
+        rig.cluster.kill_osd(o);
+    }
+    let got = rig.client.read("/s", 0, 1 << 20).await.unwrap();
+    assert_eq!(model.check(0, &got), None, "after catch-up");
+}
+
+/// A chunk file corrupted on disk is detected by its checksum, the read returns the right bytes
+/// (decoded from the others) and the chunk is repaired: with two other holders dead afterwards the
+/// segment still reads (it could not with the corrupted chunk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_chunk_is_detected_and_repaired() {
+    let mut rig = Rig::start(RigSpec {
+        osds: 6,
+        ..RigSpec::default()
+    })
+    .await;
+    let data = random_bytes(&mut Rng::new(31), 1 << 20);
+    rig.client.put("/c", &data[..]).await.unwrap();
+    let info = rig.client.stat("/c").await.unwrap();
+    let layout = &info.segments[0];
+    let status = rig.client.status().await.unwrap();
+    let osd_index = |osd_id: u32| -> usize {
+        let name = &status
+            .osds
+            .iter()
+            .find(|o| o.osd_id == osd_id)
+            .unwrap()
+            .name;
+        name.trim_start_matches("osd-").parse().unwrap()
+    };
+    // Data chunk 1's file: the largest file under its OSD's store (the only chunk there).
+    let holder = osd_index(layout.chunks[1].osd_id);
+    let store = rig.cluster.osd_store(holder);
+    let mut files = Vec::new();
+    walk(&store, &mut files);
+    let (path, len) = files
+        .into_iter()
+        .max_by_key(|(_, l)| *l)
+        .expect("a chunk file");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = (len / 2) as usize;
+    for b in &mut bytes[mid..mid + 64] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let got = rig.client.read("/c", 0, 1 << 20).await.unwrap();
+    assert!(got == data, "corrupted chunk served");
+    // Repaired: two other holders die; the repaired chunk is one of the k left.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for c in [2usize, 3] {
+        rig.cluster.kill_osd(osd_index(layout.chunks[c].osd_id));
+    }
+    let got = rig.client.read("/c", 0, 1 << 20).await.unwrap();
+    assert!(got == data, "after repair");
+}
+
+fn walk(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, u64)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let Ok(md) = e.metadata() else { continue };
+        if md.is_dir() {
+            walk(&p, out);
+        } else {
+            out.push((p, md.len()));
+        }
+    }
+}

@@ -1,0 +1,621 @@
+//! [`Client`]: files as segments (CodFS §4.3.1). Metadata goes to the MDS; each segment's bytes go to
+//! its primary OSD, several segments in flight at once. Every call has a deadline; a retryable error
+//! (MDS or OSD unreachable, stale layout, too few durable holders this time) is retried with
+//! exponential backoff, and a segment call re-fetches the segment's layout before the next attempt
+//! (its primary may have been promoted or its chunks moved by recovery).
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ecstack_mds::MdsError;
+use ecstack_mds::{
+    ChunkState, ClusterStatus, FileInfo, FileSummary, MdsClient, OsdState, SegmentLayout,
+};
+use ecstack_osd::{Holder, Layout, OsdClient, OsdError};
+use ecstack_rpc::{limits, retry, Backoff, ClusterConfig, Security};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::task::JoinSet;
+
+use crate::error::ClientError;
+use crate::segments::{segment_lengths, split_range};
+
+/// Deadlines, retries and parallelism of a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Deadline of one metadata call (MDS).
+    pub metadata_timeout: Duration,
+    /// Deadline of one data call (a whole segment written, read or updated at its primary).
+    pub data_timeout: Duration,
+    /// How long to wait for a TCP + TLS connection.
+    pub connect_timeout: Duration,
+    /// Retries of a call that failed with a retryable error. The time budget must outlast failure
+    /// detection and primary promotion (the MDS's `down_after_ms` plus a heartbeat or two).
+    pub retry: Backoff,
+    /// Segments in flight at once in a put, a get or an update.
+    pub window_segments_max: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            metadata_timeout: limits::METADATA_RPC_TIMEOUT,
+            data_timeout: limits::DATA_RPC_TIMEOUT,
+            connect_timeout: limits::CONNECT_TIMEOUT,
+            retry: Backoff {
+                initial: Duration::from_millis(50),
+                delay_max: Duration::from_secs(1),
+                multiplier: 2.0,
+                jitter: 0.5,
+                attempts_max: 100,
+                total_max: Duration::from_secs(30),
+                seed: None,
+            },
+            window_segments_max: 4,
+        }
+    }
+}
+
+/// A client of one cluster. Cheap to clone; clones share their connections.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ClusterConfig,
+    security: Security,
+    options: ClientOptions,
+    mds: MdsClient,
+    /// One client per OSD address (an OSD that restarts comes back on a new port, a new entry).
+    osds: Mutex<HashMap<String, OsdClient>>,
+}
+
+/// The OSD protocol's view of a segment layout: only `Healthy` chunks may be read or waited for.
+fn osd_layout(s: &SegmentLayout) -> Layout {
+    Layout {
+        segment_id: s.segment_id,
+        length: s.length,
+        primary: s.primary,
+        holders: s
+            .chunks
+            .iter()
+            .map(|c| Holder {
+                index: c.index,
+                osd_id: c.osd_id,
+                addr: c.addr.clone(),
+                usable: c.state == ChunkState::Healthy && c.up,
+            })
+            .collect(),
+        epoch: s.epoch,
+    }
+}
+
+impl Client {
+    /// A client of the cluster `config` describes, authenticated by `security`. Connections are
+    /// made on first use.
+    pub fn connect(config: &ClusterConfig, security: Security) -> Result<Client, ClientError> {
+        Client::connect_with(config, security, ClientOptions::default())
+    }
+
+    pub fn connect_with(
+        config: &ClusterConfig,
+        security: Security,
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
+        let mds = MdsClient::connect(&config.mds.addr, &security)?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                config: config.clone(),
+                security,
+                options,
+                mds,
+                osds: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Loads `cluster.toml` and the certificate of `name` from the cluster's certificate directory
+    /// (or none with `insecure`).
+    pub fn from_config_file(
+        path: &Path,
+        name: &str,
+        insecure: bool,
+    ) -> Result<Client, ClientError> {
+        let config = ClusterConfig::load(path)?;
+        let security = if insecure {
+            Security::Insecure
+        } else {
+            Security::load(&config.certs_dir(), name)?
+        };
+        Client::connect(&config, security)
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.inner.config
+    }
+
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.options
+    }
+
+    async fn deadline<T, E: Into<ClientError>>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, ClientError> {
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r.map_err(Into::into),
+            Err(_) => Err(ClientError::Timeout {
+                what: what.to_owned(),
+                ms: timeout.as_millis() as u64,
+            }),
+        }
+    }
+
+    fn mds(&self) -> &MdsClient {
+        &self.inner.mds
+    }
+
+    fn meta_timeout(&self) -> Duration {
+        self.inner.options.metadata_timeout
+    }
+
+    fn osd(&self, addr: &str) -> Result<OsdClient, ClientError> {
+        let mut osds = self.inner.osds.lock().expect("OSD client map poisoned");
+        if let Some(c) = osds.get(addr) {
+            return Ok(c.clone());
+        }
+        let o = &self.inner.options;
+        let c = OsdClient::connect_with(
+            addr,
+            &self.inner.security,
+            o.connect_timeout,
+            o.data_timeout,
+        )?;
+        osds.insert(addr.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// Drops the cached connection to `addr` (after it failed), so the next call dials afresh.
+    fn forget_osd(&self, addr: &str) {
+        self.inner
+            .osds
+            .lock()
+            .expect("OSD client map poisoned")
+            .remove(addr);
+    }
+
+    /// Runs a metadata call under its deadline, retried by the client's policy.
+    async fn meta<T, F, Fut>(&self, what: &str, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(MdsClient) -> Fut,
+        Fut: Future<Output = Result<T, MdsError>>,
+    {
+        let this = self;
+        let call = &call;
+        let timeout = self.meta_timeout();
+        self.retrying(what, move |_| async move {
+            this.deadline(what, timeout, call(this.mds().clone())).await
+        })
+        .await
+    }
+
+    /// Runs `op(attempt)` under the client's retry policy; a retryable error that outlives the
+    /// policy becomes [`ClientError::GaveUp`], naming `what`, the attempts and the last error.
+    async fn retrying<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, ClientError>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let start = Instant::now();
+        let attempts = AtomicU32::new(0);
+        let attempts_ref = &attempts;
+        let res = retry(&self.inner.options.retry, ClientError::is_retryable, |a| {
+            attempts_ref.store(a + 1, Ordering::Relaxed);
+            op(a)
+        })
+        .await;
+        match res {
+            Err(e) if e.is_retryable() => Err(ClientError::GaveUp {
+                what: what.to_owned(),
+                attempts: attempts.load(Ordering::Relaxed),
+                ms: start.elapsed().as_millis() as u64,
+                last: e.to_string(),
+            }),
+            r => r,
+        }
+    }
+
+    /// Runs `op` against the segment's primary; every retry (after a backoff) first re-fetches
+    /// the segment's layout from the MDS, so it reaches the new primary after a promotion and the
+    /// new holders after a recovery.
+    async fn on_primary<T, F, Fut>(
+        &self,
+        segment: &SegmentLayout,
+        what: &str,
+        op: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(OsdClient, Layout) -> Fut,
+        Fut: Future<Output = Result<T, OsdError>>,
+    {
+        let this = self;
+        let op = &op;
+        let timeout = self.inner.options.data_timeout;
+        self.retrying(what, move |attempt| async move {
+            let layout = if attempt == 0 {
+                segment.clone()
+            } else {
+                this.deadline(
+                    what,
+                    this.meta_timeout(),
+                    this.mds().get_segment(segment.segment_id),
+                )
+                .await?
+            };
+            if layout.primary_addr.is_empty() {
+                return Err(ClientError::Osd(OsdError::Unreachable {
+                    addr: "(none)".into(),
+                    message: format!("segment {} has no primary OSD now", layout.segment_id),
+                }));
+            }
+            let osd = this.osd(&layout.primary_addr)?;
+            let res = this
+                .deadline(what, timeout, op(osd, osd_layout(&layout)))
+                .await;
+            if matches!(
+                res,
+                Err(ClientError::Osd(OsdError::Unreachable { .. }))
+                    | Err(ClientError::Timeout { .. })
+            ) {
+                this.forget_osd(&layout.primary_addr);
+            }
+            res
+        })
+        .await
+    }
+
+    /// Stores the bytes of `reader` as `path` (replacing a file of that path when it commits).
+    /// Returns the file's size. Segments are written `window_segments_max` at a time.
+    pub async fn put<R: AsyncRead + Unpin>(
+        &self,
+        path: &str,
+        mut reader: R,
+    ) -> Result<u64, ClientError> {
+        let what = format!("put {path}");
+        let file_id = self
+            .meta(&what, |m| async move { m.create_file(path).await })
+            .await?;
+        let segment_bytes = self.inner.config.segment_bytes;
+        let window = self.inner.options.window_segments_max.max(1);
+        let mut in_flight: JoinSet<Result<(), ClientError>> = JoinSet::new();
+        let mut size = 0u64;
+        loop {
+            let data = read_up_to(&mut reader, segment_bytes as usize)
+                .await
+                .map_err(|e| ClientError::io(format!("{what}: reading the input"), e))?;
+            if data.is_empty() {
+                break;
+            }
+            size += data.len() as u64;
+            let last = (data.len() as u64) < segment_bytes;
+            let len = data.len() as u64;
+            let layouts = self
+                .meta(&what, |m| async move {
+                    m.allocate_segments(file_id, &[len]).await
+                })
+                .await?;
+            let [layout] = <[SegmentLayout; 1]>::try_from(layouts).map_err(|v| {
+                ClientError::Layout(format!("asked for 1 segment, got {}", v.len()))
+            })?;
+            while in_flight.len() >= window {
+                join_one(&mut in_flight).await?;
+            }
+            let client = self.clone();
+            let seg_what = format!("{what}: segment {}", layout.index);
+            in_flight.spawn(async move {
+                let data = Arc::new(data);
+                client
+                    .on_primary(&layout, &seg_what, |osd, l| {
+                        let data = data.clone();
+                        async move { osd.write_segment(&l, &data).await }
+                    })
+                    .await
+                    .map(drop)
+            });
+            if last {
+                break;
+            }
+        }
+        while !in_flight.is_empty() {
+            join_one(&mut in_flight).await?;
+        }
+        self.meta(&what, |m| async move { m.commit_file(file_id, size).await })
+            .await?;
+        Ok(size)
+    }
+
+    /// [`Client::put`] from a local file.
+    pub async fn put_file(&self, path: &str, local: &Path) -> Result<u64, ClientError> {
+        let f = tokio::fs::File::open(local)
+            .await
+            .map_err(|e| ClientError::io(format!("cannot open {}", local.display()), e))?;
+        self.put(path, tokio::io::BufReader::with_capacity(1 << 20, f))
+            .await
+    }
+
+    /// The committed file `path` with the layout of every segment.
+    pub async fn stat(&self, path: &str) -> Result<FileInfo, ClientError> {
+        let what = format!("stat {path}");
+        self.meta(&what, |m| async move { m.lookup_file(path).await })
+            .await
+    }
+
+    /// Writes `length` bytes of `path` from `offset` (`None`: to the end) to `writer`, segments
+    /// fetched `window_segments_max` at a time and written in order. Returns the bytes written.
+    pub async fn get<W: AsyncWrite + Unpin>(
+        &self,
+        path: &str,
+        offset: u64,
+        length: Option<u64>,
+        writer: &mut W,
+    ) -> Result<u64, ClientError> {
+        let file = self.stat(path).await?;
+        let length = length.unwrap_or(file.size.saturating_sub(offset));
+        check_range(&file, offset, length)?;
+        let what = format!("get {path}");
+        let window = self.inner.options.window_segments_max.max(1);
+        let mut pending = split_range(offset, length, file.segment_bytes).into_iter();
+        let mut in_flight = VecDeque::new();
+        let mut written = 0u64;
+        loop {
+            while in_flight.len() < window {
+                let Some(piece) = pending.next() else { break };
+                let layout = segment_of(&file, piece.segment)?.clone();
+                let client = self.clone();
+                let seg_what = format!("{what}: segment {}", piece.segment);
+                in_flight.push_back(tokio::spawn(async move {
+                    client
+                        .on_primary(&layout, &seg_what, |osd, l| async move {
+                            osd.read_segment(&l, piece.offset, piece.length).await
+                        })
+                        .await
+                }));
+            }
+            let Some(next) = in_flight.pop_front() else {
+                break;
+            };
+            let data = next
+                .await
+                .map_err(|e| ClientError::Local(format!("{what}: read task failed: {e}")))??;
+            writer
+                .write_all(&data)
+                .await
+                .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
+            written += data.len() as u64;
+        }
+        writer
+            .flush()
+            .await
+            .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
+        Ok(written)
+    }
+
+    /// `length` bytes of `path` from `offset`, in memory.
+    pub async fn read(&self, path: &str, offset: u64, length: u64) -> Result<Vec<u8>, ClientError> {
+        let mut out = Vec::with_capacity(length as usize);
+        self.get(path, offset, Some(length), &mut out).await?;
+        Ok(out)
+    }
+
+    /// Overwrites `data.len()` bytes of the existing file `path` at `offset` (the range must lie
+    /// inside the file): one FO update at the primary of every segment the range touches.
+    pub async fn update(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), ClientError> {
+        let file = self.stat(path).await?;
+        check_range(&file, offset, data.len() as u64)?;
+        let what = format!("update {path}");
+        let data = Arc::new(data.to_vec());
+        let window = self.inner.options.window_segments_max.max(1);
+        let mut in_flight: JoinSet<Result<(), ClientError>> = JoinSet::new();
+        for piece in split_range(offset, data.len() as u64, file.segment_bytes) {
+            let layout = segment_of(&file, piece.segment)?.clone();
+            while in_flight.len() >= window {
+                join_one(&mut in_flight).await?;
+            }
+            let client = self.clone();
+            let data = data.clone();
+            let seg_what = format!("{what}: segment {}", piece.segment);
+            in_flight.spawn(async move {
+                let range = piece.at as usize..(piece.at + piece.length) as usize;
+                client
+                    .on_primary(&layout, &seg_what, |osd, l| {
+                        let data = data.clone();
+                        let range = range.clone();
+                        async move { osd.update_segment(&l, piece.offset, &data[range]).await }
+                    })
+                    .await
+                    .map(drop)
+            });
+        }
+        while !in_flight.is_empty() {
+            join_one(&mut in_flight).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn remove(&self, path: &str) -> Result<(), ClientError> {
+        let what = format!("rm {path}");
+        self.meta(&what, |m| async move { m.remove_file(path).await })
+            .await
+    }
+
+    /// Committed files whose path starts with `prefix`, sorted by path.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<FileSummary>, ClientError> {
+        let what = format!("ls {prefix}");
+        self.meta(&what, |m| async move { m.list_files(prefix).await })
+            .await
+    }
+
+    pub async fn status(&self) -> Result<ClusterStatus, ClientError> {
+        self.meta("status", |m| async move { m.status().await })
+            .await
+    }
+
+    /// Declares an OSD out (given by id or by name); returns how many chunks will be rebuilt.
+    pub async fn osd_out(&self, osd: &str) -> Result<(u32, u64), ClientError> {
+        let status = self.status().await?;
+        let id = status
+            .osds
+            .iter()
+            .find(|o| o.name == osd || o.osd_id.to_string() == osd)
+            .map(|o| o.osd_id)
+            .ok_or_else(|| {
+                let known: Vec<String> = status
+                    .osds
+                    .iter()
+                    .map(|o| format!("{} ({})", o.osd_id, o.name))
+                    .collect();
+                ClientError::Local(format!(
+                    "no OSD {osd:?} in the cluster; known: {}",
+                    known.join(", ")
+                ))
+            })?;
+        let what = format!("osd out {osd}");
+        let chunks = self
+            .meta(&what, |m| async move { m.osd_out(id).await })
+            .await?;
+        Ok((id, chunks))
+    }
+
+    /// Polls `status` until `pred` holds (or `timeout` passes: one error naming `what`).
+    pub async fn wait_status(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut pred: impl FnMut(&ClusterStatus) -> bool,
+    ) -> Result<ClusterStatus, ClientError> {
+        let start = Instant::now();
+        loop {
+            let last = match self
+                .deadline(what, self.meta_timeout(), self.mds().status())
+                .await
+            {
+                Ok(s) if pred(&s) => return Ok(s),
+                Ok(s) => summary(&s),
+                Err(e) if e.is_retryable() => e.to_string(),
+                Err(e) => return Err(e),
+            };
+            if start.elapsed() > timeout {
+                return Err(ClientError::Local(format!(
+                    "{what}: not reached within {} ms (now: {last})",
+                    timeout.as_millis()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `n` OSDs are registered and up.
+    pub async fn wait_for_osds(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<ClusterStatus, ClientError> {
+        self.wait_status(&format!("waiting for {n} OSDs up"), timeout, |s| {
+            s.osds.iter().filter(|o| o.state == OsdState::Up).count() >= n
+        })
+        .await
+    }
+
+    /// Waits until every segment is healthy (no degraded, recovering or lost segment).
+    pub async fn wait_for_health(&self, timeout: Duration) -> Result<ClusterStatus, ClientError> {
+        self.wait_status("waiting for full redundancy", timeout, |s| {
+            s.segments_degraded == 0 && s.segments_recovering == 0 && s.segments_lost == 0
+        })
+        .await
+    }
+}
+
+/// One line about a status (for timeouts and logs).
+pub fn summary(s: &ClusterStatus) -> String {
+    let count = |st: OsdState| s.osds.iter().filter(|o| o.state == st).count();
+    format!(
+        "OSDs {} up / {} down / {} out; segments {} healthy, {} degraded, {} recovering, {} lost",
+        count(OsdState::Up),
+        count(OsdState::Down),
+        count(OsdState::Out),
+        s.segments_healthy,
+        s.segments_degraded,
+        s.segments_recovering,
+        s.segments_lost
+    )
+}
+
+fn check_range(file: &FileInfo, offset: u64, length: u64) -> Result<(), ClientError> {
+    let end = offset.checked_add(length);
+    match end {
+        Some(end) if end <= file.size => {}
+        _ => {
+            return Err(ClientError::Range {
+                path: file.path.clone(),
+                offset,
+                end: end.unwrap_or(u64::MAX),
+                size: file.size,
+            })
+        }
+    }
+    if file.segment_bytes == 0 {
+        return Err(ClientError::Layout(format!(
+            "{}: segment size 0",
+            file.path
+        )));
+    }
+    let want = segment_lengths(file.size, file.segment_bytes).len();
+    if file.segments.len() != want {
+        return Err(ClientError::Layout(format!(
+            "{}: {} bytes in segments of {} need {want} segments, the MDS lists {}",
+            file.path,
+            file.size,
+            file.segment_bytes,
+            file.segments.len()
+        )));
+    }
+    Ok(())
+}
+
+fn segment_of(file: &FileInfo, index: usize) -> Result<&SegmentLayout, ClientError> {
+    file.segments
+        .iter()
+        .find(|s| s.index as usize == index)
+        .ok_or_else(|| {
+            ClientError::Layout(format!("{}: the MDS lists no segment {index}", file.path))
+        })
+}
+
+async fn join_one(set: &mut JoinSet<Result<(), ClientError>>) -> Result<(), ClientError> {
+    match set.join_next().await {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => Err(ClientError::Local(format!("segment task failed: {e}"))),
+        None => Ok(()),
+    }
+}
+
+/// Reads until `max` bytes or the end of the input.
+async fn read_up_to<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; max];
+    let mut filled = 0;
+    while filled < max {
+        let n = r.read(&mut buf[filled..]).await?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    buf.truncate(filled);
+    Ok(buf)
+}

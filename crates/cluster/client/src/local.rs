@@ -1,0 +1,389 @@
+//! A cluster of local processes: one `ecstack mds` and N `ecstack osd` children of this process on
+//! 127.0.0.1, with their data, logs and certificates under one directory. `ecstack cluster up`,
+//! `ecstack demo` and the multi-process tests use it.
+//!
+//! Lifecycle of a daemon: spawned → (killed with SIGKILL | stopped with SIGTERM, then SIGKILL after a
+//! grace period) → reaped. Every child is killed and reaped when its handle is dropped, so a panicking
+//! test or an early error leaves no orphan behind.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ecstack_rpc::{init_cluster, issue_certificate, ClusterConfig, InitOptions};
+
+use crate::error::ClientError;
+
+/// How long a stopped daemon gets to exit after SIGTERM before SIGKILL.
+const STOP_GRACE_MS_MAX: u64 = 5_000;
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct LocalSpec {
+    /// The `ecstack` binary to run (`std::env::current_exe()` in the CLI, `CARGO_BIN_EXE_ecstack` in tests).
+    pub exe: PathBuf,
+    /// Everything lives here: `cluster.toml`, `certs/`, `mds.db`, `osd-N/`, `logs/`.
+    pub dir: PathBuf,
+    pub osds: usize,
+    /// Code parameters for a new cluster (an existing `cluster.toml` keeps its own).
+    pub family: String,
+    pub k: u32,
+    pub m: u32,
+    pub segment_bytes: u64,
+    /// Failure detection for a new cluster, in milliseconds.
+    pub heartbeat_ms: u64,
+    pub down_after_ms: u64,
+    pub out_after_ms: u64,
+    /// Run without TLS (loopback experiments only; every daemon warns loudly).
+    pub insecure: bool,
+}
+
+impl LocalSpec {
+    pub fn new(exe: PathBuf, dir: PathBuf, osds: usize) -> LocalSpec {
+        LocalSpec {
+            exe,
+            dir,
+            osds,
+            family: "rs-vand".into(),
+            k: 6,
+            m: 2,
+            segment_bytes: ecstack_rpc::config::DEFAULT_SEGMENT_BYTES,
+            heartbeat_ms: 500,
+            down_after_ms: 2_000,
+            out_after_ms: 600_000,
+            insecure: false,
+        }
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("cluster.toml")
+    }
+}
+
+/// One running daemon.
+struct Daemon {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn spawn(exe: &Path, args: &[String], name: &str, logs: &Path) -> Result<Daemon, ClientError> {
+        let log = logs.join(format!("{name}.log"));
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| ClientError::Local(format!("cannot open log {}: {e}", log.display())))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| ClientError::Local(format!("cannot open log {}: {e}", log.display())))?;
+        let child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| ClientError::Local(format!("cannot start {}: {e}", exe.display())))?;
+        Ok(Daemon {
+            name: name.to_owned(),
+            child,
+            log,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL and reap.
+    fn kill(&mut self) {
+        let _ = self.child.kill(); // already exited: nothing to kill, and wait() still reaps it
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, wait for the exit (bounded), then SIGKILL.
+    fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        signal(self.pid(), libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_millis(STOP_GRACE_MS_MAX);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+    }
+
+    /// `Some(status line)` when the process has exited.
+    fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            Ok(None) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) takes a pid and a signal number and touches no memory of ours; the pid is one
+    // of our unreaped children, so it cannot name a recycled process.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// The running cluster. Dropping it kills every daemon.
+pub struct LocalCluster {
+    spec: LocalSpec,
+    config: ClusterConfig,
+    mds: Option<Daemon>,
+    osds: Vec<Option<Daemon>>,
+}
+
+impl LocalCluster {
+    /// Creates the cluster in `spec.dir` unless a `cluster.toml` is there, then starts the MDS and
+    /// the OSDs (not waiting for them: see [`crate::Client::wait_for_osds`]).
+    pub fn start(spec: LocalSpec) -> Result<LocalCluster, ClientError> {
+        std::fs::create_dir_all(spec.dir.join("logs")).map_err(|e| {
+            ClientError::Local(format!("cannot create {}: {e}", spec.dir.display()))
+        })?;
+        if !spec.config_path().exists() {
+            init(&spec)?;
+        }
+        let config = ClusterConfig::load(&spec.config_path())?;
+        let mut cluster = LocalCluster {
+            osds: (0..spec.osds).map(|_| None).collect(),
+            spec,
+            config,
+            mds: None,
+        };
+        cluster.start_mds()?;
+        for i in 0..cluster.spec.osds {
+            cluster.start_osd(i)?;
+        }
+        Ok(cluster)
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.spec.config_path()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.spec.dir
+    }
+
+    pub fn insecure(&self) -> bool {
+        self.spec.insecure
+    }
+
+    pub fn osd_count(&self) -> usize {
+        self.osds.len()
+    }
+
+    pub fn osd_name(i: usize) -> String {
+        format!("osd-{i}")
+    }
+
+    pub fn osd_store(&self, i: usize) -> PathBuf {
+        self.spec.dir.join(Self::osd_name(i))
+    }
+
+    pub fn log_dir(&self) -> PathBuf {
+        self.spec.dir.join("logs")
+    }
+
+    fn common_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--config".to_owned(),
+            self.spec.config_path().display().to_string(),
+        ];
+        if self.spec.insecure {
+            args.push("--insecure".to_owned());
+        }
+        args
+    }
+
+    /// Starts the MDS (again, after a kill: same address, same database).
+    pub fn start_mds(&mut self) -> Result<(), ClientError> {
+        let mut args = vec!["mds".to_owned()];
+        args.extend(self.common_args());
+        self.mds = Some(Daemon::spawn(
+            &self.spec.exe,
+            &args,
+            "mds",
+            &self.log_dir(),
+        )?);
+        Ok(())
+    }
+
+    /// Starts OSD `i` (again, after a kill: same store and name, a new port).
+    pub fn start_osd(&mut self, i: usize) -> Result<(), ClientError> {
+        let name = Self::osd_name(i);
+        let store = self.osd_store(i);
+        if !self.spec.insecure && !self.config.certs_dir().join(format!("{name}.pem")).exists() {
+            issue_certificate(&self.config, &name, false)?;
+        }
+        let mut args = vec!["osd".to_owned()];
+        args.extend(self.common_args());
+        args.extend([
+            "--store".to_owned(),
+            store.display().to_string(),
+            "--name".to_owned(),
+            name.clone(),
+            "--addr".to_owned(),
+            "127.0.0.1:0".to_owned(),
+        ]);
+        self.osds[i] = Some(Daemon::spawn(
+            &self.spec.exe,
+            &args,
+            &name,
+            &self.log_dir(),
+        )?);
+        Ok(())
+    }
+
+    /// Starts one more OSD (a replacement for failed ones); returns its index.
+    pub fn add_osd(&mut self) -> Result<usize, ClientError> {
+        self.osds.push(None);
+        let i = self.osds.len() - 1;
+        self.start_osd(i)?;
+        Ok(i)
+    }
+
+    /// SIGKILL the MDS.
+    pub fn kill_mds(&mut self) {
+        if let Some(mut d) = self.mds.take() {
+            d.kill();
+        }
+    }
+
+    /// SIGKILL OSD `i` (no-op when it is not running).
+    pub fn kill_osd(&mut self, i: usize) {
+        if let Some(mut d) = self.osds[i].take() {
+            d.kill();
+        }
+    }
+
+    pub fn osd_running(&self, i: usize) -> bool {
+        self.osds[i].is_some()
+    }
+
+    /// Names and exit statuses of daemons that should run but have exited (a crash on start, a
+    /// port taken): `Err` with their log's last lines.
+    pub fn check_alive(&mut self) -> Result<(), ClientError> {
+        let mut dead = Vec::new();
+        let all = self.mds.iter_mut().chain(self.osds.iter_mut().flatten());
+        for d in all {
+            if let Some(status) = d.exited() {
+                dead.push(format!(
+                    "{} exited ({status}): {}",
+                    d.name,
+                    last_line(&d.log)
+                ));
+            }
+        }
+        if dead.is_empty() {
+            Ok(())
+        } else {
+            Err(ClientError::Local(dead.join("; ")))
+        }
+    }
+
+    /// Process ids, by name, of the running daemons.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.mds
+            .iter()
+            .chain(self.osds.iter().flatten())
+            .map(|d| (d.name.clone(), d.pid()))
+            .collect()
+    }
+
+    /// SIGTERM every daemon (OSDs first), SIGKILL whichever outlives the grace period.
+    pub fn stop(&mut self) {
+        for d in self.osds.iter_mut().flatten() {
+            signal(d.pid(), libc::SIGTERM);
+        }
+        for slot in &mut self.osds {
+            if let Some(mut d) = slot.take() {
+                d.stop();
+            }
+        }
+        if let Some(mut d) = self.mds.take() {
+            d.stop();
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The last non-empty line of a daemon's log (what it said before dying).
+pub fn last_line(log: &Path) -> String {
+    std::fs::read_to_string(log)
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| format!("(no output; log {})", log.display()))
+}
+
+/// A free loopback port (bound and released; the kernel hands ports out round-robin, so another
+/// process taking it in between is unlikely, and the MDS then fails with one clear line).
+fn free_port() -> Result<u16, ClientError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| ClientError::Local(format!("cannot bind a loopback port: {e}")))?;
+    Ok(l.local_addr()
+        .map_err(|e| ClientError::Local(format!("cannot read a bound port: {e}")))?
+        .port())
+}
+
+/// A new cluster in `spec.dir` (`ecstack cluster init`, certificates for the MDS, the OSDs and
+/// `client`), its MDS on a free loopback port and its failure-detection timing from the spec.
+fn init(spec: &LocalSpec) -> Result<(), ClientError> {
+    let opts = InitOptions {
+        osds: spec.osds as u32,
+        clients: 1,
+        code: spec.family.clone(),
+        k: spec.k,
+        m: spec.m,
+        segment_bytes: spec.segment_bytes,
+        failure_domain: None,
+        mds_addr: format!("127.0.0.1:{}", free_port()?),
+        force: false,
+    };
+    let mut config = init_cluster(&spec.dir, &opts)?;
+    config.mds.heartbeat_ms = spec.heartbeat_ms;
+    config.mds.down_after_ms = spec.down_after_ms;
+    config.mds.out_after_ms = spec.out_after_ms;
+    let path = spec.config_path();
+    config
+        .validate()
+        .map_err(|e| ClientError::Local(format!("{}: {e}", path.display())))?;
+    let text = toml::to_string_pretty(&config)
+        .map_err(|e| ClientError::Local(format!("cannot write {}: {e}", path.display())))?;
+    let text = format!("# ecstack cluster made by `ecstack cluster up` (docs/cluster.md).\n{text}");
+    std::fs::write(&path, text)
+        .map_err(|e| ClientError::Local(format!("cannot write {}: {e}", path.display())))?;
+    Ok(())
+}
