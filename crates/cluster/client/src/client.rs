@@ -12,10 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ecstack_mds::MdsError;
-use ecstack_mds::{
-    ChunkState, ClusterStatus, FileInfo, FileSummary, MdsClient, OsdState, SegmentLayout,
-};
-use ecstack_osd::{Holder, Layout, OsdClient, OsdError};
+use ecstack_mds::{ClusterStatus, FileInfo, FileSummary, MdsClient, OsdState, SegmentLayout};
+use ecstack_osd::{Layout, OsdClient, OsdError};
 use ecstack_rpc::{limits, retry, Backoff, ClusterConfig, Security};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
@@ -72,26 +70,6 @@ struct Inner {
     mds: MdsClient,
     /// One client per OSD address (an OSD that restarts comes back on a new port, a new entry).
     osds: Mutex<HashMap<String, OsdClient>>,
-}
-
-/// The OSD protocol's view of a segment layout: only `Healthy` chunks may be read or waited for.
-fn osd_layout(s: &SegmentLayout) -> Layout {
-    Layout {
-        segment_id: s.segment_id,
-        length: s.length,
-        primary: s.primary,
-        holders: s
-            .chunks
-            .iter()
-            .map(|c| Holder {
-                index: c.index,
-                osd_id: c.osd_id,
-                addr: c.addr.clone(),
-                usable: c.state == ChunkState::Healthy && c.up,
-            })
-            .collect(),
-        epoch: s.epoch,
-    }
 }
 
 impl Client {
@@ -266,7 +244,7 @@ impl Client {
             }
             let osd = this.osd(&layout.primary_addr)?;
             let res = this
-                .deadline(what, timeout, op(osd, osd_layout(&layout)))
+                .deadline(what, timeout, op(osd, Layout::from(&layout)))
                 .await;
             if matches!(
                 res,
