@@ -55,9 +55,11 @@ fn log_file(dir: &Path, i: usize) -> PathBuf {
 
 /// The device files of Exps 4–5, created once and written through with zeros (so no run writes into
 /// holes of a sparse file, which costs extent allocation that a real SSD does not have). Dropping
-/// it removes the files, and the directory if it is then empty.
+/// it removes the files, and the directory if this created it and it is then empty (a directory the
+/// user named, such as /var/tmp, is never removed).
 pub struct DeviceFiles {
     dir: PathBuf,
+    created_dir: bool,
 }
 
 impl DeviceFiles {
@@ -70,8 +72,11 @@ impl DeviceFiles {
                 log = log.max(sz.log_bytes());
             }
         }
+        let created_dir = !dir.exists();
+        std::fs::create_dir_all(dir).map_err(io_at(dir))?;
         let files = DeviceFiles {
             dir: dir.to_path_buf(),
+            created_dir,
         };
         let paths = (0..MAIN_FILES)
             .map(|i| (main_file(dir, i), main))
@@ -91,8 +96,10 @@ impl Drop for DeviceFiles {
         for i in 0..LOG_FILES {
             let _ = std::fs::remove_file(log_file(&self.dir, i));
         }
-        // Only succeeds when nothing else is in it.
-        let _ = std::fs::remove_dir(&self.dir);
+        // Only a directory this created, and only when nothing else is in it.
+        if self.created_dir {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
     }
 }
 
