@@ -8,6 +8,7 @@ mod cmd_ec;
 mod cmd_experiment;
 mod cmd_mds;
 mod cmd_nbd;
+mod cmd_osd;
 mod cmd_sim;
 mod cmd_trace;
 mod util;
@@ -50,6 +51,8 @@ enum Cmd {
     Experiment(cmd_experiment::ExperimentArgs),
     /// CodFS metadata server: files → segments → chunks on OSDs, OSD health, promotion, recovery
     Mds(cmd_mds::MdsArgs),
+    /// CodFS object storage daemon: a chunk store, primary work (encode, degraded reads, FO updates), recovery
+    Osd(cmd_osd::OsdArgs),
 }
 
 fn main() {
@@ -63,6 +66,7 @@ fn main() {
         Cmd::Array(a) => cmd_array::run(a),
         Cmd::Experiment(a) => cmd_experiment::run(a),
         Cmd::Mds(a) => cmd_mds::run(a),
+        Cmd::Osd(a) => cmd_osd::run(a),
         Cmd::Cluster(a) => cmd_cluster::run(a),
         Cmd::Demo(a) => cmd_demo::run(a),
     };

@@ -350,7 +350,9 @@ impl OsdClient {
     }
 
     /// Primary → data holder: a sub-update of one data chunk; the holder sends the parity deltas to
-    /// `parity` and returns the parity chunks whose holder did not acknowledge.
+    /// `parity` and returns the parity chunks whose holder did not acknowledge. A holder whose chunk
+    /// is not at `expected_version` (0: any) refuses and changes nothing.
+    #[allow(clippy::too_many_arguments)]
     pub async fn update_chunk(
         &self,
         segment_id: u64,
@@ -358,6 +360,7 @@ impl OsdClient {
         offset: u64,
         data: &[u8],
         version: u64,
+        expected_version: u64,
         parity: &[Holder],
     ) -> Result<Vec<u32>, OsdError> {
         let req = proto::UpdateChunkRequest {
@@ -367,6 +370,7 @@ impl OsdClient {
             data: data.to_vec(),
             version,
             parity: parity.iter().map(holder_to_proto).collect(),
+            expected_version,
         };
         let reply = self
             .raw

@@ -294,7 +294,10 @@ async fn heartbeat_loop(osd: Osd, mds: MdsClient, osd_id: u32, every: Duration) 
                                 ms = started.elapsed().as_millis() as u64,
                                 "recovered"
                             ),
-                            Err(e) => tracing::warn!(segment = seg, "recovery failed: {e}"),
+                            Err(e) => {
+                                crate::metrics::Metrics::add(&osd.metrics().recovery_failures, 1);
+                                tracing::warn!(segment = seg, "recovery failed: {e}")
+                            }
                         }
                         running
                             .lock()

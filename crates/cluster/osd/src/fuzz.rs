@@ -115,6 +115,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
                 data: vec![1u8; 100],
                 version: 9,
                 parity,
+                expected_version: 1,
             }
             .encode_to_vec(),
         ),

@@ -15,6 +15,7 @@ mod proto {
 pub mod api;
 pub mod chunk_store;
 pub mod daemon;
+pub mod metrics;
 pub mod service;
 
 pub use api::{Ack, ChunkMeta, Holder, Layout, OsdClient, OsdError};

@@ -22,6 +22,7 @@ use crate::api::{
     OsdError, FRAME_BYTES,
 };
 use crate::chunk_store::{check_meta, ChunkStore, ChunkStoreError};
+use crate::metrics::{Metrics, OPS};
 use crate::proto;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -76,6 +77,9 @@ enum Miss {
     Stale(String),
     /// The request certainly never reached the holder (the connection could not be made).
     NotSent(String),
+    /// The holder refused the request before changing anything (its chunk is not at the version
+    /// the primary expects).
+    Refused(String),
     /// Newer than the primary expects: the primary's view of the segment is out of date.
     Newer(String),
     Absent,
@@ -89,6 +93,7 @@ impl std::fmt::Display for Miss {
             Miss::Corrupt(m) => write!(f, "corrupt: {m}"),
             Miss::Stale(m) => write!(f, "stale: {m}"),
             Miss::NotSent(m) => write!(f, "unreachable: {m}"),
+            Miss::Refused(m) => write!(f, "refused: {m}"),
             Miss::Newer(m) => write!(f, "newer: {m}"),
             Miss::Absent => f.write_str("not stored"),
             Miss::Other(m) => f.write_str(m),
@@ -115,6 +120,7 @@ fn remote_miss(e: OsdError) -> Miss {
         }
         OsdError::Security(_) => Miss::NotSent(e.to_string()),
         OsdError::Unreachable { .. } => Miss::Unreachable(e.to_string()),
+        OsdError::StaleLayout { .. } => Miss::Refused(e.to_string()),
         e => Miss::Other(e.to_string()),
     }
 }
@@ -208,6 +214,7 @@ struct Inner {
     peers: Mutex<HashMap<String, OsdClient>>,
     segments: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<SegState>>>>,
     recovery: tokio::sync::Mutex<RateLimit>,
+    metrics: Metrics,
 }
 
 /// A byte-rate limit (0 = unlimited) shared by the recoveries of one OSD.
@@ -254,6 +261,7 @@ impl Osd {
                     bytes_per_sec: recovery_bytes_per_sec,
                     next_free: tokio::time::Instant::now(),
                 }),
+                metrics: Metrics::default(),
             }),
         }
     }
@@ -264,6 +272,29 @@ impl Osd {
 
     pub fn store(&self) -> &Arc<dyn ChunkStore> {
         &self.inner.setup.store
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// This OSD's metrics in the Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        let u = self.store().usage();
+        self.inner.metrics.render(self.osd_id(), u.chunks, u.bytes)
+    }
+
+    /// Run one RPC's work and record its result and latency under `op` (an index of [`OPS`]).
+    async fn timed<T>(
+        &self,
+        op: &str,
+        f: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        let started = std::time::Instant::now();
+        let r = f.await;
+        let i = OPS.iter().position(|o| *o == op).unwrap_or(OPS.len());
+        self.inner.metrics.record(i, r.is_ok(), started.elapsed());
+        r
     }
 
     fn code(&self) -> &Arc<dyn ErasureCode> {
@@ -365,6 +396,7 @@ impl Osd {
             .map_err(remote_miss)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn update_chunk_at(
         &self,
         segment: u64,
@@ -372,16 +404,20 @@ impl Osd {
         offset: u64,
         data: Vec<u8>,
         version: u64,
+        expected: u64,
         parity: Vec<Holder>,
     ) -> Result<Vec<u32>, Miss> {
         if self.is_local(h) {
             return self
-                .update_chunk_local(segment, h.index, offset, data, version, parity)
+                .update_chunk_local(segment, h.index, offset, data, version, expected, parity)
                 .await
-                .map_err(|s| Miss::Other(s.message().to_owned()));
+                .map_err(|s| match s.code() {
+                    tonic::Code::FailedPrecondition => Miss::Refused(s.message().to_owned()),
+                    _ => Miss::Other(s.message().to_owned()),
+                });
         }
         self.peer(&h.addr)?
-            .update_chunk(segment, h.index, offset, &data, version, &parity)
+            .update_chunk(segment, h.index, offset, &data, version, expected, &parity)
             .await
             .map_err(remote_miss)
     }
@@ -569,6 +605,7 @@ impl Osd {
             .mds
             .mark_stale(segment, chunks, version)
             .await
+            .map(|()| Metrics::add(&self.inner.metrics.stale_marked, chunks.len() as u64))
             .map_err(|e| {
                 Status::aborted(format!(
                     "segment {segment:#x}: chunks {chunks:?} were not written and the MDS could not mark them stale: {e}"
@@ -735,6 +772,7 @@ impl Osd {
             }
             return Ok(out);
         }
+        Metrics::add(&self.inner.metrics.degraded_reads, 1);
         // Degraded read: the same in-chunk range of any k chunks, decoded. A chunk that failed its
         // checksum (or is older than it should be) is rebuilt whole and rewritten.
         let repair = got
@@ -816,12 +854,15 @@ impl Osd {
             };
             let data = Arc::new(shards[i as usize].clone());
             match self.put_chunk(h, meta, data).await {
-                Ok(()) => tracing::warn!(
-                    segment = l.segment_id,
-                    chunk = i,
-                    osd = h.osd_id,
-                    "repaired a chunk that failed its checksum or was stale"
-                ),
+                Ok(()) => {
+                    Metrics::add(&self.inner.metrics.repairs, 1);
+                    tracing::warn!(
+                        segment = l.segment_id,
+                        chunk = i,
+                        osd = h.osd_id,
+                        "repaired a chunk that failed its checksum or was stale"
+                    )
+                }
                 Err(e) => tracing::warn!(
                     segment = l.segment_id,
                     chunk = i,
@@ -866,11 +907,20 @@ impl Osd {
         let asks = subs.iter().filter(|s| l.holders[s.index].usable).map(|s| {
             let h = &l.holders[s.index];
             let parity = parity.clone();
+            let expected = st.expected.get(s.index).copied().unwrap_or(0);
             async move {
                 (
                     s.index,
-                    self.update_chunk_at(seg, h, s.offset, s.data.clone(), version, parity)
-                        .await,
+                    self.update_chunk_at(
+                        seg,
+                        h,
+                        s.offset,
+                        s.data.clone(),
+                        version,
+                        expected,
+                        parity,
+                    )
+                    .await,
                 )
             }
         });
@@ -891,7 +941,7 @@ impl Osd {
                 }
                 Err(e) => {
                     reasons.push(format!("chunk {i}: {e}"));
-                    failed.push((i, matches!(e, Miss::NotSent(_))));
+                    failed.push((i, matches!(e, Miss::NotSent(_) | Miss::Refused(_))));
                 }
             }
         }
@@ -1116,7 +1166,7 @@ impl Osd {
             async move {
                 (
                     h.index,
-                    self.update_chunk_at(l.segment_id, h, lo, bytes, version, Vec::new())
+                    self.update_chunk_at(l.segment_id, h, lo, bytes, version, 0, Vec::new())
                         .await,
                 )
             }
@@ -1132,6 +1182,7 @@ impl Osd {
     /// UpdateChunk at the holder: write the new bytes in place (capturing the old), send one delta
     /// per parity holder, all durable before returning; the parity chunks that did not acknowledge.
     /// With no parity holders this is a plain in-place overwrite (the primary's re-encoded parity).
+    #[allow(clippy::too_many_arguments)]
     async fn update_chunk_local(
         &self,
         segment: u64,
@@ -1139,9 +1190,24 @@ impl Osd {
         offset: u64,
         data: Vec<u8>,
         version: u64,
+        expected: u64,
         parity: Vec<Holder>,
     ) -> Result<Vec<u32>, Status> {
         let k = self.k();
+        if expected != 0 {
+            // The primary serializes the segment's requests, so nothing changes the chunk between
+            // this check and the write below.
+            let have = self
+                .blocking(move |s| s.meta(segment, index))
+                .await
+                .map_err(store_status)?;
+            let have = have.map_or(0, |m| m.version);
+            if have != expected {
+                return Err(Status::failed_precondition(format!(
+                    "segment {segment:#x} chunk {index} is at version {have}, the primary expects {expected}: stale, not updated"
+                )));
+            }
+        }
         if !parity.is_empty() && index as usize >= k {
             return Err(Status::invalid_argument(format!(
                 "segment {segment:#x}: chunk {index} is a parity chunk; only data chunks send deltas"
@@ -1278,6 +1344,8 @@ impl Osd {
                 .chunk_recovered(l.segment_id, i, h.osd_id, meta.version)
                 .await?;
             moved += cb;
+            Metrics::add(&self.inner.metrics.recovery_chunks, 1);
+            Metrics::add(&self.inner.metrics.recovery_bytes, cb);
         }
         Ok(moved)
     }
@@ -1398,39 +1466,43 @@ impl proto::osd_server::Osd for Osd {
         &self,
         req: Request<Streaming<proto::SegmentWrite>>,
     ) -> Result<Response<proto::WriteSegmentReply>, Status> {
-        let mut s = req.into_inner();
-        let layout = match s.next().await {
-            Some(Ok(proto::SegmentWrite {
-                part: Some(proto::segment_write::Part::Layout(l)),
-            })) => layout_from_proto(&l),
-            Some(Err(e)) => return Err(e),
-            _ => {
-                return Err(Status::invalid_argument(
-                    "WriteSegment must start with the layout",
-                ))
-            }
-        };
-        check_layout(&layout, self.n()).map_err(Status::invalid_argument)?;
-        let mut data = Vec::with_capacity(layout.length as usize);
-        while let Some(m) = s.next().await {
-            match m?.part {
-                Some(proto::segment_write::Part::Data(d)) => {
-                    if data.len() as u64 + d.len() as u64 > layout.length {
-                        return Err(Status::invalid_argument(format!(
-                            "segment {:#x}: more than its {} bytes sent",
-                            layout.segment_id, layout.length
-                        )));
-                    }
-                    data.extend_from_slice(&d);
+        self.timed("write_segment", async move {
+            let mut s = req.into_inner();
+            let layout = match s.next().await {
+                Some(Ok(proto::SegmentWrite {
+                    part: Some(proto::segment_write::Part::Layout(l)),
+                })) => layout_from_proto(&l),
+                Some(Err(e)) => return Err(e),
+                _ => {
+                    return Err(Status::invalid_argument(
+                        "WriteSegment must start with the layout",
+                    ))
                 }
-                _ => return Err(Status::invalid_argument("WriteSegment: a second layout")),
+            };
+            check_layout(&layout, self.n()).map_err(Status::invalid_argument)?;
+            let mut data = Vec::with_capacity(layout.length as usize);
+            while let Some(m) = s.next().await {
+                match m?.part {
+                    Some(proto::segment_write::Part::Data(d)) => {
+                        if data.len() as u64 + d.len() as u64 > layout.length {
+                            return Err(Status::invalid_argument(format!(
+                                "segment {:#x}: more than its {} bytes sent",
+                                layout.segment_id, layout.length
+                            )));
+                        }
+                        data.extend_from_slice(&d);
+                    }
+                    _ => return Err(Status::invalid_argument("WriteSegment: a second layout")),
+                }
             }
-        }
-        let ack = self.write(layout, data).await?;
-        Ok(Response::new(proto::WriteSegmentReply {
-            version: ack.version,
-            stale: ack.stale,
-        }))
+            Metrics::add(&self.inner.metrics.bytes_in, data.len() as u64);
+            let ack = self.write(layout, data).await?;
+            Ok(Response::new(proto::WriteSegmentReply {
+                version: ack.version,
+                stale: ack.stale,
+            }))
+        })
+        .await
     }
 
     type ReadSegmentStream = FrameStream<proto::DataFrame>;
@@ -1439,63 +1511,74 @@ impl proto::osd_server::Osd for Osd {
         &self,
         req: Request<proto::ReadSegmentRequest>,
     ) -> Result<Response<Self::ReadSegmentStream>, Status> {
-        let r = req.into_inner();
-        let l = request_layout(r.layout.as_ref())?;
-        let data = self.read(l, r.offset, r.length).await?;
-        Ok(Response::new(frames(None, data, |data| proto::DataFrame {
-            data,
-        })))
+        self.timed("read_segment", async move {
+            let r = req.into_inner();
+            let l = request_layout(r.layout.as_ref())?;
+            let data = self.read(l, r.offset, r.length).await?;
+            Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
+            Ok(Response::new(frames(None, data, |data| proto::DataFrame {
+                data,
+            })))
+        })
+        .await
     }
 
     async fn update_segment(
         &self,
         req: Request<proto::UpdateSegmentRequest>,
     ) -> Result<Response<proto::UpdateSegmentReply>, Status> {
-        let r = req.into_inner();
-        let l = request_layout(r.layout.as_ref())?;
-        let ack = self.update(l, r.offset, r.data).await?;
-        Ok(Response::new(proto::UpdateSegmentReply {
-            version: ack.version,
-            stale: ack.stale,
-        }))
+        self.timed("update_segment", async move {
+            let r = req.into_inner();
+            let l = request_layout(r.layout.as_ref())?;
+            Metrics::add(&self.inner.metrics.bytes_in, r.data.len() as u64);
+            let ack = self.update(l, r.offset, r.data).await?;
+            Ok(Response::new(proto::UpdateSegmentReply {
+                version: ack.version,
+                stale: ack.stale,
+            }))
+        })
+        .await
     }
 
     async fn put_chunk(
         &self,
         req: Request<Streaming<proto::ChunkWrite>>,
     ) -> Result<Response<proto::PutChunkReply>, Status> {
-        let mut s = req.into_inner();
-        let meta = match s.next().await {
-            Some(Ok(proto::ChunkWrite {
-                part: Some(proto::chunk_write::Part::Header(h)),
-            })) => meta_from_proto(&h),
-            Some(Err(e)) => return Err(e),
-            _ => {
-                return Err(Status::invalid_argument(
-                    "PutChunk must start with the header",
-                ))
-            }
-        };
-        check_meta(&meta).map_err(Status::invalid_argument)?;
-        let mut data = Vec::with_capacity(meta.chunk_bytes as usize);
-        while let Some(m) = s.next().await {
-            match m?.part {
-                Some(proto::chunk_write::Part::Data(d)) => {
-                    if data.len() as u64 + d.len() as u64 > meta.chunk_bytes {
-                        return Err(Status::invalid_argument(format!(
-                            "segment {:#x} chunk {}: more than its {} bytes sent",
-                            meta.segment_id, meta.index, meta.chunk_bytes
-                        )));
-                    }
-                    data.extend_from_slice(&d);
+        self.timed("put_chunk", async move {
+            let mut s = req.into_inner();
+            let meta = match s.next().await {
+                Some(Ok(proto::ChunkWrite {
+                    part: Some(proto::chunk_write::Part::Header(h)),
+                })) => meta_from_proto(&h),
+                Some(Err(e)) => return Err(e),
+                _ => {
+                    return Err(Status::invalid_argument(
+                        "PutChunk must start with the header",
+                    ))
                 }
-                _ => return Err(Status::invalid_argument("PutChunk: a second header")),
+            };
+            check_meta(&meta).map_err(Status::invalid_argument)?;
+            let mut data = Vec::with_capacity(meta.chunk_bytes as usize);
+            while let Some(m) = s.next().await {
+                match m?.part {
+                    Some(proto::chunk_write::Part::Data(d)) => {
+                        if data.len() as u64 + d.len() as u64 > meta.chunk_bytes {
+                            return Err(Status::invalid_argument(format!(
+                                "segment {:#x} chunk {}: more than its {} bytes sent",
+                                meta.segment_id, meta.index, meta.chunk_bytes
+                            )));
+                        }
+                        data.extend_from_slice(&d);
+                    }
+                    _ => return Err(Status::invalid_argument("PutChunk: a second header")),
+                }
             }
-        }
-        self.blocking(move |st| st.put(&meta, &data))
-            .await
-            .map_err(store_status)?;
-        Ok(Response::new(proto::PutChunkReply {}))
+            self.blocking(move |st| st.put(&meta, &data))
+                .await
+                .map_err(store_status)?;
+            Ok(Response::new(proto::PutChunkReply {}))
+        })
+        .await
     }
 
     type GetChunkStream = FrameStream<proto::ChunkFrame>;
@@ -1504,95 +1587,118 @@ impl proto::osd_server::Osd for Osd {
         &self,
         req: Request<proto::GetChunkRequest>,
     ) -> Result<Response<Self::GetChunkStream>, Status> {
-        let r = req.into_inner();
-        let (seg, index, offset, length) = (r.segment_id, r.index, r.offset, r.length);
-        let (meta, data) = self
-            .blocking(move |s| {
-                let len = if length == 0 {
-                    let meta = s.meta(seg, index)?.ok_or(ChunkStoreError::NotFound {
-                        segment: seg,
-                        index,
-                    })?;
-                    meta.chunk_bytes.saturating_sub(offset)
-                } else {
-                    length
-                };
-                s.read(seg, index, offset, len)
-            })
-            .await
-            .map_err(store_status)?;
-        let header = proto::ChunkFrame {
-            part: Some(proto::chunk_frame::Part::Header(meta_to_proto(&meta))),
-        };
-        Ok(Response::new(frames(Some(header), data, |d| {
-            proto::ChunkFrame {
-                part: Some(proto::chunk_frame::Part::Data(d)),
-            }
-        })))
+        self.timed("get_chunk", async move {
+            let r = req.into_inner();
+            let (seg, index, offset, length) = (r.segment_id, r.index, r.offset, r.length);
+            let (meta, data) = self
+                .blocking(move |s| {
+                    let len = if length == 0 {
+                        let meta = s.meta(seg, index)?.ok_or(ChunkStoreError::NotFound {
+                            segment: seg,
+                            index,
+                        })?;
+                        meta.chunk_bytes.saturating_sub(offset)
+                    } else {
+                        length
+                    };
+                    s.read(seg, index, offset, len)
+                })
+                .await
+                .map_err(store_status)?;
+            let header = proto::ChunkFrame {
+                part: Some(proto::chunk_frame::Part::Header(meta_to_proto(&meta))),
+            };
+            Ok(Response::new(frames(Some(header), data, |d| {
+                proto::ChunkFrame {
+                    part: Some(proto::chunk_frame::Part::Data(d)),
+                }
+            })))
+        })
+        .await
     }
 
     async fn update_chunk(
         &self,
         req: Request<proto::UpdateChunkRequest>,
     ) -> Result<Response<proto::UpdateChunkReply>, Status> {
-        let r = req.into_inner();
-        let parity = r.parity.iter().map(api::holder_from_proto).collect();
-        let stale = self
-            .update_chunk_local(r.segment_id, r.index, r.offset, r.data, r.version, parity)
-            .await?;
-        Ok(Response::new(proto::UpdateChunkReply { stale }))
+        self.timed("update_chunk", async move {
+            let r = req.into_inner();
+            let parity = r.parity.iter().map(api::holder_from_proto).collect();
+            let stale = self
+                .update_chunk_local(
+                    r.segment_id,
+                    r.index,
+                    r.offset,
+                    r.data,
+                    r.version,
+                    r.expected_version,
+                    parity,
+                )
+                .await?;
+            Ok(Response::new(proto::UpdateChunkReply { stale }))
+        })
+        .await
     }
 
     async fn apply_delta(
         &self,
         req: Request<proto::ApplyDeltaRequest>,
     ) -> Result<Response<proto::ApplyDeltaReply>, Status> {
-        let r = req.into_inner();
-        if (r.index as usize) < self.k() {
-            return Err(Status::invalid_argument(format!(
-                "segment {:#x}: chunk {} is a data chunk; deltas go to parity chunks",
-                r.segment_id, r.index
-            )));
-        }
-        let code = self.code().clone();
-        let (seg, index, offset, version, delta) =
-            (r.segment_id, r.index, r.offset, r.version, r.delta);
-        self.blocking(move |s| {
-            s.modify(seg, index, offset, delta.len() as u64, version, &mut |b| {
-                code.apply_delta(b, &delta).map_err(|e| e.to_string())
+        self.timed("apply_delta", async move {
+            let r = req.into_inner();
+            if (r.index as usize) < self.k() {
+                return Err(Status::invalid_argument(format!(
+                    "segment {:#x}: chunk {} is a data chunk; deltas go to parity chunks",
+                    r.segment_id, r.index
+                )));
+            }
+            let code = self.code().clone();
+            let (seg, index, offset, version, delta) =
+                (r.segment_id, r.index, r.offset, r.version, r.delta);
+            self.blocking(move |s| {
+                s.modify(seg, index, offset, delta.len() as u64, version, &mut |b| {
+                    code.apply_delta(b, &delta).map_err(|e| e.to_string())
+                })
             })
+            .await
+            .map_err(store_status)?;
+            Ok(Response::new(proto::ApplyDeltaReply {}))
         })
         .await
-        .map_err(store_status)?;
-        Ok(Response::new(proto::ApplyDeltaReply {}))
     }
 
     async fn chunk_version(
         &self,
         req: Request<proto::ChunkVersionRequest>,
     ) -> Result<Response<proto::ChunkVersionReply>, Status> {
-        let r = req.into_inner();
-        let (seg, index) = (r.segment_id, r.index);
-        let meta = self
-            .blocking(move |s| s.meta(seg, index))
-            .await
-            .map_err(store_status)?;
-        Ok(Response::new(proto::ChunkVersionReply {
-            present: meta.is_some(),
-            version: meta.map_or(0, |m| m.version),
-        }))
+        self.timed("chunk_version", async move {
+            let r = req.into_inner();
+            let (seg, index) = (r.segment_id, r.index);
+            let meta = self
+                .blocking(move |s| s.meta(seg, index))
+                .await
+                .map_err(store_status)?;
+            Ok(Response::new(proto::ChunkVersionReply {
+                present: meta.is_some(),
+                version: meta.map_or(0, |m| m.version),
+            }))
+        })
+        .await
     }
 
     async fn delete_chunk(
         &self,
         req: Request<proto::DeleteChunkRequest>,
     ) -> Result<Response<proto::DeleteChunkReply>, Status> {
-        let r = req.into_inner();
-        let (seg, index) = (r.segment_id, r.index);
-        self.blocking(move |s| s.delete(seg, index))
-            .await
-            .map_err(store_status)?;
-        Ok(Response::new(proto::DeleteChunkReply {}))
+        self.timed("delete_chunk", async move {
+            let r = req.into_inner();
+            let (seg, index) = (r.segment_id, r.index);
+            self.blocking(move |s| s.delete(seg, index))
+                .await
+                .map_err(store_status)?;
+            Ok(Response::new(proto::DeleteChunkReply {}))
+        })
+        .await
     }
 }
 

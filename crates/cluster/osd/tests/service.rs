@@ -277,6 +277,27 @@ async fn degraded_reads_and_updates_with_holders_down() {
             .contains("an update needs k + 1 = 5 usable chunks, the layout has 4"),
         "{e}"
     );
+    // The layout claims every chunk is fine (it is not: chunk 1 missed the update that failed above
+    // and chunk 5 was never written). The data holder of chunk 1 refuses (its version is older than
+    // the primary expects), the primary finishes the sub-update with decoded deltas, and, with only
+    // 4 chunks at the new version, refuses to acknowledge; chunk 1's old bytes are never served.
+    let all = c.layout(12, 1000);
+    let e = client
+        .update_segment(&all, 300, &[8u8; 10])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OsdError::NotDurable { .. }), "{e}");
+    let calls = c.calls();
+    assert!(
+        calls.contains(&"stale 12 [1, 5] v3".to_string()),
+        "{calls:?}"
+    );
+    let mut marked = all.clone();
+    marked.holders[1].usable = false;
+    marked.holders[5].usable = false;
+    let mut model12 = vec![6u8; 1000];
+    model12[300..310].copy_from_slice(&[8u8; 10]);
+    check_reads(&client, &marked, &model12, &mut rng, 5).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,117 @@
+//! `ecstack osd`: a CodFS object storage daemon (crates/cluster/osd). Opens (and locks) its chunk
+//! store, binds its service (port 0: any free port), registers with the MDS under `--name` with the
+//! address it actually bound, heartbeats, runs recovery and delete tasks, and serves Prometheus
+//! metrics on a loopback port. Prints its bound addresses on stdout, one line each, so scripts and
+//! tests that start it on port 0 can find them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use ecstack_osd::daemon::{Daemon, DaemonConfig};
+use ecstack_rpc::{ClusterConfig, Security};
+
+#[derive(Args)]
+pub struct OsdArgs {
+    /// The cluster's config file (cluster.toml, made by `ecstack cluster init`)
+    #[arg(long)]
+    config: PathBuf,
+    /// Directory of this OSD's chunk store (created if missing; one OSD per store)
+    #[arg(long)]
+    store: PathBuf,
+    /// This OSD's name (osd-0, osd-1, ...): the MDS keeps its id for the name across restarts, and
+    /// its certificate is <certs>/<name>.pem and .key
+    #[arg(long)]
+    name: String,
+    /// Address of the OSD service (port 0 picks a free one)
+    #[arg(long, default_value = "127.0.0.1:0")]
+    addr: String,
+    /// Loopback address of the Prometheus metrics endpoint (port 0 picks a free one)
+    #[arg(long, default_value = "127.0.0.1:0")]
+    metrics_addr: String,
+    /// A failure-domain label, KEY=VALUE (host=a, rack=r1); repeatable
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    /// Plain HTTP/2 without TLS or client certificates (loopback experiments only)
+    #[arg(long)]
+    insecure: bool,
+}
+
+fn parse_labels(labels: &[String]) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for l in labels {
+        let Some((k, v)) = l.split_once('=') else {
+            bail!("--label {l:?}: expected KEY=VALUE, e.g. host=a");
+        };
+        if k.is_empty() || v.is_empty() {
+            bail!("--label {l:?}: key and value must not be empty");
+        }
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            bail!("--label {k}: given twice");
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(a: OsdArgs) -> Result<()> {
+    crate::cmd_nbd::init_logging("info");
+    let config = ClusterConfig::load(&a.config)?;
+    let labels = parse_labels(&a.labels)?;
+    let security = if a.insecure {
+        eprintln!(
+            "ecstack osd: WARNING: --insecure: no TLS, no client certificates; anyone who can reach the port can read and overwrite this OSD's chunks"
+        );
+        Security::Insecure
+    } else {
+        Security::load(&config.certs_dir(), &a.name)
+            .with_context(|| format!("loading the certificate of {:?}", a.name))?
+    };
+    let cfg = DaemonConfig {
+        name: a.name.clone(),
+        addr: a.addr.clone(),
+        labels,
+        store: a.store.clone(),
+        mds_addr: config.mds.addr.clone(),
+        security,
+        recovery_bytes_per_sec: config.mds.recovery_bytes_per_sec,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let daemon = Daemon::start(&cfg).await?;
+        let osd = daemon.osd.clone();
+        let (metrics_addr, _metrics) =
+            ecstack_rpc::metrics::serve_metrics(&a.metrics_addr, move || {
+                let osd = osd.clone();
+                async move { osd.metrics_text() }
+            })
+            .await
+            .with_context(|| format!("cannot serve metrics on {}", a.metrics_addr))?;
+        println!(
+            "ecstack osd: {} (osd {}) listening on {}",
+            cfg.name, daemon.osd_id, daemon.addr
+        );
+        println!("ecstack osd: metrics on http://{metrics_addr}/metrics");
+        println!("ecstack osd: store {}", cfg.store.display());
+        daemon.run(shutdown_signal()).await?;
+        eprintln!("ecstack osd: stopped");
+        Ok(())
+    })
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
