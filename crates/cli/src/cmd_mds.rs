@@ -69,12 +69,21 @@ pub fn run(a: MdsArgs) -> Result<()> {
         let metrics = TcpListener::bind(&metrics_addr)
             .await
             .with_context(|| format!("cannot bind the metrics address {metrics_addr}"))?;
-        println!("ecstack mds: listening on {}", listener.local_addr()?);
-        println!(
+        // A closed stdout (a parent that stopped reading) must not stop the MDS.
+        let say = |line: String| {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+        };
+        say(format!(
+            "ecstack mds: listening on {}",
+            listener.local_addr()?
+        ));
+        say(format!(
             "ecstack mds: metrics on http://{}/metrics",
             metrics.local_addr()?
-        );
-        println!("ecstack mds: store {}", store_path.display());
+        ));
+        say(format!("ecstack mds: store {}", store_path.display()));
         tokio::spawn(serve_metrics(metrics, handle.clone()));
         handle.spawn_failure_detector(detector_every);
         handle.serve(listener, &security, shutdown_signal()).await?;

@@ -181,8 +181,10 @@ pub struct ClusterStatus {
     pub files: u64,
     pub bytes: u64,
     pub segments_healthy: u64,
-    /// Readable, but with at least one chunk stale, lost or on a down OSD.
+    /// Readable, with fewer than n usable chunks (stale or lost chunks, or holders down) and
+    /// nothing being rebuilt.
     pub segments_degraded: u64,
+    /// Readable, with a chunk being rebuilt or caught up (recovering or stale on an UP holder).
     pub segments_recovering: u64,
     /// Fewer than k usable chunks.
     pub segments_lost: u64,
@@ -278,6 +280,10 @@ impl From<tonic::Status> for MdsError {
             tonic::Code::NotFound => MdsError::NotFound(message),
             tonic::Code::FailedPrecondition => MdsError::FailedPrecondition(message),
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+                MdsError::Unavailable(message)
+            }
+            // tonic reports a connection that failed or broke as Unknown "transport error".
+            tonic::Code::Unknown if message.starts_with("transport error") => {
                 MdsError::Unavailable(message)
             }
             tonic::Code::Internal => MdsError::Internal(message),

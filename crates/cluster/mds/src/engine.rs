@@ -624,6 +624,11 @@ impl MdsCore {
     ) -> Result<(), MdsError> {
         let mut s = self.segment(segment_id)?;
         self.check_chunks(segment_id, chunks)?;
+        if chunks.is_empty() {
+            return Err(MdsError::InvalidArgument(format!(
+                "MarkStale for segment {segment_id} names no chunk"
+            )));
+        }
         let mut batch = Batch::new();
         let mut newly = 0;
         for c in self.store.chunks(segment_id).map_err(internal)? {
@@ -1024,7 +1029,7 @@ pub enum Health {
     Healthy = 0,
     /// Readable, with fewer than n usable chunks.
     Degraded = 1,
-    /// Readable, with a chunk being rebuilt.
+    /// Readable, with a chunk being rebuilt (recovering or stale, on an UP holder).
     Recovering = 2,
     /// Fewer than k usable chunks.
     Lost = 3,
@@ -1046,10 +1051,12 @@ pub fn segment_health(
     let ok = chunks.iter().filter(|c| usable(c, osds)).count() as u32;
     if ok < k {
         Health::Lost
-    } else if chunks
-        .iter()
-        .any(|c| matches!(c.state, ChunkState::Recovering | ChunkState::Stale))
-    {
+    } else if chunks.iter().any(|c| {
+        matches!(c.state, ChunkState::Recovering | ChunkState::Stale)
+            && c.osd_id
+                .and_then(|o| osds.get(&o))
+                .is_some_and(|o| o.state == OsdState::Up)
+    }) {
         Health::Recovering
     } else if ok < n {
         Health::Degraded

@@ -220,6 +220,10 @@ fn bad_input_gets_one_clear_error() {
         r.mds.mark_stale(s[0].segment_id, &[3], 1),
         Err(MdsError::InvalidArgument(_))
     ));
+    assert!(matches!(
+        r.mds.mark_stale(s[0].segment_id, &[], 1),
+        Err(MdsError::InvalidArgument(m)) if m.contains("no chunk")
+    ));
 }
 
 #[test]
