@@ -164,32 +164,47 @@ impl Rig {
 /// that was not acknowledged may or may not have reached each segment).
 #[derive(Clone, Debug)]
 pub struct FileModel {
+    /// The bytes every acknowledged write and update left.
     pub cur: Vec<u8>,
-    pub alt: Vec<u8>,
+    /// Other values a byte may read as: the bytes of failed updates (each may have reached some
+    /// chunks and not others), kept until an acknowledged write covers that byte again.
+    maybe: BTreeMap<usize, Vec<u8>>,
 }
 
 impl FileModel {
     pub fn new(data: Vec<u8>) -> FileModel {
         FileModel {
-            alt: data.clone(),
             cur: data,
+            maybe: BTreeMap::new(),
         }
     }
 
     pub fn updated(&mut self, offset: usize, data: &[u8]) {
         self.cur[offset..offset + data.len()].copy_from_slice(data);
-        self.alt[offset..offset + data.len()].copy_from_slice(data);
+        let touched: Vec<usize> = self
+            .maybe
+            .range(offset..offset + data.len())
+            .map(|(&j, _)| j)
+            .collect();
+        for j in touched {
+            self.maybe.remove(&j);
+        }
     }
 
     pub fn maybe_updated(&mut self, offset: usize, data: &[u8]) {
-        self.alt[offset..offset + data.len()].copy_from_slice(data);
+        for (i, &b) in data.iter().enumerate() {
+            let choices = self.maybe.entry(offset + i).or_default();
+            if !choices.contains(&b) {
+                choices.push(b);
+            }
+        }
     }
 
     /// `None` when `got` is what the range may read as; else the first differing offset.
     pub fn check(&self, offset: usize, got: &[u8]) -> Option<usize> {
         for (i, &b) in got.iter().enumerate() {
             let j = offset + i;
-            if b != self.cur[j] && b != self.alt[j] {
+            if b != self.cur[j] && !self.maybe.get(&j).is_some_and(|c| c.contains(&b)) {
                 return Some(j);
             }
         }
