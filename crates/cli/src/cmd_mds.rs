@@ -13,6 +13,8 @@ use ecstack_mds::engine::{MdsCore, MdsSettings, SystemClock};
 use ecstack_mds::service::MdsHandle;
 use ecstack_mds::store::SqliteStore;
 use ecstack_rpc::{ClusterConfig, Security};
+
+use crate::util::shutdown_signal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -90,20 +92,6 @@ pub fn run(a: MdsArgs) -> Result<()> {
         eprintln!("ecstack mds: stopped");
         Ok(())
     })
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(t) => { t.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
-    }
 }
 
 /// A minimal HTTP/1.1 endpoint: `GET /metrics` answers the MDS's Prometheus text, anything else

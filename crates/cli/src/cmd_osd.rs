@@ -12,6 +12,8 @@ use clap::Args;
 use ecstack_osd::daemon::{Daemon, DaemonConfig};
 use ecstack_rpc::{ClusterConfig, Security};
 
+use crate::util::shutdown_signal;
+
 #[derive(Args)]
 pub struct OsdArgs {
     /// The cluster's config file (cluster.toml, made by `ecstack cluster init`)
@@ -100,18 +102,4 @@ pub fn run(a: OsdArgs) -> Result<()> {
         eprintln!("ecstack osd: stopped");
         Ok(())
     })
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(t) => { t.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
-    }
 }
