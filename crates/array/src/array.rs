@@ -92,6 +92,11 @@ pub struct OpenOptions {
     /// On create: the array's uuid (salts every label and metadata frame) instead of a fresh one
     /// mixed from the time, so two runs of one simulation seed write identical bytes.
     pub uuid: Option<u64>,
+    /// md/pl: journal every in-place update of a written stripe, not only those of a degraded
+    /// array, closing the write hole of a device lost with updates unflushed that the array had
+    /// not noticed (docs/array.md, "Write hole"; Linux md's `--consistency-policy=journal`). Off by
+    /// default: the seed's md and pl do not journal. eplog ignores it (it has no such hole).
+    pub journal_updates: bool,
 }
 
 impl Default for OpenOptions {
@@ -103,6 +108,7 @@ impl Default for OpenOptions {
             rebuild_prefetch: true,
             clock: Clock::system(),
             uuid: None,
+            journal_updates: false,
         }
     }
 }
@@ -473,6 +479,7 @@ impl Array {
             failed_seen: AtomicU64::new(0),
         };
         array.scheme.set_clock(opts.clock.clone());
+        array.set_journal_updates(opts.journal_updates);
         lock(&array.core.journal).failed_at_open = failed_at_open;
         if sb.scheme != SchemeKind::Eplog {
             // Degraded updates a crash interrupted: written again whole from the journal.
@@ -526,6 +533,11 @@ impl Array {
     pub fn set_rebuild(&self, batch: usize, prefetch: bool) {
         self.rebuild_batch.store(batch.max(1) as u64, Relaxed);
         self.rebuild_prefetch.store(prefetch, Relaxed);
+    }
+
+    /// Turn [`OpenOptions::journal_updates`] on or off.
+    pub fn set_journal_updates(&self, on: bool) {
+        self.core.journal_updates.store(on, Relaxed);
     }
 
     pub fn set_trim_on_commit(&self, on: bool) {

@@ -193,15 +193,18 @@ pub struct SimOptions {
     pub steps: usize,
     /// Also cut the power of an md or pl array with in-place writes unflushed while a device is
     /// impaired without the array knowing it yet (a latent sector error, or a fail-stop no I/O
-    /// has met). Off by default, because md and pl do not survive it: the write-intent resync
-    /// cannot recompute a stripe whose device is lost, and the journal only protects updates made
-    /// while the array knew the device had failed (docs/array.md, "Write hole"); closing it needs
-    /// a partial parity log written before every in-place update. Outside strict mode the
+    /// has met). Off by default, because md and pl survive it only with the update journal
+    /// ([`SimOptions::journal`]): the write-intent resync cannot recompute a stripe whose device
+    /// is lost, and by default the journal only protects updates made while the array knew the
+    /// device had failed (docs/array.md, "Write hole"). Outside strict mode the
     /// simulator flushes such an array before cutting its power, and injects no silent fault
     /// into it while a scheduled mid-operation cut is pending; it counts both
     /// ([`Reached::unnoticed_cut_syncs`], [`Reached::faults_deferred`]). Power cuts of a degraded array in the middle of its
     /// work (writes, parity commits, rebuilds, opening) are simulated in both modes.
     pub strict: bool,
+    /// md/pl arrays journal every in-place update ([`OpenOptions::journal_updates`]), which
+    /// closes the hole strict mode adds; off, strict mode shows it (docs/array.md, "Write hole").
+    pub journal: bool,
     /// Print every step to stderr.
     pub trace: bool,
 }
@@ -211,6 +214,7 @@ impl Default for SimOptions {
         SimOptions {
             steps: DEFAULT_STEPS,
             strict: false,
+            journal: false,
             trace: false,
         }
     }
@@ -355,6 +359,7 @@ impl Sim {
             rebuild_batch: 1 + rng.below(8) as usize,
             clock: clock.clone(),
             uuid: Some(rng.next_u64()),
+            journal_updates: sim.journal,
             ..OpenOptions::default()
         };
         let buffer = if scheme == SchemeKind::Eplog && rng.chance(0.3) {
@@ -504,7 +509,7 @@ impl Sim {
             70..=72 => self.discard(),
             73..=78 => {
                 if self.unnoticed_hole() {
-                    // Outside the hole a partial parity log would close (see strict).
+                    // Outside the hole the update journal closes (see strict).
                     self.reached.unnoticed_cut_syncs += 1;
                     self.sync(false)?;
                     if self.powered_off() {

@@ -55,6 +55,13 @@ struct ArraySimArgs {
     /// the array has not noticed yet (the remaining write hole; see docs/array.md)
     #[arg(long)]
     strict: bool,
+    /// md/pl journal every in-place update (closes the hole --strict adds; on with --strict
+    /// unless --no-journal)
+    #[arg(long)]
+    journal: bool,
+    /// With --strict: run md/pl without the update journal (shows the write hole)
+    #[arg(long, requires = "strict", conflicts_with = "journal")]
+    no_journal: bool,
     /// Print every step of each seed to stderr
     #[arg(long)]
     trace: bool,
@@ -157,6 +164,7 @@ fn run_array(a: ArraySimArgs) -> Result<()> {
     let opts = SimOptions {
         steps: a.steps,
         strict: a.strict,
+        journal: a.journal || (a.strict && !a.no_journal),
         trace: a.trace,
     };
     let pb = if std::io::stderr().is_terminal() && a.seeds > 1 {

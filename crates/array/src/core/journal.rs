@@ -7,7 +7,8 @@
 //! write, the chunks recovery will need are saved as [`JournalEntry`] records in a frame of the
 //! metadata volume and made durable (as Linux md's journal and partial parity log do):
 //!
-//! * md and pl: every data chunk of the stripe as the update leaves it; recovery rewrites the
+//! * md and pl (every in-place update of a written stripe with `journal_updates` on): every data
+//!   chunk of the stripe as the update leaves it; recovery rewrites the
 //!   stripe whole (data and parity), so it holds the update's new data whatever was torn;
 //! * eplog parity commit: the committed version of every lost chunk the commit decoded through the
 //!   stripe's parity; the rerun of the interrupted commit takes it from the journal.

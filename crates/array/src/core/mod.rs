@@ -37,6 +37,8 @@ pub(crate) struct Core {
     pub(crate) sb: Mutex<Superblock>,
     pub(crate) stats: Stats,
     pub(crate) trim_on_commit: AtomicBool,
+    /// md/pl: journal every in-place update of a written stripe ([`crate::OpenOptions::journal_updates`]).
+    pub(crate) journal_updates: AtomicBool,
     /// The journal of degraded in-place updates (lock order: `metavol`, then `journal`, then
     /// `meta`).
     pub(crate) journal: Mutex<Journal>,
@@ -98,8 +100,14 @@ impl Core {
             sb: Mutex::new(sb.clone()),
             stats: Stats::default(),
             trim_on_commit: AtomicBool::new(sb.trim_on_commit),
+            journal_updates: AtomicBool::new(false),
             geo: g,
         }
+    }
+
+    /// Whether md/pl journal every in-place update of a written stripe, degraded or not.
+    pub(crate) fn journal_all(&self) -> bool {
+        self.journal_updates.load(Relaxed)
     }
 
     pub(crate) fn meta(&self) -> MutexGuard<'_, MetaInner> {

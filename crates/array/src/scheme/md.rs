@@ -4,6 +4,7 @@
 //! Parity is updated in place. Degraded stripes are decoded, patched and re-encoded.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use super::{ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
 use crate::core::Core;
@@ -96,6 +97,7 @@ pub(crate) fn write_full_stripes(core: &Core, stripes: &[(u64, Vec<Vec<u8>>)]) -
 /// (its content after the write) are saved durably first, so a crash that tears the writes is
 /// repaired on open by writing the stripe again from the journal ([`replay_journal`]). Without it
 /// a torn data or parity chunk makes the failed device's chunk decode to bytes never written.
+/// pl's log entries of each stripe are dropped (`PlReset`) with its writes.
 pub(crate) fn write_full_journaled(core: &Core, stripes: &[(u64, Vec<Vec<u8>>)]) -> Result<()> {
     if stripes.is_empty() {
         return Ok(());
@@ -111,7 +113,19 @@ pub(crate) fn write_full_journaled(core: &Core, stripes: &[(u64, Vec<Vec<u8>>)])
                 .collect();
             (*s, chunks)
         },
-        &mut |r| write_full_stripes(core, &stripes[r]),
+        &mut |r| {
+            write_full_stripes(core, &stripes[r.clone()])?;
+            // pl: the parity is whole again, so the stripe's logged deltas go, recorded before the
+            // next group's journal save syncs the metadata (a synced stripe with its old log
+            // entries would decode through parity and deltas to other bytes).
+            let mut mi = core.meta();
+            for (s, _) in &stripes[r] {
+                if mi.state.pl_logs.contains_key(s) {
+                    mi.record(Rec::PlReset { stripe: *s });
+                }
+            }
+            Ok(())
+        },
     )
 }
 
@@ -181,6 +195,9 @@ impl UpdateScheme for Md {
         let mut new_stripes = Vec::new();
         // Partial stripes: (stripe, writes, rmw?)
         let mut partial: Vec<(u64, &Vec<&ChunkWrite>, bool)> = Vec::new();
+        // Every in-place update of a written stripe under the journal: partial stripes by
+        // reconstruct-write, so the stripe's whole new content is at hand to save.
+        let journal_all = core.journal_all();
         for (&s, wl) in &groups {
             let degraded = (0..n).any(|p| core.devs.is_failed(g.dev_of(s, p)));
             if !written[&s] || wl.len() == k || degraded {
@@ -197,14 +214,14 @@ impl UpdateScheme for Md {
                 if !written[&s] {
                     new_stripes.push(s);
                     full.push((s, data));
-                } else if degraded {
+                } else if degraded || journal_all {
                     journaled.push((s, data));
                 } else {
                     full.push((s, data));
                 }
             } else {
                 let w = wl.len();
-                let rmw = w + m < k - w;
+                let rmw = !journal_all && w + m < k - w;
                 partial.push((s, wl, rmw));
             }
         }
@@ -283,16 +300,44 @@ impl UpdateScheme for Md {
                 ops.push(Wr::new(g.dev_of(*s, p), g.off(*s), b));
             }
         }
-        for ((s, wl, _), (_, par)) in partial.iter().zip(&outs) {
-            for w in wl.iter() {
-                ops.push(Wr::new(g.dev_of(*s, w.pos), g.off(*s), w.data));
+        let partial_writes = |r: Range<usize>| {
+            let mut ops = Vec::new();
+            for ((s, wl, _), (_, par)) in partial[r.clone()].iter().zip(&outs[r]) {
+                for w in wl.iter() {
+                    ops.push(Wr::new(g.dev_of(*s, w.pos), g.off(*s), w.data));
+                }
+                for (p, b) in par {
+                    ops.push(Wr::new(g.dev_of(*s, *p), g.off(*s), b));
+                }
             }
-            for (p, b) in par {
-                ops.push(Wr::new(g.dev_of(*s, *p), g.off(*s), b));
-            }
+            ops
+        };
+        if journal_all {
+            // Journaled after the batch of new and whole stripes (nothing to save for those).
+            core.devs.write(&mut ops);
+            drop(ops);
+            core.check_tolerance()?;
+            core.journaled(
+                partial.len(),
+                &|i| {
+                    // After reconstruct-write, the buffers hold the stripe's new data.
+                    let chunks = bufs[i][..k]
+                        .iter()
+                        .enumerate()
+                        .map(|(p, c)| (p as u16, c.clone()))
+                        .collect();
+                    (partial[i].0, chunks)
+                },
+                &mut |r| {
+                    core.devs.write(&mut partial_writes(r));
+                    core.check_tolerance()
+                },
+            )?;
+        } else {
+            ops.extend(partial_writes(0..partial.len()));
+            core.devs.write(&mut ops);
+            core.check_tolerance()?;
         }
-        core.devs.write(&mut ops);
-        core.check_tolerance()?;
         if !new_stripes.is_empty() {
             let mut mi = core.meta();
             for s in new_stripes {

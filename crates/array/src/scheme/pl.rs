@@ -5,6 +5,7 @@
 //! chunks plus all its logged deltas; a parity commit recomputes parity from the data and empties
 //! the log. New stripes and full-stripe writes go to the main array with parity.
 
+use std::ops::Range;
 use std::time::Instant;
 
 use super::md::{by_stripe, read_in_place, write_full_journaled, write_full_stripes};
@@ -66,6 +67,43 @@ impl Pl {
     }
 }
 
+impl Pl {
+    /// The data of each partial stripe as its update will leave it: the written chunks, and the
+    /// others read (what the journal saves). `None` if a read failed (the device is failed now).
+    #[allow(clippy::type_complexity)]
+    fn new_content(
+        &self,
+        core: &Core,
+        partial: &[(u64, &Vec<&ChunkWrite<'_>>)],
+    ) -> Result<Option<Vec<Vec<Vec<u8>>>>> {
+        let g = &core.geo;
+        let c = g.chunk as usize;
+        let mut out: Vec<Vec<Vec<u8>>> = partial
+            .iter()
+            .map(|(_, wl)| {
+                let mut d = vec![Vec::new(); g.k];
+                for w in wl.iter() {
+                    d[w.pos] = w.data.to_vec();
+                }
+                d
+            })
+            .collect();
+        let mut ops = Vec::new();
+        for ((s, _), d) in partial.iter().zip(out.iter_mut()) {
+            for (p, b) in d.iter_mut().enumerate() {
+                if b.is_empty() {
+                    *b = vec![0u8; c];
+                    ops.push(Rd::new(g.dev_of(*s, p), g.off(*s), b.as_mut_slice()));
+                }
+            }
+        }
+        core.devs.read(&mut ops);
+        let ok = ops.iter().all(|o| o.ok);
+        drop(ops);
+        Ok(ok.then_some(out))
+    }
+}
+
 impl UpdateScheme for Pl {
     fn kind(&self) -> SchemeKind {
         SchemeKind::Pl
@@ -87,14 +125,16 @@ impl UpdateScheme for Pl {
         // Written stripes with a failed main device: decoded, patched and written whole under the
         // journal (a log entry cannot make a torn in-place update of a degraded stripe safe).
         let mut degraded = Vec::new();
+        // Every in-place update of a written stripe under the journal: whole-stripe writes as
+        // degraded ones, partial ones saving the stripe's new content before the logged update.
+        let journal_all = core.journal_all();
         {
             let mi = core.meta();
             for (&s, wl) in &groups {
                 let failed = (0..g.n).any(|p| core.devs.is_failed(g.dev_of(s, p)));
-                if failed && mi.state.is_written(s) {
-                    if mi.state.pl_logs.contains_key(&s) {
-                        reset.push(s);
-                    }
+                let whole = journal_all && wl.len() == k;
+                if (failed || whole) && mi.state.is_written(s) {
+                    // Its log entries are dropped with its writes (`write_full_journaled`).
                     degraded.push((s, wl));
                 } else if !mi.state.is_written(s) {
                     let mut data = vec![vec![0u8; c]; k];
@@ -171,6 +211,15 @@ impl UpdateScheme for Pl {
             let sh = self.degraded(core, *s)?;
             olds[i][j].copy_from_slice(&sh[wl[j].pos]);
         }
+        let saved = if journal_all {
+            match self.new_content(core, &partial)? {
+                Some(v) => v,
+                // A device failed under us: start over, its stripes now degraded.
+                None => return self.write(core, ws),
+            }
+        } else {
+            Vec::new()
+        };
         // Parity deltas per partial stripe: delta_i = sum_l gamma(i, l) (old_l ^ new_l).
         let mut deltas: Vec<Vec<Vec<u8>>> = Vec::with_capacity(partial.len());
         for ((_, wl), old) in partial.iter().zip(&olds) {
@@ -195,18 +244,48 @@ impl UpdateScheme for Pl {
             mi.state.log_next += partial.len() as u64;
             b
         };
-        let mut ops = Vec::new();
-        for (i, ((s, wl), d)) in partial.iter().zip(&deltas).enumerate() {
-            for w in wl.iter() {
-                ops.push(Wr::new(g.dev_of(*s, w.pos), g.off(*s), w.data));
+        let logged = |r: Range<usize>| -> Result<()> {
+            let mut ops = Vec::new();
+            for (i, ((s, wl), d)) in partial.iter().zip(&deltas).enumerate().skip(r.start) {
+                if i >= r.end {
+                    break;
+                }
+                for w in wl.iter() {
+                    ops.push(Wr::new(g.dev_of(*s, w.pos), g.off(*s), w.data));
+                }
+                for (li, dl) in d.iter().enumerate() {
+                    ops.push(Wr::new(g.log_dev(li), g.off(base + i as u64), dl));
+                }
             }
-            for (li, dl) in d.iter().enumerate() {
-                ops.push(Wr::new(g.log_dev(li), g.off(base + i as u64), dl));
+            core.devs.write(&mut ops);
+            drop(ops);
+            core.check_tolerance()?;
+            // Recorded with the writes: a journal save of the next group syncs them.
+            let mut mi = core.meta();
+            for (i, (s, _)) in partial.iter().enumerate().take(r.end).skip(r.start) {
+                mi.record(Rec::PlLog {
+                    stripe: *s,
+                    off: base + i as u64,
+                });
             }
+            Ok(())
+        };
+        if journal_all {
+            core.journaled(
+                partial.len(),
+                &|i| {
+                    let chunks = saved[i]
+                        .iter()
+                        .enumerate()
+                        .map(|(p, c)| (p as u16, c.clone()))
+                        .collect();
+                    (partial[i].0, chunks)
+                },
+                &mut |r| logged(r),
+            )?;
+        } else {
+            logged(0..partial.len())?;
         }
-        core.devs.write(&mut ops);
-        drop(ops);
-        core.check_tolerance()?;
         if !full.is_empty() {
             write_full_stripes(core, &full)?;
         }
@@ -216,12 +295,6 @@ impl UpdateScheme for Pl {
         }
         for s in reset {
             mi.record(Rec::PlReset { stripe: s });
-        }
-        for (i, (s, _)) in partial.iter().enumerate() {
-            mi.record(Rec::PlLog {
-                stripe: *s,
-                off: base + i as u64,
-            });
         }
         Ok(WriteOutcome::Done)
     }
