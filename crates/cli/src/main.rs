@@ -9,6 +9,7 @@ mod cmd_experiment;
 mod cmd_mds;
 mod cmd_nbd;
 mod cmd_osd;
+mod cmd_reduce;
 mod cmd_sim;
 mod cmd_trace;
 mod util;
@@ -53,6 +54,8 @@ enum Cmd {
     Mds(cmd_mds::MdsArgs),
     /// CodFS object storage daemon: a chunk store, primary work (encode, degraded reads, FO updates), recovery
     Osd(cmd_osd::OsdArgs),
+    /// TreeChunks: what compression and dedup would save on a file tree (analyze, report, merge)
+    Reduce(cmd_reduce::ReduceArgs),
 }
 
 fn main() {
@@ -69,6 +72,7 @@ fn main() {
         Cmd::Osd(a) => cmd_osd::run(a),
         Cmd::Cluster(a) => cmd_cluster::run(a),
         Cmd::Demo(a) => cmd_demo::run(a),
+        Cmd::Reduce(a) => cmd_reduce::run(a),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.

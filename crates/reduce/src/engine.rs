@@ -1,0 +1,410 @@
+//! One file, every configuration, one read: the per-worker state that turns a file's bytes into
+//! per-configuration outcomes (compressed bytes) and chunk records (for deduplication).
+//!
+//! The file is read once, in windows of `WINDOW_BYTES`, into one buffer. Each configuration keeps its own
+//! position in the file and consumes whole chunks from the buffer; the bytes of a chunk that is not yet
+//! complete (a CDC segment that might still grow, a partial fixed-size chunk) stay in the buffer for the next
+//! window. A content-defined cut is accepted only with at least `max_bytes` bytes after the segment start
+//! or at the end of the file, so cuts are exactly those of chunking the whole file in one piece.
+
+use crate::config::{Codec, Configuration, Fingerprint, Method, Segmentation};
+use crate::index::{ChunkRecord, FP_BYTES_MAX};
+use crate::rabin::Rabin;
+use std::io::Read;
+use std::time::Instant;
+
+/// New bytes read per window.
+pub const WINDOW_BYTES: usize = 8 << 20;
+
+/// What one configuration made of one file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Bytes after reduction (compression: sum of stored chunks; dedup: the file's bytes until the
+    /// dedup accounting subtracts duplicates).
+    pub reduced_bytes: u64,
+    /// Time spent by this configuration (compression or chunking + hashing), nanoseconds.
+    pub nanos: u64,
+}
+
+enum Work {
+    Compress {
+        codec: Codec,
+        level: i32,
+        chunk_bytes: usize,
+    },
+    Static {
+        chunk_bytes: usize,
+    },
+    Whole,
+    FastCdc {
+        min: u32,
+        avg: u32,
+        max: u32,
+    },
+    Rabin(Box<Rabin>),
+}
+
+enum Hasher {
+    Sha1(sha1::Sha1),
+    Sha256(sha2::Sha256),
+    Blake3(Box<blake3::Hasher>),
+}
+
+/// Fingerprint of `data` into a fixed-size array (unused tail bytes zero).
+pub fn fingerprint(fp: Fingerprint, data: &[u8]) -> [u8; FP_BYTES_MAX] {
+    let mut h = Hasher::new(fp);
+    h.update(data);
+    h.finish()
+}
+
+impl Hasher {
+    fn new(fp: Fingerprint) -> Hasher {
+        use sha1::Digest;
+        match fp {
+            Fingerprint::Sha1 => Hasher::Sha1(sha1::Sha1::new()),
+            Fingerprint::Sha256 => Hasher::Sha256(sha2::Sha256::new()),
+            Fingerprint::Blake3 => Hasher::Blake3(Box::new(blake3::Hasher::new())),
+        }
+    }
+    fn update(&mut self, data: &[u8]) {
+        use sha1::Digest;
+        match self {
+            Hasher::Sha1(h) => h.update(data),
+            Hasher::Sha256(h) => h.update(data),
+            Hasher::Blake3(h) => {
+                h.update(data);
+            }
+        }
+    }
+    fn finish(&mut self) -> [u8; FP_BYTES_MAX] {
+        use sha1::Digest;
+        let mut out = [0u8; FP_BYTES_MAX];
+        match self {
+            Hasher::Sha1(h) => out[..20].copy_from_slice(&h.finalize_reset()),
+            Hasher::Sha256(h) => out.copy_from_slice(&h.finalize_reset()),
+            Hasher::Blake3(h) => {
+                out.copy_from_slice(h.finalize().as_bytes());
+                h.reset();
+            }
+        }
+        out
+    }
+}
+
+/// The compressors of one worker, reused across chunks and files.
+struct Compressors {
+    zstd: Option<(i32, zstd::bulk::Compressor<'static>)>,
+    out: Vec<u8>,
+}
+
+impl Compressors {
+    /// Stored bytes of one chunk: the compressed size, or the chunk's own size when it does not shrink
+    /// (the file-system rule: such a chunk is stored raw).
+    fn stored_bytes(&mut self, codec: Codec, level: i32, chunk: &[u8]) -> u64 {
+        let n = chunk.len();
+        let compressed = match codec {
+            Codec::Lz4 => {
+                self.out
+                    .resize(lz4_flex::block::get_maximum_output_size(n), 0);
+                lz4_flex::block::compress_into(chunk, &mut self.out).unwrap_or(usize::MAX)
+            }
+            Codec::Zstd => {
+                if self.zstd.as_ref().is_none_or(|(l, _)| *l != level) {
+                    self.zstd = zstd::bulk::Compressor::new(level).ok().map(|c| (level, c));
+                }
+                self.out.resize(zstd::zstd_safe::compress_bound(n), 0);
+                match &mut self.zstd {
+                    Some((_, c)) => c
+                        .compress_to_buffer(chunk, &mut self.out)
+                        .unwrap_or(usize::MAX),
+                    None => usize::MAX,
+                }
+            }
+            Codec::Zlib | Codec::Deflate => {
+                let mut c = flate2::Compress::new(
+                    flate2::Compression::new(level as u32),
+                    codec == Codec::Zlib,
+                );
+                self.out.clear();
+                self.out.reserve(n + n / 1000 + 64);
+                match c.compress_vec(chunk, &mut self.out, flate2::FlushCompress::Finish) {
+                    Ok(flate2::Status::StreamEnd) => c.total_out() as usize,
+                    _ => usize::MAX,
+                }
+            }
+        };
+        compressed.min(n) as u64
+    }
+}
+
+/// Per-configuration state while one file is processed.
+struct Slot {
+    work: Work,
+    fp: Option<Fingerprint>,
+    hasher: Option<Hasher>,
+    /// File offset up to which this configuration has consumed the file.
+    pos: u64,
+    outcome: Outcome,
+}
+
+/// Where chunk records go (one sink per dedup configuration: a spilling run writer).
+pub trait ChunkSink {
+    fn push(&mut self, config: u32, record: ChunkRecord) -> std::io::Result<()>;
+}
+
+/// A worker's engine: all configurations, reused file after file.
+pub struct Engine {
+    configs: Vec<Configuration>,
+    slots: Vec<Slot>,
+    compressors: Compressors,
+    buf: Vec<u8>,
+}
+
+/// The result of one file.
+pub struct FileResult {
+    /// Bytes read.
+    pub bytes: u64,
+    /// Per configuration, in configuration order.
+    pub outcomes: Vec<Outcome>,
+    /// A read that failed part-way: the bytes before it were analysed as the whole file.
+    pub read_error: Option<std::io::Error>,
+}
+
+impl Engine {
+    pub fn new(configs: &[Configuration]) -> Engine {
+        let slots = configs
+            .iter()
+            .map(|c| {
+                let (work, fp) = match c.method {
+                    Method::Compression {
+                        codec,
+                        level,
+                        chunk_bytes,
+                    } => (
+                        Work::Compress {
+                            codec,
+                            level,
+                            chunk_bytes: chunk_bytes as usize,
+                        },
+                        None,
+                    ),
+                    Method::Dedup {
+                        segmentation,
+                        fingerprint,
+                    } => {
+                        let w = match segmentation {
+                            Segmentation::Whole => Work::Whole,
+                            Segmentation::Static { chunk_bytes } => Work::Static {
+                                chunk_bytes: chunk_bytes as usize,
+                            },
+                            Segmentation::FastCdc {
+                                min_bytes,
+                                avg_bytes,
+                                max_bytes,
+                            } => Work::FastCdc {
+                                min: min_bytes as u32,
+                                avg: avg_bytes as u32,
+                                max: max_bytes as u32,
+                            },
+                            Segmentation::Rabin {
+                                window_bytes,
+                                min_bytes,
+                                avg_bytes,
+                                max_bytes,
+                            } => Work::Rabin(Box::new(Rabin::new(
+                                window_bytes as usize,
+                                min_bytes as usize,
+                                avg_bytes as usize,
+                                max_bytes as usize,
+                            ))),
+                        };
+                        (w, Some(fingerprint))
+                    }
+                };
+                Slot {
+                    work,
+                    fp,
+                    hasher: None,
+                    pos: 0,
+                    outcome: Outcome::default(),
+                }
+            })
+            .collect();
+        Engine {
+            configs: configs.to_vec(),
+            slots,
+            compressors: Compressors {
+                zstd: None,
+                out: Vec::new(),
+            },
+            buf: Vec::with_capacity(WINDOW_BYTES * 2),
+        }
+    }
+
+    /// Read `reader` to its end once, running every configuration; chunk records of file `seq` go to `sink`.
+    /// A read error ends the file there (reported in `read_error`); an error of `sink` is returned.
+    pub fn process(
+        &mut self,
+        seq: u64,
+        reader: &mut dyn Read,
+        sink: &mut dyn ChunkSink,
+    ) -> std::io::Result<FileResult> {
+        for s in &mut self.slots {
+            s.pos = 0;
+            s.outcome = Outcome::default();
+            s.hasher = match (&s.work, s.fp) {
+                (Work::Whole, Some(fp)) => Some(Hasher::new(fp)),
+                _ => None,
+            };
+        }
+        self.buf.clear();
+        let mut base = 0u64; // file offset of buf[0]
+        let mut eof = false;
+        let mut read_error = None;
+        while !eof {
+            // Read one window of new bytes after what is kept.
+            let kept = self.buf.len();
+            self.buf.resize(kept + WINDOW_BYTES, 0);
+            let mut filled = kept;
+            while filled < self.buf.len() {
+                match reader.read(&mut self.buf[filled..]) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        read_error = Some(e);
+                        eof = true;
+                        break;
+                    }
+                }
+            }
+            self.buf.truncate(filled);
+            for (i, slot) in self.slots.iter_mut().enumerate() {
+                let start = (slot.pos - base) as usize;
+                let t = Instant::now();
+                let used = feed(
+                    slot,
+                    self.configs[i].id,
+                    seq,
+                    &self.buf[start..],
+                    eof,
+                    &mut self.compressors,
+                    sink,
+                )?;
+                slot.pos += used as u64;
+                slot.outcome.nanos += t.elapsed().as_nanos() as u64;
+            }
+            // Drop what every configuration has consumed.
+            let low = self
+                .slots
+                .iter()
+                .map(|s| s.pos)
+                .min()
+                .unwrap_or(base + self.buf.len() as u64);
+            let drop = (low - base) as usize;
+            self.buf.drain(..drop);
+            base = low;
+        }
+        let bytes = base + self.buf.len() as u64;
+        Ok(FileResult {
+            bytes,
+            outcomes: self.slots.iter().map(|s| s.outcome).collect(),
+            read_error,
+        })
+    }
+}
+
+/// Consume whole chunks of `data` (which starts at `slot.pos`); returns the bytes consumed.
+fn feed(
+    slot: &mut Slot,
+    config: u32,
+    seq: u64,
+    data: &[u8],
+    eof: bool,
+    comp: &mut Compressors,
+    sink: &mut dyn ChunkSink,
+) -> std::io::Result<usize> {
+    let mut off = 0usize;
+    let pos = slot.pos;
+    let fpk = slot.fp;
+    let outcome = &mut slot.outcome;
+    let mut emit = |outcome: &mut Outcome, off: usize, len: usize| -> std::io::Result<()> {
+        let fp = fingerprint(fpk.expect("dedup slot"), &data[off..off + len]);
+        outcome.reduced_bytes += len as u64;
+        sink.push(
+            config,
+            ChunkRecord {
+                fp,
+                bytes: len as u64,
+                seq,
+                offset: pos + off as u64,
+            },
+        )
+    };
+    match &slot.work {
+        Work::Compress {
+            codec,
+            level,
+            chunk_bytes,
+        } => {
+            let (codec, level, cb) = (*codec, *level, *chunk_bytes);
+            while data.len() - off >= cb || (eof && off < data.len()) {
+                let len = cb.min(data.len() - off);
+                outcome.reduced_bytes += comp.stored_bytes(codec, level, &data[off..off + len]);
+                off += len;
+            }
+        }
+        Work::Static { chunk_bytes } => {
+            let cb = *chunk_bytes;
+            while data.len() - off >= cb || (eof && off < data.len()) {
+                let len = cb.min(data.len() - off);
+                emit(outcome, off, len)?;
+                off += len;
+            }
+        }
+        Work::Whole => {
+            let h = slot.hasher.as_mut().expect("whole-file hasher");
+            h.update(data);
+            off = data.len();
+            if eof {
+                let total = pos + data.len() as u64;
+                if total > 0 {
+                    let fp = h.finish();
+                    outcome.reduced_bytes = total;
+                    sink.push(
+                        config,
+                        ChunkRecord {
+                            fp,
+                            bytes: total,
+                            seq,
+                            offset: 0,
+                        },
+                    )?;
+                }
+            }
+        }
+        Work::FastCdc { min, avg, max } => {
+            let (min, avg, max) = (*min, *avg, *max);
+            if data.len() >= max as usize || eof {
+                let cdc = fastcdc::v2020::FastCDC::new(data, min, avg, max);
+                while data.len() - off >= max as usize || (eof && off < data.len()) {
+                    let (_, end) = cdc.cut(off, data.len() - off);
+                    emit(outcome, off, end - off)?;
+                    off = end;
+                }
+            }
+        }
+        Work::Rabin(r) => {
+            let max = r.max_bytes();
+            while data.len() - off >= max || (eof && off < data.len()) {
+                let len = r.cut(&data[off..]);
+                emit(outcome, off, len)?;
+                off += len;
+            }
+        }
+    }
+    Ok(off)
+}
