@@ -256,8 +256,8 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<AnalyzeSummary, ReduceError> {
                 workers_left -= 1;
                 if let Err(e) = r {
                     stop.store(true, Ordering::SeqCst);
-                    // Let the stuck siblings go: they may wait their turn.
-                    throttle.set_limit(workers_max);
+                    // Release the workers waiting their turn; the walk stops.
+                    throttle.close();
                     first_error.get_or_insert(e);
                 }
             }
@@ -495,10 +495,16 @@ fn worker(
     };
     let mut engine = Engine::new(configs);
     loop {
-        throttle.wait_turn(k);
+        if !throttle.wait_turn(k) {
+            break;
+        }
         let job = match jobs.lock().unwrap_or_else(|e| e.into_inner()).recv() {
             Ok(j) => j,
-            Err(_) => break,
+            Err(_) => {
+                // The queue is empty and the walk is over: release the workers waiting their turn.
+                throttle.close();
+                break;
+            }
         };
         let _busy = throttle.start();
         let problem = |kind: &'static str, message: String| {

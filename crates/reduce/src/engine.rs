@@ -408,3 +408,139 @@ fn feed(
     }
     Ok(off)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse_compression, parse_dedup};
+    use ecstack_base::Rng;
+
+    struct Collect(Vec<(u32, ChunkRecord)>);
+    impl ChunkSink for Collect {
+        fn push(&mut self, c: u32, r: ChunkRecord) -> std::io::Result<()> {
+            self.0.push((c, r));
+            Ok(())
+        }
+    }
+
+    /// A reader that returns short reads of varying sizes (as pipes and network file systems do).
+    struct Jagged<'a>(&'a [u8], usize);
+    impl Read for Jagged<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.1 = (self.1 * 7 + 3) % 100_003;
+            let n = buf.len().min(self.0.len()).min(self.1 + 1);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    fn configs(specs: &[&str]) -> Vec<Configuration> {
+        specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let method = if s.contains('@') {
+                    parse_compression(s).unwrap()[0]
+                } else {
+                    parse_dedup(s).unwrap()
+                };
+                Configuration {
+                    id: i as u32,
+                    label: s.to_string(),
+                    method,
+                }
+            })
+            .collect()
+    }
+
+    /// Reading in windows cuts exactly where chunking the whole file in one piece cuts.
+    #[test]
+    fn windows_cut_like_the_whole_file() {
+        let mut data = vec![0u8; 2 * WINDOW_BYTES + 777_777];
+        Rng::new(42).fill(&mut data);
+        // Some low-entropy stretches too (zeros cut at min size under both CDCs).
+        data[3_000_000..3_500_000].fill(0);
+        let cs = configs(&[
+            "static:3000",
+            "fastcdc:16K:blake3",
+            "rabin:8K-2K-64K-w32:sha1",
+            "whole:sha256",
+            "lz4@100000",
+        ]);
+        let mut e = Engine::new(&cs);
+        let mut sink = Collect(Vec::new());
+        let r = e.process(9, &mut Jagged(&data, 1), &mut sink).unwrap();
+        assert_eq!(r.bytes, data.len() as u64);
+        let cuts = |c: u32| -> Vec<(u64, u64)> {
+            sink.0
+                .iter()
+                .filter(|x| x.0 == c)
+                .map(|x| (x.1.offset, x.1.bytes))
+                .collect()
+        };
+        // Static: every 3000 bytes.
+        let want: Vec<(u64, u64)> = data
+            .chunks(3000)
+            .enumerate()
+            .map(|(i, c)| (i as u64 * 3000, c.len() as u64))
+            .collect();
+        assert_eq!(cuts(0), want);
+        // FastCDC: the crate's own iterator over the whole buffer.
+        let want: Vec<(u64, u64)> = fastcdc::v2020::FastCDC::new(&data, 4096, 16384, 65536)
+            .map(|c| (c.offset as u64, c.length as u64))
+            .collect();
+        assert_eq!(cuts(1), want);
+        // Rabin: repeated cuts over the whole buffer.
+        let rabin = Rabin::new(32, 2048, 8192, 65536);
+        let (mut pos, mut want) = (0usize, Vec::new());
+        while pos < data.len() {
+            let n = rabin.cut(&data[pos..]);
+            want.push((pos as u64, n as u64));
+            pos += n;
+        }
+        assert_eq!(cuts(2), want);
+        // Fingerprints are of the right bytes.
+        for (c, rec) in &sink.0 {
+            if *c == 2 {
+                let b = &data[rec.offset as usize..(rec.offset + rec.bytes) as usize];
+                assert_eq!(rec.fp, fingerprint(crate::config::Fingerprint::Sha1, b));
+            }
+        }
+        assert_eq!(cuts(3), vec![(0, data.len() as u64)]);
+        assert_eq!(
+            sink.0.iter().find(|x| x.0 == 3).unwrap().1.fp,
+            fingerprint(crate::config::Fingerprint::Sha256, &data)
+        );
+        // lz4 on random data: stored raw except the zero stretch's chunks.
+        assert!(r.outcomes[4].reduced_bytes < data.len() as u64 - 390_000);
+        assert!(r.outcomes[4].reduced_bytes > data.len() as u64 - 500_000);
+    }
+
+    /// A read that fails part-way ends the file there; the bytes read are analysed.
+    #[test]
+    fn read_error_mid_file() {
+        struct Failing(usize);
+        impl Read for Failing {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if self.0 == 0 {
+                    return Err(std::io::Error::other("media error"));
+                }
+                let n = buf.len().min(self.0);
+                buf[..n].fill(7);
+                self.0 -= n;
+                Ok(n)
+            }
+        }
+        let cs = configs(&["static:4K", "zstd:3@4K"]);
+        let mut e = Engine::new(&cs);
+        let mut sink = Collect(Vec::new());
+        let r = e.process(0, &mut Failing(10_000), &mut sink).unwrap();
+        assert_eq!(r.bytes, 10_000);
+        assert!(r.read_error.is_some());
+        assert_eq!(sink.0.iter().map(|x| x.1.bytes).sum::<u64>(), 10_000);
+        // The engine is reusable after the error.
+        let r = e.process(1, &mut &[1u8; 5000][..], &mut sink).unwrap();
+        assert_eq!((r.bytes, r.read_error.is_none()), (5000, true));
+    }
+}

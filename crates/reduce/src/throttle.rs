@@ -1,7 +1,7 @@
 //! Live throttling (seed §3.5 "Responsive Performance Throttling"): a fixed pool of worker threads of
 //! which only the first `limit` take new files; the limit follows the configuration file while running.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ pub struct Throttle {
     /// Workers currently holding a file (for tests and progress).
     busy: AtomicUsize,
     busy_max_seen: AtomicUsize,
+    closed: AtomicBool,
 }
 
 impl Throttle {
@@ -27,6 +28,7 @@ impl Throttle {
             cv: Condvar::new(),
             busy: AtomicUsize::new(0),
             busy_max_seen: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -43,16 +45,24 @@ impl Throttle {
         n
     }
 
-    /// Block worker `k` (0-based) while k ≥ limit.
-    pub fn wait_turn(&self, k: usize) {
+    /// Block worker `k` (0-based) while k ≥ limit; false once the work is over (`close`).
+    pub fn wait_turn(&self, k: usize) -> bool {
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        while k >= self.limit.load(Ordering::SeqCst) {
+        while k >= self.limit.load(Ordering::SeqCst) && !self.closed.load(Ordering::SeqCst) {
             g = self
                 .cv
                 .wait_timeout(g, Duration::from_millis(200))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+        !self.closed.load(Ordering::SeqCst)
+    }
+
+    /// No more work: every waiting worker leaves.
+    pub fn close(&self) {
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.closed.store(true, Ordering::SeqCst);
+        self.cv.notify_all();
     }
 
     /// Mark a file started; returns a guard that marks it done.
@@ -97,7 +107,7 @@ mod tests {
                 .map(|k| {
                     let (t, jobs) = (t.clone(), jobs.clone());
                     std::thread::spawn(move || loop {
-                        t.wait_turn(k);
+                        assert!(t.wait_turn(k));
                         if jobs
                             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |j| j.checked_sub(1))
                             .is_err()
@@ -132,5 +142,12 @@ mod tests {
             h.join().unwrap();
         }
         assert_eq!(t.busy_max_seen(), 3);
+        // Closing releases a worker that waits its turn.
+        t.set_limit(1);
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || t2.wait_turn(2));
+        std::thread::sleep(Duration::from_millis(50));
+        t.close();
+        assert!(!h.join().unwrap());
     }
 }

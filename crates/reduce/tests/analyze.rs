@@ -1,0 +1,362 @@
+//! Hand-built trees whose savings are computed independently (byte-wise chunk sets, not fingerprints),
+//! error cases, and shard + merge = single run.
+
+use ecstack_base::Rng;
+use ecstack_reduce::{
+    analyze, merge, report, AnalyzeOptions, Config, Report, ReportOptions, Shard,
+};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+fn random(seed: u64, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    Rng::new(seed).fill(&mut v);
+    v
+}
+
+fn write(root: &Path, rel: &str, data: &[u8]) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, data).unwrap();
+}
+
+/// The tree: duplicate files, a within-file repetition, shifted content, noise and zeros.
+fn build(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let block = random(3, 64 << 10);
+    let orig = random(2, 2 << 20);
+    let mut shifted = random(4, 100);
+    shifted.extend_from_slice(&orig);
+    let files = vec![
+        ("dup/a.bin".to_string(), random(1, 1 << 20)),
+        ("dup/b.bin".to_string(), random(1, 1 << 20)),
+        ("within/rep.bin".to_string(), block.repeat(4)),
+        ("shift/orig.bin".to_string(), orig),
+        ("shift/shifted.bin".to_string(), shifted),
+        ("noise/noise.dat".to_string(), random(5, (1 << 20) + 12345)),
+        ("zeros/z.txt".to_string(), vec![0u8; 1 << 20]),
+        ("tiny/empty".to_string(), Vec::new()),
+        ("tiny/one".to_string(), b"x".to_vec()),
+    ];
+    for (rel, d) in &files {
+        write(root, rel, d);
+    }
+    files
+}
+
+fn config(specs_c: &[&str], specs_d: &[&str]) -> Config {
+    Config {
+        workers: 2,
+        compression: specs_c.iter().map(|s| s.to_string()).collect(),
+        dedup: specs_d.iter().map(|s| s.to_string()).collect(),
+        follow_symlinks: false,
+        index_memory_bytes: 1 << 20, // small: forces several spilled runs per worker
+    }
+}
+
+fn opts(root: &Path, out: PathBuf, config: Config) -> AnalyzeOptions {
+    AnalyzeOptions {
+        root: root.to_path_buf(),
+        out,
+        config,
+        config_path: None,
+        workers_max: Some(3),
+        shard: None,
+        sample_fraction: 1.0,
+        progress: false,
+    }
+}
+
+fn total<'a>(r: &'a Report, label: &str) -> &'a ecstack_reduce::Total {
+    r.totals
+        .iter()
+        .find(|t| t.label == label)
+        .unwrap_or_else(|| panic!("no {label}"))
+}
+
+/// Unique bytes under static segmentation, from the chunk bytes themselves.
+fn static_unique(files: &[(String, Vec<u8>)], size: usize) -> u64 {
+    let mut seen = HashSet::new();
+    let mut unique = 0;
+    for (_, d) in files {
+        for c in d.chunks(size) {
+            if seen.insert(c.to_vec()) {
+                unique += c.len() as u64;
+            }
+        }
+    }
+    unique
+}
+
+#[test]
+fn hand_built_tree_savings() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    let files = build(&root);
+    let all: u64 = files.iter().map(|f| f.1.len() as u64).sum();
+    let c = config(
+        &["lz4@64K", "zstd:3@64K", "zlib:6@64K"],
+        &[
+            "whole:sha1",
+            "static:64K:sha256",
+            "fastcdc:16K:blake3",
+            "rabin:16K:sha1",
+        ],
+    );
+    let s = analyze(&opts(&root, dir.path().join("res"), c)).unwrap();
+    assert_eq!(s.manifest.files, files.len() as u64);
+    assert_eq!(s.manifest.bytes, all);
+    let r = report(
+        &dir.path().join("res"),
+        &ReportOptions {
+            top: 100,
+            estimate_fraction: 0.0,
+        },
+    )
+    .unwrap();
+
+    // Whole-file: b.bin duplicates a.bin; the 4-block file and the shifted copy are distinct files.
+    assert_eq!(total(&r, "whole:sha1").reduced_bytes, all - (1 << 20));
+    // Static 64K: a.bin/b.bin (1 MiB), 3 of rep.bin's 4 blocks and 15 of the zero file's 16 chunks;
+    // the shifted copy matches nothing.
+    let want_static = static_unique(&files, 64 << 10);
+    assert_eq!(
+        want_static,
+        all - (1 << 20) - 3 * (64 << 10) - 15 * (64 << 10)
+    );
+    assert_eq!(total(&r, "static:64K:sha256").reduced_bytes, want_static);
+    // CDC finds the shifted content: at most the segments around the edit (≤ 2 max-size ones) stay.
+    for (label, max) in [
+        ("fastcdc:16K-4K-64K:blake3", 64 << 10),
+        ("rabin:16K-8K-32K-w48:sha1", 32 << 10),
+    ] {
+        let red = total(&r, label).reduced_bytes;
+        assert!(
+            red <= want_static - (2 << 20) + 2 * max + 100,
+            "{label}: {red} vs static {want_static}"
+        );
+        assert!(
+            red >= all - (1 << 20) - (2 << 20) - 3 * (64 << 10) - (1 << 20),
+            "{label} saved more than exists: {red}"
+        );
+    }
+    // The shifted copy, directory by directory: static finds nothing, CDC finds all but the segments
+    // before it re-synchronises (a few segments: the min-size rule may pick other cut candidates first).
+    let shift = r.directories.iter().find(|g| g.name == "shift").unwrap();
+    assert_eq!(shift.bytes, (4 << 20) + 100);
+    assert_eq!(
+        shift.reduced_bytes[total(&r, "static:64K:sha256").id as usize],
+        shift.bytes
+    );
+    for label in ["fastcdc:16K-4K-64K:blake3", "rabin:16K-8K-32K-w48:sha1"] {
+        let kept = shift.reduced_bytes[total(&r, label).id as usize];
+        // orig.bin (first in walk order) is kept whole; of shifted.bin at most 5% stays.
+        assert!(
+            kept <= (2 << 20) + (2 << 20) / 20,
+            "{label} kept {kept} of the shifted pair"
+        );
+    }
+    // Per directory: noise is stored raw by every compressor (exactly its size), zeros shrink to < 1%.
+    let dir_row = |name: &str| r.directories.iter().find(|g| g.name == name).unwrap();
+    for t in r.totals.iter().filter(|t| t.kind == "compression") {
+        let noise = dir_row("noise");
+        assert_eq!(
+            noise.reduced_bytes[t.id as usize], noise.bytes,
+            "{} on noise",
+            t.label
+        );
+        let zeros = dir_row("zeros");
+        assert!(
+            zeros.reduced_bytes[t.id as usize] * 100 < zeros.bytes,
+            "{} on zeros",
+            t.label
+        );
+        // Never more than the original (raw fallback per chunk).
+        assert!(t.reduced_bytes <= t.original_bytes);
+    }
+    // Dedup accounting: the original is the first occurrence in walk order, so b.bin (after a.bin) loses 100%.
+    let dup_a = r.directories.iter().find(|g| g.name == "dup").unwrap();
+    let whole = total(&r, "whole:sha1").id as usize;
+    assert_eq!(dup_a.reduced_bytes[whole], 1 << 20);
+    let d = &r.dedup[&(whole as u32)];
+    assert_eq!((d.chunks, d.unique_chunks, d.collisions), (8, 7, 0)); // the empty file has no chunk
+                                                                      // Extensions: "bin" holds dup/*, within, shift.
+    let bin = r.extensions.iter().find(|g| g.name == "bin").unwrap();
+    assert_eq!(bin.files, 5);
+}
+
+#[test]
+fn problems_are_counted_never_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    write(&root, "ok/a.txt", &vec![b'a'; 10000]);
+    // A FIFO (special file), a symlink loop and a file whose read fails (EIO at offset 0 of /proc/self/mem).
+    let fifo = root.join("ok/fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    std::os::unix::fs::symlink("..", root.join("ok/loop")).unwrap();
+    std::os::unix::fs::symlink("/proc/self/mem", root.join("ok/mem")).unwrap();
+    let mut c = config(&["lz4@4K"], &["static:4K"]);
+    c.follow_symlinks = true;
+    let s = analyze(&opts(&root, dir.path().join("res"), c)).unwrap();
+    let p = &s.manifest.problems;
+    assert_eq!(p.get("special_file"), Some(&1), "{p:?}");
+    assert_eq!(p.get("symlink_loop"), Some(&1), "{p:?}");
+    assert_eq!(p.get("unreadable"), Some(&1), "{p:?}");
+    assert_eq!(s.manifest.walk.files, 2); // a.txt and mem (a regular file of length 0)
+    let r = report(&dir.path().join("res"), &ReportOptions::default()).unwrap();
+    assert_eq!(r.bytes, 10000);
+    // Not following links: the loop and mem are skipped symlinks, not problems.
+    let mut c = config(&["lz4@4K"], &[]);
+    c.follow_symlinks = false;
+    let s = analyze(&opts(&root, dir.path().join("res2"), c)).unwrap();
+    assert_eq!(s.manifest.walk.symlinks_skipped, 2);
+    assert_eq!(s.manifest.problems.get("special_file"), Some(&1));
+    assert_eq!(s.manifest.problems.len(), 1);
+}
+
+#[test]
+fn bad_input_is_an_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = analyze(&opts(
+        &dir.path().join("missing"),
+        dir.path().join("res"),
+        config(&["lz4@4K"], &[]),
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("missing"), "{e}");
+    write(dir.path(), "t/f", b"abc");
+    analyze(&opts(
+        &dir.path().join("t"),
+        dir.path().join("res"),
+        config(&["lz4@4K"], &[]),
+    ))
+    .unwrap();
+    let e = analyze(&opts(
+        &dir.path().join("t"),
+        dir.path().join("res"),
+        config(&["lz4@4K"], &[]),
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("already holds results"), "{e}");
+    let e = report(&dir.path().join("t"), &ReportOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("not a results directory"), "{e}");
+    assert!(analyze(&opts(
+        &dir.path().join("t"),
+        dir.path().join("r3"),
+        config(&[], &[])
+    ))
+    .is_err());
+}
+
+fn comparable(mut r: Report) -> Report {
+    for t in &mut r.totals {
+        t.seconds = 0.0;
+    }
+    r
+}
+
+#[test]
+fn shards_merged_equal_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    build(&root);
+    // More files so that every shard gets several, with duplicates across shards.
+    for i in 0..30u64 {
+        let d = random(100 + i % 7, 40_000 + (i as usize % 3) * 5000);
+        write(&root, &format!("many/d{}/f{i}.dat", i % 4), &d);
+    }
+    let c = config(
+        &["zstd:3@32K"],
+        &[
+            "whole:blake3",
+            "static:32K",
+            "fastcdc:8K:blake3",
+            "rabin:8K:sha256",
+        ],
+    );
+    analyze(&opts(&root, dir.path().join("single"), c.clone())).unwrap();
+    let n = 3;
+    let mut shards = Vec::new();
+    for i in 0..n {
+        let mut o = opts(&root, dir.path().join(format!("s{i}")), c.clone());
+        o.shard = Some(Shard { index: i, count: n });
+        let s = analyze(&o).unwrap();
+        assert!(
+            s.manifest.files > 0 && s.manifest.files < 39,
+            "shard {i} has {} files",
+            s.manifest.files
+        );
+        shards.push(dir.path().join(format!("s{i}")));
+    }
+    // Missing shard: refused.
+    assert!(merge(&dir.path().join("bad"), &shards[..2]).is_err());
+    merge(&dir.path().join("merged"), &shards).unwrap();
+    let ro = ReportOptions {
+        top: 1000,
+        estimate_fraction: 0.3,
+    };
+    let single = comparable(report(&dir.path().join("single"), &ro).unwrap());
+    let merged = comparable(report(&dir.path().join("merged"), &ro).unwrap());
+    assert_eq!(single, merged);
+    // And the cross-shard duplicates were found: whole-file dedup saves something.
+    let w = total(&single, "whole:blake3");
+    assert!(w.reduced_bytes < w.original_bytes);
+}
+
+#[test]
+fn sampled_run_estimates_with_an_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    // 200 files: half text-like (compressible), half random.
+    for i in 0..200u64 {
+        let d = if i % 2 == 0 {
+            format!("line {i} of a text file\n")
+                .repeat(300)
+                .into_bytes()
+        } else {
+            random(i, 7000)
+        };
+        write(&root, &format!("d{}/f{i}", i % 10), &d);
+    }
+    let c = config(&["zstd:3@16K"], &[]);
+    let mut o = opts(&root, dir.path().join("sample"), c.clone());
+    o.sample_fraction = 0.3;
+    let s = analyze(&o).unwrap();
+    assert_eq!(s.manifest.walk.files, 200);
+    assert!(
+        s.manifest.files > 30 && s.manifest.files < 100,
+        "{} sampled",
+        s.manifest.files
+    );
+    analyze(&opts(&root, dir.path().join("full"), c)).unwrap();
+    let full = report(
+        &dir.path().join("full"),
+        &ReportOptions {
+            top: 5,
+            estimate_fraction: 0.3,
+        },
+    )
+    .unwrap();
+    let t = &full.totals[0];
+    let e = t.estimate.as_ref().unwrap();
+    assert!(
+        e.ratio_low <= t.ratio && t.ratio <= e.ratio_high,
+        "exact {} outside [{}, {}]",
+        t.ratio,
+        e.ratio_low,
+        e.ratio_high
+    );
+    // The sampled run's ratio is the estimate's point value (same files, same rule).
+    let sampled = report(
+        &dir.path().join("sample"),
+        &ReportOptions {
+            top: 5,
+            estimate_fraction: 0.0,
+        },
+    )
+    .unwrap();
+    assert!((sampled.totals[0].ratio - e.ratio).abs() < 1e-12);
+}
