@@ -12,7 +12,7 @@
 //! * Degraded reads: a lost chunk updated since the last commit is decoded from its log stripe,
 //!   otherwise from its data stripe (committed versions + parity).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -20,7 +20,8 @@ use std::time::Instant;
 use super::md::by_stripe;
 use super::stripe_buffer::StripeBuffer;
 use super::{BatchStats, ChunkRead, ChunkWrite, CommitReport, UpdateScheme, WriteOutcome};
-use crate::core::{Alloc, Core};
+use crate::core::{Alloc, Core, MetaInner};
+use crate::format::Geometry;
 use crate::io::{Rd, Wr};
 use crate::meta::{DataStripe, LogStripe, Member, Rec};
 use crate::{ArrayError, Result, SchemeKind};
@@ -74,6 +75,30 @@ const EARLY_DECODE_GROUP: usize = 1024;
 enum Loc {
     Zero,
     At { dev: usize, slot: u64 },
+}
+
+/// Where one write's chunks go, decided under the metadata lock (`Eplog::plan_write`).
+struct WritePlan<'a, 'w> {
+    /// New whole data stripes: written in place with their parity.
+    full_new: Vec<(u64, Vec<&'w [u8]>)>,
+    /// Every other chunk write: out of place, in a log stripe.
+    logged: Vec<&'a ChunkWrite<'w>>,
+    /// The slot of each logged chunk on its position's device.
+    slots: Vec<u64>,
+    /// The log stripes, as indexes into `logged` (at most one per device).
+    lgroups: Vec<Vec<usize>>,
+    /// The first log slot and the first log-stripe id reserved for them.
+    base: u64,
+    id0: u64,
+}
+
+/// A commit batch's chunks that could not be read (`Eplog::recover_lost`).
+struct LostChunks<'l> {
+    /// (stripe index in the batch, position).
+    lost: Vec<(usize, usize)>,
+    logs: &'l HashMap<u64, LogStripe>,
+    /// The commit reruns one a crash interrupted.
+    rerun: bool,
 }
 
 impl Eplog {
@@ -366,115 +391,184 @@ impl Eplog {
 
     fn write_now(&self, core: &Core, ws: &[ChunkWrite<'_>]) -> Result<WriteOutcome> {
         core.check_tolerance()?;
-        let g = &core.geo;
-        let (k, m, n) = (g.k, g.m, g.n);
         let groups = by_stripe(ws);
-        let mut full_new: Vec<(u64, Vec<&[u8]>)> = Vec::new();
-        let mut logged: Vec<&ChunkWrite> = Vec::new();
-        let mut slots: Vec<u64> = Vec::new();
-        let mut lgroups: Vec<Vec<usize>> = Vec::new();
-        let (base, id0) = {
-            let mut mi = core.meta();
-            for (&s, wl) in &groups {
-                if wl.len() == k && !mi.state.is_written(s) {
-                    let mut data: Vec<&[u8]> = vec![&[]; k];
-                    for w in wl {
-                        data[w.pos] = w.data;
-                    }
-                    full_new.push((s, data));
-                } else {
-                    logged.extend(wl.iter().copied());
+        let Some(plan) = Self::plan_write(core, &groups) else {
+            return Ok(WriteOutcome::NeedCommit);
+        };
+        let (parities, logchunks) = Self::encode_write(core, &plan)?;
+        Self::issue_write(core, &plan, &parities, &logchunks);
+        core.check_tolerance()?;
+        Self::record_write(core, &plan);
+        Ok(WriteOutcome::Done)
+    }
+
+    /// Decide, under the metadata lock, where a write's chunks go: new whole stripes in place,
+    /// every other chunk to a free slot of its device, grouped in log stripes whose log slots are
+    /// reserved. `None` if slots or log space ran out (a parity commit must run first); nothing is
+    /// taken then.
+    fn plan_write<'a, 'w>(
+        core: &Core,
+        groups: &BTreeMap<u64, Vec<&'a ChunkWrite<'w>>>,
+    ) -> Option<WritePlan<'a, 'w>> {
+        let g = &core.geo;
+        let mut mi = core.meta();
+        let (full_new, logged) = Self::split_new_stripes(&mi, g.k, groups);
+        let (slots, taken) = Self::take_slots(g, &mut mi, &logged)?;
+        let lgroups = Self::group_log_stripes(g, &logged);
+        if mi.state.log_next + lgroups.len() as u64 > g.log_slots {
+            for (d, sl) in taken {
+                mi.alloc.put(d, sl);
+            }
+            return None;
+        }
+        let base = mi.state.log_next;
+        let id0 = mi.state.next_log_id;
+        mi.state.log_next += lgroups.len() as u64;
+        mi.state.next_log_id += lgroups.len() as u64;
+        Some(WritePlan {
+            full_new,
+            logged,
+            slots,
+            lgroups,
+            base,
+            id0,
+        })
+    }
+
+    /// New whole data stripes (written in place with parity) and the other chunk writes (logged).
+    #[allow(clippy::type_complexity)]
+    fn split_new_stripes<'a, 'w>(
+        mi: &MetaInner,
+        k: usize,
+        groups: &BTreeMap<u64, Vec<&'a ChunkWrite<'w>>>,
+    ) -> (Vec<(u64, Vec<&'w [u8]>)>, Vec<&'a ChunkWrite<'w>>) {
+        let mut full_new = Vec::new();
+        let mut logged = Vec::new();
+        for (&s, wl) in groups {
+            if wl.len() == k && !mi.state.is_written(s) {
+                let mut data: Vec<&[u8]> = vec![&[]; k];
+                for w in wl {
+                    data[w.pos] = w.data;
                 }
+                full_new.push((s, data));
+            } else {
+                logged.extend(wl.iter().copied());
             }
-            // Allocate an out-of-place slot on each chunk's device (a chunk never written yet uses
-            // its home slot, which nothing else references).
-            let mut taken: Vec<(usize, u64)> = Vec::new();
-            for w in &logged {
-                let d = g.dev_of(w.stripe, w.pos);
-                let home = match mi.state.data_chunk(w.stripe, w.pos) {
-                    None => true,
-                    Some((committed, latest)) => committed.is_none() && latest.is_none(),
-                };
-                if home {
-                    slots.push(w.stripe);
-                } else if let Some(sl) = mi.alloc.take(d) {
-                    slots.push(sl);
-                    taken.push((d, sl));
-                } else {
-                    for (d, sl) in taken {
-                        mi.alloc.put(d, sl);
-                    }
-                    return Ok(WriteOutcome::NeedCommit);
-                }
-            }
-            // A slot just taken holds no version anything refers to (the allocator and the
-            // metadata agree).
-            debug_assert!(
-                taken
-                    .iter()
-                    .all(|&(d, sl)| !Alloc::referenced(g, &mi.state, d, sl)),
-                "write_now: a slot taken from the allocator is referenced: {taken:?}"
-            );
-            // Log stripes: at most one chunk per device, first fit in request order.
-            let mut used: Vec<Vec<bool>> = Vec::new();
-            for (i, w) in logged.iter().enumerate() {
-                let d = g.dev_of(w.stripe, w.pos);
-                match used.iter().position(|u| !u[d]) {
-                    Some(j) => {
-                        used[j][d] = true;
-                        lgroups[j].push(i);
-                    }
-                    None => {
-                        let mut u = vec![false; n];
-                        u[d] = true;
-                        used.push(u);
-                        lgroups.push(vec![i]);
-                    }
-                }
-            }
-            // Pair of `check_log_stripe` on the read path: one member per device, so k' <= n.
-            for grp in &lgroups {
-                assert!(
-                    !grp.is_empty() && grp.len() <= n,
-                    "log stripe of {} chunks",
-                    grp.len()
-                );
-                let mut devs: Vec<usize> = grp
-                    .iter()
-                    .map(|&i| g.dev_of(logged[i].stripe, logged[i].pos))
-                    .collect();
-                devs.sort_unstable();
-                devs.dedup();
-                assert_eq!(devs.len(), grp.len(), "a log stripe repeats a device");
-            }
-            if mi.state.log_next + lgroups.len() as u64 > g.log_slots {
+        }
+        (full_new, logged)
+    }
+
+    /// An out-of-place slot on each logged chunk's device (a chunk never written yet uses its home
+    /// slot, which nothing else references): the slots, and those taken from the allocator.
+    /// `None` (everything given back) if a device has no free slot.
+    #[allow(clippy::type_complexity)]
+    fn take_slots(
+        g: &Geometry,
+        mi: &mut MetaInner,
+        logged: &[&ChunkWrite<'_>],
+    ) -> Option<(Vec<u64>, Vec<(usize, u64)>)> {
+        let mut slots = Vec::with_capacity(logged.len());
+        let mut taken: Vec<(usize, u64)> = Vec::new();
+        for w in logged {
+            let d = g.dev_of(w.stripe, w.pos);
+            let home = match mi.state.data_chunk(w.stripe, w.pos) {
+                None => true,
+                Some((committed, latest)) => committed.is_none() && latest.is_none(),
+            };
+            if home {
+                slots.push(w.stripe);
+            } else if let Some(sl) = mi.alloc.take(d) {
+                slots.push(sl);
+                taken.push((d, sl));
+            } else {
                 for (d, sl) in taken {
                     mi.alloc.put(d, sl);
                 }
-                return Ok(WriteOutcome::NeedCommit);
+                return None;
             }
-            let base = mi.state.log_next;
-            let id0 = mi.state.next_log_id;
-            mi.state.log_next += lgroups.len() as u64;
-            mi.state.next_log_id += lgroups.len() as u64;
-            (base, id0)
-        };
-        // Encode: parity of full new stripes, log chunks of log stripes.
-        let mut parities = Vec::with_capacity(full_new.len());
-        for (_, data) in &full_new {
+        }
+        // A slot just taken holds no version anything refers to (the allocator and the metadata
+        // agree).
+        debug_assert!(
+            taken
+                .iter()
+                .all(|&(d, sl)| !Alloc::referenced(g, &mi.state, d, sl)),
+            "write_now: a slot taken from the allocator is referenced: {taken:?}"
+        );
+        Some((slots, taken))
+    }
+
+    /// Log stripes of the logged chunks: at most one chunk per device, first fit in request order
+    /// (indexes into `logged`).
+    fn group_log_stripes(g: &Geometry, logged: &[&ChunkWrite<'_>]) -> Vec<Vec<usize>> {
+        let mut used: Vec<Vec<bool>> = Vec::new();
+        let mut lgroups: Vec<Vec<usize>> = Vec::new();
+        for (i, w) in logged.iter().enumerate() {
+            let d = g.dev_of(w.stripe, w.pos);
+            match used.iter().position(|u| !u[d]) {
+                Some(j) => {
+                    used[j][d] = true;
+                    lgroups[j].push(i);
+                }
+                None => {
+                    let mut u = vec![false; g.n];
+                    u[d] = true;
+                    used.push(u);
+                    lgroups.push(vec![i]);
+                }
+            }
+        }
+        // Pair of `check_log_stripe` on the read path: one member per device, so k' <= n.
+        for grp in &lgroups {
+            assert!(
+                !grp.is_empty() && grp.len() <= g.n,
+                "log stripe of {} chunks",
+                grp.len()
+            );
+            let mut devs: Vec<usize> = grp
+                .iter()
+                .map(|&i| g.dev_of(logged[i].stripe, logged[i].pos))
+                .collect();
+            devs.sort_unstable();
+            devs.dedup();
+            assert_eq!(devs.len(), grp.len(), "a log stripe repeats a device");
+        }
+        lgroups
+    }
+
+    /// Encode the parity of the new whole stripes and the log chunks of the log stripes.
+    #[allow(clippy::type_complexity)]
+    fn encode_write(
+        core: &Core,
+        plan: &WritePlan<'_, '_>,
+    ) -> Result<(Vec<Vec<Vec<u8>>>, Vec<Vec<Vec<u8>>>)> {
+        let g = &core.geo;
+        let mut parities = Vec::with_capacity(plan.full_new.len());
+        for (_, data) in &plan.full_new {
             parities.push(core.encode_parity(data)?);
         }
-        let mut logchunks = Vec::with_capacity(lgroups.len());
-        for grp in &lgroups {
+        let mut logchunks = Vec::with_capacity(plan.lgroups.len());
+        for grp in &plan.lgroups {
             let code = core.log_code(grp.len())?;
-            let data: Vec<&[u8]> = grp.iter().map(|&i| logged[i].data).collect();
-            let mut out = vec![vec![0u8; g.chunk as usize]; m];
+            let data: Vec<&[u8]> = grp.iter().map(|&i| plan.logged[i].data).collect();
+            let mut out = vec![vec![0u8; g.chunk as usize]; g.m];
             let mut refs: Vec<&mut [u8]> = out.iter_mut().map(|v| v.as_mut_slice()).collect();
             code.encode(&data, &mut refs)?;
             logchunks.push(out);
         }
+        Ok((parities, logchunks))
+    }
+
+    /// One batch of device writes: new whole stripes, logged chunks in their slots, log chunks.
+    fn issue_write(
+        core: &Core,
+        plan: &WritePlan<'_, '_>,
+        parities: &[Vec<Vec<u8>>],
+        logchunks: &[Vec<Vec<u8>>],
+    ) {
+        let g = &core.geo;
         let mut ops = Vec::new();
-        for ((s, data), par) in full_new.iter().zip(&parities) {
+        for ((s, data), par) in plan.full_new.iter().zip(parities) {
             for (p, b) in data
                 .iter()
                 .copied()
@@ -484,38 +578,43 @@ impl Eplog {
                 ops.push(Wr::new(g.dev_of(*s, p), g.off(*s), b));
             }
         }
-        for (w, &slot) in logged.iter().zip(&slots) {
+        for (w, &slot) in plan.logged.iter().zip(&plan.slots) {
             ops.push(Wr::new(g.dev_of(w.stripe, w.pos), g.off(slot), w.data));
         }
         for (j, lc) in logchunks.iter().enumerate() {
             for (i, b) in lc.iter().enumerate() {
-                ops.push(Wr::new(g.log_dev(i), g.off(base + j as u64), b));
+                ops.push(Wr::new(g.log_dev(i), g.off(plan.base + j as u64), b));
             }
         }
         core.devs.write(&mut ops);
-        drop(ops);
-        core.check_tolerance()?;
+    }
+
+    /// Record the written stripes and log stripes (durable with the next metadata sync).
+    fn record_write(core: &Core, plan: &WritePlan<'_, '_>) {
+        let g = &core.geo;
         let mut mi = core.meta();
-        for (s, _) in &full_new {
+        for (s, _) in &plan.full_new {
             mi.record(Rec::FullStripe { stripe: *s });
         }
-        for (j, grp) in lgroups.iter().enumerate() {
+        for (j, grp) in plan.lgroups.iter().enumerate() {
             let members = grp
                 .iter()
-                .map(|&i| Member {
-                    dev: g.dev_of(logged[i].stripe, logged[i].pos) as u16,
-                    slot: slots[i],
-                    stripe: logged[i].stripe,
-                    pos: logged[i].pos as u16,
+                .map(|&i| {
+                    let w = plan.logged[i];
+                    Member {
+                        dev: g.dev_of(w.stripe, w.pos) as u16,
+                        slot: plan.slots[i],
+                        stripe: w.stripe,
+                        pos: w.pos as u16,
+                    }
                 })
                 .collect();
             mi.record(Rec::LogStripe {
-                id: id0 + j as u64,
-                off: base + j as u64,
+                id: plan.id0 + j as u64,
+                off: plan.base + j as u64,
                 members,
             });
         }
-        Ok(WriteOutcome::Done)
     }
 
     /// Degraded commit: the latest versions of the touched chunks on failed devices can only come
@@ -580,17 +679,9 @@ impl Eplog {
         Ok(out)
     }
 
-    #[allow(clippy::type_complexity)]
     fn commit_now(&self, core: &Core) -> Result<CommitReport> {
         let t = Instant::now();
-        let g = &core.geo;
-        let (k, c) = (g.k, g.chunk as usize);
-        let (touched, logs, rerun, log_used): (
-            Vec<(u64, DataStripe)>,
-            HashMap<u64, LogStripe>,
-            bool,
-            u64,
-        ) = {
+        let (touched, logs, rerun, log_used) = {
             let mi = core.meta();
             (
                 mi.state.pending_stripes(),
@@ -605,80 +696,22 @@ impl Eplog {
         let before = core.main_counters();
         core.begin_commit()?;
         let mut chunks = 0u64;
-        let mut decoded = 0u64;
         let mut early = Self::decode_lost_in_log_order(core, &touched, &logs)?;
-        decoded += early.len() as u64;
+        let mut decoded = early.len() as u64;
         let mut failed = core.devs.failed_list();
         let mut held = Vec::new();
         for (b, batch) in touched.chunks(COMMIT_BATCH_STRIPES).enumerate() {
             // Line 2: read the latest version of every data chunk of the touched stripes.
-            let mut data: Vec<Vec<Vec<u8>>> = batch.iter().map(|_| vec![vec![0u8; c]; k]).collect();
-            let mut lost = Vec::new();
-            {
-                let mut ops = Vec::new();
-                let mut who = Vec::new();
-                for (i, ((s, ds), d)) in batch.iter().zip(data.iter_mut()).enumerate() {
-                    for (p, b) in d.iter_mut().enumerate() {
-                        if let Loc::At { dev, slot } =
-                            Self::locate(core, Some((ds.committed[p], ds.latest[p])), *s, p)
-                        {
-                            if core.devs.is_failed(dev) {
-                                lost.push((i, p));
-                            } else {
-                                who.push((i, p));
-                                ops.push(Rd::new(dev, g.off(slot), b.as_mut_slice()));
-                            }
-                        }
-                    }
-                }
-                core.devs.read(&mut ops);
-                for (o, w) in ops.iter().zip(who) {
-                    if !o.ok {
-                        lost.push(w);
-                    }
-                }
-            }
-            // Lines 3-6: recover unavailable chunks: from the log stripe if updated (all of the
-            // batch's log stripes read in one round), otherwise from the data stripe.
-            let mut from_log: Vec<((usize, usize), &LogStripe, usize)> = Vec::new();
-            // Lost chunks decoded through the parity this batch overwrites: saved in the journal
-            // first, or a rerun after a crash could not decode them from the torn parity.
-            let mut through_parity: Vec<Vec<usize>> = vec![Vec::new(); batch.len()];
-            for (i, p) in lost {
-                let (s, ds) = &batch[i];
-                if let Some(b) = early.remove(&(*s, p)) {
-                    data[i][p] = b;
-                    continue;
-                }
-                match ds.latest[p] {
-                    Some((slot, id)) => {
-                        let ls = logs.get(&id).ok_or_else(|| {
-                            ArrayError::Meta(format!("log stripe {id} is missing"))
-                        })?;
-                        let idx = ls
-                            .members
-                            .iter()
-                            .position(|m| m.stripe == *s && m.pos as usize == p && m.slot == slot)
-                            .ok_or_else(|| {
-                                ArrayError::Meta(format!("log stripe {id} lacks its member"))
-                            })?;
-                        from_log.push(((i, p), ls, idx));
-                    }
-                    None => {
-                        data[i][p] = Self::decode_committed(core, *s, ds, p, rerun)?;
-                        through_parity[i].push(p);
-                    }
-                }
-            }
-            if !from_log.is_empty() {
-                let want: Vec<(&LogStripe, usize)> =
-                    from_log.iter().map(|&(_, ls, idx)| (ls, idx)).collect();
-                let got = Self::decode_many_from_log(core, &want)?;
-                decoded += got.len() as u64;
-                for (((i, p), _, _), b) in from_log.iter().zip(got) {
-                    data[*i][*p] = b;
-                }
-            }
+            let (mut data, lost) = Self::read_latest(core, batch);
+            // Lines 3-6: recover the unavailable ones.
+            let lost = LostChunks {
+                lost,
+                logs: &logs,
+                rerun,
+            };
+            let (through_parity, from_log) =
+                Self::recover_lost(core, batch, lost, &mut early, &mut data)?;
+            decoded += from_log;
             let now = core.devs.failed_list();
             if now != failed {
                 let newly: Vec<usize> = now
@@ -691,35 +724,166 @@ impl Eplog {
                 failed = now;
             }
             // Lines 8-12: new parity from the latest data, written in place.
-            let mut parities = Vec::with_capacity(batch.len());
-            for d in &data {
-                let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
-                parities.push(core.encode_parity(&refs)?);
-            }
+            Self::write_parity(core, batch, &data, &through_parity)?;
             for (_, ds) in batch {
                 chunks += ds.latest.iter().filter(|l| l.is_some()).count() as u64;
             }
-            core.journaled(
-                batch.len(),
-                &|i| {
-                    let mut ps = through_parity[i].clone();
-                    ps.sort_unstable();
-                    let saved = ps.into_iter().map(|p| (p as u16, data[i][p].clone()));
-                    (batch[i].0, saved.collect())
-                },
-                &mut |r| {
-                    let mut ops = Vec::new();
-                    for ((s, _), par) in batch[r.clone()].iter().zip(&parities[r]) {
-                        for (i, b) in par.iter().enumerate() {
-                            ops.push(Wr::new(g.dev_of(*s, k + i), g.off(*s), b));
-                        }
-                    }
-                    core.devs.write(&mut ops);
-                    Ok(())
-                },
-            )?;
         }
         // Lines 13-14: free old versions and obsolete log chunks (after the commit is durable).
+        let frees = Self::obsolete_versions(&core.geo, &touched, &logs);
+        let freed = frees.len() as u64;
+        core.journal_release(held);
+        core.finish_commit(frees)?;
+        let after = core.main_counters();
+        Ok(CommitReport {
+            stripes: touched.len() as u64,
+            chunks,
+            decoded_from_log: decoded,
+            freed_slots: freed,
+            freed_log_slots: log_used,
+            bytes_read: after.read_bytes - before.read_bytes,
+            bytes_written: after.write_bytes - before.write_bytes,
+            seconds: t.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Read the latest version of every data chunk of a commit batch (zeros where never written):
+    /// the data by stripe and position, and the (stripe index, position) of the chunks whose device
+    /// is failed or whose read failed.
+    #[allow(clippy::type_complexity)]
+    fn read_latest(
+        core: &Core,
+        batch: &[(u64, DataStripe)],
+    ) -> (Vec<Vec<Vec<u8>>>, Vec<(usize, usize)>) {
+        let g = &core.geo;
+        let (k, c) = (g.k, g.chunk as usize);
+        let mut data: Vec<Vec<Vec<u8>>> = batch.iter().map(|_| vec![vec![0u8; c]; k]).collect();
+        let mut lost = Vec::new();
+        let mut ops = Vec::new();
+        let mut who = Vec::new();
+        for (i, ((s, ds), d)) in batch.iter().zip(data.iter_mut()).enumerate() {
+            for (p, b) in d.iter_mut().enumerate() {
+                if let Loc::At { dev, slot } =
+                    Self::locate(core, Some((ds.committed[p], ds.latest[p])), *s, p)
+                {
+                    if core.devs.is_failed(dev) {
+                        lost.push((i, p));
+                    } else {
+                        who.push((i, p));
+                        ops.push(Rd::new(dev, g.off(slot), b.as_mut_slice()));
+                    }
+                }
+            }
+        }
+        core.devs.read(&mut ops);
+        for (o, w) in ops.iter().zip(who) {
+            if !o.ok {
+                lost.push(w);
+            }
+        }
+        drop(ops);
+        (data, lost)
+    }
+
+    /// Fill in a commit batch's lost chunks: decoded ahead in log order (`early`), from their log
+    /// stripe if updated (all of the batch's log stripes read in one round), otherwise from the
+    /// data stripe through its parity. Returns, per stripe, the positions decoded through the
+    /// parity (the journal saves them before that parity is overwritten), and the number of chunks
+    /// decoded from log stripes.
+    #[allow(clippy::type_complexity)]
+    fn recover_lost(
+        core: &Core,
+        batch: &[(u64, DataStripe)],
+        lost: LostChunks<'_>,
+        early: &mut HashMap<(u64, usize), Vec<u8>>,
+        data: &mut [Vec<Vec<u8>>],
+    ) -> Result<(Vec<Vec<usize>>, u64)> {
+        let mut from_log: Vec<((usize, usize), &LogStripe, usize)> = Vec::new();
+        let mut through_parity: Vec<Vec<usize>> = vec![Vec::new(); batch.len()];
+        for (i, p) in lost.lost {
+            let (s, ds) = &batch[i];
+            if let Some(b) = early.remove(&(*s, p)) {
+                data[i][p] = b;
+                continue;
+            }
+            match ds.latest[p] {
+                Some((slot, id)) => {
+                    let ls = lost
+                        .logs
+                        .get(&id)
+                        .ok_or_else(|| ArrayError::Meta(format!("log stripe {id} is missing")))?;
+                    let idx = ls
+                        .members
+                        .iter()
+                        .position(|m| m.stripe == *s && m.pos as usize == p && m.slot == slot)
+                        .ok_or_else(|| {
+                            ArrayError::Meta(format!("log stripe {id} lacks its member"))
+                        })?;
+                    from_log.push(((i, p), ls, idx));
+                }
+                None => {
+                    data[i][p] = Self::decode_committed(core, *s, ds, p, lost.rerun)?;
+                    through_parity[i].push(p);
+                }
+            }
+        }
+        if from_log.is_empty() {
+            return Ok((through_parity, 0));
+        }
+        let want: Vec<(&LogStripe, usize)> =
+            from_log.iter().map(|&(_, ls, idx)| (ls, idx)).collect();
+        let got = Self::decode_many_from_log(core, &want)?;
+        let decoded = got.len() as u64;
+        for (((i, p), _, _), b) in from_log.iter().zip(got) {
+            data[*i][*p] = b;
+        }
+        Ok((through_parity, decoded))
+    }
+
+    /// Encode a commit batch's parity from its latest data and write it in place under the
+    /// journal, which first saves the lost chunks decoded through the parity being overwritten
+    /// (or a rerun after a crash could not decode them from the torn parity).
+    fn write_parity(
+        core: &Core,
+        batch: &[(u64, DataStripe)],
+        data: &[Vec<Vec<u8>>],
+        through_parity: &[Vec<usize>],
+    ) -> Result<()> {
+        let g = &core.geo;
+        let mut parities = Vec::with_capacity(batch.len());
+        for d in data {
+            let refs: Vec<&[u8]> = d.iter().map(|v| v.as_slice()).collect();
+            parities.push(core.encode_parity(&refs)?);
+        }
+        core.journaled(
+            batch.len(),
+            &|i| {
+                let mut ps = through_parity[i].clone();
+                ps.sort_unstable();
+                let saved = ps.into_iter().map(|p| (p as u16, data[i][p].clone()));
+                (batch[i].0, saved.collect())
+            },
+            &mut |r| {
+                let mut ops = Vec::new();
+                for ((s, _), par) in batch[r.clone()].iter().zip(&parities[r]) {
+                    for (i, b) in par.iter().enumerate() {
+                        ops.push(Wr::new(g.dev_of(*s, g.k + i), g.off(*s), b));
+                    }
+                }
+                core.devs.write(&mut ops);
+                Ok(())
+            },
+        )
+    }
+
+    /// The slots a finished commit frees, sorted: log-stripe members that are not their chunk's
+    /// latest version, and committed versions that a latest version replaces. Never a latest
+    /// version (it is the committed version from now on).
+    fn obsolete_versions(
+        g: &Geometry,
+        touched: &[(u64, DataStripe)],
+        logs: &HashMap<u64, LogStripe>,
+    ) -> Vec<(usize, u64)> {
         let mut frees: Vec<(usize, u64)> = Vec::new();
         let latest: HashMap<(u64, usize), u64> = touched
             .iter()
@@ -737,7 +901,7 @@ impl Eplog {
                 }
             }
         }
-        for (s, ds) in &touched {
+        for (s, ds) in touched {
             for (p, (l, cm)) in ds.latest.iter().zip(&ds.committed).enumerate() {
                 if let (Some((slot, _)), Some(old)) = (l, cm) {
                     if slot != old {
@@ -748,7 +912,6 @@ impl Eplog {
         }
         frees.sort_unstable();
         frees.dedup();
-        // No latest version is freed: it is the committed version from now on.
         for (&(s, p), &slot) in &latest {
             let at = (g.dev_of(s, p), slot);
             assert!(
@@ -756,20 +919,7 @@ impl Eplog {
                 "commit_now: the latest version of stripe {s} chunk {p} (slot {slot}) would be freed"
             );
         }
-        let freed = frees.len() as u64;
-        core.journal_release(held);
-        core.finish_commit(frees)?;
-        let after = core.main_counters();
-        Ok(CommitReport {
-            stripes: touched.len() as u64,
-            chunks,
-            decoded_from_log: decoded,
-            freed_slots: freed,
-            freed_log_slots: log_used,
-            bytes_read: after.read_bytes - before.read_bytes,
-            bytes_written: after.write_bytes - before.write_bytes,
-            seconds: t.elapsed().as_secs_f64(),
-        })
+        frees
     }
 
     fn has_pending_now(&self, core: &Core) -> bool {
