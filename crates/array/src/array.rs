@@ -16,8 +16,8 @@ use crate::format::{
 };
 use crate::io::Devs;
 use crate::meta::{
-    checkpoint_area_max, MetaState, MetaVolume, Rec, CHECKPOINT_AREA_INITIAL_BYTES,
-    INC_AREA_MIN_BYTES, REGION_STRIPES,
+    checkpoint_area_max, inc_area_min, MetaState, MetaVolume, Rec, CHECKPOINT_AREA_INITIAL_BYTES,
+    INC_AREA_MIN_BYTES, JOURNAL_GROUP_DIVISOR, REGION_STRIPES,
 };
 use crate::scheme::eplog::Eplog;
 use crate::scheme::md::Md;
@@ -241,12 +241,19 @@ impl Array {
         // Checkpoint areas start at the worst case of the geometry or 1 MiB, whichever is
         // smaller, and grow with the checkpoints (`MetaVolume::write_checkpoint_growing`).
         let cp_size = checkpoint_area_max(&geometry).min(CHECKPOINT_AREA_INITIAL_BYTES);
-        let inc_min = INC_AREA_MIN_BYTES;
-        let need = 2 * SB_SLOT + 2 * cp_size + inc_min;
+        let inc_min = inc_area_min(&geometry);
+        let need = (2 * SB_SLOT + 2 * cp_size).saturating_add(inc_min);
         let meta_cap = devices.meta.capacity();
         if meta_cap < need {
+            let why = if inc_min > INC_AREA_MIN_BYTES {
+                format!(
+                    ": its incremental area must hold {JOURNAL_GROUP_DIVISOR} journal records of a whole stripe ({k} chunks of {chunk} bytes)"
+                )
+            } else {
+                String::new()
+            };
             return Err(cfg_err(format!(
-                "metadata volume is too small: {meta_cap} bytes, this geometry needs at least {need} ({} MiB)",
+                "metadata volume is too small: {meta_cap} bytes, this geometry needs at least {need} ({} MiB){why}",
                 need.div_ceil(1 << 20)
             )));
         }
@@ -315,6 +322,7 @@ impl Array {
         let g = &sb.geometry;
         let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
         mv.cp_size_max = checkpoint_area_max(g);
+        mv.inc_min = inc_area_min(g);
         // Invalidate a previous array's second checkpoint area and first frame.
         devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[0])?;
         devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[1])?;
@@ -369,6 +377,14 @@ impl Array {
         sb.check_devices(&devices.main, &devices.log)?;
         let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
         mv.cp_size_max = checkpoint_area_max(&sb.geometry);
+        mv.inc_min = inc_area_min(&sb.geometry);
+        if sb.layout.inc_size < mv.inc_min {
+            let g = &sb.geometry;
+            return Err(ArrayError::Meta(format!(
+                "the metadata volume's incremental area of {} bytes cannot hold {JOURNAL_GROUP_DIVISOR} journal records of a whole stripe ({} chunks of {} bytes; {} bytes needed): recreate the array with a larger metadata volume",
+                sb.layout.inc_size, g.k, g.chunk, mv.inc_min
+            )));
+        }
         Self::assemble(sb, devices, mv, opts, false)
     }
 

@@ -1244,6 +1244,9 @@ pub(crate) struct MetaVolume {
     /// Checkpoint area that holds any state of the geometry ([`checkpoint_area_max`]); an area
     /// smaller than this grows (see [`MetaVolume::write_checkpoint_growing`]).
     pub cp_size_max: u64,
+    /// The incremental area never shrinks below this when checkpoint areas grow (set it to
+    /// [`inc_area_min`] of the geometry).
+    pub inc_min: u64,
     /// Journal entries of the loaded epoch's frames not followed by their `JournalDone`, by id:
     /// in-place updates a crash may have torn (filled by [`MetaVolume::load`]).
     pub journal: BTreeMap<u64, JournalEntry>,
@@ -1262,8 +1265,25 @@ pub(crate) const CHECKPOINT_BYTES_PER_FRAME_BYTE_MAX: u64 = 4;
 /// the checkpoints, so a large array's metadata volume starts small.
 pub(crate) const CHECKPOINT_AREA_INITIAL_BYTES: u64 = 1 << 20;
 
-/// Smallest incremental area a layout keeps (at creation and when checkpoint areas grow).
+/// Smallest incremental area a layout keeps (at creation and when checkpoint areas grow), for any
+/// geometry; [`inc_area_min`] adds the journal's need.
 pub(crate) const INC_AREA_MIN_BYTES: u64 = 256 << 10;
+
+/// One group of journaled updates may save journal records of at most this fraction of the
+/// incremental area (the group's records and the live entries appended again after a checkpoint
+/// must fit in it).
+pub(crate) const JOURNAL_GROUP_DIVISOR: u64 = 4;
+
+/// Smallest incremental area of an array of geometry `g`: [`INC_AREA_MIN_BYTES`], and room for the
+/// largest journal record (all k chunks of a stripe) in one group's share of it, so a journaled
+/// update never finds its record too large for the metadata volume.
+pub(crate) fn inc_area_min(g: &Geometry) -> u64 {
+    JournalEntry::encoded_len(g.k, g.chunk)
+        .saturating_mul(JOURNAL_GROUP_DIVISOR)
+        .div_ceil(4096)
+        .saturating_mul(4096)
+        .max(INC_AREA_MIN_BYTES)
+}
 
 /// A checkpoint area that holds any checkpoint of the geometry (in 4 KiB units).
 pub(crate) fn checkpoint_area_max(g: &Geometry) -> u64 {
@@ -1296,6 +1316,7 @@ impl MetaVolume {
             version: META_VERSION,
             body_len: 0,
             cp_size_max: layout_cp_size,
+            inc_min: INC_AREA_MIN_BYTES,
             journal: BTreeMap::new(),
             journal_bytes: 0,
         }
@@ -1394,7 +1415,7 @@ impl MetaVolume {
         let start = self.layout.inc_off + self.inc_pos.div_ceil(4096) * 4096;
         let inc_off = start.checked_add(size.checked_mul(2)?)?;
         let end = self.layout.inc_off + self.layout.inc_size;
-        if inc_off.checked_add(INC_AREA_MIN_BYTES)? > end {
+        if inc_off.checked_add(self.inc_min)? > end {
             return None;
         }
         Some(MetaLayout {

@@ -296,3 +296,48 @@ fn checkpoint_areas_grow_with_the_updates() {
         assert!(back == durable, "cut {cut}: acknowledged data lost");
     }
 }
+
+/// A huge chunk with a small metadata volume: a journaled update saves a whole stripe's chunks
+/// (k × chunk bytes), which must fit a quarter of the incremental area. Refused at create with one
+/// line naming the journal, not found out by a degraded write (before: "its journal record of …
+/// bytes does not fit the metadata volume's incremental area"); with room for it, a degraded
+/// update is journaled and reads back.
+#[test]
+fn a_journal_record_larger_than_the_metadata_volume_allows_is_refused_at_create() {
+    use ecstack_array::{ArrayConfig, ArrayDevices};
+    let chunk: u64 = 1 << 20;
+    let dev = |size: u64| Arc::new(MemDevice::new(size).unwrap()) as Arc<dyn BlockDevice>;
+    let main: Vec<_> = (0..3).map(|_| dev(16 * chunk)).collect();
+    let cfg = ArrayConfig {
+        chunk_size: chunk as u32,
+        ..ArrayConfig::with_geometry(SchemeKind::Md, 2, 1)
+    };
+    let devices = |meta: Arc<dyn BlockDevice>| ArrayDevices {
+        main: main.clone(),
+        log: Vec::new(),
+        meta,
+        specs: None,
+    };
+    // 4 MiB would do for the checkpoints and frames, but one record of 2 MiB chunks needs an
+    // incremental area of 8 MiB.
+    let err = Array::create(&cfg, devices(dev(4 << 20))).expect_err("too small for the journal");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("metadata volume is too small")
+            && msg.contains("journal records of a whole stripe (2 chunks of 1048576 bytes)")
+            && !msg.contains('\n'),
+        "{msg}"
+    );
+    let a = Array::create(&cfg, devices(dev(12 << 20))).expect("room for the journal");
+    let data: Vec<u8> = (0..a.size()).map(|i| (i * 13 + 1) as u8).collect();
+    a.write(&data, 0).unwrap();
+    a.fail_device(0).unwrap();
+    let update = vec![0xa5u8; 4096];
+    a.write(&update, 4096)
+        .expect("a degraded update is journaled");
+    let mut back = vec![0u8; data.len()];
+    a.read(&mut back, 0).unwrap();
+    let mut want = data;
+    want[4096..8192].copy_from_slice(&update);
+    assert!(back == want, "content after the journaled update");
+}

@@ -26,9 +26,8 @@ use crate::format::MetaLayout;
 use crate::meta::{JournalEntry, Rec};
 
 /// Most bytes of journal records one group of in-place updates saves, as a fraction of the
-/// incremental area (the group's records and the live entries appended again after a checkpoint
-/// must fit in it).
-pub(crate) const GROUP_AREA_DIVISOR: u64 = 4;
+/// incremental area (`inc_area_min` keeps room for one stripe's record in it).
+pub(crate) const GROUP_AREA_DIVISOR: u64 = crate::meta::JOURNAL_GROUP_DIVISOR;
 
 /// The journal's in-memory side.
 #[derive(Debug, Default)]
