@@ -64,7 +64,7 @@ impl Layout {
 }
 
 /// What a chunk file stores besides its bytes (the chunk header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkMeta {
     pub segment_id: u64,
     pub index: u32,
@@ -74,6 +74,28 @@ pub struct ChunkMeta {
     pub chunk_bytes: u64,
     /// Data bytes of the whole segment.
     pub segment_length: u64,
+    /// A parity chunk: for each data chunk i (k entries), the version of the last change of chunk
+    /// i whose delta this parity includes; empty for a data chunk. A stripe decodes correctly only
+    /// from data chunks and parity chunks that agree on these versions (docs/cluster.md
+    /// "Consistency of a stripe").
+    pub applied: Vec<u64>,
+}
+
+/// What a holder reports of a chunk without its bytes (ChunkVersion).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkVersions {
+    pub version: u64,
+    /// A parity chunk's [`ChunkMeta::applied`]; empty for a data chunk.
+    pub applied: Vec<u64>,
+}
+
+/// Which change of which data chunk a parity delta carries: data chunk `from` went from version
+/// `prior` to `version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaStamp {
+    pub from: u32,
+    pub prior: u64,
+    pub version: u64,
 }
 
 /// A write or an update the primary acknowledged.
@@ -382,21 +404,25 @@ impl OsdClient {
         Ok(reply.stale)
     }
 
-    /// Data holder → parity holder: XOR `delta` into the parity chunk at `offset`, set its version.
+    /// Data holder → parity holder: XOR `delta` (data chunk `delta.from` going from version
+    /// `delta.prior` to `delta.version`) into the parity chunk at `offset`. The holder refuses
+    /// (FailedPrecondition) unless the parity includes exactly version `prior` of that data chunk.
     pub async fn apply_delta(
         &self,
         segment_id: u64,
         index: u32,
         offset: u64,
         delta: &[u8],
-        version: u64,
+        stamp: DeltaStamp,
     ) -> Result<(), OsdError> {
         let req = proto::ApplyDeltaRequest {
             segment_id,
             index,
             offset,
             delta: delta.to_vec(),
-            version,
+            version: stamp.version,
+            from_index: stamp.from,
+            prior_version: stamp.prior,
         };
         self.raw
             .clone()
@@ -406,12 +432,12 @@ impl OsdClient {
         Ok(())
     }
 
-    /// The stored version of a chunk, `None` if the OSD does not hold it.
+    /// The stored versions of a chunk, `None` if the OSD does not hold it.
     pub async fn chunk_version(
         &self,
         segment_id: u64,
         index: u32,
-    ) -> Result<Option<u64>, OsdError> {
+    ) -> Result<Option<ChunkVersions>, OsdError> {
         let reply = self
             .raw
             .clone()
@@ -419,7 +445,10 @@ impl OsdClient {
             .await
             .map_err(|s| self.err(s))?
             .into_inner();
-        Ok(reply.present.then_some(reply.version))
+        Ok(reply.present.then_some(ChunkVersions {
+            version: reply.version,
+            applied: reply.applied,
+        }))
     }
 
     /// Remove a chunk (no error if it is absent).
@@ -480,6 +509,7 @@ pub(crate) fn meta_to_proto(m: &ChunkMeta) -> proto::ChunkHeader {
         version: m.version,
         chunk_bytes: m.chunk_bytes,
         segment_length: m.segment_length,
+        applied: m.applied.clone(),
     }
 }
 
@@ -490,6 +520,7 @@ pub(crate) fn meta_from_proto(h: &proto::ChunkHeader) -> ChunkMeta {
         version: h.version,
         chunk_bytes: h.chunk_bytes,
         segment_length: h.segment_length,
+        applied: h.applied.clone(),
     }
 }
 
@@ -522,6 +553,7 @@ mod tests {
             version: 3,
             chunk_bytes: 4,
             segment_length: 5,
+            applied: vec![3, 1],
         };
         assert_eq!(meta_from_proto(&meta_to_proto(&m)), m);
     }

@@ -5,17 +5,22 @@
 //!
 //! ```text
 //! 0    header (64 bytes): magic "ECSOSDCK", format version, block size, segment id, chunk index,
-//!      version, chunk bytes, segment length, crc32c of bytes 0..56
-//! 64   crc32c of every data block (4 bytes each, ⌈chunk_bytes / BLOCK_BYTES⌉ entries)
-//! D    chunk bytes, D = 64 + 4·blocks rounded up to 4 KiB
+//!      flags (bit 0: dirty), a = number of applied versions, version, chunk bytes, segment length,
+//!      crc32c of bytes 0..56 and of the applied versions
+//! 64   applied versions (8 bytes each, a entries: k for a parity chunk, 0 for a data chunk)
+//! T    crc32c of every data block (4 bytes each, ⌈chunk_bytes / BLOCK_BYTES⌉ entries), T = 64 + 8a
+//! D    chunk bytes, D = T + 4·blocks rounded up to 4 KiB
 //! ```
 //!
 //! Blocks are [`BLOCK_BYTES`] = 4 KiB: the page size, and the granularity of the small in-place FO
 //! updates CodFS measures (§5.2), so an update re-reads and re-checksums at most one block more than it
 //! touches on each side; the checksum table costs 0.1% of the chunk. Every read verifies the crc32c of
-//! each block it touches; an update rewrites the touched blocks, their checksums and the header (with
-//! the new version), then fsyncs before returning. A whole chunk is written to a temporary file,
-//! preallocated with `fallocate`, fsynced, renamed over the old one, and the directory fsynced.
+//! each block it touches. An in-place change is ordered so that a crash at any point leaves either
+//! the old chunk, the new chunk, or a chunk marked dirty: the header is first rewritten with the dirty
+//! flag (and fsynced), then the touched blocks and their checksums, then the header with the new
+//! version and without the flag, then fsync. A dirty chunk is never read: it counts as corrupt and is
+//! rebuilt from the others. A whole chunk is written to a temporary file, preallocated with
+//! `fallocate`, fsynced, renamed over the old one, and the directory fsynced.
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{File, OpenOptions};
@@ -27,11 +32,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::api::ChunkMeta;
+use crate::api::{ChunkMeta, DeltaStamp};
 
 pub const MAGIC: [u8; 8] = *b"ECSOSDCK";
-pub const FORMAT_VERSION: u32 = 1;
+/// Format 2 added the applied versions and the dirty flag; format 1 files are refused.
+pub const FORMAT_VERSION: u32 = 2;
+/// The fixed part of the header; the applied versions follow it.
 pub const HEADER_BYTES: usize = 64;
+/// Header flag: an in-place change was under way (the chunk cannot be trusted).
+pub const FLAG_DIRTY: u16 = 1;
 pub const BLOCK_BYTES: usize = 4096;
 /// A chunk is at most a whole segment (k = 1).
 pub const MAX_CHUNK_BYTES: u64 = ecstack_rpc::config::MAX_SEGMENT_BYTES;
@@ -53,20 +62,42 @@ pub enum HeaderError {
     Field(String),
 }
 
-/// Encode a chunk header (64 bytes).
-pub fn encode_header(meta: &ChunkMeta) -> [u8; HEADER_BYTES] {
-    let mut b = [0u8; HEADER_BYTES];
+/// Bytes of the header with `applied` versions: the fixed 64 bytes and 8 per version.
+pub fn header_bytes(applied: usize) -> usize {
+    HEADER_BYTES + 8 * applied
+}
+
+/// Encode a chunk header (64 bytes and the applied versions), with the dirty flag if `dirty`.
+pub fn encode_header(meta: &ChunkMeta, dirty: bool) -> Vec<u8> {
+    let mut b = vec![0u8; header_bytes(meta.applied.len())];
     b[0..8].copy_from_slice(&MAGIC);
     b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     b[12..16].copy_from_slice(&(BLOCK_BYTES as u32).to_le_bytes());
     b[16..24].copy_from_slice(&meta.segment_id.to_le_bytes());
     b[24..28].copy_from_slice(&meta.index.to_le_bytes());
+    let flags = if dirty { FLAG_DIRTY } else { 0 };
+    b[28..30].copy_from_slice(&flags.to_le_bytes());
+    b[30..32].copy_from_slice(&(meta.applied.len() as u16).to_le_bytes());
     b[32..40].copy_from_slice(&meta.version.to_le_bytes());
     b[40..48].copy_from_slice(&meta.chunk_bytes.to_le_bytes());
     b[48..56].copy_from_slice(&meta.segment_length.to_le_bytes());
-    let crc = crc32c::crc32c(&b[0..56]);
+    for (i, a) in meta.applied.iter().enumerate() {
+        b[HEADER_BYTES + 8 * i..HEADER_BYTES + 8 * i + 8].copy_from_slice(&a.to_le_bytes());
+    }
+    let crc = header_crc(&b);
     b[56..60].copy_from_slice(&crc.to_le_bytes());
     b
+}
+
+/// The header checksum: bytes 0..56 and the applied versions.
+fn header_crc(b: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&b[0..56]), &b[HEADER_BYTES..])
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    let mut w = [0u8; 2];
+    w.copy_from_slice(&b[at..at + 2]);
+    u16::from_le_bytes(w)
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -107,20 +138,43 @@ pub fn check_meta(meta: &ChunkMeta) -> Result<(), String> {
     if meta.version == 0 {
         return Err("chunk version 0 (versions start at 1)".into());
     }
+    if meta.applied.len() >= MAX_CHUNKS as usize {
+        return Err(format!(
+            "{} applied versions (a parity chunk has one per data chunk, below {MAX_CHUNKS})",
+            meta.applied.len()
+        ));
+    }
+    if let Some(a) = meta.applied.iter().find(|&&a| a == 0 || a > meta.version) {
+        return Err(format!(
+            "applied version {a} is outside 1..={} (the chunk's version)",
+            meta.version
+        ));
+    }
     Ok(())
 }
 
-/// Parse and validate a chunk header: any byte string gives a header or an error, never a panic; an
-/// accepted header re-encodes to the same 64 bytes.
-pub fn decode_header(b: &[u8]) -> Result<ChunkMeta, HeaderError> {
-    let Some(b) = b.get(..HEADER_BYTES) else {
+/// The number of applied versions a header announces (0 if the fixed part is unreadable): how many
+/// bytes after the fixed 64 to read before [`decode_header`].
+pub fn applied_count(b: &[u8]) -> usize {
+    b.get(30..32).map_or(0, |w| u16_at(w, 0) as usize)
+}
+
+/// Parse and validate a chunk header (the fixed 64 bytes and the applied versions): any byte
+/// string gives a header and its dirty flag, or an error, never a panic; an accepted header
+/// re-encodes to the same bytes.
+pub fn decode_header(b: &[u8]) -> Result<(ChunkMeta, bool), HeaderError> {
+    if b.len() < HEADER_BYTES {
         return Err(HeaderError::TooShort { got: b.len() });
-    };
+    }
     if b[0..8] != MAGIC {
         return Err(HeaderError::BadMagic);
     }
+    let want = header_bytes(applied_count(b));
+    let Some(b) = b.get(..want) else {
+        return Err(HeaderError::TooShort { got: b.len() });
+    };
     let stored = u32_at(b, 56);
-    let computed = crc32c::crc32c(&b[0..56]);
+    let computed = header_crc(b);
     if stored != computed {
         return Err(HeaderError::Checksum { stored, computed });
     }
@@ -134,7 +188,8 @@ pub fn decode_header(b: &[u8]) -> Result<ChunkMeta, HeaderError> {
             "block size {block} (this build uses {BLOCK_BYTES})"
         )));
     }
-    if u32_at(b, 28) != 0 || u32_at(b, 60) != 0 {
+    let flags = u16_at(b, 28);
+    if flags & !FLAG_DIRTY != 0 || u32_at(b, 60) != 0 {
         return Err(HeaderError::Field(
             "reserved header bytes are not zero".into(),
         ));
@@ -145,9 +200,12 @@ pub fn decode_header(b: &[u8]) -> Result<ChunkMeta, HeaderError> {
         version: u64_at(b, 32),
         chunk_bytes: u64_at(b, 40),
         segment_length: u64_at(b, 48),
+        applied: (0..applied_count(b))
+            .map(|i| u64_at(b, HEADER_BYTES + 8 * i))
+            .collect(),
     };
     check_meta(&meta).map_err(HeaderError::Field)?;
-    Ok(meta)
+    Ok((meta, flags & FLAG_DIRTY != 0))
 }
 
 /// Data blocks of a chunk.
@@ -155,18 +213,24 @@ pub fn blocks(chunk_bytes: u64) -> u64 {
     chunk_bytes.div_ceil(BLOCK_BYTES as u64)
 }
 
+/// File offset of the block checksum table.
+pub fn table_offset(meta: &ChunkMeta) -> u64 {
+    header_bytes(meta.applied.len()) as u64
+}
+
 /// File offset of the chunk bytes.
-pub fn data_offset(chunk_bytes: u64) -> u64 {
-    (HEADER_BYTES as u64 + 4 * blocks(chunk_bytes)).next_multiple_of(4096)
+pub fn data_offset(meta: &ChunkMeta) -> u64 {
+    (table_offset(meta) + 4 * blocks(meta.chunk_bytes)).next_multiple_of(4096)
 }
 
 /// The whole chunk file image (header, checksum table, data).
 pub fn encode_chunk(meta: &ChunkMeta, data: &[u8]) -> Vec<u8> {
-    let d = data_offset(meta.chunk_bytes) as usize;
+    let d = data_offset(meta) as usize;
+    let t = table_offset(meta) as usize;
     let mut b = vec![0u8; d + data.len()];
-    b[..HEADER_BYTES].copy_from_slice(&encode_header(meta));
+    b[..t].copy_from_slice(&encode_header(meta, false));
     for (i, block) in data.chunks(BLOCK_BYTES).enumerate() {
-        let at = HEADER_BYTES + 4 * i;
+        let at = t + 4 * i;
         b[at..at + 4].copy_from_slice(&crc32c::crc32c(block).to_le_bytes());
     }
     b[d..].copy_from_slice(data);
@@ -219,6 +283,16 @@ pub enum ChunkStoreError {
         len: u64,
         chunk_bytes: u64,
     },
+    #[error(
+        "chunk file {path}: an in-place change was cut short (dirty); the chunk must be rebuilt"
+    )]
+    Dirty { path: PathBuf },
+    #[error("segment {segment:#x} chunk {index}: {message}")]
+    Conflict {
+        segment: u64,
+        index: u32,
+        message: String,
+    },
     #[error("segment {segment:#x} chunk {index}: {message}")]
     Invalid {
         segment: u64,
@@ -236,8 +310,19 @@ impl ChunkStoreError {
                 | ChunkStoreError::Misplaced { .. }
                 | ChunkStoreError::Truncated { .. }
                 | ChunkStoreError::Checksum { .. }
+                | ChunkStoreError::Dirty { .. }
         )
     }
+}
+
+/// An in-place change of a chunk ([`ChunkStore::modify`]) and the versions it moves between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A data chunk's new bytes: refused unless the chunk is at version `expected` (0: any).
+    Data { expected: u64, version: u64 },
+    /// A parity delta: refused unless the parity includes exactly version `prior` of data chunk
+    /// `from`; a no-op (the delta is not applied again) if it already includes `version`.
+    Parity(DeltaStamp),
 }
 
 pub type Result<T, E = ChunkStoreError> = std::result::Result<T, E>;
@@ -263,15 +348,15 @@ pub trait ChunkStore: Send + Sync {
     /// `len` bytes from `offset`, every touched block verified.
     fn read(&self, segment: u64, index: u32, offset: u64, len: u64)
         -> Result<(ChunkMeta, Vec<u8>)>;
-    /// Change `len` bytes at `offset` in place and set the chunk's version to `version`; returns the
-    /// new header.
+    /// Change `len` bytes at `offset` in place and stamp the chunk with `change`'s version; returns
+    /// the header as it was before (unchanged if the change was already applied).
     fn modify(
         &self,
         segment: u64,
         index: u32,
         offset: u64,
         len: u64,
-        version: u64,
+        change: Change,
         f: Modify<'_>,
     ) -> Result<ChunkMeta>;
     /// Remove a chunk; whether it was there.
@@ -443,10 +528,21 @@ impl FileStore {
         };
         let mut h = [0u8; HEADER_BYTES];
         let got = read_full(&file, &mut h, 0).map_err(io(&path, "read header"))?;
-        let meta = decode_header(&h[..got]).map_err(|error| ChunkStoreError::Header {
+        let mut h = h[..got].to_vec();
+        let applied = applied_count(&h);
+        if got == HEADER_BYTES && h[0..8] == MAGIC && applied > 0 {
+            h.resize(header_bytes(applied), 0);
+            let more = read_full(&file, &mut h[HEADER_BYTES..], HEADER_BYTES as u64)
+                .map_err(io(&path, "read header"))?;
+            h.truncate(HEADER_BYTES + more);
+        }
+        let (meta, dirty) = decode_header(&h).map_err(|error| ChunkStoreError::Header {
             path: path.clone(),
             error,
         })?;
+        if dirty {
+            return Err(ChunkStoreError::Dirty { path });
+        }
         if meta.segment_id != segment || meta.index != index {
             return Err(ChunkStoreError::Misplaced {
                 path,
@@ -456,7 +552,7 @@ impl FileStore {
                 got_index: meta.index,
             });
         }
-        let want = data_offset(meta.chunk_bytes) + meta.chunk_bytes;
+        let want = data_offset(&meta) + meta.chunk_bytes;
         let len = file.metadata().map_err(io(&path, "stat chunk"))?.len();
         if len < want {
             return Err(ChunkStoreError::Truncated {
@@ -481,10 +577,10 @@ impl FileStore {
         let start = b0 * BLOCK_BYTES as u64;
         let end = (b1 * BLOCK_BYTES as u64).min(meta.chunk_bytes);
         let mut data = vec![0u8; (end - start) as usize];
-        let got = read_full(file, &mut data, data_offset(meta.chunk_bytes) + start)
+        let got = read_full(file, &mut data, data_offset(meta) + start)
             .map_err(io(path, "read chunk data"))?;
         let mut crcs = vec![0u8; 4 * (b1 - b0) as usize];
-        let got_crcs = read_full(file, &mut crcs, HEADER_BYTES as u64 + 4 * b0)
+        let got_crcs = read_full(file, &mut crcs, table_offset(meta) + 4 * b0)
             .map_err(io(path, "read checksums"))?;
         if got != data.len() || got_crcs != crcs.len() {
             return Err(ChunkStoreError::Truncated {
@@ -521,6 +617,69 @@ impl FileStore {
             });
         }
         Ok(())
+    }
+}
+
+/// The header after `change`, `None` if the change is already applied (a repeated parity delta), or
+/// a conflict if the chunk is not at the versions the change was computed against.
+fn stamped(meta: &ChunkMeta, change: Change) -> Result<Option<ChunkMeta>> {
+    let conflict = |message: String| ChunkStoreError::Conflict {
+        segment: meta.segment_id,
+        index: meta.index,
+        message,
+    };
+    let invalid = |message: String| ChunkStoreError::Invalid {
+        segment: meta.segment_id,
+        index: meta.index,
+        message,
+    };
+    match change {
+        Change::Data { expected, version } => {
+            if !meta.applied.is_empty() {
+                return Err(invalid("a parity chunk takes deltas, not data".into()));
+            }
+            if version <= meta.version {
+                return Err(conflict(format!(
+                    "new version {version} is not above the chunk's {}",
+                    meta.version
+                )));
+            }
+            if expected != 0 && meta.version != expected {
+                return Err(conflict(format!(
+                    "chunk is at version {}, the primary expects {expected}: stale, not updated",
+                    meta.version
+                )));
+            }
+            Ok(Some(ChunkMeta {
+                version,
+                ..meta.clone()
+            }))
+        }
+        Change::Parity(d) => {
+            let Some(&have) = meta.applied.get(d.from as usize) else {
+                return Err(invalid(format!(
+                    "a delta of data chunk {} for a parity chunk of {} data chunks",
+                    d.from,
+                    meta.applied.len()
+                )));
+            };
+            if have == d.version {
+                return Ok(None);
+            }
+            if have != d.prior || d.version <= d.prior {
+                return Err(conflict(format!(
+                    "parity includes version {have} of data chunk {}, the delta goes from {} to {}: stale, not applied",
+                    d.from, d.prior, d.version
+                )));
+            }
+            let mut applied = meta.applied.clone();
+            applied[d.from as usize] = d.version;
+            Ok(Some(ChunkMeta {
+                version: meta.version.max(d.version),
+                applied,
+                ..meta.clone()
+            }))
+        }
     }
 }
 
@@ -618,7 +777,7 @@ impl ChunkStore for FileStore {
         index: u32,
         offset: u64,
         len: u64,
-        version: u64,
+        change: Change,
         f: Modify<'_>,
     ) -> Result<ChunkMeta> {
         let _g = self.stripe(segment, index);
@@ -626,13 +785,9 @@ impl ChunkStore for FileStore {
             .open_chunk(segment, index, true)?
             .ok_or(ChunkStoreError::NotFound { segment, index })?;
         Self::check_range(&meta, offset, len)?;
-        if version == 0 {
-            return Err(ChunkStoreError::Invalid {
-                segment,
-                index,
-                message: "version 0 (versions start at 1)".into(),
-            });
-        }
+        let Some(new) = stamped(&meta, change)? else {
+            return Ok(meta);
+        };
         let b0 = offset / BLOCK_BYTES as u64;
         let b1 = (offset + len).div_ceil(BLOCK_BYTES as u64).max(b0);
         let (mut data, _) = if b1 > b0 {
@@ -650,16 +805,19 @@ impl ChunkStore for FileStore {
         for block in data.chunks(BLOCK_BYTES) {
             crcs.extend_from_slice(&crc32c::crc32c(block).to_le_bytes());
         }
-        let d = data_offset(meta.chunk_bytes);
-        file.write_all_at(&data, d + b0 * BLOCK_BYTES as u64)
-            .map_err(io(&path, "write chunk data"))?;
-        file.write_all_at(&crcs, HEADER_BYTES as u64 + 4 * b0)
-            .map_err(io(&path, "write checksums"))?;
-        let new = ChunkMeta { version, ..meta };
-        file.write_all_at(&encode_header(&new), 0)
+        // Dirty first (durable), so that a crash between the blocks and the header never leaves
+        // new bytes under the old versions (or the reverse) looking valid.
+        file.write_all_at(&encode_header(&meta, true), 0)
             .map_err(io(&path, "write header"))?;
         file.sync_data().map_err(io(&path, "fsync chunk file"))?;
-        Ok(new)
+        file.write_all_at(&data, data_offset(&meta) + b0 * BLOCK_BYTES as u64)
+            .map_err(io(&path, "write chunk data"))?;
+        file.write_all_at(&crcs, table_offset(&meta) + 4 * b0)
+            .map_err(io(&path, "write checksums"))?;
+        file.write_all_at(&encode_header(&new, false), 0)
+            .map_err(io(&path, "write header"))?;
+        file.sync_data().map_err(io(&path, "fsync chunk file"))?;
+        Ok(meta)
     }
 
     fn delete(&self, segment: u64, index: u32) -> Result<bool> {

@@ -92,6 +92,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
                     version: 3,
                     chunk_bytes: 5000,
                     segment_length: 10_000,
+                    applied: vec![2, 3],
                 })),
             }
             .encode_to_vec(),
@@ -127,6 +128,8 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
                 offset: 17,
                 delta: vec![3u8; 50],
                 version: 9,
+                from_index: 1,
+                prior_version: 1,
             }
             .encode_to_vec(),
         ),

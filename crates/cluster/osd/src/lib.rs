@@ -17,8 +17,9 @@ pub mod chunk_store;
 pub mod daemon;
 pub mod metrics;
 pub mod service;
+mod view;
 
-pub use api::{Ack, ChunkMeta, Holder, Layout, OsdClient, OsdError};
+pub use api::{Ack, ChunkMeta, ChunkVersions, DeltaStamp, Holder, Layout, OsdClient, OsdError};
 
 #[cfg(test)]
 mod fuzz;

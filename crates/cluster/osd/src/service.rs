@@ -4,8 +4,9 @@
 //! UpdateChunk with its parity deltas, ApplyDelta, ChunkVersion, DeleteChunk), and recovery.
 //!
 //! All requests of one segment are serialized at its primary by a per-segment async lock; the
-//! primary keeps the segment's version and the version each chunk should carry, learned from the
-//! usable holders (ChunkVersion) when it does not know them (after a restart or a promotion).
+//! primary keeps the segment's consistent view (`view.rs`: the version of each data chunk, which
+//! every parity chunk read beside it must include), learned from the usable holders (ChunkVersion)
+//! when it does not know it (after a restart, a promotion or a refusal).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,12 +19,13 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::{
-    self, layout_from_proto, meta_from_proto, meta_to_proto, ChunkMeta, Holder, Layout, OsdClient,
-    OsdError, FRAME_BYTES,
+    self, layout_from_proto, meta_from_proto, meta_to_proto, ChunkMeta, ChunkVersions, DeltaStamp,
+    Holder, Layout, OsdClient, OsdError, FRAME_BYTES,
 };
-use crate::chunk_store::{check_meta, ChunkStore, ChunkStoreError};
+use crate::chunk_store::{check_meta, Change, ChunkStore, ChunkStoreError};
 use crate::metrics::{Metrics, OPS};
 use crate::proto;
+use crate::view::{Verdict, View};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -58,14 +60,18 @@ pub struct OsdSetup {
 }
 
 /// What the primary knows about a segment.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct SegState {
-    /// The segment's current version (0: not known yet).
-    version: u64,
-    /// Per chunk index, the version its holder must have (valid when `version` > 0).
-    expected: Vec<u64>,
+    /// The consistent view (empty: not known yet; learned from the holders).
+    view: View,
     /// Highest layout epoch seen.
     epoch: u64,
+}
+
+impl SegState {
+    fn forget(&mut self) {
+        self.view = View::default();
+    }
 }
 
 /// Why a chunk could not be had from its holder.
@@ -104,6 +110,7 @@ impl std::fmt::Display for Miss {
 fn store_miss(e: ChunkStoreError) -> Miss {
     match e {
         ChunkStoreError::NotFound { .. } => Miss::Absent,
+        ChunkStoreError::Conflict { .. } => Miss::Refused(e.to_string()),
         e if e.is_corruption() => Miss::Corrupt(e.to_string()),
         e => Miss::Other(e.to_string()),
     }
@@ -131,6 +138,7 @@ pub fn store_status(e: ChunkStoreError) -> Status {
         ChunkStoreError::NotFound { .. } => Status::not_found(e.to_string()),
         ChunkStoreError::Range { .. } => Status::out_of_range(e.to_string()),
         ChunkStoreError::Invalid { .. } => Status::invalid_argument(e.to_string()),
+        ChunkStoreError::Conflict { .. } => Status::failed_precondition(e.to_string()),
         e if e.is_corruption() => Status::data_loss(e.to_string()),
         _ => Status::internal(e.to_string()),
     }
@@ -368,13 +376,18 @@ impl Osd {
             .map_err(remote_miss)
     }
 
-    async fn chunk_version(&self, segment: u64, h: &Holder) -> Result<Option<u64>, Miss> {
+    async fn chunk_version(&self, segment: u64, h: &Holder) -> Result<Option<ChunkVersions>, Miss> {
         let index = h.index;
         if self.is_local(h) {
             return self
                 .blocking(move |s| s.meta(segment, index))
                 .await
-                .map(|m| m.map(|m| m.version))
+                .map(|m| {
+                    m.map(|m| ChunkVersions {
+                        version: m.version,
+                        applied: m.applied,
+                    })
+                })
                 .map_err(store_miss);
         }
         self.peer(&h.addr)?
@@ -396,17 +409,17 @@ impl Osd {
             .map_err(remote_miss)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A sub-update of data chunk `stamp.from` from version `stamp.prior` to `stamp.version`.
     async fn update_chunk_at(
         &self,
         segment: u64,
         h: &Holder,
         offset: u64,
         data: Vec<u8>,
-        version: u64,
-        expected: u64,
+        stamp: DeltaStamp,
         parity: Vec<Holder>,
     ) -> Result<Vec<u32>, Miss> {
+        let (version, expected) = (stamp.version, stamp.prior);
         if self.is_local(h) {
             return self
                 .update_chunk_local(segment, h.index, offset, data, version, expected, parity)
@@ -428,30 +441,41 @@ impl Osd {
         h: &Holder,
         offset: u64,
         delta: Vec<u8>,
-        version: u64,
+        stamp: DeltaStamp,
     ) -> Result<(), Miss> {
         if self.is_local(h) {
-            let index = h.index;
-            let code = self.code().clone();
             return self
-                .blocking(move |s| {
-                    s.modify(
-                        segment,
-                        index,
-                        offset,
-                        delta.len() as u64,
-                        version,
-                        &mut |b| code.apply_delta(b, &delta).map_err(|e| e.to_string()),
-                    )
-                })
+                .apply_delta_local(segment, h.index, offset, delta, stamp)
                 .await
-                .map(|_| ())
                 .map_err(store_miss);
         }
         self.peer(&h.addr)?
-            .apply_delta(segment, h.index, offset, &delta, version)
+            .apply_delta(segment, h.index, offset, &delta, stamp)
             .await
             .map_err(remote_miss)
+    }
+
+    async fn apply_delta_local(
+        &self,
+        segment: u64,
+        index: u32,
+        offset: u64,
+        delta: Vec<u8>,
+        stamp: DeltaStamp,
+    ) -> Result<(), ChunkStoreError> {
+        let code = self.code().clone();
+        self.blocking(move |s| {
+            s.modify(
+                segment,
+                index,
+                offset,
+                delta.len() as u64,
+                Change::Parity(stamp),
+                &mut |b| code.apply_delta(b, &delta).map_err(|e| e.to_string()),
+            )
+        })
+        .await
+        .map(|_| ())
     }
 
     // ---- the segment lock and version ----
@@ -484,39 +508,42 @@ impl Osd {
         }
         if l.epoch > st.epoch {
             // The layout changed (promotion, recovery): another primary may have written since;
-            // learn the versions afresh.
-            st.version = 0;
+            // learn the view afresh.
+            st.forget();
             st.epoch = l.epoch;
         }
         Ok(())
     }
 
-    /// Learns the segment's version from its usable holders unless known: the highest chunk
-    /// version is the segment's; every parity chunk must carry it (each update touches every
-    /// parity), each data chunk what it reported.
-    async fn learn_version(&self, l: &Layout, st: &mut SegState) {
-        if st.version > 0 {
+    /// Learns the segment's view from its usable holders unless known (`view.rs`).
+    async fn learn_view(&self, l: &Layout, st: &mut SegState) {
+        if st.view.is_known() {
             return;
         }
-        let n = self.n();
-        let k = self.k();
         let asks =
             l.holders.iter().filter(|h| h.usable).map(|h| async move {
                 (h.index as usize, self.chunk_version(l.segment_id, h).await)
             });
-        let answers = futures_join_all(asks).await;
-        let mut expected = vec![0u64; n];
-        for (i, a) in answers {
+        let mut reports = vec![None; self.n()];
+        for (i, a) in futures_join_all(asks).await {
             if let Ok(Some(v)) = a {
-                expected[i] = v;
+                reports[i] = Some(v);
             }
         }
-        let version = expected.iter().copied().max().unwrap_or(0);
-        for e in expected.iter_mut().skip(k) {
-            *e = version;
+        st.view = View::choose(self.k(), &reports);
+    }
+
+    /// The header a chunk written whole (write, recovery, repair) carries under `view`.
+    fn meta_for(&self, l: &Layout, view: &View, index: u32) -> ChunkMeta {
+        let stamp = view.stamp_of(index as usize);
+        ChunkMeta {
+            segment_id: l.segment_id,
+            index,
+            version: stamp.version,
+            chunk_bytes: chunk_bytes(l.length, self.k()),
+            segment_length: l.length,
+            applied: stamp.applied,
         }
-        st.version = version;
-        st.expected = expected;
     }
 
     // ---- write ----
@@ -534,9 +561,10 @@ impl Osd {
             )));
         }
         check_enough(&layout, self.k(), "a write")?;
-        self.learn_version(&layout, &mut st).await;
-        let version = st.version + 1;
+        self.learn_view(&layout, &mut st).await;
+        let version = st.view.newest + 1;
         let (k, n) = (self.k(), self.n());
+        let written = View::written(k, version);
         let cb = chunk_bytes(layout.length, k);
         let code = self.code().clone();
         let chunks = tokio::task::spawn_blocking(move || encode_segment(&*code, &data, cb))
@@ -545,13 +573,7 @@ impl Osd {
             .map_err(Status::internal)?;
         let seg = layout.segment_id;
         let puts = layout.holders.iter().filter(|h| h.usable).map(|h| {
-            let meta = ChunkMeta {
-                segment_id: seg,
-                index: h.index,
-                version,
-                chunk_bytes: cb,
-                segment_length: layout.length,
-            };
+            let meta = self.meta_for(&layout, &written, h.index);
             let data = chunks[h.index as usize].clone();
             async move { (h.index, self.put_chunk(h, meta, data).await) }
         });
@@ -565,8 +587,7 @@ impl Osd {
             }
         }
         let durable = results.len() - failed.len();
-        st.version = version;
-        st.expected = vec![version; n];
+        st.view = written;
         if durable < k + 1 {
             // Not acknowledged: the version is used up so a retry writes a newer one.
             return Err(Status::aborted(format!(
@@ -626,18 +647,20 @@ impl Osd {
         len: u64,
     ) -> Result<Vec<u8>, Miss> {
         let (meta, data) = self.get_chunk(l.segment_id, h, offset, len).await?;
-        let want = st.expected.get(h.index as usize).copied().unwrap_or(0);
-        if meta.version < want {
-            return Err(Miss::Stale(format!(
-                "version {} < expected {want}",
-                meta.version
-            )));
-        }
-        if meta.version > want {
-            return Err(Miss::Newer(format!(
-                "version {} > expected {want}",
-                meta.version
-            )));
+        let got = ChunkVersions {
+            version: meta.version,
+            applied: meta.applied.clone(),
+        };
+        let why = || {
+            format!(
+                "version {} applied {:?}, the view is {:?}",
+                got.version, got.applied, st.view.applied
+            )
+        };
+        match st.view.verdict(h.index as usize, &got) {
+            Verdict::Current => {}
+            Verdict::Stale => return Err(Miss::Stale(why())),
+            Verdict::Newer => return Err(Miss::Newer(why())),
         }
         if meta.segment_length != l.length {
             return Err(Miss::Other(format!(
@@ -731,7 +754,7 @@ impl Osd {
         if len == 0 {
             return Ok(Vec::new());
         }
-        self.learn_version(&l, &mut st).await;
+        self.learn_view(&l, &mut st).await;
         let (k, n) = (self.k(), self.n());
         let cb = chunk_bytes(l.length, k);
         let first = (offset / cb) as usize;
@@ -762,7 +785,7 @@ impl Osd {
         if let Some((i, Err(Miss::Newer(e)))) =
             got.iter().find(|(_, r)| matches!(r, Err(Miss::Newer(_))))
         {
-            st.version = 0;
+            st.forget();
             return Err(newer(l.segment_id, *i as u32, e));
         }
         if got.iter().all(|(_, r)| r.is_ok()) {
@@ -814,7 +837,7 @@ impl Osd {
             .as_ref()
             .is_err_and(|s| s.code() == tonic::Code::FailedPrecondition)
         {
-            st.version = 0;
+            st.forget();
         }
         let (shards, mut corrupt) = gathered?;
         corrupt.extend(to_repair);
@@ -845,13 +868,7 @@ impl Osd {
     async fn repair(&self, l: &Layout, st: &SegState, shards: &[Vec<u8>], chunks: &[u32]) {
         for &i in chunks {
             let h = &l.holders[i as usize];
-            let meta = ChunkMeta {
-                segment_id: l.segment_id,
-                index: i,
-                version: st.expected[i as usize].max(1),
-                chunk_bytes: shards[i as usize].len() as u64,
-                segment_length: l.length,
-            };
+            let meta = self.meta_for(l, &st.view, i);
             let data = Arc::new(shards[i as usize].clone());
             match self.put_chunk(h, meta, data).await {
                 Ok(()) => {
@@ -892,10 +909,12 @@ impl Osd {
             )));
         }
         check_enough(&l, self.k(), "an update")?;
-        self.learn_version(&l, &mut st).await;
+        self.learn_view(&l, &mut st).await;
         let (k, n) = (self.k(), self.n());
         let seg = l.segment_id;
-        let version = st.version + 1;
+        // The version is used up whether or not this update is acknowledged.
+        let version = st.view.newest + 1;
+        st.view.newest = version;
         let cb = chunk_bytes(l.length, k);
         let subs = split_update(offset, &data, cb);
         let parity: Vec<Holder> = l.holders[k..]
@@ -907,98 +926,68 @@ impl Osd {
         let asks = subs.iter().filter(|s| l.holders[s.index].usable).map(|s| {
             let h = &l.holders[s.index];
             let parity = parity.clone();
-            let expected = st.expected.get(s.index).copied().unwrap_or(0);
+            let stamp = DeltaStamp {
+                from: s.index as u32,
+                prior: st.view.applied[s.index],
+                version,
+            };
             async move {
                 (
                     s.index,
-                    self.update_chunk_at(
-                        seg,
-                        h,
-                        s.offset,
-                        s.data.clone(),
-                        version,
-                        expected,
-                        parity,
-                    )
-                    .await,
+                    self.update_chunk_at(seg, h, s.offset, s.data.clone(), stamp, parity)
+                        .await,
                 )
             }
         });
         let mut stale: Vec<u32> = Vec::new();
-        // (data chunk, whether the sub-update certainly never reached its holder)
-        let mut failed: Vec<(usize, bool)> = subs
+        let mut failed: Vec<usize> = subs
             .iter()
             .filter(|s| !l.holders[s.index].usable)
-            .map(|s| (s.index, true))
+            .map(|s| s.index)
             .collect();
         let mut reasons = Vec::new();
-        let mut applied = false;
         for (i, r) in futures_join_all(asks).await {
             match r {
-                Ok(p) => {
-                    applied = true;
-                    stale.extend(p)
-                }
+                Ok(p) => stale.extend(p),
                 Err(e) => {
                     reasons.push(format!("chunk {i}: {e}"));
-                    failed.push((i, matches!(e, Miss::NotSent(_) | Miss::Refused(_))));
+                    failed.push(i);
                 }
             }
         }
-        // Phase 2: sub-updates whose data holder is unusable or failed. The versions every chunk
-        // has now: phase 1's data chunks and (if any sub-update landed) the parity chunks that
-        // acknowledged their deltas carry the new version.
-        let mut now = SegState {
-            version,
-            expected: st.expected.clone(),
-            epoch: st.epoch,
-        };
-        for s in &subs {
-            if !failed.iter().any(|f| f.0 == s.index) {
-                now.expected[s.index] = version;
-            }
+        // The view after phase 1: the data chunks that took their sub-update are at `version`, and
+        // so is their entry in every parity chunk not marked stale.
+        let mut now = st.clone();
+        for s in subs.iter().filter(|s| !failed.contains(&s.index)) {
+            now.view.applied[s.index] = version;
         }
-        if applied {
-            for e in now.expected.iter_mut().skip(k) {
-                *e = version;
-            }
-        }
-        let failed_idx: Vec<u32> = failed.iter().map(|f| f.0 as u32).collect();
-        for &(i, unsent) in &failed {
+        // Phase 2: sub-updates whose data holder is unusable, refused or failed (whether or not it
+        // wrote its bytes): decode the old bytes of the range from k other chunks that agree with
+        // the view, compute the deltas and apply them at the parity holders. A parity holder that
+        // already took the delta from the data holder before it failed takes it again as a no-op.
+        let failed_idx: Vec<u32> = failed.iter().map(|&i| i as u32).collect();
+        for &i in &failed {
             stale.push(i as u32);
             let s = subs
                 .iter()
                 .find(|s| s.index == i)
                 .cloned()
                 .ok_or_else(|| Status::internal("sub-update vanished"))?;
-            let r = if unsent {
-                // The data chunk still holds its old bytes and the parity agrees with them: decode
-                // the old range from k other chunks and send the deltas (a degraded update).
-                self.degraded_deltas(&l, &mut now, &s, version, &failed_idx, &parity, &mut stale)
-                    .await
-            } else {
-                // Outcome unknown: re-encode the parity of the range from the other data chunks and
-                // the new bytes, and overwrite it at the parity holders (idempotent).
-                self.reencode_parity(&l, &s, version, &parity, &mut stale)
-                    .await
-            };
-            r.map_err(|e| {
-                Status::aborted(format!(
-                    "segment {seg:#x}: update of chunk {i} failed ({}) and the primary cannot finish it: {e}",
-                    reasons.join("; ")
-                ))
-            })?;
+            self.degraded_deltas(&l, &mut now, &s, version, &failed_idx, &parity, &mut stale)
+                .await
+                .map_err(|e| {
+                    st.forget();
+                    Status::aborted(format!(
+                        "segment {seg:#x}: update of chunk {i} failed ({}) and the primary cannot finish it: {e}",
+                        reasons.join("; ")
+                    ))
+                })?;
         }
         stale.sort_unstable();
         stale.dedup();
-        // The version is used up whether or not this update is acknowledged.
-        st.version = version;
-        for s in &subs {
-            st.expected[s.index] = version;
-        }
-        for e in st.expected.iter_mut().skip(k) {
-            *e = version;
-        }
+        // The view: every data chunk this update touched is at `version` (or marked stale below),
+        // and so is every parity chunk not marked stale.
+        st.view = now.view;
         let unusable: Vec<u32> = l
             .holders
             .iter()
@@ -1028,6 +1017,7 @@ impl Osd {
             if let Err(e) = self.mark_stale(seg, &newly, version).await {
                 tracing::warn!(segment = seg, "{}", e.message());
             }
+            st.forget();
             return Err(Status::aborted(format!(
                 "segment {seg:#x}: update durable on only {durable} of {n} chunks, need k + 1 = {} ({})",
                 k + 1,
@@ -1053,9 +1043,9 @@ impl Osd {
         })
     }
 
-    /// A sub-update whose data holder never got it: decode the old bytes of its range from k
-    /// other chunks (the failed data chunks and stale parity excluded), compute the parity deltas
-    /// and apply them at the parity holders.
+    /// A sub-update whose data holder did not (certainly) apply it: decode the old bytes of its
+    /// range from k other chunks that agree with the view `now` (the failed data chunks and stale
+    /// parity excluded), compute the parity deltas and apply them at the parity holders.
     #[allow(clippy::too_many_arguments)]
     async fn degraded_deltas(
         &self,
@@ -1096,6 +1086,11 @@ impl Osd {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
+        let stamp = DeltaStamp {
+            from: s.index as u32,
+            prior: now.view.applied[s.index],
+            version,
+        };
         let sends = parity
             .iter()
             .filter(|h| !stale.contains(&h.index))
@@ -1104,84 +1099,27 @@ impl Osd {
                 async move {
                     (
                         h.index,
-                        self.apply_delta_at(l.segment_id, h, lo, delta, version)
-                            .await,
+                        self.apply_delta_at(l.segment_id, h, lo, delta, stamp).await,
                     )
                 }
             });
         for (i, r) in futures_join_all(sends).await {
-            match r {
-                Ok(()) => now.expected[i as usize] = version,
-                Err(e) => {
-                    tracing::warn!(
-                        segment = l.segment_id,
-                        chunk = i,
-                        "parity delta not applied: {e}"
-                    );
-                    stale.push(i);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn reencode_parity(
-        &self,
-        l: &Layout,
-        s: &SubUpdate,
-        version: u64,
-        parity: &[Holder],
-        stale: &mut Vec<u32>,
-    ) -> Result<(), String> {
-        let k = self.k();
-        let (lo, len) = (s.offset, s.data.len() as u64);
-        let asks = (0..k).filter(|&j| j != s.index).map(|j| {
-            let h = &l.holders[j];
-            async move {
-                if !h.usable {
-                    return (j, Err(Miss::Other("not usable".into())));
-                }
-                let r = self.get_chunk(l.segment_id, h, lo, len).await;
-                (j, r.map(|(_, d)| d))
-            }
-        });
-        let mut data: Vec<Vec<u8>> = vec![Vec::new(); k];
-        data[s.index] = s.data.clone();
-        for (j, r) in futures_join_all(asks).await {
-            data[j] = r.map_err(|e| format!("data chunk {j} is needed too: {e}"))?;
-        }
-        let code = self.code().clone();
-        let m = code.m();
-        let par = tokio::task::spawn_blocking(move || {
-            let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-            let mut par = vec![vec![0u8; len as usize]; m];
-            let mut prefs: Vec<&mut [u8]> = par.iter_mut().map(|p| p.as_mut_slice()).collect();
-            code.encode(&refs, &mut prefs).map(|_| par)
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-        let writes = parity.iter().map(|h| {
-            let bytes = par[h.index as usize - k].clone();
-            async move {
-                (
-                    h.index,
-                    self.update_chunk_at(l.segment_id, h, lo, bytes, version, 0, Vec::new())
-                        .await,
-                )
-            }
-        });
-        for (i, r) in futures_join_all(writes).await {
-            if r.is_err() {
+            if let Err(e) = r {
+                tracing::warn!(
+                    segment = l.segment_id,
+                    chunk = i,
+                    "parity delta not applied: {e}"
+                );
                 stale.push(i);
             }
         }
+        now.view.applied[s.index] = version;
         Ok(())
     }
 
-    /// UpdateChunk at the holder: write the new bytes in place (capturing the old), send one delta
-    /// per parity holder, all durable before returning; the parity chunks that did not acknowledge.
-    /// With no parity holders this is a plain in-place overwrite (the primary's re-encoded parity).
+    /// UpdateChunk at the holder: write the new bytes in place (refused unless the chunk is at
+    /// version `expected`, 0: any), send one delta per parity holder, all durable before
+    /// returning; the parity chunks that did not acknowledge.
     #[allow(clippy::too_many_arguments)]
     async fn update_chunk_local(
         &self,
@@ -1194,23 +1132,9 @@ impl Osd {
         parity: Vec<Holder>,
     ) -> Result<Vec<u32>, Status> {
         let k = self.k();
-        if expected != 0 {
-            // The primary serializes the segment's requests, so nothing changes the chunk between
-            // this check and the write below.
-            let have = self
-                .blocking(move |s| s.meta(segment, index))
-                .await
-                .map_err(store_status)?;
-            let have = have.map_or(0, |m| m.version);
-            if have != expected {
-                return Err(Status::failed_precondition(format!(
-                    "segment {segment:#x} chunk {index} is at version {have}, the primary expects {expected}: stale, not updated"
-                )));
-            }
-        }
-        if !parity.is_empty() && index as usize >= k {
+        if index as usize >= k {
             return Err(Status::invalid_argument(format!(
-                "segment {segment:#x}: chunk {index} is a parity chunk; only data chunks send deltas"
+                "segment {segment:#x}: chunk {index} is a parity chunk; sub-updates go to data chunks"
             )));
         }
         if let Some(h) = parity
@@ -1224,7 +1148,7 @@ impl Osd {
         }
         let new = Arc::new(data);
         let new2 = new.clone();
-        let old = self
+        let (old, before) = self
             .blocking(move |s| {
                 let mut old = Vec::new();
                 s.modify(
@@ -1232,14 +1156,14 @@ impl Osd {
                     index,
                     offset,
                     new2.len() as u64,
-                    version,
+                    Change::Data { expected, version },
                     &mut |b| {
                         old = b.to_vec();
                         b.copy_from_slice(&new2);
                         Ok(())
                     },
                 )
-                .map(|_| old)
+                .map(|before| (old, before))
             })
             .await
             .map_err(store_status)?;
@@ -1259,13 +1183,17 @@ impl Osd {
         .await
         .map_err(|e| Status::internal(e.to_string()))?
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let stamp = DeltaStamp {
+            from: index,
+            prior: before.version,
+            version,
+        };
         let sends = parity.iter().map(|h| {
             let delta = deltas[h.index as usize - k].clone();
             async move {
                 (
                     h.index,
-                    self.apply_delta_at(segment, h, offset, delta, version)
-                        .await,
+                    self.apply_delta_at(segment, h, offset, delta, stamp).await,
                 )
             }
         });
@@ -1291,7 +1219,7 @@ impl Osd {
             st.epoch = l.epoch;
         }
         // Always learn afresh: the rebuilt chunks must carry what the live holders have.
-        st.version = 0;
+        st.forget();
         let usable = Layout {
             holders: l
                 .holders
@@ -1303,7 +1231,7 @@ impl Osd {
                 .collect(),
             ..l.clone()
         };
-        self.learn_version(&usable, &mut st).await;
+        self.learn_view(&usable, &mut st).await;
         let cb = chunk_bytes(l.length, self.k());
         self.pace(cb * self.k() as u64).await;
         let (shards, _) = self
@@ -1315,19 +1243,10 @@ impl Osd {
             let Some(h) = l.holders.get(i as usize) else {
                 return Err(format!("segment {:#x}: no chunk {i}", l.segment_id));
             };
-            // A chunk keeps the version of the last write or update that touched it; when that is
-            // unknown (its holder is gone) the segment's version, the newest it can have.
-            let version = match st.expected.get(i as usize) {
-                Some(&v) if v > 0 => v,
-                _ => st.version.max(1),
-            };
-            let meta = ChunkMeta {
-                segment_id: l.segment_id,
-                index: i,
-                version,
-                chunk_bytes: cb,
-                segment_length: l.length,
-            };
+            // A rebuilt chunk carries the view's versions (those of the chunks it was decoded from);
+            // the MDS hears the segment's newest version (it refuses rebuilds older than a stale mark).
+            let meta = self.meta_for(l, &st.view, i);
+            let version = st.view.newest.max(meta.version);
             self.pace(cb).await;
             self.put_chunk(h, meta, Arc::new(shards[i as usize].clone()))
                 .await
@@ -1337,11 +1256,10 @@ impl Osd {
                         l.segment_id, h.osd_id
                     )
                 })?;
-            st.expected[i as usize] = meta.version;
             self.inner
                 .setup
                 .mds
-                .chunk_recovered(l.segment_id, i, h.osd_id, meta.version)
+                .chunk_recovered(l.segment_id, i, h.osd_id, version)
                 .await?;
             moved += cb;
             Metrics::add(&self.inner.metrics.recovery_chunks, 1);
@@ -1652,16 +1570,20 @@ impl proto::osd_server::Osd for Osd {
                     r.segment_id, r.index
                 )));
             }
-            let code = self.code().clone();
-            let (seg, index, offset, version, delta) =
-                (r.segment_id, r.index, r.offset, r.version, r.delta);
-            self.blocking(move |s| {
-                s.modify(seg, index, offset, delta.len() as u64, version, &mut |b| {
-                    code.apply_delta(b, &delta).map_err(|e| e.to_string())
-                })
-            })
-            .await
-            .map_err(store_status)?;
+            if r.from_index as usize >= self.k() {
+                return Err(Status::invalid_argument(format!(
+                    "segment {:#x}: a delta from chunk {}, which is not a data chunk",
+                    r.segment_id, r.from_index
+                )));
+            }
+            let stamp = DeltaStamp {
+                from: r.from_index,
+                prior: r.prior_version,
+                version: r.version,
+            };
+            self.apply_delta_local(r.segment_id, r.index, r.offset, r.delta, stamp)
+                .await
+                .map_err(store_status)?;
             Ok(Response::new(proto::ApplyDeltaReply {}))
         })
         .await
@@ -1678,9 +1600,13 @@ impl proto::osd_server::Osd for Osd {
                 .blocking(move |s| s.meta(seg, index))
                 .await
                 .map_err(store_status)?;
-            Ok(Response::new(proto::ChunkVersionReply {
-                present: meta.is_some(),
-                version: meta.map_or(0, |m| m.version),
+            Ok(Response::new(match meta {
+                Some(m) => proto::ChunkVersionReply {
+                    present: true,
+                    version: m.version,
+                    applied: m.applied,
+                },
+                None => proto::ChunkVersionReply::default(),
             }))
         })
         .await

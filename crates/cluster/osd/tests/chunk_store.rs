@@ -5,10 +5,10 @@
 use ecstack_base::mutate::{case_rng, fuzz_cases, fuzz_seed, mutate};
 use ecstack_base::Rng;
 use ecstack_osd::chunk_store::{
-    self, decode_header, encode_chunk, encode_header, ChunkStore, ChunkStoreError, FileStore,
-    HeaderError, BLOCK_BYTES, HEADER_BYTES,
+    self, decode_header, encode_chunk, encode_header, Change, ChunkStore, ChunkStoreError,
+    FileStore, HeaderError, BLOCK_BYTES, HEADER_BYTES,
 };
-use ecstack_osd::ChunkMeta;
+use ecstack_osd::{ChunkMeta, DeltaStamp};
 use proptest::prelude::*;
 
 fn meta(segment_id: u64, index: u32, version: u64, chunk_bytes: u64) -> ChunkMeta {
@@ -18,6 +18,14 @@ fn meta(segment_id: u64, index: u32, version: u64, chunk_bytes: u64) -> ChunkMet
         version,
         chunk_bytes,
         segment_length: chunk_bytes * 4 - 3,
+        applied: Vec::new(),
+    }
+}
+
+fn data_change(version: u64) -> Change {
+    Change::Data {
+        expected: 0,
+        version,
     }
 }
 
@@ -31,6 +39,7 @@ fn bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
 fn suite(make: &dyn Fn() -> (Box<dyn ChunkStore>, tempfile::TempDir)) {
     put_read_ranges(&*make().0);
     modify_in_place(&*make().0);
+    parity_deltas_follow_their_stamps(&*make().0);
     replace_delete_list_usage(&*make().0);
     errors_are_clean(&*make().0);
 }
@@ -47,7 +56,7 @@ fn put_read_ranges(s: &dyn ChunkStore) {
         let m = meta(seg, 2, 1, len as u64);
         let data = bytes(&mut rng, len);
         s.put(&m, &data).unwrap();
-        assert_eq!(s.meta(seg, 2).unwrap(), Some(m));
+        assert_eq!(s.meta(seg, 2).unwrap(), Some(m.clone()));
         assert_eq!(s.read(seg, 2, 0, len as u64).unwrap(), (m, data.clone()));
         for _ in 0..50 {
             let off = rng.below(len as u64 + 1);
@@ -75,7 +84,7 @@ fn modify_in_place(s: &dyn ChunkStore) {
         let new = bytes(&mut rng, l);
         let mut seen = Vec::new();
         let got = s
-            .modify(7, 0, off as u64, l as u64, v, &mut |buf| {
+            .modify(7, 0, off as u64, l as u64, data_change(v), &mut |buf| {
                 seen = buf.to_vec();
                 buf.copy_from_slice(&new);
                 Ok(())
@@ -83,17 +92,85 @@ fn modify_in_place(s: &dyn ChunkStore) {
             .unwrap();
         assert_eq!(seen, model[off..off + l], "the old bytes handed to modify");
         model[off..off + l].copy_from_slice(&new);
-        assert_eq!(got.version, v);
+        assert_eq!(
+            got.version,
+            v - 1,
+            "modify returns the header before the change"
+        );
         assert_eq!(s.meta(7, 0).unwrap().unwrap().version, v);
         assert_eq!(s.read(7, 0, 0, len as u64).unwrap().1, model);
     }
     // A refused change leaves the chunk as it was.
     let e = s
-        .modify(7, 0, 0, 10, 99, &mut |_| Err("no".into()))
+        .modify(7, 0, 0, 10, data_change(99), &mut |_| Err("no".into()))
         .unwrap_err();
     assert!(e.to_string().contains("no"), "{e}");
     assert_eq!(s.read(7, 0, 0, len as u64).unwrap().1, model);
     assert_eq!(s.meta(7, 0).unwrap().unwrap().version, 39);
+    // A data change against the wrong version is refused and changes nothing.
+    let e = s
+        .modify(
+            7,
+            0,
+            0,
+            10,
+            Change::Data {
+                expected: 38,
+                version: 40,
+            },
+            &mut |b| {
+                b.fill(0);
+                Ok(())
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Conflict { .. }), "{e}");
+    assert_eq!(s.read(7, 0, 0, len as u64).unwrap().1, model);
+}
+
+/// A parity chunk takes a delta only against the data version it includes; a repeated delta is a
+/// no-op; a gap (a missed delta) is refused, so a parity that missed one never looks current.
+fn parity_deltas_follow_their_stamps(s: &dyn ChunkStore) {
+    let len = 2 * BLOCK_BYTES as u64;
+    let m = ChunkMeta {
+        applied: vec![1, 1, 1],
+        ..meta(8, 4, 1, len)
+    };
+    s.put(&m, &vec![0u8; len as usize]).unwrap();
+    let xor = |v: u8| {
+        move |b: &mut [u8]| {
+            b.iter_mut().for_each(|x| *x ^= v);
+            Ok(())
+        }
+    };
+    let d = |from, prior, version| {
+        Change::Parity(DeltaStamp {
+            from,
+            prior,
+            version,
+        })
+    };
+    s.modify(8, 4, 10, 5, d(1, 1, 2), &mut xor(3)).unwrap();
+    // The same delta again: not applied twice.
+    let before = s.modify(8, 4, 10, 5, d(1, 1, 2), &mut xor(3)).unwrap();
+    assert_eq!(before.applied, vec![1, 2, 1]);
+    assert_eq!(s.read(8, 4, 10, 5).unwrap().1, vec![3u8; 5]);
+    // Data chunk 1 went 2 → 3 but this parity is asked for 4 → 5: it missed one.
+    let e = s.modify(8, 4, 10, 5, d(1, 4, 5), &mut xor(7)).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Conflict { .. }), "{e}");
+    assert!(e.to_string().contains("stale, not applied"), "{e}");
+    let e = s.modify(8, 4, 0, 1, d(3, 1, 2), &mut xor(1)).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Invalid { .. }), "{e}");
+    let e = s
+        .modify(8, 4, 0, 1, data_change(9), &mut xor(1))
+        .unwrap_err();
+    assert!(e.to_string().contains("takes deltas"), "{e}");
+    s.modify(8, 4, 4090, 10, d(0, 1, 7), &mut xor(1)).unwrap();
+    let (meta, data) = s.read(8, 4, 0, len).unwrap();
+    assert_eq!(meta.applied, vec![7, 2, 1]);
+    assert_eq!(meta.version, 7);
+    assert_eq!(data[10..15], [3u8; 5]);
+    assert_eq!(data[4090..4100], [1u8; 10]);
 }
 
 fn replace_delete_list_usage(s: &dyn ChunkStore) {
@@ -137,8 +214,10 @@ fn errors_are_clean(s: &dyn ChunkStore) {
     assert!(e.to_string().contains("chunk index 300"), "{e}");
     let e = s.put(&meta(4, 5, 0, 100), &[7u8; 100]).unwrap_err();
     assert!(e.to_string().contains("version 0"), "{e}");
-    let e = s.modify(4, 4, 0, 1, 0, &mut |_| Ok(())).unwrap_err();
-    assert!(e.to_string().contains("version 0"), "{e}");
+    let e = s
+        .modify(4, 4, 0, 1, data_change(1), &mut |_| Ok(()))
+        .unwrap_err();
+    assert!(e.to_string().contains("not above"), "{e}");
 }
 
 fn file_store() -> (Box<dyn ChunkStore>, tempfile::TempDir) {
@@ -188,8 +267,9 @@ fn chunk_files_are_preallocated_to_their_full_size() {
     let s = FileStore::open(dir.path()).unwrap();
     s.put(&meta(1, 0, 1, 10_000), &[3u8; 10_000]).unwrap();
     let len = std::fs::metadata(s.chunk_path(1, 0)).unwrap().len();
-    assert_eq!(len, chunk_store::data_offset(10_000) + 10_000);
-    assert_eq!(chunk_store::data_offset(10_000), 4096);
+    let m = meta(1, 0, 1, 10_000);
+    assert_eq!(len, chunk_store::data_offset(&m) + 10_000);
+    assert_eq!(chunk_store::data_offset(&m), 4096);
 }
 
 /// A flipped byte anywhere in the data is found on read and named by its block; the other blocks
@@ -207,7 +287,7 @@ fn corruption_on_disk_is_detected_and_named() {
         b[at as usize] ^= 0x10;
         std::fs::write(&path, b).unwrap();
     };
-    let d = chunk_store::data_offset(len as u64);
+    let d = chunk_store::data_offset(&meta(0xab, 3, 1, len as u64));
     flip(d + 2 * BLOCK_BYTES as u64 + 5);
     let e = s.read(0xab, 3, 0, len as u64).unwrap_err();
     assert!(
@@ -224,7 +304,14 @@ fn corruption_on_disk_is_detected_and_named() {
         data[..2 * BLOCK_BYTES]
     );
     let e = s
-        .modify(0xab, 3, 2 * BLOCK_BYTES as u64 + 1, 1, 2, &mut |_| Ok(()))
+        .modify(
+            0xab,
+            3,
+            2 * BLOCK_BYTES as u64 + 1,
+            1,
+            data_change(2),
+            &mut |_| Ok(()),
+        )
         .unwrap_err();
     assert!(
         matches!(e, ChunkStoreError::Checksum { block: 2, .. }),
@@ -267,16 +354,46 @@ fn corruption_on_disk_is_detected_and_named() {
     assert!(matches!(e, ChunkStoreError::Truncated { .. }), "{e}");
 }
 
+/// A chunk whose in-place change was cut short (the dirty flag is set) is never read: it counts
+/// as corrupt, to be rebuilt from the others.
+#[test]
+fn a_dirty_chunk_is_refused_as_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path()).unwrap();
+    let m = ChunkMeta {
+        applied: vec![2, 1],
+        ..meta(3, 2, 2, 5000)
+    };
+    s.put(&m, &[5u8; 5000]).unwrap();
+    let path = s.chunk_path(3, 2);
+    let mut b = std::fs::read(&path).unwrap();
+    let h = encode_header(&m, true);
+    b[..h.len()].copy_from_slice(&h);
+    std::fs::write(&path, &b).unwrap();
+    assert_eq!(decode_header(&h), Ok((m.clone(), true)));
+    let e = s.read(3, 2, 0, 10).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Dirty { .. }), "{e}");
+    assert!(e.is_corruption());
+    assert!(s.meta(3, 2).is_err());
+    assert!(e.to_string().contains("cut short"), "{e}");
+    // Rebuilt whole, it reads again.
+    s.put(&m, &[6u8; 5000]).unwrap();
+    assert_eq!(s.read(3, 2, 0, 3).unwrap().1, vec![6u8; 3]);
+}
+
 #[test]
 fn unknown_format_versions_are_named() {
-    let mut h = encode_header(&meta(1, 1, 1, 10));
-    h[8] = 9;
-    let crc = crc32c::crc32c(&h[..56]);
-    h[56..60].copy_from_slice(&crc.to_le_bytes());
-    assert_eq!(
-        decode_header(&h),
-        Err(HeaderError::UnknownVersion { got: 9 })
-    );
+    for old in [1u8, 9] {
+        let mut h = encode_header(&meta(1, 1, 1, 10), false);
+        h[8] = old;
+        let crc = crc32c::crc32c(&h[..56]);
+        h[56..60].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            decode_header(&h),
+            Err(HeaderError::UnknownVersion { got: old as u32 })
+        );
+    }
+    let h = encode_header(&meta(1, 1, 1, 10), false);
     assert_eq!(
         decode_header(&h[..10]),
         Err(HeaderError::TooShort { got: 10 })
@@ -291,27 +408,36 @@ fn any_meta() -> impl Strategy<Value = ChunkMeta> {
         1u64..u64::MAX,
         1u64..=(64 << 20),
         1u64..=256,
+        0usize..20,
     )
-        .prop_map(|(segment_id, index, version, chunk_bytes, f)| ChunkMeta {
-            segment_id,
-            index,
-            version,
-            chunk_bytes,
-            segment_length: (chunk_bytes * f).min(64 << 20),
-        })
+        .prop_map(
+            |(segment_id, index, version, chunk_bytes, f, a)| ChunkMeta {
+                segment_id,
+                index,
+                version,
+                chunk_bytes,
+                segment_length: (chunk_bytes * f).min(64 << 20),
+                applied: (0..a as u64)
+                    .map(|i| version.saturating_sub(i).max(1))
+                    .collect(),
+            },
+        )
 }
 
 proptest! {
     #[test]
     fn header_round_trips(m in any_meta()) {
-        let h = encode_header(&m);
-        prop_assert_eq!(decode_header(&h), Ok(m));
+        let h = encode_header(&m, false);
+        prop_assert_eq!(decode_header(&h), Ok((m.clone(), false)));
+        let h = encode_header(&m, true);
+        prop_assert_eq!(decode_header(&h), Ok((m, true)));
     }
 
     /// One flipped bit anywhere in a header is always refused.
     #[test]
-    fn header_bit_flips_are_refused(m in any_meta(), bit in 0usize..HEADER_BYTES * 8) {
-        let mut h = encode_header(&m);
+    fn header_bit_flips_are_refused(m in any_meta(), bit in any::<prop::sample::Index>()) {
+        let mut h = encode_header(&m, false);
+        let bit = bit.index(h.len() * 8);
         h[bit / 8] ^= 1 << (bit % 8);
         prop_assert!(decode_header(&h).is_err());
     }
@@ -323,10 +449,10 @@ proptest! {
         let data = bytes(&mut rng, len);
         let m = meta(1, 0, 1, len as u64);
         let image = encode_chunk(&m, &data);
-        let d = chunk_store::data_offset(len as u64) as usize;
+        let d = chunk_store::data_offset(&m) as usize;
         prop_assert_eq!(&image[d..], &data[..]);
         for (i, b) in data.chunks(BLOCK_BYTES).enumerate() {
-            let at = HEADER_BYTES + 4 * i;
+            let at = chunk_store::table_offset(&m) as usize + 4 * i;
             prop_assert_eq!(&image[at..at + 4], &crc32c::crc32c(b).to_le_bytes()[..]);
         }
     }
@@ -350,9 +476,9 @@ fn fuzz_mutated_chunk_files() {
     for case in 0..cases {
         let mut rng = case_rng(seed, case);
         let header = mutate(&mut rng, &image[..HEADER_BYTES], &[&donor[..HEADER_BYTES]]);
-        if let Ok(got) = decode_header(&header) {
+        if let Ok((got, dirty)) = decode_header(&header) {
             assert_eq!(
-                encode_header(&got)[..],
+                encode_header(&got, dirty)[..],
                 header[..HEADER_BYTES],
                 "case {case}"
             );

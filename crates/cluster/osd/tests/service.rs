@@ -312,7 +312,8 @@ async fn a_corrupt_chunk_is_read_around_and_repaired() {
     // Flip a byte in data chunk 1's file (block 2).
     let path = c.nodes[1].store.chunk_path(5, 1);
     let mut b = std::fs::read(&path).unwrap();
-    let at = ecstack_osd::chunk_store::data_offset(16_667) as usize + 2 * 4096 + 9;
+    let (meta, _) = c.nodes[1].store.read(5, 1, 0, 0).unwrap();
+    let at = ecstack_osd::chunk_store::data_offset(&meta) as usize + 2 * 4096 + 9;
     b[at] ^= 0x40;
     std::fs::write(&path, &b).unwrap();
     let e = c.nodes[1].store.read(5, 1, 0, 16_667).unwrap_err();
@@ -397,7 +398,12 @@ async fn bad_requests_get_one_clear_error() {
             .contains("layout has 2 holders, the code has n = 3"),
         "{e}"
     );
-    let e = client.apply_delta(1, 0, 0, &[1], 2).await.unwrap_err();
+    let stamp = ecstack_osd::DeltaStamp {
+        from: 0,
+        prior: 1,
+        version: 2,
+    };
+    let e = client.apply_delta(1, 0, 0, &[1], stamp).await.unwrap_err();
     assert!(e.to_string().contains("deltas go to parity chunks"), "{e}");
     let e = client.get_chunk(77, 0, 0, 0).await.unwrap_err();
     assert!(matches!(e, OsdError::NotFound { .. }), "{e}");
