@@ -15,7 +15,6 @@ use ecstack_mds::store::SqliteStore;
 use ecstack_rpc::{ClusterConfig, Security};
 
 use crate::util::shutdown_signal;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 #[derive(Args)]
@@ -68,9 +67,14 @@ pub fn run(a: MdsArgs) -> Result<()> {
         let listener = TcpListener::bind(&addr)
             .await
             .with_context(|| format!("cannot bind the MDS address {addr}"))?;
-        let metrics = TcpListener::bind(&metrics_addr)
+        let h = handle.clone();
+        let (metrics, _metrics_task) =
+            ecstack_rpc::metrics::serve_metrics(&metrics_addr, move || {
+                let h = h.clone();
+                async move { h.metrics_text().await }
+            })
             .await
-            .with_context(|| format!("cannot bind the metrics address {metrics_addr}"))?;
+            .with_context(|| format!("cannot serve metrics on {metrics_addr}"))?;
         // A closed stdout (a parent that stopped reading) must not stop the MDS.
         let say = |line: String| {
             use std::io::Write;
@@ -81,47 +85,11 @@ pub fn run(a: MdsArgs) -> Result<()> {
             "ecstack mds: listening on {}",
             listener.local_addr()?
         ));
-        say(format!(
-            "ecstack mds: metrics on http://{}/metrics",
-            metrics.local_addr()?
-        ));
+        say(format!("ecstack mds: metrics on http://{metrics}/metrics"));
         say(format!("ecstack mds: store {}", store_path.display()));
-        tokio::spawn(serve_metrics(metrics, handle.clone()));
         handle.spawn_failure_detector(detector_every);
         handle.serve(listener, &security, shutdown_signal()).await?;
         eprintln!("ecstack mds: stopped");
         Ok(())
     })
-}
-
-/// A minimal HTTP/1.1 endpoint: `GET /metrics` answers the MDS's Prometheus text, anything else
-/// 404. (To move onto `ecstack_rpc`'s shared metrics endpoint once it exists.)
-async fn serve_metrics(listener: TcpListener, handle: MdsHandle) {
-    loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
-            continue;
-        };
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            let mut req = Vec::with_capacity(1024);
-            let mut buf = [0u8; 1024];
-            while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 8192 {
-                match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf)).await {
-                    Ok(Ok(n)) if n > 0 => req.extend_from_slice(&buf[..n]),
-                    _ => return,
-                }
-            }
-            let line = String::from_utf8_lossy(&req);
-            let (status, body) = if line.starts_with("GET /metrics ") {
-                ("200 OK", handle.metrics_text().await)
-            } else {
-                ("404 Not Found", "try GET /metrics\n".to_string())
-            };
-            let reply = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(reply.as_bytes()).await;
-        });
-    }
 }

@@ -190,8 +190,18 @@ fn assert_clean(e: &ClientError, ctx: &str) {
 async fn fault_runs() {
     let mut total = Marks::default();
     let seeds = seeds(2);
+    let mut failed = Vec::new();
     for &seed in &seeds {
-        let m = fault_run(seed).await;
+        // Each seed in its own task: a failing seed is reported (with its replay line) and the
+        // others still run, so a long mode counts failures instead of stopping at the first.
+        let m = match tokio::spawn(fault_run(seed)).await {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("seed {seed} FAILED: {e} (replay: ECSTACK_SEED={seed})");
+                failed.push(seed);
+                continue;
+            }
+        };
         eprintln!("seed {seed}: {m:?}");
         total.reads_ok += m.reads_ok;
         total.reads_degraded_ok += m.reads_degraded_ok;
@@ -205,6 +215,12 @@ async fn fault_runs() {
         total.put_errors += m.put_errors;
     }
     eprintln!("{} seeds: {total:?}", seeds.len());
+    assert!(
+        failed.is_empty(),
+        "{} of {} seeds failed: {failed:?}",
+        failed.len(),
+        seeds.len()
+    );
     // The runs reached the paths they are for.
     assert!(total.kills > 0 && total.reads_degraded_ok > 0, "{total:?}");
 }
