@@ -529,6 +529,7 @@ async fn up(a: UpArgs) -> Result<()> {
     spec.segment_bytes = a.segment_size;
     spec.insecure = a.insecure;
     let fresh = !spec.config_path().exists();
+    let stop = StopSignals::watch()?;
     let mut cluster = LocalCluster::start(spec)?;
     let config_path = cluster.config_path();
     let client = Client::from_config_file(&config_path, "client", a.insecure)?;
@@ -562,7 +563,7 @@ async fn up(a: UpArgs) -> Result<()> {
         "try: ecstack cluster put FILE /path --config {}   (Ctrl-C stops the cluster)",
         config_path.display()
     );
-    wait_for_stop(&mut cluster).await?;
+    wait_for_stop(&mut cluster, stop).await?;
     eprintln!("stopping the cluster");
     cluster.stop();
     Ok(())
@@ -577,11 +578,26 @@ fn pid_of(cluster: &LocalCluster, name: &str) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// SIGINT and SIGTERM, watched from before `cluster up` says it is ready (a signal that arrives
+/// right after the "try:" line must stop the cluster, not kill this process and orphan it).
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn watch() -> Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot watch SIGINT")?,
+        })
+    }
+}
+
 /// Returns on SIGINT or SIGTERM; meanwhile reports a daemon that died (once).
-async fn wait_for_stop(cluster: &mut LocalCluster) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+async fn wait_for_stop(cluster: &mut LocalCluster, stop: StopSignals) -> Result<()> {
+    let StopSignals { mut term, mut int } = stop;
     let mut reported = false;
     loop {
         tokio::select! {
