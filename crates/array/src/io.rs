@@ -526,20 +526,14 @@ impl Devs {
             }
         }
         let devs: Vec<Arc<dyn BlockDevice>> = plans.iter().map(|(d, _)| self.get(*d)).collect();
-        // One aligned buffer per merged run.
+        // One aligned buffer per merged run, its ops' data copied in once (not zeroed first).
         let bufs: Vec<Vec<AlignedBuf>> = plans
             .iter()
             .map(|(_, runs)| {
                 runs.iter()
                     .map(|r| {
-                        let mut b = AlignedBuf::new(r.len);
-                        let mut p = 0;
-                        for &i in &r.ops {
-                            let l = ops[i].buf.len();
-                            b.as_mut_slice()[p..p + l].copy_from_slice(ops[i].buf);
-                            p += l;
-                        }
-                        b
+                        let pieces: Vec<&[u8]> = r.ops.iter().map(|&i| ops[i].buf).collect();
+                        AlignedBuf::concat(&pieces)
                     })
                     .collect()
             })
