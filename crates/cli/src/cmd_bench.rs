@@ -1,13 +1,16 @@
-//! `ecstack bench`: throughput measurements, side by side with the peer library in the same process.
+//! `ecstack bench`: throughput measurements, side by side with the peer (library or server) in the same run.
 
 use crate::util::{fmt_size, parse_size, print_json};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_base::rng::Rng;
 use ecstack_codes::{
     new_linear_code, CodeKind, LtCode, LtDecoder, LtParams, RaptorQ, RatelessCode, Simd,
 };
+use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
+use ecstack_lab::LabError;
 use serde::Serialize;
+use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Args)]
@@ -21,6 +24,60 @@ enum BenchWhat {
     /// Erasure-code throughput: RS encode / decode / parity delta per (k, m, chunk), LT and RaptorQ.
     /// Built with `--features isal`, ISA-L runs on the same buffers and the ratio ours/ISA-L is printed.
     Ec(EcBench),
+    /// The CodFS cluster on loopback (real daemons): one client with a big file, then N clients
+    /// against MinIO (8 drives, EC:m) in the same run, and a small update (FO) against MinIO's
+    /// whole-object rewrite. The logic is `ecstack_lab::codfs_bench`
+    Cluster(ClusterBench),
+}
+
+#[derive(Args)]
+struct ClusterBench {
+    /// OSDs to start
+    #[arg(long, default_value_t = 8)]
+    osds: usize,
+    /// Data chunks per segment
+    #[arg(short = 'k', default_value_t = 6)]
+    k: u32,
+    /// Parity chunks per segment (MinIO runs with EC:m)
+    #[arg(short = 'm', default_value_t = 2)]
+    m: u32,
+    /// Segment size
+    #[arg(long, default_value = "16M")]
+    segment_size: String,
+    /// The one-client file (0: skip)
+    #[arg(long, default_value = "1G")]
+    file_size: String,
+    /// Concurrent clients on each side
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Object size of the side-by-side runs
+    #[arg(long, default_value = "16M")]
+    object_size: String,
+    /// Objects each side puts and gets
+    #[arg(long, default_value_t = 64)]
+    objects: usize,
+    /// Bytes changed in one object per update
+    #[arg(long, default_value = "4K")]
+    update_size: String,
+    /// Updates timed on each side
+    #[arg(long, default_value_t = 20)]
+    updates: usize,
+    /// The MinIO server binary (default: $HOME/peers/bin/minio, as scripts/install-minio.sh puts it)
+    #[arg(long)]
+    minio: Option<PathBuf>,
+    /// Ours only: do not run MinIO
+    #[arg(long, conflicts_with = "minio")]
+    no_minio: bool,
+    /// Keep the cluster's and MinIO's files here (default: a temporary directory, removed at the end)
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Run our daemons without TLS (MinIO runs plain HTTP either way)
+    #[arg(long)]
+    insecure: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -84,6 +141,50 @@ struct RatelessRow {
 pub fn run(a: BenchArgs) -> Result<()> {
     match a.what {
         BenchWhat::Ec(e) => bench_ec(e),
+        BenchWhat::Cluster(c) => bench_cluster(c),
+    }
+}
+
+fn bench_cluster(a: ClusterBench) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
+    let mut cfg = ClusterBenchConfig::new(exe);
+    cfg.osds = a.osds;
+    cfg.k = a.k;
+    cfg.m = a.m;
+    cfg.segment_bytes = parse_size(&a.segment_size)?;
+    cfg.big_file_bytes = parse_size(&a.file_size)?;
+    cfg.clients = a.clients;
+    cfg.object_bytes = parse_size(&a.object_size)?;
+    cfg.objects = a.objects;
+    cfg.update_bytes = parse_size(&a.update_size)?;
+    cfg.updates = a.updates;
+    cfg.dir = a.dir;
+    cfg.insecure = a.insecure;
+    cfg.seed = a.seed;
+    cfg.minio = if a.no_minio {
+        None
+    } else {
+        Some(match a.minio {
+            Some(p) => p,
+            None => std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join("peers/bin/minio"))
+                .context("--minio: no path given and HOME is not set")?,
+        })
+    };
+    let report = codfs_bench::run(&cfg, &|line| eprintln!("• {line}")).map_err(flag_error)?;
+    if a.json {
+        print_json(&report)
+    } else {
+        println!("{}", report.markdown());
+        Ok(())
+    }
+}
+
+/// A library configuration error as the flag it came from: `--objects: 4 objects for 8 clients`.
+fn flag_error(e: LabError) -> anyhow::Error {
+    match e {
+        LabError::Config { field, msg } => anyhow::anyhow!("--{field}: {msg}"),
+        other => other.into(),
     }
 }
 

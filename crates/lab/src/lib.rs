@@ -8,7 +8,11 @@
 //! * [`eplog`]: EPLOG §5 Experiments 1–5 (write traffic, GC, parity commit frequency, requests/s on
 //!   two testbeds, recovery), md vs pl vs eplog.
 //! * [`trace_plots`]: the figures of a trace analysis.
+//! * [`codfs_bench`]: `ecstack bench cluster`, the CodFS cluster on loopback against MinIO
+//!   ([`codfs_s3`] is the S3 client for the peer).
 
+pub mod codfs_bench;
+pub mod codfs_s3;
 pub mod eplog;
 pub mod plot;
 pub mod table;

@@ -1,0 +1,756 @@
+//! `ecstack bench cluster`: the CodFS cluster's throughput on loopback, side by side with MinIO in
+//! the same run (issue 12, "Benchmarks").
+//!
+//! Three measurements, all through the real daemons (`ecstack mds`, `ecstack osd` child processes of
+//! a [`LocalCluster`]) and real sockets on 127.0.0.1:
+//! 1. one client puts and gets one big file (1 GiB by default);
+//! 2. `clients` concurrent clients put and then get `objects` objects of `object_bytes` each, on our
+//!    cluster (`osds` OSDs, RS k+m) and on MinIO (8 drive directories, EC:m): aggregate MB/s and the
+//!    ratio ours/MinIO;
+//! 3. changing `update_bytes` inside one object: ours ships an FO update (`Client::update`), MinIO
+//!    must rewrite the whole object (a PUT of all of it; the client already holds the bytes, which
+//!    is the cheapest MinIO can do). The ratio is MinIO's time over ours.
+//!
+//! Both sides' clients run as tasks of one tokio runtime in this process; MinIO's speak S3
+//! ([`crate::codfs_s3`]). Every object read back is compared with what was stored (in the timed
+//! loop, on both sides alike). MB is 10^6 bytes, as MinIO's own tools report.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ecstack_base::Rng;
+use ecstack_client::{Client, ClientError, LocalCluster, LocalSpec};
+use ecstack_rpc::Security;
+use serde::Serialize;
+
+use crate::codfs_s3::{S3Client, S3Endpoint};
+use crate::{LabError, Result};
+
+/// MinIO's drive directories (the peer's fixed shape: 8 drives, `EC:m` parity per erasure set).
+pub const MINIO_DRIVES: usize = 8;
+/// How long MinIO gets to accept a bucket after it starts.
+const MINIO_START_SECS_MAX: u64 = 60;
+const BUCKET: &str = "bench";
+
+/// What `ecstack bench cluster` runs.
+#[derive(Debug, Clone)]
+pub struct ClusterBenchConfig {
+    /// The `ecstack` binary (the daemons are its subcommands).
+    pub exe: PathBuf,
+    /// Where the cluster and MinIO's drives live; `None`: a temporary directory, removed at the end.
+    pub dir: Option<PathBuf>,
+    pub osds: usize,
+    pub k: u32,
+    pub m: u32,
+    pub segment_bytes: u64,
+    /// The one-client file (0: skip that measurement).
+    pub big_file_bytes: u64,
+    pub clients: usize,
+    pub object_bytes: u64,
+    pub objects: usize,
+    /// Bytes changed by one update, and how many updates are timed.
+    pub update_bytes: u64,
+    pub updates: usize,
+    /// The MinIO server binary; `None`: ours only.
+    pub minio: Option<PathBuf>,
+    pub insecure: bool,
+    pub seed: u64,
+}
+
+impl ClusterBenchConfig {
+    pub fn new(exe: PathBuf) -> ClusterBenchConfig {
+        ClusterBenchConfig {
+            exe,
+            dir: None,
+            osds: 8,
+            k: 6,
+            m: 2,
+            segment_bytes: 16 << 20,
+            big_file_bytes: 1 << 30,
+            clients: 8,
+            object_bytes: 16 << 20,
+            objects: 64,
+            update_bytes: 4096,
+            updates: 20,
+            minio: None,
+            insecure: false,
+            seed: 1,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let cfg = |field, msg: String| Err(LabError::Config { field, msg });
+        if self.osds < (self.k + self.m) as usize {
+            return cfg(
+                "osds",
+                format!(
+                    "{} is fewer than k + m = {}: every chunk of a segment needs its own OSD",
+                    self.osds,
+                    self.k + self.m
+                ),
+            );
+        }
+        if self.clients == 0 || self.objects < self.clients {
+            return cfg(
+                "objects",
+                format!(
+                    "{} objects for {} clients: each client needs at least one",
+                    self.objects, self.clients
+                ),
+            );
+        }
+        if self.object_bytes < 8 {
+            return cfg("object-size", "at least 8 bytes".into());
+        }
+        if self.update_bytes == 0 || self.update_bytes > self.object_bytes {
+            return cfg(
+                "update-size",
+                format!(
+                    "{} bytes: must be 1..=object size ({})",
+                    self.update_bytes, self.object_bytes
+                ),
+            );
+        }
+        if self.updates == 0 {
+            return cfg("updates", "at least 1".into());
+        }
+        if self.minio.is_some() && self.m as usize >= MINIO_DRIVES / 2 {
+            return cfg(
+                "m",
+                format!(
+                    "MinIO allows at most EC:{} on {MINIO_DRIVES} drives",
+                    MINIO_DRIVES / 2
+                ),
+            );
+        }
+        if let Some(p) = &self.minio {
+            if !p.is_file() {
+                return cfg(
+                    "minio",
+                    format!(
+                        "no MinIO server at {} (install it with scripts/install-minio.sh, or pass --no-minio for ours only)",
+                        p.display()
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Aggregate throughput of one side.
+#[derive(Debug, Clone, Serialize)]
+pub struct SideFigures {
+    pub put_mb_per_sec: f64,
+    pub get_mb_per_sec: f64,
+    pub put_secs: f64,
+    pub get_secs: f64,
+    /// Mean and median milliseconds to change `update_bytes` in one object (ours: an FO update;
+    /// MinIO: a PUT of the whole object).
+    pub update_ms_mean: f64,
+    pub update_ms_median: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterBenchReport {
+    pub osds: usize,
+    pub k: u32,
+    pub m: u32,
+    pub segment_bytes: u64,
+    pub tls: bool,
+    pub big_file_bytes: u64,
+    /// One client, one big file.
+    pub big_put_mb_per_sec: Option<f64>,
+    pub big_get_mb_per_sec: Option<f64>,
+    pub clients: usize,
+    pub objects: usize,
+    pub object_bytes: u64,
+    pub update_bytes: u64,
+    pub updates: usize,
+    pub ours: SideFigures,
+    pub minio: Option<SideFigures>,
+    /// ours / MinIO.
+    pub put_ratio: Option<f64>,
+    pub get_ratio: Option<f64>,
+    /// MinIO's time to change the bytes over ours (> 1: ours is faster).
+    pub update_speedup: Option<f64>,
+}
+
+impl ClusterBenchReport {
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let mb = |v: f64| format!("{v:.0}");
+        if let (Some(p), Some(g)) = (self.big_put_mb_per_sec, self.big_get_mb_per_sec) {
+            s += &format!(
+                "one client, one {} MiB file ({} OSDs, RS {}+{}, {} MiB segments, {}): put {} MB/s, get {} MB/s\n\n",
+                self.big_file_bytes >> 20,
+                self.osds,
+                self.k,
+                self.m,
+                self.segment_bytes >> 20,
+                if self.tls { "mTLS" } else { "no TLS" },
+                mb(p),
+                mb(g)
+            );
+        }
+        s += &format!(
+            "{} clients, {} objects of {} MiB; changing {} bytes in one object ({} times)\n\n",
+            self.clients,
+            self.objects,
+            self.object_bytes >> 20,
+            self.update_bytes,
+            self.updates
+        );
+        s += "| system | put MB/s | get MB/s | change: mean ms | change: median ms |\n|---|---:|---:|---:|---:|\n";
+        let row = |name: &str, f: &SideFigures| {
+            format!(
+                "| {name} | {} | {} | {:.1} | {:.1} |\n",
+                mb(f.put_mb_per_sec),
+                mb(f.get_mb_per_sec),
+                f.update_ms_mean,
+                f.update_ms_median
+            )
+        };
+        s += &row(
+            &format!(
+                "ecstack ({} OSDs, RS {}+{}, FO update)",
+                self.osds, self.k, self.m
+            ),
+            &self.ours,
+        );
+        if let Some(mf) = &self.minio {
+            s += &row(
+                &format!(
+                    "MinIO ({MINIO_DRIVES} drives, EC:{}, whole-object PUT)",
+                    self.m
+                ),
+                mf,
+            );
+        }
+        if let (Some(p), Some(g), Some(u)) = (self.put_ratio, self.get_ratio, self.update_speedup) {
+            s += &format!(
+                "| ours / MinIO | {p:.2}x | {g:.2}x | {u:.1}x faster (MinIO ms / ours ms, means) | |\n"
+            );
+        } else {
+            s += "\n(MinIO not run: --no-minio)\n";
+        }
+        s
+    }
+}
+
+fn client_error(e: ClientError) -> LabError {
+    LabError::Run(e.to_string())
+}
+
+fn mb_per_sec(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / 1e6 / secs.max(1e-9)
+}
+
+/// Runs the benchmark; every process it started is stopped whatever happens.
+pub fn run(cfg: &ClusterBenchConfig, log: &dyn Fn(&str)) -> Result<ClusterBenchReport> {
+    cfg.validate()?;
+    let temp;
+    let dir = match &cfg.dir {
+        Some(d) => d.clone(),
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("ecstack-bench-cluster-")
+                .tempdir()
+                .map_err(|e| LabError::Run(format!("cannot make a temporary directory: {e}")))?;
+            temp.path().to_owned()
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| LabError::Run(format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(run_async(cfg, &dir, log))
+}
+
+async fn run_async(
+    cfg: &ClusterBenchConfig,
+    dir: &Path,
+    log: &dyn Fn(&str),
+) -> Result<ClusterBenchReport> {
+    let mut spec = LocalSpec::new(cfg.exe.clone(), dir.join("ecstack"), cfg.osds);
+    spec.k = cfg.k;
+    spec.m = cfg.m;
+    spec.segment_bytes = cfg.segment_bytes;
+    spec.insecure = cfg.insecure;
+    log(&format!(
+        "starting an MDS and {} OSDs (RS {}+{}, {} MiB segments) in {}",
+        cfg.osds,
+        cfg.k,
+        cfg.m,
+        cfg.segment_bytes >> 20,
+        spec.dir.display()
+    ));
+    let mut cluster = LocalCluster::start(spec).map_err(client_error)?;
+    let ours = ours_side(cfg, &mut cluster, log).await;
+    cluster.stop();
+    let (big, ours) = ours?;
+    let minio = match &cfg.minio {
+        Some(exe) => Some(minio_side(cfg, exe, &dir.join("minio"), log).await?),
+        None => None,
+    };
+    let ratio = |f: fn(&SideFigures) -> f64| minio.as_ref().map(|mf| f(&ours) / f(mf));
+    Ok(ClusterBenchReport {
+        osds: cfg.osds,
+        k: cfg.k,
+        m: cfg.m,
+        segment_bytes: cfg.segment_bytes,
+        tls: !cfg.insecure,
+        big_file_bytes: cfg.big_file_bytes,
+        big_put_mb_per_sec: big.map(|b| b.0),
+        big_get_mb_per_sec: big.map(|b| b.1),
+        clients: cfg.clients,
+        objects: cfg.objects,
+        object_bytes: cfg.object_bytes,
+        update_bytes: cfg.update_bytes,
+        updates: cfg.updates,
+        put_ratio: ratio(|f| f.put_mb_per_sec),
+        get_ratio: ratio(|f| f.get_mb_per_sec),
+        update_speedup: minio
+            .as_ref()
+            .map(|mf| mf.update_ms_mean / ours.update_ms_mean.max(1e-9)),
+        ours,
+        minio,
+    })
+}
+
+/// The bytes of object `index`: the client's buffer with the index in its first 8 bytes (so no two
+/// objects are equal, and a read of the wrong object is caught).
+fn stamp(buf: &mut [u8], index: usize) {
+    buf[..8].copy_from_slice(&(index as u64).to_le_bytes());
+}
+
+fn check_object(what: &str, got: &[u8], want: &[u8]) -> Result<()> {
+    if got == want {
+        return Ok(());
+    }
+    let at = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    Err(LabError::Run(format!(
+        "{what}: read {} bytes that differ from the {} stored at byte {at}",
+        got.len(),
+        want.len()
+    )))
+}
+
+fn buffers(cfg: &ClusterBenchConfig, salt: u64) -> Vec<Vec<u8>> {
+    (0..cfg.clients)
+        .map(|c| {
+            let mut b = vec![0u8; cfg.object_bytes as usize];
+            Rng::new(cfg.seed ^ salt ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                .fill(&mut b);
+            b
+        })
+        .collect()
+}
+
+/// The objects client `c` owns: c, c + clients, c + 2·clients, ...
+fn objects_of(cfg: &ClusterBenchConfig, c: usize) -> impl Iterator<Item = usize> {
+    (c..cfg.objects).step_by(cfg.clients)
+}
+
+/// Offsets of the timed updates (seeded, aligned to the update size when it fits).
+fn update_offsets(cfg: &ClusterBenchConfig) -> Vec<u64> {
+    let mut rng = Rng::new(cfg.seed ^ 0x7570_6461_7465);
+    let slots = cfg.object_bytes / cfg.update_bytes;
+    (0..cfg.updates)
+        .map(|_| rng.below(slots) * cfg.update_bytes)
+        .collect()
+}
+
+fn mean_median(ms: &mut [f64]) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let mean = ms.iter().sum::<f64>() / ms.len().max(1) as f64;
+    (mean, ms.get(ms.len() / 2).copied().unwrap_or(0.0))
+}
+
+fn ours_security(cluster: &LocalCluster) -> Result<Security> {
+    if cluster.insecure() {
+        Ok(Security::Insecure)
+    } else {
+        Security::load(&cluster.config().certs_dir(), "client")
+            .map_err(|e| LabError::Run(e.to_string()))
+    }
+}
+
+async fn ours_side(
+    cfg: &ClusterBenchConfig,
+    cluster: &mut LocalCluster,
+    log: &dyn Fn(&str),
+) -> Result<(Option<(f64, f64)>, SideFigures)> {
+    let first = Client::connect(cluster.config(), ours_security(cluster)?).map_err(client_error)?;
+    let ready = first.wait_for_osds(cfg.osds, Duration::from_secs(30)).await;
+    cluster.check_alive().map_err(client_error)?;
+    ready.map_err(client_error)?;
+
+    let big = if cfg.big_file_bytes > 0 {
+        Some(big_file(cfg, &first, log).await?)
+    } else {
+        None
+    };
+
+    log(&format!(
+        "ecstack: {} clients put {} objects of {} MiB",
+        cfg.clients,
+        cfg.objects,
+        cfg.object_bytes >> 20
+    ));
+    let mut clients = Vec::new();
+    for _ in 0..cfg.clients {
+        clients.push(
+            Client::connect(cluster.config(), ours_security(cluster)?).map_err(client_error)?,
+        );
+    }
+    let bufs = buffers(cfg, 0x6f75_7273);
+    let total = cfg.objects as u64 * cfg.object_bytes;
+    let t = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs.clone()).enumerate() {
+        let cfg = cfg.clone();
+        tasks.spawn(async move {
+            for i in objects_of(&cfg, c) {
+                stamp(&mut buf, i);
+                client
+                    .put(&format!("/bench/o{i}"), &buf[..])
+                    .await
+                    .map_err(client_error)?;
+            }
+            Ok::<_, LabError>(())
+        });
+    }
+    join_all(&mut tasks).await?;
+    let put_secs = t.elapsed().as_secs_f64();
+
+    log("ecstack: the same clients get them back");
+    let t = Instant::now();
+    for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs).enumerate() {
+        let cfg = cfg.clone();
+        tasks.spawn(async move {
+            for i in objects_of(&cfg, c) {
+                let path = format!("/bench/o{i}");
+                let got = client
+                    .read(&path, 0, cfg.object_bytes)
+                    .await
+                    .map_err(client_error)?;
+                stamp(&mut buf, i);
+                check_object(&format!("ecstack get {path}"), &got, &buf)?;
+            }
+            Ok::<_, LabError>(())
+        });
+    }
+    join_all(&mut tasks).await?;
+    let get_secs = t.elapsed().as_secs_f64();
+
+    log(&format!(
+        "ecstack: {} FO updates of {} bytes in one object",
+        cfg.updates, cfg.update_bytes
+    ));
+    let mut model = buffers(cfg, 0x7570).swap_remove(0);
+    first
+        .put("/bench/updated", &model[..])
+        .await
+        .map_err(client_error)?;
+    let mut rng = Rng::new(cfg.seed ^ 0x6f_7572);
+    let mut ms = Vec::new();
+    for off in update_offsets(cfg) {
+        let range = off as usize..(off + cfg.update_bytes) as usize;
+        rng.fill(&mut model[range.clone()]);
+        let t = Instant::now();
+        first
+            .update("/bench/updated", off, &model[range])
+            .await
+            .map_err(client_error)?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let got = first
+        .read("/bench/updated", 0, cfg.object_bytes)
+        .await
+        .map_err(client_error)?;
+    check_object("ecstack get after the updates", &got, &model)?;
+    cluster.check_alive().map_err(client_error)?;
+    let (update_ms_mean, update_ms_median) = mean_median(&mut ms);
+    Ok((
+        big,
+        SideFigures {
+            put_mb_per_sec: mb_per_sec(total, put_secs),
+            get_mb_per_sec: mb_per_sec(total, get_secs),
+            put_secs,
+            get_secs,
+            update_ms_mean,
+            update_ms_median,
+        },
+    ))
+}
+
+async fn join_all(tasks: &mut tokio::task::JoinSet<Result<()>>) -> Result<()> {
+    let mut first_error = None;
+    while let Some(r) = tasks.join_next().await {
+        let r = r.map_err(|e| LabError::Run(format!("a benchmark client failed: {e}")));
+        if let Err(e) = r.and_then(|x| x) {
+            first_error.get_or_insert(e);
+            tasks.abort_all();
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// One client puts and gets one big file: MB/s both ways.
+async fn big_file(
+    cfg: &ClusterBenchConfig,
+    client: &Client,
+    log: &dyn Fn(&str),
+) -> Result<(f64, f64)> {
+    log(&format!(
+        "ecstack: one client puts and gets a {} MiB file",
+        cfg.big_file_bytes >> 20
+    ));
+    let mut data = vec![0u8; cfg.big_file_bytes as usize];
+    Rng::new(cfg.seed ^ 0x6269_67).fill(&mut data);
+    let t = Instant::now();
+    client
+        .put("/bench/big", &data[..])
+        .await
+        .map_err(client_error)?;
+    let put = mb_per_sec(cfg.big_file_bytes, t.elapsed().as_secs_f64());
+    let mut got = Vec::with_capacity(data.len());
+    let t = Instant::now();
+    client
+        .get("/bench/big", 0, None, &mut got)
+        .await
+        .map_err(client_error)?;
+    let get = mb_per_sec(cfg.big_file_bytes, t.elapsed().as_secs_f64());
+    check_object("ecstack get /bench/big", &got, &data)?;
+    drop(got);
+    client.remove("/bench/big").await.map_err(client_error)?;
+    Ok((put, get))
+}
+
+/// A MinIO server child: SIGTERM, then SIGKILL, when dropped.
+struct Minio {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Minio {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) touches no memory of ours; the pid is our unreaped child.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill(); // exited meanwhile: nothing to kill, wait() still reaps
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| LabError::Run(format!("cannot bind a loopback port: {e}")))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| LabError::Run(format!("cannot read a bound port: {e}")))
+}
+
+/// Starts MinIO on `MINIO_DRIVES` directories under `dir` with EC:m and waits until it takes a bucket.
+async fn start_minio(
+    cfg: &ClusterBenchConfig,
+    exe: &Path,
+    dir: &Path,
+) -> Result<(Minio, S3Endpoint)> {
+    for d in 1..=MINIO_DRIVES {
+        let p = dir.join(format!("d{d}"));
+        std::fs::create_dir_all(&p).map_err(crate::io_at(&p))?;
+    }
+    let log = dir.join("minio.log");
+    let out = std::fs::File::create(&log).map_err(crate::io_at(&log))?;
+    let err = out.try_clone().map_err(crate::io_at(&log))?;
+    let endpoint = S3Endpoint {
+        host: format!("127.0.0.1:{}", free_port()?),
+        access_key: "ecstack-bench".into(),
+        secret_key: "ecstack-bench-secret".into(),
+        region: "us-east-1".into(),
+    };
+    let child = Command::new(exe)
+        .args([
+            "server",
+            "--quiet",
+            "--address",
+            &endpoint.host,
+            "--console-address",
+            &format!("127.0.0.1:{}", free_port()?),
+        ])
+        .arg(format!("{}/d{{1...{MINIO_DRIVES}}}", dir.display()))
+        // Drives that share one disk are allowed only in this mode (the peer doc's setup).
+        .env("MINIO_CI_CD", "1")
+        .env("MINIO_ROOT_USER", &endpoint.access_key)
+        .env("MINIO_ROOT_PASSWORD", &endpoint.secret_key)
+        .env("MINIO_STORAGE_CLASS_STANDARD", format!("EC:{}", cfg.m))
+        .env("MINIO_BROWSER", "off")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| LabError::Run(format!("cannot start MinIO {}: {e}", exe.display())))?;
+    let mut server = Minio { child, log };
+    let deadline = Instant::now() + Duration::from_secs(MINIO_START_SECS_MAX);
+    let mut s3 = S3Client::new(endpoint.clone());
+    loop {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            return Err(LabError::Run(format!(
+                "MinIO exited ({status}): {}",
+                ecstack_client::local::last_line(&server.log)
+            )));
+        }
+        match s3.create_bucket(BUCKET).await {
+            Ok(()) => return Ok((server, endpoint)),
+            Err(e) if Instant::now() > deadline => {
+                return Err(LabError::Run(format!(
+                    "MinIO did not accept a bucket within {MINIO_START_SECS_MAX} s: {e} (log: {})",
+                    server.log.display()
+                )))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+async fn minio_side(
+    cfg: &ClusterBenchConfig,
+    exe: &Path,
+    dir: &Path,
+    log: &dyn Fn(&str),
+) -> Result<SideFigures> {
+    log(&format!(
+        "starting MinIO on {MINIO_DRIVES} drive directories (EC:{}) in {}",
+        cfg.m,
+        dir.display()
+    ));
+    let (server, endpoint) = start_minio(cfg, exe, dir).await?;
+    log(&format!(
+        "MinIO: {} clients put {} objects of {} MiB",
+        cfg.clients,
+        cfg.objects,
+        cfg.object_bytes >> 20
+    ));
+    let bufs = buffers(cfg, 0x6d69_6e69_6f);
+    let total = cfg.objects as u64 * cfg.object_bytes;
+    let clients: Vec<_> = (0..cfg.clients)
+        .map(|_| Arc::new(tokio::sync::Mutex::new(S3Client::new(endpoint.clone()))))
+        .collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    let t = Instant::now();
+    for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs.clone()).enumerate() {
+        let cfg = cfg.clone();
+        tasks.spawn(async move {
+            let mut s3 = client.lock().await;
+            for i in objects_of(&cfg, c) {
+                stamp(&mut buf, i);
+                s3.put(BUCKET, &format!("o{i}"), &buf).await?;
+            }
+            Ok::<_, LabError>(())
+        });
+    }
+    join_all(&mut tasks).await?;
+    let put_secs = t.elapsed().as_secs_f64();
+
+    log("MinIO: the same clients get them back");
+    let t = Instant::now();
+    for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs).enumerate() {
+        let cfg = cfg.clone();
+        tasks.spawn(async move {
+            let mut s3 = client.lock().await;
+            for i in objects_of(&cfg, c) {
+                let key = format!("o{i}");
+                let got = s3.get(BUCKET, &key).await?;
+                stamp(&mut buf, i);
+                check_object(&format!("MinIO GET {key}"), &got, &buf)?;
+            }
+            Ok::<_, LabError>(())
+        });
+    }
+    join_all(&mut tasks).await?;
+    let get_secs = t.elapsed().as_secs_f64();
+
+    log(&format!(
+        "MinIO: {} whole-object rewrites to change {} bytes",
+        cfg.updates, cfg.update_bytes
+    ));
+    let mut s3 = clients[0].lock().await;
+    let mut model = buffers(cfg, 0x7570).swap_remove(0);
+    s3.put(BUCKET, "updated", &model).await?;
+    let mut rng = Rng::new(cfg.seed ^ 0x6f_7572);
+    let mut ms = Vec::new();
+    for off in update_offsets(cfg) {
+        let range = off as usize..(off + cfg.update_bytes) as usize;
+        rng.fill(&mut model[range]);
+        let t = Instant::now();
+        s3.put(BUCKET, "updated", &model).await?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let got = s3.get(BUCKET, "updated").await?;
+    check_object("MinIO GET after the rewrites", &got, &model)?;
+    drop(s3);
+    drop(server);
+    let (update_ms_mean, update_ms_median) = mean_median(&mut ms);
+    Ok(SideFigures {
+        put_mb_per_sec: mb_per_sec(total, put_secs),
+        get_mb_per_sec: mb_per_sec(total, get_secs),
+        put_secs,
+        get_secs,
+        update_ms_mean,
+        update_ms_median,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_errors_name_the_flag() {
+        let mut c = ClusterBenchConfig::new("ecstack".into());
+        assert!(c.validate().is_ok());
+        c.osds = 7;
+        assert!(c.validate().unwrap_err().to_string().starts_with("osds:"));
+        c.osds = 8;
+        c.objects = 4;
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("objects:"));
+        c.objects = 64;
+        c.minio = Some("/no/such/minio".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.starts_with("minio:") && e.contains("--no-minio"), "{e}");
+    }
+
+    #[test]
+    fn every_object_has_one_owner_and_updates_stay_inside() {
+        let mut c = ClusterBenchConfig::new("ecstack".into());
+        c.objects = 13;
+        c.clients = 4;
+        let mut seen: Vec<usize> = (0..4).flat_map(|i| objects_of(&c, i)).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..13).collect::<Vec<_>>());
+        for off in update_offsets(&c) {
+            assert!(off + c.update_bytes <= c.object_bytes);
+            assert_eq!(off % c.update_bytes, 0);
+        }
+    }
+}
