@@ -33,6 +33,8 @@ pub const MINIO_DRIVES: usize = 8;
 /// How long MinIO gets to accept a bucket after it starts.
 const MINIO_START_SECS_MAX: u64 = 60;
 const BUCKET: &str = "bench";
+/// The MDS marks an OSD down after this long without a heartbeat (see [`run_async`]).
+const DOWN_AFTER_MS: u64 = 60_000;
 
 /// What `ecstack bench cluster` runs.
 #[derive(Debug, Clone)]
@@ -279,6 +281,11 @@ async fn run_async(
     spec.m = cfg.m;
     spec.segment_bytes = cfg.segment_bytes;
     spec.insecure = cfg.insecure;
+    // Failure detection is not measured here. With the defaults (down after 2 s without a
+    // heartbeat), OSDs busy with a 1 GiB put on a loaded 2-core machine were marked down and the
+    // reads that followed failed as "data lost" (every holder on a "down" OSD is unusable).
+    spec.heartbeat_ms = 1_000;
+    spec.down_after_ms = DOWN_AFTER_MS;
     log(&format!(
         "starting an MDS and {} OSDs (RS {}+{}, {} MiB segments) in {}",
         cfg.osds,
