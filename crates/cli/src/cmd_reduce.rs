@@ -81,6 +81,12 @@ struct ReportArgs {
     /// File sample for the estimate printed beside each exact figure (0 = none)
     #[arg(long, default_value_t = 0.05)]
     estimate_fraction: f64,
+    /// Also write the tree picture (directories sized by class, coloured by savings) as one HTML file
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Directories drawn in the HTML picture (the largest, with their ancestors)
+    #[arg(long, default_value_t = 2000)]
+    html_nodes: usize,
     #[arg(long)]
     json: bool,
 }
@@ -103,6 +109,10 @@ pub fn run(a: ReduceArgs) -> Result<()> {
         ReduceCmd::Report(a) => {
             if !(0.0..=1.0).contains(&a.estimate_fraction) {
                 bail!("--estimate-fraction is in [0, 1]");
+            }
+            if let Some(h) = &a.html {
+                let n = ecstack_reduce::html::write_html(&a.results, h, a.html_nodes)?;
+                eprintln!("tree picture: {} ({n} directories)", h.display());
             }
             let r = ecstack_reduce::report(
                 &a.results,

@@ -94,6 +94,8 @@ impl Hasher {
 /// The compressors of one worker, reused across chunks and files.
 struct Compressors {
     zstd: Option<(i32, zstd::bulk::Compressor<'static>)>,
+    /// (level, zlib wrapper, state): reset between chunks instead of reallocated.
+    deflate: Option<(i32, bool, flate2::Compress)>,
     out: Vec<u8>,
 }
 
@@ -121,10 +123,18 @@ impl Compressors {
                 }
             }
             Codec::Zlib | Codec::Deflate => {
-                let mut c = flate2::Compress::new(
-                    flate2::Compression::new(level as u32),
-                    codec == Codec::Zlib,
-                );
+                let zlib = codec == Codec::Zlib;
+                match &mut self.deflate {
+                    Some((l, z, c)) if *l == level && *z == zlib => c.reset(),
+                    d => {
+                        *d = Some((
+                            level,
+                            zlib,
+                            flate2::Compress::new(flate2::Compression::new(level as u32), zlib),
+                        ))
+                    }
+                }
+                let c = &mut self.deflate.as_mut().expect("set above").2;
                 self.out.clear();
                 self.out.reserve(n + n / 1000 + 64);
                 match c.compress_vec(chunk, &mut self.out, flate2::FlushCompress::Finish) {
@@ -235,6 +245,7 @@ impl Engine {
             slots,
             compressors: Compressors {
                 zstd: None,
+                deflate: None,
                 out: Vec::new(),
             },
             buf: Vec::with_capacity(WINDOW_BYTES * 2),
@@ -542,5 +553,58 @@ mod tests {
         // The engine is reusable after the error.
         let r = e.process(1, &mut &[1u8; 5000][..], &mut sink).unwrap();
         assert_eq!((r.bytes, r.read_error.is_none()), (5000, true));
+    }
+
+    /// Reused compressor state gives the sizes a fresh compressor gives (and the zlib wrapper's 6 bytes).
+    #[test]
+    fn reused_compressors_match_fresh_ones() {
+        let text = b"Alyosha and Ivan Karamazov talk in the tavern. ".repeat(400);
+        let mut noise = vec![0u8; 20_000];
+        Rng::new(3).fill(&mut noise);
+        let mut c = Compressors {
+            zstd: None,
+            deflate: None,
+            out: Vec::new(),
+        };
+        for chunk in [&text[..], &noise[..], &text[..1000], &text[..]] {
+            for (codec, level) in [
+                (Codec::Zlib, 6),
+                (Codec::Deflate, 6),
+                (Codec::Zlib, 9),
+                (Codec::Zstd, 3),
+                (Codec::Zstd, 9),
+                (Codec::Lz4, 1),
+            ] {
+                let fresh = match codec {
+                    Codec::Zlib | Codec::Deflate => {
+                        use std::io::Write;
+                        let out = if codec == Codec::Zlib {
+                            let mut e = flate2::write::ZlibEncoder::new(
+                                Vec::new(),
+                                flate2::Compression::new(level as u32),
+                            );
+                            e.write_all(chunk).unwrap();
+                            e.finish().unwrap()
+                        } else {
+                            let mut e = flate2::write::DeflateEncoder::new(
+                                Vec::new(),
+                                flate2::Compression::new(level as u32),
+                            );
+                            e.write_all(chunk).unwrap();
+                            e.finish().unwrap()
+                        };
+                        out.len()
+                    }
+                    Codec::Zstd => zstd::bulk::compress(chunk, level).unwrap().len(),
+                    Codec::Lz4 => lz4_flex::block::compress(chunk).len(),
+                };
+                assert_eq!(
+                    c.stored_bytes(codec, level, chunk),
+                    fresh.min(chunk.len()) as u64,
+                    "{codec:?}:{level}"
+                );
+            }
+        }
+        assert_eq!(c.stored_bytes(Codec::Zlib, 6, &noise), noise.len() as u64); // stored raw
     }
 }

@@ -6,11 +6,12 @@
 //!   writes a results directory (`docs/reduce.md` documents it);
 //! - [`merge`] combines `--shard i/N` results into exactly the single-machine result;
 //! - [`report`] aggregates a results directory per configuration, extension and directory, with a
-//!   sampling estimate beside each exact figure.
+//!   sampling estimate beside each exact figure; [`html::write_html`] draws the seed's tree picture.
 
 mod analyze;
 pub mod config;
 mod engine;
+pub mod html;
 mod index;
 mod rabin;
 mod report;

@@ -182,6 +182,35 @@ fn hand_built_tree_savings() {
                                                                       // Extensions: "bin" holds dup/*, within, shift.
     let bin = r.extensions.iter().find(|g| g.name == "bin").unwrap();
     assert_eq!(bin.files, 5);
+
+    // The tree picture: every directory a node, with its savings per configuration in configuration order.
+    let html = dir.path().join("tree.html");
+    let drawn = ecstack_reduce::html::write_html(&dir.path().join("res"), &html, 100).unwrap();
+    assert_eq!(drawn, 7); // ".", dup, within, shift, noise, zeros, tiny — and no files
+    let h = std::fs::read_to_string(&html).unwrap();
+    assert!(h.contains("huge (TiBs and up)") && h.contains("<select id=\"cfg\">"));
+    // dup/: whole-file dedup saves 50% (b.bin); noise/: nothing for lz4 (first configuration): white.
+    let node = |path: &str| {
+        h.lines()
+            .find(|l| l.contains(&format!("data-path=\"{path}\"")))
+            .unwrap()
+            .to_string()
+    };
+    let savings = |path: &str| -> Vec<f64> {
+        let l = node(path);
+        let s = l
+            .split("data-s=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_string();
+        s.split(',').map(|x| x.parse().unwrap()).collect()
+    };
+    assert_eq!(savings("dup")[total(&r, "whole:sha1").id as usize], 0.5);
+    assert!(node("noise").contains("fill=\"#ffffff\""));
+    assert!(savings("zeros")[0] > 0.99);
 }
 
 #[test]
