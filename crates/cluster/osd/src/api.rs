@@ -174,6 +174,8 @@ impl OsdError {
 pub struct OsdClient {
     addr: String,
     raw: RawClient<Channel>,
+    /// The OSD id chunk calls are meant for (0: whoever answers at `addr`).
+    target: u32,
 }
 
 impl std::fmt::Debug for OsdClient {
@@ -201,7 +203,15 @@ impl OsdClient {
         Ok(OsdClient {
             addr: addr.to_owned(),
             raw,
+            target: 0,
         })
+    }
+
+    /// The same connection, with chunk calls meant for OSD `osd_id`: an OSD with another id
+    /// refuses them (an address that now belongs to another OSD, after restarts on new ports).
+    pub fn for_osd(mut self, osd_id: u32) -> OsdClient {
+        self.target = osd_id;
+        self
     }
 
     pub fn addr(&self) -> &str {
@@ -307,7 +317,10 @@ impl OsdClient {
     /// OSD → OSD: store (create or replace) a whole chunk.
     pub async fn put_chunk(&self, meta: &ChunkMeta, data: &[u8]) -> Result<(), OsdError> {
         let mut msgs = vec![proto::ChunkWrite {
-            part: Some(proto::chunk_write::Part::Header(meta_to_proto(meta))),
+            part: Some(proto::chunk_write::Part::Header(proto::ChunkHeader {
+                target_osd: self.target,
+                ..meta_to_proto(meta)
+            })),
         }];
         for frame in data.chunks(FRAME_BYTES) {
             msgs.push(proto::ChunkWrite {
@@ -335,6 +348,7 @@ impl OsdClient {
             index,
             offset,
             length,
+            target_osd: self.target,
         };
         let mut stream = self
             .raw
@@ -393,6 +407,7 @@ impl OsdClient {
             version,
             parity: parity.iter().map(holder_to_proto).collect(),
             expected_version,
+            target_osd: self.target,
         };
         let reply = self
             .raw
@@ -423,6 +438,7 @@ impl OsdClient {
             version: stamp.version,
             from_index: stamp.from,
             prior_version: stamp.prior,
+            target_osd: self.target,
         };
         self.raw
             .clone()
@@ -441,7 +457,11 @@ impl OsdClient {
         let reply = self
             .raw
             .clone()
-            .chunk_version(proto::ChunkVersionRequest { segment_id, index })
+            .chunk_version(proto::ChunkVersionRequest {
+                segment_id,
+                index,
+                target_osd: self.target,
+            })
             .await
             .map_err(|s| self.err(s))?
             .into_inner();
@@ -455,7 +475,11 @@ impl OsdClient {
     pub async fn delete_chunk(&self, segment_id: u64, index: u32) -> Result<(), OsdError> {
         self.raw
             .clone()
-            .delete_chunk(proto::DeleteChunkRequest { segment_id, index })
+            .delete_chunk(proto::DeleteChunkRequest {
+                segment_id,
+                index,
+                target_osd: self.target,
+            })
             .await
             .map_err(|s| self.err(s))?;
         Ok(())
@@ -510,6 +534,7 @@ pub(crate) fn meta_to_proto(m: &ChunkMeta) -> proto::ChunkHeader {
         chunk_bytes: m.chunk_bytes,
         segment_length: m.segment_length,
         applied: m.applied.clone(),
+        target_osd: 0,
     }
 }
 

@@ -87,6 +87,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
             "chunk_write",
             proto::ChunkWrite {
                 part: Some(proto::chunk_write::Part::Header(proto::ChunkHeader {
+                    target_osd: ME,
                     segment_id: 2,
                     index: 1,
                     version: 3,
@@ -100,6 +101,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "get_chunk",
             proto::GetChunkRequest {
+                target_osd: ME,
                 segment_id: 1,
                 index: 1,
                 offset: 10,
@@ -110,6 +112,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "update_chunk",
             proto::UpdateChunkRequest {
+                target_osd: ME,
                 segment_id: 1,
                 index: 0,
                 offset: 4000,
@@ -123,6 +126,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "apply_delta",
             proto::ApplyDeltaRequest {
+                target_osd: ME,
                 segment_id: 1,
                 index: 2,
                 offset: 17,
@@ -136,6 +140,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "chunk_version",
             proto::ChunkVersionRequest {
+                target_osd: ME,
                 segment_id: 1,
                 index: 2,
             }
@@ -144,6 +149,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "delete_chunk",
             proto::DeleteChunkRequest {
+                target_osd: ME,
                 segment_id: 3,
                 index: 2,
             }

@@ -324,15 +324,28 @@ impl Osd {
             .max_encoding_message_size(api::MAX_MESSAGE_BYTES)
     }
 
-    fn peer(&self, addr: &str) -> Result<OsdClient, Miss> {
+    /// A client of holder `h`'s OSD (connections cached by address), its calls meant for that
+    /// OSD's id only.
+    fn peer(&self, h: &Holder) -> Result<OsdClient, Miss> {
         let mut peers = self.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = peers.get(addr) {
-            return Ok(c.clone());
+        if let Some(c) = peers.get(&h.addr) {
+            return Ok(c.clone().for_osd(h.osd_id));
         }
-        let c = OsdClient::connect(addr, &self.inner.setup.security)
+        let c = OsdClient::connect(&h.addr, &self.inner.setup.security)
             .map_err(|e| Miss::NotSent(e.to_string()))?;
-        peers.insert(addr.to_owned(), c.clone());
-        Ok(c)
+        peers.insert(h.addr.clone(), c.clone());
+        Ok(c.for_osd(h.osd_id))
+    }
+
+    /// Refuses a chunk call meant for another OSD (`target` 0: any).
+    fn check_target(&self, target: u32) -> Result<(), Status> {
+        if target != 0 && target != self.osd_id() {
+            return Err(Status::failed_precondition(format!(
+                "this is osd {}, not osd {target}: the caller's address for osd {target} is out of date",
+                self.osd_id()
+            )));
+        }
+        Ok(())
     }
 
     fn is_local(&self, h: &Holder) -> bool {
@@ -370,7 +383,7 @@ impl Osd {
                 .await
                 .map_err(store_miss);
         }
-        self.peer(&h.addr)?
+        self.peer(h)?
             .get_chunk(segment, index, offset, len)
             .await
             .map_err(remote_miss)
@@ -390,7 +403,7 @@ impl Osd {
                 })
                 .map_err(store_miss);
         }
-        self.peer(&h.addr)?
+        self.peer(h)?
             .chunk_version(segment, index)
             .await
             .map_err(remote_miss)
@@ -403,7 +416,7 @@ impl Osd {
                 .await
                 .map_err(store_miss);
         }
-        self.peer(&h.addr)?
+        self.peer(h)?
             .put_chunk(&meta, &data)
             .await
             .map_err(remote_miss)
@@ -429,7 +442,7 @@ impl Osd {
                     _ => Miss::Other(s.message().to_owned()),
                 });
         }
-        self.peer(&h.addr)?
+        self.peer(h)?
             .update_chunk(segment, h.index, offset, &data, version, expected, &parity)
             .await
             .map_err(remote_miss)
@@ -449,7 +462,7 @@ impl Osd {
                 .await
                 .map_err(store_miss);
         }
-        self.peer(&h.addr)?
+        self.peer(h)?
             .apply_delta(segment, h.index, offset, &delta, stamp)
             .await
             .map_err(remote_miss)
@@ -1467,7 +1480,10 @@ impl proto::osd_server::Osd for Osd {
             let meta = match s.next().await {
                 Some(Ok(proto::ChunkWrite {
                     part: Some(proto::chunk_write::Part::Header(h)),
-                })) => meta_from_proto(&h),
+                })) => {
+                    self.check_target(h.target_osd)?;
+                    meta_from_proto(&h)
+                }
                 Some(Err(e)) => return Err(e),
                 _ => {
                     return Err(Status::invalid_argument(
@@ -1507,6 +1523,7 @@ impl proto::osd_server::Osd for Osd {
     ) -> Result<Response<Self::GetChunkStream>, Status> {
         self.timed("get_chunk", async move {
             let r = req.into_inner();
+            self.check_target(r.target_osd)?;
             let (seg, index, offset, length) = (r.segment_id, r.index, r.offset, r.length);
             let (meta, data) = self
                 .blocking(move |s| {
@@ -1541,6 +1558,7 @@ impl proto::osd_server::Osd for Osd {
     ) -> Result<Response<proto::UpdateChunkReply>, Status> {
         self.timed("update_chunk", async move {
             let r = req.into_inner();
+            self.check_target(r.target_osd)?;
             let parity = r.parity.iter().map(api::holder_from_proto).collect();
             let stale = self
                 .update_chunk_local(
@@ -1564,6 +1582,7 @@ impl proto::osd_server::Osd for Osd {
     ) -> Result<Response<proto::ApplyDeltaReply>, Status> {
         self.timed("apply_delta", async move {
             let r = req.into_inner();
+            self.check_target(r.target_osd)?;
             if (r.index as usize) < self.k() {
                 return Err(Status::invalid_argument(format!(
                     "segment {:#x}: chunk {} is a data chunk; deltas go to parity chunks",
@@ -1595,6 +1614,7 @@ impl proto::osd_server::Osd for Osd {
     ) -> Result<Response<proto::ChunkVersionReply>, Status> {
         self.timed("chunk_version", async move {
             let r = req.into_inner();
+            self.check_target(r.target_osd)?;
             let (seg, index) = (r.segment_id, r.index);
             let meta = self
                 .blocking(move |s| s.meta(seg, index))
@@ -1618,6 +1638,7 @@ impl proto::osd_server::Osd for Osd {
     ) -> Result<Response<proto::DeleteChunkReply>, Status> {
         self.timed("delete_chunk", async move {
             let r = req.into_inner();
+            self.check_target(r.target_osd)?;
             let (seg, index) = (r.segment_id, r.index);
             self.blocking(move |s| s.delete(seg, index))
                 .await
