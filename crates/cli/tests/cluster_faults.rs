@@ -5,7 +5,8 @@
 //! failures, MDS SIGKILL + restart, a stale chunk that must never be served, a corrupted chunk file.
 //!
 //! CI runs `seeds(2)`; the long mode is `ECSTACK_CLUSTER_SEEDS=200 cargo test --release -p ecstack
-//! --test cluster_faults -- fault_runs` (docs/benchmarks.md); `ECSTACK_SEED=n` replays one seed.
+//! --test cluster_faults -- fault_runs` (docs/benchmarks.md); `ECSTACK_CLUSTER_SEED_FROM=k` starts
+//! the seeds at k (to split a long mode over processes); `ECSTACK_SEED=n` replays one seed.
 
 mod cluster_common;
 

@@ -26,11 +26,12 @@ pub fn seeds(default: u64) -> Vec<u64> {
     {
         return vec![s];
     }
-    let n = std::env::var("ECSTACK_CLUSTER_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default);
-    (1..=n).collect()
+    let env = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let n = env("ECSTACK_CLUSTER_SEEDS").unwrap_or(default);
+    // A long mode split over several processes: ECSTACK_CLUSTER_SEED_FROM=101 with
+    // ECSTACK_CLUSTER_SEEDS=100 runs seeds 101..=200.
+    let from = env("ECSTACK_CLUSTER_SEED_FROM").unwrap_or(1);
+    (from..from + n).collect()
 }
 
 pub struct Rig {
