@@ -203,7 +203,6 @@ pub fn write_html(dir: &Path, out: &Path, nodes_max: usize) -> Result<usize, Red
         h,
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>\n<style>\
 body{{font-family:sans-serif;margin:1em}} svg{{border:1px solid #ccc;background:#fafafa;max-width:100%;height:auto}} \
-circle{{stroke:#555;stroke-width:0.8}} circle.hit{{stroke:#e00;stroke-width:3}} line{{stroke:#bbb;stroke-width:0.8}} \
 #legend span{{display:inline-block;margin-right:1.2em}} .sw{{display:inline-block;width:14px;height:14px;border:1px solid #555;vertical-align:middle}}\
 </style></head><body>\n<h1>{title}</h1>\n<p>{} files, {} bytes analysed; {} directories drawn (the largest {} and their ancestors). \
 Node size: bytes of the directory's own files (before reduction); colour: saving of the selected configuration.</p>\n",
@@ -238,7 +237,8 @@ Node size: bytes of the directory's own files (before reduction); colour: saving
     }
     let _ = writeln!(h, "</div>");
     let size = 2.0 * half;
-    let _ = writeln!(h, "<svg id=\"tree\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{size:.0}\" height=\"{size:.0}\" viewBox=\"0 0 {size:.0} {size:.0}\">");
+    let _ = writeln!(h, "<svg id=\"tree\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{size:.0}\" height=\"{size:.0}\" viewBox=\"0 0 {size:.0} {size:.0}\">\n\
+<style>circle{{stroke:#555;stroke-width:0.8}} circle.hit{{stroke:#e00;stroke-width:3}} line{{stroke:#bbb;stroke-width:0.8}}</style>");
     for n in &nodes {
         let (x1, y1) = xy(n);
         for &k in &n.children {
