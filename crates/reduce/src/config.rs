@@ -472,9 +472,9 @@ pub fn label(m: &Method) -> String {
 
 /// `16K`, `1M` where exact, bytes otherwise (parse_size reads it back).
 fn sz(b: u64) -> String {
-    if b >= 1 << 20 && b % (1 << 20) == 0 {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{}M", b >> 20)
-    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
         format!("{}K", b >> 10)
     } else {
         b.to_string()
