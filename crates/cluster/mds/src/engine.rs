@@ -341,11 +341,14 @@ impl MdsCore {
             }
         }
         let mut tasks = Vec::new();
+        let pending = self.pending_segments()?;
         for (segment_id, mut chunks) in wanted {
             let Some(s) = self.store.segment(segment_id).map_err(internal)? else {
                 continue;
             };
-            if s.primary != primary {
+            // A segment of a file still being written (or whose put failed) may hold nothing to
+            // rebuild from yet; it is recovered once its file is committed.
+            if s.primary != primary || pending.contains(&segment_id) {
                 continue;
             }
             chunks.sort_unstable();
@@ -388,6 +391,18 @@ impl MdsCore {
         }));
         batch.commit(self.store.as_mut())?;
         Ok(file_id)
+    }
+
+    /// The segments of files created but not committed (being written, or left by a failed put
+    /// until they expire): not counted in the segments' health, not recovered.
+    fn pending_segments(&self) -> Result<std::collections::BTreeSet<u64>, MdsError> {
+        let mut out = std::collections::BTreeSet::new();
+        for f in self.store.pending_files().map_err(internal)? {
+            for s in self.store.segments_of_file(f.file_id).map_err(internal)? {
+                out.insert(s.segment_id);
+            }
+        }
+        Ok(out)
     }
 
     fn pending_file(&self, file_id: u64) -> Result<FileRecord, MdsError> {
@@ -985,8 +1000,11 @@ impl MdsCore {
         let (files, bytes) = self.store.totals().map_err(internal)?;
         let mut counts = [0u64; 4];
         let mut by_segment: BTreeMap<u64, Vec<ChunkRecord>> = BTreeMap::new();
+        let pending = self.pending_segments()?;
         for c in self.store.all_chunks().map_err(internal)? {
-            by_segment.entry(c.segment_id).or_default().push(c);
+            if !pending.contains(&c.segment_id) {
+                by_segment.entry(c.segment_id).or_default().push(c);
+            }
         }
         for chunks in by_segment.values() {
             counts[segment_health(chunks, &osds, self.k(), self.n()) as usize] += 1;

@@ -602,3 +602,44 @@ fn an_uncommitted_file_expires() {
             chunks: vec![0]
         })));
 }
+
+/// A file whose put failed (created, segments allocated, never committed) holds nothing to
+/// rebuild from: its segments are neither counted in the health nor handed out for recovery
+/// until the file is committed, so a failed put cannot keep the cluster from full redundancy.
+#[test]
+fn segments_of_uncommitted_files_are_not_recovered_until_committed() {
+    let mut r = rig(5);
+    let f = r.mds.create_file("half").unwrap();
+    let segs = r.mds.allocate_segments(f, &[SEG, SEG]).unwrap();
+    let victim = segs[0].chunks[0].osd_id;
+    r.run(OUT + 2_000, &[victim]);
+    assert_eq!(r.osd_state(victim), OsdState::Out);
+    let st = r.mds.status().unwrap();
+    assert_eq!(
+        (
+            st.segments_recovering,
+            st.segments_degraded,
+            st.segments_lost
+        ),
+        (0, 0, 0),
+        "{st:?}"
+    );
+    let recover_tasks = |r: &mut Rig| -> usize {
+        r.ids
+            .clone()
+            .into_iter()
+            .map(|id| {
+                hb(&mut r.mds, id)
+                    .tasks
+                    .iter()
+                    .filter(|t| matches!(t, OsdTask::Recover(_)))
+                    .count()
+            })
+            .sum()
+    };
+    assert_eq!(recover_tasks(&mut r), 0, "nothing to rebuild from yet");
+    // Committed, the moved chunks are recovered like any other.
+    r.mds.commit_file(f, 2 * SEG).unwrap();
+    assert!(r.mds.status().unwrap().segments_recovering > 0);
+    assert!(recover_tasks(&mut r) > 0);
+}
