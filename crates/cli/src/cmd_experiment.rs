@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_array::SchemeKind;
+use ecstack_lab::codfs_model::ModelConfig;
 use ecstack_lab::eplog::{EplogConfig, Exp, Setting, Testbed};
 use ecstack_lab::LabError;
 
@@ -20,6 +21,50 @@ pub struct ExperimentArgs {
 enum ExpCmd {
     /// EPLOG §5 Exps 1-5: write traffic, GC, commit frequency, requests/s, recovery (md vs pl vs eplog)
     Eplog(EplogArgs),
+    /// CodFS: `--exp model` checks the §5.1 throughput model on an emulated network (root, ip, tc)
+    Codfs(CodfsArgs),
+}
+
+#[derive(Args)]
+struct CodfsArgs {
+    /// Which experiment (only `model` so far)
+    #[arg(long, default_value = "model")]
+    exp: String,
+    /// Values of M (OSDs)
+    #[arg(long, value_delimiter = ',', default_value = "6,8,10")]
+    osds: Vec<usize>,
+    /// Segment sizes
+    #[arg(long, value_delimiter = ',', default_value = "16M")]
+    segment_size: Vec<String>,
+    #[arg(short = 'k', default_value_t = 4)]
+    k: u32,
+    #[arg(short = 'm', default_value_t = 2)]
+    m: u32,
+    /// B: each OSD's link in each direction (tc tbf), Mbit/s
+    #[arg(long, default_value_t = 100.0)]
+    rate_mbit: f64,
+    /// Concurrent clients, each on its own emulated host
+    #[arg(long, default_value_t = 10)]
+    clients: usize,
+    /// Bytes each client puts and gets
+    #[arg(long, default_value = "64M")]
+    size: String,
+    /// Skip the degraded read and recovery measurements
+    #[arg(long)]
+    no_failures: bool,
+    /// The MDS marks a silent OSD down after this long
+    #[arg(long, default_value_t = 10_000)]
+    down_after_ms: u64,
+    /// Output directory for the Markdown report, CSV and SVG
+    #[arg(long, default_value = "codfs-results")]
+    out: PathBuf,
+    /// Keep the clusters' files here (default: a temporary directory, removed at the end)
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -67,7 +112,45 @@ struct EplogArgs {
 pub fn run(a: ExperimentArgs) -> Result<()> {
     match a.cmd {
         ExpCmd::Eplog(e) => eplog(e),
+        ExpCmd::Codfs(c) => codfs(c),
     }
+}
+
+fn codfs(a: CodfsArgs) -> Result<()> {
+    if a.exp != "model" {
+        anyhow::bail!("--exp: {:?} is not an experiment (known: model)", a.exp);
+    }
+    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
+    let mut cfg = ModelConfig::new(exe);
+    cfg.osds = a.osds;
+    cfg.segment_bytes = a
+        .segment_size
+        .iter()
+        .map(|s| crate::util::parse_size(s))
+        .collect::<Result<_>>()?;
+    cfg.k = a.k;
+    cfg.m = a.m;
+    cfg.rate_mbit = a.rate_mbit;
+    cfg.clients = a.clients;
+    cfg.bytes_per_client = crate::util::parse_size(&a.size)?;
+    cfg.failures = !a.no_failures;
+    cfg.down_after_ms = a.down_after_ms;
+    cfg.heartbeat_ms = (a.down_after_ms / 5).clamp(1, 1_000);
+    cfg.dir = a.dir;
+    cfg.seed = a.seed;
+    cfg.validate().map_err(flag_error)?;
+    // Before any thread starts: Ctrl-C and SIGTERM delete the namespaces and kill the daemons.
+    ecstack_lab::codfs_netns::install_signal_cleanup()?;
+    let report =
+        ecstack_lab::codfs_model::run(&cfg, &|line| eprintln!("{line}")).map_err(flag_error)?;
+    report.write(&a.out)?;
+    if a.json {
+        print_json(&report)?;
+    } else {
+        println!("{}", report.markdown());
+        eprintln!("report, CSV and SVG in {}", a.out.display());
+    }
+    Ok(())
 }
 
 /// A library configuration error as the flag it came from: `--settings: 'six' is not k+m`.

@@ -10,8 +10,12 @@
 //! * [`trace_plots`]: the figures of a trace analysis.
 //! * [`codfs_bench`]: `ecstack bench cluster`, the CodFS cluster on loopback against MinIO
 //!   ([`codfs_s3`] is the S3 client for the peer).
+//! * [`codfs_model`]: `ecstack experiment codfs --exp model`, CodFS's §5.1 throughput model against
+//!   the cluster on an emulated network of namespaces ([`codfs_netns`]).
 
 pub mod codfs_bench;
+pub mod codfs_model;
+pub mod codfs_netns;
 pub mod codfs_s3;
 pub mod eplog;
 pub mod plot;

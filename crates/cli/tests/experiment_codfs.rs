@@ -1,0 +1,115 @@
+//! `ecstack experiment codfs --exp model` at its smallest: M = 4 OSDs (RS 2+1, 1 MiB segments), two
+//! clients of 2 MiB each, on an emulated network of namespaces with tc limits. It checks that the
+//! namespace setup works (daemons in their namespaces reach each other through the bridge over
+//! mTLS), that every phase ran (write, read, degraded read, recovery), that the ratios are
+//! computed against the model, and that no namespace is left behind. Speed is not checked here:
+//! the figures live in docs/benchmarks.md.
+//!
+//! Needs root and iproute2 (`ip`, `tc`): without them the test fails under CI=true and otherwise
+//! says loudly that it skipped.
+
+use std::process::{Command, Stdio};
+
+fn tools_present() -> bool {
+    let runs = |t: &str| {
+        Command::new(t)
+            .arg("-V")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    // SAFETY: geteuid cannot fail.
+    runs("ip") && runs("tc") && unsafe { libc_geteuid() } == 0
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+fn our_namespaces(pid: u32) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("ecsb{pid}-")))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn model_experiment_runs_on_namespaces_and_computes_ratios() {
+    if !tools_present() {
+        let msg = "experiment_codfs: needs root, ip and tc (apt-get install iproute2)";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED {msg}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args([
+            "experiment",
+            "codfs",
+            "--exp",
+            "model",
+            "--osds",
+            "4",
+            "-k",
+            "2",
+            "-m",
+            "1",
+            "--segment-size",
+            "1M",
+            "--clients",
+            "2",
+            "--size",
+            "2M",
+            "--rate-mbit",
+            "200",
+            "--down-after-ms",
+            "1500",
+            "--json",
+            "--out",
+        ])
+        .arg(tmp.path().join("out"))
+        .arg("--dir")
+        .arg(tmp.path().join("run"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ecstack failed: {stdout}");
+    assert!(
+        our_namespaces(pid).is_empty(),
+        "namespaces left behind: {:?}",
+        our_namespaces(pid)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["osds"], 4);
+    // The model for M = 4, B = 25 MB/s, (n, k) = (3, 2): 100 / 2 = 50 MB/s write, 100 / 1.5 read.
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {r}"));
+    assert!((f("write_model_mb_per_sec") - 50.0).abs() < 1e-9);
+    assert!((f("read_model_mb_per_sec") - 100.0 / 1.5).abs() < 1e-9);
+    for (measured, model, ratio) in [
+        ("write_mb_per_sec", "write_model_mb_per_sec", "write_ratio"),
+        ("read_mb_per_sec", "read_model_mb_per_sec", "read_ratio"),
+    ] {
+        assert!(f(measured) > 0.0);
+        assert!((f(ratio) - f(measured) / f(model)).abs() < 1e-9, "{r}");
+    }
+    assert!(f("degraded_read_mb_per_sec") > 0.0, "{r}");
+    assert!(
+        r["recovered_bytes"].as_u64().unwrap() > 0,
+        "recovery rebuilt nothing: {r}"
+    );
+    for file in ["codfs-model.md", "codfs-model.csv", "codfs-model.svg"] {
+        assert!(tmp.path().join("out").join(file).is_file(), "{file}");
+    }
+}

@@ -1,0 +1,374 @@
+//! An emulated cluster network for `ecstack experiment codfs`: one Linux network namespace per host
+//! (the MDS, each OSD, each client), each joined by a veth pair to a bridge in a hub namespace, and
+//! `tc` token-bucket filters (tbf) on every OSD's link in both directions, so that each OSD's
+//! inbound and outbound bandwidth is the B of CodFS's throughput model (thesis §5.1). The MDS's and
+//! the clients' links are not limited (the model charges only the OSDs).
+//!
+//! Needs root and iproute2 (`ip`, `tc`). Every namespace is deleted when the [`Testbed`] is dropped,
+//! on Ctrl-C or SIGTERM (see [`install_signal_cleanup`]), and namespaces of an earlier run whose
+//! process is gone are deleted when a new testbed is created.
+//!
+//! Addresses: 10.77.0.0/16, host `i` (0-based, in creation order) at 10.77.(i / 250).(i % 250 + 2).
+
+use std::fs::File;
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::Mutex;
+
+use crate::{LabError, Result};
+
+/// Namespaces of this tool start with this (then the owning pid, so leftovers can be recognised).
+const NS_PREFIX: &str = "ecsb";
+
+/// What the signal thread must undo: daemons to kill and namespaces to delete.
+static CLEANUP: Mutex<Cleanup> = Mutex::new(Cleanup {
+    pids: Vec::new(),
+    namespaces: Vec::new(),
+});
+
+struct Cleanup {
+    pids: Vec<u32>,
+    namespaces: Vec<String>,
+}
+
+/// Registers a process to SIGKILL if the run is interrupted (a daemon inside a namespace).
+pub fn register_pid(pid: u32) {
+    CLEANUP
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pids
+        .push(pid);
+}
+
+/// Forgets a process that was reaped (its pid may be reused).
+pub fn unregister_pid(pid: u32) {
+    CLEANUP
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pids
+        .retain(|&p| p != pid);
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it starts later) and
+/// starts a thread that waits for them: it kills the registered daemons, deletes the registered
+/// namespaces and exits with 130. Call it before any other thread is started. Child processes do
+/// not inherit the blocked mask (std's `Command` resets it).
+pub fn install_signal_cleanup() -> Result<()> {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask and sigwait only
+    // read it. No Rust memory is shared with a signal handler (there is none: sigwait is synchronous).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if r != 0 {
+            return Err(LabError::Run(format!(
+                "cannot block SIGINT/SIGTERM: error {r}"
+            )));
+        }
+        std::thread::Builder::new()
+            .name("netns-cleanup".into())
+            .spawn(move || {
+                let mut sig = 0;
+                libc::sigwait(&set, &mut sig);
+                eprintln!("ecstack: interrupted: stopping the daemons and deleting the namespaces");
+                let c = CLEANUP.lock().unwrap_or_else(|e| e.into_inner());
+                for &pid in &c.pids {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
+                for ns in c.namespaces.iter().rev() {
+                    delete_namespace(ns);
+                }
+                std::process::exit(130);
+            })
+            .map_err(|e| LabError::Run(format!("cannot start the signal thread: {e}")))?;
+    }
+    Ok(())
+}
+
+/// One emulated host.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// The namespace (`ip netns exec NAME …`).
+    pub namespace: String,
+    pub ip: Ipv4Addr,
+    /// The hub side of its veth pair.
+    hub_link: String,
+    /// tc rate of its link in each direction, Mbit/s (`None`: not limited).
+    pub rate_mbit: Option<f64>,
+}
+
+/// The namespaces of one run; all deleted on drop.
+pub struct Testbed {
+    hub: String,
+    pub mds: Host,
+    pub osds: Vec<Host>,
+    pub clients: Vec<Host>,
+}
+
+/// Runs a command; its stderr (or status) as one error line on failure.
+fn sh(args: &[&str]) -> Result<()> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| LabError::Run(format!("cannot run {}: {e}", args[0])))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(LabError::Run(format!(
+            "`{}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+fn delete_namespace(ns: &str) {
+    // Deleting a namespace removes its links (and the hub's bridge) with it.
+    let _ = Command::new("ip").args(["netns", "del", ns]).output();
+}
+
+/// `ip` and `tc` present and we are root: otherwise one line saying what is missing.
+pub fn check_tools() -> Result<()> {
+    for tool in ["ip", "tc"] {
+        let found = Command::new(tool)
+            .arg("-V")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !found {
+            return Err(LabError::Run(format!(
+                "`{tool}` not found: the emulated network needs iproute2 (apt-get install iproute2)"
+            )));
+        }
+    }
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(LabError::Run(
+            "the emulated network needs root (network namespaces and tc)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Deletes namespaces left by runs whose process no longer exists (a SIGKILLed experiment).
+fn delete_leftovers() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix(NS_PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        if !alive {
+            delete_namespace(name);
+        }
+    }
+}
+
+fn host_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 77, (i / 250) as u8, (i % 250 + 2) as u8)
+}
+
+/// tbf burst: a few milliseconds of the rate, and at least a GSO packet (64 KiB).
+fn burst_bytes(rate_mbit: f64) -> u64 {
+    ((rate_mbit * 1e6 / 8.0 / 200.0) as u64).max(64 << 10)
+}
+
+impl Testbed {
+    /// Creates the hub, the MDS host, `osds` OSD hosts limited to `rate_mbit` in each direction,
+    /// and `clients` client hosts. On error, whatever was created is deleted.
+    pub fn create(osds: usize, clients: usize, rate_mbit: f64) -> Result<Testbed> {
+        check_tools()?;
+        if !(rate_mbit.is_finite() && rate_mbit > 0.0) {
+            return Err(LabError::Config {
+                field: "rate-mbit",
+                msg: format!("{rate_mbit}: must be a positive number of Mbit/s"),
+            });
+        }
+        delete_leftovers();
+        let prefix = format!("{NS_PREFIX}{}", std::process::id());
+        let hub = format!("{prefix}-hub");
+        let mut bed = Testbed {
+            hub: hub.clone(),
+            mds: Host {
+                namespace: String::new(),
+                ip: host_ip(0),
+                hub_link: String::new(),
+                rate_mbit: None,
+            },
+            osds: Vec::new(),
+            clients: Vec::new(),
+        };
+        bed.add_namespace(&hub)?;
+        sh(&["ip", "-n", &hub, "link", "add", "br0", "type", "bridge"])?;
+        sh(&["ip", "-n", &hub, "link", "set", "br0", "up"])?;
+        let mut index = 0;
+        let mut host = |bed: &mut Testbed, name: String, rate: Option<f64>| -> Result<Host> {
+            let h = Host {
+                namespace: format!("{prefix}-{name}"),
+                ip: host_ip(index),
+                hub_link: format!("v{index}"),
+                rate_mbit: rate,
+            };
+            index += 1;
+            bed.add_host(&h)?;
+            Ok(h)
+        };
+        bed.mds = host(&mut bed, "mds".into(), None)?;
+        for i in 0..osds {
+            let h = host(&mut bed, format!("o{i}"), Some(rate_mbit))?;
+            bed.osds.push(h);
+        }
+        for j in 0..clients {
+            let h = host(&mut bed, format!("c{j}"), None)?;
+            bed.clients.push(h);
+        }
+        Ok(bed)
+    }
+
+    fn add_namespace(&mut self, ns: &str) -> Result<()> {
+        sh(&["ip", "netns", "add", ns])?;
+        CLEANUP
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .namespaces
+            .push(ns.to_owned());
+        sh(&["ip", "-n", ns, "link", "set", "lo", "up"])
+    }
+
+    fn add_host(&mut self, h: &Host) -> Result<()> {
+        self.add_namespace(&h.namespace)?;
+        let hub = self.hub.as_str();
+        let ns = h.namespace.as_str();
+        sh(&[
+            "ip",
+            "-n",
+            hub,
+            "link",
+            "add",
+            &h.hub_link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns,
+        ])?;
+        sh(&[
+            "ip",
+            "-n",
+            hub,
+            "link",
+            "set",
+            &h.hub_link,
+            "master",
+            "br0",
+            "up",
+        ])?;
+        sh(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{}/16", h.ip),
+            "dev",
+            "eth0",
+        ])?;
+        sh(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
+        if let Some(rate) = h.rate_mbit {
+            let rate_arg = format!("{rate}mbit");
+            let burst = burst_bytes(rate).to_string();
+            // Outbound of the host: its own end's egress. Inbound: the hub end's egress.
+            for (netns, dev) in [(ns, "eth0"), (hub, h.hub_link.as_str())] {
+                sh(&[
+                    "ip", "netns", "exec", netns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+                    "rate", &rate_arg, "burst", &burst, "latency", "100ms",
+                ])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `ip netns exec NS` before a command that must run on `host`.
+    pub fn exec_prefix(host: &Host) -> Vec<String> {
+        ["ip", "netns", "exec", &host.namespace]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    /// Moves the calling thread into `host`'s network namespace (sockets it opens from now on are
+    /// that host's). Meant for a thread started for this purpose.
+    pub fn enter(host: &Host) -> Result<()> {
+        let path = format!("/run/netns/{}", host.namespace);
+        let f = File::open(&path).map_err(|e| LabError::Run(format!("{path}: {e}")))?;
+        // SAFETY: setns on a namespace file descriptor we hold open; it changes only this thread.
+        let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        if r != 0 {
+            return Err(LabError::Run(format!(
+                "setns {path}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The namespaces of this testbed (for tests and reports).
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut v = vec![self.hub.clone(), self.mds.namespace.clone()];
+        v.extend(self.osds.iter().map(|h| h.namespace.clone()));
+        v.extend(self.clients.iter().map(|h| h.namespace.clone()));
+        v
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        let mut c = CLEANUP.lock().unwrap_or_else(|e| e.into_inner());
+        for ns in self.namespaces().iter().rev() {
+            if !ns.is_empty() {
+                delete_namespace(ns);
+            }
+            c.namespaces.retain(|n| n != ns);
+        }
+    }
+}
+
+/// Namespaces that exist now (`ip netns list`).
+pub fn list_namespaces() -> Vec<String> {
+    Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_and_bursts() {
+        assert_eq!(host_ip(0), Ipv4Addr::new(10, 77, 0, 2));
+        assert_eq!(host_ip(251), Ipv4Addr::new(10, 77, 1, 3));
+        assert_eq!(burst_bytes(100.0), 64 << 10);
+        assert_eq!(burst_bytes(1000.0), 625_000);
+    }
+}
