@@ -6,7 +6,8 @@ set -euo pipefail
 # libisal-dev: ISA-L, the peer the codes are cross-checked and benchmarked against.
 # fio, libnbd-bin (nbdinfo, nbdcopy): the unmodified clients the NBD export is tested with.
 # protobuf-compiler (protoc): the cluster's gRPC messages (crates/cluster/{mds,osd}/proto) are compiled at build time.
-PKGS=(build-essential pkg-config libisal-dev fio libnbd-bin protobuf-compiler)
+# iproute2 (ip, tc): `ecstack experiment codfs` emulates links with network namespaces (crates/cli/tests/experiment_codfs.rs).
+PKGS=(build-essential pkg-config libisal-dev fio libnbd-bin protobuf-compiler iproute2)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
