@@ -770,13 +770,15 @@ impl MdsClient {
         Ok(())
     }
 
-    /// Reports chunk `chunk` of a segment rebuilt on `osd_id` at `version`.
+    /// Reports chunk `chunk` of a segment rebuilt on `osd_id` at `version` by `reporter` (the
+    /// segment's primary; `None`: unchecked).
     pub async fn chunk_recovered(
         &self,
         segment_id: u64,
         chunk: u32,
         osd_id: u32,
         version: u64,
+        reporter: Option<u32>,
     ) -> Result<(), MdsError> {
         self.raw()
             .chunk_recovered(proto::ChunkRecoveredRequest {
@@ -784,6 +786,7 @@ impl MdsClient {
                 chunk,
                 osd_id,
                 version,
+                reporter,
             })
             .await?;
         Ok(())

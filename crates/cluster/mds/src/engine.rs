@@ -666,15 +666,25 @@ impl MdsCore {
         batch.commit(self.store.as_mut())
     }
 
+    /// Chunk `chunk` was rebuilt onto `osd_id` at `version` by `reporter` (`None`: unchecked), which
+    /// must be the segment's primary: a primary deposed by a promotion (its heartbeats late, not
+    /// dead) may still finish a task with an old view, and must not make a chunk healthy.
     pub fn chunk_recovered(
         &mut self,
         segment_id: u64,
         chunk: u32,
         osd_id: u32,
         version: u64,
+        reporter: Option<u32>,
     ) -> Result<(), MdsError> {
         let mut s = self.segment(segment_id)?;
         self.check_chunks(segment_id, &[chunk])?;
+        if let Some(reporter) = reporter.filter(|&r| r != s.primary) {
+            return Err(MdsError::FailedPrecondition(format!(
+                "segment {segment_id}'s primary is OSD {}, not OSD {reporter}; its rebuild is not recorded",
+                s.primary
+            )));
+        }
         let c = self
             .store
             .chunks(segment_id)

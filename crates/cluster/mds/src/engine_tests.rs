@@ -286,7 +286,8 @@ fn lost_chunks_are_placed_when_an_osd_comes() {
             chunks: vec![3]
         })]
     );
-    mds.chunk_recovered(seg.segment_id, 3, new, 0).unwrap();
+    mds.chunk_recovered(seg.segment_id, 3, new, 0, None)
+        .unwrap();
     assert_eq!(
         mds.get_segment(seg.segment_id).unwrap().chunks[3].state,
         ChunkState::Healthy
@@ -415,11 +416,24 @@ fn down_promotes_the_lowest_usable_holder_and_a_return_catches_up() {
     );
     // An outdated rebuild is refused; the current one is recorded.
     assert!(matches!(
-        r.mds.chunk_recovered(hit.segment_id, idx, victim, 6),
+        r.mds.chunk_recovered(hit.segment_id, idx, victim, 6, None),
         Err(MdsError::FailedPrecondition(_))
     ));
+    // A report from an OSD that is not the segment's primary (one deposed by a promotion that
+    // still finished an old task) is refused too.
+    let deposed = now
+        .chunks
+        .iter()
+        .map(|c| c.osd_id)
+        .find(|&o| o != now.primary)
+        .unwrap();
+    let e = r
+        .mds
+        .chunk_recovered(hit.segment_id, idx, victim, 7, Some(deposed))
+        .unwrap_err();
+    assert!(e.to_string().contains("its rebuild is not recorded"), "{e}");
     r.mds
-        .chunk_recovered(hit.segment_id, idx, victim, 7)
+        .chunk_recovered(hit.segment_id, idx, victim, 7, Some(now.primary))
         .unwrap();
     assert_eq!(
         r.mds.get_segment(hit.segment_id).unwrap().chunks[idx as usize].state,
@@ -484,14 +498,15 @@ fn out_moves_chunks_to_new_holders_and_recovery_completes() {
             for c in t.chunks {
                 let target = t.layout.chunks[c as usize].osd_id;
                 r.mds
-                    .chunk_recovered(t.layout.segment_id, c, target, 0)
+                    .chunk_recovered(t.layout.segment_id, c, target, 0, None)
                     .unwrap();
                 // Reporting twice is harmless.
                 r.mds
-                    .chunk_recovered(t.layout.segment_id, c, target, 0)
+                    .chunk_recovered(t.layout.segment_id, c, target, 0, None)
                     .unwrap();
                 assert!(matches!(
-                    r.mds.chunk_recovered(t.layout.segment_id, c, victim, 0),
+                    r.mds
+                        .chunk_recovered(t.layout.segment_id, c, victim, 0, None),
                     Err(MdsError::FailedPrecondition(_))
                 ));
             }

@@ -352,7 +352,7 @@ impl proto::mds_server::Mds for MdsService {
         let r = r.into_inner();
         self.0
             .run("chunk_recovered", move |c| {
-                c.chunk_recovered(r.segment_id, r.chunk, r.osd_id, r.version)
+                c.chunk_recovered(r.segment_id, r.chunk, r.osd_id, r.version, r.reporter)
             })
             .await?;
         Ok(Response::new(proto::ChunkRecoveredReply {}))

@@ -174,7 +174,7 @@ async fn the_cluster_life_cycle_over_grpc() {
         })
         .expect("a RecoverTask for segment 0 at its primary");
     assert_eq!(task.chunks, vec![0]);
-    c.chunk_recovered(now.segment_id, 0, now.chunks[0].osd_id, 0)
+    c.chunk_recovered(now.segment_id, 0, now.chunks[0].osd_id, 0, None)
         .await
         .unwrap();
     assert_eq!(

@@ -174,8 +174,8 @@ impl OsdError {
 pub struct OsdClient {
     addr: String,
     raw: RawClient<Channel>,
-    /// The OSD id chunk calls are meant for (0: whoever answers at `addr`).
-    target: u32,
+    /// The OSD id chunk calls are meant for (`None`: whoever answers at `addr`).
+    target: Option<u32>,
 }
 
 impl std::fmt::Debug for OsdClient {
@@ -203,14 +203,14 @@ impl OsdClient {
         Ok(OsdClient {
             addr: addr.to_owned(),
             raw,
-            target: 0,
+            target: None,
         })
     }
 
     /// The same connection, with chunk calls meant for OSD `osd_id`: an OSD with another id
     /// refuses them (an address that now belongs to another OSD, after restarts on new ports).
     pub fn for_osd(mut self, osd_id: u32) -> OsdClient {
-        self.target = osd_id;
+        self.target = Some(osd_id);
         self
     }
 
@@ -534,7 +534,7 @@ pub(crate) fn meta_to_proto(m: &ChunkMeta) -> proto::ChunkHeader {
         chunk_bytes: m.chunk_bytes,
         segment_length: m.segment_length,
         applied: m.applied.clone(),
-        target_osd: 0,
+        target_osd: None,
     }
 }
 

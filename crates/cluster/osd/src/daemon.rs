@@ -64,9 +64,10 @@ impl MdsLink for MdsClient {
         chunk: u32,
         osd_id: u32,
         version: u64,
+        reporter: Option<u32>,
     ) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            MdsClient::chunk_recovered(self, segment, chunk, osd_id, version)
+            MdsClient::chunk_recovered(self, segment, chunk, osd_id, version, reporter)
                 .await
                 .map_err(|e| e.to_string())
         })

@@ -22,7 +22,14 @@ impl MdsLink for NoMds {
     fn mark_stale<'a>(&'a self, _: u64, _: &'a [u32], _: u64) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
-    fn chunk_recovered(&self, _: u64, _: u32, _: u32, _: u64) -> BoxFuture<'_, Result<(), String>> {
+    fn chunk_recovered(
+        &self,
+        _: u64,
+        _: u32,
+        _: u32,
+        _: u64,
+        _: Option<u32>,
+    ) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
 }
@@ -87,7 +94,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
             "chunk_write",
             proto::ChunkWrite {
                 part: Some(proto::chunk_write::Part::Header(proto::ChunkHeader {
-                    target_osd: ME,
+                    target_osd: Some(ME),
                     segment_id: 2,
                     index: 1,
                     version: 3,
@@ -101,7 +108,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "get_chunk",
             proto::GetChunkRequest {
-                target_osd: ME,
+                target_osd: Some(ME),
                 segment_id: 1,
                 index: 1,
                 offset: 10,
@@ -112,7 +119,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "update_chunk",
             proto::UpdateChunkRequest {
-                target_osd: ME,
+                target_osd: Some(ME),
                 segment_id: 1,
                 index: 0,
                 offset: 4000,
@@ -126,7 +133,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "apply_delta",
             proto::ApplyDeltaRequest {
-                target_osd: ME,
+                target_osd: Some(ME),
                 segment_id: 1,
                 index: 2,
                 offset: 17,
@@ -140,7 +147,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "chunk_version",
             proto::ChunkVersionRequest {
-                target_osd: ME,
+                target_osd: Some(ME),
                 segment_id: 1,
                 index: 2,
             }
@@ -149,7 +156,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "delete_chunk",
             proto::DeleteChunkRequest {
-                target_osd: ME,
+                target_osd: Some(ME),
                 segment_id: 3,
                 index: 2,
             }

@@ -39,13 +39,14 @@ pub trait MdsLink: Send + Sync {
         chunks: &'a [u32],
         version: u64,
     ) -> BoxFuture<'a, Result<(), String>>;
-    /// A chunk was rebuilt onto `osd_id` at `version`.
+    /// A chunk was rebuilt onto `osd_id` at `version` by `reporter` (this OSD, the primary).
     fn chunk_recovered(
         &self,
         segment: u64,
         chunk: u32,
         osd_id: u32,
         version: u64,
+        reporter: Option<u32>,
     ) -> BoxFuture<'_, Result<(), String>>;
 }
 
@@ -337,9 +338,9 @@ impl Osd {
         Ok(c.for_osd(h.osd_id))
     }
 
-    /// Refuses a chunk call meant for another OSD (`target` 0: any).
-    fn check_target(&self, target: u32) -> Result<(), Status> {
-        if target != 0 && target != self.osd_id() {
+    /// Refuses a chunk call meant for another OSD (`None`: any).
+    fn check_target(&self, target: Option<u32>) -> Result<(), Status> {
+        if let Some(target) = target.filter(|&t| t != self.osd_id()) {
             return Err(Status::failed_precondition(format!(
                 "this is osd {}, not osd {target}: the caller's address for osd {target} is out of date",
                 self.osd_id()
@@ -1272,7 +1273,7 @@ impl Osd {
             self.inner
                 .setup
                 .mds
-                .chunk_recovered(l.segment_id, i, h.osd_id, version)
+                .chunk_recovered(l.segment_id, i, h.osd_id, version, Some(self.osd_id()))
                 .await?;
             moved += cb;
             Metrics::add(&self.inner.metrics.recovery_chunks, 1);

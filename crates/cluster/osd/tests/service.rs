@@ -36,6 +36,7 @@ impl MdsLink for Recorder {
         chunk: u32,
         osd_id: u32,
         version: u64,
+        _reporter: Option<u32>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
         let line = format!("recovered {segment} {chunk} osd{osd_id} v{version}");
         Box::pin(async move {
