@@ -1,0 +1,10 @@
+//! Simulators that are not devices (ARCHITECTURE.md, layer `sim`). Each lives in its own module and
+//! shares only `ecstack-base`'s seeded PRNGs, so a stored seed replays a run exactly:
+//!
+//! - `robustore`: RobuSTore's ch. 6 world (seed `robustore-thesis.txt`): one client, filers with caches
+//!   and disks under background load, RAID-0 / RRAID-S / RRAID-A / RobuSTore access schemes, in virtual
+//!   time;
+//! - `reliability`: MTTDL models (Markov chains solved exactly, checked by Monte-Carlo) of the array and
+//!   cluster layouts ecstack builds.
+//!
+//! Flash wear (ZombieNAND) is not here: it is a device model, in `ecstack-device`'s SSD.
