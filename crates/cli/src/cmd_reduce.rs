@@ -87,6 +87,9 @@ struct ReportArgs {
     /// Directories drawn in the HTML picture (the largest, with their ancestors)
     #[arg(long, default_value_t = 2000)]
     html_nodes: usize,
+    /// Anonymised export: no root, directories as salted BLAKE3 hashes of their paths, extension stats kept
+    #[arg(long, value_name = "SALT")]
+    anonymize: Option<String>,
     #[arg(long)]
     json: bool,
 }

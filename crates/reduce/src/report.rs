@@ -228,6 +228,22 @@ fn pct(red: u64, orig: u64) -> String {
 }
 
 impl Report {
+    /// The anonymised export, for sharing results: no root and no paths — each directory becomes the
+    /// first 16 hex digits of BLAKE3(salt ‖ path) (the same directory hashes alike within one salt, so two
+    /// exports with one salt can be compared), and the problem paths never leave the results directory.
+    /// Extension statistics stay as they are.
+    pub fn anonymized(mut self, salt: &str) -> Report {
+        self.root = "(anonymised)".into();
+        for d in &mut self.directories {
+            let mut h = blake3::Hasher::new();
+            h.update(salt.as_bytes());
+            h.update(&[0]);
+            h.update(d.name.as_bytes());
+            d.name = h.finalize().to_hex()[..16].to_string();
+        }
+        self
+    }
+
     /// The text tables (the seed's Stacker output, as tables).
     pub fn to_text(&self) -> String {
         use std::fmt::Write;

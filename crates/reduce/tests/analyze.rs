@@ -211,6 +211,18 @@ fn hand_built_tree_savings() {
     assert_eq!(savings("dup")[total(&r, "whole:sha1").id as usize], 0.5);
     assert!(node("noise").contains("fill=\"#ffffff\""));
     assert!(savings("zeros")[0] > 0.99);
+
+    // The anonymised export: no path text left, the figures unchanged, hashes stable per salt.
+    let a = r.clone().anonymized("s1");
+    let json = serde_json::to_string(&a).unwrap();
+    for name in ["dup", "shift", "noise", "tree", "zeros"] {
+        assert!(!json.contains(&format!("\"{name}\"")), "{name} leaked");
+    }
+    assert_eq!(a.totals, r.totals);
+    assert_eq!(a.extensions, r.extensions);
+    assert_eq!(a.directories.len(), r.directories.len());
+    assert_eq!(r.clone().anonymized("s1").directories, a.directories);
+    assert_ne!(r.clone().anonymized("s2").directories, a.directories);
 }
 
 #[test]
