@@ -8,3 +8,4 @@
 //!   cluster layouts ecstack builds.
 //!
 //! Flash wear (ZombieNAND) is not here: it is a device model, in `ecstack-device`'s SSD.
+pub mod robustore;

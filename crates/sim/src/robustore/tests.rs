@@ -1,0 +1,258 @@
+//! Tests of the simulator against hand-worked examples and the seed's Table 6-1.
+
+use super::disk::{Layout, BLOCKING_FACTORS, TABLE_6_1};
+use super::*;
+
+/// Reads `blocks` blocks of `block` bytes from one disk of the given layout (zone drawn as in the
+/// simulator), RTT 0, and returns (bytes, seconds).
+fn one_disk_read(layout: Layout, blocks: u32, block: u64, rng: &mut Rng) -> (u64, f64) {
+    let setup = DiskSetup {
+        global: 0,
+        filer: 0,
+        model: DiskModel::new(layout, rng),
+        bg_interval: None,
+    };
+    let mut eng = Engine::new(
+        IoKind::Read,
+        vec![setup],
+        1,
+        0.0,
+        1e15,
+        None,
+        Rng::new(rng.next_u64()),
+        0.0,
+    );
+    let jobs = (0..blocks)
+        .map(|i| Job {
+            id: i,
+            bytes: block,
+            addr: i as u64 * block,
+        })
+        .collect();
+    eng.request(0, jobs);
+    let mut c = Speculative {
+        need: Need::Plain {
+            got: vec![false; blocks as usize],
+            missing: blocks as usize,
+        },
+        received: 0,
+        decode: None,
+        done: false,
+    };
+    let t = eng.run(&mut c).expect("completes");
+    (blocks as u64 * block, t)
+}
+
+#[test]
+fn disk_model_reproduces_table_6_1_within_5_percent_per_cell() {
+    let mut rng = Rng::new(61);
+    for (row, seq) in [false, true].into_iter().enumerate() {
+        for (col, &bf) in BLOCKING_FACTORS.iter().enumerate() {
+            let layout = Layout {
+                bf_index: col,
+                sequential: seq,
+            };
+            let (mut bytes, mut secs) = (0u64, 0.0);
+            for _ in 0..400 {
+                let (b, t) = one_disk_read(layout, 4, 1 << 20, &mut rng);
+                bytes += b;
+                secs += t;
+            }
+            let got = bytes as f64 / secs / MB;
+            let want = TABLE_6_1[row][col];
+            assert!(
+                (got / want - 1.0).abs() < 0.05,
+                "seq={seq} bf={bf}: {got:.3} MB/s, Table 6-1 says {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn rraid_s_placement_is_figure_6_1d() {
+    // 8 blocks, 4 disks, two replicas: replica r of block i on disk (i + r) mod 4, replica 0 first.
+    assert_eq!(
+        rraid_layout(8, 4, 2),
+        vec![
+            vec![0, 4, 3, 7],
+            vec![1, 5, 0, 4],
+            vec![2, 6, 1, 5],
+            vec![3, 7, 2, 6],
+        ]
+    );
+    assert_eq!(
+        rraid_layout(8, 4, 1),
+        vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+    );
+}
+
+fn tiny(scheme: Scheme) -> Config {
+    Config {
+        disks: 4,
+        total_disks: 4,
+        disks_per_filer: 4,
+        data_bytes: 8 * 4096,
+        block_bytes: 4096,
+        redundancy: 1.0,
+        rtt: 0.1,
+        metadata_cost: 0.0,
+        link_rate: 1e15,
+        accesses: 1,
+        ..Config::baseline(scheme)
+    }
+}
+
+fn fixed_setups(times: &[f64]) -> Vec<DiskSetup> {
+    times
+        .iter()
+        .enumerate()
+        .map(|(d, &t)| DiskSetup {
+            global: d,
+            filer: 0,
+            model: DiskModel::fixed(0, t),
+            bg_interval: None,
+        })
+        .collect()
+}
+
+fn hand_read(scheme: Scheme) -> (AccessResult, Vec<Round>) {
+    let cfg = tiny(scheme);
+    let obj = Object {
+        disks: vec![0, 1, 2, 3],
+        base: 0,
+        graph_seed: 1,
+    };
+    let mut st = PointState {
+        caches: None,
+        raptor_needed: vec![],
+    };
+    let layout = rraid_layout(8, 4, 2);
+    let setups = fixed_setups(&[1.0, 1.1, 1.2, 10.0]);
+    run_read(&cfg, &obj, &layout, 8, &mut st, &mut Rng::new(1), setups).unwrap()
+}
+
+#[test]
+fn rraid_a_rounds_on_the_hand_worked_8_block_4_disk_example() {
+    // Disks take 1.0, 1.1, 1.2 and 10 s per block; RTT 0.1 s. Disk 0 delivers blocks 0 and 4 by 2.10;
+    // of the slow disk 3's undelivered {3, 7} it holds both (replica 1), the others none: 7 moves to
+    // disk 0 (request at 2.15, delivered 3.20; cancelled from disk 3's queue). Disks 1 and 2 then go
+    // idle with nothing they hold outstanding. At 3.20 disk 0 takes the last undelivered block, 3 (in
+    // service on disk 3 since 0.05): delivered at 4.30, the read is done. Disk 3 finishes block 3 anyway.
+    let (r, rounds) = hand_read(Scheme::RraidA);
+    assert_eq!(rounds, vec![(0, vec![7], 3), (0, vec![3], 3)]);
+    assert!((r.latency - 4.30).abs() < 1e-9, "{}", r.latency);
+    assert_eq!(r.requests, 8 + 2);
+    assert_eq!(r.net_bytes, 9 * 4096, "one block (3) read twice");
+}
+
+#[test]
+fn rraid_s_on_the_hand_worked_example() {
+    // Everything requested: disk 0 reads 0, 4, 3, 7 at 1.05, 2.05, 3.05, 4.05; block 7 reaches the
+    // client at 4.10 and is the last missing one (disk 3 is still on block 3; disks 1 and 2 hold no 7).
+    let (r, rounds) = hand_read(Scheme::RraidS);
+    assert!(rounds.is_empty());
+    assert!((r.latency - 4.10).abs() < 1e-9, "{}", r.latency);
+}
+
+#[test]
+fn lt_overhead_used_matches_the_codes_layers_measurement() {
+    let cfg = Config {
+        disks: 16,
+        data_bytes: 128 << 16,
+        block_bytes: 1 << 16,
+        redundancy: 3.0,
+        accesses: 60,
+        seed: 7,
+        ..Config::baseline(Scheme::RobuStore)
+    };
+    let (p, all) = run_point(&cfg).unwrap();
+    let sim: Vec<f64> = all.iter().map(|r| r.reception_overhead.unwrap()).collect();
+    let measured = lt_overhead_measured(128, 512, 1.0, 0.5, 60, 10, 99).unwrap();
+    let stats = |v: &[f64]| {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64;
+        (m, (var / v.len() as f64).sqrt())
+    };
+    let (ms, ses) = stats(&sim);
+    let (mm, sem) = stats(&measured);
+    assert_eq!(p.reception_overhead, Some(ms));
+    let tol = 4.0 * (ses * ses + sem * sem).sqrt() + 0.01;
+    assert!(
+        (ms - mm).abs() < tol,
+        "simulator {ms:.4} vs codes layer {mm:.4} (tolerance {tol:.4})"
+    );
+    assert!(mm > 0.05 && mm < 1.5, "a plausible LT overhead: {mm}");
+}
+
+#[test]
+fn a_fixed_seed_replays_exactly() {
+    for scheme in Scheme::ALL {
+        let cfg = Config {
+            disks: 8,
+            data_bytes: 32 << 20,
+            accesses: 3,
+            variation: Variation::Background(BgInterval::Uniform {
+                lo: 6e-3,
+                hi: 200e-3,
+            }),
+            cache: true,
+            cache_bytes: 8 << 20,
+            ..Config::baseline(scheme)
+        };
+        let a = run_point(&cfg).unwrap();
+        let b = run_point(&cfg).unwrap();
+        assert_eq!(a, b, "{scheme}");
+        let other = run_point(&Config { seed: 2, ..cfg }).unwrap();
+        assert_ne!(a.0, other.0, "{scheme}: another seed changes the result");
+    }
+}
+
+#[test]
+fn writes_and_read_after_write_complete() {
+    for scheme in Scheme::ALL {
+        for op in [Op::Write, Op::ReadAfterWrite] {
+            let cfg = Config {
+                disks: 8,
+                data_bytes: 16 << 20,
+                accesses: 2,
+                op,
+                ..Config::baseline(scheme)
+            };
+            let (p, _) = run_point(&cfg).unwrap();
+            assert!(p.bandwidth_mbps > 0.0, "{scheme} {op:?}");
+            if op == Op::Write {
+                // A write sends every stored byte: D x size at least.
+                assert!(
+                    p.io_overhead >= cfg.redundancy - 1e-9,
+                    "{scheme}: {}",
+                    p.io_overhead
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_settings_are_one_clear_error() {
+    let e = Config {
+        redundancy: 1.5,
+        ..Config::baseline(Scheme::RraidS)
+    }
+    .validate()
+    .unwrap_err();
+    assert!(e.to_string().starts_with("redundancy:"), "{e}");
+    let e = Config {
+        disks: 200,
+        ..Config::baseline(Scheme::RobuStore)
+    }
+    .validate()
+    .unwrap_err();
+    assert!(e.to_string().starts_with("disks:"), "{e}");
+    let e = Config {
+        redundancy: 0.0,
+        ..Config::baseline(Scheme::RobuStore)
+    }
+    .validate()
+    .unwrap_err();
+    assert!(e.to_string().contains("D > 0"), "{e}");
+}
