@@ -39,9 +39,10 @@ pub use mirror::{Mirror, MirrorReport};
 pub use rng::SplitMix64;
 pub use sim::hdd::{HddConfig, HddModel, HddStats, Scheduler, SimHdd};
 pub use sim::ssd::{
-    BlockInfo, BlockStatus, CellMode, NoWear, SimSsd, SsdConfig, SsdModel, SsdStats, WearAction,
-    WearModel,
+    BlockInfo, BlockStatus, CellMode, GcPolicy, NoWear, SimSsd, SsdConfig, SsdModel, SsdStats,
+    WearAction, WearModel,
 };
+pub use sim::wear::{WearPhysics, ZombieWear};
 pub use spec::{hdd_config, open_spec, parse_duration, parse_size, ssd_config};
 pub use throttled::{LatencyDist, ServiceProfile, ThrottleConfig, Throttled};
 pub use workload::{Pattern, Workload};

@@ -3,3 +3,4 @@
 pub mod hdd;
 pub mod sparse;
 pub mod ssd;
+pub mod wear;

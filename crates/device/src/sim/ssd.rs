@@ -19,14 +19,32 @@
 //!   the transfer (an unmapped page costs the transfer only); GC is foreground and charges each copied
 //!   page a read + program and each victim an erase to the host write that triggered it. Latencies per
 //!   cell mode are Table 4.1 of the ZombieNAND thesis (§4.4.2); the interface is SATA 300 (300 MB/s).
+//! * Page sizes per cell mode (Table 4.1: SLC 2 KiB, MLC 4 KiB, TLC 8 KiB): the host's logical page
+//!   (`page_size`) is the mapping unit. In the native mode (`SsdConfig::mode`) a logical page costs one
+//!   page operation of that mode. In a fallback mode M it costs `max(1, n(M) / n(native))` page
+//!   operations of M, with `n(X) = ceil(page_size / page(X))` the pages of X one logical page needs:
+//!   with 8 KiB logical pages on TLC, an MLC block programs 2 pages and an SLC block 4; with 4 KiB
+//!   logical pages, MLC 1 and SLC 2.
 //!
-//! # Room for wear physics (ZombieNAND)
+//! # Wear physics (ZombieNAND)
 //! Every block carries a [`BlockInfo`]: erase count, current [`CellMode`], usable pages in that mode and
 //! a [`BlockStatus`] that includes `Retired`. After every erase the model asks its [`WearModel`] what to
 //! do with the block: keep it, switch it to a lower-bit cell mode with fewer usable pages (bit-mode
-//! fallback) or retire it. The default [`NoWear`] keeps every block forever. Physical page numbers are
-//! `block * pages_per_block + slot`, with `slot < BlockInfo::pages <= pages_per_block`, so a block whose
-//! capacity shrinks keeps its place in every table.
+//! fallback) or retire it. The default [`NoWear`] keeps every block forever; [`super::wear::ZombieWear`]
+//! is the seed's oxide-stress physics. Physical page numbers are `block * pages_per_block + slot`, with
+//! `slot < BlockInfo::pages <= pages_per_block`, so a block whose capacity shrinks keeps its place in
+//! every table.
+//! * Capacity accounting: `capacity_pages` is the sum of the usable pages of every block not retired.
+//! * Drive death: the drive is dead when its spare capacity (`capacity_pages − logical_pages`) can no
+//!   longer hold the GC high-watermark pool plus the open block, `(high_blocks + 1) · pages_per_block`
+//!   pages (the seed's "a drive is dead if it exceeds [R − W] dead blocks", Eq. 4.1), or when GC finds no
+//!   victim or no free block. A dead model rejects every later host write and read with one error line.
+//!   With [`NoWear`] capacity never shrinks and `validate` guarantees the spare, so the rule never fires.
+//! * GC policy ([`GcPolicy`]): greedy (the default, above), or Algorithm 6 of the thesis: buckets by
+//!   valid pages (Algorithm 5's usage table), inside a bucket early-switch blocks first and then the
+//!   most remaining life first; a block whose remaining life is below `life_threshold ×` the mean of its
+//!   group (early-switch blocks or normal blocks) is skipped unless it is an early-switch block (§4.3.1
+//!   baseline wear-leveling; §4.3.2 wear-unleveling when the pool of Eq. 4.1 is non-empty).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -121,6 +139,10 @@ pub enum BlockStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct BlockInfo {
     pub erase_count: u32,
+    /// `erase_count` when the block entered its current mode (0 for the native mode).
+    pub mode_since_erase: u32,
+    /// Member of the early-switch pool (ZombieNAND §4.3.2, Eq. 4.1).
+    pub early_switch: bool,
     /// Valid pages currently stored.
     pub valid: u32,
     /// Next slot to program.
@@ -146,6 +168,27 @@ pub enum WearAction {
 /// Hook called after every erase; implement it to add cell-wear physics.
 pub trait WearModel: Send + std::fmt::Debug {
     fn after_erase(&mut self, block: u32, info: &BlockInfo) -> WearAction;
+    /// Remaining life of a block in its current mode, in the model's own unit (Algorithm 6 compares
+    /// blocks with the mean of their group). The default counts erases left before the rated count.
+    fn remaining_life(&self, info: &BlockInfo) -> f64 {
+        info.mode.rated_pe_cycles() as f64 - info.erase_count as f64
+    }
+}
+
+/// How GC picks its victims.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "policy")]
+pub enum GcPolicy {
+    /// Fewest valid pages first, no wear-leveling (EPLOG §5.2 Exp 2).
+    Greedy,
+    /// ZombieNAND Algorithm 6 (with Algorithm 5's usage table). `early_switch_blocks` blocks per element
+    /// (Eq. 4.1; 0 = the §4.3.1 baseline wear-leveling) form the early-switch pool, taken from the
+    /// start of each of `elements` equal runs of blocks.
+    Leveled {
+        life_threshold: f64,
+        elements: u32,
+        early_switch_blocks: u32,
+    },
 }
 
 /// No wear: blocks live forever.
@@ -175,6 +218,7 @@ pub struct SsdConfig {
     pub interface_mbps: f64,
     /// Keep the data (reads return what was written); otherwise metadata only and reads return zeros.
     pub keep_data: bool,
+    pub gc_policy: GcPolicy,
 }
 
 impl Default for SsdConfig {
@@ -191,6 +235,7 @@ impl Default for SsdConfig {
             mode: CellMode::Mlc,
             interface_mbps: 300.0,
             keep_data: false,
+            gc_policy: GcPolicy::Greedy,
         }
     }
 }
@@ -253,6 +298,25 @@ impl SsdConfig {
         if !self.interface_mbps.is_finite() || self.interface_mbps <= 0.0 {
             return Err("interface bandwidth must be positive".into());
         }
+        if let GcPolicy::Leveled {
+            life_threshold,
+            elements,
+            early_switch_blocks,
+        } = self.gc_policy
+        {
+            if !(0.0..=1.0).contains(&life_threshold) {
+                return Err("life_threshold must be a fraction in [0, 1]".into());
+            }
+            if elements == 0 || self.blocks % elements != 0 {
+                return Err(format!(
+                    "{} blocks do not split into {elements} elements",
+                    self.blocks
+                ));
+            }
+            if early_switch_blocks > self.blocks / elements {
+                return Err("the early-switch pool is larger than an element".into());
+            }
+        }
         // GC must always find a victim with an invalid page: the full blocks (all but the free pool and
         // the open block) must hold more pages than the host can keep valid.
         let outside = (self.blocks as u64)
@@ -306,6 +370,24 @@ pub struct SsdStats {
     pub erase_min: u32,
     pub erase_max: u32,
     pub erase_mean: f64,
+    /// Usable logical pages of all blocks not retired.
+    #[serde(default)]
+    pub capacity_pages: u64,
+    /// Blocks alive per cell mode.
+    #[serde(default)]
+    pub blocks_slc: u64,
+    #[serde(default)]
+    pub blocks_mlc: u64,
+    #[serde(default)]
+    pub blocks_tlc: u64,
+    /// Bit-mode fallbacks so far.
+    #[serde(default)]
+    pub mode_switches: u64,
+    /// GC victims that Algorithm 6 chose past a skipped (over-worn) block.
+    #[serde(default)]
+    pub wear_level_skips: u64,
+    #[serde(default)]
+    pub dead: bool,
 }
 
 /// The FTL state machine. Not thread-safe by itself; [`SimSsd`] wraps it in a mutex.
@@ -330,6 +412,14 @@ pub struct SsdModel {
     open: u32,
     in_gc: bool,
     xfer_ns: u64,
+    /// Per-logical-page program and read cost and per-block erase cost, indexed by bits per cell − 1.
+    program_ns: [u64; 3],
+    read_ns: [u64; 3],
+    erase_ns: [u64; 3],
+    capacity_pages: u64,
+    dead: Option<String>,
+    mode_switches: u64,
+    wear_level_skips: u64,
     wear: Box<dyn WearModel>,
     data: SparseData,
     // counters
@@ -365,12 +455,36 @@ impl SsdModel {
         let xfer_ns = (cfg.page_size as f64 / (cfg.interface_mbps * 1e6) * 1e9).round() as u64;
         let info = BlockInfo {
             erase_count: 0,
+            mode_since_erase: 0,
+            early_switch: false,
             valid: 0,
             write_ptr: 0,
             pages: ppb,
             mode: cfg.mode,
             status: BlockStatus::Free,
         };
+        let mut blocks = vec![info; nblocks as usize];
+        if let GcPolicy::Leveled {
+            elements,
+            early_switch_blocks,
+            ..
+        } = cfg.gc_policy
+        {
+            let per = nblocks / elements;
+            for e in 0..elements {
+                for b in 0..early_switch_blocks {
+                    blocks[(e * per + b) as usize].early_switch = true;
+                }
+            }
+        }
+        let modes = [CellMode::Slc, CellMode::Mlc, CellMode::Tlc];
+        // Page operations of mode `m` per logical page, relative to the native mode (which costs one
+        // page operation per logical page, whatever `page_size` is: the model's long-standing rule).
+        let pages_of = |m: CellMode| cfg.page_size.div_ceil(m.table_page_size()) as u64;
+        let span = |m: CellMode| (pages_of(m) / pages_of(cfg.mode)).max(1);
+        let program_ns = modes.map(|m| span(m) * m.program_ns());
+        let read_ns = modes.map(|m| span(m) * m.read_ns());
+        let erase_ns = modes.map(|m| m.erase_ns());
         Ok(SsdModel {
             ppb,
             ppb_shift: ppb.is_power_of_two().then(|| ppb.trailing_zeros()),
@@ -379,7 +493,7 @@ impl SsdModel {
             high: cfg.high_blocks(),
             l2p: vec![NONE; logical_pages as usize],
             p2l: vec![NONE; phys],
-            blocks: vec![info; nblocks as usize],
+            blocks,
             bucket_head: vec![NONE; ppb as usize + 1],
             next: vec![NONE; nblocks as usize],
             prev: vec![NONE; nblocks as usize],
@@ -388,6 +502,13 @@ impl SsdModel {
             open: NONE,
             in_gc: false,
             xfer_ns,
+            program_ns,
+            read_ns,
+            erase_ns,
+            capacity_pages: phys as u64,
+            dead: None,
+            mode_switches: 0,
+            wear_level_skips: 0,
             wear,
             data,
             cfg,
@@ -431,6 +552,14 @@ impl SsdModel {
         &self.blocks
     }
 
+    /// Pretend block `b` has been erased `erase_count` times (hand-built states for tests and what-if
+    /// tools; the wear model sees the new count at the block's next erase).
+    pub fn set_erase_count(&mut self, b: u32, erase_count: u32) {
+        let info = &mut self.blocks[b as usize];
+        info.erase_count = erase_count;
+        info.mode_since_erase = info.mode_since_erase.min(erase_count);
+    }
+
     /// Erase count of every block, in block order.
     pub fn erase_counts(&self) -> Vec<u32> {
         self.blocks.iter().map(|b| b.erase_count).collect()
@@ -446,7 +575,11 @@ impl SsdModel {
 
     pub fn stats(&self) -> SsdStats {
         let (mut mn, mut mx, mut sum) = (u32::MAX, 0u32, 0u64);
+        let mut live = [0u64; 3];
         for b in &self.blocks {
+            if b.status != BlockStatus::Retired {
+                live[b.mode.bits_per_cell() as usize - 1] += 1;
+            }
             mn = mn.min(b.erase_count);
             mx = mx.max(b.erase_count);
             sum += b.erase_count as u64;
@@ -474,6 +607,13 @@ impl SsdModel {
             erase_min: if self.blocks.is_empty() { 0 } else { mn },
             erase_max: mx,
             erase_mean: sum as f64 / self.blocks.len().max(1) as f64,
+            capacity_pages: self.capacity_pages,
+            blocks_slc: live[0],
+            blocks_mlc: live[1],
+            blocks_tlc: live[2],
+            mode_switches: self.mode_switches,
+            wear_level_skips: self.wear_level_skips,
+            dead: self.dead.is_some(),
         }
     }
 
@@ -531,13 +671,40 @@ impl SsdModel {
     }
 
     fn dead(&self) -> DeviceError {
+        let why = match &self.dead {
+            Some(why) => why.clone(),
+            None => format!("no free block left ({} blocks retired)", self.retired),
+        };
         DeviceError::other(
             format!("ssd:{}x{}", self.cfg.blocks, self.cfg.pages_per_block),
-            format!(
-                "no free block left ({} blocks retired): the SSD is worn out",
-                self.retired
-            ),
+            format!("the SSD is worn out: {why}"),
         )
+    }
+
+    /// Why the drive died, once it has.
+    pub fn death(&self) -> Option<&str> {
+        self.dead.as_deref()
+    }
+
+    /// Spare pages the drive needs to stay alive: the GC high-watermark pool plus the open block.
+    pub fn spare_needed_pages(&self) -> u64 {
+        (self.high as u64 + 1) * self.ppb as u64
+    }
+
+    fn check_spare(&mut self) {
+        if self.dead.is_none()
+            && self.capacity_pages < self.logical_pages as u64 + self.spare_needed_pages()
+        {
+            self.dead = Some(format!(
+                "capacity {} pages leaves {} spare pages, below the {} that the GC high watermark \
+                 ({} blocks) plus the open block need",
+                self.capacity_pages,
+                self.capacity_pages
+                    .saturating_sub(self.logical_pages as u64),
+                self.spare_needed_pages(),
+                self.high
+            ));
+        }
     }
 
     /// Make sure the open block has a free slot; allocates (and, outside GC, collects) as needed.
@@ -553,6 +720,20 @@ impl SsdModel {
         self.new_open()
     }
 
+    /// `ensure_open` for a host write: GC (run by `new_open`) may leave the frontier block exactly
+    /// full after its last copy, so check again until the host page has a slot.
+    #[inline]
+    fn ensure_open_after_gc(&mut self) -> Result<u64> {
+        let mut t = self.ensure_open()?;
+        loop {
+            let o = &self.blocks[self.open as usize];
+            if o.write_ptr < o.pages {
+                return Ok(t);
+            }
+            t += self.new_open()?;
+        }
+    }
+
     #[cold]
     fn new_open(&mut self) -> Result<u64> {
         if self.open != NONE {
@@ -562,7 +743,18 @@ impl SsdModel {
             self.bucket_insert(b, v);
             self.open = NONE;
         }
-        let b = self.free.pop_front().ok_or_else(|| self.dead())?;
+        let b = match self.free.pop_front() {
+            Some(b) => b,
+            None => {
+                if self.dead.is_none() {
+                    self.dead = Some(format!(
+                        "no free block left ({} blocks retired)",
+                        self.retired
+                    ));
+                }
+                return Err(self.dead());
+            }
+        };
         self.blocks[b as usize].status = BlockStatus::Open;
         self.open = b;
         if !self.in_gc && (self.free.len() as u32) < self.low {
@@ -579,7 +771,7 @@ impl SsdModel {
         let ppn = b * self.ppb + info.write_ptr;
         info.write_ptr += 1;
         info.valid += 1;
-        let t = info.mode.program_ns();
+        let t = self.program_ns[info.mode.bits_per_cell() as usize - 1];
         self.p2l[ppn as usize] = lpn;
         self.l2p[lpn as usize] = ppn;
         self.valid_pages += 1;
@@ -587,22 +779,140 @@ impl SsdModel {
         t
     }
 
-    /// Greedy GC until the high watermark. Returns the time spent.
+    /// GC until the high watermark (greedy or Algorithm 6). Returns the time spent.
     fn collect(&mut self) -> Result<u64> {
         self.in_gc = true;
         self.gc_invocations += 1;
-        let mut t = 0;
-        let r = loop {
-            if self.free.len() as u32 >= self.high {
-                break Ok(());
-            }
-            match self.clean_one() {
-                Ok(dt) => t += dt,
-                Err(e) => break Err(e),
-            }
+        let r = match self.cfg.gc_policy {
+            GcPolicy::Greedy => self.collect_greedy(),
+            GcPolicy::Leveled { life_threshold, .. } => self.collect_leveled(life_threshold),
         };
         self.in_gc = false;
-        r.map(|()| t)
+        r
+    }
+
+    fn collect_greedy(&mut self) -> Result<u64> {
+        let mut t = 0;
+        while (self.free.len() as u32) < self.high {
+            t += self.clean_one()?;
+        }
+        Ok(t)
+    }
+
+    /// Mean remaining life of the live blocks outside the early-switch pool (Algorithm 6's avg_life).
+    pub fn mean_remaining_life(&self) -> f64 {
+        let (mut sum, mut n) = (0.0, 0u64);
+        for info in &self.blocks {
+            if info.status != BlockStatus::Retired && !info.early_switch {
+                sum += self.wear.remaining_life(info);
+                n += 1;
+            }
+        }
+        if n == 0 {
+            0.0
+        } else {
+            sum / n as f64
+        }
+    }
+
+    /// Algorithm 6 with Algorithm 5's usage table, built bucket by bucket as the walk reaches it:
+    /// buckets by valid pages (fewest first, blocks without an invalid page never), inside a bucket
+    /// early-switch blocks first, then the most remaining life first, then the lowest block number. A
+    /// normal block whose remaining life is below `life_threshold × avg_life` is skipped. If the walk
+    /// ends below the high watermark, the skipped blocks are cleaned in walk order, then greedily.
+    fn collect_leveled(&mut self, life_threshold: f64) -> Result<u64> {
+        let avg = self.mean_remaining_life();
+        let mut t = 0;
+        let mut skipped: Vec<(u32, u32)> = Vec::new();
+        let mut table: Vec<(u32, bool, f64)> = Vec::new();
+        let mut v = 0u32;
+        while v < self.ppb && (self.free.len() as u32) < self.high {
+            table.clear();
+            let mut b = self.bucket_head[v as usize];
+            while b != NONE {
+                let info = &self.blocks[b as usize];
+                if v < info.pages {
+                    table.push((b, info.early_switch, self.wear.remaining_life(info)));
+                }
+                b = self.next[b as usize];
+            }
+            table.sort_by(|x, y| y.1.cmp(&x.1).then(y.2.total_cmp(&x.2)).then(x.0.cmp(&y.0)));
+            for i in 0..table.len() {
+                if self.free.len() as u32 >= self.high {
+                    break;
+                }
+                let (blk, early, rem) = table[i];
+                if !early && rem < life_threshold * avg {
+                    self.wear_level_skips += 1;
+                    skipped.push((blk, v));
+                    continue;
+                }
+                t += self.clean_block(blk, v)?;
+            }
+            v += 1;
+        }
+        for (blk, v) in skipped {
+            if self.free.len() as u32 >= self.high {
+                break;
+            }
+            let info = &self.blocks[blk as usize];
+            if info.status == BlockStatus::Full && info.valid == v {
+                t += self.clean_block(blk, v)?;
+            }
+        }
+        while (self.free.len() as u32) < self.high {
+            t += self.clean_one()?;
+        }
+        Ok(t)
+    }
+
+    /// The block Algorithm 6 would clean first in the current state (for tests and tools): `None` when
+    /// no full block has an invalid page. Greedy policy: the greedy victim.
+    pub fn next_victim(&self) -> Option<u32> {
+        let life_threshold = match self.cfg.gc_policy {
+            GcPolicy::Greedy => f64::NEG_INFINITY,
+            GcPolicy::Leveled { life_threshold, .. } => life_threshold,
+        };
+        let avg = self.mean_remaining_life();
+        let mut first_skipped: Option<u32> = None;
+        let better = |cand: (u32, bool, f64), o: Option<(u32, bool, f64)>| match o {
+            None => Some(cand),
+            Some(o) => {
+                let gt = (cand.1, cand.2, std::cmp::Reverse(cand.0)).partial_cmp(&(
+                    o.1,
+                    o.2,
+                    std::cmp::Reverse(o.0),
+                )) == Some(std::cmp::Ordering::Greater);
+                Some(if gt { cand } else { o })
+            }
+        };
+        for v in 0..self.ppb {
+            let mut best_skipped: Option<(u32, bool, f64)> = None;
+            let mut best: Option<(u32, bool, f64)> = None;
+            let mut b = self.bucket_head[v as usize];
+            while b != NONE {
+                let info = &self.blocks[b as usize];
+                if v < info.pages {
+                    let rem = self.wear.remaining_life(info);
+                    let cand = (b, info.early_switch, rem);
+                    if !info.early_switch && rem < life_threshold * avg {
+                        best_skipped = better(cand, best_skipped);
+                    } else if matches!(self.cfg.gc_policy, GcPolicy::Greedy) {
+                        return Some(b);
+                    } else {
+                        best = better(cand, best);
+                    }
+                }
+                b = self.next[b as usize];
+            }
+            if let Some((b, _, _)) = best {
+                return Some(b);
+            }
+            if first_skipped.is_none() {
+                first_skipped = best_skipped.map(|c| c.0);
+            }
+        }
+        first_skipped
     }
 
     /// Clean the greedy victim: copy its valid pages, erase it. Returns the time spent.
@@ -616,18 +926,29 @@ impl SsdModel {
             return Err(self.dead());
         }
         let victim = self.bucket_head[v as usize];
-        let vinfo = self.blocks[victim as usize];
-        if v >= vinfo.pages {
+        if v >= self.blocks[victim as usize].pages {
             // Every full block is full of valid data: nothing can be reclaimed.
+            if self.dead.is_none() {
+                self.dead = Some(
+                    "garbage collection found no reclaimable page (too little spare capacity)"
+                        .into(),
+                );
+            }
             return Err(DeviceError::other(
                 format!("ssd:{}x{}", self.cfg.blocks, self.cfg.pages_per_block),
-                "garbage collection found no reclaimable page (too little over-provisioning)",
+                "garbage collection found no reclaimable page (too little over-provisioning): \
+                 the SSD is worn out",
             ));
         }
+        self.clean_block(victim, v)
+    }
+
+    /// Copy the valid pages of full block `victim` (holding `v` valid pages) to the frontier, erase it.
+    fn clean_block(&mut self, victim: u32, v: u32) -> Result<u64> {
+        let vinfo = self.blocks[victim as usize];
         self.bucket_remove(victim, v);
         self.blocks[victim as usize].status = BlockStatus::Open; // out of the buckets while copied
-        self.gc_victims += 1;
-        let mode = vinfo.mode;
+        let read_ns = self.read_ns[vinfo.mode.bits_per_cell() as usize - 1];
         let mut t = 0;
         let base = victim * self.ppb;
         let mut left = v;
@@ -638,13 +959,14 @@ impl SsdModel {
                 t += self.ensure_open()?;
                 self.p2l[(base + slot) as usize] = NONE;
                 self.valid_pages -= 1;
-                t += mode.read_ns() + self.program(lpn);
+                t += read_ns + self.program(lpn);
                 self.flash_page_reads += 1;
                 self.gc_copies += 1;
                 left -= 1;
             }
             slot += 1;
         }
+        self.gc_victims += 1;
         t += self.erase(victim);
         Ok(t)
     }
@@ -652,7 +974,7 @@ impl SsdModel {
     fn erase(&mut self, b: u32) -> u64 {
         self.erases += 1;
         let info = &mut self.blocks[b as usize];
-        let t = info.mode.erase_ns();
+        let t = self.erase_ns[info.mode.bits_per_cell() as usize - 1];
         info.erase_count += 1;
         info.valid = 0;
         info.write_ptr = 0;
@@ -661,14 +983,22 @@ impl SsdModel {
         match self.wear.after_erase(b, &snapshot) {
             WearAction::Keep => self.free.push_back(b),
             WearAction::Switch { mode, pages } => {
+                let pages = pages.clamp(1, self.ppb);
                 let info = &mut self.blocks[b as usize];
+                self.capacity_pages = self.capacity_pages - info.pages as u64 + pages as u64;
                 info.mode = mode;
-                info.pages = pages.clamp(1, self.ppb);
+                info.pages = pages;
+                info.mode_since_erase = info.erase_count;
+                self.mode_switches += 1;
                 self.free.push_back(b);
+                self.check_spare();
             }
             WearAction::Retire => {
-                self.blocks[b as usize].status = BlockStatus::Retired;
+                let info = &mut self.blocks[b as usize];
+                info.status = BlockStatus::Retired;
+                self.capacity_pages -= info.pages as u64;
                 self.retired += 1;
+                self.check_spare();
             }
         }
         t
@@ -692,11 +1022,22 @@ impl SsdModel {
     #[inline]
     pub fn write_page(&mut self, lpn: u64) -> Result<u64> {
         let lpn = self.check_lpn(lpn)?;
+        if self.dead.is_some() {
+            return Err(self.dead());
+        }
         let old = self.l2p[lpn as usize];
         if old != NONE {
             self.invalidate(old);
         }
-        let gc = self.ensure_open()?;
+        let gc = match self.ensure_open_after_gc() {
+            Ok(gc) => gc,
+            Err(e) => {
+                // The drive died under this write: its old copy is already invalid (and maybe
+                // erased by the GC that failed), so the page is lost; keep the tables consistent.
+                self.l2p[lpn as usize] = NONE;
+                return Err(e);
+            }
+        };
         let t = self.xfer_ns + gc + self.program(lpn);
         self.host_page_writes += 1;
         self.now_ns += t;
@@ -707,10 +1048,14 @@ impl SsdModel {
     #[inline]
     pub fn read_page(&mut self, lpn: u64) -> Result<u64> {
         let lpn = self.check_lpn(lpn)?;
+        if self.dead.is_some() {
+            return Err(self.dead());
+        }
         let p = self.l2p[lpn as usize];
         let mut t = self.xfer_ns;
         if p != NONE {
-            t += self.blocks[self.block_of(p) as usize].mode.read_ns();
+            t += self.read_ns
+                [self.blocks[self.block_of(p) as usize].mode.bits_per_cell() as usize - 1];
             self.flash_page_reads += 1;
         }
         self.host_page_reads += 1;
