@@ -107,6 +107,11 @@ impl SplitMix64 {
         SplitMix64 { state: seed }
     }
 
+    /// The whole state: `SplitMix64::new(r.state())` continues exactly where `r` is (checkpoints).
+    pub fn state(&self) -> u64 {
+        self.state
+    }
+
     #[inline]
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);

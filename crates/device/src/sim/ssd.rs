@@ -54,6 +54,39 @@ use crate::{check_range, BlockDevice, DeviceError, DeviceStats, ModelStats, Resu
 
 const NONE: u32 = u32::MAX;
 
+const STATE_MAGIC: &[u8; 8] = b"ECSSDST1";
+
+/// FNV-1a, 64 bits: the checksum of saved model states.
+pub fn fnv1a64(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &x in b {
+        h ^= x as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+struct StateReader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl StateReader<'_> {
+    fn bytes(&mut self, n: usize) -> std::result::Result<&[u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
+        let end = end.ok_or_else(|| "SSD model state is truncated".to_string())?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u64(&mut self) -> std::result::Result<u64, String> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
+    }
+    fn u32(&mut self) -> std::result::Result<u32, String> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
+    }
+}
+
 /// Most erase blocks a simulated SSD may have (the model keeps per-block state).
 pub const SSD_BLOCKS_MAX: u32 = 1 << 24;
 
@@ -615,6 +648,199 @@ impl SsdModel {
             wear_level_skips: self.wear_level_skips,
             dead: self.dead.is_some(),
         }
+    }
+
+    // ---- checkpoint ----------------------------------------------------------------------------
+
+    /// The FTL's whole state as bytes (for checkpoints of long runs). Format, little-endian: magic
+    /// `ECSSDST1`, the geometry (blocks, pages per block, logical pages) for a check on load, the
+    /// counters, the tables (`l2p`, `p2l`, per-block info, bucket lists, free list), the death reason,
+    /// then an FNV-1a 64 checksum of everything before it. Stored data (`keep_data`) is not included.
+    pub fn save_state(&self) -> Vec<u8> {
+        let mut o = Vec::with_capacity(16 * (self.l2p.len() + self.p2l.len()) + 64);
+        o.extend_from_slice(STATE_MAGIC);
+        let put = |o: &mut Vec<u8>, v: u64| o.extend_from_slice(&v.to_le_bytes());
+        for v in [
+            self.cfg.blocks as u64,
+            self.ppb as u64,
+            self.logical_pages as u64,
+        ] {
+            put(&mut o, v);
+        }
+        for v in [
+            self.host_page_writes,
+            self.host_page_reads,
+            self.host_trimmed_pages,
+            self.flash_page_writes,
+            self.flash_page_reads,
+            self.gc_copies,
+            self.gc_invocations,
+            self.gc_victims,
+            self.erases,
+            self.retired,
+            self.valid_pages,
+            self.now_ns,
+            self.capacity_pages,
+            self.mode_switches,
+            self.wear_level_skips,
+            self.min_hint as u64,
+            self.open as u64,
+        ] {
+            put(&mut o, v);
+        }
+        let put32 = |o: &mut Vec<u8>, v: &[u32]| {
+            for x in v {
+                o.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+        put32(&mut o, &self.l2p);
+        put32(&mut o, &self.p2l);
+        put32(&mut o, &self.bucket_head);
+        put32(&mut o, &self.next);
+        put32(&mut o, &self.prev);
+        for b in &self.blocks {
+            let status = match b.status {
+                BlockStatus::Free => 0,
+                BlockStatus::Open => 1,
+                BlockStatus::Full => 2,
+                BlockStatus::Retired => 3,
+            };
+            let flags = status | (b.mode.bits_per_cell() << 4) | ((b.early_switch as u32) << 8);
+            put32(
+                &mut o,
+                &[
+                    b.erase_count,
+                    b.mode_since_erase,
+                    b.valid,
+                    b.write_ptr,
+                    b.pages,
+                    flags,
+                ],
+            );
+        }
+        put(&mut o, self.free.len() as u64);
+        for &b in &self.free {
+            o.extend_from_slice(&b.to_le_bytes());
+        }
+        let dead = self.dead.as_deref().unwrap_or("").as_bytes();
+        put(&mut o, self.dead.is_some() as u64);
+        put(&mut o, dead.len() as u64);
+        o.extend_from_slice(dead);
+        let sum = fnv1a64(&o);
+        put(&mut o, sum);
+        o
+    }
+
+    /// Restore a state saved by [`SsdModel::save_state`] from a model of the same geometry. The error
+    /// is one line.
+    pub fn load_state(&mut self, bytes: &[u8]) -> std::result::Result<(), String> {
+        if bytes.len() < STATE_MAGIC.len() + 8 || &bytes[..8] != STATE_MAGIC {
+            return Err("not an SSD model state (bad magic)".into());
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - 8);
+        if fnv1a64(body) != u64::from_le_bytes(tail.try_into().unwrap()) {
+            return Err("SSD model state checksum mismatch (truncated or damaged)".into());
+        }
+        let mut r = StateReader { b: body, at: 8 };
+        let geo = [r.u64()?, r.u64()?, r.u64()?];
+        if geo
+            != [
+                self.cfg.blocks as u64,
+                self.ppb as u64,
+                self.logical_pages as u64,
+            ]
+        {
+            return Err(format!(
+                "SSD model state is for {} blocks x {} pages ({} logical), not this drive's {} x {} ({})",
+                geo[0], geo[1], geo[2], self.cfg.blocks, self.ppb, self.logical_pages
+            ));
+        }
+        let mut c = [0u64; 17];
+        for v in &mut c {
+            *v = r.u64()?;
+        }
+        let mut l2p = vec![0; self.l2p.len()];
+        let mut p2l = vec![0; self.p2l.len()];
+        let mut heads = vec![0; self.bucket_head.len()];
+        let mut next = vec![0; self.next.len()];
+        let mut prev = vec![0; self.prev.len()];
+        for t in [&mut l2p, &mut p2l, &mut heads, &mut next, &mut prev] {
+            for x in t.iter_mut() {
+                *x = r.u32()?;
+            }
+        }
+        let mut blocks = self.blocks.clone();
+        for b in blocks.iter_mut() {
+            let v = [r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?];
+            b.erase_count = v[0];
+            b.mode_since_erase = v[1];
+            b.valid = v[2];
+            b.write_ptr = v[3];
+            b.pages = v[4];
+            b.status = match v[5] & 0xF {
+                0 => BlockStatus::Free,
+                1 => BlockStatus::Open,
+                2 => BlockStatus::Full,
+                3 => BlockStatus::Retired,
+                _ => return Err("SSD model state: bad block status".into()),
+            };
+            b.mode = match (v[5] >> 4) & 0xF {
+                1 => CellMode::Slc,
+                2 => CellMode::Mlc,
+                3 => CellMode::Tlc,
+                _ => return Err("SSD model state: bad cell mode".into()),
+            };
+            b.early_switch = (v[5] >> 8) & 1 == 1;
+            if b.pages > self.ppb || b.write_ptr > b.pages || b.valid > b.write_ptr {
+                return Err("SSD model state: inconsistent block".into());
+            }
+        }
+        let nfree = r.u64()? as usize;
+        if nfree > blocks.len() {
+            return Err("SSD model state: bad free list".into());
+        }
+        let mut free = VecDeque::with_capacity(nfree);
+        for _ in 0..nfree {
+            free.push_back(r.u32()?);
+        }
+        let has_dead = r.u64()? == 1;
+        let len = r.u64()? as usize;
+        let why = String::from_utf8(r.bytes(len)?.to_vec())
+            .map_err(|_| "SSD model state: bad death reason".to_string())?;
+        if r.at != body.len() {
+            return Err("SSD model state: trailing bytes".into());
+        }
+        [
+            self.host_page_writes,
+            self.host_page_reads,
+            self.host_trimmed_pages,
+            self.flash_page_writes,
+            self.flash_page_reads,
+            self.gc_copies,
+            self.gc_invocations,
+            self.gc_victims,
+            self.erases,
+            self.retired,
+            self.valid_pages,
+            self.now_ns,
+            self.capacity_pages,
+            self.mode_switches,
+            self.wear_level_skips,
+        ] = [
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13],
+            c[14],
+        ];
+        self.min_hint = c[15] as u32;
+        self.open = c[16] as u32;
+        self.l2p = l2p;
+        self.p2l = p2l;
+        self.bucket_head = heads;
+        self.next = next;
+        self.prev = prev;
+        self.blocks = blocks;
+        self.free = free;
+        self.dead = has_dead.then_some(why);
+        Ok(())
     }
 
     // ---- bucket lists -------------------------------------------------------------------------
