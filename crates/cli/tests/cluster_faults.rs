@@ -42,6 +42,11 @@ async fn fault_run(seed: u64) -> Marks {
     // OSD indexes that are down (killed, not restarted) and those declared out (never back).
     let mut down: Vec<usize> = Vec::new();
     let mut outs = 0usize;
+    // Restarted OSDs whose chunks may still be stale (updates happened while they were down) until
+    // their catch-up ends: a stale chunk is as unusable as a killed one, so they count against m
+    // too (seeds 16 and 38 once killed and declared out two more OSDs while a restarted one still
+    // waited for its catch-up: three unusable chunks of a segment, more than m).
+    let mut catching: Vec<usize> = Vec::new();
     let outs_max = rig.cluster.osd_count() - (rig.k + rig.m) as usize;
     for i in 0..4 {
         let path = format!("/f{i}");
@@ -51,10 +56,22 @@ async fn fault_run(seed: u64) -> Marks {
         model.insert(path, FileModel::new(data));
     }
     for step in 0..40 {
-        let ctx = format!("seed {seed} step {step} (down {down:?}, outs {outs})");
+        let ctx = format!(
+            "seed {seed} step {step} (down {down:?}, outs {outs}, catching up {catching:?})"
+        );
+        if !catching.is_empty() && down.is_empty() {
+            let s = rig
+                .client
+                .status()
+                .await
+                .unwrap_or_else(|e| panic!("{ctx}: status: {e}"));
+            if s.segments_degraded == 0 && s.segments_recovering == 0 {
+                catching.clear();
+            }
+        }
         match rng.below(10) {
-            // Kill a running OSD while fewer than m are unavailable.
-            0 | 1 if down.len() + outs < m => {
+            // Kill a running OSD while fewer than m chunks of a segment may be unusable.
+            0 | 1 if down.len() + outs + catching.len() < m => {
                 let running: Vec<usize> = (0..rig.cluster.osd_count())
                     .filter(|&i| rig.cluster.osd_running(i))
                     .collect();
@@ -67,6 +84,9 @@ async fn fault_run(seed: u64) -> Marks {
             2 if !down.is_empty() => {
                 let i = down.remove(rng.below(down.len() as u64) as usize);
                 rig.cluster.start_osd(i).unwrap();
+                if !catching.contains(&i) {
+                    catching.push(i);
+                }
                 marks.restarts += 1;
             }
             // Declare a killed OSD out: a replacement joins, recovery rebuilds its chunks.

@@ -88,8 +88,11 @@ pub fn client_options(retry_secs: u64) -> ClientOptions {
 
 impl Rig {
     pub async fn start(spec: RigSpec) -> Rig {
+        // ECSTACK_TEST_KEEP=1 keeps the cluster's directory (logs, MDS database, chunk files) to
+        // diagnose a failing seed.
         let dir = tempfile::Builder::new()
             .prefix("ecstack-cluster-test-")
+            .disable_cleanup(std::env::var_os("ECSTACK_TEST_KEEP").is_some())
             .tempdir()
             .expect("temp dir");
         let mut s = LocalSpec::new(exe(), dir.path().join("cluster"), spec.osds);

@@ -48,6 +48,9 @@ pub struct ClusterParams {
     pub m: u32,
     pub segment_bytes: u64,
     pub heartbeat_ms: u32,
+    /// After this long without a heartbeat the MDS declares an OSD down and promotes new primaries
+    /// for its segments; OSDs derive their primary lease from it (0: no lease).
+    pub down_after_ms: u32,
 }
 
 impl ClusterParams {
@@ -349,6 +352,7 @@ impl From<ClusterParams> for proto::ClusterParams {
             m: p.m,
             segment_bytes: p.segment_bytes,
             heartbeat_ms: p.heartbeat_ms,
+            down_after_ms: p.down_after_ms,
         }
     }
 }
@@ -362,6 +366,7 @@ impl From<proto::ClusterParams> for ClusterParams {
             m: p.m,
             segment_bytes: p.segment_bytes,
             heartbeat_ms: p.heartbeat_ms,
+            down_after_ms: p.down_after_ms,
         }
     }
 }

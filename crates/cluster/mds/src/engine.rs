@@ -69,7 +69,7 @@ pub struct MdsSettings {
     pub params: ClusterParams,
     /// The OSD label naming a failure domain (`host`, `rack`), if any.
     pub failure_domain: Option<String>,
-    pub down_after_ms: u64,
+    /// (`down_after_ms` is in `params`: OSDs derive their primary lease from it.)
     pub out_after_ms: u64,
     pub pending_ttl_ms: u64,
 }
@@ -84,9 +84,9 @@ impl MdsSettings {
                 m: c.code.m,
                 segment_bytes: c.segment_bytes,
                 heartbeat_ms: u32::try_from(c.mds.heartbeat_ms).unwrap_or(u32::MAX),
+                down_after_ms: u32::try_from(c.mds.down_after_ms).unwrap_or(u32::MAX),
             },
             failure_domain: c.placement.failure_domain.clone(),
-            down_after_ms: c.mds.down_after_ms,
             out_after_ms: c.mds.out_after_ms,
             pending_ttl_ms: DEFAULT_PENDING_TTL_MS,
         }
@@ -966,7 +966,7 @@ impl MdsCore {
             let seen = *self.last_seen.entry(o.osd_id).or_insert(now);
             let silent = now.saturating_sub(seen);
             match o.state {
-                OsdState::Up if silent > self.settings.down_after_ms => {
+                OsdState::Up if silent > u64::from(self.settings.params.down_after_ms) => {
                     self.declare_down(o.osd_id)?;
                     if silent > self.settings.out_after_ms {
                         self.declare_out(o.osd_id)?;

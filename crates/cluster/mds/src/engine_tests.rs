@@ -24,9 +24,9 @@ fn settings() -> MdsSettings {
             m: M,
             segment_bytes: SEG,
             heartbeat_ms: 1000,
+            down_after_ms: DOWN as u32,
         },
         failure_domain: Some("host".into()),
-        down_after_ms: DOWN,
         out_after_ms: OUT,
         pending_ttl_ms: 60_000,
     }

@@ -25,9 +25,9 @@ fn settings() -> MdsSettings {
             m: 2,
             segment_bytes: 1 << 20,
             heartbeat_ms: 1000,
+            down_after_ms: DOWN as u32,
         },
         failure_domain: None,
-        down_after_ms: DOWN,
         out_after_ms: OUT,
         pending_ttl_ms: 3_600_000,
     }

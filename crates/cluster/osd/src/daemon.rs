@@ -165,9 +165,10 @@ impl Daemon {
         };
         let deadline = tokio::time::Instant::now() + REGISTER_PATIENCE;
         let mut wait = Duration::from_millis(100);
-        let registered = loop {
+        let (registered, sent) = loop {
+            let sent = std::time::Instant::now();
             match mds.register_osd(&reg).await {
-                Ok(r) => break r,
+                Ok(r) => break (r, sent),
                 Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
                     tracing::info!("MDS not answering yet ({e}); retrying in {wait:?}");
                     tokio::time::sleep(wait).await;
@@ -196,6 +197,9 @@ impl Daemon {
             },
             cfg.recovery_bytes_per_sec,
         );
+        // The registration counts as the first heartbeat.
+        osd.lease()
+            .enable(Duration::from_millis(u64::from(p.down_after_ms)), sent);
         tracing::info!(
             name = %cfg.name,
             osd_id = registered.osd_id,
@@ -259,8 +263,12 @@ async fn heartbeat_loop(osd: Osd, mds: MdsClient, osd_id: u32, every: Duration) 
             chunks: usage.chunks,
             deleted_segments: deleted.clone(),
         };
+        let sent = std::time::Instant::now();
         let reply = match mds.heartbeat(&beat).await {
-            Ok(r) => r,
+            Ok(r) => {
+                osd.lease().renew(sent);
+                r
+            }
             Err(e) => {
                 tracing::warn!("heartbeat to the MDS failed: {e}");
                 continue;

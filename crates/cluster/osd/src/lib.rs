@@ -5,7 +5,8 @@
 //! Layout (dependencies point down): `proto` (generated, private) → `api` (the typed client
 //! [`api::OsdClient`] and domain types, what other crates use) → `chunk_store` (the `ChunkStore`
 //! seam and `FileStore`, chunk files with versioned headers and per-block crc32c) → `service` (the OSD service: primary work, chunk calls, recovery) →
-//! `daemon` (the process: register with the MDS, heartbeat, run recovery and delete tasks).
+//! `daemon` (the process: register with the MDS, heartbeat, run recovery and delete tasks); `lease` (a
+//! primary acts only while the MDS cannot have declared it down).
 
 #[allow(clippy::all)]
 mod proto {
@@ -15,6 +16,7 @@ mod proto {
 pub mod api;
 pub mod chunk_store;
 pub mod daemon;
+pub mod lease;
 pub mod metrics;
 pub mod service;
 mod view;

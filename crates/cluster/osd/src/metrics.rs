@@ -45,6 +45,7 @@ pub struct Metrics {
     pub recovery_chunks: AtomicU64,
     pub recovery_bytes: AtomicU64,
     pub recovery_failures: AtomicU64,
+    pub lease_refusals: AtomicU64,
 }
 
 impl Metrics {
@@ -123,7 +124,7 @@ impl Metrics {
                 "ecstack_osd_op_seconds_count{{osd=\"{osd_id}\",op=\"{op}\"}} {cum}"
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 8] = [
+        let counters: [(&str, &str, &AtomicU64); 9] = [
             (
                 "ecstack_osd_bytes_in_total",
                 "segment and chunk bytes received",
@@ -163,6 +164,11 @@ impl Metrics {
                 "ecstack_osd_recovery_failures_total",
                 "recovery tasks that failed (retried by the MDS)",
                 &self.recovery_failures,
+            ),
+            (
+                "ecstack_osd_lease_refusals_total",
+                "primary work refused or stopped because the primary lease had ended (late heartbeats)",
+                &self.lease_refusals,
             ),
         ];
         for (name, help, v) in counters {

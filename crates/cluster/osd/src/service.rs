@@ -224,6 +224,7 @@ struct Inner {
     segments: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<SegState>>>>,
     recovery: tokio::sync::Mutex<RateLimit>,
     metrics: Metrics,
+    lease: crate::lease::Lease,
 }
 
 /// A byte-rate limit (0 = unlimited) shared by the recoveries of one OSD.
@@ -271,6 +272,7 @@ impl Osd {
                     next_free: tokio::time::Instant::now(),
                 }),
                 metrics: Metrics::default(),
+                lease: crate::lease::Lease::default(),
             }),
         }
     }
@@ -285,6 +287,24 @@ impl Osd {
 
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// The primary lease the daemon's heartbeats renew (`lease.rs`).
+    pub fn lease(&self) -> &crate::lease::Lease {
+        &self.inner.lease
+    }
+
+    /// `UNAVAILABLE` unless this OSD holds its primary lease: before any primary work and again
+    /// before each batch of chunk mutations it sends.
+    fn check_lease(&self, segment: u64) -> Result<(), Status> {
+        self.inner.lease.check().map_err(|ago| {
+            Metrics::add(&self.inner.metrics.lease_refusals, 1);
+            Status::unavailable(format!(
+                "segment {segment:#x}: osd {} has no primary lease (it ended {} ms ago: its heartbeats are late, the MDS may have promoted another primary)",
+                self.osd_id(),
+                ago.as_millis()
+            ))
+        })
     }
 
     /// This OSD's metrics in the Prometheus text format.
@@ -506,6 +526,7 @@ impl Osd {
     /// Refuses a layout this OSD is not the primary of, or one older than the newest it has seen.
     fn check_primary(&self, l: &Layout, st: &mut SegState) -> Result<(), Status> {
         check_layout(l, self.n()).map_err(Status::invalid_argument)?;
+        self.check_lease(l.segment_id)?;
         if l.primary != self.osd_id() {
             return Err(Status::failed_precondition(format!(
                 "segment {:#x}: osd {} is not its primary (the layout names osd {})",
@@ -586,6 +607,7 @@ impl Osd {
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(Status::internal)?;
         let seg = layout.segment_id;
+        self.check_lease(seg)?;
         let puts = layout.holders.iter().filter(|h| h.usable).map(|h| {
             let meta = self.meta_for(&layout, &written, h.index);
             let data = chunks[h.index as usize].clone();
@@ -881,6 +903,9 @@ impl Osd {
     /// a failed repair leaves the chunk as it was (it stays detectable).
     async fn repair(&self, l: &Layout, st: &SegState, shards: &[Vec<u8>], chunks: &[u32]) {
         for &i in chunks {
+            if self.check_lease(l.segment_id).is_err() {
+                return;
+            }
             let h = &l.holders[i as usize];
             let meta = self.meta_for(l, &st.view, i);
             let data = Arc::new(shards[i as usize].clone());
@@ -936,6 +961,10 @@ impl Osd {
             .filter(|h| h.usable)
             .cloned()
             .collect();
+        if let Err(e) = self.check_lease(seg) {
+            st.forget();
+            return Err(e);
+        }
         // Phase 1: every sub-update at its (usable) data holder, in parallel; deltas commute.
         let asks = subs.iter().filter(|s| l.holders[s.index].usable).map(|s| {
             let h = &l.holders[s.index];
@@ -1229,6 +1258,8 @@ impl Osd {
         let lock = self.segment_lock(l.segment_id);
         let mut st = lock.lock().await;
         check_layout(l, self.n())?;
+        self.check_lease(l.segment_id)
+            .map_err(|s| s.message().to_owned())?;
         if l.epoch >= st.epoch {
             st.epoch = l.epoch;
         }
@@ -1262,6 +1293,8 @@ impl Osd {
             let meta = self.meta_for(l, &st.view, i);
             let version = st.view.newest.max(meta.version);
             self.pace(cb).await;
+            self.check_lease(l.segment_id)
+                .map_err(|s| s.message().to_owned())?;
             self.put_chunk(h, meta, Arc::new(shards[i as usize].clone()))
                 .await
                 .map_err(|e| {
