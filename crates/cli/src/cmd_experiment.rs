@@ -23,6 +23,8 @@ enum ExpCmd {
     Eplog(EplogArgs),
     /// CodFS: `--exp model` checks the §5.1 throughput model on an emulated network (root, ip, tc)
     Codfs(CodfsArgs),
+    /// RobuSTore ch. 6: every figure (Table 6-2) on the simulator; `--shard i/N`, `--merge DIR`
+    Robustore(crate::cmd_robustore::RobustoreExpArgs),
 }
 
 #[derive(Args)]
@@ -113,6 +115,7 @@ pub fn run(a: ExperimentArgs) -> Result<()> {
     match a.cmd {
         ExpCmd::Eplog(e) => eplog(e),
         ExpCmd::Codfs(c) => codfs(c),
+        ExpCmd::Robustore(r) => crate::cmd_robustore::experiment(r),
     }
 }
 

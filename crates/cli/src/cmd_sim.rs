@@ -38,6 +38,8 @@ enum SimCmd {
     /// Deterministic array simulation: workload, power cuts, device failures and rebuilds, every
     /// acknowledged byte checked against a model (a failing seed replays exactly)
     Array(ArraySimArgs),
+    /// RobuSTore's ch. 6 world: RAID-0 / RRAID-S / RRAID-A / RobuSTore over heterogeneous disks
+    Robustore(crate::cmd_robustore::RobustoreArgs),
 }
 
 #[derive(Args)]
@@ -153,6 +155,7 @@ pub fn run(a: SimArgs) -> Result<()> {
         SimCmd::Ssd(s) => run_ssd(s),
         SimCmd::Hdd(h) => run_hdd(h),
         SimCmd::Array(a) => run_array(a),
+        SimCmd::Robustore(r) => crate::cmd_robustore::run(r),
     }
 }
 

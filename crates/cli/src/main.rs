@@ -10,6 +10,7 @@ mod cmd_mds;
 mod cmd_nbd;
 mod cmd_osd;
 mod cmd_reduce;
+mod cmd_robustore;
 mod cmd_sim;
 mod cmd_trace;
 mod util;

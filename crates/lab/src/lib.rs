@@ -12,6 +12,7 @@
 //!   ([`codfs_s3`] is the S3 client for the peer).
 //! * [`codfs_model`]: `ecstack experiment codfs --exp model`, CodFS's §5.1 throughput model against
 //!   the cluster on an emulated network of namespaces ([`codfs_netns`]).
+//! * [`robustore`]: `ecstack experiment robustore`, RobuSTore's ch. 6 figures on `ecstack-sim`.
 
 pub mod codfs_bench;
 pub mod codfs_model;
@@ -19,6 +20,7 @@ pub mod codfs_netns;
 pub mod codfs_s3;
 pub mod eplog;
 pub mod plot;
+pub mod robustore;
 pub mod table;
 pub mod trace_plots;
 

@@ -873,8 +873,10 @@ fn run_access(cfg: &Config, a: usize, st: &mut PointState) -> Result<AccessResul
         }
         Op::Write => Ok(run_write(cfg, &obj, &mut rng)?.0),
         Op::ReadAfterWrite => {
-            let (_, per_disk) = run_write(cfg, &obj, &mut rng)?;
+            // Only RobuSTore's write changes the layout a read finds; the others read their balanced
+            // layout (their write is not simulated: it would not change the read).
             if cfg.scheme == Scheme::RobuStore {
+                let (_, per_disk) = run_write(cfg, &obj, &mut rng)?;
                 // The unbalanced layout the speculative write left: disk d holds per_disk[d] blocks.
                 // Which coded ids went where is random (see `coded_layout`).
                 let total: usize = per_disk.iter().sum();
