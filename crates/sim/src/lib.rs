@@ -8,4 +8,5 @@
 //!   cluster layouts ecstack builds.
 //!
 //! Flash wear (ZombieNAND) is not here: it is a device model, in `ecstack-device`'s SSD.
+pub mod reliability;
 pub mod robustore;

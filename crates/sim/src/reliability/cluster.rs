@@ -1,0 +1,319 @@
+//! MTTDL of a CodFS cluster (docs/cluster.md): N OSDs, S segments coded k-of-n (n = k + m), the n
+//! chunks of each segment on n distinct OSDs, a failed OSD's chunks rebuilt by the segments'
+//! primaries on the surviving OSDs (CodFS §4.5: recovery is spread over the cluster).
+//!
+//! State j: j OSDs failed and no segment lost yet. A segment is lost when more than m of its
+//! chunks are on failed OSDs. With placement uniform over n-subsets and independent per segment,
+//! one segment has more than m chunks on a set of j failed OSDs with the hypergeometric tail
+//!
+//! ```text
+//!   h_j = Σ_{x=m+1..min(n,j)} C(j,x) C(N-j,n-x) / C(N,n),   and no segment does with (1-h_j)^S.
+//! ```
+//!
+//! The failure that takes state j to j+1 loses data with the conditional probability
+//! c_j = 1 - ((1-h_{j+1}) / (1-h_j))^S (the failed set taken as uniformly random; exact for j ≤ m,
+//! where no set is fatal yet). Chain:
+//!
+//! ```text
+//!          Nλ           (N-1)λ(1-c_1)       (N-j)λ(1-c_j)
+//!   0 ─────────▶ 1 ─────────────▶ 2 ··· j ─────────────▶ j+1 ···  J ──(N-J)λ──▶ LOSS
+//!     ◀───────── ◀─────────────         ◀─────────────
+//!        ρ_1          ρ_2                  ρ_{j+1}           (N-j)λ·c_j: j ──▶ LOSS
+//! ```
+//!
+//! Recovery: the j failed OSDs are detected (out after `detect_hours`) and rebuilt together; the
+//! survivors share the work, each rebuilding at `osd_recovery_bytes_per_sec`, so the lost bytes
+//! j·C (C = bytes per OSD) take j·C / ((N-j)·r) and one OSD comes back at the rate
+//! ρ_j = j / (detect + j·C / ((N-j)·r)): CodFS's recovery parallelism (more OSDs, shorter
+//! rebuild). The rebuilt chunks return to a replacement OSD (placement unchanged).
+//!
+//! URE: the failure that leaves m failed OSDs starts rebuilds of the segments with m lost chunks,
+//! each reading k chunks with no redundancy left; on average S·C(N-m, n-m)/C(N,n) such segments.
+//! J is the last state whose probability of no lost segment is above 1e-12; the failure beyond it
+//! is counted as loss.
+
+use ecstack_base::Rng;
+
+use super::chain::Chain;
+use super::montecarlo::McEstimate;
+use super::montecarlo::{check_runs, too_long, EVENTS_PER_RUN_MAX};
+use super::params::{check_uber, invalid, positive, ure_probability, Mttdl, ReliabilityError};
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ClusterModel {
+    pub osds: usize,
+    pub k: usize,
+    pub m: usize,
+    /// Segments stored (each k data + m parity chunks).
+    pub segments: f64,
+    /// Bytes of one chunk (segment size / k).
+    pub chunk_bytes: f64,
+    /// MTTF of one OSD (hours).
+    pub mttf_hours: f64,
+    /// Rebuild throughput of one surviving OSD (bytes of lost chunks rebuilt per second): the
+    /// cluster's measured recovery throughput divided by its surviving OSDs, or `[mds]
+    /// recovery_bytes_per_sec` when that pace is the bottleneck.
+    pub osd_recovery_bytes_per_sec: f64,
+    /// Time from a failure until recovery starts: down_after + out_after (hours).
+    pub detect_hours: f64,
+    /// Unrecoverable read errors per bit read (0: none).
+    pub uber: f64,
+}
+
+/// ln C(n, r).
+fn ln_choose(n: usize, r: usize) -> f64 {
+    if r > n {
+        return f64::NEG_INFINITY;
+    }
+    let r = r.min(n - r);
+    (0..r)
+        .map(|i| ((n - i) as f64).ln() - ((i + 1) as f64).ln())
+        .sum()
+}
+
+/// Above this many segments the Monte-Carlo (which places every segment) refuses.
+pub const MC_SEGMENTS_MAX: f64 = 1e6;
+
+impl ClusterModel {
+    pub fn validate(&self) -> Result<(), ReliabilityError> {
+        const OSDS_MAX: usize = 100_000;
+        if self.k == 0 || self.k + self.m > 255 {
+            return Err(invalid(format!(
+                "a segment needs k >= 1 and k + m <= 255 chunks, got k = {}, m = {}",
+                self.k, self.m
+            )));
+        }
+        if self.osds < self.n() || self.osds > OSDS_MAX {
+            return Err(invalid(format!(
+                "a cluster of RS({}, {}) needs at least n = {} OSDs (and at most {OSDS_MAX}), got {}",
+                self.k,
+                self.m,
+                self.n(),
+                self.osds
+            )));
+        }
+        if !(self.segments.is_finite() && self.segments >= 1.0) {
+            return Err(invalid(format!(
+                "the cluster must hold at least 1 segment, got {}",
+                self.segments
+            )));
+        }
+        positive("chunk size", "bytes", self.chunk_bytes, false)?;
+        positive("OSD MTTF", "hours", self.mttf_hours, false)?;
+        positive(
+            "recovery throughput per OSD",
+            "bytes/s",
+            self.osd_recovery_bytes_per_sec,
+            false,
+        )?;
+        positive("detection delay", "hours", self.detect_hours, true)?;
+        check_uber(self.uber)
+    }
+
+    pub fn n(&self) -> usize {
+        self.k + self.m
+    }
+
+    /// Average bytes of chunks one OSD holds.
+    pub fn osd_bytes(&self) -> f64 {
+        self.segments * self.n() as f64 * self.chunk_bytes / self.osds as f64
+    }
+
+    /// Hours to rebuild one failed OSD alone (no other failure): detection plus C / ((N-1)·r).
+    pub fn single_rebuild_hours(&self) -> f64 {
+        self.detect_hours + self.rebuild_hours(1)
+    }
+
+    /// Hours for the survivors to rebuild the chunks of `j` failed OSDs (without detection).
+    fn rebuild_hours(&self, j: usize) -> f64 {
+        j as f64 * self.osd_bytes()
+            / ((self.osds - j) as f64 * self.osd_recovery_bytes_per_sec)
+            / 3600.0
+    }
+
+    /// ln(1 - h_j): the log probability that one segment keeps at most m chunks on j failed OSDs.
+    fn ln_segment_survives(&self, j: usize) -> f64 {
+        let (nn, n, m) = (self.osds, self.n(), self.m);
+        if j <= m {
+            return 0.0;
+        }
+        let total = ln_choose(nn, n);
+        // Sum the survivable side (x <= m) when it is the smaller one; either way no cancellation
+        // that matters at the precision needed.
+        let lost: f64 = (m + 1..=n.min(j))
+            .filter(|&x| n - x <= nn - j)
+            .map(|x| (ln_choose(j, x) + ln_choose(nn - j, n - x) - total).exp())
+            .sum();
+        if lost >= 1.0 {
+            return f64::NEG_INFINITY;
+        }
+        (-lost).ln_1p()
+    }
+
+    /// Probability that a failure taking j failed OSDs to j+1 loses a segment, given none was lost.
+    pub fn loss_on_failure(&self, j: usize) -> f64 {
+        let a = self.ln_segment_survives(j);
+        let b = self.ln_segment_survives(j + 1);
+        if b == f64::NEG_INFINITY {
+            return 1.0;
+        }
+        -(self.segments * (b - a)).exp_m1()
+    }
+
+    /// Expected segments with chunks on all of m given failed OSDs.
+    pub fn critical_segments(&self) -> f64 {
+        let (nn, n, m) = (self.osds, self.n(), self.m);
+        self.segments * (ln_choose(nn - m, n - m) - ln_choose(nn, n)).exp()
+    }
+
+    pub fn chain(&self) -> Result<Chain, ReliabilityError> {
+        self.validate()?;
+        let (nn, m) = (self.osds, self.m);
+        let lambda = 1.0 / self.mttf_hours;
+        let p_ure = if m == 0 {
+            0.0
+        } else {
+            ure_probability(
+                self.critical_segments() * self.k as f64 * self.chunk_bytes,
+                self.uber,
+            )
+        };
+        // Last state: no segment lost with probability >= 1e-12, at most N-1 failed.
+        let mut last = 0;
+        while last + 1 < nn && self.segments * self.ln_segment_survives(last + 1) > (1e-12f64).ln()
+        {
+            last += 1;
+        }
+        let mut c = Chain::new();
+        for j in 0..=last {
+            c.state(format!("{j} OSDs failed"));
+        }
+        for j in 0..=last {
+            let fail = (nn - j) as f64 * lambda;
+            if j == last {
+                c.to_loss(j, fail);
+            } else {
+                let mut lose = self.loss_on_failure(j);
+                if j + 1 == m {
+                    lose = 1.0 - (1.0 - lose) * (1.0 - p_ure);
+                }
+                c.edge(j, j + 1, fail * (1.0 - lose));
+                c.to_loss(j, fail * lose);
+            }
+            if j > 0 {
+                c.edge(
+                    j,
+                    j - 1,
+                    j as f64 / (self.detect_hours + self.rebuild_hours(j)),
+                );
+            }
+        }
+        Ok(c)
+    }
+
+    pub fn mttdl(&self) -> Result<Mttdl, ReliabilityError> {
+        Ok(Mttdl {
+            hours: self.chain()?.mean_time_to_loss(0)?,
+        })
+    }
+
+    /// Monte-Carlo with an explicit placement: each run places every segment on n distinct OSDs
+    /// drawn uniformly, fails OSDs on their own exponential clocks, counts each segment's failed
+    /// chunks and stops at the first segment with more than m; recovery returns the longest-failed
+    /// OSD at the rate ρ_j of the module doc (exponential); a URE is drawn bit by bit over the k
+    /// chunks of every segment that has m failed chunks when the m-th OSD fails.
+    pub fn monte_carlo(&self, runs: u64, seed: u64) -> Result<McEstimate, ReliabilityError> {
+        self.validate()?;
+        check_runs(runs)?;
+        if self.segments > MC_SEGMENTS_MAX {
+            return Err(invalid(format!(
+                "the Monte-Carlo places every segment: at most {MC_SEGMENTS_MAX:e} segments, got {:e}",
+                self.segments
+            )));
+        }
+        let mut rng = Rng::new(seed);
+        let mut samples = Vec::with_capacity(runs as usize);
+        let mut failures = 0;
+        for _ in 0..runs {
+            samples.push(self.one_run(&mut rng, &mut failures)?);
+        }
+        McEstimate::from_samples(seed, &samples, failures)
+    }
+
+    fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {
+        let (nn, n, m) = (self.osds, self.n(), self.m);
+        let segments = self.segments as usize;
+        // Placement: the first n of a partial Fisher-Yates shuffle per segment.
+        let mut on_osd: Vec<Vec<u32>> = vec![Vec::new(); nn];
+        let mut ids: Vec<usize> = (0..nn).collect();
+        for s in 0..segments {
+            for i in 0..n {
+                let j = i + rng.below((nn - i) as u64) as usize;
+                ids.swap(i, j);
+                on_osd[ids[i]].push(s as u32);
+            }
+        }
+        let mut lost_chunks = vec![0u8; segments];
+        let mut critical = 0usize; // segments with exactly m lost chunks
+        let mut fails_at: Vec<f64> = (0..nn).map(|_| rng.exp(self.mttf_hours)).collect();
+        let mut failed = vec![false; nn];
+        let mut order: std::collections::VecDeque<usize> = Default::default();
+        let bits_per_critical = 8.0 * self.k as f64 * self.chunk_bytes;
+        let mut repair_at = f64::INFINITY;
+        let mut events = 0u64;
+        loop {
+            events += 1;
+            if events > EVENTS_PER_RUN_MAX {
+                return Err(too_long(events));
+            }
+            let (mut t, mut dev) = (repair_at, None);
+            for o in 0..nn {
+                if !failed[o] && fails_at[o] < t {
+                    (t, dev) = (fails_at[o], Some(o));
+                }
+            }
+            let now = t;
+            match dev {
+                Some(o) => {
+                    *failures += 1;
+                    failed[o] = true;
+                    order.push_back(o);
+                    for &s in &on_osd[o] {
+                        let c = &mut lost_chunks[s as usize];
+                        *c += 1;
+                        if *c as usize > m {
+                            return Ok(now);
+                        }
+                        if *c as usize == m {
+                            critical += 1;
+                        }
+                    }
+                    if m > 0 && order.len() == m && self.uber > 0.0 {
+                        let bits = critical as f64 * bits_per_critical;
+                        if rng.exp(1.0 / self.uber) < bits {
+                            return Ok(now);
+                        }
+                    }
+                }
+                None => {
+                    let o = order.pop_front().expect("a repair needs a failed OSD");
+                    failed[o] = false;
+                    for &s in &on_osd[o] {
+                        let c = &mut lost_chunks[s as usize];
+                        if *c as usize == m {
+                            critical -= 1;
+                        }
+                        *c -= 1;
+                    }
+                    fails_at[o] = now + rng.exp(self.mttf_hours);
+                }
+            }
+            let j = order.len();
+            repair_at = if j == 0 {
+                f64::INFINITY
+            } else {
+                now + rng.exp((self.detect_hours + self.rebuild_hours(j)) / j as f64)
+            };
+        }
+    }
+}
