@@ -10,6 +10,7 @@ mod cmd_mds;
 mod cmd_nbd;
 mod cmd_osd;
 mod cmd_reduce;
+mod cmd_reliability;
 mod cmd_robustore;
 mod cmd_sim;
 mod cmd_trace;
@@ -57,6 +58,8 @@ enum Cmd {
     Osd(cmd_osd::OsdArgs),
     /// TreeChunks: what compression and dedup would save on a file tree (analyze, report, merge)
     Reduce(cmd_reduce::ReduceArgs),
+    /// Mean time to data loss of arrays (RAID-5/6, RS), EPLOG with log devices, CodFS clusters; RainFS Table 2.1
+    Reliability(cmd_reliability::ReliabilityArgs),
 }
 
 fn main() {
@@ -74,6 +77,7 @@ fn main() {
         Cmd::Cluster(a) => cmd_cluster::run(a),
         Cmd::Demo(a) => cmd_demo::run(a),
         Cmd::Reduce(a) => cmd_reduce::run(a),
+        Cmd::Reliability(a) => cmd_reliability::run(a),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.

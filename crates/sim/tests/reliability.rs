@@ -469,16 +469,17 @@ fn rainfs_table_2_1_matches_the_seed() {
     ];
     let t = rainfs::table_2_1(3);
     assert_eq!(t.rows.len(), 4);
-    for ((name, cells), (want_name, want)) in t.rows.iter().zip(seed_table) {
-        assert_eq!(name, want_name);
-        let got: Vec<String> = cells
+    for (row, (want_name, want)) in t.rows.iter().zip(seed_table) {
+        assert_eq!(row.architecture, want_name);
+        let got: Vec<String> = row
+            .cells
             .iter()
             .map(|c| match c {
                 Some(t) => format!("{} / {}", t.disks, t.racks),
                 None => "- / -".into(),
             })
             .collect();
-        assert_eq!(got, want, "{name}");
+        assert_eq!(got, want, "{want_name}");
     }
     let text = t.to_string();
     assert!(text.contains("RainFS") && text.contains("8 / 2"), "{text}");
@@ -487,5 +488,5 @@ fn rainfs_table_2_1_matches_the_seed() {
     assert!(t2
         .rows
         .iter()
-        .all(|(_, c)| c[4].is_none() && c[5].is_none()));
+        .all(|r| r.cells[4].is_none() && r.cells[5].is_none()));
 }

@@ -134,7 +134,13 @@ impl Chain {
         }
         // Only `start` remains: each pass takes h[start] and ends in loss with probability
         // pa[start] (otherwise it returns to start).
-        Ok(h[start] / pa[start])
+        let t = h[start] / pa[start];
+        if !t.is_finite() {
+            return Err(ReliabilityError::Invalid(format!(
+                "the mean time to data loss overflows ({t} hours): the parameters are too extreme"
+            )));
+        }
+        Ok(t)
     }
 }
 

@@ -29,8 +29,8 @@
 //!
 //! URE: the failure that leaves m failed OSDs starts rebuilds of the segments with m lost chunks,
 //! each reading k chunks with no redundancy left; on average S·C(N-m, n-m)/C(N,n) such segments.
-//! J is the last state whose probability of no lost segment is above 1e-12; the failure beyond it
-//! is counted as loss.
+//! J is the last state whose probability of no lost segment is above 1e-12 (and at most
+//! [`STATES_MAX`] − 1); the failure beyond it is counted as loss.
 
 use ecstack_base::Rng;
 
@@ -70,6 +70,11 @@ fn ln_choose(n: usize, r: usize) -> f64 {
         .map(|i| ((n - i) as f64).ln() - ((i + 1) as f64).ln())
         .sum()
 }
+
+/// At most this many states (failed OSDs 0..STATES_MAX-1): the failure beyond the last counts as
+/// loss. Reaching hundreds of concurrent failures has a negligible probability whenever the MTTDL
+/// is worth computing; the bound keeps the dense solve small.
+pub const STATES_MAX: usize = 512;
 
 /// Above this many segments the Monte-Carlo (which places every segment) refuses.
 pub const MC_SEGMENTS_MAX: f64 = 1e6;
@@ -180,7 +185,9 @@ impl ClusterModel {
         };
         // Last state: no segment lost with probability >= 1e-12, at most N-1 failed.
         let mut last = 0;
-        while last + 1 < nn && self.segments * self.ln_segment_survives(last + 1) > (1e-12f64).ln()
+        while last + 1 < nn
+            && last + 1 < STATES_MAX
+            && self.segments * self.ln_segment_survives(last + 1) > (1e-12f64).ln()
         {
             last += 1;
         }

@@ -29,7 +29,10 @@ use super::array::{ArrayModel, Repair};
 use super::chain::Chain;
 use super::montecarlo::McEstimate;
 use super::montecarlo::{check_runs, too_long, EVENTS_PER_RUN_MAX};
-use super::params::{positive, Mttdl, ReliabilityError};
+use super::params::{invalid, positive, Mttdl, ReliabilityError};
+
+/// Largest m the chain is built for: 2(m+1)^2 states, solved densely.
+pub const PARITY_MAX: usize = 16;
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct EplogModel {
@@ -83,6 +86,12 @@ impl States {
 impl EplogModel {
     pub fn validate(&self) -> Result<(), ReliabilityError> {
         self.main.validate()?;
+        if self.main.m > PARITY_MAX {
+            return Err(invalid(format!(
+                "the EPLOG model handles m <= {PARITY_MAX} parity chunks (and as many log devices), got m = {}",
+                self.main.m
+            )));
+        }
         positive("log device MTTF", "hours", self.log_mttf_hours, false)?;
         positive("log device MTTR", "hours", self.log_mttr_hours, false)?;
         positive("uncommitted time", "hours", self.dirty_hours, false)?;

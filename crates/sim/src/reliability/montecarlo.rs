@@ -76,7 +76,7 @@ pub(crate) fn check_runs(runs: u64) -> Result<(), ReliabilityError> {
 
 /// A bound on the events of one run, so a model whose loss is practically unreachable with the
 /// given parameters ends with an error instead of running for days.
-pub(crate) const EVENTS_PER_RUN_MAX: u64 = 200_000_000;
+pub(crate) const EVENTS_PER_RUN_MAX: u64 = 20_000_000;
 
 pub(crate) fn too_long(events: u64) -> ReliabilityError {
     invalid(format!(

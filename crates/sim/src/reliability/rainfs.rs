@@ -85,15 +85,31 @@ pub fn tolerance(
 #[derive(Clone, Debug, Serialize)]
 pub struct Table {
     pub nas_systems: usize,
-    pub columns: Vec<(String, usize)>,
-    pub rows: Vec<(String, Vec<Option<Tolerance>>)>,
+    pub columns: Vec<Column>,
+    pub rows: Vec<Row>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Column {
+    pub raid: &'static str,
+    pub replicas: usize,
+}
+
+/// One architecture's tolerances, one per column; `None` where it cannot run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub architecture: &'static str,
+    pub cells: Vec<Option<Tolerance>>,
 }
 
 pub fn table_2_1(nas_systems: usize) -> Table {
     let mut columns = Vec::new();
     for r in 1..=3 {
         for raid in [RAID5, RAID6] {
-            columns.push((raid.name.to_string(), r));
+            columns.push(Column {
+                raid: raid.name,
+                replicas: r,
+            });
         }
     }
     let rows = ARCHITECTURES
@@ -103,7 +119,10 @@ pub fn table_2_1(nas_systems: usize) -> Table {
                 .flat_map(|r| [RAID5, RAID6].map(move |raid| (r, raid)))
                 .map(|(r, raid)| tolerance(a, raid, r, nas_systems))
                 .collect();
-            (a.name.to_string(), cells)
+            Row {
+                architecture: a.name,
+                cells,
+            }
         })
         .collect();
     Table {
@@ -120,20 +139,25 @@ impl std::fmt::Display for Table {
             Some(t) => format!("{} / {}", t.disks, t.racks),
             None => "- / -".to_string(),
         };
-        let name_w = self.rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+        let name_w = self
+            .rows
+            .iter()
+            .map(|r| r.architecture.len())
+            .max()
+            .unwrap_or(0);
         write!(f, "{:name_w$}", "")?;
-        for (raid, _) in &self.columns {
-            write!(f, " | {raid:>7}")?;
+        for c in &self.columns {
+            write!(f, " | {:>7}", c.raid)?;
         }
         writeln!(f)?;
         write!(f, "{:name_w$}", "")?;
-        for (_, r) in &self.columns {
-            write!(f, " | {:>7}", format!("Repl. {r}"))?;
+        for c in &self.columns {
+            write!(f, " | {:>7}", format!("Repl. {}", c.replicas))?;
         }
         writeln!(f)?;
-        for (name, cells) in &self.rows {
-            write!(f, "{name:name_w$}")?;
-            for c in cells {
+        for row in &self.rows {
+            write!(f, "{:name_w$}", row.architecture)?;
+            for c in &row.cells {
                 write!(f, " | {:>7}", cell(c))?;
             }
             writeln!(f)?;

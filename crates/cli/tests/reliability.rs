@@ -1,0 +1,152 @@
+//! `ecstack reliability`: the human and JSON reports carry the models' figures (checked against a
+//! closed form here, not against the library), RainFS Table 2.1 prints the seed's values, and bad
+//! inputs are one error line.
+
+use std::process::Command;
+
+fn ecstack(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args(args)
+        .output()
+        .expect("run ecstack")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = ecstack(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn raid5_json_matches_the_closed_form() {
+    // RAID-5 of 8 devices, MTTF 1e6 h, MTTR 24 h, no URE:
+    // MTTDL = ((2n-1)λ + μ) / (n(n-1)λ²) = (15e-6 + 1/24) / (56e-12) hours.
+    let out = ok(&[
+        "reliability",
+        "array",
+        "--k",
+        "7",
+        "--m",
+        "1",
+        "--mttf-hours",
+        "1e6",
+        "--mttr-hours",
+        "24",
+        "--uber",
+        "0",
+        "--years",
+        "5",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let want = (15e-6 + 1.0 / 24.0) / 56e-12;
+    let got = v["mttdl_hours"].as_f64().unwrap();
+    assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
+    assert!((v["mttdl_years"].as_f64().unwrap() - want / 8766.0).abs() < 1e-3);
+    let p = v["loss_probability"].as_f64().unwrap();
+    assert!((p - (1.0 - (-5.0 * 8766.0 / want).exp())).abs() < 1e-12);
+    assert_eq!(v["model"]["repair"], "sequential");
+}
+
+#[test]
+fn human_reports_and_monte_carlo() {
+    let out = ok(&[
+        "reliability",
+        "array",
+        "--k",
+        "4",
+        "--m",
+        "1",
+        "--mttf-hours",
+        "1000",
+        "--mttr-hours",
+        "50",
+        "--uber",
+        "0",
+        "--mc-runs",
+        "4000",
+        "--seed",
+        "3",
+    ]);
+    assert!(out.contains("RAID-5 (4+1)"), "{out}");
+    // 1450 h = 0.1654 years (closed form above with n = 5, λ = 1e-3, μ = 0.02).
+    assert!(out.contains("MTTDL: 0.1654 years (1450 hours)"), "{out}");
+    assert!(out.contains("Monte-Carlo (4000 runs, seed 3"), "{out}");
+    assert!(out.contains("the chain is inside"), "{out}");
+    let e = ok(&["reliability", "eplog"]);
+    assert!(e.contains("the main array alone"), "{e}");
+    let c = ok(&["reliability", "cluster", "--osds", "12", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&c).unwrap();
+    assert!(v["mttdl_years"].as_f64().unwrap() > 0.0);
+    // 4 TiB per OSD over 11 survivors at 50 MB/s each, plus 15 minutes of detection.
+    let want = 0.25 + 4.0 * 1024f64.powi(4) / (11.0 * 50e6) / 3600.0;
+    let got = v["model"]["single_rebuild_hours"].as_f64().unwrap();
+    assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+}
+
+#[test]
+fn table_2_1_prints_the_seeds_values() {
+    let t = ok(&["reliability", "table"]);
+    let rows: Vec<String> = t
+        .lines()
+        .skip(3)
+        .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>().join("|"))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "DN-on-Client|1 / 0|2 / 0|3 / 1|5 / 1|- / -|- / -",
+            "DN-on-NAS Node|1 / 0|2 / 0|3 / 1|5 / 1|5 / 2|8 / 2",
+            "No HDFS|1 / 0|2 / 0|- / -|- / -|- / -|- / -",
+            "RainFS|1 / 0|2 / 0|3 / 1|5 / 1|5 / 2|8 / 2",
+        ]
+    );
+}
+
+#[test]
+fn bad_inputs_are_one_error_line() {
+    let cases: [(&[&str], &str); 12] = [
+        (&["reliability", "array", "--afr", "2"], "AFR"),
+        (&["reliability", "array", "--mttr-hours", "NaN"], "MTTR"),
+        (
+            &["reliability", "array", "--rebuild-mb-s", "0"],
+            "recovery throughput",
+        ),
+        (&["reliability", "array", "--uber", "1.5"], "per-bit"),
+        (&["reliability", "array", "--k", "0"], "k >= 1"),
+        (
+            &["reliability", "array", "--repair", "later"],
+            "sequential or parallel",
+        ),
+        (
+            &["reliability", "array", "--device-size", "4Q"],
+            "--device-size",
+        ),
+        (&["reliability", "array", "--mc-runs", "1"], "runs"),
+        (
+            &["reliability", "eplog", "--commit-seconds", "inf"],
+            "commit",
+        ),
+        (&["reliability", "eplog", "--m", "20"], "m <= 16"),
+        (
+            &["reliability", "cluster", "--osds", "5"],
+            "at least n = 6 OSDs",
+        ),
+        (&["reliability", "table", "--nas", "0"], "--nas"),
+    ];
+    for (args, want) in cases {
+        let o = ecstack(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {err}");
+        assert!(
+            lines[0].starts_with("ecstack: error:") && lines[0].contains(want),
+            "{args:?}: wanted {want:?} in {err}"
+        );
+    }
+}
