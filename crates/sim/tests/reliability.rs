@@ -395,7 +395,7 @@ fn cluster_with_n_osds_is_a_birth_death_chain() {
 #[test]
 fn cluster_loss_probability_per_failure() {
     // N = 10, RS(2,1): a segment's 3 chunks cover C(3,2) = 3 of the C(10,2) = 45 pairs; with
-    // S segments a second failure loses data with 1 - (1 - 3/45)^S (by hand: S = 10 → 0.4991).
+    // S segments a second failure loses data with 1 - (1 - 3/45)^S (by hand: S = 10 → 0.4984).
     let c = cluster(10, 2, 1, 10.0);
     assert_eq!(c.loss_on_failure(0), 0.0);
     assert!(close(
