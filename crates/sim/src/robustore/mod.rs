@@ -437,7 +437,7 @@ enum Need {
 struct Speculative {
     need: Need,
     received: usize,
-    decode: Option<(f64, f64)>, // (seconds per block, decoder free at)
+    decode: Option<(f64, f64)>, // (seconds to decode one block, unused)
     done: bool,
 }
 
@@ -464,11 +464,9 @@ impl Client for Speculative {
                 *need == 0
             }
         };
-        let mut t = eng.now;
-        if let Some((per_block, free)) = &mut self.decode {
-            *free = free.max(eng.now) + *per_block;
-            t = *free;
-        }
+        // Decoding overlaps the I/O: only the block that completes the object adds its decode time
+        // (§6.2.6: "it only incurs extra latency for decoding the last block").
+        let t = eng.now + self.decode.map_or(0.0, |(per_block, _)| per_block);
         if complete {
             self.done = true;
             eng.finish(t);
