@@ -25,6 +25,8 @@ enum ExpCmd {
     Codfs(CodfsArgs),
     /// RobuSTore ch. 6: every figure (Table 6-2) on the simulator; `--shard i/N`, `--merge DIR`
     Robustore(crate::cmd_robustore::RobustoreExpArgs),
+    /// ZombieNAND §4.4.3 synthetic grid to death, parallel, --shard i/N + --merge (docs/zombienand.md)
+    Zombienand(crate::cmd_zombienand::ExpZombieArgs),
 }
 
 #[derive(Args)]
@@ -116,6 +118,7 @@ pub fn run(a: ExperimentArgs) -> Result<()> {
         ExpCmd::Eplog(e) => eplog(e),
         ExpCmd::Codfs(c) => codfs(c),
         ExpCmd::Robustore(r) => crate::cmd_robustore::experiment(r),
+        ExpCmd::Zombienand(z) => crate::cmd_zombienand::run_experiment(z),
     }
 }
 

@@ -40,6 +40,8 @@ enum SimCmd {
     Array(ArraySimArgs),
     /// RobuSTore's ch. 6 world: RAID-0 / RRAID-S / RRAID-A / RobuSTore over heterogeneous disks
     Robustore(crate::cmd_robustore::RobustoreArgs),
+    /// ZombieNAND: one SSD lifetime to death (bit-mode fallback, wear-unleveling; docs/zombienand.md)
+    Zombienand(crate::cmd_zombienand::SimZombieArgs),
 }
 
 #[derive(Args)]
@@ -156,6 +158,7 @@ pub fn run(a: SimArgs) -> Result<()> {
         SimCmd::Hdd(h) => run_hdd(h),
         SimCmd::Array(a) => run_array(a),
         SimCmd::Robustore(r) => crate::cmd_robustore::run(r),
+        SimCmd::Zombienand(z) => crate::cmd_zombienand::run_sim(z),
     }
 }
 

@@ -14,6 +14,7 @@ mod cmd_reliability;
 mod cmd_robustore;
 mod cmd_sim;
 mod cmd_trace;
+mod cmd_zombienand;
 mod util;
 
 use clap::{Parser, Subcommand};

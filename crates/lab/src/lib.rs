@@ -8,6 +8,7 @@
 //! * [`eplog`]: EPLOG §5 Experiments 1–5 (write traffic, GC, parity commit frequency, requests/s on
 //!   two testbeds, recovery), md vs pl vs eplog.
 //! * [`trace_plots`]: the figures of a trace analysis.
+//! * [`zombienand`]: ZombieNAND lifetimes to death (thesis ch. 4), one run or the synthetic grid.
 //! * [`codfs_bench`]: `ecstack bench cluster`, the CodFS cluster on loopback against MinIO
 //!   ([`codfs_s3`] is the S3 client for the peer).
 //! * [`codfs_model`]: `ecstack experiment codfs --exp model`, CodFS's §5.1 throughput model against
@@ -23,6 +24,7 @@ pub mod plot;
 pub mod robustore;
 pub mod table;
 pub mod trace_plots;
+pub mod zombienand;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,373 @@
+//! §4.4.3's synthetic grid: reserved area × working-set size × read share × starting mode, every
+//! point run to death twice (baseline and ZombieNAND), in parallel, shardable (`--shard i/N`) and
+//! mergeable into the result one machine would produce; Markdown/CSV tables and SVG heat maps of
+//! lifetime and mean latency relative to the baseline.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use ecstack_device::{CellMode, WearPhysics};
+use serde::{Deserialize, Serialize};
+
+use super::life::{
+    mode_label, run_lifetime, Drive, LifeConfig, Lifetime, Scheme, Workload, LIFE_THRESHOLD,
+};
+use crate::{io_at, LabError, Result};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GridConfig {
+    pub drive: Drive,
+    pub modes: Vec<CellMode>,
+    pub reserves: Vec<f64>,
+    pub working_sets: Vec<f64>,
+    pub read_shares: Vec<f64>,
+    pub seed: u64,
+    pub physics: WearPhysics,
+}
+
+impl GridConfig {
+    /// The seed's grid (Figures 4.3/4.4): reserves 5–30%, working sets 10–100%, three read shares.
+    pub fn full() -> GridConfig {
+        GridConfig {
+            drive: Drive::Synthetic,
+            modes: vec![CellMode::Tlc, CellMode::Mlc],
+            reserves: vec![0.05, 0.10, 0.15, 0.20, 0.25, 0.30],
+            working_sets: vec![0.1, 0.25, 0.5, 0.75, 1.0],
+            read_shares: vec![0.25, 0.5, 0.75],
+            seed: 1,
+            physics: WearPhysics::OxideStress,
+        }
+    }
+    /// CI scale: a 32-block drive, TLC only, 2 × 2 × 1 points (seconds).
+    pub fn quick() -> GridConfig {
+        GridConfig {
+            drive: Drive::Tiny,
+            modes: vec![CellMode::Tlc],
+            reserves: vec![0.15, 0.30],
+            working_sets: vec![0.5, 1.0],
+            read_shares: vec![0.5],
+            seed: 1,
+            physics: WearPhysics::OxideStress,
+        }
+    }
+
+    pub fn points(&self) -> Vec<GridPoint> {
+        let mut v = Vec::new();
+        for &mode in &self.modes {
+            for &read_share in &self.read_shares {
+                for &reserve in &self.reserves {
+                    for &working_set in &self.working_sets {
+                        let index = v.len();
+                        v.push(GridPoint {
+                            index,
+                            mode,
+                            reserve,
+                            working_set,
+                            read_share,
+                        });
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GridPoint {
+    pub index: usize,
+    pub mode: CellMode,
+    pub reserve: f64,
+    pub working_set: f64,
+    pub read_share: f64,
+}
+
+/// One point's two lifetimes (the latency series are dropped to keep results small).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PointResult {
+    pub point: GridPoint,
+    pub baseline: Lifetime,
+    pub zombie: Lifetime,
+    /// ZombieNAND host bytes written / baseline's.
+    pub lifetime_ratio: f64,
+    /// ZombieNAND mean latency over its life / baseline's over its life.
+    pub latency_ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GridReport {
+    pub config: GridConfig,
+    /// `(i, n)`: this report holds the points with `index % n == i`; `(0, 1)` is the whole grid.
+    pub shard: (usize, usize),
+    pub results: Vec<PointResult>,
+}
+
+fn run_point(cfg: &GridConfig, p: GridPoint) -> Result<PointResult> {
+    let life = |scheme| -> Result<Lifetime> {
+        let lc = LifeConfig {
+            drive: cfg.drive,
+            mode: p.mode,
+            reserve: p.reserve,
+            scheme,
+            physics: cfg.physics,
+            life_threshold: LIFE_THRESHOLD,
+            // The same stream for both schemes of a point; points differ.
+            seed: cfg
+                .seed
+                .wrapping_mul(1_000_003)
+                .wrapping_add(p.index as u64),
+        };
+        let w = Workload::Uniform {
+            working_set: p.working_set,
+            read_share: p.read_share,
+        };
+        let mut l = run_lifetime(&lc, &w, None, &mut |_| {})?;
+        l.series.clear();
+        l.wall_s = 0.0; // keep merged results byte-identical to one machine's
+        l.ops_per_wall_s = 0.0;
+        Ok(l)
+    };
+    let baseline = life(Scheme::Baseline)?;
+    let zombie = life(Scheme::Zombie)?;
+    Ok(PointResult {
+        point: p,
+        lifetime_ratio: zombie.host_bytes_written as f64
+            / baseline.host_bytes_written.max(1) as f64,
+        latency_ratio: zombie.mean_latency_us / baseline.mean_latency_us.max(1e-9),
+        baseline,
+        zombie,
+    })
+}
+
+/// Run this shard's points on `jobs` threads; `done` is called after each point.
+pub fn run_grid(
+    cfg: &GridConfig,
+    shard: (usize, usize),
+    jobs: usize,
+    done: &(dyn Fn(&PointResult) + Sync),
+) -> Result<GridReport> {
+    if shard.1 == 0 || shard.0 >= shard.1 {
+        return Err(LabError::Config {
+            field: "shard",
+            msg: format!("{}/{} is not i/N with i < N", shard.0, shard.1),
+        });
+    }
+    let points: Vec<GridPoint> = cfg
+        .points()
+        .into_iter()
+        .filter(|p| p.index % shard.1 == shard.0)
+        .collect();
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Result<PointResult>>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.max(1).min(points.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&p) = points.get(i) else { break };
+                let r = run_point(cfg, p);
+                if let Ok(r) = &r {
+                    done(r);
+                }
+                out.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+            });
+        }
+    });
+    let mut results = Vec::new();
+    for r in out.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        results.push(r?);
+    }
+    results.sort_by_key(|r| r.point.index);
+    Ok(GridReport {
+        config: cfg.clone(),
+        shard,
+        results,
+    })
+}
+
+/// Merge shard reports of one grid into the whole grid's report (refuses mixed grids, missing or
+/// repeated points).
+pub fn merge(parts: Vec<GridReport>) -> Result<GridReport> {
+    let bad = |m: String| LabError::Run(format!("merge: {m}"));
+    let first = parts.first().ok_or_else(|| bad("no shard given".into()))?;
+    let cfg = first.config.clone();
+    let mut results = Vec::new();
+    for p in &parts {
+        if p.config != cfg {
+            return Err(bad("shards of different grids".into()));
+        }
+        results.extend(p.results.iter().cloned());
+    }
+    results.sort_by_key(|r| r.point.index);
+    let n = cfg.points().len();
+    if results.len() != n || results.iter().enumerate().any(|(i, r)| r.point.index != i) {
+        return Err(bad(format!(
+            "{} point results for a grid of {n} points (a shard missing or repeated)",
+            results.len()
+        )));
+    }
+    Ok(GridReport {
+        config: cfg,
+        shard: (0, 1),
+        results,
+    })
+}
+
+pub fn read_report(path: &Path) -> Result<GridReport> {
+    let b = std::fs::read(path).map_err(io_at(path))?;
+    serde_json::from_slice(&b)
+        .map_err(|e| LabError::Run(format!("{}: not a grid report: {e}", path.display())))
+}
+
+pub fn write_report(r: &GridReport, path: &Path) -> Result<()> {
+    let b = serde_json::to_vec_pretty(r).map_err(|e| LabError::Run(e.to_string()))?;
+    std::fs::write(path, b).map_err(io_at(path))
+}
+
+/// Markdown table of every point.
+pub fn markdown(r: &GridReport) -> String {
+    let mut s = String::from(
+        "| mode | reads | reserve | working set | early blocks | baseline life (host GiB) | ZombieNAND life (host GiB) | life × | latency × | switches | death (ZombieNAND) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for x in &r.results {
+        let p = &x.point;
+        let _ = writeln!(
+            s,
+            "| {} | {:.0}% | {:.0}% | {:.0}% | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |",
+            mode_label(p.mode),
+            p.read_share * 100.0,
+            p.reserve * 100.0,
+            p.working_set * 100.0,
+            x.zombie.early_switch_blocks,
+            x.baseline.host_bytes_written as f64 / (1u64 << 30) as f64,
+            x.zombie.host_bytes_written as f64 / (1u64 << 30) as f64,
+            x.lifetime_ratio,
+            x.latency_ratio,
+            x.zombie.stats.mode_switches,
+            x.zombie.death.replace('|', "/"),
+        );
+    }
+    s
+}
+
+pub fn csv(r: &GridReport) -> String {
+    let mut s = String::from("mode,read_share,reserve,working_set,early_switch_blocks,baseline_host_bytes,zombie_host_bytes,lifetime_ratio,baseline_latency_us,zombie_latency_us,latency_ratio,mode_switches\n");
+    for x in &r.results {
+        let p = &x.point;
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{:.6},{:.3},{:.3},{:.6},{}",
+            mode_label(p.mode),
+            p.read_share,
+            p.reserve,
+            p.working_set,
+            x.zombie.early_switch_blocks,
+            x.baseline.host_bytes_written,
+            x.zombie.host_bytes_written,
+            x.lifetime_ratio,
+            x.baseline.mean_latency_us,
+            x.zombie.mean_latency_us,
+            x.latency_ratio,
+            x.zombie.stats.mode_switches
+        );
+    }
+    s
+}
+
+/// One SVG heat map per (mode, read share, metric): rows reserve, columns working set, each cell
+/// coloured by its value relative to the baseline (1.0 = white; better = green, worse = red on a
+/// log scale) and labelled with the value. Returns (file name, SVG).
+pub fn heat_maps(r: &GridReport) -> Vec<(String, String)> {
+    let c = &r.config;
+    let mut out = Vec::new();
+    for &mode in &c.modes {
+        for &rs in &c.read_shares {
+            for (metric, better_high) in [("lifetime", true), ("latency", false)] {
+                let cell = |res: f64, ws: f64| {
+                    r.results
+                        .iter()
+                        .find(|x| {
+                            x.point.mode == mode
+                                && x.point.read_share == rs
+                                && x.point.reserve == res
+                                && x.point.working_set == ws
+                        })
+                        .map(|x| {
+                            if metric == "lifetime" {
+                                x.lifetime_ratio
+                            } else {
+                                x.latency_ratio
+                            }
+                        })
+                };
+                let (cw, ch, left, top) = (70.0, 34.0, 90.0, 50.0);
+                let w = left + cw * c.working_sets.len() as f64 + 20.0;
+                let h = top + ch * c.reserves.len() as f64 + 50.0;
+                let mut s = format!(
+                    "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{left}\" y=\"20\" font-size=\"14\">{} {metric} relative to baseline, {:.0}% reads</text>\n",
+                    mode_label(mode),
+                    rs * 100.0
+                );
+                for (i, &res) in c.reserves.iter().enumerate() {
+                    let y = top + i as f64 * ch;
+                    let _ = writeln!(
+                        s,
+                        "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.0}% reserve</text>",
+                        left - 6.0,
+                        y + ch / 2.0 + 4.0,
+                        res * 100.0
+                    );
+                    for (j, &ws) in c.working_sets.iter().enumerate() {
+                        let x = left + j as f64 * cw;
+                        let v = cell(res, ws);
+                        let fill = match v {
+                            Some(v) if v > 0.0 => {
+                                let good = if better_high { v.ln() } else { -v.ln() };
+                                let t = (good.abs() / 2.0f64.ln() / 3.0).min(1.0); // 8x = full
+                                let k = (255.0 * (1.0 - t)) as u8;
+                                if good >= 0.0 {
+                                    format!("rgb({k},255,{k})")
+                                } else {
+                                    format!("rgb(255,{k},{k})")
+                                }
+                            }
+                            _ => "rgb(200,200,200)".into(),
+                        };
+                        let _ = writeln!(
+                            s,
+                            "<rect x=\"{x}\" y=\"{y}\" width=\"{cw}\" height=\"{ch}\" fill=\"{fill}\" stroke=\"black\"/><text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                            x + cw / 2.0,
+                            y + ch / 2.0 + 4.0,
+                            v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
+                        );
+                    }
+                }
+                let yb = top + c.reserves.len() as f64 * ch + 16.0;
+                for (j, &ws) in c.working_sets.iter().enumerate() {
+                    let _ = writeln!(
+                        s,
+                        "<text x=\"{}\" y=\"{yb}\" text-anchor=\"middle\">{:.0}%</text>",
+                        left + j as f64 * cw + cw / 2.0,
+                        ws * 100.0
+                    );
+                }
+                let _ = writeln!(
+                    s,
+                    "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">working set</text>\n</svg>",
+                    left + cw * c.working_sets.len() as f64 / 2.0,
+                    yb + 20.0
+                );
+                out.push((
+                    format!(
+                        "zombienand-{}-{metric}-reads{:.0}.svg",
+                        mode_label(mode).to_lowercase(),
+                        rs * 100.0
+                    ),
+                    s,
+                ));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,10 @@
+//! ZombieNAND (thesis ch. 4): lifetimes of simulated SSDs to death, baseline against bit-mode
+//! fallback with wear-unleveling. The flash model itself lives in `ecstack_device::sim`
+//! (`ssd.rs`: FTL, GC policies, capacity and death; `wear.rs`: Algorithm 4 and Eq. 4.1).
+//!
+//! * [`life`]: one lifetime with progress and checkpoint/resume (`ecstack sim zombienand`).
+//! * [`grid`]: the §4.4.3 synthetic grid, sharded and merged, with SVG heat maps
+//!   (`ecstack experiment zombienand`).
+
+pub mod grid;
+pub mod life;
