@@ -1,0 +1,227 @@
+//! The on-disk format (documented in `docs/kv.md`; one copy of the tables lives there).
+//!
+//! Chunk 0 holds the [`Superblock`]; every later chunk is free or part of exactly one record. A record
+//! starts on a chunk boundary with a [`RecordHeader`], then the key, then the value, and occupies
+//! `ceil((HEADER_BYTES + key + value) / chunk_bytes)` chunks. All integers are little-endian.
+
+/// Bytes of a record header.
+pub const HEADER_BYTES: usize = 24;
+/// Bytes of the superblock (it fills chunk 0; the rest of that chunk is zero).
+pub const SUPERBLOCK_BYTES: usize = 40;
+/// The record header's magic.
+pub const RECORD_MAGIC: [u8; 4] = *b"EKVR";
+/// The superblock's magic.
+pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"ECSTKVSB";
+/// The one format version this code writes and reads.
+pub const FORMAT_VERSION: u8 = 1;
+/// Longest key: the seed's metadata keeps the key size in one byte.
+pub const KEY_BYTES_MAX: usize = 255;
+
+// Field offsets of the record header, each derived from the previous one.
+const R_MAGIC: usize = 0;
+const R_VERSION: usize = R_MAGIC + 4;
+/// The seed's 5 bytes of metadata start here: key size (1 byte), value size (4 bytes).
+const R_KEY_BYTES: usize = R_VERSION + 1;
+const R_VALUE_BYTES: usize = R_KEY_BYTES + 1;
+const R_RESERVED: usize = R_VALUE_BYTES + 4;
+const R_SEQ: usize = R_RESERVED + 2;
+const R_CRC: usize = R_SEQ + 8;
+const _: () = assert!(R_CRC + 4 == HEADER_BYTES);
+
+// Field offsets of the superblock.
+const S_MAGIC: usize = 0;
+const S_VERSION: usize = S_MAGIC + 8;
+const S_CHUNK: usize = S_VERSION + 4;
+const S_SALT: usize = S_CHUNK + 4;
+const S_CAPACITY: usize = S_SALT + 8;
+const S_RESERVED: usize = S_CAPACITY + 8;
+const S_CRC: usize = S_RESERVED + 4;
+const _: () = assert!(S_CRC + 4 == SUPERBLOCK_BYTES);
+const _: () = assert!(HEADER_BYTES + KEY_BYTES_MAX < 512);
+
+/// The store's superblock (chunk 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    pub chunk_bytes: u32,
+    /// Random per store; seeds every record checksum, so a value that embeds bytes shaped like a
+    /// record (or a record of another store on a reused device) never passes as one.
+    pub salt: u64,
+    /// Device capacity in bytes when the store was created.
+    pub capacity: u64,
+}
+
+impl Superblock {
+    pub fn encode(&self) -> [u8; SUPERBLOCK_BYTES] {
+        let mut b = [0u8; SUPERBLOCK_BYTES];
+        b[S_MAGIC..S_VERSION].copy_from_slice(&SUPERBLOCK_MAGIC);
+        b[S_VERSION..S_CHUNK].copy_from_slice(&u32::from(FORMAT_VERSION).to_le_bytes());
+        b[S_CHUNK..S_SALT].copy_from_slice(&self.chunk_bytes.to_le_bytes());
+        b[S_SALT..S_CAPACITY].copy_from_slice(&self.salt.to_le_bytes());
+        b[S_CAPACITY..S_RESERVED].copy_from_slice(&self.capacity.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..S_CRC]);
+        b[S_CRC..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode and validate; the error says what is wrong.
+    pub fn decode(b: &[u8]) -> Result<Superblock, String> {
+        if b.len() < SUPERBLOCK_BYTES {
+            return Err(format!("superblock of {} bytes", b.len()));
+        }
+        if b[S_MAGIC..S_VERSION] != SUPERBLOCK_MAGIC {
+            return Err("no ecstack key-value superblock in chunk 0".into());
+        }
+        let crc = u32::from_le_bytes(b[S_CRC..S_CRC + 4].try_into().unwrap());
+        if crc != crc32c::crc32c(&b[..S_CRC]) {
+            return Err("superblock checksum mismatch".into());
+        }
+        let version = u32::from_le_bytes(b[S_VERSION..S_CHUNK].try_into().unwrap());
+        if version != u32::from(FORMAT_VERSION) {
+            return Err(format!("unknown format version {version}"));
+        }
+        let sb = Superblock {
+            chunk_bytes: u32::from_le_bytes(b[S_CHUNK..S_SALT].try_into().unwrap()),
+            salt: u64::from_le_bytes(b[S_SALT..S_CAPACITY].try_into().unwrap()),
+            capacity: u64::from_le_bytes(b[S_CAPACITY..S_RESERVED].try_into().unwrap()),
+        };
+        if sb.chunk_bytes < 512 || !sb.chunk_bytes.is_power_of_two() {
+            return Err(format!(
+                "chunk size {} is not a power of two ≥ 512",
+                sb.chunk_bytes
+            ));
+        }
+        Ok(sb)
+    }
+}
+
+/// A decoded record header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub key_bytes: u8,
+    pub value_bytes: u32,
+    pub seq: u64,
+    pub crc: u32,
+}
+
+impl RecordHeader {
+    /// Bytes of the whole record (header, key, value), before chunk rounding.
+    pub fn record_bytes(&self) -> u64 {
+        HEADER_BYTES as u64 + u64::from(self.key_bytes) + u64::from(self.value_bytes)
+    }
+
+    /// Decode the fixed part; `None` when the bytes are not a record header (wrong magic, version or
+    /// reserved bits, empty key). The checksum is checked separately ([`checksum`]) once the key
+    /// and value are read.
+    pub fn decode(b: &[u8]) -> Option<RecordHeader> {
+        if b.len() < HEADER_BYTES
+            || b[R_MAGIC..R_VERSION] != RECORD_MAGIC
+            || b[R_VERSION] != FORMAT_VERSION
+            || b[R_RESERVED..R_SEQ] != [0, 0]
+            || b[R_KEY_BYTES] == 0
+        {
+            return None;
+        }
+        Some(RecordHeader {
+            key_bytes: b[R_KEY_BYTES],
+            value_bytes: u32::from_le_bytes(b[R_VALUE_BYTES..R_RESERVED].try_into().unwrap()),
+            seq: u64::from_le_bytes(b[R_SEQ..R_CRC].try_into().unwrap()),
+            crc: u32::from_le_bytes(b[R_CRC..HEADER_BYTES].try_into().unwrap()),
+        })
+    }
+}
+
+/// The record checksum: CRC32C over the store salt, header bytes 0..20, the key and the value.
+pub fn checksum(salt: u64, head: &[u8], key: &[u8], value: &[u8]) -> u32 {
+    let c = crc32c::crc32c(&salt.to_le_bytes());
+    let c = crc32c::crc32c_append(c, &head[..R_CRC]);
+    let c = crc32c::crc32c_append(c, key);
+    crc32c::crc32c_append(c, value)
+}
+
+/// Encode a whole record into `out` (cleared, then filled and zero-padded to whole chunks).
+pub fn encode_record(
+    out: &mut Vec<u8>,
+    salt: u64,
+    seq: u64,
+    key: &[u8],
+    value: &[u8],
+    chunk_bytes: usize,
+) {
+    assert!(
+        (1..=KEY_BYTES_MAX).contains(&key.len()),
+        "key size checked by the caller"
+    );
+    let value_bytes = u32::try_from(value.len()).expect("value size checked by the caller");
+    out.clear();
+    out.extend_from_slice(&RECORD_MAGIC);
+    out.push(FORMAT_VERSION);
+    out.push(key.len() as u8);
+    out.extend_from_slice(&value_bytes.to_le_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&seq.to_le_bytes());
+    let crc = checksum(salt, out, key, value);
+    out.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(out.len(), HEADER_BYTES);
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+    let padded = out.len().div_ceil(chunk_bytes) * chunk_bytes;
+    out.resize(padded, 0);
+}
+
+/// Chunks a record with this key and value size occupies.
+pub fn record_chunks(key_bytes: usize, value_bytes: usize, chunk_bytes: usize) -> u64 {
+    (HEADER_BYTES + key_bytes + value_bytes).div_ceil(chunk_bytes) as u64
+}
+
+/// Check a whole record read from storage (`b` starts at the header and holds at least the record);
+/// returns the header when the checksum matches.
+pub fn verify_record(b: &[u8], salt: u64) -> Option<RecordHeader> {
+    let h = RecordHeader::decode(b)?;
+    let end = usize::try_from(h.record_bytes()).ok()?;
+    if b.len() < end {
+        return None;
+    }
+    let key_end = HEADER_BYTES + h.key_bytes as usize;
+    let crc = checksum(
+        salt,
+        &b[..HEADER_BYTES],
+        &b[HEADER_BYTES..key_end],
+        &b[key_end..end],
+    );
+    (crc == h.crc).then_some(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trip_and_layout() {
+        let mut out = Vec::new();
+        encode_record(&mut out, 7, 42, b"key", b"value!", 512);
+        assert_eq!(out.len(), 512);
+        assert_eq!(out[R_KEY_BYTES], 3);
+        assert_eq!(&out[R_VALUE_BYTES..R_VALUE_BYTES + 4], &6u32.to_le_bytes());
+        let h = verify_record(&out, 7).unwrap();
+        assert_eq!((h.key_bytes, h.value_bytes, h.seq), (3, 6, 42));
+        assert!(verify_record(&out, 8).is_none(), "another store's salt");
+        for i in 0..(HEADER_BYTES + 9) {
+            let mut bad = out.clone();
+            bad[i] ^= 0x10;
+            assert!(verify_record(&bad, 7).is_none(), "flip at byte {i} passed");
+        }
+    }
+
+    #[test]
+    fn superblock_round_trip() {
+        let sb = Superblock {
+            chunk_bytes: 4096,
+            salt: 99,
+            capacity: 1 << 30,
+        };
+        assert_eq!(Superblock::decode(&sb.encode()), Ok(sb));
+        let mut b = sb.encode();
+        b[S_SALT] ^= 1;
+        assert!(Superblock::decode(&b).is_err());
+    }
+}

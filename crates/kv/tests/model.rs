@@ -1,0 +1,447 @@
+//! Model-checked random operation sequences with crashes: a plain `HashMap` model of what was
+//! acknowledged, the real store over real files (Faulty(FileDevice): unflushed writes survive, tear
+//! or vanish, in any order) and over erasure-coded arrays (md, eplog) of Faulty(MemDevice), power cut
+//! at a random device operation (mid-SET, mid-DELETE, mid-sync), then reopen by scanning. After each
+//! reopen every pair holds a value it may hold: under `always` exactly the acknowledged one (or the
+//! cut operation's), under `everysec` the one at the last completed sync or one written since;
+//! deleted pairs stay gone. `ECSTACK_SEED=n` reruns one seed, `ECSTACK_SEEDS=count` sweeps more.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ecstack_array::{Array, ArrayConfig, ArrayDevices, SchemeKind};
+use ecstack_base::Rng;
+use ecstack_device::{
+    BlockDevice, FaultConfig, Faulty, FileDevice, MemDevice, Outcome, PowerCutPolicy,
+};
+use ecstack_kv::{Durability, KvConfig, KvStore};
+
+const KEYS: u64 = 24;
+const CHUNK: usize = 512;
+
+fn seeds(default: u64) -> Vec<u64> {
+    if let Ok(s) = std::env::var("ECSTACK_SEED") {
+        return vec![s.parse().expect("ECSTACK_SEED is a number")];
+    }
+    let n = std::env::var("ECSTACK_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    (1..=n).collect()
+}
+
+fn crashy(seed: u64, cut_at: Option<u64>) -> FaultConfig {
+    FaultConfig {
+        seed,
+        power_cut: PowerCutPolicy {
+            survive_prob: 0.4,
+            torn_prob: 0.5,
+            reorder: true,
+            sector: 512,
+        },
+        power_cut_at_op: cut_at,
+        ..FaultConfig::default()
+    }
+}
+
+type Val = Option<Vec<u8>>;
+
+/// What the test knows: the state at the last durable point, and every value each key took since.
+struct Model {
+    durable: HashMap<Vec<u8>, Val>,
+    current: HashMap<Vec<u8>, Val>,
+    since: HashMap<Vec<u8>, Vec<Val>>,
+}
+
+impl Model {
+    fn new() -> Model {
+        Model {
+            durable: HashMap::new(),
+            current: HashMap::new(),
+            since: HashMap::new(),
+        }
+    }
+    fn get(&self, k: &[u8]) -> Val {
+        self.current.get(k).cloned().flatten()
+    }
+    fn set(&mut self, k: &[u8], v: Val) {
+        self.current.insert(k.to_vec(), v.clone());
+        self.since.entry(k.to_vec()).or_default().push(v);
+    }
+    fn synced(&mut self) {
+        self.durable = self.current.clone();
+        self.since.clear();
+    }
+    /// After a reopen: check every key, then take what the store holds as the new durable state.
+    fn check_reopened(&mut self, kv: &KvStore, ctx: &str) {
+        for i in 0..KEYS {
+            let k = key(i);
+            let got = kv
+                .get(&k)
+                .unwrap_or_else(|e| panic!("{ctx}: get after reopen: {e}"));
+            let mut allowed: Vec<Val> = vec![self.durable.get(&k).cloned().flatten()];
+            allowed.extend(self.since.get(&k).cloned().unwrap_or_default());
+            assert!(
+                allowed.contains(&got),
+                "{ctx}: key {i} holds {:?} after reopen; allowed: {:?}",
+                got.as_ref().map(|v| v.len()),
+                allowed
+                    .iter()
+                    .map(|v| v.as_ref().map(|v| v.len()))
+                    .collect::<Vec<_>>()
+            );
+            self.current.insert(k, got);
+        }
+        assert_eq!(
+            kv.len(),
+            self.current.values().filter(|v| v.is_some()).count(),
+            "{ctx}: pair count"
+        );
+        self.synced();
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key:{i:04}:{}", "x".repeat((i % 7) as usize)).into_bytes()
+}
+
+fn value(rng: &mut Rng) -> Vec<u8> {
+    let len = match rng.below(10) {
+        0 => 0,
+        1..=6 => rng.below(400) as usize,
+        _ => rng.below(1600) as usize,
+    };
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v);
+    v
+}
+
+/// One run of random operations. `open_dev(cut_at)` returns a fresh device stack over the same
+/// bytes, set to lose power at that operation; `power_cycle` cuts and restores power on every
+/// device (returning how many writes tore); the closure pair hides files vs arrays.
+struct Counters {
+    cuts: usize,
+    torn: usize,
+    ops_ok: usize,
+}
+
+fn run(
+    what: &str,
+    seed: u64,
+    steps: usize,
+    durability: Durability,
+    open_dev: &mut dyn FnMut(Option<u64>) -> Arc<dyn BlockDevice>,
+    power_cycle: &mut dyn FnMut() -> usize,
+    powered_off: &dyn Fn() -> bool,
+) -> Counters {
+    let mut rng = Rng::new(seed);
+    let cache = [0, 4, 64][rng.below(3) as usize];
+    let cfg = KvConfig {
+        chunk_bytes: CHUNK,
+        durability,
+        cache_entries: cache,
+        salt: Some(seed),
+        ..KvConfig::default()
+    };
+    let mut kv = Some(KvStore::create(open_dev(None), &cfg).unwrap());
+    let mut m = Model::new();
+    let mut c = Counters {
+        cuts: 0,
+        torn: 0,
+        ops_ok: 0,
+    };
+    let mut step = 0;
+    while step < steps {
+        step += 1;
+        let ctx = format!("{what} seed {seed} step {step}");
+        let s = kv.as_ref().unwrap();
+        let k = key(rng.below(KEYS));
+        let r = rng.below(100);
+        let res: Result<(), ecstack_kv::KvError> = match r {
+            0..=39 => {
+                let v = value(&mut rng);
+                m.set(&k, Some(v.clone()));
+                s.set(&k, &v)
+            }
+            40..=54 => {
+                let v = value(&mut rng);
+                let present = m.get(&k).is_some();
+                if present {
+                    m.set(&k, Some(v.clone()));
+                }
+                s.update(&k, &v)
+                    .map(|done| assert_eq!(done, present, "{ctx}: update of a present key"))
+            }
+            55..=69 => {
+                let present = m.get(&k).is_some();
+                m.set(&k, None);
+                s.delete(&k)
+                    .map(|done| assert_eq!(done, present, "{ctx}: delete result"))
+            }
+            70..=84 => s
+                .get(&k)
+                .map(|got| assert_eq!(got, m.get(&k), "{ctx}: get")),
+            85..=89 => s
+                .exists(&k)
+                .map(|e| assert_eq!(e, m.get(&k).is_some(), "{ctx}: exists")),
+            _ => s.sync(),
+        };
+        match res {
+            Ok(()) => {
+                c.ops_ok += 1;
+                if durability == Durability::Always || r >= 90 {
+                    m.synced();
+                }
+            }
+            Err(e) if powered_off() => {
+                let _ = e;
+                c.cuts += 1;
+                drop(kv.take());
+                c.torn += power_cycle();
+                // Reopen (on a device that will not cut this time), check, and start a new epoch that cuts
+                // at a random later device operation.
+                let reopened = KvStore::open(open_dev(None), &cfg)
+                    .unwrap_or_else(|e| panic!("{ctx}: reopen after power cut: {e}"));
+                m.check_reopened(&reopened, &ctx);
+                drop(reopened);
+                let cut = Some(1 + rng.below(80));
+                kv = Some(open_store(
+                    cut,
+                    &cfg,
+                    open_dev,
+                    power_cycle,
+                    powered_off,
+                    &ctx,
+                ));
+            }
+            Err(e) => panic!("{ctx}: {e}"),
+        }
+        if step == 5 {
+            // From here on, every epoch ends in a power cut at a random device operation.
+            let s = kv.take().unwrap();
+            s.sync().unwrap();
+            m.synced();
+            drop(s);
+            let cut = Some(1 + rng.below(80));
+            kv = Some(open_store(
+                cut,
+                &cfg,
+                open_dev,
+                power_cycle,
+                powered_off,
+                "step 5",
+            ));
+        }
+    }
+    // A final clean reopen holds exactly the model after a sync.
+    let s = kv.take().unwrap();
+    if s.sync().is_ok() {
+        m.synced();
+    }
+    drop(s);
+    let _ = power_cycle();
+    let kv = KvStore::open(open_dev(None), &cfg).unwrap();
+    m.check_reopened(&kv, &format!("{what} seed {seed} final"));
+    c
+}
+
+/// Open the store on a device set to cut power at `cut`; should the cut hit the open itself,
+/// power-cycle and open again without a cut.
+fn open_store(
+    mut cut: Option<u64>,
+    cfg: &KvConfig,
+    open_dev: &mut dyn FnMut(Option<u64>) -> Arc<dyn BlockDevice>,
+    power_cycle: &mut dyn FnMut() -> usize,
+    powered_off: &dyn Fn() -> bool,
+    ctx: &str,
+) -> KvStore {
+    loop {
+        match KvStore::open(open_dev(cut), cfg) {
+            Ok(kv) => return kv,
+            Err(_) if powered_off() => {
+                power_cycle();
+                cut = None;
+            }
+            Err(e) => panic!("{ctx}: reopen: {e}"),
+        }
+    }
+}
+
+fn file_run(seed: u64, durability: Durability) -> Counters {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm").unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    let file = Arc::new(FileDevice::create(dir.path().join("kv.img"), 256 << 10).unwrap());
+    let current: std::cell::RefCell<Option<Arc<Faulty<Arc<FileDevice>>>>> = Default::default();
+    let mut epoch = 0;
+    let mut open_dev = |cut: Option<u64>| -> Arc<dyn BlockDevice> {
+        epoch += 1;
+        let d = Arc::new(Faulty::new(
+            Arc::clone(&file),
+            crashy(seed * 1000 + epoch, cut),
+        ));
+        *current.borrow_mut() = Some(Arc::clone(&d));
+        d
+    };
+    let mut power_cycle = || -> usize {
+        let d = current.borrow().clone().unwrap();
+        // A cut already happened (or happens now): unflushed writes tear or vanish in the file.
+        let torn = if d.is_powered_off() {
+            0
+        } else {
+            d.power_cut().unwrap().count(Outcome::Torn)
+        };
+        d.power_on();
+        torn
+    };
+    let powered_off = || {
+        current
+            .borrow()
+            .as_ref()
+            .is_some_and(|d| d.is_powered_off())
+    };
+    run(
+        &format!("file/{durability:?}"),
+        seed,
+        700,
+        durability,
+        &mut open_dev,
+        &mut power_cycle,
+        &powered_off,
+    )
+}
+
+#[test]
+fn crashes_on_files_always() {
+    let mut total = Counters {
+        cuts: 0,
+        torn: 0,
+        ops_ok: 0,
+    };
+    for seed in seeds(4) {
+        let c = file_run(seed, Durability::Always);
+        total.cuts += c.cuts;
+        total.ops_ok += c.ops_ok;
+    }
+    assert!(
+        total.cuts >= 4,
+        "power cuts were reached ({} cuts)",
+        total.cuts
+    );
+    assert!(total.ops_ok > 500);
+}
+
+#[test]
+fn crashes_on_files_everysec() {
+    let mut cuts = 0;
+    for seed in seeds(4) {
+        cuts += file_run(seed + 100, Durability::EverySec).cuts;
+    }
+    assert!(cuts >= 4, "power cuts were reached ({cuts} cuts)");
+}
+
+/// An array of Faulty(MemDevice)s; a power cut hits every device at once.
+fn array_run(scheme: SchemeKind, seed: u64, durability: Durability) -> Counters {
+    let (k, m) = (3, 2);
+    let nlog = if scheme == SchemeKind::Md { 0 } else { m };
+    let mem = |size: u64| Arc::new(MemDevice::new(size).unwrap());
+    let main: Vec<_> = (0..k + m).map(|_| mem(192 << 10)).collect();
+    let log: Vec<_> = (0..nlog).map(|_| mem(64 << 10)).collect();
+    let meta = mem(2 << 20);
+    type F = Arc<Faulty<Arc<MemDevice>>>;
+    let current: std::cell::RefCell<Vec<F>> = Default::default();
+    let mut epoch = 0u64;
+    let mut wrap = |cut: Option<u64>| -> ArrayDevices {
+        epoch += 1;
+        let mut all = Vec::new();
+        let mut f = |d: &Arc<MemDevice>, i: u64, cut: Option<u64>| -> F {
+            let x = Arc::new(Faulty::new(
+                Arc::clone(d),
+                crashy(seed * 10_000 + epoch * 100 + i, cut),
+            ));
+            all.push(Arc::clone(&x));
+            x
+        };
+        // The cut is scheduled on the metadata volume and on device 0; `power_cycle` cuts the others.
+        let mf: Vec<F> = main
+            .iter()
+            .enumerate()
+            .map(|(i, d)| f(d, i as u64, if i == 0 { cut } else { None }))
+            .collect();
+        let lf: Vec<F> = log
+            .iter()
+            .enumerate()
+            .map(|(i, d)| f(d, 50 + i as u64, None))
+            .collect();
+        let meta_f = f(&meta, 99, cut.map(|c| c * 3));
+        *current.borrow_mut() = all;
+        ArrayDevices::from_handles(&mf, &lf, &meta_f)
+    };
+    let cfg = ArrayConfig {
+        scheme,
+        chunk_size: CHUNK as u32,
+        ..ArrayConfig::raid6(k)
+    };
+    let created = std::cell::Cell::new(false);
+    let mut open_dev = |mut cut: Option<u64>| -> Arc<dyn BlockDevice> {
+        loop {
+            let devs = wrap(cut);
+            let a = if created.get() {
+                Array::open(devs)
+            } else {
+                Array::create(&cfg, devs)
+            };
+            match a {
+                Ok(a) => {
+                    created.set(true);
+                    return Arc::new(a);
+                }
+                // A scheduled cut hit the array's own open: power-cycle and try again.
+                Err(_) if current.borrow().iter().any(|d| d.is_powered_off()) => {
+                    for d in current.borrow().iter() {
+                        if !d.is_powered_off() {
+                            d.power_cut().unwrap();
+                        }
+                        d.power_on();
+                    }
+                    cut = None;
+                }
+                Err(e) => panic!("array open: {e}"),
+            }
+        }
+    };
+    let mut power_cycle = || -> usize {
+        let mut torn = 0;
+        for d in current.borrow().iter() {
+            if !d.is_powered_off() {
+                torn += d.power_cut().unwrap().count(Outcome::Torn);
+            }
+            d.power_on();
+        }
+        torn
+    };
+    let powered_off = || current.borrow().iter().any(|d| d.is_powered_off());
+    run(
+        &format!("array {scheme}/{durability:?}"),
+        seed,
+        400,
+        durability,
+        &mut open_dev,
+        &mut power_cycle,
+        &powered_off,
+    )
+}
+
+#[test]
+fn crashes_on_arrays() {
+    let mut cuts = 0;
+    for seed in seeds(2) {
+        for scheme in [SchemeKind::Md, SchemeKind::Eplog] {
+            cuts += array_run(scheme, seed, Durability::Always).cuts;
+            cuts += array_run(scheme, seed + 500, Durability::EverySec).cuts;
+        }
+    }
+    assert!(cuts >= 4, "power cuts were reached ({cuts} cuts)");
+}
