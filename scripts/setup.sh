@@ -7,7 +7,8 @@ set -euo pipefail
 # fio, libnbd-bin (nbdinfo, nbdcopy): the unmodified clients the NBD export is tested with.
 # protobuf-compiler (protoc): the cluster's gRPC messages (crates/cluster/{mds,osd}/proto) are compiled at build time.
 # iproute2 (ip, tc): `ecstack experiment codfs` emulates links with network namespaces (crates/cli/tests/experiment_codfs.rs).
-PKGS=(build-essential pkg-config libisal-dev fio libnbd-bin protobuf-compiler iproute2)
+# redis-tools (redis-cli, redis-benchmark), redis-server: the clients `ecstack kv serve` is tested with, and its benchmark peer.
+PKGS=(build-essential pkg-config libisal-dev fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -28,7 +29,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The real-client tests fail under CI=true / ECSTACK_REQUIRE_CLIENTS=1 without these: say so now.
-for tool in fio nbdinfo nbdcopy protoc; do
+for tool in fio nbdinfo nbdcopy protoc redis-cli redis-benchmark; do
   command -v "$tool" >/dev/null 2>&1 || echo "setup: '$tool' is still missing after the install" >&2
 done
 if command -v fio >/dev/null 2>&1 && ! fio --enghelp=nbd 2>/dev/null | grep -q uri; then

@@ -6,6 +6,7 @@ mod cmd_cluster;
 mod cmd_demo;
 mod cmd_ec;
 mod cmd_experiment;
+mod cmd_kv;
 mod cmd_mds;
 mod cmd_nbd;
 mod cmd_osd;
@@ -53,6 +54,8 @@ enum Cmd {
     Demo(cmd_demo::DemoArgs),
     /// Re-run published experiments on this machine (eplog: EPLOG §5 Exps 1-5)
     Experiment(cmd_experiment::ExperimentArgs),
+    /// Key-value store on a device or array (EPLOG §4) served over the Redis protocol: `kv serve`
+    Kv(cmd_kv::KvArgs),
     /// CodFS metadata server: files → segments → chunks on OSDs, OSD health, promotion, recovery
     Mds(cmd_mds::MdsArgs),
     /// CodFS object storage daemon: a chunk store, primary work (encode, degraded reads, FO updates), recovery
@@ -73,6 +76,7 @@ fn main() {
         Cmd::Nbd(a) => cmd_nbd::run(a),
         Cmd::Array(a) => cmd_array::run(a),
         Cmd::Experiment(a) => cmd_experiment::run(a),
+        Cmd::Kv(a) => cmd_kv::run(a),
         Cmd::Mds(a) => cmd_mds::run(a),
         Cmd::Osd(a) => cmd_osd::run(a),
         Cmd::Cluster(a) => cmd_cluster::run(a),

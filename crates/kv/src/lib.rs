@@ -13,7 +13,8 @@
 //! * **Store** ([`KvStore`]): SET / GET / UPDATE / DELETE / EXISTS, out-of-place writes with free-space
 //!   reuse, durability per [`Durability`] (`always`: acknowledged when flushed; `everysec`: flushed by
 //!   a background syncer), reopen by scanning the records.
-//! * **Server**: `ecstack kv serve` speaks RESP2 to Redis clients over this store (`docs/kv.md`).
+//! * **Server** ([`server`]): RESP2 over TCP (tokio), pipelining, many connections, AUTH; [`resp`] is
+//!   the protocol parser.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -32,6 +33,8 @@ mod alloc;
 mod arc;
 mod cuckoo;
 pub mod record;
+pub mod resp;
+pub mod server;
 mod store;
 
 pub use arc::{ArcCache, Lookup};

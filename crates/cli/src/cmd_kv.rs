@@ -1,0 +1,165 @@
+//! `ecstack kv`: the key-value store of EPLOG §4 on any device or array, spoken to over RESP2.
+//! The work lives in `ecstack_kv`; this file only parses arguments and opens the device.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use ecstack_device::{open_spec, BlockDevice};
+use ecstack_kv::server::{serve_on, ServerConfig};
+use ecstack_kv::{Durability, KvConfig, KvStore};
+
+use crate::util::{fmt_size, parse_size, print_json};
+
+#[derive(Args)]
+pub struct KvArgs {
+    #[command(subcommand)]
+    cmd: KvCmd,
+}
+
+#[derive(Subcommand)]
+enum KvCmd {
+    /// Serve a store over the Redis protocol (RESP2) until Ctrl-C / SIGTERM
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Device spec (mem:256M, file:/path?size=1G, ...) or `array:<meta spec>` for an ecstack array
+    #[arg(long)]
+    device: String,
+    /// Format the device as an empty store even if it holds one (default: open, or create on a zeroed device)
+    #[arg(long)]
+    create: bool,
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// TCP port (0 picks a free one; the bound address is printed)
+    #[arg(long, default_value_t = 6379)]
+    port: u16,
+    /// Require AUTH with this password
+    #[arg(long)]
+    requirepass: Option<String>,
+    /// When writes are durable: always (flushed before the reply) or everysec
+    #[arg(long, default_value = "everysec")]
+    appendfsync: String,
+    /// Object metadata cache size as a fraction of the pairs the store is sized for (0 = off)
+    #[arg(long, default_value_t = 0.1)]
+    cache_fraction: f64,
+    /// Most pairs the location table holds (default: one per chunk, at most 4 Mi)
+    #[arg(long)]
+    pairs_max: Option<usize>,
+    /// Chunk size records are aligned to for a new store (default: the array's chunk size, else 4K)
+    #[arg(long)]
+    chunk: Option<String>,
+    /// Connections served at once
+    #[arg(long, default_value_t = 10_000)]
+    maxclients: usize,
+    /// Print the store's counters as JSON when stopping
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: KvArgs) -> Result<()> {
+    match a.cmd {
+        KvCmd::Serve(s) => serve(s),
+    }
+}
+
+fn serve(s: ServeArgs) -> Result<()> {
+    crate::cmd_nbd::init_logging("warn");
+    let (dev, array) = match s.device.strip_prefix("array:") {
+        Some(meta) => {
+            let a = crate::cmd_array::open_by_meta(meta)?;
+            (Arc::clone(&a) as Arc<dyn BlockDevice>, Some(a))
+        }
+        None => (open_spec(&s.device)?, None),
+    };
+    let array_chunk = array.as_ref().map(|a| a.geometry().chunk);
+    let chunk_bytes = match &s.chunk {
+        Some(c) => parse_size(c)? as usize,
+        None => array_chunk.unwrap_or(4096) as usize,
+    };
+    if !(0.0..=1.0).contains(&s.cache_fraction) {
+        anyhow::bail!("--cache-fraction {} is not in 0..=1", s.cache_fraction);
+    }
+    let pairs = s
+        .pairs_max
+        .unwrap_or(4 << 20)
+        .min((dev.capacity() / chunk_bytes.max(1) as u64) as usize);
+    let cfg = KvConfig {
+        chunk_bytes,
+        durability: s.appendfsync.parse()?,
+        cache_entries: (s.cache_fraction * pairs as f64) as usize,
+        pairs_max: s.pairs_max,
+        ..KvConfig::default()
+    };
+    let store = if s.create {
+        KvStore::create(Arc::clone(&dev), &cfg)?
+    } else {
+        KvStore::open_or_create(Arc::clone(&dev), &cfg)?
+    };
+    let store = Arc::new(store);
+    if cfg.durability == Durability::EverySec {
+        store.spawn_syncer(Duration::from_secs(1));
+    }
+    let scfg = ServerConfig {
+        addr: SocketAddr::new(s.bind, s.port),
+        requirepass: s.requirepass.clone(),
+        clients_max: s.maxclients,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let res: Result<()> = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(scfg.addr)
+            .await
+            .with_context(|| format!("bind {}", scfg.addr))?;
+        let addr = listener.local_addr()?;
+        eprintln!(
+            "ecstack kv: serving {} ({}, {} pairs) on {addr}{}; Ctrl-C stops",
+            dev.name(),
+            fmt_size(dev.capacity()),
+            store.len(),
+            if scfg.requirepass.is_some() {
+                " (AUTH required)"
+            } else {
+                ""
+            }
+        );
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            stop_signal().await;
+            let _ = tx.send(true);
+        });
+        serve_on(listener, Arc::clone(&store), scfg, rx).await?;
+        Ok(())
+    });
+    rt.shutdown_timeout(Duration::from_secs(2));
+    res?;
+    let stats = store.stats();
+    match Arc::try_unwrap(store) {
+        Ok(st) => {
+            st.close()?;
+        }
+        Err(st) => st.sync()?,
+    }
+    drop(dev);
+    if let Some(a) = array {
+        a.close()?;
+    }
+    if s.json {
+        print_json(&stats)?;
+    }
+    Ok(())
+}
+
+async fn stop_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}

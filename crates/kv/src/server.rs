@@ -1,0 +1,485 @@
+//! The RESP2 server over a [`KvStore`]: one tokio task per connection, pipelining (every complete
+//! command in a read is executed, in order, and the replies go out in one write), AUTH when a
+//! password is configured. Commands: GET, SET [NX|XX], DEL, EXISTS, MGET, MSET, PING, ECHO, INFO,
+//! DBSIZE, COMMAND, CONFIG GET, AUTH, SELECT 0, CLIENT SETNAME/SETINFO, QUIT. Unknown commands get
+//! Redis's error text; protocol garbage gets an error reply and the connection is closed.
+//!
+//! Store calls block on device I/O, so each batch of pipelined commands runs on tokio's blocking
+//! pool.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::resp::{parse_command, reply};
+use crate::store::{KvStore, SetCondition};
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where to listen (loopback by default; port 0 picks a free port).
+    pub addr: SocketAddr,
+    /// Require `AUTH <password>` first (Redis's `requirepass`).
+    pub requirepass: Option<String>,
+    /// Connections served at once; further ones get an error and are closed.
+    pub clients_max: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 6379)),
+            requirepass: None,
+            clients_max: 10_000,
+        }
+    }
+}
+
+struct Shared {
+    store: Arc<KvStore>,
+    cfg: ServerConfig,
+    addr: SocketAddr,
+    started: Instant,
+    clients: AtomicUsize,
+    connections: AtomicU64,
+    commands: AtomicU64,
+}
+
+/// A running server (see [`spawn`]).
+pub struct ServerHandle {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl ServerHandle {
+    /// The address actually bound.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stop accepting, close connections and wait for the server thread.
+    pub fn stop(mut self) -> std::io::Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> std::io::Result<()> {
+        let _ = self.stop.send(true);
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Bind and serve on a thread of its own (with its own tokio runtime) until the handle stops it.
+pub fn spawn(store: Arc<KvStore>, cfg: ServerConfig) -> std::io::Result<ServerHandle> {
+    let (stop, rx) = watch::channel(false);
+    let (tx_addr, rx_addr) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("kv-server".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let listener = match TcpListener::bind(cfg.addr).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = tx_addr.send(Err(std::io::Error::new(
+                            e.kind(),
+                            format!("bind {}: {e}", cfg.addr),
+                        )));
+                        return Ok(());
+                    }
+                };
+                let _ = tx_addr.send(listener.local_addr());
+                serve_on(listener, store, cfg, rx).await
+            })
+        })?;
+    let addr = rx_addr
+        .recv()
+        .map_err(|_| std::io::Error::other("the server thread ended before binding"))??;
+    Ok(ServerHandle {
+        addr,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+/// Serve on a bound listener until `stop` turns true.
+pub async fn serve_on(
+    listener: TcpListener,
+    store: Arc<KvStore>,
+    cfg: ServerConfig,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let shared = Arc::new(Shared {
+        addr: listener.local_addr()?,
+        store,
+        cfg,
+        started: Instant::now(),
+        clients: AtomicUsize::new(0),
+        connections: AtomicU64::new(0),
+        commands: AtomicU64::new(0),
+    });
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            acc = listener.accept() => {
+                let (sock, _) = match acc {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!("kv: accept: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let _ = sock.set_nodelay(true);
+                let sh = Arc::clone(&shared);
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let n = sh.clients.fetch_add(1, Ordering::SeqCst) + 1;
+                    sh.connections.fetch_add(1, Ordering::Relaxed);
+                    if let Err(e) = connection(sock, &sh, n, stop).await {
+                        tracing::debug!("kv: connection: {e}");
+                    }
+                    sh.clients.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        }
+    }
+}
+
+/// Per-connection state.
+struct Session {
+    authed: bool,
+    quit: bool,
+}
+
+const READ_BYTES: usize = 64 * 1024;
+
+async fn connection(
+    mut sock: TcpStream,
+    sh: &Arc<Shared>,
+    nclients: usize,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    if nclients > sh.cfg.clients_max {
+        sock.write_all(b"-ERR max number of clients reached\r\n")
+            .await?;
+        return Ok(());
+    }
+    let mut session = Session {
+        authed: sh.cfg.requirepass.is_none(),
+        quit: false,
+    };
+    let mut inbuf: Vec<u8> = Vec::with_capacity(READ_BYTES);
+    let mut chunk = vec![0u8; READ_BYTES];
+    let bulk_max = sh.store.config().value_bytes_max + 1024;
+    loop {
+        let n = tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            r = sock.read(&mut chunk) => r?,
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        inbuf.extend_from_slice(&chunk[..n]);
+        // Everything complete in the buffer, in order.
+        let mut cmds = Vec::new();
+        let mut used = 0;
+        let mut garbage = None;
+        loop {
+            match parse_command(&inbuf[used..], bulk_max) {
+                Ok(Some((args, len))) => {
+                    used += len;
+                    if !args.is_empty() {
+                        cmds.push(args);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    garbage = Some(e);
+                    break;
+                }
+            }
+        }
+        inbuf.drain(..used);
+        let mut out = Vec::new();
+        if !cmds.is_empty() {
+            let sh2 = Arc::clone(sh);
+            let (o, s) = tokio::task::spawn_blocking(move || {
+                let mut out = Vec::new();
+                for args in cmds {
+                    execute(&sh2, &mut session, &args, &mut out);
+                    if session.quit {
+                        break;
+                    }
+                }
+                (out, session)
+            })
+            .await
+            .map_err(|e| std::io::Error::other(format!("command task: {e}")))?;
+            out = o;
+            session = s;
+        }
+        if let Some(e) = &garbage {
+            reply::error(&mut out, &format!("ERR {e}"));
+        }
+        if !out.is_empty() {
+            sock.write_all(&out).await?;
+        }
+        if garbage.is_some() || session.quit {
+            let _ = sock.shutdown().await;
+            return Ok(());
+        }
+    }
+}
+
+fn upper(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_ascii_uppercase()
+}
+
+fn wrong_args(out: &mut Vec<u8>, name: &str) {
+    reply::error(
+        out,
+        &format!(
+            "ERR wrong number of arguments for '{}' command",
+            name.to_ascii_lowercase()
+        ),
+    );
+}
+
+fn unknown(out: &mut Vec<u8>, args: &[Vec<u8>]) {
+    let mut msg = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        String::from_utf8_lossy(&args[0])
+    );
+    for a in args[1..].iter().take(8) {
+        msg.push_str(&format!("'{}' ", String::from_utf8_lossy(a)));
+    }
+    reply::error(out, &msg);
+}
+
+fn store_error(out: &mut Vec<u8>, e: crate::KvError) {
+    reply::error(out, &format!("ERR {e}"));
+}
+
+/// Run one command and append its reply.
+fn execute(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    sh.commands.fetch_add(1, Ordering::Relaxed);
+    let name = upper(&args[0]);
+    let argc = args.len();
+    if !s.authed && !matches!(name.as_str(), "AUTH" | "QUIT" | "HELLO") {
+        reply::error(out, "NOAUTH Authentication required.");
+        return;
+    }
+    let kv = &sh.store;
+    match name.as_str() {
+        "PING" => match argc {
+            1 => reply::simple(out, "PONG"),
+            2 => reply::bulk(out, &args[1]),
+            _ => wrong_args(out, &name),
+        },
+        "ECHO" if argc == 2 => reply::bulk(out, &args[1]),
+        "QUIT" => {
+            reply::simple(out, "OK");
+            s.quit = true;
+        }
+        "AUTH" => auth(sh, s, args, out),
+        "GET" if argc == 2 => match kv.get(&args[1]) {
+            Ok(Some(v)) => reply::bulk(out, &v),
+            Ok(None) => reply::null(out),
+            Err(e) => store_error(out, e),
+        },
+        "SET" if argc >= 3 => set(kv, args, out),
+        "DEL" | "UNLINK" if argc >= 2 => {
+            let mut n = 0;
+            for k in &args[1..] {
+                match kv.delete(k) {
+                    Ok(d) => n += i64::from(d),
+                    Err(e) => return store_error(out, e),
+                }
+            }
+            reply::int(out, n);
+        }
+        "EXISTS" if argc >= 2 => {
+            let mut n = 0;
+            for k in &args[1..] {
+                match kv.exists(k) {
+                    Ok(d) => n += i64::from(d),
+                    Err(e) => return store_error(out, e),
+                }
+            }
+            reply::int(out, n);
+        }
+        "MGET" if argc >= 2 => {
+            let mut vals = Vec::with_capacity(argc - 1);
+            for k in &args[1..] {
+                match kv.get(k) {
+                    Ok(v) => vals.push(v),
+                    Err(e) => return store_error(out, e),
+                }
+            }
+            reply::array_len(out, vals.len());
+            for v in vals {
+                match v {
+                    Some(v) => reply::bulk(out, &v),
+                    None => reply::null(out),
+                }
+            }
+        }
+        "MSET" if argc >= 3 && argc % 2 == 1 => {
+            for kvp in args[1..].chunks(2) {
+                if let Err(e) = kv.set(&kvp[0], &kvp[1]) {
+                    return store_error(out, e);
+                }
+            }
+            reply::simple(out, "OK");
+        }
+        "DBSIZE" if argc == 1 => reply::int(out, kv.len() as i64),
+        "INFO" => reply::bulk(out, info(sh).as_bytes()),
+        "COMMAND" => reply::array_len(out, 0),
+        "CONFIG" if argc >= 3 && upper(&args[1]) == "GET" => config_get(sh, &args[2..], out),
+        "SELECT" if argc == 2 => {
+            if args[1] == b"0" {
+                reply::simple(out, "OK");
+            } else {
+                reply::error(out, "ERR DB index is out of range");
+            }
+        }
+        "CLIENT" if argc >= 2 && matches!(upper(&args[1]).as_str(), "SETNAME" | "SETINFO") => {
+            reply::simple(out, "OK")
+        }
+        "ECHO" | "GET" | "SET" | "DEL" | "UNLINK" | "EXISTS" | "MGET" | "MSET" | "DBSIZE"
+        | "CONFIG" | "SELECT" => wrong_args(out, &name),
+        _ => unknown(out, args),
+    }
+}
+
+fn set(kv: &KvStore, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    let mut cond = SetCondition::Always;
+    for opt in &args[3..] {
+        match (upper(opt).as_str(), cond) {
+            ("NX", SetCondition::Always) => cond = SetCondition::IfAbsent,
+            ("XX", SetCondition::Always) => cond = SetCondition::IfPresent,
+            ("EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" | "GET", _) => {
+                return reply::error(
+                    out,
+                    "ERR this store keeps no expiry times (EX/PX/KEEPTTL) and no SET ... GET",
+                );
+            }
+            _ => return reply::error(out, "ERR syntax error"),
+        }
+    }
+    match kv.set_if(&args[1], &args[2], cond) {
+        Ok(true) => reply::simple(out, "OK"),
+        Ok(false) => reply::null(out),
+        Err(e) => store_error(out, e),
+    }
+}
+
+fn auth(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    let pass = match args.len() {
+        2 => &args[1],
+        3 if args[1] == b"default" => &args[2],
+        3 => {
+            return reply::error(
+                out,
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            )
+        }
+        _ => return wrong_args(out, "AUTH"),
+    };
+    match &sh.cfg.requirepass {
+        None => reply::error(
+            out,
+            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        ),
+        Some(p) if constant_time_eq(p.as_bytes(), pass) => {
+            s.authed = true;
+            reply::simple(out, "OK");
+        }
+        Some(_) => reply::error(out, "WRONGPASS invalid username-password pair or user is disabled."),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn config_get(sh: &Shared, patterns: &[Vec<u8>], out: &mut Vec<u8>) {
+    let fsync = match sh.store.config().durability {
+        crate::Durability::Always => "always",
+        crate::Durability::EverySec => "everysec",
+    };
+    let params: [(&str, String); 7] = [
+        ("save", String::new()),
+        ("appendonly", "yes".into()),
+        ("appendfsync", fsync.into()),
+        ("port", sh.addr.port().to_string()),
+        ("bind", sh.addr.ip().to_string()),
+        ("databases", "1".into()),
+        ("maxclients", sh.cfg.clients_max.to_string()),
+    ];
+    let mut hits = Vec::new();
+    for p in patterns {
+        let p = String::from_utf8_lossy(p).to_ascii_lowercase();
+        for (name, v) in &params {
+            if (p == "*" || p == *name) && !hits.iter().any(|(n, _)| n == name) {
+                hits.push((*name, v.clone()));
+            }
+        }
+    }
+    reply::array_len(out, hits.len() * 2);
+    for (n, v) in hits {
+        reply::bulk(out, n.as_bytes());
+        reply::bulk(out, v.as_bytes());
+    }
+}
+
+fn info(sh: &Shared) -> String {
+    let st = sh.store.stats();
+    let mut s = String::new();
+    s.push_str("# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n");
+    s.push_str(&format!(
+        "ecstack_version:{}\r\n",
+        env!("CARGO_PKG_VERSION")
+    ));
+    s.push_str(&format!(
+        "tcp_port:{}\r\nuptime_in_seconds:{}\r\n",
+        sh.addr.port(),
+        sh.started.elapsed().as_secs()
+    ));
+    s.push_str(&format!("device:{}\r\n", sh.store.device().name()));
+    s.push_str(&format!(
+        "\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n",
+        sh.clients.load(Ordering::SeqCst),
+        sh.connections.load(Ordering::Relaxed),
+        sh.commands.load(Ordering::Relaxed)
+    ));
+    s.push_str(&format!(
+        "\r\n# Store\r\npairs:{}\r\nchunk_bytes:{}\r\nchunks_used:{}\r\nchunks_available:{}\r\nlocation_table_slots:{}\r\nlocation_table_load:{:.4}\r\ncache_entries:{}\r\ncache_hits:{}\r\ncache_misses:{}\r\nkey_reads:{}\r\nflushes:{}\r\nbytes_written:{}\r\nbytes_read:{}\r\n",
+        st.pairs, st.chunk_bytes, st.chunks_used, st.chunks_available, st.table_slots, st.table_load,
+        st.cache_entries, st.cache_hits, st.cache_misses, st.key_reads, st.flushes, st.bytes_written, st.bytes_read
+    ));
+    s.push_str(&format!(
+        "\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+        st.pairs
+    ));
+    s
+}
