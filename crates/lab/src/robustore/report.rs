@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use ecstack_sim::robustore::Scheme;
 
-use super::{Row, GROUPS};
+use super::rows::{Row, GROUPS};
 use crate::plot::{Bars, Lines};
 use crate::Result;
 
