@@ -60,6 +60,9 @@ pub struct OsdSetup {
     pub mds: Arc<dyn MdsLink>,
 }
 
+/// Pieces of a pipelined read fetched at once (each at most [`api::FRAME_BYTES`]).
+const READ_PIPELINE_PIECES: usize = 8;
+
 /// What the primary knows about a segment.
 #[derive(Debug, Default, Clone)]
 struct SegState {
@@ -782,6 +785,8 @@ impl Osd {
         ))
     }
 
+    /// A whole read in memory (the fuzz targets'; the service streams with [`Osd::read_stream`]).
+    #[cfg(test)]
     pub(crate) async fn read(&self, l: Layout, offset: u64, len: u64) -> Result<Vec<u8>, Status> {
         let lock = self.segment_lock(l.segment_id);
         let mut st = lock.lock().await;
@@ -790,13 +795,145 @@ impl Osd {
         if len == 0 {
             return Ok(Vec::new());
         }
+        self.read_locked(&l, &mut st, offset, len).await
+    }
+
+    /// A read as a stream of frames, pipelined: while every data chunk the range needs is usable,
+    /// the range goes out in pieces of at most [`api::FRAME_BYTES`] (never across a chunk), up to
+    /// [`READ_PIPELINE_PIECES`] of them fetched at once from their holders, each sent as soon as
+    /// it and the ones before it are in. The client thus gets the first megabyte after one piece's
+    /// fetch instead of after the whole segment's gather (store-and-forward made a 16 MiB get wait
+    /// for all k chunks before its first byte). If a piece cannot be had as it should (a holder
+    /// unreachable, a chunk stale or corrupt), the rest of the range is read the ordinary way
+    /// (degraded read, repair). The segment's lock is held until the last frame is queued.
+    async fn read_stream(
+        &self,
+        l: Layout,
+        offset: u64,
+        len: u64,
+    ) -> Result<FrameStream<proto::DataFrame>, Status> {
+        let mut st = self.segment_lock(l.segment_id).lock_owned().await;
+        self.check_primary(&l, &mut st)?;
+        check_range(&l, offset, len).map_err(Status::out_of_range)?;
+        if len == 0 {
+            return Ok(frames(None, Vec::new(), |data| proto::DataFrame { data }));
+        }
         self.learn_view(&l, &mut st).await;
+        let cb = chunk_bytes(l.length, self.k());
+        let first = (offset / cb) as usize;
+        let last = ((offset + len - 1) / cb) as usize;
+        if (first..=last).any(|i| !l.holders[i].usable) {
+            let data = self.read_locked(&l, &mut st, offset, len).await?;
+            Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
+            return Ok(frames(None, data, |data| proto::DataFrame { data }));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(READ_PIPELINE_PIECES);
+        let osd = self.clone();
+        tokio::spawn(async move { osd.pipeline(l, st, offset, len, tx).await });
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    /// The body of [`Osd::read_stream`]'s pipelined case (its own task).
+    async fn pipeline(
+        self,
+        l: Layout,
+        mut st: tokio::sync::OwnedMutexGuard<SegState>,
+        offset: u64,
+        len: u64,
+        tx: tokio::sync::mpsc::Sender<Result<proto::DataFrame, Status>>,
+    ) {
+        let cb = chunk_bytes(l.length, self.k());
+        let end = offset + len;
+        let mut pieces = Vec::new();
+        let mut at = offset;
+        while at < end {
+            let i = at / cb;
+            let stop = ((i + 1) * cb).min(end).min(at + api::FRAME_BYTES as u64);
+            pieces.push((i as usize, at, stop));
+            at = stop;
+        }
+        let (l, snap) = (Arc::new(l), Arc::new(st.clone()));
+        let mut queue = std::collections::VecDeque::new();
+        let mut next = pieces.into_iter();
+        let mut sent = offset;
+        loop {
+            while queue.len() < READ_PIPELINE_PIECES {
+                let Some((i, lo, hi)) = next.next() else {
+                    break;
+                };
+                let (osd, l, snap) = (self.clone(), l.clone(), snap.clone());
+                queue.push_back(tokio::spawn(async move {
+                    let at = lo - i as u64 * cb;
+                    let h = &l.holders[i];
+                    (i, hi, osd.fetch_checked(&l, &snap, h, at, hi - lo).await)
+                }));
+            }
+            let Some(task) = queue.pop_front() else {
+                return;
+            };
+            let outcome = task.await;
+            let miss = match outcome {
+                Ok((_, hi, Ok(data))) => {
+                    Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
+                    if tx.send(Ok(proto::DataFrame { data })).await.is_err() {
+                        break; // the client went away
+                    }
+                    sent = hi;
+                    continue;
+                }
+                Ok((i, _, Err(Miss::Newer(e)))) => Err(newer(l.segment_id, i as u32, &e)),
+                Ok((_, _, Err(_))) => Ok(()),
+                Err(e) => Err(Status::internal(format!("read task: {e}"))),
+            };
+            for t in queue.drain(..) {
+                t.abort();
+            }
+            let rest = match miss {
+                Err(s) => {
+                    st.forget();
+                    Err(s)
+                }
+                Ok(()) => self.read_locked(&l, &mut st, sent, end - sent).await,
+            };
+            match rest {
+                Ok(data) => {
+                    Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
+                    for c in data.chunks(api::FRAME_BYTES) {
+                        if tx
+                            .send(Ok(proto::DataFrame { data: c.to_vec() }))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+                Err(s) => {
+                    let _ = tx.send(Err(s)).await;
+                }
+            }
+            return;
+        }
+        for t in queue.drain(..) {
+            t.abort();
+        }
+    }
+
+    /// [`Osd::read`] once the segment's lock is held and the request checked (`len` > 0).
+    async fn read_locked(
+        &self,
+        l: &Layout,
+        st: &mut SegState,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, Status> {
+        self.learn_view(l, st).await;
         let (k, n) = (self.k(), self.n());
         let cb = chunk_bytes(l.length, k);
         let first = (offset / cb) as usize;
         let last = ((offset + len - 1) / cb) as usize;
         // Normal read: the needed data chunks, each over its own range.
-        let lref = &l;
+        let lref = l;
         let asks = (first..=last).map(|i| {
             let h = &lref.holders[i];
             let lo = if i == first {
@@ -1479,11 +1616,9 @@ impl proto::osd_server::Osd for Osd {
         self.timed("read_segment", async move {
             let r = req.into_inner();
             let l = request_layout(r.layout.as_ref())?;
-            let data = self.read(l, r.offset, r.length).await?;
-            Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
-            Ok(Response::new(frames(None, data, |data| proto::DataFrame {
-                data,
-            })))
+            Ok(Response::new(
+                self.read_stream(l, r.offset, r.length).await?,
+            ))
         })
         .await
     }

@@ -326,6 +326,33 @@ async fn a_corrupt_chunk_is_read_around_and_repaired() {
     assert_eq!(data, model[16_667..2 * 16_667]);
 }
 
+// A read of several megabytes is pipelined in 1 MiB pieces; a piece that fails its checksum after
+// earlier pieces went out switches the rest of the range to the degraded path (and the repair).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_read_switches_to_degraded_mid_stream() {
+    let c = cluster(CodeKind::RsCauchy, 2, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(9);
+    let len = 5 << 20; // chunks of 2.5 MiB: pieces 1 + 1 + 0.5 MiB each
+    let l = c.layout(6, len as u64);
+    let model = bytes(&mut rng, len);
+    client.write_segment(&l, &model).await.unwrap();
+    check_reads(&client, &l, &model, &mut rng, 3).await;
+    // Corrupt data chunk 1 inside its second piece (1.5 MiB into the chunk).
+    let path = c.nodes[1].store.chunk_path(6, 1);
+    let mut b = std::fs::read(&path).unwrap();
+    let (meta, _) = c.nodes[1].store.read(6, 1, 0, 0).unwrap();
+    let at = ecstack_osd::chunk_store::data_offset(&meta) as usize + (3 << 19) + 5;
+    b[at] ^= 0x11;
+    std::fs::write(&path, &b).unwrap();
+    let half = (len / 2) as u64;
+    assert!(c.nodes[1].store.read(6, 1, 0, half).is_err());
+    assert_eq!(client.read_segment(&l, 0, len as u64).await.unwrap(), model);
+    let (_, data) = c.nodes[1].store.read(6, 1, 0, half).unwrap();
+    assert_eq!(data, model[len / 2..], "chunk 1 repaired");
+    check_reads(&client, &l, &model, &mut rng, 3).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_rebuilds_chunks_onto_their_targets() {
     let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
