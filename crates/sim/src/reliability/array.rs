@@ -141,13 +141,7 @@ impl ArrayModel {
     pub fn monte_carlo(&self, runs: u64, seed: u64) -> Result<McEstimate, ReliabilityError> {
         self.validate()?;
         check_runs(runs)?;
-        let mut rng = Rng::new(seed);
-        let mut samples = Vec::with_capacity(runs as usize);
-        let mut failures = 0;
-        for _ in 0..runs {
-            samples.push(self.one_run(&mut rng, &mut failures)?);
-        }
-        McEstimate::from_samples(seed, &samples, failures)
+        McEstimate::sample(runs, seed, |rng, failures| self.one_run(rng, failures))
     }
 
     fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {

@@ -238,13 +238,7 @@ impl ClusterModel {
                 self.segments
             )));
         }
-        let mut rng = Rng::new(seed);
-        let mut samples = Vec::with_capacity(runs as usize);
-        let mut failures = 0;
-        for _ in 0..runs {
-            samples.push(self.one_run(&mut rng, &mut failures)?);
-        }
-        McEstimate::from_samples(seed, &samples, failures)
+        McEstimate::sample(runs, seed, |rng, failures| self.one_run(rng, failures))
     }
 
     fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {

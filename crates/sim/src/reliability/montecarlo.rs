@@ -2,6 +2,8 @@
 //! sample mean and its standard error (the runs are i.i.d., so the central limit theorem gives the
 //! confidence interval).
 
+use ecstack_base::Rng;
+
 use super::params::{invalid, ReliabilityError, HOURS_PER_YEAR};
 
 /// Normal quantile of a two-sided 99 % confidence interval.
@@ -21,6 +23,22 @@ pub struct McEstimate {
 }
 
 impl McEstimate {
+    /// `runs` lifetimes from one seeded generator, each drawn by `one_run` (which adds the device
+    /// failures it simulated to its counter), summarised.
+    pub(crate) fn sample(
+        runs: u64,
+        seed: u64,
+        mut one_run: impl FnMut(&mut Rng, &mut u64) -> Result<f64, ReliabilityError>,
+    ) -> Result<McEstimate, ReliabilityError> {
+        let mut rng = Rng::new(seed);
+        let mut samples = Vec::with_capacity(runs as usize);
+        let mut failures = 0;
+        for _ in 0..runs {
+            samples.push(one_run(&mut rng, &mut failures)?);
+        }
+        McEstimate::from_samples(seed, &samples, failures)
+    }
+
     pub(crate) fn from_samples(
         seed: u64,
         samples: &[f64],
