@@ -455,29 +455,33 @@ mod tests {
         }
     }
 
+    /// A read engine over one disk that serves a 4 KiB chunk per second, links of `rtt` seconds.
+    fn one_disk_reader(rtt: f64) -> Engine<'static> {
+        let setup = DiskSetup {
+            global: 0,
+            filer: 0,
+            model: DiskModel::fixed(0, 1.0),
+            bg_interval: None,
+        };
+        Engine::new(
+            IoKind::Read,
+            vec![setup],
+            1,
+            rtt,
+            f64::INFINITY,
+            None,
+            Rng::new(1),
+            0.0,
+        )
+    }
+
     #[test]
     fn cancellation_removes_exactly_the_queued_requests() {
         // One disk, 1 s per 4 KiB chunk, ten blocks of 4 chunks, RTT 0.5 s. Requests reach the filer at
         // 0.25; block 0's four chunks end at 4.25; it reaches the client at 4.5, the cancel the filer at
         // 4.75, while block 1's first chunk is in service (4.25..5.25): that chunk completes, block 1's
         // three other chunks and blocks 2..9 (32 chunks) are removed, block 1 is never delivered.
-        let model = DiskModel::fixed(0, 1.0);
-        let setup = DiskSetup {
-            global: 0,
-            filer: 0,
-            model,
-            bg_interval: None,
-        };
-        let mut eng = Engine::new(
-            IoKind::Read,
-            vec![setup],
-            1,
-            0.5,
-            f64::INFINITY,
-            None,
-            Rng::new(1),
-            0.0,
-        );
+        let mut eng = one_disk_reader(0.5);
         let jobs: Vec<Job> = (0..10)
             .map(|i| Job {
                 id: i,
@@ -504,23 +508,7 @@ mod tests {
 
     #[test]
     fn cancel_by_id_leaves_the_others() {
-        let model = DiskModel::fixed(0, 1.0);
-        let setup = DiskSetup {
-            global: 0,
-            filer: 0,
-            model,
-            bg_interval: None,
-        };
-        let mut eng = Engine::new(
-            IoKind::Read,
-            vec![setup],
-            1,
-            0.0,
-            f64::INFINITY,
-            None,
-            Rng::new(1),
-            0.0,
-        );
+        let mut eng = one_disk_reader(0.0);
         let jobs: Vec<Job> = (0..4)
             .map(|i| Job {
                 id: i,
