@@ -788,14 +788,12 @@ impl Osd {
     /// A whole read in memory (the fuzz targets'; the service streams with [`Osd::read_stream`]).
     #[cfg(test)]
     pub(crate) async fn read(&self, l: Layout, offset: u64, len: u64) -> Result<Vec<u8>, Status> {
-        let lock = self.segment_lock(l.segment_id);
-        let mut st = lock.lock().await;
-        self.check_primary(&l, &mut st)?;
-        check_range(&l, offset, len).map_err(Status::out_of_range)?;
-        if len == 0 {
-            return Ok(Vec::new());
+        let mut frames = self.read_stream(l, offset, len).await?;
+        let mut out = Vec::new();
+        while let Some(f) = frames.next().await {
+            out.extend_from_slice(&f?.data);
         }
-        self.read_locked(&l, &mut st, offset, len).await
+        Ok(out)
     }
 
     /// A read as a stream of frames, pipelined: while every data chunk the range needs is usable,
