@@ -22,6 +22,7 @@ use crate::meta::{
 use crate::scheme::eplog::Eplog;
 use crate::scheme::md::Md;
 use crate::scheme::pl::Pl;
+use crate::scheme::segments::Segments;
 use crate::scheme::{ChunkRead, ChunkWrite, UpdateScheme, WriteOutcome};
 use crate::{ArrayError, Result};
 
@@ -118,6 +119,7 @@ fn new_scheme(kind: SchemeKind) -> Box<dyn UpdateScheme> {
         SchemeKind::Md => Box::new(Md),
         SchemeKind::Pl => Box::new(Pl),
         SchemeKind::Eplog => Box::new(Eplog::default()),
+        SchemeKind::Tween => Box::new(Segments),
     }
 }
 
@@ -185,7 +187,11 @@ impl Array {
                     devices.log.len()
                 )
             } else {
-                format!("scheme md uses no log devices, got {}", devices.log.len())
+                format!(
+                    "scheme {} uses no log devices, got {}",
+                    cfg.scheme,
+                    devices.log.len()
+                )
             }));
         }
         let chunk = cfg.chunk_size as u64;
@@ -461,7 +467,7 @@ impl Array {
         let code = new_code(sb.code, g.k, g.m)?;
         let spare = g.slots - g.stripes;
         let piece_stripes = match sb.scheme {
-            SchemeKind::Md => 64,
+            SchemeKind::Md | SchemeKind::Tween => 64,
             SchemeKind::Pl => (g.log_slots / 2).clamp(1, 64),
             SchemeKind::Eplog => (spare / 2).min(g.log_slots / 2).clamp(1, 64),
         };
@@ -617,8 +623,32 @@ impl Array {
         self.clock.now().saturating_duration_since(last)
     }
 
+    /// A tween array is read and written through its log layer (`Tween`), which maps logical
+    /// extents to segments; the array's own byte interface would bypass that map.
+    fn refuse_tween(&self) -> Result<()> {
+        if self.scheme.kind() == SchemeKind::Tween {
+            return Err(cfg_err(
+                "a tween array is read and written through its TWEEN layer (ecstack_array::Tween), not directly",
+            ));
+        }
+        Ok(())
+    }
+
     /// Read `buf.len()` bytes at logical byte `off`.
     pub fn read(&self, buf: &mut [u8], off: u64) -> Result<()> {
+        self.refuse_tween()?;
+        self.read_stripes(buf, off)
+    }
+
+    /// TWEEN: write one whole log segment (data stripe `seg`) and make it durable.
+    pub(crate) fn write_segment(&self, seg: u64, data: &[u8]) -> Result<()> {
+        debug_assert_eq!(data.len() as u64, self.core.geo.stripe_bytes());
+        self.write_stripes(data, seg * self.core.geo.stripe_bytes())?;
+        self.sync()
+    }
+
+    /// The byte interface over the data stripes as they are (TWEEN reads its segments with it).
+    pub(crate) fn read_stripes(&self, buf: &mut [u8], off: u64) -> Result<()> {
         self.check_range(off, buf.len() as u64)?;
         let t = Instant::now();
         self.touch();
@@ -643,6 +673,11 @@ impl Array {
 
     /// Write `buf` at logical byte `off`.
     pub fn write(&self, buf: &[u8], off: u64) -> Result<()> {
+        self.refuse_tween()?;
+        self.write_stripes(buf, off)
+    }
+
+    fn write_stripes(&self, buf: &[u8], off: u64) -> Result<()> {
         self.check_range(off, buf.len() as u64)?;
         let t = Instant::now();
         self.touch();
@@ -779,6 +814,7 @@ impl Array {
     /// another chunk has taken meanwhile) is overwritten with zeros through the ordinary write
     /// path, skipping stripes that already read as zeros.
     pub fn discard(&self, off: u64, len: u64) -> Result<DiscardReport> {
+        self.refuse_tween()?;
         self.check_range(off, len)?;
         let sb = self.core.geo.stripe_bytes();
         let end_byte = off + len;

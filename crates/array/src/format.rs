@@ -51,6 +51,10 @@ pub enum SchemeKind {
     Pl,
     /// Elastic parity logging (EPLOG §2.3, §3).
     Eplog,
+    /// TWEEN (CodFS/TWEEN thesis ch. 6): data stripes are log segments written whole from NVRAM
+    /// stripe buffers by `Tween` (`docs/tween.md`); not in `ALL`, which lists the schemes an
+    /// `Array` reads and writes itself.
+    Tween,
 }
 
 impl SchemeKind {
@@ -61,6 +65,7 @@ impl SchemeKind {
             SchemeKind::Md => "md",
             SchemeKind::Pl => "pl",
             SchemeKind::Eplog => "eplog",
+            SchemeKind::Tween => "tween",
         }
     }
 
@@ -69,8 +74,9 @@ impl SchemeKind {
             "md" | "raid" => Ok(SchemeKind::Md),
             "pl" | "parity-logging" => Ok(SchemeKind::Pl),
             "eplog" | "elastic" => Ok(SchemeKind::Eplog),
+            "tween" => Ok(SchemeKind::Tween),
             other => Err(ArrayError::Config(format!(
-                "unknown scheme '{other}' (expected md, pl or eplog)"
+                "unknown scheme '{other}' (expected md, pl, eplog or tween)"
             ))),
         }
     }
@@ -80,16 +86,20 @@ impl SchemeKind {
             SchemeKind::Md => 1,
             SchemeKind::Pl => 2,
             SchemeKind::Eplog => 3,
+            SchemeKind::Tween => 4,
         }
     }
 
     pub(crate) fn from_id(id: u8) -> Option<SchemeKind> {
-        SchemeKind::ALL.into_iter().find(|s| s.id() == id)
+        SchemeKind::ALL
+            .into_iter()
+            .chain([SchemeKind::Tween])
+            .find(|s| s.id() == id)
     }
 
     /// Whether the scheme keeps log chunks on log devices.
     pub fn uses_log(self) -> bool {
-        !matches!(self, SchemeKind::Md)
+        !matches!(self, SchemeKind::Md | SchemeKind::Tween)
     }
 }
 

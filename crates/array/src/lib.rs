@@ -8,6 +8,8 @@
 //! * Update schemes, one file each behind a crate-private `UpdateScheme` trait: `md` (read-modify-write or
 //!   reconstruct-write, parity in place), `pl` (classic parity logging, §2.2) and `eplog` (elastic
 //!   parity logging with out-of-place updates, log stripes, parity commit and recovery, §2.3–§3.4).
+//! * [`Tween`]: TWEEN's log-structured layer with NVRAM stripe buffers per hotness group over an
+//!   array of scheme `tween`, whose data stripes are its log segments (`docs/tween.md`).
 //! * [`Array`] implements [`BlockDevice`] (any byte offset and length, concurrent callers, per-stripe
 //!   locking, device I/O issued in parallel) and exposes the admin operations `fail_device`,
 //!   `rebuild_device`, `commit`, `status`; the admin language of a running array (`fail log0`,
@@ -55,6 +57,7 @@ pub use array::{Array, ArrayDevices, DiscardReport, OpenOptions};
 pub use clock::Clock;
 pub use format::{ArrayConfig, Geometry, SchemeKind, Superblock};
 pub use io::IoCounters;
+pub use scheme::tween::{GcMode, NvramImage, NvramSpec, Tween, TweenConfig, TweenStats};
 pub use scheme::{BatchStats, DEFAULT_IN_FLIGHT};
 pub use status::{
     ArrayStatus, ClassStatus, CommitStats, DeviceStatus, MetaStatus, PendingStatus, RequestStats,

@@ -5,7 +5,9 @@
 pub(crate) mod eplog;
 pub(crate) mod md;
 pub(crate) mod pl;
+pub(crate) mod segments;
 pub(crate) mod stripe_buffer;
+pub mod tween;
 
 pub use crate::core::CommitReport;
 

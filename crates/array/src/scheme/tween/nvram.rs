@@ -1,0 +1,542 @@
+//! TWEEN's NVRAM region: a byte-addressable persistent region (a DAX pmem device or file, or an
+//! ordinary file, mapped with `mmap` and persisted with `msync`; in tests an in-memory region whose
+//! persistent image changes only on `persist`), and the layout of TWEEN's metadata in it. Byte
+//! layout, write ordering and the durability assumption: `docs/tween.md`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::{ArrayError, Result};
+
+pub(crate) const NV_MAGIC: &[u8; 8] = b"ECSTKTWN";
+pub(crate) const NV_VERSION: u32 = 1;
+/// Areas start on this boundary.
+const AREA_ALIGN: u64 = 4096;
+const HEADER_BYTES: u64 = 4096;
+/// One map entry and one buffer entry (aligned: never straddles a 512-byte sector).
+pub(crate) const ENTRY_BYTES: usize = 32;
+const GROUP_HEADER_BYTES: u64 = 64;
+/// Location bit of an extent held in an NVRAM buffer.
+pub(crate) const LOC_NVRAM: u64 = 1 << 63;
+
+const _: () = assert!(512 % ENTRY_BYTES == 0);
+
+/// The persistent image of an in-memory NVRAM region, shared so a test can "crash" (drop the
+/// region) and open a new region from what was persisted. `cut_after(n)` makes the (n+1)-th
+/// persist from then on fail without reaching the image, as a power cut between two persists.
+#[derive(Debug, Clone, Default)]
+pub struct NvramImage(Arc<Mutex<ImageInner>>);
+
+#[derive(Debug, Default)]
+struct ImageInner {
+    bytes: Vec<u8>,
+    persists_left: Option<u64>,
+}
+
+impl NvramImage {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ImageInner> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// Let `n` more persists through, then fail every one until `power_on`.
+    pub fn cut_after(&self, n: u64) {
+        self.lock().persists_left = Some(n);
+    }
+    pub fn power_on(&self) {
+        self.lock().persists_left = None;
+    }
+    pub fn is_cut(&self) -> bool {
+        self.lock().persists_left == Some(0)
+    }
+    /// The persistent bytes (tests corrupt them to check validation).
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        f(&mut self.lock().bytes)
+    }
+}
+
+/// Where TWEEN's NVRAM region lives.
+#[derive(Debug, Clone)]
+pub enum NvramSpec {
+    /// A DAX pmem device or file, or an ordinary file (created with `bytes` when missing; `None`
+    /// takes the size the layout needs).
+    File { path: PathBuf, bytes: Option<u64> },
+    /// An in-memory region (tests, simulations): only persisted ranges reach the image.
+    Memory(NvramImage),
+}
+
+impl NvramSpec {
+    pub fn file(path: impl Into<PathBuf>) -> NvramSpec {
+        NvramSpec::File {
+            path: path.into(),
+            bytes: None,
+        }
+    }
+    /// A fresh in-memory region and its image.
+    pub fn memory() -> (NvramSpec, NvramImage) {
+        let img = NvramImage::default();
+        (NvramSpec::Memory(img.clone()), img)
+    }
+}
+
+fn nv_err(s: impl Into<String>) -> ArrayError {
+    ArrayError::Meta(format!("nvram: {}", s.into()))
+}
+
+/// A mapped file: the pointer and length of a `MAP_SHARED` mapping.
+struct Mapped {
+    ptr: *mut u8,
+    len: usize,
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+// SAFETY: the mapping is owned by this value and only reached through `&self`/`&mut self` of the
+// region (which TWEEN keeps behind a mutex); the raw pointer is what makes it !Send by default.
+unsafe impl Send for Mapped {}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY (FFI): ptr/len are exactly the mapping made in `map_file`, unmapped once.
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+fn map_file(path: &Path, want: u64, create: bool) -> Result<Mapped> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| nv_err(format!("{}: {e}", path.display())))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| nv_err(format!("{}: {e}", path.display())))?;
+    let mut len = meta.len();
+    if meta.is_file() && len < want {
+        if !create {
+            return Err(nv_err(format!(
+                "{} holds {len} bytes, TWEEN's layout needs {want}",
+                path.display()
+            )));
+        }
+        file.set_len(want)
+            .map_err(|e| nv_err(format!("{}: {e}", path.display())))?;
+        len = want;
+    }
+    if len == 0 {
+        return Err(nv_err(format!("{} is empty", path.display())));
+    }
+    let len = usize::try_from(len).map_err(|_| nv_err("region larger than the address space"))?;
+    // SAFETY (FFI): a fresh shared read-write mapping of an open file descriptor; the result is
+    // checked against MAP_FAILED before use, and the mapping lives as long as `Mapped`.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(nv_err(format!(
+            "mmap {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(Mapped {
+        ptr: ptr.cast(),
+        len,
+        _file: file,
+        path: path.to_path_buf(),
+    })
+}
+
+enum Backing {
+    Mapped(Mapped),
+    Memory { work: Vec<u8>, image: NvramImage },
+}
+
+/// The NVRAM region: byte access plus `persist(range)`.
+pub(crate) struct Region {
+    backing: Backing,
+}
+
+impl Region {
+    /// Open (or, with `create`, make) the region, at least `want` bytes long when creating.
+    pub fn open(spec: &NvramSpec, want: u64, create: bool) -> Result<Region> {
+        let backing = match spec {
+            NvramSpec::File { path, bytes } => {
+                let size = bytes.unwrap_or(want).max(want);
+                Backing::Mapped(map_file(path, size, create)?)
+            }
+            NvramSpec::Memory(image) => {
+                let mut img = image.lock();
+                if create && (img.bytes.len() as u64) < want {
+                    img.bytes.resize(want as usize, 0);
+                }
+                Backing::Memory {
+                    work: img.bytes.clone(),
+                    image: image.clone(),
+                }
+            }
+        };
+        Ok(Region { backing })
+    }
+
+    pub fn describe(&self) -> String {
+        match &self.backing {
+            Backing::Mapped(m) => m.path.display().to_string(),
+            Backing::Memory { .. } => "memory".into(),
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        match &self.backing {
+            // SAFETY: the mapping is valid for `len` bytes while `m` lives; shared access only.
+            Backing::Mapped(m) => unsafe { std::slice::from_raw_parts(m.ptr, m.len) },
+            Backing::Memory { work, .. } => work,
+        }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        match &mut self.backing {
+            // SAFETY: as above, and `&mut self` makes this the only access.
+            Backing::Mapped(m) => unsafe { std::slice::from_raw_parts_mut(m.ptr, m.len) },
+            Backing::Memory { work, .. } => work,
+        }
+    }
+
+    /// Make `[off, off + len)` persistent.
+    pub fn persist(&mut self, off: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        match &mut self.backing {
+            Backing::Mapped(m) => {
+                let page = 4096u64;
+                let start = off / page * page;
+                let end = (off + len).min(m.len as u64);
+                // SAFETY (FFI): [start, end) lies inside the mapping and start is page-aligned.
+                let rc = unsafe {
+                    libc::msync(
+                        m.ptr.add(start as usize).cast(),
+                        (end - start) as usize,
+                        libc::MS_SYNC,
+                    )
+                };
+                if rc != 0 {
+                    return Err(nv_err(format!(
+                        "msync {}: {}",
+                        m.path.display(),
+                        std::io::Error::last_os_error()
+                    )));
+                }
+            }
+            Backing::Memory { work, image } => {
+                let mut img = image.lock();
+                match &mut img.persists_left {
+                    Some(0) => return Err(nv_err("power cut (in-memory region)")),
+                    Some(n) => *n -= 1,
+                    None => {}
+                }
+                let (a, b) = (off as usize, (off + len) as usize);
+                img.bytes[a..b].copy_from_slice(&work[a..b]);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// TWEEN's parameters as the NVRAM header records them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Header {
+    pub uuid: u64,
+    pub stripe_bytes: u64,
+    pub extent_bytes: u64,
+    pub groups: u32,
+    pub segments: u64,
+    pub extents: u64,
+    pub alpha: f64,
+    pub beta: f64,
+    /// 0 = active, 1 = periodic.
+    pub gc_mode: u32,
+    pub gc_threshold: u64,
+    pub seed: u64,
+}
+
+const H_VERSION: usize = 8;
+const H_UUID: usize = H_VERSION + 4;
+const H_STRIPE: usize = H_UUID + 8;
+const H_EXTENT: usize = H_STRIPE + 8;
+const H_GROUPS: usize = H_EXTENT + 8;
+const H_SEGMENTS: usize = H_GROUPS + 4;
+const H_EXTENTS: usize = H_SEGMENTS + 8;
+const H_ALPHA: usize = H_EXTENTS + 8;
+const H_BETA: usize = H_ALPHA + 8;
+const H_GC_MODE: usize = H_BETA + 8;
+const H_GC_THRESHOLD: usize = H_GC_MODE + 4;
+const H_SEED: usize = H_GC_THRESHOLD + 8;
+const H_CRC: usize = H_SEED + 8;
+const H_END: usize = H_CRC + 4;
+const _: () = assert!(H_END as u64 <= HEADER_BYTES);
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl Header {
+    pub fn encode(&self, b: &mut [u8]) {
+        b[..H_END].fill(0);
+        b[..8].copy_from_slice(NV_MAGIC);
+        b[H_VERSION..H_VERSION + 4].copy_from_slice(&NV_VERSION.to_le_bytes());
+        b[H_UUID..H_UUID + 8].copy_from_slice(&self.uuid.to_le_bytes());
+        b[H_STRIPE..H_STRIPE + 8].copy_from_slice(&self.stripe_bytes.to_le_bytes());
+        b[H_EXTENT..H_EXTENT + 8].copy_from_slice(&self.extent_bytes.to_le_bytes());
+        b[H_GROUPS..H_GROUPS + 4].copy_from_slice(&self.groups.to_le_bytes());
+        b[H_SEGMENTS..H_SEGMENTS + 8].copy_from_slice(&self.segments.to_le_bytes());
+        b[H_EXTENTS..H_EXTENTS + 8].copy_from_slice(&self.extents.to_le_bytes());
+        b[H_ALPHA..H_ALPHA + 8].copy_from_slice(&self.alpha.to_le_bytes());
+        b[H_BETA..H_BETA + 8].copy_from_slice(&self.beta.to_le_bytes());
+        b[H_GC_MODE..H_GC_MODE + 4].copy_from_slice(&self.gc_mode.to_le_bytes());
+        b[H_GC_THRESHOLD..H_GC_THRESHOLD + 8].copy_from_slice(&self.gc_threshold.to_le_bytes());
+        b[H_SEED..H_SEED + 8].copy_from_slice(&self.seed.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..H_CRC]);
+        b[H_CRC..H_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Decode and check the header: magic, version, checksum (the sizes are checked by `Layout`).
+    pub fn decode(b: &[u8]) -> Result<Header> {
+        if b.len() < H_END {
+            return Err(nv_err(format!("region of {} bytes has no header", b.len())));
+        }
+        if &b[..8] != NV_MAGIC {
+            return Err(nv_err(
+                "no TWEEN header (bad magic): not a TWEEN NVRAM region",
+            ));
+        }
+        let v = le32(b, H_VERSION);
+        if v != NV_VERSION {
+            return Err(nv_err(format!(
+                "header version {v} is not supported (this build reads version {NV_VERSION})"
+            )));
+        }
+        if crc32c::crc32c(&b[..H_CRC]) != le32(b, H_CRC) {
+            return Err(nv_err("header checksum mismatch: the region is corrupt"));
+        }
+        Ok(Header {
+            uuid: le64(b, H_UUID),
+            stripe_bytes: le64(b, H_STRIPE),
+            extent_bytes: le64(b, H_EXTENT),
+            groups: le32(b, H_GROUPS),
+            segments: le64(b, H_SEGMENTS),
+            extents: le64(b, H_EXTENTS),
+            alpha: f64::from_le_bytes(b[H_ALPHA..H_ALPHA + 8].try_into().expect("8")),
+            beta: f64::from_le_bytes(b[H_BETA..H_BETA + 8].try_into().expect("8")),
+            gc_mode: le32(b, H_GC_MODE),
+            gc_threshold: le64(b, H_GC_THRESHOLD),
+            seed: le64(b, H_SEED),
+        })
+    }
+}
+
+/// Offsets of the areas (derived from the header, checked against the region's length).
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub groups: usize,
+    /// Extent slots per segment (= per buffer).
+    pub slots: u64,
+    pub extent_bytes: u64,
+    pub centers: u64,
+    pub group_headers: u64,
+    pub buffer_entries: u64,
+    pub buffer_data: u64,
+    pub usage: u64,
+    pub map: u64,
+    pub end: u64,
+}
+
+fn align(x: u64) -> u64 {
+    x.div_ceil(AREA_ALIGN) * AREA_ALIGN
+}
+
+impl Layout {
+    pub fn new(h: &Header) -> Result<Layout> {
+        let bad = |s: String| Err(nv_err(s));
+        if h.groups == 0 || h.groups > 64 {
+            return bad(format!("{} hotness groups (1..=64)", h.groups));
+        }
+        if h.extent_bytes == 0
+            || h.stripe_bytes == 0
+            || !h.stripe_bytes.is_multiple_of(h.extent_bytes)
+        {
+            return bad(format!(
+                "extent size {} does not divide the stripe size {}",
+                h.extent_bytes, h.stripe_bytes
+            ));
+        }
+        if !(h.alpha > 0.0 && h.alpha <= 1.0) || !(h.beta > 0.0 && h.beta <= 1.0) {
+            return bad(format!(
+                "alpha {} and beta {} must lie in (0, 1]",
+                h.alpha, h.beta
+            ));
+        }
+        let slots = h.stripe_bytes / h.extent_bytes;
+        if slots >= u32::MAX as u64 || h.segments >= (1 << 40) || h.extents >= (1 << 40) {
+            return bad("sizes out of range".into());
+        }
+        let n = h.groups as u64;
+        let centers = HEADER_BYTES;
+        let group_headers = align(centers + 8 * n + 4);
+        let buffer_entries = align(group_headers + GROUP_HEADER_BYTES * n);
+        let buffer_data = align(buffer_entries + n * slots * ENTRY_BYTES as u64);
+        let usage = align(buffer_data + n * h.stripe_bytes);
+        let map = align(usage + 8 * h.segments);
+        let end = align(map + h.extents * ENTRY_BYTES as u64);
+        Ok(Layout {
+            groups: h.groups as usize,
+            slots,
+            extent_bytes: h.extent_bytes,
+            centers,
+            group_headers,
+            buffer_entries,
+            buffer_data,
+            usage,
+            map,
+            end,
+        })
+    }
+
+    pub fn fill_at(&self, g: usize) -> u64 {
+        self.group_headers + GROUP_HEADER_BYTES * g as u64
+    }
+    pub fn buffer_entry_at(&self, g: usize, slot: u64) -> u64 {
+        self.buffer_entries + (g as u64 * self.slots + slot) * ENTRY_BYTES as u64
+    }
+    pub fn buffer_data_at(&self, g: usize, slot: u64) -> u64 {
+        self.buffer_data + (g as u64 * self.slots + slot) * self.extent_bytes
+    }
+    pub fn usage_at(&self, seg: u64) -> u64 {
+        self.usage + 8 * seg
+    }
+    pub fn map_at(&self, e: u64) -> u64 {
+        self.map + e * ENTRY_BYTES as u64
+    }
+}
+
+/// The TWEEN state of one logical extent.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct MapEntry {
+    /// 0 never written; `LOC_NVRAM | group << 32 | slot`; else `1 + segment · slots + slot`.
+    pub loc: u64,
+    /// Logical time of the write that produced this copy (host write or GC move).
+    pub seq: u64,
+    /// Logical time of the last host write (t̂).
+    pub t_hat: u64,
+    /// Hotness H.
+    pub hot: f32,
+}
+
+impl MapEntry {
+    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        let mut b = [0u8; ENTRY_BYTES];
+        if *self == MapEntry::default() {
+            return b;
+        }
+        b[0..8].copy_from_slice(&self.loc.to_le_bytes());
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b[16..24].copy_from_slice(&self.t_hat.to_le_bytes());
+        b[24..28].copy_from_slice(&self.hot.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..28]);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+    /// None: checksum mismatch.
+    pub fn decode(b: &[u8]) -> Option<MapEntry> {
+        if b[..ENTRY_BYTES].iter().all(|&x| x == 0) {
+            return Some(MapEntry::default());
+        }
+        if crc32c::crc32c(&b[..28]) != le32(b, 28) {
+            return None;
+        }
+        Some(MapEntry {
+            loc: le64(b, 0),
+            seq: le64(b, 8),
+            t_hat: le64(b, 16),
+            hot: f32::from_le_bytes(b[24..28].try_into().expect("4")),
+        })
+    }
+}
+
+/// One extent appended to an NVRAM buffer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct BufferEntry {
+    pub extent: u64,
+    pub seq: u64,
+    pub data_crc: u32,
+    /// A host write (else a GC move).
+    pub host: bool,
+}
+
+impl BufferEntry {
+    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        let mut b = [0u8; ENTRY_BYTES];
+        b[0..8].copy_from_slice(&self.extent.to_le_bytes());
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b[16..20].copy_from_slice(&self.data_crc.to_le_bytes());
+        b[20] = self.host as u8;
+        let crc = crc32c::crc32c(&b[..24]);
+        b[24..28].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+    pub fn decode(b: &[u8]) -> Option<BufferEntry> {
+        if crc32c::crc32c(&b[..24]) != le32(b, 24) || b[20] > 1 {
+            return None;
+        }
+        Some(BufferEntry {
+            extent: le64(b, 0),
+            seq: le64(b, 8),
+            data_crc: le32(b, 16),
+            host: b[20] == 1,
+        })
+    }
+}
+
+pub(crate) fn encode_centers(c: &[f64]) -> Vec<u8> {
+    let mut b: Vec<u8> = c.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+pub(crate) fn decode_centers(b: &[u8], n: usize) -> Option<Vec<f64>> {
+    let body = &b[..8 * n];
+    if crc32c::crc32c(body) != le32(b, 8 * n) {
+        return None;
+    }
+    Some(
+        body.chunks_exact(8)
+            .map(|x| f64::from_le_bytes(x.try_into().expect("8")))
+            .collect(),
+    )
+}
+
+pub(crate) fn read_u64(b: &[u8], at: u64) -> u64 {
+    le64(b, at as usize)
+}
+
+pub(crate) fn nvram_error(s: impl Into<String>) -> ArrayError {
+    nv_err(s)
+}
