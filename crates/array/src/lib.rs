@@ -50,6 +50,7 @@ mod recovery;
 pub mod scheme;
 pub mod sim;
 mod status;
+mod tween;
 
 pub use crate::core::{CommitReport, RebuildReport};
 pub use admin::{AdminCommand, AdminReply, DeviceName, Reopened, UnavailableDevice};
@@ -57,12 +58,12 @@ pub use array::{Array, ArrayDevices, DiscardReport, OpenOptions};
 pub use clock::Clock;
 pub use format::{ArrayConfig, Geometry, SchemeKind, Superblock};
 pub use io::IoCounters;
-pub use scheme::tween::{GcMode, NvramImage, NvramSpec, Tween, TweenConfig, TweenStats};
 pub use scheme::{BatchStats, DEFAULT_IN_FLIGHT};
 pub use status::{
     ArrayStatus, ClassStatus, CommitStats, DeviceStatus, MetaStatus, PendingStatus, RequestStats,
     SsdSummary,
 };
+pub use tween::{GcMode, NvramImage, NvramSpec, Tween, TweenConfig, TweenStats};
 
 pub use ecstack_codes::CodeKind;
 pub use ecstack_device::BlockDevice;

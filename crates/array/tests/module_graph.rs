@@ -365,7 +365,13 @@ fn crate_modules_import_each_other_without_circles() {
         );
     }
     for (m, ds) in &g {
-        if m != "array" && m != "admin" && m != "status" {
+        // `tween` (TWEEN's log layer) sits on top of the facade, like `admin`.
+        if m != "array"
+            && m != "admin"
+            && m != "status"
+            && m != "tween"
+            && !m.starts_with("tween::")
+        {
             assert!(
                 !ds.contains("array"),
                 "{m} must not depend on the array facade"

@@ -7,7 +7,6 @@ pub(crate) mod md;
 pub(crate) mod pl;
 pub(crate) mod segments;
 pub(crate) mod stripe_buffer;
-pub mod tween;
 
 pub use crate::core::CommitReport;
 

@@ -1,5 +1,5 @@
 //! The chunk-level scheme of a `tween` array: TWEEN's log segments are the array's data stripes,
-//! written only whole by the log layer (`scheme/tween.rs`), so md's path applies unchanged — a
+//! written only whole by the log layer (`crate::tween`), so md's path applies unchanged — a
 //! full-stripe write with parity from a fresh encode, md's degraded reads, journal and rebuild.
 
 use super::md::Md;

@@ -65,20 +65,24 @@ mod tests {
 
     #[test]
     fn sequential_kmeans_picks_the_nearest_center_and_ages_it() {
+        // Dyadic values, so every distance and update below is exact.
         let mut g = HotnessGroups {
-            centers: vec![0.1, 0.4, 0.9],
+            centers: vec![0.125, 0.5, 0.875],
             beta: 0.5,
         };
-        // 0.3 is nearest 0.4 (distance 0.1 < 0.2): center 1 moves to 0.5·0.4 + 0.5·0.3 = 0.35.
-        assert_eq!(g.classify(0.3), 1);
-        assert!((g.centers[1] - 0.35).abs() < 1e-12);
-        // 0.7 is nearest 0.9 (0.2 < 0.35): center 2 → 0.8.
-        assert_eq!(g.classify(0.7), 2);
-        assert!((g.centers[2] - 0.8).abs() < 1e-12);
-        // A tie (0.225 is 0.125 from both 0.1 and 0.35) goes to the lowest index; 0.1 → 0.1625.
-        assert_eq!(g.classify(0.225), 0);
-        assert!((g.centers[0] - 0.1625).abs() < 1e-12);
-        assert_eq!(g.centers, vec![0.1625, 0.35, 0.8]);
+        // 0.375 is nearest 0.5 (0.125 < 0.25): center 1 moves to 0.5·0.5 + 0.5·0.375 = 0.4375.
+        assert_eq!(g.classify(0.375), 1);
+        assert_eq!(g.centers[1], 0.4375);
+        // 0.75 is nearest 0.875 (0.125 < 0.3125): center 2 → 0.8125.
+        assert_eq!(g.classify(0.75), 2);
+        assert_eq!(g.centers[2], 0.8125);
+        // A tie (0.28125 is 0.15625 from both 0.125 and 0.4375) goes to the lowest index:
+        // center 0 → 0.203125.
+        assert_eq!(g.classify(0.28125), 0);
+        assert_eq!(g.centers, vec![0.203125, 0.4375, 0.8125]);
+        // `nearest` answers without learning.
+        assert_eq!(g.nearest(0.9), 2);
+        assert_eq!(g.centers, vec![0.203125, 0.4375, 0.8125]);
     }
 
     #[test]
