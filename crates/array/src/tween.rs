@@ -38,7 +38,8 @@ pub struct TweenConfig {
     /// Aging factor β of the sequential k-means.
     pub beta: f64,
     pub gc_mode: GcMode,
-    /// Collect while fewer segments are free (default and minimum: 2N + 1 and more, see `gc.rs`).
+    /// Collect while fewer segments are free (at least 2N + 1, below the spare segments; default
+    /// 2N + 2 when the spare allows, see `gc.rs`).
     pub gc_threshold: Option<u64>,
     /// Fraction of the segments kept out of the logical capacity (at least 2N + 2 segments).
     pub over_provisioning: f64,
@@ -278,7 +279,9 @@ impl Tween {
             )));
         }
         let floor = gc::threshold_floor(tcfg.groups);
-        let threshold = tcfg.gc_threshold.unwrap_or(floor + 1);
+        let threshold =
+            tcfg.gc_threshold
+                .unwrap_or(if floor + 1 < spare { floor + 1 } else { floor });
         if threshold < floor || threshold >= spare {
             return Err(cfg_err(format!(
                 "GC threshold {threshold} free segments must lie in [{floor}, {spare})"

@@ -44,7 +44,7 @@ enum ArrayCmd {
 
 #[derive(Args)]
 struct CreateArgs {
-    /// Update scheme: md, pl or eplog
+    /// Update scheme: md, pl, eplog or tween (TWEEN: --stripe, --nvram, ... below)
     #[arg(long, default_value = "eplog")]
     scheme: String,
     /// Data chunks per stripe
@@ -77,6 +77,8 @@ struct CreateArgs {
     /// Metadata volume spec
     #[arg(long)]
     meta: String,
+    #[command(flatten)]
+    tween: crate::cmd_tween::TweenArgs,
     #[arg(long)]
     json: bool,
 }
@@ -182,7 +184,10 @@ fn open_all(specs: &[String]) -> Result<Vec<Arc<dyn BlockDevice>>> {
 
 fn create(a: CreateArgs) -> Result<()> {
     let scheme = SchemeKind::parse(&a.scheme)?;
-    let chunk = parse_size(&a.chunk)?;
+    let chunk = match scheme {
+        SchemeKind::Tween => crate::cmd_tween::chunk_bytes(&a.tween, a.k)?,
+        _ => parse_size(&a.chunk)?,
+    };
     let base = ArrayConfig::with_geometry(scheme, a.k, a.m);
     let code = match &a.code {
         Some(c) => CodeKind::parse(c)?,
@@ -223,6 +228,9 @@ fn create(a: CreateArgs) -> Result<()> {
             .with_context(|| format!("opening metadata volume '{}'", a.meta))?,
         specs: Some(specs),
     };
+    if scheme == SchemeKind::Tween {
+        return crate::cmd_tween::create(&cfg, devices, &a.tween, a.json);
+    }
     let array = Array::create(&cfg, devices)?;
     array.close()?;
     let st = array.status();

@@ -15,6 +15,7 @@ mod cmd_reliability;
 mod cmd_robustore;
 mod cmd_sim;
 mod cmd_trace;
+mod cmd_tween;
 mod cmd_zombienand;
 mod util;
 
