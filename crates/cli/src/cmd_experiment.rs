@@ -27,6 +27,8 @@ enum ExpCmd {
     Robustore(crate::cmd_robustore::RobustoreExpArgs),
     /// ZombieNAND §4.4.3 synthetic grid to death, parallel, --shard i/N + --merge (docs/zombienand.md)
     Zombienand(crate::cmd_zombienand::ExpZombieArgs),
+    /// TWEEN's first evaluation: md vs eplog vs tween on simulated SSDs, EPLOG traces (docs/tween.md)
+    Tween(crate::cmd_tween::ExpTweenArgs),
 }
 
 #[derive(Args)]
@@ -119,6 +121,7 @@ pub fn run(a: ExperimentArgs) -> Result<()> {
         ExpCmd::Codfs(c) => codfs(c),
         ExpCmd::Robustore(r) => crate::cmd_robustore::experiment(r),
         ExpCmd::Zombienand(z) => crate::cmd_zombienand::run_experiment(z),
+        ExpCmd::Tween(t) => crate::cmd_tween::experiment(t),
     }
 }
 

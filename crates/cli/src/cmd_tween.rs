@@ -99,3 +99,60 @@ pub fn create(cfg: &ArrayConfig, devices: ArrayDevices, t: &TweenArgs, json: boo
     );
     Ok(())
 }
+
+#[derive(Args)]
+pub struct ExpTweenArgs {
+    /// Small traces (scale 0.004 instead of 0.02)
+    #[arg(long)]
+    quick: bool,
+    /// Trace scale relative to the published traces (overrides --quick's)
+    #[arg(long)]
+    scale: Option<f64>,
+    /// Traces: fin, web, usr, mds
+    #[arg(long, value_delimiter = ',', default_value = "fin,web,usr,mds")]
+    traces: Vec<String>,
+    /// Hotness groups N
+    #[arg(long, default_value_t = 4)]
+    groups: usize,
+    #[arg(long, default_value_t = 0.5)]
+    alpha: f64,
+    #[arg(long, default_value_t = 0.1)]
+    beta: f64,
+    /// GC mode: active or periodic
+    #[arg(long, default_value = "active")]
+    gc: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn experiment(a: ExpTweenArgs) -> Result<()> {
+    use ecstack_lab::eplog::TraceName;
+    let mut cfg = ecstack_lab::tween::TweenExpConfig::new(a.quick);
+    if let Some(s) = a.scale {
+        cfg.scale = s;
+    }
+    cfg.traces = a
+        .traces
+        .iter()
+        .map(|t| match t.trim().to_ascii_lowercase().as_str() {
+            "fin" => Ok(TraceName::Fin),
+            "web" => Ok(TraceName::Web),
+            "usr" => Ok(TraceName::Usr),
+            "mds" => Ok(TraceName::Mds),
+            o => bail!("--traces: unknown trace '{o}' (fin, web, usr, mds)"),
+        })
+        .collect::<Result<_>>()?;
+    cfg.groups = a.groups;
+    cfg.alpha = a.alpha;
+    cfg.beta = a.beta;
+    cfg.gc_mode = GcMode::parse(&a.gc)?;
+    cfg.seed = a.seed;
+    let rows = ecstack_lab::tween::run(&cfg)?;
+    if a.json {
+        return print_json(&rows);
+    }
+    print!("{}", ecstack_lab::tween::render(&rows));
+    Ok(())
+}

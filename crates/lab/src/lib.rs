@@ -24,6 +24,7 @@ pub mod plot;
 pub mod robustore;
 pub mod table;
 pub mod trace_plots;
+pub mod tween;
 pub mod zombienand;
 
 use std::path::PathBuf;

@@ -47,15 +47,14 @@ use std::time::Instant;
 pub use config::{EplogConfig, Exp, Setting, Testbed};
 pub use exps::{RecoveryCase, RecoveryRow, RECOVERY_BATCHES};
 pub use report::{Report, TraceInfo};
-pub use rig::Backing;
+pub use rig::{build, prewrite, Backing};
 pub use run::{find, Commit, RunKey, RunRow, Variant};
 pub use targets::{client_counts, exp4_summary, peak, Figure, TargetCheck};
-pub use workload::{TraceName, CHUNK_BYTES};
+pub use workload::{Trace, TraceName, CHUNK_BYTES};
 
 use crate::{io_at, Result};
 use exps::Ctx;
 use rig::DeviceFiles;
-use workload::Trace;
 
 /// Run the experiments `cfg` asks for; `progress` gets one line per run.
 pub fn run(cfg: &EplogConfig, progress: &dyn Fn(&str)) -> Result<Report> {
