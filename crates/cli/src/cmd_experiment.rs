@@ -55,6 +55,9 @@ struct CodfsArgs {
     /// Bytes each client puts and gets
     #[arg(long, default_value = "64M")]
     size: String,
+    /// Segments each client keeps in flight in a put or a get (the client library's default is 4)
+    #[arg(long, default_value_t = 4)]
+    window: usize,
     /// Skip the degraded read and recovery measurements
     #[arg(long)]
     no_failures: bool,
@@ -142,6 +145,7 @@ fn codfs(a: CodfsArgs) -> Result<()> {
     cfg.rate_mbit = a.rate_mbit;
     cfg.clients = a.clients;
     cfg.bytes_per_client = crate::util::parse_size(&a.size)?;
+    cfg.window_segments = a.window;
     cfg.failures = !a.no_failures;
     cfg.down_after_ms = a.down_after_ms;
     cfg.heartbeat_ms = (a.down_after_ms / 5).clamp(1, 1_000);

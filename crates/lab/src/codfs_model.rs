@@ -21,12 +21,12 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use ecstack_base::Rng;
-use ecstack_client::{Client, ClientError};
+use ecstack_client::{Client, ClientError, ClientOptions};
 use ecstack_mds::OsdState;
 use ecstack_rpc::{init_cluster, ClusterConfig, InitOptions, Security};
 use serde::Serialize;
 
-use crate::codfs_netns::{self, Host, Testbed};
+use crate::codfs_netns::{self, Host, LinkBytes, LinkProbe, Testbed};
 use crate::plot::Lines;
 use crate::table::write_csv;
 use crate::{LabError, Result};
@@ -51,6 +51,8 @@ pub struct ModelConfig {
     pub rate_mbit: f64,
     pub clients: usize,
     pub bytes_per_client: u64,
+    /// Segments each client keeps in flight (`ClientOptions::window_segments_max`).
+    pub window_segments: usize,
     /// Measure degraded reads and recovery too.
     pub failures: bool,
     pub heartbeat_ms: u64,
@@ -70,6 +72,7 @@ impl ModelConfig {
             rate_mbit: 100.0,
             clients: 10,
             bytes_per_client: 64 << 20,
+            window_segments: ClientOptions::default().window_segments_max,
             failures: true,
             heartbeat_ms: 500,
             down_after_ms: 10_000,
@@ -94,6 +97,9 @@ impl ModelConfig {
                     self.n()
                 ),
             );
+        }
+        if self.window_segments == 0 {
+            return cfg("window", "at least one segment in flight".into());
         }
         if self.clients == 0 || self.bytes_per_client == 0 {
             return cfg(
@@ -139,9 +145,15 @@ pub struct ModelRow {
     pub write_mb_per_sec: f64,
     pub write_model_mb_per_sec: f64,
     pub write_ratio: f64,
+    /// Inbound bytes of the OSDs' links during the write over B × its time: mean and busiest OSD.
+    pub write_link_mean: f64,
+    pub write_link_max: f64,
     pub read_mb_per_sec: f64,
     pub read_model_mb_per_sec: f64,
     pub read_ratio: f64,
+    /// Outbound bytes of the OSDs' links during the read over B × its time: mean and busiest OSD.
+    pub read_link_mean: f64,
+    pub read_link_max: f64,
     pub degraded_read_mb_per_sec: Option<f64>,
     pub recovery_mb_per_sec: Option<f64>,
     pub recovery_secs: Option<f64>,
@@ -155,7 +167,40 @@ pub struct ModelReport {
     pub m: u32,
     pub clients: usize,
     pub bytes_per_client: u64,
+    pub window_segments: usize,
     pub rows: Vec<ModelRow>,
+    /// Per run and phase, the OSDs' links over time (written as CSV beside the report).
+    #[serde(skip)]
+    pub timelines: Vec<LinkTimeline>,
+}
+
+/// The OSDs' links during one phase, sampled: the direction the model charges (inbound for
+/// writes, outbound for reads), MB/s per OSD over each sampling interval.
+#[derive(Debug, Clone)]
+pub struct LinkTimeline {
+    /// `links-m10-s16-write.csv`
+    pub file: String,
+    pub osds: usize,
+    /// (end of the interval, seconds since the phase started; MB/s of each OSD)
+    pub samples: Vec<(f64, Vec<f64>)>,
+}
+
+impl LinkTimeline {
+    fn csv(&self) -> String {
+        let mut s = "t_secs,total_mb_per_sec".to_owned();
+        for i in 0..self.osds {
+            s += &format!(",osd{i}_mb_per_sec");
+        }
+        s.push('\n');
+        for (t, v) in &self.samples {
+            s += &format!("{t:.2},{:.2}", v.iter().sum::<f64>());
+            for x in v {
+                s += &format!(",{x:.2}");
+            }
+            s.push('\n');
+        }
+        s
+    }
 }
 
 fn opt(v: Option<f64>) -> String {
@@ -165,31 +210,40 @@ fn opt(v: Option<f64>) -> String {
 impl ModelReport {
     pub fn markdown(&self) -> String {
         let mut s = format!(
-            "CodFS throughput model (§5.1): RS {}+{}, B = {} Mbit/s ({:.1} MB/s) per OSD link each way, {} clients × {} MiB\n\n",
+            "CodFS throughput model (§5.1): RS {}+{}, B = {} Mbit/s ({:.1} MB/s) per OSD link each way, {} clients × {} MiB, {} segments in flight per client\n\n",
             self.k,
             self.m,
             self.rate_mbit,
             self.rate_mbit / 8.0,
             self.clients,
-            self.bytes_per_client >> 20
+            self.bytes_per_client >> 20,
+            self.window_segments
         );
-        s += "| M | segment | write MB/s | model | ratio | read MB/s | model | ratio | degraded read MB/s | recovery MB/s |\n";
-        s += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        s += "| M | segment | write MB/s | model | ratio | links in: mean / busiest | read MB/s | model | ratio | links out: mean / busiest | degraded read MB/s | recovery MB/s |\n";
+        s += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for r in &self.rows {
             s += &format!(
-                "| {} | {} MiB | {:.1} | {:.1} | {:.0}% | {:.1} | {:.1} | {:.0}% | {} | {} |\n",
+                "| {} | {} MiB | {:.1} | {:.1} | {:.0}% | {:.0}% / {:.0}% | {:.1} | {:.1} | {:.0}% | {:.0}% / {:.0}% | {} | {} |\n",
                 r.osds,
                 r.segment_bytes >> 20,
                 r.write_mb_per_sec,
                 r.write_model_mb_per_sec,
                 r.write_ratio * 100.0,
+                r.write_link_mean * 100.0,
+                r.write_link_max * 100.0,
                 r.read_mb_per_sec,
                 r.read_model_mb_per_sec,
                 r.read_ratio * 100.0,
+                r.read_link_mean * 100.0,
+                r.read_link_max * 100.0,
                 opt(r.degraded_read_mb_per_sec),
                 opt(r.recovery_mb_per_sec)
             );
         }
+        s += "\nLinks: the bytes each OSD's link carried in the direction the model charges (inbound while \
+              writing, outbound while reading; Ethernet frames, what tc limits) over B × the phase's time. \
+              A mean close to the ratio with a busiest link near 100% means uneven load; a busiest link well \
+              below 100% means the links sat idle. Timelines: `links-*.csv`.\n";
         s
     }
 
@@ -199,6 +253,10 @@ impl ModelReport {
         let md = out.join("codfs-model.md");
         std::fs::write(&md, self.markdown()).map_err(crate::io_at(&md))?;
         write_csv(&out.join("codfs-model.csv"), &self.rows)?;
+        for t in &self.timelines {
+            let p = out.join(&t.file);
+            std::fs::write(&p, t.csv()).map_err(crate::io_at(&p))?;
+        }
         let mut series = Vec::new();
         let mut segments: Vec<u64> = self.rows.iter().map(|r| r.segment_bytes).collect();
         segments.sort_unstable();
@@ -312,10 +370,14 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| LabError::Run(format!("cannot start an async runtime: {e}")))
 }
 
-fn connect(config: &ClusterConfig) -> Result<Client> {
+fn connect(config: &ClusterConfig, window_segments: usize) -> Result<Client> {
     let sec =
         Security::load(&config.certs_dir(), "client").map_err(|e| LabError::Run(e.to_string()))?;
-    Client::connect(config, sec).map_err(client_error)
+    let options = ClientOptions {
+        window_segments_max: window_segments,
+        ..ClientOptions::default()
+    };
+    Client::connect_with(config, sec, options).map_err(client_error)
 }
 
 fn client_bytes(seed: u64, j: usize, len: u64) -> Vec<u8> {
@@ -330,25 +392,77 @@ enum Phase {
     Get,
 }
 
-/// Every client on its own host does `phase` at once; returns the aggregate MB/s.
+/// What one phase measured.
+struct PhaseResult {
+    mb_per_sec: f64,
+    /// The OSDs' links in the direction the phase charges, as fractions of B × the phase's time.
+    link_mean: f64,
+    link_max: f64,
+    timeline: Vec<(f64, Vec<f64>)>,
+}
+
+/// The link counters sampled on a thread until it is stopped.
+struct LinkSampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(f64, Vec<LinkBytes>)>>,
+}
+
+const LINK_SAMPLE_MS: u64 = 250;
+
+impl LinkSampler {
+    fn start(probe: LinkProbe, start: Instant) -> LinkSampler {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(LINK_SAMPLE_MS));
+                // A failed sample leaves a gap in the timeline, nothing else.
+                if let Ok(c) = probe.read() {
+                    v.push((start.elapsed().as_secs_f64(), c));
+                }
+            }
+            v
+        });
+        LinkSampler { stop, thread }
+    }
+
+    fn stop(self) -> Vec<(f64, Vec<LinkBytes>)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// Bytes in the charged direction: inbound for writes, outbound for reads.
+fn charged(phase: Phase, l: &LinkBytes) -> u64 {
+    match phase {
+        Phase::Put => l.received,
+        Phase::Get => l.sent,
+    }
+}
+
+/// Every client on its own host does `phase` at once; returns the aggregate MB/s and how busy
+/// the links of `osds` (the OSDs in the cluster) were.
 fn run_phase(
     cfg: &ModelConfig,
     bed: &Testbed,
+    osds: &[Host],
     config: &ClusterConfig,
     phase: Phase,
-) -> Result<f64> {
+) -> Result<PhaseResult> {
+    let probe = bed.link_probe(osds);
     let barrier = Arc::new(Barrier::new(bed.clients.len() + 1));
     let mut threads = Vec::new();
     for (j, host) in bed.clients.iter().enumerate() {
         let (host, config, barrier) = (host.clone(), config.clone(), barrier.clone());
-        let (seed, len) = (cfg.seed, cfg.bytes_per_client);
+        let (seed, len, window) = (cfg.seed, cfg.bytes_per_client, cfg.window_segments);
         threads.push(std::thread::spawn(move || -> Result<Instant> {
             // Every thread reaches the barrier, failed or not, so nobody waits forever.
             let setup = Testbed::enter(&host).and_then(|()| {
                 let rt = runtime()?;
                 let client = {
                     let _inside = rt.enter(); // the client spawns its connection tasks on it
-                    connect(&config)?
+                    connect(&config, window)?
                 };
                 Ok((rt, client))
             });
@@ -380,8 +494,10 @@ fn run_phase(
             })
         }));
     }
+    let before = probe.read()?;
     barrier.wait();
     let start = Instant::now();
+    let sampler = LinkSampler::start(probe.clone(), start);
     let mut end = start;
     let mut first_error = None;
     for t in threads {
@@ -395,11 +511,39 @@ fn run_phase(
             }
         }
     }
+    let after = probe.read();
+    let samples = sampler.stop();
     if let Some(e) = first_error {
         return Err(e);
     }
+    let after = after?;
+    let secs = (end - start).as_secs_f64().max(1e-9);
+    let capacity = cfg.rate_mbit * 1e6 / 8.0 * secs;
+    let busy: Vec<f64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| charged(phase, a).saturating_sub(charged(phase, b)) as f64 / capacity)
+        .collect();
+    let mut timeline = Vec::new();
+    let mut prev = (0.0, before);
+    for (t, c) in samples {
+        let dt = (t - prev.0).max(1e-9);
+        let rates = prev
+            .1
+            .iter()
+            .zip(&c)
+            .map(|(b, a)| charged(phase, a).saturating_sub(charged(phase, b)) as f64 / 1e6 / dt)
+            .collect();
+        timeline.push((t, rates));
+        prev = (t, c);
+    }
     let bytes = cfg.bytes_per_client * bed.clients.len() as u64;
-    Ok(bytes as f64 / 1e6 / (end - start).as_secs_f64().max(1e-9))
+    Ok(PhaseResult {
+        mb_per_sec: bytes as f64 / 1e6 / secs,
+        link_mean: busy.iter().sum::<f64>() / busy.len().max(1) as f64,
+        link_max: busy.iter().cloned().fold(0.0, f64::max),
+        timeline,
+    })
 }
 
 /// Runs the experiment; namespaces and daemons are removed whatever happens.
@@ -418,6 +562,7 @@ pub fn run(cfg: &ModelConfig, log: &dyn Fn(&str)) -> Result<ModelReport> {
         }
     };
     let mut rows = Vec::new();
+    let mut timelines = Vec::new();
     for &seg in &cfg.segment_bytes {
         for &osds in &cfg.osds {
             log(&format!(
@@ -429,7 +574,9 @@ pub fn run(cfg: &ModelConfig, log: &dyn Fn(&str)) -> Result<ModelReport> {
                 cfg.clients
             ));
             let run_dir = dir.join(format!("m{osds}-s{}", seg >> 20));
-            rows.push(one_run(cfg, osds, seg, &run_dir, log)?);
+            let (row, t) = one_run(cfg, osds, seg, &run_dir, log)?;
+            rows.push(row);
+            timelines.extend(t);
         }
     }
     Ok(ModelReport {
@@ -438,7 +585,9 @@ pub fn run(cfg: &ModelConfig, log: &dyn Fn(&str)) -> Result<ModelReport> {
         m: cfg.m,
         clients: cfg.clients,
         bytes_per_client: cfg.bytes_per_client,
+        window_segments: cfg.window_segments,
         rows,
+        timelines,
     })
 }
 
@@ -495,7 +644,7 @@ fn one_run(
     seg: u64,
     dir: &Path,
     log: &dyn Fn(&str),
-) -> Result<ModelRow> {
+) -> Result<(ModelRow, Vec<LinkTimeline>)> {
     let bed = Testbed::create(osds + 1, cfg.clients, cfg.rate_mbit)?;
     let config = make_cluster(cfg, osds, seg, dir, &bed)?;
     let config_path = dir.join("cluster.toml");
@@ -521,7 +670,7 @@ fn one_run(
     {
         let config = config.clone();
         on_host(&control, move |rt| {
-            let c = connect(&config)?;
+            let c = connect(&config, 1)?;
             rt.block_on(c.wait_for_osds(osds, Duration::from_secs(READY_SECS_MAX)))
                 .map_err(client_error)?;
             Ok(())
@@ -529,13 +678,35 @@ fn one_run(
         .map_err(|e| LabError::Run(format!("{e} (logs in {})", logs.display())))?;
     }
     let (write_model, read_model) = cfg.model(osds);
+    let in_use = &bed.osds[..osds];
     log("  write");
-    let write = run_phase(cfg, &bed, &config, Phase::Put)?;
+    let w = run_phase(cfg, &bed, in_use, &config, Phase::Put)?;
+    let write = w.mb_per_sec;
     log(&format!(
-        "  write {write:.1} MB/s (model {write_model:.1}); read"
+        "  write {write:.1} MB/s (model {write_model:.1}; OSD links in: mean {:.0}%, busiest {:.0}%); read",
+        w.link_mean * 100.0,
+        w.link_max * 100.0
     ));
-    let read = run_phase(cfg, &bed, &config, Phase::Get)?;
-    log(&format!("  read {read:.1} MB/s (model {read_model:.1})"));
+    let r = run_phase(cfg, &bed, in_use, &config, Phase::Get)?;
+    let read = r.mb_per_sec;
+    log(&format!(
+        "  read {read:.1} MB/s (model {read_model:.1}; OSD links out: mean {:.0}%, busiest {:.0}%)",
+        r.link_mean * 100.0,
+        r.link_max * 100.0
+    ));
+    let name = |phase: &str| format!("links-m{osds}-s{}-{phase}.csv", seg >> 20);
+    let timelines = vec![
+        LinkTimeline {
+            file: name("write"),
+            osds,
+            samples: w.timeline,
+        },
+        LinkTimeline {
+            file: name("read"),
+            osds,
+            samples: r.timeline,
+        },
+    ];
     let mut row = ModelRow {
         osds,
         segment_bytes: seg,
@@ -547,9 +718,13 @@ fn one_run(
         write_mb_per_sec: write,
         write_model_mb_per_sec: write_model,
         write_ratio: write / write_model,
+        write_link_mean: w.link_mean,
+        write_link_max: w.link_max,
         read_mb_per_sec: read,
         read_model_mb_per_sec: read_model,
         read_ratio: read / read_model,
+        read_link_mean: r.link_mean,
+        read_link_max: r.link_max,
         degraded_read_mb_per_sec: None,
         recovery_mb_per_sec: None,
         recovery_secs: None,
@@ -560,7 +735,7 @@ fn one_run(
         daemons[0] = None; // SIGKILL and reap
         let c2 = config.clone();
         on_host(&control, move |rt| {
-            let c = connect(&c2)?;
+            let c = connect(&c2, 1)?;
             rt.block_on(c.wait_status(
                 "waiting for osd-0 to be marked down",
                 Duration::from_secs(READY_SECS_MAX),
@@ -573,7 +748,7 @@ fn one_run(
             .map_err(client_error)?;
             Ok(())
         })?;
-        let degraded = run_phase(cfg, &bed, &config, Phase::Get)?;
+        let degraded = run_phase(cfg, &bed, &bed.osds[1..osds], &config, Phase::Get)?.mb_per_sec;
         log(&format!(
             "  degraded read {degraded:.1} MB/s; a spare joins, osd-0 out, recovery"
         ));
@@ -586,7 +761,7 @@ fn one_run(
         )?;
         let c3 = config.clone();
         let (secs, bytes) = on_host(&control, move |rt| {
-            let c = connect(&c3)?;
+            let c = connect(&c3, 1)?;
             rt.block_on(async {
                 c.wait_for_osds(osds, Duration::from_secs(READY_SECS_MAX))
                     .await?;
@@ -611,7 +786,7 @@ fn one_run(
             bytes as f64 / 1e6
         ));
     }
-    Ok(row)
+    Ok((row, timelines))
 }
 
 #[cfg(test)]

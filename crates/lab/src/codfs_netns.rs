@@ -100,6 +100,69 @@ pub struct Host {
     pub rate_mbit: Option<f64>,
 }
 
+/// What a host's link has carried so far, in bytes as the link counts them (Ethernet frames, the
+/// unit `tc tbf` limits).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkBytes {
+    pub sent: u64,
+    pub received: u64,
+}
+
+/// Reads the link counters of some hosts in one `ip` call, on the hub side of their veth pairs (the
+/// hub end receives what the host sends). Cheap enough to sample a few times a second.
+#[derive(Debug, Clone)]
+pub struct LinkProbe {
+    hub: String,
+    links: Vec<String>,
+}
+
+impl LinkProbe {
+    /// The counters of each host, in the order the probe was made with.
+    pub fn read(&self) -> Result<Vec<LinkBytes>> {
+        let out = Command::new("ip")
+            .args(["-n", &self.hub, "-s", "-j", "link", "show"])
+            .output()
+            .map_err(|e| LabError::Run(format!("cannot run ip: {e}")))?;
+        if !out.status.success() {
+            return Err(LabError::Run(format!(
+                "`ip -n {} -s -j link show` failed ({}): {}",
+                self.hub,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        parse_link_counters(&out.stdout, &self.links)
+    }
+}
+
+/// The (rx, tx) counters of `links` in `ip -s -j link show`'s output, as the hosts' (sent, received).
+fn parse_link_counters(json: &[u8], links: &[String]) -> Result<Vec<LinkBytes>> {
+    let bad = |what: String| LabError::Run(format!("ip -s -j link show: {what}"));
+    let v: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let list = v
+        .as_array()
+        .ok_or_else(|| bad("not a list of links".into()))?;
+    links
+        .iter()
+        .map(|name| {
+            let l = list
+                .iter()
+                .find(|l| l["ifname"].as_str() == Some(name.as_str()))
+                .ok_or_else(|| bad(format!("no link {name}")))?;
+            let counter = |dir: &str| {
+                l["stats64"][dir]["bytes"]
+                    .as_u64()
+                    .ok_or_else(|| bad(format!("{name}: no stats64.{dir}.bytes")))
+            };
+            Ok(LinkBytes {
+                sent: counter("rx")?,
+                received: counter("tx")?,
+            })
+        })
+        .collect()
+}
+
 /// The namespaces of one run; all deleted on drop.
 pub struct Testbed {
     hub: String,
@@ -325,6 +388,14 @@ impl Testbed {
         Ok(())
     }
 
+    /// A probe of the link counters of `hosts` (hosts of this testbed).
+    pub fn link_probe(&self, hosts: &[Host]) -> LinkProbe {
+        LinkProbe {
+            hub: self.hub.clone(),
+            links: hosts.iter().map(|h| h.hub_link.clone()).collect(),
+        }
+    }
+
     /// The namespaces of this testbed (for tests and reports).
     pub fn namespaces(&self) -> Vec<String> {
         let mut v = vec![self.hub.clone(), self.mds.namespace.clone()];
@@ -363,6 +434,23 @@ pub fn list_namespaces() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_counters_are_read_from_the_hub_side() {
+        let json = br#"[{"ifname":"br0","stats64":{"rx":{"bytes":1},"tx":{"bytes":2}}},
+            {"ifname":"v3","stats64":{"rx":{"bytes":300},"tx":{"bytes":4000}}}]"#;
+        let got = parse_link_counters(json, &["v3".to_owned()]).unwrap();
+        assert_eq!(
+            got,
+            vec![LinkBytes {
+                sent: 300,
+                received: 4000
+            }]
+        );
+        let e = parse_link_counters(json, &["v9".to_owned()]).unwrap_err();
+        assert!(e.to_string().contains("no link v9"), "{e}");
+        assert!(parse_link_counters(b"garbage", &[]).is_err());
+    }
 
     #[test]
     fn addresses_and_bursts() {

@@ -232,18 +232,29 @@ impl OsdClient {
     /// Client → primary: store a whole segment (`data.len()` must equal `layout.length`); the bytes
     /// travel in frames of [`FRAME_BYTES`].
     pub async fn write_segment(&self, layout: &Layout, data: &[u8]) -> Result<Ack, OsdError> {
-        let mut msgs = vec![proto::SegmentWrite {
+        let frames: Vec<Vec<u8>> = data.chunks(FRAME_BYTES).map(<[u8]>::to_vec).collect();
+        self.write_segment_frames(layout, tokio_stream::iter(frames))
+            .await
+    }
+
+    /// Client → primary: store a whole segment whose bytes arrive as `frames` while the call
+    /// runs (they must add up to `layout.length`; a stream that ends short or is dropped stores
+    /// nothing new).
+    pub async fn write_segment_frames(
+        &self,
+        layout: &Layout,
+        frames: impl tokio_stream::Stream<Item = Vec<u8>> + Send + 'static,
+    ) -> Result<Ack, OsdError> {
+        let head = proto::SegmentWrite {
             part: Some(proto::segment_write::Part::Layout(layout_to_proto(layout))),
-        }];
-        for frame in data.chunks(FRAME_BYTES) {
-            msgs.push(proto::SegmentWrite {
-                part: Some(proto::segment_write::Part::Data(frame.to_vec())),
-            });
-        }
+        };
+        let data = frames.map(|d| proto::SegmentWrite {
+            part: Some(proto::segment_write::Part::Data(d)),
+        });
         let reply = self
             .raw
             .clone()
-            .write_segment(tokio_stream::iter(msgs))
+            .write_segment(tokio_stream::iter([head]).chain(data))
             .await
             .map_err(|s| self.err(s))?
             .into_inner();
@@ -316,20 +327,32 @@ impl OsdClient {
 
     /// OSD → OSD: store (create or replace) a whole chunk.
     pub async fn put_chunk(&self, meta: &ChunkMeta, data: &[u8]) -> Result<(), OsdError> {
-        let mut msgs = vec![proto::ChunkWrite {
+        let frames: Vec<Vec<u8>> = data.chunks(FRAME_BYTES).map(<[u8]>::to_vec).collect();
+        self.put_chunk_frames(meta, tokio_stream::iter(frames))
+            .await
+    }
+
+    /// OSD → OSD: store a whole chunk whose bytes arrive as `frames` (at most [`FRAME_BYTES`]
+    /// each) while the call runs: the primary forwards a data chunk as its bytes come in from the
+    /// client. The holder stores the chunk only if the stream ends with exactly `chunk_bytes`
+    /// bytes, so a sender that gives up early (drops the stream short) stores nothing.
+    pub async fn put_chunk_frames(
+        &self,
+        meta: &ChunkMeta,
+        frames: impl tokio_stream::Stream<Item = Vec<u8>> + Send + 'static,
+    ) -> Result<(), OsdError> {
+        let header = proto::ChunkWrite {
             part: Some(proto::chunk_write::Part::Header(proto::ChunkHeader {
                 target_osd: self.target,
                 ..meta_to_proto(meta)
             })),
-        }];
-        for frame in data.chunks(FRAME_BYTES) {
-            msgs.push(proto::ChunkWrite {
-                part: Some(proto::chunk_write::Part::Data(frame.to_vec())),
-            });
-        }
+        };
+        let data = frames.map(|d| proto::ChunkWrite {
+            part: Some(proto::chunk_write::Part::Data(d)),
+        });
         self.raw
             .clone()
-            .put_chunk(tokio_stream::iter(msgs))
+            .put_chunk(tokio_stream::iter([header]).chain(data))
             .await
             .map_err(|s| self.err(s))?;
         Ok(())

@@ -586,37 +586,102 @@ impl Osd {
 
     // ---- write ----
 
+    /// A whole segment from memory (see [`Osd::write_frames`]); the fuzz targets seed chunks with it.
+    #[cfg(test)]
     pub(crate) async fn write(&self, layout: Layout, data: Vec<u8>) -> Result<api::Ack, Status> {
+        let frames: Vec<Result<Vec<u8>, Status>> =
+            data.chunks(FRAME_BYTES).map(|f| Ok(f.to_vec())).collect();
+        self.write_frames(layout, tokio_stream::iter(frames)).await
+    }
+
+    /// Writes a whole segment whose bytes arrive as `frames` (WriteSegment's stream): takes the
+    /// segment's lock and its view first, then forwards each data chunk to its holder *as its
+    /// bytes arrive* (cut-through, so the primary's inbound and outbound links work at once
+    /// instead of one after the other), encodes the parity once the last byte is in, and sends it.
+    ///
+    /// The last frame of every forwarded chunk is held back until the lease has been checked
+    /// after the whole segment arrived and was encoded: a holder stores a chunk only when its
+    /// stream ends complete, so a write abandoned before that point (client gone, too many bytes,
+    /// lease lost) leaves nothing new on any holder.
+    pub(crate) async fn write_frames(
+        &self,
+        layout: Layout,
+        mut frames: impl tokio_stream::Stream<Item = Result<Vec<u8>, Status>> + Unpin,
+    ) -> Result<api::Ack, Status> {
         let lock = self.segment_lock(layout.segment_id);
         let mut st = lock.lock().await;
         self.check_primary(&layout, &mut st)?;
-        if data.len() as u64 != layout.length {
-            return Err(Status::invalid_argument(format!(
-                "segment {:#x}: received {} bytes for a segment of {}",
-                layout.segment_id,
-                data.len(),
-                layout.length
-            )));
-        }
         check_enough(&layout, self.k(), "a write")?;
         self.learn_view(&layout, &mut st).await;
         let version = st.view.newest + 1;
         let (k, n) = (self.k(), self.n());
         let written = View::written(k, version);
-        let cb = chunk_bytes(layout.length, k);
+        let len = layout.length as usize;
+        let cb = chunk_bytes(layout.length, k) as usize;
+        let seg = layout.segment_id;
+        self.check_lease(seg)?;
+        // Cut-through forwards of the data chunks held elsewhere.
+        let mut forwards: Vec<Option<Forward>> = (0..k).map(|_| None).collect();
+        let mut results: Vec<(u32, Result<(), Miss>)> = Vec::new();
+        for h in layout.holders.iter().filter(|h| h.usable) {
+            let j = h.index as usize;
+            if j >= k || self.is_local(h) {
+                continue;
+            }
+            match self.peer(h) {
+                Ok(peer) => {
+                    forwards[j] = Some(Forward::start(
+                        peer,
+                        self.meta_for(&layout, &written, h.index),
+                        cb,
+                    ))
+                }
+                Err(miss) => results.push((h.index, Err(miss))),
+            }
+        }
+        let mut data = Vec::with_capacity(len);
+        while let Some(frame) = frames.next().await {
+            let d = frame?;
+            if data.len() + d.len() > len {
+                return Err(Status::invalid_argument(format!(
+                    "segment {seg:#x}: more than its {len} bytes sent"
+                )));
+            }
+            let from = data.len();
+            data.extend_from_slice(&d);
+            forward_range(&mut forwards, &data, from, cb);
+        }
+        if data.len() != len {
+            return Err(Status::invalid_argument(format!(
+                "segment {seg:#x}: received {} bytes for a segment of {len}",
+                data.len()
+            )));
+        }
+        Metrics::add(&self.inner.metrics.bytes_in, len as u64);
         let code = self.code().clone();
-        let chunks = tokio::task::spawn_blocking(move || encode_segment(&*code, &data, cb))
+        let chunks = tokio::task::spawn_blocking(move || encode_segment(&*code, &data, cb as u64))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(Status::internal)?;
-        let seg = layout.segment_id;
         self.check_lease(seg)?;
-        let puts = layout.holders.iter().filter(|h| h.usable).map(|h| {
-            let meta = self.meta_for(&layout, &written, h.index);
-            let data = chunks[h.index as usize].clone();
-            async move { (h.index, self.put_chunk(h, meta, data).await) }
+        // The held-back frames: the forwarded chunks complete (with their zero padding).
+        let forwarded = forwards.into_iter().enumerate().filter_map(|(j, f)| {
+            let whole = chunks[j].clone();
+            f.map(|f| async move { (j as u32, f.finish(&whole[..]).await) })
         });
-        let results = futures_join_all(puts).await;
+        let puts = layout
+            .holders
+            .iter()
+            .filter(|h| h.usable && ((h.index as usize) >= k || self.is_local(h)))
+            .map(|h| {
+                let meta = self.meta_for(&layout, &written, h.index);
+                let data = chunks[h.index as usize].clone();
+                async move { (h.index, self.put_chunk(h, meta, data).await) }
+            });
+        let (a, b) = tokio::join!(futures_join_all(forwarded), futures_join_all(puts));
+        results.extend(a);
+        results.extend(b);
+        results.sort_by_key(|(i, _)| *i);
         let mut failed = Vec::new();
         let mut reasons = Vec::new();
         for (i, r) in &results {
@@ -1489,6 +1554,97 @@ fn newer(segment: u64, chunk: u32, e: &str) -> Status {
 }
 
 /// Split a segment into k zero-padded data chunks of `cb` bytes and encode the m parity chunks.
+/// A data chunk on its way to its holder while the segment is still arriving (see
+/// [`Osd::write_frames`]). Every frame but the newest has been sent; the newest is held back so
+/// the chunk cannot complete at the holder before [`Forward::finish`]. Dropped without `finish`,
+/// the stream ends short and the holder stores nothing.
+struct Forward {
+    tx: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    held: Option<Vec<u8>>,
+    /// Bytes handed to the channel or held.
+    sent: usize,
+    task: tokio::task::JoinHandle<Result<(), Miss>>,
+}
+
+impl Forward {
+    fn start(peer: OsdClient, meta: ChunkMeta, cb: usize) -> Forward {
+        // Room for the whole chunk: a slow holder never stalls the segment's arrival.
+        let (tx, rx) = tokio::sync::mpsc::channel(cb.div_ceil(FRAME_BYTES) + 2);
+        let task = tokio::spawn(async move {
+            peer.put_chunk_frames(&meta, tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+                .map_err(remote_miss)
+        });
+        Forward {
+            tx: Some(tx),
+            held: None,
+            sent: 0,
+            task,
+        }
+    }
+
+    /// Queues `bytes` (the chunk's next bytes), gathered into frames of [`FRAME_BYTES`]: a full
+    /// frame is sent when the next byte arrives, so the newest frame is always held, and the
+    /// channel (room for the whole chunk) never fills, whatever sizes the client's frames have.
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.sent += bytes.len();
+        while !bytes.is_empty() {
+            let held = self
+                .held
+                .get_or_insert_with(|| Vec::with_capacity(FRAME_BYTES));
+            if held.len() == FRAME_BYTES {
+                let full = std::mem::replace(held, Vec::with_capacity(FRAME_BYTES));
+                // Fails only when the call already ended (an error it reports at finish).
+                if let Some(tx) = &self.tx {
+                    if tx.try_send(full).is_err() {
+                        self.tx = None;
+                    }
+                }
+                continue;
+            }
+            let take = (FRAME_BYTES - held.len()).min(bytes.len());
+            held.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+        }
+    }
+
+    /// Sends the rest of the chunk (`whole` is all of it, zero padding included), closes the
+    /// stream and waits for the holder's answer.
+    async fn finish(mut self, whole: &[u8]) -> Result<(), Miss> {
+        let rest = whole[self.sent..].to_vec();
+        self.push(&rest);
+        if let (Some(last), Some(tx)) = (self.held.take(), self.tx.take()) {
+            let _ = tx.send(last).await; // a failure shows in the task's result
+        }
+        match (&mut self.task).await {
+            Ok(r) => r,
+            Err(e) => Err(Miss::Other(format!("the forward of the chunk failed: {e}"))),
+        }
+    }
+}
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        // Not finished: end the stream short (the holder refuses it) and stop the call.
+        self.held = None;
+        self.tx = None;
+        self.task.abort();
+    }
+}
+
+/// Hands the bytes of `data[from..]` that belong to forwarded data chunks to their forwards.
+fn forward_range(forwards: &mut [Option<Forward>], data: &[u8], from: usize, cb: usize) {
+    let mut pos = from;
+    while pos < data.len() {
+        let j = pos / cb;
+        let end = ((j + 1) * cb).min(data.len());
+        if let Some(f) = forwards.get_mut(j).and_then(Option::as_mut) {
+            f.push(&data[pos..end]);
+        }
+        pos = end;
+    }
+}
+
 fn encode_segment(
     code: &dyn ErasureCode,
     data: &[u8],
@@ -1580,23 +1736,11 @@ impl proto::osd_server::Osd for Osd {
                 }
             };
             check_layout(&layout, self.n()).map_err(Status::invalid_argument)?;
-            let mut data = Vec::with_capacity(layout.length as usize);
-            while let Some(m) = s.next().await {
-                match m?.part {
-                    Some(proto::segment_write::Part::Data(d)) => {
-                        if data.len() as u64 + d.len() as u64 > layout.length {
-                            return Err(Status::invalid_argument(format!(
-                                "segment {:#x}: more than its {} bytes sent",
-                                layout.segment_id, layout.length
-                            )));
-                        }
-                        data.extend_from_slice(&d);
-                    }
-                    _ => return Err(Status::invalid_argument("WriteSegment: a second layout")),
-                }
-            }
-            Metrics::add(&self.inner.metrics.bytes_in, data.len() as u64);
-            let ack = self.write(layout, data).await?;
+            let frames = s.map(|m| match m?.part {
+                Some(proto::segment_write::Part::Data(d)) => Ok(d),
+                _ => Err(Status::invalid_argument("WriteSegment: a second layout")),
+            });
+            let ack = self.write_frames(layout, frames).await?;
             Ok(Response::new(proto::WriteSegmentReply {
                 version: ack.version,
                 stale: ack.stale,

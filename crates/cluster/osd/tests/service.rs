@@ -195,6 +195,57 @@ async fn write_read_update_against_a_model() {
     }
 }
 
+/// The primary forwards data chunks while the segment arrives (cut-through). A write abandoned
+/// part way (the client stops sending and goes away), or one that sends too many bytes, must
+/// leave no chunk on any holder, even a chunk whose bytes all reached the primary: the primary
+/// holds back each forwarded chunk's last frame until the whole segment is in and encoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_write_leaves_no_chunk_anywhere() {
+    use tokio_stream::StreamExt;
+    let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(77);
+    // Chunks of 2 MiB + 3 bytes (not a multiple of a frame); odd client frame sizes.
+    let cb = (2 << 20) + 3;
+    let len = 4 * cb;
+    let l = c.layout(9, len as u64);
+    let model = bytes(&mut rng, len);
+    let frames = |upto: usize| -> Vec<Vec<u8>> {
+        model[..upto].chunks(300_001).map(<[u8]>::to_vec).collect()
+    };
+    // Chunks 0 and 1 whole and a little of chunk 2, then silence; the client gives up.
+    let stalled = tokio_stream::iter(frames(2 * cb + 10)).chain(tokio_stream::pending());
+    let (c2, l2) = (client.clone(), l.clone());
+    let call = tokio::spawn(async move { c2.write_segment_frames(&l2, stalled).await });
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    call.abort();
+    let _ = call.await;
+    // Too many bytes.
+    let mut long = frames(len);
+    long.push(vec![1]);
+    let e = client
+        .write_segment_frames(&l, tokio_stream::iter(long))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("more than its"), "{e}");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    for (i, node) in c.nodes.iter().enumerate() {
+        assert_eq!(node.store.usage().chunks, 0, "osd {i} stored a chunk");
+    }
+    // The segment is still writable, and reads back whole, from any 4 chunks.
+    let ack = client
+        .write_segment_frames(&l, tokio_stream::iter(frames(len)))
+        .await
+        .unwrap();
+    assert!(ack.stale.is_empty());
+    check_reads(&client, &l, &model, &mut rng, 5).await;
+    let mut degraded = l.clone();
+    for h in degraded.holders.iter_mut().take(3).skip(1) {
+        h.usable = false;
+    }
+    check_reads(&client, &degraded, &model, &mut rng, 3).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn degraded_reads_and_updates_with_holders_down() {
     let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
