@@ -263,6 +263,13 @@ impl Tween {
                 "extent size {ext} must be a multiple of 512 dividing the stripe size {stripe}"
             )));
         }
+        let unit = |x: f64| x > 0.0 && x <= 1.0;
+        if !unit(tcfg.alpha) || !unit(tcfg.beta) {
+            return Err(cfg_err(format!(
+                "alpha {} and beta {} must lie in (0, 1]",
+                tcfg.alpha, tcfg.beta
+            )));
+        }
         if tcfg.groups == 0 || tcfg.groups > 64 {
             return Err(cfg_err(format!(
                 "{} hotness groups: need 1 to 64",

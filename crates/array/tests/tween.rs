@@ -220,9 +220,8 @@ fn run_model(seed: u64, steps: usize, mode: GcMode) {
         flushes >= 20 && directs >= 1,
         "{what}: {flushes} flushes, {directs} direct"
     );
-    if mode == GcMode::Active {
-        assert!(gcs >= 5, "{what}: only {gcs} segments collected");
-    }
+    // Active: the threshold rule; periodic: `collect` calls and the floor.
+    assert!(gcs >= 5, "{what}: only {gcs} segments collected");
 }
 
 #[test]
@@ -462,4 +461,54 @@ fn file_backed_nvram_survives_reopen() {
     let a = ecstack_array::Array::open(rig.devices()).unwrap();
     assert!(a.write(b"x", 0).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_parameters_are_refused_before_anything_is_written() {
+    let rig = Rig::new(4, 96 << 10, 13);
+    let (nv, img) = NvramSpec::memory();
+    for (t, want) in [
+        (
+            TweenConfig {
+                alpha: f64::NAN,
+                ..tween_cfg(2, GcMode::Active)
+            },
+            "alpha",
+        ),
+        (
+            TweenConfig {
+                beta: 0.0,
+                ..tween_cfg(2, GcMode::Active)
+            },
+            "beta",
+        ),
+        (
+            TweenConfig {
+                groups: 0,
+                ..tween_cfg(2, GcMode::Active)
+            },
+            "hotness groups",
+        ),
+        (
+            TweenConfig {
+                extent_bytes: 1000,
+                ..tween_cfg(2, GcMode::Active)
+            },
+            "extent size",
+        ),
+        (
+            TweenConfig {
+                gc_threshold: Some(1),
+                ..tween_cfg(2, GcMode::Active)
+            },
+            "GC threshold",
+        ),
+    ] {
+        let e = Tween::create(&array_cfg(3, 1), rig.devices(), &t, &nv)
+            .expect_err("bad parameters must be refused");
+        assert!(e.to_string().contains(want), "{want}: {e}");
+    }
+    // Nothing was created: neither the array nor the region.
+    assert!(ecstack_array::Array::open(rig.devices()).is_err());
+    assert!(img.with_bytes(|b| b.is_empty()));
 }

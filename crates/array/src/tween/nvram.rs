@@ -387,7 +387,9 @@ impl Layout {
                 h.extent_bytes, h.stripe_bytes
             ));
         }
-        if !(h.alpha > 0.0 && h.alpha <= 1.0) || !(h.beta > 0.0 && h.beta <= 1.0) {
+        // Written so that NaN fails too.
+        let unit = |x: f64| x > 0.0 && x <= 1.0;
+        if !unit(h.alpha) || !unit(h.beta) {
             return bad(format!(
                 "alpha {} and beta {} must lie in (0, 1]",
                 h.alpha, h.beta
