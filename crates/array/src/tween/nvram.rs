@@ -542,3 +542,98 @@ pub(crate) fn read_u64(b: &[u8], at: u64) -> u64 {
 pub(crate) fn nvram_error(s: impl Into<String>) -> ArrayError {
     nv_err(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            uuid: 0x1234_5678_9abc_def0,
+            stripe_bytes: 8 << 20,
+            extent_bytes: 4096,
+            groups: 4,
+            segments: 100,
+            extents: 90 * 2048,
+            alpha: 0.5,
+            beta: 0.1,
+            gc_mode: 0,
+            gc_threshold: 10,
+            seed: 7,
+        }
+    }
+
+    #[test]
+    fn header_round_trips_and_every_flipped_bit_is_refused() {
+        let h = header();
+        let mut b = vec![0u8; HEADER_BYTES as usize];
+        h.encode(&mut b);
+        assert_eq!(Header::decode(&b).unwrap(), h);
+        for i in 0..H_END {
+            for bit in [0x01u8, 0x80] {
+                let mut c = b.clone();
+                c[i] ^= bit;
+                assert!(Header::decode(&c).is_err(), "byte {i} bit {bit:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn entries_decode_to_an_error_or_their_exact_encoding() {
+        let mut rng = ecstack_base::Rng::new(3);
+        let m = MapEntry {
+            loc: LOC_NVRAM | 2 << 32 | 17,
+            seq: 99,
+            t_hat: 98,
+            hot: 0.25,
+        };
+        assert_eq!(MapEntry::decode(&m.encode()), Some(m));
+        let e = BufferEntry {
+            extent: 5,
+            seq: 6,
+            data_crc: 7,
+            host: true,
+        };
+        assert_eq!(BufferEntry::decode(&e.encode()), Some(e));
+        for _ in 0..20_000 {
+            let mut b = [0u8; ENTRY_BYTES];
+            if rng.chance(0.5) {
+                rng.fill(&mut b);
+            } else {
+                // A valid entry with one byte changed.
+                b = m.encode();
+                b[rng.below(28) as usize] ^= 1 + rng.below(255) as u8;
+            }
+            if let Some(d) = MapEntry::decode(&b) {
+                assert_eq!(d.encode()[..28], b[..28], "map entry re-encodes");
+            }
+            if let Some(d) = BufferEntry::decode(&b) {
+                assert_eq!(d.encode()[..28], b[..28], "buffer entry re-encodes");
+            }
+        }
+    }
+
+    #[test]
+    fn layout_areas_are_ordered_aligned_and_disjoint() {
+        let lay = Layout::new(&header()).unwrap();
+        let areas = [
+            lay.centers,
+            lay.group_headers,
+            lay.buffer_entries,
+            lay.buffer_data,
+            lay.usage,
+            lay.map,
+            lay.end,
+        ];
+        assert!(areas.windows(2).all(|w| w[0] < w[1]));
+        assert!(areas.iter().all(|a| a % AREA_ALIGN == 0));
+        assert_eq!(lay.slots, 2048);
+        assert!(lay.buffer_entry_at(3, 2047) + ENTRY_BYTES as u64 <= lay.buffer_data);
+        assert!(lay.map_at(header().extents - 1) + ENTRY_BYTES as u64 <= lay.end);
+        let bad = Header {
+            extent_bytes: 3000,
+            ..header()
+        };
+        assert!(Layout::new(&bad).is_err());
+    }
+}
