@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_array::SchemeKind;
 use ecstack_lab::codfs_model::ModelConfig;
-use ecstack_lab::eplog::{EplogConfig, Exp, Setting, Testbed};
+use ecstack_lab::eplog::{EplogConfig, Exp, KvScale, Setting, Testbed};
 use ecstack_lab::LabError;
 
 use crate::util::print_json;
@@ -19,7 +19,7 @@ pub struct ExperimentArgs {
 
 #[derive(Subcommand)]
 enum ExpCmd {
-    /// EPLOG §5 Exps 1-5: write traffic, GC, commit frequency, requests/s, recovery (md vs pl vs eplog)
+    /// EPLOG §5 Exps 1-6: write traffic, GC, commit frequency, requests/s, recovery, KV store (md vs pl vs eplog)
     Eplog(EplogArgs),
     /// CodFS: `--exp model` checks the §5.1 throughput model on an emulated network (root, ip, tc)
     Codfs(CodfsArgs),
@@ -84,7 +84,7 @@ struct EplogArgs {
     /// Trace scale relative to the published traces (default 0.004 with --quick, 0.02 otherwise)
     #[arg(long)]
     scale: Option<f64>,
-    /// Experiments to run
+    /// Experiments to run (6, the key-value store, only when asked for)
     #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5")]
     exp: Vec<u32>,
     /// Output directory for the Markdown report, CSV and SVG files
@@ -111,6 +111,12 @@ struct EplogArgs {
     /// emulated: RAM devices charged the paper's per-request service times)
     #[arg(long, value_delimiter = ',', default_value = "files,paper")]
     testbed: Vec<String>,
+    /// Exp 6: pairs loaded per array (default 2000 with --quick, 50000 otherwise; the seed's 1000000)
+    #[arg(long)]
+    kv_pairs: Option<u64>,
+    /// Exp 6: requests per run (default three per pair, as the seed's 3 M over 1 M)
+    #[arg(long)]
+    kv_requests: Option<u64>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Print all results as JSON
@@ -205,6 +211,12 @@ fn eplog_config(a: &EplogArgs) -> Result<EplogConfig, LabError> {
             .iter()
             .map(|t| t.parse::<Testbed>())
             .collect::<Result<_, _>>()?,
+        kv: KvScale {
+            pairs: a.kv_pairs.unwrap_or(KvScale::default_for(a.quick).pairs),
+            requests: a
+                .kv_requests
+                .unwrap_or(3 * a.kv_pairs.unwrap_or(KvScale::default_for(a.quick).pairs)),
+        },
         seed: a.seed,
         dir,
     };

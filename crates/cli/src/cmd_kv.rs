@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use ecstack_array::SchemeKind;
 use ecstack_device::{open_spec, BlockDevice};
 use ecstack_kv::server::{serve_on, ServerConfig};
 use ecstack_kv::{Durability, KvConfig, KvStore};
+use ecstack_lab::kv_bench::{self, KvBenchConfig};
 
 use crate::util::{fmt_size, parse_size, print_json};
 
@@ -23,6 +25,40 @@ pub struct KvArgs {
 enum KvCmd {
     /// Serve a store over the Redis protocol (RESP2) until Ctrl-C / SIGTERM
     Serve(ServeArgs),
+    /// redis-benchmark SET/GET against this server over a memory-backed array, then against a
+    /// real redis-server (persistence off) with the same arguments; every key read back on both.
+    /// The logic is `ecstack_lab::kv_bench`
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Scheme of the memory-backed array: md, pl or eplog
+    #[arg(long, default_value = "eplog")]
+    scheme: String,
+    /// Data chunks per stripe
+    #[arg(short = 'k', default_value_t = 6)]
+    k: usize,
+    /// Parity chunks per stripe
+    #[arg(short = 'm', default_value_t = 2)]
+    m: usize,
+    /// Requests per test (redis-benchmark -n)
+    #[arg(short = 'n', long, default_value_t = 100_000)]
+    requests: u64,
+    /// Concurrent connections (redis-benchmark -c)
+    #[arg(short = 'c', long, default_value_t = 50)]
+    clients: usize,
+    /// Pipelined requests per connection (redis-benchmark -P)
+    #[arg(short = 'P', long, default_value_t = 16)]
+    pipeline: usize,
+    /// Value size in bytes (redis-benchmark -d)
+    #[arg(short = 'd', long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Random keys (redis-benchmark -r)
+    #[arg(short = 'r', long, default_value_t = 10_000)]
+    keys: u64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -65,7 +101,29 @@ struct ServeArgs {
 pub fn run(a: KvArgs) -> Result<()> {
     match a.cmd {
         KvCmd::Serve(s) => serve(s),
+        KvCmd::Bench(b) => bench(b),
     }
+}
+
+fn bench(b: BenchArgs) -> Result<()> {
+    crate::cmd_nbd::init_logging("warn");
+    let cfg = KvBenchConfig {
+        scheme: SchemeKind::parse(&b.scheme)?,
+        k: b.k,
+        m: b.m,
+        requests: b.requests,
+        clients: b.clients,
+        pipeline: b.pipeline,
+        value_bytes: b.value_bytes,
+        keys: b.keys,
+    };
+    let report = kv_bench::run(&cfg, &|line| eprintln!("{line}"))?;
+    if b.json {
+        print_json(&report)?;
+    } else {
+        print!("{}", report.markdown());
+    }
+    Ok(())
 }
 
 fn serve(s: ServeArgs) -> Result<()> {

@@ -628,6 +628,13 @@ impl KvStore {
         s
     }
 
+    /// Replace the object metadata cache by an empty one of `entries` entries (0 turns it off);
+    /// the experiments change the cache size between runs on one loaded store.
+    pub fn set_cache_entries(&self, entries: usize) {
+        let mut g = self.lock();
+        g.cache = ArcCache::new(entries);
+    }
+
     /// Zero the counters (not the sizes).
     pub fn reset_stats(&self) {
         let mut g = self.lock();

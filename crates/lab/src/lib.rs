@@ -20,6 +20,7 @@ pub mod codfs_model;
 pub mod codfs_netns;
 pub mod codfs_s3;
 pub mod eplog;
+pub mod kv_bench;
 pub mod plot;
 pub mod robustore;
 pub mod table;
@@ -41,6 +42,8 @@ pub enum LabError {
     Device(#[from] ecstack_device::DeviceError),
     #[error(transparent)]
     Trace(#[from] ecstack_trace::TraceError),
+    #[error(transparent)]
+    Kv(#[from] ecstack_kv::KvError),
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,

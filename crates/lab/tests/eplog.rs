@@ -2,7 +2,8 @@
 //! figures follow from the schemes' designs, and the files it writes are there.
 
 use ecstack_lab::eplog::{
-    find, run, Commit, EplogConfig, Exp, Report, RunKey, Setting, Testbed, TraceName, Variant,
+    find, run, Commit, EplogConfig, Exp, KvScale, KvWorkload, Report, RunKey, Setting, Testbed,
+    TraceName, Variant, CACHE_PCT, PAIR_BYTES,
 };
 
 fn tiny(exps: Vec<Exp>, dir: &std::path::Path) -> EplogConfig {
@@ -120,6 +121,76 @@ fn exp4_on_the_emulated_testbed_reports_every_client_count() {
         "eplog-perf-paper.csv",
         "exp4-paper-throughput.svg",
         "exp4-paper-clients.svg",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+}
+
+#[test]
+fn exp6_kv_store_runs_every_workload_and_cache_size_with_checked_gets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = EplogConfig {
+        kv: KvScale {
+            pairs: 32,
+            requests: 64,
+        },
+        ..tiny(vec![Exp::KvStore], tmp.path())
+    };
+    let r = run(&cfg, &quiet).unwrap();
+    // Exp 6 alone replays no trace.
+    assert!(r.traces.is_empty() && r.sim.is_empty() && r.paper.is_empty());
+    assert_eq!(
+        r.kv.len(),
+        PAIR_BYTES.len() * 3 * KvWorkload::ALL.len() * CACHE_PCT.len()
+    );
+    for x in &r.kv {
+        let at = format!(
+            "{} {} {} {}%",
+            x.pair_bytes, x.scheme, x.workload, x.cache_pct
+        );
+        assert_eq!(x.updates + x.gets, 64, "{at}");
+        match x.workload {
+            KvWorkload::UpdateOnly => assert_eq!(x.gets, 0, "{at}"),
+            KvWorkload::Hybrid => assert!(x.gets > 0 && x.updates > 0, "{at}"),
+        }
+        // Sized so that no run runs out of log or spare space: parity commit stays off.
+        assert_eq!(x.commits, 0, "{at}");
+        match x.cache_pct {
+            // Every pair cached: no key is looked up on storage.
+            100 => assert_eq!(x.key_reads_per_req, 0.0, "{at}"),
+            // No cache: every request reads at least one record head to compare keys.
+            0 => assert!(x.key_reads_per_req >= 1.0, "{at}"),
+            _ => {}
+        }
+        if x.cache_pct == 100 && x.workload == KvWorkload::UpdateOnly {
+            // eplog never pre-reads for an update; md reads old data and parity.
+            if x.scheme == Variant::EPLOG {
+                assert_eq!(x.ssd_read_bytes, 0, "{at}");
+            }
+            if x.scheme == Variant::MD {
+                assert!(x.ssd_read_bytes > 0, "{at}");
+            }
+        }
+    }
+    let exp6: Vec<_> = r
+        .targets
+        .iter()
+        .filter(|t| t.what.starts_with("Exp 6 "))
+        .collect();
+    assert_eq!(exp6.len(), PAIR_BYTES.len() * KvWorkload::ALL.len() * 2);
+    let md = r.markdown();
+    assert!(md.contains("### Exp 6: key-value store"), "{md}");
+    assert!(
+        md.contains("| eplog over md, 4 KiB, update-only | +70.7% to +395.5% |"),
+        "{md}"
+    );
+    let out = tmp.path().join("results");
+    r.write(&out).unwrap();
+    for f in [
+        "eplog.md",
+        "eplog-kv.csv",
+        "exp6-paper-4k-update-only.svg",
+        "exp6-paper-8k-hybrid.svg",
     ] {
         assert!(out.join(f).exists(), "{f} missing");
     }

@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use ecstack_array::SchemeKind;
 
+use super::kv::KvScale;
 use crate::{LabError, Result};
 
 fn config_error(field: &'static str, msg: String) -> LabError {
@@ -112,15 +113,18 @@ pub enum Exp {
     RequestsPerSecond,
     /// Exp 5: recovery throughput.
     Recovery,
+    /// Exp 6: the key-value store (§4) on each scheme.
+    KvStore,
 }
 
 impl Exp {
-    pub const ALL: [Exp; 5] = [
+    pub const ALL: [Exp; 6] = [
         Exp::WriteTraffic,
         Exp::Gc,
         Exp::CommitFrequency,
         Exp::RequestsPerSecond,
         Exp::Recovery,
+        Exp::KvStore,
     ];
 
     /// The experiment's number in EPLOG §5.
@@ -133,7 +137,7 @@ impl Exp {
             .into_iter()
             .find(|e| e.number() == n)
             .ok_or_else(|| {
-                config_error("exp", format!("{n} is not one of EPLOG's experiments 1-5"))
+                config_error("exp", format!("{n} is not one of EPLOG's experiments 1-6"))
             })
     }
 }
@@ -155,8 +159,10 @@ pub struct EplogConfig {
     /// eplog stripe buffer in the multi-client runs: batches written at once (0 = off).
     pub stripe_buffer: usize,
     pub testbeds: Vec<Testbed>,
+    /// Exp 6: pairs loaded and requests issued per run.
+    pub kv: KvScale,
     pub seed: u64,
-    /// Directory for the device files of Exps 4–5; the files are removed afterwards.
+    /// Directory for the device files of Exps 4–6; the files are removed afterwards.
     pub dir: PathBuf,
 }
 
@@ -181,6 +187,7 @@ impl EplogConfig {
             clients: vec![8, 32, 128],
             stripe_buffer: ecstack_array::scheme::DEFAULT_IN_FLIGHT,
             testbeds: vec![Testbed::Files, Testbed::Paper],
+            kv: KvScale::default_for(quick),
             seed: 42,
             dir,
         }
@@ -200,7 +207,7 @@ impl EplogConfig {
                 "0 is not a number of clients (use 1 or more)".into(),
             ));
         }
-        Ok(())
+        self.kv.validate()
     }
 
     pub fn wants(&self, e: Exp) -> bool {
@@ -237,7 +244,8 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(i, e)| e.number() == i as u32 + 1));
-        assert!(Exp::from_number(0).is_err() && Exp::from_number(6).is_err());
+        assert!(Exp::from_number(0).is_err() && Exp::from_number(7).is_err());
+        assert_eq!(Exp::from_number(6).unwrap(), Exp::KvStore);
         assert_eq!("paper".parse::<Testbed>().unwrap(), Testbed::Paper);
         assert!("cloud"
             .parse::<Testbed>()

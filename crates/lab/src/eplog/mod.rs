@@ -31,6 +31,7 @@
 
 mod config;
 mod exps;
+mod kv;
 mod plots;
 mod report;
 mod rig;
@@ -46,6 +47,7 @@ use std::time::Instant;
 
 pub use config::{EplogConfig, Exp, Setting, Testbed};
 pub use exps::{RecoveryCase, RecoveryRow, RECOVERY_BATCHES};
+pub use kv::{KvRow, KvScale, KvWorkload, CACHE_PCT, PAIR_BYTES};
 pub use report::{Report, TraceInfo};
 pub use rig::{build, prewrite, Backing};
 pub use run::{find, Commit, RunKey, RunRow, Variant};
@@ -61,7 +63,13 @@ pub fn run(cfg: &EplogConfig, progress: &dyn Fn(&str)) -> Result<Report> {
     cfg.validate()?;
     let start = Instant::now();
     let mut traces = Vec::new();
-    for name in TraceName::ALL {
+    // Exp 6 replays no trace.
+    let names = if cfg.exps.iter().all(|&e| e == Exp::KvStore) {
+        &[][..]
+    } else {
+        &TraceName::ALL[..]
+    };
+    for &name in names {
         progress(&format!("synthesizing {name} (scale {})", cfg.scale));
         traces.push(Trace::load(name, cfg.scale, cfg.seed)?);
     }
@@ -93,6 +101,7 @@ pub fn run(cfg: &EplogConfig, progress: &dyn Fn(&str)) -> Result<Report> {
         Backing::Testbed(Testbed::Paper),
     ));
     report.targets.extend(targets::recovery(&report.recovery));
+    report.targets.extend(kv::targets(&report.kv));
     report.seconds = start.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -100,7 +109,6 @@ pub fn run(cfg: &EplogConfig, progress: &dyn Fn(&str)) -> Result<Report> {
 /// Every run `cx.cfg` asks for, into a report without targets.
 fn runs(cx: &Ctx, traces: &[Trace]) -> Result<Report> {
     let cfg = cx.cfg;
-    let fin = &traces[0];
     let mut r = Report {
         scale: cfg.scale,
         quick: cfg.quick,
@@ -109,8 +117,15 @@ fn runs(cx: &Ctx, traces: &[Trace]) -> Result<Report> {
         perf: Vec::new(),
         paper: Vec::new(),
         recovery: Vec::new(),
+        kv: Vec::new(),
         targets: Vec::new(),
         seconds: 0.0,
+    };
+    if cfg.wants(Exp::KvStore) {
+        r.kv = kv::runs(cx)?;
+    }
+    let Some(fin) = traces.first() else {
+        return Ok(r);
     };
     if [Exp::WriteTraffic, Exp::Gc, Exp::CommitFrequency]
         .iter()
@@ -165,6 +180,10 @@ impl Report {
                 files.push(out.join(name));
                 crate::table::write_csv(&out.join(name), rows)?;
             }
+        }
+        if !self.kv.is_empty() {
+            files.push(out.join("eplog-kv.csv"));
+            crate::table::write_csv(&out.join("eplog-kv.csv"), &self.kv)?;
         }
         if !self.recovery.is_empty() {
             files.push(out.join("eplog-recovery.csv"));

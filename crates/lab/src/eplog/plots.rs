@@ -161,5 +161,6 @@ pub fn write_all(r: &Report, out: &Path) -> Result<Vec<PathBuf>> {
         Backing::Testbed(Testbed::Paper),
     )?);
     files.extend(recovery(r, out)?);
+    files.extend(super::kv::plots(&r.kv, out)?);
     Ok(files)
 }

@@ -24,6 +24,8 @@ pub struct Report {
     pub paper: Vec<RunRow>,
     /// Exp 5.
     pub recovery: Vec<RecoveryRow>,
+    /// Exp 6.
+    pub kv: Vec<super::kv::KvRow>,
     pub targets: Vec<TargetCheck>,
     /// Wall-clock seconds of the whole experiment.
     pub seconds: f64,
@@ -75,6 +77,7 @@ impl Report {
         let paper_peak = "Exp 4 on the EPLOG testbed, emulated, secondary: peak requests/s (FIN (6+2), each scheme at its best client count)";
         peak_table(&mut s, paper_peak, &self.paper);
         self.exp5_table(&mut s);
+        super::kv::markdown(&self.kv, &mut s);
         self.targets_table(&mut s);
         s
     }
@@ -187,7 +190,7 @@ impl Report {
         if self.targets.is_empty() {
             return;
         }
-        let _ = writeln!(s, "\n### Targets (FIN, (6+2))\n");
+        let _ = writeln!(s, "\n### Targets ((6+2); Exps 1-5 on FIN)\n");
         target_rows(
             s,
             self.targets.iter().filter(|t| t.figure == Figure::Primary),

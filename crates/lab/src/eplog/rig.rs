@@ -72,6 +72,11 @@ impl DeviceFiles {
                 log = log.max(sz.log_bytes());
             }
         }
+        DeviceFiles::with_sizes(dir, main, log)
+    }
+
+    /// Main files of `main` bytes and log files of `log` bytes.
+    pub fn with_sizes(dir: &Path, main: u64, log: u64) -> Result<DeviceFiles> {
         let created_dir = !dir.exists();
         std::fs::create_dir_all(dir).map_err(io_at(dir))?;
         let files = DeviceFiles {
@@ -195,13 +200,23 @@ pub fn build(
     backing: Backing,
     dir: &Path,
 ) -> Result<Rig> {
-    let sz = Sizing::of(t, s);
+    build_sized(&Sizing::of(t, s), scheme, s, backing, dir)
+}
+
+/// An empty array of `sz`'s size at setting `s` on `backing`'s devices.
+pub fn build_sized(
+    sz: &Sizing,
+    scheme: SchemeKind,
+    s: Setting,
+    backing: Backing,
+    dir: &Path,
+) -> Result<Rig> {
     let nlog = if scheme.uses_log() { s.m } else { 0 };
     let ssd = ssd_config(sz.main_bytes());
     let (main, log) = match backing {
         Backing::Sim => sim_devices(&ssd, s.n(), nlog, sz.log_bytes())?,
-        Backing::Testbed(Testbed::Files) => file_devices(dir, s.n(), nlog, &sz)?,
-        Backing::Testbed(Testbed::Paper) => paper_devices(s.n(), nlog, &sz)?,
+        Backing::Testbed(Testbed::Files) => file_devices(dir, s.n(), nlog, sz)?,
+        Backing::Testbed(Testbed::Paper) => paper_devices(s.n(), nlog, sz)?,
     };
     let meta: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(1 << 30)?);
     let cfg = ArrayConfig {

@@ -124,6 +124,7 @@ fn exp4_targets_per_client_count_are_primary_and_peaks_secondary() {
         perf: rows,
         paper: Vec::new(),
         recovery: Vec::new(),
+        kv: Vec::new(),
         targets: ts,
         seconds: 1.0,
     };
