@@ -364,3 +364,55 @@ fn sigkill_and_restart_on_an_eplog_array() {
     }
     assert_eq!(cli(s.port, &["DBSIZE"]), "26");
 }
+
+/// HELLO 2 / HELLO 3 (RESP3: a map reply, `_` nulls), HELLO with AUTH, and redis-cli -3.
+#[test]
+fn hello_switches_between_resp2_and_resp3() {
+    let s = start(&["--device", "mem:16M", "--requirepass", "pw"]);
+    let mut t = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(t.try_clone().unwrap());
+    let mut line = |t: &mut TcpStream, req: &[u8]| {
+        t.write_all(req).unwrap();
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        l
+    };
+    // Unauthenticated HELLO without AUTH is refused; a wrong password too.
+    assert!(line(&mut t, b"HELLO 3\r\n").starts_with("-NOAUTH HELLO must be called"));
+    assert!(line(&mut t, b"HELLO 3 AUTH default nope\r\n").starts_with("-WRONGPASS"));
+    assert!(line(&mut t, b"HELLO 4\r\n").starts_with("-NOPROTO"));
+    // HELLO 3 with AUTH: a map of 7 fields, then RESP3 nulls.
+    assert_eq!(line(&mut t, b"HELLO 3 AUTH default pw\r\n"), "%7\r\n");
+    // 7 bulk keys (14 lines); values: 4 bulks (8 lines), 2 integers, an empty modules array.
+    let text: String = (0..25).map(|_| line(&mut t, b"")).collect();
+    assert!(text.ends_with("$7\r\nmodules\r\n*0\r\n"), "{text}");
+    assert!(text.contains("$5\r\nproto\r\n:3\r\n"), "{text}");
+    assert!(text.contains("$6\r\nserver\r\n$5\r\nredis\r\n"), "{text}");
+    assert_eq!(line(&mut t, b"GET missing\r\n"), "_\r\n");
+    // HELLO 2: back to RESP2 (an array of 14), nulls are $-1 again.
+    assert_eq!(line(&mut t, b"HELLO 2\r\n"), "*14\r\n");
+    let text: String = (0..25).map(|_| line(&mut t, b"")).collect();
+    assert!(text.contains("$5\r\nproto\r\n:2\r\n"), "{text}");
+    assert_eq!(line(&mut t, b"GET missing\r\n"), "$-1\r\n");
+    if have("redis-cli") {
+        let o = Command::new("redis-cli")
+            .args([
+                "-3",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &s.port.to_string(),
+                "--user",
+                "default",
+                "--pass",
+                "pw",
+            ])
+            .args(["GET", "missing"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "redis-cli -3: {:?}", o);
+        assert!(matches!(out.trim(), "" | "(nil)"), "redis-cli -3: {out:?}");
+    }
+}

@@ -1,7 +1,8 @@
 //! The RESP2 server over a [`KvStore`]: one tokio task per connection, pipelining (every complete
 //! command in a read is executed, in order, and the replies go out in one write), AUTH when a
 //! password is configured. Commands: GET, SET [NX|XX], DEL, EXISTS, MGET, MSET, PING, ECHO, INFO,
-//! DBSIZE, COMMAND, CONFIG GET, AUTH, SELECT 0, CLIENT SETNAME/SETINFO, QUIT. Unknown commands get
+//! DBSIZE, COMMAND, CONFIG GET, AUTH, HELLO 2/3 (RESP3 changes only the HELLO map and nulls),
+//! SELECT 0, CLIENT SETNAME/SETINFO, QUIT. Unknown commands get
 //! Redis's error text; protocol garbage gets an error reply and the connection is closed.
 //!
 //! Store calls block on device I/O, so each batch of pipelined commands runs on tokio's blocking
@@ -168,9 +169,22 @@ pub async fn serve_on(
 struct Session {
     authed: bool,
     quit: bool,
+    /// HELLO 3 switched the connection to RESP3 (nulls are `_`, HELLO answers a map).
+    resp3: bool,
+}
+
+/// A null reply in the connection's protocol.
+fn null(s: &Session, out: &mut Vec<u8>) {
+    if s.resp3 {
+        out.extend_from_slice(b"_\r\n");
+    } else {
+        reply::null(out);
+    }
 }
 
 const READ_BYTES: usize = 64 * 1024;
+/// The Redis version HELLO and INFO report (the command set clients may assume).
+const REDIS_VERSION: &str = "7.0.0";
 
 async fn connection(
     mut sock: TcpStream,
@@ -186,6 +200,7 @@ async fn connection(
     let mut session = Session {
         authed: sh.cfg.requirepass.is_none(),
         quit: false,
+        resp3: false,
     };
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_BYTES);
     let mut chunk = vec![0u8; READ_BYTES];
@@ -301,12 +316,13 @@ fn execute(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
             s.quit = true;
         }
         "AUTH" => auth(sh, s, args, out),
+        "HELLO" => hello(sh, s, args, out),
         "GET" if argc == 2 => match kv.get(&args[1]) {
             Ok(Some(v)) => reply::bulk(out, &v),
-            Ok(None) => reply::null(out),
+            Ok(None) => null(s, out),
             Err(e) => store_error(out, e),
         },
-        "SET" if argc >= 3 => set(kv, args, out),
+        "SET" if argc >= 3 => set(kv, s, args, out),
         "DEL" | "UNLINK" if argc >= 2 => {
             let mut n = 0;
             for k in &args[1..] {
@@ -339,7 +355,7 @@ fn execute(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
             for v in vals {
                 match v {
                     Some(v) => reply::bulk(out, &v),
-                    None => reply::null(out),
+                    None => null(s, out),
                 }
             }
         }
@@ -371,7 +387,7 @@ fn execute(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
     }
 }
 
-fn set(kv: &KvStore, args: &[Vec<u8>], out: &mut Vec<u8>) {
+fn set(kv: &KvStore, s: &Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
     let mut cond = SetCondition::Always;
     for opt in &args[3..] {
         match (upper(opt).as_str(), cond) {
@@ -388,9 +404,92 @@ fn set(kv: &KvStore, args: &[Vec<u8>], out: &mut Vec<u8>) {
     }
     match kv.set_if(&args[1], &args[2], cond) {
         Ok(true) => reply::simple(out, "OK"),
-        Ok(false) => reply::null(out),
+        Ok(false) => null(s, out),
         Err(e) => store_error(out, e),
     }
+}
+
+/// HELLO [protover [AUTH user pass] [SETNAME name]]: switch to RESP2 or RESP3 (Redis 6+), optionally
+/// authenticating, and describe the server (an array of pairs in RESP2, a map in RESP3).
+fn hello(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    let mut proto = if s.resp3 { 3 } else { 2 };
+    let mut i = 1;
+    if let Some(v) = args.get(1) {
+        match std::str::from_utf8(v)
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+        {
+            Some(2) => proto = 2,
+            Some(3) => proto = 3,
+            Some(_) => return reply::error(out, "NOPROTO unsupported protocol version"),
+            None => {
+                return reply::error(
+                    out,
+                    "ERR Protocol version is not an integer or out of range",
+                )
+            }
+        }
+        i = 2;
+    }
+    let mut auth_with = None;
+    while i < args.len() {
+        match upper(&args[i]).as_str() {
+            "AUTH" if i + 2 < args.len() => {
+                auth_with = Some((&args[i + 1], &args[i + 2]));
+                i += 3;
+            }
+            "SETNAME" if i + 1 < args.len() => i += 2,
+            _ => {
+                return reply::error(
+                    out,
+                    &format!(
+                        "ERR Syntax error in HELLO option '{}'",
+                        String::from_utf8_lossy(&args[i])
+                    ),
+                )
+            }
+        }
+    }
+    if let Some((user, pass)) = auth_with {
+        let ok = user == b"default"
+            && sh
+                .cfg
+                .requirepass
+                .as_ref()
+                .is_some_and(|p| constant_time_eq(p.as_bytes(), pass));
+        if !ok {
+            return reply::error(
+                out,
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            );
+        }
+        s.authed = true;
+    }
+    if !s.authed {
+        return reply::error(out, "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+    }
+    s.resp3 = proto == 3;
+    let id = sh.connections.load(Ordering::Relaxed) as i64;
+    if s.resp3 {
+        out.extend_from_slice(b"%7\r\n");
+    } else {
+        reply::array_len(out, 14);
+    }
+    let field = |out: &mut Vec<u8>, k: &str| reply::bulk(out, k.as_bytes());
+    field(out, "server");
+    reply::bulk(out, b"redis");
+    field(out, "version");
+    reply::bulk(out, REDIS_VERSION.as_bytes());
+    field(out, "proto");
+    reply::int(out, proto);
+    field(out, "id");
+    reply::int(out, id);
+    field(out, "mode");
+    reply::bulk(out, b"standalone");
+    field(out, "role");
+    reply::bulk(out, b"master");
+    field(out, "modules");
+    reply::array_len(out, 0);
 }
 
 fn auth(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
@@ -455,7 +554,9 @@ fn config_get(sh: &Shared, patterns: &[Vec<u8>], out: &mut Vec<u8>) {
 fn info(sh: &Shared) -> String {
     let st = sh.store.stats();
     let mut s = String::new();
-    s.push_str("# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n");
+    s.push_str(&format!(
+        "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\n"
+    ));
     s.push_str(&format!(
         "ecstack_version:{}\r\n",
         env!("CARGO_PKG_VERSION")
