@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use ecstack_array::SchemeKind;
+use serde::Serialize;
 
-use super::kv::KvScale;
 use crate::{LabError, Result};
 
 fn config_error(field: &'static str, msg: String) -> LabError {
@@ -216,6 +216,52 @@ impl EplogConfig {
 
     pub(crate) fn on(&self, t: Testbed) -> bool {
         self.wants(Exp::RequestsPerSecond) && self.testbeds.contains(&t)
+    }
+}
+
+/// Exp 6's scale: pairs loaded and requests per run (the seed: 1 M and 3 M).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct KvScale {
+    pub pairs: u64,
+    pub requests: u64,
+}
+
+impl KvScale {
+    /// The seed's scale (needs tens of GB of device files or RAM per run; see docs/kv.md).
+    pub const PAPER: KvScale = KvScale {
+        pairs: 1_000_000,
+        requests: 3_000_000,
+    };
+
+    /// `--quick`: 2 K pairs and 6 K requests; otherwise 50 K and 150 K (1/20 of the seed's).
+    pub fn default_for(quick: bool) -> KvScale {
+        if quick {
+            KvScale {
+                pairs: 2_000,
+                requests: 6_000,
+            }
+        } else {
+            KvScale {
+                pairs: 50_000,
+                requests: 150_000,
+            }
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.pairs < 16 || self.pairs > 100_000_000 {
+            return Err(LabError::Config {
+                field: "kv-pairs",
+                msg: format!("{} is not in 16..=100000000", self.pairs),
+            });
+        }
+        if self.requests == 0 {
+            return Err(LabError::Config {
+                field: "kv-requests",
+                msg: "0 requests measure nothing (use 1 or more)".into(),
+            });
+        }
+        Ok(())
     }
 }
 

@@ -28,7 +28,7 @@ use ecstack_kv::{Durability, KvConfig, KvStore, SetCondition};
 use ecstack_trace::synth::Zipf;
 use serde::Serialize;
 
-use super::config::{Setting, Testbed};
+use super::config::{KvScale, Setting, Testbed};
 use super::exps::Ctx;
 use super::rig::{build_sized, prewrite, Backing, DeviceFiles};
 use super::run::Variant;
@@ -45,52 +45,6 @@ pub const CACHE_PCT: [u32; 5] = [0, 25, 50, 75, 100];
 pub const KEY_BYTES: usize = 24;
 /// Zipf shape of the request keys (§5.2).
 pub const ZIPF: f64 = 0.99;
-
-/// Exp 6's scale: pairs loaded and requests per run (the seed: 1 M and 3 M).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct KvScale {
-    pub pairs: u64,
-    pub requests: u64,
-}
-
-impl KvScale {
-    /// The seed's scale (needs tens of GB of device files or RAM per run; see docs/kv.md).
-    pub const PAPER: KvScale = KvScale {
-        pairs: 1_000_000,
-        requests: 3_000_000,
-    };
-
-    /// `--quick`: 2 K pairs and 6 K requests; otherwise 50 K and 150 K (1/20 of the seed's).
-    pub fn default_for(quick: bool) -> KvScale {
-        if quick {
-            KvScale {
-                pairs: 2_000,
-                requests: 6_000,
-            }
-        } else {
-            KvScale {
-                pairs: 50_000,
-                requests: 150_000,
-            }
-        }
-    }
-
-    pub fn validate(&self) -> Result<()> {
-        if self.pairs < 16 || self.pairs > 100_000_000 {
-            return Err(LabError::Config {
-                field: "kv-pairs",
-                msg: format!("{} is not in 16..=100000000", self.pairs),
-            });
-        }
-        if self.requests == 0 {
-            return Err(LabError::Config {
-                field: "kv-requests",
-                msg: "0 requests measure nothing (use 1 or more)".into(),
-            });
-        }
-        Ok(())
-    }
-}
 
 /// Exp 6's two workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -45,9 +45,9 @@ mod tests;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub use config::{EplogConfig, Exp, Setting, Testbed};
+pub use config::{EplogConfig, Exp, KvScale, Setting, Testbed};
 pub use exps::{RecoveryCase, RecoveryRow, RECOVERY_BATCHES};
-pub use kv::{KvRow, KvScale, KvWorkload, CACHE_PCT, PAIR_BYTES};
+pub use kv::{KvRow, KvWorkload, CACHE_PCT, PAIR_BYTES};
 pub use report::{Report, TraceInfo};
 pub use rig::{build, prewrite, Backing};
 pub use run::{find, Commit, RunKey, RunRow, Variant};
