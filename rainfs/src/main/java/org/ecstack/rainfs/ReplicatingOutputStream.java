@@ -1,0 +1,243 @@
+package org.ecstack.rainfs;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.zip.CRC32C;
+import org.apache.hadoop.fs.StreamCapabilities;
+import org.apache.hadoop.fs.Syncable;
+
+/**
+ * The stream create() and append() return (seed §2.6.3.1): "Writes occur simultaneously to all replicas via
+ * threading, one thread per replica." Bytes gather in a buffer; a full buffer goes to every replica's writer
+ * thread at once, and the next buffer fills while they write. The CRC-32C of everything written goes into the
+ * metadata at close, which is how fsck later tells a corrupt replica.
+ *
+ * <p>If any replica cannot be written, the stream fails: that write (or the next call, or close) throws an
+ * IOException naming the replica, every replica is closed, and the metadata stays {@code open}, which fsck
+ * completes or rolls back after its timeout. Nothing is left that fsck cannot clean up.
+ */
+final class ReplicatingOutputStream extends OutputStream implements Syncable, StreamCapabilities {
+  /** Called after a clean close with the file's length and CRC-32C. */
+  interface OnClose {
+    void closed(long length, long crc32c) throws IOException;
+  }
+
+  private static final int BUFFER_BYTES = 1 << 20;
+
+  private final List<Path> replicas;
+  private final FileChannel[] channels;
+  private final ExecutorService[] writers;
+  private final List<Future<?>> pending = new ArrayList<>();
+  private final CRC32C crc;
+  private final OnClose onClose;
+  private byte[] buf = new byte[BUFFER_BYTES];
+  private byte[] spare = new byte[BUFFER_BYTES];
+  private int fill;
+  private long length;
+  private IOException failure;
+  private boolean closed;
+
+  ReplicatingOutputStream(List<Path> replicas, FileChannel[] channels, long initialLength, CRC32C crc,
+      OnClose onClose) {
+    assert replicas.size() == channels.length && channels.length > 0;
+    this.replicas = replicas;
+    this.channels = channels;
+    this.length = initialLength;
+    this.crc = crc;
+    this.onClose = onClose;
+    this.writers = new ExecutorService[channels.length];
+    for (int i = 0; i < channels.length; i++) {
+      final String name = "rainfs-writer-" + i + "-" + replicas.get(i).getFileName();
+      writers[i] = Executors.newSingleThreadExecutor(r -> {
+        Thread t = new Thread(r, name);
+        t.setDaemon(true);
+        return t;
+      });
+    }
+  }
+
+  @Override
+  public synchronized void write(int b) throws IOException {
+    checkOpen();
+    if (fill == buf.length) {
+      dispatch();
+    }
+    buf[fill++] = (byte) b;
+    crc.update(b);
+    length++;
+  }
+
+  @Override
+  public synchronized void write(byte[] b, int off, int len) throws IOException {
+    checkOpen();
+    if (off < 0 || len < 0 || off + len > b.length) {
+      throw new IndexOutOfBoundsException("off " + off + " len " + len + " array " + b.length);
+    }
+    crc.update(b, off, len);
+    length += len;
+    while (len > 0) {
+      if (fill == buf.length) {
+        dispatch();
+      }
+      int n = Math.min(len, buf.length - fill);
+      System.arraycopy(b, off, buf, fill, n);
+      fill += n;
+      off += n;
+      len -= n;
+    }
+  }
+
+  /** Hand the filled buffer to every replica's writer thread; the previous round must have finished. */
+  private void dispatch() throws IOException {
+    await();
+    if (fill == 0) {
+      return;
+    }
+    final byte[] data = buf;
+    final int n = fill;
+    for (int i = 0; i < channels.length; i++) {
+      final FileChannel ch = channels[i];
+      pending.add(writers[i].submit(() -> {
+        ByteBuffer bb = ByteBuffer.wrap(data, 0, n);
+        while (bb.hasRemaining()) {
+          ch.write(bb);
+        }
+        return null;
+      }));
+    }
+    buf = spare;
+    spare = data;
+    fill = 0;
+  }
+
+  /** Wait for the writer threads; the first replica failure fails the stream. */
+  private void await() throws IOException {
+    IOException first = null;
+    for (int i = 0; i < pending.size(); i++) {
+      try {
+        pending.get(i).get();
+      } catch (ExecutionException e) {
+        if (first == null) {
+          Throwable c = e.getCause();
+          first = new IOException("rainfs: replica " + replicas.get(i % replicas.size()) + " failed: " + c, c);
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        first = new java.io.InterruptedIOException("rainfs: interrupted waiting for replica writers");
+      }
+    }
+    pending.clear();
+    if (first != null) {
+      fail(first);
+    }
+  }
+
+  private void fail(IOException e) throws IOException {
+    failure = e;
+    closeQuietly();
+    throw e;
+  }
+
+  private void checkOpen() throws IOException {
+    if (failure != null) {
+      throw new IOException("rainfs: this stream failed earlier: " + failure.getMessage(), failure);
+    }
+    if (closed) {
+      throw new IOException("rainfs: stream is closed");
+    }
+  }
+
+  @Override
+  public synchronized void flush() throws IOException {
+    if (closed && failure == null) {
+      return;
+    }
+    checkOpen();
+    dispatch();
+    await();
+  }
+
+  @Override
+  public synchronized void hflush() throws IOException {
+    flush();
+  }
+
+  @Override
+  public synchronized void hsync() throws IOException {
+    flush();
+    for (int i = 0; i < channels.length; i++) {
+      final FileChannel ch = channels[i];
+      pending.add(writers[i].submit(() -> {
+        ch.force(false);
+        return null;
+      }));
+    }
+    await();
+  }
+
+  @Override
+  public boolean hasCapability(String capability) {
+    switch (capability.toLowerCase(java.util.Locale.ENGLISH)) {
+      case StreamCapabilities.HFLUSH:
+      case StreamCapabilities.HSYNC:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  @Override
+  public synchronized void close() throws IOException {
+    if (closed) {
+      if (failure != null) {
+        throw new IOException("rainfs: this stream failed earlier: " + failure.getMessage(), failure);
+      }
+      return;
+    }
+    flush();
+    IOException first = null;
+    for (int i = 0; i < channels.length; i++) {
+      try {
+        channels[i].close();
+      } catch (IOException e) {
+        if (first == null) {
+          first = new IOException("rainfs: replica " + replicas.get(i) + " failed at close: " + e, e);
+        }
+      }
+    }
+    shutdownWriters();
+    closed = true;
+    if (first != null) {
+      failure = first;
+      throw first;
+    }
+    onClose.closed(length, crc.getValue());
+  }
+
+  private void closeQuietly() {
+    closed = true;
+    for (FileChannel ch : channels) {
+      try {
+        ch.close();
+      } catch (IOException ignored) {
+        // the stream has failed already; that failure is what the caller sees
+      }
+    }
+    shutdownWriters();
+  }
+
+  private void shutdownWriters() {
+    for (ExecutorService w : writers) {
+      w.shutdown();
+    }
+  }
+}
