@@ -25,6 +25,7 @@ import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.zip.CRC32C;
+import org.ecstack.rainfs.Namespace.Kind;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.BufferedFSInputStream;
 import org.apache.hadoop.fs.CreateFlag;
@@ -175,28 +176,6 @@ public class RainFileSystem extends FileSystem {
     return makeQualified(new Path("/" + rel));
   }
 
-  enum Kind { MISSING, DIR, RAIN_FILE, PLAIN_FILE }
-
-  /** What a namespace entry is: a directory, a RainFS file (symlink + metadata) or a plain file. */
-  static Kind classify(java.nio.file.Path local) {
-    BasicFileAttributes a;
-    try {
-      a = Files.readAttributes(local, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
-    } catch (IOException e) {
-      return Kind.MISSING;
-    }
-    if (a.isDirectory()) {
-      return Kind.DIR;
-    }
-    if (a.isSymbolicLink()) {
-      if (Files.exists(Layout.metaFile(local), LinkOption.NOFOLLOW_LINKS)) {
-        return Kind.RAIN_FILE;
-      }
-      return Files.isDirectory(local) ? Kind.DIR : Kind.PLAIN_FILE;
-    }
-    return Kind.PLAIN_FILE;
-  }
-
   private static void crash(String algorithm, int line) {
     CrashPoint c = crashPoint;
     if (c != null) {
@@ -227,7 +206,7 @@ public class RainFileSystem extends FileSystem {
       int bufferSize, short replication, long blockSize, Progressable progress) throws IOException {
     RainConfig c = config();
     java.nio.file.Path local = local(c, f);
-    Kind pk = local.getParent() == null ? Kind.MISSING : classify(local.getParent());
+    Kind pk = local.getParent() == null ? Kind.MISSING : Namespace.classify(local.getParent());
     if (pk == Kind.MISSING) {
       throw new FileNotFoundException("rainfs: parent of " + f + " does not exist");
     }
@@ -242,7 +221,7 @@ public class RainFileSystem extends FileSystem {
     int r = Math.max(1, Math.min(replication, c.nasCount()));
     Created created;
     try (PathLocks.Held l = PathLocks.lock(local)) {
-      Kind k = classify(local);
+      Kind k = Namespace.classify(local);
       if (k == Kind.DIR) {
         throw new org.apache.hadoop.fs.FileAlreadyExistsException("rainfs: " + f + " is a directory");
       }
@@ -253,9 +232,9 @@ public class RainFileSystem extends FileSystem {
         deleteFileLocked(local, k);
       }
       created = algorithm1Create(c, local, r);
+      FsPermission perm = permission == null ? FsPermission.getFileDefault() : permission;
+      applyPermission(created.files, perm.applyUMask(FsPermission.getUMask(getConf())));
     }
-    FsPermission perm = permission == null ? FsPermission.getFileDefault() : permission;
-    applyPermission(created.files, perm.applyUMask(FsPermission.getUMask(getConf())));
     final Metadata open = created.meta;
     ReplicatingOutputStream out = new ReplicatingOutputStream(created.files, created.channels, 0,
         new CRC32C(), (length, crc) -> closeMetadata(local, open, length, crc));
@@ -302,6 +281,7 @@ public class RainFileSystem extends FileSystem {
         metaWritten = true;
         crash("create", 11);
         Files.createSymbolicLink(filepath, files.get(0)); // 11: SYMLINK(filepath, files[0])
+        crash("create", 12);
         return new Created(files, channels, meta);
       } catch (IOException e) {
         for (FileChannel ch : channels) {
@@ -354,7 +334,7 @@ public class RainFileSystem extends FileSystem {
       } catch (Metadata.CorruptMetadataException e) {
         return; // fsck reports it
       }
-      if (now != null && now.replicas.equals(open.replicas) && classify(local) == Kind.RAIN_FILE) {
+      if (now != null && now.replicas.equals(open.replicas) && Namespace.classify(local) == Kind.RAIN_FILE) {
         now.closedWith(length, crc).write(local);
       }
       // else: deleted, moved or overwritten while open; fsck closes a moved file's metadata after its timeout
@@ -368,7 +348,7 @@ public class RainFileSystem extends FileSystem {
   public boolean delete(Path f, boolean recursive) throws IOException {
     RainConfig c = config();
     java.nio.file.Path local = local(c, f);
-    Kind k = classify(local);
+    Kind k = Namespace.classify(local);
     switch (k) {
       case MISSING:
         return false;
@@ -381,7 +361,7 @@ public class RainFileSystem extends FileSystem {
         return true;
       default:
         try (PathLocks.Held l = PathLocks.lock(local)) {
-          Kind again = classify(local);
+          Kind again = Namespace.classify(local);
           if (again == Kind.MISSING || again == Kind.DIR) {
             return false;
           }
@@ -430,6 +410,7 @@ public class RainFileSystem extends FileSystem {
     if (all) {
       Files.deleteIfExists(Layout.metaFile(filepath)); // 8: FILE.DELETE(filepath.metadata)
     }
+    crash("delete", 9);
   }
 
   /** Delete a directory tree: every file by Algorithm 2 under its lock, then the directories. */
@@ -443,12 +424,12 @@ public class RainFileSystem extends FileSystem {
       if (Layout.isReserved(name)) {
         continue;
       }
-      Kind k = classify(child);
+      Kind k = Namespace.classify(child);
       if (k == Kind.DIR && !Files.isSymbolicLink(child)) {
         deleteTree(child, false);
       } else if (k != Kind.MISSING) {
         try (PathLocks.Held l = PathLocks.lock(child)) {
-          Kind again = classify(child);
+          Kind again = Namespace.classify(child);
           if (again != Kind.MISSING) {
             if (again == Kind.DIR) {
               Files.delete(child); // a symlink to a directory: remove the link only
@@ -499,27 +480,27 @@ public class RainFileSystem extends FileSystem {
     if (from.equals(c.namespace)) {
       return false;
     }
-    Kind ks = classify(from);
+    Kind ks = Namespace.classify(from);
     if (ks == Kind.MISSING) {
       return false;
     }
     if (from.equals(to)) {
       return ks != Kind.DIR;
     }
-    Kind kd = classify(to);
+    Kind kd = Namespace.classify(to);
     if (kd == Kind.DIR) {
       to = to.resolve(from.getFileName());
       if (from.equals(to)) {
         return true;
       }
-      if (classify(to) != Kind.MISSING) {
+      if (Namespace.classify(to) != Kind.MISSING) {
         return false;
       }
     } else if (kd != Kind.MISSING) {
       return false;
     }
     java.nio.file.Path parent = to.getParent();
-    if (parent == null || classify(parent) != Kind.DIR) {
+    if (parent == null || Namespace.classify(parent) != Kind.DIR) {
       return false;
     }
     if (ks == Kind.DIR) {
@@ -548,8 +529,8 @@ public class RainFileSystem extends FileSystem {
         first = PathLocks.lock(newpath); // 6
         second = PathLocks.lock(filepath); // 7
       }
-      Kind k = classify(filepath);
-      if (k == Kind.MISSING || k == Kind.DIR || classify(newpath) != Kind.MISSING) {
+      Kind k = Namespace.classify(filepath);
+      if (k == Kind.MISSING || k == Kind.DIR || Namespace.classify(newpath) != Kind.MISSING) {
         return false; // changed while we waited for the locks
       }
       if (k == Kind.PLAIN_FILE) {
@@ -566,6 +547,7 @@ public class RainFileSystem extends FileSystem {
       Files.move(filepath, newpath, StandardCopyOption.ATOMIC_MOVE); // 10: FILE.MOVE(filepath, newpath)
       crash("move", 11);
       Files.delete(Layout.metaFile(filepath)); // 11: FILE.DELETE(filepath.metadata)
+      crash("move", 12);
       return true;
     } finally {
       // 12–13: UNLOCK(filepath), UNLOCK(newpath)
@@ -590,7 +572,7 @@ public class RainFileSystem extends FileSystem {
   public FSDataInputStream open(Path f, int bufferSize) throws IOException {
     RainConfig c = config();
     java.nio.file.Path local = local(c, f);
-    Kind k = classify(local);
+    Kind k = Namespace.classify(local);
     switch (k) {
       case MISSING:
         throw new FileNotFoundException("rainfs: " + f + " does not exist");
@@ -641,7 +623,7 @@ public class RainFileSystem extends FileSystem {
     RainConfig c = config();
     java.nio.file.Path local = local(c, f);
     try (PathLocks.Held l = PathLocks.lock(local)) {
-      Kind k = classify(local);
+      Kind k = Namespace.classify(local);
       if (k == Kind.MISSING) {
         throw new FileNotFoundException("rainfs: " + f + " does not exist");
       }
@@ -702,7 +684,7 @@ public class RainFileSystem extends FileSystem {
         .applyUMask(FsPermission.getUMask(getConf()));
     for (int i = 0; i < parts; i++) {
       at = at.resolve(rel.getName(i));
-      Kind k = classify(at);
+      Kind k = Namespace.classify(at);
       if (k == Kind.DIR) {
         continue;
       }
@@ -716,7 +698,7 @@ public class RainFileSystem extends FileSystem {
         Files.createDirectory(at);
         setLocalPermission(at, perm);
       } catch (FileAlreadyExistsException e) {
-        if (classify(at) != Kind.DIR) {
+        if (Namespace.classify(at) != Kind.DIR) {
           throw new ParentNotDirectoryException("rainfs: " + hadoopPath(c, at) + " is a file");
         }
       }
@@ -740,7 +722,7 @@ public class RainFileSystem extends FileSystem {
   public FileStatus[] listStatus(Path f) throws IOException {
     RainConfig c = config();
     java.nio.file.Path local = local(c, f);
-    Kind k = classify(local);
+    Kind k = Namespace.classify(local);
     if (k == Kind.MISSING) {
       throw new FileNotFoundException("rainfs: " + f + " does not exist");
     }
@@ -749,7 +731,7 @@ public class RainFileSystem extends FileSystem {
     }
     List<FileStatus> out = new ArrayList<>();
     for (java.nio.file.Path child : visibleChildren(local)) {
-      Kind ck = classify(child);
+      Kind ck = Namespace.classify(child);
       if (ck == Kind.MISSING) {
         continue; // deleted while we listed
       }
@@ -766,7 +748,7 @@ public class RainFileSystem extends FileSystem {
   public FileStatus getFileStatus(Path f) throws IOException {
     RainConfig c = config();
     java.nio.file.Path local = local(c, f);
-    Kind k = classify(local);
+    Kind k = Namespace.classify(local);
     if (k == Kind.MISSING) {
       throw new FileNotFoundException("rainfs: " + f + " does not exist");
     }
@@ -842,7 +824,7 @@ public class RainFileSystem extends FileSystem {
   private List<java.nio.file.Path> targets(Path f) throws IOException {
     RainConfig c = config();
     java.nio.file.Path local = local(c, f);
-    Kind k = classify(local);
+    Kind k = Namespace.classify(local);
     switch (k) {
       case MISSING:
         throw new FileNotFoundException("rainfs: " + f + " does not exist");

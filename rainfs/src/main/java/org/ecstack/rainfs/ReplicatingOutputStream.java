@@ -33,6 +33,9 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
 
   private static final int BUFFER_BYTES = 1 << 20;
 
+  /** Test hook: a replica for which this returns true fails its next write, as if its NAS went away. */
+  static volatile java.util.function.Predicate<Path> failWrite;
+
   private final List<Path> replicas;
   private final FileChannel[] channels;
   private final ExecutorService[] writers;
@@ -106,7 +109,12 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
     final int n = fill;
     for (int i = 0; i < channels.length; i++) {
       final FileChannel ch = channels[i];
+      final Path replica = replicas.get(i);
       pending.add(writers[i].submit(() -> {
+        java.util.function.Predicate<Path> fault = failWrite;
+        if (fault != null && fault.test(replica)) {
+          throw new IOException("injected failure: NAS of " + replica + " unavailable");
+        }
         ByteBuffer bb = ByteBuffer.wrap(data, 0, n);
         while (bb.hasRemaining()) {
           ch.write(bb);
