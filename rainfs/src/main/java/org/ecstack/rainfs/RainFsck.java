@@ -366,7 +366,7 @@ public final class RainFsck {
       (ok ? good : corrupt).add(s.path);
     }
     int want = Math.max(1, Math.min(m.replication, config.nasCount()));
-    boolean changed = partialWrite || !corrupt.isEmpty() || good.size() < want;
+    boolean changed = partialWrite || !corrupt.isEmpty() || !missing.isEmpty() || good.size() < want;
     if (!changed) {
       return;
     }
@@ -377,7 +377,8 @@ public final class RainFsck {
       found("lost", entry, detail, "nothing (no good replica left)", false);
       return;
     }
-    String kind = partialWrite ? "partial-write" : !corrupt.isEmpty() ? "corrupt-replica" : "under-replicated";
+    String kind = partialWrite ? "partial-write" : !corrupt.isEmpty() ? "corrupt-replica"
+        : good.size() < want ? "under-replicated" : "missing-replica";
     if (dryRun) {
       found(kind, entry, detail, "repair to " + want + " replicas", true);
       return;
