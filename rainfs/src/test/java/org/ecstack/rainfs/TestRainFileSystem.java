@@ -236,6 +236,35 @@ public class TestRainFileSystem {
     assertEquals(names.size(), fs.listStatus(new Path("/c")).length);
   }
 
+  /** Hadoop's own shell (the code behind `hadoop fs`), unmodified, against rainfs://. */
+  @Test
+  public void hadoopFsShellWorksOnRainfs() throws Exception {
+    RainTestbed bed = new RainTestbed("fsshell", 3, 2, 2);
+    java.nio.file.Path local = bed.root.resolve("local.bin");
+    byte[] b = data(21, 300_000);
+    Files.write(local, b);
+    org.apache.hadoop.conf.Configuration conf = bed.conf();
+    String[][] commands = {
+        {"-mkdir", "-p", "rainfs:///shell/in"},
+        {"-put", local.toString(), "rainfs:///shell/in/a.bin"},
+        {"-cp", "rainfs:///shell/in/a.bin", "rainfs:///shell/in/b.bin"},
+        {"-mv", "rainfs:///shell/in", "rainfs:///shell/out"},
+        {"-ls", "-R", "rainfs:///shell"},
+        {"-test", "-f", "rainfs:///shell/out/b.bin"},
+        {"-rm", "rainfs:///shell/out/a.bin"},
+        {"-get", "rainfs:///shell/out/b.bin", bed.root.resolve("back.bin").toString()},
+    };
+    for (String[] cmd : commands) {
+      assertEquals(String.join(" ", cmd), 0,
+          org.apache.hadoop.util.ToolRunner.run(conf, new org.apache.hadoop.fs.FsShell(), cmd));
+    }
+    assertArrayEquals(b, Files.readAllBytes(bed.root.resolve("back.bin")));
+    FileSystem fs = bed.fs();
+    assertFalse(fs.exists(new Path("/shell/out/a.bin")));
+    assertArrayEquals(b, read(fs, new Path("/shell/out/b.bin")));
+    Invariants.check(bed, 2);
+  }
+
   @Test
   public void plainFilesFromPosixApplicationsReadMoveAndDelete() throws Exception {
     RainTestbed bed = new RainTestbed("plain", 2, 2, 2);
