@@ -4,12 +4,13 @@
 set -euo pipefail
 
 # libisal-dev: ISA-L, the peer the codes are cross-checked and benchmarked against.
+# nasm autoconf automake libtool: build the newest ISA-L from the isal-sys crate (feature ecstack/isal-new).
 # fio, libnbd-bin (nbdinfo, nbdcopy): the unmodified clients the NBD export is tested with.
 # protobuf-compiler (protoc): the cluster's gRPC messages (crates/cluster/{mds,osd}/proto) are compiled at build time.
 # iproute2 (ip, tc): `ecstack experiment codfs` emulates links with network namespaces (crates/cli/tests/experiment_codfs.rs).
 # redis-tools (redis-cli, redis-benchmark), redis-server: the clients `ecstack kv serve` is tested with, and its benchmark peer.
 # maven, default-jdk-headless: rainfs/ (Java), built and tested with `mvn test` (Hadoop's contract tests).
-PKGS=(build-essential pkg-config libisal-dev fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless)
+PKGS=(build-essential pkg-config libisal-dev nasm autoconf automake libtool fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then

@@ -299,17 +299,17 @@ fn bench_ec(a: EcBench) -> Result<()> {
             best.0 = best.0.max(measure(k * chunk, a.time, &mut || {
                 code.encode(&d, &mut p).expect("encode")
             }));
-            #[cfg(feature = "isal")]
+            #[cfg(any(feature = "isal", feature = "isal-new"))]
             {
                 let g = code.generator();
-                let mut t = ecstack_codes::isal::IsalTables::new(k, m, &g.data[k * k..]);
+                let mut t = peer()?.tables(None, k, m, &g.data[k * k..]);
                 let mut p: Vec<&mut [u8]> =
                     isal_parity.iter_mut().map(|v| v.as_mut_slice()).collect();
                 let x = measure(k * chunk, a.time, &mut || t.encode(chunk, &d, &mut p));
                 best.1 = Some(best.1.unwrap_or(0f64).max(x));
             }
         }
-        #[cfg(feature = "isal")]
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
         if parity != isal_parity {
             bail!("ours and ISA-L disagree on parity for k={k} m={m} chunk={chunk}");
         }
@@ -325,7 +325,7 @@ fn bench_ec(a: EcBench) -> Result<()> {
             best.0 = best.0.max(measure(k * chunk, a.time, &mut || {
                 code.reconstruct_in_place(&mut s, &erased).expect("decode")
             }));
-            #[cfg(feature = "isal")]
+            #[cfg(any(feature = "isal", feature = "isal-new"))]
             {
                 let g = code.generator();
                 let survivors: Vec<usize> =
@@ -343,27 +343,12 @@ fn bench_ec(a: EcBench) -> Result<()> {
                 let mut outs = vec![vec![0u8; chunk]; erased.len()];
                 let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
                 // The same steps ISA-L's own erasure_code_perf times: invert, expand tables, dot product.
+                let lib = peer()?;
                 let x = measure(k * chunk, a.time, &mut || {
-                    let mut b = Vec::with_capacity(k * k);
-                    for &sv in &survivors {
-                        b.extend_from_slice(g.row(sv));
-                    }
-                    let inv = ecstack_codes::isal::invert(&b, k).expect("invertible");
-                    let mut rows = Vec::with_capacity(erased.len() * k);
-                    for &e in &erased {
-                        if e < k {
-                            rows.extend_from_slice(&inv[e * k..(e + 1) * k]);
-                        } else {
-                            let mut r = vec![0u8; k];
-                            for (j, rj) in r.iter_mut().enumerate() {
-                                for t in 0..k {
-                                    *rj ^= ecstack_codes::isal::mul(g.get(e, t), inv[t * k + j]);
-                                }
-                            }
-                            rows.extend_from_slice(&r);
-                        }
-                    }
-                    let mut t = ecstack_codes::isal::IsalTables::new(k, erased.len(), &rows);
+                    let rows = lib
+                        .decode_rows(&g.data, k, &survivors, &erased)
+                        .expect("invertible");
+                    let mut t = lib.tables(None, k, erased.len(), &rows);
                     t.encode(chunk, &srcs, &mut o);
                 });
                 for (i, &e) in erased.iter().enumerate() {
@@ -393,11 +378,12 @@ fn bench_ec(a: EcBench) -> Result<()> {
                 code.parity_deltas(0, &data[0], &new, &mut dl)
                     .expect("delta")
             }));
-            #[cfg(feature = "isal")]
+            #[cfg(any(feature = "isal", feature = "isal-new"))]
             {
                 let g = code.generator();
                 let col: Vec<u8> = (0..m).map(|i| g.get(k + i, 0)).collect();
-                let mut t = ecstack_codes::isal::IsalTables::new(1, m, &col);
+                let lib = peer()?;
+                let mut t = lib.tables(None, 1, m, &col);
                 // xor_gen needs 32-byte aligned buffers.
                 let (mut old_buf, mut new_buf, mut diff_buf) = (
                     vec![0u8; chunk + 32],
@@ -418,7 +404,7 @@ fn bench_ec(a: EcBench) -> Result<()> {
                 let mut outs = vec![vec![0u8; chunk]; m];
                 let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
                 let x = measure(chunk, a.time, &mut || {
-                    ecstack_codes::isal::xor(&[old_a, new_a], &mut *diff);
+                    lib.xor(&[old_a, new_a], &mut *diff);
                     t.encode(chunk, &[&*diff], &mut o);
                 });
                 if outs != deltas {
@@ -466,14 +452,23 @@ fn bench_ec(a: EcBench) -> Result<()> {
     }
     if a.json {
         print_json(
-            &serde_json::json!({ "simd": simd, "isal": cfg!(feature = "isal"), "rows": out, "rateless": rl }),
+            &serde_json::json!({ "simd": simd, "isal": cfg!(any(feature = "isal", feature = "isal-new")), "rows": out, "rateless": rl }),
         )?;
     }
     Ok(())
 }
 
+/// The ISA-L build compared with: the newest (feature `isal-new`) when built in, else Debian's.
+#[cfg(any(feature = "isal", feature = "isal-new"))]
+fn peer() -> Result<&'static ecstack_codes::isal::Isal> {
+    #[cfg(feature = "isal-new")]
+    return Ok(ecstack_codes::isal::newest());
+    #[cfg(not(feature = "isal-new"))]
+    return ecstack_codes::isal::debian().map_err(anyhow::Error::msg);
+}
+
 /// The `len` bytes of `buf` (which has 32 to spare) that start on a 32-byte boundary.
-#[cfg(feature = "isal")]
+#[cfg(any(feature = "isal", feature = "isal-new"))]
 fn aligned32(buf: &mut [u8], len: usize) -> &mut [u8] {
     let off = buf.as_ptr().align_offset(32);
     &mut buf[off..off + len]

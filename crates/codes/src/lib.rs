@@ -60,7 +60,7 @@
 
 mod code;
 mod gf;
-#[cfg(feature = "isal")]
+#[cfg(any(feature = "isal", feature = "isal-new"))]
 pub mod isal;
 mod kernels;
 mod lt;
