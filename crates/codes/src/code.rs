@@ -1,6 +1,8 @@
 //! Systematic linear block codes behind the `ErasureCode` seam: Reed-Solomon from a Vandermonde-derived
 //! or a Cauchy matrix, XOR parity (RAID-5) and RAID-6 P+Q, the last two with their own fast paths.
 
+use crate::decode_cache::{DecodeCache, DecodeCacheStats, DecodePlan};
+use crate::decode_cache::{DECODE_CACHE_BYTES_MAX, DECODE_CACHE_ENTRIES_MAX};
 use crate::kernels::{self, Tables};
 use crate::matrix::{self, Matrix};
 use crate::{CodeError, Result};
@@ -192,17 +194,59 @@ pub trait LinearCode: ErasureCode {
     /// The decode plan for an erasure pattern: which k surviving shards to read, and the coefficient rows
     /// (one per erased shard, in `erased` order) that turn them into each erased shard.
     fn decode_plan(&self, erased: &[usize]) -> Result<(Vec<usize>, Matrix)>;
+
+    /// Hits, misses and evictions of the decode-matrix cache (see [`CodeOptions`]).
+    fn decode_cache_stats(&self) -> DecodeCacheStats;
+}
+
+/// Options of [`new_code_with`]; `CodeOptions::default()` is what [`new_code`] uses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CodeOptions {
+    /// Decode plans (survivors + kernel tables per erasure pattern) kept in the code's LRU, so repeated
+    /// decodes with the same failures never re-invert. 0 turns the cache off: every decode inverts.
+    pub decode_cache_entries_max: usize,
+    /// Bytes of kernel tables the cache may hold.
+    pub decode_cache_bytes_max: usize,
+}
+
+impl Default for CodeOptions {
+    fn default() -> Self {
+        CodeOptions {
+            decode_cache_entries_max: DECODE_CACHE_ENTRIES_MAX,
+            decode_cache_bytes_max: DECODE_CACHE_BYTES_MAX,
+        }
+    }
 }
 
 /// Build a code of the given kind. Checks k >= 1, m >= 1, k + m <= 256 and the kind's own limits (m = 1
 /// for xor, m = 2 for raid6), else [`CodeError::Params`].
 pub fn new_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn ErasureCode>> {
-    Ok(Box::new(Systematic::new(kind, k, m)?))
+    new_code_with(kind, k, m, CodeOptions::default())
+}
+
+/// [`new_code`] with options (the decode-matrix cache's limits).
+pub fn new_code_with(
+    kind: CodeKind,
+    k: usize,
+    m: usize,
+    options: CodeOptions,
+) -> Result<Box<dyn ErasureCode>> {
+    Ok(Box::new(Systematic::new(kind, k, m, options)?))
 }
 
 /// [`new_code`] with the [`LinearCode`] view (generator matrix, decode plans).
 pub fn new_linear_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn LinearCode>> {
-    Ok(Box::new(Systematic::new(kind, k, m)?))
+    new_linear_code_with(kind, k, m, CodeOptions::default())
+}
+
+/// [`new_linear_code`] with options.
+pub fn new_linear_code_with(
+    kind: CodeKind,
+    k: usize,
+    m: usize,
+    options: CodeOptions,
+) -> Result<Box<dyn LinearCode>> {
+    Ok(Box::new(Systematic::new(kind, k, m, options)?))
 }
 
 /// The one implementation of `ErasureCode`: a systematic linear code given by its generator, with
@@ -217,6 +261,8 @@ pub(crate) struct Systematic {
     parity_tables: Tables,
     /// Per data column l: the m x 1 column of parity coefficients, for deltas.
     delta_tables: Vec<Tables>,
+    /// Decode plans per erasure pattern (LRU).
+    decode_cache: DecodeCache,
 }
 
 impl fmt::Debug for Systematic {
@@ -226,7 +272,12 @@ impl fmt::Debug for Systematic {
 }
 
 impl Systematic {
-    pub(crate) fn new(kind: CodeKind, k: usize, m: usize) -> Result<Systematic> {
+    pub(crate) fn new(
+        kind: CodeKind,
+        k: usize,
+        m: usize,
+        options: CodeOptions,
+    ) -> Result<Systematic> {
         let params = |rule| CodeError::Params {
             code: kind.name(),
             got: format!("k={k}, m={m}"),
@@ -266,6 +317,31 @@ impl Systematic {
             gen,
             parity_tables,
             delta_tables,
+            decode_cache: DecodeCache::new(
+                options.decode_cache_entries_max,
+                options.decode_cache_bytes_max,
+            ),
+        })
+    }
+
+    /// The decode plan for `erased` with its kernel tables, from the cache or built (and cached).
+    fn cached_plan(&self, erased: &[usize]) -> Result<std::sync::Arc<DecodePlan>> {
+        // The key: erased indexes as u16 (n <= 256), on the stack for the usual small m.
+        let mut small = [0u16; 32];
+        let mut big = Vec::new();
+        let key: &[u16] = if erased.len() <= small.len() {
+            for (s, &e) in small.iter_mut().zip(erased) {
+                *s = e.min(u16::MAX as usize) as u16;
+            }
+            &small[..erased.len()]
+        } else {
+            big.extend(erased.iter().map(|&e| e.min(u16::MAX as usize) as u16));
+            &big
+        };
+        self.decode_cache.get_or_build(key, || {
+            let (survivors, rows) = self.plan(erased)?;
+            let tables = Tables::new(rows.rows, rows.cols, &rows.data);
+            Ok(DecodePlan { survivors, tables })
         })
     }
 
@@ -354,6 +430,9 @@ impl LinearCode for Systematic {
     fn decode_plan(&self, erased: &[usize]) -> Result<(Vec<usize>, Matrix)> {
         self.plan(erased)
     }
+    fn decode_cache_stats(&self) -> DecodeCacheStats {
+        self.decode_cache.stats()
+    }
 }
 
 impl ErasureCode for Systematic {
@@ -424,30 +503,22 @@ impl ErasureCode for Systematic {
             kernels::xor_multi(dst.expect("erased index checked"), &srcs, false);
             return Ok(());
         }
-        let (survivors, rows) = self.plan(erased)?;
-        let tables = Tables::new(rows.rows, rows.cols, &rows.data);
-        let mut src_by_idx: Vec<Option<&[u8]>> = vec![None; n];
-        let mut dst_by_idx: Vec<Option<&mut [u8]>> = (0..n).map(|_| None).collect();
-        let mut erased_mask = vec![false; n];
-        for &e in erased {
-            erased_mask[e] = true;
-        }
-        for (i, s) in shards.iter_mut().enumerate() {
-            if erased_mask[i] {
-                dst_by_idx[i] = Some(&mut **s);
-            } else {
-                src_by_idx[i] = Some(&**s);
+        let plan = self.cached_plan(erased)?;
+        // Survivors and erased shards are disjoint (survivors are chosen among the shards not erased)
+        // and `erased` has no repeats (checked by `plan` before any plan was built or cached).
+        let n_src = plan.survivors.len();
+        kernels::with_ptrs(n_src, erased.len(), |sp, dp| {
+            for (p, &i) in sp.iter_mut().zip(&plan.survivors) {
+                *p = shards[i].as_ptr();
             }
-        }
-        let srcs: Vec<&[u8]> = survivors
-            .iter()
-            .map(|&i| src_by_idx[i].expect("survivor present"))
-            .collect();
-        let mut dsts: Vec<&mut [u8]> = erased
-            .iter()
-            .map(|&e| dst_by_idx[e].take().expect("erased once"))
-            .collect();
-        kernels::dot_prod(&tables, &srcs, &mut dsts, len, false);
+            for (p, &e) in dp.iter_mut().zip(erased) {
+                *p = shards[e].as_mut_ptr();
+            }
+            // SAFETY: each pointer comes from a distinct shard of `shards` (a unique borrow held for
+            // this call), every shard is `len` bytes (checked above), sources are only read and the
+            // destinations are distinct from each other and from the sources (see above).
+            unsafe { kernels::dot_prod_raw(&plan.tables, sp, dp, len, false) };
+        });
         Ok(())
     }
 

@@ -203,6 +203,10 @@ impl Tables {
     pub fn coef(&self, r: usize, c: usize) -> u8 {
         self.coef[r * self.cols + c]
     }
+    /// Heap bytes held (for the decode cache's byte limit).
+    pub fn bytes(&self) -> usize {
+        self.coef.len() + self.nib.len() * 64 + self.aff.len() * 8
+    }
 }
 
 /// `dsts[r] (^)= sum_c coef[r][c] * srcs[c]` over the first `len` bytes of every buffer.
@@ -252,13 +256,71 @@ fn run_dot(t: &Tables, srcs: &[&[u8]], pairs: bool, dsts: &mut [&mut [u8]], len:
         dsts.iter().all(|d| d.len() >= len),
         "dot_prod: a destination is shorter than len"
     );
-    let sp: Vec<*const u8> = srcs.iter().map(|s| s.as_ptr()).collect();
-    let dp: Vec<*mut u8> = dsts.iter_mut().map(|d| d.as_mut_ptr()).collect();
-    // SAFETY: every pointer is valid for `len` bytes (checked above); sources and destinations come from
-    // distinct borrows (`&[u8]` vs `&mut [u8]`), so they cannot alias; the level was checked supported
-    // when it became `active()` or by the caller of `Tables::for_level` (asserted here).
-    let done = unsafe { simd_dot(t, &sp, pairs, &dp, len, acc) };
-    unsafe { scalar::dot(t, &sp, pairs, &dp, done, len, acc) };
+    with_ptrs(srcs.len(), dsts.len(), |sp, dp| {
+        for (p, s) in sp.iter_mut().zip(srcs) {
+            *p = s.as_ptr();
+        }
+        for (p, d) in dp.iter_mut().zip(dsts.iter_mut()) {
+            *p = d.as_mut_ptr();
+        }
+        // SAFETY: every pointer is valid for `len` bytes (checked above); sources and destinations
+        // come from distinct borrows (`&[u8]` vs `&mut [u8]`), so they cannot alias.
+        unsafe { dot_raw(t, sp, pairs, dp, len, acc) }
+    });
+}
+
+/// Run `f` with zeroed pointer arrays of `n_src` and `n_dst` entries, on the stack when small: the
+/// kernels take pointer arrays, and a heap allocation per call shows at 4 KiB chunks.
+pub(crate) fn with_ptrs<R>(
+    n_src: usize,
+    n_dst: usize,
+    f: impl FnOnce(&mut [*const u8], &mut [*mut u8]) -> R,
+) -> R {
+    const SMALL: usize = 32;
+    if n_src <= SMALL && n_dst <= SMALL {
+        let mut sp = [std::ptr::null::<u8>(); SMALL];
+        let mut dp = [std::ptr::null_mut::<u8>(); SMALL];
+        f(&mut sp[..n_src], &mut dp[..n_dst])
+    } else {
+        let mut sp = vec![std::ptr::null::<u8>(); n_src];
+        let mut dp = vec![std::ptr::null_mut::<u8>(); n_dst];
+        f(&mut sp, &mut dp)
+    }
+}
+
+/// [`dot_prod`] over raw pointers: `dp[r] = sum_c coef[r][c] * sp[c]` over `len` bytes.
+///
+/// # Safety
+/// `sp` has `t.cols()` and `dp` `t.rows()` entries; every source is valid for reads and every
+/// destination for writes of `len` bytes; no destination overlaps another or any source.
+pub(crate) unsafe fn dot_prod_raw(
+    t: &Tables,
+    sp: &[*const u8],
+    dp: &[*mut u8],
+    len: usize,
+    acc: bool,
+) {
+    assert!(
+        sp.len() == t.cols && dp.len() == t.rows,
+        "dot_prod_raw: shape"
+    );
+    dot_raw(t, sp, false, dp, len, acc)
+}
+
+/// SIMD over whole vectors, then the scalar tail. Safety: as [`dot_prod_raw`] (with two sources per
+/// column when `pairs`).
+unsafe fn dot_raw(
+    t: &Tables,
+    sp: &[*const u8],
+    pairs: bool,
+    dp: &[*mut u8],
+    len: usize,
+    acc: bool,
+) {
+    // The level was checked supported when it became `active()` or by the caller of
+    // `Tables::for_level` (asserted in simd_dot).
+    let done = simd_dot(t, sp, pairs, dp, len, acc);
+    scalar::dot(t, sp, pairs, dp, done, len, acc);
 }
 
 #[allow(unused_variables)]

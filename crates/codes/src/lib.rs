@@ -59,6 +59,7 @@
 //! ```
 
 mod code;
+mod decode_cache;
 mod gf;
 #[cfg(any(feature = "isal", feature = "isal-new"))]
 pub mod isal;
@@ -70,7 +71,11 @@ mod rateless;
 mod rng;
 pub mod shard;
 
-pub use code::{new_code, new_linear_code, CodeKind, ErasureCode, LinearCode};
+pub use code::{
+    new_code, new_code_with, new_linear_code, new_linear_code_with, CodeKind, CodeOptions,
+    ErasureCode, LinearCode,
+};
+pub use decode_cache::{DecodeCacheStats, DECODE_CACHE_BYTES_MAX, DECODE_CACHE_ENTRIES_MAX};
 pub use kernels::Simd;
 pub use lt::{LtCode, LtDecoder, LtParams};
 pub use matrix::Matrix;

@@ -258,7 +258,7 @@ pub fn encode_file_with_progress(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Report> {
     let start = std::time::Instant::now();
-    let code = Systematic::new(opts.code, opts.k, opts.m)?;
+    let code = Systematic::new(opts.code, opts.k, opts.m, Default::default())?;
     let (k, m) = (opts.k, opts.m);
     let mut f = File::open(input).map_err(|e| io_err(input, e))?;
     let length = f.metadata().map_err(|e| io_err(input, e))?.len();
@@ -481,7 +481,7 @@ pub fn decode_files_with_progress(
             rejected,
         });
     }
-    let code = Systematic::new(h0.code, k, m)?;
+    let code = Systematic::new(h0.code, k, m, Default::default())?;
     // Prefer data shards (no decoding needed), then parity, in index order.
     open.sort_by_key(|o| o.header.index);
     let tmp = output.with_extension(format!(
