@@ -93,6 +93,7 @@ final class FailoverInputStream extends FSInputStream {
       try {
         int n = channel.read(ByteBuffer.wrap(b, off, len), pos);
         if (n > 0) {
+          NasLink.charge(replicas.get(current), n);
           pos += n;
           if (stats != null) {
             stats.incrementBytesRead(n);

@@ -91,27 +91,45 @@ final class PathLocks {
     }
   }
 
-  /** True if some holder (this JVM or another process) has the lock beside {@code entry} right now. */
+  /**
+   * True if some holder (this JVM or another process) has the lock beside {@code entry} right now. The probe
+   * holds the in-process lock while it opens and closes the lock file: closing any channel of a file may drop
+   * every fcntl lock this JVM has on it, so no other thread of this JVM may hold the NAS lock meanwhile.
+   */
   static boolean isHeld(Path entry) {
     Path lockFile = Layout.lockFile(entry);
+    Entry e;
     synchronized (LOCAL) {
-      Entry e = LOCAL.get(lockFile);
-      if (e != null && e.lock.isLocked()) {
+      e = LOCAL.computeIfAbsent(lockFile, k -> new Entry());
+      e.users++;
+    }
+    try {
+      if (e.lock.isHeldByCurrentThread() || !e.lock.tryLock()) {
         return true;
       }
-    }
-    if (!java.nio.file.Files.exists(lockFile)) {
-      return false;
-    }
-    try (FileChannel ch = FileChannel.open(lockFile, StandardOpenOption.WRITE)) {
-      FileLock l = ch.tryLock();
-      if (l == null) {
-        return true;
+      try {
+        if (!java.nio.file.Files.exists(lockFile)) {
+          return false;
+        }
+        try (FileChannel ch = FileChannel.open(lockFile, StandardOpenOption.WRITE)) {
+          FileLock l = ch.tryLock();
+          if (l == null) {
+            return true;
+          }
+          l.release();
+          return false;
+        } catch (IOException | RuntimeException ex) {
+          return true;
+        }
+      } finally {
+        e.lock.unlock();
       }
-      l.release();
-      return false;
-    } catch (IOException | RuntimeException ex) {
-      return true;
+    } finally {
+      synchronized (LOCAL) {
+        if (--e.users == 0) {
+          LOCAL.remove(lockFile);
+        }
+      }
     }
   }
 

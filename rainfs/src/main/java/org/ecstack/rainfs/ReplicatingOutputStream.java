@@ -115,6 +115,7 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
         if (fault != null && fault.test(replica)) {
           throw new IOException("injected failure: NAS of " + replica + " unavailable");
         }
+        NasLink.charge(replica, n);
         ByteBuffer bb = ByteBuffer.wrap(data, 0, n);
         while (bb.hasRemaining()) {
           ch.write(bb);
