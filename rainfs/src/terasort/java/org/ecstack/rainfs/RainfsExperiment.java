@@ -84,6 +84,7 @@ public class RainfsExperiment {
         NasLink.install(null);
         assertTrue("TeraValidate passed", validated(new Path(base).getFileSystem(c), new Path(base + "/report")));
         Invariants.check(bed, -1);
+        bed.delete();
         rows.add(String.format(Locale.ROOT, "| %d | %d | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f | %.1f |", n, r,
             gen, mb / gen, n * MBPS / r, sort, mb / sort, val, mb / val));
       }
@@ -92,6 +93,7 @@ public class RainfsExperiment {
         + " %.0f MB/s link (B), Hadoop local job runner; TeraGen as 4 concurrent jobs (one map each), TeraSort and TeraValidate with 8 MB splits and 4 reduces%n%n", ROWS, mb, MBPS)
         + String.join("\n", rows) + "\n";
     Files.writeString(java.nio.file.Paths.get("target", "rainfs-experiment.md"), text);
+    warm.delete();
     System.out.println(text);
   }
 

@@ -162,6 +162,9 @@ public class TeraSortSuite {
     String text = "TeraSort suite, " + ROWS + " rows (" + (ROWS * 100 / 1_000_000) + " MB), Hadoop local job"
         + " runner, 2 maps / 2 reduces\n\n" + String.join("\n", table) + "\n";
     Files.writeString(java.nio.file.Paths.get("target", "terasort.md"), text);
+    for (RainTestbed bed : List.of(warm, local, r1, r2, f2)) {
+      bed.delete();
+    }
     System.out.println(text);
   }
 }

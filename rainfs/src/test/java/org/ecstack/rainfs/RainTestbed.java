@@ -45,6 +45,15 @@ final class RainTestbed {
     Files.write(configFile, text.getBytes(StandardCharsets.UTF_8));
   }
 
+  /** Remove this testbed's directories (long-mode suites call it after they pass: they write 100s of MB). */
+  void delete() throws IOException {
+    try (java.util.stream.Stream<Path> s = Files.walk(root)) {
+      for (Path p : s.sorted(java.util.Comparator.reverseOrder()).toList()) {
+        Files.deleteIfExists(p);
+      }
+    }
+  }
+
   Configuration conf() {
     Configuration c = new Configuration();
     c.set(RainFileSystem.CONFIG_KEY, configFile.toString());
