@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use ecstack_rpc::Security;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
@@ -15,6 +16,19 @@ use crate::proto::osd_client::OsdClient as RawClient;
 
 /// Bytes per streamed frame (segment data, chunk data). Below every gRPC message limit.
 pub const FRAME_BYTES: usize = 1 << 20;
+
+/// `data` as frames of at most [`FRAME_BYTES`]: one copy into a shared buffer, then slices of it.
+pub(crate) fn split_frames(data: &[u8]) -> Vec<Bytes> {
+    slice_frames(Bytes::copy_from_slice(data))
+}
+
+/// `data` as frames of at most [`FRAME_BYTES`], each a slice of it (no copy).
+pub(crate) fn slice_frames(data: Bytes) -> Vec<Bytes> {
+    (0..data.len())
+        .step_by(FRAME_BYTES)
+        .map(|at| data.slice(at..(at + FRAME_BYTES).min(data.len())))
+        .collect()
+}
 
 /// Largest gRPC message an OSD accepts or sends: a whole segment's update (at most the largest
 /// segment, 64 MiB) plus its envelope.
@@ -232,8 +246,7 @@ impl OsdClient {
     /// Client → primary: store a whole segment (`data.len()` must equal `layout.length`); the bytes
     /// travel in frames of [`FRAME_BYTES`].
     pub async fn write_segment(&self, layout: &Layout, data: &[u8]) -> Result<Ack, OsdError> {
-        let frames: Vec<Vec<u8>> = data.chunks(FRAME_BYTES).map(<[u8]>::to_vec).collect();
-        self.write_segment_frames(layout, tokio_stream::iter(frames))
+        self.write_segment_frames(layout, tokio_stream::iter(split_frames(data)))
             .await
     }
 
@@ -243,7 +256,7 @@ impl OsdClient {
     pub async fn write_segment_frames(
         &self,
         layout: &Layout,
-        frames: impl tokio_stream::Stream<Item = Vec<u8>> + Send + 'static,
+        frames: impl tokio_stream::Stream<Item = Bytes> + Send + 'static,
     ) -> Result<Ack, OsdError> {
         let head = proto::SegmentWrite {
             part: Some(proto::segment_write::Part::Layout(layout_to_proto(layout))),
@@ -310,7 +323,7 @@ impl OsdClient {
         let req = proto::UpdateSegmentRequest {
             layout: Some(layout_to_proto(layout)),
             offset,
-            data: data.to_vec(),
+            data: Bytes::copy_from_slice(data),
         };
         let reply = self
             .raw
@@ -326,9 +339,8 @@ impl OsdClient {
     }
 
     /// OSD → OSD: store (create or replace) a whole chunk.
-    pub async fn put_chunk(&self, meta: &ChunkMeta, data: &[u8]) -> Result<(), OsdError> {
-        let frames: Vec<Vec<u8>> = data.chunks(FRAME_BYTES).map(<[u8]>::to_vec).collect();
-        self.put_chunk_frames(meta, tokio_stream::iter(frames))
+    pub async fn put_chunk(&self, meta: &ChunkMeta, data: Bytes) -> Result<(), OsdError> {
+        self.put_chunk_frames(meta, tokio_stream::iter(slice_frames(data)))
             .await
     }
 
@@ -339,7 +351,7 @@ impl OsdClient {
     pub async fn put_chunk_frames(
         &self,
         meta: &ChunkMeta,
-        frames: impl tokio_stream::Stream<Item = Vec<u8>> + Send + 'static,
+        frames: impl tokio_stream::Stream<Item = Bytes> + Send + 'static,
     ) -> Result<(), OsdError> {
         let header = proto::ChunkWrite {
             part: Some(proto::chunk_write::Part::Header(proto::ChunkHeader {
@@ -365,7 +377,7 @@ impl OsdClient {
         index: u32,
         offset: u64,
         length: u64,
-    ) -> Result<(ChunkMeta, Vec<u8>), OsdError> {
+    ) -> Result<(ChunkMeta, Bytes), OsdError> {
         let req = proto::GetChunkRequest {
             segment_id,
             index,
@@ -392,19 +404,38 @@ impl OsdClient {
         } else {
             length
         };
-        let mut out = Vec::with_capacity(want.min(MAX_MESSAGE_BYTES as u64) as usize);
+        // A reply of one data frame (every read of at most FRAME_BYTES, so every piece of a
+        // pipelined read) is returned as received, without a copy; longer ones are joined.
+        let mut first: Option<Bytes> = None;
+        let mut joined: Option<BytesMut> = None;
+        let mut got = 0u64;
         while let Some(frame) = stream.next().await {
-            match frame.map_err(|s| self.err(s))?.part {
-                Some(proto::chunk_frame::Part::Data(d)) => out.extend_from_slice(&d),
+            let d = match frame.map_err(|s| self.err(s))?.part {
+                Some(proto::chunk_frame::Part::Data(d)) => d,
                 _ => return Err(self.protocol("GetChunk reply has a second header")),
-            }
-            if out.len() as u64 > want {
+            };
+            got += d.len() as u64;
+            if got > want {
                 return Err(self.protocol("GetChunk reply longer than asked"));
             }
+            match (&mut joined, first.take()) {
+                (Some(j), _) => j.extend_from_slice(&d),
+                (None, None) => first = Some(d),
+                (None, Some(f)) => {
+                    let mut j = BytesMut::with_capacity(want.min(MAX_MESSAGE_BYTES as u64) as usize);
+                    j.extend_from_slice(&f);
+                    j.extend_from_slice(&d);
+                    joined = Some(j);
+                }
+            }
         }
-        if out.len() as u64 != want {
-            return Err(self.protocol(format!("GetChunk of {want} bytes returned {}", out.len())));
+        if got != want {
+            return Err(self.protocol(format!("GetChunk of {want} bytes returned {got}")));
         }
+        let out = match joined {
+            Some(j) => j.freeze(),
+            None => first.unwrap_or_default(),
+        };
         Ok((meta, out))
     }
 
@@ -426,7 +457,7 @@ impl OsdClient {
             segment_id,
             index,
             offset,
-            data: data.to_vec(),
+            data: Bytes::copy_from_slice(data),
             version,
             parity: parity.iter().map(holder_to_proto).collect(),
             expected_version,
@@ -457,7 +488,7 @@ impl OsdClient {
             segment_id,
             index,
             offset,
-            delta: delta.to_vec(),
+            delta: Bytes::copy_from_slice(delta),
             version: stamp.version,
             from_index: stamp.from,
             prior_version: stamp.prior,

@@ -79,7 +79,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
             proto::UpdateSegmentRequest {
                 layout: Some(l.clone()),
                 offset: 4990,
-                data: vec![9u8; 40],
+                data: vec![9u8; 40].into(),
             }
             .encode_to_vec(),
         ),
@@ -123,7 +123,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
                 segment_id: 1,
                 index: 0,
                 offset: 4000,
-                data: vec![1u8; 100],
+                data: vec![1u8; 100].into(),
                 version: 9,
                 parity,
                 expected_version: 1,
@@ -137,7 +137,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
                 segment_id: 1,
                 index: 2,
                 offset: 17,
-                delta: vec![3u8; 50],
+                delta: vec![3u8; 50].into(),
                 version: 9,
                 from_index: 1,
                 prior_version: 1,

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use ecstack_codes::ErasureCode;
 use ecstack_rpc::Security;
 use tokio_stream::StreamExt;
@@ -20,7 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::{
     self, layout_from_proto, meta_from_proto, meta_to_proto, ChunkMeta, ChunkVersions, DeltaStamp,
-    Holder, Layout, OsdClient, OsdError, FRAME_BYTES,
+    Holder, Layout, OsdClient, OsdError,
 };
 use crate::chunk_store::{check_meta, Change, ChunkStore, ChunkStoreError};
 use crate::metrics::{Metrics, OPS};
@@ -399,12 +400,13 @@ impl Osd {
         h: &Holder,
         offset: u64,
         len: u64,
-    ) -> Result<(ChunkMeta, Vec<u8>), Miss> {
+    ) -> Result<(ChunkMeta, Bytes), Miss> {
         let index = h.index;
         if self.is_local(h) {
             return self
                 .blocking(move |s| s.read(segment, index, offset, len))
                 .await
+                .map(|(meta, data)| (meta, Bytes::from(data)))
                 .map_err(store_miss);
         }
         self.peer(h)?
@@ -433,7 +435,7 @@ impl Osd {
             .map_err(remote_miss)
     }
 
-    async fn put_chunk(&self, h: &Holder, meta: ChunkMeta, data: Arc<Vec<u8>>) -> Result<(), Miss> {
+    async fn put_chunk(&self, h: &Holder, meta: ChunkMeta, data: Bytes) -> Result<(), Miss> {
         if self.is_local(h) {
             return self
                 .blocking(move |s| s.put(&meta, &data))
@@ -441,7 +443,7 @@ impl Osd {
                 .map_err(store_miss);
         }
         self.peer(h)?
-            .put_chunk(&meta, &data)
+            .put_chunk(&meta, data)
             .await
             .map_err(remote_miss)
     }
@@ -589,8 +591,8 @@ impl Osd {
     /// A whole segment from memory (see [`Osd::write_frames`]); the fuzz targets seed chunks with it.
     #[cfg(test)]
     pub(crate) async fn write(&self, layout: Layout, data: Vec<u8>) -> Result<api::Ack, Status> {
-        let frames: Vec<Result<Vec<u8>, Status>> =
-            data.chunks(FRAME_BYTES).map(|f| Ok(f.to_vec())).collect();
+        let frames: Vec<Result<Bytes, Status>> =
+            api::slice_frames(Bytes::from(data)).into_iter().map(Ok).collect();
         self.write_frames(layout, tokio_stream::iter(frames)).await
     }
 
@@ -606,7 +608,7 @@ impl Osd {
     pub(crate) async fn write_frames(
         &self,
         layout: Layout,
-        mut frames: impl tokio_stream::Stream<Item = Result<Vec<u8>, Status>> + Unpin,
+        mut frames: impl tokio_stream::Stream<Item = Result<Bytes, Status>> + Unpin,
     ) -> Result<api::Ack, Status> {
         let lock = self.segment_lock(layout.segment_id);
         let mut st = lock.lock().await;
@@ -633,7 +635,6 @@ impl Osd {
                     forwards[j] = Some(Forward::start(
                         peer,
                         self.meta_for(&layout, &written, h.index),
-                        cb,
                     ))
                 }
                 Err(miss) => results.push((h.index, Err(miss))),
@@ -649,7 +650,7 @@ impl Osd {
             }
             let from = data.len();
             data.extend_from_slice(&d);
-            forward_range(&mut forwards, &data, from, cb);
+            forward_range(&mut forwards, &d, from, cb);
         }
         if data.len() != len {
             return Err(Status::invalid_argument(format!(
@@ -667,7 +668,7 @@ impl Osd {
         // The held-back frames: the forwarded chunks complete (with their zero padding).
         let forwarded = forwards.into_iter().enumerate().filter_map(|(j, f)| {
             let whole = chunks[j].clone();
-            f.map(|f| async move { (j as u32, f.finish(&whole[..]).await) })
+            f.map(|f| async move { (j as u32, f.finish(whole).await) })
         });
         let puts = layout
             .holders
@@ -749,7 +750,7 @@ impl Osd {
         h: &Holder,
         offset: u64,
         len: u64,
-    ) -> Result<Vec<u8>, Miss> {
+    ) -> Result<Bytes, Miss> {
         let (meta, data) = self.get_chunk(l.segment_id, h, offset, len).await?;
         let got = ChunkVersions {
             version: meta.version,
@@ -822,7 +823,7 @@ impl Osd {
             for (i, r) in futures_join_all(asks).await {
                 tried[i as usize] = true;
                 match r {
-                    Ok(d) => shards[i as usize] = Some(d),
+                    Ok(d) => shards[i as usize] = Some(Vec::from(d)),
                     Err(Miss::Newer(e)) => return Err(newer(l.segment_id, i, &e)),
                     Err(e) => {
                         if matches!(e, Miss::Corrupt(_) | Miss::Stale(_)) {
@@ -961,12 +962,8 @@ impl Osd {
             match rest {
                 Ok(data) => {
                     Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
-                    for c in data.chunks(api::FRAME_BYTES) {
-                        if tx
-                            .send(Ok(proto::DataFrame { data: c.to_vec() }))
-                            .await
-                            .is_err()
-                        {
+                    for data in api::slice_frames(Bytes::from(data)) {
+                        if tx.send(Ok(proto::DataFrame { data })).await.is_err() {
                             break;
                         }
                     }
@@ -1047,7 +1044,9 @@ impl Osd {
         let mut to_repair = Vec::new();
         for (i, r) in got {
             match r {
-                Ok(d) if lo == 0 && hi == cb && d.len() as u64 == cb => have[i] = Some(d),
+                Ok(d) if lo == 0 && hi == cb && d.len() as u64 == cb => {
+                    have[i] = Some(Vec::from(d))
+                }
                 Ok(_) => {}
                 Err(e) => {
                     if matches!(e, Miss::Corrupt(_) | Miss::Stale(_)) {
@@ -1108,7 +1107,7 @@ impl Osd {
             }
             let h = &l.holders[i as usize];
             let meta = self.meta_for(l, &st.view, i);
-            let data = Arc::new(shards[i as usize].clone());
+            let data = Bytes::copy_from_slice(&shards[i as usize]);
             match self.put_chunk(h, meta, data).await {
                 Ok(()) => {
                     Metrics::add(&self.inner.metrics.repairs, 1);
@@ -1495,7 +1494,7 @@ impl Osd {
             self.pace(cb).await;
             self.check_lease(l.segment_id)
                 .map_err(|s| s.message().to_owned())?;
-            self.put_chunk(h, meta, Arc::new(shards[i as usize].clone()))
+            self.put_chunk(h, meta, Bytes::copy_from_slice(&shards[i as usize]))
                 .await
                 .map_err(|e| {
                     format!(
@@ -1559,19 +1558,20 @@ fn newer(segment: u64, chunk: u32, e: &str) -> Status {
 /// the chunk cannot complete at the holder before [`Forward::finish`]. Dropped without `finish`,
 /// the stream ends short and the holder stores nothing.
 struct Forward {
-    tx: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
-    held: Option<Vec<u8>>,
+    tx: Option<tokio::sync::mpsc::UnboundedSender<Bytes>>,
+    held: Option<Bytes>,
     /// Bytes handed to the channel or held.
     sent: usize,
     task: tokio::task::JoinHandle<Result<(), Miss>>,
 }
 
 impl Forward {
-    fn start(peer: OsdClient, meta: ChunkMeta, cb: usize) -> Forward {
-        // Room for the whole chunk: a slow holder never stalls the segment's arrival.
-        let (tx, rx) = tokio::sync::mpsc::channel(cb.div_ceil(FRAME_BYTES) + 2);
+    fn start(peer: OsdClient, meta: ChunkMeta) -> Forward {
+        // Unbounded, so a slow holder never stalls the segment's arrival: what it queues is at
+        // most the chunk (slices of frames the primary keeps for the encode anyway).
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
-            peer.put_chunk_frames(&meta, tokio_stream::wrappers::ReceiverStream::new(rx))
+            peer.put_chunk_frames(&meta, tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
                 .await
                 .map_err(remote_miss)
         });
@@ -1583,38 +1583,31 @@ impl Forward {
         }
     }
 
-    /// Queues `bytes` (the chunk's next bytes), gathered into frames of [`FRAME_BYTES`]: a full
-    /// frame is sent when the next byte arrives, so the newest frame is always held, and the
-    /// channel (room for the whole chunk) never fills, whatever sizes the client's frames have.
-    fn push(&mut self, mut bytes: &[u8]) {
+    /// Queues `bytes` (the chunk's next bytes, a slice of a received frame: no copy): the frame
+    /// before it goes out, so the newest frame is always held back.
+    fn push(&mut self, bytes: Bytes) {
+        if bytes.is_empty() {
+            return;
+        }
         self.sent += bytes.len();
-        while !bytes.is_empty() {
-            let held = self
-                .held
-                .get_or_insert_with(|| Vec::with_capacity(FRAME_BYTES));
-            if held.len() == FRAME_BYTES {
-                let full = std::mem::replace(held, Vec::with_capacity(FRAME_BYTES));
-                // Fails only when the call already ended (an error it reports at finish).
-                if let Some(tx) = &self.tx {
-                    if tx.try_send(full).is_err() {
-                        self.tx = None;
-                    }
+        if let Some(full) = self.held.replace(bytes) {
+            // Fails only when the call already ended (an error it reports at finish).
+            if let Some(tx) = &self.tx {
+                if tx.send(full).is_err() {
+                    self.tx = None;
                 }
-                continue;
             }
-            let take = (FRAME_BYTES - held.len()).min(bytes.len());
-            held.extend_from_slice(&bytes[..take]);
-            bytes = &bytes[take..];
         }
     }
 
     /// Sends the rest of the chunk (`whole` is all of it, zero padding included), closes the
     /// stream and waits for the holder's answer.
-    async fn finish(mut self, whole: &[u8]) -> Result<(), Miss> {
-        let rest = whole[self.sent..].to_vec();
-        self.push(&rest);
+    async fn finish(mut self, whole: Bytes) -> Result<(), Miss> {
+        for rest in api::slice_frames(whole.slice(self.sent..)) {
+            self.push(rest);
+        }
         if let (Some(last), Some(tx)) = (self.held.take(), self.tx.take()) {
-            let _ = tx.send(last).await; // a failure shows in the task's result
+            let _ = tx.send(last); // a failure shows in the task's result
         }
         match (&mut self.task).await {
             Ok(r) => r,
@@ -1632,14 +1625,15 @@ impl Drop for Forward {
     }
 }
 
-/// Hands the bytes of `data[from..]` that belong to forwarded data chunks to their forwards.
-fn forward_range(forwards: &mut [Option<Forward>], data: &[u8], from: usize, cb: usize) {
-    let mut pos = from;
-    while pos < data.len() {
-        let j = pos / cb;
-        let end = ((j + 1) * cb).min(data.len());
+/// Hands the bytes of `frame` (the segment's bytes from `from` on) that belong to forwarded data
+/// chunks to their forwards, as slices of the frame.
+fn forward_range(forwards: &mut [Option<Forward>], frame: &Bytes, from: usize, cb: usize) {
+    let mut pos = 0;
+    while pos < frame.len() {
+        let j = (from + pos) / cb;
+        let end = ((j + 1) * cb - from).min(frame.len());
         if let Some(f) = forwards.get_mut(j).and_then(Option::as_mut) {
-            f.push(&data[pos..end]);
+            f.push(frame.slice(pos..end));
         }
         pos = end;
     }
@@ -1649,7 +1643,7 @@ fn encode_segment(
     code: &dyn ErasureCode,
     data: &[u8],
     cb: u64,
-) -> Result<Vec<Arc<Vec<u8>>>, String> {
+) -> Result<Vec<Bytes>, String> {
     let (k, m) = (code.k(), code.m());
     let cb = cb as usize;
     let mut shards: Vec<Vec<u8>> = (0..k)
@@ -1668,7 +1662,7 @@ fn encode_segment(
         code.encode(&refs, &mut prefs).map_err(|e| e.to_string())?;
     }
     shards.extend(parity);
-    Ok(shards.into_iter().map(Arc::new).collect())
+    Ok(shards.into_iter().map(Bytes::from).collect())
 }
 
 /// Run futures concurrently, results in input order.
@@ -1703,10 +1697,10 @@ type FrameStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>>
 fn frames<T: Send + 'static>(
     first: Option<T>,
     data: Vec<u8>,
-    wrap: fn(Vec<u8>) -> T,
+    wrap: fn(Bytes) -> T,
 ) -> FrameStream<T> {
     let mut items: Vec<Result<T, Status>> = first.into_iter().map(Ok).collect();
-    items.extend(data.chunks(FRAME_BYTES).map(|c| Ok(wrap(c.to_vec()))));
+    items.extend(api::slice_frames(Bytes::from(data)).into_iter().map(|c| Ok(wrap(c))));
     Box::pin(tokio_stream::iter(items))
 }
 
@@ -1773,7 +1767,7 @@ impl proto::osd_server::Osd for Osd {
             let r = req.into_inner();
             let l = request_layout(r.layout.as_ref())?;
             Metrics::add(&self.inner.metrics.bytes_in, r.data.len() as u64);
-            let ack = self.update(l, r.offset, r.data).await?;
+            let ack = self.update(l, r.offset, Vec::from(r.data)).await?;
             Ok(Response::new(proto::UpdateSegmentReply {
                 version: ack.version,
                 stale: ack.stale,
@@ -1876,7 +1870,7 @@ impl proto::osd_server::Osd for Osd {
                     r.segment_id,
                     r.index,
                     r.offset,
-                    r.data,
+                    Vec::from(r.data),
                     r.version,
                     r.expected_version,
                     parity,
@@ -1911,7 +1905,7 @@ impl proto::osd_server::Osd for Osd {
                 prior: r.prior_version,
                 version: r.version,
             };
-            self.apply_delta_local(r.segment_id, r.index, r.offset, r.delta, stamp)
+            self.apply_delta_local(r.segment_id, r.index, r.offset, Vec::from(r.delta), stamp)
                 .await
                 .map_err(store_status)?;
             Ok(Response::new(proto::ApplyDeltaReply {}))
