@@ -12,7 +12,7 @@ export ECSTACK_REQUIRE_CLIENTS=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --features ecstack/isal,ecstack/isal-new 2>&1 | tee "$log" || status=$?
+cargo test --workspace --no-fail-fast --features ecstack/isal,ecstack/isal-new 2>&1 | tee "$log" || status=$?
 # rainfs/ (Java): Hadoop's FileSystem contract tests and RainFS's own; without mvn this fails, never skips.
 (cd rainfs && mvn -q -B test) || { status=$?; echo "rainfs: mvn test failed (status $status)"; }
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
