@@ -23,9 +23,10 @@ pub struct SimZombieArgs {
     /// Starting cell mode: tlc or mlc
     #[arg(long, default_value = "tlc")]
     mode: String,
-    /// Reserved area: fraction of the raw flash hidden from the host
-    #[arg(long, default_value_t = 0.10)]
-    reserve: f64,
+    /// Reserved area: fraction of the raw flash hidden from the host (default per drive: 0.10 for
+    /// trace and synthetic, 0.30 for tiny)
+    #[arg(long)]
+    reserve: Option<f64>,
     /// `zombie` (bit-mode fallback + wear-unleveling) or `baseline` (unswitching)
     #[arg(long, default_value = "zombie")]
     scheme: String,
@@ -89,7 +90,7 @@ pub fn run_sim(a: SimZombieArgs) -> Result<()> {
     let cfg = LifeConfig {
         drive,
         mode: parse_mode(&a.mode)?,
-        reserve: a.reserve,
+        reserve: a.reserve.unwrap_or(drive.default_reserve()),
         scheme,
         physics,
         life_threshold: a.life_threshold,

@@ -538,3 +538,41 @@ fn saved_state_resumes_exactly() {
     let mut other = SsdModel::new(SsdConfig::default()).unwrap();
     assert!(other.load_state(&saved).unwrap_err().contains("blocks"));
 }
+
+/// Regression: GC used to keep cleaning after the erase that left too little spare capacity, so the
+/// final counters (capacity, switches, erases) differed from the ones the death message reported.
+/// Now the erase that kills the drive ends GC: the message and the final stats agree, and nothing
+/// changes after death.
+#[test]
+fn death_message_reports_the_final_counters() {
+    let early = early_switch_blocks(0.30, 0.05, 32, CellMode::Tlc);
+    for (fallback, early, seed) in [(true, early, 7), (true, 0, 8), (false, 0, 9)] {
+        let wear = ZombieWear::new(WearPhysics::OxideStress, fallback, 6, CellMode::Tlc);
+        let (mut m, tally, err) = run_to_death(&tiny_drive(early), wear.clone(), seed);
+        check_counters(&m, &tally, &err, &wear);
+        let s = m.stats();
+        let why = m.death().unwrap().to_string();
+        assert!(err.ends_with(&why), "{err} / {why}");
+        if !why.starts_with("capacity") {
+            // GC got stuck first: no counter in the message to compare.
+            continue;
+        }
+        let num = |after: &str| -> u64 {
+            let i = why.find(after).unwrap_or_else(|| panic!("{after} in {why}"));
+            why[..i].split_whitespace().last().unwrap().trim_start_matches('(').parse().unwrap()
+        };
+        assert_eq!(num(" pages leaves"), s.capacity_pages, "{why}");
+        assert_eq!(num(" spare pages"), s.capacity_pages - s.logical_pages, "{why}");
+        assert_eq!(num(" mode switches"), s.mode_switches, "{why}");
+        assert_eq!(num(" blocks retired"), s.retired_blocks, "{why}");
+        assert_eq!(num(" erases"), s.erases, "{why}");
+        // The killing erase is the last one: the capacity is the first below the need.
+        let need = m.spare_needed_pages();
+        assert!(s.capacity_pages < s.logical_pages + need);
+        let lost = if fallback { 6 - 4 } else { 6 }; // TLC 6 pages -> MLC 4, or a retired block
+        assert!(s.capacity_pages + lost >= s.logical_pages + need, "{why}");
+        // A dead drive changes nothing more.
+        assert!(m.write_page(0).is_err() && m.read_page(0).is_err());
+        assert_eq!(m.stats(), s);
+    }
+}

@@ -923,12 +923,16 @@ impl SsdModel {
         {
             self.dead = Some(format!(
                 "capacity {} pages leaves {} spare pages, below the {} that the GC high watermark \
-                 ({} blocks) plus the open block need",
+                 ({} blocks) plus the open block need ({} mode switches, {} blocks retired, {} \
+                 erases)",
                 self.capacity_pages,
                 self.capacity_pages
                     .saturating_sub(self.logical_pages as u64),
                 self.spare_needed_pages(),
-                self.high
+                self.high,
+                self.mode_switches,
+                self.retired,
+                self.erases
             ));
         }
     }
@@ -1194,6 +1198,12 @@ impl SsdModel {
         }
         self.gc_victims += 1;
         t += self.erase(victim);
+        if self.dead.is_some() {
+            // This erase retired or switched the block that left too little spare capacity: the
+            // drive is dead now, and GC stops here so that every counter (capacity, switches,
+            // erases) is the one the death message reports.
+            return Err(self.dead());
+        }
         Ok(t)
     }
 

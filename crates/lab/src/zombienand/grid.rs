@@ -40,13 +40,15 @@ impl GridConfig {
             physics: WearPhysics::OxideStress,
         }
     }
-    /// CI scale: a 32-block drive, TLC only, 2 × 2 × 1 points (seconds).
+    /// CI scale: a 32-block drive, TLC only, 2 × 2 × 1 points (seconds). The working sets cover
+    /// both regimes of §4.4.3: a small one (10%), where the early-switch pool is cycled and the
+    /// drive outlives the baseline, and a large one (50%), where it barely does.
     pub fn quick() -> GridConfig {
         GridConfig {
             drive: Drive::Tiny,
             modes: vec![CellMode::Tlc],
             reserves: vec![0.15, 0.30],
-            working_sets: vec![0.5, 1.0],
+            working_sets: vec![0.1, 0.5],
             read_shares: vec![0.5],
             seed: 1,
             physics: WearPhysics::OxideStress,
@@ -228,13 +230,13 @@ pub fn write_report(r: &GridReport, path: &Path) -> Result<()> {
 /// Markdown table of every point.
 pub fn markdown(r: &GridReport) -> String {
     let mut s = String::from(
-        "| mode | reads | reserve | working set | early blocks | baseline life (host GiB) | ZombieNAND life (host GiB) | life × | latency × | switches | death (ZombieNAND) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| mode | reads | reserve | working set | early blocks | baseline life (host GiB) | ZombieNAND life (host GiB) | life × | latency × | switches | WA base / zombie | erases pool / rest | death (ZombieNAND) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for x in &r.results {
         let p = &x.point;
         let _ = writeln!(
             s,
-            "| {} | {:.0}% | {:.0}% | {:.0}% | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {:.0}% | {:.0}% | {:.0}% | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.2} / {:.2} | {:.0} / {:.0} | {} |",
             mode_label(p.mode),
             p.read_share * 100.0,
             p.reserve * 100.0,
@@ -245,6 +247,10 @@ pub fn markdown(r: &GridReport) -> String {
             x.lifetime_ratio,
             x.latency_ratio,
             x.zombie.stats.mode_switches,
+            x.baseline.stats.write_amplification,
+            x.zombie.stats.write_amplification,
+            x.zombie.early_erase_mean,
+            x.zombie.normal_erase_mean,
             x.zombie.death.replace('|', "/"),
         );
     }
@@ -252,12 +258,12 @@ pub fn markdown(r: &GridReport) -> String {
 }
 
 pub fn csv(r: &GridReport) -> String {
-    let mut s = String::from("mode,read_share,reserve,working_set,early_switch_blocks,baseline_host_bytes,zombie_host_bytes,lifetime_ratio,baseline_latency_us,zombie_latency_us,latency_ratio,mode_switches\n");
+    let mut s = String::from("mode,read_share,reserve,working_set,early_switch_blocks,baseline_host_bytes,zombie_host_bytes,lifetime_ratio,baseline_latency_us,zombie_latency_us,latency_ratio,mode_switches,baseline_wa,zombie_wa,zombie_pool_erase_mean,zombie_rest_erase_mean,baseline_erase_mean\n");
     for x in &r.results {
         let p = &x.point;
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{:.6},{:.3},{:.3},{:.6},{}",
+            "{},{},{},{},{},{},{},{:.6},{:.3},{:.3},{:.6},{},{:.4},{:.4},{:.1},{:.1},{:.1}",
             mode_label(p.mode),
             p.read_share,
             p.reserve,
@@ -269,7 +275,12 @@ pub fn csv(r: &GridReport) -> String {
             x.baseline.mean_latency_us,
             x.zombie.mean_latency_us,
             x.latency_ratio,
-            x.zombie.stats.mode_switches
+            x.zombie.stats.mode_switches,
+            x.baseline.stats.write_amplification,
+            x.zombie.stats.write_amplification,
+            x.zombie.early_erase_mean,
+            x.zombie.normal_erase_mean,
+            x.baseline.normal_erase_mean,
         );
     }
     s

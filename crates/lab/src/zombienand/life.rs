@@ -36,6 +36,17 @@ impl Drive {
             _ => None,
         }
     }
+    /// Reserved area a run of this drive gets when none is given: 10% for the seed's drives (the
+    /// smallest reserve of §4.4.4). The tiny drive needs more: its GC watermarks plus the open
+    /// block take 3 of its 32 blocks (9.4% of the flash), so at 10% it is refused (the host's
+    /// pages would not fit outside the free pool) and a single TLC→MLC switch would kill it; at 30%
+    /// (the largest reserve of §4.4.4) 17 blocks can switch before it dies.
+    pub fn default_reserve(self) -> f64 {
+        match self {
+            Drive::Synthetic | Drive::Trace => 0.10,
+            Drive::Tiny => 0.30,
+        }
+    }
     /// (elements, blocks per element, pages per block).
     pub fn geometry(self) -> (u32, u32, u32) {
         match self {
@@ -182,6 +193,12 @@ pub struct Lifetime {
     pub drive_writes: f64,
     pub death: String,
     pub stats: SsdStats,
+    /// Mean erase count at death of the early-switch pool (0 without a pool) and of the other
+    /// blocks: how far Algorithm 6 wear-unleveled the pool.
+    #[serde(default)]
+    pub early_erase_mean: f64,
+    #[serde(default)]
+    pub normal_erase_mean: f64,
     pub series: Vec<(u64, f64)>,
     pub wall_s: f64,
     /// Simulated requests per second of wall time.
@@ -430,7 +447,17 @@ pub fn run_lifetime(
         } => early_switch_blocks * elements,
         GcPolicy::Greedy => 0,
     };
+    let erase_mean = |early: bool| {
+        let (mut sum, mut n) = (0u64, 0u64);
+        for b in model.blocks().iter().filter(|b| b.early_switch == early) {
+            sum += b.erase_count as u64;
+            n += 1;
+        }
+        sum as f64 / n.max(1) as f64
+    };
     Ok(Lifetime {
+        early_erase_mean: erase_mean(true),
+        normal_erase_mean: erase_mean(false),
         config: cfg.clone(),
         workload: name,
         early_switch_blocks: early,
