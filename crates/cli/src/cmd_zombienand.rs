@@ -1,5 +1,6 @@
 //! `ecstack sim zombienand`: one ZombieNAND lifetime to death (progress, `--json`, checkpoint/resume).
-//! `ecstack experiment zombienand`: the §4.4.3 synthetic grid (parallel, `--shard i/N`, `--merge`).
+//! `ecstack experiment zombienand`: the §4.4.3 synthetic grid (parallel, `--shard i/N`, `--merge`),
+//! or with `--trace-driven` the §4.4.4 trace-driven runs.
 //! Argument parsing only: the work is in `ecstack_lab::zombienand` and `ecstack_device::sim`.
 
 use std::io::IsTerminal;
@@ -12,6 +13,7 @@ use ecstack_lab::zombienand::grid::{self, GridConfig};
 use ecstack_lab::zombienand::life::{
     mode_label, run_lifetime, Checkpoint, Drive, LifeConfig, Scheme, Workload, LIFE_THRESHOLD,
 };
+use ecstack_lab::zombienand::trace::{self as ztrace, TraceRunConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Args)]
@@ -198,6 +200,17 @@ pub struct ExpZombieArgs {
     read_shares: Option<Vec<f64>>,
     #[arg(long)]
     seed: Option<u64>,
+    /// Trace-driven runs (§4.4.4) instead of the synthetic grid: the 1 GiB drive, reserves
+    /// 10/20/30%, TLC and MLC, the ten MSR presets (or --traces); with --quick the tiny drive
+    #[arg(long)]
+    trace_driven: bool,
+    /// Traces for --trace-driven: preset names (`ecstack trace presets`) or trace files (any format
+    /// `ecstack trace` parses: UMass/SPC, SNIA/MSR, blkparse, ...)
+    #[arg(long, value_delimiter = ',')]
+    traces: Option<Vec<String>>,
+    /// Scale of the presets for --trace-driven (1.0 = published size)
+    #[arg(long)]
+    scale: Option<f64>,
     /// Output directory (report.json, grid.md, grid.csv, heat maps)
     #[arg(long, default_value = "zombienand-out")]
     out: PathBuf,
@@ -205,7 +218,71 @@ pub struct ExpZombieArgs {
     json: bool,
 }
 
+fn run_trace_driven(a: &ExpZombieArgs) -> Result<()> {
+    let mut cfg = if a.quick {
+        TraceRunConfig::quick()
+    } else {
+        TraceRunConfig::full()
+    };
+    if let Some(m) = &a.modes {
+        cfg.modes = m.iter().map(|s| parse_mode(s)).collect::<Result<_>>()?;
+    }
+    if let Some(v) = &a.reserves {
+        cfg.reserves = v.clone();
+    }
+    if let Some(t) = &a.traces {
+        let presets = ecstack_trace::preset_names();
+        cfg.traces = t
+            .iter()
+            .map(|s| {
+                if presets.iter().any(|p| p == s) {
+                    format!("preset:{s}")
+                } else {
+                    s.clone()
+                }
+            })
+            .collect();
+    }
+    if let Some(s) = a.scale {
+        cfg.scale = s;
+    }
+    if let Some(s) = a.seed {
+        cfg.seed = s;
+    }
+    if a.shard.is_some()
+        || !a.merge.is_empty()
+        || a.working_sets.is_some()
+        || a.read_shares.is_some()
+    {
+        bail!("--shard, --merge, --working-sets and --read-shares are for the synthetic grid, not --trace-driven");
+    }
+    let jobs = a.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let total = cfg.traces.len() * cfg.modes.len() * cfg.reserves.len();
+    let pb = if std::io::stderr().is_terminal() {
+        ProgressBar::new(total as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    let r = ztrace::run_traces(&cfg, jobs, &|_| pb.inc(1))?;
+    pb.finish_and_clear();
+    ztrace::write_outputs(&r, &a.out)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", ztrace::markdown(&r));
+        eprintln!("wrote {}", a.out.join("report.json").display());
+    }
+    Ok(())
+}
+
 pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
+    if a.trace_driven || a.traces.is_some() {
+        return run_trace_driven(&a);
+    }
     let report = if !a.merge.is_empty() {
         let parts = a
             .merge

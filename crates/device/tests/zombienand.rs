@@ -558,11 +558,23 @@ fn death_message_reports_the_final_counters() {
             continue;
         }
         let num = |after: &str| -> u64 {
-            let i = why.find(after).unwrap_or_else(|| panic!("{after} in {why}"));
-            why[..i].split_whitespace().last().unwrap().trim_start_matches('(').parse().unwrap()
+            let i = why
+                .find(after)
+                .unwrap_or_else(|| panic!("{after} in {why}"));
+            why[..i]
+                .split_whitespace()
+                .last()
+                .unwrap()
+                .trim_start_matches('(')
+                .parse()
+                .unwrap()
         };
         assert_eq!(num(" pages leaves"), s.capacity_pages, "{why}");
-        assert_eq!(num(" spare pages"), s.capacity_pages - s.logical_pages, "{why}");
+        assert_eq!(
+            num(" spare pages"),
+            s.capacity_pages - s.logical_pages,
+            "{why}"
+        );
         assert_eq!(num(" mode switches"), s.mode_switches, "{why}");
         assert_eq!(num(" blocks retired"), s.retired_blocks, "{why}");
         assert_eq!(num(" erases"), s.erases, "{why}");

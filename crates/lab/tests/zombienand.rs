@@ -177,3 +177,107 @@ fn every_drive_runs_with_its_default_reserve() {
     assert!(z.stats.mode_switches > 0);
     assert!(z.host_bytes_written > b.host_bytes_written);
 }
+
+fn rec(op: ecstack_trace::Op, offset: u64, len: u64) -> ecstack_lab::Result<ecstack_trace::Record> {
+    Ok(ecstack_trace::Record {
+        time_ns: 0,
+        volume: 0,
+        file: 0,
+        op,
+        offset,
+        len,
+    })
+}
+
+#[test]
+fn trace_remap_keeps_the_first_distinct_pages_and_sequential_runs() {
+    use ecstack_lab::zombienand::life::Access;
+    use ecstack_lab::zombienand::trace::remap;
+    use ecstack_trace::Op::{Discard, Read, Write};
+    let k = 4096;
+    let records = vec![
+        rec(Write, 100 * k, 3 * k), // pages 100..103 -> 0, 1, 2
+        rec(Discard, 0, 64 * k),    // dropped
+        rec(Read, 101 * k, 1),      // page 101 -> 1
+        rec(Write, 7 * k + 5, k),   // pages 7, 8 -> 3, 4
+        rec(Write, 99 * k, 3 * k),  // pages 99, 100, 101 -> 5, 0, 1: two runs
+        rec(Write, 500 * k, 2 * k), // two new pages: 6 + 2 > limit 7, cut here
+        rec(Write, 100 * k, k),     // never reached
+    ];
+    let t = remap("t", records.into_iter(), &ecstack_trace::Names::new, 7).unwrap();
+    let a = |write, lpn, pages| Access { write, lpn, pages };
+    assert_eq!(
+        *t.accesses,
+        vec![
+            a(true, 0, 3),
+            a(false, 1, 1),
+            a(true, 3, 2),
+            a(true, 5, 1),
+            a(true, 0, 2)
+        ]
+    );
+    assert!(t.cut);
+    assert_eq!(t.records, 4);
+    assert_eq!(t.distinct_pages, 6);
+    assert_eq!((t.read_pages, t.write_pages), (1, 8));
+    // 8 page writes over 6 distinct written pages.
+    assert!((t.write_reuse - 8.0 / 6.0).abs() < 1e-12);
+    // The reuse CDF of the part used: from (0, 0) to (1, 1), non-decreasing.
+    let cdf = &t.reuse_cdf;
+    assert_eq!(cdf.first(), Some(&[0.0, 0.0]));
+    assert_eq!(cdf.last(), Some(&[1.0, 1.0]));
+    assert!(cdf.windows(2).all(|w| w[1][1] >= w[0][1]));
+}
+
+#[test]
+fn quick_trace_driven_runs_to_death_with_outputs() {
+    use ecstack_lab::zombienand::trace::{self, TraceRunConfig};
+    let cfg = TraceRunConfig::quick();
+    let r = trace::run_traces(&cfg, 2, &|_| {}).unwrap();
+    assert_eq!(r.traces.len(), 2);
+    assert_eq!(r.results.len(), 2 * 2);
+    let (_, per, ppb) = Drive::Tiny.geometry();
+    for t in &r.traces {
+        assert!(t.distinct_pages <= (per * ppb / 2) as u64, "{t:?}");
+        assert!(t.write_pages > 0 && !t.reuse_cdf.is_empty());
+    }
+    for x in &r.results {
+        assert!(x.baseline.death.contains("worn out") && x.zombie.death.contains("worn out"));
+        assert_eq!(x.baseline.stats.mode_switches, 0);
+        assert!(x.zombie.stats.mode_switches > 0, "{}", x.trace);
+        // The loop really ran the trace many times over.
+        assert!(
+            x.baseline.ops
+                > 10 * r
+                    .traces
+                    .iter()
+                    .find(|t| t.name == x.trace)
+                    .unwrap()
+                    .accesses
+                    .len() as u64
+        );
+        assert!(
+            x.lifetime_ratio >= 0.95,
+            "{} {}: {}",
+            x.trace,
+            x.reserve,
+            x.lifetime_ratio
+        );
+        assert!(!trace::latency_over_life(x).is_empty());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    trace::write_outputs(&r, dir.path()).unwrap();
+    for f in [
+        "report.json",
+        "traces.md",
+        "traces.csv",
+        "reuse-cdf.svg",
+        "lifetime-tlc.svg",
+        "latency-tlc-reserve20.svg",
+        "latency-tlc-reserve30.svg",
+    ] {
+        let b = std::fs::read(dir.path().join(f)).unwrap();
+        assert!(b.len() > 100, "{f}");
+    }
+    eprintln!("{}", trace::markdown(&r));
+}

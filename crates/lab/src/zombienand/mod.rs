@@ -5,6 +5,8 @@
 //! * [`life`]: one lifetime with progress and checkpoint/resume (`ecstack sim zombienand`).
 //! * [`grid`]: the §4.4.3 synthetic grid, sharded and merged, with SVG heat maps
 //!   (`ecstack experiment zombienand`).
+//! * [`trace`]: the §4.4.4 trace-driven runs (`ecstack experiment zombienand --trace-driven`).
 
 pub mod grid;
 pub mod life;
+pub mod trace;
