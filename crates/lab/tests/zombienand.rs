@@ -281,3 +281,32 @@ fn quick_trace_driven_runs_to_death_with_outputs() {
     }
     eprintln!("{}", trace::markdown(&r));
 }
+
+/// Regression: the full grid listed a 5% reserve the synthetic drive refuses, and the error came
+/// only after every other point had run. Every point of the full grid is valid now, and a bad one
+/// is refused before anything runs.
+#[test]
+fn full_grid_points_fit_the_drive_and_bad_points_fail_first() {
+    let full = GridConfig::full();
+    for p in full.points() {
+        for scheme in [Scheme::Baseline, Scheme::Zombie] {
+            LifeConfig {
+                drive: full.drive,
+                mode: p.mode,
+                reserve: p.reserve,
+                scheme,
+                physics: full.physics,
+                life_threshold: LIFE_THRESHOLD,
+                seed: 1,
+            }
+            .model()
+            .unwrap_or_else(|e| panic!("{p:?}: {e}"));
+        }
+    }
+    let bad = GridConfig {
+        reserves: vec![0.3, 0.05],
+        ..GridConfig::full()
+    };
+    let e = grid::run_grid(&bad, (0, 1), 1, &|_| panic!("a point ran")).unwrap_err();
+    assert!(e.to_string().contains("over-provisioning"), "{e}");
+}

@@ -261,6 +261,23 @@ pub fn run_traces(
             msg: format!("{} is not a fraction in (0, 1)", cfg.distinct_fraction),
         });
     }
+    // Refuse a drive/reserve the model cannot take before anything runs.
+    for &mode in &cfg.modes {
+        for &reserve in &cfg.reserves {
+            for scheme in [Scheme::Baseline, Scheme::Zombie] {
+                LifeConfig {
+                    drive: cfg.drive,
+                    mode,
+                    reserve,
+                    scheme,
+                    physics: cfg.physics,
+                    life_threshold: LIFE_THRESHOLD,
+                    seed: cfg.seed,
+                }
+                .model()?;
+            }
+        }
+    }
     let traces = cfg
         .traces
         .iter()
