@@ -100,7 +100,8 @@ impl DiskModel {
         }
     }
 
-    /// A disk whose every foreground request of `chunk_bytes` takes exactly `secs`.
+    /// A disk whose every foreground request of `chunk_bytes` takes exactly `secs` (a shorter one
+    /// in proportion to its bytes).
     pub fn fixed(chunk_sectors_index: usize, secs: f64) -> DiskModel {
         DiskModel {
             layout: Layout {
@@ -120,11 +121,12 @@ impl DiskModel {
     /// was moved by a background request since the last foreground one.
     pub fn chunk_time(&self, bytes: u64, repositioned: bool, rng: &mut Rng) -> f64 {
         if let Some(t) = self.fixed_chunk_time {
-            return t;
+            return t * bytes as f64 / self.chunk_bytes() as f64;
         }
-        let frac = bytes as f64 / self.chunk_bytes() as f64;
-        let mut t = bytes as f64 / MEDIA_RATE
-            + self.layout.overhead_mean() * (0.5 + rng.next_f64()) * frac.clamp(0.0, 1.0);
+        // The overhead is per request, whatever its size: a short request (the tail of a block that
+        // is not a multiple of the blocking factor, or a piece RRAID-A split off) pays all of it.
+        let mut t =
+            bytes as f64 / MEDIA_RATE + self.layout.overhead_mean() * (0.5 + rng.next_f64());
         if repositioned && self.layout.sequential {
             t += BG_POSITIONING * (0.5 + rng.next_f64());
         }

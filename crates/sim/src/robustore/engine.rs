@@ -37,6 +37,21 @@ pub struct Job {
 pub enum CancelWhat {
     All,
     Ids(Vec<u32>),
+    /// Keep only the first `keep` bytes of each named job (0: remove it, as [`CancelWhat::Ids`]).
+    /// A job already handed to the disk beyond `keep` ends with the request in service and is
+    /// delivered (it holds at least its first `keep` bytes); RRAID-A's halving of a disk's unread data.
+    Shrink(Vec<(u32, u64)>),
+}
+
+impl CancelWhat {
+    /// The bytes of job `id` to keep: `None` when the cancel does not name it.
+    fn keep(&self, id: u32) -> Option<u64> {
+        match self {
+            CancelWhat::All => Some(0),
+            CancelWhat::Ids(ids) => ids.contains(&id).then_some(0),
+            CancelWhat::Shrink(list) => list.iter().find(|x| x.0 == id).map(|x| x.1),
+        }
+    }
 }
 
 /// A disk of the access: which of the world's disks, its filer, its model, its background stream.
@@ -299,39 +314,70 @@ impl<'a> Engine<'a> {
 
     fn do_cancel(&mut self, disk: usize, what: &CancelWhat) {
         let chunk = self.disks[disk].setup.model.chunk_bytes();
+        let now = self.now;
         let d = &mut self.disks[disk];
-        let hit = |j: &Job| match what {
-            CancelWhat::All => true,
-            CancelWhat::Ids(ids) => ids.contains(&j.id),
-        };
         let mut removed_chunks = 0;
         let mut removed_jobs = 0;
-        // The front job may be partly handed to the disk: drop the rest of it.
-        if d.front_issued > 0 && d.queue.front().is_some_and(&hit) {
-            let job = d.queue.pop_front().expect("front exists");
-            removed_chunks += Engine::chunks(job.bytes - d.front_issued, chunk);
-            d.front_issued = 0;
-            match &mut d.serving {
-                Serving::Fg { id, last, cut, .. } if *id == job.id => {
-                    *last = true;
-                    *cut = true;
+        let mut deliver_now = None;
+        // The front job may be partly handed to the disk.
+        let front = d.queue.front().map(|j| (j.id, j.bytes));
+        if let (true, Some((fid, fbytes))) = (d.front_issued > 0, front) {
+            if let Some(keep) = what.keep(fid) {
+                if keep > d.front_issued {
+                    // Still unissued bytes to keep: the job stays, shorter.
+                    let keep = keep.min(fbytes);
+                    removed_chunks += Engine::chunks(fbytes - d.front_issued, chunk)
+                        - Engine::chunks(keep - d.front_issued, chunk);
+                    d.queue.front_mut().expect("front exists").bytes = keep;
+                } else {
+                    // Everything to keep is issued: drop the rest.
+                    d.queue.pop_front();
+                    removed_chunks += Engine::chunks(fbytes - d.front_issued, chunk);
+                    d.front_issued = 0;
+                    match &mut d.serving {
+                        Serving::Fg { id, last, cut, .. } if *id == fid => {
+                            *last = true;
+                            // Delivered when the request in service ends, unless nothing is kept.
+                            *cut = keep == 0;
+                        }
+                        _ if keep > 0 => {
+                            // Its kept bytes were all read before: they leave the filer now.
+                            removed_jobs += 1;
+                            deliver_now = Some(fid);
+                        }
+                        _ => removed_jobs += 1,
+                    }
                 }
-                _ => removed_jobs += 1,
             }
         }
-        let before = d.queue.len();
-        let mut kept = VecDeque::with_capacity(before);
-        for j in d.queue.drain(..) {
-            if hit(&j) {
-                removed_chunks += Engine::chunks(j.bytes, chunk);
-                removed_jobs += 1;
-            } else {
+        let skip_front = d.front_issued > 0;
+        let mut kept = VecDeque::with_capacity(d.queue.len());
+        for (i, mut j) in d.queue.drain(..).enumerate() {
+            if i == 0 && skip_front {
                 kept.push_back(j);
+                continue;
+            }
+            match what.keep(j.id) {
+                Some(0) => {
+                    removed_chunks += Engine::chunks(j.bytes, chunk);
+                    removed_jobs += 1;
+                }
+                Some(keep) if keep < j.bytes => {
+                    removed_chunks += Engine::chunks(j.bytes, chunk) - Engine::chunks(keep, chunk);
+                    j.bytes = keep;
+                    kept.push_back(j);
+                }
+                _ => kept.push_back(j),
             }
         }
         d.queue = kept;
+        let filer = d.setup.filer;
         self.live_jobs -= removed_jobs;
         self.stats[disk].chunks_removed += removed_chunks;
+        if let Some(id) = deliver_now {
+            let t = self.link_free[filer].max(now) + self.rtt / 2.0;
+            self.push(t, Kind::Deliver { disk, id });
+        }
     }
 
     fn try_start(&mut self, disk: usize) {
@@ -531,5 +577,73 @@ mod tests {
         assert_eq!(eng.run(&mut c), Some(3.0));
         assert_eq!(c.0, vec![0, 1, 3]);
         assert_eq!(eng.stats[0].chunks_removed, 1);
+    }
+
+    /// Records deliveries; at the first one, shrinks job 1 to its first chunk (already in service).
+    struct ShrinkAtFirst(Vec<(u32, f64)>);
+    impl Client for ShrinkAtFirst {
+        fn deliver(&mut self, eng: &mut Engine, disk: usize, id: u32) {
+            self.0.push((id, eng.now));
+            if self.0.len() == 1 {
+                eng.cancel(disk, CancelWhat::Shrink(vec![(1, 4096)]));
+            }
+            if id == 1 {
+                eng.finish(eng.now);
+            }
+        }
+    }
+
+    #[test]
+    fn shrink_keeps_the_first_bytes_of_queued_and_in_service_jobs() {
+        // Queued: job 0 (4 chunks) shrunk to 2 chunks, job 1 (4 chunks) to 1, job 2 removed.
+        let mut eng = one_disk_reader(0.0);
+        let jobs: Vec<Job> = (0..3)
+            .map(|i| Job {
+                id: i,
+                bytes: 4 * 4096,
+                addr: i as u64 * 4 * 4096,
+            })
+            .collect();
+        eng.request(0, jobs);
+        eng.cancel(0, CancelWhat::Shrink(vec![(0, 2 * 4096), (1, 4096), (2, 0)]));
+        struct All(Vec<(u32, f64)>);
+        impl Client for All {
+            fn deliver(&mut self, eng: &mut Engine, _: usize, id: u32) {
+                self.0.push((id, eng.now));
+                if id == 1 {
+                    eng.finish(eng.now);
+                }
+            }
+        }
+        let mut c = All(vec![]);
+        assert_eq!(eng.run(&mut c), Some(3.0));
+        assert_eq!(c.0, vec![(0, 2.0), (1, 3.0)]);
+        assert_eq!(eng.stats[0].chunks_done, 3);
+        assert_eq!(eng.stats[0].chunks_removed, 2 + 3 + 4);
+
+        // In service: job 0 (one chunk) arrives at 1.0, when job 1's first chunk has started; the
+        // shrink to that chunk ends job 1 with it (delivered at 2.0, not cut), its 3 other chunks
+        // removed.
+        let mut eng = one_disk_reader(0.0);
+        eng.request(
+            0,
+            vec![
+                Job {
+                    id: 0,
+                    bytes: 4096,
+                    addr: 0,
+                },
+                Job {
+                    id: 1,
+                    bytes: 4 * 4096,
+                    addr: 4096,
+                },
+            ],
+        );
+        let mut c = ShrinkAtFirst(vec![]);
+        assert_eq!(eng.run(&mut c), Some(2.0));
+        assert_eq!(c.0, vec![(0, 1.0), (1, 2.0)]);
+        assert_eq!(eng.stats[0].chunks_removed, 3);
+        assert_eq!(eng.disk_bytes, 2 * 4096);
     }
 }

@@ -7,8 +7,9 @@
 //! * **RRAID-S**: replica r of block i on disk (i + r) mod H ([`rraid_layout`]); every disk is asked for
 //!   everything it holds, in stored order; done when one copy of every block arrived; the rest cancelled.
 //! * **RRAID-A**: same layout; first every disk is asked for its replica-0 blocks; whenever a disk A has
-//!   delivered all it was asked for, the client picks the disk B with the most undelivered blocks that A
-//!   also holds, moves the second half of those to A (a request to A, a cancel to B: one RTT per round).
+//!   delivered all it was asked for, the client picks the disk B with the most unreceived bytes that A
+//!   also holds, moves the second half of those bytes (to the sector; blocks are split, §6.3.1's
+//!   "fractions of data blocks") to A: a request to A, a shrinking cancel to B, one RTT per round.
 //! * **RobuSTore**: K = size / block source blocks, (1 + D)·K LT-coded blocks spread evenly (or as a
 //!   speculative write left them); every disk is asked for everything; the client feeds arrivals to the
 //!   codes layer's LT decoder (graph only, 1-byte blocks: the real peeling decision) and cancels the rest
@@ -477,7 +478,21 @@ impl Client for Speculative {
     }
 }
 
-/// RRAID-A's adaptive reader.
+/// A byte range of one block that one disk was asked for (RRAID-A).
+#[derive(Clone, Debug)]
+struct Piece {
+    block: u32,
+    lo: u64,
+    /// The end the client still expects from this disk (`lo` once it was moved away whole).
+    hi: u64,
+}
+
+/// RRAID-A's adaptive reader (§6.2.1). Plain blocks can be used in fractions (§6.3.1: "an access can
+/// use fractions of data blocks and ignore block boundaries"), so "divides B's unreceived data into two
+/// halves" halves bytes, to the sector: a disk's last block is split like any other data, and the disk
+/// that loses the second half keeps reading the first and asks for more when it is done. (A first
+/// version moved whole blocks: a disk whose one unread block moved away was cut off mid-block and,
+/// never delivering again, never asked for more work — a slow neighbourhood then lost its helpers.)
 struct Adaptive {
     h: usize,
     replicas: usize,
@@ -485,17 +500,109 @@ struct Adaptive {
     base: u64,
     /// pos[disk][block] = position of the block on the disk (u32::MAX if absent).
     pos: Vec<Vec<u32>>,
-    got: Vec<bool>,
-    missing: usize,
-    unreceived: Vec<Vec<u32>>,
+    /// Every piece ever requested; a job's id is its index here.
+    pieces: Vec<Piece>,
+    /// Per disk, the pieces it was asked for and has not delivered, in its queue order.
+    pending: Vec<Vec<u32>>,
+    /// Bytes of the object not yet received.
+    missing: u64,
     done: bool,
-    /// (disk asked, blocks moved to it, disk they were taken from), in order.
-    rounds: Vec<(usize, Vec<u32>, usize)>,
+    rounds: Vec<Round>,
 }
 
 impl Adaptive {
     fn holds(&self, disk: usize, block: u32) -> bool {
         (disk + self.h - block as usize % self.h) % self.h < self.replicas
+    }
+
+    fn len(&self, p: u32) -> u64 {
+        let p = &self.pieces[p as usize];
+        p.hi - p.lo
+    }
+
+    /// Unreceived bytes of disk `b` that disk `a` also holds.
+    fn held_bytes(&self, a: usize, b: usize) -> u64 {
+        self.pending[b]
+            .iter()
+            .filter(|&&p| self.holds(a, self.pieces[p as usize].block))
+            .map(|&p| self.len(p))
+            .sum()
+    }
+
+    /// Ask disk `a` for a new piece; returns its job.
+    fn new_piece(&mut self, a: usize, block: u32, lo: u64, hi: u64) -> Job {
+        let id = self.pieces.len() as u32;
+        self.pieces.push(Piece { block, lo, hi });
+        self.pending[a].push(id);
+        Job {
+            id,
+            bytes: hi - lo,
+            addr: self.base + self.pos[a][block as usize] as u64 * self.block + lo,
+        }
+    }
+
+    /// Disk `a` is idle: take the second half (by bytes, to the sector) of the largest unreceived
+    /// data that `a` also holds, from the disk B that has it; a request to `a`, a cancel to B. Less
+    /// than two sectors cannot be halved and moves whole; B, left with nothing, is idle in turn and
+    /// takes from another disk (never back from `a`; each disk at most once per call).
+    fn steal(&mut self, eng: &mut Engine, a: usize) {
+        let mut work = vec![(a, usize::MAX)];
+        let mut stole = vec![false; self.h];
+        while let Some((a, exclude)) = work.pop() {
+            if std::mem::replace(&mut stole[a], true) {
+                continue;
+            }
+            if let Some(b) = self.steal_once(eng, a, exclude) {
+                if self.pending[b].is_empty() {
+                    work.push((b, a));
+                }
+            }
+        }
+    }
+
+    /// One round for idle disk `a`; returns the disk B it took from.
+    fn steal_once(&mut self, eng: &mut Engine, a: usize, exclude: usize) -> Option<usize> {
+        let mut best: Option<(usize, u64)> = None;
+        for b in (0..self.h).filter(|&b| b != a && b != exclude) {
+            let n = self.held_bytes(a, b);
+            if n > 0 && best.is_none_or(|(_, m)| n > m) {
+                best = Some((b, n));
+            }
+        }
+        let (b, total) = best?;
+        let mut rem = if total < 2 * disk::SECTOR {
+            total
+        } else {
+            total / 2 / disk::SECTOR * disk::SECTOR
+        };
+        let mut moved = Vec::new(); // (block, lo, hi), last first
+        let mut cancel = Vec::new();
+        for i in (0..self.pending[b].len()).rev() {
+            if rem == 0 {
+                break;
+            }
+            let p = self.pending[b][i];
+            let Piece { block, lo, hi } = self.pieces[p as usize].clone();
+            if !self.holds(a, block) {
+                continue;
+            }
+            let cut = if hi - lo <= rem { lo } else { hi - rem };
+            rem -= hi - cut;
+            self.pieces[p as usize].hi = cut;
+            cancel.push((p, cut - lo));
+            moved.push((block, cut, hi));
+        }
+        let pieces = &self.pieces;
+        self.pending[b].retain(|&p| pieces[p as usize].hi > pieces[p as usize].lo);
+        moved.reverse();
+        let jobs: Vec<Job> = moved
+            .iter()
+            .map(|&(block, lo, hi)| self.new_piece(a, block, lo, hi))
+            .collect();
+        eng.request(a, jobs);
+        eng.cancel(b, CancelWhat::Shrink(cancel));
+        self.rounds.push((a, moved, b));
+        Some(b)
     }
 }
 
@@ -504,12 +611,10 @@ impl Client for Adaptive {
         if self.done {
             return;
         }
-        if !self.got[id as usize] {
-            self.got[id as usize] = true;
-            self.missing -= 1;
-        }
-        if let Some(p) = self.unreceived[a].iter().position(|&b| b == id) {
-            self.unreceived[a].remove(p);
+        // A piece moved away (whole or in part) counts for what the client still expected of it.
+        if let Some(i) = self.pending[a].iter().position(|&p| p == id) {
+            self.pending[a].remove(i);
+            self.missing -= self.len(id);
         }
         if self.missing == 0 {
             self.done = true;
@@ -519,43 +624,9 @@ impl Client for Adaptive {
             }
             return;
         }
-        if !self.unreceived[a].is_empty() {
-            return;
+        if self.pending[a].is_empty() {
+            self.steal(eng, a);
         }
-        // A is idle: take the second half of the largest set of undelivered blocks A also holds.
-        let mut best: Option<(usize, usize)> = None;
-        for b in 0..self.h {
-            if b == a {
-                continue;
-            }
-            let n = self.unreceived[b]
-                .iter()
-                .filter(|&&x| !self.got[x as usize] && self.holds(a, x))
-                .count();
-            if n > 0 && best.is_none_or(|(_, m)| n > m) {
-                best = Some((b, n));
-            }
-        }
-        let Some((b, _)) = best else { return };
-        let held: Vec<u32> = self.unreceived[b]
-            .iter()
-            .copied()
-            .filter(|&x| !self.got[x as usize] && self.holds(a, x))
-            .collect();
-        let moved: Vec<u32> = held[held.len() / 2..].to_vec();
-        self.unreceived[b].retain(|x| !moved.contains(x));
-        self.unreceived[a].extend_from_slice(&moved);
-        let jobs = moved
-            .iter()
-            .map(|&x| Job {
-                id: x,
-                bytes: self.block,
-                addr: self.base + self.pos[a][x as usize] as u64 * self.block,
-            })
-            .collect();
-        eng.request(a, jobs);
-        eng.cancel(b, CancelWhat::Ids(moved.clone()));
-        self.rounds.push((a, moved, b));
     }
 }
 
@@ -645,8 +716,9 @@ pub fn lt_overhead_measured(
     Ok(out)
 }
 
-/// One adaptive round of RRAID-A: (disk asked, blocks moved to it, disk they were taken from).
-pub type Round = (usize, Vec<u32>, usize);
+/// One adaptive round of RRAID-A: (disk asked, byte ranges (block, lo, hi) moved to it, disk they
+/// were taken from).
+pub type Round = (usize, Vec<(u32, u64, u64)>, usize);
 
 #[allow(clippy::too_many_arguments)]
 fn run_read(
@@ -724,25 +796,27 @@ fn run_read(
                     pos[d][b as usize] = p as u32;
                 }
             }
-            let mut unreceived = vec![Vec::new(); h];
-            for (d, list) in layout.iter().enumerate() {
-                // Replica 0 comes first on every disk: its blocks are those with i mod H == d.
-                let first = list.iter().take_while(|&&b| b as usize % h == d).count();
-                unreceived[d] = list[..first].to_vec();
-                eng.request_at(t0, d, jobs_for(list, 0..first, obj.base, block));
-            }
             let mut c = Adaptive {
                 h,
                 replicas: cfg.replicas(),
                 block,
                 base: obj.base,
                 pos,
-                got: vec![false; k],
-                missing: k,
-                unreceived,
+                pieces: Vec::new(),
+                pending: vec![Vec::new(); h],
+                missing: k as u64 * block,
                 done: false,
                 rounds: Vec::new(),
             };
+            for (d, list) in layout.iter().enumerate() {
+                // Replica 0 comes first on every disk: its blocks are those with i mod H == d.
+                let jobs: Vec<Job> = list
+                    .iter()
+                    .take_while(|&&b| b as usize % h == d)
+                    .map(|&b| c.new_piece(d, b, 0, block))
+                    .collect();
+                eng.request_at(t0, d, jobs);
+            }
             let f = eng.run(&mut c);
             (f, None, c.rounds)
         }

@@ -133,16 +133,66 @@ fn hand_read(scheme: Scheme) -> (AccessResult, Vec<Round>) {
 
 #[test]
 fn rraid_a_rounds_on_the_hand_worked_8_block_4_disk_example() {
-    // Disks take 1.0, 1.1, 1.2 and 10 s per block; RTT 0.1 s. Disk 0 delivers blocks 0 and 4 by 2.10;
-    // of the slow disk 3's undelivered {3, 7} it holds both (replica 1), the others none: 7 moves to
-    // disk 0 (request at 2.15, delivered 3.20; cancelled from disk 3's queue). Disks 1 and 2 then go
-    // idle with nothing they hold outstanding. At 3.20 disk 0 takes the last undelivered block, 3 (in
-    // service on disk 3 since 0.05): delivered at 4.30, the read is done. Disk 3 finishes block 3 anyway.
+    // Disks take 1.0, 1.1, 1.2 and 10 s per 4 KiB block (a shorter piece in proportion); RTT 0.1 s.
+    // Disk 0 delivers blocks 0 and 4 by 2.10; of the slow disk 3's unreceived {3, 7} (8 KiB) it holds
+    // both (replica 1), the others none: the second half, block 7, moves to disk 0 (request at 2.15,
+    // delivered 3.20; cancelled from disk 3's queue). Disks 1 and 2 then go idle with nothing they hold
+    // outstanding. From 3.20 disk 0 halves what disk 3 still owes of block 3 (in service there since
+    // 0.05), one round trip per round: bytes 2048.. (0.5 s, delivered 3.80), 1024.. (0.25 s, 4.15),
+    // 512.. (0.125 s, 4.375), and the last sector, which cannot be halved, whole (0.125 s, 4.60): the
+    // read is done. Disk 3 finishes its in-service block anyway.
     let (r, rounds) = hand_read(Scheme::RraidA);
-    assert_eq!(rounds, vec![(0, vec![7], 3), (0, vec![3], 3)]);
-    assert!((r.latency - 4.30).abs() < 1e-9, "{}", r.latency);
-    assert_eq!(r.requests, 8 + 2);
-    assert_eq!(r.net_bytes, 9 * 4096, "one block (3) read twice");
+    assert_eq!(
+        rounds,
+        vec![
+            (0, vec![(7, 0, 4096)], 3),
+            (0, vec![(3, 2048, 4096)], 3),
+            (0, vec![(3, 1024, 2048)], 3),
+            (0, vec![(3, 512, 1024)], 3),
+            (0, vec![(3, 0, 512)], 3),
+        ]
+    );
+    assert!((r.latency - 4.60).abs() < 1e-9, "{}", r.latency);
+    assert_eq!(r.requests, 8 + 5);
+    assert_eq!(
+        r.net_bytes,
+        9 * 4096,
+        "block 3 twice: whole from disk 3, in four pieces from disk 0"
+    );
+}
+
+#[test]
+fn rraid_a_halving_leaves_the_robbed_disk_working() {
+    // The regression of a whole-block version. Disks take 1.0, 1.0, 20 and 1.5 s per block. At 2.10
+    // disk 0 is idle while disk 3 reads its last block, 7 (in service 1.55..3.05). Moving block 7
+    // whole cut disk 3 off mid-block; never delivering again, disk 3 never asked for more, and the
+    // slow disk 2's blocks 2 and 6, held only by disks 2 and 3, took until 40.10. Halving bytes leaves
+    // disk 3 the first half of block 7: it delivers at 3.10, is idle, and takes block 6 (the second
+    // half of disk 2's unreceived data), then halves what disk 2 owes of block 2.
+    let cfg = tiny(Scheme::RraidA);
+    let obj = Object {
+        disks: vec![0, 1, 2, 3],
+        base: 0,
+        graph_seed: 1,
+    };
+    let mut st = PointState {
+        caches: None,
+        raptor_needed: vec![],
+    };
+    let layout = rraid_layout(8, 4, 2);
+    let setups = fixed_setups(&[1.0, 1.0, 20.0, 1.5]);
+    let (r, rounds) = run_read(&cfg, &obj, &layout, 8, &mut st, &mut Rng::new(1), setups).unwrap();
+    assert_eq!(rounds[0], (0, vec![(7, 2048, 4096)], 3), "{rounds:?}");
+    assert!(
+        rounds.contains(&(3, vec![(6, 0, 4096)], 2)),
+        "disk 3 helps disk 2 after its first batch: {rounds:?}"
+    );
+    for (_, moved, _) in &rounds {
+        for &(b, lo, hi) in moved {
+            assert!(b < 8 && lo < hi && hi <= 4096, "{moved:?}");
+        }
+    }
+    assert!(r.latency < 7.0, "the slow disk 2 is hidden: {}", r.latency);
 }
 
 #[test]
@@ -255,4 +305,55 @@ fn bad_settings_are_one_clear_error() {
     .validate()
     .unwrap_err();
     assert!(e.to_string().contains("D > 0"), "{e}");
+}
+
+#[test]
+fn raptorq_overhead_used_matches_the_codes_layers_measurement() {
+    // RobuSTore with `--code raptorq`: every read stops when the number of symbols the codes layer's
+    // RaptorQ needed (sampled from real decodes for this K and N) has arrived. An independent
+    // measurement with the codes layer (other orders, other seed) gives the same overhead.
+    let cfg = Config {
+        disks: 16,
+        data_bytes: 128 << 16,
+        block_bytes: 1 << 16,
+        redundancy: 3.0,
+        code: Rateless::RaptorQ,
+        accesses: 40,
+        seed: 11,
+        ..Config::baseline(Scheme::RobuStore)
+    };
+    let (p, all) = run_point(&cfg).unwrap();
+    let sim: Vec<f64> = all.iter().map(|r| r.reception_overhead.unwrap()).collect();
+    assert_eq!(sim.len(), 40, "every access took the RaptorQ path");
+    assert!(
+        sim.iter().all(|&x| x >= 0.0),
+        "no access decoded from fewer than K symbols: {sim:?}"
+    );
+    let measured: Vec<f64> = raptorq_needed(128, 512, 60, 1234)
+        .unwrap()
+        .into_iter()
+        .map(|n| n as f64 / 128.0 - 1.0)
+        .collect();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (ms, mm) = (mean(&sim), mean(&measured));
+    assert_eq!(p.reception_overhead, Some(ms));
+    // RaptorQ decodes from K symbols, or a very few more, almost always (RFC 6330: failure
+    // probability ~1e-2 at K, ~1e-4 at K + 1): both means within 2% of K, and within 1% of each other.
+    assert!(ms < 0.02 && mm < 0.02, "simulator {ms:.4}, codes layer {mm:.4}");
+    assert!((ms - mm).abs() < 0.01, "simulator {ms:.4} vs codes layer {mm:.4}");
+    // The LT code of the same K, N needs far more: the two paths are not mixed up.
+    let lt = run_point(&Config {
+        code: Rateless::Lt { c: 1.0, delta: 0.5 },
+        accesses: 10,
+        ..cfg.clone()
+    })
+    .unwrap()
+    .0;
+    assert!(
+        lt.reception_overhead.unwrap() > ms + 0.05,
+        "LT {:?} vs RaptorQ {ms}",
+        lt.reception_overhead
+    );
+    // RaptorQ's lower overhead shows in the bytes moved, too.
+    assert!(p.io_overhead < lt.io_overhead, "{} vs {}", p.io_overhead, lt.io_overhead);
 }
