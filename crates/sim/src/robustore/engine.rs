@@ -64,9 +64,11 @@ pub struct DiskSetup {
     pub bg_interval: Option<f64>,
 }
 
-/// The scheme's side: told of every block (read) or acknowledgement (write) reaching the client.
+/// The scheme's side: told of every block (read) or acknowledgement (write) reaching the client:
+/// which disk, which job, and how many of the job's first bytes it carries (all of them, or fewer
+/// when a shrinking cancel ended it early; never fewer than the cancel kept).
 pub trait Client {
-    fn deliver(&mut self, eng: &mut Engine, disk: usize, id: u32);
+    fn deliver(&mut self, eng: &mut Engine, disk: usize, id: u32, bytes: u64);
 }
 
 enum Kind {
@@ -74,7 +76,7 @@ enum Kind {
     Cancel { disk: usize, what: CancelWhat },
     DiskDone { disk: usize },
     BgArrive { disk: usize },
-    Deliver { disk: usize, id: u32 },
+    Deliver { disk: usize, id: u32, bytes: u64 },
 }
 
 struct Ev {
@@ -110,6 +112,8 @@ enum Serving {
         last: bool,
         cut: bool,
         cached: bool,
+        /// Bytes of the job handed to the disk up to and including this request.
+        job_bytes: u64,
     },
 }
 
@@ -299,9 +303,9 @@ impl<'a> Engine<'a> {
                     }
                     self.try_start(disk);
                 }
-                Kind::Deliver { disk, id } => {
+                Kind::Deliver { disk, id, bytes } => {
                     self.pending_fg -= 1;
-                    client.deliver(self, disk, id);
+                    client.deliver(self, disk, id, bytes);
                 }
             }
         }
@@ -333,7 +337,7 @@ impl<'a> Engine<'a> {
                     // Everything to keep is issued: drop the rest.
                     d.queue.pop_front();
                     removed_chunks += Engine::chunks(fbytes - d.front_issued, chunk);
-                    d.front_issued = 0;
+                    let issued = std::mem::take(&mut d.front_issued);
                     match &mut d.serving {
                         Serving::Fg { id, last, cut, .. } if *id == fid => {
                             *last = true;
@@ -343,7 +347,7 @@ impl<'a> Engine<'a> {
                         _ if keep > 0 => {
                             // Its kept bytes were all read before: they leave the filer now.
                             removed_jobs += 1;
-                            deliver_now = Some(fid);
+                            deliver_now = Some((fid, issued));
                         }
                         _ => removed_jobs += 1,
                     }
@@ -374,9 +378,9 @@ impl<'a> Engine<'a> {
         let filer = d.setup.filer;
         self.live_jobs -= removed_jobs;
         self.stats[disk].chunks_removed += removed_chunks;
-        if let Some(id) = deliver_now {
+        if let Some((id, bytes)) = deliver_now {
             let t = self.link_free[filer].max(now) + self.rtt / 2.0;
-            self.push(t, Kind::Deliver { disk, id });
+            self.push(t, Kind::Deliver { disk, id, bytes });
         }
     }
 
@@ -409,6 +413,7 @@ impl<'a> Engine<'a> {
         let addr = job.addr + d.front_issued;
         let id = job.id;
         d.front_issued += bytes;
+        let job_bytes = d.front_issued;
         let last = d.front_issued >= job.bytes;
         if last {
             d.queue.pop_front();
@@ -442,6 +447,7 @@ impl<'a> Engine<'a> {
             last,
             cut: false,
             cached,
+            job_bytes,
         };
         self.push(now + dur, Kind::DiskDone { disk });
     }
@@ -455,6 +461,7 @@ impl<'a> Engine<'a> {
             last,
             cut,
             cached,
+            job_bytes,
         } = serving
         {
             self.disks[disk].fg_since = now;
@@ -475,7 +482,14 @@ impl<'a> Engine<'a> {
             if last {
                 self.live_jobs -= 1;
                 if !cut {
-                    self.push(arrive, Kind::Deliver { disk, id });
+                    self.push(
+                        arrive,
+                        Kind::Deliver {
+                            disk,
+                            id,
+                            bytes: job_bytes,
+                        },
+                    );
                 }
             }
         }
@@ -492,7 +506,7 @@ mod tests {
         delivered: Vec<u32>,
     }
     impl Client for CancelAtFirst {
-        fn deliver(&mut self, eng: &mut Engine, disk: usize, id: u32) {
+        fn deliver(&mut self, eng: &mut Engine, disk: usize, id: u32, _bytes: u64) {
             self.delivered.push(id);
             if self.delivered.len() == 1 {
                 eng.cancel(disk, CancelWhat::All);
@@ -566,7 +580,7 @@ mod tests {
         eng.cancel(0, CancelWhat::Ids(vec![2]));
         struct All(Vec<u32>);
         impl Client for All {
-            fn deliver(&mut self, eng: &mut Engine, _: usize, id: u32) {
+            fn deliver(&mut self, eng: &mut Engine, _: usize, id: u32, _bytes: u64) {
                 self.0.push(id);
                 if self.0.len() == 3 {
                     eng.finish(eng.now);
@@ -579,11 +593,12 @@ mod tests {
         assert_eq!(eng.stats[0].chunks_removed, 1);
     }
 
-    /// Records deliveries; at the first one, shrinks job 1 to its first chunk (already in service).
-    struct ShrinkAtFirst(Vec<(u32, f64)>);
+    /// Records deliveries (job, time, bytes); at the first one, shrinks job 1 to its first chunk
+    /// (already in service).
+    struct ShrinkAtFirst(Vec<(u32, f64, u64)>);
     impl Client for ShrinkAtFirst {
-        fn deliver(&mut self, eng: &mut Engine, disk: usize, id: u32) {
-            self.0.push((id, eng.now));
+        fn deliver(&mut self, eng: &mut Engine, disk: usize, id: u32, bytes: u64) {
+            self.0.push((id, eng.now, bytes));
             if self.0.len() == 1 {
                 eng.cancel(disk, CancelWhat::Shrink(vec![(1, 4096)]));
             }
@@ -606,10 +621,10 @@ mod tests {
             .collect();
         eng.request(0, jobs);
         eng.cancel(0, CancelWhat::Shrink(vec![(0, 2 * 4096), (1, 4096), (2, 0)]));
-        struct All(Vec<(u32, f64)>);
+        struct All(Vec<(u32, f64, u64)>);
         impl Client for All {
-            fn deliver(&mut self, eng: &mut Engine, _: usize, id: u32) {
-                self.0.push((id, eng.now));
+            fn deliver(&mut self, eng: &mut Engine, _: usize, id: u32, bytes: u64) {
+                self.0.push((id, eng.now, bytes));
                 if id == 1 {
                     eng.finish(eng.now);
                 }
@@ -617,13 +632,13 @@ mod tests {
         }
         let mut c = All(vec![]);
         assert_eq!(eng.run(&mut c), Some(3.0));
-        assert_eq!(c.0, vec![(0, 2.0), (1, 3.0)]);
+        assert_eq!(c.0, vec![(0, 2.0, 2 * 4096), (1, 3.0, 4096)]);
         assert_eq!(eng.stats[0].chunks_done, 3);
         assert_eq!(eng.stats[0].chunks_removed, 2 + 3 + 4);
 
         // In service: job 0 (one chunk) arrives at 1.0, when job 1's first chunk has started; the
-        // shrink to that chunk ends job 1 with it (delivered at 2.0, not cut), its 3 other chunks
-        // removed.
+        // shrink to that chunk ends job 1 with it (delivered at 2.0 with its 4096 bytes, not cut),
+        // its 3 other chunks removed.
         let mut eng = one_disk_reader(0.0);
         eng.request(
             0,
@@ -642,7 +657,7 @@ mod tests {
         );
         let mut c = ShrinkAtFirst(vec![]);
         assert_eq!(eng.run(&mut c), Some(2.0));
-        assert_eq!(c.0, vec![(0, 1.0), (1, 2.0)]);
+        assert_eq!(c.0, vec![(0, 1.0, 4096), (1, 2.0, 4096)]);
         assert_eq!(eng.stats[0].chunks_removed, 3);
         assert_eq!(eng.disk_bytes, 2 * 4096);
     }

@@ -443,7 +443,7 @@ struct Speculative {
 }
 
 impl Client for Speculative {
-    fn deliver(&mut self, eng: &mut Engine, _disk: usize, id: u32) {
+    fn deliver(&mut self, eng: &mut Engine, _disk: usize, id: u32, _bytes: u64) {
         if self.done {
             return;
         }
@@ -487,12 +487,18 @@ struct Piece {
     hi: u64,
 }
 
+/// Halving rounds one RRAID-A access may make per block, beyond which idle disks stay idle: a bound
+/// that is never reached (each round halves or delivers data; `Adaptive::capped` says if it was).
+const RRAID_A_ROUNDS_MAX_PER_BLOCK: usize = 64;
+
 /// RRAID-A's adaptive reader (§6.2.1). Plain blocks can be used in fractions (§6.3.1: "an access can
 /// use fractions of data blocks and ignore block boundaries"), so "divides B's unreceived data into two
 /// halves" halves bytes, to the sector: a disk's last block is split like any other data, and the disk
 /// that loses the second half keeps reading the first and asks for more when it is done. (A first
 /// version moved whole blocks: a disk whose one unread block moved away was cut off mid-block and,
 /// never delivering again, never asked for more work — a slow neighbourhood then lost its helpers.)
+/// The client counts what arrives, not what it asked for: a disk that had read past a shrink (or a
+/// whole block that moved away while its last request was in service) delivers those bytes too.
 struct Adaptive {
     h: usize,
     replicas: usize,
@@ -500,14 +506,48 @@ struct Adaptive {
     base: u64,
     /// pos[disk][block] = position of the block on the disk (u32::MAX if absent).
     pos: Vec<Vec<u32>>,
-    /// Every piece ever requested; a job's id is its index here.
+    /// Every piece ever requested; a job's id is its index here, and its start never changes.
     pieces: Vec<Piece>,
     /// Per disk, the pieces it was asked for and has not delivered, in its queue order.
     pending: Vec<Vec<u32>>,
+    /// Per block, the byte ranges received (sorted, disjoint, merged).
+    received: Vec<Vec<(u64, u64)>>,
     /// Bytes of the object not yet received.
     missing: u64,
     done: bool,
     rounds: Vec<Round>,
+    capped: bool,
+}
+
+/// Add [lo, hi) to a sorted, merged range list; returns the bytes that were not in it.
+fn cover(ranges: &mut Vec<(u64, u64)>, lo: u64, hi: u64) -> u64 {
+    if lo >= hi {
+        return 0;
+    }
+    let before: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
+    let (mut lo, mut hi) = (lo, hi);
+    let mut out = Vec::with_capacity(ranges.len() + 1);
+    for &(a, b) in ranges.iter() {
+        if b < lo || a > hi {
+            out.push((a, b));
+        } else {
+            lo = lo.min(a);
+            hi = hi.max(b);
+        }
+    }
+    out.push((lo, hi));
+    out.sort_unstable();
+    *ranges = out;
+    ranges.iter().map(|r| r.1 - r.0).sum::<u64>() - before
+}
+
+/// Bytes of [lo, hi) not in the range list.
+fn uncovered(ranges: &[(u64, u64)], lo: u64, hi: u64) -> u64 {
+    let inside: u64 = ranges
+        .iter()
+        .map(|&(a, b)| b.min(hi).saturating_sub(a.max(lo)))
+        .sum();
+    (hi - lo) - inside
 }
 
 impl Adaptive {
@@ -515,17 +555,18 @@ impl Adaptive {
         (disk + self.h - block as usize % self.h) % self.h < self.replicas
     }
 
-    fn len(&self, p: u32) -> u64 {
-        let p = &self.pieces[p as usize];
-        p.hi - p.lo
+    /// Whether piece `p` still has bytes the client has not received.
+    fn open(&self, p: u32) -> bool {
+        let q = &self.pieces[p as usize];
+        q.hi > q.lo && uncovered(&self.received[q.block as usize], q.lo, q.hi) > 0
     }
 
-    /// Unreceived bytes of disk `b` that disk `a` also holds.
+    /// Bytes of disk `b`'s open pieces that disk `a` also holds.
     fn held_bytes(&self, a: usize, b: usize) -> u64 {
         self.pending[b]
             .iter()
-            .filter(|&&p| self.holds(a, self.pieces[p as usize].block))
-            .map(|&p| self.len(p))
+            .filter(|&&p| self.holds(a, self.pieces[p as usize].block) && self.open(p))
+            .map(|&p| self.pieces[p as usize].hi - self.pieces[p as usize].lo)
             .sum()
     }
 
@@ -551,6 +592,10 @@ impl Adaptive {
         while let Some((a, exclude)) = work.pop() {
             if std::mem::replace(&mut stole[a], true) {
                 continue;
+            }
+            if self.rounds.len() >= RRAID_A_ROUNDS_MAX_PER_BLOCK * self.received.len() {
+                self.capped = true;
+                return;
             }
             if let Some(b) = self.steal_once(eng, a, exclude) {
                 if self.pending[b].is_empty() {
@@ -582,10 +627,10 @@ impl Adaptive {
                 break;
             }
             let p = self.pending[b][i];
-            let Piece { block, lo, hi } = self.pieces[p as usize].clone();
-            if !self.holds(a, block) {
+            if !self.holds(a, self.pieces[p as usize].block) || !self.open(p) {
                 continue;
             }
+            let Piece { block, lo, hi } = self.pieces[p as usize].clone();
             let cut = if hi - lo <= rem { lo } else { hi - rem };
             rem -= hi - cut;
             self.pieces[p as usize].hi = cut;
@@ -607,14 +652,18 @@ impl Adaptive {
 }
 
 impl Client for Adaptive {
-    fn deliver(&mut self, eng: &mut Engine, a: usize, id: u32) {
+    fn deliver(&mut self, eng: &mut Engine, a: usize, id: u32, bytes: u64) {
         if self.done {
             return;
         }
-        // A piece moved away (whole or in part) counts for what the client still expected of it.
+        // The job's first `bytes` arrived (at least what the client still expected of it).
+        let (block, lo) = {
+            let p = &self.pieces[id as usize];
+            (p.block as usize, p.lo)
+        };
+        self.missing -= cover(&mut self.received[block], lo, lo + bytes);
         if let Some(i) = self.pending[a].iter().position(|&p| p == id) {
             self.pending[a].remove(i);
-            self.missing -= self.len(id);
         }
         if self.missing == 0 {
             self.done = true;
@@ -639,7 +688,7 @@ struct Writer {
 }
 
 impl Client for Writer {
-    fn deliver(&mut self, eng: &mut Engine, disk: usize, _id: u32) {
+    fn deliver(&mut self, eng: &mut Engine, disk: usize, _id: u32, _bytes: u64) {
         self.acked += 1;
         self.per_disk[disk] += 1;
         if self.acked == self.target {
@@ -804,9 +853,11 @@ fn run_read(
                 pos,
                 pieces: Vec::new(),
                 pending: vec![Vec::new(); h],
+                received: vec![Vec::new(); k],
                 missing: k as u64 * block,
                 done: false,
                 rounds: Vec::new(),
+                capped: false,
             };
             for (d, list) in layout.iter().enumerate() {
                 // Replica 0 comes first on every disk: its blocks are those with i mod H == d.
@@ -818,6 +869,7 @@ fn run_read(
                 eng.request_at(t0, d, jobs);
             }
             let f = eng.run(&mut c);
+            debug_assert!(!c.capped, "RRAID-A reached its round bound");
             (f, None, c.rounds)
         }
     };

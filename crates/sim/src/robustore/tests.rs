@@ -196,6 +196,49 @@ fn rraid_a_halving_leaves_the_robbed_disk_working() {
 }
 
 #[test]
+fn rraid_a_ends_when_every_disk_holds_everything() {
+    // 2 disks, D = 3: each disk holds every block twice, so idle disks keep taking each other's last
+    // sectors. A version that counted only what it still expected of a piece (not what arrived)
+    // passed one sector back and forth forever here (the quick sweep ran out of memory). Ends, with
+    // every access below the round bound (a debug assertion), unloaded and under background load.
+    for variation in [
+        Variation::Layout,
+        Variation::Background(BgInterval::Uniform {
+            lo: 6e-3,
+            hi: 200e-3,
+        }),
+    ] {
+        for disks in [2, 3] {
+            let cfg = Config {
+                disks,
+                total_disks: 8,
+                data_bytes: 8 << 20,
+                accesses: 4,
+                variation,
+                ..Config::baseline(Scheme::RraidA)
+            };
+            let (p, all) = run_point(&cfg).unwrap();
+            assert!(p.bandwidth_mbps > 0.0);
+            for r in &all {
+                assert!(r.net_bytes >= 8 << 20, "every byte arrived: {r:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn cover_counts_new_bytes_once() {
+    let mut r = Vec::new();
+    assert_eq!(cover(&mut r, 100, 200), 100);
+    assert_eq!(cover(&mut r, 150, 250), 50);
+    assert_eq!(cover(&mut r, 0, 50), 50);
+    assert_eq!(cover(&mut r, 50, 100), 50);
+    assert_eq!(r, vec![(0, 250)]);
+    assert_eq!(cover(&mut r, 10, 20), 0);
+    assert_eq!(uncovered(&r, 200, 300), 50);
+}
+
+#[test]
 fn rraid_s_on_the_hand_worked_example() {
     // Everything requested: disk 0 reads 0, 4, 3, 7 at 1.05, 2.05, 3.05, 4.05; block 7 reaches the
     // client at 4.10 and is the last missing one (disk 3 is still on block 3; disks 1 and 2 hold no 7).
