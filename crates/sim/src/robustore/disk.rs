@@ -14,7 +14,9 @@
 //! 1..=99 sectors (50 on average) at a random place: a positioning time (uniform on [0.5, 1.5] x
 //! [`BG_POSITIONING`]) plus the transfer. [`BG_POSITIONING`] is calibrated so that a 6 ms interval keeps
 //! the disk 93% busy, as the seed reports. A foreground chunk of a sequential layout served right after
-//! a background request has lost its head position and pays the same positioning time again.
+//! a background request has lost its head position and pays the same positioning time again; so does
+//! one that does not start where the previous foreground chunk ended (RRAID-A's requests into another
+//! replica region; every other scheme reads a disk's blocks in stored order).
 
 use ecstack_base::Rng;
 

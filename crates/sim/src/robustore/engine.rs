@@ -126,7 +126,12 @@ struct DiskState {
     fg_since: f64,
     bg: VecDeque<f64>,
     serving: Serving,
+    /// The head was moved since the last foreground request: by a background request, or because
+    /// this request does not start where the previous foreground one ended.
     repositioned: bool,
+    /// Where the previous foreground request ended (none before the first of the access: the
+    /// access's first request finds the head at its data, as in Table 6-1's measurement).
+    next_addr: Option<u64>,
 }
 
 /// Per-disk counters of one access.
@@ -193,6 +198,7 @@ impl<'a> Engine<'a> {
                     bg: VecDeque::new(),
                     serving: Serving::Idle,
                     repositioned: false,
+                    next_addr: None,
                 })
                 .collect(),
             stats: vec![DiskStats::default(); n],
@@ -412,6 +418,11 @@ impl<'a> Engine<'a> {
         let bytes = chunk.min(job.bytes - d.front_issued);
         let addr = job.addr + d.front_issued;
         let id = job.id;
+        if d.next_addr.is_some_and(|n| n != addr) {
+            // A jump (RRAID-A's piece in another replica region, a skip after a shrink).
+            d.repositioned = true;
+        }
+        d.next_addr = Some(addr + bytes);
         d.front_issued += bytes;
         let job_bytes = d.front_issued;
         let last = d.front_issued >= job.bytes;
