@@ -208,6 +208,10 @@ pub struct RobustoreExpArgs {
     /// Gather the shard files in this directory and render figures and report
     #[arg(long, conflicts_with_all = ["shard", "quick"])]
     merge: Option<std::path::PathBuf>,
+    /// RobuSTore's rateless code: lt (the seed's, C = 1, δ = 0.5) or raptorq (the codes layer's
+    /// RFC 6330 code; symbols needed sampled from its real decodes)
+    #[arg(long, value_enum, default_value = "lt")]
+    code: CodeArg,
 }
 
 pub fn experiment(a: RobustoreExpArgs) -> Result<()> {
@@ -235,6 +239,10 @@ pub fn experiment(a: RobustoreExpArgs) -> Result<()> {
                 .map(RobustoreConfig::parse_shard)
                 .transpose()
                 .map_err(flag)?,
+            code: match a.code {
+                CodeArg::Lt => Rateless::Lt { c: 1.0, delta: 0.5 },
+                CodeArg::Raptorq => Rateless::RaptorQ,
+            },
         };
         let start = std::time::Instant::now();
         let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());

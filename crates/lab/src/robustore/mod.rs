@@ -10,6 +10,8 @@
 //! the thread count. `--shard i/N` runs jobs i, i+N, i+2N, ... and writes their rows alone;
 //! `merge` gathers the shard files and renders exactly what one machine would have.
 
+mod loglog;
+mod reasons;
 mod report;
 mod rows;
 
@@ -19,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use ecstack_sim::robustore::{run_point, BgInterval, Config, Op, Scheme, Variation};
+use ecstack_sim::robustore::{run_point, BgInterval, Config, Op, Rateless, Scheme, Variation};
 
 use crate::{io_at, LabError, Result};
 
@@ -37,6 +39,17 @@ pub struct RobustoreConfig {
     pub threads: usize,
     /// (i, N): run only jobs with index ≡ i (mod N) and write their rows alone.
     pub shard: Option<(usize, usize)>,
+    /// RobuSTore's rateless code (the seed's: LT, C = 1, δ = 0.5). Points keep their seeds, so an LT
+    /// and a RaptorQ run see the same disks.
+    pub code: Rateless,
+}
+
+/// A code's label in rows and report.
+pub fn code_label(code: Rateless) -> String {
+    match code {
+        Rateless::Lt { c, delta } => format!("LT C={c} delta={delta}"),
+        Rateless::RaptorQ => "RaptorQ".into(),
+    }
 }
 
 impl RobustoreConfig {
@@ -151,9 +164,11 @@ pub fn jobs(c: &RobustoreConfig) -> Vec<Job> {
             .expect("known group") as u64;
         // (variant, x values, config at x for scheme) per group.
         type Make = Box<dyn Fn(f64, Scheme) -> Option<Config>>;
+        let code = c.code;
         let base = move |s: Scheme| Config {
             data_bytes: size,
             accesses,
+            code,
             ..Config::baseline(s)
         };
         let variants: Vec<(String, Vec<f64>, Make)> = match group {
@@ -309,6 +324,7 @@ fn run_job(i: usize, j: &Job) -> Result<Row> {
         accesses: p.accesses,
         seed: j.cfg.seed,
         job: i,
+        code: code_label(j.cfg.code),
     })
 }
 

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use ecstack_sim::robustore::Scheme;
 
+use super::loglog::{Scale, ScaledLines};
+use super::reasons;
 use super::rows::{Row, GROUPS};
 use crate::plot::{Bars, Lines};
 use crate::Result;
@@ -53,6 +55,13 @@ fn x_label(group: &str) -> &'static str {
 fn figures(group: &str) -> Vec<(&'static str, &'static str, Metric)> {
     use Metric::*;
     match group {
+        // Fig. 6-7(b): the same data as 6-7, log-log (drawn so by `log_log`).
+        "6-6" => vec![
+            ("6-6", "", Bandwidth),
+            ("6-7", "", LatencyStd),
+            ("6-7b", "", LatencyStd),
+            ("6-8", "", IoOverhead),
+        ],
         "6-5" => vec![
             ("6-5a", "one disk", BgUtilization),
             ("6-5b", "one disk", Bandwidth),
@@ -107,6 +116,12 @@ fn variant_rows<'a>(rows: &'a [Row], group: &str, fig_variant: &str) -> Vec<&'a 
     rows.iter()
         .filter(|r| r.group == group && Some(&r.variant) == v.as_ref())
         .collect()
+}
+
+/// The figures the seed draws on log-log axes (§6.3.1: "we show the results as a log-log plot in
+/// Figure 6-7(b)").
+fn log_log(fig: &str) -> bool {
+    fig == "6-7b"
 }
 
 fn draw(out: &Path, group: &str, rows: &[Row]) -> Result<Vec<PathBuf>> {
@@ -179,14 +194,26 @@ fn draw(out: &Path, group: &str, rows: &[Row]) -> Result<Vec<PathBuf>> {
                     .iter_mut()
                     .for_each(|s| s.0 = "foreground read".into());
             }
-            Lines {
-                title: &title,
-                x_label: x_label(group),
-                y_label: metric.label(),
-                series,
-                y_range: None,
+            if log_log(fig) {
+                ScaledLines {
+                    title: &format!("{title}, log-log"),
+                    x_label: x_label(group),
+                    y_label: metric.label(),
+                    series,
+                    x_scale: Scale::Log,
+                    y_scale: Scale::Log,
+                }
+                .write_svg(&path)?;
+            } else {
+                Lines {
+                    title: &title,
+                    x_label: x_label(group),
+                    y_label: metric.label(),
+                    series,
+                    y_range: None,
+                }
+                .write_svg(&path)?;
             }
-            .write_svg(&path)?;
         }
         files.push(path);
     }
@@ -233,15 +260,20 @@ fn f(v: Option<f64>) -> String {
     }
 }
 
-/// A numeric claim: the seed's value and ours; "close" within 25%.
-fn num(claim: &str, seed: f64, ours: Option<f64>) -> String {
+/// A numeric claim: the seed's value and ours; "close" within 25%. A difference carries the plain
+/// reason from [`super::reasons`] for its direction.
+fn num(group: &str, claim: &str, seed: f64, ours: Option<f64>) -> String {
     let verdict = match ours {
         Some(o) if seed != 0.0 && (o / seed - 1.0).abs() <= 0.25 => {
             "close (within 25%)".to_string()
         }
-        Some(o) if seed != 0.0 => format!("**differs** (ours/seed = {:.2})", o / seed),
+        Some(o) if seed != 0.0 => format!(
+            "**differs** (ours/seed = {:.2}): {}",
+            o / seed,
+            reasons::why(group, claim, o > seed)
+        ),
         Some(o) if o.abs() < 0.05 => "close".into(),
-        Some(_) => "**differs**".into(),
+        Some(o) => format!("**differs**: {}", reasons::why(group, claim, o > seed)),
         None => "not run at this scale".into(),
     };
     format!(
@@ -251,12 +283,15 @@ fn num(claim: &str, seed: f64, ours: Option<f64>) -> String {
     )
 }
 
-/// A shape claim with our evidence and whether it holds.
-fn shape(claim: &str, evidence: String, holds: Option<bool>) -> String {
+/// A shape claim with our evidence and whether it holds; one that does not hold carries its reason.
+fn shape(group: &str, claim: &str, evidence: String, holds: Option<bool>) -> String {
     let verdict = match holds {
-        Some(true) => "reproduces",
-        Some(false) => "**does not reproduce**",
-        None => "not run at this scale",
+        Some(true) => "reproduces".to_string(),
+        Some(false) => format!(
+            "**does not reproduce**: {}",
+            reasons::why(group, claim, false)
+        ),
+        None => "not run at this scale".to_string(),
     };
     format!("| {claim} | – | {evidence} | {verdict} |\n")
 }
@@ -273,21 +308,25 @@ fn claims(rows: &[Row], group: &str) -> String {
     match group {
         "6-5" => {
             t += &num(
+                group,
                 "6 ms interval: background uses ~93% of the disk",
                 0.93,
                 g(6.0, Raid0, BgUtilization),
             );
             t += &num(
+                group,
                 "6 ms interval: foreground bandwidth (MB/s)",
                 2.2,
                 g(6.0, Raid0, Bandwidth),
             );
             t += &num(
+                group,
                 "200 ms interval: foreground bandwidth (MB/s)",
                 43.0,
                 g(200.0, Raid0, Bandwidth),
             );
             t += &num(
+                group,
                 "interval uniform on 6..200 ms: mean bandwidth (MB/s)",
                 35.0,
                 g(0.0, Raid0, Bandwidth),
@@ -301,6 +340,7 @@ fn claims(rows: &[Row], group: &str) -> String {
                 (RobuStore, 459.0),
             ] {
                 t += &num(
+                    group,
                     &format!("64 disks, {s} bandwidth (MB/s)"),
                     v,
                     g(64.0, s, Bandwidth),
@@ -308,6 +348,7 @@ fn claims(rows: &[Row], group: &str) -> String {
             }
             let at64 = all_some(Scheme::ALL.iter().map(|&s| g(64.0, s, Bandwidth)).collect());
             t += &shape(
+                group,
                 "at 64 disks RAID-0 < RRAID-S < RRAID-A < RobuSTore",
                 at64.as_ref()
                     .map(|v| {
@@ -324,6 +365,7 @@ fn claims(rows: &[Row], group: &str) -> String {
                 .filter_map(|&x| Some((x, g(x, RobuStore, Bandwidth)? / g(x, Raid0, Bandwidth)?)))
                 .collect();
             t += &shape(
+                group,
                 "RobuSTore ≈ 15x RAID-0 for 16-128 disks",
                 ratios
                     .iter()
@@ -337,12 +379,14 @@ fn claims(rows: &[Row], group: &str) -> String {
                 .filter_map(|&x| Some(g(x, RobuStore, Bandwidth)? < g(x, RraidA, Bandwidth)?))
                 .collect();
             t += &shape(
+                group,
                 "RobuSTore slightly below RRAID-A for < 8 disks",
                 format!("{small:?} at 2, 4 disks"),
                 (!small.is_empty()).then(|| small.iter().all(|b| *b)),
             );
             for (s, v) in [(Raid0, 1.9), (RraidS, 7.3), (RraidA, 1.9), (RobuStore, 0.5)] {
                 t += &num(
+                    group,
                     &format!("Fig. 6-7, 64 disks, {s} latency std (s)"),
                     v,
                     g(64.0, s, LatencyStd),
@@ -355,6 +399,7 @@ fn claims(rows: &[Row], group: &str) -> String {
                 (RobuStore, 0.13),
             ] {
                 t += &num(
+                    group,
                     &format!("Fig. 6-7, 128 disks, {s} latency std (s)"),
                     v,
                     g(128.0, s, LatencyStd),
@@ -370,21 +415,25 @@ fn claims(rows: &[Row], group: &str) -> String {
                 })
                 .collect();
             t += &shape(
+                group,
                 "Fig. 6-7: RobuSTore has the lowest deviation above 8 disks",
                 format!("{low:?}"),
                 (!low.is_empty()).then(|| low.iter().all(|b| *b)),
             );
             t += &num(
+                group,
                 "Fig. 6-8, 64 disks, RobuSTore I/O overhead",
                 0.4,
                 g(64.0, RobuStore, IoOverhead),
             );
             t += &num(
+                group,
                 "Fig. 6-8, 64 disks, RRAID-S I/O overhead (up to 2)",
                 2.0,
                 g(64.0, RraidS, IoOverhead),
             );
             t += &shape(
+                group,
                 "Fig. 6-8: RRAID-A just above zero",
                 f(g(64.0, RraidA, IoOverhead)),
                 g(64.0, RraidA, IoOverhead).map(|v| (0.0..0.15).contains(&v)),
@@ -394,6 +443,7 @@ fn claims(rows: &[Row], group: &str) -> String {
             let bw = series(rows, group, None, RobuStore, Bandwidth);
             let from1: Vec<f64> = bw.iter().filter(|p| p.0 >= 1.0).map(|p| p.1).collect();
             t += &shape(
+                group,
                 "RobuSTore bandwidth falls as blocks grow (from 1 MB)",
                 bw.iter()
                     .map(|(x, y)| format!("{x}: {}", f(Some(*y))))
@@ -403,6 +453,7 @@ fn claims(rows: &[Row], group: &str) -> String {
             );
             let sd = series(rows, group, None, RobuStore, LatencyStd);
             t += &shape(
+                group,
                 "Fig. 6-10: RobuSTore's deviation grows slightly with block size",
                 sd.iter()
                     .map(|(x, y)| format!("{x}: {}", f(Some(*y))))
@@ -415,6 +466,7 @@ fn claims(rows: &[Row], group: &str) -> String {
                 .iter()
                 .all(|&(x, y)| g(x, RraidS, IoOverhead).is_none_or(|s| y < s));
             t += &shape(
+                group,
                 "Fig. 6-11: RobuSTore's overhead grows with block size, below RRAID-S",
                 ov.iter()
                     .map(|(x, y)| format!("{x}: {}", f(Some(*y))))
@@ -437,11 +489,13 @@ fn claims(rows: &[Row], group: &str) -> String {
                 let Some(v) = variants.get(vi) else { continue };
                 let s = series(rows, group, Some(v), RraidA, Bandwidth);
                 t += &num(
+                    group,
                     &format!("RRAID-A {v}, smallest RTT (MB/s)"),
                     lo,
                     s.first().map(|p| p.1),
                 );
                 t += &num(
+                    group,
                     &format!("RRAID-A {v}, largest RTT (MB/s)"),
                     hi,
                     s.last().map(|p| p.1),
@@ -461,6 +515,7 @@ fn claims(rows: &[Row], group: &str) -> String {
                 })
                 .collect();
             t += &shape(
+                group,
                 "RAID-0, RRAID-S, RobuSTore: RTT has little impact (change < 10%)",
                 flat.iter()
                     .map(|(s, c)| format!("{s}: {:+.0}%", c * 100.0))
@@ -479,6 +534,7 @@ fn claims(rows: &[Row], group: &str) -> String {
             };
             let at = bw.iter().find(|p| p.0 >= knee).map(|p| p.1);
             t += &shape(
+                group,
                 &format!("RobuSTore near its best (≥ 80% of peak) from D = {knee}"),
                 format!("{} at D={knee}, peak {}", f(at), f(Some(peak))),
                 at.map(|a| a >= 0.8 * peak),
@@ -493,6 +549,7 @@ fn claims(rows: &[Row], group: &str) -> String {
                 })
                 .collect();
             t += &shape(
+                group,
                 "RobuSTore has the highest bandwidth at every D it shares",
                 format!("{others:?}"),
                 (!others.is_empty()).then(|| others.iter().all(|b| *b)),
@@ -503,9 +560,15 @@ fn claims(rows: &[Row], group: &str) -> String {
                     .iter()
                     .all(|&s| g(3.0, s, LatencyStd).is_none_or(|o| v < o))
             });
-            t += &shape("RobuSTore has the lowest deviation (D = 3)", f(sd), lowest);
+            t += &shape(
+                group,
+                "RobuSTore has the lowest deviation (D = 3)",
+                f(sd),
+                lowest,
+            );
             if group == "6-15" {
                 t += &num(
+                    group,
                     "Fig. 6-16: RobuSTore deviation above D = 2 (s)",
                     0.5,
                     g(3.0, RobuStore, LatencyStd),
@@ -518,9 +581,10 @@ fn claims(rows: &[Row], group: &str) -> String {
                 (0.4, 0.4)
             };
             let _ = hi;
-            t += &num("RobuSTore I/O overhead (D = 3)", lo, ov);
+            t += &num(group, "RobuSTore I/O overhead (D = 3)", lo, ov);
             let rs = series(rows, group, None, RraidS, IoOverhead);
             t += &shape(
+                group,
                 "RRAID-S's I/O overhead grows with D",
                 rs.iter()
                     .map(|(x, y)| format!("{x}: {}", f(Some(*y))))
@@ -533,6 +597,7 @@ fn claims(rows: &[Row], group: &str) -> String {
                 let a = g(3.0, RobuStore, Bandwidth);
                 let b = get(rows, bal, None, 3.0, RobuStore, Bandwidth);
                 t += &shape(
+                group,
                     &format!("unbalanced striping: RobuSTore at most slightly below balanced (Fig. {bal}), D = 3"),
                     format!("{} vs {}", f(a), f(b)),
                     a.zip(b).map(|(a, b)| a <= b * 1.05 && a >= 0.7 * b),
@@ -542,31 +607,37 @@ fn claims(rows: &[Row], group: &str) -> String {
         "6-18" | "6-29" => {
             if group == "6-18" {
                 t += &num(
+                    group,
                     "D = 3, RobuSTore write bandwidth (MB/s)",
                     186.0,
                     g(3.0, RobuStore, Bandwidth),
                 );
                 t += &num(
+                    group,
                     "D = 3, RRAID-S write bandwidth (MB/s)",
                     7.5,
                     g(3.0, RraidS, Bandwidth),
                 );
                 t += &num(
+                    group,
                     "D = 3, RRAID-A write bandwidth (MB/s)",
                     7.5,
                     g(3.0, RraidA, Bandwidth),
                 );
                 t += &num(
+                    group,
                     "D = 0, RAID-0 write bandwidth (MB/s)",
                     30.0,
                     g(0.0, Raid0, Bandwidth),
                 );
                 t += &num(
+                    group,
                     "Fig. 6-19, D = 3, RobuSTore write latency std (s)",
                     0.5,
                     g(3.0, RobuStore, LatencyStd),
                 );
                 t += &num(
+                    group,
                     "Fig. 6-19, D = 3, RRAID-S write latency std (s)",
                     6.4,
                     g(3.0, RraidS, LatencyStd),
@@ -574,6 +645,7 @@ fn claims(rows: &[Row], group: &str) -> String {
             }
             let bw = series(rows, group, None, RobuStore, Bandwidth);
             t += &shape(
+                group,
                 "write bandwidth falls as D grows",
                 bw.iter()
                     .map(|(x, y)| format!("{x}: {}", f(Some(*y))))
@@ -583,6 +655,7 @@ fn claims(rows: &[Row], group: &str) -> String {
             );
             let ov3 = g(3.0, RobuStore, IoOverhead);
             t += &shape(
+                group,
                 "Fig. 6-20/6-31: overhead ≈ D, RobuSTore slightly more",
                 format!(
                     "D=3: RobuSTore {}, RRAID-S {}",
@@ -597,8 +670,14 @@ fn claims(rows: &[Row], group: &str) -> String {
                     .all(|&s| g(3.0, s, Bandwidth).is_none_or(|o| v > 5.0 * o))
             });
             t += &shape(
+                group,
                 "RobuSTore writes much faster than RRAID (D = 3, > 5x)",
-                String::new(),
+                format!(
+                    "D=3: RobuSTore {}, RRAID-S {}, RRAID-A {}",
+                    f(g(3.0, RobuStore, Bandwidth)),
+                    f(g(3.0, RraidS, Bandwidth)),
+                    f(g(3.0, RraidA, Bandwidth))
+                ),
                 hi,
             );
         }
@@ -606,18 +685,32 @@ fn claims(rows: &[Row], group: &str) -> String {
             let rs = series(rows, group, None, RraidS, Bandwidth);
             let ro = series(rows, group, None, RobuStore, Bandwidth);
             t += &num(
+                group,
                 "peak RRAID-S bandwidth (MB/s)",
                 1650.0,
                 rs.iter().map(|p| p.1).reduce(f64::max),
             );
             t += &num(
+                group,
                 "peak RobuSTore bandwidth (MB/s)",
                 1360.0,
                 ro.iter().map(|p| p.1).reduce(f64::max),
             );
             t += &shape(
+                group,
                 "every scheme gets faster as background requests thin out",
-                String::new(),
+                Scheme::ALL
+                    .iter()
+                    .map(|&s| {
+                        let v = series(rows, group, None, s, Bandwidth);
+                        format!(
+                            "{s}: {} → {}",
+                            f(v.first().map(|p| p.1)),
+                            f(v.last().map(|p| p.1))
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 Some(Scheme::ALL.iter().all(|&s| {
                     let v = series(rows, group, None, s, Bandwidth);
                     v.first().map(|p| p.1) < v.last().map(|p| p.1)
@@ -625,13 +718,22 @@ fn claims(rows: &[Row], group: &str) -> String {
             );
         }
         "6-35" => {
+            // "off → on" per scheme.
+            let off_on = |m: Metric| {
+                Scheme::ALL
+                    .iter()
+                    .map(|&s| format!("{s}: {} → {}", f(g(0.0, s, m)), f(g(1.0, s, m))))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             let up: Vec<bool> = Scheme::ALL
                 .iter()
                 .filter_map(|&s| Some(g(1.0, s, Bandwidth)? > g(0.0, s, Bandwidth)?))
                 .collect();
             t += &shape(
+                group,
                 "the cache raises every scheme's bandwidth",
-                format!("{up:?}"),
+                off_on(Bandwidth),
                 Some(up.iter().all(|b| *b)),
             );
             let var: Vec<bool> = Scheme::ALL
@@ -639,8 +741,9 @@ fn claims(rows: &[Row], group: &str) -> String {
                 .filter_map(|&s| Some(g(1.0, s, LatencyStd)? > g(0.0, s, LatencyStd)?))
                 .collect();
             t += &shape(
+                group,
                 "Fig. 6-36: the cache raises latency deviation",
-                format!("{var:?}"),
+                off_on(LatencyStd),
                 Some(var.iter().all(|b| *b)),
             );
             let best = [0.0, 1.0].iter().all(|&x| {
@@ -650,8 +753,9 @@ fn claims(rows: &[Row], group: &str) -> String {
                     .all(|&s| g(x, s, Bandwidth).is_none_or(|o| r > o))
             });
             t += &shape(
+                group,
                 "RobuSTore has the highest bandwidth with and without cache",
-                String::new(),
+                off_on(Bandwidth),
                 Some(best),
             );
         }
@@ -718,6 +822,9 @@ pub fn render(out: &Path, rows: &[Row]) -> Result<Vec<PathBuf>> {
          gives, and each shape its text describes is checked against ours. \"close\" means within 25%. \
          The model and its assumptions are in docs/robustore.md.\n"
     );
+    let mut codes: Vec<&str> = rows.iter().map(|r| r.code.as_str()).collect();
+    codes.dedup();
+    let _ = writeln!(md, "RobuSTore's rateless code: {}.\n", codes.join(", "));
     for (group, figs, title) in GROUPS.iter() {
         let grows: Vec<Row> = rows.iter().filter(|r| r.group == *group).cloned().collect();
         if grows.is_empty() {

@@ -87,4 +87,6 @@ pub struct Row {
     pub seed: u64,
     /// Index of the job in the full run (orders rows after a merge).
     pub job: usize,
+    /// RobuSTore's rateless code in this run (`code_label`; the other schemes do not use it).
+    pub code: String,
 }

@@ -631,7 +631,10 @@ mod tests {
             })
             .collect();
         eng.request(0, jobs);
-        eng.cancel(0, CancelWhat::Shrink(vec![(0, 2 * 4096), (1, 4096), (2, 0)]));
+        eng.cancel(
+            0,
+            CancelWhat::Shrink(vec![(0, 2 * 4096), (1, 4096), (2, 0)]),
+        );
         struct All(Vec<(u32, f64, u64)>);
         impl Client for All {
             fn deliver(&mut self, eng: &mut Engine, _: usize, id: u32, bytes: u64) {

@@ -382,8 +382,14 @@ fn raptorq_overhead_used_matches_the_codes_layers_measurement() {
     assert_eq!(p.reception_overhead, Some(ms));
     // RaptorQ decodes from K symbols, or a very few more, almost always (RFC 6330: failure
     // probability ~1e-2 at K, ~1e-4 at K + 1): both means within 2% of K, and within 1% of each other.
-    assert!(ms < 0.02 && mm < 0.02, "simulator {ms:.4}, codes layer {mm:.4}");
-    assert!((ms - mm).abs() < 0.01, "simulator {ms:.4} vs codes layer {mm:.4}");
+    assert!(
+        ms < 0.02 && mm < 0.02,
+        "simulator {ms:.4}, codes layer {mm:.4}"
+    );
+    assert!(
+        (ms - mm).abs() < 0.01,
+        "simulator {ms:.4} vs codes layer {mm:.4}"
+    );
     // The LT code of the same K, N needs far more: the two paths are not mixed up.
     let lt = run_point(&Config {
         code: Rateless::Lt { c: 1.0, delta: 0.5 },
@@ -398,5 +404,10 @@ fn raptorq_overhead_used_matches_the_codes_layers_measurement() {
         lt.reception_overhead
     );
     // RaptorQ's lower overhead shows in the bytes moved, too.
-    assert!(p.io_overhead < lt.io_overhead, "{} vs {}", p.io_overhead, lt.io_overhead);
+    assert!(
+        p.io_overhead < lt.io_overhead,
+        "{} vs {}",
+        p.io_overhead,
+        lt.io_overhead
+    );
 }
