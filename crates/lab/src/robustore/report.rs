@@ -293,6 +293,12 @@ fn shape(group: &str, claim: &str, evidence: String, holds: Option<bool>) -> Str
         ),
         None => "not run at this scale".to_string(),
     };
+    // A point this run did not reach leaves no evidence: say so rather than leave the cell empty.
+    let evidence = if evidence.trim().is_empty() {
+        "–".to_string()
+    } else {
+        evidence
+    };
     format!("| {claim} | – | {evidence} | {verdict} |\n")
 }
 
