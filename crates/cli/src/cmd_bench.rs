@@ -5,7 +5,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_base::rng::Rng;
 use ecstack_codes::{
-    new_linear_code, CodeKind, LtCode, LtDecoder, LtParams, RaptorQ, RatelessCode, Simd,
+    new_linear_code_with, CodeKind, CodeOptions, LtCode, LtDecoder, LtParams, RaptorQ,
+    RatelessCode, Simd,
 };
 use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
 use ecstack_lab::LabError;
@@ -22,7 +23,8 @@ pub struct BenchArgs {
 #[derive(Subcommand)]
 enum BenchWhat {
     /// Erasure-code throughput: RS encode / decode / parity delta per (k, m, chunk), LT and RaptorQ.
-    /// Built with `--features isal`, ISA-L runs on the same buffers and the ratio ours/ISA-L is printed.
+    /// Built with `--features isal-new` (or `isal`), ISA-L runs on the same buffers at the same kernel
+    /// level and the ratio ours/ISA-L is printed.
     Ec(EcBench),
     /// The CodFS cluster on loopback (real daemons): one client with a big file, then N clients
     /// against MinIO (8 drives, EC:m) in the same run, and a small update (FO) against MinIO's
@@ -88,7 +90,9 @@ struct EcBench {
     /// Code for the RS rows (rs-cauchy, rs-vand, ...)
     #[arg(long, default_value = "rs-cauchy")]
     code: String,
-    /// Kernel level cap (scalar, ssse3, avx2, avx2-gfni, avx512-gfni); default: the best this CPU has
+    /// Kernel levels to measure, comma-separated (scalar, ssse3, avx2, avx512, avx2-gfni, avx512-gfni)
+    /// or "all"; default: every level from avx2 up that this CPU has. Ours and ISA-L run at the same
+    /// level (ISA-L's `ec_encode_data_<level>` forced). The rateless rows run at the first level.
     #[arg(long)]
     simd: Option<String>,
     /// Seconds per measurement
@@ -115,6 +119,7 @@ struct EcBench {
 
 #[derive(Serialize)]
 struct Row {
+    simd: &'static str,
     code: String,
     k: usize,
     m: usize,
@@ -230,190 +235,143 @@ fn parse_rows(s: &str) -> Result<Vec<(usize, usize, usize)>> {
         .collect()
 }
 
+/// The levels `--simd` names (or the default), each supported by this CPU.
+fn bench_levels(arg: Option<&str>) -> Result<Vec<Simd>> {
+    let supported: Vec<Simd> = Simd::ALL.into_iter().filter(|l| l.supported()).collect();
+    match arg {
+        None => {
+            let v: Vec<Simd> = supported
+                .iter()
+                .copied()
+                .filter(|&l| l >= Simd::Avx2)
+                .collect();
+            Ok(if v.is_empty() {
+                vec![*supported.last().expect("scalar is always supported")]
+            } else {
+                v
+            })
+        }
+        Some("all") => Ok(supported),
+        Some(list) => list
+            .split(',')
+            .map(|l| {
+                let lvl = Simd::parse(l.trim())
+                    .ok_or_else(|| anyhow::anyhow!("--simd: unknown SIMD level '{l}'"))?;
+                if !lvl.supported() {
+                    bail!("--simd: this CPU does not support {l}");
+                }
+                Ok(lvl)
+            })
+            .collect(),
+    }
+}
+
+/// What one figure's ISA-L side runs, when built with a peer feature.
+#[cfg(any(feature = "isal", feature = "isal-new"))]
+type Peer = &'static ecstack_codes::isal::Isal;
+#[cfg(not(any(feature = "isal", feature = "isal-new")))]
+type Peer = ();
+
+/// The ISA-L peer at `level`, if it has kernels for it.
+#[cfg(any(feature = "isal", feature = "isal-new"))]
+fn peer_at(level: Simd) -> Result<Option<Peer>> {
+    let lib = peer()?;
+    Ok(lib.levels().contains(&level).then_some(lib))
+}
+#[cfg(not(any(feature = "isal", feature = "isal-new")))]
+fn peer_at(_level: Simd) -> Result<Option<Peer>> {
+    Ok(None)
+}
+
+/// Best of `rounds` interleaved rounds of ours and the peer: (ours GB/s, peer GB/s).
+fn best_of(
+    rounds: usize,
+    ours: &mut dyn FnMut() -> f64,
+    mut theirs: Option<&mut dyn FnMut() -> f64>,
+) -> (f64, Option<f64>) {
+    let mut best = (0f64, None::<f64>);
+    for _ in 0..rounds.max(1) {
+        best.0 = best.0.max(ours());
+        if let Some(t) = theirs.as_mut() {
+            let x = t();
+            best.1 = Some(best.1.unwrap_or(0f64).max(x));
+        }
+    }
+    best
+}
+
 fn bench_ec(a: EcBench) -> Result<()> {
     // measure() loops until this much time has passed: NaN or infinity would never end.
     if crate::util::secs_arg("--time", a.time)?.is_zero() {
         bail!("--time must be positive");
     }
-    if let Some(l) = &a.simd {
-        let lvl = Simd::parse(l).ok_or_else(|| anyhow::anyhow!("unknown SIMD level '{l}'"))?;
-        if !lvl.supported() {
-            bail!("this CPU does not support {l}");
-        }
-        // Read once by kernels::active(), before any code is built.
-        std::env::set_var("ECSTACK_SIMD", l);
-    }
+    let levels = bench_levels(a.simd.as_deref())?;
+    // The rateless rows (and anything else built without a level) run at the first level asked for.
+    // Read once by kernels::active(), before any code is built.
+    std::env::set_var("ECSTACK_SIMD", levels[0].name());
     let kind = CodeKind::parse(&a.code)?;
     let rows = parse_rows(&a.rows)?;
-    let simd = Simd::active().name();
+    #[cfg(any(feature = "isal", feature = "isal-new"))]
+    let peer_name = Some(peer()?.name());
+    #[cfg(not(any(feature = "isal", feature = "isal-new")))]
+    let peer_name: Option<&str> = None;
     let mut out = Vec::new();
     let mut rng = Rng::new(1);
     if !a.json {
-        println!("ecstack bench ec: kernels {simd}, one thread, {} s x {} rounds per figure (best round)", a.time, a.rounds);
-        println!("GB/s = input data bytes per second (encode, decode: k chunks; delta: the updated chunk)");
         println!(
-            "{:<10} {:>4} {:>3} {:>8}  {:<7} {:>10} {:>10} {:>10}",
-            "code", "k", "m", "chunk", "op", "ours", "isa-l", "ours/isa-l"
+            "ecstack bench ec: one thread, {} s x {} rounds per figure (best round), peer: {}",
+            a.time,
+            a.rounds,
+            peer_name.unwrap_or("none (build with --features isal-new or isal)")
+        );
+        println!("GB/s = input data bytes per second (encode, decode: k chunks; delta: the updated chunk)");
+        println!("decode = decode plan prepared once (ours: cached; ISA-L: tables made once); decode-inv = invert + tables every call");
+        println!(
+            "delta = ours parity_deltas; ISA-L xor_gen (its own dispatch) + ec_encode_data_update"
+        );
+        println!(
+            "{:<12} {:<10} {:>4} {:>3} {:>8}  {:<10} {:>10} {:>10} {:>10}",
+            "simd", "code", "k", "m", "chunk", "op", "ours", "isa-l", "ours/isa-l"
         );
     }
     for (k, m, chunk) in rows {
-        let code = new_linear_code(kind, k, m)?;
         let data = rand_bufs(&mut rng, k, chunk);
-        let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
-        let mut parity = vec![vec![0u8; chunk]; m];
-        let mut isal_parity = vec![vec![0u8; chunk]; m];
-        let mut fig = |op: &'static str, ours: f64, isal: Option<f64>| {
-            let r = Row {
-                code: kind.name().into(),
-                k,
-                m,
-                chunk,
-                op,
-                ours_gbps: ours,
-                isal_gbps: isal,
-                ratio: isal.map(|i| ours / i),
-            };
-            if !a.json {
-                println!(
-                    "{:<10} {:>4} {:>3} {:>8}  {:<7} {:>10.2} {:>10} {:>10}",
-                    r.code,
+        let new = rand_bufs(&mut rng, 1, chunk).remove(0);
+        for &level in &levels {
+            let peer = peer_at(level)?;
+            let mut fig = |op: &'static str, (ours, isal): (f64, Option<f64>)| {
+                let r = Row {
+                    simd: level.name(),
+                    code: kind.name().into(),
                     k,
                     m,
-                    fmt_size(chunk as u64),
+                    chunk,
                     op,
-                    ours,
-                    isal.map(|x| format!("{x:.2}"))
-                        .unwrap_or_else(|| "-".into()),
-                    r.ratio
-                        .map(|x| format!("{x:.2}x"))
-                        .unwrap_or_else(|| "-".into())
-                );
-            }
-            out.push(r);
-        };
-
-        // Encode.
-        let mut best = (0f64, None::<f64>);
-        for _ in 0..a.rounds {
-            let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
-            best.0 = best.0.max(measure(k * chunk, a.time, &mut || {
-                code.encode(&d, &mut p).expect("encode")
-            }));
-            #[cfg(any(feature = "isal", feature = "isal-new"))]
-            {
-                let g = code.generator();
-                let mut t = peer()?.tables(None, k, m, &g.data[k * k..]);
-                let mut p: Vec<&mut [u8]> =
-                    isal_parity.iter_mut().map(|v| v.as_mut_slice()).collect();
-                let x = measure(k * chunk, a.time, &mut || t.encode(chunk, &d, &mut p));
-                best.1 = Some(best.1.unwrap_or(0f64).max(x));
-            }
-        }
-        #[cfg(any(feature = "isal", feature = "isal-new"))]
-        if parity != isal_parity {
-            bail!("ours and ISA-L disagree on parity for k={k} m={m} chunk={chunk}");
-        }
-        let _ = &mut isal_parity;
-        fig("encode", best.0, best.1);
-
-        // Decode with m data chunks lost (all data and some parity when m > k).
-        let erased: Vec<usize> = (0..m.min(k)).chain(k..k + m.saturating_sub(k)).collect();
-        let mut shards: Vec<Vec<u8>> = data.iter().chain(parity.iter()).cloned().collect();
-        let mut best = (0f64, None::<f64>);
-        for _ in 0..a.rounds {
-            let mut s: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-            best.0 = best.0.max(measure(k * chunk, a.time, &mut || {
-                code.reconstruct_in_place(&mut s, &erased).expect("decode")
-            }));
-            #[cfg(any(feature = "isal", feature = "isal-new"))]
-            {
-                let g = code.generator();
-                let survivors: Vec<usize> =
-                    (0..k + m).filter(|i| !erased.contains(i)).take(k).collect();
-                let srcs: Vec<&[u8]> = survivors
-                    .iter()
-                    .map(|&i| {
-                        if i < k {
-                            d[i]
-                        } else {
-                            parity[i - k].as_slice()
-                        }
-                    })
-                    .collect();
-                let mut outs = vec![vec![0u8; chunk]; erased.len()];
-                let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-                // The same steps ISA-L's own erasure_code_perf times: invert, expand tables, dot product.
-                let lib = peer()?;
-                let x = measure(k * chunk, a.time, &mut || {
-                    let rows = lib
-                        .decode_rows(&g.data, k, &survivors, &erased)
-                        .expect("invertible");
-                    let mut t = lib.tables(None, k, erased.len(), &rows);
-                    t.encode(chunk, &srcs, &mut o);
-                });
-                for (i, &e) in erased.iter().enumerate() {
-                    let want = if e < k { &data[e] } else { &parity[e - k] };
-                    if &outs[i] != want {
-                        bail!("ISA-L decode check failed for k={k} m={m}");
-                    }
-                }
-                best.1 = Some(best.1.unwrap_or(0f64).max(x));
-            }
-        }
-        for &e in &erased {
-            let want = if e < k { &data[e] } else { &parity[e - k] };
-            if &shards[e] != want {
-                bail!("decode check failed for k={k} m={m} chunk={chunk}");
-            }
-        }
-        fig("decode", best.0, best.1);
-
-        // Parity delta for an update of the whole of data chunk 0.
-        let new = rand_bufs(&mut rng, 1, chunk).remove(0);
-        let mut deltas = vec![vec![0u8; chunk]; m];
-        let mut best = (0f64, None::<f64>);
-        for _ in 0..a.rounds {
-            let mut dl: Vec<&mut [u8]> = deltas.iter_mut().map(|v| v.as_mut_slice()).collect();
-            best.0 = best.0.max(measure(chunk, a.time, &mut || {
-                code.parity_deltas(0, &data[0], &new, &mut dl)
-                    .expect("delta")
-            }));
-            #[cfg(any(feature = "isal", feature = "isal-new"))]
-            {
-                let g = code.generator();
-                let col: Vec<u8> = (0..m).map(|i| g.get(k + i, 0)).collect();
-                let lib = peer()?;
-                let mut t = lib.tables(None, 1, m, &col);
-                // xor_gen needs 32-byte aligned buffers.
-                let (mut old_buf, mut new_buf, mut diff_buf) = (
-                    vec![0u8; chunk + 32],
-                    vec![0u8; chunk + 32],
-                    vec![0u8; chunk + 32],
-                );
-                let old_a: &[u8] = {
-                    let s = aligned32(&mut old_buf, chunk);
-                    s.copy_from_slice(&data[0]);
-                    s
+                    ours_gbps: ours,
+                    isal_gbps: isal,
+                    ratio: isal.map(|i| ours / i),
                 };
-                let new_a: &[u8] = {
-                    let s = aligned32(&mut new_buf, chunk);
-                    s.copy_from_slice(&new);
-                    s
-                };
-                let diff = aligned32(&mut diff_buf, chunk);
-                let mut outs = vec![vec![0u8; chunk]; m];
-                let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-                let x = measure(chunk, a.time, &mut || {
-                    lib.xor(&[old_a, new_a], &mut *diff);
-                    t.encode(chunk, &[&*diff], &mut o);
-                });
-                if outs != deltas {
-                    bail!("ours and ISA-L disagree on parity deltas for k={k} m={m}");
+                if !a.json {
+                    println!(
+                        "{:<12} {:<10} {:>4} {:>3} {:>8}  {:<10} {:>10.2} {:>10} {:>10}",
+                        r.simd,
+                        r.code,
+                        k,
+                        m,
+                        fmt_size(chunk as u64),
+                        op,
+                        ours,
+                        isal.map(|x| format!("{x:.2}"))
+                            .unwrap_or_else(|| "-".into()),
+                        r.ratio
+                            .map(|x| format!("{x:.2}x"))
+                            .unwrap_or_else(|| "-".into())
+                    );
                 }
-                best.1 = Some(best.1.unwrap_or(0f64).max(x));
-            }
+                out.push(r);
+            };
+            bench_ec_level(&a, kind, level, peer, k, m, &data, &new, &mut fig)?;
         }
-        fig("delta", best.0, best.1);
     }
 
     let mut rl = Vec::new();
@@ -451,10 +409,230 @@ fn bench_ec(a: EcBench) -> Result<()> {
         }
     }
     if a.json {
-        print_json(
-            &serde_json::json!({ "simd": simd, "isal": cfg!(any(feature = "isal", feature = "isal-new")), "rows": out, "rateless": rl }),
-        )?;
+        print_json(&serde_json::json!({
+            "simd": levels.iter().map(|l| l.name()).collect::<Vec<_>>(),
+            "isal": peer_name.is_some(),
+            "peer": peer_name,
+            "rows": out,
+            "rateless": rl,
+        }))?;
     }
+    Ok(())
+}
+
+/// One (k, m, chunk) row at one kernel level: encode, decode (plan prepared once), decode-inv (plan
+/// made every call), delta; each result checked (ours against the data, ISA-L against ours).
+#[allow(clippy::too_many_arguments, unused_variables, unused_mut)]
+fn bench_ec_level(
+    a: &EcBench,
+    kind: CodeKind,
+    level: Simd,
+    peer: Option<Peer>,
+    k: usize,
+    m: usize,
+    data: &[Vec<u8>],
+    new: &[u8],
+    fig: &mut dyn FnMut(&'static str, (f64, Option<f64>)),
+) -> Result<()> {
+    let chunk = data[0].len();
+    let opts = CodeOptions {
+        simd: Some(level),
+        ..CodeOptions::default()
+    };
+    let code = new_linear_code_with(kind, k, m, opts)?;
+    let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+    let mut parity = vec![vec![0u8; chunk]; m];
+    #[cfg(any(feature = "isal", feature = "isal-new"))]
+    let g = code.generator().data.clone();
+
+    // Encode.
+    let mut isal_parity = vec![vec![0u8; chunk]; m];
+    {
+        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let mut ours = || {
+            measure(k * chunk, a.time, &mut || {
+                code.encode(&d, &mut p).expect("encode")
+            })
+        };
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
+        let mut t = peer.map(|lib| lib.tables(Some(level), k, m, &g[k * k..]));
+        let mut ip: Vec<&mut [u8]> = isal_parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let dr = &d;
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
+        let mut theirs = t
+            .as_mut()
+            .map(|t| move || measure(k * chunk, a.time, &mut || t.encode(chunk, dr, &mut ip)));
+        #[cfg(not(any(feature = "isal", feature = "isal-new")))]
+        let mut theirs: Option<fn() -> f64> = None;
+        let r = best_of(
+            a.rounds,
+            &mut ours,
+            theirs.as_mut().map(|f| f as &mut dyn FnMut() -> f64),
+        );
+        fig("encode", r);
+    }
+    if peer.is_some() && parity != isal_parity {
+        bail!(
+            "ours and ISA-L disagree on parity for k={k} m={m} chunk={chunk} at {}",
+            level.name()
+        );
+    }
+
+    // Decode with m data chunks lost (all data and some parity when m > k): once with the decode plan
+    // prepared once, once with a plan made every call.
+    let erased: Vec<usize> = (0..m.min(k)).chain(k..k + m.saturating_sub(k)).collect();
+    let survivors: Vec<usize> = (0..k + m).filter(|i| !erased.contains(i)).take(k).collect();
+    let uncached = new_linear_code_with(
+        kind,
+        k,
+        m,
+        CodeOptions {
+            decode_cache_entries_max: 0,
+            ..opts
+        },
+    )?;
+    let mut shards: Vec<Vec<u8>> = data.iter().chain(parity.iter()).cloned().collect();
+    let srcs: Vec<&[u8]> = survivors
+        .iter()
+        .map(|&i| {
+            if i < k {
+                d[i]
+            } else {
+                parity[i - k].as_slice()
+            }
+        })
+        .collect();
+    for (op, ours_code, prepared) in [("decode", &code, true), ("decode-inv", &uncached, false)] {
+        let mut outs = vec![vec![0u8; chunk]; erased.len()];
+        {
+            let mut s: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
+            let mut ours = || {
+                measure(k * chunk, a.time, &mut || {
+                    ours_code
+                        .reconstruct_in_place(&mut s, &erased)
+                        .expect("decode")
+                })
+            };
+            let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+            #[cfg(any(feature = "isal", feature = "isal-new"))]
+            let mut theirs = peer.map(|lib| {
+                // Prepared: rows and tables made once. Not prepared: the steps ISA-L's own
+                // erasure_code_perf times on every call (invert, rows, tables, dot product).
+                let mut once = prepared.then(|| {
+                    let rows = lib
+                        .decode_rows(&g, k, &survivors, &erased)
+                        .expect("invertible");
+                    lib.tables(Some(level), k, erased.len(), &rows)
+                });
+                let (g, survivors, erased, srcs) = (&g, &survivors, &erased, &srcs);
+                move || {
+                    measure(k * chunk, a.time, &mut || match once.as_mut() {
+                        Some(t) => t.encode(chunk, srcs, &mut o),
+                        None => {
+                            let rows = lib
+                                .decode_rows(g, k, survivors, erased)
+                                .expect("invertible");
+                            lib.tables(Some(level), k, erased.len(), &rows)
+                                .encode(chunk, srcs, &mut o)
+                        }
+                    })
+                }
+            });
+            #[cfg(not(any(feature = "isal", feature = "isal-new")))]
+            let mut theirs: Option<fn() -> f64> = None;
+            let r = best_of(
+                a.rounds,
+                &mut ours,
+                theirs.as_mut().map(|f| f as &mut dyn FnMut() -> f64),
+            );
+            fig(op, r);
+        }
+        for (i, &e) in erased.iter().enumerate() {
+            let want = if e < k { &data[e] } else { &parity[e - k] };
+            if &shards[e] != want {
+                bail!(
+                    "decode check failed for k={k} m={m} chunk={chunk} at {}",
+                    level.name()
+                );
+            }
+            if peer.is_some() && &outs[i] != want {
+                bail!(
+                    "ISA-L decode check failed for k={k} m={m} at {}",
+                    level.name()
+                );
+            }
+        }
+    }
+    let stats = code.decode_cache_stats();
+    if stats.misses != 1 || uncached.decode_cache_stats().hits != 0 {
+        bail!("decode cache: expected one miss (prepared) and no hits (every call), got {stats:?}");
+    }
+
+    // Parity delta for an update of the whole of data chunk 0.
+    let mut deltas = vec![vec![0u8; chunk]; m];
+    let mut isal_deltas = vec![vec![0u8; chunk]; m];
+    {
+        let mut dl: Vec<&mut [u8]> = deltas.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let mut ours = || {
+            measure(chunk, a.time, &mut || {
+                code.parity_deltas(0, &data[0], new, &mut dl)
+                    .expect("delta")
+            })
+        };
+        // xor_gen needs 32-byte aligned buffers.
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
+        let (mut old_buf, mut new_buf, mut diff_buf) = (
+            vec![0u8; chunk + 32],
+            vec![0u8; chunk + 32],
+            vec![0u8; chunk + 32],
+        );
+        let mut o: Vec<&mut [u8]> = isal_deltas.iter_mut().map(|v| v.as_mut_slice()).collect();
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
+        let mut theirs = peer.map(|lib| {
+            let old_a: &[u8] = {
+                let s = aligned32(&mut old_buf, chunk);
+                s.copy_from_slice(&data[0]);
+                s
+            };
+            let new_a: &[u8] = {
+                let s = aligned32(&mut new_buf, chunk);
+                s.copy_from_slice(new);
+                s
+            };
+            let diff = aligned32(&mut diff_buf, chunk);
+            let mut t = lib.tables(Some(level), k, m, &g[k * k..]);
+            move || {
+                measure(chunk, a.time, &mut || {
+                    lib.xor(&[old_a, new_a], &mut *diff);
+                    t.update(chunk, 0, diff, &mut o);
+                })
+            }
+        });
+        #[cfg(not(any(feature = "isal", feature = "isal-new")))]
+        let mut theirs: Option<fn() -> f64> = None;
+        let r = best_of(
+            a.rounds,
+            &mut ours,
+            theirs.as_mut().map(|f| f as &mut dyn FnMut() -> f64),
+        );
+        fig("delta", r);
+    }
+    // ISA-L's update accumulates into its outputs; check it once from zeroed buffers.
+    #[cfg(any(feature = "isal", feature = "isal-new"))]
+    if let Some(lib) = peer {
+        let diff: Vec<u8> = data[0].iter().zip(new).map(|(x, y)| x ^ y).collect();
+        let mut z = vec![vec![0u8; chunk]; m];
+        let mut zr: Vec<&mut [u8]> = z.iter_mut().map(|v| v.as_mut_slice()).collect();
+        lib.tables(Some(level), k, m, &g[k * k..])
+            .update(chunk, 0, &diff, &mut zr);
+        if z != deltas {
+            bail!(
+                "ours and ISA-L disagree on parity deltas for k={k} m={m} at {}",
+                level.name()
+            );
+        }
+    }
+    let _ = &isal_deltas;
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 
 use crate::decode_cache::{DecodeCache, DecodeCacheStats, DecodePlan};
 use crate::decode_cache::{DECODE_CACHE_BYTES_MAX, DECODE_CACHE_ENTRIES_MAX};
-use crate::kernels::{self, Tables};
+use crate::kernels::{self, Simd, Tables};
 use crate::matrix::{self, Matrix};
 use crate::{CodeError, Result};
 use std::fmt;
@@ -207,6 +207,9 @@ pub struct CodeOptions {
     pub decode_cache_entries_max: usize,
     /// Bytes of kernel tables the cache may hold.
     pub decode_cache_bytes_max: usize,
+    /// The kernel level this code runs at; `None` (the default) is [`Simd::active()`]. A level this CPU
+    /// cannot run is refused with [`CodeError::Params`]. For benchmarks that compare levels in one run.
+    pub simd: Option<Simd>,
 }
 
 impl Default for CodeOptions {
@@ -214,6 +217,7 @@ impl Default for CodeOptions {
         CodeOptions {
             decode_cache_entries_max: DECODE_CACHE_ENTRIES_MAX,
             decode_cache_bytes_max: DECODE_CACHE_BYTES_MAX,
+            simd: None,
         }
     }
 }
@@ -263,6 +267,8 @@ pub(crate) struct Systematic {
     delta_tables: Vec<Tables>,
     /// Decode plans per erasure pattern (LRU).
     decode_cache: DecodeCache,
+    /// The kernel level of every table and region operation of this code.
+    level: Simd,
 }
 
 impl fmt::Debug for Systematic {
@@ -286,6 +292,12 @@ impl Systematic {
         if k == 0 || m == 0 || k + m > 256 {
             return Err(params("needs k >= 1, m >= 1 and k + m <= 256"));
         }
+        let level = options.simd.unwrap_or_else(Simd::active);
+        if !level.supported() {
+            return Err(params(
+                "the kernel level asked for is not supported by this CPU",
+            ));
+        }
         let gen = match kind {
             CodeKind::RsVandermonde => matrix::vandermonde_systematic(k, m),
             CodeKind::RsCauchy => matrix::cauchy1(k, m),
@@ -303,11 +315,11 @@ impl Systematic {
             }
         };
         let parity = gen.select_rows(&(k..k + m).collect::<Vec<_>>());
-        let parity_tables = Tables::new(m, k, &parity.data);
+        let parity_tables = Tables::for_level(level, m, k, &parity.data);
         let delta_tables = (0..k)
             .map(|l| {
                 let col: Vec<u8> = (0..m).map(|i| parity.get(i, l)).collect();
-                Tables::new(m, 1, &col)
+                Tables::for_level(level, m, 1, &col)
             })
             .collect();
         Ok(Systematic {
@@ -321,6 +333,7 @@ impl Systematic {
                 options.decode_cache_entries_max,
                 options.decode_cache_bytes_max,
             ),
+            level,
         })
     }
 
@@ -340,7 +353,7 @@ impl Systematic {
         };
         self.decode_cache.get_or_build(key, || {
             let (survivors, rows) = self.plan(erased)?;
-            let tables = Tables::new(rows.rows, rows.cols, &rows.data);
+            let tables = Tables::for_level(self.level, rows.rows, rows.cols, &rows.data);
             Ok(DecodePlan { survivors, tables })
         })
     }
@@ -461,10 +474,10 @@ impl ErasureCode for Systematic {
             Some(len),
         )?;
         match self.kind {
-            CodeKind::Xor => kernels::xor_multi(parity[0], data, false),
+            CodeKind::Xor => kernels::xor_multi_level(self.level, parity[0], data, false),
             CodeKind::Raid6 => {
                 let (p, q) = parity.split_at_mut(1);
-                kernels::raid6_pq(data, p[0], q[0]);
+                kernels::raid6_pq_level(self.level, data, p[0], q[0]);
             }
             _ => kernels::dot_prod(&self.parity_tables, data, parity, len, false),
         }
@@ -500,7 +513,7 @@ impl ErasureCode for Systematic {
                     srcs.push(&**s);
                 }
             }
-            kernels::xor_multi(dst.expect("erased index checked"), &srcs, false);
+            kernels::xor_multi_level(self.level, dst.expect("erased index checked"), &srcs, false);
             return Ok(());
         }
         let plan = self.cached_plan(erased)?;
@@ -568,7 +581,7 @@ impl ErasureCode for Systematic {
             Some(old.len()),
         )?;
         match self.kind {
-            CodeKind::Xor => kernels::xor_multi(deltas[0], &[old, new], false),
+            CodeKind::Xor => kernels::xor_multi_level(self.level, deltas[0], &[old, new], false),
             _ => kernels::dot_prod_delta(
                 &self.delta_tables[data_index],
                 &[old],

@@ -62,6 +62,7 @@ impl std::fmt::Debug for Isal {
 }
 
 /// ISA-L's suffix for a level of ours.
+#[cfg(feature = "isal")]
 fn suffix(level: Simd) -> &'static str {
     match level {
         Simd::Scalar => "base",

@@ -419,12 +419,8 @@ pub fn xor_into(dst: &mut [u8], src: &[u8]) {
     xor_multi(dst, &[src], true);
 }
 
-/// RAID-6 in one pass: `p = XOR of data`, `q = sum 2^j * data[j]` (Horner, one multiply-by-2 per source).
-pub fn raid6_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
-    raid6_pq_level(active(), data, p, q)
-}
-
-/// [`raid6_pq`] at a given level.
+/// RAID-6 in one pass at a given level: `p = XOR of data`, `q = sum 2^j * data[j]` (Horner, one
+/// multiply-by-2 per source).
 pub fn raid6_pq_level(level: Simd, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
     let len = p.len();
     assert_eq!(q.len(), len, "raid6: P and Q must be the same length");

@@ -39,6 +39,7 @@ fn opts(entries: usize, bytes: usize) -> CodeOptions {
     CodeOptions {
         decode_cache_entries_max: entries,
         decode_cache_bytes_max: bytes,
+        ..CodeOptions::default()
     }
 }
 
