@@ -524,15 +524,19 @@ mod scalar {
 }
 
 /// The body shared by every SIMD level. Each level's module defines `W` (bytes per vector), the vector
-/// type `V`, the prepared-source type `P` and `#[inline]` target-feature helpers `load`, `store`, `xor`,
-/// `zero`, `prep` (work done once per source vector, e.g. nibble split), `mul` (product with one
-/// coefficient of the table) and `mul2`; the macro then expands the same kernels over them.
+/// type `V`, the prepared-source type `P`, the loaded-coefficient type `T` and `#[inline]`
+/// target-feature helpers `load`, `store`, `xor`, `zero`, `prep` (work done once per source vector,
+/// e.g. nibble split), `tbl` (load one coefficient's table or bit matrix), `apply` (the product of a
+/// prepared source and a loaded coefficient) and `mul2`; the macro then expands the same kernels over
+/// them. `$maxg` is the most rows one pass keeps in registers, `$maxg2` the most for which two vectors
+/// per step still fit.
 #[cfg(target_arch = "x86_64")]
 macro_rules! simd_body {
-    ($feat:literal, $maxg:literal) => {
-        /// Rows [r0, r0 + G) of the dot product over whole vectors of [0, n).
+    ($feat:literal, $maxg:literal, $maxg2:literal) => {
+        /// Rows [r0, r0 + G) of the dot product over whole vectors of [0, n): U vectors per step (the
+        /// coefficient tables are loaded once per step and used for all U), then single vectors.
         #[target_feature(enable = $feat)]
-        unsafe fn group<const G: usize, const PAIRS: bool>(
+        unsafe fn group<const G: usize, const U: usize, const PAIRS: bool>(
             t: &Tables,
             r0: usize,
             sp: &[*const u8],
@@ -540,33 +544,61 @@ macro_rules! simd_body {
             n: usize,
             acc: bool,
         ) {
-            let cols = t.cols();
             let mut pos = 0;
+            while pos + U * W <= n {
+                step::<G, U, PAIRS>(t, r0, sp, dp, pos, acc);
+                pos += U * W;
+            }
             while pos + W <= n {
-                let mut a: [V; G] = [zero(); G];
-                if acc {
+                step::<G, 1, PAIRS>(t, r0, sp, dp, pos, acc);
+                pos += W;
+            }
+        }
+
+        /// U vectors at `pos` of rows [r0, r0 + G).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn step<const G: usize, const U: usize, const PAIRS: bool>(
+            t: &Tables,
+            r0: usize,
+            sp: &[*const u8],
+            dp: &[*mut u8],
+            pos: usize,
+            acc: bool,
+        ) {
+            let cols = t.cols();
+            let mut a: [[V; G]; U] = [[zero(); G]; U];
+            if acc {
+                for u in 0..U {
                     for g in 0..G {
-                        a[g] = load((*dp.get_unchecked(r0 + g)).add(pos));
+                        a[u][g] = load((*dp.get_unchecked(r0 + g)).add(pos + u * W));
                     }
                 }
-                for c in 0..cols {
+            }
+            for c in 0..cols {
+                let mut p: [P; U] = [prep(zero()); U];
+                for u in 0..U {
                     let x = if PAIRS {
                         xor(
-                            load(sp.get_unchecked(2 * c).add(pos)),
-                            load(sp.get_unchecked(2 * c + 1).add(pos)),
+                            load(sp.get_unchecked(2 * c).add(pos + u * W)),
+                            load(sp.get_unchecked(2 * c + 1).add(pos + u * W)),
                         )
                     } else {
-                        load(sp.get_unchecked(c).add(pos))
+                        load(sp.get_unchecked(c).add(pos + u * W))
                     };
-                    let p = prep(x);
-                    for g in 0..G {
-                        a[g] = xor(a[g], mul(&p, t, (r0 + g) * cols + c));
-                    }
+                    p[u] = prep(x);
                 }
                 for g in 0..G {
-                    store((*dp.get_unchecked(r0 + g)).add(pos), a[g]);
+                    let tb = tbl(t, (r0 + g) * cols + c);
+                    for u in 0..U {
+                        a[u][g] = xor(a[u][g], apply(&p[u], &tb));
+                    }
                 }
-                pos += W;
+            }
+            for u in 0..U {
+                for g in 0..G {
+                    store((*dp.get_unchecked(r0 + g)).add(pos + u * W), a[u][g]);
+                }
             }
         }
 
@@ -584,12 +616,15 @@ macro_rules! simd_body {
             let mut r = 0;
             while r < t.rows() {
                 let g = (t.rows() - r).min($maxg);
+                // Two vectors per step while the accumulators, prepared sources and one table fit
+                // in the registers ($maxg2 rows), one above.
                 macro_rules! go {
                     ($g:literal) => {
-                        if pairs {
-                            group::<$g, true>(t, r, sp, dp, n, acc)
-                        } else {
-                            group::<$g, false>(t, r, sp, dp, n, acc)
+                        match (pairs, $g <= $maxg2) {
+                            (true, true) => group::<$g, 2, true>(t, r, sp, dp, n, acc),
+                            (false, true) => group::<$g, 2, false>(t, r, sp, dp, n, acc),
+                            (true, false) => group::<$g, 1, true>(t, r, sp, dp, n, acc),
+                            (false, false) => group::<$g, 1, false>(t, r, sp, dp, n, acc),
                         }
                     };
                 }
@@ -716,17 +751,23 @@ mod avx512gfni {
     unsafe fn prep(x: V) -> P {
         x
     }
+    type T = __m512i;
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,gfni")]
-    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
-        _mm512_gf2p8affine_epi64_epi8::<0>(*p, _mm512_set1_epi64(*t.aff.get_unchecked(idx) as i64))
+    unsafe fn tbl(t: &Tables, idx: usize) -> T {
+        _mm512_set1_epi64(*t.aff.get_unchecked(idx) as i64)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,gfni")]
+    unsafe fn apply(p: &P, tb: &T) -> V {
+        _mm512_gf2p8affine_epi64_epi8::<0>(*p, *tb)
     }
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,gfni")]
     unsafe fn mul2(x: V) -> V {
         _mm512_gf2p8affine_epi64_epi8::<0>(x, _mm512_set1_epi64(super::MUL2_MATRIX as i64))
     }
-    simd_body!("avx512f,avx512bw,gfni", 8);
+    simd_body!("avx512f,avx512bw,gfni", 8, 8);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -753,14 +794,24 @@ mod avx512 {
             _mm512_and_si512(_mm512_srli_epi64::<4>(x), mask),
         )
     }
+    type T = (__m512i, __m512i);
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
+    unsafe fn tbl(t: &Tables, idx: usize) -> T {
         // The 16-byte tables broadcast to all four lanes (a single load with broadcast).
         let tb = t.nib.get_unchecked(idx).as_ptr();
-        let lo = _mm512_broadcast_i32x4(_mm_loadu_si128(tb as *const _));
-        let hi = _mm512_broadcast_i32x4(_mm_loadu_si128(tb.add(32) as *const _));
-        _mm512_xor_si512(_mm512_shuffle_epi8(lo, p.0), _mm512_shuffle_epi8(hi, p.1))
+        (
+            _mm512_broadcast_i32x4(_mm_loadu_si128(tb as *const _)),
+            _mm512_broadcast_i32x4(_mm_loadu_si128(tb.add(32) as *const _)),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn apply(p: &P, tb: &T) -> V {
+        _mm512_xor_si512(
+            _mm512_shuffle_epi8(tb.0, p.0),
+            _mm512_shuffle_epi8(tb.1, p.1),
+        )
     }
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
@@ -770,7 +821,7 @@ mod avx512 {
         let poly = _mm512_maskz_mov_epi8(carry, _mm512_set1_epi8(0x1d));
         _mm512_xor_si512(_mm512_add_epi8(x, x), poly)
     }
-    simd_body!("avx512f,avx512bw", 8);
+    simd_body!("avx512f,avx512bw", 8, 6);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -793,17 +844,23 @@ mod avx2gfni {
     unsafe fn prep(x: V) -> P {
         x
     }
+    type T = __m256i;
     #[inline]
     #[target_feature(enable = "avx2,gfni")]
-    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
-        _mm256_gf2p8affine_epi64_epi8::<0>(*p, _mm256_set1_epi64x(*t.aff.get_unchecked(idx) as i64))
+    unsafe fn tbl(t: &Tables, idx: usize) -> T {
+        _mm256_set1_epi64x(*t.aff.get_unchecked(idx) as i64)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,gfni")]
+    unsafe fn apply(p: &P, tb: &T) -> V {
+        _mm256_gf2p8affine_epi64_epi8::<0>(*p, *tb)
     }
     #[inline]
     #[target_feature(enable = "avx2,gfni")]
     unsafe fn mul2(x: V) -> V {
         _mm256_gf2p8affine_epi64_epi8::<0>(x, _mm256_set1_epi64x(super::MUL2_MATRIX as i64))
     }
-    simd_body!("avx2,gfni", 4);
+    simd_body!("avx2,gfni", 4, 4);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -831,13 +888,23 @@ mod avx2 {
             _mm256_and_si256(_mm256_srli_epi64::<4>(x), mask),
         )
     }
+    type T = (__m256i, __m256i);
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
+    unsafe fn tbl(t: &Tables, idx: usize) -> T {
         let tb = t.nib.get_unchecked(idx).as_ptr();
-        let lo = _mm256_loadu_si256(tb as *const _);
-        let hi = _mm256_loadu_si256(tb.add(32) as *const _);
-        _mm256_xor_si256(_mm256_shuffle_epi8(lo, p.0), _mm256_shuffle_epi8(hi, p.1))
+        (
+            _mm256_loadu_si256(tb as *const _),
+            _mm256_loadu_si256(tb.add(32) as *const _),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn apply(p: &P, tb: &T) -> V {
+        _mm256_xor_si256(
+            _mm256_shuffle_epi8(tb.0, p.0),
+            _mm256_shuffle_epi8(tb.1, p.1),
+        )
     }
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -849,7 +916,7 @@ mod avx2 {
             _mm256_and_si256(carry, _mm256_set1_epi8(0x1d)),
         )
     }
-    simd_body!("avx2", 4);
+    simd_body!("avx2", 4, 3);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -876,13 +943,20 @@ mod ssse3 {
             _mm_and_si128(_mm_srli_epi64::<4>(x), mask),
         )
     }
+    type T = (__m128i, __m128i);
     #[inline]
     #[target_feature(enable = "ssse3")]
-    unsafe fn mul(p: &P, t: &Tables, idx: usize) -> V {
+    unsafe fn tbl(t: &Tables, idx: usize) -> T {
         let tb = t.nib.get_unchecked(idx).as_ptr();
-        let lo = _mm_loadu_si128(tb as *const _);
-        let hi = _mm_loadu_si128(tb.add(32) as *const _);
-        _mm_xor_si128(_mm_shuffle_epi8(lo, p.0), _mm_shuffle_epi8(hi, p.1))
+        (
+            _mm_loadu_si128(tb as *const _),
+            _mm_loadu_si128(tb.add(32) as *const _),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "ssse3")]
+    unsafe fn apply(p: &P, tb: &T) -> V {
+        _mm_xor_si128(_mm_shuffle_epi8(tb.0, p.0), _mm_shuffle_epi8(tb.1, p.1))
     }
     #[inline]
     #[target_feature(enable = "ssse3")]
@@ -893,7 +967,7 @@ mod ssse3 {
             _mm_and_si128(carry, _mm_set1_epi8(0x1d)),
         )
     }
-    simd_body!("ssse3", 4);
+    simd_body!("ssse3", 4, 3);
 }
 
 /// The GF2P8AFFINEQB bit matrix of multiply-by-2 under 0x11d (rows 0x80,0x01,0x82,0x84,0x88,0x10,0x20,0x40
