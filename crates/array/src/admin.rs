@@ -9,6 +9,8 @@
 //! fail DEV                            take a device out of service
 //! rebuild DEV [--replacement] [SPEC]  rebuild onto SPEC (default: the device's recorded spec);
 //!                                     its RebuildReport (JSON)
+//! scrub [--no-repair] [--mb-per-s N]  check every stripe's parity, repair what can be located;
+//!                                     its ScrubReport (JSON)
 //! help                                this list
 //! ```
 //!
@@ -24,6 +26,7 @@ use ecstack_device::{open_spec, BlockDevice, DeviceError};
 
 use crate::array::{Array, ArrayDevices, OpenOptions};
 use crate::core::{CommitReport, RebuildReport};
+use crate::scrub::{ScrubOptions, ScrubReport};
 use crate::{ArrayError, Result};
 
 /// A device of an array as an operator names it; [`DeviceName::resolve`] turns it into an index in
@@ -123,11 +126,17 @@ pub enum AdminCommand {
         /// Spec of the replacement device; None: the device's recorded spec.
         replacement: Option<String>,
     },
+    /// Scrub every written stripe ([`Array::scrub`]).
+    Scrub {
+        repair: bool,
+        /// Read bandwidth limit, MB/s (0 = none).
+        mb_per_s_max: u64,
+    },
     Help,
 }
 
 const COMMANDS: &str =
-    "status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC]; DEV is an index, mainI or logI";
+    "status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC], scrub [--no-repair] [--mb-per-s N]; DEV is an index, mainI or logI";
 
 impl AdminCommand {
     /// Parse one command line.
@@ -162,12 +171,40 @@ impl AdminCommand {
                     replacement,
                 })
             }
+            ["scrub", rest @ ..] => parse_scrub(rest),
             ["rebuild"] => Err(admin_err(format!(
                 "usage: rebuild DEV [--replacement SPEC] ({COMMANDS})"
             ))),
             _ => Err(unknown()),
         }
     }
+}
+
+/// `scrub [--no-repair] [--mb-per-s N]`, after the word `scrub`.
+fn parse_scrub(words: &[&str]) -> Result<AdminCommand> {
+    let usage = || admin_err(format!("usage: scrub [--no-repair] [--mb-per-s N] ({COMMANDS})"));
+    let mut repair = true;
+    let mut mb_per_s_max = 0u64;
+    let mut i = 0;
+    while i < words.len() {
+        match words[i] {
+            "--no-repair" => repair = false,
+            "--mb-per-s" => {
+                let v: u64 = words
+                    .get(i + 1)
+                    .and_then(|w| w.parse().ok())
+                    .ok_or_else(usage)?;
+                mb_per_s_max = v;
+                i += 1;
+            }
+            _ => return Err(usage()),
+        }
+        i += 1;
+    }
+    Ok(AdminCommand::Scrub {
+        repair,
+        mb_per_s_max,
+    })
 }
 
 impl fmt::Display for AdminCommand {
@@ -187,6 +224,19 @@ impl fmt::Display for AdminCommand {
                 device,
                 replacement: Some(s),
             } => write!(f, "rebuild {device} --replacement {s}"),
+            AdminCommand::Scrub {
+                repair,
+                mb_per_s_max,
+            } => {
+                write!(f, "scrub")?;
+                if !repair {
+                    write!(f, " --no-repair")?;
+                }
+                if *mb_per_s_max > 0 {
+                    write!(f, " --mb-per-s {mb_per_s_max}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -202,6 +252,7 @@ pub enum AdminReply {
         failed_devices: Vec<usize>,
     },
     Rebuilt(RebuildReport),
+    Scrubbed(ScrubReport),
     Help(String),
 }
 
@@ -215,6 +266,7 @@ impl AdminReply {
             AdminReply::Status(s) => js(serde_json::to_string(s)),
             AdminReply::Commit(r) => js(serde_json::to_string(r)),
             AdminReply::Rebuilt(r) => js(serde_json::to_string(r)),
+            AdminReply::Scrubbed(r) => js(serde_json::to_string(r)),
             AdminReply::Synced => "synced".into(),
             AdminReply::Failed {
                 device,
@@ -254,6 +306,17 @@ impl Array {
                 let i = self.device_index(device)?;
                 self.rebuild_from_spec(i, replacement.as_deref())
                     .map(AdminReply::Rebuilt)
+            }
+            AdminCommand::Scrub {
+                repair,
+                mb_per_s_max,
+            } => {
+                let opts = ScrubOptions {
+                    repair: *repair,
+                    mb_per_s_max: *mb_per_s_max as f64,
+                    ..ScrubOptions::default()
+                };
+                self.scrub(&opts, &|_, _| {}).map(AdminReply::Scrubbed)
             }
         }
     }

@@ -24,6 +24,7 @@ use crate::scheme::md::Md;
 use crate::scheme::pl::Pl;
 use crate::scheme::segments::Segments;
 use crate::scheme::{ChunkRead, ChunkWrite, UpdateScheme, WriteOutcome};
+use crate::scrub::{ScrubOptions, ScrubReport};
 use crate::{ArrayError, Result};
 
 /// Stripe lock table size (a request locks the entries of its stripes in ascending order).
@@ -1195,6 +1196,61 @@ impl Array {
             &|| self.commit_locked(),
         )?;
         self.core.stats.set_rebuild(&r);
+        Ok(r)
+    }
+
+    /// Scrub: read every written data stripe, check its parity against its data and repair the bad
+    /// chunks that can be located (see `scrub.rs`). Runs in steps of `batch_stripes` stripes, each
+    /// under the admin lock after a parity commit (so parity reflects the data); writers wait for
+    /// one step at most, and the bandwidth limit sleeps between steps without the lock.
+    /// `progress(done, total)` is called after every step.
+    pub fn scrub(
+        &self,
+        opts: &ScrubOptions,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<ScrubReport> {
+        let t = Instant::now();
+        let stripes = {
+            let _a = self.admin_read();
+            self.scheme.written_stripes(&self.core)
+        };
+        let total = stripes.len() as u64;
+        let mut r = ScrubReport {
+            repair: opts.repair,
+            ..ScrubReport::default()
+        };
+        let mut done = 0u64;
+        for step in stripes.chunks(opts.batch_stripes.max(1)) {
+            {
+                let _a = self.admin_write();
+                if self.scheme.has_pending(&self.core) {
+                    self.commit_locked()?;
+                    r.commits += 1;
+                }
+                crate::scrub::scrub_stripes(
+                    &self.core,
+                    self.scheme.as_ref(),
+                    step,
+                    opts.repair,
+                    &mut r,
+                )?;
+            }
+            done += step.len() as u64;
+            progress(done, total);
+            if opts.mb_per_s_max > 0.0 {
+                let due = Duration::from_secs_f64(r.bytes_read as f64 / (opts.mb_per_s_max * 1e6));
+                if let Some(wait) = due.checked_sub(t.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        self.settle_failures()?;
+        r.seconds = t.elapsed().as_secs_f64();
+        r.mb_per_s = if r.seconds > 0.0 {
+            r.bytes_read as f64 / r.seconds / 1e6
+        } else {
+            0.0
+        };
         Ok(r)
     }
 

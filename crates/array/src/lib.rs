@@ -13,7 +13,7 @@
 //! * [`Array`] implements [`BlockDevice`] (any byte offset and length, concurrent callers, per-stripe
 //!   locking, device I/O issued in parallel) and exposes the admin operations `fail_device`,
 //!   `rebuild_device`, `commit`, `status`; the admin language of a running array (`fail log0`,
-//!   `rebuild 3 --replacement SPEC`, …) is [`AdminCommand`], executed by [`Array::execute`], and
+//!   `rebuild 3 --replacement SPEC`, `scrub`, …) is [`AdminCommand`], executed by [`Array::execute`], and
 //!   [`Array::open_recorded`] reopens an array from the device specs its superblock records.
 //!
 //! ```
@@ -47,6 +47,7 @@ mod fuzz;
 mod io;
 mod meta;
 mod recovery;
+mod scrub;
 pub mod scheme;
 pub mod sim;
 mod status;
@@ -59,6 +60,7 @@ pub use clock::Clock;
 pub use format::{ArrayConfig, Geometry, SchemeKind, Superblock};
 pub use io::IoCounters;
 pub use scheme::{BatchStats, DEFAULT_IN_FLIGHT};
+pub use scrub::{ScrubOptions, ScrubProblem, ScrubReport, SCRUB_PROBLEMS_LISTED_MAX};
 pub use status::{
     ArrayStatus, ClassStatus, CommitStats, DeviceStatus, MetaStatus, PendingStatus, RequestStats,
     SsdSummary,

@@ -1,0 +1,343 @@
+//! Scrub: read every written data stripe, check that its parity matches its data, and repair what
+//! can be located without doubt (`docs/array.md`, "Scrub").
+//!
+//! Without per-chunk checksums a parity mismatch says that a stripe is wrong, not which chunk is.
+//! Scrub locates bad chunks the way a decoder of an MDS code does: with `e` chunks unreadable
+//! (failed devices, read errors), the `n − e` chunks read form a code of distance `m − e + 1`, which
+//! locates up to `⌊(m − e)/2⌋` bad chunks. Scrub tries sets of `t = 1, 2, …` chunks up to that bound and
+//! repairs only when exactly one set of the smallest size explains the mismatch; anything else is
+//! reported, never guessed. So with `m = 2` one bad chunk per stripe is repaired, with `m = 1` (XOR,
+//! RAID-5) a mismatch is only reported. Beyond the bound a mismatch is still detected (any `t ≤ m − e`
+//! bad chunks make a mismatch), but a wrong chunk set may then look like the smallest explanation: that
+//! is the case end-to-end checksums will close.
+
+use crate::core::Core;
+use crate::io::{Rd, Wr};
+use crate::scheme::UpdateScheme;
+use crate::Result;
+
+/// How to scrub.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScrubOptions {
+    /// Write repaired chunks back (false: report only).
+    pub repair: bool,
+    /// Data stripes checked per step; the array's writers wait for one step at most.
+    pub batch_stripes: usize,
+    /// Read bandwidth limit in MB/s (10^6 bytes) over the main devices; 0 = none.
+    pub mb_per_s_max: f64,
+}
+
+impl Default for ScrubOptions {
+    fn default() -> Self {
+        ScrubOptions {
+            repair: true,
+            batch_stripes: 64,
+            mb_per_s_max: 0.0,
+        }
+    }
+}
+
+/// A stripe scrub found wrong and could not repair (or was told not to).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScrubProblem {
+    pub stripe: u64,
+    pub problem: String,
+}
+
+/// Most problems a report lists one by one (the count covers all of them).
+pub const SCRUB_PROBLEMS_LISTED_MAX: usize = 100;
+
+/// What one scrub did.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ScrubReport {
+    /// Written data stripes checked.
+    pub stripes: u64,
+    /// Chunks read from the main devices.
+    pub chunks_read: u64,
+    pub bytes_read: u64,
+    /// Stripes whose parity did not match their data.
+    pub inconsistent_stripes: u64,
+    /// Of those, the stripes repaired and the chunks rewritten.
+    pub repaired_stripes: u64,
+    pub repaired_chunks: u64,
+    /// Stripes found wrong and not repaired (bad chunks not locatable, or `repair` off).
+    pub unrepaired_stripes: u64,
+    /// Stripes with exactly k chunks readable: nothing to check them against.
+    pub unverifiable_stripes: u64,
+    /// Stripes with fewer than k chunks readable.
+    pub unreadable_stripes: u64,
+    /// Stripes with a parity chunk that holds nothing yet (skipped).
+    pub skipped_stripes: u64,
+    /// The first [`SCRUB_PROBLEMS_LISTED_MAX`] stripes not repaired, with the reason.
+    pub problems: Vec<ScrubProblem>,
+    /// Parity commits run before steps so every parity reflects its data (eplog, pl).
+    pub commits: u64,
+    pub repair: bool,
+    pub seconds: f64,
+    /// Read throughput: bytes read / seconds, MB/s (10^6).
+    pub mb_per_s: f64,
+}
+
+impl ScrubReport {
+    fn problem(&mut self, stripe: u64, problem: String) {
+        tracing::warn!(stripe, "scrub: {problem}");
+        if self.problems.len() < SCRUB_PROBLEMS_LISTED_MAX {
+            self.problems.push(ScrubProblem { stripe, problem });
+        }
+    }
+
+    /// Whether the array was found consistent (or repaired to consistency).
+    pub fn clean(&self) -> bool {
+        self.unrepaired_stripes == 0 && self.unreadable_stripes == 0
+    }
+}
+
+/// The verdict on one stripe.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    Clean,
+    /// Exactly k chunks known: nothing to check against.
+    Unverifiable,
+    /// Fewer than k chunks known.
+    Unreadable(usize),
+    /// The located bad chunks: (position, correct contents).
+    Located(Vec<(usize, Vec<u8>)>),
+    /// A mismatch that cannot be located without doubt.
+    Mismatch(String),
+}
+
+/// Whether the `known` chunks of `shards` are one codeword: decode from the first k of them and
+/// compare the rest. Returns the decoded stripe when they are.
+fn consistent(
+    core: &Core,
+    shards: &[Vec<u8>],
+    known: &[usize],
+) -> Result<Option<Vec<Vec<u8>>>> {
+    let g = &core.geo;
+    let basis = &known[..g.k];
+    let mut work: Vec<Vec<u8>> = shards.to_vec();
+    let erased: Vec<usize> = (0..g.n).filter(|p| !basis.contains(p)).collect();
+    {
+        let mut refs: Vec<&mut [u8]> = work.iter_mut().map(|v| v.as_mut_slice()).collect();
+        core.code.reconstruct_in_place(&mut refs, &erased)?;
+    }
+    let same = known[g.k..].iter().all(|&p| work[p] == shards[p]);
+    Ok(same.then_some(work))
+}
+
+/// The `t`-element subsets of `from`, in lexicographic order.
+fn subsets(from: &[usize], t: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut idx: Vec<usize> = (0..t).collect();
+    if t == 0 || t > from.len() {
+        return out;
+    }
+    loop {
+        out.push(idx.iter().map(|&i| from[i]).collect());
+        // Advance the rightmost index that can move.
+        let mut i = t;
+        while i > 0 && idx[i - 1] == from.len() - t + i - 1 {
+            i -= 1;
+        }
+        if i == 0 {
+            return out;
+        }
+        idx[i - 1] += 1;
+        for j in i..t {
+            idx[j] = idx[j - 1] + 1;
+        }
+    }
+}
+
+/// Check one stripe: `known[p]` says whether position p's contents are known (read, or a data chunk
+/// that reads as zeros); `stored[p]` whether it is a chunk on a device (a repair candidate).
+fn check_stripe(
+    core: &Core,
+    shards: &[Vec<u8>],
+    known: &[bool],
+    stored: &[bool],
+) -> Result<Verdict> {
+    let g = &core.geo;
+    let have: Vec<usize> = (0..g.n).filter(|&p| known[p]).collect();
+    if have.len() < g.k {
+        return Ok(Verdict::Unreadable(have.len()));
+    }
+    if have.len() == g.k {
+        return Ok(Verdict::Unverifiable);
+    }
+    if consistent(core, shards, &have)?.is_some() {
+        return Ok(Verdict::Clean);
+    }
+    let missing = g.n - have.len();
+    let locatable = (g.m - missing) / 2;
+    let candidates: Vec<usize> = have.iter().copied().filter(|&p| stored[p]).collect();
+    for t in 1..=locatable {
+        let mut found: Vec<(Vec<usize>, Vec<Vec<u8>>)> = Vec::new();
+        for bad in subsets(&candidates, t) {
+            let rest: Vec<usize> = have.iter().copied().filter(|p| !bad.contains(p)).collect();
+            if let Some(fixed) = consistent(core, shards, &rest)? {
+                found.push((bad, fixed));
+                if found.len() > 1 {
+                    break;
+                }
+            }
+        }
+        match found.len() {
+            0 => continue,
+            1 => {
+                let (bad, fixed) = found.pop().expect("one");
+                return Ok(Verdict::Located(
+                    bad.into_iter().map(|p| (p, fixed[p].clone())).collect(),
+                ));
+            }
+            _ => {
+                return Ok(Verdict::Mismatch(format!(
+                    "parity mismatch: more than one set of {t} chunks explains it; not repaired"
+                )))
+            }
+        }
+    }
+    Ok(Verdict::Mismatch(format!(
+        "parity mismatch that cannot be located: {} chunks readable of {}, the code locates at most {locatable} bad chunks",
+        have.len(),
+        g.n
+    )))
+}
+
+/// Scrub the data stripes `stripes` (the caller holds the array still: no writes, no pending
+/// parity work), adding to `report`.
+pub(crate) fn scrub_stripes(
+    core: &Core,
+    scheme: &dyn UpdateScheme,
+    stripes: &[u64],
+    repair: bool,
+    report: &mut ScrubReport,
+) -> Result<()> {
+    let g = &core.geo;
+    let c = g.chunk as usize;
+    // Layout, contents and what is known of every stripe of the step.
+    let mut items: Vec<(u64, Vec<Option<u64>>, Vec<Vec<u8>>, Vec<bool>)> = Vec::new();
+    for &s in stripes {
+        let Some(layout) = scheme.committed_layout(core, s) else {
+            continue;
+        };
+        if layout[g.k..].iter().any(|p| p.is_none()) {
+            report.skipped_stripes += 1;
+            continue;
+        }
+        let known: Vec<bool> = (0..g.n).map(|p| layout[p].is_none()).collect();
+        items.push((s, layout, vec![vec![0u8; c]; g.n], known));
+    }
+    {
+        let mut ops = Vec::new();
+        let mut who = Vec::new();
+        for (ii, (s, layout, shards, _)) in items.iter_mut().enumerate() {
+            for (p, buf) in shards.iter_mut().enumerate() {
+                let d = g.dev_of(*s, p);
+                if let Some(slot) = layout[p] {
+                    if !core.devs.is_failed(d) {
+                        ops.push(Rd::new(d, g.off(slot), buf.as_mut_slice()));
+                        who.push((ii, p));
+                    }
+                }
+            }
+        }
+        core.devs.read(&mut ops);
+        let ok: Vec<bool> = ops.iter().map(|o| o.ok).collect();
+        drop(ops);
+        for (&ok, &(ii, p)) in ok.iter().zip(&who) {
+            if ok {
+                items[ii].3[p] = true;
+                report.chunks_read += 1;
+                report.bytes_read += c as u64;
+            }
+        }
+    }
+    let mut writes: Vec<(u64, usize, u64, Vec<u8>)> = Vec::new();
+    for (s, layout, shards, known) in &items {
+        report.stripes += 1;
+        let stored: Vec<bool> = layout.iter().map(|l| l.is_some()).collect();
+        match check_stripe(core, shards, known, &stored)? {
+            Verdict::Clean => {}
+            Verdict::Unverifiable => report.unverifiable_stripes += 1,
+            Verdict::Unreadable(have) => {
+                report.unreadable_stripes += 1;
+                report.problem(
+                    *s,
+                    format!("only {have} chunks readable, {} needed", g.k),
+                );
+            }
+            Verdict::Mismatch(why) => {
+                report.inconsistent_stripes += 1;
+                report.unrepaired_stripes += 1;
+                report.problem(*s, why);
+            }
+            Verdict::Located(fixes) => {
+                report.inconsistent_stripes += 1;
+                let what: Vec<String> = fixes
+                    .iter()
+                    .map(|(p, _)| format!("position {p} on device {}", g.dev_of(*s, *p)))
+                    .collect();
+                if !repair {
+                    report.unrepaired_stripes += 1;
+                    report.problem(
+                        *s,
+                        format!("bad chunk at {} (not repaired: report only)", what.join(", ")),
+                    );
+                    continue;
+                }
+                tracing::warn!(stripe = s, "scrub: repairing bad chunk at {}", what.join(", "));
+                for (p, bytes) in fixes {
+                    let slot = layout[p].expect("a located chunk is stored");
+                    writes.push((*s, g.dev_of(*s, p), slot, bytes));
+                }
+            }
+        }
+    }
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let mut ops: Vec<Wr<'_>> = writes
+        .iter()
+        .map(|(_, d, slot, b)| Wr::new(*d, g.off(*slot), b))
+        .collect();
+    core.devs.write(&mut ops);
+    core.devs.flush_all();
+    let mut failed: Vec<u64> = Vec::new();
+    for (o, (s, d, _, _)) in ops.iter().zip(&writes) {
+        if o.ok {
+            report.repaired_chunks += 1;
+        } else if !failed.contains(s) {
+            failed.push(*s);
+            report.problem(*s, format!("repair write to device {d} failed"));
+        }
+    }
+    let mut repaired: Vec<u64> = writes.iter().map(|w| w.0).collect();
+    repaired.dedup();
+    report.unrepaired_stripes += failed.len() as u64;
+    report.repaired_stripes += repaired.iter().filter(|s| !failed.contains(s)).count() as u64;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subsets;
+
+    #[test]
+    fn subsets_lists_every_combination_once() {
+        assert_eq!(subsets(&[3, 5, 7], 1), vec![vec![3], vec![5], vec![7]]);
+        assert_eq!(
+            subsets(&[1, 2, 3, 4], 2),
+            vec![
+                vec![1, 2],
+                vec![1, 3],
+                vec![1, 4],
+                vec![2, 3],
+                vec![2, 4],
+                vec![3, 4]
+            ]
+        );
+        assert_eq!(subsets(&[1, 2], 3), Vec::<Vec<usize>>::new());
+        assert_eq!(subsets(&[1, 2], 0), Vec::<Vec<usize>>::new());
+    }
+}

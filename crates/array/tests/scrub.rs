@@ -1,0 +1,235 @@
+//! Scrub (issue 15, "End-to-end checksums and scrub"): silent corruption at rest — bytes flipped on
+//! a device behind the array's back — is found by `Array::scrub`, repaired while the code can
+//! locate it (one bad chunk per stripe with m = 2), and reported, never "repaired" by guessing, when
+//! it cannot (m = 1, or a device missing as well). The array's reads do not verify chunks yet (no
+//! per-chunk checksums): these tests read through the array only after a scrub repaired it.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use ecstack_array::{AdminCommand, AdminReply, Array, ScrubOptions, ScrubReport, SchemeKind};
+use ecstack_device::BlockDevice;
+
+/// A created array filled with seeded random bytes and committed; returns the model.
+fn filled(rig: &Rig, scheme: SchemeKind, k: usize, m: usize, seed: u64) -> (Array, Vec<u8>) {
+    let a = Array::create(&config(scheme, k, m), rig.devices()).unwrap();
+    let mut rng = Rng::new(seed);
+    let mut model = vec![0u8; a.size() as usize];
+    rng.fill(&mut model);
+    a.write(&model, 0).unwrap();
+    // Some updates, so eplog and pl have out-of-place versions and logs to commit.
+    for _ in 0..40 {
+        let (off, len) = extent(&mut rng, a.size(), k);
+        let mut b = vec![0u8; len];
+        rng.fill(&mut b);
+        a.write(&b, off).unwrap();
+        model[off as usize..off as usize + len].copy_from_slice(&b);
+    }
+    a.commit().unwrap();
+    (a, model)
+}
+
+/// Flip one byte in every chunk slot of main device `d`, behind the array (at rest, silently). A
+/// device holds at most one chunk of any stripe, so every stripe gets exactly one bad chunk.
+fn rot_device(rig: &Rig, a: &Array, d: usize, seed: u64) {
+    let g = a.geometry();
+    let inner = rig.main[d].inner();
+    let mut rng = Rng::new(seed);
+    for slot in 0..g.slots {
+        let at = g.off(slot) + rng.below(g.chunk);
+        let mut b = [0u8; 1];
+        inner.read_at(&mut b, at).unwrap();
+        b[0] ^= 1 << rng.below(8);
+        inner.write_at(&b, at).unwrap();
+    }
+}
+
+fn snapshot(d: &Dev) -> Vec<u8> {
+    let mut b = vec![0u8; d.inner().capacity() as usize];
+    d.inner().read_at(&mut b, 0).unwrap();
+    b
+}
+
+fn scrub(a: &Array, repair: bool) -> ScrubReport {
+    let opts = ScrubOptions {
+        repair,
+        batch_stripes: 16,
+        ..ScrubOptions::default()
+    };
+    a.scrub(&opts, &|_, _| {}).unwrap()
+}
+
+#[test]
+fn a_clean_array_scrubs_clean_on_every_scheme() {
+    for scheme in [SchemeKind::Md, SchemeKind::Pl, SchemeKind::Eplog] {
+        let rig = Rig::new(scheme, 4, 2, 1, false);
+        let (a, model) = filled(&rig, scheme, 4, 2, 11);
+        let r = scrub(&a, true);
+        assert!(r.stripes > 0, "{scheme:?}: nothing scrubbed: {r:?}");
+        assert_eq!(r.inconsistent_stripes, 0, "{scheme:?}: {r:?}");
+        assert_eq!(r.chunks_read, r.stripes * 6, "{scheme:?}: {r:?}");
+        assert!(r.clean());
+        verify_all(&a, &model, &format!("{scheme:?} after a clean scrub"));
+    }
+}
+
+#[test]
+fn one_bad_chunk_per_stripe_is_located_and_repaired_with_m2() {
+    for (i, scheme) in [SchemeKind::Md, SchemeKind::Pl, SchemeKind::Eplog]
+        .into_iter()
+        .enumerate()
+    {
+        let rig = Rig::new(scheme, 4, 2, 2 + i as u64, false);
+        let (a, model) = filled(&rig, scheme, 4, 2, 20 + i as u64);
+        rot_device(&rig, &a, 3, 30 + i as u64);
+        let r = scrub(&a, true);
+        assert!(r.stripes > 0);
+        assert_eq!(r.inconsistent_stripes, r.stripes, "{scheme:?}: every stripe has a bad chunk: {r:?}");
+        assert_eq!(r.repaired_stripes, r.stripes, "{scheme:?}: {r:?}");
+        assert_eq!(r.repaired_chunks, r.stripes, "{scheme:?}: {r:?}");
+        assert_eq!(r.unrepaired_stripes, 0, "{scheme:?}: {r:?}");
+        verify_all(&a, &model, &format!("{scheme:?} after repair"));
+        let again = scrub(&a, true);
+        assert_eq!(again.inconsistent_stripes, 0, "{scheme:?}: second scrub: {again:?}");
+        // The repairs survive a reopen.
+        a.close().unwrap();
+        drop(a);
+        let a = Array::open(rig.devices()).unwrap();
+        verify_all(&a, &model, &format!("{scheme:?} reopened after repair"));
+    }
+}
+
+#[test]
+fn a_parity_mismatch_that_cannot_be_located_is_reported_and_nothing_is_written() {
+    // m = 1 (XOR): a mismatch says nothing about where.
+    let rig = Rig::new(SchemeKind::Md, 4, 1, 3, false);
+    let (a, _) = filled(&rig, SchemeKind::Md, 4, 1, 31);
+    rot_device(&rig, &a, 0, 32);
+    let before: Vec<Vec<u8>> = rig.main.iter().map(snapshot).collect();
+    let r = scrub(&a, true);
+    assert!(r.stripes > 0);
+    assert_eq!(r.inconsistent_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.unrepaired_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.repaired_chunks, 0, "{r:?}");
+    assert!(!r.clean());
+    assert!(r.problems[0].problem.contains("cannot be located"), "{r:?}");
+    assert_eq!(r.problems.len() as u64, r.stripes.min(100));
+    let after: Vec<Vec<u8>> = rig.main.iter().map(snapshot).collect();
+    assert!(before == after, "a scrub that located nothing wrote to a device");
+
+    // m = 2 with a device failed: one erasure plus one bad chunk is detected, not located.
+    let rig = Rig::new(SchemeKind::Pl, 4, 2, 4, false);
+    let (a, _) = filled(&rig, SchemeKind::Pl, 4, 2, 41);
+    a.fail_device(1).unwrap();
+    rot_device(&rig, &a, 0, 42);
+    let before = snapshot(&rig.main[0]);
+    let r = scrub(&a, true);
+    assert!(r.stripes > 0);
+    assert_eq!(r.inconsistent_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.unrepaired_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.repaired_chunks, 0, "{r:?}");
+    assert!(before == snapshot(&rig.main[0]));
+
+    // Two bad chunks in every stripe with m = 2: detected, not repaired.
+    let rig = Rig::new(SchemeKind::Md, 4, 2, 5, false);
+    let (a, _) = filled(&rig, SchemeKind::Md, 4, 2, 51);
+    rot_device(&rig, &a, 0, 52);
+    rot_device(&rig, &a, 4, 53);
+    let r = scrub(&a, true);
+    assert!(r.stripes > 0);
+    assert_eq!(r.inconsistent_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.unrepaired_stripes, r.stripes, "{r:?}");
+}
+
+#[test]
+fn report_only_scrub_locates_without_writing() {
+    let rig = Rig::new(SchemeKind::Eplog, 4, 2, 6, false);
+    let (a, model) = filled(&rig, SchemeKind::Eplog, 4, 2, 61);
+    rot_device(&rig, &a, 2, 62);
+    let before = snapshot(&rig.main[2]);
+    let r = scrub(&a, false);
+    assert_eq!(r.inconsistent_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.unrepaired_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.repaired_chunks, 0);
+    assert!(r.problems[0].problem.contains("device 2"), "{r:?}");
+    assert!(before == snapshot(&rig.main[2]));
+    // Then the repairing scrub, over the admin language.
+    let reply = a
+        .execute(&AdminCommand::parse("scrub --mb-per-s 1000").unwrap())
+        .unwrap();
+    match reply {
+        AdminReply::Scrubbed(r) => assert_eq!(r.repaired_stripes, r.stripes),
+        other => panic!("unexpected reply {other:?}"),
+    }
+    verify_all(&a, &model, "after the admin scrub");
+}
+
+#[test]
+fn scrub_under_concurrent_writes_finds_no_false_mismatch() {
+    let rig = Rig::new(SchemeKind::Eplog, 4, 2, 7, false);
+    let (a, model) = filled(&rig, SchemeKind::Eplog, 4, 2, 71);
+    let a = Arc::new(a);
+    let writer = {
+        let a = Arc::clone(&a);
+        let mut model = model;
+        std::thread::spawn(move || {
+            let mut rng = Rng::new(72);
+            for _ in 0..300 {
+                let (off, len) = extent(&mut rng, a.size(), 4);
+                let mut b = vec![0u8; len];
+                rng.fill(&mut b);
+                a.write(&b, off).unwrap();
+                model[off as usize..off as usize + len].copy_from_slice(&b);
+            }
+            model
+        })
+    };
+    let mut scrubs = 0;
+    while !writer.is_finished() || scrubs == 0 {
+        let opts = ScrubOptions {
+            batch_stripes: 4,
+            ..ScrubOptions::default()
+        };
+        let r = a.scrub(&opts, &|_, _| {}).unwrap();
+        assert_eq!(r.inconsistent_stripes, 0, "scrub {scrubs}: {r:?}");
+        scrubs += 1;
+    }
+    let model = writer.join().unwrap();
+    verify_all(&a, &model, "after scrubs under load");
+}
+
+#[test]
+fn the_bandwidth_limit_holds_scrub_back_and_progress_reaches_the_end() {
+    let rig = Rig::new(SchemeKind::Md, 4, 2, 8, false);
+    let (a, _) = filled(&rig, SchemeKind::Md, 4, 2, 81);
+    let seen = std::sync::Mutex::new(Vec::new());
+    let opts = ScrubOptions {
+        mb_per_s_max: 4.0,
+        batch_stripes: 32,
+        ..ScrubOptions::default()
+    };
+    let r = a
+        .scrub(&opts, &|done, total| seen.lock().unwrap().push((done, total)))
+        .unwrap();
+    // A lower bound only (sleeping can only make it slower): bytes / limit.
+    let floor = r.bytes_read as f64 / 4e6;
+    assert!(r.seconds >= floor * 0.95, "{r:?}: faster than the limit allows ({floor:.3} s)");
+    let seen = seen.into_inner().unwrap();
+    let total = a.geometry().stripes.min(seen.last().unwrap().1);
+    assert_eq!(seen.last().unwrap().0, seen.last().unwrap().1, "{seen:?}");
+    assert!(total > 0 && seen.windows(2).all(|w| w[0].0 < w[1].0), "{seen:?}");
+}
+
+#[test]
+fn the_scrub_command_parses_and_prints_back() {
+    for line in ["scrub", "scrub --no-repair", "scrub --mb-per-s 50", "scrub --no-repair --mb-per-s 7"] {
+        let c = AdminCommand::parse(line).unwrap();
+        assert_eq!(c.to_string(), line);
+    }
+    for bad in ["scrub --mb-per-s", "scrub --mb-per-s x", "scrub now"] {
+        let e = AdminCommand::parse(bad).unwrap_err().to_string();
+        assert!(e.contains("usage: scrub"), "{bad}: {e}");
+    }
+}
