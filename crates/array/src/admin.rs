@@ -182,7 +182,11 @@ impl AdminCommand {
 
 /// `scrub [--no-repair] [--mb-per-s N]`, after the word `scrub`.
 fn parse_scrub(words: &[&str]) -> Result<AdminCommand> {
-    let usage = || admin_err(format!("usage: scrub [--no-repair] [--mb-per-s N] ({COMMANDS})"));
+    let usage = || {
+        admin_err(format!(
+            "usage: scrub [--no-repair] [--mb-per-s N] ({COMMANDS})"
+        ))
+    };
     let mut repair = true;
     let mut mb_per_s_max = 0u64;
     let mut i = 0;

@@ -1204,11 +1204,7 @@ impl Array {
     /// under the admin lock after a parity commit (so parity reflects the data); writers wait for
     /// one step at most, and the bandwidth limit sleeps between steps without the lock.
     /// `progress(done, total)` is called after every step.
-    pub fn scrub(
-        &self,
-        opts: &ScrubOptions,
-        progress: &dyn Fn(u64, u64),
-    ) -> Result<ScrubReport> {
+    pub fn scrub(&self, opts: &ScrubOptions, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> {
         let t = Instant::now();
         let stripes = {
             let _a = self.admin_read();

@@ -108,11 +108,7 @@ enum Verdict {
 
 /// Whether the `known` chunks of `shards` are one codeword: decode from the first k of them and
 /// compare the rest. Returns the decoded stripe when they are.
-fn consistent(
-    core: &Core,
-    shards: &[Vec<u8>],
-    known: &[usize],
-) -> Result<Option<Vec<Vec<u8>>>> {
+fn consistent(core: &Core, shards: &[Vec<u8>], known: &[usize]) -> Result<Option<Vec<Vec<u8>>>> {
     let g = &core.geo;
     let basis = &known[..g.k];
     let mut work: Vec<Vec<u8>> = shards.to_vec();
@@ -262,10 +258,7 @@ pub(crate) fn scrub_stripes(
             Verdict::Unverifiable => report.unverifiable_stripes += 1,
             Verdict::Unreadable(have) => {
                 report.unreadable_stripes += 1;
-                report.problem(
-                    *s,
-                    format!("only {have} chunks readable, {} needed", g.k),
-                );
+                report.problem(*s, format!("only {have} chunks readable, {} needed", g.k));
             }
             Verdict::Mismatch(why) => {
                 report.inconsistent_stripes += 1;
@@ -282,11 +275,18 @@ pub(crate) fn scrub_stripes(
                     report.unrepaired_stripes += 1;
                     report.problem(
                         *s,
-                        format!("bad chunk at {} (not repaired: report only)", what.join(", ")),
+                        format!(
+                            "bad chunk at {} (not repaired: report only)",
+                            what.join(", ")
+                        ),
                     );
                     continue;
                 }
-                tracing::warn!(stripe = s, "scrub: repairing bad chunk at {}", what.join(", "));
+                tracing::warn!(
+                    stripe = s,
+                    "scrub: repairing bad chunk at {}",
+                    what.join(", ")
+                );
                 for (p, bytes) in fixes {
                     let slot = layout[p].expect("a located chunk is stored");
                     writes.push((*s, g.dev_of(*s, p), slot, bytes));

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use ecstack_array::{AdminCommand, AdminReply, Array, ScrubOptions, ScrubReport, SchemeKind};
+use ecstack_array::{AdminCommand, AdminReply, Array, SchemeKind, ScrubOptions, ScrubReport};
 use ecstack_device::BlockDevice;
 
 /// A created array filled with seeded random bytes and committed; returns the model.
@@ -86,13 +86,19 @@ fn one_bad_chunk_per_stripe_is_located_and_repaired_with_m2() {
         rot_device(&rig, &a, 3, 30 + i as u64);
         let r = scrub(&a, true);
         assert!(r.stripes > 0);
-        assert_eq!(r.inconsistent_stripes, r.stripes, "{scheme:?}: every stripe has a bad chunk: {r:?}");
+        assert_eq!(
+            r.inconsistent_stripes, r.stripes,
+            "{scheme:?}: every stripe has a bad chunk: {r:?}"
+        );
         assert_eq!(r.repaired_stripes, r.stripes, "{scheme:?}: {r:?}");
         assert_eq!(r.repaired_chunks, r.stripes, "{scheme:?}: {r:?}");
         assert_eq!(r.unrepaired_stripes, 0, "{scheme:?}: {r:?}");
         verify_all(&a, &model, &format!("{scheme:?} after repair"));
         let again = scrub(&a, true);
-        assert_eq!(again.inconsistent_stripes, 0, "{scheme:?}: second scrub: {again:?}");
+        assert_eq!(
+            again.inconsistent_stripes, 0,
+            "{scheme:?}: second scrub: {again:?}"
+        );
         // The repairs survive a reopen.
         a.close().unwrap();
         drop(a);
@@ -117,7 +123,10 @@ fn a_parity_mismatch_that_cannot_be_located_is_reported_and_nothing_is_written()
     assert!(r.problems[0].problem.contains("cannot be located"), "{r:?}");
     assert_eq!(r.problems.len() as u64, r.stripes.min(100));
     let after: Vec<Vec<u8>> = rig.main.iter().map(snapshot).collect();
-    assert!(before == after, "a scrub that located nothing wrote to a device");
+    assert!(
+        before == after,
+        "a scrub that located nothing wrote to a device"
+    );
 
     // m = 2 with a device failed: one erasure plus one bad chunk is detected, not located.
     let rig = Rig::new(SchemeKind::Pl, 4, 2, 4, false);
@@ -211,20 +220,33 @@ fn the_bandwidth_limit_holds_scrub_back_and_progress_reaches_the_end() {
         ..ScrubOptions::default()
     };
     let r = a
-        .scrub(&opts, &|done, total| seen.lock().unwrap().push((done, total)))
+        .scrub(&opts, &|done, total| {
+            seen.lock().unwrap().push((done, total))
+        })
         .unwrap();
     // A lower bound only (sleeping can only make it slower): bytes / limit.
     let floor = r.bytes_read as f64 / 4e6;
-    assert!(r.seconds >= floor * 0.95, "{r:?}: faster than the limit allows ({floor:.3} s)");
+    assert!(
+        r.seconds >= floor * 0.95,
+        "{r:?}: faster than the limit allows ({floor:.3} s)"
+    );
     let seen = seen.into_inner().unwrap();
     let total = a.geometry().stripes.min(seen.last().unwrap().1);
     assert_eq!(seen.last().unwrap().0, seen.last().unwrap().1, "{seen:?}");
-    assert!(total > 0 && seen.windows(2).all(|w| w[0].0 < w[1].0), "{seen:?}");
+    assert!(
+        total > 0 && seen.windows(2).all(|w| w[0].0 < w[1].0),
+        "{seen:?}"
+    );
 }
 
 #[test]
 fn the_scrub_command_parses_and_prints_back() {
-    for line in ["scrub", "scrub --no-repair", "scrub --mb-per-s 50", "scrub --no-repair --mb-per-s 7"] {
+    for line in [
+        "scrub",
+        "scrub --no-repair",
+        "scrub --mb-per-s 50",
+        "scrub --no-repair --mb-per-s 7",
+    ] {
         let c = AdminCommand::parse(line).unwrap();
         assert_eq!(c.to_string(), line);
     }

@@ -2,7 +2,7 @@
 //! array (EPLOG `md` / `pl` / `eplog` schemes). Every command after `create` opens the array from its
 //! metadata volume (`--meta SPEC`): the superblock records the specs of all its devices. While an
 //! array is being served, `status`, `commit`, `fail` and `rebuild` take `--admin SOCKET` to act on the
-//! running server instead.
+//! running server instead; `scrub` checks every stripe's parity and repairs what it can locate.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_array::{
     AdminCommand, Array, ArrayConfig, ArrayDevices, ArrayStatus, CodeKind, DeviceName, OpenOptions,
-    SchemeKind,
+    SchemeKind, ScrubOptions, ScrubReport,
 };
 use ecstack_device::{open_spec, BlockDevice};
 use ecstack_nbd::{admin_request, Admin, ServeConfig};
@@ -38,6 +38,9 @@ enum ArrayCmd {
     Fail(DevArgs),
     /// Rebuild a failed device (commit first, then batched stripe recovery)
     Rebuild(RebuildArgs),
+    /// Read every written stripe, check its parity against its data, repair the bad chunks that can
+    /// be located (one per stripe with m = 2), report the rest; exits 1 if anything is left wrong
+    Scrub(ScrubArgs),
     /// Open the array and export it over NBD (127.0.0.1 by default) until Ctrl-C / SIGTERM
     Serve(ServeArgs),
 }
@@ -127,6 +130,21 @@ struct RebuildArgs {
 }
 
 #[derive(Args)]
+struct ScrubArgs {
+    /// Report only: locate bad chunks but write nothing
+    #[arg(long)]
+    no_repair: bool,
+    /// Read bandwidth limit over the main devices, MB/s (0 = none)
+    #[arg(long, default_value_t = 0)]
+    mb_per_s: u64,
+    /// Data stripes per step (writers of a served array wait for one step at most)
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    #[command(flatten)]
+    target: TargetArgs,
+}
+
+#[derive(Args)]
 struct ServeArgs {
     /// Metadata volume spec of the array
     #[arg(long)]
@@ -141,7 +159,7 @@ struct ServeArgs {
     /// Export name
     #[arg(long, default_value = "ecstack")]
     name: String,
-    /// Admin socket (status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC])
+    /// Admin socket (status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC], scrub)
     #[arg(long)]
     admin_socket: Option<PathBuf>,
     /// Parity commit after this many seconds without I/O (md: a sync that marks the write-intent
@@ -171,6 +189,7 @@ pub fn run(a: ArrayArgs) -> Result<()> {
         ArrayCmd::Commit(t) => commit(t),
         ArrayCmd::Fail(d) => fail(d),
         ArrayCmd::Rebuild(r) => rebuild(r),
+        ArrayCmd::Scrub(s) => scrub(s),
         ArrayCmd::Serve(s) => serve(s),
     }
 }
@@ -462,6 +481,79 @@ fn rebuild(r: RebuildArgs) -> Result<()> {
         report.batch,
         report.prefetch
     );
+    Ok(())
+}
+
+fn scrub(s: ScrubArgs) -> Result<()> {
+    let t = &s.target;
+    if let Some(sock) = &t.admin {
+        let cmd = AdminCommand::Scrub {
+            repair: !s.no_repair,
+            mb_per_s_max: s.mb_per_s,
+        };
+        let answer = admin_request(sock, &cmd.to_string())?;
+        let r: ScrubReport = serde_json::from_str(&answer)
+            .map_err(|_| anyhow::anyhow!("scrub over the admin socket: {answer}"))?;
+        return scrub_report(&r, t.json);
+    }
+    if s.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    let a = open_array(t, &OpenOptions::default())?;
+    let opts = ScrubOptions {
+        repair: !s.no_repair,
+        batch_stripes: s.batch,
+        mb_per_s_max: s.mb_per_s as f64,
+    };
+    let pb = if !t.json && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let pb = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "scrub [{bar:40}] {pos}/{len} stripes, eta {eta}",
+        ) {
+            pb.set_style(style.progress_chars("=> "));
+        }
+        pb
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let r = a.scrub(&opts, &|done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    })?;
+    pb.finish_and_clear();
+    a.close()?;
+    scrub_report(&r, t.json)
+}
+
+/// Print a scrub report; an error (exit status 1) when the array is left with wrong stripes.
+fn scrub_report(r: &ScrubReport, json: bool) -> Result<()> {
+    if json {
+        print_json(r)?;
+    } else {
+        println!(
+            "scrub: {} stripes, {} read in {:.3} s = {:.1} MB/s; {} inconsistent, {} repaired ({} chunks), {} not repaired, {} unreadable, {} unverifiable",
+            r.stripes,
+            fmt_size(r.bytes_read),
+            r.seconds,
+            r.mb_per_s,
+            r.inconsistent_stripes,
+            r.repaired_stripes,
+            r.repaired_chunks,
+            r.unrepaired_stripes,
+            r.unreadable_stripes,
+            r.unverifiable_stripes
+        );
+        for p in &r.problems {
+            println!("  stripe {}: {}", p.stripe, p.problem);
+        }
+    }
+    if !r.clean() {
+        bail!(
+            "scrub left {} stripes wrong and {} unreadable",
+            r.unrepaired_stripes,
+            r.unreadable_stripes
+        );
+    }
     Ok(())
 }
 
