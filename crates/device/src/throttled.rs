@@ -156,11 +156,12 @@ impl Default for ThrottleConfig {
 #[derive(Debug)]
 struct State {
     busy_until: Instant,
-    /// Where the previous request ended (for the profile's sequential test).
     /// Where the most recent requests ended (for the profile's sequential test), newest last.
     recent_ends: std::collections::VecDeque<u64>,
     rng: SplitMix64,
     delayed_ns: u64,
+    /// Service time charged so far (queueing and latency excluded): depends only on the requests.
+    service_ns: u64,
 }
 
 /// Running mean (1/16 weight) of how late `thread::sleep` wakes, in nanoseconds.
@@ -201,6 +202,7 @@ impl<D: BlockDevice> Throttled<D> {
             recent_ends: std::collections::VecDeque::new(),
             rng: SplitMix64::new(cfg.seed),
             delayed_ns: 0,
+            service_ns: 0,
         };
         Throttled {
             inner,
@@ -215,6 +217,13 @@ impl<D: BlockDevice> Throttled<D> {
 
     pub fn config(&self) -> &ThrottleConfig {
         &self.cfg
+    }
+
+    /// Service time charged to the requests so far, without queueing or latency: a function of
+    /// the requests alone (their kinds, sizes and offsets), whatever the machine's load.
+    pub fn service_charged(&self) -> Duration {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        Duration::from_nanos(st.service_ns)
     }
 
     /// Modeled completion of a request that arrived at `arrival`: queue behind the previous
@@ -239,6 +248,9 @@ impl<D: BlockDevice> Throttled<D> {
         };
         let mut t = arrival;
         if let Some(service) = service {
+            st.service_ns = st
+                .service_ns
+                .saturating_add(u64::try_from(service.as_nanos()).unwrap_or(u64::MAX));
             let start = st.busy_until.max(arrival);
             st.busy_until = later(start, service);
             t = st.busy_until;

@@ -108,30 +108,27 @@ fn service_profile_charges_by_kind_and_queues() {
     // 20 appends on the HDD are sequential (fast); 20 scattered writes are random (slow).
     let h = dev(hdd);
     h.write_at(&buf, 0).unwrap(); // the first request has no predecessor: random
-    let modeled = |d: &Throttled<MemDevice>| d.stats().modeled_ns;
-    let (start, m0) = (Instant::now(), modeled(&h));
+    let charged = |d: &Throttled<MemDevice>| d.service_charged().as_nanos() as u64;
+    let (start, m0) = (Instant::now(), charged(&h));
     for i in 1..21u64 {
         h.write_at(&buf, i * 4096).unwrap();
     }
-    let (seq, seq_ns) = (start.elapsed(), modeled(&h) - m0);
-    eprintln!("20 sequential HDD writes: {seq:?} (modeled 894 µs: {seq_ns} ns)");
-    let (start, m0) = (Instant::now(), modeled(&h));
+    let (seq, seq_ns) = (start.elapsed(), charged(&h) - m0);
+    eprintln!("20 sequential HDD writes: {seq:?} (modeled 894 µs, charged {seq_ns} ns)");
+    let (start, m0) = (Instant::now(), charged(&h));
     for i in 0..20u64 {
         h.write_at(&buf, ((i * 13 % 20) + 1) << 20).unwrap();
     }
-    let (rand, rand_ns) = (start.elapsed(), modeled(&h) - m0);
+    let (rand, rand_ns) = (start.elapsed(), charged(&h) - m0);
     // Wall time only bounds from below (a loaded machine makes any request slower than modeled);
-    // the charges themselves are compared on the modeled delay the wrapper records.
+    // the charges themselves (service time by kind, a function of the requests alone) are exact.
     assert!(seq >= Duration::from_micros(20 * 42), "sequential {seq:?}");
     assert!(rand >= Duration::from_micros(20 * 3_500), "random {rand:?}");
-    assert!(
-        seq_ns < 20 * 100_000,
-        "20 sequential writes were charged {seq_ns} ns"
-    );
-    assert!(
-        rand_ns > seq_ns * 20,
-        "random {rand_ns} ns vs sequential {seq_ns} ns (modeled)"
-    );
+    let per_seq = hdd.service_ns(true, true, 4096);
+    let per_rand = hdd.service_ns(true, false, 4096);
+    assert_eq!(seq_ns, 20 * per_seq, "20 sequential writes charged as sequential");
+    assert_eq!(rand_ns, 20 * per_rand, "20 scattered writes charged as random");
+    assert!(per_rand > per_seq * 20, "random {per_rand} ns vs sequential {per_seq} ns");
     // Two threads, 20 random SSD writes each: one server, so at least 40 × 44 µs in all.
     let d = std::sync::Arc::new(dev(ssd));
     let start = Instant::now();
