@@ -282,7 +282,10 @@ impl From<tonic::Status> for MdsError {
             tonic::Code::InvalidArgument => MdsError::InvalidArgument(message),
             tonic::Code::NotFound => MdsError::NotFound(message),
             tonic::Code::FailedPrecondition => MdsError::FailedPrecondition(message),
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+            // Cancelled: tonic's answer when the connection under a call is torn down (an MDS
+            // killed and restarted: "operation was canceled") and on a client-side timeout —
+            // transient, as `ecstack_rpc::retry::is_transient` already treats it.
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
                 MdsError::Unavailable(message)
             }
             // tonic reports a connection that failed or broke as Unknown "transport error".
