@@ -126,9 +126,20 @@ fn service_profile_charges_by_kind_and_queues() {
     assert!(rand >= Duration::from_micros(20 * 3_500), "random {rand:?}");
     let per_seq = hdd.service_ns(true, true, 4096);
     let per_rand = hdd.service_ns(true, false, 4096);
-    assert_eq!(seq_ns, 20 * per_seq, "20 sequential writes charged as sequential");
-    assert_eq!(rand_ns, 20 * per_rand, "20 scattered writes charged as random");
-    assert!(per_rand > per_seq * 20, "random {per_rand} ns vs sequential {per_seq} ns");
+    assert_eq!(
+        seq_ns,
+        20 * per_seq,
+        "20 sequential writes charged as sequential"
+    );
+    assert_eq!(
+        rand_ns,
+        20 * per_rand,
+        "20 scattered writes charged as random"
+    );
+    assert!(
+        per_rand > per_seq * 20,
+        "random {per_rand} ns vs sequential {per_seq} ns"
+    );
     // Two threads, 20 random SSD writes each: one server, so at least 40 × 44 µs in all.
     let d = std::sync::Arc::new(dev(ssd));
     let start = Instant::now();

@@ -422,7 +422,8 @@ impl OsdClient {
                 (Some(j), _) => j.extend_from_slice(&d),
                 (None, None) => first = Some(d),
                 (None, Some(f)) => {
-                    let mut j = BytesMut::with_capacity(want.min(MAX_MESSAGE_BYTES as u64) as usize);
+                    let mut j =
+                        BytesMut::with_capacity(want.min(MAX_MESSAGE_BYTES as u64) as usize);
                     j.extend_from_slice(&f);
                     j.extend_from_slice(&d);
                     joined = Some(j);

@@ -591,8 +591,10 @@ impl Osd {
     /// A whole segment from memory (see [`Osd::write_frames`]); the fuzz targets seed chunks with it.
     #[cfg(test)]
     pub(crate) async fn write(&self, layout: Layout, data: Vec<u8>) -> Result<api::Ack, Status> {
-        let frames: Vec<Result<Bytes, Status>> =
-            api::slice_frames(Bytes::from(data)).into_iter().map(Ok).collect();
+        let frames: Vec<Result<Bytes, Status>> = api::slice_frames(Bytes::from(data))
+            .into_iter()
+            .map(Ok)
+            .collect();
         self.write_frames(layout, tokio_stream::iter(frames)).await
     }
 
@@ -1571,9 +1573,12 @@ impl Forward {
         // most the chunk (slices of frames the primary keeps for the encode anyway).
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
-            peer.put_chunk_frames(&meta, tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
-                .await
-                .map_err(remote_miss)
+            peer.put_chunk_frames(
+                &meta,
+                tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+            )
+            .await
+            .map_err(remote_miss)
         });
         Forward {
             tx: Some(tx),
@@ -1639,11 +1644,7 @@ fn forward_range(forwards: &mut [Option<Forward>], frame: &Bytes, from: usize, c
     }
 }
 
-fn encode_segment(
-    code: &dyn ErasureCode,
-    data: &[u8],
-    cb: u64,
-) -> Result<Vec<Bytes>, String> {
+fn encode_segment(code: &dyn ErasureCode, data: &[u8], cb: u64) -> Result<Vec<Bytes>, String> {
     let (k, m) = (code.k(), code.m());
     let cb = cb as usize;
     let mut shards: Vec<Vec<u8>> = (0..k)
@@ -1700,7 +1701,11 @@ fn frames<T: Send + 'static>(
     wrap: fn(Bytes) -> T,
 ) -> FrameStream<T> {
     let mut items: Vec<Result<T, Status>> = first.into_iter().map(Ok).collect();
-    items.extend(api::slice_frames(Bytes::from(data)).into_iter().map(|c| Ok(wrap(c))));
+    items.extend(
+        api::slice_frames(Bytes::from(data))
+            .into_iter()
+            .map(|c| Ok(wrap(c))),
+    );
     Box::pin(tokio_stream::iter(items))
 }
 
