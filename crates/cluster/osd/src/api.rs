@@ -153,7 +153,7 @@ impl OsdError {
     /// The error a gRPC status from `addr` means (the OSD service picks its codes to match).
     pub fn from_status(addr: &str, s: &Status) -> OsdError {
         let addr = addr.to_owned();
-        let message = s.message().to_owned();
+        let message = ecstack_rpc::status_detail(s);
         match s.code() {
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
                 OsdError::Unreachable { addr, message }

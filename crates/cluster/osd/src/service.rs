@@ -694,6 +694,16 @@ impl Osd {
             }
         }
         let durable = results.len() - failed.len();
+        if !failed.is_empty() {
+            tracing::warn!(
+                segment = seg,
+                version,
+                durable,
+                "write: {} chunk(s) not stored: {}",
+                failed.len(),
+                reasons.join("; ")
+            );
+        }
         st.view = written;
         if durable < k + 1 {
             // Not acknowledged: the version is used up so a retry writes a newer one.

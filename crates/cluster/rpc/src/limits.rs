@@ -42,9 +42,16 @@ pub const DATA_RPC_TIMEOUT: Duration = Duration::from_secs(120);
 pub const STREAM_WINDOW_BYTES: u32 = 4 << 20;
 pub const CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
 /// HTTP/2 keep-alive pings: a peer that does not answer within the timeout is dropped, so a call
-/// to a dead (not cleanly closed) process fails instead of hanging until its deadline.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// to a dead (not cleanly closed) process or across a broken link fails instead of hanging until
+/// its deadline (a killed process is noticed at once anyway: its kernel resets the connection).
+///
+/// The answer to a ping queues behind the data already in the peer's socket buffer (up to
+/// `tcp_wmem`'s 4 MiB) and its HTTP/2 send buffer, drained at the connection's share of a
+/// saturated link: with ten connections on a 100 Mbit/s link that is ≈ 3–7 s. A 5 s timeout
+/// dropped healthy connections under load (every stream on them failed with "http2 error"), so
+/// the timeout is 20 s.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 // The limits nest; checked when the crate compiles.
 const _: () = {

@@ -158,10 +158,54 @@ fn tls_refused(status: &Status) -> bool {
     false
 }
 
+/// The status's message followed by the causes in its source chain that it does not already say
+/// (tonic's transport errors read only "h2 protocol error: http2 error"; the cause — a keep-alive
+/// timeout, a reset, a refused stream — is in the chain).
+pub fn status_detail(status: &Status) -> String {
+    let mut out = status.message().to_owned();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    let mut depth = 0;
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        depth += 1;
+        if depth > 16 {
+            break;
+        }
+        source = e.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn status_detail_names_the_cause_in_the_source_chain() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("http2 error")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let cause = std::io::Error::new(std::io::ErrorKind::TimedOut, "keep-alive timed out");
+        let mut s = Status::unavailable("h2 protocol error: http2 error");
+        s.set_source(std::sync::Arc::new(Outer(cause)));
+        let d = status_detail(&s);
+        assert_eq!(d, "h2 protocol error: http2 error: keep-alive timed out", "{d}");
+        assert_eq!(status_detail(&Status::unavailable("plain")), "plain");
+    }
 
     fn quick(attempts_max: u32) -> Backoff {
         Backoff {
