@@ -203,7 +203,10 @@ mod tests {
         let mut s = Status::unavailable("h2 protocol error: http2 error");
         s.set_source(std::sync::Arc::new(Outer(cause)));
         let d = status_detail(&s);
-        assert_eq!(d, "h2 protocol error: http2 error: keep-alive timed out", "{d}");
+        assert_eq!(
+            d, "h2 protocol error: http2 error: keep-alive timed out",
+            "{d}"
+        );
         assert_eq!(status_detail(&Status::unavailable("plain")), "plain");
     }
 
