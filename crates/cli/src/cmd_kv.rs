@@ -12,6 +12,7 @@ use ecstack_device::{open_spec, BlockDevice};
 use ecstack_kv::server::{serve_on, ServerConfig};
 use ecstack_kv::{Durability, KvConfig, KvStore};
 use ecstack_lab::kv_bench::{self, KvBenchConfig};
+use ecstack_lab::kv_bench_ycsb::{self, YcsbConfig};
 
 use crate::util::{fmt_size, parse_size, print_json};
 
@@ -29,6 +30,41 @@ enum KvCmd {
     /// real redis-server (persistence off) with the same arguments; every key read back on both.
     /// The logic is `ecstack_lab::kv_bench`
     Bench(BenchArgs),
+    /// YCSB core workloads A-F (real YCSB client: site.ycsb:core + a minimal Redis binding over
+    /// Jedis in crates/kv/ycsb, built with Maven on first use) against this server over a
+    /// memory-backed array, then against redis-server, same parameters; failed operations and
+    /// key counts are checked. The logic is `ecstack_lab::kv_bench_ycsb`
+    Ycsb(YcsbArgs),
+}
+
+#[derive(Args)]
+struct YcsbArgs {
+    /// Scheme of the memory-backed array: md, pl or eplog
+    #[arg(long, default_value = "eplog")]
+    scheme: String,
+    /// Data chunks per stripe
+    #[arg(short = 'k', default_value_t = 6)]
+    k: usize,
+    /// Parity chunks per stripe
+    #[arg(short = 'm', default_value_t = 2)]
+    m: usize,
+    /// Workloads to run, letters a-f separated by commas
+    #[arg(long, default_value = "a,b,c,d,e,f")]
+    workloads: String,
+    /// YCSB recordcount (records loaded per workload)
+    #[arg(long, default_value_t = 10_000)]
+    records: u64,
+    /// YCSB operationcount (operations per run)
+    #[arg(long, default_value_t = 10_000)]
+    operations: u64,
+    /// YCSB client threads (one connection each)
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// The YCSB client's Maven project (default: crates/kv/ycsb of the source tree, or ECSTACK_YCSB_DIR)
+    #[arg(long)]
+    client_dir: Option<std::path::PathBuf>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -102,7 +138,45 @@ pub fn run(a: KvArgs) -> Result<()> {
     match a.cmd {
         KvCmd::Serve(s) => serve(s),
         KvCmd::Bench(b) => bench(b),
+        KvCmd::Ycsb(y) => ycsb(y),
     }
+}
+
+fn ycsb(y: YcsbArgs) -> Result<()> {
+    crate::cmd_nbd::init_logging("warn");
+    let mut workloads = Vec::new();
+    for w in y
+        .workloads
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+    {
+        let c = w.to_ascii_lowercase();
+        match c.as_bytes() {
+            [b @ b'a'..=b'f'] => workloads.push(*b as char),
+            _ => anyhow::bail!("unknown YCSB workload '{w}' (a..f)"),
+        }
+    }
+    let cfg = YcsbConfig {
+        scheme: SchemeKind::parse(&y.scheme)?,
+        k: y.k,
+        m: y.m,
+        workloads,
+        records: y.records,
+        operations: y.operations,
+        threads: y.threads,
+        client_dir: y
+            .client_dir
+            .unwrap_or_else(kv_bench_ycsb::default_client_dir),
+        ..YcsbConfig::default()
+    };
+    let report = kv_bench_ycsb::run(&cfg, &|line| eprintln!("{line}"))?;
+    if y.json {
+        print_json(&report)?;
+    } else {
+        print!("{}", report.markdown());
+    }
+    Ok(())
 }
 
 fn bench(b: BenchArgs) -> Result<()> {

@@ -32,6 +32,7 @@
 mod alloc;
 mod arc;
 mod cuckoo;
+pub mod hash;
 pub mod record;
 pub mod resp;
 pub mod server;
@@ -57,6 +58,12 @@ pub enum KvError {
     NotAStore(String),
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("sorted-set key and member of {0} bytes together: at most 254 (a member's record key is 1 + key + member bytes, at most 255)")]
+    MemberSize(usize),
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    #[error("invalid argument: {0}")]
+    Invalid(String),
     #[error("corrupt record at chunk {chunk}: {why}")]
     Corrupt { chunk: u64, why: String },
 }

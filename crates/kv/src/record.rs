@@ -12,8 +12,9 @@ pub const SUPERBLOCK_BYTES: usize = 40;
 pub const RECORD_MAGIC: [u8; 4] = *b"EKVR";
 /// The superblock's magic.
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"ECSTKVSB";
-/// The one format version this code writes and reads.
-pub const FORMAT_VERSION: u8 = 1;
+/// The one format version this code writes and reads. Version 1 (no value kind byte) is refused by
+/// name: see `docs/kv.md`, "Version changes".
+pub const FORMAT_VERSION: u8 = 2;
 /// Longest key: the seed's metadata keeps the key size in one byte.
 pub const KEY_BYTES_MAX: usize = 255;
 
@@ -23,8 +24,9 @@ const R_VERSION: usize = R_MAGIC + 4;
 /// The seed's 5 bytes of metadata start here: key size (1 byte), value size (4 bytes).
 const R_KEY_BYTES: usize = R_VERSION + 1;
 const R_VALUE_BYTES: usize = R_KEY_BYTES + 1;
-const R_RESERVED: usize = R_VALUE_BYTES + 4;
-const R_SEQ: usize = R_RESERVED + 2;
+const R_KIND: usize = R_VALUE_BYTES + 4;
+const R_RESERVED: usize = R_KIND + 1;
+const R_SEQ: usize = R_RESERVED + 1;
 const R_CRC: usize = R_SEQ + 8;
 const _: () = assert!(R_CRC + 4 == HEADER_BYTES);
 
@@ -76,6 +78,13 @@ impl Superblock {
             return Err("superblock checksum mismatch".into());
         }
         let version = u32::from_le_bytes(b[S_VERSION..S_CHUNK].try_into().unwrap());
+        if version == 1 {
+            return Err(
+                "format version 1 (records without a value kind, before hashes and sorted \
+                 sets): this build reads only version 2; recreate the store and load it again"
+                    .into(),
+            );
+        }
         if version != u32::from(FORMAT_VERSION) {
             return Err(format!("unknown format version {version}"));
         }
@@ -94,9 +103,42 @@ impl Superblock {
     }
 }
 
+/// What a record's value is (header byte 10, format version 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValueKind {
+    /// A Redis string: the value bytes as given.
+    String = 0,
+    /// A Redis hash: the value is the encoded field list ([`crate::hash`]).
+    Hash = 1,
+    /// One member of a Redis sorted set: the key is `[set key bytes] ‖ set key ‖ member`, the value
+    /// the score (f64, 8 bytes little-endian).
+    ZsetMember = 2,
+}
+
+impl ValueKind {
+    pub fn from_byte(b: u8) -> Option<ValueKind> {
+        match b {
+            0 => Some(ValueKind::String),
+            1 => Some(ValueKind::Hash),
+            2 => Some(ValueKind::ZsetMember),
+            _ => None,
+        }
+    }
+
+    /// Records of one namespace share keys: strings and hashes are Redis keys; sorted-set members
+    /// live in a namespace of their own.
+    pub fn namespace(self) -> u8 {
+        match self {
+            ValueKind::String | ValueKind::Hash => 0,
+            ValueKind::ZsetMember => 1,
+        }
+    }
+}
+
 /// A decoded record header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
+    pub kind: ValueKind,
     pub key_bytes: u8,
     pub value_bytes: u32,
     pub seq: u64,
@@ -116,14 +158,15 @@ impl RecordHeader {
         if b.len() < HEADER_BYTES
             || b[R_MAGIC..R_VERSION] != RECORD_MAGIC
             || b[R_VERSION] != FORMAT_VERSION
-            || b[R_RESERVED..R_SEQ] != [0, 0]
+            || b[R_RESERVED] != 0
             || b[R_KEY_BYTES] == 0
         {
             return None;
         }
         Some(RecordHeader {
+            kind: ValueKind::from_byte(b[R_KIND])?,
             key_bytes: b[R_KEY_BYTES],
-            value_bytes: u32::from_le_bytes(b[R_VALUE_BYTES..R_RESERVED].try_into().unwrap()),
+            value_bytes: u32::from_le_bytes(b[R_VALUE_BYTES..R_KIND].try_into().unwrap()),
             seq: u64::from_le_bytes(b[R_SEQ..R_CRC].try_into().unwrap()),
             crc: u32::from_le_bytes(b[R_CRC..HEADER_BYTES].try_into().unwrap()),
         })
@@ -143,6 +186,7 @@ pub fn encode_record(
     out: &mut Vec<u8>,
     salt: u64,
     seq: u64,
+    kind: ValueKind,
     key: &[u8],
     value: &[u8],
     chunk_bytes: usize,
@@ -157,7 +201,7 @@ pub fn encode_record(
     out.push(FORMAT_VERSION);
     out.push(key.len() as u8);
     out.extend_from_slice(&value_bytes.to_le_bytes());
-    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&[kind as u8, 0]);
     out.extend_from_slice(&seq.to_le_bytes());
     let crc = checksum(salt, out, key, value);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -198,12 +242,14 @@ mod tests {
     #[test]
     fn record_round_trip_and_layout() {
         let mut out = Vec::new();
-        encode_record(&mut out, 7, 42, b"key", b"value!", 512);
+        encode_record(&mut out, 7, 42, ValueKind::Hash, b"key", b"value!", 512);
         assert_eq!(out.len(), 512);
+        assert_eq!(out[R_KIND], 1);
         assert_eq!(out[R_KEY_BYTES], 3);
         assert_eq!(&out[R_VALUE_BYTES..R_VALUE_BYTES + 4], &6u32.to_le_bytes());
         let h = verify_record(&out, 7).unwrap();
         assert_eq!((h.key_bytes, h.value_bytes, h.seq), (3, 6, 42));
+        assert_eq!(h.kind, ValueKind::Hash);
         assert!(verify_record(&out, 8).is_none(), "another store's salt");
         for i in 0..(HEADER_BYTES + 9) {
             let mut bad = out.clone();
@@ -223,5 +269,12 @@ mod tests {
         let mut b = sb.encode();
         b[S_SALT] ^= 1;
         assert!(Superblock::decode(&b).is_err());
+        // A version-1 superblock is refused by name.
+        let mut v1 = sb.encode();
+        v1[S_VERSION..S_CHUNK].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v1[..S_CRC]);
+        v1[S_CRC..].copy_from_slice(&crc.to_le_bytes());
+        let e = Superblock::decode(&v1).unwrap_err();
+        assert!(e.contains("format version 1"), "{e}");
     }
 }

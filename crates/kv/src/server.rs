@@ -1,6 +1,8 @@
 //! The RESP2 server over a [`KvStore`]: one tokio task per connection, pipelining (every complete
 //! command in a read is executed, in order, and the replies go out in one write), AUTH when a
-//! password is configured. Commands: GET, SET [NX|XX], DEL, EXISTS, MGET, MSET, PING, ECHO, INFO,
+//! password is configured. Commands: GET, SET [NX|XX], DEL, EXISTS, MGET, MSET, TYPE, the hash
+//! commands HSET/HMSET/HGET/HMGET/HGETALL/HDEL/HLEN/HEXISTS/HKEYS/HVALS, the sorted-set commands
+//! ZADD/ZREM/ZCARD/ZSCORE/ZRANGEBYSCORE (what YCSB's Redis binding sends), PING, ECHO, INFO,
 //! DBSIZE, COMMAND, CONFIG GET, AUTH, HELLO 2/3 (RESP3 changes only the HELLO map and nulls),
 //! SELECT 0, CLIENT SETNAME/SETINFO, QUIT. Unknown commands get
 //! Redis's error text; protocol garbage gets an error reply and the connection is closed.
@@ -291,7 +293,10 @@ fn unknown(out: &mut Vec<u8>, args: &[Vec<u8>]) {
 }
 
 fn store_error(out: &mut Vec<u8>, e: crate::KvError) {
-    reply::error(out, &format!("ERR {e}"));
+    match e {
+        crate::KvError::WrongType => reply::error(out, &e.to_string()),
+        e => reply::error(out, &format!("ERR {e}")),
+    }
 }
 
 /// Run one command and append its reply.
@@ -381,9 +386,172 @@ fn execute(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
         "CLIENT" if argc >= 2 && matches!(upper(&args[1]).as_str(), "SETNAME" | "SETINFO") => {
             reply::simple(out, "OK")
         }
+        "TYPE" if argc == 2 => match kv.kind_of(&args[1]) {
+            Ok(k) => reply::simple(out, k.unwrap_or("none")),
+            Err(e) => store_error(out, e),
+        },
+        "HSET" | "HMSET" if argc >= 4 && argc % 2 == 0 => {
+            let pairs: Vec<(&[u8], &[u8])> = args[2..]
+                .chunks(2)
+                .map(|p| (&p[0][..], &p[1][..]))
+                .collect();
+            match kv.hset(&args[1], &pairs) {
+                Ok(_) if name == "HMSET" => reply::simple(out, "OK"),
+                Ok(n) => reply::int(out, n as i64),
+                Err(e) => store_error(out, e),
+            }
+        }
+        "HGETALL" | "HLEN" | "HKEYS" | "HVALS" if argc == 2 => match kv.hgetall(&args[1]) {
+            Ok(fields) => match name.as_str() {
+                "HLEN" => reply::int(out, fields.len() as i64),
+                "HGETALL" => {
+                    reply::array_len(out, fields.len() * 2);
+                    for (f, v) in &fields {
+                        reply::bulk(out, f);
+                        reply::bulk(out, v);
+                    }
+                }
+                _ => {
+                    reply::array_len(out, fields.len());
+                    for (f, v) in &fields {
+                        reply::bulk(out, if name == "HKEYS" { f } else { v });
+                    }
+                }
+            },
+            Err(e) => store_error(out, e),
+        },
+        "HGET" | "HEXISTS" if argc == 3 => match kv.hgetall(&args[1]) {
+            Ok(fields) => {
+                let v = fields.iter().find(|(f, _)| *f == args[2]).map(|(_, v)| v);
+                match (name.as_str(), v) {
+                    ("HEXISTS", v) => reply::int(out, i64::from(v.is_some())),
+                    (_, Some(v)) => reply::bulk(out, v),
+                    (_, None) => null(s, out),
+                }
+            }
+            Err(e) => store_error(out, e),
+        },
+        "HMGET" if argc >= 3 => match kv.hgetall(&args[1]) {
+            Ok(fields) => {
+                reply::array_len(out, argc - 2);
+                for want in &args[2..] {
+                    match fields.iter().find(|(f, _)| f == want) {
+                        Some((_, v)) => reply::bulk(out, v),
+                        None => null(s, out),
+                    }
+                }
+            }
+            Err(e) => store_error(out, e),
+        },
+        "HDEL" if argc >= 3 => {
+            let fields: Vec<&[u8]> = args[2..].iter().map(|f| &f[..]).collect();
+            match kv.hdel(&args[1], &fields) {
+                Ok(n) => reply::int(out, n as i64),
+                Err(e) => store_error(out, e),
+            }
+        }
+        "ZADD" if argc >= 4 && argc % 2 == 0 => {
+            let mut items = Vec::with_capacity((argc - 2) / 2);
+            for p in args[2..].chunks(2) {
+                match parse_score(&p[0]) {
+                    Some(x) => items.push((x, &p[1][..])),
+                    None => return reply::error(out, "ERR value is not a valid float"),
+                }
+            }
+            match kv.zadd(&args[1], &items) {
+                Ok(n) => reply::int(out, n as i64),
+                Err(e) => store_error(out, e),
+            }
+        }
+        "ZREM" if argc >= 3 => {
+            let members: Vec<&[u8]> = args[2..].iter().map(|m| &m[..]).collect();
+            match kv.zrem(&args[1], &members) {
+                Ok(n) => reply::int(out, n as i64),
+                Err(e) => store_error(out, e),
+            }
+        }
+        "ZCARD" if argc == 2 => match kv.zcard(&args[1]) {
+            Ok(n) => reply::int(out, n as i64),
+            Err(e) => store_error(out, e),
+        },
+        "ZSCORE" if argc == 3 => match kv.zscore(&args[1], &args[2]) {
+            Ok(Some(x)) => reply::bulk(out, format_score(x).as_bytes()),
+            Ok(None) => null(s, out),
+            Err(e) => store_error(out, e),
+        },
+        "ZRANGEBYSCORE" if argc >= 4 => zrange_by_score(kv, args, out),
         "ECHO" | "GET" | "SET" | "DEL" | "UNLINK" | "EXISTS" | "MGET" | "MSET" | "DBSIZE"
-        | "CONFIG" | "SELECT" => wrong_args(out, &name),
+        | "CONFIG" | "SELECT" | "TYPE" | "HSET" | "HMSET" | "HGETALL" | "HLEN" | "HKEYS"
+        | "HVALS" | "HGET" | "HEXISTS" | "HMGET" | "HDEL" | "ZADD" | "ZREM" | "ZCARD"
+        | "ZSCORE" | "ZRANGEBYSCORE" => wrong_args(out, &name),
         _ => unknown(out, args),
+    }
+}
+
+/// A score as Redis reads it: a decimal or exponent float, `inf`, `+inf`, `-inf`; never NaN.
+fn parse_score(b: &[u8]) -> Option<f64> {
+    let x: f64 = std::str::from_utf8(b).ok()?.trim().parse().ok()?;
+    (!x.is_nan()).then_some(x)
+}
+
+/// A score bound of ZRANGEBYSCORE: `(` before the number makes it exclusive.
+fn parse_bound(b: &[u8]) -> Option<std::ops::Bound<f64>> {
+    use std::ops::Bound;
+    match b.strip_prefix(b"(") {
+        Some(rest) => parse_score(rest).map(Bound::Excluded),
+        None => parse_score(b).map(Bound::Included),
+    }
+}
+
+/// A score as Redis prints it: the shortest decimal that reads back to the same double.
+fn format_score(x: f64) -> String {
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    format!("{x}")
+}
+
+/// ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count]
+fn zrange_by_score(kv: &KvStore, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    let (Some(min), Some(max)) = (parse_bound(&args[2]), parse_bound(&args[3])) else {
+        return reply::error(out, "ERR min or max is not a float");
+    };
+    let mut with_scores = false;
+    let (mut offset, mut count) = (0usize, None);
+    let mut i = 4;
+    while i < args.len() {
+        match upper(&args[i]).as_str() {
+            "WITHSCORES" => {
+                with_scores = true;
+                i += 1;
+            }
+            "LIMIT" if i + 2 < args.len() => {
+                let num = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<i64>().ok();
+                let (Some(o), Some(c)) = (num(&args[i + 1]), num(&args[i + 2])) else {
+                    return reply::error(out, "ERR value is not an integer or out of range");
+                };
+                if o < 0 {
+                    // Redis answers an empty list for a negative offset.
+                    return reply::array_len(out, 0);
+                }
+                offset = o as usize;
+                count = (c >= 0).then_some(c as usize);
+                i += 3;
+            }
+            _ => return reply::error(out, "ERR syntax error"),
+        }
+    }
+    match kv.zrange_by_score(&args[1], min, max, offset, count) {
+        Ok(items) => {
+            reply::array_len(out, items.len() * if with_scores { 2 } else { 1 });
+            for (m, x) in &items {
+                reply::bulk(out, m);
+                if with_scores {
+                    reply::bulk(out, format_score(*x).as_bytes());
+                }
+            }
+        }
+        Err(e) => store_error(out, e),
     }
 }
 

@@ -13,6 +13,8 @@
 //! ignored, and the version before it is still valid because it is retired only after the new one
 //! is durable.
 
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -22,8 +24,9 @@ use serde::Serialize;
 use crate::alloc::Alloc;
 use crate::arc::{ArcCache, Lookup};
 use crate::cuckoo::{key_hash, CuckooTable};
+use crate::hash;
 use crate::record::{
-    encode_record, record_chunks, verify_record, RecordHeader, Superblock, HEADER_BYTES,
+    encode_record, record_chunks, verify_record, RecordHeader, Superblock, ValueKind, HEADER_BYTES,
     KEY_BYTES_MAX, SUPERBLOCK_BYTES,
 };
 use crate::{KvError, Result};
@@ -122,6 +125,7 @@ pub struct KvStats {
 /// What the cache keeps of a pair: the seed's key and value sizes and the record's address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Meta {
+    kind: ValueKind,
     chunk: u64,
     key_bytes: u8,
     value_bytes: u32,
@@ -146,6 +150,86 @@ struct Inner {
     dirty: bool,
     buf: Vec<u8>,
     stats: KvStats,
+    /// Sorted sets, by key: the members and scores of their member records (rebuilt on open).
+    zsets: HashMap<Vec<u8>, Zset>,
+    /// Member records in the location table (all sorted sets together).
+    zset_members: usize,
+}
+
+/// A score ordered by `f64::total_cmp` (NaN never gets in: ZADD refuses it).
+#[derive(Debug, Clone, Copy)]
+struct Score(f64);
+
+impl PartialEq for Score {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.total_cmp(&o.0).is_eq()
+    }
+}
+impl Eq for Score {}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Score {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+/// One sorted set in memory: member → score, and (score, member) in Redis's order.
+#[derive(Debug, Default)]
+struct Zset {
+    scores: HashMap<Vec<u8>, f64>,
+    order: BTreeSet<(Score, Vec<u8>)>,
+}
+
+impl Zset {
+    fn insert(&mut self, member: &[u8], score: f64) {
+        if let Some(old) = self.scores.insert(member.to_vec(), score) {
+            self.order.remove(&(Score(old), member.to_vec()));
+        }
+        self.order.insert((Score(score), member.to_vec()));
+    }
+
+    fn remove(&mut self, member: &[u8]) -> bool {
+        match self.scores.remove(member) {
+            Some(old) => self.order.remove(&(Score(old), member.to_vec())),
+            None => false,
+        }
+    }
+}
+
+/// The record key of a sorted-set member: `[key bytes] ‖ key ‖ member`.
+fn member_key(zkey: &[u8], member: &[u8]) -> Result<Vec<u8>> {
+    let n = 1 + zkey.len() + member.len();
+    if zkey.is_empty() || n > KEY_BYTES_MAX {
+        return Err(KvError::MemberSize(n));
+    }
+    let mut k = Vec::with_capacity(n);
+    k.push(zkey.len() as u8);
+    k.extend_from_slice(zkey);
+    k.extend_from_slice(member);
+    Ok(k)
+}
+
+/// Split a member record's key and value back into (set key, member, score).
+fn split_member(key: &[u8], value: &[u8]) -> std::result::Result<(Vec<u8>, Vec<u8>, f64), String> {
+    let zlen = *key.first().ok_or("empty member key")? as usize;
+    if zlen == 0 || 1 + zlen > key.len() {
+        return Err(format!(
+            "member key of {} bytes names a set key of {zlen}",
+            key.len()
+        ));
+    }
+    let score: [u8; 8] = value
+        .try_into()
+        .map_err(|_| format!("member score of {} bytes (8 expected)", value.len()))?;
+    let score = f64::from_le_bytes(score);
+    if score.is_nan() {
+        return Err("member score is NaN".into());
+    }
+    Ok((key[1..1 + zlen].to_vec(), key[1 + zlen..].to_vec(), score))
 }
 
 /// The key-value store (see the module docs). All operations take `&self`; one mutex serializes
@@ -229,6 +313,8 @@ impl KvStore {
                 retired: Vec::new(),
                 dirty: false,
                 buf: Vec::new(),
+                zsets: HashMap::new(),
+                zset_members: 0,
                 stats: KvStats {
                     chunk_bytes: chunk as u64,
                     ..KvStats::default()
@@ -268,6 +354,18 @@ impl KvStore {
                         g.table.len()
                     )));
                 }
+            }
+            for w in &scan.winners {
+                if w.kind != ValueKind::ZsetMember {
+                    continue;
+                }
+                let (zkey, member, score) =
+                    split_member(&w.key, &w.value).map_err(|why| KvError::Corrupt {
+                        chunk: w.chunk,
+                        why,
+                    })?;
+                g.zsets.entry(zkey).or_default().insert(&member, score);
+                g.zset_members += 1;
             }
             g.stats.scanned_records = (scan.winners.len() + scan.losers.len()) as u64;
             let zeros = vec![0u8; chunk as usize];
@@ -332,11 +430,12 @@ impl KvStore {
         Ok(())
     }
 
-    /// Find `key`: through the cache, else through the location table, reading the first chunk of
-    /// each candidate record to compare keys.
-    fn locate(&self, g: &mut Inner, key: &[u8]) -> Result<Option<Found>> {
+    /// Find `key` in namespace `ns` (0: strings and hashes, 1: sorted-set members): through the
+    /// cache (namespace 0 only), else through the location table, reading the first chunk of each
+    /// candidate record to compare keys.
+    fn locate(&self, g: &mut Inner, key: &[u8], ns: u8) -> Result<Option<Found>> {
         let h = key_hash(key);
-        if g.cache.capacity() > 0 {
+        if ns == 0 && g.cache.capacity() > 0 {
             if let Lookup::Hit(meta) = g.cache.get(key) {
                 g.stats.cache_hits += 1;
                 let slot = g
@@ -365,13 +464,16 @@ impl KvStore {
                 why: "the location table points at a chunk without a record header".into(),
             })?;
             let kb = hdr.key_bytes as usize;
-            if &head[HEADER_BYTES..HEADER_BYTES + kb] == key {
+            if hdr.kind.namespace() == ns && &head[HEADER_BYTES..HEADER_BYTES + kb] == key {
                 let meta = Meta {
+                    kind: hdr.kind,
                     chunk: c,
                     key_bytes: hdr.key_bytes,
                     value_bytes: hdr.value_bytes,
                 };
-                g.cache.admit(key, meta);
+                if ns == 0 {
+                    g.cache.admit(key, meta);
+                }
                 return Ok(Some(Found {
                     slot,
                     meta,
@@ -382,16 +484,8 @@ impl KvStore {
         Ok(None)
     }
 
-    /// GET: the value of `key`, checked against its record checksum.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if key.is_empty() || key.len() > KEY_BYTES_MAX {
-            return Ok(None);
-        }
-        let mut g = self.lock();
-        g.stats.gets += 1;
-        let Some(f) = self.locate(&mut g, key)? else {
-            return Ok(None);
-        };
+    /// Read and check the record of a located key; its value.
+    fn read_value(&self, g: &mut Inner, key: &[u8], f: Found) -> Result<Vec<u8>> {
         let chunk = self.chunk() as usize;
         let chunks = record_chunks(
             f.meta.key_bytes as usize,
@@ -412,22 +506,58 @@ impl KvStore {
             why: "record checksum mismatch".into(),
         })?;
         let start = HEADER_BYTES + hdr.key_bytes as usize;
-        if &rec[HEADER_BYTES..start] != key {
+        if &rec[HEADER_BYTES..start] != key || hdr.kind != f.meta.kind {
             return Err(KvError::Corrupt {
                 chunk: f.meta.chunk,
                 why: "record holds another key".into(),
             });
         }
-        Ok(Some(rec[start..start + hdr.value_bytes as usize].to_vec()))
+        Ok(rec[start..start + hdr.value_bytes as usize].to_vec())
     }
 
-    /// EXISTS.
+    /// GET: the value of `key`, checked against its record checksum; [`KvError::WrongType`] when
+    /// the key holds a hash or a sorted set.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Ok(None);
+        }
+        let mut g = self.lock();
+        g.stats.gets += 1;
+        let Some(f) = self.locate(&mut g, key, 0)? else {
+            if g.zsets.contains_key(key) {
+                return Err(KvError::WrongType);
+            }
+            return Ok(None);
+        };
+        if f.meta.kind != ValueKind::String {
+            return Err(KvError::WrongType);
+        }
+        self.read_value(&mut g, key, f).map(Some)
+    }
+
+    /// EXISTS (any kind of value).
     pub fn exists(&self, key: &[u8]) -> Result<bool> {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
             return Ok(false);
         }
         let mut g = self.lock();
-        Ok(self.locate(&mut g, key)?.is_some())
+        Ok(self.locate(&mut g, key, 0)?.is_some() || g.zsets.contains_key(key))
+    }
+
+    /// The kind of value `key` holds ("string", "hash", "zset"), Redis's TYPE.
+    pub fn kind_of(&self, key: &[u8]) -> Result<Option<&'static str>> {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Ok(None);
+        }
+        let mut g = self.lock();
+        if g.zsets.contains_key(key) {
+            return Ok(Some("zset"));
+        }
+        Ok(self.locate(&mut g, key, 0)?.map(|f| match f.meta.kind {
+            ValueKind::String => "string",
+            ValueKind::Hash => "hash",
+            ValueKind::ZsetMember => "zset",
+        }))
     }
 
     /// SET: insert or replace. Durable on return under [`Durability::Always`].
@@ -440,21 +570,47 @@ impl KvStore {
         self.set_if(key, value, SetCondition::IfPresent)
     }
 
-    /// SET with a condition on the key's presence; returns whether the value was written.
+    /// SET with a condition on the key's presence; returns whether the value was written. Like
+    /// Redis's SET, it replaces a hash or a sorted set held by the key.
     pub fn set_if(&self, key: &[u8], value: &[u8], cond: SetCondition) -> Result<bool> {
         self.check_sizes(key, value.len())?;
         let mut g = self.lock();
         g.stats.sets += 1;
-        let found = self.locate(&mut g, key)?;
-        match (cond, &found) {
-            (SetCondition::IfAbsent, Some(_)) | (SetCondition::IfPresent, None) => {
-                return Ok(false)
-            }
+        let found = self.locate(&mut g, key, 0)?;
+        let zset = g.zsets.contains_key(key);
+        match (cond, found.is_some() || zset) {
+            (SetCondition::IfAbsent, true) | (SetCondition::IfPresent, false) => return Ok(false),
             _ => {}
         }
+        if zset {
+            self.remove_zset(&mut g, key)?;
+        }
+        self.write_record(&mut g, key, ValueKind::String, value, found)?;
+        self.finish(&mut g)?;
+        Ok(true)
+    }
+
+    /// Under [`Durability::Always`], sync before acknowledging.
+    fn finish(&self, g: &mut Inner) -> Result<()> {
+        if self.cfg.durability == Durability::Always {
+            self.sync_locked(g)?;
+        }
+        Ok(())
+    }
+
+    /// Write a new record for `key` out of place, point the table (and cache) at it and retire the
+    /// record it replaces (`found`).
+    fn write_record(
+        &self,
+        g: &mut Inner,
+        key: &[u8],
+        kind: ValueKind,
+        value: &[u8],
+        found: Option<Found>,
+    ) -> Result<()> {
         let chunk = self.chunk();
         let chunks = record_chunks(key.len(), value.len(), chunk as usize);
-        let at = self.allocate(&mut g, chunks)?;
+        let at = self.allocate(g, chunks)?;
         let h = key_hash(key);
         // Point the table at the new record first, so a full table fails before anything is written.
         let slot = match &found {
@@ -476,7 +632,15 @@ impl KvStore {
         let seq = g.seq;
         g.seq += 1;
         let mut buf = std::mem::take(&mut g.buf);
-        encode_record(&mut buf, self.sb.salt, seq, key, value, chunk as usize);
+        encode_record(
+            &mut buf,
+            self.sb.salt,
+            seq,
+            kind,
+            key,
+            value,
+            chunk as usize,
+        );
         let written = self.dev.write_at(&buf, at * chunk);
         g.stats.bytes_written += buf.len() as u64;
         g.buf = buf;
@@ -498,11 +662,12 @@ impl KvStore {
         }
         g.dirty = true;
         let meta = Meta {
+            kind,
             chunk: at,
             key_bytes: key.len() as u8,
             value_bytes: value.len() as u32,
         };
-        if !g.cache.update(key, meta) {
+        if kind.namespace() == 0 && !g.cache.update(key, meta) {
             g.cache.admit(key, meta);
         }
         if let Some(f) = found {
@@ -513,10 +678,296 @@ impl KvStore {
             );
             g.retired.push((f.meta.chunk, old_chunks));
         }
-        if self.cfg.durability == Durability::Always {
-            self.sync_locked(&mut g)?;
+        Ok(())
+    }
+
+    /// Invalidate a located record in place and forget it.
+    fn invalidate(&self, g: &mut Inner, key: &[u8], f: Found) -> Result<()> {
+        let chunk = self.chunk();
+        let zeros = vec![0u8; chunk as usize];
+        self.dev.write_at(&zeros, f.meta.chunk * chunk)?;
+        g.stats.invalidations += 1;
+        g.stats.bytes_written += chunk;
+        g.dirty = true;
+        g.table.remove(f.slot);
+        if f.meta.kind.namespace() == 0 {
+            g.cache.remove(key);
+        }
+        let chunks = record_chunks(
+            f.meta.key_bytes as usize,
+            f.meta.value_bytes as usize,
+            chunk as usize,
+        );
+        g.alloc.free(f.meta.chunk, chunks);
+        Ok(())
+    }
+
+    /// The fields of the hash at `key` and its record (None when absent); WRONGTYPE otherwise.
+    fn hash_locked(&self, g: &mut Inner, key: &[u8]) -> Result<Option<(hash::Fields, Found)>> {
+        if g.zsets.contains_key(key) {
+            return Err(KvError::WrongType);
+        }
+        let Some(f) = self.locate(g, key, 0)? else {
+            return Ok(None);
+        };
+        if f.meta.kind != ValueKind::Hash {
+            return Err(KvError::WrongType);
+        }
+        let chunk = f.meta.chunk;
+        let meta = f.meta;
+        let slot = f.slot;
+        let v = self.read_value(g, key, f)?;
+        let fields = hash::decode(&v).map_err(|why| KvError::Corrupt { chunk, why })?;
+        Ok(Some((
+            fields,
+            Found {
+                slot,
+                meta,
+                head: None,
+            },
+        )))
+    }
+
+    /// HSET / HMSET: set `pairs` in the hash at `key` (created if absent); the number of fields
+    /// that are new. The whole hash is one record, rewritten out of place.
+    pub fn hset(&self, key: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<usize> {
+        self.check_sizes(key, 0)?;
+        let mut g = self.lock();
+        g.stats.sets += 1;
+        let (mut fields, found) = match self.hash_locked(&mut g, key)? {
+            Some((fields, f)) => (fields, Some(f)),
+            None => (Vec::new(), None),
+        };
+        let mut index: HashMap<Vec<u8>, usize> = fields
+            .iter()
+            .enumerate()
+            .map(|(i, (f, _))| (f.clone(), i))
+            .collect();
+        let mut new = 0;
+        for &(f, v) in pairs {
+            match index.get(f) {
+                Some(&i) => fields[i].1 = v.to_vec(),
+                None => {
+                    index.insert(f.to_vec(), fields.len());
+                    fields.push((f.to_vec(), v.to_vec()));
+                    new += 1;
+                }
+            }
+        }
+        let value = hash::encode(&fields);
+        self.check_sizes(key, value.len())?;
+        self.write_record(&mut g, key, ValueKind::Hash, &value, found)?;
+        self.finish(&mut g)?;
+        Ok(new)
+    }
+
+    /// HGETALL: the fields of the hash at `key` in insertion order (empty when absent).
+    pub fn hgetall(&self, key: &[u8]) -> Result<hash::Fields> {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Ok(Vec::new());
+        }
+        let mut g = self.lock();
+        g.stats.gets += 1;
+        Ok(self
+            .hash_locked(&mut g, key)?
+            .map(|(f, _)| f)
+            .unwrap_or_default())
+    }
+
+    /// HDEL: remove `fields` from the hash at `key`; how many were there. An emptied hash is
+    /// deleted, as in Redis.
+    pub fn hdel(&self, key: &[u8], fields: &[&[u8]]) -> Result<usize> {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Ok(0);
+        }
+        let mut g = self.lock();
+        let Some((mut have, found)) = self.hash_locked(&mut g, key)? else {
+            return Ok(0);
+        };
+        let before = have.len();
+        have.retain(|(f, _)| !fields.contains(&&f[..]));
+        let removed = before - have.len();
+        if removed == 0 {
+            return Ok(0);
+        }
+        g.stats.deletes += 1;
+        if have.is_empty() {
+            self.invalidate(&mut g, key, found)?;
+        } else {
+            let value = hash::encode(&have);
+            self.write_record(&mut g, key, ValueKind::Hash, &value, Some(found))?;
+        }
+        self.finish(&mut g)?;
+        Ok(removed)
+    }
+
+    /// WRONGTYPE unless `zkey` holds a sorted set or nothing.
+    fn check_zset_key(&self, g: &mut Inner, zkey: &[u8]) -> Result<()> {
+        if zkey.is_empty() || zkey.len() > KEY_BYTES_MAX {
+            return Err(KvError::KeySize(zkey.len()));
+        }
+        if !g.zsets.contains_key(zkey) && self.locate(g, zkey, 0)?.is_some() {
+            return Err(KvError::WrongType);
+        }
+        Ok(())
+    }
+
+    /// ZADD: add or rescore members of the sorted set at `zkey`; how many are new. Each member is a
+    /// record of its own (key `[key bytes] ‖ key ‖ member`, value the score), so a ZADD writes one
+    /// small record per changed member, not the whole set.
+    pub fn zadd(&self, zkey: &[u8], items: &[(f64, &[u8])]) -> Result<usize> {
+        for &(score, member) in items {
+            member_key(zkey, member)?;
+            if score.is_nan() {
+                return Err(KvError::Invalid("a score is NaN".into()));
+            }
+        }
+        let mut g = self.lock();
+        self.check_zset_key(&mut g, zkey)?;
+        g.stats.sets += 1;
+        let mut added = 0;
+        for &(score, member) in items {
+            let old = g
+                .zsets
+                .get(zkey)
+                .and_then(|z| z.scores.get(member))
+                .copied();
+            if old.is_some_and(|o| Score(o) == Score(score)) {
+                continue;
+            }
+            let mk = member_key(zkey, member)?;
+            let found = match old {
+                Some(_) => Some(
+                    self.locate(&mut g, &mk, 1)?
+                        .ok_or_else(|| KvError::Corrupt {
+                            chunk: 0,
+                            why: "a sorted-set member in memory has no record".into(),
+                        })?,
+                ),
+                None => None,
+            };
+            self.write_record(
+                &mut g,
+                &mk,
+                ValueKind::ZsetMember,
+                &score.to_le_bytes(),
+                found,
+            )?;
+            g.zsets
+                .entry(zkey.to_vec())
+                .or_default()
+                .insert(member, score);
+            if old.is_none() {
+                g.zset_members += 1;
+                added += 1;
+            }
+        }
+        self.finish(&mut g)?;
+        Ok(added)
+    }
+
+    /// Invalidate one member's record and forget it.
+    fn zrem_locked(&self, g: &mut Inner, zkey: &[u8], member: &[u8]) -> Result<bool> {
+        if !g
+            .zsets
+            .get(zkey)
+            .is_some_and(|z| z.scores.contains_key(member))
+        {
+            return Ok(false);
+        }
+        let mk = member_key(zkey, member)?;
+        let f = self.locate(g, &mk, 1)?.ok_or_else(|| KvError::Corrupt {
+            chunk: 0,
+            why: "a sorted-set member in memory has no record".into(),
+        })?;
+        self.invalidate(g, &mk, f)?;
+        g.zset_members -= 1;
+        let z = g.zsets.get_mut(zkey).expect("checked above");
+        z.remove(member);
+        if z.scores.is_empty() {
+            g.zsets.remove(zkey);
         }
         Ok(true)
+    }
+
+    /// Delete every member of the sorted set at `zkey`.
+    fn remove_zset(&self, g: &mut Inner, zkey: &[u8]) -> Result<()> {
+        let members: Vec<Vec<u8>> = g
+            .zsets
+            .get(zkey)
+            .map(|z| z.scores.keys().cloned().collect())
+            .unwrap_or_default();
+        for m in members {
+            self.zrem_locked(g, zkey, &m)?;
+        }
+        Ok(())
+    }
+
+    /// ZREM: remove members; how many were there.
+    pub fn zrem(&self, zkey: &[u8], members: &[&[u8]]) -> Result<usize> {
+        let mut g = self.lock();
+        self.check_zset_key(&mut g, zkey)?;
+        let mut n = 0;
+        for m in members {
+            n += usize::from(self.zrem_locked(&mut g, zkey, m)?);
+        }
+        if n > 0 {
+            g.stats.deletes += 1;
+            self.finish(&mut g)?;
+        }
+        Ok(n)
+    }
+
+    /// ZRANGEBYSCORE: members with `min ≤ score ≤ max` (bounds may be exclusive or infinite) in
+    /// Redis's order (score, then member bytes), skipping `offset`, at most `count`.
+    pub fn zrange_by_score(
+        &self,
+        zkey: &[u8],
+        min: Bound<f64>,
+        max: Bound<f64>,
+        offset: usize,
+        count: Option<usize>,
+    ) -> Result<Vec<(Vec<u8>, f64)>> {
+        let mut g = self.lock();
+        self.check_zset_key(&mut g, zkey)?;
+        g.stats.gets += 1;
+        let Some(z) = g.zsets.get(zkey) else {
+            return Ok(Vec::new());
+        };
+        let inside_max = |s: f64| match max {
+            Bound::Included(m) => s <= m,
+            Bound::Excluded(m) => s < m,
+            Bound::Unbounded => true,
+        };
+        let start = match min {
+            Bound::Included(m) | Bound::Excluded(m) => Bound::Included((Score(m), Vec::new())),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Ok(z.order
+            .range((start, Bound::Unbounded))
+            .filter(|(s, _)| !matches!(min, Bound::Excluded(m) if s.0 <= m))
+            .take_while(|(s, _)| inside_max(s.0))
+            .skip(offset)
+            .take(count.unwrap_or(usize::MAX))
+            .map(|(s, m)| (m.clone(), s.0))
+            .collect())
+    }
+
+    /// ZSCORE.
+    pub fn zscore(&self, zkey: &[u8], member: &[u8]) -> Result<Option<f64>> {
+        let mut g = self.lock();
+        self.check_zset_key(&mut g, zkey)?;
+        Ok(g.zsets
+            .get(zkey)
+            .and_then(|z| z.scores.get(member))
+            .copied())
+    }
+
+    /// ZCARD.
+    pub fn zcard(&self, zkey: &[u8]) -> Result<usize> {
+        let mut g = self.lock();
+        self.check_zset_key(&mut g, zkey)?;
+        Ok(g.zsets.get(zkey).map_or(0, |z| z.scores.len()))
     }
 
     fn allocate(&self, g: &mut Inner, chunks: u64) -> Result<u64> {
@@ -537,33 +988,22 @@ impl KvStore {
         )))
     }
 
-    /// DELETE: remove `key`; false if absent. Durable on return under [`Durability::Always`].
+    /// DELETE: remove `key` (any kind of value); false if absent. Durable on return under
+    /// [`Durability::Always`].
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
             return Ok(false);
         }
         let mut g = self.lock();
         g.stats.deletes += 1;
-        let Some(f) = self.locate(&mut g, key)? else {
+        if let Some(f) = self.locate(&mut g, key, 0)? {
+            self.invalidate(&mut g, key, f)?;
+        } else if g.zsets.contains_key(key) {
+            self.remove_zset(&mut g, key)?;
+        } else {
             return Ok(false);
-        };
-        let chunk = self.chunk();
-        let zeros = vec![0u8; chunk as usize];
-        self.dev.write_at(&zeros, f.meta.chunk * chunk)?;
-        g.stats.invalidations += 1;
-        g.stats.bytes_written += chunk;
-        g.dirty = true;
-        g.table.remove(f.slot);
-        g.cache.remove(key);
-        let chunks = record_chunks(
-            f.meta.key_bytes as usize,
-            f.meta.value_bytes as usize,
-            chunk as usize,
-        );
-        g.alloc.free(f.meta.chunk, chunks);
-        if self.cfg.durability == Durability::Always {
-            self.sync_locked(&mut g)?;
         }
+        self.finish(&mut g)?;
         Ok(true)
     }
 
@@ -606,9 +1046,10 @@ impl KvStore {
         Ok(())
     }
 
-    /// Number of pairs.
+    /// Number of keys (strings, hashes and sorted sets).
     pub fn len(&self) -> usize {
-        self.lock().table.len()
+        let g = self.lock();
+        g.table.len() - g.zset_members + g.zsets.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -618,7 +1059,7 @@ impl KvStore {
     pub fn stats(&self) -> KvStats {
         let g = self.lock();
         let mut s = g.stats.clone();
-        s.pairs = g.table.len() as u64;
+        s.pairs = (g.table.len() - g.zset_members + g.zsets.len()) as u64;
         s.cache_entries = g.cache.len() as u64;
         let total = self.dev.capacity() / self.chunk() - 1;
         s.chunks_available = g.alloc.available();
@@ -667,7 +1108,10 @@ impl KvStore {
 
 /// A valid record found by the scan.
 struct Scanned {
+    kind: ValueKind,
     key: Vec<u8>,
+    /// The value, kept for sorted-set members only (their score).
+    value: Vec<u8>,
     seq: u64,
     chunk: u64,
     chunks: u64,
@@ -685,7 +1129,7 @@ fn scan_records(dev: &dyn BlockDevice, sb: &Superblock, end: u64) -> Result<Scan
     use std::collections::HashMap;
     let chunk = u64::from(sb.chunk_bytes);
     let window_chunks = ((4u64 << 20) / chunk).max(1);
-    let mut best: HashMap<Vec<u8>, Scanned> = HashMap::new();
+    let mut best: HashMap<(u8, Vec<u8>), Scanned> = HashMap::new();
     let mut losers = Vec::new();
     let mut seq_max = 0;
     let mut win = Vec::new();
@@ -723,22 +1167,30 @@ fn scan_records(dev: &dyn BlockDevice, sb: &Superblock, end: u64) -> Result<Scan
             c += 1;
             continue;
         }
-        let key = rec[HEADER_BYTES..HEADER_BYTES + h.key_bytes as usize].to_vec();
+        let key_end = HEADER_BYTES + h.key_bytes as usize;
+        let key = rec[HEADER_BYTES..key_end].to_vec();
         seq_max = seq_max.max(h.seq);
+        let value = match h.kind {
+            ValueKind::ZsetMember => rec[key_end..].to_vec(),
+            _ => Vec::new(),
+        };
         let s = Scanned {
+            kind: h.kind,
             key,
+            value,
             seq: h.seq,
             chunk: c,
             chunks,
         };
-        match best.get_mut(&s.key) {
+        let id = (s.kind.namespace(), s.key.clone());
+        match best.get_mut(&id) {
             Some(old) if old.seq >= s.seq => losers.push((s.chunk, s.chunks)),
             Some(old) => {
                 losers.push((old.chunk, old.chunks));
                 *old = s;
             }
             None => {
-                best.insert(s.key.clone(), s);
+                best.insert(id, s);
             }
         }
         c += chunks;

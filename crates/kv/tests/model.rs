@@ -5,6 +5,11 @@
 //! reopen every pair holds a value it may hold: under `always` exactly the acknowledged one (or the
 //! cut operation's), under `everysec` the one at the last completed sync or one written since;
 //! deleted pairs stay gone. `ECSTACK_SEED=n` reruns one seed, `ECSTACK_SEEDS=count` sweeps more.
+//!
+//! Every third key is a hash (HSET of one of three fields, HGETALL, DEL) and every third one after
+//! that a member of the sorted set `zs` (ZADD, ZSCORE, ZREM), so the record kinds of format
+//! version 2 go through the same crashes; the model holds a hash as its encoded field list and a
+//! member as its score bytes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -76,9 +81,7 @@ impl Model {
     fn check_reopened(&mut self, kv: &KvStore, ctx: &str) {
         for i in 0..KEYS {
             let k = key(i);
-            let got = kv
-                .get(&k)
-                .unwrap_or_else(|e| panic!("{ctx}: get after reopen: {e}"));
+            let got = read(kv, i).unwrap_or_else(|e| panic!("{ctx}: get after reopen: {e}"));
             let mut allowed: Vec<Val> = vec![self.durable.get(&k).cloned().flatten()];
             allowed.extend(self.since.get(&k).cloned().unwrap_or_default());
             assert!(
@@ -92,13 +95,62 @@ impl Model {
             );
             self.current.insert(k, got);
         }
+        let members = (0..KEYS)
+            .filter(|&i| kind(i) == Kind::Member && self.current[&key(i)].is_some())
+            .count();
+        let others = (0..KEYS)
+            .filter(|&i| kind(i) != Kind::Member && self.current[&key(i)].is_some())
+            .count();
         assert_eq!(
             kv.len(),
-            self.current.values().filter(|v| v.is_some()).count(),
-            "{ctx}: pair count"
+            others + usize::from(members > 0),
+            "{ctx}: key count"
         );
         self.synced();
     }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Plain,
+    Hash,
+    Member,
+}
+
+fn kind(i: u64) -> Kind {
+    match i % 3 {
+        0 => Kind::Hash,
+        1 if i % 2 == 1 => Kind::Member,
+        _ => Kind::Plain,
+    }
+}
+
+/// The one sorted set of the test; key `i` of kind Member is its member `key(i)`.
+const ZSET: &[u8] = b"zs";
+
+/// What the store holds for key `i`, in the model's terms.
+fn read(kv: &KvStore, i: u64) -> Result<Val, ecstack_kv::KvError> {
+    let k = key(i);
+    Ok(match kind(i) {
+        Kind::Plain => kv.get(&k)?,
+        Kind::Hash => {
+            let f = kv.hgetall(&k)?;
+            (!f.is_empty()).then(|| ecstack_kv::hash::encode(&f))
+        }
+        Kind::Member => kv.zscore(ZSET, &k)?.map(|x| x.to_le_bytes().to_vec()),
+    })
+}
+
+/// The model's hash after HSET field = value.
+fn hash_with(old: Val, field: &[u8], v: &[u8]) -> Vec<u8> {
+    let mut f = old
+        .map(|b| ecstack_kv::hash::decode(&b).unwrap())
+        .unwrap_or_default();
+    match f.iter_mut().find(|(name, _)| name == field) {
+        Some(e) => e.1 = v.to_vec(),
+        None => f.push((field.to_vec(), v.to_vec())),
+    }
+    ecstack_kv::hash::encode(&f)
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -155,36 +207,66 @@ fn run(
         step += 1;
         let ctx = format!("{what} seed {seed} step {step}");
         let s = kv.as_ref().unwrap();
-        let k = key(rng.below(KEYS));
+        let i = rng.below(KEYS);
+        let k = key(i);
         let r = rng.below(100);
-        let res: Result<(), ecstack_kv::KvError> = match r {
-            0..=39 => {
-                let v = value(&mut rng);
-                m.set(&k, Some(v.clone()));
-                s.set(&k, &v)
-            }
-            40..=54 => {
+        let res: Result<(), ecstack_kv::KvError> = match (kind(i), r) {
+            (Kind::Hash, 0..=54) => {
+                let field = format!("f{}", rng.below(3)).into_bytes();
                 let v = value(&mut rng);
                 let present = m.get(&k).is_some();
-                if present {
-                    m.set(&k, Some(v.clone()));
-                }
-                s.update(&k, &v)
-                    .map(|done| assert_eq!(done, present, "{ctx}: update of a present key"))
+                m.set(&k, Some(hash_with(m.get(&k), &field, &v)));
+                s.hset(&k, &[(&field, &v)]).map(|new| {
+                    if !present {
+                        assert_eq!(new, 1, "{ctx}: hset of a new hash")
+                    }
+                })
             }
-            55..=69 => {
+            (Kind::Member, 0..=54) => {
+                let score = rng.below(1000) as f64 - 499.5;
+                let present = m.get(&k).is_some();
+                m.set(&k, Some(score.to_le_bytes().to_vec()));
+                s.zadd(ZSET, &[(score, &k)])
+                    .map(|new| assert_eq!(new, usize::from(!present), "{ctx}: zadd"))
+            }
+            (Kind::Member, 55..=69) => {
                 let present = m.get(&k).is_some();
                 m.set(&k, None);
-                s.delete(&k)
-                    .map(|done| assert_eq!(done, present, "{ctx}: delete result"))
+                s.zrem(ZSET, &[&k])
+                    .map(|n| assert_eq!(n, usize::from(present), "{ctx}: zrem"))
             }
-            70..=84 => s
-                .get(&k)
-                .map(|got| assert_eq!(got, m.get(&k), "{ctx}: get")),
-            85..=89 => s
-                .exists(&k)
-                .map(|e| assert_eq!(e, m.get(&k).is_some(), "{ctx}: exists")),
-            _ => s.sync(),
+            (Kind::Hash | Kind::Member, 70..=89) => {
+                read(s, i).map(|got| assert_eq!(got, m.get(&k), "{ctx}: read"))
+            }
+            (_, r) => match r {
+                0..=39 => {
+                    let v = value(&mut rng);
+                    m.set(&k, Some(v.clone()));
+                    s.set(&k, &v)
+                }
+                40..=54 => {
+                    let v = value(&mut rng);
+                    let present = m.get(&k).is_some();
+                    if present {
+                        m.set(&k, Some(v.clone()));
+                    }
+                    s.update(&k, &v)
+                        .map(|done| assert_eq!(done, present, "{ctx}: update of a present key"))
+                }
+                55..=69 => {
+                    let present = m.get(&k).is_some();
+                    m.set(&k, None);
+                    s.delete(&k)
+                        .map(|done| assert_eq!(done, present, "{ctx}: delete result"))
+                }
+                70..=84 => s
+                    .get(&k)
+                    .map(|got| assert_eq!(got, m.get(&k), "{ctx}: get")),
+                85..=89 => s
+                    .exists(&k)
+                    .map(|e| assert_eq!(e, m.get(&k).is_some(), "{ctx}: exists")),
+                _ => s.sync(),
+            },
         };
         match res {
             Ok(()) => {

@@ -84,13 +84,13 @@ fn run_err(msg: String) -> LabError {
     LabError::Run(msg)
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| run_err(format!("bind: {e}")))?;
     Ok(l.local_addr().map_err(|e| run_err(e.to_string()))?.port())
 }
 
 /// A memory-backed array big enough for `keys` one-chunk records written twice over.
-fn memory_array(cfg: &KvBenchConfig) -> Result<Arc<Array>> {
+pub(crate) fn memory_array(cfg: &KvBenchConfig) -> Result<Arc<Array>> {
     let chunk: u64 = 4096;
     let chunks_per_record = (24 + 16 + cfg.value_bytes as u64).div_ceil(chunk);
     let data_chunks = cfg.keys * chunks_per_record * 3 + 1024;
@@ -169,7 +169,7 @@ fn redis_benchmark(port: u16, cfg: &KvBenchConfig) -> Result<Vec<(String, f64)>>
 }
 
 /// Wait until something answers PING on `port`.
-fn wait_ping(port: u16) -> Result<()> {
+pub(crate) fn wait_ping(port: u16) -> Result<()> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(10) {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
@@ -190,13 +190,13 @@ fn wait_ping(port: u16) -> Result<()> {
 }
 
 /// One RESP reply: the few kinds DBSIZE and MGET return (errors are turned into `Err`).
-enum Reply {
+pub(crate) enum Reply {
     Int(i64),
     Bulk(Option<Vec<u8>>),
     Array(Vec<Reply>),
 }
 
-fn read_reply(r: &mut impl std::io::BufRead) -> Result<Reply> {
+pub(crate) fn read_reply(r: &mut impl std::io::BufRead) -> Result<Reply> {
     let mut line = Vec::new();
     r.read_until(b'\n', &mut line)
         .map_err(|e| run_err(format!("read reply: {e}")))?;
@@ -239,7 +239,7 @@ fn read_reply(r: &mut impl std::io::BufRead) -> Result<Reply> {
     }
 }
 
-fn command(w: &mut impl std::io::Write, args: &[&[u8]]) -> Result<()> {
+pub(crate) fn command(w: &mut impl std::io::Write, args: &[&[u8]]) -> Result<()> {
     let mut b = format!("*{}\r\n", args.len()).into_bytes();
     for a in args {
         b.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());

@@ -21,6 +21,7 @@ pub mod codfs_netns;
 pub mod codfs_s3;
 pub mod eplog;
 pub mod kv_bench;
+pub mod kv_bench_ycsb;
 pub mod plot;
 pub mod robustore;
 pub mod table;

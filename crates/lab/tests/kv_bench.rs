@@ -33,3 +33,31 @@ fn redis_benchmark_on_both_servers_with_values_read_back() {
         "{md}"
     );
 }
+
+/// `ecstack_lab::kv_bench_ycsb` at a tiny scale: YCSB workloads A-F through the real YCSB client
+/// (built with Maven from crates/kv/ycsb; needs java and mvn, and redis-server) against both
+/// servers; YCSB must report no failed operation and the key counts must match. Fails without
+/// the tools.
+#[test]
+fn ycsb_workloads_on_both_servers() {
+    use ecstack_lab::kv_bench_ycsb::{run, YcsbConfig};
+    let cfg = YcsbConfig {
+        records: 200,
+        operations: 300,
+        threads: 2,
+        ..YcsbConfig::default()
+    };
+    let r = run(&cfg, &|_| {}).expect("kv ycsb (needs java, mvn and redis-server)");
+    assert_eq!(r.runs.len(), 12);
+    assert_eq!(r.ratios.len(), 6);
+    for run in &r.runs {
+        assert!(run.ops_per_s > 0.0, "{run:?}");
+        let ops: u64 = run.ops.iter().map(|o| o.operations).sum();
+        assert!(ops >= 300, "{run:?}");
+    }
+    let e = r.runs.iter().find(|x| x.workload == 'e').unwrap();
+    assert!(e.ops.iter().any(|o| o.op == "SCAN"), "{e:?}");
+    let md = r.markdown();
+    eprintln!("{md}");
+    assert!(md.contains("redis-server") && md.contains("| F |"), "{md}");
+}
