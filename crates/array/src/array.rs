@@ -505,6 +505,11 @@ impl Array {
         array.set_journal_updates(opts.journal_updates);
         lock(&array.core.journal).failed_at_open = failed_at_open;
         if sb.scheme != SchemeKind::Eplog {
+            // md/pl after an unclean shutdown: the in-place writes since the last sync may have
+            // reached their chunks or not, so the checksums of the dirty regions' stripes are
+            // forgotten; the resync (or the next write) takes the bytes it finds there.
+            let dirty = array.dirty_stripes();
+            array.core.forget_crcs(&dirty);
             // Degraded updates a crash interrupted: written again whole from the journal.
             crate::scheme::md::replay_journal(&array.core)?;
         }
@@ -561,6 +566,15 @@ impl Array {
     /// Turn [`OpenOptions::journal_updates`] on or off.
     pub fn set_journal_updates(&self, on: bool) {
         self.core.journal_updates.store(on, Relaxed);
+    }
+
+    /// Compute and verify per-chunk checksums (on by default). Off is for measuring what they
+    /// cost: writes then forget their chunks' checksums (those chunks are read unverified until
+    /// written again with checksums on), and reads verify nothing.
+    pub fn set_checksums(&self, on: bool) {
+        if let Some(c) = self.core.devs.crcs() {
+            c.set_enabled(on);
+        }
     }
 
     pub fn set_trim_on_commit(&self, on: bool) {
@@ -1104,17 +1118,7 @@ impl Array {
         if self.scheme.kind() == SchemeKind::Pl {
             self.scheme.commit(&self.core)?;
         }
-        let stripes: Vec<u64> = {
-            let mi = self.core.meta();
-            mi.state
-                .dirty
-                .iter()
-                .flat_map(|r| {
-                    r * REGION_STRIPES..((r + 1) * REGION_STRIPES).min(self.core.geo.stripes)
-                })
-                .filter(|&s| mi.state.is_written(s))
-                .collect()
-        };
+        let stripes = self.dirty_stripes();
         // A chunk that cannot be read (a device that fails now, a latent sector error) fails its
         // device; the stripe is decoded from the others, like a degraded read would.
         let k = self.core.geo.k;
@@ -1141,6 +1145,17 @@ impl Array {
             .fetch_add(stripes.len() as u64, Relaxed);
         self.core.persist()?;
         self.clean_locked()
+    }
+
+    /// The written stripes of the dirty write-intent regions (md/pl), ascending.
+    fn dirty_stripes(&self) -> Vec<u64> {
+        let mi = self.core.meta();
+        mi.state
+            .dirty
+            .iter()
+            .flat_map(|r| r * REGION_STRIPES..((r + 1) * REGION_STRIPES).min(self.core.geo.stripes))
+            .filter(|&s| mi.state.is_written(s))
+            .collect()
     }
 
     /// Whether there are updates not yet committed to the main array's parity.

@@ -14,7 +14,9 @@ use ecstack_codes::CodeKind;
 use ecstack_device::{BlockDevice, MemDevice};
 
 use crate::format::{Dec, Enc, Geometry, MetaLayout, SchemeKind, Superblock, SB_SLOT};
-use crate::meta::{encode_v1, JournalEntry, Member, MetaState, MetaVolume, Rec, META_VERSION};
+use crate::meta::{
+    encode_v1, encode_v4, JournalEntry, Member, MetaState, MetaVolume, Rec, META_VERSION,
+};
 use crate::ArrayError;
 
 const DEFAULT_CASES: u64 = 2_000;
@@ -158,6 +160,16 @@ fn states() -> Vec<MetaState> {
         Rec::PlLog { stripe: 77, off: 1 },
         Rec::Dirty { region: 0 },
         Rec::DeviceFailed { dev: 7 },
+        Rec::ChunkCrcs {
+            dev: 0,
+            slot: 0,
+            crcs: vec![1, 2, 3],
+        },
+        Rec::ChunkCrcs {
+            dev: 7,
+            slot: 1,
+            crcs: vec![0xdead_beef],
+        },
     ] {
         a.apply(&r);
     }
@@ -178,6 +190,11 @@ fn states() -> Vec<MetaState> {
             members: vec![member(3, 1, 470), member(5, 3, 5)],
         },
         Rec::DeviceFailed { dev: 2 },
+        Rec::ChunkCrcs {
+            dev: 3,
+            slot: 460,
+            crcs: vec![u32::MAX, 0],
+        },
     ] {
         b.apply(&r);
     }
@@ -200,16 +217,34 @@ fn check_state(st: &MetaState, version: u32, body: &[u8], valid: &[u8], original
 #[test]
 fn checkpoint_body_mutations() {
     let states = states();
-    // Current bodies and version 1 bodies.
+    // Current bodies, and version 4 and version 1 bodies (no checksums: they decode to the state
+    // without its checksums).
     let bodies: Vec<(u32, Vec<u8>, usize)> = states
         .iter()
         .enumerate()
-        .flat_map(|(i, s)| [(META_VERSION, s.encode(), i), (1, encode_v1(s), i)])
+        .flat_map(|(i, s)| {
+            [
+                (META_VERSION, s.encode(), i),
+                (4, encode_v4(s), i),
+                (1, encode_v1(s), i),
+            ]
+        })
+        .collect();
+    let without_crcs: Vec<MetaState> = states
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            s.crcs = crate::meta::CrcTable::new(&s.geo);
+            s
+        })
         .collect();
     let donors: Vec<&[u8]> = bodies.iter().map(|(_, b, _)| b.as_slice()).collect();
     let out = sweep("checkpoint body", 2, |rng, out| {
         let (version, valid, i) = &bodies[rng.below(bodies.len() as u64) as usize];
-        let st0 = &states[*i];
+        let st0 = match *version == META_VERSION {
+            true => &states[*i],
+            false => &without_crcs[*i],
+        };
         let b = mutate(rng, valid, &donors);
         match MetaState::decode(&st0.geo, *version, &b) {
             Err(e) => {
@@ -251,6 +286,16 @@ fn records() -> Vec<Rec> {
             chunks: vec![(1, vec![0x5a; g.chunk as usize])],
         }),
         Rec::JournalDone { id: 3 },
+        Rec::ChunkCrcs {
+            dev: 6,
+            slot: 2,
+            crcs: vec![5, 6],
+        },
+        Rec::ChunkCrcForget {
+            dev: 0,
+            slot: 0,
+            count: 2,
+        },
     ]
 }
 

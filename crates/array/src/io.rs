@@ -10,6 +10,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use ecstack_device::{AlignedBuf, Batch, BlockDevice, IoKind};
 
+use crate::crc::ChunkCrcs;
+
 /// Largest merged request.
 const MAX_MERGE: u64 = 1 << 20;
 
@@ -267,6 +269,9 @@ pub(crate) struct Devs {
     pub parallel: AtomicBool,
     pub failures_seen: AtomicU64,
     pool: Pool,
+    /// The per-chunk checksums every read is verified against and every write updates (set
+    /// once the metadata is loaded; none in unit tests of this module).
+    crcs: std::sync::OnceLock<Arc<ChunkCrcs>>,
 }
 
 impl Devs {
@@ -279,7 +284,32 @@ impl Devs {
             parallel: AtomicBool::new(parallel),
             failures_seen: AtomicU64::new(0),
             pool: Pool::new(n),
+            crcs: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Verify reads and record writes with `crcs` from now on (once, when the array opens).
+    pub fn set_crcs(&self, crcs: Arc<ChunkCrcs>) {
+        assert!(
+            crcs.devices() <= self.len(),
+            "checksum table of more devices"
+        );
+        let _ = self.crcs.set(crcs);
+    }
+
+    pub fn crcs(&self) -> Option<&ChunkCrcs> {
+        self.crcs.get().map(|c| c.as_ref())
+    }
+
+    /// Whether the chunk at `slot` of device `d` can be read: the device is alive and the chunk did
+    /// not fail its checksum since it was last written.
+    pub fn usable(&self, d: usize, slot: u64) -> bool {
+        !self.is_failed(d) && !self.crcs().is_some_and(|c| c.is_bad(d, slot))
+    }
+
+    /// Whether the chunk at `slot` of device `d` failed its checksum and was not written since.
+    pub fn is_bad(&self, d: usize, slot: u64) -> bool {
+        self.crcs().is_some_and(|c| c.is_bad(d, slot))
     }
 
     pub fn len(&self) -> usize {
@@ -297,6 +327,9 @@ impl Devs {
     pub fn replace(&self, i: usize, dev: Arc<dyn BlockDevice>) {
         self.devs.write().unwrap_or_else(|p| p.into_inner())[i] = dev;
         self.failed[i].store(false, Relaxed);
+        if let Some(c) = self.crcs() {
+            c.clear_bad_of(i);
+        }
     }
 
     pub fn is_failed(&self, i: usize) -> bool {
@@ -463,13 +496,24 @@ impl Devs {
     }
 
     /// Read every op (skipping failed devices); sets `ok`. A device that errors is marked failed.
+    /// Every chunk read whose checksum is known is verified (a partial read covers its whole
+    /// chunk): a mismatch leaves the op not `ok` and the chunk bad (`ChunkCrcs::is_bad`), with the
+    /// device alive.
     pub fn read(&self, ops: &mut [Rd<'_>]) {
         for o in ops.iter_mut() {
             if o.buf.is_empty() {
                 o.ok = true;
             }
         }
-        let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
+        let crcs = self.crcs().filter(|c| c.enabled());
+        let span = |o: &Rd<'_>| match crcs {
+            Some(c) => c.read_span(o.dev, o.off, o.buf.len()),
+            None => (o.off, o.buf.len()),
+        };
+        let plans = self.plan(ops, |o| {
+            let (off, len) = span(o);
+            (o.dev, off, len)
+        });
         let devs: Vec<Arc<dyn BlockDevice>> = plans.iter().map(|(d, _)| self.get(*d)).collect();
         // Aligned, so that O_DIRECT files take them as they are.
         let mut bufs: Vec<Vec<AlignedBuf>> = plans
@@ -494,10 +538,16 @@ impl Devs {
                     self.meters[d].record(false, r.off, r.len as u64);
                     let mut p = 0;
                     for i in r.ops {
+                        let (off, len) = span(&ops[i]);
+                        let got = &b[p..p + len];
+                        p += len;
+                        if crcs.is_some_and(|c| !c.verify(d, off, got)) {
+                            continue;
+                        }
+                        let at = (ops[i].off - off) as usize;
                         let l = ops[i].buf.len();
-                        ops[i].buf.copy_from_slice(&b[p..p + l]);
+                        ops[i].buf.copy_from_slice(&got[at..at + l]);
                         ops[i].ok = true;
-                        p += l;
                     }
                 } else {
                     self.meters[d].error();
@@ -554,6 +604,9 @@ impl Devs {
                 if ok {
                     self.meters[d].record(true, r.off, r.len as u64);
                     for i in r.ops {
+                        if let Some(c) = self.crcs() {
+                            c.wrote(d, ops[i].off, ops[i].buf);
+                        }
                         ops[i].ok = true;
                     }
                 } else {
@@ -599,6 +652,9 @@ impl Devs {
     ) -> crate::Result<()> {
         dev.write_at(buf, off)?;
         self.meters[d].record(true, off, buf.len() as u64);
+        if let Some(c) = self.crcs() {
+            c.wrote(d, off, buf);
+        }
         Ok(())
     }
 }

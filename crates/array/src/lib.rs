@@ -40,6 +40,7 @@ mod admin;
 mod array;
 mod clock;
 mod core;
+mod crc;
 mod extent_set;
 mod format;
 #[cfg(test)]
@@ -62,8 +63,8 @@ pub use io::IoCounters;
 pub use scheme::{BatchStats, DEFAULT_IN_FLIGHT};
 pub use scrub::{ScrubOptions, ScrubProblem, ScrubReport, SCRUB_PROBLEMS_LISTED_MAX};
 pub use status::{
-    ArrayStatus, ClassStatus, CommitStats, DeviceStatus, MetaStatus, PendingStatus, RequestStats,
-    SsdSummary,
+    ArrayStatus, ChecksumStatus, ClassStatus, CommitStats, DeviceStatus, MetaStatus, PendingStatus,
+    RequestStats, SsdSummary,
 };
 pub use tween::{GcMode, NvramImage, NvramSpec, Tween, TweenConfig, TweenStats};
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use ecstack_device::BlockDevice;
 
+use crate::crc::ChunkCrcs;
 use crate::extent_set::ExtentSet;
 use crate::format::{Dec, Enc, Geometry, MetaLayout, CP_HEADER};
 use crate::{ArrayError, Result};
@@ -20,9 +21,13 @@ use crate::{ArrayError, Result};
 ///    committed version left its home slot or that have a latest version;
 /// 4. frames may hold journal records (types 13 and 14, [`JournalEntry`]); the checkpoint body is
 ///    that of version 3.
-pub(crate) const META_VERSION: u32 = 4;
+/// 5. per-chunk checksums: the checkpoint body ends with the checksum table, frames may hold
+///    `ChunkCrcs` and `ChunkCrcForget` records (types 15 and 16).
+pub(crate) const META_VERSION: u32 = 5;
 /// The first version whose frames may hold journal records.
 pub(crate) const JOURNAL_META_VERSION: u32 = 4;
+/// The first version with per-chunk checksums (checkpoint table, records 15 and 16).
+pub(crate) const CRC_META_VERSION: u32 = 5;
 /// Oldest version this build still reads (an array in it is rewritten in `META_VERSION` by its
 /// next metadata sync, which writes a full checkpoint).
 pub(crate) const META_VERSION_MIN: u32 = 1;
@@ -285,6 +290,20 @@ pub enum Rec {
     JournalDone {
         id: u64,
     },
+    /// Checksums of consecutive chunk slots `slot..slot + crcs.len()` of device `dev` (main or
+    /// log), as last written.
+    ChunkCrcs {
+        dev: u16,
+        slot: u64,
+        crcs: Vec<u32>,
+    },
+    /// The checksums of `count` slots from `slot` of device `dev` are no longer known (their
+    /// chunks are read unverified until written again).
+    ChunkCrcForget {
+        dev: u16,
+        slot: u64,
+        count: u32,
+    },
 }
 
 /// Version of the journal record's own layout.
@@ -443,6 +462,21 @@ impl Rec {
                 e.u8(14);
                 e.u64(*id);
             }
+            Rec::ChunkCrcs { dev, slot, crcs } => {
+                e.u8(15);
+                e.u16(*dev);
+                e.u64(*slot);
+                e.u32(crcs.len() as u32);
+                for c in crcs {
+                    e.u32(*c);
+                }
+            }
+            Rec::ChunkCrcForget { dev, slot, count } => {
+                e.u8(16);
+                e.u16(*dev);
+                e.u64(*slot);
+                e.u32(*count);
+            }
         }
     }
 
@@ -470,6 +504,21 @@ impl Rec {
             12 => Rec::Discard { stripe: d.u64()? },
             13 => Rec::Journal(JournalEntry::decode(d)?),
             14 => Rec::JournalDone { id: d.u64()? },
+            15 => {
+                let dev = d.u16()?;
+                let slot = d.u64()?;
+                let n = d.u32()? as usize;
+                if n == 0 || n.saturating_mul(4) > d.remaining() {
+                    return Err(meta_err(format!("checksum record of {n} slots")));
+                }
+                let crcs = (0..n).map(|_| d.u32()).collect::<Result<Vec<u32>>>()?;
+                Rec::ChunkCrcs { dev, slot, crcs }
+            }
+            16 => Rec::ChunkCrcForget {
+                dev: d.u16()?,
+                slot: d.u64()?,
+                count: d.u32()?,
+            },
             t => return Err(ArrayError::Meta(format!("unknown record type {t}"))),
         })
     }
@@ -542,6 +591,40 @@ pub struct MetaState {
     pub commit_in_progress: bool,
     /// md/pl write-intent regions that may hold stripes whose parity lags their data.
     pub dirty: BTreeSet<u64>,
+    /// Per-chunk checksums of the main and log devices (shared with the device I/O layer).
+    pub crcs: CrcTable,
+}
+
+/// The checksum table of a [`MetaState`]: shared (an `Arc`) with the device I/O layer, which
+/// updates it on every write; a clone of the state copies it, and states compare by its known
+/// checksums.
+pub struct CrcTable(pub Arc<ChunkCrcs>);
+
+impl CrcTable {
+    pub fn new(geo: &Geometry) -> CrcTable {
+        let slots = (0..geo.devices())
+            .map(|d| if d < geo.n { geo.slots } else { geo.log_slots })
+            .collect();
+        CrcTable(Arc::new(ChunkCrcs::new(geo.chunk, geo.data_start, slots)))
+    }
+}
+
+impl Clone for CrcTable {
+    fn clone(&self) -> Self {
+        CrcTable(Arc::new(self.0.deep_clone()))
+    }
+}
+
+impl PartialEq for CrcTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.known() == other.0.known()
+    }
+}
+
+impl std::fmt::Debug for CrcTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 impl MetaState {
@@ -558,6 +641,7 @@ impl MetaState {
             next_log_id: 0,
             commit_in_progress: false,
             dirty: BTreeSet::new(),
+            crcs: CrcTable::new(geo),
         }
     }
 
@@ -728,7 +812,23 @@ impl MetaState {
             }
             Rec::CommitBegin | Rec::CommitDone | Rec::Clean | Rec::JournalDone { .. } => Ok(()),
             Rec::Journal(j) => self.check_journal(j),
+            Rec::ChunkCrcs { dev, slot, crcs } => self.check_crc_slots(*dev, *slot, crcs.len()),
+            Rec::ChunkCrcForget { dev, slot, count } => {
+                self.check_crc_slots(*dev, *slot, *count as usize)
+            }
         }
+    }
+
+    /// `count` ≥ 1 checksum slots from `slot` of device `dev`, all inside the device.
+    fn check_crc_slots(&self, dev: u16, slot: u64, count: usize) -> Result<()> {
+        self.check_dev(dev)?;
+        let slots = self.crcs.0.slots(dev as usize);
+        if count == 0 || slot.checked_add(count as u64).is_none_or(|e| e > slots) {
+            return Err(meta_err(format!(
+                "checksums of slots {slot}+{count} of device {dev} out of range (it has {slots})"
+            )));
+        }
+        Ok(())
     }
 
     /// A journal entry names a stripe in range and at most k whole data chunks of it.
@@ -846,6 +946,16 @@ impl MetaState {
             }
             // The journal is not part of the state (see `MetaVolume::journal`).
             Rec::Journal(_) | Rec::JournalDone { .. } => {}
+            Rec::ChunkCrcs { dev, slot, crcs } => {
+                for (i, c) in crcs.iter().enumerate() {
+                    self.crcs.0.store(*dev as usize, slot + i as u64, Some(*c));
+                }
+            }
+            Rec::ChunkCrcForget { dev, slot, count } => {
+                for i in 0..*count as u64 {
+                    self.crcs.0.store(*dev as usize, slot + i, None);
+                }
+            }
         }
     }
 
@@ -916,7 +1026,56 @@ impl MetaState {
         for r in &self.dirty {
             e.u64(*r);
         }
+        self.encode_crcs(&mut e);
         e.0
+    }
+
+    /// Version 5: the known checksums as runs of consecutive slots, ascending by device and slot:
+    /// `u64 nruns, nruns × { u16 device, u64 first slot, u32 count, count × u32 crc32c }`.
+    fn encode_crcs(&self, e: &mut Enc) {
+        let mut runs: Vec<(usize, u64, Vec<u32>)> = Vec::new();
+        for (d, s, c) in self.crcs.0.known() {
+            match runs.last_mut() {
+                Some(r)
+                    if r.0 == d && r.1 + r.2.len() as u64 == s && r.2.len() < u32::MAX as usize =>
+                {
+                    r.2.push(c)
+                }
+                _ => runs.push((d, s, vec![c])),
+            }
+        }
+        e.u64(runs.len() as u64);
+        for (d, s, cs) in runs {
+            e.u16(d as u16);
+            e.u64(s);
+            e.u32(cs.len() as u32);
+            for c in cs {
+                e.u32(c);
+            }
+        }
+    }
+
+    fn decode_crcs(&mut self, d: &mut Dec) -> Result<()> {
+        let mut last: Option<(u16, u64)> = None;
+        for _ in 0..d.u64()? {
+            let dev = d.u16()?;
+            let slot = d.u64()?;
+            let n = d.u32()? as usize;
+            if n.saturating_mul(4) > d.remaining() {
+                return Err(meta_err(format!("checksum run of {n} slots is truncated")));
+            }
+            self.check_crc_slots(dev, slot, n)?;
+            if last.is_some_and(|(ld, le)| (dev, slot) < (ld, le)) {
+                return Err(meta_err(format!(
+                    "checksum run at slot {slot} of device {dev} overlaps or is out of order"
+                )));
+            }
+            for i in 0..n as u64 {
+                self.crcs.0.store(dev as usize, slot + i, Some(d.u32()?));
+            }
+            last = Some((dev, slot + n as u64));
+        }
+        Ok(())
     }
 
     /// The written stripes, as extents or as a bitmap over all stripes, whichever is smaller.
@@ -1054,6 +1213,9 @@ impl MetaState {
                 st.check(&Rec::Dirty { region })?;
                 st.dirty.insert(region);
             }
+        }
+        if version >= CRC_META_VERSION {
+            st.decode_crcs(&mut d)?;
         }
         if !d.done() {
             return Err(ArrayError::Meta("trailing bytes after checkpoint".into()));
@@ -1201,6 +1363,12 @@ impl MetaState {
             n.saturating_mul(slots).saturating_mul(20),
             stripes.saturating_mul(12),
             log_slots.saturating_mul(20),
+            // Checksums: 4 bytes per slot, and a run header (14 bytes) per slot at worst.
+            8u64.saturating_add(
+                n.saturating_mul(slots)
+                    .saturating_add(n.saturating_mul(log_slots))
+                    .saturating_mul(18),
+            ),
         ]
         .into_iter()
         .fold(0u64, u64::saturating_add)
@@ -1588,6 +1756,14 @@ impl MetaVolume {
                             &meta_err(format!("journal record in a version {} frame", fh.version)),
                         ));
                     }
+                    Rec::ChunkCrcs { .. } | Rec::ChunkCrcForget { .. }
+                        if fh.version < CRC_META_VERSION =>
+                    {
+                        return Err(frame_err(
+                            &fh,
+                            &meta_err(format!("checksum record in a version {} frame", fh.version)),
+                        ));
+                    }
                     Rec::Journal(j) => {
                         self.journal_bytes += j.record_len();
                         self.journal.insert(j.id, j);
@@ -1615,6 +1791,16 @@ fn frame_err(fh: &FrameHeader, e: &ArrayError) -> ArrayError {
             other => other.to_string(),
         }
     ))
+}
+
+/// The checkpoint body of versions 3 and 4: that of version 5 without the checksum table.
+#[cfg(test)]
+pub(crate) fn encode_v4(st: &MetaState) -> Vec<u8> {
+    let mut body = st.encode();
+    let mut crcs = Enc::default();
+    st.encode_crcs(&mut crcs);
+    body.truncate(body.len() - crcs.0.len());
+    body
 }
 
 /// The checkpoint body of versions 1 and 2, written out field by field as
@@ -1652,7 +1838,7 @@ pub(crate) fn encode_v1(st: &MetaState) -> Vec<u8> {
             }
         }
     }
-    let v3 = st.encode();
+    let v3 = encode_v4(st);
     // The log stripes, pl logs, counters and write intent are unchanged since version 1:
     // they are the tail of the version 3 body after its data stripes.
     let mut d = Dec::new(&v3);
@@ -2096,10 +2282,12 @@ mod tests {
                 Rec::Discard { .. } => 11,
                 Rec::Journal(_) => 12,
                 Rec::JournalDone { .. } => 13,
+                Rec::ChunkCrcs { .. } => 14,
+                Rec::ChunkCrcForget { .. } => 15,
             }
         }
         let stripe = rng.below(g.stripes);
-        let r = match rng.below(18) {
+        let r = match rng.below(20) {
             0 => Rec::StripeWritten { stripe },
             1 => Rec::FullStripe { stripe },
             2 => Rec::PlLog {
@@ -2126,6 +2314,28 @@ mod tests {
                 chunks: vec![(rng.below(g.k as u64) as u16, vec![7; g.chunk as usize])],
             }),
             12 => Rec::JournalDone { id: rng.below(100) },
+            13 | 14 => {
+                let dev = rng.below(g.devices() as u64) as u16;
+                let slots = if (dev as usize) < g.n {
+                    g.slots
+                } else {
+                    g.log_slots
+                };
+                let slot = rng.below(slots);
+                let count = 1 + rng.below((slots - slot).min(20));
+                match rng.below(4) {
+                    0 => Rec::ChunkCrcForget {
+                        dev,
+                        slot,
+                        count: count as u32,
+                    },
+                    _ => Rec::ChunkCrcs {
+                        dev,
+                        slot,
+                        crcs: (0..count).map(|_| rng.below(1 << 32) as u32).collect(),
+                    },
+                }
+            }
             _ => {
                 let mut members: Vec<Member> = Vec::new();
                 for _ in 0..1 + rng.below(g.k as u64) {
@@ -2148,7 +2358,7 @@ mod tests {
                 }
             }
         };
-        assert!(kind(&r) < 14);
+        assert!(kind(&r) < 16);
         r
     }
 

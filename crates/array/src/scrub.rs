@@ -1,15 +1,21 @@
-//! Scrub: read every written data stripe, check that its parity matches its data, and repair what
-//! can be located without doubt (`docs/array.md`, "Scrub").
+//! Scrub: read every written data stripe, check every chunk against its checksum and the parity
+//! against the data, and repair what can be located without doubt (`docs/array.md`, "Scrub").
 //!
-//! Without per-chunk checksums a parity mismatch says that a stripe is wrong, not which chunk is.
-//! Scrub locates bad chunks the way a decoder of an MDS code does: with `e` chunks unreadable
-//! (failed devices, read errors), the `n − e` chunks read form a code of distance `m − e + 1`, which
-//! locates up to `⌊(m − e)/2⌋` bad chunks. Scrub tries sets of `t = 1, 2, …` chunks up to that bound and
-//! repairs only when exactly one set of the smallest size explains the mismatch; anything else is
-//! reported, never guessed. So with `m = 2` one bad chunk per stripe is repaired, with `m = 1` (XOR,
-//! RAID-5) a mismatch is only reported. Beyond the bound a mismatch is still detected (any `t ≤ m − e`
-//! bad chunks make a mismatch), but a wrong chunk set may then look like the smallest explanation: that
-//! is the case end-to-end checksums will close.
+//! A chunk that fails its checksum (`crate::crc`) is located by it: it is an erasure, and up to `m`
+//! erasures per stripe (failed devices, read errors and bad chunks together) are decoded from the
+//! rest and written back, whatever the code. The parity check then covers the chunks whose
+//! checksums matched or are not known (written before checksums existed, or forgotten by a resync).
+//!
+//! For those, a parity mismatch says that a stripe is wrong, not which chunk is. Scrub locates bad
+//! chunks the way a decoder of an MDS code does: with `e` erasures, the `n − e` chunks read form a
+//! code of distance `m − e + 1`, which locates up to `⌊(m − e)/2⌋` bad chunks. Scrub tries sets of
+//! `t = 1, 2, …` chunks up to that bound and repairs only when exactly one set of the smallest size
+//! explains the mismatch; anything else is reported, never guessed. Beyond the bound a mismatch is
+//! still detected, but a wrong chunk set could look like the smallest explanation; with checksums
+//! that case needs a chunk whose checksum matches and whose bytes are wrong.
+//!
+//! A stripe found consistent with all its chunks read gives the chunks whose checksum was not known
+//! theirs (an array from before checksums gets them from its first scrub).
 
 use crate::core::Core;
 use crate::io::{Rd, Wr};
@@ -55,8 +61,14 @@ pub struct ScrubReport {
     /// Chunks read from the main devices.
     pub chunks_read: u64,
     pub bytes_read: u64,
-    /// Stripes whose parity did not match their data.
+    /// Stripes found wrong: a chunk failed its checksum, or the parity did not match the data.
     pub inconsistent_stripes: u64,
+    /// Chunks that failed their checksum.
+    #[serde(default)]
+    pub checksum_errors: u64,
+    /// Chunks whose checksum was not known and that got one from a consistent stripe.
+    #[serde(default)]
+    pub checksums_learned: u64,
     /// Of those, the stripes repaired and the chunks rewritten.
     pub repaired_stripes: u64,
     pub repaired_chunks: u64,
@@ -145,24 +157,35 @@ fn subsets(from: &[usize], t: usize) -> Vec<Vec<usize>> {
     }
 }
 
-/// Check one stripe: `known[p]` says whether position p's contents are known (read, or a data chunk
-/// that reads as zeros); `stored[p]` whether it is a chunk on a device (a repair candidate).
+/// The chunks at `crc_bad` (they failed their checksum) with their bytes from the decoded stripe.
+fn decoded(crc_bad: &[usize], work: &[Vec<u8>]) -> Vec<(usize, Vec<u8>)> {
+    crc_bad.iter().map(|&p| (p, work[p].clone())).collect()
+}
+
+/// Check one stripe: `known[p]` says whether position p's contents are known (read and not failing
+/// its checksum, or a data chunk that reads as zeros); `stored[p]` whether it is a chunk on a
+/// device (a repair candidate); `crc_bad` lists the chunks that failed their checksum (erasures
+/// to repair).
 fn check_stripe(
     core: &Core,
     shards: &[Vec<u8>],
     known: &[bool],
     stored: &[bool],
+    crc_bad: &[usize],
 ) -> Result<Verdict> {
     let g = &core.geo;
     let have: Vec<usize> = (0..g.n).filter(|&p| known[p]).collect();
     if have.len() < g.k {
         return Ok(Verdict::Unreadable(have.len()));
     }
-    if have.len() == g.k {
+    if have.len() == g.k && crc_bad.is_empty() {
         return Ok(Verdict::Unverifiable);
     }
-    if consistent(core, shards, &have)?.is_some() {
-        return Ok(Verdict::Clean);
+    if let Some(work) = consistent(core, shards, &have)? {
+        return Ok(match crc_bad.is_empty() {
+            true => Verdict::Clean,
+            false => Verdict::Located(decoded(crc_bad, &work)),
+        });
     }
     let missing = g.n - have.len();
     let locatable = (g.m - missing) / 2;
@@ -182,9 +205,9 @@ fn check_stripe(
             0 => continue,
             1 => {
                 let (bad, fixed) = found.pop().expect("one");
-                return Ok(Verdict::Located(
-                    bad.into_iter().map(|p| (p, fixed[p].clone())).collect(),
-                ));
+                let mut fixes = decoded(crc_bad, &fixed);
+                fixes.extend(bad.into_iter().map(|p| (p, fixed[p].clone())));
+                return Ok(Verdict::Located(fixes));
             }
             _ => {
                 return Ok(Verdict::Mismatch(format!(
@@ -212,7 +235,8 @@ pub(crate) fn scrub_stripes(
     let g = &core.geo;
     let c = g.chunk as usize;
     // Layout, contents and what is known of every stripe of the step.
-    let mut items: Vec<(u64, Vec<Option<u64>>, Vec<Vec<u8>>, Vec<bool>)> = Vec::new();
+    #[allow(clippy::type_complexity)]
+    let mut items: Vec<(u64, Vec<Option<u64>>, Vec<Vec<u8>>, Vec<bool>, Vec<usize>)> = Vec::new();
     for &s in stripes {
         let Some(layout) = scheme.committed_layout(core, s) else {
             continue;
@@ -222,12 +246,12 @@ pub(crate) fn scrub_stripes(
             continue;
         }
         let known: Vec<bool> = (0..g.n).map(|p| layout[p].is_none()).collect();
-        items.push((s, layout, vec![vec![0u8; c]; g.n], known));
+        items.push((s, layout, vec![vec![0u8; c]; g.n], known, Vec::new()));
     }
     {
         let mut ops = Vec::new();
         let mut who = Vec::new();
-        for (ii, (s, layout, shards, _)) in items.iter_mut().enumerate() {
+        for (ii, (s, layout, shards, _, _)) in items.iter_mut().enumerate() {
             for (p, buf) in shards.iter_mut().enumerate() {
                 let d = g.dev_of(*s, p);
                 if let Some(slot) = layout[p] {
@@ -242,19 +266,40 @@ pub(crate) fn scrub_stripes(
         let ok: Vec<bool> = ops.iter().map(|o| o.ok).collect();
         drop(ops);
         for (&ok, &(ii, p)) in ok.iter().zip(&who) {
-            if ok {
-                items[ii].3[p] = true;
+            let (s, layout) = (items[ii].0, &items[ii].1);
+            let bad = !ok && core.devs.is_bad(g.dev_of(s, p), layout[p].expect("read"));
+            if ok || bad {
                 report.chunks_read += 1;
                 report.bytes_read += c as u64;
+            }
+            if ok {
+                items[ii].3[p] = true;
+            } else if bad {
+                report.checksum_errors += 1;
+                items[ii].4.push(p);
             }
         }
     }
     let mut writes: Vec<(u64, usize, u64, Vec<u8>)> = Vec::new();
-    for (s, layout, shards, known) in &items {
+    for (s, layout, shards, known, crc_bad) in &items {
         report.stripes += 1;
         let stored: Vec<bool> = layout.iter().map(|l| l.is_some()).collect();
-        match check_stripe(core, shards, known, &stored)? {
-            Verdict::Clean => {}
+        match check_stripe(core, shards, known, &stored, crc_bad)? {
+            Verdict::Clean => {
+                // Every chunk read and consistent: the ones without a checksum get theirs.
+                if let Some(crcs) = core.devs.crcs().filter(|c| c.enabled()) {
+                    for (p, slot) in layout.iter().enumerate() {
+                        let (Some(slot), true) = (slot, known[p]) else {
+                            continue;
+                        };
+                        let d = g.dev_of(*s, p);
+                        if crcs.get(d, *slot).is_none() {
+                            crcs.learn(d, *slot, &shards[p]);
+                            report.checksums_learned += 1;
+                        }
+                    }
+                }
+            }
             Verdict::Unverifiable => report.unverifiable_stripes += 1,
             Verdict::Unreadable(have) => {
                 report.unreadable_stripes += 1;
@@ -269,7 +314,13 @@ pub(crate) fn scrub_stripes(
                 report.inconsistent_stripes += 1;
                 let what: Vec<String> = fixes
                     .iter()
-                    .map(|(p, _)| format!("position {p} on device {}", g.dev_of(*s, *p)))
+                    .map(|(p, _)| {
+                        let how = match crc_bad.contains(p) {
+                            true => "checksum",
+                            false => "parity",
+                        };
+                        format!("position {p} on device {} ({how})", g.dev_of(*s, *p))
+                    })
                     .collect();
                 if !repair {
                     report.unrepaired_stripes += 1;
@@ -297,11 +348,24 @@ pub(crate) fn scrub_stripes(
     if writes.is_empty() {
         return Ok(());
     }
+    let was_bad: Vec<bool> = writes
+        .iter()
+        .map(|(_, d, slot, _)| core.devs.is_bad(*d, *slot))
+        .collect();
     let mut ops: Vec<Wr<'_>> = writes
         .iter()
         .map(|(_, d, slot, b)| Wr::new(*d, g.off(*slot), b))
         .collect();
     core.devs.write(&mut ops);
+    if let Some(crcs) = core.devs.crcs() {
+        let n = ops
+            .iter()
+            .zip(&was_bad)
+            .filter(|(o, b)| o.ok && **b)
+            .count();
+        crcs.repaired
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
     core.devs.flush_all();
     let mut failed: Vec<u64> = Vec::new();
     for (o, (s, d, _, _)) in ops.iter().zip(&writes) {

@@ -99,6 +99,21 @@ pub struct MetaStatus {
     pub seconds: f64,
 }
 
+/// Per-chunk checksums (issue 15): every chunk read is checked against the CRC32C its slot got when
+/// it was written; a mismatch is an erasure, decoded from the rest of its stripe and written back.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ChecksumStatus {
+    /// Checksums computed and verified (off only for measuring their cost).
+    pub enabled: bool,
+    /// Chunk reads that did not match their checksum (every detection counts).
+    pub checksum_errors: u64,
+    /// Chunks that failed their checksum and were rewritten with their decoded bytes (by a read,
+    /// a write of their stripe does it too without counting here, or scrub).
+    pub chunks_repaired: u64,
+    /// Chunks that failed their checksum and were not written since.
+    pub bad_chunks: u64,
+}
+
 /// `Array::status()`: geometry, per-device and per-class I/O, pending updates, commit work.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ArrayStatus {
@@ -123,6 +138,8 @@ pub struct ArrayStatus {
     /// not eplog).
     #[serde(default)]
     pub stripe_buffer: Option<BatchStats>,
+    #[serde(default)]
+    pub checksums: ChecksumStatus,
 }
 
 impl Array {
@@ -251,6 +268,16 @@ impl Array {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
             stripe_buffer: self.scheme.stripe_buffer_stats(false),
+            checksums: core
+                .devs
+                .crcs()
+                .map(|c| ChecksumStatus {
+                    enabled: c.enabled(),
+                    checksum_errors: c.errors.load(Relaxed),
+                    chunks_repaired: c.repaired.load(Relaxed),
+                    bad_chunks: c.bad_count() as u64,
+                })
+                .unwrap_or_default(),
         }
     }
 }

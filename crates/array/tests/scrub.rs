@@ -1,8 +1,12 @@
 //! Scrub (issue 15, "End-to-end checksums and scrub"): silent corruption at rest — bytes flipped on
-//! a device behind the array's back — is found by `Array::scrub`, repaired while the code can
-//! locate it (one bad chunk per stripe with m = 2), and reported, never "repaired" by guessing, when
-//! it cannot (m = 1, or a device missing as well). The array's reads do not verify chunks yet (no
-//! per-chunk checksums): these tests read through the array only after a scrub repaired it.
+//! a device behind the array's back — is found by `Array::scrub`. With per-chunk checksums (the
+//! default) every bad chunk is located by its checksum and repaired while a stripe has at most m
+//! erasures, whatever the code (m = 1 too, and two bad chunks with m = 2, the case parity alone
+//! could miscorrect). With checksums off (`Array::set_checksums(false)` before the data is written)
+//! scrub falls back to locating by parity: repaired while the code can locate it (one bad chunk per
+//! stripe with m = 2), reported, never "repaired" by guessing, when it cannot (m = 1, or a device
+//! missing as well). Without checksums the array's reads do not verify chunks: those tests read
+//! through the array only after a scrub repaired it.
 
 mod common;
 
@@ -14,7 +18,19 @@ use ecstack_device::BlockDevice;
 
 /// A created array filled with seeded random bytes and committed; returns the model.
 fn filled(rig: &Rig, scheme: SchemeKind, k: usize, m: usize, seed: u64) -> (Array, Vec<u8>) {
+    filled_with(rig, scheme, k, m, seed, true)
+}
+
+fn filled_with(
+    rig: &Rig,
+    scheme: SchemeKind,
+    k: usize,
+    m: usize,
+    seed: u64,
+    checksums: bool,
+) -> (Array, Vec<u8>) {
     let a = Array::create(&config(scheme, k, m), rig.devices()).unwrap();
+    a.set_checksums(checksums);
     let mut rng = Rng::new(seed);
     let mut model = vec![0u8; a.size() as usize];
     rng.fill(&mut model);
@@ -77,12 +93,13 @@ fn a_clean_array_scrubs_clean_on_every_scheme() {
 
 #[test]
 fn one_bad_chunk_per_stripe_is_located_and_repaired_with_m2() {
-    for (i, scheme) in [SchemeKind::Md, SchemeKind::Pl, SchemeKind::Eplog]
+    for (i, (scheme, checksums)) in [SchemeKind::Md, SchemeKind::Pl, SchemeKind::Eplog]
         .into_iter()
+        .flat_map(|s| [(s, true), (s, false)])
         .enumerate()
     {
         let rig = Rig::new(scheme, 4, 2, 2 + i as u64, false);
-        let (a, model) = filled(&rig, scheme, 4, 2, 20 + i as u64);
+        let (a, model) = filled_with(&rig, scheme, 4, 2, 20 + i as u64, checksums);
         rot_device(&rig, &a, 3, 30 + i as u64);
         let r = scrub(&a, true);
         assert!(r.stripes > 0);
@@ -93,6 +110,8 @@ fn one_bad_chunk_per_stripe_is_located_and_repaired_with_m2() {
         assert_eq!(r.repaired_stripes, r.stripes, "{scheme:?}: {r:?}");
         assert_eq!(r.repaired_chunks, r.stripes, "{scheme:?}: {r:?}");
         assert_eq!(r.unrepaired_stripes, 0, "{scheme:?}: {r:?}");
+        let by_crc = if checksums { r.stripes } else { 0 };
+        assert_eq!(r.checksum_errors, by_crc, "{scheme:?}: {r:?}");
         verify_all(&a, &model, &format!("{scheme:?} after repair"));
         let again = scrub(&a, true);
         assert_eq!(
@@ -108,10 +127,10 @@ fn one_bad_chunk_per_stripe_is_located_and_repaired_with_m2() {
 }
 
 #[test]
-fn a_parity_mismatch_that_cannot_be_located_is_reported_and_nothing_is_written() {
+fn without_checksums_a_parity_mismatch_that_cannot_be_located_is_reported_and_nothing_is_written() {
     // m = 1 (XOR): a mismatch says nothing about where.
     let rig = Rig::new(SchemeKind::Md, 4, 1, 3, false);
-    let (a, _) = filled(&rig, SchemeKind::Md, 4, 1, 31);
+    let (a, _) = filled_with(&rig, SchemeKind::Md, 4, 1, 31, false);
     rot_device(&rig, &a, 0, 32);
     let before: Vec<Vec<u8>> = rig.main.iter().map(snapshot).collect();
     let r = scrub(&a, true);
@@ -130,7 +149,7 @@ fn a_parity_mismatch_that_cannot_be_located_is_reported_and_nothing_is_written()
 
     // m = 2 with a device failed: one erasure plus one bad chunk is detected, not located.
     let rig = Rig::new(SchemeKind::Pl, 4, 2, 4, false);
-    let (a, _) = filled(&rig, SchemeKind::Pl, 4, 2, 41);
+    let (a, _) = filled_with(&rig, SchemeKind::Pl, 4, 2, 41, false);
     a.fail_device(1).unwrap();
     rot_device(&rig, &a, 0, 42);
     let before = snapshot(&rig.main[0]);
@@ -143,7 +162,7 @@ fn a_parity_mismatch_that_cannot_be_located_is_reported_and_nothing_is_written()
 
     // Two bad chunks in every stripe with m = 2: detected, not repaired.
     let rig = Rig::new(SchemeKind::Md, 4, 2, 5, false);
-    let (a, _) = filled(&rig, SchemeKind::Md, 4, 2, 51);
+    let (a, _) = filled_with(&rig, SchemeKind::Md, 4, 2, 51, false);
     rot_device(&rig, &a, 0, 52);
     rot_device(&rig, &a, 4, 53);
     let r = scrub(&a, true);
@@ -152,10 +171,72 @@ fn a_parity_mismatch_that_cannot_be_located_is_reported_and_nothing_is_written()
     assert_eq!(r.unrepaired_stripes, r.stripes, "{r:?}");
 }
 
+/// The cases parity alone cannot locate, with checksums: every bad chunk is named by its checksum
+/// and decoded from the rest of its stripe, and the array reads back exactly what was written.
+#[test]
+fn checksums_locate_what_parity_cannot_and_scrub_repairs_it() {
+    // m = 1 (XOR), one bad chunk per stripe.
+    let rig = Rig::new(SchemeKind::Md, 4, 1, 13, false);
+    let (a, model) = filled(&rig, SchemeKind::Md, 4, 1, 131);
+    rot_device(&rig, &a, 0, 132);
+    let r = scrub(&a, true);
+    assert!(r.stripes > 0);
+    assert_eq!(r.checksum_errors, r.stripes, "{r:?}");
+    assert_eq!(r.repaired_stripes, r.stripes, "{r:?}");
+    assert!(r.clean(), "{r:?}");
+    verify_all(&a, &model, "xor after a checksum repair");
+
+    // m = 2 with a device failed plus one bad chunk per stripe (two erasures).
+    let rig = Rig::new(SchemeKind::Pl, 4, 2, 14, false);
+    let (a, model) = filled(&rig, SchemeKind::Pl, 4, 2, 141);
+    a.fail_device(1).unwrap();
+    rot_device(&rig, &a, 0, 142);
+    let r = scrub(&a, true);
+    assert!(r.stripes > 0);
+    assert_eq!(r.repaired_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.unreadable_stripes, 0, "{r:?}");
+    verify_all(&a, &model, "pl degraded after a checksum repair");
+
+    // Two bad chunks in every stripe with m = 2: parity alone could pick a wrong single chunk
+    // (the miscorrection case); the checksums name both, and both are rewritten correctly.
+    for (i, scheme) in [SchemeKind::Md, SchemeKind::Pl, SchemeKind::Eplog]
+        .into_iter()
+        .enumerate()
+    {
+        let rig = Rig::new(scheme, 4, 2, 15 + i as u64, false);
+        let (a, model) = filled(&rig, scheme, 4, 2, 151 + i as u64);
+        rot_device(&rig, &a, 0, 152);
+        rot_device(&rig, &a, 4, 153);
+        let r = scrub(&a, true);
+        assert!(r.stripes > 0);
+        assert_eq!(r.checksum_errors, 2 * r.stripes, "{scheme:?}: {r:?}");
+        assert_eq!(r.repaired_chunks, 2 * r.stripes, "{scheme:?}: {r:?}");
+        assert!(r.clean(), "{scheme:?}: {r:?}");
+        verify_all(&a, &model, &format!("{scheme:?}: two bad chunks repaired"));
+        let again = scrub(&a, true);
+        assert_eq!(again.checksum_errors, 0, "{scheme:?}: {again:?}");
+        assert_eq!(again.inconsistent_stripes, 0, "{scheme:?}: {again:?}");
+        assert_eq!(a.status().checksums.chunks_repaired, 2 * r.stripes);
+    }
+}
+
+/// An array written without checksums (as by a build before them) gets them from its first scrub.
+#[test]
+fn scrub_gives_chunks_without_a_checksum_theirs() {
+    let rig = Rig::new(SchemeKind::Eplog, 4, 2, 16, false);
+    let (a, model) = filled_with(&rig, SchemeKind::Eplog, 4, 2, 161, false);
+    a.set_checksums(true);
+    let r = scrub(&a, true);
+    assert_eq!(r.checksums_learned, r.chunks_read, "{r:?}");
+    rot_device(&rig, &a, 2, 162);
+    verify_all(&a, &model, "reads after the learning scrub");
+    assert!(a.status().checksums.checksum_errors > 0);
+}
+
 #[test]
 fn report_only_scrub_locates_without_writing() {
     let rig = Rig::new(SchemeKind::Eplog, 4, 2, 6, false);
-    let (a, model) = filled(&rig, SchemeKind::Eplog, 4, 2, 61);
+    let (a, model) = filled_with(&rig, SchemeKind::Eplog, 4, 2, 61, false);
     rot_device(&rig, &a, 2, 62);
     let before = snapshot(&rig.main[2]);
     let r = scrub(&a, false);

@@ -36,6 +36,9 @@ pub(crate) struct Core {
     pub(crate) metavol: Mutex<MetaVolume>,
     pub(crate) sb: Mutex<Superblock>,
     pub(crate) stats: Stats,
+    /// Scheme pl: a decoded parity chunk holds its logged deltas, so it is not written back as a
+    /// repair.
+    pub(crate) pl: bool,
     pub(crate) trim_on_commit: AtomicBool,
     /// md/pl: journal every in-place update of a written stripe ([`crate::OpenOptions::journal_updates`]).
     pub(crate) journal_updates: AtomicBool,
@@ -78,6 +81,28 @@ pub(crate) fn store_superblock(sb: &mut Superblock, meta: &dyn BlockDevice) -> R
     Ok(())
 }
 
+/// The queued checksum changes of `crcs` as records (runs of consecutive slots).
+fn crc_records(crcs: &crate::crc::ChunkCrcs) -> Vec<Rec> {
+    crcs.take_changes()
+        .into_iter()
+        .map(|(dev, slot, run)| match run[0] {
+            Some(_) => Rec::ChunkCrcs {
+                dev,
+                slot,
+                crcs: run
+                    .into_iter()
+                    .map(|c| c.expect("a run of set checksums"))
+                    .collect(),
+            },
+            None => Rec::ChunkCrcForget {
+                dev,
+                slot,
+                count: run.len() as u32,
+            },
+        })
+        .collect()
+}
+
 impl Core {
     /// Assemble a core from an opened array's parts.
     pub(crate) fn new(
@@ -89,6 +114,7 @@ impl Core {
     ) -> Core {
         let g = sb.geometry.clone();
         let journal = Journal::recovered(std::mem::take(&mut metavol.journal));
+        devs.set_crcs(std::sync::Arc::clone(&meta.state.crcs.0));
         Core {
             journal: Mutex::new(journal),
             journal_gate: Mutex::new(()),
@@ -99,6 +125,7 @@ impl Core {
             metavol: Mutex::new(metavol),
             sb: Mutex::new(sb.clone()),
             stats: Stats::default(),
+            pl: sb.scheme == crate::format::SchemeKind::Pl,
             trim_on_commit: AtomicBool::new(sb.trim_on_commit),
             journal_updates: AtomicBool::new(false),
             geo: g,
@@ -152,7 +179,10 @@ impl Core {
                     mi.record(Rec::DeviceFailed { dev: d as u16 });
                 }
             }
-            let recs = std::mem::take(&mut mi.pending);
+            let mut recs = std::mem::take(&mut mi.pending);
+            // The checksums of the chunks written since the last sync, in the frame with the
+            // records that make those chunks live.
+            recs.extend(crc_records(&mi.state.crcs.0));
             if recs.is_empty() || mv.fits_records(&recs) {
                 (recs, None)
             } else {
@@ -185,6 +215,8 @@ impl Core {
                 }
             }
             mi.pending.clear();
+            // The checkpoint holds the whole table.
+            mi.state.crcs.0.clear_changes();
             mi.state.encode()
         };
         self.write_checkpoint(&mut mv, &body)?;

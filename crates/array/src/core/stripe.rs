@@ -28,7 +28,9 @@ impl Core {
         let mut erased = Vec::new();
         for (p, slot) in slots.iter().enumerate().take(g.n) {
             let d = g.dev_of(s, p);
-            let usable = !unusable.contains(&p) && !self.devs.is_failed(d);
+            let usable = !unusable.contains(&p)
+                && !self.devs.is_failed(d)
+                && slot.is_none_or(|sl| !self.devs.is_bad(d, sl));
             match slot {
                 None if p < g.k => known += 1,
                 Some(sl) if usable && known < g.k => {
@@ -92,12 +94,57 @@ impl Core {
                 let mut refs: Vec<&mut [u8]> =
                     shards.iter_mut().map(|v| v.as_mut_slice()).collect();
                 self.code.reconstruct_in_place(&mut refs, &plan.erased)?;
+                self.repair_bad_chunks(s, slots, &plan.erased, unusable, &shards);
             }
             return Ok(shards);
         }
         Err(ArrayError::DataLoss(format!(
             "stripe {s}: devices kept failing during decode"
         )))
+    }
+
+    /// Write back the chunks of stripe `s` that failed their checksum and were just decoded: data
+    /// chunks always; parity chunks only when nothing was folded into them (`unusable` empty, and
+    /// not pl, whose decoded parity includes its logged deltas, unlike the chunk on the device).
+    /// Best effort: a write that fails marks its device failed, as any write does.
+    pub(crate) fn repair_bad_chunks(
+        &self,
+        s: u64,
+        slots: &[Option<u64>],
+        erased: &[usize],
+        unusable: &[usize],
+        shards: &[Vec<u8>],
+    ) {
+        let g = &self.geo;
+        let parity_as_stored = unusable.is_empty() && !self.pl;
+        let mut ops = Vec::new();
+        for &p in erased {
+            let Some(Some(slot)) = slots.get(p) else {
+                continue;
+            };
+            let d = g.dev_of(s, p);
+            if self.devs.is_bad(d, *slot) && (p < g.k || parity_as_stored) {
+                ops.push(Wr::new(d, g.off(*slot), &shards[p]));
+            }
+        }
+        self.write_repairs(&mut ops);
+    }
+
+    /// Issue repair writes of bad chunks and count those that reached their device.
+    pub(crate) fn write_repairs(&self, ops: &mut [Wr<'_>]) {
+        if ops.is_empty() {
+            return;
+        }
+        self.devs.write(ops);
+        let done = ops.iter().filter(|o| o.ok).count() as u64;
+        if let Some(c) = self.devs.crcs() {
+            c.repaired
+                .fetch_add(done, std::sync::atomic::Ordering::Relaxed);
+        }
+        tracing::info!(
+            repaired = done,
+            "chunks that failed their checksum rewritten"
+        );
     }
 
     /// Encode parity of `data` (k chunks) into m new buffers.
@@ -135,6 +182,13 @@ impl Core {
                 for (o, &i) in ops.iter().zip(&who) {
                     if !o.ok && !bad.contains(&i) {
                         bad.push(i);
+                    }
+                }
+                // A data chunk whose checksum is not known (forgotten for a resync after a
+                // crash) gets the checksum of the bytes the new parity is computed from.
+                if let Some(c) = self.devs.crcs() {
+                    for o in ops.iter().filter(|o| o.ok) {
+                        c.learn(o.dev, (o.off - g.data_start) / g.chunk, o.buf);
                     }
                 }
             }
@@ -176,6 +230,19 @@ impl Core {
             )?;
         }
         Ok(())
+    }
+
+    /// Forget the checksums of every chunk of `stripes` (in-place layout, main devices): after a
+    /// crash, writes since the last sync may have reached their chunks or not, so md and pl trust
+    /// what the resync reads there, as they do for its parity.
+    pub(crate) fn forget_crcs(&self, stripes: &[u64]) {
+        if let Some(c) = self.devs.crcs() {
+            for &s in stripes {
+                for p in 0..self.geo.n {
+                    c.forget(self.geo.dev_of(s, p), s);
+                }
+            }
+        }
     }
 
     /// Fail with DataLoss if more devices failed than the code tolerates.

@@ -129,14 +129,14 @@ impl Eplog {
         let mut reads = Vec::new();
         let mut erased = Vec::new();
         for (j, mem) in ls.members.iter().enumerate() {
-            if reads.len() < kp && !core.devs.is_failed(mem.dev as usize) {
+            if reads.len() < kp && core.devs.usable(mem.dev as usize, mem.slot) {
                 reads.push((j, mem.dev as usize, g.off(mem.slot)));
             } else {
                 erased.push(j);
             }
         }
         for i in 0..g.m {
-            if reads.len() < kp && !core.devs.is_failed(g.log_dev(i)) {
+            if reads.len() < kp && core.devs.usable(g.log_dev(i), ls.off) {
                 reads.push((kp + i, g.log_dev(i), g.off(ls.off)));
             } else {
                 erased.push(kp + i);
@@ -214,6 +214,7 @@ impl Eplog {
                     let mut refs: Vec<&mut [u8]> =
                         sh.iter_mut().map(|v| v.as_mut_slice()).collect();
                     code.reconstruct_in_place(&mut refs, erased)?;
+                    Self::repair_log_stripe(core, uniq[u], erased, sh);
                 }
             }
             return Ok(item
@@ -224,6 +225,23 @@ impl Eplog {
         Err(ArrayError::DataLoss(
             "devices kept failing while decoding a log stripe".into(),
         ))
+    }
+
+    /// Write back the members and log chunks of a decoded log stripe that failed their checksum.
+    fn repair_log_stripe(core: &Core, ls: &LogStripe, erased: &[usize], shards: &[Vec<u8>]) {
+        let g = &core.geo;
+        let kp = ls.members.len();
+        let mut ops = Vec::new();
+        for &j in erased {
+            let (d, slot) = match j < kp {
+                true => (ls.members[j].dev as usize, ls.members[j].slot),
+                false => (g.log_dev(j - kp), ls.off),
+            };
+            if core.devs.is_bad(d, slot) {
+                ops.push(Wr::new(d, g.off(slot), &shards[j]));
+            }
+        }
+        core.write_repairs(&mut ops);
     }
 
     /// Decode the committed version of data chunk `pos` of stripe `s` from its data stripe.
@@ -365,7 +383,7 @@ impl Eplog {
                 match *loc {
                     Loc::Zero => r.buf.fill(0),
                     Loc::At { dev, slot } => {
-                        if core.devs.is_failed(dev) {
+                        if !core.devs.usable(dev, slot) {
                             need.push(i);
                         } else {
                             idx.push(i);
@@ -766,7 +784,7 @@ impl Eplog {
                 if let Loc::At { dev, slot } =
                     Self::locate(core, Some((ds.committed[p], ds.latest[p])), *s, p)
                 {
-                    if core.devs.is_failed(dev) {
+                    if !core.devs.usable(dev, slot) {
                         lost.push((i, p));
                     } else {
                         who.push((i, p));

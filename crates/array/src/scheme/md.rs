@@ -36,7 +36,7 @@ pub(crate) fn read_in_place(
                 continue;
             }
             let d = g.dev_of(r.stripe, r.pos);
-            if core.devs.is_failed(d) {
+            if !core.devs.usable(d, r.stripe) {
                 need.push(i);
                 continue;
             }
@@ -199,7 +199,9 @@ impl UpdateScheme for Md {
         // reconstruct-write, so the stripe's whole new content is at hand to save.
         let journal_all = core.journal_all();
         for (&s, wl) in &groups {
-            let degraded = (0..n).any(|p| core.devs.is_failed(g.dev_of(s, p)));
+            // A chunk that failed its checksum is treated like one of a failed device: the
+            // stripe is decoded around it and written whole, which rewrites it.
+            let degraded = (0..n).any(|p| !core.devs.usable(g.dev_of(s, p), s));
             if !written[&s] || wl.len() == k || degraded {
                 let mut data = if written[&s] && wl.len() < k {
                     let mut sh = core.decode_stripe(s, &vec![Some(s); n], &[], &|_, _| Ok(()))?;

@@ -34,8 +34,9 @@ impl Pl {
             let unusable: Vec<usize> = if logs.is_empty() {
                 Vec::new()
             } else {
+                // (or one of its log chunks failed its checksum).
                 (0..g.m)
-                    .filter(|&i| core.devs.is_failed(g.log_dev(i)))
+                    .filter(|&i| logs.iter().any(|&o| !core.devs.usable(g.log_dev(i), o)))
                     .map(|i| g.k + i)
                     .collect()
             };
@@ -131,7 +132,9 @@ impl UpdateScheme for Pl {
         {
             let mi = core.meta();
             for (&s, wl) in &groups {
-                let failed = (0..g.n).any(|p| core.devs.is_failed(g.dev_of(s, p)));
+                // A chunk that failed its checksum counts as lost: the stripe is decoded
+                // around it and written whole, which rewrites it.
+                let failed = (0..g.n).any(|p| !core.devs.usable(g.dev_of(s, p), s));
                 let whole = journal_all && wl.len() == k;
                 if (failed || whole) && mi.state.is_written(s) {
                     // Its log entries are dropped with its writes (`write_full_journaled`).
