@@ -578,6 +578,16 @@ impl Sim {
         if degraded || !self.a().failed_devices().is_empty() {
             self.reached.degraded_reads += 1;
         }
+        // The simulation flips no bits: a chunk that fails its checksum is a checksum the array
+        // got wrong (one not made durable with its chunk, or not forgotten after a crash).
+        let crc = self.a().status().checksums;
+        if crc.checksum_errors > 0 {
+            return Err(format!(
+                "{what}: {} chunks failed their checksum, but no bit was flipped ({})",
+                crc.checksum_errors,
+                self.where_is(off)
+            ));
+        }
         self.reached.bytes_checked += len as u64;
         if let Some(i) = buf
             .iter()
