@@ -215,12 +215,20 @@ impl ChunkCrcs {
     /// Record what a write of `buf` at `off` on `dev` did to its slots' checksums: whole chunks get
     /// theirs (or are forgotten when checksums are off), a partial chunk is forgotten; every slot
     /// written is no longer bad.
+    #[cfg(test)]
     pub fn wrote(&self, dev: usize, off: u64, buf: &[u8]) {
+        let mut changes = Vec::new();
+        self.wrote_into(dev, off, buf, &mut changes);
+        self.queue(changes);
+    }
+
+    /// [`ChunkCrcs::wrote`], the changes appended to `changes` for one [`ChunkCrcs::queue`] per
+    /// batch of writes.
+    pub fn wrote_into(&self, dev: usize, off: u64, buf: &[u8], changes: &mut Vec<CrcChange>) {
         let Some((first, n, whole)) = self.slots_of(dev, off, buf.len()) else {
             return;
         };
         let on = self.enabled();
-        let mut changes = Vec::with_capacity(n as usize);
         for i in 0..n {
             let slot = first + i;
             let crc = match whole && on {
@@ -242,6 +250,10 @@ impl ChunkCrcs {
                 bad.remove(&(dev, first + i));
             }
         }
+    }
+
+    /// Queue checksum changes for the next metadata sync.
+    pub fn queue(&self, changes: Vec<CrcChange>) {
         if !changes.is_empty() {
             self.changes
                 .lock()

@@ -599,13 +599,14 @@ impl Devs {
             })
             .collect();
         let oks = self.submit(&devs, reqs);
+        let mut changes = Vec::new();
         for ((d, runs), oks) in plans.into_iter().zip(oks) {
             for (r, ok) in runs.into_iter().zip(oks) {
                 if ok {
                     self.meters[d].record(true, r.off, r.len as u64);
                     for i in r.ops {
                         if let Some(c) = self.crcs() {
-                            c.wrote(d, ops[i].off, ops[i].buf);
+                            c.wrote_into(d, ops[i].off, ops[i].buf, &mut changes);
                         }
                         ops[i].ok = true;
                     }
@@ -614,6 +615,9 @@ impl Devs {
                     self.mark_failed(d);
                 }
             }
+        }
+        if let Some(c) = self.crcs() {
+            c.queue(changes);
         }
         for o in ops.iter_mut() {
             if o.buf.is_empty() && !self.is_failed(o.dev) {
@@ -653,7 +657,9 @@ impl Devs {
         dev.write_at(buf, off)?;
         self.meters[d].record(true, off, buf.len() as u64);
         if let Some(c) = self.crcs() {
-            c.wrote(d, off, buf);
+            let mut changes = Vec::new();
+            c.wrote_into(d, off, buf, &mut changes);
+            c.queue(changes);
         }
         Ok(())
     }

@@ -2,7 +2,8 @@
 //! array (EPLOG `md` / `pl` / `eplog` schemes). Every command after `create` opens the array from its
 //! metadata volume (`--meta SPEC`): the superblock records the specs of all its devices. While an
 //! array is being served, `status`, `commit`, `fail` and `rebuild` take `--admin SOCKET` to act on the
-//! running server instead; `scrub` checks every stripe's parity and repairs what it can locate.
+//! running server instead; `scrub` checks every chunk's checksum and every stripe's parity and
+//! repairs what it can locate.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -391,6 +392,14 @@ fn print_status(st: &ArrayStatus) {
         c.seconds,
         c.resync_stripes
     );
+    let k = &st.checksums;
+    println!(
+        "  checksums: {}, {} chunks failed their checksum, {} repaired, {} bad",
+        if k.enabled { "on" } else { "off" },
+        k.checksum_errors,
+        k.chunks_repaired,
+        k.bad_chunks
+    );
     if let Some(b) = &st.stripe_buffer {
         println!(
             "  stripe buffer: {} write requests in {} batches ({:.2} per batch); measuring epochs: {} eager, {} batching",
@@ -531,12 +540,13 @@ fn scrub_report(r: &ScrubReport, json: bool) -> Result<()> {
         print_json(r)?;
     } else {
         println!(
-            "scrub: {} stripes, {} read in {:.3} s = {:.1} MB/s; {} inconsistent, {} repaired ({} chunks), {} not repaired, {} unreadable, {} unverifiable",
+            "scrub: {} stripes, {} read in {:.3} s = {:.1} MB/s; {} inconsistent ({} chunks failed their checksum), {} repaired ({} chunks), {} not repaired, {} unreadable, {} unverifiable",
             r.stripes,
             fmt_size(r.bytes_read),
             r.seconds,
             r.mb_per_s,
             r.inconsistent_stripes,
+            r.checksum_errors,
             r.repaired_stripes,
             r.repaired_chunks,
             r.unrepaired_stripes,
