@@ -195,6 +195,10 @@ fn run_model(seed: u64, steps: usize, mode: GcMode) {
                             }
                         }
                         model.copy_from_slice(&back);
+                        // No bit was flipped: a checksum error would be one the array got wrong
+                        // across the power cut.
+                        let crc = t.array().status().checksums;
+                        assert_eq!(crc.checksum_errors, 0, "{ctx}: {crc:?}");
                     }
                     Err(e) => panic!("{ctx}: write: {e}"),
                 }
