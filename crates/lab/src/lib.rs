@@ -13,12 +13,14 @@
 //!   ([`codfs_s3`] is the S3 client for the peer).
 //! * [`codfs_model`]: `ecstack experiment codfs --exp model`, CodFS's §5.1 throughput model against
 //!   the cluster on an emulated network of namespaces ([`codfs_netns`]).
+//! * [`ec_bench`]: `ecstack bench ec`, our erasure-code kernels against ISA-L at each kernel level.
 //! * [`robustore`]: `ecstack experiment robustore`, RobuSTore's ch. 6 figures on `ecstack-sim`.
 
 pub mod codfs_bench;
 pub mod codfs_model;
 pub mod codfs_netns;
 pub mod codfs_s3;
+pub mod ec_bench;
 pub mod eplog;
 pub mod kv_bench;
 pub mod kv_bench_ycsb;
@@ -45,6 +47,8 @@ pub enum LabError {
     Trace(#[from] ecstack_trace::TraceError),
     #[error(transparent)]
     Kv(#[from] ecstack_kv::KvError),
+    #[error(transparent)]
+    Codes(#[from] ecstack_codes::CodeError),
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
