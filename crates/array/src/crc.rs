@@ -195,7 +195,10 @@ impl ChunkCrcs {
             let slot = first + i as u64;
             if let Some(want) = self.get(dev, slot) {
                 let got = crc32c::crc32c(chunk);
-                if got != want {
+                if got == want {
+                    // Read right this time (a flip on an earlier read's way): good again.
+                    self.unmark_bad(dev, slot);
+                } else {
                     ok = false;
                     self.errors.fetch_add(1, Relaxed);
                     tracing::warn!(
@@ -335,6 +338,16 @@ impl ChunkCrcs {
             .unwrap_or_else(|p| p.into_inner())
             .insert((dev, slot));
         self.any_bad.store(true, Relaxed);
+    }
+
+    /// Clear the bad mark of a chunk (to read it again); true if it had one.
+    pub fn unmark_bad(&self, dev: usize, slot: u64) -> bool {
+        self.any_bad.load(Relaxed)
+            && self
+                .bad
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&(dev, slot))
     }
 
     /// Whether the chunk at `slot` of `dev` failed its check and was not written since.

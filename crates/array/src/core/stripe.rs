@@ -60,8 +60,19 @@ impl Core {
     ) -> Result<Vec<Vec<u8>>> {
         let g = &self.geo;
         let c = g.chunk as usize;
-        for _attempt in 0..=g.n {
-            let plan = self.plan_stripe(s, slots, unusable)?;
+        let mut reread = false;
+        // Each attempt loses at least one more chunk (a device failed, a checksum failed); one
+        // round of re-reading the chunks that failed their checksum is allowed.
+        for _attempt in 0..=2 * g.n + 1 {
+            let plan = match self.plan_stripe(s, slots, unusable) {
+                // Too few chunks left: the bad ones may have been read wrong, not stored wrong (a
+                // flip on the way); read them once more, and a chunk that checks out is good again.
+                Err(_) if !reread && self.unmark_bad(s, slots) => {
+                    reread = true;
+                    continue;
+                }
+                r => r?,
+            };
             let mut shards = vec![vec![0u8; c]; g.n];
             let mut ok = true;
             {
@@ -101,6 +112,20 @@ impl Core {
         Err(ArrayError::DataLoss(format!(
             "stripe {s}: devices kept failing during decode"
         )))
+    }
+
+    /// Clear the bad marks of stripe `s`'s chunks (at `slots`); true if there were any.
+    fn unmark_bad(&self, s: u64, slots: &[Option<u64>]) -> bool {
+        let Some(c) = self.devs.crcs() else {
+            return false;
+        };
+        let mut any = false;
+        for (p, slot) in slots.iter().enumerate().take(self.geo.n) {
+            if let Some(sl) = slot {
+                any |= c.unmark_bad(self.geo.dev_of(s, p), *sl);
+            }
+        }
+        any
     }
 
     /// Write back the chunks of stripe `s` that failed their checksum and were just decoded: data

@@ -181,11 +181,21 @@ impl Eplog {
                 (u, idx)
             })
             .collect();
-        for _ in 0..=g.n + m {
-            let plans = uniq
+        let mut reread = false;
+        for _ in 0..=2 * (g.n + m) + 1 {
+            let plans = match uniq
                 .iter()
                 .map(|ls| Self::log_reads(core, ls))
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>>>()
+            {
+                // Too few chunks left: read the ones that failed their checksum once more (a flip
+                // on the way, not on the device, reads right the second time).
+                Err(_) if !reread && Self::unmark_bad(core, &uniq) => {
+                    reread = true;
+                    continue;
+                }
+                r => r?,
+            };
             let mut shards: Vec<Vec<Vec<u8>>> = uniq
                 .iter()
                 .map(|ls| vec![vec![0u8; c]; ls.members.len() + m])
@@ -225,6 +235,23 @@ impl Eplog {
         Err(ArrayError::DataLoss(
             "devices kept failing while decoding a log stripe".into(),
         ))
+    }
+
+    /// Clear the bad marks of the members and log chunks of `lss`; true if there were any.
+    fn unmark_bad(core: &Core, lss: &[&LogStripe]) -> bool {
+        let Some(c) = core.devs.crcs() else {
+            return false;
+        };
+        let mut any = false;
+        for ls in lss {
+            for mem in &ls.members {
+                any |= c.unmark_bad(mem.dev as usize, mem.slot);
+            }
+            for i in 0..core.geo.m {
+                any |= c.unmark_bad(core.geo.log_dev(i), ls.off);
+            }
+        }
+        any
     }
 
     /// Write back the members and log chunks of a decoded log stripe that failed their checksum.

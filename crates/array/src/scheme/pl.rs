@@ -22,7 +22,8 @@ impl Pl {
     fn degraded(&self, core: &Core, s: u64) -> Result<Vec<Vec<u8>>> {
         let g = &core.geo;
         let mut last = None;
-        for _ in 0..=g.m {
+        let mut reread = false;
+        for _ in 0..=g.m + 1 {
             let logs: Vec<u64> = core
                 .meta()
                 .state
@@ -62,6 +63,16 @@ impl Pl {
             match core.decode_stripe(s, &vec![Some(s); g.n], &unusable, &adjust) {
                 Ok(v) => return Ok(v),
                 Err(e) => last = Some(e),
+            }
+            // A log chunk that failed its checksum may have been read wrong, not stored wrong:
+            // the next attempt reads it again (once).
+            if let Some(c) = core.devs.crcs().filter(|_| !reread) {
+                reread = true;
+                for &o in &logs {
+                    for i in 0..g.m {
+                        c.unmark_bad(g.log_dev(i), o);
+                    }
+                }
             }
         }
         Err(last.unwrap_or_else(|| ArrayError::DataLoss(format!("stripe {s}: decode failed"))))
