@@ -93,6 +93,9 @@ struct BenchArgs {
     /// Random keys (redis-benchmark -r)
     #[arg(short = 'r', long, default_value_t = 10_000)]
     keys: u64,
+    /// Turn the server's group commit off (each pipelined SET its own device write)
+    #[arg(long)]
+    no_group_commit: bool,
     #[arg(long)]
     json: bool,
 }
@@ -129,6 +132,9 @@ struct ServeArgs {
     /// Connections served at once
     #[arg(long, default_value_t = 10_000)]
     maxclients: usize,
+    /// Turn group commit off (each pipelined SET its own device write)
+    #[arg(long)]
+    no_group_commit: bool,
     /// Print the store's counters as JSON when stopping
     #[arg(long)]
     json: bool,
@@ -190,6 +196,7 @@ fn bench(b: BenchArgs) -> Result<()> {
         pipeline: b.pipeline,
         value_bytes: b.value_bytes,
         keys: b.keys,
+        group_commit: !b.no_group_commit,
     };
     let report = kv_bench::run(&cfg, &|line| eprintln!("{line}"))?;
     if b.json {
@@ -241,6 +248,7 @@ fn serve(s: ServeArgs) -> Result<()> {
         addr: SocketAddr::new(s.bind, s.port),
         requirepass: s.requirepass.clone(),
         clients_max: s.maxclients,
+        group_commit: !s.no_group_commit,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -31,6 +31,9 @@ pub struct ServerConfig {
     pub requirepass: Option<String>,
     /// Connections served at once; further ones get an error and are closed.
     pub clients_max: usize,
+    /// Group commit: a run of plain SETs in one pipelined read goes to the store as one
+    /// [`KvStore::set_many`] (one device write); off, each SET is its own write.
+    pub group_commit: bool,
 }
 
 impl Default for ServerConfig {
@@ -39,6 +42,7 @@ impl Default for ServerConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 6379)),
             requirepass: None,
             clients_max: 10_000,
+            group_commit: true,
         }
     }
 }
@@ -241,8 +245,21 @@ async fn connection(
             let sh2 = Arc::clone(sh);
             let (o, s) = tokio::task::spawn_blocking(move || {
                 let mut out = Vec::new();
-                for args in cmds {
-                    execute(&sh2, &mut session, &args, &mut out);
+                let mut i = 0;
+                while i < cmds.len() {
+                    // Group commit: a run of plain SETs in one pipeline goes to the store as one
+                    // set_many (one device write for the run).
+                    let run = cmds[i..]
+                        .iter()
+                        .take_while(|a| sh2.cfg.group_commit && session.authed && is_plain_set(a))
+                        .count();
+                    if run > 1 {
+                        set_run(&sh2, &cmds[i..i + run], &mut out);
+                        i += run;
+                        continue;
+                    }
+                    execute(&sh2, &mut session, &cmds[i], &mut out);
+                    i += 1;
                     if session.quit {
                         break;
                     }
@@ -263,6 +280,32 @@ async fn connection(
         if garbage.is_some() || session.quit {
             let _ = sock.shutdown().await;
             return Ok(());
+        }
+    }
+}
+
+/// `SET key value` without options.
+fn is_plain_set(args: &[Vec<u8>]) -> bool {
+    args.len() == 3 && args[0].eq_ignore_ascii_case(b"SET")
+}
+
+/// Run consecutive plain SETs as one [`KvStore::set_many`]; each gets `+OK`, or each the error
+/// (SETs of the run before the failing write may have been applied, as when a client's pipeline
+/// of separate SETs fails midway).
+fn set_run(sh: &Shared, cmds: &[Vec<Vec<u8>>], out: &mut Vec<u8>) {
+    sh.commands.fetch_add(cmds.len() as u64, Ordering::Relaxed);
+    let pairs: Vec<(&[u8], &[u8])> = cmds.iter().map(|a| (&a[1][..], &a[2][..])).collect();
+    match sh.store.set_many(&pairs) {
+        Ok(()) => {
+            for _ in cmds {
+                reply::simple(out, "OK");
+            }
+        }
+        Err(e) => {
+            let text = error_text(&e);
+            for _ in cmds {
+                reply::error(out, &text);
+            }
         }
     }
 }
@@ -293,9 +336,13 @@ fn unknown(out: &mut Vec<u8>, args: &[Vec<u8>]) {
 }
 
 fn store_error(out: &mut Vec<u8>, e: crate::KvError) {
+    reply::error(out, &error_text(&e));
+}
+
+fn error_text(e: &crate::KvError) -> String {
     match e {
-        crate::KvError::WrongType => reply::error(out, &e.to_string()),
-        e => reply::error(out, &format!("ERR {e}")),
+        crate::KvError::WrongType => e.to_string(),
+        e => format!("ERR {e}"),
     }
 }
 
@@ -365,12 +412,14 @@ fn execute(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
             }
         }
         "MSET" if argc >= 3 && argc % 2 == 1 => {
-            for kvp in args[1..].chunks(2) {
-                if let Err(e) = kv.set(&kvp[0], &kvp[1]) {
-                    return store_error(out, e);
-                }
+            let pairs: Vec<(&[u8], &[u8])> = args[1..]
+                .chunks(2)
+                .map(|p| (&p[0][..], &p[1][..]))
+                .collect();
+            match kv.set_many(&pairs) {
+                Ok(()) => reply::simple(out, "OK"),
+                Err(e) => store_error(out, e),
             }
-            reply::simple(out, "OK");
         }
         "DBSIZE" if argc == 1 => reply::int(out, kv.len() as i64),
         "INFO" => reply::bulk(out, info(sh).as_bytes()),

@@ -31,6 +31,11 @@ use crate::record::{
 };
 use crate::{KvError, Result};
 
+/// Most pairs [`KvStore::set_many`] writes with one device write.
+const GROUP_PAIRS_MAX: usize = 256;
+/// Most chunks a sync zeroes with one write when retired records lie next to each other.
+const ZERO_RUN_CHUNKS_MAX: u64 = 64;
+
 /// When a write becomes durable (Redis's `appendfsync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -590,6 +595,152 @@ impl KvStore {
         Ok(true)
     }
 
+    /// SET of many pairs at once (group commit): the records of distinct keys are written into one
+    /// contiguous free extent with one device write, so an array sees one large write instead of
+    /// one per pair. Same effect as [`KvStore::set`] on each pair in order (a key repeated in
+    /// `pairs` ends with its last value). Durable on return under [`Durability::Always`], with one
+    /// sync for all of them.
+    pub fn set_many(&self, pairs: &[(&[u8], &[u8])]) -> Result<()> {
+        for (k, v) in pairs {
+            self.check_sizes(k, v.len())?;
+        }
+        let mut g = self.lock();
+        g.stats.sets += pairs.len() as u64;
+        let mut i = 0;
+        while i < pairs.len() {
+            // A run of distinct keys.
+            let mut seen = std::collections::HashSet::new();
+            let mut j = i;
+            while j < pairs.len() && j - i < GROUP_PAIRS_MAX && seen.insert(pairs[j].0) {
+                j += 1;
+            }
+            self.write_group(&mut g, &pairs[i..j])?;
+            i = j;
+        }
+        self.finish(&mut g)
+    }
+
+    /// Write the records of `group` (distinct keys, strings) with one device write when a free
+    /// extent holds them all; else split the group.
+    fn write_group(&self, g: &mut Inner, group: &[(&[u8], &[u8])]) -> Result<()> {
+        for (k, _) in group {
+            if g.zsets.contains_key(*k) {
+                self.remove_zset(g, k)?;
+            }
+        }
+        if group.len() == 1 {
+            let (k, v) = group[0];
+            let found = self.locate(g, k, 0)?;
+            return self.write_record(g, k, ValueKind::String, v, found);
+        }
+        let chunk = self.chunk();
+        let sizes: Vec<u64> = group
+            .iter()
+            .map(|(k, v)| record_chunks(k.len(), v.len(), chunk as usize))
+            .collect();
+        let total: u64 = sizes.iter().sum();
+        let Some(at) = g.alloc.alloc(total) else {
+            let (a, b) = group.split_at(group.len() / 2);
+            self.write_group(g, a)?;
+            return self.write_group(g, b);
+        };
+        // Point the table at each new record, remembering how to undo it (by value: a cuckoo
+        // insertion may move other entries between slots).
+        let mut undo: Vec<(u64, u64, Option<Found>)> = Vec::with_capacity(group.len());
+        let mut failed = None;
+        let mut next = at;
+        for (idx, (k, _)) in group.iter().enumerate() {
+            let h = key_hash(k);
+            let found = match self.locate(g, k, 0) {
+                Ok(f) => f,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            match &found {
+                Some(f) => g.table.set_value(f.slot, next),
+                None => {
+                    if !g.table.insert(h, next) {
+                        failed = Some(KvError::NoSpace(format!(
+                            "location table full at {} pairs (raise pairs_max)",
+                            g.table.len()
+                        )));
+                        break;
+                    }
+                }
+            }
+            undo.push((h, next, found));
+            next += sizes[idx];
+        }
+        let mut buf = std::mem::take(&mut g.buf);
+        let written = match failed {
+            Some(e) => Err(e),
+            None => {
+                buf.clear();
+                let mut one = Vec::new();
+                for (k, v) in group {
+                    let seq = g.seq;
+                    g.seq += 1;
+                    encode_record(
+                        &mut one,
+                        self.sb.salt,
+                        seq,
+                        ValueKind::String,
+                        k,
+                        v,
+                        chunk as usize,
+                    );
+                    buf.extend_from_slice(&one);
+                }
+                g.stats.bytes_written += buf.len() as u64;
+                self.dev.write_at(&buf, at * chunk).map_err(KvError::from)
+            }
+        };
+        g.buf = buf;
+        if let Err(e) = written {
+            for (h, new, found) in undo.into_iter().rev() {
+                let s = g
+                    .table
+                    .candidates(h)
+                    .find(|&(_, c)| c == new)
+                    .map(|(s, _)| s)
+                    .expect("pointed at just now");
+                match found {
+                    Some(f) => g.table.set_value(s, f.meta.chunk),
+                    None => g.table.remove(s),
+                }
+            }
+            // The cache may hold the new addresses of keys located above: forget them.
+            for (k, _) in group {
+                g.cache.remove(k);
+            }
+            g.alloc.free(at, total);
+            return Err(e);
+        }
+        g.dirty = true;
+        for ((k, v), (_, new, found)) in group.iter().zip(undo) {
+            let meta = Meta {
+                kind: ValueKind::String,
+                chunk: new,
+                key_bytes: k.len() as u8,
+                value_bytes: v.len() as u32,
+            };
+            if !g.cache.update(k, meta) {
+                g.cache.admit(k, meta);
+            }
+            if let Some(f) = found {
+                let old_chunks = record_chunks(
+                    f.meta.key_bytes as usize,
+                    f.meta.value_bytes as usize,
+                    chunk as usize,
+                );
+                g.retired.push((f.meta.chunk, old_chunks));
+            }
+        }
+        Ok(())
+    }
+
     /// Under [`Durability::Always`], sync before acknowledging.
     fn finish(&self, g: &mut Inner) -> Result<()> {
         if self.cfg.durability == Durability::Always {
@@ -1025,16 +1176,34 @@ impl KvStore {
             return Ok(());
         }
         let chunk = self.chunk();
-        let zeros = vec![0u8; chunk as usize];
-        let retired = std::mem::take(&mut g.retired);
-        for (i, &(c, _)) in retired.iter().enumerate() {
-            if let Err(e) = self.dev.write_at(&zeros, c * chunk) {
-                g.retired.extend_from_slice(&retired[i..]);
-                return Err(e.into());
+        let mut retired = std::mem::take(&mut g.retired);
+        // Retired records that lie next to each other (a group written together and overwritten
+        // together) are zeroed whole with one write; otherwise only their first chunk.
+        retired.sort_unstable();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &(c, n) in &retired {
+            match runs.last_mut() {
+                Some((start, len)) if *start + *len == c && *len + n <= ZERO_RUN_CHUNKS_MAX => {
+                    *len += n
+                }
+                _ => runs.push((c, n)),
             }
         }
+        let zeros = vec![0u8; (chunk * ZERO_RUN_CHUNKS_MAX) as usize];
+        for &(c, n) in &runs {
+            // A lone record: its first chunk is enough to invalidate it.
+            let n = if retired.binary_search(&(c, n)).is_ok() {
+                1
+            } else {
+                n
+            };
+            if let Err(e) = self.dev.write_at(&zeros[..(n * chunk) as usize], c * chunk) {
+                g.retired = retired;
+                return Err(e.into());
+            }
+            g.stats.bytes_written += chunk * n;
+        }
         g.stats.invalidations += retired.len() as u64;
-        g.stats.bytes_written += chunk * retired.len() as u64;
         if let Err(e) = self.dev.flush() {
             g.retired = retired;
             return Err(e.into());

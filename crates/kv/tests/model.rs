@@ -9,7 +9,8 @@
 //! Every third key is a hash (HSET of one of three fields, HGETALL, DEL) and every third one after
 //! that a member of the sorted set `zs` (ZADD, ZSCORE, ZREM), so the record kinds of format
 //! version 2 go through the same crashes; the model holds a hash as its encoded field list and a
-//! member as its score bytes.
+//! member as its score bytes. A tenth of the operations are `set_many` (group commit: several
+//! SETs, keys may repeat, written with one device write).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -239,7 +240,24 @@ fn run(
                 read(s, i).map(|got| assert_eq!(got, m.get(&k), "{ctx}: read"))
             }
             (_, r) => match r {
-                0..=39 => {
+                0..=9 => {
+                    // Group commit: several SETs (keys may repeat) with one device write.
+                    let n = 2 + rng.below(4);
+                    let mut pairs = vec![(k.clone(), value(&mut rng))];
+                    for _ in 1..n {
+                        let j = rng.below(KEYS);
+                        if kind(j) == Kind::Plain {
+                            pairs.push((key(j), value(&mut rng)));
+                        }
+                    }
+                    for (pk, pv) in &pairs {
+                        m.set(pk, Some(pv.clone()));
+                    }
+                    let refs: Vec<(&[u8], &[u8])> =
+                        pairs.iter().map(|(a, b)| (&a[..], &b[..])).collect();
+                    s.set_many(&refs)
+                }
+                10..=39 => {
                     let v = value(&mut rng);
                     m.set(&k, Some(v.clone()));
                     s.set(&k, &v)

@@ -32,6 +32,8 @@ pub struct KvBenchConfig {
     pub value_bytes: usize,
     /// redis-benchmark -r
     pub keys: u64,
+    /// The server's group commit (ServerConfig::group_commit).
+    pub group_commit: bool,
 }
 
 impl Default for KvBenchConfig {
@@ -45,6 +47,7 @@ impl Default for KvBenchConfig {
             pipeline: 16,
             value_bytes: 100,
             keys: 10_000,
+            group_commit: true,
         }
     }
 }
@@ -348,6 +351,7 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Fn(&str)) -> Result<KvBenchReport
     store.spawn_syncer(Duration::from_secs(1));
     let scfg = ServerConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        group_commit: cfg.group_commit,
         ..ServerConfig::default()
     };
     let server = spawn(Arc::clone(&store), scfg).map_err(|e| run_err(format!("kv server: {e}")))?;

@@ -61,3 +61,18 @@ fn ycsb_workloads_on_both_servers() {
     eprintln!("{md}");
     assert!(md.contains("redis-server") && md.contains("| F |"), "{md}");
 }
+
+/// The full-scale benchmark (`ecstack kv bench`'s defaults) with and without group commit; run by
+/// hand: `cargo test -p ecstack-lab --test kv_bench full_scale -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn full_scale_with_and_without_group_commit() {
+    for group_commit in [false, true] {
+        let cfg = KvBenchConfig {
+            group_commit,
+            ..KvBenchConfig::default()
+        };
+        let r = run(&cfg, &|_| {}).expect("kv bench");
+        eprintln!("group commit {group_commit}:\n{}", r.markdown());
+    }
+}
