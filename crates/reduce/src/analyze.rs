@@ -101,16 +101,26 @@ struct Job {
     rel: String,
 }
 
+/// The walk hands files to the workers in batches of up to `BATCH_FILES` files or `BATCH_BYTES` bytes
+/// (a larger file goes alone), and a worker reports a batch's results in one event: one channel
+/// message and at most one wakeup per batch, not per file (on a tree of small files the per-file
+/// messages and wakeups cost more CPU than the chunking and hashing of those files).
+const BATCH_FILES: usize = 64;
+const BATCH_BYTES: u64 = 16 << 20;
+
+/// One file's results.
+struct Done {
+    seq: u64,
+    rel: String,
+    bytes: u64,
+    outcomes: Vec<Outcome>,
+}
+
 enum Event {
     Walked {
         bytes: u64,
     },
-    Done {
-        seq: u64,
-        rel: String,
-        bytes: u64,
-        outcomes: Vec<Outcome>,
-    },
+    Done(Vec<Done>),
     Problem {
         rel: String,
         kind: &'static str,
@@ -160,14 +170,15 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<AnalyzeSummary, ReduceError> {
     }
     let configs = opts.config.configurations()?;
     let mut conn = results::create_dir(&opts.out, &configs)?;
-    let out_abs = std::fs::canonicalize(&opts.out).ok();
+    // The results directory by (device, inode): one stat per directory of the walk to skip it.
+    let out_abs = std::fs::metadata(&opts.out).ok().map(|m| dev_ino(&m));
     let workers_max = opts
         .workers_max
         .unwrap_or_else(|| opts.config.workers.max(cores()))
         .max(1);
     let throttle = Arc::new(Throttle::new(opts.config.workers, workers_max));
     let (ev_tx, ev_rx) = mpsc::channel::<Event>();
-    let (job_tx, job_rx) = mpsc::sync_channel::<Job>(4 * workers_max);
+    let (job_tx, job_rx) = mpsc::sync_channel::<Vec<Job>>(2 * workers_max);
     let job_rx = Arc::new(Mutex::new(job_rx));
     let stop = Arc::new(AtomicBool::new(false));
 
@@ -223,28 +234,25 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<AnalyzeSummary, ReduceError> {
     while workers_left > 0 {
         match ev_rx.recv_timeout(Duration::from_millis(250)) {
             Ok(Event::Walked { bytes }) => bar.inc_length(bytes),
-            Ok(Event::Done {
-                seq,
-                rel,
-                bytes: b,
-                outcomes,
-            }) => {
-                files += 1;
-                bytes += b;
-                bar.inc(b);
-                let (dir, ext) = dir_ext(&rel);
-                tx.prepare_cached("INSERT INTO file VALUES (?1, ?2, ?3, ?4, ?5)")?
-                    .execute(params![seq as i64, rel, dir, ext, b as i64])?;
+            Ok(Event::Done(batch)) => {
+                let mut fst = tx.prepare_cached("INSERT INTO file VALUES (?1, ?2, ?3, ?4, ?5)")?;
                 let mut st = tx.prepare_cached("INSERT INTO outcome VALUES (?1, ?2, ?3, ?4)")?;
-                for (c, o) in configs.iter().zip(&outcomes) {
-                    st.execute(params![
-                        c.id,
-                        seq as i64,
-                        o.reduced_bytes as i64,
-                        o.nanos as i64
-                    ])?;
+                for d in batch {
+                    files += 1;
+                    bytes += d.bytes;
+                    bar.inc(d.bytes);
+                    let (dir, ext) = dir_ext(&d.rel);
+                    fst.execute(params![d.seq as i64, d.rel, dir, ext, d.bytes as i64])?;
+                    for (c, o) in configs.iter().zip(&d.outcomes) {
+                        st.execute(params![
+                            c.id,
+                            d.seq as i64,
+                            o.reduced_bytes as i64,
+                            o.nanos as i64
+                        ])?;
+                    }
+                    in_tx += 1;
                 }
-                in_tx += 1;
             }
             Ok(Event::Problem { rel, kind, message }) => {
                 tx.prepare_cached("INSERT INTO problem VALUES (?1, ?2, ?3)")?
@@ -324,6 +332,11 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<AnalyzeSummary, ReduceError> {
     })
 }
 
+fn dev_ino(m: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
+}
+
 fn cores() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
@@ -350,11 +363,11 @@ pub(crate) fn dir_ext(rel: &str) -> (String, String) {
 #[allow(clippy::too_many_arguments)]
 fn walk(
     root: &Path,
-    skip: Option<PathBuf>,
+    skip: Option<(u64, u64)>,
     follow: bool,
     shard: Option<Shard>,
     fraction: f64,
-    jobs: &mpsc::SyncSender<Job>,
+    jobs: &mpsc::SyncSender<Vec<Job>>,
     events: &mpsc::Sender<Event>,
     stop: &AtomicBool,
 ) -> Result<WalkCounts, ReduceError> {
@@ -364,6 +377,15 @@ fn walk(
         if mine(&rel) {
             let _ = events.send(Event::Problem { rel, kind, message });
         }
+    };
+    let (mut batch, mut batch_bytes) = (Vec::with_capacity(BATCH_FILES), 0u64);
+    let send = |batch: &mut Vec<Job>, batch_bytes: &mut u64| -> bool {
+        let _ = events.send(Event::Walked {
+            bytes: *batch_bytes,
+        });
+        *batch_bytes = 0;
+        jobs.send(std::mem::replace(batch, Vec::with_capacity(BATCH_FILES)))
+            .is_ok()
     };
     let mut it = walkdir::WalkDir::new(root)
         .follow_links(follow)
@@ -397,9 +419,7 @@ fn walk(
         if ft.is_dir() {
             // Never analyse our own output (results written inside the tree).
             if e.depth() > 0
-                && skip
-                    .as_deref()
-                    .is_some_and(|s| std::fs::canonicalize(e.path()).ok().as_deref() == Some(s))
+                && skip.is_some_and(|s| e.metadata().ok().map(|m| dev_ino(&m)) == Some(s))
             {
                 it.skip_current_dir();
                 continue;
@@ -426,18 +446,28 @@ fn walk(
         let len = e.metadata().map(|m| m.len()).unwrap_or(0);
         w.bytes += len;
         if mine(&rel) && sampled(rel.as_bytes(), fraction) {
-            let _ = events.send(Event::Walked { bytes: len });
-            if jobs
-                .send(Job {
-                    seq,
-                    path: e.into_path(),
-                    rel,
-                })
-                .is_err()
+            // A large file starts a batch of its own.
+            if !batch.is_empty()
+                && batch_bytes + len > BATCH_BYTES
+                && !send(&mut batch, &mut batch_bytes)
             {
                 break; // every worker stopped (an error is on its way)
             }
+            batch.push(Job {
+                seq,
+                path: e.into_path(),
+                rel,
+            });
+            batch_bytes += len;
+            if (batch.len() >= BATCH_FILES || batch_bytes >= BATCH_BYTES)
+                && !send(&mut batch, &mut batch_bytes)
+            {
+                break;
+            }
         }
+    }
+    if !batch.is_empty() {
+        send(&mut batch, &mut batch_bytes);
     }
     let _ = events.send(Event::WalkEnd(w.clone()));
     Ok(w)
@@ -466,7 +496,7 @@ impl ChunkSink for Sinks {
 fn worker(
     k: usize,
     configs: &[Configuration],
-    jobs: &Mutex<mpsc::Receiver<Job>>,
+    jobs: &Mutex<mpsc::Receiver<Vec<Job>>>,
     events: &mpsc::Sender<Event>,
     throttle: &Throttle,
     out: &Path,
@@ -495,10 +525,12 @@ fn worker(
     };
     let mut engine = Engine::new(configs);
     loop {
+        // The limit is checked per batch: a worker above a lowered limit finishes its batch (at most
+        // BATCH_FILES files or BATCH_BYTES bytes, or one large file) and waits.
         if !throttle.wait_turn(k) {
             break;
         }
-        let job = match jobs.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+        let batch = match jobs.lock().unwrap_or_else(|e| e.into_inner()).recv() {
             Ok(j) => j,
             Err(_) => {
                 // The queue is empty and the walk is over: release the workers waiting their turn.
@@ -506,6 +538,28 @@ fn worker(
                 break;
             }
         };
+        let mut done = Vec::with_capacity(batch.len());
+        for job in batch {
+            process_one(job, &mut engine, &mut sinks, events, throttle, &mut done)?;
+        }
+        let _ = events.send(Event::Done(done));
+    }
+    for s in sinks.spillers.values_mut() {
+        s.spill()?;
+    }
+    Ok(())
+}
+
+/// Analyse one file; its results go to `done`, its problems to `events`.
+fn process_one(
+    job: Job,
+    engine: &mut Engine,
+    sinks: &mut Sinks,
+    events: &mpsc::Sender<Event>,
+    throttle: &Throttle,
+    done: &mut Vec<Done>,
+) -> Result<(), ReduceError> {
+    {
         let _busy = throttle.start();
         let problem = |kind: &'static str, message: String| {
             let _ = events.send(Event::Problem {
@@ -518,7 +572,7 @@ fn worker(
             Ok(f) => f,
             Err(e) => {
                 problem(io_kind(&e), e.to_string());
-                continue;
+                return Ok(());
             }
         };
         let before = f.metadata().ok();
@@ -527,9 +581,9 @@ fn worker(
                 "special_file",
                 "not a regular file when opened: skipped".into(),
             );
-            continue;
+            return Ok(());
         }
-        let r = match engine.process(job.seq, &mut f, &mut sinks) {
+        let r = match engine.process(job.seq, &mut f, sinks) {
             Ok(r) => r,
             // Only our own output (a run file) fails here: fatal.
             Err(e) => {
@@ -548,7 +602,8 @@ fn worker(
                 ),
             );
         } else {
-            let after = std::fs::metadata(&job.path).ok();
+            // fstat of the open file (no path lookup): its size or mtime changed while read.
+            let after = f.metadata().ok();
             let changed = match (&before, &after) {
                 (Some(b), Some(a)) => {
                     b.len() != a.len()
@@ -567,15 +622,12 @@ fn worker(
                 );
             }
         }
-        let _ = events.send(Event::Done {
+        done.push(Done {
             seq: job.seq,
             rel: job.rel,
             bytes: r.bytes,
             outcomes: r.outcomes,
         });
-    }
-    for s in sinks.spillers.values_mut() {
-        s.spill()?;
     }
     Ok(())
 }

@@ -50,11 +50,17 @@ enum Hasher {
     Blake3(Box<blake3::Hasher>),
 }
 
-/// Fingerprint of `data` into a fixed-size array (unused tail bytes zero).
+/// Fingerprint of `data` into a fixed-size array (unused tail bytes zero). One-shot: no hasher state is
+/// allocated per chunk (BLAKE3's `hash` also takes its multi-chunk SIMD path at once).
 pub fn fingerprint(fp: Fingerprint, data: &[u8]) -> [u8; FP_BYTES_MAX] {
-    let mut h = Hasher::new(fp);
-    h.update(data);
-    h.finish()
+    use sha1::Digest;
+    let mut out = [0u8; FP_BYTES_MAX];
+    match fp {
+        Fingerprint::Sha1 => out[..20].copy_from_slice(&sha1::Sha1::digest(data)),
+        Fingerprint::Sha256 => out.copy_from_slice(&sha2::Sha256::digest(data)),
+        Fingerprint::Blake3 => out.copy_from_slice(blake3::hash(data).as_bytes()),
+    }
+    out
 }
 
 impl Hasher {
@@ -96,7 +102,10 @@ struct Compressors {
     zstd: Option<(i32, zstd::bulk::Compressor<'static>)>,
     /// (level, zlib wrapper, state): reset between chunks instead of reallocated.
     deflate: Option<(i32, bool, flate2::Compress)>,
+    /// Output of lz4 and zstd (grown once to the largest bound, never shrunk or re-zeroed).
     out: Vec<u8>,
+    /// Output of deflate (`compress_vec` appends to it, so it is cleared per chunk).
+    dout: Vec<u8>,
 }
 
 impl Compressors {
@@ -106,18 +115,23 @@ impl Compressors {
         let n = chunk.len();
         let compressed = match codec {
             Codec::Lz4 => {
-                self.out
-                    .resize(lz4_flex::block::get_maximum_output_size(n), 0);
+                let bound = lz4_flex::block::get_maximum_output_size(n);
+                if self.out.len() < bound {
+                    self.out.resize(bound, 0); // grows once, not per chunk
+                }
                 lz4_flex::block::compress_into(chunk, &mut self.out).unwrap_or(usize::MAX)
             }
             Codec::Zstd => {
                 if self.zstd.as_ref().is_none_or(|(l, _)| *l != level) {
                     self.zstd = zstd::bulk::Compressor::new(level).ok().map(|c| (level, c));
                 }
-                self.out.resize(zstd::zstd_safe::compress_bound(n), 0);
+                let bound = zstd::zstd_safe::compress_bound(n);
+                if self.out.len() < bound {
+                    self.out.resize(bound, 0);
+                }
                 match &mut self.zstd {
                     Some((_, c)) => c
-                        .compress_to_buffer(chunk, &mut self.out)
+                        .compress_to_buffer(chunk, &mut self.out[..])
                         .unwrap_or(usize::MAX),
                     None => usize::MAX,
                 }
@@ -135,9 +149,9 @@ impl Compressors {
                     }
                 }
                 let c = &mut self.deflate.as_mut().expect("set above").2;
-                self.out.clear();
-                self.out.reserve(n + n / 1000 + 64);
-                match c.compress_vec(chunk, &mut self.out, flate2::FlushCompress::Finish) {
+                self.dout.clear();
+                self.dout.reserve(n + n / 1000 + 64);
+                match c.compress_vec(chunk, &mut self.dout, flate2::FlushCompress::Finish) {
                     Ok(flate2::Status::StreamEnd) => c.total_out() as usize,
                     _ => usize::MAX,
                 }
@@ -167,6 +181,8 @@ pub struct Engine {
     configs: Vec<Configuration>,
     slots: Vec<Slot>,
     compressors: Compressors,
+    /// The window buffer: allocated and zeroed once per worker (not per file); only `..len` of it is
+    /// the file's bytes.
     buf: Vec<u8>,
 }
 
@@ -247,8 +263,9 @@ impl Engine {
                 zstd: None,
                 deflate: None,
                 out: Vec::new(),
+                dout: Vec::new(),
             },
-            buf: Vec::with_capacity(WINDOW_BYTES * 2),
+            buf: Vec::new(),
         }
     }
 
@@ -268,17 +285,21 @@ impl Engine {
                 _ => None,
             };
         }
-        self.buf.clear();
+        let mut len = 0usize; // bytes of the file in buf
         let mut base = 0u64; // file offset of buf[0]
         let mut eof = false;
         let mut read_error = None;
         while !eof {
-            // Read one window of new bytes after what is kept.
-            let kept = self.buf.len();
-            self.buf.resize(kept + WINDOW_BYTES, 0);
+            // Read one window of new bytes after what is kept (the buffer grows, zeroed, only when
+            // the kept bytes need more room than ever before: never per file).
+            let kept = len;
+            if self.buf.len() < kept + WINDOW_BYTES {
+                self.buf.resize(kept + WINDOW_BYTES, 0);
+            }
+            let end = kept + WINDOW_BYTES;
             let mut filled = kept;
-            while filled < self.buf.len() {
-                match reader.read(&mut self.buf[filled..]) {
+            while filled < end {
+                match reader.read(&mut self.buf[filled..end]) {
                     Ok(0) => {
                         eof = true;
                         break;
@@ -292,7 +313,7 @@ impl Engine {
                     }
                 }
             }
-            self.buf.truncate(filled);
+            len = filled;
             for (i, slot) in self.slots.iter_mut().enumerate() {
                 let start = (slot.pos - base) as usize;
                 let t = Instant::now();
@@ -300,7 +321,7 @@ impl Engine {
                     slot,
                     self.configs[i].id,
                     seq,
-                    &self.buf[start..],
+                    &self.buf[start..len],
                     eof,
                     &mut self.compressors,
                     sink,
@@ -314,12 +335,15 @@ impl Engine {
                 .iter()
                 .map(|s| s.pos)
                 .min()
-                .unwrap_or(base + self.buf.len() as u64);
+                .unwrap_or(base + len as u64);
             let drop = (low - base) as usize;
-            self.buf.drain(..drop);
+            if drop > 0 {
+                self.buf.copy_within(drop..len, 0);
+                len -= drop;
+            }
             base = low;
         }
-        let bytes = base + self.buf.len() as u64;
+        let bytes = base + len as u64;
         Ok(FileResult {
             bytes,
             outcomes: self.slots.iter().map(|s| s.outcome).collect(),
@@ -565,6 +589,7 @@ mod tests {
             zstd: None,
             deflate: None,
             out: Vec::new(),
+            dout: Vec::new(),
         };
         for chunk in [&text[..], &noise[..], &text[..1000], &text[..]] {
             for (codec, level) in [

@@ -20,8 +20,8 @@ mod throttle;
 
 pub use analyze::{analyze, shard_of, AnalyzeOptions, AnalyzeSummary, Shard};
 pub use config::{Config, Configuration, Method};
-pub use engine::{Engine, Outcome};
-pub use index::DedupTotals;
+pub use engine::{ChunkSink, Engine, Outcome};
+pub use index::{ChunkRecord, DedupTotals};
 pub use rabin::Rabin;
 pub use report::{report, Estimate, GroupRow, Report, ReportOptions, Total};
 pub use results::{merge, Manifest};

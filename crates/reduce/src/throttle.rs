@@ -47,6 +47,10 @@ impl Throttle {
 
     /// Block worker `k` (0-based) while k ≥ limit; false once the work is over (`close`).
     pub fn wait_turn(&self, k: usize) -> bool {
+        // Fast path (the usual case): no lock.
+        if k < self.limit.load(Ordering::SeqCst) || self.closed.load(Ordering::SeqCst) {
+            return !self.closed.load(Ordering::SeqCst);
+        }
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         while k >= self.limit.load(Ordering::SeqCst) && !self.closed.load(Ordering::SeqCst) {
             g = self
