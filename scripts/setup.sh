@@ -10,7 +10,8 @@ set -euo pipefail
 # iproute2 (ip, tc): `ecstack experiment codfs` emulates links with network namespaces (crates/cli/tests/experiment_codfs.rs).
 # redis-tools (redis-cli, redis-benchmark), redis-server: the clients `ecstack kv serve` is tested with, and its benchmark peer.
 # maven, default-jdk-headless: rainfs/ (Java), built and tested with `mvn test` (Hadoop's contract tests).
-PKGS=(build-essential pkg-config libisal-dev nasm autoconf automake libtool fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless)
+# borgbackup restic gzip lz4 zstd: `ecstack reduce anchors` (crates/cli/tests/reduce.rs); chromium: the reduce tree picture's headless screenshot test.
+PKGS=(build-essential pkg-config libisal-dev nasm autoconf automake libtool fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless borgbackup restic gzip lz4 zstd chromium)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -31,7 +32,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The real-client tests fail under CI=true / ECSTACK_REQUIRE_CLIENTS=1 without these: say so now.
-for tool in fio nbdinfo nbdcopy protoc redis-cli redis-benchmark mvn java; do
+for tool in fio nbdinfo nbdcopy protoc redis-cli redis-benchmark mvn java borg restic lz4 zstd chromium; do
   command -v "$tool" >/dev/null 2>&1 || echo "setup: '$tool' is still missing after the install" >&2
 done
 if command -v fio >/dev/null 2>&1 && ! fio --enghelp=nbd 2>/dev/null | grep -q uri; then

@@ -24,6 +24,35 @@ enum ReduceCmd {
     Report(ReportArgs),
     /// Combine the results of `analyze --shard i/N` (all N shards) into the single-machine result
     Merge(MergeArgs),
+    /// Our dedup and compression figures beside borg's, restic's and the compressor CLIs' on one tree
+    Anchors(AnchorsArgs),
+}
+
+#[derive(Args)]
+struct AnchorsArgs {
+    /// The tree
+    root: PathBuf,
+    /// Scratch directory to create (our results, the borg and restic repositories); removed at the end
+    #[arg(long)]
+    work: Option<PathBuf>,
+    /// Keep the scratch directory
+    #[arg(long)]
+    keep: bool,
+    /// Block size of borg's fixed chunker and our static segmentation
+    #[arg(long, default_value = "64K")]
+    static_size: String,
+    /// Workers of our analysis and threads running the compressor CLIs (default: the number of cores)
+    #[arg(short, long)]
+    workers: Option<usize>,
+    /// A missing tool (borg, restic, gzip, lz4, zstd) is an error, not a note (also under CI=true or
+    /// ECSTACK_REQUIRE_CLIENTS=1)
+    #[arg(long)]
+    require_tools: bool,
+    /// Leave out the compressor CLIs (one process per file and tool: slow on trees of many files)
+    #[arg(long)]
+    no_cli: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -131,6 +160,7 @@ pub fn run(a: ReduceArgs) -> Result<()> {
                 Ok(())
             }
         }
+        ReduceCmd::Anchors(a) => anchors(a),
         ReduceCmd::Merge(a) => {
             let m = ecstack_reduce::merge(&a.out, &a.shards)?;
             if a.json {
@@ -199,4 +229,34 @@ fn analyze(a: AnalyzeArgs) -> Result<()> {
     }
     println!("report: ecstack reduce report {}", s.results);
     Ok(())
+}
+
+fn anchors(a: AnchorsArgs) -> Result<()> {
+    let env_on =
+        |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    let static_bytes = ecstack_base::parse_size(&a.static_size)
+        .map_err(|e| anyhow::anyhow!("--static-size: {e}"))?;
+    let workers = a.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let work = a.work.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("ecstack-anchors-{}", std::process::id()))
+    });
+    let r = ecstack_reduce::anchors::anchors(&ecstack_reduce::anchors::AnchorOptions {
+        root: a.root,
+        work,
+        keep: a.keep,
+        static_bytes,
+        workers,
+        require_tools: a.require_tools || env_on("CI") || env_on("ECSTACK_REQUIRE_CLIENTS"),
+        no_cli: a.no_cli,
+    })?;
+    if a.json {
+        print_json(&r)
+    } else {
+        print!("{}", r.to_text());
+        Ok(())
+    }
 }

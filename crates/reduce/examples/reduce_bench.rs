@@ -5,6 +5,7 @@
 //! cargo build --release -p ecstack-reduce --example reduce_bench
 //! target/release/examples/reduce_bench libs TREE [MB]      # each library alone on the tree's first MB
 //! target/release/examples/reduce_bench analyze TREE OUT WORKERS [--follow-symlinks]
+//! target/release/examples/reduce_bench anchors TREE WORK [--no-cli]   # = ecstack reduce anchors --keep
 //! ```
 //!
 //! `libs` reads regular files of TREE (walk order, symlinks followed) into memory until MB (default 512)
@@ -200,6 +201,19 @@ fn main() {
                 s.manifest.bytes as f64 / 1e6 / cpu,
                 s.manifest.bytes as f64 / 1e6 / wall
             );
+        }
+        Some("anchors") => {
+            let r = ecstack_reduce::anchors::anchors(&ecstack_reduce::anchors::AnchorOptions {
+                root: a[2].clone().into(),
+                work: a[3].clone().into(),
+                keep: true,
+                static_bytes: 64 << 10,
+                workers: 2,
+                require_tools: true,
+                no_cli: a.iter().any(|x| x == "--no-cli"),
+            })
+            .unwrap();
+            print!("{}", r.to_text());
         }
         _ => eprintln!(
             "usage: reduce_bench libs TREE [MB] | analyze TREE OUT WORKERS [--follow-symlinks]"

@@ -5,10 +5,12 @@
 //! - [`analyze`] walks a tree (deterministic order), feeds files to parallel workers (live-throttled) and
 //!   writes a results directory (`docs/reduce.md` documents it);
 //! - [`merge`] combines `--shard i/N` results into exactly the single-machine result;
+//! - [`anchors::anchors`] sets our figures beside borg's, restic's and the compressor CLIs' on one tree;
 //! - [`report`] aggregates a results directory per configuration, extension and directory, with a
 //!   sampling estimate beside each exact figure; [`html::write_html`] draws the seed's tree picture.
 
 mod analyze;
+pub mod anchors;
 pub mod config;
 mod engine;
 pub mod html;

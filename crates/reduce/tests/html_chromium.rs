@@ -1,0 +1,282 @@
+//! The tree picture in a real browser: Debian's headless Chromium runs the report's script
+//! (`--dump-dom`: the nodes re-coloured by it, the legend, the selector) and draws it (`--screenshot`:
+//! the PNG has the nodes' and the legend's colours). Missing Chromium fails under CI=true /
+//! ECSTACK_REQUIRE_CLIENTS=1 (scripts/setup.sh installs it) and skips elsewhere.
+
+use ecstack_reduce::{analyze, html, AnalyzeOptions, Config};
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
+
+fn chromium() -> Option<&'static str> {
+    let required = ["CI", "ECSTACK_REQUIRE_CLIENTS"]
+        .iter()
+        .any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"));
+    for c in ["chromium", "chromium-browser", "google-chrome"] {
+        if Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return Some(c);
+        }
+    }
+    assert!(
+        !required,
+        "chromium is missing (scripts/setup.sh installs it)"
+    );
+    eprintln!("skipped: no chromium");
+    None
+}
+
+fn headless(bin: &str, extra: &[&str], page: &Path) -> std::process::Output {
+    let profile = page.with_extension("profile");
+    Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox", // tests may run as root
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            &format!("--user-data-dir={}", profile.display()),
+        ])
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium")
+}
+
+/// A minimal PNG reader (8-bit RGB or RGBA, not interlaced: what Chromium writes) → RGB pixels.
+fn png_rgb(data: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
+    assert_eq!(&data[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let (mut pos, mut idat) = (8usize, Vec::new());
+    let (mut w, mut h, mut ct) = (0usize, 0usize, 0u8);
+    while pos + 8 <= data.len() {
+        let len = u32::from_be_bytes(data[pos..pos + 4].try_into().unwrap()) as usize;
+        let kind = &data[pos + 4..pos + 8];
+        let body = &data[pos + 8..pos + 8 + len];
+        match kind {
+            b"IHDR" => {
+                w = u32::from_be_bytes(body[0..4].try_into().unwrap()) as usize;
+                h = u32::from_be_bytes(body[4..8].try_into().unwrap()) as usize;
+                assert_eq!(body[8], 8, "bit depth");
+                ct = body[9];
+                assert!(ct == 2 || ct == 6, "colour type {ct}");
+                assert_eq!(body[12], 0, "interlaced");
+            }
+            b"IDAT" => idat.extend_from_slice(body),
+            b"IEND" => break,
+            _ => {}
+        }
+        pos += 12 + len;
+    }
+    let mut raw = Vec::new();
+    flate2::read::ZlibDecoder::new(&idat[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    let bpp = if ct == 6 { 4 } else { 3 };
+    let stride = w * bpp;
+    let mut img = vec![0u8; h * stride];
+    for y in 0..h {
+        let f = raw[y * (stride + 1)];
+        let line = &raw[y * (stride + 1) + 1..(y + 1) * (stride + 1)];
+        for x in 0..stride {
+            let a = if x >= bpp {
+                img[y * stride + x - bpp] as i32
+            } else {
+                0
+            };
+            let b = if y > 0 {
+                img[(y - 1) * stride + x] as i32
+            } else {
+                0
+            };
+            let c = if x >= bpp && y > 0 {
+                img[(y - 1) * stride + x - bpp] as i32
+            } else {
+                0
+            };
+            let pred = match f {
+                0 => 0,
+                1 => a,
+                2 => b,
+                3 => (a + b) / 2,
+                4 => {
+                    let p = a + b - c;
+                    let (pa, pb, pc) = ((p - a).abs(), (p - b).abs(), (p - c).abs());
+                    if pa <= pb && pa <= pc {
+                        a
+                    } else if pb <= pc {
+                        b
+                    } else {
+                        c
+                    }
+                }
+                _ => panic!("filter {f}"),
+            };
+            img[y * stride + x] = (line[x] as i32 + pred) as u8;
+        }
+    }
+    let px = img
+        .chunks(bpp)
+        .map(|p| [p[0], p[1], p[2]])
+        .collect::<Vec<_>>();
+    (w, h, px)
+}
+
+fn rgb(hex: &str) -> [u8; 3] {
+    let v = u32::from_str_radix(hex.trim_start_matches('#'), 16).unwrap();
+    [(v >> 16) as u8, (v >> 8) as u8, v as u8]
+}
+
+#[test]
+fn tree_picture_in_headless_chromium() {
+    let Some(bin) = chromium() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    // zeros/: saves ~100% (dark red); noise/: nothing (white); text/deep/: in between (orange).
+    for d in ["zeros", "noise", "text/deep"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(root.join("zeros/z.bin"), vec![0u8; 300_000]).unwrap();
+    let mut noise = vec![0u8; 300_000];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(root.join("noise/n.bin"), &noise).unwrap();
+    // Random letters from 16: compresses to about half.
+    let text: Vec<u8> = noise
+        .iter()
+        .map(|b| b"abcdefghijklmnop"[(b & 15) as usize])
+        .collect();
+    std::fs::write(root.join("text/deep/t.txt"), &text).unwrap();
+    let out = dir.path().join("res");
+    analyze(&AnalyzeOptions {
+        root: root.clone(),
+        out: out.clone(),
+        config: Config {
+            workers: 1,
+            compression: vec!["zstd:3@64K".into()],
+            dedup: vec!["static:4K:sha1".into()],
+            ..Config::default()
+        },
+        config_path: None,
+        workers_max: Some(1),
+        shard: None,
+        sample_fraction: 1.0,
+        progress: false,
+    })
+    .unwrap();
+    let page = dir.path().join("tree.html");
+    let drawn = html::write_html(&out, &page, 100).unwrap();
+    // ".", noise, text, text/deep, zeros.
+    assert_eq!(drawn, 5);
+    let rep = ecstack_reduce::report(&out, &Default::default()).unwrap();
+    let dir_saving = |name: &str| {
+        let d = rep.directories.iter().find(|d| d.name == name).unwrap();
+        1.0 - d.reduced_bytes[0] as f64 / d.bytes as f64
+    };
+    let (s_zeros, s_noise, s_text) = (
+        dir_saving("zeros"),
+        dir_saving("noise"),
+        dir_saving("text/deep"),
+    );
+    assert!(s_zeros > 0.99 && s_noise < 0.005 && (0.2..0.5).contains(&s_text));
+
+    // The DOM after the script ran: every node painted by the script's colour(), the legend there.
+    let o = headless(bin, &["--dump-dom"], &page);
+    let dom = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        dom.contains("id=\"tree\""),
+        "no picture in the DOM: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let circles: Vec<&str> = dom.split("<circle").skip(1).collect();
+    // 5 legend size circles + 5 nodes.
+    assert_eq!(circles.len(), 5 + drawn, "{dom}");
+    // The saving each node carries (first configuration), as the script reads it.
+    let node_saving = |path: &str| -> f64 {
+        let c = circles
+            .iter()
+            .find(|c| c.contains(&format!("data-path=\"{path}\"")))
+            .unwrap_or_else(|| panic!("node {path} not drawn"));
+        let s: f64 = c
+            .split("data-s=\"")
+            .nth(1)
+            .unwrap()
+            .split([',', '"'])
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            c.contains(&format!("fill=\"{}\"", html::colour(s))),
+            "{path}: {c}"
+        );
+        // The script rewrote the tooltip with the saving.
+        assert!(c.contains("saving"), "{c}");
+        s
+    };
+    // The nodes carry the report's savings (rounded to 4 decimals).
+    assert!((node_saving("zeros") - s_zeros).abs() < 1e-4);
+    assert!((node_saving("text/deep") - s_text).abs() < 1e-4);
+    let (s_zeros, s_noise, s_text) = (
+        node_saving("zeros"),
+        node_saving("noise"),
+        node_saving("text/deep"),
+    );
+    assert!(s_zeros > 0.99 && s_noise < 0.005 && (0.2..0.5).contains(&s_text));
+    for label in [
+        "tiny (&lt; 1 KiB)",
+        "small (KiBs)",
+        "huge (TiBs and up)",
+        "<b>saving</b>",
+        "zstd:3@64K",
+        "static:4K:sha1",
+    ] {
+        assert!(dom.contains(label), "legend/selector lacks {label}");
+    }
+
+    // The picture itself: the nodes' fills and the legend's swatches are on screen.
+    let shot = dir.path().join("tree.png");
+    let o = headless(
+        bin,
+        &[
+            "--window-size=1000,1200",
+            &format!("--screenshot={}", shot.display()),
+        ],
+        &page,
+    );
+    let png = std::fs::read(&shot).unwrap_or_else(|e| {
+        panic!(
+            "no screenshot ({e}): {}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    if let Ok(keep) = std::env::var("ECSTACK_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
+    let (w, h, px) = png_rgb(&png);
+    assert_eq!((w, h), (1000, 1200));
+    let count = |c: [u8; 3]| px.iter().filter(|p| **p == c).count();
+    // Node interiors (radius 5: small class) are exact fills: a few dozen pixels each.
+    for (what, s) in [("zeros node", s_zeros), ("text/deep node", s_text)] {
+        let n = count(rgb(&html::colour(s)));
+        assert!(n >= 20, "{what}: {n} pixels of {}", html::colour(s));
+    }
+    // Legend swatches (14x14 each), hot and cold.
+    for s in [0.02, 0.08, 0.2, 0.5, 0.9] {
+        let n = count(rgb(&html::colour(s)));
+        assert!(
+            n >= 100,
+            "legend swatch {s}: {n} pixels of {}",
+            html::colour(s)
+        );
+    }
+}
