@@ -34,9 +34,13 @@ pub(crate) fn slice_frames(data: Bytes) -> Vec<Bytes> {
 /// segment, 64 MiB) plus its envelope.
 pub const MAX_MESSAGE_BYTES: usize = (ecstack_rpc::config::MAX_SEGMENT_BYTES as usize) + (1 << 20);
 
-/// Connect timeout and per-request deadline of [`OsdClient::connect`].
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Connect timeout and per-request deadline of [`OsdClient::connect`]: the cluster's
+/// ([`ecstack_rpc::limits`]). An OSD's calls to its peers use the data deadline, as the client's
+/// call they serve does: a primary's forward of a chunk stays open while the client's segment
+/// arrives, so on saturated links it lasts as long as the client's call (a 60 s deadline here
+/// failed forwards of calls the client was still willing to wait for).
+pub const CONNECT_TIMEOUT: Duration = ecstack_rpc::limits::CONNECT_TIMEOUT;
+pub const REQUEST_TIMEOUT: Duration = ecstack_rpc::limits::DATA_RPC_TIMEOUT;
 
 /// One chunk of a segment and the OSD that holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

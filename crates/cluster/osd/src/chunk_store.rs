@@ -223,17 +223,24 @@ pub fn data_offset(meta: &ChunkMeta) -> u64 {
     (table_offset(meta) + 4 * blocks(meta.chunk_bytes)).next_multiple_of(4096)
 }
 
-/// The whole chunk file image (header, checksum table, data).
-pub fn encode_chunk(meta: &ChunkMeta, data: &[u8]) -> Vec<u8> {
+/// The chunk file's bytes before its data: header, checksum table (one crc32c per block of
+/// `data`) and the zero padding up to [`data_offset`].
+pub fn encode_prefix(meta: &ChunkMeta, data: &[u8]) -> Vec<u8> {
     let d = data_offset(meta) as usize;
     let t = table_offset(meta) as usize;
-    let mut b = vec![0u8; d + data.len()];
+    let mut b = vec![0u8; d];
     b[..t].copy_from_slice(&encode_header(meta, false));
     for (i, block) in data.chunks(BLOCK_BYTES).enumerate() {
         let at = t + 4 * i;
         b[at..at + 4].copy_from_slice(&crc32c::crc32c(block).to_le_bytes());
     }
-    b[d..].copy_from_slice(data);
+    b
+}
+
+/// The whole chunk file image (header, checksum table, data).
+pub fn encode_chunk(meta: &ChunkMeta, data: &[u8]) -> Vec<u8> {
+    let mut b = encode_prefix(meta, data);
+    b.extend_from_slice(data);
     b
 }
 
@@ -718,15 +725,18 @@ impl ChunkStore for FileStore {
         let _g = self.stripe(meta.segment_id, meta.index);
         let path = self.chunk_path(meta.segment_id, meta.index);
         let tmp = path.with_extension("chunk.tmp");
-        let image = encode_chunk(meta, data);
+        // The prefix and the data are written from where they are: no image of the whole chunk.
+        let prefix = encode_prefix(meta, data);
+        let file_len = (prefix.len() + data.len()) as u64;
         let file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&tmp)
             .map_err(io(&tmp, "create chunk file"))?;
-        preallocate(&file, &tmp, image.len() as u64)?;
-        file.write_all_at(&image, 0)
+        preallocate(&file, &tmp, file_len)?;
+        file.write_all_at(&prefix, 0)
+            .and_then(|()| file.write_all_at(data, prefix.len() as u64))
             .map_err(io(&tmp, "write chunk file"))?;
         file.sync_all().map_err(io(&tmp, "fsync chunk file"))?;
         let old = std::fs::metadata(&path).ok().map(|m| m.len());
@@ -740,7 +750,7 @@ impl ChunkStore for FileStore {
                 self.chunks.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.bytes.fetch_add(image.len() as u64, Ordering::Relaxed);
+        self.bytes.fetch_add(file_len, Ordering::Relaxed);
         Ok(())
     }
 
