@@ -401,3 +401,47 @@ fn sampled_run_estimates_with_an_interval() {
     .unwrap();
     assert!((sampled.totals[0].ratio - e.ratio).abs() < 1e-12);
 }
+
+/// Live throttling end to end: the analysis polls its configuration file and applies a new `workers`
+/// while running (1 → 2 here), and the summary lists the change.
+#[test]
+fn config_file_changes_the_worker_count_while_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    // 80 MB of 16-letter text under zlib:9: seconds of work at one worker, on any machine here.
+    let letters = b"abcdefghijklmnop";
+    for i in 0..40 {
+        let data: Vec<u8> = random(100 + i, 2 << 20)
+            .iter()
+            .map(|b| letters[(b & 15) as usize])
+            .collect();
+        write(&root, &format!("f{i:02}.txt"), &data);
+    }
+    let cfg = dir.path().join("treechunks.toml");
+    let text = |w: usize| format!("workers = {w}\ncompression = [\"zlib:9@16K\"]\ndedup = []\n");
+    std::fs::write(&cfg, text(1)).unwrap();
+    let out = dir.path().join("res");
+    let mut o = opts(&root, out.clone(), Config::load(&cfg).unwrap());
+    o.config_path = Some(cfg.clone());
+    o.workers_max = Some(2);
+    let run = std::thread::spawn(move || analyze(&o).unwrap());
+    // Once the results directory exists the analysis has read the file's mtime; then change it.
+    let t0 = std::time::Instant::now();
+    while !out.join("results.sqlite").exists() {
+        assert!(t0.elapsed().as_secs() < 60, "the analysis did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(&cfg, text(2)).unwrap();
+    let s = run.join().unwrap();
+    assert_eq!(s.manifest.files, 40);
+    let limits = &s.worker_limits;
+    assert_eq!(limits[0].1, 1, "{limits:?}");
+    assert_eq!(
+        limits.last().unwrap().1,
+        2,
+        "the new worker count was not applied (run took {:.2} s): {limits:?}",
+        s.manifest.wall_seconds
+    );
+    assert!(limits.last().unwrap().0 < s.manifest.wall_seconds);
+}
