@@ -7,10 +7,9 @@ use std::path::{Path, PathBuf};
 
 use ecstack_sim::robustore::Scheme;
 
-use super::loglog::{Scale, ScaledLines};
 use super::reasons;
 use super::rows::{Row, GROUPS};
-use crate::plot::{Bars, Lines};
+use crate::plot::{Bars, Lines, Scale, ScaledLines};
 use crate::Result;
 
 #[derive(Clone, Copy)]
@@ -200,6 +199,7 @@ fn draw(out: &Path, group: &str, rows: &[Row]) -> Result<Vec<PathBuf>> {
                     x_label: x_label(group),
                     y_label: metric.label(),
                     series,
+                    y_range: None,
                     x_scale: Scale::Log,
                     y_scale: Scale::Log,
                 }
