@@ -148,12 +148,20 @@ pub struct ModelRow {
     /// Inbound bytes of the OSDs' links during the write over B × its time: mean and busiest OSD.
     pub write_link_mean: f64,
     pub write_link_max: f64,
+    /// The write phase's seconds, those until the first client finished, and the links' mean busy
+    /// fraction in that part (the tail after it is where the rest of the phase is lost).
+    pub write_secs: f64,
+    pub write_all_active_secs: f64,
+    pub write_all_active_link_mean: f64,
     pub read_mb_per_sec: f64,
     pub read_model_mb_per_sec: f64,
     pub read_ratio: f64,
     /// Outbound bytes of the OSDs' links during the read over B × its time: mean and busiest OSD.
     pub read_link_mean: f64,
     pub read_link_max: f64,
+    pub read_secs: f64,
+    pub read_all_active_secs: f64,
+    pub read_all_active_link_mean: f64,
     pub degraded_read_mb_per_sec: Option<f64>,
     pub recovery_mb_per_sec: Option<f64>,
     pub recovery_secs: Option<f64>,
@@ -244,6 +252,24 @@ impl ModelReport {
               writing, outbound while reading; Ethernet frames, what tc limits) over B × the phase's time. \
               A mean close to the ratio with a busiest link near 100% means uneven load; a busiest link well \
               below 100% means the links sat idle. Timelines: `links-*.csv`.\n";
+        s += "\nWhere a phase loses: its time until the first client finished (every client active) and the \
+              links' mean busy fraction in that part; the rest is the tail, with fewer clients than the \
+              cluster needs to stay busy. The ratio above is over the whole phase.\n\n";
+        s += "| M | segment | write: all active / phase (s) | links while all active | read: all active / phase (s) | links while all active |\n";
+        s += "|---:|---:|---:|---:|---:|---:|\n";
+        for r in &self.rows {
+            s += &format!(
+                "| {} | {} MiB | {:.1} / {:.1} | {:.0}% | {:.1} / {:.1} | {:.0}% |\n",
+                r.osds,
+                r.segment_bytes >> 20,
+                r.write_all_active_secs,
+                r.write_secs,
+                r.write_all_active_link_mean * 100.0,
+                r.read_all_active_secs,
+                r.read_secs,
+                r.read_all_active_link_mean * 100.0
+            );
+        }
         s
     }
 
@@ -399,6 +425,11 @@ struct PhaseResult {
     link_mean: f64,
     link_max: f64,
     timeline: Vec<(f64, Vec<f64>)>,
+    /// The phase's time, and the part of it until the first client finished (all clients active).
+    secs: f64,
+    all_active_secs: f64,
+    /// The links' mean busy fraction while all clients were active (from the timeline).
+    all_active_link_mean: f64,
 }
 
 /// The link counters sampled on a thread until it is stopped.
@@ -499,10 +530,14 @@ fn run_phase(
     let start = Instant::now();
     let sampler = LinkSampler::start(probe.clone(), start);
     let mut end = start;
+    let mut first_end: Option<Instant> = None;
     let mut first_error = None;
     for t in threads {
         match t.join() {
-            Ok(Ok(e)) => end = end.max(e),
+            Ok(Ok(e)) => {
+                end = end.max(e);
+                first_end = Some(first_end.map_or(e, |f| f.min(e)));
+            }
             Ok(Err(e)) => {
                 first_error.get_or_insert(e);
             }
@@ -524,11 +559,11 @@ fn run_phase(
         .zip(&after)
         .map(|(b, a)| charged(phase, a).saturating_sub(charged(phase, b)) as f64 / capacity)
         .collect();
-    let mut timeline = Vec::new();
+    let mut timeline: Vec<(f64, Vec<f64>)> = Vec::new();
     let mut prev = (0.0, before);
     for (t, c) in samples {
         let dt = (t - prev.0).max(1e-9);
-        let rates = prev
+        let rates: Vec<f64> = prev
             .1
             .iter()
             .zip(&c)
@@ -538,11 +573,32 @@ fn run_phase(
         prev = (t, c);
     }
     let bytes = cfg.bytes_per_client * bed.clients.len() as u64;
+    let all_active_secs = first_end.map_or(secs, |f| (f - start).as_secs_f64().max(1e-9));
+    // The intervals that ended before the first client finished (the sampler's resolution).
+    let mut moved = 0.0;
+    let mut covered = 0.0;
+    let mut t_prev = 0.0;
+    for (t, rates) in &timeline {
+        if *t > all_active_secs {
+            break;
+        }
+        moved += rates.iter().sum::<f64>() * 1e6 * (t - t_prev);
+        covered = *t;
+        t_prev = *t;
+    }
+    let all_active_link_mean = if covered > 0.0 {
+        moved / (cfg.rate_mbit * 1e6 / 8.0 * covered * osds.len().max(1) as f64)
+    } else {
+        0.0
+    };
     Ok(PhaseResult {
         mb_per_sec: bytes as f64 / 1e6 / secs,
         link_mean: busy.iter().sum::<f64>() / busy.len().max(1) as f64,
         link_max: busy.iter().cloned().fold(0.0, f64::max),
         timeline,
+        secs,
+        all_active_secs,
+        all_active_link_mean,
     })
 }
 
@@ -719,11 +775,17 @@ fn one_run(
         write_model_mb_per_sec: write_model,
         write_ratio: write / write_model,
         write_link_mean: w.link_mean,
+        write_secs: w.secs,
+        write_all_active_secs: w.all_active_secs,
+        write_all_active_link_mean: w.all_active_link_mean,
         write_link_max: w.link_max,
         read_mb_per_sec: read,
         read_model_mb_per_sec: read_model,
         read_ratio: read / read_model,
         read_link_mean: r.link_mean,
+        read_secs: r.secs,
+        read_all_active_secs: r.all_active_secs,
+        read_all_active_link_mean: r.all_active_link_mean,
         read_link_max: r.link_max,
         degraded_read_mb_per_sec: None,
         recovery_mb_per_sec: None,
