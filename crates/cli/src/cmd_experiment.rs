@@ -29,6 +29,9 @@ enum ExpCmd {
     Zombienand(crate::cmd_zombienand::ExpZombieArgs),
     /// TWEEN's first evaluation: md vs eplog vs tween on simulated SSDs, EPLOG traces (docs/tween.md)
     Tween(crate::cmd_tween::ExpTweenArgs),
+    /// RainFS §2.7: TeraSort suite by NAS count and by architecture over emulated links (docs/rainfs.md)
+    #[command(long_about = crate::cmd_rainfs::EXP_LONG_ABOUT)]
+    Rainfs(crate::cmd_rainfs::ExpRainfsArgs),
 }
 
 #[derive(Args)]
@@ -131,6 +134,7 @@ pub fn run(a: ExperimentArgs) -> Result<()> {
         ExpCmd::Robustore(r) => crate::cmd_robustore::experiment(r),
         ExpCmd::Zombienand(z) => crate::cmd_zombienand::run_experiment(z),
         ExpCmd::Tween(t) => crate::cmd_tween::experiment(t),
+        ExpCmd::Rainfs(r) => crate::cmd_rainfs::experiment(r),
     }
 }
 

@@ -10,6 +10,7 @@ mod cmd_kv;
 mod cmd_mds;
 mod cmd_nbd;
 mod cmd_osd;
+mod cmd_rainfs;
 mod cmd_reduce;
 mod cmd_reliability;
 mod cmd_robustore;
@@ -63,6 +64,9 @@ enum Cmd {
     Osd(cmd_osd::OsdArgs),
     /// TreeChunks: what compression and dedup would save on a file tree (analyze, report, merge)
     Reduce(cmd_reduce::ReduceArgs),
+    /// RainFS (Java module rainfs/): the checker, the TeraSort suite and the experiment with one command
+    #[command(long_about = cmd_rainfs::LONG_ABOUT)]
+    Rainfs(cmd_rainfs::RainfsArgs),
     /// Mean time to data loss of arrays (RAID-5/6, RS), EPLOG with log devices, CodFS clusters; RainFS Table 2.1
     Reliability(cmd_reliability::ReliabilityArgs),
 }
@@ -84,6 +88,7 @@ fn main() {
         Cmd::Demo(a) => cmd_demo::run(a),
         Cmd::Reduce(a) => cmd_reduce::run(a),
         Cmd::Reliability(a) => cmd_reliability::run(a),
+        Cmd::Rainfs(a) => cmd_rainfs::run(a),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.

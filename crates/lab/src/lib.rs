@@ -15,6 +15,8 @@
 //!   the cluster on an emulated network of namespaces ([`codfs_netns`]).
 //! * [`ec_bench`]: `ecstack bench ec`, our erasure-code kernels against ISA-L at each kernel level.
 //! * [`robustore`]: `ecstack experiment robustore`, RobuSTore's ch. 6 figures on `ecstack-sim`.
+//! * [`rainfs`]: `ecstack rainfs` and `ecstack experiment rainfs`, the launcher of the Java module
+//!   `rainfs/` (checker, TeraSort suite, the experiment by NAS count and by architecture).
 
 pub mod codfs_bench;
 pub mod codfs_model;
@@ -25,6 +27,7 @@ pub mod eplog;
 pub mod kv_bench;
 pub mod kv_bench_ycsb;
 pub mod plot;
+pub mod rainfs;
 pub mod robustore;
 pub mod table;
 pub mod trace_plots;

@@ -25,6 +25,8 @@ final class FailoverInputStream extends FSInputStream {
   private final FileSystem.Statistics stats;
   private int current = -1;
   private FileChannel channel;
+  /** The experiment's emulated route for the current replica (null when off). */
+  private NasLink.Route route;
   private long pos;
   private boolean closed;
   /** How many times this stream moved to another replica (tests assert the failover path ran). */
@@ -43,6 +45,7 @@ final class FailoverInputStream extends FSInputStream {
     for (int i = from; i < replicas.size(); i++) {
       try {
         channel = FileChannel.open(replicas.get(i), StandardOpenOption.READ);
+        route = NasLink.readRoute(replicas.get(i));
         if (current >= 0 && i != current) {
           failovers++;
         }
@@ -93,7 +96,7 @@ final class FailoverInputStream extends FSInputStream {
       try {
         int n = channel.read(ByteBuffer.wrap(b, off, len), pos);
         if (n > 0) {
-          NasLink.charge(replicas.get(current), n);
+          NasLink.charge(route, n);
           pos += n;
           if (stats != null) {
             stats.incrementBytesRead(n);

@@ -531,6 +531,10 @@ public final class RainFsck {
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
         case "fsck" -> { }
+        case "--help", "-h" -> {
+          System.out.println(USAGE);
+          return 0;
+        }
         case "--config" -> cfg = i + 1 < args.length ? args[++i] : null;
         case "--dry-run" -> dry = true;
         case "--json" -> asJson = true;

@@ -42,6 +42,8 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
   private final List<Future<?>> pending = new ArrayList<>();
   private final CRC32C crc;
   private final OnClose onClose;
+  /** The experiment's emulated route per replica (null when off), fixed by the thread that opened the stream. */
+  private final NasLink.Route[] routes;
   private byte[] buf = new byte[BUFFER_BYTES];
   private byte[] spare = new byte[BUFFER_BYTES];
   private int fill;
@@ -57,6 +59,7 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
     this.length = initialLength;
     this.crc = crc;
     this.onClose = onClose;
+    this.routes = NasLink.writeRoutes(replicas);
     this.writers = new ExecutorService[channels.length];
     for (int i = 0; i < channels.length; i++) {
       final String name = "rainfs-writer-" + i + "-" + replicas.get(i).getFileName();
@@ -110,12 +113,13 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
     for (int i = 0; i < channels.length; i++) {
       final FileChannel ch = channels[i];
       final Path replica = replicas.get(i);
+      final NasLink.Route route = routes == null ? null : routes[i];
       pending.add(writers[i].submit(() -> {
         java.util.function.Predicate<Path> fault = failWrite;
         if (fault != null && fault.test(replica)) {
           throw new IOException("injected failure: NAS of " + replica + " unavailable");
         }
-        NasLink.charge(replica, n);
+        NasLink.charge(route, n);
         ByteBuffer bb = ByteBuffer.wrap(data, 0, n);
         while (bb.hasRemaining()) {
           ch.write(bb);
