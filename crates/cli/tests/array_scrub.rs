@@ -98,7 +98,10 @@ fn scrub_repairs_what_it_locates_and_fails_on_what_it_cannot() {
         let r = Array::open_recorded(&meta, &[], &[], &OpenOptions::default()).unwrap();
         let mut back = vec![0u8; model.len()];
         r.array.read_at(&mut back, 0).unwrap();
-        assert!(back == model, "data differs after repairing two chunks per stripe");
+        assert!(
+            back == model,
+            "data differs after repairing two chunks per stripe"
+        );
     }
 
     // Three bad chunks in every stripe (more than m): reported, nothing guessed, exit status 1
@@ -107,7 +110,11 @@ fn scrub_repairs_what_it_locates_and_fails_on_what_it_cannot() {
     rot(&p("m2"), g.data_start, g.chunk, g.slots, 5);
     rot(&p("m3"), g.data_start, g.chunk, g.slots, 6);
     let o = ecstack(&["array", "scrub", "--meta", &meta]);
-    assert!(!o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("scrub left") && err.lines().count() == 1,
