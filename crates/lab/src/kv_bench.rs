@@ -171,6 +171,25 @@ fn redis_benchmark(port: u16, cfg: &KvBenchConfig) -> Result<Vec<(String, f64)>>
     Ok(rows)
 }
 
+/// A redis-server on 127.0.0.1:`port` with persistence off (the peer of both benchmarks).
+pub(crate) fn spawn_redis_server(port: u16) -> Result<std::process::Child> {
+    Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| run_err(format!("redis-server: {e} (install redis-server)")))
+}
+
 /// Wait until something answers PING on `port`.
 pub(crate) fn wait_ping(port: u16) -> Result<()> {
     let start = Instant::now();
@@ -376,21 +395,7 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Fn(&str)) -> Result<KvBenchReport
     array.close()?;
     // redis-server, persistence off.
     let port = free_port()?;
-    let mut child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| run_err(format!("redis-server: {e} (install redis-server)")))?;
+    let mut child = spawn_redis_server(port)?;
     let res = wait_ping(port).and_then(|()| {
         progress("redis-benchmark against redis-server");
         let rows = redis_benchmark(port, cfg)?;

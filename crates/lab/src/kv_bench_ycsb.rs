@@ -24,7 +24,8 @@ use ecstack_kv::{Durability, KvConfig, KvStore};
 use serde::Serialize;
 
 use crate::kv_bench::{
-    command, free_port, memory_array, read_reply, wait_ping, KvBenchConfig, Reply,
+    command, free_port, memory_array, read_reply, spawn_redis_server, wait_ping, KvBenchConfig,
+    Reply,
 };
 use crate::{LabError, Result};
 
@@ -419,21 +420,7 @@ fn start_ecstack(cfg: &YcsbConfig) -> Result<(Server, u16)> {
 
 fn start_redis() -> Result<(Server, u16)> {
     let port = free_port()?;
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| run_err(format!("redis-server: {e} (install redis-server)")))?;
+    let child = spawn_redis_server(port)?;
     let server = Server::Redis(child);
     if let Err(e) = wait_ping(port) {
         let _ = server.stop();
