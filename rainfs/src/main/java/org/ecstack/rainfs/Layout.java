@@ -56,6 +56,20 @@ final class Layout {
     return bucketDir(nas, bucket).resolve(String.format("%016x", rndId));
   }
 
+  /**
+   * The NAS mount a file lives on, for {@link NasGuard}: {@code <nas>} for a replica
+   * {@code <nas>/.rainfs/<bucket>/<rndID>}, else the file's directory (a plain file in the namespace).
+   */
+  static Path nasOf(Path file) {
+    Path bucket = file.getParent();
+    Path data = bucket == null ? null : bucket.getParent();
+    if (data != null && data.getFileName() != null && data.getFileName().toString().equals(RainConfig.DATA_DIR)
+        && data.getParent() != null) {
+      return data.getParent();
+    }
+    return bucket == null ? file : bucket;
+  }
+
   static Path bucketDir(Path nas, long bucket) {
     return nas.resolve(RainConfig.DATA_DIR).resolve(String.format("%04x", bucket));
   }

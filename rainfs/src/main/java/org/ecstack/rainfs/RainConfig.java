@@ -22,6 +22,8 @@ import java.util.Properties;
  * replication = 2                       # default replication factor (Hadoop's create() may ask for another)
  * bucketPower = 4                       # 2^bucketPower hidden bucket folders per NAS
  * checkerTimeoutSeconds = 600           # fsck touches partial operations only when older than this
+ * nasTimeoutMillis = 30000              # a NAS call (open, read, stat, write) longer than this is abandoned:
+ *                                       # reads fail over, writes fail; 0 = wait forever ({@link NasGuard})
  * </pre>
  */
 public final class RainConfig {
@@ -34,15 +36,21 @@ public final class RainConfig {
   public final int replication;
   public final int bucketPower;
   public final long checkerTimeoutSeconds;
+  /** How long a client waits for one NAS call before it gives the mount up as hung (0: forever). */
+  public final long nasTimeoutMillis;
+
+  /** Default of {@code nasTimeoutMillis}: well above a busy NAS's slowest answer, well below a task timeout. */
+  public static final int DEFAULT_NAS_TIMEOUT_MILLIS = 30_000;
 
   private RainConfig(Path source, Path namespace, List<Path> nas, int replication, int bucketPower,
-      long checkerTimeoutSeconds) {
+      long checkerTimeoutSeconds, long nasTimeoutMillis) {
     this.source = source;
     this.namespace = namespace;
     this.nas = Collections.unmodifiableList(nas);
     this.replication = replication;
     this.bucketPower = bucketPower;
     this.checkerTimeoutSeconds = checkerTimeoutSeconds;
+    this.nasTimeoutMillis = nasTimeoutMillis;
   }
 
   public int nasCount() {
@@ -73,8 +81,9 @@ public final class RainConfig {
     int replication = intValue(p, file, "replication", 1, 1, 64);
     int bucketPower = intValue(p, file, "bucketPower", 4, 0, 16);
     long timeout = intValue(p, file, "checkerTimeoutSeconds", 600, 0, Integer.MAX_VALUE);
+    long nasTimeout = intValue(p, file, "nasTimeoutMillis", DEFAULT_NAS_TIMEOUT_MILLIS, 0, Integer.MAX_VALUE);
     return new RainConfig(file, Paths.get(ns.trim()).toAbsolutePath().normalize(), nas, replication,
-        bucketPower, timeout);
+        bucketPower, timeout, nasTimeout);
   }
 
   private static String need(Properties p, Path file, String key) throws IOException {

@@ -233,11 +233,18 @@ public class RainFileSystem extends FileSystem {
       }
       created = algorithm1Create(c, local, r);
       FsPermission perm = permission == null ? FsPermission.getFileDefault() : permission;
-      applyPermission(created.files, perm.applyUMask(FsPermission.getUMask(getConf())));
+      try {
+        applyPermission(created.files, perm.applyUMask(FsPermission.getUMask(getConf())), c.nasTimeoutMillis);
+      } catch (IOException e) {
+        for (int i = 0; i < created.channels.length; i++) {
+          NasGuard.of(created.files.get(i)).release(created.channels[i], c.nasTimeoutMillis);
+        }
+        throw e; // the metadata stays open: fsck completes the file after its timeout
+      }
     }
     final Metadata open = created.meta;
     ReplicatingOutputStream out = new ReplicatingOutputStream(created.files, created.channels, 0,
-        new CRC32C(), (length, crc) -> closeMetadata(local, open, length, crc));
+        new CRC32C(), (length, crc) -> closeMetadata(local, open, length, crc), c.nasTimeoutMillis);
     return new FSDataOutputStream(out, statistics);
   }
 
@@ -273,7 +280,7 @@ public class RainFileSystem extends FileSystem {
           java.nio.file.Path nas = c.nas.get((nasStart + i) % nasCount);
           files.add(Layout.replica(nas, bucket, rndId)); // 7: BUILDPATH
           crash("create", 8);
-          channels[i] = createReplica(nas, files.get(i)); // 8: FILE.CREATE(files[i])
+          channels[i] = createReplica(nas, files.get(i), c.nasTimeoutMillis); // 8: FILE.CREATE(files[i])
         }
         Metadata meta = Metadata.open(replication, files);
         crash("create", 10);
@@ -311,16 +318,31 @@ public class RainFileSystem extends FileSystem {
     }
   }
 
-  /** FILE.CREATE of a replica; the NAS mount itself must exist (never create a missing mount point). */
-  static FileChannel createReplica(java.nio.file.Path nas, java.nio.file.Path file) throws IOException {
-    if (!Files.isDirectory(nas)) {
-      throw new IOException("rainfs: NAS " + nas + " is unavailable (not a directory)");
-    }
-    Files.createDirectories(file.getParent());
+  /**
+   * FILE.CREATE of a replica; the NAS mount itself must exist (never create a missing mount point). A NAS that
+   * does not answer within the timeout, or is suspect already, is unavailable like a missing one.
+   */
+  static FileChannel createReplica(java.nio.file.Path nas, java.nio.file.Path file, long timeoutMillis)
+      throws IOException {
     try {
-      return FileChannel.open(file, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE);
-    } catch (FileAlreadyExistsException e) {
-      throw new CollisionException(file);
+      return NasGuard.ofMount(nas).call("create " + file, timeoutMillis, () -> {
+        if (!Files.isDirectory(nas)) {
+          throw new IOException("rainfs: NAS " + nas + " is unavailable (not a directory)");
+        }
+        Files.createDirectories(file.getParent());
+        try {
+          return FileChannel.open(file, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE);
+        } catch (FileAlreadyExistsException e) {
+          throw new CollisionException(file);
+        }
+      }, ch -> {
+        if (ch != null) { // created after we gave up: undo it (fsck would sweep it as leaked otherwise)
+          ch.close();
+          Files.deleteIfExists(file);
+        }
+      });
+    } catch (NasGuard.NasTimeoutException | NasGuard.SuspectNasException e) {
+      throw new IOException("rainfs: NAS " + nas + " is unavailable (not answering): " + e.getMessage(), e);
     }
   }
 
@@ -385,6 +407,10 @@ public class RainFileSystem extends FileSystem {
    * unavailable NAS stays behind with the metadata, for fsck to finish.
    */
   void algorithm2Delete(java.nio.file.Path filepath) throws IOException {
+    algorithm2Delete(filepath, config().nasTimeoutMillis);
+  }
+
+  void algorithm2Delete(java.nio.file.Path filepath, long timeoutMillis) throws IOException {
     crash("delete", 3);
     Metadata meta;
     try {
@@ -401,8 +427,9 @@ public class RainFileSystem extends FileSystem {
     for (int i = 0; i < meta.replicas.size(); i++) { // 5
       crash("delete", 6);
       try {
-        Files.deleteIfExists(meta.replicas.get(i)); // 6: FILE.DELETE(replicas[i])
-      } catch (IOException e) {
+        java.nio.file.Path r = meta.replicas.get(i);
+        onNas(r, "delete", timeoutMillis, () -> Files.deleteIfExists(r)); // 6: FILE.DELETE(replicas[i])
+      } catch (IOException e) { // unavailable or hung NAS: the replica stays for fsck
         all = false;
       }
     }
@@ -581,7 +608,7 @@ public class RainFileSystem extends FileSystem {
       default:
         List<java.nio.file.Path> replicas = readOrder(local, k);
         return new FSDataInputStream(new BufferedFSInputStream(
-            new FailoverInputStream(local, replicas, statistics), bufferSize));
+            new FailoverInputStream(local, replicas, statistics, c.nasTimeoutMillis), bufferSize));
     }
   }
 
@@ -631,9 +658,10 @@ public class RainFileSystem extends FileSystem {
         throw new FileNotFoundException("rainfs: " + f + " is a directory");
       }
       List<java.nio.file.Path> replicas = k == Kind.RAIN_FILE ? Metadata.read(local).replicas : List.of(local);
+      long timeoutMillis = k == Kind.RAIN_FILE ? c.nasTimeoutMillis : 0;
       CRC32C crc = new CRC32C();
       long length = 0;
-      try (InputStream in = Files.newInputStream(replicas.get(0))) {
+      try (InputStream in = new FailoverInputStream(local, replicas, null, timeoutMillis)) {
         byte[] b = new byte[1 << 16];
         for (int n; (n = in.read(b)) > 0; ) {
           crc.update(b, 0, n);
@@ -643,17 +671,22 @@ public class RainFileSystem extends FileSystem {
       FileChannel[] channels = new FileChannel[replicas.size()];
       try {
         for (int i = 0; i < channels.length; i++) {
-          channels[i] = FileChannel.open(replicas.get(i), StandardOpenOption.WRITE, StandardOpenOption.APPEND);
-          if (channels[i].size() != length) {
+          java.nio.file.Path r = replicas.get(i);
+          channels[i] = NasGuard.of(r).call("open " + r, timeoutMillis,
+              () -> FileChannel.open(r, StandardOpenOption.WRITE, StandardOpenOption.APPEND), ch -> {
+                if (ch != null) {
+                  ch.close();
+                }
+              });
+          final FileChannel ch = channels[i];
+          if (NasGuard.of(r).call("stat " + r, timeoutMillis, ch::size) != length) {
             throw new IOException("rainfs: replica " + replicas.get(i) + " differs in length from replica 0;"
                 + " run rainfs fsck");
           }
         }
       } catch (IOException e) {
-        for (FileChannel ch : channels) {
-          if (ch != null) {
-            ch.close();
-          }
+        for (int i = 0; i < channels.length; i++) {
+          NasGuard.of(replicas.get(i)).release(channels[i], timeoutMillis);
         }
         throw e;
       }
@@ -665,8 +698,8 @@ public class RainFileSystem extends FileSystem {
       } else {
         onClose = (len, sum) -> { };
       }
-      return new FSDataOutputStream(new ReplicatingOutputStream(replicas, channels, length, crc, onClose),
-          statistics, length);
+      return new FSDataOutputStream(new ReplicatingOutputStream(replicas, channels, length, crc, onClose,
+          timeoutMillis), statistics, length);
     }
   }
 
@@ -757,6 +790,7 @@ public class RainFileSystem extends FileSystem {
 
   private FileStatus status(RainConfig c, java.nio.file.Path local, Kind k) throws IOException {
     Path path = hadoopPath(c, local);
+    long timeoutMillis = k == Kind.RAIN_FILE ? c.nasTimeoutMillis : 0; // the namespace itself is not guarded
     if (k == Kind.DIR) {
       PosixFileAttributes a = posix(local);
       return new FileStatus(0, true, 1, 0, a.lastModifiedTime().toMillis(), a.lastAccessTime().toMillis(),
@@ -773,7 +807,7 @@ public class RainFileSystem extends FileSystem {
     IOException last = null;
     for (java.nio.file.Path r : order) {
       try {
-        PosixFileAttributes a = posix(r);
+        PosixFileAttributes a = NasGuard.of(r).call("stat " + r, timeoutMillis, () -> posix(r));
         return new FileStatus(a.size(), false, replication, getDefaultBlockSize(), a.lastModifiedTime().toMillis(),
             a.lastAccessTime().toMillis(), permission(a.permissions()), a.owner().getName(),
             a.group().getName(), path);
@@ -814,14 +848,35 @@ public class RainFileSystem extends FileSystem {
     Files.setPosixFilePermissions(p, posixSet(perm));
   }
 
-  private static void applyPermission(List<java.nio.file.Path> files, FsPermission perm) throws IOException {
+  private static void applyPermission(List<java.nio.file.Path> files, FsPermission perm, long timeoutMillis)
+      throws IOException {
     for (java.nio.file.Path p : files) {
-      setLocalPermission(p, perm);
+      onNas(p, "chmod", timeoutMillis, () -> setLocalPermission(p, perm));
     }
   }
 
-  /** The files an attribute change applies to: every replica of a RainFS file, else the entry itself. */
-  private List<java.nio.file.Path> targets(Path f) throws IOException {
+  /** A call that touches the NAS holding {@code p} (a replica), under its {@link NasGuard}. */
+  interface NasAction {
+    void run() throws IOException;
+  }
+
+  static void onNas(java.nio.file.Path p, String what, long timeoutMillis, NasAction a) throws IOException {
+    NasGuard.of(p).call(what + " " + p, timeoutMillis, () -> {
+      a.run();
+      return null;
+    });
+  }
+
+  /** What an attribute change does to one file. */
+  interface TargetAction {
+    void apply(java.nio.file.Path t) throws IOException;
+  }
+
+  /**
+   * Apply an attribute change to every replica of a RainFS file (each under its NAS's guard: a hung NAS fails
+   * the call instead of hanging it), else to the entry itself.
+   */
+  private void forEachTarget(Path f, String what, TargetAction a) throws IOException {
     RainConfig c = config();
     java.nio.file.Path local = local(c, f);
     Kind k = Namespace.classify(local);
@@ -829,23 +884,24 @@ public class RainFileSystem extends FileSystem {
       case MISSING:
         throw new FileNotFoundException("rainfs: " + f + " does not exist");
       case RAIN_FILE:
-        return readOrder(local, k);
+        for (java.nio.file.Path t : readOrder(local, k)) {
+          onNas(t, what, c.nasTimeoutMillis, () -> a.apply(t));
+        }
+        break;
       default:
-        return List.of(local);
+        a.apply(local);
     }
   }
 
   @Override
   public void setPermission(Path p, FsPermission permission) throws IOException {
-    for (java.nio.file.Path t : targets(p)) {
-      setLocalPermission(t, permission);
-    }
+    forEachTarget(p, "chmod", t -> setLocalPermission(t, permission));
   }
 
   @Override
   public void setOwner(Path p, String username, String groupname) throws IOException {
     UserPrincipalLookupService users = java.nio.file.FileSystems.getDefault().getUserPrincipalLookupService();
-    for (java.nio.file.Path t : targets(p)) {
+    forEachTarget(p, "chown", t -> {
       PosixFileAttributeView v = Files.getFileAttributeView(t, PosixFileAttributeView.class);
       if (username != null) {
         v.setOwner(users.lookupPrincipalByName(username));
@@ -853,15 +909,13 @@ public class RainFileSystem extends FileSystem {
       if (groupname != null) {
         v.setGroup(users.lookupPrincipalByGroupName(groupname));
       }
-    }
+    });
   }
 
   @Override
   public void setTimes(Path p, long mtime, long atime) throws IOException {
-    for (java.nio.file.Path t : targets(p)) {
-      Files.getFileAttributeView(t, BasicFileAttributeView.class).setTimes(
-          mtime >= 0 ? FileTime.fromMillis(mtime) : null, atime >= 0 ? FileTime.fromMillis(atime) : null, null);
-    }
+    forEachTarget(p, "utimes", t -> Files.getFileAttributeView(t, BasicFileAttributeView.class).setTimes(
+        mtime >= 0 ? FileTime.fromMillis(mtime) : null, atime >= 0 ? FileTime.fromMillis(atime) : null, null));
   }
 
   @Override

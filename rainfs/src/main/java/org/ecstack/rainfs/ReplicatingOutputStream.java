@@ -11,6 +11,8 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.zip.CRC32C;
 import org.apache.hadoop.fs.StreamCapabilities;
 import org.apache.hadoop.fs.Syncable;
@@ -24,6 +26,12 @@ import org.apache.hadoop.fs.Syncable;
  * <p>If any replica cannot be written, the stream fails: that write (or the next call, or close) throws an
  * IOException naming the replica, every replica is closed, and the metadata stays {@code open}, which fsck
  * completes or rolls back after its timeout. Nothing is left that fsck cannot clean up.
+ *
+ * <p>A replica whose NAS hangs instead of failing (a hard-mounted NFS) fails the same way once
+ * {@code nasTimeoutMillis} passes without its writer thread finishing a buffer (or a force, or the close): the
+ * stream fails naming the replica, its NAS becomes suspect ({@link NasGuard}: no new file is created there
+ * until it answers), and the hung thread is left behind, a daemon; the replica's channel is closed on that
+ * thread once the NAS answers, never on the caller's (closing a file blocked in a hung mount blocks too).
  */
 final class ReplicatingOutputStream extends OutputStream implements Syncable, StreamCapabilities {
   /** Called after a clean close with the file's length and CRC-32C. */
@@ -40,6 +48,14 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
   private final FileChannel[] channels;
   private final ExecutorService[] writers;
   private final List<Future<?>> pending = new ArrayList<>();
+  /** The replica index of each pending future. */
+  private final List<Integer> pendingReplica = new ArrayList<>();
+  /** 0: no timeout. */
+  private final long timeoutMillis;
+  /** Per replica: a task is running on its writer thread / a task timed out and has not returned. */
+  private final boolean[] running;
+  private final boolean[] hung;
+  private final Object hangLock = new Object();
   private final CRC32C crc;
   private final OnClose onClose;
   /** The experiment's emulated route per replica (null when off), fixed by the thread that opened the stream. */
@@ -52,13 +68,16 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
   private boolean closed;
 
   ReplicatingOutputStream(List<Path> replicas, FileChannel[] channels, long initialLength, CRC32C crc,
-      OnClose onClose) {
+      OnClose onClose, long timeoutMillis) {
     assert replicas.size() == channels.length && channels.length > 0;
     this.replicas = replicas;
     this.channels = channels;
     this.length = initialLength;
     this.crc = crc;
     this.onClose = onClose;
+    this.timeoutMillis = timeoutMillis;
+    this.running = new boolean[channels.length];
+    this.hung = new boolean[channels.length];
     this.routes = NasLink.writeRoutes(replicas);
     this.writers = new ExecutorService[channels.length];
     for (int i = 0; i < channels.length; i++) {
@@ -114,7 +133,7 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
       final FileChannel ch = channels[i];
       final Path replica = replicas.get(i);
       final NasLink.Route route = routes == null ? null : routes[i];
-      pending.add(writers[i].submit(() -> {
+      submit(i, () -> {
         java.util.function.Predicate<Path> fault = failWrite;
         if (fault != null && fault.test(replica)) {
           throw new IOException("injected failure: NAS of " + replica + " unavailable");
@@ -124,31 +143,81 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
         while (bb.hasRemaining()) {
           ch.write(bb);
         }
-        return null;
-      }));
+      });
     }
     buf = spare;
     spare = data;
     fill = 0;
   }
 
-  /** Wait for the writer threads; the first replica failure fails the stream. */
+  /** One step of a writer thread: a buffer, a force or the close of one replica. */
+  private interface Step {
+    void run() throws IOException;
+  }
+
+  /** Queue {@code step} on replica {@code i}'s writer thread; {@link #await} waits for it. */
+  private void submit(int i, Step step) {
+    final Path replica = replicas.get(i);
+    pending.add(writers[i].submit(() -> {
+      synchronized (hangLock) {
+        running[i] = true;
+      }
+      try {
+        NasGuard.stallPoint(Layout.nasOf(replica));
+        step.run();
+      } finally {
+        synchronized (hangLock) {
+          running[i] = false;
+          if (hung[i]) { // the caller gave up on this step; its NAS answers again
+            hung[i] = false;
+            NasGuard.of(replica).answered();
+          }
+        }
+      }
+      return null;
+    }));
+    pendingReplica.add(i);
+  }
+
+  /**
+   * Wait for the writer threads (up to the NAS timeout per round); the first replica failure fails the stream.
+   * A replica that times out marks its NAS suspect and leaves its thread blocked.
+   */
   private void await() throws IOException {
     IOException first = null;
-    for (int i = 0; i < pending.size(); i++) {
+    long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMillis);
+    for (int k = 0; k < pending.size(); k++) {
+      int i = pendingReplica.get(k);
       try {
-        pending.get(i).get();
+        if (timeoutMillis <= 0) {
+          pending.get(k).get();
+        } else {
+          pending.get(k).get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+        }
       } catch (ExecutionException e) {
         if (first == null) {
           Throwable c = e.getCause();
-          first = new IOException("rainfs: replica " + replicas.get(i % replicas.size()) + " failed: " + c, c);
+          first = new IOException("rainfs: replica " + replicas.get(i) + " failed: " + c, c);
+        }
+      } catch (TimeoutException e) {
+        synchronized (hangLock) {
+          if (running[i] && !hung[i]) {
+            hung[i] = true;
+            NasGuard.of(replicas.get(i)).timedOut("write " + replicas.get(i), timeoutMillis);
+          }
+        }
+        if (first == null) {
+          first = new NasGuard.NasTimeoutException("rainfs: replica " + replicas.get(i) + " failed: its NAS did not"
+              + " answer within " + timeoutMillis + " ms (nasTimeoutMillis; a hung mount?)");
         }
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
         first = new java.io.InterruptedIOException("rainfs: interrupted waiting for replica writers");
+        break;
       }
     }
     pending.clear();
+    pendingReplica.clear();
     if (first != null) {
       fail(first);
     }
@@ -189,10 +258,7 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
     flush();
     for (int i = 0; i < channels.length; i++) {
       final FileChannel ch = channels[i];
-      pending.add(writers[i].submit(() -> {
-        ch.force(false);
-        return null;
-      }));
+      submit(i, () -> ch.force(false));
     }
     await();
   }
@@ -217,32 +283,39 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
       return;
     }
     flush();
-    IOException first = null;
+    // Close every replica on its own writer thread: closing a file on NFS writes it back, and may hang.
     for (int i = 0; i < channels.length; i++) {
-      try {
-        channels[i].close();
-      } catch (IOException e) {
-        if (first == null) {
-          first = new IOException("rainfs: replica " + replicas.get(i) + " failed at close: " + e, e);
+      final FileChannel ch = channels[i];
+      final Path replica = replicas.get(i);
+      submit(i, () -> {
+        try {
+          ch.close();
+        } catch (IOException e) {
+          throw new IOException("failed at close: " + e + " (" + replica + ")", e);
         }
-      }
+      });
     }
+    await(); // a failure closes the rest (closeQuietly) and throws
     shutdownWriters();
     closed = true;
-    if (first != null) {
-      failure = first;
-      throw first;
-    }
     onClose.closed(length, crc.getValue());
   }
 
+  /** Close every replica on its writer thread, without waiting: after any step still blocked in a hung NAS. */
   private void closeQuietly() {
     closed = true;
-    for (FileChannel ch : channels) {
+    for (int i = 0; i < channels.length; i++) {
+      final FileChannel ch = channels[i];
       try {
-        ch.close();
-      } catch (IOException ignored) {
-        // the stream has failed already; that failure is what the caller sees
+        writers[i].execute(() -> {
+          try {
+            ch.close();
+          } catch (IOException ignored) {
+            // the stream has failed already; that failure is what the caller sees
+          }
+        });
+      } catch (java.util.concurrent.RejectedExecutionException e) {
+        // shut down already: its channel was closed by close()
       }
     }
     shutdownWriters();

@@ -21,6 +21,8 @@ final class RainTestbed {
   final List<Path> nas = new ArrayList<>();
   final Path namespace;
   final Path configFile;
+  /** Written as {@code nasTimeoutMillis} when >= 0 (otherwise the default applies). */
+  long nasTimeoutMillis = -1;
 
   RainTestbed(String name, int nasCount, int replication, int bucketPower) throws IOException {
     root = Paths.get("target", "rainfs-test", name + "-" + ProcessHandle.current().pid() + "-"
@@ -41,7 +43,8 @@ final class RainTestbed {
         + "nas = " + mounts.stream().map(Path::toString).collect(Collectors.joining(", ")) + "\n"
         + "replication = " + replication + "\n"
         + "bucketPower = " + bucketPower + "\n"
-        + "checkerTimeoutSeconds = " + checkerTimeoutSeconds + "\n";
+        + "checkerTimeoutSeconds = " + checkerTimeoutSeconds + "\n"
+        + (nasTimeoutMillis >= 0 ? "nasTimeoutMillis = " + nasTimeoutMillis + "\n" : "");
     Files.write(configFile, text.getBytes(StandardCharsets.UTF_8));
   }
 
