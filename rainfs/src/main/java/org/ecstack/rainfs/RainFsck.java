@@ -38,6 +38,13 @@ import org.ecstack.rainfs.Namespace.Kind;
  *       partial write; the longest replicas that agree become the file, the rest are replaced.</li>
  * </ul>
  * Nothing younger than the timeout, and no file whose lock someone holds, is touched.
+ *
+ * <p>A NAS that hangs instead of failing (a hard-mounted NFS) does not hang the checker: replica checks,
+ * replica deletes and the probes of NAS systems run under {@link NasGuard} with {@code nasTimeoutMillis}. A NAS
+ * that times out is reported once ({@code hung-nas}, unresolved: exit status 1) and counts as unavailable for the
+ * rest of the run, like a failed NAS: its replicas are missing, files are re-replicated elsewhere, and its
+ * buckets are not swept. When it answers again, the next run sweeps its replicas that no file lists any more.
+ * A NAS that hangs in the middle of a copy onto it still blocks the run.
  */
 public final class RainFsck {
   /** One problem found, and what the checker did about it. */
@@ -86,6 +93,8 @@ public final class RainFsck {
   private final Set<Path> referenced = new HashSet<>();
   private final List<Path> complete = new ArrayList<>();
   private final List<Path> orphans = new ArrayList<>();
+  /** NAS mounts that timed out during this run (reported once each, at the end). */
+  private final Set<Path> hungNas = new java.util.LinkedHashSet<>();
 
   public RainFsck(RainConfig config, boolean dryRun, boolean verifyCrc, long timeoutSeconds) {
     this.config = config;
@@ -117,7 +126,38 @@ public final class RainFsck {
       checkFile(entry);
     }
     sweepBuckets();
+    for (Path nas : hungNas) {
+      found("hung-nas", nas, "a call did not return within " + config.nasTimeoutMillis + " ms (nasTimeoutMillis)",
+          "treat it as unavailable for this run (its replicas count as missing; its buckets are not swept)",
+          false);
+    }
     return report;
+  }
+
+  /**
+   * Run a call on the NAS holding {@code file} under its guard; false (and the NAS noted as hung) when the NAS
+   * does not answer in time or is suspect already.
+   */
+  private <T> T guarded(Path file, String what, NasGuard.Op<T> op) throws IOException {
+    NasGuard g = NasGuard.of(file);
+    try {
+      return g.call(what + " " + file, config.nasTimeoutMillis, op);
+    } catch (NasGuard.NasTimeoutException | NasGuard.SuspectNasException e) {
+      hungNas.add(g.nas);
+      throw e;
+    }
+  }
+
+  /** Whether the NAS mounted at {@code nas} is there and answers (a missing or hung one is unavailable). */
+  private boolean available(Path nas) {
+    try {
+      return NasGuard.ofMount(nas).call("probe " + nas, config.nasTimeoutMillis, () -> Files.isDirectory(nas));
+    } catch (IOException e) {
+      if (NasGuard.ofMount(nas).isSuspect()) {
+        hungNas.add(nas);
+      }
+      return false;
+    }
   }
 
   private String rel(Path local) {
@@ -254,7 +294,7 @@ public final class RainFsck {
       for (Path r : m.replicas) {
         if (referenced.contains(r)) {
           shared++;
-        } else if (!dryRun && Files.deleteIfExists(r)) {
+        } else if (!dryRun && deleteReplica(r)) {
           deleted++;
         }
       }
@@ -282,18 +322,29 @@ public final class RainFsck {
     }
   }
 
+  /** Delete a replica if its NAS answers (a hung NAS keeps it: the next run sweeps it as leaked). */
+  private boolean deleteReplica(Path r) {
+    try {
+      return guarded(r, "delete", () -> Files.deleteIfExists(r));
+    } catch (IOException e) {
+      return false;
+    }
+  }
+
   private ReplicaState inspect(Path replica, boolean wantCrc) {
     try {
-      if (!Files.isRegularFile(replica)) {
+      long size = guarded(replica, "stat", () -> Files.isRegularFile(replica) ? Files.size(replica) : -1L);
+      if (size < 0) {
         return null;
       }
-      long len = Files.size(replica);
+      long len = size;
       long crc = -1;
       if (wantCrc) {
         CRC32C c = new CRC32C();
         byte[] b = new byte[1 << 16];
         long n = 0;
-        try (InputStream in = Files.newInputStream(replica)) {
+        // Every open and read under the NAS's guard (a one-replica FailoverInputStream): a hung NAS times out.
+        try (InputStream in = new FailoverInputStream(replica, List.of(replica), null, config.nasTimeoutMillis)) {
           for (int k; (k = in.read(b)) > 0; ) {
             c.update(b, 0, k);
             n += k;
@@ -305,6 +356,9 @@ public final class RainFsck {
       report.replicasChecked++;
       return new ReplicaState(replica, len, crc);
     } catch (IOException e) {
+      if (NasGuard.of(replica).isSuspect()) {
+        hungNas.add(NasGuard.of(replica).nas);
+      }
       return null; // its NAS is unavailable
     }
   }
@@ -400,7 +454,7 @@ public final class RainFsck {
   /** Replace corrupt replicas and add copies on NAS systems holding none until there are {@code want}. */
   private List<Path> repair(Path entry, List<Path> good, List<Path> corrupt, int want) throws IOException {
     for (Path r : corrupt) {
-      Files.deleteIfExists(r);
+      deleteReplica(r);
     }
     List<Path> result = new ArrayList<>(good);
     Path source = good.get(0);
@@ -409,8 +463,8 @@ public final class RainFsck {
     int start = nasIndexOf(source);
     for (int i = 1; i <= config.nasCount() && result.size() < want; i++) {
       Path nas = config.nas.get(Math.floorMod(start + i, config.nasCount()));
-      if (!Files.isDirectory(nas) || result.stream().anyMatch(r -> r.startsWith(nas))) {
-        continue; // unavailable, or it holds a replica already
+      if (result.stream().anyMatch(r -> r.startsWith(nas)) || !available(nas)) {
+        continue; // it holds a replica already, or it is unavailable (missing or hung)
       }
       Path target = nas.resolve(RainConfig.DATA_DIR).resolve(bucketName).resolve(fileName);
       try {
@@ -452,8 +506,8 @@ public final class RainFsck {
   private void sweepBuckets() throws IOException {
     for (Path nas : config.nas) {
       Path data = nas.resolve(RainConfig.DATA_DIR);
-      if (!Files.isDirectory(data)) {
-        continue;
+      if (!available(nas) || !Files.isDirectory(data)) {
+        continue; // missing or hung: its leaked replicas wait for a run in which it answers
       }
       try (DirectoryStream<Path> buckets = Files.newDirectoryStream(data)) {
         for (Path bucket : buckets) {

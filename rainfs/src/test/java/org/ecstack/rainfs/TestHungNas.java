@@ -194,6 +194,44 @@ public class TestHungNas {
     assertArrayEquals(b, TestRainFileSystem.read(fs, new Path("/w")));
   }
 
+  @Test(timeout = 60_000)
+  public void fsckTreatsAHungNasAsUnavailableAndSweepsItOnceItAnswers() throws Exception {
+    RainTestbed bed = bed("hung-fsck");
+    FileSystem fs = bed.fs();
+    byte[] b = data(14, 100_000);
+    write(fs, new Path("/g"), b);
+    java.nio.file.Path r0 = Metadata.read(bed.namespace.resolve("g")).replicas.get(0);
+    NasGuard g = NasGuard.of(r0);
+    // A FIFO would not do here: fsck stats a replica first, and stat(2) of a FIFO does not block.
+    CountDownLatch answer = new CountDownLatch(1);
+    NasGuard.stall = nas -> {
+      if (nas.equals(g.nas)) {
+        awaitQuietly(answer);
+      }
+    };
+
+    RainFsck.Report r = new RainFsck(RainConfig.load(bed.configFile), false, true, 0).run();
+    assertEquals(r.findings.toString(), 1, r.count("hung-nas"));
+    assertEquals(r.findings.toString(), 1, r.count("under-replicated"));
+    assertFalse("a hung NAS stays unresolved", r.consistent());
+    Metadata m = Metadata.read(bed.namespace.resolve("g"));
+    assertEquals(2, m.replicas.size());
+    for (java.nio.file.Path rep : m.replicas) {
+      assertFalse("replica on the hung NAS: " + rep, rep.startsWith(g.nas));
+    }
+    assertArrayEquals(b, TestRainFileSystem.read(fs, new Path("/g")));
+
+    // The NAS answers: the next run sweeps what no file lists any more (the old replica 0), and all is well.
+    NasGuard.stall = null;
+    answer.countDown();
+    awaitAnswered(g);
+    r = new RainFsck(RainConfig.load(bed.configFile), false, true, 0).run();
+    assertEquals(r.findings.toString(), 1, r.count("leaked-replica"));
+    assertTrue(r.findings.toString(), r.consistent());
+    assertFalse(Files.exists(r0));
+    Invariants.check(bed, 2);
+  }
+
   private static void awaitQuietly(CountDownLatch l) {
     try {
       l.await();
