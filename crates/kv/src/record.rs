@@ -1,8 +1,10 @@
 //! The on-disk format (documented in `docs/kv.md`; one copy of the tables lives there).
 //!
-//! Chunk 0 holds the [`Superblock`]; every later chunk is free or part of exactly one record. A record
-//! starts on a chunk boundary with a [`RecordHeader`], then the key, then the value, and occupies
-//! `ceil((HEADER_BYTES + key + value) / chunk_bytes)` chunks. All integers are little-endian.
+//! Chunk 0 holds the [`Superblock`]. A record is a [`RecordHeader`], then the key, then the value.
+//! Format version 3 packs records: a record of at most `chunk_bytes` bytes (a *packed* record) starts
+//! at any multiple of [`RECORD_ALIGN`] inside one chunk and never crosses a chunk boundary, so one
+//! chunk holds many small records; a larger record starts on a chunk boundary and has its
+//! `ceil(bytes / chunk_bytes)` chunks to itself. All integers are little-endian.
 
 /// Bytes of a record header.
 pub const HEADER_BYTES: usize = 24;
@@ -12,9 +14,11 @@ pub const SUPERBLOCK_BYTES: usize = 40;
 pub const RECORD_MAGIC: [u8; 4] = *b"EKVR";
 /// The superblock's magic.
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"ECSTKVSB";
-/// The one format version this code writes and reads. Version 1 (no value kind byte) is refused by
-/// name: see `docs/kv.md`, "Version changes".
-pub const FORMAT_VERSION: u8 = 2;
+/// The one format version this code writes and reads. Versions 1 (no value kind byte) and 2 (one
+/// record per chunk) are refused by name: see `docs/kv.md`, "Version changes".
+pub const FORMAT_VERSION: u8 = 3;
+/// Packed records start at multiples of this many bytes inside their chunk.
+pub const RECORD_ALIGN: usize = 8;
 /// Longest key: the seed's metadata keeps the key size in one byte.
 pub const KEY_BYTES_MAX: usize = 255;
 
@@ -81,7 +85,14 @@ impl Superblock {
         if version == 1 {
             return Err(
                 "format version 1 (records without a value kind, before hashes and sorted \
-                 sets): this build reads only version 2; recreate the store and load it again"
+                 sets): this build reads only version 3; recreate the store and load it again"
+                    .into(),
+            );
+        }
+        if version == 2 {
+            return Err(
+                "format version 2 (one record per chunk, before packed records): this build \
+                 reads only version 3; recreate the store and load it again"
                     .into(),
             );
         }
@@ -181,6 +192,47 @@ pub fn checksum(salt: u64, head: &[u8], key: &[u8], value: &[u8]) -> u32 {
     crc32c::crc32c_append(c, value)
 }
 
+/// Bytes of a record with this key and value size (header, key, value; no padding).
+pub fn record_bytes(key_bytes: usize, value_bytes: usize) -> usize {
+    HEADER_BYTES + key_bytes + value_bytes
+}
+
+/// Bytes a packed record takes in its chunk: its size rounded up to [`RECORD_ALIGN`].
+pub fn packed_bytes(record_bytes: usize) -> usize {
+    record_bytes.div_ceil(RECORD_ALIGN) * RECORD_ALIGN
+}
+
+/// Write a whole record (header, key, value) at the start of `dst`, which holds at least
+/// [`record_bytes`] bytes.
+pub fn encode_record_into(
+    dst: &mut [u8],
+    salt: u64,
+    seq: u64,
+    kind: ValueKind,
+    key: &[u8],
+    value: &[u8],
+) {
+    assert!(
+        (1..=KEY_BYTES_MAX).contains(&key.len()),
+        "key size checked by the caller"
+    );
+    let value_bytes = u32::try_from(value.len()).expect("value size checked by the caller");
+    let mut h = [0u8; HEADER_BYTES];
+    h[R_MAGIC..R_VERSION].copy_from_slice(&RECORD_MAGIC);
+    h[R_VERSION] = FORMAT_VERSION;
+    h[R_KEY_BYTES] = key.len() as u8;
+    h[R_VALUE_BYTES..R_KIND].copy_from_slice(&value_bytes.to_le_bytes());
+    h[R_KIND] = kind as u8;
+    h[R_RESERVED] = 0;
+    h[R_SEQ..R_CRC].copy_from_slice(&seq.to_le_bytes());
+    let crc = checksum(salt, &h, key, value);
+    h[R_CRC..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+    let key_end = HEADER_BYTES + key.len();
+    dst[..HEADER_BYTES].copy_from_slice(&h);
+    dst[HEADER_BYTES..key_end].copy_from_slice(key);
+    dst[key_end..key_end + value.len()].copy_from_slice(value);
+}
+
 /// Encode a whole record into `out` (cleared, then filled and zero-padded to whole chunks).
 pub fn encode_record(
     out: &mut Vec<u8>,
@@ -191,30 +243,10 @@ pub fn encode_record(
     value: &[u8],
     chunk_bytes: usize,
 ) {
-    assert!(
-        (1..=KEY_BYTES_MAX).contains(&key.len()),
-        "key size checked by the caller"
-    );
-    let value_bytes = u32::try_from(value.len()).expect("value size checked by the caller");
+    let n = record_bytes(key.len(), value.len());
     out.clear();
-    out.extend_from_slice(&RECORD_MAGIC);
-    out.push(FORMAT_VERSION);
-    out.push(key.len() as u8);
-    out.extend_from_slice(&value_bytes.to_le_bytes());
-    out.extend_from_slice(&[kind as u8, 0]);
-    out.extend_from_slice(&seq.to_le_bytes());
-    let crc = checksum(salt, out, key, value);
-    out.extend_from_slice(&crc.to_le_bytes());
-    debug_assert_eq!(out.len(), HEADER_BYTES);
-    out.extend_from_slice(key);
-    out.extend_from_slice(value);
-    let padded = out.len().div_ceil(chunk_bytes) * chunk_bytes;
-    out.resize(padded, 0);
-}
-
-/// Chunks a record with this key and value size occupies.
-pub fn record_chunks(key_bytes: usize, value_bytes: usize, chunk_bytes: usize) -> u64 {
-    (HEADER_BYTES + key_bytes + value_bytes).div_ceil(chunk_bytes) as u64
+    out.resize(n.div_ceil(chunk_bytes) * chunk_bytes, 0);
+    encode_record_into(out, salt, seq, kind, key, value);
 }
 
 /// Check a whole record read from storage (`b` starts at the header and holds at least the record);
@@ -251,6 +283,7 @@ mod tests {
         assert_eq!((h.key_bytes, h.value_bytes, h.seq), (3, 6, 42));
         assert_eq!(h.kind, ValueKind::Hash);
         assert!(verify_record(&out, 8).is_none(), "another store's salt");
+        assert_eq!(out[R_VERSION], 3);
         for i in 0..(HEADER_BYTES + 9) {
             let mut bad = out.clone();
             bad[i] ^= 0x10;
@@ -276,5 +309,15 @@ mod tests {
         v1[S_CRC..].copy_from_slice(&crc.to_le_bytes());
         let e = Superblock::decode(&v1).unwrap_err();
         assert!(e.contains("format version 1"), "{e}");
+        // So is a version-2 one (one record per chunk).
+        let mut v2 = sb.encode();
+        v2[S_VERSION..S_CHUNK].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v2[..S_CRC]);
+        v2[S_CRC..].copy_from_slice(&crc.to_le_bytes());
+        let e = Superblock::decode(&v2).unwrap_err();
+        assert!(
+            e.contains("format version 2") && e.contains("packed"),
+            "{e}"
+        );
     }
 }

@@ -13,7 +13,7 @@
 //! ignored, and the version before it is still valid because it is retired only after the new one
 //! is durable.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -26,8 +26,8 @@ use crate::arc::{ArcCache, Lookup};
 use crate::cuckoo::{key_hash, CuckooTable};
 use crate::hash;
 use crate::record::{
-    encode_record, record_chunks, verify_record, RecordHeader, Superblock, ValueKind, HEADER_BYTES,
-    KEY_BYTES_MAX, SUPERBLOCK_BYTES,
+    encode_record_into, packed_bytes, record_bytes, verify_record, RecordHeader, Superblock,
+    ValueKind, HEADER_BYTES, KEY_BYTES_MAX, RECORD_ALIGN, RECORD_MAGIC, SUPERBLOCK_BYTES,
 };
 use crate::{KvError, Result};
 
@@ -35,6 +35,11 @@ use crate::{KvError, Result};
 const GROUP_PAIRS_MAX: usize = 256;
 /// Most chunks a sync zeroes with one write when retired records lie next to each other.
 const ZERO_RUN_CHUNKS_MAX: u64 = 64;
+/// A chunk with less room than this left after a batch is not kept open for later records.
+const OPEN_ROOM_MIN_BYTES: usize = 64;
+/// Record size the location table is sized for by default (one entry per this many bytes of
+/// device, at most 4 Mi entries).
+const PACKED_RECORD_BYTES_TYPICAL: usize = 64;
 
 /// When a write becomes durable (Redis's `appendfsync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -131,16 +136,48 @@ pub struct KvStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Meta {
     kind: ValueKind,
-    chunk: u64,
+    /// Byte address of the record (its chunk × chunk_bytes + its offset in the chunk).
+    loc: u64,
     key_bytes: u8,
     value_bytes: u32,
 }
 
-/// A located pair: its table slot, metadata and, when the lookup read it, the record's first chunk.
+impl Meta {
+    /// Bytes of the record (header, key, value).
+    fn bytes(&self) -> usize {
+        record_bytes(self.key_bytes as usize, self.value_bytes as usize)
+    }
+}
+
+/// A located pair: its metadata and, when the lookup read it, the bytes from the record's header
+/// to the end of its chunk.
 struct Found {
-    slot: usize,
     meta: Meta,
     head: Option<Vec<u8>>,
+}
+
+/// The pack chunk new packed records are appended to, with its bytes as last written.
+struct OpenChunk {
+    chunk: u64,
+    /// Bytes in use from the chunk's start; the next record goes here.
+    used: usize,
+    buf: Vec<u8>,
+}
+
+/// One record to write: the record it replaces (if any) is retired once the new one is written.
+struct Put<'a> {
+    key: &'a [u8],
+    kind: ValueKind,
+    value: &'a [u8],
+    old: Option<Meta>,
+}
+
+/// Where [`KvStore::write_batch`] puts a record: a byte offset in the open chunk, or in the new
+/// extent.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    Open(usize),
+    Extent(u64),
 }
 
 struct Inner {
@@ -149,8 +186,12 @@ struct Inner {
     alloc: Alloc,
     /// Next sequence number.
     seq: u64,
-    /// Records retired by an update, to be invalidated after the next flush: (chunk, chunks).
-    retired: Vec<(u64, u64)>,
+    /// Records retired by an update or a delete, zeroed by the next sync: (byte address, record
+    /// bytes). A zero-byte entry marks a closed pack chunk without live records (freed by the sync).
+    retired: Vec<(u64, usize)>,
+    /// Live records per pack chunk (a chunk holding packed records).
+    packs: HashMap<u64, u32>,
+    open: Option<OpenChunk>,
     /// Writes since the last flush.
     dirty: bool,
     buf: Vec<u8>,
@@ -305,7 +346,9 @@ impl KvStore {
         seq: u64,
     ) -> KvStore {
         let chunk = sb.chunk_bytes as usize;
-        let records_max = (dev.capacity() / chunk as u64).saturating_sub(1) as usize;
+        // Packed records: a chunk holds many; size the table for one per 64 bytes of records.
+        let records_max = (dev.capacity() / chunk as u64).saturating_sub(1) as usize
+            * (chunk / PACKED_RECORD_BYTES_TYPICAL);
         let pairs = cfg.pairs_max.unwrap_or(4 << 20).min(records_max).max(1);
         let mut cfg = cfg.clone();
         cfg.chunk_bytes = chunk;
@@ -316,6 +359,8 @@ impl KvStore {
                 alloc,
                 seq,
                 retired: Vec::new(),
+                packs: HashMap::new(),
+                open: None,
                 dirty: false,
                 buf: Vec::new(),
                 zsets: HashMap::new(),
@@ -341,7 +386,19 @@ impl KvStore {
         let chunk = sb.chunk_bytes as u64;
         let end = dev.capacity() / chunk;
         let scan = scan_records(&*dev, &sb, end)?;
-        let used: Vec<(u64, u64)> = scan.winners.iter().map(|w| (w.chunk, w.chunks)).collect();
+        // Space in use: every chunk holding a valid record (losers too, until they are zeroed);
+        // live records per pack chunk (winners only).
+        let mut used: Vec<(u64, u64)> = Vec::new();
+        let mut packs: HashMap<u64, u32> = HashMap::new();
+        let all = scan.winners.iter().map(|w| (w.loc, w.bytes, true));
+        for (loc, bytes, live) in all.chain(scan.losers.iter().map(|&(l, b)| (l, b, false))) {
+            if bytes as u64 > chunk {
+                used.push((loc / chunk, (bytes as u64).div_ceil(chunk)));
+            } else {
+                *packs.entry(loc / chunk).or_insert(0) += u32::from(live);
+            }
+        }
+        used.extend(packs.keys().map(|&c| (c, 1)));
         let seq = scan.seq_max + 1;
         let store = KvStore::assemble(
             Arc::clone(&dev),
@@ -352,8 +409,9 @@ impl KvStore {
         );
         {
             let mut g = store.lock();
+            g.packs = packs;
             for w in &scan.winners {
-                if !g.table.insert(key_hash(&w.key), w.chunk) {
+                if !g.table.insert(key_hash(&w.key), w.loc) {
                     return Err(KvError::NoSpace(format!(
                         "location table full at {} pairs (raise pairs_max)",
                         g.table.len()
@@ -366,22 +424,16 @@ impl KvStore {
                 }
                 let (zkey, member, score) =
                     split_member(&w.key, &w.value).map_err(|why| KvError::Corrupt {
-                        chunk: w.chunk,
+                        chunk: w.loc / chunk,
                         why,
                     })?;
                 g.zsets.entry(zkey).or_default().insert(&member, score);
                 g.zset_members += 1;
             }
             g.stats.scanned_records = (scan.winners.len() + scan.losers.len()) as u64;
-            let zeros = vec![0u8; chunk as usize];
-            for &(c, _) in &scan.losers {
-                dev.write_at(&zeros, c * chunk)?;
-                g.stats.invalidations += 1;
-            }
-            if !scan.losers.is_empty() {
-                dev.flush()?;
-            }
-            // A loser's chunks were not marked used, so they are free already.
+            // Superseded records are zeroed (and their space freed) as retired ones are.
+            g.retired = scan.losers;
+            store.sync_locked(&mut g)?;
         }
         Ok(store)
     }
@@ -436,43 +488,41 @@ impl KvStore {
     }
 
     /// Find `key` in namespace `ns` (0: strings and hashes, 1: sorted-set members): through the
-    /// cache (namespace 0 only), else through the location table, reading the first chunk of each
-    /// candidate record to compare keys.
+    /// cache (namespace 0 only), else through the location table, reading each candidate record's
+    /// header and key to compare keys.
     fn locate(&self, g: &mut Inner, key: &[u8], ns: u8) -> Result<Option<Found>> {
         let h = key_hash(key);
         if ns == 0 && g.cache.capacity() > 0 {
             if let Lookup::Hit(meta) = g.cache.get(key) {
                 g.stats.cache_hits += 1;
-                let slot = g
-                    .table
-                    .candidates(h)
-                    .find(|&(_, c)| c == meta.chunk)
-                    .map(|(s, _)| s);
-                let slot = slot.expect("a cached pair is in the location table");
-                return Ok(Some(Found {
-                    slot,
-                    meta,
-                    head: None,
-                }));
+                debug_assert!(
+                    g.table.candidates(h).any(|(_, c)| c == meta.loc),
+                    "a cached pair is in the location table"
+                );
+                return Ok(Some(Found { meta, head: None }));
             }
             g.stats.cache_misses += 1;
         }
         let chunk = self.chunk();
-        let cands: Vec<(usize, u64)> = g.table.candidates(h).collect();
-        for (slot, c) in cands {
-            let mut head = vec![0u8; chunk as usize];
-            self.dev.read_at(&mut head, c * chunk)?;
+        let cands: Vec<u64> = g.table.candidates(h).map(|(_, c)| c).collect();
+        for loc in cands {
+            let head = self.read_head(g, loc)?;
             g.stats.key_reads += 1;
-            g.stats.bytes_read += chunk;
             let hdr = RecordHeader::decode(&head).ok_or_else(|| KvError::Corrupt {
-                chunk: c,
-                why: "the location table points at a chunk without a record header".into(),
+                chunk: loc / chunk,
+                why: format!(
+                    "the location table points at byte {} of the chunk, where no record header is",
+                    loc % chunk
+                ),
             })?;
             let kb = hdr.key_bytes as usize;
-            if hdr.kind.namespace() == ns && &head[HEADER_BYTES..HEADER_BYTES + kb] == key {
+            let same = head
+                .get(HEADER_BYTES..HEADER_BYTES + kb)
+                .is_some_and(|k| k == key);
+            if hdr.kind.namespace() == ns && same {
                 let meta = Meta {
                     kind: hdr.kind,
-                    chunk: c,
+                    loc,
                     key_bytes: hdr.key_bytes,
                     value_bytes: hdr.value_bytes,
                 };
@@ -480,7 +530,6 @@ impl KvStore {
                     g.cache.admit(key, meta);
                 }
                 return Ok(Some(Found {
-                    slot,
                     meta,
                     head: Some(head),
                 }));
@@ -489,37 +538,50 @@ impl KvStore {
         Ok(None)
     }
 
+    /// `bytes` bytes at byte address `loc` (from memory when they lie in the open chunk).
+    fn read_bytes(&self, g: &mut Inner, loc: u64, bytes: usize) -> Result<Vec<u8>> {
+        let chunk = self.chunk();
+        let off = (loc % chunk) as usize;
+        if let Some(o) = g.open.as_ref() {
+            if o.chunk == loc / chunk && off + bytes <= o.buf.len() {
+                return Ok(o.buf[off..off + bytes].to_vec());
+            }
+        }
+        let mut b = vec![0u8; bytes];
+        self.dev.read_at(&mut b, loc)?;
+        g.stats.bytes_read += bytes as u64;
+        Ok(b)
+    }
+
+    /// The bytes from `loc` to the end of its chunk: a packed record whole, a large record's head.
+    fn read_head(&self, g: &mut Inner, loc: u64) -> Result<Vec<u8>> {
+        let chunk = self.chunk();
+        self.read_bytes(g, loc, (chunk - loc % chunk) as usize)
+    }
+
     /// Read and check the record of a located key; its value.
     fn read_value(&self, g: &mut Inner, key: &[u8], f: Found) -> Result<Vec<u8>> {
-        let chunk = self.chunk() as usize;
-        let chunks = record_chunks(
-            f.meta.key_bytes as usize,
-            f.meta.value_bytes as usize,
-            chunk,
-        );
-        let rec = match f.head {
-            Some(h) if chunks == 1 => h,
-            _ => {
-                let mut b = vec![0u8; chunks as usize * chunk];
-                self.dev.read_at(&mut b, f.meta.chunk * chunk as u64)?;
-                g.stats.bytes_read += b.len() as u64;
-                b
-            }
+        let n = f.meta.bytes();
+        let mut rec = match f.head {
+            Some(h) if h.len() >= n => h,
+            _ => self.read_bytes(g, f.meta.loc, n)?,
         };
-        let hdr = verify_record(&rec, self.sb.salt).ok_or_else(|| KvError::Corrupt {
-            chunk: f.meta.chunk,
+        let chunk = f.meta.loc / self.chunk();
+        let hdr = verify_record(&rec[..n], self.sb.salt).ok_or_else(|| KvError::Corrupt {
+            chunk,
             why: "record checksum mismatch".into(),
         })?;
         let start = HEADER_BYTES + hdr.key_bytes as usize;
         if &rec[HEADER_BYTES..start] != key || hdr.kind != f.meta.kind {
             return Err(KvError::Corrupt {
-                chunk: f.meta.chunk,
+                chunk,
                 why: "record holds another key".into(),
             });
         }
-        Ok(rec[start..start + hdr.value_bytes as usize].to_vec())
+        rec.truncate(start + hdr.value_bytes as usize);
+        rec.drain(..start);
+        Ok(rec)
     }
-
     /// GET: the value of `key`, checked against its record checksum; [`KvError::WrongType`] when
     /// the key holds a hash or a sorted set.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -620,125 +682,24 @@ impl KvStore {
         self.finish(&mut g)
     }
 
-    /// Write the records of `group` (distinct keys, strings) with one device write when a free
-    /// extent holds them all; else split the group.
+    /// Write the records of `group` (distinct keys, strings) together ([`KvStore::write_batch`]).
     fn write_group(&self, g: &mut Inner, group: &[(&[u8], &[u8])]) -> Result<()> {
         for (k, _) in group {
             if g.zsets.contains_key(*k) {
                 self.remove_zset(g, k)?;
             }
         }
-        if group.len() == 1 {
-            let (k, v) = group[0];
-            let found = self.locate(g, k, 0)?;
-            return self.write_record(g, k, ValueKind::String, v, found);
-        }
-        let chunk = self.chunk();
-        let sizes: Vec<u64> = group
-            .iter()
-            .map(|(k, v)| record_chunks(k.len(), v.len(), chunk as usize))
-            .collect();
-        let total: u64 = sizes.iter().sum();
-        let Some(at) = g.alloc.alloc(total) else {
-            let (a, b) = group.split_at(group.len() / 2);
-            self.write_group(g, a)?;
-            return self.write_group(g, b);
-        };
-        // Point the table at each new record, remembering how to undo it (by value: a cuckoo
-        // insertion may move other entries between slots).
-        let mut undo: Vec<(u64, u64, Option<Found>)> = Vec::with_capacity(group.len());
-        let mut failed = None;
-        let mut next = at;
-        for (idx, (k, _)) in group.iter().enumerate() {
-            let h = key_hash(k);
-            let found = match self.locate(g, k, 0) {
-                Ok(f) => f,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            };
-            match &found {
-                Some(f) => g.table.set_value(f.slot, next),
-                None => {
-                    if !g.table.insert(h, next) {
-                        failed = Some(KvError::NoSpace(format!(
-                            "location table full at {} pairs (raise pairs_max)",
-                            g.table.len()
-                        )));
-                        break;
-                    }
-                }
-            }
-            undo.push((h, next, found));
-            next += sizes[idx];
-        }
-        let mut buf = std::mem::take(&mut g.buf);
-        let written = match failed {
-            Some(e) => Err(e),
-            None => {
-                buf.clear();
-                let mut one = Vec::new();
-                for (k, v) in group {
-                    let seq = g.seq;
-                    g.seq += 1;
-                    encode_record(
-                        &mut one,
-                        self.sb.salt,
-                        seq,
-                        ValueKind::String,
-                        k,
-                        v,
-                        chunk as usize,
-                    );
-                    buf.extend_from_slice(&one);
-                }
-                g.stats.bytes_written += buf.len() as u64;
-                self.dev.write_at(&buf, at * chunk).map_err(KvError::from)
-            }
-        };
-        g.buf = buf;
-        if let Err(e) = written {
-            for (h, new, found) in undo.into_iter().rev() {
-                let s = g
-                    .table
-                    .candidates(h)
-                    .find(|&(_, c)| c == new)
-                    .map(|(s, _)| s)
-                    .expect("pointed at just now");
-                match found {
-                    Some(f) => g.table.set_value(s, f.meta.chunk),
-                    None => g.table.remove(s),
-                }
-            }
-            // The cache may hold the new addresses of keys located above: forget them.
-            for (k, _) in group {
-                g.cache.remove(k);
-            }
-            g.alloc.free(at, total);
-            return Err(e);
-        }
-        g.dirty = true;
-        for ((k, v), (_, new, found)) in group.iter().zip(undo) {
-            let meta = Meta {
+        let mut puts = Vec::with_capacity(group.len());
+        for &(key, value) in group {
+            let old = self.locate(g, key, 0)?.map(|f| f.meta);
+            puts.push(Put {
+                key,
                 kind: ValueKind::String,
-                chunk: new,
-                key_bytes: k.len() as u8,
-                value_bytes: v.len() as u32,
-            };
-            if !g.cache.update(k, meta) {
-                g.cache.admit(k, meta);
-            }
-            if let Some(f) = found {
-                let old_chunks = record_chunks(
-                    f.meta.key_bytes as usize,
-                    f.meta.value_bytes as usize,
-                    chunk as usize,
-                );
-                g.retired.push((f.meta.chunk, old_chunks));
-            }
+                value,
+                old,
+            });
         }
-        Ok(())
+        self.write_batch(g, &puts)
     }
 
     /// Under [`Durability::Always`], sync before acknowledging.
@@ -759,100 +720,240 @@ impl KvStore {
         value: &[u8],
         found: Option<Found>,
     ) -> Result<()> {
-        let chunk = self.chunk();
-        let chunks = record_chunks(key.len(), value.len(), chunk as usize);
-        let at = self.allocate(g, chunks)?;
-        let h = key_hash(key);
-        // Point the table at the new record first, so a full table fails before anything is written.
-        let slot = match &found {
-            Some(f) => {
-                g.table.set_value(f.slot, at);
-                f.slot
+        let put = Put {
+            key,
+            kind,
+            value,
+            old: found.map(|f| f.meta),
+        };
+        self.write_batch(g, &[put])
+    }
+
+    /// Lay `puts` out (see [`KvStore::write_batch`]): the place of each record, the open chunk's
+    /// fill afterwards, the chunks of the new extent and the fill of its last chunk (`chunk` when
+    /// no packed record may follow there).
+    fn plan(
+        &self,
+        open_used: Option<usize>,
+        puts: &[Put],
+    ) -> (Vec<Place>, Option<usize>, u64, usize) {
+        let cb = self.chunk() as usize;
+        let mut open = open_used;
+        let mut places = Vec::with_capacity(puts.len());
+        let mut chunks = 0u64;
+        let mut fill = cb;
+        for p in puts {
+            let n = record_bytes(p.key.len(), p.value.len());
+            if n > cb {
+                places.push(Place::Extent(chunks * cb as u64));
+                chunks += n.div_ceil(cb) as u64;
+                fill = cb;
+                continue;
             }
-            None => {
-                if !g.table.insert(h, at) {
-                    g.alloc.free(at, chunks);
-                    return Err(KvError::NoSpace(format!(
-                        "location table full at {} pairs (raise pairs_max)",
-                        g.table.len()
-                    )));
+            if let Some(u) = open.as_mut() {
+                if *u + n <= cb {
+                    places.push(Place::Open(*u));
+                    *u += packed_bytes(n);
+                    continue;
                 }
-                usize::MAX
+            }
+            if fill + n > cb {
+                chunks += 1;
+                fill = 0;
+            }
+            places.push(Place::Extent((chunks - 1) * cb as u64 + fill as u64));
+            fill += packed_bytes(n);
+        }
+        (places, open, chunks, fill)
+    }
+
+    /// Write `puts` (distinct keys) out of place, point the table (and cache) at the new records
+    /// and retire the ones they replace. Packed records go first into the open chunk while they
+    /// fit (the chunk is rewritten whole: the records already in it are rewritten with the same
+    /// bytes), the rest into a new extent of free chunks, one record after another, with one
+    /// device write; a record larger than a chunk gets whole chunks of the extent. The extent's
+    /// last chunk becomes the open chunk when it has room left. Without a free extent large
+    /// enough the batch is split in halves.
+    fn write_batch(&self, g: &mut Inner, puts: &[Put]) -> Result<()> {
+        if puts.is_empty() {
+            return Ok(());
+        }
+        let cb = self.chunk();
+        let (places, open_used, chunks, fill) = self.plan(g.open.as_ref().map(|o| o.used), puts);
+        let at = if chunks == 0 {
+            0
+        } else {
+            match g.alloc.alloc(chunks) {
+                Some(at) => at,
+                None if puts.len() > 1 => {
+                    let (a, b) = puts.split_at(puts.len() / 2);
+                    self.write_batch(g, a)?;
+                    return self.write_batch(g, b);
+                }
+                None => self.allocate(g, chunks)?,
             }
         };
-        let seq = g.seq;
-        g.seq += 1;
-        let mut buf = std::mem::take(&mut g.buf);
-        encode_record(
-            &mut buf,
-            self.sb.salt,
-            seq,
-            kind,
-            key,
-            value,
-            chunk as usize,
-        );
-        let written = self.dev.write_at(&buf, at * chunk);
-        g.stats.bytes_written += buf.len() as u64;
-        g.buf = buf;
-        if let Err(e) = written {
-            // Undo: the table points back at the old record (or forgets the key).
-            match &found {
-                Some(f) => g.table.set_value(slot, f.meta.chunk),
+        let open_chunk = g.open.as_ref().map_or(0, |o| o.chunk);
+        let locs: Vec<u64> = places
+            .iter()
+            .map(|p| match *p {
+                Place::Open(off) => open_chunk * cb + off as u64,
+                Place::Extent(off) => at * cb + off,
+            })
+            .collect();
+        // Point the table at each new record first, so a full table fails before anything is
+        // written; undo by value (a cuckoo insertion may move other entries between slots).
+        let mut pointed = 0;
+        let mut failed = None;
+        for (p, &loc) in puts.iter().zip(&locs) {
+            let h = key_hash(p.key);
+            match p.old {
+                Some(old) => {
+                    let s = slot_of(&g.table, h, old.loc);
+                    g.table.set_value(s, loc);
+                }
                 None => {
-                    let s = g
-                        .table
-                        .candidates(h)
-                        .find(|&(_, c)| c == at)
-                        .map(|(s, _)| s);
-                    g.table.remove(s.expect("just inserted"));
+                    if !g.table.insert(h, loc) {
+                        failed = Some(KvError::NoSpace(format!(
+                            "location table full at {} pairs (raise pairs_max)",
+                            g.table.len()
+                        )));
+                        break;
+                    }
                 }
             }
-            g.alloc.free(at, chunks);
-            return Err(e.into());
+            pointed += 1;
+        }
+        let written = match failed {
+            Some(e) => Err(e),
+            None => self.issue(g, puts, &places, at, chunks),
+        };
+        if let Err(e) = written {
+            for (p, &loc) in puts[..pointed].iter().zip(&locs).rev() {
+                let s = slot_of(&g.table, key_hash(p.key), loc);
+                match p.old {
+                    Some(old) => g.table.set_value(s, old.loc),
+                    None => g.table.remove(s),
+                }
+            }
+            if chunks > 0 {
+                g.alloc.free(at, chunks);
+            }
+            return Err(e);
         }
         g.dirty = true;
-        let meta = Meta {
-            kind,
-            chunk: at,
-            key_bytes: key.len() as u8,
-            value_bytes: value.len() as u32,
-        };
-        if kind.namespace() == 0 && !g.cache.update(key, meta) {
-            g.cache.admit(key, meta);
+        if let (Some(o), Some(u)) = (g.open.as_mut(), open_used) {
+            o.used = u;
         }
-        if let Some(f) = found {
-            let old_chunks = record_chunks(
-                f.meta.key_bytes as usize,
-                f.meta.value_bytes as usize,
-                chunk as usize,
-            );
-            g.retired.push((f.meta.chunk, old_chunks));
+        for (p, &loc) in puts.iter().zip(&locs) {
+            let meta = Meta {
+                kind: p.kind,
+                loc,
+                key_bytes: p.key.len() as u8,
+                value_bytes: p.value.len() as u32,
+            };
+            if meta.bytes() as u64 <= cb {
+                *g.packs.entry(loc / cb).or_insert(0) += 1;
+            }
+            if p.kind.namespace() == 0 && !g.cache.update(p.key, meta) {
+                g.cache.admit(p.key, meta);
+            }
+            if let Some(old) = p.old {
+                self.retire(g, old);
+            }
+        }
+        // The extent's last chunk, when it holds packed records and has room, is the new open chunk.
+        if chunks > 0 && (cb as usize) - fill >= OPEN_ROOM_MIN_BYTES {
+            let last = ((chunks - 1) * cb) as usize;
+            let open = OpenChunk {
+                chunk: at + chunks - 1,
+                used: fill,
+                buf: g.buf[last..last + cb as usize].to_vec(),
+            };
+            if let Some(old) = g.open.replace(open) {
+                if g.packs.get(&old.chunk).copied().unwrap_or(0) == 0 {
+                    g.retired.push((old.chunk * cb, 0));
+                }
+            }
         }
         Ok(())
     }
 
-    /// Invalidate a located record in place and forget it.
+    /// Encode the planned records and write them: the open chunk (when records went there), then
+    /// the new extent. On failure the open chunk's buffer is as before.
+    fn issue(
+        &self,
+        g: &mut Inner,
+        puts: &[Put],
+        places: &[Place],
+        at: u64,
+        chunks: u64,
+    ) -> Result<()> {
+        let cb = self.chunk();
+        let salt = self.sb.salt;
+        let mut buf = std::mem::take(&mut g.buf);
+        buf.clear();
+        buf.resize((chunks * cb) as usize, 0);
+        let mut open_from: Option<usize> = None;
+        for (p, place) in puts.iter().zip(places) {
+            let seq = g.seq;
+            g.seq += 1;
+            match *place {
+                Place::Extent(off) => {
+                    encode_record_into(&mut buf[off as usize..], salt, seq, p.kind, p.key, p.value)
+                }
+                Place::Open(off) => {
+                    let o = g.open.as_mut().expect("planned into the open chunk");
+                    encode_record_into(&mut o.buf[off..], salt, seq, p.kind, p.key, p.value);
+                    open_from.get_or_insert(off);
+                }
+            }
+        }
+        let mut r = Ok(());
+        if open_from.is_some() {
+            let o = g.open.as_ref().expect("planned into the open chunk");
+            r = self.dev.write_at(&o.buf, o.chunk * cb);
+            g.stats.bytes_written += cb;
+        }
+        if r.is_ok() && chunks > 0 {
+            r = self.dev.write_at(&buf, at * cb);
+            g.stats.bytes_written += buf.len() as u64;
+        }
+        if r.is_err() {
+            if let (Some(from), Some(o)) = (open_from, g.open.as_mut()) {
+                // Past the old fill the chunk was zero.
+                o.buf[from..].fill(0);
+            }
+        }
+        g.buf = buf;
+        r.map_err(KvError::from)
+    }
+
+    /// Mark a record dead: the next sync zeroes it and frees its space (a pack chunk once no live
+    /// record is left in it).
+    fn retire(&self, g: &mut Inner, m: Meta) {
+        let cb = self.chunk();
+        if m.bytes() as u64 <= cb {
+            let live = g
+                .packs
+                .get_mut(&(m.loc / cb))
+                .expect("a packed record's chunk is a pack chunk");
+            assert!(*live > 0, "a pack chunk with a live record counts it");
+            *live -= 1;
+        }
+        g.retired.push((m.loc, m.bytes()));
+    }
+
+    /// Forget a located record (DELETE): the table and cache drop it, the next sync zeroes it.
     fn invalidate(&self, g: &mut Inner, key: &[u8], f: Found) -> Result<()> {
-        let chunk = self.chunk();
-        let zeros = vec![0u8; chunk as usize];
-        self.dev.write_at(&zeros, f.meta.chunk * chunk)?;
-        g.stats.invalidations += 1;
-        g.stats.bytes_written += chunk;
-        g.dirty = true;
-        g.table.remove(f.slot);
+        let s = slot_of(&g.table, key_hash(key), f.meta.loc);
+        g.table.remove(s);
         if f.meta.kind.namespace() == 0 {
             g.cache.remove(key);
         }
-        let chunks = record_chunks(
-            f.meta.key_bytes as usize,
-            f.meta.value_bytes as usize,
-            chunk as usize,
-        );
-        g.alloc.free(f.meta.chunk, chunks);
+        self.retire(g, f.meta);
         Ok(())
     }
-
     /// The fields of the hash at `key` and its record (None when absent); WRONGTYPE otherwise.
     fn hash_locked(&self, g: &mut Inner, key: &[u8]) -> Result<Option<(hash::Fields, Found)>> {
         if g.zsets.contains_key(key) {
@@ -864,19 +965,11 @@ impl KvStore {
         if f.meta.kind != ValueKind::Hash {
             return Err(KvError::WrongType);
         }
-        let chunk = f.meta.chunk;
         let meta = f.meta;
-        let slot = f.slot;
+        let chunk = meta.loc / self.chunk();
         let v = self.read_value(g, key, f)?;
         let fields = hash::decode(&v).map_err(|why| KvError::Corrupt { chunk, why })?;
-        Ok(Some((
-            fields,
-            Found {
-                slot,
-                meta,
-                head: None,
-            },
-        )))
+        Ok(Some((fields, Found { meta, head: None })))
     }
 
     /// HSET / HMSET: set `pairs` in the hash at `key` (created if absent); the number of fields
@@ -1175,44 +1268,83 @@ impl KvStore {
         if g.retired.is_empty() {
             return Ok(());
         }
-        let chunk = self.chunk();
-        let mut retired = std::mem::take(&mut g.retired);
-        // Retired records that lie next to each other (a group written together and overwritten
-        // together) are zeroed whole with one write; otherwise only their first chunk.
-        retired.sort_unstable();
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for &(c, n) in &retired {
-            match runs.last_mut() {
-                Some((start, len)) if *start + *len == c && *len + n <= ZERO_RUN_CHUNKS_MAX => {
-                    *len += n
+        let retired = std::mem::take(&mut g.retired);
+        match self.zero_retired(g, &retired) {
+            Ok(frees) => {
+                for (c, n) in frees {
+                    g.packs.remove(&c);
+                    g.alloc.free(c, n);
                 }
-                _ => runs.push((c, n)),
+                Ok(())
+            }
+            Err(e) => {
+                // Zeroing again is harmless: retry it all with the next sync.
+                g.retired.extend(retired);
+                Err(e)
             }
         }
-        let zeros = vec![0u8; (chunk * ZERO_RUN_CHUNKS_MAX) as usize];
-        for &(c, n) in &runs {
-            // A lone record: its first chunk is enough to invalidate it.
-            let n = if retired.binary_search(&(c, n)).is_ok() {
-                1
+    }
+
+    /// Zero the `retired` records and flush; the extents to free afterwards. A pack chunk without
+    /// live records (other than the open chunk) and the first chunk of a large record are
+    /// overwritten with zeros (neighbours with one write); in any other pack chunk only the retired
+    /// records are zeroed, by rewriting the chunk (its live records with the bytes they have).
+    fn zero_retired(&self, g: &mut Inner, retired: &[(u64, usize)]) -> Result<Vec<(u64, u64)>> {
+        let cb = self.chunk();
+        let mut by_chunk: BTreeMap<u64, Vec<(usize, usize)>> = BTreeMap::new();
+        let mut zero: Vec<u64> = Vec::new();
+        let mut frees: Vec<(u64, u64)> = Vec::new();
+        for &(loc, n) in retired {
+            if n as u64 > cb {
+                zero.push(loc / cb);
+                frees.push((loc / cb, (n as u64).div_ceil(cb)));
             } else {
-                n
-            };
-            if let Err(e) = self.dev.write_at(&zeros[..(n * chunk) as usize], c * chunk) {
-                g.retired = retired;
-                return Err(e.into());
+                by_chunk
+                    .entry(loc / cb)
+                    .or_default()
+                    .push(((loc % cb) as usize, n));
             }
-            g.stats.bytes_written += chunk * n;
         }
-        g.stats.invalidations += retired.len() as u64;
-        if let Err(e) = self.dev.flush() {
-            g.retired = retired;
-            return Err(e.into());
+        let open = g.open.as_ref().map(|o| o.chunk);
+        let mut rmw = vec![0u8; cb as usize];
+        for (&c, ranges) in &by_chunk {
+            if open != Some(c) && g.packs.get(&c).copied().unwrap_or(0) == 0 {
+                zero.push(c);
+                frees.push((c, 1));
+                continue;
+            }
+            let buf: &mut Vec<u8> = match g.open.as_mut() {
+                Some(o) if o.chunk == c => &mut o.buf,
+                _ => {
+                    self.dev.read_at(&mut rmw, c * cb)?;
+                    g.stats.bytes_read += cb;
+                    &mut rmw
+                }
+            };
+            for &(off, n) in ranges {
+                buf[off..off + n].fill(0);
+            }
+            self.dev.write_at(buf, c * cb)?;
+            g.stats.bytes_written += cb;
         }
+        zero.sort_unstable();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for c in zero {
+            match runs.last_mut() {
+                Some((start, len)) if *start + *len == c && *len < ZERO_RUN_CHUNKS_MAX => *len += 1,
+                _ => runs.push((c, 1)),
+            }
+        }
+        let longest = runs.iter().map(|r| r.1).max().unwrap_or(0);
+        let zeros = vec![0u8; (longest * cb) as usize];
+        for &(c, n) in &runs {
+            self.dev.write_at(&zeros[..(n * cb) as usize], c * cb)?;
+            g.stats.bytes_written += n * cb;
+        }
+        g.stats.invalidations += retired.iter().filter(|r| r.1 > 0).count() as u64;
+        self.dev.flush()?;
         g.stats.flushes += 1;
-        for (c, n) in retired {
-            g.alloc.free(c, n);
-        }
-        Ok(())
+        Ok(frees)
     }
 
     /// Number of keys (strings, hashes and sorted sets).
@@ -1282,25 +1414,65 @@ struct Scanned {
     /// The value, kept for sorted-set members only (their score).
     value: Vec<u8>,
     seq: u64,
-    chunk: u64,
-    chunks: u64,
+    /// Byte address and bytes of the record.
+    loc: u64,
+    bytes: usize,
 }
 
 struct Scan {
     winners: Vec<Scanned>,
-    /// Superseded records (chunk, chunks).
-    losers: Vec<(u64, u64)>,
+    /// Superseded records (byte address, bytes).
+    losers: Vec<(u64, usize)>,
     seq_max: u64,
 }
 
-/// Read the device in large windows and collect every record that passes its checksum.
+impl Scan {
+    /// Keep the record with the highest sequence number per key (and namespace).
+    fn consider(&mut self, best: &mut HashMap<(u8, Vec<u8>), Scanned>, s: Scanned) {
+        self.seq_max = self.seq_max.max(s.seq);
+        let id = (s.kind.namespace(), s.key.clone());
+        match best.get_mut(&id) {
+            Some(old) if old.seq >= s.seq => self.losers.push((s.loc, s.bytes)),
+            Some(old) => {
+                self.losers.push((old.loc, old.bytes));
+                *old = s;
+            }
+            None => {
+                best.insert(id, s);
+            }
+        }
+    }
+}
+
+/// A record read from `rec` (verified) as the scan keeps it.
+fn scanned(h: &RecordHeader, rec: &[u8], loc: u64) -> Scanned {
+    let key_end = HEADER_BYTES + h.key_bytes as usize;
+    Scanned {
+        kind: h.kind,
+        key: rec[HEADER_BYTES..key_end].to_vec(),
+        value: match h.kind {
+            ValueKind::ZsetMember => rec[key_end..].to_vec(),
+            _ => Vec::new(),
+        },
+        seq: h.seq,
+        loc,
+        bytes: rec.len(),
+    }
+}
+
+/// Read the device in large windows and collect every record that passes its checksum: in each
+/// chunk, at every multiple of [`RECORD_ALIGN`] (after a valid record, from its end on), a packed
+/// record inside the chunk, or at the chunk's start a large record (its chunks are then skipped).
 fn scan_records(dev: &dyn BlockDevice, sb: &Superblock, end: u64) -> Result<Scan> {
-    use std::collections::HashMap;
     let chunk = u64::from(sb.chunk_bytes);
+    let cb = chunk as usize;
     let window_chunks = ((4u64 << 20) / chunk).max(1);
     let mut best: HashMap<(u8, Vec<u8>), Scanned> = HashMap::new();
-    let mut losers = Vec::new();
-    let mut seq_max = 0;
+    let mut scan = Scan {
+        winners: Vec::new(),
+        losers: Vec::new(),
+        seq_max: 0,
+    };
     let mut win = Vec::new();
     let mut c = 1;
     let mut win_start = 1;
@@ -1312,63 +1484,64 @@ fn scan_records(dev: &dyn BlockDevice, sb: &Superblock, end: u64) -> Result<Scan
             win.resize((win_len * chunk) as usize, 0);
             dev.read_at(&mut win, win_start * chunk)?;
         }
-        let off = ((c - win_start) * chunk) as usize;
-        let Some(h) = RecordHeader::decode(&win[off..]) else {
-            c += 1;
-            continue;
-        };
-        let chunks = h.record_bytes().div_ceil(chunk);
-        if c + chunks > end {
-            c += 1;
-            continue;
-        }
-        let need = (h.record_bytes()) as usize;
-        let own;
-        let rec: &[u8] = if off + need <= win.len() {
-            &win[off..off + need]
-        } else {
-            let mut b = vec![0u8; (chunks * chunk) as usize];
-            dev.read_at(&mut b, c * chunk)?;
-            own = b;
-            &own[..need]
-        };
-        if verify_record(rec, sb.salt).is_none() {
-            c += 1;
-            continue;
-        }
-        let key_end = HEADER_BYTES + h.key_bytes as usize;
-        let key = rec[HEADER_BYTES..key_end].to_vec();
-        seq_max = seq_max.max(h.seq);
-        let value = match h.kind {
-            ValueKind::ZsetMember => rec[key_end..].to_vec(),
-            _ => Vec::new(),
-        };
-        let s = Scanned {
-            kind: h.kind,
-            key,
-            value,
-            seq: h.seq,
-            chunk: c,
-            chunks,
-        };
-        let id = (s.kind.namespace(), s.key.clone());
-        match best.get_mut(&id) {
-            Some(old) if old.seq >= s.seq => losers.push((s.chunk, s.chunks)),
-            Some(old) => {
-                losers.push((old.chunk, old.chunks));
-                *old = s;
+        let base = ((c - win_start) * chunk) as usize;
+        let mut next = c + 1;
+        let mut off = 0;
+        while off + HEADER_BYTES <= cb {
+            let p = base + off;
+            let Some(h) = (win[p..p + 4] == RECORD_MAGIC)
+                .then(|| RecordHeader::decode(&win[p..]))
+                .flatten()
+            else {
+                off += RECORD_ALIGN;
+                continue;
+            };
+            let n = usize::try_from(h.record_bytes()).unwrap_or(usize::MAX);
+            if n <= cb {
+                match (off + n <= cb).then(|| &win[p..p + n]) {
+                    Some(rec) if verify_record(rec, sb.salt).is_some() => {
+                        scan.consider(&mut best, scanned(&h, rec, c * chunk + off as u64));
+                        off += packed_bytes(n);
+                    }
+                    _ => off += RECORD_ALIGN,
+                }
+                continue;
             }
-            None => {
-                best.insert(id, s);
+            // A large record starts a chunk and owns its chunks.
+            let chunks = (n as u64).div_ceil(chunk);
+            if off != 0 || c + chunks > end {
+                off += RECORD_ALIGN;
+                continue;
             }
+            let own;
+            let rec: &[u8] = if p + n <= win.len() {
+                &win[p..p + n]
+            } else {
+                let mut b = vec![0u8; n];
+                dev.read_at(&mut b, c * chunk)?;
+                own = b;
+                &own
+            };
+            if verify_record(rec, sb.salt).is_none() {
+                off += RECORD_ALIGN;
+                continue;
+            }
+            scan.consider(&mut best, scanned(&h, rec, c * chunk));
+            next = c + chunks;
+            break;
         }
-        c += chunks;
+        c = next;
     }
-    let mut winners: Vec<Scanned> = best.into_values().collect();
-    winners.sort_unstable_by_key(|w| w.chunk);
-    Ok(Scan {
-        winners,
-        losers,
-        seq_max,
-    })
+    scan.winners = best.into_values().collect();
+    scan.winners.sort_unstable_by_key(|w| w.loc);
+    Ok(scan)
+}
+
+/// The table slot holding `loc` for a key with hash `h` (the caller knows it is there).
+fn slot_of(table: &CuckooTable, h: u64, loc: u64) -> usize {
+    table
+        .candidates(h)
+        .find(|&(_, c)| c == loc)
+        .map(|(s, _)| s)
+        .expect("the location table points at this record")
 }

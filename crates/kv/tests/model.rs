@@ -158,11 +158,20 @@ fn key(i: u64) -> Vec<u8> {
     format!("key:{i:04}:{}", "x".repeat((i % 7) as usize)).into_bytes()
 }
 
-fn value(rng: &mut Rng) -> Vec<u8> {
-    let len = match rng.below(10) {
-        0 => 0,
-        1..=6 => rng.below(400) as usize,
-        _ => rng.below(1600) as usize,
+/// Value sizes: `Small` keeps every record packed (several to a 512-byte chunk), `Mixed` also
+/// writes records of several chunks.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Sizes {
+    Mixed,
+    Small,
+}
+
+fn value(rng: &mut Rng, sizes: Sizes) -> Vec<u8> {
+    let len = match (sizes, rng.below(10)) {
+        (_, 0) => 0,
+        (Sizes::Small, _) => rng.below(100) as usize,
+        (Sizes::Mixed, 1..=6) => rng.below(400) as usize,
+        (Sizes::Mixed, _) => rng.below(1600) as usize,
     };
     let mut v = vec![0u8; len];
     rng.fill(&mut v);
@@ -178,9 +187,11 @@ struct Counters {
     ops_ok: usize,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     what: &str,
     seed: u64,
+    sizes: Sizes,
     steps: usize,
     durability: Durability,
     open_dev: &mut dyn FnMut(Option<u64>) -> Arc<dyn BlockDevice>,
@@ -214,7 +225,7 @@ fn run(
         let res: Result<(), ecstack_kv::KvError> = match (kind(i), r) {
             (Kind::Hash, 0..=54) => {
                 let field = format!("f{}", rng.below(3)).into_bytes();
-                let v = value(&mut rng);
+                let v = value(&mut rng, sizes);
                 let present = m.get(&k).is_some();
                 m.set(&k, Some(hash_with(m.get(&k), &field, &v)));
                 s.hset(&k, &[(&field, &v)]).map(|new| {
@@ -243,11 +254,11 @@ fn run(
                 0..=9 => {
                     // Group commit: several SETs (keys may repeat) with one device write.
                     let n = 2 + rng.below(4);
-                    let mut pairs = vec![(k.clone(), value(&mut rng))];
+                    let mut pairs = vec![(k.clone(), value(&mut rng, sizes))];
                     for _ in 1..n {
                         let j = rng.below(KEYS);
                         if kind(j) == Kind::Plain {
-                            pairs.push((key(j), value(&mut rng)));
+                            pairs.push((key(j), value(&mut rng, sizes)));
                         }
                     }
                     for (pk, pv) in &pairs {
@@ -258,12 +269,12 @@ fn run(
                     s.set_many(&refs)
                 }
                 10..=39 => {
-                    let v = value(&mut rng);
+                    let v = value(&mut rng, sizes);
                     m.set(&k, Some(v.clone()));
                     s.set(&k, &v)
                 }
                 40..=54 => {
-                    let v = value(&mut rng);
+                    let v = value(&mut rng, sizes);
                     let present = m.get(&k).is_some();
                     if present {
                         m.set(&k, Some(v.clone()));
@@ -342,6 +353,15 @@ fn run(
     let _ = power_cycle();
     let kv = KvStore::open(open_dev(None), &cfg).unwrap();
     m.check_reopened(&kv, &format!("{what} seed {seed} final"));
+    if sizes == Sizes::Small {
+        let st = kv.stats();
+        assert!(
+            st.pairs < 8 || st.chunks_used < st.pairs,
+            "{what} seed {seed}: small records are packed ({} pairs in {} chunks)",
+            st.pairs,
+            st.chunks_used
+        );
+    }
     c
 }
 
@@ -367,7 +387,7 @@ fn open_store(
     }
 }
 
-fn file_run(seed: u64, durability: Durability) -> Counters {
+fn file_run(seed: u64, durability: Durability, sizes: Sizes) -> Counters {
     let dir = if std::path::Path::new("/dev/shm").is_dir() {
         tempfile::tempdir_in("/dev/shm").unwrap()
     } else {
@@ -403,8 +423,9 @@ fn file_run(seed: u64, durability: Durability) -> Counters {
             .is_some_and(|d| d.is_powered_off())
     };
     run(
-        &format!("file/{durability:?}"),
+        &format!("file/{durability:?}/{sizes:?}"),
         seed,
+        sizes,
         700,
         durability,
         &mut open_dev,
@@ -421,7 +442,7 @@ fn crashes_on_files_always() {
         ops_ok: 0,
     };
     for seed in seeds(4) {
-        let c = file_run(seed, Durability::Always);
+        let c = file_run(seed, Durability::Always, Sizes::Mixed);
         total.cuts += c.cuts;
         total.ops_ok += c.ops_ok;
     }
@@ -437,13 +458,13 @@ fn crashes_on_files_always() {
 fn crashes_on_files_everysec() {
     let mut cuts = 0;
     for seed in seeds(4) {
-        cuts += file_run(seed + 100, Durability::EverySec).cuts;
+        cuts += file_run(seed + 100, Durability::EverySec, Sizes::Mixed).cuts;
     }
     assert!(cuts >= 4, "power cuts were reached ({cuts} cuts)");
 }
 
 /// An array of Faulty(MemDevice)s; a power cut hits every device at once.
-fn array_run(scheme: SchemeKind, seed: u64, durability: Durability) -> Counters {
+fn array_run(scheme: SchemeKind, seed: u64, durability: Durability, sizes: Sizes) -> Counters {
     let (k, m) = (3, 2);
     let nlog = if scheme == SchemeKind::Md { 0 } else { m };
     let mem = |size: u64| Arc::new(MemDevice::new(size).unwrap());
@@ -524,8 +545,9 @@ fn array_run(scheme: SchemeKind, seed: u64, durability: Durability) -> Counters 
     };
     let powered_off = || current.borrow().iter().any(|d| d.is_powered_off());
     run(
-        &format!("array {scheme}/{durability:?}"),
+        &format!("array {scheme}/{durability:?}/{sizes:?}"),
         seed,
+        sizes,
         400,
         durability,
         &mut open_dev,
@@ -539,9 +561,26 @@ fn crashes_on_arrays() {
     let mut cuts = 0;
     for seed in seeds(2) {
         for scheme in [SchemeKind::Md, SchemeKind::Eplog] {
-            cuts += array_run(scheme, seed, Durability::Always).cuts;
-            cuts += array_run(scheme, seed + 500, Durability::EverySec).cuts;
+            cuts += array_run(scheme, seed, Durability::Always, Sizes::Mixed).cuts;
+            cuts += array_run(scheme, seed + 500, Durability::EverySec, Sizes::Mixed).cuts;
         }
     }
     assert!(cuts >= 4, "power cuts were reached ({cuts} cuts)");
+}
+
+/// Format version 3 packs small records several to a chunk: appends rewrite the open chunk with
+/// the records already in it, and a sync rewrites a chunk to zero its retired records. A power
+/// cut in the middle of either must never lose an acknowledged record nor return wrong bytes.
+#[test]
+fn crashes_with_packed_records() {
+    let mut cuts = 0;
+    for seed in seeds(3) {
+        cuts += file_run(seed + 200, Durability::Always, Sizes::Small).cuts;
+        cuts += file_run(seed + 300, Durability::EverySec, Sizes::Small).cuts;
+        for scheme in [SchemeKind::Md, SchemeKind::Eplog] {
+            cuts += array_run(scheme, seed + 700, Durability::Always, Sizes::Small).cuts;
+            cuts += array_run(scheme, seed + 800, Durability::EverySec, Sizes::Small).cuts;
+        }
+    }
+    assert!(cuts >= 6, "power cuts were reached ({cuts} cuts)");
 }
