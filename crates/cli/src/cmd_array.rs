@@ -39,8 +39,9 @@ enum ArrayCmd {
     Fail(DevArgs),
     /// Rebuild a failed device (commit first, then batched stripe recovery)
     Rebuild(RebuildArgs),
-    /// Read every written stripe, check its parity against its data, repair the bad chunks that can
-    /// be located (one per stripe with m = 2), report the rest; exits 1 if anything is left wrong
+    /// Read every written stripe, check every chunk against its checksum and the parity against the
+    /// data, repair the bad chunks (up to m per stripe by checksum; by parity alone one per stripe
+    /// with m = 2), report the rest; exits 1 if anything is left wrong
     Scrub(ScrubArgs),
     /// Open the array and export it over NBD (127.0.0.1 by default) until Ctrl-C / SIGTERM
     Serve(ServeArgs),
