@@ -502,10 +502,11 @@ impl Array {
             failed_seen: AtomicU64::new(0),
         };
         array.scheme.set_clock(opts.clock.clone());
-        // For measuring what checksums cost in experiments that open arrays themselves.
-        if std::env::var("ECSTACK_CHECKSUMS").is_ok_and(|v| v == "0" || v == "off") {
-            array.set_checksums(false);
-        }
+        // Off for measuring what checksums cost in experiments that open arrays themselves, and
+        // (whatever is asked) when a device keeps no data (`set_checksums`).
+        array.set_checksums(
+            !std::env::var("ECSTACK_CHECKSUMS").is_ok_and(|v| v == "0" || v == "off"),
+        );
         array.set_journal_updates(opts.journal_updates);
         lock(&array.core.journal).failed_at_open = failed_at_open;
         if sb.scheme != SchemeKind::Eplog {
@@ -574,11 +575,18 @@ impl Array {
 
     /// Compute and verify per-chunk checksums (on by default). Off is for measuring what they
     /// cost: writes then forget their chunks' checksums (those chunks are read unverified until
-    /// written again with checksums on), and reads verify nothing.
+    /// written again with checksums on), and reads verify nothing. They stay off, whatever `on`
+    /// says, while any main or log device keeps no data ([`BlockDevice::keeps_data`]: a
+    /// metadata-only simulated SSD reads back zeros, which no checksum matches).
     pub fn set_checksums(&self, on: bool) {
         if let Some(c) = self.core.devs.crcs() {
-            c.set_enabled(on);
+            c.set_enabled(on && self.core.devs.keeps_data());
         }
+    }
+
+    /// Whether per-chunk checksums are computed and verified now ([`Array::set_checksums`]).
+    pub fn checksums(&self) -> bool {
+        self.core.devs.crcs().is_some_and(|c| c.enabled())
     }
 
     pub fn set_trim_on_commit(&self, on: bool) {
@@ -1387,5 +1395,9 @@ impl BlockDevice for Array {
     }
     fn stats(&self) -> DeviceStats {
         self.total_stats()
+    }
+    /// Only if every main and log device does.
+    fn keeps_data(&self) -> bool {
+        self.core.devs.keeps_data()
     }
 }

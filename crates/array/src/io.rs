@@ -325,11 +325,25 @@ impl Devs {
     }
 
     pub fn replace(&self, i: usize, dev: Arc<dyn BlockDevice>) {
+        let keeps_data = dev.keeps_data();
         self.devs.write().unwrap_or_else(|p| p.into_inner())[i] = dev;
         self.failed[i].store(false, Relaxed);
         if let Some(c) = self.crcs() {
             c.clear_bad_of(i);
+            if !keeps_data {
+                // A replacement that reads back zeros: checksums off (`Array::set_checksums`).
+                c.set_enabled(false);
+            }
         }
+    }
+
+    /// Whether every device keeps the bytes written to it ([`BlockDevice::keeps_data`]).
+    pub fn keeps_data(&self) -> bool {
+        self.devs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .all(|d| d.keeps_data())
     }
 
     pub fn is_failed(&self, i: usize) -> bool {

@@ -329,3 +329,58 @@ fn bit_rot_on_read_under_concurrent_load_never_reaches_a_reader() {
         assert_eq!(a.status().checksums.bad_chunks, 0, "{scheme:?}");
     }
 }
+
+/// Devices that keep no data (metadata-only simulated SSDs read back zeros, which no checksum
+/// matches) turn the array's checksums off by themselves (`BlockDevice::keeps_data`, answered
+/// through wrappers): every scheme then writes and reads without a checksum error, and asking for
+/// checksums changes nothing. The same SSDs keeping their data keep checksums on, and read back
+/// what was written.
+#[test]
+fn devices_that_keep_no_data_turn_checksums_off() {
+    use ecstack_device::{Metered, SimSsd, SsdConfig};
+    use std::sync::Arc;
+    let ssd = |keep_data: bool| -> Arc<dyn BlockDevice> {
+        let cfg = SsdConfig {
+            blocks: 32,
+            pages_per_block: 16,
+            page_size: 4096,
+            keep_data,
+            ..SsdConfig::default()
+        };
+        Arc::new(Metered::new(SimSsd::new(cfg).unwrap()))
+    };
+    for (i, scheme) in SCHEMES.into_iter().enumerate() {
+        for keep_data in [false, true] {
+            let (k, m) = (4, 2);
+            let nlog = if scheme == SchemeKind::Md { 0 } else { m };
+            let devices = ecstack_array::ArrayDevices {
+                main: (0..k + m).map(|_| ssd(keep_data)).collect(),
+                log: (0..nlog).map(|_| ssd(keep_data)).collect(),
+                meta: Arc::new(ecstack_device::MemDevice::new(4 * META_SIZE).unwrap()),
+                specs: None,
+            };
+            assert_eq!(devices.main[0].keeps_data(), keep_data);
+            let a = Array::create(&config(scheme, k, m), devices).unwrap();
+            let what = format!("{scheme:?} keep_data={keep_data}");
+            assert_eq!(a.checksums(), keep_data, "{what}");
+            assert_eq!(a.keeps_data(), keep_data, "{what}");
+            a.set_checksums(true);
+            assert_eq!(a.checksums(), keep_data, "{what}");
+            let mut rng = Rng::new(1000 + i as u64);
+            let len = a.size() as usize;
+            let mut model = vec![0u8; len];
+            rng.fill(&mut model);
+            a.write(&model, 0).unwrap();
+            a.sync().unwrap();
+            update(&a, &mut model, k, 1010 + i as u64, 20);
+            let mut back = vec![0u8; len];
+            a.read(&mut back, 0).unwrap();
+            if keep_data {
+                assert!(back == model, "{what}: read back other bytes");
+            }
+            a.commit().unwrap();
+            a.read(&mut back, 0).unwrap();
+            assert_eq!(a.status().checksums.checksum_errors, 0, "{what}");
+        }
+    }
+}

@@ -484,6 +484,9 @@ impl<D: BlockDevice> BlockDevice for Faulty<D> {
         Ok(())
     }
 
+    fn keeps_data(&self) -> bool {
+        self.inner.keeps_data()
+    }
     fn stats(&self) -> DeviceStats {
         self.inner.stats()
     }

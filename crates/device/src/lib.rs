@@ -187,6 +187,13 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     fn stats(&self) -> DeviceStats {
         DeviceStats::default()
     }
+    /// Whether reads return the bytes written (true for every real device). False for a device
+    /// that models only timing and wear, such as a simulated SSD or HDD without `keep_data`: its
+    /// reads return zeros, so a layer that checks data it reads back (the array's per-chunk
+    /// checksums) must not check it. Wrappers answer for the device they wrap.
+    fn keeps_data(&self) -> bool {
+        true
+    }
     /// Run a batch of requests (each answered exactly once, through `batch`): the one path for
     /// issuing several requests at once. The default runs them one after another with
     /// [`read_at`](Self::read_at)/[`write_at`](Self::write_at) ([`Batch::run_now`]); a file device
@@ -225,6 +232,9 @@ macro_rules! forward_block_device {
             }
             fn stats(&self) -> DeviceStats {
                 (**self).stats()
+            }
+            fn keeps_data(&self) -> bool {
+                (**self).keeps_data()
             }
         }
     )*};

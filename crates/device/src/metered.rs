@@ -109,6 +109,9 @@ impl<D: BlockDevice> BlockDevice for Metered<D> {
         st.stats.discard_bytes += len;
         Ok(())
     }
+    fn keeps_data(&self) -> bool {
+        self.inner.keeps_data()
+    }
     fn stats(&self) -> DeviceStats {
         self.snapshot()
     }

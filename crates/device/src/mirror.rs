@@ -325,6 +325,11 @@ impl BlockDevice for Mirror {
         self.on_all(|d| d.flush())
     }
 
+    /// Reads come from any live leg, so the mirror keeps data only if every leg does.
+    fn keeps_data(&self) -> bool {
+        self.legs.iter().all(|l| l.keeps_data())
+    }
+
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         crate::check_range(&self.name, offset, len, self.capacity)?;
         self.on_all(|d| d.discard(HEADER + offset, len))

@@ -330,6 +330,9 @@ impl<D: BlockDevice> BlockDevice for Throttled<D> {
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.inner.discard(offset, len)
     }
+    fn keeps_data(&self) -> bool {
+        self.inner.keeps_data()
+    }
     fn stats(&self) -> DeviceStats {
         let mut s = self.inner.stats();
         s.modeled_ns += self

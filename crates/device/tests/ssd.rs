@@ -375,3 +375,32 @@ fn devices_are_shared_between_threads() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `keeps_data`: a simulated SSD or HDD without `keep_data` reads back zeros and says so, through
+/// every wrapper and smart pointer; with `keep_data` (and for real devices) it keeps data.
+#[test]
+fn keeps_data_is_answered_through_wrappers() {
+    use ecstack_device::{FaultConfig, Faulty, MemDevice, Metered, ThrottleConfig, Throttled};
+    use std::sync::Arc;
+    let small = |keep_data| SsdConfig {
+        blocks: 64,
+        pages_per_block: 8,
+        keep_data,
+        ..eplog()
+    };
+    for keep_data in [false, true] {
+        let ssd = SimSsd::new(small(keep_data)).unwrap();
+        assert_eq!(ssd.keeps_data(), keep_data);
+        let wrapped: Arc<dyn BlockDevice> = Arc::new(Faulty::new(
+            Throttled::new(Metered::new(ssd), ThrottleConfig::default()),
+            FaultConfig::default(),
+        ));
+        assert_eq!(wrapped.keeps_data(), keep_data);
+        assert_eq!(Box::new(Arc::clone(&wrapped)).keeps_data(), keep_data);
+        let hdd =
+            ecstack_device::open_spec(&format!("hdd:capacity=1048576,data={}", keep_data as u8))
+                .unwrap();
+        assert_eq!(hdd.keeps_data(), keep_data);
+    }
+    assert!(MemDevice::new(4096).unwrap().keeps_data());
+}

@@ -467,6 +467,15 @@ impl BlockDevice for SimHdd {
         self.host.lock().unwrap_or_else(|p| p.into_inner()).flushes += 1;
         Ok(())
     }
+    /// Only with `keep_data`: otherwise reads return zeros.
+    fn keeps_data(&self) -> bool {
+        self.model
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .config()
+            .keep_data
+    }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         let mut g = self.model.lock().unwrap_or_else(|p| p.into_inner());
         let (m, data) = &mut *g;

@@ -1414,6 +1414,14 @@ impl BlockDevice for SimSsd {
         self.host.lock().unwrap_or_else(|p| p.into_inner()).flushes += 1;
         Ok(())
     }
+    /// Only with `keep_data`: otherwise reads return zeros.
+    fn keeps_data(&self) -> bool {
+        self.model
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cfg
+            .keep_data
+    }
     /// TRIMs the pages the range covers completely (a partial page is left alone; its bytes read as
     /// zeros afterwards in data mode only if they were zero before — discard is advisory).
     fn discard(&self, offset: u64, len: u64) -> Result<()> {

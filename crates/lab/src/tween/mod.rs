@@ -191,11 +191,6 @@ fn run_tween(t: &Trace, cfg: &TweenExpConfig) -> Result<TweenRow> {
     };
     let (nv, _img) = NvramSpec::memory();
     let tw = Tween::create(&acfg, devices, &tcfg, &nv)?;
-    if !base.keep_data {
-        // Metadata-only simulated SSDs read back zeros, which no chunk checksum matches (see
-        // `eplog::rig::build_sized`).
-        tw.array().set_checksums(false);
-    }
     if tw.size() < t.wss {
         return Err(LabError::Run(format!(
             "tween capacity {} below the working set {}",
