@@ -26,11 +26,13 @@ use std::collections::hash_map::DefaultHasher;
 use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
 use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use ecstack_device::{AlignedBuf, DIRECT_ALIGN};
 
 use crate::api::{ChunkMeta, DeltaStamp};
 
@@ -426,6 +428,58 @@ fn preallocate(file: &File, path: &Path, len: u64) -> Result<()> {
     }
 }
 
+/// Creates `path` holding `prefix` then `data`, preallocated, not yet fsynced.
+///
+/// A whole chunk is written with `O_DIRECT` where the file system takes it: a chunk put is written
+/// once and read later (if at all), so the page cache only costs a copy and a slow writeback —
+/// on this project's VMs buffered writes + fsync ran at 206 MB/s against 1.4 GB/s direct
+/// (`dd bs=4M`, docs/cluster.md "The OSD chunk store"). The bytes go through one aligned buffer
+/// (padded to [`DIRECT_ALIGN`]), then the file is cut to its exact length. File systems without
+/// `O_DIRECT` (open or write refuses it with `EINVAL`) get a buffered write instead.
+fn write_new_file(path: &Path, prefix: &[u8], data: &[u8]) -> Result<File> {
+    let len = prefix.len() + data.len();
+    let create = |direct: bool| {
+        let mut o = OpenOptions::new();
+        o.write(true).create(true).truncate(true);
+        if direct {
+            o.custom_flags(libc::O_DIRECT);
+        }
+        o.open(path)
+    };
+    let buffered = |file: File| -> Result<File> {
+        preallocate(&file, path, len as u64)?;
+        file.write_all_at(prefix, 0)
+            .and_then(|()| file.write_all_at(data, prefix.len() as u64))
+            .map_err(io(path, "write chunk file"))?;
+        Ok(file)
+    };
+    let einval = |e: &std::io::Error| e.raw_os_error() == Some(libc::EINVAL);
+    let file = match create(true) {
+        Ok(f) => f,
+        Err(e) if einval(&e) => {
+            return buffered(create(false).map_err(io(path, "create chunk file"))?);
+        }
+        Err(e) => return Err(io(path, "create chunk file")(e)),
+    };
+    let padded = len.next_multiple_of(DIRECT_ALIGN);
+    preallocate(&file, path, padded as u64)?;
+    let zeros = [0u8; DIRECT_ALIGN];
+    let image = AlignedBuf::concat(&[prefix, data, &zeros[..padded - len]]);
+    match file.write_all_at(image.as_slice(), 0) {
+        Ok(()) => {}
+        Err(e) if einval(&e) => {
+            drop(file);
+            return buffered(create(false).map_err(io(path, "create chunk file"))?);
+        }
+        Err(e) => return Err(io(path, "write chunk file")(e)),
+    }
+    if padded != len {
+        file.set_len(len as u64)
+            .map_err(io(path, "cut chunk file to length"))?;
+    }
+    Ok(file)
+}
+
 fn parse_name(name: &str) -> Option<(u64, u32)> {
     let stem = name.strip_suffix(".chunk")?;
     let (seg, idx) = stem.split_once('.')?;
@@ -728,16 +782,7 @@ impl ChunkStore for FileStore {
         // The prefix and the data are written from where they are: no image of the whole chunk.
         let prefix = encode_prefix(meta, data);
         let file_len = (prefix.len() + data.len()) as u64;
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io(&tmp, "create chunk file"))?;
-        preallocate(&file, &tmp, file_len)?;
-        file.write_all_at(&prefix, 0)
-            .and_then(|()| file.write_all_at(data, prefix.len() as u64))
-            .map_err(io(&tmp, "write chunk file"))?;
+        let file = write_new_file(&tmp, &prefix, data)?;
         file.sync_all().map_err(io(&tmp, "fsync chunk file"))?;
         let old = std::fs::metadata(&path).ok().map(|m| m.len());
         std::fs::rename(&tmp, &path).map_err(io(&path, "rename chunk file"))?;

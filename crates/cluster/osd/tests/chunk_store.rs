@@ -230,6 +230,21 @@ fn file_store_suite() {
     suite(&file_store);
 }
 
+/// Whole chunks are written with O_DIRECT where the file system takes it and buffered where it
+/// does not: the suite on a tmpfs directory (no O_DIRECT before Linux 6.6) as well as on disk.
+#[test]
+fn file_store_suite_on_tmpfs() {
+    let shm = std::path::Path::new("/dev/shm");
+    assert!(shm.is_dir(), "/dev/shm (tmpfs) is missing on this machine");
+    suite(&|| {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        (
+            Box::new(FileStore::open(dir.path()).unwrap()) as Box<dyn ChunkStore>,
+            dir,
+        )
+    });
+}
+
 #[test]
 fn usage_survives_reopen_and_temporary_files_are_dropped() {
     let dir = tempfile::tempdir().unwrap();
