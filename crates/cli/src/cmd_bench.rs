@@ -68,7 +68,7 @@ struct ClusterBench {
     /// Keep the cluster's and MinIO's files here (default: a temporary directory, removed at the end)
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Run our daemons without TLS (MinIO runs plain HTTP either way)
+    /// Run our daemons without TLS and MinIO over plain HTTP (default: ours with mTLS, MinIO over HTTPS with a certificate from our cluster's CA, so both pay for TLS)
     #[arg(long)]
     insecure: bool,
     #[arg(long, default_value_t = 1)]

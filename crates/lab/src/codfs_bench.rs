@@ -12,7 +12,9 @@
 //!    is the cheapest MinIO can do). The ratio is MinIO's time over ours.
 //!
 //! Both sides' clients run as tasks of one tokio runtime in this process; MinIO's speak S3
-//! ([`crate::codfs_s3`]). Every object read back is compared with what was stored (in the timed
+//! ([`crate::codfs_s3`]). Both sides pay for the same security: by default ecstack runs with mTLS
+//! and MinIO serves HTTPS with a certificate from the cluster's CA (`--certs-dir`); with
+//! `insecure` ecstack runs without TLS and MinIO serves plain HTTP. Every object read back is compared with what was stored (in the timed
 //! loop, on both sides alike). MB is 10^6 bytes, as MinIO's own tools report.
 
 use std::path::{Path, PathBuf};
@@ -25,7 +27,7 @@ use ecstack_client::{Client, ClientError, LocalCluster, LocalSpec};
 use ecstack_rpc::Security;
 use serde::Serialize;
 
-use crate::codfs_s3::{S3Client, S3Endpoint};
+use crate::codfs_s3::{S3Client, S3Endpoint, S3Tls};
 use crate::{LabError, Result};
 
 /// MinIO's drive directories (the peer's fixed shape: 8 drives, `EC:m` parity per erasure set).
@@ -217,16 +219,20 @@ impl ClusterBenchReport {
         };
         s += &row(
             &format!(
-                "ecstack ({} OSDs, RS {}+{}, FO update)",
-                self.osds, self.k, self.m
+                "ecstack ({} OSDs, RS {}+{}, FO update, {})",
+                self.osds,
+                self.k,
+                self.m,
+                if self.tls { "mTLS" } else { "no TLS" }
             ),
             &self.ours,
         );
         if let Some(mf) = &self.minio {
             s += &row(
                 &format!(
-                    "MinIO ({MINIO_DRIVES} drives, EC:{}, whole-object PUT)",
-                    self.m
+                    "MinIO ({MINIO_DRIVES} drives, EC:{}, whole-object PUT, {})",
+                    self.m,
+                    if self.tls { "HTTPS" } else { "HTTP" }
                 ),
                 mf,
             );
@@ -295,11 +301,16 @@ async fn run_async(
         spec.dir.display()
     ));
     let mut cluster = LocalCluster::start(spec).map_err(client_error)?;
+    let cluster_config = cluster.config().clone();
     let ours = ours_side(cfg, &mut cluster, log).await;
     cluster.stop();
     let (big, ours) = ours?;
     let minio = match &cfg.minio {
-        Some(exe) => Some(minio_side(cfg, exe, &dir.join("minio"), log).await?),
+        Some(exe) => {
+            // MinIO's certificate comes from our cluster's CA (the S3 client trusts that CA only).
+            let tls = (!cfg.insecure).then_some(&cluster_config);
+            Some(minio_side(cfg, exe, &dir.join("minio"), tls, log).await?)
+        }
         None => None,
     };
     let ratio = |f: fn(&SideFigures) -> f64| minio.as_ref().map(|mf| f(&ours) / f(mf));
@@ -574,15 +585,44 @@ fn free_port() -> Result<u16> {
 }
 
 /// Starts MinIO on `MINIO_DRIVES` directories under `dir` with EC:m and waits until it takes a bucket.
+/// The name MinIO's certificate is issued under (a process of the bench's cluster).
+const MINIO_CERT_NAME: &str = "minio";
+
+/// MinIO's `--certs-dir` (`public.crt`, `private.key`: a certificate from `cluster`'s CA) and the
+/// S3 client's trust in that CA.
+fn minio_tls(cluster: &ecstack_rpc::ClusterConfig, dir: &Path) -> Result<(PathBuf, S3Tls)> {
+    let cert = ecstack_rpc::init::issue_certificate(cluster, MINIO_CERT_NAME, true)
+        .map_err(|e| LabError::Run(format!("a certificate for MinIO: {e}")))?;
+    let certs = dir.join("certs");
+    std::fs::create_dir_all(&certs).map_err(crate::io_at(&certs))?;
+    for (from, to) in [(&cert.cert, "public.crt"), (&cert.key, "private.key")] {
+        let to = certs.join(to);
+        std::fs::copy(from, &to).map_err(crate::io_at(&to))?;
+    }
+    let tls = S3Tls::from_ca_pem(
+        &cluster.certs_dir().join("ca.pem"),
+        ecstack_rpc::security::CLUSTER_DNS_NAME,
+    )?;
+    Ok((certs, tls))
+}
+
 async fn start_minio(
     cfg: &ClusterBenchConfig,
     exe: &Path,
     dir: &Path,
+    cluster_tls: Option<&ecstack_rpc::ClusterConfig>,
 ) -> Result<(Minio, S3Endpoint)> {
     for d in 1..=MINIO_DRIVES {
         let p = dir.join(format!("d{d}"));
         std::fs::create_dir_all(&p).map_err(crate::io_at(&p))?;
     }
+    let (certs_dir, tls) = match cluster_tls {
+        Some(c) => {
+            let (d, t) = minio_tls(c, dir)?;
+            (Some(d), Some(t))
+        }
+        None => (None, None),
+    };
     let log = dir.join("minio.log");
     let out = std::fs::File::create(&log).map_err(crate::io_at(&log))?;
     let err = out.try_clone().map_err(crate::io_at(&log))?;
@@ -591,16 +631,21 @@ async fn start_minio(
         access_key: "ecstack-bench".into(),
         secret_key: "ecstack-bench-secret".into(),
         region: "us-east-1".into(),
+        tls,
     };
-    let child = Command::new(exe)
-        .args([
-            "server",
-            "--quiet",
-            "--address",
-            &endpoint.host,
-            "--console-address",
-            &format!("127.0.0.1:{}", free_port()?),
-        ])
+    let mut command = Command::new(exe);
+    command.args([
+        "server",
+        "--quiet",
+        "--address",
+        &endpoint.host,
+        "--console-address",
+        &format!("127.0.0.1:{}", free_port()?),
+    ]);
+    if let Some(d) = &certs_dir {
+        command.arg("--certs-dir").arg(d);
+    }
+    let child = command
         .arg(format!("{}/d{{1...{MINIO_DRIVES}}}", dir.display()))
         // Drives that share one disk are allowed only in this mode (the peer doc's setup).
         .env("MINIO_CI_CD", "1")
@@ -640,14 +685,16 @@ async fn minio_side(
     cfg: &ClusterBenchConfig,
     exe: &Path,
     dir: &Path,
+    tls: Option<&ecstack_rpc::ClusterConfig>,
     log: &dyn Fn(&str),
 ) -> Result<SideFigures> {
     log(&format!(
-        "starting MinIO on {MINIO_DRIVES} drive directories (EC:{}) in {}",
+        "starting MinIO on {MINIO_DRIVES} drive directories (EC:{}, {}) in {}",
         cfg.m,
+        if tls.is_some() { "HTTPS" } else { "HTTP" },
         dir.display()
     ));
-    let (server, endpoint) = start_minio(cfg, exe, dir).await?;
+    let (server, endpoint) = start_minio(cfg, exe, dir, tls).await?;
     log(&format!(
         "MinIO: {} clients put {} objects of {} MiB",
         cfg.clients,

@@ -4,14 +4,21 @@
 //! our own client costs ecstack). It runs in the same process and the same tokio runtime as the
 //! ecstack clients it is compared with.
 //!
-//! Limits: plain HTTP only (loopback peers), path-style addressing, keys of URL-safe characters
-//! (checked), bodies up to `BODY_BYTES_MAX`.
+//! Plain HTTP, or HTTPS (rustls, TLS 1.2/1.3) trusting one CA given as a PEM file — the benchmark
+//! speaks TLS to MinIO whenever ecstack's own daemons run with TLS, so both sides pay for it.
+//! Limits: path-style addressing, keys of URL-safe characters (checked), bodies up to
+//! `BODY_BYTES_MAX`.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use ring::{digest, hmac};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::{LabError, Result};
 
@@ -28,12 +35,56 @@ pub struct S3Endpoint {
     pub access_key: String,
     pub secret_key: String,
     pub region: String,
+    /// HTTPS: how to check the server's certificate. `None`: plain HTTP.
+    pub tls: Option<S3Tls>,
 }
+
+/// HTTPS to an endpoint whose certificate is issued by one known CA.
+#[derive(Debug, Clone)]
+pub struct S3Tls {
+    config: Arc<rustls::ClientConfig>,
+    /// The name the server's certificate must carry.
+    server_name: ServerName<'static>,
+}
+
+impl S3Tls {
+    /// Trust the certificates in the PEM file `ca` (and nothing else); the server's certificate
+    /// must name `server_name`.
+    pub fn from_ca_pem(ca: &Path, server_name: &str) -> Result<S3Tls> {
+        let bad = |m: String| LabError::Run(format!("S3 TLS: {}: {m}", ca.display()));
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))? {
+            let cert = cert.map_err(|e| bad(e.to_string()))?;
+            roots.add(cert).map_err(|e| bad(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(bad("no certificate in the file".into()));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let server_name = ServerName::try_from(server_name.to_owned())
+            .map_err(|e| bad(format!("server name {server_name:?}: {e}")))?;
+        Ok(S3Tls {
+            config: Arc::new(config),
+            server_name,
+        })
+    }
+}
+
+/// A connection, plain or TLS.
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
+
+type Stream = BufReader<Box<dyn Conn>>;
 
 /// One connection to an endpoint (reconnects when the server closes it).
 pub struct S3Client {
     endpoint: S3Endpoint,
-    conn: Option<BufReader<TcpStream>>,
+    conn: Option<Stream>,
 }
 
 /// A request's signature inputs (the parts of SigV4 that vary).
@@ -210,6 +261,15 @@ impl S3Client {
         if self.conn.is_none() {
             let s = TcpStream::connect(&self.endpoint.host).await.map_err(io)?;
             s.set_nodelay(true).map_err(io)?;
+            let s: Box<dyn Conn> = match &self.endpoint.tls {
+                None => Box::new(s),
+                Some(tls) => Box::new(
+                    tokio_rustls::TlsConnector::from(tls.config.clone())
+                        .connect(tls.server_name.clone(), s)
+                        .await
+                        .map_err(io)?,
+                ),
+            };
             self.conn = Some(BufReader::with_capacity(1 << 20, s));
         }
         let conn = self.conn.as_mut().expect("connected above");
@@ -218,6 +278,7 @@ impl S3Client {
             .await
             .map_err(io)?;
         conn.get_mut().write_all(body).await.map_err(io)?;
+        conn.get_mut().flush().await.map_err(io)?;
         let (status, length, chunked, close) = read_head(conn).await.map_err(io)?;
         let body = if chunked {
             read_chunked(conn).await.map_err(io)?
@@ -248,9 +309,7 @@ fn bad(msg: String) -> std::io::Error {
 }
 
 /// Status, Content-Length, chunked?, Connection: close? of a response head.
-async fn read_head(
-    conn: &mut BufReader<TcpStream>,
-) -> std::io::Result<(u16, Option<usize>, bool, bool)> {
+async fn read_head(conn: &mut Stream) -> std::io::Result<(u16, Option<usize>, bool, bool)> {
     let mut line = String::new();
     let mut total = 0;
     conn.read_line(&mut line).await?;
@@ -294,7 +353,7 @@ async fn read_head(
     }
 }
 
-async fn read_chunked(conn: &mut BufReader<TcpStream>) -> std::io::Result<Vec<u8>> {
+async fn read_chunked(conn: &mut Stream) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
     let mut line = String::new();
     loop {
@@ -330,6 +389,7 @@ mod tests {
             access_key: "admin".into(),
             secret_key: "secret12345".into(),
             region: "us-east-1".into(),
+            tls: None,
         };
         let auth = ep.authorization(&Signed {
             method: "PUT",
