@@ -7,8 +7,13 @@
 //! SELECT 0, CLIENT SETNAME/SETINFO, QUIT. Unknown commands get
 //! Redis's error text; protocol garbage gets an error reply and the connection is closed.
 //!
-//! Store calls block on device I/O, so each batch of pipelined commands runs on tokio's blocking
-//! pool.
+//! Store calls block on device I/O, so each batch of pipelined commands goes to one store worker
+//! thread (not tokio's blocking pool: one thread that stays awake while work is queued costs fewer
+//! wakeups than a pool thread per batch). The worker takes every batch queued when it wakes and,
+//! with group commit on, runs the batches made only of plain SETs as one
+//! [`KvStore::set_many`] and single HSET/HMSET batches as one [`KvStore::hset_many`], so the SETs
+//! of many connections become one device write. Batches of different connections are concurrent,
+//! so any order among them is one Redis could have chosen; a connection's own commands keep theirs.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -49,6 +54,8 @@ impl Default for ServerConfig {
 
 struct Shared {
     store: Arc<KvStore>,
+    /// To the store worker thread.
+    jobs: std::sync::mpsc::Sender<Job>,
     cfg: ServerConfig,
     addr: SocketAddr,
     started: Instant,
@@ -134,9 +141,15 @@ pub async fn serve_on(
     cfg: ServerConfig,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let (jobs, rx) = std::sync::mpsc::channel();
+    // The worker ends when the last sender (in `Shared`) is gone.
+    std::thread::Builder::new()
+        .name("kv-worker".into())
+        .spawn(move || worker(rx))?;
     let shared = Arc::new(Shared {
         addr: listener.local_addr()?,
         store,
+        jobs,
         cfg,
         started: Instant::now(),
         clients: AtomicUsize::new(0),
@@ -168,6 +181,165 @@ pub async fn serve_on(
                 });
             }
         }
+    }
+}
+
+/// One connection's batch of pipelined commands, for the store worker.
+struct Job {
+    sh: Arc<Shared>,
+    cmds: Vec<Vec<Vec<u8>>>,
+    session: Session,
+    done: tokio::sync::oneshot::Sender<(Vec<u8>, Session)>,
+}
+
+/// Most batches the worker takes at once.
+const JOBS_MAX: usize = 256;
+
+/// The store worker: takes every queued batch, merges what can be merged, answers each.
+fn worker(rx: std::sync::mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < JOBS_MAX {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        // A panic here is a bug; the batches taken are answered with an error (their senders
+        // drop) and the worker goes on: the store's state is still its last consistent one.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_jobs(jobs)));
+    }
+}
+
+/// What a batch is, for merging with other connections' batches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum JobShape {
+    /// Only `SET key value` commands.
+    Sets,
+    /// One HSET or HMSET.
+    Hset,
+    Other,
+}
+
+fn job_shape(j: &Job) -> JobShape {
+    if !(j.sh.cfg.group_commit && j.session.authed) {
+        return JobShape::Other;
+    }
+    if j.cmds.iter().all(|a| is_plain_set(a)) {
+        return JobShape::Sets;
+    }
+    match &j.cmds[..] {
+        [a] if is_hset(a) => JobShape::Hset,
+        _ => JobShape::Other,
+    }
+}
+
+fn run_jobs(jobs: Vec<Job>) {
+    let mut sets = Vec::new();
+    let mut hsets = Vec::new();
+    for j in jobs {
+        match job_shape(&j) {
+            JobShape::Sets => sets.push(j),
+            JobShape::Hset => hsets.push(j),
+            JobShape::Other => run_job(j),
+        }
+    }
+    if sets.len() == 1 {
+        run_job(sets.pop().expect("one"));
+    } else if !sets.is_empty() {
+        let sh = Arc::clone(&sets[0].sh);
+        let pairs: Vec<(&[u8], &[u8])> = sets
+            .iter()
+            .flat_map(|j| j.cmds.iter().map(|a| (&a[1][..], &a[2][..])))
+            .collect();
+        sh.commands.fetch_add(pairs.len() as u64, Ordering::Relaxed);
+        let r = sh.store.set_many(&pairs).map_err(|e| error_text(&e));
+        drop(pairs);
+        for j in sets {
+            let mut out = Vec::new();
+            for _ in &j.cmds {
+                match &r {
+                    Ok(()) => reply::simple(&mut out, "OK"),
+                    Err(text) => reply::error(&mut out, text),
+                }
+            }
+            let _ = j.done.send((out, j.session));
+        }
+    }
+    if hsets.len() == 1 {
+        run_job(hsets.pop().expect("one"));
+    } else if !hsets.is_empty() {
+        hset_run(hsets);
+    }
+}
+
+/// One connection's batch, in order (a run of plain SETs as one `set_many`).
+fn run_job(j: Job) {
+    let Job {
+        sh,
+        cmds,
+        mut session,
+        done,
+    } = j;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < cmds.len() {
+        // Group commit: a run of plain SETs in one pipeline goes to the store as one
+        // set_many (one device write for the run).
+        let run = cmds[i..]
+            .iter()
+            .take_while(|a| sh.cfg.group_commit && session.authed && is_plain_set(a))
+            .count();
+        if run > 1 {
+            set_run(&sh, &cmds[i..i + run], &mut out);
+            i += run;
+            continue;
+        }
+        execute(&sh, &mut session, &cmds[i], &mut out);
+        i += 1;
+        if session.quit {
+            break;
+        }
+    }
+    let _ = done.send((out, session));
+}
+
+/// `HSET key field value [field value ...]` or `HMSET ...` with well-formed arguments.
+fn is_hset(args: &[Vec<u8>]) -> bool {
+    args.len() >= 4
+        && args.len() % 2 == 0
+        && (args[0].eq_ignore_ascii_case(b"HSET") || args[0].eq_ignore_ascii_case(b"HMSET"))
+}
+
+/// Single HSET/HMSET batches of several connections as one [`KvStore::hset_many`].
+fn hset_run(jobs: Vec<Job>) {
+    let sh = Arc::clone(&jobs[0].sh);
+    sh.commands.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+    let items: Vec<(&[u8], Vec<(&[u8], &[u8])>)> = jobs
+        .iter()
+        .map(|j| {
+            let a = &j.cmds[0];
+            let pairs = a[2..].chunks(2).map(|p| (&p[0][..], &p[1][..])).collect();
+            (&a[1][..], pairs)
+        })
+        .collect();
+    let results = sh.store.hset_many(&items);
+    drop(items);
+    let results: Vec<std::result::Result<usize, String>> = match results {
+        Ok(rs) => rs
+            .into_iter()
+            .map(|r| r.map_err(|e| error_text(&e)))
+            .collect(),
+        Err(e) => vec![Err(error_text(&e)); jobs.len()],
+    };
+    for (j, r) in jobs.into_iter().zip(results) {
+        let mut out = Vec::new();
+        match r {
+            Ok(_) if j.cmds[0][0].eq_ignore_ascii_case(b"HMSET") => reply::simple(&mut out, "OK"),
+            Ok(n) => reply::int(&mut out, n as i64),
+            Err(text) => reply::error(&mut out, &text),
+        }
+        let _ = j.done.send((out, j.session));
     }
 }
 
@@ -242,32 +414,19 @@ async fn connection(
         inbuf.drain(..used);
         let mut out = Vec::new();
         if !cmds.is_empty() {
-            let sh2 = Arc::clone(sh);
-            let (o, s) = tokio::task::spawn_blocking(move || {
-                let mut out = Vec::new();
-                let mut i = 0;
-                while i < cmds.len() {
-                    // Group commit: a run of plain SETs in one pipeline goes to the store as one
-                    // set_many (one device write for the run).
-                    let run = cmds[i..]
-                        .iter()
-                        .take_while(|a| sh2.cfg.group_commit && session.authed && is_plain_set(a))
-                        .count();
-                    if run > 1 {
-                        set_run(&sh2, &cmds[i..i + run], &mut out);
-                        i += run;
-                        continue;
-                    }
-                    execute(&sh2, &mut session, &cmds[i], &mut out);
-                    i += 1;
-                    if session.quit {
-                        break;
-                    }
-                }
-                (out, session)
-            })
-            .await
-            .map_err(|e| std::io::Error::other(format!("command task: {e}")))?;
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let job = Job {
+                sh: Arc::clone(sh),
+                cmds,
+                session,
+                done,
+            };
+            sh.jobs
+                .send(job)
+                .map_err(|_| std::io::Error::other("the store worker has stopped"))?;
+            let (o, s) = answer
+                .await
+                .map_err(|_| std::io::Error::other("the store worker dropped a batch"))?;
             out = o;
             session = s;
         }

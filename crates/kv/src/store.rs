@@ -978,7 +978,73 @@ impl KvStore {
         self.check_sizes(key, 0)?;
         let mut g = self.lock();
         g.stats.sets += 1;
-        let (mut fields, found) = match self.hash_locked(&mut g, key)? {
+        let (value, old, new) = self.hash_merge(&mut g, key, pairs)?;
+        let put = Put {
+            key,
+            kind: ValueKind::Hash,
+            value: &value,
+            old,
+        };
+        self.write_batch(&mut g, &[put])?;
+        self.finish(&mut g)?;
+        Ok(new)
+    }
+
+    /// HSET of several hashes at once (the server merges the single HSETs of many connections):
+    /// each item as [`KvStore::hset`], their new records written together (one device write when
+    /// they fit the open chunk or one free extent). The outer error is a failed write or sync (no
+    /// item is known durable); the inner results are per item (a key holding another kind gets
+    /// WRONGTYPE, the other items still apply). A key repeated in `items` is applied in order.
+    pub fn hset_many(&self, items: &[(&[u8], Vec<(&[u8], &[u8])>)]) -> Result<Vec<Result<usize>>> {
+        let mut results: Vec<Result<usize>> = Vec::with_capacity(items.len());
+        let mut g = self.lock();
+        let mut i = 0;
+        while i < items.len() {
+            // A run of distinct keys.
+            let mut seen = std::collections::HashSet::new();
+            let mut j = i;
+            while j < items.len() && j - i < GROUP_PAIRS_MAX && seen.insert(items[j].0) {
+                j += 1;
+            }
+            let mut staged = Vec::with_capacity(j - i);
+            for (key, pairs) in &items[i..j] {
+                g.stats.sets += 1;
+                let merged = self
+                    .check_sizes(key, 0)
+                    .and_then(|()| self.hash_merge(&mut g, key, pairs));
+                match merged {
+                    Ok((value, old, new)) => {
+                        staged.push((*key, value, old));
+                        results.push(Ok(new));
+                    }
+                    Err(e) => results.push(Err(e)),
+                }
+            }
+            let puts: Vec<Put> = staged
+                .iter()
+                .map(|(key, value, old)| Put {
+                    key,
+                    kind: ValueKind::Hash,
+                    value,
+                    old: *old,
+                })
+                .collect();
+            self.write_batch(&mut g, &puts)?;
+            i = j;
+        }
+        self.finish(&mut g)?;
+        Ok(results)
+    }
+
+    /// The hash at `key` with `pairs` set: its encoded value, its current record and how many
+    /// fields are new.
+    fn hash_merge(
+        &self,
+        g: &mut Inner,
+        key: &[u8],
+        pairs: &[(&[u8], &[u8])],
+    ) -> Result<(Vec<u8>, Option<Meta>, usize)> {
+        let (mut fields, found) = match self.hash_locked(g, key)? {
             Some((fields, f)) => (fields, Some(f)),
             None => (Vec::new(), None),
         };
@@ -1000,9 +1066,7 @@ impl KvStore {
         }
         let value = hash::encode(&fields);
         self.check_sizes(key, value.len())?;
-        self.write_record(&mut g, key, ValueKind::Hash, &value, found)?;
-        self.finish(&mut g)?;
-        Ok(new)
+        Ok((value, found.map(|f| f.meta), new))
     }
 
     /// HGETALL: the fields of the hash at `key` in insertion order (empty when absent).
