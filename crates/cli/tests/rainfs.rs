@@ -202,6 +202,20 @@ fn quick_experiment_reports_each_architectures_traffic() {
     ] {
         assert!(out.path().join(f).is_file(), "{f} missing");
     }
+    // Beside the speeds, the seed's Table 2.1 from the reliability calculator: RainFS at r=2 with RAID 6
+    // tolerates 5 failed disks and 1 rack; DN-on-Client cannot run at r=3.
+    let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(md.contains("Table 2.1"), "{md}");
+    let rain_row = md
+        .lines()
+        .find(|l| l.starts_with("RainFS"))
+        .unwrap_or_else(|| panic!("no RainFS row in Table 2.1: {md}"));
+    assert!(rain_row.contains("5 / 1"), "{rain_row}");
+    let dn_row = md
+        .lines()
+        .find(|l| l.starts_with("DN-on-Client "))
+        .unwrap_or_else(|| panic!("no DN-on-Client row in Table 2.1: {md}"));
+    assert!(dn_row.trim_end().ends_with("- / -"), "{dn_row}");
     let csv = std::fs::read_to_string(out.path().join("rainfs.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + rows.len(), "{csv}");
 }

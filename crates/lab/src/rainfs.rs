@@ -599,6 +599,9 @@ pub fn seed_write_slowdown(a: Arch) -> Option<f64> {
     }
 }
 
+/// NAS systems in the report's copy of Table 2.1 (as `ecstack reliability table`'s default).
+const TABLE_2_1_NAS: usize = 3;
+
 impl Report {
     fn part(&self, links: &str) -> Vec<&Row> {
         self.rows.iter().filter(|r| r.links == links).collect()
@@ -671,6 +674,13 @@ impl Report {
                 s += "\nTeraGen slowdown from r=1 to r=2 (seed Fig. 2.5):\n\n| architecture | here | seed |\n|---|---|---|\n";
                 s += &slow;
             }
+            // The other half of the seed's comparison is reliability, not speed: Table 2.1, from the
+            // reliability calculator (`ecstack reliability table`, docs/reliability.md).
+            s += &format!(
+                "\nFailures tolerated without data loss (seed Table 2.1, {TABLE_2_1_NAS} NAS systems, one per rack; \
+                 `ecstack reliability table --nas N`), disks / racks:\n\n```text\n{}```\n",
+                ecstack_sim::reliability::rainfs::table_2_1(TABLE_2_1_NAS)
+            );
         }
         s
     }

@@ -12,8 +12,6 @@ import java.util.List;
 import org.apache.hadoop.fs.FSExceptionMessages;
 import org.apache.hadoop.fs.FSInputStream;
 import org.apache.hadoop.fs.FileSystem;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
  * The stream open() returns (seed §2.6.3.1, §2.6.4): reads come from replica 0 (the symlink's target) only;
@@ -27,7 +25,6 @@ import org.slf4j.LoggerFactory;
  * Reads then go through a private buffer, never the caller's array, which an abandoned read could still fill.
  */
 final class FailoverInputStream extends FSInputStream {
-  private static final Logger LOG = LoggerFactory.getLogger(FailoverInputStream.class);
   /** Largest read handed to a NAS thread at once (reads are allowed to return fewer bytes). */
   private static final int GUARDED_READ_BYTES_MAX = 1 << 20;
   /**
@@ -56,6 +53,8 @@ final class FailoverInputStream extends FSInputStream {
   private boolean closed;
   /** How many times this stream moved to another replica (tests assert the failover path ran). */
   int failovers;
+  /** JVM-wide count of failovers (for logs and tests). */
+  static final java.util.concurrent.atomic.AtomicLong FAILOVERS = new java.util.concurrent.atomic.AtomicLong();
 
   FailoverInputStream(Path entry, List<Path> replicas, FileSystem.Statistics stats, long timeoutMillis)
       throws IOException {
@@ -86,7 +85,11 @@ final class FailoverInputStream extends FSInputStream {
         route = NasLink.readRoute(replica);
         if ((current >= 0 && i != current) || i > 0) {
           failovers++;
-          LOG.info("rainfs: reading {} from replica {} ({}); last error: {}", entry, i, replica, last);
+          FAILOVERS.incrementAndGet();
+          // A timeout is news (NasGuard warned once for the NAS); a skip of a suspect or failed NAS is routine.
+          NasGuard.LOG.log(last instanceof NasGuard.NasTimeoutException ? System.Logger.Level.INFO
+              : System.Logger.Level.DEBUG, "rainfs: reading " + entry + " from replica " + i + " (" + replica
+              + "); last error: " + last);
         }
         current = i;
         return;

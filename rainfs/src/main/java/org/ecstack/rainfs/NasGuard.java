@@ -11,8 +11,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Consumer;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
  * Calls into a NAS mount that may hang instead of failing. A hard-mounted NFS whose server stops answering
@@ -31,9 +29,12 @@ import org.slf4j.LoggerFactory;
  * flight when it hung: at most {@link #THREADS_PER_NAS_MAX} threads per mount, whatever the number of reads.
  * Writes run on their streams' own writer threads (one per replica, {@link ReplicatingOutputStream}); a
  * timed-out write marks the mount suspect the same way ({@link #timedOut}), so no new file is created on it.
+ *
+ * <p>Logs go to {@link System.Logger} ({@code org.ecstack.rainfs}), not to Hadoop's logging: fsck uses this
+ * class too, and runs with no Hadoop jar.
  */
 final class NasGuard {
-  private static final Logger LOG = LoggerFactory.getLogger(NasGuard.class);
+  static final System.Logger LOG = System.getLogger("org.ecstack.rainfs");
 
   /** Threads per NAS mount running guarded calls: the most that one hung mount can hold. */
   static final int THREADS_PER_NAS_MAX = 8;
@@ -166,7 +167,7 @@ final class NasGuard {
       try {
         c.close();
       } catch (IOException e) {
-        LOG.debug("rainfs: closing a file on NAS {} failed", nas, e);
+        LOG.log(System.Logger.Level.DEBUG, "rainfs: closing a file on NAS " + nas + " failed", e);
       }
     };
     if (timeoutMillis <= 0) {
@@ -176,7 +177,7 @@ final class NasGuard {
     try {
       pool.execute(close);
     } catch (RejectedExecutionException e) {
-      LOG.warn("rainfs: NAS {} has too many calls waiting; a file handle stays open", nas);
+      LOG.log(System.Logger.Level.WARNING, "rainfs: NAS " + nas + " has too many calls waiting; a file stays open");
     }
   }
 
@@ -188,7 +189,8 @@ final class NasGuard {
     synchronized (this) {
       if (suspect == null) {
         suspect = why;
-        LOG.warn("rainfs: NAS {} is not answering: {}; calls on it fail over or fail until it answers", nas, why);
+        LOG.log(System.Logger.Level.WARNING, "rainfs: NAS " + nas + " is not answering: " + why
+            + "; calls on it fail over or fail until it answers");
       }
     }
   }
@@ -198,7 +200,7 @@ final class NasGuard {
     hung.decrementAndGet();
     synchronized (this) {
       if (suspect != null) {
-        LOG.info("rainfs: NAS {} answers again (was: {})", nas, suspect);
+        LOG.log(System.Logger.Level.INFO, "rainfs: NAS " + nas + " answers again (was: " + suspect + ")");
         suspect = null;
       }
     }
@@ -253,7 +255,7 @@ final class NasGuard {
           try {
             cleanup.abandoned(r);
           } catch (IOException | RuntimeException x) {
-            LOG.debug("rainfs: cleanup after an abandoned call on {} failed", nas, x);
+            LOG.log(System.Logger.Level.DEBUG, "rainfs: cleanup after an abandoned call on " + nas + " failed", x);
           }
         }
       }

@@ -1,7 +1,8 @@
 package org.ecstack.rainfs;
 
 import java.io.IOException;
-import java.io.InputStream;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.AtomicMoveNotSupportedException;
 import java.nio.file.DirectoryStream;
@@ -10,6 +11,7 @@ import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.FileTime;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -341,13 +343,39 @@ public final class RainFsck {
       long crc = -1;
       if (wantCrc) {
         CRC32C c = new CRC32C();
-        byte[] b = new byte[1 << 16];
+        byte[] b = new byte[1 << 20];
         long n = 0;
-        // Every open and read under the NAS's guard (a one-replica FailoverInputStream): a hung NAS times out.
-        try (InputStream in = new FailoverInputStream(replica, List.of(replica), null, config.nasTimeoutMillis)) {
-          for (int k; (k = in.read(b)) > 0; ) {
+        // Every open and read under the NAS's guard: a hung NAS times out. (No Hadoop stream here: fsck runs
+        // with no Hadoop jar.)
+        NasGuard g = NasGuard.of(replica);
+        long t = config.nasTimeoutMillis;
+        FileChannel ch = g.call("open " + replica, t, () -> FileChannel.open(replica, StandardOpenOption.READ),
+            opened -> {
+              if (opened != null) {
+                opened.close();
+              }
+            });
+        boolean abandoned = false;
+        try {
+          while (true) {
+            final byte[] into = b;
+            final long at = n;
+            int k;
+            try {
+              k = g.call("read " + replica, t, () -> ch.read(ByteBuffer.wrap(into), at), ignored -> ch.close());
+            } catch (NasGuard.NasTimeoutException e) {
+              abandoned = true; // the abandoned read closes the channel when it returns
+              throw e;
+            }
+            if (k <= 0) {
+              break;
+            }
             c.update(b, 0, k);
             n += k;
+          }
+        } finally {
+          if (!abandoned) {
+            g.release(ch, t);
           }
         }
         len = n;

@@ -80,6 +80,7 @@ public class TestHungNas {
     mkfifo(r0);
     long timeouts = NasGuard.TIMEOUTS.get();
     long skips = NasGuard.SUSPECT_SKIPS.get();
+    long failovers = FailoverInputStream.FAILOVERS.get();
 
     // Opening a FIFO with no writer blocks in open(2), like any call on a hard-mounted NFS whose server is gone.
     assertArrayEquals(b, readAll(fs, f, b.length));
@@ -94,6 +95,7 @@ public class TestHungNas {
     assertEquals(b.length, fs.getFileStatus(f).getLen()); // stat skips replica 0 too
     assertEquals("no further timeouts", 1, NasGuard.TIMEOUTS.get() - timeouts);
     assertTrue(NasGuard.SUSPECT_SKIPS.get() - skips >= 21);
+    assertTrue("every read failed over", FailoverInputStream.FAILOVERS.get() - failovers >= 21);
     assertEquals(1, g.hungCalls());
     assertTrue(g.threads() <= NasGuard.THREADS_PER_NAS_MAX);
 
