@@ -305,6 +305,51 @@ public class TestRainFileSystem {
     }
   }
 
+  /** setPermission, setOwner and setTimes reach every replica; the block location covers the file. */
+  @Test
+  public void attributesApplyToEveryReplicaAndBlockLocationsCoverTheFile() throws Exception {
+    RainTestbed bed = new RainTestbed("attributes", 3, 3, 2);
+    org.apache.hadoop.conf.Configuration conf = bed.conf();
+    conf.setLong(RainFileSystem.BLOCK_SIZE_KEY, 1 << 20);
+    FileSystem fs = FileSystem.newInstance(java.net.URI.create("rainfs:///"), conf);
+    Path p = new Path("/attr/f");
+    byte[] b = data(5, (5 << 20) / 2);
+    write(fs, p, b);
+    List<java.nio.file.Path> replicas = Metadata.read(bed.namespace.resolve("attr/f")).replicas;
+    assertEquals(3, replicas.size());
+
+    fs.setPermission(p, new org.apache.hadoop.fs.permission.FsPermission((short) 0640));
+    java.nio.file.attribute.PosixFileAttributes mine =
+        Files.readAttributes(replicas.get(0), java.nio.file.attribute.PosixFileAttributes.class);
+    fs.setOwner(p, mine.owner().getName(), mine.group().getName());
+    long mtime = 1_700_000_000_000L;
+    fs.setTimes(p, mtime, -1);
+    for (java.nio.file.Path r : replicas) {
+      assertEquals(r.toString(), "rw-r-----",
+          java.nio.file.attribute.PosixFilePermissions.toString(Files.getPosixFilePermissions(r)));
+      assertEquals(r.toString(), mtime, Files.getLastModifiedTime(r).toMillis());
+    }
+    FileStatus st = fs.getFileStatus(p);
+    assertEquals((short) 0640, st.getPermission().toShort());
+    assertEquals(mine.owner().getName(), st.getOwner());
+    assertEquals(mtime, st.getModificationTime());
+    assertEquals(3, st.getReplication());
+
+    // Hadoop's default, as for RawLocalFileSystem: one location, localhost, covering the whole file (every
+    // client is equally close to every NAS, seed §2.5); splits still follow the block size in FileStatus.
+    org.apache.hadoop.fs.BlockLocation[] blocks = fs.getFileBlockLocations(st, 0, st.getLen());
+    assertEquals(1, blocks.length);
+    assertEquals(0, blocks[0].getOffset());
+    assertEquals(st.getLen(), blocks[0].getLength());
+    assertEquals("localhost", blocks[0].getHosts()[0]);
+    assertEquals(1 << 20, st.getBlockSize());
+    // A directory's attributes are the directory's own.
+    fs.setPermission(new Path("/attr"), new org.apache.hadoop.fs.permission.FsPermission((short) 0750));
+    assertEquals((short) 0750, fs.getFileStatus(new Path("/attr")).getPermission().toShort());
+    assertArrayEquals(b, read(fs, p));
+    Invariants.check(bed, 3);
+  }
+
   @Test
   public void plainFilesFromPosixApplicationsReadMoveAndDelete() throws Exception {
     RainTestbed bed = new RainTestbed("plain", 2, 2, 2);
