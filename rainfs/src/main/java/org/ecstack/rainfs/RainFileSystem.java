@@ -271,6 +271,10 @@ public class RainFileSystem extends FileSystem {
       int nasCount = c.nasCount();
       int nasStart = (int) Math.floorMod(rndId, (long) nasCount); // 4: nasStart <- rndID mod nasCount
       long bucket = Math.floorMod(rndId, 1L << c.bucketPower); // 5: bucket <- rndID mod 2^bucketPower
+      if (attempt < HUNG_REDRAWS_MAX && touchesSuspect(c, nasStart, replication) && anyPlacementAvoidsSuspect(c,
+          replication)) {
+        continue; // a NAS of this placement hangs: draw again, as on a collision (beyond the seed)
+      }
       List<java.nio.file.Path> files = new ArrayList<>();
       FileChannel[] channels = new FileChannel[replication];
       boolean metaWritten = false;
@@ -307,8 +311,42 @@ public class RainFileSystem extends FileSystem {
         if (e instanceof CollisionException && attempt < 8) {
           continue; // another file already has this rndID: draw again
         }
+        if (e instanceof HungNasException && attempt < HUNG_REDRAWS_MAX && anyPlacementAvoidsSuspect(c,
+            replication)) {
+          continue; // a NAS stopped answering during this create (it is suspect now): draw again
+        }
         throw e;
       }
+    }
+  }
+
+  /** Draws of rndID that may be spent avoiding a suspect NAS (each avoids it with probability >= 1/nasCount). */
+  private static final int HUNG_REDRAWS_MAX = 64;
+
+  /** Whether the placement starting at {@code nasStart} puts a replica on a suspect (hung) NAS. */
+  private static boolean touchesSuspect(RainConfig c, int nasStart, int replication) {
+    for (int i = 0; i < replication; i++) {
+      if (NasGuard.ofMount(c.nas.get((nasStart + i) % c.nasCount())).isSuspect()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Whether some placement of Algorithm 1 (some nasStart) avoids every suspect NAS. */
+  private static boolean anyPlacementAvoidsSuspect(RainConfig c, int replication) {
+    for (int start = 0; start < c.nasCount(); start++) {
+      if (!touchesSuspect(c, start, replication)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** FILE.CREATE found its NAS hung (timed out now, or suspect already). */
+  private static final class HungNasException extends IOException {
+    HungNasException(String msg, Throwable cause) {
+      super(msg, cause);
     }
   }
 
@@ -342,7 +380,7 @@ public class RainFileSystem extends FileSystem {
         }
       });
     } catch (NasGuard.NasTimeoutException | NasGuard.SuspectNasException e) {
-      throw new IOException("rainfs: NAS " + nas + " is unavailable (not answering): " + e.getMessage(), e);
+      throw new HungNasException("rainfs: NAS " + nas + " is unavailable (not answering): " + e.getMessage(), e);
     }
   }
 

@@ -37,6 +37,8 @@ import org.junit.Test;
 public class TeraSortSuite {
   private static final long ROWS = Long.getLong("terasort.rows", 1_000_000L);
   private final List<String> table = new ArrayList<>();
+  /** What the fault runs found, printed after the table. */
+  private final List<String> notes = new ArrayList<>();
   private double lostAfter;
 
   private static Configuration jobConf(RainTestbed bed) {
@@ -148,8 +150,7 @@ public class TeraSortSuite {
       }
     });
     RainFsck.Report r = new RainFsck(RainConfig.load(f2.configFile), false, true, 0).run();
-    table.add("");
-    table.add(String.format(Locale.ROOT, "NAS lost %.1f s into TeraSort (job %s); after the job, fsck found %d"
+    notes.add(String.format(Locale.ROOT, "NAS lost %.1f s into TeraSort (job %s); after the job, fsck found %d"
         + " problems (%d under-replicated files, %d missing replica entries), consistent: %s", lostAfter,
         "completed, TeraValidate passed", r.findings.size(), r.count("under-replicated"),
         r.count("missing-replica"), r.consistent()));
@@ -159,10 +160,53 @@ public class TeraSortSuite {
     Files.createDirectories(gone);
     Invariants.check(f2, -1);
 
+    // One NAS hangs during TeraSort at replication 2 (a hard-mounted NFS whose server stops answering): every
+    // call on it blocks until the end of the run (NasGuard's stall hook holds its I/O threads), and nobody
+    // touches the configuration. Calls on it time out after nasTimeoutMillis; reads fail over, creates draw a
+    // placement without it; the job completes and TeraValidate passes. Then the NAS answers again.
+    RainTestbed h2 = new RainTestbed("tera-hung", 3, 2, 4);
+    h2.nasTimeoutMillis = 1000;
+    h2.writeConfig(h2.nas, 2, 4, 0);
+    java.nio.file.Path hungNas = h2.nas.get(2);
+    java.util.concurrent.CountDownLatch answer = new java.util.concurrent.CountDownLatch(1);
+    long timeouts = NasGuard.TIMEOUTS.get();
+    long skips = NasGuard.SUSPECT_SKIPS.get();
+    long failovers = FailoverInputStream.FAILOVERS.get();
+    try {
+      suite("rainfs r=2, NAS hung mid-sort", jobConf(h2), "rainfs://hung/tera", () -> NasGuard.stall = nas -> {
+        if (nas.equals(hungNas)) {
+          try {
+            answer.await();
+          } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+          }
+        }
+      });
+    } finally {
+      NasGuard.stall = null;
+      answer.countDown();
+    }
+    double hungAfter = lostAfter;
+    NasGuard hung = NasGuard.ofMount(hungNas);
+    for (int i = 0; i < 1000 && (hung.isSuspect() || hung.hungCalls() > 0); i++) {
+      Thread.sleep(10);
+    }
+    assertFalse("the NAS answers again", hung.isSuspect());
+    long t = NasGuard.TIMEOUTS.get() - timeouts;
+    assertTrue("calls on the hung NAS timed out", t > 0);
+    RainFsck.Report rh = new RainFsck(RainConfig.load(h2.configFile), false, true, 0).run();
+    assertTrue(rh.findings.toString(), rh.consistent());
+    Invariants.check(h2, -1);
+    notes.add(String.format(Locale.ROOT, "NAS hung %.1f s into TeraSort, until the end of TeraValidate (job"
+        + " completed, TeraValidate passed): %d calls timed out after 1 s, %d skipped it at once, %d reads failed"
+        + " over; after it answered, fsck found %d problems, consistent: %s", hungAfter, t,
+        NasGuard.SUSPECT_SKIPS.get() - skips, FailoverInputStream.FAILOVERS.get() - failovers,
+        rh.findings.size(), rh.consistent()));
+
     String text = "TeraSort suite, " + ROWS + " rows (" + (ROWS * 100 / 1_000_000) + " MB), Hadoop local job"
-        + " runner, 2 maps / 2 reduces\n\n" + String.join("\n", table) + "\n";
+        + " runner, 2 maps / 2 reduces\n\n" + String.join("\n", table) + "\n\n" + String.join("\n\n", notes) + "\n";
     Files.writeString(java.nio.file.Paths.get("target", "terasort.md"), text);
-    for (RainTestbed bed : List.of(warm, local, r1, r2, f2)) {
+    for (RainTestbed bed : List.of(warm, local, r1, r2, f2, h2)) {
       bed.delete();
     }
     System.out.println(text);

@@ -99,24 +99,26 @@ public class TestHungNas {
     assertEquals(1, g.hungCalls());
     assertTrue(g.threads() <= NasGuard.THREADS_PER_NAS_MAX);
 
-    // A create that would place a replica on the suspect NAS fails at once, as on a failed NAS, and leaves
-    // nothing behind; the others succeed on the other two NAS.
-    int failed = 0;
-    int created = 0;
+    // Creates avoid the suspect NAS: Algorithm 1 draws rndID again while its placement needs it (as on a
+    // collision), so every create succeeds on the other two NAS without waiting for the hung one.
     for (int i = 0; i < 30; i++) {
-      try {
-        write(fs, new Path("/n" + i), data(i, 1000));
-        created++;
-        for (java.nio.file.Path r : Metadata.read(bed.namespace.resolve("n" + i)).replicas) {
-          assertFalse("replica on the suspect NAS: " + r, r.startsWith(g.nas));
-        }
-      } catch (IOException e) {
-        assertTrue(e.getMessage(), e.getMessage().contains("not answering"));
-        assertFalse(fs.exists(new Path("/n" + i)));
-        failed++;
+      write(fs, new Path("/n" + i), data(i, 1000));
+      for (java.nio.file.Path r : Metadata.read(bed.namespace.resolve("n" + i)).replicas) {
+        assertFalse("replica on the suspect NAS: " + r, r.startsWith(g.nas));
       }
     }
-    assertTrue("created " + created + ", failed " + failed, failed > 0 && created > 0);
+    // When every placement needs it (2 NAS, r = 2), a create fails at once, as on a failed NAS, and leaves
+    // nothing behind.
+    java.nio.file.Path other = bed.nas.stream().filter(n -> !n.equals(g.nas)).findFirst().get();
+    bed.writeConfig(java.util.List.of(g.nas, other), 2, 2, 0);
+    try {
+      write(fs, new Path("/x"), data(99, 1000));
+      fail("a create that needs a hung NAS must fail");
+    } catch (IOException e) {
+      assertTrue(e.getMessage(), e.getMessage().contains("not answering"));
+    }
+    assertFalse(fs.exists(new Path("/x")));
+    bed.writeConfig(bed.nas, 2, 2, 0);
     assertEquals("creates time out no call: they skip the NAS", 1, NasGuard.TIMEOUTS.get() - timeouts);
 
     // The NAS answers: a writer opens the FIFO, the abandoned open returns (and closes what it opened), and
