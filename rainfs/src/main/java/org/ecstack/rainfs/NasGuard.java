@@ -169,6 +169,9 @@ final class NasGuard {
       } catch (IOException e) {
         LOG.log(System.Logger.Level.DEBUG, "rainfs: closing a file on NAS " + nas + " failed", e);
       }
+      if (timeoutMillis > 0) {
+        answeredAgain(); // a close that had blocked behind a hang returned too
+      }
     };
     if (timeoutMillis <= 0) {
       close.run();
@@ -183,8 +186,13 @@ final class NasGuard {
 
   /** A call on this mount took longer than the timeout: mark it suspect (a write thread reports this too). */
   void timedOut(String what, long timeoutMillis) {
-    TIMEOUTS.incrementAndGet();
     hung.incrementAndGet();
+    markSuspect(what, timeoutMillis);
+  }
+
+  /** A call timed out (running, or queued behind this NAS's threads, all blocked): the NAS is suspect. */
+  private void markSuspect(String what, long timeoutMillis) {
+    TIMEOUTS.incrementAndGet();
     String why = what + " timed out after " + timeoutMillis + " ms";
     synchronized (this) {
       if (suspect == null) {
@@ -198,6 +206,11 @@ final class NasGuard {
   /** An abandoned call returned: the NAS answers again. */
   void answered() {
     hung.decrementAndGet();
+    answeredAgain();
+  }
+
+  /** A call on this NAS returned: it answers, so it is no longer suspect. */
+  private void answeredAgain() {
     synchronized (this) {
       if (suspect != null) {
         LOG.log(System.Logger.Level.INFO, "rainfs: NAS " + nas + " answers again (was: " + suspect + ")");
@@ -249,6 +262,9 @@ final class NasGuard {
           notifyAll();
         }
       }
+      if (!abandoned && suspect != null) {
+        answeredAgain(); // submitted before the NAS turned suspect, and it returned: the NAS answers
+      }
       if (abandoned) {
         answered();
         if (cleanup != null) {
@@ -271,6 +287,8 @@ final class NasGuard {
             state = ABANDONED;
             if (started) {
               timedOut(what, timeoutMillis);
+            } else {
+              markSuspect(what + " (queued: every thread of this NAS is blocked)", timeoutMillis);
             }
             throw new NasTimeoutException("rainfs: NAS " + nas + ": " + what + " timed out after " + timeoutMillis
                 + " ms (a hung mount?)");

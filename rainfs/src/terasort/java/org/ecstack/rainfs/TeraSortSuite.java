@@ -167,27 +167,46 @@ public class TeraSortSuite {
     RainTestbed h2 = new RainTestbed("tera-hung", 3, 2, 4);
     h2.nasTimeoutMillis = 1000;
     h2.writeConfig(h2.nas, 2, 4, 0);
-    java.nio.file.Path hungNas = h2.nas.get(2);
+    // The NAS to hang: one that holds replica 0 of an input file (so TeraSort's maps must fail over), other
+    // than the managing NAS (a hung namespace hangs every call, as the docs say). Chosen when the fault strikes.
+    java.util.concurrent.atomic.AtomicReference<java.nio.file.Path> hungRef =
+        new java.util.concurrent.atomic.AtomicReference<>(h2.nas.get(2));
     java.util.concurrent.CountDownLatch answer = new java.util.concurrent.CountDownLatch(1);
     long timeouts = NasGuard.TIMEOUTS.get();
     long skips = NasGuard.SUSPECT_SKIPS.get();
     long failovers = FailoverInputStream.FAILOVERS.get();
     try {
-      suite("rainfs r=2, NAS hung mid-sort", jobConf(h2), "rainfs://hung/tera", () -> NasGuard.stall = nas -> {
-        if (nas.equals(hungNas)) {
-          try {
-            answer.await();
-          } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
+      suite("rainfs r=2, NAS hung mid-sort", jobConf(h2), "rainfs://hung/tera", () -> {
+        try (java.util.stream.Stream<java.nio.file.Path> in = Files.list(h2.namespace.resolve("tera/in"))) {
+          for (java.nio.file.Path e : (Iterable<java.nio.file.Path>) in::iterator) {
+            if (e.getFileName().toString().startsWith("part-") && Files.isSymbolicLink(e)) {
+              java.nio.file.Path r0 = Metadata.read(e).replicas.get(0);
+              if (!r0.startsWith(h2.nas.get(0))) {
+                hungRef.set(Layout.nasOf(r0));
+                break;
+              }
+            }
           }
+        } catch (IOException e) {
+          throw new RuntimeException(e);
         }
+        java.nio.file.Path hungNas = hungRef.get();
+        NasGuard.stall = nas -> {
+          if (nas.equals(hungNas)) {
+            try {
+              answer.await();
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+          }
+        };
       });
     } finally {
       NasGuard.stall = null;
       answer.countDown();
     }
     double hungAfter = lostAfter;
-    NasGuard hung = NasGuard.ofMount(hungNas);
+    NasGuard hung = NasGuard.ofMount(hungRef.get());
     for (int i = 0; i < 1000 && (hung.isSuspect() || hung.hungCalls() > 0); i++) {
       Thread.sleep(10);
     }
