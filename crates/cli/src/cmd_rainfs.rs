@@ -36,7 +36,7 @@ enum RainfsCmd {
         args: Vec<String>,
     },
     /// The TeraSort suite (long mode): TeraGen/TeraSort/TeraValidate on file:// and rainfs r=1, r=2 over three
-    /// NAS directories, and r=2 with one NAS lost mid-sort; prints its table
+    /// NAS directories, and r=2 with one NAS lost, then one hung, mid-sort; prints its table
     Terasort {
         /// Rows of 100 bytes (the seed's 0.5 TB is 5e9 rows)
         #[arg(long, default_value_t = 1_000_000)]

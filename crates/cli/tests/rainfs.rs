@@ -219,3 +219,32 @@ fn quick_experiment_reports_each_architectures_traffic() {
     let csv = std::fs::read_to_string(out.path().join("rainfs.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + rows.len(), "{csv}");
 }
+
+/// The TeraSort suite through the launcher at 20,000 rows (2 MB): file://, rainfs r=1 and r=2, then r=2 with a
+/// NAS lost and with a NAS hung mid-sort; TeraValidate passes in every run and fsck leaves each consistent.
+/// About a minute, so not in CI: `cargo test -p ecstack --test rainfs -- --ignored`.
+#[test]
+#[ignore = "long: about a minute (the TeraSort suite); run with --ignored"]
+fn terasort_suite_through_the_launcher() {
+    if !have_java_and_maven() {
+        return;
+    }
+    let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let o = ecstack(&["rainfs", "terasort", "--rows", "20000"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for row in [
+        "| file:// |",
+        "| rainfs r=1, 3 NAS |",
+        "| rainfs r=2, 3 NAS |",
+        "| rainfs r=2, NAS lost mid-sort |",
+        "| rainfs r=2, NAS hung mid-sort |",
+    ] {
+        assert!(out.contains(row), "no row {row}: {}", text(&o));
+    }
+    assert_eq!(
+        out.matches("consistent: true").count(),
+        2,
+        "fsck after the lost and the hung NAS: {out}"
+    );
+}

@@ -267,7 +267,8 @@ impl Tools {
         Ok(c)
     }
 
-    /// The TeraSort suite (file:// vs rainfs r=1/r=2, NAS lost mid-sort) with `rows` rows; returns its table.
+    /// The TeraSort suite (file:// vs rainfs r=1/r=2, a NAS lost and a NAS hung mid-sort) with `rows` rows;
+    /// returns its table.
     pub fn terasort_suite(&self, rows: u64) -> Result<String> {
         let mut c = self.terasort_java()?;
         c.arg(format!("-Dterasort.rows={rows}"))
