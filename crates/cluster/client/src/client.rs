@@ -273,41 +273,63 @@ impl Client {
         let window = self.inner.options.window_segments_max.max(1);
         let mut in_flight: JoinSet<Result<(), ClientError>> = JoinSet::new();
         let mut size = 0u64;
-        loop {
-            let data = read_up_to(&mut reader, segment_bytes as usize)
-                .await
-                .map_err(|e| ClientError::io(format!("{what}: reading the input"), e))?;
-            if data.is_empty() {
+        let mut eof = false;
+        while !eof {
+            // The segments to start next: as many as the window has room for (all of it at the
+            // start, so the first window costs one MDS call, not `window` calls in a row — with
+            // many clients those queue at the MDS's durable commits and the links idle meanwhile),
+            // then one as each finishes. Read and allocated before waiting for the room, so the
+            // MDS call overlaps the segments in flight.
+            let room = window.saturating_sub(in_flight.len()).clamp(1, 1024);
+            let mut batch = Vec::with_capacity(room);
+            while batch.len() < room {
+                let data = read_up_to(&mut reader, segment_bytes as usize)
+                    .await
+                    .map_err(|e| ClientError::io(format!("{what}: reading the input"), e))?;
+                if data.is_empty() {
+                    eof = true;
+                    break;
+                }
+                size += data.len() as u64;
+                eof = (data.len() as u64) < segment_bytes;
+                batch.push(data);
+                if eof {
+                    break;
+                }
+            }
+            if batch.is_empty() {
                 break;
             }
-            size += data.len() as u64;
-            let last = (data.len() as u64) < segment_bytes;
-            let len = data.len() as u64;
+            let lens: Vec<u64> = batch.iter().map(|d| d.len() as u64).collect();
+            let lens = &lens;
             let layouts = self
                 .meta(&what, |m| async move {
-                    m.allocate_segments(file_id, &[len]).await
+                    m.allocate_segments(file_id, lens).await
                 })
                 .await?;
-            let [layout] = <[SegmentLayout; 1]>::try_from(layouts).map_err(|v| {
-                ClientError::Layout(format!("asked for 1 segment, got {}", v.len()))
-            })?;
-            while in_flight.len() >= window {
-                join_one(&mut in_flight).await?;
+            if layouts.len() != batch.len() {
+                return Err(ClientError::Layout(format!(
+                    "asked for {} segment(s), got {}",
+                    batch.len(),
+                    layouts.len()
+                )));
             }
-            let client = self.clone();
-            let seg_what = format!("{what}: segment {}", layout.index);
-            in_flight.spawn(async move {
-                let data = Arc::new(data);
-                client
-                    .on_primary(&layout, &seg_what, |osd, l| {
-                        let data = data.clone();
-                        async move { osd.write_segment(&l, &data).await }
-                    })
-                    .await
-                    .map(drop)
-            });
-            if last {
-                break;
+            for (layout, data) in layouts.into_iter().zip(batch) {
+                while in_flight.len() >= window {
+                    join_one(&mut in_flight).await?;
+                }
+                let client = self.clone();
+                let seg_what = format!("{what}: segment {}", layout.index);
+                in_flight.spawn(async move {
+                    let data = Arc::new(data);
+                    client
+                        .on_primary(&layout, &seg_what, |osd, l| {
+                            let data = data.clone();
+                            async move { osd.write_segment(&l, &data).await }
+                        })
+                        .await
+                        .map(drop)
+                });
             }
         }
         while !in_flight.is_empty() {
