@@ -249,6 +249,8 @@ fn serve(s: ServeArgs) -> Result<()> {
         requirepass: s.requirepass.clone(),
         clients_max: s.maxclients,
         group_commit: !s.no_group_commit,
+        // Reads of a memory device never wait long: read-only batches run on the tokio task.
+        inline_reads: s.device.starts_with("mem:"),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,6 +1,7 @@
 //! The server's store worker merges batches of different connections (plain SETs into one
 //! `set_many`, single HSET/HMSETs into one `hset_many`): many connections writing at once over raw
-//! RESP get one correct reply per command, and every value reads back as written.
+//! RESP get one correct reply per command, and every value reads back as written (read-only
+//! batches on the store worker, and on the connection's task with `inline_reads`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -51,7 +52,11 @@ fn read_reply(r: &mut BufReader<TcpStream>) -> Vec<u8> {
 
 #[test]
 fn connections_writing_at_once_are_merged_and_correct() {
-    for durability in [Durability::EverySec, Durability::Always] {
+    for (durability, inline_reads) in [
+        (Durability::EverySec, false),
+        (Durability::Always, false),
+        (Durability::EverySec, true),
+    ] {
         let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(8 << 20).unwrap());
         let cfg = KvConfig {
             durability,
@@ -63,6 +68,7 @@ fn connections_writing_at_once_are_merged_and_correct() {
             Arc::clone(&store),
             ServerConfig {
                 addr: "127.0.0.1:0".parse().unwrap(),
+                inline_reads,
                 ..ServerConfig::default()
             },
         )

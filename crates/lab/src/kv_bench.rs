@@ -371,6 +371,8 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Fn(&str)) -> Result<KvBenchReport
     let scfg = ServerConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         group_commit: cfg.group_commit,
+        // A memory array: a read never waits long, so read-only batches run on the tokio task.
+        inline_reads: true,
         ..ServerConfig::default()
     };
     let server = spawn(Arc::clone(&store), scfg).map_err(|e| run_err(format!("kv server: {e}")))?;

@@ -404,6 +404,8 @@ fn start_ecstack(cfg: &YcsbConfig) -> Result<(Server, u16)> {
     store.spawn_syncer(Duration::from_secs(1));
     let scfg = ServerConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        // A memory array: a read never waits long, so read-only batches run on the tokio task.
+        inline_reads: true,
         ..ServerConfig::default()
     };
     let server = spawn(Arc::clone(&store), scfg).map_err(|e| run_err(format!("kv server: {e}")))?;
