@@ -40,6 +40,12 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
   }
 
   private static final int BUFFER_BYTES = 1 << 20;
+  /**
+   * The slowest write-back a live NAS is allowed at close and hsync, which wait for every byte the page cache
+   * still holds: their deadline is nasTimeoutMillis plus the bytes written since open or the last hsync at
+   * this rate (a 4 GB file gets 400 s more), so a slow NAS is not taken for a hung one.
+   */
+  private static final long WRITE_BACK_BYTES_PER_MILLI_MIN = 10_000; // 10 MB/s
 
   /** Test hook: a replica for which this returns true fails its next write, as if its NAS went away. */
   static volatile java.util.function.Predicate<Path> failWrite;
@@ -64,6 +70,8 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
   private byte[] spare = new byte[BUFFER_BYTES];
   private int fill;
   private long length;
+  /** Bytes handed to the writer threads since open or the last hsync (what a close or force writes back). */
+  private long unsyncedBytes;
   private IOException failure;
   private boolean closed;
 
@@ -129,6 +137,7 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
     }
     final byte[] data = buf;
     final int n = fill;
+    unsyncedBytes += n;
     for (int i = 0; i < channels.length; i++) {
       final FileChannel ch = channels[i];
       final Path replica = replicas.get(i);
@@ -184,8 +193,18 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
    * A replica that times out marks its NAS suspect and leaves its thread blocked.
    */
   private void await() throws IOException {
+    await(timeoutMillis);
+  }
+
+  /** A close or force: the deadline grows with what the page cache may still have to write back. */
+  private void awaitWriteBack() throws IOException {
+    await(timeoutMillis + unsyncedBytes / WRITE_BACK_BYTES_PER_MILLI_MIN);
+    unsyncedBytes = 0;
+  }
+
+  private void await(long waitMillis) throws IOException {
     IOException first = null;
-    long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMillis);
+    long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMillis);
     for (int k = 0; k < pending.size(); k++) {
       int i = pendingReplica.get(k);
       try {
@@ -203,12 +222,12 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
         synchronized (hangLock) {
           if (running[i] && !hung[i]) {
             hung[i] = true;
-            NasGuard.of(replicas.get(i)).timedOut("write " + replicas.get(i), timeoutMillis);
+            NasGuard.of(replicas.get(i)).timedOut("write " + replicas.get(i), waitMillis);
           }
         }
         if (first == null) {
           first = new NasGuard.NasTimeoutException("rainfs: replica " + replicas.get(i) + " failed: its NAS did not"
-              + " answer within " + timeoutMillis + " ms (nasTimeoutMillis; a hung mount?)");
+              + " answer within " + waitMillis + " ms (nasTimeoutMillis; a hung mount?)");
         }
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
@@ -260,7 +279,7 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
       final FileChannel ch = channels[i];
       submit(i, () -> ch.force(false));
     }
-    await();
+    awaitWriteBack();
   }
 
   @Override
@@ -295,7 +314,7 @@ final class ReplicatingOutputStream extends OutputStream implements Syncable, St
         }
       });
     }
-    await(); // a failure closes the rest (closeQuietly) and throws
+    awaitWriteBack(); // a failure closes the rest (closeQuietly) and throws
     shutdownWriters();
     closed = true;
     onClose.closed(length, crc.getValue());
