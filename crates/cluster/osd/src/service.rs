@@ -23,7 +23,7 @@ use crate::api::{
     self, layout_from_proto, meta_from_proto, meta_to_proto, ChunkMeta, ChunkVersions, DeltaStamp,
     Holder, Layout, OsdClient, OsdError,
 };
-use crate::chunk_store::{check_meta, Change, ChunkStore, ChunkStoreError};
+use crate::chunk_store::{Change, ChunkImage, ChunkStore, ChunkStoreError};
 use crate::metrics::{Metrics, OPS};
 use crate::proto;
 use crate::view::{Verdict, View};
@@ -1811,23 +1811,18 @@ impl proto::osd_server::Osd for Osd {
                     ))
                 }
             };
-            check_meta(&meta).map_err(Status::invalid_argument)?;
-            let mut data = Vec::with_capacity(meta.chunk_bytes as usize);
+            // Each frame is copied once, into the image of the file the store writes.
+            let mut image = ChunkImage::new(&meta).map_err(Status::invalid_argument)?;
             while let Some(m) = s.next().await {
                 match m?.part {
                     Some(proto::chunk_write::Part::Data(d)) => {
-                        if data.len() as u64 + d.len() as u64 > meta.chunk_bytes {
-                            return Err(Status::invalid_argument(format!(
-                                "segment {:#x} chunk {}: more than its {} bytes sent",
-                                meta.segment_id, meta.index, meta.chunk_bytes
-                            )));
-                        }
-                        data.extend_from_slice(&d);
+                        image.push(&d).map_err(Status::invalid_argument)?
                     }
                     _ => return Err(Status::invalid_argument("PutChunk: a second header")),
                 }
             }
-            self.blocking(move |st| st.put(&meta, &data))
+            // A stream that ended short is refused by the store (nothing written).
+            self.blocking(move |st| st.put_image(image))
                 .await
                 .map_err(store_status)?;
             Ok(Response::new(proto::PutChunkReply {}))

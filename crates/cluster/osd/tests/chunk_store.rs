@@ -5,8 +5,8 @@
 use ecstack_base::mutate::{case_rng, fuzz_cases, fuzz_seed, mutate};
 use ecstack_base::Rng;
 use ecstack_osd::chunk_store::{
-    self, decode_header, encode_chunk, encode_header, Change, ChunkStore, ChunkStoreError,
-    FileStore, HeaderError, BLOCK_BYTES, HEADER_BYTES,
+    self, decode_header, encode_chunk, encode_header, Change, ChunkImage, ChunkStore,
+    ChunkStoreError, FileStore, HeaderError, BLOCK_BYTES, HEADER_BYTES,
 };
 use ecstack_osd::{ChunkMeta, DeltaStamp};
 use proptest::prelude::*;
@@ -243,6 +243,41 @@ fn file_store_suite_on_tmpfs() {
             dir,
         )
     });
+}
+
+/// A chunk received frame by frame into an image is stored byte for byte as `put` stores it; an
+/// image with too many or too few bytes is refused and stores nothing.
+#[test]
+fn images_store_what_put_stores_and_refuse_wrong_lengths() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path()).unwrap();
+    let mut rng = Rng::new(7);
+    let data = bytes(&mut rng, 10_001);
+    let m = meta(1, 0, 1, 10_001);
+    s.put(&m, &data).unwrap();
+    let by_put = std::fs::read(s.chunk_path(1, 0)).unwrap();
+    let mut image = ChunkImage::new(&m).unwrap();
+    for piece in data.chunks(3_000) {
+        image.push(piece).unwrap();
+    }
+    assert_eq!(image.data(), &data[..]);
+    s.put_image(image).unwrap();
+    assert_eq!(std::fs::read(s.chunk_path(1, 0)).unwrap(), by_put);
+    assert_eq!(by_put, encode_chunk(&m, &data));
+
+    let mut over = ChunkImage::new(&m).unwrap();
+    over.push(&data).unwrap();
+    let e = over.push(&[1]).unwrap_err();
+    assert!(e.contains("more than its 10001 bytes"), "{e}");
+    let mut short = ChunkImage::new(&meta(2, 0, 1, 10_001)).unwrap();
+    short.push(&data[..10_000]).unwrap();
+    let e = s.put_image(short).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("10000 data bytes for a chunk of 10001"),
+        "{e}"
+    );
+    assert_eq!(s.meta(2, 0).unwrap(), None);
 }
 
 #[test]
