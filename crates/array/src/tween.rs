@@ -353,6 +353,19 @@ impl Tween {
         Tween::assemble(array, nv)
     }
 
+    /// The log layer over an already opened `tween` array (e.g. one `Array::open_recorded` found
+    /// from its metadata volume) and its NVRAM region.
+    pub fn from_array(array: Array, nvram: &NvramSpec) -> Result<Tween> {
+        if array.scheme_kind() != SchemeKind::Tween {
+            return Err(cfg_err(format!(
+                "the array's scheme is {}, not tween",
+                array.scheme_kind()
+            )));
+        }
+        let nv = Region::open(nvram, 0, false)?;
+        Tween::assemble(array, nv)
+    }
+
     fn assemble(array: Array, nv: Region) -> Result<Tween> {
         let st = load(&array, nv)?;
         let name = format!("tween:{}", st.nv.describe());

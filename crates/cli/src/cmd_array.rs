@@ -180,6 +180,9 @@ struct ServeArgs {
     /// load is chosen by measuring both (see docs/array.md)
     #[arg(long, default_value_t = ecstack_array::scheme::DEFAULT_IN_FLIGHT)]
     stripe_buffer: usize,
+    /// tween: the array's NVRAM region (required for a tween array: it is served through TWEEN)
+    #[arg(long)]
+    nvram: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -578,12 +581,18 @@ impl Admin for ArrayAdmin {
 }
 
 fn serve(s: ServeArgs) -> Result<()> {
-    let a = Arc::new(open_from(
-        &s.meta,
-        &s.main,
-        &s.log,
-        &OpenOptions::default(),
-    )?);
+    let array = open_from(&s.meta, &s.main, &s.log, &OpenOptions::default())?;
+    if array.scheme_kind() == SchemeKind::Tween {
+        let serve = crate::cmd_tween::ServeTween {
+            addr: s.addr,
+            name: s.name,
+            admin_socket: s.admin_socket,
+            workers: s.workers,
+            json: s.json,
+        };
+        return crate::cmd_tween::serve(array, s.nvram.as_deref(), serve);
+    }
+    let a = Arc::new(array);
     a.set_device_buffer(s.device_buffer)?;
     a.set_stripe_buffer(s.stripe_buffer);
     let idle =

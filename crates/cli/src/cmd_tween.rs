@@ -2,11 +2,16 @@
 //! segment), hotness groups, extent size, α, β, the NVRAM region and the GC mode. The work is in
 //! `ecstack_array::Tween`.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use ecstack_array::{ArrayConfig, ArrayDevices, GcMode, NvramSpec, Tween, TweenConfig};
+use ecstack_array::{Array, ArrayConfig, ArrayDevices, GcMode, NvramSpec, Tween, TweenConfig};
+use ecstack_device::BlockDevice;
+use ecstack_nbd::{Admin, ServeConfig};
 
 use crate::util::{fmt_size, parse_size, print_json};
 
@@ -100,17 +105,108 @@ pub fn create(cfg: &ArrayConfig, devices: ArrayDevices, t: &TweenArgs, json: boo
     Ok(())
 }
 
+/// `ecstack array serve` of a tween array: what the NBD export needs (the rest of the serve options
+/// are the array schemes').
+pub struct ServeTween {
+    pub addr: SocketAddr,
+    pub name: String,
+    pub admin_socket: Option<PathBuf>,
+    pub workers: usize,
+    pub json: bool,
+}
+
+/// Idle time after which a periodic-mode tween array collects (`Tween::spawn_idle_gc`).
+const SERVE_IDLE_GC: Duration = Duration::from_secs(1);
+
+/// The admin socket of a served tween array: `status` gives the array's status with TWEEN's
+/// counters; every other command (fail, rebuild, scrub, sync, ...) is the array's.
+struct TweenAdmin(Arc<Tween>);
+
+impl Admin for TweenAdmin {
+    fn command(&self, line: &str) -> std::result::Result<String, String> {
+        let t = &self.0;
+        if line.trim() == "status" {
+            let mut st = serde_json::to_value(t.array().status()).map_err(|e| e.to_string())?;
+            st["tween"] = serde_json::json!({
+                "stats": Tween::stats(t),
+                "free_segments": t.free_segments(),
+                "centers": t.centers(),
+                "capacity": t.size(),
+            });
+            return Ok(st.to_string());
+        }
+        t.array().admin(line).map_err(|e| e.to_string())
+    }
+}
+
+/// Export a tween array over NBD through the log layer (reads and writes go through TWEEN's map
+/// and NVRAM buffers, never the array's byte interface).
+pub fn serve(array: Array, nvram: Option<&Path>, s: ServeTween) -> Result<()> {
+    let Some(path) = nvram else {
+        bail!("a tween array is served through its NVRAM region: add --nvram PATH");
+    };
+    let tw = Arc::new(Tween::from_array(array, &NvramSpec::file(path))?);
+    if tw.gc_mode() == GcMode::Periodic {
+        tw.spawn_idle_gc(SERVE_IDLE_GC);
+    }
+    let cfg = ServeConfig {
+        addr: s.addr,
+        export_name: s.name.clone(),
+        admin_socket: s.admin_socket.clone(),
+        workers: s.workers,
+        description: Some(format!("ecstack tween {}", tw.array().name())),
+        ..ServeConfig::default()
+    };
+    eprintln!(
+        "ecstack array: exporting tween {} ({}) at nbd://{}/{}{}; Ctrl-C stops",
+        tw.array().name(),
+        fmt_size(tw.size()),
+        s.addr,
+        s.name,
+        s.admin_socket
+            .as_ref()
+            .map(|p| format!(", admin socket {}", p.display()))
+            .unwrap_or_default()
+    );
+    let admin: Arc<dyn Admin> = Arc::new(TweenAdmin(Arc::clone(&tw)));
+    let dev: Arc<dyn BlockDevice> = Arc::clone(&tw) as Arc<dyn BlockDevice>;
+    let res = ecstack_nbd::serve(dev, Some(admin), cfg);
+    tw.array().close()?;
+    res?;
+    if s.json {
+        print_json(&serde_json::json!({
+            "array": tw.array().status(),
+            "tween": Tween::stats(&tw),
+        }))?;
+    }
+    Ok(())
+}
+
 #[derive(Args)]
 pub struct ExpTweenArgs {
-    /// Small traces (scale 0.004 instead of 0.02)
+    /// CI-sized run (seconds): traces at scale 0.004, 64 KiB flash blocks, one sweep trace
     #[arg(long)]
     quick: bool,
-    /// Trace scale relative to the published traces (overrides --quick's)
+    /// Parts: traces, sync, sensitivity, gc, files
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "traces,sync,sensitivity,gc,files"
+    )]
+    parts: Vec<String>,
+    /// Trace scale relative to the published traces (default 0.05; --quick 0.004); the sync
+    /// workload's working set is this fraction of 4 GiB
     #[arg(long)]
     scale: Option<f64>,
+    /// Scale of the O_DIRECT-files part (default 0.01; --quick 0.001)
+    #[arg(long)]
+    files_scale: Option<f64>,
     /// Traces: fin, web, usr, mds
     #[arg(long, value_delimiter = ',', default_value = "fin,web,usr,mds")]
     traces: Vec<String>,
+    /// Traces of the sensitivity sweep (default fin,web; --quick fin)
+    #[arg(long, value_delimiter = ',')]
+    sweep_traces: Option<Vec<String>>,
     /// Hotness groups N
     #[arg(long, default_value_t = 4)]
     groups: usize,
@@ -118,41 +214,85 @@ pub struct ExpTweenArgs {
     alpha: f64,
     #[arg(long, default_value_t = 0.1)]
     beta: f64,
-    /// GC mode: active or periodic
-    #[arg(long, default_value = "active")]
-    gc: String,
+    /// TWEEN's chunk in flash blocks (the NVRAM holds N · k chunks)
+    #[arg(long, default_value_t = 1)]
+    chunk_blocks: u32,
+    /// Simulated SSDs: over-provisioning
+    #[arg(long, default_value_t = 0.15)]
+    ssd_op: f64,
+    /// Simulated SSDs: 4 KiB pages per flash block (default 64; --quick 16)
+    #[arg(long)]
+    ssd_block_pages: Option<u32>,
+    /// Simulated SSDs fresh instead of aged (not filled before the run)
+    #[arg(long)]
+    fresh: bool,
+    /// Directory of the O_DIRECT device files (default: $TMPDIR/ecstack-tween-exp)
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Directory of TWEEN's NVRAM file in the files part (default /dev/shm)
+    #[arg(long)]
+    nvram_dir: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long)]
     json: bool,
 }
 
-pub fn experiment(a: ExpTweenArgs) -> Result<()> {
+fn trace_names(v: &[String]) -> Result<Vec<ecstack_lab::eplog::TraceName>> {
     use ecstack_lab::eplog::TraceName;
-    let mut cfg = ecstack_lab::tween::TweenExpConfig::new(a.quick);
-    if let Some(s) = a.scale {
-        cfg.scale = s;
-    }
-    cfg.traces = a
-        .traces
-        .iter()
+    v.iter()
         .map(|t| match t.trim().to_ascii_lowercase().as_str() {
             "fin" => Ok(TraceName::Fin),
             "web" => Ok(TraceName::Web),
             "usr" => Ok(TraceName::Usr),
             "mds" => Ok(TraceName::Mds),
-            o => bail!("--traces: unknown trace '{o}' (fin, web, usr, mds)"),
+            o => bail!("unknown trace '{o}' (fin, web, usr, mds)"),
         })
-        .collect::<Result<_>>()?;
-    cfg.groups = a.groups;
-    cfg.alpha = a.alpha;
-    cfg.beta = a.beta;
-    cfg.gc_mode = GcMode::parse(&a.gc)?;
-    cfg.seed = a.seed;
-    let rows = ecstack_lab::tween::run(&cfg)?;
-    if a.json {
-        return print_json(&rows);
+        .collect()
+}
+
+pub fn experiment(a: ExpTweenArgs) -> Result<()> {
+    use ecstack_lab::tween::{Part, TweenExpConfig};
+    let mut cfg = TweenExpConfig::new(a.quick);
+    cfg.parts = a
+        .parts
+        .iter()
+        .map(|p| Part::parse(p))
+        .collect::<Result<_, _>>()?;
+    if let Some(s) = a.scale {
+        cfg.scale = s;
     }
-    print!("{}", ecstack_lab::tween::render(&rows));
+    if let Some(s) = a.files_scale {
+        cfg.files_scale = s;
+    }
+    cfg.traces = trace_names(&a.traces).context("--traces")?;
+    if let Some(t) = &a.sweep_traces {
+        cfg.sweep_traces = trace_names(t).context("--sweep-traces")?;
+    }
+    cfg.tween = TweenConfig {
+        groups: a.groups,
+        alpha: a.alpha,
+        beta: a.beta,
+        seed: a.seed,
+        ..TweenConfig::default()
+    };
+    cfg.chunk_blocks = a.chunk_blocks;
+    cfg.ssd.op = a.ssd_op;
+    if let Some(p) = a.ssd_block_pages {
+        cfg.ssd.block_pages = p;
+    }
+    cfg.ssd.aged = !a.fresh;
+    if let Some(d) = a.dir {
+        cfg.files_dir = d;
+    }
+    if let Some(d) = a.nvram_dir {
+        cfg.nvram_dir = d;
+    }
+    cfg.seed = a.seed;
+    let rep = ecstack_lab::tween::run(&cfg)?;
+    if a.json {
+        return print_json(&rep);
+    }
+    print!("{}", ecstack_lab::tween::render(&rep));
     Ok(())
 }

@@ -1,92 +1,279 @@
-//! `ecstack experiment tween`: the first evaluation of TWEEN (issue 15; `docs/tween.md`). Each of
-//! EPLOG's synthesized traces (FIN, WEB, USR, MDS presets, prepared as in the EPLOG experiment) is
-//! replayed, after a sequential pre-write of its working set, on a (k+m) array of simulated SSDs
-//! (the device layer's FTL model) under md, eplog and tween, one client. Measured over the replay:
-//! bytes written to the main SSDs, SSD GC victims per SSD, flash write amplification (flash page
-//! writes / host page writes, summed over the main SSDs), requests/s and request latency
-//! percentiles. TWEEN's chunk is one SSD block, so its full-stripe writes are full-block writes;
-//! its NVRAM region is in memory (NVRAM latency is not modelled: TWEEN's latencies are a lower bound).
+//! `ecstack experiment tween`: the first evaluation of TWEEN (issue 15; `docs/tween.md`).
+//!
+//! Parts ([`Part`]):
+//! * `traces`: EPLOG's synthesized traces (FIN, WEB, USR, MDS presets, prepared as in the EPLOG
+//!   experiment), each replayed after a sequential pre-write of its working set on a (k+m) array of
+//!   simulated SSDs (the device layer's FTL model) under md, eplog and tween, one client.
+//! * `sync`: a small-synchronous-write workload (4 KiB writes, 80% to a hot 20%, an fsync after each).
+//! * `sensitivity`: tween alone over hotness groups N, α, β and NVRAM size (chunk = 1, 2, 4 flash
+//!   blocks), and the flash alignment TWEEN assumes.
+//! * `gc`: TWEEN's GC modes, active (threshold, inside writes) against periodic (idle, between
+//!   bursts of requests).
+//! * `files`: md vs eplog vs tween on O_DIRECT device files (TWEEN's NVRAM a mapped file), the traces
+//!   and the sync workload, for real request latencies.
+//!
+//! The simulated SSDs are **aged**: every logical page is written once before the array is made, so
+//! the only free flash is the over-provisioning, and each scheme's SSDs are sized to its footprint
+//! (md: its stripes; eplog: plus its spare area; tween: its segments, with TWEEN's own spare). GC of
+//! such a device must relocate valid pages whenever a victim block still holds some, which is what
+//! separates the schemes' write amplification. Measured over the replay: bytes written to the main
+//! SSDs, SSD GC victims and relocated pages per SSD, flash write amplification (flash page writes /
+//! host page writes on the main SSDs), flash writes per byte the host wrote (end to end: parity,
+//! read-modify-write, TWEEN's GC and the SSD's GC together), modeled SSD busy time, requests/s and
+//! latency percentiles. TWEEN's NVRAM is in memory on simulated SSDs (its latency not modelled:
+//! TWEEN's latencies there are a lower bound).
 
-use std::sync::Arc;
-use std::time::Instant;
+mod rig;
+mod workload;
 
-use ecstack_array::{
-    Array, ArrayConfig, ArrayDevices, GcMode, NvramSpec, SchemeKind, SsdSummary, Tween, TweenConfig,
-};
-use ecstack_device::{BlockDevice, MemDevice, SimSsd, SsdConfig};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ecstack_array::{GcMode, SchemeKind, TweenConfig};
+use ecstack_device::SimSsd;
 use serde::Serialize;
 
-use crate::eplog::{build, prewrite, Backing, Setting, Trace, TraceName, CHUNK_BYTES};
+pub use rig::{Backing, SsdSetup, TweenParams};
+pub use workload::Work;
+
+use crate::eplog::{Setting, TraceName};
 use crate::{LabError, Result};
 
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct TweenExpConfig {
-    pub traces: Vec<TraceName>,
-    /// Trace scale relative to the published traces.
-    pub scale: f64,
-    pub setting: Setting,
-    pub groups: usize,
-    pub alpha: f64,
-    pub beta: f64,
-    pub gc_mode: GcMode,
-    pub seed: u64,
+/// A part of the evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Part {
+    Traces,
+    Sync,
+    Sensitivity,
+    Gc,
+    Files,
 }
 
-impl TweenExpConfig {
-    pub fn new(quick: bool) -> TweenExpConfig {
-        TweenExpConfig {
-            traces: TraceName::ALL.to_vec(),
-            scale: if quick { 0.004 } else { 0.02 },
-            setting: Setting::SIX_TWO,
-            groups: 4,
-            alpha: 0.5,
-            beta: 0.1,
-            gc_mode: GcMode::Active,
-            seed: 1,
+impl Part {
+    pub const ALL: [Part; 5] = [
+        Part::Traces,
+        Part::Sync,
+        Part::Sensitivity,
+        Part::Gc,
+        Part::Files,
+    ];
+
+    pub fn parse(s: &str) -> Result<Part> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "traces" => Ok(Part::Traces),
+            "sync" => Ok(Part::Sync),
+            "sensitivity" => Ok(Part::Sensitivity),
+            "gc" => Ok(Part::Gc),
+            "files" => Ok(Part::Files),
+            o => Err(LabError::Config {
+                field: "parts",
+                msg: format!("unknown part '{o}' (traces, sync, sensitivity, gc, files)"),
+            }),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Part::Traces => "traces",
+            Part::Sync => "sync",
+            Part::Sensitivity => "sensitivity",
+            Part::Gc => "gc",
+            Part::Files => "files",
         }
     }
 }
 
-/// One (trace, scheme) run.
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct TweenExpConfig {
+    pub parts: Vec<Part>,
+    pub traces: Vec<TraceName>,
+    /// Trace scale relative to the published traces; the sync workload's working set is this
+    /// fraction of 4 GiB.
+    pub scale: f64,
+    /// Scale of the `files` part (device files are real bytes on this machine's disk).
+    pub files_scale: f64,
+    pub setting: Setting,
+    pub ssd: SsdSetup,
+    /// TWEEN's defaults of every run outside the sweeps (groups, α, β, GC mode, seed).
+    pub tween: TweenConfig,
+    /// TWEEN's chunk in flash blocks.
+    pub chunk_blocks: u32,
+    /// Periodic GC: idle periods after every this many requests.
+    pub idle_every: u64,
+    /// Traces of the sensitivity sweep.
+    pub sweep_traces: Vec<TraceName>,
+    /// Device files of the `files` part, and TWEEN's NVRAM file there.
+    pub files_dir: PathBuf,
+    pub nvram_dir: PathBuf,
+    pub seed: u64,
+}
+
+impl TweenExpConfig {
+    /// `quick`: CI-sized (seconds); otherwise the documented long run.
+    pub fn new(quick: bool) -> TweenExpConfig {
+        let shm = PathBuf::from("/dev/shm");
+        TweenExpConfig {
+            parts: Part::ALL.to_vec(),
+            traces: TraceName::ALL.to_vec(),
+            scale: if quick { 0.004 } else { 0.05 },
+            files_scale: if quick { 0.001 } else { 0.01 },
+            setting: Setting::SIX_TWO,
+            ssd: SsdSetup {
+                // Quick: 64 KiB flash blocks, so the tiny traces still span many segments.
+                block_pages: if quick { 16 } else { 64 },
+                ..SsdSetup::default()
+            },
+            tween: TweenConfig::default(),
+            chunk_blocks: 1,
+            idle_every: 256,
+            sweep_traces: if quick {
+                vec![TraceName::Fin]
+            } else {
+                vec![TraceName::Fin, TraceName::Web]
+            },
+            files_dir: std::env::temp_dir().join("ecstack-tween-exp"),
+            nvram_dir: if shm.is_dir() {
+                shm
+            } else {
+                std::env::temp_dir()
+            },
+            seed: 1,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let cfg = |field, msg: String| Err(LabError::Config { field, msg });
+        for (field, s) in [("scale", self.scale), ("files-scale", self.files_scale)] {
+            if !(s > 0.0 && s <= 1.0) {
+                return cfg(field, format!("{s} must lie in (0, 1]"));
+            }
+        }
+        if !(self.ssd.op > 0.0 && self.ssd.op < 0.5) {
+            return cfg("ssd-op", format!("{} must lie in (0, 0.5)", self.ssd.op));
+        }
+        if !(4..=1024).contains(&self.ssd.block_pages) {
+            return cfg(
+                "ssd-block-pages",
+                format!("{} must lie in [4, 1024]", self.ssd.block_pages),
+            );
+        }
+        if self.chunk_blocks == 0 || self.chunk_blocks > 16 {
+            return cfg(
+                "chunk-blocks",
+                format!("{} must lie in [1, 16]", self.chunk_blocks),
+            );
+        }
+        Ok(())
+    }
+
+    fn params(&self, tween: TweenConfig, chunk_blocks: u32) -> TweenParams {
+        TweenParams {
+            tween,
+            chunk_blocks,
+            idle_every: self.idle_every,
+        }
+    }
+
+    fn sim(&self) -> Backing {
+        Backing::Sim(self.ssd)
+    }
+
+    /// The sync workload at `scale`.
+    fn sync_work(&self, scale: f64) -> Work {
+        Work::sync_writes(((4u64 << 30) as f64 * scale) as u64, self.seed)
+    }
+}
+
+/// One (part, workload, scheme, variant) run.
 #[derive(Debug, Clone, Serialize)]
 pub struct TweenRow {
-    pub trace: TraceName,
+    pub part: Part,
+    pub testbed: String,
+    pub workload: String,
     pub scheme: String,
+    /// tween: its parameters (N, α, β, NVRAM, GC mode); md/eplog: "-".
+    pub variant: String,
     pub requests: u64,
+    pub host_write_bytes: u64,
+    /// Simulated SSDs only: raw flash of one main SSD (blocks × block bytes, over-provisioning
+    /// included): what the scheme's footprint costs.
+    pub ssd_raw_bytes: Option<u64>,
     pub ssd_write_bytes: u64,
     pub ssd_read_bytes: u64,
-    pub gc_per_ssd: f64,
-    pub flash_write_amplification: f64,
+    /// eplog's log devices (simulated HDDs or files), not among the SSDs.
+    pub log_write_bytes: u64,
+    /// Simulated SSDs only: GC victims (blocks cleaned) per SSD.
+    pub gc_per_ssd: Option<f64>,
+    /// Simulated SSDs only: valid pages GC relocated, per SSD.
+    pub gc_copies_per_ssd: Option<f64>,
+    /// Flash page writes / host page writes on the main SSDs.
+    pub flash_write_amplification: Option<f64>,
+    /// Flash bytes written on the main SSDs per byte the host wrote (end to end).
+    pub flash_per_host_byte: Option<f64>,
+    /// Modeled busy time of the busiest main SSD over the replay, seconds.
+    pub ssd_busy_s: Option<f64>,
     pub requests_per_s: f64,
     pub latency_p50_us: f64,
     pub latency_p99_us: f64,
+    pub latency_p999_us: f64,
     pub latency_max_us: f64,
-    /// tween only: segments collected by TWEEN's GC and its full-stripe flushes.
+    pub nvram_bytes: Option<u64>,
+    /// tween only: segments collected (inside writes / during idle periods), extents GC moved
+    /// through NVRAM, full-stripe flushes.
     pub tween_gc_segments: Option<u64>,
+    pub tween_idle_gc_segments: Option<u64>,
+    pub tween_gc_extents: Option<u64>,
     pub tween_flushes: Option<u64>,
 }
 
-fn ssd_sums(a: &Array) -> (u64, u64, f64) {
-    let st = a.status();
-    let ssds: Vec<SsdSummary> = st
-        .devices
-        .iter()
-        .filter(|d| d.role == "main")
-        .filter_map(|d| d.ssd.clone())
-        .collect();
-    let host = ssds.iter().map(|s| s.host_page_writes).sum();
-    let flash = ssds.iter().map(|s| s.flash_page_writes).sum();
-    let gc = ssds.iter().map(|s| s.gc_victims).sum::<u64>() as f64 / ssds.len().max(1) as f64;
-    (host, flash, gc)
+/// tween against md on one workload and testbed: negative percentages are reductions.
+#[derive(Debug, Clone, Serialize)]
+pub struct VersusMd {
+    pub part: Part,
+    pub workload: String,
+    pub md_gc_per_ssd: f64,
+    pub tween_gc_per_ssd: f64,
+    pub gc_change_pct: f64,
+    pub md_flash_wa: f64,
+    pub tween_flash_wa: f64,
+    pub wa_change_pct: f64,
+    pub md_flash_per_host_byte: f64,
+    pub tween_flash_per_host_byte: f64,
+    pub flash_change_pct: f64,
+    pub ssd_write_change_pct: f64,
 }
 
-/// A simulated SSD of at least `bytes` usable bytes.
-fn ssd(bytes: u64) -> Result<Arc<dyn BlockDevice>> {
-    let base = SsdConfig::default();
-    let per_block = (base.pages_per_block as u64 * base.page_size as u64) as f64 * (1.0 - base.op);
-    let blocks = ((bytes as f64 / per_block).ceil() as u32 + 8).max(64);
-    Ok(Arc::new(SimSsd::new(SsdConfig { blocks, ..base })?))
+#[derive(Debug, Clone, Serialize)]
+pub struct TweenReport {
+    pub rows: Vec<TweenRow>,
+    pub versus_md: Vec<VersusMd>,
+}
+
+/// Sums over the main SSDs at one moment.
+#[derive(Default)]
+struct SsdSnap {
+    host: u64,
+    flash: u64,
+    victims: u64,
+    copies: u64,
+    busy_ns: Vec<u64>,
+}
+
+impl SsdSnap {
+    fn of(ssds: &[std::sync::Arc<SimSsd>]) -> SsdSnap {
+        let mut s = SsdSnap::default();
+        for d in ssds {
+            let st = d.ssd_stats();
+            s.host += st.host_page_writes;
+            s.flash += st.flash_page_writes;
+            s.victims += st.gc_victims;
+            s.copies += st.gc_copies;
+            s.busy_ns.push(st.modeled_ns);
+        }
+        s
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -96,173 +283,409 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// Replay the trace's writes one at a time, timing each.
-fn replay(write: &dyn Fn(&[u8], u64) -> Result<()>, t: &Trace) -> Result<(f64, Vec<f64>)> {
-    let buf: Vec<u8> = (0..t.max_len())
+/// Replay `w` on `rig`, timing each request (its fsync included). Periodic-mode idle GC runs
+/// between requests, outside the clock: it stands for the device's idle time.
+fn replay(rig: &rig::Rig, w: &Work) -> Result<(f64, Vec<f64>, u64)> {
+    let buf: Vec<u8> = (0..w.max_len())
         .map(|i| (i as u8).wrapping_mul(7))
         .collect();
-    let mut lat = Vec::with_capacity(t.reqs.len());
-    let start = Instant::now();
-    for &(off, len) in &t.reqs {
+    let mut lat = Vec::with_capacity(w.reqs.len());
+    let mut busy = Duration::ZERO;
+    let mut idle_gc = 0;
+    for (i, &(off, len)) in w.reqs.iter().enumerate() {
         let t0 = Instant::now();
-        write(&buf[..len as usize], off)?;
-        lat.push(t0.elapsed().as_secs_f64() * 1e6);
+        rig.write(&buf[..len as usize], off)?;
+        if w.sync {
+            rig.sync()?;
+        }
+        let dt = t0.elapsed();
+        busy += dt;
+        lat.push(dt.as_secs_f64() * 1e6);
+        if rig.idle_every > 0 && (i as u64 + 1).is_multiple_of(rig.idle_every) {
+            if let Some(t) = rig.tween() {
+                idle_gc += t.collect_idle(Duration::ZERO)?;
+            }
+        }
     }
-    let secs = start.elapsed().as_secs_f64();
     lat.sort_by(f64::total_cmp);
-    Ok((secs, lat))
+    Ok((busy.as_secs_f64(), lat, idle_gc))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn row(
-    t: &Trace,
-    scheme: &str,
-    a: &Array,
-    before: (u64, u64, f64),
-    secs: f64,
-    lat: &[f64],
-    tween: Option<(u64, u64)>,
-) -> TweenRow {
-    let after = ssd_sums(a);
+/// Pre-write, replay and measure one rig.
+fn measure(
+    part: Part,
+    variant: String,
+    w: &Work,
+    rig: &rig::Rig,
+    align: bool,
+    testbed: &str,
+) -> Result<TweenRow> {
+    rig.prewrite(w.wss, align)?;
+    let a = rig.array();
+    a.reset_stats();
+    let before = SsdSnap::of(&rig.ssds);
+    let t0 = rig.tween().map(|t| t.stats());
+    let (secs, lat, idle_gc) = replay(rig, w)?;
+    rig.finish()?;
+    let after = SsdSnap::of(&rig.ssds);
     let st = a.status();
-    let host = after.0 - before.0;
-    let flash = after.1 - before.1;
-    TweenRow {
-        trace: t.name,
-        scheme: scheme.into(),
-        requests: t.reqs.len() as u64,
+    let sim = !rig.ssds.is_empty();
+    let n = rig.ssds.len().max(1) as f64;
+    let host_pages = after.host - before.host;
+    let flash_pages = after.flash - before.flash;
+    let page = ecstack_device::SsdConfig::default().page_size as u64;
+    let t1 = rig.tween().map(|t| t.stats());
+    let tw = t0.zip(t1);
+    let on_sim = |x: f64| sim.then_some(x);
+    Ok(TweenRow {
+        part,
+        testbed: testbed.into(),
+        workload: w.name.clone(),
+        scheme: rig.scheme.name().into(),
+        variant,
+        requests: w.reqs.len() as u64,
+        host_write_bytes: w.bytes(),
+        ssd_raw_bytes: rig.ssds.first().map(|d| {
+            d.with_model(|m| {
+                let c = m.config();
+                c.blocks as u64 * c.pages_per_block as u64 * c.page_size as u64
+            })
+        }),
         ssd_write_bytes: st.main.io.write_bytes,
         ssd_read_bytes: st.main.io.read_bytes,
-        gc_per_ssd: after.2 - before.2,
-        flash_write_amplification: flash as f64 / host.max(1) as f64,
-        requests_per_s: t.reqs.len() as f64 / secs.max(1e-9),
-        latency_p50_us: percentile(lat, 0.5),
-        latency_p99_us: percentile(lat, 0.99),
+        log_write_bytes: st.log.io.write_bytes,
+        gc_per_ssd: on_sim((after.victims - before.victims) as f64 / n),
+        gc_copies_per_ssd: on_sim((after.copies - before.copies) as f64 / n),
+        flash_write_amplification: on_sim(flash_pages as f64 / host_pages.max(1) as f64),
+        flash_per_host_byte: on_sim((flash_pages * page) as f64 / w.bytes().max(1) as f64),
+        ssd_busy_s: on_sim(
+            after
+                .busy_ns
+                .iter()
+                .zip(&before.busy_ns)
+                .map(|(a, b)| a - b)
+                .max()
+                .unwrap_or(0) as f64
+                / 1e9,
+        ),
+        requests_per_s: w.reqs.len() as f64 / secs.max(1e-9),
+        latency_p50_us: percentile(&lat, 0.5),
+        latency_p99_us: percentile(&lat, 0.99),
+        latency_p999_us: percentile(&lat, 0.999),
         latency_max_us: lat.last().copied().unwrap_or(0.0),
-        tween_gc_segments: tween.map(|x| x.0),
-        tween_flushes: tween.map(|x| x.1),
-    }
+        nvram_bytes: rig.nvram_bytes,
+        tween_gc_segments: tw.map(|(a, b)| b.gc_segments - a.gc_segments - idle_gc),
+        tween_idle_gc_segments: tw.map(|_| idle_gc),
+        tween_gc_extents: tw.map(|(a, b)| b.gc_extents - a.gc_extents),
+        tween_flushes: tw.map(|(a, b)| b.flushes - a.flushes),
+    })
 }
 
-fn run_baseline(t: &Trace, scheme: SchemeKind, cfg: &TweenExpConfig) -> Result<TweenRow> {
-    let dir = std::env::temp_dir();
-    let rig = build(t, scheme, cfg.setting, Backing::Sim, &dir)?;
-    let a = &rig.array;
-    prewrite(a, t.wss)?;
-    a.reset_stats();
-    let before = ssd_sums(a);
-    let (secs, lat) = replay(&|b, off| Ok(a.write(b, off)?), t)?;
-    if scheme == SchemeKind::Eplog {
-        a.commit()?;
-    }
-    Ok(row(t, scheme.name(), a, before, secs, &lat, None))
-}
-
-fn run_tween(t: &Trace, cfg: &TweenExpConfig) -> Result<TweenRow> {
-    let s = cfg.setting;
-    let base = SsdConfig::default();
-    let chunk = base.pages_per_block as u64 * base.page_size as u64;
-    let stripe = s.k as u64 * chunk;
-    let spare = (2 * cfg.groups as u64 + 2).max(1);
-    let need = t.wss.div_ceil(stripe) + spare;
-    let segments = ((need as f64 / 0.9).ceil() as u64 + 2).max(need + 2);
-    let dev_bytes = chunk + segments * chunk + chunk;
-    let main = (0..s.n())
-        .map(|_| ssd(dev_bytes))
-        .collect::<Result<Vec<_>>>()?;
-    let devices = ArrayDevices {
-        main,
-        log: Vec::new(),
-        meta: Arc::new(MemDevice::new(1 << 30)?),
-        specs: None,
-    };
-    let acfg = ArrayConfig {
-        chunk_size: chunk as u32,
-        ..ArrayConfig::with_geometry(SchemeKind::Tween, s.k, s.m)
-    };
-    let tcfg = TweenConfig {
-        groups: cfg.groups,
-        extent_bytes: CHUNK_BYTES as u32,
-        alpha: cfg.alpha,
-        beta: cfg.beta,
-        gc_mode: cfg.gc_mode,
-        seed: cfg.seed,
-        ..TweenConfig::default()
-    };
-    let (nv, _img) = NvramSpec::memory();
-    let tw = Tween::create(&acfg, devices, &tcfg, &nv)?;
-    if tw.size() < t.wss {
-        return Err(LabError::Run(format!(
-            "tween capacity {} below the working set {}",
-            tw.size(),
-            t.wss
-        )));
-    }
-    // Pre-write the working set sequentially (direct full-stripe writes, the rest through NVRAM).
-    let piece = vec![0x5au8; (stripe * 4) as usize];
-    let mut off = 0;
-    while off < t.wss {
-        let len = (piece.len() as u64).min(t.wss - off);
-        tw.write(&piece[..len as usize], off)?;
-        off += len;
-    }
-    let a = tw.array();
-    a.reset_stats();
-    let s0 = tw.stats();
-    let before = ssd_sums(a);
-    let (secs, lat) = replay(&|b, off| Ok(tw.write(b, off)?), t)?;
-    let s1 = tw.stats();
-    Ok(row(
-        t,
-        "tween",
-        a,
-        before,
-        secs,
-        &lat,
-        Some((s1.gc_segments - s0.gc_segments, s1.flushes - s0.flushes)),
-    ))
-}
-
-/// Every trace under md, eplog and tween.
-pub fn run(cfg: &TweenExpConfig) -> Result<Vec<TweenRow>> {
-    if !(cfg.scale > 0.0 && cfg.scale <= 1.0) {
-        return Err(LabError::Run(format!(
-            "scale {} must lie in (0, 1]",
-            cfg.scale
-        )));
-    }
-    let mut rows = Vec::new();
-    for &name in &cfg.traces {
-        let t = Trace::load(name, cfg.scale, cfg.seed)?;
-        rows.push(run_baseline(&t, SchemeKind::Md, cfg)?);
-        rows.push(run_baseline(&t, SchemeKind::Eplog, cfg)?);
-        rows.push(run_tween(&t, cfg)?);
-    }
-    Ok(rows)
-}
-
-/// The rows as a text table.
-pub fn render(rows: &[TweenRow]) -> String {
-    let mut out = String::from(
-        "trace  scheme  requests  SSD writes MiB  SSD reads MiB  GC/SSD  flash WA  req/s  p50 us  p99 us  tween GC segs\n",
+fn variant(t: &TweenConfig, nvram: Option<u64>, align: bool) -> String {
+    let mut v = format!(
+        "N={} a={} b={} NVRAM={} op={} gc={}",
+        t.groups,
+        t.alpha,
+        t.beta,
+        fmt_bytes(nvram.unwrap_or(0)),
+        t.over_provisioning,
+        match t.gc_mode {
+            GcMode::Active => "active",
+            GcMode::Periodic => "periodic",
+        }
     );
-    for r in rows {
-        out.push_str(&format!(
-            "{:<6} {:<7} {:>8} {:>15.1} {:>14.1} {:>7.1} {:>9.3} {:>6.0} {:>7.1} {:>7.1} {:>14}\n",
-            r.trace.to_string(),
-            r.scheme,
-            r.requests,
-            r.ssd_write_bytes as f64 / (1 << 20) as f64,
-            r.ssd_read_bytes as f64 / (1 << 20) as f64,
-            r.gc_per_ssd,
-            r.flash_write_amplification,
-            r.requests_per_s,
-            r.latency_p50_us,
-            r.latency_p99_us,
-            r.tween_gc_segments
-                .map(|g| g.to_string())
-                .unwrap_or_else(|| "-".into()),
-        ));
+    if !align {
+        v.push_str(" unaligned");
+    }
+    v
+}
+
+fn fmt_bytes(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{:.1}MiB", b as f64 / (1 << 20) as f64)
+    } else {
+        format!("{}KiB", b >> 10)
+    }
+}
+
+struct Runner<'a> {
+    cfg: &'a TweenExpConfig,
+    rows: Vec<TweenRow>,
+}
+
+impl Runner<'_> {
+    fn baselines(&mut self, part: Part, w: &Work, backing: &Backing) -> Result<()> {
+        for scheme in [SchemeKind::Md, SchemeKind::Eplog] {
+            let rig = rig::baseline(w, scheme, self.cfg.setting, backing)?;
+            let row = measure(part, "-".into(), w, &rig, true, testbed(backing))?;
+            self.rows.push(row);
+        }
+        Ok(())
+    }
+
+    fn tween(
+        &mut self,
+        part: Part,
+        w: &Work,
+        backing: &Backing,
+        t: TweenConfig,
+        chunk_blocks: u32,
+        align: bool,
+    ) -> Result<()> {
+        let rig = rig::tween(
+            w,
+            self.cfg.setting,
+            &self.cfg.params(t.clone(), chunk_blocks),
+            backing,
+        )?;
+        let v = variant(&t, rig.nvram_bytes, align);
+        let row = measure(part, v, w, &rig, align, testbed(backing))?;
+        self.rows.push(row);
+        Ok(())
+    }
+
+    fn all_three(&mut self, part: Part, w: &Work, backing: &Backing) -> Result<()> {
+        self.baselines(part, w, backing)?;
+        let t = self.cfg.tween.clone();
+        self.tween(part, w, backing, t, self.cfg.chunk_blocks, true)
+    }
+
+    fn sweep(&mut self, w: &Work) -> Result<()> {
+        let base = self.cfg.tween.clone();
+        let sim = self.cfg.sim();
+        let cb = self.cfg.chunk_blocks;
+        let mut runs: Vec<(TweenConfig, u32, bool)> = Vec::new();
+        for groups in [1, 2, 4, 8] {
+            runs.push((
+                TweenConfig {
+                    groups,
+                    ..base.clone()
+                },
+                cb,
+                true,
+            ));
+        }
+        for alpha in [0.1, 0.9] {
+            runs.push((
+                TweenConfig {
+                    alpha,
+                    ..base.clone()
+                },
+                cb,
+                true,
+            ));
+        }
+        for beta in [0.01, 0.5] {
+            runs.push((
+                TweenConfig {
+                    beta,
+                    ..base.clone()
+                },
+                cb,
+                true,
+            ));
+        }
+        for over_provisioning in [0.2, 0.3] {
+            let t = TweenConfig {
+                over_provisioning,
+                ..base.clone()
+            };
+            runs.push((t, cb, true));
+        }
+        for blocks in [2, 4] {
+            runs.push((base.clone(), cb * blocks, true));
+        }
+        runs.push((base.clone(), cb, false));
+        for (t, blocks, align) in runs {
+            self.tween(Part::Sensitivity, w, &sim, t, blocks, align)?;
+        }
+        Ok(())
+    }
+}
+
+fn testbed(b: &Backing) -> &'static str {
+    match b {
+        Backing::Sim(_) => "simulated SSD",
+        Backing::Files { .. } => "O_DIRECT files",
+    }
+}
+
+/// The parts of `cfg`, in order.
+pub fn run(cfg: &TweenExpConfig) -> Result<TweenReport> {
+    cfg.validate()?;
+    let mut r = Runner {
+        cfg,
+        rows: Vec::new(),
+    };
+    let sim = cfg.sim();
+    let has = |p: Part| cfg.parts.contains(&p);
+    let load = |name: TraceName, scale: f64| Work::trace(name, scale, cfg.seed);
+    if has(Part::Traces) {
+        for &name in &cfg.traces {
+            r.all_three(Part::Traces, &load(name, cfg.scale)?, &sim)?;
+        }
+    }
+    if has(Part::Sync) {
+        r.all_three(Part::Sync, &cfg.sync_work(cfg.scale), &sim)?;
+    }
+    if has(Part::Sensitivity) {
+        for &name in &cfg.sweep_traces {
+            let w = load(name, cfg.scale)?;
+            r.baselines(Part::Sensitivity, &w, &sim)?;
+            r.sweep(&w)?;
+        }
+    }
+    if has(Part::Gc) {
+        for &name in &cfg.traces {
+            let w = load(name, cfg.scale)?;
+            for gc_mode in [GcMode::Active, GcMode::Periodic] {
+                let t = TweenConfig {
+                    gc_mode,
+                    ..cfg.tween.clone()
+                };
+                r.tween(Part::Gc, &w, &sim, t, cfg.chunk_blocks, true)?;
+            }
+        }
+    }
+    if has(Part::Files) {
+        let files = Backing::Files {
+            dir: cfg.files_dir.clone(),
+            nvram_dir: cfg.nvram_dir.clone(),
+        };
+        for &name in &cfg.traces {
+            r.all_three(Part::Files, &load(name, cfg.files_scale)?, &files)?;
+        }
+        r.all_three(Part::Files, &cfg.sync_work(cfg.files_scale), &files)?;
+    }
+    let versus_md = versus_md(&r.rows);
+    Ok(TweenReport {
+        rows: r.rows,
+        versus_md,
+    })
+}
+
+fn change_pct(from: f64, to: f64) -> f64 {
+    if from == 0.0 {
+        if to == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        (to - from) / from * 100.0
+    }
+}
+
+/// tween (default parameters) against md on every simulated workload of the `traces` and `sync`
+/// parts.
+fn versus_md(rows: &[TweenRow]) -> Vec<VersusMd> {
+    let mut out = Vec::new();
+    for md in rows
+        .iter()
+        .filter(|r| matches!(r.part, Part::Traces | Part::Sync) && r.scheme == "md")
+    {
+        let Some(tw) = rows
+            .iter()
+            .find(|r| r.part == md.part && r.workload == md.workload && r.scheme == "tween")
+        else {
+            continue;
+        };
+        let g = |r: &TweenRow, f: fn(&TweenRow) -> Option<f64>| f(r).unwrap_or(0.0);
+        let (mg, tg) = (g(md, |r| r.gc_per_ssd), g(tw, |r| r.gc_per_ssd));
+        let (mw, twa) = (
+            g(md, |r| r.flash_write_amplification),
+            g(tw, |r| r.flash_write_amplification),
+        );
+        let (mf, tf) = (
+            g(md, |r| r.flash_per_host_byte),
+            g(tw, |r| r.flash_per_host_byte),
+        );
+        out.push(VersusMd {
+            part: md.part,
+            workload: md.workload.clone(),
+            md_gc_per_ssd: mg,
+            tween_gc_per_ssd: tg,
+            gc_change_pct: change_pct(mg, tg),
+            md_flash_wa: mw,
+            tween_flash_wa: twa,
+            wa_change_pct: change_pct(mw, twa),
+            md_flash_per_host_byte: mf,
+            tween_flash_per_host_byte: tf,
+            flash_change_pct: change_pct(mf, tf),
+            ssd_write_change_pct: change_pct(md.ssd_write_bytes as f64, tw.ssd_write_bytes as f64),
+        });
+    }
+    out
+}
+
+fn opt(x: Option<f64>, prec: usize) -> String {
+    x.map(|v| format!("{v:.prec$}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn opt_u(x: Option<u64>) -> String {
+    x.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The report as Markdown tables, one per part, then tween against md.
+pub fn render(rep: &TweenReport) -> String {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut out = String::new();
+    for part in Part::ALL {
+        let rows: Vec<&TweenRow> = rep.rows.iter().filter(|r| r.part == part).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("\n## {} ({})\n\n", part.name(), rows[0].testbed));
+        out.push_str("| workload | scheme | variant | requests | raw flash/SSD MiB | SSD writes MiB | SSD reads MiB | log writes MiB | GC/SSD | GC copies/SSD | flash WA | flash/host | SSD busy s | req/s | p50 us | p99 us | p99.9 us | tween GC segs (idle) |\n");
+        out.push_str("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for r in rows {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} |\n",
+                r.workload,
+                r.scheme,
+                r.variant,
+                r.requests,
+                opt(r.ssd_raw_bytes.map(mib), 1),
+                mib(r.ssd_write_bytes),
+                mib(r.ssd_read_bytes),
+                mib(r.log_write_bytes),
+                opt(r.gc_per_ssd, 1),
+                opt(r.gc_copies_per_ssd, 0),
+                opt(r.flash_write_amplification, 3),
+                opt(r.flash_per_host_byte, 2),
+                opt(r.ssd_busy_s, 2),
+                r.requests_per_s,
+                r.latency_p50_us,
+                r.latency_p99_us,
+                r.latency_p999_us,
+                match (r.tween_gc_segments, r.tween_idle_gc_segments) {
+                    (Some(g), Some(i)) if i > 0 => format!("{g} ({i})"),
+                    (g, _) => opt_u(g),
+                }
+            ));
+        }
+    }
+    if !rep.versus_md.is_empty() {
+        out.push_str("\n## tween against md (simulated SSDs; negative = tween lower)\n\n");
+        out.push_str("| workload | GC/SSD md | GC/SSD tween | change | flash WA md | flash WA tween | change | flash/host md | flash/host tween | change | SSD writes change |\n");
+        out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for v in &rep.versus_md {
+            out.push_str(&format!(
+                "| {} | {:.1} | {:.1} | {:+.1}% | {:.3} | {:.3} | {:+.1}% | {:.2} | {:.2} | {:+.1}% | {:+.1}% |\n",
+                v.workload,
+                v.md_gc_per_ssd,
+                v.tween_gc_per_ssd,
+                v.gc_change_pct,
+                v.md_flash_wa,
+                v.tween_flash_wa,
+                v.wa_change_pct,
+                v.md_flash_per_host_byte,
+                v.tween_flash_per_host_byte,
+                v.flash_change_pct,
+                v.ssd_write_change_pct,
+            ));
+        }
     }
     out
 }
@@ -271,20 +694,25 @@ pub fn render(rows: &[TweenRow]) -> String {
 mod tests {
     use super::*;
 
+    fn tiny(parts: Vec<Part>) -> TweenExpConfig {
+        TweenExpConfig {
+            parts,
+            traces: vec![TraceName::Fin],
+            scale: 0.0005,
+            ..TweenExpConfig::new(true)
+        }
+    }
+
     /// A tiny FIN replay: all three schemes run, and tween's main-device traffic is exactly its
     /// full-stripe flushes (n chunks of one SSD block each), nothing else.
     #[test]
     fn tiny_fin_replay_tween_writes_only_full_stripes() {
-        let cfg = TweenExpConfig {
-            traces: vec![TraceName::Fin],
-            scale: 0.0005,
-            ..TweenExpConfig::new(true)
-        };
-        let rows = run(&cfg).unwrap();
+        let cfg = tiny(vec![Part::Traces]);
+        let rep = run(&cfg).unwrap();
+        let rows = &rep.rows;
         assert_eq!(rows.len(), 3);
         let tw = rows.iter().find(|r| r.scheme == "tween").unwrap();
-        let base = SsdConfig::default();
-        let chunk = base.pages_per_block as u64 * base.page_size as u64;
+        let chunk = cfg.ssd.block_bytes() * cfg.chunk_blocks as u64;
         let flushes = tw.tween_flushes.unwrap();
         assert!(flushes > 0, "no flush during the replay");
         assert_eq!(
@@ -295,5 +723,33 @@ mod tests {
         assert!(rows
             .iter()
             .all(|r| r.requests > 0 && r.requests_per_s > 0.0));
+        assert_eq!(rep.versus_md.len(), 1);
+    }
+
+    /// Aged SSDs aligned to flash blocks: every flash block TWEEN overwrites is whole, so the
+    /// SSDs' GC never relocates a valid page under tween, while md's random chunk updates on the
+    /// same aged model do make GC relocate.
+    #[test]
+    fn aligned_tween_never_makes_ssd_gc_relocate() {
+        let mut cfg = tiny(vec![Part::Traces, Part::Sync]);
+        cfg.scale = 0.002;
+        let rep = run(&cfg).unwrap();
+        for r in rep.rows.iter().filter(|r| r.scheme == "tween") {
+            assert_eq!(r.gc_copies_per_ssd, Some(0.0), "{}", r.workload);
+            assert_eq!(r.flash_write_amplification, Some(1.0), "{}", r.workload);
+        }
+        let md_sync = rep
+            .rows
+            .iter()
+            .find(|r| r.part == Part::Sync && r.scheme == "md")
+            .unwrap();
+        assert!(md_sync.gc_copies_per_ssd.unwrap() > 0.0);
+        assert!(md_sync.flash_write_amplification.unwrap() > 1.0);
+    }
+
+    #[test]
+    fn parts_parse_and_reject() {
+        assert_eq!(Part::parse(" GC ").unwrap(), Part::Gc);
+        assert!(Part::parse("fast").is_err());
     }
 }
