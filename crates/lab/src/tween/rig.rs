@@ -326,10 +326,6 @@ pub(crate) fn baseline(w: &Work, scheme: SchemeKind, s: Setting, backing: &Backi
         specs: None,
     };
     let array = Array::create_with(&cfg, devices, &opts)?;
-    if !ssds.is_empty() {
-        // Metadata-only simulated SSDs read back zeros, which no chunk checksum matches.
-        array.set_checksums(false);
-    }
     Ok(Rig {
         scheme,
         target: Target::Array(array),
@@ -386,9 +382,6 @@ pub(crate) fn tween(w: &Work, s: Setting, p: &TweenParams, backing: &Backing) ->
         ..ArrayConfig::with_geometry(SchemeKind::Tween, s.k, s.m)
     };
     let tw = Tween::create(&acfg, devices, t, &nv)?;
-    if !ssds.is_empty() {
-        tw.array().set_checksums(false);
-    }
     if tw.size() < w.wss {
         return Err(LabError::Run(format!(
             "tween capacity {} below the working set {}",
