@@ -43,6 +43,9 @@ enum ArrayCmd {
     /// data, repair the bad chunks (up to m per stripe by checksum; by parity alone one per stripe
     /// with m = 2), report the rest; exits 1 if anything is left wrong
     Scrub(ScrubArgs),
+    /// Scrub's read bandwidth against `dd iflag=direct` sequential reads of the same device files,
+    /// side by side on a filled array of O_DIRECT files (docs/benchmarks.md)
+    ScrubBench(ScrubBenchArgs),
     /// Open the array and export it over NBD (127.0.0.1 by default) until Ctrl-C / SIGTERM
     Serve(ServeArgs),
 }
@@ -147,6 +150,37 @@ struct ScrubArgs {
 }
 
 #[derive(Args)]
+struct ScrubBenchArgs {
+    /// Directory for the device files (on the file system to measure; removed afterwards)
+    #[arg(long)]
+    dir: PathBuf,
+    /// Update scheme
+    #[arg(long, default_value = "md")]
+    scheme: String,
+    #[arg(short, long, default_value_t = 6)]
+    k: usize,
+    #[arg(short, long, default_value_t = 2)]
+    m: usize,
+    /// Chunk size
+    #[arg(long, default_value = "4K")]
+    chunk: String,
+    /// Size of each main device file
+    #[arg(long, default_value = "256M")]
+    device_size: String,
+    /// Scrub's data stripes per step
+    #[arg(long, default_value_t = ScrubOptions::default().batch_stripes)]
+    batch: usize,
+    /// Rounds of (scrub, dd), alternating which runs first
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Per-chunk checksums off (scrub checks parity only)
+    #[arg(long)]
+    no_checksums: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct ServeArgs {
     /// Metadata volume spec of the array
     #[arg(long)]
@@ -195,6 +229,7 @@ pub fn run(a: ArrayArgs) -> Result<()> {
         ArrayCmd::Fail(d) => fail(d),
         ArrayCmd::Rebuild(r) => rebuild(r),
         ArrayCmd::Scrub(s) => scrub(s),
+        ArrayCmd::ScrubBench(s) => scrub_bench(s),
         ArrayCmd::Serve(s) => serve(s),
     }
 }
@@ -568,6 +603,53 @@ fn scrub_report(r: &ScrubReport, json: bool) -> Result<()> {
             r.unreadable_stripes
         );
     }
+    Ok(())
+}
+
+fn scrub_bench(s: ScrubBenchArgs) -> Result<()> {
+    use ecstack_lab::scrub_bench::{scrub_bench, ScrubBenchConfig};
+    let chunk = parse_size(&s.chunk)?;
+    let cfg = ScrubBenchConfig {
+        dir: s.dir,
+        scheme: SchemeKind::parse(&s.scheme)?,
+        k: s.k,
+        m: s.m,
+        chunk_bytes: u32::try_from(chunk).context("--chunk too large")?,
+        device_bytes: parse_size(&s.device_size)?,
+        batch_stripes: s.batch,
+        rounds: s.rounds,
+        checksums: !s.no_checksums,
+    };
+    let quiet = s.json;
+    let r = scrub_bench(&cfg, &|line| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    })?;
+    if s.json {
+        return print_json(&r);
+    }
+    println!(
+        "scrub bench: {} ({}+{}), chunk {}, {} per device read, checksums {}, fill {:.1} MB/s",
+        r.scheme,
+        r.k,
+        r.m,
+        fmt_size(r.chunk_bytes as u64),
+        fmt_size(r.bytes_per_device),
+        if r.checksums { "on" } else { "off" },
+        r.fill_mb_per_s
+    );
+    for x in &r.rounds {
+        println!(
+            "  round {} ({} first): scrub {:.1} MB/s, dd {:.1} MB/s, ratio {:.2}",
+            x.round,
+            if x.scrub_first { "scrub" } else { "dd" },
+            x.scrub_mb_per_s,
+            x.sequential_mb_per_s,
+            x.ratio
+        );
+    }
+    println!("median ratio {:.2} (target >= 0.80)", r.ratio_median);
     Ok(())
 }
 

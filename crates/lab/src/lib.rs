@@ -15,6 +15,8 @@
 //!   the cluster on an emulated network of namespaces ([`codfs_netns`]).
 //! * [`ec_bench`]: `ecstack bench ec`, our erasure-code kernels against ISA-L at each kernel level.
 //! * [`robustore`]: `ecstack experiment robustore`, RobuSTore's ch. 6 figures on `ecstack-sim`.
+//! * [`scrub_bench`]: `ecstack array scrub-bench`, scrub's read bandwidth against `dd`'s sequential
+//!   reads of the same device files (issue 15).
 //! * [`rainfs`]: `ecstack rainfs` and `ecstack experiment rainfs`, the launcher of the Java module
 //!   `rainfs/` (checker, TeraSort suite, the experiment by NAS count and by architecture).
 
@@ -29,6 +31,7 @@ pub mod kv_bench_ycsb;
 pub mod plot;
 pub mod rainfs;
 pub mod robustore;
+pub mod scrub_bench;
 pub mod table;
 pub mod trace_plots;
 pub mod tween;
