@@ -1,7 +1,7 @@
 //! Cuckoo hashing with two candidate buckets of [`BUCKET_SLOTS`] entries (EPLOG §4's object location
 //! table; also the index of the metadata cache).
 //!
-//! An entry holds a 16-bit fingerprint of the key and a 64-bit value (a record's chunk index, or a
+//! An entry holds a 16-bit fingerprint of the key and a 64-bit value (a record's byte address, or a
 //! cache node). A key with hash `h` may live in bucket `b1 = h & mask` or `b2 = b1 ^ spread(fp)`:
 //! `b2` is computed from `b1` and the fingerprint alone and the map is its own inverse, so
 //! relocation moves an entry to its other bucket without knowing (or reading) its key — partial-key

@@ -2,11 +2,12 @@
 //! (`../shared/seeds/eplog-paper.txt`), and the RESP2 server that lets Redis clients use it.
 //!
 //! * **Records** ([`record`]): the seed's 5 bytes of metadata (1-byte key size, 4-byte value size) in a
-//!   24-byte header with a magic, a sequence number and a CRC32C, then the key, then the value; every
-//!   record starts on a chunk boundary and fills whole chunks. The byte layout is in `docs/kv.md`.
+//!   24-byte header with a magic, a sequence number and a CRC32C, then the key, then the value; small
+//!   records are packed several to a chunk (format version 3), larger ones start on a chunk
+//!   boundary and have whole chunks. The byte layout is in `docs/kv.md`.
 //! * **Object location table** ([`CuckooTable`]): cuckoo hashing, two candidate buckets of four
-//!   entries; an entry holds a 16-bit fingerprint of the key and the record's logical address (chunk
-//!   index). A lookup resolves fingerprint collisions by reading the key from storage; relocation finds
+//!   entries; an entry holds a 16-bit fingerprint of the key and the record's logical address (byte
+//!   address). A lookup resolves fingerprint collisions by reading the key from storage; relocation finds
 //!   an evicted entry's other bucket from its fingerprint alone (partial-key cuckoo hashing).
 //! * **Object metadata cache** ([`ArcCache`]): key, sizes and address of recently used pairs, with ARC
 //!   replacement (Megiddo & Modha, FAST 2003), indexed by a cuckoo table of its own.

@@ -2,9 +2,10 @@
 //!
 //! Every write is out of place: a SET or UPDATE writes a whole new record (with the next sequence
 //! number) into free chunks, points the location table at it, and retires the old record. Retired
-//! records are invalidated (their first chunk overwritten with zeros) only after the new record is
-//! durable, and a sync makes those invalidations durable too before it returns; a DELETE
-//! invalidates the pair's record in place. Hence, after a crash, every record that passes its
+//! records are invalidated (their bytes, or a large record's first chunk, overwritten with zeros;
+//! a pack chunk is rewritten with its live records unchanged) only after the new record is
+//! durable, and a sync makes those invalidations durable too before it returns; a DELETE retires
+//! the pair's record the same way. Hence, after a crash, every record that passes its
 //! checksum is either a pair's current version or one superseded by a higher sequence number, and
 //! never a pair deleted before the last completed sync. Reopening scans the chunks, keeps the
 //! highest sequence number per key and invalidates the rest (`docs/kv.md`, "Crash consistency").
