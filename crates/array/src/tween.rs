@@ -133,6 +133,20 @@ enum Loc {
 }
 
 impl State {
+    /// The buffered extent in `(g, slot)` against the data CRC32C of its buffer entry (written
+    /// with it, checked on open): a mismatch is an error, never bytes returned or flushed.
+    fn check_slot(&self, g: usize, slot: u64) -> Result<()> {
+        let at = self.lay.buffer_data_at(g, slot) as usize;
+        let data = &self.nv.bytes()[at..at + self.ext() as usize];
+        let want = self.entries[g][slot as usize].data_crc;
+        if crc32c::crc32c(data) != want {
+            return Err(ArrayError::DataLoss(format!(
+                "nvram: buffer {g} slot {slot}: data checksum mismatch"
+            )));
+        }
+        Ok(())
+    }
+
     fn slots(&self) -> u64 {
         self.lay.slots
     }
@@ -452,6 +466,7 @@ impl Tween {
             match st.loc(st.map[e as usize].loc) {
                 Loc::Zero => buf[done..done + len].fill(0),
                 Loc::Nvram(g, slot) => {
+                    st.check_slot(g, slot)?;
                     let at = (st.lay.buffer_data_at(g, slot) + inner) as usize;
                     buf[done..done + len].copy_from_slice(&st.nv.bytes()[at..at + len]);
                 }
@@ -674,6 +689,15 @@ impl Tween {
             st.lay.buffer_data_at(g, 0) as usize,
             st.hdr.stripe_bytes as usize,
         );
+        // Every extent still live in this buffer is checked before fresh parity is computed over
+        // it: a flip in NVRAM must not become a consistent, wrong stripe.
+        for slot in 0..st.slots() {
+            let ent = st.entries[g][slot as usize];
+            let m = st.map[ent.extent as usize];
+            if m.loc == nv_loc(g, slot) && m.seq == ent.seq {
+                st.check_slot(g, slot)?;
+            }
+        }
         let data = st.nv.bytes()[a..a + len].to_vec();
         self.array.write_segment(seg, &data)?;
         let mut offs = Vec::new();

@@ -516,3 +516,53 @@ fn bad_parameters_are_refused_before_anything_is_written() {
     assert!(ecstack_array::Array::open(rig.devices()).is_err());
     assert!(img.with_bytes(|b| b.is_empty()));
 }
+
+/// A flip in an NVRAM buffer's data while the array runs (here: through the file the region maps)
+/// is caught by the buffer entry's data CRC32C on the read: an error naming the slot, never the
+/// flipped bytes.
+#[test]
+fn flipped_nvram_data_is_an_error_on_read() {
+    use std::os::unix::fs::FileExt;
+    let dir = std::env::temp_dir().join(format!("ecstack-tween-flip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nvram");
+    let _ = std::fs::remove_file(&path);
+    let rig = Rig::new(4, 96 << 10, 13);
+    let nv = NvramSpec::file(&path);
+    let t = Tween::create(
+        &array_cfg(3, 1),
+        rig.devices(),
+        &tween_cfg(2, GcMode::Active),
+        &nv,
+    )
+    .unwrap();
+    let pattern: Vec<u8> = (0..EXTENT)
+        .map(|i| (i as u8).wrapping_mul(31) ^ 0xa5)
+        .collect();
+    t.write(&pattern, 4 * EXTENT as u64).unwrap();
+    let mut back = vec![0u8; EXTENT as usize];
+    t.read(&mut back, 4 * EXTENT as u64).unwrap();
+    assert_eq!(back, pattern);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let image = std::fs::read(&path).unwrap();
+    let at = image
+        .windows(pattern.len())
+        .position(|w| w == pattern.as_slice())
+        .expect("the buffered extent is in the region");
+    file.write_all_at(&[image[at + 7] ^ 0x10], (at + 7) as u64)
+        .unwrap();
+    let e = t
+        .read(&mut back, 4 * EXTENT as u64)
+        .expect_err("a flipped buffer must not be read");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("nvram") && msg.contains("data checksum mismatch") && !msg.contains('\n'),
+        "{msg}"
+    );
+    drop(t);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -220,6 +220,13 @@ pub struct ExpTweenArgs {
     /// Simulated SSDs: over-provisioning
     #[arg(long, default_value_t = 0.15)]
     ssd_op: f64,
+    /// Simulated SSDs of tween only: over-provisioning (default --ssd-op); with --tween-op this
+    /// compares at equal raw flash (tween's full-block writes need no SSD spare)
+    #[arg(long)]
+    tween_ssd_op: Option<f64>,
+    /// TWEEN's own over-provisioning: fraction of segments kept for its GC (at least 2N + 2)
+    #[arg(long, default_value_t = 0.1)]
+    tween_op: f64,
     /// Simulated SSDs: 4 KiB pages per flash block (default 64; --quick 16)
     #[arg(long)]
     ssd_block_pages: Option<u32>,
@@ -274,8 +281,10 @@ pub fn experiment(a: ExpTweenArgs) -> Result<()> {
         alpha: a.alpha,
         beta: a.beta,
         seed: a.seed,
+        over_provisioning: a.tween_op,
         ..TweenConfig::default()
     };
+    cfg.tween_ssd_op = a.tween_ssd_op;
     cfg.chunk_blocks = a.chunk_blocks;
     cfg.ssd.op = a.ssd_op;
     if let Some(p) = a.ssd_block_pages {

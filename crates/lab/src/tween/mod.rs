@@ -96,6 +96,10 @@ pub struct TweenExpConfig {
     pub files_scale: f64,
     pub setting: Setting,
     pub ssd: SsdSetup,
+    /// Over-provisioning of tween's SSDs when it differs from md's and eplog's (`ssd.op`): tween's
+    /// full-block writes need none, so its SSDs can give that flash to TWEEN's own spare segments
+    /// (`tween.over_provisioning`) at equal raw flash.
+    pub tween_ssd_op: Option<f64>,
     /// TWEEN's defaults of every run outside the sweeps (groups, α, β, GC mode, seed).
     pub tween: TweenConfig,
     /// TWEEN's chunk in flash blocks.
@@ -125,6 +129,7 @@ impl TweenExpConfig {
                 block_pages: if quick { 16 } else { 64 },
                 ..SsdSetup::default()
             },
+            tween_ssd_op: None,
             tween: TweenConfig::default(),
             chunk_blocks: 1,
             idle_every: 256,
@@ -150,8 +155,13 @@ impl TweenExpConfig {
                 return cfg(field, format!("{s} must lie in (0, 1]"));
             }
         }
-        if !(self.ssd.op > 0.0 && self.ssd.op < 0.5) {
-            return cfg("ssd-op", format!("{} must lie in (0, 0.5)", self.ssd.op));
+        for (field, op) in [
+            ("ssd-op", self.ssd.op),
+            ("tween-ssd-op", self.tween_ssd_op.unwrap_or(self.ssd.op)),
+        ] {
+            if !(op > 0.0 && op < 0.5) {
+                return cfg(field, format!("{op} must lie in (0, 0.5)"));
+            }
         }
         if !(4..=1024).contains(&self.ssd.block_pages) {
             return cfg(
@@ -432,14 +442,18 @@ impl Runner<'_> {
         chunk_blocks: u32,
         align: bool,
     ) -> Result<()> {
+        let backing = match (backing, self.cfg.tween_ssd_op) {
+            (Backing::Sim(s), Some(op)) => Backing::Sim(SsdSetup { op, ..*s }),
+            (b, _) => b.clone(),
+        };
         let rig = rig::tween(
             w,
             self.cfg.setting,
             &self.cfg.params(t.clone(), chunk_blocks),
-            backing,
+            &backing,
         )?;
         let v = variant(&t, rig.nvram_bytes, align);
-        let row = measure(part, v, w, &rig, align, testbed(backing))?;
+        let row = measure(part, v, w, &rig, align, testbed(&backing))?;
         self.rows.push(row);
         Ok(())
     }
