@@ -236,6 +236,8 @@ pub struct TweenRow {
     pub tween_idle_gc_segments: Option<u64>,
     pub tween_gc_extents: Option<u64>,
     pub tween_flushes: Option<u64>,
+    /// tween only: the hotness groups' cluster centers after the replay (JSON only).
+    pub tween_centers: Option<Vec<f64>>,
 }
 
 /// tween against md on one workload and testbed: negative percentages are reductions.
@@ -388,6 +390,7 @@ fn measure(
         tween_idle_gc_segments: tw.map(|_| idle_gc),
         tween_gc_extents: tw.map(|(a, b)| b.gc_extents - a.gc_extents),
         tween_flushes: tw.map(|(a, b)| b.flushes - a.flushes),
+        tween_centers: rig.tween().map(|t| t.centers()),
     })
 }
 
