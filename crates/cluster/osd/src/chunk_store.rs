@@ -459,7 +459,14 @@ pub struct FileStore {
     stripes: Vec<Mutex<()>>,
     chunks: AtomicU64,
     bytes: AtomicU64,
+    /// Whole chunks written with `O_DIRECT` (where the file system takes it); off with
+    /// [`DIRECT_ENV`]`=0`.
+    direct: bool,
 }
+
+/// `ECSTACK_OSD_DIRECT=0` in an OSD's environment: whole chunks are written through the page cache
+/// (for A/B measurements of the `O_DIRECT` path; docs/cluster.md "The OSD chunk store").
+pub const DIRECT_ENV: &str = "ECSTACK_OSD_DIRECT";
 
 impl std::fmt::Debug for FileStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -510,7 +517,7 @@ fn preallocate(file: &File, path: &Path, len: u64) -> Result<()> {
 /// (`dd bs=4M`, docs/cluster.md "The OSD chunk store"). The padded image is written, then the file
 /// is cut to its exact length. File systems without `O_DIRECT` (open or write refuses it with
 /// `EINVAL`) get a buffered write instead.
-fn write_new_file(path: &Path, image: &[u8], len: usize) -> Result<File> {
+fn write_new_file(path: &Path, image: &[u8], len: usize, direct: bool) -> Result<File> {
     debug_assert!(image.len() % DIRECT_ALIGN == 0 && image.len() >= len);
     debug_assert_eq!(image.as_ptr().align_offset(DIRECT_ALIGN), 0);
     let create = |direct: bool| {
@@ -528,6 +535,9 @@ fn write_new_file(path: &Path, image: &[u8], len: usize) -> Result<File> {
         Ok(file)
     };
     let einval = |e: &std::io::Error| e.raw_os_error() == Some(libc::EINVAL);
+    if !direct {
+        return buffered(create(false).map_err(io(path, "create chunk file"))?);
+    }
     let file = match create(true) {
         Ok(f) => f,
         Err(e) if einval(&e) => {
@@ -603,6 +613,7 @@ impl FileStore {
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             chunks: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            direct: std::env::var_os(DIRECT_ENV).is_none_or(|v| v != "0"),
         };
         // Leftovers of a put interrupted by a crash, and the usage counters.
         let dir = std::fs::read_dir(&store.chunks_dir).map_err(io(&store.chunks_dir, "list"))?;
@@ -620,6 +631,13 @@ impl FileStore {
             }
         }
         Ok(store)
+    }
+
+    /// Whole chunks through `O_DIRECT` (`true`, the default unless [`DIRECT_ENV`]`=0`) or the page
+    /// cache.
+    pub fn with_direct(mut self, direct: bool) -> FileStore {
+        self.direct = direct;
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -869,7 +887,7 @@ impl ChunkStore for FileStore {
         let path = self.chunk_path(meta.segment_id, meta.index);
         let tmp = path.with_extension("chunk.tmp");
         let (bytes, file_len) = image.seal();
-        let file = write_new_file(&tmp, bytes, file_len)?;
+        let file = write_new_file(&tmp, bytes, file_len, self.direct)?;
         file.sync_all().map_err(io(&tmp, "fsync chunk file"))?;
         let old = std::fs::metadata(&path).ok().map(|m| m.len());
         std::fs::rename(&tmp, &path).map_err(io(&path, "rename chunk file"))?;

@@ -280,6 +280,19 @@ fn images_store_what_put_stores_and_refuse_wrong_lengths() {
     assert_eq!(s.meta(2, 0).unwrap(), None);
 }
 
+/// The buffered path (`ECSTACK_OSD_DIRECT=0`) stores the same files.
+#[test]
+fn file_store_suite_without_direct_io() {
+    suite(&|| {
+        let dir = tempfile::tempdir().unwrap();
+        (
+            Box::new(FileStore::open(dir.path()).unwrap().with_direct(false))
+                as Box<dyn ChunkStore>,
+            dir,
+        )
+    });
+}
+
 #[test]
 fn usage_survives_reopen_and_temporary_files_are_dropped() {
     let dir = tempfile::tempdir().unwrap();
