@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use ecstack_array::{Array, ArrayConfig, ArrayDevices, GcMode, NvramSpec, Tween, TweenConfig};
 use ecstack_device::BlockDevice;
-use ecstack_nbd::{Admin, ServeConfig};
+use ecstack_nbd::Admin;
 
 use crate::util::{fmt_size, parse_size, print_json};
 
@@ -149,28 +149,10 @@ pub fn serve(array: Array, nvram: Option<&Path>, s: ServeTween) -> Result<()> {
     if tw.gc_mode() == GcMode::Periodic {
         tw.spawn_idle_gc(SERVE_IDLE_GC);
     }
-    let cfg = ServeConfig {
-        addr: s.addr,
-        export_name: s.name.clone(),
-        admin_socket: s.admin_socket.clone(),
-        workers: s.workers,
-        description: Some(format!("ecstack tween {}", tw.array().name())),
-        ..ServeConfig::default()
-    };
-    eprintln!(
-        "ecstack array: exporting tween {} ({}) at nbd://{}/{}{}; Ctrl-C stops",
-        tw.array().name(),
-        fmt_size(tw.size()),
-        s.addr,
-        s.name,
-        s.admin_socket
-            .as_ref()
-            .map(|p| format!(", admin socket {}", p.display()))
-            .unwrap_or_default()
-    );
     let admin: Arc<dyn Admin> = Arc::new(TweenAdmin(Arc::clone(&tw)));
     let dev: Arc<dyn BlockDevice> = Arc::clone(&tw) as Arc<dyn BlockDevice>;
-    let res = ecstack_nbd::serve(dev, Some(admin), cfg);
+    let what = format!("tween {}", tw.array().name());
+    let res = crate::cmd_array::export(&what, tw.size(), &s, dev, admin);
     tw.array().close()?;
     res?;
     if s.json {
