@@ -16,7 +16,7 @@ use ecstack_array::{
     SchemeKind, ScrubOptions, ScrubReport,
 };
 use ecstack_device::{open_spec, BlockDevice};
-use ecstack_nbd::{admin_request, Admin, ServeConfig};
+use ecstack_nbd::{admin_request, Admin};
 
 use crate::util::{fmt_size, parse_size, print_json};
 
@@ -662,41 +662,10 @@ impl Admin for ArrayAdmin {
     }
 }
 
-/// Serves `dev` over NBD as `what` (announced on stderr, with its size and address) until Ctrl-C /
-/// SIGTERM: an array, or a tween array through its log layer.
-pub(crate) fn export(
-    what: &str,
-    size: u64,
-    at: &crate::cmd_tween::ServeTween,
-    dev: Arc<dyn BlockDevice>,
-    admin: Arc<dyn Admin>,
-) -> Result<()> {
-    let cfg = ServeConfig {
-        addr: at.addr,
-        export_name: at.name.clone(),
-        admin_socket: at.admin_socket.clone(),
-        workers: at.workers,
-        description: Some(format!("ecstack {what}")),
-        ..ServeConfig::default()
-    };
-    eprintln!(
-        "ecstack array: exporting {what} ({}) at nbd://{}/{}{}; Ctrl-C stops",
-        fmt_size(size),
-        at.addr,
-        at.name,
-        at.admin_socket
-            .as_ref()
-            .map(|p| format!(", admin socket {}", p.display()))
-            .unwrap_or_default()
-    );
-    ecstack_nbd::serve(dev, Some(admin), cfg)?;
-    Ok(())
-}
-
 fn serve(s: ServeArgs) -> Result<()> {
     let array = open_from(&s.meta, &s.main, &s.log, &OpenOptions::default())?;
     if array.scheme_kind() == SchemeKind::Tween {
-        let serve = crate::cmd_tween::ServeTween {
+        let serve = crate::nbd_export::Export {
             addr: s.addr,
             name: s.name,
             admin_socket: s.admin_socket,
@@ -714,7 +683,7 @@ fn serve(s: ServeArgs) -> Result<()> {
         // eplog/pl: parity commit; md: a sync that also clears the write-intent regions.
         a.spawn_idle_committer(d);
     }
-    let at = crate::cmd_tween::ServeTween {
+    let at = crate::nbd_export::Export {
         addr: s.addr,
         name: s.name,
         admin_socket: s.admin_socket,
@@ -723,7 +692,7 @@ fn serve(s: ServeArgs) -> Result<()> {
     };
     let admin: Arc<dyn Admin> = Arc::new(ArrayAdmin(Arc::clone(&a)));
     let dev: Arc<dyn BlockDevice> = Arc::clone(&a) as Arc<dyn BlockDevice>;
-    let res = export(&a.name(), a.size(), &at, dev, admin);
+    let res = crate::nbd_export::export(&a.name(), a.size(), &at, dev, admin);
     a.close()?;
     res?;
     if s.json {

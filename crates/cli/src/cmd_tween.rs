@@ -2,7 +2,6 @@
 //! segment), hotness groups, extent size, α, β, the NVRAM region and the GC mode. The work is in
 //! `ecstack_array::Tween`.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +11,8 @@ use clap::Args;
 use ecstack_array::{Array, ArrayConfig, ArrayDevices, GcMode, NvramSpec, Tween, TweenConfig};
 use ecstack_device::BlockDevice;
 use ecstack_nbd::Admin;
+
+use crate::nbd_export::Export;
 
 use crate::util::{fmt_size, parse_size, print_json};
 
@@ -105,16 +106,6 @@ pub fn create(cfg: &ArrayConfig, devices: ArrayDevices, t: &TweenArgs, json: boo
     Ok(())
 }
 
-/// `ecstack array serve` of a tween array: what the NBD export needs (the rest of the serve options
-/// are the array schemes').
-pub struct ServeTween {
-    pub addr: SocketAddr,
-    pub name: String,
-    pub admin_socket: Option<PathBuf>,
-    pub workers: usize,
-    pub json: bool,
-}
-
 /// Idle time after which a periodic-mode tween array collects (`Tween::spawn_idle_gc`).
 const SERVE_IDLE_GC: Duration = Duration::from_secs(1);
 
@@ -141,7 +132,7 @@ impl Admin for TweenAdmin {
 
 /// Export a tween array over NBD through the log layer (reads and writes go through TWEEN's map
 /// and NVRAM buffers, never the array's byte interface).
-pub fn serve(array: Array, nvram: Option<&Path>, s: ServeTween) -> Result<()> {
+pub fn serve(array: Array, nvram: Option<&Path>, s: Export) -> Result<()> {
     let Some(path) = nvram else {
         bail!("a tween array is served through its NVRAM region: add --nvram PATH");
     };
@@ -152,7 +143,7 @@ pub fn serve(array: Array, nvram: Option<&Path>, s: ServeTween) -> Result<()> {
     let admin: Arc<dyn Admin> = Arc::new(TweenAdmin(Arc::clone(&tw)));
     let dev: Arc<dyn BlockDevice> = Arc::clone(&tw) as Arc<dyn BlockDevice>;
     let what = format!("tween {}", tw.array().name());
-    let res = crate::cmd_array::export(&what, tw.size(), &s, dev, admin);
+    let res = crate::nbd_export::export(&what, tw.size(), &s, dev, admin);
     tw.array().close()?;
     res?;
     if s.json {

@@ -18,6 +18,7 @@ mod cmd_sim;
 mod cmd_trace;
 mod cmd_tween;
 mod cmd_zombienand;
+mod nbd_export;
 mod util;
 
 use clap::{Parser, Subcommand};
