@@ -8,49 +8,10 @@ use ecstack_nbd::bench::{
     client_check, fio_has_nbd_engine, fio_randwrite_verify, fio_verify_only, tool_runs,
     VerifyParams,
 };
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-fn ecstack(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args(args)
-        .output()
-        .expect("run ecstack")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Served(Child);
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_ready(sock: &Path, child: &mut Child) {
-    let start = Instant::now();
-    loop {
-        if admin_request(sock, "ping").is_ok() {
-            return;
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            panic!("array serve exited early: {st}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "array serve did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+mod nbd_common;
+use nbd_common::{check_trim, ecstack, free_port, Served};
+use std::time::Duration;
 
 fn run_scheme(scheme: &str) {
     let dir = tempfile::tempdir().unwrap();
@@ -77,24 +38,7 @@ fn run_scheme(scheme: &str) {
     let port = free_port();
     let sock = dir.path().join("admin.sock");
     let addr = format!("127.0.0.1:{port}");
-    let child = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args([
-            "array",
-            "serve",
-            "--meta",
-            &meta,
-            "--addr",
-            &addr,
-            "--admin-socket",
-            sock.to_str().unwrap(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut served = Served(child);
-    wait_ready(&sock, &mut served.0);
+    let _served = Served::start(&["--meta", &meta, "--addr", &addr], &sock);
     let uri = format!("nbd://{addr}/ecstack");
     let p = VerifyParams {
         size: 8 << 20,
@@ -128,45 +72,7 @@ fn run_scheme(scheme: &str) {
     fio_verify_only(&uri, &p).unwrap_or_else(|e| panic!("{scheme}: verify after rebuild: {e}"));
     // TRIM from fio's nbd engine: the whole stripes in 2..6 MiB read back as zeros (nbdcopy), the
     // rest is unchanged.
-    {
-        let copy = |name: &str| -> Vec<u8> {
-            let f = dir.path().join(name);
-            let o = Command::new("nbdcopy")
-                .args([uri.as_str(), f.to_str().unwrap()])
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{scheme}: nbdcopy: {o:?}");
-            std::fs::read(&f).unwrap()
-        };
-        let before = copy("before.img");
-        let o = Command::new("fio")
-            .args([
-                "--name=trim",
-                "--ioengine=nbd",
-                &format!("--uri={uri}"),
-                "--rw=trim",
-                "--bs=1M",
-                "--offset=2M",
-                "--size=4M",
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{scheme}: fio trim: {o:?}");
-        let after = copy("after.img");
-        let (a, b) = (2 << 20, 6 << 20);
-        assert!(
-            before[a..b].iter().any(|&x| x != 0),
-            "{scheme}: fio wrote nothing there"
-        );
-        assert!(
-            after[a..b].iter().all(|&x| x == 0),
-            "{scheme}: trimmed range is not zero"
-        );
-        assert!(
-            before[..a] == after[..a] && before[b..] == after[b..],
-            "{scheme}: trim changed other bytes"
-        );
-    }
+    check_trim(&uri, dir.path(), 2 << 20, 6 << 20, scheme);
     let st = admin_request(&sock, "status").unwrap();
     let st: serde_json::Value =
         serde_json::from_str(&st).unwrap_or_else(|e| panic!("status is not JSON ({e}): {st}"));

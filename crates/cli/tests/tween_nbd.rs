@@ -9,88 +9,10 @@ use ecstack_nbd::bench::{
     client_check, fio_has_nbd_engine, fio_randwrite_verify, fio_verify_only, tool_runs,
     VerifyParams,
 };
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-fn ecstack(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args(args)
-        .output()
-        .expect("run ecstack")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Served(Child);
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Served {
-    fn start(meta: &str, nvram: &str, addr: &str, sock: &Path) -> Served {
-        let _ = std::fs::remove_file(sock);
-        let child = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-            .args([
-                "array",
-                "serve",
-                "--meta",
-                meta,
-                "--nvram",
-                nvram,
-                "--addr",
-                addr,
-                "--admin-socket",
-                sock.to_str().unwrap(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut s = Served(child);
-        let start = Instant::now();
-        loop {
-            if admin_request(sock, "ping").is_ok() {
-                return s;
-            }
-            if let Ok(Some(st)) = s.0.try_wait() {
-                let mut err = String::new();
-                use std::io::Read;
-                let _ = s.0.stderr.take().unwrap().read_to_string(&mut err);
-                panic!("array serve exited early: {st}: {err}");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "array serve did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Stop through the admin socket and wait for the process (its close persists everything).
-    fn stop(mut self, sock: &Path) {
-        let _ = admin_request(sock, "shutdown");
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(30) {
-            if let Ok(Some(st)) = self.0.try_wait() {
-                assert!(st.success(), "array serve exited with {st}");
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("array serve did not stop");
-    }
-}
+mod nbd_common;
+use nbd_common::{check_trim, ecstack, free_port, nbd_copy, Served};
+use std::time::Duration;
 
 #[test]
 fn fio_verify_over_nbd_through_tween_with_failures_rebuild_and_restart() {
@@ -124,7 +46,10 @@ fn fio_verify_over_nbd_through_tween_with_failures_rebuild_and_restart() {
 
     let addr = format!("127.0.0.1:{}", free_port());
     let sock = dir.path().join("admin.sock");
-    let served = Served::start(&meta, &nvram, &addr, &sock);
+    let served = Served::start(
+        &["--meta", &meta, "--nvram", &nvram, "--addr", &addr],
+        &sock,
+    );
     let uri = format!("nbd://{addr}/ecstack");
     let p = VerifyParams {
         size: 4 << 20,
@@ -156,49 +81,16 @@ fn fio_verify_over_nbd_through_tween_with_failures_rebuild_and_restart() {
     fio_verify_only(&uri, &p).unwrap_or_else(|e| panic!("verify after rebuild: {e}"));
 
     // TRIM 1 MiB..3 MiB: zeros there, the rest unchanged (nbdcopy reads the whole export).
-    let copy = |name: &str| -> Vec<u8> {
-        let f = dir.path().join(name);
-        let o = Command::new("nbdcopy")
-            .args([uri.as_str(), f.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "nbdcopy: {o:?}");
-        std::fs::read(&f).unwrap()
-    };
-    let before = copy("before.img");
-    let o = Command::new("fio")
-        .args([
-            "--name=trim",
-            "--ioengine=nbd",
-            &format!("--uri={uri}"),
-            "--rw=trim",
-            "--bs=1M",
-            "--offset=1M",
-            "--size=2M",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "fio trim: {o:?}");
-    let after = copy("after.img");
-    let (a, b) = (1 << 20, 3 << 20);
-    assert!(
-        before[a..b].iter().any(|&x| x != 0),
-        "fio wrote nothing there"
-    );
-    assert!(
-        after[a..b].iter().all(|&x| x == 0),
-        "trimmed range is not zero"
-    );
-    assert!(
-        before[..a] == after[..a] && before[b..] == after[b..],
-        "trim changed other bytes"
-    );
+    let after = check_trim(&uri, dir.path(), 1 << 20, 3 << 20, "tween");
 
     // Stop and serve again: the same bytes come back from the devices and the NVRAM file.
     served.stop(&sock);
-    let served = Served::start(&meta, &nvram, &addr, &sock);
+    let served = Served::start(
+        &["--meta", &meta, "--nvram", &nvram, "--addr", &addr],
+        &sock,
+    );
     assert!(
-        copy("reopened.img") == after,
+        nbd_copy(&uri, dir.path(), "reopened.img", "tween") == after,
         "bytes changed across a restart"
     );
     served.stop(&sock);
