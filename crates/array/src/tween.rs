@@ -356,15 +356,7 @@ impl Tween {
         nvram: &NvramSpec,
         opts: &OpenOptions,
     ) -> Result<Tween> {
-        let array = Array::open_with(devices, opts)?;
-        if array.scheme_kind() != SchemeKind::Tween {
-            return Err(cfg_err(format!(
-                "the array's scheme is {}, not tween",
-                array.scheme_kind()
-            )));
-        }
-        let nv = Region::open(nvram, 0, false)?;
-        Tween::assemble(array, nv)
+        Tween::from_array(Array::open_with(devices, opts)?, nvram)
     }
 
     /// The log layer over an already opened `tween` array (e.g. one `Array::open_recorded` found

@@ -439,13 +439,23 @@ fn degraded_reads_and_rebuild() {
     );
 }
 
-#[test]
-fn file_backed_nvram_survives_reopen() {
-    let dir = std::env::temp_dir().join(format!("ecstack-tween-{}", std::process::id()));
+/// A (3+1) tween array on a fresh rig with its NVRAM region in a file under a directory of its own
+/// (`tag`-pid): the directory, the NVRAM file, the rig, the region's spec and the array.
+fn file_nvram_tween(
+    tag: &str,
+    seed: u64,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Rig,
+    NvramSpec,
+    Tween,
+) {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("nvram");
     let _ = std::fs::remove_file(&path);
-    let rig = Rig::new(4, 96 << 10, 11);
+    let rig = Rig::new(4, 96 << 10, seed);
     let nv = NvramSpec::file(&path);
     let t = Tween::create(
         &array_cfg(3, 1),
@@ -454,6 +464,12 @@ fn file_backed_nvram_survives_reopen() {
         &nv,
     )
     .unwrap();
+    (dir, path, rig, nv, t)
+}
+
+#[test]
+fn file_backed_nvram_survives_reopen() {
+    let (dir, _path, rig, nv, t) = file_nvram_tween("ecstack-tween", 11);
     t.write(b"persistent in NVRAM", 1000).unwrap();
     drop(t);
     let t = Tween::open(rig.devices(), &nv).unwrap();
@@ -523,19 +539,7 @@ fn bad_parameters_are_refused_before_anything_is_written() {
 #[test]
 fn flipped_nvram_data_is_an_error_on_read() {
     use std::os::unix::fs::FileExt;
-    let dir = std::env::temp_dir().join(format!("ecstack-tween-flip-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("nvram");
-    let _ = std::fs::remove_file(&path);
-    let rig = Rig::new(4, 96 << 10, 13);
-    let nv = NvramSpec::file(&path);
-    let t = Tween::create(
-        &array_cfg(3, 1),
-        rig.devices(),
-        &tween_cfg(2, GcMode::Active),
-        &nv,
-    )
-    .unwrap();
+    let (dir, path, _rig, _nv, t) = file_nvram_tween("ecstack-tween-flip", 13);
     let pattern: Vec<u8> = (0..EXTENT)
         .map(|i| (i as u8).wrapping_mul(31) ^ 0xa5)
         .collect();
