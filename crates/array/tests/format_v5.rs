@@ -1,0 +1,267 @@
+//! Backward compatibility: arrays written by format version 5 (per-chunk checksums kept inline in
+//! every full checkpoint, before the paged checksum area of version 6) still open, read back
+//! exactly, keep verifying their chunks against the checksums they had, and keep working (they
+//! stay version 5: their metadata volume has no room for a checksum area, see
+//! `docs/array-format.md`, "Checksum area").
+//!
+//! The images in `tests/fixtures/v5-*.img.txt` were written by `write_v5_fixtures` below at commit
+//! 73c984d (format version 5): a (2+1) array of each scheme with 512-byte chunks, full-stripe and
+//! partial writes, a sync, a parity commit (pl, eplog), more partial writes, a full checkpoint (so
+//! its body holds the checksum table), more writes and a sync, then dropped without a clean close.
+//! So each image has a version 5 checkpoint with checksum runs followed by frames with checksum
+//! records. Regenerating them needs a build of that commit:
+//! `ECSTACK_WRITE_FIXTURES=1 cargo test -p ecstack-array --test format_v5 -- --ignored`.
+
+use std::sync::Arc;
+
+use ecstack_array::{Array, ArrayConfig, ArrayDevices, CodeKind, SchemeKind};
+use ecstack_device::{BlockDevice, MemDevice};
+
+const CHUNK: u64 = 512;
+const MAIN: u64 = 16384;
+const LOG: u64 = 12288;
+const META: u64 = 524288;
+
+struct Image {
+    name: String,
+    bytes: Vec<u8>,
+}
+
+fn parse_hex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2), "odd hex length");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn fixture_path(scheme: SchemeKind) -> String {
+    format!(
+        "{}/tests/fixtures/v5-{scheme}.img.txt",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn load_fixture(scheme: SchemeKind) -> Vec<Image> {
+    let path = fixture_path(scheme);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut images: Vec<Image> = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let mut f = line.split(' ');
+        let (a, b, c) = (f.next().unwrap(), f.next().unwrap(), f.next());
+        if a == "device" {
+            let cap: usize = c.expect("capacity").parse().unwrap();
+            images.push(Image {
+                name: b.to_string(),
+                bytes: vec![0; cap],
+            });
+        } else {
+            let off: usize = a.parse().unwrap();
+            let data = parse_hex(b);
+            let img = images.last_mut().expect("sector before any device");
+            img.bytes[off..off + data.len()].copy_from_slice(&data);
+        }
+    }
+    images
+}
+
+/// A device image as fixture text: every non-zero 512-byte sector, trailing zeros left out.
+fn dump(out: &mut String, name: &str, bytes: &[u8]) {
+    out.push_str(&format!("device {name} {}\n", bytes.len()));
+    for (i, s) in bytes.chunks(512).enumerate() {
+        let end = s.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+        if end > 0 {
+            let hex: String = s[..end].iter().map(|b| format!("{b:02x}")).collect();
+            out.push_str(&format!("{} {hex}\n", i * 512));
+        }
+    }
+}
+
+fn mem(size: u64) -> Arc<MemDevice> {
+    Arc::new(MemDevice::new(size).unwrap())
+}
+
+fn as_dyn(d: &[Arc<MemDevice>]) -> Vec<Arc<dyn BlockDevice>> {
+    d.iter()
+        .map(|d| Arc::clone(d) as Arc<dyn BlockDevice>)
+        .collect()
+}
+
+fn image_devices(images: &[Image]) -> (ArrayDevices, Vec<Arc<dyn BlockDevice>>, Vec<u8>) {
+    let dev = |img: &Image| -> Arc<dyn BlockDevice> {
+        let d = MemDevice::new(img.bytes.len() as u64).unwrap();
+        d.write_at(&img.bytes, 0).unwrap();
+        Arc::new(d)
+    };
+    let pick = |prefix: &str| -> Vec<Arc<dyn BlockDevice>> {
+        images
+            .iter()
+            .filter(|i| i.name.starts_with(prefix))
+            .map(dev)
+            .collect()
+    };
+    let main = pick("main");
+    let log = pick("log");
+    let meta = pick("meta").pop().expect("meta device");
+    let expected = images
+        .iter()
+        .find(|i| i.name == "expected")
+        .expect("expected content")
+        .bytes
+        .clone();
+    let all = main.iter().chain(log.iter()).cloned().collect();
+    let d = ArrayDevices {
+        main,
+        log,
+        meta,
+        specs: None,
+    };
+    (d, all, expected)
+}
+
+fn reopen(d: &ArrayDevices) -> Array {
+    Array::open(ArrayDevices {
+        main: d.main.clone(),
+        log: d.log.clone(),
+        meta: Arc::clone(&d.meta),
+        specs: None,
+    })
+    .unwrap_or_else(|e| panic!("open: {e}"))
+}
+
+fn read_all(a: &Array) -> Vec<u8> {
+    let mut b = vec![0u8; a.size() as usize];
+    a.read(&mut b, 0).unwrap();
+    b
+}
+
+#[test]
+#[ignore = "writes tests/fixtures/v5-*.img.txt; meaningful only at a version 5 commit (see the file header)"]
+fn write_v5_fixtures() {
+    if std::env::var("ECSTACK_WRITE_FIXTURES").as_deref() != Ok("1") {
+        panic!("set ECSTACK_WRITE_FIXTURES=1 to overwrite the fixtures");
+    }
+    for scheme in SchemeKind::ALL {
+        let main: Vec<_> = (0..3).map(|_| mem(MAIN)).collect();
+        let log: Vec<_> = match scheme {
+            SchemeKind::Md => vec![],
+            _ => vec![mem(LOG)],
+        };
+        let meta = mem(META);
+        let cfg = ArrayConfig {
+            scheme,
+            code: CodeKind::RsVandermonde,
+            k: 2,
+            m: 1,
+            chunk_size: CHUNK as u32,
+            reserve: 0.25,
+            commit_every: 0,
+            trim_on_commit: false,
+            max_stripes: None,
+        };
+        let devs = || ArrayDevices {
+            main: as_dyn(&main),
+            log: as_dyn(&log),
+            meta: Arc::clone(&meta) as Arc<dyn BlockDevice>,
+            specs: None,
+        };
+        let a = Array::create(&cfg, devs()).unwrap();
+        let size = a.size() as usize;
+        let mut expected = vec![0u8; size];
+        let mut rng = ecstack_base::Rng::new(5);
+        let mut put = |a: &Array, off: usize, len: usize, expected: &mut Vec<u8>| {
+            let mut b = vec![0u8; len];
+            rng.fill(&mut b);
+            a.write(&b, off as u64).unwrap();
+            expected[off..off + len].copy_from_slice(&b);
+        };
+        put(&a, 0, 4 * 1024, &mut expected);
+        put(&a, 1300, 900, &mut expected);
+        a.sync().unwrap();
+        if scheme != SchemeKind::Md {
+            a.commit().unwrap();
+        }
+        put(&a, 5000, 700, &mut expected);
+        put(&a, 200, 100, &mut expected);
+        a.sync().unwrap();
+        drop(a);
+        // A clean close writes a full checkpoint (with the checksum table); then more writes
+        // in frames.
+        let a = Array::open(devs()).unwrap();
+        a.close().unwrap();
+        drop(a);
+        let a = Array::open(devs()).unwrap();
+        put(&a, 2048, 1024, &mut expected);
+        put(&a, 7000, 300, &mut expected);
+        a.sync().unwrap();
+        assert_eq!(read_all(&a), expected);
+        drop(a);
+        let mut out = format!(
+            "# ecstack array format version 5 image: scheme {scheme}, (2+1), chunk 512, written by write_v5_fixtures (tests/format_v5.rs) at commit 73c984d\n\
+             # sparse: 'device NAME CAPACITY', then 'OFFSET HEX' for each non-zero 512-byte sector (trailing zero bytes omitted); 'expected' is the logical content\n"
+        );
+        let mut read = |d: &Arc<MemDevice>| {
+            let mut b = vec![0u8; d.capacity() as usize];
+            d.read_at(&mut b, 0).unwrap();
+            b
+        };
+        for (i, d) in main.iter().enumerate() {
+            dump(&mut out, &format!("main{i}"), &read(d));
+        }
+        for (i, d) in log.iter().enumerate() {
+            dump(&mut out, &format!("log{i}"), &read(d));
+        }
+        dump(&mut out, "meta", &read(&meta));
+        dump(&mut out, "expected", &expected);
+        std::fs::write(fixture_path(scheme), out).unwrap();
+    }
+}
+
+#[test]
+fn version_5_images_open_verify_and_keep_working() {
+    for scheme in SchemeKind::ALL {
+        let images = load_fixture(scheme);
+        let (devs, all, mut expected) = image_devices(&images);
+        let a = reopen(&devs);
+        assert_eq!(a.scheme_kind(), scheme);
+        assert!(read_all(&a) == expected, "{scheme}: data of the v5 image");
+        // The checksums came from the image (checkpoint table and frame records): a flipped
+        // byte on a device is caught and repaired from the rest of the stripe.
+        // (One chunk of a stripe or log stripe per device: every slot of device 0.)
+        let g = a.geometry().clone();
+        for slot in 0..g.slots {
+            let at = g.off(slot) + 33;
+            let mut b = [0u8; 1];
+            all[0].read_at(&mut b, at).unwrap();
+            all[0].write_at(&[b[0] ^ 0x10], at).unwrap();
+        }
+        assert!(read_all(&a) == expected, "{scheme}: with device 0 rotten");
+        assert!(
+            a.status().checksums.checksum_errors > 0,
+            "{scheme}: the flip was not caught: the v5 checksums were not loaded"
+        );
+        // Keeps working: writes, a full checkpoint by a clean close, reopen, commit.
+        let new = vec![0x5au8; 1500];
+        a.write(&new, 3000).unwrap();
+        expected[3000..4500].copy_from_slice(&new);
+        a.sync().unwrap();
+        a.close().unwrap();
+        drop(a);
+        let a = reopen(&devs);
+        assert!(read_all(&a) == expected, "{scheme}: after close and reopen");
+        a.commit().unwrap();
+        drop(a);
+        let a = reopen(&devs);
+        assert!(
+            read_all(&a) == expected,
+            "{scheme}: after commit and reopen"
+        );
+        let r = a
+            .scrub(&ecstack_array::ScrubOptions::default(), &|_, _| {})
+            .unwrap();
+        assert!(r.clean(), "{scheme}: {r:?}");
+    }
+}
