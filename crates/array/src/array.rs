@@ -16,8 +16,8 @@ use crate::format::{
 };
 use crate::io::Devs;
 use crate::meta::{
-    checkpoint_area_max, inc_area_min, MetaState, MetaVolume, Rec, CHECKPOINT_AREA_INITIAL_BYTES,
-    INC_AREA_MIN_BYTES, JOURNAL_GROUP_DIVISOR, REGION_STRIPES,
+    checkpoint_area_max, crc_area_bytes, crc_area_of, inc_area_min, MetaState, MetaVolume, Rec,
+    CHECKPOINT_AREA_INITIAL_BYTES, INC_AREA_MIN_BYTES, JOURNAL_GROUP_DIVISOR, REGION_STRIPES,
 };
 use crate::scheme::eplog::Eplog;
 use crate::scheme::md::Md;
@@ -249,7 +249,11 @@ impl Array {
         // smaller, and grow with the checkpoints (`MetaVolume::write_checkpoint_growing`).
         let cp_size = checkpoint_area_max(&geometry).min(CHECKPOINT_AREA_INITIAL_BYTES);
         let inc_min = inc_area_min(&geometry);
-        let need = (2 * SB_SLOT + 2 * cp_size).saturating_add(inc_min);
+        // The checksum area (format version 6) takes the end of the volume.
+        let crc_bytes = crc_area_bytes(&geometry);
+        let need = (2 * SB_SLOT + 2 * cp_size)
+            .saturating_add(inc_min)
+            .saturating_add(crc_bytes);
         let meta_cap = devices.meta.capacity();
         if meta_cap < need {
             let why = if inc_min > INC_AREA_MIN_BYTES {
@@ -269,7 +273,7 @@ impl Array {
             cp_off: [cp0, cp0 + cp_size],
             cp_size,
             inc_off: cp0 + 2 * cp_size,
-            inc_size: (meta_cap - cp0 - 2 * cp_size) / 4096 * 4096,
+            inc_size: (meta_cap - cp0 - 2 * cp_size - crc_bytes) / 4096 * 4096,
         };
         let specs = match &devices.specs {
             Some(s) => {
@@ -330,11 +334,13 @@ impl Array {
         let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
         mv.cp_size_max = checkpoint_area_max(g);
         mv.inc_min = inc_area_min(g);
+        mv.crc_area = Some(crc_area_of(g, &sb.layout));
+        mv.paged = true;
         // Invalidate a previous array's second checkpoint area and first frame.
         devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[0])?;
         devices.meta.write_at(&[0u8; 64], sb.layout.cp_off[1])?;
         devices.meta.write_at(&[0u8; 64], sb.layout.inc_off)?;
-        mv.write_checkpoint(&MetaState::new(g).encode())?;
+        mv.write_checkpoint(&MetaState::new(g).encode_paged())?;
         let raw = sb.encode()?;
         devices.meta.write_at(&raw, 0)?;
         devices.meta.write_at(&raw, SB_SLOT)?;
@@ -385,6 +391,8 @@ impl Array {
         let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
         mv.cp_size_max = checkpoint_area_max(&sb.geometry);
         mv.inc_min = inc_area_min(&sb.geometry);
+        // Used if the live checkpoint is of version 6 (`MetaVolume::load` checks it fits).
+        mv.crc_area = Some(crc_area_of(&sb.geometry, &sb.layout));
         if sb.layout.inc_size < mv.inc_min {
             let g = &sb.geometry;
             return Err(ArrayError::Meta(format!(

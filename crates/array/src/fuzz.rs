@@ -13,9 +13,11 @@ use ecstack_base::mutate::{case_rng, fuzz_cases, fuzz_seed, mutate};
 use ecstack_codes::CodeKind;
 use ecstack_device::{BlockDevice, MemDevice};
 
+use crate::crc::{decode_page, encode_page, PAGE_SLOTS};
 use crate::format::{Dec, Enc, Geometry, MetaLayout, SchemeKind, Superblock, SB_SLOT};
 use crate::meta::{
-    encode_v1, encode_v4, JournalEntry, Member, MetaState, MetaVolume, Rec, META_VERSION,
+    encode_v1, encode_v4, JournalEntry, Member, MetaState, MetaVolume, Rec,
+    INLINE_CRC_META_VERSION, META_VERSION,
 };
 use crate::ArrayError;
 
@@ -204,7 +206,7 @@ fn states() -> Vec<MetaState> {
 }
 
 fn check_state(st: &MetaState, version: u32, body: &[u8], valid: &[u8], original: &MetaState) {
-    let again = MetaState::decode(&st.geo, META_VERSION, &st.encode()).unwrap();
+    let again = MetaState::decode(&st.geo, INLINE_CRC_META_VERSION, &st.encode()).unwrap();
     assert!(again == *st, "a decoded checkpoint does not round-trip");
     if body == valid {
         assert!(
@@ -217,14 +219,24 @@ fn check_state(st: &MetaState, version: u32, body: &[u8], valid: &[u8], original
 #[test]
 fn checkpoint_body_mutations() {
     let states = states();
-    // Current bodies, and version 4 and version 1 bodies (no checksums: they decode to the state
-    // without its checksums).
+    // Version 5 bodies (checksums inline), version 6 bodies (a page map naming both copies:
+    // the checksums are in the checksum area), and version 4 and version 1 bodies (no
+    // checksums). All but version 5 decode to the state without its checksums.
+    let paged = |s: &MetaState| {
+        let s = s.clone();
+        s.crcs.0.take_dirty_pages(1, 0);
+        s.crcs.0.take_dirty_pages(2, 0);
+        s.crcs.0.store(2, 10, Some(1));
+        s.crcs.0.take_dirty_pages(3, 0);
+        s.encode_paged()
+    };
     let bodies: Vec<(u32, Vec<u8>, usize)> = states
         .iter()
         .enumerate()
         .flat_map(|(i, s)| {
             [
-                (META_VERSION, s.encode(), i),
+                (INLINE_CRC_META_VERSION, s.encode(), i),
+                (META_VERSION, paged(s), i),
                 (4, encode_v4(s), i),
                 (1, encode_v1(s), i),
             ]
@@ -241,7 +253,7 @@ fn checkpoint_body_mutations() {
     let donors: Vec<&[u8]> = bodies.iter().map(|(_, b, _)| b.as_slice()).collect();
     let out = sweep("checkpoint body", 2, |rng, out| {
         let (version, valid, i) = &bodies[rng.below(bodies.len() as u64) as usize];
-        let st0 = match *version == META_VERSION {
+        let st0 = match *version == INLINE_CRC_META_VERSION {
             true => &states[*i],
             false => &without_crcs[*i],
         };
@@ -325,7 +337,7 @@ fn metadata_record_mutations() {
             }
         }
         // Whatever was applied leaves a state that checkpoints and reloads.
-        check_state(&st, META_VERSION, &b, &[], &base);
+        check_state(&st, INLINE_CRC_META_VERSION, &b, &[], &base);
         if failed {
             out.err += 1;
         } else {
@@ -337,6 +349,44 @@ fn metadata_record_mutations() {
                 want.apply(r);
             }
             assert!(st == want, "the unmutated records applied differently");
+        }
+    });
+    assert!(out.ok > 0 && out.err > 0, "{out:?}");
+}
+
+#[test]
+fn checksum_page_mutations() {
+    let crcs: Vec<Option<u32>> = (0..PAGE_SLOTS as u32)
+        .map(|i| (i % 3 != 0).then_some(i.wrapping_mul(2_654_435_761)))
+        .collect();
+    let valid = encode_page(3, 17, 99, 5, &crcs);
+    // Donors: the same page of another generation, device or array, and a torn write.
+    let mut torn = encode_page(3, 17, 99, 4, &crcs[..500]);
+    torn[..2048].copy_from_slice(&valid[..2048]);
+    let donors = [
+        encode_page(3, 17, 99, 6, &crcs),
+        encode_page(2, 17, 99, 5, &crcs),
+        encode_page(3, 17, 98, 5, &crcs),
+        torn,
+    ];
+    for d in &donors {
+        assert!(decode_page(d, 3, 17, 99, 5).is_err());
+    }
+    let donor_refs: Vec<&[u8]> = donors.iter().map(|d| d.as_slice()).collect();
+    let out = sweep("checksum page", 5, |rng, out| {
+        let b = match rng.below(8) {
+            0 => valid.clone(),
+            _ => mutate(rng, &valid, &donor_refs),
+        };
+        match decode_page(&b, 3, 17, 99, 5) {
+            Err(_) => out.err += 1,
+            Ok((c, generation)) => {
+                assert!(
+                    encode_page(3, 17, 99, generation, &c) == b,
+                    "a decoded page does not re-encode exactly"
+                );
+                out.ok += 1;
+            }
         }
     });
     assert!(out.ok > 0 && out.err > 0, "{out:?}");

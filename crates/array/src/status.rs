@@ -112,6 +112,10 @@ pub struct ChecksumStatus {
     pub chunks_repaired: u64,
     /// Chunks that failed their checksum and were not written since.
     pub bad_chunks: u64,
+    /// Pages of the checksum area (format version 6) that failed their check when the array was
+    /// opened: their slots are read unverified until written again or scrubbed.
+    #[serde(default)]
+    pub checksum_page_errors: u64,
 }
 
 /// `Array::status()`: geometry, per-device and per-class I/O, pending updates, commit work.
@@ -276,6 +280,7 @@ impl Array {
                     checksum_errors: c.errors.load(Relaxed),
                     chunks_repaired: c.repaired.load(Relaxed),
                     bad_chunks: c.bad_count() as u64,
+                    checksum_page_errors: c.page_errors.load(Relaxed),
                 })
                 .unwrap_or_default(),
         }

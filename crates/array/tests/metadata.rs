@@ -11,9 +11,12 @@ use ecstack_device::{BlockDevice, FaultConfig, Faulty, MemDevice, PowerCutPolicy
 
 fn small_meta_rig(scheme: SchemeKind, seed: u64) -> Rig {
     let mut rig = Rig::new(scheme, 4, 2, seed, true);
-    // Size the volume to the minimum this geometry accepts: the incremental area is 256 KiB.
+    // Size the volume to the minimum this geometry accepts: the incremental area is 256 KiB,
+    // followed by the checksum area (format version 6; whatever the plan left after the
+    // incremental area).
     let sb = Array::plan(&config(scheme, 4, 2), &rig.devices()).unwrap();
-    let size = sb.layout.inc_off + (256 << 10);
+    let crc_area = rig.meta.capacity() - (sb.layout.inc_off + sb.layout.inc_size);
+    let size = sb.layout.inc_off + (256 << 10) + crc_area;
     let cfg = FaultConfig {
         seed,
         power_cut: PowerCutPolicy {

@@ -16,6 +16,7 @@ use ecstack_codes::{new_code, ErasureCode};
 
 use ecstack_device::BlockDevice;
 
+use crate::crc::PageWrite;
 use crate::format::{Geometry, MetaLayout, Superblock, SB_SLOT};
 use crate::io::{Devs, IoCounters};
 use crate::meta::{MetaVolume, Rec};
@@ -79,6 +80,18 @@ pub(crate) fn store_superblock(sb: &mut Superblock, meta: &dyn BlockDevice) -> R
     meta.flush()?;
     *sb = next;
     Ok(())
+}
+
+/// The body of the next full checkpoint, and (format version 6) the checksum pages to write
+/// before it (taken under the metadata lock, so they and the body describe one state).
+fn checkpoint_image(mi: &MetaInner, mv: &MetaVolume) -> (Vec<u8>, Vec<PageWrite>) {
+    match mv.paged {
+        true => {
+            let pages = mi.state.crcs.0.take_dirty_pages(mv.epoch + 1, mv.salt);
+            (mi.state.encode_paged(), pages)
+        }
+        false => (mi.state.encode(), Vec::new()),
+    }
 }
 
 /// The queued checksum changes of `crcs` as records (runs of consecutive slots).
@@ -186,12 +199,12 @@ impl Core {
             if recs.is_empty() || mv.fits_records(&recs) {
                 (recs, None)
             } else {
-                (Vec::new(), Some(mi.state.encode()))
+                (Vec::new(), Some(checkpoint_image(&mi, &mv)))
             }
         };
         let t = Instant::now();
-        if let Some(body) = cp {
-            self.write_checkpoint(&mut mv, &body)?;
+        if let Some((body, pages)) = cp {
+            self.write_checkpoint(&mut mv, &body, &pages)?;
             self.append_live_journal(&mut mv)?;
         } else if !recs.is_empty() {
             mv.append(&recs)?;
@@ -215,22 +228,35 @@ impl Core {
                 }
             }
             mi.pending.clear();
-            // The checkpoint holds the whole table.
+            // The checkpoint holds the whole table (inline, or its changed pages).
             mi.state.crcs.0.clear_changes();
-            mi.state.encode()
+            checkpoint_image(&mi, &mv)
         };
-        self.write_checkpoint(&mut mv, &body)?;
+        self.write_checkpoint(&mut mv, &body.0, &body.1)?;
         self.append_live_journal(&mut mv)
     }
 
-    /// Write a full checkpoint; when its areas grow, the superblock records the new layout (lock
-    /// order: the metadata volume, then the superblock).
-    fn write_checkpoint(&self, mv: &mut MetaVolume, body: &[u8]) -> Result<()> {
-        mv.write_checkpoint_growing(body, &mut |dev: &dyn BlockDevice, layout: &MetaLayout| {
-            let mut sb = lock_sb(self);
-            let old = std::mem::replace(&mut sb.layout, layout.clone());
-            store_superblock(&mut sb, dev).inspect_err(|_| sb.layout = old)
-        })
+    /// Write a full checkpoint: first the checksum pages it names (flushed), then the
+    /// checkpoint; when its areas grow, the superblock records the new layout (lock order: the
+    /// metadata volume, then the superblock). If it fails, the pages stay dirty and the page map
+    /// names the old copies again.
+    fn write_checkpoint(
+        &self,
+        mv: &mut MetaVolume,
+        body: &[u8],
+        pages: &[PageWrite],
+    ) -> Result<()> {
+        let r = mv.write_crc_pages(pages).and_then(|()| {
+            mv.write_checkpoint_growing(body, &mut |dev: &dyn BlockDevice, layout: &MetaLayout| {
+                let mut sb = lock_sb(self);
+                let old = std::mem::replace(&mut sb.layout, layout.clone());
+                store_superblock(&mut sb, dev).inspect_err(|_| sb.layout = old)
+            })
+        });
+        if r.is_err() {
+            self.meta().state.crcs.0.undo_pages(pages);
+        }
+        r
     }
 
     /// After a full checkpoint (which does not hold the journal): the live journal entries again,
