@@ -4,7 +4,7 @@
 //! exponential backoff, and a segment call re-fetches the segment's layout before the next attempt
 //! (its primary may have been promoted or its chunks moved by recovery).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,7 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 use crate::error::ClientError;
-use crate::segments::{segment_lengths, split_range};
+use crate::segments::{segment_lengths, split_range, ReadOrder};
 
 /// Deadlines, retries and parallelism of a [`Client`].
 #[derive(Debug, Clone)]
@@ -356,8 +356,10 @@ impl Client {
             .await
     }
 
-    /// Writes `length` bytes of `path` from `offset` (`None`: to the end) to `writer`, segments
-    /// fetched `window_segments_max` at a time and written in order. Returns the bytes written.
+    /// Writes `length` bytes of `path` from `offset` (`None`: to the end) to `writer`, in order.
+    /// `window_segments_max` segments are fetched at once, chosen by [`ReadOrder`] within twice that
+    /// many from the first one not yet written (the next in order first, then those whose OSDs
+    /// this read loads least). Returns the bytes written.
     pub async fn get<W: AsyncWrite + Unpin>(
         &self,
         path: &str,
@@ -370,35 +372,64 @@ impl Client {
         check_range(&file, offset, length)?;
         let what = format!("get {path}");
         let window = self.inner.options.window_segments_max.max(1);
-        let mut pending = split_range(offset, length, file.segment_bytes).into_iter();
-        let mut in_flight = VecDeque::new();
+        let pieces = split_range(offset, length, file.segment_bytes);
+        let k = self.config().code.k;
+        let mut costs = Vec::with_capacity(pieces.len());
+        for piece in &pieces {
+            let layout = segment_of(&file, piece.segment)?;
+            let data_holders: Vec<u32> = layout
+                .chunks
+                .iter()
+                .filter(|c| c.index > 0 && c.index < k)
+                .map(|c| c.osd_id)
+                .collect();
+            costs.push(ReadOrder::piece_cost(
+                layout.primary,
+                &data_holders,
+                piece.length,
+                k,
+            ));
+        }
+        let mut order = ReadOrder::new(costs, window.saturating_mul(2));
+        let mut in_flight: JoinSet<(usize, Result<Vec<u8>, ClientError>)> = JoinSet::new();
+        let mut arrived: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+        let mut next_to_write = 0usize;
         let mut written = 0u64;
         loop {
             while in_flight.len() < window {
-                let Some(piece) = pending.next() else { break };
+                let Some(i) = order.start_next(next_to_write) else {
+                    break;
+                };
+                let piece = pieces[i];
                 let layout = segment_of(&file, piece.segment)?.clone();
                 let client = self.clone();
                 let seg_what = format!("{what}: segment {}", piece.segment);
-                in_flight.push_back(tokio::spawn(async move {
-                    client
+                in_flight.spawn(async move {
+                    let r = client
                         .on_primary(&layout, &seg_what, |osd, l| async move {
                             osd.read_segment(&l, piece.offset, piece.length).await
                         })
-                        .await
-                }));
+                        .await;
+                    (i, r)
+                });
             }
-            let Some(next) = in_flight.pop_front() else {
+            let Some(joined) = in_flight.join_next().await else {
                 break;
             };
-            let data = next
-                .await
-                .map_err(|e| ClientError::Local(format!("{what}: read task failed: {e}")))??;
-            writer
-                .write_all(&data)
-                .await
-                .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
-            written += data.len() as u64;
+            let (i, data) =
+                joined.map_err(|e| ClientError::Local(format!("{what}: read task failed: {e}")))?;
+            order.finished(i);
+            arrived.insert(i, data?);
+            while let Some(data) = arrived.remove(&next_to_write) {
+                writer
+                    .write_all(&data)
+                    .await
+                    .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
+                written += data.len() as u64;
+                next_to_write += 1;
+            }
         }
+        debug_assert!(arrived.is_empty() && next_to_write == pieces.len());
         writer
             .flush()
             .await
