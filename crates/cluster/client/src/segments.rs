@@ -127,13 +127,18 @@ impl ReadOrder {
 
     /// A started piece has arrived.
     pub fn finished(&mut self, piece: usize) {
-        assert!(self.started[piece], "piece {piece} finished but was never started");
+        assert!(
+            self.started[piece],
+            "piece {piece} finished but was never started"
+        );
         for &(osd, bytes) in &self.costs[piece] {
             let o = self
                 .outstanding
                 .get_mut(&osd)
                 .expect("a started piece's OSDs are counted");
-            *o = o.checked_sub(bytes).expect("outstanding bytes never go below zero");
+            *o = o
+                .checked_sub(bytes)
+                .expect("outstanding bytes never go below zero");
         }
     }
 }
@@ -217,7 +222,10 @@ mod tests {
                     let head_started = started[head];
                     let Some(i) = o.start_next(head) else { break };
                     assert!(!started[i], "piece {i} started twice");
-                    assert!(i >= head && i < head + lookahead, "piece {i} outside the look-ahead");
+                    assert!(
+                        i >= head && i < head + lookahead,
+                        "piece {i} outside the look-ahead"
+                    );
                     if !head_started {
                         assert_eq!(i, head, "the head goes first");
                     }
