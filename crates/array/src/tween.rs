@@ -13,7 +13,7 @@ mod nvram;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use ecstack_device::{BlockDevice, DeviceError, DeviceStats};
+use ecstack_device::{AlignedBuf, BlockDevice, DeviceError, DeviceStats};
 
 use crate::array::{Array, ArrayDevices, OpenOptions};
 use crate::format::ArrayConfig;
@@ -38,12 +38,13 @@ pub struct TweenConfig {
     /// Aging factor β of the sequential k-means.
     pub beta: f64,
     pub gc_mode: GcMode,
-    /// Collect while fewer segments are free (at least 2N + 1, below the spare segments; default
-    /// 2N + 2 when the spare allows, see `gc.rs`).
+    /// Collect while fewer segments are free (at least N + 2, below the spare segments; default
+    /// N + 3 when the spare allows, see `gc.rs`).
     pub gc_threshold: Option<u64>,
-    /// Fraction of the segments kept out of the logical capacity (at least 2N + 2 segments).
+    /// Fraction of the segments kept out of the logical capacity (at least N + 3 segments).
     pub over_provisioning: f64,
-    /// Seed of the initial cluster centers.
+    /// Recorded in the NVRAM header; since version 2 nothing random is drawn from it (the initial
+    /// centers are the first hotness values, `tween/hotness.rs`).
     pub seed: u64,
 }
 
@@ -62,7 +63,19 @@ impl Default for TweenConfig {
     }
 }
 
-/// Counters of the log layer.
+impl TweenConfig {
+    /// The fewest log segments whose logical capacity holds `data_segments` segments' worth of
+    /// extents under this configuration (its spare included).
+    pub fn segments_for(&self, data_segments: u64) -> u64 {
+        let mut s = data_segments + 1;
+        while s - gc::spare_segments(s, self.groups, self.over_provisioning) < data_segments {
+            s += 1;
+        }
+        s
+    }
+}
+
+/// Counters of the log layer, persisted in NVRAM with every request (a reopen continues them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct TweenStats {
     pub host_write_bytes: u64,
@@ -76,6 +89,40 @@ pub struct TweenStats {
     pub gc_segments: u64,
     /// NVRAM persist calls (msync).
     pub nvram_persists: u64,
+    /// Reads of flushed extents verified by their map entry's CRC32C that had to fall back to the
+    /// array's checked whole-chunk read (a device error or a checksum mismatch on the direct read).
+    pub extent_crc_fallbacks: u64,
+}
+
+impl TweenStats {
+    fn fields(&self, host_clock: u64) -> [u64; nvram::STATS_FIELDS] {
+        [
+            self.host_write_bytes,
+            self.logged_extents,
+            self.gc_extents,
+            self.flushes,
+            self.direct_stripes,
+            self.gc_segments,
+            self.nvram_persists,
+            self.extent_crc_fallbacks,
+            host_clock,
+        ]
+    }
+    fn from_fields(v: &[u64; nvram::STATS_FIELDS]) -> (TweenStats, u64) {
+        (
+            TweenStats {
+                host_write_bytes: v[0],
+                logged_extents: v[1],
+                gc_extents: v[2],
+                flushes: v[3],
+                direct_stripes: v[4],
+                gc_segments: v[5],
+                nvram_persists: v[6],
+                extent_crc_fallbacks: v[7],
+            },
+            v[8],
+        )
+    }
 }
 
 fn cfg_err(s: impl Into<String>) -> ArrayError {
@@ -93,7 +140,11 @@ struct State {
     live: Vec<u32>,
     seg_group: Vec<u16>,
     groups: HotnessGroups,
+    /// Write clock: ticks for every extent write (host or GC); orders copies (`seq`).
     clock: u64,
+    /// Host-write clock: ticks for every extent the host writes; the time t of the hotness
+    /// formula (t̂ is on it). GC moves do not make time pass.
+    host_clock: u64,
     stats: TweenStats,
     in_gc: bool,
     /// Appended to buffers but not yet recorded in the map (steps 2–3 of the write ordering).
@@ -120,6 +171,13 @@ impl std::fmt::Debug for Tween {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Tween({})", self.name)
     }
+}
+
+/// Offsets of `ENTRY_BYTES` pieces covering `[at, at + len)` (for `persist_entries`).
+fn ranges(at: u64, len: u64) -> Vec<u64> {
+    (0..len.div_ceil(ENTRY_BYTES as u64))
+        .map(|i| at + i * ENTRY_BYTES as u64)
+        .collect()
 }
 
 fn nv_loc(g: usize, slot: u64) -> u64 {
@@ -195,6 +253,14 @@ impl State {
         at
     }
 
+    /// Write the counters and the host clock to their NVRAM record; the offsets to persist.
+    fn stage_stats(&mut self) -> Vec<u64> {
+        let rec = nvram::encode_stats(&self.stats.fields(self.host_clock));
+        let at = nvram::STATS_AT as usize;
+        self.nv.bytes_mut()[at..at + rec.len()].copy_from_slice(&rec);
+        ranges(at as u64, rec.len() as u64)
+    }
+
     fn put_u64(&mut self, at: u64, v: u64) {
         self.nv.bytes_mut()[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
     }
@@ -218,7 +284,7 @@ impl State {
             .map(|(&live, &g)| SegmentUse {
                 live,
                 written: slots,
-                hotness: self.groups.centers.get(g as usize).copied().unwrap_or(0.0),
+                hotness: self.groups.hotness_of(g as usize),
             })
             .collect()
     }
@@ -300,9 +366,9 @@ impl Tween {
             )));
         }
         let floor = gc::threshold_floor(tcfg.groups);
-        let threshold =
-            tcfg.gc_threshold
-                .unwrap_or(if floor + 1 < spare { floor + 1 } else { floor });
+        let threshold = tcfg
+            .gc_threshold
+            .unwrap_or(gc::default_threshold(tcfg.groups, spare));
         if threshold < floor || threshold >= spare {
             return Err(cfg_err(format!(
                 "GC threshold {threshold} free segments must lie in [{floor}, {spare})"
@@ -336,9 +402,7 @@ impl Tween {
             let b = nv.bytes_mut();
             b[..lay.end as usize].fill(0);
             hdr.encode(&mut b[..4096]);
-            let c = nvram::encode_centers(
-                &HotnessGroups::new(tcfg.groups, tcfg.beta, tcfg.seed).centers,
-            );
+            let c = nvram::encode_centers(&HotnessGroups::new(tcfg.groups, tcfg.beta).centers);
             b[lay.centers as usize..lay.centers as usize + c.len()].copy_from_slice(&c);
         }
         nv.persist(0, lay.end)?;
@@ -443,12 +507,11 @@ impl Tween {
         let mut st = self.lock();
         self.check_range(&st, off, buf.len() as u64)?;
         st.last_io = Instant::now();
-        self.read_locked(&st, buf, off)
+        self.read_locked(&mut st, buf, off)
     }
 
-    fn read_locked(&self, st: &State, buf: &mut [u8], off: u64) -> Result<()> {
+    fn read_locked(&self, st: &mut State, buf: &mut [u8], off: u64) -> Result<()> {
         let ext = st.ext();
-        let sbytes = st.hdr.stripe_bytes;
         let mut done = 0usize;
         while done < buf.len() {
             let a = off + done as u64;
@@ -476,15 +539,84 @@ impl Tween {
                             _ => break,
                         }
                     }
-                    self.array.read_stripes(
-                        &mut buf[done..done + len],
-                        seg * sbytes + slot * ext + inner,
-                    )?;
+                    // Whole extents, each checked against its map entry's CRC32C.
+                    let crcs: Vec<u32> = (e..next).map(|x| st.map[x as usize].data_crc).collect();
+                    let mut whole = vec![0u8; crcs.len() * ext as usize];
+                    self.read_segment_extents(st, seg, slot, &crcs, &mut whole)?;
+                    buf[done..done + len]
+                        .copy_from_slice(&whole[inner as usize..inner as usize + len]);
                 }
             }
             done += len;
         }
         Ok(())
+    }
+
+    /// Whole extents `slot..` of segment `seg` into `buf`, each checked against its map entry's
+    /// data CRC32C (`crcs`). First straight from the devices, only the bytes asked for (the array's
+    /// own read would read and check every whole chunk touched); on a device error or a mismatch,
+    /// through the array's checked read (whole chunks, a bad chunk decoded from the stripe and
+    /// repaired), checked again: a mismatch then is an error, never bytes returned. On devices that
+    /// keep no data (metadata-only simulated SSDs) there is nothing to check and the array reads.
+    fn read_segment_extents(
+        &self,
+        st: &mut State,
+        seg: u64,
+        slot: u64,
+        crcs: &[u32],
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let ext = st.ext() as usize;
+        debug_assert_eq!(buf.len(), crcs.len() * ext);
+        let at = seg * st.hdr.stripe_bytes + slot * ext as u64;
+        if !self.array.core.devs.keeps_data() {
+            return self.array.read_stripes(buf, at);
+        }
+        let bad = |b: &[u8]| {
+            b.chunks_exact(ext)
+                .zip(crcs)
+                .position(|(d, &c)| crc32c::crc32c(d) != c)
+        };
+        if self.read_direct(seg, slot * ext as u64, buf) && bad(buf).is_none() {
+            return Ok(());
+        }
+        st.stats.extent_crc_fallbacks += 1;
+        self.array.read_stripes(buf, at)?;
+        if let Some(i) = bad(buf) {
+            return Err(ArrayError::DataLoss(format!(
+                "tween: segment {seg} slot {}: extent checksum mismatch",
+                slot + i as u64
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bytes `[from, from + buf.len())` of segment `seg`'s data straight from the devices holding
+    /// them (md's layout: data chunk `pos` of stripe `seg` at its home slot). False when a device
+    /// is failed, a chunk is known bad or a read errs: the caller then reads through the array.
+    fn read_direct(&self, seg: u64, from: u64, buf: &mut [u8]) -> bool {
+        let core = &self.array.core;
+        let g = &core.geo;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let b = from + done as u64;
+            let pos = (b / g.chunk) as usize;
+            let inner = b % g.chunk;
+            let len = ((g.chunk - inner) as usize).min(buf.len() - done);
+            let d = g.dev_of(seg, pos);
+            if !core.devs.usable(d, seg) {
+                return false;
+            }
+            let off = g.off(seg) + inner;
+            let mut piece = AlignedBuf::new(len);
+            if core.devs.get(d).read_at(piece.as_mut_slice(), off).is_err() {
+                return false;
+            }
+            core.devs.meters[d].record(false, off, len as u64);
+            buf[done..done + len].copy_from_slice(piece.as_slice());
+            done += len;
+        }
+        true
     }
 
     /// Write `buf` at logical byte `off`; acknowledged once persistent in NVRAM (or, for whole
@@ -515,7 +647,7 @@ impl Tween {
             let hi = ((e + 1) * ext).min(off + buf.len() as u64);
             let mut data = vec![0u8; ext as usize];
             if hi - lo < ext {
-                self.read_locked(&st, &mut data, e * ext)?;
+                self.read_locked(&mut st, &mut data, e * ext)?;
             }
             data[(lo - e * ext) as usize..(hi - e * ext) as usize]
                 .copy_from_slice(&buf[(lo - off) as usize..(hi - off) as usize]);
@@ -526,19 +658,25 @@ impl Tween {
     }
 
     /// Append extents to the buffers of their hotness groups, recording them as the write ordering
-    /// says, flushing buffers that fill up. `host`: a host write (updates hotness and the centers);
-    /// else a GC move (classified by its stored hotness, nothing learned).
+    /// says, flushing buffers that fill up. Every extent goes through the hotness module, which
+    /// updates its hotness at the current host time and classifies it (moving a center, §6.2.2).
+    /// `host`: a host write (t̂ becomes now); else a GC move, whose hotness is re-assessed at now
+    /// with t̂ unchanged (the extent was not modified): live data that has gone cold since its last
+    /// write cools (by (1 − α) per move) and joins a colder group — the seed's "iterative hotness
+    /// grouping". (Version 1 classified GC moves by the hotness of their last write, without
+    /// re-assessing it, so once-hot data went back into the hot groups.)
     fn append(&self, st: &mut State, items: &[(u64, Vec<u8>)], host: bool) -> Result<()> {
         for (e, data) in items {
             st.clock += 1;
             let t = st.clock;
+            if host {
+                st.host_clock += 1;
+            }
+            let now = st.host_clock;
             let m = st.map[*e as usize];
-            let (hot, t_hat, g) = if host {
-                let h = update_hotness(st.hdr.alpha, m.hot as f64, m.t_hat, t);
-                (h, t, st.groups.classify(h))
-            } else {
-                (m.hot as f64, m.t_hat, st.groups.nearest(m.hot as f64))
-            };
+            let hot = update_hotness(st.hdr.alpha, m.hot as f64, m.t_hat, now);
+            let t_hat = if host { now } else { m.t_hat };
+            let g = st.groups.classify(hot);
             let mut slot = st.fill[g] + st.pending.iter().filter(|p| p.group == g).count() as u64;
             if slot == st.slots() {
                 // A buffer found full: GC appending while its flush makes room.
@@ -548,10 +686,11 @@ impl Tween {
             }
             assert!(slot < st.slots(), "buffer {g} overfilled");
             let dat = st.lay.buffer_data_at(g, slot) as usize;
+            let data_crc = crc32c::crc32c(data);
             let ent = BufferEntry {
                 extent: *e,
                 seq: t,
-                data_crc: crc32c::crc32c(data),
+                data_crc,
                 host,
             };
             let eat = st.lay.buffer_entry_at(g, slot) as usize;
@@ -570,6 +709,7 @@ impl Tween {
                     seq: t,
                     t_hat,
                     hot: hot as f32,
+                    data_crc,
                 },
             });
             if host {
@@ -629,7 +769,8 @@ impl Tween {
         let c = nvram::encode_centers(&st.groups.centers);
         let at = st.lay.centers as usize;
         st.nv.bytes_mut()[at..at + c.len()].copy_from_slice(&c);
-        offs.push(at as u64);
+        offs.extend(ranges(at as u64, c.len() as u64));
+        offs.extend(st.stage_stats());
         st.persist_entries(offs)?;
         st.check_live("commit");
         let _ = ext;
@@ -697,6 +838,7 @@ impl Tween {
             let ent = st.entries[g][slot as usize];
             let m = st.map[ent.extent as usize];
             if m.loc == nv_loc(g, slot) && m.seq == ent.seq {
+                debug_assert_eq!(m.data_crc, ent.data_crc, "extent {}", ent.extent);
                 let loc = st.dev_loc(seg, slot);
                 offs.push(st.put_map(ent.extent, MapEntry { loc, ..m }));
                 st.live[seg as usize] += 1;
@@ -704,12 +846,13 @@ impl Tween {
         }
         st.seg_group[seg as usize] = g as u16;
         offs.push(st.put_usage(seg));
+        st.stats.flushes += 1;
+        offs.extend(st.stage_stats());
         st.persist_entries(offs)?;
         st.fill[g] = 0;
         let at = st.lay.fill_at(g);
         st.put_u64(at, 0);
         st.persist(at, 8)?;
-        st.stats.flushes += 1;
         st.check_live("flush");
         Ok(())
     }
@@ -721,12 +864,15 @@ impl Tween {
         let seg = self.free_segment(st)?;
         self.array.write_segment(seg, data)?;
         let mut offs = Vec::new();
+        let ext = st.ext() as usize;
         for slot in 0..st.slots() {
             st.clock += 1;
-            let t = st.clock;
+            st.host_clock += 1;
+            let (t, now) = (st.clock, st.host_clock);
             let x = e + slot;
             let m = st.map[x as usize];
-            let hot = update_hotness(st.hdr.alpha, m.hot as f64, m.t_hat, t) as f32;
+            let hot = update_hotness(st.hdr.alpha, m.hot as f64, m.t_hat, now) as f32;
+            let data_crc = crc32c::crc32c(&data[slot as usize * ext..(slot as usize + 1) * ext]);
             if let Some(s) = st.release(m.loc) {
                 offs.push(st.put_usage(s));
             }
@@ -736,16 +882,18 @@ impl Tween {
                 MapEntry {
                     loc,
                     seq: t,
-                    t_hat: t,
+                    t_hat: now,
                     hot,
+                    data_crc,
                 },
             ));
             st.live[seg as usize] += 1;
         }
         offs.push(st.put_usage(seg));
-        st.persist_entries(offs)?;
         st.stats.direct_stripes += 1;
         st.stats.flushes += 1;
+        offs.extend(st.stage_stats());
+        st.persist_entries(offs)?;
         st.check_live("direct");
         Ok(())
     }
@@ -770,13 +918,20 @@ impl Tween {
             .collect();
         live.sort_unstable();
         let old_seqs: Vec<u64> = live.iter().map(|&(_, e)| st.map[e as usize].seq).collect();
-        let items: Vec<(u64, Vec<u8>)> = live
-            .iter()
-            .map(|&(slot, e)| {
-                let a = (slot * ext) as usize;
-                (e, seg[a..a + ext as usize].to_vec())
-            })
-            .collect();
+        let check = self.array.core.devs.keeps_data();
+        let mut items: Vec<(u64, Vec<u8>)> = Vec::with_capacity(live.len());
+        for &(slot, e) in &live {
+            let a = (slot * ext) as usize;
+            let data = seg[a..a + ext as usize].to_vec();
+            // The array checked whole chunks; the extent's own CRC32C must agree before the data
+            // is logged again (a mismatch would otherwise get a fresh, matching checksum).
+            if check && crc32c::crc32c(&data) != st.map[e as usize].data_crc {
+                return Err(ArrayError::DataLoss(format!(
+                    "tween: GC of segment {victim}: slot {slot} (extent {e}): extent checksum mismatch"
+                )));
+            }
+            items.push((e, data));
+        }
         let was = st.in_gc;
         st.in_gc = true;
         let r = self.append(st, &items, false);
@@ -863,10 +1018,12 @@ impl Tween {
                 MapEntry {
                     loc: 0,
                     seq: t,
+                    data_crc: 0,
                     ..m
                 },
             ));
         }
+        offs.extend(st.stage_stats());
         st.persist_entries(offs)
     }
 }
@@ -903,7 +1060,8 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         return Err(err(format!("unknown GC mode {}", hdr.gc_mode)));
     }
     let lay = Layout::new(&hdr)?;
-    if hdr.extents > (hdr.segments.saturating_sub(2 * lay.groups as u64 + 2)) * lay.slots {
+    let spare_floor = gc::threshold_floor(lay.groups) + 1;
+    if hdr.extents > hdr.segments.saturating_sub(spare_floor) * lay.slots {
         return Err(err(format!(
             "{} logical extents do not fit {} segments with their spare",
             hdr.extents, hdr.segments
@@ -921,6 +1079,10 @@ fn load(array: &Array, nv: Region) -> Result<State> {
     let n = lay.groups;
     let centers = nvram::decode_centers(&b[lay.centers as usize..], n)
         .ok_or_else(|| err("cluster centers: checksum mismatch"))?;
+    let (stats, mut host_clock) = TweenStats::from_fields(
+        &nvram::decode_stats(&b[nvram::STATS_AT as usize..])
+            .ok_or_else(|| err("counters: checksum mismatch"))?,
+    );
     let mut map = Vec::with_capacity(hdr.extents as usize);
     for e in 0..hdr.extents {
         let at = lay.map_at(e) as usize;
@@ -984,36 +1146,53 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         live: Vec::new(),
         seg_group: Vec::new(),
         clock,
+        host_clock: 0,
         stats: TweenStats::default(),
         in_gc: false,
         pending: Vec::new(),
         last_io: Instant::now(),
     };
-    // Recover: buffer entries newer than their extent's map entry (a crash before step 3).
+    // The host clock: the persisted one, or later if a map entry says so (it is persisted with
+    // every request's map entries, so it never is).
+    host_clock = st.map.iter().map(|m| m.t_hat).fold(host_clock, u64::max);
+    // Recover: buffer entries newer than their extent's map entry (a crash before step 3), in
+    // write order; a host write among them gets the next host time.
     let mut offs = Vec::new();
+    let mut found: Vec<(u64, usize, u64)> = Vec::new();
     for gi in 0..n {
         for slot in 0..st.fill[gi] {
             let ent = st.entries[gi][slot as usize];
-            let m = st.map[ent.extent as usize];
-            if ent.seq > m.seq {
-                let (hot, t_hat) = if ent.host {
-                    (
-                        update_hotness(st.hdr.alpha, m.hot as f64, m.t_hat, ent.seq) as f32,
-                        ent.seq,
-                    )
-                } else {
-                    (m.hot, m.t_hat)
-                };
-                let e = MapEntry {
-                    loc: nv_loc(gi, slot),
-                    seq: ent.seq,
-                    t_hat,
-                    hot,
-                };
-                offs.push(st.put_map(ent.extent, e));
+            if ent.seq > st.map[ent.extent as usize].seq {
+                found.push((ent.seq, gi, slot));
             }
         }
     }
+    found.sort_unstable();
+    for (_, gi, slot) in found {
+        let ent = st.entries[gi][slot as usize];
+        let m = st.map[ent.extent as usize];
+        if ent.seq <= m.seq {
+            continue; // a later entry of the same extent came first? (seq order: never)
+        }
+        let (hot, t_hat) = if ent.host {
+            host_clock += 1;
+            (
+                update_hotness(st.hdr.alpha, m.hot as f64, m.t_hat, host_clock) as f32,
+                host_clock,
+            )
+        } else {
+            (m.hot, m.t_hat)
+        };
+        let e = MapEntry {
+            loc: nv_loc(gi, slot),
+            seq: ent.seq,
+            t_hat,
+            hot,
+            data_crc: ent.data_crc,
+        };
+        offs.push(st.put_map(ent.extent, e));
+    }
+    st.host_clock = host_clock;
     // Every map entry names a place that holds its write; the usage cache follows from the map.
     st.live = vec![0; st.hdr.segments as usize];
     st.seg_group = vec![0; st.hdr.segments as usize];
@@ -1048,8 +1227,9 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         st.seg_group[seg as usize] = ((v >> 32) as u16).min(n as u16 - 1);
         offs.push(st.put_usage(seg));
     }
+    st.stats = stats;
+    offs.extend(st.stage_stats());
     st.persist_entries(offs)?;
-    st.stats = TweenStats::default();
     Ok(st)
 }
 
@@ -1084,5 +1264,71 @@ impl BlockDevice for Tween {
     }
     fn stats(&self) -> DeviceStats {
         self.array.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ecstack_device::MemDevice;
+
+    fn small_tween(groups: usize) -> Tween {
+        let main: Vec<Arc<MemDevice>> = (0..4)
+            .map(|_| Arc::new(MemDevice::new(96 << 10).unwrap()))
+            .collect();
+        let meta = Arc::new(MemDevice::new(2 << 20).unwrap());
+        let cfg = ArrayConfig {
+            chunk_size: 1024,
+            ..ArrayConfig::with_geometry(SchemeKind::Tween, 3, 1)
+        };
+        let tcfg = TweenConfig {
+            groups,
+            extent_bytes: 512,
+            ..TweenConfig::default()
+        };
+        let devices = ArrayDevices::from_handles(&main, &[] as &[Arc<MemDevice>], &meta);
+        Tween::create(&cfg, devices, &tcfg, &NvramSpec::memory().0).unwrap()
+    }
+
+    /// The fault version 2 fixes (§6.2.1: GC "re-assess[es] the hotness of the reclaimed live
+    /// data"): an extent written hot long ago and not since is re-assessed when GC moves it and
+    /// joins the colder group, moving that group's center; version 1 kept its old H and sent it
+    /// back to the hot group without learning anything.
+    #[test]
+    fn gc_moves_reassess_hotness_and_classify() {
+        let t = small_tween(2);
+        let mut st = t.lock();
+        st.groups.centers = vec![0.2, 0.6];
+        st.host_clock = 100_000;
+        st.clock = 200_000;
+        let e = 7u64;
+        let m = MapEntry {
+            loc: 0,
+            seq: 150_000,
+            t_hat: 10,
+            hot: 0.6,
+            data_crc: 0,
+        };
+        st.put_map(e, m);
+        t.append(&mut st, &[(e, vec![0u8; 512])], false).unwrap();
+        let now = st.map[e as usize];
+        // H' = 0.5 / (100000 − 10) + 0.5 · 0.6, t̂ unchanged, seq from the write clock.
+        let want = 0.5 / 99_990.0 + 0.5 * (0.6f32 as f64);
+        assert!((now.hot as f64 - want).abs() < 1e-6, "H = {}", now.hot);
+        assert_eq!(now.t_hat, 10);
+        assert_eq!(now.seq, 200_001);
+        assert_eq!(st.host_clock, 100_000, "a GC move is not host time");
+        assert!(
+            matches!(st.loc(now.loc), Loc::Nvram(0, _)),
+            "the cooled extent joins the colder group"
+        );
+        assert!((st.groups.centers[0] - (0.9 * 0.2 + 0.1 * want)).abs() < 1e-9);
+        assert_eq!(st.groups.centers[1], 0.6);
+        // A host write of the same extent: t̂ = now (host time), H from the gap since t̂.
+        t.append(&mut st, &[(e, vec![1u8; 512])], true).unwrap();
+        let w = st.map[e as usize];
+        assert_eq!((st.host_clock, w.t_hat), (100_001, 100_001));
+        assert!((w.hot as f64 - (0.5 / 99_991.0 + 0.5 * now.hot as f64)).abs() < 1e-6);
+        assert_eq!(w.data_crc, crc32c::crc32c(&[1u8; 512]));
     }
 }

@@ -42,10 +42,10 @@ pub struct TweenArgs {
     /// tween: GC mode, active (threshold) or periodic (idle)
     #[arg(long, default_value = "active")]
     gc: String,
-    /// tween: collect while fewer log segments are free (default 2N + 2)
+    /// tween: collect while fewer log segments are free (default N + 3, at least N + 2)
     #[arg(long)]
     gc_threshold: Option<u64>,
-    /// tween: fraction of the segments kept out of the capacity for GC (at least 2N + 2 segments)
+    /// tween: fraction of the segments kept out of the capacity for GC (at least N + 3 segments)
     #[arg(long, default_value_t = 0.1)]
     over_provisioning: f64,
 }
@@ -197,9 +197,12 @@ pub struct ExpTweenArgs {
     /// compares at equal raw flash (tween's full-block writes need no SSD spare)
     #[arg(long)]
     tween_ssd_op: Option<f64>,
-    /// TWEEN's own over-provisioning: fraction of segments kept for its GC (at least 2N + 2)
+    /// TWEEN's own over-provisioning: fraction of segments kept for its GC (at least N + 3)
     #[arg(long, default_value_t = 0.1)]
     tween_op: f64,
+    /// TWEEN's active GC threshold in free segments (default N + 3; at least N + 2)
+    #[arg(long)]
+    tween_gc_threshold: Option<u64>,
     /// Simulated SSDs: 4 KiB pages per flash block (default 64; --quick 16)
     #[arg(long)]
     ssd_block_pages: Option<u32>,
@@ -255,6 +258,7 @@ pub fn experiment(a: ExpTweenArgs) -> Result<()> {
         beta: a.beta,
         seed: a.seed,
         over_provisioning: a.tween_op,
+        gc_threshold: a.tween_gc_threshold,
         ..TweenConfig::default()
     };
     cfg.tween_ssd_op = a.tween_ssd_op;

@@ -2,13 +2,19 @@
 //! group) and when (active: below a free-segment threshold; periodic: when idle).
 //!
 //! Why a victim always exists and free segments never run out: the logical capacity is
-//! `(S − spare) · slots` extents with `spare ≥ 2N + 2` (`spare_segments`). Collection starts when
-//! fewer than `threshold ≥ 2N + 1` segments are free, i.e. more than `S − threshold` are used; they
-//! can hold at most `S − spare` segments' worth of live extents, so at least
+//! `(S − spare) · slots` extents with `spare ≥ threshold + 1` (`spare_segments`). Collection runs
+//! while fewer than `threshold ≥ N + 2` segments are free, i.e. more than `S − threshold` are used;
+//! they hold at most `S − spare` segments' worth of live extents, so at least
 //! `(spare − threshold + 1) · slots ≥ slots` of their extents are stale and the greedy victim has a
-//! stale extent. Moving a victim's live extents (< slots) into the buffers can fill each of the N
-//! buffers at most once before the victim is free, so a collection started with ≥ 2N free segments
-//! keeps ≥ N free throughout.
+//! stale extent. Free segments: after a run of collections free ≥ threshold and one flush or
+//! direct write follows, so a run starts with F ≥ threshold − 1 ≥ N + 1 free. In the run, before
+//! its j-th flush takes a segment, c victims have been freed and the extents appended (each victim
+//! has < slots live) plus what the buffers held (at most one full buffer, the one whose flush
+//! started the run, and N − 1 others below full) fill j buffers: j · slots < (N + c + 1) · slots,
+//! so j ≤ N + c and free = F − (j − 1) + c ≥ F − N + 1 ≥ 2 > 0 (`gc_floor_holds_with_many_groups`
+//! in `tests/tween.rs` runs N = 8 at the floor). (Version 1 kept 2N + 1 / 2N + 2 free, N more than
+//! this bound needs: at N = 4 on a 10% spare that left 4% of the segments as stale slack, at N = 8
+//! under 1%, which made more groups look worse than they are.)
 
 /// When garbage collection runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -16,7 +22,7 @@ pub enum GcMode {
     /// Before a flush, while fewer than the threshold of segments are free.
     Active,
     /// When the device has been idle (`Tween::collect_idle`), while fewer than the threshold are
-    /// free; the active rule still runs at the floor of 2N + 1 free segments.
+    /// free; the active rule still runs at the floor of N + 2 free segments.
     Periodic,
 }
 
@@ -47,13 +53,23 @@ impl GcMode {
 
 /// Segments kept out of the logical capacity for GC and the buffers' flushes.
 pub(crate) fn spare_segments(segments: u64, groups: usize, over_provisioning: f64) -> u64 {
-    let floor = 2 * groups as u64 + 2;
+    let floor = threshold_floor(groups) + 1;
     ((segments as f64 * over_provisioning).ceil() as u64).max(floor)
 }
 
 /// The lowest free-segment count at which the active rule collects, whatever the mode.
 pub(crate) fn threshold_floor(groups: usize) -> u64 {
-    2 * groups as u64 + 1
+    groups as u64 + 2
+}
+
+/// The default threshold: one above the floor when the spare allows.
+pub(crate) fn default_threshold(groups: usize, spare: u64) -> u64 {
+    let floor = threshold_floor(groups);
+    if floor + 1 < spare {
+        floor + 1
+    } else {
+        floor
+    }
 }
 
 /// One segment as GC sees it.
@@ -122,8 +138,10 @@ mod tests {
     #[test]
     fn spare_segments_cover_the_buffers() {
         assert_eq!(spare_segments(100, 4, 0.1), 10);
-        assert_eq!(spare_segments(20, 4, 0.1), 10);
+        assert_eq!(spare_segments(20, 4, 0.1), 7);
         assert_eq!(spare_segments(1000, 2, 0.05), 50);
         assert!(threshold_floor(4) < spare_segments(1, 4, 0.0));
+        assert_eq!(default_threshold(4, 10), 7);
+        assert_eq!(default_threshold(4, 7), 6);
     }
 }

@@ -3,8 +3,10 @@
 //! The seed's Algorithm 2 has no body in its text; `classify` is reconstructed from its prose
 //! (see `docs/tween.md`).
 
-/// The new hotness of an extent written at logical time `t`, last written at `t_hat` with hotness
-/// `h` (`t_hat == 0`: never written, so nothing is known and the extent starts coldest, H = 0).
+/// The new hotness of an extent written (or re-assessed, see `Tween`'s GC) at host time `t`, last
+/// written by the host at `t_hat` with hotness `h` (`t_hat == 0`: never written, so nothing is
+/// known and the extent starts coldest, H = 0). Time is the host-write clock: it ticks once per
+/// extent the host writes, never for TWEEN's own GC moves (`docs/tween.md`, "time").
 pub(crate) fn update_hotness(alpha: f64, h: f64, t_hat: u64, t: u64) -> f64 {
     if t_hat == 0 || t <= t_hat {
         return if t_hat == 0 { 0.0 } else { h };
@@ -13,6 +15,12 @@ pub(crate) fn update_hotness(alpha: f64, h: f64, t_hat: u64, t: u64) -> f64 {
 }
 
 /// Sequential k-means over N cluster centers with a constant learning rate β (the aging factor).
+///
+/// Initial guesses (§6.2.2 "initial random guesses", its reference [40], MacQueen 1967): the first
+/// N distinct hotness values classified become the N centers, one each, in arrival order — samples
+/// of the data itself. An unset center is NaN (so it persists as a plain f64). Before version 2 the
+/// guesses were N uniform draws in [0, 1), far above the H values a trace produces (10⁻⁵–10⁻²): the
+/// upper centers were never nearest to any value and never moved, leaving one or two live groups.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct HotnessGroups {
     pub centers: Vec<f64>,
@@ -20,30 +28,49 @@ pub(crate) struct HotnessGroups {
 }
 
 impl HotnessGroups {
-    /// Initial random guesses (§6.2.2): N seeded draws in [0, 1), sorted (H lies in [0, 1]).
-    pub fn new(n: usize, beta: f64, seed: u64) -> HotnessGroups {
-        let mut rng = ecstack_base::Rng::new(seed);
-        let mut centers: Vec<f64> = (0..n).map(|_| rng.next_f64()).collect();
-        centers.sort_by(f64::total_cmp);
-        HotnessGroups { centers, beta }
+    pub fn new(n: usize, beta: f64) -> HotnessGroups {
+        HotnessGroups {
+            centers: vec![f64::NAN; n],
+            beta,
+        }
     }
 
-    /// The group whose center is closest to `h` (ties: the lowest index), without learning.
+    /// The group whose (set) center is closest to `h` (ties: the lowest index), without learning;
+    /// group 0 while no center is set.
     pub fn nearest(&self, h: f64) -> usize {
-        let mut best = 0;
+        let mut best: Option<usize> = None;
         for (i, c) in self.centers.iter().enumerate() {
-            if (h - c).abs() < (h - self.centers[best]).abs() {
-                best = i;
+            if c.is_nan() {
+                continue;
+            }
+            if best.is_none_or(|b| (h - c).abs() < (h - self.centers[b]).abs()) {
+                best = Some(i);
             }
         }
-        best
+        best.unwrap_or(0)
     }
 
-    /// Classify `h` and move the chosen center toward it: C_i = (1 − β)·C_i + β·h.
+    /// Classify `h`: a value unlike every set center while a center is unset becomes that center;
+    /// else the nearest center moves toward it, C_i = (1 − β)·C_i + β·h.
     pub fn classify(&mut self, h: f64) -> usize {
+        if let Some(free) = self.centers.iter().position(|c| c.is_nan()) {
+            if !self.centers.contains(&h) {
+                self.centers[free] = h;
+                return free;
+            }
+        }
         let i = self.nearest(h);
         self.centers[i] = (1.0 - self.beta) * self.centers[i] + self.beta * h;
         i
+    }
+
+    /// The center of group `g` as a hotness (an unset center counts as coldest).
+    pub fn hotness_of(&self, g: usize) -> f64 {
+        self.centers
+            .get(g)
+            .copied()
+            .filter(|c| !c.is_nan())
+            .unwrap_or(0.0)
     }
 }
 
@@ -89,7 +116,7 @@ mod tests {
     fn two_populations_separate_into_two_groups() {
         // Hot extents (H ≈ 0.9) and cold ones (H ≈ 0.01) interleaved: with two centers, after a
         // warm-up every hot value lands in one group and every cold value in the other.
-        let mut g = HotnessGroups::new(2, 0.1, 42);
+        let mut g = HotnessGroups::new(2, 0.1);
         for i in 0..200 {
             g.classify(if i % 2 == 0 { 0.9 } else { 0.01 });
         }
@@ -103,11 +130,33 @@ mod tests {
         );
     }
 
+    /// The fault version 2 fixes: with hotness values on a trace's scale (all below 0.01), every
+    /// group must receive data and every center must move. The old initial guesses (uniform in
+    /// [0, 1)) left the centers above the data untouched forever.
     #[test]
-    fn initial_centers_are_seeded_and_sorted() {
-        let a = HotnessGroups::new(4, 0.1, 7);
-        assert_eq!(a, HotnessGroups::new(4, 0.1, 7));
-        assert!(a.centers.windows(2).all(|w| w[0] <= w[1]));
-        assert!(a.centers.iter().all(|c| (0.0..1.0).contains(c)));
+    fn centers_start_from_the_data_and_all_groups_are_used() {
+        let mut g = HotnessGroups::new(4, 0.1);
+        assert!(g.centers.iter().all(|c| c.is_nan()));
+        // The first distinct values become the centers, in arrival order; a repeat joins its twin.
+        assert_eq!(g.classify(0.0), 0);
+        assert_eq!(g.classify(0.0), 0);
+        assert_eq!(g.classify(0.001), 1);
+        assert_eq!(g.centers[..2], [0.0, 0.001]);
+        // Four populations on a trace's scale: 0, 10⁻⁴, 10⁻³, 10⁻² (plus a little noise).
+        let mut rng = ecstack_base::Rng::new(5);
+        let pops = [0.0, 1e-4, 1e-3, 1e-2];
+        let mut used = [0u32; 4];
+        for i in 0..4000 {
+            let h = pops[i % 4] * (1.0 + 0.05 * rng.next_f64());
+            used[g.classify(h)] += 1;
+        }
+        assert!(used.iter().all(|&u| u > 500), "groups used {used:?}");
+        let mut c = g.centers.clone();
+        c.sort_by(f64::total_cmp);
+        for (c, p) in c.iter().zip(pops) {
+            assert!((c - p).abs() <= 0.1 * p + 1e-6, "centers {c:?} vs {pops:?}");
+        }
+        assert_eq!(g.hotness_of(3), g.centers[3]);
+        assert_eq!(HotnessGroups::new(2, 0.1).hotness_of(1), 0.0);
     }
 }

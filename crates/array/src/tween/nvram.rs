@@ -9,7 +9,10 @@ use std::sync::{Arc, Mutex};
 use crate::{ArrayError, Result};
 
 pub(crate) const NV_MAGIC: &[u8; 8] = b"ECSTKTWN";
-pub(crate) const NV_VERSION: u32 = 1;
+/// Version 2: map entries carry their extent's data CRC32C (and t̂ as an age, see `MapEntry`), the
+/// header page holds the persisted counters (`StatsRecord`), t̂ counts host extent writes. Version 1
+/// regions are refused by name (`Header::decode`).
+pub(crate) const NV_VERSION: u32 = 2;
 /// Areas start on this boundary.
 const AREA_ALIGN: u64 = 4096;
 const HEADER_BYTES: u64 = 4096;
@@ -327,14 +330,20 @@ impl Header {
                 "no TWEEN header (bad magic): not a TWEEN NVRAM region",
             ));
         }
+        // The checksum first: a flipped version field is corruption, not an old version.
+        if crc32c::crc32c(&b[..H_CRC]) != le32(b, H_CRC) {
+            return Err(nv_err("header checksum mismatch: the region is corrupt"));
+        }
         let v = le32(b, H_VERSION);
+        if v == 1 {
+            return Err(nv_err(
+                "version 1 region (map without per-extent checksums, written by an older ecstack): this build reads version 2 only; read the data out with the older build and create the array again",
+            ));
+        }
         if v != NV_VERSION {
             return Err(nv_err(format!(
                 "header version {v} is not supported (this build reads version {NV_VERSION})"
             )));
-        }
-        if crc32c::crc32c(&b[..H_CRC]) != le32(b, H_CRC) {
-            return Err(nv_err("header checksum mismatch: the region is corrupt"));
         }
         Ok(Header {
             uuid: le64(b, H_UUID),
@@ -439,17 +448,26 @@ impl Layout {
 }
 
 /// The TWEEN state of one logical extent.
+///
+/// Encoding (32 bytes): loc u64, seq u64, age u32, H f32, data CRC32C u32, entry CRC32C u32 over
+/// bytes 0..28. `age` is `seq − t̂` (both logical times; t̂ ≤ seq always), `u32::MAX` for t̂ = 0
+/// (no host write known), saturated at `u32::MAX − 1` (an extent unwritten by the host for 4·10⁹
+/// writes: its α/(t − t̂) term is below 10⁻⁹ either way).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct MapEntry {
     /// 0 never written; `LOC_NVRAM | group << 32 | slot`; else `1 + segment · slots + slot`.
     pub loc: u64,
-    /// Logical time of the write that produced this copy (host write or GC move).
+    /// Logical time (write clock) of the write that produced this copy (host write or GC move).
     pub seq: u64,
-    /// Logical time of the last host write (t̂).
+    /// Host time (host-write clock) of the last host write (t̂), 0 if none.
     pub t_hat: u64,
     /// Hotness H.
     pub hot: f32,
+    /// CRC32C of the extent's data (0 for an extent that reads as zeros without being stored).
+    pub data_crc: u32,
 }
+
+const AGE_NONE: u32 = u32::MAX;
 
 impl MapEntry {
     pub fn encode(&self) -> [u8; ENTRY_BYTES] {
@@ -457,15 +475,27 @@ impl MapEntry {
         if *self == MapEntry::default() {
             return b;
         }
+        let age = if self.t_hat == 0 {
+            AGE_NONE
+        } else {
+            debug_assert!(
+                self.t_hat <= self.seq,
+                "t̂ {} after seq {}",
+                self.t_hat,
+                self.seq
+            );
+            self.seq.saturating_sub(self.t_hat).min(AGE_NONE as u64 - 1) as u32
+        };
         b[0..8].copy_from_slice(&self.loc.to_le_bytes());
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
-        b[16..24].copy_from_slice(&self.t_hat.to_le_bytes());
-        b[24..28].copy_from_slice(&self.hot.to_le_bytes());
+        b[16..20].copy_from_slice(&age.to_le_bytes());
+        b[20..24].copy_from_slice(&self.hot.to_le_bytes());
+        b[24..28].copy_from_slice(&self.data_crc.to_le_bytes());
         let crc = crc32c::crc32c(&b[..28]);
         b[28..32].copy_from_slice(&crc.to_le_bytes());
         b
     }
-    /// None: checksum mismatch.
+    /// None: checksum mismatch (or an age that no encoding produces).
     pub fn decode(b: &[u8]) -> Option<MapEntry> {
         if b[..ENTRY_BYTES].iter().all(|&x| x == 0) {
             return Some(MapEntry::default());
@@ -473,13 +503,61 @@ impl MapEntry {
         if crc32c::crc32c(&b[..28]) != le32(b, 28) {
             return None;
         }
+        let seq = le64(b, 8);
+        let age = le32(b, 16);
+        let t_hat = if age == AGE_NONE {
+            0
+        } else if (age as u64) < seq {
+            seq - age as u64
+        } else {
+            return None;
+        };
         Some(MapEntry {
             loc: le64(b, 0),
-            seq: le64(b, 8),
-            t_hat: le64(b, 16),
-            hot: f32::from_le_bytes(b[24..28].try_into().expect("4")),
+            seq,
+            t_hat,
+            hot: f32::from_le_bytes(b[20..24].try_into().expect("4")),
+            data_crc: le32(b, 24),
         })
     }
+}
+
+/// The persisted counters (`TweenStats`) and the host-write clock, in the header page at
+/// `STATS_AT`: nine u64 (the counters in declaration order, then the clock) then a CRC32C over them (all zero: nothing recorded yet). Rewritten with
+/// every request's map entries, so a reopen continues the counts (a crash loses at most those of
+/// the request it interrupted).
+pub(crate) const STATS_AT: u64 = 2048;
+pub(crate) const STATS_FIELDS: usize = 9;
+pub(crate) const STATS_BYTES: usize = STATS_FIELDS * 8 + 4;
+const _: () = assert!(H_END as u64 <= STATS_AT);
+const _: () = assert!(STATS_AT as usize + STATS_BYTES <= HEADER_BYTES as usize);
+// Inside one 512-byte sector (written atomically, as the map entries).
+const _: () = assert!(STATS_AT as usize / 512 == (STATS_AT as usize + STATS_BYTES - 1) / 512);
+
+pub(crate) fn encode_stats(v: &[u64; STATS_FIELDS]) -> [u8; STATS_BYTES] {
+    let mut b = [0u8; STATS_BYTES];
+    for (i, x) in v.iter().enumerate() {
+        b[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&b[..STATS_FIELDS * 8]);
+    b[STATS_FIELDS * 8..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// None: checksum mismatch.
+pub(crate) fn decode_stats(b: &[u8]) -> Option<[u64; STATS_FIELDS]> {
+    let b = &b[..STATS_BYTES];
+    let mut v = [0u64; STATS_FIELDS];
+    if b.iter().all(|&x| x == 0) {
+        return Some(v);
+    }
+    if crc32c::crc32c(&b[..STATS_FIELDS * 8]) != le32(b, STATS_FIELDS * 8) {
+        return None;
+    }
+    for (i, x) in v.iter_mut().enumerate() {
+        *x = le64(b, 8 * i);
+    }
+    Some(v)
 }
 
 /// One extent appended to an NVRAM buffer.
@@ -586,8 +664,24 @@ mod tests {
             seq: 99,
             t_hat: 98,
             hot: 0.25,
+            data_crc: 0xdead_beef,
         };
         assert_eq!(MapEntry::decode(&m.encode()), Some(m));
+        // t̂ = 0 (no host write known) and a saturated age round-trip as documented.
+        let never = MapEntry { t_hat: 0, ..m };
+        assert_eq!(MapEntry::decode(&never.encode()), Some(never));
+        let old = MapEntry {
+            seq: 1 << 40,
+            t_hat: 5,
+            ..m
+        };
+        let back = MapEntry::decode(&old.encode()).unwrap();
+        assert_eq!(back.t_hat, (1 << 40) - (u32::MAX as u64 - 1));
+        let v = [1, 2, 3, 4, 5, 6, 7, 8, u64::MAX];
+        assert_eq!(decode_stats(&encode_stats(&v)), Some(v));
+        let mut sb = encode_stats(&v);
+        sb[9] ^= 4;
+        assert_eq!(decode_stats(&sb), None);
         let e = BufferEntry {
             extent: 5,
             seq: 6,

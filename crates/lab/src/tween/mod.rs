@@ -407,6 +407,9 @@ fn variant(t: &TweenConfig, nvram: Option<u64>, align: bool) -> String {
             GcMode::Periodic => "periodic",
         }
     );
+    if let Some(thr) = t.gc_threshold {
+        v.push_str(&format!(" thr={thr}"));
+    }
     if !align {
         v.push_str(" unaligned");
     }

@@ -337,7 +337,7 @@ pub(crate) fn baseline(w: &Work, scheme: SchemeKind, s: Setting, backing: &Backi
 }
 
 /// A tween array for `w`: chunk = `chunk_blocks` flash blocks, segments for the working set plus
-/// TWEEN's spare (over-provisioning, at least 2N + 2), NVRAM in memory (simulated SSDs) or a file.
+/// TWEEN's spare (over-provisioning, at least N + 3), NVRAM in memory (simulated SSDs) or a file.
 pub(crate) fn tween(w: &Work, s: Setting, p: &TweenParams, backing: &Backing) -> Result<Rig> {
     let block = match backing {
         Backing::Sim(setup) => setup.block_bytes(),
@@ -347,12 +347,7 @@ pub(crate) fn tween(w: &Work, s: Setting, p: &TweenParams, backing: &Backing) ->
     let stripe = s.k as u64 * chunk;
     let t = &p.tween;
     let data = w.wss.div_ceil(stripe);
-    let floor = 2 * t.groups as u64 + 2;
-    // Smallest S with S − max(⌈S · op⌉, 2N + 2) ≥ data (gc::spare_segments).
-    let mut segments = data + floor;
-    while segments - ((segments as f64 * t.over_provisioning).ceil() as u64).max(floor) < data {
-        segments += 1;
-    }
+    let segments = t.segments_for(data);
     let main_bytes = chunk + segments * chunk;
     let mut files = Vec::new();
     let (ssds, main, nv) = match backing {
