@@ -18,6 +18,7 @@ mod cmd_sim;
 mod cmd_trace;
 mod cmd_tween;
 mod cmd_zombienand;
+mod memory;
 mod nbd_export;
 mod util;
 
@@ -73,6 +74,7 @@ enum Cmd {
 }
 
 fn main() {
+    memory::keep_freed_memory();
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Ec(a) => cmd_ec::run(a),
