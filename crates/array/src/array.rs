@@ -1251,30 +1251,39 @@ impl Array {
             ..ScrubReport::default()
         };
         let mut done = 0u64;
-        for step in stripes.chunks(opts.batch_stripes.max(1)) {
-            {
-                let _a = self.admin_write();
-                if self.scheme.has_pending(&self.core) {
-                    self.commit_locked()?;
-                    r.commits += 1;
+        // One read-ahead thread for the whole scrub (none where device I/O stays on the calling
+        // thread, as in the simulator).
+        let threaded = self.core.devs.parallel.load(Relaxed);
+        std::thread::scope(|sc| -> Result<()> {
+            let ra = threaded.then(|| crate::scrub::ReadAhead::spawn(sc, &self.core));
+            for step in stripes.chunks(opts.batch_stripes.max(1)) {
+                {
+                    let _a = self.admin_write();
+                    if self.scheme.has_pending(&self.core) {
+                        self.commit_locked()?;
+                        r.commits += 1;
+                    }
+                    crate::scrub::scrub_stripes(
+                        &self.core,
+                        self.scheme.as_ref(),
+                        step,
+                        opts.repair,
+                        &mut r,
+                        ra.as_ref(),
+                    )?;
                 }
-                crate::scrub::scrub_stripes(
-                    &self.core,
-                    self.scheme.as_ref(),
-                    step,
-                    opts.repair,
-                    &mut r,
-                )?;
-            }
-            done += step.len() as u64;
-            progress(done, total);
-            if opts.mb_per_s_max > 0.0 {
-                let due = Duration::from_secs_f64(r.bytes_read as f64 / (opts.mb_per_s_max * 1e6));
-                if let Some(wait) = due.checked_sub(t.elapsed()) {
-                    std::thread::sleep(wait);
+                done += step.len() as u64;
+                progress(done, total);
+                if opts.mb_per_s_max > 0.0 {
+                    let due =
+                        Duration::from_secs_f64(r.bytes_read as f64 / (opts.mb_per_s_max * 1e6));
+                    if let Some(wait) = due.checked_sub(t.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
                 }
             }
-        }
+            Ok(())
+        })?;
         self.settle_failures()?;
         r.seconds = t.elapsed().as_secs_f64();
         r.mb_per_s = if r.seconds > 0.0 {

@@ -17,6 +17,8 @@
 //! A stripe found consistent with all its chunks read gives the chunks whose checksum was not known
 //! theirs (an array from before checksums gets them from its first scrub).
 
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+
 use crate::core::Core;
 use crate::io::{Rd, Wr};
 use crate::scheme::UpdateScheme;
@@ -37,7 +39,7 @@ impl Default for ScrubOptions {
     fn default() -> Self {
         ScrubOptions {
             repair: true,
-            batch_stripes: 64,
+            batch_stripes: 256,
             mb_per_s_max: 0.0,
         }
     }
@@ -240,20 +242,155 @@ fn check_stripe(
     )))
 }
 
+/// Data stripes per read of a step: a step of `ScrubOptions::batch_stripes` is read in parts of
+/// this many stripes, the next part (on the read-ahead thread) while the current one is checked.
+pub(crate) const SCRUB_READ_STRIPES: usize = 64;
+
+/// One stripe of a read part: its committed layout, its chunks as read, which are known (read and
+/// matching their checksum, or a data chunk that reads as zeros) and which failed their checksum.
+struct Item {
+    s: u64,
+    layout: Vec<Option<u64>>,
+    shards: Vec<Vec<u8>>,
+    known: Vec<bool>,
+    crc_bad: Vec<usize>,
+    /// Chunks read (or that failed their checksum) for the report.
+    read: u64,
+}
+
+/// Read the stored chunks of `items` (every device in parallel, checksums verified by
+/// `Devs::read`), and once more those that failed their checksum: a flip on the way reads right
+/// the second time (as the read path does: a chunk that checks out is good again), one on the
+/// device fails again and is an erasure.
+fn read_items(core: &Core, items: &mut [Item]) {
+    let g = &core.geo;
+    for pass in 0..2 {
+        let mut ops = Vec::new();
+        let mut who = Vec::new();
+        for (ii, it) in items.iter_mut().enumerate() {
+            let again = std::mem::take(&mut it.crc_bad);
+            for (p, buf) in it.shards.iter_mut().enumerate() {
+                let d = g.dev_of(it.s, p);
+                let Some(slot) = it.layout[p] else { continue };
+                if core.devs.is_failed(d) || (pass == 1 && !again.contains(&p)) {
+                    continue;
+                }
+                ops.push(Rd::new(d, g.off(slot), buf.as_mut_slice()));
+                who.push((ii, p));
+            }
+        }
+        if ops.is_empty() {
+            return;
+        }
+        core.devs.read(&mut ops);
+        let ok: Vec<bool> = ops.iter().map(|o| o.ok).collect();
+        drop(ops);
+        for (&ok, &(ii, p)) in ok.iter().zip(&who) {
+            let it = &mut items[ii];
+            let bad = !ok
+                && core
+                    .devs
+                    .is_bad(g.dev_of(it.s, p), it.layout[p].expect("read"));
+            if pass == 0 && (ok || bad) {
+                it.read += 1;
+            }
+            if ok {
+                it.known[p] = true;
+            } else if bad {
+                it.crc_bad.push(p);
+            }
+        }
+    }
+}
+
+/// The read-ahead thread of a scrub: it reads the parts the scrub sends it, in order, and sends
+/// them back read (one thread for the whole scrub, so its io_uring ring and buffers are reused).
+pub(crate) struct ReadAhead {
+    jobs: SyncSender<Vec<Item>>,
+    done: Receiver<Vec<Item>>,
+}
+
+impl ReadAhead {
+    /// Start the thread in `scope`; it ends when the `ReadAhead` is dropped.
+    pub(crate) fn spawn<'s, 'e: 's>(
+        scope: &'s std::thread::Scope<'s, 'e>,
+        core: &'e Core,
+    ) -> ReadAhead {
+        let (jobs, job_rx) = sync_channel::<Vec<Item>>(2);
+        let (done_tx, done) = sync_channel::<Vec<Item>>(2);
+        scope.spawn(move || {
+            for mut items in job_rx {
+                read_items(core, &mut items);
+                if done_tx.send(items).is_err() {
+                    return;
+                }
+            }
+        });
+        ReadAhead { jobs, done }
+    }
+}
+
 /// Scrub the data stripes `stripes` (the caller holds the array still: no writes, no pending
-/// parity work), adding to `report`.
+/// parity work), adding to `report`. With a read-ahead thread, the stripes are read in parts of
+/// [`SCRUB_READ_STRIPES`], the next part while the current one is checked and repaired (the parts
+/// are disjoint, so a repair never races a read of its stripe); without, on this thread.
 pub(crate) fn scrub_stripes(
     core: &Core,
     scheme: &dyn UpdateScheme,
     stripes: &[u64],
     repair: bool,
     report: &mut ScrubReport,
+    read_ahead: Option<&ReadAhead>,
 ) -> Result<()> {
+    let Some(ra) = read_ahead else {
+        let mut items = plan_items(core, scheme, stripes, report, &mut Vec::new());
+        read_items(core, &mut items);
+        return check_items(core, items, repair, report).map(|_| ());
+    };
+    let parts: Vec<&[u64]> = stripes.chunks(SCRUB_READ_STRIPES).collect();
+    let mut pool: Vec<Vec<u8>> = Vec::new();
+    let mut sent = 0;
+    let send = |i: usize, pool: &mut Vec<Vec<u8>>, report: &mut ScrubReport| -> Result<()> {
+        let items = plan_items(core, scheme, parts[i], report, pool);
+        ra.jobs
+            .send(items)
+            .map_err(|_| crate::ArrayError::Admin("scrub read-ahead thread ended".into()))
+    };
+    // Two parts in flight at most: the one being checked and the one being read.
+    let mut result = Ok(());
+    for i in 0..parts.len() {
+        while sent < parts.len() && sent <= i + 1 {
+            send(sent, &mut pool, report)?;
+            sent += 1;
+        }
+        let items = ra
+            .done
+            .recv()
+            .map_err(|_| crate::ArrayError::Admin("scrub read-ahead thread ended".into()))?;
+        match result {
+            Ok(()) => match check_items(core, items, repair, report) {
+                Ok(bufs) => pool.extend(bufs),
+                Err(e) => result = Err(e),
+            },
+            // Receive what was sent all the same: the next step must not find it.
+            Err(_) => {}
+        }
+    }
+    result
+}
+
+/// The stripes of `stripes` to check, with buffers for their chunks (from `pool` when it has
+/// them); stripes whose parity holds nothing yet are counted as skipped.
+fn plan_items(
+    core: &Core,
+    scheme: &dyn UpdateScheme,
+    stripes: &[u64],
+    report: &mut ScrubReport,
+    pool: &mut Vec<Vec<u8>>,
+) -> Vec<Item> {
     let g = &core.geo;
     let c = g.chunk as usize;
-    // Layout, contents and what is known of every stripe of the step.
-    #[allow(clippy::type_complexity)]
-    let mut items: Vec<(u64, Vec<Option<u64>>, Vec<Vec<u8>>, Vec<bool>, Vec<usize>)> = Vec::new();
+    let mut items = Vec::new();
     for &s in stripes {
         let Some(layout) = scheme.committed_layout(core, s) else {
             continue;
@@ -263,42 +400,54 @@ pub(crate) fn scrub_stripes(
             continue;
         }
         let known: Vec<bool> = (0..g.n).map(|p| layout[p].is_none()).collect();
-        items.push((s, layout, vec![vec![0u8; c]; g.n], known, Vec::new()));
-    }
-    {
-        let mut ops = Vec::new();
-        let mut who = Vec::new();
-        for (ii, (s, layout, shards, _, _)) in items.iter_mut().enumerate() {
-            for (p, buf) in shards.iter_mut().enumerate() {
-                let d = g.dev_of(*s, p);
-                if let Some(slot) = layout[p] {
-                    if !core.devs.is_failed(d) {
-                        ops.push(Rd::new(d, g.off(slot), buf.as_mut_slice()));
-                        who.push((ii, p));
+        let shards = (0..g.n)
+            .map(|p| match (layout[p], pool.pop()) {
+                // A chunk that reads as zeros must hold zeros; a read one is overwritten.
+                (Some(_), Some(b)) => b,
+                (_, b) => {
+                    if let Some(b) = b {
+                        pool.push(b);
                     }
+                    vec![0u8; c]
                 }
-            }
-        }
-        core.devs.read(&mut ops);
-        let ok: Vec<bool> = ops.iter().map(|o| o.ok).collect();
-        drop(ops);
-        for (&ok, &(ii, p)) in ok.iter().zip(&who) {
-            let (s, layout) = (items[ii].0, &items[ii].1);
-            let bad = !ok && core.devs.is_bad(g.dev_of(s, p), layout[p].expect("read"));
-            if ok || bad {
-                report.chunks_read += 1;
-                report.bytes_read += c as u64;
-            }
-            if ok {
-                items[ii].3[p] = true;
-            } else if bad {
-                report.checksum_errors += 1;
-                items[ii].4.push(p);
-            }
-        }
+            })
+            .collect();
+        items.push(Item {
+            s,
+            layout,
+            shards,
+            known,
+            crc_bad: Vec::new(),
+            read: 0,
+        });
+    }
+    items
+}
+
+/// Check and repair a part that was read; returns its chunk buffers for reuse.
+fn check_items(
+    core: &Core,
+    items: Vec<Item>,
+    repair: bool,
+    report: &mut ScrubReport,
+) -> Result<Vec<Vec<u8>>> {
+    let g = &core.geo;
+    let c = g.chunk as usize;
+    for it in &items {
+        report.chunks_read += it.read;
+        report.bytes_read += it.read * c as u64;
+        report.checksum_errors += it.crc_bad.len() as u64;
     }
     let mut writes: Vec<(u64, usize, u64, Vec<u8>)> = Vec::new();
-    for (s, layout, shards, known, crc_bad) in &items {
+    for Item {
+        s,
+        layout,
+        shards,
+        known,
+        crc_bad,
+        ..
+    } in &items
+    {
         report.stripes += 1;
         let stored: Vec<bool> = layout.iter().map(|l| l.is_some()).collect();
         match check_stripe(core, shards, known, &stored, crc_bad)? {
@@ -362,8 +511,9 @@ pub(crate) fn scrub_stripes(
             }
         }
     }
+    let bufs = || items.into_iter().flat_map(|it| it.shards).collect();
     if writes.is_empty() {
-        return Ok(());
+        return Ok(bufs());
     }
     let was_bad: Vec<bool> = writes
         .iter()
@@ -397,7 +547,7 @@ pub(crate) fn scrub_stripes(
     repaired.dedup();
     report.unrepaired_stripes += failed.len() as u64;
     report.repaired_stripes += repaired.iter().filter(|s| !failed.contains(s)).count() as u64;
-    Ok(())
+    Ok(bufs())
 }
 
 #[cfg(test)]

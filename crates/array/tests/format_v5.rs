@@ -203,7 +203,7 @@ fn write_v5_fixtures() {
             "# ecstack array format version 5 image: scheme {scheme}, (2+1), chunk 512, written by write_v5_fixtures (tests/format_v5.rs) at commit 73c984d\n\
              # sparse: 'device NAME CAPACITY', then 'OFFSET HEX' for each non-zero 512-byte sector (trailing zero bytes omitted); 'expected' is the logical content\n"
         );
-        let mut read = |d: &Arc<MemDevice>| {
+        let read = |d: &Arc<MemDevice>| {
             let mut b = vec![0u8; d.capacity() as usize];
             d.read_at(&mut b, 0).unwrap();
             b

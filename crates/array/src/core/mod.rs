@@ -308,6 +308,13 @@ impl Core {
                 mi.alloc.put(d, s);
             }
         }
+        // The log devices hold nothing live now: a log chunk that failed its checksum (a flip on
+        // the way or on the device) is no longer bad, its slot is rewritten before it is read.
+        if let Some(crcs) = self.devs.crcs() {
+            for d in self.geo.n..self.devs.len() {
+                crcs.clear_bad_of(d);
+            }
+        }
         if self.trim_on_commit.load(Relaxed) {
             for &(d, s) in &frees {
                 if !self.devs.is_failed(d) {
