@@ -688,6 +688,14 @@ impl Array {
         let t = Instant::now();
         self.touch();
         let g = &self.core.geo;
+        if let Some(r) = one_chunk_read(g, buf, off) {
+            // The small-read fast path (a key-value GET): one chunk, one stripe lock, no vectors.
+            let _a = self.admin_read();
+            let _l = lock(&self.locks[(r.stripe % LOCKS as u64) as usize]);
+            self.scheme.read(&self.core, &mut [r])?;
+            self.core.stats.read(buf.len() as u64, t.elapsed());
+            return self.settle_failures();
+        }
         let sb = g.stripe_bytes();
         let piece = self.piece_stripes * sb;
         let mut done = 0usize;
@@ -1356,6 +1364,22 @@ impl Array {
             ..DeviceStats::default()
         }
     }
+}
+
+/// The chunk read of a logical read that lies inside one chunk (`None` for an empty read or one
+/// that crosses a chunk boundary: [`split_reads`]).
+fn one_chunk_read<'a>(g: &Geometry, buf: &'a mut [u8], off: u64) -> Option<ChunkRead<'a>> {
+    let ci = off / g.chunk;
+    let co = (off % g.chunk) as usize;
+    if buf.is_empty() || co + buf.len() > g.chunk as usize {
+        return None;
+    }
+    Some(ChunkRead {
+        stripe: ci / g.k as u64,
+        pos: (ci % g.k as u64) as usize,
+        off: co,
+        buf,
+    })
 }
 
 /// Split a logical read into chunk reads.
