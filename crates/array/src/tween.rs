@@ -1152,8 +1152,8 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         pending: Vec::new(),
         last_io: Instant::now(),
     };
-    // The host clock: the persisted one, or later if a map entry says so (it is persisted with
-    // every request's map entries, so it never is).
+    // The host clock: the persisted one, or later if a map entry says so (the counters record
+    // and the map entries share a `persist_entries` call, which a crash may cut between ranges).
     host_clock = st.map.iter().map(|m| m.t_hat).fold(host_clock, u64::max);
     // Recover: buffer entries newer than their extent's map entry (a crash before step 3), in
     // write order; a host write among them gets the next host time.
@@ -1172,7 +1172,8 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         let ent = st.entries[gi][slot as usize];
         let m = st.map[ent.extent as usize];
         if ent.seq <= m.seq {
-            continue; // a later entry of the same extent came first? (seq order: never)
+            // Superseded by a newer write already recovered or mapped (entries go in seq order).
+            continue;
         }
         let (hot, t_hat) = if ent.host {
             host_clock += 1;
