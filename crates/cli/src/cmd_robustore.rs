@@ -5,7 +5,9 @@
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use ecstack_base::parse_size;
-use ecstack_sim::robustore::{run_point, BgInterval, Config, Op, Rateless, Scheme, Variation};
+use ecstack_sim::robustore::{
+    run_point, BgInterval, Config, Op, Rateless, Scheme, Split, Variation,
+};
 use serde_json::json;
 
 use crate::util::print_json;
@@ -16,6 +18,24 @@ enum OpArg {
     Write,
     /// A speculative write, then a read of what it left (RobuSTore's unbalanced striping)
     ReadAfterWrite,
+}
+
+/// RRAID-A's halving unit (§6.2.1)
+#[derive(Clone, Copy, ValueEnum)]
+enum SplitArg {
+    /// Whole blocks; the block a disk is reading stays with it
+    Block,
+    /// Bytes, to the 512-byte sector
+    Sector,
+}
+
+impl SplitArg {
+    fn split(self) -> Split {
+        match self {
+            SplitArg::Block => Split::Block,
+            SplitArg::Sector => Split::Sector,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -72,6 +92,9 @@ pub struct RobustoreArgs {
     /// LT robust-soliton δ
     #[arg(long, default_value_t = 0.5)]
     lt_delta: f64,
+    /// How RRAID-A halves a slow disk's unreceived data
+    #[arg(long, value_enum, default_value = "block")]
+    rraid_a_split: SplitArg,
     /// Accesses (the seed's points average 100)
     #[arg(long, default_value_t = 100)]
     accesses: usize,
@@ -129,6 +152,7 @@ pub fn run(a: RobustoreArgs) -> Result<()> {
             },
             CodeArg::Raptorq => Rateless::RaptorQ,
         },
+        rraid_a_split: a.rraid_a_split.split(),
         accesses: a.accesses,
         seed: a.seed,
         ..base
@@ -212,6 +236,9 @@ pub struct RobustoreExpArgs {
     /// RFC 6330 code; symbols needed sampled from its real decodes)
     #[arg(long, value_enum, default_value = "lt")]
     code: CodeArg,
+    /// How RRAID-A halves a slow disk's unreceived data
+    #[arg(long, value_enum, default_value = "block")]
+    rraid_a_split: SplitArg,
 }
 
 pub fn experiment(a: RobustoreExpArgs) -> Result<()> {
@@ -243,6 +270,7 @@ pub fn experiment(a: RobustoreExpArgs) -> Result<()> {
                 CodeArg::Lt => Rateless::Lt { c: 1.0, delta: 0.5 },
                 CodeArg::Raptorq => Rateless::RaptorQ,
             },
+            rraid_a_split: a.rraid_a_split.split(),
         };
         let start = std::time::Instant::now();
         let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());

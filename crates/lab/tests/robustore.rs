@@ -2,7 +2,7 @@
 //! sharded run merged byte-identical to one machine's.
 
 use ecstack_lab::robustore::{merge, run, RobustoreConfig};
-use ecstack_sim::robustore::Rateless;
+use ecstack_sim::robustore::{Rateless, Scheme, Split};
 
 fn cfg(out: &std::path::Path, threads: usize, shard: Option<(usize, usize)>) -> RobustoreConfig {
     RobustoreConfig {
@@ -15,6 +15,7 @@ fn cfg(out: &std::path::Path, threads: usize, shard: Option<(usize, usize)>) -> 
         threads,
         shard,
         code: Rateless::Lt { c: 1.0, delta: 0.5 },
+        rraid_a_split: Split::Block,
     }
 }
 
@@ -121,6 +122,7 @@ fn raptorq_run_is_labelled_and_reads_fewer_extra_blocks_than_lt() {
             threads: 2,
             shard: None,
             code,
+            rraid_a_split: Split::Block,
         };
         run(&c, &|_, _| {}).unwrap();
         let mut r = csv::Reader::from_path(out.join("rows.csv")).unwrap();
@@ -133,7 +135,7 @@ fn raptorq_run_is_labelled_and_reads_fewer_extra_blocks_than_lt() {
     assert!(rq_report.contains("rateless code: RaptorQ"), "{rq_report}");
     let robu = |rows: &[ecstack_lab::robustore::Row]| -> Vec<(f64, f64)> {
         rows.iter()
-            .filter(|r| r.scheme == ecstack_sim::robustore::Scheme::RobuStore)
+            .filter(|r| r.scheme == Scheme::RobuStore)
             .map(|r| (r.x, r.io_overhead))
             .collect()
     };
@@ -145,4 +147,47 @@ fn raptorq_run_is_labelled_and_reads_fewer_extra_blocks_than_lt() {
         assert!(q.1 < l.1, "{} disks: RaptorQ {} vs LT {}", q.0, q.1, l.1);
     }
     assert!(rq.iter().all(|r| r.code == "RaptorQ"));
+}
+
+#[test]
+fn rraid_a_split_changes_only_rraid_a_and_is_labelled() {
+    // `--rraid-a-split sector` against the default (whole blocks) on the same points and seeds: the
+    // other schemes' rows are identical, RRAID-A's at 64 disks differ, and rows and report say which.
+    let tmp = tempfile::tempdir().unwrap();
+    let run_with = |name: &str, split: Split| {
+        let out = tmp.path().join(name);
+        let c = RobustoreConfig {
+            groups: RobustoreConfig::parse_figs(&["6-6".into()]).unwrap(),
+            out: out.clone(),
+            seed: 3,
+            quick: true,
+            accesses: Some(3),
+            threads: 2,
+            shard: None,
+            code: Rateless::Lt { c: 1.0, delta: 0.5 },
+            rraid_a_split: split,
+        };
+        run(&c, &|_, _| {}).unwrap();
+        let mut r = csv::Reader::from_path(out.join("rows.csv")).unwrap();
+        let rows: Vec<ecstack_lab::robustore::Row> = r.deserialize().map(|x| x.unwrap()).collect();
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        (rows, report)
+    };
+    let (block, block_report) = run_with("block", Split::Block);
+    let (sector, sector_report) = run_with("sector", Split::Sector);
+    assert!(block_report.contains("units of: whole blocks"));
+    assert!(sector_report.contains("units of: 512-byte sectors"));
+    assert!(block.iter().all(|r| r.rraid_a_split == "block"));
+    assert_eq!(block.len(), sector.len());
+    let mut differ = 0;
+    for (b, s) in block.iter().zip(&sector) {
+        assert_eq!((b.scheme, b.x), (s.scheme, s.x));
+        if b.scheme == Scheme::RraidA {
+            differ += (b.bandwidth_mbps != s.bandwidth_mbps) as usize;
+        } else {
+            assert_eq!(b.bandwidth_mbps, s.bandwidth_mbps, "{:?} at {}", b.scheme, b.x);
+            assert_eq!(b.latency_std_s, s.latency_std_s);
+        }
+    }
+    assert!(differ > 0, "RRAID-A's rows should depend on the split");
 }

@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use ecstack_sim::robustore::{run_point, BgInterval, Config, Op, Rateless, Scheme, Variation};
+use ecstack_sim::robustore::{
+    run_point, BgInterval, Config, Op, Rateless, Scheme, Split, Variation,
+};
 
 use crate::{io_at, LabError, Result};
 
@@ -41,6 +43,16 @@ pub struct RobustoreConfig {
     /// RobuSTore's rateless code (the seed's: LT, C = 1, δ = 0.5). Points keep their seeds, so an LT
     /// and a RaptorQ run see the same disks.
     pub code: Rateless,
+    /// How RRAID-A halves a disk's unreceived data (default: whole blocks, §6.2.1).
+    pub rraid_a_split: Split,
+}
+
+/// RRAID-A's halving unit's label in rows and report.
+pub fn split_label(split: Split) -> &'static str {
+    match split {
+        Split::Block => "block",
+        Split::Sector => "sector",
+    }
 }
 
 /// A code's label in rows and report.
@@ -164,10 +176,12 @@ pub fn jobs(c: &RobustoreConfig) -> Vec<Job> {
         // (variant, x values, config at x for scheme) per group.
         type Make = Box<dyn Fn(f64, Scheme) -> Option<Config>>;
         let code = c.code;
+        let rraid_a_split = c.rraid_a_split;
         let base = move |s: Scheme| Config {
             data_bytes: size,
             accesses,
             code,
+            rraid_a_split,
             ..Config::baseline(s)
         };
         let variants: Vec<(String, Vec<f64>, Make)> = match group {
@@ -324,6 +338,7 @@ fn run_job(i: usize, j: &Job) -> Result<Row> {
         seed: j.cfg.seed,
         job: i,
         code: code_label(j.cfg.code),
+        rraid_a_split: split_label(j.cfg.rraid_a_split).to_string(),
     })
 }
 

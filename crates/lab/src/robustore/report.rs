@@ -831,6 +831,20 @@ pub fn render(out: &Path, rows: &[Row]) -> Result<Vec<PathBuf>> {
     let mut codes: Vec<&str> = rows.iter().map(|r| r.code.as_str()).collect();
     codes.dedup();
     let _ = writeln!(md, "RobuSTore's rateless code: {}.\n", codes.join(", "));
+    let mut splits: Vec<&str> = rows.iter().map(|r| r.rraid_a_split.as_str()).collect();
+    splits.dedup();
+    let _ = writeln!(
+        md,
+        "RRAID-A halves a disk's unreceived data in units of: {}.\n",
+        splits
+            .iter()
+            .map(|s| match *s {
+                "block" => "whole blocks (`--rraid-a-split block`)",
+                _ => "512-byte sectors (`--rraid-a-split sector`)",
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     for (group, figs, title) in GROUPS.iter() {
         let grows: Vec<Row> = rows.iter().filter(|r| r.group == *group).cloned().collect();
         if grows.is_empty() {

@@ -89,4 +89,12 @@ pub struct Row {
     pub job: usize,
     /// RobuSTore's rateless code in this run (`code_label`; the other schemes do not use it).
     pub code: String,
+    /// RRAID-A's halving unit in this run (`split_label`; absent in rows written before it
+    /// existed, which halved sectors).
+    #[serde(default = "sector")]
+    pub rraid_a_split: String,
+}
+
+fn sector() -> String {
+    "sector".into()
 }

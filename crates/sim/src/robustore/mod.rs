@@ -7,9 +7,9 @@
 //! * **RRAID-S**: replica r of block i on disk (i + r) mod H ([`rraid_layout`]); every disk is asked for
 //!   everything it holds, in stored order; done when one copy of every block arrived; the rest cancelled.
 //! * **RRAID-A**: same layout; first every disk is asked for its replica-0 blocks; whenever a disk A has
-//!   delivered all it was asked for, the client picks the disk B with the most unreceived bytes that A
-//!   also holds, moves the second half of those bytes (to the sector; blocks are split, §6.3.1's
-//!   "fractions of data blocks") to A: a request to A, a shrinking cancel to B, one RTT per round.
+//!   delivered all it was asked for, the client picks the disk B with the most unreceived blocks that
+//!   A also holds and moves the second half of them to A (a request to A, a cancel to B, one RTT per
+//!   round); B's block in service stays. [`Split::Sector`] halves bytes instead, to the sector.
 //! * **RobuSTore**: K = size / block source blocks, (1 + D)·K LT-coded blocks spread evenly (or as a
 //!   speculative write left them); every disk is asked for everything; the client feeds arrivals to the
 //!   codes layer's LT decoder (graph only, 1-byte blocks: the real peeling decision) and cancels the rest
@@ -125,6 +125,22 @@ pub enum Variation {
     Background(BgInterval),
 }
 
+/// How RRAID-A divides the unreceived data of the disk it helps (§6.2.1: "identifies the disk with
+/// the largest unreceived data blocks that A has, say disk B, then it divides B's unreceived data into
+/// two halves and requests the second half from disk A").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Split {
+    /// Whole blocks, the seed's unit of request and of "unreceived data blocks": of the n blocks
+    /// B still owes that A holds, the last ⌊n/2⌋ move; B's first unreceived block (the one it is
+    /// reading) never moves, so B keeps delivering and asks for more when it is done. One block
+    /// cannot be halved: it stays.
+    #[default]
+    Block,
+    /// Bytes, to the 512-byte sector (plain blocks can be read in fractions, §6.3.1): B's last
+    /// unreceived block is split like any other data.
+    Sector,
+}
+
 /// The rateless code of RobuSTore.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Rateless {
@@ -160,9 +176,16 @@ pub struct Config {
     /// With the cache on: accesses pick one of this many objects (each with its own fixed disks).
     pub objects: usize,
     pub code: Rateless,
+    /// RRAID-A's halving unit (absent in rows written before it existed: blocks).
+    #[serde(default)]
+    pub rraid_a_split: Split,
     /// LT/RaptorQ decoding speed (bytes/s of coded blocks).
     pub decode_rate: f64,
-    /// Metadata query and connection set-up, once per access (s).
+    /// One access to a service (§6.2.2: "each access to these services [the metadata server, and
+    /// setting up connections with the disks] ... a constant latency of five milliseconds") (s). A read
+    /// or write starts with the metadata query, then sets up its connections (to all disks at once):
+    /// two of these before the first request; a write ends with a third, registering what it stored
+    /// with the metadata server (§4.3's close).
     pub metadata_cost: f64,
     /// A filer's link rate (bytes/s).
     pub link_rate: f64,
@@ -191,6 +214,7 @@ impl Config {
             cache_ways: 4,
             objects: 8,
             code: Rateless::Lt { c: 1.0, delta: 0.5 },
+            rraid_a_split: Split::Block,
             decode_rate: 500.0 * MB,
             metadata_cost: 5e-3,
             link_rate: 1.25e9,
@@ -491,15 +515,15 @@ struct Piece {
 /// that is never reached (each round halves or delivers data; `Adaptive::capped` says if it was).
 const RRAID_A_ROUNDS_MAX_PER_BLOCK: usize = 64;
 
-/// RRAID-A's adaptive reader (§6.2.1). Plain blocks can be used in fractions (§6.3.1: "an access can
-/// use fractions of data blocks and ignore block boundaries"), so "divides B's unreceived data into two
-/// halves" halves bytes, to the sector: a disk's last block is split like any other data, and the disk
-/// that loses the second half keeps reading the first and asks for more when it is done. (A first
-/// version moved whole blocks: a disk whose one unread block moved away was cut off mid-block and,
-/// never delivering again, never asked for more work — a slow neighbourhood then lost its helpers.)
-/// The client counts what arrives, not what it asked for: a disk that had read past a shrink (or a
-/// whole block that moved away while its last request was in service) delivers those bytes too.
+/// RRAID-A's adaptive reader (§6.2.1), halving by [`Split`]. With whole blocks (the default), the
+/// block B is reading never moves: a first whole-block version moved it, so a disk whose one unread
+/// block moved away was cut off mid-block and, never delivering again, never asked for more work (a
+/// slow neighbourhood then lost its helpers). With sectors, B's last block is split like any other
+/// data and B keeps reading its first half. The client counts what arrives, not what it asked for: a
+/// disk that had read past a shrink (or a block that moved away while it was in service) delivers
+/// those bytes too.
 struct Adaptive {
+    split: Split,
     h: usize,
     replicas: usize,
     block: u64,
@@ -597,7 +621,11 @@ impl Adaptive {
                 self.capped = true;
                 return;
             }
-            if let Some(b) = self.steal_once(eng, a, exclude) {
+            let b = match self.split {
+                Split::Block => self.steal_blocks(eng, a),
+                Split::Sector => self.steal_once(eng, a, exclude),
+            };
+            if let Some(b) = b {
                 if self.pending[b].is_empty() {
                     work.push((b, a));
                 }
@@ -605,7 +633,55 @@ impl Adaptive {
         }
     }
 
-    /// One round for idle disk `a`; returns the disk B it took from.
+    /// One round for idle disk `a` with [`Split::Block`]: of the disk B with the most unreceived
+    /// blocks that `a` also holds (n ≥ 2; ties to the lowest disk), the last ⌊n/2⌋ in B's queue
+    /// order move to `a`. B's first unreceived block, the one it is reading (or, its delivery still
+    /// on the way, the one before it), never moves. Returns B.
+    fn steal_blocks(&mut self, eng: &mut Engine, a: usize) -> Option<usize> {
+        let mut best: Option<(usize, usize)> = None;
+        for b in (0..self.h).filter(|&b| b != a) {
+            let n = self.pending[b]
+                .iter()
+                .filter(|&&p| self.holds(a, self.pieces[p as usize].block) && self.open(p))
+                .count();
+            if n >= 2 && best.is_none_or(|(_, m)| n > m) {
+                best = Some((b, n));
+            }
+        }
+        let (b, n) = best?;
+        let mut rem = n / 2;
+        let mut moved = Vec::new(); // (block, lo, hi), last first
+        let mut cancel = Vec::new();
+        for i in (1..self.pending[b].len()).rev() {
+            if rem == 0 {
+                break;
+            }
+            let p = self.pending[b][i];
+            if !self.holds(a, self.pieces[p as usize].block) || !self.open(p) {
+                continue;
+            }
+            let Piece { block, lo, hi } = self.pieces[p as usize].clone();
+            self.pieces[p as usize].hi = lo;
+            cancel.push((p, 0));
+            moved.push((block, lo, hi));
+            rem -= 1;
+        }
+        debug_assert_eq!(rem, 0, "fewer than half of n blocks behind B's first");
+        let pieces = &self.pieces;
+        self.pending[b].retain(|&p| pieces[p as usize].hi > pieces[p as usize].lo);
+        debug_assert!(!self.pending[b].is_empty(), "B keeps its first block");
+        moved.reverse();
+        let jobs: Vec<Job> = moved
+            .iter()
+            .map(|&(block, lo, hi)| self.new_piece(a, block, lo, hi))
+            .collect();
+        eng.request(a, jobs);
+        eng.cancel(b, CancelWhat::Shrink(cancel));
+        self.rounds.push((a, moved, b));
+        Some(b)
+    }
+
+    /// One round for idle disk `a` with [`Split::Sector`]; returns the disk B it took from.
     fn steal_once(&mut self, eng: &mut Engine, a: usize, exclude: usize) -> Option<usize> {
         let mut best: Option<(usize, u64)> = None;
         for b in (0..self.h).filter(|&b| b != a && b != exclude) {
@@ -794,7 +870,7 @@ fn run_read(
         Rng::new(rng.next_u64()),
         warmup(cfg),
     );
-    let t0 = cfg.metadata_cost;
+    let t0 = 2.0 * cfg.metadata_cost;
     let k_eff = k;
     let (finish, reception, rounds) = match cfg.scheme {
         Scheme::Raid0 | Scheme::RraidS | Scheme::RobuStore => {
@@ -846,6 +922,7 @@ fn run_read(
                 }
             }
             let mut c = Adaptive {
+                split: cfg.rraid_a_split,
                 h,
                 replicas: cfg.replicas(),
                 block,
@@ -914,7 +991,7 @@ fn run_write(
         Rng::new(rng.next_u64()),
         warmup(cfg),
     );
-    let t0 = cfg.metadata_cost;
+    let t0 = 2.0 * cfg.metadata_cost;
     let (target, speculative) = match cfg.scheme {
         Scheme::RobuStore => {
             let n = cfg.coded_blocks();
@@ -952,7 +1029,8 @@ fn run_write(
     };
     let latency = eng
         .run(&mut w)
-        .ok_or_else(|| bad("redundancy", "the write could not complete"))?;
+        .ok_or_else(|| bad("redundancy", "the write could not complete"))?
+        + cfg.metadata_cost;
     let bg: f64 = eng.stats.iter().map(|s| s.bg_busy).sum();
     let requests = eng.stats.iter().map(|s| s.jobs_requested).sum();
     Ok((

@@ -115,8 +115,11 @@ fn fixed_setups(times: &[f64]) -> Vec<DiskSetup> {
         .collect()
 }
 
-fn hand_read(scheme: Scheme) -> (AccessResult, Vec<Round>) {
-    let cfg = tiny(scheme);
+fn hand_read(scheme: Scheme, split: Split) -> (AccessResult, Vec<Round>) {
+    let cfg = Config {
+        rraid_a_split: split,
+        ..tiny(scheme)
+    };
     let obj = Object {
         disks: vec![0, 1, 2, 3],
         base: 0,
@@ -132,7 +135,49 @@ fn hand_read(scheme: Scheme) -> (AccessResult, Vec<Round>) {
 }
 
 #[test]
-fn rraid_a_rounds_on_the_hand_worked_8_block_4_disk_example() {
+fn rraid_a_block_rounds_on_the_hand_worked_8_block_4_disk_example() {
+    // Disks take 1.0, 1.1, 1.2 and 10 s per 4 KiB block; RTT 0.1 s; 2 replicas (Fig. 6-1d), each disk
+    // first asked for its replica-0 blocks. Disk 0 delivers blocks 0 and 4 by 2.10; the slow disk 3
+    // still owes {3, 7}, both held by disk 0 (replica 1): the second half, block 7, moves to disk 0
+    // (request at 2.15, delivered 3.20; removed from disk 3's queue). Disks 1 and 2 go idle with
+    // nothing they hold outstanding; at 3.20 disk 0 finds disk 3 owing one block (3, in service since
+    // 0.05), which cannot be halved: the read ends when disk 3 delivers it, at 10.10.
+    let (r, rounds) = hand_read(Scheme::RraidA, Split::Block);
+    assert_eq!(rounds, vec![(0, vec![(7, 0, 4096)], 3)]);
+    assert!((r.latency - 10.10).abs() < 1e-9, "{}", r.latency);
+    assert_eq!(r.requests, 8 + 1);
+    assert_eq!(r.net_bytes, 8 * 4096, "no block read twice");
+}
+
+#[test]
+fn rraid_a_block_halving_never_moves_the_block_in_service() {
+    // The regression of the first whole-block version (which moved a disk's last block while the disk
+    // was reading it, so the disk never delivered again and never helped). Disks take 1.0, 1.0, 20
+    // and 1.5 s per block. At 2.10 disk 0 is idle while disk 3 reads its last block, 7 (1.55..3.05):
+    // one block, it stays. Disk 3 delivers it at 3.10, is idle, and takes block 6, the second half of
+    // the slow disk 2's {2, 6} (disk 2 reading 2 since 0.05); block 2 stays with disk 2 (20.10).
+    // The old version moved block 7 to disk 0 and finished at 40.10.
+    let cfg = tiny(Scheme::RraidA);
+    assert_eq!(cfg.rraid_a_split, Split::Block, "the default");
+    let obj = Object {
+        disks: vec![0, 1, 2, 3],
+        base: 0,
+        graph_seed: 1,
+    };
+    let mut st = PointState {
+        caches: None,
+        raptor_needed: vec![],
+    };
+    let layout = rraid_layout(8, 4, 2);
+    let setups = fixed_setups(&[1.0, 1.0, 20.0, 1.5]);
+    let (r, rounds) = run_read(&cfg, &obj, &layout, 8, &mut st, &mut Rng::new(1), setups).unwrap();
+    assert_eq!(rounds, vec![(3, vec![(6, 0, 4096)], 2)], "{rounds:?}");
+    assert!((r.latency - 20.10).abs() < 1e-9, "{}", r.latency);
+    assert_eq!(r.net_bytes, 8 * 4096);
+}
+
+#[test]
+fn rraid_a_sector_rounds_on_the_hand_worked_8_block_4_disk_example() {
     // Disks take 1.0, 1.1, 1.2 and 10 s per 4 KiB block (a shorter piece in proportion); RTT 0.1 s.
     // Disk 0 delivers blocks 0 and 4 by 2.10; of the slow disk 3's unreceived {3, 7} (8 KiB) it holds
     // both (replica 1), the others none: the second half, block 7, moves to disk 0 (request at 2.15,
@@ -141,7 +186,7 @@ fn rraid_a_rounds_on_the_hand_worked_8_block_4_disk_example() {
     // 0.05), one round trip per round: bytes 2048.. (0.5 s, delivered 3.80), 1024.. (0.25 s, 4.15),
     // 512.. (0.125 s, 4.375), and the last sector, which cannot be halved, whole (0.125 s, 4.60): the
     // read is done. Disk 3 finishes its in-service block anyway.
-    let (r, rounds) = hand_read(Scheme::RraidA);
+    let (r, rounds) = hand_read(Scheme::RraidA, Split::Sector);
     assert_eq!(
         rounds,
         vec![
@@ -162,14 +207,17 @@ fn rraid_a_rounds_on_the_hand_worked_8_block_4_disk_example() {
 }
 
 #[test]
-fn rraid_a_halving_leaves_the_robbed_disk_working() {
+fn rraid_a_sector_halving_leaves_the_robbed_disk_working() {
     // The regression of a whole-block version. Disks take 1.0, 1.0, 20 and 1.5 s per block. At 2.10
     // disk 0 is idle while disk 3 reads its last block, 7 (in service 1.55..3.05). Moving block 7
     // whole cut disk 3 off mid-block; never delivering again, disk 3 never asked for more, and the
     // slow disk 2's blocks 2 and 6, held only by disks 2 and 3, took until 40.10. Halving bytes leaves
     // disk 3 the first half of block 7: it delivers at 3.10, is idle, and takes block 6 (the second
     // half of disk 2's unreceived data), then halves what disk 2 owes of block 2.
-    let cfg = tiny(Scheme::RraidA);
+    let cfg = Config {
+        rraid_a_split: Split::Sector,
+        ..tiny(Scheme::RraidA)
+    };
     let obj = Object {
         disks: vec![0, 1, 2, 3],
         base: 0,
@@ -208,9 +256,13 @@ fn rraid_a_ends_when_every_disk_holds_everything() {
             hi: 200e-3,
         }),
     ] {
-        for disks in [2, 3] {
+        for (disks, split) in [2, 3]
+            .into_iter()
+            .flat_map(|d| [(d, Split::Block), (d, Split::Sector)])
+        {
             let cfg = Config {
                 disks,
+                rraid_a_split: split,
                 total_disks: 8,
                 data_bytes: 8 << 20,
                 accesses: 4,
@@ -242,7 +294,7 @@ fn cover_counts_new_bytes_once() {
 fn rraid_s_on_the_hand_worked_example() {
     // Everything requested: disk 0 reads 0, 4, 3, 7 at 1.05, 2.05, 3.05, 4.05; block 7 reaches the
     // client at 4.10 and is the last missing one (disk 3 is still on block 3; disks 1 and 2 hold no 7).
-    let (r, rounds) = hand_read(Scheme::RraidS);
+    let (r, rounds) = hand_read(Scheme::RraidS, Split::Block);
     assert!(rounds.is_empty());
     assert!((r.latency - 4.10).abs() < 1e-9, "{}", r.latency);
 }
