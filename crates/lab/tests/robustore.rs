@@ -185,7 +185,11 @@ fn rraid_a_split_changes_only_rraid_a_and_is_labelled() {
         if b.scheme == Scheme::RraidA {
             differ += (b.bandwidth_mbps != s.bandwidth_mbps) as usize;
         } else {
-            assert_eq!(b.bandwidth_mbps, s.bandwidth_mbps, "{:?} at {}", b.scheme, b.x);
+            assert_eq!(
+                b.bandwidth_mbps, s.bandwidth_mbps,
+                "{:?} at {}",
+                b.scheme, b.x
+            );
             assert_eq!(b.latency_std_s, s.latency_std_s);
         }
     }

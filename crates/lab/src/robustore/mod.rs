@@ -220,12 +220,19 @@ pub fn jobs(c: &RobustoreConfig) -> Vec<Job> {
                     })
                 }),
             )],
+            // Only RobuSTore's coded blocks have a size that matters: the plain schemes "can use
+            // fractions of data blocks and ignore block boundaries" (§6.3.1), so they keep the
+            // baseline's 1 MB stripe unit (at 64 MB they would otherwise stripe 1 GB over 16 disks).
             "6-9" => vec![(
                 String::new(),
                 pick(q, &[0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
                 Box::new(move |x, s| {
                     Some(Config {
-                        block_bytes: (x * MIB as f64) as u64,
+                        block_bytes: if s == Scheme::RobuStore {
+                            (x * MIB as f64) as u64
+                        } else {
+                            MIB
+                        },
                         ..base(s)
                     })
                 }),

@@ -467,6 +467,25 @@ fn claims(rows: &[Row], group: &str) -> String {
                     .join(", "),
                 (sd.len() > 1).then(|| sd.first().map(|p| p.1) < sd.last().map(|p| p.1)),
             );
+            let plain: Vec<(Scheme, f64)> = [Raid0, RraidS, RraidA]
+                .iter()
+                .filter_map(|&s| {
+                    let v = series(rows, group, None, s, Bandwidth);
+                    let lo = v.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+                    let hi = v.iter().map(|p| p.1).fold(0.0, f64::max);
+                    (v.len() > 1).then(|| (s, hi / lo - 1.0))
+                })
+                .collect();
+            t += &shape(
+                group,
+                "block size has no impact on RAID-0, RRAID-S, RRAID-A (spread < 25%)",
+                plain
+                    .iter()
+                    .map(|(s, c)| format!("{s}: {:.0}%", c * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                (!plain.is_empty()).then(|| plain.iter().all(|(_, c)| *c < 0.25)),
+            );
             let ov = series(rows, group, None, RobuStore, IoOverhead);
             let below = ov
                 .iter()
@@ -670,14 +689,27 @@ fn claims(rows: &[Row], group: &str) -> String {
                 ),
                 ov3.map(|o| (3.0..3.5).contains(&o)),
             );
+            // Layout variation: the seed gives 186 against 7.5 MB/s (25x). Competitive workloads: only
+            // "much higher bandwidth", no number; we read that as at least twice.
+            let (factor, claim) = if group == "6-18" {
+                (
+                    5.0,
+                    "RobuSTore writes much faster than RRAID (D = 3, > 5x; seed 186 vs 7.5 MB/s)",
+                )
+            } else {
+                (
+                    2.0,
+                    "RobuSTore writes much faster than RRAID (D = 3, > 2x; the seed gives no factor)",
+                )
+            };
             let hi = g(3.0, RobuStore, Bandwidth).map(|v| {
                 [RraidS, RraidA]
                     .iter()
-                    .all(|&s| g(3.0, s, Bandwidth).is_none_or(|o| v > 5.0 * o))
+                    .all(|&s| g(3.0, s, Bandwidth).is_none_or(|o| v > factor * o))
             });
             t += &shape(
                 group,
-                "RobuSTore writes much faster than RRAID (D = 3, > 5x)",
+                claim,
                 format!(
                     "D=3: RobuSTore {}, RRAID-S {}, RRAID-A {}",
                     f(g(3.0, RobuStore, Bandwidth)),
