@@ -439,6 +439,12 @@ fn print_status(st: &ArrayStatus) {
         k.chunks_repaired,
         k.bad_chunks
     );
+    if k.checksum_page_errors > 0 {
+        println!(
+            "  checksum pages: {} failed their check on open (their chunks are read unverified until rewritten or scrubbed)",
+            k.checksum_page_errors
+        );
+    }
     if let Some(b) = &st.stripe_buffer {
         println!(
             "  stripe buffer: {} write requests in {} batches ({:.2} per batch); measuring epochs: {} eager, {} batching",
