@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use ecstack_mds::MdsError;
 use ecstack_mds::{ClusterStatus, FileInfo, FileSummary, MdsClient, OsdState, SegmentLayout};
 use ecstack_osd::{Layout, OsdClient, OsdError};
@@ -391,8 +392,8 @@ impl Client {
             ));
         }
         let mut order = ReadOrder::new(costs, window.saturating_mul(2));
-        let mut in_flight: JoinSet<(usize, Result<Vec<u8>, ClientError>)> = JoinSet::new();
-        let mut arrived: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+        let mut in_flight: JoinSet<(usize, Result<Vec<Bytes>, ClientError>)> = JoinSet::new();
+        let mut arrived: BTreeMap<usize, Vec<Bytes>> = BTreeMap::new();
         let mut next_to_write = 0usize;
         let mut written = 0u64;
         loop {
@@ -407,7 +408,8 @@ impl Client {
                 in_flight.spawn(async move {
                     let r = client
                         .on_primary(&layout, &seg_what, |osd, l| async move {
-                            osd.read_segment(&l, piece.offset, piece.length).await
+                            osd.read_segment_frames(&l, piece.offset, piece.length)
+                                .await
                         })
                         .await;
                     (i, r)
@@ -420,12 +422,14 @@ impl Client {
                 joined.map_err(|e| ClientError::Local(format!("{what}: read task failed: {e}")))?;
             order.finished(i);
             arrived.insert(i, data?);
-            while let Some(data) = arrived.remove(&next_to_write) {
-                writer
-                    .write_all(&data)
-                    .await
-                    .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
-                written += data.len() as u64;
+            while let Some(frames) = arrived.remove(&next_to_write) {
+                for data in frames {
+                    writer
+                        .write_all(&data)
+                        .await
+                        .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
+                    written += data.len() as u64;
+                }
                 next_to_write += 1;
             }
         }

@@ -288,6 +288,22 @@ impl OsdClient {
         offset: u64,
         length: u64,
     ) -> Result<Vec<u8>, OsdError> {
+        let frames = self.read_segment_frames(layout, offset, length).await?;
+        let mut out = Vec::with_capacity(length as usize);
+        for f in &frames {
+            out.extend_from_slice(f);
+        }
+        Ok(out)
+    }
+
+    /// [`OsdClient::read_segment`] as the frames the primary sent, in order (no copy into one
+    /// buffer: a get hands them to its writer as they are). Their lengths add up to `length`.
+    pub async fn read_segment_frames(
+        &self,
+        layout: &Layout,
+        offset: u64,
+        length: u64,
+    ) -> Result<Vec<Bytes>, OsdError> {
         let req = proto::ReadSegmentRequest {
             layout: Some(layout_to_proto(layout)),
             offset,
@@ -300,21 +316,20 @@ impl OsdClient {
             .await
             .map_err(|s| self.err(s))?
             .into_inner();
-        let mut out = Vec::with_capacity(length.min(MAX_MESSAGE_BYTES as u64) as usize);
+        let mut frames = Vec::new();
+        let mut got = 0u64;
         while let Some(frame) = stream.next().await {
             let frame = frame.map_err(|s| self.err(s))?;
-            out.extend_from_slice(&frame.data);
-            if out.len() as u64 > length {
-                return Err(self.protocol(format!(
-                    "read of {length} bytes returned more ({})",
-                    out.len()
-                )));
+            got += frame.data.len() as u64;
+            if got > length {
+                return Err(self.protocol(format!("read of {length} bytes returned more ({got})")));
             }
+            frames.push(frame.data);
         }
-        if out.len() as u64 != length {
-            return Err(self.protocol(format!("read of {length} bytes returned {}", out.len())));
+        if got != length {
+            return Err(self.protocol(format!("read of {length} bytes returned {got}")));
         }
-        Ok(out)
+        Ok(frames)
     }
 
     /// Client → primary: overwrite `data.len()` bytes of the segment at `offset` (FO update).
