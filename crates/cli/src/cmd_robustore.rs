@@ -74,7 +74,7 @@ pub struct RobustoreArgs {
     #[arg(long, conflicts_with = "bg_random")]
     bg_interval_ms: Option<f64>,
     /// Competitive workloads with each disk's interval drawn per access, uniform on LO,HI ms
-    #[arg(long, value_delimiter = ',', num_args = 2)]
+    #[arg(long, value_delimiter = ',')]
     bg_random: Option<Vec<f64>>,
     /// Filer caches on (2 GB, 4-way, 4 KiB lines unless set)
     #[arg(long)]
@@ -120,6 +120,9 @@ pub fn run(a: RobustoreArgs) -> Result<()> {
         );
     };
     let base = Config::baseline(scheme);
+    if a.bg_random.as_ref().is_some_and(|v| v.len() != 2) {
+        bail!("--bg-random: expected LO,HI in ms, e.g. 6,200");
+    }
     let variation = match (&a.bg_interval_ms, &a.bg_random) {
         (Some(x), _) => Variation::Background(BgInterval::Fixed(x / 1e3)),
         (None, Some(v)) => Variation::Background(BgInterval::Uniform {
