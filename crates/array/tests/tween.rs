@@ -357,8 +357,9 @@ fn only_full_stripe_writes_reach_the_devices_and_gc_reclaims() {
     assert!(!per_slot[0].is_empty());
 }
 
-fn corrupt_then_open(at: impl Fn(&Vec<u8>) -> usize, want: &str) {
-    let rig = Rig::new(4, 96 << 10, 5);
+/// A tween array (3 + 1, two groups, active GC) on four memory devices with its NVRAM in memory.
+fn memory_tween(seed: u64) -> (Rig, NvramSpec, NvramImage, Tween) {
+    let rig = Rig::new(4, 96 << 10, seed);
     let (nv, img) = NvramSpec::memory();
     let t = Tween::create(
         &array_cfg(3, 1),
@@ -367,6 +368,11 @@ fn corrupt_then_open(at: impl Fn(&Vec<u8>) -> usize, want: &str) {
         &nv,
     )
     .unwrap();
+    (rig, nv, img, t)
+}
+
+fn corrupt_then_open(at: impl Fn(&Vec<u8>) -> usize, want: &str) {
+    let (rig, nv, img, t) = memory_tween(5);
     let mut rng = Rng::new(5);
     for _ in 0..40 {
         let mut d = vec![0u8; 700];
@@ -399,15 +405,7 @@ fn corrupt_nvram_gives_one_clear_error() {
 
 #[test]
 fn degraded_reads_and_rebuild() {
-    let rig = Rig::new(4, 96 << 10, 9);
-    let (nv, _img) = NvramSpec::memory();
-    let t = Tween::create(
-        &array_cfg(3, 1),
-        rig.devices(),
-        &tween_cfg(2, GcMode::Active),
-        &nv,
-    )
-    .unwrap();
+    let (_rig, _nv, _img, t) = memory_tween(9);
     let cap = t.size();
     let mut rng = Rng::new(9);
     let mut model = vec![0u8; cap as usize];
@@ -718,15 +716,7 @@ fn a_flipped_flushed_extent_is_caught_by_its_map_checksum() {
 /// from zero).
 #[test]
 fn counters_survive_reopen() {
-    let rig = Rig::new(4, 96 << 10, 17);
-    let (nv, _img) = NvramSpec::memory();
-    let t = Tween::create(
-        &array_cfg(3, 1),
-        rig.devices(),
-        &tween_cfg(2, GcMode::Active),
-        &nv,
-    )
-    .unwrap();
+    let (rig, nv, _img, t) = memory_tween(17);
     let cap = t.size();
     let mut rng = Rng::new(17);
     let mut written = 0;
@@ -763,15 +753,7 @@ fn counters_survive_reopen() {
 /// A version 1 region (map entries without per-extent checksums) is refused by name, in one line.
 #[test]
 fn a_version_1_region_is_refused_by_name() {
-    let rig = Rig::new(4, 96 << 10, 19);
-    let (nv, img) = NvramSpec::memory();
-    let t = Tween::create(
-        &array_cfg(3, 1),
-        rig.devices(),
-        &tween_cfg(2, GcMode::Active),
-        &nv,
-    )
-    .unwrap();
+    let (rig, nv, img, t) = memory_tween(19);
     t.write(b"old", 0).unwrap();
     drop(t);
     // The header as version 1 wrote it: version field 1, its CRC32C (bytes 92..96) over 0..92.
