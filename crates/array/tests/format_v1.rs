@@ -7,53 +7,13 @@
 //! (pl, eplog), more partial writes and a sync, then dropped without a clean close. So each image has
 //! a full checkpoint followed by incremental frames, and pl/eplog images have log entries pending.
 
+mod image_fixtures;
+
 use std::sync::Arc;
 
 use ecstack_array::{Array, ArrayDevices, SchemeKind};
 use ecstack_device::{BlockDevice, MemDevice};
-
-/// One device of a fixture: its capacity and its bytes (sparse sectors expanded).
-struct Image {
-    name: String,
-    bytes: Vec<u8>,
-}
-
-fn parse_hex(s: &str) -> Vec<u8> {
-    assert!(s.len().is_multiple_of(2), "odd hex length");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
-fn load_fixture(scheme: SchemeKind) -> Vec<Image> {
-    let path = format!(
-        "{}/tests/fixtures/v1-{scheme}.img.txt",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut images: Vec<Image> = Vec::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        let mut f = line.split(' ');
-        let (a, b, c) = (f.next().unwrap(), f.next().unwrap(), f.next());
-        if a == "device" {
-            let cap: usize = c.expect("capacity").parse().unwrap();
-            images.push(Image {
-                name: b.to_string(),
-                bytes: vec![0; cap],
-            });
-        } else {
-            let off: usize = a.parse().unwrap();
-            let data = parse_hex(b);
-            let img = images.last_mut().expect("sector before any device");
-            img.bytes[off..off + data.len()].copy_from_slice(&data);
-        }
-    }
-    images
-}
+use image_fixtures::{load_fixture, Image};
 
 fn device(img: &Image) -> Arc<dyn BlockDevice> {
     let d = MemDevice::new(img.bytes.len() as u64).unwrap();
@@ -94,7 +54,7 @@ fn read_all(a: &Array) -> Vec<u8> {
 #[test]
 fn version_1_images_open_and_read_back() {
     for scheme in SchemeKind::ALL {
-        let images = load_fixture(scheme);
+        let images = load_fixture(1, scheme);
         let (devs, mut expected) = devices(&images);
         let a = Array::open(ArrayDevices {
             main: devs.main.clone(),

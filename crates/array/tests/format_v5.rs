@@ -12,61 +12,18 @@
 //! records. Regenerating them needs a build of that commit:
 //! `ECSTACK_WRITE_FIXTURES=1 cargo test -p ecstack-array --test format_v5 -- --ignored`.
 
+mod image_fixtures;
+
 use std::sync::Arc;
 
 use ecstack_array::{Array, ArrayConfig, ArrayDevices, CodeKind, SchemeKind};
 use ecstack_device::{BlockDevice, MemDevice};
+use image_fixtures::{fixture_path, load_fixture, Image};
 
 const CHUNK: u64 = 512;
 const MAIN: u64 = 16384;
 const LOG: u64 = 12288;
 const META: u64 = 524288;
-
-struct Image {
-    name: String,
-    bytes: Vec<u8>,
-}
-
-fn parse_hex(s: &str) -> Vec<u8> {
-    assert!(s.len().is_multiple_of(2), "odd hex length");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
-fn fixture_path(scheme: SchemeKind) -> String {
-    format!(
-        "{}/tests/fixtures/v5-{scheme}.img.txt",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
-
-fn load_fixture(scheme: SchemeKind) -> Vec<Image> {
-    let path = fixture_path(scheme);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut images: Vec<Image> = Vec::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        let mut f = line.split(' ');
-        let (a, b, c) = (f.next().unwrap(), f.next().unwrap(), f.next());
-        if a == "device" {
-            let cap: usize = c.expect("capacity").parse().unwrap();
-            images.push(Image {
-                name: b.to_string(),
-                bytes: vec![0; cap],
-            });
-        } else {
-            let off: usize = a.parse().unwrap();
-            let data = parse_hex(b);
-            let img = images.last_mut().expect("sector before any device");
-            img.bytes[off..off + data.len()].copy_from_slice(&data);
-        }
-    }
-    images
-}
 
 /// A device image as fixture text: every non-zero 512-byte sector, trailing zeros left out.
 fn dump(out: &mut String, name: &str, bytes: &[u8]) {
@@ -216,14 +173,14 @@ fn write_v5_fixtures() {
         }
         dump(&mut out, "meta", &read(&meta));
         dump(&mut out, "expected", &expected);
-        std::fs::write(fixture_path(scheme), out).unwrap();
+        std::fs::write(fixture_path(5, scheme), out).unwrap();
     }
 }
 
 #[test]
 fn version_5_images_open_verify_and_keep_working() {
     for scheme in SchemeKind::ALL {
-        let images = load_fixture(scheme);
+        let images = load_fixture(5, scheme);
         let (devs, all, mut expected) = image_devices(&images);
         let a = reopen(&devs);
         assert_eq!(a.scheme_kind(), scheme);
