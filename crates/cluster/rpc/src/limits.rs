@@ -41,6 +41,12 @@ pub const DATA_RPC_TIMEOUT: Duration = Duration::from_secs(120);
 /// HTTP/2 flow-control windows: the defaults (64 KiB) throttle megabyte frames on fast links.
 pub const STREAM_WINDOW_BYTES: u32 = 4 << 20;
 pub const CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
+/// The largest HTTP/2 frame a peer may send us (the protocol's default is 16 KiB). With 16 KiB frames
+/// every frame became one TLS record and one `writev`, and loopback TCP handled one 16 KiB packet per
+/// call: per-call and per-packet kernel work was a large share of a get's CPU. With 1 MiB frames a
+/// sender hands TLS up to 64 KiB at a time (rustls's buffer limit), so each `writev` carries four
+/// records and TCP moves 64 KiB packets.
+pub const FRAME_BYTES_MAX: u32 = 1 << 20;
 /// HTTP/2 keep-alive pings: a peer that does not answer within the timeout is dropped, so a call
 /// to a dead (not cleanly closed) process or across a broken link fails instead of hanging until
 /// its deadline (a killed process is noticed at once anyway: its kernel resets the connection).
@@ -56,6 +62,9 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 // The limits nest; checked when the crate compiles.
 const _: () = {
     assert!(FRAME_DATA_BYTES * 2 <= STREAM_MESSAGE_BYTES_MAX);
+    // HTTP/2 allows frames of 16 KiB to 16 MiB - 1; a frame no larger than a stream window.
+    assert!(FRAME_BYTES_MAX >= 1 << 14 && FRAME_BYTES_MAX < 1 << 24);
+    assert!(FRAME_BYTES_MAX <= STREAM_WINDOW_BYTES);
     assert!(STREAM_MESSAGE_BYTES_MAX <= MDS_MESSAGE_BYTES_MAX);
     assert!(MAX_SEGMENT_BYTES as usize + (1 << 20) <= UNARY_MESSAGE_BYTES_MAX);
     assert!(OSD_MESSAGE_BYTES_MAX >= UNARY_MESSAGE_BYTES_MAX);

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::limits::{
-    CONNECTION_WINDOW_BYTES, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, STREAM_WINDOW_BYTES,
+    CONNECTION_WINDOW_BYTES, FRAME_BYTES_MAX, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
+    STREAM_WINDOW_BYTES,
 };
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{
@@ -116,7 +117,8 @@ impl Security {
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
-            .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .max_frame_size(FRAME_BYTES_MAX);
         match self {
             Security::Insecure => Ok(builder),
             Security::Mtls {
@@ -154,7 +156,8 @@ impl Security {
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true)
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
-            .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .max_frame_size(FRAME_BYTES_MAX);
         let endpoint = match self {
             Security::Insecure => endpoint,
             Security::Mtls {
