@@ -104,6 +104,31 @@ fn model_experiment_runs_on_namespaces_and_computes_ratios() {
         assert!(f(measured) > 0.0);
         assert!((f(ratio) - f(measured) / f(model)).abs() < 1e-9, "{r}");
     }
+    // B as the thesis took it: a bare TCP stream through the 200 Mbit/s tbf carries less than 25 MB/s
+    // of payload (framing), but not much less; the second model and ratios follow from it.
+    for b in ["goodput_in_mb_per_sec", "goodput_out_mb_per_sec"] {
+        assert!(f(b) < 25.0 && f(b) > 20.0, "{b}: {r}");
+    }
+    assert!(
+        (f("write_model_eff_mb_per_sec") - 4.0 * f("goodput_in_mb_per_sec") / 2.0).abs() < 1e-9
+    );
+    assert!(
+        (f("read_model_eff_mb_per_sec") - 4.0 * f("goodput_out_mb_per_sec") / 1.5).abs() < 1e-9
+    );
+    for (measured, model, ratio) in [
+        (
+            "write_mb_per_sec",
+            "write_model_eff_mb_per_sec",
+            "write_ratio_eff",
+        ),
+        (
+            "read_mb_per_sec",
+            "read_model_eff_mb_per_sec",
+            "read_ratio_eff",
+        ),
+    ] {
+        assert!((f(ratio) - f(measured) / f(model)).abs() < 1e-9, "{r}");
+    }
     assert!(f("degraded_read_mb_per_sec") > 0.0, "{r}");
     assert!(
         r["recovered_bytes"].as_u64().unwrap() > 0,

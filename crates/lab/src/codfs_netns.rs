@@ -388,6 +388,81 @@ impl Testbed {
         Ok(())
     }
 
+    /// Payload bytes per second a plain TCP stream carries from `from` to `to` (a sender thread in
+    /// one namespace, a receiver in the other), counted at the receiver over `secs` after a
+    /// quarter-second start. This is the *effective* bandwidth the thesis measured on its testbed and
+    /// used as B (§5.1: "effective ... network bandwidths of each node are ... 114.5 MB/s"); through a
+    /// tbf of R Mbit/s it is R/8 less TCP/IP and Ethernet framing.
+    pub fn tcp_goodput(from: &Host, to: &Host, secs: f64) -> Result<f64> {
+        use std::io::{Read, Write};
+        use std::net::{SocketAddr, TcpListener, TcpStream};
+        use std::time::{Duration, Instant};
+        let run = |e: std::io::Error, what: &str| LabError::Run(format!("goodput {what}: {e}"));
+        let (tx, rx) = std::sync::mpsc::channel::<Result<u16>>();
+        let to_host = to.clone();
+        let receiver = std::thread::spawn(move || -> Result<f64> {
+            let listener = Testbed::enter(&to_host).and_then(|()| {
+                TcpListener::bind(SocketAddr::from((to_host.ip, 0))).map_err(|e| run(e, "bind"))
+            });
+            let listener = match listener {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = tx.send(Err(LabError::Run(e.to_string())));
+                    return Err(e);
+                }
+            };
+            let port = listener.local_addr().map_err(|e| run(e, "bind"))?.port();
+            let _ = tx.send(Ok(port));
+            let (mut conn, _) = listener.accept().map_err(|e| run(e, "accept"))?;
+            let mut buf = vec![0u8; 1 << 20];
+            let start = Instant::now();
+            let warm = Duration::from_millis(250);
+            let (mut counted, mut from_t) = (0u64, None::<Instant>);
+            loop {
+                let n = conn.read(&mut buf).map_err(|e| run(e, "read"))?;
+                if n == 0 {
+                    break;
+                }
+                let now = Instant::now();
+                if now - start >= warm {
+                    if from_t.is_none() {
+                        from_t = Some(now);
+                    } else {
+                        counted += n as u64;
+                    }
+                }
+            }
+            let t0 =
+                from_t.ok_or_else(|| LabError::Run("goodput: the stream ended too soon".into()))?;
+            Ok(counted as f64 / t0.elapsed().as_secs_f64().max(1e-9))
+        });
+        let port = rx
+            .recv()
+            .map_err(|_| LabError::Run("goodput: the receiver thread ended".into()))??;
+        let (from_host, to_ip) = (from.clone(), to.ip);
+        let sender = std::thread::spawn(move || -> Result<()> {
+            Testbed::enter(&from_host)?;
+            let mut c = TcpStream::connect(SocketAddr::from((to_ip, port)))
+                .map_err(|e| run(e, "connect"))?;
+            let buf = vec![0x5au8; 1 << 20];
+            let end = Instant::now() + Duration::from_secs_f64(secs + 0.25);
+            while Instant::now() < end {
+                c.write_all(&buf).map_err(|e| run(e, "write"))?;
+            }
+            c.shutdown(std::net::Shutdown::Write)
+                .map_err(|e| run(e, "shutdown"))?;
+            Ok(())
+        });
+        let sent = sender
+            .join()
+            .map_err(|_| LabError::Run("goodput: the sender thread panicked".into()))?;
+        let got = receiver
+            .join()
+            .map_err(|_| LabError::Run("goodput: the receiver thread panicked".into()))?;
+        sent?;
+        got
+    }
+
     /// A probe of the link counters of `hosts` (hosts of this testbed).
     pub fn link_probe(&self, hosts: &[Host]) -> LinkProbe {
         LinkProbe {
