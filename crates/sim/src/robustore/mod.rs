@@ -667,9 +667,24 @@ impl Adaptive {
             rem -= 1;
         }
         debug_assert_eq!(rem, 0, "fewer than half of n blocks behind B's first");
+        self.hand_over(eng, a, b, moved, cancel);
+        debug_assert!(!self.pending[b].is_empty(), "B keeps its first block");
+        Some(b)
+    }
+
+    /// The end of a round: the pieces cut from B's queue (`moved`: (block, lo, hi), last first, with
+    /// B's jobs shrunk by `cancel`) leave B's pending list, are requested from idle disk `a` in queue
+    /// order, and the round is recorded.
+    fn hand_over(
+        &mut self,
+        eng: &mut Engine,
+        a: usize,
+        b: usize,
+        mut moved: Vec<(u32, u64, u64)>,
+        cancel: Vec<(u32, u64)>,
+    ) {
         let pieces = &self.pieces;
         self.pending[b].retain(|&p| pieces[p as usize].hi > pieces[p as usize].lo);
-        debug_assert!(!self.pending[b].is_empty(), "B keeps its first block");
         moved.reverse();
         let jobs: Vec<Job> = moved
             .iter()
@@ -678,7 +693,6 @@ impl Adaptive {
         eng.request(a, jobs);
         eng.cancel(b, CancelWhat::Shrink(cancel));
         self.rounds.push((a, moved, b));
-        Some(b)
     }
 
     /// One round for idle disk `a` with [`Split::Sector`]; returns the disk B it took from.
@@ -713,16 +727,7 @@ impl Adaptive {
             cancel.push((p, cut - lo));
             moved.push((block, cut, hi));
         }
-        let pieces = &self.pieces;
-        self.pending[b].retain(|&p| pieces[p as usize].hi > pieces[p as usize].lo);
-        moved.reverse();
-        let jobs: Vec<Job> = moved
-            .iter()
-            .map(|&(block, lo, hi)| self.new_piece(a, block, lo, hi))
-            .collect();
-        eng.request(a, jobs);
-        eng.cancel(b, CancelWhat::Shrink(cancel));
-        self.rounds.push((a, moved, b));
+        self.hand_over(eng, a, b, moved, cancel);
         Some(b)
     }
 }
