@@ -9,7 +9,7 @@ use ecstack_lab::codfs_model::ModelConfig;
 use ecstack_lab::eplog::{EplogConfig, Exp, KvScale, Setting, Testbed};
 use ecstack_lab::LabError;
 
-use crate::util::print_json;
+use crate::util::print_report;
 
 #[derive(Args)]
 pub struct ExperimentArgs {
@@ -167,13 +167,7 @@ fn codfs(a: CodfsArgs) -> Result<()> {
     let report =
         ecstack_lab::codfs_model::run(&cfg, &|line| eprintln!("{line}")).map_err(flag_error)?;
     report.write(&a.out)?;
-    if a.json {
-        print_json(&report)?;
-    } else {
-        println!("{}", report.markdown());
-        eprintln!("report, CSV and SVG in {}", a.out.display());
-    }
-    Ok(())
+    print_report(&report, || report.markdown(), &a.out, a.json)
 }
 
 /// A library configuration error as the flag it came from: `--settings: 'six' is not k+m`.
@@ -234,11 +228,5 @@ fn eplog(a: EplogArgs) -> Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let report = ecstack_lab::eplog::run(&cfg, &|line| eprintln!("{line}")).map_err(flag_error)?;
     report.write(&a.out)?;
-    if a.json {
-        print_json(&report)?;
-    } else {
-        println!("{}", report.markdown());
-        eprintln!("report, CSV and SVG files in {}", a.out.display());
-    }
-    Ok(())
+    print_report(&report, || report.markdown(), &a.out, a.json)
 }

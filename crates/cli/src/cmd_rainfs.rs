@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use ecstack_lab::rainfs::{self, Arch, Build, ExperimentConfig, Tools};
 use ecstack_lab::LabError;
 
-use crate::util::print_json;
+use crate::util::print_report;
 
 /// `ecstack rainfs --help`.
 pub const LONG_ABOUT: &str = "RainFS (docs/rainfs.md) is a Java module, rainfs/, that Hadoop loads for rainfs:// URIs. \
@@ -232,11 +232,5 @@ pub fn experiment(a: ExpRainfsArgs) -> Result<()> {
     let t: Tools = rainfs::tools()?;
     let report = rainfs::run(&t, &cfg, &log).map_err(flag_error)?;
     report.write(&a.out)?;
-    if a.json {
-        print_json(&report)?;
-    } else {
-        println!("{}", report.markdown());
-        eprintln!("report, CSV and SVG in {}", a.out.display());
-    }
-    Ok(())
+    print_report(&report, || report.markdown(), &a.out, a.json)
 }

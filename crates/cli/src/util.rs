@@ -49,6 +49,22 @@ pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     Ok(())
 }
 
+/// An experiment's report, already written to `out`: the JSON with `--json`, otherwise its Markdown
+/// on stdout and where the files are on stderr.
+pub fn print_report<T: serde::Serialize>(
+    report: &T,
+    markdown: impl FnOnce() -> String,
+    out: &std::path::Path,
+    json: bool,
+) -> Result<()> {
+    if json {
+        return print_json(report);
+    }
+    println!("{}", markdown());
+    eprintln!("report, CSV and SVG files in {}", out.display());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
