@@ -11,6 +11,8 @@
 //!                                     its RebuildReport (JSON)
 //! scrub [--no-repair] [--mb-per-s N]  check every stripe's parity, repair what can be located;
 //!                                     its ScrubReport (JSON)
+//! scrub-progress                      how far the running scrub is (ScrubProgressReport, JSON):
+//!                                     ask on a second connection while `scrub` runs
 //! help                                this list
 //! ```
 //!
@@ -20,6 +22,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
 use ecstack_device::{open_spec, BlockDevice, DeviceError};
@@ -132,11 +135,56 @@ pub enum AdminCommand {
         /// Read bandwidth limit, MB/s (0 = none).
         mb_per_s_max: u64,
     },
+    /// How far the scrub running on this admin channel is ([`ScrubProgress`]).
+    ScrubProgress,
     Help,
 }
 
+/// Progress of the scrub an admin channel runs, shared by its connections: `scrub` on one
+/// connection updates it, `scrub-progress` on another reads it. One scrub at a time per channel.
+#[derive(Debug, Default)]
+pub struct ScrubProgress {
+    running: AtomicBool,
+    done_stripes: AtomicU64,
+    total_stripes: AtomicU64,
+    finished: AtomicU64,
+}
+
+/// The `scrub-progress` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScrubProgressReport {
+    /// A scrub is running now.
+    pub running: bool,
+    /// Of the running (or else the last) scrub: stripes checked and stripes to check.
+    pub done_stripes: u64,
+    pub total_stripes: u64,
+    /// Scrubs finished (or failed) on this channel.
+    pub finished: u64,
+}
+
+impl ScrubProgress {
+    pub fn report(&self) -> ScrubProgressReport {
+        ScrubProgressReport {
+            running: self.running.load(SeqCst),
+            done_stripes: self.done_stripes.load(SeqCst),
+            total_stripes: self.total_stripes.load(SeqCst),
+            finished: self.finished.load(SeqCst),
+        }
+    }
+}
+
+/// Marks a scrub running while alive (also when the scrub fails or panics).
+struct ScrubRunning<'a>(&'a ScrubProgress);
+
+impl Drop for ScrubRunning<'_> {
+    fn drop(&mut self) {
+        self.0.finished.fetch_add(1, SeqCst);
+        self.0.running.store(false, SeqCst);
+    }
+}
+
 const COMMANDS: &str =
-    "status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC], scrub [--no-repair] [--mb-per-s N]; DEV is an index, mainI or logI";
+    "status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC], scrub [--no-repair] [--mb-per-s N], scrub-progress; DEV is an index, mainI or logI";
 
 impl AdminCommand {
     /// Parse one command line.
@@ -171,6 +219,7 @@ impl AdminCommand {
                     replacement,
                 })
             }
+            ["scrub-progress"] => Ok(AdminCommand::ScrubProgress),
             ["scrub", rest @ ..] => parse_scrub(rest),
             ["rebuild"] => Err(admin_err(format!(
                 "usage: rebuild DEV [--replacement SPEC] ({COMMANDS})"
@@ -219,6 +268,7 @@ impl fmt::Display for AdminCommand {
             AdminCommand::Commit => write!(f, "commit"),
             AdminCommand::Sync => write!(f, "sync"),
             AdminCommand::Help => write!(f, "help"),
+            AdminCommand::ScrubProgress => write!(f, "scrub-progress"),
             AdminCommand::Fail(d) => write!(f, "fail {d}"),
             AdminCommand::Rebuild {
                 device,
@@ -257,6 +307,7 @@ pub enum AdminReply {
     },
     Rebuilt(RebuildReport),
     Scrubbed(ScrubReport),
+    ScrubProgress(ScrubProgressReport),
     Help(String),
 }
 
@@ -271,6 +322,7 @@ impl AdminReply {
             AdminReply::Commit(r) => js(serde_json::to_string(r)),
             AdminReply::Rebuilt(r) => js(serde_json::to_string(r)),
             AdminReply::Scrubbed(r) => js(serde_json::to_string(r)),
+            AdminReply::ScrubProgress(r) => js(serde_json::to_string(r)),
             AdminReply::Synced => "synced".into(),
             AdminReply::Failed {
                 device,
@@ -288,9 +340,16 @@ impl Array {
         name.resolve(n, self.devices().len() - n)
     }
 
-    /// Run one admin command.
+    /// Run one admin command (a scrub's progress is not observable: see [`Array::execute_with`]).
     pub fn execute(&self, cmd: &AdminCommand) -> Result<AdminReply> {
+        self.execute_with(cmd, &ScrubProgress::default())
+    }
+
+    /// Run one admin command; `scrub` reports its progress to `progress`, which `scrub-progress`
+    /// reads (an admin channel keeps one for all its connections).
+    pub fn execute_with(&self, cmd: &AdminCommand, progress: &ScrubProgress) -> Result<AdminReply> {
         match cmd {
+            AdminCommand::ScrubProgress => Ok(AdminReply::ScrubProgress(progress.report())),
             AdminCommand::Status => Ok(AdminReply::Status(Box::new(self.status()))),
             AdminCommand::Commit => self.commit().map(AdminReply::Commit),
             AdminCommand::Sync => self.sync().map(|_| AdminReply::Synced),
@@ -320,15 +379,34 @@ impl Array {
                     mb_per_s_max: *mb_per_s_max as f64,
                     ..ScrubOptions::default()
                 };
-                self.scrub(&opts, &|_, _| {}).map(AdminReply::Scrubbed)
+                if progress.running.swap(true, SeqCst) {
+                    let p = progress.report();
+                    return Err(admin_err(format!(
+                        "a scrub is already running ({} of {} stripes checked)",
+                        p.done_stripes, p.total_stripes
+                    )));
+                }
+                let _running = ScrubRunning(progress);
+                progress.done_stripes.store(0, SeqCst);
+                progress.total_stripes.store(0, SeqCst);
+                self.scrub(&opts, &|done, total| {
+                    progress.total_stripes.store(total, SeqCst);
+                    progress.done_stripes.store(done, SeqCst);
+                })
+                .map(AdminReply::Scrubbed)
             }
         }
     }
 
     /// Parse and run one admin command line; the answer as the admin socket sends it.
     pub fn admin(&self, line: &str) -> Result<String> {
+        self.admin_with(line, &ScrubProgress::default())
+    }
+
+    /// [`Array::admin`] with the admin channel's scrub progress.
+    pub fn admin_with(&self, line: &str, progress: &ScrubProgress) -> Result<String> {
         let cmd = AdminCommand::parse(line)?;
-        self.execute(&cmd).map(|r| r.to_answer())
+        self.execute_with(&cmd, progress).map(|r| r.to_answer())
     }
 
     /// Rebuild device `i` onto the device `spec` opens (default: the spec recorded for device `i`,

@@ -55,7 +55,10 @@ mod status;
 mod tween;
 
 pub use crate::core::{CommitReport, RebuildReport};
-pub use admin::{AdminCommand, AdminReply, DeviceName, Reopened, UnavailableDevice};
+pub use admin::{
+    AdminCommand, AdminReply, DeviceName, Reopened, ScrubProgress, ScrubProgressReport,
+    UnavailableDevice,
+};
 pub use array::{Array, ArrayDevices, DiscardReport, OpenOptions};
 pub use clock::Clock;
 pub use format::{ArrayConfig, Geometry, SchemeKind, Superblock};

@@ -336,3 +336,68 @@ fn the_scrub_command_parses_and_prints_back() {
         assert!(e.contains("usage: scrub"), "{bad}: {e}");
     }
 }
+
+/// The admin channel's `scrub-progress` (issue 15: "an admin-socket command, with a bandwidth limit
+/// and progress"): while a bandwidth-limited `scrub` runs on one connection, another sees it running
+/// and advancing, a second `scrub` is refused by name, and at the end the progress reaches the total.
+#[test]
+fn scrub_progress_over_the_admin_channel_and_one_scrub_at_a_time() {
+    use ecstack_array::{ScrubProgress, ScrubProgressReport};
+    let rig = Rig::new(SchemeKind::Md, 4, 2, 8, false);
+    let (a, _) = filled(&rig, SchemeKind::Md, 4, 2, 82);
+    let progress = ScrubProgress::default();
+    let ask = |a: &Array| -> ScrubProgressReport {
+        serde_json::from_str(&a.admin_with("scrub-progress", &progress).unwrap()).unwrap()
+    };
+    assert_eq!(
+        ask(&a),
+        ScrubProgressReport {
+            running: false,
+            done_stripes: 0,
+            total_stripes: 0,
+            finished: 0
+        }
+    );
+    let (report, seen) = std::thread::scope(|s| {
+        let scrub = s.spawn(|| a.admin_with("scrub --mb-per-s 2", &progress).unwrap());
+        let mut seen = Vec::new();
+        let t0 = std::time::Instant::now();
+        while seen.is_empty() || seen.last().is_some_and(|p: &ScrubProgressReport| p.running) {
+            let p = ask(&a);
+            if p.running {
+                if seen.is_empty() {
+                    let e = a.admin_with("scrub", &progress).unwrap_err().to_string();
+                    assert!(e.contains("a scrub is already running"), "{e}");
+                }
+                seen.push(p);
+            } else if !seen.is_empty() || scrub.is_finished() {
+                seen.push(p);
+                break;
+            }
+            assert!(
+                t0.elapsed().as_secs() < 60,
+                "scrub did not finish: {seen:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        (scrub.join().unwrap(), seen)
+    });
+    let r: ScrubReport = serde_json::from_str(&report).unwrap();
+    assert!(
+        seen.iter().any(|p| p.running),
+        "the scrub was never seen running: {seen:?}"
+    );
+    assert!(
+        seen.windows(2)
+            .all(|w| w[0].done_stripes <= w[1].done_stripes),
+        "{seen:?}"
+    );
+    let last = ask(&a);
+    assert!(!last.running && last.finished == 1, "{last:?}");
+    assert_eq!(last.done_stripes, r.stripes, "{last:?} {r:?}");
+    assert_eq!(last.total_stripes, r.stripes, "{last:?} {r:?}");
+    assert_eq!(
+        AdminCommand::parse("scrub-progress").unwrap().to_string(),
+        "scrub-progress"
+    );
+}

@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_array::{
     AdminCommand, Array, ArrayConfig, ArrayDevices, ArrayStatus, CodeKind, DeviceName, OpenOptions,
-    SchemeKind, ScrubOptions, ScrubReport,
+    SchemeKind, ScrubOptions, ScrubProgress, ScrubProgressReport, ScrubReport,
 };
 use ecstack_device::{open_spec, BlockDevice};
 use ecstack_nbd::{admin_request, Admin};
@@ -195,7 +195,7 @@ struct ServeArgs {
     /// Export name
     #[arg(long, default_value = "ecstack")]
     name: String,
-    /// Admin socket (status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC], scrub)
+    /// Admin socket (status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC], scrub, scrub-progress)
     #[arg(long)]
     admin_socket: Option<PathBuf>,
     /// Parity commit after this many seconds without I/O (md: a sync that marks the write-intent
@@ -545,7 +545,14 @@ fn scrub(s: ScrubArgs) -> Result<()> {
             repair: !s.no_repair,
             mb_per_s_max: s.mb_per_s,
         };
-        let answer = admin_request(sock, &cmd.to_string())?;
+        let show = !t.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let watcher = show.then(|| watch_admin_scrub(sock.clone()));
+        let answer = admin_request(sock, &cmd.to_string());
+        if let Some((stop, h)) = watcher {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = h.join();
+        }
+        let answer = answer?;
         let r: ScrubReport = serde_json::from_str(&answer)
             .map_err(|_| anyhow::anyhow!("scrub over the admin socket: {answer}"))?;
         return scrub_report(&r, t.json);
@@ -577,6 +584,38 @@ fn scrub(s: ScrubArgs) -> Result<()> {
     pb.finish_and_clear();
     a.close()?;
     scrub_report(&r, t.json)
+}
+
+/// A progress bar for a scrub running over the admin socket `sock`: asks `scrub-progress` on a
+/// second connection twice a second until told to stop.
+fn watch_admin_scrub(
+    sock: PathBuf,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = Arc::clone(&stop);
+    let h = std::thread::spawn(move || {
+        let pb = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "scrub (served array) [{bar:40}] {pos}/{len} stripes, eta {eta}",
+        ) {
+            pb.set_style(style.progress_chars("=> "));
+        }
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let Ok(answer) = admin_request(&sock, "scrub-progress") else {
+                break;
+            };
+            if let Ok(p) = serde_json::from_str::<ScrubProgressReport>(&answer) {
+                pb.set_length(p.total_stripes);
+                pb.set_position(p.done_stripes);
+            }
+        }
+        pb.finish_and_clear();
+    });
+    (stop, h)
 }
 
 /// Print a scrub report; an error (exit status 1) when the array is left with wrong stripes.
@@ -660,11 +699,12 @@ fn scrub_bench(s: ScrubBenchArgs) -> Result<()> {
 }
 
 /// The array's commands on the NBD server's admin socket (the language lives in `ecstack_array`).
-struct ArrayAdmin(Arc<Array>);
+/// The scrub progress is shared by the socket's connections (`scrub-progress`).
+struct ArrayAdmin(Arc<Array>, ScrubProgress);
 
 impl Admin for ArrayAdmin {
     fn command(&self, line: &str) -> std::result::Result<String, String> {
-        self.0.admin(line).map_err(|e| e.to_string())
+        self.0.admin_with(line, &self.1).map_err(|e| e.to_string())
     }
 }
 
@@ -696,7 +736,7 @@ fn serve(s: ServeArgs) -> Result<()> {
         workers: s.workers,
         json: s.json,
     };
-    let admin: Arc<dyn Admin> = Arc::new(ArrayAdmin(Arc::clone(&a)));
+    let admin: Arc<dyn Admin> = Arc::new(ArrayAdmin(Arc::clone(&a), ScrubProgress::default()));
     let dev: Arc<dyn BlockDevice> = Arc::clone(&a) as Arc<dyn BlockDevice>;
     let res = crate::nbd_export::export(&a.name(), a.size(), &at, dev, admin);
     a.close()?;

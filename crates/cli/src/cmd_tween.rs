@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use ecstack_array::{Array, ArrayConfig, ArrayDevices, GcMode, NvramSpec, Tween, TweenConfig};
+use ecstack_array::{
+    Array, ArrayConfig, ArrayDevices, GcMode, NvramSpec, ScrubProgress, Tween, TweenConfig,
+};
 use ecstack_device::BlockDevice;
 use ecstack_nbd::Admin;
 
@@ -111,7 +113,7 @@ const SERVE_IDLE_GC: Duration = Duration::from_secs(1);
 
 /// The admin socket of a served tween array: `status` gives the array's status with TWEEN's
 /// counters; every other command (fail, rebuild, scrub, sync, ...) is the array's.
-struct TweenAdmin(Arc<Tween>);
+struct TweenAdmin(Arc<Tween>, ScrubProgress);
 
 impl Admin for TweenAdmin {
     fn command(&self, line: &str) -> std::result::Result<String, String> {
@@ -126,7 +128,9 @@ impl Admin for TweenAdmin {
             });
             return Ok(st.to_string());
         }
-        t.array().admin(line).map_err(|e| e.to_string())
+        t.array()
+            .admin_with(line, &self.1)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -140,7 +144,7 @@ pub fn serve(array: Array, nvram: Option<&Path>, s: Export) -> Result<()> {
     if tw.gc_mode() == GcMode::Periodic {
         tw.spawn_idle_gc(SERVE_IDLE_GC);
     }
-    let admin: Arc<dyn Admin> = Arc::new(TweenAdmin(Arc::clone(&tw)));
+    let admin: Arc<dyn Admin> = Arc::new(TweenAdmin(Arc::clone(&tw), ScrubProgress::default()));
     let dev: Arc<dyn BlockDevice> = Arc::clone(&tw) as Arc<dyn BlockDevice>;
     let what = format!("tween {}", tw.array().name());
     let res = crate::nbd_export::export(&what, tw.size(), &s, dev, admin);
