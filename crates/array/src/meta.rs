@@ -26,7 +26,8 @@ use crate::{ArrayError, Result};
 /// 6. the checksum table moves out of the checkpoint into the paged checksum area
 ///    ([`crate::crc::CrcArea`]); the checkpoint body ends with the page map instead. Frames as in
 ///    version 5. Arrays without room for the area (created before version 6) keep writing
-///    version 5 ([`INLINE_CRC_META_VERSION`]).
+///    version 5 ([`INLINE_CRC_META_VERSION`]); one whose metadata volume has room (grown) is
+///    upgraded by its first sync ([`MetaVolume::load`]).
 pub(crate) const META_VERSION: u32 = 6;
 /// The version a metadata volume without a checksum area writes (the table in the checkpoint).
 pub(crate) const INLINE_CRC_META_VERSION: u32 = 5;
@@ -1941,8 +1942,17 @@ impl MetaVolume {
         let (ch, body) = best.ok_or_else(|| {
             ArrayError::Meta("no valid full checkpoint on the metadata volume".into())
         })?;
-        self.paged = ch.version >= PAGED_CRC_META_VERSION;
-        if self.paged {
+        // An older checkpoint on a volume that has room for the checksum area after its
+        // incremental area (a version 5 array whose metadata volume was grown) is upgraded: the
+        // table loads as before, every page holding a checksum is dirty, and since the loaded
+        // version is not the one written, the next sync writes a full version 6 checkpoint (its
+        // pages first, then the checkpoint: the order of every version 6 checkpoint, so a power
+        // cut leaves the version 5 checkpoint and its frames live, and the next open upgrades
+        // again). `a_version_5_volume_with_room_upgrades_and_survives_a_power_cut_at_every_step`.
+        let room =
+            matches!(&self.crc_area, Some(a) if a.off >= end && a.end() <= self.dev.capacity());
+        self.paged = ch.version >= PAGED_CRC_META_VERSION || room;
+        if ch.version >= PAGED_CRC_META_VERSION {
             match &self.crc_area {
                 Some(a) if a.off >= end && a.end() <= self.dev.capacity() => {}
                 _ => {
@@ -1955,7 +1965,7 @@ impl MetaVolume {
             }
         }
         let mut st = MetaState::decode(geo, ch.version, &body)?;
-        if self.paged {
+        if ch.version >= PAGED_CRC_META_VERSION {
             self.load_crc_pages(&st, ch.epoch)?;
         }
         self.body_len = ch.body_len;
@@ -2916,6 +2926,164 @@ mod tests {
         plain.crc_area = None;
         let e = plain.load(&g).unwrap_err().to_string();
         assert!(e.contains("no checksum area"), "{e}");
+    }
+
+    /// The upgrade of a version 5 volume that has room for the checksum area (grown after the
+    /// array was made): loading it makes the volume paged, the next sync writes a full version 6
+    /// checkpoint, and a power cut at every write and flush of that checkpoint (unflushed writes
+    /// lost, torn or reordered, seeded) loads either the version 5 state before (which upgrades
+    /// again on the next sync) or the version 6 state after, never a page error or a lost
+    /// checksum. Without room the volume stays version 5.
+    #[test]
+    fn a_version_5_volume_with_room_upgrades_and_survives_a_power_cut_at_every_step() {
+        use ecstack_device::faulty::{FaultConfig, Faulty, PowerCutPolicy};
+        use ecstack_device::mem::MemDevice;
+        let g = geo(4);
+        let (layout, area) = paged_layout(&g);
+        let inc_end = layout.inc_off + layout.inc_size;
+        // A version 5 volume (no checksum area: it ends with its incremental area): a checkpoint
+        // with the checksum table inline, then frames with checksum records.
+        let v5_dev = volume_dev(inc_end);
+        let mut v5 = MetaVolume::new(Arc::clone(&v5_dev), layout.clone(), 7);
+        let mut before = MetaState::new(&g);
+        for r in set_crcs(&before, 0, 3000, 1) {
+            before.apply(&r);
+        }
+        v5.write_checkpoint(&before.encode()).unwrap();
+        assert_eq!(v5.version, INLINE_CRC_META_VERSION);
+        let recs = set_crcs(&before, 2500, 1500, 2);
+        v5.append(&recs).unwrap();
+        for r in &recs {
+            before.apply(r);
+        }
+        // Not grown: loads as version 5 and keeps appending version 5 frames.
+        let mut same = MetaVolume::new(Arc::clone(&v5_dev), layout.clone(), 7);
+        same.crc_area = Some(area.clone());
+        assert!(same.load(&g).unwrap() == before);
+        assert!(!same.paged && same.write_version() == INLINE_CRC_META_VERSION);
+        assert!(
+            same.fits_records(&recs),
+            "a version 5 volume without room appends frames"
+        );
+        // Grown: the same bytes on a volume with room for the area after them.
+        let mut image = vec![0u8; area.end() as usize];
+        v5_dev.read_at(&mut image[..inc_end as usize], 0).unwrap();
+        let upgrading = |dev: Arc<dyn BlockDevice>| {
+            let mut mv = MetaVolume::new(dev, layout.clone(), 7);
+            mv.crc_area = Some(area.clone());
+            mv
+        };
+        let checkpoint_version = |dev: &dyn BlockDevice| {
+            (0..2)
+                .filter_map(|i| {
+                    let mut h = vec![0u8; CP_HEADER];
+                    dev.read_at(&mut h, layout.cp_off[i]).unwrap();
+                    CheckpointHeader::decode(&h).map(|c| (c.epoch, c.version))
+                })
+                .max()
+                .map(|(_, v)| v)
+                .unwrap()
+        };
+        let errors = |s: &MetaState| {
+            s.crcs
+                .0
+                .page_errors
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let mut after = before.clone();
+        for r in set_crcs(&after, 4000, 2000, 3) {
+            after.apply(&r);
+        }
+        let mut cuts = 0;
+        let mut outcomes = [0u32; 2];
+        for at in 0.. {
+            let mut done = false;
+            for seed in 0..3u64 {
+                let mem = MemDevice::new(image.len() as u64).unwrap();
+                mem.write_at(&image, 0).unwrap();
+                let cfg = FaultConfig {
+                    seed: at * 10 + seed,
+                    power_cut_at_op: Some(at),
+                    power_cut: PowerCutPolicy {
+                        survive_prob: 0.5,
+                        torn_prob: 0.7,
+                        reorder: true,
+                        sector: 512,
+                    },
+                    ..FaultConfig::default()
+                };
+                let f = Arc::new(Faulty::new(mem, cfg));
+                let dev: Arc<dyn BlockDevice> = f.clone();
+                // Open (reads only, from the grown image), change the state, sync: a frame does
+                // not fit (the loaded checkpoint is of version 5), so a full checkpoint of version
+                // 6 is written, on the copy that loses power.
+                let grown = MemDevice::new(image.len() as u64).unwrap();
+                grown.write_at(&image, 0).unwrap();
+                let mut mv = upgrading(Arc::new(grown));
+                let mut cur = mv.load(&g).unwrap();
+                mv.dev = Arc::clone(&dev);
+                assert!(cur == before, "the grown image loads the state before");
+                assert!(mv.paged && mv.write_version() == META_VERSION);
+                let recs = set_crcs(&cur, 4000, 2000, 3);
+                assert!(
+                    !mv.fits_records(&recs),
+                    "no version 6 frame after a version 5 checkpoint"
+                );
+                for r in &recs {
+                    cur.apply(r);
+                }
+                assert!(cur == after);
+                if paged_checkpoint(&mut mv, &cur).is_ok() {
+                    // Everything is flushed: read what the device holds (a read through `f`
+                    // would meet the power cut, which lies past the checkpoint's operations).
+                    let mut bytes = vec![0u8; image.len()];
+                    f.inner().read_at(&mut bytes, 0).unwrap();
+                    let held = MemDevice::new(image.len() as u64).unwrap();
+                    held.write_at(&bytes, 0).unwrap();
+                    assert_eq!(checkpoint_version(&held), META_VERSION);
+                    let got = upgrading(Arc::new(held)).load(&g).unwrap();
+                    assert!(got == after && errors(&got) == 0);
+                    done = true;
+                    break;
+                }
+                cuts += 1;
+                f.power_on();
+                let mut again = upgrading(Arc::clone(&dev));
+                let mut got = again.load(&g).unwrap();
+                assert_eq!(errors(&got), 0, "cut at op {at}, seed {seed}");
+                let which = if got == before {
+                    assert_eq!(checkpoint_version(dev.as_ref()), INLINE_CRC_META_VERSION);
+                    0
+                } else if got == after {
+                    assert_eq!(checkpoint_version(dev.as_ref()), META_VERSION);
+                    1
+                } else {
+                    panic!("cut at op {at}, seed {seed}: loaded a state that was never synced")
+                };
+                outcomes[which] += 1;
+                // The reopened volume upgrades (again, or goes on in version 6): a checkpoint of
+                // the reloaded state changed elsewhere loads exactly that state, in version 6.
+                for r in set_crcs(&got, 100, 50, 4) {
+                    got.apply(&r);
+                }
+                paged_checkpoint(&mut again, &got).unwrap();
+                assert_eq!(checkpoint_version(dev.as_ref()), META_VERSION);
+                let loaded = upgrading(Arc::clone(&dev)).load(&g).unwrap();
+                assert_eq!(errors(&loaded), 0);
+                assert!(
+                    loaded == got,
+                    "cut at op {at}, seed {seed}: a checksum was lost or a stale page leaked"
+                );
+            }
+            if done {
+                break;
+            }
+        }
+        println!("{cuts} cuts: {outcomes:?} (before, after)");
+        assert!(
+            cuts > 10 && outcomes[0] > 0 && outcomes[1] > 0,
+            "{cuts} cuts: {outcomes:?}"
+        );
     }
 
     fn volume_dev(bytes: u64) -> Arc<dyn BlockDevice> {

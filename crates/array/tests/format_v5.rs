@@ -2,7 +2,9 @@
 //! every full checkpoint, before the paged checksum area of version 6) still open, read back
 //! exactly, keep verifying their chunks against the checksums they had, and keep working (they
 //! stay version 5: their metadata volume has no room for a checksum area, see
-//! `docs/array-format.md`, "Checksum area").
+//! `docs/array-format.md`, "Checksum area"). On a metadata volume grown to make room for the
+//! area, the first sync upgrades them to version 6 (the power cuts of that step are in
+//! `meta.rs`: `a_version_5_volume_with_room_upgrades_and_survives_a_power_cut_at_every_step`).
 //!
 //! The images in `tests/fixtures/v5-*.img.txt` were written by `write_v5_fixtures` below at commit
 //! 73c984d (format version 5): a (2+1) array of each scheme with 512-byte chunks, full-stripe and
@@ -87,6 +89,35 @@ fn reopen(d: &ArrayDevices) -> Array {
         specs: None,
     })
     .unwrap_or_else(|e| panic!("open: {e}"))
+}
+
+/// The format version of the newest checkpoint on `meta` (header: magic `ECSTKCKP`, u32 version
+/// at byte 8, u64 salt at 12, u64 epoch at 20; docs/array-format.md).
+fn checkpoint_version(a: &Array, meta: &dyn BlockDevice) -> u32 {
+    let layout = a.superblock().layout;
+    let mut best = (0u64, 0u32);
+    for off in layout.cp_off {
+        let mut h = [0u8; 32];
+        meta.read_at(&mut h, off).unwrap();
+        if &h[..8] != b"ECSTKCKP" {
+            continue;
+        }
+        let version = u32::from_le_bytes(h[8..12].try_into().unwrap());
+        let epoch = u64::from_le_bytes(h[20..28].try_into().unwrap());
+        best = best.max((epoch, version));
+    }
+    best.1
+}
+
+/// Flip a byte of every chunk slot of `dev` (one chunk of each stripe or log stripe).
+fn rot(a: &Array, dev: &dyn BlockDevice) {
+    let g = a.geometry().clone();
+    for slot in 0..g.slots {
+        let at = g.off(slot) + 33;
+        let mut b = [0u8; 1];
+        dev.read_at(&mut b, at).unwrap();
+        dev.write_at(&[b[0] ^ 0x10], at).unwrap();
+    }
 }
 
 fn read_all(a: &Array) -> Vec<u8> {
@@ -206,12 +237,73 @@ fn version_5_images_open_verify_and_keep_working() {
         expected[3000..4500].copy_from_slice(&new);
         a.sync().unwrap();
         a.close().unwrap();
+        assert_eq!(
+            checkpoint_version(&a, devs.meta.as_ref()),
+            5,
+            "{scheme}: no room for the checksum area: stays version 5"
+        );
         drop(a);
         let a = reopen(&devs);
         assert!(read_all(&a) == expected, "{scheme}: after close and reopen");
         a.commit().unwrap();
         drop(a);
         let a = reopen(&devs);
+        assert!(
+            read_all(&a) == expected,
+            "{scheme}: after commit and reopen"
+        );
+        let r = a
+            .scrub(&ecstack_array::ScrubOptions::default(), &|_, _| {})
+            .unwrap();
+        assert!(r.clean(), "{scheme}: {r:?}");
+    }
+}
+
+/// A version 5 array whose metadata volume was grown (the bytes of the image on a larger device,
+/// as after `truncate -s +1M meta.img`) has room for the checksum area: its first sync writes a
+/// full version 6 checkpoint with the checksum pages, and after a reopen the checksums come from
+/// the pages and still catch a flipped byte.
+#[test]
+fn version_5_images_on_a_grown_metadata_volume_upgrade_to_version_6() {
+    for scheme in SchemeKind::ALL {
+        let images = load_fixture(5, scheme);
+        let (mut devs, all, mut expected) = image_devices(&images);
+        let old = devs.meta.capacity();
+        let mut bytes = vec![0u8; old as usize];
+        devs.meta.read_at(&mut bytes, 0).unwrap();
+        let grown = mem(old + (1 << 20));
+        grown.write_at(&bytes, 0).unwrap();
+        devs.meta = grown;
+        let a = reopen(&devs);
+        assert!(read_all(&a) == expected, "{scheme}: data of the v5 image");
+        let new = vec![0xa5u8; 700];
+        a.write(&new, 1000).unwrap();
+        expected[1000..1700].copy_from_slice(&new);
+        a.sync().unwrap();
+        assert_eq!(
+            checkpoint_version(&a, devs.meta.as_ref()),
+            6,
+            "{scheme}: the first sync upgrades"
+        );
+        a.close().unwrap();
+        drop(a);
+        let a = reopen(&devs);
+        assert!(read_all(&a) == expected, "{scheme}: after the upgrade");
+        assert_eq!(a.status().checksums.checksum_page_errors, 0, "{scheme}");
+        rot(&a, all[0].as_ref());
+        assert!(read_all(&a) == expected, "{scheme}: with device 0 rotten");
+        assert!(
+            a.status().checksums.checksum_errors > 0,
+            "{scheme}: the flip was not caught: the checksums did not reach the pages"
+        );
+        // And keeps working in version 6: a write, a commit, a reopen, a clean scrub.
+        a.write(&new, 5000).unwrap();
+        expected[5000..5700].copy_from_slice(&new);
+        a.commit().unwrap();
+        a.close().unwrap();
+        drop(a);
+        let a = reopen(&devs);
+        assert_eq!(checkpoint_version(&a, devs.meta.as_ref()), 6, "{scheme}");
         assert!(
             read_all(&a) == expected,
             "{scheme}: after commit and reopen"
