@@ -1,5 +1,5 @@
-//! TWEEN's NVRAM region: a byte-addressable persistent region (a DAX pmem device or file, or an
-//! ordinary file, mapped with `mmap` and persisted with `msync`; in tests an in-memory region whose
+//! TWEEN's NVRAM region: a byte-addressable persistent region (a file on an fsdax mount, or an
+//! ordinary file; device DAX character devices are not supported, see docs/tween.md; mapped with `mmap` and persisted with `msync`; in tests an in-memory region whose
 //! persistent image changes only on `persist`), and the layout of TWEEN's metadata in it. Byte
 //! layout, write ordering and the durability assumption: `docs/tween.md`.
 
@@ -59,7 +59,7 @@ impl NvramImage {
 /// Where TWEEN's NVRAM region lives.
 #[derive(Debug, Clone)]
 pub enum NvramSpec {
-    /// A DAX pmem device or file, or an ordinary file (created with `bytes` when missing; `None`
+    /// A file on an fsdax mount or an ordinary file (created with `bytes` when missing; `None`
     /// takes the size the layout needs).
     File { path: PathBuf, bytes: Option<u64> },
     /// An in-memory region (tests, simulations): only persisted ranges reach the image.
