@@ -56,8 +56,25 @@ pub struct TweenArgs {
 pub fn chunk_bytes(t: &TweenArgs, k: usize) -> Result<u64> {
     let stripe = parse_size(&t.stripe)?;
     if k == 0 || !stripe.is_multiple_of(k as u64) || !(stripe / k as u64).is_multiple_of(512) {
+        // A stripe that works: k chunks of the largest power of two that fits (a chunk should be
+        // a multiple of the SSD's flash block, docs/tween.md).
+        let hint = match (stripe / k.max(1) as u64).checked_ilog2() {
+            Some(b) if k > 0 && b >= 9 => {
+                let arg = |x: u64| match x {
+                    x if x.is_multiple_of(1 << 20) => format!("{}M", x >> 20),
+                    x if x.is_multiple_of(1 << 10) => format!("{}K", x >> 10),
+                    x => x.to_string(),
+                };
+                format!(
+                    ": try --stripe {} (k chunks of {})",
+                    arg(k as u64 * (1u64 << b)),
+                    arg(1u64 << b)
+                )
+            }
+            _ => String::new(),
+        };
         bail!(
-            "invalid array configuration: stripe {} is not k = {k} chunks of a multiple of 512 bytes",
+            "invalid array configuration: stripe {} is not k = {k} chunks of a multiple of 512 bytes{hint}",
             t.stripe
         );
     }
