@@ -529,10 +529,11 @@ mod scalar {
 /// e.g. nibble split), `tbl` (load one coefficient's table or bit matrix), `apply` (the product of a
 /// prepared source and a loaded coefficient) and `mul2`; the macro then expands the same kernels over
 /// them. `$maxg` is the most rows one pass keeps in registers, `$maxg2` the most for which two vectors
-/// per step still fit.
+/// per step still fit, `$maxg3` the most that take three (ISA-L's AVX2+GFNI kernels do 96 bytes per
+/// step for one or two outputs; 0 = never).
 #[cfg(target_arch = "x86_64")]
 macro_rules! simd_body {
-    ($feat:literal, $maxg:literal, $maxg2:literal) => {
+    ($feat:literal, $maxg:literal, $maxg2:literal, $maxg3:literal) => {
         /// Rows [r0, r0 + G) of the dot product over whole vectors of [0, n): U vectors per step (the
         /// coefficient tables are loaded once per step and used for all U), then single vectors.
         #[target_feature(enable = $feat)]
@@ -545,12 +546,18 @@ macro_rules! simd_body {
             acc: bool,
         ) {
             let mut pos = 0;
+            if n >= super::PREFETCH_MIN_BYTES {
+                while pos + U * W <= n {
+                    step::<G, U, PAIRS, true>(t, r0, sp, dp, pos, acc);
+                    pos += U * W;
+                }
+            }
             while pos + U * W <= n {
-                step::<G, U, PAIRS>(t, r0, sp, dp, pos, acc);
+                step::<G, U, PAIRS, false>(t, r0, sp, dp, pos, acc);
                 pos += U * W;
             }
             while pos + W <= n {
-                step::<G, 1, PAIRS>(t, r0, sp, dp, pos, acc);
+                step::<G, 1, PAIRS, false>(t, r0, sp, dp, pos, acc);
                 pos += W;
             }
         }
@@ -558,7 +565,7 @@ macro_rules! simd_body {
         /// U vectors at `pos` of rows [r0, r0 + G).
         #[inline]
         #[target_feature(enable = $feat)]
-        unsafe fn step<const G: usize, const U: usize, const PAIRS: bool>(
+        unsafe fn step<const G: usize, const U: usize, const PAIRS: bool, const PF: bool>(
             t: &Tables,
             r0: usize,
             sp: &[*const u8],
@@ -577,6 +584,19 @@ macro_rules! simd_body {
             }
             for c in 0..cols {
                 let mut p: [P; U] = [prep(zero()); U];
+                if PF {
+                    // One prefetch per cache line of this step, PREFETCH_BYTES ahead. A prefetch
+                    // never faults, and `wrapping_add` keeps the address arithmetic defined past
+                    // the end of the buffer.
+                    let s = *sp.get_unchecked(if PAIRS { 2 * c } else { c });
+                    let mut off = 0;
+                    while off < U * W {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            s.wrapping_add(pos + off + super::PREFETCH_BYTES) as *const i8,
+                        );
+                        off += 64;
+                    }
+                }
                 for u in 0..U {
                     let x = if PAIRS {
                         xor(
@@ -616,15 +636,17 @@ macro_rules! simd_body {
             let mut r = 0;
             while r < t.rows() {
                 let g = (t.rows() - r).min($maxg);
-                // Two vectors per step while the accumulators, prepared sources and one table fit
-                // in the registers ($maxg2 rows), one above.
+                // Three vectors per step for up to $maxg3 rows, two while the accumulators,
+                // prepared sources and one table fit in the registers ($maxg2 rows), one above.
                 macro_rules! go {
                     ($g:literal) => {
-                        match (pairs, $g <= $maxg2) {
-                            (true, true) => group::<$g, 2, true>(t, r, sp, dp, n, acc),
-                            (false, true) => group::<$g, 2, false>(t, r, sp, dp, n, acc),
-                            (true, false) => group::<$g, 1, true>(t, r, sp, dp, n, acc),
-                            (false, false) => group::<$g, 1, false>(t, r, sp, dp, n, acc),
+                        match (pairs, if $g <= $maxg3 { 3 } else if $g <= $maxg2 { 2 } else { 1 }) {
+                            (true, 3) => group::<$g, 3, true>(t, r, sp, dp, n, acc),
+                            (false, 3) => group::<$g, 3, false>(t, r, sp, dp, n, acc),
+                            (true, 2) => group::<$g, 2, true>(t, r, sp, dp, n, acc),
+                            (false, 2) => group::<$g, 2, false>(t, r, sp, dp, n, acc),
+                            (true, _) => group::<$g, 1, true>(t, r, sp, dp, n, acc),
+                            (false, _) => group::<$g, 1, false>(t, r, sp, dp, n, acc),
                         }
                     };
                 }
@@ -767,7 +789,7 @@ mod avx512gfni {
     unsafe fn mul2(x: V) -> V {
         _mm512_gf2p8affine_epi64_epi8::<0>(x, _mm512_set1_epi64(super::MUL2_MATRIX as i64))
     }
-    simd_body!("avx512f,avx512bw,gfni", 8, 8);
+    simd_body!("avx512f,avx512bw,gfni", 8, 8, 0);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -821,7 +843,7 @@ mod avx512 {
         let poly = _mm512_maskz_mov_epi8(carry, _mm512_set1_epi8(0x1d));
         _mm512_xor_si512(_mm512_add_epi8(x, x), poly)
     }
-    simd_body!("avx512f,avx512bw", 8, 6);
+    simd_body!("avx512f,avx512bw", 8, 6, 0);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -860,7 +882,7 @@ mod avx2gfni {
     unsafe fn mul2(x: V) -> V {
         _mm256_gf2p8affine_epi64_epi8::<0>(x, _mm256_set1_epi64x(super::MUL2_MATRIX as i64))
     }
-    simd_body!("avx2,gfni", 4, 4);
+    simd_body!("avx2,gfni", 4, 4, 2);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -916,7 +938,7 @@ mod avx2 {
             _mm256_and_si256(carry, _mm256_set1_epi8(0x1d)),
         )
     }
-    simd_body!("avx2", 4, 3);
+    simd_body!("avx2", 4, 3, 0);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -967,8 +989,15 @@ mod ssse3 {
             _mm_and_si128(carry, _mm_set1_epi8(0x1d)),
         )
     }
-    simd_body!("ssse3", 4, 3);
+    simd_body!("ssse3", 4, 3, 0);
 }
+
+/// How far ahead of the current position the dot product prefetches each source (8 cache lines), and
+/// from which length on. Measured (docs/benchmarks.md, issue 13): with 10–12 sources of 256 KiB–1 MiB
+/// the hardware prefetchers alone left our decode at 0.7–1.1x ISA-L; with this, 1.3–1.9x. Below the
+/// threshold the sources sit in L1/L2 between calls and the extra instructions only cost.
+const PREFETCH_BYTES: usize = 512;
+const PREFETCH_MIN_BYTES: usize = 128 * 1024;
 
 /// The GF2P8AFFINEQB bit matrix of multiply-by-2 under 0x11d (rows 0x80,0x01,0x82,0x84,0x88,0x10,0x20,0x40
 /// for output bits 0..7); a unit test checks it against `gf::affine_matrix(2)`.

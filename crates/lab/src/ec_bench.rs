@@ -202,14 +202,105 @@ fn measure(bytes: usize, secs: f64, f: &mut dyn FnMut()) -> f64 {
     }
 }
 
-fn rand_bufs(rng: &mut Rng, count: usize, len: usize) -> Vec<Vec<u8>> {
+const PAGE: usize = 4096;
+
+/// A buffer whose bytes start on a 4 KiB page boundary. Every shard, parity and delta buffer of the
+/// RS rows is one, and both sides of a figure run on the same ones, so no figure depends on where the
+/// allocator placed a buffer (glibc serves 1 MiB from fresh mmaps at page + 16 B, or from the heap at
+/// any 16-byte offset once earlier rows freed theirs, which moved figures by 2x).
+struct PageBuf {
+    raw: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl PageBuf {
+    fn zeroed(len: usize) -> PageBuf {
+        PageBuf::zeroed_at(len, skew())
+    }
+    /// `len` zero bytes starting `skew` bytes after a page boundary.
+    fn zeroed_at(len: usize, skew: usize) -> PageBuf {
+        let raw = vec![0u8; len + PAGE + skew];
+        let off = raw.as_ptr().align_offset(PAGE) + skew;
+        PageBuf { raw, off, len }
+    }
+    fn copy_of(b: &[u8]) -> PageBuf {
+        let mut p = PageBuf::zeroed(b.len());
+        p.copy_from_slice(b);
+        p
+    }
+}
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.raw[self.off..self.off + self.len]
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.off..self.off + self.len]
+    }
+}
+
+/// Diagnostic: `ECSTACK_BENCH_SKEW=<bytes>` starts the i-th buffer made `(i * bytes) % 4096` bytes
+/// after its page boundary instead of on it (16 imitates glibc's heap placement), for both sides alike.
+fn skew() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let step: usize = std::env::var("ECSTACK_BENCH_SKEW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let i = NEXT.fetch_add(1, Ordering::Relaxed);
+    (i * step) % PAGE
+}
+
+fn rand_bufs(rng: &mut Rng, count: usize, len: usize) -> Vec<PageBuf> {
     (0..count)
         .map(|_| {
-            let mut v = vec![0u8; len];
+            let mut v = PageBuf::zeroed(len);
             rng.fill(&mut v);
             v
         })
         .collect()
+}
+
+fn zeroed_bufs(count: usize, len: usize) -> Vec<PageBuf> {
+    (0..count).map(|_| PageBuf::zeroed(len)).collect()
+}
+
+fn slices(bufs: &[PageBuf]) -> Vec<&[u8]> {
+    bufs.iter().map(|b| &**b).collect()
+}
+
+fn slices_mut(bufs: &mut [PageBuf]) -> Vec<&mut [u8]> {
+    bufs.iter_mut().map(|b| &mut **b).collect()
+}
+
+/// Shared views of the `survivors` and mutable views of the `erased` buffers among `base`.
+///
+/// # Safety
+/// Every pointer is valid for `chunk` bytes, nothing else accesses those buffers while the views
+/// live, and `survivors` and `erased` are disjoint sets of indexes without repeats.
+#[cfg(any(feature = "isal", feature = "isal-new"))]
+unsafe fn split_views<'a>(
+    base: &[*mut u8],
+    chunk: usize,
+    survivors: &[usize],
+    erased: &[usize],
+) -> (Vec<&'a [u8]>, Vec<&'a mut [u8]>) {
+    (
+        survivors
+            .iter()
+            .map(|&i| std::slice::from_raw_parts(base[i] as *const u8, chunk))
+            .collect(),
+        erased
+            .iter()
+            .map(|&e| std::slice::from_raw_parts_mut(base[e], chunk))
+            .collect(),
+    )
 }
 
 /// What one figure's ISA-L side runs, when built with a peer feature.
@@ -229,17 +320,31 @@ fn peer_at(_level: Simd) -> Result<Option<Peer>> {
     Ok(None)
 }
 
-/// Best of `rounds` interleaved rounds of ours and the peer: (ours GB/s, peer GB/s).
+/// Best of `rounds` interleaved rounds of ours and the peer: (ours GB/s, peer GB/s). One warm-up
+/// round (a quarter of the time per side, not counted) comes first, so neither side's first round
+/// pays for page faults, cold caches or a clock ramping up.
 fn best_of(
     rounds: usize,
-    ours: &mut dyn FnMut() -> f64,
-    mut theirs: Option<&mut dyn FnMut() -> f64>,
+    ours: &mut dyn FnMut(f64) -> f64,
+    secs: f64,
+    mut theirs: Option<&mut dyn FnMut(f64) -> f64>,
 ) -> (f64, Option<f64>) {
+    ours(secs / 4.0);
+    if let Some(t) = theirs.as_mut() {
+        t(secs / 4.0);
+    }
     let mut best = (0f64, None::<f64>);
-    for _ in 0..rounds.max(1) {
-        best.0 = best.0.max(ours());
-        if let Some(t) = theirs.as_mut() {
-            let x = t();
+    for round in 0..rounds.max(1) {
+        // Alternate who goes first, so neither side always runs right after the other's writes.
+        let (o, t) = if round % 2 == 0 {
+            let o = ours(secs);
+            (o, theirs.as_mut().map(|t| t(secs)))
+        } else {
+            let t = theirs.as_mut().map(|t| t(secs));
+            (ours(secs), t)
+        };
+        best.0 = best.0.max(o);
+        if let Some(x) = t {
             best.1 = Some(best.1.unwrap_or(0f64).max(x));
         }
     }
@@ -247,7 +352,10 @@ fn best_of(
 }
 
 /// One (k, m, chunk) row at one kernel level: encode, decode (plan prepared once), decode-inv (plan
-/// made every call), delta; each result checked (ours against the data, ISA-L against ours).
+/// made every call), delta. Both sides run on the same page-aligned buffers (encode: the same data
+/// in, the same parity buffers out; decode: the same survivors in, the same erased buffers rebuilt);
+/// each side's result is checked once before timing (ours against the data, ISA-L against ours) and
+/// again after.
 #[allow(clippy::too_many_arguments, unused_variables, unused_mut)]
 fn bench_ec_level(
     a: &EcBenchConfig,
@@ -255,7 +363,7 @@ fn bench_ec_level(
     peer: Option<Peer>,
     k: usize,
     m: usize,
-    data: &[Vec<u8>],
+    data: &[PageBuf],
     new: &[u8],
     fig: &mut dyn FnMut(&'static str, (f64, Option<f64>)),
 ) -> Result<()> {
@@ -266,46 +374,64 @@ fn bench_ec_level(
         ..CodeOptions::default()
     };
     let code = new_linear_code_with(kind, k, m, opts)?;
-    let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
-    let mut parity = vec![vec![0u8; chunk]; m];
+    let d = slices(data);
     #[cfg(any(feature = "isal", feature = "isal-new"))]
     let g = code.generator().data.clone();
+    let at = level.name();
 
-    // Encode.
-    let mut isal_parity = vec![vec![0u8; chunk]; m];
+    // Encode: ours first into `parity` (the reference), ISA-L's once into a second set to check, then
+    // both timed into `parity`.
+    let mut parity = zeroed_bufs(m, chunk);
+    code.encode(&d, &mut slices_mut(&mut parity))?;
+    let reference: Vec<Vec<u8>> = parity.iter().map(|p| p.to_vec()).collect();
+    #[cfg(any(feature = "isal", feature = "isal-new"))]
+    if let Some(lib) = peer {
+        let mut check = zeroed_bufs(m, chunk);
+        lib.tables(Some(level), k, m, &g[k * k..])
+            .encode(chunk, &d, &mut slices_mut(&mut check));
+        if check.iter().zip(&reference).any(|(x, y)| **x != y[..]) {
+            return Err(failed(format!(
+                "ours and ISA-L disagree on parity for k={k} m={m} chunk={chunk} at {at}"
+            )));
+        }
+    }
     {
-        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
-        let mut ours = || {
-            measure(k * chunk, a.time, &mut || {
-                code.encode(&d, &mut p).expect("encode")
-            })
-        };
+        let mut p = slices_mut(&mut parity);
         #[cfg(any(feature = "isal", feature = "isal-new"))]
         let mut t = peer.map(|lib| lib.tables(Some(level), k, m, &g[k * k..]));
-        let mut ip: Vec<&mut [u8]> = isal_parity.iter_mut().map(|v| v.as_mut_slice()).collect();
-        let dr = &d;
+        let (code, d) = (&code, &d);
+        let p = std::cell::RefCell::new(&mut p);
+        let mut ours = |s: f64| {
+            let mut p = p.borrow_mut();
+            measure(k * chunk, s, &mut || code.encode(d, &mut p).expect("encode"))
+        };
         #[cfg(any(feature = "isal", feature = "isal-new"))]
-        let mut theirs = t
-            .as_mut()
-            .map(|t| move || measure(k * chunk, a.time, &mut || t.encode(chunk, dr, &mut ip)));
+        let mut theirs = t.as_mut().map(|t| {
+            let p = &p;
+            move |s: f64| {
+                let mut p = p.borrow_mut();
+                measure(k * chunk, s, &mut || t.encode(chunk, d, &mut p))
+            }
+        });
         #[cfg(not(any(feature = "isal", feature = "isal-new")))]
-        let mut theirs: Option<fn() -> f64> = None;
+        let mut theirs: Option<fn(f64) -> f64> = None;
         let r = best_of(
             a.rounds,
             &mut ours,
-            theirs.as_mut().map(|f| f as &mut dyn FnMut() -> f64),
+            a.time,
+            theirs.as_mut().map(|f| f as &mut dyn FnMut(f64) -> f64),
         );
         fig("encode", r);
     }
-    if peer.is_some() && parity != isal_parity {
+    if parity.iter().zip(&reference).any(|(x, y)| **x != y[..]) {
         return Err(failed(format!(
-            "ours and ISA-L disagree on parity for k={k} m={m} chunk={chunk} at {}",
-            level.name()
+            "encode check failed for k={k} m={m} chunk={chunk} at {at}"
         )));
     }
 
     // Decode with m data chunks lost (all data and some parity when m > k): once with the decode plan
-    // prepared once, once with a plan made every call.
+    // prepared once, once with a plan made every call. Both sides read the same survivors of `shards`
+    // and rebuild the same erased buffers of it.
     let erased: Vec<usize> = (0..m.min(k)).chain(k..k + m.saturating_sub(k)).collect();
     let survivors: Vec<usize> = (0..k + m).filter(|i| !erased.contains(i)).take(k).collect();
     let uncached = new_linear_code_with(
@@ -317,77 +443,103 @@ fn bench_ec_level(
             ..opts
         },
     )?;
-    // Both sides work on copies made the same way at the same time (buffer age and placement moved
-    // the figures by 2x otherwise): ours rebuilds in place in `shards`, ISA-L reads the survivors of
-    // `isal_shards` and writes its erased buffers (`outs`).
-    let mut shards: Vec<Vec<u8>> = data.iter().chain(parity.iter()).cloned().collect();
-    let mut isal_shards = shards.clone();
-    let mut outs: Vec<Vec<u8>> = erased
+    let mut shards: Vec<PageBuf> = data
         .iter()
-        .map(|&e| std::mem::take(&mut isal_shards[e]))
+        .chain(parity.iter())
+        .map(|b| PageBuf::copy_of(b))
         .collect();
-    let srcs: Vec<&[u8]> = survivors
+    let want: Vec<Vec<u8>> = erased
         .iter()
-        .map(|&i| isal_shards[i].as_slice())
+        .map(|&e| if e < k { data[e].to_vec() } else { reference[e - k].clone() })
         .collect();
+    let rebuilt = |shards: &[PageBuf]| erased.iter().zip(&want).all(|(&e, w)| *shards[e] == w[..]);
     for (op, ours_code, prepared) in [("decode", &code, true), ("decode-inv", &uncached, false)] {
-        {
-            let mut s: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-            let mut ours = || {
-                measure(k * chunk, a.time, &mut || {
-                    ours_code
-                        .reconstruct_in_place(&mut s, &erased)
-                        .expect("decode")
-                })
-            };
-            let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
-            #[cfg(any(feature = "isal", feature = "isal-new"))]
-            let mut theirs = peer.map(|lib| {
-                // Prepared: rows and tables made once. Not prepared: the steps ISA-L's own
-                // erasure_code_perf times on every call (invert, rows, tables, dot product).
-                let mut once = prepared.then(|| {
+        // Erased buffers are zeroed before each side's first call, so each side's check sees its own work.
+        let wipe = |shards: &mut [PageBuf]| {
+            for &e in &erased {
+                shards[e].fill(0);
+            }
+        };
+        wipe(&mut shards);
+        ours_code.reconstruct_in_place(&mut slices_mut(&mut shards), &erased)?;
+        if !rebuilt(&shards) {
+            return Err(failed(format!(
+                "{op} check failed for k={k} m={m} chunk={chunk} at {at}"
+            )));
+        }
+        // Each side makes its slices of `shards` from these pointers for the span of one timing
+        // (`measure` call) only, so the two sides' views are never alive at the same time.
+        let base: Vec<*mut u8> = shards.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        let base = &base;
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
+        let mut isal_prepared = peer.filter(|_| prepared).map(|lib| {
+            let rows = lib
+                .decode_rows(&g, k, &survivors, &erased)
+                .expect("invertible");
+            lib.tables(Some(level), k, erased.len(), &rows)
+        });
+        // ISA-L: the survivors as sources, the erased shards as outputs.
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
+        let mut isal_run = |s: Option<f64>| -> f64 {
+            let lib = peer.expect("peer");
+            // SAFETY: `shards` is borrowed by nothing else while these views live (this call);
+            // survivors and erased indexes are disjoint, so the sources never overlap the outputs.
+            let (srcs, mut outs) = unsafe { split_views(base, chunk, &survivors, &erased) };
+            let mut call = || match isal_prepared.as_mut() {
+                Some(t) => t.encode(chunk, &srcs, &mut outs),
+                None => {
                     let rows = lib
                         .decode_rows(&g, k, &survivors, &erased)
                         .expect("invertible");
                     lib.tables(Some(level), k, erased.len(), &rows)
-                });
-                let (g, survivors, erased, srcs) = (&g, &survivors, &erased, &srcs);
-                move || {
-                    measure(k * chunk, a.time, &mut || match once.as_mut() {
-                        Some(t) => t.encode(chunk, srcs, &mut o),
-                        None => {
-                            let rows = lib
-                                .decode_rows(g, k, survivors, erased)
-                                .expect("invertible");
-                            lib.tables(Some(level), k, erased.len(), &rows)
-                                .encode(chunk, srcs, &mut o)
-                        }
-                    })
+                        .encode(chunk, &srcs, &mut outs)
                 }
-            });
-            #[cfg(not(any(feature = "isal", feature = "isal-new")))]
-            let mut theirs: Option<fn() -> f64> = None;
-            let r = best_of(
-                a.rounds,
-                &mut ours,
-                theirs.as_mut().map(|f| f as &mut dyn FnMut() -> f64),
-            );
-            fig(op, r);
+            };
+            match s {
+                Some(s) => measure(k * chunk, s, &mut call),
+                None => {
+                    call();
+                    0.0
+                }
+            }
+        };
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
+        if peer.is_some() {
+            wipe(&mut shards);
+            isal_run(None);
+            if !rebuilt(&shards) {
+                return Err(failed(format!(
+                    "ISA-L {op} check failed for k={k} m={m} chunk={chunk} at {at}"
+                )));
+            }
         }
-        for (i, &e) in erased.iter().enumerate() {
-            let want = if e < k { &data[e] } else { &parity[e - k] };
-            if &shards[e] != want {
-                return Err(failed(format!(
-                    "decode check failed for k={k} m={m} chunk={chunk} at {}",
-                    level.name()
-                )));
-            }
-            if peer.is_some() && &outs[i] != want {
-                return Err(failed(format!(
-                    "ISA-L decode check failed for k={k} m={m} at {}",
-                    level.name()
-                )));
-            }
+        let mut ours = |s: f64| {
+            // SAFETY: as above; ours rebuilds in place over all n shards.
+            let mut all: Vec<&mut [u8]> = base
+                .iter()
+                .map(|&p| unsafe { std::slice::from_raw_parts_mut(p, chunk) })
+                .collect();
+            measure(k * chunk, s, &mut || {
+                ours_code
+                    .reconstruct_in_place(&mut all, &erased)
+                    .expect("decode")
+            })
+        };
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
+        let mut theirs = peer.map(|_| |s: f64| isal_run(Some(s)));
+        #[cfg(not(any(feature = "isal", feature = "isal-new")))]
+        let mut theirs: Option<fn(f64) -> f64> = None;
+        let r = best_of(
+            a.rounds,
+            &mut ours,
+            a.time,
+            theirs.as_mut().map(|f| f as &mut dyn FnMut(f64) -> f64),
+        );
+        fig(op, r);
+        if !rebuilt(&shards) {
+            return Err(failed(format!(
+                "{op} check failed after timing for k={k} m={m} chunk={chunk} at {at}"
+            )));
         }
     }
     let stats = code.decode_cache_stats();
@@ -397,67 +549,78 @@ fn bench_ec_level(
         )));
     }
 
-    // Parity delta for an update of the whole of data chunk 0.
-    let mut deltas = vec![vec![0u8; chunk]; m];
-    let mut isal_deltas = vec![vec![0u8; chunk]; m];
+    // Parity delta for an update of the whole of data chunk 0: ours into `deltas`, ISA-L (which
+    // accumulates) into `isal_deltas`.
+    let new = PageBuf::copy_of(new);
+    let mut deltas = zeroed_bufs(m, chunk);
+    let mut isal_deltas = zeroed_bufs(m, chunk);
+    // ISA-L's xor_gen needs 32-byte aligned buffers: its side of the delta reads page-aligned copies
+    // (they differ from ours only under ECSTACK_BENCH_SKEW).
+    #[cfg(any(feature = "isal", feature = "isal-new"))]
+    let (isal_old, isal_new, mut diff_buf) = {
+        let copy = |b: &[u8]| {
+            let mut p = PageBuf::zeroed_at(b.len(), 0);
+            p.copy_from_slice(b);
+            p
+        };
+        (copy(&data[0]), copy(&new), PageBuf::zeroed_at(chunk, 0))
+    };
     {
-        let mut dl: Vec<&mut [u8]> = deltas.iter_mut().map(|v| v.as_mut_slice()).collect();
-        let mut ours = || {
-            measure(chunk, a.time, &mut || {
-                code.parity_deltas(0, &data[0], new, &mut dl)
-                    .expect("delta")
+        let mut dl = slices_mut(&mut deltas);
+        let (code, old, new) = (&code, &data[0], &new);
+        let mut ours = |s: f64| {
+            measure(chunk, s, &mut || {
+                code.parity_deltas(0, old, new, &mut dl).expect("delta")
             })
         };
-        // xor_gen needs 32-byte aligned buffers.
-        #[cfg(any(feature = "isal", feature = "isal-new"))]
-        let (mut old_buf, mut new_buf, mut diff_buf) = (
-            vec![0u8; chunk + 32],
-            vec![0u8; chunk + 32],
-            vec![0u8; chunk + 32],
-        );
-        let mut o: Vec<&mut [u8]> = isal_deltas.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let mut o = slices_mut(&mut isal_deltas);
         #[cfg(any(feature = "isal", feature = "isal-new"))]
         let mut theirs = peer.map(|lib| {
-            let old_a: &[u8] = {
-                let s = aligned32(&mut old_buf, chunk);
-                s.copy_from_slice(&data[0]);
-                s
-            };
-            let new_a: &[u8] = {
-                let s = aligned32(&mut new_buf, chunk);
-                s.copy_from_slice(new);
-                s
-            };
-            let diff = aligned32(&mut diff_buf, chunk);
+            let diff = &mut *diff_buf;
             let mut t = lib.tables(Some(level), k, m, &g[k * k..]);
-            move || {
-                measure(chunk, a.time, &mut || {
-                    lib.xor(&[old_a, new_a], &mut *diff);
+            move |s: f64| {
+                measure(chunk, s, &mut || {
+                    lib.xor(&[&*isal_old, &*isal_new], &mut *diff);
                     t.update(chunk, 0, diff, &mut o);
                 })
             }
         });
         #[cfg(not(any(feature = "isal", feature = "isal-new")))]
-        let mut theirs: Option<fn() -> f64> = None;
+        let mut theirs: Option<fn(f64) -> f64> = None;
         let r = best_of(
             a.rounds,
             &mut ours,
-            theirs.as_mut().map(|f| f as &mut dyn FnMut() -> f64),
+            a.time,
+            theirs.as_mut().map(|f| f as &mut dyn FnMut(f64) -> f64),
         );
         fig("delta", r);
     }
-    // ISA-L's update accumulates into its outputs; check it once from zeroed buffers.
+    // Ours against a fresh encode's difference; ISA-L's update (it accumulates) once from zeroed
+    // buffers against ours.
+    {
+        let mut d2: Vec<&[u8]> = d.clone();
+        d2[0] = &new;
+        let mut p2 = zeroed_bufs(m, chunk);
+        code.encode(&d2, &mut slices_mut(&mut p2))?;
+        let ok = deltas
+            .iter()
+            .zip(p2.iter().zip(&reference))
+            .all(|(dl, (n, o))| dl.iter().zip(n.iter().zip(o)).all(|(x, (y, z))| *x == y ^ z));
+        if !ok {
+            return Err(failed(format!(
+                "delta check failed for k={k} m={m} chunk={chunk} at {at}"
+            )));
+        }
+    }
     #[cfg(any(feature = "isal", feature = "isal-new"))]
     if let Some(lib) = peer {
-        let diff: Vec<u8> = data[0].iter().zip(new).map(|(x, y)| x ^ y).collect();
-        let mut z = vec![vec![0u8; chunk]; m];
-        let mut zr: Vec<&mut [u8]> = z.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let diff: Vec<u8> = data[0].iter().zip(new.iter()).map(|(x, y)| x ^ y).collect();
+        let mut z = zeroed_bufs(m, chunk);
         lib.tables(Some(level), k, m, &g[k * k..])
-            .update(chunk, 0, &diff, &mut zr);
-        if z != deltas {
+            .update(chunk, 0, &diff, &mut slices_mut(&mut z));
+        if z.iter().zip(&deltas).any(|(x, y)| **x != **y) {
             return Err(failed(format!(
-                "ours and ISA-L disagree on parity deltas for k={k} m={m} at {}",
-                level.name()
+                "ours and ISA-L disagree on parity deltas for k={k} m={m} at {at}"
             )));
         }
     }
@@ -472,13 +635,6 @@ fn peer() -> Result<&'static ecstack_codes::isal::Isal> {
     return Ok(ecstack_codes::isal::newest());
     #[cfg(not(feature = "isal-new"))]
     return ecstack_codes::isal::debian().map_err(|e| LabError::Run(e.to_string()));
-}
-
-/// The `len` bytes of `buf` (which has 32 to spare) that start on a 32-byte boundary.
-#[cfg(any(feature = "isal", feature = "isal-new"))]
-fn aligned32(buf: &mut [u8], len: usize) -> &mut [u8] {
-    let off = buf.as_ptr().align_offset(32);
-    &mut buf[off..off + len]
 }
 
 fn bench_lt(k: usize, block: usize, trials: usize) -> Result<RatelessRow> {
