@@ -48,7 +48,11 @@ fn main() -> Result<()> {
         .split(';')
         .map(|r| {
             let f: Vec<&str> = r.split(',').collect();
-            (f[0].trim().parse().unwrap(), f[1].trim().parse().unwrap(), size(f[2]))
+            (
+                f[0].trim().parse().unwrap(),
+                f[1].trim().parse().unwrap(),
+                size(f[2]),
+            )
         })
         .collect();
     let levels = ec_bench::bench_levels(args.get(1).map(|s| s.as_str()))?;

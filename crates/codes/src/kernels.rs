@@ -640,7 +640,16 @@ macro_rules! simd_body {
                 // prepared sources and one table fit in the registers ($maxg2 rows), one above.
                 macro_rules! go {
                     ($g:literal) => {
-                        match (pairs, if $g <= $maxg3 { 3 } else if $g <= $maxg2 { 2 } else { 1 }) {
+                        match (
+                            pairs,
+                            if $g <= $maxg3 {
+                                3
+                            } else if $g <= $maxg2 {
+                                2
+                            } else {
+                                1
+                            },
+                        ) {
                             (true, 3) => group::<$g, 3, true>(t, r, sp, dp, n, acc),
                             (false, 3) => group::<$g, 3, false>(t, r, sp, dp, n, acc),
                             (true, 2) => group::<$g, 2, true>(t, r, sp, dp, n, acc),

@@ -403,7 +403,9 @@ fn bench_ec_level(
         let p = std::cell::RefCell::new(&mut p);
         let mut ours = |s: f64| {
             let mut p = p.borrow_mut();
-            measure(k * chunk, s, &mut || code.encode(d, &mut p).expect("encode"))
+            measure(k * chunk, s, &mut || {
+                code.encode(d, &mut p).expect("encode")
+            })
         };
         #[cfg(any(feature = "isal", feature = "isal-new"))]
         let mut theirs = t.as_mut().map(|t| {
@@ -450,7 +452,13 @@ fn bench_ec_level(
         .collect();
     let want: Vec<Vec<u8>> = erased
         .iter()
-        .map(|&e| if e < k { data[e].to_vec() } else { reference[e - k].clone() })
+        .map(|&e| {
+            if e < k {
+                data[e].to_vec()
+            } else {
+                reference[e - k].clone()
+            }
+        })
         .collect();
     let rebuilt = |shards: &[PageBuf]| erased.iter().zip(&want).all(|(&e, w)| *shards[e] == w[..]);
     for (op, ours_code, prepared) in [("decode", &code, true), ("decode-inv", &uncached, false)] {
@@ -605,7 +613,11 @@ fn bench_ec_level(
         let ok = deltas
             .iter()
             .zip(p2.iter().zip(&reference))
-            .all(|(dl, (n, o))| dl.iter().zip(n.iter().zip(o)).all(|(x, (y, z))| *x == y ^ z));
+            .all(|(dl, (n, o))| {
+                dl.iter()
+                    .zip(n.iter().zip(o))
+                    .all(|(x, (y, z))| *x == y ^ z)
+            });
         if !ok {
             return Err(failed(format!(
                 "delta check failed for k={k} m={m} chunk={chunk} at {at}"
