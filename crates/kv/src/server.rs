@@ -43,6 +43,11 @@ pub struct ServerConfig {
     /// connection's own tokio task instead of the store worker: no hand-off and wake-up per batch,
     /// but a device read then blocks a tokio worker thread, so only for memory-backed devices.
     pub inline_reads: bool,
+    /// Run a pipeline of plain SETs (two or more in one read) on the connection's task as one
+    /// [`KvStore::set_many`], instead of handing it to the store worker (which merges it with other
+    /// connections' batches): the pipeline is already its own group. For memory-backed devices,
+    /// like `inline_reads`; single commands still go to the worker and are merged there.
+    pub inline_set_pipelines: bool,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +58,7 @@ impl Default for ServerConfig {
             clients_max: 10_000,
             group_commit: true,
             inline_reads: false,
+            inline_set_pipelines: false,
         }
     }
 }
@@ -419,9 +425,21 @@ async fn connection(
         inbuf.drain(..used);
         let mut out = Vec::new();
         if !cmds.is_empty() && sh.cfg.inline_reads && cmds.iter().all(|a| is_read_only(a)) {
-            for a in &cmds {
-                execute(sh, &mut session, a, &mut out);
+            if session.authed && cmds.iter().all(|a| is_plain_get(a)) {
+                // A pipeline of GETs (redis-benchmark's): one store lock for the batch.
+                get_run(sh, &session, &cmds, &mut out);
+            } else {
+                for a in &cmds {
+                    execute(sh, &mut session, a, &mut out);
+                }
             }
+        } else if cmds.len() > 1
+            && sh.cfg.inline_set_pipelines
+            && sh.cfg.group_commit
+            && session.authed
+            && cmds.iter().all(|a| is_plain_set(a))
+        {
+            set_run(sh, &cmds, &mut out);
         } else if !cmds.is_empty() {
             let (done, answer) = tokio::sync::oneshot::channel();
             let job = Job {
@@ -474,6 +492,25 @@ fn is_read_only(args: &[Vec<u8>]) -> bool {
         b"DBSIZE",
     ];
     READS.iter().any(|r| args[0].eq_ignore_ascii_case(r))
+}
+
+/// `GET key`.
+fn is_plain_get(args: &[Vec<u8>]) -> bool {
+    args.len() == 2 && args[0].eq_ignore_ascii_case(b"GET")
+}
+
+/// Consecutive GETs with one [`KvStore::get_many`] (one store lock); each gets the reply GET
+/// would give it.
+fn get_run(sh: &Shared, s: &Session, cmds: &[Vec<Vec<u8>>], out: &mut Vec<u8>) {
+    sh.commands.fetch_add(cmds.len() as u64, Ordering::Relaxed);
+    let keys: Vec<&[u8]> = cmds.iter().map(|a| &a[1][..]).collect();
+    for r in sh.store.get_many(&keys) {
+        match r {
+            Ok(Some(v)) => reply::bulk(out, &v),
+            Ok(None) => null(s, out),
+            Err(e) => store_error(out, e),
+        }
+    }
 }
 
 /// `SET key value` without options.
@@ -601,9 +638,10 @@ fn execute(sh: &Shared, s: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) {
             reply::int(out, n);
         }
         "MGET" if argc >= 2 => {
+            let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
             let mut vals = Vec::with_capacity(argc - 1);
-            for k in &args[1..] {
-                match kv.get(k) {
+            for r in kv.get_many(&keys) {
+                match r {
                     Ok(v) => vals.push(v),
                     Err(e) => return store_error(out, e),
                 }

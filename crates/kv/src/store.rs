@@ -590,8 +590,22 @@ impl KvStore {
             return Ok(None);
         }
         let mut g = self.lock();
+        self.get_locked(&mut g, key)
+    }
+
+    /// GET of several keys under one lock (a pipelined batch of GETs, MGET): one result per key,
+    /// each as [`KvStore::get`] would answer it, in order.
+    pub fn get_many(&self, keys: &[&[u8]]) -> Vec<Result<Option<Vec<u8>>>> {
+        let mut g = self.lock();
+        keys.iter().map(|k| self.get_locked(&mut g, k)).collect()
+    }
+
+    fn get_locked(&self, g: &mut Inner, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Ok(None);
+        }
         g.stats.gets += 1;
-        let Some(f) = self.locate(&mut g, key, 0)? else {
+        let Some(f) = self.locate(g, key, 0)? else {
             if g.zsets.contains_key(key) {
                 return Err(KvError::WrongType);
             }
@@ -600,7 +614,7 @@ impl KvStore {
         if f.meta.kind != ValueKind::String {
             return Err(KvError::WrongType);
         }
-        self.read_value(&mut g, key, f).map(Some)
+        self.read_value(g, key, f).map(Some)
     }
 
     /// EXISTS (any kind of value).
