@@ -251,8 +251,6 @@ fn serve(s: ServeArgs) -> Result<()> {
         group_commit: !s.no_group_commit,
         // Reads of a memory device never wait long: read-only batches run on the tokio task.
         inline_reads: s.device.starts_with("mem:"),
-        inline_set_pipelines: s.device.starts_with("mem:"),
-        ..ServerConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

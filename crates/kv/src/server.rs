@@ -43,11 +43,6 @@ pub struct ServerConfig {
     /// connection's own tokio task instead of the store worker: no hand-off and wake-up per batch,
     /// but a device read then blocks a tokio worker thread, so only for memory-backed devices.
     pub inline_reads: bool,
-    /// Run a pipeline of plain SETs (two or more in one read) on the connection's task as one
-    /// [`KvStore::set_many`], instead of handing it to the store worker (which merges it with other
-    /// connections' batches): the pipeline is already its own group. For memory-backed devices,
-    /// like `inline_reads`; single commands still go to the worker and are merged there.
-    pub inline_set_pipelines: bool,
 }
 
 impl Default for ServerConfig {
@@ -58,7 +53,6 @@ impl Default for ServerConfig {
             clients_max: 10_000,
             group_commit: true,
             inline_reads: false,
-            inline_set_pipelines: false,
         }
     }
 }
@@ -433,13 +427,6 @@ async fn connection(
                     execute(sh, &mut session, a, &mut out);
                 }
             }
-        } else if cmds.len() > 1
-            && sh.cfg.inline_set_pipelines
-            && sh.cfg.group_commit
-            && session.authed
-            && cmds.iter().all(|a| is_plain_set(a))
-        {
-            set_run(sh, &cmds, &mut out);
         } else if !cmds.is_empty() {
             let (done, answer) = tokio::sync::oneshot::channel();
             let job = Job {

@@ -373,7 +373,6 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Fn(&str)) -> Result<KvBenchReport
         group_commit: cfg.group_commit,
         // A memory array: a read never waits long, so read-only batches run on the tokio task.
         inline_reads: true,
-        inline_set_pipelines: true,
         ..ServerConfig::default()
     };
     let server = spawn(Arc::clone(&store), scfg).map_err(|e| run_err(format!("kv server: {e}")))?;
