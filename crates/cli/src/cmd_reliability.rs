@@ -5,8 +5,8 @@
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use ecstack_sim::reliability::{
-    mttf_from_afr, rainfs, rebuild_hours, ArrayModel, ClusterModel, EplogModel, McEstimate, Mttdl,
-    Repair, HOURS_PER_YEAR, Z_99,
+    mttf_from_afr, rainfs, rebuild_hours, ArrayModel, Chain, ClusterModel, EplogModel, McEstimate,
+    Mttdl, Repair, RepairTimes, HOURS_PER_YEAR, Z_99,
 };
 use serde::Serialize;
 
@@ -66,6 +66,15 @@ struct DeviceFlags {
     /// sequential: one rebuild at a time; parallel: every failed device rebuilt at once
     #[arg(long, default_value = "sequential")]
     repair: String,
+    /// Latent sector errors arising per device per year (bad sectors found only when read; 0:
+    /// none); they stay until the next scrub, and one on a device read by a rebuild without
+    /// redundancy loses a stripe
+    #[arg(long, value_name = "PER_YEAR", default_value_t = 0.0)]
+    latent_per_year: f64,
+    /// Hours between two scrubs of the whole array (`ecstack array scrub`), which repair latent
+    /// errors while redundancy remains; needed with --latent-per-year
+    #[arg(long, value_name = "HOURS", default_value_t = 0.0)]
+    scrub_hours: f64,
 }
 
 /// Report flags shared by every model.
@@ -168,6 +177,11 @@ struct ClusterArgs {
     /// Unrecoverable read errors per bit read (0: none)
     #[arg(long, value_name = "PER_BIT", default_value = "1e-15")]
     uber: f64,
+    /// Recovery durations of the Monte-Carlo (--mc-runs): exponential (the chain's assumption),
+    /// deterministic or lognormal:SIGMA (fluid recovery, docs/reliability.md): a check of what the
+    /// chain's exponential assumption costs
+    #[arg(long, value_name = "KIND", default_value = "exponential")]
+    repair_times: String,
     #[command(flatten)]
     report: ReportFlags,
 }
@@ -230,6 +244,8 @@ fn array_model(d: &DeviceFlags) -> Result<ArrayModel> {
         device_bytes,
         uber: d.uber,
         repair: d.repair.parse()?,
+        latent_per_hour: d.latent_per_year / HOURS_PER_YEAR,
+        scrub_hours: d.scrub_hours,
     };
     model.validate()?;
     Ok(model)
@@ -249,7 +265,10 @@ struct Answer<M: Serialize> {
     mttdl_hours: f64,
     mttdl_years: f64,
     years: f64,
+    /// P(data loss within `years`), from the chain's transient solution.
     loss_probability: f64,
+    /// 1 − e^(−years / MTTDL), for comparison (the exponential approximation).
+    loss_probability_exponential: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     monte_carlo: Option<McReport>,
 }
@@ -265,23 +284,25 @@ struct McReport {
 
 fn answer<M: Serialize>(
     model: M,
+    chain: &Chain,
     mttdl: Mttdl,
     r: &ReportFlags,
     mc: Option<McEstimate>,
-) -> Answer<M> {
-    Answer {
+) -> Result<Answer<M>> {
+    Ok(Answer {
         model,
         mttdl_hours: mttdl.hours,
         mttdl_years: mttdl.years(),
         years: r.years,
-        loss_probability: mttdl.loss_probability(r.years),
+        loss_probability: chain.loss_probability_within(0, r.years * HOURS_PER_YEAR)?,
+        loss_probability_exponential: mttdl.loss_probability(r.years),
         monte_carlo: mc.map(|e| McReport {
             estimate: e,
             mean_years: e.mean_years(),
             interval_99_hours: e.interval_hours(Z_99),
             chain_inside_interval: e.contains(mttdl.hours, Z_99),
         }),
-    }
+    })
 }
 
 /// A figure in hours or years with 4 significant digits, scientific when large or small.
@@ -306,9 +327,10 @@ fn print_answer<M: Serialize>(a: &Answer<M>) {
         num(a.mttdl_hours)
     );
     println!(
-        "P(data loss within {} years): {}",
+        "P(data loss within {} years): {} (1 - exp(-t/MTTDL) would say {})",
         a.years,
-        num(a.loss_probability)
+        num(a.loss_probability),
+        num(a.loss_probability_exponential)
     );
     if let Some(mc) = &a.monte_carlo {
         let (lo, hi) = mc.interval_99_hours;
@@ -360,7 +382,7 @@ fn array(a: ArrayArgs) -> Result<()> {
         Some(runs) => Some(model.monte_carlo(runs, a.report.seed)?),
         None => None,
     };
-    let out = answer(&model, mttdl, &a.report, mc);
+    let out = answer(&model, &model.chain()?, mttdl, &a.report, mc)?;
     if a.report.json {
         return print_json(&out);
     }
@@ -406,7 +428,7 @@ fn eplog(a: EplogArgs) -> Result<()> {
         dirty_fraction: model.dirty_fraction(),
         main_array_alone_mttdl_years: alone.years(),
     };
-    let out = answer(report, mttdl, &a.report, mc);
+    let out = answer(report, &model.chain()?, mttdl, &a.report, mc)?;
     if a.report.json {
         return print_json(&out);
     }
@@ -438,6 +460,8 @@ struct ClusterReport<'a> {
     osd_bytes: f64,
     single_rebuild_hours: f64,
     loss_on_failure_m_plus_1: f64,
+    /// Recovery durations of the Monte-Carlo (the chain assumes exponential ones).
+    monte_carlo_repair_times: RepairTimes,
 }
 
 fn cluster(a: ClusterArgs) -> Result<()> {
@@ -484,8 +508,9 @@ fn cluster(a: ClusterArgs) -> Result<()> {
     };
     model.validate()?;
     let mttdl = model.mttdl()?;
+    let times: RepairTimes = a.repair_times.parse()?;
     let mc = match a.report.mc_runs {
-        Some(runs) => Some(model.monte_carlo(runs, a.report.seed)?),
+        Some(runs) => Some(model.monte_carlo_with(runs, a.report.seed, times)?),
         None => None,
     };
     let report = ClusterReport {
@@ -493,8 +518,9 @@ fn cluster(a: ClusterArgs) -> Result<()> {
         osd_bytes: model.osd_bytes(),
         single_rebuild_hours: model.single_rebuild_hours(),
         loss_on_failure_m_plus_1: model.loss_on_failure(model.m),
+        monte_carlo_repair_times: times,
     };
-    let out = answer(report, mttdl, &a.report, mc);
+    let out = answer(report, &model.chain()?, mttdl, &a.report, mc)?;
     if a.report.json {
         return print_json(&out);
     }

@@ -3,7 +3,7 @@
 //! seed's printed values. Monte-Carlo runs are seeded (`ECSTACK_SEED=<n>` replays another seed).
 
 use ecstack_sim::reliability::{
-    rainfs, ArrayModel, ClusterModel, EplogModel, McEstimate, Repair, HOURS_PER_YEAR,
+    rainfs, ArrayModel, ClusterModel, EplogModel, McEstimate, Repair, RepairTimes, HOURS_PER_YEAR,
 };
 
 fn seed() -> u64 {
@@ -30,6 +30,8 @@ fn array(k: usize, m: usize, mttf: f64, mttr: f64, repair: Repair) -> ArrayModel
         device_bytes: 4e12,
         uber: 0.0,
         repair,
+        latent_per_hour: 0.0,
+        scrub_hours: 0.0,
     }
 }
 
@@ -432,6 +434,170 @@ fn cluster_monte_carlo_agrees_with_the_chain() {
         let exact = c.mttdl().unwrap().hours;
         let mc = c.monte_carlo(runs, s + 200 + i as u64).unwrap();
         assert_agrees(what, exact, &mc, 0.05);
+    }
+}
+
+/// The chain assumes exponential recovery times; real rebuilds are closer to fixed durations. The
+/// fluid Monte-Carlo (`RepairTimes::Deterministic`) rebuilds each failed OSD's bytes at the
+/// survivors' shared pace, so a lone failure takes exactly R = D + C/((N-1)·r).
+///
+/// With N = n and m = 1 the deterministic case has a closed form of its own (renewal argument):
+/// each cycle waits 1/(nλ) for a failure, then loses data if one of the other n-1 OSDs fails
+/// within R, with q = 1 - e^{-(n-1)λR}; the degraded time per cycle is q/((n-1)λ), so
+/// MTTDL = (1/(nλ) + q/((n-1)λ)) / q. The fluid Monte-Carlo must agree with it (a check of the
+/// fluid model). It is *shorter* than the chain's ((2n-1)λ + μ)/(n(n-1)λ²) with μ = 1/R, by
+/// about 2 % here: a second failure within a fixed R has probability 1 - e^{-aR} ≈ aR - (aR)²/2,
+/// within an exponential one a/(a + μ) ≈ aR - (aR)² (m = 1: only the mean of R matters to first
+/// order, and the chain is slightly optimistic at second order).
+///
+/// With m = 2 two repairs must overlap a third failure: the exponential's heavier tail
+/// (E[R²] = 2·E[R]² against E[R]²) makes the chain pessimistic, by about 1.5× here; and lognormal
+/// durations with a larger spread than the exponential's (σ = 1.5: E[R²] = e^{σ²}·E[R]² = 9.5·E[R]²)
+/// fall below the chain. So the exponential assumption is conservative for fixed-length rebuilds
+/// and optimistic for rebuilds whose duration varies more than an exponential's.
+#[test]
+fn cluster_repair_time_distribution_against_the_exponential_chain() {
+    let s = seed();
+    // m = 1, N = n = 6: the renewal closed form.
+    let c = cluster(6, 5, 1, 300.0);
+    let lambda = 1.0 / c.mttf_hours;
+    let r = c.single_rebuild_hours();
+    let q = -(-(5.0 * lambda * r)).exp_m1();
+    let renewal = (1.0 / (6.0 * lambda) + q / (5.0 * lambda)) / q;
+    let chain = c.mttdl().unwrap().hours;
+    let mc = c
+        .monte_carlo_with(6_000, s + 300, RepairTimes::Deterministic)
+        .unwrap();
+    assert_agrees(
+        "N = n = 6, m = 1, deterministic repairs",
+        renewal,
+        &mc,
+        0.05,
+    );
+    eprintln!("m = 1: chain {chain:.1} h, deterministic closed form {renewal:.1} h");
+    assert!(renewal < chain && renewal > 0.97 * chain);
+
+    // m = 2, N = n = 6: deterministic repairs outlive the chain by far more than the interval.
+    let c = cluster(6, 4, 2, 300.0);
+    let chain = c.mttdl().unwrap().hours;
+    let det = c
+        .monte_carlo_with(3_000, s + 301, RepairTimes::Deterministic)
+        .unwrap();
+    let (lo, _) = det.interval_hours(Z);
+    eprintln!(
+        "m = 2: chain {chain:.0} h, deterministic {:.0} h ± {:.0}",
+        det.mean_hours,
+        Z * det.std_error_hours
+    );
+    assert!(lo > 1.2 * chain, "deterministic {det:?} vs chain {chain}");
+    // The exponential path of the same entry point is the chain's own check.
+    let exp = c
+        .monte_carlo_with(3_000, s + 302, RepairTimes::Exponential)
+        .unwrap();
+    assert_agrees("N = n = 6, m = 2, exponential repairs", chain, &exp, 0.06);
+    // Widely spread rebuild durations: below the chain.
+    let wide = c
+        .monte_carlo_with(3_000, s + 303, RepairTimes::Lognormal { sigma: 1.5 })
+        .unwrap();
+    let (_, hi) = wide.interval_hours(Z);
+    eprintln!(
+        "m = 2: lognormal sigma 1.5 {:.0} h ± {:.0}",
+        wide.mean_hours,
+        Z * wide.std_error_hours
+    );
+    assert!(hi < chain, "lognormal {wide:?} vs chain {chain}");
+    assert!("lognormal:0".parse::<RepairTimes>().is_err());
+    assert_eq!(
+        "lognormal:0.5".parse::<RepairTimes>().unwrap(),
+        RepairTimes::Lognormal { sigma: 0.5 }
+    );
+}
+
+/// Latent sector errors with a scrub interval: the averaged probability by hand, the chain against
+/// a Monte-Carlo that draws the scrub phase and the first latent error at each critical rebuild,
+/// and the effect of scrubbing more often.
+#[test]
+fn latent_errors_and_scrub_interval() {
+    // By hand: k = 4, ν = 1e-3 per device-hour, T = 100 h: x = kνT = 0.4,
+    // P(latent on a read device) = 1 − (1 − e^{−0.4}) / 0.4 = 0.175800.
+    let mut a = array(4, 1, 1000.0, 50.0, Repair::Sequential);
+    a.latent_per_hour = 1e-3;
+    a.scrub_hours = 100.0;
+    let p = a.critical_latent_probability();
+    assert!(close(p, 1.0 - (1.0 - (-0.4f64).exp()) / 0.4, 1e-12), "{p}");
+    // RAID-5 with a loss probability p on the critical rebuild: the URE closed form applies.
+    let (n, l, mu) = (5.0, 1e-3, 1.0 / 50.0);
+    let closed = ((n - 1.0) * l + mu + (1.0 - p) * n * l) / (n * l * ((n - 1.0) * l + p * mu));
+    let chain = a.mttdl().unwrap().hours;
+    assert!(close(chain, closed, 1e-12), "{chain} vs {closed}");
+    let mc = a.monte_carlo(20_000, seed() + 500).unwrap();
+    assert_agrees(
+        "RAID-5 4+1 with latent errors, scrub every 100 h",
+        chain,
+        &mc,
+        0.05,
+    );
+    // A wrong averaging (latent errors assumed present with probability νT·k, i.e. never
+    // repaired within the interval's mean age) is rejected by the same Monte-Carlo.
+    let wrong_p = 0.4;
+    let wrong =
+        ((n - 1.0) * l + mu + (1.0 - wrong_p) * n * l) / (n * l * ((n - 1.0) * l + wrong_p * mu));
+    assert!(!mc.contains(wrong, Z), "{wrong}");
+    // RAID-6 checked by Monte-Carlo as well; scrubbing 10× as often lengthens the MTTDL.
+    let mut b = array(4, 2, 1000.0, 50.0, Repair::Parallel);
+    b.latent_per_hour = 1e-3;
+    b.scrub_hours = 500.0;
+    let chain6 = b.mttdl().unwrap().hours;
+    let mc6 = b.monte_carlo(6_000, seed() + 501).unwrap();
+    assert_agrees(
+        "RAID-6 4+2 with latent errors, scrub every 500 h",
+        chain6,
+        &mc6,
+        0.06,
+    );
+    let often = ArrayModel {
+        scrub_hours: 50.0,
+        ..b.clone()
+    };
+    assert!(often.mttdl().unwrap().hours > 1.5 * chain6);
+    // A latent rate without a scrub interval is an error, not a silent zero.
+    let bad = ArrayModel {
+        scrub_hours: 0.0,
+        ..b
+    };
+    assert!(bad.mttdl().is_err());
+}
+
+/// P(loss within t) from the chain's transient solution against the Monte-Carlo's empirical
+/// distribution of loss times, on an accelerated RAID-5 where the mission time is a few repairs
+/// long: the exponential approximation 1 - e^{-t/MTTDL} is outside the interval there (the array
+/// first needs a failure, then a second within a rebuild), the transient solution inside.
+#[test]
+fn loss_probability_within_a_mission_matches_monte_carlo() {
+    let a = array(4, 1, 1000.0, 50.0, Repair::Sequential);
+    let chain = a.chain().unwrap();
+    let mttdl = a.mttdl().unwrap();
+    let runs = 20_000;
+    let samples = a.monte_carlo_samples(runs, seed() + 400).unwrap();
+    for t in [20.0, 100.0, 1000.0, 4000.0] {
+        let exact = chain.loss_probability_within(0, t).unwrap();
+        let frac = samples.iter().filter(|&&x| x <= t).count() as f64 / runs as f64;
+        let se = (exact * (1.0 - exact) / runs as f64).sqrt();
+        let approx = mttdl.loss_probability(t / HOURS_PER_YEAR);
+        eprintln!(
+            "t {t} h: transient {exact:.5}, Monte-Carlo {frac:.5} ± {:.5}, exponential {approx:.5}",
+            Z * se
+        );
+        assert!(
+            (frac - exact).abs() <= Z * se,
+            "t {t}: transient {exact} vs Monte-Carlo {frac}"
+        );
+        if t <= 100.0 {
+            assert!(
+                (frac - approx).abs() > Z * se,
+                "t {t}: the exponential approximation {approx} should be off"
+            );
+        }
     }
 }
 

@@ -320,10 +320,11 @@ pub fn run_lifetime(
             working_set,
             read_share,
         } => {
-            if !(*working_set > 0.0 && *working_set <= 1.0) || !(0.0..=1.0).contains(read_share) {
+            // A read share of 1 never writes, so the drive would never die: refused.
+            if !(*working_set > 0.0 && *working_set <= 1.0) || !(0.0..1.0).contains(read_share) {
                 return Err(LabError::Config {
                     field: "working-set",
-                    msg: "working set must be in (0, 1] and read share in [0, 1]".into(),
+                    msg: "working set must be in (0, 1] and read share in [0, 1) (reads never wear the drive)".into(),
                 });
             }
             ((logical as f64 * working_set) as u64).max(1)
@@ -331,6 +332,12 @@ pub fn run_lifetime(
         Workload::Trace { accesses, .. } => {
             if accesses.is_empty() {
                 return Err(LabError::Run("the trace has no request".into()));
+            }
+            // Reads do not wear: a trace without writes would loop forever.
+            if !accesses.iter().any(|a| a.write) {
+                return Err(LabError::Run(
+                    "the trace has no write in the part used: reads never wear the drive, it would never die".into(),
+                ));
             }
             if accesses
                 .iter()

@@ -18,7 +18,7 @@ use ecstack_base::Rng;
 
 use super::chain::Chain;
 use super::montecarlo::McEstimate;
-use super::montecarlo::{check_runs, too_long, EVENTS_PER_RUN_MAX};
+use super::montecarlo::{check_runs, draw, too_long, EVENTS_PER_RUN_MAX};
 use super::params::{check_uber, invalid, positive, ure_probability, Mttdl, ReliabilityError};
 
 /// How failed devices are rebuilt.
@@ -70,6 +70,12 @@ pub struct ArrayModel {
     /// Unrecoverable read errors per bit read (0: none).
     pub uber: f64,
     pub repair: Repair,
+    /// Latent sector errors arising on one device per hour (0: none): bad sectors that appear
+    /// while the data sits unread and stay until a scrub reads and repairs them.
+    pub latent_per_hour: f64,
+    /// Hours between two array-wide scrubs (a pass over every stripe that repairs latent errors
+    /// while redundancy remains); needed when `latent_per_hour` > 0.
+    pub scrub_hours: f64,
 }
 
 impl ArrayModel {
@@ -84,6 +90,15 @@ impl ArrayModel {
         positive("MTTF", "hours", self.mttf_hours, false)?;
         positive("MTTR", "hours", self.mttr_hours, false)?;
         positive("device size", "bytes", self.device_bytes, true)?;
+        positive(
+            "latent sector error rate",
+            "errors per device-hour",
+            self.latent_per_hour,
+            true,
+        )?;
+        if self.latent_per_hour > 0.0 {
+            positive("scrub interval", "hours", self.scrub_hours, false)?;
+        }
         check_uber(self.uber)
     }
 
@@ -100,13 +115,45 @@ impl ArrayModel {
         ure_probability(self.k as f64 * self.device_bytes, self.uber)
     }
 
+    /// Probability that one of the k devices the rebuild without redundancy reads holds a latent
+    /// sector error. Latent errors arise at ν = `latent_per_hour` on each device and last until
+    /// the next array-wide scrub, every T = `scrub_hours` (all devices at once); the rebuild starts
+    /// at a time independent of the scrub phase, so the time since the last scrub A is uniform on
+    /// [0, T) and P(none on k devices) = E[e^{−kνA}] = (1 − e^{−kνT}) / (kνT).
+    pub fn critical_latent_probability(&self) -> f64 {
+        if self.m == 0 || self.latent_per_hour == 0.0 {
+            return 0.0;
+        }
+        let x = self.k as f64 * self.latent_per_hour * self.scrub_hours;
+        // 1 − (1 − e^{−x})/x, written without cancellation for small x.
+        let none = -(-x).exp_m1() / x;
+        1.0 - none
+    }
+
+    /// Probability that the rebuild started with m devices failed loses a stripe: a URE while it
+    /// reads, or a latent error already on a device it reads.
+    pub fn critical_read_loss_probability(&self) -> f64 {
+        1.0 - (1.0 - self.critical_ure_probability()) * (1.0 - self.critical_latent_probability())
+    }
+
+    /// Monte-Carlo draw of a latent error on the k read devices at time `now`, for a run whose
+    /// scrubs happen at `phase + i·T`: the time since the last scrub, then the first latent error
+    /// on the k devices (exponential with rate kν) before it or not.
+    pub(crate) fn draw_latent(&self, rng: &mut Rng, now: f64, phase: f64) -> bool {
+        if self.m == 0 || self.latent_per_hour == 0.0 {
+            return false;
+        }
+        let since_scrub = (now + phase).rem_euclid(self.scrub_hours);
+        rng.exp(1.0 / (self.k as f64 * self.latent_per_hour)) < since_scrub
+    }
+
     /// The chain of the module doc (state i: i devices failed).
     pub fn chain(&self) -> Result<Chain, ReliabilityError> {
         self.validate()?;
         let (n, m) = (self.n(), self.m);
         let lambda = 1.0 / self.mttf_hours;
         let mu = 1.0 / self.mttr_hours;
-        let p = self.critical_ure_probability();
+        let p = self.critical_read_loss_probability();
         let mut c = Chain::new();
         for i in 0..=m {
             c.state(format!("{i} failed"));
@@ -144,6 +191,15 @@ impl ArrayModel {
         McEstimate::sample(runs, seed, |rng, failures| self.one_run(rng, failures))
     }
 
+    /// The Monte-Carlo lifetimes themselves (hours to the first loss, same seed, same runs as
+    /// [`ArrayModel::monte_carlo`]): their empirical distribution checks
+    /// [`Chain::loss_probability_within`].
+    pub fn monte_carlo_samples(&self, runs: u64, seed: u64) -> Result<Vec<f64>, ReliabilityError> {
+        self.validate()?;
+        check_runs(runs)?;
+        Ok(draw(runs, seed, &mut |rng, failures| self.one_run(rng, failures))?.0)
+    }
+
     fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {
         let n = self.n();
         let bits_read = 8.0 * self.k as f64 * self.device_bytes;
@@ -155,6 +211,12 @@ impl ArrayModel {
         let mut queue: std::collections::VecDeque<usize> = Default::default();
         let mut down = 0usize;
         let mut events = 0u64;
+        // This run's scrub schedule: a uniform phase.
+        let phase = if self.latent_per_hour > 0.0 {
+            rng.next_f64() * self.scrub_hours
+        } else {
+            0.0
+        };
         loop {
             events += 1;
             if events > EVENTS_PER_RUN_MAX {
@@ -183,6 +245,9 @@ impl ArrayModel {
                     if first_error_bit < bits_read {
                         return Ok(t);
                     }
+                }
+                if down == self.m && self.draw_latent(rng, t, phase) {
+                    return Ok(t);
                 }
                 match self.repair {
                     Repair::Parallel => repaired_at[dev] = t + rng.exp(self.mttr_hours),

@@ -142,6 +142,97 @@ impl Chain {
         }
         Ok(t)
     }
+
+    /// Probability that data is lost within `hours`, starting from `start`: the chain's transient
+    /// solution P(absorbed by t) = (e^{Qt})[start][loss], not the exponential approximation
+    /// 1 − e^{−t/MTTDL} (which ignores the time the chain needs to reach a state near loss).
+    ///
+    /// Uniformization plus scaling and squaring, in nonnegative arithmetic only: with Λ the
+    /// largest outflow, P = I + Q/Λ is a stochastic matrix (loss included as an absorbing
+    /// column); e^{Qτ} = e^{−Λτ} Σ_k (Λτ)^k/k! · P^k for τ = t / 2^s with Λτ ≤ 1/2, then squared s
+    /// times. Every step adds and multiplies nonnegative numbers, so a loss probability of 1e-12
+    /// keeps its digits (computing 1 − P(survive) would not). Cost: s = log2(2Λt) dense products
+    /// of (states + 1)² entries.
+    pub fn loss_probability_within(
+        &self,
+        start: usize,
+        hours: f64,
+    ) -> Result<f64, ReliabilityError> {
+        let n = self.len();
+        assert!(start < n);
+        if !(hours.is_finite() && hours >= 0.0) {
+            return Err(ReliabilityError::Invalid(format!(
+                "mission time must be a finite number of hours >= 0, got {hours}"
+            )));
+        }
+        let out: Vec<f64> = (0..n)
+            .map(|i| self.rates[i].iter().map(|(_, r)| r).sum::<f64>() + self.loss[i])
+            .collect();
+        let lambda = out.iter().cloned().fold(0.0, f64::max);
+        if hours == 0.0 || lambda == 0.0 {
+            return Ok(0.0);
+        }
+        // Squarings so that Λτ ≤ 1/2; bounded so that absurd inputs end with an error.
+        const SQUARINGS_MAX: u32 = 200;
+        let mut s = 0u32;
+        while lambda * hours / 2f64.powi(s as i32) > 0.5 {
+            s += 1;
+            if s > SQUARINGS_MAX {
+                return Err(ReliabilityError::Invalid(format!(
+                    "mission time {hours} h is too long for this chain's rates (Λt = {})",
+                    lambda * hours
+                )));
+            }
+        }
+        let tau = hours / 2f64.powi(s as i32);
+        let dim = n + 1; // index n: data loss (absorbing)
+        let mut p = vec![0.0f64; dim * dim];
+        for i in 0..n {
+            for &(j, r) in &self.rates[i] {
+                p[i * dim + j] = r / lambda;
+            }
+            p[i * dim + n] = self.loss[i] / lambda;
+            p[i * dim + i] = (lambda - out[i]) / lambda;
+        }
+        p[n * dim + n] = 1.0;
+        let mul = |a: &[f64], b: &[f64]| -> Vec<f64> {
+            let mut c = vec![0.0f64; dim * dim];
+            for i in 0..dim {
+                for k in 0..dim {
+                    let x = a[i * dim + k];
+                    if x == 0.0 {
+                        continue;
+                    }
+                    for j in 0..dim {
+                        c[i * dim + j] += x * b[k * dim + j];
+                    }
+                }
+            }
+            c
+        };
+        // e^{Qτ}: the Poisson-weighted powers of P until a term is negligible.
+        let x = lambda * tau;
+        let mut e = vec![0.0f64; dim * dim];
+        let mut power = vec![0.0f64; dim * dim];
+        for i in 0..dim {
+            power[i * dim + i] = 1.0;
+        }
+        let mut weight = (-x).exp();
+        for k in 0..64 {
+            for (ei, pi) in e.iter_mut().zip(&power) {
+                *ei += weight * pi;
+            }
+            weight *= x / (k + 1) as f64;
+            if weight < 1e-40 {
+                break;
+            }
+            power = mul(&power, &p);
+        }
+        for _ in 0..s {
+            e = mul(&e, &e);
+        }
+        Ok(e[start * dim + n].min(1.0))
+    }
 }
 
 impl Default for Chain {
@@ -224,6 +315,54 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn transient_loss_of_one_state_is_its_exponential() {
+        let mut c = Chain::new();
+        let s = c.state("0");
+        c.to_loss(s, 0.25);
+        for t in [1e-9, 0.1, 4.0, 100.0] {
+            let want = -(-0.25 * t).exp_m1();
+            let got = c.loss_probability_within(s, t).unwrap();
+            assert!(
+                ((got - want) / want).abs() < 1e-12,
+                "t {t}: {got} vs {want}"
+            );
+        }
+        assert_eq!(c.loss_probability_within(s, 0.0).unwrap(), 0.0);
+    }
+
+    /// Two states, 0 → 1 at a, 1 → 0 at b, 1 → loss at c: the survival function is
+    /// (s1·e^{−s2 t} − s2·e^{−s1 t}) / (s1 − s2), with s1, s2 the roots of s² − (a+b+c)s + ac
+    /// (S(0) = 1, S'(0) = 0 since state 0 cannot lose data at once, S''(0) = −ac).
+    #[test]
+    fn transient_loss_of_two_states_matches_the_closed_form() {
+        let (a, b, c_) = (0.02, 1.0, 0.05);
+        let mut c = Chain::new();
+        let s0 = c.state("0");
+        let s1 = c.state("1");
+        c.edge(s0, s1, a);
+        c.edge(s1, s0, b);
+        c.to_loss(s1, c_);
+        let sum = a + b + c_;
+        let disc = (sum * sum - 4.0 * a * c_).sqrt();
+        let (r1, r2) = ((sum + disc) / 2.0, (sum - disc) / 2.0);
+        for t in [5.0, 50.0, 500.0, 5000.0] {
+            let surv = (r1 * (-r2 * t).exp() - r2 * (-r1 * t).exp()) / (r1 - r2);
+            let got = c.loss_probability_within(s0, t).unwrap();
+            assert!(
+                ((got - (1.0 - surv)) / (1.0 - surv)).abs() < 1e-9,
+                "t {t}: {got} vs {}",
+                1.0 - surv
+            );
+        }
+        // Short missions: far below the exponential approximation 1 − e^{−t/MTTDL} (the chain first
+        // has to reach state 1), which this test would catch if the transient were that formula.
+        let mttdl = c.mean_time_to_loss(s0).unwrap();
+        let exact = c.loss_probability_within(s0, 0.5).unwrap();
+        assert!(exact < 0.5 * -(-0.5 / mttdl).exp_m1(), "{exact}");
+        assert!(exact > 0.0);
     }
 
     #[test]

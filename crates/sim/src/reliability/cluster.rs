@@ -79,6 +79,41 @@ pub const STATES_MAX: usize = 512;
 /// Above this many segments the Monte-Carlo (which places every segment) refuses.
 pub const MC_SEGMENTS_MAX: f64 = 1e6;
 
+/// How long the Monte-Carlo's recoveries take: the chain's exponential times, or a fluid model of
+/// the work where durations are not memoryless (a check of the chain's exponential assumption).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum RepairTimes {
+    /// The chain's assumption: one failed OSD comes back at rate ρ_j (module doc).
+    Exponential,
+    /// Fluid recovery: a failed OSD is detected exactly `detect_hours` after it fails; then its
+    /// C bytes are rebuilt by the N − j survivors, whose combined pace (N − j)·r is shared equally
+    /// by the detected OSDs still being rebuilt; it returns when its bytes are done. Alone, it
+    /// takes exactly D + C / ((N − 1)·r), the chain's mean 1/ρ_1.
+    Deterministic,
+    /// Fluid recovery as above with each failed OSD's bytes scaled by a lognormal factor of mean 1
+    /// and log-standard deviation `sigma` (some OSDs hold more, or rebuild slower).
+    Lognormal { sigma: f64 },
+}
+
+impl std::str::FromStr for RepairTimes {
+    type Err = ReliabilityError;
+    fn from_str(s: &str) -> Result<RepairTimes, ReliabilityError> {
+        match s {
+            "exponential" => Ok(RepairTimes::Exponential),
+            "deterministic" => Ok(RepairTimes::Deterministic),
+            _ => match s.strip_prefix("lognormal:").map(str::parse::<f64>) {
+                Some(Ok(sigma)) if sigma.is_finite() && sigma > 0.0 => {
+                    Ok(RepairTimes::Lognormal { sigma })
+                }
+                _ => Err(invalid(format!(
+                    "repair times must be exponential, deterministic or lognormal:SIGMA (SIGMA > 0), got {s:?}"
+                ))),
+            },
+        }
+    }
+}
+
 impl ClusterModel {
     pub fn validate(&self) -> Result<(), ReliabilityError> {
         const OSDS_MAX: usize = 100_000;
@@ -239,6 +274,153 @@ impl ClusterModel {
             )));
         }
         McEstimate::sample(runs, seed, |rng, failures| self.one_run(rng, failures))
+    }
+
+    /// Monte-Carlo with the given recovery durations ([`RepairTimes`]); `Exponential` is
+    /// [`ClusterModel::monte_carlo`]. With non-exponential durations the chain is no longer exact:
+    /// the difference measures what its exponential assumption costs (docs/reliability.md).
+    pub fn monte_carlo_with(
+        &self,
+        runs: u64,
+        seed: u64,
+        times: RepairTimes,
+    ) -> Result<McEstimate, ReliabilityError> {
+        if times == RepairTimes::Exponential {
+            return self.monte_carlo(runs, seed);
+        }
+        self.validate()?;
+        check_runs(runs)?;
+        if self.segments > MC_SEGMENTS_MAX {
+            return Err(invalid(format!(
+                "the Monte-Carlo places every segment: at most {MC_SEGMENTS_MAX:e} segments, got {:e}",
+                self.segments
+            )));
+        }
+        if let RepairTimes::Lognormal { sigma } = times {
+            positive("lognormal sigma", "log units", sigma, false)?;
+        }
+        McEstimate::sample(runs, seed, |rng, failures| {
+            self.one_fluid_run(rng, failures, times)
+        })
+    }
+
+    /// Placement as in `one_run`; explicit per-OSD detection times and remaining bytes.
+    fn one_fluid_run(
+        &self,
+        rng: &mut Rng,
+        failures: &mut u64,
+        times: RepairTimes,
+    ) -> Result<f64, ReliabilityError> {
+        let (nn, n, m) = (self.osds, self.n(), self.m);
+        let segments = self.segments as usize;
+        let mut on_osd: Vec<Vec<u32>> = vec![Vec::new(); nn];
+        let mut ids: Vec<usize> = (0..nn).collect();
+        for s in 0..segments {
+            for i in 0..n {
+                let j = i + rng.below((nn - i) as u64) as usize;
+                ids.swap(i, j);
+                on_osd[ids[i]].push(s as u32);
+            }
+        }
+        let mut lost_chunks = vec![0u8; segments];
+        let mut critical = 0usize;
+        let mut fails_at: Vec<f64> = (0..nn).map(|_| rng.exp(self.mttf_hours)).collect();
+        let mut failed = vec![false; nn];
+        let mut detected_at = vec![f64::INFINITY; nn];
+        // Bytes left to rebuild, in "hours of one survivor's pace" (bytes / r / 3600).
+        let mut left = vec![0.0f64; nn];
+        let mut down = 0usize;
+        let bits_per_critical = 8.0 * self.k as f64 * self.chunk_bytes;
+        let work = self.osd_bytes() / self.osd_recovery_bytes_per_sec / 3600.0;
+        let mut now = 0.0f64;
+        let mut events = 0u64;
+        loop {
+            events += 1;
+            if events > EVENTS_PER_RUN_MAX {
+                return Err(too_long(events));
+            }
+            // Survivors' pace, shared by the detected OSDs under rebuild.
+            let rebuilding = (0..nn)
+                .filter(|&o| failed[o] && detected_at[o] <= now)
+                .count();
+            let share = if rebuilding == 0 {
+                0.0
+            } else {
+                (nn - down) as f64 / rebuilding as f64
+            };
+            // The next event: a failure, a detection, or a rebuild that completes.
+            let (mut t, mut what) = (f64::INFINITY, (0usize, 0u8));
+            for o in 0..nn {
+                if !failed[o] {
+                    if fails_at[o] < t {
+                        (t, what) = (fails_at[o], (o, 0));
+                    }
+                } else if detected_at[o] > now {
+                    if detected_at[o] < t {
+                        (t, what) = (detected_at[o], (o, 1));
+                    }
+                } else if now + left[o] / share < t {
+                    (t, what) = (now + left[o] / share, (o, 2));
+                }
+            }
+            for o in 0..nn {
+                if failed[o] && detected_at[o] <= now {
+                    left[o] = (left[o] - (t - now) * share).max(0.0);
+                }
+            }
+            now = t;
+            let (o, kind) = what;
+            match kind {
+                0 => {
+                    *failures += 1;
+                    failed[o] = true;
+                    down += 1;
+                    detected_at[o] = now + self.detect_hours;
+                    left[o] = match times {
+                        RepairTimes::Lognormal { sigma } => {
+                            // Box-Muller; exp(σZ − σ²/2) has mean 1.
+                            let u1 = 1.0 - rng.next_f64();
+                            let u2 = rng.next_f64();
+                            let z =
+                                (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+                            work * (sigma * z - sigma * sigma / 2.0).exp()
+                        }
+                        _ => work,
+                    };
+                    for &s in &on_osd[o] {
+                        let c = &mut lost_chunks[s as usize];
+                        *c += 1;
+                        if *c as usize > m {
+                            return Ok(now);
+                        }
+                        if *c as usize == m {
+                            critical += 1;
+                        }
+                    }
+                    if m > 0 && down == m && self.uber > 0.0 {
+                        let bits = critical as f64 * bits_per_critical;
+                        if rng.exp(1.0 / self.uber) < bits {
+                            return Ok(now);
+                        }
+                    }
+                }
+                1 => {} // detected: its rebuild shares the pace from now on
+                _ => {
+                    failed[o] = false;
+                    down -= 1;
+                    detected_at[o] = f64::INFINITY;
+                    left[o] = 0.0;
+                    for &s in &on_osd[o] {
+                        let c = &mut lost_chunks[s as usize];
+                        if *c as usize == m {
+                            critical -= 1;
+                        }
+                        *c -= 1;
+                    }
+                    fails_at[o] = now + rng.exp(self.mttf_hours);
+                }
+            }
+        }
     }
 
     fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {

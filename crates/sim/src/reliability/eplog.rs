@@ -116,7 +116,7 @@ impl EplogModel {
         let lambda_log = 1.0 / self.log_mttf_hours;
         let mu = 1.0 / self.main.mttr_hours;
         let mu_log = 1.0 / self.log_mttr_hours;
-        let p = self.main.critical_ure_probability();
+        let p = self.main.critical_read_loss_probability();
         let mut c = Chain::new();
         let st = States::new(m, &mut c);
         for a in 0..=m {
@@ -225,6 +225,11 @@ impl EplogModel {
         let mut dirty = false;
         let mut toggle_at = rng.exp(self.clean_hours);
         let mut events = 0u64;
+        let phase = if self.main.latent_per_hour > 0.0 {
+            rng.next_f64() * self.main.scrub_hours
+        } else {
+            0.0
+        };
         loop {
             events += 1;
             if events > EVENTS_PER_RUN_MAX {
@@ -261,6 +266,9 @@ impl EplogModel {
                         if first_error_bit < bits_read {
                             return Ok(now);
                         }
+                    }
+                    if !is_log(dev) && a == m && self.main.draw_latent(rng, now, phase) {
+                        return Ok(now);
                     }
                     if self.main.repair == Repair::Parallel {
                         repaired_at[dev] = now + rng.exp(mttr(dev));

@@ -23,7 +23,7 @@ pub mod rainfs;
 
 pub use array::{ArrayModel, Repair};
 pub use chain::Chain;
-pub use cluster::ClusterModel;
+pub use cluster::{ClusterModel, RepairTimes};
 pub use eplog::EplogModel;
 pub use montecarlo::{McEstimate, Z_99};
 pub use params::{

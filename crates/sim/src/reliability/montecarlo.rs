@@ -30,12 +30,7 @@ impl McEstimate {
         seed: u64,
         mut one_run: impl FnMut(&mut Rng, &mut u64) -> Result<f64, ReliabilityError>,
     ) -> Result<McEstimate, ReliabilityError> {
-        let mut rng = Rng::new(seed);
-        let mut samples = Vec::with_capacity(runs as usize);
-        let mut failures = 0;
-        for _ in 0..runs {
-            samples.push(one_run(&mut rng, &mut failures)?);
-        }
+        let (samples, failures) = draw(runs, seed, &mut one_run)?;
         McEstimate::from_samples(seed, &samples, failures)
     }
 
@@ -79,6 +74,22 @@ impl McEstimate {
     pub fn mean_years(&self) -> f64 {
         self.mean_hours / HOURS_PER_YEAR
     }
+}
+
+/// `runs` lifetimes (hours to the first loss) from one seeded generator, and the device failures
+/// simulated in all of them.
+pub(crate) fn draw(
+    runs: u64,
+    seed: u64,
+    one_run: &mut impl FnMut(&mut Rng, &mut u64) -> Result<f64, ReliabilityError>,
+) -> Result<(Vec<f64>, u64), ReliabilityError> {
+    let mut rng = Rng::new(seed);
+    let mut samples = Vec::with_capacity(runs as usize);
+    let mut failures = 0;
+    for _ in 0..runs {
+        samples.push(one_run(&mut rng, &mut failures)?);
+    }
+    Ok((samples, failures))
 }
 
 pub(crate) fn check_runs(runs: u64) -> Result<(), ReliabilityError> {
