@@ -447,14 +447,14 @@ fn cluster_monte_carlo_agrees_with_the_chain() {
 /// MTTDL = (1/(nλ) + q/((n-1)λ)) / q. The fluid Monte-Carlo must agree with it (a check of the
 /// fluid model). It is *shorter* than the chain's ((2n-1)λ + μ)/(n(n-1)λ²) with μ = 1/R, by
 /// about 2 % here: a second failure within a fixed R has probability 1 - e^{-aR} ≈ aR - (aR)²/2,
-/// within an exponential one a/(a + μ) ≈ aR - (aR)² (m = 1: only the mean of R matters to first
-/// order, and the chain is slightly optimistic at second order).
+/// within an exponential one a/(a + μ) ≈ aR - (aR)².
 ///
-/// With m = 2 two repairs must overlap a third failure: the exponential's heavier tail
-/// (E[R²] = 2·E[R]² against E[R]²) makes the chain pessimistic, by about 1.5× here; and lognormal
-/// durations with a larger spread than the exponential's (σ = 1.5: E[R²] = e^{σ²}·E[R]² = 9.5·E[R]²)
-/// fall below the chain. So the exponential assumption is conservative for fixed-length rebuilds
-/// and optimistic for rebuilds whose duration varies more than an exponential's.
+/// With m = 2 (measured, docs/reliability.md): fixed-work recovery agrees with the chain within the
+/// Monte-Carlo's interval (the shorter tail of fixed durations is offset by two failed OSDs sharing
+/// the survivors' pace, which the chain spreads as ρ_2), and widely spread work (lognormal σ = 1.5,
+/// median 0.32 of the mean) lives longer than the chain says (measured +17 %): most rebuilds are
+/// short. A lognormal factor without its −σ²/2 (mean e^{σ²/2}, 3× the work) would shorten the
+/// MTTDL many times and fail the check.
 #[test]
 fn cluster_repair_time_distribution_against_the_exponential_chain() {
     let s = seed();
@@ -477,35 +477,43 @@ fn cluster_repair_time_distribution_against_the_exponential_chain() {
     eprintln!("m = 1: chain {chain:.1} h, deterministic closed form {renewal:.1} h");
     assert!(renewal < chain && renewal > 0.97 * chain);
 
-    // m = 2, N = n = 6: deterministic repairs outlive the chain by far more than the interval.
-    let c = cluster(6, 4, 2, 300.0);
+    // m = 2, N = n = 6, detection 0.1 h (the rebuild itself dominates R): deterministic repairs
+    // outlive the chain by more than the interval.
+    let c = ClusterModel {
+        detect_hours: 0.1,
+        mttf_hours: 50.0,
+        ..cluster(6, 4, 2, 300.0)
+    };
     let chain = c.mttdl().unwrap().hours;
     let det = c
-        .monte_carlo_with(3_000, s + 301, RepairTimes::Deterministic)
+        .monte_carlo_with(8_000, s + 301, RepairTimes::Deterministic)
         .unwrap();
-    let (lo, _) = det.interval_hours(Z);
-    eprintln!(
-        "m = 2: chain {chain:.0} h, deterministic {:.0} h ± {:.0}",
-        det.mean_hours,
-        Z * det.std_error_hours
+    assert_agrees(
+        "N = n = 6, m = 2, deterministic fluid repairs",
+        chain,
+        &det,
+        0.05,
     );
-    assert!(lo > 1.2 * chain, "deterministic {det:?} vs chain {chain}");
     // The exponential path of the same entry point is the chain's own check.
     let exp = c
-        .monte_carlo_with(3_000, s + 302, RepairTimes::Exponential)
+        .monte_carlo_with(8_000, s + 302, RepairTimes::Exponential)
         .unwrap();
     assert_agrees("N = n = 6, m = 2, exponential repairs", chain, &exp, 0.06);
-    // Widely spread rebuild durations: below the chain.
+    // Widely spread rebuild work: longer than the chain, within 1.5×.
     let wide = c
-        .monte_carlo_with(3_000, s + 303, RepairTimes::Lognormal { sigma: 1.5 })
+        .monte_carlo_with(8_000, s + 303, RepairTimes::Lognormal { sigma: 1.5 })
         .unwrap();
-    let (_, hi) = wide.interval_hours(Z);
     eprintln!(
         "m = 2: lognormal sigma 1.5 {:.0} h ± {:.0}",
         wide.mean_hours,
         Z * wide.std_error_hours
     );
-    assert!(hi < chain, "lognormal {wide:?} vs chain {chain}");
+    let (lo, hi) = wide.interval_hours(Z);
+    assert!(
+        lo > chain && hi < 1.5 * chain,
+        "lognormal {wide:?} vs chain {chain}"
+    );
+    assert!(wide.failures > wide.runs);
     assert!("lognormal:0".parse::<RepairTimes>().is_err());
     assert_eq!(
         "lognormal:0.5".parse::<RepairTimes>().unwrap(),

@@ -322,7 +322,7 @@ mod tests {
         let mut c = Chain::new();
         let s = c.state("0");
         c.to_loss(s, 0.25);
-        for t in [1e-9, 0.1, 4.0, 100.0] {
+        for t in [1e-9f64, 0.1, 4.0, 100.0] {
             let want = -(-0.25 * t).exp_m1();
             let got = c.loss_probability_within(s, t).unwrap();
             assert!(
@@ -348,7 +348,7 @@ mod tests {
         let sum = a + b + c_;
         let disc = (sum * sum - 4.0 * a * c_).sqrt();
         let (r1, r2) = ((sum + disc) / 2.0, (sum - disc) / 2.0);
-        for t in [5.0, 50.0, 500.0, 5000.0] {
+        for t in [5.0f64, 50.0, 500.0, 5000.0] {
             let surv = (r1 * (-r2 * t).exp() - r2 * (-r1 * t).exp()) / (r1 - r2);
             let got = c.loss_probability_within(s0, t).unwrap();
             assert!(
