@@ -62,11 +62,7 @@ pub fn split_range(offset: u64, length: u64, segment_bytes: u64) -> Vec<Piece> {
 /// a read's bytes leave through the segment's primary (the whole piece) and its other data holders
 /// (about a k-th each, sent to the primary, CodFS §4.3), so fetching the next pieces in file order
 /// queues a read behind whichever primaries those pieces happen to share while other OSDs' outbound
-/// links idle. Among primaries with equal outstanding bytes, the one with the most of the read's
-/// bytes still to start goes first (longest remaining work first): a primary's link gives this
-/// client about one connection's share however many of its pieces are in flight there, so the read
-/// ends when the primary with the most work left ends, and starting that work late is what leaves a
-/// tail of a few primaries sending the last segments.
+/// links idle.
 #[derive(Debug, Clone)]
 pub struct ReadOrder {
     /// Per piece: (primary, its bytes), then (data holder, its bytes) for each other data holder.
@@ -74,8 +70,6 @@ pub struct ReadOrder {
     started: Vec<bool>,
     /// Bytes of started, unfinished pieces per OSD.
     outstanding: BTreeMap<u32, u64>,
-    /// Bytes of pieces not yet started, per primary (over the whole read, not only the look-ahead).
-    unstarted: BTreeMap<u32, u64>,
     lookahead: usize,
 }
 
@@ -83,17 +77,10 @@ impl ReadOrder {
     /// `costs[i]`: the OSDs that send piece i's bytes, the primary first, with the bytes each sends.
     pub fn new(costs: Vec<Vec<(u32, u64)>>, lookahead: usize) -> ReadOrder {
         let started = vec![false; costs.len()];
-        let mut unstarted = BTreeMap::new();
-        for c in &costs {
-            if let Some(&(primary, bytes)) = c.first() {
-                *unstarted.entry(primary).or_default() += bytes;
-            }
-        }
         ReadOrder {
             costs,
             started,
             outstanding: BTreeMap::new(),
-            unstarted,
             lookahead: lookahead.max(1),
         }
     }
@@ -126,23 +113,12 @@ impl ReadOrder {
                 .min_by_key(|&i| {
                     let load = |osd: u32| self.outstanding.get(&osd).copied().unwrap_or(0);
                     let c = &self.costs[i];
-                    let (primary, left) = c.first().map_or((0, 0), |&(o, _)| {
-                        (load(o), self.unstarted.get(&o).copied().unwrap_or(0))
-                    });
+                    let primary = c.first().map_or(0, |&(o, _)| load(o));
                     let others: u64 = c.iter().skip(1).map(|&(o, _)| load(o)).sum();
-                    (primary, std::cmp::Reverse(left), others, i)
+                    (primary, others, i)
                 })?
         };
         self.started[pick] = true;
-        if let Some(&(primary, bytes)) = self.costs[pick].first() {
-            let left = self
-                .unstarted
-                .get_mut(&primary)
-                .expect("an unstarted piece's primary is counted");
-            *left = left
-                .checked_sub(bytes)
-                .expect("unstarted bytes never go below zero");
-        }
         for &(osd, bytes) in &self.costs[pick] {
             *self.outstanding.entry(osd).or_default() += bytes;
         }
@@ -219,23 +195,6 @@ mod tests {
         assert_eq!(o.start_next(1), Some(1));
     }
 
-    /// Among primaries with nothing of this read in flight, the one with the most of the read left
-    /// to start goes first, whatever the file order: primary 2 holds three pieces, primary 1 one.
-    #[test]
-    fn read_order_starts_the_longest_remaining_primary_first() {
-        let primaries = [0u32, 1, 2, 2, 2];
-        let costs = primaries
-            .iter()
-            .map(|&p| ReadOrder::piece_cost(p, &[], 100, 4))
-            .collect();
-        let mut o = ReadOrder::new(costs, 5);
-        assert_eq!(o.start_next(0), Some(0), "the head first");
-        assert_eq!(o.start_next(0), Some(2), "primary 2 has 300 bytes left");
-        // Now primary 2 has 100 bytes in flight and 200 left; primary 1 nothing in flight.
-        assert_eq!(o.start_next(0), Some(1));
-        assert_eq!(o.unstarted.values().sum::<u64>(), 200);
-    }
-
     /// Whatever finishes when, every piece is started exactly once, never outside the look-ahead, the
     /// head first when it is not started, and the outstanding bytes return to zero (a model run over
     /// random costs and completion orders).
@@ -282,7 +241,6 @@ mod tests {
                 }
             }
             assert!(o.outstanding.values().all(|&b| b == 0));
-            assert!(o.unstarted.values().all(|&b| b == 0));
             assert!(started.iter().all(|&s| s));
         }
     }
