@@ -43,10 +43,12 @@ pub const STREAM_WINDOW_BYTES: u32 = 4 << 20;
 pub const CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
 /// The largest HTTP/2 frame a peer may send us (the protocol's default is 16 KiB). With 16 KiB frames
 /// every frame became one TLS record and one `writev`, and loopback TCP handled one 16 KiB packet per
-/// call: per-call and per-packet kernel work was a large share of a get's CPU. With 1 MiB frames a
-/// sender hands TLS up to 64 KiB at a time (rustls's buffer limit), so each `writev` carries four
-/// records and TCP moves 64 KiB packets.
-pub const FRAME_BYTES_MAX: u32 = 1 << 20;
+/// call: per-call and per-packet kernel work was a large share of a get's CPU. With 64 KiB frames a
+/// sender hands TLS 64 KiB at a time, so each `writev` carries four records and TCP moves 64 KiB
+/// packets. Larger frames gain nothing more (rustls buffers at most 64 KiB of records before they
+/// are written) and hold a connection's other streams back longer: a 1 MiB frame is 84 ms of a
+/// 100 Mbit/s link (docs/benchmarks.md, session of 2026-11-27).
+pub const FRAME_BYTES_MAX: u32 = 64 << 10;
 /// HTTP/2 keep-alive pings: a peer that does not answer within the timeout is dropped, so a call
 /// to a dead (not cleanly closed) process or across a broken link fails instead of hanging until
 /// its deadline (a killed process is noticed at once anyway: its kernel resets the connection).
