@@ -311,17 +311,9 @@ impl ClusterModel {
         failures: &mut u64,
         times: RepairTimes,
     ) -> Result<f64, ReliabilityError> {
-        let (nn, n, m) = (self.osds, self.n(), self.m);
+        let (nn, m) = (self.osds, self.m);
         let segments = self.segments as usize;
-        let mut on_osd: Vec<Vec<u32>> = vec![Vec::new(); nn];
-        let mut ids: Vec<usize> = (0..nn).collect();
-        for s in 0..segments {
-            for i in 0..n {
-                let j = i + rng.below((nn - i) as u64) as usize;
-                ids.swap(i, j);
-                on_osd[ids[i]].push(s as u32);
-            }
-        }
+        let on_osd = self.place(rng);
         let mut lost_chunks = vec![0u8; segments];
         let mut critical = 0usize;
         let mut fails_at: Vec<f64> = (0..nn).map(|_| rng.exp(self.mttf_hours)).collect();
@@ -423,19 +415,26 @@ impl ClusterModel {
         }
     }
 
-    fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {
-        let (nn, n, m) = (self.osds, self.n(), self.m);
-        let segments = self.segments as usize;
-        // Placement: the first n of a partial Fisher-Yates shuffle per segment.
+    /// The segments on each OSD: per segment the first n of a partial Fisher-Yates shuffle of the
+    /// OSDs (every segment's n chunks on n distinct OSDs, uniformly).
+    fn place(&self, rng: &mut Rng) -> Vec<Vec<u32>> {
+        let (nn, n) = (self.osds, self.n());
         let mut on_osd: Vec<Vec<u32>> = vec![Vec::new(); nn];
         let mut ids: Vec<usize> = (0..nn).collect();
-        for s in 0..segments {
+        for s in 0..self.segments as usize {
             for i in 0..n {
                 let j = i + rng.below((nn - i) as u64) as usize;
                 ids.swap(i, j);
                 on_osd[ids[i]].push(s as u32);
             }
         }
+        on_osd
+    }
+
+    fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {
+        let (nn, m) = (self.osds, self.m);
+        let segments = self.segments as usize;
+        let on_osd = self.place(rng);
         let mut lost_chunks = vec![0u8; segments];
         let mut critical = 0usize; // segments with exactly m lost chunks
         let mut fails_at: Vec<f64> = (0..nn).map(|_| rng.exp(self.mttf_hours)).collect();
