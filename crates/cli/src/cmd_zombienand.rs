@@ -283,13 +283,13 @@ pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
     if a.trace_driven || a.traces.is_some() {
         return run_trace_driven(&a);
     }
-    let report = if !a.merge.is_empty() {
+    let (report, journal) = if !a.merge.is_empty() {
         let parts = a
             .merge
             .iter()
             .map(|p| grid::read_report(p))
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        grid::merge(parts)?
+        (grid::merge(parts)?, None)
     } else {
         let mut cfg = if a.quick {
             GridConfig::quick()
@@ -338,9 +338,20 @@ pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
         } else {
             ProgressBar::hidden()
         };
-        let r = grid::run_grid(&cfg, shard, jobs, &|_| pb.inc(1))?;
+        // A killed grid continues where it stopped when the same command runs again.
+        std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
+        let journal = a
+            .out
+            .join(format!("grid-journal-{}-of-{}.jsonl", shard.0, shard.1));
+        if journal.exists() {
+            eprintln!(
+                "resuming from {} (points already finished are not run again)",
+                journal.display()
+            );
+        }
+        let r = grid::run_grid_resumable(&cfg, shard, jobs, &|_| pb.inc(1), &journal)?;
         pb.finish_and_clear();
-        r
+        (r, Some(journal))
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
     let name = if report.shard.1 > 1 {
@@ -349,6 +360,10 @@ pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
         "report.json".into()
     };
     grid::write_report(&report, &a.out.join(&name))?;
+    if let Some(j) = journal {
+        // The report holds every point now.
+        std::fs::remove_file(&j).with_context(|| format!("removing {}", j.display()))?;
+    }
     if report.shard.1 == 1 {
         std::fs::write(a.out.join("grid.md"), grid::markdown(&report))?;
         std::fs::write(a.out.join("grid.csv"), grid::csv(&report))?;

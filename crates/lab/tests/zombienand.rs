@@ -445,3 +445,62 @@ fn real_format_trace_files_run_to_death() {
     let e = trace::run_traces(&cfg, 1, &|_| {}).unwrap_err();
     assert!(e.to_string().contains("no write"), "{e}");
 }
+
+/// A grid killed after two points (its journal holds them and a line torn by the kill) resumes: only
+/// the other points run, and the report equals an uninterrupted run's byte for byte. A journal of
+/// another grid is refused before anything runs.
+#[test]
+fn a_killed_grid_resumes_from_its_journal() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let cfg = GridConfig::quick();
+    let whole = grid::run_grid(&cfg, (0, 1), 2, &|_| {}).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("grid-journal.jsonl");
+    // A full journaled run writes a header and one line per point.
+    let again = grid::run_grid_resumable(&cfg, (0, 1), 2, &|_| {}, &journal).unwrap();
+    assert_eq!(
+        serde_json::to_string(&again).unwrap(),
+        serde_json::to_string(&whole).unwrap()
+    );
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1 + whole.results.len());
+    // The kill: the header, two finished points, and half of a third line.
+    let mut f = std::fs::File::create(&journal).unwrap();
+    for l in &lines[..3] {
+        writeln!(f, "{l}").unwrap();
+    }
+    f.write_all(&lines[3].as_bytes()[..lines[3].len() / 2])
+        .unwrap();
+    drop(f);
+    let ran = AtomicUsize::new(0);
+    let resumed = grid::run_grid_resumable(
+        &cfg,
+        (0, 1),
+        1,
+        &|_| {
+            ran.fetch_add(1, Ordering::Relaxed);
+        },
+        &journal,
+    )
+    .unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), whole.results.len() - 2);
+    assert_eq!(
+        serde_json::to_string(&resumed).unwrap(),
+        serde_json::to_string(&whole).unwrap()
+    );
+    // Whole again: the torn line was cut, the rerun point appended.
+    assert_eq!(
+        std::fs::read_to_string(&journal).unwrap().lines().count(),
+        1 + whole.results.len()
+    );
+    // Another grid's journal is refused by name, nothing run.
+    let other = GridConfig {
+        seed: 2,
+        ..GridConfig::quick()
+    };
+    let e = grid::run_grid_resumable(&other, (0, 1), 1, &|_| panic!("a point ran"), &journal)
+        .unwrap_err();
+    assert!(e.to_string().contains("another grid"), "{e}");
+}

@@ -152,6 +152,110 @@ pub fn run_grid(
     jobs: usize,
     done: &(dyn Fn(&PointResult) + Sync),
 ) -> Result<GridReport> {
+    run_grid_inner(cfg, shard, jobs, done, None)
+}
+
+/// [`run_grid`] that survives being killed: every finished point is appended to `journal` (one JSON
+/// line, synced) after a header naming the grid and shard; a run that finds the journal takes the
+/// points it holds and runs only the others, so a resumed grid reports exactly what an uninterrupted
+/// one would (every point is seeded by its index). A torn last line (killed while writing it) is
+/// dropped and that point runs again; a journal of another grid or shard is refused by name. The
+/// journal is left in place: the caller removes it once the report is written.
+pub fn run_grid_resumable(
+    cfg: &GridConfig,
+    shard: (usize, usize),
+    jobs: usize,
+    done: &(dyn Fn(&PointResult) + Sync),
+    journal: &Path,
+) -> Result<GridReport> {
+    run_grid_inner(cfg, shard, jobs, done, Some(journal))
+}
+
+const JOURNAL_FORMAT: &str = "ecstack-zombienand-grid-journal";
+
+#[derive(Serialize, Deserialize, PartialEq)]
+struct JournalHeader {
+    format: String,
+    version: u32,
+    config: GridConfig,
+    shard: (usize, usize),
+}
+
+/// Opens (or starts) a grid journal: the points already done, and the file to append to.
+fn open_journal(
+    path: &Path,
+    cfg: &GridConfig,
+    shard: (usize, usize),
+) -> Result<(Vec<PointResult>, std::fs::File)> {
+    use std::io::Write;
+    let header = JournalHeader {
+        format: JOURNAL_FORMAT.into(),
+        version: 1,
+        config: cfg.clone(),
+        shard,
+    };
+    let bad = |m: String| LabError::Run(format!("{}: {m}", path.display()));
+    let mut done = Vec::new();
+    let mut keep: usize; // bytes of whole, valid lines
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let mut lines = bytes.split_inclusive(|&b| b == b'\n');
+            let first = lines.next().unwrap_or(&[]);
+            let got: JournalHeader = serde_json::from_slice(first)
+                .map_err(|e| bad(format!("not a grid journal ({e}); remove it to start over")))?;
+            if got != header {
+                return Err(bad(format!(
+                    "a journal of another grid or shard ({}/{}); remove it or write to another --out",
+                    got.shard.0, got.shard.1
+                )));
+            }
+            keep = first.len();
+            for line in lines {
+                if line.last() != Some(&b'\n') {
+                    break; // torn by a kill: that point runs again
+                }
+                let r: PointResult = match serde_json::from_slice(line) {
+                    Ok(r) => r,
+                    Err(_) => break,
+                };
+                let p = r.point;
+                let known = cfg.points().into_iter().any(|q| q == p);
+                if !known || p.index % shard.1 != shard.0 {
+                    return Err(bad(format!("point {} is not one of this shard's", p.index)));
+                }
+                if !done.iter().any(|d: &PointResult| d.point.index == p.index) {
+                    done.push(r);
+                }
+                keep += line.len();
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut f = std::fs::File::create(path).map_err(io_at(path))?;
+            let mut line = serde_json::to_vec(&header).map_err(|e| bad(e.to_string()))?;
+            line.push(b'\n');
+            f.write_all(&line).map_err(io_at(path))?;
+            f.sync_data().map_err(io_at(path))?;
+            keep = line.len();
+        }
+        Err(e) => return Err(io_at(path)(e)),
+    }
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io_at(path))?;
+    f.set_len(keep as u64).map_err(io_at(path))?;
+    let mut f = f;
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).map_err(io_at(path))?;
+    Ok((done, f))
+}
+
+fn run_grid_inner(
+    cfg: &GridConfig,
+    shard: (usize, usize),
+    jobs: usize,
+    done: &(dyn Fn(&PointResult) + Sync),
+    journal: Option<&Path>,
+) -> Result<GridReport> {
     if shard.1 == 0 || shard.0 >= shard.1 {
         return Err(LabError::Config {
             field: "shard",
@@ -178,14 +282,34 @@ pub fn run_grid(
             .model()?;
         }
     }
+    let (earlier, file) = match journal {
+        Some(path) => {
+            let (d, f) = open_journal(path, cfg, shard)?;
+            (d, Some((f, path)))
+        }
+        None => (Vec::new(), None),
+    };
+    let points: Vec<GridPoint> = points
+        .into_iter()
+        .filter(|p| !earlier.iter().any(|d| d.point.index == p.index))
+        .collect();
+    let file = Mutex::new(file);
     let next = AtomicUsize::new(0);
-    let out: Mutex<Vec<Result<PointResult>>> = Mutex::new(Vec::new());
+    let out: Mutex<Vec<Result<PointResult>>> = Mutex::new(earlier.into_iter().map(Ok).collect());
     std::thread::scope(|s| {
         for _ in 0..jobs.max(1).min(points.len().max(1)) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&p) = points.get(i) else { break };
-                let r = run_point(cfg, p);
+                let mut r = run_point(cfg, p);
+                if let Ok(res) = &r {
+                    let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some((f, path)) = f.as_mut() {
+                        if let Err(e) = append_line(f, path, res) {
+                            r = Err(e);
+                        }
+                    }
+                }
                 if let Ok(r) = &r {
                     done(r);
                 }
@@ -203,6 +327,16 @@ pub fn run_grid(
         shard,
         results,
     })
+}
+
+/// One finished point as a synced journal line.
+fn append_line(f: &mut std::fs::File, path: &Path, r: &PointResult) -> Result<()> {
+    use std::io::Write;
+    let mut line =
+        serde_json::to_vec(r).map_err(|e| LabError::Run(format!("{}: {e}", path.display())))?;
+    line.push(b'\n');
+    f.write_all(&line).map_err(io_at(path))?;
+    f.sync_data().map_err(io_at(path))
 }
 
 /// Merge shard reports of one grid into the whole grid's report (refuses mixed grids, missing or
