@@ -2691,6 +2691,31 @@ mod tests {
     }
 
     /// Checksums of `count` slots from `first` of every device, seeded.
+    /// A copy of `image` on a device that loses power before operation `at` (writes may survive,
+    /// tear or reorder; `seed` varies which).
+    fn cut_copy(
+        image: &[u8],
+        at: u64,
+        seed: u64,
+    ) -> Arc<ecstack_device::faulty::Faulty<ecstack_device::mem::MemDevice>> {
+        use ecstack_device::faulty::{FaultConfig, Faulty, PowerCutPolicy};
+        use ecstack_device::mem::MemDevice;
+        let mem = MemDevice::new(image.len() as u64).unwrap();
+        mem.write_at(image, 0).unwrap();
+        let cfg = FaultConfig {
+            seed: at * 10 + seed,
+            power_cut_at_op: Some(at),
+            power_cut: PowerCutPolicy {
+                survive_prob: 0.5,
+                torn_prob: 0.7,
+                reorder: true,
+                sector: 512,
+            },
+            ..FaultConfig::default()
+        };
+        Arc::new(Faulty::new(mem, cfg))
+    }
+
     fn set_crcs(st: &MetaState, first: u64, count: u64, seed: u64) -> Vec<Rec> {
         let mut rng = ecstack_base::Rng::new(seed);
         let mut recs = Vec::new();
@@ -2769,8 +2794,6 @@ mod tests {
     /// lets a page left over from the cut one through.
     #[test]
     fn paged_checksums_survive_a_power_cut_at_every_step() {
-        use ecstack_device::faulty::{FaultConfig, Faulty, PowerCutPolicy};
-        use ecstack_device::mem::MemDevice;
         let g = geo(4);
         let (_, area) = paged_layout(&g);
         // The state before: a checkpoint naming pages, then frames with checksum records.
@@ -2813,20 +2836,7 @@ mod tests {
                 }
                 assert!(cur == after);
                 // Its checkpoint on a copy of the image that loses power before operation `at`.
-                let mem = MemDevice::new(image.len() as u64).unwrap();
-                mem.write_at(&image, 0).unwrap();
-                let cfg = FaultConfig {
-                    seed: at * 10 + seed,
-                    power_cut_at_op: Some(at),
-                    power_cut: PowerCutPolicy {
-                        survive_prob: 0.5,
-                        torn_prob: 0.7,
-                        reorder: true,
-                        sector: 512,
-                    },
-                    ..FaultConfig::default()
-                };
-                let f = Arc::new(Faulty::new(mem, cfg));
+                let f = cut_copy(&image, at, seed);
                 let dev: Arc<dyn BlockDevice> = f.clone();
                 mv.dev = Arc::clone(&dev);
                 if paged_checkpoint(&mut mv, &cur).is_ok() {
@@ -2936,7 +2946,6 @@ mod tests {
     /// checksum. Without room the volume stays version 5.
     #[test]
     fn a_version_5_volume_with_room_upgrades_and_survives_a_power_cut_at_every_step() {
-        use ecstack_device::faulty::{FaultConfig, Faulty, PowerCutPolicy};
         use ecstack_device::mem::MemDevice;
         let g = geo(4);
         let (layout, area) = paged_layout(&g);
@@ -2999,20 +3008,7 @@ mod tests {
         for at in 0.. {
             let mut done = false;
             for seed in 0..3u64 {
-                let mem = MemDevice::new(image.len() as u64).unwrap();
-                mem.write_at(&image, 0).unwrap();
-                let cfg = FaultConfig {
-                    seed: at * 10 + seed,
-                    power_cut_at_op: Some(at),
-                    power_cut: PowerCutPolicy {
-                        survive_prob: 0.5,
-                        torn_prob: 0.7,
-                        reorder: true,
-                        sector: 512,
-                    },
-                    ..FaultConfig::default()
-                };
-                let f = Arc::new(Faulty::new(mem, cfg));
+                let f = cut_copy(&image, at, seed);
                 let dev: Arc<dyn BlockDevice> = f.clone();
                 // Open (reads only, from the grown image), change the state, sync: a frame does
                 // not fit (the loaded checkpoint is of version 5), so a full checkpoint of version
