@@ -64,6 +64,11 @@ struct CodfsArgs {
     /// Skip the degraded read and recovery measurements
     #[arg(long)]
     no_failures: bool,
+    /// Stream for SECS per phase instead of moving --size once: clients put one growing file of
+    /// their bytes repeated, then get it over and over; measured from SECS/4 to SECS, when every
+    /// client is active (the thesis's "streams of segments"; no tail in the figure)
+    #[arg(long, value_name = "SECS")]
+    stream: Option<f64>,
     /// The MDS marks a silent OSD down after this long
     #[arg(long, default_value_t = 10_000)]
     down_after_ms: u64,
@@ -157,6 +162,7 @@ fn codfs(a: CodfsArgs) -> Result<()> {
     cfg.bytes_per_client = crate::util::parse_size(&a.size)?;
     cfg.window_segments = a.window;
     cfg.failures = !a.no_failures;
+    cfg.stream_secs = a.stream;
     cfg.down_after_ms = a.down_after_ms;
     cfg.heartbeat_ms = (a.down_after_ms / 5).clamp(1, 1_000);
     cfg.dir = a.dir;

@@ -13,11 +13,19 @@
 //! formula for them).
 //!
 //! Aggregate throughput is the clients' bytes over the time from a barrier (every client connected
-//! and its data generated) to the last client's end.
+//! and its data generated) to the last client's end. With [`ModelConfig::stream_secs`] the clients
+//! instead stream for a fixed time, as the thesis's clients "transfer streams of segments
+//! simultaneously" (§5.1): each puts one file of its bytes repeated until told to stop, then gets that
+//! file over and over (every byte compared), and throughput is the bytes the clients had acknowledged
+//! (put: segments durable; get: bytes delivered) between the end of a warm-up (a quarter of the time)
+//! and the stop, over that window — every client is active throughout it, so there is no tail.
 
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use ecstack_base::Rng;
@@ -25,6 +33,7 @@ use ecstack_client::{Client, ClientError, ClientOptions};
 use ecstack_mds::OsdState;
 use ecstack_rpc::{init_cluster, ClusterConfig, InitOptions, Security};
 use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::codfs_netns::{self, Host, LinkBytes, LinkProbe, Testbed};
 use crate::plot::Lines;
@@ -38,6 +47,8 @@ const READY_SECS_MAX: u64 = 60;
 /// Seconds of the bare TCP stream that measures a link's effective bandwidth, each way.
 const GOODPUT_SECS: f64 = 3.0;
 const RECOVERY_SECS_MAX: u64 = 900;
+/// The shortest stream: its warm-up must outlast a window of segments in flight.
+const STREAM_SECS_MIN: f64 = 8.0;
 
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
@@ -57,6 +68,9 @@ pub struct ModelConfig {
     pub window_segments: usize,
     /// Measure degraded reads and recovery too.
     pub failures: bool,
+    /// Stream for this many seconds per phase and measure after a warm-up of a quarter of it
+    /// (`None`: each client moves `bytes_per_client` once; the whole phase is measured).
+    pub stream_secs: Option<f64>,
     pub heartbeat_ms: u64,
     pub down_after_ms: u64,
     pub seed: u64,
@@ -76,6 +90,7 @@ impl ModelConfig {
             bytes_per_client: 64 << 20,
             window_segments: ClientOptions::default().window_segments_max,
             failures: true,
+            stream_secs: None,
             heartbeat_ms: 500,
             down_after_ms: 10_000,
             seed: 1,
@@ -108,6 +123,14 @@ impl ModelConfig {
                 "clients",
                 "at least one client with at least one byte".into(),
             );
+        }
+        if let Some(t) = self.stream_secs {
+            if !(t.is_finite() && t >= STREAM_SECS_MIN) {
+                return cfg(
+                    "stream",
+                    format!("{t} s: at least {STREAM_SECS_MIN} s (a quarter of it is warm-up)"),
+                );
+            }
         }
         if !(self.rate_mbit.is_finite() && self.rate_mbit > 0.0) {
             return cfg("rate-mbit", format!("{}: must be positive", self.rate_mbit));
@@ -197,6 +220,8 @@ pub struct ModelReport {
     pub clients: usize,
     pub bytes_per_client: u64,
     pub window_segments: usize,
+    /// Streams of this many seconds per phase, measured after a quarter of it; `None`: fixed bytes.
+    pub stream_secs: Option<f64>,
     pub rows: Vec<ModelRow>,
     /// Per run and phase, the OSDs' links over time (written as CSV beside the report).
     #[serde(skip)]
@@ -248,6 +273,17 @@ impl ModelReport {
             self.bytes_per_client >> 20,
             self.window_segments
         );
+        if let Some(t) = self.stream_secs {
+            s += &format!(
+                "Method: streams (§5.1's clients \"transfer streams of segments simultaneously\"): each phase \
+                 runs {t:.0} s, every client putting one growing file of its {} MiB repeated, then getting \
+                 it over and over; throughput is the bytes acknowledged (put: segments durable at their \
+                 primary; get: bytes delivered and compared) from {:.0} s to {t:.0} s over that window, \
+                 links likewise. The \"all active\" table below is that window.\n\n",
+                self.bytes_per_client >> 20,
+                t / 4.0
+            );
+        }
         s += "| M | segment | write MB/s | model | ratio | links in: mean / busiest | read MB/s | model | ratio | links out: mean / busiest | degraded read MB/s | recovery MB/s |\n";
         s += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for r in &self.rows {
@@ -436,11 +472,16 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| LabError::Run(format!("cannot start an async runtime: {e}")))
 }
 
-fn connect(config: &ClusterConfig, window_segments: usize) -> Result<Client> {
+fn connect(
+    config: &ClusterConfig,
+    window_segments: usize,
+    progress: Option<Arc<AtomicU64>>,
+) -> Result<Client> {
     let sec =
         Security::load(&config.certs_dir(), "client").map_err(|e| LabError::Run(e.to_string()))?;
     let options = ClientOptions {
         window_segments_max: window_segments,
+        progress,
         ..ClientOptions::default()
     };
     Client::connect_with(config, sec, options).map_err(client_error)
@@ -513,7 +554,7 @@ fn charged(phase: Phase, l: &LinkBytes) -> u64 {
 }
 
 /// Every client on its own host does `phase` at once; returns the aggregate MB/s and how busy
-/// the links of `osds` (the OSDs in the cluster) were.
+/// the links of `osds` (the OSDs in the cluster) were. Streams when `cfg.stream_secs` is set.
 fn run_phase(
     cfg: &ModelConfig,
     bed: &Testbed,
@@ -523,21 +564,27 @@ fn run_phase(
 ) -> Result<PhaseResult> {
     let probe = bed.link_probe(osds);
     let barrier = Arc::new(Barrier::new(bed.clients.len() + 1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut progress = Vec::new();
     let mut threads = Vec::new();
     for (j, host) in bed.clients.iter().enumerate() {
-        let (host, config, barrier) = (host.clone(), config.clone(), barrier.clone());
+        let (host, config, barrier, stop) =
+            (host.clone(), config.clone(), barrier.clone(), stop.clone());
         let (seed, len, window) = (cfg.seed, cfg.bytes_per_client, cfg.window_segments);
+        let streaming = cfg.stream_secs.is_some();
+        let counter = Arc::new(AtomicU64::new(0));
+        progress.push(counter.clone());
         threads.push(std::thread::spawn(move || -> Result<Instant> {
             // Every thread reaches the barrier, failed or not, so nobody waits forever.
             let setup = Testbed::enter(&host).and_then(|()| {
                 let rt = runtime()?;
                 let client = {
                     let _inside = rt.enter(); // the client spawns its connection tasks on it
-                    connect(&config, window)?
+                    connect(&config, window, Some(counter))?
                 };
                 Ok((rt, client))
             });
-            let data = client_bytes(seed, j, len);
+            let data = Arc::new(client_bytes(seed, j, len));
             let setup = setup.and_then(|(rt, c)| {
                 rt.block_on(c.status()).map_err(client_error)?; // connected before the clock starts
                 Ok((rt, c))
@@ -546,22 +593,38 @@ fn run_phase(
             let (rt, client) = setup?;
             let path = format!("/model/c{j}");
             rt.block_on(async {
-                match phase {
-                    Phase::Put => {
+                match (phase, streaming) {
+                    (Phase::Put, false) => {
                         client.put(&path, &data[..]).await.map_err(client_error)?;
-                        Ok(Instant::now())
                     }
-                    Phase::Get => {
+                    (Phase::Get, false) => {
                         let got = client.read(&path, 0, len).await.map_err(client_error)?;
-                        let end = Instant::now();
-                        if got != data {
+                        if got[..] != data[..] {
                             return Err(LabError::Run(format!(
                                 "get {path}: the bytes differ from what was put"
                             )));
                         }
-                        Ok(end)
+                    }
+                    (Phase::Put, true) => {
+                        let reader = Repeat { data, pos: 0, stop };
+                        client.put(&path, reader).await.map_err(client_error)?;
+                    }
+                    (Phase::Get, true) => {
+                        while !stop.load(Ordering::Relaxed) {
+                            let mut sink = Compare {
+                                data: data.clone(),
+                                pos: 0,
+                                stop: stop.clone(),
+                            };
+                            match client.get(&path, 0, None, &mut sink).await {
+                                Ok(_) => {}
+                                Err(_) if stop.load(Ordering::Relaxed) && !sink.differs() => {}
+                                Err(e) => return Err(client_error(e)),
+                            }
+                        }
                     }
                 }
+                Ok(Instant::now())
             })
         }));
     }
@@ -569,6 +632,30 @@ fn run_phase(
     barrier.wait();
     let start = Instant::now();
     let sampler = LinkSampler::start(probe.clone(), start);
+    // Streaming: the window from the end of the warm-up to the stop, its counters read at both ends.
+    let window = match cfg.stream_secs {
+        None => None,
+        Some(secs) => {
+            let total = || {
+                progress
+                    .iter()
+                    .map(|p| p.load(Ordering::Relaxed))
+                    .sum::<u64>()
+            };
+            let until = |t: f64| {
+                let left = t - start.elapsed().as_secs_f64();
+                if left > 0.0 {
+                    std::thread::sleep(Duration::from_secs_f64(left));
+                }
+            };
+            until(secs / 4.0);
+            let (t1, bytes1, links1) = (Instant::now(), total(), probe.read());
+            until(secs);
+            let (t2, bytes2, links2) = (Instant::now(), total(), probe.read());
+            stop.store(true, Ordering::Relaxed);
+            Some((t1, t2, bytes2.saturating_sub(bytes1), links1, links2))
+        }
+    };
     let mut end = start;
     let mut first_end: Option<Instant> = None;
     let mut first_error = None;
@@ -586,32 +673,45 @@ fn run_phase(
             }
         }
     }
+    stop.store(true, Ordering::Relaxed); // a failed sample above returned before the stop
     let after = probe.read();
     let samples = sampler.stop();
     if let Some(e) = first_error {
         return Err(e);
     }
     let after = after?;
-    let secs = (end - start).as_secs_f64().max(1e-9);
-    let capacity = cfg.rate_mbit * 1e6 / 8.0 * secs;
-    let busy: Vec<f64> = before
-        .iter()
-        .zip(&after)
-        .map(|(b, a)| charged(phase, a).saturating_sub(charged(phase, b)) as f64 / capacity)
-        .collect();
-    let mut timeline: Vec<(f64, Vec<f64>)> = Vec::new();
-    let mut prev = (0.0, before);
-    for (t, c) in samples {
-        let dt = (t - prev.0).max(1e-9);
-        let rates: Vec<f64> = prev
-            .1
-            .iter()
-            .zip(&c)
-            .map(|(b, a)| charged(phase, a).saturating_sub(charged(phase, b)) as f64 / 1e6 / dt)
-            .collect();
-        timeline.push((t, rates));
-        prev = (t, c);
+    let timeline = rates(phase, &before, samples);
+    let link_use = |from: &[LinkBytes], to: &[LinkBytes], secs: f64| -> Vec<f64> {
+        let capacity = cfg.rate_mbit * 1e6 / 8.0 * secs;
+        from.iter()
+            .zip(to)
+            .map(|(b, a)| charged(phase, a).saturating_sub(charged(phase, b)) as f64 / capacity)
+            .collect()
+    };
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+    if let Some((t1, t2, bytes, links1, links2)) = window {
+        let (links1, links2) = (links1?, links2?);
+        if let Some(f) = first_end.filter(|&f| f < t2) {
+            return Err(LabError::Run(format!(
+                "a client stopped streaming {:.1} s after the start, before the window ended",
+                (f - start).as_secs_f64()
+            )));
+        }
+        let secs = (t2 - t1).as_secs_f64().max(1e-9);
+        let busy = link_use(&links1, &links2, secs);
+        return Ok(PhaseResult {
+            mb_per_sec: bytes as f64 / 1e6 / secs,
+            link_mean: mean(&busy),
+            link_max: max(&busy),
+            timeline,
+            secs,
+            all_active_secs: secs,
+            all_active_link_mean: mean(&busy),
+        });
     }
+    let secs = (end - start).as_secs_f64().max(1e-9);
+    let busy = link_use(&before, &after, secs);
     let bytes = cfg.bytes_per_client * bed.clients.len() as u64;
     let all_active_secs = first_end.map_or(secs, |f| (f - start).as_secs_f64().max(1e-9));
     // The intervals that ended before the first client finished (the sampler's resolution).
@@ -633,13 +733,111 @@ fn run_phase(
     };
     Ok(PhaseResult {
         mb_per_sec: bytes as f64 / 1e6 / secs,
-        link_mean: busy.iter().sum::<f64>() / busy.len().max(1) as f64,
-        link_max: busy.iter().cloned().fold(0.0, f64::max),
+        link_mean: mean(&busy),
+        link_max: max(&busy),
         timeline,
         secs,
         all_active_secs,
         all_active_link_mean,
     })
+}
+
+/// The sampled link counters as MB/s per OSD over each sampling interval.
+fn rates(
+    phase: Phase,
+    before: &[LinkBytes],
+    samples: Vec<(f64, Vec<LinkBytes>)>,
+) -> Vec<(f64, Vec<f64>)> {
+    let mut timeline = Vec::new();
+    let mut prev = (0.0, before.to_vec());
+    for (t, c) in samples {
+        let dt = (t - prev.0).max(1e-9);
+        let rates: Vec<f64> = prev
+            .1
+            .iter()
+            .zip(&c)
+            .map(|(b, a)| charged(phase, a).saturating_sub(charged(phase, b)) as f64 / 1e6 / dt)
+            .collect();
+        timeline.push((t, rates));
+        prev = (t, c);
+    }
+    timeline
+}
+
+/// A streaming put's input: the client's bytes over and over, until `stop` (then end of file).
+struct Repeat {
+    data: Arc<Vec<u8>>,
+    pos: u64,
+    stop: Arc<AtomicBool>,
+}
+
+impl AsyncRead for Repeat {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.stop.load(Ordering::Relaxed) {
+            let at = (self.pos % self.data.len() as u64) as usize;
+            let n = buf.remaining().min(self.data.len() - at);
+            buf.put_slice(&self.data[at..at + n]);
+            self.pos += n as u64;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A streaming get's output: every byte compared with what [`Repeat`] put there; fails once
+/// `stop` is set, which ends the get.
+struct Compare {
+    data: Arc<Vec<u8>>,
+    pos: u64,
+    stop: Arc<AtomicBool>,
+}
+
+impl Compare {
+    /// `pos` is set past the end when the bytes differed.
+    fn differs(&self) -> bool {
+        self.pos == u64::MAX
+    }
+}
+
+impl AsyncWrite for Compare {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Poll::Ready(Err(std::io::Error::other("the stream was stopped")));
+        }
+        let len = self.data.len() as u64;
+        let mut done = 0;
+        while done < buf.len() {
+            let at = ((self.pos + done as u64) % len) as usize;
+            let n = (buf.len() - done).min(self.data.len() - at);
+            if buf[done..done + n] != self.data[at..at + n] {
+                let first = (0..n).find(|&i| buf[done + i] != self.data[at + i]);
+                let offset = self.pos + (done + first.unwrap_or(0)) as u64;
+                self.pos = u64::MAX;
+                return Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("the bytes at offset {offset} differ from what was put"),
+                )));
+            }
+            done += n;
+        }
+        self.pos += buf.len() as u64;
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
 }
 
 /// Runs the experiment; namespaces and daemons are removed whatever happens.
@@ -682,6 +880,7 @@ pub fn run(cfg: &ModelConfig, log: &dyn Fn(&str)) -> Result<ModelReport> {
         clients: cfg.clients,
         bytes_per_client: cfg.bytes_per_client,
         window_segments: cfg.window_segments,
+        stream_secs: cfg.stream_secs,
         rows,
         timelines,
     })
@@ -766,7 +965,7 @@ fn one_run(
     {
         let config = config.clone();
         on_host(&control, move |rt| {
-            let c = connect(&config, 1)?;
+            let c = connect(&config, 1, None)?;
             rt.block_on(c.wait_for_osds(osds, Duration::from_secs(READY_SECS_MAX)))
                 .map_err(client_error)?;
             Ok(())
@@ -852,7 +1051,7 @@ fn one_run(
         daemons[0] = None; // SIGKILL and reap
         let c2 = config.clone();
         on_host(&control, move |rt| {
-            let c = connect(&c2, 1)?;
+            let c = connect(&c2, 1, None)?;
             rt.block_on(c.wait_status(
                 "waiting for osd-0 to be marked down",
                 Duration::from_secs(READY_SECS_MAX),
@@ -878,7 +1077,7 @@ fn one_run(
         )?;
         let c3 = config.clone();
         let (secs, bytes) = on_host(&control, move |rt| {
-            let c = connect(&c3, 1)?;
+            let c = connect(&c3, 1, None)?;
             rt.block_on(async {
                 c.wait_for_osds(osds, Duration::from_secs(READY_SECS_MAX))
                     .await?;
@@ -928,11 +1127,54 @@ mod tests {
         c.osds = vec![4];
         assert!(c.validate().unwrap_err().to_string().starts_with("osds:"));
         c.osds = vec![6];
+        c.stream_secs = Some(3.0);
+        assert!(c.validate().unwrap_err().to_string().starts_with("stream:"));
+        c.stream_secs = Some(60.0);
+        assert!(c.validate().is_ok());
         c.rate_mbit = 0.0;
         assert!(c
             .validate()
             .unwrap_err()
             .to_string()
             .starts_with("rate-mbit:"));
+    }
+
+    #[tokio::test]
+    async fn a_stream_repeats_the_bytes_and_the_comparison_catches_a_change() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let data = Arc::new((0..1000u32).map(|i| (i * 7) as u8).collect::<Vec<u8>>());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut reader = Repeat {
+            data: data.clone(),
+            pos: 0,
+            stop: stop.clone(),
+        };
+        let mut got = vec![0u8; 2_345];
+        reader.read_exact(&mut got).await.unwrap();
+        for (i, b) in got.iter().enumerate() {
+            assert_eq!(*b, data[i % 1000], "byte {i}");
+        }
+        let mut sink = Compare {
+            data: data.clone(),
+            pos: 0,
+            stop: stop.clone(),
+        };
+        // Odd-sized writes across the wrap-around compare equal...
+        for piece in got.chunks(333) {
+            sink.write_all(piece).await.unwrap();
+        }
+        assert!(!sink.differs());
+        // ...a changed byte is caught with its offset...
+        let mut bad: Vec<u8> = (2_345..2_445).map(|i| data[i % 1000]).collect();
+        bad[40] ^= 1;
+        let e = sink.write_all(&bad).await.unwrap_err();
+        assert!(e.to_string().contains("offset 2385"), "{e}");
+        assert!(sink.differs());
+        // ...and a stop ends both: the reader at end of file, the sink with an error.
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(reader.read(&mut got).await.unwrap(), 0);
+        let mut fresh = Compare { data, pos: 0, stop };
+        assert!(fresh.write_all(&got[..10]).await.is_err());
+        assert!(!fresh.differs());
     }
 }

@@ -83,6 +83,7 @@ pub fn client_options(retry_secs: u64) -> ClientOptions {
             seed: Some(7),
         },
         window_segments_max: 4,
+        progress: None,
     }
 }
 

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,10 @@ pub struct ClientOptions {
     pub retry: Backoff,
     /// Segments in flight at once in a put, a get or an update.
     pub window_segments_max: usize,
+    /// Progress of puts and gets, in bytes: a put adds each segment's length once its primary
+    /// acknowledged it durable, a get adds the bytes it wrote to its output. Shared by every call of
+    /// the client (for a progress bar, or a throughput measured while transfers run).
+    pub progress: Option<Arc<AtomicU64>>,
 }
 
 impl Default for ClientOptions {
@@ -54,6 +58,7 @@ impl Default for ClientOptions {
                 seed: None,
             },
             window_segments_max: 4,
+            progress: None,
         }
     }
 }
@@ -133,6 +138,13 @@ impl Client {
                 what: what.to_owned(),
                 ms: timeout.as_millis() as u64,
             }),
+        }
+    }
+
+    /// Counts `bytes` into [`ClientOptions::progress`].
+    fn advance(&self, bytes: u64) {
+        if let Some(p) = &self.inner.options.progress {
+            p.fetch_add(bytes, Ordering::Relaxed);
         }
     }
 
@@ -328,8 +340,9 @@ impl Client {
                             let data = data.clone();
                             async move { osd.write_segment(&l, &data).await }
                         })
-                        .await
-                        .map(drop)
+                        .await?;
+                    client.advance(data.len() as u64);
+                    Ok(())
                 });
             }
         }
@@ -429,6 +442,7 @@ impl Client {
                         .await
                         .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
                     written += data.len() as u64;
+                    self.advance(data.len() as u64);
                 }
                 next_to_write += 1;
             }
