@@ -2716,6 +2716,31 @@ mod tests {
         Arc::new(Faulty::new(mem, cfg))
     }
 
+    /// Runs `attempt(at, seed)` for a power cut before operation `at = 0, 1, …` with three seeds
+    /// each, until an attempt finishes without meeting its cut (`None`); an attempt that was cut
+    /// returns which of the two allowed states it loaded (0 before, 1 after). Asserts more than 10
+    /// cuts and both outcomes seen.
+    fn every_cut(mut attempt: impl FnMut(u64, u64) -> Option<usize>) {
+        let mut cuts = 0;
+        let mut outcomes = [0u32; 2];
+        'cuts: for at in 0.. {
+            for seed in 0..3u64 {
+                match attempt(at, seed) {
+                    None => break 'cuts,
+                    Some(which) => {
+                        cuts += 1;
+                        outcomes[which] += 1;
+                    }
+                }
+            }
+        }
+        println!("{cuts} cuts: {outcomes:?} (before, after)");
+        assert!(
+            cuts > 10 && outcomes[0] > 0 && outcomes[1] > 0,
+            "{cuts} cuts: {outcomes:?}"
+        );
+    }
+
     fn set_crcs(st: &MetaState, first: u64, count: u64, seed: u64) -> Vec<Rec> {
         let mut rng = ecstack_base::Rng::new(seed);
         let mut recs = Vec::new();
@@ -2816,69 +2841,54 @@ mod tests {
         for r in set_crcs(&after, 4000, 2000, 3) {
             after.apply(&r);
         }
-        let mut cuts = 0;
-        let mut outcomes = [0u32; 2];
         let errors = |s: &MetaState| {
             s.crcs
                 .0
                 .page_errors
                 .load(std::sync::atomic::Ordering::Relaxed)
         };
-        for at in 0.. {
-            let mut done = false;
-            for seed in 0..3u64 {
-                // Load the state before (reads only), change it to the state after.
-                let mut mv = paged_volume(Arc::clone(&base), &g);
-                let mut cur = mv.load(&g).unwrap();
-                assert!(cur == before, "the image loads the state before");
-                for r in set_crcs(&cur, 4000, 2000, 3) {
-                    cur.apply(&r);
-                }
-                assert!(cur == after);
-                // Its checkpoint on a copy of the image that loses power before operation `at`.
-                let f = cut_copy(&image, at, seed);
-                let dev: Arc<dyn BlockDevice> = f.clone();
-                mv.dev = Arc::clone(&dev);
-                if paged_checkpoint(&mut mv, &cur).is_ok() {
-                    done = true;
-                    break;
-                }
-                cuts += 1;
-                f.power_on();
-                let mut again = paged_volume(Arc::clone(&dev), &g);
-                let mut got = again.load(&g).unwrap();
-                assert_eq!(errors(&got), 0, "cut at op {at}, seed {seed}");
-                let which = if got == before {
-                    0
-                } else if got == after {
-                    1
-                } else {
-                    panic!("cut at op {at}, seed {seed}: loaded a state that was never synced")
-                };
-                outcomes[which] += 1;
-                // Epoch reuse: a checkpoint of the reloaded state changed elsewhere (the pages
-                // the cut checkpoint wrote are not dirty now) loads exactly that state.
-                for r in set_crcs(&got, 100, 50, 4) {
-                    got.apply(&r);
-                }
-                paged_checkpoint(&mut again, &got).unwrap();
-                let mut third = paged_volume(Arc::clone(&dev), &g);
-                let loaded = third.load(&g).unwrap();
-                assert_eq!(errors(&loaded), 0);
-                assert!(
-                    loaded == got,
-                    "cut at op {at}, seed {seed}: a page of the cut checkpoint leaked"
-                );
+        every_cut(|at, seed| {
+            // Load the state before (reads only), change it to the state after.
+            let mut mv = paged_volume(Arc::clone(&base), &g);
+            let mut cur = mv.load(&g).unwrap();
+            assert!(cur == before, "the image loads the state before");
+            for r in set_crcs(&cur, 4000, 2000, 3) {
+                cur.apply(&r);
             }
-            if done {
-                break;
+            assert!(cur == after);
+            // Its checkpoint on a copy of the image that loses power before operation `at`.
+            let f = cut_copy(&image, at, seed);
+            let dev: Arc<dyn BlockDevice> = f.clone();
+            mv.dev = Arc::clone(&dev);
+            if paged_checkpoint(&mut mv, &cur).is_ok() {
+                return None;
             }
-        }
-        println!("{cuts} cuts: {outcomes:?} (before, after)");
-        assert!(
-            cuts > 10 && outcomes[0] > 0 && outcomes[1] > 0,
-            "{cuts} cuts: {outcomes:?}"
-        );
+            f.power_on();
+            let mut again = paged_volume(Arc::clone(&dev), &g);
+            let mut got = again.load(&g).unwrap();
+            assert_eq!(errors(&got), 0, "cut at op {at}, seed {seed}");
+            let which = if got == before {
+                0
+            } else if got == after {
+                1
+            } else {
+                panic!("cut at op {at}, seed {seed}: loaded a state that was never synced")
+            };
+            // Epoch reuse: a checkpoint of the reloaded state changed elsewhere (the pages
+            // the cut checkpoint wrote are not dirty now) loads exactly that state.
+            for r in set_crcs(&got, 100, 50, 4) {
+                got.apply(&r);
+            }
+            paged_checkpoint(&mut again, &got).unwrap();
+            let mut third = paged_volume(Arc::clone(&dev), &g);
+            let loaded = third.load(&g).unwrap();
+            assert_eq!(errors(&loaded), 0);
+            assert!(
+                loaded == got,
+                "cut at op {at}, seed {seed}: a page of the cut checkpoint leaked"
+            );
+            Some(which)
+        });
     }
 
     /// A named checksum page that fails its check after the checkpoint was durable (bit rot on the
@@ -3003,83 +3013,68 @@ mod tests {
         for r in set_crcs(&after, 4000, 2000, 3) {
             after.apply(&r);
         }
-        let mut cuts = 0;
-        let mut outcomes = [0u32; 2];
-        for at in 0.. {
-            let mut done = false;
-            for seed in 0..3u64 {
-                let f = cut_copy(&image, at, seed);
-                let dev: Arc<dyn BlockDevice> = f.clone();
-                // Open (reads only, from the grown image), change the state, sync: a frame does
-                // not fit (the loaded checkpoint is of version 5), so a full checkpoint of version
-                // 6 is written, on the copy that loses power.
-                let grown = MemDevice::new(image.len() as u64).unwrap();
-                grown.write_at(&image, 0).unwrap();
-                let mut mv = upgrading(Arc::new(grown));
-                let mut cur = mv.load(&g).unwrap();
-                mv.dev = Arc::clone(&dev);
-                assert!(cur == before, "the grown image loads the state before");
-                assert!(mv.paged && mv.write_version() == META_VERSION);
-                let recs = set_crcs(&cur, 4000, 2000, 3);
-                assert!(
-                    !mv.fits_records(&recs),
-                    "no version 6 frame after a version 5 checkpoint"
-                );
-                for r in &recs {
-                    cur.apply(r);
-                }
-                assert!(cur == after);
-                if paged_checkpoint(&mut mv, &cur).is_ok() {
-                    // Everything is flushed: read what the device holds (a read through `f`
-                    // would meet the power cut, which lies past the checkpoint's operations).
-                    let mut bytes = vec![0u8; image.len()];
-                    f.inner().read_at(&mut bytes, 0).unwrap();
-                    let held = MemDevice::new(image.len() as u64).unwrap();
-                    held.write_at(&bytes, 0).unwrap();
-                    assert_eq!(checkpoint_version(&held), META_VERSION);
-                    let got = upgrading(Arc::new(held)).load(&g).unwrap();
-                    assert!(got == after && errors(&got) == 0);
-                    done = true;
-                    break;
-                }
-                cuts += 1;
-                f.power_on();
-                let mut again = upgrading(Arc::clone(&dev));
-                let mut got = again.load(&g).unwrap();
-                assert_eq!(errors(&got), 0, "cut at op {at}, seed {seed}");
-                let which = if got == before {
-                    assert_eq!(checkpoint_version(dev.as_ref()), INLINE_CRC_META_VERSION);
-                    0
-                } else if got == after {
-                    assert_eq!(checkpoint_version(dev.as_ref()), META_VERSION);
-                    1
-                } else {
-                    panic!("cut at op {at}, seed {seed}: loaded a state that was never synced")
-                };
-                outcomes[which] += 1;
-                // The reopened volume upgrades (again, or goes on in version 6): a checkpoint of
-                // the reloaded state changed elsewhere loads exactly that state, in version 6.
-                for r in set_crcs(&got, 100, 50, 4) {
-                    got.apply(&r);
-                }
-                paged_checkpoint(&mut again, &got).unwrap();
+        every_cut(|at, seed| {
+            let f = cut_copy(&image, at, seed);
+            let dev: Arc<dyn BlockDevice> = f.clone();
+            // Open (reads only, from the grown image), change the state, sync: a frame does
+            // not fit (the loaded checkpoint is of version 5), so a full checkpoint of version
+            // 6 is written, on the copy that loses power.
+            let grown = MemDevice::new(image.len() as u64).unwrap();
+            grown.write_at(&image, 0).unwrap();
+            let mut mv = upgrading(Arc::new(grown));
+            let mut cur = mv.load(&g).unwrap();
+            mv.dev = Arc::clone(&dev);
+            assert!(cur == before, "the grown image loads the state before");
+            assert!(mv.paged && mv.write_version() == META_VERSION);
+            let recs = set_crcs(&cur, 4000, 2000, 3);
+            assert!(
+                !mv.fits_records(&recs),
+                "no version 6 frame after a version 5 checkpoint"
+            );
+            for r in &recs {
+                cur.apply(r);
+            }
+            assert!(cur == after);
+            if paged_checkpoint(&mut mv, &cur).is_ok() {
+                // Everything is flushed: read what the device holds (a read through `f`
+                // would meet the power cut, which lies past the checkpoint's operations).
+                let mut bytes = vec![0u8; image.len()];
+                f.inner().read_at(&mut bytes, 0).unwrap();
+                let held = MemDevice::new(image.len() as u64).unwrap();
+                held.write_at(&bytes, 0).unwrap();
+                assert_eq!(checkpoint_version(&held), META_VERSION);
+                let got = upgrading(Arc::new(held)).load(&g).unwrap();
+                assert!(got == after && errors(&got) == 0);
+                return None;
+            }
+            f.power_on();
+            let mut again = upgrading(Arc::clone(&dev));
+            let mut got = again.load(&g).unwrap();
+            assert_eq!(errors(&got), 0, "cut at op {at}, seed {seed}");
+            let which = if got == before {
+                assert_eq!(checkpoint_version(dev.as_ref()), INLINE_CRC_META_VERSION);
+                0
+            } else if got == after {
                 assert_eq!(checkpoint_version(dev.as_ref()), META_VERSION);
-                let loaded = upgrading(Arc::clone(&dev)).load(&g).unwrap();
-                assert_eq!(errors(&loaded), 0);
-                assert!(
-                    loaded == got,
-                    "cut at op {at}, seed {seed}: a checksum was lost or a stale page leaked"
-                );
+                1
+            } else {
+                panic!("cut at op {at}, seed {seed}: loaded a state that was never synced")
+            };
+            // The reopened volume upgrades (again, or goes on in version 6): a checkpoint of
+            // the reloaded state changed elsewhere loads exactly that state, in version 6.
+            for r in set_crcs(&got, 100, 50, 4) {
+                got.apply(&r);
             }
-            if done {
-                break;
-            }
-        }
-        println!("{cuts} cuts: {outcomes:?} (before, after)");
-        assert!(
-            cuts > 10 && outcomes[0] > 0 && outcomes[1] > 0,
-            "{cuts} cuts: {outcomes:?}"
-        );
+            paged_checkpoint(&mut again, &got).unwrap();
+            assert_eq!(checkpoint_version(dev.as_ref()), META_VERSION);
+            let loaded = upgrading(Arc::clone(&dev)).load(&g).unwrap();
+            assert_eq!(errors(&loaded), 0);
+            assert!(
+                loaded == got,
+                "cut at op {at}, seed {seed}: a checksum was lost or a stale page leaked"
+            );
+            Some(which)
+        });
     }
 
     fn volume_dev(bytes: u64) -> Arc<dyn BlockDevice> {
