@@ -4,11 +4,13 @@
 //! only: the work is in `ecstack_client`.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use ecstack_client::{Client, LocalCluster, LocalSpec};
+use ecstack_client::{Client, ClientOptions, LocalCluster, LocalSpec};
 use ecstack_codes::{new_code, CodeKind};
 use ecstack_mds::{ClusterStatus, FileInfo, OsdState};
 use ecstack_rpc::init::{init_cluster, issue_certificate, InitOptions, DEFAULT_MDS_ADDR};
@@ -217,16 +219,107 @@ fn config_path(conn: &Conn) -> PathBuf {
 }
 
 fn connect(conn: &Conn) -> Result<Client> {
+    connect_with(conn, ClientOptions::default())
+}
+
+fn connect_with(conn: &Conn, options: ClientOptions) -> Result<Client> {
     if conn.insecure {
         eprintln!(
             "ecstack: WARNING: --insecure: no TLS, no authentication (loopback experiments only)"
         );
     }
-    Ok(Client::from_config_file(
+    Ok(Client::from_config_file_with(
         &config_path(conn),
         &conn.name,
         conn.insecure,
+        options,
     )?)
+}
+
+/// `cluster get`: `path` (or its range) to stdout (`None` or `-`) or into a new file, synced.
+async fn get_to(
+    client: &Client,
+    path: &str,
+    local: Option<&str>,
+    offset: u64,
+    length: Option<u64>,
+) -> Result<u64> {
+    match local {
+        None | Some("-") => {
+            use std::os::fd::AsFd;
+            let fd = std::io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .context("cannot write to stdout")?;
+            let mut out = tokio::fs::File::from_std(std::fs::File::from(fd));
+            Ok(client.get(path, offset, length, &mut out).await?)
+        }
+        Some(file) => {
+            let mut out = tokio::fs::File::create(file)
+                .await
+                .with_context(|| format!("cannot create {file}"))?;
+            let n = client.get(path, offset, length, &mut out).await?;
+            out.sync_all()
+                .await
+                .with_context(|| format!("cannot write {file}"))?;
+            Ok(n)
+        }
+    }
+}
+
+/// A put or get with a progress bar on stderr when it is a terminal: the client counts the bytes
+/// (put: segments durable; get: bytes delivered) and a task draws them twice a second.
+struct Transfer {
+    client: Client,
+    bar: Option<(indicatif::ProgressBar, tokio::task::JoinHandle<()>)>,
+}
+
+impl Transfer {
+    fn start(conn: &Conn) -> Result<Transfer> {
+        if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            return Ok(Transfer {
+                client: connect(conn)?,
+                bar: None,
+            });
+        }
+        let counter = Arc::new(AtomicU64::new(0));
+        let options = ClientOptions {
+            progress: Some(counter.clone()),
+            ..ClientOptions::default()
+        };
+        let client = connect_with(conn, options)?;
+        let bar = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}, eta {eta}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        let b = bar.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                b.set_position(counter.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        Ok(Transfer {
+            client,
+            bar: Some((bar, task)),
+        })
+    }
+
+    fn set_total(&self, what: &str, bytes: u64) {
+        if let Some((bar, _)) = &self.bar {
+            bar.set_message(what.to_owned());
+            bar.set_length(bytes);
+        }
+    }
+
+    fn finish(self) {
+        if let Some((bar, task)) = self.bar {
+            task.abort();
+            bar.finish_and_clear();
+        }
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -244,9 +337,13 @@ pub fn run(a: ClusterArgs) -> Result<()> {
 async fn run_async(a: ClusterArgs) -> Result<()> {
     match a.cmd {
         ClusterCmd::Put { local, path, conn } => {
-            let client = connect(&conn)?;
-            let size = client.put_file(&path, &local).await?;
-            println!("stored {} as {path} ({})", local.display(), fmt_size(size));
+            let t = Transfer::start(&conn)?;
+            if let Ok(m) = std::fs::metadata(&local) {
+                t.set_total("put", m.len());
+            }
+            let size = t.client.put_file(&path, &local).await;
+            t.finish();
+            println!("stored {} as {path} ({})", local.display(), fmt_size(size?));
         }
         ClusterCmd::Get {
             path,
@@ -255,27 +352,16 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             length,
             conn,
         } => {
-            let client = connect(&conn)?;
-            match local.as_deref() {
-                None | Some("-") => {
-                    use std::os::fd::AsFd;
-                    let fd = std::io::stdout()
-                        .as_fd()
-                        .try_clone_to_owned()
-                        .context("cannot write to stdout")?;
-                    let mut out = tokio::fs::File::from_std(std::fs::File::from(fd));
-                    client.get(&path, offset, length, &mut out).await?;
-                }
-                Some(file) => {
-                    let mut out = tokio::fs::File::create(file)
-                        .await
-                        .with_context(|| format!("cannot create {file}"))?;
-                    let n = client.get(&path, offset, length, &mut out).await?;
-                    out.sync_all()
-                        .await
-                        .with_context(|| format!("cannot write {file}"))?;
-                    eprintln!("read {path} into {file} ({})", fmt_size(n));
-                }
+            let t = Transfer::start(&conn)?;
+            if t.bar.is_some() {
+                let size = t.client.stat(&path).await?.size;
+                t.set_total("get", length.unwrap_or(size.saturating_sub(offset)));
+            }
+            let client = t.client.clone();
+            let got = get_to(&client, &path, local.as_deref(), offset, length).await;
+            t.finish();
+            if let (Some(file), n) = (local.as_deref().filter(|f| *f != "-"), got?) {
+                eprintln!("read {path} into {file} ({})", fmt_size(n));
             }
         }
         ClusterCmd::Update {

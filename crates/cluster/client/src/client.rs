@@ -109,13 +109,23 @@ impl Client {
         name: &str,
         insecure: bool,
     ) -> Result<Client, ClientError> {
+        Client::from_config_file_with(path, name, insecure, ClientOptions::default())
+    }
+
+    /// [`Client::from_config_file`] with `options`.
+    pub fn from_config_file_with(
+        path: &Path,
+        name: &str,
+        insecure: bool,
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
         let config = ClusterConfig::load(path)?;
         let security = if insecure {
             Security::Insecure
         } else {
             Security::load(&config.certs_dir(), name)?
         };
-        Client::connect(&config, security)
+        Client::connect_with(&config, security, options)
     }
 
     pub fn config(&self) -> &ClusterConfig {
