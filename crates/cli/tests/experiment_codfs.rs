@@ -138,3 +138,67 @@ fn model_experiment_runs_on_namespaces_and_computes_ratios() {
         assert!(tmp.path().join("out").join(file).is_file(), "{file}");
     }
 }
+
+/// `--stream`: clients stream for a fixed time and the figure is the window from a quarter of it
+/// to its end. The bytes counted are acknowledged ones: counting a put's input (which runs a window
+/// of segments ahead) or double-counting would put a ratio above the model.
+#[test]
+fn streams_are_measured_while_every_client_is_active() {
+    if !tools_present() {
+        let msg = "experiment_codfs: needs root, ip and tc (apt-get install iproute2)";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED {msg}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args([
+            "experiment",
+            "codfs",
+            "--osds",
+            "4",
+            "-k",
+            "2",
+            "-m",
+            "1",
+            "--segment-size",
+            "1M",
+            "--clients",
+            "2",
+            "--size",
+            "3M",
+            "--rate-mbit",
+            "200",
+            "--stream",
+            "8",
+            "--no-failures",
+            "--json",
+            "--out",
+        ])
+        .arg(tmp.path().join("out"))
+        .arg("--dir")
+        .arg(tmp.path().join("run"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ecstack failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["stream_secs"], 8.0);
+    let r = &report["rows"][0];
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {r}"));
+    for phase in ["write", "read"] {
+        let window = f(&format!("{phase}_all_active_secs"));
+        assert!((window - 6.0).abs() < 1.0, "{phase} window {window} s: {r}");
+        let ratio = f(&format!("{phase}_ratio"));
+        assert!(ratio > 0.02 && ratio < 1.05, "{phase} ratio {ratio}: {r}");
+    }
+    assert!(r["degraded_read_mb_per_sec"].is_null(), "{r}");
+    let md = std::fs::read_to_string(tmp.path().join("out/codfs-model.md")).unwrap();
+    assert!(md.contains("Method: streams"), "{md}");
+}
