@@ -277,11 +277,13 @@ impl ModelReport {
             s += &format!(
                 "Method: streams (§5.1's clients \"transfer streams of segments simultaneously\"): each phase \
                  runs {t:.0} s, every client putting one growing file of its {} MiB repeated, then getting \
-                 it over and over; throughput is the bytes acknowledged (put: segments durable at their \
-                 primary; get: bytes delivered and compared) from {:.0} s to {t:.0} s over that window, \
-                 links likewise. The \"all active\" table below is that window.\n\n",
+                 it over and over; throughput is the rate of bytes acknowledged (put: segments durable at their \
+                 primary; get: bytes delivered and compared; the slope of their total) from the end of a warm-up to {t:.0} s over \
+                 that window, links likewise. The warm-up lasts {:.0} s and until every client has had \
+                 its first {} segments through. The \"all active\" table below gives the window.\n\n",
                 self.bytes_per_client >> 20,
-                t / 4.0
+                t / 4.0,
+                self.window_segments
             );
         }
         s += "| M | segment | write MB/s | model | ratio | links in: mean / busiest | read MB/s | model | ratio | links out: mean / busiest | degraded read MB/s | recovery MB/s |\n";
@@ -648,12 +650,46 @@ fn run_phase(
                     std::thread::sleep(Duration::from_secs_f64(left));
                 }
             };
+            // The warm-up: a quarter of the time, and until every client has had a first window
+            // of segments through — before that, acknowledgements lag the links by up to a
+            // window (all of a client's first segments finish together, a window's lifetime late).
+            let first_window = config.segment_bytes * cfg.window_segments as u64;
             until(secs / 4.0);
-            let (t1, bytes1, links1) = (Instant::now(), total(), probe.read());
-            until(secs);
-            let (t2, bytes2, links2) = (Instant::now(), total(), probe.read());
+            while progress
+                .iter()
+                .any(|p| p.load(Ordering::Relaxed) < first_window)
+            {
+                if start.elapsed().as_secs_f64() > secs / 2.0 {
+                    stop.store(true, Ordering::Relaxed);
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    sampler.stop();
+                    return Err(LabError::Run(format!(
+                        "--stream {secs}: after {:.0} s some client had not yet had its first {} \
+                         segments through; stream longer",
+                        secs / 2.0,
+                        cfg.window_segments
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let (t1, links1) = (Instant::now(), probe.read());
+            // Acknowledgements come a segment at a time per client (a put's window of segments
+            // tends to finish together), so the rate is the least-squares slope of the clients'
+            // total over the window, sampled every 100 ms, not the difference of its two ends.
+            let mut points = Vec::new();
+            loop {
+                let t = start.elapsed().as_secs_f64();
+                points.push((t, total() as f64));
+                if t >= secs {
+                    break;
+                }
+                std::thread::sleep(Duration::from_secs_f64((secs - t).clamp(1e-3, 0.1)));
+            }
+            let (t2, links2) = (Instant::now(), probe.read());
             stop.store(true, Ordering::Relaxed);
-            Some((t1, t2, bytes2.saturating_sub(bytes1), links1, links2))
+            Some((t1, t2, slope(&points), links1, links2))
         }
     };
     let mut end = start;
@@ -690,7 +726,7 @@ fn run_phase(
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
-    if let Some((t1, t2, bytes, links1, links2)) = window {
+    if let Some((t1, t2, bytes_per_sec, links1, links2)) = window {
         let (links1, links2) = (links1?, links2?);
         if let Some(f) = first_end.filter(|&f| f < t2) {
             return Err(LabError::Run(format!(
@@ -701,7 +737,7 @@ fn run_phase(
         let secs = (t2 - t1).as_secs_f64().max(1e-9);
         let busy = link_use(&links1, &links2, secs);
         return Ok(PhaseResult {
-            mb_per_sec: bytes as f64 / 1e6 / secs,
+            mb_per_sec: bytes_per_sec / 1e6,
             link_mean: mean(&busy),
             link_max: max(&busy),
             timeline,
@@ -740,6 +776,22 @@ fn run_phase(
         all_active_secs,
         all_active_link_mean,
     })
+}
+
+/// The least-squares slope of `points` (x, y); 0 with fewer than two distinct x.
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    let (mx, my) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x / n, b + y / n));
+    let (sxy, sxx) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+        (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+    });
+    if sxx > 0.0 {
+        sxy / sxx
+    } else {
+        0.0
+    }
 }
 
 /// The sampled link counters as MB/s per OSD over each sampling interval.
@@ -1137,6 +1189,23 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("rate-mbit:"));
+    }
+
+    #[test]
+    fn the_slope_of_a_staircase_is_its_mean_rate() {
+        assert_eq!(slope(&[(1.0, 5.0)]), 0.0);
+        assert!((slope(&[(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]) - 2.0).abs() < 1e-12);
+        // 10 MB every second, sampled every 100 ms over 20 s: 10 MB/s, whatever the phase.
+        for phase in [0.0, 0.35, 0.9] {
+            let pts: Vec<(f64, f64)> = (0..=200)
+                .map(|i| {
+                    let t = i as f64 / 10.0;
+                    (t, 10.0 * (t + phase).floor())
+                })
+                .collect();
+            let s = slope(&pts);
+            assert!((s - 10.0).abs() < 0.1, "phase {phase}: {s}");
+        }
     }
 
     #[tokio::test]
