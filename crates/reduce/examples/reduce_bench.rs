@@ -125,6 +125,24 @@ fn libs(root: &Path, mb: usize) {
                 })
                 .sum()
         });
+    let mut cout = vec![0u8; 1 << 18];
+    let c_lz4 = time("liblz4 1.10 (C) block 128K", n, || {
+        data.chunks(128 << 10)
+            .map(|c| {
+                // SAFETY: both pointers are valid for the lengths passed (cout holds the bound of a
+                // 128 KiB input); liblz4 reads c and writes at most the capacity into cout.
+                let r = unsafe {
+                    lz4_sys::LZ4_compress_default(
+                        c.as_ptr().cast(),
+                        cout.as_mut_ptr().cast(),
+                        c.len() as i32,
+                        cout.len() as i32,
+                    )
+                };
+                (r as usize).min(c.len()) as u64
+            })
+            .sum()
+    });
     let mut z = zstd::bulk::Compressor::new(3).unwrap();
     let mut zout = vec![0u8; zstd::zstd_safe::compress_bound(128 << 10)];
     inv += 1.0
@@ -138,6 +156,7 @@ fn libs(root: &Path, mb: usize) {
         "ceiling (1 / sum of 1/x)",
         1.0 / inv
     );
+    let _ = c_lz4;
     let _ = time("memcpy (reference)", n, || {
         let mut v = vec![0u8; n];
         v.copy_from_slice(&data);

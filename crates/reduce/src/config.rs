@@ -19,7 +19,7 @@ pub enum Codec {
     Zlib,
     /// Raw DEFLATE (no wrapper).
     Deflate,
-    /// LZ4 block format (lz4_flex).
+    /// LZ4 block format (liblz4's `LZ4_compress_default`, as `lz4 -1` per block).
     Lz4,
     /// Zstandard (libzstd), one frame per chunk.
     Zstd,
@@ -270,7 +270,7 @@ pub fn parse_compression(spec: &str) -> Result<Vec<Method>, ReduceError> {
         ("zlib", l) => (Codec::Zlib, l.unwrap_or(6)),
         ("deflate", l) => (Codec::Deflate, l.unwrap_or(6)),
         ("lz4", None | Some(1)) => (Codec::Lz4, 1),
-        ("lz4", Some(_)) => return Err(bad(spec, "lz4 (lz4_flex block format) has one level")),
+        ("lz4", Some(_)) => return Err(bad(spec, "lz4 (liblz4 block format, lz4 -1) has one level")),
         ("zstd", l) => (Codec::Zstd, l.unwrap_or(3)),
         ("lzo", _) => {
             return Err(bad(

@@ -108,19 +108,42 @@ struct Compressors {
     dout: Vec<u8>,
 }
 
+/// liblz4's block compressor (`LZ4_compress_default`, the one `lz4 -1` runs per block): the compressed
+/// size of `chunk`, or usize::MAX if liblz4 fails. `out` grows once to the largest bound, never per chunk.
+/// Through C (lz4-sys, liblz4 1.10) rather than a port: the sizes are those of the lz4 CLI's blocks
+/// byte for byte (`tests/lz4_cli.rs`), and it is the faster of the two here (docs/benchmarks.md).
+pub(crate) fn lz4_block_bytes(chunk: &[u8], out: &mut Vec<u8>) -> usize {
+    let Ok(n) = i32::try_from(chunk.len()) else {
+        return usize::MAX;
+    };
+    // SAFETY: LZ4_compressBound is a pure function of its argument.
+    let bound = unsafe { lz4_sys::LZ4_compressBound(n) };
+    if bound <= 0 {
+        return usize::MAX; // above LZ4_MAX_INPUT_SIZE
+    }
+    if out.len() < bound as usize {
+        out.resize(bound as usize, 0);
+    }
+    // SAFETY: `chunk` is valid for reading `n` bytes and `out` for writing `bound` ≥ the capacity
+    // passed; liblz4 reads and writes only within those lengths and keeps no pointer after returning
+    // (its 16 KiB state lives on its own stack).
+    let r = unsafe {
+        lz4_sys::LZ4_compress_default(chunk.as_ptr().cast(), out.as_mut_ptr().cast(), n, bound)
+    };
+    if r > 0 {
+        r as usize
+    } else {
+        usize::MAX
+    }
+}
+
 impl Compressors {
     /// Stored bytes of one chunk: the compressed size, or the chunk's own size when it does not shrink
     /// (the file-system rule: such a chunk is stored raw).
     fn stored_bytes(&mut self, codec: Codec, level: i32, chunk: &[u8]) -> u64 {
         let n = chunk.len();
         let compressed = match codec {
-            Codec::Lz4 => {
-                let bound = lz4_flex::block::get_maximum_output_size(n);
-                if self.out.len() < bound {
-                    self.out.resize(bound, 0); // grows once, not per chunk
-                }
-                lz4_flex::block::compress_into(chunk, &mut self.out).unwrap_or(usize::MAX)
-            }
+            Codec::Lz4 => lz4_block_bytes(chunk, &mut self.out),
             Codec::Zstd => {
                 if self.zstd.as_ref().is_none_or(|(l, _)| *l != level) {
                     self.zstd = zstd::bulk::Compressor::new(level).ok().map(|c| (level, c));
@@ -621,7 +644,17 @@ mod tests {
                         out.len()
                     }
                     Codec::Zstd => zstd::bulk::compress(chunk, level).unwrap().len(),
-                    Codec::Lz4 => lz4_flex::block::compress(chunk).len(),
+                    Codec::Lz4 => {
+                        // Its size is checked against the lz4 CLI in tests/lz4_cli.rs; here the
+                        // block must decode (with lz4_flex, another implementation) to the chunk.
+                        let mut o = Vec::new();
+                        let k = lz4_block_bytes(chunk, &mut o);
+                        assert_eq!(
+                            lz4_flex::block::decompress(&o[..k], chunk.len()).unwrap(),
+                            chunk
+                        );
+                        k
+                    }
                 };
                 assert_eq!(
                     c.stored_bytes(codec, level, chunk),
