@@ -18,6 +18,7 @@ mod index;
 mod rabin;
 mod report;
 mod results;
+mod signal;
 mod throttle;
 
 pub use analyze::{analyze, shard_of, AnalyzeOptions, AnalyzeSummary, Shard};

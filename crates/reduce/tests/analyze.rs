@@ -445,3 +445,69 @@ fn config_file_changes_the_worker_count_while_running() {
     );
     assert!(limits.last().unwrap().0 < s.manifest.wall_seconds);
 }
+
+/// SIGHUP re-reads the configuration file at once: the new `workers` is written with the old mtime
+/// (so the mtime poll cannot see it) and still applies, after the signal and not before.
+#[test]
+fn sighup_rereads_the_config_file_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    let letters = b"abcdefghijklmnop";
+    for i in 0..40 {
+        let data: Vec<u8> = random(200 + i, 2 << 20)
+            .iter()
+            .map(|b| letters[(b & 15) as usize])
+            .collect();
+        write(&root, &format!("f{i:02}.txt"), &data);
+    }
+    let cfg = dir.path().join("treechunks.toml");
+    let text = |w: usize| format!("workers = {w}\ncompression = [\"zlib:9@16K\"]\ndedup = []\n");
+    std::fs::write(&cfg, text(1)).unwrap();
+    let out = dir.path().join("res");
+    let mut o = opts(&root, out.clone(), Config::load(&cfg).unwrap());
+    o.config_path = Some(cfg.clone());
+    o.workers_max = Some(2);
+    let run = std::thread::spawn(move || analyze(&o).unwrap());
+    // The results directory exists once the handler is installed and the mtime read.
+    let t0 = std::time::Instant::now();
+    while !out.join("results.sqlite").exists() {
+        assert!(t0.elapsed().as_secs() < 60, "the analysis did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let started = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // workers = 2, under the old mtime: written aside, mtime set back, renamed over the file.
+    let old = std::fs::metadata(&cfg).unwrap().modified().unwrap();
+    let aside = dir.path().join("treechunks.toml.new");
+    std::fs::write(&aside, text(2)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&aside)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    std::fs::rename(&aside, &cfg).unwrap();
+    assert_eq!(std::fs::metadata(&cfg).unwrap().modified().unwrap(), old);
+    // Two polls of the mtime pass without a change; then the signal.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let signalled = started.elapsed().as_secs_f64();
+    // SAFETY: kill with our own pid and a signal whose handler the analysis installed (it only
+    // increments a counter).
+    assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGHUP) }, 0);
+    let s = run.join().unwrap();
+    assert_eq!(s.manifest.files, 40);
+    let limits = &s.worker_limits;
+    assert_eq!(limits[0].1, 1, "{limits:?}");
+    let last = *limits.last().unwrap();
+    assert_eq!(
+        last.1, 2,
+        "SIGHUP did not apply the new worker count (run took {:.2} s, signal at {signalled:.2} s): {limits:?}",
+        s.manifest.wall_seconds
+    );
+    // The analysis clock starts before `started`, so the change is at least `signalled` in.
+    assert!(
+        last.0 >= signalled,
+        "applied at {:.2} s, before the signal at {signalled:.2} s: {limits:?}",
+        last.0
+    );
+}
