@@ -95,6 +95,10 @@ struct AnalyzeArgs {
     /// Analyse only this fraction of the files (chosen by a hash of their path) for a first answer
     #[arg(long, default_value_t = 1.0)]
     sample: f64,
+    /// Bytes-weighted sample instead: one sample point every SIZE bytes of the tree (e.g. 64M); a file
+    /// is analysed when a point falls in it (probability min(1, size / SIZE): files of SIZE or more always)
+    #[arg(long, value_name = "SIZE", value_parser = ecstack_base::parse_size)]
+    sample_bytes: Option<u64>,
     /// Print the summary as JSON
     #[arg(long)]
     json: bool,
@@ -208,6 +212,7 @@ fn analyze(a: AnalyzeArgs) -> Result<()> {
         workers_max: a.workers_max,
         shard: a.shard,
         sample_fraction: a.sample,
+        sample_bytes: a.sample_bytes,
         progress: !a.json && std::io::stderr().is_terminal(),
     };
     let s = ecstack_reduce::analyze(&opts)?;

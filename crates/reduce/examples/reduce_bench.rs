@@ -208,6 +208,7 @@ fn main() {
                 workers_max: Some(workers),
                 shard: None,
                 sample_fraction: 1.0,
+                sample_bytes: None,
                 progress: false,
             };
             let (c0, w0) = (process_cpu(), Instant::now());

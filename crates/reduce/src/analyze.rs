@@ -58,6 +58,9 @@ pub struct AnalyzeOptions {
     pub shard: Option<Shard>,
     /// Analyse only files whose path hash falls below this fraction (1.0 = all).
     pub sample_fraction: f64,
+    /// Bytes-weighted sample instead: one sample point every this many bytes of the tree (in walk
+    /// order); a file is analysed when a point falls in it ([`byte_sampled`]). None = not sampled so.
+    pub sample_bytes: Option<u64>,
     /// Draw a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
 }
@@ -94,6 +97,32 @@ pub fn shard_of(rel: &[u8], count: u32) -> u32 {
 pub fn sampled(rel: &[u8], fraction: f64) -> bool {
     fraction >= 1.0
         || (path_hash(rel, 0x5a3e_11d7) as f64) < fraction * 18_446_744_073_709_551_616.0
+}
+
+/// The start of the sample points of a bytes-weighted sample of spacing `spacing` (fixed by a salt).
+fn byte_sample_start(spacing: u64) -> u64 {
+    path_hash(&spacing.to_le_bytes(), 0x6b79_7465_735f_7331) % spacing.max(1)
+}
+
+/// Bytes-weighted (size-proportional) sample: the sample points are at u + k·spacing bytes of the
+/// tree's bytes concatenated in walk order (u fixed by a salt, in [0, spacing)); a file whose bytes
+/// are `start..start + len` of that concatenation is in the sample when a point falls inside. Over
+/// the start u, a file's inclusion probability is exactly min(1, len / spacing): a file at least
+/// `spacing` long is always in it, an empty one never (systematic PPS sampling, Särndal et al.,
+/// *Model Assisted Survey Sampling*, §3.6).
+pub fn byte_sampled(start: u64, len: u64, spacing: u64) -> bool {
+    if len == 0 || spacing == 0 {
+        return len > 0;
+    }
+    let u = byte_sample_start(spacing) as u128;
+    let (start, len, s) = (start as u128, len as u128, spacing as u128);
+    // The first point at or after `start`.
+    let first = if start <= u {
+        u
+    } else {
+        u + (start - u).div_ceil(s) * s
+    };
+    first < start + len
 }
 
 struct Job {
@@ -161,6 +190,20 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<AnalyzeSummary, ReduceError> {
             "the sample fraction is in (0, 1]".into(),
         ));
     }
+    match opts.sample_bytes {
+        Some(0) => {
+            return Err(ReduceError::Usage(
+                "the bytes-weighted sample's spacing is at least 1 byte".into(),
+            ))
+        }
+        Some(_) if opts.sample_fraction < 1.0 => {
+            return Err(ReduceError::Usage(
+                "a sample is either by files (--sample) or by bytes (--sample-bytes), not both"
+                    .into(),
+            ))
+        }
+        _ => {}
+    }
     let meta = std::fs::metadata(&opts.root)
         .map_err(|e| ReduceError::Usage(format!("{}: {e}", opts.root.display())))?;
     if !meta.is_dir() {
@@ -189,15 +232,18 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<AnalyzeSummary, ReduceError> {
 
     // The walk.
     let walker = {
-        let (root, tx, shard, frac, follow, stop) = (
+        let (root, tx, shard, follow, stop) = (
             opts.root.clone(),
             ev_tx.clone(),
             opts.shard,
-            opts.sample_fraction,
             opts.config.follow_symlinks,
             stop.clone(),
         );
-        std::thread::spawn(move || walk(&root, out_abs, follow, shard, frac, &job_tx, &tx, &stop))
+        let sample = match opts.sample_bytes {
+            Some(s) => Sample::Bytes(s),
+            None => Sample::Files(opts.sample_fraction),
+        };
+        std::thread::spawn(move || walk(&root, out_abs, follow, shard, sample, &job_tx, &tx, &stop))
     };
     // The workers.
     let mut handles = Vec::new();
@@ -322,6 +368,7 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<AnalyzeSummary, ReduceError> {
         root: opts.root.to_string_lossy().into_owned(),
         shard: opts.shard.map(|s| [s.index, s.count]),
         sample_fraction: opts.sample_fraction,
+        sample_bytes: opts.sample_bytes,
         configurations: configs,
         walk: walk_counts,
         files,
@@ -368,13 +415,22 @@ pub(crate) fn dir_ext(rel: &str) -> (String, String) {
     (dir.to_string(), ext.to_string())
 }
 
+/// Which files of the walk are analysed.
+#[derive(Clone, Copy)]
+enum Sample {
+    /// By path hash, this fraction of the files (1.0 = all).
+    Files(f64),
+    /// Bytes-weighted, one point every this many bytes ([`byte_sampled`]).
+    Bytes(u64),
+}
+
 #[allow(clippy::too_many_arguments)]
 fn walk(
     root: &Path,
     skip: Option<(u64, u64)>,
     follow: bool,
     shard: Option<Shard>,
-    fraction: f64,
+    sample: Sample,
     jobs: &mpsc::SyncSender<Vec<Job>>,
     events: &mpsc::Sender<Event>,
     stop: &AtomicBool,
@@ -452,8 +508,13 @@ fn walk(
         let seq = w.files;
         w.files += 1;
         let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+        let start = w.bytes; // this file's first byte in the walk's concatenation (every shard's alike)
         w.bytes += len;
-        if mine(&rel) && sampled(rel.as_bytes(), fraction) {
+        let in_sample = match sample {
+            Sample::Files(f) => sampled(rel.as_bytes(), f),
+            Sample::Bytes(s) => byte_sampled(start, len, s),
+        };
+        if mine(&rel) && in_sample {
             // A large file starts a batch of its own.
             if !batch.is_empty()
                 && batch_bytes + len > BATCH_BYTES

@@ -271,6 +271,7 @@ fn run_all(
         workers_max: Some(opts.workers.max(1)),
         shard: None,
         sample_fraction: 1.0,
+        sample_bytes: None,
         progress: false,
     })?;
     let rep = crate::report(

@@ -21,7 +21,7 @@ mod results;
 mod signal;
 mod throttle;
 
-pub use analyze::{analyze, shard_of, AnalyzeOptions, AnalyzeSummary, Shard};
+pub use analyze::{analyze, byte_sampled, shard_of, AnalyzeOptions, AnalyzeSummary, Shard};
 pub use config::{Config, Configuration, Method};
 pub use engine::{ChunkSink, Engine, Outcome};
 pub use index::{ChunkRecord, DedupTotals};

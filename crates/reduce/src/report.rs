@@ -8,7 +8,7 @@
 //! For dedup the per-file figure is the file's bytes minus its duplicates (first occurrence in walk
 //! order is the original), which sums to the exact total over all files, so the estimate is of that total.
 
-use crate::analyze::sampled;
+use crate::analyze::{byte_sampled, sampled};
 use crate::config::Method;
 use crate::results::{open_db, Manifest};
 use crate::ReduceError;
@@ -37,8 +37,16 @@ impl Default for ReportOptions {
 /// A sampling estimate of a configuration's reduction.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Estimate {
+    /// `files` (a fraction of the files by path hash) or `bytes` (bytes-weighted: a file in with
+    /// probability min(1, bytes / spacing_bytes)).
+    pub design: String,
+    /// The fraction of the files (bytes-weighted: expected; in an `analyze --sample-bytes` run: the
+    /// fraction of the tree's bytes analysed).
     pub fraction: f64,
+    /// Bytes-weighted: the spacing of the sample points (0 for a file sample).
+    pub spacing_bytes: u64,
     pub files_sampled: u64,
+    pub bytes_sampled: u64,
     /// Estimated (bytes after / original bytes) and its 95% interval.
     pub ratio: f64,
     pub ratio_low: f64,
@@ -58,6 +66,9 @@ pub struct Total {
     /// Time spent by this configuration (compression, or chunking + fingerprinting), CPU-seconds summed over workers.
     pub seconds: f64,
     pub estimate: Option<Estimate>,
+    /// The bytes-weighted estimate: in a full run with as many files expected as the file sample
+    /// (`estimate_fraction` of the files); in an `analyze --sample-bytes` run, from that sample.
+    pub estimate_bytes: Option<Estimate>,
 }
 
 /// One extension or directory.
@@ -75,6 +86,8 @@ pub struct GroupRow {
 pub struct Report {
     pub root: String,
     pub sample_fraction: f64,
+    /// The spacing of an `analyze --sample-bytes` run.
+    pub sample_bytes: Option<u64>,
     pub files: u64,
     pub bytes: u64,
     pub walk_files: u64,
@@ -97,10 +110,19 @@ pub fn report(dir: &Path, opts: &ReportOptions) -> Result<Report, ReduceError> {
             [c.id],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
-        let estimate = if opts.estimate_fraction > 0.0 && opts.estimate_fraction < 1.0 {
+        let full = m.sample_fraction >= 1.0 && m.sample_bytes.is_none();
+        let wanted = opts.estimate_fraction > 0.0 && opts.estimate_fraction < 1.0;
+        let estimate = if full && wanted {
             estimate(&conn, c.id, opts.estimate_fraction)?
         } else {
             None
+        };
+        let estimate_bytes = match m.sample_bytes {
+            Some(s) => bytes_estimate(&conn, c.id, BytesDesign::Run(s, m.walk.bytes))?,
+            None if full && wanted => {
+                bytes_estimate(&conn, c.id, BytesDesign::Fraction(opts.estimate_fraction))?
+            }
+            None => None,
         };
         totals.push(Total {
             id: c.id,
@@ -118,6 +140,7 @@ pub fn report(dir: &Path, opts: &ReportOptions) -> Result<Report, ReduceError> {
             },
             seconds: nanos as f64 / 1e9,
             estimate,
+            estimate_bytes,
         });
     }
     let extensions = groups(&conn, "ext", m.configurations.len(), opts.top)?;
@@ -125,6 +148,7 @@ pub fn report(dir: &Path, opts: &ReportOptions) -> Result<Report, ReduceError> {
     Ok(Report {
         root: m.root,
         sample_fraction: m.sample_fraction,
+        sample_bytes: m.sample_bytes,
         files: m.files,
         bytes: m.bytes,
         walk_files: m.walk.files,
@@ -196,12 +220,126 @@ fn estimate(
         }
     }
     Ok(ratio_estimate(&xs, n_all).map(|(r, lo, hi)| Estimate {
+        design: "files".into(),
         fraction,
+        spacing_bytes: 0,
         files_sampled: xs.len() as u64,
+        bytes_sampled: xs.iter().map(|p| p.0 as u64).sum(),
         ratio: r,
         ratio_low: lo,
         ratio_high: hi,
     }))
+}
+
+/// Which bytes-weighted sample an estimate is of.
+#[derive(Clone, Copy)]
+enum BytesDesign {
+    /// Drawn here from a full run's files, with the spacing whose expected number of files is this
+    /// fraction of the files (as many as the file sample, `spacing_for_fraction`).
+    Fraction(f64),
+    /// The files of an `analyze --sample-bytes SPACING` run (all of them are the sample), and the
+    /// bytes of the whole tree's walk.
+    Run(u64, u64),
+}
+
+/// The spacing s at which a bytes-weighted sample takes, in expectation, as many files as a file
+/// sample of `fraction`: Σ min(1, xᵢ/s) = fraction·N (decreasing in s: bisection). It reads more
+/// bytes than the file sample (each file in proportion to its size, the large ones whole).
+pub(crate) fn spacing_for_fraction(sizes: &[u64], fraction: f64) -> u64 {
+    let total: f64 = sizes.iter().map(|&x| x as f64).sum();
+    let read = |s: f64| -> f64 { sizes.iter().map(|&x| (x as f64 / s).min(1.0)).sum() };
+    let want = fraction * sizes.len() as f64;
+    let (mut lo, mut hi) = (1.0f64, total.max(2.0) / fraction.max(1e-12));
+    for _ in 0..200 {
+        let mid = (lo * hi).sqrt();
+        if read(mid) > want {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+        if hi / lo < 1.000_001 {
+            break;
+        }
+    }
+    hi.round().max(1.0) as u64
+}
+
+/// The bytes-weighted estimate: Horvitz–Thompson ratio R̂ = Σ yᵢ/πᵢ / Σ xᵢ/πᵢ over the sampled files,
+/// πᵢ = min(1, xᵢ/s), and its 95% interval from the linearised variance of Poisson sampling,
+/// V = Σ (1 − πᵢ)·((yᵢ − R̂xᵢ)/πᵢ)² / X̂² (Särndal et al. §5.6; systematic sampling in walk order is
+/// treated as Poisson, which leaves out the gain from walk order and so errs on the wide side).
+/// Files with xᵢ ≥ s are certain (πᵢ = 1) and add no variance: the giants that a file sample misses.
+fn bytes_estimate(
+    conn: &rusqlite::Connection,
+    config: u32,
+    design: BytesDesign,
+) -> Result<Option<Estimate>, ReduceError> {
+    let mut st = conn.prepare(
+        "SELECT f.bytes, o.reduced_bytes FROM outcome o JOIN file f ON f.seq = o.seq WHERE o.config = ?1 ORDER BY f.seq",
+    )?;
+    let rows: Vec<(u64, u64)> = st
+        .query_map([config], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+        })?
+        .collect::<Result<_, _>>()?;
+    let (spacing, fraction, sample): (u64, f64, Vec<(u64, u64)>) = match design {
+        BytesDesign::Run(s, walk_bytes) => {
+            let read: u64 = rows.iter().map(|r| r.0).sum();
+            (s, read as f64 / walk_bytes.max(1) as f64, rows)
+        }
+        BytesDesign::Fraction(f) => {
+            let sizes: Vec<u64> = rows.iter().map(|r| r.0).collect();
+            let s = spacing_for_fraction(&sizes, f);
+            let mut start = 0u64;
+            let mut picked = Vec::new();
+            for &(x, y) in &rows {
+                if byte_sampled(start, x, s) {
+                    picked.push((x, y));
+                }
+                start += x;
+            }
+            (s, f, picked)
+        }
+    };
+    Ok(
+        ht_ratio_estimate(&sample, spacing).map(|(r, lo, hi)| Estimate {
+            design: "bytes".into(),
+            fraction,
+            spacing_bytes: spacing,
+            files_sampled: sample.len() as u64,
+            bytes_sampled: sample.iter().map(|p| p.0).sum(),
+            ratio: r,
+            ratio_low: lo,
+            ratio_high: hi,
+        }),
+    )
+}
+
+/// R̂ and its 95% interval for a bytes-weighted sample of spacing `s` (see [`bytes_estimate`]).
+pub(crate) fn ht_ratio_estimate(sample: &[(u64, u64)], s: u64) -> Option<(f64, f64, f64)> {
+    let pi = |x: u64| (x as f64 / s as f64).min(1.0);
+    let (mut xh, mut yh) = (0.0, 0.0);
+    for &(x, y) in sample {
+        if x > 0 {
+            xh += x as f64 / pi(x);
+            yh += y as f64 / pi(x);
+        }
+    }
+    if sample.len() < 2 || xh <= 0.0 {
+        return None;
+    }
+    let r = yh / xh;
+    let v: f64 = sample
+        .iter()
+        .filter(|p| p.0 > 0)
+        .map(|&(x, y)| {
+            let p = pi(x);
+            (1.0 - p) * ((y as f64 - r * x as f64) / p).powi(2)
+        })
+        .sum::<f64>()
+        / (xh * xh);
+    let se = v.sqrt();
+    Some((r, (r - 1.96 * se).max(0.0), r + 1.96 * se))
 }
 
 /// R̂ and its 95% interval from sampled (xᵢ, yᵢ) out of a population of `n_all` files.
@@ -260,6 +398,13 @@ impl Report {
                 self.sample_fraction, self.files, self.walk_files, self.bytes, self.walk_bytes
             );
         }
+        if let Some(sp) = self.sample_bytes {
+            let _ = writeln!(
+                s,
+                "SAMPLED run, bytes-weighted: one point every {sp} bytes ({} of {} files, {} of {} bytes in the tree); figures are of the sample, the bytes-weighted estimate is of the tree",
+                self.files, self.walk_files, self.bytes, self.walk_bytes
+            );
+        }
         if !self.problems.is_empty() {
             let p: Vec<String> = self
                 .problems
@@ -274,16 +419,25 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "\n{:<34} {:>16} {:>16} {:>7} {:>9} {:>10}  estimate (95% CI)",
-            "configuration", "original bytes", "after", "ratio", "change", "seconds"
+            "\n{:<34} {:>16} {:>16} {:>7} {:>9} {:>10}  {:<44} estimate, bytes-weighted (95% CI)",
+            "configuration",
+            "original bytes",
+            "after",
+            "ratio",
+            "change",
+            "seconds",
+            "estimate, file sample (95% CI)"
         );
         for t in &self.totals {
-            let est = t.estimate.as_ref().map_or("-".to_string(), |e| {
-                format!(
-                    "{:.4} [{:.4}, {:.4}] from {} files",
-                    e.ratio, e.ratio_low, e.ratio_high, e.files_sampled
-                )
-            });
+            let show = |e: &Option<Estimate>| {
+                e.as_ref().map_or("-".to_string(), |e| {
+                    format!(
+                        "{:.4} [{:.4}, {:.4}] from {} files",
+                        e.ratio, e.ratio_low, e.ratio_high, e.files_sampled
+                    )
+                })
+            };
+            let est = format!("{:<44} {}", show(&t.estimate), show(&t.estimate_bytes));
             let _ = writeln!(
                 s,
                 "{:<34} {:>16} {:>16} {:>7.4} {:>9} {:>10.3}  {}",

@@ -37,6 +37,10 @@ pub struct Manifest {
     pub shard: Option<[u32; 2]>,
     /// Fraction of files analysed (1.0 = all).
     pub sample_fraction: f64,
+    /// A bytes-weighted sample's spacing (`analyze --sample-bytes`); absent otherwise (and in
+    /// results written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_bytes: Option<u64>,
     pub configurations: Vec<Configuration>,
     pub walk: WalkCounts,
     /// Files and bytes analysed (read).
@@ -226,6 +230,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Manifest, ReduceError> {
             || m.configurations != ms[0].configurations
             || m.root != ms[0].root
             || m.sample_fraction != ms[0].sample_fraction
+            || m.sample_bytes != ms[0].sample_bytes
             || m.walk != ms[0].walk
         {
             return Err(ReduceError::Usage(format!(
@@ -272,6 +277,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<Manifest, ReduceError> {
         root: ms[0].root.clone(),
         shard: None,
         sample_fraction: ms[0].sample_fraction,
+        sample_bytes: ms[0].sample_bytes,
         configurations: configs,
         walk: ms[0].walk.clone(),
         files: ms.iter().map(|m| m.files).sum(),

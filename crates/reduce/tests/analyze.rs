@@ -3,7 +3,7 @@
 
 use ecstack_base::Rng;
 use ecstack_reduce::{
-    analyze, merge, report, AnalyzeOptions, Config, Report, ReportOptions, Shard,
+    analyze, byte_sampled, merge, report, AnalyzeOptions, Config, Report, ReportOptions, Shard,
 };
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -62,6 +62,7 @@ fn opts(root: &Path, out: PathBuf, config: Config) -> AnalyzeOptions {
         workers_max: Some(3),
         shard: None,
         sample_fraction: 1.0,
+        sample_bytes: None,
         progress: false,
     }
 }
@@ -510,4 +511,103 @@ fn sighup_rereads_the_config_file_at_once() {
         "applied at {:.2} s, before the signal at {signalled:.2} s: {limits:?}",
         last.0
     );
+}
+
+/// A bytes-weighted sample takes a file of x bytes with probability min(1, x / spacing): over many
+/// spacings (each with its own start) the share of spacings that take the file matches the mean of
+/// min(1, x / spacing); a file at least one spacing long is always in, an empty file never.
+#[test]
+fn byte_sample_takes_files_in_proportion_to_size() {
+    for (start, len) in [(0u64, 300u64), (12_345, 300), (999_999, 2_500), (7, 9_000)] {
+        let (mut hits, mut want) = (0.0, 0.0);
+        let spacings = 10_000..30_000u64;
+        let n = (spacings.end - spacings.start) as f64;
+        for s in spacings {
+            hits += byte_sampled(start, len, s) as u8 as f64;
+            want += (len as f64 / s as f64).min(1.0);
+        }
+        let (p, q) = (hits / n, want / n);
+        // Binomial standard error at these n: < 0.004; allow 4 of them.
+        assert!((p - q).abs() < 0.016, "start {start} len {len}: {p} vs {q}");
+    }
+    assert!((1000..5000).all(|s| byte_sampled(123, s, s)));
+    assert!((1000..5000).all(|s| !byte_sampled(123, 0, s)));
+}
+
+/// The bytes-weighted estimate on a tree where one incompressible giant holds most of the bytes:
+/// the giant is always in the sample (it is longer than the spacing), the exact figure lies inside
+/// the interval, and an `analyze --sample-bytes` run with that spacing takes the same files (its
+/// estimate equals the full run's, point and interval).
+#[test]
+fn bytes_weighted_estimate_covers_a_giant_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    write(&root, "big/giant.iso", &random(77, 4 << 20));
+    let text = b"the quick brown fox jumps over the lazy dog; ".repeat(400);
+    let mut sizes = 0u64;
+    for i in 0..300u64 {
+        let len = 2000 + (i * 7919) % 14_000;
+        let noisy = (len * (i % 10)) / 10; // 0..90% of the file incompressible
+        let mut d = random(1000 + i, noisy as usize);
+        d.extend_from_slice(&text[..(len - noisy) as usize]);
+        write(&root, &format!("d{}/f{i}.txt", i % 12), &d);
+        sizes += len;
+    }
+    let c = config(&["lz4@64K"], &[]);
+    analyze(&opts(&root, dir.path().join("full"), c.clone())).unwrap();
+    let full = report(
+        &dir.path().join("full"),
+        &ReportOptions {
+            top: 5,
+            estimate_fraction: 0.05,
+        },
+    )
+    .unwrap();
+    let t = &full.totals[0];
+    let e = t
+        .estimate_bytes
+        .as_ref()
+        .expect("a bytes-weighted estimate");
+    assert_eq!(e.design, "bytes");
+    assert!(
+        e.bytes_sampled >= 4 << 20,
+        "the giant is not in the sample: {e:?}"
+    );
+    assert!(
+        e.spacing_bytes < 4 << 20 && e.spacing_bytes > sizes / 300,
+        "{e:?}"
+    );
+    assert!(
+        e.files_sampled >= 8 && e.files_sampled <= 30,
+        "{} files sampled (about 15 expected)",
+        e.files_sampled
+    );
+    assert!(
+        e.ratio_low <= t.ratio && t.ratio <= e.ratio_high,
+        "exact {} outside [{}, {}] ({e:?})",
+        t.ratio,
+        e.ratio_low,
+        e.ratio_high
+    );
+    eprintln!(
+        "exact {:.4}; bytes-weighted {:.4} [{:.4}, {:.4}] from {} files; file sample {:?}",
+        t.ratio, e.ratio, e.ratio_low, e.ratio_high, e.files_sampled, t.estimate
+    );
+    // The same sample drawn by the analysis itself.
+    let mut o = opts(&root, dir.path().join("sample"), c);
+    o.sample_bytes = Some(e.spacing_bytes);
+    let s = analyze(&o).unwrap();
+    assert_eq!(s.manifest.files, e.files_sampled);
+    assert_eq!(s.manifest.sample_bytes, Some(e.spacing_bytes));
+    let sampled = report(&dir.path().join("sample"), &ReportOptions::default()).unwrap();
+    let es = sampled.totals[0].estimate_bytes.as_ref().unwrap();
+    assert!(sampled.totals[0].estimate.is_none());
+    assert!((es.ratio - e.ratio).abs() < 1e-12, "{es:?} vs {e:?}");
+    assert!((es.ratio_low - e.ratio_low).abs() < 1e-12);
+    assert!(sampled.to_text().contains("bytes-weighted"));
+    // Both kinds of sample at once is a usage error.
+    let mut o = opts(&root, dir.path().join("both"), config(&["lz4@64K"], &[]));
+    o.sample_bytes = Some(1 << 20);
+    o.sample_fraction = 0.5;
+    assert!(analyze(&o).is_err());
 }

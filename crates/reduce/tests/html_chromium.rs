@@ -170,6 +170,7 @@ fn tree_picture_in_headless_chromium() {
         workers_max: Some(1),
         shard: None,
         sample_fraction: 1.0,
+        sample_bytes: None,
         progress: false,
     })
     .unwrap();
