@@ -211,9 +211,13 @@ pub struct ExpZombieArgs {
     /// Scale of the presets for --trace-driven (1.0 = published size)
     #[arg(long)]
     scale: Option<f64>,
-    /// Output directory (report.json, grid.md, grid.csv, heat maps)
+    /// Output directory (report.json, grid.md, grid.csv, heat maps). A killed run continues from
+    /// the journal (and, for --trace-driven, the lifetime checkpoints) it left here
     #[arg(long, default_value = "zombienand-out")]
     out: PathBuf,
+    /// --trace-driven: wall seconds between checkpoints of a lifetime under way
+    #[arg(long, default_value_t = 60.0)]
+    checkpoint_every: f64,
     #[arg(long)]
     json: bool,
 }
@@ -267,9 +271,30 @@ fn run_trace_driven(a: &ExpZombieArgs) -> Result<()> {
     } else {
         ProgressBar::hidden()
     };
-    let r = ztrace::run_traces(&cfg, jobs, &|_| pb.inc(1))?;
+    // A killed run continues where it stopped when the same command runs again: finished
+    // (trace, mode, reserve) pairs from the journal, lifetimes under way from their checkpoints.
+    std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
+    let journal = a.out.join("trace-journal.jsonl");
+    if journal.exists() {
+        eprintln!(
+            "resuming from {} (finished runs are not run again)",
+            journal.display()
+        );
+    }
+    let r = ztrace::run_traces_resumable(
+        &cfg,
+        jobs,
+        &|_| pb.inc(1),
+        ztrace::Resume {
+            journal: &journal,
+            checkpoint_dir: &a.out,
+            checkpoint_every_s: a.checkpoint_every,
+        },
+    )?;
     pb.finish_and_clear();
     ztrace::write_outputs(&r, &a.out)?;
+    // The report holds every run now.
+    std::fs::remove_file(&journal).with_context(|| format!("removing {}", journal.display()))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

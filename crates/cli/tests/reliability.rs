@@ -11,6 +11,26 @@ fn ecstack(args: &[&str]) -> std::process::Output {
         .expect("run ecstack")
 }
 
+/// `ecstack reliability array` of a RAID-5 (k+1) with no URE, plus `extra` options.
+fn raid5(k: &str, mttf_hours: &str, mttr_hours: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "reliability",
+        "array",
+        "--k",
+        k,
+        "--m",
+        "1",
+        "--mttf-hours",
+        mttf_hours,
+        "--mttr-hours",
+        mttr_hours,
+        "--uber",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    ok(&args)
+}
+
 fn ok(args: &[&str]) -> String {
     let o = ecstack(args);
     assert!(
@@ -25,23 +45,7 @@ fn ok(args: &[&str]) -> String {
 fn raid5_json_matches_the_closed_form() {
     // RAID-5 of 8 devices, MTTF 1e6 h, MTTR 24 h, no URE:
     // MTTDL = ((2n-1)λ + μ) / (n(n-1)λ²) = (15e-6 + 1/24) / (56e-12) hours.
-    let out = ok(&[
-        "reliability",
-        "array",
-        "--k",
-        "7",
-        "--m",
-        "1",
-        "--mttf-hours",
-        "1e6",
-        "--mttr-hours",
-        "24",
-        "--uber",
-        "0",
-        "--years",
-        "5",
-        "--json",
-    ]);
+    let out = raid5("7", "1e6", "24", &["--years", "5", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let want = (15e-6 + 1.0 / 24.0) / 56e-12;
     let got = v["mttdl_hours"].as_f64().unwrap();
@@ -62,24 +66,7 @@ fn raid5_json_matches_the_closed_form() {
 
 #[test]
 fn human_reports_and_monte_carlo() {
-    let out = ok(&[
-        "reliability",
-        "array",
-        "--k",
-        "4",
-        "--m",
-        "1",
-        "--mttf-hours",
-        "1000",
-        "--mttr-hours",
-        "50",
-        "--uber",
-        "0",
-        "--mc-runs",
-        "4000",
-        "--seed",
-        "3",
-    ]);
+    let out = raid5("4", "1000", "50", &["--mc-runs", "4000", "--seed", "3"]);
     assert!(out.contains("RAID-5 (4+1)"), "{out}");
     // 1450 h = 0.1654 years (closed form above with n = 5, λ = 1e-3, μ = 0.02).
     assert!(out.contains("MTTDL: 0.1654 years (1450 hours)"), "{out}");
@@ -102,25 +89,18 @@ fn human_reports_and_monte_carlo() {
 /// MTTDL = ((n−1)λ + μ + (1−p)nλ) / (nλ((n−1)λ + pμ)).
 #[test]
 fn latent_errors_and_scrub_in_the_report() {
-    let out = ok(&[
-        "reliability",
-        "array",
-        "--k",
+    let out = raid5(
         "4",
-        "--m",
-        "1",
-        "--mttf-hours",
         "1000",
-        "--mttr-hours",
         "50",
-        "--uber",
-        "0",
-        "--latent-per-year",
-        "8.766",
-        "--scrub-hours",
-        "100",
-        "--json",
-    ]);
+        &[
+            "--latent-per-year",
+            "8.766",
+            "--scrub-hours",
+            "100",
+            "--json",
+        ],
+    );
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let p = 1.0 - (1.0 - (-0.4f64).exp()) / 0.4;
     let (n, l, mu) = (5.0, 1e-3, 0.02);

@@ -504,3 +504,120 @@ fn a_killed_grid_resumes_from_its_journal() {
         .unwrap_err();
     assert!(e.to_string().contains("another grid"), "{e}");
 }
+
+/// A trace-driven run killed after two (trace, mode, reserve) pairs, with a third pair's baseline
+/// lifetime checkpointed part-way, resumes: the journaled pairs are taken, the checkpointed lifetime
+/// continues, only the other pairs run, and the report equals an uninterrupted run's byte for byte;
+/// no checkpoint is left behind. A journal of another run (other seed) is refused before anything
+/// runs.
+#[test]
+fn a_killed_trace_driven_run_resumes_from_its_journal_and_checkpoints() {
+    use ecstack_lab::zombienand::trace::{self, Resume, TraceRunConfig};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let cfg = TraceRunConfig::quick();
+    let whole = trace::run_traces(&cfg, 2, &|_| {}).unwrap();
+    let n = whole.results.len();
+    assert!(n >= 4);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("trace-journal.jsonl");
+    let resume = Resume {
+        journal: &journal,
+        checkpoint_dir: dir.path(),
+        checkpoint_every_s: 0.0,
+    };
+    // The kill: after the second finished pair (one thread, in report order).
+    let finished = AtomicUsize::new(0);
+    let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        trace::run_traces_resumable(
+            &cfg,
+            1,
+            &|_| {
+                if finished.fetch_add(1, Ordering::Relaxed) == 1 {
+                    panic!("killed");
+                }
+            },
+            resume,
+        )
+    }));
+    assert!(killed.is_err());
+    assert_eq!(
+        std::fs::read_to_string(&journal).unwrap().lines().count(),
+        1 + 2,
+        "header and two pairs"
+    );
+    // The rerun reads the third pair's baseline checkpoint: a damaged one fails that pair (the
+    // others run and are journaled).
+    let ck = trace::checkpoint_path(dir.path(), 2, Scheme::Baseline);
+    std::fs::write(&ck, b"ECZNCK01 damaged by the kill").unwrap();
+    let ran = AtomicUsize::new(0);
+    let count = |_: &trace::TraceResult| {
+        ran.fetch_add(1, Ordering::Relaxed);
+    };
+    let e = trace::run_traces_resumable(&cfg, 1, &count, resume).unwrap_err();
+    assert!(e.to_string().contains(&*ck.to_string_lossy()), "{e}");
+    assert_eq!(ran.swap(0, Ordering::Relaxed), n - 3);
+    // Now leave a real checkpoint of that lifetime part-way, as a kill would.
+    let x = &whole.results[2];
+    let t = whole.traces.iter().find(|t| t.name == x.trace).unwrap();
+    let lc = LifeConfig {
+        drive: cfg.drive,
+        mode: x.mode,
+        reserve: x.reserve,
+        scheme: Scheme::Baseline,
+        physics: cfg.physics,
+        life_threshold: LIFE_THRESHOLD,
+        seed: cfg.seed,
+    };
+    let w = Workload::Trace {
+        name: t.name.clone(),
+        accesses: t.accesses.clone(),
+    };
+    assert!(x.baseline.ops > 2 * BATCH as u64, "too short to kill");
+    std::fs::remove_file(&ck).unwrap();
+    let mut calls = 0;
+    let part = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_lifetime(
+            &lc,
+            &w,
+            Some(Checkpoint {
+                path: &ck,
+                every_s: 0.0,
+            }),
+            &mut |_| {
+                calls += 1;
+                if calls == 1 {
+                    panic!("killed");
+                }
+            },
+        )
+    }));
+    assert!(part.is_err() && ck.exists());
+    // The last rerun: only the third pair runs, its baseline from the checkpoint.
+    let resumed = trace::run_traces_resumable(
+        &cfg,
+        1,
+        &count,
+        Resume {
+            checkpoint_every_s: 1e9,
+            ..resume
+        },
+    )
+    .unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        serde_json::to_string(&resumed).unwrap(),
+        serde_json::to_string(&whole).unwrap()
+    );
+    assert!(!ck.exists(), "a finished pair's checkpoint was left behind");
+    assert_eq!(
+        std::fs::read_to_string(&journal).unwrap().lines().count(),
+        1 + n
+    );
+    // Another run's journal is refused by name, nothing run.
+    let other = TraceRunConfig {
+        seed: 2,
+        ..TraceRunConfig::quick()
+    };
+    let e = trace::run_traces_resumable(&other, 1, &|_| panic!("a pair ran"), resume).unwrap_err();
+    assert!(e.to_string().contains("another trace-driven run"), "{e}");
+}

@@ -5,12 +5,11 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use ecstack_device::{CellMode, WearPhysics};
 use serde::{Deserialize, Serialize};
 
+use super::journal;
 use super::life::{
     mode_label, run_lifetime, Drive, LifeConfig, Lifetime, Scheme, Workload, LIFE_THRESHOLD,
 };
@@ -181,74 +180,6 @@ struct JournalHeader {
     shard: (usize, usize),
 }
 
-/// Opens (or starts) a grid journal: the points already done, and the file to append to.
-fn open_journal(
-    path: &Path,
-    cfg: &GridConfig,
-    shard: (usize, usize),
-) -> Result<(Vec<PointResult>, std::fs::File)> {
-    use std::io::Write;
-    let header = JournalHeader {
-        format: JOURNAL_FORMAT.into(),
-        version: 1,
-        config: cfg.clone(),
-        shard,
-    };
-    let bad = |m: String| LabError::Run(format!("{}: {m}", path.display()));
-    let mut done = Vec::new();
-    let mut keep: usize; // bytes of whole, valid lines
-    match std::fs::read(path) {
-        Ok(bytes) => {
-            let mut lines = bytes.split_inclusive(|&b| b == b'\n');
-            let first = lines.next().unwrap_or(&[]);
-            let got: JournalHeader = serde_json::from_slice(first)
-                .map_err(|e| bad(format!("not a grid journal ({e}); remove it to start over")))?;
-            if got != header {
-                return Err(bad(format!(
-                    "a journal of another grid or shard ({}/{}); remove it or write to another --out",
-                    got.shard.0, got.shard.1
-                )));
-            }
-            keep = first.len();
-            for line in lines {
-                if line.last() != Some(&b'\n') {
-                    break; // torn by a kill: that point runs again
-                }
-                let r: PointResult = match serde_json::from_slice(line) {
-                    Ok(r) => r,
-                    Err(_) => break,
-                };
-                let p = r.point;
-                let known = cfg.points().into_iter().any(|q| q == p);
-                if !known || p.index % shard.1 != shard.0 {
-                    return Err(bad(format!("point {} is not one of this shard's", p.index)));
-                }
-                if !done.iter().any(|d: &PointResult| d.point.index == p.index) {
-                    done.push(r);
-                }
-                keep += line.len();
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut f = std::fs::File::create(path).map_err(io_at(path))?;
-            let mut line = serde_json::to_vec(&header).map_err(|e| bad(e.to_string()))?;
-            line.push(b'\n');
-            f.write_all(&line).map_err(io_at(path))?;
-            f.sync_data().map_err(io_at(path))?;
-            keep = line.len();
-        }
-        Err(e) => return Err(io_at(path)(e)),
-    }
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(io_at(path))?;
-    f.set_len(keep as u64).map_err(io_at(path))?;
-    let mut f = f;
-    std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).map_err(io_at(path))?;
-    Ok((done, f))
-}
-
 fn run_grid_inner(
     cfg: &GridConfig,
     shard: (usize, usize),
@@ -282,61 +213,56 @@ fn run_grid_inner(
             .model()?;
         }
     }
-    let (earlier, file) = match journal {
+    let (earlier, journal) = match journal {
         Some(path) => {
-            let (d, f) = open_journal(path, cfg, shard)?;
-            (d, Some((f, path)))
+            let header = JournalHeader {
+                format: JOURNAL_FORMAT.into(),
+                version: 1,
+                config: cfg.clone(),
+                shard,
+            };
+            let o = journal::open::<_, PointResult>(path, &header, &|got| {
+                format!(
+                    "a journal of another grid or shard ({}/{}); remove it or write to another --out",
+                    got.shard.0, got.shard.1
+                )
+            })?;
+            let mut earlier: Vec<PointResult> = Vec::new();
+            for r in o.done {
+                if !points.contains(&r.point) {
+                    return Err(LabError::Run(format!(
+                        "{}: point {} is not one of this shard's",
+                        path.display(),
+                        r.point.index
+                    )));
+                }
+                if !earlier.iter().any(|d| d.point.index == r.point.index) {
+                    earlier.push(r);
+                }
+            }
+            (earlier, Some(o.journal))
         }
         None => (Vec::new(), None),
     };
-    let points: Vec<GridPoint> = points
+    let todo: Vec<GridPoint> = points
         .into_iter()
         .filter(|p| !earlier.iter().any(|d| d.point.index == p.index))
         .collect();
-    let file = Mutex::new(file);
-    let next = AtomicUsize::new(0);
-    let out: Mutex<Vec<Result<PointResult>>> = Mutex::new(earlier.into_iter().map(Ok).collect());
-    std::thread::scope(|s| {
-        for _ in 0..jobs.max(1).min(points.len().max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&p) = points.get(i) else { break };
-                let mut r = run_point(cfg, p);
-                if let Ok(res) = &r {
-                    let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some((f, path)) = f.as_mut() {
-                        if let Err(e) = append_line(f, path, res) {
-                            r = Err(e);
-                        }
-                    }
-                }
-                if let Ok(r) = &r {
-                    done(r);
-                }
-                out.lock().unwrap_or_else(|e| e.into_inner()).push(r);
-            });
-        }
-    });
-    let mut results = Vec::new();
-    for r in out.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        results.push(r?);
-    }
+    let fresh = journal::run_parallel(
+        &todo,
+        jobs,
+        &|&p| run_point(cfg, p),
+        &|_, r| journal.as_ref().map_or(Ok(()), |j| j.append(r)),
+        done,
+    )?;
+    let mut results = earlier;
+    results.extend(fresh);
     results.sort_by_key(|r| r.point.index);
     Ok(GridReport {
         config: cfg.clone(),
         shard,
         results,
     })
-}
-
-/// One finished point as a synced journal line.
-fn append_line(f: &mut std::fs::File, path: &Path, r: &PointResult) -> Result<()> {
-    use std::io::Write;
-    let mut line =
-        serde_json::to_vec(r).map_err(|e| LabError::Run(format!("{}: {e}", path.display())))?;
-    line.push(b'\n');
-    f.write_all(&line).map_err(io_at(path))?;
-    f.sync_data().map_err(io_at(path))
 }
 
 /// Merge shard reports of one grid into the whole grid's report (refuses mixed grids, missing or

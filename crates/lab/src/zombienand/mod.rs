@@ -6,7 +6,11 @@
 //! * [`grid`]: the §4.4.3 synthetic grid, sharded and merged, with SVG heat maps
 //!   (`ecstack experiment zombienand`).
 //! * [`trace`]: the §4.4.4 trace-driven runs (`ecstack experiment zombienand --trace-driven`).
+//!
+//! Both long runs share `journal` (not public): worker threads over the items and a journal of
+//! finished items, so a killed grid or trace-driven run continues where it stopped.
 
 pub mod grid;
+mod journal;
 pub mod life;
 pub mod trace;

@@ -18,16 +18,16 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ecstack_device::{CellMode, WearPhysics};
 use ecstack_trace::synth::SynthStream;
 use ecstack_trace::{AnalyzeOptions, Analyzer, GroupBy, Names, Op, ParseOptions, Record};
 use serde::{Deserialize, Serialize};
 
+use super::journal;
 use super::life::{
-    mode_label, run_lifetime, Access, Drive, LifeConfig, Lifetime, Scheme, Workload,
+    mode_label, run_lifetime, Access, Checkpoint, Drive, LifeConfig, Lifetime, Scheme, Workload,
     LIFE_THRESHOLD, PAGE_BYTES,
 };
 use crate::plot::{Bars, Lines};
@@ -255,6 +255,100 @@ pub fn run_traces(
     jobs: usize,
     done: &(dyn Fn(&TraceResult) + Sync),
 ) -> Result<TraceReport> {
+    run_traces_inner(cfg, jobs, done, None)
+}
+
+/// Where a trace-driven run keeps what lets a killed run continue: a journal of the finished
+/// (trace, mode, reserve) pairs, and the model checkpoints of the lifetimes under way (the binary
+/// checkpoint of `ecstack sim zombienand`, one file per lifetime, removed once its pair is
+/// journaled).
+#[derive(Debug, Clone, Copy)]
+pub struct Resume<'a> {
+    /// The journal (JSON Lines: a header naming the configuration and a digest of every remapped
+    /// trace, then one line per finished pair). The caller removes it once the report is written.
+    pub journal: &'a Path,
+    /// Directory of the lifetimes' checkpoints ([`checkpoint_path`]).
+    pub checkpoint_dir: &'a Path,
+    /// Wall seconds between two checkpoints of one lifetime.
+    pub checkpoint_every_s: f64,
+}
+
+/// The checkpoint file of one lifetime of a resumable run: `item` numbers the (trace, mode,
+/// reserve) triples in report order.
+pub fn checkpoint_path(dir: &Path, item: usize, scheme: Scheme) -> PathBuf {
+    let s = match scheme {
+        Scheme::Baseline => "baseline",
+        Scheme::Zombie => "zombie",
+    };
+    dir.join(format!("trace-ck-{item}-{s}.ck"))
+}
+
+/// [`run_traces`] that survives being killed: finished pairs are journaled, lifetimes under way are
+/// checkpointed every `checkpoint_every_s`; a rerun with the same configuration and the same traces
+/// (their remapped requests are digested into the journal's header) takes the finished pairs, resumes
+/// the checkpointed lifetimes and runs the rest, and reports exactly what an uninterrupted run
+/// would. A journal of another run is refused before anything runs.
+pub fn run_traces_resumable(
+    cfg: &TraceRunConfig,
+    jobs: usize,
+    done: &(dyn Fn(&TraceResult) + Sync),
+    resume: Resume,
+) -> Result<TraceReport> {
+    run_traces_inner(cfg, jobs, done, Some(resume))
+}
+
+const JOURNAL_FORMAT: &str = "ecstack-zombienand-trace-journal";
+
+#[derive(Serialize, Deserialize, PartialEq)]
+struct JournalHeader {
+    format: String,
+    version: u32,
+    config: TraceRunConfig,
+    /// (name, FNV-1a 64 of the remapped requests) per trace: a changed trace file is another run.
+    traces: Vec<(String, u64)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct JournalEntry {
+    item: usize,
+    result: TraceResult,
+}
+
+#[derive(Serialize)]
+struct JournalEntryRef<'a> {
+    item: usize,
+    result: &'a TraceResult,
+}
+
+/// FNV-1a 64 over the remapped requests (op, first page, pages).
+fn accesses_digest(accesses: &[Access]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for a in accesses {
+        let mut b = [0u8; 9];
+        b[0] = a.write as u8;
+        b[1..5].copy_from_slice(&a.lpn.to_le_bytes());
+        b[5..].copy_from_slice(&a.pages.to_le_bytes());
+        for x in b {
+            h ^= x as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+fn remove_if_there(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_at(path)(e)),
+        _ => Ok(()),
+    }
+}
+
+fn run_traces_inner(
+    cfg: &TraceRunConfig,
+    jobs: usize,
+    done: &(dyn Fn(&TraceResult) + Sync),
+    resume: Option<Resume>,
+) -> Result<TraceReport> {
     if !(cfg.distinct_fraction > 0.0 && cfg.distinct_fraction < 1.0) {
         return Err(LabError::Config {
             field: "distinct-fraction",
@@ -283,34 +377,82 @@ pub fn run_traces(
         .iter()
         .map(|s| prepare(s, cfg))
         .collect::<Result<Vec<_>>>()?;
-    let mut jobs_list = Vec::new();
+    // Items in report order: (item, trace, mode, reserve).
+    let mut items = Vec::new();
     for t in 0..traces.len() {
         for &mode in &cfg.modes {
             for &reserve in &cfg.reserves {
-                jobs_list.push((t, mode, reserve));
+                items.push((items.len(), t, mode, reserve));
             }
         }
     }
-    let next = AtomicUsize::new(0);
-    let out: Mutex<Vec<(usize, Result<TraceResult>)>> = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..jobs.max(1).min(jobs_list.len().max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(t, mode, reserve)) = jobs_list.get(i) else {
-                    break;
-                };
-                let r = run_one(cfg, &traces[t], mode, reserve);
-                if let Ok(r) = &r {
-                    done(r);
+    let mut slots: Vec<Option<TraceResult>> = vec![None; items.len()];
+    let journal = match &resume {
+        Some(rs) => {
+            let header = JournalHeader {
+                format: JOURNAL_FORMAT.into(),
+                version: 1,
+                config: cfg.clone(),
+                traces: traces
+                    .iter()
+                    .map(|t| (t.name.clone(), accesses_digest(&t.accesses)))
+                    .collect(),
+            };
+            let o = journal::open::<_, JournalEntry>(rs.journal, &header, &|_| {
+                "a journal of another trace-driven run (other options or changed traces); remove it or write to another --out".into()
+            })?;
+            if o.fresh {
+                // Checkpoints left by another run would be taken for this one's.
+                for &(item, ..) in &items {
+                    for scheme in [Scheme::Baseline, Scheme::Zombie] {
+                        remove_if_there(&checkpoint_path(rs.checkpoint_dir, item, scheme))?;
+                    }
                 }
-                out.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
-            });
+            }
+            for e in o.done {
+                let slot = slots.get_mut(e.item).ok_or_else(|| {
+                    LabError::Run(format!(
+                        "{}: item {} is not one of this run's",
+                        rs.journal.display(),
+                        e.item
+                    ))
+                })?;
+                slot.get_or_insert(e.result);
+            }
+            Some(o.journal)
         }
-    });
-    let mut out = out.into_inner().unwrap_or_else(|e| e.into_inner());
-    out.sort_by_key(|x| x.0);
-    let results = out.into_iter().map(|x| x.1).collect::<Result<Vec<_>>>()?;
+        None => None,
+    };
+    let todo: Vec<_> = items
+        .into_iter()
+        .filter(|&(item, ..)| slots[item].is_none())
+        .collect();
+    let fresh = journal::run_parallel(
+        &todo,
+        jobs,
+        &|&(item, t, mode, reserve)| {
+            let ck = resume.map(|rs| (rs.checkpoint_dir, item, rs.checkpoint_every_s));
+            run_one(cfg, &traces[t], mode, reserve, ck)
+        },
+        &|&(item, ..), r| {
+            let (Some(j), Some(rs)) = (&journal, &resume) else {
+                return Ok(());
+            };
+            j.append(&JournalEntryRef { item, result: r })?;
+            for scheme in [Scheme::Baseline, Scheme::Zombie] {
+                remove_if_there(&checkpoint_path(rs.checkpoint_dir, item, scheme))?;
+            }
+            Ok(())
+        },
+        done,
+    )?;
+    for (&(item, ..), r) in todo.iter().zip(fresh) {
+        slots[item] = Some(r);
+    }
+    let results = slots
+        .into_iter()
+        .map(|r| r.ok_or_else(|| LabError::Run("a trace-driven item did not run".into())))
+        .collect::<Result<Vec<_>>>()?;
     Ok(TraceReport {
         config: cfg.clone(),
         traces,
@@ -323,6 +465,7 @@ fn run_one(
     t: &PreparedTrace,
     mode: CellMode,
     reserve: f64,
+    checkpoint: Option<(&Path, usize, f64)>,
 ) -> Result<TraceResult> {
     let life = |scheme| -> Result<Lifetime> {
         let lc = LifeConfig {
@@ -338,7 +481,11 @@ fn run_one(
             name: t.name.clone(),
             accesses: t.accesses.clone(),
         };
-        let mut l = run_lifetime(&lc, &w, None, &mut |_| {})?;
+        let path = checkpoint.map(|(dir, item, _)| checkpoint_path(dir, item, scheme));
+        let ck = checkpoint
+            .zip(path.as_deref())
+            .map(|((.., every_s), path)| Checkpoint { path, every_s });
+        let mut l = run_lifetime(&lc, &w, ck, &mut |_| {})?;
         l.wall_s = 0.0;
         l.ops_per_wall_s = 0.0;
         Ok(l)
