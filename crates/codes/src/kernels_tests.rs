@@ -143,3 +143,54 @@ fn simd_level_names_roundtrip() {
     assert!(Simd::Scalar.supported());
     assert!(kernels::detected().supported());
 }
+
+/// Sources and outputs cut from one buffer in both orders (outputs after the sources, which makes the
+/// dot product walk its sources from the last, and outputs before them), plain and paired (delta)
+/// sources: every level matches the scalar kernel.
+#[test]
+fn dot_prod_walks_sources_either_way() {
+    let mut rng = Rng::new(11);
+    let (rows, cols, len) = (3usize, 5usize, 1000usize);
+    let coef = rand_vec(&mut rng, rows * cols);
+    let n_src = 2 * cols;
+    for outputs_first in [false, true] {
+        let mut buf = rand_vec(&mut rng, (n_src + rows) * len);
+        let (a, b) = buf.split_at_mut(if outputs_first {
+            rows * len
+        } else {
+            n_src * len
+        });
+        let (src_area, out_area) = if outputs_first { (b, a) } else { (a, b) };
+        let srcs: Vec<&[u8]> = src_area.chunks(len).collect();
+        assert!(
+            kernels::away_from_outputs(
+                &srcs.iter().map(|s| s.as_ptr()).collect::<Vec<_>>(),
+                false,
+                &[out_area.as_mut_ptr()]
+            ) != outputs_first
+        );
+        let mut want: Option<(Vec<u8>, Vec<u8>)> = None;
+        for level in kernels::supported_levels() {
+            let t = Tables::for_level(level, rows, cols, &coef);
+            let mut outs: Vec<&mut [u8]> = out_area.chunks_mut(len).collect();
+            kernels::dot_prod(&t, &srcs[..cols], &mut outs, len, false);
+            let plain = outs.concat();
+            let mut outs: Vec<&mut [u8]> = out_area.chunks_mut(len).collect();
+            kernels::dot_prod_delta(&t, &srcs[..cols], &srcs[cols..], &mut outs, len, false);
+            let delta = outs.concat();
+            match &want {
+                None => want = Some((plain, delta)),
+                Some((wp, wd)) => {
+                    assert!(
+                        *wp == plain,
+                        "dot_prod at {level:?}, outputs first: {outputs_first}"
+                    );
+                    assert!(
+                        *wd == delta,
+                        "dot_prod_delta at {level:?}, outputs first: {outputs_first}"
+                    );
+                }
+            }
+        }
+    }
+}
