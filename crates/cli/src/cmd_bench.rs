@@ -90,7 +90,8 @@ struct EcBench {
     /// level (ISA-L's `ec_encode_data_<level>` forced). The rateless rows run at the first level.
     #[arg(long)]
     simd: Option<String>,
-    /// Seconds per measurement
+    /// Seconds per measurement: this thread's CPU time on Linux (time spent descheduled on a shared
+    /// machine counts for neither side), wall time elsewhere or with ECSTACK_BENCH_CLOCK=wall
     #[arg(long, default_value_t = 0.25)]
     time: f64,
     /// Interleaved rounds per measurement (the best round counts, for both sides alike)
@@ -204,8 +205,9 @@ fn bench_ec(a: EcBench) -> Result<()> {
     let peer_name = ec_bench::peer_name().map_err(flag_error)?;
     if !a.json {
         println!(
-            "ecstack bench ec: one thread, {} s x {} rounds per figure (best round), peer: {}",
+            "ecstack bench ec: one thread, {} s {} x {} rounds per figure (best round), peer: {}",
             a.time,
+            ec_bench::clock_name(),
             a.rounds,
             peer_name.unwrap_or("none (build with --features isal-new or isal)")
         );

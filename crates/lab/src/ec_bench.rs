@@ -25,7 +25,7 @@ pub struct EcBenchConfig {
     pub kind: CodeKind,
     /// Kernel levels, each supported by this CPU (see [`bench_levels`]).
     pub levels: Vec<Simd>,
-    /// Seconds per measurement.
+    /// Seconds per measurement, on the clock [`clock_name`] names.
     pub time: f64,
     /// Interleaved rounds per measurement; the best round counts, for both sides alike.
     pub rounds: usize,
@@ -76,6 +76,8 @@ pub struct EcBenchReport {
     /// Whether an ISA-L peer was built in.
     pub isal: bool,
     pub peer: Option<&'static str>,
+    /// What the figures were timed with ([`clock_name`]).
+    pub clock: &'static str,
     pub rows: Vec<EcRow>,
     pub rateless: Vec<RatelessRow>,
 }
@@ -178,6 +180,7 @@ pub fn run(c: &EcBenchConfig, on_row: &mut dyn FnMut(&EcRow)) -> Result<EcBenchR
         simd: c.levels.iter().map(|l| l.name()).collect(),
         isal: peer_name.is_some(),
         peer: peer_name,
+        clock: clock_name(),
         rows: out,
         rateless,
     })
@@ -186,7 +189,7 @@ pub fn run(c: &EcBenchConfig, on_row: &mut dyn FnMut(&EcRow)) -> Result<EcBenchR
 /// Run `f` repeatedly for about `secs`; return GB/s for `bytes` per call.
 fn measure(bytes: usize, secs: f64, f: &mut dyn FnMut()) -> f64 {
     f(); // warm caches and page in buffers
-    let start = Instant::now();
+    let clock = Clock::start();
     let mut iters = 0u64;
     let mut batch = 1u64;
     loop {
@@ -194,12 +197,59 @@ fn measure(bytes: usize, secs: f64, f: &mut dyn FnMut()) -> f64 {
             f();
         }
         iters += batch;
-        let el = start.elapsed().as_secs_f64();
+        let el = clock.elapsed();
         if el >= secs {
             return bytes as f64 * iters as f64 / el / 1e9;
         }
         batch = (batch * 2).min(1 << 16);
     }
+}
+
+/// The clock of [`measure`]: this thread's CPU time on Linux (so time spent descheduled while other
+/// processes share the cores counts for neither side), else wall time. `ECSTACK_BENCH_CLOCK=wall`
+/// forces wall time.
+struct Clock(Instant, f64);
+
+impl Clock {
+    fn start() -> Clock {
+        Clock(Instant::now(), thread_cpu_seconds().unwrap_or(0.0))
+    }
+    fn elapsed(&self) -> f64 {
+        match thread_cpu_seconds() {
+            Some(now) => now - self.1,
+            None => self.0.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// The clock figures are timed with: "CPU time" (this thread's, the default on Linux) or "wall time".
+pub fn clock_name() -> &'static str {
+    if thread_cpu_seconds().is_some() {
+        "CPU time"
+    } else {
+        "wall time"
+    }
+}
+
+fn thread_cpu_seconds() -> Option<f64> {
+    use std::sync::OnceLock;
+    static WALL: OnceLock<bool> = OnceLock::new();
+    if *WALL.get_or_init(|| std::env::var("ECSTACK_BENCH_CLOCK").as_deref() == Ok("wall")) {
+        return None;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid timespec to write; the clock id is a constant Linux provides.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        if rc == 0 {
+            return Some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9);
+        }
+    }
+    None
 }
 
 const PAGE: usize = 4096;
@@ -320,6 +370,18 @@ fn peer_at(_level: Simd) -> Result<Option<Peer>> {
     Ok(None)
 }
 
+/// `Some(the peer's timing closure)` when built with a peer feature; `None` without one (the closure is
+/// not compiled then: it names ISA-L).
+macro_rules! peer_timing {
+    ($closure:expr) => {{
+        #[cfg(any(feature = "isal", feature = "isal-new"))]
+        let theirs = $closure;
+        #[cfg(not(any(feature = "isal", feature = "isal-new")))]
+        let theirs: Option<fn(f64) -> f64> = None;
+        theirs
+    }};
+}
+
 /// Best of `rounds` interleaved rounds of ours and the peer: (ours GB/s, peer GB/s). One warm-up
 /// round (a quarter of the time per side, not counted) comes first, so neither side's first round
 /// pays for page faults, cold caches or a clock ramping up.
@@ -327,7 +389,7 @@ fn best_of(
     rounds: usize,
     ours: &mut dyn FnMut(f64) -> f64,
     secs: f64,
-    mut theirs: Option<&mut dyn FnMut(f64) -> f64>,
+    mut theirs: Option<impl FnMut(f64) -> f64>,
 ) -> (f64, Option<f64>) {
     ours(secs / 4.0);
     if let Some(t) = theirs.as_mut() {
@@ -407,23 +469,14 @@ fn bench_ec_level(
                 code.encode(d, &mut p).expect("encode")
             })
         };
-        #[cfg(any(feature = "isal", feature = "isal-new"))]
-        let mut theirs = t.as_mut().map(|t| {
+        let theirs = peer_timing!(t.as_mut().map(|t| {
             let p = &p;
             move |s: f64| {
                 let mut p = p.borrow_mut();
                 measure(k * chunk, s, &mut || t.encode(chunk, d, &mut p))
             }
-        });
-        #[cfg(not(any(feature = "isal", feature = "isal-new")))]
-        let mut theirs: Option<fn(f64) -> f64> = None;
-        let r = best_of(
-            a.rounds,
-            &mut ours,
-            a.time,
-            theirs.as_mut().map(|f| f as &mut dyn FnMut(f64) -> f64),
-        );
-        fig("encode", r);
+        }));
+        fig("encode", best_of(a.rounds, &mut ours, a.time, theirs));
     }
     if parity.iter().zip(&reference).any(|(x, y)| **x != y[..]) {
         return Err(failed(format!(
@@ -533,17 +586,8 @@ fn bench_ec_level(
                     .expect("decode")
             })
         };
-        #[cfg(any(feature = "isal", feature = "isal-new"))]
-        let mut theirs = peer.map(|_| |s: f64| isal_run(Some(s)));
-        #[cfg(not(any(feature = "isal", feature = "isal-new")))]
-        let mut theirs: Option<fn(f64) -> f64> = None;
-        let r = best_of(
-            a.rounds,
-            &mut ours,
-            a.time,
-            theirs.as_mut().map(|f| f as &mut dyn FnMut(f64) -> f64),
-        );
-        fig(op, r);
+        let theirs = peer_timing!(peer.map(|_| |s: f64| isal_run(Some(s))));
+        fig(op, best_of(a.rounds, &mut ours, a.time, theirs));
         if !rebuilt(&shards) {
             return Err(failed(format!(
                 "{op} check failed after timing for k={k} m={m} chunk={chunk} at {at}"
@@ -582,8 +626,7 @@ fn bench_ec_level(
             })
         };
         let mut o = slices_mut(&mut isal_deltas);
-        #[cfg(any(feature = "isal", feature = "isal-new"))]
-        let mut theirs = peer.map(|lib| {
+        let theirs = peer_timing!(peer.map(|lib| {
             let diff = &mut *diff_buf;
             let mut t = lib.tables(Some(level), k, m, &g[k * k..]);
             move |s: f64| {
@@ -592,16 +635,8 @@ fn bench_ec_level(
                     t.update(chunk, 0, diff, &mut o);
                 })
             }
-        });
-        #[cfg(not(any(feature = "isal", feature = "isal-new")))]
-        let mut theirs: Option<fn(f64) -> f64> = None;
-        let r = best_of(
-            a.rounds,
-            &mut ours,
-            a.time,
-            theirs.as_mut().map(|f| f as &mut dyn FnMut(f64) -> f64),
-        );
-        fig("delta", r);
+        }));
+        fig("delta", best_of(a.rounds, &mut ours, a.time, theirs));
     }
     // Ours against a fresh encode's difference; ISA-L's update (it accumulates) once from zeroed
     // buffers against ours.
