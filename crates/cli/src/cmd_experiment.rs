@@ -66,7 +66,7 @@ struct CodfsArgs {
     no_failures: bool,
     /// Stream for SECS per phase instead of moving --size once: clients put one growing file of
     /// their bytes repeated, then get it over and over; measured from the end of a warm-up (SECS/4,
-    /// and every client's first window of segments through) to SECS, when every client is active
+    /// and a first window of segments per client acknowledged) to SECS, when every client is active
     /// (the thesis's "streams of segments"; no tail in the figure)
     #[arg(long, value_name = "SECS")]
     stream: Option<f64>,

@@ -279,8 +279,8 @@ impl ModelReport {
                  runs {t:.0} s, every client putting one growing file of its {} MiB repeated, then getting \
                  it over and over; throughput is the rate of bytes acknowledged (put: segments durable at their \
                  primary; get: bytes delivered and compared; the slope of their total) from the end of a warm-up to {t:.0} s over \
-                 that window, links likewise. The warm-up lasts {:.0} s and until every client has had \
-                 its first {} segments through. The \"all active\" table below gives the window.\n\n",
+                 that window, links likewise. The warm-up lasts {:.0} s and until the clients have had \
+                 {} segments each acknowledged. The \"all active\" table below gives the window.\n\n",
                 self.bytes_per_client >> 20,
                 t / 4.0,
                 self.window_segments
@@ -650,15 +650,14 @@ fn run_phase(
                     std::thread::sleep(Duration::from_secs_f64(left));
                 }
             };
-            // The warm-up: a quarter of the time, and until every client has had a first window
-            // of segments through — before that, acknowledgements lag the links by up to a
-            // window (all of a client's first segments finish together, a window's lifetime late).
-            let first_window = config.segment_bytes * cfg.window_segments as u64;
+            // The warm-up: a quarter of the time, and until the clients have had as many bytes
+            // acknowledged as a first window of segments each — before that, acknowledgements lag
+            // the links by up to a window (a client's first segments finish together, a window's
+            // lifetime after the start).
+            let first_windows =
+                config.segment_bytes * cfg.window_segments as u64 * progress.len() as u64;
             until(secs / 4.0);
-            while progress
-                .iter()
-                .any(|p| p.load(Ordering::Relaxed) < first_window)
-            {
+            while total() < first_windows {
                 if start.elapsed().as_secs_f64() > secs / 2.0 {
                     stop.store(true, Ordering::Relaxed);
                     for t in threads {
@@ -666,8 +665,8 @@ fn run_phase(
                     }
                     sampler.stop();
                     return Err(LabError::Run(format!(
-                        "--stream {secs}: after {:.0} s some client had not yet had its first {} \
-                         segments through; stream longer",
+                        "--stream {secs}: after {:.0} s the clients had not yet had {} segments each \
+                         acknowledged; stream longer",
                         secs / 2.0,
                         cfg.window_segments
                     )));
