@@ -91,6 +91,11 @@ struct ReportFlags {
     /// Seed of the Monte-Carlo (the same seed replays the same estimate)
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Rebuild durations of the Monte-Carlo: exponential (the chain's assumption), deterministic
+    /// or lognormal:SIGMA, of the same mean (array, eplog: each rebuild's duration; cluster: fluid
+    /// recovery); a check of what the chain's exponential assumption costs (docs/reliability.md)
+    #[arg(long, value_name = "KIND", default_value = "exponential")]
+    repair_times: String,
     /// Print the result as JSON
     #[arg(long)]
     json: bool,
@@ -177,11 +182,6 @@ struct ClusterArgs {
     /// Unrecoverable read errors per bit read (0: none)
     #[arg(long, value_name = "PER_BIT", default_value = "1e-15")]
     uber: f64,
-    /// Recovery durations of the Monte-Carlo (--mc-runs): exponential (the chain's assumption),
-    /// deterministic or lognormal:SIGMA (fluid recovery, docs/reliability.md): a check of what the
-    /// chain's exponential assumption costs
-    #[arg(long, value_name = "KIND", default_value = "exponential")]
-    repair_times: String,
     #[command(flatten)]
     report: ReportFlags,
 }
@@ -280,6 +280,8 @@ struct McReport {
     mean_years: f64,
     interval_99_hours: (f64, f64),
     chain_inside_interval: bool,
+    /// Rebuild durations the Monte-Carlo drew (the chain assumes exponential ones).
+    repair_times: RepairTimes,
 }
 
 fn answer<M: Serialize>(
@@ -287,7 +289,7 @@ fn answer<M: Serialize>(
     chain: &Chain,
     mttdl: Mttdl,
     r: &ReportFlags,
-    mc: Option<McEstimate>,
+    mc: Option<(McEstimate, RepairTimes)>,
 ) -> Result<Answer<M>> {
     Ok(Answer {
         model,
@@ -296,7 +298,8 @@ fn answer<M: Serialize>(
         years: r.years,
         loss_probability: chain.loss_probability_within(0, r.years * HOURS_PER_YEAR)?,
         loss_probability_exponential: mttdl.loss_probability(r.years),
-        monte_carlo: mc.map(|e| McReport {
+        monte_carlo: mc.map(|(e, repair_times)| McReport {
+            repair_times,
             estimate: e,
             mean_years: e.mean_years(),
             interval_99_hours: e.interval_hours(Z_99),
@@ -344,6 +347,16 @@ fn print_answer<M: Serialize>(a: &Answer<M>) {
             num(hi / HOURS_PER_YEAR),
             if mc.chain_inside_interval { "inside" } else { "OUTSIDE" }
         );
+        if mc.repair_times != RepairTimes::Exponential {
+            println!(
+                "  (Monte-Carlo rebuild durations: {}; the chain assumes exponential ones)",
+                match mc.repair_times {
+                    RepairTimes::Exponential => "exponential".to_string(),
+                    RepairTimes::Deterministic => "deterministic".to_string(),
+                    RepairTimes::Lognormal { sigma } => format!("lognormal, sigma {sigma}"),
+                }
+            );
+        }
     }
 }
 
@@ -378,8 +391,9 @@ fn array(a: ArrayArgs) -> Result<()> {
     check_years(a.report.years)?;
     let model = array_model(&a.dev)?;
     let mttdl = model.mttdl()?;
+    let times: RepairTimes = a.report.repair_times.parse()?;
     let mc = match a.report.mc_runs {
-        Some(runs) => Some(model.monte_carlo(runs, a.report.seed)?),
+        Some(runs) => Some((model.monte_carlo_with(runs, a.report.seed, times)?, times)),
         None => None,
     };
     let out = answer(&model, &model.chain()?, mttdl, &a.report, mc)?;
@@ -419,8 +433,9 @@ fn eplog(a: EplogArgs) -> Result<()> {
     model.validate()?;
     let mttdl = model.mttdl()?;
     let alone = model.main.mttdl()?;
+    let times: RepairTimes = a.report.repair_times.parse()?;
     let mc = match a.report.mc_runs {
-        Some(runs) => Some(model.monte_carlo(runs, a.report.seed)?),
+        Some(runs) => Some((model.monte_carlo_with(runs, a.report.seed, times)?, times)),
         None => None,
     };
     let report = EplogReport {
@@ -508,9 +523,9 @@ fn cluster(a: ClusterArgs) -> Result<()> {
     };
     model.validate()?;
     let mttdl = model.mttdl()?;
-    let times: RepairTimes = a.repair_times.parse()?;
+    let times: RepairTimes = a.report.repair_times.parse()?;
     let mc = match a.report.mc_runs {
-        Some(runs) => Some(model.monte_carlo_with(runs, a.report.seed, times)?),
+        Some(runs) => Some((model.monte_carlo_with(runs, a.report.seed, times)?, times)),
         None => None,
     };
     let report = ClusterReport {

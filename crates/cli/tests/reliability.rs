@@ -72,6 +72,45 @@ fn human_reports_and_monte_carlo() {
     assert!(out.contains("MTTDL: 0.1654 years (1450 hours)"), "{out}");
     assert!(out.contains("Monte-Carlo (4000 runs, seed 3"), "{out}");
     assert!(out.contains("the chain is inside"), "{out}");
+    // Fixed rebuilds: the renewal closed form (1/(nλ) + q/((n−1)λ))/q, q = 1 − e^{−(n−1)λR},
+    // = 1353 h here, inside the Monte-Carlo's interval; the report names the durations.
+    let v: serde_json::Value = serde_json::from_str(&raid5(
+        "4",
+        "1000",
+        "50",
+        &[
+            "--mc-runs",
+            "4000",
+            "--seed",
+            "3",
+            "--repair-times",
+            "deterministic",
+            "--json",
+        ],
+    ))
+    .unwrap();
+    let q = -(-0.2f64).exp_m1();
+    let renewal = (200.0 + q / 4e-3) / q;
+    let mc = &v["monte_carlo"];
+    assert_eq!(mc["repair_times"]["kind"], "deterministic", "{mc}");
+    let (lo, hi) = (
+        mc["interval_99_hours"][0].as_f64().unwrap(),
+        mc["interval_99_hours"][1].as_f64().unwrap(),
+    );
+    assert!(
+        lo < renewal && renewal < hi,
+        "{renewal} outside [{lo}, {hi}]"
+    );
+    let out = raid5(
+        "4",
+        "1000",
+        "50",
+        &["--mc-runs", "100", "--repair-times", "lognormal:1.5"],
+    );
+    assert!(
+        out.contains("rebuild durations: lognormal, sigma 1.5"),
+        "{out}"
+    );
     let e = ok(&["reliability", "eplog"]);
     assert!(e.contains("the main array alone"), "{e}");
     let c = ok(&["reliability", "cluster", "--osds", "12", "--json"]);

@@ -664,3 +664,84 @@ fn rainfs_table_2_1_matches_the_seed() {
         .iter()
         .all(|r| r.cells[4].is_none() && r.cells[5].is_none()));
 }
+
+/// The array and EPLOG Monte-Carlos with non-exponential rebuild durations (mean MTTR): RAID-5
+/// with every rebuild taking exactly R against the renewal closed form (a second failure within
+/// a fixed R has probability q = 1 − e^{−(n−1)λR}, so MTTDL = (1/(nλ) + q/((n−1)λ)) / q), slightly
+/// below the chain; widely spread (lognormal) durations outlive it (q = 1 − E[e^{−(n−1)λR}] is
+/// smaller by Jensen); the exponential kind replays `monte_carlo` exactly. RAID-6 with fixed
+/// rebuilds: parallel agrees with the chain, sequential lives nearly twice as long (the chain's
+/// memoryless rebuild has a whole mean left when the next failure comes, a fixed one half of it);
+/// EPLOG (sequential, RAID-6 main array) longer than its chain (docs/reliability.md).
+#[test]
+fn array_and_eplog_repair_time_distribution_against_the_chain() {
+    let s = seed();
+    let a = array(5, 1, 200.0, 2.0, Repair::Sequential);
+    let (lambda, r) = (1.0 / a.mttf_hours, a.mttr_hours);
+    let q = -(-(5.0 * lambda * r)).exp_m1();
+    let renewal = (1.0 / (6.0 * lambda) + q / (5.0 * lambda)) / q;
+    let chain = a.mttdl().unwrap().hours;
+    assert!(
+        renewal < chain && renewal > 0.97 * chain,
+        "{renewal} vs {chain}"
+    );
+    let det = a
+        .monte_carlo_with(20_000, s + 400, RepairTimes::Deterministic)
+        .unwrap();
+    assert_agrees("RAID-5 5+1, fixed rebuilds", renewal, &det, 0.05);
+    let wide = a
+        .monte_carlo_with(20_000, s + 401, RepairTimes::Lognormal { sigma: 1.5 })
+        .unwrap();
+    let (lo, _) = wide.interval_hours(Z);
+    eprintln!(
+        "RAID-5: chain {chain:.1} h, fixed R closed form {renewal:.1} h, lognormal 1.5 {:.1} ± {:.1} h",
+        wide.mean_hours,
+        Z * wide.std_error_hours
+    );
+    assert!(lo > chain, "lognormal {wide:?} vs chain {chain}");
+    assert_eq!(
+        a.monte_carlo_with(2_000, s + 402, RepairTimes::Exponential)
+            .unwrap(),
+        a.monte_carlo(2_000, s + 402).unwrap()
+    );
+    assert!(a
+        .monte_carlo_with(2_000, s, RepairTimes::Lognormal { sigma: -1.0 })
+        .is_err());
+
+    for repair in [Repair::Sequential, Repair::Parallel] {
+        let r6 = array(4, 2, 50.0, 1.0, repair);
+        let chain = r6.mttdl().unwrap().hours;
+        let det = r6
+            .monte_carlo_with(8_000, s + 403, RepairTimes::Deterministic)
+            .unwrap();
+        eprintln!(
+            "RAID-6 4+2 {repair:?}: chain {chain:.1} h, fixed rebuilds {:.1} ± {:.1} h",
+            det.mean_hours,
+            Z * det.std_error_hours
+        );
+        if repair == Repair::Parallel {
+            // Leading order: a second failure lands uniformly inside the first rebuild, so state 2
+            // lasts the first rebuild's remainder, R/2 on average: the chain's 1/(2μ) exactly.
+            assert_agrees("RAID-6 4+2 parallel, fixed rebuilds", chain, &det, 0.06);
+        } else {
+            // The chain's state 2 lasts a whole exponential rebuild (mean R, memoryless); a fixed
+            // rebuild has only its remainder left (mean R/2): about half the third-failure risk,
+            // so nearly twice the MTTDL (second-order terms in λR pull it below 2).
+            let (lo, hi) = det.interval_hours(Z);
+            assert!(lo > 1.5 * chain && hi < 2.0 * chain, "{det:?} vs {chain}");
+        }
+    }
+    let e = eplog(Repair::Sequential);
+    let chain = e.mttdl().unwrap().hours;
+    let det = e
+        .monte_carlo_with(8_000, s + 404, RepairTimes::Deterministic)
+        .unwrap();
+    eprintln!(
+        "EPLOG: chain {chain:.1} h, fixed rebuilds {:.1} ± {:.1} h",
+        det.mean_hours,
+        Z * det.std_error_hours
+    );
+    // Sequential rebuilds of its RAID-6 main array (and the log devices): longer than the chain.
+    let (lo, _) = det.interval_hours(Z);
+    assert!(lo > chain, "{det:?} vs {chain}");
+}

@@ -17,6 +17,7 @@
 use ecstack_base::Rng;
 
 use super::chain::Chain;
+use super::cluster::RepairTimes;
 use super::montecarlo::McEstimate;
 use super::montecarlo::{check_runs, draw, too_long, EVENTS_PER_RUN_MAX};
 use super::params::{check_uber, invalid, positive, ure_probability, Mttdl, ReliabilityError};
@@ -186,9 +187,24 @@ impl ArrayModel {
     /// times), a URE drawn bit by bit (the position of the first error, geometric) for each rebuild
     /// that starts without redundancy.
     pub fn monte_carlo(&self, runs: u64, seed: u64) -> Result<McEstimate, ReliabilityError> {
+        self.monte_carlo_with(runs, seed, RepairTimes::Exponential)
+    }
+
+    /// Monte-Carlo with each rebuild's duration drawn by `times` (mean MTTR): `Exponential` is
+    /// [`ArrayModel::monte_carlo`]; `Deterministic` and `Lognormal` measure what the chain's
+    /// exponential assumption costs (docs/reliability.md).
+    pub fn monte_carlo_with(
+        &self,
+        runs: u64,
+        seed: u64,
+        times: RepairTimes,
+    ) -> Result<McEstimate, ReliabilityError> {
         self.validate()?;
+        times.validate()?;
         check_runs(runs)?;
-        McEstimate::sample(runs, seed, |rng, failures| self.one_run(rng, failures))
+        McEstimate::sample(runs, seed, |rng, failures| {
+            self.one_run(rng, failures, times)
+        })
     }
 
     /// The Monte-Carlo lifetimes themselves (hours to the first loss, same seed, same runs as
@@ -197,10 +213,18 @@ impl ArrayModel {
     pub fn monte_carlo_samples(&self, runs: u64, seed: u64) -> Result<Vec<f64>, ReliabilityError> {
         self.validate()?;
         check_runs(runs)?;
-        Ok(draw(runs, seed, &mut |rng, failures| self.one_run(rng, failures))?.0)
+        Ok(draw(runs, seed, &mut |rng, failures| {
+            self.one_run(rng, failures, RepairTimes::Exponential)
+        })?
+        .0)
     }
 
-    fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {
+    fn one_run(
+        &self,
+        rng: &mut Rng,
+        failures: &mut u64,
+        times: RepairTimes,
+    ) -> Result<f64, ReliabilityError> {
         let n = self.n();
         let bits_read = 8.0 * self.k as f64 * self.device_bytes;
         // Per device: when it fails next (if working) or when its rebuild ends (if being rebuilt,
@@ -250,10 +274,10 @@ impl ArrayModel {
                     return Ok(t);
                 }
                 match self.repair {
-                    Repair::Parallel => repaired_at[dev] = t + rng.exp(self.mttr_hours),
+                    Repair::Parallel => repaired_at[dev] = t + times.draw(rng, self.mttr_hours),
                     Repair::Sequential => {
                         if queue.is_empty() {
-                            repaired_at[dev] = t + rng.exp(self.mttr_hours);
+                            repaired_at[dev] = t + times.draw(rng, self.mttr_hours);
                         }
                         queue.push_back(dev);
                     }
@@ -266,7 +290,7 @@ impl ArrayModel {
                 if self.repair == Repair::Sequential {
                     assert_eq!(queue.pop_front(), Some(dev));
                     if let Some(&next) = queue.front() {
-                        repaired_at[next] = t + rng.exp(self.mttr_hours);
+                        repaired_at[next] = t + times.draw(rng, self.mttr_hours);
                     }
                 }
             }

@@ -96,6 +96,36 @@ pub enum RepairTimes {
     Lognormal { sigma: f64 },
 }
 
+/// A lognormal factor of mean 1 and log-standard deviation `sigma`: exp(σZ − σ²/2), Z standard
+/// normal by Box-Muller (two uniforms).
+fn lognormal_factor(rng: &mut Rng, sigma: f64) -> f64 {
+    let u1 = 1.0 - rng.next_f64();
+    let u2 = rng.next_f64();
+    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+    (sigma * z - sigma * sigma / 2.0).exp()
+}
+
+impl RepairTimes {
+    /// One rebuild's duration of mean `mean_hours` for the array and EPLOG Monte-Carlos:
+    /// exponential (the chains' assumption; one `rng.exp` draw, the stream of
+    /// `ArrayModel::monte_carlo`), exactly the mean (deterministic), or the mean times a lognormal
+    /// factor of mean 1. (The cluster's fluid recovery uses the kinds differently: see the variants.)
+    pub(crate) fn draw(self, rng: &mut Rng, mean_hours: f64) -> f64 {
+        match self {
+            RepairTimes::Exponential => rng.exp(mean_hours),
+            RepairTimes::Deterministic => mean_hours,
+            RepairTimes::Lognormal { sigma } => mean_hours * lognormal_factor(rng, sigma),
+        }
+    }
+
+    pub(crate) fn validate(self) -> Result<(), ReliabilityError> {
+        if let RepairTimes::Lognormal { sigma } = self {
+            positive("lognormal sigma", "log units", sigma, false)?;
+        }
+        Ok(())
+    }
+}
+
 impl std::str::FromStr for RepairTimes {
     type Err = ReliabilityError;
     fn from_str(s: &str) -> Result<RepairTimes, ReliabilityError> {
@@ -296,9 +326,7 @@ impl ClusterModel {
                 self.segments
             )));
         }
-        if let RepairTimes::Lognormal { sigma } = times {
-            positive("lognormal sigma", "log units", sigma, false)?;
-        }
+        times.validate()?;
         McEstimate::sample(runs, seed, |rng, failures| {
             self.one_fluid_run(rng, failures, times)
         })
@@ -369,14 +397,7 @@ impl ClusterModel {
                     down += 1;
                     detected_at[o] = now + self.detect_hours;
                     left[o] = match times {
-                        RepairTimes::Lognormal { sigma } => {
-                            // Box-Muller; exp(σZ − σ²/2) has mean 1.
-                            let u1 = 1.0 - rng.next_f64();
-                            let u2 = rng.next_f64();
-                            let z =
-                                (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-                            work * (sigma * z - sigma * sigma / 2.0).exp()
-                        }
+                        RepairTimes::Lognormal { sigma } => work * lognormal_factor(rng, sigma),
                         _ => work,
                     };
                     for &s in &on_osd[o] {

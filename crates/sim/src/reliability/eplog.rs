@@ -27,6 +27,7 @@ use ecstack_base::Rng;
 
 use super::array::{ArrayModel, Repair};
 use super::chain::Chain;
+use super::cluster::RepairTimes;
 use super::montecarlo::McEstimate;
 use super::montecarlo::{check_runs, too_long, EVENTS_PER_RUN_MAX};
 use super::params::{invalid, positive, Mttdl, ReliabilityError};
@@ -191,12 +192,31 @@ impl EplogModel {
     /// order), the dirty window as an alternating process whose clock is redrawn when a failure
     /// forces a commit, and a URE drawn bit by bit when a rebuild starts without redundancy.
     pub fn monte_carlo(&self, runs: u64, seed: u64) -> Result<McEstimate, ReliabilityError> {
-        self.validate()?;
-        check_runs(runs)?;
-        McEstimate::sample(runs, seed, |rng, failures| self.one_run(rng, failures))
+        self.monte_carlo_with(runs, seed, RepairTimes::Exponential)
     }
 
-    fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {
+    /// Monte-Carlo with each rebuild's duration (main or log device) drawn by `times` around its
+    /// MTTR ([`RepairTimes::Exponential`] is [`EplogModel::monte_carlo`]).
+    pub fn monte_carlo_with(
+        &self,
+        runs: u64,
+        seed: u64,
+        times: RepairTimes,
+    ) -> Result<McEstimate, ReliabilityError> {
+        self.validate()?;
+        times.validate()?;
+        check_runs(runs)?;
+        McEstimate::sample(runs, seed, |rng, failures| {
+            self.one_run(rng, failures, times)
+        })
+    }
+
+    fn one_run(
+        &self,
+        rng: &mut Rng,
+        failures: &mut u64,
+        times: RepairTimes,
+    ) -> Result<f64, ReliabilityError> {
         let (n, m) = (self.main.n(), self.main.m);
         let total = n + m;
         let is_log = |dev: usize| dev >= n;
@@ -271,7 +291,7 @@ impl EplogModel {
                         return Ok(now);
                     }
                     if self.main.repair == Repair::Parallel {
-                        repaired_at[dev] = now + rng.exp(mttr(dev));
+                        repaired_at[dev] = now + times.draw(rng, mttr(dev));
                     }
                 }
                 Some((dev, false)) => {
@@ -303,7 +323,7 @@ impl EplogModel {
                         repaired_at[old] = f64::INFINITY;
                     }
                     if let Some(new) = target {
-                        repaired_at[new] = now + rng.exp(mttr(new));
+                        repaired_at[new] = now + times.draw(rng, mttr(new));
                     }
                     rebuilding = target;
                 }
