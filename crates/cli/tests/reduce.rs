@@ -194,3 +194,116 @@ fn anchors_against_borg_restic_and_the_clis() {
         assert!(c["ours_bytes"].as_u64().unwrap() >= 100_000, "{c}");
     }
 }
+
+/// Live throttling by a signal, through the binary: `workers` is raised in the configuration file under
+/// its old mtime (the poll cannot see it), then `kill -HUP` makes the running process apply it (its
+/// --json summary lists the change). Also `--sample-bytes` and its bytes-weighted estimate.
+#[test]
+fn sighup_and_sample_bytes_through_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tree");
+    std::fs::create_dir_all(&root).unwrap();
+    // 80 MB of 16-letter text under zlib:9: seconds of work at one worker.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..40 {
+        let data: Vec<u8> = (0..2 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b'a' + (x & 15) as u8
+            })
+            .collect();
+        std::fs::write(root.join(format!("f{i:02}.txt")), data).unwrap();
+    }
+    let cfg = dir.path().join("treechunks.toml");
+    let text = |w: usize| format!("workers = {w}\ncompression = [\"zlib:9@16K\"]\ndedup = []\n");
+    std::fs::write(&cfg, text(1)).unwrap();
+    let out = dir.path().join("res");
+    let child = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args(["reduce", "analyze"])
+        .arg(&root)
+        .arg("-o")
+        .arg(&out)
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--workers-max", "2", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !out.join("results.sqlite").exists() {
+        assert!(t0.elapsed().as_secs() < 60, "the analysis did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let old = std::fs::metadata(&cfg).unwrap().modified().unwrap();
+    let aside = dir.path().join("treechunks.toml.new");
+    std::fs::write(&aside, text(2)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&aside)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    std::fs::rename(&aside, &cfg).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // SAFETY: kill with the pid of the child we started (still running: it is only waited for below).
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGHUP) },
+        0
+    );
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let limits = s["worker_limits"].as_array().unwrap();
+    assert_eq!(limits[0][1], 1, "{limits:?}");
+    assert_eq!(
+        limits.last().unwrap()[1],
+        2,
+        "SIGHUP did not apply workers = 2: {limits:?}"
+    );
+    // A bytes-weighted sample: every file here is 2 MiB, so a spacing of 1 MiB takes them all, and
+    // the estimate (certain files only) is the exact figure with a zero-width interval.
+    let r = root.to_string_lossy().into_owned();
+    let d = |p: &str| dir.path().join(p).to_string_lossy().into_owned();
+    let o = ecstack(&[
+        "reduce",
+        "analyze",
+        &r,
+        "-o",
+        &d("sb"),
+        "--compress",
+        "lz4@64K",
+        "--no-dedup",
+        "--sample-bytes",
+        "1M",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["manifest"]["files"], 40);
+    assert_eq!(s["manifest"]["sample_bytes"], 1 << 20);
+    let o = ecstack(&["reduce", "report", &d("sb"), "--json"]);
+    assert!(o.status.success());
+    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = &rep["totals"][0];
+    let e = &t["estimate_bytes"];
+    assert_eq!(e["design"], "bytes");
+    assert_eq!(e["files_sampled"], 40);
+    assert!((e["ratio"].as_f64().unwrap() - t["ratio"].as_f64().unwrap()).abs() < 1e-12);
+    assert_eq!(e["ratio_low"], e["ratio_high"]);
+    let o = ecstack(&[
+        "reduce",
+        "analyze",
+        &r,
+        "-o",
+        &d("bad"),
+        "--sample",
+        "0.5",
+        "--sample-bytes",
+        "1M",
+    ]);
+    assert!(!o.status.success());
+}
