@@ -97,7 +97,10 @@ impl<V: Clone> ArcCache<V> {
     }
 
     fn find(&self, key: &[u8]) -> Option<(usize, usize)> {
-        let h = key_hash(key);
+        self.find_hashed(key, key_hash(key))
+    }
+
+    fn find_hashed(&self, key: &[u8], h: u64) -> Option<(usize, usize)> {
         let found: Result<Option<usize>, std::convert::Infallible> = self
             .index
             .find(h, |n| Ok(&*self.nodes[n as usize].key == key));
@@ -186,17 +189,38 @@ impl<V: Clone> ArcCache<V> {
 
     /// A request for `key`: on a hit the entry moves to the MRU end of `T2` (case I).
     pub fn get(&mut self, key: &[u8]) -> Lookup<V> {
-        match self.find(key) {
+        match self.get_hashed(key, key_hash(key)) {
+            Some((_, v)) => Lookup::Hit(v),
+            None => Lookup::Miss,
+        }
+    }
+
+    /// [`ArcCache::get`] of a key whose [`key_hash`] is `h`; a hit also gives the entry's handle
+    /// for [`ArcCache::update_at`].
+    pub fn get_hashed(&mut self, key: &[u8], h: u64) -> Option<(usize, V)> {
+        match self.find_hashed(key, h) {
             Some((_, i)) if self.nodes[i].list == T1 || self.nodes[i].list == T2 => {
                 self.move_to(i, T2);
-                Lookup::Hit(
-                    self.nodes[i]
-                        .val
-                        .clone()
-                        .expect("resident entries hold a value"),
-                )
+                let v = self.nodes[i]
+                    .val
+                    .clone()
+                    .expect("resident entries hold a value");
+                Some((i, v))
             }
-            _ => Lookup::Miss,
+            _ => None,
+        }
+    }
+
+    /// Change the value of the cached entry `handle` (from [`ArcCache::get_hashed`]) without a
+    /// directory lookup, if it still caches `key` (a later admission may have evicted it or reused
+    /// its handle); false otherwise, changing nothing.
+    pub fn update_at(&mut self, handle: usize, key: &[u8], val: V) -> bool {
+        match self.nodes.get_mut(handle) {
+            Some(n) if n.val.is_some() && *n.key == *key => {
+                n.val = Some(val);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -207,7 +231,12 @@ impl<V: Clone> ArcCache<V> {
 
     /// Change the value of a cached entry without counting a request; false if it is not cached.
     pub fn update(&mut self, key: &[u8], val: V) -> bool {
-        match self.find(key) {
+        self.update_hashed(key, key_hash(key), val)
+    }
+
+    /// [`ArcCache::update`] of a key whose [`key_hash`] is `h`.
+    pub fn update_hashed(&mut self, key: &[u8], h: u64, val: V) -> bool {
+        match self.find_hashed(key, h) {
             Some((_, i)) if self.nodes[i].val.is_some() => {
                 self.nodes[i].val = Some(val);
                 true
@@ -226,10 +255,15 @@ impl<V: Clone> ArcCache<V> {
     /// Admit `key` after a miss (cases II–IV of the paper). A key that is already cached only gets
     /// its value replaced and counts as a hit (case I).
     pub fn admit(&mut self, key: &[u8], val: V) {
+        self.admit_hashed(key, key_hash(key), val)
+    }
+
+    /// [`ArcCache::admit`] of a key whose [`key_hash`] is `h`.
+    pub fn admit_hashed(&mut self, key: &[u8], h: u64, val: V) {
         if self.c == 0 {
             return;
         }
-        let found = self.find(key).map(|(_, i)| i);
+        let found = self.find_hashed(key, h).map(|(_, i)| i);
         match found.map(|i| (i, self.nodes[i].list)) {
             Some((i, T1 | T2)) => {
                 self.nodes[i].val = Some(val);
@@ -249,12 +283,12 @@ impl<V: Clone> ArcCache<V> {
                 self.nodes[i].val = Some(val);
                 self.move_to(i, T2);
             }
-            None => self.admit_new(key, val),
+            None => self.admit_new(key, h, val),
         }
     }
 
     /// Case IV: a key in none of the lists.
-    fn admit_new(&mut self, key: &[u8], val: V) {
+    fn admit_new(&mut self, key: &[u8], h: u64, val: V) {
         let l1 = self.len[T1] + self.len[B1];
         let total = l1 + self.len[T2] + self.len[B2];
         if l1 >= self.c {
@@ -289,7 +323,7 @@ impl<V: Clone> ArcCache<V> {
         };
         // The directory holds at most 2c keys and is sized for that at ≤ 90% load.
         // Should the relocation search ever fail, the key is simply not cached.
-        if !self.index.insert(key_hash(key), i as u64) {
+        if !self.index.insert(h, i as u64) {
             self.nodes[i].val = None;
             self.nodes[i].key = Box::default();
             self.free.push(i);

@@ -1,9 +1,9 @@
 //! Cuckoo hashing with two candidate buckets of [`BUCKET_SLOTS`] entries (EPLOG §4's object location
 //! table; also the index of the metadata cache).
 //!
-//! An entry holds a 16-bit fingerprint of the key and a 64-bit value (a record's byte address, or a
-//! cache node). A key with hash `h` may live in bucket `b1 = h & mask` or `b2 = b1 ^ spread(fp)`:
-//! `b2` is computed from `b1` and the fingerprint alone and the map is its own inverse, so
+//! An entry holds a 16-bit fingerprint of the key and a 48-bit value (a record's byte address, or a
+//! cache node), packed in one `u64`; a bucket of four entries is 32 bytes, one cache line. A key
+//! with hash `h` may live in bucket `b1 = h & mask` or `b2 = b1 ^ spread(fp)`: `b2` is computed from `b1` and the fingerprint alone and the map is its own inverse, so
 //! relocation moves an entry to its other bucket without knowing (or reading) its key — partial-key
 //! cuckoo hashing. Lookups return every entry whose fingerprint matches; the caller resolves
 //! collisions by comparing the real key (read from storage for the location table). Insertion
@@ -42,11 +42,37 @@ fn spread(fp: u16) -> usize {
     (u64::from(fp).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 17) as usize
 }
 
-/// A cuckoo hash table of fingerprints and values (see the module docs).
+/// Bits of an entry's value: the fingerprint takes the top 16 bits of the entry's `u64`.
+pub const VALUE_BITS: u32 = 48;
+/// Largest value an entry holds (a byte address below 256 TiB, a cache node index).
+pub const VALUE_MAX: u64 = (1 << VALUE_BITS) - 1;
+
+/// One bucket: [`BUCKET_SLOTS`] entries of `fingerprint << 48 | value` (0: empty), 32 bytes
+/// aligned to 32, so a probe of a bucket touches one cache line (fingerprints and values used to
+/// sit in two arrays: two cache misses per probe).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct Bucket([u64; BUCKET_SLOTS]);
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 32 && BUCKET_SLOTS == 4);
+
+fn entry_fp(e: u64) -> u16 {
+    (e >> VALUE_BITS) as u16
+}
+
+fn entry(fp: u16, val: u64) -> u64 {
+    assert!(
+        val <= VALUE_MAX,
+        "value {val:#x} does not fit in {VALUE_BITS} bits"
+    );
+    u64::from(fp) << VALUE_BITS | val
+}
+
+/// A cuckoo hash table of fingerprints and values (see the module docs). Values are at most
+/// [`VALUE_MAX`].
 #[derive(Debug, Clone)]
 pub struct CuckooTable {
-    fps: Vec<u16>,
-    vals: Vec<u64>,
+    buckets: Vec<Bucket>,
     mask: usize,
     len: usize,
 }
@@ -62,8 +88,7 @@ impl CuckooTable {
     pub fn with_buckets(buckets: usize) -> CuckooTable {
         let buckets = buckets.max(2).next_power_of_two();
         CuckooTable {
-            fps: vec![0; buckets * BUCKET_SLOTS],
-            vals: vec![0; buckets * BUCKET_SLOTS],
+            buckets: vec![Bucket::default(); buckets],
             mask: buckets - 1,
             len: 0,
         }
@@ -79,7 +104,7 @@ impl CuckooTable {
 
     /// Entries the table has room for (buckets × slots).
     pub fn slots(&self) -> usize {
-        self.fps.len()
+        self.buckets.len() * BUCKET_SLOTS
     }
 
     /// Fraction of the slots in use.
@@ -97,16 +122,26 @@ impl CuckooTable {
         (bucket ^ spread(fp)) & self.mask
     }
 
+    fn at(&self, slot: usize) -> u64 {
+        self.buckets[slot / BUCKET_SLOTS].0[slot % BUCKET_SLOTS]
+    }
+
+    fn at_mut(&mut self, slot: usize) -> &mut u64 {
+        &mut self.buckets[slot / BUCKET_SLOTS].0[slot % BUCKET_SLOTS]
+    }
+
     /// The slots (and their values) whose fingerprint matches `h`, in bucket order: the candidates a
     /// caller checks against the real key.
     pub fn candidates(&self, h: u64) -> impl Iterator<Item = (usize, u64)> + '_ {
         let (b1, b2, fp) = self.buckets_of(h);
         let second = (b2 != b1).then_some(b2);
-        std::iter::once(b1)
-            .chain(second)
-            .flat_map(|b| b * BUCKET_SLOTS..(b + 1) * BUCKET_SLOTS)
-            .filter(move |&s| self.fps[s] == fp)
-            .map(|s| (s, self.vals[s]))
+        std::iter::once(b1).chain(second).flat_map(move |b| {
+            let bucket = &self.buckets[b];
+            (0..BUCKET_SLOTS).filter_map(move |i| {
+                let e = bucket.0[i];
+                (entry_fp(e) == fp).then_some((b * BUCKET_SLOTS + i, e & VALUE_MAX))
+            })
+        })
     }
 
     /// The first candidate slot for which `is` says yes.
@@ -115,38 +150,66 @@ impl CuckooTable {
         h: u64,
         mut is: impl FnMut(u64) -> Result<bool, E>,
     ) -> Result<Option<usize>, E> {
-        for (slot, v) in self.candidates(h) {
-            if is(v)? {
-                return Ok(Some(slot));
+        let (b1, b2, fp) = self.buckets_of(h);
+        for b in [b1, b2] {
+            let bucket = self.buckets[b];
+            for (i, &e) in bucket.0.iter().enumerate() {
+                if entry_fp(e) == fp && is(e & VALUE_MAX)? {
+                    return Ok(Some(b * BUCKET_SLOTS + i));
+                }
+            }
+            if b2 == b1 {
+                break;
             }
         }
         Ok(None)
     }
 
+    /// The slot holding value `val` for a key with hash `h`, if any (no key compare: values such as
+    /// record addresses are unique).
+    pub fn slot_of_value(&self, h: u64, val: u64) -> Option<usize> {
+        let found: Result<Option<usize>, std::convert::Infallible> = self.find(h, |v| Ok(v == val));
+        found.unwrap_or_else(|e| match e {})
+    }
+
     pub fn value(&self, slot: usize) -> u64 {
-        assert!(self.fps[slot] != 0, "slot {slot} is empty");
-        self.vals[slot]
+        let e = self.at(slot);
+        assert!(entry_fp(e) != 0, "slot {slot} is empty");
+        e & VALUE_MAX
     }
 
     pub fn set_value(&mut self, slot: usize, val: u64) {
-        assert!(self.fps[slot] != 0, "slot {slot} is empty");
-        self.vals[slot] = val;
+        let e = self.at(slot);
+        assert!(entry_fp(e) != 0, "slot {slot} is empty");
+        *self.at_mut(slot) = entry(entry_fp(e), val);
     }
 
     pub fn remove(&mut self, slot: usize) {
-        assert!(self.fps[slot] != 0, "slot {slot} is already empty");
-        self.fps[slot] = 0;
+        assert!(entry_fp(self.at(slot)) != 0, "slot {slot} is already empty");
+        *self.at_mut(slot) = 0;
         self.len -= 1;
     }
 
     fn free_slot(&self, bucket: usize) -> Option<usize> {
-        (bucket * BUCKET_SLOTS..(bucket + 1) * BUCKET_SLOTS).find(|&s| self.fps[s] == 0)
+        (0..BUCKET_SLOTS)
+            .find(|&i| entry_fp(self.buckets[bucket].0[i]) == 0)
+            .map(|i| bucket * BUCKET_SLOTS + i)
     }
 
-    /// Insert a value for a key with hash `h` that is not in the table (the caller checks). Returns
-    /// false, changing nothing, when no path of moves frees a slot in either bucket.
+    /// Insert a value (at most [`VALUE_MAX`]) for a key with hash `h` that is not in the table (the
+    /// caller checks). Returns false, changing nothing, when no path of moves frees a slot in
+    /// either bucket.
     pub fn insert(&mut self, h: u64, val: u64) -> bool {
         let (b1, b2, fp) = self.buckets_of(h);
+        let new = entry(fp, val);
+        // The common case: a free slot in a candidate bucket, no search.
+        for b in [b1, b2] {
+            if let Some(s) = self.free_slot(b) {
+                *self.at_mut(s) = new;
+                self.len += 1;
+                return true;
+            }
+        }
         // Breadth-first search over buckets; each node remembers the slot whose entry moves into it.
         struct Node {
             bucket: usize,
@@ -174,7 +237,7 @@ impl CuckooTable {
                 break (next, s);
             }
             for s in b * BUCKET_SLOTS..(b + 1) * BUCKET_SLOTS {
-                let to = self.alt(b, self.fps[s]);
+                let to = self.alt(b, entry_fp(self.at(s)));
                 if seen.insert(to) {
                     nodes.push(Node {
                         bucket: to,
@@ -189,19 +252,18 @@ impl CuckooTable {
         let (mut at, mut free) = found;
         while nodes[at].parent != usize::MAX {
             let from = nodes[at].from_slot;
-            self.fps[free] = self.fps[from];
-            self.vals[free] = self.vals[from];
+            let moved = self.at(from);
+            *self.at_mut(free) = moved;
             debug_assert_eq!(
-                self.alt(nodes[nodes[at].parent].bucket, self.fps[from]),
+                self.alt(nodes[nodes[at].parent].bucket, entry_fp(moved)),
                 nodes[at].bucket
             );
-            self.fps[from] = 0;
+            *self.at_mut(from) = 0;
             free = from;
             at = nodes[at].parent;
         }
         debug_assert!(free / BUCKET_SLOTS == b1 || free / BUCKET_SLOTS == b2);
-        self.fps[free] = fp;
-        self.vals[free] = val;
+        *self.at_mut(free) = new;
         self.len += 1;
         true
     }

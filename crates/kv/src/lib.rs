@@ -40,7 +40,7 @@ pub mod server;
 mod store;
 
 pub use arc::{ArcCache, Lookup};
-pub use cuckoo::{key_hash, CuckooTable};
+pub use cuckoo::{key_hash, CuckooTable, VALUE_MAX as TABLE_VALUE_MAX};
 pub use ecstack_device::BlockDevice;
 pub use store::{Durability, KvConfig, KvStats, KvStore, SetCondition};
 

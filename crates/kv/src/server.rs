@@ -491,13 +491,12 @@ fn is_plain_get(args: &[Vec<u8>]) -> bool {
 fn get_run(sh: &Shared, s: &Session, cmds: &[Vec<Vec<u8>>], out: &mut Vec<u8>) {
     sh.commands.fetch_add(cmds.len() as u64, Ordering::Relaxed);
     let keys: Vec<&[u8]> = cmds.iter().map(|a| &a[1][..]).collect();
-    for r in sh.store.get_many(&keys) {
-        match r {
-            Ok(Some(v)) => reply::bulk(out, &v),
-            Ok(None) => null(s, out),
-            Err(e) => store_error(out, e),
-        }
-    }
+    // Each value goes straight from the store's buffer into the reply.
+    sh.store.get_many_with(&keys, |r| match r {
+        Ok(Some(v)) => reply::bulk(out, v),
+        Ok(None) => null(s, out),
+        Err(e) => store_error(out, e),
+    });
 }
 
 /// `SET key value` without options.

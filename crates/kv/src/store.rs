@@ -14,7 +14,8 @@
 //! ignored, and the version before it is still valid because it is retired only after the new one
 //! is durable.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -23,7 +24,7 @@ use ecstack_device::BlockDevice;
 use serde::Serialize;
 
 use crate::alloc::Alloc;
-use crate::arc::{ArcCache, Lookup};
+use crate::arc::ArcCache;
 use crate::cuckoo::{key_hash, CuckooTable};
 use crate::hash;
 use crate::record::{
@@ -34,6 +35,32 @@ use crate::{KvError, Result};
 
 /// Most pairs [`KvStore::set_many`] writes with one device write.
 const GROUP_PAIRS_MAX: usize = 256;
+
+/// A hasher for `u64` keys on the hot path (chunk indexes, key hashes): one multiply instead of
+/// SipHash. No key here comes from a client unhashed (a client's key reaches these maps only
+/// through [`key_hash`], or as a chunk index the store chose).
+#[derive(Default)]
+struct Spread(u64);
+
+impl Hasher for Spread {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        let m = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = m ^ (m >> 29);
+    }
+}
+
+/// Live records per pack chunk.
+type Packs = HashMap<u64, u32, BuildHasherDefault<Spread>>;
 /// Most chunks a sync zeroes with one write when retired records lie next to each other.
 const ZERO_RUN_CHUNKS_MAX: u64 = 64;
 /// A chunk with less room than this left after a batch is not kept open for later records.
@@ -155,6 +182,9 @@ impl Meta {
 struct Found {
     meta: Meta,
     head: Option<Vec<u8>>,
+    /// The cache entry that holds the pair, when the lookup hit the cache (for
+    /// [`ArcCache::update_at`]: the write that follows needs no second directory lookup).
+    node: Option<usize>,
 }
 
 /// The pack chunk new packed records are appended to, with its bytes as last written.
@@ -171,6 +201,10 @@ struct Put<'a> {
     kind: ValueKind,
     value: &'a [u8],
     old: Option<Meta>,
+    /// The cache entry of `key` when its lookup hit the cache ([`Found::node`]).
+    node: Option<usize>,
+    /// [`key_hash`] of `key`.
+    hash: u64,
 }
 
 /// Where [`KvStore::write_batch`] puts a record: a byte offset in the open chunk, or in the new
@@ -191,11 +225,13 @@ struct Inner {
     /// bytes). A zero-byte entry marks a closed pack chunk without live records (freed by the sync).
     retired: Vec<(u64, usize)>,
     /// Live records per pack chunk (a chunk holding packed records).
-    packs: HashMap<u64, u32>,
+    packs: Packs,
     open: Option<OpenChunk>,
     /// Writes since the last flush.
     dirty: bool,
     buf: Vec<u8>,
+    /// The record a GET reads (reused: no allocation per GET).
+    get_buf: Vec<u8>,
     stats: KvStats,
     /// Sorted sets, by key: the members and scores of their member records (rebuilt on open).
     zsets: HashMap<Vec<u8>, Zset>,
@@ -304,6 +340,18 @@ fn random_salt() -> u64 {
     h.finish()
 }
 
+/// The location table keeps 48-bit byte addresses ([`crate::cuckoo::VALUE_MAX`]).
+fn check_capacity(dev: &dyn BlockDevice) -> Result<()> {
+    if dev.capacity() > crate::cuckoo::VALUE_MAX + 1 {
+        return Err(KvError::Config(format!(
+            "device '{}' of {} bytes: the location table addresses records below 256 TiB",
+            dev.name(),
+            dev.capacity()
+        )));
+    }
+    Ok(())
+}
+
 fn check_chunk(chunk_bytes: usize) -> Result<()> {
     if chunk_bytes < 512 || !chunk_bytes.is_power_of_two() || chunk_bytes > (1 << 24) {
         return Err(KvError::Config(format!(
@@ -318,6 +366,7 @@ impl KvStore {
     /// the new salt does not match them).
     pub fn create(dev: Arc<dyn BlockDevice>, cfg: &KvConfig) -> Result<KvStore> {
         check_chunk(cfg.chunk_bytes)?;
+        check_capacity(&*dev)?;
         let sb = Superblock {
             chunk_bytes: cfg.chunk_bytes as u32,
             salt: cfg.salt.unwrap_or_else(random_salt),
@@ -360,10 +409,11 @@ impl KvStore {
                 alloc,
                 seq,
                 retired: Vec::new(),
-                packs: HashMap::new(),
+                packs: Packs::default(),
                 open: None,
                 dirty: false,
                 buf: Vec::new(),
+                get_buf: Vec::new(),
                 zsets: HashMap::new(),
                 zset_members: 0,
                 stats: KvStats {
@@ -380,6 +430,7 @@ impl KvStore {
     /// Open an existing store: read the superblock, scan every chunk for valid records, keep the
     /// highest sequence number per key, invalidate the others, rebuild table and free space.
     pub fn open(dev: Arc<dyn BlockDevice>, cfg: &KvConfig) -> Result<KvStore> {
+        check_capacity(&*dev)?;
         let mut head = vec![0u8; 512];
         dev.read_at(&mut head, 0)?;
         let sb = Superblock::decode(&head)
@@ -390,7 +441,7 @@ impl KvStore {
         // Space in use: every chunk holding a valid record (losers too, until they are zeroed);
         // live records per pack chunk (winners only).
         let mut used: Vec<(u64, u64)> = Vec::new();
-        let mut packs: HashMap<u64, u32> = HashMap::new();
+        let mut packs = Packs::default();
         let all = scan.winners.iter().map(|w| (w.loc, w.bytes, true));
         for (loc, bytes, live) in all.chain(scan.losers.iter().map(|&(l, b)| (l, b, false))) {
             if bytes as u64 > chunk {
@@ -492,15 +543,23 @@ impl KvStore {
     /// cache (namespace 0 only), else through the location table, reading each candidate record's
     /// header and key to compare keys.
     fn locate(&self, g: &mut Inner, key: &[u8], ns: u8) -> Result<Option<Found>> {
-        let h = key_hash(key);
+        self.locate_hashed(g, key, key_hash(key), ns)
+    }
+
+    /// [`KvStore::locate`] of a key whose [`key_hash`] is `h`.
+    fn locate_hashed(&self, g: &mut Inner, key: &[u8], h: u64, ns: u8) -> Result<Option<Found>> {
         if ns == 0 && g.cache.capacity() > 0 {
-            if let Lookup::Hit(meta) = g.cache.get(key) {
+            if let Some((node, meta)) = g.cache.get_hashed(key, h) {
                 g.stats.cache_hits += 1;
                 debug_assert!(
                     g.table.candidates(h).any(|(_, c)| c == meta.loc),
                     "a cached pair is in the location table"
                 );
-                return Ok(Some(Found { meta, head: None }));
+                return Ok(Some(Found {
+                    meta,
+                    head: None,
+                    node: Some(node),
+                }));
             }
             g.stats.cache_misses += 1;
         }
@@ -528,11 +587,12 @@ impl KvStore {
                     value_bytes: hdr.value_bytes,
                 };
                 if ns == 0 {
-                    g.cache.admit(key, meta);
+                    g.cache.admit_hashed(key, h, meta);
                 }
                 return Ok(Some(Found {
                     meta,
                     head: Some(head),
+                    node: None,
                 }));
             }
         }
@@ -541,17 +601,33 @@ impl KvStore {
 
     /// `bytes` bytes at byte address `loc` (from memory when they lie in the open chunk).
     fn read_bytes(&self, g: &mut Inner, loc: u64, bytes: usize) -> Result<Vec<u8>> {
+        let mut b = Vec::new();
+        self.read_bytes_into(g, loc, bytes, &mut b)?;
+        Ok(b)
+    }
+
+    /// [`KvStore::read_bytes`] into `buf` (its length becomes `bytes`; no allocation once it has
+    /// grown that large).
+    fn read_bytes_into(
+        &self,
+        g: &mut Inner,
+        loc: u64,
+        bytes: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
         let chunk = self.chunk();
         let off = (loc % chunk) as usize;
+        buf.clear();
         if let Some(o) = g.open.as_ref() {
             if o.chunk == loc / chunk && off + bytes <= o.buf.len() {
-                return Ok(o.buf[off..off + bytes].to_vec());
+                buf.extend_from_slice(&o.buf[off..off + bytes]);
+                return Ok(());
             }
         }
-        let mut b = vec![0u8; bytes];
-        self.dev.read_at(&mut b, loc)?;
+        buf.resize(bytes, 0);
+        self.dev.read_at(buf, loc)?;
         g.stats.bytes_read += bytes as u64;
-        Ok(b)
+        Ok(())
     }
 
     /// The bytes from `loc` to the end of its chunk: a packed record whole, a large record's head.
@@ -562,11 +638,26 @@ impl KvStore {
 
     /// Read and check the record of a located key; its value.
     fn read_value(&self, g: &mut Inner, key: &[u8], f: Found) -> Result<Vec<u8>> {
+        let mut rec = Vec::new();
+        let value = self.read_value_into(g, key, f, &mut rec)?;
+        rec.truncate(value.end);
+        rec.drain(..value.start);
+        Ok(rec)
+    }
+
+    /// Read and check the record of a located key into `rec`; where its value lies in `rec`.
+    fn read_value_into(
+        &self,
+        g: &mut Inner,
+        key: &[u8],
+        f: Found,
+        rec: &mut Vec<u8>,
+    ) -> Result<std::ops::Range<usize>> {
         let n = f.meta.bytes();
-        let mut rec = match f.head {
-            Some(h) if h.len() >= n => h,
-            _ => self.read_bytes(g, f.meta.loc, n)?,
-        };
+        match f.head {
+            Some(h) if h.len() >= n => *rec = h,
+            _ => self.read_bytes_into(g, f.meta.loc, n, rec)?,
+        }
         let chunk = f.meta.loc / self.chunk();
         let hdr = verify_record(&rec[..n], self.sb.salt).ok_or_else(|| KvError::Corrupt {
             chunk,
@@ -579,10 +670,9 @@ impl KvStore {
                 why: "record holds another key".into(),
             });
         }
-        rec.truncate(start + hdr.value_bytes as usize);
-        rec.drain(..start);
-        Ok(rec)
+        Ok(start..start + hdr.value_bytes as usize)
     }
+
     /// GET: the value of `key`, checked against its record checksum; [`KvError::WrongType`] when
     /// the key holds a hash or a sorted set.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -596,11 +686,44 @@ impl KvStore {
     /// GET of several keys under one lock (a pipelined batch of GETs, MGET): one result per key,
     /// each as [`KvStore::get`] would answer it, in order.
     pub fn get_many(&self, keys: &[&[u8]]) -> Vec<Result<Option<Vec<u8>>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        self.get_many_with(keys, |r| out.push(r.map(|v| v.map(<[u8]>::to_vec))));
+        out
+    }
+
+    /// [`KvStore::get_many`] without a buffer per value: `each` gets every key's result in order,
+    /// the value borrowed from one buffer the store reuses (a server writes it straight into its
+    /// reply).
+    pub fn get_many_with(&self, keys: &[&[u8]], mut each: impl FnMut(Result<Option<&[u8]>>)) {
         let mut g = self.lock();
-        keys.iter().map(|k| self.get_locked(&mut g, k)).collect()
+        let mut rec = std::mem::take(&mut g.get_buf);
+        for k in keys {
+            match self.get_into(&mut g, k, &mut rec) {
+                Ok(Some(v)) => each(Ok(Some(&rec[v]))),
+                Ok(None) => each(Ok(None)),
+                Err(e) => each(Err(e)),
+            }
+        }
+        g.get_buf = rec;
     }
 
     fn get_locked(&self, g: &mut Inner, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut rec = Vec::new();
+        let Some(v) = self.get_into(g, key, &mut rec)? else {
+            return Ok(None);
+        };
+        rec.truncate(v.end);
+        rec.drain(..v.start);
+        Ok(Some(rec))
+    }
+
+    /// GET into `rec`: where the value lies in it.
+    fn get_into(
+        &self,
+        g: &mut Inner,
+        key: &[u8],
+        rec: &mut Vec<u8>,
+    ) -> Result<Option<std::ops::Range<usize>>> {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
             return Ok(None);
         }
@@ -614,7 +737,7 @@ impl KvStore {
         if f.meta.kind != ValueKind::String {
             return Err(KvError::WrongType);
         }
-        self.read_value(g, key, f).map(Some)
+        self.read_value_into(g, key, f, rec).map(Some)
     }
 
     /// EXISTS (any kind of value).
@@ -684,11 +807,16 @@ impl KvStore {
         let mut g = self.lock();
         g.stats.sets += pairs.len() as u64;
         let mut i = 0;
+        let mut seen = HashSet::with_capacity_and_hasher(
+            pairs.len().min(GROUP_PAIRS_MAX),
+            BuildHasherDefault::<Spread>::default(),
+        );
         while i < pairs.len() {
-            // A run of distinct keys.
-            let mut seen = std::collections::HashSet::new();
+            // A run of distinct keys (told apart by their 64-bit hashes: two keys of one hash
+            // start a new run, which changes only how the pairs are batched).
+            seen.clear();
             let mut j = i;
-            while j < pairs.len() && j - i < GROUP_PAIRS_MAX && seen.insert(pairs[j].0) {
+            while j < pairs.len() && j - i < GROUP_PAIRS_MAX && seen.insert(key_hash(pairs[j].0)) {
                 j += 1;
             }
             self.write_group(&mut g, &pairs[i..j])?;
@@ -706,12 +834,15 @@ impl KvStore {
         }
         let mut puts = Vec::with_capacity(group.len());
         for &(key, value) in group {
-            let old = self.locate(g, key, 0)?.map(|f| f.meta);
+            let h = key_hash(key);
+            let found = self.locate_hashed(g, key, h, 0)?;
             puts.push(Put {
                 key,
                 kind: ValueKind::String,
                 value,
-                old,
+                old: found.as_ref().map(|f| f.meta),
+                node: found.and_then(|f| f.node),
+                hash: h,
             });
         }
         self.write_batch(g, &puts)
@@ -739,7 +870,9 @@ impl KvStore {
             key,
             kind,
             value,
-            old: found.map(|f| f.meta),
+            old: found.as_ref().map(|f| f.meta),
+            node: found.and_then(|f| f.node),
+            hash: key_hash(key),
         };
         self.write_batch(g, &[put])
     }
@@ -821,7 +954,7 @@ impl KvStore {
         let mut pointed = 0;
         let mut failed = None;
         for (p, &loc) in puts.iter().zip(&locs) {
-            let h = key_hash(p.key);
+            let h = p.hash;
             match p.old {
                 Some(old) => {
                     let s = slot_of(&g.table, h, old.loc);
@@ -845,7 +978,7 @@ impl KvStore {
         };
         if let Err(e) = written {
             for (p, &loc) in puts[..pointed].iter().zip(&locs).rev() {
-                let s = slot_of(&g.table, key_hash(p.key), loc);
+                let s = slot_of(&g.table, p.hash, loc);
                 match p.old {
                     Some(old) => g.table.set_value(s, old.loc),
                     None => g.table.remove(s),
@@ -870,8 +1003,12 @@ impl KvStore {
             if meta.bytes() as u64 <= cb {
                 *g.packs.entry(loc / cb).or_insert(0) += 1;
             }
-            if p.kind.namespace() == 0 && !g.cache.update(p.key, meta) {
-                g.cache.admit(p.key, meta);
+            if p.kind.namespace() == 0 {
+                // The lookup's cache entry when it hit (no second directory lookup), else by key.
+                let at = p.node.is_some_and(|n| g.cache.update_at(n, p.key, meta));
+                if !at && !g.cache.update_hashed(p.key, p.hash, meta) {
+                    g.cache.admit_hashed(p.key, p.hash, meta);
+                }
             }
             if let Some(old) = p.old {
                 self.retire(g, old);
@@ -984,7 +1121,14 @@ impl KvStore {
         let chunk = meta.loc / self.chunk();
         let v = self.read_value(g, key, f)?;
         let fields = hash::decode(&v).map_err(|why| KvError::Corrupt { chunk, why })?;
-        Ok(Some((fields, Found { meta, head: None })))
+        Ok(Some((
+            fields,
+            Found {
+                meta,
+                head: None,
+                node: None,
+            },
+        )))
     }
 
     /// HSET / HMSET: set `pairs` in the hash at `key` (created if absent); the number of fields
@@ -999,6 +1143,8 @@ impl KvStore {
             kind: ValueKind::Hash,
             value: &value,
             old,
+            node: None,
+            hash: key_hash(key),
         };
         self.write_batch(&mut g, &[put])?;
         self.finish(&mut g)?;
@@ -1042,6 +1188,8 @@ impl KvStore {
                     kind: ValueKind::Hash,
                     value,
                     old: *old,
+                    node: None,
+                    hash: key_hash(key),
                 })
                 .collect();
             self.write_batch(&mut g, &puts)?;
@@ -1619,8 +1767,6 @@ fn scan_records(dev: &dyn BlockDevice, sb: &Superblock, end: u64) -> Result<Scan
 /// The table slot holding `loc` for a key with hash `h` (the caller knows it is there).
 fn slot_of(table: &CuckooTable, h: u64, loc: u64) -> usize {
     table
-        .candidates(h)
-        .find(|&(_, c)| c == loc)
-        .map(|(s, _)| s)
+        .slot_of_value(h, loc)
         .expect("the location table points at this record")
 }

@@ -16,7 +16,7 @@ fn fill_until_full(seed: u64, buckets: usize) -> f64 {
         if model.contains_key(&h) {
             continue;
         }
-        let v = rng.next_u64();
+        let v = rng.next_u64() & ecstack_kv::TABLE_VALUE_MAX;
         if !t.insert(h, v) {
             break;
         }
