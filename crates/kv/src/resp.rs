@@ -39,11 +39,27 @@ pub fn parse_command(
     buf: &[u8],
     bulk_bytes_max: usize,
 ) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError> {
+    let mut args = Vec::new();
+    Ok(parse_command_into(buf, bulk_bytes_max, &mut args)?.map(|used| (args, used)))
+}
+
+/// [`parse_command`] into `args`, reusing its vectors (a server parses every command of a
+/// connection into the same ones: no allocation per argument once they have grown). On
+/// `Ok(Some(consumed))` `args` holds the command's arguments; otherwise its content is
+/// unspecified.
+pub fn parse_command_into(
+    buf: &[u8],
+    bulk_bytes_max: usize,
+    args: &mut Vec<Vec<u8>>,
+) -> Result<Option<usize>, ProtocolError> {
     if buf.is_empty() {
         return Ok(None);
     }
     if buf[0] != b'*' {
-        return parse_inline(buf);
+        return Ok(parse_inline(buf)?.map(|(a, used)| {
+            *args = a;
+            used
+        }));
     }
     let Some(end) = crlf(buf, 1) else {
         if buf.len() > INLINE_BYTES_MAX {
@@ -56,10 +72,14 @@ pub fn parse_command(
         .ok_or_else(|| ProtocolError("invalid multibulk length".into()))?;
     let mut at = end + 2;
     if n <= 0 {
-        return Ok(Some((Vec::new(), at)));
+        args.clear();
+        return Ok(Some(at));
     }
-    let mut args = Vec::with_capacity((n as usize).min(1024));
-    for _ in 0..n {
+    let n = n as usize;
+    if args.len() > n {
+        args.truncate(n);
+    }
+    for i in 0..n {
         let Some(&first) = buf.get(at) else {
             return Ok(None);
         };
@@ -85,10 +105,17 @@ pub fn parse_command(
         if &buf[data + len..data + len + 2] != b"\r\n" {
             return Err(ProtocolError("bulk string not terminated by CRLF".into()));
         }
-        args.push(buf[data..data + len].to_vec());
+        let arg = &buf[data..data + len];
+        match args.get_mut(i) {
+            Some(a) => {
+                a.clear();
+                a.extend_from_slice(arg);
+            }
+            None => args.push(arg.to_vec()),
+        }
         at = data + len + 2;
     }
-    Ok(Some((args, at)))
+    Ok(Some(at))
 }
 
 /// An inline command: one line, arguments split on spaces and tabs (no quoting).
@@ -129,12 +156,35 @@ pub mod reply {
         out.extend_from_slice(b"\r\n");
     }
 
+    /// `n` in decimal (no allocation: replies are built once per request).
+    fn decimal(out: &mut Vec<u8>, n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = n;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        out.extend_from_slice(&digits[at..]);
+    }
+
     pub fn int(out: &mut Vec<u8>, n: i64) {
-        out.extend_from_slice(format!(":{n}\r\n").as_bytes());
+        out.push(b':');
+        if n < 0 {
+            out.push(b'-');
+        }
+        decimal(out, n.unsigned_abs());
+        out.extend_from_slice(b"\r\n");
     }
 
     pub fn bulk(out: &mut Vec<u8>, b: &[u8]) {
-        out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+        out.push(b'$');
+        decimal(out, b.len() as u64);
+        out.extend_from_slice(b"\r\n");
         out.extend_from_slice(b);
         out.extend_from_slice(b"\r\n");
     }
@@ -144,13 +194,45 @@ pub mod reply {
     }
 
     pub fn array_len(out: &mut Vec<u8>, n: usize) {
-        out.extend_from_slice(format!("*{n}\r\n").as_bytes());
+        out.push(b'*');
+        decimal(out, n as u64);
+        out.extend_from_slice(b"\r\n");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integers_as_redis_writes_them() {
+        for n in [0i64, 7, -7, 10, 1234567890, i64::MIN, i64::MAX] {
+            let mut out = Vec::new();
+            reply::int(&mut out, n);
+            assert_eq!(out, format!(":{n}\r\n").into_bytes());
+        }
+        let mut out = Vec::new();
+        reply::bulk(&mut out, &[b'x'; 100]);
+        assert_eq!(out[..7], *b"$100\r\nx");
+        let mut out = Vec::new();
+        reply::array_len(&mut out, 0);
+        assert_eq!(out, b"*0\r\n");
+    }
+
+    #[test]
+    fn reused_argument_vectors_give_what_a_fresh_parse_gives() {
+        let stream = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n*1\r\n$4\r\nPING\r\nECHO a\r\n*2\r\n$3\r\nGET\r\n$0\r\n\r\n*0\r\n";
+        let mut args = vec![b"junk".to_vec(); 5];
+        let mut at = 0;
+        while at < stream.len() {
+            let fresh = parse_command(&stream[at..], 100).unwrap().unwrap();
+            let used = parse_command_into(&stream[at..], 100, &mut args)
+                .unwrap()
+                .unwrap();
+            assert_eq!((args.clone(), used), fresh);
+            at += used;
+        }
+    }
 
     #[test]
     fn multibulk_inline_partial_and_errors() {

@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::resp::{parse_command, reply};
+use crate::resp::{parse_command_into, reply};
 use crate::store::{KvStore, SetCondition};
 
 /// Server settings.
@@ -192,9 +192,36 @@ pub async fn serve_on(
 /// One connection's batch of pipelined commands, for the store worker.
 struct Job {
     sh: Arc<Shared>,
+    /// The batch is `cmds[..n]`; the vectors beyond are the connection's spares.
     cmds: Vec<Vec<Vec<u8>>>,
+    n: usize,
     session: Session,
-    done: tokio::sync::oneshot::Sender<(Vec<u8>, Session)>,
+    /// The connection's reply buffer (empty), for the replies.
+    out: Vec<u8>,
+    done: tokio::sync::oneshot::Sender<Answer>,
+}
+
+impl Job {
+    fn cmds(&self) -> &[Vec<Vec<u8>>] {
+        &self.cmds[..self.n]
+    }
+
+    /// Send the replies; the command vectors go back to the connection for its next batch (no
+    /// allocation per command, and no free on the worker of what a connection thread allocated).
+    fn answer(self, out: Vec<u8>, session: Session) {
+        let _ = self.done.send(Answer {
+            out,
+            session,
+            cmds: self.cmds,
+        });
+    }
+}
+
+/// The worker's answer to a [`Job`].
+struct Answer {
+    out: Vec<u8>,
+    session: Session,
+    cmds: Vec<Vec<Vec<u8>>>,
 }
 
 /// Most batches the worker takes at once.
@@ -230,10 +257,10 @@ fn job_shape(j: &Job) -> JobShape {
     if !(j.sh.cfg.group_commit && j.session.authed) {
         return JobShape::Other;
     }
-    if j.cmds.iter().all(|a| is_plain_set(a)) {
+    if j.cmds().iter().all(|a| is_plain_set(a)) {
         return JobShape::Sets;
     }
-    match &j.cmds[..] {
+    match j.cmds() {
         [a] if is_hset(a) => JobShape::Hset,
         _ => JobShape::Other,
     }
@@ -255,20 +282,21 @@ fn run_jobs(jobs: Vec<Job>) {
         let sh = Arc::clone(&sets[0].sh);
         let pairs: Vec<(&[u8], &[u8])> = sets
             .iter()
-            .flat_map(|j| j.cmds.iter().map(|a| (&a[1][..], &a[2][..])))
+            .flat_map(|j| j.cmds().iter().map(|a| (&a[1][..], &a[2][..])))
             .collect();
         sh.commands.fetch_add(pairs.len() as u64, Ordering::Relaxed);
         let r = sh.store.set_many(&pairs).map_err(|e| error_text(&e));
         drop(pairs);
-        for j in sets {
-            let mut out = Vec::new();
-            for _ in &j.cmds {
+        for mut j in sets {
+            let mut out = std::mem::take(&mut j.out);
+            for _ in 0..j.n {
                 match &r {
                     Ok(()) => reply::simple(&mut out, "OK"),
                     Err(text) => reply::error(&mut out, text),
                 }
             }
-            let _ = j.done.send((out, j.session));
+            let session = std::mem::replace(&mut j.session, Session::new(true));
+            j.answer(out, session);
         }
     }
     if hsets.len() == 1 {
@@ -279,14 +307,11 @@ fn run_jobs(jobs: Vec<Job>) {
 }
 
 /// One connection's batch, in order (a run of plain SETs as one `set_many`).
-fn run_job(j: Job) {
-    let Job {
-        sh,
-        cmds,
-        mut session,
-        done,
-    } = j;
-    let mut out = Vec::new();
+fn run_job(mut j: Job) {
+    let sh = Arc::clone(&j.sh);
+    let mut session = std::mem::replace(&mut j.session, Session::new(true));
+    let mut out = std::mem::take(&mut j.out);
+    let cmds = j.cmds();
     let mut i = 0;
     while i < cmds.len() {
         // Group commit: a run of plain SETs in one pipeline goes to the store as one
@@ -306,7 +331,7 @@ fn run_job(j: Job) {
             break;
         }
     }
-    let _ = done.send((out, session));
+    j.answer(out, session);
 }
 
 /// `HSET key field value [field value ...]` or `HMSET ...` with well-formed arguments.
@@ -323,7 +348,7 @@ fn hset_run(jobs: Vec<Job>) {
     let items: Vec<(&[u8], Vec<(&[u8], &[u8])>)> = jobs
         .iter()
         .map(|j| {
-            let a = &j.cmds[0];
+            let a = &j.cmds()[0];
             let pairs = a[2..].chunks(2).map(|p| (&p[0][..], &p[1][..])).collect();
             (&a[1][..], pairs)
         })
@@ -337,14 +362,15 @@ fn hset_run(jobs: Vec<Job>) {
             .collect(),
         Err(e) => vec![Err(error_text(&e)); jobs.len()],
     };
-    for (j, r) in jobs.into_iter().zip(results) {
-        let mut out = Vec::new();
+    for (mut j, r) in jobs.into_iter().zip(results) {
+        let mut out = std::mem::take(&mut j.out);
         match r {
-            Ok(_) if j.cmds[0][0].eq_ignore_ascii_case(b"HMSET") => reply::simple(&mut out, "OK"),
+            Ok(_) if j.cmds()[0][0].eq_ignore_ascii_case(b"HMSET") => reply::simple(&mut out, "OK"),
             Ok(n) => reply::int(&mut out, n as i64),
             Err(text) => reply::error(&mut out, &text),
         }
-        let _ = j.done.send((out, j.session));
+        let session = std::mem::replace(&mut j.session, Session::new(true));
+        j.answer(out, session);
     }
 }
 
@@ -354,6 +380,16 @@ struct Session {
     quit: bool,
     /// HELLO 3 switched the connection to RESP3 (nulls are `_`, HELLO answers a map).
     resp3: bool,
+}
+
+impl Session {
+    fn new(authed: bool) -> Session {
+        Session {
+            authed,
+            quit: false,
+            resp3: false,
+        }
+    }
 }
 
 /// A null reply in the connection's protocol.
@@ -366,6 +402,10 @@ fn null(s: &Session, out: &mut Vec<u8>) {
 }
 
 const READ_BYTES: usize = 64 * 1024;
+/// Commands whose vectors a connection keeps for its next batch.
+const SPARE_CMDS_MAX: usize = 1024;
+/// Largest argument (and reply buffer) a connection keeps the allocation of.
+const SPARE_BYTES_MAX: usize = 64 * 1024;
 /// The Redis version HELLO and INFO report (the command set clients may assume).
 const REDIS_VERSION: &str = "7.0.0";
 
@@ -380,33 +420,34 @@ async fn connection(
             .await?;
         return Ok(());
     }
-    let mut session = Session {
-        authed: sh.cfg.requirepass.is_none(),
-        quit: false,
-        resp3: false,
-    };
+    let mut session = Session::new(sh.cfg.requirepass.is_none());
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_BYTES);
-    let mut chunk = vec![0u8; READ_BYTES];
+    // The batch's commands are `cmds[..n]`; their vectors are reused batch after batch.
+    let mut cmds: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
     let bulk_max = sh.store.config().value_bytes_max + 1024;
     loop {
+        inbuf.reserve(READ_BYTES);
         let n = tokio::select! {
             _ = stop.changed() => return Ok(()),
-            r = sock.read(&mut chunk) => r?,
+            r = sock.read_buf(&mut inbuf) => r?,
         };
         if n == 0 {
             return Ok(());
         }
-        inbuf.extend_from_slice(&chunk[..n]);
         // Everything complete in the buffer, in order.
-        let mut cmds = Vec::new();
+        let mut ncmds = 0;
         let mut used = 0;
         let mut garbage = None;
         loop {
-            match parse_command(&inbuf[used..], bulk_max) {
-                Ok(Some((args, len))) => {
+            if ncmds == cmds.len() {
+                cmds.push(Vec::new());
+            }
+            match parse_command_into(&inbuf[used..], bulk_max, &mut cmds[ncmds]) {
+                Ok(Some(len)) => {
                     used += len;
-                    if !args.is_empty() {
-                        cmds.push(args);
+                    if !cmds[ncmds].is_empty() {
+                        ncmds += 1;
                     }
                 }
                 Ok(None) => break,
@@ -417,32 +458,36 @@ async fn connection(
             }
         }
         inbuf.drain(..used);
-        let mut out = Vec::new();
-        if !cmds.is_empty() && sh.cfg.inline_reads && cmds.iter().all(|a| is_read_only(a)) {
-            if session.authed && cmds.iter().all(|a| is_plain_get(a)) {
+        out.clear();
+        let batch = &cmds[..ncmds];
+        if ncmds > 0 && sh.cfg.inline_reads && batch.iter().all(|a| is_read_only(a)) {
+            if session.authed && batch.iter().all(|a| is_plain_get(a)) {
                 // A pipeline of GETs (redis-benchmark's): one store lock for the batch.
-                get_run(sh, &session, &cmds, &mut out);
+                get_run(sh, &session, batch, &mut out);
             } else {
-                for a in &cmds {
+                for a in batch {
                     execute(sh, &mut session, a, &mut out);
                 }
             }
-        } else if !cmds.is_empty() {
+        } else if ncmds > 0 {
             let (done, answer) = tokio::sync::oneshot::channel();
             let job = Job {
                 sh: Arc::clone(sh),
-                cmds,
+                cmds: std::mem::take(&mut cmds),
+                n: ncmds,
                 session,
+                out: std::mem::take(&mut out),
                 done,
             };
             sh.jobs
                 .send(job)
                 .map_err(|_| std::io::Error::other("the store worker has stopped"))?;
-            let (o, s) = answer
+            let a = answer
                 .await
                 .map_err(|_| std::io::Error::other("the store worker dropped a batch"))?;
-            out = o;
-            session = s;
+            out = a.out;
+            session = a.session;
+            cmds = a.cmds;
         }
         if let Some(e) = &garbage {
             reply::error(&mut out, &format!("ERR {e}"));
@@ -453,6 +498,16 @@ async fn connection(
         if garbage.is_some() || session.quit {
             let _ = sock.shutdown().await;
             return Ok(());
+        }
+        // Keep the vectors for the next batch, but not without bound.
+        cmds.truncate(SPARE_CMDS_MAX);
+        for a in cmds.iter_mut().take(ncmds).flatten() {
+            if a.capacity() > SPARE_BYTES_MAX {
+                *a = Vec::new();
+            }
+        }
+        if out.capacity() > SPARE_BYTES_MAX {
+            out = Vec::new();
         }
     }
 }
