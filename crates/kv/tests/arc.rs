@@ -197,3 +197,29 @@ fn zero_capacity_never_caches() {
     assert_eq!(arc.get(b"a"), Lookup::Miss);
     assert!(arc.is_empty());
 }
+
+/// The handle of a hit updates that entry without a lookup, and only while it still caches the
+/// key: once the entry is evicted, or its slot holds another key, `update_at` refuses and changes
+/// nothing (the store then updates by key).
+#[test]
+fn update_at_only_while_the_handle_holds_the_key() {
+    let mut c: ArcCache<u32> = ArcCache::new(2);
+    c.admit(b"a", 1);
+    let h = ecstack_kv::key_hash(b"a");
+    let (handle, v) = c.get_hashed(b"a", h).expect("a is cached");
+    assert_eq!(v, 1);
+    assert!(c.update_at(handle, b"a", 2));
+    assert_eq!(c.peek(b"a"), Some(&2));
+    assert!(!c.update_at(handle, b"b", 3), "another key");
+    // Push "a" out: it becomes a ghost, then is forgotten and its slot reused.
+    for (i, key) in [&b"b"[..], b"c", b"d", b"e", b"f"].iter().enumerate() {
+        c.admit(key, 10 + i as u32);
+        if c.get(key) == Lookup::Miss {
+            c.admit(key, 10 + i as u32);
+        }
+    }
+    assert_eq!(c.peek(b"a"), None, "a was evicted");
+    assert!(!c.update_at(handle, b"a", 4));
+    assert_eq!(c.peek(b"a"), None);
+    assert!(c.len() <= 2);
+}
