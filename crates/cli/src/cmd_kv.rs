@@ -96,9 +96,6 @@ struct BenchArgs {
     /// Turn the server's group commit off (each pipelined SET its own device write)
     #[arg(long)]
     no_group_commit: bool,
-    /// Run writes on the server's store worker thread (as before flat combining), for A/B runs
-    #[arg(long)]
-    store_worker: bool,
     #[arg(long)]
     json: bool,
 }
@@ -200,7 +197,6 @@ fn bench(b: BenchArgs) -> Result<()> {
         value_bytes: b.value_bytes,
         keys: b.keys,
         group_commit: !b.no_group_commit,
-        store_worker: b.store_worker,
     };
     let report = kv_bench::run(&cfg, &|line| eprintln!("{line}"))?;
     if b.json {
@@ -255,7 +251,6 @@ fn serve(s: ServeArgs) -> Result<()> {
         group_commit: !s.no_group_commit,
         // Reads of a memory device never wait long: read-only batches run on the tokio task.
         inline_reads: s.device.starts_with("mem:"),
-        inline_writes: s.device.starts_with("mem:"),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -43,12 +43,6 @@ pub struct ServerConfig {
     /// connection's own tokio task instead of the store worker: no hand-off and wake-up per batch,
     /// but a device read then blocks a tokio worker thread, so only for memory-backed devices.
     pub inline_reads: bool,
-    /// Run the other batches (writes) on the connections' tokio tasks too, by flat combining
-    /// instead of the store worker thread: a connection queues its batch and, if no other task
-    /// is running batches, runs every queued batch itself, merged as the worker merges them; no
-    /// thread hand-off and no wake-up of a worker per batch. A device write then blocks a tokio
-    /// worker thread, so only for memory-backed devices.
-    pub inline_writes: bool,
 }
 
 impl Default for ServerConfig {
@@ -59,7 +53,6 @@ impl Default for ServerConfig {
             clients_max: 10_000,
             group_commit: true,
             inline_reads: false,
-            inline_writes: false,
         }
     }
 }
@@ -68,10 +61,6 @@ struct Shared {
     store: Arc<KvStore>,
     /// To the store worker thread.
     jobs: std::sync::mpsc::Sender<Job>,
-    /// Batches waiting for a combiner (with `inline_writes`).
-    queue: std::sync::Mutex<Vec<Job>>,
-    /// Held by the task that runs the queued batches (with `inline_writes`).
-    combiner: std::sync::Mutex<()>,
     cfg: ServerConfig,
     addr: SocketAddr,
     started: Instant,
@@ -166,8 +155,6 @@ pub async fn serve_on(
         addr: listener.local_addr()?,
         store,
         jobs,
-        queue: std::sync::Mutex::new(Vec::new()),
-        combiner: std::sync::Mutex::new(()),
         cfg,
         started: Instant::now(),
         clients: AtomicUsize::new(0),
@@ -253,32 +240,6 @@ fn worker(rx: std::sync::mpsc::Receiver<Job>) {
         // A panic here is a bug; the batches taken are answered with an error (their senders
         // drop) and the worker goes on: the store's state is still its last consistent one.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_jobs(jobs)));
-    }
-}
-
-/// Flat combining (`inline_writes`): run every queued batch, merged, if no other task is doing it.
-/// A task that finds the combiner role taken leaves its batch to the task holding it, which
-/// looks at the queue again after giving the role up, so no batch is left behind.
-fn combine(sh: &Shared) {
-    let queue = || sh.queue.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
-        let _role = match sh.combiner.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
-        };
-        loop {
-            let jobs = std::mem::take(&mut *queue());
-            if jobs.is_empty() {
-                break;
-            }
-            // As on the worker: a panic is a bug; its batches are answered with an error.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_jobs(jobs)));
-        }
-        drop(_role);
-        if queue().is_empty() {
-            return;
-        }
     }
 }
 
@@ -518,14 +479,9 @@ async fn connection(
                 out: std::mem::take(&mut out),
                 done,
             };
-            if sh.cfg.inline_writes {
-                sh.queue.lock().unwrap_or_else(|p| p.into_inner()).push(job);
-                combine(sh);
-            } else {
-                sh.jobs
-                    .send(job)
-                    .map_err(|_| std::io::Error::other("the store worker has stopped"))?;
-            }
+            sh.jobs
+                .send(job)
+                .map_err(|_| std::io::Error::other("the store worker has stopped"))?;
             let a = answer
                 .await
                 .map_err(|_| std::io::Error::other("the store worker dropped a batch"))?;

@@ -1,8 +1,7 @@
 //! The server's store worker merges batches of different connections (plain SETs into one
 //! `set_many`, single HSET/HMSETs into one `hset_many`): many connections writing at once over raw
 //! RESP get one correct reply per command, and every value reads back as written (read-only
-//! batches on the store worker, and on the connection's task with `inline_reads`; writes on the
-//! store worker, and by flat combining on the connections' tasks with `inline_writes`).
+//! batches on the store worker, and on the connection's task with `inline_reads`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -53,12 +52,10 @@ fn read_reply(r: &mut BufReader<TcpStream>) -> Vec<u8> {
 
 #[test]
 fn connections_writing_at_once_are_merged_and_correct() {
-    for (durability, inline_reads, inline_writes) in [
-        (Durability::EverySec, false, false),
-        (Durability::Always, false, false),
-        (Durability::EverySec, true, false),
-        (Durability::EverySec, true, true),
-        (Durability::Always, false, true),
+    for (durability, inline_reads) in [
+        (Durability::EverySec, false),
+        (Durability::Always, false),
+        (Durability::EverySec, true),
     ] {
         let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(8 << 20).unwrap());
         let cfg = KvConfig {
@@ -72,7 +69,6 @@ fn connections_writing_at_once_are_merged_and_correct() {
             ServerConfig {
                 addr: "127.0.0.1:0".parse().unwrap(),
                 inline_reads,
-                inline_writes,
                 ..ServerConfig::default()
             },
         )

@@ -34,9 +34,6 @@ pub struct KvBenchConfig {
     pub keys: u64,
     /// The server's group commit (ServerConfig::group_commit).
     pub group_commit: bool,
-    /// Writes on the server's store worker thread instead of by flat combining on the
-    /// connections' tasks (ServerConfig::inline_writes off): the build before, for A/B runs.
-    pub store_worker: bool,
 }
 
 impl Default for KvBenchConfig {
@@ -51,7 +48,6 @@ impl Default for KvBenchConfig {
             value_bytes: 100,
             keys: 10_000,
             group_commit: true,
-            store_worker: false,
         }
     }
 }
@@ -377,7 +373,6 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Fn(&str)) -> Result<KvBenchReport
         group_commit: cfg.group_commit,
         // A memory array: a read never waits long, so read-only batches run on the tokio task.
         inline_reads: true,
-        inline_writes: !cfg.store_worker,
         ..ServerConfig::default()
     };
     let server = spawn(Arc::clone(&store), scfg).map_err(|e| run_err(format!("kv server: {e}")))?;

@@ -406,7 +406,6 @@ fn start_ecstack(cfg: &YcsbConfig) -> Result<(Server, u16)> {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         // A memory array: a read never waits long, so read-only batches run on the tokio task.
         inline_reads: true,
-        inline_writes: true,
         ..ServerConfig::default()
     };
     let server = spawn(Arc::clone(&store), scfg).map_err(|e| run_err(format!("kv server: {e}")))?;
