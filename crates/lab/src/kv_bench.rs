@@ -58,6 +58,10 @@ pub struct KvBenchRow {
     pub server: String,
     pub test: String,
     pub requests_per_s: f64,
+    /// CPU time of the server's process (user + system, from /proc) per request of the test:
+    /// a figure other processes on a shared machine disturb far less than requests/s. None where
+    /// /proc is not readable.
+    pub server_cpu_us_per_request: Option<f64>,
 }
 
 /// What a server held after the run, read back with MGET over every key redis-benchmark could
@@ -81,6 +85,8 @@ pub struct KvBenchReport {
     pub checks: Vec<KvBenchCheck>,
     /// (test, ecstack requests/s ÷ redis-server requests/s)
     pub ratios: Vec<(String, f64)>,
+    /// (test, redis-server's CPU per request ÷ ecstack's): ≥ 0.5 is "within 2×" in CPU work.
+    pub cpu_ratios: Vec<(String, f64)>,
 }
 
 fn run_err(msg: String) -> LabError {
@@ -140,11 +146,43 @@ fn bench_args(cfg: &KvBenchConfig) -> Vec<String> {
     ]
 }
 
-/// Run redis-benchmark against `port`; (test, requests/s) from its CSV.
-fn redis_benchmark(port: u16, cfg: &KvBenchConfig) -> Result<Vec<(String, f64)>> {
+/// CPU seconds (user + system) process `pid` has used, from `/proc/<pid>/stat`.
+fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces, inside parentheses): utime and stime
+    // are fields 14 and 15 of the line, in clock ticks (100 per second on Linux).
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// Run redis-benchmark against `port`, SET then GET, one invocation each; (test, requests/s, CPU
+/// µs per request of process `pid`, the server) per test.
+fn redis_benchmark(
+    port: u16,
+    cfg: &KvBenchConfig,
+    pid: u32,
+) -> Result<Vec<(String, f64, Option<f64>)>> {
+    let mut rows = Vec::new();
+    for test in ["set", "get"] {
+        let before = process_cpu_seconds(pid);
+        let mut r = redis_benchmark_test(port, cfg, test)?;
+        let cpu = before
+            .zip(process_cpu_seconds(pid))
+            .map(|(a, b)| (b - a) * 1e6 / cfg.requests as f64);
+        rows.extend(r.drain(..).map(|(t, rps)| (t, rps, cpu)));
+    }
+    Ok(rows)
+}
+
+/// One redis-benchmark invocation of `-t test`; (test, requests/s) from its CSV.
+fn redis_benchmark_test(port: u16, cfg: &KvBenchConfig, test: &str) -> Result<Vec<(String, f64)>> {
+    let mut args = bench_args(cfg);
+    args[1] = test.to_string();
     let o = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(bench_args(cfg))
+        .args(args)
         .output()
         .map_err(|e| run_err(format!("redis-benchmark: {e} (install redis-tools)")))?;
     if !o.status.success() {
@@ -381,11 +419,12 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Fn(&str)) -> Result<KvBenchReport
         cfg.scheme, cfg.k, cfg.m
     );
     progress(&format!("redis-benchmark against {name}"));
-    for (test, rps) in redis_benchmark(server.addr().port(), cfg)? {
+    for (test, rps, cpu) in redis_benchmark(server.addr().port(), cfg, std::process::id())? {
         rows.push(KvBenchRow {
             server: name.clone(),
             test,
             requests_per_s: rps,
+            server_cpu_us_per_request: cpu,
         });
     }
     checks.push(check(server.addr().port(), &name, cfg)?);
@@ -398,29 +437,39 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Fn(&str)) -> Result<KvBenchReport
     // redis-server, persistence off.
     let port = free_port()?;
     let mut child = spawn_redis_server(port)?;
+    let pid = child.id();
     let res = wait_ping(port).and_then(|()| {
         progress("redis-benchmark against redis-server");
-        let rows = redis_benchmark(port, cfg)?;
+        let rows = redis_benchmark(port, cfg, pid)?;
         Ok((rows, check(port, "redis-server", cfg)?))
     });
     let _ = child.kill();
     let _ = child.wait();
     let (res, chk) = res?;
     checks.push(chk);
-    for (test, rps) in res {
+    for (test, rps, cpu) in res {
         rows.push(KvBenchRow {
             server: "redis-server".into(),
             test,
             requests_per_s: rps,
+            server_cpu_us_per_request: cpu,
         });
     }
     let mut ratios = Vec::new();
+    let mut cpu_ratios = Vec::new();
     for r in rows.iter().filter(|r| r.server != "redis-server") {
         if let Some(peer) = rows
             .iter()
             .find(|p| p.server == "redis-server" && p.test == r.test)
         {
             ratios.push((r.test.clone(), r.requests_per_s / peer.requests_per_s));
+            if let (Some(ours), Some(theirs)) =
+                (r.server_cpu_us_per_request, peer.server_cpu_us_per_request)
+            {
+                if ours > 0.0 {
+                    cpu_ratios.push((r.test.clone(), theirs / ours));
+                }
+            }
         }
     }
     Ok(KvBenchReport {
@@ -429,6 +478,7 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Fn(&str)) -> Result<KvBenchReport
         rows,
         checks,
         ratios,
+        cpu_ratios,
     })
 }
 
@@ -436,12 +486,15 @@ impl KvBenchReport {
     /// A Markdown table in the lab's report style.
     pub fn markdown(&self) -> String {
         let mut s = format!(
-            "redis-benchmark {}\n\n| server | test | requests/s |\n|---|---|---:|\n",
+            "redis-benchmark {} (one invocation per test)\n\n| server | test | requests/s | server CPU µs per request |\n|---|---|---:|---:|\n",
             self.redis_benchmark_args
         );
         for r in &self.rows {
+            let cpu = r
+                .server_cpu_us_per_request
+                .map_or("-".to_string(), |c| format!("{c:.2}"));
             s.push_str(&format!(
-                "| {} | {} | {:.0} |\n",
+                "| {} | {} | {:.0} | {cpu} |\n",
                 r.server, r.test, r.requests_per_s
             ));
         }
@@ -455,6 +508,14 @@ impl KvBenchReport {
         s.push_str("\n| test | ecstack ÷ redis-server |\n|---|---:|\n");
         for (t, x) in &self.ratios {
             s.push_str(&format!("| {t} | {x:.2} |\n"));
+        }
+        if !self.cpu_ratios.is_empty() {
+            s.push_str(
+                "\n| test | CPU per request, redis-server ÷ ecstack (≥ 0.5: within 2×) |\n|---|---:|\n",
+            );
+            for (t, x) in &self.cpu_ratios {
+                s.push_str(&format!("| {t} | {x:.2} |\n"));
+            }
         }
         s
     }

@@ -21,6 +21,14 @@ fn redis_benchmark_on_both_servers_with_values_read_back() {
         .collect();
     assert_eq!(tests.len(), 4, "{tests:?}");
     assert!(r.rows.iter().all(|x| x.requests_per_s > 0.0));
+    // Each server's CPU time per request is read from /proc for every test.
+    assert!(
+        r.rows
+            .iter()
+            .all(|x| x.server_cpu_us_per_request.is_some_and(|c| c >= 0.0)),
+        "{:?}",
+        r.rows
+    );
     // 2000 random SETs over 300 keys leave (almost surely) every key; both servers hold the same.
     assert_eq!(r.checks.len(), 2);
     for c in &r.checks {
