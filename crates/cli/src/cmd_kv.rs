@@ -253,6 +253,7 @@ fn serve(s: ServeArgs) -> Result<()> {
         inline_reads: s.device.starts_with("mem:"),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(ecstack_kv::server::network_threads())
         .enable_all()
         .build()?;
     let res: Result<()> = rt.block_on(async {
