@@ -22,6 +22,50 @@ fn tools_present() -> bool {
     runs("ip") && runs("tc") && unsafe { libc_geteuid() } == 0
 }
 
+/// Whether the tools are here; without them a CI run fails and any other says loudly it skipped.
+fn tools_or_skip() -> bool {
+    if tools_present() {
+        return true;
+    }
+    let msg = "experiment_codfs: needs root, ip and tc (apt-get install iproute2)";
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}");
+    }
+    eprintln!("SKIPPED {msg}");
+    false
+}
+
+/// The smallest model run (M = 4, RS 2+1, 1 MiB segments, two clients, 200 Mbit/s) with `extra`
+/// flags, its report (JSON) on stdout and files under `tmp`.
+fn small_model(tmp: &std::path::Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ecstack"));
+    c.args([
+        "experiment",
+        "codfs",
+        "--exp",
+        "model",
+        "--osds",
+        "4",
+        "-k",
+        "2",
+        "-m",
+        "1",
+        "--segment-size",
+        "1M",
+        "--clients",
+        "2",
+        "--rate-mbit",
+        "200",
+        "--json",
+    ])
+    .args(extra)
+    .arg("--out")
+    .arg(tmp.join("out"))
+    .arg("--dir")
+    .arg(tmp.join("run"));
+    c
+}
+
 extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
@@ -39,43 +83,11 @@ fn our_namespaces(pid: u32) -> Vec<String> {
 
 #[test]
 fn model_experiment_runs_on_namespaces_and_computes_ratios() {
-    if !tools_present() {
-        let msg = "experiment_codfs: needs root, ip and tc (apt-get install iproute2)";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED {msg}");
+    if !tools_or_skip() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args([
-            "experiment",
-            "codfs",
-            "--exp",
-            "model",
-            "--osds",
-            "4",
-            "-k",
-            "2",
-            "-m",
-            "1",
-            "--segment-size",
-            "1M",
-            "--clients",
-            "2",
-            "--size",
-            "2M",
-            "--rate-mbit",
-            "200",
-            "--down-after-ms",
-            "1500",
-            "--json",
-            "--out",
-        ])
-        .arg(tmp.path().join("out"))
-        .arg("--dir")
-        .arg(tmp.path().join("run"))
+    let child = small_model(tmp.path(), &["--size", "2M", "--down-after-ms", "1500"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -144,44 +156,16 @@ fn model_experiment_runs_on_namespaces_and_computes_ratios() {
 /// of segments ahead) or double-counting would put a ratio above the model.
 #[test]
 fn streams_are_measured_while_every_client_is_active() {
-    if !tools_present() {
-        let msg = "experiment_codfs: needs root, ip and tc (apt-get install iproute2)";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED {msg}");
+    if !tools_or_skip() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args([
-            "experiment",
-            "codfs",
-            "--osds",
-            "4",
-            "-k",
-            "2",
-            "-m",
-            "1",
-            "--segment-size",
-            "1M",
-            "--clients",
-            "2",
-            "--size",
-            "3M",
-            "--rate-mbit",
-            "200",
-            "--stream",
-            "8",
-            "--no-failures",
-            "--json",
-            "--out",
-        ])
-        .arg(tmp.path().join("out"))
-        .arg("--dir")
-        .arg(tmp.path().join("run"))
-        .output()
-        .unwrap();
+    let out = small_model(
+        tmp.path(),
+        &["--size", "3M", "--stream", "8", "--no-failures"],
+    )
+    .output()
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
