@@ -203,6 +203,25 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
         batch.run_now(self, reqs);
     }
+    /// Read `scratch.len()` bytes at `offset` and show them to `f` (at most once; not when the
+    /// read fails). The default reads them into `scratch` as one request through
+    /// [`submit`](Self::submit), so io_uring, pacing, fault and counting wrappers see an ordinary
+    /// read, and shows `scratch`. A device that holds its bytes in memory ([`MemDevice`]) shows
+    /// them where they lie and leaves `scratch` alone: a caller that checks a whole chunk and keeps
+    /// a few bytes of it (the array's small read) copies only those. `f` must not call back into
+    /// the device (a memory device holds its read lock while `f` runs).
+    fn read_with(&self, offset: u64, scratch: &mut [u8], f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        let mut batch = Batch::new();
+        let req = batch.read(scratch, offset);
+        self.submit(vec![req], &mut batch);
+        let r = batch
+            .finish()
+            .pop()
+            .unwrap_or_else(|| Err(DeviceError::other(self.name(), "a read went unanswered")));
+        r?;
+        f(scratch);
+        Ok(())
+    }
 }
 
 /// Smart pointers to a device are devices: every method goes to the pointee.
@@ -235,6 +254,14 @@ macro_rules! forward_block_device {
             }
             fn keeps_data(&self) -> bool {
                 (**self).keeps_data()
+            }
+            fn read_with(
+                &self,
+                offset: u64,
+                scratch: &mut [u8],
+                f: &mut dyn FnMut(&[u8]),
+            ) -> Result<()> {
+                (**self).read_with(offset, scratch, f)
             }
         }
     )*};
