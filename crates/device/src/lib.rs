@@ -204,13 +204,26 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
         batch.run_now(self, reqs);
     }
     /// Read `scratch.len()` bytes at `offset` and show them to `f` (at most once; not when the
-    /// read fails). The default reads them into `scratch` as one request through
-    /// [`submit`](Self::submit), so io_uring, pacing, fault and counting wrappers see an ordinary
-    /// read, and shows `scratch`. A device that holds its bytes in memory ([`MemDevice`]) shows
-    /// them where they lie and leaves `scratch` alone: a caller that checks a whole chunk and keeps
-    /// a few bytes of it (the array's small read) copies only those. `f` must not call back into
-    /// the device (a memory device holds its read lock while `f` runs).
-    fn read_with(&self, offset: u64, scratch: &mut [u8], f: &mut dyn FnMut(&[u8])) -> Result<()> {
+    /// read fails), with the device's *write generation* when it has one. The default reads them
+    /// into `scratch` as one request through [`submit`](Self::submit), so io_uring, pacing, fault
+    /// and counting wrappers see an ordinary read, and shows `scratch` with no generation. A
+    /// device that holds its bytes in memory ([`MemDevice`]) shows them where they lie and leaves
+    /// `scratch` alone: a caller that checks a whole chunk and keeps a few bytes of it (the
+    /// array's small read) copies only those. `f` must not call back into the device (a memory
+    /// device holds its read lock while `f` runs).
+    ///
+    /// The write generation, `Some(g)`, is a promise: the bytes shown are the device's bytes at
+    /// generation `g`, and the device shows `g` again only while no write or discard has changed
+    /// any of its bytes since. So bytes checked once at `g` need no second check at `g` (the
+    /// array remembers whole chunks whose checksum matched). Only a device whose bytes cannot
+    /// change behind its API may give one: never a file (another process, the medium) nor a
+    /// wrapper that injects faults on reads.
+    fn read_with(
+        &self,
+        offset: u64,
+        scratch: &mut [u8],
+        f: &mut dyn FnMut(&[u8], Option<u64>),
+    ) -> Result<()> {
         let mut batch = Batch::new();
         let req = batch.read(scratch, offset);
         self.submit(vec![req], &mut batch);
@@ -219,7 +232,7 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
             .pop()
             .unwrap_or_else(|| Err(DeviceError::other(self.name(), "a read went unanswered")));
         r?;
-        f(scratch);
+        f(scratch, None);
         Ok(())
     }
 }
@@ -259,7 +272,7 @@ macro_rules! forward_block_device {
                 &self,
                 offset: u64,
                 scratch: &mut [u8],
-                f: &mut dyn FnMut(&[u8]),
+                f: &mut dyn FnMut(&[u8], Option<u64>),
             ) -> Result<()> {
                 (**self).read_with(offset, scratch, f)
             }

@@ -1,5 +1,6 @@
 //! `MemDevice`: a device held in memory (a zero-filled `Vec<u8>`; the kernel gives zero pages lazily).
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 
 use crate::{check_range, BasicCounters, BlockDevice, DeviceError, DeviceStats, Result};
@@ -9,6 +10,9 @@ use crate::{check_range, BasicCounters, BlockDevice, DeviceError, DeviceStats, R
 pub struct MemDevice {
     name: String,
     data: RwLock<Vec<u8>>,
+    /// Grows by one with every write and discard, under the write lock (so a reader holding the
+    /// read lock sees the generation of the bytes it reads): [`BlockDevice::read_with`].
+    generation: AtomicU64,
     capacity: u64,
     counters: BasicCounters,
 }
@@ -37,6 +41,7 @@ impl MemDevice {
         Ok(MemDevice {
             name,
             data: RwLock::new(data),
+            generation: AtomicU64::new(0),
             capacity,
             counters: BasicCounters::default(),
         })
@@ -73,13 +78,20 @@ impl BlockDevice for MemDevice {
         self.counters.read(buf.len() as u64);
         Ok(())
     }
-    /// The bytes where they lie, under the read lock: no copy into `scratch`.
-    fn read_with(&self, offset: u64, scratch: &mut [u8], f: &mut dyn FnMut(&[u8])) -> Result<()> {
+    /// The bytes where they lie, under the read lock (no copy into `scratch`), with the write
+    /// generation: the bytes are private to this device, so they change only by a write or a
+    /// discard, and each takes the write lock and grows the generation.
+    fn read_with(
+        &self,
+        offset: u64,
+        scratch: &mut [u8],
+        f: &mut dyn FnMut(&[u8], Option<u64>),
+    ) -> Result<()> {
         let len = scratch.len();
         check_range(&self.name, offset, len as u64, self.capacity)?;
         let data = self.data.read().map_err(|_| self.lock_err())?;
         let o = offset as usize;
-        f(&data[o..o + len]);
+        f(&data[o..o + len], Some(self.generation.load(Relaxed)));
         self.counters.read(len as u64);
         Ok(())
     }
@@ -88,6 +100,7 @@ impl BlockDevice for MemDevice {
         let mut data = self.data.write().map_err(|_| self.lock_err())?;
         let o = offset as usize;
         data[o..o + buf.len()].copy_from_slice(buf);
+        self.generation.fetch_add(1, Relaxed);
         self.counters.write(buf.len() as u64);
         Ok(())
     }
@@ -100,6 +113,7 @@ impl BlockDevice for MemDevice {
         let mut data = self.data.write().map_err(|_| self.lock_err())?;
         let o = offset as usize;
         data[o..o + len as usize].fill(0);
+        self.generation.fetch_add(1, Relaxed);
         self.counters.discard(len);
         Ok(())
     }
@@ -130,22 +144,39 @@ mod tests {
     }
 
     /// `read_with` shows the device's bytes without filling the scratch buffer, counts one read,
-    /// and refuses a range beyond the capacity without calling `f`; through an `Arc` too.
+    /// and refuses a range beyond the capacity without calling `f`; through an `Arc` too. The
+    /// generation it shows changes with every write and discard (anywhere on the device) and
+    /// with nothing else.
     #[test]
-    fn read_with_shows_the_bytes_in_place() {
+    fn read_with_shows_the_bytes_in_place_and_their_generation() {
         let d = std::sync::Arc::new(MemDevice::new(8192).unwrap());
         d.write_at(b"in place", 4000).unwrap();
         let mut scratch = vec![0xAAu8; 8];
         let mut seen = Vec::new();
-        d.read_with(4000, &mut scratch, &mut |b| seen.extend_from_slice(b))
+        let mut generation = |d: &MemDevice, seen: &mut Vec<u8>| {
+            let mut g = None;
+            d.read_with(4000, &mut scratch, &mut |b, gen| {
+                seen.clear();
+                seen.extend_from_slice(b);
+                g = gen;
+            })
             .unwrap();
+            g.expect("a memory device gives its generation")
+        };
+        let g0 = generation(&d, &mut seen);
         assert_eq!(seen, b"in place");
+        assert_eq!(generation(&d, &mut seen), g0, "reads leave it");
+        d.write_at(b"x", 0).unwrap();
+        let g1 = generation(&d, &mut seen);
+        assert_ne!(g1, g0, "a write elsewhere changes it");
+        d.discard(0, 1).unwrap();
+        assert_ne!(generation(&d, &mut seen), g1, "so does a discard");
         assert_eq!(scratch, [0xAA; 8], "scratch untouched");
-        assert_eq!(d.stats().read_ops, 1);
+        assert_eq!(d.stats().read_ops, 4);
         let mut called = false;
         let mut big = vec![0u8; 16];
         assert!(matches!(
-            d.read_with(8180, &mut big, &mut |_| called = true),
+            d.read_with(8180, &mut big, &mut |_, _| called = true),
             Err(DeviceError::OutOfRange { .. })
         ));
         assert!(!called);
