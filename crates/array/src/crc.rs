@@ -526,6 +526,18 @@ impl ChunkCrcs {
         }
     }
 
+    /// The slot and known checksum of the one whole chunk `[off, off + len)` of `dev`, if it is
+    /// exactly one chunk and its checksum is known (checks on, as [`ChunkCrcs::verify`]).
+    pub fn whole_chunk(&self, dev: usize, off: u64, len: usize) -> Option<(u64, u32)> {
+        if !self.enabled() {
+            return None;
+        }
+        match self.slots_of(dev, off, len)? {
+            (slot, 1, true) => Some((slot, self.get(dev, slot)?)),
+            _ => None,
+        }
+    }
+
     /// Check the bytes read from `off` on `dev` against their slots' checksums; a chunk that does
     /// not match is marked bad and counted. True if every chunk with a known checksum matched.
     pub fn verify(&self, dev: usize, off: u64, buf: &[u8]) -> bool {

@@ -288,6 +288,48 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
     })
 }
 
+/// Whole chunks of one device whose checksum matched on a small read, with the device's write
+/// generation at the time ([`BlockDevice::read_with`]): while the device shows the same
+/// generation, the same chunk with the same known checksum holds the same bytes, so it matches
+/// again without being read whole. Only memory devices give a generation. Direct-mapped by chunk,
+/// [`VERIFIED_CHUNKS_MAX`] entries per device, allocated on first use; one lock, so an entry is
+/// never read half written.
+#[derive(Debug, Default)]
+struct VerifiedChunks(Mutex<Vec<Option<VerifiedChunk>>>);
+
+/// Where the chunk lies on the device, the device's write generation, the checksum it matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct VerifiedChunk {
+    off: u64,
+    generation: u64,
+    crc: u32,
+}
+
+/// Entries of [`VerifiedChunks`] per device (32 bytes each).
+const VERIFIED_CHUNKS_MAX: usize = 4096;
+
+impl VerifiedChunks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<VerifiedChunk>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn index(c: &VerifiedChunk, chunk_bytes: usize) -> usize {
+        (c.off / chunk_bytes as u64) as usize % VERIFIED_CHUNKS_MAX
+    }
+    fn contains(&self, c: &VerifiedChunk, chunk_bytes: usize) -> bool {
+        self.lock().get(Self::index(c, chunk_bytes)) == Some(&Some(*c))
+    }
+    fn insert(&self, c: VerifiedChunk, chunk_bytes: usize) {
+        let mut t = self.lock();
+        if t.is_empty() {
+            t.resize(VERIFIED_CHUNKS_MAX, None);
+        }
+        t[Self::index(&c, chunk_bytes)] = Some(c);
+    }
+    fn clear(&self) {
+        *self.lock() = Vec::new();
+    }
+}
+
 /// The main and log devices (main 0..n, log n..n+m) with their failure flags and meters.
 #[derive(Debug)]
 pub(crate) struct Devs {
@@ -296,6 +338,9 @@ pub(crate) struct Devs {
     pub meters: Vec<Meter>,
     pub parallel: AtomicBool,
     pub failures_seen: AtomicU64,
+    /// Small reads answered without reading their chunk whole: [`VerifiedChunks`].
+    pub verified_hits: AtomicU64,
+    verified: Vec<VerifiedChunks>,
     pool: Pool,
     /// The per-chunk checksums every read is verified against and every write updates (set
     /// once the metadata is loaded; none in unit tests of this module).
@@ -311,6 +356,8 @@ impl Devs {
             meters: (0..n).map(|_| Meter::default()).collect(),
             parallel: AtomicBool::new(parallel),
             failures_seen: AtomicU64::new(0),
+            verified_hits: AtomicU64::new(0),
+            verified: (0..n).map(|_| VerifiedChunks::default()).collect(),
             pool: Pool::new(n),
             crcs: std::sync::OnceLock::new(),
         }
@@ -355,6 +402,8 @@ impl Devs {
     pub fn replace(&self, i: usize, dev: Arc<dyn BlockDevice>) {
         let keeps_data = dev.keeps_data();
         self.devs.write().unwrap_or_else(|p| p.into_inner())[i] = dev;
+        // The new device's generations say nothing about the old one's chunks.
+        self.verified[i].clear();
         self.failed[i].store(false, Relaxed);
         if let Some(c) = self.crcs() {
             c.clear_bad_of(i);
@@ -628,9 +677,38 @@ impl Devs {
         let at = (op.off - off) as usize;
         let mut read = |b: &mut [u8]| -> bool {
             // Verified and copied out where the device shows the chunk: in place for a memory
-            // device (no 4 KiB copy), else from `b` after one request through the batch seam.
-            let mut show = |got: &[u8]| {
-                if crcs.is_some_and(|c| !c.verify(op.dev, off, got)) {
+            // device (no 4 KiB copy), else from `b` after one request through the batch seam. A
+            // chunk that matched at the memory device's current generation matches again
+            // without its bytes being read (`VerifiedChunks`).
+            let mut show = |got: &[u8], generation: Option<u64>| {
+                let known = match (crcs, generation) {
+                    (Some(c), Some(generation)) => {
+                        c.whole_chunk(op.dev, off, got.len()).map(|(slot, crc)| {
+                            let v = VerifiedChunk {
+                                off,
+                                generation,
+                                crc,
+                            };
+                            (c, slot, v)
+                        })
+                    }
+                    _ => None,
+                };
+                let matched = match known {
+                    Some((c, slot, v)) if self.verified[op.dev].contains(&v, got.len()) => {
+                        self.verified_hits.fetch_add(1, Relaxed);
+                        c.unmark_bad(op.dev, slot);
+                        true
+                    }
+                    _ => {
+                        let ok = crcs.is_none_or(|c| c.verify(op.dev, off, got));
+                        if let (true, Some((_, _, v))) = (ok, known) {
+                            self.verified[op.dev].insert(v, got.len());
+                        }
+                        ok
+                    }
+                };
+                if !matched {
                     return;
                 }
                 let l = op.buf.len();
@@ -939,6 +1017,76 @@ mod tests {
         devs.read(&mut op);
         assert!(!op[0].ok);
         assert_eq!(counting[0].batches.load(Relaxed), batches);
+    }
+
+    /// On memory devices a chunk whose checksum matched is not read whole again while its device's
+    /// write generation stands (`VerifiedChunks`), and any write to the device, even one that
+    /// goes around the array (a bit flip in a test), makes the next small read check the chunk
+    /// whole again: the flip is caught exactly as without the memo. A replaced device starts
+    /// with no remembered chunks.
+    #[test]
+    fn a_verified_chunk_of_a_memory_device_is_checked_again_after_any_write() {
+        let mems: Vec<Arc<MemDevice>> = (0..2)
+            .map(|_| Arc::new(MemDevice::new(1 << 20).unwrap()))
+            .collect();
+        let devs = Devs::new(
+            mems.iter()
+                .map(|m| Arc::clone(m) as Arc<dyn BlockDevice>)
+                .collect(),
+            true,
+        );
+        const CHUNK: u64 = 4096;
+        devs.set_crcs(Arc::new(ChunkCrcs::new(CHUNK, 0, vec![256, 256])));
+        let chunks: Vec<Vec<u8>> = (0..4u8)
+            .map(|i| (0..CHUNK).map(|b| (b as u8).wrapping_add(i * 51)).collect())
+            .collect();
+        let mut w: Vec<Wr> = chunks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Wr::new(1, i as u64 * CHUNK, b))
+            .collect();
+        devs.write(&mut w);
+        assert!(w.iter().all(|o| o.ok));
+        let read = |slot: u64, at: usize| -> Option<Vec<u8>> {
+            let mut buf = vec![0u8; 140];
+            let mut op = [Rd::new(1, slot * CHUNK + at as u64, &mut buf)];
+            devs.read(&mut op);
+            op[0].ok.then_some(buf)
+        };
+        let hits = || devs.verified_hits.load(Relaxed);
+        assert_eq!(read(2, 100).unwrap(), chunks[2][100..240]);
+        assert_eq!(hits(), 0, "the first read checks the chunk whole");
+        assert_eq!(read(2, 7).unwrap(), chunks[2][7..147]);
+        assert_eq!(read(2, 3900).unwrap(), chunks[2][3900..4040]);
+        assert_eq!(hits(), 2, "then the chunk is known to match");
+        // A flip around the array, outside the bytes read: the next read checks it whole.
+        let mut b = [0u8; 1];
+        mems[1].read_at(&mut b, 2 * CHUNK + 3000).unwrap();
+        b[0] ^= 0x04;
+        mems[1].write_at(&b, 2 * CHUNK + 3000).unwrap();
+        assert_eq!(read(2, 100), None, "the flip is caught");
+        let crcs = devs.crcs().unwrap();
+        assert!(crcs.is_bad(1, 2));
+        assert_eq!(crcs.errors.load(Relaxed), 1);
+        assert_eq!(read(2, 100), None, "and caught again, never remembered");
+        assert_eq!(hits(), 2);
+        // A write elsewhere on the device also ends what was remembered of other chunks.
+        assert_eq!(read(3, 0).unwrap(), chunks[3][..140]);
+        assert_eq!(read(3, 0).unwrap(), chunks[3][..140]);
+        assert_eq!(hits(), 3);
+        mems[1].write_at(&chunks[0][..1], 0).unwrap();
+        assert_eq!(read(3, 0).unwrap(), chunks[3][..140]);
+        assert_eq!(hits(), 3, "checked whole after the write");
+        // A replaced device starts from nothing, whatever its generation.
+        assert_eq!(read(3, 0).unwrap(), chunks[3][..140]);
+        assert_eq!(hits(), 4);
+        let fresh = Arc::new(MemDevice::new(1 << 20).unwrap());
+        for (i, c) in chunks.iter().enumerate() {
+            fresh.write_at(c, i as u64 * CHUNK).unwrap();
+        }
+        devs.replace(1, fresh);
+        assert_eq!(read(3, 0).unwrap(), chunks[3][..140]);
+        assert_eq!(hits(), 4, "checked whole on the replacement");
     }
 
     /// Two writes of one batch that overlap on a device trip the invariant check before anything
