@@ -19,9 +19,53 @@ const B1: usize = 2;
 const B2: usize = 3;
 const NIL: usize = usize::MAX;
 
+/// Keys up to this many bytes live inside their node (redis-benchmark's `key:%012d` is 16 bytes,
+/// YCSB's `user<digits>` at most 23).
+const KEY_INLINE_BYTES: usize = 24;
+
+/// A node's key: inside the node when short, so a directory lookup that finds the node compares
+/// the key without chasing a pointer to the heap (one cache miss less per lookup, per GET and SET).
+#[derive(Debug)]
+enum NodeKey {
+    Inline {
+        len: u8,
+        bytes: [u8; KEY_INLINE_BYTES],
+    },
+    Heap(Box<[u8]>),
+}
+
+impl Default for NodeKey {
+    fn default() -> Self {
+        NodeKey::Inline {
+            len: 0,
+            bytes: [0; KEY_INLINE_BYTES],
+        }
+    }
+}
+
+impl NodeKey {
+    fn new(key: &[u8]) -> NodeKey {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= KEY_INLINE_BYTES => {
+                let mut bytes = [0; KEY_INLINE_BYTES];
+                bytes[..key.len()].copy_from_slice(key);
+                NodeKey::Inline { len, bytes }
+            }
+            _ => NodeKey::Heap(key.into()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            NodeKey::Inline { len, bytes } => &bytes[..*len as usize],
+            NodeKey::Heap(b) => b,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Node<V> {
-    key: Box<[u8]>,
+    key: NodeKey,
     val: Option<V>,
     list: usize,
     prev: usize,
@@ -88,7 +132,7 @@ impl<V: Clone> ArcCache<V> {
             let mut out = Vec::with_capacity(self.len[l]);
             let mut i = self.head[l];
             while i != NIL {
-                out.push(self.nodes[i].key.to_vec());
+                out.push(self.nodes[i].key.as_slice().to_vec());
                 i = self.nodes[i].next;
             }
             out
@@ -103,7 +147,7 @@ impl<V: Clone> ArcCache<V> {
     fn find_hashed(&self, key: &[u8], h: u64) -> Option<(usize, usize)> {
         let found: Result<Option<usize>, std::convert::Infallible> = self
             .index
-            .find(h, |n| Ok(&*self.nodes[n as usize].key == key));
+            .find(h, |n| Ok(self.nodes[n as usize].key.as_slice() == key));
         found
             .unwrap_or_else(|e| match e {})
             .map(|slot| (slot, self.index.value(slot) as usize))
@@ -154,7 +198,7 @@ impl<V: Clone> ArcCache<V> {
     fn forget(&mut self, i: usize) {
         self.unlink(i);
         let key = std::mem::take(&mut self.nodes[i].key);
-        let (slot, _) = self.find_node_slot(&key, i);
+        let (slot, _) = self.find_node_slot(key.as_slice(), i);
         self.index.remove(slot);
         self.nodes[i].val = None;
         self.free.push(i);
@@ -216,7 +260,7 @@ impl<V: Clone> ArcCache<V> {
     /// its handle); false otherwise, changing nothing.
     pub fn update_at(&mut self, handle: usize, key: &[u8], val: V) -> bool {
         match self.nodes.get_mut(handle) {
-            Some(n) if n.val.is_some() && *n.key == *key => {
+            Some(n) if n.val.is_some() && n.key.as_slice() == key => {
                 n.val = Some(val);
                 true
             }
@@ -305,7 +349,7 @@ impl<V: Clone> ArcCache<V> {
             self.replace(false);
         }
         let node = Node {
-            key: key.into(),
+            key: NodeKey::new(key),
             val: Some(val),
             list: T1,
             prev: NIL,
@@ -325,7 +369,7 @@ impl<V: Clone> ArcCache<V> {
         // Should the relocation search ever fail, the key is simply not cached.
         if !self.index.insert(h, i as u64) {
             self.nodes[i].val = None;
-            self.nodes[i].key = Box::default();
+            self.nodes[i].key = NodeKey::default();
             self.free.push(i);
             return;
         }

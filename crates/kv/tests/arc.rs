@@ -223,3 +223,35 @@ fn update_at_only_while_the_handle_holds_the_key() {
     assert_eq!(c.peek(b"a"), None);
     assert!(c.len() <= 2);
 }
+
+/// Keys on both sides of the length kept inside a node (24 bytes) and up to the longest key:
+/// each is found by its exact bytes only, so a key and its prefix, a key padded with zero bytes,
+/// and two long keys that differ past byte 24 are distinct entries; the lists give them back whole.
+#[test]
+fn short_and_long_keys_are_told_apart_by_every_byte() {
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for len in [1usize, 2, 23, 24, 25, 26, 100, 255] {
+        let base: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut last = base.clone();
+        *last.last_mut().unwrap() = b'#';
+        keys.push(base);
+        keys.push(last);
+    }
+    keys.push(b"aa\0".to_vec());
+    keys.push(b"a\0".to_vec());
+    let mut c: ArcCache<usize> = ArcCache::new(keys.len());
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(c.peek(k), None, "key {i} not yet cached");
+        c.admit(k, i);
+    }
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(c.get(k), Lookup::Hit(i), "key {i} ({} bytes)", k.len());
+    }
+    let [t1, t2, b1, b2] = c.lists();
+    assert!(t1.is_empty() && b1.is_empty() && b2.is_empty());
+    let mut listed = t2;
+    listed.sort();
+    let mut want = keys.clone();
+    want.sort();
+    assert_eq!(listed, want);
+}
