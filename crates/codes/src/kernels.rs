@@ -627,6 +627,126 @@ macro_rules! simd_body {
             }
         }
 
+        /// [`group`] for exactly K columns, with the source pointers (in walk order) and the G x K
+        /// coefficient tables taken out of the loop: the column loop unrolls, so each source has its
+        /// own load instruction at a fixed stride of one step, and the tables stay in registers (or in
+        /// the stack frame) instead of being reloaded from `t` in every step.
+        #[target_feature(enable = $feat)]
+        unsafe fn group_k<const G: usize, const U: usize, const K: usize, const PAIRS: bool>(
+            t: &Tables,
+            r0: usize,
+            sp: &[*const u8],
+            dp: &[*mut u8],
+            n: usize,
+            acc: bool,
+            rev: bool,
+        ) {
+            // Column i's source, or its (old, new) pair.
+            let mut s = [[std::ptr::null::<u8>(); 2]; K];
+            let mut tb: [[T; K]; G] = [[tbl(t, 0); K]; G];
+            for i in 0..K {
+                let c = if rev { K - 1 - i } else { i };
+                s[i] = if PAIRS {
+                    [*sp.get_unchecked(2 * c), *sp.get_unchecked(2 * c + 1)]
+                } else {
+                    [*sp.get_unchecked(c); 2]
+                };
+                for g in 0..G {
+                    tb[g][i] = tbl(t, (r0 + g) * K + c);
+                }
+            }
+            let mut d = [std::ptr::null_mut::<u8>(); G];
+            for g in 0..G {
+                d[g] = *dp.get_unchecked(r0 + g);
+            }
+            let mut pos = 0;
+            if n >= super::PREFETCH_MIN_BYTES {
+                while pos + U * W <= n {
+                    step_k::<G, U, K, PAIRS, true>(&s, &tb, &d, pos, acc);
+                    pos += U * W;
+                }
+            }
+            while pos + U * W <= n {
+                step_k::<G, U, K, PAIRS, false>(&s, &tb, &d, pos, acc);
+                pos += U * W;
+            }
+            while pos + W <= n {
+                step_k::<G, 1, K, PAIRS, false>(&s, &tb, &d, pos, acc);
+                pos += W;
+            }
+        }
+
+        /// U vectors at `pos` of G rows over K sources, tables and pointers given.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn step_k<
+            const G: usize,
+            const U: usize,
+            const K: usize,
+            const PAIRS: bool,
+            const PF: bool,
+        >(
+            s: &[[*const u8; 2]; K],
+            tb: &[[T; K]; G],
+            d: &[*mut u8; G],
+            pos: usize,
+            acc: bool,
+        ) {
+            let mut a: [[V; G]; U] = [[zero(); G]; U];
+            if acc {
+                for u in 0..U {
+                    for g in 0..G {
+                        a[u][g] = load(d[g].add(pos + u * W));
+                    }
+                }
+            }
+            for i in 0..K {
+                if PF {
+                    let mut off = 0;
+                    while off < U * W {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            s[i][0].wrapping_add(pos + off + super::PREFETCH_BYTES) as *const i8,
+                        );
+                        off += 64;
+                    }
+                }
+                let mut p: [P; U] = [prep(zero()); U];
+                for u in 0..U {
+                    let x = if PAIRS {
+                        xor(
+                            load(s[i][0].add(pos + u * W)),
+                            load(s[i][1].add(pos + u * W)),
+                        )
+                    } else {
+                        load(s[i][0].add(pos + u * W))
+                    };
+                    p[u] = prep(x);
+                }
+                for g in 0..G {
+                    for u in 0..U {
+                        a[u][g] = xor(a[u][g], apply(&p[u], &tb[g][i]));
+                    }
+                }
+            }
+            for u in 0..U {
+                for g in 0..G {
+                    store(d[g].add(pos + u * W), a[u][g]);
+                }
+            }
+        }
+
+        /// Vectors per step for `g` rows: three for up to $maxg3 rows, two while the accumulators,
+        /// prepared sources and one table fit in the registers ($maxg2 rows), one above.
+        const fn vectors_per_step(g: usize) -> usize {
+            if g <= $maxg3 {
+                3
+            } else if g <= $maxg2 {
+                2
+            } else {
+                1
+            }
+        }
+
         /// Whole vectors of the dot product; returns how many bytes were done.
         #[target_feature(enable = $feat)]
         pub unsafe fn dot(
@@ -642,20 +762,11 @@ macro_rules! simd_body {
             let mut r = 0;
             while r < t.rows() {
                 let g = (t.rows() - r).min($maxg);
-                // Three vectors per step for up to $maxg3 rows, two while the accumulators,
-                // prepared sources and one table fit in the registers ($maxg2 rows), one above.
+                // `go!(g)`: the loop kernel; `go!(g, unrollable)`: the unrolled one when the
+                // shape allows (only rows up to UNROLL_ROWS_MAX are expanded with it).
                 macro_rules! go {
-                    ($g:literal) => {
-                        match (
-                            pairs,
-                            if $g <= $maxg3 {
-                                3
-                            } else if $g <= $maxg2 {
-                                2
-                            } else {
-                                1
-                            },
-                        ) {
+                    ($g:literal) => {{
+                        match (pairs, vectors_per_step($g)) {
                             (true, 3) => group::<$g, 3, true>(t, r, sp, dp, n, acc, rev),
                             (false, 3) => group::<$g, 3, false>(t, r, sp, dp, n, acc, rev),
                             (true, 2) => group::<$g, 2, true>(t, r, sp, dp, n, acc, rev),
@@ -663,13 +774,42 @@ macro_rules! simd_body {
                             (true, _) => group::<$g, 1, true>(t, r, sp, dp, n, acc, rev),
                             (false, _) => group::<$g, 1, false>(t, r, sp, dp, n, acc, rev),
                         }
-                    };
+                    }};
+                    ($g:literal, unrollable) => {{
+                        macro_rules! go_k {
+                            ($u:literal, $pairs:literal) => {
+                                match t.cols() {
+                                    1 => group_k::<$g, $u, 1, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    2 => group_k::<$g, $u, 2, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    3 => group_k::<$g, $u, 3, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    4 => group_k::<$g, $u, 4, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    5 => group_k::<$g, $u, 5, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    6 => group_k::<$g, $u, 6, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    7 => group_k::<$g, $u, 7, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    _ => group_k::<$g, $u, 8, $pairs>(t, r, sp, dp, n, acc, rev),
+                                }
+                            };
+                        }
+                        if (1..=super::UNROLL_COLS_MAX).contains(&t.cols()) {
+                            match (pairs, vectors_per_step($g)) {
+                                (true, 3) => go_k!(3, true),
+                                (false, 3) => go_k!(3, false),
+                                (true, 2) => go_k!(2, true),
+                                (false, 2) => go_k!(2, false),
+                                (true, _) => go_k!(1, true),
+                                (false, _) => go_k!(1, false),
+                            }
+                        } else {
+                            go!($g)
+                        }
+                    }};
                 }
+                const _: () = assert!(super::UNROLL_ROWS_MAX == 4);
                 match g {
-                    1 => go!(1),
-                    2 => go!(2),
-                    3 => go!(3),
-                    4 => go!(4),
+                    1 => go!(1, unrollable),
+                    2 => go!(2, unrollable),
+                    3 => go!(3, unrollable),
+                    4 => go!(4, unrollable),
                     5 => go!(5),
                     6 => go!(6),
                     7 => go!(7),
@@ -1016,7 +1156,12 @@ pub(crate) fn away_from_outputs(sp: &[*const u8], pairs: bool, dp: &[*mut u8]) -
 /// the hardware prefetchers alone left our decode at 0.7–1.1x ISA-L; with this, 1.3–1.9x. Below the
 /// threshold the sources sit in L1/L2 between calls and the extra instructions only cost.
 const PREFETCH_BYTES: usize = 512;
-const PREFETCH_MIN_BYTES: usize = 128 * 1024;
+
+/// The dot product's unrolled form (`group_k`): for at most this many rows per group and 1..=this many
+/// columns, the column loop is unrolled and the coefficient tables are loaded once per call.
+pub(crate) const UNROLL_ROWS_MAX: usize = 4;
+pub(crate) const UNROLL_COLS_MAX: usize = 8;
+pub(crate) const PREFETCH_MIN_BYTES: usize = 128 * 1024;
 
 /// The GF2P8AFFINEQB bit matrix of multiply-by-2 under 0x11d (rows 0x80,0x01,0x82,0x84,0x88,0x10,0x20,0x40
 /// for output bits 0..7); a unit test checks it against `gf::affine_matrix(2)`.

@@ -194,3 +194,53 @@ fn dot_prod_walks_sources_either_way() {
         }
     }
 }
+
+/// The unrolled dot product (`group_k`: up to `UNROLL_ROWS_MAX` rows per group over 1..=`UNROLL_COLS_MAX`
+/// columns, tables taken out of the loop) at every shape it takes and one past each limit, plain and
+/// paired, overwrite and accumulate, below and above the prefetch threshold: every level matches the
+/// scalar kernel.
+#[test]
+fn dot_prod_unrolled_shapes_every_level() {
+    let levels = kernels::supported_levels();
+    let mut rng = Rng::new(13);
+    for rows in 1..=kernels::UNROLL_ROWS_MAX + 1 {
+        for cols in 1..=kernels::UNROLL_COLS_MAX + 1 {
+            // A length with a scalar tail, and one past the prefetch threshold with a tail too.
+            let len = if (rows + cols) % 3 == 0 {
+                kernels::PREFETCH_MIN_BYTES + 3 * 64 + 17
+            } else {
+                1000 + rows * 64 + cols
+            };
+            let coef = rand_vec(&mut rng, rows * cols);
+            let srcs: Vec<Vec<u8>> = (0..2 * cols).map(|_| rand_vec(&mut rng, len)).collect();
+            let init: Vec<Vec<u8>> = (0..rows).map(|_| rand_vec(&mut rng, len)).collect();
+            let s: Vec<&[u8]> = srcs.iter().map(|v| v.as_slice()).collect();
+            let mut want: Option<Vec<Vec<u8>>> = None;
+            for &level in &levels {
+                let t = Tables::for_level(level, rows, cols, &coef);
+                let mut got = Vec::new();
+                for acc in [false, true] {
+                    let mut o = init.clone();
+                    let mut om: Vec<&mut [u8]> = o.iter_mut().map(|v| v.as_mut_slice()).collect();
+                    kernels::dot_prod(&t, &s[..cols], &mut om, len, acc);
+                    got.push(o.concat());
+                    let mut o = init.clone();
+                    let mut om: Vec<&mut [u8]> = o.iter_mut().map(|v| v.as_mut_slice()).collect();
+                    kernels::dot_prod_delta(&t, &s[..cols], &s[cols..], &mut om, len, acc);
+                    got.push(o.concat());
+                }
+                match &want {
+                    None => want = Some(got),
+                    Some(w) => {
+                        for (i, (a, b)) in got.iter().zip(w).enumerate() {
+                            assert!(
+                                a == b,
+                                "level {level:?} {rows}x{cols} len {len} case {i} (plain/delta, overwrite/acc)"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
