@@ -786,7 +786,11 @@ macro_rules! simd_body {
                                     5 => group_k::<$g, $u, 5, $pairs>(t, r, sp, dp, n, acc, rev),
                                     6 => group_k::<$g, $u, 6, $pairs>(t, r, sp, dp, n, acc, rev),
                                     7 => group_k::<$g, $u, 7, $pairs>(t, r, sp, dp, n, acc, rev),
-                                    _ => group_k::<$g, $u, 8, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    8 => group_k::<$g, $u, 8, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    9 => group_k::<$g, $u, 9, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    10 => group_k::<$g, $u, 10, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    11 => group_k::<$g, $u, 11, $pairs>(t, r, sp, dp, n, acc, rev),
+                                    _ => group_k::<$g, $u, 12, $pairs>(t, r, sp, dp, n, acc, rev),
                                 }
                             };
                         }
@@ -1160,7 +1164,7 @@ const PREFETCH_BYTES: usize = 512;
 /// The dot product's unrolled form (`group_k`): for at most this many rows per group and 1..=this many
 /// columns, the column loop is unrolled and the coefficient tables are loaded once per call.
 pub(crate) const UNROLL_ROWS_MAX: usize = 4;
-pub(crate) const UNROLL_COLS_MAX: usize = 8;
+pub(crate) const UNROLL_COLS_MAX: usize = 12;
 pub(crate) const PREFETCH_MIN_BYTES: usize = 128 * 1024;
 
 /// The GF2P8AFFINEQB bit matrix of multiply-by-2 under 0x11d (rows 0x80,0x01,0x82,0x84,0x88,0x10,0x20,0x40
