@@ -17,9 +17,9 @@
 use ecstack_base::Rng;
 
 use super::chain::Chain;
-use super::cluster::RepairTimes;
-use super::montecarlo::McEstimate;
-use super::montecarlo::{check_runs, draw, too_long, EVENTS_PER_RUN_MAX};
+use super::montecarlo::{
+    estimate, lifetimes, Events, Lifetime, McEstimate, MonteCarloModel, RepairTimes,
+};
 use super::params::{check_uber, invalid, positive, ure_probability, Mttdl, ReliabilityError};
 
 /// How failed devices are rebuilt.
@@ -199,32 +199,23 @@ impl ArrayModel {
         seed: u64,
         times: RepairTimes,
     ) -> Result<McEstimate, ReliabilityError> {
-        self.validate()?;
-        times.validate()?;
-        check_runs(runs)?;
-        McEstimate::sample(runs, seed, |rng, failures| {
-            self.one_run(rng, failures, times)
-        })
+        estimate(self, runs, seed, times)
     }
 
     /// The Monte-Carlo lifetimes themselves (hours to the first loss, same seed, same runs as
     /// [`ArrayModel::monte_carlo`]): their empirical distribution checks
     /// [`Chain::loss_probability_within`].
     pub fn monte_carlo_samples(&self, runs: u64, seed: u64) -> Result<Vec<f64>, ReliabilityError> {
-        self.validate()?;
-        check_runs(runs)?;
-        Ok(draw(runs, seed, &mut |rng, failures| {
-            self.one_run(rng, failures, RepairTimes::Exponential)
-        })?
-        .0)
+        Ok(lifetimes(self, runs, seed, RepairTimes::Exponential)?.0)
+    }
+}
+
+impl MonteCarloModel for ArrayModel {
+    fn check(&self) -> Result<(), ReliabilityError> {
+        self.validate()
     }
 
-    fn one_run(
-        &self,
-        rng: &mut Rng,
-        failures: &mut u64,
-        times: RepairTimes,
-    ) -> Result<f64, ReliabilityError> {
+    fn lifetime(&self, rng: &mut Rng, failures: &mut u64, times: RepairTimes) -> Lifetime {
         let n = self.n();
         let bits_read = 8.0 * self.k as f64 * self.device_bytes;
         // Per device: when it fails next (if working) or when its rebuild ends (if being rebuilt,
@@ -234,7 +225,7 @@ impl ArrayModel {
         let mut failed: Vec<bool> = vec![false; n];
         let mut queue: std::collections::VecDeque<usize> = Default::default();
         let mut down = 0usize;
-        let mut events = 0u64;
+        let mut events = Events::default();
         // This run's scrub schedule: a uniform phase.
         let phase = if self.latent_per_hour > 0.0 {
             rng.next_f64() * self.scrub_hours
@@ -242,10 +233,7 @@ impl ArrayModel {
             0.0
         };
         loop {
-            events += 1;
-            if events > EVENTS_PER_RUN_MAX {
-                return Err(too_long(events));
-            }
+            events.tick()?;
             // The next event: the earliest failure of a working device or end of a rebuild.
             let (mut t, mut dev, mut is_fail) = (f64::INFINITY, 0, true);
             for d in 0..n {

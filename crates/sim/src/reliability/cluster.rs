@@ -35,8 +35,9 @@
 use ecstack_base::Rng;
 
 use super::chain::Chain;
-use super::montecarlo::McEstimate;
-use super::montecarlo::{check_runs, too_long, EVENTS_PER_RUN_MAX};
+use super::montecarlo::{
+    estimate, lognormal_factor, Events, Lifetime, McEstimate, MonteCarloModel, RepairTimes,
+};
 use super::params::{check_uber, invalid, positive, ure_probability, Mttdl, ReliabilityError};
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -78,71 +79,6 @@ pub const STATES_MAX: usize = 512;
 
 /// Above this many segments the Monte-Carlo (which places every segment) refuses.
 pub const MC_SEGMENTS_MAX: f64 = 1e6;
-
-/// How long the Monte-Carlo's recoveries take: the chain's exponential times, or a fluid model of
-/// the work where durations are not memoryless (a check of the chain's exponential assumption).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-#[serde(rename_all = "lowercase", tag = "kind")]
-pub enum RepairTimes {
-    /// The chain's assumption: one failed OSD comes back at rate ρ_j (module doc).
-    Exponential,
-    /// Fluid recovery: a failed OSD is detected exactly `detect_hours` after it fails; then its
-    /// C bytes are rebuilt by the N − j survivors, whose combined pace (N − j)·r is shared equally
-    /// by the detected OSDs still being rebuilt; it returns when its bytes are done. Alone, it
-    /// takes exactly D + C / ((N − 1)·r), the chain's mean 1/ρ_1.
-    Deterministic,
-    /// Fluid recovery as above with each failed OSD's bytes scaled by a lognormal factor of mean 1
-    /// and log-standard deviation `sigma` (some OSDs hold more, or rebuild slower).
-    Lognormal { sigma: f64 },
-}
-
-/// A lognormal factor of mean 1 and log-standard deviation `sigma`: exp(σZ − σ²/2), Z standard
-/// normal by Box-Muller (two uniforms).
-fn lognormal_factor(rng: &mut Rng, sigma: f64) -> f64 {
-    let u1 = 1.0 - rng.next_f64();
-    let u2 = rng.next_f64();
-    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-    (sigma * z - sigma * sigma / 2.0).exp()
-}
-
-impl RepairTimes {
-    /// One rebuild's duration of mean `mean_hours` for the array and EPLOG Monte-Carlos:
-    /// exponential (the chains' assumption; one `rng.exp` draw, the stream of
-    /// `ArrayModel::monte_carlo`), exactly the mean (deterministic), or the mean times a lognormal
-    /// factor of mean 1. (The cluster's fluid recovery uses the kinds differently: see the variants.)
-    pub(crate) fn draw(self, rng: &mut Rng, mean_hours: f64) -> f64 {
-        match self {
-            RepairTimes::Exponential => rng.exp(mean_hours),
-            RepairTimes::Deterministic => mean_hours,
-            RepairTimes::Lognormal { sigma } => mean_hours * lognormal_factor(rng, sigma),
-        }
-    }
-
-    pub(crate) fn validate(self) -> Result<(), ReliabilityError> {
-        if let RepairTimes::Lognormal { sigma } = self {
-            positive("lognormal sigma", "log units", sigma, false)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::str::FromStr for RepairTimes {
-    type Err = ReliabilityError;
-    fn from_str(s: &str) -> Result<RepairTimes, ReliabilityError> {
-        match s {
-            "exponential" => Ok(RepairTimes::Exponential),
-            "deterministic" => Ok(RepairTimes::Deterministic),
-            _ => match s.strip_prefix("lognormal:").map(str::parse::<f64>) {
-                Some(Ok(sigma)) if sigma.is_finite() && sigma > 0.0 => {
-                    Ok(RepairTimes::Lognormal { sigma })
-                }
-                _ => Err(invalid(format!(
-                    "repair times must be exponential, deterministic or lognormal:SIGMA (SIGMA > 0), got {s:?}"
-                ))),
-            },
-        }
-    }
-}
 
 impl ClusterModel {
     pub fn validate(&self) -> Result<(), ReliabilityError> {
@@ -295,15 +231,7 @@ impl ClusterModel {
     /// OSD at the rate ρ_j of the module doc (exponential); a URE is drawn bit by bit over the k
     /// chunks of every segment that has m failed chunks when the m-th OSD fails.
     pub fn monte_carlo(&self, runs: u64, seed: u64) -> Result<McEstimate, ReliabilityError> {
-        self.validate()?;
-        check_runs(runs)?;
-        if self.segments > MC_SEGMENTS_MAX {
-            return Err(invalid(format!(
-                "the Monte-Carlo places every segment: at most {MC_SEGMENTS_MAX:e} segments, got {:e}",
-                self.segments
-            )));
-        }
-        McEstimate::sample(runs, seed, |rng, failures| self.one_run(rng, failures))
+        self.monte_carlo_with(runs, seed, RepairTimes::Exponential)
     }
 
     /// Monte-Carlo with the given recovery durations ([`RepairTimes`]); `Exponential` is
@@ -315,30 +243,11 @@ impl ClusterModel {
         seed: u64,
         times: RepairTimes,
     ) -> Result<McEstimate, ReliabilityError> {
-        if times == RepairTimes::Exponential {
-            return self.monte_carlo(runs, seed);
-        }
-        self.validate()?;
-        check_runs(runs)?;
-        if self.segments > MC_SEGMENTS_MAX {
-            return Err(invalid(format!(
-                "the Monte-Carlo places every segment: at most {MC_SEGMENTS_MAX:e} segments, got {:e}",
-                self.segments
-            )));
-        }
-        times.validate()?;
-        McEstimate::sample(runs, seed, |rng, failures| {
-            self.one_fluid_run(rng, failures, times)
-        })
+        estimate(self, runs, seed, times)
     }
 
     /// Placement as in `one_run`; explicit per-OSD detection times and remaining bytes.
-    fn one_fluid_run(
-        &self,
-        rng: &mut Rng,
-        failures: &mut u64,
-        times: RepairTimes,
-    ) -> Result<f64, ReliabilityError> {
+    fn one_fluid_run(&self, rng: &mut Rng, failures: &mut u64, times: RepairTimes) -> Lifetime {
         let (nn, m) = (self.osds, self.m);
         let segments = self.segments as usize;
         let on_osd = self.place(rng);
@@ -353,12 +262,9 @@ impl ClusterModel {
         let bits_per_critical = 8.0 * self.k as f64 * self.chunk_bytes;
         let work = self.osd_bytes() / self.osd_recovery_bytes_per_sec / 3600.0;
         let mut now = 0.0f64;
-        let mut events = 0u64;
+        let mut events = Events::default();
         loop {
-            events += 1;
-            if events > EVENTS_PER_RUN_MAX {
-                return Err(too_long(events));
-            }
+            events.tick()?;
             // Survivors' pace, shared by the detected OSDs under rebuild.
             let rebuilding = (0..nn)
                 .filter(|&o| failed[o] && detected_at[o] <= now)
@@ -452,7 +358,7 @@ impl ClusterModel {
         on_osd
     }
 
-    fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Result<f64, ReliabilityError> {
+    fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Lifetime {
         let (nn, m) = (self.osds, self.m);
         let segments = self.segments as usize;
         let on_osd = self.place(rng);
@@ -463,12 +369,9 @@ impl ClusterModel {
         let mut order: std::collections::VecDeque<usize> = Default::default();
         let bits_per_critical = 8.0 * self.k as f64 * self.chunk_bytes;
         let mut repair_at = f64::INFINITY;
-        let mut events = 0u64;
+        let mut events = Events::default();
         loop {
-            events += 1;
-            if events > EVENTS_PER_RUN_MAX {
-                return Err(too_long(events));
-            }
+            events.tick()?;
             let (mut t, mut dev) = (repair_at, None);
             for o in 0..nn {
                 if !failed[o] && fails_at[o] < t {
@@ -517,6 +420,30 @@ impl ClusterModel {
             } else {
                 now + rng.exp((self.detect_hours + self.rebuild_hours(j)) / j as f64)
             };
+        }
+    }
+}
+
+impl MonteCarloModel for ClusterModel {
+    /// The model's parameters, and at most [`MC_SEGMENTS_MAX`] segments (the simulation places
+    /// every one).
+    fn check(&self) -> Result<(), ReliabilityError> {
+        self.validate()?;
+        if self.segments > MC_SEGMENTS_MAX {
+            return Err(invalid(format!(
+                "the Monte-Carlo places every segment: at most {MC_SEGMENTS_MAX:e} segments, got {:e}",
+                self.segments
+            )));
+        }
+        Ok(())
+    }
+
+    /// Exponential recoveries replay the chain's rates (`one_run`); the other kinds are the fluid
+    /// recovery of [`RepairTimes`] (`one_fluid_run`).
+    fn lifetime(&self, rng: &mut Rng, failures: &mut u64, times: RepairTimes) -> Lifetime {
+        match times {
+            RepairTimes::Exponential => self.one_run(rng, failures),
+            _ => self.one_fluid_run(rng, failures, times),
         }
     }
 }

@@ -27,9 +27,7 @@ use ecstack_base::Rng;
 
 use super::array::{ArrayModel, Repair};
 use super::chain::Chain;
-use super::cluster::RepairTimes;
-use super::montecarlo::McEstimate;
-use super::montecarlo::{check_runs, too_long, EVENTS_PER_RUN_MAX};
+use super::montecarlo::{estimate, Events, Lifetime, McEstimate, MonteCarloModel, RepairTimes};
 use super::params::{invalid, positive, Mttdl, ReliabilityError};
 
 /// Largest m the chain is built for: 2(m+1)^2 states, solved densely.
@@ -203,20 +201,16 @@ impl EplogModel {
         seed: u64,
         times: RepairTimes,
     ) -> Result<McEstimate, ReliabilityError> {
-        self.validate()?;
-        times.validate()?;
-        check_runs(runs)?;
-        McEstimate::sample(runs, seed, |rng, failures| {
-            self.one_run(rng, failures, times)
-        })
+        estimate(self, runs, seed, times)
+    }
+}
+
+impl MonteCarloModel for EplogModel {
+    fn check(&self) -> Result<(), ReliabilityError> {
+        self.validate()
     }
 
-    fn one_run(
-        &self,
-        rng: &mut Rng,
-        failures: &mut u64,
-        times: RepairTimes,
-    ) -> Result<f64, ReliabilityError> {
+    fn lifetime(&self, rng: &mut Rng, failures: &mut u64, times: RepairTimes) -> Lifetime {
         let (n, m) = (self.main.n(), self.main.m);
         let total = n + m;
         let is_log = |dev: usize| dev >= n;
@@ -244,17 +238,14 @@ impl EplogModel {
         let (mut a, mut b) = (0usize, 0usize);
         let mut dirty = false;
         let mut toggle_at = rng.exp(self.clean_hours);
-        let mut events = 0u64;
+        let mut events = Events::default();
         let phase = if self.main.latent_per_hour > 0.0 {
             rng.next_f64() * self.main.scrub_hours
         } else {
             0.0
         };
         loop {
-            events += 1;
-            if events > EVENTS_PER_RUN_MAX {
-                return Err(too_long(events));
-            }
+            events.tick()?;
             // Earliest of: a working device fails, a rebuild ends, the dirty flag flips.
             let mut t = toggle_at;
             let mut what: Option<(usize, bool)> = None;

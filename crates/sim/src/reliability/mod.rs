@@ -23,9 +23,9 @@ pub mod rainfs;
 
 pub use array::{ArrayModel, Repair};
 pub use chain::Chain;
-pub use cluster::{ClusterModel, RepairTimes};
+pub use cluster::ClusterModel;
 pub use eplog::EplogModel;
-pub use montecarlo::{McEstimate, Z_99};
+pub use montecarlo::{McEstimate, RepairTimes, Z_99};
 pub use params::{
     mttf_from_afr, rebuild_hours, ure_probability, Mttdl, ReliabilityError, HOURS_PER_YEAR,
 };

@@ -4,7 +4,7 @@
 
 use ecstack_base::Rng;
 
-use super::params::{invalid, ReliabilityError, HOURS_PER_YEAR};
+use super::params::{invalid, positive, ReliabilityError, HOURS_PER_YEAR};
 
 /// Normal quantile of a two-sided 99 % confidence interval.
 pub const Z_99: f64 = 2.5758;
@@ -23,17 +23,6 @@ pub struct McEstimate {
 }
 
 impl McEstimate {
-    /// `runs` lifetimes from one seeded generator, each drawn by `one_run` (which adds the device
-    /// failures it simulated to its counter), summarised.
-    pub(crate) fn sample(
-        runs: u64,
-        seed: u64,
-        mut one_run: impl FnMut(&mut Rng, &mut u64) -> Result<f64, ReliabilityError>,
-    ) -> Result<McEstimate, ReliabilityError> {
-        let (samples, failures) = draw(runs, seed, &mut one_run)?;
-        McEstimate::from_samples(seed, &samples, failures)
-    }
-
     pub(crate) fn from_samples(
         seed: u64,
         samples: &[f64],
@@ -76,23 +65,120 @@ impl McEstimate {
     }
 }
 
-/// `runs` lifetimes (hours to the first loss) from one seeded generator, and the device failures
-/// simulated in all of them.
-pub(crate) fn draw(
+/// How long the Monte-Carlo's recoveries take: the chain's exponential times, or a fluid model of
+/// the work where durations are not memoryless (a check of the chain's exponential assumption).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum RepairTimes {
+    /// The chain's assumption: one failed OSD comes back at rate ρ_j (the doc of
+    /// [`ClusterModel`](super::ClusterModel)).
+    Exponential,
+    /// Fluid recovery: a failed OSD is detected exactly `detect_hours` after it fails; then its
+    /// C bytes are rebuilt by the N − j survivors, whose combined pace (N − j)·r is shared equally
+    /// by the detected OSDs still being rebuilt; it returns when its bytes are done. Alone, it
+    /// takes exactly D + C / ((N − 1)·r), the chain's mean 1/ρ_1.
+    Deterministic,
+    /// Fluid recovery as above with each failed OSD's bytes scaled by a lognormal factor of mean 1
+    /// and log-standard deviation `sigma` (some OSDs hold more, or rebuild slower).
+    Lognormal { sigma: f64 },
+}
+
+/// A lognormal factor of mean 1 and log-standard deviation `sigma`: exp(σZ − σ²/2), Z standard
+/// normal by Box-Muller (two uniforms).
+pub(crate) fn lognormal_factor(rng: &mut Rng, sigma: f64) -> f64 {
+    let u1 = 1.0 - rng.next_f64();
+    let u2 = rng.next_f64();
+    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+    (sigma * z - sigma * sigma / 2.0).exp()
+}
+
+impl RepairTimes {
+    /// One rebuild's duration of mean `mean_hours` for the array and EPLOG Monte-Carlos:
+    /// exponential (the chains' assumption; one `rng.exp` draw, the stream of
+    /// `ArrayModel::monte_carlo`), exactly the mean (deterministic), or the mean times a lognormal
+    /// factor of mean 1. (The cluster's fluid recovery uses the kinds differently: see the variants.)
+    pub(crate) fn draw(self, rng: &mut Rng, mean_hours: f64) -> f64 {
+        match self {
+            RepairTimes::Exponential => rng.exp(mean_hours),
+            RepairTimes::Deterministic => mean_hours,
+            RepairTimes::Lognormal { sigma } => mean_hours * lognormal_factor(rng, sigma),
+        }
+    }
+
+    pub(crate) fn validate(self) -> Result<(), ReliabilityError> {
+        if let RepairTimes::Lognormal { sigma } = self {
+            positive("lognormal sigma", "log units", sigma, false)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for RepairTimes {
+    type Err = ReliabilityError;
+    fn from_str(s: &str) -> Result<RepairTimes, ReliabilityError> {
+        match s {
+            "exponential" => Ok(RepairTimes::Exponential),
+            "deterministic" => Ok(RepairTimes::Deterministic),
+            _ => match s.strip_prefix("lognormal:").map(str::parse::<f64>) {
+                Some(Ok(sigma)) if sigma.is_finite() && sigma > 0.0 => {
+                    Ok(RepairTimes::Lognormal { sigma })
+                }
+                _ => Err(invalid(format!(
+                    "repair times must be exponential, deterministic or lognormal:SIGMA (SIGMA > 0), got {s:?}"
+                ))),
+            },
+        }
+    }
+}
+
+/// One lifetime of a Monte-Carlo run: hours from "every device healthy" to the first data loss, or
+/// why the run could not end.
+pub(crate) type Lifetime = Result<f64, ReliabilityError>;
+
+/// A model with a Monte-Carlo simulation of its own (the array, EPLOG and cluster models).
+pub(crate) trait MonteCarloModel {
+    /// The model's checks before any run: its parameters and the limits of its simulation.
+    fn check(&self) -> Result<(), ReliabilityError>;
+
+    /// One lifetime, each rebuild's duration drawn by `times`; adds the device failures it
+    /// simulated to `failures`.
+    fn lifetime(&self, rng: &mut Rng, failures: &mut u64, times: RepairTimes) -> Lifetime;
+}
+
+/// The Monte-Carlo of every model: `runs` lifetimes of `model` from one generator seeded with
+/// `seed` (so the seed replays the estimate), summarised. Checks the model, then `times`, then
+/// `runs`, before the first run.
+pub(crate) fn estimate(
+    model: &impl MonteCarloModel,
     runs: u64,
     seed: u64,
-    one_run: &mut impl FnMut(&mut Rng, &mut u64) -> Result<f64, ReliabilityError>,
+    times: RepairTimes,
+) -> Result<McEstimate, ReliabilityError> {
+    let (samples, failures) = lifetimes(model, runs, seed, times)?;
+    McEstimate::from_samples(seed, &samples, failures)
+}
+
+/// The lifetimes of [`estimate`] themselves (same checks, same runs), and the device failures
+/// simulated in all of them.
+pub(crate) fn lifetimes(
+    model: &impl MonteCarloModel,
+    runs: u64,
+    seed: u64,
+    times: RepairTimes,
 ) -> Result<(Vec<f64>, u64), ReliabilityError> {
+    model.check()?;
+    times.validate()?;
+    check_runs(runs)?;
     let mut rng = Rng::new(seed);
     let mut samples = Vec::with_capacity(runs as usize);
     let mut failures = 0;
     for _ in 0..runs {
-        samples.push(one_run(&mut rng, &mut failures)?);
+        samples.push(model.lifetime(&mut rng, &mut failures, times)?);
     }
     Ok((samples, failures))
 }
 
-pub(crate) fn check_runs(runs: u64) -> Result<(), ReliabilityError> {
+fn check_runs(runs: u64) -> Result<(), ReliabilityError> {
     const RUNS_MAX: u64 = 100_000_000;
     if (2..=RUNS_MAX).contains(&runs) {
         Ok(())
@@ -105,11 +191,23 @@ pub(crate) fn check_runs(runs: u64) -> Result<(), ReliabilityError> {
 
 /// A bound on the events of one run, so a model whose loss is practically unreachable with the
 /// given parameters ends with an error instead of running for days.
-pub(crate) const EVENTS_PER_RUN_MAX: u64 = 20_000_000;
+const EVENTS_PER_RUN_MAX: u64 = 20_000_000;
 
-pub(crate) fn too_long(events: u64) -> ReliabilityError {
-    invalid(format!(
-        "a Monte-Carlo run passed {events} events without data loss: the MTTDL is too long for \
-         simulation with these parameters (use the exact chain, or raise failure rates to check the model)"
-    ))
+/// The events of one run so far, at most [`EVENTS_PER_RUN_MAX`].
+#[derive(Default)]
+pub(crate) struct Events(u64);
+
+impl Events {
+    /// Counts the next event of the run: an error once the run passes the bound.
+    pub(crate) fn tick(&mut self) -> Result<(), ReliabilityError> {
+        self.0 += 1;
+        if self.0 > EVENTS_PER_RUN_MAX {
+            return Err(invalid(format!(
+                "a Monte-Carlo run passed {} events without data loss: the MTTDL is too long for \
+                 simulation with these parameters (use the exact chain, or raise failure rates to check the model)",
+                self.0
+            )));
+        }
+        Ok(())
+    }
 }
