@@ -248,18 +248,14 @@ impl ClusterModel {
 
     /// Placement as in `one_run`; explicit per-OSD detection times and remaining bytes.
     fn one_fluid_run(&self, rng: &mut Rng, failures: &mut u64, times: RepairTimes) -> Lifetime {
-        let (nn, m) = (self.osds, self.m);
-        let segments = self.segments as usize;
-        let on_osd = self.place(rng);
-        let mut lost_chunks = vec![0u8; segments];
-        let mut critical = 0usize;
+        let nn = self.osds;
+        let mut chunks = LostChunks::new(self, rng);
         let mut fails_at: Vec<f64> = (0..nn).map(|_| rng.exp(self.mttf_hours)).collect();
         let mut failed = vec![false; nn];
         let mut detected_at = vec![f64::INFINITY; nn];
         // Bytes left to rebuild, in "hours of one survivor's pace" (bytes / r / 3600).
         let mut left = vec![0.0f64; nn];
         let mut down = 0usize;
-        let bits_per_critical = 8.0 * self.k as f64 * self.chunk_bytes;
         let work = self.osd_bytes() / self.osd_recovery_bytes_per_sec / 3600.0;
         let mut now = 0.0f64;
         let mut events = Events::default();
@@ -306,21 +302,8 @@ impl ClusterModel {
                         RepairTimes::Lognormal { sigma } => work * lognormal_factor(rng, sigma),
                         _ => work,
                     };
-                    for &s in &on_osd[o] {
-                        let c = &mut lost_chunks[s as usize];
-                        *c += 1;
-                        if *c as usize > m {
-                            return Ok(now);
-                        }
-                        if *c as usize == m {
-                            critical += 1;
-                        }
-                    }
-                    if m > 0 && down == m && self.uber > 0.0 {
-                        let bits = critical as f64 * bits_per_critical;
-                        if rng.exp(1.0 / self.uber) < bits {
-                            return Ok(now);
-                        }
+                    if chunks.fail(o, down, rng) {
+                        return Ok(now);
                     }
                 }
                 1 => {} // detected: its rebuild shares the pace from now on
@@ -329,45 +312,19 @@ impl ClusterModel {
                     down -= 1;
                     detected_at[o] = f64::INFINITY;
                     left[o] = 0.0;
-                    for &s in &on_osd[o] {
-                        let c = &mut lost_chunks[s as usize];
-                        if *c as usize == m {
-                            critical -= 1;
-                        }
-                        *c -= 1;
-                    }
+                    chunks.repair(o);
                     fails_at[o] = now + rng.exp(self.mttf_hours);
                 }
             }
         }
     }
 
-    /// The segments on each OSD: per segment the first n of a partial Fisher-Yates shuffle of the
-    /// OSDs (every segment's n chunks on n distinct OSDs, uniformly).
-    fn place(&self, rng: &mut Rng) -> Vec<Vec<u32>> {
-        let (nn, n) = (self.osds, self.n());
-        let mut on_osd: Vec<Vec<u32>> = vec![Vec::new(); nn];
-        let mut ids: Vec<usize> = (0..nn).collect();
-        for s in 0..self.segments as usize {
-            for i in 0..n {
-                let j = i + rng.below((nn - i) as u64) as usize;
-                ids.swap(i, j);
-                on_osd[ids[i]].push(s as u32);
-            }
-        }
-        on_osd
-    }
-
     fn one_run(&self, rng: &mut Rng, failures: &mut u64) -> Lifetime {
-        let (nn, m) = (self.osds, self.m);
-        let segments = self.segments as usize;
-        let on_osd = self.place(rng);
-        let mut lost_chunks = vec![0u8; segments];
-        let mut critical = 0usize; // segments with exactly m lost chunks
+        let nn = self.osds;
+        let mut chunks = LostChunks::new(self, rng);
         let mut fails_at: Vec<f64> = (0..nn).map(|_| rng.exp(self.mttf_hours)).collect();
         let mut failed = vec![false; nn];
         let mut order: std::collections::VecDeque<usize> = Default::default();
-        let bits_per_critical = 8.0 * self.k as f64 * self.chunk_bytes;
         let mut repair_at = f64::INFINITY;
         let mut events = Events::default();
         loop {
@@ -384,33 +341,14 @@ impl ClusterModel {
                     *failures += 1;
                     failed[o] = true;
                     order.push_back(o);
-                    for &s in &on_osd[o] {
-                        let c = &mut lost_chunks[s as usize];
-                        *c += 1;
-                        if *c as usize > m {
-                            return Ok(now);
-                        }
-                        if *c as usize == m {
-                            critical += 1;
-                        }
-                    }
-                    if m > 0 && order.len() == m && self.uber > 0.0 {
-                        let bits = critical as f64 * bits_per_critical;
-                        if rng.exp(1.0 / self.uber) < bits {
-                            return Ok(now);
-                        }
+                    if chunks.fail(o, order.len(), rng) {
+                        return Ok(now);
                     }
                 }
                 None => {
                     let o = order.pop_front().expect("a repair needs a failed OSD");
                     failed[o] = false;
-                    for &s in &on_osd[o] {
-                        let c = &mut lost_chunks[s as usize];
-                        if *c as usize == m {
-                            critical -= 1;
-                        }
-                        *c -= 1;
-                    }
+                    chunks.repair(o);
                     fails_at[o] = now + rng.exp(self.mttf_hours);
                 }
             }
@@ -420,6 +358,78 @@ impl ClusterModel {
             } else {
                 now + rng.exp((self.detect_hours + self.rebuild_hours(j)) / j as f64)
             };
+        }
+    }
+}
+
+/// The chunks one Monte-Carlo run has lost: every segment placed on n distinct OSDs, and per
+/// segment its chunks on failed OSDs.
+struct LostChunks<'a> {
+    model: &'a ClusterModel,
+    /// The segments on each OSD.
+    on_osd: Vec<Vec<u32>>,
+    /// Per segment, its chunks on failed OSDs.
+    lost: Vec<u8>,
+    /// Segments with exactly m lost chunks.
+    critical: usize,
+}
+
+impl<'a> LostChunks<'a> {
+    /// A fresh placement: per segment the first n of a partial Fisher-Yates shuffle of the OSDs
+    /// (every segment's n chunks on n distinct OSDs, uniformly).
+    fn new(model: &'a ClusterModel, rng: &mut Rng) -> LostChunks<'a> {
+        let (nn, n) = (model.osds, model.n());
+        let mut on_osd: Vec<Vec<u32>> = vec![Vec::new(); nn];
+        let mut ids: Vec<usize> = (0..nn).collect();
+        for s in 0..model.segments as usize {
+            for i in 0..n {
+                let j = i + rng.below((nn - i) as u64) as usize;
+                ids.swap(i, j);
+                on_osd[ids[i]].push(s as u32);
+            }
+        }
+        LostChunks {
+            model,
+            on_osd,
+            lost: vec![0; model.segments as usize],
+            critical: 0,
+        }
+    }
+
+    /// OSD `o` fails, leaving `down` OSDs failed (itself included). True when data is lost: a
+    /// segment with more than m chunks lost, or, when the m-th OSD fails, a URE drawn bit by bit
+    /// over the k chunks of every segment that has m lost chunks.
+    fn fail(&mut self, o: usize, down: usize, rng: &mut Rng) -> bool {
+        let m = self.model.m;
+        for &s in &self.on_osd[o] {
+            let c = &mut self.lost[s as usize];
+            *c += 1;
+            if *c as usize > m {
+                return true;
+            }
+            if *c as usize == m {
+                self.critical += 1;
+            }
+        }
+        if m > 0 && down == m && self.model.uber > 0.0 {
+            let bits_per_critical = 8.0 * self.model.k as f64 * self.model.chunk_bytes;
+            let bits = self.critical as f64 * bits_per_critical;
+            if rng.exp(1.0 / self.model.uber) < bits {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// OSD `o` is back: its chunks are no longer lost.
+    fn repair(&mut self, o: usize) {
+        let m = self.model.m;
+        for &s in &self.on_osd[o] {
+            let c = &mut self.lost[s as usize];
+            if *c as usize == m {
+                self.critical -= 1;
+            }
+            *c -= 1;
         }
     }
 }
