@@ -1,12 +1,17 @@
 //! Hand-built trees whose savings are computed independently (byte-wise chunk sets, not fingerprints),
 //! error cases, and shard + merge = single run.
 
+mod common;
+
+use common::wait_until_started;
 use ecstack_base::Rng;
 use ecstack_reduce::{
-    analyze, byte_sampled, merge, report, AnalyzeOptions, Config, Report, ReportOptions, Shard,
+    analyze, byte_sampled, merge, report, AnalyzeOptions, AnalyzeSummary, Config, Estimate, Report,
+    ReportOptions, Shard, Total,
 };
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
 fn random(seed: u64, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
@@ -67,11 +72,35 @@ fn opts(root: &Path, out: PathBuf, config: Config) -> AnalyzeOptions {
     }
 }
 
-fn total<'a>(r: &'a Report, label: &str) -> &'a ecstack_reduce::Total {
+/// The report of the results in `res`: `top` rows per table, and beside each exact figure an
+/// estimate from a sample of `estimate_fraction` of the files (0: none).
+fn report_of(res: &Path, top: usize, estimate_fraction: f64) -> Report {
+    report(
+        res,
+        &ReportOptions {
+            top,
+            estimate_fraction,
+        },
+    )
+    .unwrap()
+}
+
+fn total<'a>(r: &'a Report, label: &str) -> &'a Total {
     r.totals
         .iter()
         .find(|t| t.label == label)
         .unwrap_or_else(|| panic!("no {label}"))
+}
+
+/// The estimate's interval holds the exact ratio of `t`.
+fn assert_covers(e: &Estimate, t: &Total) {
+    assert!(
+        e.ratio_low <= t.ratio && t.ratio <= e.ratio_high,
+        "exact {} outside [{}, {}] ({e:?})",
+        t.ratio,
+        e.ratio_low,
+        e.ratio_high
+    );
 }
 
 /// Unique bytes under static segmentation, from the chunk bytes themselves.
@@ -106,14 +135,7 @@ fn hand_built_tree_savings() {
     let s = analyze(&opts(&root, dir.path().join("res"), c)).unwrap();
     assert_eq!(s.manifest.files, files.len() as u64);
     assert_eq!(s.manifest.bytes, all);
-    let r = report(
-        &dir.path().join("res"),
-        &ReportOptions {
-            top: 100,
-            estimate_fraction: 0.0,
-        },
-    )
-    .unwrap();
+    let r = report_of(&dir.path().join("res"), 100, 0.0);
 
     // Whole-file: b.bin duplicates a.bin; the 4-block file and the shifted copy are distinct files.
     assert_eq!(total(&r, "whole:sha1").reduced_bytes, all - (1 << 20));
@@ -262,35 +284,19 @@ fn problems_are_counted_never_fatal() {
 #[test]
 fn bad_input_is_an_error_line() {
     let dir = tempfile::tempdir().unwrap();
-    let e = analyze(&opts(
-        &dir.path().join("missing"),
-        dir.path().join("res"),
-        config(&["lz4@4K"], &[]),
-    ))
-    .unwrap_err();
+    let run = |tree: &str, res: &str, c: Config| {
+        analyze(&opts(&dir.path().join(tree), dir.path().join(res), c))
+    };
+    let lz4 = || config(&["lz4@4K"], &[]);
+    let e = run("missing", "res", lz4()).unwrap_err();
     assert!(e.to_string().contains("missing"), "{e}");
     write(dir.path(), "t/f", b"abc");
-    analyze(&opts(
-        &dir.path().join("t"),
-        dir.path().join("res"),
-        config(&["lz4@4K"], &[]),
-    ))
-    .unwrap();
-    let e = analyze(&opts(
-        &dir.path().join("t"),
-        dir.path().join("res"),
-        config(&["lz4@4K"], &[]),
-    ))
-    .unwrap_err();
+    run("t", "res", lz4()).unwrap();
+    let e = run("t", "res", lz4()).unwrap_err();
     assert!(e.to_string().contains("already holds results"), "{e}");
     let e = report(&dir.path().join("t"), &ReportOptions::default()).unwrap_err();
     assert!(e.to_string().contains("not a results directory"), "{e}");
-    assert!(analyze(&opts(
-        &dir.path().join("t"),
-        dir.path().join("r3"),
-        config(&[], &[])
-    ))
-    .is_err());
+    assert!(run("t", "r3", config(&[], &[])).is_err());
 }
 
 fn comparable(mut r: Report) -> Report {
@@ -374,33 +380,43 @@ fn sampled_run_estimates_with_an_interval() {
         s.manifest.files
     );
     analyze(&opts(&root, dir.path().join("full"), c)).unwrap();
-    let full = report(
-        &dir.path().join("full"),
-        &ReportOptions {
-            top: 5,
-            estimate_fraction: 0.3,
-        },
-    )
-    .unwrap();
+    let full = report_of(&dir.path().join("full"), 5, 0.3);
     let t = &full.totals[0];
     let e = t.estimate.as_ref().unwrap();
-    assert!(
-        e.ratio_low <= t.ratio && t.ratio <= e.ratio_high,
-        "exact {} outside [{}, {}]",
-        t.ratio,
-        e.ratio_low,
-        e.ratio_high
-    );
+    assert_covers(e, t);
     // The sampled run's ratio is the estimate's point value (same files, same rule).
-    let sampled = report(
-        &dir.path().join("sample"),
-        &ReportOptions {
-            top: 5,
-            estimate_fraction: 0.0,
-        },
-    )
-    .unwrap();
+    let sampled = report_of(&dir.path().join("sample"), 5, 0.0);
     assert!((sampled.totals[0].ratio - e.ratio).abs() < 1e-12);
+}
+
+/// A live-throttling run: `files` files of 2 MiB of 16-letter text (seeds `seed`, `seed + 1`, …)
+/// in `dir/tree`, analysed into `dir/res` on a thread of its own, with at most 2 workers and the
+/// configuration file `dir/treechunks.toml` (holding `config`) polled and re-read on SIGHUP.
+/// Returns the configuration file and the analysis once it has started.
+fn start_throttled(
+    dir: &Path,
+    files: u64,
+    seed: u64,
+    config: &str,
+) -> (PathBuf, JoinHandle<AnalyzeSummary>) {
+    let root = dir.join("tree");
+    let letters = b"abcdefghijklmnop";
+    for i in 0..files {
+        let data: Vec<u8> = random(seed + i, 2 << 20)
+            .iter()
+            .map(|b| letters[(b & 15) as usize])
+            .collect();
+        write(&root, &format!("f{i:02}.txt"), &data);
+    }
+    let cfg = dir.join("treechunks.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let out = dir.join("res");
+    let mut o = opts(&root, out.clone(), Config::load(&cfg).unwrap());
+    o.config_path = Some(cfg.clone());
+    o.workers_max = Some(2);
+    let run = std::thread::spawn(move || analyze(&o).unwrap());
+    wait_until_started(&out);
+    (cfg, run)
 }
 
 /// Live throttling end to end: the analysis polls its configuration file and applies a new `workers`
@@ -408,30 +424,10 @@ fn sampled_run_estimates_with_an_interval() {
 #[test]
 fn config_file_changes_the_worker_count_while_running() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("tree");
     // 80 MB of 16-letter text under zlib:9: seconds of work at one worker, on any machine here.
-    let letters = b"abcdefghijklmnop";
-    for i in 0..40 {
-        let data: Vec<u8> = random(100 + i, 2 << 20)
-            .iter()
-            .map(|b| letters[(b & 15) as usize])
-            .collect();
-        write(&root, &format!("f{i:02}.txt"), &data);
-    }
-    let cfg = dir.path().join("treechunks.toml");
     let text = |w: usize| format!("workers = {w}\ncompression = [\"zlib:9@16K\"]\ndedup = []\n");
-    std::fs::write(&cfg, text(1)).unwrap();
-    let out = dir.path().join("res");
-    let mut o = opts(&root, out.clone(), Config::load(&cfg).unwrap());
-    o.config_path = Some(cfg.clone());
-    o.workers_max = Some(2);
-    let run = std::thread::spawn(move || analyze(&o).unwrap());
-    // Once the results directory exists the analysis has read the file's mtime; then change it.
-    let t0 = std::time::Instant::now();
-    while !out.join("results.sqlite").exists() {
-        assert!(t0.elapsed().as_secs() < 60, "the analysis did not start");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let (cfg, run) = start_throttled(dir.path(), 40, 100, &text(1));
+    // The analysis has read the file's mtime; now change it.
     std::thread::sleep(std::time::Duration::from_millis(300));
     std::fs::write(&cfg, text(2)).unwrap();
     let s = run.join().unwrap();
@@ -452,31 +448,11 @@ fn config_file_changes_the_worker_count_while_running() {
 #[test]
 fn sighup_rereads_the_config_file_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("tree");
-    let letters = b"abcdefghijklmnop";
-    for i in 0..30 {
-        let data: Vec<u8> = random(200 + i, 2 << 20)
-            .iter()
-            .map(|b| letters[(b & 15) as usize])
-            .collect();
-        write(&root, &format!("f{i:02}.txt"), &data);
-    }
-    let cfg = dir.path().join("treechunks.toml");
     let text = |w: usize| {
         format!("workers = {w}\ncompression = [\"zlib:9@16K,64K\", \"deflate:9@16K,64K\"]\ndedup = []\n")
     };
-    std::fs::write(&cfg, text(1)).unwrap();
-    let out = dir.path().join("res");
-    let mut o = opts(&root, out.clone(), Config::load(&cfg).unwrap());
-    o.config_path = Some(cfg.clone());
-    o.workers_max = Some(2);
-    let run = std::thread::spawn(move || analyze(&o).unwrap());
-    // The results directory exists once the handler is installed and the mtime read.
-    let t0 = std::time::Instant::now();
-    while !out.join("results.sqlite").exists() {
-        assert!(t0.elapsed().as_secs() < 60, "the analysis did not start");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let (cfg, run) = start_throttled(dir.path(), 30, 200, &text(1));
+    // The handler is installed and the mtime read.
     let started = std::time::Instant::now();
     std::thread::sleep(std::time::Duration::from_millis(300));
     // workers = 2, under the old mtime: written aside, mtime set back, renamed over the file.
@@ -559,14 +535,7 @@ fn bytes_weighted_estimate_covers_a_giant_file() {
     }
     let c = config(&["lz4@64K"], &[]);
     analyze(&opts(&root, dir.path().join("full"), c.clone())).unwrap();
-    let full = report(
-        &dir.path().join("full"),
-        &ReportOptions {
-            top: 5,
-            estimate_fraction: 0.05,
-        },
-    )
-    .unwrap();
+    let full = report_of(&dir.path().join("full"), 5, 0.05);
     let t = &full.totals[0];
     let e = t
         .estimate_bytes
@@ -586,13 +555,7 @@ fn bytes_weighted_estimate_covers_a_giant_file() {
         "{} files sampled (about 15 expected)",
         e.files_sampled
     );
-    assert!(
-        e.ratio_low <= t.ratio && t.ratio <= e.ratio_high,
-        "exact {} outside [{}, {}] ({e:?})",
-        t.ratio,
-        e.ratio_low,
-        e.ratio_high
-    );
+    assert_covers(e, t);
     eprintln!(
         "exact {:.4}; bytes-weighted {:.4} [{:.4}, {:.4}] from {} files; file sample {:?}",
         t.ratio, e.ratio, e.ratio_low, e.ratio_high, e.files_sampled, t.estimate
