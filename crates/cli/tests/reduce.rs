@@ -1,6 +1,10 @@
 //! `ecstack reduce` end to end through the binary: analyze → report (--json), a shard pair merged, and
 //! bad input as one error line with exit status 1.
 
+#[path = "../../reduce/tests/common/mod.rs"]
+mod reduce_common;
+
+use reduce_common::{replace_keeping_mtime, wait_until_started};
 use std::process::Command;
 
 fn ecstack(args: &[&str]) -> std::process::Output {
@@ -235,22 +239,9 @@ fn sighup_and_sample_bytes_through_the_binary() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = std::time::Instant::now();
-    while !out.join("results.sqlite").exists() {
-        assert!(t0.elapsed().as_secs() < 60, "the analysis did not start");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until_started(&out);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let old = std::fs::metadata(&cfg).unwrap().modified().unwrap();
-    let aside = dir.path().join("treechunks.toml.new");
-    std::fs::write(&aside, text(2)).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&aside)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-    std::fs::rename(&aside, &cfg).unwrap();
+    replace_keeping_mtime(&cfg, &text(2));
     std::thread::sleep(std::time::Duration::from_millis(600));
     // SAFETY: kill with the pid of the child we started (still running: it is only waited for below).
     assert_eq!(

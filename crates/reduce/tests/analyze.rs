@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::wait_until_started;
+use common::{replace_keeping_mtime, wait_until_started};
 use ecstack_base::Rng;
 use ecstack_reduce::{
     analyze, byte_sampled, merge, report, AnalyzeOptions, AnalyzeSummary, Config, Estimate, Report,
@@ -455,18 +455,8 @@ fn sighup_rereads_the_config_file_at_once() {
     // The handler is installed and the mtime read.
     let started = std::time::Instant::now();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    // workers = 2, under the old mtime: written aside, mtime set back, renamed over the file.
-    let old = std::fs::metadata(&cfg).unwrap().modified().unwrap();
-    let aside = dir.path().join("treechunks.toml.new");
-    std::fs::write(&aside, text(2)).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&aside)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-    std::fs::rename(&aside, &cfg).unwrap();
-    assert_eq!(std::fs::metadata(&cfg).unwrap().modified().unwrap(), old);
+    // workers = 2, under the old mtime.
+    replace_keeping_mtime(&cfg, &text(2));
     // A poll of the mtime (every 0.5 s) passes without a change; then the signal. Four zlib/deflate
     // configurations over 60 MB keep one worker busy for seconds after it (1.4 s was too short on an
     // idle core).
