@@ -62,6 +62,18 @@ fn assert_agrees(what: &str, exact_hours: f64, mc: &McEstimate, width: f64) {
     );
 }
 
+/// The estimate as "mean ± half-width of its 99.9 % interval", in hours, for the test log.
+fn mean_pm(mc: &McEstimate) -> String {
+    format!("{:.1} ± {:.1} h", mc.mean_hours, Z * mc.std_error_hours)
+}
+
+fn log_fixed_rebuilds(what: &str, chain_hours: f64, det: &McEstimate) {
+    eprintln!(
+        "{what}: chain {chain_hours:.1} h, fixed rebuilds {}",
+        mean_pm(det)
+    );
+}
+
 // --- Closed forms -------------------------------------------------------------------------------
 //
 // Birth-death chain absorbed at m+1 failures, failure rates λ_i = (n-i)λ, repair rates μ_i. The
@@ -485,9 +497,8 @@ fn cluster_repair_time_distribution_against_the_exponential_chain() {
         ..cluster(6, 4, 2, 300.0)
     };
     let chain = c.mttdl().unwrap().hours;
-    let det = c
-        .monte_carlo_with(8_000, s + 301, RepairTimes::Deterministic)
-        .unwrap();
+    let runs = |times, seed| c.monte_carlo_with(8_000, seed, times).unwrap();
+    let det = runs(RepairTimes::Deterministic, s + 301);
     assert_agrees(
         "N = n = 6, m = 2, deterministic fluid repairs",
         chain,
@@ -495,19 +506,11 @@ fn cluster_repair_time_distribution_against_the_exponential_chain() {
         0.05,
     );
     // The exponential path of the same entry point is the chain's own check.
-    let exp = c
-        .monte_carlo_with(8_000, s + 302, RepairTimes::Exponential)
-        .unwrap();
+    let exp = runs(RepairTimes::Exponential, s + 302);
     assert_agrees("N = n = 6, m = 2, exponential repairs", chain, &exp, 0.06);
     // Widely spread rebuild work: longer than the chain, within 1.5×.
-    let wide = c
-        .monte_carlo_with(8_000, s + 303, RepairTimes::Lognormal { sigma: 1.5 })
-        .unwrap();
-    eprintln!(
-        "m = 2: lognormal sigma 1.5 {:.0} h ± {:.0}",
-        wide.mean_hours,
-        Z * wide.std_error_hours
-    );
+    let wide = runs(RepairTimes::Lognormal { sigma: 1.5 }, s + 303);
+    eprintln!("m = 2: lognormal sigma 1.5 {}", mean_pm(&wide));
     let (lo, hi) = wide.interval_hours(Z);
     assert!(
         lo > chain && hi < 1.5 * chain,
@@ -685,18 +688,14 @@ fn array_and_eplog_repair_time_distribution_against_the_chain() {
         renewal < chain && renewal > 0.97 * chain,
         "{renewal} vs {chain}"
     );
-    let det = a
-        .monte_carlo_with(20_000, s + 400, RepairTimes::Deterministic)
-        .unwrap();
+    let runs = |times, seed| a.monte_carlo_with(20_000, seed, times).unwrap();
+    let det = runs(RepairTimes::Deterministic, s + 400);
     assert_agrees("RAID-5 5+1, fixed rebuilds", renewal, &det, 0.05);
-    let wide = a
-        .monte_carlo_with(20_000, s + 401, RepairTimes::Lognormal { sigma: 1.5 })
-        .unwrap();
+    let wide = runs(RepairTimes::Lognormal { sigma: 1.5 }, s + 401);
     let (lo, _) = wide.interval_hours(Z);
     eprintln!(
-        "RAID-5: chain {chain:.1} h, fixed R closed form {renewal:.1} h, lognormal 1.5 {:.1} ± {:.1} h",
-        wide.mean_hours,
-        Z * wide.std_error_hours
+        "RAID-5: chain {chain:.1} h, fixed R closed form {renewal:.1} h, lognormal 1.5 {}",
+        mean_pm(&wide)
     );
     assert!(lo > chain, "lognormal {wide:?} vs chain {chain}");
     assert_eq!(
@@ -714,11 +713,7 @@ fn array_and_eplog_repair_time_distribution_against_the_chain() {
         let det = r6
             .monte_carlo_with(8_000, s + 403, RepairTimes::Deterministic)
             .unwrap();
-        eprintln!(
-            "RAID-6 4+2 {repair:?}: chain {chain:.1} h, fixed rebuilds {:.1} ± {:.1} h",
-            det.mean_hours,
-            Z * det.std_error_hours
-        );
+        log_fixed_rebuilds(&format!("RAID-6 4+2 {repair:?}"), chain, &det);
         if repair == Repair::Parallel {
             // Leading order: a second failure lands uniformly inside the first rebuild, so state 2
             // lasts the first rebuild's remainder, R/2 on average: the chain's 1/(2μ) exactly.
@@ -736,11 +731,7 @@ fn array_and_eplog_repair_time_distribution_against_the_chain() {
     let det = e
         .monte_carlo_with(8_000, s + 404, RepairTimes::Deterministic)
         .unwrap();
-    eprintln!(
-        "EPLOG: chain {chain:.1} h, fixed rebuilds {:.1} ± {:.1} h",
-        det.mean_hours,
-        Z * det.std_error_hours
-    );
+    log_fixed_rebuilds("EPLOG", chain, &det);
     // Sequential rebuilds of its RAID-6 main array (and the log devices): longer than the chain.
     let (lo, _) = det.interval_hours(Z);
     assert!(lo > chain, "{det:?} vs {chain}");
