@@ -559,19 +559,8 @@ fn a_killed_trace_driven_run_resumes_from_its_journal_and_checkpoints() {
     // Now leave a real checkpoint of that lifetime part-way, as a kill would.
     let x = &whole.results[2];
     let t = whole.traces.iter().find(|t| t.name == x.trace).unwrap();
-    let lc = LifeConfig {
-        drive: cfg.drive,
-        mode: x.mode,
-        reserve: x.reserve,
-        scheme: Scheme::Baseline,
-        physics: cfg.physics,
-        life_threshold: LIFE_THRESHOLD,
-        seed: cfg.seed,
-    };
-    let w = Workload::Trace {
-        name: t.name.clone(),
-        accesses: t.accesses.clone(),
-    };
+    let lc = cfg.life_config(x.mode, x.reserve, Scheme::Baseline);
+    let w = t.workload();
     assert!(x.baseline.ops > 2 * BATCH as u64, "too short to kill");
     std::fs::remove_file(&ck).unwrap();
     let mut calls = 0;

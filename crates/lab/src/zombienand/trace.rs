@@ -95,6 +95,20 @@ impl TraceRunConfig {
         let (elements, per, ppb) = self.drive.geometry();
         ((elements as u64 * per as u64 * ppb as u64) as f64 * self.distinct_fraction) as u64
     }
+
+    /// One lifetime's configuration: the configured drive in `mode` with `reserve`, under
+    /// `scheme`.
+    pub fn life_config(&self, mode: CellMode, reserve: f64, scheme: Scheme) -> LifeConfig {
+        LifeConfig {
+            drive: self.drive,
+            mode,
+            reserve,
+            scheme,
+            physics: self.physics,
+            life_threshold: LIFE_THRESHOLD,
+            seed: self.seed,
+        }
+    }
 }
 
 /// A trace cut and remapped for the drive, with its statistics.
@@ -114,6 +128,16 @@ pub struct PreparedTrace {
     pub reuse_cdf: Vec<[f64; 2]>,
     #[serde(skip)]
     pub accesses: Arc<Vec<Access>>,
+}
+
+impl PreparedTrace {
+    /// The workload of a lifetime: these accesses, looped until the drive dies.
+    pub fn workload(&self) -> Workload {
+        Workload::Trace {
+            name: self.name.clone(),
+            accesses: self.accesses.clone(),
+        }
+    }
 }
 
 /// Remap `records` (in trace order) into dense logical pages, keeping at most `limit_pages`
@@ -359,16 +383,7 @@ fn run_traces_inner(
     for &mode in &cfg.modes {
         for &reserve in &cfg.reserves {
             for scheme in [Scheme::Baseline, Scheme::Zombie] {
-                LifeConfig {
-                    drive: cfg.drive,
-                    mode,
-                    reserve,
-                    scheme,
-                    physics: cfg.physics,
-                    life_threshold: LIFE_THRESHOLD,
-                    seed: cfg.seed,
-                }
-                .model()?;
+                cfg.life_config(mode, reserve, scheme).model()?;
             }
         }
     }
@@ -468,19 +483,7 @@ fn run_one(
     checkpoint: Option<(&Path, usize, f64)>,
 ) -> Result<TraceResult> {
     let life = |scheme| -> Result<Lifetime> {
-        let lc = LifeConfig {
-            drive: cfg.drive,
-            mode,
-            reserve,
-            scheme,
-            physics: cfg.physics,
-            life_threshold: LIFE_THRESHOLD,
-            seed: cfg.seed,
-        };
-        let w = Workload::Trace {
-            name: t.name.clone(),
-            accesses: t.accesses.clone(),
-        };
+        let (lc, w) = (cfg.life_config(mode, reserve, scheme), t.workload());
         let path = checkpoint.map(|(dir, item, _)| checkpoint_path(dir, item, scheme));
         let ck = checkpoint
             .zip(path.as_deref())
