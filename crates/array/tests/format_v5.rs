@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 use ecstack_array::{Array, ArrayConfig, ArrayDevices, CodeKind, SchemeKind};
 use ecstack_device::{BlockDevice, MemDevice};
-use image_fixtures::{fixture_path, load_fixture, Image};
+use image_fixtures::{
+    assert_scrubs_clean, fixture_path, image_devices, load_fixture, read_all, same_devices,
+};
 
 const CHUNK: u64 = 512;
 const MAIN: u64 = 16384;
@@ -49,46 +51,8 @@ fn as_dyn(d: &[Arc<MemDevice>]) -> Vec<Arc<dyn BlockDevice>> {
         .collect()
 }
 
-fn image_devices(images: &[Image]) -> (ArrayDevices, Vec<Arc<dyn BlockDevice>>, Vec<u8>) {
-    let dev = |img: &Image| -> Arc<dyn BlockDevice> {
-        let d = MemDevice::new(img.bytes.len() as u64).unwrap();
-        d.write_at(&img.bytes, 0).unwrap();
-        Arc::new(d)
-    };
-    let pick = |prefix: &str| -> Vec<Arc<dyn BlockDevice>> {
-        images
-            .iter()
-            .filter(|i| i.name.starts_with(prefix))
-            .map(dev)
-            .collect()
-    };
-    let main = pick("main");
-    let log = pick("log");
-    let meta = pick("meta").pop().expect("meta device");
-    let expected = images
-        .iter()
-        .find(|i| i.name == "expected")
-        .expect("expected content")
-        .bytes
-        .clone();
-    let all = main.iter().chain(log.iter()).cloned().collect();
-    let d = ArrayDevices {
-        main,
-        log,
-        meta,
-        specs: None,
-    };
-    (d, all, expected)
-}
-
 fn reopen(d: &ArrayDevices) -> Array {
-    Array::open(ArrayDevices {
-        main: d.main.clone(),
-        log: d.log.clone(),
-        meta: Arc::clone(&d.meta),
-        specs: None,
-    })
-    .unwrap_or_else(|e| panic!("open: {e}"))
+    Array::open(same_devices(d)).unwrap_or_else(|e| panic!("open: {e}"))
 }
 
 /// The format version of the newest checkpoint on `meta` (header: magic `ECSTKCKP`, u32 version
@@ -118,12 +82,6 @@ fn rot(a: &Array, dev: &dyn BlockDevice) {
         dev.read_at(&mut b, at).unwrap();
         dev.write_at(&[b[0] ^ 0x10], at).unwrap();
     }
-}
-
-fn read_all(a: &Array) -> Vec<u8> {
-    let mut b = vec![0u8; a.size() as usize];
-    a.read(&mut b, 0).unwrap();
-    b
 }
 
 #[test]
@@ -219,13 +177,7 @@ fn version_5_images_open_verify_and_keep_working() {
         // The checksums came from the image (checkpoint table and frame records): a flipped
         // byte on a device is caught and repaired from the rest of the stripe.
         // (One chunk of a stripe or log stripe per device: every slot of device 0.)
-        let g = a.geometry().clone();
-        for slot in 0..g.slots {
-            let at = g.off(slot) + 33;
-            let mut b = [0u8; 1];
-            all[0].read_at(&mut b, at).unwrap();
-            all[0].write_at(&[b[0] ^ 0x10], at).unwrap();
-        }
+        rot(&a, all[0].as_ref());
         assert!(read_all(&a) == expected, "{scheme}: with device 0 rotten");
         assert!(
             a.status().checksums.checksum_errors > 0,
@@ -252,10 +204,7 @@ fn version_5_images_open_verify_and_keep_working() {
             read_all(&a) == expected,
             "{scheme}: after commit and reopen"
         );
-        let r = a
-            .scrub(&ecstack_array::ScrubOptions::default(), &|_, _| {})
-            .unwrap();
-        assert!(r.clean(), "{scheme}: {r:?}");
+        assert_scrubs_clean(&a, scheme);
     }
 }
 
@@ -308,9 +257,6 @@ fn version_5_images_on_a_grown_metadata_volume_upgrade_to_version_6() {
             read_all(&a) == expected,
             "{scheme}: after commit and reopen"
         );
-        let r = a
-            .scrub(&ecstack_array::ScrubOptions::default(), &|_, _| {})
-            .unwrap();
-        assert!(r.clean(), "{scheme}: {r:?}");
+        assert_scrubs_clean(&a, scheme);
     }
 }

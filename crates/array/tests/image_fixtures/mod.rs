@@ -1,9 +1,12 @@
 #![allow(dead_code)]
 //! Device images of older format versions kept as text (`tests/fixtures/v<N>-<scheme>.img.txt`: a
 //! `device NAME CAPACITY` line per device, then `OFFSET HEX` per non-zero sector), for the
-//! backward-compatibility tests.
+//! backward-compatibility tests, and what those tests do with them.
 
-use ecstack_array::SchemeKind;
+use std::sync::Arc;
+
+use ecstack_array::{Array, ArrayDevices, SchemeKind, ScrubOptions};
+use ecstack_device::{BlockDevice, MemDevice};
 
 /// One device of a fixture: its name and its bytes (sparse sectors expanded).
 pub struct Image {
@@ -50,4 +53,60 @@ pub fn load_fixture(version: u32, scheme: SchemeKind) -> Vec<Image> {
         }
     }
     images
+}
+
+/// The devices of a fixture as an array's (each image on a memory device of its size), the main
+/// and log devices in that order, and the logical content the image must read back (`expected`).
+pub fn image_devices(images: &[Image]) -> (ArrayDevices, Vec<Arc<dyn BlockDevice>>, Vec<u8>) {
+    let dev = |img: &Image| -> Arc<dyn BlockDevice> {
+        let d = MemDevice::new(img.bytes.len() as u64).unwrap();
+        d.write_at(&img.bytes, 0).unwrap();
+        Arc::new(d)
+    };
+    let pick = |prefix: &str| -> Vec<Arc<dyn BlockDevice>> {
+        images
+            .iter()
+            .filter(|i| i.name.starts_with(prefix))
+            .map(dev)
+            .collect()
+    };
+    let main = pick("main");
+    let log = pick("log");
+    let meta = pick("meta").pop().expect("meta device");
+    let expected = images
+        .iter()
+        .find(|i| i.name == "expected")
+        .expect("expected content")
+        .bytes
+        .clone();
+    let all = main.iter().chain(log.iter()).cloned().collect();
+    let d = ArrayDevices {
+        main,
+        log,
+        meta,
+        specs: None,
+    };
+    (d, all, expected)
+}
+
+/// The same devices again, for another open.
+pub fn same_devices(d: &ArrayDevices) -> ArrayDevices {
+    ArrayDevices {
+        main: d.main.clone(),
+        log: d.log.clone(),
+        meta: Arc::clone(&d.meta),
+        specs: None,
+    }
+}
+
+pub fn read_all(a: &Array) -> Vec<u8> {
+    let mut b = vec![0u8; a.size() as usize];
+    a.read(&mut b, 0).unwrap();
+    b
+}
+
+/// A scrub of the whole array finds nothing to repair.
+pub fn assert_scrubs_clean(a: &Array, scheme: SchemeKind) {
+    let r = a.scrub(&ScrubOptions::default(), &|_, _| {}).unwrap();
+    assert!(r.clean(), "{scheme}: {r:?}");
 }
