@@ -76,6 +76,23 @@ impl GridConfig {
         }
         v
     }
+
+    /// The lifetime of point `p` under `scheme`: the same stream for both schemes of a point,
+    /// points differ (the seed plays no part in `LifeConfig::model`).
+    pub fn life_config(&self, p: &GridPoint, scheme: Scheme) -> LifeConfig {
+        LifeConfig {
+            drive: self.drive,
+            mode: p.mode,
+            reserve: p.reserve,
+            scheme,
+            physics: self.physics,
+            life_threshold: LIFE_THRESHOLD,
+            seed: self
+                .seed
+                .wrapping_mul(1_000_003)
+                .wrapping_add(p.index as u64),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -109,19 +126,7 @@ pub struct GridReport {
 
 fn run_point(cfg: &GridConfig, p: GridPoint) -> Result<PointResult> {
     let life = |scheme| -> Result<Lifetime> {
-        let lc = LifeConfig {
-            drive: cfg.drive,
-            mode: p.mode,
-            reserve: p.reserve,
-            scheme,
-            physics: cfg.physics,
-            life_threshold: LIFE_THRESHOLD,
-            // The same stream for both schemes of a point; points differ.
-            seed: cfg
-                .seed
-                .wrapping_mul(1_000_003)
-                .wrapping_add(p.index as u64),
-        };
+        let lc = cfg.life_config(&p, scheme);
         let w = Workload::Uniform {
             working_set: p.working_set,
             read_share: p.read_share,
@@ -201,16 +206,7 @@ fn run_grid_inner(
     // Refuse a point the drive cannot take before anything runs (not after hours of the others).
     for p in &cfg.points() {
         for scheme in [Scheme::Baseline, Scheme::Zombie] {
-            LifeConfig {
-                drive: cfg.drive,
-                mode: p.mode,
-                reserve: p.reserve,
-                scheme,
-                physics: cfg.physics,
-                life_threshold: LIFE_THRESHOLD,
-                seed: cfg.seed,
-            }
-            .model()?;
+            cfg.life_config(p, scheme).model()?;
         }
     }
     let (earlier, journal) = match journal {
