@@ -52,6 +52,21 @@ fn sharded_grid_merges_to_the_one_machine_result() {
     assert!(grid::markdown(&whole).lines().count() == 6);
 }
 
+/// "Kills" the lifetime of `cfg` on `w` after its first checkpoint to `path`: a progress callback
+/// that panics after it.
+fn kill_after_first_checkpoint(cfg: &LifeConfig, w: &Workload, path: &std::path::Path) {
+    let mut calls = 0;
+    let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_lifetime(cfg, w, Some(Checkpoint { path, every_s: 0.0 }), &mut |_| {
+            calls += 1;
+            if calls == 1 {
+                panic!("killed");
+            }
+        })
+    }));
+    assert!(killed.is_err(), "the run ended before its first checkpoint");
+}
+
 #[test]
 fn killed_run_resumes_from_its_checkpoint() {
     let cfg = LifeConfig {
@@ -75,25 +90,7 @@ fn killed_run_resumes_from_its_checkpoint() {
     );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.ck");
-    // "Kill" the run after its first checkpoint: a progress callback that panics after it.
-    let mut calls = 0;
-    let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_lifetime(
-            &cfg,
-            &w,
-            Some(Checkpoint {
-                path: &path,
-                every_s: 0.0,
-            }),
-            &mut |_| {
-                calls += 1;
-                if calls == 1 {
-                    panic!("killed");
-                }
-            },
-        )
-    }));
-    assert!(killed.is_err());
+    kill_after_first_checkpoint(&cfg, &w, &path);
     assert!(path.exists(), "no checkpoint written");
     let resumed = run_lifetime(
         &cfg,
@@ -563,24 +560,8 @@ fn a_killed_trace_driven_run_resumes_from_its_journal_and_checkpoints() {
     let w = t.workload();
     assert!(x.baseline.ops > 2 * BATCH as u64, "too short to kill");
     std::fs::remove_file(&ck).unwrap();
-    let mut calls = 0;
-    let part = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_lifetime(
-            &lc,
-            &w,
-            Some(Checkpoint {
-                path: &ck,
-                every_s: 0.0,
-            }),
-            &mut |_| {
-                calls += 1;
-                if calls == 1 {
-                    panic!("killed");
-                }
-            },
-        )
-    }));
-    assert!(part.is_err() && ck.exists());
+    kill_after_first_checkpoint(&lc, &w, &ck);
+    assert!(ck.exists());
     // The last rerun: only the third pair runs, its baseline from the checkpoint.
     let resumed = trace::run_traces_resumable(
         &cfg,
