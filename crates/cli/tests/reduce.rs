@@ -14,6 +14,25 @@ fn ecstack(args: &[&str]) -> std::process::Output {
         .expect("run ecstack")
 }
 
+/// The JSON a successful run printed (a failed run's stderr in the message).
+fn json_of(o: &std::process::Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `ecstack reduce analyze ROOT -o OUT OPTIONS... --json`.
+fn analyze_json(root: &str, out: &str, options: &[&str]) -> serde_json::Value {
+    let mut args = vec!["reduce", "analyze", root, "-o", out];
+    args.extend_from_slice(options);
+    args.push("--json");
+    json_of(&ecstack(&args))
+}
+
+/// `ecstack reduce report RES --json`.
+fn report_json(res: &str) -> serde_json::Value {
+    json_of(&ecstack(&["reduce", "report", res, "--json"]))
+}
+
 #[test]
 fn analyze_report_merge_and_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -24,24 +43,13 @@ fn analyze_report_merge_and_errors() {
     std::fs::write(root.join("two.txt"), &text).unwrap();
     let d = |p: &str| dir.path().join(p).to_string_lossy().into_owned();
     let r = root.to_string_lossy().into_owned();
-    let o = ecstack(&[
-        "reduce",
-        "analyze",
+    let s = analyze_json(
         &r,
-        "-o",
         &d("res"),
-        "--compress",
-        "zstd:3@16K",
-        "--dedup",
-        "whole:blake3",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        &["--compress", "zstd:3@16K", "--dedup", "whole:blake3"],
+    );
     assert_eq!(s["manifest"]["files"], 2);
-    let o = ecstack(&["reduce", "report", &d("res"), "--json"]);
-    assert!(o.status.success());
-    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rep = report_json(&d("res"));
     let totals = rep["totals"].as_array().unwrap();
     assert_eq!(totals[1]["label"], "whole:blake3");
     assert_eq!(totals[1]["reduced_bytes"], text.len());
@@ -65,8 +73,7 @@ fn analyze_report_merge_and_errors() {
     }
     let o = ecstack(&["reduce", "merge", &d("s0"), &d("s1"), "-o", &d("m")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = ecstack(&["reduce", "report", &d("m"), "--json"]);
-    let merged: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let merged = report_json(&d("m"));
     for k in ["original_bytes", "reduced_bytes"] {
         assert_eq!(merged["totals"][0][k], totals[0][k]);
         assert_eq!(merged["totals"][1][k], totals[1][k]);
@@ -160,8 +167,7 @@ fn anchors_against_borg_restic_and_the_clis() {
         "64K",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = json_of(&o);
     let total = 2 * 300_000 + 100_000 + 4 * 65536u64;
     assert_eq!(r["bytes"], total);
     let dedup = r["dedup"].as_array().unwrap();
@@ -249,8 +255,7 @@ fn sighup_and_sample_bytes_through_the_binary() {
         0
     );
     let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = json_of(&o);
     let limits = s["worker_limits"].as_array().unwrap();
     assert_eq!(limits[0][1], 1, "{limits:?}");
     assert_eq!(
@@ -262,26 +267,20 @@ fn sighup_and_sample_bytes_through_the_binary() {
     // the estimate (certain files only) is the exact figure with a zero-width interval.
     let r = root.to_string_lossy().into_owned();
     let d = |p: &str| dir.path().join(p).to_string_lossy().into_owned();
-    let o = ecstack(&[
-        "reduce",
-        "analyze",
+    let s = analyze_json(
         &r,
-        "-o",
         &d("sb"),
-        "--compress",
-        "lz4@64K",
-        "--no-dedup",
-        "--sample-bytes",
-        "1M",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        &[
+            "--compress",
+            "lz4@64K",
+            "--no-dedup",
+            "--sample-bytes",
+            "1M",
+        ],
+    );
     assert_eq!(s["manifest"]["files"], 30);
     assert_eq!(s["manifest"]["sample_bytes"], 1 << 20);
-    let o = ecstack(&["reduce", "report", &d("sb"), "--json"]);
-    assert!(o.status.success());
-    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rep = report_json(&d("sb"));
     let t = &rep["totals"][0];
     let e = &t["estimate_bytes"];
     assert_eq!(e["design"], "bytes");
