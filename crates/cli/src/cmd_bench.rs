@@ -68,6 +68,10 @@ struct ClusterBench {
     /// Keep the cluster's and MinIO's files here (default: a temporary directory, removed at the end)
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// How our clients read: "primary" (through each segment's primary, as CodFS reads: two hops per
+    /// byte) or "direct" (straight from the data chunks' holders at the versions the primary names)
+    #[arg(long, default_value = "primary")]
+    read_path: ecstack_client::ReadPath,
     /// Run our daemons without TLS and MinIO over plain HTTP (default: ours with mTLS, MinIO over HTTPS with a certificate from our cluster's CA, so both pay for TLS)
     #[arg(long)]
     insecure: bool,
@@ -135,6 +139,7 @@ fn bench_cluster(a: ClusterBench) -> Result<()> {
     cfg.updates = a.updates;
     cfg.dir = a.dir;
     cfg.insecure = a.insecure;
+    cfg.read_path = a.read_path;
     cfg.seed = a.seed;
     cfg.minio = if a.no_minio {
         None

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use ecstack_client::{Client, ClientOptions, LocalCluster, LocalSpec};
+use ecstack_client::{Client, ClientOptions, LocalCluster, LocalSpec, ReadPath};
 use ecstack_codes::{new_code, CodeKind};
 use ecstack_mds::{ClusterStatus, FileInfo, OsdState};
 use ecstack_rpc::init::{init_cluster, issue_certificate, InitOptions, DEFAULT_MDS_ADDR};
@@ -63,6 +63,11 @@ enum ClusterCmd {
         /// Bytes to read (default: to the end of the file)
         #[arg(long, value_parser = parse_size_arg)]
         length: Option<u64>,
+        /// Where the bytes come from: "primary" (through each segment's primary, as CodFS reads) or
+        /// "direct" (straight from the data chunks' holders at the versions the primary names; a
+        /// degraded segment is still read through its primary)
+        #[arg(long, default_value = "primary")]
+        read_path: ReadPath,
         #[command(flatten)]
         conn: Conn,
     },
@@ -275,17 +280,17 @@ struct Transfer {
 }
 
 impl Transfer {
-    fn start(conn: &Conn) -> Result<Transfer> {
+    fn start(conn: &Conn, options: ClientOptions) -> Result<Transfer> {
         if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             return Ok(Transfer {
-                client: connect(conn)?,
+                client: connect_with(conn, options)?,
                 bar: None,
             });
         }
         let counter = Arc::new(AtomicU64::new(0));
         let options = ClientOptions {
             progress: Some(counter.clone()),
-            ..ClientOptions::default()
+            ..options
         };
         let client = connect_with(conn, options)?;
         let bar = indicatif::ProgressBar::new(0);
@@ -337,7 +342,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
 async fn run_async(a: ClusterArgs) -> Result<()> {
     match a.cmd {
         ClusterCmd::Put { local, path, conn } => {
-            let t = Transfer::start(&conn)?;
+            let t = Transfer::start(&conn, ClientOptions::default())?;
             if let Ok(m) = std::fs::metadata(&local) {
                 t.set_total("put", m.len());
             }
@@ -350,9 +355,14 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             local,
             offset,
             length,
+            read_path,
             conn,
         } => {
-            let t = Transfer::start(&conn)?;
+            let options = ClientOptions {
+                read_path,
+                ..ClientOptions::default()
+            };
+            let t = Transfer::start(&conn, options)?;
             if t.bar.is_some() {
                 let size = t.client.stat(&path).await?.size;
                 t.set_total("get", length.unwrap_or(size.saturating_sub(offset)));

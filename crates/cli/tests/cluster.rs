@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cluster_common::*;
 use ecstack_base::Rng;
-use ecstack_client::{Client, ClientError, LocalCluster, LocalSpec};
+use ecstack_client::{Client, ClientError, LocalCluster, LocalSpec, ReadPath};
 use ecstack_rpc::Security;
 
 /// Random puts, whole and ranged gets and updates (inside a segment, across segment boundaries,
@@ -17,6 +17,8 @@ use ecstack_rpc::Security;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_get_update_match_the_model() {
     let rig = Rig::start(RigSpec::default()).await;
+    // Reads go through the primary (the rig's client) or straight from the holders, at random.
+    let direct = rig.client_with(ReadPath::Direct);
     let seg = rig.segment_bytes as usize;
     for seed in seeds(1) {
         let mut rng = Rng::new(seed);
@@ -49,8 +51,12 @@ async fn put_get_update_match_the_model() {
                     .unwrap_or_else(|e| panic!("{ctx}: update {offset}+{len}: {e}"));
                 model.get_mut(path).unwrap().updated(offset, &data);
             } else {
-                let got = rig
-                    .client
+                let reader = if rng.chance(0.5) {
+                    &direct
+                } else {
+                    &rig.client
+                };
+                let got = reader
                     .read(path, offset as u64, len as u64)
                     .await
                     .unwrap_or_else(|e| panic!("{ctx}: get {offset}+{len}: {e}"));
@@ -65,7 +71,19 @@ async fn put_get_update_match_the_model() {
         for (path, f) in &model {
             let got = rig.client.read(path, 0, f.cur.len() as u64).await.unwrap();
             assert!(got == f.cur, "seed {seed}: {path} whole file differs");
+            let got = direct.read(path, 0, f.cur.len() as u64).await.unwrap();
+            assert!(
+                got == f.cur,
+                "seed {seed}: {path} whole file differs (direct)"
+            );
         }
+        let reads = direct.read_stats();
+        assert!(reads.direct > 0, "seed {seed}: {reads:?}");
+        assert_eq!(
+            reads.fallbacks, 0,
+            "seed {seed}: nothing failed, yet {reads:?}"
+        );
+        assert_eq!(reads.primary, 0, "seed {seed}: {reads:?}");
         let listed = rig.client.list(&format!("/s{seed}/")).await.unwrap();
         let names: Vec<&str> = listed.iter().map(|f| f.path.as_str()).collect();
         let want: Vec<&str> = model.keys().map(String::as_str).collect();
@@ -96,6 +114,81 @@ async fn put_get_update_match_the_model() {
         let listed = rig.client.list(&format!("/s{seed}/")).await.unwrap();
         assert_eq!(listed.len(), model.len() - 1);
     }
+}
+
+/// Direct reads (`ReadPath::Direct`) while updates rewrite a whole segment: every read returns one
+/// update's bytes whole (never chunks of two updates: a chunk at another version than the primary
+/// planned sends the piece through the primary), reads never go back in time, and with a data
+/// holder killed the reads fall back to the primary's degraded read and stay exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_reads_see_whole_updates_and_fall_back_when_degraded() {
+    let rig = Rig::start(RigSpec::default()).await;
+    let seg = rig.segment_bytes as usize;
+    let path = "/direct";
+    rig.client.put(path, &vec![0u8; seg][..]).await.unwrap();
+    let reader = rig.client_with(ReadPath::Direct);
+    const UPDATES: u8 = 24;
+    let writer = rig.client.clone();
+    let updates = tokio::spawn(async move {
+        for v in 1..=UPDATES {
+            writer.update(path, 0, &vec![v; seg]).await.unwrap();
+        }
+    });
+    let mut last = 0u8;
+    let mut reads = 0u32;
+    while !updates.is_finished() || reads == 0 {
+        let got = reader.read(path, 0, seg as u64).await.unwrap();
+        let v = got[0];
+        if let Some(at) = got.iter().position(|&b| b != v) {
+            panic!(
+                "read {reads}: byte 0 is from update {v}, byte {at} from update {}",
+                got[at]
+            );
+        }
+        assert!(v >= last, "read {reads}: update {v} after update {last}");
+        last = v;
+        reads += 1;
+    }
+    updates.await.unwrap();
+    let got = reader.read(path, 0, seg as u64).await.unwrap();
+    assert!(got.iter().all(|&b| b == UPDATES), "after the updates");
+    let before = reader.read_stats();
+    assert!(before.direct > 0, "{before:?}");
+    eprintln!("{reads} reads during {UPDATES} updates: {before:?}");
+
+    // Kill the holder of data chunk 1 (not the primary): the segment is degraded, the plan says so
+    // and the piece goes through the primary, which decodes.
+    let info = rig.client.stat(path).await.unwrap();
+    let holder = info.segments[0]
+        .chunks
+        .iter()
+        .find(|c| c.index == 1)
+        .unwrap()
+        .osd_id;
+    let status = rig.client.status().await.unwrap();
+    let name = status
+        .osds
+        .iter()
+        .find(|o| o.osd_id == holder)
+        .unwrap()
+        .name
+        .clone();
+    let i = (0..rig.cluster.osd_count())
+        .find(|&i| LocalCluster::osd_name(i) == name)
+        .unwrap();
+    let mut rig = rig;
+    rig.cluster.kill_osd(i);
+    // Before the MDS notices, the holder is unreachable: the direct read falls back too.
+    let got = reader.read(path, 0, seg as u64).await.unwrap();
+    assert!(got.iter().all(|&b| b == UPDATES), "holder just killed");
+    rig.wait_down(&name).await;
+    let got = reader.read(path, 0, seg as u64).await.unwrap();
+    assert!(got.iter().all(|&b| b == UPDATES), "degraded");
+    let after = reader.read_stats();
+    assert!(
+        after.fallbacks >= before.fallbacks + 2,
+        "{before:?} -> {after:?}"
+    );
 }
 
 /// Ranges outside the file are one clear error each, and nothing is written.

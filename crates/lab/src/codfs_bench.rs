@@ -23,7 +23,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ecstack_base::Rng;
-use ecstack_client::{Client, ClientError, LocalCluster, LocalSpec};
+use ecstack_client::{
+    Client, ClientError, ClientOptions, LocalCluster, LocalSpec, ReadPath, ReadStats,
+};
 use ecstack_rpc::Security;
 use serde::Serialize;
 
@@ -60,6 +62,8 @@ pub struct ClusterBenchConfig {
     /// The MinIO server binary; `None`: ours only.
     pub minio: Option<PathBuf>,
     pub insecure: bool,
+    /// How our clients read (through the primary, as CodFS, or straight from the holders).
+    pub read_path: ReadPath,
     pub seed: u64,
 }
 
@@ -80,6 +84,7 @@ impl ClusterBenchConfig {
             updates: 20,
             minio: None,
             insecure: false,
+            read_path: ReadPath::Primary,
             seed: 1,
         }
     }
@@ -164,6 +169,11 @@ pub struct ClusterBenchReport {
     pub m: u32,
     pub segment_bytes: u64,
     pub tls: bool,
+    /// How our clients read: "primary" or "direct".
+    pub read_path: &'static str,
+    /// Our get pieces read straight from the holders, and those given back to the primary.
+    pub direct_pieces: u64,
+    pub direct_fallbacks: u64,
     pub big_file_bytes: u64,
     /// One client, one big file.
     pub big_put_mb_per_sec: Option<f64>,
@@ -219,11 +229,18 @@ impl ClusterBenchReport {
         };
         s += &row(
             &format!(
-                "ecstack ({} OSDs, RS {}+{}, FO update, {})",
+                "ecstack ({} OSDs, RS {}+{}, FO update, {}, reads {})",
                 self.osds,
                 self.k,
                 self.m,
-                if self.tls { "mTLS" } else { "no TLS" }
+                if self.tls { "mTLS" } else { "no TLS" },
+                match self.read_path {
+                    "direct" => format!(
+                        "from the holders: {} pieces direct, {} through the primary",
+                        self.direct_pieces, self.direct_fallbacks
+                    ),
+                    _ => "through the primary".to_owned(),
+                }
             ),
             &self.ours,
         );
@@ -304,7 +321,7 @@ async fn run_async(
     let cluster_config = cluster.config().clone();
     let ours = ours_side(cfg, &mut cluster, log).await;
     cluster.stop();
-    let (big, ours) = ours?;
+    let (big, ours, reads) = ours?;
     let minio = match &cfg.minio {
         Some(exe) => {
             // MinIO's certificate comes from our cluster's CA (the S3 client trusts that CA only).
@@ -320,6 +337,9 @@ async fn run_async(
         m: cfg.m,
         segment_bytes: cfg.segment_bytes,
         tls: !cfg.insecure,
+        read_path: cfg.read_path.name(),
+        direct_pieces: reads.direct,
+        direct_fallbacks: reads.fallbacks,
         big_file_bytes: cfg.big_file_bytes,
         big_put_mb_per_sec: big.map(|b| b.0),
         big_get_mb_per_sec: big.map(|b| b.1),
@@ -404,8 +424,16 @@ async fn ours_side(
     cfg: &ClusterBenchConfig,
     cluster: &mut LocalCluster,
     log: &dyn Fn(&str),
-) -> Result<(Option<(f64, f64)>, SideFigures)> {
-    let first = Client::connect(cluster.config(), ours_security(cluster)?).map_err(client_error)?;
+) -> Result<(Option<(f64, f64)>, SideFigures, ReadStats)> {
+    let options = ClientOptions {
+        read_path: cfg.read_path,
+        ..ClientOptions::default()
+    };
+    let connect = |cluster: &LocalCluster| {
+        Client::connect_with(cluster.config(), ours_security(cluster)?, options.clone())
+            .map_err(client_error)
+    };
+    let first = connect(cluster)?;
     let ready = first.wait_for_osds(cfg.osds, Duration::from_secs(30)).await;
     cluster.check_alive().map_err(client_error)?;
     ready.map_err(client_error)?;
@@ -424,9 +452,7 @@ async fn ours_side(
     ));
     let mut clients = Vec::new();
     for _ in 0..cfg.clients {
-        clients.push(
-            Client::connect(cluster.config(), ours_security(cluster)?).map_err(client_error)?,
-        );
+        clients.push(connect(cluster)?);
     }
     let bufs = buffers(cfg, 0x6f75_7273);
     let total = cfg.objects as u64 * cfg.object_bytes;
@@ -467,6 +493,14 @@ async fn ours_side(
     }
     join_all(&mut tasks).await?;
     let get_secs = t.elapsed().as_secs_f64();
+    let reads = clients.iter().chain([&first]).map(Client::read_stats).fold(
+        ReadStats::default(),
+        |a, b| ReadStats {
+            primary: a.primary + b.primary,
+            direct: a.direct + b.direct,
+            fallbacks: a.fallbacks + b.fallbacks,
+        },
+    );
 
     log(&format!(
         "ecstack: {} FO updates of {} bytes in one object",
@@ -506,6 +540,7 @@ async fn ours_side(
             update_ms_mean,
             update_ms_median,
         },
+        reads,
     ))
 }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ecstack_base::Rng;
-use ecstack_client::{Client, ClientOptions, LocalCluster, LocalSpec};
+use ecstack_client::{Client, ClientOptions, LocalCluster, LocalSpec, ReadPath};
 use ecstack_rpc::{Backoff, Security};
 
 pub const HEARTBEAT_MS: u64 = 100;
@@ -50,6 +50,8 @@ pub struct RigSpec {
     pub segment_bytes: u64,
     /// The client gives up on a retryable error after this long.
     pub retry_secs: u64,
+    /// How the rig's client reads.
+    pub read_path: ReadPath,
 }
 
 impl Default for RigSpec {
@@ -60,6 +62,7 @@ impl Default for RigSpec {
             m: 2,
             segment_bytes: 1 << 20,
             retry_secs: 20,
+            read_path: ReadPath::Primary,
         }
     }
 }
@@ -84,6 +87,7 @@ pub fn client_options(retry_secs: u64) -> ClientOptions {
         },
         window_segments_max: 4,
         progress: None,
+        read_path: ReadPath::Primary,
     }
 }
 
@@ -106,9 +110,11 @@ impl Rig {
         let cluster = LocalCluster::start(s).expect("start the cluster");
         let security =
             Security::load(&cluster.config().certs_dir(), "client").expect("client cert");
-        let client =
-            Client::connect_with(cluster.config(), security, client_options(spec.retry_secs))
-                .expect("client");
+        let options = ClientOptions {
+            read_path: spec.read_path,
+            ..client_options(spec.retry_secs)
+        };
+        let client = Client::connect_with(cluster.config(), security, options).expect("client");
         let rig = Rig {
             cluster,
             client,
@@ -125,6 +131,17 @@ impl Rig {
             panic!("cluster did not come up: {e}\n{}", rig.logs());
         }
         rig
+    }
+
+    /// Another client of the rig's cluster (its own connections) reading by `read_path`.
+    pub fn client_with(&self, read_path: ReadPath) -> Client {
+        let security =
+            Security::load(&self.cluster.config().certs_dir(), "client").expect("client cert");
+        let options = ClientOptions {
+            read_path,
+            ..client_options(20)
+        };
+        Client::connect_with(self.cluster.config(), security, options).expect("client")
     }
 
     /// The last lines of every daemon's log, for failure messages.

@@ -40,6 +40,58 @@ pub struct ClientOptions {
     /// acknowledged it durable, a get adds the bytes it wrote to its output. Shared by every call of
     /// the client (for a progress bar, or a throughput measured while transfers run).
     pub progress: Option<Arc<AtomicU64>>,
+    /// Where a get's bytes come from (default: through the primary, as CodFS reads).
+    pub read_path: ReadPath,
+}
+
+/// Where a get's bytes come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadPath {
+    /// Through the segment's primary, which gathers the data chunks and sends them on (CodFS
+    /// §4.3): every byte crosses two hops (holder → primary → client).
+    #[default]
+    Primary,
+    /// Straight from the data chunks' holders (beyond CodFS; HDFS-EC reads this way): the primary
+    /// only names, under the segment's lock, the version each data chunk must carry (`ReadPlan`),
+    /// and the client reads each chunk's range from its holder and accepts it only at that version,
+    /// so a read still returns the segment as it was at one moment. A degraded segment, an
+    /// unreachable holder, a failed checksum or a chunk at another version (an update in between)
+    /// makes the client read that piece again through the primary.
+    Direct,
+}
+
+impl ReadPath {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadPath::Primary => "primary",
+            ReadPath::Direct => "direct",
+        }
+    }
+}
+
+impl std::str::FromStr for ReadPath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ReadPath, String> {
+        match s {
+            "primary" => Ok(ReadPath::Primary),
+            "direct" => Ok(ReadPath::Direct),
+            _ => Err(format!(
+                "read path {s:?}: expected \"primary\" (through each segment's primary, as CodFS) or \"direct\" (from the data chunks' holders)"
+            )),
+        }
+    }
+}
+
+/// How a client's get pieces were read (see [`ReadPath`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Pieces read through the primary because the client reads that way.
+    pub primary: u64,
+    /// Pieces read straight from the data chunks' holders.
+    pub direct: u64,
+    /// Pieces a direct read gave back to the primary (degraded segment, a holder failed, a chunk
+    /// at another version than planned).
+    pub fallbacks: u64,
 }
 
 impl Default for ClientOptions {
@@ -59,6 +111,7 @@ impl Default for ClientOptions {
             },
             window_segments_max: 4,
             progress: None,
+            read_path: ReadPath::Primary,
         }
     }
 }
@@ -76,6 +129,8 @@ struct Inner {
     mds: MdsClient,
     /// One client per OSD address (an OSD that restarts comes back on a new port, a new entry).
     osds: Mutex<HashMap<String, OsdClient>>,
+    /// [`ReadStats`]: primary, direct, fallbacks.
+    reads: [AtomicU64; 3],
 }
 
 impl Client {
@@ -98,6 +153,7 @@ impl Client {
                 options,
                 mds,
                 osds: Mutex::new(HashMap::new()),
+                reads: Default::default(),
             }),
         })
     }
@@ -148,6 +204,16 @@ impl Client {
                 what: what.to_owned(),
                 ms: timeout.as_millis() as u64,
             }),
+        }
+    }
+
+    /// How this client's get pieces were read so far (all its clones together).
+    pub fn read_stats(&self) -> ReadStats {
+        let r = |i: usize| self.inner.reads[i].load(Ordering::Relaxed);
+        ReadStats {
+            primary: r(0),
+            direct: r(1),
+            fallbacks: r(2),
         }
     }
 
@@ -430,10 +496,7 @@ impl Client {
                 let seg_what = format!("{what}: segment {}", piece.segment);
                 in_flight.spawn(async move {
                     let r = client
-                        .on_primary(&layout, &seg_what, |osd, l| async move {
-                            osd.read_segment_frames(&l, piece.offset, piece.length)
-                                .await
-                        })
+                        .read_piece(&layout, &seg_what, piece.offset, piece.length)
                         .await;
                     (i, r)
                 });
@@ -463,6 +526,117 @@ impl Client {
             .await
             .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
         Ok(written)
+    }
+
+    /// `length` bytes of one segment from `offset` (inside the segment), by the client's
+    /// [`ReadPath`].
+    async fn read_piece(
+        &self,
+        layout: &SegmentLayout,
+        what: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<Vec<Bytes>, ClientError> {
+        if self.inner.options.read_path == ReadPath::Direct {
+            if let Some(frames) = self.read_direct(layout, what, offset, length).await? {
+                self.inner.reads[1].fetch_add(1, Ordering::Relaxed);
+                return Ok(frames);
+            }
+            self.inner.reads[2].fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.inner.reads[0].fetch_add(1, Ordering::Relaxed);
+        }
+        self.on_primary(layout, what, |osd, l| async move {
+            osd.read_segment_frames(&l, offset, length).await
+        })
+        .await
+    }
+
+    /// A direct read ([`ReadPath::Direct`]): the plan from the primary (retried like any primary
+    /// call), then each data chunk's range from its holder, all at once. `None`: read it through
+    /// the primary instead (degraded, a holder failed, a chunk not at its planned version). Only
+    /// the plan's errors are returned (the primary path would meet them too).
+    async fn read_direct(
+        &self,
+        layout: &SegmentLayout,
+        what: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<Option<Vec<Bytes>>, ClientError> {
+        if length == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let (plan, l) = self
+            .on_primary(layout, what, |osd, l| async move {
+                let plan = osd.read_plan(&l, offset, length).await?;
+                Ok((plan, l))
+            })
+            .await?;
+        let Some(versions) = plan else {
+            return Ok(None);
+        };
+        let k = versions.len();
+        if k != self.config().code.k as usize || l.holders.len() <= k {
+            return Err(ClientError::Layout(format!(
+                "segment {:#x}: a read plan of {k} data chunks for RS {}+{} over {} holders",
+                l.segment_id,
+                self.config().code.k,
+                self.config().code.m,
+                l.holders.len()
+            )));
+        }
+        let cb = ecstack_osd::service::chunk_bytes(l.length, k);
+        let (first, last) = (offset / cb, (offset + length - 1) / cb);
+        let timeout = self.inner.options.data_timeout;
+        let mut reads = JoinSet::new();
+        for i in first..=last {
+            let h = &l.holders[i as usize];
+            let lo = offset.max(i * cb) - i * cb;
+            let hi = (offset + length).min((i + 1) * cb) - i * cb;
+            let osd = self.osd(&h.addr)?.for_osd(h.osd_id);
+            let (segment, index) = (l.segment_id, h.index);
+            reads.spawn(async move {
+                let r = tokio::time::timeout(
+                    timeout,
+                    osd.get_chunk_frames(segment, index, lo, hi - lo),
+                )
+                .await;
+                (i, osd, r)
+            });
+        }
+        let mut got: Vec<Option<Vec<Bytes>>> = vec![None; (last - first + 1) as usize];
+        let mut usable = true;
+        while let Some(joined) = reads.join_next().await {
+            let Ok((i, osd, r)) = joined else {
+                usable = false;
+                continue;
+            };
+            match r {
+                Ok(Ok((meta, frames)))
+                    if meta.index as u64 == i
+                        && meta.applied.is_empty()
+                        && meta.version == versions[i as usize]
+                        && meta.segment_length == l.length =>
+                {
+                    got[(i - first) as usize] = Some(frames);
+                }
+                Ok(Ok(_)) => usable = false, // another version: an update came in between
+                Ok(Err(e)) => {
+                    if matches!(e, OsdError::Unreachable { .. }) {
+                        self.forget_osd(osd.addr());
+                    }
+                    usable = false;
+                }
+                Err(_) => {
+                    self.forget_osd(osd.addr());
+                    usable = false;
+                }
+            }
+        }
+        if !usable {
+            return Ok(None);
+        }
+        Ok(Some(got.into_iter().flatten().flatten().collect()))
     }
 
     /// `length` bytes of `path` from `offset`, in memory.

@@ -13,6 +13,6 @@ mod error;
 pub mod local;
 pub mod segments;
 
-pub use client::{summary, Client, ClientOptions};
+pub use client::{summary, Client, ClientOptions, ReadPath, ReadStats};
 pub use error::ClientError;
 pub use local::{LocalCluster, LocalSpec};

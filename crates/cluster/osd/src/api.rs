@@ -389,7 +389,10 @@ impl OsdClient {
         Ok(())
     }
 
-    /// OSD → OSD: `length` bytes (0 = to the end) of a chunk from `offset`, with its header.
+    /// OSD → OSD (and a client's direct read): `length` bytes of chunk `index` from `offset` (0: to
+    /// the end of the chunk), with the chunk's header. A reply of one data frame (every read of at
+    /// most FRAME_BYTES, so every piece of a pipelined read) is returned as received, without a
+    /// copy; longer ones are joined.
     pub async fn get_chunk(
         &self,
         segment_id: u64,
@@ -397,6 +400,32 @@ impl OsdClient {
         offset: u64,
         length: u64,
     ) -> Result<(ChunkMeta, Bytes), OsdError> {
+        let (meta, frames) = self
+            .get_chunk_frames(segment_id, index, offset, length)
+            .await?;
+        let out = match frames.len() {
+            0 => Bytes::new(),
+            1 => frames.into_iter().next().unwrap_or_default(),
+            _ => {
+                let total: usize = frames.iter().map(|f| f.len()).sum();
+                let mut j = BytesMut::with_capacity(total);
+                for f in &frames {
+                    j.extend_from_slice(f);
+                }
+                j.freeze()
+            }
+        };
+        Ok((meta, out))
+    }
+
+    /// [`OsdClient::get_chunk`] as the frames received (slices of the receive buffers, no copy).
+    pub async fn get_chunk_frames(
+        &self,
+        segment_id: u64,
+        index: u32,
+        offset: u64,
+        length: u64,
+    ) -> Result<(ChunkMeta, Vec<Bytes>), OsdError> {
         let req = proto::GetChunkRequest {
             segment_id,
             index,
@@ -423,10 +452,7 @@ impl OsdClient {
         } else {
             length
         };
-        // A reply of one data frame (every read of at most FRAME_BYTES, so every piece of a
-        // pipelined read) is returned as received, without a copy; longer ones are joined.
-        let mut first: Option<Bytes> = None;
-        let mut joined: Option<BytesMut> = None;
+        let mut frames = Vec::new();
         let mut got = 0u64;
         while let Some(frame) = stream.next().await {
             let d = match frame.map_err(|s| self.err(s))?.part {
@@ -437,26 +463,46 @@ impl OsdClient {
             if got > want {
                 return Err(self.protocol("GetChunk reply longer than asked"));
             }
-            match (&mut joined, first.take()) {
-                (Some(j), _) => j.extend_from_slice(&d),
-                (None, None) => first = Some(d),
-                (None, Some(f)) => {
-                    let mut j =
-                        BytesMut::with_capacity(want.min(MAX_MESSAGE_BYTES as u64) as usize);
-                    j.extend_from_slice(&f);
-                    j.extend_from_slice(&d);
-                    joined = Some(j);
-                }
-            }
+            frames.push(d);
         }
         if got != want {
             return Err(self.protocol(format!("GetChunk of {want} bytes returned {got}")));
         }
-        let out = match joined {
-            Some(j) => j.freeze(),
-            None => first.unwrap_or_default(),
+        Ok((meta, frames))
+    }
+
+    /// Client → primary: the versions the data chunks must carry for a read of `[offset,
+    /// offset+length)` straight from their holders, or `None` when a chunk the range needs is not
+    /// usable (read through the primary then: [`OsdClient::read_segment_frames`]).
+    pub async fn read_plan(
+        &self,
+        layout: &Layout,
+        offset: u64,
+        length: u64,
+    ) -> Result<Option<Vec<u64>>, OsdError> {
+        let req = proto::ReadPlanRequest {
+            layout: Some(layout_to_proto(layout)),
+            offset,
+            length,
         };
-        Ok((meta, out))
+        let reply = self
+            .raw
+            .clone()
+            .read_plan(req)
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        if !reply.direct {
+            return Ok(None);
+        }
+        if reply.versions.is_empty() || reply.versions.len() >= layout.holders.len() {
+            return Err(self.protocol(format!(
+                "ReadPlan reply with {} versions for a stripe of {} chunks",
+                reply.versions.len(),
+                layout.holders.len()
+            )));
+        }
+        Ok(Some(reply.versions))
     }
 
     /// Primary → data holder: a sub-update of one data chunk; the holder sends the parity deltas to

@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The RPCs an OSD serves, in the order of the proto.
-pub const OPS: [&str; 9] = [
+pub const OPS: [&str; 10] = [
     "write_segment",
     "read_segment",
+    "read_plan",
     "update_segment",
     "put_chunk",
     "get_chunk",

@@ -75,11 +75,19 @@ struct SegState {
     view: View,
     /// Highest layout epoch seen.
     epoch: u64,
+    /// The view was learned from fewer than k chunks that agree with it (more than m holders
+    /// unreachable): a guess for the chunks that did not answer (a data chunk no parity reported
+    /// on is taken at version 0). It serves the operation that learned it and is learned afresh
+    /// by the next, so a holder that comes back is heard instead of being judged stale by a guess
+    /// (a read after three of six OSDs came back once found the returning chunk "stale" against
+    /// version 0 for good).
+    provisional: bool,
 }
 
 impl SegState {
     fn forget(&mut self) {
         self.view = View::default();
+        self.provisional = false;
     }
 }
 
@@ -556,6 +564,9 @@ impl Osd {
             st.forget();
             st.epoch = l.epoch;
         }
+        if st.provisional {
+            st.forget();
+        }
         Ok(())
     }
 
@@ -574,7 +585,17 @@ impl Osd {
                 reports[i] = Some(v);
             }
         }
-        st.view = View::choose(self.k(), &reports);
+        let view = View::choose(self.k(), &reports);
+        let agreeing = reports
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| {
+                r.as_ref()
+                    .is_some_and(|r| view.verdict(*i, r) == Verdict::Current)
+            })
+            .count();
+        st.provisional = agreeing < self.k();
+        st.view = view;
     }
 
     /// The header a chunk written whole (write, recovery, repair) carries under `view`.
@@ -709,6 +730,7 @@ impl Osd {
             );
         }
         st.view = written;
+        st.provisional = false;
         if durable < k + 1 {
             // Not acknowledged: the version is used up so a retry writes a newer one.
             return Err(Status::aborted(format!(
@@ -911,6 +933,33 @@ impl Osd {
         let osd = self.clone();
         tokio::spawn(async move { osd.pipeline(l, st, offset, len, tx).await });
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    /// A plan for a read straight from the data holders (`ReadPlan`): under the segment's lock,
+    /// the versions the data chunks must carry now (the view every read of this primary checks
+    /// chunks against), or `None` when a data chunk the range needs is not usable. A chunk read
+    /// later at exactly its planned version holds the bytes it held at the plan: versions only
+    /// grow, and every change of a data chunk issues a new one.
+    pub(crate) async fn read_plan(
+        &self,
+        l: Layout,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u64>>, Status> {
+        let mut st = self.segment_lock(l.segment_id).lock_owned().await;
+        self.check_primary(&l, &mut st)?;
+        check_range(&l, offset, len).map_err(Status::out_of_range)?;
+        let cb = chunk_bytes(l.length, self.k());
+        if len > 0 {
+            let first = (offset / cb) as usize;
+            let last = ((offset + len - 1) / cb) as usize;
+            if (first..=last).any(|i| !l.holders[i].usable) {
+                return Ok(None);
+            }
+        }
+        self.learn_view(&l, &mut st).await;
+        debug_assert_eq!(st.view.applied.len(), self.k());
+        Ok(Some(st.view.applied.clone()))
     }
 
     /// The body of [`Osd::read_stream`]'s pipelined case (its own task).
@@ -1774,6 +1823,22 @@ impl proto::osd_server::Osd for Osd {
             Ok(Response::new(
                 self.read_stream(l, r.offset, r.length).await?,
             ))
+        })
+        .await
+    }
+
+    async fn read_plan(
+        &self,
+        req: Request<proto::ReadPlanRequest>,
+    ) -> Result<Response<proto::ReadPlanReply>, Status> {
+        self.timed("read_plan", async move {
+            let r = req.into_inner();
+            let l = request_layout(r.layout.as_ref())?;
+            let plan = self.read_plan(l, r.offset, r.length).await?;
+            Ok(Response::new(proto::ReadPlanReply {
+                direct: plan.is_some(),
+                versions: plan.unwrap_or_default(),
+            }))
         })
         .await
     }
