@@ -87,6 +87,7 @@ pub fn client_options(retry_secs: u64) -> ClientOptions {
         },
         window_segments_max: 4,
         progress: None,
+        received: None,
         read_path: ReadPath::Primary,
     }
 }

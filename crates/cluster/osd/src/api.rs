@@ -304,6 +304,19 @@ impl OsdClient {
         offset: u64,
         length: u64,
     ) -> Result<Vec<Bytes>, OsdError> {
+        self.read_segment_frames_with(layout, offset, length, |_| {})
+            .await
+    }
+
+    /// [`OsdClient::read_segment_frames`], calling `on_frame` with each frame's length as it
+    /// arrives (a throughput counted while the read runs).
+    pub async fn read_segment_frames_with(
+        &self,
+        layout: &Layout,
+        offset: u64,
+        length: u64,
+        mut on_frame: impl FnMut(u64) + Send,
+    ) -> Result<Vec<Bytes>, OsdError> {
         let req = proto::ReadSegmentRequest {
             layout: Some(layout_to_proto(layout)),
             offset,
@@ -324,6 +337,7 @@ impl OsdClient {
             if got > length {
                 return Err(self.protocol(format!("read of {length} bytes returned more ({got})")));
             }
+            on_frame(frame.data.len() as u64);
             frames.push(frame.data);
         }
         if got != length {
