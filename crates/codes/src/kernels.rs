@@ -630,7 +630,11 @@ macro_rules! simd_body {
         /// [`group`] for exactly K columns, with the source pointers (in walk order) and the G x K
         /// coefficient tables taken out of the loop: the column loop unrolls, so each source has its
         /// own load instruction at a fixed stride of one step, and the tables stay in registers (or in
-        /// the stack frame) instead of being reloaded from `t` in every step.
+        /// the stack frame) instead of being reloaded from `t` in every step. Never inlined: each
+        /// shape is its own function, so where its loop lands does not move with the rest of `dot`
+        /// (inlined, the many shapes made `dot` ~270 KiB and (4,2,4K) avx2-gfni decode drifted from
+        /// 1.06x to 0.77x ISA-L between builds that did not change its code).
+        #[inline(never)]
         #[target_feature(enable = $feat)]
         unsafe fn group_k<const G: usize, const U: usize, const K: usize, const PAIRS: bool>(
             t: &Tables,
