@@ -72,6 +72,10 @@ struct ClusterBench {
     /// byte) or "direct" (straight from the data chunks' holders at the versions the primary names)
     #[arg(long, default_value = "primary")]
     read_path: ecstack_client::ReadPath,
+    /// Rounds of both sides, each with a fresh cluster and a fresh MinIO, alternating which side goes
+    /// first; the summary gives medians (MinIO's get alone moved 756-1411 MB/s between single runs)
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Run our daemons without TLS and MinIO over plain HTTP (default: ours with mTLS, MinIO over HTTPS with a certificate from our cluster's CA, so both pay for TLS)
     #[arg(long)]
     insecure: bool,
@@ -140,6 +144,7 @@ fn bench_cluster(a: ClusterBench) -> Result<()> {
     cfg.dir = a.dir;
     cfg.insecure = a.insecure;
     cfg.read_path = a.read_path;
+    cfg.rounds = a.rounds;
     cfg.seed = a.seed;
     cfg.minio = if a.no_minio {
         None

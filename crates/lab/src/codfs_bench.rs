@@ -64,6 +64,10 @@ pub struct ClusterBenchConfig {
     pub insecure: bool,
     /// How our clients read (through the primary, as CodFS, or straight from the holders).
     pub read_path: ReadPath,
+    /// Rounds of both sides, each in a fresh cluster and a fresh MinIO, alternating which side goes
+    /// first (a side that always ran second would always meet what the first left behind); the
+    /// figures are medians over the rounds.
+    pub rounds: usize,
     pub seed: u64,
 }
 
@@ -85,6 +89,7 @@ impl ClusterBenchConfig {
             minio: None,
             insecure: false,
             read_path: ReadPath::Primary,
+            rounds: 1,
             seed: 1,
         }
     }
@@ -125,6 +130,9 @@ impl ClusterBenchConfig {
         if self.updates == 0 {
             return cfg("updates", "at least 1".into());
         }
+        if self.rounds == 0 {
+            return cfg("rounds", "at least 1".into());
+        }
         if self.minio.is_some() && self.m as usize >= MINIO_DRIVES / 2 {
             return cfg(
                 "m",
@@ -162,6 +170,15 @@ pub struct SideFigures {
     pub update_ms_median: f64,
 }
 
+/// One round of both sides (see [`ClusterBenchConfig::rounds`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Round {
+    /// The side that ran first: "ecstack" or "minio".
+    pub first: &'static str,
+    pub ours: SideFigures,
+    pub minio: Option<SideFigures>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterBenchReport {
     pub osds: usize,
@@ -183,9 +200,11 @@ pub struct ClusterBenchReport {
     pub object_bytes: u64,
     pub update_bytes: u64,
     pub updates: usize,
+    /// Medians over the rounds (one round: its figures).
     pub ours: SideFigures,
     pub minio: Option<SideFigures>,
-    /// ours / MinIO.
+    pub rounds: Vec<Round>,
+    /// ours / MinIO, of the medians.
     pub put_ratio: Option<f64>,
     pub get_ratio: Option<f64>,
     /// MinIO's time to change the bytes over ours (> 1: ours is faster).
@@ -217,6 +236,32 @@ impl ClusterBenchReport {
             self.update_bytes,
             self.updates
         );
+        if self.rounds.len() > 1 {
+            s += &format!(
+                "{} rounds, each with a fresh cluster and a fresh MinIO, alternating which side goes first:\n\n",
+                self.rounds.len()
+            );
+            s += "| round | first | ours put / get MB/s | MinIO put / get MB/s | put ratio | get ratio |\n|---:|---|---:|---:|---:|---:|\n";
+            for (i, r) in self.rounds.iter().enumerate() {
+                let (mp, mg, rp, rg) = match &r.minio {
+                    Some(m) => (
+                        mb(m.put_mb_per_sec),
+                        mb(m.get_mb_per_sec),
+                        format!("{:.2}x", r.ours.put_mb_per_sec / m.put_mb_per_sec),
+                        format!("{:.2}x", r.ours.get_mb_per_sec / m.get_mb_per_sec),
+                    ),
+                    None => ("-".into(), "-".into(), "-".into(), "-".into()),
+                };
+                s += &format!(
+                    "| {} | {} | {} / {} | {mp} / {mg} | {rp} | {rg} |\n",
+                    i + 1,
+                    r.first,
+                    mb(r.ours.put_mb_per_sec),
+                    mb(r.ours.get_mb_per_sec)
+                );
+            }
+            s += "\nMedians over the rounds:\n\n";
+        }
         s += "| system | put MB/s | get MB/s | change: mean ms | change: median ms |\n|---|---:|---:|---:|---:|\n";
         let row = |name: &str, f: &SideFigures| {
             format!(
@@ -317,18 +362,81 @@ async fn run_async(
         cfg.segment_bytes >> 20,
         spec.dir.display()
     ));
-    let mut cluster = LocalCluster::start(spec).map_err(client_error)?;
-    let cluster_config = cluster.config().clone();
-    let ours = ours_side(cfg, &mut cluster, log).await;
-    cluster.stop();
-    let (big, ours, reads) = ours?;
-    let minio = match &cfg.minio {
-        Some(exe) => {
-            // MinIO's certificate comes from our cluster's CA (the S3 client trusts that CA only).
-            let tls = (!cfg.insecure).then_some(&cluster_config);
-            Some(minio_side(cfg, exe, &dir.join("minio"), tls, log).await?)
+    let mut rounds = Vec::with_capacity(cfg.rounds);
+    let mut big = None;
+    let mut reads = ReadStats::default();
+    for r in 0..cfg.rounds {
+        // Only the first round measures the one-client file.
+        let mut round_cfg = cfg.clone();
+        if r > 0 {
+            round_cfg.big_file_bytes = 0;
         }
-        None => None,
+        let round_dir = if cfg.rounds > 1 {
+            dir.join(format!("round-{}", r + 1))
+        } else {
+            dir.to_owned()
+        };
+        let minio_first = r % 2 == 1 && cfg.minio.is_some();
+        if cfg.rounds > 1 {
+            log(&format!(
+                "round {} of {} ({} first)",
+                r + 1,
+                cfg.rounds,
+                if minio_first { "MinIO" } else { "ecstack" }
+            ));
+        }
+        let mut spec = spec.clone();
+        spec.dir = round_dir.join("ecstack");
+        // The cluster comes first either way: MinIO's certificate comes from its CA. When MinIO
+        // goes first the daemons idle meanwhile (heartbeats only).
+        let mut cluster = LocalCluster::start(spec).map_err(client_error)?;
+        let cluster_config = cluster.config().clone();
+        // MinIO's certificate comes from our cluster's CA (the S3 client trusts that CA only).
+        let tls = (!cfg.insecure).then_some(&cluster_config);
+        let mut minio = None;
+        if minio_first {
+            if let Some(exe) = &cfg.minio {
+                let m = minio_side(&round_cfg, exe, &round_dir.join("minio"), tls, log).await;
+                if m.is_err() {
+                    cluster.stop();
+                }
+                minio = Some(m?);
+            }
+        }
+        let ours = ours_side(&round_cfg, &mut cluster, log).await;
+        cluster.stop();
+        let (b, ours, rd) = ours?;
+        if r == 0 {
+            big = b;
+        }
+        reads = ReadStats {
+            primary: reads.primary + rd.primary,
+            direct: reads.direct + rd.direct,
+            fallbacks: reads.fallbacks + rd.fallbacks,
+        };
+        if !minio_first {
+            if let Some(exe) = &cfg.minio {
+                minio =
+                    Some(minio_side(&round_cfg, exe, &round_dir.join("minio"), tls, log).await?);
+            }
+        }
+        rounds.push(Round {
+            first: if minio_first { "minio" } else { "ecstack" },
+            ours,
+            minio,
+        });
+        if cfg.rounds > 1 && cfg.dir.is_none() {
+            // A round's data is several GiB on each side: gone before the next round writes its own.
+            let _ = std::fs::remove_dir_all(&round_dir);
+        }
+    }
+    let ours = median_figures(rounds.iter().map(|r| &r.ours));
+    let minio = if cfg.minio.is_some() {
+        Some(median_figures(
+            rounds.iter().filter_map(|r| r.minio.as_ref()),
+        ))
+    } else {
+        None
     };
     let ratio = |f: fn(&SideFigures) -> f64| minio.as_ref().map(|mf| f(&ours) / f(mf));
     Ok(ClusterBenchReport {
@@ -355,7 +463,26 @@ async fn run_async(
             .map(|mf| mf.update_ms_mean / ours.update_ms_mean.max(1e-9)),
         ours,
         minio,
+        rounds,
     })
+}
+
+/// The median of each figure over `sides` (the upper one of an even count).
+fn median_figures<'a>(sides: impl Iterator<Item = &'a SideFigures>) -> SideFigures {
+    let sides: Vec<&SideFigures> = sides.collect();
+    let median = |f: fn(&SideFigures) -> f64| {
+        let mut v: Vec<f64> = sides.iter().map(|s| f(s)).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    SideFigures {
+        put_mb_per_sec: median(|s| s.put_mb_per_sec),
+        get_mb_per_sec: median(|s| s.get_mb_per_sec),
+        put_secs: median(|s| s.put_secs),
+        get_secs: median(|s| s.get_secs),
+        update_ms_mean: median(|s| s.update_ms_mean),
+        update_ms_median: median(|s| s.update_ms_median),
+    }
 }
 
 /// The bytes of object `index`: the client's buffer with the index in its first 8 bytes (so no two
@@ -824,9 +951,38 @@ mod tests {
             .to_string()
             .starts_with("objects:"));
         c.objects = 64;
+        c.rounds = 0;
+        assert!(c.validate().unwrap_err().to_string().starts_with("rounds:"));
+        c.rounds = 3;
         c.minio = Some("/no/such/minio".into());
         let e = c.validate().unwrap_err().to_string();
         assert!(e.starts_with("minio:") && e.contains("--no-minio"), "{e}");
+    }
+
+    #[test]
+    fn medians_over_rounds_take_each_figure_on_its_own() {
+        let side = |put: f64, get: f64, ms: f64| SideFigures {
+            put_mb_per_sec: put,
+            get_mb_per_sec: get,
+            put_secs: 1.0 / put,
+            get_secs: 1.0 / get,
+            update_ms_mean: ms,
+            update_ms_median: ms,
+        };
+        let rounds = [
+            side(400.0, 900.0, 2.0),
+            side(500.0, 700.0, 9.0),
+            side(450.0, 1300.0, 1.0),
+        ];
+        let m = median_figures(rounds.iter());
+        assert_eq!(
+            (m.put_mb_per_sec, m.get_mb_per_sec, m.update_ms_mean),
+            (450.0, 900.0, 2.0)
+        );
+        let one = median_figures(rounds[..1].iter());
+        assert_eq!(one.get_mb_per_sec, 900.0);
+        let two = median_figures(rounds[..2].iter());
+        assert_eq!(two.put_mb_per_sec, 500.0, "the upper one of an even count");
     }
 
     #[test]
