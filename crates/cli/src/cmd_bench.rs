@@ -76,6 +76,10 @@ struct ClusterBench {
     /// first; the summary gives medians (MinIO's get alone moved 756-1411 MB/s between single runs)
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Time the gets on a second read of every object, both sides (the first, untimed, fills the page
+    /// cache: cold reads of chunks written with O_DIRECT depend on the host's disk cache on a VM)
+    #[arg(long)]
+    warm: bool,
     /// Run our daemons without TLS and MinIO over plain HTTP (default: ours with mTLS, MinIO over HTTPS with a certificate from our cluster's CA, so both pay for TLS)
     #[arg(long)]
     insecure: bool,
@@ -145,6 +149,7 @@ fn bench_cluster(a: ClusterBench) -> Result<()> {
     cfg.insecure = a.insecure;
     cfg.read_path = a.read_path;
     cfg.rounds = a.rounds;
+    cfg.warm = a.warm;
     cfg.seed = a.seed;
     cfg.minio = if a.no_minio {
         None
