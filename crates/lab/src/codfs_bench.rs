@@ -419,11 +419,7 @@ async fn run_async(
         if r == 0 {
             big = b;
         }
-        reads = ReadStats {
-            primary: reads.primary + rd.primary,
-            direct: reads.direct + rd.direct,
-            fallbacks: reads.fallbacks + rd.fallbacks,
-        };
+        reads = reads + rd;
         if !minio_first {
             if let Some(exe) = &cfg.minio {
                 minio =
@@ -612,16 +608,8 @@ async fn ours_side(
     join_all(&mut tasks).await?;
     let put_secs = t.elapsed().as_secs_f64();
 
-    // With --warm an untimed pass reads every object first, so the timed one reads page-cached
-    // chunk files on both sides (cold reads on this VM depend on the host's disk cache).
-    let mut get_secs = 0.0;
-    for pass in 0..1 + cfg.warm as usize {
-        log(if pass == 0 && cfg.warm {
-            "ecstack: an untimed get of every object (--warm)"
-        } else {
-            "ecstack: the same clients get them back"
-        });
-        let t = Instant::now();
+    let get_secs = timed_gets(cfg, "ecstack", log, || {
+        let mut tasks = tokio::task::JoinSet::new();
         for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs.clone()).enumerate() {
             let cfg = cfg.clone();
             tasks.spawn(async move {
@@ -637,17 +625,14 @@ async fn ours_side(
                 Ok::<_, LabError>(())
             });
         }
-        join_all(&mut tasks).await?;
-        get_secs = t.elapsed().as_secs_f64();
-    }
-    let reads = clients.iter().chain([&first]).map(Client::read_stats).fold(
-        ReadStats::default(),
-        |a, b| ReadStats {
-            primary: a.primary + b.primary,
-            direct: a.direct + b.direct,
-            fallbacks: a.fallbacks + b.fallbacks,
-        },
-    );
+        async move { join_all(&mut tasks).await }
+    })
+    .await?;
+    let reads = clients
+        .iter()
+        .chain([&first])
+        .map(Client::read_stats)
+        .fold(ReadStats::default(), |a, b| a + b);
 
     log(&format!(
         "ecstack: {} FO updates of {} bytes in one object",
@@ -689,6 +674,32 @@ async fn ours_side(
         },
         reads,
     ))
+}
+
+/// A side's timed get: `pass` reads every object once. With `--warm` an untimed pass goes first, so
+/// the timed one reads page-cached chunk files (cold reads of files written with `O_DIRECT` depend on
+/// the host's disk cache on a VM). Returns the timed pass's seconds.
+async fn timed_gets<Fut: std::future::Future<Output = Result<()>>>(
+    cfg: &ClusterBenchConfig,
+    side: &str,
+    log: &dyn Fn(&str),
+    mut pass: impl FnMut() -> Fut,
+) -> Result<f64> {
+    let mut secs = 0.0;
+    for p in 0..1 + cfg.warm as usize {
+        log(&format!(
+            "{side}: {}",
+            if p == 0 && cfg.warm {
+                "an untimed get of every object (--warm)"
+            } else {
+                "the same clients get them back"
+            }
+        ));
+        let t = Instant::now();
+        pass().await?;
+        secs = t.elapsed().as_secs_f64();
+    }
+    Ok(secs)
 }
 
 async fn join_all(tasks: &mut tokio::task::JoinSet<Result<()>>) -> Result<()> {
@@ -904,16 +915,8 @@ async fn minio_side(
     join_all(&mut tasks).await?;
     let put_secs = t.elapsed().as_secs_f64();
 
-    // With --warm an untimed pass reads every object first, so the timed one reads page-cached
-    // chunk files on both sides (cold reads on this VM depend on the host's disk cache).
-    let mut get_secs = 0.0;
-    for pass in 0..1 + cfg.warm as usize {
-        log(if pass == 0 && cfg.warm {
-            "MinIO: an untimed get of every object (--warm)"
-        } else {
-            "MinIO: the same clients get them back"
-        });
-        let t = Instant::now();
+    let get_secs = timed_gets(cfg, "MinIO", log, || {
+        let mut tasks = tokio::task::JoinSet::new();
         for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs.clone()).enumerate() {
             let cfg = cfg.clone();
             tasks.spawn(async move {
@@ -927,9 +930,9 @@ async fn minio_side(
                 Ok::<_, LabError>(())
             });
         }
-        join_all(&mut tasks).await?;
-        get_secs = t.elapsed().as_secs_f64();
-    }
+        async move { join_all(&mut tasks).await }
+    })
+    .await?;
 
     log(&format!(
         "MinIO: {} whole-object rewrites to change {} bytes",

@@ -99,6 +99,18 @@ pub struct ReadStats {
     pub fallbacks: u64,
 }
 
+impl std::ops::Add for ReadStats {
+    type Output = ReadStats;
+    /// Two clients' counts together.
+    fn add(self, o: ReadStats) -> ReadStats {
+        ReadStats {
+            primary: self.primary + o.primary,
+            direct: self.direct + o.direct,
+            fallbacks: self.fallbacks + o.fallbacks,
+        }
+    }
+}
+
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
