@@ -56,10 +56,16 @@ async fn put_get_update_match_the_model() {
                 } else {
                     &rig.client
                 };
-                let got = reader
-                    .read(path, offset as u64, len as u64)
-                    .await
-                    .unwrap_or_else(|e| panic!("{ctx}: get {offset}+{len}: {e}"));
+                // Joined by the client, or as the frames they arrived in (no join copy).
+                let got = if rng.chance(0.5) {
+                    reader.read(path, offset as u64, len as u64).await
+                } else {
+                    reader
+                        .read_frames(path, offset as u64, len as u64)
+                        .await
+                        .map(|frames| frames.concat())
+                }
+                .unwrap_or_else(|e| panic!("{ctx}: get {offset}+{len}: {e}"));
                 assert_eq!(got.len(), len, "{ctx}");
                 assert_eq!(
                     model[path].check(offset, &got),

@@ -514,6 +514,24 @@ fn check_object(what: &str, got: &[u8], want: &[u8]) -> Result<()> {
     )))
 }
 
+/// [`check_object`] for an object read as frames ([`Client::read_frames`]: no join copy).
+fn check_frames(what: &str, got: &[ecstack_client::Bytes], want: &[u8]) -> Result<()> {
+    let mut at = 0usize;
+    for f in got {
+        let end = at + f.len();
+        if end > want.len() || f[..] != want[at..end] {
+            let joined: Vec<u8> = got.iter().flat_map(|f| f.iter().copied()).collect();
+            return check_object(what, &joined, want);
+        }
+        at = end;
+    }
+    if at != want.len() {
+        let joined: Vec<u8> = got.iter().flat_map(|f| f.iter().copied()).collect();
+        return check_object(what, &joined, want);
+    }
+    Ok(())
+}
+
 fn buffers(cfg: &ClusterBenchConfig, salt: u64) -> Vec<Vec<u8>> {
     (0..cfg.clients)
         .map(|c| {
@@ -616,11 +634,11 @@ async fn ours_side(
                 for i in objects_of(&cfg, c) {
                     let path = format!("/bench/o{i}");
                     let got = client
-                        .read(&path, 0, cfg.object_bytes)
+                        .read_frames(&path, 0, cfg.object_bytes)
                         .await
                         .map_err(client_error)?;
                     stamp(&mut buf, i);
-                    check_object(&format!("ecstack get {path}"), &got, &buf)?;
+                    check_frames(&format!("ecstack get {path}"), &got, &buf)?;
                 }
                 Ok::<_, LabError>(())
             });
@@ -968,6 +986,31 @@ async fn minio_side(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_are_checked_as_the_object_they_join_to() {
+        let want: Vec<u8> = (0..100u8).collect();
+        let frames = |cuts: &[usize], data: &[u8]| -> Vec<ecstack_client::Bytes> {
+            let mut at = 0;
+            let mut out = Vec::new();
+            for &c in cuts.iter().chain([&data.len()]) {
+                out.push(ecstack_client::Bytes::copy_from_slice(&data[at..c]));
+                at = c;
+            }
+            out
+        };
+        check_frames("t", &frames(&[], &want), &want).unwrap();
+        check_frames("t", &frames(&[0, 7, 7, 64], &want), &want).unwrap();
+        let mut bad = want.clone();
+        bad[70] ^= 1;
+        let e = check_frames("t", &frames(&[7, 64], &bad), &want).unwrap_err();
+        assert!(e.to_string().contains("at byte 70"), "{e}");
+        let e = check_frames("t", &frames(&[7], &want[..99]), &want).unwrap_err();
+        assert!(e.to_string().contains("read 99 bytes"), "{e}");
+        let long: Vec<u8> = (0..101u8).collect();
+        let e = check_frames("t", &frames(&[50], &long), &want).unwrap_err();
+        assert!(e.to_string().contains("read 101 bytes"), "{e}");
+    }
 
     #[test]
     fn config_errors_name_the_flag() {

@@ -289,8 +289,19 @@ impl S3Client {
                     "S3 {method} {path}: a body of {n} bytes is over the {BODY_BYTES_MAX} limit"
                 )));
             }
-            let mut buf = vec![0u8; n];
-            conn.read_exact(&mut buf).await.map_err(io)?;
+            // Read into spare capacity (no zero fill first: the fewest copies this client can do).
+            let mut buf = Vec::with_capacity(n);
+            let got = (&mut *conn)
+                .take(n as u64)
+                .read_to_end(&mut buf)
+                .await
+                .map_err(io)?;
+            if got != n {
+                return Err(io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the body ended after {got} of {n} bytes"),
+                )));
+            }
             buf
         };
         if close {

@@ -475,10 +475,48 @@ impl Client {
         length: Option<u64>,
         writer: &mut W,
     ) -> Result<u64, ClientError> {
+        let what = format!("get {path}");
+        let mut sink = WriteSink {
+            writer,
+            what: &what,
+        };
+        let written = self.fetch(path, offset, length, &what, &mut sink).await?;
+        sink.writer
+            .flush()
+            .await
+            .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
+        Ok(written)
+    }
+
+    /// `length` bytes of `path` from `offset` as the frames they arrived in, in order, without
+    /// joining them (no copy of the data in the client; [`Client::read`] joins them). Fetched as
+    /// [`Client::get`] fetches.
+    pub async fn read_frames(
+        &self,
+        path: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<Vec<Bytes>, ClientError> {
+        let what = format!("get {path}");
+        let mut frames = Vec::new();
+        self.fetch(path, offset, Some(length), &what, &mut frames)
+            .await?;
+        Ok(frames)
+    }
+
+    /// The read behind [`Client::get`] and [`Client::read_frames`]: every piece of the range,
+    /// fetched `window_segments_max` at once, handed to `sink` in order. Returns the bytes handed.
+    async fn fetch<S: FrameSink>(
+        &self,
+        path: &str,
+        offset: u64,
+        length: Option<u64>,
+        what: &str,
+        sink: &mut S,
+    ) -> Result<u64, ClientError> {
         let file = self.stat(path).await?;
         let length = length.unwrap_or(file.size.saturating_sub(offset));
         check_range(&file, offset, length)?;
-        let what = format!("get {path}");
         let window = self.inner.options.window_segments_max.max(1);
         let pieces = split_range(offset, length, file.segment_bytes);
         let k = self.config().code.k;
@@ -527,22 +565,15 @@ impl Client {
             order.finished(i);
             arrived.insert(i, data?);
             while let Some(frames) = arrived.remove(&next_to_write) {
-                for data in frames {
-                    writer
-                        .write_all(&data)
-                        .await
-                        .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
-                    written += data.len() as u64;
-                    self.advance(data.len() as u64);
-                }
+                let bytes = frames_len(&frames);
+                debug_assert_eq!(bytes, pieces[next_to_write].length);
+                sink.take(frames).await?;
+                written += bytes;
+                self.advance(bytes);
                 next_to_write += 1;
             }
         }
         debug_assert!(arrived.is_empty() && next_to_write == pieces.len());
-        writer
-            .flush()
-            .await
-            .map_err(|e| ClientError::io(format!("{what}: writing the output"), e))?;
         Ok(written)
     }
 
@@ -886,4 +917,35 @@ async fn read_up_to<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> std::io::Res
     }
     buf.truncate(filled);
     Ok(buf)
+}
+
+/// Where [`Client::fetch`] hands each piece's frames, in order.
+trait FrameSink {
+    async fn take(&mut self, frames: Vec<Bytes>) -> Result<(), ClientError>;
+}
+
+/// [`Client::get`]: every frame written to the caller's writer.
+struct WriteSink<'a, W> {
+    writer: &'a mut W,
+    what: &'a str,
+}
+
+impl<W: AsyncWrite + Unpin> FrameSink for WriteSink<'_, W> {
+    async fn take(&mut self, frames: Vec<Bytes>) -> Result<(), ClientError> {
+        for data in frames {
+            self.writer
+                .write_all(&data)
+                .await
+                .map_err(|e| ClientError::io(format!("{}: writing the output", self.what), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// [`Client::read_frames`]: the frames kept as they are.
+impl FrameSink for Vec<Bytes> {
+    async fn take(&mut self, frames: Vec<Bytes>) -> Result<(), ClientError> {
+        self.extend(frames);
+        Ok(())
+    }
 }

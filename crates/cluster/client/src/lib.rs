@@ -13,6 +13,8 @@ mod error;
 pub mod local;
 pub mod segments;
 
+/// The frames [`Client::read_frames`] returns.
+pub use bytes::Bytes;
 pub use client::{summary, Client, ClientOptions, ReadPath, ReadStats};
 pub use error::ClientError;
 pub use local::{LocalCluster, LocalSpec};
