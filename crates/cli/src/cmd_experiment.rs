@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_array::SchemeKind;
 use ecstack_lab::codfs_model::ModelConfig;
-use ecstack_lab::eplog::{EplogConfig, Exp, KvScale, Setting, Testbed};
+use ecstack_lab::eplog::{EplogConfig, Exp, KvCells, KvScale, KvWorkload, Setting, Testbed};
 use ecstack_lab::LabError;
 
 use crate::util::print_report;
@@ -105,7 +105,7 @@ struct EplogArgs {
     /// RAID settings k+m to run (Exps 1, 2 and 4; the others always use 6+2)
     #[arg(long, value_delimiter = ',', default_value = "4+1,6+1,4+2,6+2")]
     settings: Vec<String>,
-    /// Schemes to run (Exps 1, 2 and 4)
+    /// Schemes to run (Exps 1, 2, 4 and 6)
     #[arg(long, value_delimiter = ',', default_value = "md,pl,eplog")]
     schemes: Vec<String>,
     /// Exp 4 is also run with these numbers of concurrent clients (FIN, every setting; the
@@ -116,7 +116,7 @@ struct EplogArgs {
     /// eplog stripe buffer in the multi-client runs: batches written at once (0 = off)
     #[arg(long, default_value_t = ecstack_array::scheme::DEFAULT_IN_FLIGHT)]
     stripe_buffer: usize,
-    /// Exp 4 testbeds: `files` (O_DIRECT files in --dir), `paper` (EPLOG's SSDs and HDDs, Table 1,
+    /// Exp 4 and 6 testbeds: `files` (O_DIRECT files in --dir), `paper` (EPLOG's SSDs and HDDs, Table 1,
     /// emulated: RAM devices charged the paper's per-request service times)
     #[arg(long, value_delimiter = ',', default_value = "files,paper")]
     testbed: Vec<String>,
@@ -126,6 +126,35 @@ struct EplogArgs {
     /// Exp 6: requests per run (default three per pair, as the seed's 3 M over 1 M)
     #[arg(long)]
     kv_requests: Option<u64>,
+    /// Exp 6: pair sizes to run (metadata + key + value, multiples of 4K)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "4K,8K",
+        value_name = "SIZES"
+    )]
+    kv_pair_sizes: Vec<String>,
+    /// Exp 6: workloads to run (update-only, hybrid)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "update-only,hybrid",
+        value_name = "WORKLOADS"
+    )]
+    kv_workloads: Vec<String>,
+    /// Exp 6: object metadata cache sizes to run, percent of the pairs
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0,25,50,75,100",
+        value_name = "PCTS"
+    )]
+    kv_cache: Vec<u32>,
+    /// Exp 6: run each cell N times, the schemes in turn (md, pl, eplog, md, ...), and report
+    /// medians with their ranges; with N > 1 every scheme's array is built and loaded first and
+    /// kept until its pair size is done (up to 3x the device files or RAM of N = 1)
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    kv_repeat: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Print all results as JSON
@@ -221,6 +250,25 @@ fn eplog_config(a: &EplogArgs) -> Result<EplogConfig, LabError> {
             requests: a
                 .kv_requests
                 .unwrap_or(3 * a.kv_pairs.unwrap_or(KvScale::default_for(a.quick).pairs)),
+        },
+        kv_cells: KvCells {
+            pair_bytes: a
+                .kv_pair_sizes
+                .iter()
+                .map(|s| {
+                    ecstack_base::parse_size(s).map_err(|e| LabError::Config {
+                        field: "kv-pair-sizes",
+                        msg: e.to_string(),
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            workloads: a
+                .kv_workloads
+                .iter()
+                .map(|w| w.parse::<KvWorkload>())
+                .collect::<Result<_, _>>()?,
+            cache_pct: a.kv_cache.clone(),
+            repeat: a.kv_repeat,
         },
         seed: a.seed,
         dir,

@@ -2,8 +2,8 @@
 //! figures follow from the schemes' designs, and the files it writes are there.
 
 use ecstack_lab::eplog::{
-    find, run, Commit, EplogConfig, Exp, KvScale, KvWorkload, Report, RunKey, Setting, Testbed,
-    TraceName, Variant, CACHE_PCT, PAIR_BYTES,
+    find, run, Commit, EplogConfig, Exp, KvCells, KvScale, KvWorkload, Report, RunKey, Setting,
+    Testbed, TraceName, Variant, CACHE_PCT, PAIR_BYTES,
 };
 
 fn tiny(exps: Vec<Exp>, dir: &std::path::Path) -> EplogConfig {
@@ -194,4 +194,61 @@ fn exp6_kv_store_runs_every_workload_and_cache_size_with_checked_gets() {
     ] {
         assert!(out.join(f).exists(), "{f} missing");
     }
+}
+
+#[test]
+fn exp6_selected_cells_repeat_with_the_schemes_in_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = EplogConfig {
+        kv: KvScale {
+            pairs: 32,
+            requests: 48,
+        },
+        kv_cells: KvCells {
+            pair_bytes: vec![4096],
+            workloads: vec![KvWorkload::Hybrid],
+            cache_pct: vec![50, 75],
+            repeat: 3,
+        },
+        // Both testbeds: files in their own directory per scheme, removed afterwards.
+        testbeds: vec![Testbed::Files, Testbed::Paper],
+        ..tiny(vec![Exp::KvStore], tmp.path())
+    };
+    let r = run(&cfg, &quiet).unwrap();
+    // 2 testbeds x 2 cache sizes x 3 rounds x 3 schemes, in that nesting.
+    assert_eq!(r.kv.len(), 2 * 2 * 3 * 3);
+    for (i, x) in r.kv.iter().enumerate() {
+        assert_eq!((x.pair_bytes, x.workload), (4096, KvWorkload::Hybrid));
+        assert_eq!(
+            x.round as usize,
+            (i / 3) % 3,
+            "rounds interleave the schemes"
+        );
+        assert_eq!(x.scheme, [Variant::MD, Variant::PL, Variant::EPLOG][i % 3]);
+        assert_eq!(x.cache_pct, [50, 75][(i / 9) % 2]);
+        assert_eq!(x.updates + x.gets, 48);
+        assert!(x.ssd_writes_per_req > 0.0, "{i}");
+    }
+    let exp6: Vec<_> = r
+        .targets
+        .iter()
+        .filter(|t| t.what.starts_with("Exp 6 "))
+        .collect();
+    // Per testbed: one workload x eplog / md, eplog / pl, over the cache sizes run.
+    assert_eq!(exp6.len(), 2 * 2);
+    assert!(
+        exp6[0].what.contains("lowest over cache 50%, 75%"),
+        "{}",
+        exp6[0].what
+    );
+    let md = r.markdown();
+    assert!(md.contains("3 rounds per cell"), "{md}");
+    assert!(md.contains("Device requests per KV request"), "{md}");
+    assert!(md.contains("| 4 KiB | hybrid | 75% |"), "{md}");
+    assert!(!md.contains("| 8 KiB |"), "{md}");
+    // The device files are gone.
+    let left: Vec<_> = std::fs::read_dir(tmp.path().join("devices"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -161,6 +161,8 @@ pub struct EplogConfig {
     pub testbeds: Vec<Testbed>,
     /// Exp 6: pairs loaded and requests issued per run.
     pub kv: KvScale,
+    /// Exp 6: which cells to run, and how often.
+    pub kv_cells: KvCells,
     pub seed: u64,
     /// Directory for the device files of Exps 4–6; the files are removed afterwards.
     pub dir: PathBuf,
@@ -188,6 +190,7 @@ impl EplogConfig {
             stripe_buffer: ecstack_array::scheme::DEFAULT_IN_FLIGHT,
             testbeds: vec![Testbed::Files, Testbed::Paper],
             kv: KvScale::default_for(quick),
+            kv_cells: KvCells::default(),
             seed: 42,
             dir,
         }
@@ -207,7 +210,8 @@ impl EplogConfig {
                 "0 is not a number of clients (use 1 or more)".into(),
             ));
         }
-        self.kv.validate()
+        self.kv.validate()?;
+        self.kv_cells.validate()
     }
 
     pub fn wants(&self, e: Exp) -> bool {
@@ -216,6 +220,118 @@ impl EplogConfig {
 
     pub(crate) fn on(&self, t: Testbed) -> bool {
         self.wants(Exp::RequestsPerSecond) && self.testbeds.contains(&t)
+    }
+}
+
+/// Pair sizes of Exp 6 (metadata + key + value), both chunk-aligned.
+pub const PAIR_BYTES: [u64; 2] = [4096, 8192];
+/// Object metadata cache sizes of Exp 6, percent of the pairs.
+pub const CACHE_PCT: [u32; 5] = [0, 25, 50, 75, 100];
+
+/// Exp 6's two workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvWorkload {
+    /// UPDATE only.
+    UpdateOnly,
+    /// 50 % UPDATE, 50 % GET.
+    Hybrid,
+}
+
+impl KvWorkload {
+    pub const ALL: [KvWorkload; 2] = [KvWorkload::UpdateOnly, KvWorkload::Hybrid];
+}
+
+impl fmt::Display for KvWorkload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KvWorkload::UpdateOnly => "update-only",
+            KvWorkload::Hybrid => "hybrid",
+        })
+    }
+}
+
+impl FromStr for KvWorkload {
+    type Err = LabError;
+
+    fn from_str(s: &str) -> Result<KvWorkload> {
+        match s.trim() {
+            "update-only" | "update" => Ok(KvWorkload::UpdateOnly),
+            "hybrid" => Ok(KvWorkload::Hybrid),
+            other => Err(config_error(
+                "kv-workloads",
+                format!("unknown workload '{other}' (expected update-only, hybrid)"),
+            )),
+        }
+    }
+}
+
+impl Serialize for KvWorkload {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        crate::serialize_display(self, s)
+    }
+}
+
+/// Which Exp 6 cells run (pair size × workload × cache size, per testbed and scheme) and how many
+/// times each. With `repeat` > 1 the arrays of every scheme are built and loaded first and each
+/// cell then runs `repeat` rounds of md, pl, eplog in turn, so a change of the machine's load hits
+/// every scheme alike (this holds the schemes' arrays at once: up to three times the device files
+/// or RAM of one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvCells {
+    pub pair_bytes: Vec<u64>,
+    pub workloads: Vec<KvWorkload>,
+    pub cache_pct: Vec<u32>,
+    pub repeat: usize,
+}
+
+impl Default for KvCells {
+    /// Every cell of the seed's Exp 6, once.
+    fn default() -> KvCells {
+        KvCells {
+            pair_bytes: PAIR_BYTES.to_vec(),
+            workloads: KvWorkload::ALL.to_vec(),
+            cache_pct: CACHE_PCT.to_vec(),
+            repeat: 1,
+        }
+    }
+}
+
+impl KvCells {
+    /// The largest pair size accepted (a record of whole 4 KiB chunks).
+    pub const PAIR_BYTES_MAX: u64 = 1 << 20;
+
+    pub fn validate(&self) -> Result<()> {
+        let empty = |field, what: &str| Err(config_error(field, format!("no {what} to run")));
+        if self.pair_bytes.is_empty() {
+            return empty("kv-pair-sizes", "pair size");
+        }
+        if self.workloads.is_empty() {
+            return empty("kv-workloads", "workload");
+        }
+        if self.cache_pct.is_empty() {
+            return empty("kv-cache", "cache size");
+        }
+        for &pb in &self.pair_bytes {
+            if pb == 0 || pb % 4096 != 0 || pb > KvCells::PAIR_BYTES_MAX {
+                return Err(config_error(
+                    "kv-pair-sizes",
+                    format!("{pb} bytes is not a multiple of the 4 KiB chunk in 4K..=1M (the seed's: 4K, 8K)"),
+                ));
+            }
+        }
+        if let Some(p) = self.cache_pct.iter().find(|&&p| p > 100) {
+            return Err(config_error(
+                "kv-cache",
+                format!("{p} is not a percentage of the pairs in 0..=100"),
+            ));
+        }
+        if !(1..=1000).contains(&self.repeat) {
+            return Err(config_error(
+                "kv-repeat",
+                format!("{} is not in 1..=1000", self.repeat),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -311,5 +427,32 @@ mod tests {
             c.scale = bad;
             assert!(c.validate().unwrap_err().to_string().starts_with("scale: "));
         }
+    }
+
+    #[test]
+    fn kv_cells_parse_and_validate() {
+        assert_eq!(
+            "update".parse::<KvWorkload>().unwrap(),
+            KvWorkload::UpdateOnly
+        );
+        assert_eq!(" hybrid".parse::<KvWorkload>().unwrap(), KvWorkload::Hybrid);
+        assert!("get-only"
+            .parse::<KvWorkload>()
+            .unwrap_err()
+            .to_string()
+            .starts_with("kv-workloads: "));
+        KvCells::default().validate().unwrap();
+        let bad = |f: fn(&mut KvCells), field: &str| {
+            let mut c = KvCells::default();
+            f(&mut c);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.starts_with(&format!("{field}: ")), "{e}");
+        };
+        bad(|c| c.pair_bytes = vec![4096, 5000], "kv-pair-sizes");
+        bad(|c| c.pair_bytes = vec![0], "kv-pair-sizes");
+        bad(|c| c.pair_bytes.clear(), "kv-pair-sizes");
+        bad(|c| c.workloads.clear(), "kv-workloads");
+        bad(|c| c.cache_pct = vec![50, 101], "kv-cache");
+        bad(|c| c.repeat = 0, "kv-repeat");
     }
 }

@@ -45,7 +45,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub use config::{EplogConfig, Exp, KvScale, Setting, Testbed};
+pub use config::{EplogConfig, Exp, KvCells, KvScale, Setting, Testbed};
 pub use exps::{RecoveryCase, RecoveryRow, RECOVERY_BATCHES};
 pub use kv::{KvRow, KvWorkload, CACHE_PCT, PAIR_BYTES};
 pub use report::{Report, TraceInfo};
