@@ -337,8 +337,9 @@ impl Systematic {
         })
     }
 
-    /// The decode plan for `erased` with its kernel tables, from the cache or built (and cached).
-    fn cached_plan(&self, erased: &[usize]) -> Result<std::sync::Arc<DecodePlan>> {
+    /// Run `f` on the decode plan for `erased` with its kernel tables: from the cache (this thread's
+    /// last plan or the shared LRU) or built (and cached).
+    fn with_cached_plan<R>(&self, erased: &[usize], f: impl FnOnce(&DecodePlan) -> R) -> Result<R> {
         // The key: erased indexes as u16 (n <= 256), on the stack for the usual small m.
         let mut small = [0u16; 32];
         let mut big = Vec::new();
@@ -351,11 +352,15 @@ impl Systematic {
             big.extend(erased.iter().map(|&e| e.min(u16::MAX as usize) as u16));
             &big
         };
-        self.decode_cache.get_or_build(key, || {
-            let (survivors, rows) = self.plan(erased)?;
-            let tables = Tables::for_level(self.level, rows.rows, rows.cols, &rows.data);
-            Ok(DecodePlan { survivors, tables })
-        })
+        self.decode_cache.with_plan(
+            key,
+            || {
+                let (survivors, rows) = self.plan(erased)?;
+                let tables = Tables::for_level(self.level, rows.rows, rows.cols, &rows.data);
+                Ok(DecodePlan::new(survivors, tables))
+            },
+            f,
+        )
     }
 
     /// See [`LinearCode::decode_plan`].
@@ -516,23 +521,23 @@ impl ErasureCode for Systematic {
             kernels::xor_multi_level(self.level, dst.expect("erased index checked"), &srcs, false);
             return Ok(());
         }
-        let plan = self.cached_plan(erased)?;
         // Survivors and erased shards are disjoint (survivors are chosen among the shards not erased)
         // and `erased` has no repeats (checked by `plan` before any plan was built or cached).
-        let n_src = plan.survivors.len();
-        kernels::with_ptrs(n_src, erased.len(), |sp, dp| {
-            for (p, &i) in sp.iter_mut().zip(&plan.survivors) {
-                *p = shards[i].as_ptr();
-            }
-            for (p, &e) in dp.iter_mut().zip(erased) {
-                *p = shards[e].as_mut_ptr();
-            }
-            // SAFETY: each pointer comes from a distinct shard of `shards` (a unique borrow held for
-            // this call), every shard is `len` bytes (checked above), sources are only read and the
-            // destinations are distinct from each other and from the sources (see above).
-            unsafe { kernels::dot_prod_raw(&plan.tables, sp, dp, len, false) };
-        });
-        Ok(())
+        self.with_cached_plan(erased, |plan| {
+            let n_src = plan.survivors.len();
+            kernels::with_ptrs(n_src, erased.len(), |sp, dp| {
+                for (p, &i) in sp.iter_mut().zip(&plan.survivors) {
+                    *p = shards[i].as_ptr();
+                }
+                for (p, &e) in dp.iter_mut().zip(erased) {
+                    *p = shards[e].as_mut_ptr();
+                }
+                // SAFETY: each pointer comes from a distinct shard of `shards` (a unique borrow held
+                // for this call), every shard is `len` bytes (checked above), sources are only read
+                // and the destinations are distinct from each other and from the sources (see above).
+                unsafe { kernels::dot_prod_raw(&plan.tables, sp, dp, len, false) };
+            })
+        })
     }
 
     fn verify(&self, shards: &[&[u8]]) -> Result<bool> {

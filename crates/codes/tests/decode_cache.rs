@@ -225,3 +225,66 @@ fn every_pattern_of_a_small_code_misses_once() {
     let s = code.decode_cache_stats();
     assert_eq!((s.misses, s.hits), (15, 30));
 }
+
+/// A thread's last plan (the fast path in front of the shared LRU) answers only its own code and
+/// pattern: codes alternated on one thread, a code dropped and another made, patterns alternated.
+#[test]
+fn last_plan_answers_only_its_code_and_pattern() {
+    let cauchy = new_linear_code(CodeKind::RsCauchy, 4, 2).unwrap();
+    let vand = new_linear_code(CodeKind::RsVandermonde, 4, 2).unwrap();
+    let (sc, sv) = (
+        encode_random(&*cauchy, 512, 8),
+        encode_random(&*vand, 512, 9),
+    );
+    for _ in 0..3 {
+        decode_checked(&*cauchy, &sc, &[0, 1]);
+        decode_checked(&*cauchy, &sc, &[0, 1]);
+        decode_checked(&*vand, &sv, &[0, 1]);
+        decode_checked(&*cauchy, &sc, &[1, 0]);
+        decode_checked(&*cauchy, &sc, &[0, 5]);
+    }
+    let s = cauchy.decode_cache_stats();
+    assert_eq!((s.misses, s.hits), (3, 9), "{s:?}");
+    assert_eq!(vand.decode_cache_stats().misses, 1);
+    for kind in [
+        CodeKind::RsCauchy,
+        CodeKind::RsVandermonde,
+        CodeKind::RsCauchy,
+    ] {
+        let code = new_linear_code(kind, 4, 2).unwrap();
+        let shards = encode_random(&*code, 256, 10);
+        decode_checked(&*code, &shards, &[2, 3]);
+        decode_checked(&*code, &shards, &[2, 3]);
+        assert_eq!(
+            (
+                code.decode_cache_stats().misses,
+                code.decode_cache_stats().hits
+            ),
+            (1, 1)
+        );
+    }
+}
+
+/// A use answered by a thread's last plan counts as a use in the LRU order: the plan another thread
+/// used less recently is the one evicted.
+#[test]
+fn last_plan_uses_keep_the_lru_order() {
+    let code = new_linear_code_with(CodeKind::RsCauchy, 6, 3, opts(2, usize::MAX)).unwrap();
+    let shards = encode_random(&*code, 1000, 11);
+    let (a, b, c) = ([0usize, 1], [2usize, 7], [8usize]);
+    decode_checked(&*code, &shards, &a); // miss
+    std::thread::scope(|s| {
+        s.spawn(|| decode_checked(&*code, &shards, &b)); // miss, on another thread
+    });
+    decode_checked(&*code, &shards, &a); // hit: this thread's last plan; a is now newer than b
+    decode_checked(&*code, &shards, &c); // miss: evicts b
+    decode_checked(&*code, &shards, &a); // hit (from the LRU: this thread's last plan is c)
+    let s = code.decode_cache_stats();
+    assert_eq!(
+        (s.hits, s.misses, s.evictions, s.entries),
+        (2, 3, 1, 2),
+        "{s:?}"
+    );
+    decode_checked(&*code, &shards, &b); // miss: b was evicted
+    assert_eq!(code.decode_cache_stats().misses, 4);
+}
