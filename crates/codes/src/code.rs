@@ -355,9 +355,13 @@ impl Systematic {
         self.decode_cache.with_plan(
             key,
             || {
-                let (survivors, rows) = self.plan(erased)?;
-                let tables = Tables::for_level(self.level, rows.rows, rows.cols, &rows.data);
-                Ok(DecodePlan::new(survivors, tables))
+                // Survivors on the heap (the plan keeps them), the rows on the stack when small.
+                let mut survivors = vec![0; self.k];
+                with_scratch(erased.len() * self.k, |rows| {
+                    self.plan_into(erased, &mut survivors, rows)?;
+                    let tables = Tables::for_level(self.level, erased.len(), self.k, rows);
+                    Ok(DecodePlan::new(survivors, tables))
+                })
             },
             f,
         )
@@ -365,8 +369,20 @@ impl Systematic {
 
     /// See [`LinearCode::decode_plan`].
     pub(crate) fn plan(&self, erased: &[usize]) -> Result<(Vec<usize>, Matrix)> {
-        let n = self.k + self.m;
-        let mut is_erased = vec![false; n];
+        let mut survivors = vec![0; self.k];
+        let mut rows = Matrix::zero(erased.len(), self.k);
+        self.plan_into(erased, &mut survivors, &mut rows.data)?;
+        Ok((survivors, rows))
+    }
+
+    /// Check `erased` and write the decode plan for it: the k survivors (the first k shards not
+    /// erased) into `survivors`, the rows that rebuild each erased shard from them (erased.len() x k,
+    /// row-major) into `rows`. The k x k inversion works on the stack for k <= 16, so a plan made on
+    /// every call (the cache off, or a pattern seen for the first time) costs no allocation here.
+    fn plan_into(&self, erased: &[usize], survivors: &mut [usize], rows: &mut [u8]) -> Result<()> {
+        let (k, n) = (self.k, self.k + self.m);
+        debug_assert!(survivors.len() == k && rows.len() == erased.len() * k);
+        let mut is_erased = [false; 256];
         for &e in erased {
             if e >= n {
                 return Err(CodeError::IndexOutOfRange { index: e, n });
@@ -382,28 +398,48 @@ impl Systematic {
                 m: self.m,
             });
         }
-        let survivors: Vec<usize> = (0..n).filter(|&i| !is_erased[i]).take(self.k).collect();
-        let b = self.gen.select_rows(&survivors);
-        // Every generator built here is MDS (any k rows invertible), so this cannot fail; it is reported
-        // rather than unwrapped all the same.
-        let b_inv = b.invert().ok_or_else(|| CodeError::NotInvertible {
-            survivors: survivors.clone(),
-        })?;
-        let mut rows = Matrix::zero(erased.len(), self.k);
-        for (i, &e) in erased.iter().enumerate() {
-            let r = if e < self.k {
-                b_inv.row(e).to_vec()
-            } else {
-                let g = Matrix {
-                    rows: 1,
-                    cols: self.k,
-                    data: self.gen.row(e).to_vec(),
-                };
-                g.mul(&b_inv).data
-            };
-            rows.data[i * self.k..(i + 1) * self.k].copy_from_slice(&r);
+        for (s, i) in survivors.iter_mut().zip((0..n).filter(|&i| !is_erased[i])) {
+            *s = i;
         }
-        Ok((survivors, rows))
+        with_scratch(2 * k * k, |buf| {
+            let (b, b_inv) = buf.split_at_mut(k * k);
+            for (row, &s) in b.chunks_exact_mut(k).zip(survivors.iter()) {
+                row.copy_from_slice(self.gen.row(s));
+            }
+            // Every generator built here is MDS (any k rows invertible), so this cannot fail; it is
+            // reported rather than unwrapped all the same.
+            if !matrix::invert_into(b, b_inv, k) {
+                return Err(CodeError::NotInvertible {
+                    survivors: survivors.to_vec(),
+                });
+            }
+            for (out, &e) in rows.chunks_exact_mut(k).zip(erased) {
+                if e < k {
+                    out.copy_from_slice(&b_inv[e * k..(e + 1) * k]);
+                } else {
+                    // Generator row e times the inverse.
+                    out.fill(0);
+                    for (&g, inv_row) in self.gen.row(e).iter().zip(b_inv.chunks_exact(k)) {
+                        let t = &kernels::MUL_TABLE[g as usize];
+                        for (o, &x) in out.iter_mut().zip(inv_row) {
+                            *o ^= t[x as usize];
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Run `f` on `len` zeroed bytes of scratch, on the stack when small (up to two 16 x 16 matrices).
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    const SMALL: usize = 512;
+    if len <= SMALL {
+        let mut buf = [0u8; SMALL];
+        f(&mut buf[..len])
+    } else {
+        f(&mut vec![0u8; len])
     }
 }
 

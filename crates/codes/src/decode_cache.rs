@@ -82,6 +82,8 @@ pub(crate) struct DecodeCache {
     tick: AtomicU64,
     /// Hits answered by a thread's `LAST` (the rest are counted in `Inner::stats`).
     fast_hits: AtomicU64,
+    /// Misses of [`DecodeCache::with_plan`] with the cache off.
+    off_misses: AtomicU64,
     inner: Mutex<Inner>,
 }
 
@@ -125,6 +127,7 @@ impl DecodeCache {
             bytes_max,
             tick: AtomicU64::new(0),
             fast_hits: AtomicU64::new(0),
+            off_misses: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 map: HashMap::new(),
                 stats: DecodeCacheStats::default(),
@@ -150,8 +153,13 @@ impl DecodeCache {
         build: impl FnOnce() -> Result<DecodePlan, E>,
         f: impl FnOnce(&DecodePlan) -> R,
     ) -> Result<R, E> {
+        if self.entries_max == 0 {
+            // The cache off: a plan made for this call alone (no lock, no `Arc`).
+            self.off_misses.fetch_add(1, Relaxed);
+            return build().map(|plan| f(&plan));
+        }
         let mut f = Some(f);
-        if self.entries_max != 0 && key.len() <= LAST_KEY_MAX {
+        if key.len() <= LAST_KEY_MAX {
             let fast = LAST.try_with(|l| {
                 let l = l.try_borrow().ok()?;
                 let last = l.as_ref()?;
@@ -253,6 +261,7 @@ impl DecodeCache {
         let mut s = g.stats;
         s.entries = g.map.len();
         s.hits += self.fast_hits.load(Relaxed);
+        s.misses += self.off_misses.load(Relaxed);
         s
     }
 }

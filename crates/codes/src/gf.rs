@@ -69,6 +69,7 @@ pub fn pow(a: u8, n: usize) -> u8 {
 }
 
 /// Split-nibble tables for the PSHUFB kernels: `lo[i] = c * i`, `hi[i] = c * (i << 4)`.
+#[cfg(test)]
 pub fn nibble_tables(c: u8) -> [u8; 32] {
     let mut t = [0u8; 32];
     for i in 0..16u8 {
@@ -81,19 +82,45 @@ pub fn nibble_tables(c: u8) -> [u8; 32] {
 /// The 8x8 bit matrix of "multiply by c" in the layout GF2P8AFFINEQB expects: output bit i is the parity
 /// of (byte 7-i of the matrix) AND x. Multiplication by a constant is GF(2)-linear, so this works for any
 /// field polynomial (the instruction's own GF2P8MULB is fixed to 0x11b and cannot be used here).
+///
+/// A look-up in a 2 KiB table built at compile time (decode plans made on every call expand one matrix
+/// per coefficient).
+#[inline]
 pub fn affine_matrix(c: u8) -> u64 {
-    // Column j of the linear map is c * 2^j.
-    let cols: [u8; 8] = core::array::from_fn(|j| mul(c, 1u8 << j));
-    let mut m = 0u64;
-    for i in 0..8 {
-        let mut row = 0u8;
-        for (j, col) in cols.iter().enumerate() {
-            row |= ((col >> i) & 1) << j;
-        }
-        m |= (row as u64) << (8 * (7 - i));
-    }
-    m
+    AFFINE[c as usize]
 }
+
+const fn build_affine() -> [u64; 256] {
+    let (exp, log) = TABLES;
+    let mut t = [0u64; 256];
+    let mut c = 1;
+    while c < 256 {
+        // Column j of the linear map is c * 2^j.
+        let mut cols = [0u8; 8];
+        let mut j = 0;
+        while j < 8 {
+            cols[j] = exp[log[c] as usize + j];
+            j += 1;
+        }
+        let mut m = 0u64;
+        let mut i = 0;
+        while i < 8 {
+            let mut row = 0u8;
+            let mut j = 0;
+            while j < 8 {
+                row |= ((cols[j] >> i) & 1) << j;
+                j += 1;
+            }
+            m |= (row as u64) << (8 * (7 - i));
+            i += 1;
+        }
+        t[c] = m;
+        c += 1;
+    }
+    t
+}
+
+static AFFINE: [u64; 256] = build_affine();
 
 #[cfg(test)]
 mod tests {

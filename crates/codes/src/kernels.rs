@@ -167,12 +167,16 @@ impl Tables {
         let nib = if level.uses_nibbles() {
             coef.iter()
                 .map(|&c| {
-                    let t = gf::nibble_tables(c);
+                    // gf::nibble_tables(c), from the product table (decode plans made on every call
+                    // expand one entry per coefficient).
+                    let p = &MUL_TABLE[c as usize];
                     let mut w = [0u8; 64];
-                    w[..16].copy_from_slice(&t[..16]);
-                    w[16..32].copy_from_slice(&t[..16]);
-                    w[32..48].copy_from_slice(&t[16..]);
-                    w[48..].copy_from_slice(&t[16..]);
+                    for i in 0..16 {
+                        w[i] = p[i];
+                        w[16 + i] = p[i];
+                        w[32 + i] = p[i << 4];
+                        w[48 + i] = p[i << 4];
+                    }
                     w
                 })
                 .collect()

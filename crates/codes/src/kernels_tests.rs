@@ -21,6 +21,25 @@ fn mul_table_matches_field() {
     assert_eq!(kernels::MUL2_MATRIX, gf::affine_matrix(2));
 }
 
+/// The per-coefficient tables (built from `MUL_TABLE` and the compile-time affine table) are the
+/// field's nibble products and bit matrices.
+#[test]
+fn tables_hold_nibble_products_and_affine_matrices() {
+    let coef: Vec<u8> = (0..=255u8).collect();
+    let nib = Tables::for_level(Simd::Avx2, 16, 16, &coef);
+    let aff = Tables::for_level(Simd::Avx2Gfni, 16, 16, &coef);
+    for c in 0..=255u8 {
+        let t = gf::nibble_tables(c);
+        let w = &nib.nib[c as usize];
+        assert_eq!(
+            (&w[..16], &w[16..32], &w[32..48], &w[48..]),
+            (&t[..16], &t[..16], &t[16..], &t[16..]),
+            "c={c}"
+        );
+        assert_eq!(aff.aff[c as usize], gf::affine_matrix(c), "c={c}");
+    }
+}
+
 #[test]
 fn dot_prod_every_level_every_length() {
     let levels = kernels::supported_levels();

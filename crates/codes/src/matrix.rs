@@ -1,6 +1,7 @@
 //! Small dense matrices over GF(2^8): generator matrices and Gaussian-elimination inversion.
 
 use crate::gf;
+use crate::kernels::MUL_TABLE;
 
 /// A row-major matrix over GF(2^8), as [`LinearCode`](crate::LinearCode) hands out generators and decode
 /// rows. Read it through `data` (row-major, `rows * cols` bytes), [`get`](Matrix::get) or
@@ -21,6 +22,7 @@ impl Matrix {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn identity(n: usize) -> Matrix {
         let mut m = Matrix::zero(n, n);
         for i in 0..n {
@@ -74,40 +76,61 @@ impl Matrix {
     pub(crate) fn invert(&self) -> Option<Matrix> {
         assert_eq!(self.rows, self.cols, "only square matrices invert");
         let n = self.rows;
-        let mut a = self.clone();
-        let mut inv = Matrix::identity(n);
-        for col in 0..n {
-            // Find a pivot.
-            let pivot = (col..n).find(|&r| a.get(r, col) != 0)?;
-            if pivot != col {
-                for c in 0..n {
-                    a.data.swap(pivot * n + c, col * n + c);
-                    inv.data.swap(pivot * n + c, col * n + c);
-                }
-            }
-            // Scale the pivot row to 1.
-            let p = gf::inv(a.get(col, col));
-            if p != 1 {
-                for c in 0..n {
-                    a.set(col, c, gf::mul(a.get(col, c), p));
-                    inv.set(col, c, gf::mul(inv.get(col, c), p));
-                }
-            }
-            // Eliminate the column from every other row.
-            for r in 0..n {
-                let f = a.get(r, col);
-                if r != col && f != 0 {
-                    for c in 0..n {
-                        let av = a.get(col, c);
-                        let iv = inv.get(col, c);
-                        a.data[r * n + c] ^= gf::mul(f, av);
-                        inv.data[r * n + c] ^= gf::mul(f, iv);
-                    }
-                }
+        let mut a = self.data.clone();
+        let mut inv = Matrix::zero(n, n);
+        invert_into(&mut a, &mut inv.data, n).then_some(inv)
+    }
+}
+
+/// Invert the n x n row-major matrix `a` (destroyed) into `inv` by Gauss-Jordan elimination; false if
+/// it is singular. Row operations go through the product table's row of the factor (one look-up per
+/// entry, no branches), and the pivot row's entries left of the pivot are zero by then, so `a` is only
+/// updated from the pivot column on. Works on caller-provided buffers, so a decode plan made on every
+/// call needs no allocation for it.
+pub(crate) fn invert_into(a: &mut [u8], inv: &mut [u8], n: usize) -> bool {
+    assert!(a.len() == n * n && inv.len() == n * n);
+    inv.fill(0);
+    for i in 0..n {
+        inv[i * n + i] = 1;
+    }
+    for col in 0..n {
+        // Find a pivot.
+        let Some(pivot) = (col..n).find(|&r| a[r * n + col] != 0) else {
+            return false;
+        };
+        if pivot != col {
+            for c in 0..n {
+                a.swap(pivot * n + c, col * n + c);
+                inv.swap(pivot * n + c, col * n + c);
             }
         }
-        Some(inv)
+        // Scale the pivot row to 1.
+        let p = gf::inv(a[col * n + col]);
+        if p != 1 {
+            let t = &MUL_TABLE[p as usize];
+            for c in col..n {
+                a[col * n + c] = t[a[col * n + c] as usize];
+            }
+            for c in 0..n {
+                inv[col * n + c] = t[inv[col * n + c] as usize];
+            }
+        }
+        // Eliminate the column from every other row.
+        for r in 0..n {
+            let f = a[r * n + col];
+            if r == col || f == 0 {
+                continue;
+            }
+            let t = &MUL_TABLE[f as usize];
+            for c in col..n {
+                a[r * n + c] ^= t[a[col * n + c] as usize];
+            }
+            for c in 0..n {
+                inv[r * n + c] ^= t[inv[col * n + c] as usize];
+            }
+        }
     }
+    true
 }
 
 /// The systematic n x k generator derived from a Vandermonde matrix: V[i][j] = i^j over the n distinct
