@@ -80,6 +80,10 @@ struct ClusterBench {
     /// cache: cold reads of chunks written with O_DIRECT depend on the host's disk cache on a VM)
     #[arg(long)]
     warm: bool,
+    /// Worker threads of each of our OSDs (default: one per core; every OSD runs on this machine,
+    /// so 8 OSDs with 2 each are 16 threads on the cores MinIO runs its one process on)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    osd_threads: Option<u16>,
     /// Run our daemons without TLS and MinIO over plain HTTP (default: ours with mTLS, MinIO over HTTPS with a certificate from our cluster's CA, so both pay for TLS)
     #[arg(long)]
     insecure: bool,
@@ -150,6 +154,7 @@ fn bench_cluster(a: ClusterBench) -> Result<()> {
     cfg.read_path = a.read_path;
     cfg.rounds = a.rounds;
     cfg.warm = a.warm;
+    cfg.osd_threads = a.osd_threads;
     cfg.seed = a.seed;
     cfg.minio = if a.no_minio {
         None

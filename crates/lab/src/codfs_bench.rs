@@ -70,6 +70,8 @@ pub struct ClusterBenchConfig {
     pub rounds: usize,
     /// Read every object once, untimed, before the timed get (both sides).
     pub warm: bool,
+    /// Worker threads of each of our OSDs (`ecstack osd --threads`); `None`: one per core.
+    pub osd_threads: Option<u16>,
     pub seed: u64,
 }
 
@@ -93,6 +95,7 @@ impl ClusterBenchConfig {
             read_path: ReadPath::Primary,
             rounds: 1,
             warm: false,
+            osd_threads: None,
             seed: 1,
         }
     }
@@ -193,6 +196,8 @@ pub struct ClusterBenchReport {
     pub warm: bool,
     /// How our clients read: "primary" or "direct".
     pub read_path: &'static str,
+    /// Worker threads of each OSD (`None`: one per core).
+    pub osd_threads: Option<u16>,
     /// Our get pieces read straight from the holders, and those given back to the primary.
     pub direct_pieces: u64,
     pub direct_fallbacks: u64,
@@ -284,8 +289,12 @@ impl ClusterBenchReport {
         };
         s += &row(
             &format!(
-                "ecstack ({} OSDs, RS {}+{}, FO update, {}, reads {})",
+                "ecstack ({} OSDs{}, RS {}+{}, FO update, {}, reads {})",
                 self.osds,
+                self.osd_threads.map_or(String::new(), |n| format!(
+                    " of {n} worker thread{}",
+                    if n == 1 { "" } else { "s" }
+                )),
                 self.k,
                 self.m,
                 if self.tls { "mTLS" } else { "no TLS" },
@@ -359,6 +368,7 @@ async fn run_async(
     spec.m = cfg.m;
     spec.segment_bytes = cfg.segment_bytes;
     spec.insecure = cfg.insecure;
+    spec.osd_threads = cfg.osd_threads;
     // Failure detection is not measured here. With the defaults (down after 2 s without a
     // heartbeat), OSDs busy with a 1 GiB put on a loaded 2-core machine were marked down and the
     // reads that followed failed as "data lost" (every holder on a "down" OSD is unusable).
@@ -453,6 +463,7 @@ async fn run_async(
         tls: !cfg.insecure,
         warm: cfg.warm,
         read_path: cfg.read_path.name(),
+        osd_threads: cfg.osd_threads,
         direct_pieces: reads.direct,
         direct_fallbacks: reads.fallbacks,
         big_file_bytes: cfg.big_file_bytes,

@@ -37,6 +37,8 @@ pub struct LocalSpec {
     pub out_after_ms: u64,
     /// Run without TLS (loopback experiments only; every daemon warns loudly).
     pub insecure: bool,
+    /// Worker threads of each OSD's runtime (`ecstack osd --threads`); `None`: one per core.
+    pub osd_threads: Option<u16>,
 }
 
 impl LocalSpec {
@@ -53,6 +55,7 @@ impl LocalSpec {
             down_after_ms: 2_000,
             out_after_ms: 600_000,
             insecure: false,
+            osd_threads: None,
         }
     }
 
@@ -248,6 +251,9 @@ impl LocalCluster {
             "--addr".to_owned(),
             "127.0.0.1:0".to_owned(),
         ]);
+        if let Some(n) = self.spec.osd_threads {
+            args.extend(["--threads".to_owned(), n.to_string()]);
+        }
         self.osds[i] = Some(Daemon::spawn(
             &self.spec.exe,
             &args,
