@@ -16,7 +16,12 @@ use ecstack_rpc::Security;
 /// at the file's end) checked byte for byte against the model; then ls, stat and rm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_get_update_match_the_model() {
-    let rig = Rig::start(RigSpec::default()).await;
+    // OSDs of one worker thread each (`ecstack osd --threads 1`): every request still completes.
+    let rig = Rig::start(RigSpec {
+        osd_threads: Some(1),
+        ..RigSpec::default()
+    })
+    .await;
     // Reads go through the primary (the rig's client) or straight from the holders, at random.
     let direct = rig.client_with(ReadPath::Direct);
     let seg = rig.segment_bytes as usize;

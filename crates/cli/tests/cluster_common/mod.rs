@@ -52,6 +52,8 @@ pub struct RigSpec {
     pub retry_secs: u64,
     /// How the rig's client reads.
     pub read_path: ReadPath,
+    /// Worker threads of each OSD (`ecstack osd --threads`); `None`: one per core.
+    pub osd_threads: Option<u16>,
 }
 
 impl Default for RigSpec {
@@ -63,6 +65,7 @@ impl Default for RigSpec {
             segment_bytes: 1 << 20,
             retry_secs: 20,
             read_path: ReadPath::Primary,
+            osd_threads: None,
         }
     }
 }
@@ -108,6 +111,7 @@ impl Rig {
         s.heartbeat_ms = HEARTBEAT_MS;
         s.down_after_ms = DOWN_AFTER_MS;
         s.out_after_ms = 3_600_000;
+        s.osd_threads = spec.osd_threads;
         let cluster = LocalCluster::start(s).expect("start the cluster");
         let security =
             Security::load(&cluster.config().certs_dir(), "client").expect("client cert");
