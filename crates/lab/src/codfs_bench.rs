@@ -528,19 +528,17 @@ fn check_object(what: &str, got: &[u8], want: &[u8]) -> Result<()> {
 /// [`check_object`] for an object read as frames ([`Client::read_frames`]: no join copy).
 fn check_frames(what: &str, got: &[ecstack_client::Bytes], want: &[u8]) -> Result<()> {
     let mut at = 0usize;
-    for f in got {
+    let same = got.iter().all(|f| {
         let end = at + f.len();
-        if end > want.len() || f[..] != want[at..end] {
-            let joined: Vec<u8> = got.iter().flat_map(|f| f.iter().copied()).collect();
-            return check_object(what, &joined, want);
-        }
+        let ok = want.get(at..end) == Some(&f[..]);
         at = end;
+        ok
+    });
+    if same && at == want.len() {
+        return Ok(());
     }
-    if at != want.len() {
-        let joined: Vec<u8> = got.iter().flat_map(|f| f.iter().copied()).collect();
-        return check_object(what, &joined, want);
-    }
-    Ok(())
+    // Only on a mismatch: join them for check_object's message (where, how long).
+    check_object(what, &got.concat(), want)
 }
 
 fn buffers(cfg: &ClusterBenchConfig, salt: u64) -> Vec<Vec<u8>> {
