@@ -13,6 +13,10 @@ use tonic::{Code, Status};
 
 use crate::proto;
 use crate::proto::osd_client::OsdClient as RawClient;
+use crate::wire::{self, Reply};
+
+/// The largest streamed reply message a client accepts ([`ecstack_rpc::limits`]).
+const STREAM_MESSAGE_BYTES_MAX: usize = ecstack_rpc::limits::STREAM_MESSAGE_BYTES_MAX;
 
 /// Bytes per streamed frame (segment data, chunk data). Below every gRPC message limit.
 pub const FRAME_BYTES: usize = 1 << 20;
@@ -192,6 +196,8 @@ impl OsdError {
 pub struct OsdClient {
     addr: String,
     raw: RawClient<Channel>,
+    /// The channel `raw` uses: the chunk-data replies are read through [`crate::wire`].
+    channel: Channel,
     /// The OSD id chunk calls are meant for (`None`: whoever answers at `addr`).
     target: Option<u32>,
 }
@@ -215,12 +221,13 @@ impl OsdClient {
         timeout: Duration,
     ) -> Result<OsdClient, OsdError> {
         let channel = security.channel(addr, connect_timeout, timeout)?;
-        let raw = RawClient::new(channel)
+        let raw = RawClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(OsdClient {
             addr: addr.to_owned(),
             raw,
+            channel,
             target: None,
         })
     }
@@ -322,23 +329,27 @@ impl OsdClient {
             offset,
             length,
         };
-        let mut stream = self
-            .raw
-            .clone()
-            .read_segment(req)
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner();
+        let mut stream = wire::server_streaming::<proto::DataFrame>(
+            &self.channel,
+            wire::READ_SEGMENT_PATH,
+            &req,
+            STREAM_MESSAGE_BYTES_MAX,
+        )
+        .await
+        .map_err(|s| self.err(s))?;
         let mut frames = Vec::new();
         let mut got = 0u64;
-        while let Some(frame) = stream.next().await {
-            let frame = frame.map_err(|s| self.err(s))?;
-            got += frame.data.len() as u64;
+        while let Some(reply) = stream.next().await.map_err(|s| self.err(s))? {
+            let Reply::Data(data) = reply else {
+                return Err(self.protocol("ReadSegment reply carries a message without data"));
+            };
+            let n = data.iter().map(|d| d.len() as u64).sum::<u64>();
+            got += n;
             if got > length {
                 return Err(self.protocol(format!("read of {length} bytes returned more ({got})")));
             }
-            on_frame(frame.data.len() as u64);
-            frames.push(frame.data);
+            on_frame(n);
+            frames.extend(data);
         }
         if got != length {
             return Err(self.protocol(format!("read of {length} bytes returned {got}")));
@@ -447,18 +458,18 @@ impl OsdClient {
             length,
             target_osd: self.target,
         };
-        let mut stream = self
-            .raw
-            .clone()
-            .get_chunk(req)
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner();
-        let meta = match stream.next().await {
-            Some(Ok(proto::ChunkFrame {
+        let mut stream = wire::server_streaming::<proto::ChunkFrame>(
+            &self.channel,
+            wire::GET_CHUNK_PATH,
+            &req,
+            STREAM_MESSAGE_BYTES_MAX,
+        )
+        .await
+        .map_err(|s| self.err(s))?;
+        let meta = match stream.next().await.map_err(|s| self.err(s))? {
+            Some(Reply::Message(proto::ChunkFrame {
                 part: Some(proto::chunk_frame::Part::Header(h)),
             })) => meta_from_proto(&h),
-            Some(Err(s)) => return Err(self.err(s)),
             _ => return Err(self.protocol("GetChunk reply does not start with a header")),
         };
         let want = if length == 0 {
@@ -468,16 +479,15 @@ impl OsdClient {
         };
         let mut frames = Vec::new();
         let mut got = 0u64;
-        while let Some(frame) = stream.next().await {
-            let d = match frame.map_err(|s| self.err(s))?.part {
-                Some(proto::chunk_frame::Part::Data(d)) => d,
-                _ => return Err(self.protocol("GetChunk reply has a second header")),
+        while let Some(reply) = stream.next().await.map_err(|s| self.err(s))? {
+            let Reply::Data(data) = reply else {
+                return Err(self.protocol("GetChunk reply has a second header"));
             };
-            got += d.len() as u64;
+            got += data.iter().map(|d| d.len() as u64).sum::<u64>();
             if got > want {
                 return Err(self.protocol("GetChunk reply longer than asked"));
             }
-            frames.push(d);
+            frames.extend(data);
         }
         if got != want {
             return Err(self.protocol(format!("GetChunk of {want} bytes returned {got}")));

@@ -16,7 +16,7 @@ use crate::proto;
 use crate::proto::osd_server::Osd as _;
 use crate::service::{check_layout, check_range, BoxFuture, MdsLink, Osd, OsdSetup};
 
-struct NoMds;
+pub(crate) struct NoMds;
 
 impl MdsLink for NoMds {
     fn mark_stale<'a>(&'a self, _: u64, _: &'a [u32], _: u64) -> BoxFuture<'a, Result<(), String>> {

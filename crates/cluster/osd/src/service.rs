@@ -354,13 +354,6 @@ impl Osd {
         self.code().n()
     }
 
-    /// The gRPC service of this OSD, with the message limits of [`api::MAX_MESSAGE_BYTES`].
-    pub fn grpc(&self) -> proto::osd_server::OsdServer<Osd> {
-        proto::osd_server::OsdServer::new(self.clone())
-            .max_decoding_message_size(api::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(api::MAX_MESSAGE_BYTES)
-    }
-
     /// A client of holder `h`'s OSD (connections cached by address), its calls meant for that
     /// OSD's id only.
     fn peer(&self, h: &Holder) -> Result<OsdClient, Miss> {
