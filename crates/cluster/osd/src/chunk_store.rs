@@ -30,7 +30,9 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
 
 use ecstack_device::{AlignedBuf, DIRECT_ALIGN};
 
@@ -427,9 +429,9 @@ pub trait ChunkStore: Send + Sync {
     fn put_image(&self, image: ChunkImage) -> Result<()>;
     /// The header of a stored chunk (not its data), `None` if absent.
     fn meta(&self, segment: u64, index: u32) -> Result<Option<ChunkMeta>>;
-    /// `len` bytes from `offset`, every touched block verified.
-    fn read(&self, segment: u64, index: u32, offset: u64, len: u64)
-        -> Result<(ChunkMeta, Vec<u8>)>;
+    /// `len` bytes from `offset`, every touched block verified. The bytes may live in a buffer
+    /// the store reuses once every clone of them is dropped.
+    fn read(&self, segment: u64, index: u32, offset: u64, len: u64) -> Result<(ChunkMeta, Bytes)>;
     /// Change `len` bytes at `offset` in place and stamp the chunk with `change`'s version; returns
     /// the header as it was before (unchanged if the change was already applied).
     fn modify(
@@ -462,6 +464,64 @@ pub struct FileStore {
     /// Whole chunks written with `O_DIRECT` (where the file system takes it); off with
     /// [`DIRECT_ENV`]`=0`.
     direct: bool,
+    /// Buffers [`ChunkStore::read`] reads into, reused.
+    buffers: Arc<ReadBuffers>,
+}
+
+/// Buffers that chunk reads go into, taken back when the bytes handed out (and every slice of
+/// them) are dropped. A fresh buffer of megabytes is zero-filled and then faulted in page by page
+/// by the kernel's first copy into it: a tenth of an OSD's CPU in a get of page-cached chunks
+/// (docs/benchmarks.md, issue 12). Buffers stay fully initialized, so reuse needs no `unsafe`.
+#[derive(Default)]
+struct ReadBuffers {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+/// At most this many buffers, and this many bytes, wait for reuse; the rest are freed.
+const READ_BUFFERS_MAX: usize = 16;
+const READ_BUFFER_BYTES_MAX: usize = 128 << 20;
+
+impl ReadBuffers {
+    /// A buffer of at least `n` bytes (contents unspecified): a free one no more than twice as
+    /// large, or a new one.
+    fn take(&self, n: usize) -> Vec<u8> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        match free
+            .iter()
+            .position(|b| b.len() >= n && b.len() <= n.saturating_mul(2).max(BLOCK_BYTES))
+        {
+            Some(i) => free.swap_remove(i),
+            None => vec![0u8; n],
+        }
+    }
+
+    fn give_back(&self, buf: Vec<u8>) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let held: usize = free.iter().map(Vec::len).sum();
+        if free.len() < READ_BUFFERS_MAX && held + buf.len() <= READ_BUFFER_BYTES_MAX {
+            free.push(buf);
+        }
+    }
+}
+
+/// The owner of a read's bytes inside a [`Bytes`]: the first `len` bytes of a pooled buffer,
+/// returned to the pool on drop.
+struct PooledRead {
+    buf: Vec<u8>,
+    len: usize,
+    pool: Arc<ReadBuffers>,
+}
+
+impl AsRef<[u8]> for PooledRead {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for PooledRead {
+    fn drop(&mut self) {
+        self.pool.give_back(std::mem::take(&mut self.buf));
+    }
 }
 
 /// `ECSTACK_OSD_DIRECT=0` in an OSD's environment: whole chunks are written through the page cache
@@ -613,6 +673,7 @@ impl FileStore {
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             chunks: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            buffers: Arc::default(),
             direct: std::env::var_os(DIRECT_ENV).is_none_or(|v| v != "0"),
         };
         // Leftovers of a put interrupted by a crash, and the usage counters.
@@ -724,10 +785,31 @@ impl FileStore {
         b0: u64,
         b1: u64,
     ) -> Result<(Vec<u8>, Vec<u32>)> {
+        let mut data = vec![0u8; Self::blocks_len(meta, b0, b1)];
+        let crcs = Self::read_blocks_into(file, path, meta, b0, b1, &mut data)?;
+        Ok((data, crcs))
+    }
+
+    /// Bytes of blocks `[b0, b1)` of the chunk (the last block may be short).
+    fn blocks_len(meta: &ChunkMeta, b0: u64, b1: u64) -> usize {
         let start = b0 * BLOCK_BYTES as u64;
         let end = (b1 * BLOCK_BYTES as u64).min(meta.chunk_bytes);
-        let mut data = vec![0u8; (end - start) as usize];
-        let got = read_full(file, &mut data, data_offset(meta) + start)
+        (end - start) as usize
+    }
+
+    /// Reads blocks `[b0, b1)` into `data` (exactly [`FileStore::blocks_len`] bytes) and verifies
+    /// each against its crc32c; returns the checksums.
+    fn read_blocks_into(
+        file: &File,
+        path: &Path,
+        meta: &ChunkMeta,
+        b0: u64,
+        b1: u64,
+        data: &mut [u8],
+    ) -> Result<Vec<u32>> {
+        debug_assert_eq!(data.len(), Self::blocks_len(meta, b0, b1));
+        let start = b0 * BLOCK_BYTES as u64;
+        let got = read_full(file, data, data_offset(meta) + start)
             .map_err(io(path, "read chunk data"))?;
         let mut crcs = vec![0u8; 4 * (b1 - b0) as usize];
         let got_crcs = read_full(file, &mut crcs, table_offset(meta) + 4 * b0)
@@ -753,7 +835,7 @@ impl FileStore {
                 });
             }
         }
-        Ok((data, crcs))
+        Ok(crcs)
     }
 
     fn check_range(meta: &ChunkMeta, offset: u64, len: u64) -> Result<()> {
@@ -909,31 +991,28 @@ impl ChunkStore for FileStore {
         Ok(self.open_chunk(segment, index, false)?.map(|(_, _, m)| m))
     }
 
-    fn read(
-        &self,
-        segment: u64,
-        index: u32,
-        offset: u64,
-        len: u64,
-    ) -> Result<(ChunkMeta, Vec<u8>)> {
+    fn read(&self, segment: u64, index: u32, offset: u64, len: u64) -> Result<(ChunkMeta, Bytes)> {
         let _g = self.stripe(segment, index);
         let (file, path, meta) = self
             .open_chunk(segment, index, false)?
             .ok_or(ChunkStoreError::NotFound { segment, index })?;
         Self::check_range(&meta, offset, len)?;
         if len == 0 {
-            return Ok((meta, Vec::new()));
+            return Ok((meta, Bytes::new()));
         }
         let b0 = offset / BLOCK_BYTES as u64;
         let b1 = (offset + len).div_ceil(BLOCK_BYTES as u64);
-        let (mut data, _) = Self::read_blocks(&file, &path, &meta, b0, b1)?;
+        let n = Self::blocks_len(&meta, b0, b1);
+        let mut buf = self.buffers.take(n);
+        Self::read_blocks_into(&file, &path, &meta, b0, b1, &mut buf[..n])?;
         let from = (offset - b0 * BLOCK_BYTES as u64) as usize;
-        // Whole blocks (the primary's pipelined reads): the buffer as it is, no second copy.
-        data.truncate(from + len as usize);
-        if from > 0 {
-            data.drain(..from);
-        }
-        Ok((meta, data))
+        let data = Bytes::from_owner(PooledRead {
+            buf,
+            len: n,
+            pool: self.buffers.clone(),
+        });
+        // The range inside the whole blocks read: a slice, no copy.
+        Ok((meta, data.slice(from..from + len as usize)))
     }
 
     fn modify(

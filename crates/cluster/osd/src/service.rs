@@ -411,7 +411,6 @@ impl Osd {
             return self
                 .blocking(move |s| s.read(segment, index, offset, len))
                 .await
-                .map(|(meta, data)| (meta, Bytes::from(data)))
                 .map_err(store_miss);
         }
         self.peer(h)?
@@ -1753,12 +1752,12 @@ type FrameStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>>
 
 fn frames<T: Send + 'static>(
     first: Option<T>,
-    data: Vec<u8>,
+    data: impl Into<Bytes>,
     wrap: fn(Bytes) -> T,
 ) -> FrameStream<T> {
     let mut items: Vec<Result<T, Status>> = first.into_iter().map(Ok).collect();
     items.extend(
-        api::slice_frames(Bytes::from(data))
+        api::slice_frames(data.into())
             .into_iter()
             .map(|c| Ok(wrap(c))),
     );

@@ -57,7 +57,10 @@ fn put_read_ranges(s: &dyn ChunkStore) {
         let data = bytes(&mut rng, len);
         s.put(&m, &data).unwrap();
         assert_eq!(s.meta(seg, 2).unwrap(), Some(m.clone()));
-        assert_eq!(s.read(seg, 2, 0, len as u64).unwrap(), (m, data.clone()));
+        assert_eq!(
+            s.read(seg, 2, 0, len as u64).unwrap(),
+            (m, data.clone().into())
+        );
         for _ in 0..50 {
             let off = rng.below(len as u64 + 1);
             let l = rng.below(len as u64 - off + 1);
@@ -562,4 +565,33 @@ fn fuzz_mutated_chunk_files() {
             Err(e) => assert!(!e.to_string().is_empty()),
         }
     }
+}
+
+/// A read's buffer is reused once every slice of it is dropped, never while one is alive, and a
+/// reused buffer (larger than the read, holding another chunk's bytes) returns exactly the range.
+#[test]
+fn read_buffers_are_reused_only_when_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path()).unwrap();
+    let mut rng = Rng::new(9);
+    let (a, b) = (bytes(&mut rng, 5 * 4096 + 3), bytes(&mut rng, 5 * 4096));
+    s.put(&meta(1, 0, 1, a.len() as u64), &a).unwrap();
+    s.put(&meta(2, 0, 1, b.len() as u64), &b).unwrap();
+    let (_, first) = s.read(1, 0, 0, a.len() as u64).unwrap();
+    let kept = first.slice(10..20);
+    let ptr = first.as_ptr();
+    drop(first);
+    let (_, second) = s.read(1, 0, 0, a.len() as u64).unwrap();
+    assert_ne!(
+        second.as_ptr(),
+        ptr,
+        "a buffer with a live slice was reused"
+    );
+    assert_eq!(&kept[..], &a[10..20]);
+    drop(kept);
+    drop(second);
+    let (_, third) = s.read(2, 0, 4096 + 5, 3 * 4096).unwrap();
+    assert_eq!(&third[..], &b[4096 + 5..4 * 4096 + 5]);
+    let (_, fourth) = s.read(1, 0, 7, 100).unwrap();
+    assert_eq!(&fourth[..], &a[7..107]);
 }
