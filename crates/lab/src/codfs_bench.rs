@@ -624,10 +624,17 @@ async fn ours_side(
         tasks.spawn(async move {
             for i in objects_of(&cfg, c) {
                 stamp(&mut buf, i);
+                // Sent from the buffer itself, as the S3 client sends its body; the buffer comes
+                // back once the put has dropped every slice of it (a copy only if it has not).
+                let data = ecstack_client::Bytes::from(std::mem::take(&mut buf));
                 client
-                    .put(&format!("/bench/o{i}"), &buf[..])
+                    .put_bytes(&format!("/bench/o{i}"), data.clone())
                     .await
                     .map_err(client_error)?;
+                buf = data
+                    .try_into_mut()
+                    .map(Vec::from)
+                    .unwrap_or_else(|d| d.to_vec());
             }
             Ok::<_, LabError>(())
         });
@@ -753,9 +760,10 @@ async fn big_file(
     ));
     let mut data = vec![0u8; cfg.big_file_bytes as usize];
     Rng::new(cfg.seed ^ 0x6269_67).fill(&mut data);
+    let data = ecstack_client::Bytes::from(data);
     let t = Instant::now();
     client
-        .put("/bench/big", &data[..])
+        .put_bytes("/bench/big", data.clone())
         .await
         .map_err(client_error)?;
     let put = mb_per_sec(cfg.big_file_bytes, t.elapsed().as_secs_f64());

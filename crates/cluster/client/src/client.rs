@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes};
 use ecstack_mds::MdsError;
 use ecstack_mds::{ClusterStatus, FileInfo, FileSummary, MdsClient, OsdState, SegmentLayout};
 use ecstack_osd::{Layout, OsdClient, OsdError};
@@ -366,11 +366,25 @@ impl Client {
     }
 
     /// Stores the bytes of `reader` as `path` (replacing a file of that path when it commits).
-    /// Returns the file's size. Segments are written `window_segments_max` at a time.
+    /// Returns the file's size. Segments are written `window_segments_max` at a time; each is
+    /// read into its own buffer and sent from it (one copy: the read).
     pub async fn put<R: AsyncRead + Unpin>(
         &self,
         path: &str,
-        mut reader: R,
+        reader: R,
+    ) -> Result<u64, ClientError> {
+        self.put_from(path, ReaderSegments(reader)).await
+    }
+
+    /// [`Client::put`] of bytes in memory: each segment is sent as slices of `data` (no copy).
+    pub async fn put_bytes(&self, path: &str, data: Bytes) -> Result<u64, ClientError> {
+        self.put_from(path, data).await
+    }
+
+    async fn put_from<S: SegmentSource>(
+        &self,
+        path: &str,
+        mut source: S,
     ) -> Result<u64, ClientError> {
         let what = format!("put {path}");
         let file_id = self
@@ -390,7 +404,8 @@ impl Client {
             let room = window.saturating_sub(in_flight.len()).clamp(1, 1024);
             let mut batch = Vec::with_capacity(room);
             while batch.len() < room {
-                let data = read_up_to(&mut reader, segment_bytes as usize)
+                let data = source
+                    .next_segment(segment_bytes as usize)
                     .await
                     .map_err(|e| ClientError::io(format!("{what}: reading the input"), e))?;
                 if data.is_empty() {
@@ -428,11 +443,10 @@ impl Client {
                 let client = self.clone();
                 let seg_what = format!("{what}: segment {}", layout.index);
                 in_flight.spawn(async move {
-                    let data = Arc::new(data);
                     client
                         .on_primary(&layout, &seg_what, |osd, l| {
                             let data = data.clone();
-                            async move { osd.write_segment(&l, &data).await }
+                            async move { osd.write_segment_bytes(&l, data).await }
                         })
                         .await?;
                     client.advance(data.len() as u64);
@@ -905,18 +919,34 @@ fn frames_len(frames: &[Bytes]) -> u64 {
 }
 
 /// Reads until `max` bytes or the end of the input.
-async fn read_up_to<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> std::io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; max];
-    let mut filled = 0;
-    while filled < max {
-        let n = r.read(&mut buf[filled..]).await?;
-        if n == 0 {
-            break;
+/// Where [`Client::put`] takes its segments from.
+trait SegmentSource {
+    /// The next at most `max` bytes (fewer only at the end; empty after it).
+    async fn next_segment(&mut self, max: usize) -> std::io::Result<Bytes>;
+}
+
+/// A reader's bytes, each segment read into a buffer of its own (not zero-filled first).
+struct ReaderSegments<R>(R);
+
+impl<R: AsyncRead + Unpin> SegmentSource for ReaderSegments<R> {
+    async fn next_segment(&mut self, max: usize) -> std::io::Result<Bytes> {
+        let mut buf = Vec::with_capacity(max);
+        while buf.len() < max {
+            let room = max - buf.len();
+            let mut rest = (&mut buf).limit(room);
+            if self.0.read_buf(&mut rest).await? == 0 {
+                break;
+            }
         }
-        filled += n;
+        Ok(Bytes::from(buf))
     }
-    buf.truncate(filled);
-    Ok(buf)
+}
+
+/// Bytes in memory: each segment a slice of them.
+impl SegmentSource for Bytes {
+    async fn next_segment(&mut self, max: usize) -> std::io::Result<Bytes> {
+        Ok(self.split_to(max.min(self.len())))
+    }
 }
 
 /// Where [`Client::fetch`] hands each piece's frames, in order.

@@ -15,7 +15,7 @@ use crate::proto;
 use crate::proto::osd_client::OsdClient as RawClient;
 use crate::wire::{self, Reply};
 
-/// The largest streamed reply message a client accepts ([`ecstack_rpc::limits`]).
+/// The largest streamed message a client accepts in a reply ([`ecstack_rpc::limits`]).
 const STREAM_MESSAGE_BYTES_MAX: usize = ecstack_rpc::limits::STREAM_MESSAGE_BYTES_MAX;
 
 /// Bytes per streamed frame (segment data, chunk data). Below every gRPC message limit.
@@ -196,7 +196,7 @@ impl OsdError {
 pub struct OsdClient {
     addr: String,
     raw: RawClient<Channel>,
-    /// The channel `raw` uses: the chunk-data replies are read through [`crate::wire`].
+    /// The channel `raw` uses: the chunk-data calls go through [`crate::wire`].
     channel: Channel,
     /// The OSD id chunk calls are meant for (`None`: whoever answers at `addr`).
     target: Option<u32>,
@@ -275,17 +275,25 @@ impl OsdClient {
         let data = frames.map(|d| proto::SegmentWrite {
             part: Some(proto::segment_write::Part::Data(d)),
         });
-        let reply = self
-            .raw
-            .clone()
-            .write_segment(tokio_stream::iter([head]).chain(data))
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner();
+        let reply: proto::WriteSegmentReply = wire::client_streaming(
+            &self.channel,
+            wire::WRITE_SEGMENT_PATH,
+            tokio_stream::iter([head]).chain(data),
+            STREAM_MESSAGE_BYTES_MAX,
+        )
+        .await
+        .map_err(|s| self.err(s))?;
         Ok(Ack {
             version: reply.version,
             stale: reply.stale,
         })
+    }
+
+    /// [`OsdClient::write_segment`] of bytes already in a shared buffer: the frames are slices of
+    /// `data` (no copy).
+    pub async fn write_segment_bytes(&self, layout: &Layout, data: Bytes) -> Result<Ack, OsdError> {
+        self.write_segment_frames(layout, tokio_stream::iter(slice_frames(data)))
+            .await
     }
 
     /// Client → primary: `length` bytes of the segment from `offset` (degraded if chunks are missing).
@@ -406,11 +414,14 @@ impl OsdClient {
         let data = frames.map(|d| proto::ChunkWrite {
             part: Some(proto::chunk_write::Part::Data(d)),
         });
-        self.raw
-            .clone()
-            .put_chunk(tokio_stream::iter([header]).chain(data))
-            .await
-            .map_err(|s| self.err(s))?;
+        let _: proto::PutChunkReply = wire::client_streaming(
+            &self.channel,
+            wire::PUT_CHUNK_PATH,
+            tokio_stream::iter([header]).chain(data),
+            STREAM_MESSAGE_BYTES_MAX,
+        )
+        .await
+        .map_err(|s| self.err(s))?;
         Ok(())
     }
 

@@ -1,8 +1,9 @@
 //! The OSD's gRPC service as a server mounts it: the generated service for every call, except the
-//! two that stream chunk data out (`GetChunk`, `ReadSegment`), whose replies are sent by
-//! [`crate::wire`] from the buffers the chunks were read into (no encoding copy). Both go through
-//! the same handlers ([`crate::service::Osd`]'s implementation of the generated trait); only the
-//! reply's encoding differs, and the bytes on the wire are the same gRPC messages.
+//! four that stream chunk data: `GetChunk` and `ReadSegment`, whose replies are sent by
+//! [`crate::wire`] from the buffers the chunks were read into, and `WriteSegment` and `PutChunk`,
+//! whose requests are read by it as the slices they arrived in (no copy either way). Both paths go
+//! through the same handlers ([`crate::service::Osd`]); only the encoding differs, and the bytes on
+//! the wire are the same gRPC messages.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -18,7 +19,8 @@ use crate::proto::osd_server::Osd as _;
 use crate::service::Osd;
 use crate::wire;
 
-/// The largest request message of the two data calls (a ReadSegment carries a layout of n holders).
+/// The largest request message of the data calls: a ReadSegment's layout of n holders, one frame
+/// of a streamed write.
 const REQUEST_BYTES_MAX: usize = ecstack_rpc::limits::STREAM_MESSAGE_BYTES_MAX;
 
 /// The OSD's gRPC service ([`Osd::grpc`]).
@@ -84,6 +86,14 @@ impl Service<http::Request<Body>> for OsdService {
                 };
                 Ok(wire::streaming_response(result))
             }),
+            wire::WRITE_SEGMENT_PATH => Box::pin(async move {
+                let messages = wire::RequestStream::new(req.into_body(), REQUEST_BYTES_MAX);
+                Ok(wire::unary_response(osd.write_segment_from(messages).await))
+            }),
+            wire::PUT_CHUNK_PATH => Box::pin(async move {
+                let messages = wire::RequestStream::new(req.into_body(), REQUEST_BYTES_MAX);
+                Ok(wire::unary_response(osd.put_chunk_from(messages).await))
+            }),
             _ => self.generated.call(req),
         }
     }
@@ -98,7 +108,9 @@ mod tests {
     use tokio_stream::StreamExt;
 
     use super::*;
-    use crate::api::{Holder, Layout, OsdClient, OsdError};
+    use bytes::Bytes;
+
+    use crate::api::{ChunkMeta, Holder, Layout, OsdClient, OsdError};
     use crate::chunk_store::FileStore;
     use crate::service::OsdSetup;
 
@@ -212,6 +224,75 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+
+        // Streamed writes: tonic's client into our service.
+        let l2 = Layout {
+            segment_id: 2,
+            ..layout()
+        };
+        let head = proto::SegmentWrite {
+            part: Some(proto::segment_write::Part::Layout(api::layout_to_proto(
+                &l2,
+            ))),
+        };
+        let frames: Vec<proto::SegmentWrite> = data
+            .chunks(700_000)
+            .map(|c| proto::SegmentWrite {
+                part: Some(proto::segment_write::Part::Data(Bytes::copy_from_slice(c))),
+            })
+            .collect();
+        let reply = raw
+            .write_segment(tokio_stream::iter(
+                std::iter::once(head).chain(frames.clone()),
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(reply.version, 1);
+        assert_eq!(osd.read(l2.clone(), 0, LEN).await.unwrap(), data);
+        let e = raw
+            .write_segment(tokio_stream::iter(frames))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("must start with the layout"), "{e:?}");
+
+        // Our client against both servers.
+        for (i, addr) in [&ours, &generated].into_iter().enumerate() {
+            let l = Layout {
+                segment_id: 3 + i as u64,
+                ..layout()
+            };
+            let c = OsdClient::connect(addr, &Security::Insecure).unwrap();
+            let ack = c.write_segment(&l, &data).await.unwrap();
+            assert!(ack.stale.is_empty(), "{ack:?}");
+            assert_eq!(osd.read(l.clone(), 0, LEN).await.unwrap(), data, "{addr}");
+            let meta = crate::api::ChunkMeta {
+                segment_id: 10 + i as u64,
+                index: 2,
+                version: 1,
+                chunk_bytes: 1_500_000,
+                segment_length: LEN,
+                applied: vec![1, 1],
+            };
+            let c = c.for_osd(ME);
+            c.put_chunk(&meta, Bytes::copy_from_slice(chunk1))
+                .await
+                .unwrap();
+            let (m, back) = c.get_chunk(meta.segment_id, 2, 0, 0).await.unwrap();
+            assert_eq!((m, &back[..]), (meta.clone(), chunk1), "{addr}");
+            let e = c
+                .put_chunk(
+                    &ChunkMeta {
+                        chunk_bytes: 0,
+                        ..meta
+                    },
+                    Bytes::new(),
+                )
+                .await
+                .unwrap_err();
+            assert!(matches!(e, OsdError::Invalid { .. }), "{addr}: {e:?}");
+        }
 
         // Our client against both servers.
         for addr in [&ours, &generated] {

@@ -330,6 +330,76 @@ impl Osd {
     }
 
     /// Run one RPC's work and record its result and latency under `op` (an index of [`OPS`]).
+    /// WriteSegment's handler over any stream of its messages (tonic's, or [`crate::wire`]'s).
+    pub(crate) async fn write_segment_from(
+        &self,
+        mut s: impl tokio_stream::Stream<Item = Result<proto::SegmentWrite, Status>> + Unpin + Send,
+    ) -> Result<proto::WriteSegmentReply, Status> {
+        self.timed("write_segment", async move {
+            let layout = match s.next().await {
+                Some(Ok(proto::SegmentWrite {
+                    part: Some(proto::segment_write::Part::Layout(l)),
+                })) => layout_from_proto(&l),
+                Some(Err(e)) => return Err(e),
+                _ => {
+                    return Err(Status::invalid_argument(
+                        "WriteSegment must start with the layout",
+                    ))
+                }
+            };
+            check_layout(&layout, self.n()).map_err(Status::invalid_argument)?;
+            let frames = s.map(|m| match m?.part {
+                Some(proto::segment_write::Part::Data(d)) => Ok(d),
+                _ => Err(Status::invalid_argument("WriteSegment: a second layout")),
+            });
+            let ack = self.write_frames(layout, frames).await?;
+            Ok(proto::WriteSegmentReply {
+                version: ack.version,
+                stale: ack.stale,
+            })
+        })
+        .await
+    }
+
+    /// PutChunk's handler over any stream of its messages (tonic's, or [`crate::wire`]'s).
+    pub(crate) async fn put_chunk_from(
+        &self,
+        mut s: impl tokio_stream::Stream<Item = Result<proto::ChunkWrite, Status>> + Unpin + Send,
+    ) -> Result<proto::PutChunkReply, Status> {
+        self.timed("put_chunk", async move {
+            let meta = match s.next().await {
+                Some(Ok(proto::ChunkWrite {
+                    part: Some(proto::chunk_write::Part::Header(h)),
+                })) => {
+                    self.check_target(h.target_osd)?;
+                    meta_from_proto(&h)
+                }
+                Some(Err(e)) => return Err(e),
+                _ => {
+                    return Err(Status::invalid_argument(
+                        "PutChunk must start with the header",
+                    ))
+                }
+            };
+            // Each frame is copied once, into the image of the file the store writes.
+            let mut image = ChunkImage::new(&meta).map_err(Status::invalid_argument)?;
+            while let Some(m) = s.next().await {
+                match m?.part {
+                    Some(proto::chunk_write::Part::Data(d)) => {
+                        image.push(&d).map_err(Status::invalid_argument)?
+                    }
+                    _ => return Err(Status::invalid_argument("PutChunk: a second header")),
+                }
+            }
+            // A stream that ended short is refused by the store (nothing written).
+            self.blocking(move |st| st.put_image(image))
+                .await
+                .map_err(store_status)?;
+            Ok(proto::PutChunkReply {})
+        })
+        .await
+    }
+
     async fn timed<T>(
         &self,
         op: &str,
@@ -659,7 +729,8 @@ impl Osd {
                 Err(miss) => results.push((h.index, Err(miss))),
             }
         }
-        let mut data = Vec::with_capacity(len);
+        // Room for the zero padding of the last data chunk: the data chunks are slices of it.
+        let mut data = Vec::with_capacity(k * cb);
         while let Some(frame) = frames.next().await {
             let d = frame?;
             if data.len() + d.len() > len {
@@ -679,7 +750,9 @@ impl Osd {
         }
         Metrics::add(&self.inner.metrics.bytes_in, len as u64);
         let code = self.code().clone();
-        let chunks = tokio::task::spawn_blocking(move || encode_segment(&*code, &data, cb as u64))
+        data.resize(k * cb, 0);
+        let data = Bytes::from(data);
+        let chunks = tokio::task::spawn_blocking(move || encode_segment(&*code, data, cb))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(Status::internal)?;
@@ -1699,26 +1772,20 @@ fn forward_range(forwards: &mut [Option<Forward>], frame: &Bytes, from: usize, c
     }
 }
 
-fn encode_segment(code: &dyn ErasureCode, data: &[u8], cb: u64) -> Result<Vec<Bytes>, String> {
+/// The n chunks of a segment: the k data chunks as slices of `data` (the segment zero-padded to
+/// k chunks of `cb` bytes; no copy), then the m parity chunks computed from them.
+fn encode_segment(code: &dyn ErasureCode, data: Bytes, cb: usize) -> Result<Vec<Bytes>, String> {
     let (k, m) = (code.k(), code.m());
-    let cb = cb as usize;
-    let mut shards: Vec<Vec<u8>> = (0..k)
-        .map(|i| {
-            let mut c = vec![0u8; cb];
-            let from = (i * cb).min(data.len());
-            let to = ((i + 1) * cb).min(data.len());
-            c[..to - from].copy_from_slice(&data[from..to]);
-            c
-        })
-        .collect();
+    assert_eq!(data.len(), k * cb, "a segment padded to k whole chunks");
+    let mut chunks: Vec<Bytes> = (0..k).map(|i| data.slice(i * cb..(i + 1) * cb)).collect();
     let mut parity = vec![vec![0u8; cb]; m];
     {
-        let refs: Vec<&[u8]> = shards.iter().map(|s| s.as_slice()).collect();
+        let refs: Vec<&[u8]> = chunks.iter().map(|s| &s[..]).collect();
         let mut prefs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
         code.encode(&refs, &mut prefs).map_err(|e| e.to_string())?;
     }
-    shards.extend(parity);
-    Ok(shards.into_iter().map(Bytes::from).collect())
+    chunks.extend(parity.into_iter().map(Bytes::from));
+    Ok(chunks)
 }
 
 /// Run futures concurrently, results in input order.
@@ -1776,31 +1843,9 @@ impl proto::osd_server::Osd for Osd {
         &self,
         req: Request<Streaming<proto::SegmentWrite>>,
     ) -> Result<Response<proto::WriteSegmentReply>, Status> {
-        self.timed("write_segment", async move {
-            let mut s = req.into_inner();
-            let layout = match s.next().await {
-                Some(Ok(proto::SegmentWrite {
-                    part: Some(proto::segment_write::Part::Layout(l)),
-                })) => layout_from_proto(&l),
-                Some(Err(e)) => return Err(e),
-                _ => {
-                    return Err(Status::invalid_argument(
-                        "WriteSegment must start with the layout",
-                    ))
-                }
-            };
-            check_layout(&layout, self.n()).map_err(Status::invalid_argument)?;
-            let frames = s.map(|m| match m?.part {
-                Some(proto::segment_write::Part::Data(d)) => Ok(d),
-                _ => Err(Status::invalid_argument("WriteSegment: a second layout")),
-            });
-            let ack = self.write_frames(layout, frames).await?;
-            Ok(Response::new(proto::WriteSegmentReply {
-                version: ack.version,
-                stale: ack.stale,
-            }))
-        })
-        .await
+        self.write_segment_from(req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     type ReadSegmentStream = FrameStream<proto::DataFrame>;
@@ -1856,39 +1901,9 @@ impl proto::osd_server::Osd for Osd {
         &self,
         req: Request<Streaming<proto::ChunkWrite>>,
     ) -> Result<Response<proto::PutChunkReply>, Status> {
-        self.timed("put_chunk", async move {
-            let mut s = req.into_inner();
-            let meta = match s.next().await {
-                Some(Ok(proto::ChunkWrite {
-                    part: Some(proto::chunk_write::Part::Header(h)),
-                })) => {
-                    self.check_target(h.target_osd)?;
-                    meta_from_proto(&h)
-                }
-                Some(Err(e)) => return Err(e),
-                _ => {
-                    return Err(Status::invalid_argument(
-                        "PutChunk must start with the header",
-                    ))
-                }
-            };
-            // Each frame is copied once, into the image of the file the store writes.
-            let mut image = ChunkImage::new(&meta).map_err(Status::invalid_argument)?;
-            while let Some(m) = s.next().await {
-                match m?.part {
-                    Some(proto::chunk_write::Part::Data(d)) => {
-                        image.push(&d).map_err(Status::invalid_argument)?
-                    }
-                    _ => return Err(Status::invalid_argument("PutChunk: a second header")),
-                }
-            }
-            // A stream that ended short is refused by the store (nothing written).
-            self.blocking(move |st| st.put_image(image))
-                .await
-                .map_err(store_status)?;
-            Ok(Response::new(proto::PutChunkReply {}))
-        })
-        .await
+        self.put_chunk_from(req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     type GetChunkStream = FrameStream<proto::ChunkFrame>;

@@ -1,24 +1,29 @@
 //! Chunk data on the gRPC wire without copies.
 //!
-//! tonic receives a streamed reply by copying every HTTP/2 DATA frame into one buffer and cutting
-//! the messages out of it, and sends one by encoding each message into another buffer: for the two
-//! calls that carry chunk data out of an OSD (`GetChunk`, `ReadSegment`) each is one more copy of
-//! every byte read (docs/cluster.md "Chunk data on the wire"). This module speaks the same protocol
-//! on the same channels and TLS connections — gRPC messages with their 5-byte prefix, the
-//! `.proto`'s own messages, trailers with `grpc-status` — so a stock gRPC client or server on the
-//! other end sees no difference; it only keeps the bytes field of a data message as the slices of
-//! the DATA frames it arrived in, and sends it from the buffer the chunk was read into.
+//! tonic receives a stream by copying every HTTP/2 DATA frame into one buffer and cutting the
+//! messages out of it, and sends one by encoding each message into another buffer: for the calls
+//! that carry chunk data (`GetChunk` and `ReadSegment` out of an OSD, `WriteSegment` and `PutChunk`
+//! into one) each is one more copy of every byte moved (docs/cluster.md "Chunk data on the wire").
+//! This module speaks the same protocol on the same channels and TLS connections — gRPC messages
+//! with their 5-byte prefix, the `.proto`'s own messages, trailers with `grpc-status` — so a stock
+//! gRPC client or server on the other end sees no difference; it only keeps the bytes field of a
+//! data message as the slices of the DATA frames it arrived in, and sends it from the buffer it is
+//! in.
 //!
-//! - Client: [`server_streaming`] makes the call through a tonic [`Channel`] and returns a
-//!   [`ReplyReader`], whose [`ReplyReader::next`] yields each message either as the data slices
-//!   ([`Reply::Data`], the fast path: a message that is exactly one bytes field, as every sender
-//!   of these calls encodes data) or decoded by prost ([`Reply::Message`], anything else).
-//! - Server: [`streaming_response`] turns a handler's reply stream into an HTTP response whose
-//!   body sends a data message as its 5 to 11 header bytes followed by the data `Bytes` itself.
-//! - Both: [`MessageReader`] cuts gRPC messages out of an HTTP body (the server reads its request
-//!   with it too).
+//! - Client: [`server_streaming`] makes a call with a streamed reply and returns a [`ReplyReader`],
+//!   whose [`ReplyReader::next`] yields each message either as the data slices ([`Reply::Data`],
+//!   the fast path: a message that is exactly one bytes field, as every sender of these calls
+//!   encodes data) or decoded by prost ([`Reply::Message`], anything else); [`client_streaming`]
+//!   makes a call with a streamed request, each data message sent as its header bytes followed by
+//!   the data `Bytes` itself.
+//! - Server: [`streaming_response`] turns a handler's reply stream into an HTTP response sent the
+//!   same way; [`RequestStream`] yields a streamed request's messages, a data message as one
+//!   message per slice it arrived in; [`read_request`] reads a unary request; [`unary_response`]
+//!   sends a unary reply.
+//! - Both: [`MessageReader`] cuts gRPC messages out of an HTTP body.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -35,6 +40,8 @@ use crate::proto;
 /// Paths of the chunk-data calls (checked against the generated service name in the tests).
 pub(crate) const GET_CHUNK_PATH: &str = "/ecstack.osd.v1.Osd/GetChunk";
 pub(crate) const READ_SEGMENT_PATH: &str = "/ecstack.osd.v1.Osd/ReadSegment";
+pub(crate) const WRITE_SEGMENT_PATH: &str = "/ecstack.osd.v1.Osd/WriteSegment";
+pub(crate) const PUT_CHUNK_PATH: &str = "/ecstack.osd.v1.Osd/PutChunk";
 
 /// gRPC's message prefix: a compressed flag (0: not compressed) and a big-endian length.
 const PREFIX_BYTES: usize = 5;
@@ -47,6 +54,8 @@ pub(crate) trait DataMessage: prost::Message + Default + Send + 'static {
     const DATA_FIELD: u32;
     /// The data, when the message is that field and nothing else; otherwise the message.
     fn into_data(self) -> Result<Bytes, Self>;
+    /// The message that is `data` in that field.
+    fn from_data(data: Bytes) -> Self;
 }
 
 impl DataMessage for proto::ChunkFrame {
@@ -57,12 +66,50 @@ impl DataMessage for proto::ChunkFrame {
             part => Err(proto::ChunkFrame { part }),
         }
     }
+    fn from_data(data: Bytes) -> Self {
+        proto::ChunkFrame {
+            part: Some(proto::chunk_frame::Part::Data(data)),
+        }
+    }
 }
 
 impl DataMessage for proto::DataFrame {
     const DATA_FIELD: u32 = 1;
     fn into_data(self) -> Result<Bytes, Self> {
         Ok(self.data)
+    }
+    fn from_data(data: Bytes) -> Self {
+        proto::DataFrame { data }
+    }
+}
+
+impl DataMessage for proto::SegmentWrite {
+    const DATA_FIELD: u32 = 2;
+    fn into_data(self) -> Result<Bytes, Self> {
+        match self.part {
+            Some(proto::segment_write::Part::Data(d)) => Ok(d),
+            part => Err(proto::SegmentWrite { part }),
+        }
+    }
+    fn from_data(data: Bytes) -> Self {
+        proto::SegmentWrite {
+            part: Some(proto::segment_write::Part::Data(data)),
+        }
+    }
+}
+
+impl DataMessage for proto::ChunkWrite {
+    const DATA_FIELD: u32 = 2;
+    fn into_data(self) -> Result<Bytes, Self> {
+        match self.part {
+            Some(proto::chunk_write::Part::Data(d)) => Ok(d),
+            part => Err(proto::ChunkWrite { part }),
+        }
+    }
+    fn from_data(data: Bytes) -> Self {
+        proto::ChunkWrite {
+            part: Some(proto::chunk_write::Part::Data(data)),
+        }
     }
 }
 
@@ -342,21 +389,20 @@ pub(crate) async fn server_streaming<T: DataMessage>(
     request: &impl prost::Message,
     max_message: usize,
 ) -> Result<ReplyReader<T>, Status> {
-    let mut channel = channel.clone();
-    std::future::poll_fn(|cx| channel.poll_ready(cx))
-        .await
-        .map_err(transport_status)?;
-    let req = http::Request::builder()
-        .method(http::Method::POST)
-        .uri(path)
-        .header(http::header::CONTENT_TYPE, "application/grpc")
-        .header(http::header::TE, "trailers")
-        .body(Body::new(http_body_util::Full::new(encode_message(
-            request,
-        ))))
-        .map_err(|e| Status::internal(format!("cannot build the request for {path}: {e}")))?;
-    let response = channel.call(req).await.map_err(transport_status)?;
-    // A "trailers-only" reply: the status is in the headers and there is no body.
+    let body = Body::new(http_body_util::Full::new(encode_message(request)));
+    let (response, trailers_only) = call(channel, path, body).await?;
+    let mut messages = MessageReader::new(response.into_body(), max_message);
+    if trailers_only.is_some() {
+        // Status OK in the headers: an empty stream, nothing more to read.
+        messages.ended = true;
+        messages.trailers = Some(status_headers(&Status::ok("")));
+    }
+    Ok(ReplyReader::new(messages))
+}
+
+/// Checks a reply's headers: the status of a "trailers-only" reply (an error, or `Some(OK)` for a
+/// reply without messages), or an HTTP status that is not 200.
+fn check_reply_head(path: &str, response: &http::Response<Body>) -> Result<Option<Status>, Status> {
     let trailers_only = Status::from_header_map(response.headers());
     if let Some(s) = &trailers_only {
         if s.code() != Code::Ok {
@@ -379,16 +425,170 @@ pub(crate) async fn server_streaming<T: DataMessage>(
             format!("{path} answered HTTP {}", response.status()),
         ));
     }
-    let mut messages = MessageReader::new(response.into_body(), max_message);
+    Ok(trailers_only)
+}
+
+/// Sends `body` as the request of method `path` over `channel`; the response's head checked.
+async fn call(
+    channel: &Channel,
+    path: &'static str,
+    body: Body,
+) -> Result<(http::Response<Body>, Option<Status>), Status> {
+    let mut channel = channel.clone();
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .map_err(transport_status)?;
+    let req = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(path)
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .body(body)
+        .map_err(|e| Status::internal(format!("cannot build the request for {path}: {e}")))?;
+    let response = channel.call(req).await.map_err(transport_status)?;
+    let trailers_only = check_reply_head(path, &response)?;
+    Ok((response, trailers_only))
+}
+
+/// Calls the client-streaming method `path` with the messages of `requests` (a data message sent
+/// from its own buffer) and returns its one reply message; replies larger than `max_message`
+/// bytes are refused.
+pub(crate) async fn client_streaming<T, R>(
+    channel: &Channel,
+    path: &'static str,
+    requests: impl tokio_stream::Stream<Item = T> + Send + 'static,
+    max_message: usize,
+) -> Result<R, Status>
+where
+    T: DataMessage,
+    R: prost::Message + Default,
+{
+    use tokio_stream::StreamExt as _;
+    let body = Body::new(MessageBody {
+        stream: Box::pin(requests.map(Ok)),
+        data: None,
+        trailers: false,
+        done: false,
+    });
+    let (response, trailers_only) = call(channel, path, body).await?;
     if trailers_only.is_some() {
-        // Status OK in the headers: an empty stream, nothing more to read.
-        messages.ended = true;
-        messages.trailers = Some(http::HeaderMap::from_iter([(
-            http::HeaderName::from_static("grpc-status"),
-            http::HeaderValue::from_static("0"),
-        )]));
+        return Err(Status::internal(format!(
+            "{path} answered without a reply message"
+        )));
     }
-    Ok(ReplyReader::new(messages))
+    let mut messages = MessageReader::new(response.into_body(), max_message);
+    let reply = messages.next_message().await?;
+    if messages.next_message().await?.is_some() {
+        return Err(Status::internal(format!(
+            "{path} answered more than one message"
+        )));
+    }
+    match messages.trailers().and_then(Status::from_header_map) {
+        Some(s) if s.code() == Code::Ok => {}
+        Some(s) => return Err(s),
+        None => {
+            return Err(Status::internal(
+                "gRPC reply ended without a status (no grpc-status trailer)",
+            ))
+        }
+    }
+    let Some(reply) = reply else {
+        return Err(Status::internal(format!(
+            "{path} answered without a reply message"
+        )));
+    };
+    R::decode(contiguous(reply))
+        .map_err(|e| Status::internal(format!("cannot decode the reply of {path}: {e}")))
+}
+
+type Next =
+    Pin<Box<dyn Future<Output = (MessageReader, Result<Option<Vec<Bytes>>, Status>)> + Send>>;
+
+/// A streamed request as the messages of type `T` it carries, read from the request body: a data
+/// message comes out as one message per slice it arrived in (the data as received, no copy).
+pub(crate) struct RequestStream<T> {
+    reader: Option<MessageReader>,
+    next: Option<Next>,
+    slices: VecDeque<Bytes>,
+    done: bool,
+    _message: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: DataMessage> RequestStream<T> {
+    pub(crate) fn new(body: Body, max_message: usize) -> RequestStream<T> {
+        RequestStream {
+            reader: Some(MessageReader::new(body, max_message)),
+            next: None,
+            slices: VecDeque::new(),
+            done: false,
+            _message: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: DataMessage> tokio_stream::Stream for RequestStream<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(s) = self.slices.pop_front() {
+                return Poll::Ready(Some(Ok(T::from_data(s))));
+            }
+            if self.done {
+                return Poll::Ready(None);
+            }
+            if self.next.is_none() {
+                let Some(mut reader) = self.reader.take() else {
+                    self.done = true;
+                    return Poll::Ready(None);
+                };
+                self.next = Some(Box::pin(async move {
+                    let m = reader.next_message().await;
+                    (reader, m)
+                }));
+            }
+            let Some(next) = self.next.as_mut() else {
+                continue;
+            };
+            let (reader, message) = std::task::ready!(next.as_mut().poll(cx));
+            self.next = None;
+            self.reader = Some(reader);
+            match message.and_then(|m| m.map(split_message::<T>).transpose()) {
+                Ok(Some(Reply::Data(slices))) => self.slices.extend(slices),
+                Ok(Some(Reply::Message(m))) => return Poll::Ready(Some(Ok(m))),
+                Ok(None) => {
+                    self.done = true;
+                    return Poll::Ready(None);
+                }
+                Err(status) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(status)));
+                }
+            }
+        }
+    }
+}
+
+/// The HTTP response of a unary result: the message and trailers with status OK, or a
+/// "trailers-only" response carrying the error.
+pub(crate) fn unary_response(result: Result<impl prost::Message, Status>) -> http::Response<Body> {
+    match result {
+        Err(status) => status.into_http(),
+        Ok(message) => {
+            let frames = [
+                Frame::data(encode_message(&message)),
+                Frame::trailers(status_headers(&Status::ok(""))),
+            ];
+            let mut http = http::Response::new(Body::new(http_body_util::StreamBody::new(
+                tokio_stream::iter(frames.map(Ok::<_, Status>)),
+            )));
+            http.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/grpc"),
+            );
+            http
+        }
+    }
 }
 
 /// Reads a unary request (one message) from a request body.
@@ -411,16 +611,18 @@ pub(crate) async fn read_request<R: prost::Message + Default>(
 
 type ReplyStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
 
-/// The body of a streamed reply: each message of the stream as a gRPC message, a data message as
-/// its header bytes then the data itself; the trailers carry the stream's end or its error.
-struct ReplyBody<T> {
+/// The body of a stream of messages: each as a gRPC message, a data message as its header bytes
+/// then the data itself. A reply's body ends with trailers carrying the stream's end or its error;
+/// a request's body just ends (an error in it resets the stream).
+struct MessageBody<T> {
     stream: ReplyStream<T>,
     /// Data whose header was just sent.
     data: Option<Bytes>,
+    trailers: bool,
     done: bool,
 }
 
-impl<T: DataMessage> http_body::Body for ReplyBody<T> {
+impl<T: DataMessage> http_body::Body for MessageBody<T> {
     type Data = Bytes;
     type Error = Status;
 
@@ -448,10 +650,16 @@ impl<T: DataMessage> http_body::Body for ReplyBody<T> {
             },
             Some(Err(status)) => {
                 self.done = true;
+                if !self.trailers {
+                    return Poll::Ready(Some(Err(status)));
+                }
                 Frame::trailers(status_headers(&status))
             }
             None => {
                 self.done = true;
+                if !self.trailers {
+                    return Poll::Ready(None);
+                }
                 Frame::trailers(status_headers(&Status::ok("")))
             }
         };
@@ -479,7 +687,7 @@ fn status_headers(status: &Status) -> http::HeaderMap {
 }
 
 /// The HTTP response of a server-streaming handler's result: on success a 200 with the handler's
-/// metadata and a [`ReplyBody`]; on failure a "trailers-only" response carrying the status.
+/// metadata and a [`MessageBody`]; on failure a "trailers-only" response carrying the status.
 pub(crate) fn streaming_response<T: DataMessage>(
     result: Result<tonic::Response<ReplyStream<T>>, Status>,
 ) -> http::Response<Body> {
@@ -487,9 +695,10 @@ pub(crate) fn streaming_response<T: DataMessage>(
         Err(status) => status.into_http(),
         Ok(response) => {
             let (metadata, stream, _) = response.into_parts();
-            let mut http = http::Response::new(Body::new(ReplyBody {
+            let mut http = http::Response::new(Body::new(MessageBody {
                 stream,
                 data: None,
+                trailers: true,
                 done: false,
             }));
             *http.headers_mut() = metadata.into_headers();
@@ -597,7 +806,7 @@ mod tests {
 
         /// Whatever the DATA frames the reply was cut into, every message comes back: data as
         /// its bytes, the header decoded, the stream's end or error as sent; data encoded by
-        /// prost (a stock gRPC sender) reads the same as data sent by `ReplyBody`.
+        /// prost (a stock gRPC sender) reads the same as data sent by `MessageBody`.
         #[test]
         fn replies_read_back_whatever_the_framing(
             sizes in proptest::collection::vec((0usize..70_000, any::<bool>()), 0..6),
@@ -625,7 +834,7 @@ mod tests {
                 by_prost.extend_from_slice(&encode_message(m));
             }
             if sizes.iter().any(|(_, p)| *p) {
-                // Mixed: the header and prost-marked messages by prost, the rest by ReplyBody.
+                // Mixed: the header and prost-marked messages by prost, the rest by MessageBody.
                 wire.clear();
                 wire.extend_from_slice(&encode_message(&sent[0]));
                 for (m, (_, p)) in sent[1..].iter().zip(&sizes) {
@@ -638,7 +847,7 @@ mod tests {
                     }
                 }
             } else {
-                prop_assert_eq!(&wire, &by_prost, "ReplyBody sends what prost encodes");
+                prop_assert_eq!(&wire, &by_prost, "MessageBody sends what prost encodes");
             }
             let (got, end) = block_on(read_all(reframe(&wire, &cuts, trailers)));
             prop_assert_eq!(got.len(), sent.len());
@@ -657,6 +866,57 @@ mod tests {
                     prop_assert_eq!(s.message(), "chunk 3 failed its checksum");
                 }
             }
+        }
+
+        /// A streamed request, sent by `MessageBody` (or by prost) and cut into any DATA frames,
+        /// comes out of `RequestStream` as its header, then its data in order.
+        #[test]
+        fn requests_read_back_whatever_the_framing(
+            sizes in proptest::collection::vec(0usize..70_000, 0..5),
+            cuts in proptest::collection::vec(any::<usize>(), 0..40),
+            by_prost in any::<bool>(),
+        ) {
+            let head = proto::ChunkWrite {
+                part: Some(proto::chunk_write::Part::Header(proto::ChunkHeader {
+                    segment_id: 4,
+                    index: 1,
+                    version: 2,
+                    chunk_bytes: 9,
+                    segment_length: 18,
+                    applied: vec![],
+                    target_osd: Some(3),
+                })),
+            };
+            let data: Vec<Vec<u8>> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (0..*n).map(|j| (j * 7 + i) as u8).collect())
+                .collect();
+            let mut sent = vec![head.clone()];
+            sent.extend(data.iter().map(|d| proto::ChunkWrite::from_data(Bytes::from(d.clone()))));
+            let wire: Vec<u8> = if by_prost {
+                sent.iter().flat_map(|m| encode_message(m).to_vec()).collect()
+            } else {
+                let body = Body::new(MessageBody {
+                    stream: Box::pin(tokio_stream::iter(sent.clone().into_iter().map(Ok))),
+                    data: None,
+                    trailers: false,
+                    done: false,
+                });
+                let (wire, trailers) = split_wire(block_on(frames_of(body)));
+                prop_assert!(trailers.is_none(), "a request has no trailers");
+                wire
+            };
+            let got: Vec<Result<proto::ChunkWrite, Status>> = block_on(async {
+                use tokio_stream::StreamExt as _;
+                RequestStream::<proto::ChunkWrite>::new(reframe(&wire, &cuts, None), 4 << 20)
+                    .collect()
+                    .await
+            });
+            let mut got = got.into_iter().map(Result::unwrap);
+            prop_assert_eq!(got.next(), Some(head));
+            let rest: Vec<u8> = got.flat_map(|m| m.into_data().unwrap().to_vec()).collect();
+            prop_assert_eq!(rest, data.concat());
         }
 
         /// Any bytes and any framing end in messages or a clean error, never a panic.
