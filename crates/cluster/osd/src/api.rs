@@ -272,13 +272,11 @@ impl OsdClient {
         let head = proto::SegmentWrite {
             part: Some(proto::segment_write::Part::Layout(layout_to_proto(layout))),
         };
-        let data = frames.map(|d| proto::SegmentWrite {
-            part: Some(proto::segment_write::Part::Data(d)),
-        });
+        let data = frames.map(|d| Reply::Data(vec![d]));
         let reply: proto::WriteSegmentReply = wire::client_streaming(
             &self.channel,
             wire::WRITE_SEGMENT_PATH,
-            tokio_stream::iter([head]).chain(data),
+            tokio_stream::iter([Reply::Message(head)]).chain(data),
             STREAM_MESSAGE_BYTES_MAX,
         )
         .await
@@ -405,19 +403,27 @@ impl OsdClient {
         meta: &ChunkMeta,
         frames: impl tokio_stream::Stream<Item = Bytes> + Send + 'static,
     ) -> Result<(), OsdError> {
+        self.put_chunk_groups(meta, frames.map(|f| vec![f])).await
+    }
+
+    /// [`OsdClient::put_chunk_frames`] with each frame given as slices (sent as one message, no
+    /// copy): a primary forwards a received frame's slices this way.
+    pub async fn put_chunk_groups(
+        &self,
+        meta: &ChunkMeta,
+        frames: impl tokio_stream::Stream<Item = Vec<Bytes>> + Send + 'static,
+    ) -> Result<(), OsdError> {
         let header = proto::ChunkWrite {
             part: Some(proto::chunk_write::Part::Header(proto::ChunkHeader {
                 target_osd: self.target,
                 ..meta_to_proto(meta)
             })),
         };
-        let data = frames.map(|d| proto::ChunkWrite {
-            part: Some(proto::chunk_write::Part::Data(d)),
-        });
+        let data = frames.map(Reply::Data);
         let _: proto::PutChunkReply = wire::client_streaming(
             &self.channel,
             wire::PUT_CHUNK_PATH,
-            tokio_stream::iter([header]).chain(data),
+            tokio_stream::iter([Reply::Message(header)]).chain(data),
             STREAM_MESSAGE_BYTES_MAX,
         )
         .await

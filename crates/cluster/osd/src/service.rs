@@ -27,6 +27,7 @@ use crate::chunk_store::{Change, ChunkImage, ChunkStore, ChunkStoreError};
 use crate::metrics::{Metrics, OPS};
 use crate::proto;
 use crate::view::{Verdict, View};
+use crate::wire;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -333,13 +334,15 @@ impl Osd {
     /// WriteSegment's handler over any stream of its messages (tonic's, or [`crate::wire`]'s).
     pub(crate) async fn write_segment_from(
         &self,
-        mut s: impl tokio_stream::Stream<Item = Result<proto::SegmentWrite, Status>> + Unpin + Send,
+        mut s: impl tokio_stream::Stream<Item = Result<wire::Reply<proto::SegmentWrite>, Status>>
+            + Unpin
+            + Send,
     ) -> Result<proto::WriteSegmentReply, Status> {
         self.timed("write_segment", async move {
             let layout = match s.next().await {
-                Some(Ok(proto::SegmentWrite {
+                Some(Ok(wire::Reply::Message(proto::SegmentWrite {
                     part: Some(proto::segment_write::Part::Layout(l)),
-                })) => layout_from_proto(&l),
+                }))) => layout_from_proto(&l),
                 Some(Err(e)) => return Err(e),
                 _ => {
                     return Err(Status::invalid_argument(
@@ -348,9 +351,11 @@ impl Osd {
                 }
             };
             check_layout(&layout, self.n()).map_err(Status::invalid_argument)?;
-            let frames = s.map(|m| match m?.part {
-                Some(proto::segment_write::Part::Data(d)) => Ok(d),
-                _ => Err(Status::invalid_argument("WriteSegment: a second layout")),
+            let frames = s.map(|m| match m? {
+                wire::Reply::Data(slices) => Ok(slices),
+                wire::Reply::Message(_) => {
+                    Err(Status::invalid_argument("WriteSegment: a second layout"))
+                }
             });
             let ack = self.write_frames(layout, frames).await?;
             Ok(proto::WriteSegmentReply {
@@ -364,13 +369,15 @@ impl Osd {
     /// PutChunk's handler over any stream of its messages (tonic's, or [`crate::wire`]'s).
     pub(crate) async fn put_chunk_from(
         &self,
-        mut s: impl tokio_stream::Stream<Item = Result<proto::ChunkWrite, Status>> + Unpin + Send,
+        mut s: impl tokio_stream::Stream<Item = Result<wire::Reply<proto::ChunkWrite>, Status>>
+            + Unpin
+            + Send,
     ) -> Result<proto::PutChunkReply, Status> {
         self.timed("put_chunk", async move {
             let meta = match s.next().await {
-                Some(Ok(proto::ChunkWrite {
+                Some(Ok(wire::Reply::Message(proto::ChunkWrite {
                     part: Some(proto::chunk_write::Part::Header(h)),
-                })) => {
+                }))) => {
                     self.check_target(h.target_osd)?;
                     meta_from_proto(&h)
                 }
@@ -384,11 +391,15 @@ impl Osd {
             // Each frame is copied once, into the image of the file the store writes.
             let mut image = ChunkImage::new(&meta).map_err(Status::invalid_argument)?;
             while let Some(m) = s.next().await {
-                match m?.part {
-                    Some(proto::chunk_write::Part::Data(d)) => {
-                        image.push(&d).map_err(Status::invalid_argument)?
+                match m? {
+                    wire::Reply::Data(slices) => {
+                        for d in &slices {
+                            image.push(d).map_err(Status::invalid_argument)?
+                        }
                     }
-                    _ => return Err(Status::invalid_argument("PutChunk: a second header")),
+                    wire::Reply::Message(_) => {
+                        return Err(Status::invalid_argument("PutChunk: a second header"))
+                    }
                 }
             }
             // A stream that ended short is refused by the store (nothing written).
@@ -678,9 +689,9 @@ impl Osd {
     /// A whole segment from memory (see [`Osd::write_frames`]); the fuzz targets seed chunks with it.
     #[cfg(test)]
     pub(crate) async fn write(&self, layout: Layout, data: Vec<u8>) -> Result<api::Ack, Status> {
-        let frames: Vec<Result<Bytes, Status>> = api::slice_frames(Bytes::from(data))
+        let frames: Vec<Result<Vec<Bytes>, Status>> = api::slice_frames(Bytes::from(data))
             .into_iter()
-            .map(Ok)
+            .map(|f| Ok(vec![f]))
             .collect();
         self.write_frames(layout, tokio_stream::iter(frames)).await
     }
@@ -697,7 +708,7 @@ impl Osd {
     pub(crate) async fn write_frames(
         &self,
         layout: Layout,
-        mut frames: impl tokio_stream::Stream<Item = Result<Bytes, Status>> + Unpin,
+        mut frames: impl tokio_stream::Stream<Item = Result<Vec<Bytes>, Status>> + Unpin,
     ) -> Result<api::Ack, Status> {
         let lock = self.segment_lock(layout.segment_id);
         let mut st = lock.lock().await;
@@ -731,16 +742,20 @@ impl Osd {
         }
         // Room for the zero padding of the last data chunk: the data chunks are slices of it.
         let mut data = Vec::with_capacity(k * cb);
+        // Each frame is a message's data as the slices it arrived in.
         while let Some(frame) = frames.next().await {
-            let d = frame?;
-            if data.len() + d.len() > len {
+            let slices = frame?;
+            let n: usize = slices.iter().map(Bytes::len).sum();
+            if data.len() + n > len {
                 return Err(Status::invalid_argument(format!(
                     "segment {seg:#x}: more than its {len} bytes sent"
                 )));
             }
             let from = data.len();
-            data.extend_from_slice(&d);
-            forward_range(&mut forwards, &d, from, cb);
+            for d in &slices {
+                data.extend_from_slice(d);
+            }
+            forward_range(&mut forwards, &slices, from, cb);
         }
         if data.len() != len {
             return Err(Status::invalid_argument(format!(
@@ -1688,8 +1703,8 @@ fn newer(segment: u64, chunk: u32, e: &str) -> Status {
 /// the chunk cannot complete at the holder before [`Forward::finish`]. Dropped without `finish`,
 /// the stream ends short and the holder stores nothing.
 struct Forward {
-    tx: Option<tokio::sync::mpsc::UnboundedSender<Bytes>>,
-    held: Option<Bytes>,
+    tx: Option<tokio::sync::mpsc::UnboundedSender<Vec<Bytes>>>,
+    held: Option<Vec<Bytes>>,
     /// Bytes handed to the channel or held.
     sent: usize,
     task: tokio::task::JoinHandle<Result<(), Miss>>,
@@ -1701,7 +1716,7 @@ impl Forward {
         // most the chunk (slices of frames the primary keeps for the encode anyway).
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
-            peer.put_chunk_frames(
+            peer.put_chunk_groups(
                 &meta,
                 tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
             )
@@ -1716,14 +1731,15 @@ impl Forward {
         }
     }
 
-    /// Queues `bytes` (the chunk's next bytes, a slice of a received frame: no copy): the frame
-    /// before it goes out, so the newest frame is always held back.
-    fn push(&mut self, bytes: Bytes) {
-        if bytes.is_empty() {
+    /// Queues `slices` (the chunk's next bytes, slices of a received frame: no copy; sent as one
+    /// message): the frame before it goes out, so the newest frame is always held back.
+    fn push(&mut self, slices: Vec<Bytes>) {
+        let n: usize = slices.iter().map(Bytes::len).sum();
+        if n == 0 {
             return;
         }
-        self.sent += bytes.len();
-        if let Some(full) = self.held.replace(bytes) {
+        self.sent += n;
+        if let Some(full) = self.held.replace(slices) {
             // Fails only when the call already ended (an error it reports at finish).
             if let Some(tx) = &self.tx {
                 if tx.send(full).is_err() {
@@ -1737,7 +1753,7 @@ impl Forward {
     /// stream and waits for the holder's answer.
     async fn finish(mut self, whole: Bytes) -> Result<(), Miss> {
         for rest in api::slice_frames(whole.slice(self.sent..)) {
-            self.push(rest);
+            self.push(vec![rest]);
         }
         if let (Some(last), Some(tx)) = (self.held.take(), self.tx.take()) {
             let _ = tx.send(last); // a failure shows in the task's result
@@ -1758,17 +1774,32 @@ impl Drop for Forward {
     }
 }
 
-/// Hands the bytes of `frame` (the segment's bytes from `from` on) that belong to forwarded data
-/// chunks to their forwards, as slices of the frame.
-fn forward_range(forwards: &mut [Option<Forward>], frame: &Bytes, from: usize, cb: usize) {
-    let mut pos = 0;
-    while pos < frame.len() {
-        let j = (from + pos) / cb;
-        let end = ((j + 1) * cb - from).min(frame.len());
-        if let Some(f) = forwards.get_mut(j).and_then(Option::as_mut) {
-            f.push(frame.slice(pos..end));
+/// Hands the bytes of `frame` (the segment's bytes from `from` on, in the slices they arrived in)
+/// that belong to forwarded data chunks to their forwards, as slices of the frame: one message per
+/// chunk the frame touches.
+fn forward_range(forwards: &mut [Option<Forward>], frame: &[Bytes], from: usize, cb: usize) {
+    let mut at = from;
+    let mut group: Vec<Bytes> = Vec::new();
+    let mut group_chunk = from / cb;
+    for slice in frame {
+        let mut pos = 0;
+        while pos < slice.len() {
+            let j = at / cb;
+            if j != group_chunk {
+                if let Some(f) = forwards.get_mut(group_chunk).and_then(Option::as_mut) {
+                    f.push(std::mem::take(&mut group));
+                }
+                group.clear();
+                group_chunk = j;
+            }
+            let end = pos + ((j + 1) * cb - at).min(slice.len() - pos);
+            group.push(slice.slice(pos..end));
+            at += end - pos;
+            pos = end;
         }
-        pos = end;
+    }
+    if let Some(f) = forwards.get_mut(group_chunk).and_then(Option::as_mut) {
+        f.push(group);
     }
 }
 
@@ -1843,9 +1874,8 @@ impl proto::osd_server::Osd for Osd {
         &self,
         req: Request<Streaming<proto::SegmentWrite>>,
     ) -> Result<Response<proto::WriteSegmentReply>, Status> {
-        self.write_segment_from(req.into_inner())
-            .await
-            .map(Response::new)
+        let messages = req.into_inner().map(|m| m.map(wire::Reply::from_message));
+        self.write_segment_from(messages).await.map(Response::new)
     }
 
     type ReadSegmentStream = FrameStream<proto::DataFrame>;
@@ -1901,9 +1931,8 @@ impl proto::osd_server::Osd for Osd {
         &self,
         req: Request<Streaming<proto::ChunkWrite>>,
     ) -> Result<Response<proto::PutChunkReply>, Status> {
-        self.put_chunk_from(req.into_inner())
-            .await
-            .map(Response::new)
+        let messages = req.into_inner().map(|m| m.map(wire::Reply::from_message));
+        self.put_chunk_from(messages).await.map(Response::new)
     }
 
     type GetChunkStream = FrameStream<proto::ChunkFrame>;

@@ -17,8 +17,8 @@
 //!   makes a call with a streamed request, each data message sent as its header bytes followed by
 //!   the data `Bytes` itself.
 //! - Server: [`streaming_response`] turns a handler's reply stream into an HTTP response sent the
-//!   same way; [`RequestStream`] yields a streamed request's messages, a data message as one
-//!   message per slice it arrived in; [`read_request`] reads a unary request; [`unary_response`]
+//!   same way; [`RequestStream`] yields a streamed request's messages, a data message as the
+//!   slices it arrived in; [`read_request`] reads a unary request; [`unary_response`]
 //!   sends a unary reply.
 //! - Both: [`MessageReader`] cuts gRPC messages out of an HTTP body.
 
@@ -29,6 +29,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body::{Body as _, Frame};
+use tokio_stream::StreamExt as _;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::transport::Channel;
@@ -54,8 +55,6 @@ pub(crate) trait DataMessage: prost::Message + Default + Send + 'static {
     const DATA_FIELD: u32;
     /// The data, when the message is that field and nothing else; otherwise the message.
     fn into_data(self) -> Result<Bytes, Self>;
-    /// The message that is `data` in that field.
-    fn from_data(data: Bytes) -> Self;
 }
 
 impl DataMessage for proto::ChunkFrame {
@@ -66,20 +65,12 @@ impl DataMessage for proto::ChunkFrame {
             part => Err(proto::ChunkFrame { part }),
         }
     }
-    fn from_data(data: Bytes) -> Self {
-        proto::ChunkFrame {
-            part: Some(proto::chunk_frame::Part::Data(data)),
-        }
-    }
 }
 
 impl DataMessage for proto::DataFrame {
     const DATA_FIELD: u32 = 1;
     fn into_data(self) -> Result<Bytes, Self> {
         Ok(self.data)
-    }
-    fn from_data(data: Bytes) -> Self {
-        proto::DataFrame { data }
     }
 }
 
@@ -89,11 +80,6 @@ impl DataMessage for proto::SegmentWrite {
         match self.part {
             Some(proto::segment_write::Part::Data(d)) => Ok(d),
             part => Err(proto::SegmentWrite { part }),
-        }
-    }
-    fn from_data(data: Bytes) -> Self {
-        proto::SegmentWrite {
-            part: Some(proto::segment_write::Part::Data(data)),
         }
     }
 }
@@ -106,11 +92,6 @@ impl DataMessage for proto::ChunkWrite {
             part => Err(proto::ChunkWrite { part }),
         }
     }
-    fn from_data(data: Bytes) -> Self {
-        proto::ChunkWrite {
-            part: Some(proto::chunk_write::Part::Data(data)),
-        }
-    }
 }
 
 /// One message of a streamed reply, as [`ReplyReader::next`] returns it.
@@ -120,6 +101,16 @@ pub(crate) enum Reply<T> {
     Data(Vec<Bytes>),
     /// Any other message, decoded.
     Message(T),
+}
+
+impl<T: DataMessage> Reply<T> {
+    /// `message` as a data message when it is one, else as it is.
+    pub(crate) fn from_message(message: T) -> Reply<T> {
+        match message.into_data() {
+            Ok(d) => Reply::Data(vec![d]),
+            Err(m) => Reply::Message(m),
+        }
+    }
 }
 
 /// Cuts gRPC messages out of an HTTP body: each message is returned as the slices of the body's
@@ -304,10 +295,7 @@ pub(crate) fn split_message<T: DataMessage>(mut slices: Vec<Bytes>) -> Result<Re
     let bytes = contiguous(std::mem::take(&mut slices));
     let message = T::decode(bytes)
         .map_err(|e| Status::internal(format!("cannot decode a streamed message: {e}")))?;
-    Ok(match message.into_data() {
-        Ok(d) => Reply::Data(vec![d]),
-        Err(m) => Reply::Message(m),
-    })
+    Ok(Reply::from_message(message))
 }
 
 /// A streamed reply being received ([`server_streaming`]).
@@ -451,22 +439,21 @@ async fn call(
 }
 
 /// Calls the client-streaming method `path` with the messages of `requests` (a data message sent
-/// from its own buffer) and returns its one reply message; replies larger than `max_message`
+/// from the buffers its slices are in) and returns its one reply message; replies larger than `max_message`
 /// bytes are refused.
 pub(crate) async fn client_streaming<T, R>(
     channel: &Channel,
     path: &'static str,
-    requests: impl tokio_stream::Stream<Item = T> + Send + 'static,
+    requests: impl tokio_stream::Stream<Item = Reply<T>> + Send + 'static,
     max_message: usize,
 ) -> Result<R, Status>
 where
     T: DataMessage,
     R: prost::Message + Default,
 {
-    use tokio_stream::StreamExt as _;
     let body = Body::new(MessageBody {
         stream: Box::pin(requests.map(Ok)),
-        data: None,
+        data: VecDeque::new(),
         trailers: false,
         done: false,
     });
@@ -505,11 +492,10 @@ type Next =
     Pin<Box<dyn Future<Output = (MessageReader, Result<Option<Vec<Bytes>>, Status>)> + Send>>;
 
 /// A streamed request as the messages of type `T` it carries, read from the request body: a data
-/// message comes out as one message per slice it arrived in (the data as received, no copy).
+/// message comes out as [`Reply::Data`], the slices it arrived in (no copy).
 pub(crate) struct RequestStream<T> {
     reader: Option<MessageReader>,
     next: Option<Next>,
-    slices: VecDeque<Bytes>,
     done: bool,
     _message: std::marker::PhantomData<fn() -> T>,
 }
@@ -519,7 +505,6 @@ impl<T: DataMessage> RequestStream<T> {
         RequestStream {
             reader: Some(MessageReader::new(body, max_message)),
             next: None,
-            slices: VecDeque::new(),
             done: false,
             _message: std::marker::PhantomData,
         }
@@ -527,43 +512,37 @@ impl<T: DataMessage> RequestStream<T> {
 }
 
 impl<T: DataMessage> tokio_stream::Stream for RequestStream<T> {
-    type Item = Result<T, Status>;
+    type Item = Result<Reply<T>, Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            if let Some(s) = self.slices.pop_front() {
-                return Poll::Ready(Some(Ok(T::from_data(s))));
-            }
-            if self.done {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.next.is_none() {
+            let Some(mut reader) = self.reader.take() else {
+                self.done = true;
                 return Poll::Ready(None);
-            }
-            if self.next.is_none() {
-                let Some(mut reader) = self.reader.take() else {
-                    self.done = true;
-                    return Poll::Ready(None);
-                };
-                self.next = Some(Box::pin(async move {
-                    let m = reader.next_message().await;
-                    (reader, m)
-                }));
-            }
-            let Some(next) = self.next.as_mut() else {
-                continue;
             };
-            let (reader, message) = std::task::ready!(next.as_mut().poll(cx));
-            self.next = None;
-            self.reader = Some(reader);
-            match message.and_then(|m| m.map(split_message::<T>).transpose()) {
-                Ok(Some(Reply::Data(slices))) => self.slices.extend(slices),
-                Ok(Some(Reply::Message(m))) => return Poll::Ready(Some(Ok(m))),
-                Ok(None) => {
-                    self.done = true;
-                    return Poll::Ready(None);
-                }
-                Err(status) => {
-                    self.done = true;
-                    return Poll::Ready(Some(Err(status)));
-                }
+            self.next = Some(Box::pin(async move {
+                let m = reader.next_message().await;
+                (reader, m)
+            }));
+        }
+        let Some(next) = self.next.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let (reader, message) = std::task::ready!(next.as_mut().poll(cx));
+        self.next = None;
+        self.reader = Some(reader);
+        match message.and_then(|m| m.map(split_message::<T>).transpose()) {
+            Ok(Some(reply)) => Poll::Ready(Some(Ok(reply))),
+            Ok(None) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Err(status) => {
+                self.done = true;
+                Poll::Ready(Some(Err(status)))
             }
         }
     }
@@ -610,14 +589,16 @@ pub(crate) async fn read_request<R: prost::Message + Default>(
 }
 
 type ReplyStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
+type OutStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<Reply<T>, Status>> + Send>>;
 
 /// The body of a stream of messages: each as a gRPC message, a data message as its header bytes
-/// then the data itself. A reply's body ends with trailers carrying the stream's end or its error;
-/// a request's body just ends (an error in it resets the stream).
+/// then the slices of its data themselves (one message however many slices). A reply's body ends
+/// with trailers carrying the stream's end or its error; a request's body just ends (an error in
+/// it resets the stream).
 struct MessageBody<T> {
-    stream: ReplyStream<T>,
-    /// Data whose header was just sent.
-    data: Option<Bytes>,
+    stream: OutStream<T>,
+    /// Data slices of the message whose header was just sent.
+    data: VecDeque<Bytes>,
     trailers: bool,
     done: bool,
 }
@@ -630,7 +611,7 @@ impl<T: DataMessage> http_body::Body for MessageBody<T> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        if let Some(data) = self.data.take() {
+        if let Some(data) = self.data.pop_front() {
             return Poll::Ready(Some(Ok(Frame::data(data))));
         }
         if self.done {
@@ -638,16 +619,13 @@ impl<T: DataMessage> http_body::Body for MessageBody<T> {
         }
         let item = std::task::ready!(self.stream.as_mut().poll_next(cx));
         let frame = match item {
-            Some(Ok(message)) => match message.into_data() {
-                Ok(data) => {
-                    let header = data_header(T::DATA_FIELD, data.len());
-                    if !data.is_empty() {
-                        self.data = Some(data);
-                    }
-                    Frame::data(header)
-                }
-                Err(message) => Frame::data(encode_message(&message)),
-            },
+            Some(Ok(Reply::Data(slices))) => {
+                let len = slices.iter().map(Bytes::len).sum();
+                self.data
+                    .extend(slices.into_iter().filter(|s| !s.is_empty()));
+                Frame::data(data_header(T::DATA_FIELD, len))
+            }
+            Some(Ok(Reply::Message(message))) => Frame::data(encode_message(&message)),
             Some(Err(status)) => {
                 self.done = true;
                 if !self.trailers {
@@ -667,7 +645,7 @@ impl<T: DataMessage> http_body::Body for MessageBody<T> {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done && self.data.is_none()
+        self.done && self.data.is_empty()
     }
 }
 
@@ -695,9 +673,10 @@ pub(crate) fn streaming_response<T: DataMessage>(
         Err(status) => status.into_http(),
         Ok(response) => {
             let (metadata, stream, _) = response.into_parts();
+            let stream: OutStream<T> = Box::pin(stream.map(|m| m.map(Reply::from_message)));
             let mut http = http::Response::new(Body::new(MessageBody {
                 stream,
-                data: None,
+                data: VecDeque::new(),
                 trailers: true,
                 done: false,
             }));
@@ -893,30 +872,55 @@ mod tests {
                 .map(|(i, n)| (0..*n).map(|j| (j * 7 + i) as u8).collect())
                 .collect();
             let mut sent = vec![head.clone()];
-            sent.extend(data.iter().map(|d| proto::ChunkWrite::from_data(Bytes::from(d.clone()))));
+            sent.extend(data.iter().map(|d| proto::ChunkWrite {
+                part: Some(proto::chunk_write::Part::Data(Bytes::from(d.clone()))),
+            }));
             let wire: Vec<u8> = if by_prost {
                 sent.iter().flat_map(|m| encode_message(m).to_vec()).collect()
             } else {
+                // Each data message sent as several slices (cut in three), one message each.
+                let items: Vec<Result<Reply<proto::ChunkWrite>, Status>> = std::iter::once(
+                    Reply::Message(head.clone()),
+                )
+                .chain(data.iter().map(|d| {
+                    let b = Bytes::from(d.clone());
+                    let (x, y) = (b.len() / 3, 2 * b.len() / 3);
+                    Reply::Data(vec![b.slice(..x), b.slice(x..y), b.slice(y..)])
+                }))
+                .map(Ok)
+                .collect();
                 let body = Body::new(MessageBody {
-                    stream: Box::pin(tokio_stream::iter(sent.clone().into_iter().map(Ok))),
-                    data: None,
+                    stream: Box::pin(tokio_stream::iter(items)),
+                    data: VecDeque::new(),
                     trailers: false,
                     done: false,
                 });
                 let (wire, trailers) = split_wire(block_on(frames_of(body)));
                 prop_assert!(trailers.is_none(), "a request has no trailers");
+                prop_assert_eq!(
+                    &wire,
+                    &sent.iter().flat_map(|m| encode_message(m).to_vec()).collect::<Vec<u8>>(),
+                    "MessageBody sends what prost encodes"
+                );
                 wire
             };
-            let got: Vec<Result<proto::ChunkWrite, Status>> = block_on(async {
-                use tokio_stream::StreamExt as _;
+            let got: Vec<Result<Reply<proto::ChunkWrite>, Status>> = block_on(async {
                 RequestStream::<proto::ChunkWrite>::new(reframe(&wire, &cuts, None), 4 << 20)
                     .collect()
                     .await
             });
+            prop_assert_eq!(got.len(), sent.len(), "one item per message");
             let mut got = got.into_iter().map(Result::unwrap);
-            prop_assert_eq!(got.next(), Some(head));
-            let rest: Vec<u8> = got.flat_map(|m| m.into_data().unwrap().to_vec()).collect();
-            prop_assert_eq!(rest, data.concat());
+            match got.next() {
+                Some(Reply::Message(m)) => prop_assert_eq!(m, head),
+                other => prop_assert!(false, "{:?}", other),
+            }
+            for (g, d) in got.zip(&data) {
+                match g {
+                    Reply::Data(slices) => prop_assert_eq!(&joined(&slices), d),
+                    other => prop_assert!(false, "{:?}", other),
+                }
+            }
         }
 
         /// Any bytes and any framing end in messages or a clean error, never a panic.
