@@ -39,14 +39,20 @@ const M: usize = 1;
 const ME: u32 = 7;
 
 fn layout() -> Layout {
+    local_layout(10_000, (K + M) as u32, ME)
+}
+
+/// Segment 1 of `length` bytes with all n chunks on OSD `osd` (its primary): every call on it
+/// stays inside that OSD.
+pub(crate) fn local_layout(length: u64, n: u32, osd: u32) -> Layout {
     Layout {
         segment_id: 1,
-        length: 10_000,
-        primary: ME,
-        holders: (0..(K + M) as u32)
+        length,
+        primary: osd,
+        holders: (0..n)
             .map(|index| Holder {
                 index,
-                osd_id: ME,
+                osd_id: osd,
                 addr: "127.0.0.1:1".into(),
                 usable: true,
                 down: false,

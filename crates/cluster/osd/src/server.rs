@@ -61,30 +61,10 @@ impl Service<http::Request<Body>> for OsdService {
         let osd = self.osd.clone();
         match req.uri().path() {
             wire::GET_CHUNK_PATH => Box::pin(async move {
-                let (parts, body) = req.into_parts();
-                let result = match wire::read_request(body, REQUEST_BYTES_MAX).await {
-                    Ok(message) => {
-                        osd.get_chunk(tonic::Request::from_http(http::Request::from_parts(
-                            parts, message,
-                        )))
-                        .await
-                    }
-                    Err(status) => Err(status),
-                };
-                Ok(wire::streaming_response(result))
+                Ok(server_streaming(req, |r| async move { osd.get_chunk(r).await }).await)
             }),
             wire::READ_SEGMENT_PATH => Box::pin(async move {
-                let (parts, body) = req.into_parts();
-                let result = match wire::read_request(body, REQUEST_BYTES_MAX).await {
-                    Ok(message) => {
-                        osd.read_segment(tonic::Request::from_http(http::Request::from_parts(
-                            parts, message,
-                        )))
-                        .await
-                    }
-                    Err(status) => Err(status),
-                };
-                Ok(wire::streaming_response(result))
+                Ok(server_streaming(req, |r| async move { osd.read_segment(r).await }).await)
             }),
             wire::WRITE_SEGMENT_PATH => Box::pin(async move {
                 let messages = wire::RequestStream::new(req.into_body(), REQUEST_BYTES_MAX);
@@ -99,6 +79,31 @@ impl Service<http::Request<Body>> for OsdService {
     }
 }
 
+/// A server-streaming call answered through [`crate::wire`]: its request decoded (metadata and
+/// extensions kept), `handler` run, its reply stream sent.
+async fn server_streaming<R, T, F, Fut>(
+    req: http::Request<Body>,
+    handler: F,
+) -> http::Response<Body>
+where
+    R: prost::Message + Default,
+    T: wire::DataMessage,
+    F: FnOnce(tonic::Request<R>) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<wire::ReplyStream<T>>, tonic::Status>>,
+{
+    let (parts, body) = req.into_parts();
+    let result = match wire::read_request(body, REQUEST_BYTES_MAX).await {
+        Ok(message) => {
+            handler(tonic::Request::from_http(http::Request::from_parts(
+                parts, message,
+            )))
+            .await
+        }
+        Err(status) => Err(status),
+    };
+    wire::streaming_response(result)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -110,7 +115,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
-    use crate::api::{ChunkMeta, Holder, Layout, OsdClient, OsdError};
+    use crate::api::{ChunkMeta, Layout, OsdClient, OsdError};
     use crate::chunk_store::FileStore;
     use crate::service::OsdSetup;
 
@@ -118,21 +123,7 @@ mod tests {
     const LEN: u64 = 3_000_000;
 
     fn layout() -> Layout {
-        Layout {
-            segment_id: 1,
-            length: LEN,
-            primary: ME,
-            holders: (0..3)
-                .map(|index| Holder {
-                    index,
-                    osd_id: ME,
-                    addr: "127.0.0.1:1".into(),
-                    usable: true,
-                    down: false,
-                })
-                .collect(),
-            epoch: 1,
-        }
+        crate::fuzz::local_layout(LEN, 3, ME)
     }
 
     async fn serve<S>(svc: S) -> String

@@ -588,7 +588,8 @@ pub(crate) async fn read_request<R: prost::Message + Default>(
         .map_err(|e| Status::invalid_argument(format!("cannot decode the request: {e}")))
 }
 
-type ReplyStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
+pub(crate) type ReplyStream<T> =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
 type OutStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<Reply<T>, Status>> + Send>>;
 
 /// The body of a stream of messages: each as a gRPC message, a data message as its header bytes
