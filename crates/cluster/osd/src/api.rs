@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use ecstack_rpc::Security;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
@@ -432,9 +432,9 @@ impl OsdClient {
     }
 
     /// OSD → OSD (and a client's direct read): `length` bytes of chunk `index` from `offset` (0: to
-    /// the end of the chunk), with the chunk's header. A reply of one data frame (every read of at
-    /// most FRAME_BYTES, so every piece of a pipelined read) is returned as received, without a
-    /// copy; longer ones are joined.
+    /// the end of the chunk), with the chunk's header, in one buffer: a reply that arrived in one
+    /// HTTP/2 DATA frame is returned as received; one that spans several (any read over 64 KiB) is
+    /// joined, one copy ([`OsdClient::get_chunk_frames`] returns the slices instead).
     pub async fn get_chunk(
         &self,
         segment_id: u64,
@@ -445,18 +445,7 @@ impl OsdClient {
         let (meta, frames) = self
             .get_chunk_frames(segment_id, index, offset, length)
             .await?;
-        let out = match frames.len() {
-            0 => Bytes::new(),
-            1 => frames.into_iter().next().unwrap_or_default(),
-            _ => {
-                let total: usize = frames.iter().map(|f| f.len()).sum();
-                let mut j = BytesMut::with_capacity(total);
-                for f in &frames {
-                    j.extend_from_slice(f);
-                }
-                j.freeze()
-            }
-        };
+        let out = wire::contiguous(frames);
         Ok((meta, out))
     }
 

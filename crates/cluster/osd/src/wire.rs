@@ -250,7 +250,7 @@ fn copy_front(slices: &[Bytes], out: &mut [u8]) -> usize {
 }
 
 /// The slices as one buffer: the slice itself when there is one, else a copy.
-fn contiguous(mut slices: Vec<Bytes>) -> Bytes {
+pub(crate) fn contiguous(mut slices: Vec<Bytes>) -> Bytes {
     if slices.len() == 1 {
         return slices.pop().unwrap_or_default();
     }
