@@ -73,6 +73,11 @@ struct CodfsArgs {
     /// The MDS marks a silent OSD down after this long
     #[arg(long, default_value_t = 10_000)]
     down_after_ms: u64,
+    /// TCP congestion control of every emulated host, or `host` for this machine's default
+    /// (net.ipv4.tcp_congestion_control). CUBIC is Linux's stock default; BBR (v1) loses far more
+    /// packets at the OSDs' tbf queues with many flows into each (docs/benchmarks.md)
+    #[arg(long, value_name = "NAME", default_value = ecstack_lab::codfs_model::DEFAULT_TCP_CC)]
+    tcp_cc: String,
     /// Output directory for the Markdown report, CSV and SVG
     #[arg(long, default_value = "codfs-results")]
     out: PathBuf,
@@ -194,6 +199,7 @@ fn codfs(a: CodfsArgs) -> Result<()> {
     cfg.failures = !a.no_failures;
     cfg.stream_secs = a.stream;
     cfg.down_after_ms = a.down_after_ms;
+    cfg.tcp_cc = (a.tcp_cc != "host").then_some(a.tcp_cc);
     cfg.heartbeat_ms = (a.down_after_ms / 5).clamp(1, 1_000);
     cfg.dir = a.dir;
     cfg.seed = a.seed;

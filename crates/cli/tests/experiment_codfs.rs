@@ -105,6 +105,8 @@ fn model_experiment_runs_on_namespaces_and_computes_ratios() {
     assert_eq!(rows.len(), 1);
     let r = &rows[0];
     assert_eq!(r["osds"], 4);
+    // Every host runs CUBIC unless told otherwise (read back from a namespace).
+    assert_eq!(r["tcp_cc"], "cubic", "{r}");
     // The model for M = 4, B = 25 MB/s, (n, k) = (3, 2): 100 / 2 = 50 MB/s write, 100 / 1.5 read.
     let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {r}"));
     assert!((f("write_model_mb_per_sec") - 50.0).abs() < 1e-9);
@@ -162,7 +164,15 @@ fn streams_are_measured_while_every_client_is_active() {
     let tmp = tempfile::tempdir().unwrap();
     let out = small_model(
         tmp.path(),
-        &["--size", "3M", "--stream", "8", "--no-failures"],
+        &[
+            "--size",
+            "3M",
+            "--stream",
+            "8",
+            "--no-failures",
+            "--tcp-cc",
+            "reno",
+        ],
     )
     .output()
     .unwrap();
@@ -185,4 +195,33 @@ fn streams_are_measured_while_every_client_is_active() {
     assert!(r["degraded_read_mb_per_sec"].is_null(), "{r}");
     let md = std::fs::read_to_string(tmp.path().join("out/codfs-model.md")).unwrap();
     assert!(md.contains("Method: streams"), "{md}");
+    // Reno is built into every kernel: the hosts ran it, and the report says so.
+    assert_eq!(r["tcp_cc"], "reno", "{r}");
+    assert!(
+        md.contains("TCP congestion control on every emulated host: reno."),
+        "{md}"
+    );
+}
+
+/// A congestion control the kernel does not have: one line naming the flag, no namespace made.
+#[test]
+fn an_unknown_congestion_control_is_one_clear_error() {
+    if !tools_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let child = small_model(tmp.path(), &["--tcp-cc", "nosuchcc", "--no-failures"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tcp-cc") && err.contains("nosuchcc") && err.contains("reno"),
+        "{err}"
+    );
+    assert!(our_namespaces(pid).is_empty());
 }

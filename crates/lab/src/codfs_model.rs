@@ -35,7 +35,7 @@ use ecstack_rpc::{init_cluster, ClusterConfig, InitOptions, Security};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::codfs_netns::{self, Host, LinkBytes, LinkProbe, Testbed};
+use crate::codfs_netns::{self, Host, LinkBytes, LinkProbe, Tbf, TbfCounters, Testbed};
 use crate::plot::Lines;
 use crate::table::write_csv;
 use crate::{LabError, Result};
@@ -46,6 +46,8 @@ const MDS_PORT: u16 = 7100;
 const READY_SECS_MAX: u64 = 60;
 /// Seconds of the bare TCP stream that measures a link's effective bandwidth, each way.
 const GOODPUT_SECS: f64 = 3.0;
+/// [`ModelConfig::tcp_cc`]'s default.
+pub const DEFAULT_TCP_CC: &str = "cubic";
 const RECOVERY_SECS_MAX: u64 = 900;
 /// The shortest stream: its warm-up must outlast a window of segments in flight.
 const STREAM_SECS_MIN: f64 = 8.0;
@@ -74,6 +76,9 @@ pub struct ModelConfig {
     pub heartbeat_ms: u64,
     pub down_after_ms: u64,
     pub seed: u64,
+    /// TCP congestion control of every emulated host (`None`: the machine's default). CUBIC by
+    /// default: Linux's stock choice, and the one the results in docs/benchmarks.md name.
+    pub tcp_cc: Option<String>,
 }
 
 impl ModelConfig {
@@ -94,6 +99,7 @@ impl ModelConfig {
             heartbeat_ms: 500,
             down_after_ms: 10_000,
             seed: 1,
+            tcp_cc: Some(DEFAULT_TCP_CC.to_owned()),
         }
     }
 
@@ -134,6 +140,14 @@ impl ModelConfig {
         }
         if !(self.rate_mbit.is_finite() && self.rate_mbit > 0.0) {
             return cfg("rate-mbit", format!("{}: must be positive", self.rate_mbit));
+        }
+        if let Some(cc) = &self.tcp_cc {
+            if cc.is_empty() || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return cfg(
+                    "tcp-cc",
+                    format!("{cc:?}: a congestion control's name, such as cubic or bbr"),
+                );
+            }
         }
         if self.heartbeat_ms == 0 || self.down_after_ms <= self.heartbeat_ms {
             return cfg(
@@ -176,6 +190,8 @@ pub struct ModelRow {
     pub rate_mbit: f64,
     pub clients: usize,
     pub bytes: u64,
+    /// The TCP congestion control the emulated hosts ran (read back from one of them).
+    pub tcp_cc: String,
     /// An OSD link's measured effective bandwidth (a bare TCP stream's payload through its tbf), MB/s:
     /// inbound and outbound. The thesis took B from such a measurement (§5.1).
     pub goodput_in_mb_per_sec: f64,
@@ -195,6 +211,8 @@ pub struct ModelRow {
     pub write_secs: f64,
     pub write_all_active_secs: f64,
     pub write_all_active_link_mean: f64,
+    /// Packets an OSD link's tbf dropped per second, inbound, during the write (mean over links).
+    pub write_drops_per_link_sec: f64,
     pub read_mb_per_sec: f64,
     pub read_model_mb_per_sec: f64,
     pub read_ratio: f64,
@@ -206,6 +224,8 @@ pub struct ModelRow {
     pub read_secs: f64,
     pub read_all_active_secs: f64,
     pub read_all_active_link_mean: f64,
+    /// The same outbound during the read.
+    pub read_drops_per_link_sec: f64,
     pub degraded_read_mb_per_sec: Option<f64>,
     pub recovery_mb_per_sec: Option<f64>,
     pub recovery_secs: Option<f64>,
@@ -273,13 +293,19 @@ impl ModelReport {
             self.bytes_per_client >> 20,
             self.window_segments
         );
+        let mut ccs: Vec<&str> = self.rows.iter().map(|r| r.tcp_cc.as_str()).collect();
+        ccs.dedup();
+        s += &format!(
+            "TCP congestion control on every emulated host: {}.\n\n",
+            ccs.join(", ")
+        );
         if let Some(t) = self.stream_secs {
             s += &format!(
                 "Method: streams (§5.1's clients \"transfer streams of segments simultaneously\"): each phase \
                  runs {t:.0} s, every client putting one growing file of its {} MiB repeated, then getting \
                  it over and over; throughput is the rate of bytes acknowledged (put: segments durable at their \
-                 primary; get: bytes delivered and compared; the slope of their total) from the end of a warm-up to {t:.0} s over \
-                 that window, links likewise. The warm-up lasts {:.0} s and until the clients have had \
+                 primary; get: bytes as they arrive, every byte compared; the least-squares slope of their total) from the end \
+                 of a warm-up to {t:.0} s, links over the same window. The warm-up lasts {:.0} s and until the clients have had \
                  {} segments each acknowledged. The \"all active\" table below gives the window.\n\n",
                 self.bytes_per_client >> 20,
                 t / 4.0,
@@ -311,11 +337,11 @@ impl ModelReport {
               effective bandwidth, 114.5 MB/s on its 1 Gbit/s links): here a bare TCP stream's payload \
               through one OSD's tbf, each way, measured before the daemons start. It is lower than the tc \
               rate by TCP/IP and Ethernet framing, which ecstack's links pay too.\n\n";
-        s += "| M | segment | B_in / B_out measured (MB/s) | write: model / ratio | read: model / ratio |\n";
-        s += "|---:|---:|---:|---:|---:|\n";
+        s += "| M | segment | B_in / B_out measured (MB/s) | write: model / ratio | read: model / ratio | payload per link byte: write / read |\n";
+        s += "|---:|---:|---:|---:|---:|---:|\n";
         for r in &self.rows {
             s += &format!(
-                "| {} | {} MiB | {:.2} / {:.2} | {:.1} / {:.0}% | {:.1} / {:.0}% |\n",
+                "| {} | {} MiB | {:.2} / {:.2} | {:.1} / {:.0}% | {:.1} / {:.0}% | {:.3} / {:.3} |\n",
                 r.osds,
                 r.segment_bytes >> 20,
                 r.goodput_in_mb_per_sec,
@@ -323,29 +349,42 @@ impl ModelReport {
                 r.write_model_eff_mb_per_sec,
                 r.write_ratio_eff * 100.0,
                 r.read_model_eff_mb_per_sec,
-                r.read_ratio_eff * 100.0
+                r.read_ratio_eff * 100.0,
+                r.write_ratio / r.write_link_mean.max(1e-9),
+                r.read_ratio / r.read_link_mean.max(1e-9)
             );
         }
-        s += "\nLinks: the bytes each OSD's link carried in the direction the model charges (inbound while \
-              writing, outbound while reading; Ethernet frames, what tc limits) over B × the phase's time. \
+        s += "\nPayload per link byte: the model's bytes the phase moved (its ratio) over what the links \
+              carried (their use), a check of the figure: a bare TCP stream's payload is B measured / B \
+              of the link bytes (TLS and HTTP/2 framing take a little more), so a phase's cannot be \
+              higher — above it, the throughput figure reads high (a stream's acknowledgements come a \
+              window of segments at a time per client: its window cuts those steps).\n";
+        s += "\nLinks: the bytes each OSD link's tbf passed in the direction the model charges (inbound while \
+              writing, outbound while reading; every packet's length as tc charges it) over B × the time. \
               A mean close to the ratio with a busiest link near 100% means uneven load; a busiest link well \
-              below 100% means the links sat idle. Timelines: `links-*.csv`.\n";
+              below 100% means the links sat idle. Timelines: `links-*.csv` (the veths' \
+              counters, sampled 4 times a second: they count a GSO packet's headers once, so they read \
+              a few % below the tbf's). Drops: packets an OSD link's \
+              tbf had no queue room for, per second (mean over the links, charged direction): each is \
+              sent again, and the congestion control backs off.\n";
         s += "\nWhere a phase loses: its time until the first client finished (every client active) and the \
               links' mean busy fraction in that part; the rest is the tail, with fewer clients than the \
               cluster needs to stay busy. The ratio above is over the whole phase.\n\n";
-        s += "| M | segment | write: all active / phase (s) | links while all active | read: all active / phase (s) | links while all active |\n";
-        s += "|---:|---:|---:|---:|---:|---:|\n";
+        s += "| M | segment | write: all active / phase (s) | links while all active | drops/s per link | read: all active / phase (s) | links while all active | drops/s per link |\n";
+        s += "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for r in &self.rows {
             s += &format!(
-                "| {} | {} MiB | {:.1} / {:.1} | {:.0}% | {:.1} / {:.1} | {:.0}% |\n",
+                "| {} | {} MiB | {:.1} / {:.1} | {:.0}% | {:.1} | {:.1} / {:.1} | {:.0}% | {:.1} |\n",
                 r.osds,
                 r.segment_bytes >> 20,
                 r.write_all_active_secs,
                 r.write_secs,
                 r.write_all_active_link_mean * 100.0,
+                r.write_drops_per_link_sec,
                 r.read_all_active_secs,
                 r.read_secs,
-                r.read_all_active_link_mean * 100.0
+                r.read_all_active_link_mean * 100.0,
+                r.read_drops_per_link_sec
             );
         }
         s
@@ -521,6 +560,9 @@ struct PhaseResult {
     all_active_secs: f64,
     /// The links' mean busy fraction while all clients were active (from the timeline).
     all_active_link_mean: f64,
+    /// Packets each OSD link's tbf dropped per second in the charged direction (mean over the
+    /// links, over the same time as `link_mean`).
+    drops_per_sec: f64,
 }
 
 /// The link counters sampled on a thread until it is stopped.
@@ -557,6 +599,14 @@ impl LinkSampler {
 
 /// Bytes in the charged direction: inbound for writes, outbound for reads.
 fn charged(phase: Phase, l: &LinkBytes) -> u64 {
+    match phase {
+        Phase::Put => l.received,
+        Phase::Get => l.sent,
+    }
+}
+
+/// The tbf of the charged direction.
+fn charged_tbf(phase: Phase, l: &TbfCounters) -> Tbf {
     match phase {
         Phase::Put => l.received,
         Phase::Get => l.sent,
@@ -639,6 +689,7 @@ fn run_phase(
         }));
     }
     let before = probe.read()?;
+    let tbf_before = probe.tbf()?;
     barrier.wait();
     let start = Instant::now();
     let sampler = LinkSampler::start(probe.clone(), start);
@@ -681,7 +732,7 @@ fn run_phase(
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let (t1, links1) = (Instant::now(), probe.read());
+            let (t1, tbf1) = (Instant::now(), probe.tbf());
             // A put's acknowledgements come a segment at a time per client (its window of
             // segments tends to finish together), so the rate is the least-squares slope of the
             // clients' total over the window, sampled every 100 ms, not the difference of its two
@@ -697,9 +748,9 @@ fn run_phase(
                 }
                 std::thread::sleep(Duration::from_secs_f64((secs - t).clamp(1e-3, 0.1)));
             }
-            let (t2, links2) = (Instant::now(), probe.read());
+            let (t2, tbf2) = (Instant::now(), probe.tbf());
             stop.store(true, Ordering::Relaxed);
-            Some((t1, t2, slope(&points), links1, links2))
+            Some((t1, t2, slope(&points), tbf1, tbf2))
         }
     };
     let mut end = start;
@@ -720,24 +771,39 @@ fn run_phase(
         }
     }
     stop.store(true, Ordering::Relaxed); // a failed sample above returned before the stop
-    let after = probe.read();
+    let tbf_after = probe.tbf();
     let samples = sampler.stop();
     if let Some(e) = first_error {
         return Err(e);
     }
-    let after = after?;
+    let tbf_after = tbf_after?;
     let timeline = rates(phase, &before, samples);
-    let link_use = |from: &[LinkBytes], to: &[LinkBytes], secs: f64| -> Vec<f64> {
+    // Busy fractions from the tbf's own byte counters (what it limits), and its drops per second.
+    let link_use = |from: &[TbfCounters], to: &[TbfCounters], secs: f64| -> Vec<f64> {
         let capacity = cfg.rate_mbit * 1e6 / 8.0 * secs;
         from.iter()
             .zip(to)
-            .map(|(b, a)| charged(phase, a).saturating_sub(charged(phase, b)) as f64 / capacity)
+            .map(|(b, a)| {
+                let (b, a) = (charged_tbf(phase, b), charged_tbf(phase, a));
+                a.bytes.saturating_sub(b.bytes) as f64 / capacity
+            })
             .collect()
+    };
+    let drop_rate = |from: &[TbfCounters], to: &[TbfCounters], secs: f64| -> f64 {
+        let total: u64 = from
+            .iter()
+            .zip(to)
+            .map(|(b, a)| {
+                let (b, a) = (charged_tbf(phase, b), charged_tbf(phase, a));
+                a.drops.saturating_sub(b.drops)
+            })
+            .sum();
+        total as f64 / secs.max(1e-9) / from.len().max(1) as f64
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
-    if let Some((t1, t2, bytes_per_sec, links1, links2)) = window {
-        let (links1, links2) = (links1?, links2?);
+    if let Some((t1, t2, bytes_per_sec, tbf1, tbf2)) = window {
+        let (tbf1, tbf2) = (tbf1?, tbf2?);
         if let Some(f) = first_end.filter(|&f| f < t2) {
             return Err(LabError::Run(format!(
                 "a client stopped streaming {:.1} s after the start, before the window ended",
@@ -745,7 +811,7 @@ fn run_phase(
             )));
         }
         let secs = (t2 - t1).as_secs_f64().max(1e-9);
-        let busy = link_use(&links1, &links2, secs);
+        let busy = link_use(&tbf1, &tbf2, secs);
         return Ok(PhaseResult {
             mb_per_sec: bytes_per_sec / 1e6,
             link_mean: mean(&busy),
@@ -754,10 +820,11 @@ fn run_phase(
             secs,
             all_active_secs: secs,
             all_active_link_mean: mean(&busy),
+            drops_per_sec: drop_rate(&tbf1, &tbf2, secs),
         });
     }
     let secs = (end - start).as_secs_f64().max(1e-9);
-    let busy = link_use(&before, &after, secs);
+    let busy = link_use(&tbf_before, &tbf_after, secs);
     let bytes = cfg.bytes_per_client * bed.clients.len() as u64;
     let all_active_secs = first_end.map_or(secs, |f| (f - start).as_secs_f64().max(1e-9));
     // The intervals that ended before the first client finished (the sampler's resolution).
@@ -785,6 +852,7 @@ fn run_phase(
         secs,
         all_active_secs,
         all_active_link_mean,
+        drops_per_sec: drop_rate(&tbf_before, &tbf_after, secs),
     })
 }
 
@@ -1002,7 +1070,8 @@ fn one_run(
     dir: &Path,
     log: &dyn Fn(&str),
 ) -> Result<(ModelRow, Vec<LinkTimeline>)> {
-    let bed = Testbed::create(osds + 1, cfg.clients, cfg.rate_mbit)?;
+    let bed = Testbed::create(osds + 1, cfg.clients, cfg.rate_mbit, cfg.tcp_cc.as_deref())?;
+    let tcp_cc = bed.congestion_control()?;
     let config = make_cluster(cfg, osds, seg, dir, &bed)?;
     let config_path = dir.join("cluster.toml");
     let logs = dir.join("logs");
@@ -1081,6 +1150,7 @@ fn one_run(
         rate_mbit: cfg.rate_mbit,
         clients: cfg.clients,
         bytes: cfg.bytes_per_client * cfg.clients as u64,
+        tcp_cc,
         goodput_in_mb_per_sec: goodput_in,
         goodput_out_mb_per_sec: goodput_out,
         write_mb_per_sec: write,
@@ -1092,6 +1162,7 @@ fn one_run(
         write_secs: w.secs,
         write_all_active_secs: w.all_active_secs,
         write_all_active_link_mean: w.all_active_link_mean,
+        write_drops_per_link_sec: w.drops_per_sec,
         write_link_max: w.link_max,
         read_mb_per_sec: read,
         read_model_mb_per_sec: read_model,
@@ -1102,6 +1173,7 @@ fn one_run(
         read_secs: r.secs,
         read_all_active_secs: r.all_active_secs,
         read_all_active_link_mean: r.all_active_link_mean,
+        read_drops_per_link_sec: r.drops_per_sec,
         read_link_max: r.link_max,
         degraded_read_mb_per_sec: None,
         recovery_mb_per_sec: None,
@@ -1199,6 +1271,11 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("rate-mbit:"));
+        c.rate_mbit = 100.0;
+        c.tcp_cc = Some("cubic; reboot".into());
+        assert!(c.validate().unwrap_err().to_string().starts_with("tcp-cc:"));
+        c.tcp_cc = None;
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -9,6 +9,12 @@
 //! process is gone are deleted when a new testbed is created.
 //!
 //! Addresses: 10.77.0.0/16, host `i` (0-based, in creation order) at 10.77.(i / 250).(i % 250 + 2).
+//!
+//! TCP congestion control: every host of a testbed runs the one it is created with
+//! (`net.ipv4.tcp_congestion_control` is per namespace, and a new namespace starts with the
+//! machine's). It matters here: with BBR (v1), some machines' default, the 15–20 flows into an OSD's
+//! tbf overflow its queue far more often than with CUBIC, Linux's stock default, and the
+//! retransmissions and backoffs leave the links idle part of the time (docs/benchmarks.md).
 
 use std::fs::File;
 use std::net::Ipv4Addr;
@@ -100,8 +106,8 @@ pub struct Host {
     pub rate_mbit: Option<f64>,
 }
 
-/// What a host's link has carried so far, in bytes as the link counts them (Ethernet frames, the
-/// unit `tc tbf` limits).
+/// What a host's link has carried so far, in bytes as the veth counts them (Ethernet frames, but a
+/// GSO packet's headers once, so a little less than its tbf charges: see [`TbfCounters`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinkBytes {
     pub sent: u64,
@@ -114,6 +120,24 @@ pub struct LinkBytes {
 pub struct LinkProbe {
     hub: String,
     links: Vec<String>,
+    /// The hosts' own namespaces (their outbound tbf is on their end of the link).
+    namespaces: Vec<String>,
+}
+
+/// What a host's link tbf has counted so far, each way: bytes sent on (each packet's length as the
+/// tbf charges it, every segment's headers included; a veth's own counters count a GSO packet's
+/// headers once) and packets dropped because its queue was full.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TbfCounters {
+    pub sent: Tbf,
+    pub received: Tbf,
+}
+
+/// One tbf's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tbf {
+    pub bytes: u64,
+    pub drops: u64,
 }
 
 impl LinkProbe {
@@ -133,6 +157,73 @@ impl LinkProbe {
         }
         parse_link_counters(&out.stdout, &self.links)
     }
+
+    /// The counters of each host's tbf, both ways (one `tc` call for the hub's side, one per host
+    /// for its own): a few milliseconds each, so read at the ends of a measurement, not sampled.
+    pub fn tbf(&self) -> Result<Vec<TbfCounters>> {
+        let inbound = tbf_counters(&self.hub)?;
+        self.links
+            .iter()
+            .zip(&self.namespaces)
+            .map(|(link, ns)| {
+                let outbound = tbf_counters(ns)?;
+                let get = |m: &std::collections::HashMap<String, Tbf>, dev: &str| {
+                    m.get(dev).copied().ok_or_else(|| {
+                        LabError::Run(format!("tc -s qdisc show: no tbf on {dev} ({ns})"))
+                    })
+                };
+                Ok(TbfCounters {
+                    sent: get(&outbound, "eth0")?,
+                    received: get(&inbound, link)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The counters of every tbf in namespace `ns`, by device.
+fn tbf_counters(ns: &str) -> Result<std::collections::HashMap<String, Tbf>> {
+    let out = Command::new("tc")
+        .args(["-n", ns, "-s", "-j", "qdisc", "show"])
+        .output()
+        .map_err(|e| LabError::Run(format!("cannot run tc: {e}")))?;
+    if !out.status.success() {
+        return Err(LabError::Run(format!(
+            "`tc -n {ns} -s -j qdisc show` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    parse_tbf(&out.stdout)
+}
+
+/// The `bytes` and `drops` of every tbf in `tc -s -j qdisc show`'s output, by device.
+fn parse_tbf(json: &[u8]) -> Result<std::collections::HashMap<String, Tbf>> {
+    let bad = |what: String| LabError::Run(format!("tc -s -j qdisc show: {what}"));
+    let v: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let list = v
+        .as_array()
+        .ok_or_else(|| bad("not a list of qdiscs".into()))?;
+    let mut out = std::collections::HashMap::new();
+    for q in list.iter().filter(|q| q["kind"] == "tbf") {
+        let dev = q["dev"]
+            .as_str()
+            .ok_or_else(|| bad("a tbf without a device".into()))?;
+        let counter = |name: &str| {
+            q[name]
+                .as_u64()
+                .ok_or_else(|| bad(format!("{dev}: no {name} counter")))
+        };
+        out.insert(
+            dev.to_owned(),
+            Tbf {
+                bytes: counter("bytes")?,
+                drops: counter("drops")?,
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// The (rx, tx) counters of `links` in `ip -s -j link show`'s output, as the hosts' (sent, received).
@@ -165,6 +256,8 @@ fn parse_link_counters(json: &[u8], links: &[String]) -> Result<Vec<LinkBytes>> 
 
 /// The namespaces of one run; all deleted on drop.
 pub struct Testbed {
+    /// The TCP congestion control set in every namespace (`None`: left as the machine's).
+    tcp_cc: Option<String>,
     hub: String,
     pub mds: Host,
     pub osds: Vec<Host>,
@@ -217,6 +310,57 @@ pub fn check_tools() -> Result<()> {
     Ok(())
 }
 
+/// A namespace's TCP congestion control (what its sockets start with), as seen from a thread in it.
+const TCP_CC_SYSCTL: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
+/// The machine's congestion controls that are loaded (a namespace may pick any of them).
+const TCP_CC_AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+
+/// `cc` is a congestion control this kernel has loaded: otherwise one line naming those it has.
+pub fn check_congestion_control(cc: &str) -> Result<()> {
+    let text = std::fs::read_to_string(TCP_CC_AVAILABLE)
+        .map_err(|e| LabError::Run(format!("{TCP_CC_AVAILABLE}: {e}")))?;
+    if text.split_whitespace().any(|c| c == cc) {
+        return Ok(());
+    }
+    Err(LabError::Config {
+        field: "tcp-cc",
+        msg: format!(
+            "{cc}: not a TCP congestion control this kernel has loaded (it has: {}; `modprobe tcp_{cc}` may add it)",
+            text.trim()
+        ),
+    })
+}
+
+/// Moves the calling thread into network namespace `ns`.
+fn enter_namespace(ns: &str) -> Result<()> {
+    let path = format!("/run/netns/{ns}");
+    let f = File::open(&path).map_err(|e| LabError::Run(format!("{path}: {e}")))?;
+    // SAFETY: setns on a namespace file descriptor we hold open; it changes only this thread.
+    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r != 0 {
+        return Err(LabError::Run(format!(
+            "setns {path}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `f` on a thread of its own moved into namespace `ns` (so its /proc/sys/net is that
+/// namespace's); the calling thread stays where it is.
+fn in_namespace<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let ns = ns.to_owned();
+    std::thread::spawn(move || {
+        enter_namespace(&ns)?;
+        f()
+    })
+    .join()
+    .map_err(|_| LabError::Run("a thread moved into a namespace panicked".into()))?
+}
+
 /// Deletes namespaces left by runs whose process no longer exists (a SIGKILLed experiment).
 fn delete_leftovers() {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
@@ -250,7 +394,13 @@ fn burst_bytes(rate_mbit: f64) -> u64 {
 impl Testbed {
     /// Creates the hub, the MDS host, `osds` OSD hosts limited to `rate_mbit` in each direction,
     /// and `clients` client hosts. On error, whatever was created is deleted.
-    pub fn create(osds: usize, clients: usize, rate_mbit: f64) -> Result<Testbed> {
+    /// Every host runs TCP congestion control `tcp_cc` (`None`: the machine's default).
+    pub fn create(
+        osds: usize,
+        clients: usize,
+        rate_mbit: f64,
+        tcp_cc: Option<&str>,
+    ) -> Result<Testbed> {
         check_tools()?;
         if !(rate_mbit.is_finite() && rate_mbit > 0.0) {
             return Err(LabError::Config {
@@ -258,10 +408,14 @@ impl Testbed {
                 msg: format!("{rate_mbit}: must be a positive number of Mbit/s"),
             });
         }
+        if let Some(cc) = tcp_cc {
+            check_congestion_control(cc)?;
+        }
         delete_leftovers();
         let prefix = format!("{NS_PREFIX}{}", std::process::id());
         let hub = format!("{prefix}-hub");
         let mut bed = Testbed {
+            tcp_cc: tcp_cc.map(str::to_owned),
             hub: hub.clone(),
             mds: Host {
                 namespace: String::new(),
@@ -306,7 +460,23 @@ impl Testbed {
             .unwrap_or_else(|e| e.into_inner())
             .namespaces
             .push(ns.to_owned());
+        if let Some(cc) = &self.tcp_cc {
+            let cc = cc.clone();
+            in_namespace(ns, move || {
+                std::fs::write(TCP_CC_SYSCTL, &cc)
+                    .map_err(|e| LabError::Run(format!("{TCP_CC_SYSCTL} = {cc}: {e}")))
+            })?;
+        }
         sh(&["ip", "-n", ns, "link", "set", "lo", "up"])
+    }
+
+    /// The TCP congestion control the hosts run (read from the MDS host's namespace).
+    pub fn congestion_control(&self) -> Result<String> {
+        in_namespace(&self.mds.namespace, || {
+            std::fs::read_to_string(TCP_CC_SYSCTL)
+                .map(|s| s.trim().to_owned())
+                .map_err(|e| LabError::Run(format!("{TCP_CC_SYSCTL}: {e}")))
+        })
     }
 
     fn add_host(&mut self, h: &Host) -> Result<()> {
@@ -375,17 +545,7 @@ impl Testbed {
     /// Moves the calling thread into `host`'s network namespace (sockets it opens from now on are
     /// that host's). Meant for a thread started for this purpose.
     pub fn enter(host: &Host) -> Result<()> {
-        let path = format!("/run/netns/{}", host.namespace);
-        let f = File::open(&path).map_err(|e| LabError::Run(format!("{path}: {e}")))?;
-        // SAFETY: setns on a namespace file descriptor we hold open; it changes only this thread.
-        let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-        if r != 0 {
-            return Err(LabError::Run(format!(
-                "setns {path}: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        Ok(())
+        enter_namespace(&host.namespace)
     }
 
     /// Payload bytes per second a plain TCP stream carries from `from` to `to` (a sender thread in
@@ -468,6 +628,7 @@ impl Testbed {
         LinkProbe {
             hub: self.hub.clone(),
             links: hosts.iter().map(|h| h.hub_link.clone()).collect(),
+            namespaces: hosts.iter().map(|h| h.namespace.clone()).collect(),
         }
     }
 
@@ -525,6 +686,26 @@ mod tests {
         let e = parse_link_counters(json, &["v9".to_owned()]).unwrap_err();
         assert!(e.to_string().contains("no link v9"), "{e}");
         assert!(parse_link_counters(b"garbage", &[]).is_err());
+    }
+
+    #[test]
+    fn tbf_counters_are_read_by_device() {
+        let json = br#"[{"kind":"noqueue","dev":"lo","bytes":5,"drops":0},
+            {"kind":"tbf","handle":"8001:","dev":"v3","bytes":10,"packets":1,"drops":42,"overlimits":7},
+            {"kind":"tbf","dev":"eth0","bytes":0,"drops":0}]"#;
+        let got = parse_tbf(json).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            got["v3"],
+            Tbf {
+                bytes: 10,
+                drops: 42
+            }
+        );
+        assert_eq!(got["eth0"], Tbf::default());
+        let e = parse_tbf(br#"[{"kind":"tbf","dev":"v1","bytes":1}]"#).unwrap_err();
+        assert!(e.to_string().contains("v1: no drops counter"), "{e}");
+        assert!(parse_tbf(b"{").is_err());
     }
 
     #[test]

@@ -107,6 +107,9 @@ pub struct OsdLoad {
     pub chunks: u64,
     /// Sum of chunk sizes (ceil(segment length / k)).
     pub bytes: u64,
+    /// The part of `bytes` in data chunks (index < k): what reads fetch from this OSD. Parity
+    /// chunks are read only when a data chunk is missing.
+    pub data_bytes: u64,
     pub primaries: u64,
 }
 
@@ -719,15 +722,17 @@ impl MetadataStore for SqliteStore {
         let k = i64::from(k.max(1));
         let mut loads: BTreeMap<u32, OsdLoad> = BTreeMap::new();
         for r in self.ints(
-            "SELECT c.osd_id, COUNT(*), SUM((s.length + ?1 - 1) / ?1) FROM chunks c
-             JOIN segments s ON s.segment_id = c.segment_id
+            "SELECT c.osd_id, COUNT(*), SUM((s.length + ?1 - 1) / ?1),
+                    SUM(CASE WHEN c.chunk_index < ?1 THEN (s.length + ?1 - 1) / ?1 ELSE 0 END)
+             FROM chunks c JOIN segments s ON s.segment_id = c.segment_id
              WHERE c.osd_id IS NOT NULL GROUP BY c.osd_id",
             &[k],
-            3,
+            4,
         )? {
             let l = loads.entry(uint32(r[0])?).or_default();
             l.chunks = uint(r[1])?;
             l.bytes = uint(r[2])?;
+            l.data_bytes = uint(r[3])?;
         }
         for r in self.ints(
             "SELECT primary_osd, COUNT(*) FROM segments GROUP BY primary_osd",

@@ -198,6 +198,7 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
         OsdLoad {
             chunks: 3,
             bytes: 250 + 500 + 500,
+            data_bytes: 250 + 500, // chunk 2 of segment 11 is its parity
             primaries: 1
         }
     );
@@ -206,6 +207,7 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
         OsdLoad {
             chunks: 3,
             bytes: 250 + 500 + 2,
+            data_bytes: 250 + 500 + 2,
             primaries: 2
         }
     );
