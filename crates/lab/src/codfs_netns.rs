@@ -143,19 +143,8 @@ pub struct Tbf {
 impl LinkProbe {
     /// The counters of each host, in the order the probe was made with.
     pub fn read(&self) -> Result<Vec<LinkBytes>> {
-        let out = Command::new("ip")
-            .args(["-n", &self.hub, "-s", "-j", "link", "show"])
-            .output()
-            .map_err(|e| LabError::Run(format!("cannot run ip: {e}")))?;
-        if !out.status.success() {
-            return Err(LabError::Run(format!(
-                "`ip -n {} -s -j link show` failed ({}): {}",
-                self.hub,
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        parse_link_counters(&out.stdout, &self.links)
+        let out = sh_output(&["ip", "-n", &self.hub, "-s", "-j", "link", "show"])?;
+        parse_link_counters(&out, &self.links)
     }
 
     /// The counters of each host's tbf, both ways (one `tc` call for the hub's side, one per host
@@ -183,18 +172,7 @@ impl LinkProbe {
 
 /// The counters of every tbf in namespace `ns`, by device.
 fn tbf_counters(ns: &str) -> Result<std::collections::HashMap<String, Tbf>> {
-    let out = Command::new("tc")
-        .args(["-n", ns, "-s", "-j", "qdisc", "show"])
-        .output()
-        .map_err(|e| LabError::Run(format!("cannot run tc: {e}")))?;
-    if !out.status.success() {
-        return Err(LabError::Run(format!(
-            "`tc -n {ns} -s -j qdisc show` failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    parse_tbf(&out.stdout)
+    parse_tbf(&sh_output(&["tc", "-n", ns, "-s", "-j", "qdisc", "show"])?)
 }
 
 /// The `bytes` and `drops` of every tbf in `tc -s -j qdisc show`'s output, by device.
@@ -266,12 +244,17 @@ pub struct Testbed {
 
 /// Runs a command; its stderr (or status) as one error line on failure.
 fn sh(args: &[&str]) -> Result<()> {
+    sh_output(args).map(drop)
+}
+
+/// Runs a command and returns its stdout; its stderr (or status) as one error line on failure.
+fn sh_output(args: &[&str]) -> Result<Vec<u8>> {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
         .map_err(|e| LabError::Run(format!("cannot run {}: {e}", args[0])))?;
     if out.status.success() {
-        Ok(())
+        Ok(out.stdout)
     } else {
         Err(LabError::Run(format!(
             "`{}` failed ({}): {}",
