@@ -779,25 +779,27 @@ fn run_phase(
     let tbf_after = tbf_after?;
     let timeline = rates(phase, &before, samples);
     // Busy fractions from the tbf's own byte counters (what it limits), and its drops per second.
-    let link_use = |from: &[TbfCounters], to: &[TbfCounters], secs: f64| -> Vec<f64> {
-        let capacity = cfg.rate_mbit * 1e6 / 8.0 * secs;
+    let moved = |from: &[TbfCounters], to: &[TbfCounters]| -> Vec<Tbf> {
         from.iter()
             .zip(to)
             .map(|(b, a)| {
                 let (b, a) = (charged_tbf(phase, b), charged_tbf(phase, a));
-                a.bytes.saturating_sub(b.bytes) as f64 / capacity
+                Tbf {
+                    bytes: a.bytes.saturating_sub(b.bytes),
+                    drops: a.drops.saturating_sub(b.drops),
+                }
             })
             .collect()
     };
-    let drop_rate = |from: &[TbfCounters], to: &[TbfCounters], secs: f64| -> f64 {
-        let total: u64 = from
+    let link_use = |from: &[TbfCounters], to: &[TbfCounters], secs: f64| -> Vec<f64> {
+        let capacity = cfg.rate_mbit * 1e6 / 8.0 * secs;
+        moved(from, to)
             .iter()
-            .zip(to)
-            .map(|(b, a)| {
-                let (b, a) = (charged_tbf(phase, b), charged_tbf(phase, a));
-                a.drops.saturating_sub(b.drops)
-            })
-            .sum();
+            .map(|d| d.bytes as f64 / capacity)
+            .collect()
+    };
+    let drop_rate = |from: &[TbfCounters], to: &[TbfCounters], secs: f64| -> f64 {
+        let total: u64 = moved(from, to).iter().map(|d| d.drops).sum();
         total as f64 / secs.max(1e-9) / from.len().max(1) as f64
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;

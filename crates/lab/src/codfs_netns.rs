@@ -175,14 +175,23 @@ fn tbf_counters(ns: &str) -> Result<std::collections::HashMap<String, Tbf>> {
     parse_tbf(&sh_output(&["tc", "-n", ns, "-s", "-j", "qdisc", "show"])?)
 }
 
+/// A command's `-j` output: a JSON list of `items`; `bad` makes the error naming the command.
+fn json_list(
+    json: &[u8],
+    items: &str,
+    bad: impl Fn(String) -> LabError,
+) -> Result<Vec<serde_json::Value>> {
+    match serde_json::from_slice(json) {
+        Ok(serde_json::Value::Array(list)) => Ok(list),
+        Ok(_) => Err(bad(format!("not a list of {items}"))),
+        Err(e) => Err(bad(format!("not JSON: {e}"))),
+    }
+}
+
 /// The `bytes` and `drops` of every tbf in `tc -s -j qdisc show`'s output, by device.
 fn parse_tbf(json: &[u8]) -> Result<std::collections::HashMap<String, Tbf>> {
     let bad = |what: String| LabError::Run(format!("tc -s -j qdisc show: {what}"));
-    let v: serde_json::Value =
-        serde_json::from_slice(json).map_err(|e| bad(format!("not JSON: {e}")))?;
-    let list = v
-        .as_array()
-        .ok_or_else(|| bad("not a list of qdiscs".into()))?;
+    let list = json_list(json, "qdiscs", bad)?;
     let mut out = std::collections::HashMap::new();
     for q in list.iter().filter(|q| q["kind"] == "tbf") {
         let dev = q["dev"]
@@ -207,11 +216,7 @@ fn parse_tbf(json: &[u8]) -> Result<std::collections::HashMap<String, Tbf>> {
 /// The (rx, tx) counters of `links` in `ip -s -j link show`'s output, as the hosts' (sent, received).
 fn parse_link_counters(json: &[u8], links: &[String]) -> Result<Vec<LinkBytes>> {
     let bad = |what: String| LabError::Run(format!("ip -s -j link show: {what}"));
-    let v: serde_json::Value =
-        serde_json::from_slice(json).map_err(|e| bad(format!("not JSON: {e}")))?;
-    let list = v
-        .as_array()
-        .ok_or_else(|| bad("not a list of links".into()))?;
+    let list = json_list(json, "links", bad)?;
     links
         .iter()
         .map(|name| {
