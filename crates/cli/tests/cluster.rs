@@ -79,6 +79,31 @@ async fn put_get_update_match_the_model() {
                 );
             }
         }
+        // Several ranges as one read (one window across them), wrapping past the file's end.
+        for (path, f) in &model {
+            let size = f.cur.len() as u64;
+            let mut ranges = vec![(0, None), (size / 2, None)];
+            for _ in 0..3 {
+                let offset = rng.below(size + 1);
+                ranges.push((offset, Some(rng.below(size - offset + 1))));
+            }
+            let mut got = Vec::new();
+            let n = rig
+                .client
+                .get_ranges(path, &ranges, &mut got)
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: {path} get_ranges {ranges:?}: {e}"));
+            let mut want = Vec::new();
+            for &(offset, length) in &ranges {
+                let end = length.map_or(size, |l| offset + l) as usize;
+                want.extend_from_slice(&f.cur[offset as usize..end]);
+            }
+            assert_eq!(n, want.len() as u64, "seed {seed}: {path} {ranges:?}");
+            assert!(
+                got == want,
+                "seed {seed}: {path} get_ranges {ranges:?} differs"
+            );
+        }
         for (path, f) in &model {
             let got = rig.client.read(path, 0, f.cur.len() as u64).await.unwrap();
             assert!(got == f.cur, "seed {seed}: {path} whole file differs");
@@ -223,6 +248,15 @@ async fn ranges_outside_the_file_are_refused() {
         assert!(matches!(e, ClientError::Range { .. }), "{e}");
         assert!(!e.to_string().contains('\n'));
     }
+    // One range outside the file refuses the whole read before a byte is written.
+    let mut out = Vec::new();
+    let e = rig
+        .client
+        .get_ranges("/r", &[(0, None), (10, Some(991))], &mut out)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClientError::Range { .. }), "{e}");
+    assert!(out.is_empty());
     assert_eq!(rig.client.read("/r", 0, 1000).await.unwrap(), data);
     let e = rig.client.read("/missing", 0, 1).await.unwrap_err();
     assert!(

@@ -670,13 +670,22 @@ fn run_phase(
                         client.put(&path, reader).await.map_err(client_error)?;
                     }
                     (Phase::Get, true) => {
+                        // The file over and over as one read (one window across the passes: a
+                        // get per pass would drain its window at every end of file, and the
+                        // clients, whose files are about as long, would drain together).
+                        let file_size = client.stat(&path).await.map_err(client_error)?.size;
+                        if file_size == 0 {
+                            return Err(LabError::Run(format!("get {path}: the file is empty")));
+                        }
+                        let passes = [(0, None); STREAM_PASSES];
                         while !stop.load(Ordering::Relaxed) {
                             let mut sink = Compare {
                                 data: data.clone(),
+                                file_size,
                                 pos: 0,
                                 stop: stop.clone(),
                             };
-                            match client.get(&path, 0, None, &mut sink).await {
+                            match client.get_ranges(&path, &passes, &mut sink).await {
                                 Ok(_) => {}
                                 Err(_) if stop.load(Ordering::Relaxed) && !sink.differs() => {}
                                 Err(e) => return Err(client_error(e)),
@@ -919,10 +928,16 @@ impl AsyncRead for Repeat {
     }
 }
 
-/// A streaming get's output: every byte compared with what [`Repeat`] put there; fails once
-/// `stop` is set, which ends the get.
+/// Passes over its file a streaming get asks for in one read (then another read, if the stream
+/// has not stopped).
+const STREAM_PASSES: usize = 16;
+
+/// A streaming get's output: every byte compared with what [`Repeat`] put there, the file (of
+/// `file_size` bytes) over and over; fails once `stop` is set, which ends the get.
 struct Compare {
     data: Arc<Vec<u8>>,
+    file_size: u64,
+    /// Bytes compared so far (`u64::MAX` once they differed).
     pos: u64,
     stop: Arc<AtomicBool>,
 }
@@ -946,11 +961,14 @@ impl AsyncWrite for Compare {
         let len = self.data.len() as u64;
         let mut done = 0;
         while done < buf.len() {
-            let at = ((self.pos + done as u64) % len) as usize;
-            let n = (buf.len() - done).min(self.data.len() - at);
+            let in_file = (self.pos + done as u64) % self.file_size;
+            let at = (in_file % len) as usize;
+            let n = (buf.len() - done)
+                .min(self.data.len() - at)
+                .min((self.file_size - in_file) as usize);
             if buf[done..done + n] != self.data[at..at + n] {
                 let first = (0..n).find(|&i| buf[done + i] != self.data[at + i]);
-                let offset = self.pos + (done + first.unwrap_or(0)) as u64;
+                let offset = in_file + first.unwrap_or(0) as u64;
                 self.pos = u64::MAX;
                 return Poll::Ready(Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
@@ -1312,26 +1330,40 @@ mod tests {
         for (i, b) in got.iter().enumerate() {
             assert_eq!(*b, data[i % 1000], "byte {i}");
         }
+        // The file those 2,345 bytes make, read twice over: odd-sized writes across both
+        // wrap-arounds (the data's and the file's) compare equal...
         let mut sink = Compare {
             data: data.clone(),
+            file_size: 2_345,
             pos: 0,
             stop: stop.clone(),
         };
-        // Odd-sized writes across the wrap-around compare equal...
-        for piece in got.chunks(333) {
+        let twice = [&got[..], &got[..]].concat();
+        for piece in twice.chunks(333) {
             sink.write_all(piece).await.unwrap();
         }
         assert!(!sink.differs());
-        // ...a changed byte is caught with its offset...
-        let mut bad: Vec<u8> = (2_345..2_445).map(|i| data[i % 1000]).collect();
+        // ...a changed byte in the third pass is caught with its offset in the file...
+        let mut bad = got[1_990..2_100].to_vec();
+        let mut sink = Compare {
+            data: data.clone(),
+            file_size: 2_345,
+            pos: 2 * 2_345 + 1_990,
+            stop: stop.clone(),
+        };
         bad[40] ^= 1;
         let e = sink.write_all(&bad).await.unwrap_err();
-        assert!(e.to_string().contains("offset 2385"), "{e}");
+        assert!(e.to_string().contains("offset 2030"), "{e}");
         assert!(sink.differs());
         // ...and a stop ends both: the reader at end of file, the sink with an error.
         stop.store(true, Ordering::Relaxed);
         assert_eq!(reader.read(&mut got).await.unwrap(), 0);
-        let mut fresh = Compare { data, pos: 0, stop };
+        let mut fresh = Compare {
+            data,
+            file_size: 2_345,
+            pos: 0,
+            stop,
+        };
         assert!(fresh.write_all(&got[..10]).await.is_err());
         assert!(!fresh.differs());
     }

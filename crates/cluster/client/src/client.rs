@@ -489,12 +489,27 @@ impl Client {
         length: Option<u64>,
         writer: &mut W,
     ) -> Result<u64, ClientError> {
+        self.get_ranges(path, &[(offset, length)], writer).await
+    }
+
+    /// Writes the ranges `(offset, length)` of `path` (a `None` length: to the end of the file) to
+    /// `writer`, one after another, as one read: fetched as [`Client::get`] fetches, with one window
+    /// across the ranges — the next range's first segments are in flight while the last ones of
+    /// the range before arrive (a client reading ranges one `get` at a time drains its window at
+    /// the end of each). Every range is checked against the file before anything is written.
+    /// Returns the bytes written.
+    pub async fn get_ranges<W: AsyncWrite + Unpin>(
+        &self,
+        path: &str,
+        ranges: &[(u64, Option<u64>)],
+        writer: &mut W,
+    ) -> Result<u64, ClientError> {
         let what = format!("get {path}");
         let mut sink = WriteSink {
             writer,
             what: &what,
         };
-        let written = self.fetch(path, offset, length, &what, &mut sink).await?;
+        let written = self.fetch(path, ranges, &what, &mut sink).await?;
         sink.writer
             .flush()
             .await
@@ -513,26 +528,29 @@ impl Client {
     ) -> Result<Vec<Bytes>, ClientError> {
         let what = format!("get {path}");
         let mut frames = Vec::new();
-        self.fetch(path, offset, Some(length), &what, &mut frames)
+        self.fetch(path, &[(offset, Some(length))], &what, &mut frames)
             .await?;
         Ok(frames)
     }
 
-    /// The read behind [`Client::get`] and [`Client::read_frames`]: every piece of the range,
-    /// fetched `window_segments_max` at once, handed to `sink` in order. Returns the bytes handed.
+    /// The read behind [`Client::get_ranges`] and [`Client::read_frames`]: every piece of the
+    /// ranges, fetched `window_segments_max` at once, handed to `sink` in order. Returns the bytes
+    /// handed.
     async fn fetch<S: FrameSink>(
         &self,
         path: &str,
-        offset: u64,
-        length: Option<u64>,
+        ranges: &[(u64, Option<u64>)],
         what: &str,
         sink: &mut S,
     ) -> Result<u64, ClientError> {
         let file = self.stat(path).await?;
-        let length = length.unwrap_or(file.size.saturating_sub(offset));
-        check_range(&file, offset, length)?;
+        let mut pieces = Vec::new();
+        for &(offset, length) in ranges {
+            let length = length.unwrap_or(file.size.saturating_sub(offset));
+            check_range(&file, offset, length)?;
+            pieces.extend(split_range(offset, length, file.segment_bytes));
+        }
         let window = self.inner.options.window_segments_max.max(1);
-        let pieces = split_range(offset, length, file.segment_bytes);
         let k = self.config().code.k;
         let mut costs = Vec::with_capacity(pieces.len());
         for piece in &pieces {
