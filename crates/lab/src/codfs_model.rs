@@ -15,8 +15,8 @@
 //! Aggregate throughput is the clients' bytes over the time from a barrier (every client connected
 //! and its data generated) to the last client's end. With [`ModelConfig::stream_secs`] the clients
 //! instead stream for a fixed time, as the thesis's clients "transfer streams of segments
-//! simultaneously" (§5.1): each puts one file of its bytes repeated until told to stop, then gets that
-//! file over and over (every byte compared), and throughput is the bytes the clients had acknowledged
+//! simultaneously" (§5.1): each puts one file of its bytes repeated until told to stop, then reads that
+//! file over and over as one read (every byte compared), and throughput is the bytes the clients had acknowledged
 //! (put: segments durable; get: bytes delivered) between the end of a warm-up (a quarter of the time)
 //! and the stop, over that window — every client is active throughout it, so there is no tail.
 
@@ -303,7 +303,7 @@ impl ModelReport {
             s += &format!(
                 "Method: streams (§5.1's clients \"transfer streams of segments simultaneously\"): each phase \
                  runs {t:.0} s, every client putting one growing file of its {} MiB repeated, then getting \
-                 it over and over; throughput is the rate of bytes acknowledged (put: segments durable at their \
+                 it over and over as one read (one window of segments across the passes); throughput is the rate of bytes acknowledged (put: segments durable at their \
                  primary; get: bytes as they arrive, every byte compared; the least-squares slope of their total) from the end \
                  of a warm-up to {t:.0} s, links over the same window. The warm-up lasts {:.0} s and until the clients have had \
                  {} segments each acknowledged. The \"all active\" table below gives the window.\n\n",

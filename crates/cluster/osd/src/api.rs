@@ -166,6 +166,12 @@ impl OsdError {
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
                 OsdError::Unreachable { addr, message }
             }
+            // tonic's code for a connection that broke under a call ("h2 protocol error: error
+            // reading a body from connection: connection reset"); OSDs never answer Unknown
+            // themselves. A refused TLS handshake stays final (`is_transient` says which).
+            Code::Unknown if ecstack_rpc::is_transient(s) => {
+                OsdError::Unreachable { addr, message }
+            }
             Code::FailedPrecondition => OsdError::StaleLayout { addr, message },
             Code::Aborted => OsdError::NotDurable { addr, message },
             Code::DataLoss => OsdError::Unrecoverable { addr, message },
@@ -750,6 +756,9 @@ mod tests {
         assert!(matches!(e(Code::NotFound), OsdError::NotFound { .. }));
         assert!(matches!(e(Code::InvalidArgument), OsdError::Invalid { .. }));
         assert!(matches!(e(Code::Internal), OsdError::Remote { .. }));
+        // A connection that broke mid-call is worth another try.
+        assert!(matches!(e(Code::Unknown), OsdError::Unreachable { .. }));
+        assert!(e(Code::Unknown).is_retryable());
         assert!(e(Code::Unavailable).is_retryable());
         assert!(!e(Code::DataLoss).is_retryable());
         assert_eq!(e(Code::Aborted).to_string(), "OSD a:1: not durable: x");
