@@ -27,7 +27,10 @@ use crate::segments::{segment_lengths, split_range, ReadOrder};
 pub struct ClientOptions {
     /// Deadline of one metadata call (MDS).
     pub metadata_timeout: Duration,
-    /// Deadline of one data call (a whole segment written, read or updated at its primary).
+    /// Deadline of one data call at a segment's primary, on progress: a write or a read fails
+    /// when none of its bytes moved for this long (a 64 MiB segment sharing a slow link may take
+    /// longer than that in all, moving all along); an update, whose bytes go in one message,
+    /// must finish within it.
     pub data_timeout: Duration,
     /// How long to wait for a TCP + TLS connection.
     pub connect_timeout: Duration,
@@ -260,7 +263,7 @@ impl Client {
             addr,
             &self.inner.security,
             o.connect_timeout,
-            o.data_timeout,
+            None, // data calls are bounded by `idle_deadline`, on progress
         )?;
         osds.insert(addr.to_owned(), c.clone());
         Ok(c)
@@ -318,7 +321,8 @@ impl Client {
 
     /// Runs `op` against the segment's primary; every retry (after a backoff) first re-fetches
     /// the segment's layout from the MDS, so it reaches the new primary after a promotion and the
-    /// new holders after a recovery.
+    /// new holders after a recovery. `op` adds the bytes it moves to its counter: an attempt fails
+    /// once they stayed the same for `data_timeout` ([`idle_deadline`]).
     async fn on_primary<T, F, Fut>(
         &self,
         segment: &SegmentLayout,
@@ -326,7 +330,7 @@ impl Client {
         op: F,
     ) -> Result<T, ClientError>
     where
-        F: Fn(OsdClient, Layout) -> Fut,
+        F: Fn(OsdClient, Layout, Arc<AtomicU64>) -> Fut,
         Fut: Future<Output = Result<T, OsdError>>,
     {
         let this = self;
@@ -350,13 +354,19 @@ impl Client {
                 }));
             }
             let osd = this.osd(&layout.primary_addr)?;
-            let res = this
-                .deadline(what, timeout, op(osd, Layout::from(&layout)))
-                .await;
+            let moved = Arc::new(AtomicU64::new(0));
+            let res = idle_deadline(
+                what,
+                timeout,
+                &moved,
+                op(osd, Layout::from(&layout), moved.clone()),
+            )
+            .await;
             if matches!(
                 res,
                 Err(ClientError::Osd(OsdError::Unreachable { .. }))
                     | Err(ClientError::Timeout { .. })
+                    | Err(ClientError::Stalled { .. })
             ) {
                 this.forget_osd(&layout.primary_addr);
             }
@@ -444,9 +454,14 @@ impl Client {
                 let seg_what = format!("{what}: segment {}", layout.index);
                 in_flight.spawn(async move {
                     client
-                        .on_primary(&layout, &seg_what, |osd, l| {
+                        .on_primary(&layout, &seg_what, |osd, l, moved| {
                             let data = data.clone();
-                            async move { osd.write_segment_bytes(&l, data).await }
+                            async move {
+                                osd.write_segment_bytes_with(&l, data, move |n| {
+                                    moved.fetch_add(n, Ordering::Relaxed);
+                                })
+                                .await
+                            }
                         })
                         .await?;
                     client.advance(data.len() as u64);
@@ -628,10 +643,11 @@ impl Client {
             self.inner.reads[0].fetch_add(1, Ordering::Relaxed);
         }
         let received = self.inner.options.received.clone();
-        self.on_primary(layout, what, move |osd, l| {
+        self.on_primary(layout, what, move |osd, l, moved| {
             let received = received.clone();
             async move {
                 osd.read_segment_frames_with(&l, offset, length, move |n| {
+                    moved.fetch_add(n, Ordering::Relaxed);
                     if let Some(r) = &received {
                         r.fetch_add(n, Ordering::Relaxed);
                     }
@@ -657,7 +673,7 @@ impl Client {
             return Ok(Some(Vec::new()));
         }
         let (plan, l) = self
-            .on_primary(layout, what, |osd, l| async move {
+            .on_primary(layout, what, |osd, l, _moved| async move {
                 let plan = osd.read_plan(&l, offset, length).await?;
                 Ok((plan, l))
             })
@@ -759,7 +775,7 @@ impl Client {
             in_flight.spawn(async move {
                 let range = piece.at as usize..(piece.at + piece.length) as usize;
                 client
-                    .on_primary(&layout, &seg_what, |osd, l| {
+                    .on_primary(&layout, &seg_what, |osd, l, _moved| {
                         let data = data.clone();
                         let range = range.clone();
                         async move { osd.update_segment(&l, piece.offset, &data[range]).await }
@@ -882,6 +898,36 @@ pub fn summary(s: &ClusterStatus) -> String {
     )
 }
 
+/// Runs `fut` until it ends, or fails once `moved` (the bytes it has moved so far) stayed the
+/// same for `idle`.
+async fn idle_deadline<T, E: Into<ClientError>>(
+    what: &str,
+    idle: Duration,
+    moved: &AtomicU64,
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, ClientError> {
+    tokio::pin!(fut);
+    let tick = (idle / 8).max(Duration::from_millis(1));
+    let mut seen = moved.load(Ordering::Relaxed);
+    let mut since = Instant::now();
+    loop {
+        tokio::select! {
+            r = &mut fut => return r.map_err(Into::into),
+            () = tokio::time::sleep(tick) => {
+                let now = moved.load(Ordering::Relaxed);
+                if now != seen {
+                    (seen, since) = (now, Instant::now());
+                } else if since.elapsed() >= idle {
+                    return Err(ClientError::Stalled {
+                        what: what.to_owned(),
+                        ms: idle.as_millis() as u64,
+                    });
+                }
+            }
+        }
+    }
+}
+
 fn check_range(file: &FileInfo, offset: u64, length: u64) -> Result<(), ClientError> {
     let end = offset.checked_add(length);
     match end {
@@ -995,5 +1041,43 @@ impl FrameSink for Vec<Bytes> {
     async fn take(&mut self, frames: Vec<Bytes>) -> Result<(), ClientError> {
         self.extend(frames);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_that_keeps_moving_outlives_the_idle_deadline_and_a_stalled_one_does_not() {
+        let idle = Duration::from_millis(200);
+        // A byte every 50 ms for 600 ms: three deadlines in all, never one without progress.
+        let moved = Arc::new(AtomicU64::new(0));
+        let m = moved.clone();
+        let slow = async move {
+            for _ in 0..12 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                m.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, ClientError>(12u64)
+        };
+        let t = Instant::now();
+        assert_eq!(idle_deadline("slow", idle, &moved, slow).await.unwrap(), 12);
+        assert!(t.elapsed() >= Duration::from_millis(600));
+        // Three bytes, then nothing: stalled, retryable, within a tick of the deadline.
+        let moved = Arc::new(AtomicU64::new(0));
+        let m = moved.clone();
+        let stalled = async move {
+            m.fetch_add(3, Ordering::Relaxed);
+            std::future::pending::<Result<u64, ClientError>>().await
+        };
+        let t = Instant::now();
+        let e = idle_deadline("stalled", idle, &moved, stalled)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ClientError::Stalled { ms: 200, .. }), "{e}");
+        assert!(e.is_retryable());
+        assert_eq!(e.to_string(), "stalled: no byte moved for 200 ms");
+        assert!(t.elapsed() >= idle && t.elapsed() < Duration::from_secs(2));
     }
 }

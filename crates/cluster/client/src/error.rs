@@ -30,6 +30,9 @@ pub enum ClientError {
     },
     #[error("{what}: no answer within {ms} ms")]
     Timeout { what: String, ms: u64 },
+    /// A data call none of whose bytes moved for `ms` (it may have moved some before).
+    #[error("{what}: no byte moved for {ms} ms")]
+    Stalled { what: String, ms: u64 },
     #[error("{what}: gave up after {attempts} attempts over {ms} ms; last error: {last}")]
     GaveUp {
         what: String,
@@ -49,7 +52,7 @@ impl ClientError {
         match self {
             ClientError::Mds(e) => e.is_retryable(),
             ClientError::Osd(e) => e.is_retryable(),
-            ClientError::Timeout { .. } => true,
+            ClientError::Timeout { .. } | ClientError::Stalled { .. } => true,
             _ => false,
         }
     }

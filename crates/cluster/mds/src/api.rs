@@ -626,7 +626,7 @@ impl MdsClient {
     /// A client of the MDS at `addr` (`host:port`); connects lazily, on the first call.
     pub fn connect(addr: &str, security: &Security) -> Result<MdsClient, MdsError> {
         let channel = security
-            .channel(addr, CONNECT_TIMEOUT, REQUEST_TIMEOUT)
+            .channel(addr, CONNECT_TIMEOUT, Some(REQUEST_TIMEOUT))
             .map_err(|e| MdsError::Unavailable(format!("MDS at {addr}: {e}")))?;
         Ok(MdsClient::from_channel(channel))
     }

@@ -217,14 +217,16 @@ impl std::fmt::Debug for OsdClient {
 impl OsdClient {
     /// A lazily connecting client of the OSD at `addr` (`host:port`), with the default deadlines.
     pub fn connect(addr: &str, security: &Security) -> Result<OsdClient, OsdError> {
-        OsdClient::connect_with(addr, security, CONNECT_TIMEOUT, REQUEST_TIMEOUT)
+        OsdClient::connect_with(addr, security, CONNECT_TIMEOUT, Some(REQUEST_TIMEOUT))
     }
 
+    /// `timeout`: each call's deadline up to its response's headers (`None`: the caller bounds
+    /// its calls; see [`Security::channel`]).
     pub fn connect_with(
         addr: &str,
         security: &Security,
         connect_timeout: Duration,
-        timeout: Duration,
+        timeout: Option<Duration>,
     ) -> Result<OsdClient, OsdError> {
         let channel = security.channel(addr, connect_timeout, timeout)?;
         let raw = RawClient::new(channel.clone())
@@ -296,8 +298,22 @@ impl OsdClient {
     /// [`OsdClient::write_segment`] of bytes already in a shared buffer: the frames are slices of
     /// `data` (no copy).
     pub async fn write_segment_bytes(&self, layout: &Layout, data: Bytes) -> Result<Ack, OsdError> {
-        self.write_segment_frames(layout, tokio_stream::iter(slice_frames(data)))
-            .await
+        self.write_segment_bytes_with(layout, data, |_| {}).await
+    }
+
+    /// [`OsdClient::write_segment_bytes`], calling `on_frame` with each frame's length as the
+    /// transport takes it (HTTP/2 flow control holds the frames back until the primary reads).
+    pub async fn write_segment_bytes_with(
+        &self,
+        layout: &Layout,
+        data: Bytes,
+        mut on_frame: impl FnMut(u64) + Send + 'static,
+    ) -> Result<Ack, OsdError> {
+        let frames = tokio_stream::iter(slice_frames(data)).map(move |f| {
+            on_frame(f.len() as u64);
+            f
+        });
+        self.write_segment_frames(layout, frames).await
     }
 
     /// Client → primary: `length` bytes of the segment from `offset` (degraded if chunks are missing).

@@ -136,12 +136,15 @@ impl Security {
         }
     }
 
-    /// A lazily connecting channel to `addr` (`host:port`) with the given connect/request deadlines.
+    /// A lazily connecting channel to `addr` (`host:port`) with the given connect deadline and a
+    /// deadline on every call up to its response's headers (`None`: none; the caller bounds its
+    /// calls, e.g. on progress — for a client-streaming call the headers come after the whole
+    /// upload).
     pub fn channel(
         &self,
         addr: &str,
         connect_timeout: Duration,
-        timeout: Duration,
+        timeout: Option<Duration>,
     ) -> Result<Channel, SecurityError> {
         let scheme = if self.is_insecure() { "http" } else { "https" };
         let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
@@ -150,7 +153,6 @@ impl Security {
                 message: e.to_string(),
             })?
             .connect_timeout(connect_timeout)
-            .timeout(timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
@@ -158,6 +160,10 @@ impl Security {
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
             .max_frame_size(FRAME_BYTES_MAX);
+        let endpoint = match timeout {
+            Some(t) => endpoint.timeout(t),
+            None => endpoint,
+        };
         let endpoint = match self {
             Security::Insecure => endpoint,
             Security::Mtls {

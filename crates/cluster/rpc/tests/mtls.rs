@@ -49,7 +49,7 @@ async fn serve(security: &Security, seen: PeerLog) -> String {
 }
 
 async fn check(security: &Security, addr: &str) -> Result<ServingStatus, tonic::Status> {
-    let channel = security.channel(addr, TIMEOUT, TIMEOUT).unwrap();
+    let channel = security.channel(addr, TIMEOUT, Some(TIMEOUT)).unwrap();
     let reply = HealthClient::new(channel)
         .check(HealthCheckRequest {
             service: String::new(),
