@@ -34,6 +34,85 @@ pub(crate) fn slice_frames(data: Bytes) -> Vec<Bytes> {
         .collect()
 }
 
+/// A `ReadSegment` reply put back in order: each data frame goes right after the one before it,
+/// unless a frame with `at` moved the place first (a primary sends each data chunk's bytes as they
+/// come in from its holder). [`ReadAssembly::finish`] checks that the frames cover the requested
+/// range exactly once.
+#[derive(Debug)]
+pub struct ReadAssembly {
+    start: u64,
+    end: u64,
+    /// Where the next data frame goes.
+    at: u64,
+    /// Every frame with its place, in arrival order.
+    parts: Vec<(u64, Bytes)>,
+}
+
+impl ReadAssembly {
+    /// For a read of `length` bytes of a segment from `offset`.
+    pub fn new(offset: u64, length: u64) -> ReadAssembly {
+        ReadAssembly {
+            start: offset,
+            end: offset.saturating_add(length),
+            at: offset,
+            parts: Vec::new(),
+        }
+    }
+
+    /// Takes one reply message; returns its data bytes.
+    pub fn take(&mut self, at: Option<u64>, data: Vec<Bytes>) -> Result<u64, String> {
+        if let Some(at) = at {
+            if at < self.start || at > self.end {
+                return Err(format!(
+                    "a frame placed at {at}, outside the read of {}..{}",
+                    self.start, self.end
+                ));
+            }
+            self.at = at;
+        }
+        let mut n = 0u64;
+        for d in data.into_iter().filter(|d| !d.is_empty()) {
+            let len = d.len() as u64;
+            if self.at + len > self.end {
+                return Err(format!(
+                    "a frame of {len} bytes at {} runs past the read's end {}",
+                    self.at, self.end
+                ));
+            }
+            self.parts.push((self.at, d));
+            self.at += len;
+            n += len;
+        }
+        Ok(n)
+    }
+
+    /// The frames in segment order, once they cover the range exactly once.
+    pub fn finish(mut self) -> Result<Vec<Bytes>, String> {
+        self.parts.sort_by_key(|&(at, _)| at);
+        let mut next = self.start;
+        for (at, d) in &self.parts {
+            if *at != next {
+                return Err(format!(
+                    "the reply {} at {next} (next frame at {at})",
+                    if *at > next {
+                        "leaves a gap"
+                    } else {
+                        "overlaps itself"
+                    }
+                ));
+            }
+            next += d.len() as u64;
+        }
+        if next != self.end {
+            return Err(format!(
+                "the reply covers {}..{next} of the read {}..{}",
+                self.start, self.start, self.end
+            ));
+        }
+        Ok(self.parts.into_iter().map(|(_, d)| d).collect())
+    }
+}
+
 /// Largest gRPC message an OSD accepts or sends: a whole segment's update (at most the largest
 /// segment, 64 MiB) plus its envelope.
 pub const MAX_MESSAGE_BYTES: usize = (ecstack_rpc::config::MAX_SEGMENT_BYTES as usize) + (1 << 20);
@@ -365,24 +444,20 @@ impl OsdClient {
         )
         .await
         .map_err(|s| self.err(s))?;
-        let mut frames = Vec::new();
-        let mut got = 0u64;
+        let mut assembly = ReadAssembly::new(offset, length);
         while let Some(reply) = stream.next().await.map_err(|s| self.err(s))? {
-            let Reply::Data(data) = reply else {
-                return Err(self.protocol("ReadSegment reply carries a message without data"));
+            let (at, data) = match reply {
+                Reply::Data(data) => (None, data),
+                Reply::Message(m) => (m.at, vec![m.data]),
             };
-            let n = data.iter().map(|d| d.len() as u64).sum::<u64>();
-            got += n;
-            if got > length {
-                return Err(self.protocol(format!("read of {length} bytes returned more ({got})")));
-            }
+            let n = assembly
+                .take(at, data)
+                .map_err(|e| self.protocol(format!("ReadSegment reply: {e}")))?;
             on_frame(n);
-            frames.extend(data);
         }
-        if got != length {
-            return Err(self.protocol(format!("read of {length} bytes returned {got}")));
-        }
-        Ok(frames)
+        assembly
+            .finish()
+            .map_err(|e| self.protocol(format!("ReadSegment reply: {e}")))
     }
 
     /// Client → primary: overwrite `data.len()` bytes of the segment at `offset` (FO update).
@@ -753,6 +828,80 @@ mod tests {
             applied: vec![3, 1],
         };
         assert_eq!(meta_from_proto(&meta_to_proto(&m)), m);
+    }
+
+    /// A range cut into random frames, sent lane by lane in a random interleaving with an `at`
+    /// before every frame that does not follow the one sent before (as a primary sends them),
+    /// comes back in order; a gap, an overlap, a frame past the end or a place outside the read is
+    /// refused by name.
+    #[test]
+    fn read_assembly_puts_frames_back_in_order() {
+        let mut rng = ecstack_base::Rng::new(5);
+        for _ in 0..500 {
+            let offset = rng.below(100);
+            let length = rng.below(400);
+            let data: Vec<u8> = (0..length).map(|i| (i * 7 + offset) as u8).collect();
+            let lanes = 1 + rng.below(4);
+            let lane_bytes = length.div_ceil(lanes).max(1);
+            // Per lane, its frames in order.
+            let mut queues: Vec<Vec<(u64, u64)>> = Vec::new();
+            let mut at = 0;
+            while at < length {
+                let lane_end = (at + lane_bytes).min(length);
+                let mut q = Vec::new();
+                while at < lane_end {
+                    let n = (1 + rng.below(40)).min(lane_end - at);
+                    q.push((at, n));
+                    at += n;
+                }
+                q.reverse();
+                queues.push(q);
+            }
+            let mut a = ReadAssembly::new(offset, length);
+            let mut place = 0;
+            while queues.iter().any(|q| !q.is_empty()) {
+                let live: Vec<usize> = (0..queues.len())
+                    .filter(|&i| !queues[i].is_empty())
+                    .collect();
+                let q = live[rng.below(live.len() as u64) as usize];
+                let (at, n) = queues[q].pop().unwrap();
+                if at != place {
+                    assert_eq!(a.take(Some(offset + at), Vec::new()), Ok(0));
+                }
+                let frame = Bytes::copy_from_slice(&data[at as usize..(at + n) as usize]);
+                assert_eq!(a.take(None, vec![frame]), Ok(n));
+                place = at + n;
+            }
+            assert_eq!(a.finish().unwrap().concat(), data);
+        }
+        let frame = |n: usize| vec![Bytes::from(vec![1u8; n])];
+        let mut a = ReadAssembly::new(10, 20);
+        a.take(None, frame(5)).unwrap();
+        a.take(Some(20), frame(10)).unwrap();
+        assert!(a.finish().unwrap_err().contains("leaves a gap at 15"));
+        let mut a = ReadAssembly::new(10, 20);
+        a.take(None, frame(15)).unwrap();
+        a.take(Some(20), frame(10)).unwrap();
+        assert!(a.finish().unwrap_err().contains("overlaps itself at 25"));
+        let mut a = ReadAssembly::new(10, 20);
+        assert!(a
+            .take(None, frame(21))
+            .unwrap_err()
+            .contains("past the read's end 30"));
+        assert!(a
+            .take(Some(31), Vec::new())
+            .unwrap_err()
+            .contains("outside the read"));
+        assert!(a
+            .take(Some(9), Vec::new())
+            .unwrap_err()
+            .contains("outside the read"));
+        let mut a = ReadAssembly::new(10, 20);
+        a.take(None, frame(19)).unwrap();
+        assert!(a
+            .finish()
+            .unwrap_err()
+            .contains("covers 10..29 of the read 10..30"));
     }
 
     #[test]

@@ -202,10 +202,12 @@ mod tests {
             .await
             .unwrap()
             .into_inner();
-        let mut got = Vec::new();
+        let mut assembly = api::ReadAssembly::new(5, LEN - 5);
         while let Some(f) = s.next().await {
-            got.extend_from_slice(&f.unwrap().data);
+            let f = f.unwrap();
+            assembly.take(f.at, vec![f.data]).unwrap();
         }
+        let got: Vec<u8> = assembly.finish().unwrap().concat();
         assert_eq!(got, &data[5..]);
         let e = raw
             .get_chunk(proto::GetChunkRequest {

@@ -8,7 +8,7 @@
 //! every parity chunk read beside it must include), learned from the usable holders (ChunkVersion)
 //! when it does not know it (after a restart, a promotion or a refusal).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -62,12 +62,48 @@ pub struct OsdSetup {
     pub mds: Arc<dyn MdsLink>,
 }
 
-/// Pieces of a pipelined read fetched at once (each at most [`api::FRAME_BYTES`]): 16 MiB, a whole
-/// segment of the default size, so all data holders of a segment send at once. With 8 a 16 MiB read
-/// went through its four chunks two at a time, and a primary whose next pieces sat on busy holders
-/// left its own link idle (the model experiment's read: 71–78 % of the bound with 8, 80–83 % with 16;
-/// docs/benchmarks.md).
+/// Pieces of a pipelined read fetched at once (each at most [`api::FRAME_BYTES`]), shared among its
+/// lanes: 16 MiB, a whole segment of the default size. Fetched in the file's order, 8 made a 16 MiB
+/// read go through its four chunks two at a time, and a primary whose next pieces sat on busy
+/// holders left its own link idle (the model experiment's read: 71–78 % of the bound with 8, 80–83 %
+/// with 16; docs/benchmarks.md); at 64 MiB even 16 covered one chunk, hence the lanes.
 const READ_PIPELINE_PIECES: usize = 16;
+
+/// Pieces fetched at once from each data chunk of a pipelined read, at least (with more data chunks
+/// than [`READ_PIPELINE_PIECES`] / 4, a read holds up to this many per chunk).
+const READ_LANE_PIECES_MIN: usize = 4;
+
+/// Frames of a pipelined read's reply waiting for the client's connection: few, so that a frame
+/// from a holder is not queued behind this OSD's own chunk (which is always ready).
+const READ_REPLY_FRAMES: usize = 2;
+
+/// One data chunk's part of a pipelined read ([`Osd::pipeline`]); offsets are the segment's.
+struct Lane {
+    chunk: usize,
+    /// The next byte to fetch; the end of the lane's part of the range.
+    next: u64,
+    end: u64,
+    /// Every byte of the lane before this one has been sent.
+    sent: u64,
+    /// The chunk is on this OSD.
+    local: bool,
+    /// Fetched frames not yet sent, by their first byte.
+    ready: BTreeMap<u64, Bytes>,
+    in_flight: usize,
+}
+
+/// Tells the client that the frames after this one go at segment offset `at`; false when the
+/// client went away.
+async fn send_at(
+    tx: &tokio::sync::mpsc::Sender<Result<proto::DataFrame, Status>>,
+    at: u64,
+) -> bool {
+    let frame = proto::DataFrame {
+        data: Bytes::new(),
+        at: Some(at),
+    };
+    tx.send(Ok(frame)).await.is_ok()
+}
 
 /// What the primary knows about a segment.
 #[derive(Debug, Default, Clone)]
@@ -973,9 +1009,17 @@ impl Osd {
     #[cfg(test)]
     pub(crate) async fn read(&self, l: Layout, offset: u64, len: u64) -> Result<Vec<u8>, Status> {
         let mut frames = self.read_stream(l, offset, len).await?;
-        let mut out = Vec::new();
+        let mut assembly = api::ReadAssembly::new(offset, len);
         while let Some(f) = frames.next().await {
-            out.extend_from_slice(&f?.data);
+            let f = f?;
+            assembly
+                .take(f.at, vec![f.data])
+                .map_err(Status::internal)?;
+        }
+        let frames = assembly.finish().map_err(Status::internal)?;
+        let mut out = Vec::with_capacity(len as usize);
+        for f in frames {
+            out.extend_from_slice(&f);
         }
         Ok(out)
     }
@@ -998,7 +1042,10 @@ impl Osd {
         self.check_primary(&l, &mut st)?;
         check_range(&l, offset, len).map_err(Status::out_of_range)?;
         if len == 0 {
-            return Ok(frames(None, Vec::new(), |data| proto::DataFrame { data }));
+            return Ok(frames(None, Vec::new(), |data| proto::DataFrame {
+                data,
+                at: None,
+            }));
         }
         self.learn_view(&l, &mut st).await;
         let cb = chunk_bytes(l.length, self.k());
@@ -1007,9 +1054,12 @@ impl Osd {
         if (first..=last).any(|i| !l.holders[i].usable) {
             let data = self.read_locked(&l, &mut st, offset, len).await?;
             Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
-            return Ok(frames(None, data, |data| proto::DataFrame { data }));
+            return Ok(frames(None, data, |data| proto::DataFrame {
+                data,
+                at: None,
+            }));
         }
-        let (tx, rx) = tokio::sync::mpsc::channel(READ_PIPELINE_PIECES);
+        let (tx, rx) = tokio::sync::mpsc::channel(READ_REPLY_FRAMES);
         let osd = self.clone();
         tokio::spawn(async move { osd.pipeline(l, st, offset, len, tx).await });
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
@@ -1042,7 +1092,15 @@ impl Osd {
         Ok(Some(st.view.applied.clone()))
     }
 
-    /// The body of [`Osd::read_stream`]'s pipelined case (its own task).
+    /// The body of [`Osd::read_stream`]'s pipelined case (its own task). Each data chunk the range
+    /// touches is a [`Lane`]: its frames fetched in order from its holder, a few at once, all lanes
+    /// at the same time, so every data holder of the segment sends while the client's stream runs;
+    /// a frame goes out as soon as it and the ones before it in its lane are in (a frame with `at`
+    /// tells the client where, when it does not follow the frame sent before). Frames from other
+    /// holders go first, this OSD's own chunk fills in while they are on their way: the primary's
+    /// link then idles only when its own chunks are sent and every holder is slow. (Fetched in the
+    /// file's order, a 64 MiB segment's read went through its chunks one holder at a time, and a
+    /// primary whose reads all waited on busy holders left its link idle.)
     async fn pipeline(
         self,
         l: Layout,
@@ -1053,74 +1111,137 @@ impl Osd {
     ) {
         let cb = chunk_bytes(l.length, self.k());
         let end = offset + len;
-        let mut pieces = Vec::new();
-        let mut at = offset;
-        while at < end {
-            let i = at / cb;
-            let stop = ((i + 1) * cb).min(end).min(at + api::FRAME_BYTES as u64);
-            pieces.push((i as usize, at, stop));
-            at = stop;
-        }
+        let first = offset / cb;
+        let last = (end - 1) / cb;
+        let mut lanes: Vec<Lane> = (first..=last)
+            .map(|i| {
+                let lo = offset.max(i * cb);
+                Lane {
+                    chunk: i as usize,
+                    next: lo,
+                    end: end.min((i + 1) * cb),
+                    sent: lo,
+                    local: self.is_local(&l.holders[i as usize]),
+                    ready: BTreeMap::new(),
+                    in_flight: 0,
+                }
+            })
+            .collect();
+        let per_lane = (READ_PIPELINE_PIECES / lanes.len()).max(READ_LANE_PIECES_MIN);
         let (l, snap) = (Arc::new(l), Arc::new(st.clone()));
-        let mut queue = std::collections::VecDeque::new();
-        let mut next = pieces.into_iter();
-        let mut sent = offset;
-        loop {
-            while queue.len() < READ_PIPELINE_PIECES {
-                let Some((i, lo, hi)) = next.next() else {
-                    break;
+        let mut fetches = tokio::task::JoinSet::new();
+        // Where the client puts the next data frame.
+        let mut place = offset;
+        let miss = 'read: loop {
+            for (li, lane) in lanes.iter_mut().enumerate() {
+                while lane.in_flight + lane.ready.len() < per_lane && lane.next < lane.end {
+                    let (lo, hi) = (lane.next, lane.end.min(lane.next + api::FRAME_BYTES as u64));
+                    lane.next = hi;
+                    lane.in_flight += 1;
+                    let (osd, l, snap, i) = (self.clone(), l.clone(), snap.clone(), lane.chunk);
+                    fetches.spawn(async move {
+                        let at = lo - i as u64 * cb;
+                        let got = osd
+                            .fetch_checked(&l, &snap, &l.holders[i], at, hi - lo)
+                            .await;
+                        (li, lo, got)
+                    });
+                }
+            }
+            // Take in every fetch that is done (waiting for one when no lane has a frame to send),
+            // then send the first frame of a lane that can go.
+            loop {
+                let can_send = lanes.iter().any(|ln| ln.ready.contains_key(&ln.sent));
+                let joined = if can_send {
+                    fetches.try_join_next()
+                } else {
+                    fetches.join_next().await
                 };
-                let (osd, l, snap) = (self.clone(), l.clone(), snap.clone());
-                queue.push_back(tokio::spawn(async move {
-                    let at = lo - i as u64 * cb;
-                    let h = &l.holders[i];
-                    (i, hi, osd.fetch_checked(&l, &snap, h, at, hi - lo).await)
-                }));
-            }
-            let Some(task) = queue.pop_front() else {
-                return;
-            };
-            let outcome = task.await;
-            let miss = match outcome {
-                Ok((_, hi, Ok(data))) => {
-                    Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
-                    if tx.send(Ok(proto::DataFrame { data })).await.is_err() {
-                        break; // the client went away
+                let Some(joined) = joined else { break };
+                match joined {
+                    Ok((li, lo, Ok(data))) => {
+                        lanes[li].in_flight -= 1;
+                        lanes[li].ready.insert(lo, data);
                     }
-                    sent = hi;
-                    continue;
+                    Ok((li, _, Err(Miss::Newer(e)))) => {
+                        break 'read Err(Some(newer(l.segment_id, lanes[li].chunk as u32, &e)))
+                    }
+                    Ok((_, _, Err(_))) => break 'read Err(None),
+                    Err(e) => break 'read Err(Some(Status::internal(format!("read task: {e}")))),
                 }
-                Ok((i, _, Err(Miss::Newer(e)))) => Err(newer(l.segment_id, i as u32, &e)),
-                Ok((_, _, Err(_))) => Ok(()),
-                Err(e) => Err(Status::internal(format!("read task: {e}"))),
-            };
-            for t in queue.drain(..) {
-                t.abort();
             }
-            let rest = match miss {
-                Err(s) => {
-                    st.forget();
-                    Err(s)
-                }
-                Ok(()) => self.read_locked(&l, &mut st, sent, end - sent).await,
+            // Nothing to send and nothing on its way: every lane is sent.
+            let Some(li) = (0..lanes.len())
+                .filter(|&i| lanes[i].ready.contains_key(&lanes[i].sent))
+                .min_by_key(|&i| (lanes[i].local, i))
+            else {
+                break 'read Ok(());
             };
-            match rest {
-                Ok(data) => {
-                    Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
-                    for data in api::slice_frames(Bytes::from(data)) {
-                        if tx.send(Ok(proto::DataFrame { data })).await.is_err() {
+            let lane = &mut lanes[li];
+            let at = lane.sent;
+            let data = lane
+                .ready
+                .remove(&at)
+                .expect("the picked lane has its next frame");
+            lane.sent += data.len() as u64;
+            Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
+            if at != place && !send_at(&tx, at).await {
+                return;
+            }
+            place = at + data.len() as u64;
+            if tx
+                .send(Ok(proto::DataFrame { data, at: None }))
+                .await
+                .is_err()
+            {
+                return; // the client went away
+            }
+        };
+        fetches.abort_all();
+        let rest: Result<(), Status> = match miss {
+            Ok(()) => {
+                debug_assert!(lanes.iter().all(|ln| ln.sent == ln.end));
+                return;
+            }
+            Err(Some(s)) => {
+                st.forget();
+                Err(s)
+            }
+            // A piece could not be had as it should: the rest of each lane the ordinary way.
+            Err(None) => {
+                let mut r = Ok(());
+                for lane in lanes.iter().filter(|ln| ln.sent < ln.end) {
+                    match self
+                        .read_locked(&l, &mut st, lane.sent, lane.end - lane.sent)
+                        .await
+                    {
+                        Ok(data) => {
+                            Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
+                            if lane.sent != place && !send_at(&tx, lane.sent).await {
+                                return;
+                            }
+                            place = lane.end;
+                            for data in api::slice_frames(Bytes::from(data)) {
+                                if tx
+                                    .send(Ok(proto::DataFrame { data, at: None }))
+                                    .await
+                                    .is_err()
+                                {
+                                    return;
+                                }
+                            }
+                        }
+                        Err(s) => {
+                            r = Err(s);
                             break;
                         }
                     }
                 }
-                Err(s) => {
-                    let _ = tx.send(Err(s)).await;
-                }
+                r
             }
-            return;
-        }
-        for t in queue.drain(..) {
-            t.abort();
+        };
+        if let Err(s) = rest {
+            let _ = tx.send(Err(s)).await;
         }
     }
 

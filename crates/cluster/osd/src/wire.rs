@@ -70,7 +70,10 @@ impl DataMessage for proto::ChunkFrame {
 impl DataMessage for proto::DataFrame {
     const DATA_FIELD: u32 = 1;
     fn into_data(self) -> Result<Bytes, Self> {
-        Ok(self.data)
+        match self.at {
+            None => Ok(self.data),
+            Some(_) => Err(self),
+        }
     }
 }
 
