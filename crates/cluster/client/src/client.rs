@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use bytes::{BufMut, Bytes};
 use ecstack_mds::MdsError;
 use ecstack_mds::{ClusterStatus, FileInfo, FileSummary, MdsClient, OsdState, SegmentLayout};
 use ecstack_osd::{Layout, OsdClient, OsdError};
-use ecstack_rpc::{limits, retry, Backoff, ClusterConfig, Security};
+use ecstack_rpc::{limits, retry_with_progress, Backoff, ClusterConfig, Security};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
 
@@ -287,15 +287,24 @@ impl Client {
         let this = self;
         let call = &call;
         let timeout = self.meta_timeout();
-        self.retrying(what, move |_| async move {
-            this.deadline(what, timeout, call(this.mds().clone())).await
-        })
+        self.retrying(
+            what,
+            || false,
+            move |_| async move { this.deadline(what, timeout, call(this.mds().clone())).await },
+        )
         .await
     }
 
-    /// Runs `op(attempt)` under the client's retry policy; a retryable error that outlives the
-    /// policy becomes [`ClientError::GaveUp`], naming `what`, the attempts and the last error.
-    async fn retrying<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, ClientError>
+    /// Runs `op(attempt)` under the client's retry policy, whose time budget starts again after
+    /// an attempt that `progressed()` says moved data ([`retry_with_progress`]); a retryable error
+    /// that outlives the policy becomes [`ClientError::GaveUp`], naming `what`, the attempts and
+    /// the last error.
+    async fn retrying<T, F, Fut>(
+        &self,
+        what: &str,
+        progressed: impl FnMut() -> bool,
+        mut op: F,
+    ) -> Result<T, ClientError>
     where
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
@@ -303,10 +312,15 @@ impl Client {
         let start = Instant::now();
         let attempts = AtomicU32::new(0);
         let attempts_ref = &attempts;
-        let res = retry(&self.inner.options.retry, ClientError::is_retryable, |a| {
-            attempts_ref.store(a + 1, Ordering::Relaxed);
-            op(a)
-        })
+        let res = retry_with_progress(
+            &self.inner.options.retry,
+            ClientError::is_retryable,
+            progressed,
+            |a| {
+                attempts_ref.store(a + 1, Ordering::Relaxed);
+                op(a)
+            },
+        )
         .await;
         match res {
             Err(e) if e.is_retryable() => Err(ClientError::GaveUp {
@@ -322,7 +336,8 @@ impl Client {
     /// Runs `op` against the segment's primary; every retry (after a backoff) first re-fetches
     /// the segment's layout from the MDS, so it reaches the new primary after a promotion and the
     /// new holders after a recovery. `op` adds the bytes it moves to its counter: an attempt fails
-    /// once they stayed the same for `data_timeout` ([`idle_deadline`]).
+    /// once they stayed the same for `data_timeout` ([`idle_deadline`]). An attempt that moved bytes before
+    /// it failed (a connection reset under a long read) restarts the retry policy's time budget.
     async fn on_primary<T, F, Fut>(
         &self,
         segment: &SegmentLayout,
@@ -336,7 +351,11 @@ impl Client {
         let this = self;
         let op = &op;
         let timeout = self.inner.options.data_timeout;
-        self.retrying(what, move |attempt| async move {
+        // Whether the attempt that just failed had moved bytes (then the retry budget restarts).
+        let progressed = AtomicBool::new(false);
+        let progressed = &progressed;
+        let check = || progressed.swap(false, Ordering::Relaxed);
+        self.retrying(what, check, move |attempt| async move {
             let layout = if attempt == 0 {
                 segment.clone()
             } else {
@@ -369,6 +388,9 @@ impl Client {
                     | Err(ClientError::Stalled { .. })
             ) {
                 this.forget_osd(&layout.primary_addr);
+            }
+            if res.is_err() && moved.load(Ordering::Relaxed) > 0 {
+                progressed.store(true, Ordering::Relaxed);
             }
             res
         })

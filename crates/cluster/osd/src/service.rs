@@ -1143,7 +1143,15 @@ impl Osd {
                         let at = lo - i as u64 * cb;
                         let got = osd
                             .fetch_checked(&l, &snap, &l.holders[i], at, hi - lo)
-                            .await;
+                            .await
+                            .and_then(|d| match d.len() as u64 == hi - lo {
+                                true => Ok(d),
+                                false => Err(Miss::Other(format!(
+                                    "chunk {i} gave {} bytes for a piece of {}",
+                                    d.len(),
+                                    hi - lo
+                                ))),
+                            });
                         (li, lo, got)
                     });
                 }

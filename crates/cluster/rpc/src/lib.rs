@@ -22,5 +22,5 @@ pub mod security;
 pub use config::{ClusterConfig, CodeConfig, ConfigError, MdsConfig, PlacementConfig};
 pub use init::{init_cluster, issue_certificate, InitError, InitOptions};
 pub use metrics::{serve_metrics, serve_registry, Registry};
-pub use retry::{is_transient, retry, status_detail, Backoff};
+pub use retry::{is_transient, retry, retry_with_progress, status_detail, Backoff};
 pub use security::{Security, SecurityError, CLUSTER_DNS_NAME};

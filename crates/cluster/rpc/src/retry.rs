@@ -83,6 +83,24 @@ fn fresh_seed() -> u64 {
 pub async fn retry<T, E, F, Fut>(
     policy: &Backoff,
     is_retryable: impl Fn(&E) -> bool,
+    op: F,
+) -> Result<T, E>
+where
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    retry_with_progress(policy, is_retryable, || false, op).await
+}
+
+/// [`retry`] for calls that move data: after a failed attempt, `progressed()` says whether that
+/// attempt had moved any; if so, the time budget and the backoff start again from that failure
+/// (a transfer that broke after a minute of moving bytes gets the whole budget to try again,
+/// rather than none of it). Attempts still count from the first: `attempts_max` bounds the call.
+pub async fn retry_with_progress<T, E, F, Fut>(
+    policy: &Backoff,
+    is_retryable: impl Fn(&E) -> bool,
+    mut progressed: impl FnMut() -> bool,
     mut op: F,
 ) -> Result<T, E>
 where
@@ -90,20 +108,27 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: std::fmt::Display,
 {
-    let start = Instant::now();
+    let mut start = Instant::now();
     let mut rng = Rng::new(policy.seed.unwrap_or_else(fresh_seed));
     let attempts_max = policy.attempts_max.max(1);
     let mut attempt = 0;
+    // Failed attempts since the budget last started (the backoff's step).
+    let mut failed = 0;
     loop {
         let err = match op(attempt).await {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
         attempt += 1;
+        if progressed() {
+            start = Instant::now();
+            failed = 0;
+        }
+        failed += 1;
         if attempt >= attempts_max || !is_retryable(&err) {
             return Err(err);
         }
-        let delay = policy.delay(attempt - 1, &mut rng);
+        let delay = policy.delay(failed - 1, &mut rng);
         if start.elapsed() + delay > policy.total_max {
             return Err(err);
         }
@@ -297,6 +322,57 @@ mod tests {
             assert_eq!(r.unwrap_err().code(), code);
             assert_eq!(calls.load(Ordering::SeqCst), 1, "{code:?}");
         }
+    }
+
+    /// An attempt that moved data before it failed restarts the budget: attempts that each take
+    /// longer than the whole budget are retried as long as they make progress, and once they stop
+    /// making it the budget ends them as before.
+    #[tokio::test]
+    async fn progress_restarts_the_time_budget() {
+        let p = Backoff {
+            initial: Duration::from_millis(1),
+            delay_max: Duration::from_millis(1),
+            jitter: 0.0,
+            attempts_max: 1000,
+            total_max: Duration::from_millis(60),
+            ..quick(0)
+        };
+        let calls = AtomicU32::new(0);
+        let r: Result<u32, Status> = retry_with_progress(
+            &p,
+            is_transient,
+            || calls.load(Ordering::SeqCst) <= 3,
+            |attempt| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(80)).await;
+                    if attempt < 3 {
+                        Err(Status::unknown("connection reset"))
+                    } else {
+                        Ok(attempt)
+                    }
+                }
+            },
+        )
+        .await;
+        assert_eq!(r.unwrap(), 3);
+        // Without progress, the first 80 ms attempt spends the 60 ms budget.
+        calls.store(0, Ordering::SeqCst);
+        let r: Result<u32, Status> = retry_with_progress(
+            &p,
+            is_transient,
+            || false,
+            |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(80)).await;
+                    Err(Status::unknown("connection reset"))
+                }
+            },
+        )
+        .await;
+        assert!(r.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
