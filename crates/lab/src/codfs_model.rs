@@ -29,7 +29,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use ecstack_base::Rng;
-use ecstack_client::{Client, ClientError, ClientOptions};
+use ecstack_client::{Client, ClientError, ClientOptions, FailedAttempts};
 use ecstack_mds::OsdState;
 use ecstack_rpc::{init_cluster, ClusterConfig, InitOptions, Security};
 use serde::Serialize;
@@ -520,6 +520,7 @@ fn connect(
     window_segments: usize,
     phase: Phase,
     counter: Option<Arc<AtomicU64>>,
+    failed_attempts: Option<Arc<FailedAttempts>>,
 ) -> Result<Client> {
     let sec =
         Security::load(&config.certs_dir(), "client").map_err(|e| LabError::Run(e.to_string()))?;
@@ -531,6 +532,7 @@ fn connect(
         window_segments_max: window_segments,
         progress,
         received,
+        failed_attempts,
         ..ClientOptions::default()
     };
     Client::connect_with(config, sec, options).map_err(client_error)
@@ -563,6 +565,10 @@ struct PhaseResult {
     /// Packets each OSD link's tbf dropped per second in the charged direction (mean over the
     /// links, over the same time as `link_mean`).
     drops_per_sec: f64,
+    /// Attempts at a primary that failed during the phase (each tried again), and the bytes they
+    /// had moved: bytes the links carried that the throughput does not count.
+    failed_attempts: u64,
+    failed_bytes: u64,
 }
 
 /// The link counters sampled on a thread until it is stopped.
@@ -627,9 +633,15 @@ fn run_phase(
     let stop = Arc::new(AtomicBool::new(false));
     let mut progress = Vec::new();
     let mut threads = Vec::new();
+    let failed = Arc::new(FailedAttempts::default());
     for (j, host) in bed.clients.iter().enumerate() {
-        let (host, config, barrier, stop) =
-            (host.clone(), config.clone(), barrier.clone(), stop.clone());
+        let (host, config, barrier, stop, failed) = (
+            host.clone(),
+            config.clone(),
+            barrier.clone(),
+            stop.clone(),
+            failed.clone(),
+        );
         let (seed, len, window) = (cfg.seed, cfg.bytes_per_client, cfg.window_segments);
         let streaming = cfg.stream_secs.is_some();
         let counter = Arc::new(AtomicU64::new(0));
@@ -640,7 +652,7 @@ fn run_phase(
                 let rt = runtime()?;
                 let client = {
                     let _inside = rt.enter(); // the client spawns its connection tasks on it
-                    connect(&config, window, phase, Some(counter))?
+                    connect(&config, window, phase, Some(counter), Some(failed))?
                 };
                 Ok((rt, client))
             });
@@ -832,6 +844,8 @@ fn run_phase(
             all_active_secs: secs,
             all_active_link_mean: mean(&busy),
             drops_per_sec: drop_rate(&tbf1, &tbf2, secs),
+            failed_attempts: failed.attempts.load(Ordering::Relaxed),
+            failed_bytes: failed.bytes.load(Ordering::Relaxed),
         });
     }
     let secs = (end - start).as_secs_f64().max(1e-9);
@@ -864,7 +878,20 @@ fn run_phase(
         all_active_secs,
         all_active_link_mean,
         drops_per_sec: drop_rate(&tbf_before, &tbf_after, secs),
+        failed_attempts: failed.attempts.load(Ordering::Relaxed),
+        failed_bytes: failed.bytes.load(Ordering::Relaxed),
     })
+}
+
+/// One line when a phase's clients had attempts at a primary fail (retried).
+fn log_failed_attempts(log: &dyn Fn(&str), p: &PhaseResult) {
+    if p.failed_attempts > 0 {
+        log(&format!(
+            "  {} attempts at a primary failed and were tried again ({:.1} MB moved by them, carried by the links again)",
+            p.failed_attempts,
+            p.failed_bytes as f64 / 1e6
+        ));
+    }
 }
 
 /// The least-squares slope of `points` (x, y); 0 with fewer than two distinct x.
@@ -1116,7 +1143,7 @@ fn one_run(
     {
         let config = config.clone();
         on_host(&control, move |rt| {
-            let c = connect(&config, 1, Phase::Get, None)?;
+            let c = connect(&config, 1, Phase::Get, None, None)?;
             rt.block_on(c.wait_for_osds(osds, Duration::from_secs(READY_SECS_MAX)))
                 .map_err(client_error)?;
             Ok(())
@@ -1136,6 +1163,7 @@ fn one_run(
     let in_use = &bed.osds[..osds];
     log("  write");
     let w = run_phase(cfg, &bed, in_use, &config, Phase::Put)?;
+    log_failed_attempts(log, &w);
     let write = w.mb_per_sec;
     log(&format!(
         "  write {write:.1} MB/s (model {write_model:.1}; OSD links in: mean {:.0}%, busiest {:.0}%); read",
@@ -1143,6 +1171,7 @@ fn one_run(
         w.link_max * 100.0
     ));
     let r = run_phase(cfg, &bed, in_use, &config, Phase::Get)?;
+    log_failed_attempts(log, &r);
     let read = r.mb_per_sec;
     log(&format!(
         "  read {read:.1} MB/s (model {read_model:.1}; OSD links out: mean {:.0}%, busiest {:.0}%)",
@@ -1205,7 +1234,7 @@ fn one_run(
         daemons[0] = None; // SIGKILL and reap
         let c2 = config.clone();
         on_host(&control, move |rt| {
-            let c = connect(&c2, 1, Phase::Get, None)?;
+            let c = connect(&c2, 1, Phase::Get, None, None)?;
             rt.block_on(c.wait_status(
                 "waiting for osd-0 to be marked down",
                 Duration::from_secs(READY_SECS_MAX),
@@ -1231,7 +1260,7 @@ fn one_run(
         )?;
         let c3 = config.clone();
         let (secs, bytes) = on_host(&control, move |rt| {
-            let c = connect(&c3, 1, Phase::Get, None)?;
+            let c = connect(&c3, 1, Phase::Get, None, None)?;
             rt.block_on(async {
                 c.wait_for_osds(osds, Duration::from_secs(READY_SECS_MAX))
                     .await?;

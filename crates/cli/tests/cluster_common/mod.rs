@@ -92,6 +92,7 @@ pub fn client_options(retry_secs: u64) -> ClientOptions {
         progress: None,
         received: None,
         read_path: ReadPath::Primary,
+        failed_attempts: None,
     }
 }
 

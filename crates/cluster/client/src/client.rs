@@ -50,6 +50,17 @@ pub struct ClientOptions {
     pub received: Option<Arc<AtomicU64>>,
     /// Where a get's bytes come from (default: through the primary, as CodFS reads).
     pub read_path: ReadPath,
+    /// Attempts at a segment's primary (a write, a read, an update) that failed, and the bytes
+    /// they had moved (sent or received) before failing: each is retried unless it was the last,
+    /// so those bytes cross the links again.
+    pub failed_attempts: Option<Arc<FailedAttempts>>,
+}
+
+/// What [`ClientOptions::failed_attempts`] counts.
+#[derive(Debug, Default)]
+pub struct FailedAttempts {
+    pub attempts: AtomicU64,
+    pub bytes: AtomicU64,
 }
 
 /// Where a get's bytes come from.
@@ -133,6 +144,7 @@ impl Default for ClientOptions {
             progress: None,
             received: None,
             read_path: ReadPath::Primary,
+            failed_attempts: None,
         }
     }
 }
@@ -389,8 +401,13 @@ impl Client {
             ) {
                 this.forget_osd(&layout.primary_addr);
             }
-            if res.is_err() && moved.load(Ordering::Relaxed) > 0 {
-                progressed.store(true, Ordering::Relaxed);
+            if res.is_err() {
+                let bytes = moved.load(Ordering::Relaxed);
+                progressed.store(bytes > 0, Ordering::Relaxed);
+                if let Some(f) = &this.inner.options.failed_attempts {
+                    f.attempts.fetch_add(1, Ordering::Relaxed);
+                    f.bytes.fetch_add(bytes, Ordering::Relaxed);
+                }
             }
             res
         })

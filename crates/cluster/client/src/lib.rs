@@ -15,6 +15,6 @@ pub mod segments;
 
 /// The frames [`Client::read_frames`] returns.
 pub use bytes::Bytes;
-pub use client::{summary, Client, ClientOptions, ReadPath, ReadStats};
+pub use client::{summary, Client, ClientOptions, FailedAttempts, ReadPath, ReadStats};
 pub use error::ClientError;
 pub use local::{LocalCluster, LocalSpec};
