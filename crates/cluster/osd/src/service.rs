@@ -92,17 +92,36 @@ struct Lane {
     in_flight: usize,
 }
 
-/// Tells the client that the frames after this one go at segment offset `at`; false when the
-/// client went away.
-async fn send_at(
+/// Sends `frames` (contiguous bytes from segment offset `at`) to the client of a pipelined read,
+/// preceded by a frame with `at` when they do not follow the last one sent (`place`, moved past
+/// them); false when the client went away.
+async fn send_placed(
     tx: &tokio::sync::mpsc::Sender<Result<proto::DataFrame, Status>>,
+    place: &mut u64,
     at: u64,
+    frames: impl IntoIterator<Item = Bytes>,
 ) -> bool {
-    let frame = proto::DataFrame {
-        data: Bytes::new(),
-        at: Some(at),
-    };
-    tx.send(Ok(frame)).await.is_ok()
+    if at != *place {
+        let moved = proto::DataFrame {
+            data: Bytes::new(),
+            at: Some(at),
+        };
+        if tx.send(Ok(moved)).await.is_err() {
+            return false;
+        }
+        *place = at;
+    }
+    for data in frames {
+        *place += data.len() as u64;
+        if tx
+            .send(Ok(proto::DataFrame { data, at: None }))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+    }
+    true
 }
 
 /// What the primary knows about a segment.
@@ -1016,12 +1035,7 @@ impl Osd {
                 .take(f.at, vec![f.data])
                 .map_err(Status::internal)?;
         }
-        let frames = assembly.finish().map_err(Status::internal)?;
-        let mut out = Vec::with_capacity(len as usize);
-        for f in frames {
-            out.extend_from_slice(&f);
-        }
-        Ok(out)
+        Ok(assembly.finish().map_err(Status::internal)?.concat())
     }
 
     /// A read as a stream of frames, pipelined: while every data chunk the range needs is usable,
@@ -1193,15 +1207,7 @@ impl Osd {
                 .expect("the picked lane has its next frame");
             lane.sent += data.len() as u64;
             Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
-            if at != place && !send_at(&tx, at).await {
-                return;
-            }
-            place = at + data.len() as u64;
-            if tx
-                .send(Ok(proto::DataFrame { data, at: None }))
-                .await
-                .is_err()
-            {
+            if !send_placed(&tx, &mut place, at, [data]).await {
                 return; // the client went away
             }
         };
@@ -1225,18 +1231,9 @@ impl Osd {
                     {
                         Ok(data) => {
                             Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
-                            if lane.sent != place && !send_at(&tx, lane.sent).await {
+                            let frames = api::slice_frames(Bytes::from(data));
+                            if !send_placed(&tx, &mut place, lane.sent, frames).await {
                                 return;
-                            }
-                            place = lane.end;
-                            for data in api::slice_frames(Bytes::from(data)) {
-                                if tx
-                                    .send(Ok(proto::DataFrame { data, at: None }))
-                                    .await
-                                    .is_err()
-                                {
-                                    return;
-                                }
                             }
                         }
                         Err(s) => {
