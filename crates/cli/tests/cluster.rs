@@ -5,11 +5,15 @@
 mod cluster_common;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cluster_common::*;
 use ecstack_base::Rng;
-use ecstack_client::{Client, ClientError, LocalCluster, LocalSpec, ReadPath};
+use ecstack_client::{
+    Client, ClientError, ClientOptions, FailedAttempts, LocalCluster, LocalSpec, ReadPath,
+};
 use ecstack_rpc::Security;
 
 /// Random puts, whole and ranged gets and updates (inside a segment, across segment boundaries,
@@ -25,6 +29,28 @@ async fn put_get_update_match_the_model() {
     // Reads go through the primary (the rig's client) or straight from the holders, at random.
     let direct = rig.client_with(ReadPath::Direct);
     let seg = rig.segment_bytes as usize;
+    // The counters a throughput is sampled from add up: a put's bytes sent are those acknowledged
+    // (plus those of failed attempts: none here), a get's bytes received are its length.
+    {
+        let (sent, acked, received) = (counter(), counter(), counter());
+        let failed = Arc::new(FailedAttempts::default());
+        let c = rig.client_with_options(ClientOptions {
+            sent: Some(sent.clone()),
+            progress: Some(acked.clone()),
+            received: Some(received.clone()),
+            failed_attempts: Some(failed.clone()),
+            ..client_options(20)
+        });
+        let data = random_bytes(&mut Rng::new(5), 3 * seg + 12345);
+        let len = data.len() as u64;
+        assert_eq!(c.put("/counted", &data[..]).await.unwrap(), len);
+        assert_eq!(failed.attempts.load(Ordering::Relaxed), 0);
+        assert_eq!(sent.load(Ordering::Relaxed), len);
+        assert_eq!(acked.load(Ordering::Relaxed), len);
+        assert!(c.read("/counted", 0, len).await.unwrap() == data);
+        assert_eq!(received.load(Ordering::Relaxed), len);
+        c.remove("/counted").await.unwrap();
+    }
     for seed in seeds(1) {
         let mut rng = Rng::new(seed);
         let mut model = Model::new();
@@ -263,6 +289,10 @@ async fn ranges_outside_the_file_are_refused() {
         !e.is_retryable() && e.to_string().contains("/missing"),
         "{e}"
     );
+}
+
+fn counter() -> Arc<AtomicU64> {
+    Arc::new(AtomicU64::new(0))
 }
 
 fn ecstack(args: &[&str]) -> std::process::Output {

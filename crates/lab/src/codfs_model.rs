@@ -16,9 +16,12 @@
 //! and its data generated) to the last client's end. With [`ModelConfig::stream_secs`] the clients
 //! instead stream for a fixed time, as the thesis's clients "transfer streams of segments
 //! simultaneously" (§5.1): each puts one file of its bytes repeated until told to stop, then reads that
-//! file over and over as one read (every byte compared), and throughput is the bytes the clients had acknowledged
-//! (put: segments durable; get: bytes delivered) between the end of a warm-up (a quarter of the time)
-//! and the stop, over that window — every client is active throughout it, so there is no tail.
+//! file over and over as one read (every byte compared), and throughput is the rate of payload the
+//! clients moved (put: segment bytes sent to their primaries, less those of attempts that failed;
+//! get: bytes as they arrive) between the end of a warm-up (a quarter of the time) and the stop,
+//! over that window — every client is active throughout it, so there is no tail. A put's rate of
+//! bytes acknowledged durable over the window is reported beside it, and at the end of a put phase
+//! every byte sent must have been acknowledged (or belong to a failed attempt).
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -213,6 +216,14 @@ pub struct ModelRow {
     pub write_all_active_link_mean: f64,
     /// Packets an OSD link's tbf dropped per second, inbound, during the write (mean over links).
     pub write_drops_per_link_sec: f64,
+    /// Streaming: the rate of bytes acknowledged durable over the window, beside `write_mb_per_sec`
+    /// (bytes sent to the primaries): a staircase of whole segments.
+    pub write_acked_mb_per_sec: Option<f64>,
+    /// The model's bytes per link byte over the whole phase (warm-up and tail included): bytes
+    /// acknowledged (read: received) × (1 + (n−1)/k) (read: 1 + (k−1)/k) over the bytes the OSD
+    /// links' tbfs passed in the charged direction. Free of where a window's ends fall.
+    pub write_phase_payload_per_link_byte: f64,
+    pub read_phase_payload_per_link_byte: f64,
     pub read_mb_per_sec: f64,
     pub read_model_mb_per_sec: f64,
     pub read_ratio: f64,
@@ -303,10 +314,14 @@ impl ModelReport {
             s += &format!(
                 "Method: streams (§5.1's clients \"transfer streams of segments simultaneously\"): each phase \
                  runs {t:.0} s, every client putting one growing file of its {} MiB repeated, then getting \
-                 it over and over as one read (one window of segments across the passes); throughput is the rate of bytes acknowledged (put: segments durable at their \
-                 primary; get: bytes as they arrive, every byte compared; the least-squares slope of their total) from the end \
+                 it over and over as one read (one window of segments across the passes); throughput is the rate of payload moved \
+                 (put: segment bytes as they are sent to their primaries, less those of attempts that failed, \
+                 every byte sent acknowledged durable by the end of the phase; get: bytes as they arrive, every byte compared; \
+                 the least-squares slope of their total) from the end \
                  of a warm-up to {t:.0} s, links over the same window. The warm-up lasts {:.0} s and until the clients have had \
-                 {} segments each acknowledged. The \"all active\" table below gives the window.\n\n",
+                 {} segments each acknowledged. The \"all active\" table below gives the window. The put's rate of bytes \
+                 acknowledged over the same window is in the second table: acknowledgements come a segment at a time, \
+                 a window of them together, so that rate moves with where the window's ends fall.\n\n",
                 self.bytes_per_client >> 20,
                 t / 4.0,
                 self.window_segments
@@ -337,11 +352,11 @@ impl ModelReport {
               effective bandwidth, 114.5 MB/s on its 1 Gbit/s links): here a bare TCP stream's payload \
               through one OSD's tbf, each way, measured before the daemons start. It is lower than the tc \
               rate by TCP/IP and Ethernet framing, which ecstack's links pay too.\n\n";
-        s += "| M | segment | B_in / B_out measured (MB/s) | write: model / ratio | read: model / ratio | payload per link byte: write / read |\n";
-        s += "|---:|---:|---:|---:|---:|---:|\n";
+        s += "| M | segment | B_in / B_out measured (MB/s) | write: model / ratio | read: model / ratio | payload per link byte: write / read | the same over the whole phases | write acknowledged MB/s (ratio) |\n";
+        s += "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for r in &self.rows {
             s += &format!(
-                "| {} | {} MiB | {:.2} / {:.2} | {:.1} / {:.0}% | {:.1} / {:.0}% | {:.3} / {:.3} |\n",
+                "| {} | {} MiB | {:.2} / {:.2} | {:.1} / {:.0}% | {:.1} / {:.0}% | {:.3} / {:.3} | {:.3} / {:.3} | {} |\n",
                 r.osds,
                 r.segment_bytes >> 20,
                 r.goodput_in_mb_per_sec,
@@ -351,14 +366,22 @@ impl ModelReport {
                 r.read_model_eff_mb_per_sec,
                 r.read_ratio_eff * 100.0,
                 r.write_ratio / r.write_link_mean.max(1e-9),
-                r.read_ratio / r.read_link_mean.max(1e-9)
+                r.read_ratio / r.read_link_mean.max(1e-9),
+                r.write_phase_payload_per_link_byte,
+                r.read_phase_payload_per_link_byte,
+                r.write_acked_mb_per_sec.map_or("–".into(), |a| format!(
+                    "{a:.1} ({:.0}%)",
+                    a / r.write_model_mb_per_sec * 100.0
+                ))
             );
         }
         s += "\nPayload per link byte: the model's bytes the phase moved (its ratio) over what the links \
               carried (their use), a check of the figure: a bare TCP stream's payload is B measured / B \
               of the link bytes (TLS and HTTP/2 framing take a little more), so a phase's cannot be \
-              higher — above it, the throughput figure reads high (a stream's acknowledgements come a \
-              window of segments at a time per client: its window cuts those steps).\n";
+              higher — above it, the throughput figure reads high. Over the whole phases (warm-up and \
+              tail, where links idle, included; no window's ends) the same from the payload the clients \
+              moved and the links' bytes: a window's figure well below its whole phase's means the \
+              window read low, or wasted link bytes inside it.\n";
         s += "\nLinks: the bytes each OSD link's tbf passed in the direction the model charges (inbound while \
               writing, outbound while reading; every packet's length as tc charges it) over B × the time. \
               A mean close to the ratio with a busiest link near 100% means uneven load; a busiest link well \
@@ -513,28 +536,47 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| LabError::Run(format!("cannot start an async runtime: {e}")))
 }
 
-/// A client in a client namespace; `counter` counts a put's bytes acknowledged durable
-/// (`ClientOptions::progress`) or a get's bytes as their frames arrive (`ClientOptions::received`).
+/// What a phase's clients count, summed over them.
+#[derive(Clone, Default)]
+struct Counters {
+    /// The throughput's counter, payload moved: a put's bytes as they are sent to the segments'
+    /// primaries (`ClientOptions::sent`), a get's as their frames arrive (`ClientOptions::received`).
+    moved: Arc<AtomicU64>,
+    /// A put's bytes acknowledged durable (`ClientOptions::progress`; a segment at a time).
+    acked: Arc<AtomicU64>,
+    /// Attempts at a primary that failed and the bytes they had moved (counted in `moved` too).
+    failed: Arc<FailedAttempts>,
+}
+
+impl Counters {
+    fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+/// A client in a client namespace, counting into `counters` by `phase`.
 fn connect(
     config: &ClusterConfig,
     window_segments: usize,
     phase: Phase,
-    counter: Option<Arc<AtomicU64>>,
-    failed_attempts: Option<Arc<FailedAttempts>>,
+    counters: Option<&Counters>,
 ) -> Result<Client> {
     let sec =
         Security::load(&config.certs_dir(), "client").map_err(|e| LabError::Run(e.to_string()))?;
-    let (progress, received) = match phase {
-        Phase::Put => (counter, None),
-        Phase::Get => (None, counter),
-    };
-    let options = ClientOptions {
+    let mut options = ClientOptions {
         window_segments_max: window_segments,
-        progress,
-        received,
-        failed_attempts,
         ..ClientOptions::default()
     };
+    if let Some(c) = counters {
+        match phase {
+            Phase::Put => {
+                options.sent = Some(c.moved.clone());
+                options.progress = Some(c.acked.clone());
+            }
+            Phase::Get => options.received = Some(c.moved.clone()),
+        }
+        options.failed_attempts = Some(c.failed.clone());
+    }
     Client::connect_with(config, sec, options).map_err(client_error)
 }
 
@@ -569,6 +611,13 @@ struct PhaseResult {
     /// had moved: bytes the links carried that the throughput does not count.
     failed_attempts: u64,
     failed_bytes: u64,
+    /// A streamed put's rate of bytes acknowledged durable over the window (MB/s), beside
+    /// `mb_per_sec` (payload sent): a segment at a time, so a staircase.
+    acked_mb_per_sec: Option<f64>,
+    /// The whole phase (warm-up and tail included): the payload moved (a put's bytes acknowledged,
+    /// a get's received) and the bytes the OSD links' tbfs passed in the charged direction.
+    payload_bytes: u64,
+    link_bytes: u64,
 }
 
 /// The link counters sampled on a thread until it is stopped.
@@ -631,28 +680,25 @@ fn run_phase(
     let probe = bed.link_probe(osds);
     let barrier = Arc::new(Barrier::new(bed.clients.len() + 1));
     let stop = Arc::new(AtomicBool::new(false));
-    let mut progress = Vec::new();
     let mut threads = Vec::new();
-    let failed = Arc::new(FailedAttempts::default());
+    let counters = Counters::default();
     for (j, host) in bed.clients.iter().enumerate() {
-        let (host, config, barrier, stop, failed) = (
+        let (host, config, barrier, stop, counters) = (
             host.clone(),
             config.clone(),
             barrier.clone(),
             stop.clone(),
-            failed.clone(),
+            counters.clone(),
         );
         let (seed, len, window) = (cfg.seed, cfg.bytes_per_client, cfg.window_segments);
         let streaming = cfg.stream_secs.is_some();
-        let counter = Arc::new(AtomicU64::new(0));
-        progress.push(counter.clone());
         threads.push(std::thread::spawn(move || -> Result<Instant> {
             // Every thread reaches the barrier, failed or not, so nobody waits forever.
             let setup = Testbed::enter(&host).and_then(|()| {
                 let rt = runtime()?;
                 let client = {
                     let _inside = rt.enter(); // the client spawns its connection tasks on it
-                    connect(&config, window, phase, Some(counter), Some(failed))?
+                    connect(&config, window, phase, Some(&counters))?
                 };
                 Ok((rt, client))
             });
@@ -718,11 +764,10 @@ fn run_phase(
     let window = match cfg.stream_secs {
         None => None,
         Some(secs) => {
-            let total = || {
-                progress
-                    .iter()
-                    .map(|p| p.load(Ordering::Relaxed))
-                    .sum::<u64>()
+            // The warm-up counts what the clients had acknowledged (a get: received).
+            let done = || match phase {
+                Phase::Put => Counters::get(&counters.acked),
+                Phase::Get => Counters::get(&counters.moved),
             };
             let until = |t: f64| {
                 let left = t - start.elapsed().as_secs_f64();
@@ -735,9 +780,9 @@ fn run_phase(
             // the links by up to a window (a client's first segments finish together, a window's
             // lifetime after the start).
             let first_windows =
-                config.segment_bytes * cfg.window_segments as u64 * progress.len() as u64;
+                config.segment_bytes * cfg.window_segments as u64 * bed.clients.len() as u64;
             until(secs / 4.0);
-            while total() < first_windows {
+            while done() < first_windows {
                 if start.elapsed().as_secs_f64() > secs / 2.0 {
                     stop.store(true, Ordering::Relaxed);
                     for t in threads {
@@ -754,16 +799,21 @@ fn run_phase(
                 std::thread::sleep(Duration::from_millis(50));
             }
             let (t1, tbf1) = (Instant::now(), probe.tbf());
-            // A put's acknowledgements come a segment at a time per client (its window of
-            // segments tends to finish together), so the rate is the least-squares slope of the
-            // clients' total over the window, sampled every 100 ms, not the difference of its two
-            // ends. A get counts its frames as they arrive (a get's delivered bytes move a whole
-            // segment at a time, in order: a staircase whose slope leaned on where the window's
-            // ends fell, 2–9 % above what the links carried).
+            let failed1 = Counters::get(&counters.failed.bytes);
+            // The rate is the least-squares slope of the payload moved over the window, sampled
+            // every 100 ms, not the difference of its two ends. A put's bytes are counted as they
+            // are sent, a frame at a time: its acknowledgements come a segment at a time per
+            // client, and a window of segments tends to finish together, so their total is a
+            // staircase (at 64 MiB × 4 per client, 2.7 GB in flight, a third of a 150 s window's
+            // bytes) whose slope leaned on where the window's ends fell, by up to 7 % either way
+            // in runs whose links were as busy. A get counts its frames as they arrive (its bytes
+            // delivered in order moved a segment at a time: 2–9 % above what the links carried).
             let mut points = Vec::new();
+            let mut acked = Vec::new();
             loop {
                 let t = start.elapsed().as_secs_f64();
-                points.push((t, total() as f64));
+                points.push((t, Counters::get(&counters.moved) as f64));
+                acked.push((t, Counters::get(&counters.acked) as f64));
                 if t >= secs {
                     break;
                 }
@@ -771,7 +821,13 @@ fn run_phase(
             }
             let (t2, tbf2) = (Instant::now(), probe.tbf());
             stop.store(true, Ordering::Relaxed);
-            Some((t1, t2, slope(&points), tbf1, tbf2))
+            // Bytes of attempts that failed inside the window were sent (or received) again:
+            // the first time does not count.
+            let failed = Counters::get(&counters.failed.bytes).saturating_sub(failed1);
+            let secs = (t2 - t1).as_secs_f64().max(1e-9);
+            let rate = slope(&points) - failed as f64 / secs;
+            let acked = (phase == Phase::Put).then(|| slope(&acked) / 1e6);
+            Some((t1, t2, rate, acked, tbf1, tbf2))
         }
     };
     let mut end = start;
@@ -799,6 +855,24 @@ fn run_phase(
     }
     let tbf_after = tbf_after?;
     let timeline = rates(phase, &before, samples);
+    let failed_bytes = Counters::get(&counters.failed.bytes);
+    let payload_bytes = match phase {
+        Phase::Put => {
+            // Every byte a put sent was acknowledged, or belongs to an attempt that failed.
+            let (sent, acked) = (
+                Counters::get(&counters.moved),
+                Counters::get(&counters.acked),
+            );
+            if sent != acked + failed_bytes {
+                return Err(LabError::Run(format!(
+                    "the puts sent {sent} bytes but {acked} were acknowledged and {failed_bytes} \
+                     belong to failed attempts"
+                )));
+            }
+            acked
+        }
+        Phase::Get => Counters::get(&counters.moved),
+    };
     // Busy fractions from the tbf's own byte counters (what it limits), and its drops per second.
     let moved = |from: &[TbfCounters], to: &[TbfCounters]| -> Vec<Tbf> {
         from.iter()
@@ -825,7 +899,9 @@ fn run_phase(
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
-    if let Some((t1, t2, bytes_per_sec, tbf1, tbf2)) = window {
+    let link_bytes: u64 = moved(&tbf_before, &tbf_after).iter().map(|d| d.bytes).sum();
+    let failed_attempts = Counters::get(&counters.failed.attempts);
+    if let Some((t1, t2, bytes_per_sec, acked_mb_per_sec, tbf1, tbf2)) = window {
         let (tbf1, tbf2) = (tbf1?, tbf2?);
         if let Some(f) = first_end.filter(|&f| f < t2) {
             return Err(LabError::Run(format!(
@@ -844,8 +920,11 @@ fn run_phase(
             all_active_secs: secs,
             all_active_link_mean: mean(&busy),
             drops_per_sec: drop_rate(&tbf1, &tbf2, secs),
-            failed_attempts: failed.attempts.load(Ordering::Relaxed),
-            failed_bytes: failed.bytes.load(Ordering::Relaxed),
+            failed_attempts,
+            failed_bytes,
+            acked_mb_per_sec,
+            payload_bytes,
+            link_bytes,
         });
     }
     let secs = (end - start).as_secs_f64().max(1e-9);
@@ -878,8 +957,11 @@ fn run_phase(
         all_active_secs,
         all_active_link_mean,
         drops_per_sec: drop_rate(&tbf_before, &tbf_after, secs),
-        failed_attempts: failed.attempts.load(Ordering::Relaxed),
-        failed_bytes: failed.bytes.load(Ordering::Relaxed),
+        failed_attempts,
+        failed_bytes,
+        acked_mb_per_sec: None,
+        payload_bytes,
+        link_bytes,
     })
 }
 
@@ -1143,7 +1225,7 @@ fn one_run(
     {
         let config = config.clone();
         on_host(&control, move |rt| {
-            let c = connect(&config, 1, Phase::Get, None, None)?;
+            let c = connect(&config, 1, Phase::Get, None)?;
             rt.block_on(c.wait_for_osds(osds, Duration::from_secs(READY_SECS_MAX)))
                 .map_err(client_error)?;
             Ok(())
@@ -1165,16 +1247,29 @@ fn one_run(
     let w = run_phase(cfg, &bed, in_use, &config, Phase::Put)?;
     log_failed_attempts(log, &w);
     let write = w.mb_per_sec;
+    // The model's bytes per payload byte, each way (its B over its T, per OSD).
+    let (write_factor, read_factor) = (
+        osds as f64 * cfg.b_mb_per_sec() / write_model,
+        osds as f64 * cfg.b_mb_per_sec() / read_model,
+    );
+    let per_link_byte =
+        |p: &PhaseResult, factor: f64| p.payload_bytes as f64 * factor / p.link_bytes.max(1) as f64;
+    let write_phase = per_link_byte(&w, write_factor);
     log(&format!(
-        "  write {write:.1} MB/s (model {write_model:.1}; OSD links in: mean {:.0}%, busiest {:.0}%); read",
+        "  write {write:.1} MB/s{} (model {write_model:.1}; OSD links in: mean {:.0}%, busiest {:.0}%; \
+         payload per link byte over the whole phase {write_phase:.3}); read",
+        w.acked_mb_per_sec
+            .map_or(String::new(), |a| format!(" sent, {a:.1} MB/s acknowledged")),
         w.link_mean * 100.0,
         w.link_max * 100.0
     ));
     let r = run_phase(cfg, &bed, in_use, &config, Phase::Get)?;
     log_failed_attempts(log, &r);
     let read = r.mb_per_sec;
+    let read_phase = per_link_byte(&r, read_factor);
     log(&format!(
-        "  read {read:.1} MB/s (model {read_model:.1}; OSD links out: mean {:.0}%, busiest {:.0}%)",
+        "  read {read:.1} MB/s (model {read_model:.1}; OSD links out: mean {:.0}%, busiest {:.0}%; \
+         payload per link byte over the whole phase {read_phase:.3})",
         r.link_mean * 100.0,
         r.link_max * 100.0
     ));
@@ -1212,6 +1307,9 @@ fn one_run(
         write_all_active_secs: w.all_active_secs,
         write_all_active_link_mean: w.all_active_link_mean,
         write_drops_per_link_sec: w.drops_per_sec,
+        write_acked_mb_per_sec: w.acked_mb_per_sec,
+        write_phase_payload_per_link_byte: write_phase,
+        read_phase_payload_per_link_byte: read_phase,
         write_link_max: w.link_max,
         read_mb_per_sec: read,
         read_model_mb_per_sec: read_model,
@@ -1234,7 +1332,7 @@ fn one_run(
         daemons[0] = None; // SIGKILL and reap
         let c2 = config.clone();
         on_host(&control, move |rt| {
-            let c = connect(&c2, 1, Phase::Get, None, None)?;
+            let c = connect(&c2, 1, Phase::Get, None)?;
             rt.block_on(c.wait_status(
                 "waiting for osd-0 to be marked down",
                 Duration::from_secs(READY_SECS_MAX),
@@ -1260,7 +1358,7 @@ fn one_run(
         )?;
         let c3 = config.clone();
         let (secs, bytes) = on_host(&control, move |rt| {
-            let c = connect(&c3, 1, Phase::Get, None, None)?;
+            let c = connect(&c3, 1, Phase::Get, None)?;
             rt.block_on(async {
                 c.wait_for_osds(osds, Duration::from_secs(READY_SECS_MAX))
                     .await?;

@@ -91,6 +91,7 @@ pub fn client_options(retry_secs: u64) -> ClientOptions {
         window_segments_max: 4,
         progress: None,
         received: None,
+        sent: None,
         read_path: ReadPath::Primary,
         failed_attempts: None,
     }
@@ -141,12 +142,16 @@ impl Rig {
 
     /// Another client of the rig's cluster (its own connections) reading by `read_path`.
     pub fn client_with(&self, read_path: ReadPath) -> Client {
-        let security =
-            Security::load(&self.cluster.config().certs_dir(), "client").expect("client cert");
-        let options = ClientOptions {
+        self.client_with_options(ClientOptions {
             read_path,
             ..client_options(20)
-        };
+        })
+    }
+
+    /// Another client of the rig's cluster with `options`.
+    pub fn client_with_options(&self, options: ClientOptions) -> Client {
+        let security =
+            Security::load(&self.cluster.config().certs_dir(), "client").expect("client cert");
         Client::connect_with(self.cluster.config(), security, options).expect("client")
     }
 

@@ -48,6 +48,12 @@ pub struct ClientOptions {
     /// read again after a failure counts again. Smoother than `progress` (which moves a segment
     /// at a time, in order), for a throughput sampled while reads run.
     pub received: Option<Arc<AtomicU64>>,
+    /// Bytes of put segments as they are handed to their primary's connection, before it
+    /// acknowledges them: a frame (1 MiB) at a time. An attempt sent again counts again (its bytes
+    /// also go to `failed_attempts`), so once a put has ended, `sent` = the bytes acknowledged
+    /// (`progress`) + those of failed attempts. Smoother than `progress` (a segment at a time),
+    /// for a throughput sampled while puts run: the payload moved, not yet acknowledged.
+    pub sent: Option<Arc<AtomicU64>>,
     /// Where a get's bytes come from (default: through the primary, as CodFS reads).
     pub read_path: ReadPath,
     /// Attempts at a segment's primary (a write, a read, an update) that failed, and the bytes
@@ -143,6 +149,7 @@ impl Default for ClientOptions {
             window_segments_max: 4,
             progress: None,
             received: None,
+            sent: None,
             read_path: ReadPath::Primary,
             failed_attempts: None,
         }
@@ -491,13 +498,17 @@ impl Client {
                 }
                 let client = self.clone();
                 let seg_what = format!("{what}: segment {}", layout.index);
+                let sent = self.inner.options.sent.clone();
                 in_flight.spawn(async move {
                     client
                         .on_primary(&layout, &seg_what, |osd, l, moved| {
-                            let data = data.clone();
+                            let (data, sent) = (data.clone(), sent.clone());
                             async move {
                                 osd.write_segment_bytes_with(&l, data, move |n| {
                                     moved.fetch_add(n, Ordering::Relaxed);
+                                    if let Some(s) = &sent {
+                                        s.fetch_add(n, Ordering::Relaxed);
+                                    }
                                 })
                                 .await
                             }
