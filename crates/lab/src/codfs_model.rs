@@ -224,6 +224,11 @@ pub struct ModelRow {
     /// links' tbfs passed in the charged direction. Free of where a window's ends fall.
     pub write_phase_payload_per_link_byte: f64,
     pub read_phase_payload_per_link_byte: f64,
+    /// A check of the ratio free of the clients' counters: the links' use over the window (their
+    /// mean) × the whole phase's payload per link byte — the window's link bytes carrying
+    /// payload as the phase's did on average.
+    pub write_ratio_links: f64,
+    pub read_ratio_links: f64,
     pub read_mb_per_sec: f64,
     pub read_model_mb_per_sec: f64,
     pub read_ratio: f64,
@@ -352,11 +357,11 @@ impl ModelReport {
               effective bandwidth, 114.5 MB/s on its 1 Gbit/s links): here a bare TCP stream's payload \
               through one OSD's tbf, each way, measured before the daemons start. It is lower than the tc \
               rate by TCP/IP and Ethernet framing, which ecstack's links pay too.\n\n";
-        s += "| M | segment | B_in / B_out measured (MB/s) | write: model / ratio | read: model / ratio | payload per link byte: write / read | the same over the whole phases | write acknowledged MB/s (ratio) |\n";
-        s += "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        s += "| M | segment | B_in / B_out measured (MB/s) | write: model / ratio | read: model / ratio | payload per link byte: write / read | the same over the whole phases | ratio from the links: write / read | write acknowledged MB/s (ratio) |\n";
+        s += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for r in &self.rows {
             s += &format!(
-                "| {} | {} MiB | {:.2} / {:.2} | {:.1} / {:.0}% | {:.1} / {:.0}% | {:.3} / {:.3} | {:.3} / {:.3} | {} |\n",
+                "| {} | {} MiB | {:.2} / {:.2} | {:.1} / {:.0}% | {:.1} / {:.0}% | {:.3} / {:.3} | {:.3} / {:.3} | {:.0}% / {:.0}% | {} |\n",
                 r.osds,
                 r.segment_bytes >> 20,
                 r.goodput_in_mb_per_sec,
@@ -369,6 +374,8 @@ impl ModelReport {
                 r.read_ratio / r.read_link_mean.max(1e-9),
                 r.write_phase_payload_per_link_byte,
                 r.read_phase_payload_per_link_byte,
+                r.write_ratio_links * 100.0,
+                r.read_ratio_links * 100.0,
                 r.write_acked_mb_per_sec.map_or("–".into(), |a| format!(
                     "{a:.1} ({:.0}%)",
                     a / r.write_model_mb_per_sec * 100.0
@@ -381,7 +388,9 @@ impl ModelReport {
               higher — above it, the throughput figure reads high. Over the whole phases (warm-up and \
               tail, where links idle, included; no window's ends) the same from the payload the clients \
               moved and the links' bytes: a window's figure well below its whole phase's means the \
-              window read low, or wasted link bytes inside it.\n";
+              window read low, or wasted link bytes inside it. The ratio from the links is the links' \
+              mean use over the window × that whole-phase figure: the window's link bytes carrying payload \
+              as the phase's did on average, a check of the ratio that no client counter enters.\n";
         s += "\nLinks: the bytes each OSD link's tbf passed in the direction the model charges (inbound while \
               writing, outbound while reading; every packet's length as tc charges it) over B × the time. \
               A mean close to the ratio with a busiest link near 100% means uneven load; a busiest link well \
@@ -611,6 +620,8 @@ struct PhaseResult {
     /// had moved: bytes the links carried that the throughput does not count.
     failed_attempts: u64,
     failed_bytes: u64,
+    /// The last failed attempt's error.
+    failed_last: Option<String>,
     /// A streamed put's rate of bytes acknowledged durable over the window (MB/s), beside
     /// `mb_per_sec` (payload sent): a segment at a time, so a staircase.
     acked_mb_per_sec: Option<f64>,
@@ -922,6 +933,7 @@ fn run_phase(
             drops_per_sec: drop_rate(&tbf1, &tbf2, secs),
             failed_attempts,
             failed_bytes,
+            failed_last: counters.failed.last_error(),
             acked_mb_per_sec,
             payload_bytes,
             link_bytes,
@@ -959,6 +971,7 @@ fn run_phase(
         drops_per_sec: drop_rate(&tbf_before, &tbf_after, secs),
         failed_attempts,
         failed_bytes,
+        failed_last: counters.failed.last_error(),
         acked_mb_per_sec: None,
         payload_bytes,
         link_bytes,
@@ -969,9 +982,10 @@ fn run_phase(
 fn log_failed_attempts(log: &dyn Fn(&str), p: &PhaseResult) {
     if p.failed_attempts > 0 {
         log(&format!(
-            "  {} attempts at a primary failed and were tried again ({:.1} MB moved by them, carried by the links again)",
+            "  {} attempts at a primary failed and were tried again ({:.1} MB moved by them, carried by the links again); the last: {}",
             p.failed_attempts,
-            p.failed_bytes as f64 / 1e6
+            p.failed_bytes as f64 / 1e6,
+            p.failed_last.as_deref().unwrap_or("(not recorded)")
         ));
     }
 }
@@ -1257,11 +1271,12 @@ fn one_run(
     let write_phase = per_link_byte(&w, write_factor);
     log(&format!(
         "  write {write:.1} MB/s{} (model {write_model:.1}; OSD links in: mean {:.0}%, busiest {:.0}%; \
-         payload per link byte over the whole phase {write_phase:.3}); read",
+         payload per link byte over the whole phase {write_phase:.3}, ratio from the links {:.0}%); read",
         w.acked_mb_per_sec
             .map_or(String::new(), |a| format!(" sent, {a:.1} MB/s acknowledged")),
         w.link_mean * 100.0,
-        w.link_max * 100.0
+        w.link_max * 100.0,
+        w.link_mean * write_phase * 100.0
     ));
     let r = run_phase(cfg, &bed, in_use, &config, Phase::Get)?;
     log_failed_attempts(log, &r);
@@ -1269,9 +1284,10 @@ fn one_run(
     let read_phase = per_link_byte(&r, read_factor);
     log(&format!(
         "  read {read:.1} MB/s (model {read_model:.1}; OSD links out: mean {:.0}%, busiest {:.0}%; \
-         payload per link byte over the whole phase {read_phase:.3})",
+         payload per link byte over the whole phase {read_phase:.3}, ratio from the links {:.0}%)",
         r.link_mean * 100.0,
-        r.link_max * 100.0
+        r.link_max * 100.0,
+        r.link_mean * read_phase * 100.0
     ));
     let name = |phase: &str| format!("links-m{osds}-s{}-{phase}.csv", seg >> 20);
     let timelines = vec![
@@ -1310,6 +1326,8 @@ fn one_run(
         write_acked_mb_per_sec: w.acked_mb_per_sec,
         write_phase_payload_per_link_byte: write_phase,
         read_phase_payload_per_link_byte: read_phase,
+        write_ratio_links: w.link_mean * write_phase,
+        read_ratio_links: r.link_mean * read_phase,
         write_link_max: w.link_max,
         read_mb_per_sec: read,
         read_model_mb_per_sec: read_model,

@@ -67,6 +67,15 @@ pub struct ClientOptions {
 pub struct FailedAttempts {
     pub attempts: AtomicU64,
     pub bytes: AtomicU64,
+    /// The error of the most recent failed attempt, with what it was (`put PATH: segment I`).
+    pub last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl FailedAttempts {
+    /// [`FailedAttempts::last_error`]'s message, if an attempt failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().map_or(None, |e| e.clone())
+    }
 }
 
 /// Where a get's bytes come from.
@@ -414,6 +423,9 @@ impl Client {
                 if let Some(f) = &this.inner.options.failed_attempts {
                     f.attempts.fetch_add(1, Ordering::Relaxed);
                     f.bytes.fetch_add(bytes, Ordering::Relaxed);
+                    if let (Ok(mut last), Err(e)) = (f.last_error.lock(), &res) {
+                        *last = Some(format!("{what} (after {bytes} bytes): {e}"));
+                    }
                 }
             }
             res
