@@ -118,12 +118,13 @@ impl ReadAssembly {
 pub const MAX_MESSAGE_BYTES: usize = (ecstack_rpc::config::MAX_SEGMENT_BYTES as usize) + (1 << 20);
 
 /// Connect timeout and per-request deadline of [`OsdClient::connect`]: the cluster's
-/// ([`ecstack_rpc::limits`]). An OSD's calls to its peers use the data deadline, as the client's
-/// call they serve does: a primary's forward of a chunk stays open while the client's segment
-/// arrives, so on saturated links it lasts as long as the client's call (a 60 s deadline here
-/// failed forwards of calls the client was still willing to wait for).
+/// ([`ecstack_rpc::limits`]). An OSD's calls to its peers use the peer deadline, longer than the
+/// client's idle deadline: a primary's forward of a chunk stays open while the client's segment
+/// arrives, so on saturated links it lasts as long as the client's call, which is bounded by its
+/// progress, not its length (deadlines of 60 s and then 120 s here failed forwards of calls the
+/// client was still willing to wait for; see [`ecstack_rpc::limits::PEER_RPC_TIMEOUT`]).
 pub const CONNECT_TIMEOUT: Duration = ecstack_rpc::limits::CONNECT_TIMEOUT;
-pub const REQUEST_TIMEOUT: Duration = ecstack_rpc::limits::DATA_RPC_TIMEOUT;
+pub const REQUEST_TIMEOUT: Duration = ecstack_rpc::limits::PEER_RPC_TIMEOUT;
 
 /// One chunk of a segment and the OSD that holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

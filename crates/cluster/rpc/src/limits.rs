@@ -37,6 +37,14 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const METADATA_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deadline of one data RPC (a whole segment streamed, encoded and stored, or read back).
 pub const DATA_RPC_TIMEOUT: Duration = Duration::from_secs(120);
+/// Deadline of an OSD's call to a peer OSD, up to its response's headers. A primary's forward of a
+/// data chunk stays open while the client's segment arrives, and the client bounds its call by
+/// progress (no byte for `DATA_RPC_TIMEOUT`), not by its length: with 40 segments of 64 MiB in
+/// flight over 8 OSDs on 100 Mbit/s links a forward lasted over 120 s when every client started at
+/// once, and at a 120 s deadline the primary stored those segments with a chunk missing (recovery
+/// then rebuilt them, holding their locks, while reads waited). A peer that dies or stops answering
+/// is dropped sooner by the HTTP/2 keep-alive (`KEEPALIVE_TIMEOUT`).
+pub const PEER_RPC_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// HTTP/2 flow-control windows: the defaults (64 KiB) throttle megabyte frames on fast links.
 pub const STREAM_WINDOW_BYTES: u32 = 4 << 20;
@@ -72,4 +80,6 @@ const _: () = {
     assert!(OSD_MESSAGE_BYTES_MAX >= UNARY_MESSAGE_BYTES_MAX);
     assert!(CONNECT_TIMEOUT.as_millis() < METADATA_RPC_TIMEOUT.as_millis());
     assert!(METADATA_RPC_TIMEOUT.as_millis() < DATA_RPC_TIMEOUT.as_millis());
+    assert!(DATA_RPC_TIMEOUT.as_millis() < PEER_RPC_TIMEOUT.as_millis());
+    assert!(KEEPALIVE_TIMEOUT.as_millis() < PEER_RPC_TIMEOUT.as_millis());
 };
