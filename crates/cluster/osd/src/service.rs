@@ -1725,9 +1725,13 @@ impl Osd {
     /// Rebuild `chunks` of a segment (this OSD is its primary) from k usable chunks and store each
     /// on the OSD its placement names; reports each to the MDS. The bytes moved are rate-limited.
     pub async fn recover(&self, l: &Layout, chunks: &[u32]) -> Result<u64, String> {
+        // The rate limit is waited for before the segment's lock is taken (k chunks gathered, one
+        // stored per lost chunk), so the segment's reads and writes do not wait out the pacing.
+        check_layout(l, self.n())?;
+        let cb = chunk_bytes(l.length, self.k());
+        self.pace(cb * (self.k() + chunks.len()) as u64).await;
         let lock = self.segment_lock(l.segment_id);
         let mut st = lock.lock().await;
-        check_layout(l, self.n())?;
         self.check_lease(l.segment_id)
             .map_err(|s| s.message().to_owned())?;
         if l.epoch >= st.epoch {
@@ -1747,8 +1751,6 @@ impl Osd {
             ..l.clone()
         };
         self.learn_view(&usable, &mut st).await;
-        let cb = chunk_bytes(l.length, self.k());
-        self.pace(cb * self.k() as u64).await;
         let (shards, _) = self
             .gather(&usable, &st, 0, cb, vec![None; self.n()])
             .await
@@ -1762,7 +1764,6 @@ impl Osd {
             // the MDS hears the segment's newest version (it refuses rebuilds older than a stale mark).
             let meta = self.meta_for(l, &st.view, i);
             let version = st.view.newest.max(meta.version);
-            self.pace(cb).await;
             self.check_lease(l.segment_id)
                 .map_err(|s| s.message().to_owned())?;
             self.put_chunk(h, meta, Bytes::copy_from_slice(&shards[i as usize]))
