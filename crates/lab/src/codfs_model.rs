@@ -1269,6 +1269,7 @@ fn one_run(
     let per_link_byte =
         |p: &PhaseResult, factor: f64| p.payload_bytes as f64 * factor / p.link_bytes.max(1) as f64;
     let write_phase = per_link_byte(&w, write_factor);
+    let write_ratio_links = w.link_mean * write_phase;
     log(&format!(
         "  write {write:.1} MB/s{} (model {write_model:.1}; OSD links in: mean {:.0}%, busiest {:.0}%; \
          payload per link byte over the whole phase {write_phase:.3}, ratio from the links {:.0}%); read",
@@ -1276,18 +1277,19 @@ fn one_run(
             .map_or(String::new(), |a| format!(" sent, {a:.1} MB/s acknowledged")),
         w.link_mean * 100.0,
         w.link_max * 100.0,
-        w.link_mean * write_phase * 100.0
+        write_ratio_links * 100.0
     ));
     let r = run_phase(cfg, &bed, in_use, &config, Phase::Get)?;
     log_failed_attempts(log, &r);
     let read = r.mb_per_sec;
     let read_phase = per_link_byte(&r, read_factor);
+    let read_ratio_links = r.link_mean * read_phase;
     log(&format!(
         "  read {read:.1} MB/s (model {read_model:.1}; OSD links out: mean {:.0}%, busiest {:.0}%; \
          payload per link byte over the whole phase {read_phase:.3}, ratio from the links {:.0}%)",
         r.link_mean * 100.0,
         r.link_max * 100.0,
-        r.link_mean * read_phase * 100.0
+        read_ratio_links * 100.0
     ));
     let name = |phase: &str| format!("links-m{osds}-s{}-{phase}.csv", seg >> 20);
     let timelines = vec![
@@ -1326,8 +1328,8 @@ fn one_run(
         write_acked_mb_per_sec: w.acked_mb_per_sec,
         write_phase_payload_per_link_byte: write_phase,
         read_phase_payload_per_link_byte: read_phase,
-        write_ratio_links: w.link_mean * write_phase,
-        read_ratio_links: r.link_mean * read_phase,
+        write_ratio_links,
+        read_ratio_links,
         write_link_max: w.link_max,
         read_mb_per_sec: read,
         read_model_mb_per_sec: read_model,
