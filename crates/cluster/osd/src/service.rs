@@ -77,6 +77,10 @@ const READ_LANE_PIECES_MIN: usize = 4;
 /// from a holder is not queued behind this OSD's own chunk (which is always ready).
 const READ_REPLY_FRAMES: usize = 2;
 
+/// Recovery attempts made without the segment's lock before one that holds it throughout
+/// ([`Osd::recover`]): each is rebuilt again only if the stripe changed while its chunks moved.
+const RECOVERY_UNLOCKED_ATTEMPTS: usize = 2;
+
 /// One data chunk's part of a pipelined read ([`Osd::pipeline`]); offsets are the segment's.
 struct Lane {
     chunk: usize,
@@ -1729,16 +1733,12 @@ impl Osd {
         // stored per lost chunk), so the segment's reads and writes do not wait out the pacing.
         check_layout(l, self.n())?;
         let cb = chunk_bytes(l.length, self.k());
-        self.pace(cb * (self.k() + chunks.len()) as u64).await;
-        let lock = self.segment_lock(l.segment_id);
-        let mut st = lock.lock().await;
-        self.check_lease(l.segment_id)
-            .map_err(|s| s.message().to_owned())?;
-        if l.epoch >= st.epoch {
-            st.epoch = l.epoch;
+        for &i in chunks {
+            if l.holders.get(i as usize).is_none() {
+                return Err(format!("segment {:#x}: no chunk {i}", l.segment_id));
+            }
         }
-        // Always learn afresh: the rebuilt chunks must carry what the live holders have.
-        st.forget();
+        self.pace(cb * (self.k() + chunks.len()) as u64).await;
         let usable = Layout {
             holders: l
                 .holders
@@ -1750,40 +1750,92 @@ impl Osd {
                 .collect(),
             ..l.clone()
         };
-        self.learn_view(&usable, &mut st).await;
-        let (shards, _) = self
-            .gather(&usable, &st, 0, cb, vec![None; self.n()])
-            .await
-            .map_err(|s| s.message().to_owned())?;
-        let mut moved = 0;
-        for &i in chunks {
-            let Some(h) = l.holders.get(i as usize) else {
-                return Err(format!("segment {:#x}: no chunk {i}", l.segment_id));
+        let lock = self.segment_lock(l.segment_id);
+        // The gather and the stores of the rebuilt chunks (the bulk of the time: k chunks in,
+        // one out per lost chunk, over links the segment's clients share) run without the
+        // segment's lock, so its reads and writes go on meanwhile; the lock is taken at the end
+        // to check that the stripe did not change (the view learned again equals the one the
+        // chunks were rebuilt from) before the MDS hears the chunks are back. A stripe that
+        // changed is rebuilt again; the last attempt holds the lock throughout, so a segment
+        // updated without pause still recovers. (Held throughout, a 64 MiB segment's recovery
+        // kept a read waiting 66-136 s on saturated links, past the client's idle deadline.)
+        for attempt in 0..=RECOVERY_UNLOCKED_ATTEMPTS {
+            let throughout = attempt == RECOVERY_UNLOCKED_ATTEMPTS;
+            let mut held = Some(lock.clone().lock_owned().await);
+            let mut rebuilt_from = SegState::default();
+            if let Some(st) = held.as_mut() {
+                self.check_lease(l.segment_id)
+                    .map_err(|s| s.message().to_owned())?;
+                if l.epoch >= st.epoch {
+                    st.epoch = l.epoch;
+                }
+                rebuilt_from.epoch = st.epoch;
+            }
+            if !throughout {
+                held = None;
+            }
+            // Always learn afresh: the rebuilt chunks must carry what the live holders have.
+            self.learn_view(&usable, &mut rebuilt_from).await;
+            let (shards, _) = self
+                .gather(&usable, &rebuilt_from, 0, cb, vec![None; self.n()])
+                .await
+                .map_err(|s| s.message().to_owned())?;
+            for &i in chunks {
+                let h = &l.holders[i as usize];
+                let meta = self.meta_for(l, &rebuilt_from.view, i);
+                self.check_lease(l.segment_id)
+                    .map_err(|s| s.message().to_owned())?;
+                self.put_chunk(h, meta, Bytes::copy_from_slice(&shards[i as usize]))
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "segment {:#x} chunk {i} onto osd {}: {e}",
+                            l.segment_id, h.osd_id
+                        )
+                    })?;
+            }
+            let mut st = match held {
+                Some(st) => st,
+                None => lock.clone().lock_owned().await,
             };
-            // A rebuilt chunk carries the view's versions (those of the chunks it was decoded from);
-            // the MDS hears the segment's newest version (it refuses rebuilds older than a stale mark).
-            let meta = self.meta_for(l, &st.view, i);
-            let version = st.view.newest.max(meta.version);
             self.check_lease(l.segment_id)
                 .map_err(|s| s.message().to_owned())?;
-            self.put_chunk(h, meta, Bytes::copy_from_slice(&shards[i as usize]))
-                .await
-                .map_err(|e| {
-                    format!(
-                        "segment {:#x} chunk {i} onto osd {}: {e}",
-                        l.segment_id, h.osd_id
-                    )
-                })?;
-            self.inner
-                .setup
-                .mds
-                .chunk_recovered(l.segment_id, i, h.osd_id, version, Some(self.osd_id()))
-                .await?;
-            moved += cb;
-            Metrics::add(&self.inner.metrics.recovery_chunks, 1);
-            Metrics::add(&self.inner.metrics.recovery_bytes, cb);
+            if throughout {
+                *st = rebuilt_from.clone();
+            } else {
+                st.forget();
+                self.learn_view(&usable, &mut st).await;
+                if st.view != rebuilt_from.view {
+                    tracing::info!(
+                        segment = l.segment_id,
+                        attempt,
+                        "the stripe changed during recovery; rebuilding again"
+                    );
+                    continue;
+                }
+            }
+            let mut moved = 0;
+            for &i in chunks {
+                let h = &l.holders[i as usize];
+                // A rebuilt chunk carries the view's versions (those of the chunks it was decoded
+                // from); the MDS hears the segment's newest version (it refuses rebuilds older
+                // than a stale mark).
+                let version = rebuilt_from
+                    .view
+                    .newest
+                    .max(self.meta_for(l, &rebuilt_from.view, i).version);
+                self.inner
+                    .setup
+                    .mds
+                    .chunk_recovered(l.segment_id, i, h.osd_id, version, Some(self.osd_id()))
+                    .await?;
+                moved += cb;
+                Metrics::add(&self.inner.metrics.recovery_chunks, 1);
+                Metrics::add(&self.inner.metrics.recovery_bytes, cb);
+            }
+            return Ok(moved);
         }
-        Ok(moved)
+        unreachable!("the last recovery attempt holds the lock throughout and returns")
     }
 
     /// Wait until `bytes` more fit the recovery rate limit.
