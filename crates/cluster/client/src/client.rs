@@ -21,6 +21,7 @@ use tokio::task::JoinSet;
 
 use crate::error::ClientError;
 use crate::segments::{segment_lengths, split_range, ReadOrder};
+use crate::window::{Leg, Transit};
 
 /// Deadlines, retries and parallelism of a [`Client`].
 #[derive(Debug, Clone)]
@@ -37,7 +38,9 @@ pub struct ClientOptions {
     /// Retries of a call that failed with a retryable error. The time budget must outlast failure
     /// detection and primary promotion (the MDS's `down_after_ms` plus a heartbeat or two).
     pub retry: Backoff,
-    /// Segments in flight at once in a put, a get or an update.
+    /// A put's or a get's window, in segments: it starts another segment while the bytes of those
+    /// in flight still to move are fewer than this many segments' (up to twice as many segments
+    /// at once, see `window.rs`). An update runs this many segments' sub-updates at once.
     pub window_segments_max: usize,
     /// Progress of puts and gets, in bytes: a put adds each segment's length once its primary
     /// acknowledged it durable, a get adds the bytes it wrote to its output. Shared by every call of
@@ -434,8 +437,9 @@ impl Client {
     }
 
     /// Stores the bytes of `reader` as `path` (replacing a file of that path when it commits).
-    /// Returns the file's size. Segments are written `window_segments_max` at a time; each is
-    /// read into its own buffer and sent from it (one copy: the read).
+    /// Returns the file's size. Segments are written `window_segments_max` segments' bytes in
+    /// transit at a time (`window.rs`); each is read into its own buffer and sent from it (one
+    /// copy: the read).
     pub async fn put<R: AsyncRead + Unpin>(
         &self,
         path: &str,
@@ -460,6 +464,7 @@ impl Client {
             .await?;
         let segment_bytes = self.inner.config.segment_bytes;
         let window = self.inner.options.window_segments_max.max(1);
+        let transit = Transit::new(window, segment_bytes);
         let mut in_flight: JoinSet<Result<(), ClientError>> = JoinSet::new();
         let mut size = 0u64;
         let mut eof = false;
@@ -505,19 +510,24 @@ impl Client {
                 )));
             }
             for (layout, data) in layouts.into_iter().zip(batch) {
-                while in_flight.len() >= window {
-                    join_one(&mut in_flight).await?;
+                while !transit.has_room(in_flight.len()) {
+                    tokio::select! {
+                        r = join_one(&mut in_flight) => r?,
+                        () = transit.moved() => {}
+                    }
                 }
+                let leg = transit.start(data.len() as u64);
                 let client = self.clone();
                 let seg_what = format!("{what}: segment {}", layout.index);
                 let sent = self.inner.options.sent.clone();
                 in_flight.spawn(async move {
                     client
                         .on_primary(&layout, &seg_what, |osd, l, moved| {
-                            let (data, sent) = (data.clone(), sent.clone());
+                            let (data, sent, leg) = (data.clone(), sent.clone(), leg.clone());
                             async move {
                                 osd.write_segment_bytes_with(&l, data, move |n| {
                                     moved.fetch_add(n, Ordering::Relaxed);
+                                    leg.moved(n);
                                     if let Some(s) = &sent {
                                         s.fetch_add(n, Ordering::Relaxed);
                                     }
@@ -556,8 +566,8 @@ impl Client {
     }
 
     /// Writes `length` bytes of `path` from `offset` (`None`: to the end) to `writer`, in order.
-    /// `window_segments_max` segments are fetched at once, chosen by [`ReadOrder`] within twice that
-    /// many from the first one not yet written (the next in order first, then those whose OSDs
+    /// `window_segments_max` segments' bytes are in transit at once (`window.rs`), the segments
+    /// chosen by [`ReadOrder`] within twice that many from the first one not yet written (the next in order first, then those whose OSDs
     /// this read loads least). Returns the bytes written.
     pub async fn get<W: AsyncWrite + Unpin>(
         &self,
@@ -611,7 +621,7 @@ impl Client {
     }
 
     /// The read behind [`Client::get_ranges`] and [`Client::read_frames`]: every piece of the
-    /// ranges, fetched `window_segments_max` at once, handed to `sink` in order. Returns the bytes
+    /// ranges, fetched `window_segments_max` segments' bytes at once, handed to `sink` in order. Returns the bytes
     /// handed.
     async fn fetch<S: FrameSink>(
         &self,
@@ -645,13 +655,14 @@ impl Client {
                 k,
             ));
         }
-        let mut order = ReadOrder::new(costs, window.saturating_mul(2));
+        let transit = Transit::new(window, file.segment_bytes);
+        let mut order = ReadOrder::new(costs, transit.segments_max());
         let mut in_flight: JoinSet<(usize, Result<Vec<Bytes>, ClientError>)> = JoinSet::new();
         let mut arrived: BTreeMap<usize, Vec<Bytes>> = BTreeMap::new();
         let mut next_to_write = 0usize;
         let mut written = 0u64;
         loop {
-            while in_flight.len() < window {
+            while transit.has_room(in_flight.len()) {
                 let Some(i) = order.start_next(next_to_write) else {
                     break;
                 };
@@ -659,14 +670,19 @@ impl Client {
                 let layout = segment_of(&file, piece.segment)?.clone();
                 let client = self.clone();
                 let seg_what = format!("{what}: segment {}", piece.segment);
+                let leg = transit.start(piece.length);
                 in_flight.spawn(async move {
                     let r = client
-                        .read_piece(&layout, &seg_what, piece.offset, piece.length)
+                        .read_piece(&layout, &seg_what, piece.offset, piece.length, &leg)
                         .await;
                     (i, r)
                 });
             }
-            let Some(joined) = in_flight.join_next().await else {
+            let joined = tokio::select! {
+                joined = in_flight.join_next() => joined,
+                () = transit.moved(), if !in_flight.is_empty() => continue,
+            };
+            let Some(joined) = joined else {
                 break;
             };
             let (i, data) =
@@ -687,13 +703,14 @@ impl Client {
     }
 
     /// `length` bytes of one segment from `offset` (inside the segment), by the client's
-    /// [`ReadPath`].
+    /// [`ReadPath`]; `leg` hears the bytes as they arrive.
     async fn read_piece(
         &self,
         layout: &SegmentLayout,
         what: &str,
         offset: u64,
         length: u64,
+        leg: &Arc<Leg>,
     ) -> Result<Vec<Bytes>, ClientError> {
         if self.inner.options.read_path == ReadPath::Direct {
             if let Some(frames) = self.read_direct(layout, what, offset, length).await? {
@@ -706,10 +723,11 @@ impl Client {
         }
         let received = self.inner.options.received.clone();
         self.on_primary(layout, what, move |osd, l, moved| {
-            let received = received.clone();
+            let (received, leg) = (received.clone(), leg.clone());
             async move {
                 osd.read_segment_frames_with(&l, offset, length, move |n| {
                     moved.fetch_add(n, Ordering::Relaxed);
+                    leg.moved(n);
                     if let Some(r) = &received {
                         r.fetch_add(n, Ordering::Relaxed);
                     }

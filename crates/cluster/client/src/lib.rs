@@ -3,7 +3,8 @@
 //! after a primary promotion. The FUSE mount and RobuSTore build on this crate. It uses the MDS and
 //! OSD protocols through their typed clients, never their internals.
 //!
-//! Layout (dependencies point down): `error` → `segments` (file ranges → segment pieces) → `client`
+//! Layout (dependencies point down): `error` → `segments` (file ranges → segment pieces) →
+//! `window` (a put's or a get's bytes in transit) → `client`
 //! ([`Client`]) → `local` (a cluster of local processes: `ecstack cluster up`, tests) → `demo`
 //! (`ecstack demo`).
 
@@ -12,6 +13,7 @@ pub mod demo;
 mod error;
 pub mod local;
 pub mod segments;
+mod window;
 
 /// The frames [`Client::read_frames`] returns.
 pub use bytes::Bytes;
