@@ -69,7 +69,7 @@ pub struct ModelConfig {
     pub rate_mbit: f64,
     pub clients: usize,
     pub bytes_per_client: u64,
-    /// Segments each client keeps in flight (`ClientOptions::window_segments_max`).
+    /// Each client's window, in segments' bytes in transit (`ClientOptions::window_segments_max`).
     pub window_segments: usize,
     /// Measure degraded reads and recovery too.
     pub failures: bool,
@@ -300,7 +300,7 @@ fn opt(v: Option<f64>) -> String {
 impl ModelReport {
     pub fn markdown(&self) -> String {
         let mut s = format!(
-            "CodFS throughput model (§5.1): RS {}+{}, B = {} Mbit/s ({:.1} MB/s) per OSD link each way, {} clients × {} MiB, {} segments in flight per client\n\n",
+            "CodFS throughput model (§5.1): RS {}+{}, B = {} Mbit/s ({:.1} MB/s) per OSD link each way, {} clients × {} MiB, a window of {} segments per client (bytes in transit: another segment starts once those in flight have less than the window left to move)\n\n",
             self.k,
             self.m,
             self.rate_mbit,
