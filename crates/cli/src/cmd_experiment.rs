@@ -58,7 +58,7 @@ struct CodfsArgs {
     /// Bytes each client puts and gets
     #[arg(long, default_value = "64M")]
     size: String,
-    /// Each client's window in a put or a get, in segments' bytes in transit: another segment starts once those in flight have less than this many segments' bytes left to move, up to twice as many segments (the client library's default is 4)
+    /// Each client's window in a put or a get, in segments' bytes in transit: another segment starts once those in flight have less than this many segments' bytes left to move, up to one segment more (the client library's default is 4)
     #[arg(long, default_value_t = 4)]
     window: usize,
     /// Skip the degraded read and recovery measurements

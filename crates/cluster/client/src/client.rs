@@ -39,8 +39,8 @@ pub struct ClientOptions {
     /// detection and primary promotion (the MDS's `down_after_ms` plus a heartbeat or two).
     pub retry: Backoff,
     /// A put's or a get's window, in segments: it starts another segment while the bytes of those
-    /// in flight still to move are fewer than this many segments' (up to twice as many segments
-    /// at once, see `window.rs`). An update runs this many segments' sub-updates at once.
+    /// in flight still to move are fewer than this many segments', with at most one segment more
+    /// than this in flight (`window.rs`). An update runs this many segments' sub-updates at once.
     pub window_segments_max: usize,
     /// Progress of puts and gets, in bytes: a put adds each segment's length once its primary
     /// acknowledged it durable, a get adds the bytes it wrote to its output. Shared by every call of
@@ -368,7 +368,9 @@ impl Client {
     /// the segment's layout from the MDS, so it reaches the new primary after a promotion and the
     /// new holders after a recovery. `op` adds the bytes it moves to its counter: an attempt fails
     /// once they stayed the same for `data_timeout` ([`idle_deadline`]). An attempt that moved bytes before
-    /// it failed (a connection reset under a long read) restarts the retry policy's time budget.
+    /// it failed (a connection reset under a long read) restarts the retry policy's time budget, and
+    /// so does the first attempt that ran out its deadline: the deadline outlasts the budget, so
+    /// otherwise a primary that once stalled (a segment's lock held by a long rebuild) got no retry.
     async fn on_primary<T, F, Fut>(
         &self,
         segment: &SegmentLayout,
@@ -385,6 +387,8 @@ impl Client {
         // Whether the attempt that just failed had moved bytes (then the retry budget restarts).
         let progressed = AtomicBool::new(false);
         let progressed = &progressed;
+        let stalled_before = AtomicBool::new(false);
+        let stalled_before = &stalled_before;
         let check = || progressed.swap(false, Ordering::Relaxed);
         self.retrying(what, check, move |attempt| async move {
             let layout = if attempt == 0 {
@@ -422,7 +426,10 @@ impl Client {
             }
             if res.is_err() {
                 let bytes = moved.load(Ordering::Relaxed);
-                progressed.store(bytes > 0, Ordering::Relaxed);
+                progressed.store(
+                    restarts_budget(bytes, &res, stalled_before),
+                    Ordering::Relaxed,
+                );
                 if let Some(f) = &this.inner.options.failed_attempts {
                     f.attempts.fetch_add(1, Ordering::Relaxed);
                     f.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -656,7 +663,7 @@ impl Client {
             ));
         }
         let transit = Transit::new(window, file.segment_bytes);
-        let mut order = ReadOrder::new(costs, transit.segments_max());
+        let mut order = ReadOrder::new(costs, window.saturating_mul(2));
         let mut in_flight: JoinSet<(usize, Result<Vec<Bytes>, ClientError>)> = JoinSet::new();
         let mut arrived: BTreeMap<usize, Vec<Bytes>> = BTreeMap::new();
         let mut next_to_write = 0usize;
@@ -978,6 +985,21 @@ pub fn summary(s: &ClusterStatus) -> String {
     )
 }
 
+/// Whether a failed attempt at a primary that moved `bytes` and ended in `res` restarts the retry
+/// budget ([`Client::on_primary`]): it moved bytes, or it is the call's first to run out its
+/// deadline (`stalled_before` remembers one did).
+fn restarts_budget<T>(
+    bytes: u64,
+    res: &Result<T, ClientError>,
+    stalled_before: &AtomicBool,
+) -> bool {
+    let ran_out = matches!(
+        res,
+        Err(ClientError::Timeout { .. }) | Err(ClientError::Stalled { .. })
+    );
+    bytes > 0 || (ran_out && !stalled_before.swap(true, Ordering::Relaxed))
+}
+
 /// Runs `fut` until it ends, or fails once `moved` (the bytes it has moved so far) stayed the
 /// same for `idle`.
 async fn idle_deadline<T, E: Into<ClientError>>(
@@ -1127,6 +1149,32 @@ impl FrameSink for Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_or_a_first_stall_restarts_the_retry_budget() {
+        let stalled_before = AtomicBool::new(false);
+        let stall = || -> Result<(), ClientError> {
+            Err(ClientError::Stalled {
+                what: "get".into(),
+                ms: 10,
+            })
+        };
+        let reset = || -> Result<(), ClientError> { Err(ClientError::Local("reset".into())) };
+        assert!(!restarts_budget(0, &reset(), &stalled_before));
+        assert!(restarts_budget(5, &reset(), &stalled_before));
+        assert!(
+            restarts_budget(0, &stall(), &stalled_before),
+            "the first stall"
+        );
+        assert!(
+            !restarts_budget(0, &stall(), &stalled_before),
+            "not the second"
+        );
+        assert!(
+            restarts_budget(1, &stall(), &stalled_before),
+            "progress still does"
+        );
+    }
 
     #[tokio::test]
     async fn a_call_that_keeps_moving_outlives_the_idle_deadline_and_a_stalled_one_does_not() {
