@@ -574,8 +574,9 @@ impl Client {
 
     /// Writes `length` bytes of `path` from `offset` (`None`: to the end) to `writer`, in order.
     /// `window_segments_max` segments' bytes are in transit at once (`window.rs`), the segments
-    /// chosen by [`ReadOrder`] within twice that many from the first one not yet written (the next in order first, then those whose OSDs
-    /// this read loads least). Returns the bytes written.
+    /// chosen by [`ReadOrder`] within twice that many from the first one not yet written (the
+    /// next in order first, then those whose OSDs this read loads least). Returns the bytes
+    /// written.
     pub async fn get<W: AsyncWrite + Unpin>(
         &self,
         path: &str,
@@ -628,8 +629,8 @@ impl Client {
     }
 
     /// The read behind [`Client::get_ranges`] and [`Client::read_frames`]: every piece of the
-    /// ranges, fetched `window_segments_max` segments' bytes at once, handed to `sink` in order. Returns the bytes
-    /// handed.
+    /// ranges, fetched `window_segments_max` segments' bytes at once, handed to `sink` in order.
+    /// Returns the bytes handed.
     async fn fetch<S: FrameSink>(
         &self,
         path: &str,

@@ -1780,9 +1780,14 @@ impl Osd {
                 .gather(&usable, &rebuilt_from, 0, cb, vec![None; self.n()])
                 .await
                 .map_err(|s| s.message().to_owned())?;
+            // A rebuilt chunk carries the view's versions (those of the chunks it was decoded
+            // from); the MDS hears the segment's newest version (it refuses rebuilds older than a
+            // stale mark).
+            let mut versions = Vec::with_capacity(chunks.len());
             for &i in chunks {
                 let h = &l.holders[i as usize];
                 let meta = self.meta_for(l, &rebuilt_from.view, i);
+                versions.push(rebuilt_from.view.newest.max(meta.version));
                 self.check_lease(l.segment_id)
                     .map_err(|s| s.message().to_owned())?;
                 self.put_chunk(h, meta, Bytes::copy_from_slice(&shards[i as usize]))
@@ -1801,7 +1806,7 @@ impl Osd {
             self.check_lease(l.segment_id)
                 .map_err(|s| s.message().to_owned())?;
             if throughout {
-                *st = rebuilt_from.clone();
+                *st = rebuilt_from;
             } else {
                 st.forget();
                 self.learn_view(&usable, &mut st).await;
@@ -1815,15 +1820,8 @@ impl Osd {
                 }
             }
             let mut moved = 0;
-            for &i in chunks {
+            for (&i, version) in chunks.iter().zip(versions) {
                 let h = &l.holders[i as usize];
-                // A rebuilt chunk carries the view's versions (those of the chunks it was decoded
-                // from); the MDS hears the segment's newest version (it refuses rebuilds older
-                // than a stale mark).
-                let version = rebuilt_from
-                    .view
-                    .newest
-                    .max(self.meta_for(l, &rebuilt_from.view, i).version);
                 self.inner
                     .setup
                     .mds
