@@ -434,7 +434,10 @@ impl Client {
                     f.attempts.fetch_add(1, Ordering::Relaxed);
                     f.bytes.fetch_add(bytes, Ordering::Relaxed);
                     if let (Ok(mut last), Err(e)) = (f.last_error.lock(), &res) {
-                        *last = Some(format!("{what} (after {bytes} bytes): {e}"));
+                        *last = Some(format!(
+                            "{what} at primary osd {} {} (after {bytes} bytes): {e}",
+                            layout.primary, layout.primary_addr
+                        ));
                     }
                 }
             }

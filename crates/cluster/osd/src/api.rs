@@ -3,6 +3,7 @@
 //! segment's primary; OSDs use the chunk calls against each other. Generated types never leave this
 //! crate: callers see [`Layout`], [`Holder`], [`ChunkMeta`], [`Ack`] and [`OsdError`].
 
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -540,8 +541,24 @@ impl OsdClient {
         offset: u64,
         length: u64,
     ) -> Result<(ChunkMeta, Bytes), OsdError> {
+        self.get_chunk_within(segment_id, index, offset, length, None)
+            .await
+    }
+
+    /// [`OsdClient::get_chunk`] that gives up (`Unreachable`) once the reply's next part (its
+    /// headers, then each message of at most [`FRAME_BYTES`]) has not arrived for `idle`: a
+    /// primary's read falls back to other holders well before its client's idle deadline
+    /// ([`ecstack_rpc::limits::PEER_FETCH_IDLE`]). `None`: the channel's deadline only.
+    pub async fn get_chunk_within(
+        &self,
+        segment_id: u64,
+        index: u32,
+        offset: u64,
+        length: u64,
+        idle: Option<Duration>,
+    ) -> Result<(ChunkMeta, Bytes), OsdError> {
         let (meta, frames) = self
-            .get_chunk_frames(segment_id, index, offset, length)
+            .chunk_frames(segment_id, index, offset, length, idle)
             .await?;
         let out = wire::contiguous(frames);
         Ok((meta, out))
@@ -555,6 +572,18 @@ impl OsdClient {
         offset: u64,
         length: u64,
     ) -> Result<(ChunkMeta, Vec<Bytes>), OsdError> {
+        self.chunk_frames(segment_id, index, offset, length, None)
+            .await
+    }
+
+    async fn chunk_frames(
+        &self,
+        segment_id: u64,
+        index: u32,
+        offset: u64,
+        length: u64,
+        idle: Option<Duration>,
+    ) -> Result<(ChunkMeta, Vec<Bytes>), OsdError> {
         let req = proto::GetChunkRequest {
             segment_id,
             index,
@@ -562,15 +591,26 @@ impl OsdClient {
             length,
             target_osd: self.target,
         };
-        let mut stream = wire::server_streaming::<proto::ChunkFrame>(
-            &self.channel,
-            wire::GET_CHUNK_PATH,
-            &req,
-            STREAM_MESSAGE_BYTES_MAX,
-        )
-        .await
-        .map_err(|s| self.err(s))?;
-        let meta = match stream.next().await.map_err(|s| self.err(s))? {
+        let what =
+            || format!("GetChunk of segment {segment_id:#x} chunk {index} bytes {offset}+{length}");
+        let mut stream = self
+            .within(idle, &what, async {
+                wire::server_streaming::<proto::ChunkFrame>(
+                    &self.channel,
+                    wire::GET_CHUNK_PATH,
+                    &req,
+                    STREAM_MESSAGE_BYTES_MAX,
+                )
+                .await
+                .map_err(|s| self.err(s))
+            })
+            .await?;
+        let first = self
+            .within(idle, &what, async {
+                stream.next().await.map_err(|s| self.err(s))
+            })
+            .await?;
+        let meta = match first {
             Some(Reply::Message(proto::ChunkFrame {
                 part: Some(proto::chunk_frame::Part::Header(h)),
             })) => meta_from_proto(&h),
@@ -583,7 +623,12 @@ impl OsdClient {
         };
         let mut frames = Vec::new();
         let mut got = 0u64;
-        while let Some(reply) = stream.next().await.map_err(|s| self.err(s))? {
+        while let Some(reply) = self
+            .within(idle, &what, async {
+                stream.next().await.map_err(|s| self.err(s))
+            })
+            .await?
+        {
             let Reply::Data(data) = reply else {
                 return Err(self.protocol("GetChunk reply has a second header"));
             };
@@ -597,6 +642,25 @@ impl OsdClient {
             return Err(self.protocol(format!("GetChunk of {want} bytes returned {got}")));
         }
         Ok((meta, frames))
+    }
+
+    /// `fut`, or `Unreachable` once it has run for `idle` (`None`: as long as it takes).
+    async fn within<T>(
+        &self,
+        idle: Option<Duration>,
+        what: &(dyn Fn() -> String + Sync),
+        fut: impl Future<Output = Result<T, OsdError>>,
+    ) -> Result<T, OsdError> {
+        let Some(idle) = idle else {
+            return fut.await;
+        };
+        match tokio::time::timeout(idle, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(OsdError::Unreachable {
+                addr: self.addr.clone(),
+                message: format!("{}: nothing arrived for {} ms", what(), idle.as_millis()),
+            }),
+        }
     }
 
     /// Client → primary: the versions the data chunks must carry for a read of `[offset,

@@ -47,6 +47,7 @@ pub struct Metrics {
     pub recovery_bytes: AtomicU64,
     pub recovery_failures: AtomicU64,
     pub lease_refusals: AtomicU64,
+    pub slow_peer_fetches: AtomicU64,
 }
 
 impl Metrics {
@@ -125,7 +126,7 @@ impl Metrics {
                 "ecstack_osd_op_seconds_count{{osd=\"{osd_id}\",op=\"{op}\"}} {cum}"
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 9] = [
+        let counters: [(&str, &str, &AtomicU64); 10] = [
             (
                 "ecstack_osd_bytes_in_total",
                 "segment and chunk bytes received",
@@ -170,6 +171,11 @@ impl Metrics {
                 "ecstack_osd_lease_refusals_total",
                 "primary work refused or stopped because the primary lease had ended (late heartbeats)",
                 &self.lease_refusals,
+            ),
+            (
+                "ecstack_osd_slow_peer_fetches_total",
+                "chunk reads from a peer OSD that took 10 s or more (or gave up waiting)",
+                &self.slow_peer_fetches,
             ),
         ];
         for (name, help, v) in counters {

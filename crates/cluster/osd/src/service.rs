@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ecstack_codes::ErasureCode;
@@ -77,9 +79,22 @@ const READ_LANE_PIECES_MIN: usize = 4;
 /// from a holder is not queued behind this OSD's own chunk (which is always ready).
 const READ_REPLY_FRAMES: usize = 2;
 
+/// A chunk read from a peer that takes this long is counted and logged (a megabyte piece takes
+/// well under a second on an idle 100 Mbit/s link, a few seconds on a saturated one).
+const SLOW_PEER_FETCH: Duration = Duration::from_secs(10);
+
 /// Recovery attempts made without the segment's lock before one that holds it throughout
 /// ([`Osd::recover`]): each is rebuilt again only if the stripe changed while its chunks moved.
 const RECOVERY_UNLOCKED_ATTEMPTS: usize = 2;
+
+/// Why [`Osd::pipeline`] stopped before the end of its range.
+enum Halt {
+    /// The read fails with this status.
+    Failed(Status),
+    /// A piece of data chunk `chunk` could not be had as it should: the rest is read the ordinary
+    /// way.
+    Piece { chunk: usize, miss: Miss },
+}
 
 /// One data chunk's part of a pipelined read ([`Osd::pipeline`]); offsets are the segment's.
 struct Lane {
@@ -301,6 +316,8 @@ struct Inner {
     recovery: tokio::sync::Mutex<RateLimit>,
     metrics: Metrics,
     lease: crate::lease::Lease,
+    /// [`ecstack_rpc::limits::PEER_FETCH_IDLE`] in milliseconds (tests shorten it).
+    peer_fetch_idle_ms: AtomicU64,
 }
 
 /// A byte-rate limit (0 = unlimited) shared by the recoveries of one OSD.
@@ -349,8 +366,23 @@ impl Osd {
                 }),
                 metrics: Metrics::default(),
                 lease: crate::lease::Lease::default(),
+                peer_fetch_idle_ms: AtomicU64::new(
+                    ecstack_rpc::limits::PEER_FETCH_IDLE.as_millis() as u64,
+                ),
             }),
         }
+    }
+
+    /// How long a chunk read from a peer may wait for its reply's next part before the bytes are
+    /// read another way (default [`ecstack_rpc::limits::PEER_FETCH_IDLE`]).
+    pub fn set_peer_fetch_idle(&self, idle: Duration) {
+        self.inner
+            .peer_fetch_idle_ms
+            .store(idle.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+
+    fn peer_fetch_idle(&self) -> Duration {
+        Duration::from_millis(self.inner.peer_fetch_idle_ms.load(Ordering::Relaxed))
     }
 
     pub fn osd_id(&self) -> u32 {
@@ -553,10 +585,28 @@ impl Osd {
                 .await
                 .map_err(store_miss);
         }
-        self.peer(h)?
-            .get_chunk(segment, index, offset, len)
-            .await
-            .map_err(remote_miss)
+        let started = Instant::now();
+        let got = self
+            .peer(h)?
+            .get_chunk_within(segment, index, offset, len, Some(self.peer_fetch_idle()))
+            .await;
+        let took = started.elapsed();
+        if took >= SLOW_PEER_FETCH.min(self.peer_fetch_idle()) {
+            Metrics::add(&self.inner.metrics.slow_peer_fetches, 1);
+            tracing::warn!(
+                segment,
+                chunk = index,
+                osd = h.osd_id,
+                "a read of {len} bytes of the chunk from {} took {} ms ({})",
+                h.addr,
+                took.as_millis(),
+                match &got {
+                    Ok(_) => "done".to_owned(),
+                    Err(e) => e.to_string(),
+                }
+            );
+        }
+        got.map_err(remote_miss)
     }
 
     async fn chunk_version(&self, segment: u64, h: &Holder) -> Result<Option<ChunkVersions>, Miss> {
@@ -1190,10 +1240,21 @@ impl Osd {
                         lanes[li].ready.insert(lo, data);
                     }
                     Ok((li, _, Err(Miss::Newer(e)))) => {
-                        break 'read Err(Some(newer(l.segment_id, lanes[li].chunk as u32, &e)))
+                        break 'read Err(Halt::Failed(newer(
+                            l.segment_id,
+                            lanes[li].chunk as u32,
+                            &e,
+                        )))
                     }
-                    Ok((_, _, Err(_))) => break 'read Err(None),
-                    Err(e) => break 'read Err(Some(Status::internal(format!("read task: {e}")))),
+                    Ok((li, _, Err(miss))) => {
+                        break 'read Err(Halt::Piece {
+                            chunk: lanes[li].chunk,
+                            miss,
+                        })
+                    }
+                    Err(e) => {
+                        break 'read Err(Halt::Failed(Status::internal(format!("read task: {e}"))))
+                    }
                 }
             }
             // Nothing to send and nothing on its way: every lane is sent.
@@ -1221,12 +1282,29 @@ impl Osd {
                 debug_assert!(lanes.iter().all(|ln| ln.sent == ln.end));
                 return;
             }
-            Err(Some(s)) => {
+            Err(Halt::Failed(s)) => {
                 st.forget();
                 Err(s)
             }
-            // A piece could not be had as it should: the rest of each lane the ordinary way.
-            Err(None) => {
+            // A piece could not be had as it should: the rest of each lane the ordinary way. A
+            // holder that did not answer (or stopped sending: `PEER_FETCH_IDLE`) is read around,
+            // not asked again (a stale or corrupt chunk is asked again, to be repaired).
+            Err(Halt::Piece { chunk, miss }) => {
+                let around = matches!(miss, Miss::Unreachable(_) | Miss::NotSent(_));
+                tracing::info!(
+                    segment = l.segment_id,
+                    chunk,
+                    "a pipelined read continues the ordinary way{}: {miss}",
+                    if around {
+                        ", around the chunk's holder"
+                    } else {
+                        ""
+                    }
+                );
+                let mut l = Layout::clone(&l);
+                if around {
+                    l.holders[chunk].usable = false;
+                }
                 let mut r = Ok(());
                 for lane in lanes.iter().filter(|ln| ln.sent < ln.end) {
                     match self
@@ -1776,10 +1854,24 @@ impl Osd {
             }
             // Always learn afresh: the rebuilt chunks must carry what the live holders have.
             self.learn_view(&usable, &mut rebuilt_from).await;
-            let (shards, _) = self
+            let (shards, _) = match self
                 .gather(&usable, &rebuilt_from, 0, cb, vec![None; self.n()])
                 .await
-                .map_err(|s| s.message().to_owned())?;
+            {
+                Ok(g) => g,
+                // Without the lock an update may land between the view and the chunks (a chunk
+                // then reads as newer, or too few agree with the view): rebuild again.
+                Err(s) if !throughout => {
+                    tracing::info!(
+                        segment = l.segment_id,
+                        attempt,
+                        "the stripe changed while its chunks were gathered ({}); rebuilding again",
+                        s.message()
+                    );
+                    continue;
+                }
+                Err(s) => return Err(s.message().to_owned()),
+            };
             // A rebuilt chunk carries the view's versions (those of the chunks it was decoded
             // from); the MDS hears the segment's newest version (it refuses rebuilds older than a
             // stale mark).

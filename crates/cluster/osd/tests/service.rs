@@ -3,7 +3,9 @@
 //! the segment's bytes. Unreachable holders are holders whose address no longer answers.
 //! (Multi-process clusters with an MDS are the client crate's and the CLI's tests.)
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use ecstack_base::Rng;
@@ -426,6 +428,89 @@ async fn a_pipelined_read_switches_to_degraded_mid_stream() {
     let (_, data) = c.nodes[1].store.read(6, 1, 0, half).unwrap();
     assert_eq!(data, model[len / 2..], "chunk 1 repaired");
     check_reads(&client, &l, &model, &mut rng, 3).await;
+}
+
+/// A TCP relay to `to` (returns its address) that forwards nothing from `to` while `hold` is set:
+/// the connection stays open, the peer's replies (and its answers to keep-alive pings) stop.
+async fn holding_relay(to: String, hold: Arc<AtomicBool>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = l.accept().await {
+            let (to, hold) = (to.clone(), hold.clone());
+            tokio::spawn(async move {
+                let Ok(outbound) = tokio::net::TcpStream::connect(&to).await else {
+                    return;
+                };
+                let (mut in_r, mut in_w) = inbound.into_split();
+                let (mut out_r, mut out_w) = outbound.into_split();
+                tokio::spawn(async move { tokio::io::copy(&mut in_r, &mut out_w).await });
+                let mut buf = vec![0u8; 64 << 10];
+                loop {
+                    let n = match out_r.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    while hold.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    if in_w.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_stops_sending_is_read_around() {
+    let c = cluster(CodeKind::RsCauchy, 2, 2).await;
+    let idle = Duration::from_millis(400);
+    for n in &c.nodes {
+        n.osd.set_peer_fetch_idle(idle);
+    }
+    let client = c.client();
+    let mut rng = Rng::new(12);
+    let len = 5 << 20; // chunks of 2.5 MiB: pieces 1 + 1 + 0.5 MiB each
+    let mut l = c.layout(8, len as u64);
+    let hold = Arc::new(AtomicBool::new(false));
+    l.holders[1].addr = holding_relay(c.nodes[1].addr.clone(), hold.clone()).await;
+    let model = bytes(&mut rng, len);
+    client.write_segment(&l, &model).await.unwrap();
+    check_reads(&client, &l, &model, &mut rng, 3).await;
+    // Holder 1 keeps its connection but stops sending: without a deadline of their own, the
+    // primary's piece fetches would wait for the peer deadline (600 s), far beyond any client's.
+    hold.store(true, Ordering::Relaxed);
+    let chunk = (len / 2) as u64;
+    for (offset, length) in [(0, len as u64), (chunk + 5, 1000), (chunk - 10, chunk)] {
+        let got = tokio::time::timeout(
+            Duration::from_secs(30),
+            client.read_segment(&l, offset, length),
+        )
+        .await
+        .expect("the primary reads around the holder that stopped sending")
+        .unwrap();
+        assert!(
+            got == model[offset as usize..(offset + length) as usize],
+            "{offset}+{length}"
+        );
+    }
+    let slow = c.nodes[0]
+        .osd
+        .metrics()
+        .slow_peer_fetches
+        .load(Ordering::Relaxed);
+    assert!(slow >= 3, "each read gave up on holder 1 once: {slow}");
+    let degraded = c.nodes[0]
+        .osd
+        .metrics()
+        .degraded_reads
+        .load(Ordering::Relaxed);
+    assert!(degraded >= 3, "{degraded}");
+    hold.store(false, Ordering::Relaxed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

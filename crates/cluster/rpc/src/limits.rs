@@ -46,6 +46,16 @@ pub const DATA_RPC_TIMEOUT: Duration = Duration::from_secs(120);
 /// is dropped sooner by the HTTP/2 keep-alive (`KEEPALIVE_TIMEOUT`).
 pub const PEER_RPC_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// How long a primary waits for the next part of a chunk read from a peer (`GetChunk`: its
+/// headers, then each message of at most [`FRAME_DATA_BYTES`]) before it reads those bytes another
+/// way (from the other holders, decoded). A megabyte has no reason to take this long even on a
+/// saturated 100 Mbit/s link (a primary asks each holder for at most a few pieces of a read at
+/// once), and a fetch that waited as long as [`PEER_RPC_TIMEOUT`] outlived its client's idle
+/// deadline: a 480 s read of the model experiment had attempts fail with "no byte moved for
+/// 120000 ms" instead of falling back to a degraded read. Twice this leaves the fallback time
+/// within [`DATA_RPC_TIMEOUT`]; a dead peer is dropped sooner by the keep-alive.
+pub const PEER_FETCH_IDLE: Duration = Duration::from_secs(45);
+
 /// HTTP/2 flow-control windows: the defaults (64 KiB) throttle megabyte frames on fast links.
 pub const STREAM_WINDOW_BYTES: u32 = 4 << 20;
 pub const CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
@@ -82,4 +92,6 @@ const _: () = {
     assert!(METADATA_RPC_TIMEOUT.as_millis() < DATA_RPC_TIMEOUT.as_millis());
     assert!(DATA_RPC_TIMEOUT.as_millis() < PEER_RPC_TIMEOUT.as_millis());
     assert!(KEEPALIVE_TIMEOUT.as_millis() < PEER_RPC_TIMEOUT.as_millis());
+    assert!(KEEPALIVE_TIMEOUT.as_millis() < PEER_FETCH_IDLE.as_millis());
+    assert!(2 * PEER_FETCH_IDLE.as_millis() < DATA_RPC_TIMEOUT.as_millis());
 };
