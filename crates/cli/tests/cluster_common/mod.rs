@@ -78,6 +78,7 @@ pub fn client_options(retry_secs: u64) -> ClientOptions {
     ClientOptions {
         metadata_timeout: Duration::from_secs(5),
         data_timeout: Duration::from_secs(30),
+        ack_timeout: Duration::from_secs(60),
         connect_timeout: Duration::from_secs(2),
         retry: Backoff {
             initial: Duration::from_millis(30),

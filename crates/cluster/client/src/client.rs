@@ -33,6 +33,11 @@ pub struct ClientOptions {
     /// longer than that in all, moving all along); an update, whose bytes go in one message,
     /// must finish within it.
     pub data_timeout: Duration,
+    /// How long a write waits for its segment's acknowledgement once every byte of it has been
+    /// sent: the primary still forwards chunks and sends parity over links other segments share,
+    /// and stores, and its calls to its peers are bounded by [`limits::PEER_RPC_TIMEOUT`] (the
+    /// default). A dead or unreachable primary is noticed sooner, by the connection's keep-alive.
+    pub ack_timeout: Duration,
     /// How long to wait for a TCP + TLS connection.
     pub connect_timeout: Duration,
     /// Retries of a call that failed with a retryable error. The time budget must outlast failure
@@ -148,6 +153,7 @@ impl Default for ClientOptions {
         ClientOptions {
             metadata_timeout: limits::METADATA_RPC_TIMEOUT,
             data_timeout: limits::DATA_RPC_TIMEOUT,
+            ack_timeout: limits::PEER_RPC_TIMEOUT,
             connect_timeout: limits::CONNECT_TIMEOUT,
             retry: Backoff {
                 initial: Duration::from_millis(50),
@@ -375,6 +381,7 @@ impl Client {
         &self,
         segment: &SegmentLayout,
         what: &str,
+        total: Option<u64>,
         op: F,
     ) -> Result<T, ClientError>
     where
@@ -383,7 +390,10 @@ impl Client {
     {
         let this = self;
         let op = &op;
-        let timeout = self.inner.options.data_timeout;
+        let deadline = Idle {
+            idle: self.inner.options.data_timeout,
+            sent: total.map(|t| (t, self.inner.options.ack_timeout)),
+        };
         // Whether the attempt that just failed had moved bytes (then the retry budget restarts).
         let progressed = AtomicBool::new(false);
         let progressed = &progressed;
@@ -411,7 +421,7 @@ impl Client {
             let moved = Arc::new(AtomicU64::new(0));
             let res = idle_deadline(
                 what,
-                timeout,
+                deadline,
                 &moved,
                 op(osd, Layout::from(&layout), moved.clone()),
             )
@@ -532,19 +542,24 @@ impl Client {
                 let sent = self.inner.options.sent.clone();
                 in_flight.spawn(async move {
                     client
-                        .on_primary(&layout, &seg_what, |osd, l, moved| {
-                            let (data, sent, leg) = (data.clone(), sent.clone(), leg.clone());
-                            async move {
-                                osd.write_segment_bytes_with(&l, data, move |n| {
-                                    moved.fetch_add(n, Ordering::Relaxed);
-                                    leg.moved(n);
-                                    if let Some(s) = &sent {
-                                        s.fetch_add(n, Ordering::Relaxed);
-                                    }
-                                })
-                                .await
-                            }
-                        })
+                        .on_primary(
+                            &layout,
+                            &seg_what,
+                            Some(data.len() as u64),
+                            |osd, l, moved| {
+                                let (data, sent, leg) = (data.clone(), sent.clone(), leg.clone());
+                                async move {
+                                    osd.write_segment_bytes_with(&l, data, move |n| {
+                                        moved.fetch_add(n, Ordering::Relaxed);
+                                        leg.moved(n);
+                                        if let Some(s) = &sent {
+                                            s.fetch_add(n, Ordering::Relaxed);
+                                        }
+                                    })
+                                    .await
+                                }
+                            },
+                        )
                         .await?;
                     client.advance(data.len() as u64);
                     Ok(())
@@ -733,7 +748,7 @@ impl Client {
             self.inner.reads[0].fetch_add(1, Ordering::Relaxed);
         }
         let received = self.inner.options.received.clone();
-        self.on_primary(layout, what, move |osd, l, moved| {
+        self.on_primary(layout, what, None, move |osd, l, moved| {
             let (received, leg) = (received.clone(), leg.clone());
             async move {
                 osd.read_segment_frames_with(&l, offset, length, move |n| {
@@ -764,7 +779,7 @@ impl Client {
             return Ok(Some(Vec::new()));
         }
         let (plan, l) = self
-            .on_primary(layout, what, |osd, l, _moved| async move {
+            .on_primary(layout, what, None, |osd, l, _moved| async move {
                 let plan = osd.read_plan(&l, offset, length).await?;
                 Ok((plan, l))
             })
@@ -866,7 +881,7 @@ impl Client {
             in_flight.spawn(async move {
                 let range = piece.at as usize..(piece.at + piece.length) as usize;
                 client
-                    .on_primary(&layout, &seg_what, |osd, l, _moved| {
+                    .on_primary(&layout, &seg_what, None, |osd, l, _moved| {
                         let data = data.clone();
                         let range = range.clone();
                         async move { osd.update_segment(&l, piece.offset, &data[range]).await }
@@ -1004,16 +1019,35 @@ fn restarts_budget<T>(
     bytes > 0 || (ran_out && !stalled_before.swap(true, Ordering::Relaxed))
 }
 
+/// The deadline of one attempt at a primary ([`idle_deadline`]).
+#[derive(Debug, Clone, Copy)]
+struct Idle {
+    /// The attempt fails once its bytes moved stayed the same this long...
+    idle: Duration,
+    /// ...or, once it has moved all of its `.0` bytes (a write waiting for its acknowledgement),
+    /// this long (`.1`).
+    sent: Option<(u64, Duration)>,
+}
+
+impl Idle {
+    fn after(&self, moved: u64) -> Duration {
+        match self.sent {
+            Some((total, ack)) if moved >= total => ack.max(self.idle),
+            _ => self.idle,
+        }
+    }
+}
+
 /// Runs `fut` until it ends, or fails once `moved` (the bytes it has moved so far) stayed the
-/// same for `idle`.
+/// same for the deadline's `idle` (its `sent` once every byte has moved).
 async fn idle_deadline<T, E: Into<ClientError>>(
     what: &str,
-    idle: Duration,
+    deadline: Idle,
     moved: &AtomicU64,
     fut: impl Future<Output = Result<T, E>>,
 ) -> Result<T, ClientError> {
     tokio::pin!(fut);
-    let tick = (idle / 8).max(Duration::from_millis(1));
+    let tick = (deadline.idle / 8).max(Duration::from_millis(1));
     let mut seen = moved.load(Ordering::Relaxed);
     let mut since = Instant::now();
     loop {
@@ -1021,6 +1055,7 @@ async fn idle_deadline<T, E: Into<ClientError>>(
             r = &mut fut => return r.map_err(Into::into),
             () = tokio::time::sleep(tick) => {
                 let now = moved.load(Ordering::Relaxed);
+                let idle = deadline.after(now);
                 if now != seen {
                     (seen, since) = (now, Instant::now());
                 } else if since.elapsed() >= idle {
@@ -1194,7 +1229,11 @@ mod tests {
             Ok::<_, ClientError>(12u64)
         };
         let t = Instant::now();
-        assert_eq!(idle_deadline("slow", idle, &moved, slow).await.unwrap(), 12);
+        let plain = Idle { idle, sent: None };
+        assert_eq!(
+            idle_deadline("slow", plain, &moved, slow).await.unwrap(),
+            12
+        );
         assert!(t.elapsed() >= Duration::from_millis(600));
         // Three bytes, then nothing: stalled, retryable, within a tick of the deadline.
         let moved = Arc::new(AtomicU64::new(0));
@@ -1204,12 +1243,48 @@ mod tests {
             std::future::pending::<Result<u64, ClientError>>().await
         };
         let t = Instant::now();
-        let e = idle_deadline("stalled", idle, &moved, stalled)
+        let e = idle_deadline("stalled", plain, &moved, stalled)
             .await
             .unwrap_err();
         assert!(matches!(e, ClientError::Stalled { ms: 200, .. }), "{e}");
         assert!(e.is_retryable());
         assert_eq!(e.to_string(), "stalled: no byte moved for 200 ms");
         assert!(t.elapsed() >= idle && t.elapsed() < Duration::from_secs(2));
+        // A write whose bytes have all moved waits for its acknowledgement for longer: the
+        // answer at 500 ms (past the idle deadline) is taken, and then the acknowledgement
+        // deadline runs out as well.
+        let sent = Idle {
+            idle,
+            sent: Some((3, Duration::from_millis(800))),
+        };
+        let m = AtomicU64::new(3);
+        let acked = async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok::<_, ClientError>(3u64)
+        };
+        assert_eq!(idle_deadline("acked", sent, &m, acked).await.unwrap(), 3);
+        let m = AtomicU64::new(3);
+        let t = Instant::now();
+        let e = idle_deadline(
+            "unacked",
+            sent,
+            &m,
+            std::future::pending::<Result<u64, ClientError>>(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, ClientError::Stalled { ms: 800, .. }), "{e}");
+        assert!(t.elapsed() >= Duration::from_millis(800));
+        // Bytes still to send: the idle deadline.
+        let m = AtomicU64::new(2);
+        let e = idle_deadline(
+            "short",
+            sent,
+            &m,
+            std::future::pending::<Result<u64, ClientError>>(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, ClientError::Stalled { ms: 200, .. }), "{e}");
     }
 }

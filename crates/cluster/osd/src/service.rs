@@ -75,6 +75,17 @@ const READ_PIPELINE_PIECES: usize = 16;
 /// than [`READ_PIPELINE_PIECES`] / 4, a read holds up to this many per chunk).
 const READ_LANE_PIECES_MIN: usize = 4;
 
+/// Pieces of pipelined reads a primary has on their way from one holder at once, over all its
+/// reads (each waits for a slot, in the order asked, before it is asked for). HTTP/2 shares a
+/// connection among its streams: with every read asking each of its holders for 4 pieces at once,
+/// a holder had dozens of one primary's pieces on their way together, and each took about as long
+/// as all of them (the 480 s 64 MiB read of the model experiment: 4,206 pieces of 1 MiB took 10 s
+/// or more, median 16 s, the slowest 74 s; docs/benchmarks.md "Session of 2026-11-28 07:41"),
+/// which left a client's read without a byte for long stretches once the primary's own chunk was
+/// sent. A few at a time, a piece takes about its own share of the link, and 8 per holder for each
+/// of the other primaries still keep every link busy.
+const READ_PIECES_PER_PEER: usize = 8;
+
 /// Frames of a pipelined read's reply waiting for the client's connection: few, so that a frame
 /// from a holder is not queued behind this OSD's own chunk (which is always ready).
 const READ_REPLY_FRAMES: usize = 2;
@@ -318,6 +329,9 @@ struct Inner {
     lease: crate::lease::Lease,
     /// [`ecstack_rpc::limits::PEER_FETCH_IDLE`] in milliseconds (tests shorten it).
     peer_fetch_idle_ms: AtomicU64,
+    /// Per holder address, the pieces of pipelined reads on their way from it
+    /// ([`READ_PIECES_PER_PEER`]).
+    piece_slots: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
 /// A byte-rate limit (0 = unlimited) shared by the recoveries of one OSD.
@@ -369,6 +383,7 @@ impl Osd {
                 peer_fetch_idle_ms: AtomicU64::new(
                     ecstack_rpc::limits::PEER_FETCH_IDLE.as_millis() as u64,
                 ),
+                piece_slots: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -383,6 +398,19 @@ impl Osd {
 
     fn peer_fetch_idle(&self) -> Duration {
         Duration::from_millis(self.inner.peer_fetch_idle_ms.load(Ordering::Relaxed))
+    }
+
+    /// The slots for pipelined-read pieces from holder `h` ([`READ_PIECES_PER_PEER`]).
+    fn piece_slots(&self, h: &Holder) -> Arc<tokio::sync::Semaphore> {
+        let mut slots = self
+            .inner
+            .piece_slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        slots
+            .entry(h.addr.clone())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(READ_PIECES_PER_PEER)))
+            .clone()
     }
 
     pub fn osd_id(&self) -> u32 {
@@ -1207,7 +1235,13 @@ impl Osd {
                     lane.next = hi;
                     lane.in_flight += 1;
                     let (osd, l, snap, i) = (self.clone(), l.clone(), snap.clone(), lane.chunk);
+                    let slots = (!lane.local).then(|| self.piece_slots(&l.holders[i]));
                     fetches.spawn(async move {
+                        // Never closed; dropped (released) when the piece is in or the read ends.
+                        let _slot = match slots {
+                            Some(s) => s.acquire_owned().await.ok(),
+                            None => None,
+                        };
                         let at = lo - i as u64 * cb;
                         let got = osd
                             .fetch_checked(&l, &snap, &l.holders[i], at, hi - lo)
