@@ -166,6 +166,24 @@ impl MdsCore {
         })
     }
 
+    /// The clock the core judges silence by (heartbeats are stamped with it on arrival).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Heartbeats that reached the MDS process (`arrivals`: OSD id → the clock's ms on arrival)
+    /// count from their arrival, even if the core got to them later: a core held up (a commit's
+    /// fsync waiting seconds behind a disk saturated by the OSDs' reads) saw every OSD silent at
+    /// its next failure-detector round, their heartbeats queued behind it, and declared all eight
+    /// down at once (docs/benchmarks.md "Session of 2026-11-28 07:41").
+    pub fn note_arrivals(&mut self, arrivals: &HashMap<u32, u64>) {
+        for (id, &at) in arrivals {
+            if let Some(seen) = self.last_seen.get_mut(id) {
+                *seen = (*seen).max(at);
+            }
+        }
+    }
+
     pub fn settings(&self) -> &MdsSettings {
         &self.settings
     }

@@ -658,3 +658,25 @@ fn segments_of_uncommitted_files_are_not_recovered_until_committed() {
     assert!(r.mds.status().unwrap().segments_recovering > 0);
     assert!(recover_tasks(&mut r) > 0);
 }
+
+// A core held up (a slow commit) gets to heartbeats late; those that had reached the MDS count
+// from their arrival, so its next failure-detector round declares no OSD down.
+#[test]
+fn heartbeats_count_from_their_arrival_not_from_when_the_core_got_to_them() {
+    let mut r = rig(3);
+    r.run(2_000, &[]);
+    // Every OSD's heartbeat arrives each second while the core is held up for 5 s; only OSD 2
+    // stops sending. Then the failure detector runs before the queued heartbeats.
+    let mut arrivals = std::collections::HashMap::new();
+    for _ in 0..5 {
+        r.clock.advance(1_000);
+        for &id in &r.ids[..2] {
+            arrivals.insert(id, r.clock.now_ms());
+        }
+    }
+    r.mds.note_arrivals(&arrivals);
+    r.mds.tick().unwrap();
+    assert_eq!(r.osd_state(r.ids[0]), OsdState::Up);
+    assert_eq!(r.osd_state(r.ids[1]), OsdState::Up);
+    assert_eq!(r.osd_state(r.ids[2]), OsdState::Down, "silent for 5 s");
+}

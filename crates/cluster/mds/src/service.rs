@@ -3,7 +3,7 @@
 //! (SQLite is synchronous; the MDS serializes its metadata mutations), and replies only after the
 //! operation's batch is durable.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,6 +29,11 @@ struct OpStats {
 pub struct MdsHandle {
     core: Arc<Mutex<MdsCore>>,
     ops: Arc<Mutex<BTreeMap<&'static str, OpStats>>>,
+    /// When each OSD's latest heartbeat reached this process, on the core's clock: the failure
+    /// detector judges silence by it ([`MdsCore::note_arrivals`]), not by when the core got to the
+    /// heartbeat.
+    arrivals: Arc<Mutex<HashMap<u32, u64>>>,
+    clock: Arc<dyn crate::engine::Clock>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,8 +47,10 @@ pub enum ServeError {
 impl MdsHandle {
     pub fn new(core: MdsCore) -> MdsHandle {
         MdsHandle {
+            clock: core.clock().clone(),
             core: Arc::new(Mutex::new(core)),
             ops: Arc::default(),
+            arrivals: Arc::default(),
         }
     }
 
@@ -80,7 +87,13 @@ impl MdsHandle {
 
     /// One failure-detector round (tests call it after moving their clock).
     pub async fn tick(&self) -> Result<(), MdsError> {
-        self.run("tick", |c| c.tick()).await
+        let arrivals = self.arrivals.clone();
+        self.run("tick", move |c| {
+            let arrived = arrivals.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            c.note_arrivals(&arrived);
+            c.tick()
+        })
+        .await
     }
 
     /// Runs the failure detector every `every` until the runtime stops.
@@ -234,6 +247,12 @@ impl proto::mds_server::Mds for MdsService {
 
     async fn heartbeat(&self, r: Request<proto::HeartbeatRequest>) -> Reply<proto::HeartbeatReply> {
         let r = r.into_inner();
+        let now = self.0.clock.now_ms();
+        self.0
+            .arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(r.osd_id, now);
         let hb = Heartbeat {
             osd_id: r.osd_id,
             used_bytes: r.used_bytes,
