@@ -810,7 +810,7 @@ impl Client {
             reads.spawn(async move {
                 let r = tokio::time::timeout(
                     timeout,
-                    osd.get_chunk_frames(segment, index, lo, hi - lo),
+                    osd.get_chunk_frames(segment, index, lo, hi - lo, None),
                 )
                 .await;
                 (i, osd, r)

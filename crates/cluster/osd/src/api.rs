@@ -533,23 +533,12 @@ impl OsdClient {
     /// OSD → OSD (and a client's direct read): `length` bytes of chunk `index` from `offset` (0: to
     /// the end of the chunk), with the chunk's header, in one buffer: a reply that arrived in one
     /// HTTP/2 DATA frame is returned as received; one that spans several (any read over 64 KiB) is
-    /// joined, one copy ([`OsdClient::get_chunk_frames`] returns the slices instead).
+    /// joined, one copy ([`OsdClient::get_chunk_frames`] returns the slices instead). With `idle`,
+    /// the read gives up (`Unreachable`) once the reply's next part (its headers, then each message
+    /// of at most [`FRAME_BYTES`]) has not arrived for that long: a primary's read falls back to
+    /// other holders well before its client's idle deadline
+    /// ([`ecstack_rpc::limits::PEER_FETCH_IDLE`]); `None`: the channel's deadline only.
     pub async fn get_chunk(
-        &self,
-        segment_id: u64,
-        index: u32,
-        offset: u64,
-        length: u64,
-    ) -> Result<(ChunkMeta, Bytes), OsdError> {
-        self.get_chunk_within(segment_id, index, offset, length, None)
-            .await
-    }
-
-    /// [`OsdClient::get_chunk`] that gives up (`Unreachable`) once the reply's next part (its
-    /// headers, then each message of at most [`FRAME_BYTES`]) has not arrived for `idle`: a
-    /// primary's read falls back to other holders well before its client's idle deadline
-    /// ([`ecstack_rpc::limits::PEER_FETCH_IDLE`]). `None`: the channel's deadline only.
-    pub async fn get_chunk_within(
         &self,
         segment_id: u64,
         index: u32,
@@ -558,25 +547,13 @@ impl OsdClient {
         idle: Option<Duration>,
     ) -> Result<(ChunkMeta, Bytes), OsdError> {
         let (meta, frames) = self
-            .chunk_frames(segment_id, index, offset, length, idle)
+            .get_chunk_frames(segment_id, index, offset, length, idle)
             .await?;
-        let out = wire::contiguous(frames);
-        Ok((meta, out))
+        Ok((meta, wire::contiguous(frames)))
     }
 
     /// [`OsdClient::get_chunk`] as the frames received (slices of the receive buffers, no copy).
     pub async fn get_chunk_frames(
-        &self,
-        segment_id: u64,
-        index: u32,
-        offset: u64,
-        length: u64,
-    ) -> Result<(ChunkMeta, Vec<Bytes>), OsdError> {
-        self.chunk_frames(segment_id, index, offset, length, None)
-            .await
-    }
-
-    async fn chunk_frames(
         &self,
         segment_id: u64,
         index: u32,

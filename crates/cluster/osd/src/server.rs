@@ -272,7 +272,7 @@ mod tests {
             c.put_chunk(&meta, Bytes::copy_from_slice(chunk1))
                 .await
                 .unwrap();
-            let (m, back) = c.get_chunk(meta.segment_id, 2, 0, 0).await.unwrap();
+            let (m, back) = c.get_chunk(meta.segment_id, 2, 0, 0, None).await.unwrap();
             assert_eq!((m, &back[..]), (meta.clone(), chunk1), "{addr}");
             let e = c
                 .put_chunk(
@@ -292,7 +292,7 @@ mod tests {
             let c = OsdClient::connect(addr, &Security::Insecure)
                 .unwrap()
                 .for_osd(ME);
-            let (meta, frames) = c.get_chunk_frames(1, 1, 10, 1_400_000).await.unwrap();
+            let (meta, frames) = c.get_chunk_frames(1, 1, 10, 1_400_000, None).await.unwrap();
             assert_eq!(meta.chunk_bytes, 1_500_000);
             let got: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
             assert_eq!(got, &chunk1[10..1_400_010], "{addr}");
@@ -302,12 +302,12 @@ mod tests {
                 .unwrap();
             let got: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
             assert_eq!(got, &data[5..], "{addr}");
-            let e = c.get_chunk_frames(9, 1, 0, 0).await.unwrap_err();
+            let e = c.get_chunk_frames(9, 1, 0, 0, None).await.unwrap_err();
             assert!(matches!(e, OsdError::NotFound { .. }), "{e:?}");
             let e = OsdClient::connect(addr, &Security::Insecure)
                 .unwrap()
                 .for_osd(ME + 1)
-                .get_chunk_frames(1, 1, 0, 0)
+                .get_chunk_frames(1, 1, 0, 0, None)
                 .await
                 .unwrap_err();
             assert!(matches!(e, OsdError::StaleLayout { .. }), "{e:?}");

@@ -613,13 +613,14 @@ impl Osd {
                 .await
                 .map_err(store_miss);
         }
+        let idle = self.peer_fetch_idle();
         let started = Instant::now();
         let got = self
             .peer(h)?
-            .get_chunk_within(segment, index, offset, len, Some(self.peer_fetch_idle()))
+            .get_chunk(segment, index, offset, len, Some(idle))
             .await;
         let took = started.elapsed();
-        if took >= SLOW_PEER_FETCH.min(self.peer_fetch_idle()) {
+        if took >= SLOW_PEER_FETCH.min(idle) {
             Metrics::add(&self.inner.metrics.slow_peer_fetches, 1);
             tracing::warn!(
                 segment,

@@ -642,13 +642,13 @@ async fn bad_requests_get_one_clear_error() {
     };
     let e = client.apply_delta(1, 0, 0, &[1], stamp).await.unwrap_err();
     assert!(e.to_string().contains("deltas go to parity chunks"), "{e}");
-    let e = client.get_chunk(77, 0, 0, 0).await.unwrap_err();
+    let e = client.get_chunk(77, 0, 0, 0, None).await.unwrap_err();
     assert!(matches!(e, OsdError::NotFound { .. }), "{e}");
     // A chunk call meant for another OSD (its address is out of date) is refused.
     let e = client
         .clone()
         .for_osd(4242)
-        .get_chunk(77, 0, 0, 0)
+        .get_chunk(77, 0, 0, 0, None)
         .await
         .unwrap_err();
     assert!(matches!(e, OsdError::StaleLayout { .. }), "{e}");
