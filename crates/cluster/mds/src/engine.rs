@@ -143,6 +143,11 @@ pub struct MdsCore {
     /// Last heartbeat per OSD (unix ms). After a restart every known OSD starts from the restart
     /// time, so none is declared down before it had `down_after_ms` to heartbeat again.
     last_seen: HashMap<u32, u64>,
+    /// Bytes each OSD's latest heartbeat reported. Kept in memory: a heartbeat that changes no
+    /// state commits nothing (an fsync per heartbeat, 20 a second with ten OSDs, queued behind a
+    /// disk the OSDs saturate, is what held heartbeats back until primary leases lapsed); the
+    /// record's `used_bytes` is written with the next state change and only shown by `status`.
+    used_bytes: HashMap<u32, u64>,
 }
 
 impl MdsCore {
@@ -163,6 +168,7 @@ impl MdsCore {
             settings,
             clock,
             last_seen,
+            used_bytes: HashMap::new(),
         })
     }
 
@@ -200,13 +206,19 @@ impl MdsCore {
         length.div_ceil(u64::from(self.k()))
     }
 
+    /// Every OSD as stored, with the bytes its latest heartbeat reported (held in memory).
     fn osd_map(&self) -> Result<BTreeMap<u32, OsdRecord>, MdsError> {
         Ok(self
             .store
             .osds()
             .map_err(internal)?
             .into_iter()
-            .map(|o| (o.osd_id, o))
+            .map(|mut o| {
+                if let Some(&used) = self.used_bytes.get(&o.osd_id) {
+                    o.used_bytes = used;
+                }
+                (o.osd_id, o)
+            })
             .collect())
     }
 
@@ -301,14 +313,14 @@ impl MdsCore {
                 h.osd_id
             )));
         };
+        let mut batch = Batch::new();
         if osd.state == OsdState::Down {
             tracing::info!(osd_id = h.osd_id, "OSD is up again");
             osd.state = OsdState::Up;
+            osd.used_bytes = h.used_bytes;
+            osd.last_heartbeat_ms = now;
+            batch.push(Mutation::PutOsd(osd.clone()));
         }
-        osd.used_bytes = h.used_bytes;
-        osd.last_heartbeat_ms = now;
-        let mut batch = Batch::new();
-        batch.push(Mutation::PutOsd(osd.clone()));
         for &segment_id in &h.deleted_segments {
             batch.push(Mutation::RemoveDeletes {
                 osd_id: h.osd_id,
@@ -317,6 +329,7 @@ impl MdsCore {
         }
         batch.commit(self.store.as_mut())?;
         self.last_seen.insert(h.osd_id, now);
+        self.used_bytes.insert(h.osd_id, h.used_bytes);
 
         let mut tasks = Vec::new();
         let mut deletes: BTreeMap<u64, Vec<u32>> = BTreeMap::new();

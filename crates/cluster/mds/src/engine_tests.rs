@@ -680,3 +680,50 @@ fn heartbeats_count_from_their_arrival_not_from_when_the_core_got_to_them() {
     assert_eq!(r.osd_state(r.ids[1]), OsdState::Up);
     assert_eq!(r.osd_state(r.ids[2]), OsdState::Down, "silent for 5 s");
 }
+
+// A heartbeat that changes no state commits nothing (its bytes are held in memory and shown by
+// status); one that brings a down OSD back commits the state with them.
+#[test]
+fn heartbeats_commit_only_state_changes() {
+    let mut r = rig(3);
+    let id = r.ids[0];
+    let stored = |r: &Rig| {
+        let store = SqliteStore::open(&r.path).unwrap();
+        let o = crate::store::MetadataStore::osds(&store)
+            .unwrap()
+            .into_iter()
+            .find(|o| o.osd_id == id)
+            .unwrap();
+        (o.state, o.used_bytes)
+    };
+    let beat = |r: &mut Rig, used_bytes: u64| {
+        r.mds
+            .heartbeat(&Heartbeat {
+                osd_id: id,
+                used_bytes,
+                ..Heartbeat::default()
+            })
+            .unwrap();
+    };
+    beat(&mut r, 4096);
+    assert_eq!(
+        stored(&r),
+        (OsdState::Up, 0),
+        "no commit for a routine heartbeat"
+    );
+    let shown = |r: &Rig| {
+        let st = r.mds.status().unwrap();
+        st.osds.iter().find(|o| o.osd_id == id).unwrap().used_bytes
+    };
+    assert_eq!(shown(&r), 4096);
+    r.run(DOWN + 1_000, &[id]);
+    assert_eq!(r.osd_state(id), OsdState::Down);
+    assert_eq!(
+        stored(&r),
+        (OsdState::Down, 4096),
+        "the down state carries the last bytes"
+    );
+    beat(&mut r, 8192);
+    assert_eq!(stored(&r), (OsdState::Up, 8192), "back up: committed");
+    assert_eq!(shown(&r), 8192);
+}

@@ -117,6 +117,9 @@ pub struct Daemon {
     pub addr: SocketAddr,
     mds: MdsClient,
     heartbeat: Duration,
+    /// How long a heartbeat waits for its reply (the MDS's `down_after_ms`: a later answer could
+    /// not renew the lease anyway).
+    heartbeat_patience: Duration,
     listener: tokio::net::TcpListener,
     security: Security,
 }
@@ -213,6 +216,8 @@ impl Daemon {
             addr,
             mds,
             heartbeat: Duration::from_millis(u64::from(p.heartbeat_ms.max(1))),
+            heartbeat_patience: Duration::from_millis(u64::from(p.down_after_ms))
+                .max(Duration::from_millis(4 * u64::from(p.heartbeat_ms.max(1)))),
             listener,
             security: cfg.security.clone(),
         })
@@ -237,6 +242,7 @@ impl Daemon {
             self.mds.clone(),
             self.osd_id,
             self.heartbeat,
+            self.heartbeat_patience,
         );
         tokio::select! {
             r = server => r.map_err(|e| DaemonError::Serve(e.to_string())),
@@ -245,75 +251,124 @@ impl Daemon {
     }
 }
 
-/// Heartbeat forever; run the tasks of each reply (recoveries in the background, at most
-/// [`RECOVERY_PARALLELISM`] at once, each segment once at a time; deletions inline, reported in
-/// the next heartbeat).
-async fn heartbeat_loop(osd: Osd, mds: MdsClient, osd_id: u32, every: Duration) {
+/// Heartbeats one OSD keeps on their way to the MDS at once. Beats leave on schedule whether
+/// or not earlier ones were answered: each reply renews the primary lease from its own sending, so
+/// an MDS that answers late but answers keeps the lease alive (a beat sent only after the previous
+/// reply let one slow answer, seconds behind a busy disk, lapse the lease and refuse clients).
+pub const HEARTBEATS_IN_FLIGHT: usize = 8;
+
+/// Heartbeat forever on schedule; run the tasks of the replies (recoveries in the background, at
+/// most [`RECOVERY_PARALLELISM`] at once, each segment once at a time; deletions in order,
+/// reported in the heartbeats after them until one is answered).
+async fn heartbeat_loop(
+    osd: Osd,
+    mds: MdsClient,
+    osd_id: u32,
+    every: Duration,
+    patience: Duration,
+) {
+    let deleted: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(HEARTBEATS_IN_FLIGHT));
+    // Replies wait here for the task runner; one that finds it full is dropped (the MDS hands
+    // every task again until it is done, so the next reply carries them).
+    let (replies, mut to_run) = tokio::sync::mpsc::channel(2);
+    let beats = {
+        let (osd, deleted) = (osd.clone(), deleted.clone());
+        async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Ok(slot) = in_flight.clone().try_acquire_owned() else {
+                    continue; // every slot waits on the MDS: the beats already sent say as much
+                };
+                let usage = osd.store().usage();
+                let reported = lock(&deleted).clone();
+                let beat = Heartbeat {
+                    osd_id,
+                    used_bytes: usage.bytes,
+                    chunks: usage.chunks,
+                    deleted_segments: reported.clone(),
+                };
+                let (osd, mds, deleted, replies) =
+                    (osd.clone(), mds.clone(), deleted.clone(), replies.clone());
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let sent = std::time::Instant::now();
+                    match tokio::time::timeout(patience, mds.heartbeat(&beat)).await {
+                        Ok(Ok(reply)) => {
+                            osd.lease().renew(sent);
+                            lock(&deleted).retain(|s| !reported.contains(s));
+                            let _ = replies.try_send(reply);
+                        }
+                        Ok(Err(e)) => tracing::warn!("heartbeat to the MDS failed: {e}"),
+                        Err(_) => tracing::warn!(
+                            "heartbeat to the MDS got no answer in {} ms",
+                            patience.as_millis()
+                        ),
+                    }
+                });
+            }
+        }
+    };
     let slots = Arc::new(tokio::sync::Semaphore::new(RECOVERY_PARALLELISM));
     let running: Arc<Mutex<HashSet<u64>>> = Arc::default();
-    let mut deleted: Vec<u64> = Vec::new();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let usage = osd.store().usage();
-        let beat = Heartbeat {
-            osd_id,
-            used_bytes: usage.bytes,
-            chunks: usage.chunks,
-            deleted_segments: deleted.clone(),
-        };
-        let sent = std::time::Instant::now();
-        let reply = match mds.heartbeat(&beat).await {
-            Ok(r) => {
-                osd.lease().renew(sent);
-                r
-            }
-            Err(e) => {
-                tracing::warn!("heartbeat to the MDS failed: {e}");
-                continue;
-            }
-        };
-        deleted.clear();
-        for task in reply.tasks {
-            match task {
-                OsdTask::Delete(t) => match osd.delete_chunks(t.segment_id, &t.chunks).await {
-                    Ok(()) => deleted.push(t.segment_id),
-                    Err(e) => tracing::warn!(segment = t.segment_id, "delete failed: {e}"),
-                },
-                OsdTask::Recover(t) => {
-                    let seg = t.layout.segment_id;
-                    if !running
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(seg)
-                    {
-                        continue;
+    let tasks = async move {
+        while let Some(reply) = to_run.recv().await {
+            run_tasks(&osd, reply, &deleted, &slots, &running).await;
+        }
+    };
+    tokio::join!(beats, tasks);
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One heartbeat reply's tasks.
+async fn run_tasks(
+    osd: &Osd,
+    reply: ecstack_mds::api::HeartbeatReply,
+    deleted: &Mutex<Vec<u64>>,
+    slots: &Arc<tokio::sync::Semaphore>,
+    running: &Arc<Mutex<HashSet<u64>>>,
+) {
+    for task in reply.tasks {
+        match task {
+            OsdTask::Delete(t) => match osd.delete_chunks(t.segment_id, &t.chunks).await {
+                Ok(()) => {
+                    let mut d = lock(deleted);
+                    if !d.contains(&t.segment_id) {
+                        d.push(t.segment_id);
                     }
-                    let (osd, slots, running) = (osd.clone(), slots.clone(), running.clone());
-                    tokio::spawn(async move {
-                        let _slot = slots.acquire_owned().await;
-                        let layout = Layout::from(&t.layout);
-                        let started = std::time::Instant::now();
-                        match osd.recover(&layout, &t.chunks).await {
-                            Ok(bytes) => tracing::info!(
-                                segment = seg,
-                                chunks = ?t.chunks,
-                                bytes,
-                                ms = started.elapsed().as_millis() as u64,
-                                "recovered"
-                            ),
-                            Err(e) => {
-                                crate::metrics::Metrics::add(&osd.metrics().recovery_failures, 1);
-                                tracing::warn!(segment = seg, "recovery failed: {e}")
-                            }
-                        }
-                        running
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .remove(&seg);
-                    });
                 }
+                Err(e) => tracing::warn!(segment = t.segment_id, "delete failed: {e}"),
+            },
+            OsdTask::Recover(t) => {
+                let seg = t.layout.segment_id;
+                if !lock(running).insert(seg) {
+                    continue;
+                }
+                let (osd, slots, running) = (osd.clone(), slots.clone(), running.clone());
+                tokio::spawn(async move {
+                    let _slot = slots.acquire_owned().await;
+                    let layout = Layout::from(&t.layout);
+                    let started = std::time::Instant::now();
+                    match osd.recover(&layout, &t.chunks).await {
+                        Ok(bytes) => tracing::info!(
+                            segment = seg,
+                            chunks = ?t.chunks,
+                            bytes,
+                            ms = started.elapsed().as_millis() as u64,
+                            "recovered"
+                        ),
+                        Err(e) => {
+                            crate::metrics::Metrics::add(&osd.metrics().recovery_failures, 1);
+                            tracing::warn!(segment = seg, "recovery failed: {e}")
+                        }
+                    }
+                    lock(&running).remove(&seg);
+                });
             }
         }
     }

@@ -20,11 +20,17 @@ use std::time::{Duration, Instant};
 /// acknowledged heartbeat.
 pub const LEASE_SHARE: (u32, u32) = (3, 4);
 
+/// A request that finds the lease lapsed waits this share of the lease's length for a renewal
+/// before it is refused.
+pub const LEASE_GRACE_SHARE: (u32, u32) = (1, 2);
+
 /// An OSD's primary lease (off until [`Lease::enable`]: an OSD outside a daemon, as in the service
 /// tests, has no MDS to renew it).
 #[derive(Debug, Default)]
 pub struct Lease {
     state: Mutex<State>,
+    /// Woken by every renewal, for requests waiting out a short lapse ([`Lease::wait`]).
+    renewed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -55,6 +61,37 @@ impl Lease {
         if let Some(length) = s.length {
             let until = sent + length;
             s.until = Some(s.until.map_or(until, |u| u.max(until)));
+        }
+        drop(s);
+        self.renewed.notify_waiters();
+    }
+
+    /// How long a request waits for a renewal once the lease has lapsed ([`LEASE_GRACE_SHARE`] of
+    /// its length; zero when none is enforced).
+    pub fn grace(&self) -> Duration {
+        self.lock()
+            .length
+            .map_or(Duration::ZERO, |l| l * LEASE_GRACE_SHARE.0 / LEASE_GRACE_SHARE.1)
+    }
+
+    /// Ok once the lease holds, waiting up to [`Lease::grace`] for a renewal: a heartbeat's reply
+    /// that is merely late renews it from the beat's sending, and the request goes on instead of
+    /// failing and being sent again. Otherwise how long ago the lease ended. (Waiting is as safe
+    /// as checking later: the lease is checked again after each renewal.)
+    pub async fn wait(&self) -> Result<(), Duration> {
+        let deadline = tokio::time::Instant::now() + self.grace();
+        loop {
+            // Registered before the check, so a renewal between the two is not missed.
+            let renewed = self.renewed.notified();
+            match self.check() {
+                Ok(()) => return Ok(()),
+                Err(ago) if tokio::time::Instant::now() >= deadline => return Err(ago),
+                Err(_) => {}
+            }
+            tokio::select! {
+                () = renewed => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
         }
     }
 
@@ -109,5 +146,32 @@ mod tests {
         l.renew(t0 + Duration::from_millis(100));
         assert!(l.check_at(t0 + Duration::from_millis(2400)).is_ok());
         assert!(l.check_at(t0 + Duration::from_millis(2500)).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_lease_waits_its_grace_for_a_renewal() {
+        let l = std::sync::Arc::new(Lease::default());
+        assert!(l.wait().await.is_ok(), "off: never waits");
+        let down_after = Duration::from_millis(400);
+        let t0 = Instant::now() - Duration::from_secs(1);
+        l.enable(down_after, t0);
+        assert_eq!(l.grace(), Duration::from_millis(150));
+        // No renewal: refused after the grace.
+        let started = Instant::now();
+        let ago = l.wait().await.unwrap_err();
+        assert!(started.elapsed() >= l.grace(), "{:?}", started.elapsed());
+        assert!(ago >= Duration::from_millis(700), "{ago:?}");
+        // A renewal within the grace lets the waiting request through.
+        let renewer = {
+            let l = l.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                l.renew(Instant::now());
+            })
+        };
+        let started = Instant::now();
+        assert!(l.wait().await.is_ok());
+        assert!(started.elapsed() < l.grace(), "{:?}", started.elapsed());
+        renewer.await.unwrap();
     }
 }

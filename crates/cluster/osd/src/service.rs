@@ -430,17 +430,33 @@ impl Osd {
         &self.inner.lease
     }
 
-    /// `UNAVAILABLE` unless this OSD holds its primary lease: before any primary work and again
-    /// before each batch of chunk mutations it sends.
+    /// `UNAVAILABLE` unless this OSD holds its primary lease: before each batch of chunk
+    /// mutations it sends (a request's first check waits out a short lapse: [`Osd::await_lease`]).
     fn check_lease(&self, segment: u64) -> Result<(), Status> {
-        self.inner.lease.check().map_err(|ago| {
-            Metrics::add(&self.inner.metrics.lease_refusals, 1);
-            Status::unavailable(format!(
-                "segment {segment:#x}: osd {} has no primary lease (it ended {} ms ago: its heartbeats are late, the MDS may have promoted another primary)",
-                self.osd_id(),
-                ago.as_millis()
-            ))
-        })
+        self.inner
+            .lease
+            .check()
+            .map_err(|ago| self.no_lease(segment, ago))
+    }
+
+    /// [`Osd::check_lease`] at the start of a request: a lapsed lease is given
+    /// [`crate::lease::Lease::grace`] to be renewed (a heartbeat reply on its way) before the
+    /// request is refused.
+    async fn await_lease(&self, segment: u64) -> Result<(), Status> {
+        self.inner
+            .lease
+            .wait()
+            .await
+            .map_err(|ago| self.no_lease(segment, ago))
+    }
+
+    fn no_lease(&self, segment: u64, ago: Duration) -> Status {
+        Metrics::add(&self.inner.metrics.lease_refusals, 1);
+        Status::unavailable(format!(
+            "segment {segment:#x}: osd {} has no primary lease (it ended {} ms ago: its heartbeats are late, the MDS may have promoted another primary)",
+            self.osd_id(),
+            ago.as_millis()
+        ))
     }
 
     /// This OSD's metrics in the Prometheus text format.
@@ -752,9 +768,9 @@ impl Osd {
     }
 
     /// Refuses a layout this OSD is not the primary of, or one older than the newest it has seen.
-    fn check_primary(&self, l: &Layout, st: &mut SegState) -> Result<(), Status> {
+    async fn check_primary(&self, l: &Layout, st: &mut SegState) -> Result<(), Status> {
         check_layout(l, self.n()).map_err(Status::invalid_argument)?;
-        self.check_lease(l.segment_id)?;
+        self.await_lease(l.segment_id).await?;
         if l.primary != self.osd_id() {
             return Err(Status::failed_precondition(format!(
                 "segment {:#x}: osd {} is not its primary (the layout names osd {})",
@@ -850,7 +866,7 @@ impl Osd {
     ) -> Result<api::Ack, Status> {
         let lock = self.segment_lock(layout.segment_id);
         let mut st = lock.lock().await;
-        self.check_primary(&layout, &mut st)?;
+        self.check_primary(&layout, &mut st).await?;
         check_enough(&layout, self.k(), "a write")?;
         self.learn_view(&layout, &mut st).await;
         let version = st.view.newest + 1;
@@ -1136,7 +1152,7 @@ impl Osd {
         len: u64,
     ) -> Result<FrameStream<proto::DataFrame>, Status> {
         let mut st = self.segment_lock(l.segment_id).lock_owned().await;
-        self.check_primary(&l, &mut st)?;
+        self.check_primary(&l, &mut st).await?;
         check_range(&l, offset, len).map_err(Status::out_of_range)?;
         if len == 0 {
             return Ok(frames(None, Vec::new(), |data| proto::DataFrame {
@@ -1174,7 +1190,7 @@ impl Osd {
         len: u64,
     ) -> Result<Option<Vec<u64>>, Status> {
         let mut st = self.segment_lock(l.segment_id).lock_owned().await;
-        self.check_primary(&l, &mut st)?;
+        self.check_primary(&l, &mut st).await?;
         check_range(&l, offset, len).map_err(Status::out_of_range)?;
         let cb = chunk_bytes(l.length, self.k());
         if len > 0 {
@@ -1526,7 +1542,7 @@ impl Osd {
     ) -> Result<api::Ack, Status> {
         let lock = self.segment_lock(l.segment_id);
         let mut st = lock.lock().await;
-        self.check_primary(&l, &mut st)?;
+        self.check_primary(&l, &mut st).await?;
         check_range(&l, offset, data.len() as u64).map_err(Status::out_of_range)?;
         if data.is_empty() {
             return Err(Status::invalid_argument(format!(
