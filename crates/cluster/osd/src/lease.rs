@@ -69,9 +69,9 @@ impl Lease {
     /// How long a request waits for a renewal once the lease has lapsed ([`LEASE_GRACE_SHARE`] of
     /// its length; zero when none is enforced).
     pub fn grace(&self) -> Duration {
-        self.lock()
-            .length
-            .map_or(Duration::ZERO, |l| l * LEASE_GRACE_SHARE.0 / LEASE_GRACE_SHARE.1)
+        self.lock().length.map_or(Duration::ZERO, |l| {
+            l * LEASE_GRACE_SHARE.0 / LEASE_GRACE_SHARE.1
+        })
     }
 
     /// Ok once the lease holds, waiting up to [`Lease::grace`] for a renewal: a heartbeat's reply
