@@ -195,6 +195,10 @@ pub struct ModelRow {
     pub bytes: u64,
     /// The TCP congestion control the emulated hosts ran (read back from one of them).
     pub tcp_cc: String,
+    /// Why that is not the one asked for (`--tcp-cc`), when it is not: the kernel refused to let
+    /// the namespaces pick it, so they ran the machine's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_cc_note: Option<String>,
     /// An OSD link's measured effective bandwidth (a bare TCP stream's payload through its tbf), MB/s:
     /// inbound and outbound. The thesis took B from such a measurement (§5.1).
     pub goodput_in_mb_per_sec: f64,
@@ -312,9 +316,15 @@ impl ModelReport {
         let mut ccs: Vec<&str> = self.rows.iter().map(|r| r.tcp_cc.as_str()).collect();
         ccs.dedup();
         s += &format!(
-            "TCP congestion control on every emulated host: {}.\n\n",
+            "TCP congestion control on every emulated host: {}.\n",
             ccs.join(", ")
         );
+        let mut notes: Vec<&str> = self.rows.iter().filter_map(|r| r.tcp_cc_note.as_deref()).collect();
+        notes.dedup();
+        for note in notes {
+            s += &format!("Not the one asked for: {note}; the hosts ran the machine's default.\n");
+        }
+        s += "\n";
         if let Some(t) = self.stream_secs {
             s += &format!(
                 "Method: streams (§5.1's clients \"transfer streams of segments simultaneously\"): each phase \
@@ -1215,6 +1225,10 @@ fn one_run(
 ) -> Result<(ModelRow, Vec<LinkTimeline>)> {
     let bed = Testbed::create(osds + 1, cfg.clients, cfg.rate_mbit, cfg.tcp_cc.as_deref())?;
     let tcp_cc = bed.congestion_control()?;
+    let tcp_cc_note = bed.congestion_note().map(str::to_owned);
+    if let Some(note) = &tcp_cc_note {
+        log(&format!("the hosts run {tcp_cc}: {note}"));
+    }
     let config = make_cluster(cfg, osds, seg, dir, &bed)?;
     let config_path = dir.join("cluster.toml");
     let logs = dir.join("logs");
@@ -1313,6 +1327,7 @@ fn one_run(
         clients: cfg.clients,
         bytes: cfg.bytes_per_client * cfg.clients as u64,
         tcp_cc,
+        tcp_cc_note,
         goodput_in_mb_per_sec: goodput_in,
         goodput_out_mb_per_sec: goodput_out,
         write_mb_per_sec: write,

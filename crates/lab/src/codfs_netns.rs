@@ -15,6 +15,12 @@
 //! machine's). It matters here: with BBR (v1), some machines' default, the 15–20 flows into an OSD's
 //! tbf overflow its queue far more often than with CUBIC, Linux's stock default, and the
 //! retransmissions and backoffs leave the links idle part of the time (docs/benchmarks.md).
+//! The kernel lets a namespace other than the initial one choose only a congestion control listed
+//! in `net.ipv4.tcp_allowed_congestion_control` (a machine whose default is BBR may list only
+//! `reno bbr`), so [`allow_congestion_control`] adds the one asked for to that list from the
+//! initial namespace first (root may; the list only widens what namespaces may pick, no default
+//! changes). Where that is refused, the hosts keep the machine's default and the testbed says why
+//! ([`Testbed::congestion_note`]); the experiment never fails for it.
 
 use std::fs::File;
 use std::net::Ipv4Addr;
@@ -241,6 +247,8 @@ fn parse_link_counters(json: &[u8], links: &[String]) -> Result<Vec<LinkBytes>> 
 pub struct Testbed {
     /// The TCP congestion control set in every namespace (`None`: left as the machine's).
     tcp_cc: Option<String>,
+    /// Why the congestion control asked for is not the one the hosts run (`None`: it is).
+    cc_note: Option<String>,
     hub: String,
     pub mds: Host,
     pub osds: Vec<Host>,
@@ -300,8 +308,10 @@ pub fn check_tools() -> Result<()> {
 
 /// A namespace's TCP congestion control (what its sockets start with), as seen from a thread in it.
 const TCP_CC_SYSCTL: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
-/// The machine's congestion controls that are loaded (a namespace may pick any of them).
+/// The machine's congestion controls that are loaded.
 const TCP_CC_AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+/// Those of them a namespace other than the initial one may pick (global; root sets it).
+const TCP_CC_ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 
 /// `cc` is a congestion control this kernel has loaded: otherwise one line naming those it has.
 pub fn check_congestion_control(cc: &str) -> Result<()> {
@@ -317,6 +327,22 @@ pub fn check_congestion_control(cc: &str) -> Result<()> {
             text.trim()
         ),
     })
+}
+
+/// Makes `cc` (loaded: [`check_congestion_control`]) one that new namespaces may pick, adding it to
+/// `net.ipv4.tcp_allowed_congestion_control` from the initial namespace if it is not listed.
+/// `Err` says why it could not be (not root, a read-only /proc/sys): the caller then runs with the
+/// machine's default and reports that.
+pub fn allow_congestion_control(cc: &str) -> std::result::Result<(), String> {
+    let allowed =
+        std::fs::read_to_string(TCP_CC_ALLOWED).map_err(|e| format!("{TCP_CC_ALLOWED}: {e}"))?;
+    if allowed.split_whitespace().any(|c| c == cc) {
+        return Ok(());
+    }
+    let wider = format!("{} {cc}", allowed.trim());
+    std::fs::write(TCP_CC_ALLOWED, &wider)
+        .map_err(|e| format!("cannot add {cc} to {TCP_CC_ALLOWED} ({}): {e}", allowed.trim()))?;
+    Ok(())
 }
 
 /// Moves the calling thread into network namespace `ns`.
@@ -382,7 +408,9 @@ fn burst_bytes(rate_mbit: f64) -> u64 {
 impl Testbed {
     /// Creates the hub, the MDS host, `osds` OSD hosts limited to `rate_mbit` in each direction,
     /// and `clients` client hosts. On error, whatever was created is deleted.
-    /// Every host runs TCP congestion control `tcp_cc` (`None`: the machine's default).
+    /// Every host runs TCP congestion control `tcp_cc` (`None`: the machine's default). A `tcp_cc`
+    /// the kernel has not loaded is an error; one it has but may not allow namespaces to pick runs
+    /// the machine's default instead, and [`Testbed::congestion_note`] says why.
     pub fn create(
         osds: usize,
         clients: usize,
@@ -396,14 +424,21 @@ impl Testbed {
                 msg: format!("{rate_mbit}: must be a positive number of Mbit/s"),
             });
         }
+        let mut cc_note = None;
+        let mut tcp_cc = tcp_cc;
         if let Some(cc) = tcp_cc {
             check_congestion_control(cc)?;
+            if let Err(why) = allow_congestion_control(cc) {
+                cc_note = Some(format!("{cc} was asked for, but {why}"));
+                tcp_cc = None;
+            }
         }
         delete_leftovers();
         let prefix = format!("{NS_PREFIX}{}", std::process::id());
         let hub = format!("{prefix}-hub");
         let mut bed = Testbed {
             tcp_cc: tcp_cc.map(str::to_owned),
+            cc_note,
             hub: hub.clone(),
             mds: Host {
                 namespace: String::new(),
@@ -448,14 +483,25 @@ impl Testbed {
             .unwrap_or_else(|e| e.into_inner())
             .namespaces
             .push(ns.to_owned());
-        if let Some(cc) = &self.tcp_cc {
-            let cc = cc.clone();
-            in_namespace(ns, move || {
+        if let Some(cc) = self.tcp_cc.clone() {
+            let set = in_namespace(ns, move || {
                 std::fs::write(TCP_CC_SYSCTL, &cc)
                     .map_err(|e| LabError::Run(format!("{TCP_CC_SYSCTL} = {cc}: {e}")))
-            })?;
+            });
+            if let Err(e) = set {
+                // Allowed a moment ago, refused now: the hosts made from here on keep the
+                // machine's default, and the report names both (read back from the MDS's host).
+                self.cc_note = Some(e.to_string());
+                self.tcp_cc = None;
+            }
         }
         sh(&["ip", "-n", ns, "link", "set", "lo", "up"])
+    }
+
+    /// Why the hosts do not run the congestion control the testbed was created with (`None`: they
+    /// do, or none was asked for).
+    pub fn congestion_note(&self) -> Option<&str> {
+        self.cc_note.as_deref()
     }
 
     /// The TCP congestion control the hosts run (read from the MDS host's namespace).
