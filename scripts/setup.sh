@@ -3,6 +3,7 @@
 # missing ones, so a second run does nothing) and a Rust toolchain if there is none.
 set -euo pipefail
 
+# python3: scripts/run_tests.py runs the test binaries in parallel.
 # libisal-dev: ISA-L, the peer the codes are cross-checked and benchmarked against.
 # nasm autoconf automake libtool: build the newest ISA-L from the isal-sys crate (feature ecstack/isal-new).
 # fio, libnbd-bin (nbdinfo, nbdcopy): the unmodified clients the NBD export is tested with.
@@ -11,7 +12,7 @@ set -euo pipefail
 # redis-tools (redis-cli, redis-benchmark), redis-server: the clients `ecstack kv serve` is tested with, and its benchmark peer.
 # maven, default-jdk-headless: rainfs/ (Java), built and tested with `mvn test` (Hadoop's contract tests).
 # borgbackup restic gzip lz4 zstd: `ecstack reduce anchors` (crates/cli/tests/reduce.rs); chromium: the reduce tree picture's headless screenshot test.
-PKGS=(build-essential pkg-config libisal-dev nasm autoconf automake libtool fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless borgbackup restic gzip lz4 zstd chromium)
+PKGS=(build-essential pkg-config python3 libisal-dev nasm autoconf automake libtool fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless borgbackup restic gzip lz4 zstd chromium)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
