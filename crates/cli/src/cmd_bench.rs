@@ -68,9 +68,9 @@ struct ClusterBench {
     /// Keep the cluster's and MinIO's files here (default: a temporary directory, removed at the end)
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// How our clients read: "primary" (through each segment's primary, as CodFS reads: two hops per
-    /// byte) or "direct" (straight from the data chunks' holders at the versions the primary names)
-    #[arg(long, default_value = "primary")]
+    /// How our clients read: "direct" (straight from the data chunks' holders at the versions the
+    /// primary names) or "primary" (through each segment's primary, as CodFS reads: two hops per byte)
+    #[arg(long, default_value = "direct")]
     read_path: ecstack_client::ReadPath,
     /// Rounds of both sides, each with a fresh cluster and a fresh MinIO, alternating which side goes
     /// first; the summary gives medians (MinIO's get alone moved 756-1411 MB/s between single runs)

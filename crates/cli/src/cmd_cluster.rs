@@ -63,10 +63,10 @@ enum ClusterCmd {
         /// Bytes to read (default: to the end of the file)
         #[arg(long, value_parser = parse_size_arg)]
         length: Option<u64>,
-        /// Where the bytes come from: "primary" (through each segment's primary, as CodFS reads) or
-        /// "direct" (straight from the data chunks' holders at the versions the primary names; a
-        /// degraded segment is still read through its primary)
-        #[arg(long, default_value = "primary")]
+        /// Where the bytes come from: "direct" (straight from the data chunks' holders at the
+        /// versions the primary names; a degraded segment is still read through its primary) or
+        /// "primary" (through each segment's primary, as CodFS reads: two hops per byte)
+        #[arg(long, default_value = "direct")]
         read_path: ReadPath,
         #[command(flatten)]
         conn: Conn,

@@ -35,10 +35,11 @@ struct Marks {
 
 /// One seeded run; panics with the seed on a wrong byte or an unhealthy end.
 async fn fault_run(seed: u64) -> Marks {
-    // Even seeds read straight from the holders (ReadPath::Direct): its plans, version checks and
-    // fallbacks to the primary meet the same kills, restarts, stale chunks and recoveries.
+    // Even seeds read the default way, straight from the holders (ReadPath::Direct): its plans,
+    // version checks and fallbacks to the primary meet the same kills, restarts, stale chunks and
+    // recoveries as odd seeds, which read through the primary (CodFS's path).
     let read_path = if seed % 2 == 0 {
-        ReadPath::Direct
+        ReadPath::default()
     } else {
         ReadPath::Primary
     };

@@ -92,7 +92,7 @@ impl ClusterBenchConfig {
             updates: 20,
             minio: None,
             insecure: false,
-            read_path: ReadPath::Primary,
+            read_path: ReadPath::Direct,
             rounds: 1,
             warm: false,
             osd_threads: None,

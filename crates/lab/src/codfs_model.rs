@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use ecstack_base::Rng;
-use ecstack_client::{Client, ClientError, ClientOptions, FailedAttempts};
+use ecstack_client::{Client, ClientError, ClientOptions, FailedAttempts, ReadPath};
 use ecstack_mds::OsdState;
 use ecstack_rpc::{init_cluster, ClusterConfig, InitOptions, Security};
 use serde::Serialize;
@@ -584,6 +584,9 @@ fn connect(
         Security::load(&config.certs_dir(), "client").map_err(|e| LabError::Run(e.to_string()))?;
     let mut options = ClientOptions {
         window_segments_max: window_segments,
+        // CodFS's model (§5.1) charges every read byte to the primary's link as well: read as
+        // CodFS does, through the primary.
+        read_path: ReadPath::Primary,
         ..ClientOptions::default()
     };
     if let Some(c) = counters {
