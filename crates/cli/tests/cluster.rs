@@ -562,9 +562,11 @@ async fn administrative_commands_need_the_admin_certificate() {
         a.extend(["--config".to_owned(), config.display().to_string()]);
         a
     };
-    let o = run(args(&["cluster", "osd", "out", "osd-1", "--name", "client"]))
-        .await
-        .unwrap();
+    let o = run(args(&[
+        "cluster", "osd", "out", "osd-1", "--name", "client",
+    ]))
+    .await
+    .unwrap();
     let line = stderr_line(&o);
     assert!(
         line.contains("permission denied")
@@ -573,28 +575,40 @@ async fn administrative_commands_need_the_admin_certificate() {
         "{line}"
     );
     // With the admin certificate (the default) the MDS gets as far as looking the OSD up.
-    let o = run(args(&["cluster", "osd", "out", "osd-99"])).await.unwrap();
+    let o = run(args(&["cluster", "osd", "out", "osd-99"]))
+        .await
+        .unwrap();
     let line = stderr_line(&o);
     assert!(line.contains("no OSD \"osd-99\""), "{line}");
     // A client's commands with the client's certificate (the default), status included.
     for cmd in [&["cluster", "ls"][..], &["cluster", "status"]] {
         let o = run(args(cmd)).await.unwrap();
-        assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
     // A certificate from before roles: refused with the fix named; reissued, it works.
     let certs = rig.cluster.config().certs_dir();
     ecstack_rpc::init::issue_certificate_with_role(rig.cluster.config(), "client-old", None, false)
         .unwrap();
-    let o = run(args(&["cluster", "ls", "--name", "client-old"])).await.unwrap();
+    let o = run(args(&["cluster", "ls", "--name", "client-old"]))
+        .await
+        .unwrap();
     let line = stderr_line(&o);
     assert!(
         line.contains("`ecstack cluster cert client-old --force`"),
         "{line}"
     );
-    let o = run(args(&["cluster", "cert", "client-old", "--force"])).await.unwrap();
+    let o = run(args(&["cluster", "cert", "client-old", "--force"]))
+        .await
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(certs.join("client-old.pem").exists());
-    let o = run(args(&["cluster", "ls", "--name", "client-old"])).await.unwrap();
+    let o = run(args(&["cluster", "ls", "--name", "client-old"]))
+        .await
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 

@@ -50,7 +50,11 @@ fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
     assert_eq!(rpcs.len(), 13, "{rpcs:?}");
     let tested: Vec<String> = EXPECTED.iter().map(|(m, _)| m.to_string()).collect();
     assert_eq!(tested, rpcs);
-    let table: Vec<String> = MDS_ROLES.methods.iter().map(|(m, _)| m.to_string()).collect();
+    let table: Vec<String> = MDS_ROLES
+        .methods
+        .iter()
+        .map(|(m, _)| m.to_string())
+        .collect();
     assert_eq!(table, rpcs);
 }
 

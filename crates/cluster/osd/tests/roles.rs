@@ -52,7 +52,11 @@ fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
     assert_eq!(rpcs.len(), 10, "{rpcs:?}");
     let tested: Vec<String> = EXPECTED.iter().map(|(m, _)| m.to_string()).collect();
     assert_eq!(tested, rpcs);
-    let table: Vec<String> = OSD_ROLES.methods.iter().map(|(m, _)| m.to_string()).collect();
+    let table: Vec<String> = OSD_ROLES
+        .methods
+        .iter()
+        .map(|(m, _)| m.to_string())
+        .collect();
     assert_eq!(table, rpcs);
 }
 
@@ -224,7 +228,9 @@ async fn another_clusters_certificate_is_final() {
     let (addr, osd_id, _stop) = start(&config, &dir.path().join("store")).await;
     for name in ["client", "osd-0"] {
         let security = Security::load(&other.certs_dir(), name).unwrap();
-        let c = OsdClient::connect(&addr, &security).unwrap().for_osd(osd_id);
+        let c = OsdClient::connect(&addr, &security)
+            .unwrap()
+            .for_osd(osd_id);
         let e = c.chunk_version(1, 0).await.unwrap_err();
         let line = e.to_string();
         assert!(

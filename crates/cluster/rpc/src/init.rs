@@ -520,9 +520,10 @@ mod tests {
             names,
             ["mds", "osd-0", "osd-1", "osd-2", "client", "client-1", "admin"]
         );
-        for (name, role) in names.iter().zip([
-            "mds", "osd", "osd", "osd", "client", "client", "admin",
-        ]) {
+        for (name, role) in names
+            .iter()
+            .zip(["mds", "osd", "osd", "osd", "client", "client", "admin"])
+        {
             assert_eq!(mode(&certs.join(format!("{name}.key"))), 0o600, "{name}");
             let path = certs.join(format!("{name}.pem"));
             let (cn, o, sans) = subject_of(&path);
@@ -651,7 +652,10 @@ mod tests {
         assert_eq!(mode(&issued.key), 0o600);
         let (cn, o, sans) = subject_of(&issued.cert);
         assert_eq!(cn, "osd-7");
-        assert!(sans.contains(&"URI(urn:ecstack:role:osd)".to_owned()), "{sans:?}");
+        assert!(
+            sans.contains(&"URI(urn:ecstack:role:osd)".to_owned()),
+            "{sans:?}"
+        );
         assert_eq!(o, format!("ecstack cluster {}", config.cluster_id));
         // Its issuer is the CA's subject.
         let pem = std::fs::read(&issued.cert).unwrap();
@@ -677,13 +681,20 @@ mod tests {
         // A name that implies no role needs one said; with it, the role is in the certificate.
         let e = issue_certificate(&config, "gateway", false).unwrap_err();
         assert!(e.to_string().contains("--role"), "{e}");
-        let gw = issue_certificate_with_role(&config, "gateway", Some(Role::Client), false).unwrap();
+        let gw =
+            issue_certificate_with_role(&config, "gateway", Some(Role::Client), false).unwrap();
         let (_, _, sans) = subject_of(&gw.cert);
-        assert!(sans.contains(&"URI(urn:ecstack:role:client)".to_owned()), "{sans:?}");
+        assert!(
+            sans.contains(&"URI(urn:ecstack:role:client)".to_owned()),
+            "{sans:?}"
+        );
         // Without a role, as before roles: the guard sees none.
         let old = issue_certificate_with_role(&config, "client-9", None, false).unwrap();
         let pem = std::fs::read(&old.cert).unwrap();
         let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
-        assert_eq!(crate::roles::cert_identity(&pem.contents).unwrap().role, None);
+        assert_eq!(
+            crate::roles::cert_identity(&pem.contents).unwrap().role,
+            None
+        );
     }
 }

@@ -320,7 +320,10 @@ mod tests {
             "certificate \"client-7\" has role client, and Beat is for osd certificates only"
         );
         let e = TABLE.check(&p("Read"), &who(Some(Role::Osd))).unwrap_err();
-        assert!(e.ends_with("Read is for client or admin certificates only"), "{e}");
+        assert!(
+            e.ends_with("Read is for client or admin certificates only"),
+            "{e}"
+        );
         for role in Role::ALL {
             assert!(TABLE.check(&p("Nobody"), &who(Some(role))).is_err());
             let e = TABLE.check(&p("Missing"), &who(Some(role))).unwrap_err();
