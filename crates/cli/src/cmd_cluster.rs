@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use ecstack_client::{Client, ClientOptions, LocalCluster, LocalSpec, ReadPath};
 use ecstack_codes::{new_code, CodeKind};
 use ecstack_mds::{ClusterStatus, FileInfo, OsdState};
-use ecstack_rpc::init::{init_cluster, issue_certificate, InitOptions, DEFAULT_MDS_ADDR};
+use ecstack_rpc::init::{init_cluster, InitOptions, DEFAULT_MDS_ADDR};
 use ecstack_rpc::ClusterConfig;
 use serde_json::json;
 
@@ -32,9 +32,10 @@ struct Conn {
     /// else ./ecstack-cluster/cluster.toml)
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Certificate to authenticate with (certs/NAME.pem in the cluster's directory)
-    #[arg(long, default_value = "client")]
-    name: String,
+    /// Certificate to authenticate with (certs/NAME.pem in the cluster's directory; default:
+    /// `admin` for `osd out`, else `client`)
+    #[arg(long)]
+    name: Option<String>,
     /// Plain HTTP/2 without TLS (loopback experiments only; the daemons must run --insecure too)
     #[arg(long)]
     insecure: bool,
@@ -44,7 +45,8 @@ struct Conn {
 enum ClusterCmd {
     /// Create a cluster in DIR: its id, a certificate authority, one certificate per process, cluster.toml
     Init(InitArgs),
-    /// Issue one more certificate from the cluster's CA (an extra OSD or client)
+    /// Issue one more certificate from the cluster's CA (an extra OSD, client or admin), or
+    /// reissue one (--force) made before certificates carried roles
     Cert(CertArgs),
     /// Store a local file in the cluster as PATH (replaces PATH when it completes)
     Put {
@@ -194,8 +196,12 @@ struct InitArgs {
 
 #[derive(Args)]
 struct CertArgs {
-    /// Process name: osd-N, client-N, ... (a-z, 0-9, '-')
+    /// Process name: osd-N, client-N, admin-N, ... (a-z, 0-9, '-')
     name: String,
+    /// What the certificate may call: mds, osd, client or admin (default: the one its name
+    /// implies: mds, osd-*, client*, admin*)
+    #[arg(long)]
+    role: Option<ecstack_rpc::Role>,
     /// The cluster's config
     #[arg(long)]
     config: PathBuf,
@@ -227,6 +233,15 @@ fn connect(conn: &Conn) -> Result<Client> {
     connect_with(conn, ClientOptions::default())
 }
 
+/// The certificate of an administrative command (`osd out`): `--name`, else `admin`.
+fn connect_admin(conn: &Conn) -> Result<Client> {
+    let conn = Conn {
+        name: Some(conn.name.clone().unwrap_or_else(|| "admin".to_owned())),
+        ..conn.clone()
+    };
+    connect(&conn)
+}
+
 fn connect_with(conn: &Conn, options: ClientOptions) -> Result<Client> {
     if conn.insecure {
         eprintln!(
@@ -235,7 +250,7 @@ fn connect_with(conn: &Conn, options: ClientOptions) -> Result<Client> {
     }
     Ok(Client::from_config_file_with(
         &config_path(conn),
-        &conn.name,
+        conn.name.as_deref().unwrap_or("client"),
         conn.insecure,
         options,
     )?)
@@ -436,7 +451,7 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
         ClusterCmd::Osd {
             cmd: OsdCmd::Out { osd, conn },
         } => {
-            let (id, chunks) = connect(&conn)?.osd_out(&osd).await?;
+            let (id, chunks) = connect_admin(&conn)?.osd_out(&osd).await?;
             println!("OSD {id} is out; {chunks} chunks will be rebuilt on other OSDs");
         }
         ClusterCmd::Up(a) => up(a).await?,
@@ -740,7 +755,7 @@ fn init(a: InitArgs) -> Result<()> {
         config.mds.addr
     );
     println!(
-        "certificates for mds, {} OSDs and {} clients in {}",
+        "certificates for mds, {} OSDs, {} clients and admin in {}",
         opts.osds,
         opts.clients,
         config.certs_dir().display()
@@ -754,9 +769,14 @@ fn init(a: InitArgs) -> Result<()> {
 
 fn cert(a: CertArgs) -> Result<()> {
     let config = ClusterConfig::load(&a.config)?;
-    let issued = issue_certificate(&config, &a.name, a.force)?;
+    let role = match a.role {
+        Some(r) => r,
+        None => ecstack_rpc::init::role_of_name(&a.name)?,
+    };
+    let issued =
+        ecstack_rpc::init::issue_certificate_with_role(&config, &a.name, Some(role), a.force)?;
     println!(
-        "{}: certificate {} and key {}",
+        "{} ({role}): certificate {} and key {}",
         issued.name,
         issued.cert.display(),
         issued.key.display()

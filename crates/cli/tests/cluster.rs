@@ -478,8 +478,138 @@ async fn a_certificate_from_another_cluster_is_refused() {
         matches!(r, Ok(Err(_))),
         "an OSD served a foreign client: {r:?}"
     );
+    // The failure is final: through a proxy that counts connections, the intruder's `ls` (with
+    // the default policy, which retries an unreachable MDS for 30 s) makes one attempt, one TCP
+    // connection, and fails with one line saying the certificate is not of this cluster.
+    let (proxy, connections) = counting_proxy(&rig.cluster.config().mds.addr).await;
+    let mut via_proxy = rig.cluster.config().clone();
+    via_proxy.mds.addr = proxy.clone();
+    let intruder = Client::connect_with(
+        &via_proxy,
+        Security::load(&other.join("certs"), "client").unwrap(),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    let e = intruder.list("").await.unwrap_err();
+    let line = e.to_string();
+    assert!(
+        line.contains("the certificate is not of this cluster") && !line.contains('\n'),
+        "{line}"
+    );
+    assert!(!matches!(e, ClientError::GaveUp { .. }), "{line}");
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "one attempt: {line}");
+    // The same through the CLI: the other cluster's config, pointed at this cluster's MDS.
+    let other_config = other.join("cluster.toml");
+    let text = std::fs::read_to_string(&other_config).unwrap();
+    let text = text.replace(&ecstack_rpc::init::DEFAULT_MDS_ADDR.to_string(), &proxy);
+    assert!(text.contains(&proxy), "{text}");
+    std::fs::write(&other_config, text).unwrap();
+    let o = tokio::task::spawn_blocking(move || {
+        ecstack(&["cluster", "ls", "--config", other_config.to_str().unwrap()])
+    })
+    .await
+    .unwrap();
+    let line = stderr_line(&o);
+    assert!(
+        line.contains("cannot authenticate to the MDS: the certificate is not of this cluster"),
+        "{line}"
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 2, "one attempt: {line}");
     // The cluster's own client still works.
     assert_eq!(rig.client.read("/secret", 0, 3).await.unwrap(), b"for");
+}
+
+/// A TCP proxy on 127.0.0.1 to `target` that counts the connections it accepts.
+async fn counting_proxy(target: &str) -> (String, Arc<AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = counter();
+    let (count, target) = (accepted.clone(), target.to_owned());
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// Roles through the CLI: `osd out` uses the admin certificate by default and is refused, in one
+/// line, with a client's; the client's commands work with the client's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn administrative_commands_need_the_admin_certificate() {
+    let rig = Rig::start(RigSpec {
+        osds: 3,
+        k: 2,
+        m: 1,
+        ..RigSpec::default()
+    })
+    .await;
+    let config = rig.cluster.config_path();
+    let run = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            ecstack(&args)
+        })
+    };
+    let args = |extra: &[&str]| {
+        let mut a: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        a.extend(["--config".to_owned(), config.display().to_string()]);
+        a
+    };
+    let o = run(args(&[
+        "cluster", "osd", "out", "osd-1", "--name", "client",
+    ]))
+    .await
+    .unwrap();
+    let line = stderr_line(&o);
+    assert!(
+        line.contains("permission denied")
+            && line.contains("has role client")
+            && line.contains("OsdOut is for admin certificates only"),
+        "{line}"
+    );
+    // With the admin certificate (the default) the MDS gets as far as looking the OSD up.
+    let o = run(args(&["cluster", "osd", "out", "osd-99"]))
+        .await
+        .unwrap();
+    let line = stderr_line(&o);
+    assert!(line.contains("no OSD \"osd-99\""), "{line}");
+    // A client's commands with the client's certificate (the default), status included.
+    for cmd in [&["cluster", "ls"][..], &["cluster", "status"]] {
+        let o = run(args(cmd)).await.unwrap();
+        assert!(
+            o.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // A certificate from before roles: refused with the fix named; reissued, it works.
+    let certs = rig.cluster.config().certs_dir();
+    ecstack_rpc::init::issue_certificate_with_role(rig.cluster.config(), "client-old", None, false)
+        .unwrap();
+    let o = run(args(&["cluster", "ls", "--name", "client-old"]))
+        .await
+        .unwrap();
+    let line = stderr_line(&o);
+    assert!(
+        line.contains("`ecstack cluster cert client-old --force`"),
+        "{line}"
+    );
+    let o = run(args(&["cluster", "cert", "client-old", "--force"]))
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(certs.join("client-old.pem").exists());
+    let o = run(args(&["cluster", "ls", "--name", "client-old"]))
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// `ecstack cluster up` starts the daemons, reports them, and stops every one on SIGTERM.

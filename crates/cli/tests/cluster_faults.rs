@@ -109,7 +109,7 @@ async fn fault_run(seed: u64) -> Marks {
                 let i = down.remove(rng.below(down.len() as u64) as usize);
                 let name = LocalCluster::osd_name(i);
                 rig.wait_down(&name).await;
-                rig.client
+                rig.admin()
                     .osd_out(&name)
                     .await
                     .unwrap_or_else(|e| panic!("{ctx}: osd out {name}: {e}"));

@@ -580,8 +580,19 @@ fn connect(
     phase: Phase,
     counters: Option<&Counters>,
 ) -> Result<Client> {
+    connect_as(config, "client", window_segments, phase, counters)
+}
+
+/// [`connect`] with the certificate `cert` (`admin` to declare an OSD out).
+fn connect_as(
+    config: &ClusterConfig,
+    cert: &str,
+    window_segments: usize,
+    phase: Phase,
+    counters: Option<&Counters>,
+) -> Result<Client> {
     let sec =
-        Security::load(&config.certs_dir(), "client").map_err(|e| LabError::Run(e.to_string()))?;
+        Security::load(&config.certs_dir(), cert).map_err(|e| LabError::Run(e.to_string()))?;
     let mut options = ClientOptions {
         window_segments_max: window_segments,
         // CodFS's model (§5.1) charges every read byte to the primary's link as well: read as
@@ -1396,7 +1407,7 @@ fn one_run(
         )?;
         let c3 = config.clone();
         let (secs, bytes) = on_host(&control, move |rt| {
-            let c = connect(&c3, 1, Phase::Get, None)?;
+            let c = connect_as(&c3, "admin", 1, Phase::Get, None)?;
             rt.block_on(async {
                 c.wait_for_osds(osds, Duration::from_secs(READY_SECS_MAX))
                     .await?;

@@ -156,6 +156,13 @@ impl Rig {
         Client::connect_with(self.cluster.config(), security, options).expect("client")
     }
 
+    /// A client of the rig's cluster with the `admin` certificate (`osd out` needs it).
+    pub fn admin(&self) -> Client {
+        let security =
+            Security::load(&self.cluster.config().certs_dir(), "admin").expect("admin cert");
+        Client::connect_with(self.cluster.config(), security, client_options(20)).expect("admin")
+    }
+
     /// The last lines of every daemon's log, for failure messages.
     pub fn logs(&self) -> String {
         let mut out = String::new();

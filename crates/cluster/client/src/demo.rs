@@ -235,7 +235,8 @@ async fn scenario(
     let security = if opts.insecure {
         Security::Insecure
     } else {
-        Security::load(&cluster.config().certs_dir(), "client")?
+        // The demo also declares OSDs out: the admin certificate (a client's may not).
+        Security::load(&cluster.config().certs_dir(), "admin")?
     };
     let client = Client::connect(cluster.config(), security)?;
     let ready = client

@@ -245,6 +245,13 @@ pub enum MdsError {
     /// The MDS cannot be reached (or timed out); retry with backoff.
     #[error("MDS unavailable: {0}")]
     Unavailable(String),
+    /// The caller's certificate role may not make this call (`ecstack_rpc::roles`); final.
+    #[error("permission denied by the MDS: {0}")]
+    PermissionDenied(String),
+    /// The TLS handshake failed: a certificate of another cluster, or none; final (retrying
+    /// cannot fix a certificate).
+    #[error("cannot authenticate to the MDS: {0}")]
+    Unauthenticated(String),
     /// The MDS's store failed.
     #[error("MDS internal error: {0}")]
     Internal(String),
@@ -268,6 +275,8 @@ impl MdsError {
             MdsError::NotFound(m) => tonic::Status::not_found(m.clone()),
             MdsError::FailedPrecondition(m) => tonic::Status::failed_precondition(m.clone()),
             MdsError::Unavailable(m) => tonic::Status::unavailable(m.clone()),
+            MdsError::PermissionDenied(m) => tonic::Status::permission_denied(m.clone()),
+            MdsError::Unauthenticated(m) => tonic::Status::unauthenticated(m.clone()),
             MdsError::Internal(m) => tonic::Status::internal(m.clone()),
             MdsError::Protocol(m) => tonic::Status::invalid_argument(m.clone()),
             MdsError::Other { code, message } => tonic::Status::new(*code, message.clone()),
@@ -277,6 +286,11 @@ impl MdsError {
 
 impl From<tonic::Status> for MdsError {
     fn from(s: tonic::Status) -> Self {
+        // A refused handshake first, whatever its code (tonic says Unavailable: it could not
+        // connect): it must not be retried as an unreachable MDS would be.
+        if let Some(line) = ecstack_rpc::handshake_refusal(&s) {
+            return MdsError::Unauthenticated(line);
+        }
         let message = s.message().to_owned();
         match s.code() {
             tonic::Code::InvalidArgument => MdsError::InvalidArgument(message),
@@ -293,6 +307,8 @@ impl From<tonic::Status> for MdsError {
                 MdsError::Unavailable(message)
             }
             tonic::Code::Internal => MdsError::Internal(message),
+            tonic::Code::PermissionDenied => MdsError::PermissionDenied(message),
+            tonic::Code::Unauthenticated => MdsError::Unauthenticated(message),
             code => MdsError::Other { code, message },
         }
     }

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ecstack_rpc::roles::{Role, RoleTable};
 use ecstack_rpc::Security;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
@@ -15,6 +16,32 @@ use tonic::{Request, Response, Status};
 use crate::api::{Heartbeat, MdsError, OsdRegistration, OsdState};
 use crate::engine::MdsCore;
 use crate::proto;
+
+const OSD: &[Role] = &[Role::Osd];
+const CLIENT: &[Role] = &[Role::Client, Role::Admin];
+const ADMIN: &[Role] = &[Role::Admin];
+
+/// Who may call each RPC of `mds.proto` (docs/cluster.md, "Roles"): OSDs register, heartbeat and
+/// report chunk state; clients (and admins) use the namespace and read the cluster's status; only
+/// admins declare an OSD out. The MDS's own certificate calls nothing here (the MDS never calls).
+pub static MDS_ROLES: RoleTable = RoleTable {
+    service: "ecstack.mds.v1.Mds",
+    methods: &[
+        ("RegisterOsd", OSD),
+        ("Heartbeat", OSD),
+        ("CreateFile", CLIENT),
+        ("AllocateSegments", CLIENT),
+        ("CommitFile", CLIENT),
+        ("LookupFile", CLIENT),
+        ("ListFiles", CLIENT),
+        ("RemoveFile", CLIENT),
+        ("GetSegment", CLIENT),
+        ("MarkStale", OSD),
+        ("ChunkRecovered", OSD),
+        ("OsdOut", ADMIN),
+        ("Status", CLIENT),
+    ],
+};
 
 /// Requests, errors and latency per RPC.
 #[derive(Debug, Default, Clone, Copy)]
@@ -111,7 +138,8 @@ impl MdsHandle {
         })
     }
 
-    /// Serves the MDS protocol on `listener` until `shutdown` completes.
+    /// Serves the MDS protocol on `listener` until `shutdown` completes; each call's certificate
+    /// role is checked against [`MDS_ROLES`] (none on an insecure server).
     pub async fn serve(
         &self,
         listener: TcpListener,
@@ -122,7 +150,10 @@ impl MdsHandle {
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         security
             .server()?
-            .add_service(proto::mds_server::MdsServer::new(MdsService(self.clone())))
+            .add_service(security.guard(
+                &MDS_ROLES,
+                proto::mds_server::MdsServer::new(MdsService(self.clone())),
+            ))
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await?;
         Ok(())

@@ -232,6 +232,9 @@ pub enum OsdError {
         code: Code,
         message: String,
     },
+    /// The TLS handshake failed (a certificate of another cluster, or none); final.
+    #[error("cannot authenticate to OSD {addr}: {message}")]
+    Unauthenticated { addr: String, message: String },
     #[error("OSD {addr}: protocol violation: {message}")]
     Protocol { addr: String, message: String },
     #[error("cannot connect to OSD: {0}")]
@@ -242,6 +245,10 @@ impl OsdError {
     /// The error a gRPC status from `addr` means (the OSD service picks its codes to match).
     pub fn from_status(addr: &str, s: &Status) -> OsdError {
         let addr = addr.to_owned();
+        if let Some(message) = ecstack_rpc::handshake_refusal(s) {
+            // tonic says Unavailable (it could not connect), but no retry fixes a certificate.
+            return OsdError::Unauthenticated { addr, message };
+        }
         let message = ecstack_rpc::status_detail(s);
         match s.code() {
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {

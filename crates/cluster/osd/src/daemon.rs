@@ -232,7 +232,10 @@ impl Daemon {
             .security
             .server()
             .map_err(|e| DaemonError::Serve(e.to_string()))?
-            .add_service(self.osd.grpc())
+            .add_service(
+                self.security
+                    .guard(&crate::roles::OSD_ROLES, self.osd.grpc()),
+            )
             .serve_with_incoming_shutdown(
                 tonic::transport::server::TcpIncoming::from(self.listener),
                 shutdown,

@@ -22,6 +22,7 @@ pub mod chunk_store;
 pub mod daemon;
 pub mod lease;
 pub mod metrics;
+pub mod roles;
 pub mod server;
 pub mod service;
 mod view;

@@ -7,15 +7,19 @@
 //! DIR/cluster.toml        the ClusterConfig every process reads
 //! DIR/certs/ca.pem        the cluster's CA certificate (public; every process trusts it)
 //! DIR/certs/ca.key        the CA's private key (0600; only `cluster cert` needs it)
-//! DIR/certs/NAME.pem      one certificate per process: mds, osd-0 … osd-N-1, client, client-1 …
+//! DIR/certs/NAME.pem      one certificate per process: mds, osd-0 … osd-N-1, client, client-1 …,
+//!                         admin
 //! DIR/certs/NAME.key      its private key (0600)
 //! DIR/mds.db              the MDS's SQLite store (made by the MDS, not here)
 //! ```
 //!
 //! Keys are ECDSA P-256. Every process certificate carries the DNS name [`CLUSTER_DNS_NAME`] (the
-//! name clients verify servers against), the common name of its process (`mds`, `osd-3`,
-//! `client`), the organization `ecstack cluster <id>`, and both server and client authentication
-//! usages (OSDs serve and call). The CA, not the name, ties a certificate to its cluster.
+//! name clients verify servers against), its role as the URI `urn:ecstack:role:<role>`
+//! ([`crate::roles`]: what it may call), the common name of its process (`mds`, `osd-3`,
+//! `client`, `admin`), the organization `ecstack cluster <id>`, and the client authentication
+//! usage; MDS and OSD certificates also the server one (they serve; clients and admins only
+//! call, so their certificates cannot pass for a server). The CA, not the name, ties a
+//! certificate to its cluster.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,6 +34,7 @@ use ring::rand::SecureRandom;
 use crate::config::{
     ClusterConfig, CodeConfig, ConfigError, MdsConfig, PlacementConfig, DEFAULT_SEGMENT_BYTES,
 };
+use crate::roles::Role;
 use crate::security::CLUSTER_DNS_NAME;
 
 /// Name of the config file inside a cluster directory.
@@ -114,7 +119,8 @@ impl Default for InitOptions {
     }
 }
 
-/// The process names `init` certifies: `mds`, `osd-0` … `osd-{osds-1}`, `client`, `client-1` ….
+/// The process names `init` certifies: `mds`, `osd-0` … `osd-{osds-1}`, `client`, `client-1` …,
+/// `admin` (for `osd out`; see [`crate::roles`]).
 pub fn process_names(osds: u32, clients: u32) -> Vec<String> {
     let mut names = vec!["mds".to_owned()];
     names.extend((0..osds).map(|i| format!("osd-{i}")));
@@ -125,6 +131,7 @@ pub fn process_names(osds: u32, clients: u32) -> Vec<String> {
             format!("client-{i}")
         }
     }));
+    names.push("admin".to_owned());
     names
 }
 
@@ -199,7 +206,13 @@ fn ca_params(cluster_id: &str) -> Result<CertificateParams, InitError> {
     Ok(params)
 }
 
-fn process_params(cluster_id: &str, name: &str) -> Result<CertificateParams, InitError> {
+/// `role` `None`: a certificate as `init` made them before roles (both usages, no role URI);
+/// only tests of the upgrade path want one.
+fn process_params(
+    cluster_id: &str,
+    name: &str,
+    role: Option<Role>,
+) -> Result<CertificateParams, InitError> {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, name);
@@ -208,11 +221,19 @@ fn process_params(cluster_id: &str, name: &str) -> Result<CertificateParams, Ini
     params.subject_alt_names = vec![SanType::DnsName(
         CLUSTER_DNS_NAME.try_into().map_err(cert_err)?,
     )];
+    if let Some(role) = role {
+        params
+            .subject_alt_names
+            .push(SanType::URI(role.uri().try_into().map_err(cert_err)?));
+    }
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
+    params.extended_key_usages = match role {
+        Some(Role::Client | Role::Admin) => vec![ExtendedKeyUsagePurpose::ClientAuth],
+        Some(Role::Mds | Role::Osd) | None => vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ],
+    };
     params.use_authority_key_identifier_extension = true;
     params.serial_number = Some(random_serial()?);
     set_validity(&mut params);
@@ -244,11 +265,12 @@ fn issue(
     certs_dir: &Path,
     cluster_id: &str,
     name: &str,
+    role: Option<Role>,
     issuer: &Issuer<'_, KeyPair>,
 ) -> Result<IssuedCert, InitError> {
     check_process_name(name)?;
     let key = KeyPair::generate().map_err(cert_err)?;
-    let cert = process_params(cluster_id, name)?
+    let cert = process_params(cluster_id, name, role)?
         .signed_by(&key, issuer)
         .map_err(cert_err)?;
     let cert_path = certs_dir.join(format!("{name}.pem"));
@@ -359,7 +381,8 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ClusterConfig, Ini
     write_new(&certs_dir.join("ca.pem"), ca_cert.pem().as_bytes(), 0o644)?;
     let issuer = Issuer::new(ca_params, ca_key);
     for name in process_names(opts.osds, opts.clients) {
-        issue(&certs_dir, &cluster_id, &name, &issuer)?;
+        let role = role_of_name(&name)?;
+        issue(&certs_dir, &cluster_id, &name, Some(role), &issuer)?;
     }
 
     let text = toml::to_string_pretty(&config)
@@ -372,11 +395,33 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ClusterConfig, Ini
     Ok(config)
 }
 
+/// The role a process name implies ([`Role::for_process_name`]), or one line asking for it.
+pub fn role_of_name(name: &str) -> Result<Role, InitError> {
+    Role::for_process_name(name).ok_or_else(|| {
+        InitError::Invalid(format!(
+            "process name {name:?} implies no role (mds, osd-N, client[-N], admin[-N] do); say which with --role mds|osd|client|admin"
+        ))
+    })
+}
+
 /// Issues one more certificate from the cluster's CA (`ecstack cluster cert NAME`), for an extra
-/// OSD or client. Refuses to replace an existing one unless `force`.
+/// OSD, client or admin, with the role its name implies ([`role_of_name`]). Refuses to replace
+/// an existing one unless `force` (reissuing a certificate made before roles gives it its role).
 pub fn issue_certificate(
     config: &ClusterConfig,
     name: &str,
+    force: bool,
+) -> Result<IssuedCert, InitError> {
+    issue_certificate_with_role(config, name, Some(role_of_name(name)?), force)
+}
+
+/// [`issue_certificate`] with the role given (`ecstack cluster cert NAME --role R`). `None` makes
+/// a certificate without a role, as `init` made them before roles: every RPC refuses it (only
+/// tests of that refusal want one).
+pub fn issue_certificate_with_role(
+    config: &ClusterConfig,
+    name: &str,
+    role: Option<Role>,
     force: bool,
 ) -> Result<IssuedCert, InitError> {
     check_process_name(name)?;
@@ -402,7 +447,7 @@ pub fn issue_certificate(
             }
         }
     }
-    issue(&certs_dir, &config.cluster_id, name, &issuer)
+    issue(&certs_dir, &config.cluster_id, name, role, &issuer)
 }
 
 #[cfg(test)]
@@ -473,14 +518,35 @@ mod tests {
         let names = process_names(3, 2);
         assert_eq!(
             names,
-            ["mds", "osd-0", "osd-1", "osd-2", "client", "client-1"]
+            ["mds", "osd-0", "osd-1", "osd-2", "client", "client-1", "admin"]
         );
-        for name in &names {
+        for (name, role) in names
+            .iter()
+            .zip(["mds", "osd", "osd", "osd", "client", "client", "admin"])
+        {
             assert_eq!(mode(&certs.join(format!("{name}.key"))), 0o600, "{name}");
-            let (cn, o, sans) = subject_of(&certs.join(format!("{name}.pem")));
+            let path = certs.join(format!("{name}.pem"));
+            let (cn, o, sans) = subject_of(&path);
             assert_eq!(cn, *name);
             assert_eq!(o, format!("ecstack cluster {}", loaded.cluster_id));
-            assert_eq!(sans, vec![format!("DNSName({CLUSTER_DNS_NAME})")]);
+            assert_eq!(
+                sans,
+                vec![
+                    format!("DNSName({CLUSTER_DNS_NAME})"),
+                    format!("URI(urn:ecstack:role:{role})")
+                ]
+            );
+            // The guard reads the same role back.
+            let pem = std::fs::read(&path).unwrap();
+            let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+            let who = crate::roles::cert_identity(&pem.contents).unwrap();
+            assert_eq!(who.name, *name);
+            assert_eq!(who.role.map(|r| r.name()), Some(role));
+            // Only the servers' certificates may serve.
+            let cert = pem.parse_x509().unwrap();
+            let eku = cert.extended_key_usage().unwrap().unwrap().value;
+            assert!(eku.client_auth, "{name}");
+            assert_eq!(eku.server_auth, role == "mds" || role == "osd", "{name}");
         }
         // Every file of certs/ is accounted for.
         assert_eq!(
@@ -584,8 +650,12 @@ mod tests {
         let config = init_cluster(dir.path(), &opts).unwrap();
         let issued = issue_certificate(&config, "osd-7", false).unwrap();
         assert_eq!(mode(&issued.key), 0o600);
-        let (cn, o, _) = subject_of(&issued.cert);
+        let (cn, o, sans) = subject_of(&issued.cert);
         assert_eq!(cn, "osd-7");
+        assert!(
+            sans.contains(&"URI(urn:ecstack:role:osd)".to_owned()),
+            "{sans:?}"
+        );
         assert_eq!(o, format!("ecstack cluster {}", config.cluster_id));
         // Its issuer is the CA's subject.
         let pem = std::fs::read(&issued.cert).unwrap();
@@ -607,5 +677,24 @@ mod tests {
             let e = issue_certificate(&config, bad, false).unwrap_err();
             assert!(matches!(e, InitError::Invalid(_)), "{bad:?}: {e}");
         }
+
+        // A name that implies no role needs one said; with it, the role is in the certificate.
+        let e = issue_certificate(&config, "gateway", false).unwrap_err();
+        assert!(e.to_string().contains("--role"), "{e}");
+        let gw =
+            issue_certificate_with_role(&config, "gateway", Some(Role::Client), false).unwrap();
+        let (_, _, sans) = subject_of(&gw.cert);
+        assert!(
+            sans.contains(&"URI(urn:ecstack:role:client)".to_owned()),
+            "{sans:?}"
+        );
+        // Without a role, as before roles: the guard sees none.
+        let old = issue_certificate_with_role(&config, "client-9", None, false).unwrap();
+        let pem = std::fs::read(&old.cert).unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+        assert_eq!(
+            crate::roles::cert_identity(&pem.contents).unwrap().role,
+            None
+        );
     }
 }

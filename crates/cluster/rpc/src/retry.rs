@@ -166,12 +166,18 @@ pub fn is_transient(status: &Status) -> bool {
 /// Whether the status's source chain holds an `InvalidData` I/O error: rustls's verdict on a
 /// certificate or a TLS alert.
 fn tls_refused(status: &Status) -> bool {
+    tls_refusal_cause(status).is_some()
+}
+
+/// The text of the `InvalidData` I/O error in the status's source chain (rustls's verdict:
+/// "invalid peer certificate: UnknownIssuer", "received fatal alert: UnknownCA"), if any.
+fn tls_refusal_cause(status: &Status) -> Option<String> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     let mut depth = 0;
     while let Some(e) = source {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             if io.kind() == std::io::ErrorKind::InvalidData {
-                return true;
+                return Some(io.to_string());
             }
         }
         depth += 1;
@@ -180,7 +186,30 @@ fn tls_refused(status: &Status) -> bool {
         }
         source = e.source();
     }
-    false
+    None
+}
+
+/// rustls's words for a certificate that another CA signed (or none at all): the peer and this
+/// process are not of one cluster.
+const FOREIGN_CERTIFICATE: [&str; 5] = [
+    "UnknownIssuer",
+    "UnknownCA",
+    "BadCertificate",
+    "BadSignature",
+    "CertificateRequired",
+];
+
+/// When `status` is a failed TLS handshake (final: [`is_transient`] says no), one line saying
+/// why: "the certificate is not of this cluster (invalid peer certificate: UnknownIssuer)" when
+/// one side's certificate is not signed by the other's CA, else "TLS handshake refused (…)".
+pub fn handshake_refusal(status: &Status) -> Option<String> {
+    let cause = tls_refusal_cause(status)?;
+    let verdict = if FOREIGN_CERTIFICATE.iter().any(|k| cause.contains(k)) {
+        "the certificate is not of this cluster"
+    } else {
+        "TLS handshake refused"
+    };
+    Some(format!("{verdict} ({cause})"))
 }
 
 /// The status's message followed by the causes in its source chain that it does not already say

@@ -1,6 +1,7 @@
 //! Mutual TLS for every cluster connection. A certificate authority made by `ecstack cluster init`
 //! signs one certificate per process; servers require a client certificate from that CA, clients
-//! verify the server's. `Security::Insecure` exists for loopback experiments only.
+//! verify the server's. `Security::Insecure` exists for loopback experiments only. What each
+//! certificate may call is checked by [`crate::roles`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -186,7 +187,7 @@ impl Security {
 
 /// The process name (certificate common name: `mds`, `osd-3`, `client`) of the peer that sent
 /// `request` over mutual TLS; `None` on an insecure connection. Servers use it to log who called
-/// (every certificate of the cluster may call every RPC; there is no role check).
+/// (what a caller may call is [`crate::roles`]' business: [`Security::guard`]).
 pub fn peer_name<T>(request: &tonic::Request<T>) -> Option<String> {
     let certs = request.peer_certs()?;
     let leaf = certs.first()?;

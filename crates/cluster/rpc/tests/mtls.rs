@@ -142,6 +142,11 @@ fn refused(e: &tonic::Status, reason: &str) {
         !ecstack_rpc::is_transient(e),
         "a refused certificate is not transient: {chain}"
     );
+    let line = ecstack_rpc::handshake_refusal(e).expect("a refused handshake");
+    assert!(
+        line.starts_with("the certificate is not of this cluster (") && line.contains(reason),
+        "{line}"
+    );
     eprintln!("refused ({reason}): {e}");
 }
 

@@ -1,0 +1,209 @@
+//! Roles on the MDS over real mutual TLS on 127.0.0.1 with the certificates `cluster init` makes:
+//! every RPC of `mds.proto` is called with the certificate of every role, and of one issued before
+//! roles, and is refused with `PermissionDenied` exactly where docs/cluster.md's table says
+//! (garbage arguments fail otherwise, with other codes). Also: a client of another cluster fails
+//! once, with one line saying its certificate is not of this cluster.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use ecstack_mds::engine::{ManualClock, MdsCore, MdsSettings};
+use ecstack_mds::service::{MdsHandle, MDS_ROLES};
+use ecstack_mds::store::SqliteStore;
+use ecstack_mds::{Heartbeat, MdsClient, MdsError, OsdRegistration};
+use ecstack_rpc::init::{init_cluster, issue_certificate_with_role, InitOptions};
+use ecstack_rpc::{ClusterConfig, Security};
+use tokio::sync::oneshot;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Who may call what: docs/cluster.md's table, written out here again (not read from
+/// `MDS_ROLES`, which is what is under test).
+const EXPECTED: &[(&str, &[&str])] = &[
+    ("RegisterOsd", &["osd"]),
+    ("Heartbeat", &["osd"]),
+    ("CreateFile", &["client", "admin"]),
+    ("AllocateSegments", &["client", "admin"]),
+    ("CommitFile", &["client", "admin"]),
+    ("LookupFile", &["client", "admin"]),
+    ("ListFiles", &["client", "admin"]),
+    ("RemoveFile", &["client", "admin"]),
+    ("GetSegment", &["client", "admin"]),
+    ("MarkStale", &["osd"]),
+    ("ChunkRecovered", &["osd"]),
+    ("OsdOut", &["admin"]),
+    ("Status", &["client", "admin"]),
+];
+
+/// The RPC names of a `.proto` service, in order.
+fn proto_rpcs(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("rpc "))
+        .map(|l| l.split('(').next().unwrap().trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
+    let rpcs = proto_rpcs(include_str!("../proto/mds.proto"));
+    assert_eq!(rpcs.len(), 13, "{rpcs:?}");
+    let tested: Vec<String> = EXPECTED.iter().map(|(m, _)| m.to_string()).collect();
+    assert_eq!(tested, rpcs);
+    let table: Vec<String> = MDS_ROLES
+        .methods
+        .iter()
+        .map(|(m, _)| m.to_string())
+        .collect();
+    assert_eq!(table, rpcs);
+}
+
+fn cluster(dir: &Path) -> ClusterConfig {
+    let opts = InitOptions {
+        osds: 1,
+        clients: 1,
+        k: 2,
+        m: 1,
+        ..InitOptions::default()
+    };
+    init_cluster(dir, &opts).unwrap();
+    ClusterConfig::load(&dir.join("cluster.toml")).unwrap()
+}
+
+/// An MDS of `config` serving with its own certificate on a fresh loopback port.
+async fn start_mds(config: &ClusterConfig) -> (String, oneshot::Sender<()>) {
+    let store = SqliteStore::open(&config.resolve(&config.mds.store)).unwrap();
+    let core = MdsCore::open(
+        Box::new(store),
+        MdsSettings::from_config(config),
+        ManualClock::new(1_000_000),
+    )
+    .unwrap();
+    let handle = MdsHandle::new(core);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let security = Security::load(&config.certs_dir(), "mds").unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        handle
+            .serve(listener, &security, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+    });
+    (addr, stop)
+}
+
+fn client(config: &ClusterConfig, name: &str, addr: &str) -> MdsClient {
+    let security = Security::load(&config.certs_dir(), name).unwrap();
+    MdsClient::from_channel(security.channel(addr, TIMEOUT, Some(TIMEOUT)).unwrap())
+}
+
+/// Calls `method` with arguments the MDS will mostly refuse for other reasons (no such file,
+/// segment or OSD): only the role check matters here.
+async fn call(c: &MdsClient, method: &str) -> Result<(), MdsError> {
+    match method {
+        "RegisterOsd" => c
+            .register_osd(&OsdRegistration {
+                name: "osd-0".into(),
+                addr: "127.0.0.1:9".into(),
+                labels: BTreeMap::new(),
+                capacity_bytes: 1 << 30,
+                used_bytes: 0,
+            })
+            .await
+            .map(drop),
+        "Heartbeat" => c
+            .heartbeat(&Heartbeat {
+                osd_id: 77,
+                ..Heartbeat::default()
+            })
+            .await
+            .map(drop),
+        "CreateFile" => c.create_file("/roles/new").await.map(drop),
+        "AllocateSegments" => c.allocate_segments(999, &[1]).await.map(drop),
+        "CommitFile" => c.commit_file(999, 1).await,
+        "LookupFile" => c.lookup_file("/roles/none").await.map(drop),
+        "ListFiles" => c.list_files("/").await.map(drop),
+        "RemoveFile" => c.remove_file("/roles/none").await,
+        "GetSegment" => c.get_segment(999).await.map(drop),
+        "MarkStale" => c.mark_stale(999, &[0], 1).await,
+        "ChunkRecovered" => c.chunk_recovered(999, 0, 0, 1, Some(0)).await,
+        "OsdOut" => c.osd_out(999).await.map(drop),
+        "Status" => c.status().await.map(drop),
+        other => panic!("no call for {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rpc_with_every_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = cluster(dir.path());
+    // A certificate as `init` made them before roles.
+    issue_certificate_with_role(&config, "client-old", None, false).unwrap();
+    let (addr, _stop) = start_mds(&config).await;
+
+    let mut checked = 0;
+    for (cert, role) in [
+        ("mds", Some("mds")),
+        ("osd-0", Some("osd")),
+        ("client", Some("client")),
+        ("admin", Some("admin")),
+        ("client-old", None),
+    ] {
+        let c = client(&config, cert, &addr);
+        for (method, allowed) in EXPECTED {
+            let may = role.is_some_and(|r| allowed.contains(&r));
+            let r = tokio::time::timeout(TIMEOUT, call(&c, method))
+                .await
+                .unwrap_or_else(|_| panic!("{method} as {cert}: no answer"));
+            match r {
+                Err(MdsError::PermissionDenied(m)) => {
+                    assert!(!may, "{method} as {cert} refused: {m}");
+                    assert!(!m.contains('\n'), "{m}");
+                    assert!(m.contains(cert), "the refusal names the certificate: {m}");
+                    if role.is_none() {
+                        assert!(
+                            m.contains("carries no role")
+                                && m.contains("`ecstack cluster cert client-old --force`"),
+                            "{m}"
+                        );
+                    } else {
+                        assert!(m.contains(method), "the refusal names the call: {m}");
+                    }
+                    let e = MdsError::PermissionDenied(m);
+                    assert!(!e.is_retryable(), "a refusal is final");
+                }
+                Err(MdsError::Unavailable(m) | MdsError::Unauthenticated(m)) => {
+                    panic!("{method} as {cert}: transport failure {m}")
+                }
+                other => assert!(may, "{method} as {cert} was let through: {other:?}"),
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 5 * 13);
+}
+
+/// A client holding another cluster's certificates: the handshake fails, and the error is final
+/// and says so in one line (retrying cannot fix a certificate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clusters_certificate_is_final() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = cluster(&dir.path().join("a"));
+    let other = cluster(&dir.path().join("b"));
+    let (addr, _stop) = start_mds(&config).await;
+    for name in ["client", "admin", "osd-0"] {
+        let e = client(&other, name, &addr).status().await.unwrap_err();
+        let line = e.to_string();
+        assert!(matches!(e, MdsError::Unauthenticated(_)), "{name}: {line}");
+        assert!(!e.is_retryable(), "{line}");
+        assert!(
+            line.contains("the certificate is not of this cluster") && !line.contains('\n'),
+            "{line}"
+        );
+    }
+    // And this cluster's own client still gets in.
+    client(&config, "client", &addr).status().await.unwrap();
+}
