@@ -412,7 +412,11 @@ impl OsdClient {
 
     /// [`OsdClient::write_segment`] of bytes already in a shared buffer: the frames are slices of
     /// `data` (no copy).
-    pub async fn write_segment_bytes(&self, layout: &Layout, data: Bytes) -> Result<Ack, OsdCallError> {
+    pub async fn write_segment_bytes(
+        &self,
+        layout: &Layout,
+        data: Bytes,
+    ) -> Result<Ack, OsdCallError> {
         self.write_segment_bytes_with(layout, data, SegmentAge::Existing, |_| {})
             .await
     }
@@ -987,7 +991,10 @@ mod tests {
     #[test]
     fn status_codes_map_to_errors() {
         let e = |c| OsdCallError::from_status("a:1", &Status::new(c, "x"));
-        assert!(matches!(e(Code::Unavailable), OsdCallError::Unreachable { .. }));
+        assert!(matches!(
+            e(Code::Unavailable),
+            OsdCallError::Unreachable { .. }
+        ));
         assert!(matches!(
             e(Code::DeadlineExceeded),
             OsdCallError::Unreachable { .. }
@@ -997,9 +1004,15 @@ mod tests {
             OsdCallError::StaleLayout { .. }
         ));
         assert!(matches!(e(Code::Aborted), OsdCallError::NotDurable { .. }));
-        assert!(matches!(e(Code::DataLoss), OsdCallError::Unrecoverable { .. }));
+        assert!(matches!(
+            e(Code::DataLoss),
+            OsdCallError::Unrecoverable { .. }
+        ));
         assert!(matches!(e(Code::NotFound), OsdCallError::NotFound { .. }));
-        assert!(matches!(e(Code::InvalidArgument), OsdCallError::Invalid { .. }));
+        assert!(matches!(
+            e(Code::InvalidArgument),
+            OsdCallError::Invalid { .. }
+        ));
         assert!(matches!(e(Code::Internal), OsdCallError::Remote { .. }));
         // A connection that broke mid-call is worth another try.
         assert!(matches!(e(Code::Unknown), OsdCallError::Unreachable { .. }));

@@ -24,7 +24,9 @@ use bytes::Bytes;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::api::{self, layout_from_proto, meta_from_proto, meta_to_proto, DeltaStamp, Layout, SegmentAge};
+use crate::api::{
+    self, layout_from_proto, meta_from_proto, meta_to_proto, DeltaStamp, Layout, SegmentAge,
+};
 use crate::error::OsdError;
 use crate::metrics::{Metrics, OPS};
 use crate::proto;

@@ -144,7 +144,12 @@ impl Osd {
     }
 
     /// Stores (creates or replaces) holder `h`'s whole chunk.
-    pub(crate) async fn put_to(&self, h: &Holder, meta: ChunkMeta, data: Bytes) -> Result<(), Miss> {
+    pub(crate) async fn put_to(
+        &self,
+        h: &Holder,
+        meta: ChunkMeta,
+        data: Bytes,
+    ) -> Result<(), Miss> {
         if self.is_local(h) {
             return self
                 .blocking(move |s| s.put(&meta, &data))

@@ -76,11 +76,9 @@ impl Metrics {
 
     /// RPCs `op` (a name in [`OPS`]) served so far, ok and failed.
     pub fn served(&self, op: &str) -> u64 {
-        OPS.iter()
-            .position(|o| *o == op)
-            .map_or(0, |i| {
-                self.ops[i].ok.load(Ordering::Relaxed) + self.ops[i].errors.load(Ordering::Relaxed)
-            })
+        OPS.iter().position(|o| *o == op).map_or(0, |i| {
+            self.ops[i].ok.load(Ordering::Relaxed) + self.ops[i].errors.load(Ordering::Relaxed)
+        })
     }
 
     /// The Prometheus text exposition; `chunks` and `stored_bytes` come from the chunk store.

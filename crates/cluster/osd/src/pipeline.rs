@@ -178,10 +178,12 @@ impl Osd {
                 st.forget();
                 Err(e)
             }
-            Err(Halt::Piece { chunk, miss }) => match self.finish_ordinary(&mut p, &mut st, chunk, miss).await {
-                Some(r) => r,
-                None => return, // the client went away
-            },
+            Err(Halt::Piece { chunk, miss }) => {
+                match self.finish_ordinary(&mut p, &mut st, chunk, miss).await {
+                    Some(r) => r,
+                    None => return, // the client went away
+                }
+            }
         };
         if let Err(e) = rest {
             let _ = p.tx.send(Err(e)).await;
@@ -215,7 +217,10 @@ impl Osd {
             l.holders[chunk].usable = false;
         }
         for lane in p.lanes.iter().filter(|ln| ln.sent < ln.end) {
-            match self.read_locked(&l, st, lane.sent, lane.end - lane.sent).await {
+            match self
+                .read_locked(&l, st, lane.sent, lane.end - lane.sent)
+                .await
+            {
                 Ok(data) => {
                     Metrics::add(&self.inner.metrics.bytes_out, data.len() as u64);
                     let frames = api::slice_frames(Bytes::from(data));
@@ -328,9 +333,7 @@ impl Pipeline {
                     let chunk = self.lanes[li].chunk;
                     return Err(Halt::Piece { chunk, miss });
                 }
-                Err(e) => {
-                    return Err(Halt::Failed(OsdError::Internal(format!("read task: {e}"))))
-                }
+                Err(e) => return Err(Halt::Failed(OsdError::Internal(format!("read task: {e}")))),
             }
         }
     }

@@ -91,7 +91,11 @@ impl Osd {
 
     /// One attempt of [`Osd::recover`]: the bytes moved, or `None` when the stripe changed while
     /// its chunks moved (rebuild again).
-    async fn recover_attempt(&self, r: &Rebuild<'_>, attempt: usize) -> Result<Option<u64>, OsdError> {
+    async fn recover_attempt(
+        &self,
+        r: &Rebuild<'_>,
+        attempt: usize,
+    ) -> Result<Option<u64>, OsdError> {
         let (l, seg) = (r.l, r.l.segment_id);
         let throughout = attempt == RECOVERY_UNLOCKED_ATTEMPTS;
         let mut held = Some(r.lock.clone().lock_owned().await);
@@ -145,7 +149,10 @@ impl Osd {
     ) -> Result<Option<Vec<u64>>, OsdError> {
         let (l, seg) = (r.l, r.l.segment_id);
         let cb = chunk_bytes(l.length, self.k());
-        let (shards, _) = match self.gather(&r.usable, from, 0, cb, vec![None; self.n()]).await {
+        let (shards, _) = match self
+            .gather(&r.usable, from, 0, cb, vec![None; self.n()])
+            .await
+        {
             Ok(g) => g,
             // Without the lock an update may land between the view and the chunks (a chunk
             // then reads as newer, or too few agree with the view): rebuild again.

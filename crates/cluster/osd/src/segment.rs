@@ -48,7 +48,11 @@ impl Osd {
     }
 
     /// Refuses a layout this OSD is not the primary of, or one older than the newest it has seen.
-    pub(crate) async fn check_primary(&self, l: &Layout, st: &mut SegState) -> Result<(), OsdError> {
+    pub(crate) async fn check_primary(
+        &self,
+        l: &Layout,
+        st: &mut SegState,
+    ) -> Result<(), OsdError> {
         check_layout(l, self.n()).map_err(OsdError::Invalid)?;
         self.await_lease(l.segment_id).await?;
         if l.primary != self.osd_id() {

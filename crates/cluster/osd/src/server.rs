@@ -122,7 +122,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
-    use crate::api::{ChunkMeta, Layout, OsdClient, OsdCallError};
+    use crate::api::{ChunkMeta, Layout, OsdCallError, OsdClient};
     use crate::chunk_store::FileStore;
     use crate::service::OsdSetup;
 

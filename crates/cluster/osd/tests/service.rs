@@ -323,7 +323,11 @@ async fn a_new_segments_write_asks_no_holder_for_versions() {
         .await
         .unwrap();
     assert_eq!((ack.version, ack.stale.clone()), (1, vec![]));
-    assert_eq!(asked(&c), 0, "the write of a new segment asked for versions");
+    assert_eq!(
+        asked(&c),
+        0,
+        "the write of a new segment asked for versions"
+    );
     let skipped = &c.nodes[0].osd.metrics().new_segment_writes;
     assert_eq!(skipped.load(Ordering::Relaxed), 1);
     check_reads(&client, &l, &model, &mut rng, 3).await;
@@ -337,8 +341,8 @@ async fn a_new_segments_write_asks_no_holder_for_versions() {
 
     // A restarted primary (nothing in memory) gets a write of segment 40 said to be new: it holds
     // chunk 0, so it asks the holders and issues version 2, not 1 again.
-    let primary = OsdClient::connect(&restarted(&c, 0, kind, k, m).await, &Security::Insecure)
-        .unwrap();
+    let primary =
+        OsdClient::connect(&restarted(&c, 0, kind, k, m).await, &Security::Insecure).unwrap();
     let new = bytes(&mut rng, len);
     let ack = primary
         .write_segment_bytes_with(&l, Bytes::from(new.clone()), SegmentAge::New, |_| {})

@@ -152,7 +152,10 @@ async fn degraded_deltas(
         prior: now.view.applied[s.index],
         version,
     };
-    let targets: Vec<&Holder> = parity.iter().filter(|h| !stale.contains(&h.index)).collect();
+    let targets: Vec<&Holder> = parity
+        .iter()
+        .filter(|h| !stale.contains(&h.index))
+        .collect();
     let missed = send_deltas(osd, l.segment_id, &targets, &deltas, lo, stamp).await;
     stale.extend(missed);
     now.view.applied[s.index] = version;

@@ -4,18 +4,18 @@
 //! place and sends one parity delta per parity chunk with ApplyDelta, which the parity holder XORs
 //! in place).
 //!
-//! **The seam.** What every scheme shares stays here, in the primary's [`Osd::update`]: the
+//! **The seam.** What every scheme shares stays here, in the primary's `Osd::update`: the
 //! segment's lock and layout checks, refusing an update with fewer than k + 1 usable chunks, the
 //! new version (newest seen + 1, used up whether or not the update is acknowledged), the split into
-//! one [`SubUpdate`] per data chunk, the lease check before any chunk changes, and the end: stale
+//! one `SubUpdate` per data chunk, the lease check before any chunk changes, and the end: stale
 //! chunks marked at the MDS before the reply, fewer than k + 1 chunks holding the new version an
 //! error. A scheme supplies three steps:
 //!
-//! - [`Scheme::apply`], at the primary: carry out the sub-updates at the holders and say which
-//!   chunks did not take them and what the view is afterwards ([`Applied`]);
-//! - [`Scheme::update_chunk`], at a data holder (UpdateChunk): apply one sub-update, refused unless
+//! - `Scheme::apply`, at the primary: carry out the sub-updates at the holders and say which
+//!   chunks did not take them and what the view is afterwards (`Applied`);
+//! - `Scheme::update_chunk`, at a data holder (UpdateChunk): apply one sub-update, refused unless
 //!   the chunk is at the version the primary expects, and pass its deltas on;
-//! - [`Scheme::apply_delta`], at a parity holder (ApplyDelta): take one data chunk's delta, refused
+//! - `Scheme::apply_delta`, at a parity holder (ApplyDelta): take one data chunk's delta, refused
 //!   unless the parity includes exactly the delta's prior version of that chunk, a no-op if it
 //!   already includes the new one.
 //!
@@ -106,7 +106,11 @@ impl Scheme {
 
     /// A data holder's part of a sub-update (its request checked); the parity chunks that did not
     /// take their part.
-    pub(crate) async fn update_chunk(self, osd: &Osd, u: ChunkUpdate) -> Result<Vec<u32>, OsdError> {
+    pub(crate) async fn update_chunk(
+        self,
+        osd: &Osd,
+        u: ChunkUpdate,
+    ) -> Result<Vec<u32>, OsdError> {
         match self {
             Scheme::Fo => fo::update_chunk(osd, u).await,
         }
@@ -151,7 +155,12 @@ impl Osd {
     /// UpdateSegment at the primary: overwrite `data.len()` bytes of the segment at `offset`
     /// through this OSD's [`Scheme`]; the version issued and the chunks that missed it (marked
     /// stale at the MDS before this returns).
-    pub(crate) async fn update(&self, l: Layout, offset: u64, data: Vec<u8>) -> Result<Ack, OsdError> {
+    pub(crate) async fn update(
+        &self,
+        l: Layout,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<Ack, OsdError> {
         let lock = self.segment_lock(l.segment_id);
         let mut st = lock.lock().await;
         self.check_primary(&l, &mut st).await?;
@@ -172,7 +181,11 @@ impl Osd {
             layout: &l,
             version,
             subs: split_update(offset, &data, chunk_bytes(l.length, k)),
-            parity: l.holders[k..].iter().filter(|h| h.usable).cloned().collect(),
+            parity: l.holders[k..]
+                .iter()
+                .filter(|h| h.usable)
+                .cloned()
+                .collect(),
         };
         if let Err(e) = self.check_lease(l.segment_id) {
             st.forget();
