@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes};
 use ecstack_mds::MdsError;
 use ecstack_mds::{ClusterStatus, FileInfo, FileSummary, MdsClient, OsdState, SegmentLayout};
-use ecstack_osd::{Layout, OsdClient, OsdError};
+use ecstack_osd::{Layout, OsdCallError, OsdClient, SegmentAge};
 use ecstack_rpc::{limits, retry_with_progress, Backoff, ClusterConfig, Security};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
@@ -389,7 +389,7 @@ impl Client {
     ) -> Result<T, ClientError>
     where
         F: Fn(OsdClient, Layout, Arc<AtomicU64>) -> Fut,
-        Fut: Future<Output = Result<T, OsdError>>,
+        Fut: Future<Output = Result<T, OsdCallError>>,
     {
         let this = self;
         let op = &op;
@@ -415,7 +415,7 @@ impl Client {
                 .await?
             };
             if layout.primary_addr.is_empty() {
-                return Err(ClientError::Osd(OsdError::Unreachable {
+                return Err(ClientError::Osd(OsdCallError::Unreachable {
                     addr: "(none)".into(),
                     message: format!("segment {} has no primary OSD now", layout.segment_id),
                 }));
@@ -431,7 +431,7 @@ impl Client {
             .await;
             if matches!(
                 res,
-                Err(ClientError::Osd(OsdError::Unreachable { .. }))
+                Err(ClientError::Osd(OsdCallError::Unreachable { .. }))
                     | Err(ClientError::Timeout { .. })
                     | Err(ClientError::Stalled { .. })
             ) {
@@ -543,6 +543,10 @@ impl Client {
                 let client = self.clone();
                 let seg_what = format!("{what}: segment {}", layout.index);
                 let sent = self.inner.options.sent.clone();
+                // The first attempt writes the layout AllocateSegments just returned: the
+                // primary need not ask the holders for versions a new segment cannot have. A
+                // retry may find chunks of the attempt before, so it says nothing.
+                let first = AtomicBool::new(true);
                 in_flight.spawn(async move {
                     client
                         .on_primary(
@@ -551,8 +555,12 @@ impl Client {
                             Some(data.len() as u64),
                             |osd, l, moved| {
                                 let (data, sent, leg) = (data.clone(), sent.clone(), leg.clone());
+                                let age = match first.swap(false, Ordering::Relaxed) {
+                                    true => SegmentAge::New,
+                                    false => SegmentAge::Existing,
+                                };
                                 async move {
-                                    osd.write_segment_bytes_with(&l, data, move |n| {
+                                    osd.write_segment_bytes_with(&l, data, age, move |n| {
                                         moved.fetch_add(n, Ordering::Relaxed);
                                         leg.moved(n);
                                         if let Some(s) = &sent {
@@ -840,7 +848,7 @@ impl Client {
                 }
                 Ok(Ok(_)) => usable = false, // another version: an update came in between
                 Ok(Err(e)) => {
-                    if matches!(e, OsdError::Unreachable { .. }) {
+                    if matches!(e, OsdCallError::Unreachable { .. }) {
                         self.forget_osd(osd.addr());
                     }
                     usable = false;

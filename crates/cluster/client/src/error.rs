@@ -1,7 +1,7 @@
 //! Everything a client call can fail with, each as one line a user can act on.
 
 use ecstack_mds::MdsError;
-use ecstack_osd::OsdError;
+use ecstack_osd::OsdCallError;
 use ecstack_rpc::{ConfigError, SecurityError};
 
 #[derive(Debug, thiserror::Error)]
@@ -15,7 +15,7 @@ pub enum ClientError {
     #[error("{0}")]
     Mds(#[from] MdsError),
     #[error("{0}")]
-    Osd(#[from] OsdError),
+    Osd(#[from] OsdCallError),
     #[error("{path}: byte range {offset}..{end} is outside the file ({size} bytes)")]
     Range {
         path: String,

@@ -1,7 +1,7 @@
 //! The typed client of the OSD protocol (`proto/osd.proto`) and its domain types. Clients use
 //! [`OsdClient::write_segment`], [`OsdClient::read_segment`] and [`OsdClient::update_segment`] against a
 //! segment's primary; OSDs use the chunk calls against each other. Generated types never leave this
-//! crate: callers see [`Layout`], [`Holder`], [`ChunkMeta`], [`Ack`] and [`OsdError`].
+//! crate: callers see [`Layout`], [`Holder`], [`ChunkMeta`], [`Ack`] and [`OsdCallError`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -210,10 +210,28 @@ pub struct Ack {
     pub stale: Vec<u32>,
 }
 
-/// What can go wrong talking to an OSD. [`OsdError::is_retryable`] says whether a client should
+/// Whether a WriteSegment writes a segment the MDS has just allocated. A primary that knows nothing
+/// of a new segment (and holds none of its chunks) then asks no holder for its versions: there are
+/// none. Say [`SegmentAge::New`] only for the layout AllocateSegments returned, on the first attempt
+/// to write it; a retry may find chunks of the attempt before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentAge {
+    /// Just allocated, never written: the first attempt.
+    New,
+    /// Anything else (a retry, a rewrite); the primary learns the segment's versions if it does
+    /// not know them.
+    Existing,
+}
+
+/// The gRPC request metadata key by which WriteSegment carries [`SegmentAge::New`] (value `1`;
+/// absent: [`SegmentAge::Existing`]). Metadata, not a field of the request, so a peer that does not
+/// know it writes as before.
+pub const NEW_SEGMENT_KEY: &str = "ecstack-new-segment";
+
+/// What can go wrong talking to an OSD. [`OsdCallError::is_retryable`] says whether a client should
 /// re-fetch the layout and try again.
 #[derive(Debug, thiserror::Error)]
-pub enum OsdError {
+pub enum OsdCallError {
     #[error("OSD {addr} unreachable: {message}")]
     Unreachable { addr: String, message: String },
     #[error("OSD {addr}: stale layout: {message}")]
@@ -241,31 +259,31 @@ pub enum OsdError {
     Security(#[from] ecstack_rpc::SecurityError),
 }
 
-impl OsdError {
+impl OsdCallError {
     /// The error a gRPC status from `addr` means (the OSD service picks its codes to match).
-    pub fn from_status(addr: &str, s: &Status) -> OsdError {
+    pub fn from_status(addr: &str, s: &Status) -> OsdCallError {
         let addr = addr.to_owned();
         if let Some(message) = ecstack_rpc::handshake_refusal(s) {
             // tonic says Unavailable (it could not connect), but no retry fixes a certificate.
-            return OsdError::Unauthenticated { addr, message };
+            return OsdCallError::Unauthenticated { addr, message };
         }
         let message = ecstack_rpc::status_detail(s);
         match s.code() {
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
-                OsdError::Unreachable { addr, message }
+                OsdCallError::Unreachable { addr, message }
             }
             // tonic's code for a connection that broke under a call ("h2 protocol error: error
             // reading a body from connection: connection reset"); OSDs never answer Unknown
             // themselves. A refused TLS handshake stays final (`is_transient` says which).
             Code::Unknown if ecstack_rpc::is_transient(s) => {
-                OsdError::Unreachable { addr, message }
+                OsdCallError::Unreachable { addr, message }
             }
-            Code::FailedPrecondition => OsdError::StaleLayout { addr, message },
-            Code::Aborted => OsdError::NotDurable { addr, message },
-            Code::DataLoss => OsdError::Unrecoverable { addr, message },
-            Code::NotFound => OsdError::NotFound { addr, message },
-            Code::InvalidArgument | Code::OutOfRange => OsdError::Invalid { addr, message },
-            code => OsdError::Remote {
+            Code::FailedPrecondition => OsdCallError::StaleLayout { addr, message },
+            Code::Aborted => OsdCallError::NotDurable { addr, message },
+            Code::DataLoss => OsdCallError::Unrecoverable { addr, message },
+            Code::NotFound => OsdCallError::NotFound { addr, message },
+            Code::InvalidArgument | Code::OutOfRange => OsdCallError::Invalid { addr, message },
+            code => OsdCallError::Remote {
                 addr,
                 code,
                 message,
@@ -278,9 +296,9 @@ impl OsdError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            OsdError::Unreachable { .. }
-                | OsdError::StaleLayout { .. }
-                | OsdError::NotDurable { .. }
+            OsdCallError::Unreachable { .. }
+                | OsdCallError::StaleLayout { .. }
+                | OsdCallError::NotDurable { .. }
         )
     }
 }
@@ -304,7 +322,7 @@ impl std::fmt::Debug for OsdClient {
 
 impl OsdClient {
     /// A lazily connecting client of the OSD at `addr` (`host:port`), with the default deadlines.
-    pub fn connect(addr: &str, security: &Security) -> Result<OsdClient, OsdError> {
+    pub fn connect(addr: &str, security: &Security) -> Result<OsdClient, OsdCallError> {
         OsdClient::connect_with(addr, security, CONNECT_TIMEOUT, Some(REQUEST_TIMEOUT))
     }
 
@@ -315,7 +333,7 @@ impl OsdClient {
         security: &Security,
         connect_timeout: Duration,
         timeout: Option<Duration>,
-    ) -> Result<OsdClient, OsdError> {
+    ) -> Result<OsdClient, OsdCallError> {
         let channel = security.channel(addr, connect_timeout, timeout)?;
         let raw = RawClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -339,12 +357,12 @@ impl OsdClient {
         &self.addr
     }
 
-    fn err(&self, s: Status) -> OsdError {
-        OsdError::from_status(&self.addr, &s)
+    fn err(&self, s: Status) -> OsdCallError {
+        OsdCallError::from_status(&self.addr, &s)
     }
 
-    fn protocol(&self, message: impl Into<String>) -> OsdError {
-        OsdError::Protocol {
+    fn protocol(&self, message: impl Into<String>) -> OsdCallError {
+        OsdCallError::Protocol {
             addr: self.addr.clone(),
             message: message.into(),
         }
@@ -352,7 +370,7 @@ impl OsdClient {
 
     /// Client → primary: store a whole segment (`data.len()` must equal `layout.length`); the bytes
     /// travel in frames of [`FRAME_BYTES`].
-    pub async fn write_segment(&self, layout: &Layout, data: &[u8]) -> Result<Ack, OsdError> {
+    pub async fn write_segment(&self, layout: &Layout, data: &[u8]) -> Result<Ack, OsdCallError> {
         self.write_segment_frames(layout, tokio_stream::iter(split_frames(data)))
             .await
     }
@@ -364,7 +382,22 @@ impl OsdClient {
         &self,
         layout: &Layout,
         frames: impl tokio_stream::Stream<Item = Bytes> + Send + 'static,
-    ) -> Result<Ack, OsdError> {
+    ) -> Result<Ack, OsdCallError> {
+        self.write_segment_frames_as(layout, SegmentAge::Existing, frames)
+            .await
+    }
+
+    /// [`OsdClient::write_segment_frames`] of a segment of the given [`SegmentAge`].
+    pub async fn write_segment_frames_as(
+        &self,
+        layout: &Layout,
+        age: SegmentAge,
+        frames: impl tokio_stream::Stream<Item = Bytes> + Send + 'static,
+    ) -> Result<Ack, OsdCallError> {
+        let metadata: &[(&'static str, &'static str)] = match age {
+            SegmentAge::New => &[(NEW_SEGMENT_KEY, "1")],
+            SegmentAge::Existing => &[],
+        };
         let head = proto::SegmentWrite {
             part: Some(proto::segment_write::Part::Layout(layout_to_proto(layout))),
         };
@@ -372,6 +405,7 @@ impl OsdClient {
         let reply: proto::WriteSegmentReply = wire::client_streaming(
             &self.channel,
             wire::WRITE_SEGMENT_PATH,
+            metadata,
             tokio_stream::iter([Reply::Message(head)]).chain(data),
             STREAM_MESSAGE_BYTES_MAX,
         )
@@ -385,23 +419,30 @@ impl OsdClient {
 
     /// [`OsdClient::write_segment`] of bytes already in a shared buffer: the frames are slices of
     /// `data` (no copy).
-    pub async fn write_segment_bytes(&self, layout: &Layout, data: Bytes) -> Result<Ack, OsdError> {
-        self.write_segment_bytes_with(layout, data, |_| {}).await
+    pub async fn write_segment_bytes(
+        &self,
+        layout: &Layout,
+        data: Bytes,
+    ) -> Result<Ack, OsdCallError> {
+        self.write_segment_bytes_with(layout, data, SegmentAge::Existing, |_| {})
+            .await
     }
 
-    /// [`OsdClient::write_segment_bytes`], calling `on_frame` with each frame's length as the
-    /// transport takes it (HTTP/2 flow control holds the frames back until the primary reads).
+    /// [`OsdClient::write_segment_bytes`] of a segment of the given [`SegmentAge`], calling
+    /// `on_frame` with each frame's length as the transport takes it (HTTP/2 flow control holds
+    /// the frames back until the primary reads).
     pub async fn write_segment_bytes_with(
         &self,
         layout: &Layout,
         data: Bytes,
+        age: SegmentAge,
         mut on_frame: impl FnMut(u64) + Send + 'static,
-    ) -> Result<Ack, OsdError> {
+    ) -> Result<Ack, OsdCallError> {
         let frames = tokio_stream::iter(slice_frames(data)).map(move |f| {
             on_frame(f.len() as u64);
             f
         });
-        self.write_segment_frames(layout, frames).await
+        self.write_segment_frames_as(layout, age, frames).await
     }
 
     /// Client → primary: `length` bytes of the segment from `offset` (degraded if chunks are missing).
@@ -410,7 +451,7 @@ impl OsdClient {
         layout: &Layout,
         offset: u64,
         length: u64,
-    ) -> Result<Vec<u8>, OsdError> {
+    ) -> Result<Vec<u8>, OsdCallError> {
         let frames = self.read_segment_frames(layout, offset, length).await?;
         let mut out = Vec::with_capacity(length as usize);
         for f in &frames {
@@ -426,7 +467,7 @@ impl OsdClient {
         layout: &Layout,
         offset: u64,
         length: u64,
-    ) -> Result<Vec<Bytes>, OsdError> {
+    ) -> Result<Vec<Bytes>, OsdCallError> {
         self.read_segment_frames_with(layout, offset, length, |_| {})
             .await
     }
@@ -439,7 +480,7 @@ impl OsdClient {
         offset: u64,
         length: u64,
         mut on_frame: impl FnMut(u64) + Send,
-    ) -> Result<Vec<Bytes>, OsdError> {
+    ) -> Result<Vec<Bytes>, OsdCallError> {
         let req = proto::ReadSegmentRequest {
             layout: Some(layout_to_proto(layout)),
             offset,
@@ -475,7 +516,7 @@ impl OsdClient {
         layout: &Layout,
         offset: u64,
         data: &[u8],
-    ) -> Result<Ack, OsdError> {
+    ) -> Result<Ack, OsdCallError> {
         let req = proto::UpdateSegmentRequest {
             layout: Some(layout_to_proto(layout)),
             offset,
@@ -495,7 +536,7 @@ impl OsdClient {
     }
 
     /// OSD → OSD: store (create or replace) a whole chunk.
-    pub async fn put_chunk(&self, meta: &ChunkMeta, data: Bytes) -> Result<(), OsdError> {
+    pub async fn put_chunk(&self, meta: &ChunkMeta, data: Bytes) -> Result<(), OsdCallError> {
         self.put_chunk_frames(meta, tokio_stream::iter(slice_frames(data)))
             .await
     }
@@ -508,7 +549,7 @@ impl OsdClient {
         &self,
         meta: &ChunkMeta,
         frames: impl tokio_stream::Stream<Item = Bytes> + Send + 'static,
-    ) -> Result<(), OsdError> {
+    ) -> Result<(), OsdCallError> {
         self.put_chunk_groups(meta, frames.map(|f| vec![f])).await
     }
 
@@ -518,7 +559,7 @@ impl OsdClient {
         &self,
         meta: &ChunkMeta,
         frames: impl tokio_stream::Stream<Item = Vec<Bytes>> + Send + 'static,
-    ) -> Result<(), OsdError> {
+    ) -> Result<(), OsdCallError> {
         let header = proto::ChunkWrite {
             part: Some(proto::chunk_write::Part::Header(proto::ChunkHeader {
                 target_osd: self.target,
@@ -529,6 +570,7 @@ impl OsdClient {
         let _: proto::PutChunkReply = wire::client_streaming(
             &self.channel,
             wire::PUT_CHUNK_PATH,
+            &[],
             tokio_stream::iter([Reply::Message(header)]).chain(data),
             STREAM_MESSAGE_BYTES_MAX,
         )
@@ -552,7 +594,7 @@ impl OsdClient {
         offset: u64,
         length: u64,
         idle: Option<Duration>,
-    ) -> Result<(ChunkMeta, Bytes), OsdError> {
+    ) -> Result<(ChunkMeta, Bytes), OsdCallError> {
         let (meta, frames) = self
             .get_chunk_frames(segment_id, index, offset, length, idle)
             .await?;
@@ -567,7 +609,7 @@ impl OsdClient {
         offset: u64,
         length: u64,
         idle: Option<Duration>,
-    ) -> Result<(ChunkMeta, Vec<Bytes>), OsdError> {
+    ) -> Result<(ChunkMeta, Vec<Bytes>), OsdCallError> {
         let req = proto::GetChunkRequest {
             segment_id,
             index,
@@ -633,14 +675,14 @@ impl OsdClient {
         &self,
         idle: Option<Duration>,
         what: &(dyn Fn() -> String + Sync),
-        fut: impl Future<Output = Result<T, OsdError>>,
-    ) -> Result<T, OsdError> {
+        fut: impl Future<Output = Result<T, OsdCallError>>,
+    ) -> Result<T, OsdCallError> {
         let Some(idle) = idle else {
             return fut.await;
         };
         match tokio::time::timeout(idle, fut).await {
             Ok(r) => r,
-            Err(_) => Err(OsdError::Unreachable {
+            Err(_) => Err(OsdCallError::Unreachable {
                 addr: self.addr.clone(),
                 message: format!("{}: nothing arrived for {} ms", what(), idle.as_millis()),
             }),
@@ -655,7 +697,7 @@ impl OsdClient {
         layout: &Layout,
         offset: u64,
         length: u64,
-    ) -> Result<Option<Vec<u64>>, OsdError> {
+    ) -> Result<Option<Vec<u64>>, OsdCallError> {
         let req = proto::ReadPlanRequest {
             layout: Some(layout_to_proto(layout)),
             offset,
@@ -694,7 +736,7 @@ impl OsdClient {
         version: u64,
         expected_version: u64,
         parity: &[Holder],
-    ) -> Result<Vec<u32>, OsdError> {
+    ) -> Result<Vec<u32>, OsdCallError> {
         let req = proto::UpdateChunkRequest {
             segment_id,
             index,
@@ -725,7 +767,7 @@ impl OsdClient {
         offset: u64,
         delta: &[u8],
         stamp: DeltaStamp,
-    ) -> Result<(), OsdError> {
+    ) -> Result<(), OsdCallError> {
         let req = proto::ApplyDeltaRequest {
             segment_id,
             index,
@@ -749,7 +791,7 @@ impl OsdClient {
         &self,
         segment_id: u64,
         index: u32,
-    ) -> Result<Option<ChunkVersions>, OsdError> {
+    ) -> Result<Option<ChunkVersions>, OsdCallError> {
         let reply = self
             .raw
             .clone()
@@ -768,7 +810,7 @@ impl OsdClient {
     }
 
     /// Remove a chunk (no error if it is absent).
-    pub async fn delete_chunk(&self, segment_id: u64, index: u32) -> Result<(), OsdError> {
+    pub async fn delete_chunk(&self, segment_id: u64, index: u32) -> Result<(), OsdCallError> {
         self.raw
             .clone()
             .delete_chunk(proto::DeleteChunkRequest {
@@ -955,23 +997,32 @@ mod tests {
 
     #[test]
     fn status_codes_map_to_errors() {
-        let e = |c| OsdError::from_status("a:1", &Status::new(c, "x"));
-        assert!(matches!(e(Code::Unavailable), OsdError::Unreachable { .. }));
+        let e = |c| OsdCallError::from_status("a:1", &Status::new(c, "x"));
+        assert!(matches!(
+            e(Code::Unavailable),
+            OsdCallError::Unreachable { .. }
+        ));
         assert!(matches!(
             e(Code::DeadlineExceeded),
-            OsdError::Unreachable { .. }
+            OsdCallError::Unreachable { .. }
         ));
         assert!(matches!(
             e(Code::FailedPrecondition),
-            OsdError::StaleLayout { .. }
+            OsdCallError::StaleLayout { .. }
         ));
-        assert!(matches!(e(Code::Aborted), OsdError::NotDurable { .. }));
-        assert!(matches!(e(Code::DataLoss), OsdError::Unrecoverable { .. }));
-        assert!(matches!(e(Code::NotFound), OsdError::NotFound { .. }));
-        assert!(matches!(e(Code::InvalidArgument), OsdError::Invalid { .. }));
-        assert!(matches!(e(Code::Internal), OsdError::Remote { .. }));
+        assert!(matches!(e(Code::Aborted), OsdCallError::NotDurable { .. }));
+        assert!(matches!(
+            e(Code::DataLoss),
+            OsdCallError::Unrecoverable { .. }
+        ));
+        assert!(matches!(e(Code::NotFound), OsdCallError::NotFound { .. }));
+        assert!(matches!(
+            e(Code::InvalidArgument),
+            OsdCallError::Invalid { .. }
+        ));
+        assert!(matches!(e(Code::Internal), OsdCallError::Remote { .. }));
         // A connection that broke mid-call is worth another try.
-        assert!(matches!(e(Code::Unknown), OsdError::Unreachable { .. }));
+        assert!(matches!(e(Code::Unknown), OsdCallError::Unreachable { .. }));
         assert!(e(Code::Unknown).is_retryable());
         assert!(e(Code::Unavailable).is_retryable());
         assert!(!e(Code::DataLoss).is_retryable());

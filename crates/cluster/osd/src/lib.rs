@@ -4,13 +4,20 @@
 //!
 //! Layout (dependencies point down): `proto` (generated, private) → `wire` (chunk data on the gRPC
 //! wire without copies: a streamed reply's data kept as the slices it arrived in, sent from the
-//! buffer it was read into) → `api` (the typed client [`api::OsdClient`] and domain types, what
-//! other crates use) → `chunk_store` (the `ChunkStore` seam and `FileStore`, chunk files with
-//! versioned headers and per-block crc32c) → `service` (the OSD service: primary work, chunk calls,
-//! recovery) → `server` (the gRPC service a daemon mounts: the generated one, with the chunk-data
-//! replies sent through `wire`) → `daemon` (the process: register with the MDS, heartbeat, run
-//! recovery and delete tasks); `lease` (a primary acts only while the MDS cannot have declared it
-//! down).
+//! buffer it was read into) → `api` (the typed client [`api::OsdClient`], its error
+//! [`api::OsdCallError`] and the domain types, what other crates use) → `chunk_store` (the
+//! `ChunkStore` seam and `FileStore`, chunk files with versioned headers and per-block crc32c) →
+//! `service` (the [`service::Osd`] type and what its operations share) with one module per
+//! operation, each over the domain error [`OsdError`] (`error`): `write`, `read` and `pipeline`
+//! (the pipelined read), `degraded` (the ordinary and degraded read, repair), [`update`] (one file
+//! per update scheme behind [`update::Scheme`]: `fo`), `recover`, `delete`, `chunk` (PutChunk,
+//! GetChunk, ChunkVersion at a holder), over `holder` (one holder's chunk, local or remote) and
+//! `segment` (the primary's per-segment lock and view, `view`) → `handlers` (the gRPC handlers:
+//! requests decoded, [`OsdError`] mapped to status codes) → `server` (the gRPC service a daemon
+//! mounts: the generated one, with the chunk-data replies sent through `wire`) → `daemon` (the
+//! process: register with the MDS, heartbeat, run recovery and delete tasks); `lease` (a primary
+//! acts only while the MDS cannot have declared it down); `roles` (which certificate role may call
+//! which RPC, checked where the daemon builds its server).
 
 #[allow(clippy::all)]
 mod proto {
@@ -18,17 +25,32 @@ mod proto {
 }
 
 pub mod api;
+mod chunk;
 pub mod chunk_store;
 pub mod daemon;
+mod degraded;
+mod delete;
+pub mod error;
+mod handlers;
+mod holder;
 pub mod lease;
 pub mod metrics;
+mod pipeline;
+mod read;
+mod recover;
 pub mod roles;
+mod segment;
 pub mod server;
 pub mod service;
+pub mod update;
 mod view;
 mod wire;
+mod write;
 
-pub use api::{Ack, ChunkMeta, ChunkVersions, DeltaStamp, Holder, Layout, OsdClient, OsdError};
+pub use api::{
+    Ack, ChunkMeta, ChunkVersions, DeltaStamp, Holder, Layout, OsdCallError, OsdClient, SegmentAge,
+};
+pub use error::OsdError;
 
 #[cfg(test)]
 mod fuzz;

@@ -48,6 +48,7 @@ pub struct Metrics {
     pub recovery_failures: AtomicU64,
     pub lease_refusals: AtomicU64,
     pub slow_peer_fetches: AtomicU64,
+    pub new_segment_writes: AtomicU64,
 }
 
 impl Metrics {
@@ -71,6 +72,13 @@ impl Metrics {
 
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// RPCs `op` (a name in [`OPS`]) served so far, ok and failed.
+    pub fn served(&self, op: &str) -> u64 {
+        OPS.iter().position(|o| *o == op).map_or(0, |i| {
+            self.ops[i].ok.load(Ordering::Relaxed) + self.ops[i].errors.load(Ordering::Relaxed)
+        })
     }
 
     /// The Prometheus text exposition; `chunks` and `stored_bytes` come from the chunk store.
@@ -126,7 +134,7 @@ impl Metrics {
                 "ecstack_osd_op_seconds_count{{osd=\"{osd_id}\",op=\"{op}\"}} {cum}"
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 10] = [
+        let counters: [(&str, &str, &AtomicU64); 11] = [
             (
                 "ecstack_osd_bytes_in_total",
                 "segment and chunk bytes received",
@@ -176,6 +184,11 @@ impl Metrics {
                 "ecstack_osd_slow_peer_fetches_total",
                 "chunk reads from a peer OSD that took 10 s or more (or gave up waiting)",
                 &self.slow_peer_fetches,
+            ),
+            (
+                "ecstack_osd_new_segment_writes_total",
+                "writes of a just-allocated segment that asked no holder for its versions",
+                &self.new_segment_writes,
             ),
         ];
         for (name, help, v) in counters {

@@ -2,8 +2,8 @@
 //! four that stream chunk data: `GetChunk` and `ReadSegment`, whose replies are sent by
 //! [`crate::wire`] from the buffers the chunks were read into, and `WriteSegment` and `PutChunk`,
 //! whose requests are read by it as the slices they arrived in (no copy either way). Both paths go
-//! through the same handlers ([`crate::service::Osd`]); only the encoding differs, and the bytes on
-//! the wire are the same gRPC messages.
+//! through the same handlers (`handlers.rs`, on [`crate::service::Osd`]); only the encoding
+//! differs, and the bytes on the wire are the same gRPC messages.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -67,8 +67,15 @@ impl Service<http::Request<Body>> for OsdService {
                 Ok(server_streaming(req, |r| async move { osd.read_segment(r).await }).await)
             }),
             wire::WRITE_SEGMENT_PATH => Box::pin(async move {
+                let age = crate::handlers::segment_age(
+                    req.headers()
+                        .get(api::NEW_SEGMENT_KEY)
+                        .map(|v| v.as_bytes()),
+                );
                 let messages = wire::RequestStream::new(req.into_body(), REQUEST_BYTES_MAX);
-                Ok(wire::unary_response(osd.write_segment_from(messages).await))
+                Ok(wire::unary_response(
+                    osd.write_segment_from(messages, age).await,
+                ))
             }),
             wire::PUT_CHUNK_PATH => Box::pin(async move {
                 let messages = wire::RequestStream::new(req.into_body(), REQUEST_BYTES_MAX);
@@ -115,7 +122,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
-    use crate::api::{ChunkMeta, Layout, OsdClient, OsdError};
+    use crate::api::{ChunkMeta, Layout, OsdCallError, OsdClient};
     use crate::chunk_store::FileStore;
     use crate::service::OsdSetup;
 
@@ -284,7 +291,7 @@ mod tests {
                 )
                 .await
                 .unwrap_err();
-            assert!(matches!(e, OsdError::Invalid { .. }), "{addr}: {e:?}");
+            assert!(matches!(e, OsdCallError::Invalid { .. }), "{addr}: {e:?}");
         }
 
         // Our client against both servers.
@@ -303,14 +310,14 @@ mod tests {
             let got: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
             assert_eq!(got, &data[5..], "{addr}");
             let e = c.get_chunk_frames(9, 1, 0, 0, None).await.unwrap_err();
-            assert!(matches!(e, OsdError::NotFound { .. }), "{e:?}");
+            assert!(matches!(e, OsdCallError::NotFound { .. }), "{e:?}");
             let e = OsdClient::connect(addr, &Security::Insecure)
                 .unwrap()
                 .for_osd(ME + 1)
                 .get_chunk_frames(1, 1, 0, 0, None)
                 .await
                 .unwrap_err();
-            assert!(matches!(e, OsdError::StaleLayout { .. }), "{e:?}");
+            assert!(matches!(e, OsdCallError::StaleLayout { .. }), "{e:?}");
         }
     }
 }

@@ -381,7 +381,7 @@ pub(crate) async fn server_streaming<T: DataMessage>(
     max_message: usize,
 ) -> Result<ReplyReader<T>, Status> {
     let body = Body::new(http_body_util::Full::new(encode_message(request)));
-    let (response, trailers_only) = call(channel, path, body).await?;
+    let (response, trailers_only) = call(channel, path, &[], body).await?;
     let mut messages = MessageReader::new(response.into_body(), max_message);
     if trailers_only.is_some() {
         // Status OK in the headers: an empty stream, nothing more to read.
@@ -419,21 +419,27 @@ fn check_reply_head(path: &str, response: &http::Response<Body>) -> Result<Optio
     Ok(trailers_only)
 }
 
-/// Sends `body` as the request of method `path` over `channel`; the response's head checked.
+/// Sends `body` as the request of method `path` over `channel`, with the request metadata
+/// `metadata` (ASCII keys and values); the response's head checked.
 async fn call(
     channel: &Channel,
     path: &'static str,
+    metadata: &[(&'static str, &'static str)],
     body: Body,
 ) -> Result<(http::Response<Body>, Option<Status>), Status> {
     let mut channel = channel.clone();
     std::future::poll_fn(|cx| channel.poll_ready(cx))
         .await
         .map_err(transport_status)?;
-    let req = http::Request::builder()
+    let mut req = http::Request::builder()
         .method(http::Method::POST)
         .uri(path)
         .header(http::header::CONTENT_TYPE, "application/grpc")
-        .header(http::header::TE, "trailers")
+        .header(http::header::TE, "trailers");
+    for &(key, value) in metadata {
+        req = req.header(key, value);
+    }
+    let req = req
         .body(body)
         .map_err(|e| Status::internal(format!("cannot build the request for {path}: {e}")))?;
     let response = channel.call(req).await.map_err(transport_status)?;
@@ -441,12 +447,13 @@ async fn call(
     Ok((response, trailers_only))
 }
 
-/// Calls the client-streaming method `path` with the messages of `requests` (a data message sent
-/// from the buffers its slices are in) and returns its one reply message; replies larger than `max_message`
-/// bytes are refused.
+/// Calls the client-streaming method `path` with the request metadata `metadata` and the messages
+/// of `requests` (a data message sent from the buffers its slices are in) and returns its one
+/// reply message; replies larger than `max_message` bytes are refused.
 pub(crate) async fn client_streaming<T, R>(
     channel: &Channel,
     path: &'static str,
+    metadata: &[(&'static str, &'static str)],
     requests: impl tokio_stream::Stream<Item = Reply<T>> + Send + 'static,
     max_message: usize,
 ) -> Result<R, Status>
@@ -460,7 +467,7 @@ where
         trailers: false,
         done: false,
     });
-    let (response, trailers_only) = call(channel, path, body).await?;
+    let (response, trailers_only) = call(channel, path, metadata, body).await?;
     if trailers_only.is_some() {
         return Err(Status::internal(format!(
             "{path} answered without a reply message"

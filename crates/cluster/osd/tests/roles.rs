@@ -16,7 +16,7 @@ use ecstack_mds::store::SqliteStore;
 use ecstack_osd::api::DeltaStamp;
 use ecstack_osd::daemon::{Daemon, DaemonConfig};
 use ecstack_osd::roles::OSD_ROLES;
-use ecstack_osd::{ChunkMeta, Layout, OsdClient, OsdError};
+use ecstack_osd::{ChunkMeta, Layout, OsdClient, OsdCallError};
 use ecstack_rpc::init::{init_cluster, issue_certificate_with_role, InitOptions};
 use ecstack_rpc::{ClusterConfig, Security};
 use tokio::sync::oneshot;
@@ -131,7 +131,7 @@ fn layout(osd_id: u32) -> Layout {
 
 /// Calls `method` with arguments the OSD will mostly refuse for other reasons (no holders, no
 /// such chunk): only the role check matters here.
-async fn call(c: &OsdClient, osd_id: u32, method: &str) -> Result<(), OsdError> {
+async fn call(c: &OsdClient, osd_id: u32, method: &str) -> Result<(), OsdCallError> {
     let l = layout(osd_id);
     match method {
         "WriteSegment" => c.write_segment(&l, b"abcdefgh").await.map(drop),
@@ -190,7 +190,7 @@ async fn every_rpc_with_every_role() {
                 .await
                 .unwrap_or_else(|_| panic!("{method} as {cert}: no answer"));
             match r {
-                Err(OsdError::Remote {
+                Err(OsdCallError::Remote {
                     code: Code::PermissionDenied,
                     message,
                     ..
@@ -207,7 +207,7 @@ async fn every_rpc_with_every_role() {
                         assert!(message.contains(method), "{message}");
                     }
                 }
-                Err(e @ (OsdError::Unreachable { .. } | OsdError::Unauthenticated { .. })) => {
+                Err(e @ (OsdCallError::Unreachable { .. } | OsdCallError::Unauthenticated { .. })) => {
                     panic!("{method} as {cert}: transport failure {e}")
                 }
                 other => assert!(may, "{method} as {cert} was let through: {other:?}"),
@@ -234,7 +234,7 @@ async fn another_clusters_certificate_is_final() {
         let e = c.chunk_version(1, 0).await.unwrap_err();
         let line = e.to_string();
         assert!(
-            matches!(e, OsdError::Unauthenticated { .. }),
+            matches!(e, OsdCallError::Unauthenticated { .. }),
             "{name}: {line}"
         );
         assert!(!e.is_retryable(), "{line}");
@@ -244,6 +244,6 @@ async fn another_clusters_certificate_is_final() {
         );
         // The data path (through `wire`) says the same.
         let e = c.get_chunk(1, 0, 0, 0, None).await.unwrap_err();
-        assert!(matches!(e, OsdError::Unauthenticated { .. }), "{e}");
+        assert!(matches!(e, OsdCallError::Unauthenticated { .. }), "{e}");
     }
 }

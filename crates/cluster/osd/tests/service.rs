@@ -12,7 +12,7 @@ use ecstack_base::Rng;
 use ecstack_codes::{new_code, CodeKind};
 use ecstack_osd::chunk_store::{ChunkStore, FileStore};
 use ecstack_osd::service::{MdsLink, Osd, OsdSetup};
-use ecstack_osd::{Holder, Layout, OsdClient, OsdError};
+use ecstack_osd::{Holder, Layout, OsdCallError, OsdClient, SegmentAge};
 use ecstack_rpc::Security;
 
 type Calls = Arc<Mutex<Vec<String>>>;
@@ -272,6 +272,88 @@ async fn a_write_in_many_small_frames_reads_back() {
     assert_eq!(client.read_segment(&l, 0, len as u64).await.unwrap(), model);
 }
 
+/// Serves a second OSD over node `i`'s chunk store, as if it restarted (nothing in memory); its
+/// address.
+async fn restarted(c: &Cluster, i: usize, kind: CodeKind, k: usize, m: usize) -> String {
+    let osd = Osd::new(
+        OsdSetup {
+            osd_id: i as u32,
+            code: new_code(kind, k, m).unwrap().into(),
+            store: c.nodes[i].store.clone(),
+            security: Security::Insecure,
+            mds: Arc::new(Recorder(c.calls.clone())),
+        },
+        0,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let svc = osd.grpc();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+            .unwrap();
+    });
+    addr
+}
+
+/// A segment the MDS has just allocated has no versions to learn: its first write (the client
+/// says `SegmentAge::New`) sends no ChunkVersion to any holder before the bytes move. Any other
+/// write of a segment whose view the primary does not know asks the n − 1 other holders, and so
+/// does a write said to be new that reaches a restarted primary holding a chunk of the segment:
+/// only the holders can tell an existing segment's versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_segments_write_asks_no_holder_for_versions() {
+    let (kind, k, m) = (CodeKind::RsVandermonde, 4, 2);
+    let c = cluster(kind, k, m).await;
+    let client = c.client();
+    let mut rng = Rng::new(31);
+    let asked = |c: &Cluster| -> u64 {
+        c.nodes[1..]
+            .iter()
+            .map(|n| n.osd.metrics().served("chunk_version"))
+            .sum()
+    };
+    let len = 200_001usize;
+    let model = bytes(&mut rng, len);
+    let l = c.layout(40, len as u64);
+    let ack = client
+        .write_segment_bytes_with(&l, Bytes::from(model.clone()), SegmentAge::New, |_| {})
+        .await
+        .unwrap();
+    assert_eq!((ack.version, ack.stale.clone()), (1, vec![]));
+    assert_eq!(
+        asked(&c),
+        0,
+        "the write of a new segment asked for versions"
+    );
+    let skipped = &c.nodes[0].osd.metrics().new_segment_writes;
+    assert_eq!(skipped.load(Ordering::Relaxed), 1);
+    check_reads(&client, &l, &model, &mut rng, 3).await;
+    assert_eq!(asked(&c), 0, "the primary knows the view it wrote");
+
+    // The same write not said to be new: the 5 other holders are asked first.
+    let l2 = c.layout(41, len as u64);
+    assert_eq!(client.write_segment(&l2, &model).await.unwrap().version, 1);
+    assert_eq!(asked(&c), 5);
+    assert_eq!(skipped.load(Ordering::Relaxed), 1);
+
+    // A restarted primary (nothing in memory) gets a write of segment 40 said to be new: it holds
+    // chunk 0, so it asks the holders and issues version 2, not 1 again.
+    let primary =
+        OsdClient::connect(&restarted(&c, 0, kind, k, m).await, &Security::Insecure).unwrap();
+    let new = bytes(&mut rng, len);
+    let ack = primary
+        .write_segment_bytes_with(&l, Bytes::from(new.clone()), SegmentAge::New, |_| {})
+        .await
+        .unwrap();
+    assert_eq!((ack.version, ack.stale), (2, vec![]));
+    assert_eq!(asked(&c), 10);
+    check_reads(&primary, &l, &new, &mut rng, 3).await;
+    assert!(c.calls().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn degraded_reads_and_updates_with_holders_down() {
     let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
@@ -311,7 +393,7 @@ async fn degraded_reads_and_updates_with_holders_down() {
         .read_segment(&three, 0, len as u64)
         .await
         .unwrap_err();
-    assert!(matches!(e, OsdError::Unrecoverable { .. }), "{e}");
+    assert!(matches!(e, OsdCallError::Unrecoverable { .. }), "{e}");
     let e = client
         .write_segment(&c.layout(10, 10).clone(), &[1u8; 10])
         .await;
@@ -321,7 +403,7 @@ async fn degraded_reads_and_updates_with_holders_down() {
         w.holders[i].addr = dead_addr().await;
     }
     let e = client.write_segment(&w, &[5u8; 1000]).await.unwrap_err();
-    assert!(matches!(e, OsdError::NotDurable { .. }), "{e}");
+    assert!(matches!(e, OsdCallError::NotDurable { .. }), "{e}");
     assert!(
         e.to_string()
             .contains("only 3 of 6 chunks durable, need k + 1 = 5"),
@@ -342,7 +424,7 @@ async fn degraded_reads_and_updates_with_holders_down() {
         .update_segment(&u, 300, &[7u8; 10])
         .await
         .unwrap_err();
-    assert!(matches!(e, OsdError::NotDurable { .. }), "{e}");
+    assert!(matches!(e, OsdCallError::NotDurable { .. }), "{e}");
     assert!(e.to_string().contains("need k + 1 = 5"), "{e}");
     // Two chunks unusable in the layout: refused before anything changes.
     u.holders[1].usable = false;
@@ -364,7 +446,7 @@ async fn degraded_reads_and_updates_with_holders_down() {
         .update_segment(&all, 300, &[8u8; 10])
         .await
         .unwrap_err();
-    assert!(matches!(e, OsdError::NotDurable { .. }), "{e}");
+    assert!(matches!(e, OsdCallError::NotDurable { .. }), "{e}");
     let calls = c.calls();
     assert!(
         calls.contains(&"stale 12 [1, 5] v3".to_string()),
@@ -611,13 +693,13 @@ async fn bad_requests_get_one_clear_error() {
         "{e}"
     );
     let e = client.read_segment(&l, 90, 11).await.unwrap_err();
-    assert!(matches!(e, OsdError::Invalid { .. }), "{e}");
+    assert!(matches!(e, OsdCallError::Invalid { .. }), "{e}");
     let e = client.update_segment(&l, 100, &[1]).await.unwrap_err();
     assert!(e.to_string().contains("outside its 100 bytes"), "{e}");
     let mut not_primary = l.clone();
     not_primary.primary = 1;
     let e = client.read_segment(&not_primary, 0, 1).await.unwrap_err();
-    assert!(matches!(e, OsdError::StaleLayout { .. }), "{e}");
+    assert!(matches!(e, OsdCallError::StaleLayout { .. }), "{e}");
     let mut old = l.clone();
     old.epoch = 5;
     client.read_segment(&old, 0, 1).await.unwrap();
@@ -643,7 +725,7 @@ async fn bad_requests_get_one_clear_error() {
     let e = client.apply_delta(1, 0, 0, &[1], stamp).await.unwrap_err();
     assert!(e.to_string().contains("deltas go to parity chunks"), "{e}");
     let e = client.get_chunk(77, 0, 0, 0, None).await.unwrap_err();
-    assert!(matches!(e, OsdError::NotFound { .. }), "{e}");
+    assert!(matches!(e, OsdCallError::NotFound { .. }), "{e}");
     // A chunk call meant for another OSD (its address is out of date) is refused.
     let e = client
         .clone()
@@ -651,6 +733,6 @@ async fn bad_requests_get_one_clear_error() {
         .get_chunk(77, 0, 0, 0, None)
         .await
         .unwrap_err();
-    assert!(matches!(e, OsdError::StaleLayout { .. }), "{e}");
+    assert!(matches!(e, OsdCallError::StaleLayout { .. }), "{e}");
     assert!(e.to_string().contains("not osd 4242"), "{e}");
 }

@@ -1,0 +1,149 @@
+//! What the primary keeps per segment ([`SegState`]) and the steps every primary operation starts
+//! with: take the segment's lock, check the layout ([`Osd::check_primary`]: lease, primary, epoch),
+//! learn the view from the usable holders when it is not known ([`Osd::learn_view`], `view.rs`);
+//! and the headers of chunks written whole under a view, and stale marks at the MDS.
+
+use std::sync::Arc;
+
+use crate::api::{ChunkMeta, Layout};
+use crate::error::OsdError;
+use crate::metrics::Metrics;
+use crate::service::{check_layout, chunk_bytes, futures_join_all, Osd};
+use crate::view::{Verdict, View};
+
+/// What the primary knows about a segment.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SegState {
+    /// The consistent view (empty: not known yet; learned from the holders).
+    pub view: View,
+    /// Highest layout epoch seen.
+    pub epoch: u64,
+    /// The view was learned from fewer than k chunks that agree with it (more than m holders
+    /// unreachable): a guess for the chunks that did not answer (a data chunk no parity reported
+    /// on is taken at version 0). It serves the operation that learned it and is learned afresh
+    /// by the next, so a holder that comes back is heard instead of being judged stale by a guess
+    /// (a read after three of six OSDs came back once found the returning chunk "stale" against
+    /// version 0 for good).
+    pub provisional: bool,
+    /// A request of the segment got past [`Osd::check_primary`] on this OSD since it started: the
+    /// state was never empty (a new segment's first write is the only one that finds it so).
+    pub served: bool,
+}
+
+impl SegState {
+    pub fn forget(&mut self) {
+        self.view = View::default();
+        self.provisional = false;
+    }
+}
+
+impl Osd {
+    pub(crate) fn segment_lock(&self, segment: u64) -> Arc<tokio::sync::Mutex<SegState>> {
+        let mut map = self
+            .inner
+            .segments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.entry(segment).or_default().clone()
+    }
+
+    /// Refuses a layout this OSD is not the primary of, or one older than the newest it has seen.
+    pub(crate) async fn check_primary(
+        &self,
+        l: &Layout,
+        st: &mut SegState,
+    ) -> Result<(), OsdError> {
+        check_layout(l, self.n()).map_err(OsdError::Invalid)?;
+        self.await_lease(l.segment_id).await?;
+        if l.primary != self.osd_id() {
+            return Err(OsdError::StaleLayout(format!(
+                "segment {:#x}: osd {} is not its primary (the layout names osd {})",
+                l.segment_id,
+                self.osd_id(),
+                l.primary
+            )));
+        }
+        if l.epoch < st.epoch {
+            return Err(OsdError::StaleLayout(format!(
+                "segment {:#x}: layout epoch {} is older than epoch {} seen before",
+                l.segment_id, l.epoch, st.epoch
+            )));
+        }
+        if l.epoch > st.epoch {
+            // The layout changed (promotion, recovery): another primary may have written since;
+            // learn the view afresh.
+            st.forget();
+            st.epoch = l.epoch;
+        }
+        if st.provisional {
+            st.forget();
+        }
+        st.served = true;
+        Ok(())
+    }
+
+    /// Learns the segment's view from its usable holders unless known (`view.rs`).
+    pub(crate) async fn learn_view(&self, l: &Layout, st: &mut SegState) {
+        if st.view.is_known() {
+            return;
+        }
+        let asks =
+            l.holders.iter().filter(|h| h.usable).map(|h| async move {
+                (h.index as usize, self.versions_from(l.segment_id, h).await)
+            });
+        let mut reports = vec![None; self.n()];
+        for (i, a) in futures_join_all(asks).await {
+            if let Ok(Some(v)) = a {
+                reports[i] = Some(v);
+            }
+        }
+        let view = View::choose(self.k(), &reports);
+        let agreeing = reports
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| {
+                r.as_ref()
+                    .is_some_and(|r| view.verdict(*i, r) == Verdict::Current)
+            })
+            .count();
+        st.provisional = agreeing < self.k();
+        st.view = view;
+    }
+
+    /// The header a chunk written whole (write, recovery, repair) carries under `view`.
+    pub(crate) fn meta_for(&self, l: &Layout, view: &View, index: u32) -> ChunkMeta {
+        let stamp = view.stamp_of(index as usize);
+        ChunkMeta {
+            segment_id: l.segment_id,
+            index,
+            version: stamp.version,
+            chunk_bytes: chunk_bytes(l.length, self.k()),
+            segment_length: l.length,
+            applied: stamp.applied,
+        }
+    }
+
+    /// Durably marks `chunks` stale at the MDS (they missed `version`) before a reply; a failure
+    /// is [`OsdError::NotDurable`].
+    pub(crate) async fn mark_stale(
+        &self,
+        segment: u64,
+        chunks: &[u32],
+        version: u64,
+    ) -> Result<(), OsdError> {
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        self.inner
+            .setup
+            .mds
+            .mark_stale(segment, chunks, version)
+            .await
+            .map(|()| Metrics::add(&self.inner.metrics.stale_marked, chunks.len() as u64))
+            .map_err(|e| {
+                OsdError::NotDurable(format!(
+                    "segment {segment:#x}: chunks {chunks:?} were not written and the MDS could not mark them stale: {e}"
+                ))
+            })
+    }
+}
