@@ -36,6 +36,30 @@ failure recovery and flash wear on your own machine.\n\nEvery reporting command 
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Batched file-device I/O through pread/pwrite on per-device threads instead of io_uring (for
+    /// this one `uring=0` in a `file:` spec)
+    #[arg(long, global = true)]
+    no_uring: bool,
+    /// Run the erasure-code kernels at this level instead of the best the CPU has (scalar, ssse3,
+    /// avx2, avx512, avx2-gfni, avx512-gfni)
+    #[arg(long, global = true, value_name = "LEVEL")]
+    simd_level: Option<String>,
+}
+
+/// Apply the process-wide options before any command runs.
+fn apply_globals(cli: &Cli) -> anyhow::Result<()> {
+    if cli.no_uring {
+        ecstack_device::set_uring_enabled(false);
+    }
+    if let Some(name) = &cli.simd_level {
+        let level = ecstack_codes::Simd::parse(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--simd-level: unknown level '{name}' (scalar, ssse3, avx2, avx512, avx2-gfni, avx512-gfni)"
+            )
+        })?;
+        ecstack_codes::Simd::set_active(level).map_err(|e| anyhow::anyhow!("--simd-level: {e}"))?;
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -76,6 +100,10 @@ enum Cmd {
 fn main() {
     memory::keep_freed_memory();
     let cli = Cli::parse();
+    if let Err(e) = apply_globals(&cli) {
+        eprintln!("ecstack: error: {}", one_line(&e));
+        std::process::exit(1);
+    }
     let res = match cli.cmd {
         Cmd::Ec(a) => cmd_ec::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),

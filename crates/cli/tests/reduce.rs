@@ -165,6 +165,7 @@ fn anchors_against_borg_restic_and_the_clis() {
         &dir.path().join("work").to_string_lossy(),
         "--static-size",
         "64K",
+        "--require-tools",
         "--json",
     ]);
     let r = json_of(&o);
