@@ -5,7 +5,7 @@
 # "N passed, N failed" over every test binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --no-docs
 export PATH="$HOME/.cargo/bin:$PATH"
 # setup.sh installed fio and libnbd-bin: a test that cannot find them fails instead of skipping.
 export ECSTACK_REQUIRE_CLIENTS=1

@@ -207,8 +207,12 @@ fn codfs(a: CodfsArgs) -> Result<()> {
     cfg.dir = a.dir;
     cfg.seed = a.seed;
     cfg.validate().map_err(flag_error)?;
-    // Before any thread starts: Ctrl-C and SIGTERM delete the namespaces and kill the daemons.
-    ecstack_lab::codfs_netns::install_signal_cleanup()?;
+    // Ctrl-C and SIGTERM kill the daemons, delete the namespaces and exit.
+    crate::signals::on_stop(|| {
+        eprintln!("ecstack: interrupted: stopping the daemons and deleting the namespaces");
+        ecstack_lab::codfs_netns::cleanup();
+        std::process::exit(130);
+    })?;
     let report =
         ecstack_lab::codfs_model::run(&cfg, &|line| eprintln!("{line}")).map_err(flag_error)?;
     report.write(&a.out)?;

@@ -214,6 +214,10 @@ fn analyze(a: AnalyzeArgs) -> Result<()> {
         sample_bytes: a.sample_bytes,
         progress: !a.json && std::io::stderr().is_terminal(),
     };
+    if opts.config_path.is_some() {
+        // SIGHUP re-reads the configuration file at once (docs/reduce.md).
+        crate::signals::on_hangup(ecstack_reduce::reload_config)?;
+    }
     let s = ecstack_reduce::analyze(&opts)?;
     if a.json {
         return print_json(&s);

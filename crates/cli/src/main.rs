@@ -4,6 +4,7 @@ mod cmd_array;
 mod cmd_bench;
 mod cmd_cluster;
 mod cmd_demo;
+mod cmd_docs;
 mod cmd_ec;
 mod cmd_experiment;
 mod cmd_kv;
@@ -20,9 +21,10 @@ mod cmd_tween;
 mod cmd_zombienand;
 mod memory;
 mod nbd_export;
+mod signals;
 mod util;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -95,6 +97,9 @@ enum Cmd {
     Rainfs(cmd_rainfs::RainfsArgs),
     /// Mean time to data loss of arrays (RAID-5/6, RS), EPLOG with log devices, CodFS clusters; RainFS Table 2.1
     Reliability(cmd_reliability::ReliabilityArgs),
+    /// Write the man pages and shell completions (scripts/setup.sh installs them)
+    #[command(hide = true)]
+    GenerateDocs(cmd_docs::GenerateDocsArgs),
 }
 
 fn main() {
@@ -120,6 +125,7 @@ fn main() {
         Cmd::Reduce(a) => cmd_reduce::run(a),
         Cmd::Reliability(a) => cmd_reliability::run(a),
         Cmd::Rainfs(a) => cmd_rainfs::run(a),
+        Cmd::GenerateDocs(a) => cmd_docs::run(a, Cli::command()),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.
@@ -140,4 +146,60 @@ fn one_line(e: &anyhow::Error) -> String {
         }
     }
     msg.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ecstack generate-docs` writes a man page for every visible command, recursively
+    /// (`man ecstack-array-create`), and the three completion scripts.
+    #[test]
+    fn every_subcommand_has_its_man_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().to_path_buf();
+        cmd_docs::run(
+            cmd_docs::GenerateDocsArgs::for_dir(out.clone()),
+            Cli::command(),
+        )
+        .unwrap();
+        let names = cmd_docs::page_names(Cli::command());
+        for must in [
+            "ecstack",
+            "ecstack-array",
+            "ecstack-array-create",
+            "ecstack-cluster",
+        ] {
+            assert!(names.iter().any(|n| n == must), "{must} not in {names:?}");
+        }
+        assert!(!names
+            .iter()
+            .any(|n| n.contains("generate-docs") || n.ends_with("-help")));
+        // Every command of the tree, at every depth (walked here independently of the writer).
+        fn count(c: &clap::Command) -> usize {
+            1 + c
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+                .map(count)
+                .sum::<usize>()
+        }
+        assert_eq!(names.len(), count(&Cli::command()));
+        for n in &names {
+            let page = out.join("man").join(format!("{n}.1"));
+            let text = std::fs::read_to_string(&page)
+                .unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+            assert!(
+                text.contains(".TH") && text.contains(".SH NAME"),
+                "{n}: {text}"
+            );
+        }
+        let pages = std::fs::read_dir(out.join("man")).unwrap().count();
+        assert_eq!(pages, names.len(), "a page for each command and no other");
+        for f in ["ecstack.bash", "_ecstack", "ecstack.fish"] {
+            let p = out.join("completions").join(f);
+            let text =
+                std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert!(text.contains("array"), "{f}");
+        }
+    }
 }

@@ -102,7 +102,8 @@ thread_local! {
 
 /// Whether io_uring works on this thread (creating its ring if needed).
 pub fn available() -> bool {
-    ENABLED.load(Ordering::Relaxed) && RING.with(|r| with_ring(&mut r.borrow_mut(), |_| ()).is_some())
+    ENABLED.load(Ordering::Relaxed)
+        && RING.with(|r| with_ring(&mut r.borrow_mut(), |_| ()).is_some())
 }
 
 fn with_ring<T>(

@@ -257,7 +257,11 @@ struct Clock(Instant, f64, BenchClock);
 impl Clock {
     fn start() -> Clock {
         let kind = SETTINGS.with(|s| s.get().clock);
-        Clock(Instant::now(), thread_cpu_seconds(kind).unwrap_or(0.0), kind)
+        Clock(
+            Instant::now(),
+            thread_cpu_seconds(kind).unwrap_or(0.0),
+            kind,
+        )
     }
     fn elapsed(&self) -> f64 {
         match thread_cpu_seconds(self.2) {
