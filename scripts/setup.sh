@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Install what ecstack needs on a Debian machine, idempotently: system packages with apt-get (only the
-# missing ones, so a second run does nothing) and a Rust toolchain if there is none.
+# missing ones, so a second run does nothing) and a Rust toolchain if there is none; then build
+# `ecstack` (release) and install its man pages (`man ecstack`, `man ecstack-array-create`, ...) into
+# /usr/local/share/man/man1 and its bash completion into /usr/local/share/bash-completion/completions
+# (zsh and fish beside them). `--no-docs` skips the build and the pages (scripts/test.sh).
 set -euo pipefail
+DOCS=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-docs) DOCS=0 ;;
+    *) echo "setup: unknown option '$arg' (known: --no-docs)" >&2; exit 2 ;;
+  esac
+done
 
 # python3: scripts/run_tests.py runs the test binaries in parallel.
 # libisal-dev: ISA-L, the peer the codes are cross-checked and benchmarked against.
@@ -51,4 +61,24 @@ if ! command -v cargo >/dev/null 2>&1; then
     }
     rustup default stable
   fi
+fi
+
+if [ "$DOCS" = 1 ]; then
+  # Man pages and completions come from the clap definitions (`ecstack generate-docs`, hidden).
+  cd "$(dirname "$0")/.."
+  cargo build --release -q -p ecstack
+  gen=$(mktemp -d)
+  trap 'rm -rf "$gen"' EXIT
+  target/release/ecstack generate-docs --out "$gen" >/dev/null
+  man1=/usr/local/share/man/man1
+  bashc=/usr/local/share/bash-completion/completions
+  zshc=/usr/local/share/zsh/site-functions
+  fishc=/usr/local/share/fish/vendor_completions.d
+  $SUDO mkdir -p "$man1" "$bashc" "$zshc" "$fishc"
+  $SUDO install -m 644 "$gen"/man/*.1 "$man1"/
+  $SUDO install -m 644 "$gen"/completions/ecstack.bash "$bashc"/ecstack
+  $SUDO install -m 644 "$gen"/completions/_ecstack "$zshc"/_ecstack
+  $SUDO install -m 644 "$gen"/completions/ecstack.fish "$fishc"/ecstack.fish
+  command -v mandb >/dev/null 2>&1 && $SUDO mandb -q 2>/dev/null || true
+  echo "setup: $(ls "$gen"/man | wc -l) man pages in $man1 (man ecstack), completions in $bashc"
 fi

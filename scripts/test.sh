@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
-bash scripts/setup.sh
+bash scripts/setup.sh --no-docs
 echo "test.sh: setup took $((SECONDS - start)) s"
 export PATH="$HOME/.cargo/bin:$PATH"
 # setup.sh installed fio and libnbd-bin: a test that cannot find them fails instead of skipping.

@@ -99,6 +99,9 @@ pub struct OpenOptions {
     /// not noticed (docs/array.md, "Write hole"; Linux md's `--consistency-policy=journal`). Off by
     /// default: the seed's md and pl do not journal. eplog ignores it (it has no such hole).
     pub journal_updates: bool,
+    /// Compute and verify per-chunk checksums (on by default; off only to measure what they cost,
+    /// see [`Array::set_checksums`]; `ecstack array ... --no-checksums`).
+    pub checksums: bool,
 }
 
 impl Default for OpenOptions {
@@ -111,6 +114,7 @@ impl Default for OpenOptions {
             clock: Clock::system(),
             uuid: None,
             journal_updates: false,
+            checksums: true,
         }
     }
 }
@@ -510,11 +514,9 @@ impl Array {
             failed_seen: AtomicU64::new(0),
         };
         array.scheme.set_clock(opts.clock.clone());
-        // Off for measuring what checksums cost in experiments that open arrays themselves, and
-        // (whatever is asked) when a device keeps no data (`set_checksums`).
-        array.set_checksums(
-            !std::env::var("ECSTACK_CHECKSUMS").is_ok_and(|v| v == "0" || v == "off"),
-        );
+        // Off when asked (measuring what checksums cost), and (whatever is asked) when a device
+        // keeps no data (`set_checksums`).
+        array.set_checksums(opts.checksums);
         array.set_journal_updates(opts.journal_updates);
         lock(&array.core.journal).failed_at_open = failed_at_open;
         if sb.scheme != SchemeKind::Eplog {

@@ -217,6 +217,10 @@ struct ServeArgs {
     /// tween: the array's NVRAM region (required for a tween array: it is served through TWEEN)
     #[arg(long)]
     nvram: Option<PathBuf>,
+    /// Per-chunk checksums off while serving (to measure what they cost: writes forget their
+    /// chunks' checksums, reads verify nothing; docs/array.md)
+    #[arg(long)]
+    no_checksums: bool,
     #[arg(long)]
     json: bool,
 }
@@ -709,7 +713,11 @@ impl Admin for ArrayAdmin {
 }
 
 fn serve(s: ServeArgs) -> Result<()> {
-    let array = open_from(&s.meta, &s.main, &s.log, &OpenOptions::default())?;
+    let opts = OpenOptions {
+        checksums: !s.no_checksums,
+        ..OpenOptions::default()
+    };
+    let array = open_from(&s.meta, &s.main, &s.log, &opts)?;
     if array.scheme_kind() == SchemeKind::Tween {
         let serve = crate::nbd_export::Export {
             addr: s.addr,

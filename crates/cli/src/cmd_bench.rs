@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_codes::CodeKind;
 use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
-use ecstack_lab::ec_bench::{self, EcBenchConfig, RatelessConfig};
+use ecstack_lab::ec_bench::{self, BenchClock, EcBenchConfig, RatelessConfig};
 use ecstack_lab::LabError;
 use std::path::PathBuf;
 
@@ -107,9 +107,16 @@ struct EcBench {
     #[arg(long)]
     simd: Option<String>,
     /// Seconds per measurement: this thread's CPU time on Linux (time spent descheduled on a shared
-    /// machine counts for neither side), wall time elsewhere or with ECSTACK_BENCH_CLOCK=wall
+    /// machine counts for neither side), wall time elsewhere or with --wall-clock
     #[arg(long, default_value_t = 0.25)]
     time: f64,
+    /// Time measurements on the wall clock instead of the thread's CPU time
+    #[arg(long)]
+    wall_clock: bool,
+    /// Diagnostic: start the i-th buffer (i * BYTES) % 4096 bytes after its page boundary instead of
+    /// on it (16 imitates glibc's heap placement), for both sides alike
+    #[arg(long, default_value_t = 0)]
+    buffer_skew: usize,
     /// Interleaved rounds per measurement (the best round counts, for both sides alike)
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -202,9 +209,9 @@ fn bench_ec(a: EcBench) -> Result<()> {
         bail!("--time must be positive");
     }
     let levels = ec_bench::bench_levels(a.simd.as_deref()).map_err(flag_error)?;
-    // The rateless rows (and anything else built without a level) run at the first level asked for.
-    // Read once by kernels::active(), before any code is built.
-    std::env::set_var("ECSTACK_SIMD", levels[0].name());
+    // The rateless rows (and anything else built without a level) run at the first level asked for,
+    // fixed before any code is built.
+    ecstack_codes::Simd::set_active(levels[0]).context("--simd")?;
     let rateless = if a.no_rateless {
         None
     } else {
@@ -220,6 +227,12 @@ fn bench_ec(a: EcBench) -> Result<()> {
         levels,
         time: a.time,
         rounds: a.rounds,
+        clock: if a.wall_clock {
+            BenchClock::Wall
+        } else {
+            BenchClock::Cpu
+        },
+        skew_bytes: a.buffer_skew,
         rateless,
     };
     let peer_name = ec_bench::peer_name().map_err(flag_error)?;
@@ -227,7 +240,7 @@ fn bench_ec(a: EcBench) -> Result<()> {
         println!(
             "ecstack bench ec: one thread, {} s {} x {} rounds per figure (best round), peer: {}",
             a.time,
-            ec_bench::clock_name(),
+            cfg.clock.name(),
             a.rounds,
             peer_name.unwrap_or("none (build with --features isal-new or isal)")
         );

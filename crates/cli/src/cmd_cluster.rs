@@ -691,29 +691,23 @@ fn pid_of(cluster: &LocalCluster, name: &str) -> String {
 
 /// SIGINT and SIGTERM, watched from before `cluster up` says it is ready (a signal that arrives
 /// right after the "try:" line must stop the cluster, not kill this process and orphan it).
-struct StopSignals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
+struct StopSignals;
 
 impl StopSignals {
     fn watch() -> Result<StopSignals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(StopSignals {
-            term: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("cannot watch SIGINT")?,
-        })
+        crate::signals::watch_stop()?;
+        Ok(StopSignals)
     }
 }
 
 /// Returns on SIGINT or SIGTERM; meanwhile reports a daemon that died (once).
-async fn wait_for_stop(cluster: &mut LocalCluster, stop: StopSignals) -> Result<()> {
-    let StopSignals { mut term, mut int } = stop;
+async fn wait_for_stop(cluster: &mut LocalCluster, _stop: StopSignals) -> Result<()> {
     let mut reported = false;
+    let stopped = crate::signals::stopped();
+    tokio::pin!(stopped);
     loop {
         tokio::select! {
-            _ = term.recv() => return Ok(()),
-            _ = int.recv() => return Ok(()),
+            _ = &mut stopped => return Ok(()),
             _ = tokio::time::sleep(Duration::from_millis(500)) => {
                 if let Err(e) = cluster.check_alive() {
                     if !reported {

@@ -121,6 +121,9 @@ struct EplogArgs {
     /// eplog stripe buffer in the multi-client runs: batches written at once (0 = off)
     #[arg(long, default_value_t = ecstack_array::scheme::DEFAULT_IN_FLIGHT)]
     stripe_buffer: usize,
+    /// Per-chunk checksums off in Exps 1-5 (to measure what they cost, docs/array.md)
+    #[arg(long)]
+    no_checksums: bool,
     /// Exp 4 and 6 testbeds: `files` (O_DIRECT files in --dir), `paper` (EPLOG's SSDs and HDDs, Table 1,
     /// emulated: RAM devices charged the paper's per-request service times)
     #[arg(long, value_delimiter = ',', default_value = "files,paper")]
@@ -204,8 +207,12 @@ fn codfs(a: CodfsArgs) -> Result<()> {
     cfg.dir = a.dir;
     cfg.seed = a.seed;
     cfg.validate().map_err(flag_error)?;
-    // Before any thread starts: Ctrl-C and SIGTERM delete the namespaces and kill the daemons.
-    ecstack_lab::codfs_netns::install_signal_cleanup()?;
+    // Ctrl-C and SIGTERM kill the daemons, delete the namespaces and exit.
+    crate::signals::on_stop(|| {
+        eprintln!("ecstack: interrupted: stopping the daemons and deleting the namespaces");
+        ecstack_lab::codfs_netns::cleanup();
+        std::process::exit(130);
+    })?;
     let report =
         ecstack_lab::codfs_model::run(&cfg, &|line| eprintln!("{line}")).map_err(flag_error)?;
     report.write(&a.out)?;
@@ -246,6 +253,7 @@ fn eplog_config(a: &EplogArgs) -> Result<EplogConfig, LabError> {
         schemes: schemes.collect::<Result<_, _>>()?,
         clients: a.clients.clone(),
         stripe_buffer: a.stripe_buffer,
+        checksums: !a.no_checksums,
         testbeds: a
             .testbed
             .iter()

@@ -300,9 +300,5 @@ fn serve(s: ServeArgs) -> Result<()> {
 }
 
 async fn stop_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-    }
+    crate::signals::stopped().await
 }

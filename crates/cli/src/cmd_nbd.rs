@@ -137,7 +137,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         cfg.export_name
     );
     let dev2 = Arc::clone(&dev);
-    ecstack_nbd::serve(dev, None, cfg)?;
+    ecstack_nbd::serve(dev, None, cfg, crate::nbd_export::stop_on_signals)?;
     if a.json {
         print_json(&json!({ "device": dev2.name(), "device_stats": dev2.stats() }))?;
     }

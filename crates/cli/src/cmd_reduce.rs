@@ -44,8 +44,7 @@ struct AnchorsArgs {
     /// Workers of our analysis and threads running the compressor CLIs (default: the number of cores)
     #[arg(short, long)]
     workers: Option<usize>,
-    /// A missing tool (borg, restic, gzip, lz4, zstd) is an error, not a note (also under CI=true or
-    /// ECSTACK_REQUIRE_CLIENTS=1)
+    /// A missing tool (borg, restic, gzip, lz4, zstd) is an error, not a note
     #[arg(long)]
     require_tools: bool,
     /// Leave out the compressor CLIs (one process per file and tool: slow on trees of many files)
@@ -215,6 +214,10 @@ fn analyze(a: AnalyzeArgs) -> Result<()> {
         sample_bytes: a.sample_bytes,
         progress: !a.json && std::io::stderr().is_terminal(),
     };
+    if opts.config_path.is_some() {
+        // SIGHUP re-reads the configuration file at once (docs/reduce.md).
+        crate::signals::on_hangup(ecstack_reduce::reload_config)?;
+    }
     let s = ecstack_reduce::analyze(&opts)?;
     if a.json {
         return print_json(&s);
@@ -237,8 +240,6 @@ fn analyze(a: AnalyzeArgs) -> Result<()> {
 }
 
 fn anchors(a: AnchorsArgs) -> Result<()> {
-    let env_on =
-        |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
     let static_bytes = ecstack_base::parse_size(&a.static_size)
         .map_err(|e| anyhow::anyhow!("--static-size: {e}"))?;
     let workers = a.workers.unwrap_or_else(|| {
@@ -255,7 +256,7 @@ fn anchors(a: AnchorsArgs) -> Result<()> {
         keep: a.keep,
         static_bytes,
         workers,
-        require_tools: a.require_tools || env_on("CI") || env_on("ECSTACK_REQUIRE_CLIENTS"),
+        require_tools: a.require_tools,
         no_cli: a.no_cli,
     })?;
     if a.json {

@@ -4,6 +4,7 @@ mod cmd_array;
 mod cmd_bench;
 mod cmd_cluster;
 mod cmd_demo;
+mod cmd_docs;
 mod cmd_ec;
 mod cmd_experiment;
 mod cmd_kv;
@@ -20,9 +21,10 @@ mod cmd_tween;
 mod cmd_zombienand;
 mod memory;
 mod nbd_export;
+mod signals;
 mod util;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -36,6 +38,30 @@ failure recovery and flash wear on your own machine.\n\nEvery reporting command 
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Batched file-device I/O through pread/pwrite on per-device threads instead of io_uring (for
+    /// this one `uring=0` in a `file:` spec)
+    #[arg(long, global = true)]
+    no_uring: bool,
+    /// Run the erasure-code kernels at this level instead of the best the CPU has (scalar, ssse3,
+    /// avx2, avx512, avx2-gfni, avx512-gfni)
+    #[arg(long, global = true, value_name = "LEVEL")]
+    simd_level: Option<String>,
+}
+
+/// Apply the process-wide options before any command runs.
+fn apply_globals(cli: &Cli) -> anyhow::Result<()> {
+    if cli.no_uring {
+        ecstack_device::set_uring_enabled(false);
+    }
+    if let Some(name) = &cli.simd_level {
+        let level = ecstack_codes::Simd::parse(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--simd-level: unknown level '{name}' (scalar, ssse3, avx2, avx512, avx2-gfni, avx512-gfni)"
+            )
+        })?;
+        ecstack_codes::Simd::set_active(level).map_err(|e| anyhow::anyhow!("--simd-level: {e}"))?;
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -71,11 +97,18 @@ enum Cmd {
     Rainfs(cmd_rainfs::RainfsArgs),
     /// Mean time to data loss of arrays (RAID-5/6, RS), EPLOG with log devices, CodFS clusters; RainFS Table 2.1
     Reliability(cmd_reliability::ReliabilityArgs),
+    /// Write the man pages and shell completions (scripts/setup.sh installs them)
+    #[command(hide = true)]
+    GenerateDocs(cmd_docs::GenerateDocsArgs),
 }
 
 fn main() {
     memory::keep_freed_memory();
     let cli = Cli::parse();
+    if let Err(e) = apply_globals(&cli) {
+        eprintln!("ecstack: error: {}", one_line(&e));
+        std::process::exit(1);
+    }
     let res = match cli.cmd {
         Cmd::Ec(a) => cmd_ec::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
@@ -92,6 +125,7 @@ fn main() {
         Cmd::Reduce(a) => cmd_reduce::run(a),
         Cmd::Reliability(a) => cmd_reliability::run(a),
         Cmd::Rainfs(a) => cmd_rainfs::run(a),
+        Cmd::GenerateDocs(a) => cmd_docs::run(a, Cli::command()),
     };
     if let Err(e) = res {
         // One clear line, never a panic trace.
@@ -112,4 +146,60 @@ fn one_line(e: &anyhow::Error) -> String {
         }
     }
     msg.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ecstack generate-docs` writes a man page for every visible command, recursively
+    /// (`man ecstack-array-create`), and the three completion scripts.
+    #[test]
+    fn every_subcommand_has_its_man_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().to_path_buf();
+        cmd_docs::run(
+            cmd_docs::GenerateDocsArgs::for_dir(out.clone()),
+            Cli::command(),
+        )
+        .unwrap();
+        let names = cmd_docs::page_names(Cli::command());
+        for must in [
+            "ecstack",
+            "ecstack-array",
+            "ecstack-array-create",
+            "ecstack-cluster",
+        ] {
+            assert!(names.iter().any(|n| n == must), "{must} not in {names:?}");
+        }
+        assert!(!names
+            .iter()
+            .any(|n| n.contains("generate-docs") || n.ends_with("-help")));
+        // Every command of the tree, at every depth (walked here independently of the writer).
+        fn count(c: &clap::Command) -> usize {
+            1 + c
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+                .map(count)
+                .sum::<usize>()
+        }
+        assert_eq!(names.len(), count(&Cli::command()));
+        for n in &names {
+            let page = out.join("man").join(format!("{n}.1"));
+            let text = std::fs::read_to_string(&page)
+                .unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+            assert!(
+                text.contains(".TH") && text.contains(".SH NAME"),
+                "{n}: {text}"
+            );
+        }
+        let pages = std::fs::read_dir(out.join("man")).unwrap().count();
+        assert_eq!(pages, names.len(), "a page for each command and no other");
+        for f in ["ecstack.bash", "_ecstack", "ecstack.fish"] {
+            let p = out.join("completions").join(f);
+            let text =
+                std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert!(text.contains("array"), "{f}");
+        }
+    }
 }

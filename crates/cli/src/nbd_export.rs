@@ -49,6 +49,16 @@ pub fn export(
             .map(|p| format!(", admin socket {}", p.display()))
             .unwrap_or_default()
     );
-    ecstack_nbd::serve(dev, Some(admin), cfg)?;
+    ecstack_nbd::serve(dev, Some(admin), cfg, stop_on_signals)?;
     Ok(())
+}
+
+/// Stop the server on SIGINT/SIGTERM (without the handler, say how else to stop it).
+pub fn stop_on_signals(h: ecstack_nbd::ShutdownHandle) {
+    if let Err(e) = crate::signals::on_stop(move || {
+        eprintln!("ecstack: signal received, stopping the NBD server");
+        h.shutdown();
+    }) {
+        eprintln!("ecstack: warning: {e}; stop the server with the admin 'shutdown' command");
+    }
 }

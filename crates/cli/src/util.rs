@@ -92,14 +92,5 @@ mod tests {
 
 /// Resolves on Ctrl-C or SIGTERM: how the daemons (`ecstack mds`, `ecstack osd`) learn to stop.
 pub async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(t) => { t.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
-    }
+    crate::signals::stopped().await
 }

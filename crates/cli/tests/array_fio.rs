@@ -4,10 +4,8 @@
 //! after both were rebuilt.
 
 use ecstack_nbd::admin_request;
-use ecstack_nbd::bench::{
-    client_check, fio_has_nbd_engine, fio_randwrite_verify, fio_verify_only, tool_runs,
-    VerifyParams,
-};
+use ecstack_nbd::bench::{fio_has_nbd_engine, fio_randwrite_verify, fio_verify_only, VerifyParams};
+use ecstack_testkit::{require, require_tool};
 
 mod nbd_common;
 use nbd_common::{check_trim, ecstack, free_port, Served};
@@ -85,13 +83,9 @@ fn run_scheme(scheme: &str) {
 
 #[test]
 fn fio_verify_over_nbd_for_every_scheme_before_and_after_failure_and_rebuild() {
-    let test = "fio_verify_over_nbd_for_every_scheme";
     // A missing client skips loudly, or fails under CI=true / ECSTACK_REQUIRE_CLIENTS=1.
-    let need = |tool: &str, present: bool| {
-        client_check(tool, present, test).unwrap_or_else(|e| panic!("{e}"))
-    };
-    if !need("fio with the nbd ioengine", fio_has_nbd_engine())
-        || !need("nbdcopy", tool_runs("nbdcopy"))
+    if !require("fio with the nbd ioengine", fio_has_nbd_engine(), "fio")
+        || !require_tool("nbdcopy", "libnbd-bin")
     {
         return;
     }

@@ -5,34 +5,19 @@
 //! computed against the model, and that no namespace is left behind. Speed is not checked here:
 //! the figures live in docs/benchmarks.md.
 //!
-//! Needs root and iproute2 (`ip`, `tc`): without them the test fails under CI=true and otherwise
-//! says loudly that it skipped.
+//! Needs root and iproute2 (`ip`, `tc`): without them the test fails under CI=true or
+//! ECSTACK_REQUIRE_CLIENTS=1 and otherwise says loudly that it skipped (`ecstack_testkit`).
 
 use std::process::{Command, Stdio};
 
-fn tools_present() -> bool {
-    let runs = |t: &str| {
-        Command::new(t)
-            .arg("-V")
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
-    };
-    // SAFETY: geteuid cannot fail.
-    runs("ip") && runs("tc") && unsafe { libc_geteuid() } == 0
-}
-
 /// Whether the tools are here; without them a CI run fails and any other says loudly it skipped.
 fn tools_or_skip() -> bool {
-    if tools_present() {
-        return true;
-    }
-    let msg = "experiment_codfs: needs root, ip and tc (apt-get install iproute2)";
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}");
-    }
-    eprintln!("SKIPPED {msg}");
-    false
+    use ecstack_testkit::{require, runs_with};
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc_geteuid() } == 0;
+    require("ip", runs_with("ip", "-V"), "iproute2")
+        && require("tc", runs_with("tc", "-V"), "iproute2")
+        && require("root (the namespaces need it)", root, "sudo")
 }
 
 /// The smallest model run (M = 4, RS 2+1, 1 MiB segments, two clients, 200 Mbit/s) with `extra`

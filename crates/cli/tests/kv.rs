@@ -1,8 +1,8 @@
 //! `ecstack kv serve` with real Redis clients: redis-cli and redis-benchmark (Debian's redis-tools)
 //! against a server process on a free loopback port, results checked (values read back, counts,
 //! error texts), plus AUTH, protocol garbage, many connections, and a SIGKILL + restart on an
-//! eplog array of files. Without the tools these tests fail under CI (`CI` or
-//! `ECSTACK_REQUIRE_CLIENTS` set) and say so otherwise.
+//! eplog array of files. Without the tools these tests fail under CI (`CI=true` or
+//! `ECSTACK_REQUIRE_CLIENTS=1`) and say so otherwise (`ecstack_testkit::require_tool`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -55,20 +55,7 @@ fn start(args: &[&str]) -> Server {
 
 /// Whether `tool` runs; without it, fail under CI and skip loudly otherwise.
 fn have(tool: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        let ci = std::env::var_os("CI").is_some()
-            || std::env::var_os("ECSTACK_REQUIRE_CLIENTS").is_some();
-        assert!(
-            !ci,
-            "{tool} is missing (scripts/setup.sh installs redis-tools)"
-        );
-        eprintln!("SKIPPED: {tool} is missing (install redis-tools; CI fails here)");
-    }
-    ok
+    ecstack_testkit::require_tool(tool, "redis-tools")
 }
 
 fn cli(port: u16, args: &[&str]) -> String {

@@ -17,30 +17,11 @@ fn ecstack(args: &[&str]) -> Output {
         .expect("run ecstack")
 }
 
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
 /// Whether java and mvn are here; without them, fail under CI and skip loudly otherwise.
 fn have_java_and_maven() -> bool {
-    let missing: Vec<&str> = ["java", "mvn"]
-        .into_iter()
-        .filter(|t| !on_path(t))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var_os("ECSTACK_REQUIRE_CLIENTS").is_some();
-    assert!(
-        !ci,
-        "{missing:?} missing: RainFS needs a JDK and Maven (scripts/setup.sh installs them)"
-    );
-    eprintln!(
-        "SKIPPED: {missing:?} missing (install default-jdk-headless and maven; CI fails here)"
-    );
-    false
+    use ecstack_testkit::{on_path, require};
+    require("java", on_path("java"), "default-jdk-headless")
+        && require("mvn", on_path("mvn"), "maven")
 }
 
 fn text(o: &Output) -> String {

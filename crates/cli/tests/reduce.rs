@@ -110,24 +110,11 @@ fn analyze_report_merge_and_errors() {
 }
 
 /// Under CI=true / ECSTACK_REQUIRE_CLIENTS=1 a missing tool fails the test; elsewhere it is skipped.
-fn tools_or_skip(tools: &[&str]) -> bool {
-    let required = ["CI", "ECSTACK_REQUIRE_CLIENTS"]
+/// `tools`: (tool, the apt package that installs it).
+fn tools_or_skip(tools: &[(&str, &str)]) -> bool {
+    tools
         .iter()
-        .any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"));
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| Command::new(t).arg("--version").output().is_err())
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        !required,
-        "missing {missing:?} (scripts/setup.sh installs them)"
-    );
-    eprintln!("skipped: missing {missing:?}");
-    false
+        .all(|&(tool, package)| ecstack_testkit::require_tool(tool, package))
 }
 
 /// `reduce anchors` on a hand-built tree: borg's fixed chunker deduplicates exactly what our static
@@ -135,7 +122,13 @@ fn tools_or_skip(tools: &[&str]) -> bool {
 /// Rabin at its parameters does, and the compressor CLIs agree with ours within their headers.
 #[test]
 fn anchors_against_borg_restic_and_the_clis() {
-    if !tools_or_skip(&["borg", "restic", "gzip", "lz4", "zstd"]) {
+    if !tools_or_skip(&[
+        ("borg", "borgbackup"),
+        ("restic", "restic"),
+        ("gzip", "gzip"),
+        ("lz4", "lz4"),
+        ("zstd", "zstd"),
+    ]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -165,6 +158,7 @@ fn anchors_against_borg_restic_and_the_clis() {
         &dir.path().join("work").to_string_lossy(),
         "--static-size",
         "64K",
+        "--require-tools",
         "--json",
     ]);
     let r = json_of(&o);

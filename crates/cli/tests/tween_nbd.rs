@@ -5,10 +5,8 @@
 //! again (the map and the unflushed buffers come back from the NVRAM file). nbdcopy checks a TRIM.
 
 use ecstack_nbd::admin_request;
-use ecstack_nbd::bench::{
-    client_check, fio_has_nbd_engine, fio_randwrite_verify, fio_verify_only, tool_runs,
-    VerifyParams,
-};
+use ecstack_nbd::bench::{fio_has_nbd_engine, fio_randwrite_verify, fio_verify_only, VerifyParams};
+use ecstack_testkit::{require, require_tool};
 
 mod nbd_common;
 use nbd_common::{check_trim, ecstack, free_port, nbd_copy, Served};
@@ -16,13 +14,9 @@ use std::time::Duration;
 
 #[test]
 fn fio_verify_over_nbd_through_tween_with_failures_rebuild_and_restart() {
-    let test = "fio_verify_over_nbd_through_tween";
     // A missing client skips loudly, or fails under CI=true / ECSTACK_REQUIRE_CLIENTS=1.
-    let need = |tool: &str, present: bool| {
-        client_check(tool, present, test).unwrap_or_else(|e| panic!("{e}"))
-    };
-    if !need("fio with the nbd ioengine", fio_has_nbd_engine())
-        || !need("nbdcopy", tool_runs("nbdcopy"))
+    if !require("fio with the nbd ioengine", fio_has_nbd_engine(), "fio")
+        || !require_tool("nbdcopy", "libnbd-bin")
     {
         return;
     }

@@ -62,6 +62,8 @@ fn main() -> Result<()> {
         levels,
         time: args.get(2).map(|s| s.parse().unwrap()).unwrap_or(0.2),
         rounds: args.get(3).map(|s| s.parse().unwrap()).unwrap_or(3),
+        clock: ec_bench::BenchClock::Cpu,
+        skew_bytes: 0,
         rateless: None,
     };
     println!("peer: {:?}", ec_bench::peer_name()?);

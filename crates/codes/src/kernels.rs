@@ -12,7 +12,8 @@
 //! | `ssse3`      | 16 B  | the same, on 128-bit registers                           |
 //! | `scalar`     | 1 B   | 256-entry product table per constant                     |
 //!
-//! `ECSTACK_SIMD=<level>` caps the level (for tests and benchmarks); the best the CPU has is the default.
+//! The best level the CPU has is the default; [`Simd::set_active`] (`ecstack --simd-level <level>`)
+//! pins a lower one for the whole process (tests and benchmarks), and `CodeOptions::simd` one code.
 //! SIMD kernels process whole vectors; the scalar kernel finishes the tail.
 
 use crate::gf;
@@ -74,10 +75,30 @@ impl Simd {
         }
     }
 
-    /// The level the kernels run at: the best this CPU has, capped by `ECSTACK_SIMD=<level>` when set.
-    /// Fixed by the first call (or the first code built), so set the variable before that.
+    /// The level the kernels run at: the best this CPU has, or the one [`Simd::set_active`] chose.
+    /// Fixed by the first call (or the first code built).
     pub fn active() -> Simd {
         active()
+    }
+
+    /// Run this process's kernels at `level` (benchmarks, and tests that pin each level): call it
+    /// before any code is built or [`Simd::active`] is asked. Errors when this CPU lacks the
+    /// level, or the level was already fixed at another one (setting the same one again is fine).
+    pub fn set_active(level: Simd) -> Result<(), crate::CodeError> {
+        let refuse = |why: String| crate::CodeError::SimdLevel {
+            level: level.name(),
+            why,
+        };
+        if !level.supported() {
+            return Err(refuse("this CPU does not support it".into()));
+        }
+        match *ACTIVE.get_or_init(|| level) {
+            l if l == level => Ok(()),
+            l => Err(refuse(format!(
+                "the kernels already run at {} (set the level before any code is built)",
+                l.name()
+            ))),
+        }
     }
 
     fn uses_affine(self) -> bool {
@@ -103,20 +124,12 @@ pub fn detected() -> Simd {
         .unwrap_or(&Simd::Scalar)
 }
 
-/// The level kernels use by default: the detected one, capped by `ECSTACK_SIMD` when set.
+/// The level kernels use by default ([`Simd::active`]).
+static ACTIVE: OnceLock<Simd> = OnceLock::new();
+
+/// The level kernels use by default: the detected one, unless [`Simd::set_active`] chose another.
 pub fn active() -> Simd {
-    static ACTIVE: OnceLock<Simd> = OnceLock::new();
-    *ACTIVE.get_or_init(|| {
-        let best = detected();
-        match std::env::var("ECSTACK_SIMD")
-            .ok()
-            .as_deref()
-            .and_then(Simd::parse)
-        {
-            Some(l) if l <= best && l.supported() => l,
-            _ => best,
-        }
-    })
+    *ACTIVE.get_or_init(detected)
 }
 
 const fn build_mul_table() -> [[u8; 256]; 256] {

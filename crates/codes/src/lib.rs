@@ -159,6 +159,9 @@ pub enum CodeError {
     /// reported rather than panicking.
     #[error("survivors {survivors:?} do not form an invertible matrix")]
     NotInvertible { survivors: Vec<usize> },
+    /// [`Simd::set_active`] was given a level this CPU lacks, or came after the level was fixed.
+    #[error("kernel level {level}: {why}")]
+    SimdLevel { level: &'static str, why: String },
     /// A shard file's header is refused (see [`shard::HeaderError`]).
     #[error("shard {path}: {error}")]
     Header {

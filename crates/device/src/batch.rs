@@ -142,9 +142,10 @@ impl<'a> Batch<'a> {
     }
 
     /// Queue `reqs` of a file device for the batch's io_uring submission; without io_uring on this
-    /// thread, defer them to run in parallel with the batch's other devices.
+    /// thread (or for a device opened with it off), defer them to run in parallel with the batch's
+    /// other devices.
     pub(crate) fn uring(&mut self, dev: &'a FileDevice, reqs: Vec<IoRequest<'a>>) {
-        if !crate::uring::available() {
+        if !dev.uses_uring() || !crate::uring::available() {
             return self.defer(dev, reqs);
         }
         for r in reqs {

@@ -23,7 +23,7 @@ use crate::{
 pub const DIRECT_ALIGN: usize = 4096;
 
 /// How to open a [`FileDevice`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct FileOptions {
     /// Create the file if it is missing (regular files only).
     pub create: bool,
@@ -36,6 +36,23 @@ pub struct FileOptions {
     pub preallocate: bool,
     /// Open read-only; writes, discards and preallocation fail.
     pub read_only: bool,
+    /// Submit batches through io_uring where this thread has a ring (on by default). Off: batched
+    /// requests run through `pread`/`pwrite` on per-device threads (spec key `uring=0`; every
+    /// device of a process: [`crate::set_uring_enabled`], `ecstack --no-uring`).
+    pub uring: bool,
+}
+
+impl Default for FileOptions {
+    fn default() -> Self {
+        FileOptions {
+            create: false,
+            size: None,
+            direct: false,
+            preallocate: false,
+            read_only: false,
+            uring: true,
+        }
+    }
 }
 
 /// A buffer whose usable part starts at a `DIRECT_ALIGN`-aligned address (no unsafe needed: we
@@ -99,6 +116,7 @@ pub struct FileDevice {
     direct: bool,
     is_block: bool,
     read_only: bool,
+    uring: bool,
     /// Serializes read-modify-write of partial sectors under `O_DIRECT`.
     rmw: Mutex<()>,
     counters: BasicCounters,
@@ -170,6 +188,7 @@ impl FileDevice {
             direct: opts.direct,
             is_block,
             read_only: opts.read_only,
+            uring: opts.uring,
             rmw: Mutex::new(()),
             counters: BasicCounters::default(),
         };
@@ -201,6 +220,11 @@ impl FileDevice {
 
     pub fn is_read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// Whether batches may go through io_uring ([`FileOptions::uring`]).
+    pub fn uses_uring(&self) -> bool {
+        self.uring
     }
 
     /// The open file (for batched submission through io_uring).

@@ -45,6 +45,7 @@ pub use sim::ssd::{
 pub use sim::wear::{WearPhysics, ZombieWear};
 pub use spec::{hdd_config, open_spec, parse_duration, parse_size, ssd_config};
 pub use throttled::{LatencyDist, ServiceProfile, ThrottleConfig, Throttled};
+pub use uring::set_enabled as set_uring_enabled;
 pub use workload::{Pattern, Workload};
 
 /// Errors a device reports. One line each, naming the device where it can.

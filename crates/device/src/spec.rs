@@ -290,7 +290,7 @@ fn open_file(full: &str, path: &str, query: &str) -> Result<Arc<dyn BlockDevice>
         return Err(err(full, "file: missing path"));
     }
     let p = Params::parse(full, "file", query, '&')?;
-    p.check_keys(&["size", "direct", "create", "prealloc", "ro"])?;
+    p.check_keys(&["size", "direct", "create", "prealloc", "ro", "uring"])?;
     let size = p.size("size")?;
     let opts = FileOptions {
         size,
@@ -298,6 +298,7 @@ fn open_file(full: &str, path: &str, query: &str) -> Result<Arc<dyn BlockDevice>
         direct: p.flag("direct")?.unwrap_or(false),
         preallocate: p.flag("prealloc")?.unwrap_or(false),
         read_only: p.flag("ro")?.unwrap_or(false),
+        uring: p.flag("uring")?.unwrap_or(true),
     };
     let path = if let Some(rest) = path.strip_prefix("~/") {
         match std::env::var_os("HOME") {

@@ -5,13 +5,16 @@
 //! with one thread per request (docs/benchmarks.md).
 //!
 //! Each thread has its own ring, created on first use. Where io_uring is unavailable (old kernel,
-//! seccomp, `ECSTACK_URING=0`), [`submit`] runs the requests one after another with
-//! `read_at`/`write_at`, so callers need no second code path. A short transfer is finished with
-//! `pread`/`pwrite`; requests whose buffer does not meet `O_DIRECT` alignment go through the
-//! device's own bounce-buffer path.
+//! seccomp) or turned off (for the process: [`set_enabled`], re-exported as
+//! `ecstack_device::set_uring_enabled`, `ecstack --no-uring`; for one device:
+//! [`crate::FileOptions::uring`], spec key `uring=0`), [`submit`] runs the requests one after
+//! another with `read_at`/`write_at`, so callers need no second code path. A short transfer is
+//! finished with `pread`/`pwrite`; requests whose buffer does not meet `O_DIRECT` alignment go
+//! through the device's own bounce-buffer path.
 
 use std::cell::RefCell;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use io_uring::{opcode, types, IoUring};
 
@@ -72,7 +75,7 @@ impl UringOp<'_> {
         if len == 0 || len > u32::MAX as usize {
             return false;
         }
-        if matches!(self, UringOp::Write { .. }) && dev.is_read_only() {
+        if !dev.uses_uring() || (matches!(self, UringOp::Write { .. }) && dev.is_read_only()) {
             return false;
         }
         !dev.is_direct()
@@ -82,6 +85,16 @@ impl UringOp<'_> {
     }
 }
 
+/// Whether this process uses io_uring at all ([`set_enabled`]).
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turn io_uring on or off for every file device of this process (on by default): off, batches go
+/// through `pread`/`pwrite` on per-device threads. Takes effect for batches submitted afterwards
+/// (threads keep their rings, unused while off).
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
 thread_local! {
     /// This thread's ring: None before first use, Some(None) when io_uring is unavailable.
     static RING: RefCell<Option<Option<IoUring>>> = const { RefCell::new(None) };
@@ -89,20 +102,19 @@ thread_local! {
 
 /// Whether io_uring works on this thread (creating its ring if needed).
 pub fn available() -> bool {
-    RING.with(|r| with_ring(&mut r.borrow_mut(), |_| ()).is_some())
+    ENABLED.load(Ordering::Relaxed)
+        && RING.with(|r| with_ring(&mut r.borrow_mut(), |_| ()).is_some())
 }
 
 fn with_ring<T>(
     slot: &mut Option<Option<IoUring>>,
     f: impl FnOnce(&mut IoUring) -> T,
 ) -> Option<T> {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return None;
+    }
     if slot.is_none() {
-        let off = std::env::var("ECSTACK_URING").is_ok_and(|v| v == "0");
-        *slot = Some(if off {
-            None
-        } else {
-            IoUring::new(RING_ENTRIES).ok()
-        });
+        *slot = Some(IoUring::new(RING_ENTRIES).ok());
     }
     slot.as_mut().and_then(|r| r.as_mut()).map(f)
 }

@@ -5,8 +5,8 @@
 //! the clients' links are not limited (the model charges only the OSDs).
 //!
 //! Needs root and iproute2 (`ip`, `tc`). Every namespace is deleted when the [`Testbed`] is dropped,
-//! on Ctrl-C or SIGTERM (see [`install_signal_cleanup`]), and namespaces of an earlier run whose
-//! process is gone are deleted when a new testbed is created.
+//! on Ctrl-C or SIGTERM (the binary's signal handler calls [`cleanup`]; this library installs none),
+//! and namespaces of an earlier run whose process is gone are deleted when a new testbed is created.
 //!
 //! Addresses: 10.77.0.0/16, host `i` (0-based, in creation order) at 10.77.(i / 250).(i % 250 + 2).
 //!
@@ -62,42 +62,22 @@ pub fn unregister_pid(pid: u32) {
         .retain(|&p| p != pid);
 }
 
-/// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it starts later) and
-/// starts a thread that waits for them: it kills the registered daemons, deletes the registered
-/// namespaces and exits with 130. Call it before any other thread is started. Child processes do
-/// not inherit the blocked mask (std's `Command` resets it).
-pub fn install_signal_cleanup() -> Result<()> {
-    // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask and sigwait only
-    // read it. No Rust memory is shared with a signal handler (there is none: sigwait is synchronous).
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        if r != 0 {
-            return Err(LabError::Run(format!(
-                "cannot block SIGINT/SIGTERM: error {r}"
-            )));
+/// Undo an interrupted run: SIGKILL the registered daemons and delete the registered namespaces
+/// (newest first). The binary calls it from its SIGINT/SIGTERM handler, then exits; this library
+/// installs no handler. Safe to call from any thread at any time; what it undid is forgotten.
+pub fn cleanup() {
+    let mut c = CLEANUP.lock().unwrap_or_else(|e| e.into_inner());
+    for &pid in &c.pids {
+        // SAFETY: kill takes two integers and touches no memory of this process.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
         }
-        std::thread::Builder::new()
-            .name("netns-cleanup".into())
-            .spawn(move || {
-                let mut sig = 0;
-                libc::sigwait(&set, &mut sig);
-                eprintln!("ecstack: interrupted: stopping the daemons and deleting the namespaces");
-                let c = CLEANUP.lock().unwrap_or_else(|e| e.into_inner());
-                for &pid in &c.pids {
-                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
-                }
-                for ns in c.namespaces.iter().rev() {
-                    delete_namespace(ns);
-                }
-                std::process::exit(130);
-            })
-            .map_err(|e| LabError::Run(format!("cannot start the signal thread: {e}")))?;
     }
-    Ok(())
+    c.pids.clear();
+    for ns in c.namespaces.iter().rev() {
+        delete_namespace(ns);
+    }
+    c.namespaces.clear();
 }
 
 /// One emulated host.

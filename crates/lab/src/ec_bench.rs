@@ -25,8 +25,14 @@ pub struct EcBenchConfig {
     pub kind: CodeKind,
     /// Kernel levels, each supported by this CPU (see [`bench_levels`]).
     pub levels: Vec<Simd>,
-    /// Seconds per measurement, on the clock [`clock_name`] names.
+    /// Seconds per measurement, on `clock`.
     pub time: f64,
+    /// What measurements are timed with.
+    pub clock: BenchClock,
+    /// Diagnostic: start the i-th buffer made `(i * skew_bytes) % 4096` bytes after its page
+    /// boundary instead of on it (16 imitates glibc's heap placement), for both sides alike; 0 (the
+    /// default) puts every buffer on a page boundary.
+    pub skew_bytes: usize,
     /// Interleaved rounds per measurement; the best round counts, for both sides alike.
     pub rounds: usize,
     /// The LT / RaptorQ rows, if wanted.
@@ -69,14 +75,37 @@ pub struct RatelessRow {
     pub overhead_trials: usize,
 }
 
+/// The clock measurements are timed with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BenchClock {
+    /// This thread's CPU time on Linux (time spent descheduled while other processes share the
+    /// cores counts for neither side), else wall time.
+    #[default]
+    Cpu,
+    /// Wall time.
+    Wall,
+}
+
+impl BenchClock {
+    /// What figures are timed with on this machine: "CPU time" or "wall time".
+    pub fn name(self) -> &'static str {
+        if thread_cpu_seconds(self).is_some() {
+            "CPU time"
+        } else {
+            "wall time"
+        }
+    }
+}
+
 /// Everything one run measured.
+
 #[derive(Clone, Debug, Serialize)]
 pub struct EcBenchReport {
     pub simd: Vec<&'static str>,
     /// Whether an ISA-L peer was built in.
     pub isal: bool,
     pub peer: Option<&'static str>,
-    /// What the figures were timed with ([`clock_name`]).
+    /// What the figures were timed with ([`BenchClock::name`]).
     pub clock: &'static str,
     pub rows: Vec<EcRow>,
     pub rateless: Vec<RatelessRow>,
@@ -146,6 +175,12 @@ pub fn run(c: &EcBenchConfig, on_row: &mut dyn FnMut(&EcRow)) -> Result<EcBenchR
         return Err(cfg("simd", "no kernel level to measure"));
     }
     let peer_name = peer_name()?;
+    SETTINGS.with(|s| {
+        s.set(Settings {
+            clock: c.clock,
+            skew_bytes: c.skew_bytes,
+        })
+    });
     let mut out = Vec::new();
     let mut rng = Rng::new(1);
     for &(k, m, chunk) in &c.rows {
@@ -180,7 +215,7 @@ pub fn run(c: &EcBenchConfig, on_row: &mut dyn FnMut(&EcRow)) -> Result<EcBenchR
         simd: c.levels.iter().map(|l| l.name()).collect(),
         isal: peer_name.is_some(),
         peer: peer_name,
-        clock: clock_name(),
+        clock: c.clock.name(),
         rows: out,
         rateless,
     })
@@ -205,36 +240,39 @@ fn measure(bytes: usize, secs: f64, f: &mut dyn FnMut()) -> f64 {
     }
 }
 
-/// The clock of [`measure`]: this thread's CPU time on Linux (so time spent descheduled while other
-/// processes share the cores counts for neither side), else wall time. `ECSTACK_BENCH_CLOCK=wall`
-/// forces wall time.
-struct Clock(Instant, f64);
+/// The settings of the run in progress on this thread ([`run`] sets them from its config).
+#[derive(Clone, Copy, Default)]
+struct Settings {
+    clock: BenchClock,
+    skew_bytes: usize,
+}
+
+thread_local! {
+    static SETTINGS: std::cell::Cell<Settings> = std::cell::Cell::new(Settings::default());
+}
+
+/// The clock of [`measure`] ([`BenchClock`], from the run's config).
+struct Clock(Instant, f64, BenchClock);
 
 impl Clock {
     fn start() -> Clock {
-        Clock(Instant::now(), thread_cpu_seconds().unwrap_or(0.0))
+        let kind = SETTINGS.with(|s| s.get().clock);
+        Clock(
+            Instant::now(),
+            thread_cpu_seconds(kind).unwrap_or(0.0),
+            kind,
+        )
     }
     fn elapsed(&self) -> f64 {
-        match thread_cpu_seconds() {
+        match thread_cpu_seconds(self.2) {
             Some(now) => now - self.1,
             None => self.0.elapsed().as_secs_f64(),
         }
     }
 }
 
-/// The clock figures are timed with: "CPU time" (this thread's, the default on Linux) or "wall time".
-pub fn clock_name() -> &'static str {
-    if thread_cpu_seconds().is_some() {
-        "CPU time"
-    } else {
-        "wall time"
-    }
-}
-
-fn thread_cpu_seconds() -> Option<f64> {
-    use std::sync::OnceLock;
-    static WALL: OnceLock<bool> = OnceLock::new();
-    if *WALL.get_or_init(|| std::env::var("ECSTACK_BENCH_CLOCK").as_deref() == Ok("wall")) {
+fn thread_cpu_seconds(clock: BenchClock) -> Option<f64> {
+    if clock == BenchClock::Wall {
         return None;
     }
     #[cfg(target_os = "linux")]
@@ -294,15 +332,11 @@ impl std::ops::DerefMut for PageBuf {
     }
 }
 
-/// Diagnostic: `ECSTACK_BENCH_SKEW=<bytes>` starts the i-th buffer made `(i * bytes) % 4096` bytes
-/// after its page boundary instead of on it (16 imitates glibc's heap placement), for both sides alike.
+/// Where the next buffer starts after its page boundary ([`EcBenchConfig::skew_bytes`]).
 fn skew() -> usize {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let step: usize = std::env::var("ECSTACK_BENCH_SKEW")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let step = SETTINGS.with(|s| s.get().skew_bytes);
     let i = NEXT.fetch_add(1, Ordering::Relaxed);
     (i * step) % PAGE
 }
@@ -607,7 +641,7 @@ fn bench_ec_level(
     let mut deltas = zeroed_bufs(m, chunk);
     let mut isal_deltas = zeroed_bufs(m, chunk);
     // ISA-L's xor_gen needs 32-byte aligned buffers: its side of the delta reads page-aligned copies
-    // (they differ from ours only under ECSTACK_BENCH_SKEW).
+    // (they differ from ours only with a `skew_bytes`).
     #[cfg(any(feature = "isal", feature = "isal-new"))]
     let (isal_old, isal_new, mut diff_buf) = {
         let copy = |b: &[u8]| {

@@ -88,16 +88,6 @@ pub fn fio_available() -> bool {
     tool_runs("fio")
 }
 
-/// Whether tests must find the real clients (fio, nbdinfo, nbdcopy) instead of skipping: when
-/// `ECSTACK_REQUIRE_CLIENTS=1`, or when a CI system sets `CI=true` (GitHub Actions, GitLab CI and
-/// most others do). `scripts/test.sh` sets `ECSTACK_REQUIRE_CLIENTS=1` after installing them.
-pub fn clients_required() -> bool {
-    let on = |k: &str| {
-        std::env::var(k).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "True" | "yes"))
-    };
-    on("ECSTACK_REQUIRE_CLIENTS") || on("CI")
-}
-
 /// Is `bin` runnable (`bin --version` succeeds)?
 pub fn tool_runs(bin: &str) -> bool {
     Command::new(bin)
@@ -107,30 +97,6 @@ pub fn tool_runs(bin: &str) -> bool {
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
-}
-
-/// The verdict for a test that needs an external client: `Ok(true)` to run, `Ok(false)` to skip
-/// (after a notice written straight to the terminal's stderr, past the test harness's output
-/// capture, so a skip is never silent), `Err` with one line naming the tool when
-/// [`clients_required`] and it is missing: the test must then fail, not pass.
-pub fn client_check(tool: &str, present: bool, test: &str) -> Result<bool, String> {
-    if present {
-        return Ok(true);
-    }
-    let what = format!(
-        "{test} needs '{tool}', which is missing (scripts/setup.sh installs fio and libnbd-bin)"
-    );
-    if clients_required() {
-        return Err(format!(
-            "{what}; CI=true or ECSTACK_REQUIRE_CLIENTS=1 is set, so this is a failure"
-        ));
-    }
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n*** SKIPPED (not passed): {what}; set ECSTACK_REQUIRE_CLIENTS=1 to make this fail ***\n"
-    );
-    Ok(false)
 }
 
 /// Does this fio have the `nbd` ioengine (built with libnbd)?

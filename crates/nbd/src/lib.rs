@@ -30,7 +30,6 @@ pub mod bench;
 pub mod client;
 pub mod proto;
 mod server;
-mod signals;
 
 use std::sync::Arc;
 
@@ -80,18 +79,17 @@ pub fn errno_name(e: u32) -> &'static str {
     }
 }
 
-/// Serve `dev` until SIGINT/SIGTERM or the admin `shutdown` command, then stop cleanly (connections
-/// closed, device flushed) and return. For a server you control from code, use [`Server::start`].
-///
-/// The signal handler is installed once per process (a second signal exits at once with status 130);
-/// if the process already has a SIGINT handler of its own, stop through the admin socket or use
-/// [`Server::start`] + [`Server::shutdown_handle`] instead.
+/// Serve `dev` until the admin `shutdown` command or a call to the [`ShutdownHandle`] given to
+/// `on_start` (the binary calls it from its SIGINT/SIGTERM handler: the library installs none),
+/// then stop cleanly (connections closed, device flushed) and return. For a server you control
+/// from code, use [`Server::start`].
 pub fn serve(
     dev: Arc<dyn BlockDevice>,
     admin: Option<Arc<dyn Admin>>,
     cfg: ServeConfig,
+    on_start: impl FnOnce(ShutdownHandle),
 ) -> Result<(), NbdError> {
     let server = Server::start(dev, admin, cfg)?;
-    signals::stop_on_signals(server.shutdown_handle());
+    on_start(server.shutdown_handle());
     server.wait()
 }

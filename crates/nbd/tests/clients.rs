@@ -1,6 +1,7 @@
 //! Real, unmodified clients against the server: libnbd's `nbdinfo` and `nbdcopy`, and fio's `nbd`
-//! ioengine with crc32c verification. Each test prints a SKIPPED notice and passes when the tool is
-//! not installed (CI installs `fio` and `libnbd-bin`).
+//! ioengine with crc32c verification. A test whose tool is missing fails under CI and says loudly
+//! that it skipped elsewhere (`ecstack_testkit::require_tool`; scripts/setup.sh installs `fio` and
+//! `libnbd-bin`).
 
 mod common;
 
@@ -46,7 +47,7 @@ fn nbdinfo_size(uri: &str) -> u64 {
 
 #[test]
 fn nbdinfo_reports_size_for_mem_and_file_exports() {
-    if !have("nbdinfo", "nbdinfo_reports_size") {
+    if !ecstack_testkit::require_tool("nbdinfo", "libnbd-bin") {
         return;
     }
     let (server, _dev) = mem_server(48 * MIB + 4096, cfg());
@@ -94,7 +95,7 @@ fn nbdcopy_roundtrip(server: &Server, dev: &dyn BlockDevice, size: usize) {
 
 #[test]
 fn nbdcopy_roundtrip_mem_and_file() {
-    if !have("nbdcopy", "nbdcopy_roundtrip") {
+    if !ecstack_testkit::require_tool("nbdcopy", "libnbd-bin") {
         return;
     }
     let size = 24 << 20;
@@ -124,11 +125,9 @@ fn nbdcopy_roundtrip_mem_and_file() {
     server.shutdown().unwrap();
 }
 
-fn fio_ok(test: &str) -> bool {
-    if !have("fio", test) {
-        return false;
-    }
-    need("fio with the nbd ioengine", fio_has_nbd_engine(), test)
+fn fio_ok() -> bool {
+    ecstack_testkit::require_tool("fio", "fio")
+        && ecstack_testkit::require("fio with the nbd ioengine", fio_has_nbd_engine(), "fio")
 }
 
 fn fio_verify_cycle(dev: Arc<dyn BlockDevice>, size: u64) {
@@ -162,7 +161,7 @@ fn fio_verify_cycle(dev: Arc<dyn BlockDevice>, size: u64) {
 
 #[test]
 fn fio_nbd_randwrite_verify_mem() {
-    if !fio_ok("fio_nbd_randwrite_verify_mem") {
+    if !fio_ok() {
         return;
     }
     fio_verify_cycle(Arc::new(MemDevice::new(32 * MIB).unwrap()), 16 * MIB);
@@ -170,7 +169,7 @@ fn fio_nbd_randwrite_verify_mem() {
 
 #[test]
 fn fio_nbd_randwrite_verify_file() {
-    if !fio_ok("fio_nbd_randwrite_verify_file") {
+    if !fio_ok() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -180,7 +179,7 @@ fn fio_nbd_randwrite_verify_file() {
 
 #[test]
 fn fio_randwrite_iops_nbd_and_file() {
-    if !fio_ok("fio_randwrite_iops") {
+    if !fio_ok() {
         return;
     }
     let (server, dev) = mem_server(32 * MIB, cfg());

@@ -626,7 +626,7 @@ fn serve_blocks_until_the_admin_shutdown_command() {
         ..cfg()
     };
     let d = dev.clone() as Arc<dyn BlockDevice>;
-    let t = std::thread::spawn(move || ecstack_nbd::serve(d, None, cfg));
+    let t = std::thread::spawn(move || ecstack_nbd::serve(d, None, cfg, |_| {}));
     let mut up = false;
     for _ in 0..200 {
         if admin_request(&sock, "ping").is_ok() {

@@ -51,7 +51,8 @@ pub struct AnalyzeOptions {
     pub out: PathBuf,
     pub config: Config,
     /// The configuration file, re-read while running for the worker count (live throttling): when its
-    /// mtime changes (polled every 0.5 s) and at once on SIGHUP (`signal.rs`).
+    /// mtime changes (polled every 0.5 s) and at once on [`crate::reload_config`] (which the binary
+    /// calls on SIGHUP).
     pub config_path: Option<PathBuf>,
     /// Threads started; the configured `workers` (≤ this) take files. Default: max(workers, cores).
     pub workers_max: Option<usize>,
@@ -213,10 +214,7 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<AnalyzeSummary, ReduceError> {
         )));
     }
     let configs = opts.config.configurations()?;
-    if opts.config_path.is_some() {
-        crate::signal::install().map_err(ReduceError::Io)?;
-    }
-    let mut hangups_seen = crate::signal::hangups();
+    let mut hangups_seen = crate::signal::reloads();
     let mut conn = results::create_dir(&opts.out, &configs)?;
     // The results directory by (device, inode): one stat per directory of the walk to skip it.
     let out_abs = std::fs::metadata(&opts.out).ok().map(|m| dev_ino(&m));
@@ -329,10 +327,10 @@ pub fn analyze(opts: &AnalyzeOptions) -> Result<AnalyzeSummary, ReduceError> {
             in_tx = 0;
         }
         // SIGHUP: re-read now, whatever the mtime says; otherwise poll the mtime every 0.5 s.
-        let hangup = crate::signal::hangups() != hangups_seen;
+        let hangup = crate::signal::reloads() != hangups_seen;
         if hangup || last_poll.elapsed() >= Duration::from_millis(500) {
             last_poll = Instant::now();
-            hangups_seen = crate::signal::hangups();
+            hangups_seen = crate::signal::reloads();
             if let Some(p) = &opts.config_path {
                 let m = mtime(p);
                 if hangup || m != cfg_mtime {

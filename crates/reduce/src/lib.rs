@@ -28,6 +28,7 @@ pub use index::{ChunkRecord, DedupTotals};
 pub use rabin::Rabin;
 pub use report::{report, Estimate, GroupRow, Report, ReportOptions, Total};
 pub use results::{merge, Manifest};
+pub use signal::reload_config;
 pub use throttle::Throttle;
 
 /// Everything that can go wrong, as one line each.

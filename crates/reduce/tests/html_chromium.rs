@@ -9,24 +9,13 @@ use std::path::Path;
 use std::process::Command;
 
 fn chromium() -> Option<&'static str> {
-    let required = ["CI", "ECSTACK_REQUIRE_CLIENTS"]
-        .iter()
-        .any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"));
-    for c in ["chromium", "chromium-browser", "google-chrome"] {
-        if Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return Some(c);
-        }
+    let found = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| ecstack_testkit::tool_runs(c));
+    if found.is_none() {
+        ecstack_testkit::require("chromium", false, "chromium");
     }
-    assert!(
-        !required,
-        "chromium is missing (scripts/setup.sh installs it)"
-    );
-    eprintln!("skipped: no chromium");
-    None
+    found
 }
 
 fn headless(bin: &str, extra: &[&str], page: &Path) -> std::process::Output {

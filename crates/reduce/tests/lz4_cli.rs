@@ -9,21 +9,7 @@ use ecstack_reduce::{ChunkRecord, ChunkSink, Config, Engine};
 use std::process::Command;
 
 fn have_lz4() -> bool {
-    let required = ["CI", "ECSTACK_REQUIRE_CLIENTS"]
-        .iter()
-        .any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"));
-    let ok = Command::new("lz4")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok || !required,
-        "lz4 is missing (scripts/setup.sh installs it)"
-    );
-    if !ok {
-        eprintln!("skipped: no lz4 CLI");
-    }
-    ok
+    ecstack_testkit::require_tool("lz4", "lz4")
 }
 
 /// Sum of the data block sizes of an LZ4 frame (the high bit of a block size marks a raw block).

@@ -158,6 +158,9 @@ pub struct EplogConfig {
     pub clients: Vec<usize>,
     /// eplog stripe buffer in the multi-client runs: batches written at once (0 = off).
     pub stripe_buffer: usize,
+    /// Per-chunk checksums on in the trace replays and recovery runs (Exps 1-5; off only to measure
+    /// what they cost; metadata-only simulated SSDs have them off whatever this says).
+    pub checksums: bool,
     pub testbeds: Vec<Testbed>,
     /// Exp 6: pairs loaded and requests issued per run.
     pub kv: KvScale,
@@ -188,6 +191,7 @@ impl EplogConfig {
             schemes: SchemeKind::ALL.to_vec(),
             clients: vec![8, 32, 128],
             stripe_buffer: ecstack_array::scheme::DEFAULT_IN_FLIGHT,
+            checksums: true,
             testbeds: vec![Testbed::Files, Testbed::Paper],
             kv: KvScale::default_for(quick),
             kv_cells: KvCells::default(),

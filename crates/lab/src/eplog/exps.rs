@@ -38,6 +38,7 @@ impl Ctx<'_> {
             key,
             backing,
             stripe_buffer: self.cfg.stripe_buffer,
+            checksums: self.cfg.checksums,
         };
         run(t, spec, self.dir)
     }
@@ -178,6 +179,7 @@ pub fn recovery(cx: &Ctx, fin: &Trace) -> Result<Vec<RecoveryRow>> {
     let files = Backing::Testbed(Testbed::Files);
     let rig = build(fin, SchemeKind::Eplog, Setting::SIX_TWO, files, cx.dir)?;
     let a = &rig.array;
+    a.set_checksums(cx.cfg.checksums);
     prewrite(a, fin.wss)?;
     let devs = a.devices();
     let mut rows = Vec::new();

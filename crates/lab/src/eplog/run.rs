@@ -165,6 +165,8 @@ pub struct RunSpec {
     pub key: RunKey,
     pub backing: Backing,
     pub stripe_buffer: usize,
+    /// Per-chunk checksums on ([`ecstack_array::OpenOptions::checksums`]).
+    pub checksums: bool,
 }
 
 /// User + system CPU seconds of this process so far (Linux: /proc/self/stat; 0 elsewhere).
@@ -209,6 +211,7 @@ pub fn run(t: &Trace, spec: RunSpec, dir: &Path) -> Result<RunRow> {
     let key = spec.key;
     let rig = build(t, key.variant.scheme(), key.setting, spec.backing, dir)?;
     let a = &rig.array;
+    a.set_checksums(spec.checksums);
     prewrite(a, t.wss)?;
     let device_buffer = match key.variant {
         Variant::EplogDeviceBuffer(chunks) => chunks,

@@ -30,14 +30,3 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     ecstack_base::Rng::new(seed).fill(&mut v);
     v
 }
-
-/// Is `bin` runnable? When it is not, the test is skipped with a loud notice, or fails (with a
-/// message naming the tool) when CI=true or ECSTACK_REQUIRE_CLIENTS=1 (`bench::client_check`).
-pub fn have(bin: &str, test: &str) -> bool {
-    need(bin, ecstack_nbd::bench::tool_runs(bin), test)
-}
-
-/// Like [`have`] for a condition the caller checked (`present`), reported as tool `what`.
-pub fn need(what: &str, present: bool, test: &str) -> bool {
-    ecstack_nbd::bench::client_check(what, present, test).unwrap_or_else(|e| panic!("{e}"))
-}
