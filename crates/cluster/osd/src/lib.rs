@@ -19,11 +19,14 @@ mod proto {
 
 pub mod api;
 pub mod chunk_store;
+#[doc(hidden)]
+pub mod chunk_store_suite;
 pub mod daemon;
 pub mod lease;
 pub mod metrics;
 pub mod server;
 pub mod service;
+pub mod store_dir;
 mod view;
 mod wire;
 
