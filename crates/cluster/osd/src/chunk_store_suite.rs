@@ -25,6 +25,8 @@ use crate::chunk_store::{Change, ChunkImage, ChunkStore, ChunkStoreError, Part, 
 
 type Key = (u64, u32);
 type Model = BTreeMap<Key, (ChunkMeta, Vec<u8>)>;
+/// A chunk's header and bytes, or `None` when absent.
+type State = Option<(ChunkMeta, Vec<u8>)>;
 
 fn meta(segment_id: u64, index: u32, version: u64, chunk_bytes: u64) -> ChunkMeta {
     ChunkMeta {
@@ -777,12 +779,7 @@ fn cut_once(
         Err(e) => panic!("{ctx}: open: {e}"),
     };
     // The step under way when the power went, and the chunk before and after it.
-    let mut cut: Option<(
-        &'static str,
-        Key,
-        Option<(ChunkMeta, Vec<u8>)>,
-        Option<(ChunkMeta, Vec<u8>)>,
-    )> = None;
+    let mut cut: Option<(&'static str, Key, State, State)> = None;
     for (i, step) in steps.iter().enumerate() {
         let key = step.key();
         let before = model.get(&key).cloned();

@@ -199,7 +199,7 @@ impl StoreDir for OsDir {
         len: usize,
         direct: bool,
     ) -> std::io::Result<DirFile> {
-        debug_assert!(image.len() % DIRECT_ALIGN == 0 && image.len() >= len);
+        debug_assert!(image.len().is_multiple_of(DIRECT_ALIGN) && image.len() >= len);
         debug_assert_eq!(image.as_ptr().align_offset(DIRECT_ALIGN), 0);
         let path = self.chunks.join(name);
         let buffered = || -> std::io::Result<DirFile> {
@@ -486,7 +486,8 @@ impl StoreDir for SimDir {
         let mut st = self.lock();
         st.gate(&|| format!("create {}", kind(name)))?;
         if direct
-            && (image.as_ptr().align_offset(DIRECT_ALIGN) != 0 || image.len() % DIRECT_ALIGN != 0)
+            && (image.as_ptr().align_offset(DIRECT_ALIGN) != 0
+                || !image.len().is_multiple_of(DIRECT_ALIGN))
         {
             // What the kernel answers an O_DIRECT write it cannot take: the store must hand
             // aligned images.
