@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use ecstack_osd::chunk_store::FileStoreOptions;
 use ecstack_osd::daemon::{Daemon, DaemonConfig};
 use ecstack_rpc::{ClusterConfig, Security};
 
@@ -43,6 +44,10 @@ pub struct OsdArgs {
     /// local cluster, `bench cluster`) spend less on cross-thread wake-ups with fewer each
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
+    /// Write whole chunks with O_DIRECT (true) or through the page cache (false); default: the
+    /// config's [osd] direct_io (true)
+    #[arg(long, value_name = "BOOL")]
+    direct_io: Option<bool>,
 }
 
 fn parse_labels(labels: &[String]) -> Result<BTreeMap<String, String>> {
@@ -79,6 +84,9 @@ pub fn run(a: OsdArgs) -> Result<()> {
         addr: a.addr.clone(),
         labels,
         store: a.store.clone(),
+        store_options: FileStoreOptions {
+            direct: a.direct_io.unwrap_or(config.osd.direct_io),
+        },
         mds_addr: config.mds.addr.clone(),
         security,
         recovery_bytes_per_sec: config.mds.recovery_bytes_per_sec,

@@ -17,26 +17,24 @@
 //! touches on each side; the checksum table costs 0.1% of the chunk. Every read verifies the crc32c of
 //! each block it touches. An in-place change is ordered so that a crash at any point leaves either
 //! the old chunk, the new chunk, or a chunk marked dirty: the header is first rewritten with the dirty
-//! flag (and fsynced), then the touched blocks and their checksums, then the header with the new
-//! version and without the flag, then fsync. A dirty chunk is never read: it counts as corrupt and is
-//! rebuilt from the others. A whole chunk is written to a temporary file, preallocated with
-//! `fallocate`, fsynced, renamed over the old one, and the directory fsynced.
+//! flag (fsynced), then the touched blocks and their checksums (fsynced), then the header with the
+//! new version and without the flag (fsynced). A dirty chunk is never read: it counts as corrupt and
+//! is rebuilt from the others. A whole chunk is written to a temporary file, preallocated with
+//! `fallocate`, fsynced, renamed over the old one, and the directory fsynced. The files are reached
+//! through a [`StoreDir`] (a real directory of `FileDevice`s, or a simulated one with power cuts).
 
 use std::collections::hash_map::DefaultHasher;
-use std::fs::{File, OpenOptions};
 use std::hash::{Hash, Hasher};
-use std::io::Write;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use ecstack_device::{AlignedBuf, DIRECT_ALIGN};
+use ecstack_device::{AlignedBuf, BlockDevice, DeviceError, DIRECT_ALIGN};
 
 use crate::api::{ChunkMeta, DeltaStamp};
+use crate::store_dir::{device_io, DirFile, OsDir, StoreDir};
 
 pub const MAGIC: [u8; 8] = *b"ECSOSDCK";
 /// Format 2 added the applied versions and the dirty flag; format 1 files are refused.
@@ -319,33 +317,38 @@ impl ChunkImage {
     }
 }
 
+/// What a [`ChunkStore`] refuses, one line each. `at` says where the backend keeps the chunk (a
+/// file's path, a device and extent).
 #[derive(Debug, thiserror::Error)]
 pub enum ChunkStoreError {
-    #[error("chunk store {path}: {op}: {source}")]
+    #[error("chunk store {at}: {op}: {source}")]
     Io {
-        path: PathBuf,
+        at: String,
         op: &'static str,
         source: std::io::Error,
     },
-    #[error("chunk store {path} is in use by another OSD ({holder})")]
-    Locked { path: PathBuf, holder: String },
+    #[error("chunk store {at} is in use by another OSD ({holder})")]
+    Locked { at: String, holder: String },
     #[error("segment {segment:#x} chunk {index}: not stored here")]
     NotFound { segment: u64, index: u32 },
-    #[error("chunk file {path}: corrupt header: {error}")]
-    Header { path: PathBuf, error: HeaderError },
-    #[error("chunk file {path} holds segment {got_segment:#x} chunk {got_index}, not segment {segment:#x} chunk {index}")]
+    #[error("segment {segment:#x} chunk {index}: corrupt header ({at}): {error}")]
+    Header {
+        segment: u64,
+        index: u32,
+        at: String,
+        error: HeaderError,
+    },
+    #[error("{at} holds segment {got_segment:#x} chunk {got_index}, not segment {segment:#x} chunk {index}")]
     Misplaced {
-        path: PathBuf,
+        at: String,
         segment: u64,
         index: u32,
         got_segment: u64,
         got_index: u32,
     },
-    #[error(
-        "segment {segment:#x} chunk {index}: file {path} is {got} bytes, its header needs {want}"
-    )]
+    #[error("segment {segment:#x} chunk {index}: {at} is {got} bytes, its header needs {want}")]
     Truncated {
-        path: PathBuf,
+        at: String,
         segment: u64,
         index: u32,
         got: u64,
@@ -366,9 +369,13 @@ pub enum ChunkStoreError {
         chunk_bytes: u64,
     },
     #[error(
-        "chunk file {path}: an in-place change was cut short (dirty); the chunk must be rebuilt"
+        "segment {segment:#x} chunk {index}: an in-place change was cut short (dirty, {at}); the chunk must be rebuilt"
     )]
-    Dirty { path: PathBuf },
+    Dirty {
+        segment: u64,
+        index: u32,
+        at: String,
+    },
     #[error("segment {segment:#x} chunk {index}: {message}")]
     Conflict {
         segment: u64,
@@ -421,7 +428,52 @@ pub struct StoreUsage {
 /// current (verified) bytes and overwrites them.
 pub type Modify<'a> = &'a mut dyn FnMut(&mut [u8]) -> std::result::Result<(), String>;
 
-/// The chunks of one OSD. Every method is durable before it returns.
+/// The chunks of one OSD: the seam between the OSD's work and where chunks live (a directory of
+/// files, [`FileStore`]; a block device with an extent allocator). Nothing in it names a file
+/// system. What every backend guarantees, checked by [`crate::chunk_store_suite`] (every backend
+/// runs it, power cuts at every operation included):
+///
+/// * **Durability on return.** A `put`, `put_image`, `modify` or `delete` that returns `Ok` has
+///   reached stable media: it survives a power cut at any later point, and a reopened store serves
+///   it.
+/// * **Atomic puts and deletes.** A `put` or `delete` cut short by a power cut leaves the old chunk
+///   (or none) or the new one, whole: never a mix, never a corrupt chunk.
+/// * **In-place changes land whole or are detected.** A `modify` cut short leaves the old bytes
+///   under the old header, the new bytes under the new header, or a chunk every read refuses as
+///   corrupt ([`ChunkStoreError::is_corruption`]); never new bytes under the old versions or old
+///   bytes under the new ones. The header (versions, applied versions, dirty flag) is updated
+///   atomically: it is read whole, old or new, or refused.
+/// * **Never served wrong.** A read returns the bytes last stored for that chunk and range or an
+///   error; every byte it returns is verified (a checksum per [`BLOCK_BYTES`] block). Corruption is
+///   one error line naming the segment and the chunk.
+/// * **`list` after a power cut** names every chunk whose last acknowledged change was a put or
+///   modify; a chunk whose put or delete was cut short may or may not be listed; a listed chunk
+///   reads whole or is refused as corrupt. `usage` agrees with `list` after a reopen.
+/// * **Exclusive.** One store (one OSD) uses the backing storage at a time; a second open is refused
+///   ([`ChunkStoreError::Locked`]).
+///
+/// ```
+/// use ecstack_osd::chunk_store::{Change, ChunkStore, FileStore};
+/// use ecstack_osd::ChunkMeta;
+///
+/// let dir = std::env::temp_dir().join(format!("ecstack-doc-{}", std::process::id()));
+/// let store = FileStore::open(&dir).unwrap();
+/// let meta = ChunkMeta {
+///     segment_id: 7,
+///     index: 0,
+///     version: 1,
+///     chunk_bytes: 5,
+///     segment_length: 20,
+///     applied: Vec::new(),
+/// };
+/// store.put(&meta, b"hello").unwrap();
+/// let change = Change::Data { expected: 1, version: 2 };
+/// store.modify(7, 0, 0, 1, change, &mut |b| { b[0] = b'j'; Ok(()) }).unwrap();
+/// assert_eq!(&store.read(7, 0, 0, 5).unwrap().1[..], b"jello");
+/// assert_eq!(store.list().unwrap(), vec![(7, 0)]);
+/// # drop(store);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
 pub trait ChunkStore: Send + Sync {
     /// Store a whole chunk (create, or replace atomically). `data.len()` must be `meta.chunk_bytes`.
     fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<()>;
@@ -452,18 +504,30 @@ pub trait ChunkStore: Send + Sync {
 
 const LOCK_STRIPES: usize = 64;
 
-/// [`ChunkStore`] over a directory: `<root>/LOCK` (held with `flock` while the store is open) and
-/// `<root>/chunks/<segment id, 16 hex digits>.<index, 3 digits>.chunk`.
+/// How a [`FileStore`] writes. The OSD daemon sets it from `cluster.toml`'s `[osd]` section (and
+/// `ecstack osd --direct-io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStoreOptions {
+    /// Whole chunks are written with `O_DIRECT` where the file system takes it (the default), or
+    /// through the page cache (for A/B measurements; docs/cluster.md "The OSD chunk store").
+    pub direct: bool,
+}
+
+impl Default for FileStoreOptions {
+    fn default() -> Self {
+        FileStoreOptions { direct: true }
+    }
+}
+
+/// [`ChunkStore`] over a directory ([`StoreDir`]): `<root>/LOCK` (held with `flock` while the
+/// store is open) and `<root>/chunks/<segment id, 16 hex digits>.<index, 3 digits>.chunk`.
 pub struct FileStore {
+    dir: Arc<dyn StoreDir>,
     root: PathBuf,
-    chunks_dir: PathBuf,
-    _lock: File,
     stripes: Vec<Mutex<()>>,
     chunks: AtomicU64,
     bytes: AtomicU64,
-    /// Whole chunks written with `O_DIRECT` (where the file system takes it); off with
-    /// [`DIRECT_ENV`]`=0`.
-    direct: bool,
+    options: FileStoreOptions,
     /// Buffers [`ChunkStore::read`] reads into, reused.
     buffers: Arc<ReadBuffers>,
 }
@@ -524,101 +588,27 @@ impl Drop for PooledRead {
     }
 }
 
-/// `ECSTACK_OSD_DIRECT=0` in an OSD's environment: whole chunks are written through the page cache
-/// (for A/B measurements of the `O_DIRECT` path; docs/cluster.md "The OSD chunk store").
-pub const DIRECT_ENV: &str = "ECSTACK_OSD_DIRECT";
-
 impl std::fmt::Debug for FileStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "FileStore({})", self.root.display())
     }
 }
 
-fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> ChunkStoreError + 'a {
+fn io<'a>(at: &'a str, op: &'static str) -> impl FnOnce(std::io::Error) -> ChunkStoreError + 'a {
     move |source| ChunkStoreError::Io {
-        path: path.to_owned(),
+        at: at.to_owned(),
         op,
         source,
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir, "fsync directory"))
+fn dev<'a>(at: &'a str, op: &'static str) -> impl FnOnce(DeviceError) -> ChunkStoreError + 'a {
+    move |e| io(at, op)(device_io(e))
 }
 
-/// Preallocate `len` bytes of `file` (falls back to extending it where `fallocate` is unsupported).
-fn preallocate(file: &File, path: &Path, len: u64) -> Result<()> {
-    // SAFETY: fallocate on an open descriptor we own; no memory is passed.
-    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {
-            file.set_len(len).map_err(io(path, "extend chunk file"))
-        }
-        _ => Err(ChunkStoreError::Io {
-            path: path.to_owned(),
-            op: "fallocate",
-            source: e,
-        }),
-    }
-}
-
-/// Creates `path` holding the first `len` bytes of `image` (a whole chunk file, padded to
-/// [`DIRECT_ALIGN`] and aligned: a [`ChunkImage`]), preallocated, not yet fsynced.
-///
-/// A whole chunk is written with `O_DIRECT` where the file system takes it: a chunk put is written
-/// once and read later (if at all), so the page cache only costs a copy and a slow writeback —
-/// on this project's VMs buffered writes + fsync ran at 206 MB/s against 1.4 GB/s direct
-/// (`dd bs=4M`, docs/cluster.md "The OSD chunk store"). The padded image is written, then the file
-/// is cut to its exact length. File systems without `O_DIRECT` (open or write refuses it with
-/// `EINVAL`) get a buffered write instead.
-fn write_new_file(path: &Path, image: &[u8], len: usize, direct: bool) -> Result<File> {
-    debug_assert!(image.len() % DIRECT_ALIGN == 0 && image.len() >= len);
-    debug_assert_eq!(image.as_ptr().align_offset(DIRECT_ALIGN), 0);
-    let create = |direct: bool| {
-        let mut o = OpenOptions::new();
-        o.write(true).create(true).truncate(true);
-        if direct {
-            o.custom_flags(libc::O_DIRECT);
-        }
-        o.open(path)
-    };
-    let buffered = |file: File| -> Result<File> {
-        preallocate(&file, path, len as u64)?;
-        file.write_all_at(&image[..len], 0)
-            .map_err(io(path, "write chunk file"))?;
-        Ok(file)
-    };
-    let einval = |e: &std::io::Error| e.raw_os_error() == Some(libc::EINVAL);
-    if !direct {
-        return buffered(create(false).map_err(io(path, "create chunk file"))?);
-    }
-    let file = match create(true) {
-        Ok(f) => f,
-        Err(e) if einval(&e) => {
-            return buffered(create(false).map_err(io(path, "create chunk file"))?);
-        }
-        Err(e) => return Err(io(path, "create chunk file")(e)),
-    };
-    preallocate(&file, path, image.len() as u64)?;
-    match file.write_all_at(image, 0) {
-        Ok(()) => {}
-        Err(e) if einval(&e) => {
-            drop(file);
-            return buffered(create(false).map_err(io(path, "create chunk file"))?);
-        }
-        Err(e) => return Err(io(path, "write chunk file")(e)),
-    }
-    if image.len() != len {
-        file.set_len(len as u64)
-            .map_err(io(path, "cut chunk file to length"))?;
-    }
-    Ok(file)
+/// The file name of a chunk.
+pub fn chunk_name(segment: u64, index: u32) -> String {
+    format!("{segment:016x}.{index:03}.chunk")
 }
 
 fn parse_name(name: &str) -> Option<(u64, u32)> {
@@ -630,63 +620,53 @@ fn parse_name(name: &str) -> Option<(u64, u32)> {
     Some((u64::from_str_radix(seg, 16).ok()?, idx.parse().ok()?))
 }
 
+/// A part of a stored chunk that [`FileStore::damage`] corrupts (tests).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// A byte of the header (the version field).
+    Header,
+    /// The checksum of data block `b`.
+    Checksum(u64),
+    /// A byte of data block `b`.
+    Block(u64),
+    /// The header rewritten with the dirty flag, as an in-place change cut short leaves it.
+    Dirty,
+}
+
 impl FileStore {
-    /// Open (or create) a store directory and lock it for this process.
+    /// Open (or create) a store directory with the default options and lock it for this process.
     pub fn open(root: &Path) -> Result<FileStore> {
-        std::fs::create_dir_all(root).map_err(io(root, "create store directory"))?;
-        let lock_path = root.join("LOCK");
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(io(&lock_path, "open lock file"))?;
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
-                let holder = match holder.trim() {
-                    "" => "unknown process".to_string(),
-                    h => format!("pid {h}"),
-                };
-                return Err(ChunkStoreError::Locked {
-                    path: root.to_owned(),
-                    holder,
-                });
-            }
-            return Err(ChunkStoreError::Io {
-                path: lock_path,
-                op: "lock",
-                source: e,
-            });
-        }
-        lock.set_len(0).map_err(io(&lock_path, "write lock file"))?;
-        write!(lock, "{}", std::process::id()).map_err(io(&lock_path, "write lock file"))?;
-        let chunks_dir = root.join("chunks");
-        std::fs::create_dir_all(&chunks_dir).map_err(io(&chunks_dir, "create chunks directory"))?;
+        Self::open_with(root, FileStoreOptions::default())
+    }
+
+    /// Open (or create) a store directory and lock it for this process.
+    pub fn open_with(root: &Path, options: FileStoreOptions) -> Result<FileStore> {
+        Self::on_dir(Arc::new(OsDir::open(root)?), options)
+    }
+
+    /// A store over any [`StoreDir`] (tests put one with power cuts under it): drops the leftovers
+    /// of puts cut short and counts what the directory holds.
+    pub fn on_dir(dir: Arc<dyn StoreDir>, options: FileStoreOptions) -> Result<FileStore> {
+        let root = dir.root();
         let store = FileStore {
-            root: root.to_owned(),
-            chunks_dir,
-            _lock: lock,
+            root,
+            dir,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             chunks: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             buffers: Arc::default(),
-            direct: std::env::var_os(DIRECT_ENV).is_none_or(|v| v != "0"),
+            options,
         };
+        let at = store.root.display().to_string();
         // Leftovers of a put interrupted by a crash, and the usage counters.
-        let dir = std::fs::read_dir(&store.chunks_dir).map_err(io(&store.chunks_dir, "list"))?;
-        for entry in dir {
-            let entry = entry.map_err(io(&store.chunks_dir, "list"))?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
+        for (name, len) in store.dir.list().map_err(io(&at, "list"))? {
             if name.ends_with(".tmp") {
-                let p = entry.path();
-                std::fs::remove_file(&p).map_err(io(&p, "remove temporary file"))?;
+                store
+                    .dir
+                    .remove(&name)
+                    .map_err(io(&store.at(&name), "remove temporary file"))?;
             } else if parse_name(&name).is_some() {
-                let len = entry.metadata().map_err(io(&entry.path(), "stat"))?.len();
                 store.chunks.fetch_add(1, Ordering::Relaxed);
                 store.bytes.fetch_add(len, Ordering::Relaxed);
             }
@@ -694,11 +674,8 @@ impl FileStore {
         Ok(store)
     }
 
-    /// Whole chunks through `O_DIRECT` (`true`, the default unless [`DIRECT_ENV`]`=0`) or the page
-    /// cache.
-    pub fn with_direct(mut self, direct: bool) -> FileStore {
-        self.direct = direct;
-        self
+    pub fn options(&self) -> FileStoreOptions {
+        self.options
     }
 
     pub fn root(&self) -> &Path {
@@ -707,8 +684,12 @@ impl FileStore {
 
     /// The file of a chunk.
     pub fn chunk_path(&self, segment: u64, index: u32) -> PathBuf {
-        self.chunks_dir
-            .join(format!("{segment:016x}.{index:03}.chunk"))
+        self.dir.path(&chunk_name(segment, index))
+    }
+
+    /// Where file `name` is, for messages.
+    fn at(&self, name: &str) -> String {
+        self.dir.path(name).display().to_string()
     }
 
     fn stripe(&self, segment: u64, index: u32) -> std::sync::MutexGuard<'_, ()> {
@@ -724,39 +705,36 @@ impl FileStore {
         segment: u64,
         index: u32,
         write: bool,
-    ) -> Result<Option<(File, PathBuf, ChunkMeta)>> {
-        let path = self.chunk_path(segment, index);
-        let file = match OpenOptions::new().read(true).write(write).open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(ChunkStoreError::Io {
-                    path,
-                    op: "open chunk",
-                    source: e,
-                })
-            }
+    ) -> Result<Option<(DirFile, String, ChunkMeta)>> {
+        let at = self.at(&chunk_name(segment, index));
+        let Some(file) = self
+            .dir
+            .open(&chunk_name(segment, index), write)
+            .map_err(io(&at, "open chunk"))?
+        else {
+            return Ok(None);
         };
-        let mut h = [0u8; HEADER_BYTES];
-        let got = read_full(&file, &mut h, 0).map_err(io(&path, "read header"))?;
-        let mut h = h[..got].to_vec();
+        let len = file.capacity();
+        let mut h = vec![0u8; (HEADER_BYTES as u64).min(len) as usize];
+        file.read_at(&mut h, 0).map_err(dev(&at, "read header"))?;
         let applied = applied_count(&h);
-        if got == HEADER_BYTES && h[0..8] == MAGIC && applied > 0 {
-            h.resize(header_bytes(applied), 0);
-            let more = read_full(&file, &mut h[HEADER_BYTES..], HEADER_BYTES as u64)
-                .map_err(io(&path, "read header"))?;
-            h.truncate(HEADER_BYTES + more);
+        if h.len() == HEADER_BYTES && h[0..8] == MAGIC && applied > 0 {
+            h.resize((header_bytes(applied) as u64).min(len) as usize, 0);
+            file.read_at(&mut h[HEADER_BYTES..], HEADER_BYTES as u64)
+                .map_err(dev(&at, "read header"))?;
         }
         let (meta, dirty) = decode_header(&h).map_err(|error| ChunkStoreError::Header {
-            path: path.clone(),
+            segment,
+            index,
+            at: at.clone(),
             error,
         })?;
         if dirty {
-            return Err(ChunkStoreError::Dirty { path });
+            return Err(ChunkStoreError::Dirty { segment, index, at });
         }
         if meta.segment_id != segment || meta.index != index {
             return Err(ChunkStoreError::Misplaced {
-                path,
+                at,
                 segment,
                 index,
                 got_segment: meta.segment_id,
@@ -764,29 +742,28 @@ impl FileStore {
             });
         }
         let want = data_offset(&meta) + meta.chunk_bytes;
-        let len = file.metadata().map_err(io(&path, "stat chunk"))?.len();
         if len < want {
             return Err(ChunkStoreError::Truncated {
-                path,
+                at,
                 segment,
                 index,
                 got: len,
                 want,
             });
         }
-        Ok(Some((file, path, meta)))
+        Ok(Some((file, at, meta)))
     }
 
     /// Read and verify blocks `b0..b1` of an open chunk.
     fn read_blocks(
-        file: &File,
-        path: &Path,
+        file: &dyn BlockDevice,
+        at: &str,
         meta: &ChunkMeta,
         b0: u64,
         b1: u64,
     ) -> Result<(Vec<u8>, Vec<u32>)> {
         let mut data = vec![0u8; Self::blocks_len(meta, b0, b1)];
-        let crcs = Self::read_blocks_into(file, path, meta, b0, b1, &mut data)?;
+        let crcs = Self::read_blocks_into(file, at, meta, b0, b1, &mut data)?;
         Ok((data, crcs))
     }
 
@@ -798,10 +775,11 @@ impl FileStore {
     }
 
     /// Reads blocks `[b0, b1)` into `data` (exactly [`FileStore::blocks_len`] bytes) and verifies
-    /// each against its crc32c; returns the checksums.
+    /// each against its crc32c; returns the checksums. The file is at least as long as its header
+    /// says ([`FileStore::open_chunk`] checked).
     fn read_blocks_into(
-        file: &File,
-        path: &Path,
+        file: &dyn BlockDevice,
+        at: &str,
         meta: &ChunkMeta,
         b0: u64,
         b1: u64,
@@ -809,20 +787,11 @@ impl FileStore {
     ) -> Result<Vec<u32>> {
         debug_assert_eq!(data.len(), Self::blocks_len(meta, b0, b1));
         let start = b0 * BLOCK_BYTES as u64;
-        let got = read_full(file, data, data_offset(meta) + start)
-            .map_err(io(path, "read chunk data"))?;
+        file.read_at(data, data_offset(meta) + start)
+            .map_err(dev(at, "read chunk data"))?;
         let mut crcs = vec![0u8; 4 * (b1 - b0) as usize];
-        let got_crcs = read_full(file, &mut crcs, table_offset(meta) + 4 * b0)
-            .map_err(io(path, "read checksums"))?;
-        if got != data.len() || got_crcs != crcs.len() {
-            return Err(ChunkStoreError::Truncated {
-                path: path.to_owned(),
-                segment: meta.segment_id,
-                index: meta.index,
-                got: got as u64,
-                want: data.len() as u64,
-            });
-        }
+        file.read_at(&mut crcs, table_offset(meta) + 4 * b0)
+            .map_err(dev(at, "read checksums"))?;
         let crcs: Vec<u32> = (0..(b1 - b0) as usize)
             .map(|i| u32_at(&crcs, 4 * i))
             .collect();
@@ -849,6 +818,55 @@ impl FileStore {
             });
         }
         Ok(())
+    }
+
+    /// Corrupts `part` of a stored chunk behind the store's back, durably (tests: every backend's
+    /// corruption is named and never served). The header is read raw, so a chunk whose header is
+    /// already corrupt can only take [`Part::Header`] and [`Part::Dirty`].
+    #[doc(hidden)]
+    pub fn damage(&self, segment: u64, index: u32, part: Part) -> Result<()> {
+        let name = chunk_name(segment, index);
+        let at = self.at(&name);
+        let file = self
+            .dir
+            .open(&name, true)
+            .map_err(io(&at, "open chunk"))?
+            .ok_or(ChunkStoreError::NotFound { segment, index })?;
+        let mut h = vec![0u8; HEADER_BYTES];
+        file.read_at(&mut h, 0).map_err(dev(&at, "read header"))?;
+        h.resize(header_bytes(applied_count(&h)), 0);
+        file.read_at(&mut h[HEADER_BYTES..], HEADER_BYTES as u64)
+            .map_err(dev(&at, "read header"))?;
+        let flip = |offset: u64| -> Result<()> {
+            let mut b = [0u8];
+            file.read_at(&mut b, offset).map_err(dev(&at, "read"))?;
+            b[0] ^= 0x10;
+            file.write_at(&b, offset).map_err(dev(&at, "write"))
+        };
+        match part {
+            Part::Header => flip(33)?,
+            Part::Dirty => {
+                let (meta, _) = decode_header(&h).map_err(|error| ChunkStoreError::Header {
+                    segment,
+                    index,
+                    at: at.clone(),
+                    error,
+                })?;
+                file.write_at(&encode_header(&meta, true), 0)
+                    .map_err(dev(&at, "write header"))?;
+            }
+            Part::Checksum(b) => flip(h.len() as u64 + 4 * b + 1)?,
+            Part::Block(b) => {
+                let (meta, _) = decode_header(&h).map_err(|error| ChunkStoreError::Header {
+                    segment,
+                    index,
+                    at: at.clone(),
+                    error,
+                })?;
+                flip(data_offset(&meta) + b * BLOCK_BYTES as u64 + 5)?
+            }
+        }
+        file.flush().map_err(dev(&at, "flush"))
     }
 }
 
@@ -915,23 +933,6 @@ fn stamped(meta: &ChunkMeta, change: Change) -> Result<Option<ChunkMeta>> {
     }
 }
 
-/// pread until `buf` is full or end of file; the bytes read.
-fn read_full(file: &File, buf: &mut [u8], mut at: u64) -> std::io::Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], at) {
-            Ok(0) => break,
-            Ok(n) => {
-                done += n;
-                at += n as u64;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(done)
-}
-
 impl ChunkStore for FileStore {
     fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<()> {
         let invalid = |message: String| ChunkStoreError::Invalid {
@@ -952,6 +953,8 @@ impl ChunkStore for FileStore {
         self.put_image(image)
     }
 
+    /// The image goes to `….chunk.tmp` (preallocated, `O_DIRECT` unless the options say otherwise),
+    /// which is flushed, renamed over the chunk's file, and the directory synced.
     fn put_image(&self, mut image: ChunkImage) -> Result<()> {
         let meta = image.meta.clone();
         if image.filled() != meta.chunk_bytes {
@@ -966,14 +969,23 @@ impl ChunkStore for FileStore {
             });
         }
         let _g = self.stripe(meta.segment_id, meta.index);
-        let path = self.chunk_path(meta.segment_id, meta.index);
-        let tmp = path.with_extension("chunk.tmp");
+        let name = chunk_name(meta.segment_id, meta.index);
+        let tmp = format!("{name}.tmp");
+        let (at, tmp_at) = (self.at(&name), self.at(&tmp));
         let (bytes, file_len) = image.seal();
-        let file = write_new_file(&tmp, bytes, file_len, self.direct)?;
-        file.sync_all().map_err(io(&tmp, "fsync chunk file"))?;
-        let old = std::fs::metadata(&path).ok().map(|m| m.len());
-        std::fs::rename(&tmp, &path).map_err(io(&path, "rename chunk file"))?;
-        sync_dir(&self.chunks_dir)?;
+        let file = self
+            .dir
+            .create(&tmp, bytes, file_len, self.options.direct)
+            .map_err(io(&tmp_at, "write chunk file"))?;
+        file.flush().map_err(dev(&tmp_at, "fsync chunk file"))?;
+        drop(file);
+        let old = self.dir.len(&name).map_err(io(&at, "stat chunk"))?;
+        self.dir
+            .rename(&tmp, &name)
+            .map_err(io(&at, "rename chunk file"))?;
+        self.dir
+            .sync()
+            .map_err(io(&self.root.display().to_string(), "fsync directory"))?;
         match old {
             Some(len) => {
                 self.bytes.fetch_sub(len, Ordering::Relaxed);
@@ -993,7 +1005,7 @@ impl ChunkStore for FileStore {
 
     fn read(&self, segment: u64, index: u32, offset: u64, len: u64) -> Result<(ChunkMeta, Bytes)> {
         let _g = self.stripe(segment, index);
-        let (file, path, meta) = self
+        let (file, at, meta) = self
             .open_chunk(segment, index, false)?
             .ok_or(ChunkStoreError::NotFound { segment, index })?;
         Self::check_range(&meta, offset, len)?;
@@ -1004,7 +1016,7 @@ impl ChunkStore for FileStore {
         let b1 = (offset + len).div_ceil(BLOCK_BYTES as u64);
         let n = Self::blocks_len(&meta, b0, b1);
         let mut buf = self.buffers.take(n);
-        Self::read_blocks_into(&file, &path, &meta, b0, b1, &mut buf[..n])?;
+        Self::read_blocks_into(&*file, &at, &meta, b0, b1, &mut buf[..n])?;
         let from = (offset - b0 * BLOCK_BYTES as u64) as usize;
         let data = Bytes::from_owner(PooledRead {
             buf,
@@ -1015,6 +1027,9 @@ impl ChunkStore for FileStore {
         Ok((meta, data.slice(from..from + len as usize)))
     }
 
+    /// Writes, in order, each step flushed before the next: the header with the dirty flag, the
+    /// blocks and their checksums, the header with the new versions and without the flag (three
+    /// fdatasyncs).
     fn modify(
         &self,
         segment: u64,
@@ -1025,7 +1040,7 @@ impl ChunkStore for FileStore {
         f: Modify<'_>,
     ) -> Result<ChunkMeta> {
         let _g = self.stripe(segment, index);
-        let (file, path, meta) = self
+        let (file, at, meta) = self
             .open_chunk(segment, index, true)?
             .ok_or(ChunkStoreError::NotFound { segment, index })?;
         Self::check_range(&meta, offset, len)?;
@@ -1035,7 +1050,7 @@ impl ChunkStore for FileStore {
         let b0 = offset / BLOCK_BYTES as u64;
         let b1 = (offset + len).div_ceil(BLOCK_BYTES as u64).max(b0);
         let (mut data, _) = if b1 > b0 {
-            Self::read_blocks(&file, &path, &meta, b0, b1)?
+            Self::read_blocks(&*file, &at, &meta, b0, b1)?
         } else {
             (Vec::new(), Vec::new())
         };
@@ -1051,49 +1066,47 @@ impl ChunkStore for FileStore {
         }
         // Dirty first (durable), so that a crash between the blocks and the header never leaves
         // new bytes under the old versions (or the reverse) looking valid.
-        file.write_all_at(&encode_header(&meta, true), 0)
-            .map_err(io(&path, "write header"))?;
-        file.sync_data().map_err(io(&path, "fsync chunk file"))?;
-        file.write_all_at(&data, data_offset(&meta) + b0 * BLOCK_BYTES as u64)
-            .map_err(io(&path, "write chunk data"))?;
-        file.write_all_at(&crcs, table_offset(&meta) + 4 * b0)
-            .map_err(io(&path, "write checksums"))?;
-        file.write_all_at(&encode_header(&new, false), 0)
-            .map_err(io(&path, "write header"))?;
-        file.sync_data().map_err(io(&path, "fsync chunk file"))?;
+        file.write_at(&encode_header(&meta, true), 0)
+            .map_err(dev(&at, "write header"))?;
+        file.flush().map_err(dev(&at, "fsync chunk file"))?;
+        file.write_at(&data, data_offset(&meta) + b0 * BLOCK_BYTES as u64)
+            .map_err(dev(&at, "write chunk data"))?;
+        file.write_at(&crcs, table_offset(&meta) + 4 * b0)
+            .map_err(dev(&at, "write checksums"))?;
+        // And the blocks durable before the clean header: writes between two flushes reach the
+        // media in any order, and the new header over the old blocks (and their old checksums)
+        // would read back as valid (found by chunk_store_suite::power_cuts, any-order policy).
+        file.flush().map_err(dev(&at, "fsync chunk file"))?;
+        file.write_at(&encode_header(&new, false), 0)
+            .map_err(dev(&at, "write header"))?;
+        file.flush().map_err(dev(&at, "fsync chunk file"))?;
         Ok(meta)
     }
 
     fn delete(&self, segment: u64, index: u32) -> Result<bool> {
         let _g = self.stripe(segment, index);
-        let path = self.chunk_path(segment, index);
-        let len = match std::fs::metadata(&path) {
-            Ok(m) => m.len(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => {
-                return Err(ChunkStoreError::Io {
-                    path,
-                    op: "stat chunk",
-                    source: e,
-                })
-            }
+        let name = chunk_name(segment, index);
+        let at = self.at(&name);
+        let Some(len) = self.dir.len(&name).map_err(io(&at, "stat chunk"))? else {
+            return Ok(false);
         };
-        std::fs::remove_file(&path).map_err(io(&path, "remove chunk file"))?;
-        sync_dir(&self.chunks_dir)?;
+        self.dir
+            .remove(&name)
+            .map_err(io(&at, "remove chunk file"))?;
+        self.dir
+            .sync()
+            .map_err(io(&self.root.display().to_string(), "fsync directory"))?;
         self.chunks.fetch_sub(1, Ordering::Relaxed);
         self.bytes.fetch_sub(len, Ordering::Relaxed);
         Ok(true)
     }
 
     fn list(&self) -> Result<Vec<(u64, u32)>> {
-        let dir = std::fs::read_dir(&self.chunks_dir).map_err(io(&self.chunks_dir, "list"))?;
-        let mut out = Vec::new();
-        for entry in dir {
-            let entry = entry.map_err(io(&self.chunks_dir, "list"))?;
-            if let Some(id) = parse_name(&entry.file_name().to_string_lossy()) {
-                out.push(id);
-            }
-        }
+        let at = self.root.display().to_string();
+        let mut out: Vec<(u64, u32)> = (self.dir.list().map_err(io(&at, "list"))?)
+            .iter()
+            .filter_map(|(name, _)| parse_name(name))
+            .collect();
         out.sort_unstable();
         Ok(out)
     }

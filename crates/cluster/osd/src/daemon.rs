@@ -13,7 +13,7 @@ use ecstack_mds::api::{ChunkState, Heartbeat, MdsClient, OsdRegistration, OsdTas
 use ecstack_rpc::Security;
 
 use crate::api::{Holder, Layout};
-use crate::chunk_store::{ChunkStore, FileStore};
+use crate::chunk_store::{ChunkStore, FileStore, FileStoreOptions};
 use crate::service::{BoxFuture, MdsLink, Osd, OsdSetup};
 
 /// How many segments one OSD recovers at once (the byte rate is limited separately).
@@ -105,6 +105,7 @@ pub struct DaemonConfig {
     pub addr: String,
     pub labels: BTreeMap<String, String>,
     pub store: PathBuf,
+    pub store_options: FileStoreOptions,
     pub mds_addr: String,
     pub security: Security,
     pub recovery_bytes_per_sec: u64,
@@ -142,7 +143,7 @@ fn capacity(path: &Path) -> u64 {
 impl Daemon {
     /// Open the store, bind, register with the MDS (retrying while it does not answer).
     pub async fn start(cfg: &DaemonConfig) -> Result<Daemon, DaemonError> {
-        let store = Arc::new(FileStore::open(&cfg.store)?);
+        let store = Arc::new(FileStore::open_with(&cfg.store, cfg.store_options)?);
         let listener = tokio::net::TcpListener::bind(&cfg.addr)
             .await
             .map_err(|source| DaemonError::Bind {

@@ -27,6 +27,8 @@ mod proto {
 pub mod api;
 mod chunk;
 pub mod chunk_store;
+#[doc(hidden)]
+pub mod chunk_store_suite;
 pub mod daemon;
 mod degraded;
 mod delete;
@@ -42,6 +44,7 @@ pub mod roles;
 mod segment;
 pub mod server;
 pub mod service;
+pub mod store_dir;
 pub mod update;
 mod view;
 mod wire;

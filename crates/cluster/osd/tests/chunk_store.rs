@@ -1,14 +1,22 @@
-//! The `ChunkStore` suite (every backend runs the same checks), on-disk corruption, the header's
+//! `FileStore` through the `ChunkStore` suite (`ecstack_osd::chunk_store_suite`: on disk and on
+//! tmpfs, O_DIRECT on and off, power cuts at every operation over a simulated directory of
+//! `Faulty` devices), its files on disk (corruption, locking, preallocation), the header's
 //! property tests and a mutation fuzz test of chunk files. Long mode: `ECSTACK_FUZZ_CASES=1000000
 //! cargo test -p ecstack-osd --test chunk_store fuzz` (seed: `ECSTACK_SEED`).
 
 use ecstack_base::mutate::{case_rng, fuzz_cases, fuzz_seed, mutate};
 use ecstack_base::Rng;
+use std::path::Path;
+use std::sync::Arc;
+
+use ecstack_device::PowerCutPolicy;
 use ecstack_osd::chunk_store::{
     self, decode_header, encode_chunk, encode_header, Change, ChunkImage, ChunkStore,
-    ChunkStoreError, FileStore, HeaderError, BLOCK_BYTES, HEADER_BYTES,
+    ChunkStoreError, FileStore, FileStoreOptions, HeaderError, BLOCK_BYTES, HEADER_BYTES,
 };
-use ecstack_osd::{ChunkMeta, DeltaStamp};
+use ecstack_osd::chunk_store_suite::{self, Crashable};
+use ecstack_osd::store_dir::SimDir;
+use ecstack_osd::ChunkMeta;
 use proptest::prelude::*;
 
 fn meta(segment_id: u64, index: u32, version: u64, chunk_bytes: u64) -> ChunkMeta {
@@ -35,217 +43,185 @@ fn bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
     b
 }
 
-/// Every backend: a fresh store from `make` each check.
-fn suite(make: &dyn Fn() -> (Box<dyn ChunkStore>, tempfile::TempDir)) {
-    put_read_ranges(&*make().0);
-    modify_in_place(&*make().0);
-    parity_deltas_follow_their_stamps(&*make().0);
-    replace_delete_list_usage(&*make().0);
-    errors_are_clean(&*make().0);
+/// A FileStore in `dir` with `options`, reopened by the suite after each drop.
+fn reopen(dir: &Path, options: FileStoreOptions) -> impl Fn() -> Box<dyn ChunkStore> + '_ {
+    move || Box::new(FileStore::open_with(dir, options).unwrap()) as Box<dyn ChunkStore>
 }
 
-fn put_read_ranges(s: &dyn ChunkStore) {
-    let mut rng = Rng::new(1);
-    for (seg, len) in [
-        (1u64, 1usize),
-        (2, 4095),
-        (3, 4096),
-        (4, 4097),
-        (5, 3 * 4096 + 17),
-    ] {
-        let m = meta(seg, 2, 1, len as u64);
-        let data = bytes(&mut rng, len);
-        s.put(&m, &data).unwrap();
-        assert_eq!(s.meta(seg, 2).unwrap(), Some(m.clone()));
-        assert_eq!(
-            s.read(seg, 2, 0, len as u64).unwrap(),
-            (m, data.clone().into())
-        );
-        for _ in 0..50 {
-            let off = rng.below(len as u64 + 1);
-            let l = rng.below(len as u64 - off + 1);
-            let (_, got) = s.read(seg, 2, off, l).unwrap();
-            assert_eq!(
-                got,
-                data[off as usize..(off + l) as usize],
-                "seg {seg} {off}+{l}"
-            );
-        }
-    }
-    assert_eq!(s.meta(9, 0).unwrap(), None);
-}
-
-fn modify_in_place(s: &dyn ChunkStore) {
-    let mut rng = Rng::new(2);
-    let len = 5 * BLOCK_BYTES + 100;
-    let m = meta(7, 0, 1, len as u64);
-    let mut model = bytes(&mut rng, len);
-    s.put(&m, &model).unwrap();
-    for v in 2..40u64 {
-        let off = rng.below(len as u64) as usize;
-        let l = rng.below((len - off) as u64 + 1) as usize;
-        let new = bytes(&mut rng, l);
-        let mut seen = Vec::new();
-        let got = s
-            .modify(7, 0, off as u64, l as u64, data_change(v), &mut |buf| {
-                seen = buf.to_vec();
-                buf.copy_from_slice(&new);
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(seen, model[off..off + l], "the old bytes handed to modify");
-        model[off..off + l].copy_from_slice(&new);
-        assert_eq!(
-            got.version,
-            v - 1,
-            "modify returns the header before the change"
-        );
-        assert_eq!(s.meta(7, 0).unwrap().unwrap().version, v);
-        assert_eq!(s.read(7, 0, 0, len as u64).unwrap().1, model);
-    }
-    // A refused change leaves the chunk as it was.
-    let e = s
-        .modify(7, 0, 0, 10, data_change(99), &mut |_| Err("no".into()))
-        .unwrap_err();
-    assert!(e.to_string().contains("no"), "{e}");
-    assert_eq!(s.read(7, 0, 0, len as u64).unwrap().1, model);
-    assert_eq!(s.meta(7, 0).unwrap().unwrap().version, 39);
-    // A data change against the wrong version is refused and changes nothing.
-    let e = s
-        .modify(
-            7,
-            0,
-            0,
-            10,
-            Change::Data {
-                expected: 38,
-                version: 40,
-            },
-            &mut |b| {
-                b.fill(0);
-                Ok(())
-            },
-        )
-        .unwrap_err();
-    assert!(matches!(e, ChunkStoreError::Conflict { .. }), "{e}");
-    assert_eq!(s.read(7, 0, 0, len as u64).unwrap().1, model);
-}
-
-/// A parity chunk takes a delta only against the data version it includes; a repeated delta is a
-/// no-op; a gap (a missed delta) is refused, so a parity that missed one never looks current.
-fn parity_deltas_follow_their_stamps(s: &dyn ChunkStore) {
-    let len = 2 * BLOCK_BYTES as u64;
-    let m = ChunkMeta {
-        applied: vec![1, 1, 1],
-        ..meta(8, 4, 1, len)
-    };
-    s.put(&m, &vec![0u8; len as usize]).unwrap();
-    let xor = |v: u8| {
-        move |b: &mut [u8]| {
-            b.iter_mut().for_each(|x| *x ^= v);
-            Ok(())
-        }
-    };
-    let d = |from, prior, version| {
-        Change::Parity(DeltaStamp {
-            from,
-            prior,
-            version,
-        })
-    };
-    s.modify(8, 4, 10, 5, d(1, 1, 2), &mut xor(3)).unwrap();
-    // The same delta again: not applied twice.
-    let before = s.modify(8, 4, 10, 5, d(1, 1, 2), &mut xor(3)).unwrap();
-    assert_eq!(before.applied, vec![1, 2, 1]);
-    assert_eq!(s.read(8, 4, 10, 5).unwrap().1, vec![3u8; 5]);
-    // Data chunk 1 went 2 → 3 but this parity is asked for 4 → 5: it missed one.
-    let e = s.modify(8, 4, 10, 5, d(1, 4, 5), &mut xor(7)).unwrap_err();
-    assert!(matches!(e, ChunkStoreError::Conflict { .. }), "{e}");
-    assert!(e.to_string().contains("stale, not applied"), "{e}");
-    let e = s.modify(8, 4, 0, 1, d(3, 1, 2), &mut xor(1)).unwrap_err();
-    assert!(matches!(e, ChunkStoreError::Invalid { .. }), "{e}");
-    let e = s
-        .modify(8, 4, 0, 1, data_change(9), &mut xor(1))
-        .unwrap_err();
-    assert!(e.to_string().contains("takes deltas"), "{e}");
-    s.modify(8, 4, 4090, 10, d(0, 1, 7), &mut xor(1)).unwrap();
-    let (meta, data) = s.read(8, 4, 0, len).unwrap();
-    assert_eq!(meta.applied, vec![7, 2, 1]);
-    assert_eq!(meta.version, 7);
-    assert_eq!(data[10..15], [3u8; 5]);
-    assert_eq!(data[4090..4100], [1u8; 10]);
-}
-
-fn replace_delete_list_usage(s: &dyn ChunkStore) {
-    let mut rng = Rng::new(3);
-    assert_eq!(s.usage().chunks, 0);
-    s.put(&meta(1, 0, 1, 100), &bytes(&mut rng, 100)).unwrap();
-    s.put(&meta(1, 1, 1, 100), &bytes(&mut rng, 100)).unwrap();
-    s.put(
-        &meta(0xffff_0000_0000_0001, 255, 1, 9000),
-        &bytes(&mut rng, 9000),
-    )
-    .unwrap();
-    assert_eq!(s.usage().chunks, 3);
-    let replacement = bytes(&mut rng, 100);
-    s.put(&meta(1, 0, 5, 100), &replacement).unwrap();
-    assert_eq!(s.usage().chunks, 3);
-    assert_eq!(s.read(1, 0, 0, 100).unwrap().1, replacement);
-    assert_eq!(s.meta(1, 0).unwrap().unwrap().version, 5);
-    assert_eq!(
-        s.list().unwrap(),
-        vec![(1, 0), (1, 1), (0xffff_0000_0000_0001, 255)]
-    );
-    assert!(s.delete(1, 1).unwrap());
-    assert!(!s.delete(1, 1).unwrap());
-    assert_eq!(s.usage().chunks, 2);
-    assert_eq!(s.meta(1, 1).unwrap(), None);
-    assert!(s.usage().bytes >= 9100);
-}
-
-fn errors_are_clean(s: &dyn ChunkStore) {
-    let e = s.read(4, 4, 0, 1).unwrap_err();
-    assert!(matches!(e, ChunkStoreError::NotFound { .. }), "{e}");
-    s.put(&meta(4, 4, 1, 100), &[7u8; 100]).unwrap();
-    let e = s.read(4, 4, 90, 11).unwrap_err();
-    assert!(matches!(e, ChunkStoreError::Range { .. }), "{e}");
-    let e = s.read(4, 4, u64::MAX, 2).unwrap_err();
-    assert!(matches!(e, ChunkStoreError::Range { .. }), "{e}");
-    let e = s.put(&meta(4, 5, 1, 100), &[7u8; 99]).unwrap_err();
-    assert!(e.to_string().contains("99 data bytes"), "{e}");
-    let e = s.put(&meta(4, 300, 1, 100), &[7u8; 100]).unwrap_err();
-    assert!(e.to_string().contains("chunk index 300"), "{e}");
-    let e = s.put(&meta(4, 5, 0, 100), &[7u8; 100]).unwrap_err();
-    assert!(e.to_string().contains("version 0"), "{e}");
-    let e = s
-        .modify(4, 4, 0, 1, data_change(1), &mut |_| Ok(()))
-        .unwrap_err();
-    assert!(e.to_string().contains("not above"), "{e}");
-}
-
-fn file_store() -> (Box<dyn ChunkStore>, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    (Box::new(FileStore::open(dir.path()).unwrap()), dir)
-}
+const DIRECT: FileStoreOptions = FileStoreOptions { direct: true };
+const BUFFERED: FileStoreOptions = FileStoreOptions { direct: false };
 
 #[test]
 fn file_store_suite() {
-    suite(&file_store);
+    for options in [DIRECT, BUFFERED] {
+        let dir = tempfile::tempdir().unwrap();
+        chunk_store_suite::run(&reopen(dir.path(), options));
+    }
 }
 
 /// Whole chunks are written with O_DIRECT where the file system takes it and buffered where it
 /// does not: the suite on a tmpfs directory (no O_DIRECT before Linux 6.6) as well as on disk.
 #[test]
 fn file_store_suite_on_tmpfs() {
-    let shm = std::path::Path::new("/dev/shm");
+    let shm = Path::new("/dev/shm");
     assert!(shm.is_dir(), "/dev/shm (tmpfs) is missing on this machine");
-    suite(&|| {
+    for options in [DIRECT, BUFFERED] {
         let dir = tempfile::tempdir_in(shm).unwrap();
+        chunk_store_suite::run(&reopen(dir.path(), options));
+    }
+}
+
+#[test]
+fn file_store_corruption_suite() {
+    for options in [DIRECT, BUFFERED] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FileStore::open_with(dir.path(), options).unwrap();
+        chunk_store_suite::corruption(&s, &|seg, idx, part| s.damage(seg, idx, part).unwrap());
+    }
+    let s = FileStore::on_dir(Arc::new(SimDir::new(1, PowerCutPolicy::default())), DIRECT).unwrap();
+    chunk_store_suite::corruption(&s, &|seg, idx, part| s.damage(seg, idx, part).unwrap());
+}
+
+/// A FileStore over a simulated directory whose files are `Faulty` devices.
+struct OnSimDir {
+    dir: Arc<SimDir>,
+    options: FileStoreOptions,
+}
+
+impl Crashable for OnSimDir {
+    fn open(&self) -> Result<Box<dyn ChunkStore>, ChunkStoreError> {
+        Ok(Box::new(FileStore::on_dir(self.dir.clone(), self.options)?))
+    }
+    fn cut_at(&self, op: Option<u64>) {
+        self.dir.cut_at(op);
+    }
+    fn ops(&self) -> u64 {
+        self.dir.ops()
+    }
+    fn is_powered_off(&self) -> bool {
+        self.dir.is_powered_off()
+    }
+    fn power_on(&self) {
+        self.dir.power_on()
+    }
+    fn last_cut(&self) -> Option<String> {
+        self.dir.last_cut()
+    }
+    fn torn_writes(&self) -> u64 {
+        self.dir.cuts().1
+    }
+}
+
+/// Unflushed writes at a cut: all lost; all kept; or each kept, torn (512-byte sectors) or lost,
+/// in issue order or in any order (a disk's volatile cache keeps no order between flushes).
+fn policies() -> Vec<(&'static str, PowerCutPolicy)> {
+    let some = |reorder| PowerCutPolicy {
+        survive_prob: 0.5,
+        torn_prob: 0.5,
+        reorder,
+        sector: 512,
+    };
+    vec![
+        ("all lost", PowerCutPolicy::default()),
         (
-            Box::new(FileStore::open(dir.path()).unwrap()) as Box<dyn ChunkStore>,
-            dir,
-        )
-    });
+            "all kept",
+            PowerCutPolicy {
+                survive_prob: 1.0,
+                ..PowerCutPolicy::default()
+            },
+        ),
+        ("torn, in order", some(false)),
+        ("torn, any order", some(true)),
+    ]
+}
+
+/// Runs per cut point (what survives a cut is random).
+const SEEDS: u64 = 8;
+
+/// Power cut before every operation of the suite's workload, under every policy, with O_DIRECT on
+/// and off; every path is reached: a cut inside each directory and file operation the store
+/// makes, torn writes, and each outcome a change cut short may have.
+#[test]
+fn file_store_power_cuts_at_every_operation() {
+    for options in [DIRECT, BUFFERED] {
+        let mut cut_points = std::collections::BTreeSet::new();
+        let mut outcomes = std::collections::BTreeSet::new();
+        let mut torn = 0;
+        for (name, policy) in policies() {
+            let report = chunk_store_suite::power_cuts(
+                &|seed| {
+                    Box::new(OnSimDir {
+                        dir: Arc::new(SimDir::new(seed, policy)),
+                        options,
+                    }) as Box<dyn Crashable>
+                },
+                SEEDS,
+            );
+            assert_eq!(
+                report.cuts,
+                report.ops * SEEDS,
+                "{name}: {SEEDS} cuts per operation"
+            );
+            assert!(report.ops > 100, "{name}: {} operations", report.ops);
+            if policy.torn_prob > 0.0 {
+                assert!(report.torn_writes > 0, "{name}: no cut tore a write");
+            }
+            torn += report.torn_writes;
+            cut_points.extend(report.cut_points);
+            outcomes.extend(report.outcomes);
+        }
+        let want_points = [
+            "list",
+            "remove tmp",
+            "create tmp",
+            "flush tmp",
+            "stat chunk",
+            "rename",
+            "sync dir",
+            "open chunk",
+            "read chunk",
+            "write chunk",
+            "flush chunk",
+            "remove chunk",
+        ];
+        for p in want_points {
+            assert!(
+                cut_points.contains(p),
+                "{options:?}: no cut during `{p}`: {cut_points:?}"
+            );
+        }
+        let want_outcomes = [
+            ("open", "old"),
+            ("put", "old"),
+            ("put", "new"),
+            ("put image", "old"),
+            ("put image", "new"),
+            ("delete", "old"),
+            ("delete", "new"),
+            ("modify data", "old"),
+            ("modify data", "new"),
+            ("modify data", "corrupt"),
+            ("modify parity", "old"),
+            ("modify parity", "new"),
+            ("modify parity", "corrupt"),
+            ("read", "old"),
+            ("recovery", "cut"),
+        ];
+        for (k, o) in want_outcomes {
+            assert!(
+                outcomes.contains(&(k.to_string(), o.to_string())),
+                "{options:?}: no cut during {k} left it {o}: {outcomes:?}"
+            );
+        }
+        // A whole put or delete is atomic: never corrupt.
+        for k in ["put", "put image", "delete"] {
+            assert!(
+                !outcomes.contains(&(k.to_string(), "corrupt".to_string())),
+                "{options:?}: a {k} cut short left a corrupt chunk"
+            );
+        }
+        assert!(torn > 0);
+    }
 }
 
 /// A chunk received frame by frame into an image is stored byte for byte as `put` stores it; an
@@ -281,19 +257,6 @@ fn images_store_what_put_stores_and_refuse_wrong_lengths() {
         "{e}"
     );
     assert_eq!(s.meta(2, 0).unwrap(), None);
-}
-
-/// The buffered path (`ECSTACK_OSD_DIRECT=0`) stores the same files.
-#[test]
-fn file_store_suite_without_direct_io() {
-    suite(&|| {
-        let dir = tempfile::tempdir().unwrap();
-        (
-            Box::new(FileStore::open(dir.path()).unwrap().with_direct(false))
-                as Box<dyn ChunkStore>,
-            dir,
-        )
-    });
 }
 
 #[test]

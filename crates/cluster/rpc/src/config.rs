@@ -63,6 +63,26 @@ pub struct MdsConfig {
     pub recovery_bytes_per_sec: u64,
 }
 
+/// Every OSD of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OsdConfig {
+    /// Whole chunks are written with `O_DIRECT` (where the file system takes it); `false`: through
+    /// the page cache (for A/B measurements). `ecstack osd --direct-io` overrides it.
+    #[serde(default = "yes")]
+    pub direct_io: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for OsdConfig {
+    fn default() -> Self {
+        OsdConfig { direct_io: true }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
@@ -71,6 +91,9 @@ pub struct ClusterConfig {
     pub segment_bytes: u64,
     pub placement: PlacementConfig,
     pub mds: MdsConfig,
+    /// `[osd]`, optional.
+    #[serde(default)]
+    pub osd: OsdConfig,
     /// Directory with `ca.pem` and one `<name>.pem` / `<name>.key` per process, relative to the
     /// config's directory unless absolute.
     pub certs: PathBuf,
@@ -153,5 +176,43 @@ impl ClusterConfig {
 
     pub fn n(&self) -> u32 {
         self.code.k + self.code.m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+cluster_id = "c"
+segment_bytes = 1048576
+certs = "certs"
+[code]
+family = "rs-vand"
+k = 2
+m = 1
+[placement]
+[mds]
+addr = "127.0.0.1:7100"
+metrics_addr = "127.0.0.1:0"
+store = "mds.db"
+heartbeat_ms = 500
+down_after_ms = 3000
+out_after_ms = 30000
+"#;
+
+    /// `[osd]` is optional and `direct_io` defaults to on; unknown keys in it are refused.
+    #[test]
+    fn osd_direct_io_defaults_on_and_can_be_turned_off() {
+        let c: ClusterConfig = toml::from_str(BASE).unwrap();
+        assert!(c.osd.direct_io);
+        let c: ClusterConfig = toml::from_str(&format!("{BASE}[osd]\n")).unwrap();
+        assert!(c.osd.direct_io);
+        let c: ClusterConfig =
+            toml::from_str(&format!("{BASE}[osd]\ndirect_io = false\n")).unwrap();
+        assert!(!c.osd.direct_io);
+        let e =
+            toml::from_str::<ClusterConfig>(&format!("{BASE}[osd]\ndirect = false\n")).unwrap_err();
+        assert!(e.message().contains("unknown field"), "{e}");
     }
 }

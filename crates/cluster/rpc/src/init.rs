@@ -350,6 +350,7 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ClusterConfig, Ini
             out_after_ms: DEFAULT_OUT_AFTER_MS,
             recovery_bytes_per_sec: 0,
         },
+        osd: Default::default(),
         certs: PathBuf::from(CERTS_DIR),
         dir: dir.to_owned(),
     };

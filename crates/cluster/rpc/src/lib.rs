@@ -22,7 +22,7 @@ pub mod retry;
 pub mod roles;
 pub mod security;
 
-pub use config::{ClusterConfig, CodeConfig, ConfigError, MdsConfig, PlacementConfig};
+pub use config::{ClusterConfig, CodeConfig, ConfigError, MdsConfig, OsdConfig, PlacementConfig};
 pub use init::{init_cluster, issue_certificate, InitError, InitOptions};
 pub use metrics::{serve_metrics, serve_registry, Registry};
 pub use retry::{

@@ -1,0 +1,908 @@
+//! One test suite for every [`ChunkStore`] backend (STYLE.md §4.3), as `store_suite` is for the
+//! MDS's `MetadataStore`. Public (hidden from the docs) so that integration tests and future
+//! backends call it:
+//!
+//! * [`run`]: put, read (every range), modify (data versions and parity stamps), replace, delete,
+//!   list, usage and clean errors, all checked against a byte model, then again after the store is
+//!   dropped and reopened;
+//! * [`corruption`]: a damaged header, checksum or data block, or a change cut short (dirty), is
+//!   refused with one error line naming the segment and the chunk, never served, and a put repairs
+//!   it;
+//! * [`power_cuts`]: a scripted workload (puts, an image put, data and parity modifies, a repeated
+//!   delta, replaces, deletes, with a read-back after each) is run once to count its operations,
+//!   then once per operation with the power cut just before it. After each cut the store is
+//!   reopened: every acknowledged change is there; the change under way is old, new or refused as
+//!   corrupt, never other bytes; `list` and `usage` agree; a put repairs whatever was refused.
+//!   The report says where the cuts landed and what each change cut short left, so a backend's
+//!   test asserts that every path was reached.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ecstack_base::Rng;
+
+use crate::api::{ChunkMeta, DeltaStamp};
+use crate::chunk_store::{Change, ChunkImage, ChunkStore, ChunkStoreError, Part, BLOCK_BYTES};
+
+type Key = (u64, u32);
+type Model = BTreeMap<Key, (ChunkMeta, Vec<u8>)>;
+/// A chunk's header and bytes, or `None` when absent.
+type State = Option<(ChunkMeta, Vec<u8>)>;
+
+fn meta(segment_id: u64, index: u32, version: u64, chunk_bytes: u64) -> ChunkMeta {
+    ChunkMeta {
+        segment_id,
+        index,
+        version,
+        chunk_bytes,
+        segment_length: chunk_bytes * 4 - 3,
+        applied: Vec::new(),
+    }
+}
+
+fn parity(segment_id: u64, index: u32, chunk_bytes: u64, applied: Vec<u64>) -> ChunkMeta {
+    ChunkMeta {
+        version: applied.iter().copied().max().unwrap_or(1),
+        applied,
+        ..meta(segment_id, index, 1, chunk_bytes)
+    }
+}
+
+fn data_change(version: u64) -> Change {
+    Change::Data {
+        expected: 0,
+        version,
+    }
+}
+
+fn delta(from: u32, prior: u64, version: u64) -> Change {
+    Change::Parity(DeltaStamp {
+        from,
+        prior,
+        version,
+    })
+}
+
+fn bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    rng.fill(&mut b);
+    b
+}
+
+/// Every chunk of the model reads back whole and by pieces with its header; nothing else is
+/// listed; usage counts the same chunks.
+fn check_all(s: &dyn ChunkStore, model: &Model, ctx: &str) {
+    let keys: Vec<Key> = model.keys().copied().collect();
+    assert_eq!(s.list().unwrap(), keys, "{ctx}: list");
+    assert_eq!(s.usage().chunks, keys.len() as u64, "{ctx}: usage");
+    for (&(seg, idx), (m, data)) in model {
+        assert_eq!(
+            s.meta(seg, idx).unwrap().as_ref(),
+            Some(m),
+            "{ctx}: header of {seg:#x}/{idx}"
+        );
+        let (got_meta, got) = s
+            .read(seg, idx, 0, m.chunk_bytes)
+            .unwrap_or_else(|e| panic!("{ctx}: read {seg:#x}/{idx}: {e}"));
+        assert_eq!(&got_meta, m, "{ctx}: header read with {seg:#x}/{idx}");
+        assert!(got[..] == data[..], "{ctx}: bytes of {seg:#x}/{idx}");
+    }
+}
+
+/// Runs the functional suite against a store; `open` must open the same (initially empty) store
+/// every time it is called, after the previous handle is dropped.
+pub fn run(open: &dyn Fn() -> Box<dyn ChunkStore>) {
+    let mut model = Model::new();
+    {
+        let s = open();
+        check_all(&*s, &model, "empty store");
+        assert_eq!(s.usage().bytes, 0, "empty store: bytes");
+        put_read_ranges(&*s, &mut model);
+        modify_in_place(&*s, &mut model);
+        parity_deltas_follow_their_stamps(&*s, &mut model);
+        replace_delete_list_usage(&*s, &mut model);
+        images_store_what_put_stores(&*s, &mut model);
+        errors_are_clean(&*s, &mut model);
+        check_all(&*s, &model, "before reopen");
+    }
+    // Everything acknowledged above is there after the handle is dropped and reopened, and the
+    // reopened store keeps working.
+    let bytes = {
+        let s = open();
+        check_all(&*s, &model, "after reopen");
+        let (seg, idx) = (0x201, 0);
+        let (m, data) = model.get_mut(&(seg, idx)).unwrap();
+        s.modify(seg, idx, 5, 3, data_change(m.version + 1), &mut |b| {
+            b.copy_from_slice(b"new");
+            Ok(())
+        })
+        .unwrap();
+        m.version += 1;
+        data[5..8].copy_from_slice(b"new");
+        assert!(s.delete(0x101, 2).unwrap());
+        model.remove(&(0x101, 2));
+        check_all(&*s, &model, "changed after reopen");
+        s.usage().bytes
+    };
+    let s = open();
+    check_all(&*s, &model, "after a second reopen");
+    assert_eq!(s.usage().bytes, bytes, "usage bytes after a second reopen");
+}
+
+fn put_read_ranges(s: &dyn ChunkStore, model: &mut Model) {
+    let mut rng = Rng::new(1);
+    for (seg, len) in [
+        (0x101u64, 1usize),
+        (0x102, 4095),
+        (0x103, 4096),
+        (0x104, 4097),
+        (0x105, 3 * 4096 + 17),
+    ] {
+        let m = meta(seg, 2, 1, len as u64);
+        let data = bytes(&mut rng, len);
+        s.put(&m, &data).unwrap();
+        assert_eq!(s.meta(seg, 2).unwrap(), Some(m.clone()));
+        let (got_meta, got) = s.read(seg, 2, 0, len as u64).unwrap();
+        assert_eq!((got_meta, &got[..]), (m.clone(), &data[..]));
+        for _ in 0..50 {
+            let off = rng.below(len as u64 + 1);
+            let l = rng.below(len as u64 - off + 1);
+            let (_, got) = s.read(seg, 2, off, l).unwrap();
+            assert_eq!(
+                got,
+                data[off as usize..(off + l) as usize],
+                "seg {seg:#x} {off}+{l}"
+            );
+        }
+        model.insert((seg, 2), (m, data));
+    }
+    assert_eq!(s.meta(0x109, 0).unwrap(), None);
+}
+
+fn modify_in_place(s: &dyn ChunkStore, model: &mut Model) {
+    let mut rng = Rng::new(2);
+    let len = 5 * BLOCK_BYTES + 100;
+    let (seg, idx) = (0x201, 0);
+    let m = meta(seg, idx, 1, len as u64);
+    let mut data = bytes(&mut rng, len);
+    s.put(&m, &data).unwrap();
+    for v in 2..40u64 {
+        let off = rng.below(len as u64) as usize;
+        let l = rng.below((len - off) as u64 + 1) as usize;
+        let new = bytes(&mut rng, l);
+        let mut seen = Vec::new();
+        let got = s
+            .modify(seg, idx, off as u64, l as u64, data_change(v), &mut |buf| {
+                seen = buf.to_vec();
+                buf.copy_from_slice(&new);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen, data[off..off + l], "the old bytes handed to modify");
+        data[off..off + l].copy_from_slice(&new);
+        assert_eq!(
+            got.version,
+            v - 1,
+            "modify returns the header before the change"
+        );
+        assert_eq!(s.meta(seg, idx).unwrap().unwrap().version, v);
+        assert_eq!(s.read(seg, idx, 0, len as u64).unwrap().1, data);
+    }
+    // A refused change leaves the chunk as it was.
+    let e = s
+        .modify(seg, idx, 0, 10, data_change(99), &mut |_| Err("no".into()))
+        .unwrap_err();
+    assert!(e.to_string().contains("no"), "{e}");
+    assert_eq!(s.read(seg, idx, 0, len as u64).unwrap().1, data);
+    assert_eq!(s.meta(seg, idx).unwrap().unwrap().version, 39);
+    // A data change against the wrong version is refused and changes nothing.
+    let e = s
+        .modify(
+            seg,
+            idx,
+            0,
+            10,
+            Change::Data {
+                expected: 38,
+                version: 40,
+            },
+            &mut |b| {
+                b.fill(0);
+                Ok(())
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Conflict { .. }), "{e}");
+    assert_eq!(s.read(seg, idx, 0, len as u64).unwrap().1, data);
+    // Against the right one it applies.
+    s.modify(
+        seg,
+        idx,
+        len as u64 - 1,
+        1,
+        Change::Data {
+            expected: 39,
+            version: 40,
+        },
+        &mut |b| {
+            b[0] ^= 0xff;
+            Ok(())
+        },
+    )
+    .unwrap();
+    data[len - 1] ^= 0xff;
+    model.insert((seg, idx), (meta(seg, idx, 40, len as u64), data));
+}
+
+/// A parity chunk takes a delta only against the data version it includes; a repeated delta is a
+/// no-op; a gap (a missed delta) is refused, so a parity that missed one never looks current.
+fn parity_deltas_follow_their_stamps(s: &dyn ChunkStore, model: &mut Model) {
+    let (seg, idx) = (0x301, 4);
+    let len = 2 * BLOCK_BYTES as u64;
+    let m = parity(seg, idx, len, vec![1, 1, 1]);
+    s.put(&m, &vec![0u8; len as usize]).unwrap();
+    let xor = |v: u8| {
+        move |b: &mut [u8]| {
+            b.iter_mut().for_each(|x| *x ^= v);
+            Ok(())
+        }
+    };
+    s.modify(seg, idx, 10, 5, delta(1, 1, 2), &mut xor(3))
+        .unwrap();
+    // The same delta again: not applied twice.
+    let before = s
+        .modify(seg, idx, 10, 5, delta(1, 1, 2), &mut xor(3))
+        .unwrap();
+    assert_eq!(before.applied, vec![1, 2, 1]);
+    assert_eq!(s.read(seg, idx, 10, 5).unwrap().1, vec![3u8; 5]);
+    // Data chunk 1 went 2 → 3 but this parity is asked for 4 → 5: it missed one.
+    let e = s
+        .modify(seg, idx, 10, 5, delta(1, 4, 5), &mut xor(7))
+        .unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Conflict { .. }), "{e}");
+    assert!(e.to_string().contains("stale, not applied"), "{e}");
+    let e = s
+        .modify(seg, idx, 0, 1, delta(3, 1, 2), &mut xor(1))
+        .unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Invalid { .. }), "{e}");
+    let e = s
+        .modify(seg, idx, 0, 1, data_change(9), &mut xor(1))
+        .unwrap_err();
+    assert!(e.to_string().contains("takes deltas"), "{e}");
+    s.modify(seg, idx, 4090, 10, delta(0, 1, 7), &mut xor(1))
+        .unwrap();
+    let (got, data) = s.read(seg, idx, 0, len).unwrap();
+    assert_eq!(got.applied, vec![7, 2, 1]);
+    assert_eq!(got.version, 7);
+    assert_eq!(data[10..15], [3u8; 5]);
+    assert_eq!(data[4090..4100], [1u8; 10]);
+    model.insert((seg, idx), (got, data.to_vec()));
+}
+
+fn replace_delete_list_usage(s: &dyn ChunkStore, model: &mut Model) {
+    let mut rng = Rng::new(3);
+    let chunks = s.usage().chunks;
+    let bytes_before = s.usage().bytes;
+    for m in [
+        meta(0x401, 0, 1, 100),
+        meta(0x401, 1, 1, 100),
+        meta(0xffff_0000_0000_0001, 255, 1, 9000),
+    ] {
+        let data = bytes(&mut rng, m.chunk_bytes as usize);
+        s.put(&m, &data).unwrap();
+        model.insert((m.segment_id, m.index), (m, data));
+    }
+    assert_eq!(s.usage().chunks, chunks + 3);
+    assert!(s.usage().bytes >= bytes_before + 9200);
+    // A replacement (recovery, repair) takes the place of the chunk whole, at any version.
+    let replacement = bytes(&mut rng, 300);
+    let m = meta(0x401, 0, 5, 300);
+    s.put(&m, &replacement).unwrap();
+    assert_eq!(s.usage().chunks, chunks + 3);
+    assert_eq!(s.read(0x401, 0, 0, 300).unwrap().1, replacement);
+    assert_eq!(s.meta(0x401, 0).unwrap(), Some(m.clone()));
+    model.insert((0x401, 0), (m, replacement));
+    let keys: Vec<Key> = model.keys().copied().collect();
+    assert_eq!(s.list().unwrap(), keys);
+    assert!(s.delete(0x401, 1).unwrap());
+    assert!(!s.delete(0x401, 1).unwrap());
+    assert!(!s.delete(0x409, 0).unwrap());
+    model.remove(&(0x401, 1));
+    assert_eq!(s.usage().chunks, chunks + 2);
+    assert_eq!(s.meta(0x401, 1).unwrap(), None);
+    let e = s.read(0x401, 1, 0, 1).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::NotFound { .. }), "{e}");
+    check_all(s, model, "after replace and delete");
+}
+
+/// A chunk received into an image reads back as `put` stores it; an image short of bytes is
+/// refused and stores nothing.
+fn images_store_what_put_stores(s: &dyn ChunkStore, model: &mut Model) {
+    let mut rng = Rng::new(5);
+    let data = bytes(&mut rng, 10_001);
+    let m = meta(0x501, 0, 1, 10_001);
+    let mut image = ChunkImage::new(&m).unwrap();
+    for piece in data.chunks(3_000) {
+        image.push(piece).unwrap();
+    }
+    s.put_image(image).unwrap();
+    assert_eq!(s.read(0x501, 0, 0, 10_001).unwrap().1, data);
+    model.insert((0x501, 0), (m, data.clone()));
+    let mut short = ChunkImage::new(&meta(0x502, 0, 1, 10_001)).unwrap();
+    short.push(&data[..10_000]).unwrap();
+    let e = s.put_image(short).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("10000 data bytes for a chunk of 10001"),
+        "{e}"
+    );
+    assert_eq!(s.meta(0x502, 0).unwrap(), None);
+}
+
+fn errors_are_clean(s: &dyn ChunkStore, model: &mut Model) {
+    let one_line = |e: &ChunkStoreError| {
+        let t = e.to_string();
+        assert!(!t.is_empty() && !t.contains('\n'), "{t:?}");
+    };
+    let e = s.read(0x601, 4, 0, 1).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::NotFound { .. }), "{e}");
+    one_line(&e);
+    let e = s
+        .modify(0x601, 4, 0, 1, data_change(2), &mut |_| Ok(()))
+        .unwrap_err();
+    assert!(matches!(e, ChunkStoreError::NotFound { .. }), "{e}");
+    s.put(&meta(0x601, 4, 1, 100), &[7u8; 100]).unwrap();
+    model.insert((0x601, 4), (meta(0x601, 4, 1, 100), vec![7u8; 100]));
+    let e = s.read(0x601, 4, 90, 11).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Range { .. }), "{e}");
+    one_line(&e);
+    let e = s.read(0x601, 4, u64::MAX, 2).unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Range { .. }), "{e}");
+    let e = s
+        .modify(0x601, 4, 95, 6, data_change(2), &mut |_| Ok(()))
+        .unwrap_err();
+    assert!(matches!(e, ChunkStoreError::Range { .. }), "{e}");
+    let e = s.put(&meta(0x601, 5, 1, 100), &[7u8; 99]).unwrap_err();
+    assert!(e.to_string().contains("99 data bytes"), "{e}");
+    let e = s.put(&meta(0x601, 300, 1, 100), &[7u8; 100]).unwrap_err();
+    assert!(e.to_string().contains("chunk index 300"), "{e}");
+    let e = s.put(&meta(0x601, 5, 0, 100), &[7u8; 100]).unwrap_err();
+    assert!(e.to_string().contains("version 0"), "{e}");
+    let e = s
+        .modify(0x601, 4, 0, 1, data_change(1), &mut |_| Ok(()))
+        .unwrap_err();
+    assert!(e.to_string().contains("not above"), "{e}");
+    one_line(&e);
+    assert_eq!(s.meta(0x601, 5).unwrap(), None);
+    assert_eq!(s.read(0x601, 4, 0, 100).unwrap().1, vec![7u8; 100]);
+}
+
+/// Corruption: `damage(segment, index, part)` corrupts part of a stored chunk behind the store's
+/// back (durably). Every damaged part is refused with one error line that names the segment and
+/// the chunk and counts as corruption; reads that do not touch a damaged block still work; a put
+/// of the whole chunk repairs it. `s` must be empty.
+pub fn corruption(s: &dyn ChunkStore, damage: &dyn Fn(u64, u32, Part)) {
+    let len = 4 * BLOCK_BYTES;
+    let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+    let m = parity(0xab, 3, len as u64, vec![2, 1]);
+    let names = |e: &ChunkStoreError| {
+        let t = e.to_string();
+        assert!(e.is_corruption(), "not counted as corruption: {t}");
+        assert!(!t.contains('\n'), "more than one line: {t:?}");
+        assert!(
+            t.contains("segment 0xab chunk 3"),
+            "does not name the chunk: {t}"
+        );
+    };
+    let repair = |what: &str| {
+        s.put(&m, &data).unwrap();
+        let (got, back) = s.read(0xab, 3, 0, len as u64).unwrap();
+        assert_eq!(got, m, "{what}: header after the repair");
+        assert!(back[..] == data[..], "{what}: bytes after the repair");
+    };
+    repair("first put");
+
+    // A data block: reads that touch it are refused and name it; others still read.
+    damage(0xab, 3, Part::Block(2));
+    let e = s.read(0xab, 3, 0, len as u64).unwrap_err();
+    names(&e);
+    assert!(
+        matches!(e, ChunkStoreError::Checksum { block: 2, .. }),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "segment 0xab chunk 3: checksum mismatch in block 2 (bytes 8192..12288)"
+    );
+    let e = s
+        .read(0xab, 3, 2 * BLOCK_BYTES as u64 + 100, 1)
+        .unwrap_err();
+    names(&e);
+    assert_eq!(
+        s.read(0xab, 3, 0, 2 * BLOCK_BYTES as u64).unwrap().1,
+        data[..2 * BLOCK_BYTES]
+    );
+    assert_eq!(
+        s.read(0xab, 3, 3 * BLOCK_BYTES as u64, BLOCK_BYTES as u64)
+            .unwrap()
+            .1,
+        data[3 * BLOCK_BYTES..]
+    );
+    // An in-place change over it is refused too (it would re-checksum bad bytes).
+    let e = s
+        .modify(
+            0xab,
+            3,
+            2 * BLOCK_BYTES as u64 + 1,
+            1,
+            delta(0, 2, 3),
+            &mut |_| Ok(()),
+        )
+        .unwrap_err();
+    names(&e);
+    repair("a damaged block");
+
+    // A block's checksum.
+    damage(0xab, 3, Part::Checksum(1));
+    let e = s.read(0xab, 3, BLOCK_BYTES as u64, 1).unwrap_err();
+    names(&e);
+    assert!(
+        matches!(e, ChunkStoreError::Checksum { block: 1, .. }),
+        "{e}"
+    );
+    assert_eq!(s.read(0xab, 3, 0, 10).unwrap().1, data[..10]);
+    repair("a damaged checksum");
+
+    // The header: nothing of the chunk is served, not even its header.
+    damage(0xab, 3, Part::Header);
+    names(&s.meta(0xab, 3).unwrap_err());
+    names(&s.read(0xab, 3, 0, 1).unwrap_err());
+    names(
+        &s.modify(0xab, 3, 0, 1, delta(1, 1, 2), &mut |_| Ok(()))
+            .unwrap_err(),
+    );
+    assert_eq!(
+        s.list().unwrap(),
+        vec![(0xab, 3)],
+        "a corrupt chunk is listed"
+    );
+    repair("a damaged header");
+
+    // An in-place change cut short.
+    damage(0xab, 3, Part::Dirty);
+    let e = s.read(0xab, 3, 0, 10).unwrap_err();
+    names(&e);
+    assert!(e.to_string().contains("cut short"), "{e}");
+    names(&s.meta(0xab, 3).unwrap_err());
+    repair("a dirty chunk");
+    assert!(s.delete(0xab, 3).unwrap());
+    assert!(s.list().unwrap().is_empty());
+}
+
+/// A backend whose power can be cut at an operation count (over `Faulty` devices).
+pub trait Crashable {
+    /// Open the store on what the backing storage holds now.
+    fn open(&self) -> Result<Box<dyn ChunkStore>, ChunkStoreError>;
+    /// Cut power just before the backend's operation number `op`, counted from 0 since it was
+    /// made (the store's opening included); `None`: no cut scheduled.
+    fn cut_at(&self, op: Option<u64>);
+    /// Operations so far.
+    fn ops(&self) -> u64;
+    fn is_powered_off(&self) -> bool;
+    /// Power back on (the store that saw the cut has been dropped).
+    fn power_on(&self);
+    /// What the last cut interrupted, in the backend's words (`write chunk`, `sync dir`, ...).
+    fn last_cut(&self) -> Option<String>;
+    /// Writes the cuts so far tore.
+    fn torn_writes(&self) -> u64;
+}
+
+/// What [`power_cuts`] saw.
+#[derive(Debug, Default)]
+pub struct PowerCutReport {
+    /// Operations of the workload; one cut was made before each.
+    pub ops: u64,
+    pub cuts: u64,
+    pub torn_writes: u64,
+    /// [`Crashable::last_cut`] of every cut.
+    pub cut_points: BTreeSet<String>,
+    /// For each kind of step (`put`, `put image`, `modify data`, `modify parity`, `delete`, `read`,
+    /// `open`), what a cut during it left: `old`, `new` or `corrupt`.
+    pub outcomes: BTreeSet<(String, String)>,
+}
+
+#[derive(Clone)]
+enum Step {
+    Put(ChunkMeta, Vec<u8>),
+    PutImage(ChunkMeta, Vec<u8>),
+    /// New bytes at `offset` (data), or bytes xored in (parity).
+    Modify {
+        key: Key,
+        offset: u64,
+        change: Change,
+        bytes: Vec<u8>,
+    },
+    Delete(Key),
+}
+
+impl Step {
+    fn key(&self) -> Key {
+        match self {
+            Step::Put(m, _) | Step::PutImage(m, _) => (m.segment_id, m.index),
+            Step::Modify { key, .. } | Step::Delete(key) => *key,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Step::Put(..) => "put",
+            Step::PutImage(..) => "put image",
+            Step::Modify {
+                change: Change::Data { .. },
+                ..
+            } => "modify data",
+            Step::Modify { .. } => "modify parity",
+            Step::Delete(_) => "delete",
+        }
+    }
+
+    /// The chunk after the step, from the model (not from the store's code).
+    fn after(&self, before: Option<&(ChunkMeta, Vec<u8>)>) -> Option<(ChunkMeta, Vec<u8>)> {
+        match self {
+            Step::Put(m, d) | Step::PutImage(m, d) => Some((m.clone(), d.clone())),
+            Step::Delete(_) => None,
+            Step::Modify {
+                offset,
+                change,
+                bytes,
+                ..
+            } => {
+                let (mut m, mut d) = before
+                    .cloned()
+                    .expect("the workload modifies stored chunks");
+                let range = *offset as usize..*offset as usize + bytes.len();
+                match *change {
+                    Change::Data { version, .. } => {
+                        m.version = version;
+                        d[range].copy_from_slice(bytes);
+                    }
+                    Change::Parity(s) => {
+                        if m.applied[s.from as usize] != s.version {
+                            m.applied[s.from as usize] = s.version;
+                            m.version = m.version.max(s.version);
+                            d[range].iter_mut().zip(bytes).for_each(|(x, y)| *x ^= y);
+                        }
+                    }
+                }
+                Some((m, d))
+            }
+        }
+    }
+
+    fn apply(&self, s: &dyn ChunkStore) -> Result<(), ChunkStoreError> {
+        match self {
+            Step::Put(m, d) => s.put(m, d),
+            Step::PutImage(m, d) => {
+                let mut image = ChunkImage::new(m).expect("valid workload header");
+                for piece in d.chunks(1000) {
+                    image.push(piece).expect("workload image fits");
+                }
+                s.put_image(image)
+            }
+            Step::Modify {
+                key,
+                offset,
+                change,
+                bytes,
+            } => s
+                .modify(
+                    key.0,
+                    key.1,
+                    *offset,
+                    bytes.len() as u64,
+                    *change,
+                    &mut |b| {
+                        match change {
+                            Change::Data { .. } => b.copy_from_slice(bytes),
+                            Change::Parity(_) => b.iter_mut().zip(bytes).for_each(|(x, y)| *x ^= y),
+                        }
+                        Ok(())
+                    },
+                )
+                .map(|_| ()),
+            Step::Delete((seg, idx)) => s.delete(*seg, *idx).map(|_| ()),
+        }
+    }
+}
+
+fn workload() -> Vec<Step> {
+    let mut rng = Rng::new(77);
+    let a = (0x10, 0);
+    let p = (0x10, 3);
+    let b = (0x11, 1);
+    let alen = 3 * BLOCK_BYTES + 100;
+    let plen = 2 * BLOCK_BYTES as u64;
+    vec![
+        Step::Put(meta(a.0, a.1, 1, alen as u64), bytes(&mut rng, alen)),
+        Step::Put(
+            parity(p.0, p.1, plen, vec![1, 1, 1]),
+            bytes(&mut rng, plen as usize),
+        ),
+        Step::PutImage(meta(b.0, b.1, 1, 5000), bytes(&mut rng, 5000)),
+        // Across a block boundary.
+        Step::Modify {
+            key: a,
+            offset: 4000,
+            change: Change::Data {
+                expected: 1,
+                version: 2,
+            },
+            bytes: bytes(&mut rng, 300),
+        },
+        Step::Modify {
+            key: p,
+            offset: 10,
+            change: delta(1, 1, 2),
+            bytes: bytes(&mut rng, 5000),
+        },
+        Step::Modify {
+            key: a,
+            offset: 0,
+            change: Change::Data {
+                expected: 2,
+                version: 3,
+            },
+            bytes: bytes(&mut rng, 1),
+        },
+        Step::Put(meta(a.0, a.1, 4, alen as u64), bytes(&mut rng, alen)),
+        Step::Delete(b),
+        // A repeated delta: a no-op.
+        Step::Modify {
+            key: p,
+            offset: 10,
+            change: delta(1, 1, 2),
+            bytes: bytes(&mut rng, 5000),
+        },
+        Step::Modify {
+            key: p,
+            offset: plen - 7,
+            change: delta(0, 1, 5),
+            bytes: bytes(&mut rng, 7),
+        },
+        Step::Put(meta(b.0, b.1, 2, 100), bytes(&mut rng, 100)),
+        Step::Delete(a),
+        Step::Put(meta(0x12, 2, 1, 1), vec![0x5a]),
+    ]
+}
+
+/// What a chunk reads as now: its header and bytes, absent, or refused as corrupt (any other error
+/// fails the suite).
+fn observe(
+    s: &dyn ChunkStore,
+    (seg, idx): Key,
+    ctx: &str,
+) -> Result<Option<(ChunkMeta, Vec<u8>)>, String> {
+    let m = match s.meta(seg, idx) {
+        Ok(None) => return Ok(None),
+        Ok(Some(m)) => m,
+        Err(e) if e.is_corruption() => return Err(e.to_string()),
+        Err(e) => panic!("{ctx}: header of {seg:#x}/{idx}: {e}"),
+    };
+    match s.read(seg, idx, 0, m.chunk_bytes) {
+        Ok((got, data)) => {
+            assert_eq!(
+                got, m,
+                "{ctx}: {seg:#x}/{idx}: the header changed between reads"
+            );
+            Ok(Some((got, data.to_vec())))
+        }
+        Err(e) if e.is_corruption() => Err(e.to_string()),
+        Err(e) => panic!("{ctx}: read {seg:#x}/{idx}: {e}"),
+    }
+}
+
+/// Power cuts at every operation of a scripted workload: `fresh(seed)` makes an empty backend
+/// (the seed drives its power-cut choices). See the module docs.
+///
+/// Each cut point runs with `seeds` seeds (what survives a cut is random for most policies). Every
+/// third run cuts the power a second time early in the reopen (a crash during recovery).
+pub fn power_cuts(fresh: &dyn Fn(u64) -> Box<dyn Crashable>, seeds: u64) -> PowerCutReport {
+    let steps = workload();
+    // A run without a cut: the workload's operations, and its model checked at the end.
+    let total = {
+        let b = fresh(0);
+        let s = b.open().unwrap();
+        let mut model = Model::new();
+        for (i, step) in steps.iter().enumerate() {
+            step.apply(&*s)
+                .unwrap_or_else(|e| panic!("step {i} ({}): {e}", step.kind()));
+            let key = step.key();
+            match step.after(model.get(&key)) {
+                Some(c) => model.insert(key, c),
+                None => model.remove(&key),
+            };
+            assert_eq!(
+                observe(&*s, key, "no cut").unwrap().as_ref(),
+                model.get(&key),
+                "step {i} ({}) read back",
+                step.kind()
+            );
+        }
+        let ops = b.ops();
+        check_all(&*s, &model, "the workload without a cut");
+        ops
+    };
+    let mut report = PowerCutReport {
+        ops: total,
+        ..PowerCutReport::default()
+    };
+    for n in 0..total {
+        for seed in 0..seeds {
+            let b = fresh(n * seeds + seed);
+            b.cut_at(Some(n));
+            let ctx = format!("cut before operation {n} of {total}, seed {seed}");
+            let second = (seed % 3 == 0).then_some(n % 4);
+            cut_once(&*b, &steps, &ctx, second, &mut report);
+            report.cuts += 1;
+            report.torn_writes += b.torn_writes();
+        }
+    }
+    report
+}
+
+/// One run of the workload with the cut scheduled in `b`: up to the cut, then reopen and check.
+///
+/// `second`: cut again before that operation of the reopen.
+fn cut_once(
+    b: &dyn Crashable,
+    steps: &[Step],
+    ctx: &str,
+    second: Option<u64>,
+    report: &mut PowerCutReport,
+) {
+    let mut model = Model::new();
+    let note_cut = |report: &mut PowerCutReport| {
+        let point = b
+            .last_cut()
+            .unwrap_or_else(|| panic!("{ctx}: the power was never cut"));
+        report.cut_points.insert(point);
+    };
+    let s = match b.open() {
+        Ok(s) => s,
+        Err(_) if b.is_powered_off() => {
+            note_cut(report);
+            b.power_on();
+            report.outcomes.insert(("open".into(), "old".into()));
+            let s = b.open().unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+            check_all(&*s, &model, ctx);
+            return;
+        }
+        Err(e) => panic!("{ctx}: open: {e}"),
+    };
+    // The step under way when the power went, and the chunk before and after it.
+    let mut cut: Option<(&'static str, Key, State, State)> = None;
+    for (i, step) in steps.iter().enumerate() {
+        let key = step.key();
+        let before = model.get(&key).cloned();
+        let after = step.after(before.as_ref());
+        match step.apply(&*s) {
+            Ok(()) => {}
+            Err(_) if b.is_powered_off() => {
+                cut = Some((step.kind(), key, before, after));
+                break;
+            }
+            Err(e) => panic!("{ctx}: step {i} ({}): {e}", step.kind()),
+        }
+        match &after {
+            Some(c) => model.insert(key, c.clone()),
+            None => model.remove(&key),
+        };
+        // The read-back is part of the workload: a cut there interrupts nothing.
+        let back = match s.meta(key.0, key.1) {
+            Ok(Some(m)) => s
+                .read(key.0, key.1, 0, m.chunk_bytes)
+                .map(|(m, d)| Some((m, d.to_vec()))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match back {
+            Ok(got) => assert_eq!(got.as_ref(), model.get(&key), "{ctx}: step {i} read back"),
+            Err(_) if b.is_powered_off() => {
+                cut = Some(("read", key, after.clone(), after));
+                break;
+            }
+            Err(e) => panic!("{ctx}: step {i} read back: {e}"),
+        }
+    }
+    let Some((kind, key, before, after)) = cut else {
+        panic!("{ctx}: the workload ran to its end without the cut");
+    };
+    drop(s);
+    note_cut(report);
+    b.power_on();
+    if let Some(k) = second {
+        b.cut_at(Some(b.ops() + k));
+    }
+    let s = match b.open() {
+        Ok(s) => s,
+        Err(_) if b.is_powered_off() => {
+            note_cut(report);
+            report.outcomes.insert(("recovery".into(), "cut".into()));
+            b.power_on();
+            b.open()
+                .unwrap_or_else(|e| panic!("{ctx}: reopen after two cuts: {e}"))
+        }
+        Err(e) => panic!("{ctx}: reopen after the cut during {kind}: {e}"),
+    };
+    b.cut_at(None);
+    let ctx = format!("{ctx} (during {kind} of {:#x}/{})", key.0, key.1);
+    // Every acknowledged change is there, exactly.
+    let mut others = model.clone();
+    others.remove(&key);
+    for (&k, c) in &others {
+        assert_eq!(
+            observe(&*s, k, &ctx).as_ref(),
+            Ok(&Some(c.clone())),
+            "{ctx}: acknowledged chunk {:#x}/{}",
+            k.0,
+            k.1
+        );
+    }
+    // The change under way: old, new, or refused as corrupt.
+    let got = observe(&*s, key, &ctx);
+    let outcome = match &got {
+        Err(_) => "corrupt",
+        Ok(g) if *g == after => "new",
+        Ok(g) if *g == before => "old",
+        Ok(g) => panic!(
+            "{ctx}: the chunk under way reads as neither its old nor its new state: {:?}",
+            g.as_ref().map(|(m, _)| m)
+        ),
+    };
+    // A no-op step (a repeated delta) has one state: count it as old.
+    let outcome = if before == after && outcome == "new" {
+        "old"
+    } else {
+        outcome
+    };
+    report.outcomes.insert((kind.into(), outcome.into()));
+    let listed = s.list().unwrap();
+    let others_keys: Vec<Key> = others.keys().copied().collect();
+    assert_eq!(
+        listed
+            .iter()
+            .copied()
+            .filter(|k| *k != key)
+            .collect::<Vec<_>>(),
+        others_keys,
+        "{ctx}: list"
+    );
+    assert_eq!(s.usage().chunks, listed.len() as u64, "{ctx}: usage");
+    assert_eq!(
+        listed.contains(&key),
+        !matches!(got, Ok(None)),
+        "{ctx}: list and read disagree on the chunk under way"
+    );
+    // Adopt what survived; a put repairs a corrupt chunk.
+    match got {
+        Ok(Some(c)) => {
+            model.insert(key, c);
+        }
+        Ok(None) => {
+            model.remove(&key);
+        }
+        Err(_) => {
+            let (m, d) = before
+                .or(after)
+                .expect("a corrupt chunk had a state before or after");
+            s.put(&m, &d)
+                .unwrap_or_else(|e| panic!("{ctx}: repair: {e}"));
+            model.insert(key, (m, d));
+        }
+    }
+    check_all(&*s, &model, &ctx);
+    drop(s);
+    let s = b
+        .open()
+        .unwrap_or_else(|e| panic!("{ctx}: second reopen: {e}"));
+    check_all(&*s, &model, &format!("{ctx}, reopened again"));
+}
