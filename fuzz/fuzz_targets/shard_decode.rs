@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     let input = dir.path().join("in");
     let original: Vec<u8> = (0..500u32).map(|i| (i * 7) as u8).collect();
     std::fs::write(&input, &original).unwrap();
-    let opts = EncodeOptions { code: CodeKind::RsCauchy, k: 3, m: 1, unit: Some(64) };
+    let opts = EncodeOptions { code: CodeKind::RsCauchy, k: 3, m: 1, unit: Some(64), set_id: Some(1) };
     let rep = encode_file(&input, &dir.path().join("s"), &opts).unwrap();
     std::fs::write(&rep.shards[1], data).unwrap();
     let out = dir.path().join("out");

@@ -1,13 +1,16 @@
 //! What every ecstack layer shares and nothing else: the seeded PRNGs (so a stored seed regenerates the
 //! same coding graph, fault schedule or synthetic trace whatever the dependency versions), the parsing
 //! and printing of byte sizes, the mutation of byte images for decoder fuzzing, and the one latency
-//! histogram (on `hdrhistogram`, its only dependency).
+//! histogram (on `hdrhistogram`), and the random ids that tell one array, mirror or shard set from
+//! another (on `uuid`).
 
 pub mod hist;
+pub mod id;
 pub mod mutate;
 pub mod rng;
 pub mod size;
 
 pub use hist::LatencyHistogram;
+pub use id::random_id;
 pub use rng::{Rng, SplitMix64};
 pub use size::{fmt_size, parse_size};

@@ -53,6 +53,7 @@ impl CodeOpts {
                 .map(parse_size)
                 .transpose()?
                 .map(|u| u as usize),
+            set_id: None,
         })
     }
 }

@@ -391,8 +391,8 @@ pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
     }
     if report.shard.1 == 1 {
         std::fs::write(a.out.join("grid.md"), grid::markdown(&report))?;
-        std::fs::write(a.out.join("grid.csv"), grid::csv(&report))?;
-        for (f, svg) in grid::heat_maps(&report) {
+        std::fs::write(a.out.join("grid.csv"), grid::csv(&report)?)?;
+        for (f, svg) in grid::heat_maps(&report)? {
             std::fs::write(a.out.join(f), svg)?;
         }
     }

@@ -204,6 +204,9 @@ pub struct EncodeOptions {
     pub m: usize,
     /// Shard unit; `None` picks min(1 MiB, the file split k ways, rounded up to 64 bytes).
     pub unit: Option<usize>,
+    /// The id shared by the shards of this encoding; `None` draws a random one. Deterministic tests
+    /// pass one so two encodes of a file write the same bytes.
+    pub set_id: Option<u64>,
 }
 
 /// What an encode or decode did.
@@ -234,15 +237,6 @@ fn shard_name(out_dir: &Path, input: &Path, index: usize) -> PathBuf {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "data".into());
     out_dir.join(format!("{base}.{index:03}.shard"))
-}
-
-fn new_set_id() -> u64 {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    crate::rng::Rng::new(t ^ (std::process::id() as u64).rotate_left(32)).next_u64()
 }
 
 /// Split `input` into k data shards and m parity shards in `out_dir`, named `<file>.<index>.shard`.
@@ -295,7 +289,7 @@ pub fn encode_file_with_progress(
     }
     let mut f = File::open(input).map_err(|e| io_err(input, e))?;
     std::fs::create_dir_all(out_dir).map_err(|e| io_err(out_dir, e))?;
-    let set_id = new_set_id();
+    let set_id = opts.set_id.unwrap_or_else(ecstack_base::random_id);
     let paths: Vec<PathBuf> = (0..k + m).map(|i| shard_name(out_dir, input, i)).collect();
     let mut outs = Vec::with_capacity(k + m);
     for (i, p) in paths.iter().enumerate() {

@@ -18,7 +18,13 @@ fn make_file(dir: &Path, len: usize, seed: u64) -> (PathBuf, Vec<u8>) {
 }
 
 fn opts(code: CodeKind, k: usize, m: usize, unit: Option<usize>) -> EncodeOptions {
-    EncodeOptions { code, k, m, unit }
+    EncodeOptions {
+        code,
+        k,
+        m,
+        unit,
+        set_id: None,
+    }
 }
 
 #[test]

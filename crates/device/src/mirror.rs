@@ -57,20 +57,9 @@ impl Header {
     }
 }
 
-/// CRC-32 (IEEE), bitwise: headers are 32 bytes, written rarely.
+/// CRC-32 (IEEE) of a header.
 fn crc(data: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &b in data {
-        c ^= b as u32;
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0xedb8_8320
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
+    crc32fast::hash(data)
 }
 
 /// What [`Mirror::open`] found and did.
@@ -98,8 +87,17 @@ pub struct Mirror {
 impl Mirror {
     /// Open a mirror over `legs`: legs with the newest valid header are in sync; any other leg (older
     /// generation, blank, another mirror's) is overwritten from an in-sync one. Legs that are all
-    /// blank make a new mirror.
+    /// blank make a new mirror, with a random id.
     pub fn open(legs: Vec<Arc<dyn BlockDevice>>) -> Result<(Mirror, MirrorReport)> {
+        Self::open_with_id(legs, ecstack_base::random_id() | 1)
+    }
+
+    /// [`Mirror::open`], giving a new mirror the id `new_id` (a mirror found on the legs keeps its
+    /// own): deterministic tests pass a fixed one so a seed writes the same bytes on every run.
+    pub fn open_with_id(
+        legs: Vec<Arc<dyn BlockDevice>>,
+        new_id: u64,
+    ) -> Result<(Mirror, MirrorReport)> {
         let name = format!(
             "mirror({})",
             legs.iter().map(|l| l.name()).collect::<Vec<_>>().join(", ")
@@ -131,7 +129,7 @@ impl Mirror {
             .copied();
         let (id, generation) = match best {
             Some(h) => (h.id, h.generation),
-            None => (new_id(), 0),
+            None => (new_id, 0),
         };
         let mut report = MirrorReport::default();
         let in_sync: Vec<AtomicBool> = heads
@@ -281,15 +279,6 @@ impl Mirror {
         }
         self.check_alive(&DeviceError::other(&self.name, "no leg in sync"))
     }
-}
-
-fn new_id() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut s = crate::SplitMix64::new(t ^ (std::process::id() as u64) << 32);
-    s.next_u64() | 1
 }
 
 impl BlockDevice for Mirror {

@@ -7,6 +7,7 @@
 //! * [`Lines`]: one curve per series over a numeric x axis (a CDF, a sweep).
 //! * [`ScaledLines`]: the same chart with a chosen [`Scale`] per axis (log-log figures, as RobuSTore's
 //!   Fig. 6-7(b)); [`Lines`] is its linear case.
+//! * [`RatioMap`]: a heat map of ratios to a baseline over two categorical axes (ZombieNAND's grid).
 
 use std::path::Path;
 
@@ -363,6 +364,109 @@ impl ScaledLines<'_> {
     }
 }
 
+/// A heat map of ratios to a baseline: one cell per (row, column), coloured by how far its ratio is
+/// from 1 on a log scale (white at 1; green when better, red when worse, full colour at 8x either
+/// way; grey when missing) and labelled with the ratio.
+pub struct RatioMap<'a> {
+    pub title: &'a str,
+    /// What the columns are (the x axis), e.g. "working set".
+    pub x_label: &'a str,
+    /// What the rows are (the y axis), e.g. "reserve".
+    pub y_label: &'a str,
+    /// Column names, left to right.
+    pub columns: Vec<String>,
+    /// Row names, top to bottom.
+    pub rows: Vec<String>,
+    /// `cells[row][column]`: the ratio, `None` where there is none.
+    pub cells: Vec<Vec<Option<f64>>>,
+    /// Whether a ratio above 1 is better (a lifetime) or worse (a latency).
+    pub higher_is_better: bool,
+}
+
+impl RatioMap<'_> {
+    /// Write the chart to `path` as SVG.
+    pub fn write_svg(&self, path: &Path) -> Result<()> {
+        write(path, self.svg()?)
+    }
+
+    /// The chart as SVG text.
+    pub fn svg(&self) -> Result<String> {
+        render_svg(|root| self.draw(root))
+    }
+
+    /// The fill of a cell: white at 1, towards green when better and red when worse, saturated at
+    /// 8x; grey for a missing or non-positive ratio.
+    fn fill(&self, ratio: Option<f64>) -> RGBColor {
+        match ratio {
+            Some(v) if v > 0.0 && v.is_finite() => {
+                let good = if self.higher_is_better { v.ln() } else { -v.ln() };
+                let t = (good.abs() / 8f64.ln()).min(1.0);
+                let k = (255.0 * (1.0 - t)) as u8;
+                if good >= 0.0 {
+                    RGBColor(k, 255, k)
+                } else {
+                    RGBColor(255, k, k)
+                }
+            }
+            _ => RGBColor(200, 200, 200),
+        }
+    }
+
+    fn draw(&self, root: &DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()> {
+        let (ncol, nrow) = (self.columns.len().max(1), self.rows.len().max(1));
+        // Row 0 at the top: y runs from nrow (bottom) down to 0.
+        let mut chart = ChartBuilder::on(root)
+            .caption(self.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(90)
+            .build_cartesian_2d(0.0..ncol as f64, nrow as f64..0.0)
+            .map_err(draw_error)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_labels(0)
+            .y_labels(0)
+            .x_desc(self.x_label)
+            .y_desc(self.y_label)
+            .draw()
+            .map_err(draw_error)?;
+        let font = ("sans-serif", 13).into_font();
+        let under = TextStyle::from(font.clone()).pos(Pos::new(HPos::Center, VPos::Top));
+        for (j, name) in self.columns.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(j as f64 + 0.5, nrow as f64));
+            root.draw(&Text::new(name.as_str(), (px, py + 6), under.clone()))
+                .map_err(draw_error)?;
+        }
+        let left = TextStyle::from(font.clone()).pos(Pos::new(HPos::Right, VPos::Center));
+        for (i, name) in self.rows.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(0.0, i as f64 + 0.5));
+            root.draw(&Text::new(name.as_str(), (px - 6, py), left.clone()))
+                .map_err(draw_error)?;
+        }
+        let centre = TextStyle::from(font).pos(Pos::new(HPos::Center, VPos::Center));
+        for (i, row) in self.cells.iter().enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                let (x, y) = (j as f64, i as f64);
+                chart
+                    .draw_series([Rectangle::new(
+                        [(x, y), (x + 1.0, y + 1.0)],
+                        self.fill(v).filled(),
+                    )])
+                    .map_err(draw_error)?;
+                chart
+                    .draw_series([Rectangle::new([(x, y), (x + 1.0, y + 1.0)], BLACK)])
+                    .map_err(draw_error)?;
+                let label = v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
+                chart
+                    .draw_series([Text::new(label, (x + 0.5, y + 0.5), centre.clone())])
+                    .map_err(draw_error)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,5 +638,48 @@ mod tests {
         let (lo, hi) = span(Scale::Log, 2.0, 128.0);
         assert!(lo <= 2.0 && hi >= 128.0, "{lo} {hi}");
         assert_eq!(span(Scale::Linear, 0.0, 10.0).0, 0.0);
+    }
+
+    #[test]
+    fn ratio_maps_label_rows_columns_and_cells() {
+        let map = RatioMap {
+            title: "TLC lifetime relative to baseline, 50% reads",
+            x_label: "working set",
+            y_label: "reserve",
+            columns: vec!["10%".into(), "50%".into()],
+            rows: vec!["10% reserve".into(), "30% reserve".into()],
+            cells: vec![vec![Some(1.0), Some(0.5)], vec![Some(8.0), None]],
+            higher_is_better: true,
+        };
+        let svg = map.svg().unwrap();
+        if let Ok(dir) = std::env::var("ECSTACK_PLOT_DIR") {
+            std::fs::write(format!("{dir}/ratio-map.svg"), &svg).unwrap();
+        }
+        let t = texts(&svg);
+        for want in [
+            "TLC lifetime relative to baseline, 50% reads",
+            "working set",
+            "reserve",
+            "10%",
+            "50%",
+            "10% reserve",
+            "30% reserve",
+            "1.00",
+            "0.50",
+            "8.00",
+            "-",
+        ] {
+            assert!(t.iter().any(|x| x == want), "{want} missing from {t:?}");
+        }
+        // White at 1, full green at 8x better, full red at 2x worse only partly, grey when missing.
+        assert_eq!(map.fill(Some(1.0)), RGBColor(255, 255, 255));
+        assert_eq!(map.fill(Some(8.0)), RGBColor(0, 255, 0));
+        assert_eq!(map.fill(Some(0.5)), RGBColor(255, 170, 170));
+        assert_eq!(map.fill(None), RGBColor(200, 200, 200));
+        let latency = RatioMap {
+            higher_is_better: false,
+            ..map
+        };
+        assert_eq!(latency.fill(Some(8.0)), RGBColor(255, 0, 0));
     }
 }

@@ -29,6 +29,24 @@ pub fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
     })
 }
 
+/// `rows` as CSV text, as [`write_csv`] writes it.
+pub fn csv_text<T: Serialize>(rows: &[T]) -> Result<String> {
+    let run = |e: csv::Error| LabError::Run(format!("writing CSV: {e}"));
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r).map_err(run)?;
+    }
+    let bytes = w.into_inner().map_err(|e| run(e.into_error().into()))?;
+    String::from_utf8(bytes).map_err(|e| LabError::Run(format!("writing CSV: {e}")))
+}
+
+/// `x` rounded to `digits` decimals, for CSV columns that need no more precision than that (the
+/// nearest double to the decimal, so it prints as that decimal).
+pub fn round_to(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +80,18 @@ mod tests {
         let missing = tmp.path().join("no/such/dir/t.csv");
         let e = write_csv(&missing, &rows).unwrap_err().to_string();
         assert!(e.starts_with(&missing.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn csv_text_quotes_and_rounds() {
+        let rows = [Row {
+            name: "trace \"a\", b".into(),
+            value: round_to(2.0 / 3.0, 4),
+            batch: Some(round_to(1.23456789, 6)),
+        }];
+        assert_eq!(
+            csv_text(&rows).unwrap(),
+            "name,value,batch\n\"trace \"\"a\"\", b\",0.6667,1.234568\n"
+        );
     }
 }

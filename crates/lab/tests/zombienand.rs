@@ -48,7 +48,10 @@ fn sharded_grid_merges_to_the_one_machine_result() {
     assert!(best.lifetime_ratio > 1.5, "{}", best.lifetime_ratio);
     assert!(best.zombie.stats.blocks_slc > 0);
     assert!(best.zombie.early_erase_mean > 2.0 * best.zombie.normal_erase_mean);
-    assert_eq!(grid::heat_maps(&whole).len(), 2);
+    assert_eq!(grid::heat_maps(&whole).unwrap().len(), 2);
+    let csv = grid::csv(&whole).unwrap();
+    assert_eq!(csv.lines().count(), 1 + whole.results.len(), "{csv}");
+    assert!(csv.starts_with("mode,read_share,reserve,working_set,"), "{csv}");
     assert!(grid::markdown(&whole).lines().count() == 6);
 }
 

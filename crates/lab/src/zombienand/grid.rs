@@ -13,6 +13,8 @@ use super::journal;
 use super::life::{
     mode_label, run_lifetime, Drive, LifeConfig, Lifetime, Scheme, Workload, LIFE_THRESHOLD,
 };
+use crate::plot::RatioMap;
+use crate::table::{csv_text, round_to};
 use crate::{io_at, LabError, Result};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -330,44 +332,65 @@ pub fn markdown(r: &GridReport) -> String {
     s
 }
 
-pub fn csv(r: &GridReport) -> String {
-    let mut s = String::from("mode,read_share,reserve,working_set,early_switch_blocks,baseline_host_bytes,zombie_host_bytes,lifetime_ratio,baseline_latency_us,zombie_latency_us,latency_ratio,mode_switches,baseline_wa,zombie_wa,zombie_pool_erase_mean,zombie_rest_erase_mean,baseline_erase_mean\n");
-    for x in &r.results {
-        let p = &x.point;
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{},{},{:.6},{:.3},{:.3},{:.6},{},{:.4},{:.4},{:.1},{:.1},{:.1}",
-            mode_label(p.mode),
-            p.read_share,
-            p.reserve,
-            p.working_set,
-            x.zombie.early_switch_blocks,
-            x.baseline.host_bytes_written,
-            x.zombie.host_bytes_written,
-            x.lifetime_ratio,
-            x.baseline.mean_latency_us,
-            x.zombie.mean_latency_us,
-            x.latency_ratio,
-            x.zombie.stats.mode_switches,
-            x.baseline.stats.write_amplification,
-            x.zombie.stats.write_amplification,
-            x.zombie.early_erase_mean,
-            x.zombie.normal_erase_mean,
-            x.baseline.normal_erase_mean,
-        );
-    }
-    s
+/// One line of `grid.csv`: a grid point and the two drives' outcomes.
+#[derive(Serialize)]
+struct CsvRow {
+    mode: &'static str,
+    read_share: f64,
+    reserve: f64,
+    working_set: f64,
+    early_switch_blocks: u32,
+    baseline_host_bytes: u64,
+    zombie_host_bytes: u64,
+    lifetime_ratio: f64,
+    baseline_latency_us: f64,
+    zombie_latency_us: f64,
+    latency_ratio: f64,
+    mode_switches: u64,
+    baseline_wa: f64,
+    zombie_wa: f64,
+    zombie_pool_erase_mean: f64,
+    zombie_rest_erase_mean: f64,
+    baseline_erase_mean: f64,
+}
+
+/// The grid as CSV (`grid.csv`): one line per point.
+pub fn csv(r: &GridReport) -> Result<String> {
+    let rows: Vec<CsvRow> = r
+        .results
+        .iter()
+        .map(|x| CsvRow {
+            mode: mode_label(x.point.mode),
+            read_share: x.point.read_share,
+            reserve: x.point.reserve,
+            working_set: x.point.working_set,
+            early_switch_blocks: x.zombie.early_switch_blocks,
+            baseline_host_bytes: x.baseline.host_bytes_written,
+            zombie_host_bytes: x.zombie.host_bytes_written,
+            lifetime_ratio: round_to(x.lifetime_ratio, 6),
+            baseline_latency_us: round_to(x.baseline.mean_latency_us, 3),
+            zombie_latency_us: round_to(x.zombie.mean_latency_us, 3),
+            latency_ratio: round_to(x.latency_ratio, 6),
+            mode_switches: x.zombie.stats.mode_switches,
+            baseline_wa: round_to(x.baseline.stats.write_amplification, 4),
+            zombie_wa: round_to(x.zombie.stats.write_amplification, 4),
+            zombie_pool_erase_mean: round_to(x.zombie.early_erase_mean, 1),
+            zombie_rest_erase_mean: round_to(x.zombie.normal_erase_mean, 1),
+            baseline_erase_mean: round_to(x.baseline.normal_erase_mean, 1),
+        })
+        .collect();
+    csv_text(&rows)
 }
 
 /// One SVG heat map per (mode, read share, metric): rows reserve, columns working set, each cell
-/// coloured by its value relative to the baseline (1.0 = white; better = green, worse = red on a
-/// log scale) and labelled with the value. Returns (file name, SVG).
-pub fn heat_maps(r: &GridReport) -> Vec<(String, String)> {
+/// coloured by its value relative to the baseline ([`RatioMap`]: 1.0 = white; better = green, worse
+/// = red on a log scale) and labelled with the value. Returns (file name, SVG).
+pub fn heat_maps(r: &GridReport) -> Result<Vec<(String, String)>> {
     let c = &r.config;
     let mut out = Vec::new();
     for &mode in &c.modes {
         for &rs in &c.read_shares {
-            for (metric, better_high) in [("lifetime", true), ("latency", false)] {
+            for (metric, higher_is_better) in [("lifetime", true), ("latency", false)] {
                 let cell = |res: f64, ws: f64| {
                     r.results
                         .iter()
@@ -377,81 +400,47 @@ pub fn heat_maps(r: &GridReport) -> Vec<(String, String)> {
                                 && x.point.reserve == res
                                 && x.point.working_set == ws
                         })
-                        .map(|x| {
-                            if metric == "lifetime" {
-                                x.lifetime_ratio
-                            } else {
-                                x.latency_ratio
-                            }
+                        .map(|x| match metric {
+                            "lifetime" => x.lifetime_ratio,
+                            _ => x.latency_ratio,
                         })
                 };
-                let (cw, ch, left, top) = (70.0, 34.0, 90.0, 50.0);
-                let w = left + cw * c.working_sets.len() as f64 + 20.0;
-                let h = top + ch * c.reserves.len() as f64 + 50.0;
-                let mut s = format!(
-                    "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{left}\" y=\"20\" font-size=\"14\">{} {metric} relative to baseline, {:.0}% reads</text>\n",
+                let title = format!(
+                    "{} {metric} relative to baseline, {:.0}% reads",
                     mode_label(mode),
                     rs * 100.0
                 );
-                for (i, &res) in c.reserves.iter().enumerate() {
-                    let y = top + i as f64 * ch;
-                    let _ = writeln!(
-                        s,
-                        "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.0}% reserve</text>",
-                        left - 6.0,
-                        y + ch / 2.0 + 4.0,
-                        res * 100.0
-                    );
-                    for (j, &ws) in c.working_sets.iter().enumerate() {
-                        let x = left + j as f64 * cw;
-                        let v = cell(res, ws);
-                        let fill = match v {
-                            Some(v) if v > 0.0 => {
-                                let good = if better_high { v.ln() } else { -v.ln() };
-                                let t = (good.abs() / 2.0f64.ln() / 3.0).min(1.0); // 8x = full
-                                let k = (255.0 * (1.0 - t)) as u8;
-                                if good >= 0.0 {
-                                    format!("rgb({k},255,{k})")
-                                } else {
-                                    format!("rgb(255,{k},{k})")
-                                }
-                            }
-                            _ => "rgb(200,200,200)".into(),
-                        };
-                        let _ = writeln!(
-                            s,
-                            "<rect x=\"{x}\" y=\"{y}\" width=\"{cw}\" height=\"{ch}\" fill=\"{fill}\" stroke=\"black\"/><text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                            x + cw / 2.0,
-                            y + ch / 2.0 + 4.0,
-                            v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
-                        );
-                    }
-                }
-                let yb = top + c.reserves.len() as f64 * ch + 16.0;
-                for (j, &ws) in c.working_sets.iter().enumerate() {
-                    let _ = writeln!(
-                        s,
-                        "<text x=\"{}\" y=\"{yb}\" text-anchor=\"middle\">{:.0}%</text>",
-                        left + j as f64 * cw + cw / 2.0,
-                        ws * 100.0
-                    );
-                }
-                let _ = writeln!(
-                    s,
-                    "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">working set</text>\n</svg>",
-                    left + cw * c.working_sets.len() as f64 / 2.0,
-                    yb + 20.0
-                );
+                let map = RatioMap {
+                    title: &title,
+                    x_label: "working set",
+                    y_label: "reserve",
+                    columns: c
+                        .working_sets
+                        .iter()
+                        .map(|ws| format!("{:.0}%", ws * 100.0))
+                        .collect(),
+                    rows: c
+                        .reserves
+                        .iter()
+                        .map(|res| format!("{:.0}% reserve", res * 100.0))
+                        .collect(),
+                    cells: c
+                        .reserves
+                        .iter()
+                        .map(|&res| c.working_sets.iter().map(|&ws| cell(res, ws)).collect())
+                        .collect(),
+                    higher_is_better,
+                };
                 out.push((
                     format!(
                         "zombienand-{}-{metric}-reads{:.0}.svg",
                         mode_label(mode).to_lowercase(),
                         rs * 100.0
                     ),
-                    s,
+                    map.svg()?,
                 ));
             }
         }
     }
-    out
+    Ok(out)
 }

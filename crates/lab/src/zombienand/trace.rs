@@ -31,6 +31,7 @@ use super::life::{
     LIFE_THRESHOLD, PAGE_BYTES,
 };
 use crate::plot::{Bars, Lines};
+use crate::table::{csv_text, round_to};
 use crate::{io_at, LabError, Result};
 
 /// The seed's ten traces are not named; these presets (CodFS Table 3.2's MSR volumes) stand in.
@@ -548,27 +549,44 @@ pub fn markdown(r: &TraceReport) -> String {
     s
 }
 
-pub fn csv(r: &TraceReport) -> String {
-    let mut s = String::from("trace,mode,reserve,baseline_host_bytes,zombie_host_bytes,lifetime_ratio,baseline_latency_us,zombie_latency_us,latency_ratio,mode_switches,baseline_wa,zombie_wa\n");
-    for x in &r.results {
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{:.6},{:.3},{:.3},{:.6},{},{:.4},{:.4}",
-            x.trace,
-            mode_label(x.mode),
-            x.reserve,
-            x.baseline.host_bytes_written,
-            x.zombie.host_bytes_written,
-            x.lifetime_ratio,
-            x.baseline.mean_latency_us,
-            x.zombie.mean_latency_us,
-            x.latency_ratio,
-            x.zombie.stats.mode_switches,
-            x.baseline.stats.write_amplification,
-            x.zombie.stats.write_amplification,
-        );
-    }
-    s
+/// One line of `traces.csv`: a trace at one (mode, reserve) and the two drives' outcomes.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    trace: &'a str,
+    mode: &'static str,
+    reserve: f64,
+    baseline_host_bytes: u64,
+    zombie_host_bytes: u64,
+    lifetime_ratio: f64,
+    baseline_latency_us: f64,
+    zombie_latency_us: f64,
+    latency_ratio: f64,
+    mode_switches: u64,
+    baseline_wa: f64,
+    zombie_wa: f64,
+}
+
+/// The results as CSV (`traces.csv`): one line per (trace, mode, reserve).
+pub fn csv(r: &TraceReport) -> Result<String> {
+    let rows: Vec<CsvRow> = r
+        .results
+        .iter()
+        .map(|x| CsvRow {
+            trace: &x.trace,
+            mode: mode_label(x.mode),
+            reserve: x.reserve,
+            baseline_host_bytes: x.baseline.host_bytes_written,
+            zombie_host_bytes: x.zombie.host_bytes_written,
+            lifetime_ratio: round_to(x.lifetime_ratio, 6),
+            baseline_latency_us: round_to(x.baseline.mean_latency_us, 3),
+            zombie_latency_us: round_to(x.zombie.mean_latency_us, 3),
+            latency_ratio: round_to(x.latency_ratio, 6),
+            mode_switches: x.zombie.stats.mode_switches,
+            baseline_wa: round_to(x.baseline.stats.write_amplification, 4),
+            zombie_wa: round_to(x.zombie.stats.write_amplification, 4),
+        })
+        .collect();
+    csv_text(&rows)
 }
 
 /// ZombieNAND's latency over its life relative to the baseline's (Fig. 4.7): x is requests as a
@@ -601,7 +619,7 @@ pub fn write_outputs(r: &TraceReport, dir: &Path) -> Result<()> {
     let p = dir.join("traces.md");
     std::fs::write(&p, markdown(r)).map_err(io_at(&p))?;
     let p = dir.join("traces.csv");
-    std::fs::write(&p, csv(r)).map_err(io_at(&p))?;
+    std::fs::write(&p, csv(r)?).map_err(io_at(&p))?;
     Lines {
         title: "Address reuse CDF of the part of each trace used (Fig. 4.5)",
         x_label: "fraction of the addresses (most used first)",
