@@ -103,6 +103,7 @@ async fn start(config: &ClusterConfig, store: &Path) -> (String, u32, Vec<onesho
         mds_addr,
         security: Security::load(&config.certs_dir(), "osd-0").unwrap(),
         recovery_bytes_per_sec: 0,
+        store_options: Default::default(),
     })
     .await
     .unwrap();
