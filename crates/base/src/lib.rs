@@ -4,6 +4,8 @@
 //! histogram (on `hdrhistogram`), and the random ids that tell one array, mirror or shard set from
 //! another (on `uuid`).
 
+#![forbid(unsafe_code)]
+
 pub mod hist;
 pub mod id;
 pub mod mutate;

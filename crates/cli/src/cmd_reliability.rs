@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use ecstack_sim::reliability::{
     mttf_from_afr, rainfs, rebuild_hours, ArrayModel, Chain, ClusterModel, EplogModel, McEstimate,
-    Mttdl, Repair, RepairTimes, HOURS_PER_YEAR, Z_99,
+    Mttdl, ReliabilityModel, Repair, RepairTimes, HOURS_PER_YEAR, Z_99,
 };
 use serde::Serialize;
 

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p ecstack-codes --features isal-new --example ec_bench -- \
-//!     [ROWS e.g. "10,4,1M;12,4,256K"] [LEVELS e.g. avx512-gfni,avx2-gfni] [SECONDS] [ROUNDS]
+//!     [ROWS e.g. "10,4,1M;12,4,256K"] [LEVELS e.g. avx512-gfni,avx2-gfni] [SECONDS] [ROUNDS] \
+//!     [RATELESS e.g. "1024,64K,20": LT and RaptorQ with K blocks of BLOCK bytes, TRIALS orders]
 //! ```
 //!
 //! The figures of record come from `ecstack bench ec` (docs/benchmarks.md); this is the same
@@ -64,7 +65,14 @@ fn main() -> Result<()> {
         rounds: args.get(3).map(|s| s.parse().unwrap()).unwrap_or(3),
         clock: ec_bench::BenchClock::Cpu,
         skew_bytes: 0,
-        rateless: None,
+        rateless: args.get(4).map(|r| {
+            let f: Vec<&str> = r.split(',').collect();
+            ec_bench::RatelessConfig {
+                k: f[0].trim().parse().unwrap(),
+                block: size(f[1]),
+                trials: f.get(2).map(|t| t.trim().parse().unwrap()).unwrap_or(20),
+            }
+        }),
     };
     println!("peer: {:?}", ec_bench::peer_name()?);
     ec_bench::run(&c, &mut |r| {
@@ -79,6 +87,14 @@ fn main() -> Result<()> {
             r.isal_gbps.unwrap_or(0.0),
             r.ratio.unwrap_or(0.0)
         );
+    })
+    .map(|report| {
+        for r in report.rateless {
+            println!(
+                "{} k={} block={} encode {:6.2} GB/s decode {:6.2} GB/s",
+                r.code, r.k, r.block, r.encode_gbps, r.decode_gbps
+            );
+        }
     })?;
     Ok(())
 }

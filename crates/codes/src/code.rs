@@ -560,19 +560,7 @@ impl ErasureCode for Systematic {
         // Survivors and erased shards are disjoint (survivors are chosen among the shards not erased)
         // and `erased` has no repeats (checked by `plan` before any plan was built or cached).
         self.with_cached_plan(erased, |plan| {
-            let n_src = plan.survivors.len();
-            kernels::with_ptrs(n_src, erased.len(), |sp, dp| {
-                for (p, &i) in sp.iter_mut().zip(&plan.survivors) {
-                    *p = shards[i].as_ptr();
-                }
-                for (p, &e) in dp.iter_mut().zip(erased) {
-                    *p = shards[e].as_mut_ptr();
-                }
-                // SAFETY: each pointer comes from a distinct shard of `shards` (a unique borrow held
-                // for this call), every shard is `len` bytes (checked above), sources are only read
-                // and the destinations are distinct from each other and from the sources (see above).
-                unsafe { kernels::dot_prod_raw(&plan.tables, sp, dp, len, false) };
-            })
+            kernels::dot_prod_indexed(&plan.tables, shards, &plan.survivors, erased, len)
         })
     }
 

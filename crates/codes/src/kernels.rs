@@ -286,6 +286,60 @@ fn run_dot(t: &Tables, srcs: &[&[u8]], pairs: bool, dsts: &mut [&mut [u8]], len:
     });
 }
 
+/// [`dot_prod`] over buffers picked by index, as a decode picks survivors and erased shards out
+/// of one slice: `shards[dsts[r]] = sum_c coef[r][c] * shards[srcs[c]]` over `len` bytes.
+///
+/// Panics if there are more than 256 buffers, an index is out of range, a destination repeats or
+/// is also a source, or a picked buffer is shorter than `len`.
+pub(crate) fn dot_prod_indexed(
+    t: &Tables,
+    shards: &mut [&mut [u8]],
+    srcs: &[usize],
+    dsts: &[usize],
+    len: usize,
+) {
+    assert!(
+        srcs.len() == t.cols && dsts.len() == t.rows,
+        "dot_prod_indexed: shape"
+    );
+    assert!(shards.len() <= 256, "dot_prod_indexed: at most 256 buffers");
+    let picked = |i: usize| {
+        assert!(
+            i < shards.len() && shards[i].len() >= len,
+            "dot_prod_indexed: buffer {i}"
+        );
+        (i / 64, 1u64 << (i % 64))
+    };
+    let mut written = [0u64; 4];
+    for &d in dsts {
+        let (w, b) = picked(d);
+        assert!(
+            written[w] & b == 0,
+            "dot_prod_indexed: destination {d} repeats"
+        );
+        written[w] |= b;
+    }
+    for &s in srcs {
+        let (w, b) = picked(s);
+        assert!(
+            written[w] & b == 0,
+            "dot_prod_indexed: source {s} is a destination"
+        );
+    }
+    with_ptrs(srcs.len(), dsts.len(), |sp, dp| {
+        for (p, &s) in sp.iter_mut().zip(srcs) {
+            *p = shards[s].as_ptr();
+        }
+        for (p, &d) in dp.iter_mut().zip(dsts) {
+            *p = shards[d].as_mut_ptr();
+        }
+        // SAFETY: every picked buffer is at least `len` bytes (checked above); the destinations
+        // are distinct buffers of a unique borrow, none of them a source (checked above), so no
+        // destination overlaps another or any source.
+        unsafe { dot_raw(t, sp, false, dp, len, false) }
+    })
+}
+
 /// Run `f` with zeroed pointer arrays of `n_src` and `n_dst` entries, on the stack when small: the
 /// kernels take pointer arrays, and a heap allocation per call shows at 4 KiB chunks.
 pub(crate) fn with_ptrs<R>(
@@ -305,27 +359,13 @@ pub(crate) fn with_ptrs<R>(
     }
 }
 
-/// [`dot_prod`] over raw pointers: `dp[r] = sum_c coef[r][c] * sp[c]` over `len` bytes.
+/// SIMD over whole vectors, then the scalar tail: `dp[r] = sum_c coef[r][c] * sp[c]` over `len`
+/// bytes.
 ///
 /// # Safety
-/// `sp` has `t.cols()` and `dp` `t.rows()` entries; every source is valid for reads and every
-/// destination for writes of `len` bytes; no destination overlaps another or any source.
-pub(crate) unsafe fn dot_prod_raw(
-    t: &Tables,
-    sp: &[*const u8],
-    dp: &[*mut u8],
-    len: usize,
-    acc: bool,
-) {
-    assert!(
-        sp.len() == t.cols && dp.len() == t.rows,
-        "dot_prod_raw: shape"
-    );
-    dot_raw(t, sp, false, dp, len, acc)
-}
-
-/// SIMD over whole vectors, then the scalar tail. Safety: as [`dot_prod_raw`] (with two sources per
-/// column when `pairs`).
+/// `sp` has `t.cols()` entries (two per column when `pairs`) and `dp` `t.rows()`; every source is
+/// valid for reads and every destination for writes of `len` bytes; no destination overlaps another
+/// or any source.
 unsafe fn dot_raw(
     t: &Tables,
     sp: &[*const u8],
@@ -395,8 +435,41 @@ pub fn xor_multi_level(level: Simd, dst: &mut [u8], srcs: &[&[u8]], accumulate: 
     unsafe { xor_multi_raw(level, dst.as_mut_ptr(), &sp, len, accumulate) }
 }
 
-/// [`xor_multi`] over raw pointers, for callers that XOR many small strips of large buffers (the LT
-/// code's cache-blocked schedule) and cannot afford a slice vector per call.
+/// `dst = XOR of src[at..at + dst.len()]` for every `at` in `offsets`: the cache-blocked LT
+/// schedule's step, which XORs small strips of many blocks of one buffer. The addresses go into
+/// `scratch`, kept by the caller from one call to the next, so no call allocates; the ranges are
+/// checked together, branch-free (strips are small, sources many).
+///
+/// Panics if a range is outside `src`.
+pub fn xor_gather(
+    level: Simd,
+    dst: &mut [u8],
+    src: &[u8],
+    offsets: impl IntoIterator<Item = usize>,
+    scratch: &mut Vec<*const u8>,
+) {
+    let len = dst.len();
+    let last = src
+        .len()
+        .checked_sub(len)
+        .expect("xor_gather: dst longer than src");
+    scratch.clear();
+    // Checked once for all ranges (branch-free in the loop: strips are small, sources many).
+    let mut outside = false;
+    for at in offsets {
+        outside |= at > last;
+        scratch.push(src.as_ptr().wrapping_add(at));
+    }
+    assert!(!outside, "xor_gather: a range outside the source");
+    // SAFETY: every address starts a range of `len` bytes inside `src` (checked above), borrowed
+    // for this call; `dst` is a unique borrow, so it overlaps none of them. The addresses left in
+    // `scratch` are never read before the next call clears them.
+    unsafe { xor_multi_raw(level, dst.as_mut_ptr(), scratch, len, false) }
+}
+
+/// [`xor_multi`] over raw pointers, for callers that XOR many small strips of one buffer into
+/// itself (the LT decoder's cache-blocked schedule), where a checked entry costs too much per
+/// strip (see `LtDecoder::run_schedule`).
 ///
 /// # Safety
 /// `dst` must be valid for writes of `len` bytes, every source valid for reads of `len` bytes, and no

@@ -30,6 +30,8 @@
 //! assert!(kv.exists(b"user:1").unwrap());
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod alloc;
 mod arc;
 mod cuckoo;

@@ -399,7 +399,11 @@ impl RatioMap<'_> {
     fn fill(&self, ratio: Option<f64>) -> RGBColor {
         match ratio {
             Some(v) if v > 0.0 && v.is_finite() => {
-                let good = if self.higher_is_better { v.ln() } else { -v.ln() };
+                let good = if self.higher_is_better {
+                    v.ln()
+                } else {
+                    -v.ln()
+                };
                 let t = (good.abs() / 8f64.ln()).min(1.0);
                 let k = (255.0 * (1.0 - t)) as u8;
                 if good >= 0.0 {

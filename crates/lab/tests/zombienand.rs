@@ -51,7 +51,10 @@ fn sharded_grid_merges_to_the_one_machine_result() {
     assert_eq!(grid::heat_maps(&whole).unwrap().len(), 2);
     let csv = grid::csv(&whole).unwrap();
     assert_eq!(csv.lines().count(), 1 + whole.results.len(), "{csv}");
-    assert!(csv.starts_with("mode,read_share,reserve,working_set,"), "{csv}");
+    assert!(
+        csv.starts_with("mode,read_share,reserve,working_set,"),
+        "{csv}"
+    );
     assert!(grid::markdown(&whole).lines().count() == 6);
 }
 

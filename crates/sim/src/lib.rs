@@ -8,5 +8,8 @@
 //!   cluster layouts ecstack builds.
 //!
 //! Flash wear (ZombieNAND) is not here: it is a device model, in `ecstack-device`'s SSD.
+
+#![forbid(unsafe_code)]
+
 pub mod reliability;
 pub mod robustore;

@@ -3,7 +3,8 @@
 //! seed's printed values. Monte-Carlo runs are seeded (`ECSTACK_SEED=<n>` replays another seed).
 
 use ecstack_sim::reliability::{
-    rainfs, ArrayModel, ClusterModel, EplogModel, McEstimate, Repair, RepairTimes, HOURS_PER_YEAR,
+    rainfs, ArrayModel, ClusterModel, EplogModel, McEstimate, ReliabilityModel, Repair,
+    RepairTimes, HOURS_PER_YEAR,
 };
 
 fn seed() -> u64 {

@@ -15,6 +15,8 @@
 //! `synth::synthesize_preset("eplog-fin", 0.1, 42)` followed by
 //! `transform::eplog_prepare(&trace.records, 4096)`.
 
+#![forbid(unsafe_code)]
+
 pub mod analyze;
 mod bitmap;
 mod error;

@@ -17,10 +17,9 @@
 use ecstack_base::Rng;
 
 use super::chain::Chain;
-use super::montecarlo::{
-    estimate, lifetimes, Events, Lifetime, McEstimate, MonteCarloModel, RepairTimes,
-};
-use super::params::{check_uber, invalid, positive, ure_probability, Mttdl, ReliabilityError};
+use super::montecarlo::{lifetimes, Events, Lifetime, MonteCarloModel, RepairTimes};
+use super::params::{check_uber, invalid, positive, ure_probability, ReliabilityError};
+use super::ReliabilityModel;
 
 /// How failed devices are rebuilt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -148,8 +147,17 @@ impl ArrayModel {
         rng.exp(1.0 / (self.k as f64 * self.latent_per_hour)) < since_scrub
     }
 
+    /// The Monte-Carlo lifetimes themselves (hours to the first loss, same seed, same runs as
+    /// [`ReliabilityModel::monte_carlo`]): their empirical distribution checks
+    /// [`Chain::loss_probability_within`].
+    pub fn monte_carlo_samples(&self, runs: u64, seed: u64) -> Result<Vec<f64>, ReliabilityError> {
+        Ok(lifetimes(self, runs, seed, RepairTimes::Exponential)?.0)
+    }
+}
+
+impl ReliabilityModel for ArrayModel {
     /// The chain of the module doc (state i: i devices failed).
-    pub fn chain(&self) -> Result<Chain, ReliabilityError> {
+    fn chain(&self) -> Result<Chain, ReliabilityError> {
         self.validate()?;
         let (n, m) = (self.n(), self.m);
         let lambda = 1.0 / self.mttf_hours;
@@ -175,39 +183,6 @@ impl ArrayModel {
         }
         Ok(c)
     }
-
-    pub fn mttdl(&self) -> Result<Mttdl, ReliabilityError> {
-        Ok(Mttdl {
-            hours: self.chain()?.mean_time_to_loss(0)?,
-        })
-    }
-
-    /// Monte-Carlo: `runs` independent lifetimes of the array, each device with its own
-    /// exponential lifetime, failed devices rebuilt by the repair policy (exponential rebuild
-    /// times), a URE drawn bit by bit (the position of the first error, geometric) for each rebuild
-    /// that starts without redundancy.
-    pub fn monte_carlo(&self, runs: u64, seed: u64) -> Result<McEstimate, ReliabilityError> {
-        self.monte_carlo_with(runs, seed, RepairTimes::Exponential)
-    }
-
-    /// Monte-Carlo with each rebuild's duration drawn by `times` (mean MTTR): `Exponential` is
-    /// [`ArrayModel::monte_carlo`]; `Deterministic` and `Lognormal` measure what the chain's
-    /// exponential assumption costs (docs/reliability.md).
-    pub fn monte_carlo_with(
-        &self,
-        runs: u64,
-        seed: u64,
-        times: RepairTimes,
-    ) -> Result<McEstimate, ReliabilityError> {
-        estimate(self, runs, seed, times)
-    }
-
-    /// The Monte-Carlo lifetimes themselves (hours to the first loss, same seed, same runs as
-    /// [`ArrayModel::monte_carlo`]): their empirical distribution checks
-    /// [`Chain::loss_probability_within`].
-    pub fn monte_carlo_samples(&self, runs: u64, seed: u64) -> Result<Vec<f64>, ReliabilityError> {
-        Ok(lifetimes(self, runs, seed, RepairTimes::Exponential)?.0)
-    }
 }
 
 impl MonteCarloModel for ArrayModel {
@@ -215,6 +190,9 @@ impl MonteCarloModel for ArrayModel {
         self.validate()
     }
 
+    /// Monte-Carlo: each device with its own exponential lifetime, failed devices rebuilt by the
+    /// repair policy (rebuild durations drawn by `times`), a URE drawn bit by bit (the position of
+    /// the first error, geometric) for each rebuild that starts without redundancy.
     fn lifetime(&self, rng: &mut Rng, failures: &mut u64, times: RepairTimes) -> Lifetime {
         let n = self.n();
         let bits_read = 8.0 * self.k as f64 * self.device_bytes;

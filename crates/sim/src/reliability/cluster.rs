@@ -35,10 +35,9 @@
 use ecstack_base::Rng;
 
 use super::chain::Chain;
-use super::montecarlo::{
-    estimate, lognormal_factor, Events, Lifetime, McEstimate, MonteCarloModel, RepairTimes,
-};
-use super::params::{check_uber, invalid, positive, ure_probability, Mttdl, ReliabilityError};
+use super::montecarlo::{lognormal_factor, Events, Lifetime, MonteCarloModel, RepairTimes};
+use super::params::{check_uber, invalid, positive, ure_probability, ReliabilityError};
+use super::ReliabilityModel;
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ClusterModel {
@@ -170,80 +169,6 @@ impl ClusterModel {
     pub fn critical_segments(&self) -> f64 {
         let (nn, n, m) = (self.osds, self.n(), self.m);
         self.segments * (ln_choose(nn - m, n - m) - ln_choose(nn, n)).exp()
-    }
-
-    pub fn chain(&self) -> Result<Chain, ReliabilityError> {
-        self.validate()?;
-        let (nn, m) = (self.osds, self.m);
-        let lambda = 1.0 / self.mttf_hours;
-        let p_ure = if m == 0 {
-            0.0
-        } else {
-            ure_probability(
-                self.critical_segments() * self.k as f64 * self.chunk_bytes,
-                self.uber,
-            )
-        };
-        // Last state: no segment lost with probability >= 1e-12, at most N-1 failed.
-        let mut last = 0;
-        while last + 1 < nn
-            && last + 1 < STATES_MAX
-            && self.segments * self.ln_segment_survives(last + 1) > (1e-12f64).ln()
-        {
-            last += 1;
-        }
-        let mut c = Chain::new();
-        for j in 0..=last {
-            c.state(format!("{j} OSDs failed"));
-        }
-        for j in 0..=last {
-            let fail = (nn - j) as f64 * lambda;
-            if j == last {
-                c.to_loss(j, fail);
-            } else {
-                let mut lose = self.loss_on_failure(j);
-                if j + 1 == m {
-                    lose = 1.0 - (1.0 - lose) * (1.0 - p_ure);
-                }
-                c.edge(j, j + 1, fail * (1.0 - lose));
-                c.to_loss(j, fail * lose);
-            }
-            if j > 0 {
-                c.edge(
-                    j,
-                    j - 1,
-                    j as f64 / (self.detect_hours + self.rebuild_hours(j)),
-                );
-            }
-        }
-        Ok(c)
-    }
-
-    pub fn mttdl(&self) -> Result<Mttdl, ReliabilityError> {
-        Ok(Mttdl {
-            hours: self.chain()?.mean_time_to_loss(0)?,
-        })
-    }
-
-    /// Monte-Carlo with an explicit placement: each run places every segment on n distinct OSDs
-    /// drawn uniformly, fails OSDs on their own exponential clocks, counts each segment's failed
-    /// chunks and stops at the first segment with more than m; recovery returns the longest-failed
-    /// OSD at the rate ρ_j of the module doc (exponential); a URE is drawn bit by bit over the k
-    /// chunks of every segment that has m failed chunks when the m-th OSD fails.
-    pub fn monte_carlo(&self, runs: u64, seed: u64) -> Result<McEstimate, ReliabilityError> {
-        self.monte_carlo_with(runs, seed, RepairTimes::Exponential)
-    }
-
-    /// Monte-Carlo with the given recovery durations ([`RepairTimes`]); `Exponential` is
-    /// [`ClusterModel::monte_carlo`]. With non-exponential durations the chain is no longer exact:
-    /// the difference measures what its exponential assumption costs (docs/reliability.md).
-    pub fn monte_carlo_with(
-        &self,
-        runs: u64,
-        seed: u64,
-        times: RepairTimes,
-    ) -> Result<McEstimate, ReliabilityError> {
-        estimate(self, runs, seed, times)
     }
 
     /// Placement as in `one_run`; explicit per-OSD detection times and remaining bytes.
@@ -434,6 +359,56 @@ impl<'a> LostChunks<'a> {
     }
 }
 
+impl ReliabilityModel for ClusterModel {
+    /// The chain of the module doc (state j: j OSDs failed, no segment lost yet).
+    fn chain(&self) -> Result<Chain, ReliabilityError> {
+        self.validate()?;
+        let (nn, m) = (self.osds, self.m);
+        let lambda = 1.0 / self.mttf_hours;
+        let p_ure = if m == 0 {
+            0.0
+        } else {
+            ure_probability(
+                self.critical_segments() * self.k as f64 * self.chunk_bytes,
+                self.uber,
+            )
+        };
+        // Last state: no segment lost with probability >= 1e-12, at most N-1 failed.
+        let mut last = 0;
+        while last + 1 < nn
+            && last + 1 < STATES_MAX
+            && self.segments * self.ln_segment_survives(last + 1) > (1e-12f64).ln()
+        {
+            last += 1;
+        }
+        let mut c = Chain::new();
+        for j in 0..=last {
+            c.state(format!("{j} OSDs failed"));
+        }
+        for j in 0..=last {
+            let fail = (nn - j) as f64 * lambda;
+            if j == last {
+                c.to_loss(j, fail);
+            } else {
+                let mut lose = self.loss_on_failure(j);
+                if j + 1 == m {
+                    lose = 1.0 - (1.0 - lose) * (1.0 - p_ure);
+                }
+                c.edge(j, j + 1, fail * (1.0 - lose));
+                c.to_loss(j, fail * lose);
+            }
+            if j > 0 {
+                c.edge(
+                    j,
+                    j - 1,
+                    j as f64 / (self.detect_hours + self.rebuild_hours(j)),
+                );
+            }
+        }
+        Ok(c)
+    }
+}
+
 impl MonteCarloModel for ClusterModel {
     /// The model's parameters, and at most [`MC_SEGMENTS_MAX`] segments (the simulation places
     /// every one).
@@ -448,8 +423,13 @@ impl MonteCarloModel for ClusterModel {
         Ok(())
     }
 
-    /// Exponential recoveries replay the chain's rates (`one_run`); the other kinds are the fluid
-    /// recovery of [`RepairTimes`] (`one_fluid_run`).
+    /// Monte-Carlo with an explicit placement: each run places every segment on n distinct OSDs
+    /// drawn uniformly, fails OSDs on their own exponential clocks, counts each segment's failed
+    /// chunks and stops at the first segment with more than m; a URE is drawn bit by bit over the k
+    /// chunks of every segment that has m failed chunks when the m-th OSD fails. Exponential
+    /// recoveries replay the chain's rates (`one_run`: the longest-failed OSD returns at the rate
+    /// ρ_j of the module doc); the other kinds are the fluid recovery of [`RepairTimes`]
+    /// (`one_fluid_run`).
     fn lifetime(&self, rng: &mut Rng, failures: &mut u64, times: RepairTimes) -> Lifetime {
         match times {
             RepairTimes::Exponential => self.one_run(rng, failures),

@@ -27,8 +27,9 @@ use ecstack_base::Rng;
 
 use super::array::{ArrayModel, Repair};
 use super::chain::Chain;
-use super::montecarlo::{estimate, Events, Lifetime, McEstimate, MonteCarloModel, RepairTimes};
-use super::params::{invalid, positive, Mttdl, ReliabilityError};
+use super::montecarlo::{Events, Lifetime, MonteCarloModel, RepairTimes};
+use super::params::{invalid, positive, ReliabilityError};
+use super::ReliabilityModel;
 
 /// Largest m the chain is built for: 2(m+1)^2 states, solved densely.
 pub const PARITY_MAX: usize = 16;
@@ -108,7 +109,20 @@ impl EplogModel {
         a > m || (d == 1 && a + b > m)
     }
 
-    pub fn chain(&self) -> Result<Chain, ReliabilityError> {
+    /// Rate of leaving the dirty flag `d` with a main and b log devices failed (0: never).
+    fn toggle_rate(&self, a: usize, b: usize, d: usize) -> f64 {
+        match d {
+            0 if a + b <= self.main.m => 1.0 / self.clean_hours,
+            0 => 0.0,
+            _ if a + b == 0 => 1.0 / self.dirty_hours,
+            _ => 1.0 / self.commit_hours,
+        }
+    }
+}
+
+impl ReliabilityModel for EplogModel {
+    /// The chain of the module doc (states (a, b, d)).
+    fn chain(&self) -> Result<Chain, ReliabilityError> {
         self.validate()?;
         let (n, m) = (self.main.n(), self.main.m);
         let lambda = 1.0 / self.main.mttf_hours;
@@ -168,41 +182,6 @@ impl EplogModel {
         }
         Ok(c)
     }
-
-    /// Rate of leaving the dirty flag `d` with a main and b log devices failed (0: never).
-    fn toggle_rate(&self, a: usize, b: usize, d: usize) -> f64 {
-        match d {
-            0 if a + b <= self.main.m => 1.0 / self.clean_hours,
-            0 => 0.0,
-            _ if a + b == 0 => 1.0 / self.dirty_hours,
-            _ => 1.0 / self.commit_hours,
-        }
-    }
-
-    pub fn mttdl(&self) -> Result<Mttdl, ReliabilityError> {
-        Ok(Mttdl {
-            hours: self.chain()?.mean_time_to_loss(0)?,
-        })
-    }
-
-    /// Monte-Carlo: n main and m log devices with their own exponential lifetimes, rebuilds by the
-    /// repair policy (sequential: a failed main device first, then log devices, each in FIFO
-    /// order), the dirty window as an alternating process whose clock is redrawn when a failure
-    /// forces a commit, and a URE drawn bit by bit when a rebuild starts without redundancy.
-    pub fn monte_carlo(&self, runs: u64, seed: u64) -> Result<McEstimate, ReliabilityError> {
-        self.monte_carlo_with(runs, seed, RepairTimes::Exponential)
-    }
-
-    /// Monte-Carlo with each rebuild's duration (main or log device) drawn by `times` around its
-    /// MTTR ([`RepairTimes::Exponential`] is [`EplogModel::monte_carlo`]).
-    pub fn monte_carlo_with(
-        &self,
-        runs: u64,
-        seed: u64,
-        times: RepairTimes,
-    ) -> Result<McEstimate, ReliabilityError> {
-        estimate(self, runs, seed, times)
-    }
 }
 
 impl MonteCarloModel for EplogModel {
@@ -210,6 +189,11 @@ impl MonteCarloModel for EplogModel {
         self.validate()
     }
 
+    /// Monte-Carlo: n main and m log devices with their own exponential lifetimes, rebuilds by the
+    /// repair policy (sequential: a failed main device first, then log devices, each in FIFO
+    /// order; durations drawn by `times` around each device's MTTR), the dirty window as an
+    /// alternating process whose clock is redrawn when a failure forces a commit, and a URE drawn
+    /// bit by bit when a rebuild starts without redundancy.
     fn lifetime(&self, rng: &mut Rng, failures: &mut u64, times: RepairTimes) -> Lifetime {
         let (n, m) = (self.main.n(), self.main.m);
         let total = n + m;

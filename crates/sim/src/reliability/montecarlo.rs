@@ -95,7 +95,7 @@ pub(crate) fn lognormal_factor(rng: &mut Rng, sigma: f64) -> f64 {
 impl RepairTimes {
     /// One rebuild's duration of mean `mean_hours` for the array and EPLOG Monte-Carlos:
     /// exponential (the chains' assumption; one `rng.exp` draw, the stream of
-    /// `ArrayModel::monte_carlo`), exactly the mean (deterministic), or the mean times a lognormal
+    /// `ReliabilityModel::monte_carlo` of the array), exactly the mean (deterministic), or the mean times a lognormal
     /// factor of mean 1. (The cluster's fluid recovery uses the kinds differently: see the variants.)
     pub(crate) fn draw(self, rng: &mut Rng, mean_hours: f64) -> f64 {
         match self {
@@ -133,10 +133,12 @@ impl std::str::FromStr for RepairTimes {
 
 /// One lifetime of a Monte-Carlo run: hours from "every device healthy" to the first data loss, or
 /// why the run could not end.
-pub(crate) type Lifetime = Result<f64, ReliabilityError>;
+pub type Lifetime = Result<f64, ReliabilityError>;
 
-/// A model with a Monte-Carlo simulation of its own (the array, EPLOG and cluster models).
-pub(crate) trait MonteCarloModel {
+/// A model with a Monte-Carlo simulation of its own (the array, EPLOG and cluster models). Public
+/// in a private module: other crates see it only as the sealed supertrait of
+/// [`ReliabilityModel`](super::ReliabilityModel), and cannot implement it.
+pub trait MonteCarloModel {
     /// The model's checks before any run: its parameters and the limits of its simulation.
     fn check(&self) -> Result<(), ReliabilityError>;
 
@@ -148,8 +150,8 @@ pub(crate) trait MonteCarloModel {
 /// The Monte-Carlo of every model: `runs` lifetimes of `model` from one generator seeded with
 /// `seed` (so the seed replays the estimate), summarised. Checks the model, then `times`, then
 /// `runs`, before the first run.
-pub(crate) fn estimate(
-    model: &impl MonteCarloModel,
+pub(crate) fn estimate<M: MonteCarloModel + ?Sized>(
+    model: &M,
     runs: u64,
     seed: u64,
     times: RepairTimes,
@@ -160,8 +162,8 @@ pub(crate) fn estimate(
 
 /// The lifetimes of [`estimate`] themselves (same checks, same runs), and the device failures
 /// simulated in all of them.
-pub(crate) fn lifetimes(
-    model: &impl MonteCarloModel,
+pub(crate) fn lifetimes<M: MonteCarloModel + ?Sized>(
+    model: &M,
     runs: u64,
     seed: u64,
     times: RepairTimes,
