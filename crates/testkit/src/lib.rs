@@ -62,7 +62,7 @@ pub fn on_path(bin: &str) -> bool {
 /// [`require`] for a tool that runs with `--version`: `true` when `tool` runs; otherwise a panic
 /// under CI naming `tool` and `package` (the apt package that installs it), a skip notice elsewhere.
 pub fn require_tool(tool: &str, package: &str) -> bool {
-    require(tool, tool_runs(tool), package)
+    require(tool, on_path(tool) || tool_runs(tool), package)
 }
 
 /// The verdict for a test that needs `what` (a tool, or a condition such as "root" or "a directory

@@ -19,7 +19,7 @@ use ecstack_base::Rng;
 use super::chain::Chain;
 use super::montecarlo::{lifetimes, Events, Lifetime, MonteCarloModel, RepairTimes};
 use super::params::{check_uber, invalid, positive, ure_probability, ReliabilityError};
-use super::ReliabilityModel;
+use super::model::ReliabilityModel;
 
 /// How failed devices are rebuilt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -29,7 +29,7 @@ use super::array::{ArrayModel, Repair};
 use super::chain::Chain;
 use super::montecarlo::{Events, Lifetime, MonteCarloModel, RepairTimes};
 use super::params::{invalid, positive, ReliabilityError};
-use super::ReliabilityModel;
+use super::model::ReliabilityModel;
 
 /// Largest m the chain is built for: 2(m+1)^2 states, solved densely.
 pub const PARITY_MAX: usize = 16;
