@@ -319,7 +319,11 @@ impl ModelReport {
             "TCP congestion control on every emulated host: {}.\n",
             ccs.join(", ")
         );
-        let mut notes: Vec<&str> = self.rows.iter().filter_map(|r| r.tcp_cc_note.as_deref()).collect();
+        let mut notes: Vec<&str> = self
+            .rows
+            .iter()
+            .filter_map(|r| r.tcp_cc_note.as_deref())
+            .collect();
         notes.dedup();
         for note in notes {
             s += &format!("Not the one asked for: {note}; the hosts ran the machine's default.\n");

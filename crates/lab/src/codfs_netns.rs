@@ -320,8 +320,12 @@ pub fn allow_congestion_control(cc: &str) -> std::result::Result<(), String> {
         return Ok(());
     }
     let wider = format!("{} {cc}", allowed.trim());
-    std::fs::write(TCP_CC_ALLOWED, &wider)
-        .map_err(|e| format!("cannot add {cc} to {TCP_CC_ALLOWED} ({}): {e}", allowed.trim()))?;
+    std::fs::write(TCP_CC_ALLOWED, &wider).map_err(|e| {
+        format!(
+            "cannot add {cc} to {TCP_CC_ALLOWED} ({}): {e}",
+            allowed.trim()
+        )
+    })?;
     Ok(())
 }
 

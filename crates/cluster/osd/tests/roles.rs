@@ -16,7 +16,7 @@ use ecstack_mds::store::SqliteStore;
 use ecstack_osd::api::DeltaStamp;
 use ecstack_osd::daemon::{Daemon, DaemonConfig};
 use ecstack_osd::roles::OSD_ROLES;
-use ecstack_osd::{ChunkMeta, Layout, OsdClient, OsdCallError};
+use ecstack_osd::{ChunkMeta, Layout, OsdCallError, OsdClient};
 use ecstack_rpc::init::{init_cluster, issue_certificate_with_role, InitOptions};
 use ecstack_rpc::{ClusterConfig, Security};
 use tokio::sync::oneshot;
@@ -208,7 +208,9 @@ async fn every_rpc_with_every_role() {
                         assert!(message.contains(method), "{message}");
                     }
                 }
-                Err(e @ (OsdCallError::Unreachable { .. } | OsdCallError::Unauthenticated { .. })) => {
+                Err(
+                    e @ (OsdCallError::Unreachable { .. } | OsdCallError::Unauthenticated { .. }),
+                ) => {
                     panic!("{method} as {cert}: transport failure {e}")
                 }
                 other => assert!(may, "{method} as {cert} was let through: {other:?}"),

@@ -17,9 +17,9 @@
 use ecstack_base::Rng;
 
 use super::chain::Chain;
+use super::model::ReliabilityModel;
 use super::montecarlo::{lifetimes, Events, Lifetime, MonteCarloModel, RepairTimes};
 use super::params::{check_uber, invalid, positive, ure_probability, ReliabilityError};
-use super::model::ReliabilityModel;
 
 /// How failed devices are rebuilt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

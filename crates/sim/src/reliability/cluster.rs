@@ -35,9 +35,9 @@
 use ecstack_base::Rng;
 
 use super::chain::Chain;
+use super::model::ReliabilityModel;
 use super::montecarlo::{lognormal_factor, Events, Lifetime, MonteCarloModel, RepairTimes};
 use super::params::{check_uber, invalid, positive, ure_probability, ReliabilityError};
-use super::model::ReliabilityModel;
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ClusterModel {

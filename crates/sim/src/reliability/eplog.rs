@@ -27,9 +27,9 @@ use ecstack_base::Rng;
 
 use super::array::{ArrayModel, Repair};
 use super::chain::Chain;
+use super::model::ReliabilityModel;
 use super::montecarlo::{Events, Lifetime, MonteCarloModel, RepairTimes};
 use super::params::{invalid, positive, ReliabilityError};
-use super::model::ReliabilityModel;
 
 /// Largest m the chain is built for: 2(m+1)^2 states, solved densely.
 pub const PARITY_MAX: usize = 16;
