@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use ecstack_client::{Client, ClientOptions, LocalCluster, LocalSpec, ReadPath};
+use ecstack_client::{Client, ClientOptions, ReadPath};
 use ecstack_codes::{new_code, CodeKind};
-use ecstack_mds::{ClusterStatus, FileInfo, OsdState};
+use ecstack_lab::codfs_local::{LocalCluster, LocalSpec};
+use ecstack_mds_proto::{ClusterStatus, FileInfo, OsdState};
 use ecstack_rpc::init::{init_cluster, InitOptions, DEFAULT_MDS_ADDR};
 use ecstack_rpc::ClusterConfig;
 use serde_json::json;

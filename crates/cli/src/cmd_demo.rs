@@ -1,11 +1,11 @@
 //! `ecstack demo`: a local CodFS cluster survives two OSD failures (the logic is
-//! `ecstack_client::demo`; this module parses arguments and draws progress).
+//! `ecstack_lab::codfs_demo`; this module parses arguments and draws progress).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ecstack_client::demo::{self, DemoOptions, Observer};
+use ecstack_lab::codfs_demo::{self as demo, DemoOptions, Observer};
 use indicatif::ProgressBar;
 
 use crate::util::{parse_size, print_json, progress_bar};

@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use cluster_common::*;
 use ecstack_base::Rng;
-use ecstack_client::{
-    Client, ClientError, ClientOptions, FailedAttempts, LocalCluster, LocalSpec, ReadPath,
-};
+use ecstack_client::{Client, ClientError, ClientOptions, FailedAttempts, ReadPath};
+use ecstack_lab::codfs_local::{LocalCluster, LocalSpec};
 use ecstack_rpc::Security;
 
 /// Random puts, whole and ranged gets and updates (inside a segment, across segment boundaries,
@@ -461,12 +460,12 @@ async fn a_certificate_from_another_cluster_is_refused() {
     assert!(!e.to_string().contains('\n'), "{e}");
     // Straight to an OSD, with a layout the real client fetched.
     let info = rig.client.stat("/secret").await.unwrap();
-    let osd = ecstack_osd::OsdClient::connect(
+    let osd = ecstack_osd_proto::OsdClient::connect(
         &info.segments[0].primary_addr,
         &Security::load(&other.join("certs"), "client").unwrap(),
     )
     .unwrap();
-    let layout = ecstack_osd::Layout {
+    let layout = ecstack_osd_proto::Layout {
         segment_id: info.segments[0].segment_id,
         length: info.segments[0].length,
         primary: info.segments[0].primary,

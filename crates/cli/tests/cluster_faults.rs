@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use cluster_common::*;
 use ecstack_base::Rng;
-use ecstack_client::{ClientError, LocalCluster, ReadPath};
+use ecstack_client::{ClientError, ReadPath};
+use ecstack_lab::codfs_local::LocalCluster;
 
 #[derive(Default, Debug)]
 struct Marks {

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use ecstack_mds::{MdsClient, OsdRegistration};
+use ecstack_mds_proto::{MdsClient, OsdRegistration};
 use ecstack_rpc::Security;
 
 fn write_config(dir: &Path) -> std::path::PathBuf {

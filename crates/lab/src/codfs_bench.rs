@@ -23,12 +23,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ecstack_base::Rng;
-use ecstack_client::{
-    Client, ClientError, ClientOptions, LocalCluster, LocalSpec, ReadPath, ReadStats,
-};
+use ecstack_client::{Client, ClientError, ClientOptions, ReadPath, ReadStats};
 use ecstack_rpc::Security;
 use serde::Serialize;
 
+use crate::codfs_local::{LocalCluster, LocalSpec};
 use crate::codfs_s3::{S3Client, S3Endpoint, S3Tls};
 use crate::{LabError, Result};
 
@@ -893,7 +892,7 @@ async fn start_minio(
         if let Ok(Some(status)) = server.child.try_wait() {
             return Err(LabError::Run(format!(
                 "MinIO exited ({status}): {}",
-                ecstack_client::local::last_line(&server.log)
+                crate::codfs_local::last_line(&server.log)
             )));
         }
         match s3.create_bucket(BUCKET).await {

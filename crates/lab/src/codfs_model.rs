@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use ecstack_base::Rng;
 use ecstack_client::{Client, ClientError, ClientOptions, FailedAttempts, ReadPath};
-use ecstack_mds::OsdState;
+use ecstack_mds_proto::OsdState;
 use ecstack_rpc::{init_cluster, ClusterConfig, InitOptions, Security};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};

@@ -21,6 +21,8 @@
 //!   `rainfs/` (checker, TeraSort suite, the experiment by NAS count and by architecture).
 
 pub mod codfs_bench;
+pub mod codfs_demo;
+pub mod codfs_local;
 pub mod codfs_model;
 pub mod codfs_netns;
 pub mod codfs_s3;

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ecstack_base::Rng;
-use ecstack_client::{Client, ClientOptions, LocalCluster, LocalSpec, ReadPath};
+use ecstack_client::{Client, ClientOptions, ReadPath};
+use ecstack_lab::codfs_local::{LocalCluster, LocalSpec};
 use ecstack_rpc::{Backoff, Security};
 
 pub const HEARTBEAT_MS: u64 = 100;
@@ -187,7 +188,7 @@ impl Rig {
             .wait_status(&format!("{name} down"), Duration::from_secs(30), move |s| {
                 s.osds
                     .iter()
-                    .any(|o| o.name == n && o.state != ecstack_mds::OsdState::Up)
+                    .any(|o| o.name == n && o.state != ecstack_mds_proto::OsdState::Up)
             })
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()));

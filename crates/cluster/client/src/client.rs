@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes};
-use ecstack_mds::MdsError;
-use ecstack_mds::{ClusterStatus, FileInfo, FileSummary, MdsClient, OsdState, SegmentLayout};
-use ecstack_osd::{Layout, OsdCallError, OsdClient, SegmentAge};
+use ecstack_mds_proto::{
+    ClusterStatus, FileInfo, FileSummary, MdsClient, MdsError, OsdState, SegmentLayout,
+};
+use ecstack_osd_proto::{Layout, OsdCallError, OsdClient, SegmentAge};
 use ecstack_rpc::{limits, retry_with_progress, Backoff, ClusterConfig, Security};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
@@ -808,7 +809,7 @@ impl Client {
                 l.holders.len()
             )));
         }
-        let cb = ecstack_osd::service::chunk_bytes(l.length, k);
+        let cb = ecstack_osd_proto::chunk_bytes(l.length, k);
         let (first, last) = (offset / cb, (offset + length - 1) / cb);
         let timeout = self.inner.options.data_timeout;
         let mut reads = JoinSet::new();

@@ -1,7 +1,7 @@
 //! Everything a client call can fail with, each as one line a user can act on.
 
-use ecstack_mds::MdsError;
-use ecstack_osd::OsdCallError;
+use ecstack_mds_proto::MdsError;
+use ecstack_osd_proto::OsdCallError;
 use ecstack_rpc::{ConfigError, SecurityError};
 
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +57,7 @@ impl ClientError {
         }
     }
 
-    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> ClientError {
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> ClientError {
         ClientError::Io {
             what: what.into(),
             source,

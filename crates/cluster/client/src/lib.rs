@@ -5,13 +5,12 @@
 //!
 //! Layout (dependencies point down): `error` → `segments` (file ranges → segment pieces) →
 //! `window` (a put's or a get's bytes in transit) → `client`
-//! ([`Client`]) → `local` (a cluster of local processes: `ecstack cluster up`, tests) → `demo`
-//! (`ecstack demo`).
+//! ([`Client`]). It depends on the protocol crates `ecstack_mds_proto` and `ecstack_osd_proto`
+//! only: a client links neither server (no SQLite, no chunk store). A cluster of local processes
+//! (`ecstack cluster up`, `ecstack demo`, tests) is `ecstack_lab::codfs_local`.
 
 mod client;
-pub mod demo;
 mod error;
-pub mod local;
 pub mod segments;
 mod window;
 
@@ -19,4 +18,3 @@ mod window;
 pub use bytes::Bytes;
 pub use client::{summary, Client, ClientOptions, FailedAttempts, ReadPath, ReadStats};
 pub use error::ClientError;
-pub use local::{LocalCluster, LocalSpec};

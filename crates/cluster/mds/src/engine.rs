@@ -7,15 +7,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::api::{
-    ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
-    Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdRegistration, OsdState, OsdTask, RecoverTask,
-    RecoveryProgress, Registered, SegmentLayout, NO_OSD,
-};
 use crate::placement::{place_chunk, place_segment, Candidate};
 use crate::store::{
     ChunkRecord, DeleteRecord, FileRecord, MetadataStore, Mutation, OsdRecord, SegmentRecord,
     StoreError, COUNTER_EPOCH, COUNTER_FILE, COUNTER_OSD, COUNTER_SEGMENT,
+};
+use ecstack_mds_proto::{
+    ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
+    Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdRegistration, OsdState, OsdTask, RecoverTask,
+    RecoveryProgress, Registered, SegmentLayout, NO_OSD,
 };
 
 /// Longest path the MDS accepts, bytes.

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::api::*;
 use crate::engine::*;
 use crate::store::SqliteStore;
+use ecstack_mds_proto::*;
 
 const K: u32 = 2;
 const M: u32 = 1;

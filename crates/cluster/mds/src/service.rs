@@ -13,9 +13,9 @@ use ecstack_rpc::Security;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
-use crate::api::{Heartbeat, MdsError, OsdRegistration, OsdState};
 use crate::engine::MdsCore;
-use crate::proto;
+use ecstack_mds_proto::proto;
+use ecstack_mds_proto::{Heartbeat, MdsError, OsdRegistration, OsdState};
 
 const OSD: &[Role] = &[Role::Osd];
 const CLIENT: &[Role] = &[Role::Client, Role::Admin];

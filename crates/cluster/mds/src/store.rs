@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::api::{ChunkState, OsdState, RecoveryProgress};
+use ecstack_mds_proto::{ChunkState, OsdState, RecoveryProgress};
 
 /// First row of the `meta` table: what this file is.
 pub const STORE_MARKER: &str = "ecstack-mds-store";

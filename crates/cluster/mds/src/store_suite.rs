@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{ChunkState, OsdState, RecoveryProgress};
 use crate::store::*;
+use ecstack_mds_proto::{ChunkState, OsdState, RecoveryProgress};
 
 fn osd(id: u32, name: &str, labels: &[(&str, &str)]) -> OsdRecord {
     OsdRecord {

@@ -46,7 +46,7 @@ fn proto_rpcs(text: &str) -> Vec<String> {
 
 #[test]
 fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
-    let rpcs = proto_rpcs(include_str!("../proto/mds.proto"));
+    let rpcs = proto_rpcs(include_str!("../../mds-proto/proto/mds.proto"));
     assert_eq!(rpcs.len(), 13, "{rpcs:?}");
     let tested: Vec<String> = EXPECTED.iter().map(|(m, _)| m.to_string()).collect();
     assert_eq!(tested, rpcs);

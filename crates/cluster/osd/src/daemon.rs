@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ecstack_codes::{new_code, CodeKind};
-use ecstack_mds::api::{ChunkState, Heartbeat, MdsClient, OsdRegistration, OsdTask, SegmentLayout};
+use ecstack_mds_proto::{Heartbeat, MdsClient, OsdRegistration, OsdTask};
 use ecstack_rpc::Security;
 
-use crate::api::{Holder, Layout};
+use crate::api::Layout;
 use crate::chunk_store::{ChunkStore, FileStore, FileStoreOptions};
 use crate::service::{BoxFuture, MdsLink, Osd, OsdSetup};
 
@@ -20,29 +20,6 @@ use crate::service::{BoxFuture, MdsLink, Osd, OsdSetup};
 pub const RECOVERY_PARALLELISM: usize = 4;
 /// How long an OSD keeps trying to register with an MDS that does not answer yet.
 pub const REGISTER_PATIENCE: Duration = Duration::from_secs(60);
-
-impl From<&SegmentLayout> for Layout {
-    /// The OSD's view of an MDS layout: only `Healthy` chunks are usable.
-    fn from(s: &SegmentLayout) -> Layout {
-        Layout {
-            segment_id: s.segment_id,
-            length: s.length,
-            primary: s.primary,
-            holders: s
-                .chunks
-                .iter()
-                .map(|c| Holder {
-                    index: c.index,
-                    osd_id: c.osd_id,
-                    addr: c.addr.clone(),
-                    usable: c.state == ChunkState::Healthy && c.up,
-                    down: c.state == ChunkState::Healthy && !c.up,
-                })
-                .collect(),
-            epoch: s.epoch,
-        }
-    }
-}
 
 impl MdsLink for MdsClient {
     fn mark_stale<'a>(
@@ -332,7 +309,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// One heartbeat reply's tasks.
 async fn run_tasks(
     osd: &Osd,
-    reply: ecstack_mds::api::HeartbeatReply,
+    reply: ecstack_mds_proto::HeartbeatReply,
     deleted: &Mutex<Vec<u64>>,
     slots: &Arc<tokio::sync::Semaphore>,
     running: &Arc<Mutex<HashSet<u64>>>,

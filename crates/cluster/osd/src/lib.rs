@@ -2,10 +2,10 @@
 //! work (encode a segment, keep one data chunk, send n−1 to the secondaries; read; split updates
 //! into sub-updates), full-overwrite (FO) parity-delta updates, degraded reads and recovery.
 //!
-//! Layout (dependencies point down): `proto` (generated, private) → `wire` (chunk data on the gRPC
-//! wire without copies: a streamed reply's data kept as the slices it arrived in, sent from the
-//! buffer it was read into) → `api` (the typed client [`api::OsdClient`], its error
-//! [`api::OsdCallError`] and the domain types, what other crates use) → `chunk_store` (the
+//! Layout (dependencies point down): the protocol crates `ecstack_mds_proto` and
+//! `ecstack_osd_proto` (re-exported as [`api`]: generated messages, chunk data on the wire without
+//! copies, the typed clients [`api::OsdClient`] and `MdsClient`, the domain types; shared with
+//! clients, which link none of this crate) → `chunk_store` (the
 //! `ChunkStore` seam and `FileStore`, chunk files with versioned headers and per-block crc32c) →
 //! `service` (the [`service::Osd`] type and what its operations share) with one module per
 //! operation, each over the domain error [`OsdError`] (`error`): `write`, `read` and `pipeline`
@@ -19,12 +19,9 @@
 //! acts only while the MDS cannot have declared it down); `roles` (which certificate role may call
 //! which RPC, checked where the daemon builds its server).
 
-#[allow(clippy::all)]
-mod proto {
-    tonic::include_proto!("ecstack.osd.v1");
-}
+pub use ecstack_osd_proto as api;
+use ecstack_osd_proto::{proto, wire};
 
-pub mod api;
 mod chunk;
 pub mod chunk_store;
 #[doc(hidden)]
@@ -47,10 +44,9 @@ pub mod service;
 pub mod store_dir;
 pub mod update;
 mod view;
-mod wire;
 mod write;
 
-pub use api::{
+pub use ecstack_osd_proto::{
     Ack, ChunkMeta, ChunkVersions, DeltaStamp, Holder, Layout, OsdCallError, OsdClient, SegmentAge,
 };
 pub use error::OsdError;

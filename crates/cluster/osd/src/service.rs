@@ -241,10 +241,7 @@ impl Osd {
     }
 }
 
-/// Bytes per chunk of a segment of `length` bytes.
-pub fn chunk_bytes(length: u64, k: usize) -> u64 {
-    length.div_ceil(k as u64)
-}
+pub use ecstack_osd_proto::chunk_bytes;
 
 /// Checks a layout against the code: n holders with indexes 0..n in order, a length within the
 /// largest segment, the primary among the holders. One line naming the problem.

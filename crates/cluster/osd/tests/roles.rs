@@ -48,7 +48,7 @@ fn proto_rpcs(text: &str) -> Vec<String> {
 
 #[test]
 fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
-    let rpcs = proto_rpcs(include_str!("../proto/osd.proto"));
+    let rpcs = proto_rpcs(include_str!("../../osd-proto/proto/osd.proto"));
     assert_eq!(rpcs.len(), 10, "{rpcs:?}");
     let tested: Vec<String> = EXPECTED.iter().map(|(m, _)| m.to_string()).collect();
     assert_eq!(tested, rpcs);

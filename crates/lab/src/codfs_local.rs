@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use ecstack_rpc::{init_cluster, issue_certificate, ClusterConfig, InitOptions};
 
-use crate::error::ClientError;
+use ecstack_client::ClientError;
 
 /// How long a stopped daemon gets to exit after SIGTERM before SIGKILL.
 const STOP_GRACE_MS_MAX: u64 = 5_000;

@@ -1,7 +1,7 @@
 //! The typed client of the OSD protocol (`proto/osd.proto`) and its domain types. Clients use
 //! [`OsdClient::write_segment`], [`OsdClient::read_segment`] and [`OsdClient::update_segment`] against a
-//! segment's primary; OSDs use the chunk calls against each other. Generated types never leave this
-//! crate: callers see [`Layout`], [`Holder`], [`ChunkMeta`], [`Ack`] and [`OsdCallError`].
+//! segment's primary; OSDs use the chunk calls against each other. Callers see no generated type
+//! (only an OSD's server does): [`Layout`], [`Holder`], [`ChunkMeta`], [`Ack`] and [`OsdCallError`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use tonic::{Code, Status};
 use crate::proto;
 use crate::proto::osd_client::OsdClient as RawClient;
 use crate::wire::{self, Reply};
+use ecstack_mds_proto::{ChunkState, SegmentLayout};
 
 /// The largest streamed message a client accepts in a reply ([`ecstack_rpc::limits`]).
 const STREAM_MESSAGE_BYTES_MAX: usize = ecstack_rpc::limits::STREAM_MESSAGE_BYTES_MAX;
@@ -23,12 +24,12 @@ const STREAM_MESSAGE_BYTES_MAX: usize = ecstack_rpc::limits::STREAM_MESSAGE_BYTE
 pub const FRAME_BYTES: usize = 1 << 20;
 
 /// `data` as frames of at most [`FRAME_BYTES`]: one copy into a shared buffer, then slices of it.
-pub(crate) fn split_frames(data: &[u8]) -> Vec<Bytes> {
+pub fn split_frames(data: &[u8]) -> Vec<Bytes> {
     slice_frames(Bytes::copy_from_slice(data))
 }
 
 /// `data` as frames of at most [`FRAME_BYTES`], each a slice of it (no copy).
-pub(crate) fn slice_frames(data: Bytes) -> Vec<Bytes> {
+pub fn slice_frames(data: Bytes) -> Vec<Bytes> {
     (0..data.len())
         .step_by(FRAME_BYTES)
         .map(|at| data.slice(at..(at + FRAME_BYTES).min(data.len())))
@@ -824,7 +825,35 @@ impl OsdClient {
     }
 }
 
-pub(crate) fn holder_to_proto(h: &Holder) -> proto::Holder {
+impl From<&SegmentLayout> for Layout {
+    /// The OSD's view of an MDS layout: only `Healthy` chunks are usable.
+    fn from(s: &SegmentLayout) -> Layout {
+        Layout {
+            segment_id: s.segment_id,
+            length: s.length,
+            primary: s.primary,
+            holders: s
+                .chunks
+                .iter()
+                .map(|c| Holder {
+                    index: c.index,
+                    osd_id: c.osd_id,
+                    addr: c.addr.clone(),
+                    usable: c.state == ChunkState::Healthy && c.up,
+                    down: c.state == ChunkState::Healthy && !c.up,
+                })
+                .collect(),
+            epoch: s.epoch,
+        }
+    }
+}
+
+/// Bytes per chunk of a segment of `length` bytes under a code with `k` data chunks.
+pub fn chunk_bytes(length: u64, k: usize) -> u64 {
+    length.div_ceil(k as u64)
+}
+
+pub fn holder_to_proto(h: &Holder) -> proto::Holder {
     proto::Holder {
         index: h.index,
         osd_id: h.osd_id,
@@ -834,7 +863,7 @@ pub(crate) fn holder_to_proto(h: &Holder) -> proto::Holder {
     }
 }
 
-pub(crate) fn holder_from_proto(h: &proto::Holder) -> Holder {
+pub fn holder_from_proto(h: &proto::Holder) -> Holder {
     Holder {
         index: h.index,
         osd_id: h.osd_id,
@@ -844,7 +873,7 @@ pub(crate) fn holder_from_proto(h: &proto::Holder) -> Holder {
     }
 }
 
-pub(crate) fn layout_to_proto(l: &Layout) -> proto::Layout {
+pub fn layout_to_proto(l: &Layout) -> proto::Layout {
     proto::Layout {
         segment_id: l.segment_id,
         length: l.length,
@@ -854,7 +883,7 @@ pub(crate) fn layout_to_proto(l: &Layout) -> proto::Layout {
     }
 }
 
-pub(crate) fn layout_from_proto(l: &proto::Layout) -> Layout {
+pub fn layout_from_proto(l: &proto::Layout) -> Layout {
     Layout {
         segment_id: l.segment_id,
         length: l.length,
@@ -864,7 +893,7 @@ pub(crate) fn layout_from_proto(l: &proto::Layout) -> Layout {
     }
 }
 
-pub(crate) fn meta_to_proto(m: &ChunkMeta) -> proto::ChunkHeader {
+pub fn meta_to_proto(m: &ChunkMeta) -> proto::ChunkHeader {
     proto::ChunkHeader {
         segment_id: m.segment_id,
         index: m.index,
@@ -876,7 +905,7 @@ pub(crate) fn meta_to_proto(m: &ChunkMeta) -> proto::ChunkHeader {
     }
 }
 
-pub(crate) fn meta_from_proto(h: &proto::ChunkHeader) -> ChunkMeta {
+pub fn meta_from_proto(h: &proto::ChunkHeader) -> ChunkMeta {
     ChunkMeta {
         segment_id: h.segment_id,
         index: h.index,

@@ -39,10 +39,10 @@ use tower_service::Service;
 use crate::proto;
 
 /// Paths of the chunk-data calls (checked against the generated service name in the tests).
-pub(crate) const GET_CHUNK_PATH: &str = "/ecstack.osd.v1.Osd/GetChunk";
-pub(crate) const READ_SEGMENT_PATH: &str = "/ecstack.osd.v1.Osd/ReadSegment";
-pub(crate) const WRITE_SEGMENT_PATH: &str = "/ecstack.osd.v1.Osd/WriteSegment";
-pub(crate) const PUT_CHUNK_PATH: &str = "/ecstack.osd.v1.Osd/PutChunk";
+pub const GET_CHUNK_PATH: &str = "/ecstack.osd.v1.Osd/GetChunk";
+pub const READ_SEGMENT_PATH: &str = "/ecstack.osd.v1.Osd/ReadSegment";
+pub const WRITE_SEGMENT_PATH: &str = "/ecstack.osd.v1.Osd/WriteSegment";
+pub const PUT_CHUNK_PATH: &str = "/ecstack.osd.v1.Osd/PutChunk";
 
 /// gRPC's message prefix: a compressed flag (0: not compressed) and a big-endian length.
 const PREFIX_BYTES: usize = 5;
@@ -50,7 +50,7 @@ const PREFIX_BYTES: usize = 5;
 const FIELD_HEADER_MAX: usize = 15;
 
 /// A streamed reply message whose chunk data is one `bytes` field.
-pub(crate) trait DataMessage: prost::Message + Default + Send + 'static {
+pub trait DataMessage: prost::Message + Default + Send + 'static {
     /// The number of the `bytes` field.
     const DATA_FIELD: u32;
     /// The data, when the message is that field and nothing else; otherwise the message.
@@ -99,7 +99,7 @@ impl DataMessage for proto::ChunkWrite {
 
 /// One message of a streamed reply, as [`ReplyReader::next`] returns it.
 #[derive(Debug)]
-pub(crate) enum Reply<T> {
+pub enum Reply<T> {
     /// A data message: its bytes, as slices of the frames they arrived in (in order; no copy).
     Data(Vec<Bytes>),
     /// Any other message, decoded.
@@ -108,7 +108,7 @@ pub(crate) enum Reply<T> {
 
 impl<T: DataMessage> Reply<T> {
     /// `message` as a data message when it is one, else as it is.
-    pub(crate) fn from_message(message: T) -> Reply<T> {
+    pub fn from_message(message: T) -> Reply<T> {
         match message.into_data() {
             Ok(d) => Reply::Data(vec![d]),
             Err(m) => Reply::Message(m),
@@ -118,7 +118,7 @@ impl<T: DataMessage> Reply<T> {
 
 /// Cuts gRPC messages out of an HTTP body: each message is returned as the slices of the body's
 /// frames it spans (no copy).
-pub(crate) struct MessageReader {
+pub struct MessageReader {
     body: Body,
     /// Received bytes not yet returned, in order, none empty.
     queue: VecDeque<Bytes>,
@@ -130,7 +130,7 @@ pub(crate) struct MessageReader {
 }
 
 impl MessageReader {
-    pub(crate) fn new(body: Body, max_message: usize) -> MessageReader {
+    pub fn new(body: Body, max_message: usize) -> MessageReader {
         MessageReader {
             body,
             queue: VecDeque::new(),
@@ -192,7 +192,7 @@ impl MessageReader {
     }
 
     /// The next message's bytes (without its prefix), or `None` at a clean end of the body.
-    pub(crate) async fn next_message(&mut self) -> Result<Option<Vec<Bytes>>, Status> {
+    pub async fn next_message(&mut self) -> Result<Option<Vec<Bytes>>, Status> {
         if !self.fill(PREFIX_BYTES).await? {
             if self.queued == 0 {
                 return Ok(None);
@@ -253,7 +253,7 @@ fn copy_front(slices: &[Bytes], out: &mut [u8]) -> usize {
 }
 
 /// The slices as one buffer: the slice itself when there is one, else a copy.
-pub(crate) fn contiguous(mut slices: Vec<Bytes>) -> Bytes {
+pub fn contiguous(mut slices: Vec<Bytes>) -> Bytes {
     if slices.len() == 1 {
         return slices.pop().unwrap_or_default();
     }
@@ -267,7 +267,7 @@ pub(crate) fn contiguous(mut slices: Vec<Bytes>) -> Bytes {
 
 /// A message's bytes, as [`Reply::Data`] when they are exactly one `bytes` field number
 /// `T::DATA_FIELD` (the data is then the rest of the slices), else decoded by prost.
-pub(crate) fn split_message<T: DataMessage>(mut slices: Vec<Bytes>) -> Result<Reply<T>, Status> {
+pub fn split_message<T: DataMessage>(mut slices: Vec<Bytes>) -> Result<Reply<T>, Status> {
     let total: usize = slices.iter().map(Bytes::len).sum();
     let mut head = [0u8; FIELD_HEADER_MAX];
     let got = copy_front(&slices, &mut head);
@@ -302,7 +302,7 @@ pub(crate) fn split_message<T: DataMessage>(mut slices: Vec<Bytes>) -> Result<Re
 }
 
 /// A streamed reply being received ([`server_streaming`]).
-pub(crate) struct ReplyReader<T> {
+pub struct ReplyReader<T> {
     messages: MessageReader,
     done: bool,
     _reply: std::marker::PhantomData<fn() -> T>,
@@ -320,7 +320,7 @@ impl<T: DataMessage> ReplyReader<T> {
 
     /// The next message, or `None` after the last (the call then ended with status OK); a
     /// non-OK status in the trailers, a broken stream or a malformed message is an error.
-    pub(crate) async fn next(&mut self) -> Result<Option<Reply<T>>, Status> {
+    pub async fn next(&mut self) -> Result<Option<Reply<T>>, Status> {
         if self.done {
             return Ok(None);
         }
@@ -374,7 +374,7 @@ fn transport_status(e: impl std::error::Error + Send + Sync + 'static) -> Status
 
 /// Calls the server-streaming method `path` (`/package.Service/Method`) with `request` over
 /// `channel`; messages larger than `max_message` bytes are refused.
-pub(crate) async fn server_streaming<T: DataMessage>(
+pub async fn server_streaming<T: DataMessage>(
     channel: &Channel,
     path: &'static str,
     request: &impl prost::Message,
@@ -450,7 +450,7 @@ async fn call(
 /// Calls the client-streaming method `path` with the request metadata `metadata` and the messages
 /// of `requests` (a data message sent from the buffers its slices are in) and returns its one
 /// reply message; replies larger than `max_message` bytes are refused.
-pub(crate) async fn client_streaming<T, R>(
+pub async fn client_streaming<T, R>(
     channel: &Channel,
     path: &'static str,
     metadata: &[(&'static str, &'static str)],
@@ -503,7 +503,7 @@ type Next =
 
 /// A streamed request as the messages of type `T` it carries, read from the request body: a data
 /// message comes out as [`Reply::Data`], the slices it arrived in (no copy).
-pub(crate) struct RequestStream<T> {
+pub struct RequestStream<T> {
     reader: Option<MessageReader>,
     next: Option<Next>,
     done: bool,
@@ -511,7 +511,7 @@ pub(crate) struct RequestStream<T> {
 }
 
 impl<T: DataMessage> RequestStream<T> {
-    pub(crate) fn new(body: Body, max_message: usize) -> RequestStream<T> {
+    pub fn new(body: Body, max_message: usize) -> RequestStream<T> {
         RequestStream {
             reader: Some(MessageReader::new(body, max_message)),
             next: None,
@@ -560,7 +560,7 @@ impl<T: DataMessage> tokio_stream::Stream for RequestStream<T> {
 
 /// The HTTP response of a unary result: the message and trailers with status OK, or a
 /// "trailers-only" response carrying the error.
-pub(crate) fn unary_response(result: Result<impl prost::Message, Status>) -> http::Response<Body> {
+pub fn unary_response(result: Result<impl prost::Message, Status>) -> http::Response<Body> {
     match result {
         Err(status) => status.into_http(),
         Ok(message) => {
@@ -581,7 +581,7 @@ pub(crate) fn unary_response(result: Result<impl prost::Message, Status>) -> htt
 }
 
 /// Reads a unary request (one message) from a request body.
-pub(crate) async fn read_request<R: prost::Message + Default>(
+pub async fn read_request<R: prost::Message + Default>(
     body: Body,
     max_message: usize,
 ) -> Result<R, Status> {
@@ -598,8 +598,7 @@ pub(crate) async fn read_request<R: prost::Message + Default>(
         .map_err(|e| Status::invalid_argument(format!("cannot decode the request: {e}")))
 }
 
-pub(crate) type ReplyStream<T> =
-    Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
+pub type ReplyStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
 type OutStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<Reply<T>, Status>> + Send>>;
 
 /// The body of a stream of messages: each as a gRPC message, a data message as its header bytes
@@ -677,7 +676,7 @@ fn status_headers(status: &Status) -> http::HeaderMap {
 
 /// The HTTP response of a server-streaming handler's result: on success a 200 with the handler's
 /// metadata and a [`MessageBody`]; on failure a "trailers-only" response carrying the status.
-pub(crate) fn streaming_response<T: DataMessage>(
+pub fn streaming_response<T: DataMessage>(
     result: Result<tonic::Response<ReplyStream<T>>, Status>,
 ) -> http::Response<Body> {
     match result {

@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ecstack_base::Rng;
-use ecstack_mds::OsdState;
+use ecstack_mds_proto::OsdState;
 use ecstack_rpc::Security;
 use serde::Serialize;
 
-use crate::client::{summary, Client};
-use crate::error::ClientError;
-use crate::local::{LocalCluster, LocalSpec};
+use crate::codfs_local::{LocalCluster, LocalSpec};
+use ecstack_client::ClientError;
+use ecstack_client::{summary, Client};
 
 /// What the demo runs.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! The MDS as other crates see it: domain types and a typed async client ([`MdsClient`]) over the
-//! generated gRPC client. Generated types never leave this crate; conversions check every enum
+//! generated gRPC client. Callers see no generated type (only the MDS's server does); conversions check every enum
 //! and required field, so a malformed reply is an [`MdsError::Protocol`], never a panic.
 
 use std::collections::BTreeMap;
@@ -322,7 +322,7 @@ impl From<MdsError> for tonic::Status {
 
 // ---- conversions between domain and generated types (both directions: the service uses them too)
 
-pub(crate) fn osd_state_to_proto(s: OsdState) -> proto::OsdState {
+pub fn osd_state_to_proto(s: OsdState) -> proto::OsdState {
     match s {
         OsdState::Up => proto::OsdState::Up,
         OsdState::Down => proto::OsdState::Down,
@@ -339,7 +339,7 @@ fn osd_state_from_proto(v: i32) -> Result<OsdState, MdsError> {
     }
 }
 
-pub(crate) fn chunk_state_to_proto(s: ChunkState) -> proto::ChunkState {
+pub fn chunk_state_to_proto(s: ChunkState) -> proto::ChunkState {
     match s {
         ChunkState::Healthy => proto::ChunkState::Healthy,
         ChunkState::Stale => proto::ChunkState::Stale,
