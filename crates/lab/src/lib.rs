@@ -19,11 +19,16 @@
 //!   reads of the same device files (issue 15).
 //! * [`rainfs`]: `ecstack rainfs` and `ecstack experiment rainfs`, the launcher of the Java module
 //!   `rainfs/` (checker, TeraSort suite, the experiment by NAS count and by architecture).
+//! * [`device_sim`]: `ecstack sim ssd|hdd`, a synthetic workload or a block trace against the
+//!   simulated SSD and HDD models, and what the model saw.
+//! * [`array_sim`]: `ecstack sim array`, a sweep of the deterministic array simulator over seeds.
 
+pub mod array_sim;
 pub mod codfs_bench;
 pub mod codfs_model;
 pub mod codfs_netns;
 pub mod codfs_s3;
+pub mod device_sim;
 pub mod ec_bench;
 pub mod eplog;
 pub mod kv_bench;
