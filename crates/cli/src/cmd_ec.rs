@@ -1,10 +1,11 @@
 //! `ecstack ec`: erasure-code files into shard files and back.
 
 use crate::util::{fmt_size, parse_size, print_json, progress_bar};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_codes::shard::{self, EncodeOptions};
 use ecstack_codes::CodeKind;
+use ecstack_lab::ec_demo::gbps;
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -117,14 +118,6 @@ pub fn run(a: EcArgs) -> Result<()> {
     }
 }
 
-fn gbps(bytes: u64, secs: f64) -> f64 {
-    if secs > 0.0 {
-        bytes as f64 / secs / 1e9
-    } else {
-        0.0
-    }
-}
-
 fn encode_with_bar(input: &Path, dir: &Path, opts: &EncodeOptions) -> Result<shard::Report> {
     let total = std::fs::metadata(input)
         .with_context(|| format!("{}", input.display()))?
@@ -225,6 +218,7 @@ fn info(a: InfoArgs) -> Result<()> {
 }
 
 fn demo(a: DemoArgs) -> Result<()> {
+    use ecstack_lab::ec_demo::{run, DemoEvent, EcDemoConfig};
     let size = parse_size(&a.size)?;
     let opts = a.code.to_options()?;
     let tmp;
@@ -238,105 +232,47 @@ fn demo(a: DemoArgs) -> Result<()> {
             tmp.path().to_path_buf()
         }
     };
-    let input = dir.join("demo.bin");
-    if !a.json {
-        println!(
+    let c = EcDemoConfig {
+        bytes: size,
+        options: opts.clone(),
+        dir,
+        seed: a.seed,
+    };
+    let json = a.json;
+    let mut pb = indicatif::ProgressBar::hidden();
+    let r = run(&c, &mut |e| match e {
+        DemoEvent::Generating { input } if !json => println!(
             "1. generating {} of pseudo-random data in {}",
             fmt_size(size),
             input.display()
-        );
-    }
-    write_random_file(&input, size, a.seed)?;
-    if !a.json {
-        println!(
-            "2. encoding with {} k={} m={} (kernels: {})",
-            opts.code,
-            opts.k,
-            opts.m,
-            ecstack_codes::Simd::active().name()
-        );
-    }
-    let enc = encode_with_bar(&input, &dir.join("shards"), &opts)?;
-    // Lose m shards, chosen by the seed, data shards first so decoding has real work to do.
-    let mut rng = ecstack_base::rng::Rng::new(a.seed);
-    let mut idx: Vec<usize> = (0..opts.k + opts.m).collect();
-    rng.shuffle(&mut idx[..opts.k]);
-    let lost: Vec<usize> = idx[..opts.m.min(opts.k)].to_vec();
-    for &i in &lost {
-        std::fs::remove_file(&enc.shards[i])?;
-    }
-    if !a.json {
-        println!("3. deleted {} shard files: indices {:?}", lost.len(), lost);
-    }
-    let keep: Vec<PathBuf> = enc
-        .shards
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !lost.contains(i))
-        .map(|(_, p)| p.clone())
-        .collect();
-    let out = dir.join("demo.out");
-    let dec = decode_with_bar(&keep, &out)?;
-    let same = files_equal(&input, &out)?;
-    if !same {
-        bail!("decoded file differs from the original");
-    }
+        ),
+        DemoEvent::Encoding { total } => {
+            if !json {
+                println!(
+                    "2. encoding with {} k={} m={} (kernels: {})",
+                    opts.code,
+                    opts.k,
+                    opts.m,
+                    ecstack_codes::Simd::active().name()
+                );
+            }
+            pb = progress_bar(total, "encode");
+        }
+        DemoEvent::EncodeAt(d) => pb.set_position(d),
+        DemoEvent::Deleted { lost } if !json => {
+            println!("3. deleted {} shard files: indices {:?}", lost.len(), lost)
+        }
+        DemoEvent::Decoding => pb = progress_bar(0, "decode"),
+        DemoEvent::DecodeAt { done, total } => {
+            pb.set_length(total);
+            pb.set_position(done)
+        }
+        DemoEvent::EncodeDone | DemoEvent::DecodeDone => pb.finish_and_clear(),
+        _ => {}
+    })?;
     if a.json {
-        return print_json(&serde_json::json!({
-            "bytes": size, "code": opts.code, "k": opts.k, "m": opts.m, "lost": lost, "verified": same,
-            "simd": ecstack_codes::Simd::active().name(),
-            "encode_gbps": gbps(size, enc.coding_seconds), "decode_gbps": gbps(size, dec.coding_seconds),
-            "encode_total_seconds": enc.total_seconds, "decode_total_seconds": dec.total_seconds,
-        }));
+        return print_json(&r.to_json());
     }
-    println!(
-        "4. decoded from the {} remaining shards and compared byte for byte: identical",
-        keep.len()
-    );
-    println!(
-        "   encode {:.2} GB/s, decode ({} lost) {:.2} GB/s  (coding only; with file I/O {:.2} / {:.2} GB/s)",
-        gbps(size, enc.coding_seconds),
-        lost.len(),
-        gbps(size, dec.coding_seconds),
-        gbps(size, enc.total_seconds),
-        gbps(size, dec.total_seconds)
-    );
+    print!("{}", r.text());
     Ok(())
-}
-
-fn write_random_file(path: &Path, size: u64, seed: u64) -> Result<()> {
-    use std::io::Write;
-    let mut w = std::io::BufWriter::new(
-        std::fs::File::create(path).with_context(|| format!("{}", path.display()))?,
-    );
-    let mut rng = ecstack_base::rng::Rng::new(seed);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        rng.fill(&mut buf[..n]);
-        w.write_all(&buf[..n])?;
-        left -= n as u64;
-    }
-    w.flush()?;
-    Ok(())
-}
-
-fn files_equal(a: &Path, b: &Path) -> Result<bool> {
-    use std::io::Read;
-    let (mut fa, mut fb) = (std::fs::File::open(a)?, std::fs::File::open(b)?);
-    if fa.metadata()?.len() != fb.metadata()?.len() {
-        return Ok(false);
-    }
-    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
-    loop {
-        let n = fa.read(&mut ba)?;
-        if n == 0 {
-            return Ok(true);
-        }
-        fb.read_exact(&mut bb[..n])?;
-        if ba[..n] != bb[..n] {
-            return Ok(false);
-        }
-    }
 }

@@ -4,15 +4,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use ecstack_device::{open_spec, BlockDevice};
-use ecstack_nbd::bench::{fio_available, fio_has_nbd_engine};
-use ecstack_nbd::{
-    admin_request, fio_randwrite, FioParams, FioResult, FioTarget, ServeConfig, Server,
-};
+use ecstack_nbd::bench::{fio_available, fio_has_nbd_engine, run_nbd_bench, NbdBench};
+use ecstack_nbd::{admin_request, ServeConfig};
 use serde_json::json;
 
 use crate::util::{fmt_size, parse_size, print_json};
@@ -169,32 +166,8 @@ fn bench(a: BenchArgs) -> Result<()> {
     if size < bs {
         bail!("size {size} is smaller than the block size {bs}");
     }
-    let params = |iodepth: u32| FioParams {
-        bs,
-        size,
-        runtime,
-        iodepth,
-        numjobs: 1,
-        direct: a.direct,
-        timeout: runtime * 4 + Duration::from_secs(120),
-    };
-    let mut rows: Vec<(String, u32, FioResult)> = Vec::new();
-    let server = Server::start(
-        Arc::clone(&dev),
-        None,
-        ServeConfig {
-            addr: "127.0.0.1:0".parse()?,
-            ..ServeConfig::default()
-        },
-    )?;
-    for &d in &a.iodepth {
-        let r = fio_randwrite(&FioTarget::Nbd(server.uri()), &params(d))
-            .with_context(|| format!("fio over NBD at iodepth {d}"))?;
-        rows.push((format!("nbd {}", dev.name()), d, r));
-    }
-    server.shutdown()?;
     let tmp;
-    let raw = match &a.raw_file {
+    let raw_file = match &a.raw_file {
         Some(p) => p.clone(),
         None => {
             tmp = match &a.dir {
@@ -204,52 +177,18 @@ fn bench(a: BenchArgs) -> Result<()> {
             tmp.path().join("raw.img")
         }
     };
-    let r = fio_randwrite(&FioTarget::File(raw.clone()), &params(1))
-        .context("fio psync on the raw file")?;
-    rows.push((format!("raw file {}", raw.display()), 1, r));
-    let raw_iops = rows.last().map(|r| r.2.write.iops).unwrap_or(0.0);
-
+    let report = run_nbd_bench(&NbdBench {
+        device: dev,
+        raw_file,
+        bs,
+        size,
+        runtime,
+        iodepths: a.iodepth.clone(),
+        direct: a.direct,
+    })?;
     if a.json {
-        let out: Vec<_> = rows
-            .iter()
-            .map(|(t, d, r)| {
-                json!({
-                    "target": t, "iodepth": d, "iops": r.write.iops, "bw_bytes": r.write.bw_bytes,
-                    "lat_mean_us": r.write.lat_mean_us, "clat_p99_us": r.write.clat_p99_us,
-                    "ratio_vs_raw": if raw_iops > 0.0 { r.write.iops / raw_iops } else { 0.0 },
-                    "command": r.command,
-                })
-            })
-            .collect();
-        return print_json(&json!({ "bs": bs, "size": size, "runtime_s": a.runtime, "rows": out }));
+        return print_json(&report.to_json());
     }
-    println!(
-        "fio randwrite bs={} size={} runtime={}s",
-        fmt_size(bs),
-        fmt_size(size),
-        a.runtime
-    );
-    println!(
-        "{:<40} {:>7} {:>10} {:>9} {:>10} {:>8}",
-        "target", "iodepth", "IOPS", "MiB/s", "p99 us", "vs raw"
-    );
-    for (t, d, r) in &rows {
-        println!(
-            "{:<40} {:>7} {:>10.0} {:>9.1} {:>10.1} {:>7.2}x",
-            t,
-            d,
-            r.write.iops,
-            r.write.bw_bytes / (1 << 20) as f64,
-            r.write.clat_p99_us,
-            if raw_iops > 0.0 {
-                r.write.iops / raw_iops
-            } else {
-                0.0
-            }
-        );
-    }
-    for (_, _, r) in &rows {
-        println!("  {}", r.command);
-    }
+    print!("{}", report.text());
     Ok(())
 }

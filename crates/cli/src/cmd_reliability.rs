@@ -1,14 +1,15 @@
 //! `ecstack reliability`: mean time to data loss of the layouts ecstack builds — arrays (RAID-5/6,
 //! RS(k, m)), EPLOG's main array plus log devices, a CodFS cluster of OSDs — and RainFS Table 2.1.
-//! Argument parsing only; the models are in `ecstack_sim::reliability` (docs/reliability.md).
+//! Argument parsing only; the models are in `ecstack_sim::reliability` (docs/reliability.md), their
+//! reports in `ecstack_sim::reliability::report`.
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
+use ecstack_sim::reliability::report::{answer, describe_array, ClusterReport, EplogReport};
 use ecstack_sim::reliability::{
-    mttf_from_afr, rainfs, rebuild_hours, ArrayModel, Chain, ClusterModel, EplogModel, McEstimate,
-    Mttdl, ReliabilityModel, Repair, RepairTimes, HOURS_PER_YEAR, Z_99,
+    mttf_from_afr, rainfs, rebuild_hours, ArrayModel, ClusterModel, EplogModel, ReliabilityModel,
+    RepairTimes, HOURS_PER_YEAR,
 };
-use serde::Serialize;
 
 use crate::util::{parse_size, print_json};
 
@@ -258,135 +259,6 @@ fn check_years(years: f64) -> Result<()> {
     Ok(())
 }
 
-/// What every model reports.
-#[derive(Serialize)]
-struct Answer<M: Serialize> {
-    model: M,
-    mttdl_hours: f64,
-    mttdl_years: f64,
-    years: f64,
-    /// P(data loss within `years`), from the chain's transient solution.
-    loss_probability: f64,
-    /// 1 − e^(−years / MTTDL), for comparison (the exponential approximation).
-    loss_probability_exponential: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    monte_carlo: Option<McReport>,
-}
-
-#[derive(Serialize)]
-struct McReport {
-    #[serde(flatten)]
-    estimate: McEstimate,
-    mean_years: f64,
-    interval_99_hours: (f64, f64),
-    chain_inside_interval: bool,
-    /// Rebuild durations the Monte-Carlo drew (the chain assumes exponential ones).
-    repair_times: RepairTimes,
-}
-
-fn answer<M: Serialize>(
-    model: M,
-    chain: &Chain,
-    mttdl: Mttdl,
-    r: &ReportFlags,
-    mc: Option<(McEstimate, RepairTimes)>,
-) -> Result<Answer<M>> {
-    Ok(Answer {
-        model,
-        mttdl_hours: mttdl.hours,
-        mttdl_years: mttdl.years(),
-        years: r.years,
-        loss_probability: chain.loss_probability_within(0, r.years * HOURS_PER_YEAR)?,
-        loss_probability_exponential: mttdl.loss_probability(r.years),
-        monte_carlo: mc.map(|(e, repair_times)| McReport {
-            repair_times,
-            estimate: e,
-            mean_years: e.mean_years(),
-            interval_99_hours: e.interval_hours(Z_99),
-            chain_inside_interval: e.contains(mttdl.hours, Z_99),
-        }),
-    })
-}
-
-/// A figure in hours or years with 4 significant digits, scientific when large or small.
-fn num(x: f64) -> String {
-    if x == 0.0 {
-        "0".into()
-    } else if !(1e-3..1e6).contains(&x.abs()) {
-        format!("{x:.3e}")
-    } else if x.abs() >= 100.0 {
-        format!("{x:.0}")
-    } else if x.abs() >= 1.0 {
-        format!("{x:.2}")
-    } else {
-        format!("{x:.4}")
-    }
-}
-
-fn print_answer<M: Serialize>(a: &Answer<M>) {
-    println!(
-        "MTTDL: {} years ({} hours)",
-        num(a.mttdl_years),
-        num(a.mttdl_hours)
-    );
-    println!(
-        "P(data loss within {} years): {} (1 - exp(-t/MTTDL) would say {})",
-        a.years,
-        num(a.loss_probability),
-        num(a.loss_probability_exponential)
-    );
-    if let Some(mc) = &a.monte_carlo {
-        let (lo, hi) = mc.interval_99_hours;
-        println!(
-            "Monte-Carlo ({} runs, seed {}, {} failures): {} years, 99 % interval [{}, {}] years: the chain is {}",
-            mc.estimate.runs,
-            mc.estimate.seed,
-            mc.estimate.failures,
-            num(mc.mean_years),
-            num(lo / HOURS_PER_YEAR),
-            num(hi / HOURS_PER_YEAR),
-            if mc.chain_inside_interval { "inside" } else { "OUTSIDE" }
-        );
-        if mc.repair_times != RepairTimes::Exponential {
-            println!(
-                "  (Monte-Carlo rebuild durations: {}; the chain assumes exponential ones)",
-                match mc.repair_times {
-                    RepairTimes::Exponential => "exponential".to_string(),
-                    RepairTimes::Deterministic => "deterministic".to_string(),
-                    RepairTimes::Lognormal { sigma } => format!("lognormal, sigma {sigma}"),
-                }
-            );
-        }
-    }
-}
-
-fn describe_array(m: &ArrayModel) -> String {
-    let name = match m.m {
-        1 => format!("RAID-5 ({}+1)", m.k),
-        2 => format!("RAID-6 ({}+2)", m.k),
-        _ => format!("RS({}, {})", m.k, m.m),
-    };
-    format!(
-        "{name}, {} devices of {:.3e} bytes: MTTF {} h, MTTR {} h ({} repair), URE {} \
-         (a rebuild without redundancy reads {:.3e} bytes: P(URE) = {})",
-        m.n(),
-        m.device_bytes,
-        num(m.mttf_hours),
-        num(m.mttr_hours),
-        match m.repair {
-            Repair::Sequential => "sequential",
-            Repair::Parallel => "parallel",
-        },
-        if m.uber > 0.0 {
-            format!("{:e}/bit", m.uber)
-        } else {
-            "none".into()
-        },
-        m.k as f64 * m.device_bytes,
-        num(m.critical_ure_probability())
-    )
-}
-
 fn array(a: ArrayArgs) -> Result<()> {
     check_years(a.report.years)?;
     let model = array_model(&a.dev)?;
@@ -396,21 +268,13 @@ fn array(a: ArrayArgs) -> Result<()> {
         Some(runs) => Some((model.monte_carlo_with(runs, a.report.seed, times)?, times)),
         None => None,
     };
-    let out = answer(&model, &model.chain()?, mttdl, &a.report, mc)?;
+    let out = answer(&model, &model.chain()?, mttdl, a.report.years, mc)?;
     if a.report.json {
         return print_json(&out);
     }
     println!("{}", describe_array(&model));
-    print_answer(&out);
+    print!("{}", out.text());
     Ok(())
-}
-
-#[derive(Serialize)]
-struct EplogReport<'a> {
-    #[serde(flatten)]
-    model: &'a EplogModel,
-    dirty_fraction: f64,
-    main_array_alone_mttdl_years: f64,
 }
 
 fn eplog(a: EplogArgs) -> Result<()> {
@@ -438,45 +302,15 @@ fn eplog(a: EplogArgs) -> Result<()> {
         Some(runs) => Some((model.monte_carlo_with(runs, a.report.seed, times)?, times)),
         None => None,
     };
-    let report = EplogReport {
-        model: &model,
-        dirty_fraction: model.dirty_fraction(),
-        main_array_alone_mttdl_years: alone.years(),
-    };
-    let out = answer(report, &model.chain()?, mttdl, &a.report, mc)?;
+    let report = EplogReport::new(&model, alone);
+    let out = answer(&report, &model.chain()?, mttdl, a.report.years, mc)?;
     if a.report.json {
         return print_json(&out);
     }
-    println!("main array: {}", describe_array(&model.main));
-    println!(
-        "log devices: {} (MTTF {} h, MTTR {} h); uncommitted {} h, committed {} h between updates \
-         ({:.1} % of the time uncommitted), forced parity commit {} s",
-        model.main.m,
-        num(model.log_mttf_hours),
-        num(model.log_mttr_hours),
-        num(model.dirty_hours),
-        num(model.clean_hours),
-        100.0 * model.dirty_fraction(),
-        num(a.commit_seconds)
-    );
-    print_answer(&out);
-    println!(
-        "the main array alone (no uncommitted updates): {} years; the log devices' exposure costs {:.2} %",
-        num(alone.years()),
-        100.0 * (1.0 - mttdl.hours / alone.hours)
-    );
+    print!("{}", report.head(a.commit_seconds));
+    print!("{}", out.text());
+    print!("{}", report.tail(alone, mttdl));
     Ok(())
-}
-
-#[derive(Serialize)]
-struct ClusterReport<'a> {
-    #[serde(flatten)]
-    model: &'a ClusterModel,
-    osd_bytes: f64,
-    single_rebuild_hours: f64,
-    loss_on_failure_m_plus_1: f64,
-    /// Recovery durations of the Monte-Carlo (the chain assumes exponential ones).
-    monte_carlo_repair_times: RepairTimes,
 }
 
 fn cluster(a: ClusterArgs) -> Result<()> {
@@ -528,38 +362,16 @@ fn cluster(a: ClusterArgs) -> Result<()> {
         Some(runs) => Some((model.monte_carlo_with(runs, a.report.seed, times)?, times)),
         None => None,
     };
-    let report = ClusterReport {
-        model: &model,
-        osd_bytes: model.osd_bytes(),
-        single_rebuild_hours: model.single_rebuild_hours(),
-        loss_on_failure_m_plus_1: model.loss_on_failure(model.m),
-        monte_carlo_repair_times: times,
-    };
-    let out = answer(report, &model.chain()?, mttdl, &a.report, mc)?;
+    let report = ClusterReport::new(&model, times);
+    let out = answer(&report, &model.chain()?, mttdl, a.report.years, mc)?;
     if a.report.json {
         return print_json(&out);
     }
-    println!(
-        "{} OSDs, RS({}, {}), {} segments of {:.3e} bytes ({:.3e} bytes per OSD): OSD MTTF {} h, \
-         one OSD rebuilt in {} h ({} MB/s on each of {} survivors, detection {} min)",
-        model.osds,
-        model.k,
-        model.m,
-        num(model.segments),
-        segment_bytes,
-        model.osd_bytes(),
-        num(model.mttf_hours),
-        num(model.single_rebuild_hours()),
-        num(osd_recovery_mb_s),
-        model.osds - 1,
-        num(a.detect_minutes)
+    print!(
+        "{}",
+        report.head(segment_bytes, osd_recovery_mb_s, a.detect_minutes)
     );
-    println!(
-        "P(a failure that leaves {} OSDs failed loses a segment) = {}",
-        model.m + 1,
-        num(model.loss_on_failure(model.m))
-    );
-    print_answer(&out);
+    print!("{}", out.text());
     Ok(())
 }
 

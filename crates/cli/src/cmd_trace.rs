@@ -1,17 +1,21 @@
-//! `ecstack trace {analyze,transform,synth,replay}`: block and file trace tooling.
+//! `ecstack trace {analyze,transform,synth,replay}`: block and file trace tooling. The runs live in
+//! `ecstack_trace` (`analyze`, `tools`, `replay`); this module parses the flags, checks them, and
+//! prints the reports.
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use ecstack_trace::analyze::{analyze_files, AnalyzeOptions, GroupBy};
-use ecstack_trace::parse::{BlkAction, Format, ParseOptions, TraceReader};
+use ecstack_trace::parse::{BlkAction, Format, ParseOptions};
 use ecstack_trace::replay::{replay, Pace, ReplayOptions};
-use ecstack_trace::synth::{preset, presets, FileTargets, Generator, Preset, SynthStream, Targets};
-use ecstack_trace::transform::{client_of, Compactor, Pipeline, TransformOptions, CODFS_SEGMENT};
-use ecstack_trace::write::{OutFormat, TraceWriter};
-use ecstack_trace::{Names, Record};
+use ecstack_trace::synth::{preset, presets};
+use ecstack_trace::tools::{
+    prepare_for_replay, read_files, synth_file, transform_files, Event, SynthFile, TargetOverrides,
+    TransformFiles,
+};
+use ecstack_trace::transform::{TransformOptions, CODFS_SEGMENT};
+use ecstack_trace::write::OutFormat;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 /// Print to stdout; a closed pipe (`… | head`) ends output quietly instead of panicking.
@@ -379,41 +383,11 @@ fn need_files(i: &InputArgs) -> Result<Vec<&Path>> {
     Ok(i.files.iter().map(|p| p.as_path()).collect())
 }
 
-fn create(path: &Path) -> Result<Box<dyn Write>> {
-    if path.as_os_str() == "-" {
-        return Ok(Box::new(BufWriter::new(std::io::stdout().lock())));
+/// Tell the user about malformed lines a file had (`--skip-bad`).
+fn warn_skipped(e: Event) {
+    if let Event::Skipped { count, first } = e {
+        eprintln!("ecstack: skipped {count} malformed line(s), first: {first}");
     }
-    let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    Ok(Box::new(BufWriter::with_capacity(1 << 20, f)))
-}
-
-/// Read every record of the given files (replay needs them all to deal them to clients).
-fn read_records(i: &InputArgs) -> Result<(Vec<Record>, Names, u64)> {
-    let files = need_files(i)?;
-    let opts = i.parse_options();
-    let pb = spinner("reading");
-    let (mut vols, mut fnames) = (Names::new(), Names::new());
-    let mut out = Vec::new();
-    let mut skipped = 0;
-    for p in files {
-        let mut r = TraceReader::open_with(p, opts.clone(), vols, fnames)?;
-        while let Some(rec) = r.next_record()? {
-            out.push(rec);
-            if out.len() & 0xffff == 0 {
-                pb.set_position(out.len() as u64);
-            }
-        }
-        skipped += r.skipped();
-        if let Some(first) = r.first_skipped() {
-            eprintln!(
-                "ecstack: skipped {} malformed line(s), first: {first}",
-                r.skipped()
-            );
-        }
-        (vols, fnames) = r.into_names();
-    }
-    pb.finish_and_clear();
-    Ok((out, vols, skipped))
 }
 
 // ----------------------------------------------------------------------------------- analyze
@@ -453,20 +427,8 @@ fn analyze(a: AnalyzeArgs) -> Result<()> {
 
 // --------------------------------------------------------------------------------- transform
 
-#[derive(serde::Serialize)]
-struct TransformSummary {
-    records_in: u64,
-    records_out: u64,
-    skipped: u64,
-    compacted_bytes: Option<u64>,
-    segments: Option<u64>,
-    outputs: Vec<String>,
-    per_output: Vec<u64>,
-}
-
 fn transform(a: TransformArgs) -> Result<()> {
     let files = need_files(&a.input)?;
-    let popts = a.input.parse_options();
     let topts = TransformOptions {
         volumes: a.volumes.clone(),
         from_s: a.from,
@@ -497,251 +459,42 @@ fn transform(a: TransformArgs) -> Result<()> {
     if clients > 1 && a.output.as_os_str() == "-" {
         bail!("--clients writes several files; give -o a path");
     }
-
-    // Run the select/merge/round pipeline over every file, calling `f` per output record.
-    // Volume selection is by name, decided once per volume id as names appear.
-    let run_pass = |f: &mut dyn FnMut(Record, &Names) -> Result<()>| -> Result<(u64, u64, Names)> {
-        let (mut vols, mut fnames) = (Names::new(), Names::new());
-        let (mut n_in, mut skipped) = (0u64, 0u64);
-        let mut pipe = Pipeline::new(
-            &TransformOptions {
-                volumes: vec![],
-                ..topts.clone()
-            },
-            &Names::new(),
-        )?;
-        let mut keep: Vec<Option<bool>> = Vec::new();
-        let mut err: Option<anyhow::Error> = None;
-        for p in &files {
-            let mut r = TraceReader::open_with(p, popts.clone(), vols, fnames)?;
-            while let Some(rec) = r.next_record()? {
-                n_in += 1;
-                let v = rec.volume as usize;
-                if v >= keep.len() {
-                    keep.resize(v + 1, None);
-                }
-                let k = *keep[v].get_or_insert_with(|| {
-                    topts.volumes.is_empty()
-                        || topts
-                            .volumes
-                            .iter()
-                            .any(|n| n == r.volumes().name(rec.volume))
-                });
-                if !k {
-                    continue;
-                }
-                let names = r.volumes();
-                pipe.push(rec, &mut |x| {
-                    if err.is_none() {
-                        err = f(x, names).err();
-                    }
-                });
-                if let Some(e) = err.take() {
-                    return Err(e);
-                }
-            }
-            skipped += r.skipped();
-            if let Some(first) = r.first_skipped() {
-                eprintln!(
-                    "ecstack: skipped {} malformed line(s), first: {first}",
-                    r.skipped()
-                );
-            }
-            (vols, fnames) = r.into_names();
-        }
-        pipe.finish(&mut |x| {
-            if err.is_none() {
-                err = f(x, &vols).err();
-            }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
-        for v in &topts.volumes {
-            if vols.get(v).is_none() {
-                bail!(
-                    "volume `{v}` is not in the trace (volumes: {})",
-                    vols.iter().take(20).collect::<Vec<_>>().join(", ")
-                );
-            }
-        }
-        Ok((n_in, skipped, vols))
+    let run = TransformFiles {
+        inputs: files.iter().map(|p| p.to_path_buf()).collect(),
+        parse: a.input.parse_options(),
+        transform: topts,
+        output: a.output.clone(),
+        format: a.out_format.into(),
+        fio_file: a.fio_file.clone(),
+        clients,
+        segment,
     };
-
-    let compactor = match topts.compact {
-        Some(seg) => {
-            let mut c = Compactor::new(seg, topts.flatten);
-            run_pass(&mut |r, _| {
-                c.learn(&r);
-                Ok(())
-            })?;
-            c.finish();
-            Some(c)
-        }
-        None => None,
-    };
-    let outputs: Vec<PathBuf> = if clients == 1 {
-        vec![a.output.clone()]
-    } else {
-        (0..clients)
-            .map(|i| PathBuf::from(format!("{}.{i}", a.output.display())))
-            .collect()
-    };
-    let fmt: OutFormat = a.out_format.into();
-    let mut writers: Vec<Option<TraceWriter<Box<dyn Write>>>> =
-        outputs.iter().map(|_| None).collect();
-    let mut counts = vec![0u64; clients];
-    let (n_in, skipped, _vols) = run_pass(&mut |r, names| {
-        let r = match &compactor {
-            Some(c) => c.map(&r)?,
-            None => r,
-        };
-        let i = client_of(&r, clients, segment);
-        if writers[i].is_none() {
-            writers[i] = Some(TraceWriter::new(
-                create(&outputs[i])?,
-                fmt,
-                names,
-                a.fio_file.clone(),
-            )?);
-        }
-        let w = writers[i].as_mut().expect("created");
-        w.sync_names(names);
-        w.write(&r)?;
-        counts[i] += 1;
-        Ok(())
-    })?;
-    for (i, w) in writers.into_iter().enumerate() {
-        match w {
-            Some(w) => {
-                w.finish()?;
-            }
-            None => {
-                // an empty stream still gets a (valid, empty) file
-                TraceWriter::new(create(&outputs[i])?, fmt, &Names::new(), a.fio_file.clone())?
-                    .finish()?;
-            }
-        }
-    }
-    let summary = TransformSummary {
-        records_in: n_in,
-        records_out: counts.iter().sum(),
-        skipped,
-        compacted_bytes: compactor.as_ref().map(|c| c.compacted_bytes()),
-        segments: compactor.as_ref().map(|c| c.segments()),
-        outputs: outputs.iter().map(|p| p.display().to_string()).collect(),
-        per_output: counts,
-    };
+    let summary = transform_files(&run, &mut warn_skipped)?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else if a.output.as_os_str() != "-" {
-        eprintln!(
-            "{} records in, {} out{}{}",
-            summary.records_in,
-            summary.records_out,
-            summary
-                .compacted_bytes
-                .map(|b| format!(", compacted address space {} MiB", b >> 20))
-                .unwrap_or_default(),
-            if skipped > 0 {
-                format!(", {skipped} malformed line(s) skipped")
-            } else {
-                String::new()
-            }
-        );
+        eprintln!("{}", summary.line());
     }
     Ok(())
 }
 
 // ------------------------------------------------------------------------------------- synth
 
-fn targets_from_args(a: &SynthArgs, base: Option<&Preset>) -> Result<Option<Generator>> {
-    let custom = a.writes.is_some()
-        || a.avg_write_size.is_some()
-        || a.random_pct.is_some()
-        || a.wss.is_some()
-        || a.updated_wss_pct.is_some()
-        || a.update_writes_pct.is_some()
-        || a.read_pct.is_some()
-        || a.zipf.is_some()
-        || a.duration.is_some()
-        || a.files.is_some()
-        || a.updated_files_pct.is_some();
-    if !custom {
-        return Ok(base.map(|p| p.generator.clone()));
-    }
-    let mut t = match base.map(|p| &p.generator) {
-        Some(Generator::Targets(t)) => t.clone(),
-        Some(_) => bail!("target flags only apply to target presets (not iozone / ycsb patterns)"),
-        None => Targets {
-            name: "synth".into(),
-            writes: a
-                .writes
-                .ok_or_else(|| anyhow::anyhow!("--writes is required without --preset"))?,
-            avg_write_size: 8192.0,
-            random_pct: 75.0,
-            wss_bytes: crate::util::parse_size(
-                a.wss
-                    .as_deref()
-                    .ok_or_else(|| anyhow::anyhow!("--wss is required without --preset"))?,
-            )?,
-            updated_wss_pct: 50.0,
-            update_writes_pct: 90.0,
-            read_pct: 30.0,
-            zipf: 0.9,
-            duration_s: 3600.0,
-            files: None,
-        },
-    };
-    if let Some(v) = a.writes {
-        t.writes = v;
-    }
-    if let Some(v) = &a.avg_write_size {
-        t.avg_write_size = crate::util::parse_size(v)? as f64;
-    }
-    if let Some(v) = a.random_pct {
-        t.random_pct = v;
-    }
-    if let Some(v) = &a.wss {
-        t.wss_bytes = crate::util::parse_size(v)? / 4096 * 4096;
-    }
-    if let Some(v) = a.updated_wss_pct {
-        t.updated_wss_pct = v;
-    }
-    if let Some(v) = a.update_writes_pct {
-        t.update_writes_pct = v;
-    }
-    if let Some(v) = a.read_pct {
-        t.read_pct = v;
-    }
-    if let Some(v) = a.zipf {
-        t.zipf = v;
-    }
-    if let Some(v) = a.duration {
-        t.duration_s = v;
-    }
-    if a.files.is_some() || a.updated_files_pct.is_some() {
-        let prev = t.files.clone().unwrap_or(FileTargets {
-            files: 1000,
-            updated_files_pct: 10.0,
-        });
-        t.files = Some(FileTargets {
-            files: a.files.unwrap_or(prev.files),
-            updated_files_pct: a.updated_files_pct.unwrap_or(prev.updated_files_pct),
-        });
-    }
-    Ok(Some(Generator::Targets(t)))
-}
-
-#[derive(serde::Serialize)]
-struct SynthSummary {
-    preset: Option<String>,
-    generator: Generator,
-    scale: f64,
-    seed: u64,
-    records: u64,
-    output: Option<String>,
-    checks: Option<Vec<ecstack_trace::synth::Check>>,
+fn overrides(a: &SynthArgs) -> Result<TargetOverrides> {
+    let size = |v: &Option<String>| v.as_deref().map(crate::util::parse_size).transpose();
+    Ok(TargetOverrides {
+        writes: a.writes,
+        avg_write_bytes: size(&a.avg_write_size)?,
+        random_pct: a.random_pct,
+        wss_bytes: size(&a.wss)?,
+        updated_wss_pct: a.updated_wss_pct,
+        update_writes_pct: a.update_writes_pct,
+        read_pct: a.read_pct,
+        zipf: a.zipf,
+        duration_s: a.duration,
+        files: a.files,
+        updated_files_pct: a.updated_files_pct,
+    })
 }
 
 fn synth(a: SynthArgs) -> Result<()> {
@@ -760,100 +513,35 @@ fn synth(a: SynthArgs) -> Result<()> {
         bail!("--scale must be positive");
     }
     let base = a.preset.as_deref().map(preset).transpose()?;
-    let Some(generator) = targets_from_args(&a, base.as_ref())? else {
+    let Some(generator) = overrides(&a)?.generator(base.as_ref())? else {
         bail!("give --preset NAME (see --list) or targets (--writes, --wss, …)");
     };
-    let p = Preset {
-        name: a.preset.clone().unwrap_or_else(|| "custom".into()),
-        source: String::new(),
-        generator: generator.clone(),
+    let run = SynthFile {
+        preset: a.preset.clone(),
+        generator,
+        scale: a.scale,
+        seed: a.seed,
+        output: a.output.clone(),
+        format: a.out_format.map(Into::into),
+        verify: a.verify,
     };
-    let stream = SynthStream::new(&generator, a.scale, a.seed)?;
-    let volumes = stream.volumes().clone();
-    let file_trace = matches!(&generator, Generator::Targets(t) if t.files.is_some());
-    let fmt: OutFormat = match a.out_format {
-        Some(f) => f.into(),
-        None if file_trace => OutFormat::Nfs,
-        None => OutFormat::Msr,
-    };
-    if file_trace && !matches!(fmt, OutFormat::Nfs) {
-        bail!("a file trace (files target) can only be written as --out-format nfs");
-    }
-    if a.output.is_none() && !a.verify {
-        bail!("give -o OUT (or --verify to only check the targets)");
-    }
-    let mut writer = match &a.output {
-        Some(p) => Some(TraceWriter::new(create(p)?, fmt, &volumes, None)?),
-        None => None,
-    };
-    let mut analyzer = a.verify.then(|| {
-        ecstack_trace::Analyzer::new(AnalyzeOptions {
-            reuse_cdf: false,
-            ..Default::default()
-        })
-    });
     let pb = spinner("synthesizing");
-    let mut n = 0u64;
-    for r in stream {
-        if let Some(w) = writer.as_mut() {
-            w.write(&r)?;
-        }
-        if let Some(an) = analyzer.as_mut() {
-            an.add(&r);
-        }
-        n += 1;
-        if n & 0xffff == 0 {
+    let s = synth_file(&run, &mut |e| {
+        if let Event::Records(n) = e {
             pb.set_position(n);
         }
-    }
-    pb.finish_and_clear();
-    if let Some(w) = writer {
-        w.finish()?;
-    }
-    let checks = analyzer.map(|an| {
-        let rep = an.report(&volumes);
-        rep.volumes
-            .first()
-            .map(|v| p.check(v, a.scale, 0.03))
-            .unwrap_or_default()
     });
-    let failed = checks.as_ref().is_some_and(|c| c.iter().any(|c| !c.ok));
+    pb.finish_and_clear();
+    let s = s?;
     if a.json {
-        let s = SynthSummary {
-            preset: a.preset.clone(),
-            generator,
-            scale: a.scale,
-            seed: a.seed,
-            records: n,
-            output: a.output.as_ref().map(|p| p.display().to_string()),
-            checks,
-        };
         outln!("{}", serde_json::to_string_pretty(&s)?);
     } else {
         if a.output.as_ref().is_some_and(|o| o.as_os_str() != "-") {
-            eprintln!("{n} records written");
+            eprintln!("{} records written", s.records);
         }
-        if let Some(cs) = &checks {
-            outln!(
-                "{:<20} {:>16} {:>16} {:>8}",
-                "metric",
-                "target",
-                "measured",
-                "error%"
-            );
-            for c in cs {
-                outln!(
-                    "{:<20} {:>16.3} {:>16.3} {:>8.3}{}",
-                    c.metric.name(),
-                    c.target,
-                    c.measured,
-                    c.error * 100.0,
-                    if c.ok { "" } else { "  OFF" }
-                );
-            }
-        }
+        emit(&s.checks_table())?;
     }
-    if failed {
+    if s.failed() {
         bail!("synthesized trace is more than 3% off a target");
     }
     Ok(())
@@ -862,34 +550,30 @@ fn synth(a: SynthArgs) -> Result<()> {
 // ------------------------------------------------------------------------------------ replay
 
 fn replay_cmd(a: ReplayArgs) -> Result<()> {
-    let (mut records, _vols) = match &a.preset {
+    let records = match &a.preset {
         Some(name) => {
             if !a.input.files.is_empty() {
                 bail!("give trace files or --preset, not both");
             }
-            let t = ecstack_trace::synthesize_preset(name, a.scale, a.seed)?;
-            (t.records, t.volumes)
+            ecstack_trace::synthesize_preset(name, a.scale, a.seed)?.records
         }
         None => {
-            let (r, v, _) = read_records(&a.input)?;
-            (r, v)
+            let files = need_files(&a.input)?;
+            let pb = spinner("reading");
+            let r = read_files(&files, &a.input.parse_options(), &mut |e| match e {
+                Event::Records(n) => pb.set_position(n),
+                e => warn_skipped(e),
+            });
+            pb.finish_and_clear();
+            r?.0
         }
     };
-    if a.writes_only {
-        records.retain(|r| r.op == ecstack_trace::Op::Write);
-    }
-    if a.compact {
-        let (r, _) = ecstack_trace::transform::eplog_prepare(
-            &records,
-            crate::util::parse_size(&a.round)?.max(1),
-        );
-        records = r;
-    } else if records.iter().any(|r| r.file != 0) {
-        bail!("a file trace needs --compact to be laid out on a block device");
-    }
-    if records.is_empty() {
-        bail!("the trace has no requests");
-    }
+    let compact_chunk = if a.compact {
+        Some(crate::util::parse_size(&a.round)?)
+    } else {
+        None
+    };
+    let records = prepare_for_replay(records, a.writes_only, compact_chunk)?;
     // `array:<meta spec>` replays against an ecstack array (EPLOG md / pl / eplog), any other spec
     // against a device.
     let array = match a.device.strip_prefix("array:") {
@@ -925,37 +609,7 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&rep)?);
     } else {
-        outln!(
-            "{}: {} requests ({} reads, {} writes) by {} client(s) in {:.3} s",
-            rep.device,
-            rep.requests,
-            rep.reads,
-            rep.writes,
-            rep.clients,
-            rep.elapsed_s
-        );
-        outln!(
-            "{:.0} requests/s, {:.2} MB/s",
-            rep.requests_per_s,
-            rep.mb_per_s
-        );
-        for (what, l) in [
-            ("all", &rep.latency),
-            ("read", &rep.read_latency),
-            ("write", &rep.write_latency),
-        ] {
-            outln!(
-                "latency {what:<5} mean {:>9.1} us  p50 {:>9.1}  p90 {:>9.1}  p99 {:>9.1}  p99.9 {:>9.1}  max {:>9.1}",
-                l.mean_us, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us
-            );
-        }
-        if rep.prewrite_bytes > 0 {
-            outln!(
-                "pre-write: {} MiB in {:.3} s",
-                rep.prewrite_bytes >> 20,
-                rep.prewrite_s
-            );
-        }
+        emit(&rep.text())?;
     }
     Ok(())
 }

@@ -353,11 +353,7 @@ pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
                 .map(|n| n.get())
                 .unwrap_or(1)
         });
-        let total = cfg
-            .points()
-            .iter()
-            .filter(|p| p.index % shard.1.max(1) == shard.0)
-            .count();
+        let total = grid::shard_points(&cfg, shard);
         let pb = if std::io::stderr().is_terminal() {
             ProgressBar::new(total as u64)
         } else {
@@ -365,9 +361,7 @@ pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
         };
         // A killed grid continues where it stopped when the same command runs again.
         std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
-        let journal = a
-            .out
-            .join(format!("grid-journal-{}-of-{}.jsonl", shard.0, shard.1));
+        let journal = grid::journal_path(&a.out, shard);
         if journal.exists() {
             eprintln!(
                 "resuming from {} (points already finished are not run again)",
@@ -378,29 +372,16 @@ pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
         pb.finish_and_clear();
         (r, Some(journal))
     };
-    std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
-    let name = if report.shard.1 > 1 {
-        format!("report-{}-of-{}.json", report.shard.0, report.shard.1)
-    } else {
-        "report.json".into()
-    };
-    grid::write_report(&report, &a.out.join(&name))?;
+    let written = grid::write_outputs(&report, &a.out)?;
     if let Some(j) = journal {
         // The report holds every point now.
         std::fs::remove_file(&j).with_context(|| format!("removing {}", j.display()))?;
-    }
-    if report.shard.1 == 1 {
-        std::fs::write(a.out.join("grid.md"), grid::markdown(&report))?;
-        std::fs::write(a.out.join("grid.csv"), grid::csv(&report)?)?;
-        for (f, svg) in grid::heat_maps(&report)? {
-            std::fs::write(a.out.join(f), svg)?;
-        }
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", grid::markdown(&report));
-        eprintln!("wrote {}", a.out.join(&name).display());
+        eprintln!("wrote {}", written.display());
     }
     Ok(())
 }

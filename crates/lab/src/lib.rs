@@ -14,19 +14,26 @@
 //! * [`codfs_model`]: `ecstack experiment codfs --exp model`, CodFS's §5.1 throughput model against
 //!   the cluster on an emulated network of namespaces ([`codfs_netns`]).
 //! * [`ec_bench`]: `ecstack bench ec`, our erasure-code kernels against ISA-L at each kernel level.
+//! * [`ec_demo`]: `ecstack ec demo`, a file encoded, m shards lost, decoded and compared.
 //! * [`robustore`]: `ecstack experiment robustore`, RobuSTore's ch. 6 figures on `ecstack-sim`.
 //! * [`scrub_bench`]: `ecstack array scrub-bench`, scrub's read bandwidth against `dd`'s sequential
 //!   reads of the same device files (issue 15).
 //! * [`rainfs`]: `ecstack rainfs` and `ecstack experiment rainfs`, the launcher of the Java module
 //!   `rainfs/` (checker, TeraSort suite, the experiment by NAS count and by architecture).
+//! * [`device_sim`]: `ecstack sim ssd|hdd`, a synthetic workload or a block trace against the
+//!   simulated SSD and HDD models, and what the model saw.
+//! * [`array_sim`]: `ecstack sim array`, a sweep of the deterministic array simulator over seeds.
 
+pub mod array_sim;
 pub mod codfs_bench;
 pub mod codfs_demo;
 pub mod codfs_local;
 pub mod codfs_model;
 pub mod codfs_netns;
 pub mod codfs_s3;
+pub mod device_sim;
 pub mod ec_bench;
+pub mod ec_demo;
 pub mod eplog;
 pub mod kv_bench;
 pub mod kv_bench_ycsb;

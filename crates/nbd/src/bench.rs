@@ -350,6 +350,155 @@ pub fn parse_fio_json(text: &str) -> Result<FioResult, NbdError> {
     Ok(r)
 }
 
+/// `ecstack nbd bench`: fio random writes over NBD, one run per iodepth, beside one psync run on
+/// a raw file.
+#[derive(Clone)]
+pub struct NbdBench {
+    /// Exported over NBD on 127.0.0.1 for the NBD runs.
+    pub device: std::sync::Arc<dyn ecstack_device::BlockDevice>,
+    /// The file of the psync baseline.
+    pub raw_file: PathBuf,
+    /// Block size and bytes written (random offsets inside; at most the device's capacity).
+    pub bs: u64,
+    pub size: u64,
+    /// Run time of each fio run.
+    pub runtime: Duration,
+    /// The iodepths of the NBD runs.
+    pub iodepths: Vec<u32>,
+    /// `direct=1` for the raw file.
+    pub direct: bool,
+}
+
+/// One fio run of the bench.
+#[derive(Debug, Clone)]
+pub struct NbdBenchRow {
+    pub target: String,
+    pub iodepth: u32,
+    pub result: FioResult,
+}
+
+/// What `ecstack nbd bench` measured: the NBD rows, then the raw file's.
+#[derive(Debug, Clone)]
+pub struct NbdBenchReport {
+    pub bs: u64,
+    pub size: u64,
+    pub runtime_s: f64,
+    pub rows: Vec<NbdBenchRow>,
+}
+
+/// Run the bench.
+pub fn run_nbd_bench(b: &NbdBench) -> Result<NbdBenchReport, NbdError> {
+    let params = |iodepth: u32| FioParams {
+        bs: b.bs,
+        size: b.size,
+        runtime: b.runtime,
+        iodepth,
+        numjobs: 1,
+        direct: b.direct,
+        timeout: b.runtime * 4 + Duration::from_secs(120),
+    };
+    let mut rows = Vec::new();
+    let server = crate::Server::start(
+        std::sync::Arc::clone(&b.device),
+        None,
+        crate::ServeConfig {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..crate::ServeConfig::default()
+        },
+    )?;
+    for &d in &b.iodepths {
+        let r = fio_randwrite(&FioTarget::Nbd(server.uri()), &params(d))
+            .map_err(|e| NbdError::Fio(format!("fio over NBD at iodepth {d}: {e}")))?;
+        rows.push(NbdBenchRow {
+            target: format!("nbd {}", b.device.name()),
+            iodepth: d,
+            result: r,
+        });
+    }
+    server.shutdown()?;
+    let r = fio_randwrite(&FioTarget::File(b.raw_file.clone()), &params(1))
+        .map_err(|e| NbdError::Fio(format!("fio psync on the raw file: {e}")))?;
+    rows.push(NbdBenchRow {
+        target: format!("raw file {}", b.raw_file.display()),
+        iodepth: 1,
+        result: r,
+    });
+    Ok(NbdBenchReport {
+        bs: b.bs,
+        size: b.size,
+        runtime_s: b.runtime.as_secs_f64(),
+        rows,
+    })
+}
+
+impl NbdBenchReport {
+    /// IOPS of the raw file (the last row).
+    fn raw_iops(&self) -> f64 {
+        self.rows.last().map(|r| r.result.write.iops).unwrap_or(0.0)
+    }
+
+    /// A row's IOPS relative to the raw file's.
+    fn ratio(&self, r: &NbdBenchRow) -> f64 {
+        let raw = self.raw_iops();
+        if raw > 0.0 {
+            r.result.write.iops / raw
+        } else {
+            0.0
+        }
+    }
+
+    /// The `--json` report.
+    pub fn to_json(&self) -> serde_json::Value {
+        let rows: Vec<_> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let w = &r.result.write;
+                serde_json::json!({
+                    "target": r.target, "iodepth": r.iodepth, "iops": w.iops,
+                    "bw_bytes": w.bw_bytes, "lat_mean_us": w.lat_mean_us,
+                    "clat_p99_us": w.clat_p99_us, "ratio_vs_raw": self.ratio(r),
+                    "command": r.result.command,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "bs": self.bs, "size": self.size, "runtime_s": self.runtime_s, "rows": rows,
+        })
+    }
+
+    /// The text report: a table of the runs, then their fio command lines.
+    pub fn text(&self) -> String {
+        use ecstack_base::fmt_size;
+        let mut s = format!(
+            "fio randwrite bs={} size={} runtime={}s\n",
+            fmt_size(self.bs),
+            fmt_size(self.size),
+            self.runtime_s
+        );
+        s.push_str(&format!(
+            "{:<40} {:>7} {:>10} {:>9} {:>10} {:>8}\n",
+            "target", "iodepth", "IOPS", "MiB/s", "p99 us", "vs raw"
+        ));
+        for r in &self.rows {
+            let w = &r.result.write;
+            s.push_str(&format!(
+                "{:<40} {:>7} {:>10.0} {:>9.1} {:>10.1} {:>7.2}x\n",
+                r.target,
+                r.iodepth,
+                w.iops,
+                w.bw_bytes / (1 << 20) as f64,
+                w.clat_p99_us,
+                self.ratio(r)
+            ));
+        }
+        for r in &self.rows {
+            s.push_str(&format!("  {}\n", r.result.command));
+        }
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,5 +539,39 @@ mod tests {
         assert!(a.contains(&"--ioengine=psync".to_string()));
         assert!(!a.iter().any(|x| x.starts_with("--iodepth")));
         assert_eq!(shell_quote("a b"), "'a b'");
+    }
+
+    #[test]
+    fn bench_report_compares_with_the_raw_file() {
+        let row = |target: &str, iodepth, iops| NbdBenchRow {
+            target: target.into(),
+            iodepth,
+            result: FioResult {
+                write: FioSide {
+                    iops,
+                    bw_bytes: iops * 4096.0,
+                    ..FioSide::default()
+                },
+                command: format!("fio {target}"),
+                ..FioResult::default()
+            },
+        };
+        let r = NbdBenchReport {
+            bs: 4096,
+            size: 64 << 20,
+            runtime_s: 2.5,
+            rows: vec![row("nbd mem", 16, 3000.0), row("raw file /f", 1, 1500.0)],
+        };
+        let j = r.to_json();
+        assert_eq!(j["rows"][0]["ratio_vs_raw"], 2.0);
+        assert_eq!(j["rows"][1]["ratio_vs_raw"], 1.0);
+        assert_eq!(j["runtime_s"], 2.5);
+        let t = r.text();
+        assert!(
+            t.starts_with("fio randwrite bs=4 KiB size=64 MiB runtime=2.5s\n"),
+            "{t}"
+        );
+        assert!(t.contains("    2.00x\n"), "{t}");
+        assert!(t.ends_with("  fio nbd mem\n  fio raw file /f\n"), "{t}");
     }
 }

@@ -23,6 +23,17 @@ pub enum TraceError {
     UnknownPreset(String),
     #[error("{0}")]
     Invalid(String),
+    /// An output file that cannot be created.
+    #[error("cannot create {}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing an output stream failed (the message is the I/O error's; a closed pipe stays
+    /// recognizable as the error's source).
+    #[error("{0}")]
+    Output(#[source] std::io::Error),
     #[cfg(feature = "replay")]
     #[error(transparent)]
     Device(#[from] ecstack_device::DeviceError),

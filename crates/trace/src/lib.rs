@@ -9,7 +9,9 @@
 //! - [`transform`]: EPLOG compaction (drop untouched 1 MiB segments), chunk rounding, CodFS merge of
 //!   consecutive requests, volume / time-window selection, split into client streams;
 //! - [`synth`]: deterministic generators matching published statistics (named presets);
-//! - [`replay`]: drive a [`ecstack_device::BlockDevice`] with N client threads.
+//! - [`replay`]: drive a [`ecstack_device::BlockDevice`] with N client threads;
+//! - [`tools`]: the runs behind `ecstack trace` (files transformed into files, synthesis into a
+//!   file with its check against the targets, records prepared for a replay).
 //!
 //! The array experiment gets an EPLOG-ready trace with
 //! `synth::synthesize_preset("eplog-fin", 0.1, 42)` followed by
@@ -27,6 +29,7 @@ pub mod record;
 #[cfg(feature = "replay")]
 pub mod replay;
 pub mod synth;
+pub mod tools;
 pub mod transform;
 pub mod write;
 

@@ -83,6 +83,39 @@ pub struct ReplayReport {
     pub prewrite_s: f64,
 }
 
+impl ReplayReport {
+    /// The text report: requests, throughput, latency percentiles (all, reads, writes), the
+    /// pre-write.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "{}: {} requests ({} reads, {} writes) by {} client(s) in {:.3} s\n",
+            self.device, self.requests, self.reads, self.writes, self.clients, self.elapsed_s
+        );
+        s.push_str(&format!(
+            "{:.0} requests/s, {:.2} MB/s\n",
+            self.requests_per_s, self.mb_per_s
+        ));
+        for (what, l) in [
+            ("all", &self.latency),
+            ("read", &self.read_latency),
+            ("write", &self.write_latency),
+        ] {
+            s.push_str(&format!(
+                "latency {what:<5} mean {:>9.1} us  p50 {:>9.1}  p90 {:>9.1}  p99 {:>9.1}  p99.9 {:>9.1}  max {:>9.1}\n",
+                l.mean_us, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us
+            ));
+        }
+        if self.prewrite_bytes > 0 {
+            s.push_str(&format!(
+                "pre-write: {} MiB in {:.3} s\n",
+                self.prewrite_bytes >> 20,
+                self.prewrite_s
+            ));
+        }
+        s
+    }
+}
+
 /// The byte the replay writes at absolute device address `addr`.
 #[inline]
 pub fn pattern_byte(addr: u64) -> u8 {
@@ -379,5 +412,44 @@ mod tests {
         for (i, x) in b.iter().enumerate() {
             assert_eq!(*x, pattern_byte(13 + i as u64));
         }
+    }
+
+    #[test]
+    fn report_text_has_one_line_per_measure() {
+        let l = Latency {
+            mean_us: 10.0,
+            p50_us: 9.0,
+            p90_us: 12.0,
+            p99_us: 20.0,
+            p999_us: 30.0,
+            max_us: 31.5,
+        };
+        let mut r = ReplayReport {
+            device: "mem".into(),
+            clients: 2,
+            requests: 10,
+            reads: 4,
+            writes: 6,
+            discards: 0,
+            read_bytes: 4 << 12,
+            write_bytes: 6 << 12,
+            elapsed_s: 0.5,
+            requests_per_s: 20.0,
+            mb_per_s: 0.08,
+            latency: l.clone(),
+            read_latency: l.clone(),
+            write_latency: l,
+            prewrite_bytes: 0,
+            prewrite_s: 0.0,
+        };
+        let t = r.text();
+        assert_eq!(t.lines().count(), 5, "{t}");
+        assert!(t.starts_with("mem: 10 requests (4 reads, 6 writes) by 2 client(s) in 0.500 s\n20 requests/s, 0.08 MB/s\n"), "{t}");
+        assert!(
+            t.contains("latency write mean      10.0 us  p50       9.0"),
+            "{t}"
+        );
+        r.prewrite_bytes = 3 << 20;
+        assert!(r.text().ends_with("pre-write: 3 MiB in 0.000 s\n"));
     }
 }

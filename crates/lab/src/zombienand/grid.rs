@@ -4,7 +4,7 @@
 //! lifetime and mean latency relative to the baseline.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ecstack_device::{CellMode, WearPhysics};
 use serde::{Deserialize, Serialize};
@@ -302,6 +302,45 @@ pub fn write_report(r: &GridReport, path: &Path) -> Result<()> {
     std::fs::write(path, b).map_err(io_at(path))
 }
 
+/// The journal of shard `(i, n)` of a grid run into `out` (see [`run_grid_resumable`]).
+pub fn journal_path(out: &Path, shard: (usize, usize)) -> PathBuf {
+    out.join(format!("grid-journal-{}-of-{}.jsonl", shard.0, shard.1))
+}
+
+/// How many of `cfg`'s points shard `(i, n)` runs.
+pub fn shard_points(cfg: &GridConfig, shard: (usize, usize)) -> usize {
+    cfg.points()
+        .iter()
+        .filter(|p| p.index % shard.1.max(1) == shard.0)
+        .count()
+}
+
+/// Write a grid report into `out`: `report.json` (a shard's `report-i-of-n.json`, for
+/// [`merge`]) and, for the whole grid, `grid.md`, `grid.csv` and the heat maps. Returns the path
+/// of the JSON report.
+pub fn write_outputs(r: &GridReport, out: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(out).map_err(io_at(out))?;
+    let name = if r.shard.1 > 1 {
+        format!("report-{}-of-{}.json", r.shard.0, r.shard.1)
+    } else {
+        "report.json".into()
+    };
+    let report = out.join(name);
+    write_report(r, &report)?;
+    if r.shard.1 == 1 {
+        let write = |f: &str, text: &str| {
+            let p = out.join(f);
+            std::fs::write(&p, text).map_err(io_at(&p))
+        };
+        write("grid.md", &markdown(r))?;
+        write("grid.csv", &csv(r)?)?;
+        for (f, svg) in heat_maps(r)? {
+            write(&f, &svg)?;
+        }
+    }
+    Ok(report)
+}
+
 /// Markdown table of every point.
 pub fn markdown(r: &GridReport) -> String {
     let mut s = String::from(
@@ -443,4 +482,39 @@ pub fn heat_maps(r: &GridReport) -> Result<Vec<(String, String)>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_split_the_points_and_name_their_files() {
+        let cfg = GridConfig::quick();
+        let all = cfg.points().len();
+        assert_eq!(shard_points(&cfg, (0, 1)), all);
+        assert_eq!(
+            shard_points(&cfg, (0, 3)) + shard_points(&cfg, (1, 3)) + shard_points(&cfg, (2, 3)),
+            all
+        );
+        assert_eq!(
+            journal_path(Path::new("/o"), (1, 3)),
+            Path::new("/o/grid-journal-1-of-3.jsonl")
+        );
+    }
+
+    #[test]
+    fn a_shard_writes_only_its_json_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let r = GridReport {
+            config: GridConfig::quick(),
+            shard: (1, 2),
+            results: Vec::new(),
+        };
+        let p = write_outputs(&r, &out).unwrap();
+        assert_eq!(p, out.join("report-1-of-2.json"));
+        assert_eq!(read_report(&p).unwrap().shard, (1, 2));
+        assert!(!out.join("grid.md").exists());
+    }
 }

@@ -11,6 +11,8 @@
 //!   spread over the surviving OSDs;
 //! - [`rainfs`]: RainFS Table 2.1, the disks and racks each architecture tolerates.
 //!
+//! [`report`] holds what `ecstack reliability` reports of a model, as JSON and as text.
+//!
 //! The three Markov models share one interface, [`ReliabilityModel`]: each gives its chain and
 //! simulates one lifetime; the MTTDL and the Monte-Carlo estimates are the trait's, written once.
 //!
@@ -24,6 +26,7 @@ mod model;
 mod montecarlo;
 mod params;
 pub mod rainfs;
+pub mod report;
 
 pub use array::{ArrayModel, Repair};
 pub use chain::Chain;
