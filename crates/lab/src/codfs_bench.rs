@@ -811,14 +811,14 @@ fn free_port() -> Result<u16> {
         .map_err(|e| LabError::Run(format!("cannot read a bound port: {e}")))
 }
 
-/// Starts MinIO on `MINIO_DRIVES` directories under `dir` with EC:m and waits until it takes a bucket.
-/// The name MinIO's certificate is issued under (a process of the bench's cluster).
+/// The name MinIO's certificate is issued under. It carries no role: MinIO only serves HTTPS with
+/// it, and every RPC of our cluster refuses a certificate without a role.
 const MINIO_CERT_NAME: &str = "minio";
 
 /// MinIO's `--certs-dir` (`public.crt`, `private.key`: a certificate from `cluster`'s CA) and the
 /// S3 client's trust in that CA.
 fn minio_tls(cluster: &ecstack_rpc::ClusterConfig, dir: &Path) -> Result<(PathBuf, S3Tls)> {
-    let cert = ecstack_rpc::init::issue_certificate(cluster, MINIO_CERT_NAME, true)
+    let cert = ecstack_rpc::init::issue_certificate_with_role(cluster, MINIO_CERT_NAME, None, true)
         .map_err(|e| LabError::Run(format!("a certificate for MinIO: {e}")))?;
     let certs = dir.join("certs");
     std::fs::create_dir_all(&certs).map_err(crate::io_at(&certs))?;
@@ -1002,6 +1002,29 @@ async fn minio_side(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// MinIO's certificate comes from the cluster's CA with no role (its name is no process of
+    /// ours), in the two files MinIO's `--certs-dir` wants.
+    #[test]
+    fn minio_gets_a_certificate_without_a_role() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = ecstack_rpc::InitOptions {
+            osds: 2,
+            clients: 1,
+            code: "rs".into(),
+            k: 1,
+            m: 1,
+            segment_bytes: 1 << 20,
+            failure_domain: None,
+            mds_addr: "127.0.0.1:1".into(),
+            force: false,
+        };
+        let config = ecstack_rpc::init_cluster(dir.path(), &opts).unwrap();
+        let (certs, _tls) = minio_tls(&config, &dir.path().join("minio")).unwrap();
+        let pem = std::fs::read_to_string(certs.join("public.crt")).unwrap();
+        assert!(pem.contains("BEGIN CERTIFICATE"));
+        assert!(certs.join("private.key").exists());
+    }
 
     #[test]
     fn frames_are_checked_as_the_object_they_join_to() {
