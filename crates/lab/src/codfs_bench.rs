@@ -173,6 +173,83 @@ pub struct SideFigures {
     /// MinIO: a PUT of the whole object).
     pub update_ms_mean: f64,
     pub update_ms_median: f64,
+    /// CPU seconds (user + system, from `/proc`) per GB moved in the timed put and get: this
+    /// process (the side's clients) and the side's server processes.
+    pub put_cpu: CpuPerGb,
+    pub get_cpu: CpuPerGb,
+}
+
+/// CPU seconds per GB (10^9 bytes) moved, on each end of a timed phase.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CpuPerGb {
+    pub client: f64,
+    pub servers: f64,
+}
+
+impl CpuPerGb {
+    pub fn total(&self) -> f64 {
+        self.client + self.servers
+    }
+}
+
+/// CPU time of this process and of a side's servers over a phase: user + system time from
+/// `/proc/<pid>/stat` (every thread of the process), read at the start and at the end.
+struct CpuMeter {
+    servers: Vec<u32>,
+    start: (f64, f64),
+}
+
+impl CpuMeter {
+    fn start(servers: Vec<u32>) -> CpuMeter {
+        let start = cpu_now(&servers);
+        CpuMeter { servers, start }
+    }
+
+    /// CPU seconds per GB of `bytes` moved since [`CpuMeter::start`].
+    fn per_gb(&self, bytes: u64) -> CpuPerGb {
+        let (c, s) = cpu_now(&self.servers);
+        let gb = bytes as f64 / 1e9;
+        CpuPerGb {
+            client: (c - self.start.0).max(0.0) / gb,
+            servers: (s - self.start.1).max(0.0) / gb,
+        }
+    }
+}
+
+/// (this process, the sum over `servers`) CPU seconds so far; a process that is gone counts 0.
+fn cpu_now(servers: &[u32]) -> (f64, f64) {
+    let own = proc_cpu_secs("self").unwrap_or(0.0);
+    let theirs = servers
+        .iter()
+        .map(|p| proc_cpu_secs(&p.to_string()).unwrap_or(0.0))
+        .sum();
+    (own, theirs)
+}
+
+/// utime + stime of `/proc/<pid>/stat`, in seconds.
+fn proc_cpu_secs(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_cpu_ticks(&stat).map(|t| t as f64 / clock_ticks_per_sec())
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/<pid>/stat` line, in clock ticks. The command
+/// name (field 2) is in parentheses and may hold spaces, so fields are counted after its `)`.
+fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks_per_sec() -> f64 {
+    // SAFETY: sysconf reads a constant of the system; no memory of ours is touched.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
 }
 
 /// One round of both sides (see [`ClusterBenchConfig::rounds`]).
@@ -323,6 +400,17 @@ impl ClusterBenchReport {
             );
         } else {
             s += "\n(MinIO not run: --no-minio)\n";
+        }
+        s += "\nCPU seconds (user + system) per GB moved in the timed phases: the clients (this process) + the servers\n\n";
+        s += "| system | put: clients + servers = total | get: clients + servers = total |\n|---|---:|---:|\n";
+        let cpu = |c: &CpuPerGb| format!("{:.2} + {:.2} = {:.2}", c.client, c.servers, c.total());
+        s += &format!(
+            "| ecstack | {} | {} |\n",
+            cpu(&self.ours.put_cpu),
+            cpu(&self.ours.get_cpu)
+        );
+        if let Some(mf) = &self.minio {
+            s += &format!("| MinIO | {} | {} |\n", cpu(&mf.put_cpu), cpu(&mf.get_cpu));
         }
         s
     }
@@ -499,6 +587,14 @@ fn median_figures<'a>(sides: impl Iterator<Item = &'a SideFigures>) -> SideFigur
         get_secs: median(|s| s.get_secs),
         update_ms_mean: median(|s| s.update_ms_mean),
         update_ms_median: median(|s| s.update_ms_median),
+        put_cpu: CpuPerGb {
+            client: median(|s| s.put_cpu.client),
+            servers: median(|s| s.put_cpu.servers),
+        },
+        get_cpu: CpuPerGb {
+            client: median(|s| s.get_cpu.client),
+            servers: median(|s| s.get_cpu.servers),
+        },
     }
 }
 
@@ -616,6 +712,8 @@ async fn ours_side(
     }
     let bufs = buffers(cfg, 0x6f75_7273);
     let total = cfg.objects as u64 * cfg.object_bytes;
+    let servers: Vec<u32> = cluster.pids().into_iter().map(|(_, p)| p).collect();
+    let meter = CpuMeter::start(servers.clone());
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs.clone()).enumerate() {
@@ -640,8 +738,9 @@ async fn ours_side(
     }
     join_all(&mut tasks).await?;
     let put_secs = t.elapsed().as_secs_f64();
+    let put_cpu = meter.per_gb(total);
 
-    let get_secs = timed_gets(cfg, "ecstack", log, || {
+    let (get_secs, get_cpu) = timed_gets(cfg, "ecstack", &servers, log, || {
         let mut tasks = tokio::task::JoinSet::new();
         for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs.clone()).enumerate() {
             let cfg = cfg.clone();
@@ -704,6 +803,8 @@ async fn ours_side(
             get_secs,
             update_ms_mean,
             update_ms_median,
+            put_cpu,
+            get_cpu,
         },
         reads,
     ))
@@ -711,14 +812,17 @@ async fn ours_side(
 
 /// A side's timed get: `pass` reads every object once. With `--warm` an untimed pass goes first, so
 /// the timed one reads page-cached chunk files (cold reads of files written with `O_DIRECT` depend on
-/// the host's disk cache on a VM). Returns the timed pass's seconds.
+/// the host's disk cache on a VM). Returns the timed pass's seconds and CPU per GB (this process and
+/// `servers`).
 async fn timed_gets<Fut: std::future::Future<Output = Result<()>>>(
     cfg: &ClusterBenchConfig,
     side: &str,
+    servers: &[u32],
     log: &dyn Fn(&str),
     mut pass: impl FnMut() -> Fut,
-) -> Result<f64> {
+) -> Result<(f64, CpuPerGb)> {
     let mut secs = 0.0;
+    let mut cpu = CpuPerGb::default();
     for p in 0..1 + cfg.warm as usize {
         log(&format!(
             "{side}: {}",
@@ -728,11 +832,13 @@ async fn timed_gets<Fut: std::future::Future<Output = Result<()>>>(
                 "the same clients get them back"
             }
         ));
+        let meter = CpuMeter::start(servers.to_vec());
         let t = Instant::now();
         pass().await?;
         secs = t.elapsed().as_secs_f64();
+        cpu = meter.per_gb(cfg.objects as u64 * cfg.object_bytes);
     }
-    Ok(secs)
+    Ok((secs, cpu))
 }
 
 async fn join_all(tasks: &mut tokio::task::JoinSet<Result<()>>) -> Result<()> {
@@ -933,7 +1039,9 @@ async fn minio_side(
     let clients: Vec<_> = (0..cfg.clients)
         .map(|_| Arc::new(tokio::sync::Mutex::new(S3Client::new(endpoint.clone()))))
         .collect();
+    let servers = vec![server.child.id()];
     let mut tasks = tokio::task::JoinSet::new();
+    let meter = CpuMeter::start(servers.clone());
     let t = Instant::now();
     for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs.clone()).enumerate() {
         let cfg = cfg.clone();
@@ -948,8 +1056,9 @@ async fn minio_side(
     }
     join_all(&mut tasks).await?;
     let put_secs = t.elapsed().as_secs_f64();
+    let put_cpu = meter.per_gb(total);
 
-    let get_secs = timed_gets(cfg, "MinIO", log, || {
+    let (get_secs, get_cpu) = timed_gets(cfg, "MinIO", &servers, log, || {
         let mut tasks = tokio::task::JoinSet::new();
         for (c, (client, mut buf)) in clients.iter().cloned().zip(bufs.clone()).enumerate() {
             let cfg = cfg.clone();
@@ -996,12 +1105,23 @@ async fn minio_side(
         get_secs,
         update_ms_mean,
         update_ms_median,
+        put_cpu,
+        get_cpu,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_lines_give_user_plus_system_ticks() {
+        let line = "4242 (tokio rt) worker) S 1 2 3 4 5 6 7 8 9 10 250 31 0 0 20 0 9 0 77";
+        assert_eq!(parse_stat_cpu_ticks(line), Some(281));
+        assert_eq!(parse_stat_cpu_ticks("4242 (x) S 1 2"), None);
+        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+        assert!(proc_cpu_secs("self").is_some());
+    }
 
     /// MinIO's certificate comes from the cluster's CA with no role (its name is no process of
     /// ours), in the two files MinIO's `--certs-dir` wants.
@@ -1082,6 +1202,11 @@ mod tests {
             get_secs: 1.0 / get,
             update_ms_mean: ms,
             update_ms_median: ms,
+            put_cpu: CpuPerGb::default(),
+            get_cpu: CpuPerGb {
+                client: ms,
+                servers: get,
+            },
         };
         let rounds = [
             side(400.0, 900.0, 2.0),
@@ -1093,6 +1218,7 @@ mod tests {
             (m.put_mb_per_sec, m.get_mb_per_sec, m.update_ms_mean),
             (450.0, 900.0, 2.0)
         );
+        assert_eq!((m.get_cpu.client, m.get_cpu.servers), (2.0, 900.0));
         let one = median_figures(rounds[..1].iter());
         assert_eq!(one.get_mb_per_sec, 900.0);
         let two = median_figures(rounds[..2].iter());
