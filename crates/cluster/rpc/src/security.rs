@@ -84,6 +84,39 @@ fn read(path: &Path) -> Result<Vec<u8>, SecurityError> {
     })
 }
 
+/// Makes TLS 1.3's AES-128-GCM the first choice of every TLS connection this process makes or
+/// takes through tonic, then AES-256-GCM, then ChaCha20-Poly1305 (TLS 1.2's suites in the same
+/// order after them): tonic builds its rustls configurations from the process's default crypto
+/// provider, and ring's default lists AES-256-GCM first. AES-128-GCM is what TLS 1.3 requires
+/// every implementation to have and what Go (MinIO) picks; AES-256 runs 14 AES rounds per block
+/// to its 10, which made decryption 38 % of a client's CPU per byte more on an Intel Xeon with
+/// VAES (docs/benchmarks.md, "CodFS cluster against MinIO"). Both ends of a cluster connection
+/// run this, so they agree on it; a peer that offers only AES-256 still gets it. Runs once; a
+/// provider the process installed before is kept.
+pub fn prefer_aes128_gcm() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = cluster_crypto_provider().install_default();
+    });
+}
+
+/// ring's provider with the cipher suites in the cluster's order ([`prefer_aes128_gcm`]).
+pub fn cluster_crypto_provider() -> rustls::crypto::CryptoProvider {
+    use rustls::CipherSuite as C;
+    let mut provider = rustls::crypto::ring::default_provider();
+    let rank = |s: &rustls::SupportedCipherSuite| match s.suite() {
+        C::TLS13_AES_128_GCM_SHA256 => 0,
+        C::TLS13_AES_256_GCM_SHA384 => 1,
+        C::TLS13_CHACHA20_POLY1305_SHA256 => 2,
+        C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 | C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => 3,
+        C::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 | C::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => 4,
+        _ => 5,
+    };
+    // A stable sort: suites of one rank keep ring's order.
+    provider.cipher_suites.sort_by_key(rank);
+    provider
+}
+
 impl Security {
     /// Loads `ca.pem`, `<name>.pem` and `<name>.key` from a cluster's certificate directory.
     pub fn load(certs_dir: &Path, name: &str) -> Result<Security, SecurityError> {
@@ -127,6 +160,7 @@ impl Security {
                 cert_pem,
                 key_pem,
             } => {
+                prefer_aes128_gcm();
                 let tls = ServerTlsConfig::new()
                     .identity(Identity::from_pem(cert_pem, key_pem))
                     .client_ca_root(Certificate::from_pem(ca_pem));
@@ -172,6 +206,7 @@ impl Security {
                 cert_pem,
                 key_pem,
             } => {
+                prefer_aes128_gcm();
                 let tls = ClientTlsConfig::new()
                     .ca_certificate(Certificate::from_pem(ca_pem))
                     .identity(Identity::from_pem(cert_pem, key_pem))
@@ -223,6 +258,29 @@ pub fn insecure_warning(process: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_connections_prefer_aes128_gcm_and_drop_no_suite() {
+        prefer_aes128_gcm();
+        let installed = rustls::crypto::CryptoProvider::get_default().expect("installed");
+        let names = |p: &rustls::crypto::CryptoProvider| {
+            let mut v: Vec<_> = p.cipher_suites.iter().map(|s| s.suite()).collect();
+            v.sort_by_key(|s| u16::from(*s));
+            v
+        };
+        assert_eq!(
+            installed.cipher_suites[0].suite(),
+            rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+        );
+        assert_eq!(
+            installed.cipher_suites[1].suite(),
+            rustls::CipherSuite::TLS13_AES_256_GCM_SHA384
+        );
+        assert_eq!(
+            names(installed),
+            names(&rustls::crypto::ring::default_provider())
+        );
+    }
 
     #[test]
     fn loopback_addresses() {
