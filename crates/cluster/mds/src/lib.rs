@@ -6,6 +6,8 @@
 //! implementation) → `placement` → `engine` (the MDS logic on an injectable clock) → `service`
 //! (the gRPC server, failure detector task and metrics).
 
+#![forbid(unsafe_code)]
+
 #[allow(clippy::all)]
 mod proto {
     tonic::include_proto!("ecstack.mds.v1");
