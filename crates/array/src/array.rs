@@ -92,7 +92,8 @@ pub struct OpenOptions {
     /// a manual one.
     pub clock: Clock,
     /// On create: the array's uuid (salts every label and metadata frame) instead of a fresh one
-    /// mixed from the time, so two runs of one simulation seed write identical bytes.
+    /// from the operating system's randomness (`ecstack_base::random_id`), so two runs of one
+    /// simulation seed write identical bytes.
     pub uuid: Option<u64>,
     /// md/pl: journal every in-place update of a written stripe, not only those of a degraded
     /// array, closing the write hole of a device lost with updates unflushed that the array had
@@ -153,17 +154,6 @@ impl std::fmt::Debug for Array {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Array({})", self.name)
     }
-}
-
-fn new_uuid() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut z = t ^ ((std::process::id() as u64) << 32) ^ (&t as *const u64 as u64);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 fn cfg_err(s: impl Into<String>) -> ArrayError {
@@ -300,7 +290,7 @@ impl Array {
         };
         let sb = Superblock {
             generation: 1,
-            uuid: new_uuid(),
+            uuid: ecstack_base::random_id(),
             scheme: cfg.scheme,
             code: cfg.code,
             geometry,

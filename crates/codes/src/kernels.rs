@@ -467,9 +467,61 @@ pub fn xor_gather(
     unsafe { xor_multi_raw(level, dst.as_mut_ptr(), scratch, len, false) }
 }
 
-/// [`xor_multi`] over raw pointers, for callers that XOR many small strips of one buffer into
-/// itself (the LT decoder's cache-blocked schedule), where a checked entry costs too much per
-/// strip (see `LtDecoder::run_schedule`).
+/// In `buf`, seen as blocks of `block` bytes: bytes `start..start + len` of block `dst` = `first` ^
+/// XOR of the same bytes of every block in `srcs` other than `dst` (listing `dst` among them is
+/// allowed: it is skipped). This is the LT decoder's step, which XORs a coded block's strip and the
+/// strips of already decoded blocks into the strip of the block it yields. The addresses go into
+/// `scratch`, kept by the caller from one call to the next, so no call allocates. The strip lies
+/// inside one block, so strips of distinct blocks never overlap; the block numbers are checked
+/// together, branch-free (strips are small, sources many).
+///
+/// Panics if the strip does not fit in a block, `first` is shorter than `len`, or a block number
+/// is past the end of `buf`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn xor_block_strips(
+    level: Simd,
+    buf: &mut [u8],
+    block: usize,
+    (start, len): (usize, usize),
+    dst: usize,
+    srcs: &[u32],
+    first: &[u8],
+    scratch: &mut Vec<*const u8>,
+) {
+    assert!(
+        start <= block && len <= block - start && first.len() >= len,
+        "xor_block_strips: the strip is outside a block"
+    );
+    // One pointer for the whole buffer: every address below derives from it.
+    let base = buf.as_mut_ptr();
+    scratch.clear();
+    scratch.push(first.as_ptr());
+    // The highest block number used, checked once after the loop (no division per call).
+    let mut highest = dst;
+    for &o in srcs {
+        let o = o as usize;
+        highest = highest.max(o);
+        if o != dst {
+            scratch.push(base.wrapping_add(o * block + start) as *const u8);
+        }
+    }
+    let end = (highest + 1).checked_mul(block);
+    assert!(
+        end.is_some_and(|e| e <= buf.len()),
+        "xor_block_strips: a block past the end of the buffer"
+    );
+    // SAFETY: every block used ends inside `buf` (checked above) and the strip lies inside a
+    // block, so the destination and every source address start ranges of `len` bytes inside
+    // `buf`, which is uniquely borrowed for this call. Sources are other blocks than `dst`, so
+    // none overlaps the destination; `first` is a shared borrow, so it cannot overlap `buf`. The
+    // addresses left in `scratch` are never read before the next call clears them.
+    unsafe { xor_multi_raw(level, base.add(dst * block + start), scratch, len, false) }
+}
+
+/// [`xor_multi`] over raw pointers, for the checked entries above ([`xor_gather`],
+/// [`xor_block_strips`]) that XOR many small strips of one buffer, where building a slice per
+/// source costs too much per strip.
 ///
 /// # Safety
 /// `dst` must be valid for writes of `len` bytes, every source valid for reads of `len` bytes, and no

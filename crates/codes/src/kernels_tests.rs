@@ -263,3 +263,56 @@ fn dot_prod_unrolled_shapes_every_level() {
         }
     }
 }
+
+#[test]
+fn block_strips_every_level_and_checked() {
+    let mut rng = Rng::new(41);
+    let (block, blocks) = (300, 6);
+    let orig = rand_vec(&mut rng, block * blocks);
+    let first = rand_vec(&mut rng, block);
+    // Sources list the destination too (skipped), as an LT neighbour list does.
+    let srcs = [0u32, 2, 3, 5];
+    let (dst, start, len) = (3, 17, 200);
+    let mut want = orig.clone();
+    for i in 0..len {
+        let mut x = first[i];
+        for &o in srcs.iter().filter(|&&o| o as usize != dst) {
+            x ^= orig[o as usize * block + start + i];
+        }
+        want[dst * block + start + i] = x;
+    }
+    let mut scratch = Vec::new();
+    for level in kernels::supported_levels() {
+        let mut buf = orig.clone();
+        kernels::xor_block_strips(
+            level,
+            &mut buf,
+            block,
+            (start, len),
+            dst,
+            &srcs,
+            &first,
+            &mut scratch,
+        );
+        assert_eq!(buf, want, "{level:?}");
+    }
+    // A block past the end, a strip past its block: refused.
+    let level = kernels::active();
+    for (srcs, strip) in [(&[0u32, 6][..], (start, len)), (&[0u32][..], (200, 101))] {
+        let r = std::panic::catch_unwind(|| {
+            let mut buf = orig.clone();
+            let mut scratch = Vec::new();
+            kernels::xor_block_strips(
+                level,
+                &mut buf,
+                block,
+                strip,
+                dst,
+                srcs,
+                &first,
+                &mut scratch,
+            );
+        });
+        assert!(r.is_err(), "{srcs:?} {strip:?}");
+    }
+}

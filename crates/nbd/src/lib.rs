@@ -25,6 +25,8 @@
 //! server.shutdown().unwrap();
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod bench;
 pub mod client;

@@ -23,6 +23,8 @@
 //! }
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 

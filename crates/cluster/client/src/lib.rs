@@ -9,6 +9,8 @@
 //! only: a client links neither server (no SQLite, no chunk store). A cluster of local processes
 //! (`ecstack cluster up`, `ecstack demo`, tests) is `ecstack_lab::codfs_local`.
 
+#![forbid(unsafe_code)]
+
 mod client;
 mod error;
 pub mod segments;

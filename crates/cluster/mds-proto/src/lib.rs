@@ -7,6 +7,8 @@
 //!   from and to the wire (a malformed message is [`MdsError::Protocol`]), the error type
 //!   [`MdsError`] with its mapping to and from status codes, and the typed client [`MdsClient`].
 
+#![forbid(unsafe_code)]
+
 #[allow(clippy::all)]
 pub mod proto {
     tonic::include_proto!("ecstack.mds.v1");

@@ -6,6 +6,8 @@
 //! implementation) → `placement` → `engine` (the MDS logic on an injectable clock) → `service`
 //! (the gRPC server, failure detector task and metrics).
 
+#![forbid(unsafe_code)]
+
 pub mod engine;
 pub mod placement;
 pub mod service;

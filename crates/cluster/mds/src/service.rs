@@ -3,13 +3,19 @@
 //! (SQLite is synchronous; the MDS serializes its metadata mutations), and replies only after the
 //! operation's batch is durable.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ecstack_rpc::roles::{Role, RoleTable};
 use ecstack_rpc::Security;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
@@ -43,19 +49,34 @@ pub static MDS_ROLES: RoleTable = RoleTable {
     ],
 };
 
-/// Requests, errors and latency per RPC.
-#[derive(Debug, Default, Clone, Copy)]
-struct OpStats {
-    requests: u64,
-    errors: u64,
-    seconds: f64,
+/// The `op` label of a request metric.
+type OpLabel = [(&'static str, &'static str); 1];
+
+/// Requests, errors and latency per RPC (`prometheus-client` families; cheap to clone, shared).
+#[derive(Debug, Clone)]
+struct OpMetrics {
+    requests: Family<OpLabel, Counter>,
+    errors: Family<OpLabel, Counter>,
+    seconds: Family<OpLabel, Histogram, fn() -> Histogram>,
+}
+
+impl Default for OpMetrics {
+    fn default() -> Self {
+        OpMetrics {
+            requests: Family::default(),
+            errors: Family::default(),
+            seconds: Family::new_with_constructor(
+                ecstack_rpc::metrics::latency_histogram as fn() -> Histogram,
+            ),
+        }
+    }
 }
 
 /// A running MDS: its core, shared by the RPC handlers and the failure detector. Cheap to clone.
 #[derive(Clone)]
 pub struct MdsHandle {
     core: Arc<Mutex<MdsCore>>,
-    ops: Arc<Mutex<BTreeMap<&'static str, OpStats>>>,
+    ops: OpMetrics,
     /// When each OSD's latest heartbeat reached this process, on the core's clock: the failure
     /// detector judges silence by it ([`MdsCore::note_arrivals`]), not by when the core got to the
     /// heartbeat.
@@ -76,7 +97,7 @@ impl MdsHandle {
         MdsHandle {
             clock: core.clock().clone(),
             core: Arc::new(Mutex::new(core)),
-            ops: Arc::default(),
+            ops: OpMetrics::default(),
             arrivals: Arc::default(),
         }
     }
@@ -101,11 +122,16 @@ impl MdsHandle {
                 "MDS operation {op} failed: {e}"
             )))
         });
-        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
-        let s = ops.entry(op).or_default();
-        s.requests += 1;
-        s.errors += u64::from(result.is_err());
-        s.seconds += start.elapsed().as_secs_f64();
+        let label = [("op", op)];
+        self.ops.requests.get_or_create(&label).inc();
+        self.ops
+            .errors
+            .get_or_create(&label)
+            .inc_by(u64::from(result.is_err()));
+        self.ops
+            .seconds
+            .get_or_create(&label)
+            .observe(start.elapsed().as_secs_f64());
         if let Err(e) = &result {
             tracing::debug!(op, error = %e, "MDS request failed");
         }
@@ -162,89 +188,92 @@ impl MdsHandle {
     /// Prometheus text: requests, errors and latency per RPC, OSDs by state, segments by state,
     /// files, bytes and recovery progress.
     pub async fn metrics_text(&self) -> String {
-        use std::fmt::Write;
-        let mut out = String::new();
-        let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let _ = writeln!(
-            out,
-            "# HELP ecstack_mds_requests_total MDS requests by operation."
+        let mut r = Registry::default();
+        // prometheus-client appends `_total` to counter names.
+        r.register(
+            "ecstack_mds_requests",
+            "MDS requests by operation.",
+            self.ops.requests.clone(),
         );
-        let _ = writeln!(out, "# TYPE ecstack_mds_requests_total counter");
-        for (op, s) in &ops {
-            let _ = writeln!(
-                out,
-                "ecstack_mds_requests_total{{op=\"{op}\"}} {}",
-                s.requests
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP ecstack_mds_request_errors_total MDS requests that failed."
+        r.register(
+            "ecstack_mds_request_errors",
+            "MDS requests that failed.",
+            self.ops.errors.clone(),
         );
-        let _ = writeln!(out, "# TYPE ecstack_mds_request_errors_total counter");
-        for (op, s) in &ops {
-            let _ = writeln!(
-                out,
-                "ecstack_mds_request_errors_total{{op=\"{op}\"}} {}",
-                s.errors
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP ecstack_mds_request_seconds Time spent in MDS requests."
+        r.register(
+            "ecstack_mds_request_seconds",
+            "Time spent in MDS requests.",
+            self.ops.seconds.clone(),
         );
-        let _ = writeln!(out, "# TYPE ecstack_mds_request_seconds summary");
-        for (op, s) in &ops {
-            let _ = writeln!(
-                out,
-                "ecstack_mds_request_seconds_sum{{op=\"{op}\"}} {}",
-                s.seconds
-            );
-            let _ = writeln!(
-                out,
-                "ecstack_mds_request_seconds_count{{op=\"{op}\"}} {}",
-                s.requests
-            );
-        }
-        match self.run("metrics", |c| c.status()).await {
-            Ok(st) => {
-                let _ = writeln!(out, "# TYPE ecstack_mds_osds gauge");
-                for (state, name) in [
-                    (OsdState::Up, "up"),
-                    (OsdState::Down, "down"),
-                    (OsdState::Out, "out"),
-                ] {
-                    let n = st.osds.iter().filter(|o| o.state == state).count();
-                    let _ = writeln!(out, "ecstack_mds_osds{{state=\"{name}\"}} {n}");
-                }
-                let _ = writeln!(out, "# TYPE ecstack_mds_segments gauge");
-                for (name, n) in [
-                    ("healthy", st.segments_healthy),
-                    ("degraded", st.segments_degraded),
-                    ("recovering", st.segments_recovering),
-                    ("lost", st.segments_lost),
-                ] {
-                    let _ = writeln!(out, "ecstack_mds_segments{{state=\"{name}\"}} {n}");
-                }
-                let r = &st.recovery;
-                for (name, v) in [
-                    ("ecstack_mds_files", st.files),
-                    ("ecstack_mds_bytes", st.bytes),
-                    ("ecstack_mds_recovery_chunks_total", r.chunks_total),
-                    ("ecstack_mds_recovery_chunks_done", r.chunks_done),
-                    ("ecstack_mds_recovery_bytes_done", r.bytes_done),
-                    ("ecstack_mds_recovery_started_ms", r.started_ms),
-                    ("ecstack_mds_recovery_finished_ms", r.finished_ms),
-                ] {
-                    let _ = writeln!(out, "# TYPE {name} gauge\n{name} {v}");
-                }
+        let status = self.run("metrics", |c| c.status()).await;
+        if let Ok(st) = &status {
+            let osds = Family::<[(&str, &str); 1], Gauge>::default();
+            for (state, name) in [
+                (OsdState::Up, "up"),
+                (OsdState::Down, "down"),
+                (OsdState::Out, "out"),
+            ] {
+                let n = st.osds.iter().filter(|o| o.state == state).count();
+                osds.get_or_create(&[("state", name)]).set(n as i64);
             }
-            Err(e) => {
-                let _ = writeln!(out, "# status unavailable: {e}");
+            r.register("ecstack_mds_osds", "OSDs by state.", osds);
+            let segments = Family::<[(&str, &str); 1], Gauge>::default();
+            for (name, n) in [
+                ("healthy", st.segments_healthy),
+                ("degraded", st.segments_degraded),
+                ("recovering", st.segments_recovering),
+                ("lost", st.segments_lost),
+            ] {
+                segments
+                    .get_or_create(&[("state", name)])
+                    .set(gauge_value(n));
             }
+            r.register("ecstack_mds_segments", "Segments by state.", segments);
+            let rc = &st.recovery;
+            for (name, help, v) in [
+                ("ecstack_mds_files", "Files.", st.files),
+                ("ecstack_mds_bytes", "Bytes in files.", st.bytes),
+                (
+                    "ecstack_mds_recovery_chunks_total",
+                    "Chunks the latest recovery rebuilds.",
+                    rc.chunks_total,
+                ),
+                (
+                    "ecstack_mds_recovery_chunks_done",
+                    "Chunks the latest recovery has rebuilt.",
+                    rc.chunks_done,
+                ),
+                (
+                    "ecstack_mds_recovery_bytes_done",
+                    "Bytes the latest recovery has rebuilt.",
+                    rc.bytes_done,
+                ),
+                (
+                    "ecstack_mds_recovery_started_ms",
+                    "When the latest recovery started (Unix ms; 0: none ran).",
+                    rc.started_ms,
+                ),
+                (
+                    "ecstack_mds_recovery_finished_ms",
+                    "When the latest recovery finished (Unix ms; 0: still running).",
+                    rc.finished_ms,
+                ),
+            ] {
+                let g = Gauge::<i64>::default();
+                g.set(gauge_value(v));
+                r.register(name, help, g);
+            }
+        }
+        let mut out = ecstack_rpc::metrics::encode(&r);
+        if let Err(e) = status {
+            let _ = writeln!(out, "# status unavailable: {e}");
         }
         out
     }
+}
+
+fn gauge_value(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// The tonic service (generated types stay here).

@@ -8,6 +8,8 @@
 //! [`Ack`], the typed client [`OsdClient`] and its error [`OsdCallError`], the OSD's view of an
 //! MDS [`ecstack_mds_proto::SegmentLayout`]).
 
+#![forbid(unsafe_code)]
+
 #[allow(clippy::all)]
 pub mod proto {
     tonic::include_proto!("ecstack.osd.v1");

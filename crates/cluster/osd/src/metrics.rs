@@ -1,10 +1,15 @@
-//! The OSD's counters in the Prometheus text format: operations, errors and latency per RPC,
-//! bytes in and out, degraded reads, repairs, recovery. (To move onto `ecstack_rpc`'s shared
-//! metrics types once they exist; the names stay.)
+//! The OSD's metrics, kept in `prometheus-client` types and rendered by it in the Prometheus text
+//! format: operations, errors and latency per RPC, bytes in and out, degraded reads, repairs,
+//! recovery, and the chunk store's size. Every series carries the label `osd`.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::borrow::Cow;
 use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// The RPCs an OSD serves, in the order of the proto.
 pub const OPS: [&str; 10] = [
@@ -25,193 +30,179 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
-#[derive(Debug, Default)]
-struct OpStats {
-    ok: AtomicU64,
-    errors: AtomicU64,
-    /// Cumulative count per bucket is computed when rendering; these are per-bucket counts, the
-    /// last one for +Inf.
-    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
-    micros: AtomicU64,
+/// `op` and `result` ("ok" or "error").
+type OpResult = [(&'static str, &'static str); 2];
+/// `op`.
+type Op = [(&'static str, &'static str); 1];
+
+fn op_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    ops: [OpStats; OPS.len()],
-    pub bytes_in: AtomicU64,
-    pub bytes_out: AtomicU64,
-    pub degraded_reads: AtomicU64,
-    pub repairs: AtomicU64,
-    pub stale_marked: AtomicU64,
-    pub recovery_chunks: AtomicU64,
-    pub recovery_bytes: AtomicU64,
-    pub recovery_failures: AtomicU64,
-    pub lease_refusals: AtomicU64,
-    pub slow_peer_fetches: AtomicU64,
-    pub new_segment_writes: AtomicU64,
+    ops: Family<OpResult, Counter>,
+    op_seconds: Family<Op, Histogram, fn() -> Histogram>,
+    pub bytes_in: Counter,
+    pub bytes_out: Counter,
+    pub degraded_reads: Counter,
+    pub repairs: Counter,
+    pub stale_marked: Counter,
+    pub recovery_chunks: Counter,
+    pub recovery_bytes: Counter,
+    pub recovery_failures: Counter,
+    pub lease_refusals: Counter,
+    pub slow_peer_fetches: Counter,
+    pub new_segment_writes: Counter,
+}
+
+fn op_result(op: usize, ok: bool) -> OpResult {
+    [("op", OPS[op]), ("result", if ok { "ok" } else { "error" })]
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let m = Metrics {
+            ops: Family::default(),
+            op_seconds: Family::new_with_constructor(op_histogram as fn() -> Histogram),
+            bytes_in: Counter::default(),
+            bytes_out: Counter::default(),
+            degraded_reads: Counter::default(),
+            repairs: Counter::default(),
+            stale_marked: Counter::default(),
+            recovery_chunks: Counter::default(),
+            recovery_bytes: Counter::default(),
+            recovery_failures: Counter::default(),
+            lease_refusals: Counter::default(),
+            slow_peer_fetches: Counter::default(),
+            new_segment_writes: Counter::default(),
+        };
+        // Every operation's series exist from the start, at zero.
+        for (i, op) in OPS.iter().enumerate() {
+            for ok in [true, false] {
+                let _ = m.ops.get_or_create(&op_result(i, ok));
+            }
+            let _ = m.op_seconds.get_or_create(&[("op", op)]);
+        }
+        m
+    }
 }
 
 impl Metrics {
     /// Record one finished RPC (`op` indexes [`OPS`]).
     pub fn record(&self, op: usize, ok: bool, took: Duration) {
-        let Some(s) = self.ops.get(op) else { return };
-        if ok {
-            s.ok.fetch_add(1, Ordering::Relaxed);
-        } else {
-            s.errors.fetch_add(1, Ordering::Relaxed);
+        if op >= OPS.len() {
+            return;
         }
-        let secs = took.as_secs_f64();
-        let b = LATENCY_BUCKETS
-            .iter()
-            .position(|&ub| secs <= ub)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        s.buckets[b].fetch_add(1, Ordering::Relaxed);
-        s.micros
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.ops.get_or_create(&op_result(op, ok)).inc();
+        self.op_seconds
+            .get_or_create(&[("op", OPS[op])])
+            .observe(took.as_secs_f64());
     }
 
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    pub fn add(counter: &Counter, n: u64) {
+        counter.inc_by(n);
     }
 
     /// RPCs `op` (a name in [`OPS`]) served so far, ok and failed.
     pub fn served(&self, op: &str) -> u64 {
-        OPS.iter().position(|o| *o == op).map_or(0, |i| {
-            self.ops[i].ok.load(Ordering::Relaxed) + self.ops[i].errors.load(Ordering::Relaxed)
-        })
+        let Some(i) = OPS.iter().position(|o| *o == op) else {
+            return 0;
+        };
+        [true, false]
+            .iter()
+            .filter_map(|&ok| self.ops.get(&op_result(i, ok)).map(|c| c.get()))
+            .sum()
     }
 
     /// The Prometheus text exposition; `chunks` and `stored_bytes` come from the chunk store.
     pub fn render(&self, osd_id: u32, chunks: u64, stored_bytes: u64) -> String {
-        let mut t = String::new();
-        let l = |t: &mut String, name: &str, help: &str, kind: &str| {
-            let _ = writeln!(t, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        l(
-            &mut t,
-            "ecstack_osd_ops_total",
+        let osd = (Cow::Borrowed("osd"), Cow::Owned(osd_id.to_string()));
+        let mut r = Registry::with_labels(std::iter::once(osd));
+        // prometheus-client appends `_total` to counter names.
+        r.register(
+            "ecstack_osd_ops",
             "OSD RPCs served, by operation and result",
-            "counter",
+            self.ops.clone(),
         );
-        for (i, op) in OPS.iter().enumerate() {
-            let s = &self.ops[i];
-            for (result, v) in [("ok", &s.ok), ("error", &s.errors)] {
-                let _ = writeln!(
-                    t,
-                    "ecstack_osd_ops_total{{osd=\"{osd_id}\",op=\"{op}\",result=\"{result}\"}} {}",
-                    v.load(Ordering::Relaxed)
-                );
-            }
-        }
-        l(
-            &mut t,
+        r.register(
             "ecstack_osd_op_seconds",
             "OSD RPC latency",
-            "histogram",
+            self.op_seconds.clone(),
         );
-        for (i, op) in OPS.iter().enumerate() {
-            let s = &self.ops[i];
-            let mut cum = 0;
-            for (b, ub) in LATENCY_BUCKETS.iter().enumerate() {
-                cum += s.buckets[b].load(Ordering::Relaxed);
-                let _ = writeln!(
-                    t,
-                    "ecstack_osd_op_seconds_bucket{{osd=\"{osd_id}\",op=\"{op}\",le=\"{ub}\"}} {cum}"
-                );
-            }
-            cum += s.buckets[LATENCY_BUCKETS.len()].load(Ordering::Relaxed);
-            let _ = writeln!(
-                t,
-                "ecstack_osd_op_seconds_bucket{{osd=\"{osd_id}\",op=\"{op}\",le=\"+Inf\"}} {cum}"
-            );
-            let _ = writeln!(
-                t,
-                "ecstack_osd_op_seconds_sum{{osd=\"{osd_id}\",op=\"{op}\"}} {}",
-                s.micros.load(Ordering::Relaxed) as f64 / 1e6
-            );
-            let _ = writeln!(
-                t,
-                "ecstack_osd_op_seconds_count{{osd=\"{osd_id}\",op=\"{op}\"}} {cum}"
-            );
-        }
-        let counters: [(&str, &str, &AtomicU64); 11] = [
+        let counters: [(&str, &str, &Counter); 11] = [
             (
-                "ecstack_osd_bytes_in_total",
+                "ecstack_osd_bytes_in",
                 "segment and chunk bytes received",
                 &self.bytes_in,
             ),
             (
-                "ecstack_osd_bytes_out_total",
+                "ecstack_osd_bytes_out",
                 "segment and chunk bytes sent",
                 &self.bytes_out,
             ),
             (
-                "ecstack_osd_degraded_reads_total",
+                "ecstack_osd_degraded_reads",
                 "reads that decoded missing chunks",
                 &self.degraded_reads,
             ),
             (
-                "ecstack_osd_repairs_total",
+                "ecstack_osd_repairs",
                 "chunks rewritten after a checksum failure or a stale version",
                 &self.repairs,
             ),
             (
-                "ecstack_osd_stale_marked_total",
+                "ecstack_osd_stale_marked",
                 "chunks this primary marked stale at the MDS",
                 &self.stale_marked,
             ),
             (
-                "ecstack_osd_recovery_chunks_total",
+                "ecstack_osd_recovery_chunks",
                 "chunks rebuilt by recovery",
                 &self.recovery_chunks,
             ),
             (
-                "ecstack_osd_recovery_bytes_total",
+                "ecstack_osd_recovery_bytes",
                 "bytes of chunks rebuilt by recovery",
                 &self.recovery_bytes,
             ),
             (
-                "ecstack_osd_recovery_failures_total",
+                "ecstack_osd_recovery_failures",
                 "recovery tasks that failed (retried by the MDS)",
                 &self.recovery_failures,
             ),
             (
-                "ecstack_osd_lease_refusals_total",
+                "ecstack_osd_lease_refusals",
                 "primary work refused or stopped because the primary lease had ended (late heartbeats)",
                 &self.lease_refusals,
             ),
             (
-                "ecstack_osd_slow_peer_fetches_total",
+                "ecstack_osd_slow_peer_fetches",
                 "chunk reads from a peer OSD that took 10 s or more (or gave up waiting)",
                 &self.slow_peer_fetches,
             ),
             (
-                "ecstack_osd_new_segment_writes_total",
+                "ecstack_osd_new_segment_writes",
                 "writes of a just-allocated segment that asked no holder for its versions",
                 &self.new_segment_writes,
             ),
         ];
-        for (name, help, v) in counters {
-            l(&mut t, name, help, "counter");
-            let _ = writeln!(
-                t,
-                "{name}{{osd=\"{osd_id}\"}} {}",
-                v.load(Ordering::Relaxed)
-            );
+        for (name, help, c) in counters {
+            r.register(name, help, c.clone());
         }
-        l(&mut t, "ecstack_osd_chunks", "chunks in the store", "gauge");
-        let _ = writeln!(t, "ecstack_osd_chunks{{osd=\"{osd_id}\"}} {chunks}");
-        l(
-            &mut t,
-            "ecstack_osd_stored_bytes",
-            "bytes of chunk files in the store",
-            "gauge",
-        );
-        let _ = writeln!(
-            t,
-            "ecstack_osd_stored_bytes{{osd=\"{osd_id}\"}} {stored_bytes}"
-        );
-        t
+        for (name, help, v) in [
+            ("ecstack_osd_chunks", "chunks in the store", chunks),
+            (
+                "ecstack_osd_stored_bytes",
+                "bytes of chunk files in the store",
+                stored_bytes,
+            ),
+        ] {
+            let g = Gauge::<i64>::default();
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+            r.register(name, help, g);
+        }
+        ecstack_rpc::metrics::encode(&r)
     }
 }
 

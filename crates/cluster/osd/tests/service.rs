@@ -329,7 +329,7 @@ async fn a_new_segments_write_asks_no_holder_for_versions() {
         "the write of a new segment asked for versions"
     );
     let skipped = &c.nodes[0].osd.metrics().new_segment_writes;
-    assert_eq!(skipped.load(Ordering::Relaxed), 1);
+    assert_eq!(skipped.get(), 1);
     check_reads(&client, &l, &model, &mut rng, 3).await;
     assert_eq!(asked(&c), 0, "the primary knows the view it wrote");
 
@@ -337,7 +337,7 @@ async fn a_new_segments_write_asks_no_holder_for_versions() {
     let l2 = c.layout(41, len as u64);
     assert_eq!(client.write_segment(&l2, &model).await.unwrap().version, 1);
     assert_eq!(asked(&c), 5);
-    assert_eq!(skipped.load(Ordering::Relaxed), 1);
+    assert_eq!(skipped.get(), 1);
 
     // A restarted primary (nothing in memory) gets a write of segment 40 said to be new: it holds
     // chunk 0, so it asks the holders and issues version 2, not 1 again.
@@ -580,17 +580,9 @@ async fn a_holder_that_stops_sending_is_read_around() {
             "{offset}+{length}"
         );
     }
-    let slow = c.nodes[0]
-        .osd
-        .metrics()
-        .slow_peer_fetches
-        .load(Ordering::Relaxed);
+    let slow = c.nodes[0].osd.metrics().slow_peer_fetches.get();
     assert!(slow >= 3, "each read gave up on holder 1 once: {slow}");
-    let degraded = c.nodes[0]
-        .osd
-        .metrics()
-        .degraded_reads
-        .load(Ordering::Relaxed);
+    let degraded = c.nodes[0].osd.metrics().degraded_reads.get();
     assert!(degraded >= 3, "{degraded}");
     hold.store(false, Ordering::Relaxed);
 }

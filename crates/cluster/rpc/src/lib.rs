@@ -14,6 +14,8 @@
 //! The MDS and the OSD each own their `.proto` service (crates `ecstack-mds`, `ecstack-osd`); this
 //! crate only builds the servers and channels that carry them.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod init;
 pub mod limits;

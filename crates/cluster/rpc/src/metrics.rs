@@ -1,23 +1,29 @@
-//! Prometheus metrics: counters, gauges and latency histograms in a [`Registry`], rendered in the
-//! Prometheus text exposition format (version 0.0.4), and [`serve_metrics`], a minimal HTTP/1.1
-//! server for `GET /metrics` on a loopback port.
+//! Prometheus metrics: counters, gauges and latency histograms in a [`Registry`] (a thin layer over
+//! `prometheus-client`'s registry and metric families, for label names known only at run time),
+//! rendered by `prometheus-client` in the Prometheus text exposition format (version 0.0.4), and
+//! [`serve_metrics`], a minimal HTTP/1.1 server for `GET /metrics` on a loopback port.
 //!
 //! Metric names follow Prometheus conventions: `ecstack_<process>_<what>_<unit>`, counters end in
 //! `_total`, latencies are histograms in seconds over [`LATENCY_BUCKETS_SECONDS`]. A metric has a
 //! fixed list of label names; each combination of label values is one series, made on first use.
 //! The endpoint is plain, unauthenticated HTTP: it binds loopback unless configured otherwise.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter as PromCounter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge as PromGauge;
+use prometheus_client::metrics::histogram::Histogram as PromHistogram;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// The `Content-Type` of the text the server answers with (Prometheus text format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 /// Upper bounds of latency buckets, seconds (100 µs to 10 s; `+Inf` is implicit).
 pub const LATENCY_BUCKETS_SECONDS: [f64; 15] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -33,151 +39,151 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SERIES_MAX: usize = 10_000;
 
 /// A monotonically increasing count.
-#[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
+#[derive(Debug, Clone, Default)]
+pub struct Counter(PromCounter);
 
 impl Counter {
     pub fn inc(&self) {
-        self.add(1);
+        self.0.inc();
     }
     pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+        self.0.inc_by(n);
     }
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.get()
     }
 }
 
-/// A value that goes up and down (stored as f64 bits).
-#[derive(Debug, Default)]
-pub struct Gauge(AtomicU64);
+/// A value that goes up and down.
+#[derive(Debug, Clone, Default)]
+pub struct Gauge(PromGauge<f64, AtomicU64>);
 
 impl Gauge {
     pub fn set(&self, v: f64) {
-        self.0.store(v.to_bits(), Ordering::Relaxed);
+        self.0.set(v);
     }
     pub fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
+        self.0.get()
     }
 }
 
 /// A histogram of seconds over [`LATENCY_BUCKETS_SECONDS`].
-#[derive(Debug, Default)]
-pub struct Histogram {
-    /// Per-bucket (not cumulative) counts; the last one is `+Inf`.
-    buckets: [AtomicU64; LATENCY_BUCKETS_SECONDS.len() + 1],
-    sum_nanos: AtomicU64,
+#[derive(Debug, Clone)]
+pub struct Histogram(PromHistogram);
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram(latency_histogram())
+    }
 }
 
 impl Histogram {
     pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        let i = LATENCY_BUCKETS_SECONDS
-            .iter()
-            .position(|&b| secs <= b)
-            .unwrap_or(LATENCY_BUCKETS_SECONDS.len());
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    pub fn count(&self) -> u64 {
-        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+        self.0.observe(d.as_secs_f64());
     }
 }
 
-#[derive(Debug)]
+/// A `prometheus-client` histogram over [`LATENCY_BUCKETS_SECONDS`] (the constructor of latency
+/// families).
+pub fn latency_histogram() -> PromHistogram {
+    PromHistogram::new(LATENCY_BUCKETS_SECONDS)
+}
+
+/// Label values in label-name order, paired with their names.
+type LabelSet = Vec<(String, String)>;
+
+#[derive(Debug, Clone)]
 enum Kind {
-    Counter,
-    Gauge,
-    Histogram,
+    Counter(Family<LabelSet, PromCounter>),
+    Gauge(Family<LabelSet, PromGauge<f64, AtomicU64>>),
+    Histogram(Family<LabelSet, PromHistogram, fn() -> PromHistogram>),
 }
 
-impl Kind {
-    fn name(&self) -> &'static str {
-        match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-            Kind::Histogram => "histogram",
-        }
-    }
-}
-
+/// One metric with label names; `counter`/`gauge`/`histogram(&[values])` return the series of
+/// those label values.
 #[derive(Debug, Clone)]
-enum Series {
-    Counter(Arc<Counter>),
-    Gauge(Arc<Gauge>),
-    Histogram(Arc<Histogram>),
-}
-
-#[derive(Debug)]
-struct Family {
-    name: String,
-    help: String,
+pub struct Metric {
+    labels: Arc<[String]>,
     kind: Kind,
-    labels: Vec<String>,
-    series: Mutex<BTreeMap<Vec<String>, Series>>,
-    dropped: AtomicU64,
+    /// Series made so far (held while one is made, so the family stops at [`SERIES_MAX`]).
+    series: Arc<Mutex<usize>>,
+    /// Samples not recorded: label values that do not match the names, or a full family.
+    dropped: Arc<AtomicU64>,
 }
-
-/// One metric with label names; `with(&[values])` returns the series of those label values.
-#[derive(Debug, Clone)]
-pub struct Metric(Arc<Family>);
 
 impl Metric {
-    fn series(&self, values: &[&str]) -> Option<Series> {
-        let f = &self.0;
-        if values.len() != f.labels.len() {
+    /// The series of `values` in `family`, made on first use; None (counted as dropped) when the
+    /// values do not match the label names or the family already has [`SERIES_MAX`] series.
+    fn series<M, C>(&self, family: &Family<LabelSet, M, C>, values: &[&str]) -> Option<M>
+    where
+        M: Clone,
+        C: MetricConstructor<M>,
+    {
+        if values.len() != self.labels.len() {
             // A caller bug; never a panic in a daemon: the sample is not recorded.
-            f.dropped.fetch_add(1, Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let key: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
-        let mut map = f.series.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = map.get(&key) {
-            return Some(s.clone());
+        let set: LabelSet = self
+            .labels
+            .iter()
+            .zip(values)
+            .map(|(n, v)| (n.clone(), (*v).to_owned()))
+            .collect();
+        if let Some(m) = family.get(&set) {
+            return Some(m.clone());
         }
-        if map.len() >= SERIES_MAX {
-            f.dropped.fetch_add(1, Ordering::Relaxed);
-            return None;
+        let mut made = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        if family.get(&set).is_none() {
+            if *made >= SERIES_MAX {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            *made += 1;
         }
-        let s = match f.kind {
-            Kind::Counter => Series::Counter(Arc::default()),
-            Kind::Gauge => Series::Gauge(Arc::default()),
-            Kind::Histogram => Series::Histogram(Arc::default()),
-        };
-        map.insert(key, s.clone());
-        Some(s)
+        Some(family.get_or_create_owned(&set))
     }
 
     /// The counter of these label values (a detached one when the metric is not a counter or
     /// the values do not match its labels).
-    pub fn counter(&self, values: &[&str]) -> Arc<Counter> {
-        match self.series(values) {
-            Some(Series::Counter(c)) => c,
-            _ => Arc::default(),
+    pub fn counter(&self, values: &[&str]) -> Counter {
+        match &self.kind {
+            Kind::Counter(f) => self.series(f, values).map(Counter).unwrap_or_default(),
+            _ => Counter::default(),
         }
     }
 
-    pub fn gauge(&self, values: &[&str]) -> Arc<Gauge> {
-        match self.series(values) {
-            Some(Series::Gauge(g)) => g,
-            _ => Arc::default(),
+    pub fn gauge(&self, values: &[&str]) -> Gauge {
+        match &self.kind {
+            Kind::Gauge(f) => self.series(f, values).map(Gauge).unwrap_or_default(),
+            _ => Gauge::default(),
         }
     }
 
-    pub fn histogram(&self, values: &[&str]) -> Arc<Histogram> {
-        match self.series(values) {
-            Some(Series::Histogram(h)) => h,
-            _ => Arc::default(),
+    pub fn histogram(&self, values: &[&str]) -> Histogram {
+        match &self.kind {
+            Kind::Histogram(f) => self.series(f, values).map(Histogram).unwrap_or_default(),
+            _ => Histogram::default(),
         }
+    }
+
+    /// Samples not recorded (label values not matching the names, or past [`SERIES_MAX`]).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 }
 
 /// All metrics of one process, in registration order.
 #[derive(Debug, Default)]
 pub struct Registry {
-    families: Mutex<Vec<Arc<Family>>>,
+    inner: Mutex<RegistryInner>,
+}
+
+#[derive(Debug, Default)]
+struct RegistryInner {
+    prom: prometheus_client::registry::Registry,
+    /// Registered metrics by name (as given), so registering a name again returns the same one.
+    by_name: Vec<(String, Metric)>,
 }
 
 impl Registry {
@@ -185,130 +191,58 @@ impl Registry {
         Arc::new(Registry::default())
     }
 
-    fn register(&self, name: &str, help: &str, kind: Kind, labels: &[&str]) -> Metric {
-        let mut families = self.families.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = families.iter().find(|f| f.name == name) {
-            return Metric(f.clone());
+    fn register(&self, name: &str, help: &str, labels: &[&str], kind: Kind) -> Metric {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, m)) = inner.by_name.iter().find(|(n, _)| n == name) {
+            return m.clone();
         }
-        let f = Arc::new(Family {
-            name: name.to_owned(),
-            help: help.to_owned(),
-            kind,
+        let metric = Metric {
             labels: labels.iter().map(|l| (*l).to_owned()).collect(),
-            series: Mutex::new(BTreeMap::new()),
-            dropped: AtomicU64::new(0),
-        });
-        families.push(f.clone());
-        Metric(f)
+            kind,
+            series: Arc::default(),
+            dropped: Arc::default(),
+        };
+        match &metric.kind {
+            // prometheus-client appends `_total` to a counter's name itself.
+            Kind::Counter(f) => {
+                let base = name.strip_suffix("_total").unwrap_or(name);
+                inner.prom.register(base, help, f.clone());
+            }
+            Kind::Gauge(f) => inner.prom.register(name, help, f.clone()),
+            Kind::Histogram(f) => inner.prom.register(name, help, f.clone()),
+        }
+        inner.by_name.push((name.to_owned(), metric.clone()));
+        metric
     }
 
     /// A counter metric (`name` should end in `_total`) with these label names.
     pub fn counter(&self, name: &str, help: &str, labels: &[&str]) -> Metric {
-        self.register(name, help, Kind::Counter, labels)
+        self.register(name, help, labels, Kind::Counter(Family::default()))
     }
 
     pub fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> Metric {
-        self.register(name, help, Kind::Gauge, labels)
+        self.register(name, help, labels, Kind::Gauge(Family::default()))
     }
 
     /// A latency histogram in seconds (`name` should end in `_seconds`).
     pub fn histogram(&self, name: &str, help: &str, labels: &[&str]) -> Metric {
-        self.register(name, help, Kind::Histogram, labels)
+        let family = Family::new_with_constructor(latency_histogram as fn() -> PromHistogram);
+        self.register(name, help, labels, Kind::Histogram(family))
     }
 
     /// Every metric in the Prometheus text format.
     pub fn render(&self) -> String {
-        let families = self
-            .families
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let mut out = String::new();
-        for f in &families {
-            render_family(&mut out, f);
-        }
-        out
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        encode(&inner.prom)
     }
 }
 
-/// Escapes a label value or help text for the text format.
-fn escape(s: &str, quote: bool) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '"' if quote => out.push_str("\\\""),
-            c => out.push(c),
-        }
-    }
+/// A `prometheus-client` registry in the Prometheus text format (version 0.0.4).
+pub fn encode(registry: &prometheus_client::registry::Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String does not fail.
+    let _ = prometheus_text::encode(&mut out, registry);
     out
-}
-
-/// `{a="x",b="y"}` (empty when there are no labels), with an optional extra label.
-fn label_set(names: &[String], values: &[String], extra: Option<(&str, &str)>) -> String {
-    let mut parts: Vec<String> = names
-        .iter()
-        .zip(values)
-        .map(|(n, v)| format!("{n}=\"{}\"", escape(v, true)))
-        .collect();
-    if let Some((n, v)) = extra {
-        parts.push(format!("{n}=\"{v}\""));
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", parts.join(","))
-    }
-}
-
-/// A float as Prometheus writes it (`+Inf`, integers without a fraction).
-fn fmt_value(v: f64) -> String {
-    if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
-    } else if v.is_nan() {
-        "NaN".to_owned()
-    } else {
-        format!("{v}")
-    }
-}
-
-fn render_family(out: &mut String, f: &Family) {
-    let _ = writeln!(out, "# HELP {} {}", f.name, escape(&f.help, false));
-    let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind.name());
-    let series = f.series.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    for (values, s) in &series {
-        match s {
-            Series::Counter(c) => {
-                let _ = writeln!(
-                    out,
-                    "{}{} {}",
-                    f.name,
-                    label_set(&f.labels, values, None),
-                    c.get()
-                );
-            }
-            Series::Gauge(g) => {
-                let labels = label_set(&f.labels, values, None);
-                let _ = writeln!(out, "{}{labels} {}", f.name, fmt_value(g.get()));
-            }
-            Series::Histogram(h) => {
-                let mut cumulative = 0u64;
-                for (i, b) in h.buckets.iter().enumerate() {
-                    cumulative += b.load(Ordering::Relaxed);
-                    let le = LATENCY_BUCKETS_SECONDS
-                        .get(i)
-                        .map_or("+Inf".to_owned(), |b| fmt_value(*b));
-                    let labels = label_set(&f.labels, values, Some(("le", &le)));
-                    let _ = writeln!(out, "{}_bucket{labels} {cumulative}", f.name);
-                }
-                let labels = label_set(&f.labels, values, None);
-                let sum = h.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-                let _ = writeln!(out, "{}_sum{labels} {}", f.name, fmt_value(sum));
-                let _ = writeln!(out, "{}_count{labels} {cumulative}", f.name);
-            }
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -399,13 +333,7 @@ where
     match (method, path) {
         ("GET", "/metrics") => {
             let body = render().await;
-            respond(
-                &mut stream,
-                "200 OK",
-                "text/plain; version=0.0.4; charset=utf-8",
-                &body,
-            )
-            .await
+            respond(&mut stream, "200 OK", CONTENT_TYPE, &body).await
         }
         (_, "/metrics") => {
             respond(

@@ -87,6 +87,126 @@ impl StateReader<'_> {
     }
 }
 
+/// One field of a saved SSD model state, with how to read it from a model and how to set it: the
+/// one list [`SsdModel::save_state`] and [`SsdModel::load_state`] both walk, in file order.
+enum StateField {
+    /// A counter, stored as a little-endian u64.
+    U64(fn(&SsdModel) -> u64, fn(&mut SsdModel, u64)),
+    /// A table of u32 whose length the geometry fixes (so it is not stored).
+    U32s(fn(&SsdModel) -> &[u32], fn(&mut SsdModel) -> &mut Vec<u32>),
+    /// Per block: six u32 ([`block_words`]).
+    Blocks,
+    /// The free list: its length (u64), then the block numbers (u32).
+    Free,
+    /// Whether the drive is dead (u64 0/1), the reason's length (u64), the reason (UTF-8).
+    Dead,
+}
+
+/// A field's value decoded from a state, before it is applied.
+enum StateValue {
+    U64(u64),
+    U32s(Vec<u32>),
+    Blocks(Vec<BlockInfo>),
+    Free(VecDeque<u32>),
+    Dead(Option<String>),
+}
+
+macro_rules! u64_field {
+    ($f:ident) => {
+        StateField::U64(|m| m.$f, |m, v| m.$f = v)
+    };
+    ($f:ident as u32) => {
+        StateField::U64(|m| m.$f as u64, |m, v| m.$f = v as u32)
+    };
+}
+
+macro_rules! u32s_field {
+    ($f:ident) => {
+        StateField::U32s(|m| m.$f.as_slice(), |m| &mut m.$f)
+    };
+}
+
+/// The saved state after the geometry. Changing this list changes the format (`STATE_MAGIC`).
+const STATE_FIELDS: &[StateField] = &[
+    u64_field!(host_page_writes),
+    u64_field!(host_page_reads),
+    u64_field!(host_trimmed_pages),
+    u64_field!(flash_page_writes),
+    u64_field!(flash_page_reads),
+    u64_field!(gc_copies),
+    u64_field!(gc_invocations),
+    u64_field!(gc_victims),
+    u64_field!(erases),
+    u64_field!(retired),
+    u64_field!(valid_pages),
+    u64_field!(now_ns),
+    u64_field!(capacity_pages),
+    u64_field!(mode_switches),
+    u64_field!(wear_level_skips),
+    u64_field!(min_hint as u32),
+    u64_field!(open as u32),
+    u32s_field!(l2p),
+    u32s_field!(p2l),
+    u32s_field!(bucket_head),
+    u32s_field!(next),
+    u32s_field!(prev),
+    StateField::Blocks,
+    StateField::Free,
+    StateField::Dead,
+];
+
+fn put_u32s(o: &mut Vec<u8>, v: &[u32]) {
+    for x in v {
+        o.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// A block's saved words: erase count, erase count at the mode switch, valid pages, write pointer,
+/// usable pages, flags (status in bits 0-3, bits per cell in 4-7, early switch in bit 8).
+fn block_words(b: &BlockInfo) -> [u32; 6] {
+    let status = match b.status {
+        BlockStatus::Free => 0,
+        BlockStatus::Open => 1,
+        BlockStatus::Full => 2,
+        BlockStatus::Retired => 3,
+    };
+    let flags = status | (b.mode.bits_per_cell() << 4) | ((b.early_switch as u32) << 8);
+    [
+        b.erase_count,
+        b.mode_since_erase,
+        b.valid,
+        b.write_ptr,
+        b.pages,
+        flags,
+    ]
+}
+
+/// The inverse of [`block_words`].
+fn set_block_words(b: &mut BlockInfo, w: [u32; 6]) -> std::result::Result<(), String> {
+    [
+        b.erase_count,
+        b.mode_since_erase,
+        b.valid,
+        b.write_ptr,
+        b.pages,
+    ] = [w[0], w[1], w[2], w[3], w[4]];
+    b.status = match w[5] & 0xF {
+        0 => BlockStatus::Free,
+        1 => BlockStatus::Open,
+        2 => BlockStatus::Full,
+        3 => BlockStatus::Retired,
+        _ => return Err("SSD model state: bad block status".into()),
+    };
+    b.mode = match (w[5] >> 4) & 0xF {
+        1 => CellMode::Slc,
+        2 => CellMode::Mlc,
+        3 => CellMode::Tlc,
+        _ => return Err("SSD model state: bad cell mode".into()),
+    };
+    b.early_switch = (w[5] >> 8) & 1 == 1;
+    Ok(())
+}
+
 /// Most erase blocks a simulated SSD may have (the model keeps per-block state).
 pub const SSD_BLOCKS_MAX: u32 = 1 << 24;
 
@@ -653,86 +773,46 @@ impl SsdModel {
     // ---- checkpoint ----------------------------------------------------------------------------
 
     /// The FTL's whole state as bytes (for checkpoints of long runs). Format, little-endian: magic
-    /// `ECSSDST1`, the geometry (blocks, pages per block, logical pages) for a check on load, the
-    /// counters, the tables (`l2p`, `p2l`, per-block info, bucket lists, free list), the death reason,
-    /// then an FNV-1a 64 checksum of everything before it. Stored data (`keep_data`) is not included.
+    /// `ECSSDST1`, the geometry (blocks, pages per block, logical pages) for a check on load, then
+    /// the fields of [`STATE_FIELDS`] in order (counters, tables, per-block info, free list, death
+    /// reason), then an FNV-1a 64 checksum of everything before it. Stored data (`keep_data`) is not
+    /// included.
     pub fn save_state(&self) -> Vec<u8> {
         let mut o = Vec::with_capacity(16 * (self.l2p.len() + self.p2l.len()) + 64);
         o.extend_from_slice(STATE_MAGIC);
-        let put = |o: &mut Vec<u8>, v: u64| o.extend_from_slice(&v.to_le_bytes());
-        for v in [
-            self.cfg.blocks as u64,
-            self.ppb as u64,
-            self.logical_pages as u64,
-        ] {
-            put(&mut o, v);
+        for v in self.state_geometry() {
+            o.extend_from_slice(&v.to_le_bytes());
         }
-        for v in [
-            self.host_page_writes,
-            self.host_page_reads,
-            self.host_trimmed_pages,
-            self.flash_page_writes,
-            self.flash_page_reads,
-            self.gc_copies,
-            self.gc_invocations,
-            self.gc_victims,
-            self.erases,
-            self.retired,
-            self.valid_pages,
-            self.now_ns,
-            self.capacity_pages,
-            self.mode_switches,
-            self.wear_level_skips,
-            self.min_hint as u64,
-            self.open as u64,
-        ] {
-            put(&mut o, v);
-        }
-        let put32 = |o: &mut Vec<u8>, v: &[u32]| {
-            for x in v {
-                o.extend_from_slice(&x.to_le_bytes());
+        for field in STATE_FIELDS {
+            match field {
+                StateField::U64(get, _) => o.extend_from_slice(&get(self).to_le_bytes()),
+                StateField::U32s(get, _) => put_u32s(&mut o, get(self)),
+                StateField::Blocks => {
+                    for b in &self.blocks {
+                        put_u32s(&mut o, &block_words(b));
+                    }
+                }
+                StateField::Free => {
+                    o.extend_from_slice(&(self.free.len() as u64).to_le_bytes());
+                    for &b in &self.free {
+                        o.extend_from_slice(&b.to_le_bytes());
+                    }
+                }
+                StateField::Dead => {
+                    let why = self.dead.as_deref().unwrap_or("").as_bytes();
+                    o.extend_from_slice(&(self.dead.is_some() as u64).to_le_bytes());
+                    o.extend_from_slice(&(why.len() as u64).to_le_bytes());
+                    o.extend_from_slice(why);
+                }
             }
-        };
-        put32(&mut o, &self.l2p);
-        put32(&mut o, &self.p2l);
-        put32(&mut o, &self.bucket_head);
-        put32(&mut o, &self.next);
-        put32(&mut o, &self.prev);
-        for b in &self.blocks {
-            let status = match b.status {
-                BlockStatus::Free => 0,
-                BlockStatus::Open => 1,
-                BlockStatus::Full => 2,
-                BlockStatus::Retired => 3,
-            };
-            let flags = status | (b.mode.bits_per_cell() << 4) | ((b.early_switch as u32) << 8);
-            put32(
-                &mut o,
-                &[
-                    b.erase_count,
-                    b.mode_since_erase,
-                    b.valid,
-                    b.write_ptr,
-                    b.pages,
-                    flags,
-                ],
-            );
         }
-        put(&mut o, self.free.len() as u64);
-        for &b in &self.free {
-            o.extend_from_slice(&b.to_le_bytes());
-        }
-        let dead = self.dead.as_deref().unwrap_or("").as_bytes();
-        put(&mut o, self.dead.is_some() as u64);
-        put(&mut o, dead.len() as u64);
-        o.extend_from_slice(dead);
         let sum = fnv1a64(&o);
-        put(&mut o, sum);
+        o.extend_from_slice(&sum.to_le_bytes());
         o
     }
 
-    /// Restore a state saved by [`SsdModel::save_state`] from a model of the same geometry. The error
-    /// is one line.
+    /// Restore a state saved by [`SsdModel::save_state`] from a model of the same geometry. Nothing
+    /// changes unless the whole state decodes. The error is one line.
     pub fn load_state(&mut self, bytes: &[u8]) -> std::result::Result<(), String> {
         if bytes.len() < STATE_MAGIC.len() + 8 || &bytes[..8] != STATE_MAGIC {
             return Err("not an SSD model state (bad magic)".into());
@@ -743,104 +823,78 @@ impl SsdModel {
         }
         let mut r = StateReader { b: body, at: 8 };
         let geo = [r.u64()?, r.u64()?, r.u64()?];
-        if geo
-            != [
-                self.cfg.blocks as u64,
-                self.ppb as u64,
-                self.logical_pages as u64,
-            ]
-        {
+        if geo != self.state_geometry() {
             return Err(format!(
                 "SSD model state is for {} blocks x {} pages ({} logical), not this drive's {} x {} ({})",
                 geo[0], geo[1], geo[2], self.cfg.blocks, self.ppb, self.logical_pages
             ));
         }
-        let mut c = [0u64; 17];
-        for v in &mut c {
-            *v = r.u64()?;
+        // Decode everything first, in field order; apply only once the whole state is read.
+        let mut values = Vec::with_capacity(STATE_FIELDS.len());
+        for field in STATE_FIELDS {
+            values.push(match field {
+                StateField::U64(..) => StateValue::U64(r.u64()?),
+                StateField::U32s(get, _) => {
+                    let mut t = vec![0; get(self).len()];
+                    for x in t.iter_mut() {
+                        *x = r.u32()?;
+                    }
+                    StateValue::U32s(t)
+                }
+                StateField::Blocks => {
+                    let mut blocks = self.blocks.clone();
+                    for b in blocks.iter_mut() {
+                        let w = [r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?];
+                        set_block_words(b, w)?;
+                        if b.pages > self.ppb || b.write_ptr > b.pages || b.valid > b.write_ptr {
+                            return Err("SSD model state: inconsistent block".into());
+                        }
+                    }
+                    StateValue::Blocks(blocks)
+                }
+                StateField::Free => {
+                    let nfree = r.u64()? as usize;
+                    if nfree > self.blocks.len() {
+                        return Err("SSD model state: bad free list".into());
+                    }
+                    let mut free = VecDeque::with_capacity(nfree);
+                    for _ in 0..nfree {
+                        free.push_back(r.u32()?);
+                    }
+                    StateValue::Free(free)
+                }
+                StateField::Dead => {
+                    let has_dead = r.u64()? == 1;
+                    let len = r.u64()? as usize;
+                    let why = String::from_utf8(r.bytes(len)?.to_vec())
+                        .map_err(|_| "SSD model state: bad death reason".to_string())?;
+                    StateValue::Dead(has_dead.then_some(why))
+                }
+            });
         }
-        let mut l2p = vec![0; self.l2p.len()];
-        let mut p2l = vec![0; self.p2l.len()];
-        let mut heads = vec![0; self.bucket_head.len()];
-        let mut next = vec![0; self.next.len()];
-        let mut prev = vec![0; self.prev.len()];
-        for t in [&mut l2p, &mut p2l, &mut heads, &mut next, &mut prev] {
-            for x in t.iter_mut() {
-                *x = r.u32()?;
-            }
-        }
-        let mut blocks = self.blocks.clone();
-        for b in blocks.iter_mut() {
-            let v = [r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?];
-            b.erase_count = v[0];
-            b.mode_since_erase = v[1];
-            b.valid = v[2];
-            b.write_ptr = v[3];
-            b.pages = v[4];
-            b.status = match v[5] & 0xF {
-                0 => BlockStatus::Free,
-                1 => BlockStatus::Open,
-                2 => BlockStatus::Full,
-                3 => BlockStatus::Retired,
-                _ => return Err("SSD model state: bad block status".into()),
-            };
-            b.mode = match (v[5] >> 4) & 0xF {
-                1 => CellMode::Slc,
-                2 => CellMode::Mlc,
-                3 => CellMode::Tlc,
-                _ => return Err("SSD model state: bad cell mode".into()),
-            };
-            b.early_switch = (v[5] >> 8) & 1 == 1;
-            if b.pages > self.ppb || b.write_ptr > b.pages || b.valid > b.write_ptr {
-                return Err("SSD model state: inconsistent block".into());
-            }
-        }
-        let nfree = r.u64()? as usize;
-        if nfree > blocks.len() {
-            return Err("SSD model state: bad free list".into());
-        }
-        let mut free = VecDeque::with_capacity(nfree);
-        for _ in 0..nfree {
-            free.push_back(r.u32()?);
-        }
-        let has_dead = r.u64()? == 1;
-        let len = r.u64()? as usize;
-        let why = String::from_utf8(r.bytes(len)?.to_vec())
-            .map_err(|_| "SSD model state: bad death reason".to_string())?;
         if r.at != body.len() {
             return Err("SSD model state: trailing bytes".into());
         }
-        [
-            self.host_page_writes,
-            self.host_page_reads,
-            self.host_trimmed_pages,
-            self.flash_page_writes,
-            self.flash_page_reads,
-            self.gc_copies,
-            self.gc_invocations,
-            self.gc_victims,
-            self.erases,
-            self.retired,
-            self.valid_pages,
-            self.now_ns,
-            self.capacity_pages,
-            self.mode_switches,
-            self.wear_level_skips,
-        ] = [
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13],
-            c[14],
-        ];
-        self.min_hint = c[15] as u32;
-        self.open = c[16] as u32;
-        self.l2p = l2p;
-        self.p2l = p2l;
-        self.bucket_head = heads;
-        self.next = next;
-        self.prev = prev;
-        self.blocks = blocks;
-        self.free = free;
-        self.dead = has_dead.then_some(why);
+        for (field, value) in STATE_FIELDS.iter().zip(values) {
+            match (field, value) {
+                (StateField::U64(_, set), StateValue::U64(v)) => set(self, v),
+                (StateField::U32s(_, set), StateValue::U32s(t)) => *set(self) = t,
+                (StateField::Blocks, StateValue::Blocks(b)) => self.blocks = b,
+                (StateField::Free, StateValue::Free(f)) => self.free = f,
+                (StateField::Dead, StateValue::Dead(d)) => self.dead = d,
+                _ => unreachable!("a state value is decoded from its own field"),
+            }
+        }
         Ok(())
+    }
+
+    /// The geometry a state records and is checked against on load.
+    fn state_geometry(&self) -> [u64; 3] {
+        [
+            self.cfg.blocks as u64,
+            self.ppb as u64,
+            self.logical_pages as u64,
+        ]
     }
 
     // ---- bucket lists -------------------------------------------------------------------------
