@@ -185,6 +185,38 @@ impl MdsHandle {
         Ok(())
     }
 
+    /// A test's MDS of `config` (a [`ManualClock`](crate::engine::ManualClock) at 1,000 s, its
+    /// SQLite store and the `mds` certificate) serving on a fresh loopback port in a task of the
+    /// current runtime: its address, and the sender that stops it. For the tests of this crate and
+    /// of the OSD.
+    #[doc(hidden)]
+    pub async fn spawn_loopback(
+        config: &ecstack_rpc::ClusterConfig,
+    ) -> (String, tokio::sync::oneshot::Sender<()>) {
+        let store = crate::store::SqliteStore::open(&config.resolve(&config.mds.store))
+            .expect("open the MDS store");
+        let core = MdsCore::open(
+            Box::new(store),
+            crate::engine::MdsSettings::from_config(config),
+            crate::engine::ManualClock::new(1_000_000),
+        )
+        .expect("open the MDS");
+        let handle = MdsHandle::new(core);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local address").to_string();
+        let security = Security::load(&config.certs_dir(), "mds").expect("the mds certificate");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            handle
+                .serve(listener, &security, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("serve");
+        });
+        (addr, stop)
+    }
+
     /// Prometheus text: requests, errors and latency per RPC, OSDs by state, segments by state,
     /// files, bytes and recovery progress.
     pub async fn metrics_text(&self) -> String {

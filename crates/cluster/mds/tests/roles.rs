@@ -8,13 +8,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use ecstack_mds::engine::{ManualClock, MdsCore, MdsSettings};
 use ecstack_mds::service::{MdsHandle, MDS_ROLES};
-use ecstack_mds::store::SqliteStore;
 use ecstack_mds::{Heartbeat, MdsClient, MdsError, OsdRegistration};
 use ecstack_rpc::init::{init_cluster, issue_certificate_with_role, InitOptions};
+use ecstack_rpc::roles::proto_rpcs;
 use ecstack_rpc::{ClusterConfig, Security};
-use tokio::sync::oneshot;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -35,14 +33,6 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("OsdOut", &["admin"]),
     ("Status", &["client", "admin"]),
 ];
-
-/// The RPC names of a `.proto` service, in order.
-fn proto_rpcs(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.trim().strip_prefix("rpc "))
-        .map(|l| l.split('(').next().unwrap().trim().to_owned())
-        .collect()
-}
 
 #[test]
 fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
@@ -68,31 +58,6 @@ fn cluster(dir: &Path) -> ClusterConfig {
     };
     init_cluster(dir, &opts).unwrap();
     ClusterConfig::load(&dir.join("cluster.toml")).unwrap()
-}
-
-/// An MDS of `config` serving with its own certificate on a fresh loopback port.
-async fn start_mds(config: &ClusterConfig) -> (String, oneshot::Sender<()>) {
-    let store = SqliteStore::open(&config.resolve(&config.mds.store)).unwrap();
-    let core = MdsCore::open(
-        Box::new(store),
-        MdsSettings::from_config(config),
-        ManualClock::new(1_000_000),
-    )
-    .unwrap();
-    let handle = MdsHandle::new(core);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let security = Security::load(&config.certs_dir(), "mds").unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        handle
-            .serve(listener, &security, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-    });
-    (addr, stop)
 }
 
 fn client(config: &ClusterConfig, name: &str, addr: &str) -> MdsClient {
@@ -142,7 +107,7 @@ async fn every_rpc_with_every_role() {
     let config = cluster(dir.path());
     // A certificate as `init` made them before roles.
     issue_certificate_with_role(&config, "client-old", None, false).unwrap();
-    let (addr, _stop) = start_mds(&config).await;
+    let (addr, _stop) = MdsHandle::spawn_loopback(&config).await;
 
     let mut checked = 0;
     for (cert, role) in [
@@ -193,7 +158,7 @@ async fn another_clusters_certificate_is_final() {
     let dir = tempfile::tempdir().unwrap();
     let config = cluster(&dir.path().join("a"));
     let other = cluster(&dir.path().join("b"));
-    let (addr, _stop) = start_mds(&config).await;
+    let (addr, _stop) = MdsHandle::spawn_loopback(&config).await;
     for name in ["client", "admin", "osd-0"] {
         let e = client(&other, name, &addr).status().await.unwrap_err();
         let line = e.to_string();

@@ -10,14 +10,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ecstack_mds::engine::{ManualClock, MdsCore, MdsSettings};
 use ecstack_mds::service::MdsHandle;
-use ecstack_mds::store::SqliteStore;
 use ecstack_osd::api::DeltaStamp;
 use ecstack_osd::daemon::{Daemon, DaemonConfig};
 use ecstack_osd::roles::OSD_ROLES;
 use ecstack_osd::{ChunkMeta, Layout, OsdCallError, OsdClient};
 use ecstack_rpc::init::{init_cluster, issue_certificate_with_role, InitOptions};
+use ecstack_rpc::roles::proto_rpcs;
 use ecstack_rpc::{ClusterConfig, Security};
 use tokio::sync::oneshot;
 use tonic::Code;
@@ -38,13 +37,6 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("ChunkVersion", &["osd"]),
     ("DeleteChunk", &["osd"]),
 ];
-
-fn proto_rpcs(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.trim().strip_prefix("rpc "))
-        .map(|l| l.split('(').next().unwrap().trim().to_owned())
-        .collect()
-}
 
 #[test]
 fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
@@ -76,24 +68,7 @@ fn cluster(dir: &Path) -> ClusterConfig {
 /// A real MDS and one real OSD daemon of `config`, each with its own certificate; returns the
 /// OSD's address and id.
 async fn start(config: &ClusterConfig, store: &Path) -> (String, u32, Vec<oneshot::Sender<()>>) {
-    let core = MdsCore::open(
-        Box::new(SqliteStore::open(&config.resolve(&config.mds.store)).unwrap()),
-        MdsSettings::from_config(config),
-        ManualClock::new(1_000_000),
-    )
-    .unwrap();
-    let mds = MdsHandle::new(core);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let mds_addr = listener.local_addr().unwrap().to_string();
-    let mds_security = Security::load(&config.certs_dir(), "mds").unwrap();
-    let (stop_mds, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        mds.serve(listener, &mds_security, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
+    let (mds_addr, stop_mds) = MdsHandle::spawn_loopback(config).await;
 
     let daemon = Daemon::start(&DaemonConfig {
         name: "osd-0".into(),

@@ -184,6 +184,16 @@ impl RoleTable {
     }
 }
 
+/// The RPC names of a `.proto` file's services, in order (each line that starts `rpc Name(`):
+/// what a role table and its tests are checked against, so that a new RPC cannot go unlisted.
+pub fn proto_rpcs(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("rpc "))
+        .filter_map(|l| l.split('(').next())
+        .map(|name| name.trim().to_owned())
+        .collect()
+}
+
 fn role_list(roles: &[Role]) -> String {
     match roles {
         [] => "no".to_owned(),
