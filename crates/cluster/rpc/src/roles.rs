@@ -148,6 +148,11 @@ pub struct RoleTable {
 }
 
 impl RoleTable {
+    /// The methods the table lists, in its order.
+    pub fn method_names(&self) -> Vec<String> {
+        self.methods.iter().map(|(m, _)| m.to_string()).collect()
+    }
+
     /// The roles that may call `method`; `None` for a method the table does not list.
     pub fn roles(&self, method: &str) -> Option<&'static [Role]> {
         self.methods
