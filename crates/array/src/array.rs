@@ -103,6 +103,10 @@ pub struct OpenOptions {
     /// Compute and verify per-chunk checksums (on by default; off only to measure what they cost,
     /// see [`Array::set_checksums`]; `ecstack array ... --no-checksums`).
     pub checksums: bool,
+    /// On create: overwrite devices that hold something (an ecstack label or superblock, or any
+    /// non-zero byte in their first MiB); without it `create` refuses them
+    /// (`ecstack array create --force`).
+    pub force: bool,
 }
 
 impl Default for OpenOptions {
@@ -116,6 +120,7 @@ impl Default for OpenOptions {
             uuid: None,
             journal_updates: false,
             checksums: true,
+            force: false,
         }
     }
 }
@@ -148,6 +153,9 @@ pub struct Array {
     last_io: Mutex<Instant>,
     /// Failed devices at the last metadata sync that followed a failure found by I/O.
     failed_seen: AtomicU64,
+    /// The exclusive locks on the files and block devices behind the array's devices, held for
+    /// the array's lifetime (released on drop).
+    _device_locks: Vec<ecstack_device::DeviceLock>,
 }
 
 impl std::fmt::Debug for Array {
@@ -316,6 +324,10 @@ impl Array {
         opts: &OpenOptions,
     ) -> Result<Array> {
         let mut sb = Self::plan(cfg, &devices)?;
+        let held = crate::exclusive::lock_devices(&devices)?;
+        if !opts.force {
+            crate::exclusive::check_blank(&devices)?;
+        }
         if let Some(uuid) = opts.uuid {
             sb.uuid = uuid;
         }
@@ -339,7 +351,7 @@ impl Array {
         devices.meta.write_at(&raw, 0)?;
         devices.meta.write_at(&raw, SB_SLOT)?;
         devices.meta.flush()?;
-        Self::assemble(sb, devices, mv, opts, true)
+        Self::assemble(sb, devices, mv, opts, true, held)
     }
 
     /// Read the superblock of a metadata volume (the newer valid copy).
@@ -380,6 +392,7 @@ impl Array {
     }
 
     pub fn open_with(devices: ArrayDevices, opts: &OpenOptions) -> Result<Array> {
+        let held = crate::exclusive::lock_devices(&devices)?;
         let sb = Self::read_superblock(devices.meta.as_ref())?;
         sb.check_devices(&devices.main, &devices.log)?;
         let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
@@ -394,7 +407,7 @@ impl Array {
                 sb.layout.inc_size, g.k, g.chunk, mv.inc_min
             )));
         }
-        Self::assemble(sb, devices, mv, opts, false)
+        Self::assemble(sb, devices, mv, opts, false, held)
     }
 
     /// `fresh`: the labels were just written (devices that do not keep data, such as metadata-only
@@ -405,6 +418,7 @@ impl Array {
         mut mv: MetaVolume,
         opts: &OpenOptions,
         fresh: bool,
+        held: Vec<ecstack_device::DeviceLock>,
     ) -> Result<Array> {
         let g = sb.geometry.clone();
         let mut state = mv.load(&g)?;
@@ -502,6 +516,7 @@ impl Array {
             clock: opts.clock.clone(),
             last_io: Mutex::new(opts.clock.now()),
             failed_seen: AtomicU64::new(0),
+            _device_locks: held,
         };
         array.scheme.set_clock(opts.clock.clone());
         // Off when asked (measuring what checksums cost), and (whatever is asked) when a device
