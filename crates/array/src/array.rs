@@ -50,6 +50,15 @@ pub struct ArrayDevices {
 }
 
 impl ArrayDevices {
+    fn members(&self) -> crate::exclusive::Members<'_> {
+        crate::exclusive::Members {
+            main: &self.main,
+            log: &self.log,
+            meta: &self.meta,
+            specs: self.specs.as_deref(),
+        }
+    }
+
     /// The devices of an array from handles of one concrete type, with no specs recorded: for
     /// callers that keep typed handles to inject faults (the simulator, tests).
     pub fn from_handles<D: BlockDevice + 'static>(
@@ -324,9 +333,9 @@ impl Array {
         opts: &OpenOptions,
     ) -> Result<Array> {
         let mut sb = Self::plan(cfg, &devices)?;
-        let held = crate::exclusive::lock_devices(&devices)?;
+        let held = crate::exclusive::lock_devices(&devices.members())?;
         if !opts.force {
-            crate::exclusive::check_blank(&devices)?;
+            crate::exclusive::check_blank(&devices.members())?;
         }
         if let Some(uuid) = opts.uuid {
             sb.uuid = uuid;
@@ -392,7 +401,7 @@ impl Array {
     }
 
     pub fn open_with(devices: ArrayDevices, opts: &OpenOptions) -> Result<Array> {
-        let held = crate::exclusive::lock_devices(&devices)?;
+        let held = crate::exclusive::lock_devices(&devices.members())?;
         let sb = Self::read_superblock(devices.meta.as_ref())?;
         sb.check_devices(&devices.main, &devices.log)?;
         let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);

@@ -10,16 +10,24 @@ use std::sync::Arc;
 
 use ecstack_device::{lock_exclusive, BlockDevice, DeviceError, DeviceLock, LockError};
 
-use crate::array::ArrayDevices;
 use crate::format::{decode_label, Superblock};
 use crate::{ArrayError, Result};
 
 /// Bytes at the start of each device that `create` checks are zero.
 const BLANK_CHECK_BYTES: u64 = 1 << 20;
 
+/// The devices of an array (as `ArrayDevices` holds them).
+pub(crate) struct Members<'a> {
+    pub main: &'a [Arc<dyn BlockDevice>],
+    pub log: &'a [Arc<dyn BlockDevice>],
+    pub meta: &'a Arc<dyn BlockDevice>,
+    /// Their specs (main, log, meta) when known.
+    pub specs: Option<&'a [String]>,
+}
+
 /// The devices with the role and the name (its spec when known) each is shown by in errors.
-fn roles(devices: &ArrayDevices) -> Vec<(String, &Arc<dyn BlockDevice>)> {
-    let specs = devices.specs.as_deref().unwrap_or(&[]);
+fn roles<'a>(devices: &Members<'a>) -> Vec<(String, &'a Arc<dyn BlockDevice>)> {
+    let specs = devices.specs.unwrap_or(&[]);
     let name = |i: usize, d: &Arc<dyn BlockDevice>| {
         specs
             .get(i)
@@ -28,23 +36,25 @@ fn roles(devices: &ArrayDevices) -> Vec<(String, &Arc<dyn BlockDevice>)> {
     };
     let n = devices.main.len();
     let mut out = Vec::new();
-    for (i, d) in devices.main.iter().enumerate() {
+    let main: &'a [Arc<dyn BlockDevice>] = devices.main;
+    for (i, d) in main.iter().enumerate() {
         out.push((format!("array device {i} ({})", name(i, d)), d));
     }
-    for (j, d) in devices.log.iter().enumerate() {
+    let log: &'a [Arc<dyn BlockDevice>] = devices.log;
+    for (j, d) in log.iter().enumerate() {
         out.push((format!("array log device {j} ({})", name(n + j, d)), d));
     }
     let meta_at = n + devices.log.len();
     out.push((
-        format!("array meta {}", name(meta_at, &devices.meta)),
-        &devices.meta,
+        format!("array meta {}", name(meta_at, devices.meta)),
+        devices.meta,
     ));
     out
 }
 
 /// Lock every file and block device behind the array's devices, or refuse in one line naming
 /// the process that holds one.
-pub(crate) fn lock_devices(devices: &ArrayDevices) -> Result<Vec<DeviceLock>> {
+pub(crate) fn lock_devices(devices: &Members<'_>) -> Result<Vec<DeviceLock>> {
     let mut held: Vec<DeviceLock> = Vec::new();
     let mut seen: Vec<PathBuf> = Vec::new();
     for (role, d) in roles(devices) {
@@ -95,7 +105,7 @@ fn busy_message(role: &str, holder: Option<ecstack_device::Holder>) -> String {
 
 /// `create` without `force`: refuse a device (backed by a file or block device) whose first MiB
 /// holds an ecstack label or superblock, or any non-zero byte.
-pub(crate) fn check_blank(devices: &ArrayDevices) -> Result<()> {
+pub(crate) fn check_blank(devices: &Members<'_>) -> Result<()> {
     for (role, d) in roles(devices) {
         if d.backing_paths().is_empty() || !d.keeps_data() {
             continue;
