@@ -164,7 +164,7 @@ pub struct Array {
     failed_seen: AtomicU64,
     /// The exclusive locks on the files and block devices behind the array's devices, held for
     /// the array's lifetime (released on drop).
-    _device_locks: Vec<ecstack_device::DeviceLock>,
+    device_locks: Mutex<Vec<ecstack_device::DeviceLock>>,
 }
 
 impl std::fmt::Debug for Array {
@@ -525,7 +525,7 @@ impl Array {
             clock: opts.clock.clone(),
             last_io: Mutex::new(opts.clock.now()),
             failed_seen: AtomicU64::new(0),
-            _device_locks: held,
+            device_locks: Mutex::new(held),
         };
         array.scheme.set_clock(opts.clock.clone());
         // Off when asked (measuring what checksums cost), and (whatever is asked) when a device
@@ -1255,6 +1255,13 @@ impl Array {
         targets: Vec<(usize, Arc<dyn BlockDevice>)>,
     ) -> Result<RebuildReport> {
         let _a = self.admin_write();
+        {
+            let mut held = lock(&self.device_locks);
+            for (i, d) in &targets {
+                let role = format!("replacement for array device {i} ({})", d.name());
+                crate::exclusive::lock_replacement(&mut held, &role, d)?;
+            }
+        }
         let batch = self.rebuild_batch.load(Relaxed) as usize;
         let prefetch = self.rebuild_prefetch.load(Relaxed);
         let r = crate::recovery::rebuild(

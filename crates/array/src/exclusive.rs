@@ -80,6 +80,35 @@ pub(crate) fn lock_devices(devices: &Members<'_>) -> Result<Vec<DeviceLock>> {
     Ok(held)
 }
 
+/// Lock the files behind `replacement`, a device about to become member `role` of an open array
+/// whose locks are `held`, adding them to `held` (a file the array holds already, such as the
+/// failed device rebuilt in place, is skipped).
+pub(crate) fn lock_replacement(
+    held: &mut Vec<DeviceLock>,
+    role: &str,
+    replacement: &Arc<dyn BlockDevice>,
+) -> Result<()> {
+    let canon = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    for path in replacement.backing_paths() {
+        let key = canon(&path);
+        if held.iter().any(|l| canon(l.path()) == key) {
+            continue;
+        }
+        match lock_exclusive(&path) {
+            Ok(l) => held.push(l),
+            Err(LockError::Busy { holder }) => {
+                return Err(ArrayError::Busy(busy_message(role, holder)))
+            }
+            Err(LockError::Io(e)) => {
+                return Err(
+                    DeviceError::io(format!("{role}: locking {}", path.display()), e).into(),
+                )
+            }
+        }
+    }
+    Ok(())
+}
+
 fn busy_message(role: &str, holder: Option<ecstack_device::Holder>) -> String {
     let Some(h) = holder else {
         return format!(

@@ -153,3 +153,29 @@ fn memory_devices_have_nothing_to_lock() {
     // The simulator and crash tests reopen arrays over the devices of a live one.
     let _b = Array::open(rig.devices()).unwrap();
 }
+
+#[test]
+fn a_rebuild_replacement_is_locked_and_may_be_the_failed_device_itself() {
+    let dir = Dir::new("rebuild");
+    let other = Dir::new("rebuild-other");
+    let cfg = config(SchemeKind::Eplog, 2, 1);
+    let devs = devices(&dir.0);
+    let d1 = Arc::clone(&devs.main[1]);
+    let a = Array::create(&cfg, devs).unwrap();
+    a.write(&[3u8; 8192], 0).unwrap();
+    let _b = Array::create(&cfg, devices(&other.0)).unwrap();
+    a.fail_device(1).unwrap();
+    // A device of another open array is refused as a replacement.
+    let theirs: Arc<dyn BlockDevice> =
+        Arc::new(FileDevice::create(other.0.join("d0"), DEV_BYTES).unwrap());
+    let msg = a.rebuild_device(1, theirs).unwrap_err().to_string();
+    assert!(
+        msg.contains("replacement for array device 1") && msg.contains("already open"),
+        "{msg}"
+    );
+    // The failed device itself, already held by this array, is fine.
+    a.rebuild_device(1, d1).unwrap();
+    let mut back = [0u8; 8192];
+    a.read(&mut back, 0).unwrap();
+    assert_eq!(back, [3u8; 8192]);
+}
