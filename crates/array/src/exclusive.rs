@@ -57,7 +57,10 @@ fn roles<'a>(devices: &Members<'a>) -> Vec<(String, &'a Arc<dyn BlockDevice>)> {
 pub(crate) fn lock_devices(devices: &Members<'_>) -> Result<Vec<DeviceLock>> {
     let mut held: Vec<DeviceLock> = Vec::new();
     let mut seen: Vec<PathBuf> = Vec::new();
-    for (role, d) in roles(devices) {
+    // The metadata volume first: a refusal names it, the volume every opener names.
+    let mut order = roles(devices);
+    order.rotate_right(1);
+    for (role, d) in order {
         for path in d.backing_paths() {
             let key = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
             if seen.contains(&key) {

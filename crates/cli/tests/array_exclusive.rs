@@ -54,6 +54,9 @@ fn a_served_array_refuses_other_openers_until_the_server_stops() {
     let addr2 = format!("127.0.0.1:{}", free_port());
     let o = ecstack(&["array", "serve", "--meta", &meta, "--addr", &addr2]);
     refused(&o, pid, &sock_s, "a second array serve");
+    // The metadata volume is named first: the one every opener names.
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("array meta {meta}")), "{err}");
 
     let device = format!("array:{meta}");
     let o = ecstack(&[
