@@ -50,6 +50,15 @@ pub struct ArrayDevices {
 }
 
 impl ArrayDevices {
+    fn members(&self) -> crate::exclusive::Members<'_> {
+        crate::exclusive::Members {
+            main: &self.main,
+            log: &self.log,
+            meta: &self.meta,
+            specs: self.specs.as_deref(),
+        }
+    }
+
     /// The devices of an array from handles of one concrete type, with no specs recorded: for
     /// callers that keep typed handles to inject faults (the simulator, tests).
     pub fn from_handles<D: BlockDevice + 'static>(
@@ -103,6 +112,10 @@ pub struct OpenOptions {
     /// Compute and verify per-chunk checksums (on by default; off only to measure what they cost,
     /// see [`Array::set_checksums`]; `ecstack array ... --no-checksums`).
     pub checksums: bool,
+    /// On create: overwrite devices that hold something (an ecstack label or superblock, or any
+    /// non-zero byte in their first MiB); without it `create` refuses them
+    /// (`ecstack array create --force`).
+    pub force: bool,
 }
 
 impl Default for OpenOptions {
@@ -116,6 +129,7 @@ impl Default for OpenOptions {
             uuid: None,
             journal_updates: false,
             checksums: true,
+            force: false,
         }
     }
 }
@@ -148,6 +162,9 @@ pub struct Array {
     last_io: Mutex<Instant>,
     /// Failed devices at the last metadata sync that followed a failure found by I/O.
     failed_seen: AtomicU64,
+    /// The exclusive locks on the files and block devices behind the array's devices, held for
+    /// the array's lifetime (released on drop).
+    device_locks: Mutex<Vec<ecstack_device::DeviceLock>>,
 }
 
 impl std::fmt::Debug for Array {
@@ -316,6 +333,10 @@ impl Array {
         opts: &OpenOptions,
     ) -> Result<Array> {
         let mut sb = Self::plan(cfg, &devices)?;
+        let held = crate::exclusive::lock_devices(&devices.members())?;
+        if !opts.force {
+            crate::exclusive::check_blank(&devices.members())?;
+        }
         if let Some(uuid) = opts.uuid {
             sb.uuid = uuid;
         }
@@ -339,7 +360,7 @@ impl Array {
         devices.meta.write_at(&raw, 0)?;
         devices.meta.write_at(&raw, SB_SLOT)?;
         devices.meta.flush()?;
-        Self::assemble(sb, devices, mv, opts, true)
+        Self::assemble(sb, devices, mv, opts, true, held)
     }
 
     /// Read the superblock of a metadata volume (the newer valid copy).
@@ -380,6 +401,7 @@ impl Array {
     }
 
     pub fn open_with(devices: ArrayDevices, opts: &OpenOptions) -> Result<Array> {
+        let held = crate::exclusive::lock_devices(&devices.members())?;
         let sb = Self::read_superblock(devices.meta.as_ref())?;
         sb.check_devices(&devices.main, &devices.log)?;
         let mut mv = MetaVolume::new(Arc::clone(&devices.meta), sb.layout.clone(), sb.uuid);
@@ -394,7 +416,7 @@ impl Array {
                 sb.layout.inc_size, g.k, g.chunk, mv.inc_min
             )));
         }
-        Self::assemble(sb, devices, mv, opts, false)
+        Self::assemble(sb, devices, mv, opts, false, held)
     }
 
     /// `fresh`: the labels were just written (devices that do not keep data, such as metadata-only
@@ -405,6 +427,7 @@ impl Array {
         mut mv: MetaVolume,
         opts: &OpenOptions,
         fresh: bool,
+        held: Vec<ecstack_device::DeviceLock>,
     ) -> Result<Array> {
         let g = sb.geometry.clone();
         let mut state = mv.load(&g)?;
@@ -502,6 +525,7 @@ impl Array {
             clock: opts.clock.clone(),
             last_io: Mutex::new(opts.clock.now()),
             failed_seen: AtomicU64::new(0),
+            device_locks: Mutex::new(held),
         };
         array.scheme.set_clock(opts.clock.clone());
         // Off when asked (measuring what checksums cost), and (whatever is asked) when a device
@@ -1231,6 +1255,13 @@ impl Array {
         targets: Vec<(usize, Arc<dyn BlockDevice>)>,
     ) -> Result<RebuildReport> {
         let _a = self.admin_write();
+        {
+            let mut held = lock(&self.device_locks);
+            for (i, d) in &targets {
+                let role = format!("replacement for array device {i} ({})", d.name());
+                crate::exclusive::lock_replacement(&mut held, &role, d)?;
+            }
+        }
         let batch = self.rebuild_batch.load(Relaxed) as usize;
         let prefetch = self.rebuild_prefetch.load(Relaxed);
         let r = crate::recovery::rebuild(

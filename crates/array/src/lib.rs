@@ -41,6 +41,7 @@ mod array;
 mod clock;
 mod core;
 mod crc;
+mod exclusive;
 mod extent_set;
 mod format;
 #[cfg(test)]
@@ -91,6 +92,9 @@ pub enum ArrayError {
     NoSpace(String),
     #[error("{0}")]
     Admin(String),
+    /// Another opener holds one of the array's devices (one line naming it).
+    #[error("{0}")]
+    Busy(String),
     /// An error of a write batched with others by the eplog stripe buffer, as every request of
     /// the batch sees it.
     #[error("{0}")]

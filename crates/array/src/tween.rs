@@ -324,6 +324,17 @@ impl Tween {
         tcfg: &TweenConfig,
         nvram: &NvramSpec,
     ) -> Result<Tween> {
+        Self::create_with(cfg, devices, tcfg, nvram, &OpenOptions::default())
+    }
+
+    /// [`Tween::create`] with open options (`force` to overwrite devices that hold something).
+    pub fn create_with(
+        cfg: &ArrayConfig,
+        devices: ArrayDevices,
+        tcfg: &TweenConfig,
+        nvram: &NvramSpec,
+        opts: &OpenOptions,
+    ) -> Result<Tween> {
         if cfg.scheme != SchemeKind::Tween {
             return Err(cfg_err(format!(
                 "Tween::create needs scheme tween, got {}",
@@ -374,7 +385,7 @@ impl Tween {
                 "GC threshold {threshold} free segments must lie in [{floor}, {spare})"
             )));
         }
-        let array = Array::create(cfg, devices)?;
+        let array = Array::create_with(cfg, devices, opts)?;
         let hdr = Header {
             uuid: array.superblock().uuid,
             stripe_bytes: stripe,

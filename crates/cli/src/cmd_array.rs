@@ -85,6 +85,10 @@ struct CreateArgs {
     /// Metadata volume spec
     #[arg(long)]
     meta: String,
+    /// Overwrite devices that hold something (an ecstack label or superblock, or any non-zero
+    /// byte in their first MiB); without it they are refused
+    #[arg(long)]
+    force: bool,
     #[command(flatten)]
     tween: crate::cmd_tween::TweenArgs,
     #[arg(long)]
@@ -292,9 +296,13 @@ fn create(a: CreateArgs) -> Result<()> {
         specs: Some(specs),
     };
     if scheme == SchemeKind::Tween {
-        return crate::cmd_tween::create(&cfg, devices, &a.tween, a.json);
+        return crate::cmd_tween::create(&cfg, devices, &a.tween, a.force, a.json);
     }
-    let array = Array::create(&cfg, devices)?;
+    let opts = OpenOptions {
+        force: a.force,
+        ..OpenOptions::default()
+    };
+    let array = Array::create_with(&cfg, devices, &opts)?;
     array.close()?;
     let st = array.status();
     if a.json {

@@ -81,7 +81,13 @@ pub fn chunk_bytes(t: &TweenArgs, k: usize) -> Result<u64> {
     Ok(stripe / k as u64)
 }
 
-pub fn create(cfg: &ArrayConfig, devices: ArrayDevices, t: &TweenArgs, json: bool) -> Result<()> {
+pub fn create(
+    cfg: &ArrayConfig,
+    devices: ArrayDevices,
+    t: &TweenArgs,
+    force: bool,
+    json: bool,
+) -> Result<()> {
     let Some(path) = &t.nvram else {
         bail!("scheme tween needs --nvram PATH (its NVRAM region)");
     };
@@ -99,7 +105,11 @@ pub fn create(cfg: &ArrayConfig, devices: ArrayDevices, t: &TweenArgs, json: boo
         path: path.clone(),
         bytes: t.nvram_size.as_deref().map(parse_size).transpose()?,
     };
-    let tw = Tween::create(cfg, devices, &tcfg, &spec)?;
+    let opts = ecstack_array::OpenOptions {
+        force,
+        ..Default::default()
+    };
+    let tw = Tween::create_with(cfg, devices, &tcfg, &spec, &opts)?;
     tw.array().close()?;
     if json {
         return print_json(&serde_json::json!({

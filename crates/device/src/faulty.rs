@@ -487,6 +487,9 @@ impl<D: BlockDevice> BlockDevice for Faulty<D> {
     fn keeps_data(&self) -> bool {
         self.inner.keeps_data()
     }
+    fn backing_paths(&self) -> Vec<std::path::PathBuf> {
+        self.inner.backing_paths()
+    }
     fn stats(&self) -> DeviceStats {
         self.inner.stats()
     }

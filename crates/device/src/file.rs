@@ -328,6 +328,10 @@ impl BlockDevice for FileDevice {
         &self.name
     }
 
+    fn backing_paths(&self) -> Vec<std::path::PathBuf> {
+        vec![self.path.clone()]
+    }
+
     fn capacity(&self) -> u64 {
         self.capacity
     }

@@ -17,6 +17,7 @@ pub mod batch;
 pub mod faulty;
 pub mod file;
 pub mod hist;
+pub mod lock;
 pub mod mem;
 pub mod metered;
 pub mod mirror;
@@ -33,6 +34,7 @@ pub use faulty::{
 };
 pub use file::{AlignedBuf, FileDevice, FileOptions, DIRECT_ALIGN};
 pub use hist::LatencyHistogram;
+pub use lock::{lock_exclusive, DeviceLock, Holder, LockError};
 pub use mem::MemDevice;
 pub use metered::Metered;
 pub use mirror::{Mirror, MirrorReport};
@@ -195,6 +197,12 @@ pub trait BlockDevice: Send + Sync + fmt::Debug {
     fn keeps_data(&self) -> bool {
         true
     }
+    /// The files and block devices that hold this device's bytes, which an exclusive opener (the
+    /// array, see [`lock`]) locks. None for devices in memory or simulated; wrappers answer for
+    /// the devices they wrap.
+    fn backing_paths(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
     /// Run a batch of requests (each answered exactly once, through `batch`): the one path for
     /// issuing several requests at once. The default runs them one after another with
     /// [`read_at`](Self::read_at)/[`write_at`](Self::write_at) ([`Batch::run_now`]); a file device
@@ -268,6 +276,9 @@ macro_rules! forward_block_device {
             }
             fn keeps_data(&self) -> bool {
                 (**self).keeps_data()
+            }
+            fn backing_paths(&self) -> Vec<std::path::PathBuf> {
+                (**self).backing_paths()
             }
             fn read_with(
                 &self,

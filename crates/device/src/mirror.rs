@@ -318,6 +318,9 @@ impl BlockDevice for Mirror {
     fn keeps_data(&self) -> bool {
         self.legs.iter().all(|l| l.keeps_data())
     }
+    fn backing_paths(&self) -> Vec<std::path::PathBuf> {
+        self.legs.iter().flat_map(|l| l.backing_paths()).collect()
+    }
 
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         crate::check_range(&self.name, offset, len, self.capacity)?;

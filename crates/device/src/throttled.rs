@@ -333,6 +333,9 @@ impl<D: BlockDevice> BlockDevice for Throttled<D> {
     fn keeps_data(&self) -> bool {
         self.inner.keeps_data()
     }
+    fn backing_paths(&self) -> Vec<std::path::PathBuf> {
+        self.inner.backing_paths()
+    }
     fn stats(&self) -> DeviceStats {
         let mut s = self.inner.stats();
         s.modeled_ns += self

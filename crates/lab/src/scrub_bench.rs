@@ -168,7 +168,12 @@ fn run(
         chunk_size: cfg.chunk_bytes,
         ..ArrayConfig::with_geometry(cfg.scheme, cfg.k, cfg.m)
     };
-    let array = Array::create(&acfg, devices)?;
+    // The benchmark's own scratch files, rewritten by every run.
+    let force = ecstack_array::OpenOptions {
+        force: true,
+        ..ecstack_array::OpenOptions::default()
+    };
+    let array = Array::create_with(&acfg, devices, &force)?;
     array.set_checksums(cfg.checksums);
     // Fill whole, in writes of 256 full stripes.
     let g = array.geometry().clone();

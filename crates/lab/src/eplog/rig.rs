@@ -227,6 +227,8 @@ pub fn build_sized(
     };
     let opts = OpenOptions {
         parallel_io: backing != Backing::Sim,
+        // The testbed's files are the experiment's own scratch space, rewritten by every run.
+        force: true,
         ..OpenOptions::default()
     };
     let devices = ArrayDevices {

@@ -317,6 +317,8 @@ pub(crate) fn baseline(w: &Work, scheme: SchemeKind, s: Setting, backing: &Backi
     };
     let opts = OpenOptions {
         parallel_io: matches!(backing, Backing::Files { .. }),
+        // The experiment's own scratch files, rewritten by every run.
+        force: true,
         ..OpenOptions::default()
     };
     let devices = ArrayDevices {
@@ -376,7 +378,12 @@ pub(crate) fn tween(w: &Work, s: Setting, p: &TweenParams, backing: &Backing) ->
         max_stripes: Some(segments),
         ..ArrayConfig::with_geometry(SchemeKind::Tween, s.k, s.m)
     };
-    let tw = Tween::create(&acfg, devices, t, &nv)?;
+    // The experiment's own scratch files, rewritten by every run.
+    let force = OpenOptions {
+        force: true,
+        ..OpenOptions::default()
+    };
+    let tw = Tween::create_with(&acfg, devices, t, &nv, &force)?;
     if tw.size() < w.wss {
         return Err(LabError::Run(format!(
             "tween capacity {} below the working set {}",

@@ -1,0 +1,115 @@
+//! One opener per array (issue 46 §1), with real processes: while `ecstack array serve` serves an
+//! array on files, a second `array serve`, `trace replay --device array:…` and `array create` over
+//! the same files are each refused with one line naming the server's pid and its admin socket;
+//! `array status --admin` still answers; once the server stops, the array opens again.
+
+mod nbd_common;
+use nbd_common::{ecstack, free_port, Served};
+
+/// The refusal: failed, one line on stderr, naming the holder's pid and admin socket.
+fn refused(o: &std::process::Output, pid: u32, sock: &str, what: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{what} was let in: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{what}: not one line: {err}"
+    );
+    assert!(
+        err.contains(&format!("is open in pid {pid} (")),
+        "{what}: {err}"
+    );
+    assert!(err.contains(&format!("--admin {sock}")), "{what}: {err}");
+}
+
+#[test]
+fn a_served_array_refuses_other_openers_until_the_server_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let main: Vec<String> = (0..3).map(|i| format!("file:{d}/m{i}?size=4M")).collect();
+    let log = format!("file:{d}/l0?size=4M");
+    let meta = format!("file:{d}/meta?size=8M");
+    let main_arg = main.join(",");
+    let create = |extra: &[&str]| {
+        let mut args = vec![
+            "array", "create", "--scheme", "eplog", "-k", "2", "-m", "1", "--main", &main_arg,
+            "--log", &log, "--meta", &meta,
+        ];
+        args.extend_from_slice(extra);
+        ecstack(&args)
+    };
+    let o = create(&[]);
+    assert!(
+        o.status.success(),
+        "create: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let sock = dir.path().join("admin.sock");
+    let sock_s = sock.display().to_string();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let served = Served::start(&["--meta", &meta, "--addr", &addr], &sock);
+    let pid = served.0.id();
+
+    let addr2 = format!("127.0.0.1:{}", free_port());
+    let o = ecstack(&["array", "serve", "--meta", &meta, "--addr", &addr2]);
+    refused(&o, pid, &sock_s, "a second array serve");
+    // The metadata volume is named first: the one every opener names.
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("array meta {meta}")), "{err}");
+
+    let device = format!("array:{meta}");
+    let o = ecstack(&[
+        "trace",
+        "replay",
+        "--preset",
+        "eplog-mds",
+        "--scale",
+        "0.001",
+        "--compact",
+        "--device",
+        &device,
+    ]);
+    refused(&o, pid, &sock_s, "trace replay");
+
+    let o = ecstack(&["array", "status", "--meta", &meta]);
+    refused(&o, pid, &sock_s, "array status --meta");
+
+    // Even --force does not reformat an array that is open.
+    let o = create(&["--force"]);
+    refused(&o, pid, &sock_s, "array create --force");
+
+    // Status through the server's admin socket still works.
+    let o = ecstack(&["array", "status", "--admin", &sock_s, "--json"]);
+    assert!(
+        o.status.success(),
+        "status --admin: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    served.stop(&sock);
+
+    let o = ecstack(&["array", "status", "--meta", &meta, "--json"]);
+    assert!(
+        o.status.success(),
+        "status after stop: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // create over the stopped array's devices: refused without --force, naming what is there.
+    let o = create(&[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "create overwrote an array: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("array device 0") && err.contains("label of member 0"),
+        "{err}"
+    );
+    assert!(err.contains("--force"), "{err}");
+    let o = create(&["--force"]);
+    assert!(
+        o.status.success(),
+        "create --force: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
