@@ -223,7 +223,13 @@ fn serve_admin_conn(s: UnixStream, admin: Option<&dyn Admin>, shared: &dyn Expor
             Ok(t) => format!("ok {}\n", escape(&t)),
             Err(m) => format!("err {}\n", escape(&m)),
         };
-        if w.write_all(out.as_bytes()).is_err() {
+        let written = w.write_all(out.as_bytes()).and_then(|()| w.flush());
+        // A shutdown stops the export only once its answer is out: stopping first raced the
+        // server's teardown, which could close this connection before the answer was written.
+        if line == "shutdown" {
+            shared.request_stop();
+        }
+        if written.is_err() {
             return;
         }
     }
@@ -240,10 +246,8 @@ fn run_command(
         "device-stats" => {
             serde_json::to_string(&shared.device().stats()).map_err(|e| e.to_string())
         }
-        "shutdown" => {
-            shared.request_stop();
-            Ok("stopping".into())
-        }
+        // The caller stops the export after it has sent this answer (`serve_admin_conn`).
+        "shutdown" => Ok("stopping".into()),
         "help" => {
             let mut s = format!("built-in commands: {BUILTINS}");
             match admin {
