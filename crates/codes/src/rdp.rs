@@ -207,7 +207,9 @@ impl Rdp {
             if d == p - 1 {
                 break;
             }
-            let r = self.row_on(d, y).expect("a chain never reaches the diagonal missing y");
+            let r = self
+                .row_on(d, y)
+                .expect("a chain never reaches the diagonal missing y");
             {
                 let col = |c: usize| if c == x { Some(&*tx) } else { known(c) };
                 self.xor_diagonal(d, s, q_row(d), y, col, &mut ty[r * s..(r + 1) * s]);
@@ -225,7 +227,9 @@ impl Rdp {
             if d == p - 1 {
                 break;
             }
-            let r = self.row_on(d, x).expect("a chain never reaches the diagonal missing x");
+            let r = self
+                .row_on(d, x)
+                .expect("a chain never reaches the diagonal missing x");
             {
                 let col = |c: usize| if c == y { Some(&*ty) } else { known(c) };
                 self.xor_diagonal(d, s, q_row(d), x, col, &mut tx[r * s..(r + 1) * s]);
@@ -433,7 +437,11 @@ impl ErasureCode for Rdp {
             return Ok(vec![Vec::new(), Vec::new()]);
         }
         let mut q: Vec<Range<u64>> = Vec::new();
-        for (d, span) in self.q_spans(data_index, s, range.start, range.end).iter().enumerate() {
+        for (d, span) in self
+            .q_spans(data_index, s, range.start, range.end)
+            .iter()
+            .enumerate()
+        {
             let Some(span) = span else { continue };
             let e = d as u64 * s + span.start..d as u64 * s + span.end;
             match q.last_mut() {
@@ -505,7 +513,9 @@ impl ErasureCode for Rdp {
             let len = (inner.end - inner.start) as usize;
             let (o, n) = (&old[from..from + len], &new[from..from + len]);
             for d in self.diagonals_of(r, data_index) {
-                let span = spans[d].as_ref().expect("a touched row's diagonals have spans");
+                let span = spans[d]
+                    .as_ref()
+                    .expect("a touched row's diagonals have spans");
                 let to = at[d] + (inner.start - span.start) as usize;
                 kernels::xor_multi_level(self.level, &mut dq[to..to + len], &[o, n], true);
             }
@@ -517,7 +527,12 @@ impl ErasureCode for Rdp {
 impl Rdp {
     /// Column j of the stripe if present: data chunks and P from `shards`, absent data columns `None`,
     /// and `None` for the column `lost` being rebuilt.
-    fn present_column<'a>(&self, shards: &'a [&mut [u8]], j: usize, lost: usize) -> Option<&'a [u8]> {
+    fn present_column<'a>(
+        &self,
+        shards: &'a [&mut [u8]],
+        j: usize,
+        lost: usize,
+    ) -> Option<&'a [u8]> {
         if j == lost {
             None
         } else if j < self.k {

@@ -6,7 +6,7 @@
 //! header, 64 bytes
 //!   0  magic        8   "ECSSHARD"
 //!   8  version      u16 1
-//!  10  code         u8  1 rs-vand, 2 rs-cauchy, 3 xor, 4 raid6
+//!  10  code         u8  1 rs-vand, 2 rs-cauchy, 3 xor, 4 raid6, 5 rdp (p: the smallest prime >= k + 1)
 //!  11  flags        u8  0 (reserved)
 //!  12  k            u16 data shards
 //!  14  m            u16 parity shards
@@ -27,6 +27,10 @@
 //! binds each unit to its stripe and shard, so a corrupt, truncated or misplaced unit is detected before
 //! use and the decoder switches to another shard; the whole-file CRC is checked before the output file is
 //! renamed into place, so a decode never leaves wrong bytes behind.
+//!
+//! Code 5 (rdp) came later within version 1: files of codes 1–4 are unchanged, and a reader from before
+//! it refuses an rdp shard as an unknown code. An rdp header whose m is not 2 parses, and decoding
+//! refuses it when the code is built.
 //!
 //! A header is accepted only if every field is valid: known version and code, k ≥ 1, m ≥ 1, k + m ≤ 256,
 //! index < k + m, unit ≥ 1, every reserved byte (11, 18–19, 44–59) zero, and a file size
@@ -202,7 +206,8 @@ pub struct EncodeOptions {
     pub code: CodeKind,
     pub k: usize,
     pub m: usize,
-    /// Shard unit; `None` picks min(1 MiB, the file split k ways, rounded up to 64 bytes).
+    /// Shard unit; `None` picks min(1 MiB, the file split k ways, rounded up to 64 bytes), rounded up to
+    /// a multiple of the code's chunk alignment (RDP: p - 1). A given unit must be such a multiple.
     pub unit: Option<usize>,
     /// The id shared by the shards of this encoding; `None` draws a random one. Deterministic tests
     /// pass one so two encodes of a file write the same bytes.
@@ -587,7 +592,8 @@ pub fn decode_files_with_progress(
                         .collect();
                     kernels::dot_prod(&tables, &srcs, &mut dsts, unit, false);
                 } else {
-                    let mut all: Vec<&mut [u8]> = units.iter_mut().map(|u| &mut u[..unit]).collect();
+                    let mut all: Vec<&mut [u8]> =
+                        units.iter_mut().map(|u| &mut u[..unit]).collect();
                     code.reconstruct_in_place(&mut all, &erased)?;
                     for &j in &missing {
                         stripe_buf[j * unit..(j + 1) * unit].copy_from_slice(&units[j][..unit]);
