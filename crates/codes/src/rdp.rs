@@ -51,7 +51,10 @@ impl fmt::Debug for Rdp {
 }
 
 fn is_prime(n: usize) -> bool {
-    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+    n >= 2
+        && (2..)
+            .take_while(|d| d * d <= n)
+            .all(|d| !n.is_multiple_of(d))
 }
 
 /// The smallest prime >= n (n <= PRIME_MAX, so the search ends by 257).
@@ -101,7 +104,7 @@ impl Rdp {
     /// Bytes per row of a chunk of `len` bytes.
     fn row_bytes(&self, len: u64) -> Result<usize> {
         let rows = (self.p - 1) as u64;
-        if len % rows != 0 {
+        if !len.is_multiple_of(rows) {
             return Err(CodeError::ChunkAlign {
                 code: NAME,
                 len,
@@ -345,21 +348,21 @@ impl ErasureCode for Rdp {
             [c] => {
                 // Row parity: the lost column is the XOR of the others, P included.
                 let i = if c < k { c } else { k };
-                let mut t = std::mem::take(&mut shards[i]);
+                let t = std::mem::take(&mut shards[i]);
                 {
                     let known = |j: usize| self.present_column(shards, j, c);
-                    self.xor_columns(0..len, c, known, &mut t);
+                    self.xor_columns(0..len, c, known, t);
                 }
                 shards[i] = t;
             }
             [x, y] => {
                 let (ix, iy) = (x, if y < k { y } else { k });
-                let mut tx = std::mem::take(&mut shards[ix]);
-                let mut ty = std::mem::take(&mut shards[iy]);
+                let tx = std::mem::take(&mut shards[ix]);
+                let ty = std::mem::take(&mut shards[iy]);
                 {
                     let shards: &[&mut [u8]] = shards;
                     let known = |j: usize| self.present_column(shards, j, x).filter(|_| j != y);
-                    self.chains((x, y), s, known, &shards[k + 1], &mut tx, &mut ty);
+                    self.chains((x, y), s, known, shards[k + 1], tx, ty);
                 }
                 shards[ix] = tx;
                 shards[iy] = ty;
@@ -367,10 +370,10 @@ impl ErasureCode for Rdp {
             _ => unreachable!("check_erased allows two erasures"),
         }
         if q_lost {
-            let mut q = std::mem::take(&mut shards[k + 1]);
+            let q = std::mem::take(&mut shards[k + 1]);
             {
                 let known = |j: usize| self.present_column(shards, j, p);
-                self.encode_q(s, known, &mut q);
+                self.encode_q(s, known, q);
             }
             shards[k + 1] = q;
         }

@@ -478,7 +478,7 @@ fn bad_inputs_are_errors_not_panics() {
         "{e}"
     );
     let e = code
-        .apply_ranged_delta(&mut [0u8; 40], &[38..42], &[0; 4])
+        .apply_ranged_delta(&mut [0u8; 40], std::slice::from_ref(&(38..42)), &[0; 4])
         .unwrap_err();
     assert!(matches!(e, CodeError::RangeOutOfChunk { .. }), "{e}");
     let e = code
