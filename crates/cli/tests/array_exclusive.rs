@@ -106,6 +106,7 @@ fn a_served_array_refuses_other_openers_until_the_server_stops() {
         "{err}"
     );
     assert!(err.contains("--force"), "{err}");
+    assert!(!err.contains("invalid array configuration"), "{err}");
     let o = create(&["--force"]);
     assert!(
         o.status.success(),
