@@ -54,6 +54,8 @@ enum ClusterCmd {
     Put {
         local: PathBuf,
         path: String,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -86,12 +88,16 @@ enum ClusterCmd {
         /// The new bytes, as a string
         #[arg(long)]
         data: Option<String>,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: Conn,
     },
     /// Remove a file
     Rm {
         path: String,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -133,6 +139,8 @@ enum OsdCmd {
     /// Declare an OSD (id or name) out: its chunks are rebuilt on other OSDs
     Out {
         osd: String,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -194,6 +202,8 @@ struct InitArgs {
     /// Replace an existing cluster in DIR (deletes its config, certificates and MDS database)
     #[arg(long)]
     force: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -365,7 +375,12 @@ pub fn run(a: ClusterArgs) -> Result<()> {
 
 async fn run_async(a: ClusterArgs) -> Result<()> {
     match a.cmd {
-        ClusterCmd::Put { local, path, conn } => {
+        ClusterCmd::Put {
+            local,
+            path,
+            json,
+            conn,
+        } => {
             let t = Transfer::start(&conn, ClientOptions::default())?;
             if let Ok(m) = std::fs::metadata(&local) {
                 t.set_total("put", m.len());
@@ -373,11 +388,20 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             let client = t.client.clone();
             let size = client.put_file(&path, &local).await;
             t.finish();
-            println!("stored {} as {path} ({})", local.display(), fmt_size(size?));
-            if let Ok(info) = client.stat(&path).await {
-                if let Some(w) = redundancy_warning(&info) {
-                    eprintln!("ecstack: warning: {w}");
-                }
+            let size = size?;
+            let info = client.stat(&path).await.ok();
+            let warning = info.as_ref().and_then(redundancy_warning);
+            if let Some(w) = &warning {
+                eprintln!("ecstack: warning: {w}");
+            }
+            if json {
+                print_json(&json!({
+                    "path": path, "local": local, "bytes": size,
+                    "segments": info.as_ref().map(|i| i.segments.len()),
+                    "full_redundancy": warning.is_none(),
+                }))?;
+            } else {
+                println!("stored {} as {path} ({})", local.display(), fmt_size(size));
             }
         }
         ClusterCmd::Get {
@@ -409,6 +433,7 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             offset,
             file,
             data,
+            json,
             conn,
         } => {
             let bytes = match (file, data) {
@@ -420,14 +445,22 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             };
             let client = connect(&conn)?;
             client.update(&path, offset, &bytes).await?;
-            println!(
-                "updated {path}: {} at offset {offset}",
-                fmt_size(bytes.len() as u64)
-            );
+            if json {
+                print_json(&json!({"path": path, "offset": offset, "bytes": bytes.len()}))?;
+            } else {
+                println!(
+                    "updated {path}: {} at offset {offset}",
+                    fmt_size(bytes.len() as u64)
+                );
+            }
         }
-        ClusterCmd::Rm { path, conn } => {
+        ClusterCmd::Rm { path, json, conn } => {
             connect(&conn)?.remove(&path).await?;
-            println!("removed {path}");
+            if json {
+                print_json(&json!({"removed": path}))?;
+            } else {
+                println!("removed {path}");
+            }
         }
         ClusterCmd::Ls { prefix, json, conn } => {
             let files = connect(&conn)?
@@ -469,7 +502,7 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             }
         }
         ClusterCmd::Osd {
-            cmd: OsdCmd::Out { osd, conn },
+            cmd: OsdCmd::Out { osd, json, conn },
         } => {
             let client = connect_admin(&conn)?;
             let (id, chunks) = client.osd_out(&osd).await?;
@@ -480,7 +513,11 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
                 .and_then(|st| st.osds.into_iter().find(|o| o.osd_id == id))
                 .map(|o| o.name)
                 .unwrap_or_else(|| osd.clone());
-            println!("OSD {id} ({name}) is out; {chunks} chunks will be rebuilt on other OSDs");
+            if json {
+                print_json(&json!({"osd_id": id, "name": name, "chunks_to_rebuild": chunks}))?;
+            } else {
+                println!("OSD {id} ({name}) is out; {chunks} chunks will be rebuilt on other OSDs");
+            }
         }
         ClusterCmd::Up(a) => up(a).await?,
         ClusterCmd::Init(a) => init(a)?,
@@ -810,6 +847,18 @@ fn init(a: InitArgs) -> Result<()> {
     };
     let config = init_cluster(&a.dir, &opts)?;
     let config_path = a.dir.join(ecstack_rpc::init::CONFIG_FILE);
+    if a.json {
+        return print_json(&json!({
+            "cluster_id": config.cluster_id,
+            "config": config_path,
+            "code": {"family": config.code.family, "k": config.code.k, "m": config.code.m},
+            "segment_bytes": config.segment_bytes,
+            "mds_addr": config.mds.addr,
+            "certs": config.certs_dir(),
+            "osds": opts.osds,
+            "clients": opts.clients,
+        }));
+    }
     println!(
         "cluster {} in {}: {} {}+{}, {} segments, MDS at {}",
         config.cluster_id,
