@@ -67,17 +67,7 @@ pub(crate) fn lock_devices(devices: &Members<'_>) -> Result<Vec<DeviceLock>> {
                 continue;
             }
             seen.push(key);
-            match lock_exclusive(&path) {
-                Ok(l) => held.push(l),
-                Err(LockError::Busy { holder }) => {
-                    return Err(ArrayError::Busy(busy_message(&role, holder)))
-                }
-                Err(LockError::Io(e)) => {
-                    return Err(
-                        DeviceError::io(format!("{role}: locking {}", path.display()), e).into(),
-                    )
-                }
-            }
+            held.push(lock_file(&role, &path)?);
         }
     }
     Ok(held)
@@ -97,19 +87,21 @@ pub(crate) fn lock_replacement(
         if held.iter().any(|l| canon(l.path()) == key) {
             continue;
         }
-        match lock_exclusive(&path) {
-            Ok(l) => held.push(l),
-            Err(LockError::Busy { holder }) => {
-                return Err(ArrayError::Busy(busy_message(role, holder)))
-            }
-            Err(LockError::Io(e)) => {
-                return Err(
-                    DeviceError::io(format!("{role}: locking {}", path.display()), e).into(),
-                )
-            }
-        }
+        held.push(lock_file(role, &path)?);
     }
     Ok(())
+}
+
+/// Lock one file or block device (`role` names it in a refusal), or refuse in one line naming the
+/// process that holds it.
+pub(crate) fn lock_file(role: &str, path: &std::path::Path) -> Result<DeviceLock> {
+    match lock_exclusive(path) {
+        Ok(l) => Ok(l),
+        Err(LockError::Busy { holder }) => Err(ArrayError::Busy(busy_message(role, holder))),
+        Err(LockError::Io(e)) => {
+            Err(DeviceError::io(format!("{role}: locking {}", path.display()), e).into())
+        }
+    }
 }
 
 fn busy_message(role: &str, holder: Option<ecstack_device::Holder>) -> String {
@@ -158,7 +150,7 @@ pub(crate) fn check_blank(devices: &Members<'_>) -> Result<()> {
         } else {
             format!("data (a non-zero byte at offset {first} of its first MiB)")
         };
-        return Err(ArrayError::Config(format!(
+        return Err(ArrayError::NotBlank(format!(
             "{role} holds {what}; refusing to overwrite it without --force"
         )));
     }

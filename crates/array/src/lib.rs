@@ -95,6 +95,10 @@ pub enum ArrayError {
     /// Another opener holds one of the array's devices (one line naming it).
     #[error("{0}")]
     Busy(String),
+    /// `create` without `force` found something on a device (one line naming the device and
+    /// what it holds).
+    #[error("{0}")]
+    NotBlank(String),
     /// An error of a write batched with others by the eplog stripe buffer, as every request of
     /// the batch sees it.
     #[error("{0}")]

@@ -67,8 +67,14 @@ impl TweenConfig {
     /// The fewest log segments whose logical capacity holds `data_segments` segments' worth of
     /// extents under this configuration (its spare included).
     pub fn segments_for(&self, data_segments: u64) -> u64 {
+        // Small counts keep more spare (N + 3 at least) than they have segments: at least one
+        // segment beyond the spare, and no subtraction below zero.
         let mut s = data_segments + 1;
-        while s - gc::spare_segments(s, self.groups, self.over_provisioning) < data_segments {
+        loop {
+            let spare = gc::spare_segments(s, self.groups, self.over_provisioning);
+            if s > spare && s - spare >= data_segments {
+                break;
+            }
             s += 1;
         }
         s
@@ -1283,6 +1289,26 @@ impl BlockDevice for Tween {
 mod tests {
     use super::*;
     use ecstack_device::MemDevice;
+
+    /// Issue 46: a working set of a segment or two (`experiment tween --quick`'s files part)
+    /// overflowed `s - spare` and panicked (or, unchecked, planned too few segments).
+    #[test]
+    fn segments_for_small_working_sets_keeps_the_spare() {
+        for groups in [1, 4, 8] {
+            let t = TweenConfig {
+                groups,
+                ..TweenConfig::default()
+            };
+            for data in 0..64 {
+                let s = t.segments_for(data);
+                let spare = gc::spare_segments(s, groups, t.over_provisioning);
+                assert!(
+                    s > spare && s - spare >= data,
+                    "{groups} groups, {data}: {s}"
+                );
+            }
+        }
+    }
 
     fn small_tween(groups: usize) -> Tween {
         let main: Vec<Arc<MemDevice>> = (0..4)

@@ -111,6 +111,7 @@ fn create_refuses_used_devices_unless_forced() {
         "{msg}"
     );
     assert!(msg.contains("--force"), "{msg}");
+    assert!(msg.starts_with("array device 0 ("), "{msg}");
 
     // Only the meta volume holds something: its superblock is named.
     for d in ["d0", "d1", "d2", "l0"] {

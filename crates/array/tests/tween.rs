@@ -773,3 +773,28 @@ fn a_version_1_region_is_refused_by_name() {
         "{msg}"
     );
 }
+
+/// Two arrays given one NVRAM file would overwrite each other's buffers and maps (issue 46): the
+/// second is refused in one line naming the region, until the first is dropped.
+#[test]
+fn two_arrays_cannot_share_one_nvram_file() {
+    let dir = std::env::temp_dir().join(format!("ecstack-nvlock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nv = NvramSpec::file(dir.join("nvram"));
+    let (a, b) = (Rig::new(4, 96 << 10, 1), Rig::new(4, 96 << 10, 2));
+    let cfg = tween_cfg(2, GcMode::Active);
+    let first = Tween::create(&array_cfg(3, 1), a.devices(), &cfg, &nv).unwrap();
+    let refused = Tween::create(&array_cfg(3, 1), b.devices(), &cfg, &nv);
+    let msg = match refused {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a second array was given the first's NVRAM region"),
+    };
+    assert!(
+        msg.contains("TWEEN NVRAM") && msg.contains("already open in this process"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'), "{msg}");
+    drop(first);
+    Tween::open(a.devices(), &nv).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

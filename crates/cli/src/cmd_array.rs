@@ -12,8 +12,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_array::{
-    AdminCommand, Array, ArrayConfig, ArrayDevices, ArrayStatus, CodeKind, DeviceName, OpenOptions,
-    SchemeKind, ScrubOptions, ScrubProgress, ScrubProgressReport, ScrubReport,
+    AdminCommand, Array, ArrayConfig, ArrayDevices, ArrayStatus, CodeKind, CommitReport,
+    DeviceName, OpenOptions, RebuildReport, SchemeKind, ScrubOptions, ScrubProgress,
+    ScrubProgressReport, ScrubReport,
 };
 use ecstack_device::{open_spec, BlockDevice};
 use ecstack_nbd::{admin_request, Admin};
@@ -363,12 +364,20 @@ fn device_index(a: &Array, name: &str) -> Result<usize> {
     Ok(a.device_index(&name.parse::<DeviceName>()?)?)
 }
 
-fn via_admin(sock: &std::path::Path, line: &str, json: bool) -> Result<()> {
+/// Send `line` to a server's admin socket and print its answer: as it came with `--json`, else
+/// decoded as a `T` and printed as text by `text` (as the command does without a server); an
+/// answer that is text already (sync, fail) is printed as it is.
+fn via_admin<T: serde::de::DeserializeOwned>(
+    sock: &std::path::Path,
+    line: &str,
+    json: bool,
+    text: impl FnOnce(&T),
+) -> Result<()> {
     let answer = admin_request(sock, line)?;
     if json {
         println!("{answer}");
-    } else if let Ok(st) = serde_json::from_str::<ArrayStatus>(&answer) {
-        print_status(&st);
+    } else if let Ok(v) = serde_json::from_str::<T>(&answer) {
+        text(&v);
     } else {
         println!("{answer}");
     }
@@ -377,7 +386,7 @@ fn via_admin(sock: &std::path::Path, line: &str, json: bool) -> Result<()> {
 
 fn status(t: TargetArgs) -> Result<()> {
     if let Some(sock) = &t.admin {
-        return via_admin(sock, "status", t.json);
+        return via_admin(sock, "status", t.json, print_status);
     }
     let a = open_array(&t, &OpenOptions::default())?;
     let st = a.status();
@@ -483,7 +492,7 @@ fn print_status(st: &ArrayStatus) {
 
 fn commit(t: TargetArgs) -> Result<()> {
     if let Some(sock) = &t.admin {
-        return via_admin(sock, "commit", t.json);
+        return via_admin(sock, "commit", t.json, print_commit);
     }
     let a = open_array(&t, &OpenOptions::default())?;
     let r = a.commit()?;
@@ -491,17 +500,21 @@ fn commit(t: TargetArgs) -> Result<()> {
     if t.json {
         return print_json(&r);
     }
+    print_commit(&r);
+    Ok(())
+}
+
+fn print_commit(r: &CommitReport) {
     println!(
         "parity commit: {} stripes, {} chunks, {} decoded from log, {} slots freed, {:.3} s",
         r.stripes, r.chunks, r.decoded_from_log, r.freed_slots, r.seconds
     );
-    Ok(())
 }
 
 fn fail(d: DevArgs) -> Result<()> {
     if let Some(sock) = &d.target.admin {
         let cmd = AdminCommand::Fail(d.dev.parse()?);
-        return via_admin(sock, &cmd.to_string(), d.target.json);
+        return via_admin(sock, &cmd.to_string(), d.target.json, |_: &()| {});
     }
     let a = open_array(&d.target, &OpenOptions::default())?;
     let i = device_index(&a, &d.dev)?;
@@ -525,7 +538,7 @@ fn rebuild(r: RebuildArgs) -> Result<()> {
             device: r.dev.parse()?,
             replacement: r.replacement.clone(),
         };
-        return via_admin(sock, &cmd.to_string(), r.target.json);
+        return via_admin(sock, &cmd.to_string(), r.target.json, print_rebuild);
     }
     let opts = OpenOptions {
         rebuild_batch: r.batch,
@@ -539,8 +552,15 @@ fn rebuild(r: RebuildArgs) -> Result<()> {
     if r.target.json {
         return print_json(&report);
     }
+    print_rebuild(&report);
+    Ok(())
+}
+
+fn print_rebuild(report: &RebuildReport) {
+    let devices: Vec<String> = report.devices.iter().map(usize::to_string).collect();
     println!(
-        "rebuilt device {i}: {} chunks ({}) in {:.3} s = {:.1} MB/s (batch {}, prefetch {})",
+        "rebuilt device {}: {} chunks ({}) in {:.3} s = {:.1} MB/s (batch {}, prefetch {})",
+        devices.join(", "),
         report.chunks,
         fmt_size(report.bytes),
         report.seconds,
@@ -548,7 +568,6 @@ fn rebuild(r: RebuildArgs) -> Result<()> {
         report.batch,
         report.prefetch
     );
-    Ok(())
 }
 
 fn scrub(s: ScrubArgs) -> Result<()> {
@@ -681,7 +700,7 @@ fn scrub_bench(s: ScrubBenchArgs) -> Result<()> {
     let quiet = s.json;
     let r = scrub_bench(&cfg, &|line| {
         if !quiet {
-            eprintln!("{line}");
+            crate::util::progress_line(line);
         }
     })?;
     if s.json {

@@ -174,7 +174,7 @@ fn bench_cluster(a: ClusterBench) -> Result<()> {
                 .context("--minio: no path given and HOME is not set")?,
         })
     };
-    let report = codfs_bench::run(&cfg, &|line| eprintln!("• {line}")).map_err(flag_error)?;
+    let report = codfs_bench::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
     if a.json {
         print_json(&report)
     } else {

@@ -3,6 +3,7 @@
 //! ls, stat, status, osd out) and `cluster up`, a local cluster of child processes, are arguments
 //! only: the work is in `ecstack_client`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use clap::{Args, Subcommand};
 use ecstack_client::{Client, ClientOptions, ReadPath};
 use ecstack_codes::{new_code, CodeKind};
 use ecstack_lab::codfs_local::{LocalCluster, LocalSpec};
-use ecstack_mds_proto::{ClusterStatus, FileInfo, OsdState};
+use ecstack_mds_proto::{ChunkState, ClusterStatus, FileInfo, OsdState, NO_OSD};
 use ecstack_rpc::init::{init_cluster, InitOptions, DEFAULT_MDS_ADDR};
 use ecstack_rpc::ClusterConfig;
 use serde_json::json;
@@ -53,6 +54,8 @@ enum ClusterCmd {
     Put {
         local: PathBuf,
         path: String,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -85,12 +88,16 @@ enum ClusterCmd {
         /// The new bytes, as a string
         #[arg(long)]
         data: Option<String>,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: Conn,
     },
     /// Remove a file
     Rm {
         path: String,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -132,6 +139,8 @@ enum OsdCmd {
     /// Declare an OSD (id or name) out: its chunks are rebuilt on other OSDs
     Out {
         osd: String,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -193,6 +202,8 @@ struct InitArgs {
     /// Replace an existing cluster in DIR (deletes its config, certificates and MDS database)
     #[arg(long)]
     force: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -249,8 +260,15 @@ fn connect_with(conn: &Conn, options: ClientOptions) -> Result<Client> {
             "ecstack: WARNING: --insecure: no TLS, no authentication (loopback experiments only)"
         );
     }
+    let path = config_path(conn);
+    if conn.config.is_none() && !path.exists() {
+        anyhow::bail!(
+            "no cluster config at {} (the default without --config or $ECSTACK_CLUSTER): pass --config FILE or set ECSTACK_CLUSTER to the cluster.toml (or its directory) that `cluster up` or `cluster init` made",
+            path.display()
+        );
+    }
     Ok(Client::from_config_file_with(
-        &config_path(conn),
+        &path,
         conn.name.as_deref().unwrap_or("client"),
         conn.insecure,
         options,
@@ -357,14 +375,34 @@ pub fn run(a: ClusterArgs) -> Result<()> {
 
 async fn run_async(a: ClusterArgs) -> Result<()> {
     match a.cmd {
-        ClusterCmd::Put { local, path, conn } => {
+        ClusterCmd::Put {
+            local,
+            path,
+            json,
+            conn,
+        } => {
             let t = Transfer::start(&conn, ClientOptions::default())?;
             if let Ok(m) = std::fs::metadata(&local) {
                 t.set_total("put", m.len());
             }
-            let size = t.client.put_file(&path, &local).await;
+            let client = t.client.clone();
+            let size = client.put_file(&path, &local).await;
             t.finish();
-            println!("stored {} as {path} ({})", local.display(), fmt_size(size?));
+            let size = size?;
+            let info = client.stat(&path).await.ok();
+            let warning = info.as_ref().and_then(redundancy_warning);
+            if let Some(w) = &warning {
+                eprintln!("ecstack: warning: {w}");
+            }
+            if json {
+                print_json(&json!({
+                    "path": path, "local": local, "bytes": size,
+                    "segments": info.as_ref().map(|i| i.segments.len()),
+                    "full_redundancy": warning.is_none(),
+                }))?;
+            } else {
+                println!("stored {} as {path} ({})", local.display(), fmt_size(size));
+            }
         }
         ClusterCmd::Get {
             path,
@@ -395,6 +433,7 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             offset,
             file,
             data,
+            json,
             conn,
         } => {
             let bytes = match (file, data) {
@@ -406,14 +445,22 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             };
             let client = connect(&conn)?;
             client.update(&path, offset, &bytes).await?;
-            println!(
-                "updated {path}: {} at offset {offset}",
-                fmt_size(bytes.len() as u64)
-            );
+            if json {
+                print_json(&json!({"path": path, "offset": offset, "bytes": bytes.len()}))?;
+            } else {
+                println!(
+                    "updated {path}: {} at offset {offset}",
+                    fmt_size(bytes.len() as u64)
+                );
+            }
         }
-        ClusterCmd::Rm { path, conn } => {
+        ClusterCmd::Rm { path, json, conn } => {
             connect(&conn)?.remove(&path).await?;
-            println!("removed {path}");
+            if json {
+                print_json(&json!({"removed": path}))?;
+            } else {
+                println!("removed {path}");
+            }
         }
         ClusterCmd::Ls { prefix, json, conn } => {
             let files = connect(&conn)?
@@ -434,11 +481,16 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             }
         }
         ClusterCmd::Stat { path, json, conn } => {
-            let info = connect(&conn)?.stat(&path).await?;
+            let client = connect(&conn)?;
+            let info = client.stat(&path).await?;
             if json {
                 print_json(&file_json(&info))?;
             } else {
-                print_stat(&info);
+                let names = match client.status().await {
+                    Ok(st) => st.osds.into_iter().map(|o| (o.osd_id, o.name)).collect(),
+                    Err(_) => BTreeMap::new(),
+                };
+                print_stat(&info, &names);
             }
         }
         ClusterCmd::Status { json, conn } => {
@@ -450,10 +502,22 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             }
         }
         ClusterCmd::Osd {
-            cmd: OsdCmd::Out { osd, conn },
+            cmd: OsdCmd::Out { osd, json, conn },
         } => {
-            let (id, chunks) = connect_admin(&conn)?.osd_out(&osd).await?;
-            println!("OSD {id} is out; {chunks} chunks will be rebuilt on other OSDs");
+            let client = connect_admin(&conn)?;
+            let (id, chunks) = client.osd_out(&osd).await?;
+            let name = client
+                .status()
+                .await
+                .ok()
+                .and_then(|st| st.osds.into_iter().find(|o| o.osd_id == id))
+                .map(|o| o.name)
+                .unwrap_or_else(|| osd.clone());
+            if json {
+                print_json(&json!({"osd_id": id, "name": name, "chunks_to_rebuild": chunks}))?;
+            } else {
+                println!("OSD {id} ({name}) is out; {chunks} chunks will be rebuilt on other OSDs");
+            }
         }
         ClusterCmd::Up(a) => up(a).await?,
         ClusterCmd::Init(a) => init(a)?,
@@ -485,14 +549,24 @@ fn file_json(f: &FileInfo) -> serde_json::Value {
             "primary_addr": s.primary_addr,
             "epoch": s.epoch,
             "chunks": s.chunks.iter().map(|c| json!({
-                "index": c.index, "osd_id": c.osd_id, "addr": c.addr,
+                "index": c.index,
+                "osd_id": (c.osd_id != NO_OSD).then_some(c.osd_id),
+                "addr": c.addr,
                 "state": format!("{:?}", c.state).to_lowercase(),
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
 }
 
-fn print_stat(f: &FileInfo) {
+/// How `stat` shows an OSD: its id and, when it differs from `osd-<id>`, its name.
+fn osd_label(id: u32, names: &BTreeMap<u32, String>) -> String {
+    match names.get(&id) {
+        Some(n) if *n != format!("osd-{id}") => format!("{id}({n})"),
+        _ => id.to_string(),
+    }
+}
+
+fn print_stat(f: &FileInfo, names: &BTreeMap<u32, String>) {
     println!(
         "{}: {} ({} bytes), {} segments of up to {}",
         f.path,
@@ -506,11 +580,15 @@ fn print_stat(f: &FileInfo) {
             .chunks
             .iter()
             .map(|c| {
+                if c.osd_id == NO_OSD {
+                    return format!("{}@lost", c.index);
+                }
                 let state = format!("{:?}", c.state).to_lowercase();
+                let at = osd_label(c.osd_id, names);
                 if state == "healthy" {
-                    format!("{}@{}", c.index, c.osd_id)
+                    format!("{}@{at}", c.index)
                 } else {
-                    format!("{}@{}({state})", c.index, c.osd_id)
+                    format!("{}@{at}({state})", c.index)
                 }
             })
             .collect();
@@ -519,10 +597,40 @@ fn print_stat(f: &FileInfo) {
             s.index,
             s.segment_id,
             fmt_size(s.length),
-            s.primary,
+            osd_label(s.primary, names),
             chunks.join(" ")
         );
     }
+}
+
+/// A warning when some segment of a file just stored lacks chunks (fewer than n OSDs were up).
+fn redundancy_warning(f: &FileInfo) -> Option<String> {
+    let short = |s: &&ecstack_mds_proto::SegmentLayout| {
+        s.chunks
+            .iter()
+            .any(|c| c.osd_id == NO_OSD || c.state != ChunkState::Healthy)
+    };
+    let below = f.segments.iter().filter(short).count();
+    if below == 0 {
+        return None;
+    }
+    let n = f.segments.first().map_or(0, |s| s.chunks.len());
+    let fewest = f
+        .segments
+        .iter()
+        .map(|s| {
+            s.chunks
+                .iter()
+                .filter(|c| c.osd_id != NO_OSD && c.state == ChunkState::Healthy)
+                .count()
+        })
+        .min()
+        .unwrap_or(0);
+    Some(format!(
+        "{} is stored below full redundancy: {below} of {} segments have as few as {fewest} of their {n} chunks (too few OSDs up); the missing chunks are placed when OSDs join",
+        f.path,
+        f.segments.len()
+    ))
 }
 
 fn now_ms() -> u64 {
@@ -665,7 +773,7 @@ async fn up(a: UpArgs) -> Result<()> {
     );
     for o in &status.osds {
         println!(
-            "  {:<6}{}  (id {}, pid {}, store {})",
+            "  {:<6} {}  (id {}, pid {}, store {})",
             o.name,
             o.addr,
             o.osd_id,
@@ -758,6 +866,18 @@ fn init(a: InitArgs) -> Result<()> {
     };
     let config = init_cluster(&a.dir, &opts)?;
     let config_path = a.dir.join(ecstack_rpc::init::CONFIG_FILE);
+    if a.json {
+        return print_json(&json!({
+            "cluster_id": config.cluster_id,
+            "config": config_path,
+            "code": {"family": config.code.family, "k": config.code.k, "m": config.code.m},
+            "segment_bytes": config.segment_bytes,
+            "mds_addr": config.mds.addr,
+            "certs": config.certs_dir(),
+            "osds": opts.osds,
+            "clients": opts.clients,
+        }));
+    }
     println!(
         "cluster {} in {}: {} {}+{}, {} segments, MDS at {}",
         config.cluster_id,

@@ -176,16 +176,65 @@ fn encode(a: EncodeArgs) -> Result<()> {
     Ok(())
 }
 
+/// The shard indices of one set among `paths` (the set of the first readable header): (k, m, the
+/// indices present, the indices missing).
+fn shard_census(paths: &[PathBuf]) -> Option<(u16, u16, Vec<u16>, Vec<u16>)> {
+    let headers: Vec<shard::ShardHeader> = paths
+        .iter()
+        .filter_map(|p| shard::read_header(p).ok())
+        .collect();
+    let first = headers.first()?;
+    let mut present: Vec<u16> = headers
+        .iter()
+        .filter(|h| h.set_id == first.set_id)
+        .map(|h| h.index)
+        .collect();
+    present.sort_unstable();
+    present.dedup();
+    let n = first.k.saturating_add(first.m);
+    let missing = (0..n).filter(|i| !present.contains(i)).collect();
+    Some((first.k, first.m, present, missing))
+}
+
+fn list(v: &[u16]) -> String {
+    v.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+}
+
 fn decode(a: DecodeArgs) -> Result<()> {
-    let r = decode_with_bar(&a.shards, &a.output)?;
+    let r = match decode_with_bar(&a.shards, &a.output) {
+        Ok(r) => r,
+        Err(e) => match shard_census(&a.shards) {
+            Some((k, m, present, missing)) if !missing.is_empty() => {
+                return Err(e.context(format!(
+                    "shards missing: {} of {}+{} (given: {})",
+                    list(&missing),
+                    k,
+                    m,
+                    list(&present)
+                )))
+            }
+            _ => return Err(e),
+        },
+    };
+    // Missing: not given, or unreadable (a given shard the decoder did not need is not missing).
+    let census = shard_census(&a.shards);
+    let missing = census.map(|c| c.3).unwrap_or_default();
     if a.json {
         return print_json(&serde_json::json!({
             "output": a.output, "bytes": r.bytes, "used": r.shards, "rejected": r.rejected,
+            "missing": missing,
             "coding_gbps": gbps(r.bytes, r.coding_seconds), "total_seconds": r.total_seconds,
         }));
     }
     for x in &r.rejected {
         eprintln!("warning: {x}");
+    }
+    if !missing.is_empty() {
+        println!(
+            "shards missing: {} (decoded from {} others)",
+            list(&missing),
+            r.shards.len()
+        );
     }
     println!(
         "rebuilt {} ({}) and verified its checksum; coding {:.2} GB/s, total {:.2} s",

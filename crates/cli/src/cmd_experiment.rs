@@ -9,6 +9,7 @@ use ecstack_lab::codfs_model::ModelConfig;
 use ecstack_lab::eplog::{EplogConfig, Exp, KvCells, KvScale, KvWorkload, Setting, Testbed};
 use ecstack_lab::LabError;
 
+use crate::scratch::Scratch;
 use crate::util::print_report;
 
 #[derive(Args)]
@@ -107,7 +108,8 @@ struct CodfsArgs {
     /// Output directory for the Markdown report, CSV and SVG
     #[arg(long, default_value = "codfs-results")]
     out: PathBuf,
-    /// Keep the clusters' files here (default: a temporary directory, removed at the end)
+    /// Keep the clusters' files here (default: a scratch directory in $TMPDIR, removed at the end
+    /// and on Ctrl-C / SIGTERM)
     #[arg(long)]
     dir: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
@@ -130,7 +132,8 @@ struct EplogArgs {
     /// Output directory for the Markdown report, CSV and SVG files
     #[arg(long, default_value = "eplog-results")]
     out: PathBuf,
-    /// Directory for the file-backed devices of Exps 4-5 (the files are removed afterwards)
+    /// Directory in which the device files of Exps 4-6 get a scratch directory of their own
+    /// (default: $TMPDIR), removed at the end and on Ctrl-C / SIGTERM
     #[arg(long)]
     dir: Option<PathBuf>,
     /// RAID settings k+m to run (Exps 1, 2 and 4; the others always use 6+2)
@@ -232,17 +235,33 @@ fn codfs(a: CodfsArgs) -> Result<()> {
     cfg.down_after_ms = a.down_after_ms;
     cfg.tcp_cc = (a.tcp_cc != "host").then_some(a.tcp_cc);
     cfg.heartbeat_ms = (a.down_after_ms / 5).clamp(1, 1_000);
-    cfg.dir = a.dir;
     cfg.seed = a.seed;
     cfg.validate().map_err(flag_error)?;
-    // Ctrl-C and SIGTERM kill the daemons, delete the namespaces and exit.
+    // Ctrl-C and SIGTERM kill the daemons, delete the namespaces (and the scratch directory:
+    // `Scratch`) and exit.
     crate::signals::on_stop(|| {
         eprintln!("ecstack: interrupted: stopping the daemons and deleting the namespaces");
         ecstack_lab::codfs_netns::cleanup();
-        std::process::exit(130);
     })?;
+    crate::signals::exit_on_stop()?;
+    // The clusters' files: the user's --dir is kept; otherwise a scratch directory.
+    let scratch = match &a.dir {
+        Some(_) => None,
+        None => Some(Scratch::new(None, "codfs")?),
+    };
+    cfg.dir = a
+        .dir
+        .clone()
+        .or(scratch.as_ref().map(|s| s.path().to_owned()));
+    let dir = cfg.dir.clone().unwrap_or_default();
+    crate::scratch::announce(
+        "experiment codfs",
+        &[&dir, &a.out],
+        "several minutes per (M, segment size) point, longer with --stream",
+    );
     let report =
-        ecstack_lab::codfs_model::run(&cfg, &|line| eprintln!("{line}")).map_err(flag_error)?;
+        ecstack_lab::codfs_model::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+    drop(scratch);
     report.write(&a.out)?;
     print_report(&report, || report.markdown(), &a.out, a.json)
 }
@@ -281,10 +300,8 @@ fn flag_error(e: LabError) -> anyhow::Error {
     }
 }
 
-fn eplog_config(a: &EplogArgs) -> Result<EplogConfig, LabError> {
-    let dir = a.dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("ecstack-eplog-{}", std::process::id()))
-    });
+/// The experiment's configuration; its device files go to `dir` (the caller's scratch directory).
+fn eplog_config(a: &EplogArgs, dir: PathBuf) -> Result<EplogConfig, LabError> {
     let schemes = a.schemes.iter().map(|s| {
         SchemeKind::parse(s).map_err(|e| LabError::Config {
             field: "schemes",
@@ -347,9 +364,21 @@ fn eplog_config(a: &EplogArgs) -> Result<EplogConfig, LabError> {
 
 fn eplog(a: EplogArgs) -> Result<()> {
     // Every argument is checked before anything is created or run.
-    let cfg = eplog_config(&a).map_err(flag_error)?;
+    let mut cfg = eplog_config(&a, PathBuf::new()).map_err(flag_error)?;
+    let scratch = Scratch::new(a.dir.as_deref(), "eplog")?;
+    cfg.dir = scratch.path().to_owned();
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let report = ecstack_lab::eplog::run(&cfg, &|line| eprintln!("{line}")).map_err(flag_error)?;
+    crate::scratch::announce(
+        "experiment eplog",
+        &[scratch.path(), &a.out],
+        if a.quick {
+            "a few minutes (--quick)"
+        } else {
+            "one to several hours (Exp 4's client counts dominate; --quick takes minutes)"
+        },
+    );
+    let report = ecstack_lab::eplog::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+    drop(scratch);
     report.write(&a.out)?;
     print_report(&report, || report.markdown(), &a.out, a.json)
 }

@@ -176,7 +176,7 @@ fn ycsb(y: YcsbArgs) -> Result<()> {
             .unwrap_or_else(kv_bench_ycsb::default_client_dir),
         ..YcsbConfig::default()
     };
-    let report = kv_bench_ycsb::run(&cfg, &|line| eprintln!("{line}"))?;
+    let report = kv_bench_ycsb::run(&cfg, &crate::util::progress_line)?;
     if y.json {
         print_json(&report)?;
     } else {
@@ -198,7 +198,7 @@ fn bench(b: BenchArgs) -> Result<()> {
         keys: b.keys,
         group_commit: !b.no_group_commit,
     };
-    let report = kv_bench::run(&cfg, &|line| eprintln!("{line}"))?;
+    let report = kv_bench::run(&cfg, &crate::util::progress_line)?;
     if b.json {
         print_json(&report)?;
     } else {

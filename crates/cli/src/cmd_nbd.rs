@@ -117,6 +117,14 @@ pub(crate) fn init_logging(default: &str) {
 fn serve(a: ServeArgs) -> Result<()> {
     init_logging("info");
     let dev = open_spec(&a.device)?;
+    if !dev.keeps_data() {
+        // A client would read back zeros for what it wrote (issue 46).
+        bail!(
+            "{} keeps no data (a simulated device models timing and wear only): add data=1 to its spec to export it, e.g. --device '{},data=1'",
+            a.device,
+            a.device
+        );
+    }
     let cfg = ServeConfig {
         addr: a.addr,
         export_name: a.name,

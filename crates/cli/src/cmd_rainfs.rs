@@ -121,7 +121,7 @@ fn flag_error(e: LabError) -> anyhow::Error {
 }
 
 fn log(line: &str) {
-    eprintln!("{line}");
+    crate::util::progress_line(line);
 }
 
 pub fn run(a: RainfsArgs) -> Result<()> {
@@ -230,6 +230,15 @@ pub fn experiment(a: ExpRainfsArgs) -> Result<()> {
     // Every argument is checked before anything is built or run.
     let cfg = config(&a)?;
     let t: Tools = rainfs::tools()?;
+    crate::scratch::announce(
+        "experiment rainfs",
+        &[&std::env::temp_dir(), &a.out],
+        if a.quick {
+            "a few minutes (--quick)"
+        } else {
+            "tens of minutes (--quick takes a few minutes)"
+        },
+    );
     let report = rainfs::run(&t, &cfg, &log).map_err(flag_error)?;
     report.write(&a.out)?;
     print_report(&report, || report.markdown(), &a.out, a.json)

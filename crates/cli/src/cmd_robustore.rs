@@ -242,6 +242,9 @@ pub struct RobustoreExpArgs {
     /// How RRAID-A halves a slow disk's unreceived data
     #[arg(long, value_enum, default_value = "block")]
     rraid_a_split: SplitArg,
+    /// Print the files written as a JSON array
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn experiment(a: RobustoreExpArgs) -> Result<()> {
@@ -275,6 +278,15 @@ pub fn experiment(a: RobustoreExpArgs) -> Result<()> {
             },
             rraid_a_split: a.rraid_a_split.split(),
         };
+        crate::scratch::announce(
+            "experiment robustore",
+            &[&cfg.out],
+            if cfg.quick {
+                "about a minute (--quick)"
+            } else {
+                "tens of minutes per figure group on all cores (--shard i/N spreads it)"
+            },
+        );
         let start = std::time::Instant::now();
         let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let progress = move |done: usize, total: usize| {
@@ -293,6 +305,9 @@ pub fn experiment(a: RobustoreExpArgs) -> Result<()> {
         );
         files
     };
+    if a.json {
+        return crate::util::print_json(&files);
+    }
     for f in files {
         println!("{}", f.display());
     }

@@ -15,14 +15,16 @@ use ecstack_device::BlockDevice;
 use ecstack_nbd::Admin;
 
 use crate::nbd_export::Export;
+use crate::scratch::{announce, Scratch};
 
 use crate::util::{fmt_size, parse_size, print_json};
 
 #[derive(Args, Clone)]
 pub struct TweenArgs {
-    /// tween: stripe (= log segment = NVRAM buffer) size; the chunk size is stripe / k
-    #[arg(long, default_value = "8M")]
-    stripe: String,
+    /// tween: stripe (= log segment = NVRAM buffer) size; the chunk size is stripe / k (default:
+    /// k chunks of the largest power of two up to 8M / k: 8M for k = 4 or 8, 6M for k = 6)
+    #[arg(long)]
+    stripe: Option<String>,
     /// tween: hotness groups N (one NVRAM buffer each)
     #[arg(long, default_value_t = 4)]
     groups: usize,
@@ -54,7 +56,10 @@ pub struct TweenArgs {
 
 /// The chunk size of a tween array of `k` data chunks: stripe / k.
 pub fn chunk_bytes(t: &TweenArgs, k: usize) -> Result<u64> {
-    let stripe = parse_size(&t.stripe)?;
+    let Some(stripe_arg) = &t.stripe else {
+        return default_chunk_bytes(k);
+    };
+    let stripe = parse_size(stripe_arg)?;
     if k == 0 || !stripe.is_multiple_of(k as u64) || !(stripe / k as u64).is_multiple_of(512) {
         // A stripe that works: k chunks of the largest power of two that fits (a chunk should be
         // a multiple of the SSD's flash block, docs/tween.md).
@@ -74,11 +79,23 @@ pub fn chunk_bytes(t: &TweenArgs, k: usize) -> Result<u64> {
             _ => String::new(),
         };
         bail!(
-            "invalid array configuration: stripe {} is not k = {k} chunks of a multiple of 512 bytes{hint}",
-            t.stripe
+            "invalid array configuration: stripe {stripe_arg} is not k = {k} chunks of a multiple of 512 bytes{hint}"
         );
     }
     Ok(stripe / k as u64)
+}
+
+/// Stripes up to this size by default (the NVRAM holds one per hotness group).
+const DEFAULT_STRIPE_BYTES_MAX: u64 = 8 << 20;
+
+/// The default chunk of a tween array of `k` data chunks: the largest power of two with k of them
+/// in [`DEFAULT_STRIPE_BYTES_MAX`] (a chunk should be a multiple of the SSD's flash block).
+fn default_chunk_bytes(k: usize) -> Result<u64> {
+    let per = DEFAULT_STRIPE_BYTES_MAX / k.max(1) as u64;
+    match per.checked_ilog2() {
+        Some(b) if k > 0 && b >= 9 => Ok(1u64 << b),
+        _ => bail!("invalid array configuration: k = {k} is too large for a tween stripe of at most 8M; give --stripe"),
+    }
 }
 
 pub fn create(
@@ -240,10 +257,12 @@ pub struct ExpTweenArgs {
     /// Simulated SSDs fresh instead of aged (not filled before the run)
     #[arg(long)]
     fresh: bool,
-    /// Directory of the O_DIRECT device files (default: $TMPDIR/ecstack-tween-exp)
+    /// Directory in which the O_DIRECT device files of the files part get a scratch directory of
+    /// their own (default: $TMPDIR), removed at the end and on Ctrl-C / SIGTERM
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Directory of TWEEN's NVRAM file in the files part (default /dev/shm)
+    /// Directory in which TWEEN's NVRAM file of the files part gets a scratch directory (default
+    /// /dev/shm, else $TMPDIR)
     #[arg(long)]
     nvram_dir: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
@@ -299,17 +318,46 @@ pub fn experiment(a: ExpTweenArgs) -> Result<()> {
         cfg.ssd.block_pages = p;
     }
     cfg.ssd.aged = !a.fresh;
-    if let Some(d) = a.dir {
-        cfg.files_dir = d;
-    }
-    if let Some(d) = a.nvram_dir {
-        cfg.nvram_dir = d;
-    }
     cfg.seed = a.seed;
-    let rep = ecstack_lab::tween::run(&cfg)?;
-    if a.json {
-        return print_json(&rep);
+    cfg.validate()?; // before anything is created
+                     // Scratch directories for the files part only (the other parts run on simulated SSDs).
+    let files = cfg.parts.contains(&Part::Files);
+    let scratch = if files {
+        let devices = Scratch::new(a.dir.as_deref(), "tween")?;
+        let nvram = Scratch::new(
+            Some(a.nvram_dir.as_deref().unwrap_or(&cfg.nvram_dir)),
+            "tween-nvram",
+        )?;
+        cfg.files_dir = devices.path().to_owned();
+        cfg.nvram_dir = nvram.path().to_owned();
+        Some((devices, nvram))
+    } else {
+        None
+    };
+    let expect = if a.quick {
+        "under a minute (--quick)"
+    } else {
+        "tens of minutes to hours (--quick takes under a minute)"
+    };
+    match &scratch {
+        Some((d, n)) => announce("experiment tween", &[d.path(), n.path()], expect),
+        None => announce("experiment tween", &[Path::new("memory only")], expect),
     }
-    print!("{}", ecstack_lab::tween::render(&rep));
+    let rep = ecstack_lab::tween::run(&cfg);
+    drop(scratch);
+    let rep = rep?;
+    if a.json {
+        print_json(&rep)?;
+    } else {
+        print!("{}", ecstack_lab::tween::render(&rep));
+    }
+    if let Some(first) = rep.failed.first() {
+        bail!(
+            "{} of the experiment's parts failed (the others are reported above); {}: {}",
+            rep.failed.len(),
+            first.part.name(),
+            first.error
+        );
+    }
     Ok(())
 }

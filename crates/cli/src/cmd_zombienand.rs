@@ -354,6 +354,14 @@ pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
                 .unwrap_or(1)
         });
         let total = grid::shard_points(&cfg, shard);
+        crate::scratch::announce(
+            "experiment zombienand",
+            &[&a.out],
+            &format!(
+                "{total} drive lifetimes on {jobs} threads: {} (the progress bar counts them on a terminal; a killed run resumes)",
+                if a.quick { "about a minute" } else { "hours" }
+            ),
+        );
         let pb = if std::io::stderr().is_terminal() {
             ProgressBar::new(total as u64)
         } else {

@@ -21,6 +21,7 @@ mod cmd_tween;
 mod cmd_zombienand;
 mod memory;
 mod nbd_export;
+mod scratch;
 mod signals;
 mod util;
 

@@ -1,12 +1,13 @@
 //! Signals for the whole binary, through `signal-hook` (no library installs a handler): one thread
 //! waits for SIGINT and SIGTERM and calls what the running command registered with [`on_stop`]
 //! (libraries expose the hooks: `ecstack_nbd::ShutdownHandle::shutdown`,
-//! `ecstack_lab::codfs_netns::cleanup`) and wakes the async daemons waiting in [`stopped`]; a second
+//! `ecstack_lab::codfs_netns::cleanup`, the experiments' scratch directories in `scratch.rs`), then
+//! exits if the command asked for it ([`exit_on_stop`]), and wakes the async daemons waiting in [`stopped`]; a second
 //! SIGINT/SIGTERM exits at once with status 130. Another thread turns SIGHUP into
 //! `ecstack_reduce::reload_config` ([`on_hangup`]), installed only by the commands that reread a
 //! configuration file on it (elsewhere SIGHUP keeps its default: the process ends).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use anyhow::{Context, Result};
@@ -18,6 +19,8 @@ type Hook = Box<dyn Fn() + Send>;
 static STOP_HOOKS: Mutex<Vec<Hook>> = Mutex::new(Vec::new());
 static HUP_HOOKS: Mutex<Vec<Hook>> = Mutex::new(Vec::new());
 static STOPS: AtomicUsize = AtomicUsize::new(0);
+/// Set by [`exit_on_stop`]: the first SIGINT/SIGTERM exits (status 130) once every hook ran.
+static EXIT_AFTER_HOOKS: AtomicBool = AtomicBool::new(false);
 /// Set once by the first SIGINT/SIGTERM; [`stopped`] waits for it.
 static STOPPED: OnceLock<tokio::sync::watch::Sender<bool>> = OnceLock::new();
 static STOP_THREAD: OnceLock<std::result::Result<(), String>> = OnceLock::new();
@@ -64,6 +67,9 @@ fn stop_signal(_: i32) {
     for h in hooks {
         h();
     }
+    if EXIT_AFTER_HOOKS.load(Ordering::SeqCst) {
+        std::process::exit(130);
+    }
 }
 
 fn hangup_signal(_: i32) {
@@ -81,6 +87,13 @@ pub fn watch_stop() -> Result<()> {
 /// Call `hook` once, on the first SIGINT or SIGTERM.
 pub fn on_stop(hook: impl Fn() + Send + 'static) -> Result<()> {
     lock(&STOP_HOOKS).push(Box::new(hook));
+    watch_stop()
+}
+
+/// Exit with status 130 on the first SIGINT or SIGTERM, after every [`on_stop`] hook ran (for
+/// commands with nothing to wind down but what their hooks clean up, such as experiments).
+pub fn exit_on_stop() -> Result<()> {
+    EXIT_AFTER_HOOKS.store(true, Ordering::SeqCst);
     watch_stop()
 }
 

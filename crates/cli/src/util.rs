@@ -43,6 +43,16 @@ pub fn progress_bar(total: u64, what: &str) -> ProgressBar {
     pb
 }
 
+/// A progress line of long work on stderr, prefixed with the seconds since the first one; only
+/// when stderr is a terminal (quiet when piped or in CI).
+pub fn progress_line(line: &str) {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    if std::io::stderr().is_terminal() {
+        eprintln!("[{:>5.0} s] {line}", start.elapsed().as_secs_f64());
+    }
+}
+
 /// Print a value as pretty JSON on stdout.
 pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);

@@ -87,6 +87,26 @@ fn a_served_array_refuses_other_openers_until_the_server_stops() {
         String::from_utf8_lossy(&o.stderr)
     );
 
+    // A parity commit and a rebuild through the socket print text, as without a server (JSON
+    // only with --json).
+    let o = ecstack(&["array", "commit", "--admin", &sock_s]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.starts_with("parity commit: "),
+        "{out}"
+    );
+    let o = ecstack(&["array", "commit", "--admin", &sock_s, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["stripes"].is_u64(), "{v}");
+    let o = ecstack(&["array", "fail", "1", "--admin", &sock_s]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = ecstack(&["array", "rebuild", "1", "--admin", &sock_s]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.starts_with("rebuilt device 1: "),
+        "{out}"
+    );
+
     served.stop(&sock);
 
     let o = ecstack(&["array", "status", "--meta", &meta, "--json"]);
@@ -106,6 +126,7 @@ fn a_served_array_refuses_other_openers_until_the_server_stops() {
         "{err}"
     );
     assert!(err.contains("--force"), "{err}");
+    assert!(!err.contains("invalid array configuration"), "{err}");
     let o = create(&["--force"]);
     assert!(
         o.status.success(),

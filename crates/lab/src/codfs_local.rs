@@ -2,15 +2,20 @@
 //! 127.0.0.1, with their data, logs and certificates under one directory. `ecstack cluster up`,
 //! `ecstack demo` and the multi-process tests use it.
 //!
+//! One `LocalCluster` per directory: it holds `<dir>/cluster.lock` while it lives, and a second
+//! one is refused naming the first's process.
+//!
 //! Lifecycle of a daemon: spawned → (killed with SIGKILL | stopped with SIGTERM, then SIGKILL after a
 //! grace period) → reaped. Every child is killed and reaped when its handle is dropped, so a panicking
 //! test or an early error leaves no orphan behind.
 
 use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ecstack_device::{lock_exclusive, DeviceLock, LockError};
 use ecstack_rpc::{init_cluster, issue_certificate, ClusterConfig, InitOptions};
 
 use ecstack_client::ClientError;
@@ -148,6 +153,8 @@ fn signal(pid: u32, sig: libc::c_int) {
 
 /// The running cluster. Dropping it kills every daemon.
 pub struct LocalCluster {
+    /// `<dir>/cluster.lock`, held while the cluster runs: one `cluster up` per directory.
+    _lock: DeviceLock,
     spec: LocalSpec,
     config: ClusterConfig,
     mds: Option<Daemon>,
@@ -161,11 +168,13 @@ impl LocalCluster {
         std::fs::create_dir_all(spec.dir.join("logs")).map_err(|e| {
             ClientError::Local(format!("cannot create {}: {e}", spec.dir.display()))
         })?;
+        let lock = lock_dir(&spec.dir)?;
         if !spec.config_path().exists() {
             init(&spec)?;
         }
         let config = ClusterConfig::load(&spec.config_path())?;
         let mut cluster = LocalCluster {
+            _lock: lock,
             osds: (0..spec.osds).map(|_| None).collect(),
             spec,
             config,
@@ -339,6 +348,39 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Locks `<dir>/cluster.lock` for this process (its pid written in it for people), or refuses in
+/// one line naming the process that runs the cluster already.
+fn lock_dir(dir: &Path) -> Result<DeviceLock, ClientError> {
+    let path = dir.join("cluster.lock");
+    let local = |what: &str, e: &dyn std::fmt::Display| {
+        ClientError::Local(format!("cannot {what} {}: {e}", path.display()))
+    };
+    let mut pid_file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| local("create", &e))?;
+    let lock = match lock_exclusive(&path) {
+        Ok(l) => l,
+        Err(LockError::Busy { holder }) => {
+            let by = match holder {
+                Some(h) => format!("pid {} ({})", h.pid, h.command(120)),
+                None => "another process".to_owned(),
+            };
+            return Err(ClientError::Local(format!(
+                "cluster directory {} is already running under {by}; use it with --config {} or stop it first",
+                dir.display(),
+                dir.join("cluster.toml").display()
+            )));
+        }
+        Err(LockError::Io(e)) => return Err(local("lock", &e)),
+    };
+    pid_file.set_len(0).map_err(|e| local("write", &e))?;
+    write!(pid_file, "{}", std::process::id()).map_err(|e| local("write", &e))?;
+    Ok(lock)
 }
 
 /// The last non-empty line of a daemon's log (what it said before dying).

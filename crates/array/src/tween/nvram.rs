@@ -89,6 +89,9 @@ struct Mapped {
     ptr: *mut u8,
     len: usize,
     _file: std::fs::File,
+    /// One opener per region, as for the array's devices (two arrays given one NVRAM file would
+    /// overwrite each other's buffers and maps).
+    _lock: ecstack_device::DeviceLock,
     path: PathBuf,
 }
 
@@ -114,6 +117,7 @@ fn map_file(path: &Path, want: u64, create: bool) -> Result<Mapped> {
         .truncate(false)
         .open(path)
         .map_err(|e| nv_err(format!("{}: {e}", path.display())))?;
+    let lock = crate::exclusive::lock_file(&format!("TWEEN NVRAM {}", path.display()), path)?;
     let meta = file
         .metadata()
         .map_err(|e| nv_err(format!("{}: {e}", path.display())))?;
@@ -156,6 +160,7 @@ fn map_file(path: &Path, want: u64, create: bool) -> Result<Mapped> {
         ptr: ptr.cast(),
         len,
         _file: file,
+        _lock: lock,
         path: path.to_path_buf(),
     })
 }

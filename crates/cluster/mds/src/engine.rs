@@ -135,6 +135,25 @@ impl Batch {
     }
 }
 
+/// Ids an OSD can take by its name: `osd-N` asks for id N, so a new cluster's `osd-3` is OSD 3
+/// whatever order the OSDs register in (issue 46). Bounded so a typo cannot reach the sentinel.
+const OSD_ID_BY_NAME_MAX: u32 = 1 << 20;
+
+/// The id `name` asks for (`osd-N` with N below [`OSD_ID_BY_NAME_MAX`], no leading zeros).
+fn id_from_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("osd-")?;
+    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits
+        .parse::<u32>()
+        .ok()
+        .filter(|&n| n < OSD_ID_BY_NAME_MAX)
+}
+
 /// The metadata server's state machine.
 pub struct MdsCore {
     store: Box<dyn MetadataStore>,
@@ -276,13 +295,20 @@ impl MdsCore {
         let mut batch = Batch::new();
         let osd_id = match osds.values().find(|o| o.name == r.name) {
             Some(o) => o.osd_id,
-            None => {
-                let id = batch.next(self.store.as_ref(), COUNTER_OSD)? - 1;
-                u32::try_from(id)
-                    .ok()
-                    .filter(|&id| id != NO_OSD)
-                    .ok_or_else(|| MdsError::FailedPrecondition("OSD ids exhausted".into()))?
-            }
+            None => match id_from_name(&r.name).filter(|id| !osds.contains_key(id)) {
+                Some(id) => id,
+                None => loop {
+                    // The counter skips ids that OSDs named `osd-N` took by name.
+                    let id = batch.next(self.store.as_ref(), COUNTER_OSD)? - 1;
+                    let id = u32::try_from(id)
+                        .ok()
+                        .filter(|&id| id != NO_OSD)
+                        .ok_or_else(|| MdsError::FailedPrecondition("OSD ids exhausted".into()))?;
+                    if !osds.contains_key(&id) {
+                        break id;
+                    }
+                },
+            },
         };
         let previous = osds.get(&osd_id).map(|o| o.state);
         batch.push(Mutation::PutOsd(OsdRecord {
@@ -783,7 +809,7 @@ impl MdsCore {
         if !osds.contains_key(&osd_id) {
             return Err(MdsError::NotFound(format!("no OSD with id {osd_id}")));
         }
-        self.declare_out(osd_id)
+        self.declare_out(osd_id, true)
     }
 
     /// For every segment whose primary is `osd_id`: the usable holder with the lowest chunk index
@@ -853,8 +879,10 @@ impl MdsCore {
     }
 
     /// Out: promote where it is primary, then give each of its chunks a new holder by placement
-    /// (RECOVERING, rebuilt by the primary) or mark it LOST when no UP OSD can take it.
-    fn declare_out(&mut self, osd_id: u32) -> Result<u64, MdsError> {
+    /// (RECOVERING, rebuilt by the primary) or mark it LOST when no UP OSD can take it. An
+    /// administrator's out (`refuse_loss`) changes nothing and fails instead when a chunk would be
+    /// LOST: taking a live OSD out must not lower redundancy.
+    fn declare_out(&mut self, osd_id: u32, refuse_loss: bool) -> Result<u64, MdsError> {
         let mut osds = self.osd_map()?;
         let mut batch = Batch::new();
         self.set_state(&mut batch, &mut osds, osd_id, OsdState::Out);
@@ -867,6 +895,7 @@ impl MdsCore {
         }
         let mut moved = 0u64;
         let mut recovering = 0u64;
+        let mut homeless = 0u64;
         for (segment_id, lost) in by_segment {
             let mut s = match touched.remove(&segment_id) {
                 Some(s) => s,
@@ -900,7 +929,10 @@ impl MdsCore {
                         recovering += 1;
                         (Some(t), ChunkState::Recovering)
                     }
-                    None => (None, ChunkState::Lost),
+                    None => {
+                        homeless += 1;
+                        (None, ChunkState::Lost)
+                    }
                 };
                 batch.push(Mutation::PutChunk(ChunkRecord {
                     osd_id: osd,
@@ -914,6 +946,12 @@ impl MdsCore {
         }
         for s in touched.into_values() {
             batch.push(Mutation::PutSegment(s));
+        }
+        if refuse_loss && homeless > 0 {
+            let name = osds.get(&osd_id).map(|o| o.name.as_str()).unwrap_or("?");
+            return Err(MdsError::FailedPrecondition(format!(
+                "OSD {osd_id} ({name}) stays in: {homeless} of its {moved} chunks have no other up OSD to go to (their segments already have a chunk on each); add an OSD first"
+            )));
         }
         self.progress_add(&mut batch, recovering)?;
         tracing::warn!(
@@ -1015,11 +1053,11 @@ impl MdsCore {
                 OsdState::Up if silent > u64::from(self.settings.params.down_after_ms) => {
                     self.declare_down(o.osd_id)?;
                     if silent > self.settings.out_after_ms {
-                        self.declare_out(o.osd_id)?;
+                        self.declare_out(o.osd_id, false)?;
                     }
                 }
                 OsdState::Down if silent > self.settings.out_after_ms => {
-                    self.declare_out(o.osd_id)?;
+                    self.declare_out(o.osd_id, false)?;
                 }
                 OsdState::Down | OsdState::Out => {
                     if !self

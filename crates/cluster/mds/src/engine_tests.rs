@@ -727,3 +727,45 @@ fn heartbeats_commit_only_state_changes() {
     assert_eq!(stored(&r), (OsdState::Up, 8192), "back up: committed");
     assert_eq!(shown(&r), 8192);
 }
+
+#[test]
+fn osd_n_takes_id_n_whatever_the_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let mut mds = open(&dir.path().join("m.sqlite"), &clock);
+    let mut id = |name: &str| mds.register_osd(&reg(name, "h")).unwrap().osd_id;
+    assert_eq!(id("osd-2"), 2);
+    assert_eq!(id("osd-0"), 0);
+    // Other names take the counter's next free id; `osd-01` is not `osd-1`.
+    assert_eq!(id("spare"), 1);
+    assert_eq!(id("osd-01"), 3);
+    // `osd-1`'s id is taken: it gets the next free one; returning OSDs keep theirs.
+    assert_eq!(id("osd-1"), 4);
+    assert_eq!(id("osd-2"), 2);
+    assert_eq!(id("spare"), 1);
+    assert_eq!(id("osd-4"), 5);
+}
+
+#[test]
+fn osd_out_is_refused_when_no_osd_can_take_its_chunks() {
+    // k = 2, m = 1 on 3 OSDs: every OSD holds a chunk of every segment.
+    let mut r = rig(3);
+    let segs = r.put("f", &[SEG]);
+    let victim = segs[0].chunks[1].osd_id;
+    let e = r.mds.osd_out(victim).unwrap_err();
+    match &e {
+        MdsError::FailedPrecondition(m) => {
+            assert!(m.contains("add an OSD first"), "{m}");
+            assert!(m.contains(&format!("OSD {victim} (osd-{victim})")), "{m}");
+        }
+        other => panic!("expected FailedPrecondition, got {other:?}"),
+    }
+    // Nothing changed: the OSD is up and the segment's layout is as it was.
+    assert_eq!(r.osd_state(victim), OsdState::Up);
+    assert_eq!(r.mds.get_segment(segs[0].segment_id).unwrap(), segs[0]);
+    // With a fourth OSD the chunk has somewhere to go.
+    r.ids
+        .push(r.mds.register_osd(&reg("osd-3", "h3")).unwrap().osd_id);
+    assert_eq!(r.mds.osd_out(victim).unwrap(), 1);
+    assert_eq!(r.osd_state(victim), OsdState::Out);
+}

@@ -327,7 +327,7 @@ pub enum ChunkStoreError {
         op: &'static str,
         source: std::io::Error,
     },
-    #[error("chunk store {at} is in use by another OSD ({holder})")]
+    #[error("chunk store {at} is in use by another OSD ({holder}); stop it first")]
     Locked { at: String, holder: String },
     #[error("segment {segment:#x} chunk {index}: not stored here")]
     NotFound { segment: u64, index: u32 },

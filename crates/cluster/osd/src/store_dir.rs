@@ -8,13 +8,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use ecstack_device::{
-    BlockDevice, DeviceError, FaultConfig, Faulty, FileDevice, FileOptions, MemDevice, Outcome,
-    PowerCutPolicy, SplitMix64, DIRECT_ALIGN,
+    lock_exclusive, BlockDevice, DeviceError, DeviceLock, FaultConfig, Faulty, FileDevice,
+    FileOptions, Holder, LockError, MemDevice, Outcome, PowerCutPolicy, SplitMix64, DIRECT_ALIGN,
 };
 
 use crate::chunk_store::{ChunkStoreError, Result};
@@ -67,13 +66,13 @@ pub fn device_io(e: DeviceError) -> std::io::Error {
     }
 }
 
-/// A real directory: `<root>/LOCK` (held with `flock` while this value lives, holding the pid)
-/// and the files in `<root>/chunks/`.
+/// A real directory: `<root>/LOCK` (held with `flock`, by `ecstack_device::lock`, while this value
+/// lives; it holds the pid) and the files in `<root>/chunks/`.
 #[derive(Debug)]
 pub struct OsDir {
     root: PathBuf,
     chunks: PathBuf,
-    _lock: File,
+    _lock: DeviceLock,
 }
 
 fn io_at<'a>(
@@ -87,37 +86,42 @@ fn io_at<'a>(
     }
 }
 
+/// The process holding a store's lock, for [`ChunkStoreError::Locked`]: its pid and command.
+fn holder_line(holder: Option<Holder>) -> String {
+    match holder {
+        None => "holder not found in /proc/locks".to_string(),
+        Some(h) if h.pid == std::process::id() => format!("pid {}, this process", h.pid),
+        Some(h) => format!("pid {}: {}", h.pid, h.command(120)),
+    }
+}
+
 impl OsDir {
     /// Opens (or creates) a store directory and locks it for this process.
     pub fn open(root: &Path) -> Result<OsDir> {
         std::fs::create_dir_all(root).map_err(io_at(root, "create store directory"))?;
         let lock_path = root.join("LOCK");
-        let mut lock = OpenOptions::new()
-            .read(true)
+        let mut pid_file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
             .open(&lock_path)
             .map_err(io_at(&lock_path, "open lock file"))?;
-        // SAFETY: flock on a descriptor we own; no memory is passed.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
-                let holder = match holder.trim() {
-                    "" => "unknown process".to_string(),
-                    h => format!("pid {h}"),
-                };
+        let lock = match lock_exclusive(&lock_path) {
+            Ok(l) => l,
+            Err(LockError::Busy { holder }) => {
                 return Err(ChunkStoreError::Locked {
                     at: root.display().to_string(),
-                    holder,
-                });
+                    holder: holder_line(holder),
+                })
             }
-            return Err(io_at(&lock_path, "lock")(e));
-        }
-        lock.set_len(0)
+            Err(LockError::Io(e)) => return Err(io_at(&lock_path, "lock")(e)),
+        };
+        // The pid in the file is for people reading it; the holder a refusal names comes from
+        // /proc/locks, which is right even when the file is stale.
+        pid_file
+            .set_len(0)
             .map_err(io_at(&lock_path, "write lock file"))?;
-        write!(lock, "{}", std::process::id()).map_err(io_at(&lock_path, "write lock file"))?;
+        write!(pid_file, "{}", std::process::id()).map_err(io_at(&lock_path, "write lock file"))?;
         let chunks = root.join("chunks");
         std::fs::create_dir_all(&chunks).map_err(io_at(&chunks, "create chunks directory"))?;
         Ok(OsDir {

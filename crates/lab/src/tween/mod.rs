@@ -73,7 +73,7 @@ impl Part {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Part::Traces => "traces",
             Part::Sync => "sync",
@@ -148,7 +148,7 @@ impl TweenExpConfig {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> Result<()> {
         let cfg = |field, msg: String| Err(LabError::Config { field, msg });
         for (field, s) in [("scale", self.scale), ("files-scale", self.files_scale)] {
             if !(s > 0.0 && s <= 1.0) {
@@ -261,6 +261,15 @@ pub struct VersusMd {
 pub struct TweenReport {
     pub rows: Vec<TweenRow>,
     pub versus_md: Vec<VersusMd>,
+    /// Parts that failed (their error); the rows above are those of the parts that ran.
+    pub failed: Vec<PartFailure>,
+}
+
+/// A part of the experiment that stopped with an error.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartFailure {
+    pub part: Part,
+    pub error: String,
 }
 
 /// Sums over the main SSDs at one moment.
@@ -530,58 +539,82 @@ fn testbed(b: &Backing) -> &'static str {
     }
 }
 
-/// The parts of `cfg`, in order.
+/// The parts of `cfg`, in order. A part that fails is recorded in
+/// [`TweenReport::failed`] and the next part still runs, so one failure does not hide what the
+/// others measured (the caller reports both and exits non-zero).
 pub fn run(cfg: &TweenExpConfig) -> Result<TweenReport> {
     cfg.validate()?;
     let mut r = Runner {
         cfg,
         rows: Vec::new(),
     };
-    let sim = cfg.sim();
-    let has = |p: Part| cfg.parts.contains(&p);
-    let load = |name: TraceName, scale: f64| Work::trace(name, scale, cfg.seed);
-    if has(Part::Traces) {
-        for &name in &cfg.traces {
-            r.all_three(Part::Traces, &load(name, cfg.scale)?, &sim)?;
+    let mut failed = Vec::new();
+    for &part in Part::ALL.iter().filter(|p| cfg.parts.contains(p)) {
+        if let Err(e) = run_part(&mut r, part) {
+            failed.push(PartFailure {
+                part,
+                error: e.to_string(),
+            });
         }
-    }
-    if has(Part::Sync) {
-        r.all_three(Part::Sync, &cfg.sync_work(cfg.scale), &sim)?;
-    }
-    if has(Part::Sensitivity) {
-        for &name in &cfg.sweep_traces {
-            let w = load(name, cfg.scale)?;
-            r.baselines(Part::Sensitivity, &w, &sim)?;
-            r.sweep(&w)?;
-        }
-    }
-    if has(Part::Gc) {
-        for &name in &cfg.traces {
-            let w = load(name, cfg.scale)?;
-            for gc_mode in [GcMode::Active, GcMode::Periodic] {
-                let t = TweenConfig {
-                    gc_mode,
-                    ..cfg.tween.clone()
-                };
-                r.tween(Part::Gc, &w, &sim, t, cfg.chunk_blocks, true)?;
-            }
-        }
-    }
-    if has(Part::Files) {
-        let files = Backing::Files {
-            dir: cfg.files_dir.clone(),
-            nvram_dir: cfg.nvram_dir.clone(),
-        };
-        for &name in &cfg.traces {
-            r.all_three(Part::Files, &load(name, cfg.files_scale)?, &files)?;
-        }
-        r.all_three(Part::Files, &cfg.sync_work(cfg.files_scale), &files)?;
     }
     let versus_md = versus_md(&r.rows);
     Ok(TweenReport {
         rows: r.rows,
         versus_md,
+        failed,
     })
+}
+
+fn run_part(r: &mut Runner<'_>, part: Part) -> Result<()> {
+    let cfg = r.cfg;
+    let sim = cfg.sim();
+    let load = |name: TraceName, scale: f64| Work::trace(name, scale, cfg.seed);
+    match part {
+        Part::Traces => {
+            for &name in &cfg.traces {
+                r.all_three(Part::Traces, &load(name, cfg.scale)?, &sim)?;
+            }
+        }
+        Part::Sync => r.all_three(Part::Sync, &cfg.sync_work(cfg.scale), &sim)?,
+        Part::Sensitivity => {
+            for &name in &cfg.sweep_traces {
+                let w = load(name, cfg.scale)?;
+                r.baselines(Part::Sensitivity, &w, &sim)?;
+                r.sweep(&w)?;
+            }
+        }
+        Part::Gc => {
+            for &name in &cfg.traces {
+                let w = load(name, cfg.scale)?;
+                for gc_mode in [GcMode::Active, GcMode::Periodic] {
+                    let t = TweenConfig {
+                        gc_mode,
+                        ..cfg.tween.clone()
+                    };
+                    r.tween(Part::Gc, &w, &sim, t, cfg.chunk_blocks, true)?;
+                }
+            }
+        }
+        Part::Files => {
+            let files = Backing::Files {
+                dir: cfg.files_dir.clone(),
+                nvram_dir: cfg.nvram_dir.clone(),
+            };
+            let made = !cfg.files_dir.exists();
+            let result = (|| {
+                for &name in &cfg.traces {
+                    r.all_three(Part::Files, &load(name, cfg.files_scale)?, &files)?;
+                }
+                r.all_three(Part::Files, &cfg.sync_work(cfg.files_scale), &files)
+            })();
+            // The images are removed run by run; the directory too when this run made it.
+            if made {
+                let _ = std::fs::remove_dir(&cfg.files_dir);
+            }
+            result?;
+        }
+    }
+    Ok(())
 }
 
 fn change_pct(from: f64, to: f64) -> f64 {
@@ -685,6 +718,9 @@ pub fn render(rep: &TweenReport) -> String {
                 }
             ));
         }
+    }
+    for f in &rep.failed {
+        out.push_str(&format!("\n## {} FAILED\n\n{}\n", f.part.name(), f.error));
     }
     if !rep.versus_md.is_empty() {
         out.push_str("\n## tween against md (simulated SSDs; negative = tween lower)\n\n");
