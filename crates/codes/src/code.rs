@@ -1,12 +1,11 @@
 //! Systematic linear block codes behind the `ErasureCode` seam: Reed-Solomon from a Vandermonde-derived
 //! or a Cauchy matrix, XOR parity (RAID-5) and RAID-6 P+Q, the last two with their own fast paths. RDP,
-//! an XOR array code that mixes byte positions inside a chunk, lives in [`crate::rdp`].
+//! an XOR array code that mixes byte positions inside a chunk, lives in `rdp.rs`.
 
 use crate::decode_cache::{DecodeCache, DecodeCacheStats, DecodePlan};
 use crate::decode_cache::{DECODE_CACHE_BYTES_MAX, DECODE_CACHE_ENTRIES_MAX};
 use crate::kernels::{self, Simd, Tables};
 use crate::matrix::{self, Matrix};
-use crate::rdp::Rdp;
 use crate::{CodeError, Result};
 use std::fmt;
 use std::ops::Range;
@@ -82,7 +81,7 @@ impl fmt::Display for CodeKind {
     }
 }
 
-/// The erasure-code seam every layer above uses; build one with [`new_code`]. Shards are equal-length
+/// The erasure-code seam every layer above uses; build one with [`new_code`](crate::new_code). Shards are equal-length
 /// byte slices: indices `0..k` are data chunks, `k..k+m` parity chunks.
 ///
 /// A code cannot detect corruption: every shard it is given as input must hold valid contents. The caller
@@ -378,7 +377,8 @@ pub trait LinearCode: ErasureCode {
     fn decode_cache_stats(&self) -> DecodeCacheStats;
 }
 
-/// Options of [`new_code_with`]; `CodeOptions::default()` is what [`new_code`] uses.
+/// Options of [`new_code_with`](crate::new_code_with); `CodeOptions::default()` is what
+/// [`new_code`](crate::new_code) uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct CodeOptions {
     /// Decode plans (survivors + kernel tables per erasure pattern) kept in the code's LRU, so repeated
@@ -406,26 +406,7 @@ impl Default for CodeOptions {
     }
 }
 
-/// Build a code of the given kind. Checks k >= 1, m >= 1, k + m <= 256 and the kind's own limits (m = 1
-/// for xor, m = 2 for raid6 and rdp, k <= p - 1 for rdp), else [`CodeError::Params`].
-pub fn new_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn ErasureCode>> {
-    new_code_with(kind, k, m, CodeOptions::default())
-}
-
-/// [`new_code`] with options (the decode-matrix cache's limits).
-pub fn new_code_with(
-    kind: CodeKind,
-    k: usize,
-    m: usize,
-    options: CodeOptions,
-) -> Result<Box<dyn ErasureCode>> {
-    match kind {
-        CodeKind::Rdp => Ok(Box::new(Rdp::new(k, m, options)?)),
-        _ => Ok(Box::new(Systematic::new(kind, k, m, options)?)),
-    }
-}
-
-/// [`new_code`] with the [`LinearCode`] view (generator matrix, decode plans). RDP has no such view:
+/// [`new_code`](crate::new_code) with the [`LinearCode`] view (generator matrix, decode plans). RDP has no such view:
 /// [`CodeError::NotLinear`].
 pub fn new_linear_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn LinearCode>> {
     new_linear_code_with(kind, k, m, CodeOptions::default())

@@ -70,11 +70,11 @@ mod raptor;
 mod rateless;
 mod rdp;
 mod rng;
+mod select;
 pub mod shard;
 
 pub use code::{
-    new_code, new_code_with, new_linear_code, new_linear_code_with, CodeKind, CodeOptions,
-    ErasureCode, LinearCode,
+    new_linear_code, new_linear_code_with, CodeKind, CodeOptions, ErasureCode, LinearCode,
 };
 pub use decode_cache::{DecodeCacheStats, DECODE_CACHE_BYTES_MAX, DECODE_CACHE_ENTRIES_MAX};
 pub use kernels::Simd;
@@ -82,6 +82,7 @@ pub use lt::{LtCode, LtDecoder, LtParams};
 pub use matrix::Matrix;
 pub use raptor::{RaptorQ, RaptorQDecoder};
 pub use rateless::{Packet, RatelessCode, RatelessDecoder};
+pub use select::{new_code, new_code_with};
 
 /// `dst ^= src`, with the SIMD kernels: the one region operation callers need outside a code (summing
 /// parity deltas, folding log chunks into parity). Both slices must have the same length.

@@ -36,8 +36,9 @@
 //! index < k + m, unit ≥ 1, every reserved byte (11, 18–19, 44–59) zero, and a file size
 //! `64 + stripes · (unit + 4)` that fits in 64 bits (a forged length cannot overflow the arithmetic).
 
-use crate::code::{new_code, CodeKind, Systematic};
+use crate::code::{CodeKind, Systematic};
 use crate::kernels::{self, Tables};
+use crate::select::new_code;
 use crate::{CodeError, Result};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
