@@ -831,14 +831,17 @@ async fn ours_side(
         .put("/bench/updated", &model[..])
         .await
         .map_err(client_error)?;
+    // The object stays open, as MinIO's client keeps its object's name: each update goes
+    // straight to the segment's primary, with no lookup at the MDS (`FileHandle`).
+    let handle = first.open("/bench/updated").await.map_err(client_error)?;
     let mut rng = Rng::new(cfg.seed ^ 0x6f_7572);
     let mut ms = Vec::new();
     for off in update_offsets(cfg) {
         let range = off as usize..(off + cfg.update_bytes) as usize;
         rng.fill(&mut model[range.clone()]);
         let t = Instant::now();
-        first
-            .update("/bench/updated", off, &model[range])
+        handle
+            .update(off, &model[range])
             .await
             .map_err(client_error)?;
         ms.push(t.elapsed().as_secs_f64() * 1e3);
