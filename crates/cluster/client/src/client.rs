@@ -193,6 +193,8 @@ struct Inner {
     osds: Mutex<HashMap<String, OsdClient>>,
     /// [`ReadStats`]: primary, direct, fallbacks.
     reads: [AtomicU64; 3],
+    /// The cluster code's `chunk_align_bytes` (1, or p − 1 for RDP): chunk sizes are multiples.
+    chunk_align_bytes: u64,
 }
 
 impl Client {
@@ -208,6 +210,13 @@ impl Client {
         options: ClientOptions,
     ) -> Result<Client, ClientError> {
         let mds = MdsClient::connect(&config.mds.addr, &security)?;
+        let c = &config.code;
+        let chunk_align_bytes = ecstack_codes::CodeKind::parse(&c.family)
+            .and_then(|kind| ecstack_codes::new_code(kind, c.k as usize, c.m as usize))
+            .map_err(|e| {
+                ClientError::Layout(format!("cluster code {} k={} m={}: {e}", c.family, c.k, c.m))
+            })?
+            .chunk_align_bytes() as u64;
         Ok(Client {
             inner: Arc::new(Inner {
                 config: config.clone(),
@@ -215,6 +224,7 @@ impl Client {
                 options,
                 mds,
                 osds: Mutex::new(HashMap::new()),
+                chunk_align_bytes,
                 reads: Default::default(),
             }),
         })
@@ -802,14 +812,15 @@ impl Client {
         let k = versions.len();
         if k != self.config().code.k as usize || l.holders.len() <= k {
             return Err(ClientError::Layout(format!(
-                "segment {:#x}: a read plan of {k} data chunks for RS {}+{} over {} holders",
+                "segment {:#x}: a read plan of {k} data chunks for {} {}+{} over {} holders",
                 l.segment_id,
+                self.config().code.family,
                 self.config().code.k,
                 self.config().code.m,
                 l.holders.len()
             )));
         }
-        let cb = ecstack_osd_proto::chunk_bytes(l.length, k);
+        let cb = ecstack_osd_proto::chunk_bytes(l.length, k, self.inner.chunk_align_bytes);
         let (first, last) = (offset / cb, (offset + length - 1) / cb);
         let timeout = self.inner.options.data_timeout;
         let mut reads = JoinSet::new();

@@ -848,10 +848,7 @@ impl From<&SegmentLayout> for Layout {
     }
 }
 
-/// Bytes per chunk of a segment of `length` bytes under a code with `k` data chunks.
-pub fn chunk_bytes(length: u64, k: usize) -> u64 {
-    length.div_ceil(k as u64)
-}
+pub use ecstack_mds_proto::chunk_bytes;
 
 pub fn holder_to_proto(h: &Holder) -> proto::Holder {
     proto::Holder {

@@ -16,7 +16,7 @@ use crate::error::OsdError;
 use crate::holder::Miss;
 use crate::metrics::Metrics;
 use crate::segment::SegState;
-use crate::service::{chunk_bytes, futures_join_all, newer, Osd};
+use crate::service::{futures_join_all, newer, Osd};
 
 /// Each data chunk's part of a read: its index and its bytes, or why not.
 type Parts = Vec<(usize, Result<Bytes, Miss>)>;
@@ -69,7 +69,7 @@ impl Osd {
 
     /// Normal read: the needed data chunks, each over its own range.
     async fn read_parts(&self, l: &Layout, st: &SegState, offset: u64, len: u64) -> Parts {
-        let cb = chunk_bytes(l.length, self.k());
+        let cb = self.chunk_bytes(l.length);
         let first = (offset / cb) as usize;
         let last = ((offset + len - 1) / cb) as usize;
         let asks = (first..=last).map(|i| {
@@ -96,7 +96,7 @@ impl Osd {
         len: u64,
         got: Parts,
     ) -> Result<Vec<u8>, OsdError> {
-        let cb = chunk_bytes(l.length, self.k());
+        let cb = self.chunk_bytes(l.length);
         let first = (offset / cb) as usize;
         let last = ((offset + len - 1) / cb) as usize;
         let repair = got

@@ -31,7 +31,7 @@ use crate::api::{Ack, DeltaStamp, Holder, Layout};
 use crate::chunk_store::ChunkStoreError;
 use crate::error::OsdError;
 use crate::segment::SegState;
-use crate::service::{check_enough, check_range, chunk_bytes, Osd};
+use crate::service::{check_enough, check_range, Osd};
 use crate::view::View;
 
 /// An update scheme: how sub-updates become chunk changes and parity work (see the module doc).
@@ -180,7 +180,7 @@ impl Osd {
         let plan = Plan {
             layout: &l,
             version,
-            subs: split_update(offset, &data, chunk_bytes(l.length, k)),
+            subs: split_update(offset, &data, self.chunk_bytes(l.length)),
             parity: l.holders[k..]
                 .iter()
                 .filter(|h| h.usable)
