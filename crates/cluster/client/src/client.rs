@@ -214,7 +214,10 @@ impl Client {
         let chunk_align_bytes = ecstack_codes::CodeKind::parse(&c.family)
             .and_then(|kind| ecstack_codes::new_code(kind, c.k as usize, c.m as usize))
             .map_err(|e| {
-                ClientError::Layout(format!("cluster code {} k={} m={}: {e}", c.family, c.k, c.m))
+                ClientError::Layout(format!(
+                    "cluster code {} k={} m={}: {e}",
+                    c.family, c.k, c.m
+                ))
             })?
             .chunk_align_bytes() as u64;
         Ok(Client {

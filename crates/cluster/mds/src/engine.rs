@@ -181,7 +181,10 @@ impl MdsCore {
         let chunk_align_bytes = ecstack_codes::CodeKind::parse(&p.code)
             .and_then(|kind| ecstack_codes::new_code(kind, p.k as usize, p.m as usize))
             .map_err(|e| {
-                MdsError::InvalidArgument(format!("cluster code {} k={} m={}: {e}", p.code, p.k, p.m))
+                MdsError::InvalidArgument(format!(
+                    "cluster code {} k={} m={}: {e}",
+                    p.code, p.k, p.m
+                ))
             })?
             .chunk_align_bytes() as u64;
         let now = clock.now_ms();
@@ -260,7 +263,10 @@ impl MdsCore {
 
     /// UP OSDs with their loads, for placement.
     fn candidates(&self, osds: &BTreeMap<u32, OsdRecord>) -> Result<Vec<Candidate>, MdsError> {
-        let loads = self.store.osd_loads(self.k(), self.chunk_align_bytes).map_err(internal)?;
+        let loads = self
+            .store
+            .osd_loads(self.k(), self.chunk_align_bytes)
+            .map_err(internal)?;
         Ok(osds
             .values()
             .filter(|o| o.state == OsdState::Up)

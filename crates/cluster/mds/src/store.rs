@@ -731,8 +731,8 @@ impl MetadataStore for SqliteStore {
         )? {
             let l = loads.entry(uint32(r[0])?).or_default();
             let count = uint(r[3])?;
-            let bytes = count
-                * ecstack_mds_proto::chunk_bytes(uint(r[1])?, k as usize, align_bytes);
+            let bytes =
+                count * ecstack_mds_proto::chunk_bytes(uint(r[1])?, k as usize, align_bytes);
             l.chunks += count;
             l.bytes += bytes;
             if r[2] != 0 {
