@@ -147,6 +147,28 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
                 version: 9,
                 from_index: 1,
                 prior_version: 1,
+                extents: Vec::new(),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "apply_delta",
+            proto::ApplyDeltaRequest {
+                target_osd: Some(ME),
+                segment_id: 1,
+                index: 2,
+                offset: 0,
+                delta: vec![3u8; 50].into(),
+                version: 9,
+                from_index: 1,
+                prior_version: 1,
+                extents: vec![
+                    proto::Extent { offset: 3, len: 20 },
+                    proto::Extent {
+                        offset: 4090,
+                        len: 30,
+                    },
+                ],
             }
             .encode_to_vec(),
         ),

@@ -714,7 +714,10 @@ async fn bad_requests_get_one_clear_error() {
         prior: 1,
         version: 2,
     };
-    let e = client.apply_delta(1, 0, 0, &[1], stamp).await.unwrap_err();
+    let e = client
+        .apply_delta(1, 0, &[0..1], &[1], stamp)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("deltas go to parity chunks"), "{e}");
     let e = client.get_chunk(77, 0, 0, 0, None).await.unwrap_err();
     assert!(matches!(e, OsdCallError::NotFound { .. }), "{e}");
