@@ -46,6 +46,8 @@ pub struct Rig {
 
 pub struct RigSpec {
     pub osds: usize,
+    /// Code family (`rs-vand`, `rdp`, ...).
+    pub family: String,
     pub k: u32,
     pub m: u32,
     pub segment_bytes: u64,
@@ -61,6 +63,7 @@ impl Default for RigSpec {
     fn default() -> Self {
         RigSpec {
             osds: 8,
+            family: "rs-vand".into(),
             k: 4,
             m: 2,
             segment_bytes: 1 << 20,
@@ -109,6 +112,7 @@ impl Rig {
             .tempdir()
             .expect("temp dir");
         let mut s = LocalSpec::new(exe(), dir.path().join("cluster"), spec.osds);
+        s.family = spec.family.clone();
         s.k = spec.k;
         s.m = spec.m;
         s.segment_bytes = spec.segment_bytes;
