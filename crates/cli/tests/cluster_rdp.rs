@@ -7,67 +7,41 @@
 
 mod cluster_common;
 
-use std::process::Command;
-
 use cluster_common::*;
 use ecstack_base::Rng;
 use ecstack_client::ReadPath;
 use ecstack_lab::codfs_local::LocalCluster;
 
-fn ecstack(args: &[&str]) -> std::process::Output {
-    Command::new(exe())
-        .args(args)
-        .env_remove("ECSTACK_CLUSTER")
-        .output()
-        .expect("run ecstack")
+/// `ecstack cluster init DIR --code rdp -k K -m M` and any `extra` arguments.
+fn init_rdp(dir: &std::path::Path, k: &str, m: &str, extra: &[&str]) -> std::process::Output {
+    let dir = dir.to_str().unwrap();
+    let mut args = vec!["cluster", "init", dir, "--code", "rdp", "-k", k, "-m", m];
+    args.extend_from_slice(extra);
+    ecstack(&args)
 }
 
-/// `cluster init --code rdp` makes a cluster whose config names RDP; RDP with m ≠ 2 or k > p − 1
-/// for the prime given is one clear error line.
+/// `cluster init --code rdp` makes a cluster whose config names RDP; RDP with m ≠ 2, or too many
+/// chunks, is one clear error line, and no cluster is made.
 #[test]
 fn cluster_init_takes_rdp_and_refuses_bad_parameters() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("c");
-    let o = ecstack(&[
-        "cluster",
-        "init",
-        d.to_str().unwrap(),
-        "--code",
-        "rdp",
-        "-k",
-        "4",
-        "-m",
-        "2",
-        "--json",
-    ]);
+    let o = init_rdp(&d, "4", "2", &["--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(json["code"]["family"], "rdp", "{json}");
     let toml = std::fs::read_to_string(d.join("cluster.toml")).unwrap();
     assert!(toml.contains("family = \"rdp\""), "{toml}");
-    for (k, m, why) in [("4", "3", "m = 2"), ("300", "2", "")] {
+    for (k, m, why) in [("4", "3", "rdp has m = 2"), ("300", "2", "k + m <= 256")] {
         let d = dir.path().join(format!("bad-{k}-{m}"));
-        let o = ecstack(&[
-            "cluster",
-            "init",
-            d.to_str().unwrap(),
-            "--code",
-            "rdp",
-            "-k",
-            k,
-            "-m",
-            m,
-        ]);
+        let o = init_rdp(&d, k, m, &[]);
         assert!(!o.status.success(), "rdp -k {k} -m {m} was accepted");
-        let e = String::from_utf8_lossy(&o.stderr);
-        let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
-        assert_eq!(lines.len(), 1, "one error line, got: {e}");
-        assert!(lines[0].starts_with("ecstack: error: "), "{e}");
+        let line = stderr_line(&o);
         assert!(
-            lines[0].contains(&format!("--code rdp -k {k} -m {m}")),
-            "{e}"
+            line.contains(&format!("--code rdp -k {k} -m {m}")),
+            "{line}"
         );
-        assert!(lines[0].contains(why), "{e}");
+        assert!(line.contains(why), "{line}");
         assert!(
             !d.join("cluster.toml").exists(),
             "a refused init left a config"
@@ -78,22 +52,8 @@ fn cluster_init_takes_rdp_and_refuses_bad_parameters() {
 /// The OSD process (`osd-N`) holding chunk `index` of segment `seg` of `path`.
 async fn holder(rig: &Rig, path: &str, seg: usize, index: u32) -> usize {
     let info = rig.client.stat(path).await.unwrap();
-    let osd_id = info.segments[seg]
-        .chunks
-        .iter()
-        .find(|c| c.index == index)
-        .unwrap()
-        .osd_id;
-    let status = rig.client.status().await.unwrap();
-    let name = &status
-        .osds
-        .iter()
-        .find(|o| o.osd_id == osd_id)
-        .unwrap()
-        .name;
-    (0..rig.cluster.osd_count())
-        .find(|&i| LocalCluster::osd_name(i) == *name)
-        .unwrap()
+    let chunk = info.segments[seg].chunks.iter().find(|c| c.index == index);
+    osd_index(&rig.client.status().await.unwrap(), chunk.unwrap().osd_id)
 }
 
 /// The whole file and a few small ranges read back as the model says.

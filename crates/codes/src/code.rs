@@ -412,6 +412,13 @@ pub fn new_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn ErasureCod
     new_code_with(kind, k, m, CodeOptions::default())
 }
 
+/// The [`ErasureCode::chunk_align_bytes`] of the code named `name` (a [`CodeKind`] name) with k data
+/// and m parity chunks, for callers that only size chunks (a cluster's MDS and clients). Errors:
+/// those of [`CodeKind::parse`] and [`new_code`].
+pub fn chunk_align_bytes_of(name: &str, k: usize, m: usize) -> Result<usize> {
+    Ok(new_code(CodeKind::parse(name)?, k, m)?.chunk_align_bytes())
+}
+
 /// [`new_code`] with options (the decode-matrix cache's limits).
 pub fn new_code_with(
     kind: CodeKind,

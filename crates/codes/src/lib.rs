@@ -73,8 +73,8 @@ mod rng;
 pub mod shard;
 
 pub use code::{
-    new_code, new_code_with, new_linear_code, new_linear_code_with, CodeKind, CodeOptions,
-    ErasureCode, LinearCode,
+    chunk_align_bytes_of, new_code, new_code_with, new_linear_code, new_linear_code_with, CodeKind,
+    CodeOptions, ErasureCode, LinearCode,
 };
 pub use decode_cache::{DecodeCacheStats, DECODE_CACHE_BYTES_MAX, DECODE_CACHE_ENTRIES_MAX};
 pub use kernels::Simd;

@@ -78,6 +78,35 @@ pub fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ecstack"))
 }
 
+/// Runs the built `ecstack` with `args` (no `ECSTACK_CLUSTER` from the environment).
+pub fn ecstack(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(exe())
+        .args(args)
+        .env_remove("ECSTACK_CLUSTER")
+        .output()
+        .expect("run ecstack")
+}
+
+/// A failed command's one error line (asserting there is exactly one, as `ecstack: error: …`).
+pub fn stderr_line(o: &std::process::Output) -> String {
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one error line, got: {e}");
+    assert!(lines[0].starts_with("ecstack: error: "), "{e}");
+    lines[0].to_owned()
+}
+
+/// The rig's process index (`osd-N`) of the OSD with id `osd_id` in `status`.
+pub fn osd_index(status: &ecstack_mds_proto::ClusterStatus, osd_id: u32) -> usize {
+    let name = &status
+        .osds
+        .iter()
+        .find(|o| o.osd_id == osd_id)
+        .unwrap_or_else(|| panic!("osd id {osd_id} is not in the status"))
+        .name;
+    name.trim_start_matches("osd-").parse().unwrap()
+}
+
 pub fn client_options(retry_secs: u64) -> ClientOptions {
     ClientOptions {
         metadata_timeout: Duration::from_secs(5),

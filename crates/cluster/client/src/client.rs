@@ -211,15 +211,10 @@ impl Client {
     ) -> Result<Client, ClientError> {
         let mds = MdsClient::connect(&config.mds.addr, &security)?;
         let c = &config.code;
-        let chunk_align_bytes = ecstack_codes::CodeKind::parse(&c.family)
-            .and_then(|kind| ecstack_codes::new_code(kind, c.k as usize, c.m as usize))
-            .map_err(|e| {
-                ClientError::Layout(format!(
-                    "cluster code {} k={} m={}: {e}",
-                    c.family, c.k, c.m
-                ))
-            })?
-            .chunk_align_bytes() as u64;
+        let chunk_align_bytes =
+            ecstack_codes::chunk_align_bytes_of(&c.family, c.k as usize, c.m as usize)
+                .map_err(|e| ClientError::Layout(format!("cluster code {}: {e}", c.family)))?
+                as u64;
         Ok(Client {
             inner: Arc::new(Inner {
                 config: config.clone(),

@@ -178,15 +178,10 @@ impl MdsCore {
         clock: Arc<dyn Clock>,
     ) -> Result<MdsCore, MdsError> {
         let p = &settings.params;
-        let chunk_align_bytes = ecstack_codes::CodeKind::parse(&p.code)
-            .and_then(|kind| ecstack_codes::new_code(kind, p.k as usize, p.m as usize))
-            .map_err(|e| {
-                MdsError::InvalidArgument(format!(
-                    "cluster code {} k={} m={}: {e}",
-                    p.code, p.k, p.m
-                ))
-            })?
-            .chunk_align_bytes() as u64;
+        let chunk_align_bytes =
+            ecstack_codes::chunk_align_bytes_of(&p.code, p.k as usize, p.m as usize)
+                .map_err(|e| MdsError::InvalidArgument(format!("cluster code {}: {e}", p.code)))?
+                as u64;
         let now = clock.now_ms();
         let last_seen = store
             .osds()
