@@ -294,22 +294,6 @@ fn counter() -> Arc<AtomicU64> {
     Arc::new(AtomicU64::new(0))
 }
 
-fn ecstack(args: &[&str]) -> std::process::Output {
-    Command::new(exe())
-        .args(args)
-        .env_remove("ECSTACK_CLUSTER")
-        .output()
-        .expect("run ecstack")
-}
-
-fn stderr_line(o: &std::process::Output) -> String {
-    let e = String::from_utf8_lossy(&o.stderr).into_owned();
-    let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "one error line, got: {e}");
-    assert!(lines[0].starts_with("ecstack: error: "), "{e}");
-    lines[0].to_owned()
-}
-
 /// The CLI end to end: put a file, get it whole and as a range (to a file and to stdout), update
 /// it, ls/stat/status as JSON, rm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

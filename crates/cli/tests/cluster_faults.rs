@@ -416,15 +416,7 @@ async fn a_stale_chunk_is_never_returned() {
     let info = rig.client.stat("/s").await.unwrap();
     let layout = &info.segments[0];
     let status = rig.client.status().await.unwrap();
-    let osd_index = |osd_id: u32| -> usize {
-        let name = &status
-            .osds
-            .iter()
-            .find(|o| o.osd_id == osd_id)
-            .unwrap()
-            .name;
-        name.trim_start_matches("osd-").parse().unwrap()
-    };
+    let osd_index = |osd_id: u32| osd_index(&status, osd_id);
     let victim = osd_index(layout.chunks[1].osd_id);
     rig.cluster.kill_osd(victim);
     let new = random_bytes(&mut rng, 1 << 20);
@@ -473,15 +465,7 @@ async fn a_corrupted_chunk_is_detected_and_repaired() {
     let info = rig.client.stat("/c").await.unwrap();
     let layout = &info.segments[0];
     let status = rig.client.status().await.unwrap();
-    let osd_index = |osd_id: u32| -> usize {
-        let name = &status
-            .osds
-            .iter()
-            .find(|o| o.osd_id == osd_id)
-            .unwrap()
-            .name;
-        name.trim_start_matches("osd-").parse().unwrap()
-    };
+    let osd_index = |osd_id: u32| osd_index(&status, osd_id);
     // Data chunk 1's file: the largest file under its OSD's store (the only chunk there).
     let holder = osd_index(layout.chunks[1].osd_id);
     let store = rig.cluster.osd_store(holder);

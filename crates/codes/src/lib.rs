@@ -82,7 +82,7 @@ pub use lt::{LtCode, LtDecoder, LtParams};
 pub use matrix::Matrix;
 pub use raptor::{RaptorQ, RaptorQDecoder};
 pub use rateless::{Packet, RatelessCode, RatelessDecoder};
-pub use select::{new_code, new_code_with};
+pub use select::{chunk_align_bytes_of, new_code, new_code_with};
 
 /// `dst ^= src`, with the SIMD kernels: the one region operation callers need outside a code (summing
 /// parity deltas, folding log chunks into parity). Both slices must have the same length.

@@ -24,3 +24,10 @@ pub fn new_code_with(
         _ => Ok(Box::new(Systematic::new(kind, k, m, options)?)),
     }
 }
+
+/// The [`ErasureCode::chunk_align_bytes`] of the code named `name` (a [`CodeKind`] name) with k data
+/// and m parity chunks, for callers that only size chunks (a cluster's MDS and clients). Errors:
+/// those of [`CodeKind::parse`] and [`new_code`].
+pub fn chunk_align_bytes_of(name: &str, k: usize, m: usize) -> Result<usize> {
+    Ok(new_code(CodeKind::parse(name)?, k, m)?.chunk_align_bytes())
+}

@@ -5,7 +5,8 @@
 use ecstack_base::rng::Rng;
 use ecstack_codes::shard::{decode_files, encode_file, EncodeOptions};
 use ecstack_codes::{
-    new_code, new_code_with, new_linear_code, CodeError, CodeKind, CodeOptions, ErasureCode,
+    chunk_align_bytes_of, new_code, new_code_with, new_linear_code, CodeError, CodeKind,
+    CodeOptions, ErasureCode,
 };
 use proptest::prelude::*;
 use std::ops::Range;
@@ -122,6 +123,11 @@ fn default_prime_is_the_smallest_above_k() {
         new_code(CodeKind::Rdp, 254, 2).unwrap().chunk_align_bytes(),
         256
     );
+    // By name, as a cluster's MDS and clients learn it (byte-position-wise codes: 1).
+    assert_eq!(chunk_align_bytes_of("rdp", 6, 2).unwrap(), 6);
+    assert_eq!(chunk_align_bytes_of("rs-vand", 6, 2).unwrap(), 1);
+    assert!(chunk_align_bytes_of("rdp", 4, 3).is_err());
+    assert!(chunk_align_bytes_of("nope", 4, 2).is_err());
     // The default code agrees with the definition too.
     let mut rng = Rng::new(7);
     let code = new_code(CodeKind::Rdp, 4, 2).unwrap();

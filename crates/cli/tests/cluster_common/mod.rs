@@ -46,6 +46,8 @@ pub struct Rig {
 
 pub struct RigSpec {
     pub osds: usize,
+    /// Code family (`rs-vand`, `rdp`, ...).
+    pub family: String,
     pub k: u32,
     pub m: u32,
     pub segment_bytes: u64,
@@ -61,6 +63,7 @@ impl Default for RigSpec {
     fn default() -> Self {
         RigSpec {
             osds: 8,
+            family: "rs-vand".into(),
             k: 4,
             m: 2,
             segment_bytes: 1 << 20,
@@ -73,6 +76,35 @@ impl Default for RigSpec {
 
 pub fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ecstack"))
+}
+
+/// Runs the built `ecstack` with `args` (no `ECSTACK_CLUSTER` from the environment).
+pub fn ecstack(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(exe())
+        .args(args)
+        .env_remove("ECSTACK_CLUSTER")
+        .output()
+        .expect("run ecstack")
+}
+
+/// A failed command's one error line (asserting there is exactly one, as `ecstack: error: …`).
+pub fn stderr_line(o: &std::process::Output) -> String {
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one error line, got: {e}");
+    assert!(lines[0].starts_with("ecstack: error: "), "{e}");
+    lines[0].to_owned()
+}
+
+/// The rig's process index (`osd-N`) of the OSD with id `osd_id` in `status`.
+pub fn osd_index(status: &ecstack_mds_proto::ClusterStatus, osd_id: u32) -> usize {
+    let name = &status
+        .osds
+        .iter()
+        .find(|o| o.osd_id == osd_id)
+        .unwrap_or_else(|| panic!("osd id {osd_id} is not in the status"))
+        .name;
+    name.trim_start_matches("osd-").parse().unwrap()
 }
 
 pub fn client_options(retry_secs: u64) -> ClientOptions {
@@ -109,6 +141,7 @@ impl Rig {
             .tempdir()
             .expect("temp dir");
         let mut s = LocalSpec::new(exe(), dir.path().join("cluster"), spec.osds);
+        s.family = spec.family.clone();
         s.k = spec.k;
         s.m = spec.m;
         s.segment_bytes = spec.segment_bytes;

@@ -193,6 +193,8 @@ struct Inner {
     osds: Mutex<HashMap<String, OsdClient>>,
     /// [`ReadStats`]: primary, direct, fallbacks.
     reads: [AtomicU64; 3],
+    /// The cluster code's `chunk_align_bytes` (1, or p − 1 for RDP): chunk sizes are multiples.
+    chunk_align_bytes: u64,
 }
 
 impl Client {
@@ -208,6 +210,11 @@ impl Client {
         options: ClientOptions,
     ) -> Result<Client, ClientError> {
         let mds = MdsClient::connect(&config.mds.addr, &security)?;
+        let c = &config.code;
+        let chunk_align_bytes =
+            ecstack_codes::chunk_align_bytes_of(&c.family, c.k as usize, c.m as usize)
+                .map_err(|e| ClientError::Layout(format!("cluster code {}: {e}", c.family)))?
+                as u64;
         Ok(Client {
             inner: Arc::new(Inner {
                 config: config.clone(),
@@ -215,6 +222,7 @@ impl Client {
                 options,
                 mds,
                 osds: Mutex::new(HashMap::new()),
+                chunk_align_bytes,
                 reads: Default::default(),
             }),
         })
@@ -825,14 +833,15 @@ impl Client {
         let k = versions.len();
         if k != self.config().code.k as usize || l.holders.len() <= k {
             return Err(ClientError::Layout(format!(
-                "segment {:#x}: a read plan of {k} data chunks for RS {}+{} over {} holders",
+                "segment {:#x}: a read plan of {k} data chunks for {} {}+{} over {} holders",
                 l.segment_id,
+                self.config().code.family,
                 self.config().code.k,
                 self.config().code.m,
                 l.holders.len()
             )));
         }
-        let cb = ecstack_osd_proto::chunk_bytes(l.length, k);
+        let cb = ecstack_osd_proto::chunk_bytes(l.length, k, self.inner.chunk_align_bytes);
         let (first, last) = (offset / cb, (offset + length - 1) / cb);
         let timeout = self.inner.options.data_timeout;
         let mut reads = JoinSet::new();

@@ -53,6 +53,17 @@ pub struct ClusterParams {
     pub down_after_ms: u32,
 }
 
+/// Bytes per chunk of a segment of `length` bytes under a code with `k` data chunks whose chunk
+/// lengths are multiples of `align_bytes` (the code's `chunk_align_bytes`: 1 for byte-position-wise
+/// codes, p − 1 for RDP): ⌈length / k⌉ rounded up to a multiple of `align_bytes`. The bytes past
+/// the segment's end are zeros in every data chunk that holds them. The one place a chunk size is
+/// computed (MDS, client, OSD); with `align_bytes` = 1 it is ⌈length / k⌉, as stored clusters have.
+pub fn chunk_bytes(length: u64, k: usize, align_bytes: u64) -> u64 {
+    length
+        .div_ceil(k.max(1) as u64)
+        .next_multiple_of(align_bytes.max(1))
+}
+
 impl ClusterParams {
     /// Chunks per segment.
     pub fn n(&self) -> u32 {
@@ -898,5 +909,19 @@ mod tests {
             assert_eq!(MdsError::from(e.to_status()), e);
         }
         assert!(MdsError::from(tonic::Status::deadline_exceeded("t")).is_retryable());
+    }
+
+    #[test]
+    fn chunk_sizes_round_up_to_the_codes_alignment() {
+        // Byte-position-wise codes: ⌈length / k⌉, as every stored cluster has it.
+        assert_eq!(chunk_bytes(16 << 20, 6, 1), 2_796_203);
+        assert_eq!(chunk_bytes(5, 4, 1), 2);
+        // RDP with p = 5 (k = 4): multiples of p − 1 = 4.
+        assert_eq!(chunk_bytes(10, 4, 4), 4);
+        assert_eq!(chunk_bytes(16, 4, 4), 4);
+        assert_eq!(chunk_bytes(17, 4, 4), 8);
+        assert_eq!(chunk_bytes(16 << 20, 4, 4), 4 << 20);
+        // Alignment 0 is taken as 1, k = 0 as 1 (never a division by zero).
+        assert_eq!(chunk_bytes(7, 0, 0), 7);
     }
 }

@@ -167,6 +167,8 @@ pub struct MdsCore {
     /// disk the OSDs saturate, is what held heartbeats back until primary leases lapsed); the
     /// record's `used_bytes` is written with the next state change and only shown by `status`.
     used_bytes: HashMap<u32, u64>,
+    /// The cluster code's `chunk_align_bytes` (1, or p − 1 for RDP): chunk sizes are multiples.
+    chunk_align_bytes: u64,
 }
 
 impl MdsCore {
@@ -175,6 +177,11 @@ impl MdsCore {
         settings: MdsSettings,
         clock: Arc<dyn Clock>,
     ) -> Result<MdsCore, MdsError> {
+        let p = &settings.params;
+        let chunk_align_bytes =
+            ecstack_codes::chunk_align_bytes_of(&p.code, p.k as usize, p.m as usize)
+                .map_err(|e| MdsError::InvalidArgument(format!("cluster code {}: {e}", p.code)))?
+                as u64;
         let now = clock.now_ms();
         let last_seen = store
             .osds()
@@ -188,6 +195,7 @@ impl MdsCore {
             clock,
             last_seen,
             used_bytes: HashMap::new(),
+            chunk_align_bytes,
         })
     }
 
@@ -222,7 +230,7 @@ impl MdsCore {
     }
 
     fn chunk_bytes(&self, length: u64) -> u64 {
-        length.div_ceil(u64::from(self.k()))
+        ecstack_mds_proto::chunk_bytes(length, self.k() as usize, self.chunk_align_bytes)
     }
 
     /// Every OSD as stored, with the bytes its latest heartbeat reported (held in memory).
@@ -250,7 +258,10 @@ impl MdsCore {
 
     /// UP OSDs with their loads, for placement.
     fn candidates(&self, osds: &BTreeMap<u32, OsdRecord>) -> Result<Vec<Candidate>, MdsError> {
-        let loads = self.store.osd_loads(self.k()).map_err(internal)?;
+        let loads = self
+            .store
+            .osd_loads(self.k(), self.chunk_align_bytes)
+            .map_err(internal)?;
         Ok(osds
             .values()
             .filter(|o| o.state == OsdState::Up)

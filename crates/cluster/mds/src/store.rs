@@ -105,7 +105,7 @@ pub struct DeleteRecord {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OsdLoad {
     pub chunks: u64,
-    /// Sum of chunk sizes (ceil(segment length / k)).
+    /// Sum of chunk sizes (`ecstack_mds_proto::chunk_bytes`).
     pub bytes: u64,
     /// The part of `bytes` in data chunks (index < k): what reads fetch from this OSD. Parity
     /// chunks are read only when a data chunk is missing.
@@ -169,8 +169,9 @@ pub trait MetadataStore: Send {
     fn all_chunks(&self) -> Result<Vec<ChunkRecord>, StoreError>;
     /// Pending delete tasks of an OSD, by (segment, chunk).
     fn deletes_for(&self, osd_id: u32) -> Result<Vec<DeleteRecord>, StoreError>;
-    /// Per OSD holding anything: chunks, bytes (chunk size = ceil(length / k)) and primaries.
-    fn osd_loads(&self, k: u32) -> Result<BTreeMap<u32, OsdLoad>, StoreError>;
+    /// Per OSD holding anything: chunks, bytes (chunk size: `ecstack_mds_proto::chunk_bytes` of
+    /// the segment's length, k and the code's `align_bytes`) and primaries.
+    fn osd_loads(&self, k: u32, align_bytes: u64) -> Result<BTreeMap<u32, OsdLoad>, StoreError>;
     fn recovery(&self) -> Result<RecoveryProgress, StoreError>;
 }
 
@@ -718,21 +719,25 @@ impl MetadataStore for SqliteStore {
         .collect()
     }
 
-    fn osd_loads(&self, k: u32) -> Result<BTreeMap<u32, OsdLoad>, StoreError> {
-        let k = i64::from(k.max(1));
+    fn osd_loads(&self, k: u32, align_bytes: u64) -> Result<BTreeMap<u32, OsdLoad>, StoreError> {
         let mut loads: BTreeMap<u32, OsdLoad> = BTreeMap::new();
+        // Counted per segment length, sized in Rust: the chunk size has one definition.
         for r in self.ints(
-            "SELECT c.osd_id, COUNT(*), SUM((s.length + ?1 - 1) / ?1),
-                    SUM(CASE WHEN c.chunk_index < ?1 THEN (s.length + ?1 - 1) / ?1 ELSE 0 END)
+            "SELECT c.osd_id, s.length, c.chunk_index < ?1, COUNT(*)
              FROM chunks c JOIN segments s ON s.segment_id = c.segment_id
-             WHERE c.osd_id IS NOT NULL GROUP BY c.osd_id",
-            &[k],
+             WHERE c.osd_id IS NOT NULL GROUP BY c.osd_id, s.length, c.chunk_index < ?1",
+            &[i64::from(k)],
             4,
         )? {
             let l = loads.entry(uint32(r[0])?).or_default();
-            l.chunks = uint(r[1])?;
-            l.bytes = uint(r[2])?;
-            l.data_bytes = uint(r[3])?;
+            let count = uint(r[3])?;
+            let bytes =
+                count * ecstack_mds_proto::chunk_bytes(uint(r[1])?, k as usize, align_bytes);
+            l.chunks += count;
+            l.bytes += bytes;
+            if r[2] != 0 {
+                l.data_bytes += bytes;
+            }
         }
         for r in self.ints(
             "SELECT primary_osd, COUNT(*) FROM segments GROUP BY primary_osd",

@@ -75,7 +75,7 @@ fn empty_store(s: &dyn MetadataStore) {
     assert!(s.pending_files().unwrap().is_empty());
     assert_eq!(s.totals().unwrap(), (0, 0));
     assert_eq!(s.recovery().unwrap(), RecoveryProgress::default());
-    assert!(s.osd_loads(4).unwrap().is_empty());
+    assert!(s.osd_loads(4, 1).unwrap().is_empty());
     assert_eq!(s.segment(1).unwrap(), None);
     assert_eq!(s.file(1).unwrap(), None);
 }
@@ -192,7 +192,7 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
     assert_eq!(s.all_chunks().unwrap().len(), 7);
 
     // k = 2: chunk sizes are ceil(500/2) = 250, ceil(1000/2) = 500, ceil(3/2) = 2.
-    let loads = s.osd_loads(2).unwrap();
+    let loads = s.osd_loads(2, 1).unwrap();
     assert_eq!(
         loads[&0],
         OsdLoad {
@@ -210,6 +210,16 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
             data_bytes: 250 + 500 + 2,
             primaries: 2
         }
+    );
+    // Chunks aligned to 4 bytes (RDP with p = 5): 252, 500, 4.
+    let loads = s.osd_loads(2, 4).unwrap();
+    assert_eq!(
+        (loads[&0].bytes, loads[&0].data_bytes),
+        (252 + 500 + 500, 252 + 500)
+    );
+    assert_eq!(
+        (loads[&1].bytes, loads[&1].data_bytes),
+        (252 + 500 + 4, 252 + 500 + 4)
     );
 
     // Replacing a chunk (a new holder) and removing a file with its segments and chunks.

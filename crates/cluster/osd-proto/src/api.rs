@@ -4,6 +4,7 @@
 //! (only an OSD's server does): [`Layout`], [`Holder`], [`ChunkMeta`], [`Ack`] and [`OsdCallError`].
 
 use std::future::Future;
+use std::ops::Range;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -758,17 +759,20 @@ impl OsdClient {
         Ok(reply.stale)
     }
 
-    /// Data holder → parity holder: XOR `delta` (data chunk `delta.from` going from version
-    /// `delta.prior` to `delta.version`) into the parity chunk at `offset`. The holder refuses
+    /// Data holder → parity holder: XOR `delta` (data chunk `stamp.from` going from version
+    /// `stamp.prior` to `stamp.version`) into the parity chunk over `extents` (sorted, disjoint;
+    /// `delta` is their bytes concatenated), as one change. The holder refuses
     /// (FailedPrecondition) unless the parity includes exactly version `prior` of that data chunk.
+    /// One extent goes as `offset` alone, as before extents existed, so older holders take it.
     pub async fn apply_delta(
         &self,
         segment_id: u64,
         index: u32,
-        offset: u64,
+        extents: &[Range<u64>],
         delta: &[u8],
         stamp: DeltaStamp,
     ) -> Result<(), OsdCallError> {
+        let (offset, extents) = extents_to_proto(extents);
         let req = proto::ApplyDeltaRequest {
             segment_id,
             index,
@@ -778,6 +782,7 @@ impl OsdClient {
             from_index: stamp.from,
             prior_version: stamp.prior,
             target_osd: self.target,
+            extents,
         };
         self.raw
             .clone()
@@ -848,9 +853,68 @@ impl From<&SegmentLayout> for Layout {
     }
 }
 
-/// Bytes per chunk of a segment of `length` bytes under a code with `k` data chunks.
-pub fn chunk_bytes(length: u64, k: usize) -> u64 {
-    length.div_ceil(k as u64)
+pub use ecstack_mds_proto::chunk_bytes;
+
+/// At most this many extents in one ApplyDelta (RDP's diagonal parity has at most p − 1 ≤ 256).
+pub const DELTA_EXTENTS_MAX: usize = 4096;
+
+/// ApplyDelta's `offset` and `extents` for a delta over `extents`: one extent (or none) as
+/// `offset` alone, the form older holders read; more as the list.
+pub fn extents_to_proto(extents: &[Range<u64>]) -> (u64, Vec<proto::Extent>) {
+    match extents {
+        [] => (0, Vec::new()),
+        [e] => (e.start, Vec::new()),
+        _ => (
+            0,
+            extents
+                .iter()
+                .map(|e| proto::Extent {
+                    offset: e.start,
+                    len: e.end - e.start,
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// The extents an ApplyDelta's delta of `delta_len` bytes covers: `extents`, or, when empty, the
+/// one range `offset..offset + delta_len`. Refuses (one line) an overflowing range, more than
+/// [`DELTA_EXTENTS_MAX`] extents, or extents whose lengths do not add up to the delta's. (Order
+/// and bounds are the chunk store's to check.)
+pub fn extents_from_proto(
+    offset: u64,
+    delta_len: usize,
+    extents: &[proto::Extent],
+) -> Result<Vec<Range<u64>>, String> {
+    let range = |offset: u64, len: u64| {
+        offset
+            .checked_add(len)
+            .map(|end| offset..end)
+            .ok_or_else(|| format!("extent {offset}+{len} overflows"))
+    };
+    if extents.is_empty() {
+        return Ok(vec![range(offset, delta_len as u64)?]);
+    }
+    if extents.len() > DELTA_EXTENTS_MAX {
+        return Err(format!(
+            "{} extents in one delta, at most {DELTA_EXTENTS_MAX}",
+            extents.len()
+        ));
+    }
+    let out = extents
+        .iter()
+        .map(|e| range(e.offset, e.len))
+        .collect::<Result<Vec<_>, _>>()?;
+    let total = extents
+        .iter()
+        .try_fold(0u64, |t, e| t.checked_add(e.len))
+        .unwrap_or(u64::MAX);
+    if total != delta_len as u64 {
+        return Err(format!(
+            "the extents cover {total} bytes, the delta has {delta_len}"
+        ));
+    }
+    Ok(out)
 }
 
 pub fn holder_to_proto(h: &Holder) -> proto::Holder {
@@ -919,6 +983,35 @@ pub fn meta_from_proto(h: &proto::ChunkHeader) -> ChunkMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delta_extents_round_trip_and_bad_ones_are_refused() {
+        // One extent travels as the offset alone (what holders before extents read).
+        assert_eq!(extents_to_proto(&[5..9]), (5, Vec::new()));
+        assert_eq!(extents_from_proto(5, 4, &[]).unwrap(), vec![5..9]);
+        assert_eq!(extents_to_proto(&[]), (0, Vec::new()));
+        assert_eq!(extents_from_proto(0, 0, &[]).unwrap(), vec![0..0]);
+        let many = [0..3, 10..12, 40..41];
+        let (offset, wire) = extents_to_proto(&many);
+        assert_eq!(wire.len(), 3);
+        assert_eq!(extents_from_proto(offset, 6, &wire).unwrap(), many.to_vec());
+        // The delta's length must match the extents'.
+        let e = extents_from_proto(offset, 7, &wire).unwrap_err();
+        assert_eq!(e, "the extents cover 6 bytes, the delta has 7");
+        let e = extents_from_proto(u64::MAX, 2, &[]).unwrap_err();
+        assert!(e.contains("overflows"), "{e}");
+        let huge = vec![proto::Extent { offset: 0, len: 0 }; DELTA_EXTENTS_MAX + 1];
+        let e = extents_from_proto(0, 0, &huge).unwrap_err();
+        assert!(e.contains("at most"), "{e}");
+        let wrap = [
+            proto::Extent {
+                offset: 0,
+                len: u64::MAX,
+            },
+            proto::Extent { offset: 0, len: 2 },
+        ];
+        assert!(extents_from_proto(0, 1, &wrap).is_err());
+    }
 
     #[test]
     fn layout_round_trips_through_proto() {

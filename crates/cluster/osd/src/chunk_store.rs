@@ -25,6 +25,7 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -428,6 +429,11 @@ pub struct StoreUsage {
 /// current (verified) bytes and overwrites them.
 pub type Modify<'a> = &'a mut dyn FnMut(&mut [u8]) -> std::result::Result<(), String>;
 
+/// A change applied in place to several ranges (extents) of a chunk by
+/// [`ChunkStore::modify_extents`]: called once per extent, in order, with the extent's position in
+/// the list and its current (verified) bytes, which it overwrites.
+pub type ModifyExtents<'a> = &'a mut dyn FnMut(usize, &mut [u8]) -> std::result::Result<(), String>;
+
 /// The chunks of one OSD: the seam between the OSD's work and where chunks live (a directory of
 /// files, [`FileStore`]; a block device with an extent allocator). Nothing in it names a file
 /// system. What every backend guarantees, checked by [`crate::chunk_store_suite`] (every backend
@@ -485,7 +491,8 @@ pub trait ChunkStore: Send + Sync {
     /// the store reuses once every clone of them is dropped.
     fn read(&self, segment: u64, index: u32, offset: u64, len: u64) -> Result<(ChunkMeta, Bytes)>;
     /// Change `len` bytes at `offset` in place and stamp the chunk with `change`'s version; returns
-    /// the header as it was before (unchanged if the change was already applied).
+    /// the header as it was before (unchanged if the change was already applied). One extent of
+    /// [`ChunkStore::modify_extents`].
     fn modify(
         &self,
         segment: u64,
@@ -494,6 +501,24 @@ pub trait ChunkStore: Send + Sync {
         len: u64,
         change: Change,
         f: Modify<'_>,
+    ) -> Result<ChunkMeta> {
+        let extent = offset..offset.saturating_add(len);
+        self.modify_extents(segment, index, &[extent], change, &mut |_, b| f(b))
+    }
+    /// Change several ranges of a chunk in place as one change with one version stamp (an RDP
+    /// parity delta touches rows apart from each other): `extents` sorted and disjoint (empty ones
+    /// allowed), each inside the chunk, else refused before anything changes. Only the blocks the
+    /// extents touch are read, verified and written, under one dirty-flag cycle: a crash leaves
+    /// the old chunk, the new one (every extent changed), or a chunk refused as corrupt. Returns
+    /// the header as it was before (unchanged, and `f` not called, if the change was already
+    /// applied).
+    fn modify_extents(
+        &self,
+        segment: u64,
+        index: u32,
+        extents: &[Range<u64>],
+        change: Change,
+        f: ModifyExtents<'_>,
     ) -> Result<ChunkMeta>;
     /// Remove a chunk; whether it was there.
     fn delete(&self, segment: u64, index: u32) -> Result<bool>;
@@ -870,6 +895,51 @@ impl FileStore {
     }
 }
 
+/// Refuses extents that are not sorted and disjoint, or reach outside the chunk (nothing changes).
+fn check_extents(meta: &ChunkMeta, extents: &[Range<u64>]) -> Result<()> {
+    let mut end = 0;
+    for e in extents {
+        if e.start > e.end || e.end > meta.chunk_bytes {
+            return Err(ChunkStoreError::Range {
+                segment: meta.segment_id,
+                index: meta.index,
+                offset: e.start,
+                len: e.end.saturating_sub(e.start),
+                chunk_bytes: meta.chunk_bytes,
+            });
+        }
+        if e.start < end {
+            return Err(ChunkStoreError::Invalid {
+                segment: meta.segment_id,
+                index: meta.index,
+                message: format!(
+                    "extent {}..{} starts before the one before it ends ({end}): extents must be sorted and disjoint",
+                    e.start, e.end
+                ),
+            });
+        }
+        end = e.end;
+    }
+    Ok(())
+}
+
+/// The runs of blocks `[b0, b1)` that sorted, disjoint `extents` touch, in order; extents sharing
+/// a block or in adjacent blocks make one run.
+fn block_runs(extents: &[Range<u64>]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for e in extents.iter().filter(|e| !e.is_empty()) {
+        let (b0, b1) = (
+            e.start / BLOCK_BYTES as u64,
+            e.end.div_ceil(BLOCK_BYTES as u64),
+        );
+        match runs.last_mut() {
+            Some(last) if b0 <= last.1 => last.1 = last.1.max(b1),
+            _ => runs.push((b0, b1)),
+        }
+    }
+    runs
+}
+
 /// The header after `change`, `None` if the change is already applied (a repeated parity delta), or
 /// a conflict if the chunk is not at the versions the change was computed against.
 fn stamped(meta: &ChunkMeta, change: Change) -> Result<Option<ChunkMeta>> {
@@ -1027,52 +1097,66 @@ impl ChunkStore for FileStore {
         Ok((meta, data.slice(from..from + len as usize)))
     }
 
-    /// Writes, in order, each step flushed before the next: the header with the dirty flag, the
-    /// blocks and their checksums, the header with the new versions and without the flag (three
-    /// fdatasyncs).
-    fn modify(
+    /// Reads and verifies the runs of blocks the extents touch (adjacent or shared blocks read
+    /// once), lets `f` change each extent, then writes, in order, each step flushed before the
+    /// next: the header with the dirty flag, every run's blocks and checksums, the header with the
+    /// new versions and without the flag (three fdatasyncs, however many extents).
+    fn modify_extents(
         &self,
         segment: u64,
         index: u32,
-        offset: u64,
-        len: u64,
+        extents: &[Range<u64>],
         change: Change,
-        f: Modify<'_>,
+        f: ModifyExtents<'_>,
     ) -> Result<ChunkMeta> {
         let _g = self.stripe(segment, index);
         let (file, at, meta) = self
             .open_chunk(segment, index, true)?
             .ok_or(ChunkStoreError::NotFound { segment, index })?;
-        Self::check_range(&meta, offset, len)?;
+        check_extents(&meta, extents)?;
         let Some(new) = stamped(&meta, change)? else {
             return Ok(meta);
         };
-        let b0 = offset / BLOCK_BYTES as u64;
-        let b1 = (offset + len).div_ceil(BLOCK_BYTES as u64).max(b0);
-        let (mut data, _) = if b1 > b0 {
-            Self::read_blocks(&*file, &at, &meta, b0, b1)?
-        } else {
-            (Vec::new(), Vec::new())
-        };
-        let from = (offset - b0 * BLOCK_BYTES as u64) as usize;
-        f(&mut data[from..from + len as usize]).map_err(|message| ChunkStoreError::Invalid {
-            segment,
-            index,
-            message,
-        })?;
-        let mut crcs = Vec::with_capacity(4 * (b1 - b0) as usize);
-        for block in data.chunks(BLOCK_BYTES) {
-            crcs.extend_from_slice(&crc32c::crc32c(block).to_le_bytes());
+        let mut runs = Vec::new();
+        for (b0, b1) in block_runs(extents) {
+            let (data, _) = Self::read_blocks(&*file, &at, &meta, b0, b1)?;
+            runs.push((b0, data));
+        }
+        let mut run = 0;
+        for (i, e) in extents.iter().enumerate() {
+            let mut empty = [0u8; 0];
+            let bytes: &mut [u8] = if e.is_empty() {
+                &mut empty
+            } else {
+                // Runs and extents are both in order: the extent's run is this one or a later one.
+                while runs[run].0 * BLOCK_BYTES as u64 + runs[run].1.len() as u64 <= e.start {
+                    run += 1;
+                }
+                let (b0, data) = &mut runs[run];
+                let from = (e.start - *b0 * BLOCK_BYTES as u64) as usize;
+                &mut data[from..from + (e.end - e.start) as usize]
+            };
+            f(i, bytes).map_err(|message| ChunkStoreError::Invalid {
+                segment,
+                index,
+                message,
+            })?;
         }
         // Dirty first (durable), so that a crash between the blocks and the header never leaves
         // new bytes under the old versions (or the reverse) looking valid.
         file.write_at(&encode_header(&meta, true), 0)
             .map_err(dev(&at, "write header"))?;
         file.flush().map_err(dev(&at, "fsync chunk file"))?;
-        file.write_at(&data, data_offset(&meta) + b0 * BLOCK_BYTES as u64)
-            .map_err(dev(&at, "write chunk data"))?;
-        file.write_at(&crcs, table_offset(&meta) + 4 * b0)
-            .map_err(dev(&at, "write checksums"))?;
+        for (b0, data) in &runs {
+            let mut crcs = Vec::with_capacity(4 * data.len().div_ceil(BLOCK_BYTES));
+            for block in data.chunks(BLOCK_BYTES) {
+                crcs.extend_from_slice(&crc32c::crc32c(block).to_le_bytes());
+            }
+            file.write_at(data, data_offset(&meta) + b0 * BLOCK_BYTES as u64)
+                .map_err(dev(&at, "write chunk data"))?;
+            file.write_at(&crcs, table_offset(&meta) + 4 * b0)
+                .map_err(dev(&at, "write checksums"))?;
+        }
         // And the blocks durable before the clean header: writes between two flushes reach the
         // media in any order, and the new header over the old blocks (and their old checksums)
         // would read back as valid (found by chunk_store_suite::power_cuts, any-order policy).

@@ -99,6 +99,7 @@ pub fn run(open: &dyn Fn() -> Box<dyn ChunkStore>) {
         put_read_ranges(&*s, &mut model);
         modify_in_place(&*s, &mut model);
         parity_deltas_follow_their_stamps(&*s, &mut model);
+        extents_change_as_one(&*s, &mut model);
         replace_delete_list_usage(&*s, &mut model);
         images_store_what_put_stores(&*s, &mut model);
         errors_are_clean(&*s, &mut model);
@@ -278,6 +279,99 @@ fn parity_deltas_follow_their_stamps(s: &dyn ChunkStore, model: &mut Model) {
     model.insert((seg, idx), (got, data.to_vec()));
 }
 
+/// A change over several extents is one change: every extent changed, one version stamp, the
+/// extents handed over in order with their old bytes; a repeated stamp changes nothing and calls
+/// nothing; bad extents and a failing change are refused before anything changes.
+fn extents_change_as_one(s: &dyn ChunkStore, model: &mut Model) {
+    let mut rng = Rng::new(4);
+    let (seg, idx) = (0x302, 5);
+    let len = 5 * BLOCK_BYTES + 100;
+    let m = parity(seg, idx, len as u64, vec![1, 1]);
+    let mut data = bytes(&mut rng, len);
+    s.put(&m, &data).unwrap();
+    let bs = BLOCK_BYTES as u64;
+    // Two extents in block 0, an empty one, one across blocks 3 and 4, one in the short last block.
+    let extents = [
+        0..3,
+        10..20,
+        20..20,
+        4 * bs - 5..4 * bs + 7,
+        5 * bs + 90..5 * bs + 100,
+    ];
+    let deltas: Vec<Vec<u8>> = extents
+        .iter()
+        .map(|e| bytes(&mut rng, (e.end - e.start) as usize))
+        .collect();
+    let mut seen = Vec::new();
+    let before = s
+        .modify_extents(seg, idx, &extents, delta(1, 1, 4), &mut |i, b| {
+            seen.push((i, b.to_vec()));
+            b.iter_mut().zip(&deltas[i]).for_each(|(x, y)| *x ^= y);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(before.applied, vec![1, 1], "the header before the change");
+    let want_seen: Vec<(usize, Vec<u8>)> = extents
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i, data[e.start as usize..e.end as usize].to_vec()))
+        .collect();
+    assert_eq!(seen, want_seen, "extents in order with their old bytes");
+    for (e, d) in extents.iter().zip(&deltas) {
+        data[e.start as usize..e.end as usize]
+            .iter_mut()
+            .zip(d)
+            .for_each(|(x, y)| *x ^= y);
+    }
+    let (got, back) = s.read(seg, idx, 0, len as u64).unwrap();
+    assert_eq!((got.applied.clone(), got.version), (vec![1, 4], 4));
+    assert!(back[..] == data[..], "every extent changed, nothing else");
+    // The same stamp again: a no-op, the change not even called.
+    s.modify_extents(seg, idx, &extents, delta(1, 1, 4), &mut |_, _| {
+        panic!("a repeated delta was applied again")
+    })
+    .unwrap();
+    // Refused before anything changes: unsorted, overlapping, outside the chunk, a failing change.
+    let bad: [(&[std::ops::Range<u64>], &str); 3] = [
+        (&[10..20, 0..5], "sorted and disjoint"),
+        (&[0..10, 9..12], "sorted and disjoint"),
+        (
+            &[0..10, len as u64 - 1..len as u64 + 1],
+            "outside the chunk",
+        ),
+    ];
+    for (extents, why) in bad {
+        let e = s
+            .modify_extents(seg, idx, extents, delta(0, 1, 5), &mut |_, b| {
+                b.fill(0);
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains(why), "{extents:?}: {e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+    let e = s
+        .modify_extents(
+            seg,
+            idx,
+            &[0..1, 2 * bs..2 * bs + 1],
+            delta(0, 1, 5),
+            &mut |i, b| {
+                b.fill(0);
+                if i == 1 {
+                    return Err("the second extent fails".into());
+                }
+                Ok(())
+            },
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("second extent fails"), "{e}");
+    let (got, back) = s.read(seg, idx, 0, len as u64).unwrap();
+    assert_eq!(got.applied, vec![1, 4], "refused changes left the stamp");
+    assert!(back[..] == data[..], "refused changes left the bytes");
+    model.insert((seg, idx), (got, data));
+}
+
 fn replace_delete_list_usage(s: &dyn ChunkStore, model: &mut Model) {
     let mut rng = Rng::new(3);
     let chunks = s.usage().chunks;
@@ -439,6 +533,34 @@ pub fn corruption(s: &dyn ChunkStore, damage: &dyn Fn(u64, u32, Part)) {
         )
         .unwrap_err();
     names(&e);
+    // Extents around it change without reading it (only the blocks they touch are read), and
+    // the damage stays detected.
+    let bs = BLOCK_BYTES as u64;
+    s.modify_extents(
+        0xab,
+        3,
+        &[0..10, 3 * bs..3 * bs + 10],
+        delta(0, 2, 3),
+        &mut |_, b| {
+            b.fill(0xee);
+            Ok(())
+        },
+    )
+    .unwrap();
+    let (got, back) = s.read(0xab, 3, 3 * bs, 10).unwrap();
+    assert_eq!((got.applied, &back[..]), (vec![3, 1], &[0xee; 10][..]));
+    assert_eq!(s.read(0xab, 3, 0, 10).unwrap().1, vec![0xee; 10]);
+    names(&s.read(0xab, 3, 2 * bs, 1).unwrap_err());
+    let e = s
+        .modify_extents(
+            0xab,
+            3,
+            &[0..1, 2 * bs..2 * bs + 1],
+            delta(1, 1, 4),
+            &mut |_, _| Ok(()),
+        )
+        .unwrap_err();
+    names(&e);
     repair("a damaged block");
 
     // A block's checksum.
@@ -514,12 +636,11 @@ pub struct PowerCutReport {
 enum Step {
     Put(ChunkMeta, Vec<u8>),
     PutImage(ChunkMeta, Vec<u8>),
-    /// New bytes at `offset` (data), or bytes xored in (parity).
+    /// New bytes at each extent's offset (data), or bytes xored in (parity), as one change.
     Modify {
         key: Key,
-        offset: u64,
         change: Change,
-        bytes: Vec<u8>,
+        extents: Vec<(u64, Vec<u8>)>,
     },
     Delete(Key),
 }
@@ -540,6 +661,7 @@ impl Step {
                 change: Change::Data { .. },
                 ..
             } => "modify data",
+            Step::Modify { extents, .. } if extents.len() > 1 => "modify parity extents",
             Step::Modify { .. } => "modify parity",
             Step::Delete(_) => "delete",
         }
@@ -551,25 +673,27 @@ impl Step {
             Step::Put(m, d) | Step::PutImage(m, d) => Some((m.clone(), d.clone())),
             Step::Delete(_) => None,
             Step::Modify {
-                offset,
-                change,
-                bytes,
-                ..
+                change, extents, ..
             } => {
                 let (mut m, mut d) = before
                     .cloned()
                     .expect("the workload modifies stored chunks");
-                let range = *offset as usize..*offset as usize + bytes.len();
                 match *change {
-                    Change::Data { version, .. } => {
-                        m.version = version;
-                        d[range].copy_from_slice(bytes);
-                    }
+                    Change::Data { version, .. } => m.version = version,
                     Change::Parity(s) => {
-                        if m.applied[s.from as usize] != s.version {
-                            m.applied[s.from as usize] = s.version;
-                            m.version = m.version.max(s.version);
-                            d[range].iter_mut().zip(bytes).for_each(|(x, y)| *x ^= y);
+                        if m.applied[s.from as usize] == s.version {
+                            return Some((m, d));
+                        }
+                        m.applied[s.from as usize] = s.version;
+                        m.version = m.version.max(s.version);
+                    }
+                }
+                for (offset, bytes) in extents {
+                    let range = *offset as usize..*offset as usize + bytes.len();
+                    match change {
+                        Change::Data { .. } => d[range].copy_from_slice(bytes),
+                        Change::Parity(_) => {
+                            d[range].iter_mut().zip(bytes).for_each(|(x, y)| *x ^= y)
                         }
                     }
                 }
@@ -590,25 +714,35 @@ impl Step {
             }
             Step::Modify {
                 key,
-                offset,
                 change,
-                bytes,
-            } => s
-                .modify(
-                    key.0,
-                    key.1,
-                    *offset,
-                    bytes.len() as u64,
-                    *change,
-                    &mut |b| {
-                        match change {
-                            Change::Data { .. } => b.copy_from_slice(bytes),
-                            Change::Parity(_) => b.iter_mut().zip(bytes).for_each(|(x, y)| *x ^= y),
-                        }
-                        Ok(())
-                    },
-                )
-                .map(|_| ()),
+                extents,
+            } => {
+                let ranges: Vec<std::ops::Range<u64>> = extents
+                    .iter()
+                    .map(|(o, b)| *o..*o + b.len() as u64)
+                    .collect();
+                let mut f = |i: usize, b: &mut [u8]| {
+                    let bytes = &extents[i].1;
+                    match change {
+                        Change::Data { .. } => b.copy_from_slice(bytes),
+                        Change::Parity(_) => b.iter_mut().zip(bytes).for_each(|(x, y)| *x ^= y),
+                    }
+                    Ok(())
+                };
+                // One extent goes through `modify`, several through `modify_extents`: both paths.
+                match &extents[..] {
+                    [_] => s.modify(
+                        key.0,
+                        key.1,
+                        ranges[0].start,
+                        ranges[0].end - ranges[0].start,
+                        *change,
+                        &mut |b| f(0, b),
+                    ),
+                    _ => s.modify_extents(key.0, key.1, &ranges, *change, &mut f),
+                }
+                .map(|_| ())
+            }
             Step::Delete((seg, idx)) => s.delete(*seg, *idx).map(|_| ()),
         }
     }
@@ -620,7 +754,7 @@ fn workload() -> Vec<Step> {
     let p = (0x10, 3);
     let b = (0x11, 1);
     let alen = 3 * BLOCK_BYTES + 100;
-    let plen = 2 * BLOCK_BYTES as u64;
+    let plen = 3 * BLOCK_BYTES as u64;
     vec![
         Step::Put(meta(a.0, a.1, 1, alen as u64), bytes(&mut rng, alen)),
         Step::Put(
@@ -631,42 +765,48 @@ fn workload() -> Vec<Step> {
         // Across a block boundary.
         Step::Modify {
             key: a,
-            offset: 4000,
             change: Change::Data {
                 expected: 1,
                 version: 2,
             },
-            bytes: bytes(&mut rng, 300),
+            extents: vec![(4000, bytes(&mut rng, 300))],
         },
         Step::Modify {
             key: p,
-            offset: 10,
             change: delta(1, 1, 2),
-            bytes: bytes(&mut rng, 5000),
+            extents: vec![(10, bytes(&mut rng, 5000))],
         },
         Step::Modify {
             key: a,
-            offset: 0,
             change: Change::Data {
                 expected: 2,
                 version: 3,
             },
-            bytes: bytes(&mut rng, 1),
+            extents: vec![(0, bytes(&mut rng, 1))],
+        },
+        // One delta over three extents (an RDP diagonal parity's rows): two in block 0, one in
+        // block 2 (two runs of blocks, block 1 untouched).
+        Step::Modify {
+            key: p,
+            change: delta(2, 1, 3),
+            extents: vec![
+                (0, bytes(&mut rng, 5)),
+                (100, bytes(&mut rng, 50)),
+                (plen - 300, bytes(&mut rng, 200)),
+            ],
         },
         Step::Put(meta(a.0, a.1, 4, alen as u64), bytes(&mut rng, alen)),
         Step::Delete(b),
         // A repeated delta: a no-op.
         Step::Modify {
             key: p,
-            offset: 10,
             change: delta(1, 1, 2),
-            bytes: bytes(&mut rng, 5000),
+            extents: vec![(10, bytes(&mut rng, 5000))],
         },
         Step::Modify {
             key: p,
-            offset: plen - 7,
             change: delta(0, 1, 5),
-            bytes: bytes(&mut rng, 7),
+            extents: vec![(plen - 7, bytes(&mut rng, 7))],
         },
         Step::Put(meta(b.0, b.1, 2, 100), bytes(&mut rng, 100)),
         Step::Delete(a),

@@ -2,8 +2,10 @@
 //! data chunks it covers (each over its own in-chunk range), checking each chunk's version against
 //! the one it must have. If one is missing (unusable in the layout, unreachable, absent), failed
 //! its checksum, or is older than it must be (stale), the read is **degraded**: the same in-chunk
-//! range from any k usable chunks (data first, then parity), decoded with `reconstruct` (codes are
-//! byte-position-wise, so any range decodes). A chunk that failed its checksum or was stale is
+//! range from any k usable chunks (data first, then parity), decoded with `reconstruct`
+//! (byte-position-wise codes decode any range; RDP reads what `ErasureCode::decode_span` says:
+//! the range of every other chunk for one lost data chunk, whole chunks for two, see
+//! [`Osd::gather`]). A chunk that failed its checksum or was stale is
 //! rebuilt whole and rewritten at its holder (repair) with the version it must have. A chunk newer
 //! than the primary knows means its view is old: it forgets the segment's versions and refuses
 //! ([`OsdError::StaleLayout`]); the client retries. [`Osd::gather`] also serves the FO update's
@@ -16,10 +18,31 @@ use crate::error::OsdError;
 use crate::holder::Miss;
 use crate::metrics::Metrics;
 use crate::segment::SegState;
-use crate::service::{chunk_bytes, futures_join_all, newer, Osd};
+use crate::service::{futures_join_all, newer, Osd};
 
 /// Each data chunk's part of a read: its index and its bytes, or why not.
 type Parts = Vec<(usize, Result<Bytes, Miss>)>;
+
+/// What a gather has so far: each chunk's bytes (over the range asked), which holders were asked,
+/// the chunks that failed their checksum or were stale, and why each failed chunk did.
+struct Gathered {
+    shards: Vec<Option<Vec<u8>>>,
+    tried: Vec<bool>,
+    corrupt: Vec<u32>,
+    reasons: Vec<String>,
+}
+
+impl Gathered {
+    /// Starting from the chunks given (their holders count as asked).
+    fn new(have: Vec<Option<Vec<u8>>>) -> Gathered {
+        Gathered {
+            tried: have.iter().map(|s| s.is_some()).collect(),
+            shards: have,
+            corrupt: Vec::new(),
+            reasons: Vec::new(),
+        }
+    }
+}
 
 /// The in-chunk range `[a, b)` of data chunk `i` that a read of `[offset, offset + len)` covers.
 fn part_of(i: usize, offset: u64, len: u64, cb: u64) -> (u64, u64) {
@@ -69,7 +92,7 @@ impl Osd {
 
     /// Normal read: the needed data chunks, each over its own range.
     async fn read_parts(&self, l: &Layout, st: &SegState, offset: u64, len: u64) -> Parts {
-        let cb = chunk_bytes(l.length, self.k());
+        let cb = self.chunk_bytes(l.length);
         let first = (offset / cb) as usize;
         let last = ((offset + len - 1) / cb) as usize;
         let asks = (first..=last).map(|i| {
@@ -96,7 +119,7 @@ impl Osd {
         len: u64,
         got: Parts,
     ) -> Result<Vec<u8>, OsdError> {
-        let cb = chunk_bytes(l.length, self.k());
+        let cb = self.chunk_bytes(l.length);
         let first = (offset / cb) as usize;
         let last = ((offset + len - 1) / cb) as usize;
         let repair = got
@@ -154,9 +177,17 @@ impl Osd {
         Ok(out)
     }
 
-    /// Gather the in-chunk range `[lo, hi)` of every chunk: first the ones in `prefer`, then any
-    /// usable chunk, until k are present; decode the missing ones. Returns all n shards and the
-    /// chunks that failed their checksum (to be repaired).
+    /// Gather the in-chunk range `[lo, hi)` of every chunk: the chunks given in `have` (over that
+    /// range), then any usable chunk, data chunks first, until k are present; decode the missing
+    /// ones. Returns all n shards over `[lo, hi)` and the chunks that failed their checksum or
+    /// were stale (to be repaired).
+    ///
+    /// A code that mixes rows (RDP) may need more than the range to decode it
+    /// (`ErasureCode::decode_span` of the chunks erased): then the range of the other usable
+    /// chunks is asked for too (RDP rebuilds one lost data chunk from the range of all the
+    /// others, its diagonal parity included), and if the span is still wider (two chunks lost),
+    /// the span of k chunks is gathered afresh, decoded, and the range cut out of it. A
+    /// byte-position-wise code (RS, XOR, RAID-6) always decodes the range from k chunks.
     pub(crate) async fn gather(
         &self,
         l: &Layout,
@@ -165,24 +196,70 @@ impl Osd {
         hi: u64,
         have: Vec<Option<Vec<u8>>>,
     ) -> Result<(Vec<Vec<u8>>, Vec<u32>), OsdError> {
-        let (k, n) = (self.k(), self.n());
-        let mut shards = have;
-        let mut corrupt = Vec::new();
-        let mut reasons = Vec::new();
-        let mut tried: Vec<bool> = shards.iter().map(|s| s.is_some()).collect();
+        let cb = self.chunk_bytes(l.length);
+        let mut g = Gathered::new(have);
+        self.fetch_until(l, st, lo, hi, &mut g, self.k()).await?;
+        let mut span = self.decode_span(l, cb, lo..hi, &g)?;
+        if span != (lo..hi) {
+            self.fetch_until(l, st, lo, hi, &mut g, self.n()).await?;
+            span = self.decode_span(l, cb, lo..hi, &g)?;
+        }
+        if span == (lo..hi) {
+            let shards = self.decode(l, g.shards).await?;
+            return Ok((shards, g.corrupt));
+        }
+        // Afresh over the span, without asking again the holders that failed.
+        let mut whole = Gathered::new(vec![None; self.n()]);
+        for i in 0..self.n() {
+            whole.tried[i] = g.tried[i] && g.shards[i].is_none();
+        }
+        whole.corrupt = g.corrupt;
+        whole.reasons = g.reasons;
+        self.fetch_until(l, st, span.start, span.end, &mut whole, self.k())
+            .await?;
+        let again = self.decode_span(l, cb, span.clone(), &whole)?;
+        if again != span {
+            return Err(OsdError::Internal(format!(
+                "segment {:#x}: decoding bytes {}..{} needs {}..{}, wider than the {}..{} gathered",
+                l.segment_id, span.start, span.end, again.start, again.end, span.start, span.end
+            )));
+        }
+        let shards = self.decode(l, whole.shards).await?;
+        let (a, b) = ((lo - span.start) as usize, (hi - span.start) as usize);
+        Ok((
+            shards.into_iter().map(|s| s[a..b].to_vec()).collect(),
+            whole.corrupt,
+        ))
+    }
+
+    /// Asks usable holders not tried yet for `[lo, hi)`, data chunks first, until `want` chunks
+    /// are present or none is left to ask; fewer than k present is [`OsdError::Unrecoverable`].
+    async fn fetch_until(
+        &self,
+        l: &Layout,
+        st: &SegState,
+        lo: u64,
+        hi: u64,
+        g: &mut Gathered,
+        want: usize,
+    ) -> Result<(), OsdError> {
+        let k = self.k();
         loop {
-            let present = shards.iter().filter(|s| s.is_some()).count();
-            if present >= k {
-                break;
+            let present = g.shards.iter().filter(|s| s.is_some()).count();
+            if present >= want {
+                return Ok(());
             }
             // Ask as many more usable holders as are still missing, data chunks first.
             let next: Vec<&Holder> = l
                 .holders
                 .iter()
-                .filter(|h| h.usable && !tried[h.index as usize])
-                .take(k - present)
+                .filter(|h| h.usable && !g.tried[h.index as usize])
+                .take(want - present)
                 .collect();
             if next.is_empty() {
+                if present >= k {
+                    return Ok(());
+                }
                 let unusable: Vec<u32> = l
                     .holders
                     .iter()
@@ -192,27 +269,52 @@ impl Osd {
                 return Err(OsdError::Unrecoverable(format!(
                     "segment {:#x}: only {present} of the k = {k} chunks needed are readable (unusable: {unusable:?}; {})",
                     l.segment_id,
-                    reasons.join("; ")
+                    g.reasons.join("; ")
                 )));
             }
             let asks = next
                 .iter()
                 .map(|h| async move { (h.index, self.fetch_checked(l, st, h, lo, hi - lo).await) });
             for (i, r) in futures_join_all(asks).await {
-                tried[i as usize] = true;
+                g.tried[i as usize] = true;
                 match r {
-                    Ok(d) => shards[i as usize] = Some(Vec::from(d)),
+                    Ok(d) => g.shards[i as usize] = Some(Vec::from(d)),
                     Err(Miss::Newer(e)) => return Err(newer(l.segment_id, i, &e)),
                     Err(e) => {
                         if matches!(e, Miss::Corrupt(_) | Miss::Stale(_)) {
-                            corrupt.push(i);
+                            g.corrupt.push(i);
                         }
-                        reasons.push(format!("chunk {i}: {e}"));
+                        g.reasons.push(format!("chunk {i}: {e}"));
                     }
                 }
             }
         }
-        if shards.iter().filter(|s| s.is_none()).count() > 0 {
+    }
+
+    /// What the code must read of every present chunk to rebuild `range` of the missing ones.
+    fn decode_span(
+        &self,
+        l: &Layout,
+        cb: u64,
+        range: std::ops::Range<u64>,
+        g: &Gathered,
+    ) -> Result<std::ops::Range<u64>, OsdError> {
+        let erased: Vec<usize> = (0..self.n()).filter(|&i| g.shards[i].is_none()).collect();
+        if erased.is_empty() {
+            return Ok(range);
+        }
+        self.code()
+            .decode_span(cb, range, &erased)
+            .map_err(|e| OsdError::Internal(format!("decode of segment {:#x}: {e}", l.segment_id)))
+    }
+
+    /// Every missing shard rebuilt from the present ones (all of one length), on a blocking thread.
+    async fn decode(
+        &self,
+        l: &Layout,
+        mut shards: Vec<Option<Vec<u8>>>,
+    ) -> Result<Vec<Vec<u8>>, OsdError> {
+        if shards.iter().any(|s| s.is_none()) {
             let code = self.code().clone();
             shards =
                 tokio::task::spawn_blocking(move || code.reconstruct(&mut shards).map(|_| shards))
@@ -222,11 +324,8 @@ impl Osd {
                         OsdError::Internal(format!("decode of segment {:#x}: {e}", l.segment_id))
                     })?;
         }
-        debug_assert_eq!(shards.len(), n);
-        Ok((
-            shards.into_iter().map(|s| s.unwrap_or_default()).collect(),
-            corrupt,
-        ))
+        debug_assert_eq!(shards.len(), self.n());
+        Ok(shards.into_iter().map(|s| s.unwrap_or_default()).collect())
     }
 
     /// Rewrite chunks that failed their checksum (or were stale) from decoded shards, best effort:

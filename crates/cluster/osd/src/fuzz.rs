@@ -70,6 +70,17 @@ fn all_local(l: &proto::Layout) -> bool {
 fn images() -> Vec<(&'static str, Vec<u8>)> {
     let l = api::layout_to_proto(&layout());
     let parity: Vec<proto::Holder> = l.holders[K..].to_vec();
+    let delta = proto::ApplyDeltaRequest {
+        target_osd: Some(ME),
+        segment_id: 1,
+        index: 2,
+        offset: 17,
+        delta: vec![3u8; 50].into(),
+        version: 9,
+        from_index: 1,
+        prior_version: 1,
+        extents: Vec::new(),
+    };
     vec![
         (
             "read",
@@ -136,17 +147,20 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
             }
             .encode_to_vec(),
         ),
+        ("apply_delta", delta.encode_to_vec()),
+        // The same delta over two extents (an RDP diagonal parity's rows).
         (
             "apply_delta",
             proto::ApplyDeltaRequest {
-                target_osd: Some(ME),
-                segment_id: 1,
-                index: 2,
-                offset: 17,
-                delta: vec![3u8; 50].into(),
-                version: 9,
-                from_index: 1,
-                prior_version: 1,
+                offset: 0,
+                extents: vec![
+                    proto::Extent { offset: 3, len: 20 },
+                    proto::Extent {
+                        offset: 4090,
+                        len: 30,
+                    },
+                ],
+                ..delta
             }
             .encode_to_vec(),
         ),

@@ -312,7 +312,14 @@ impl proto::osd_server::Osd for Osd {
                 prior: r.prior_version,
                 version: r.version,
             };
-            self.apply_delta_here(r.segment_id, r.index, r.offset, Vec::from(r.delta), stamp)
+            let extents =
+                api::extents_from_proto(r.offset, r.delta.len(), &r.extents).map_err(|e| {
+                    OsdError::Invalid(format!(
+                        "segment {:#x} chunk {}: {e}",
+                        r.segment_id, r.index
+                    ))
+                })?;
+            self.apply_delta_here(r.segment_id, r.index, extents, Vec::from(r.delta), stamp)
                 .await?;
             Ok(Response::new(proto::ApplyDeltaReply {}))
         })

@@ -3,6 +3,7 @@
 //! call ends in the chunk's bytes or versions, or a [`Miss`] saying why the chunk could not be had
 //! (the operations decide what a miss means: read around it, mark it stale, retry).
 
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -195,24 +196,24 @@ impl Osd {
             .map_err(remote_miss)
     }
 
-    /// A parity delta into holder `h`'s parity chunk (ApplyDelta).
+    /// A parity delta over `extents` into holder `h`'s parity chunk (ApplyDelta).
     pub(crate) async fn apply_delta_at(
         &self,
         segment: u64,
         h: &Holder,
-        offset: u64,
+        extents: Vec<Range<u64>>,
         delta: Vec<u8>,
         stamp: DeltaStamp,
     ) -> Result<(), Miss> {
         if self.is_local(h) {
             return self
                 .scheme()
-                .apply_delta(self, segment, h.index, offset, delta, stamp)
+                .apply_delta(self, segment, h.index, extents, delta, stamp)
                 .await
                 .map_err(store_miss);
         }
         self.peer(h)?
-            .apply_delta(segment, h.index, offset, &delta, stamp)
+            .apply_delta(segment, h.index, &extents, &delta, stamp)
             .await
             .map_err(remote_miss)
     }

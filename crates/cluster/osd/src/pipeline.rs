@@ -22,7 +22,7 @@ use crate::holder::Miss;
 use crate::metrics::Metrics;
 use crate::read::ReadFrame;
 use crate::segment::SegState;
-use crate::service::{chunk_bytes, newer, Osd};
+use crate::service::{newer, Osd};
 
 /// Pieces of a pipelined read fetched at once (each at most [`api::FRAME_BYTES`]), shared among its
 /// lanes: 16 MiB, a whole segment of the default size. Fetched in the file's order, 8 made a 16 MiB
@@ -237,7 +237,7 @@ impl Osd {
 
 impl Pipeline {
     fn new(osd: Osd, l: Layout, st: &SegState, offset: u64, len: u64, tx: ReplyTx) -> Pipeline {
-        let cb = chunk_bytes(l.length, osd.k());
+        let cb = osd.chunk_bytes(l.length);
         let end = offset + len;
         let first = offset / cb;
         let last = (end - 1) / cb;

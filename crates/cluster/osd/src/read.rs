@@ -12,7 +12,7 @@ use crate::api::{self, Layout};
 use crate::error::OsdError;
 use crate::metrics::Metrics;
 use crate::pipeline::READ_REPLY_FRAMES;
-use crate::service::{check_range, chunk_bytes, Osd};
+use crate::service::{check_range, Osd};
 
 /// One frame of a read's reply: `data` placed right after the frame before it, or, with `at` (and
 /// no data), a move of the place of the frames after it to segment offset `at`.
@@ -73,7 +73,7 @@ impl Osd {
             return Ok(whole_reply(Vec::new()));
         }
         self.learn_view(&l, &mut st).await;
-        let cb = chunk_bytes(l.length, self.k());
+        let cb = self.chunk_bytes(l.length);
         let first = (offset / cb) as usize;
         let last = ((offset + len - 1) / cb) as usize;
         if (first..=last).any(|i| !l.holders[i].usable) {
@@ -101,7 +101,7 @@ impl Osd {
         let mut st = self.segment_lock(l.segment_id).lock_owned().await;
         self.check_primary(&l, &mut st).await?;
         check_range(&l, offset, len).map_err(OsdError::OutOfRange)?;
-        let cb = chunk_bytes(l.length, self.k());
+        let cb = self.chunk_bytes(l.length);
         if len > 0 {
             let first = (offset / cb) as usize;
             let last = ((offset + len - 1) / cb) as usize;

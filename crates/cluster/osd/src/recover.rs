@@ -9,7 +9,7 @@ use crate::api::{Holder, Layout};
 use crate::error::OsdError;
 use crate::metrics::Metrics;
 use crate::segment::SegState;
-use crate::service::{check_layout, chunk_bytes, Osd};
+use crate::service::{check_layout, Osd};
 
 /// Recovery attempts made without the segment's lock before one that holds it throughout
 /// ([`Osd::recover`]): each is rebuilt again only if the stripe changed while its chunks moved.
@@ -46,7 +46,7 @@ impl Osd {
         // The rate limit is waited for before the segment's lock is taken (k chunks gathered, one
         // stored per lost chunk), so the segment's reads and writes do not wait out the pacing.
         check_layout(l, self.n()).map_err(OsdError::Invalid)?;
-        let cb = chunk_bytes(l.length, self.k());
+        let cb = self.chunk_bytes(l.length);
         for &i in chunks {
             if l.holders.get(i as usize).is_none() {
                 return Err(OsdError::Invalid(format!(
@@ -148,7 +148,7 @@ impl Osd {
         throughout: bool,
     ) -> Result<Option<Vec<u64>>, OsdError> {
         let (l, seg) = (r.l, r.l.segment_id);
-        let cb = chunk_bytes(l.length, self.k());
+        let cb = self.chunk_bytes(l.length);
         let (shards, _) = match self
             .gather(&r.usable, from, 0, cb, vec![None; self.n()])
             .await
@@ -194,7 +194,7 @@ impl Osd {
         chunks: &[u32],
         versions: Vec<u64>,
     ) -> Result<u64, OsdError> {
-        let cb = chunk_bytes(l.length, self.k());
+        let cb = self.chunk_bytes(l.length);
         let mut moved = 0;
         for (&i, version) in chunks.iter().zip(versions) {
             let h = &l.holders[i as usize];

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::api::{ChunkMeta, Layout};
 use crate::error::OsdError;
 use crate::metrics::Metrics;
-use crate::service::{check_layout, chunk_bytes, futures_join_all, Osd};
+use crate::service::{check_layout, futures_join_all, Osd};
 use crate::view::{Verdict, View};
 
 /// What the primary knows about a segment.
@@ -117,7 +117,7 @@ impl Osd {
             segment_id: l.segment_id,
             index,
             version: stamp.version,
-            chunk_bytes: chunk_bytes(l.length, self.k()),
+            chunk_bytes: self.chunk_bytes(l.length),
             segment_length: l.length,
             applied: stamp.applied,
         }

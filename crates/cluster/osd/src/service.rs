@@ -196,6 +196,12 @@ impl Osd {
         self.code().n()
     }
 
+    /// Bytes per chunk of a segment of `length` bytes ([`chunk_bytes`] under this OSD's code: a
+    /// multiple of its `chunk_align_bytes`).
+    pub(crate) fn chunk_bytes(&self, length: u64) -> u64 {
+        chunk_bytes(length, self.k(), self.code().chunk_align_bytes() as u64)
+    }
+
     /// A client of holder `h`'s OSD (connections cached by address), its calls meant for that
     /// OSD's id only.
     pub(crate) fn peer(&self, h: &Holder) -> Result<OsdClient, Miss> {

@@ -17,7 +17,7 @@ use crate::error::OsdError;
 use crate::holder::{remote_miss, Miss};
 use crate::metrics::Metrics;
 use crate::segment::SegState;
-use crate::service::{check_enough, chunk_bytes, futures_join_all, Osd};
+use crate::service::{check_enough, futures_join_all, Osd};
 use crate::view::View;
 
 /// Each chunk's result: stored, or why not.
@@ -60,7 +60,7 @@ impl Osd {
         let version = st.view.newest + 1;
         let k = self.k();
         let written = View::written(k, version);
-        let cb = chunk_bytes(layout.length, k) as usize;
+        let cb = self.chunk_bytes(layout.length) as usize;
         self.check_lease(layout.segment_id)?;
         let (mut forwards, mut results) = self.start_forwards(&layout, &written);
         let mut data = receive(&layout, k, cb, &mut frames, &mut forwards).await?;

@@ -204,6 +204,9 @@ fn file_store_power_cuts_at_every_operation() {
             ("modify parity", "old"),
             ("modify parity", "new"),
             ("modify parity", "corrupt"),
+            ("modify parity extents", "old"),
+            ("modify parity extents", "new"),
+            ("modify parity extents", "corrupt"),
             ("read", "old"),
             ("recovery", "cut"),
         ];

@@ -130,7 +130,7 @@ async fn call(c: &OsdClient, osd_id: u32, method: &str) -> Result<(), OsdCallErr
                 prior: 8,
                 version: 9,
             };
-            c.apply_delta(1, 2, 0, b"x", stamp).await
+            c.apply_delta(1, 2, &[0..1], b"x", stamp).await
         }
         "ChunkVersion" => c.chunk_version(1, 0).await.map(drop),
         "DeleteChunk" => c.delete_chunk(1, 1).await,

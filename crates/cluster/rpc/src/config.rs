@@ -26,7 +26,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CodeConfig {
-    /// An ecstack codes family name (`rs-vand`, `rs-cauchy`, `xor`, `raid6`).
+    /// An ecstack codes family name (`rs-vand`, `rs-cauchy`, `xor`, `raid6`, `rdp`).
     pub family: String,
     pub k: u32,
     pub m: u32,
@@ -166,12 +166,6 @@ impl ClusterConfig {
 
     pub fn certs_dir(&self) -> PathBuf {
         self.resolve(&self.certs)
-    }
-
-    /// Bytes of one chunk of a full segment: `segment_bytes / k`, rounded up (the default 16 MiB
-    /// segment with k = 6 is not a multiple of k; the last data chunk is padded with zeros).
-    pub fn chunk_bytes(&self) -> u64 {
-        self.segment_bytes.div_ceil(u64::from(self.code.k.max(1)))
     }
 
     pub fn n(&self) -> u32 {

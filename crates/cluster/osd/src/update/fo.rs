@@ -1,17 +1,21 @@
 //! FO, full overwrite (CodFS §2.1.1, §4.3.1): data and parity are changed in place. The primary
 //! sends every sub-update in parallel as UpdateChunk to its data holder (its own chunk locally),
 //! naming the version the chunk must be at. The data holder reads and verifies the old range,
-//! writes the new bytes in place, computes one delta per parity (`ErasureCode::parity_deltas`) and
-//! sends each to its parity holder with ApplyDelta, stamped with the data chunk's index and its
-//! versions before and after; the parity holder XORs it in place (`apply_delta`), so deltas of
-//! different data chunks to one parity commute. Every write is fsynced before the reply, and parity
-//! holders that did not acknowledge (or refused: they missed an earlier delta) come back as stale.
+//! writes the new bytes in place, computes per parity the extents the update changes and the delta
+//! over them (`ErasureCode::delta_ranges` and `ranged_parity_deltas`: the data's own range for RS,
+//! XOR and RAID-6; for RDP's diagonal parity, row spans elsewhere in the chunk) and sends each to
+//! its parity holder with ApplyDelta, stamped with the data chunk's index and its versions before
+//! and after; the parity holder XORs it in place over its extents as one change
+//! (`ChunkStore::modify_extents`), so deltas of different data chunks to one parity commute. Every
+//! write is fsynced before the reply, and parity holders that did not acknowledge (or refused:
+//! they missed an earlier delta) come back as stale.
 //!
 //! A sub-update whose data holder is unusable, refused or failed (whether or not it wrote) is
 //! finished by the primary ([`degraded_deltas`]): it decodes the old bytes of the range from k
 //! other chunks that agree with its view, computes the deltas and applies them at the parity
 //! holders, and the data chunk is marked stale.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use ecstack_codes::ErasureCode;
@@ -144,7 +148,8 @@ async fn degraded_deltas(
         .await
         .map_err(|e| e.to_string())?;
     let old = shards[s.index].clone();
-    let deltas = parity_deltas(osd.code(), s.index, old, Arc::new(s.data.clone()))
+    let cb = osd.chunk_bytes(l.length);
+    let deltas = ranged_deltas(osd.code(), s.index, cb, lo, old, Arc::new(s.data.clone()))
         .await
         .map_err(|e| e.to_string())?;
     let stamp = DeltaStamp {
@@ -156,7 +161,7 @@ async fn degraded_deltas(
         .iter()
         .filter(|h| !stale.contains(&h.index))
         .collect();
-    let missed = send_deltas(osd, l.segment_id, &targets, &deltas, lo, stamp).await;
+    let missed = send_deltas(osd, l.segment_id, &targets, &deltas, stamp).await;
     stale.extend(missed);
     now.view.applied[s.index] = version;
     Ok(())
@@ -198,77 +203,124 @@ pub(super) async fn update_chunk(osd: &Osd, u: ChunkUpdate) -> Result<Vec<u32>, 
     if parity.is_empty() {
         return Ok(Vec::new());
     }
-    let deltas = parity_deltas(osd.code(), index as usize, old, new).await?;
+    let deltas = ranged_deltas(
+        osd.code(),
+        index as usize,
+        before.chunk_bytes,
+        offset,
+        old,
+        new,
+    )
+    .await?;
     let stamp = DeltaStamp {
         from: index,
         prior: before.version,
         version,
     };
     let targets: Vec<&Holder> = parity.iter().collect();
-    Ok(send_deltas(osd, segment, &targets, &deltas, offset, stamp).await)
+    Ok(send_deltas(osd, segment, &targets, &deltas, stamp).await)
 }
 
-/// ApplyDelta at the parity holder: XOR `delta` into parity chunk `index` at `offset`, in place
-/// (the chunk store refuses it unless the parity includes exactly `stamp.prior` of chunk
-/// `stamp.from`, and takes it as a no-op if it already includes `stamp.version`).
+/// ApplyDelta at the parity holder: XOR `delta` (the bytes of `extents`, concatenated) into
+/// parity chunk `index` over `extents`, in place, as one change (the chunk store refuses it unless
+/// the parity includes exactly `stamp.prior` of chunk `stamp.from`, and takes it as a no-op if it
+/// already includes `stamp.version`).
 pub(super) async fn apply_delta(
     osd: &Osd,
     segment: u64,
     index: u32,
-    offset: u64,
+    extents: Vec<Range<u64>>,
     delta: Vec<u8>,
     stamp: DeltaStamp,
 ) -> Result<(), ChunkStoreError> {
     let code = osd.code().clone();
     osd.blocking(move |s| {
-        s.modify(
+        // Where each extent's bytes start in `delta` (the store checks the extents add up to
+        // no more than the chunk; the handler that they add up to the delta).
+        let mut starts = Vec::with_capacity(extents.len());
+        let mut at = 0usize;
+        for e in &extents {
+            starts.push(at);
+            at = at.saturating_add((e.end.saturating_sub(e.start)) as usize);
+        }
+        if at != delta.len() {
+            return Err(ChunkStoreError::Invalid {
+                segment,
+                index,
+                message: format!(
+                    "the extents cover {at} bytes, the delta has {}",
+                    delta.len()
+                ),
+            });
+        }
+        s.modify_extents(
             segment,
             index,
-            offset,
-            delta.len() as u64,
+            &extents,
             Change::Parity(stamp),
-            &mut |b| code.apply_delta(b, &delta).map_err(|e| e.to_string()),
+            &mut |i, b| {
+                code.apply_delta(b, &delta[starts[i]..starts[i] + b.len()])
+                    .map_err(|e| e.to_string())
+            },
         )
     })
     .await
     .map(|_| ())
 }
 
-/// The m parity deltas of data chunk `index` going from `old` to `new` (on a blocking thread).
-async fn parity_deltas(
+/// One parity chunk's change: the extents it covers and its bytes over them, concatenated.
+pub(super) struct RangedDelta {
+    pub extents: Vec<Range<u64>>,
+    pub delta: Vec<u8>,
+}
+
+/// The m ranged parity deltas of data chunk `index` (of a stripe of `chunk_bytes`-byte chunks)
+/// going from `old` to `new` at `offset` (on a blocking thread): one path for every code, the
+/// data's own range for byte-position-wise ones, RDP's row spans for its diagonal parity.
+async fn ranged_deltas(
     code: &Arc<dyn ErasureCode>,
     index: usize,
+    chunk_bytes: u64,
+    offset: u64,
     old: Vec<u8>,
     new: Arc<Vec<u8>>,
-) -> Result<Vec<Vec<u8>>, OsdError> {
+) -> Result<Vec<RangedDelta>, OsdError> {
     let code = code.clone();
-    let m = code.m();
     tokio::task::spawn_blocking(move || {
-        let mut deltas = vec![vec![0u8; new.len()]; m];
+        let range = offset..offset + new.len() as u64;
+        let extents = code.delta_ranges(index, chunk_bytes, range)?;
+        let mut deltas: Vec<Vec<u8>> = extents
+            .iter()
+            .map(|es| vec![0u8; es.iter().map(|e| (e.end - e.start) as usize).sum()])
+            .collect();
         let mut refs: Vec<&mut [u8]> = deltas.iter_mut().map(|d| d.as_mut_slice()).collect();
-        code.parity_deltas(index, &old, &new, &mut refs)
-            .map(|_| deltas)
+        code.ranged_parity_deltas(index, chunk_bytes, offset, &old, &new, &mut refs)?;
+        Ok(extents
+            .into_iter()
+            .zip(deltas)
+            .map(|(extents, delta)| RangedDelta { extents, delta })
+            .collect())
     })
     .await
     .map_err(|e| OsdError::Internal(e.to_string()))?
-    .map_err(|e| OsdError::Invalid(e.to_string()))
+    .map_err(|e: ecstack_codes::CodeError| OsdError::Invalid(e.to_string()))
 }
 
-/// Sends each of `targets` (parity holders) its delta (`deltas[index - k]`) with ApplyDelta, all
-/// at once; the parity chunks that did not take it (each logged).
+/// Sends each of `targets` (parity holders) its ranged delta (`deltas[index - k]`) with
+/// ApplyDelta, all at once; the parity chunks that did not take it (each logged).
 async fn send_deltas(
     osd: &Osd,
     segment: u64,
     targets: &[&Holder],
-    deltas: &[Vec<u8>],
-    offset: u64,
+    deltas: &[RangedDelta],
     stamp: DeltaStamp,
 ) -> Vec<u32> {
     let k = osd.k();
     let sends = targets.iter().map(|h| {
-        let delta = deltas[h.index as usize - k].clone();
+        let d = &deltas[h.index as usize - k];
+        let (extents, delta) = (d.extents.clone(), d.delta.clone());
         async move {
-            let r = osd.apply_delta_at(segment, h, offset, delta, stamp).await;
+            let r = osd.apply_delta_at(segment, h, extents, delta, stamp).await;
             (h.index, r)
         }
     });

@@ -27,11 +27,13 @@
 
 mod fo;
 
+use std::ops::Range;
+
 use crate::api::{Ack, DeltaStamp, Holder, Layout};
 use crate::chunk_store::ChunkStoreError;
 use crate::error::OsdError;
 use crate::segment::SegState;
-use crate::service::{check_enough, check_range, chunk_bytes, Osd};
+use crate::service::{check_enough, check_range, Osd};
 use crate::view::View;
 
 /// An update scheme: how sub-updates become chunk changes and parity work (see the module doc).
@@ -117,18 +119,18 @@ impl Scheme {
     }
 
     /// A parity holder's part of a sub-update: data chunk `stamp.from`'s delta into parity chunk
-    /// `index` at `offset`.
+    /// `index` over `extents` (the delta is their bytes concatenated).
     pub(crate) async fn apply_delta(
         self,
         osd: &Osd,
         segment: u64,
         index: u32,
-        offset: u64,
+        extents: Vec<Range<u64>>,
         delta: Vec<u8>,
         stamp: DeltaStamp,
     ) -> Result<(), ChunkStoreError> {
         match self {
-            Scheme::Fo => fo::apply_delta(osd, segment, index, offset, delta, stamp).await,
+            Scheme::Fo => fo::apply_delta(osd, segment, index, extents, delta, stamp).await,
         }
     }
 }
@@ -180,7 +182,7 @@ impl Osd {
         let plan = Plan {
             layout: &l,
             version,
-            subs: split_update(offset, &data, chunk_bytes(l.length, k)),
+            subs: split_update(offset, &data, self.chunk_bytes(l.length)),
             parity: l.holders[k..]
                 .iter()
                 .filter(|h| h.usable)
@@ -297,7 +299,7 @@ impl Osd {
         &self,
         segment: u64,
         index: u32,
-        offset: u64,
+        extents: Vec<Range<u64>>,
         delta: Vec<u8>,
         stamp: DeltaStamp,
     ) -> Result<(), OsdError> {
@@ -313,7 +315,7 @@ impl Osd {
             )));
         }
         self.scheme()
-            .apply_delta(self, segment, index, offset, delta, stamp)
+            .apply_delta(self, segment, index, extents, delta, stamp)
             .await
             .map_err(OsdError::from)
     }
