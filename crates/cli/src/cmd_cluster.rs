@@ -155,13 +155,13 @@ struct UpArgs {
     #[arg(long, default_value = "ecstack-cluster")]
     dir: PathBuf,
     /// Data chunks per segment (a new cluster only)
-    #[arg(short = 'k', default_value_t = 6)]
+    #[arg(short = 'k', long = "k", default_value_t = 6)]
     k: u32,
     /// Parity chunks per segment (a new cluster only)
-    #[arg(short = 'm', default_value_t = 2)]
+    #[arg(short = 'm', long = "m", default_value_t = 2)]
     m: u32,
-    /// Code family (a new cluster only): rs-vand, rs-cauchy, ...
-    #[arg(long, default_value = "rs-vand")]
+    /// Code family (a new cluster only): rs-vand, rs-cauchy, xor (m = 1), raid6 (m = 2)
+    #[arg(long = "code", alias = "family", default_value = "rs-vand")]
     family: String,
     /// Segment size (a new cluster only), 1M-64M, a multiple of k
     #[arg(long, default_value = "12M", value_parser = parse_size_arg)]
@@ -182,10 +182,10 @@ struct InitArgs {
     #[arg(long, default_value_t = 1)]
     clients: u32,
     /// Data chunks per segment
-    #[arg(short, default_value_t = 6)]
+    #[arg(short, long, default_value_t = 6)]
     k: u32,
     /// Parity chunks per segment
-    #[arg(short, default_value_t = 2)]
+    #[arg(short, long, default_value_t = 2)]
     m: u32,
     /// Code family: rs-vand, rs-cauchy, xor (m = 1), raid6 (m = 2)
     #[arg(long, default_value = "rs-vand")]

@@ -46,9 +46,9 @@ struct CodfsArgs {
     /// Segment sizes
     #[arg(long, value_delimiter = ',', default_value = "16M")]
     segment_size: Vec<String>,
-    #[arg(short = 'k', default_value_t = 4)]
+    #[arg(short = 'k', long = "k", default_value_t = 4)]
     k: u32,
-    #[arg(short = 'm', default_value_t = 2)]
+    #[arg(short = 'm', long = "m", default_value_t = 2)]
     m: u32,
     /// B: each OSD's link in each direction (tc tbf), Mbit/s
     #[arg(long, default_value_t = 100.0)]

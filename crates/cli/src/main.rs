@@ -103,9 +103,39 @@ enum Cmd {
     GenerateDocs(cmd_docs::GenerateDocsArgs),
 }
 
+/// Old flag spellings kept as hidden aliases (docs/cli.md), with the spelling that replaced each.
+const DEPRECATED_FLAGS: &[(&str, &str)] = &[
+    ("--admin-socket", "--admin"),
+    ("--out-dir", "--out"),
+    ("--output", "--out"),
+    ("--family", "--code"),
+];
+
+/// The one-line notes for the deprecated spellings among `args` (up to a `--`).
+fn deprecation_notes(args: &[String]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for a in args.iter().take_while(|a| *a != "--") {
+        for (old, new) in DEPRECATED_FLAGS {
+            let used = a == old || a.strip_prefix(old).is_some_and(|r| r.starts_with('='));
+            if used && !notes.iter().any(|n: &String| n.contains(old)) {
+                notes.push(format!(
+                    "ecstack: note: {old} is deprecated and will be removed; use {new} (docs/cli.md)"
+                ));
+            }
+        }
+    }
+    notes
+}
+
 fn main() {
     memory::keep_freed_memory();
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let cli = Cli::parse();
+    for note in deprecation_notes(&args) {
+        eprintln!("{note}");
+    }
     if let Err(e) = apply_globals(&cli) {
         eprintln!("ecstack: error: {}", one_line(&e));
         std::process::exit(1);
@@ -152,6 +182,30 @@ fn one_line(e: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deprecated_spellings_get_one_note_each() {
+        let args: Vec<String> = [
+            "ecstack",
+            "ec",
+            "decode",
+            "--output=x",
+            "--out-dir",
+            "d",
+            "--output",
+            "y",
+            "--outputs",
+            "--",
+            "--family",
+        ]
+        .map(String::from)
+        .to_vec();
+        let notes = deprecation_notes(&args);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("--output is deprecated") && notes[0].contains("use --out"));
+        assert!(notes[1].contains("--out-dir is deprecated"));
+        assert!(deprecation_notes(&["ecstack".into(), "--admin".into()]).is_empty());
+    }
 
     /// `ecstack generate-docs` writes a man page for every visible command, recursively
     /// (`man ecstack-array-create`), and the three completion scripts.

@@ -223,3 +223,63 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// docs/cli.md: the convention's spellings work, and an old one still works with one note.
+#[test]
+fn flag_convention_with_deprecated_aliases() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("g");
+    std::fs::write(&input, vec![5u8; 10_000]).unwrap();
+    let shards = tmp.path().join("s");
+    let o = ok(ecstack(&[
+        "ec",
+        "encode",
+        input.to_str().unwrap(),
+        "--out-dir",
+        shards.to_str().unwrap(),
+        "--k",
+        "3",
+        "--m",
+        "1",
+    ]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.matches("ecstack: note: --out-dir is deprecated")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("use --out"), "{err}");
+    let out = tmp.path().join("back");
+    let o = ok(ecstack(&[
+        "ec",
+        "decode",
+        shards.join("g.000.shard").to_str().unwrap(),
+        shards.join("g.001.shard").to_str().unwrap(),
+        shards.join("g.003.shard").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), vec![5u8; 10_000]);
+    // `reliability array -k 6` (issue 46 §3) and the long forms elsewhere.
+    ok(ecstack(&[
+        "reliability",
+        "array",
+        "-k",
+        "6",
+        "-m",
+        "2",
+        "--json",
+    ]));
+    let o = ecstack(&["cluster", "up", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("--code") && !help.contains("--family") && help.contains("--k"),
+        "{help}"
+    );
+}
