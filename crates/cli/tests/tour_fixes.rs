@@ -14,6 +14,13 @@ fn ecstack(args: &[&str]) -> Output {
         .expect("run ecstack")
 }
 
+/// `ecstack ec encode INPUT FLAGS...`.
+fn encode(input: &Path, flags: &[&str]) -> Output {
+    let mut args = vec!["ec", "encode", input.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    ecstack(&args)
+}
+
 fn ok(o: Output) -> Output {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     o
@@ -105,17 +112,10 @@ fn ec_decode_names_the_missing_shards() {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(&input, &data).unwrap();
     let shards = tmp.path().join("s");
-    ok(ecstack(&[
-        "ec",
-        "encode",
-        input.to_str().unwrap(),
-        "-o",
-        shards.to_str().unwrap(),
-        "-k",
-        "4",
-        "-m",
-        "2",
-    ]));
+    ok(encode(
+        &input,
+        &["-o", shards.to_str().unwrap(), "-k", "4", "-m", "2"],
+    ));
     let shard = |i: usize| shards.join(format!("f.{i:03}.shard"));
     let given = |idx: &[usize]| -> Vec<String> {
         idx.iter()
@@ -231,17 +231,17 @@ fn flag_convention_with_deprecated_aliases() {
     let input = tmp.path().join("g");
     std::fs::write(&input, vec![5u8; 10_000]).unwrap();
     let shards = tmp.path().join("s");
-    let o = ok(ecstack(&[
-        "ec",
-        "encode",
-        input.to_str().unwrap(),
-        "--out-dir",
-        shards.to_str().unwrap(),
-        "--k",
-        "3",
-        "--m",
-        "1",
-    ]));
+    let o = ok(encode(
+        &input,
+        &[
+            "--out-dir",
+            shards.to_str().unwrap(),
+            "--k",
+            "3",
+            "--m",
+            "1",
+        ],
+    ));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
         err.matches("ecstack: note: --out-dir is deprecated")
