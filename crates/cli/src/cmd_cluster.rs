@@ -151,8 +151,9 @@ struct UpArgs {
     /// Number of OSDs
     #[arg(long, default_value_t = 8)]
     osds: usize,
-    /// The cluster's directory (config, certificates, MDS database, OSD stores, logs)
-    #[arg(long, default_value = "ecstack-cluster")]
+    /// The cluster's directory (config, certificates, MDS database, OSD stores, logs), or its
+    /// cluster.toml: what clients then pass as --config
+    #[arg(long = "config", alias = "dir", default_value = "ecstack-cluster")]
     dir: PathBuf,
     /// Data chunks per segment (a new cluster only)
     #[arg(short = 'k', long = "k", default_value_t = 6)]
@@ -742,7 +743,15 @@ async fn up(a: UpArgs) -> Result<()> {
         eprintln!("ecstack: WARNING: --insecure: the daemons run without TLS or authentication (loopback experiments only)");
     }
     let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
-    let mut spec = LocalSpec::new(exe, a.dir.clone(), a.osds);
+    // --config names the directory or the cluster.toml in it, as for the clients.
+    let dir = match a.dir.file_name() {
+        Some(f) if f == ecstack_rpc::init::CONFIG_FILE => a
+            .dir
+            .parent()
+            .map_or_else(|| PathBuf::from("."), PathBuf::from),
+        _ => a.dir.clone(),
+    };
+    let mut spec = LocalSpec::new(exe, dir, a.osds);
     spec.k = a.k;
     spec.m = a.m;
     spec.family = a.family;

@@ -103,21 +103,31 @@ enum Cmd {
     GenerateDocs(cmd_docs::GenerateDocsArgs),
 }
 
-/// Old flag spellings kept as hidden aliases (docs/cli.md), with the spelling that replaced each.
-const DEPRECATED_FLAGS: &[(&str, &str)] = &[
-    ("--admin-socket", "--admin"),
-    ("--out-dir", "--out"),
-    ("--output", "--out"),
-    ("--family", "--code"),
+/// Old flag spellings kept as hidden aliases (docs/cli.md): the command they belong to (empty:
+/// any), the old spelling and the one that replaced it.
+const DEPRECATED_FLAGS: &[(&[&str], &str, &str)] = &[
+    (&[], "--admin-socket", "--admin"),
+    (&[], "--out-dir", "--out"),
+    (&[], "--output", "--out"),
+    (&[], "--family", "--code"),
+    (&["cluster", "up"], "--dir", "--config"),
+    (&["kv", "serve"], "--bind", "--addr"),
+    (&["kv", "serve"], "--port", "--addr"),
 ];
 
-/// The one-line notes for the deprecated spellings among `args` (up to a `--`).
+/// The one-line notes for the deprecated spellings among `args` (the program name first; up to
+/// a `--`).
 fn deprecation_notes(args: &[String]) -> Vec<String> {
     let mut notes = Vec::new();
-    for a in args.iter().take_while(|a| *a != "--") {
-        for (old, new) in DEPRECATED_FLAGS {
+    for a in args.iter().skip(1).take_while(|a| *a != "--") {
+        for (command, old, new) in DEPRECATED_FLAGS {
+            let in_command = args.len() > command.len()
+                && args[1..=command.len()]
+                    .iter()
+                    .zip(command.iter())
+                    .all(|(x, y)| x == y);
             let used = a == old || a.strip_prefix(old).is_some_and(|r| r.starts_with('='));
-            if used && !notes.iter().any(|n: &String| n.contains(old)) {
+            if in_command && used && !notes.iter().any(|n: &String| n.contains(old)) {
                 notes.push(format!(
                     "ecstack: note: {old} is deprecated and will be removed; use {new} (docs/cli.md)"
                 ));
@@ -205,6 +215,12 @@ mod tests {
         assert!(notes[0].contains("--output is deprecated") && notes[0].contains("use --out"));
         assert!(notes[1].contains("--out-dir is deprecated"));
         assert!(deprecation_notes(&["ecstack".into(), "--admin".into()]).is_empty());
+        // --dir is old only for `cluster up` (experiments keep it).
+        let up = |cmd: &[&str]| {
+            deprecation_notes(&cmd.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(up(&["ecstack", "cluster", "up", "--dir", "d"]).len(), 1);
+        assert!(up(&["ecstack", "experiment", "eplog", "--dir", "d"]).is_empty());
     }
 
     /// `ecstack generate-docs` writes a man page for every visible command, recursively
