@@ -124,7 +124,7 @@ struct EplogArgs {
     /// eplog stripe buffer in the multi-client runs: batches written at once (0 = off)
     #[arg(long, default_value_t = ecstack_array::scheme::DEFAULT_IN_FLIGHT)]
     stripe_buffer: usize,
-    /// Per-chunk checksums off in Exps 1-5 (to measure what they cost, docs/array.md)
+    /// Per-chunk checksums off in Exps 1-6 (to measure what they cost, docs/array.md)
     #[arg(long)]
     no_checksums: bool,
     /// Exp 4 and 6 testbeds: `files` (O_DIRECT files in --dir), `paper` (EPLOG's SSDs and HDDs, Table 1,

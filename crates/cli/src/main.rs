@@ -69,21 +69,21 @@ fn apply_globals(cli: &Cli) -> anyhow::Result<()> {
 enum Cmd {
     /// Erasure-code files into shard files and rebuild them from any k shards
     Ec(cmd_ec::EcArgs),
-    /// Measure throughput (codes; side by side with ISA-L when built with --features isal)
+    /// Measure throughput: the codes (beside ISA-L when built with --features isal-new or isal), the cluster beside MinIO
     Bench(cmd_bench::BenchArgs),
-    /// Run a workload on a simulated SSD or HDD: write amplification, GC, erases, seeks, latency
+    /// Simulators: SSD and HDD workloads, deterministic array runs, RobuSTore's world, ZombieNAND lifetimes
     Sim(cmd_sim::SimArgs),
     /// Parse, analyze, transform, synthesize and replay block and file traces (MSR, SPC, NFS, blkparse, fio)
     Trace(cmd_trace::TraceArgs),
     /// Export any device over NBD (nbdinfo, nbdcopy, fio, nbd-client), admin socket client, fio bench
     Nbd(cmd_nbd::NbdArgs),
-    /// Erasure-coded array (EPLOG md / pl / eplog schemes): create, status, commit, fail, rebuild, serve over NBD
+    /// Erasure-coded array (md / pl / eplog schemes, and TWEEN): create, status, commit, fail, rebuild, scrub, serve over NBD
     Array(cmd_array::ArrayArgs),
     /// CodFS cluster: init, cert, put/get/update/rm/ls/stat, status, osd out; `cluster up` starts a local cluster
     Cluster(cmd_cluster::ClusterArgs),
     /// Start a local cluster (MDS + 8 OSDs, RS 6+2), store files, SIGKILL two OSDs, read degraded, recover, verify
     Demo(cmd_demo::DemoArgs),
-    /// Re-run published experiments on this machine (eplog: EPLOG §5 Exps 1-5)
+    /// Re-run published experiments on this machine: EPLOG §5 Exps 1-6, CodFS, RobuSTore, ZombieNAND, TWEEN, RainFS
     Experiment(cmd_experiment::ExperimentArgs),
     /// Key-value store on a device or array (EPLOG §4) served over the Redis protocol: `kv serve`
     Kv(cmd_kv::KvArgs),
