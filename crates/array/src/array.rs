@@ -182,7 +182,8 @@ impl Array {
     pub fn plan(cfg: &ArrayConfig, devices: &ArrayDevices) -> Result<Superblock> {
         let (k, m) = (cfg.k, cfg.m);
         Geometry::check_shape(k, m, cfg.chunk_size as u64)?;
-        new_code(cfg.code, k, m).map_err(|e| cfg_err(e.to_string()))?;
+        let code = new_code(cfg.code, k, m).map_err(|e| cfg_err(e.to_string()))?;
+        crate::format::refuse_unaligned_code(code.as_ref())?;
         let n = k + m;
         if devices.main.len() != n {
             return Err(cfg_err(format!(

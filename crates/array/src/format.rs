@@ -439,6 +439,19 @@ impl<'a> Dec<'a> {
     }
 }
 
+/// The array updates parity with deltas over the data's own byte range (`md`, `pl`) and encodes and
+/// rebuilds ranges of chunks: only byte-position-wise codes fit. RDP is not (its diagonal parity mixes
+/// the rows of a chunk), so it is refused on create and in a superblock.
+pub(crate) fn refuse_unaligned_code(code: &dyn ecstack_codes::ErasureCode) -> Result<()> {
+    if code.chunk_align_bytes() != 1 {
+        return Err(ArrayError::Config(format!(
+            "code {} is not supported by the array: its parity mixes byte positions inside a chunk (for m = 2 use raid6)",
+            code.kind()
+        )));
+    }
+    Ok(())
+}
+
 impl Superblock {
     /// One superblock copy: magic, version, body length, CRC32C of the body, body.
     pub(crate) fn encode(&self) -> Result<Vec<u8>> {
@@ -510,8 +523,9 @@ impl Superblock {
     pub(crate) fn validate(&self) -> Result<()> {
         let g = &self.geometry;
         g.validate(self.scheme)?;
-        ecstack_codes::new_code(self.code, g.k, g.m)
+        let code = ecstack_codes::new_code(self.code, g.k, g.m)
             .map_err(|e| ArrayError::Config(format!("code {}: {e}", self.code.name())))?;
+        refuse_unaligned_code(code.as_ref())?;
         self.layout.validate(CP_HEADER as u64)?;
         let want = g.devices() + 1;
         if self.specs.len() != want {
@@ -730,6 +744,14 @@ mod tests {
         // XOR parity with m = 2 is a code the array cannot build.
         let mut s = sb();
         s.code = CodeKind::Xor;
+        assert!(Superblock::decode(&s.encode().unwrap()).is_err());
+        // RDP builds (m = 2) but its parity is not byte-position-wise: refused with one line.
+        let mut s = sb();
+        s.code = CodeKind::Rdp;
+        assert_eq!(s.geometry.m, 2, "the refusal must not come from m");
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.contains("code rdp is not supported by the array"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
         assert!(Superblock::decode(&s.encode().unwrap()).is_err());
     }
 

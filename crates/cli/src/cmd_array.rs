@@ -62,7 +62,8 @@ struct CreateArgs {
     /// Parity chunks per stripe (= tolerated failures = log devices)
     #[arg(short, long)]
     m: usize,
-    /// Code: xor (m=1), raid6 (m=2), rs-cauchy, rs-vand (default: xor / raid6 / rs-cauchy by m)
+    /// Code: xor (m=1), raid6 (m=2), rs-cauchy, rs-vand (default: xor / raid6 / rs-cauchy by m); rdp is refused
+    /// (its parity is not byte-position-wise)
     #[arg(long)]
     code: Option<String>,
     /// Chunk size

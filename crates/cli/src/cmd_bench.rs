@@ -98,7 +98,8 @@ struct EcBench {
     /// Rows as k,m,chunk separated by ';'
     #[arg(long, default_value = "10,4,1M;6,2,64K;4,2,4K;12,4,256K")]
     rows: String,
-    /// Code for the RS rows (rs-cauchy, rs-vand, ...)
+    /// Code of the rows (rs-cauchy, rs-vand, xor, raid6, rdp; rdp rows need m = 2, have no ISA-L peer and
+    /// a chunk that is a multiple of p - 1)
     #[arg(long, default_value = "rs-cauchy")]
     code: String,
     /// Kernel levels to measure, comma-separated (scalar, ssse3, avx2, avx512, avx2-gfni, avx512-gfni)

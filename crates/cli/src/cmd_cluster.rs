@@ -188,7 +188,7 @@ struct InitArgs {
     /// Parity chunks per segment
     #[arg(short, long, default_value_t = 2)]
     m: u32,
-    /// Code family: rs-vand, rs-cauchy, xor (m = 1), raid6 (m = 2)
+    /// Code family: rs-vand, rs-cauchy, xor (m = 1), raid6 (m = 2); rdp is refused until the cluster carries its ranges
     #[arg(long, default_value = "rs-vand")]
     code: String,
     /// Segment size, 1M to 64M
@@ -758,6 +758,10 @@ async fn up(a: UpArgs) -> Result<()> {
     spec.segment_bytes = a.segment_size;
     spec.insecure = a.insecure;
     let fresh = !spec.config_path().exists();
+    if fresh {
+        cluster_code(&spec.family, spec.k, spec.m)
+            .with_context(|| format!("--family {} -k {} -m {}", spec.family, spec.k, spec.m))?;
+    }
     let stop = StopSignals::watch()?;
     let mut cluster = LocalCluster::start(spec)?;
     let config_path = cluster.config_path();
@@ -838,9 +842,24 @@ async fn wait_for_stop(cluster: &mut LocalCluster, _stop: StopSignals) -> Result
     }
 }
 
+/// Check a new cluster's code: it builds, and the OSDs can use it. They update parity with deltas over
+/// the data's own range and decode any range of a chunk, so a code that is not byte-position-wise
+/// (RDP: ranged deltas, whole-chunk decodes) is refused until the cluster carries those ranges.
+fn cluster_code(name: &str, k: u32, m: u32) -> Result<CodeKind> {
+    let kind = CodeKind::parse(name)?;
+    let code = new_code(kind, k as usize, m as usize)?;
+    if code.chunk_align_bytes() != 1 {
+        anyhow::bail!(
+            "{kind} is not supported by the cluster yet (its parity deltas and degraded reads need ranges the OSDs do not carry)"
+        );
+    }
+    Ok(kind)
+}
+
 fn init(a: InitArgs) -> Result<()> {
-    let kind = CodeKind::parse(&a.code).with_context(|| format!("--code {}", a.code))?;
-    new_code(kind, a.k as usize, a.m as usize)
+    let kind = cluster_code(&a.code, a.k, a.m)
+        .with_context(|| format!("--code {} -k {} -m {}", a.code, a.k, a.m))?;
+    cluster_code(&a.code, a.k, a.m)
         .with_context(|| format!("--code {} -k {} -m {}", a.code, a.k, a.m))?;
     let segment_bytes = parse_size(&a.segment_size).context("--segment-size")?;
     let opts = InitOptions {

@@ -28,7 +28,8 @@ enum EcCmd {
 
 #[derive(Args, Clone)]
 struct CodeOpts {
-    /// Code: rs-cauchy (ISA-L compatible), rs-vand (Vandermonde-derived), xor (RAID-5, m=1), raid6 (m=2)
+    /// Code: rs-cauchy (ISA-L compatible), rs-vand (Vandermonde-derived), xor (RAID-5, m=1), raid6 (m=2),
+    /// rdp (m=2; the unit is a multiple of p - 1, p the smallest prime >= k + 1)
     #[arg(long, default_value = "rs-cauchy")]
     code: String,
     /// Data shards

@@ -22,7 +22,7 @@ pub struct ExperimentArgs {
 enum ExpCmd {
     /// EPLOG §5 Exps 1-6: write traffic, GC, commit frequency, requests/s, recovery, KV store (md vs pl vs eplog)
     Eplog(EplogArgs),
-    /// CodFS: `--exp model` checks the §5.1 throughput model on an emulated network (root, ip, tc)
+    /// CodFS: `--exp model` checks the §5.1 throughput model on an emulated network (root, ip, tc); `--exp reserve` simulates §5.3.2's reserved space (Algorithm 1) over the Harvard trace
     Codfs(CodfsArgs),
     /// RobuSTore ch. 6: every figure (Table 6-2) on the simulator; `--shard i/N`, `--merge DIR`
     Robustore(crate::cmd_robustore::RobustoreExpArgs),
@@ -37,19 +37,45 @@ enum ExpCmd {
 
 #[derive(Args)]
 struct CodfsArgs {
-    /// Which experiment (only `model` so far)
+    /// Which experiment: `model` (§5.1 on emulated links) or `reserve` (§5.3.2, a simulation)
     #[arg(long, default_value = "model")]
     exp: String,
+    /// reserve: size of the Harvard DEAS03 trace relative to the published 173 M writes (its 41
+    /// days are kept)
+    #[arg(long, default_value_t = 0.05)]
+    scale: f64,
+    /// reserve: a small trace (scale 0.002, seconds), as CI runs it
+    #[arg(long)]
+    quick: bool,
+    /// reserve: strategies to compare (fixed-SIZE, shrink-only, shrink-merge)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fixed-2M,fixed-8M,fixed-16M,shrink-only,shrink-merge"
+    )]
+    strategies: Vec<String>,
+    /// reserve: Algorithm 1's smoothing factor α
+    #[arg(long, default_value_t = 0.3)]
+    alpha: f64,
+    /// reserve: u_0, the utility a new reserve starts with (1: as if fully used, so idle reserves
+    /// shrink gradually and stop at one chunk; 0: idle reserves go at their first shrink)
+    #[arg(long, default_value_t = ecstack_sim::reserve::U0)]
+    u0: f64,
+    /// reserve: every adaptive reserve's size at first
+    #[arg(long, default_value = "16M")]
+    initial_reserve: String,
     /// Values of M (OSDs)
     #[arg(long, value_delimiter = ',', default_value = "6,8,10")]
     osds: Vec<usize>,
     /// Segment sizes
     #[arg(long, value_delimiter = ',', default_value = "16M")]
     segment_size: Vec<String>,
-    #[arg(short = 'k', long = "k", default_value_t = 4)]
-    k: u32,
-    #[arg(short = 'm', long = "m", default_value_t = 2)]
-    m: u32,
+    /// Data chunks per segment (default: 4 for `model`, 8 for `reserve`, as the seed's runs)
+    #[arg(short = 'k', long = "k")]
+    k: Option<u32>,
+    /// Parity chunks per segment (default 2)
+    #[arg(short = 'm', long = "m")]
+    m: Option<u32>,
     /// B: each OSD's link in each direction (tc tbf), Mbit/s
     #[arg(long, default_value_t = 100.0)]
     rate_mbit: f64,
@@ -185,8 +211,10 @@ pub fn run(a: ExperimentArgs) -> Result<()> {
 }
 
 fn codfs(a: CodfsArgs) -> Result<()> {
-    if a.exp != "model" {
-        anyhow::bail!("--exp: {:?} is not an experiment (known: model)", a.exp);
+    match a.exp.as_str() {
+        "model" => {}
+        "reserve" => return codfs_reserve(a),
+        other => anyhow::bail!("--exp: {other:?} is not an experiment (known: model, reserve)"),
     }
     let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
     let mut cfg = ModelConfig::new(exe);
@@ -196,8 +224,8 @@ fn codfs(a: CodfsArgs) -> Result<()> {
         .iter()
         .map(|s| crate::util::parse_size(s))
         .collect::<Result<_>>()?;
-    cfg.k = a.k;
-    cfg.m = a.m;
+    cfg.k = a.k.unwrap_or(4);
+    cfg.m = a.m.unwrap_or(2);
     cfg.rate_mbit = a.rate_mbit;
     cfg.clients = a.clients;
     cfg.bytes_per_client = crate::util::parse_size(&a.size)?;
@@ -236,6 +264,41 @@ fn codfs(a: CodfsArgs) -> Result<()> {
     drop(scratch);
     report.write(&a.out)?;
     print_report(&report, || report.markdown(), &a.out, a.json)
+}
+
+/// `--exp reserve`: the simulation of §5.3.2 (no daemons, no root).
+fn codfs_reserve(a: CodfsArgs) -> Result<()> {
+    use ecstack_lab::codfs_reserve::{parse_strategy, ReserveConfig};
+    let mut cfg = ReserveConfig::new(if a.quick { 0.002 } else { a.scale }, a.seed);
+    cfg.sim.k = a.k.unwrap_or(cfg.sim.k);
+    cfg.sim.m = a.m.unwrap_or(cfg.sim.m);
+    cfg.sim.segment_bytes = match a.segment_size.as_slice() {
+        [one] => crate::util::parse_size(one)?,
+        _ => anyhow::bail!("--segment-size: the reserve experiment takes one size"),
+    };
+    cfg.sim.alpha = a.alpha;
+    cfg.sim.u0 = a.u0;
+    cfg.sim.initial_bytes = crate::util::parse_size(&a.initial_reserve)?;
+    cfg.sim.strategies = a
+        .strategies
+        .iter()
+        .map(|s| parse_strategy(s))
+        .collect::<Result<_, _>>()
+        .map_err(flag_error)?;
+    cfg.validate().map_err(flag_error)?;
+    crate::scratch::announce(
+        "experiment codfs --exp reserve",
+        &[&a.out],
+        if a.quick {
+            "under a minute (--quick)"
+        } else {
+            "minutes, longer at larger --scale (a one-pass simulation, no scratch files)"
+        },
+    );
+    let e =
+        ecstack_lab::codfs_reserve::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+    e.write(&a.out)?;
+    print_report(&e, || e.markdown(), &a.out, a.json)
 }
 
 /// A library configuration error as the flag it came from: `--settings: 'six' is not k+m`.

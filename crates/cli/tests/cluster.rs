@@ -682,3 +682,50 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// A file handle updates without a lookup each time. After its segment's primary is killed and
+/// another is promoted, one update retries (the old primary refuses the connection) and the
+/// handle keeps the layout the retry fetched: the next update goes straight to the new primary,
+/// with no failed attempt. The bytes read back are the last update's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_handle_keeps_the_layout_of_a_promoted_primary() {
+    let rig = Rig::start(RigSpec::default()).await;
+    let failed = Arc::new(FailedAttempts::default());
+    let client = rig.client_with_options(ClientOptions {
+        failed_attempts: Some(failed.clone()),
+        ..client_options(20)
+    });
+    let mut data = random_bytes(&mut Rng::new(5), 300_000);
+    client.put("/h", &data[..]).await.unwrap();
+    let handle = client.open("/h").await.unwrap();
+    handle.update(10, b"first").await.unwrap();
+    data[10..15].copy_from_slice(b"first");
+    assert_eq!(failed.attempts.load(Ordering::Relaxed), 0);
+    // Kill the primary of the only segment and wait for the MDS to promote another.
+    let primary = handle.info().segments[0].primary;
+    let status = client.status().await.unwrap();
+    let name = status
+        .osds
+        .iter()
+        .find(|o| o.osd_id == primary)
+        .map(|o| o.name.clone())
+        .unwrap();
+    let i: usize = name.trim_start_matches("osd-").parse().unwrap();
+    let mut rig = rig;
+    rig.cluster.kill_osd(i);
+    rig.wait_down(&name).await;
+    handle.update(20, b"second").await.unwrap();
+    data[20..26].copy_from_slice(b"second");
+    let after_failover = failed.attempts.load(Ordering::Relaxed);
+    assert!(after_failover >= 1, "the stale primary was not tried");
+    handle.update(30, b"third").await.unwrap();
+    data[30..35].copy_from_slice(b"third");
+    assert_eq!(
+        failed.attempts.load(Ordering::Relaxed),
+        after_failover,
+        "the handle went to the dead primary again: {:?}",
+        failed.last_error()
+    );
+    let got = client.read("/h", 0, data.len() as u64).await.unwrap();
+    assert!(got == data, "the handle's updates did not all land");
+}

@@ -16,6 +16,7 @@ use cluster_common::*;
 use ecstack_base::Rng;
 use ecstack_client::{ClientError, ReadPath};
 use ecstack_lab::codfs_local::LocalCluster;
+use ecstack_mds_proto::ChunkState;
 
 #[derive(Default, Debug)]
 struct Marks {
@@ -27,6 +28,8 @@ struct Marks {
     puts_ok: u64,
     put_errors: u64,
     kills: u64,
+    /// Kills not made: they could have left a segment with more than m unusable chunks.
+    kills_refused: u64,
     restarts: u64,
     outs: u64,
     /// Get pieces read straight from the holders, and those a direct read gave back to the primary.
@@ -55,14 +58,9 @@ async fn fault_run(seed: u64) -> Marks {
     let mut marks = Marks::default();
     let seg = rig.segment_bytes as usize;
     let m = rig.m as usize;
-    // OSD indexes that are down (killed, not restarted) and those declared out (never back).
+    // OSD indexes that are down (killed, not restarted), and how many were declared out.
     let mut down: Vec<usize> = Vec::new();
     let mut outs = 0usize;
-    // Restarted OSDs whose chunks may still be stale (updates happened while they were down) until
-    // their catch-up ends: a stale chunk is as unusable as a killed one, so they count against m
-    // too (seeds 16 and 38 once killed and declared out two more OSDs while a restarted one still
-    // waited for its catch-up: three unusable chunks of a segment, more than m).
-    let mut catching: Vec<usize> = Vec::new();
     let outs_max = rig.cluster.osd_count() - (rig.k + rig.m) as usize;
     for i in 0..4 {
         let path = format!("/f{i}");
@@ -72,37 +70,27 @@ async fn fault_run(seed: u64) -> Marks {
         model.insert(path, FileModel::new(data));
     }
     for step in 0..40 {
-        let ctx = format!(
-            "seed {seed} step {step} (down {down:?}, outs {outs}, catching up {catching:?})"
-        );
-        if !catching.is_empty() && down.is_empty() {
-            let s = rig
-                .client
-                .status()
-                .await
-                .unwrap_or_else(|e| panic!("{ctx}: status: {e}"));
-            if s.segments_degraded == 0 && s.segments_recovering == 0 {
-                catching.clear();
-            }
-        }
+        let ctx = format!("seed {seed} step {step} (down {down:?}, outs {outs})");
         match rng.below(10) {
-            // Kill a running OSD while fewer than m chunks of a segment may be unusable.
-            0 | 1 if down.len() + outs + catching.len() < m => {
+            // Kill a running OSD, unless that could leave a segment with more than m unusable
+            // chunks.
+            0 | 1 if down.len() < m => {
                 let running: Vec<usize> = (0..rig.cluster.osd_count())
                     .filter(|&i| rig.cluster.osd_running(i))
                     .collect();
                 let i = running[rng.below(running.len() as u64) as usize];
-                rig.cluster.kill_osd(i);
-                down.push(i);
-                marks.kills += 1;
+                if kill_keeps_m(&rig, &down, i, &ctx).await {
+                    rig.cluster.kill_osd(i);
+                    down.push(i);
+                    marks.kills += 1;
+                } else {
+                    marks.kills_refused += 1;
+                }
             }
             // Restart a killed OSD (it catches up on what it missed).
             2 if !down.is_empty() => {
                 let i = down.remove(rng.below(down.len() as u64) as usize);
                 rig.cluster.start_osd(i).unwrap();
-                if !catching.contains(&i) {
-                    catching.push(i);
-                }
                 marks.restarts += 1;
             }
             // Declare a killed OSD out: a replacement joins, recovery rebuilds its chunks.
@@ -205,6 +193,58 @@ async fn fault_run(seed: u64) -> Marks {
     marks
 }
 
+/// Whether killing OSD `victim` (a rig index) keeps every segment of the cluster within m
+/// unusable chunks, counting those the MDS reports unusable (stale, recovering, on a down or out
+/// holder), those on OSDs this run killed (the MDS may not see them down yet) and the victim's.
+///
+/// A count of failures alone is not enough: a restarted OSD's chunks stay stale until their
+/// catch-up ends, and an update sent just after a restart can miss the holder at its old address
+/// and leave a new stale chunk there (seeds 16, 38 and 364824 once killed two more OSDs of such a
+/// segment: three unusable chunks, more than m, which the cluster rightly could not rebuild).
+async fn kill_keeps_m(rig: &Rig, down: &[usize], victim: usize, ctx: &str) -> bool {
+    let status = rig
+        .client
+        .status()
+        .await
+        .unwrap_or_else(|e| panic!("{ctx}: status: {e}"));
+    let gone: Vec<u32> = down
+        .iter()
+        .chain([&victim])
+        .map(|&i| {
+            let name = LocalCluster::osd_name(i);
+            status
+                .osds
+                .iter()
+                .find(|o| o.name == name)
+                .map(|o| o.osd_id)
+                .unwrap_or_else(|| panic!("{ctx}: the MDS does not know {name}"))
+        })
+        .collect();
+    let files = rig
+        .client
+        .list("/")
+        .await
+        .unwrap_or_else(|e| panic!("{ctx}: ls: {e}"));
+    for f in files {
+        let info = rig
+            .client
+            .stat(&f.path)
+            .await
+            .unwrap_or_else(|e| panic!("{ctx}: stat {}: {e}", f.path));
+        for s in &info.segments {
+            let unusable = s
+                .chunks
+                .iter()
+                .filter(|c| c.state != ChunkState::Healthy || !c.up || gone.contains(&c.osd_id))
+                .count();
+            if unusable > rig.m as usize {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 fn pick(rng: &mut Rng, model: &Model) -> (String, FileModel) {
     let i = rng.below(model.len() as u64) as usize;
     let (p, f) = model.iter().nth(i).unwrap();
@@ -249,6 +289,7 @@ async fn fault_runs() {
         total.reads_ok += m.reads_ok;
         total.reads_degraded_ok += m.reads_degraded_ok;
         total.kills += m.kills;
+        total.kills_refused += m.kills_refused;
         total.restarts += m.restarts;
         total.outs += m.outs;
         total.read_errors += m.read_errors;

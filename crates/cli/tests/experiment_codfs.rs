@@ -210,3 +210,79 @@ fn an_unknown_congestion_control_is_one_clear_error() {
     );
     assert!(our_namespaces(pid).is_empty());
 }
+
+/// `--exp reserve --quick`: the §5.3.2 simulation as CI runs it (no root, seconds): every
+/// strategy in the report, the fixed baselines at the seed's Γ, the files written; a bad
+/// strategy is one line naming the flag.
+#[test]
+fn reserve_experiment_runs_quick_and_names_bad_strategies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args([
+            "experiment",
+            "codfs",
+            "--exp",
+            "reserve",
+            "--quick",
+            "--json",
+            "--out",
+        ])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = v["report"]["results"].as_array().unwrap();
+    let labels: Vec<&str> = results
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "fixed 2 MiB",
+            "fixed 8 MiB",
+            "fixed 16 MiB",
+            "shrink only",
+            "shrink+merge"
+        ]
+    );
+    let end = |i: usize| {
+        results[i]["samples"].as_array().unwrap().last().unwrap()["gamma"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((end(0) - 0.2).abs() < 1e-9 && (end(2) - 1.6).abs() < 1e-9);
+    assert!(end(4) < 1.6);
+    for f in [
+        "codfs-reserve.md",
+        "codfs-reserve.csv",
+        "codfs-reserve-gamma.svg",
+    ] {
+        assert!(tmp.path().join(f).exists(), "{f}");
+    }
+    let bad = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args([
+            "experiment",
+            "codfs",
+            "--exp",
+            "reserve",
+            "--quick",
+            "--strategies",
+            "grow",
+        ])
+        .arg("--out")
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("--strategies") && err.lines().count() == 1,
+        "{err}"
+    );
+}

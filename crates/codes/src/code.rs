@@ -1,5 +1,6 @@
 //! Systematic linear block codes behind the `ErasureCode` seam: Reed-Solomon from a Vandermonde-derived
-//! or a Cauchy matrix, XOR parity (RAID-5) and RAID-6 P+Q, the last two with their own fast paths.
+//! or a Cauchy matrix, XOR parity (RAID-5) and RAID-6 P+Q, the last two with their own fast paths. RDP,
+//! an XOR array code that mixes byte positions inside a chunk, lives in `rdp.rs`.
 
 use crate::decode_cache::{DecodeCache, DecodeCacheStats, DecodePlan};
 use crate::decode_cache::{DECODE_CACHE_BYTES_MAX, DECODE_CACHE_ENTRIES_MAX};
@@ -7,6 +8,7 @@ use crate::kernels::{self, Simd, Tables};
 use crate::matrix::{self, Matrix};
 use crate::{CodeError, Result};
 use std::fmt;
+use std::ops::Range;
 
 /// Which generator a code uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -19,14 +21,19 @@ pub enum CodeKind {
     Xor,
     /// RAID-6: P = XOR, Q = sum 2^j D_j; m must be 2.
     Raid6,
+    /// RDP, row-diagonal parity (Corbett et al., FAST'04): XOR only, m = 2, a prime p with k <= p - 1,
+    /// chunks of p - 1 rows. Not byte-position-wise: see [`ErasureCode::chunk_align_bytes`] and
+    /// [`ErasureCode::delta_ranges`].
+    Rdp,
 }
 
 impl CodeKind {
-    pub const ALL: [CodeKind; 4] = [
+    pub const ALL: [CodeKind; 5] = [
         CodeKind::RsVandermonde,
         CodeKind::RsCauchy,
         CodeKind::Xor,
         CodeKind::Raid6,
+        CodeKind::Rdp,
     ];
 
     pub fn name(self) -> &'static str {
@@ -35,6 +42,7 @@ impl CodeKind {
             CodeKind::RsCauchy => "rs-cauchy",
             CodeKind::Xor => "xor",
             CodeKind::Raid6 => "raid6",
+            CodeKind::Rdp => "rdp",
         }
     }
 
@@ -44,6 +52,7 @@ impl CodeKind {
             "rs-cauchy" | "cauchy" => Ok(CodeKind::RsCauchy),
             "xor" | "raid5" => Ok(CodeKind::Xor),
             "raid6" => Ok(CodeKind::Raid6),
+            "rdp" => Ok(CodeKind::Rdp),
             _ => Err(CodeError::UnknownCode {
                 name: s.to_string(),
             }),
@@ -57,6 +66,7 @@ impl CodeKind {
             CodeKind::RsCauchy => 2,
             CodeKind::Xor => 3,
             CodeKind::Raid6 => 4,
+            CodeKind::Rdp => 5,
         }
     }
 
@@ -71,7 +81,7 @@ impl fmt::Display for CodeKind {
     }
 }
 
-/// The erasure-code seam every layer above uses; build one with [`new_code`]. Shards are equal-length
+/// The erasure-code seam every layer above uses; build one with [`new_code`](crate::new_code). Shards are equal-length
 /// byte slices: indices `0..k` are data chunks, `k..k+m` parity chunks.
 ///
 /// A code cannot detect corruption: every shard it is given as input must hold valid contents. The caller
@@ -161,6 +171,15 @@ pub trait ErasureCode: Send + Sync + fmt::Debug {
     /// Parity deltas for an update of data chunk `data_index` over some byte range (CodFS §2.1.1): given the
     /// old and new bytes of the range, `deltas[i]` receives `gamma(i, l) * (old ^ new)`, the change of parity
     /// chunk i over the same range. Only deltas need to travel to parity holders.
+    ///
+    /// This form holds only for byte-position-wise codes ([`chunk_align_bytes`] = 1: RS, XOR, RAID-6),
+    /// where each parity changes over the data's own range. RDP refuses it with
+    /// [`CodeError::RangedDeltasNeeded`]: use [`delta_ranges`] and [`ranged_parity_deltas`], which every
+    /// code supports.
+    ///
+    /// [`chunk_align_bytes`]: ErasureCode::chunk_align_bytes
+    /// [`delta_ranges`]: ErasureCode::delta_ranges
+    /// [`ranged_parity_deltas`]: ErasureCode::ranged_parity_deltas
     fn parity_deltas(
         &self,
         data_index: usize,
@@ -182,11 +201,170 @@ pub trait ErasureCode: Send + Sync + fmt::Debug {
         kernels::xor_into(parity, delta);
         Ok(())
     }
+
+    /// Chunk lengths this code accepts are multiples of this many bytes. 1 means the code is
+    /// byte-position-wise: byte j of every parity chunk depends only on byte j of the data chunks, so any
+    /// byte range of a stripe's n chunks is itself a stripe (encode, rebuild and deltas work on ranges).
+    /// RDP returns p - 1: a chunk is p - 1 rows and parity mixes rows, so its shards must be whole chunks
+    /// (see [`decode_span`](ErasureCode::decode_span) for the exceptions).
+    fn chunk_align_bytes(&self) -> usize {
+        1
+    }
+
+    /// The byte range of every chunk to pass to [`reconstruct_in_place`](ErasureCode::reconstruct_in_place)
+    /// (with the same `erased`) to rebuild bytes `range` of the erased chunks of a stripe of `chunk_len`-byte
+    /// chunks: `range` itself for a byte-position-wise code, the whole chunk `0..chunk_len` when the code
+    /// must mix rows (RDP, except for one lost data chunk or a lost row parity, rebuilt by XOR of the same
+    /// range). Callers reading a range in degraded mode read this span of every survivor. Errors:
+    /// [`CodeError::RangeOutOfChunk`], [`CodeError::ChunkAlign`], erased indexes as `reconstruct_in_place`.
+    fn decode_span(
+        &self,
+        chunk_len: u64,
+        range: Range<u64>,
+        erased: &[usize],
+    ) -> Result<Range<u64>> {
+        check_range(&range, chunk_len)?;
+        check_erased(erased, self.n(), self.m())?;
+        Ok(range)
+    }
+
+    /// The byte ranges of each parity chunk that an update of bytes `range` of data chunk `data_index`
+    /// changes, in a stripe of `chunk_len`-byte chunks: `extents[i]` lists parity chunk i's ranges, sorted,
+    /// disjoint and not adjacent. An extent may include bytes whose delta is zero (RDP covers each
+    /// touched parity row's span with one extent). An empty `range` changes nothing: every list is empty.
+    ///
+    /// Byte-position-wise codes (the default) return `range` for every parity. RDP's row parity changes
+    /// over `range`; its diagonal parity over up to two row spans per touched data row, which lie
+    /// elsewhere in the chunk (CodFS §2.1.1: an RDP update changes more parity than an RS one).
+    ///
+    /// Errors: [`CodeError::IndexOutOfRange`] (`data_index >= k`), [`CodeError::RangeOutOfChunk`],
+    /// [`CodeError::ChunkAlign`] (`chunk_len` is not a multiple of [`chunk_align_bytes`]).
+    ///
+    /// [`chunk_align_bytes`]: ErasureCode::chunk_align_bytes
+    fn delta_ranges(
+        &self,
+        data_index: usize,
+        chunk_len: u64,
+        range: Range<u64>,
+    ) -> Result<Vec<Vec<Range<u64>>>> {
+        check_data_index(data_index, self.k())?;
+        check_range(&range, chunk_len)?;
+        let extents = if range.is_empty() {
+            Vec::new()
+        } else {
+            vec![range]
+        };
+        Ok(vec![extents; self.m()])
+    }
+
+    /// The parity deltas of an update of data chunk `data_index` at bytes `lo..lo + old.len()` of a
+    /// `chunk_len`-byte chunk, over the ranges [`delta_ranges`](ErasureCode::delta_ranges) returns for
+    /// that update: `deltas[i]` receives the change of parity chunk i over its extents, concatenated in
+    /// extent order (so its length is the sum of the extents' lengths). XOR each extent's slice of
+    /// `deltas[i]` into those bytes of parity chunk i ([`apply_ranged_delta`] does it for a chunk in
+    /// memory) and the stripe equals a fresh encode of the updated data. Only `old` and `new` are needed:
+    /// no other chunk is read.
+    ///
+    /// Errors: those of `delta_ranges`, [`CodeError::ShardSize`] (`new` differs from `old` in length, a
+    /// delta buffer from its extents' total), [`CodeError::ShardCount`] (not m delta buffers).
+    ///
+    /// [`apply_ranged_delta`]: ErasureCode::apply_ranged_delta
+    fn ranged_parity_deltas(
+        &self,
+        data_index: usize,
+        chunk_len: u64,
+        lo: u64,
+        old: &[u8],
+        new: &[u8],
+        deltas: &mut [&mut [u8]],
+    ) -> Result<()> {
+        check_data_index(data_index, self.k())?;
+        check_range(&(lo..lo.saturating_add(old.len() as u64)), chunk_len)?;
+        self.parity_deltas(data_index, old, new, deltas)
+    }
+
+    /// XOR a delta of [`ranged_parity_deltas`](ErasureCode::ranged_parity_deltas) into a whole parity chunk
+    /// held in memory: `delta` is the concatenation of the bytes of `extents` (one parity's list from
+    /// [`delta_ranges`](ErasureCode::delta_ranges)). Errors: [`CodeError::RangeOutOfChunk`] (an extent
+    /// outside `parity`), [`CodeError::ShardSize`] (`delta` is not the extents' total length).
+    fn apply_ranged_delta(
+        &self,
+        parity: &mut [u8],
+        extents: &[Range<u64>],
+        delta: &[u8],
+    ) -> Result<()> {
+        let mut total = 0u64;
+        for e in extents {
+            check_range(e, parity.len() as u64)?;
+            total += e.end - e.start;
+        }
+        if total != delta.len() as u64 {
+            return Err(CodeError::ShardSize {
+                what: "ranged delta",
+                index: 0,
+                got: delta.len(),
+                want: total as usize,
+            });
+        }
+        let mut at = 0usize;
+        for e in extents {
+            let len = (e.end - e.start) as usize;
+            kernels::xor_into(
+                &mut parity[e.start as usize..e.end as usize],
+                &delta[at..at + len],
+            );
+            at += len;
+        }
+        Ok(())
+    }
+}
+
+/// `range` is ordered and inside a chunk of `chunk_len` bytes.
+pub(crate) fn check_range(range: &Range<u64>, chunk_len: u64) -> Result<()> {
+    if range.start > range.end || range.end > chunk_len {
+        return Err(CodeError::RangeOutOfChunk {
+            lo: range.start,
+            hi: range.end,
+            chunk_len,
+        });
+    }
+    Ok(())
+}
+
+/// `data_index` names one of the k data chunks.
+pub(crate) fn check_data_index(data_index: usize, k: usize) -> Result<()> {
+    if data_index >= k {
+        return Err(CodeError::IndexOutOfRange {
+            index: data_index,
+            n: k,
+        });
+    }
+    Ok(())
+}
+
+/// `erased` names at most m shards of n, each once.
+pub(crate) fn check_erased(erased: &[usize], n: usize, m: usize) -> Result<()> {
+    for (i, &e) in erased.iter().enumerate() {
+        if e >= n {
+            return Err(CodeError::IndexOutOfRange { index: e, n });
+        }
+        if erased[..i].contains(&e) {
+            return Err(CodeError::DuplicateErasure { index: e });
+        }
+    }
+    if erased.len() > m {
+        return Err(CodeError::TooManyErasures {
+            erased: erased.len(),
+            m,
+        });
+    }
+    Ok(())
 }
 
 /// The linear-algebra view of a code, for benchmarks against other libraries, the ISA-L cross-check and
-/// callers that ship decode coefficients to where the data lives. Every [`CodeKind`] is linear; build
-/// one with [`new_linear_code`].
+/// callers that ship decode coefficients to where the data lives. Every [`CodeKind`] but RDP has this
+/// view (RDP is linear over GF(2) on rows, not a GF(2^8) generator over whole chunks); build one with
+/// [`new_linear_code`].
 pub trait LinearCode: ErasureCode {
     /// The n x k generator matrix (top k rows are the identity, the rest the parity coefficients).
     fn generator(&self) -> &Matrix;
@@ -199,7 +377,8 @@ pub trait LinearCode: ErasureCode {
     fn decode_cache_stats(&self) -> DecodeCacheStats;
 }
 
-/// Options of [`new_code_with`]; `CodeOptions::default()` is what [`new_code`] uses.
+/// Options of [`new_code_with`](crate::new_code_with); `CodeOptions::default()` is what
+/// [`new_code`](crate::new_code) uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct CodeOptions {
     /// Decode plans (survivors + kernel tables per erasure pattern) kept in the code's LRU, so repeated
@@ -210,6 +389,10 @@ pub struct CodeOptions {
     /// The kernel level this code runs at; `None` (the default) is [`Simd::active()`]. A level this CPU
     /// cannot run is refused with [`CodeError::Params`]. For benchmarks that compare levels in one run.
     pub simd: Option<Simd>,
+    /// RDP's prime p (k <= p - 1 <= 256); `None` (the default) is the smallest prime >= k + 1. The other
+    /// codes ignore it. A caller choosing p must store it with the stripe: shard files and the array
+    /// record only the kind, k and m.
+    pub rdp_prime: Option<usize>,
 }
 
 impl Default for CodeOptions {
@@ -218,27 +401,13 @@ impl Default for CodeOptions {
             decode_cache_entries_max: DECODE_CACHE_ENTRIES_MAX,
             decode_cache_bytes_max: DECODE_CACHE_BYTES_MAX,
             simd: None,
+            rdp_prime: None,
         }
     }
 }
 
-/// Build a code of the given kind. Checks k >= 1, m >= 1, k + m <= 256 and the kind's own limits (m = 1
-/// for xor, m = 2 for raid6), else [`CodeError::Params`].
-pub fn new_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn ErasureCode>> {
-    new_code_with(kind, k, m, CodeOptions::default())
-}
-
-/// [`new_code`] with options (the decode-matrix cache's limits).
-pub fn new_code_with(
-    kind: CodeKind,
-    k: usize,
-    m: usize,
-    options: CodeOptions,
-) -> Result<Box<dyn ErasureCode>> {
-    Ok(Box::new(Systematic::new(kind, k, m, options)?))
-}
-
-/// [`new_code`] with the [`LinearCode`] view (generator matrix, decode plans).
+/// [`new_code`](crate::new_code) with the [`LinearCode`] view (generator matrix, decode plans). RDP has no such view:
+/// [`CodeError::NotLinear`].
 pub fn new_linear_code(kind: CodeKind, k: usize, m: usize) -> Result<Box<dyn LinearCode>> {
     new_linear_code_with(kind, k, m, CodeOptions::default())
 }
@@ -313,6 +482,7 @@ impl Systematic {
                 }
                 matrix::raid6(k)
             }
+            CodeKind::Rdp => return Err(CodeError::NotLinear { code: kind.name() }),
         };
         let parity = gen.select_rows(&(k..k + m).collect::<Vec<_>>());
         let parity_tables = Tables::for_level(level, m, k, &parity.data);
@@ -445,7 +615,7 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 
 /// Check that there are `want` slices (`what` names them in errors) of one length, equal to `len` when
 /// given; returns that length.
-fn check_shards(
+pub(crate) fn check_shards(
     lens: impl Iterator<Item = usize>,
     count: usize,
     want: usize,

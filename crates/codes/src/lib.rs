@@ -1,5 +1,5 @@
 //! The `codes` layer of ecstack: systematic erasure codes (Reed-Solomon from a Vandermonde-derived or a
-//! Cauchy generator, the latter byte-identical to ISA-L; XOR parity; RAID-6), parity deltas for small
+//! Cauchy generator, the latter byte-identical to ISA-L; XOR parity; RAID-6; RDP), parity deltas for small
 //! updates, rateless codes (RobuSTore's improved LT code and RFC 6330 RaptorQ) and the shard-file format
 //! used by `ecstack ec`. GF(2^8) arithmetic, matrices and the SIMD region kernels are internal.
 //!
@@ -68,12 +68,13 @@ mod lt;
 mod matrix;
 mod raptor;
 mod rateless;
+mod rdp;
 mod rng;
+mod select;
 pub mod shard;
 
 pub use code::{
-    new_code, new_code_with, new_linear_code, new_linear_code_with, CodeKind, CodeOptions,
-    ErasureCode, LinearCode,
+    new_linear_code, new_linear_code_with, CodeKind, CodeOptions, ErasureCode, LinearCode,
 };
 pub use decode_cache::{DecodeCacheStats, DECODE_CACHE_BYTES_MAX, DECODE_CACHE_ENTRIES_MAX};
 pub use kernels::Simd;
@@ -81,6 +82,7 @@ pub use lt::{LtCode, LtDecoder, LtParams};
 pub use matrix::Matrix;
 pub use raptor::{RaptorQ, RaptorQDecoder};
 pub use rateless::{Packet, RatelessCode, RatelessDecoder};
+pub use select::{new_code, new_code_with};
 
 /// `dst ^= src`, with the SIMD kernels: the one region operation callers need outside a code (summing
 /// parity deltas, folding log chunks into parity). Both slices must have the same length.
@@ -102,8 +104,27 @@ pub fn xor_into(dst: &mut [u8], src: &[u8]) -> Result<()> {
 #[derive(Debug, thiserror::Error)]
 pub enum CodeError {
     /// [`CodeKind::parse`] was given a name it does not know.
-    #[error("unknown code '{name}' (expected rs-vand, rs-cauchy, xor or raid6)")]
+    #[error("unknown code '{name}' (expected rs-vand, rs-cauchy, xor, raid6 or rdp)")]
     UnknownCode { name: String },
+    /// A chunk length is not a multiple of what the code needs ([`ErasureCode::chunk_align_bytes`]: RDP's
+    /// chunks are p - 1 rows).
+    #[error("{code} chunk length {len} is not a multiple of {align} ({why})")]
+    ChunkAlign {
+        code: &'static str,
+        len: u64,
+        align: usize,
+        why: &'static str,
+    },
+    /// [`new_linear_code`] was asked for a code that has no GF(2^8) generator matrix (RDP).
+    #[error("{code} is not a GF(2^8) linear code: the linear view exists for rs-vand, rs-cauchy, xor and raid6 only")]
+    NotLinear { code: &'static str },
+    /// [`ErasureCode::parity_deltas`] was called on a code whose parity changes outside the updated range
+    /// (RDP's diagonal parity).
+    #[error("{code} parity deltas change bytes outside the updated range: use delta_ranges and ranged_parity_deltas")]
+    RangedDeltasNeeded { code: &'static str },
+    /// A byte range is reversed or reaches past the end of a chunk.
+    #[error("byte range {lo}..{hi} is outside a chunk of {chunk_len} bytes")]
+    RangeOutOfChunk { lo: u64, hi: u64, chunk_len: u64 },
     /// A constructor ([`new_code`], [`LtCode::new`], [`RaptorQ::new`], [`shard::encode_file`]) was given
     /// parameters outside the code's limits; `rule` states the limit, `got` the values given.
     #[error("invalid {code} parameters ({got}): {rule}")]

@@ -6,7 +6,7 @@
 //! header, 64 bytes
 //!   0  magic        8   "ECSSHARD"
 //!   8  version      u16 1
-//!  10  code         u8  1 rs-vand, 2 rs-cauchy, 3 xor, 4 raid6
+//!  10  code         u8  1 rs-vand, 2 rs-cauchy, 3 xor, 4 raid6, 5 rdp (p: the smallest prime >= k + 1)
 //!  11  flags        u8  0 (reserved)
 //!  12  k            u16 data shards
 //!  14  m            u16 parity shards
@@ -28,12 +28,17 @@
 //! use and the decoder switches to another shard; the whole-file CRC is checked before the output file is
 //! renamed into place, so a decode never leaves wrong bytes behind.
 //!
+//! Code 5 (rdp) came later within version 1: files of codes 1–4 are unchanged, and a reader from before
+//! it refuses an rdp shard as an unknown code. An rdp header whose m is not 2 parses, and decoding
+//! refuses it when the code is built.
+//!
 //! A header is accepted only if every field is valid: known version and code, k ≥ 1, m ≥ 1, k + m ≤ 256,
 //! index < k + m, unit ≥ 1, every reserved byte (11, 18–19, 44–59) zero, and a file size
 //! `64 + stripes · (unit + 4)` that fits in 64 bits (a forged length cannot overflow the arithmetic).
 
-use crate::code::{CodeKind, ErasureCode, Systematic};
+use crate::code::{CodeKind, Systematic};
 use crate::kernels::{self, Tables};
+use crate::select::new_code;
 use crate::{CodeError, Result};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -202,7 +207,8 @@ pub struct EncodeOptions {
     pub code: CodeKind,
     pub k: usize,
     pub m: usize,
-    /// Shard unit; `None` picks min(1 MiB, the file split k ways, rounded up to 64 bytes).
+    /// Shard unit; `None` picks min(1 MiB, the file split k ways, rounded up to 64 bytes), rounded up to
+    /// a multiple of the code's chunk alignment (RDP: p - 1). A given unit must be such a multiple.
     pub unit: Option<usize>,
     /// The id shared by the shards of this encoding; `None` draws a random one. Deterministic tests
     /// pass one so two encodes of a file write the same bytes.
@@ -252,7 +258,7 @@ pub fn encode_file_with_progress(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Report> {
     let start = std::time::Instant::now();
-    let code = Systematic::new(opts.code, opts.k, opts.m, Default::default())?;
+    let code = new_code(opts.code, opts.k, opts.m)?;
     let (k, m) = (opts.k, opts.m);
     let mut f = File::open(input).map_err(|e| io_err(input, e))?;
     let length = f.metadata().map_err(|e| io_err(input, e))?.len();
@@ -266,9 +272,20 @@ pub fn encode_file_with_progress(
         }
         Some(u) => u,
         None => {
-            (length.div_ceil(k as u64).div_ceil(64) * 64).clamp(64, DEFAULT_UNIT as u64) as usize
+            let u = (length.div_ceil(k as u64).div_ceil(64) * 64).clamp(64, DEFAULT_UNIT as u64);
+            // RDP's units are p - 1 rows: round up to its alignment (1 for the other codes).
+            u.next_multiple_of(code.chunk_align_bytes() as u64) as usize
         }
     };
+    // Refused before any shard file is created.
+    if unit % code.chunk_align_bytes() != 0 {
+        return Err(CodeError::ChunkAlign {
+            code: opts.code.name(),
+            len: unit as u64,
+            align: code.chunk_align_bytes(),
+            why: "the shard unit is the code's chunk",
+        });
+    }
     if unit > u32::MAX as usize {
         return Err(CodeError::Params {
             code: "shard file",
@@ -475,7 +492,13 @@ pub fn decode_files_with_progress(
             rejected,
         });
     }
-    let code = Systematic::new(h0.code, k, m, Default::default())?;
+    let code = new_code(h0.code, k, m)?;
+    // Linear codes rebuild only the lost data units from the generator; RDP has no generator and
+    // rebuilds through `reconstruct_in_place`.
+    let linear = match h0.code {
+        CodeKind::Rdp => None,
+        kind => Some(Systematic::new(kind, k, m, Default::default())?),
+    };
     // Prefer data shards (no decoding needed), then parity, in index order.
     open.sort_by_key(|o| o.header.index);
     let tmp = output.with_extension(format!(
@@ -551,23 +574,32 @@ pub fn decode_files_with_progress(
             let missing: Vec<usize> = (0..k).filter(|j| !have.contains(j)).collect();
             if !missing.is_empty() {
                 let erased: Vec<usize> = (0..k + m).filter(|i| !have.contains(i)).collect();
-                let (survivors, rows) = code.plan(&erased)?;
-                // Keep only the rows that rebuild data chunks.
-                let mut coef = Vec::with_capacity(missing.len() * k);
-                for (r, &e) in erased.iter().enumerate() {
-                    if e < k {
-                        coef.extend_from_slice(rows.row(r));
+                if let Some(linear) = &linear {
+                    let (survivors, rows) = linear.plan(&erased)?;
+                    // Keep only the rows that rebuild data chunks.
+                    let mut coef = Vec::with_capacity(missing.len() * k);
+                    for (r, &e) in erased.iter().enumerate() {
+                        if e < k {
+                            coef.extend_from_slice(rows.row(r));
+                        }
+                    }
+                    let tables = Tables::new(missing.len(), k, &coef);
+                    let srcs: Vec<&[u8]> = survivors.iter().map(|&i| &units[i][..unit]).collect();
+                    let mut outs: Vec<Option<&mut [u8]>> =
+                        stripe_buf.chunks_exact_mut(unit).map(Some).collect();
+                    let mut dsts: Vec<&mut [u8]> = missing
+                        .iter()
+                        .map(|&j| outs[j].take().expect("once"))
+                        .collect();
+                    kernels::dot_prod(&tables, &srcs, &mut dsts, unit, false);
+                } else {
+                    let mut all: Vec<&mut [u8]> =
+                        units.iter_mut().map(|u| &mut u[..unit]).collect();
+                    code.reconstruct_in_place(&mut all, &erased)?;
+                    for &j in &missing {
+                        stripe_buf[j * unit..(j + 1) * unit].copy_from_slice(&units[j][..unit]);
                     }
                 }
-                let tables = Tables::new(missing.len(), k, &coef);
-                let srcs: Vec<&[u8]> = survivors.iter().map(|&i| &units[i][..unit]).collect();
-                let mut outs: Vec<Option<&mut [u8]>> =
-                    stripe_buf.chunks_exact_mut(unit).map(Some).collect();
-                let mut dsts: Vec<&mut [u8]> = missing
-                    .iter()
-                    .map(|&j| outs[j].take().expect("once"))
-                    .collect();
-                kernels::dot_prod(&tables, &srcs, &mut dsts, unit, false);
             }
             coding += t.elapsed().as_secs_f64();
             let take = remaining.min((k * unit) as u64) as usize;

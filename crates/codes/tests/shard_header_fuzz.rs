@@ -30,7 +30,7 @@ fn spec_accepts(b: &[u8]) -> bool {
         return false;
     }
     let reserved_zero = b[11] == 0 && b[18] == 0 && b[19] == 0 && b[44..60].iter().all(|&x| x == 0);
-    let code_known = (1..=4).contains(&b[10]);
+    let code_known = (1..=5).contains(&b[10]);
     let (k, m, index, unit, length) = (
         le(b, 12, 2) as u128,
         le(b, 14, 2) as u128,
@@ -69,7 +69,7 @@ fn header() -> impl Strategy<Value = ShardHeader> {
                 Just(k),
                 Just(m),
                 0..k + m,
-                0usize..4,
+                0..CodeKind::ALL.len(),
                 prop_oneof![
                     1u32..=256,
                     Just(u32::MAX),

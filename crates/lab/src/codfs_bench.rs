@@ -179,11 +179,17 @@ pub struct SideFigures {
     pub get_cpu: CpuPerGb,
 }
 
-/// CPU seconds per GB (10^9 bytes) moved, on each end of a timed phase.
+/// CPU seconds per GB (10^9 bytes) moved, on each end of a timed phase, and the whole machine's.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct CpuPerGb {
     pub client: f64,
     pub servers: f64,
+    /// Busy CPU seconds of the whole machine (`/proc/stat`: user, nice, system, irq, softirq):
+    /// also the kernel's threads and interrupts no process is charged for (loopback networking
+    /// in softirq, page-cache writeback) and anything else running.
+    pub machine: f64,
+    /// CPU seconds the hypervisor gave other guests while this one wanted to run (`steal`).
+    pub steal: f64,
 }
 
 impl CpuPerGb {
@@ -197,23 +203,56 @@ impl CpuPerGb {
 struct CpuMeter {
     servers: Vec<u32>,
     start: (f64, f64),
+    machine: (f64, f64),
 }
 
 impl CpuMeter {
     fn start(servers: Vec<u32>) -> CpuMeter {
         let start = cpu_now(&servers);
-        CpuMeter { servers, start }
+        let machine = machine_cpu_secs().unwrap_or_default();
+        CpuMeter {
+            servers,
+            start,
+            machine,
+        }
     }
 
     /// CPU seconds per GB of `bytes` moved since [`CpuMeter::start`].
     fn per_gb(&self, bytes: u64) -> CpuPerGb {
         let (c, s) = cpu_now(&self.servers);
+        let (busy, steal) = machine_cpu_secs().unwrap_or(self.machine);
         let gb = bytes as f64 / 1e9;
         CpuPerGb {
             client: (c - self.start.0).max(0.0) / gb,
             servers: (s - self.start.1).max(0.0) / gb,
+            machine: (busy - self.machine.0).max(0.0) / gb,
+            steal: (steal - self.machine.1).max(0.0) / gb,
         }
     }
+}
+
+/// (busy, steal) CPU seconds of the whole machine so far, from `/proc/stat`'s `cpu` line.
+fn machine_cpu_secs() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_machine_ticks(&stat).map(|(b, s)| {
+        let t = clock_ticks_per_sec();
+        (b as f64 / t, s as f64 / t)
+    })
+}
+
+/// (user + nice + system + irq + softirq, steal) ticks of `/proc/stat`'s first line.
+fn parse_machine_ticks(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().next()?;
+    let mut f = line.split_whitespace();
+    if f.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = f.map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal …
+    if v.len() < 8 {
+        return None;
+    }
+    Some((v[0] + v[1] + v[2] + v[5] + v[6], v[7]))
 }
 
 /// (this process, the sum over `servers`) CPU seconds so far; a process that is gone counts 0.
@@ -401,9 +440,22 @@ impl ClusterBenchReport {
         } else {
             s += "\n(MinIO not run: --no-minio)\n";
         }
-        s += "\nCPU seconds (user + system) per GB moved in the timed phases: the clients (this process) + the servers\n\n";
-        s += "| system | put: clients + servers = total | get: clients + servers = total |\n|---|---:|---:|\n";
-        let cpu = |c: &CpuPerGb| format!("{:.2} + {:.2} = {:.2}", c.client, c.servers, c.total());
+        s += "\nCPU seconds (user + system) per GB moved in the timed phases: the clients (this process) + the servers; in brackets the whole machine's busy seconds (kernel threads and interrupts too) and, if any, the hypervisor's steal\n\n";
+        s += "| system | put: clients + servers = total (machine) | get: clients + servers = total (machine) |\n|---|---:|---:|\n";
+        let cpu = |c: &CpuPerGb| {
+            let steal = if c.steal > 0.005 {
+                format!(", steal {:.2}", c.steal)
+            } else {
+                String::new()
+            };
+            format!(
+                "{:.2} + {:.2} = {:.2} ({:.2}{steal})",
+                c.client,
+                c.servers,
+                c.total(),
+                c.machine
+            )
+        };
         s += &format!(
             "| ecstack | {} | {} |\n",
             cpu(&self.ours.put_cpu),
@@ -590,10 +642,14 @@ fn median_figures<'a>(sides: impl Iterator<Item = &'a SideFigures>) -> SideFigur
         put_cpu: CpuPerGb {
             client: median(|s| s.put_cpu.client),
             servers: median(|s| s.put_cpu.servers),
+            machine: median(|s| s.put_cpu.machine),
+            steal: median(|s| s.put_cpu.steal),
         },
         get_cpu: CpuPerGb {
             client: median(|s| s.get_cpu.client),
             servers: median(|s| s.get_cpu.servers),
+            machine: median(|s| s.get_cpu.machine),
+            steal: median(|s| s.get_cpu.steal),
         },
     }
 }
@@ -775,14 +831,17 @@ async fn ours_side(
         .put("/bench/updated", &model[..])
         .await
         .map_err(client_error)?;
+    // The object stays open, as MinIO's client keeps its object's name: each update goes
+    // straight to the segment's primary, with no lookup at the MDS (`FileHandle`).
+    let handle = first.open("/bench/updated").await.map_err(client_error)?;
     let mut rng = Rng::new(cfg.seed ^ 0x6f_7572);
     let mut ms = Vec::new();
     for off in update_offsets(cfg) {
         let range = off as usize..(off + cfg.update_bytes) as usize;
         rng.fill(&mut model[range.clone()]);
         let t = Instant::now();
-        first
-            .update("/bench/updated", off, &model[range])
+        handle
+            .update(off, &model[range])
             .await
             .map_err(client_error)?;
         ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -1115,6 +1174,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_machine_line_gives_busy_and_steal_ticks() {
+        let stat = "cpu  100 5 50 9000 30 7 3 11 0 0\ncpu0 50 2 25 4500 15 3 1 5 0 0\n";
+        assert_eq!(parse_machine_ticks(stat), Some((165, 11)));
+        assert_eq!(parse_machine_ticks("intr 1 2 3\n"), None);
+        assert_eq!(parse_machine_ticks("cpu 1 2 x\n"), None);
+    }
+
+    #[test]
     fn stat_lines_give_user_plus_system_ticks() {
         let line = "4242 (tokio rt) worker) S 1 2 3 4 5 6 7 8 9 10 250 31 0 0 20 0 9 0 77";
         assert_eq!(parse_stat_cpu_ticks(line), Some(281));
@@ -1206,6 +1273,7 @@ mod tests {
             get_cpu: CpuPerGb {
                 client: ms,
                 servers: get,
+                ..CpuPerGb::default()
             },
         };
         let rounds = [

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use ecstack_base::rng::Rng;
 use ecstack_codes::{
-    new_linear_code_with, CodeKind, CodeOptions, LtCode, LtDecoder, LtParams, RaptorQ,
-    RatelessCode, Simd,
+    new_code_with, new_linear_code_with, CodeKind, CodeOptions, LtCode, LtDecoder, LtParams,
+    RaptorQ, RatelessCode, Simd,
 };
 use serde::Serialize;
 
@@ -203,7 +203,11 @@ pub fn run(c: &EcBenchConfig, on_row: &mut dyn FnMut(&EcRow)) -> Result<EcBenchR
                 on_row(&r);
                 out.push(r);
             };
-            bench_ec_level(c, level, peer, k, m, &data, &new, &mut fig)?;
+            if c.kind == CodeKind::Rdp {
+                bench_rdp_level(c, level, k, m, &data, &new, &mut fig)?;
+            } else {
+                bench_ec_level(c, level, peer, k, m, &data, &new, &mut fig)?;
+            }
         }
     }
     let mut rateless = Vec::new();
@@ -706,6 +710,97 @@ fn bench_ec_level(
         }
     }
     let _ = &isal_deltas;
+    Ok(())
+}
+
+/// One RDP row at one kernel level: encode, decode (data chunks 0 and 1 lost: the chains, whole
+/// chunks) and delta (a whole-chunk update of data chunk 0 through the ranged form). ISA-L has no RDP,
+/// so there is no peer figure; run an `rs-cauchy` row of the same (k, m, chunk) beside it to compare.
+/// Every result is checked once (decode against the data, the delta against a fresh encode).
+fn bench_rdp_level(
+    a: &EcBenchConfig,
+    level: Simd,
+    k: usize,
+    m: usize,
+    data: &[PageBuf],
+    new: &[u8],
+    fig: &mut dyn FnMut(&'static str, (f64, Option<f64>)),
+) -> Result<()> {
+    let chunk = data[0].len();
+    let opts = CodeOptions {
+        simd: Some(level),
+        ..CodeOptions::default()
+    };
+    let code = new_code_with(CodeKind::Rdp, k, m, opts)?;
+    let d = slices(data);
+    let at = level.name();
+    let no_peer = None::<fn(f64) -> f64>;
+    let mut parity = zeroed_bufs(m, chunk);
+    code.encode(&d, &mut slices_mut(&mut parity))?;
+    {
+        let mut p = slices_mut(&mut parity);
+        let mut ours = |s: f64| {
+            measure(k * chunk, s, &mut || {
+                code.encode(&d, &mut p).expect("encode")
+            })
+        };
+        fig("encode", best_of(a.rounds, &mut ours, a.time, no_peer));
+    }
+    // Data chunks 0 and 1 (with k = 1: the data chunk and P).
+    let erased = [0usize, 1];
+    let mut shards: Vec<PageBuf> = data
+        .iter()
+        .chain(parity.iter())
+        .map(|b| PageBuf::copy_of(b))
+        .collect();
+    for &e in &erased {
+        shards[e].fill(0);
+    }
+    code.reconstruct_in_place(&mut slices_mut(&mut shards), &erased)?;
+    let want = |e: usize| if e < k { &*data[e] } else { &*parity[e - k] };
+    if erased.iter().any(|&e| *shards[e] != *want(e)) {
+        return Err(failed(format!(
+            "rdp decode check failed for k={k} chunk={chunk} at {at}"
+        )));
+    }
+    {
+        let mut all = slices_mut(&mut shards);
+        let mut ours = |s: f64| {
+            measure(k * chunk, s, &mut || {
+                code.reconstruct_in_place(&mut all, &erased)
+                    .expect("decode")
+            })
+        };
+        fig("decode", best_of(a.rounds, &mut ours, a.time, no_peer));
+    }
+    let len = chunk as u64;
+    let extents = code.delta_ranges(0, len, 0..len)?;
+    let mut deltas: Vec<PageBuf> = extents
+        .iter()
+        .map(|e| PageBuf::zeroed(e.iter().map(|r| (r.end - r.start) as usize).sum()))
+        .collect();
+    {
+        let mut dl = slices_mut(&mut deltas);
+        let mut ours = |s: f64| {
+            measure(chunk, s, &mut || {
+                code.ranged_parity_deltas(0, len, 0, &data[0], new, &mut dl)
+                    .expect("delta")
+            })
+        };
+        fig("delta", best_of(a.rounds, &mut ours, a.time, no_peer));
+    }
+    let mut d2 = d.clone();
+    d2[0] = new;
+    let mut fresh = zeroed_bufs(m, chunk);
+    code.encode(&d2, &mut slices_mut(&mut fresh))?;
+    for ((p, ext), delta) in parity.iter_mut().zip(&extents).zip(&deltas) {
+        code.apply_ranged_delta(p, ext, delta)?;
+    }
+    if parity.iter().zip(&fresh).any(|(x, y)| **x != **y) {
+        return Err(failed(format!(
+            "rdp delta check failed for k={k} chunk={chunk} at {at}"
+        )));
+    }
     Ok(())
 }
 

@@ -30,6 +30,7 @@ pub mod codfs_demo;
 pub mod codfs_local;
 pub mod codfs_model;
 pub mod codfs_netns;
+pub mod codfs_reserve;
 pub mod codfs_s3;
 pub mod device_sim;
 pub mod ec_bench;

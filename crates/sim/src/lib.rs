@@ -4,6 +4,8 @@
 //! - `robustore`: RobuSTore's ch. 6 world (seed `robustore-thesis.txt`): one client, filers with caches
 //!   and disks under background load, RAID-0 / RRAID-S / RRAID-A / RobuSTore access schemes, in virtual
 //!   time;
+//! - `reserve`: CodFS's workload-aware reserved space (Algorithm 1) and a one-pass simulator of it
+//!   over a file write trace (seed `codfs-tween-thesis.txt` §4.1.2, §5.3.2);
 //! - `reliability`: MTTDL models (Markov chains solved exactly, checked by Monte-Carlo) of the array and
 //!   cluster layouts ecstack builds.
 //!
@@ -12,4 +14,5 @@
 #![forbid(unsafe_code)]
 
 pub mod reliability;
+pub mod reserve;
 pub mod robustore;

@@ -164,12 +164,31 @@ impl Rig {
         Client::connect_with(self.cluster.config(), security, client_options(20)).expect("admin")
     }
 
-    /// The last lines of every daemon's log, for failure messages.
+    /// The last lines of every daemon's log, for failure messages; the whole logs are kept in
+    /// a directory under the target's tmp dir, named in the message (the rig's own directory goes
+    /// when the test ends).
     pub fn logs(&self) -> String {
         let mut out = String::new();
         let Ok(entries) = std::fs::read_dir(self.cluster.log_dir()) else {
             return out;
         };
+        let kept = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "cluster-logs-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis())
+        ));
+        if std::fs::create_dir_all(&kept).is_ok() {
+            for e in std::fs::read_dir(self.cluster.log_dir())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let _ = std::fs::copy(e.path(), kept.join(e.file_name()));
+            }
+            out.push_str(&format!("whole logs kept in {}\n", kept.display()));
+        }
         let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
         paths.sort();
         for p in paths {

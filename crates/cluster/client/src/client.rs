@@ -392,6 +392,24 @@ impl Client {
         F: Fn(OsdClient, Layout, Arc<AtomicU64>) -> Fut,
         Fut: Future<Output = Result<T, OsdCallError>>,
     {
+        self.on_primary_tracking(segment, what, total, None, op)
+            .await
+    }
+
+    /// [`Client::on_primary`] that leaves the layout a retry fetched from the MDS in `fresh` (a
+    /// [`FileHandle`] keeps it for its next call).
+    async fn on_primary_tracking<T, F, Fut>(
+        &self,
+        segment: &SegmentLayout,
+        what: &str,
+        total: Option<u64>,
+        fresh: Option<&Mutex<Option<SegmentLayout>>>,
+        op: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(OsdClient, Layout, Arc<AtomicU64>) -> Fut,
+        Fut: Future<Output = Result<T, OsdCallError>>,
+    {
         let this = self;
         let op = &op;
         let deadline = Idle {
@@ -408,12 +426,17 @@ impl Client {
             let layout = if attempt == 0 {
                 segment.clone()
             } else {
-                this.deadline(
-                    what,
-                    this.meta_timeout(),
-                    this.mds().get_segment(segment.segment_id),
-                )
-                .await?
+                let l = this
+                    .deadline(
+                        what,
+                        this.meta_timeout(),
+                        this.mds().get_segment(segment.segment_id),
+                    )
+                    .await?;
+                if let Some(fresh) = fresh {
+                    *fresh.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.clone());
+                }
+                l
             };
             if layout.primary_addr.is_empty() {
                 return Err(ClientError::Osd(OsdCallError::Unreachable {
@@ -874,38 +897,25 @@ impl Client {
     }
 
     /// Overwrites `data.len()` bytes of the existing file `path` at `offset` (the range must lie
-    /// inside the file): one FO update at the primary of every segment the range touches.
+    /// inside the file): one FO update at the primary of every segment the range touches. Looks
+    /// the file up first; a program that updates one file often keeps a [`FileHandle`] instead.
     pub async fn update(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), ClientError> {
+        self.open(path).await?.update(offset, data).await
+    }
+
+    /// The file `path` as it is now, for updates without a lookup each ([`FileHandle`]).
+    pub async fn open(&self, path: &str) -> Result<FileHandle, ClientError> {
         let file = self.stat(path).await?;
-        check_range(&file, offset, data.len() as u64)?;
-        let what = format!("update {path}");
-        let data = Arc::new(data.to_vec());
-        let window = self.inner.options.window_segments_max.max(1);
-        let mut in_flight: JoinSet<Result<(), ClientError>> = JoinSet::new();
-        for piece in split_range(offset, data.len() as u64, file.segment_bytes) {
-            let layout = segment_of(&file, piece.segment)?.clone();
-            while in_flight.len() >= window {
-                join_one(&mut in_flight).await?;
-            }
-            let client = self.clone();
-            let data = data.clone();
-            let seg_what = format!("{what}: segment {}", piece.segment);
-            in_flight.spawn(async move {
-                let range = piece.at as usize..(piece.at + piece.length) as usize;
-                client
-                    .on_primary(&layout, &seg_what, None, |osd, l, _moved| {
-                        let data = data.clone();
-                        let range = range.clone();
-                        async move { osd.update_segment(&l, piece.offset, &data[range]).await }
-                    })
-                    .await
-                    .map(drop)
-            });
-        }
-        while !in_flight.is_empty() {
-            join_one(&mut in_flight).await?;
-        }
-        Ok(())
+        Ok(FileHandle {
+            client: self.clone(),
+            layouts: Arc::new(
+                file.segments
+                    .iter()
+                    .map(|l| Mutex::new(l.clone()))
+                    .collect(),
+            ),
+            file: Arc::new(file),
+        })
     }
 
     pub async fn remove(&self, path: &str) -> Result<(), ClientError> {
@@ -1193,6 +1203,87 @@ impl<W: AsyncWrite + Unpin> FrameSink for WriteSink<'_, W> {
 impl FrameSink for Vec<Bytes> {
     async fn take(&mut self, frames: Vec<Bytes>) -> Result<(), ClientError> {
         self.extend(frames);
+        Ok(())
+    }
+}
+
+/// An open file ([`Client::open`]): its size and segment layouts as looked up once, so an update
+/// goes straight to each segment's primary without asking the MDS first. A segment whose primary
+/// moved since is looked up again by the update's retry, and the handle keeps that layout for its
+/// next update. A handle is of one file: if the path is removed (or put anew) its updates fail
+/// with the OSDs' and the MDS's errors; open it again.
+#[derive(Clone)]
+pub struct FileHandle {
+    client: Client,
+    file: Arc<FileInfo>,
+    layouts: Arc<Vec<Mutex<SegmentLayout>>>,
+}
+
+impl std::fmt::Debug for FileHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "FileHandle({}, id {})",
+            self.file.path, self.file.file_id
+        )
+    }
+}
+
+impl FileHandle {
+    /// The file as it was when opened (its layouts may have moved on since).
+    pub fn info(&self) -> &FileInfo {
+        &self.file
+    }
+
+    /// [`Client::update`] of this file.
+    pub async fn update(&self, offset: u64, data: &[u8]) -> Result<(), ClientError> {
+        let file = &self.file;
+        check_range(file, offset, data.len() as u64)?;
+        let what = format!("update {}", file.path);
+        let data = Arc::new(data.to_vec());
+        let window = self.client.inner.options.window_segments_max.max(1);
+        let mut in_flight: JoinSet<Result<(), ClientError>> = JoinSet::new();
+        for piece in split_range(offset, data.len() as u64, file.segment_bytes) {
+            let at = file
+                .segments
+                .iter()
+                .position(|l| l.index as usize == piece.segment)
+                .ok_or_else(|| segment_of(file, piece.segment).unwrap_err())?;
+            let layout = self.layouts[at]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            while in_flight.len() >= window {
+                join_one(&mut in_flight).await?;
+            }
+            let (client, data, layouts) = (self.client.clone(), data.clone(), self.layouts.clone());
+            let seg_what = format!("{what}: segment {}", piece.segment);
+            in_flight.spawn(async move {
+                let range = piece.at as usize..(piece.at + piece.length) as usize;
+                let fresh = Mutex::new(None);
+                let r = client
+                    .on_primary_tracking(
+                        &layout,
+                        &seg_what,
+                        None,
+                        Some(&fresh),
+                        |osd, l, _moved| {
+                            let data = data.clone();
+                            let range = range.clone();
+                            async move { osd.update_segment(&l, piece.offset, &data[range]).await }
+                        },
+                    )
+                    .await
+                    .map(drop);
+                if let Some(l) = fresh.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                    *layouts[at].lock().unwrap_or_else(|p| p.into_inner()) = l;
+                }
+                r
+            });
+        }
+        while !in_flight.is_empty() {
+            join_one(&mut in_flight).await?;
+        }
         Ok(())
     }
 }

@@ -18,5 +18,5 @@ mod window;
 
 /// The frames [`Client::read_frames`] returns.
 pub use bytes::Bytes;
-pub use client::{summary, Client, ClientOptions, FailedAttempts, ReadPath, ReadStats};
+pub use client::{summary, Client, ClientOptions, FailedAttempts, FileHandle, ReadPath, ReadStats};
 pub use error::ClientError;

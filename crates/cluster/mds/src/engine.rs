@@ -720,7 +720,14 @@ impl MdsCore {
         s.epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
         batch.push(Mutation::PutSegment(s));
         self.progress_add(&mut batch, newly)?;
-        batch.commit(self.store.as_mut())
+        batch.commit(self.store.as_mut())?;
+        tracing::info!(
+            segment = segment_id,
+            ?chunks,
+            version,
+            "chunks marked stale"
+        );
+        Ok(())
     }
 
     /// Chunk `chunk` was rebuilt onto `osd_id` at `version` by `reporter` (`None`: unchecked), which
@@ -784,7 +791,15 @@ impl MdsCore {
             r.finished_ms = self.clock.now_ms();
         }
         batch.push(Mutation::SetRecovery(r));
-        batch.commit(self.store.as_mut())
+        batch.commit(self.store.as_mut())?;
+        tracing::info!(
+            segment = segment_id,
+            chunk,
+            osd_id,
+            version,
+            "chunk healthy again"
+        );
+        Ok(())
     }
 
     // ---- failures
