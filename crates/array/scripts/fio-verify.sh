@@ -8,7 +8,7 @@ for scheme in md pl eplog; do
   M=$(for i in 0 1 2 3 4 5 6 7; do printf "file:$D/m$i?size=24M&direct=1,"; done); M=${M%,}
   L=""; [ $scheme != md ] && L="--log file:$D/l0?size=24M&direct=1,file:$D/l1?size=24M&direct=1"
   $B array create --scheme $scheme -k 6 -m 2 --main "$M" $L --meta file:$D/meta?size=64M > /dev/null || exit 1
-  timeout 300 $B array serve --meta file:$D/meta --addr 127.0.0.1:10988 --admin-socket $D/adm.sock > $D/serve.log 2>&1 &
+  timeout 300 $B array serve --meta file:$D/meta --addr 127.0.0.1:10988 --admin $D/adm.sock > $D/serve.log 2>&1 &
   sleep 1
   U=nbd://127.0.0.1:10988/ecstack
   F="--name=v --ioengine=nbd --uri=$U --rw=randwrite --bs=4k --size=64M --iodepth=8 --verify=crc32c --verify_fatal=1 --randrepeat=1 --output-format=terse --terse-version=3 --verify_state_save=0"

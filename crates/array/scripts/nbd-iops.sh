@@ -18,7 +18,7 @@ for scheme in md pl eplog; do
   M=$(for i in 0 1 2 3 4 5 6 7; do dev eplog-ssd $D/m$i 256M; printf ","; done); M=${M%,}
   L=""; [ $scheme != md ] && L="--log $(dev eplog-hdd $D/l0 512M),$(dev eplog-hdd $D/l1 512M)"
   $B array create --scheme $scheme -k 6 -m 2 --main "$M" $L --meta file:$D/meta?size=256M > /dev/null || exit 1
-  (timeout 200 $B array serve --meta file:$D/meta --addr 127.0.0.1:10990 --admin-socket $D/adm.sock --workers 32 > $D/serve.log 2>&1 &)
+  (timeout 200 $B array serve --meta file:$D/meta --addr 127.0.0.1:10990 --admin $D/adm.sock --workers 32 > $D/serve.log 2>&1 &)
   sleep 1
   # pre-write the region sequentially so every measured write is an update
   fio --name=pre --ioengine=nbd --uri=nbd://127.0.0.1:10990/ecstack --rw=write --bs=1M --size=64M --iodepth=4 >/dev/null 2>&1

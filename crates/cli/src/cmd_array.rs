@@ -201,8 +201,9 @@ struct ServeArgs {
     /// Export name
     #[arg(long, default_value = "ecstack")]
     name: String,
-    /// Admin socket (status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC], scrub, scrub-progress)
-    #[arg(long)]
+    /// Serve the admin channel on this Unix socket (status, commit, sync, fail DEV, rebuild DEV
+    /// [--replacement SPEC], scrub, scrub-progress); clients pass the same --admin SOCKET
+    #[arg(long = "admin", alias = "admin-socket", value_name = "SOCKET")]
     admin_socket: Option<PathBuf>,
     /// Parity commit after this many seconds without I/O (md: a sync that marks the write-intent
     /// regions clean) (0 = off)

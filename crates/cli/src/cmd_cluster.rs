@@ -151,17 +151,18 @@ struct UpArgs {
     /// Number of OSDs
     #[arg(long, default_value_t = 8)]
     osds: usize,
-    /// The cluster's directory (config, certificates, MDS database, OSD stores, logs)
-    #[arg(long, default_value = "ecstack-cluster")]
+    /// The cluster's directory (config, certificates, MDS database, OSD stores, logs), or its
+    /// cluster.toml: what clients then pass as --config
+    #[arg(long = "config", alias = "dir", default_value = "ecstack-cluster")]
     dir: PathBuf,
     /// Data chunks per segment (a new cluster only)
-    #[arg(short = 'k', default_value_t = 6)]
+    #[arg(short = 'k', long = "k", default_value_t = 6)]
     k: u32,
     /// Parity chunks per segment (a new cluster only)
-    #[arg(short = 'm', default_value_t = 2)]
+    #[arg(short = 'm', long = "m", default_value_t = 2)]
     m: u32,
-    /// Code family (a new cluster only): rs-vand, rs-cauchy, xor, raid6, rdp
-    #[arg(long, default_value = "rs-vand")]
+    /// Code family (a new cluster only): rs-vand, rs-cauchy, xor (m = 1), raid6 (m = 2), rdp (m = 2)
+    #[arg(long = "code", alias = "family", default_value = "rs-vand")]
     family: String,
     /// Segment size (a new cluster only), 1M-64M, a multiple of k
     #[arg(long, default_value = "12M", value_parser = parse_size_arg)]
@@ -182,10 +183,10 @@ struct InitArgs {
     #[arg(long, default_value_t = 1)]
     clients: u32,
     /// Data chunks per segment
-    #[arg(short, default_value_t = 6)]
+    #[arg(short, long, default_value_t = 6)]
     k: u32,
     /// Parity chunks per segment
-    #[arg(short, default_value_t = 2)]
+    #[arg(short, long, default_value_t = 2)]
     m: u32,
     /// Code family: rs-vand, rs-cauchy, xor (m = 1), raid6 (m = 2), rdp (m = 2, k ≤ p − 1; chunks a multiple of p − 1)
     #[arg(long, default_value = "rs-vand")]
@@ -742,7 +743,15 @@ async fn up(a: UpArgs) -> Result<()> {
         eprintln!("ecstack: WARNING: --insecure: the daemons run without TLS or authentication (loopback experiments only)");
     }
     let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
-    let mut spec = LocalSpec::new(exe, a.dir.clone(), a.osds);
+    // --config names the directory or the cluster.toml in it, as for the clients.
+    let dir = match a.dir.file_name() {
+        Some(f) if f == ecstack_rpc::init::CONFIG_FILE => a
+            .dir
+            .parent()
+            .map_or_else(|| PathBuf::from("."), PathBuf::from),
+        _ => a.dir.clone(),
+    };
+    let mut spec = LocalSpec::new(exe, dir, a.osds);
     spec.k = a.k;
     spec.m = a.m;
     spec.family = a.family;

@@ -65,7 +65,7 @@ struct EncodeArgs {
     /// The file to encode
     input: PathBuf,
     /// Directory for the shard files (default: next to the input)
-    #[arg(short, long)]
+    #[arg(short = 'o', long = "out", alias = "out-dir", value_name = "DIR")]
     out_dir: Option<PathBuf>,
     #[command(flatten)]
     code: CodeOpts,
@@ -80,7 +80,7 @@ struct DecodeArgs {
     #[arg(required = true)]
     shards: Vec<PathBuf>,
     /// Where to write the rebuilt file (written to <out>.partial, renamed when verified)
-    #[arg(short, long)]
+    #[arg(short = 'o', long = "out", alias = "output", value_name = "FILE")]
     output: PathBuf,
     #[arg(long)]
     json: bool,

@@ -71,10 +71,10 @@ struct CodfsArgs {
     #[arg(long, value_delimiter = ',', default_value = "16M")]
     segment_size: Vec<String>,
     /// Data chunks per segment (default: 4 for `model`, 8 for `reserve`, as the seed's runs)
-    #[arg(short = 'k')]
+    #[arg(short = 'k', long = "k")]
     k: Option<u32>,
     /// Parity chunks per segment (default 2)
-    #[arg(short = 'm')]
+    #[arg(short = 'm', long = "m")]
     m: Option<u32>,
     /// B: each OSD's link in each direction (tc tbf), Mbit/s
     #[arg(long, default_value_t = 100.0)]
@@ -150,7 +150,7 @@ struct EplogArgs {
     /// eplog stripe buffer in the multi-client runs: batches written at once (0 = off)
     #[arg(long, default_value_t = ecstack_array::scheme::DEFAULT_IN_FLIGHT)]
     stripe_buffer: usize,
-    /// Per-chunk checksums off in Exps 1-5 (to measure what they cost, docs/array.md)
+    /// Per-chunk checksums off in Exps 1-6 (to measure what they cost, docs/array.md)
     #[arg(long)]
     no_checksums: bool,
     /// Exp 4 and 6 testbeds: `files` (O_DIRECT files in --dir), `paper` (EPLOG's SSDs and HDDs, Table 1,
@@ -286,8 +286,17 @@ fn codfs_reserve(a: CodfsArgs) -> Result<()> {
         .collect::<Result<_, _>>()
         .map_err(flag_error)?;
     cfg.validate().map_err(flag_error)?;
+    crate::scratch::announce(
+        "experiment codfs --exp reserve",
+        &[&a.out],
+        if a.quick {
+            "under a minute (--quick)"
+        } else {
+            "minutes, longer at larger --scale (a one-pass simulation, no scratch files)"
+        },
+    );
     let e =
-        ecstack_lab::codfs_reserve::run(&cfg, &|line| eprintln!("{line}")).map_err(flag_error)?;
+        ecstack_lab::codfs_reserve::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
     e.write(&a.out)?;
     print_report(&e, || e.markdown(), &a.out, a.json)
 }

@@ -108,12 +108,15 @@ struct ServeArgs {
     /// Format the device as an empty store even if it holds one (default: open, or create on a zeroed device)
     #[arg(long)]
     create: bool,
-    /// Address to listen on
-    #[arg(long, default_value = "127.0.0.1")]
-    bind: IpAddr,
-    /// TCP port (0 picks a free one; the bound address is printed)
-    #[arg(long, default_value_t = 6379)]
-    port: u16,
+    /// Address to listen on, HOST:PORT (port 0 picks a free one; the bound address is printed)
+    #[arg(long, default_value = "127.0.0.1:6379")]
+    addr: SocketAddr,
+    /// Deprecated: the host part of --addr
+    #[arg(long, hide = true)]
+    bind: Option<IpAddr>,
+    /// Deprecated: the port part of --addr
+    #[arg(long, hide = true)]
+    port: Option<u16>,
     /// Require AUTH with this password
     #[arg(long)]
     requirepass: Option<String>,
@@ -245,7 +248,10 @@ fn serve(s: ServeArgs) -> Result<()> {
         store.spawn_syncer(Duration::from_secs(1));
     }
     let scfg = ServerConfig {
-        addr: SocketAddr::new(s.bind, s.port),
+        addr: SocketAddr::new(
+            s.bind.unwrap_or(s.addr.ip()),
+            s.port.unwrap_or(s.addr.port()),
+        ),
         requirepass: s.requirepass.clone(),
         clients_max: s.maxclients,
         group_commit: !s.no_group_commit,

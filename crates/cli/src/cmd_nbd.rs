@@ -45,7 +45,7 @@ struct ServeArgs {
     #[arg(long)]
     read_only: bool,
     /// Serve the admin channel on this Unix socket (ping, nbd-stats, device-stats, shutdown)
-    #[arg(long)]
+    #[arg(long = "admin", alias = "admin-socket", value_name = "SOCKET")]
     admin_socket: Option<PathBuf>,
     /// Worker threads running device I/O
     #[arg(long, default_value_t = 8)]

@@ -35,10 +35,10 @@ enum ReliabilityCmd {
 #[derive(Args)]
 struct DeviceFlags {
     /// Data chunks per stripe
-    #[arg(long, default_value_t = 6)]
+    #[arg(short, long, default_value_t = 6)]
     k: usize,
     /// Parity chunks per stripe (failures tolerated; RAID-5 = 1, RAID-6 = 2)
-    #[arg(long, default_value_t = 2)]
+    #[arg(short, long, default_value_t = 2)]
     m: usize,
     /// Mean time to failure of one device, hours (default 1,000,000 h unless --afr)
     #[arg(long, value_name = "HOURS", conflicts_with = "afr")]
@@ -142,10 +142,10 @@ struct ClusterArgs {
     #[arg(long, default_value_t = 16)]
     osds: usize,
     /// Data chunks per segment
-    #[arg(long, default_value_t = 4)]
+    #[arg(short, long, default_value_t = 4)]
     k: usize,
     /// Parity chunks per segment
-    #[arg(long, default_value_t = 2)]
+    #[arg(short, long, default_value_t = 2)]
     m: usize,
     /// Segment size (binary units; CodFS uses 16-64 MiB); a chunk is segment / k
     #[arg(long, value_name = "SIZE", default_value = "64M")]

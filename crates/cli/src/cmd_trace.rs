@@ -173,7 +173,7 @@ struct TransformArgs {
     #[command(flatten)]
     input: InputArgs,
     /// Output file (`-` for stdout); with --clients N, files OUT.0 … OUT.{N-1}
-    #[arg(short, long, value_name = "OUT")]
+    #[arg(short = 'o', long = "out", alias = "output", value_name = "OUT")]
     output: PathBuf,
     /// Output format
     #[arg(long, value_enum, default_value = "msr")]
@@ -234,7 +234,7 @@ struct SynthArgs {
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Output file (`-` for stdout)
-    #[arg(short, long, value_name = "OUT")]
+    #[arg(short = 'o', long = "out", alias = "output", value_name = "OUT")]
     output: Option<PathBuf>,
     /// Output format (default: msr, nfs for file traces)
     #[arg(long, value_enum)]

@@ -69,21 +69,21 @@ fn apply_globals(cli: &Cli) -> anyhow::Result<()> {
 enum Cmd {
     /// Erasure-code files into shard files and rebuild them from any k shards
     Ec(cmd_ec::EcArgs),
-    /// Measure throughput (codes; side by side with ISA-L when built with --features isal)
+    /// Measure throughput: the codes (beside ISA-L when built with --features isal-new or isal), the cluster beside MinIO
     Bench(cmd_bench::BenchArgs),
-    /// Run a workload on a simulated SSD or HDD: write amplification, GC, erases, seeks, latency
+    /// Simulators: SSD and HDD workloads, deterministic array runs, RobuSTore's world, ZombieNAND lifetimes
     Sim(cmd_sim::SimArgs),
     /// Parse, analyze, transform, synthesize and replay block and file traces (MSR, SPC, NFS, blkparse, fio)
     Trace(cmd_trace::TraceArgs),
     /// Export any device over NBD (nbdinfo, nbdcopy, fio, nbd-client), admin socket client, fio bench
     Nbd(cmd_nbd::NbdArgs),
-    /// Erasure-coded array (EPLOG md / pl / eplog schemes): create, status, commit, fail, rebuild, serve over NBD
+    /// Erasure-coded array (md / pl / eplog schemes, and TWEEN): create, status, commit, fail, rebuild, scrub, serve over NBD
     Array(cmd_array::ArrayArgs),
     /// CodFS cluster: init, cert, put/get/update/rm/ls/stat, status, osd out; `cluster up` starts a local cluster
     Cluster(cmd_cluster::ClusterArgs),
     /// Start a local cluster (MDS + 8 OSDs, RS 6+2), store files, SIGKILL two OSDs, read degraded, recover, verify
     Demo(cmd_demo::DemoArgs),
-    /// Re-run published experiments on this machine (eplog: EPLOG §5 Exps 1-5)
+    /// Re-run published experiments on this machine: EPLOG §5 Exps 1-6, CodFS, RobuSTore, ZombieNAND, TWEEN, RainFS
     Experiment(cmd_experiment::ExperimentArgs),
     /// Key-value store on a device or array (EPLOG §4) served over the Redis protocol: `kv serve`
     Kv(cmd_kv::KvArgs),
@@ -103,9 +103,49 @@ enum Cmd {
     GenerateDocs(cmd_docs::GenerateDocsArgs),
 }
 
+/// Old flag spellings kept as hidden aliases (docs/cli.md): the command they belong to (empty:
+/// any), the old spelling and the one that replaced it.
+const DEPRECATED_FLAGS: &[(&[&str], &str, &str)] = &[
+    (&[], "--admin-socket", "--admin"),
+    (&[], "--out-dir", "--out"),
+    (&[], "--output", "--out"),
+    (&[], "--family", "--code"),
+    (&["cluster", "up"], "--dir", "--config"),
+    (&["kv", "serve"], "--bind", "--addr"),
+    (&["kv", "serve"], "--port", "--addr"),
+];
+
+/// The one-line notes for the deprecated spellings among `args` (the program name first; up to
+/// a `--`).
+fn deprecation_notes(args: &[String]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for a in args.iter().skip(1).take_while(|a| *a != "--") {
+        for (command, old, new) in DEPRECATED_FLAGS {
+            let in_command = args.len() > command.len()
+                && args[1..=command.len()]
+                    .iter()
+                    .zip(command.iter())
+                    .all(|(x, y)| x == y);
+            let used = a == old || a.strip_prefix(old).is_some_and(|r| r.starts_with('='));
+            if in_command && used && !notes.iter().any(|n: &String| n.contains(old)) {
+                notes.push(format!(
+                    "ecstack: note: {old} is deprecated and will be removed; use {new} (docs/cli.md)"
+                ));
+            }
+        }
+    }
+    notes
+}
+
 fn main() {
     memory::keep_freed_memory();
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let cli = Cli::parse();
+    for note in deprecation_notes(&args) {
+        eprintln!("{note}");
+    }
     if let Err(e) = apply_globals(&cli) {
         eprintln!("ecstack: error: {}", one_line(&e));
         std::process::exit(1);
@@ -152,6 +192,36 @@ fn one_line(e: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deprecated_spellings_get_one_note_each() {
+        let args: Vec<String> = [
+            "ecstack",
+            "ec",
+            "decode",
+            "--output=x",
+            "--out-dir",
+            "d",
+            "--output",
+            "y",
+            "--outputs",
+            "--",
+            "--family",
+        ]
+        .map(String::from)
+        .to_vec();
+        let notes = deprecation_notes(&args);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("--output is deprecated") && notes[0].contains("use --out"));
+        assert!(notes[1].contains("--out-dir is deprecated"));
+        assert!(deprecation_notes(&["ecstack".into(), "--admin".into()]).is_empty());
+        // --dir is old only for `cluster up` (experiments keep it).
+        let up = |cmd: &[&str]| {
+            deprecation_notes(&cmd.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(up(&["ecstack", "cluster", "up", "--dir", "d"]).len(), 1);
+        assert!(up(&["ecstack", "experiment", "eplog", "--dir", "d"]).is_empty());
+    }
 
     /// `ecstack generate-docs` writes a man page for every visible command, recursively
     /// (`man ecstack-array-create`), and the three completion scripts.

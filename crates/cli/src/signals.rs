@@ -62,7 +62,10 @@ fn stop_signal(_: i32) {
         eprintln!("ecstack: second signal, exiting now");
         std::process::exit(130);
     }
-    let _ = stopped_tx().send(true);
+    // send_replace, not send: `send` drops the value when no receiver exists yet, and a signal
+    // that arrives before `stopped` first subscribes would be lost (`cluster up` then ignored
+    // a SIGTERM sent right after its "try:" line).
+    stopped_tx().send_replace(true);
     let hooks: Vec<Hook> = lock(&STOP_HOOKS).drain(..).collect();
     for h in hooks {
         h();

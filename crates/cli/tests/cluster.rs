@@ -612,7 +612,7 @@ fn cluster_up_starts_and_stops_its_children() {
             "up",
             "--osds",
             "3",
-            "--dir",
+            "--config",
             cdir.to_str().unwrap(),
         ])
         .stdout(std::process::Stdio::piped())

@@ -37,7 +37,7 @@ fn cluster_up(dir: &Path, osds: usize, m: u32) -> (Up, Vec<String>) {
     let mut child = Command::new(exe())
         .args(["cluster", "up", "--osds", &osds.to_string(), "-k", "2"])
         .args(["-m", &m.to_string()])
-        .args(["--segment-size", "1M", "--dir"])
+        .args(["--segment-size", "1M", "--config"])
         .arg(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -101,8 +101,8 @@ fn a_second_cluster_up_and_a_second_osd_on_a_store_are_refused() {
 
     // A second `cluster up` on the directory: refused, naming the first one's pid and command.
     let o = Command::new(exe())
-        .args(["cluster", "up", "--osds", "4", "--dir"])
-        .arg(&dir)
+        .args(["cluster", "up", "--osds", "4", "--config"]) // the directory's cluster.toml
+        .arg(dir.join("cluster.toml"))
         .output()
         .unwrap();
     let line = refusal(&o);

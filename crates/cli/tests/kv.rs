@@ -23,7 +23,7 @@ impl Drop for Server {
 
 fn start(args: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args(["kv", "serve", "--port", "0"])
+        .args(["kv", "serve", "--addr", "127.0.0.1:0"])
         .args(args)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())

@@ -14,6 +14,13 @@ fn ecstack(args: &[&str]) -> Output {
         .expect("run ecstack")
 }
 
+/// `ecstack ec encode INPUT FLAGS...`.
+fn encode(input: &Path, flags: &[&str]) -> Output {
+    let mut args = vec!["ec", "encode", input.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    ecstack(&args)
+}
+
 fn ok(o: Output) -> Output {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     o
@@ -105,17 +112,10 @@ fn ec_decode_names_the_missing_shards() {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(&input, &data).unwrap();
     let shards = tmp.path().join("s");
-    ok(ecstack(&[
-        "ec",
-        "encode",
-        input.to_str().unwrap(),
-        "-o",
-        shards.to_str().unwrap(),
-        "-k",
-        "4",
-        "-m",
-        "2",
-    ]));
+    ok(encode(
+        &input,
+        &["-o", shards.to_str().unwrap(), "-k", "4", "-m", "2"],
+    ));
     let shard = |i: usize| shards.join(format!("f.{i:03}.shard"));
     let given = |idx: &[usize]| -> Vec<String> {
         idx.iter()
@@ -222,4 +222,64 @@ fn an_interrupted_experiment_removes_its_scratch_files() {
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// docs/cli.md: the convention's spellings work, and an old one still works with one note.
+#[test]
+fn flag_convention_with_deprecated_aliases() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("g");
+    std::fs::write(&input, vec![5u8; 10_000]).unwrap();
+    let shards = tmp.path().join("s");
+    let o = ok(encode(
+        &input,
+        &[
+            "--out-dir",
+            shards.to_str().unwrap(),
+            "--k",
+            "3",
+            "--m",
+            "1",
+        ],
+    ));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.matches("ecstack: note: --out-dir is deprecated")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("use --out"), "{err}");
+    let out = tmp.path().join("back");
+    let o = ok(ecstack(&[
+        "ec",
+        "decode",
+        shards.join("g.000.shard").to_str().unwrap(),
+        shards.join("g.001.shard").to_str().unwrap(),
+        shards.join("g.003.shard").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), vec![5u8; 10_000]);
+    // `reliability array -k 6` (issue 46 §3) and the long forms elsewhere.
+    ok(ecstack(&[
+        "reliability",
+        "array",
+        "-k",
+        "6",
+        "-m",
+        "2",
+        "--json",
+    ]));
+    let o = ecstack(&["cluster", "up", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("--code") && !help.contains("--family") && help.contains("--k"),
+        "{help}"
+    );
 }

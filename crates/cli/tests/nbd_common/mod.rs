@@ -41,7 +41,7 @@ impl Served {
         let child = Command::new(env!("CARGO_BIN_EXE_ecstack"))
             .args(["array", "serve"])
             .args(args)
-            .args(["--admin-socket", sock.to_str().unwrap()])
+            .args(["--admin", sock.to_str().unwrap()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
