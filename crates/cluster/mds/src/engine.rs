@@ -890,11 +890,15 @@ impl MdsCore {
     }
 
     /// Out: promote where it is primary, then give each of its chunks a new holder by placement
-    /// (RECOVERING, rebuilt by the primary) or mark it LOST when no UP OSD can take it. An
-    /// administrator's out (`refuse_loss`) changes nothing and fails instead when a chunk would be
-    /// LOST: taking a live OSD out must not lower redundancy.
+    /// (RECOVERING, rebuilt by the primary) or mark it LOST when no UP OSD can take it (placed
+    /// once one can). An administrator's out (`refuse_loss`) changes nothing and fails instead
+    /// when the OSD is up and a chunk would be LOST (taking a live OSD out must not lower
+    /// redundancy), or when a chunk could never be placed: every OSD still in (up or down)
+    /// already holds a chunk of its segment. A down OSD's chunks are unusable already, so its
+    /// out goes ahead when another OSD, down for now, could take them later.
     fn declare_out(&mut self, osd_id: u32, refuse_loss: bool) -> Result<u64, MdsError> {
         let mut osds = self.osd_map()?;
+        let was_up = osds.get(&osd_id).is_some_and(|o| o.state == OsdState::Up);
         let mut batch = Batch::new();
         self.set_state(&mut batch, &mut osds, osd_id, OsdState::Out);
         let mut touched = BTreeMap::new();
@@ -907,6 +911,8 @@ impl MdsCore {
         let mut moved = 0u64;
         let mut recovering = 0u64;
         let mut homeless = 0u64;
+        // Homeless chunks that no OSD still in could ever take.
+        let mut hopeless = 0u64;
         for (segment_id, lost) in by_segment {
             let mut s = match touched.remove(&segment_id) {
                 Some(s) => s,
@@ -942,6 +948,12 @@ impl MdsCore {
                     }
                     None => {
                         homeless += 1;
+                        let spare = osds.values().any(|o| {
+                            o.state != OsdState::Out
+                                && o.osd_id != osd_id
+                                && !holders.contains(&o.osd_id)
+                        });
+                        hopeless += u64::from(!spare);
                         (None, ChunkState::Lost)
                     }
                 };
@@ -958,10 +970,15 @@ impl MdsCore {
         for s in touched.into_values() {
             batch.push(Mutation::PutSegment(s));
         }
-        if refuse_loss && homeless > 0 {
+        if refuse_loss && (hopeless > 0 || (was_up && homeless > 0)) {
             let name = osds.get(&osd_id).map(|o| o.name.as_str()).unwrap_or("?");
+            let why = if hopeless > 0 {
+                format!("{hopeless} of its {moved} chunks have no other OSD to go to (their segments already have a chunk on every OSD still in)")
+            } else {
+                format!("it is up and {homeless} of its {moved} chunks have no other up OSD to go to now")
+            };
             return Err(MdsError::FailedPrecondition(format!(
-                "OSD {osd_id} ({name}) stays in: {homeless} of its {moved} chunks have no other up OSD to go to (their segments already have a chunk on each); add an OSD first"
+                "OSD {osd_id} ({name}) stays in: {why}; add an OSD first"
             )));
         }
         self.progress_add(&mut batch, recovering)?;

@@ -769,3 +769,47 @@ fn osd_out_is_refused_when_no_osd_can_take_its_chunks() {
     assert_eq!(r.mds.osd_out(victim).unwrap(), 1);
     assert_eq!(r.osd_state(victim), OsdState::Out);
 }
+
+#[test]
+fn a_down_osd_goes_out_when_a_down_spare_could_take_its_chunks_later() {
+    // k = 2, m = 1 on 4 OSDs: one OSD holds no chunk of the segment. Both it and a holder go
+    // down; the holder's chunks are unusable already, so taking it out lowers nothing: it goes
+    // out, its chunk waits LOST for the spare, and is placed when the spare is back.
+    let mut r = rig(4);
+    let segs = r.put("f", &[SEG]);
+    let holders: Vec<u32> = segs[0].chunks.iter().map(|c| c.osd_id).collect();
+    let spare = *r.ids.iter().find(|i| !holders.contains(i)).unwrap();
+    let victim = holders[1];
+    r.run(DOWN + 2_000, &[spare, victim]);
+    assert_eq!(r.osd_state(victim), OsdState::Down);
+    assert_eq!(r.osd_state(spare), OsdState::Down);
+    assert_eq!(r.mds.osd_out(victim).unwrap(), 1);
+    assert_eq!(r.osd_state(victim), OsdState::Out);
+    let l = r.mds.get_segment(segs[0].segment_id).unwrap();
+    assert_eq!(l.chunks[1].state, ChunkState::Lost);
+    // The spare comes back: the chunk is placed on it, to be rebuilt.
+    r.run(2_000, &[victim]);
+    let l = r.mds.get_segment(segs[0].segment_id).unwrap();
+    assert_eq!(l.chunks[1].osd_id, spare);
+    assert_eq!(l.chunks[1].state, ChunkState::Recovering);
+}
+
+#[test]
+fn a_down_osd_stays_in_when_no_osd_could_ever_take_its_chunks() {
+    // k = 2, m = 1 on 3 OSDs: every OSD still in holds a chunk of the segment.
+    let mut r = rig(3);
+    let segs = r.put("f", &[SEG]);
+    let victim = segs[0].chunks[0].osd_id;
+    r.run(DOWN + 2_000, &[victim]);
+    assert_eq!(r.osd_state(victim), OsdState::Down);
+    match r.mds.osd_out(victim).unwrap_err() {
+        MdsError::FailedPrecondition(m) => {
+            assert!(
+                m.contains("every OSD still in") && m.contains("add an OSD first"),
+                "{m}"
+            )
+        }
+        other => panic!("expected FailedPrecondition, got {other:?}"),
+    }
+    assert_eq!(r.osd_state(victim), OsdState::Down);
+}
