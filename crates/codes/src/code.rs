@@ -166,7 +166,22 @@ pub trait ErasureCode: Send + Sync + fmt::Debug {
 
     /// Whether the parity chunks match the data chunks (`shards` holds all n). Detects an inconsistent
     /// stripe, not which shard is wrong.
-    fn verify(&self, shards: &[&[u8]]) -> Result<bool>;
+    fn verify(&self, shards: &[&[u8]]) -> Result<bool> {
+        let len = check_shards(
+            shards.iter().map(|s| s.len()),
+            shards.len(),
+            self.n(),
+            "shard",
+            None,
+        )?;
+        let mut fresh: Vec<Vec<u8>> = vec![vec![0u8; len]; self.m()];
+        let mut outs: Vec<&mut [u8]> = fresh.iter_mut().map(|v| v.as_mut_slice()).collect();
+        self.encode(&shards[..self.k()], &mut outs)?;
+        Ok(fresh
+            .iter()
+            .zip(&shards[self.k()..])
+            .all(|(a, b)| a.as_slice() == *b))
+    }
 
     /// Parity deltas for an update of data chunk `data_index` over some byte range (CodFS §2.1.1): given the
     /// old and new bytes of the range, `deltas[i]` receives `gamma(i, l) * (old ^ new)`, the change of parity
@@ -732,23 +747,6 @@ impl ErasureCode for Systematic {
         self.with_cached_plan(erased, |plan| {
             kernels::dot_prod_indexed(&plan.tables, shards, &plan.survivors, erased, len)
         })
-    }
-
-    fn verify(&self, shards: &[&[u8]]) -> Result<bool> {
-        let len = check_shards(
-            shards.iter().map(|s| s.len()),
-            shards.len(),
-            self.k + self.m,
-            "shard",
-            None,
-        )?;
-        let mut fresh: Vec<Vec<u8>> = vec![vec![0u8; len]; self.m];
-        let mut outs: Vec<&mut [u8]> = fresh.iter_mut().map(|v| v.as_mut_slice()).collect();
-        self.encode(&shards[..self.k], &mut outs)?;
-        Ok(fresh
-            .iter()
-            .zip(&shards[self.k..])
-            .all(|(a, b)| a.as_slice() == *b))
     }
 
     fn parity_deltas(

@@ -380,23 +380,6 @@ impl ErasureCode for Rdp {
         Ok(())
     }
 
-    fn verify(&self, shards: &[&[u8]]) -> Result<bool> {
-        let len = check_shards(
-            shards.iter().map(|s| s.len()),
-            shards.len(),
-            self.k + 2,
-            "shard",
-            None,
-        )?;
-        let mut fresh = vec![vec![0u8; len]; 2];
-        let mut outs: Vec<&mut [u8]> = fresh.iter_mut().map(|v| v.as_mut_slice()).collect();
-        self.encode(&shards[..self.k], &mut outs)?;
-        Ok(fresh
-            .iter()
-            .zip(&shards[self.k..])
-            .all(|(a, b)| a.as_slice() == *b))
-    }
-
     fn parity_deltas(
         &self,
         _data_index: usize,
