@@ -620,21 +620,7 @@ fn cluster_up_starts_and_stops_its_children() {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        use std::io::BufRead;
-        let mut lines = Vec::new();
-        for l in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let done = l.starts_with("try:");
-            lines.push(l);
-            if done {
-                break;
-            }
-        }
-        lines
-    });
+    let reader = std::thread::spawn(move || up_lines(stdout));
     let lines = reader.join().unwrap();
     let text = lines.join("\n");
     assert!(text.contains("MDS") && text.contains("osd-2"), "{text}");

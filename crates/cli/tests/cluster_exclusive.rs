@@ -5,13 +5,12 @@
 //! (n = k + m OSDs), `osd out` is refused and a put while an OSD is down warns that it is stored
 //! below full redundancy, and `stat` shows the chunk without a holder as lost.
 
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
+mod cluster_common;
+
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-fn exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_ecstack"))
-}
+use cluster_common::{exe, up_lines};
 
 /// A `cluster up` child, SIGTERMed and reaped when dropped.
 struct Up(Child);
@@ -45,17 +44,7 @@ fn cluster_up(dir: &Path, osds: usize, m: u32) -> (Up, Vec<String>) {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let up = Up(child);
-    let mut lines = Vec::new();
-    for l in std::io::BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-    {
-        let done = l.starts_with("try:");
-        lines.push(l);
-        if done {
-            break;
-        }
-    }
+    let lines = up_lines(stdout);
     assert!(
         lines.last().is_some_and(|l| l.starts_with("try:")),
         "cluster up did not come up: {lines:?}"

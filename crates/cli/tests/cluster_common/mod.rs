@@ -79,6 +79,24 @@ pub fn exe() -> PathBuf {
 }
 
 /// Runs the built `ecstack` with `args` (no `ECSTACK_CLUSTER` from the environment).
+/// The lines `ecstack cluster up` prints on `stdout` until it is ready (its last line starts
+/// with `try:`), or until the stream ends.
+pub fn up_lines(stdout: impl std::io::Read) -> Vec<String> {
+    use std::io::BufRead;
+    let mut lines = Vec::new();
+    for l in std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+    {
+        let done = l.starts_with("try:");
+        lines.push(l);
+        if done {
+            break;
+        }
+    }
+    lines
+}
+
 pub fn ecstack(args: &[&str]) -> std::process::Output {
     std::process::Command::new(exe())
         .args(args)
