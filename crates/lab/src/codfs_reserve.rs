@@ -65,7 +65,6 @@ impl ReserveConfig {
 pub struct ReserveExperiment {
     pub scale: f64,
     pub seed: u64,
-    pub trace_writes: u64,
     pub report: ReserveReport,
 }
 
@@ -118,7 +117,6 @@ pub fn run(cfg: &ReserveConfig, log: &dyn Fn(&str)) -> Result<ReserveExperiment>
     Ok(ReserveExperiment {
         scale: cfg.scale,
         seed: cfg.seed,
-        trace_writes: report.writes,
         report,
     })
 }
