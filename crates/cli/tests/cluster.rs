@@ -450,6 +450,7 @@ async fn a_certificate_from_another_cluster_is_refused() {
     )
     .unwrap();
     let layout = ecstack_osd_proto::Layout {
+        scheme: Default::default(),
         segment_id: info.segments[0].segment_id,
         length: info.segments[0].length,
         primary: info.segments[0].primary,

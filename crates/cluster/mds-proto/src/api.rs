@@ -10,6 +10,7 @@ use tonic::transport::Channel;
 
 use crate::proto;
 use crate::proto::mds_client::MdsClient as RawClient;
+use crate::UpdateScheme;
 
 /// How long a client waits to connect to the MDS, and for one MDS request.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -118,6 +119,8 @@ pub struct SegmentLayout {
     pub chunks: Vec<ChunkPlacement>,
     /// Bumped whenever the layout changes (promotion, recovery).
     pub epoch: u64,
+    /// The file's update scheme.
+    pub scheme: UpdateScheme,
 }
 
 impl SegmentLayout {
@@ -138,6 +141,8 @@ pub struct FileInfo {
     pub mtime_ms: u64,
     pub segment_bytes: u64,
     pub segments: Vec<SegmentLayout>,
+    /// How the file's updates are stored (chosen at creation, never changed).
+    pub scheme: UpdateScheme,
 }
 
 /// One line of a listing.
@@ -453,6 +458,7 @@ impl From<SegmentLayout> for proto::SegmentLayout {
                 })
                 .collect(),
             epoch: s.epoch,
+            update_scheme: s.scheme.code(),
         }
     }
 }
@@ -490,6 +496,8 @@ impl TryFrom<proto::SegmentLayout> for SegmentLayout {
             primary_addr: s.primary_addr,
             chunks,
             epoch: s.epoch,
+            scheme: UpdateScheme::from_code(s.update_scheme)
+                .map_err(|e| MdsError::Protocol(format!("segment {}: {e}", s.segment_id)))?,
         })
     }
 }
@@ -503,6 +511,7 @@ impl From<FileInfo> for proto::FileInfo {
             mtime_ms: f.mtime_ms,
             segment_bytes: f.segment_bytes,
             segments: f.segments.into_iter().map(Into::into).collect(),
+            update_scheme: f.scheme.code(),
         }
     }
 }
@@ -521,6 +530,8 @@ impl TryFrom<proto::FileInfo> for FileInfo {
                 .into_iter()
                 .map(TryInto::try_into)
                 .collect::<Result<_, _>>()?,
+            scheme: UpdateScheme::from_code(f.update_scheme)
+                .map_err(|e| MdsError::Protocol(format!("file {}: {e}", f.file_id)))?,
         })
     }
 }
@@ -853,6 +864,7 @@ mod tests {
 
     fn layout() -> SegmentLayout {
         SegmentLayout {
+            scheme: Default::default(),
             segment_id: 7,
             file_id: 3,
             index: 1,

@@ -15,5 +15,7 @@ pub mod proto {
 }
 
 mod api;
+mod scheme;
 
 pub use api::*;
+pub use scheme::UpdateScheme;

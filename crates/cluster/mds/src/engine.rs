@@ -634,6 +634,7 @@ impl MdsCore {
             .map(|s| self.layout(s, &osds))
             .collect::<Result<_, _>>()?;
         Ok(FileInfo {
+            scheme: Default::default(),
             file_id: f.file_id,
             path: f.path,
             size: f.size,
@@ -1212,6 +1213,7 @@ fn layout_of(
 ) -> SegmentLayout {
     let addr = |o: u32| osds.get(&o).map(|r| r.addr.clone()).unwrap_or_default();
     SegmentLayout {
+        scheme: Default::default(),
         segment_id: s.segment_id,
         file_id: s.file_id,
         index: s.index,

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ecstack_mds_proto::UpdateScheme;
 use ecstack_rpc::Security;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
@@ -156,6 +157,8 @@ pub struct Layout {
     pub holders: Vec<Holder>,
     /// The MDS's layout epoch; a primary refuses a layout older than one it has seen.
     pub epoch: u64,
+    /// The file's update scheme: where holders keep its updates.
+    pub scheme: UpdateScheme,
 }
 
 impl Layout {
@@ -184,6 +187,10 @@ pub struct ChunkMeta {
     /// from data chunks and parity chunks that agree on these versions (docs/cluster.md
     /// "Consistency of a stripe").
     pub applied: Vec<u64>,
+    /// The file's update scheme (a chunk of chunk format 2 is FO).
+    pub scheme: UpdateScheme,
+    /// PLR: bytes reserved after a parity chunk for its deltas (0 otherwise).
+    pub reserve_bytes: u64,
 }
 
 /// What a holder reports of a chunk without its bytes (ChunkVersion).
@@ -641,7 +648,7 @@ impl OsdClient {
         let meta = match first {
             Some(Reply::Message(proto::ChunkFrame {
                 part: Some(proto::chunk_frame::Part::Header(h)),
-            })) => meta_from_proto(&h),
+            })) => meta_from_proto(&h).map_err(|e| self.protocol(&e))?,
             _ => return Err(self.protocol("GetChunk reply does not start with a header")),
         };
         let want = if length == 0 {
@@ -849,6 +856,7 @@ impl From<&SegmentLayout> for Layout {
                 })
                 .collect(),
             epoch: s.epoch,
+            scheme: s.scheme,
         }
     }
 }
@@ -944,17 +952,21 @@ pub fn layout_to_proto(l: &Layout) -> proto::Layout {
         primary: l.primary,
         holders: l.holders.iter().map(holder_to_proto).collect(),
         epoch: l.epoch,
+        update_scheme: l.scheme.code(),
     }
 }
 
-pub fn layout_from_proto(l: &proto::Layout) -> Layout {
-    Layout {
+/// A layout off the wire; an unknown update scheme is refused with one line.
+pub fn layout_from_proto(l: &proto::Layout) -> Result<Layout, String> {
+    Ok(Layout {
         segment_id: l.segment_id,
         length: l.length,
         primary: l.primary,
         holders: l.holders.iter().map(holder_from_proto).collect(),
         epoch: l.epoch,
-    }
+        scheme: UpdateScheme::from_code(l.update_scheme)
+            .map_err(|e| format!("segment {:#x}: {e}", l.segment_id))?,
+    })
 }
 
 pub fn meta_to_proto(m: &ChunkMeta) -> proto::ChunkHeader {
@@ -966,18 +978,24 @@ pub fn meta_to_proto(m: &ChunkMeta) -> proto::ChunkHeader {
         segment_length: m.segment_length,
         applied: m.applied.clone(),
         target_osd: None,
+        update_scheme: m.scheme.code(),
+        reserve_bytes: m.reserve_bytes,
     }
 }
 
-pub fn meta_from_proto(h: &proto::ChunkHeader) -> ChunkMeta {
-    ChunkMeta {
+/// A chunk header off the wire; an unknown update scheme is refused with one line.
+pub fn meta_from_proto(h: &proto::ChunkHeader) -> Result<ChunkMeta, String> {
+    Ok(ChunkMeta {
         segment_id: h.segment_id,
         index: h.index,
         version: h.version,
         chunk_bytes: h.chunk_bytes,
         segment_length: h.segment_length,
         applied: h.applied.clone(),
-    }
+        scheme: UpdateScheme::from_code(h.update_scheme)
+            .map_err(|e| format!("segment {:#x} chunk {}: {e}", h.segment_id, h.index))?,
+        reserve_bytes: h.reserve_bytes,
+    })
 }
 
 #[cfg(test)]
@@ -1016,6 +1034,7 @@ mod tests {
     #[test]
     fn layout_round_trips_through_proto() {
         let l = Layout {
+            scheme: UpdateScheme::Plr,
             segment_id: 7,
             length: 1000,
             primary: 3,
@@ -1030,9 +1049,11 @@ mod tests {
                 .collect(),
             epoch: 9,
         };
-        assert_eq!(layout_from_proto(&layout_to_proto(&l)), l);
+        assert_eq!(layout_from_proto(&layout_to_proto(&l)), Ok(l.clone()));
         assert_eq!(l.primary_addr(), Some("127.0.0.1:4000"));
         let m = ChunkMeta {
+            reserve_bytes: 8192,
+            scheme: UpdateScheme::Fl,
             segment_id: 1,
             index: 2,
             version: 3,
@@ -1040,7 +1061,12 @@ mod tests {
             segment_length: 5,
             applied: vec![3, 1],
         };
-        assert_eq!(meta_from_proto(&meta_to_proto(&m)), m);
+        assert_eq!(meta_from_proto(&meta_to_proto(&m)), Ok(m));
+        let mut bad = layout_to_proto(&l);
+        bad.update_scheme = 9;
+        assert!(layout_from_proto(&bad)
+            .unwrap_err()
+            .contains("update scheme"));
     }
 
     /// A range cut into random frames, sent lane by lane in a random interleaving with an `at`

@@ -769,6 +769,8 @@ mod tests {
     fn header(i: u64) -> proto::ChunkFrame {
         proto::ChunkFrame {
             part: Some(proto::chunk_frame::Part::Header(proto::ChunkHeader {
+                reserve_bytes: 0,
+                update_scheme: 0,
                 segment_id: i,
                 index: 3,
                 version: 7,
@@ -867,6 +869,8 @@ mod tests {
         ) {
             let head = proto::ChunkWrite {
                 part: Some(proto::chunk_write::Part::Header(proto::ChunkHeader {
+                    reserve_bytes: 0,
+                    update_scheme: 0,
                     segment_id: 4,
                     index: 1,
                     version: 2,

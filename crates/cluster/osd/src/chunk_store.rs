@@ -198,6 +198,8 @@ pub fn decode_header(b: &[u8]) -> Result<(ChunkMeta, bool), HeaderError> {
         ));
     }
     let meta = ChunkMeta {
+        reserve_bytes: 0,
+        scheme: Default::default(),
         segment_id: u64_at(b, 16),
         index: u32_at(b, 24),
         version: u64_at(b, 32),
@@ -423,6 +425,12 @@ pub struct StoreUsage {
     pub chunks: u64,
     /// Bytes of the chunk files (headers included).
     pub bytes: u64,
+    /// PLR: bytes reserved after parity chunks for their deltas (used or not).
+    pub reserve_bytes: u64,
+    /// Bytes of logged changes not yet merged (FL, CodFS PL, PLR records).
+    pub log_bytes: u64,
+    /// Merges of logged changes into their chunks since the store was opened.
+    pub merges: u64,
 }
 
 /// A change applied to a chunk range in place by [`ChunkStore::modify`]: it receives the range's
@@ -1199,6 +1207,7 @@ impl ChunkStore for FileStore {
         StoreUsage {
             chunks: self.chunks.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
+            ..StoreUsage::default()
         }
     }
 }

@@ -30,6 +30,8 @@ type State = Option<(ChunkMeta, Vec<u8>)>;
 
 fn meta(segment_id: u64, index: u32, version: u64, chunk_bytes: u64) -> ChunkMeta {
     ChunkMeta {
+        reserve_bytes: 0,
+        scheme: Default::default(),
         segment_id,
         index,
         version,

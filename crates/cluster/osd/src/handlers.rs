@@ -85,7 +85,8 @@ fn frames<T: Send + 'static>(
 /// The layout of a request, decoded.
 fn request_layout(l: Option<&proto::Layout>) -> Result<Layout, OsdError> {
     l.map(layout_from_proto)
-        .ok_or_else(|| OsdError::Invalid("request carries no layout".into()))
+        .ok_or_else(|| OsdError::Invalid("request carries no layout".into()))?
+        .map_err(OsdError::Invalid)
 }
 
 impl Osd {
@@ -115,7 +116,7 @@ impl Osd {
             let layout = match s.next().await {
                 Some(Ok(wire::Reply::Message(proto::SegmentWrite {
                     part: Some(proto::segment_write::Part::Layout(l)),
-                }))) => layout_from_proto(&l),
+                }))) => layout_from_proto(&l).map_err(OsdError::Invalid)?,
                 Some(Err(e)) => return Err(request_error(e)),
                 _ => {
                     return Err(OsdError::Invalid(
@@ -152,7 +153,7 @@ impl Osd {
                     part: Some(proto::chunk_write::Part::Header(h)),
                 }))) => {
                     self.check_target(h.target_osd)?;
-                    meta_from_proto(&h)
+                    meta_from_proto(&h).map_err(OsdError::Invalid)?
                 }
                 Some(Err(e)) => return Err(request_error(e)),
                 _ => {

@@ -114,6 +114,8 @@ impl Osd {
     pub(crate) fn meta_for(&self, l: &Layout, view: &View, index: u32) -> ChunkMeta {
         let stamp = view.stamp_of(index as usize);
         ChunkMeta {
+            reserve_bytes: 0,
+            scheme: Default::default(),
             segment_id: l.segment_id,
             index,
             version: stamp.version,

@@ -268,6 +268,8 @@ mod tests {
             assert!(ack.stale.is_empty(), "{ack:?}");
             assert_eq!(osd.read(l.clone(), 0, LEN).await.unwrap(), data, "{addr}");
             let meta = crate::api::ChunkMeta {
+                reserve_bytes: 0,
+                scheme: Default::default(),
                 segment_id: 10 + i as u64,
                 index: 2,
                 version: 1,

@@ -21,6 +21,8 @@ use proptest::prelude::*;
 
 fn meta(segment_id: u64, index: u32, version: u64, chunk_bytes: u64) -> ChunkMeta {
     ChunkMeta {
+        reserve_bytes: 0,
+        scheme: Default::default(),
         segment_id,
         index,
         version,
@@ -444,6 +446,8 @@ fn any_meta() -> impl Strategy<Value = ChunkMeta> {
     )
         .prop_map(
             |(segment_id, index, version, chunk_bytes, f, a)| ChunkMeta {
+                reserve_bytes: 0,
+                scheme: Default::default(),
                 segment_id,
                 index,
                 version,

@@ -94,6 +94,7 @@ async fn start(config: &ClusterConfig, store: &Path) -> (String, u32, Vec<onesho
 
 fn layout(osd_id: u32) -> Layout {
     Layout {
+        scheme: Default::default(),
         segment_id: 1,
         length: 8,
         primary: osd_id,
@@ -113,6 +114,8 @@ async fn call(c: &OsdClient, osd_id: u32, method: &str) -> Result<(), OsdCallErr
         "ReadPlan" => c.read_plan(&l, 0, 1).await.map(drop),
         "PutChunk" => {
             let meta = ChunkMeta {
+                reserve_bytes: 0,
+                scheme: Default::default(),
                 segment_id: 1,
                 index: 0,
                 version: 1,

@@ -109,6 +109,7 @@ async fn cluster(kind: CodeKind, k: usize, m: usize) -> Cluster {
 impl Cluster {
     fn layout(&self, segment_id: u64, length: u64) -> Layout {
         Layout {
+            scheme: Default::default(),
             segment_id,
             length,
             primary: 0,
