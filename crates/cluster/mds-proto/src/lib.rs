@@ -15,7 +15,6 @@ pub mod proto {
 }
 
 mod api;
-mod scheme;
 
 pub use api::*;
-pub use scheme::UpdateScheme;
+pub use ecstack_rpc::UpdateScheme;

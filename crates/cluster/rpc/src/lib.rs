@@ -22,6 +22,7 @@ pub mod limits;
 pub mod metrics;
 pub mod retry;
 pub mod roles;
+pub mod scheme;
 pub mod security;
 
 pub use config::{ClusterConfig, CodeConfig, ConfigError, MdsConfig, OsdConfig, PlacementConfig};
@@ -31,4 +32,5 @@ pub use retry::{
     handshake_refusal, is_transient, retry, retry_with_progress, status_detail, Backoff,
 };
 pub use roles::{Role, RoleGuard, RoleTable};
+pub use scheme::UpdateScheme;
 pub use security::{Security, SecurityError, CLUSTER_DNS_NAME};

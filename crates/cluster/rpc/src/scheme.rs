@@ -1,7 +1,8 @@
 //! A file's update scheme (CodFS §2.1.2, §4.1): where the OSDs keep a small update's new data bytes
 //! and its parity deltas. It is chosen when the file is created, stored by the MDS with the file,
 //! carried in every layout, and recorded in each chunk's header (docs/cluster.md "Update schemes").
-//! The OSD's rules per scheme live in `ecstack_osd::update` (one file each).
+//! The OSD's rules per scheme live in `ecstack_osd::update` (one file each); the MDS and the OSDs
+//! take the type from `ecstack-mds-proto`, which re-exports it.
 
 use std::fmt;
 use std::str::FromStr;
