@@ -174,6 +174,12 @@ fn file_store_power_cuts_at_every_operation() {
             outcomes.extend(report.outcomes);
         }
         let want_points = [
+            "grow log",
+            "write log",
+            "flush log",
+            "remove log",
+            "set length chunk",
+            "set length tmp",
             "list",
             "remove tmp",
             "create tmp",
@@ -212,6 +218,14 @@ fn file_store_power_cuts_at_every_operation() {
             ("modify parity extents", "corrupt"),
             ("read", "old"),
             ("recovery", "cut"),
+            ("append to reserve", "old"),
+            ("append to reserve", "new"),
+            ("append to log", "old"),
+            ("append to log", "new"),
+            ("merge", "old"),
+            ("merge", "corrupt"),
+            ("set reserve", "old"),
+            ("set reserve", "new"),
         ];
         for (k, o) in want_outcomes {
             assert!(
@@ -219,8 +233,14 @@ fn file_store_power_cuts_at_every_operation() {
                 "{options:?}: no cut during {k} left it {o}: {outcomes:?}"
             );
         }
-        // A whole put or delete is atomic: never corrupt.
-        for k in ["put", "put image", "delete"] {
+        // A whole put or delete is atomic, and so is an append: never corrupt.
+        for k in [
+            "put",
+            "put image",
+            "delete",
+            "append to reserve",
+            "append to log",
+        ] {
             assert!(
                 !outcomes.contains(&(k.to_string(), "corrupt".to_string())),
                 "{options:?}: a {k} cut short left a corrupt chunk"
