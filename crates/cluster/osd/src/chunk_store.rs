@@ -628,8 +628,8 @@ pub type ModifyExtents<'a> = &'a mut dyn FnMut(usize, &mut [u8]) -> std::result:
 ///   ([`ChunkStoreError::Locked`]).
 ///
 /// ```
-/// use ecstack_osd::chunk_store::{Change, ChunkStore, FileStore};
-/// use ecstack_osd::ChunkMeta;
+/// use ecstack_osd::chunk_store::{Change, ChunkStore, FileStore, LogPlace};
+/// use ecstack_osd::{ChunkMeta, UpdateScheme};
 ///
 /// let dir = std::env::temp_dir().join(format!("ecstack-doc-{}", std::process::id()));
 /// let store = FileStore::open(&dir).unwrap();
@@ -640,11 +640,18 @@ pub type ModifyExtents<'a> = &'a mut dyn FnMut(usize, &mut [u8]) -> std::result:
 ///     chunk_bytes: 5,
 ///     segment_length: 20,
 ///     applied: Vec::new(),
+///     scheme: UpdateScheme::Fl,
+///     reserve_bytes: 0,
 /// };
 /// store.put(&meta, b"hello").unwrap();
 /// let change = Change::Data { expected: 1, version: 2 };
 /// store.modify(7, 0, 0, 1, change, &mut |b| { b[0] = b'j'; Ok(()) }).unwrap();
 /// assert_eq!(&store.read(7, 0, 0, 5).unwrap().1[..], b"jello");
+/// // Under FL a change is logged beside the chunk; reads merge it.
+/// let change = Change::Data { expected: 2, version: 3 };
+/// store.append(7, 0, LogPlace::Log, &[4..5], b"y", change).unwrap();
+/// assert_eq!(&store.read(7, 0, 0, 5).unwrap().1[..], b"jelly");
+/// assert_eq!(store.merge(7, 0).unwrap(), 1);
 /// assert_eq!(store.list().unwrap(), vec![(7, 0)]);
 /// # drop(store);
 /// # std::fs::remove_dir_all(&dir).unwrap();
