@@ -431,16 +431,9 @@ fn fixtures(dir: &Path, repo: &Path) {
     ] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
-    // Deterministic bytes that do not compress (xorshift).
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let data: Vec<u8> = (0..4 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    // Deterministic bytes that do not compress.
+    let mut data = vec![0u8; 4 << 20];
+    ecstack_base::Rng::new(46).fill(&mut data);
     std::fs::write(dir.join("big.iso"), &data).unwrap();
     std::fs::write(dir.join("disk.img"), &data).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ecstack"))
