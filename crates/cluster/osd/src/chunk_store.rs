@@ -727,6 +727,9 @@ pub trait ChunkStore: Send + Sync {
     /// shrink below the changes the reserve holds merges them first; the space cut off is given
     /// back to the file system. Starts a new measuring interval ([`LogState::peak_bytes`]).
     fn set_reserve(&self, segment: u64, index: u32, bytes: u64) -> Result<()>;
+    /// The chunks that may hold logged changes or a reserve (a superset; sorted): what the OSD's
+    /// Monitor Module looks at, without opening every chunk.
+    fn logged(&self) -> Vec<(u64, u32)>;
 }
 
 /// Where [`ChunkStore::append`] puts a change.
@@ -788,6 +791,8 @@ pub struct FileStore {
     /// The log index of every chunk touched since the store opened that has one (replayed on
     /// first touch; kept up to date under the chunk's stripe lock).
     logs: Mutex<HashMap<(u64, u32), LogIndex>>,
+    /// [`ChunkStore::logged`]: chunks with a reserve or a log file (from the open, then kept).
+    with_logs: Mutex<std::collections::BTreeSet<(u64, u32)>>,
 }
 
 /// A chunk's logged changes, replayed: the records that change it (in order; repeated ones
@@ -886,6 +891,10 @@ pub fn log_name(segment: u64, index: u32) -> String {
     format!("{segment:016x}.{index:03}.log")
 }
 
+fn parse_log_name(name: &str) -> Option<(u64, u32)> {
+    parse_name(&format!("{}.chunk", name.strip_suffix(".log")?))
+}
+
 fn parse_name(name: &str) -> Option<(u64, u32)> {
     let stem = name.strip_suffix(".chunk")?;
     let (seg, idx) = stem.split_once('.')?;
@@ -939,6 +948,7 @@ impl FileStore {
             buffers: Arc::default(),
             options,
             logs: Mutex::default(),
+            with_logs: Mutex::default(),
         };
         let at = store.root.display().to_string();
         // Leftovers of a put interrupted by a crash, and the usage counters.
@@ -957,13 +967,17 @@ impl FileStore {
                         store
                             .reserved
                             .fetch_add(h.meta.reserve_bytes, Ordering::Relaxed);
+                        if h.meta.reserve_bytes > 0 {
+                            store.note_logged(segment, index, true);
+                        }
                     }
                     Ok(None) => {}
                     Err(e) if e.is_corruption() => {}
                     Err(e) => return Err(e),
                 }
-            } else if name.ends_with(".log") {
+            } else if let Some(key) = parse_log_name(&name) {
                 store.logged.fetch_add(len, Ordering::Relaxed);
+                store.note_logged(key.0, key.1, true);
             }
         }
         Ok(store)
@@ -997,6 +1011,16 @@ impl FileStore {
         (segment, index).hash(&mut h);
         let m = &self.stripes[h.finish() as usize % LOCK_STRIPES];
         m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a chunk to [`ChunkStore::logged`] (or takes it out).
+    fn note_logged(&self, segment: u64, index: u32, logged: bool) {
+        let mut set = self.with_logs.lock().unwrap_or_else(|p| p.into_inner());
+        if logged {
+            set.insert((segment, index));
+        } else {
+            set.remove(&(segment, index));
+        }
     }
 
     fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u32), LogIndex>> {
@@ -1659,6 +1683,7 @@ impl ChunkStore for FileStore {
         );
         self.reserved
             .fetch_add(meta.reserve_bytes, Ordering::Relaxed);
+        self.note_logged(segment, index, meta.reserve_bytes > 0);
         Ok(())
     }
 
@@ -1814,6 +1839,7 @@ impl ChunkStore for FileStore {
             .sync()
             .map_err(io(&self.root.display().to_string(), "fsync directory"))?;
         self.logs().remove(&(segment, index));
+        self.note_logged(segment, index, false);
         self.chunks.fetch_sub(1, Ordering::Relaxed);
         self.bytes.fetch_sub(len, Ordering::Relaxed);
         self.reserved.fetch_sub(
@@ -1945,6 +1971,7 @@ impl ChunkStore for FileStore {
         idx.peak = idx.peak.max(idx.end);
         idx.merged = next;
         self.logged.fetch_add(span, Ordering::Relaxed);
+        self.note_logged(segment, index, true);
         self.logs().insert((segment, index), idx);
         Ok(before)
     }
@@ -1971,6 +1998,10 @@ impl ChunkStore for FileStore {
             reserve_bytes: h.meta.reserve_bytes,
             peak_bytes: idx.peak,
         }))
+    }
+
+    fn logged(&self) -> Vec<(u64, u32)> {
+        self.logged_keys()
     }
 
     /// A shrink below the bytes in use merges first; the header (new size) is flushed before the
@@ -2037,6 +2068,13 @@ impl ChunkStore for FileStore {
         idx.merged.reserve_bytes = bytes;
         self.logs().insert((segment, index), idx);
         Ok(())
+    }
+}
+
+impl FileStore {
+    fn logged_keys(&self) -> Vec<(u64, u32)> {
+        let set = self.with_logs.lock().unwrap_or_else(|p| p.into_inner());
+        set.iter().copied().collect()
     }
 }
 

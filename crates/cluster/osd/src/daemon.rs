@@ -1,6 +1,6 @@
 //! The OSD process: open the chunk store, bind the service, register with the MDS (the address it
 //! actually bound), heartbeat every `heartbeat_ms` and run the tasks the replies carry (recover
-//! segments as their primary, delete chunks).
+//! segments as their primary, delete chunks); run the Monitor Module (GC of logs, Algorithm 1).
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -14,6 +14,7 @@ use ecstack_rpc::Security;
 
 use crate::api::Layout;
 use crate::chunk_store::{ChunkStore, FileStore, FileStoreOptions};
+use crate::monitor::{Monitor, MonitorOptions};
 use crate::service::{BoxFuture, MdsLink, Osd, OsdSetup};
 
 /// How many segments one OSD recovers at once (the byte rate is limited separately).
@@ -86,6 +87,10 @@ pub struct DaemonConfig {
     pub mds_addr: String,
     pub security: Security,
     pub recovery_bytes_per_sec: u64,
+    /// PLR: bytes reserved after each new parity chunk (`[update.reserve] size`).
+    pub initial_reserve: u64,
+    /// The Monitor Module: GC of logs, Algorithm 1 ([`crate::monitor`]).
+    pub monitor: MonitorOptions,
 }
 
 /// A running OSD.
@@ -100,6 +105,7 @@ pub struct Daemon {
     heartbeat_patience: Duration,
     listener: tokio::net::TcpListener,
     security: Security,
+    monitor: Arc<Monitor>,
 }
 
 /// Bytes the filesystem of `path` can hold in total.
@@ -120,7 +126,9 @@ fn capacity(path: &Path) -> u64 {
 impl Daemon {
     /// Open the store, bind, register with the MDS (retrying while it does not answer).
     pub async fn start(cfg: &DaemonConfig) -> Result<Daemon, DaemonError> {
-        let store = Arc::new(FileStore::open_with(&cfg.store, cfg.store_options)?);
+        let store: Arc<dyn ChunkStore> =
+            Arc::new(FileStore::open_with(&cfg.store, cfg.store_options)?);
+        let monitor = Arc::new(Monitor::new(store.clone(), cfg.monitor.clone()));
         let listener = tokio::net::TcpListener::bind(&cfg.addr)
             .await
             .map_err(|source| DaemonError::Bind {
@@ -178,6 +186,7 @@ impl Daemon {
             },
             cfg.recovery_bytes_per_sec,
         );
+        osd.set_initial_reserve(cfg.initial_reserve);
         // The registration counts as the first heartbeat.
         osd.lease()
             .enable(Duration::from_millis(u64::from(p.down_after_ms)), sent);
@@ -198,6 +207,7 @@ impl Daemon {
                 .max(Duration::from_millis(4 * u64::from(p.heartbeat_ms.max(1)))),
             listener,
             security: cfg.security.clone(),
+            monitor,
         })
     }
 
@@ -228,6 +238,7 @@ impl Daemon {
         tokio::select! {
             r = server => r.map_err(|e| DaemonError::Serve(e.to_string())),
             () = beats => Ok(()),
+            () = crate::monitor::run(self.monitor) => Ok(()),
         }
     }
 }

@@ -34,6 +34,7 @@ mod handlers;
 mod holder;
 pub mod lease;
 pub mod metrics;
+pub mod monitor;
 mod pipeline;
 mod read;
 mod recover;
