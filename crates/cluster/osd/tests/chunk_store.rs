@@ -12,7 +12,8 @@ use std::sync::Arc;
 use ecstack_device::PowerCutPolicy;
 use ecstack_osd::chunk_store::{
     self, decode_header, encode_chunk, encode_header, Change, ChunkImage, ChunkStore,
-    ChunkStoreError, FileStore, FileStoreOptions, HeaderError, BLOCK_BYTES, HEADER_BYTES,
+    ChunkStoreError, FileStore, FileStoreOptions, HeaderError, LogPlace, Part, BLOCK_BYTES,
+    HEADER_BYTES,
 };
 use ecstack_osd::chunk_store_suite::{self, Crashable};
 use ecstack_osd::store_dir::SimDir;
@@ -586,4 +587,138 @@ fn read_buffers_are_reused_only_when_free() {
     assert_eq!(&third[..], &b[4096 + 5..4 * 4096 + 5]);
     let (_, fourth) = s.read(1, 0, 7, 100).unwrap();
     assert_eq!(&fourth[..], &a[7..107]);
+}
+
+/// Chunk files stored by the build before format 3 (`tests/fixtures/chunk-format-2`, README there)
+/// open with today's store: they read as FO chunks with their bytes and versions, take in-place
+/// changes in their own layout (and read back after a reopen), and refuse a logged change.
+#[test]
+fn chunks_of_format_2_read_as_fo() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chunk-format-2");
+    let content = std::fs::read(fixtures.join("f.bin")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("chunks")).unwrap();
+    for i in 0..3 {
+        let name = chunk_store::chunk_name(1, i);
+        std::fs::copy(fixtures.join(&name), dir.path().join("chunks").join(&name)).unwrap();
+    }
+    let s = FileStore::open(dir.path()).unwrap();
+    assert_eq!(s.list().unwrap(), vec![(1, 0), (1, 1), (1, 2)]);
+    for i in 0..2u32 {
+        let (m, data) = s.read(1, i, 0, 5000).unwrap();
+        assert_eq!(
+            (m.scheme, m.reserve_bytes, m.version),
+            (UpdateScheme::Fo, 0, 1)
+        );
+        assert_eq!(
+            &data[..],
+            &content[5000 * i as usize..5000 * (i as usize + 1)]
+        );
+    }
+    let p = s.meta(1, 2).unwrap().unwrap();
+    assert_eq!(p.applied, vec![1, 1]);
+    let change = Change::Data {
+        expected: 1,
+        version: 2,
+    };
+    s.modify(1, 0, 10, 3, change, &mut |b| {
+        b.copy_from_slice(b"new");
+        Ok(())
+    })
+    .unwrap();
+    let e = s
+        .append(
+            1,
+            1,
+            LogPlace::Log,
+            &[0..1],
+            b"x",
+            Change::Data {
+                expected: 1,
+                version: 2,
+            },
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("format 2"), "{e}");
+    drop(s);
+    let s = FileStore::open(dir.path()).unwrap();
+    let (m, data) = s.read(1, 0, 0, 20).unwrap();
+    assert_eq!(m.version, 2);
+    assert_eq!(&data[10..13], b"new");
+    assert_eq!(&data[..10], &content[..10]);
+    // Still format 2 on disk: the header and data did not move.
+    let raw = std::fs::read(
+        dir.path()
+            .join("chunks")
+            .join(chunk_store::chunk_name(1, 0)),
+    )
+    .unwrap();
+    assert_eq!(raw[8], 2);
+}
+
+/// Logged changes in a PLR reserve, mutated at random: every read gives a state the chunk had
+/// after some prefix of its acknowledged changes (with that state's versions, so a primary sees a
+/// lost tail as stale, never as current), or a clean corruption error; never a panic, never other
+/// bytes.
+#[test]
+fn fuzz_mutated_reserves() {
+    let seed = fuzz_seed(41);
+    let cases = fuzz_cases(100);
+    let mut rng = Rng::new(seed);
+    let len = 3 * BLOCK_BYTES;
+    let base = bytes(&mut rng, len);
+    let m = ChunkMeta {
+        applied: vec![1, 1],
+        scheme: UpdateScheme::Plr,
+        reserve_bytes: 8 * BLOCK_BYTES as u64,
+        ..meta(9, 2, 1, len as u64)
+    };
+    // The states after each prefix of the deltas.
+    let mut states = vec![(m.clone(), base.clone())];
+    let mut deltas = Vec::new();
+    for v in 2..8u64 {
+        let off = rng.below(len as u64 - 700);
+        let n = 1 + rng.below(700) as usize;
+        let d = bytes(&mut rng, n);
+        let (mut sm, mut sd) = states.last().unwrap().clone();
+        sm.applied[0] = v;
+        sm.version = v;
+        for (x, y) in sd[off as usize..].iter_mut().zip(&d) {
+            *x ^= y;
+        }
+        states.push((sm, sd));
+        deltas.push((off, d, v));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for case in 0..cases {
+        let mut rng = case_rng(seed, case);
+        let s = FileStore::open(dir.path()).unwrap();
+        s.put(&m, &base).unwrap();
+        for (off, d, v) in &deltas {
+            let stamp = ecstack_osd::DeltaStamp {
+                from: 0,
+                prior: v - 1,
+                version: *v,
+            };
+            let e = *off..off + d.len() as u64;
+            s.append(9, 2, LogPlace::Reserve, &[e], d, Change::Parity(stamp))
+                .unwrap();
+        }
+        for _ in 0..1 + rng.below(3) {
+            s.damage(9, 2, Part::Reserve(rng.below(4 * BLOCK_BYTES as u64)))
+                .unwrap();
+        }
+        drop(s);
+        let s = FileStore::open(dir.path()).unwrap();
+        match s.read(9, 2, 0, len as u64) {
+            Ok((got, data)) => assert!(
+                states
+                    .iter()
+                    .any(|(sm, sd)| *sm == got && sd[..] == data[..]),
+                "case {case}: a state the chunk never had (versions {:?})",
+                got.applied
+            ),
+            Err(e) => assert!(e.is_corruption(), "case {case}: {e}"),
+        }
+    }
 }
