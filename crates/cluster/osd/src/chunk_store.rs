@@ -1183,7 +1183,17 @@ impl FileStore {
     }
 
     /// The chunk's log index (replayed on first touch, then cached). Call under the stripe lock.
+    /// A chunk that cannot have logged changes (format 2, FO, a data chunk under CodFS PL or PLR)
+    /// is neither read for them nor cached: the get path of an FO cluster stays as it was.
     fn index(&self, file: &dyn BlockDevice, at: &str, h: &Header) -> Result<LogIndex> {
+        if !may_log(h) {
+            return Ok(LogIndex {
+                records: Vec::new(),
+                end: 0,
+                peak: 0,
+                merged: h.meta.clone(),
+            });
+        }
         let key = (h.meta.segment_id, h.meta.index);
         if let Some(i) = self.logs().get(&key) {
             return Ok(i.clone());
@@ -1470,6 +1480,16 @@ impl FileStore {
         self.logs().remove(&(segment, index));
         Ok(())
     }
+}
+
+/// Whether a chunk can hold logged changes: format 3, and its scheme logs its kind of change (or it
+/// has a reserve).
+fn may_log(h: &Header) -> bool {
+    let m = &h.meta;
+    h.format >= 3
+        && (m.reserve_bytes > 0
+            || m.scheme.logs_data()
+            || (m.scheme.logs_parity() && !m.applied.is_empty()))
 }
 
 /// The change a record makes, as [`stamped`] checks it.
@@ -1799,15 +1819,17 @@ impl ChunkStore for FileStore {
         file.write_at(&new.encode(), 0)
             .map_err(dev(&at, "write header"))?;
         file.flush().map_err(dev(&at, "fsync chunk file"))?;
-        self.logs().insert(
-            (segment, index),
-            LogIndex {
-                records: Vec::new(),
-                end: if idx.records.is_empty() { idx.end } else { 0 },
-                peak: if idx.records.is_empty() { idx.peak } else { 0 },
-                merged: new.meta.clone(),
-            },
-        );
+        if may_log(&new) {
+            self.logs().insert(
+                (segment, index),
+                LogIndex {
+                    records: Vec::new(),
+                    end: if idx.records.is_empty() { idx.end } else { 0 },
+                    peak: if idx.records.is_empty() { idx.peak } else { 0 },
+                    merged: new.meta.clone(),
+                },
+            );
+        }
         Ok(before)
     }
 
@@ -1936,10 +1958,17 @@ impl ChunkStore for FileStore {
                 file.flush().map_err(dev(&at, "fsync chunk file"))?;
             }
             LogPlace::Log => {
-                if h.meta.reserve_bytes > 0 {
-                    return Err(invalid(
-                        "a chunk with a reserve logs its changes there".into(),
-                    ));
+                let logs = match kind {
+                    RecordKind::Data => h.meta.scheme.logs_data(),
+                    RecordKind::Parity => {
+                        h.meta.scheme.logs_parity() && h.meta.scheme != UpdateScheme::Plr
+                    }
+                };
+                if h.meta.reserve_bytes > 0 || !logs {
+                    return Err(invalid(format!(
+                        "a chunk stored under {} keeps no log of this change",
+                        h.meta.scheme
+                    )));
                 }
                 let name = log_name(segment, index);
                 let log_at = self.at(&name);
