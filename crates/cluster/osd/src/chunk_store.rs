@@ -1261,46 +1261,11 @@ impl FileStore {
         buf: &mut [u8],
     ) -> Result<()> {
         let end = start + buf.len() as u64;
-        let touches = |r: &Record| {
-            r.head
-                .extents
-                .iter()
-                .any(|e| e.start < end && e.end > start)
-        };
-        if !idx.records.iter().any(touches) {
+        if !idx.records.iter().any(|r| touches(r, start, end)) {
             return Ok(());
         }
         let region = self.read_region(file, at, h, idx.end)?;
-        for r in idx.records.iter().filter(|r| touches(r)) {
-            let payload = region
-                .get(r.payload_at as usize..(r.payload_at + u64::from(r.head.payload_len)) as usize)
-                .filter(|p| crc32c::crc32c(p) == r.head.payload_crc)
-                .ok_or_else(|| ChunkStoreError::CorruptLog {
-                    segment: h.meta.segment_id,
-                    index: h.meta.index,
-                    at: at.to_owned(),
-                    message: format!("logged change {} no longer reads back", r.head.seq),
-                })?;
-            let mut from = 0usize;
-            for e in &r.head.extents {
-                let len = (e.end - e.start) as usize;
-                let (lo, hi) = (e.start.max(start), e.end.min(end));
-                if lo < hi {
-                    let src =
-                        &payload[from + (lo - e.start) as usize..from + (hi - e.start) as usize];
-                    let dst = &mut buf[(lo - start) as usize..(hi - start) as usize];
-                    match r.head.kind {
-                        RecordKind::Data => dst.copy_from_slice(src),
-                        RecordKind::Parity => {
-                            // Equal lengths by construction.
-                            let _ = ecstack_codes::xor_into(dst, src);
-                        }
-                    }
-                }
-                from += len;
-            }
-        }
-        Ok(())
+        apply_records(&region, h, at, idx, start, buf)
     }
 
     /// Merges `idx`'s records into the chunk in place (dirty flag, blocks, clean header with the
@@ -1345,10 +1310,11 @@ impl FileStore {
                 _ => runs.push((b0, b1)),
             }
         }
+        let region = self.read_region(file, at, h, idx.end)?;
         let mut bufs = Vec::with_capacity(runs.len());
         for &(b0, b1) in &runs {
             let (mut data, _) = Self::read_blocks(file, at, h, b0, b1)?;
-            self.overlay(file, at, h, idx, b0 * BLOCK_BYTES as u64, &mut data)?;
+            apply_records(&region, h, at, idx, b0 * BLOCK_BYTES as u64, &mut data)?;
             bufs.push((b0, data));
         }
         let dirty = Header {
@@ -1480,6 +1446,56 @@ impl FileStore {
         self.logs().remove(&(segment, index));
         Ok(())
     }
+}
+
+/// Whether a record changes any of chunk bytes `[start, end)`.
+fn touches(r: &Record, start: u64, end: u64) -> bool {
+    r.head
+        .extents
+        .iter()
+        .any(|e| e.start < end && e.end > start)
+}
+
+/// Applies the records of `idx` that overlap chunk bytes `[start, start + buf.len())` to `buf`,
+/// their payloads taken from `region` (the log region's bytes) and checked.
+fn apply_records(
+    region: &[u8],
+    h: &Header,
+    at: &str,
+    idx: &LogIndex,
+    start: u64,
+    buf: &mut [u8],
+) -> Result<()> {
+    let end = start + buf.len() as u64;
+    for r in idx.records.iter().filter(|r| touches(r, start, end)) {
+        let payload = region
+            .get(r.payload_at as usize..(r.payload_at + u64::from(r.head.payload_len)) as usize)
+            .filter(|p| crc32c::crc32c(p) == r.head.payload_crc)
+            .ok_or_else(|| ChunkStoreError::CorruptLog {
+                segment: h.meta.segment_id,
+                index: h.meta.index,
+                at: at.to_owned(),
+                message: format!("logged change {} no longer reads back", r.head.seq),
+            })?;
+        let mut from = 0usize;
+        for e in &r.head.extents {
+            let len = (e.end - e.start) as usize;
+            let (lo, hi) = (e.start.max(start), e.end.min(end));
+            if lo < hi {
+                let src = &payload[from + (lo - e.start) as usize..from + (hi - e.start) as usize];
+                let dst = &mut buf[(lo - start) as usize..(hi - start) as usize];
+                match r.head.kind {
+                    RecordKind::Data => dst.copy_from_slice(src),
+                    RecordKind::Parity => {
+                        // Equal lengths by construction.
+                        let _ = ecstack_codes::xor_into(dst, src);
+                    }
+                }
+            }
+            from += len;
+        }
+    }
+    Ok(())
 }
 
 /// Whether a chunk can hold logged changes: format 3, and its scheme logs its kind of change (or it
