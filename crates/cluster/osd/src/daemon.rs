@@ -86,6 +86,9 @@ pub struct DaemonConfig {
     pub mds_addr: String,
     pub security: Security,
     pub recovery_bytes_per_sec: u64,
+    /// `cluster.toml`'s `[update]`: PLR's reserved space (`reserve.size_bytes` for a new PLR
+    /// parity chunk) and Algorithm 1's parameters and schedule for this OSD's reserve task.
+    pub update: ecstack_rpc::UpdateConfig,
 }
 
 /// A running OSD.
@@ -270,6 +273,9 @@ async fn heartbeat_loop(
                     used_bytes: usage.bytes,
                     chunks: usage.chunks,
                     deleted_segments: reported.clone(),
+                    reserve_bytes: usage.reserve_bytes,
+                    log_bytes: usage.log_bytes,
+                    merges: usage.merges,
                 };
                 let (osd, mds, deleted, replies) =
                     (osd.clone(), mds.clone(), deleted.clone(), replies.clone());
