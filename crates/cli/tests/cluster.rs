@@ -607,6 +607,27 @@ fn cluster_up_starts_and_stops_its_children() {
     spec.m = 1;
     spec.segment_bytes = 1 << 20;
     drop(LocalCluster::start(spec).unwrap());
+    // `--update-scheme` sets a new cluster's default; an existing cluster of another default
+    // says so in one line (its config is not rewritten) before starting anything.
+    let line = stderr_line(&ecstack(&[
+        "cluster",
+        "up",
+        "--osds",
+        "3",
+        "--config",
+        cdir.to_str().unwrap(),
+        "--update-scheme",
+        "plr",
+    ]));
+    assert!(
+        line.contains("--update-scheme plr") && line.contains("[update] scheme = \"fo\""),
+        "{line}"
+    );
+    let mut plr = LocalSpec::new(exe(), dir.path().join("plr"), 0);
+    plr.update_scheme = ecstack_rpc::UpdateScheme::Plr;
+    drop(LocalCluster::start(plr).unwrap());
+    let config = ecstack_rpc::ClusterConfig::load(&dir.path().join("plr/cluster.toml")).unwrap();
+    assert_eq!(config.update.scheme, ecstack_rpc::UpdateScheme::Plr);
     let mut child = Command::new(exe())
         .args([
             "cluster",
@@ -615,6 +636,8 @@ fn cluster_up_starts_and_stops_its_children() {
             "3",
             "--config",
             cdir.to_str().unwrap(),
+            "--update-scheme",
+            "fo",
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -725,20 +748,38 @@ async fn a_files_update_scheme_is_set_by_put_and_shown_by_stat() {
         String::from_utf8(o.stdout).unwrap()
     };
     let stat_scheme = |path: &str| {
-        let o = ok(ecstack(&["cluster", "stat", path, "--json", "--config", config]));
+        let o = ok(ecstack(&[
+            "cluster", "stat", path, "--json", "--config", config,
+        ]));
         let v: serde_json::Value = serde_json::from_str(&o).unwrap();
         v["update_scheme"].as_str().unwrap().to_owned()
     };
 
     let out = ok(ecstack(&[
-        "cluster", "put", local, "/s/plr", "--update-scheme", "plr", "--config", config,
+        "cluster",
+        "put",
+        local,
+        "/s/plr",
+        "--update-scheme",
+        "plr",
+        "--config",
+        config,
     ]));
     assert!(out.contains("update scheme plr"), "{out}");
     assert_eq!(stat_scheme("/s/plr"), "plr");
     let text = ok(ecstack(&["cluster", "stat", "/s/plr", "--config", config]));
-    assert!(text.lines().next().unwrap().ends_with("update scheme plr"), "{text}");
+    assert!(
+        text.lines().next().unwrap().ends_with("update scheme plr"),
+        "{text}"
+    );
     let v: serde_json::Value = serde_json::from_str(&ok(ecstack(&[
-        "cluster", "put", local, "/s/default", "--json", "--config", config,
+        "cluster",
+        "put",
+        local,
+        "/s/default",
+        "--json",
+        "--config",
+        config,
     ])))
     .unwrap();
     assert_eq!(v["update_scheme"], "fo", "the cluster's default");
@@ -746,7 +787,14 @@ async fn a_files_update_scheme_is_set_by_put_and_shown_by_stat() {
 
     // A bare `pl` is refused before anything is stored, naming codfs-pl.
     let o = ecstack(&[
-        "cluster", "put", local, "/s/pl", "--update-scheme", "pl", "--config", config,
+        "cluster",
+        "put",
+        local,
+        "/s/pl",
+        "--update-scheme",
+        "pl",
+        "--config",
+        config,
     ]);
     assert!(!o.status.success());
     let e = String::from_utf8_lossy(&o.stderr);
@@ -756,14 +804,33 @@ async fn a_files_update_scheme_is_set_by_put_and_shown_by_stat() {
 
     // A file keeps its scheme: another one is refused with one line; none keeps the file's.
     let line = stderr_line(&ecstack(&[
-        "cluster", "put", local, "/s/plr", "--update-scheme", "fl", "--config", config,
+        "cluster",
+        "put",
+        local,
+        "/s/plr",
+        "--update-scheme",
+        "fl",
+        "--config",
+        config,
     ]));
-    assert!(line.contains("changing a file's scheme is refused"), "{line}");
+    assert!(
+        line.contains("changing a file's scheme is refused"),
+        "{line}"
+    );
     assert!(line.contains("/s/plr is plr"), "{line}");
-    ok(ecstack(&["cluster", "put", local, "/s/plr", "--config", config]));
+    ok(ecstack(&[
+        "cluster", "put", local, "/s/plr", "--config", config,
+    ]));
     assert_eq!(stat_scheme("/s/plr"), "plr");
     ok(ecstack(&[
-        "cluster", "put", local, "/s/plr", "--update-scheme", "plr", "--config", config,
+        "cluster",
+        "put",
+        local,
+        "/s/plr",
+        "--update-scheme",
+        "plr",
+        "--config",
+        config,
     ]));
 
     // Each OSD's store usage from its heartbeats.
@@ -777,7 +844,10 @@ async fn a_files_update_scheme_is_set_by_put_and_shown_by_stat() {
         }
     }
     let text = ok(ecstack(&["cluster", "status", "--config", config]));
-    assert!(text.contains("reserve") && text.contains("merges"), "{text}");
+    assert!(
+        text.contains("reserve") && text.contains("merges"),
+        "{text}"
+    );
 }
 
 /// `cluster init --update-scheme` writes the cluster's default scheme into cluster.toml; a bad
@@ -802,7 +872,10 @@ fn cluster_init_writes_the_update_scheme() {
     let config = ecstack_rpc::ClusterConfig::load(&c.join("cluster.toml")).unwrap();
     assert_eq!(config.update.scheme, ecstack_rpc::UpdateScheme::ParityLog);
     assert_eq!(config.update.reserve, ecstack_rpc::ReserveConfig::default());
-    for (bad, hint) in [("pl", "codfs-pl"), ("raid5", "known: fo, fl, codfs-pl, plr")] {
+    for (bad, hint) in [
+        ("pl", "codfs-pl"),
+        ("raid5", "known: fo, fl, codfs-pl, plr"),
+    ] {
         let d = dir.path().join(bad);
         let o = ecstack(&[
             "cluster",

@@ -548,7 +548,10 @@ impl Client {
         let what = format!("put {path}");
         let scheme = options.scheme;
         let file_id = self
-            .meta(&what, |m| async move { m.create_file_with(path, scheme).await })
+            .meta(
+                &what,
+                |m| async move { m.create_file_with(path, scheme).await },
+            )
             .await?;
         let segment_bytes = self.inner.config.segment_bytes;
         let window = self.inner.options.window_segments_max.max(1);

@@ -306,7 +306,11 @@ impl MdsCore {
             .file(file_id)
             .map_err(internal)?
             .map(|f| f.scheme)
-            .ok_or_else(|| MdsError::Internal(format!("a segment names file {file_id}, which is not stored")))
+            .ok_or_else(|| {
+                MdsError::Internal(format!(
+                    "a segment names file {file_id}, which is not stored"
+                ))
+            })
     }
 
     fn layout(
@@ -1215,23 +1219,24 @@ impl MdsCore {
                 .map(|o| {
                     let usage = self.usage.get(&o.osd_id).copied().unwrap_or_default();
                     OsdInfo {
-                    osd_id: o.osd_id,
-                    name: o.name.clone(),
-                    addr: o.addr.clone(),
-                    labels: o.labels.clone(),
-                    capacity_bytes: o.capacity_bytes,
-                    used_bytes: o.used_bytes,
-                    reserve_bytes: usage.reserve_bytes,
-                    log_bytes: usage.log_bytes,
-                    merges: usage.merges,
-                    state: o.state,
-                    last_heartbeat_ms_ago: now.saturating_sub(
-                        self.last_seen
-                            .get(&o.osd_id)
-                            .copied()
-                            .unwrap_or(o.last_heartbeat_ms),
-                    ),
-                }})
+                        osd_id: o.osd_id,
+                        name: o.name.clone(),
+                        addr: o.addr.clone(),
+                        labels: o.labels.clone(),
+                        capacity_bytes: o.capacity_bytes,
+                        used_bytes: o.used_bytes,
+                        reserve_bytes: usage.reserve_bytes,
+                        log_bytes: usage.log_bytes,
+                        merges: usage.merges,
+                        state: o.state,
+                        last_heartbeat_ms_ago: now.saturating_sub(
+                            self.last_seen
+                                .get(&o.osd_id)
+                                .copied()
+                                .unwrap_or(o.last_heartbeat_ms),
+                        ),
+                    }
+                })
                 .collect(),
             files,
             bytes,

@@ -895,13 +895,19 @@ fn a_files_scheme_is_fixed_at_creation() {
     }
     // Two puts racing for a new path under different schemes: the second commit is refused.
     let a = r.mds.create_file_with("q", Some(UpdateScheme::Fl)).unwrap();
-    let b = r.mds.create_file_with("q", Some(UpdateScheme::Plr)).unwrap();
+    let b = r
+        .mds
+        .create_file_with("q", Some(UpdateScheme::Plr))
+        .unwrap();
     for id in [a, b] {
         r.mds.allocate_segments(id, &[10]).unwrap();
     }
     r.mds.commit_file(a, 10).unwrap();
     let e = r.mds.commit_file(b, 10).unwrap_err().to_string();
-    assert!(e.starts_with("changing a file's scheme is refused: q is fl"), "{e}");
+    assert!(
+        e.starts_with("changing a file's scheme is refused: q is fl"),
+        "{e}"
+    );
     assert_eq!(r.mds.lookup_file("q").unwrap().scheme, UpdateScheme::Fl);
     // Once removed, the path may take another scheme.
     r.mds.remove_file("p").unwrap();
@@ -955,7 +961,11 @@ fn heartbeats_carry_reserve_log_bytes_and_merges_to_status_without_a_commit() {
                 ..Heartbeat::default()
             })
             .unwrap();
-        assert_eq!(usage(&r), (used, reserve, log, merges), "the latest heartbeat's");
+        assert_eq!(
+            usage(&r),
+            (used, reserve, log, merges),
+            "the latest heartbeat's"
+        );
     }
     // Held in memory: the stored record did not change (no commit per heartbeat).
     let store = SqliteStore::open(&r.path).unwrap();

@@ -399,9 +399,10 @@ impl SqliteStore {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now: String = tx.query_row("SELECT value FROM meta WHERE key = 'version'", [], |r| {
-            r.get(0)
-        })?;
+        let now: String =
+            tx.query_row("SELECT value FROM meta WHERE key = 'version'", [], |r| {
+                r.get(0)
+            })?;
         if now != from.to_string() {
             // Another process migrated it between our read and our transaction.
             drop(tx);

@@ -157,7 +157,9 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
     assert_eq!(s.pending_files().unwrap(), vec![file(4, "a/x", false)]);
     assert_eq!(s.totals().unwrap(), (3, 100 + 200 + 300));
     // Every update scheme is kept per file, by every query that returns files.
-    let schemes: Vec<UpdateScheme> = (1..=4).map(|id| s.file(id).unwrap().unwrap().scheme).collect();
+    let schemes: Vec<UpdateScheme> = (1..=4)
+        .map(|id| s.file(id).unwrap().unwrap().scheme)
+        .collect();
     assert_eq!(
         schemes,
         [
@@ -167,7 +169,12 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
             UpdateScheme::Fo
         ]
     );
-    let listed: Vec<UpdateScheme> = s.committed_files("").unwrap().iter().map(|(f, _)| f.scheme).collect();
+    let listed: Vec<UpdateScheme> = s
+        .committed_files("")
+        .unwrap()
+        .iter()
+        .map(|(f, _)| f.scheme)
+        .collect();
     assert_eq!(
         listed,
         [UpdateScheme::ParityLog, UpdateScheme::Fl, UpdateScheme::Plr],
@@ -178,7 +185,8 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
     plr.scheme = UpdateScheme::Plr;
     s.apply(&[Mutation::PutFile(plr.clone())]).unwrap();
     assert_eq!(s.file(4).unwrap(), Some(plr));
-    s.apply(&[Mutation::PutFile(file(4, "a/x", false))]).unwrap();
+    s.apply(&[Mutation::PutFile(file(4, "a/x", false))])
+        .unwrap();
 
     let of1: Vec<u64> = s
         .segments_of_file(1)

@@ -236,7 +236,10 @@ async fn schemes_and_store_usage_over_grpc() {
         c.commit_file(f, 7).await.unwrap();
         let info = c.lookup_file(path).await.unwrap();
         assert_eq!(info.scheme, want);
-        assert_eq!(c.get_segment(segs[0].segment_id).await.unwrap().scheme, want);
+        assert_eq!(
+            c.get_segment(segs[0].segment_id).await.unwrap().scheme,
+            want
+        );
     }
     let e = c
         .create_file_with("a", Some(UpdateScheme::Fl))

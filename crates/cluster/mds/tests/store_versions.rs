@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use ecstack_mds::engine::{ManualClock, MdsCore, MdsSettings};
-use ecstack_mds::store::{MetadataStore, SqliteStore, COUNTER_FILE, COUNTER_SEGMENT, STORE_VERSION};
+use ecstack_mds::store::{
+    MetadataStore, SqliteStore, COUNTER_FILE, COUNTER_SEGMENT, STORE_VERSION,
+};
 use ecstack_mds::{ChunkState, ClusterParams, UpdateScheme};
 
 fn fixture(name: &str) -> PathBuf {
@@ -46,9 +48,7 @@ fn columns(path: &Path) -> Vec<(String, String, String, bool, Option<String>)> {
     tables.sort();
     let mut out = Vec::new();
     for t in tables {
-        let mut stmt = conn
-            .prepare(&format!("PRAGMA table_info({t})"))
-            .unwrap();
+        let mut stmt = conn.prepare(&format!("PRAGMA table_info({t})")).unwrap();
         let cols = stmt
             .query_map([], |r| {
                 Ok((
@@ -141,7 +141,9 @@ fn the_mds_serves_a_migrated_store_with_fo_layouts_and_adds_files_of_other_schem
     assert_eq!(info.scheme, UpdateScheme::Fo);
     assert_eq!(info.segments.len(), 2);
     assert!(info.segments.iter().all(|s| s.scheme == UpdateScheme::Fo));
-    let f = mds.create_file_with("new", Some(UpdateScheme::Plr)).unwrap();
+    let f = mds
+        .create_file_with("new", Some(UpdateScheme::Plr))
+        .unwrap();
     assert_eq!(f, 4, "the file counter carried over");
     let segs = mds.allocate_segments(f, &[100]).unwrap();
     assert_eq!(segs[0].scheme, UpdateScheme::Plr);

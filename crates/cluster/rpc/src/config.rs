@@ -207,16 +207,13 @@ impl ReserveConfig {
         }
         match (&self.shrink_hours, self.shrink_period_ms) {
             (Some(_), Some(_)) => {
-                return Err(
-                    "update.reserve: set shrink_hours or shrink_period_ms, not both".into(),
-                )
+                return Err("update.reserve: set shrink_hours or shrink_period_ms, not both".into())
             }
-            (_, Some(0)) => return Err("update.reserve.shrink_period_ms = 0: must be positive".into()),
+            (_, Some(0)) => {
+                return Err("update.reserve.shrink_period_ms = 0: must be positive".into())
+            }
             (Some(h), None) => {
-                if h.is_empty()
-                    || h.iter().any(|&x| x > 23)
-                    || h.windows(2).any(|w| w[0] >= w[1])
-                {
+                if h.is_empty() || h.iter().any(|&x| x > 23) || h.windows(2).any(|w| w[0] >= w[1]) {
                     return Err(format!(
                         "update.reserve.shrink_hours = {h:?}: need ascending hours of the day, each 0..=23"
                     ));
@@ -416,23 +413,71 @@ out_after_ms = 30000
     #[test]
     fn bad_update_values_are_refused_with_one_line() {
         let cases: &[(&str, &str)] = &[
-            ("[update]\nscheme = \"pl\"\n", "`pl` is ambiguous: CodFS's parity logging is `codfs-pl`"),
-            ("[update]\nscheme = \"raid5\"\n", "unknown update scheme `raid5` (known: fo, fl, codfs-pl, plr)"),
-            ("[update.reserve]\nsize_bytes = 1000\n", "update.reserve.size_bytes = 1000 is not a multiple of 4 KiB"),
-            ("[update.reserve]\nsize_bytes = 12288\ngranularity_bytes = 8192\n", "not a multiple of granularity_bytes (8192)"),
-            ("[update.reserve]\ngranularity_bytes = 0\n", "granularity_bytes = 0 is not a positive multiple of 4 KiB"),
-            ("[update.reserve]\ngranularity_bytes = 6000\n", "granularity_bytes = 6000 is not a positive multiple of 4 KiB"),
-            ("[update.reserve]\nalpha = 1.5\n", "update.reserve.alpha = 1.5 is not in [0, 1]"),
-            ("[update.reserve]\nalpha = -0.1\n", "update.reserve.alpha = -0.1 is not in [0, 1]"),
-            ("[update.reserve]\nalpha = nan\n", "update.reserve.alpha = NaN is not in [0, 1]"),
-            ("[update.reserve]\nu0 = 2.0\n", "update.reserve.u0 = 2 is not in [0, 1]"),
-            ("[update.reserve]\nshrink_hours = [12, 0]\n", "need ascending hours of the day"),
-            ("[update.reserve]\nshrink_hours = [24]\n", "need ascending hours of the day"),
-            ("[update.reserve]\nshrink_hours = []\n", "need ascending hours of the day"),
-            ("[update.reserve]\nshrink_period_ms = 0\n", "shrink_period_ms = 0: must be positive"),
-            ("[update.reserve]\nshrink_hours = [0]\nshrink_period_ms = 10\n", "not both"),
+            (
+                "[update]\nscheme = \"pl\"\n",
+                "`pl` is ambiguous: CodFS's parity logging is `codfs-pl`",
+            ),
+            (
+                "[update]\nscheme = \"raid5\"\n",
+                "unknown update scheme `raid5` (known: fo, fl, codfs-pl, plr)",
+            ),
+            (
+                "[update.reserve]\nsize_bytes = 1000\n",
+                "update.reserve.size_bytes = 1000 is not a multiple of 4 KiB",
+            ),
+            (
+                "[update.reserve]\nsize_bytes = 12288\ngranularity_bytes = 8192\n",
+                "not a multiple of granularity_bytes (8192)",
+            ),
+            (
+                "[update.reserve]\ngranularity_bytes = 0\n",
+                "granularity_bytes = 0 is not a positive multiple of 4 KiB",
+            ),
+            (
+                "[update.reserve]\ngranularity_bytes = 6000\n",
+                "granularity_bytes = 6000 is not a positive multiple of 4 KiB",
+            ),
+            (
+                "[update.reserve]\nalpha = 1.5\n",
+                "update.reserve.alpha = 1.5 is not in [0, 1]",
+            ),
+            (
+                "[update.reserve]\nalpha = -0.1\n",
+                "update.reserve.alpha = -0.1 is not in [0, 1]",
+            ),
+            (
+                "[update.reserve]\nalpha = nan\n",
+                "update.reserve.alpha = NaN is not in [0, 1]",
+            ),
+            (
+                "[update.reserve]\nu0 = 2.0\n",
+                "update.reserve.u0 = 2 is not in [0, 1]",
+            ),
+            (
+                "[update.reserve]\nshrink_hours = [12, 0]\n",
+                "need ascending hours of the day",
+            ),
+            (
+                "[update.reserve]\nshrink_hours = [24]\n",
+                "need ascending hours of the day",
+            ),
+            (
+                "[update.reserve]\nshrink_hours = []\n",
+                "need ascending hours of the day",
+            ),
+            (
+                "[update.reserve]\nshrink_period_ms = 0\n",
+                "shrink_period_ms = 0: must be positive",
+            ),
+            (
+                "[update.reserve]\nshrink_hours = [0]\nshrink_period_ms = 10\n",
+                "not both",
+            ),
             ("[update.reserve]\nsize = 4096\n", "unknown field `size`"),
-            ("[update]\nreserve_bytes = 4096\n", "unknown field `reserve_bytes`"),
+            (
+                "[update]\nreserve_bytes = 4096\n",
+                "unknown field `reserve_bytes`",
+            ),
         ];
         for (extra, want) in cases {
             let e = parse(extra).unwrap_err();

@@ -35,9 +35,9 @@ use crate::config::{
     ClusterConfig, CodeConfig, ConfigError, MdsConfig, PlacementConfig, UpdateConfig,
     DEFAULT_SEGMENT_BYTES,
 };
-use crate::UpdateScheme;
 use crate::roles::Role;
 use crate::security::CLUSTER_DNS_NAME;
+use crate::UpdateScheme;
 
 /// Name of the config file inside a cluster directory.
 pub const CONFIG_FILE: &str = "cluster.toml";
