@@ -103,7 +103,16 @@ impl Rig {
     }
 
     fn put(&mut self, path: &str, lengths: &[u64]) -> Vec<SegmentLayout> {
-        let f = self.mds.create_file(path).unwrap();
+        self.put_with(path, lengths, None)
+    }
+
+    fn put_with(
+        &mut self,
+        path: &str,
+        lengths: &[u64],
+        scheme: Option<UpdateScheme>,
+    ) -> Vec<SegmentLayout> {
+        let f = self.mds.create_file_with(path, scheme).unwrap();
         let segs = self.mds.allocate_segments(f, lengths).unwrap();
         self.mds.commit_file(f, lengths.iter().sum()).unwrap();
         segs
@@ -818,13 +827,9 @@ fn a_down_osd_stays_in_when_no_osd_could_ever_take_its_chunks() {
 #[test]
 fn every_layout_carries_its_files_scheme() {
     let mut r = rig(4);
-    let f = r
-        .mds
-        .create_file_with("plr", Some(UpdateScheme::Plr))
-        .unwrap();
-    let segs = r.mds.allocate_segments(f, &[SEG, SEG, 10]).unwrap();
+    let segs = r.put_with("plr", &[SEG, SEG, 10], Some(UpdateScheme::Plr));
     assert!(segs.iter().all(|s| s.scheme == UpdateScheme::Plr));
-    r.mds.commit_file(f, 2 * SEG + 10).unwrap();
+    let f = segs[0].file_id;
     let fo = r.put("fo", &[SEG]);
     assert_eq!(fo[0].scheme, UpdateScheme::Fo, "the cluster's default");
     let info = r.mds.lookup_file("plr").unwrap();
@@ -866,12 +871,7 @@ fn every_layout_carries_its_files_scheme() {
 #[test]
 fn a_files_scheme_is_fixed_at_creation() {
     let mut r = rig(3);
-    let f = r
-        .mds
-        .create_file_with("p", Some(UpdateScheme::ParityLog))
-        .unwrap();
-    r.mds.allocate_segments(f, &[100]).unwrap();
-    r.mds.commit_file(f, 100).unwrap();
+    r.put_with("p", &[100], Some(UpdateScheme::ParityLog));
     // Another scheme for the path is refused, with one line.
     let e = r
         .mds
@@ -884,10 +884,8 @@ fn a_files_scheme_is_fixed_at_creation() {
     );
     // The same scheme, or none (the put keeps the file's), replaces the file.
     for scheme in [Some(UpdateScheme::ParityLog), None] {
-        let g = r.mds.create_file_with("p", scheme).unwrap();
-        let segs = r.mds.allocate_segments(g, &[200]).unwrap();
+        let segs = r.put_with("p", &[200], scheme);
         assert_eq!(segs[0].scheme, UpdateScheme::ParityLog);
-        r.mds.commit_file(g, 200).unwrap();
         assert_eq!(
             r.mds.lookup_file("p").unwrap().scheme,
             UpdateScheme::ParityLog
