@@ -13,7 +13,7 @@ for arg in "$@"; do
   esac
 done
 
-# python3: scripts/run_tests.py runs the test binaries in parallel.
+# python3: scripts/run_tests.py runs the test binaries in parallel. xxd: README's tour pipes a cluster read into it (crates/cli/tests/tour.rs).
 # libisal-dev: ISA-L, the peer the codes are cross-checked and benchmarked against.
 # nasm autoconf automake libtool: build the newest ISA-L from the isal-sys crate (feature ecstack/isal-new).
 # fio, libnbd-bin (nbdinfo, nbdcopy): the unmodified clients the NBD export is tested with.
@@ -22,7 +22,7 @@ done
 # redis-tools (redis-cli, redis-benchmark), redis-server: the clients `ecstack kv serve` is tested with, and its benchmark peer.
 # maven, default-jdk-headless: rainfs/ (Java), built and tested with `mvn test` (Hadoop's contract tests).
 # borgbackup restic gzip lz4 zstd: `ecstack reduce anchors` (crates/cli/tests/reduce.rs); chromium: the reduce tree picture's headless screenshot test.
-PKGS=(build-essential pkg-config python3 libisal-dev nasm autoconf automake libtool fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless borgbackup restic gzip lz4 zstd chromium)
+PKGS=(build-essential pkg-config python3 xxd libisal-dev nasm autoconf automake libtool fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless borgbackup restic gzip lz4 zstd chromium)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then

@@ -161,14 +161,15 @@ impl ArrayConfig {
             ..ArrayConfig::raid5(k)
         }
     }
-    /// The natural code for m parity chunks: XOR for 1, RAID-6 for 2, Cauchy RS otherwise.
+    /// The default code for m parity chunks ([`CodeKind::default_for_parity`]: XOR for 1, RAID-6
+    /// for 2, Cauchy RS otherwise).
     pub fn with_geometry(scheme: SchemeKind, k: usize, m: usize) -> ArrayConfig {
-        let base = match m {
-            1 => ArrayConfig::raid5(k),
-            2 => ArrayConfig::raid6(k),
-            _ => ArrayConfig::rs(k, m),
-        };
-        ArrayConfig { scheme, ..base }
+        ArrayConfig {
+            scheme,
+            code: CodeKind::default_for_parity(m),
+            m,
+            ..ArrayConfig::raid5(k)
+        }
     }
 }
 

@@ -62,8 +62,8 @@ struct CreateArgs {
     /// Parity chunks per stripe (= tolerated failures = log devices)
     #[arg(short, long)]
     m: usize,
-    /// Code: xor (m=1), raid6 (m=2), rs-cauchy, rs-vand (default: xor / raid6 / rs-cauchy by m); rdp is refused
-    /// (its parity is not byte-position-wise)
+    /// Code: xor (m=1), raid6 (m=2), rs-cauchy, rs-vand; rdp is refused (its parity is not
+    /// byte-position-wise) [default: by m: xor for 1, raid6 for 2, rs-cauchy for 3 or more]
     #[arg(long)]
     code: Option<String>,
     /// Chunk size
@@ -163,8 +163,10 @@ struct ScrubBenchArgs {
     /// Update scheme
     #[arg(long, default_value = "md")]
     scheme: String,
+    /// Data chunks per stripe
     #[arg(short, long, default_value_t = 6)]
     k: usize,
+    /// Parity chunks per stripe
     #[arg(short, long, default_value_t = 2)]
     m: usize,
     /// Chunk size
@@ -191,8 +193,10 @@ struct ServeArgs {
     /// Metadata volume spec of the array
     #[arg(long)]
     meta: String,
+    /// Override the main device specs recorded in the superblock (comma-separated, in order)
     #[arg(long, value_delimiter = ',')]
     main: Vec<String>,
+    /// Override the log device specs recorded in the superblock (comma-separated, in order)
     #[arg(long, value_delimiter = ',')]
     log: Vec<String>,
     /// Address to listen on

@@ -33,10 +33,10 @@ struct ClusterBench {
     #[arg(long, default_value_t = 8)]
     osds: usize,
     /// Data chunks per segment
-    #[arg(short = 'k', default_value_t = 6)]
+    #[arg(short = 'k', long = "k", default_value_t = 6)]
     k: u32,
     /// Parity chunks per segment (MinIO runs with EC:m)
-    #[arg(short = 'm', default_value_t = 2)]
+    #[arg(short = 'm', long = "m", default_value_t = 2)]
     m: u32,
     /// Segment size
     #[arg(long, default_value = "16M")]
@@ -99,7 +99,8 @@ struct EcBench {
     #[arg(long, default_value = "10,4,1M;6,2,64K;4,2,4K;12,4,256K")]
     rows: String,
     /// Code of the rows (rs-cauchy, rs-vand, xor, raid6, rdp; rdp rows need m = 2, have no ISA-L peer and
-    /// a chunk that is a multiple of p - 1)
+    /// a chunk that is a multiple of p - 1). The default is rs-cauchy for every m, not the by-m default
+    /// of new data (docs/cli.md): it is the code ISA-L computes byte for byte, the peer measured beside it
     #[arg(long, default_value = "rs-cauchy")]
     code: String,
     /// Kernel levels to measure, comma-separated (scalar, ssse3, avx2, avx512, avx2-gfni, avx512-gfni)

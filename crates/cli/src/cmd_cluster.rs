@@ -85,6 +85,7 @@ enum ClusterCmd {
     /// Overwrite a byte range inside an existing file (an FO update at each segment's primary OSD)
     Update {
         path: String,
+        /// First byte to overwrite
         #[arg(long, value_parser = parse_size_arg)]
         offset: u64,
         /// The new bytes, from a local file
@@ -167,8 +168,9 @@ struct UpArgs {
     #[arg(short = 'm', long = "m", default_value_t = 2)]
     m: u32,
     /// Code family (a new cluster only): rs-vand, rs-cauchy, xor (m = 1), raid6 (m = 2), rdp (m = 2)
-    #[arg(long = "code", alias = "family", default_value = "rs-vand")]
-    family: String,
+    /// [default: by m: xor for 1, raid6 for 2, rs-cauchy for 3 or more]
+    #[arg(long = "code", alias = "family")]
+    family: Option<String>,
     /// Segment size (a new cluster only), 1M-64M, a multiple of k
     #[arg(long, default_value = "12M", value_parser = parse_size_arg)]
     segment_size: u64,
@@ -197,9 +199,10 @@ struct InitArgs {
     /// Parity chunks per segment
     #[arg(short, long, default_value_t = 2)]
     m: u32,
-    /// Code family: rs-vand, rs-cauchy, xor (m = 1), raid6 (m = 2), rdp (m = 2, k ≤ p − 1; chunks a multiple of p − 1)
-    #[arg(long, default_value = "rs-vand")]
-    code: String,
+    /// Code family: rs-vand, rs-cauchy, xor (m = 1), raid6 (m = 2), rdp (m = 2, k ≤ p − 1; chunks a
+    /// multiple of p − 1) [default: by m: xor for 1, raid6 for 2, rs-cauchy for 3 or more]
+    #[arg(long)]
+    code: Option<String>,
     /// Segment size, 1M to 64M
     #[arg(long, default_value = "16M")]
     segment_size: String,
@@ -791,14 +794,14 @@ async fn up(a: UpArgs) -> Result<()> {
     let mut spec = LocalSpec::new(exe, dir, a.osds);
     spec.k = a.k;
     spec.m = a.m;
-    spec.family = a.family;
+    spec.family = code_name(a.family.as_deref(), a.m);
     spec.segment_bytes = a.segment_size;
     spec.insecure = a.insecure;
     spec.update_scheme = a.update_scheme.unwrap_or_default();
     let fresh = !spec.config_path().exists();
     if fresh {
         cluster_code(&spec.family, spec.k, spec.m)
-            .with_context(|| format!("--family {} -k {} -m {}", spec.family, spec.k, spec.m))?;
+            .with_context(|| format!("--code {} -k {} -m {}", spec.family, spec.k, spec.m))?;
     } else if let Some(wanted) = a.update_scheme {
         // An existing cluster keeps its config; say so rather than ignore the flag.
         let config = ClusterConfig::load(&spec.config_path())?;
@@ -900,9 +903,18 @@ fn cluster_code(name: &str, k: u32, m: u32) -> Result<CodeKind> {
     Ok(kind)
 }
 
+/// The code a new cluster gets: the one named, else the default for m parity chunks (docs/cli.md).
+fn code_name(given: Option<&str>, m: u32) -> String {
+    given.map_or_else(
+        || CodeKind::default_for_parity(m as usize).name().to_owned(),
+        str::to_owned,
+    )
+}
+
 fn init(a: InitArgs) -> Result<()> {
-    let kind = cluster_code(&a.code, a.k, a.m)
-        .with_context(|| format!("--code {} -k {} -m {}", a.code, a.k, a.m))?;
+    let code = code_name(a.code.as_deref(), a.m);
+    let kind = cluster_code(&code, a.k, a.m)
+        .with_context(|| format!("--code {code} -k {} -m {}", a.k, a.m))?;
     let segment_bytes = parse_size(&a.segment_size).context("--segment-size")?;
     let opts = InitOptions {
         osds: a.osds,

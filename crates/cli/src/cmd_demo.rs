@@ -16,10 +16,10 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 8)]
     osds: usize,
     /// Data chunks per segment
-    #[arg(short = 'k', default_value_t = 6)]
+    #[arg(short = 'k', long = "k", default_value_t = 6)]
     k: u32,
     /// Parity chunks per segment
-    #[arg(short = 'm', default_value_t = 2)]
+    #[arg(short = 'm', long = "m", default_value_t = 2)]
     m: u32,
     /// Segment size (1M-64M, a multiple of k; CodFS uses 16M, the demo less to finish quickly)
     #[arg(long, default_value = "3M")]

@@ -29,9 +29,10 @@ enum EcCmd {
 #[derive(Args, Clone)]
 struct CodeOpts {
     /// Code: rs-cauchy (ISA-L compatible), rs-vand (Vandermonde-derived), xor (RAID-5, m=1), raid6 (m=2),
-    /// rdp (m=2; the unit is a multiple of p - 1, p the smallest prime >= k + 1)
-    #[arg(long, default_value = "rs-cauchy")]
-    code: String,
+    /// rdp (m=2; the unit is a multiple of p - 1, p the smallest prime >= k + 1) [default: by m: xor
+    /// for 1, raid6 for 2, rs-cauchy for 3 or more]
+    #[arg(long)]
+    code: Option<String>,
     /// Data shards
     #[arg(short, long, default_value_t = 10)]
     k: usize,
@@ -46,7 +47,10 @@ struct CodeOpts {
 impl CodeOpts {
     fn to_options(&self) -> Result<EncodeOptions> {
         Ok(EncodeOptions {
-            code: CodeKind::parse(&self.code)?,
+            code: match &self.code {
+                Some(c) => CodeKind::parse(c)?,
+                None => CodeKind::default_for_parity(self.m),
+            },
             k: self.k,
             m: self.m,
             unit: self

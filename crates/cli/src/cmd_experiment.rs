@@ -106,7 +106,7 @@ struct CodfsArgs {
     #[arg(long, value_name = "NAME", default_value = ecstack_lab::codfs_model::DEFAULT_TCP_CC)]
     tcp_cc: String,
     /// Output directory for the Markdown report, CSV and SVG
-    #[arg(long, default_value = "codfs-results")]
+    #[arg(short = 'o', long, default_value = "codfs-results")]
     out: PathBuf,
     /// Keep the clusters' files here (default: a scratch directory in $TMPDIR, removed at the end
     /// and on Ctrl-C / SIGTERM)
@@ -130,7 +130,7 @@ struct EplogArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5")]
     exp: Vec<u32>,
     /// Output directory for the Markdown report, CSV and SVG files
-    #[arg(long, default_value = "eplog-results")]
+    #[arg(short = 'o', long, default_value = "eplog-results")]
     out: PathBuf,
     /// Directory in which the device files of Exps 4-6 get a scratch directory of their own
     /// (default: $TMPDIR), removed at the end and on Ctrl-C / SIGTERM

@@ -43,10 +43,10 @@ struct YcsbArgs {
     #[arg(long, default_value = "eplog")]
     scheme: String,
     /// Data chunks per stripe
-    #[arg(short = 'k', default_value_t = 6)]
+    #[arg(short = 'k', long = "k", default_value_t = 6)]
     k: usize,
     /// Parity chunks per stripe
-    #[arg(short = 'm', default_value_t = 2)]
+    #[arg(short = 'm', long = "m", default_value_t = 2)]
     m: usize,
     /// Workloads to run, letters a-f separated by commas
     #[arg(long, default_value = "a,b,c,d,e,f")]
@@ -73,10 +73,10 @@ struct BenchArgs {
     #[arg(long, default_value = "eplog")]
     scheme: String,
     /// Data chunks per stripe
-    #[arg(short = 'k', default_value_t = 6)]
+    #[arg(short = 'k', long = "k", default_value_t = 6)]
     k: usize,
     /// Parity chunks per stripe
-    #[arg(short = 'm', default_value_t = 2)]
+    #[arg(short = 'm', long = "m", default_value_t = 2)]
     m: usize,
     /// Requests per test (redis-benchmark -n)
     #[arg(short = 'n', long, default_value_t = 100_000)]

@@ -134,7 +134,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         description: Some(format!("ecstack export of {}", dev.name())),
         ..ServeConfig::default()
     };
-    eprintln!(
+    let announce = format!(
         "ecstack nbd: exporting {} ({}) at nbd://{}/{}; Ctrl-C stops",
         dev.name(),
         fmt_size(dev.capacity()),
@@ -142,7 +142,11 @@ fn serve(a: ServeArgs) -> Result<()> {
         cfg.export_name
     );
     let dev2 = Arc::clone(&dev);
-    ecstack_nbd::serve(dev, None, cfg, crate::nbd_export::stop_on_signals)?;
+    // Announced once it listens (a port in use is then the only line).
+    ecstack_nbd::serve(dev, None, cfg, |h| {
+        eprintln!("{announce}");
+        crate::nbd_export::stop_on_signals(h)
+    })?;
     if a.json {
         print_json(&json!({ "device": dev2.name(), "device_stats": dev2.stats() }))?;
     }

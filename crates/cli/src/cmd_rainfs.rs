@@ -106,7 +106,7 @@ pub struct ExpRainfsArgs {
     #[arg(long)]
     misplaced: Option<f64>,
     /// Output directory for report.md, rainfs.csv and the SVG plots
-    #[arg(long, default_value = "rainfs-results")]
+    #[arg(short = 'o', long, default_value = "rainfs-results")]
     out: PathBuf,
     /// Print the runs as JSON
     #[arg(long)]

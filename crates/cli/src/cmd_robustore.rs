@@ -216,7 +216,7 @@ pub struct RobustoreExpArgs {
     #[arg(long, value_delimiter = ',', default_value = "all")]
     fig: Vec<String>,
     /// Output directory (CSV, SVG, report.md)
-    #[arg(long, default_value = "robustore-results")]
+    #[arg(short = 'o', long, default_value = "robustore-results")]
     out: std::path::PathBuf,
     #[arg(long, default_value_t = 1)]
     seed: u64,

@@ -213,7 +213,7 @@ pub struct ExpZombieArgs {
     scale: Option<f64>,
     /// Output directory (report.json, grid.md, grid.csv, heat maps). A killed run continues from
     /// the journal (and, for --trace-driven, the lifetime checkpoints) it left here
-    #[arg(long, default_value = "zombienand-out")]
+    #[arg(short = 'o', long, default_value = "zombienand-out")]
     out: PathBuf,
     /// --trace-driven: wall seconds between checkpoints of a lifetime under way
     #[arg(long, default_value_t = 60.0)]

@@ -137,8 +137,29 @@ fn deprecation_notes(args: &[String]) -> Vec<String> {
     notes
 }
 
+/// `ecstack … | head`: once the reader is gone, `println!` panics ("failed printing to stdout:
+/// Broken pipe"); end quietly instead, with the status a shell shows for SIGPIPE (128 + 13), as
+/// `cat` and `ls` do. SIGPIPE itself stays ignored (Rust's default), so a server whose client goes
+/// away gets EPIPE on that socket and keeps serving the others.
+fn quiet_on_closed_stdout() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        previous(info)
+    }));
+}
+
 fn main() {
     memory::keep_freed_memory();
+    quiet_on_closed_stdout();
     let args: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();

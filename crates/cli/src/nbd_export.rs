@@ -22,8 +22,8 @@ pub struct Export {
     pub json: bool,
 }
 
-/// Serves `dev` over NBD as `what` (announced on stderr, with its size and address) until Ctrl-C /
-/// SIGTERM.
+/// Serves `dev` over NBD as `what` (announced on stderr, with its size and address, once it
+/// listens) until Ctrl-C / SIGTERM.
 pub fn export(
     what: &str,
     size: u64,
@@ -39,7 +39,7 @@ pub fn export(
         description: Some(format!("ecstack {what}")),
         ..ServeConfig::default()
     };
-    eprintln!(
+    let announce = format!(
         "ecstack array: exporting {what} ({}) at nbd://{}/{}{}; Ctrl-C stops",
         fmt_size(size),
         at.addr,
@@ -49,7 +49,12 @@ pub fn export(
             .map(|p| format!(", admin socket {}", p.display()))
             .unwrap_or_default()
     );
-    ecstack_nbd::serve(dev, Some(admin), cfg, stop_on_signals)?;
+    // Announced once the server listens: a port in use is the one line of the error, not a
+    // "exporting" line followed by it (a script waiting for the line knows the server is up).
+    ecstack_nbd::serve(dev, Some(admin), cfg, |h| {
+        eprintln!("{announce}");
+        stop_on_signals(h)
+    })?;
     Ok(())
 }
 

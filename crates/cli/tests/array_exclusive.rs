@@ -134,3 +134,100 @@ fn a_served_array_refuses_other_openers_until_the_server_stops() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A loop device, detached when dropped.
+struct Loop(String);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.0])
+            .status();
+    }
+}
+
+/// A block device member is claimed with `O_EXCL` while the array is open (the kernel's exclusive
+/// claim, as for a mounted device), not only `flock`ed: a second ecstack opener is refused with one
+/// line naming the server, and so is any other program's `O_EXCL` open (mkfs, mount, mdadm) with
+/// EBUSY. Needs root and losetup: under CI their absence fails the test.
+#[test]
+fn a_block_device_member_is_held_with_o_excl() {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    if !ecstack_testkit::require("root (to attach a loop device)", root, "sudo")
+        || !ecstack_testkit::require_tool("losetup", "mount")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let backing = dir.path().join("loop.img");
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let o = std::process::Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&backing)
+        .output()
+        .unwrap();
+    let attached = o.status.success();
+    let why = String::from_utf8_lossy(&o.stderr).trim().to_owned();
+    if !ecstack_testkit::require(
+        &format!("a free loop device (losetup --find: {why})"),
+        attached,
+        "a kernel with loop devices (modprobe loop)",
+    ) {
+        return;
+    }
+    let dev = Loop(String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    // `other`: the loop device with files and a metadata volume of another array.
+    let create = |other: &str| {
+        let main_arg = format!(
+            "file:{},file:{d}/{other}m1?size=16M,file:{d}/{other}m2?size=16M",
+            dev.0
+        );
+        let meta = format!("file:{d}/{other}meta?size=8M");
+        ecstack(&[
+            "array", "create", "--scheme", "md", "-k", "2", "-m", "1", "--main", &main_arg,
+            "--meta", &meta, "--force",
+        ])
+    };
+    let meta = format!("file:{d}/meta?size=8M");
+    let o = create("");
+    assert!(
+        o.status.success(),
+        "create over {}: {}",
+        dev.0,
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let sock = dir.path().join("admin.sock");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let served = Served::start(&["--meta", &meta, "--addr", &addr], &sock);
+    let pid = served.0.id();
+
+    // Another ecstack, for another array over the same block device: one line, naming the device
+    // and the server.
+    let o = create("other-");
+    refused(&o, pid, &sock.display().to_string(), "array create --force");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&dev.0), "the device is not named: {err}");
+
+    // Any other program asking for the kernel's exclusive claim: EBUSY.
+    let excl = |path: &str| {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(path)
+    };
+    let e = excl(&dev.0).expect_err("O_EXCL open of a member the array holds");
+    assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+
+    // Once the server stops, the claim is gone.
+    served.stop(&sock);
+    drop(excl(&dev.0).expect("O_EXCL open once the array is closed"));
+}

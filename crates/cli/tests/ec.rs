@@ -215,3 +215,54 @@ fn help_lists_only_working_subcommands() {
     assert!(h.contains("ec") && h.contains("bench"));
     assert!(!h.to_lowercase().contains("not implemented"));
 }
+
+/// The default code is by m (docs/cli.md): xor for 1, raid6 for 2, rs-cauchy for 3 or more; a
+/// named code wins.
+#[test]
+fn the_default_code_is_by_m() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("f.bin");
+    std::fs::write(&input, vec![7u8; 100_000]).unwrap();
+    let input = input.to_str().unwrap();
+    for (m, code, given) in [
+        ("1", "xor", None),
+        ("2", "raid6", None),
+        ("3", "rs-cauchy", None),
+        ("2", "rs-vand", Some("rs-vand")),
+    ] {
+        let out = dir.path().join(format!("s{m}{code}"));
+        let mut args = vec!["ec", "encode", input, "-o", out.to_str().unwrap()];
+        args.extend(["-k", "4", "-m", m]);
+        if let Some(c) = given {
+            args.extend(["--code", c]);
+        }
+        let o = ecstack(&args);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            text.contains(&format!("4+{m} {code} shards")),
+            "m = {m}: {text}"
+        );
+    }
+}
+
+/// `ecstack … | head`: a reader that stops early ends ecstack quietly (the SIGPIPE status), never
+/// with a panic.
+#[test]
+fn a_closed_stdout_is_no_panic() {
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{} sim ssd --workload uniform --seed 1 --json | head -c 1 >/dev/null; echo \"${{PIPESTATUS[0]}}\"",
+            env!("CARGO_BIN_EXE_ecstack")
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    let status = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        ["0", "141"].contains(&status.trim()),
+        "status {status}: {err}"
+    );
+}

@@ -59,6 +59,18 @@ impl CodeKind {
         }
     }
 
+    /// The code a new array, cluster or shard set gets when none is named (docs/cli.md): by the
+    /// parity count, as mdadm and ZFS choose — XOR (RAID-5) for m = 1, P+Q (RAID-6) for m = 2,
+    /// Cauchy Reed-Solomon (ISA-L's, byte for byte) for m ≥ 3. Existing arrays, clusters and shards
+    /// keep the code they name.
+    pub fn default_for_parity(m: usize) -> CodeKind {
+        match m {
+            1 => CodeKind::Xor,
+            2 => CodeKind::Raid6,
+            _ => CodeKind::RsCauchy,
+        }
+    }
+
     /// Stable on-disk identifier.
     pub fn id(self) -> u8 {
         match self {

@@ -29,57 +29,7 @@
 
 use serde::Serialize;
 
-/// The default u_0 (see the module doc).
-pub const U0: f64 = 1.0;
-
-/// Algorithm 1's parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct ReservePolicy {
-    /// The smoothing factor α (§5.3.2: 0.3).
-    pub alpha: f64,
-    /// Every reserve starts at this size (bytes, a multiple of `chunk_bytes`).
-    pub initial_bytes: u64,
-    /// The shrink granularity (the seed: the chunk size).
-    pub chunk_bytes: u64,
-    /// u_0, the utility a new reserve starts with.
-    pub u0: f64,
-}
-
-impl ReservePolicy {
-    /// One line naming what is wrong, if anything.
-    pub fn validate(&self) -> Result<(), String> {
-        if !(0.0..=1.0).contains(&self.alpha) {
-            return Err(format!("alpha {} is not in [0, 1]", self.alpha));
-        }
-        if !(0.0..=1.0).contains(&self.u0) {
-            return Err(format!("u0 {} is not in [0, 1]", self.u0));
-        }
-        if self.chunk_bytes == 0 {
-            return Err("the chunk size is 0".into());
-        }
-        if self.initial_bytes % self.chunk_bytes != 0 {
-            return Err(format!(
-                "the initial reserve ({} bytes) is not a multiple of the chunk size ({} bytes)",
-                self.initial_bytes, self.chunk_bytes
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// u_t(p) = α·use(p)/r_t(p) + (1 − α)·u_{t−1}(p) for a reserve of `size` > 0 bytes that held at
-/// most `used` bytes during the interval.
-pub fn utility(alpha: f64, used: u64, size: u64, previous: f64) -> f64 {
-    debug_assert!(size > 0, "no utility of an empty reserve");
-    let share = (used as f64 / size as f64).min(1.0);
-    alpha * share + (1.0 - alpha) * previous
-}
-
-/// c(p) = ⌊(1 − u)·r / ChunkSize⌋·ChunkSize.
-pub fn shrink_size(utility: f64, size: u64, chunk_bytes: u64) -> u64 {
-    let unused = ((1.0 - utility).clamp(0.0, 1.0) * size as f64).floor() as u64;
-    (unused / chunk_bytes * chunk_bytes).min(size)
-}
+pub use ecstack_base::reserve::{next_size, shrink_size, utility, ReservePolicy, U0};
 
 /// What appending one delta did ([`Reserve::append`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,13 +102,17 @@ impl Reserve {
         if self.size == 0 {
             return 0;
         }
-        self.utility = utility(policy.alpha, self.peak, self.size, self.utility);
-        let mut c = shrink_size(self.utility, self.size, policy.chunk_bytes);
-        if keep_held {
-            let floor = self.held.div_ceil(policy.chunk_bytes) * policy.chunk_bytes;
-            c = c.min(self.size.saturating_sub(floor));
-        }
-        self.size -= c;
+        let (u, next) = next_size(
+            policy,
+            self.size,
+            self.peak,
+            self.held,
+            self.utility,
+            !keep_held,
+        );
+        self.utility = u;
+        let c = self.size - next;
+        self.size = next;
         self.peak = self.held;
         debug_assert!(
             !keep_held || self.held <= self.size,

@@ -745,6 +745,7 @@ impl OsdClient {
         version: u64,
         expected_version: u64,
         parity: &[Holder],
+        scheme: UpdateScheme,
     ) -> Result<Vec<u32>, OsdCallError> {
         let req = proto::UpdateChunkRequest {
             segment_id,
@@ -754,6 +755,7 @@ impl OsdClient {
             version,
             parity: parity.iter().map(holder_to_proto).collect(),
             expected_version,
+            update_scheme: scheme.code(),
             target_osd: self.target,
         };
         let reply = self
@@ -778,6 +780,7 @@ impl OsdClient {
         extents: &[Range<u64>],
         delta: &[u8],
         stamp: DeltaStamp,
+        scheme: UpdateScheme,
     ) -> Result<(), OsdCallError> {
         let (offset, extents) = extents_to_proto(extents);
         let req = proto::ApplyDeltaRequest {
@@ -788,6 +791,7 @@ impl OsdClient {
             version: stamp.version,
             from_index: stamp.from,
             prior_version: stamp.prior,
+            update_scheme: scheme.code(),
             target_osd: self.target,
             extents,
         };

@@ -24,6 +24,7 @@
 //! through a [`StoreDir`] (a real directory of `FileDevice`s, or a simulated one with power cuts).
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -34,67 +35,159 @@ use bytes::Bytes;
 
 use ecstack_device::{AlignedBuf, BlockDevice, DeviceError, DIRECT_ALIGN};
 
+use ecstack_rpc::UpdateScheme;
+
 use crate::api::{ChunkMeta, DeltaStamp};
 use crate::store_dir::{device_io, DirFile, OsDir, StoreDir};
 
 pub const MAGIC: [u8; 8] = *b"ECSOSDCK";
-/// Format 2 added the applied versions and the dirty flag; format 1 files are refused.
-pub const FORMAT_VERSION: u32 = 2;
-/// The fixed part of the header; the applied versions follow it.
-pub const HEADER_BYTES: usize = 64;
+/// The format this build writes. Format 3 added the update scheme (header flags), the PLR reserve
+/// and the log generation; format 2 (applied versions and the dirty flag) is still read, as FO, and
+/// changed in place in its own layout; format 1 files are refused.
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format this build reads.
+pub const FORMAT_OLDEST: u32 = 2;
+/// The fixed part of a format-3 header; the applied versions follow it.
+pub const HEADER_BYTES: usize = 80;
+/// The fixed part of a format-2 header.
+pub const HEADER_BYTES_V2: usize = 64;
 /// Header flag: an in-place change was under way (the chunk cannot be trusted).
 pub const FLAG_DIRTY: u16 = 1;
+/// Header flags bits 1–2 (format 3): the update scheme's number.
+const SCHEME_SHIFT: u16 = 1;
+const SCHEME_MASK: u16 = 0b110;
 pub const BLOCK_BYTES: usize = 4096;
 /// A chunk is at most a whole segment (k = 1).
 pub const MAX_CHUNK_BYTES: u64 = ecstack_rpc::config::MAX_SEGMENT_BYTES;
+/// A PLR reserve is at most this large (four times the largest chunk).
+pub const MAX_RESERVE_BYTES: u64 = 4 * MAX_CHUNK_BYTES;
 /// Chunk indexes are below 256 (n = k + m ≤ 255).
 pub const MAX_CHUNKS: u32 = 256;
 
 /// Why a chunk header was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderError {
-    #[error("header is {got} bytes, need {HEADER_BYTES}")]
-    TooShort { got: usize },
+    #[error("header is {got} bytes, need {need}")]
+    TooShort { got: usize, need: usize },
     #[error("bad magic (not an ecstack chunk file)")]
     BadMagic,
     #[error("header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
     Checksum { stored: u32, computed: u32 },
-    #[error("unknown chunk format version {got} (this build reads {FORMAT_VERSION})")]
+    #[error(
+        "unknown chunk format version {got} (this build reads {FORMAT_OLDEST} to {FORMAT_VERSION})"
+    )]
     UnknownVersion { got: u32 },
     #[error("{0}")]
     Field(String),
 }
 
-/// Bytes of the header with `applied` versions: the fixed 64 bytes and 8 per version.
+/// A chunk's header as stored: its fields, the dirty flag, the format it is stored in, and the
+/// generation of its log (format 3: records of another generation are not of this chunk's log; a
+/// merge starts the next one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub meta: ChunkMeta,
+    pub dirty: bool,
+    pub format: u32,
+    pub log_gen: u64,
+}
+
+impl Header {
+    /// A new chunk's header: format 3, log generation 1.
+    pub fn new(meta: ChunkMeta) -> Header {
+        Header {
+            meta,
+            dirty: false,
+            format: FORMAT_VERSION,
+            log_gen: 1,
+        }
+    }
+
+    /// Bytes of the header: the fixed part and 8 per applied version.
+    pub fn len(&self) -> usize {
+        fixed_bytes(self.format) + 8 * self.meta.applied.len()
+    }
+
+    /// File offset of the block checksum table.
+    pub fn table_offset(&self) -> u64 {
+        self.len() as u64
+    }
+
+    /// File offset of the chunk bytes.
+    pub fn data_offset(&self) -> u64 {
+        (self.table_offset() + 4 * blocks(self.meta.chunk_bytes)).next_multiple_of(4096)
+    }
+
+    /// File offset of the PLR reserve (right after the chunk bytes, 4 KiB aligned).
+    pub fn reserve_offset(&self) -> u64 {
+        (self.data_offset() + self.meta.chunk_bytes).next_multiple_of(4096)
+    }
+
+    /// The chunk file's length: the data's end, or the reserve's.
+    pub fn file_len(&self) -> u64 {
+        match self.meta.reserve_bytes {
+            0 => self.data_offset() + self.meta.chunk_bytes,
+            r => self.reserve_offset() + r,
+        }
+    }
+
+    /// The header's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let meta = &self.meta;
+        let fixed = fixed_bytes(self.format);
+        let mut b = vec![0u8; self.len()];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&self.format.to_le_bytes());
+        b[12..16].copy_from_slice(&(BLOCK_BYTES as u32).to_le_bytes());
+        b[16..24].copy_from_slice(&meta.segment_id.to_le_bytes());
+        b[24..28].copy_from_slice(&meta.index.to_le_bytes());
+        let mut flags = if self.dirty { FLAG_DIRTY } else { 0 };
+        if self.format >= 3 {
+            flags |= (meta.scheme.code() as u16) << SCHEME_SHIFT;
+            b[64..72].copy_from_slice(&meta.reserve_bytes.to_le_bytes());
+            b[72..80].copy_from_slice(&self.log_gen.to_le_bytes());
+        }
+        b[28..30].copy_from_slice(&flags.to_le_bytes());
+        b[30..32].copy_from_slice(&(meta.applied.len() as u16).to_le_bytes());
+        b[32..40].copy_from_slice(&meta.version.to_le_bytes());
+        b[40..48].copy_from_slice(&meta.chunk_bytes.to_le_bytes());
+        b[48..56].copy_from_slice(&meta.segment_length.to_le_bytes());
+        for (i, a) in meta.applied.iter().enumerate() {
+            b[fixed + 8 * i..fixed + 8 * i + 8].copy_from_slice(&a.to_le_bytes());
+        }
+        let crc = header_crc(&b);
+        b[56..60].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+}
+
+/// The fixed part of a header of `format`.
+fn fixed_bytes(format: u32) -> usize {
+    if format >= 3 {
+        HEADER_BYTES
+    } else {
+        HEADER_BYTES_V2
+    }
+}
+
+/// Bytes of a format-3 header with `applied` versions: the fixed 80 bytes and 8 per version.
 pub fn header_bytes(applied: usize) -> usize {
     HEADER_BYTES + 8 * applied
 }
 
-/// Encode a chunk header (64 bytes and the applied versions), with the dirty flag if `dirty`.
+/// Encode a new (format-3, generation-1) chunk header, with the dirty flag if `dirty`.
 pub fn encode_header(meta: &ChunkMeta, dirty: bool) -> Vec<u8> {
-    let mut b = vec![0u8; header_bytes(meta.applied.len())];
-    b[0..8].copy_from_slice(&MAGIC);
-    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    b[12..16].copy_from_slice(&(BLOCK_BYTES as u32).to_le_bytes());
-    b[16..24].copy_from_slice(&meta.segment_id.to_le_bytes());
-    b[24..28].copy_from_slice(&meta.index.to_le_bytes());
-    let flags = if dirty { FLAG_DIRTY } else { 0 };
-    b[28..30].copy_from_slice(&flags.to_le_bytes());
-    b[30..32].copy_from_slice(&(meta.applied.len() as u16).to_le_bytes());
-    b[32..40].copy_from_slice(&meta.version.to_le_bytes());
-    b[40..48].copy_from_slice(&meta.chunk_bytes.to_le_bytes());
-    b[48..56].copy_from_slice(&meta.segment_length.to_le_bytes());
-    for (i, a) in meta.applied.iter().enumerate() {
-        b[HEADER_BYTES + 8 * i..HEADER_BYTES + 8 * i + 8].copy_from_slice(&a.to_le_bytes());
+    Header {
+        dirty,
+        ..Header::new(meta.clone())
     }
-    let crc = header_crc(&b);
-    b[56..60].copy_from_slice(&crc.to_le_bytes());
-    b
+    .encode()
 }
 
-/// The header checksum: bytes 0..56 and the applied versions.
+/// The header checksum: bytes 0..56 and everything from byte 64 (format 3's reserve and log
+/// generation, and the applied versions).
 fn header_crc(b: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&b[0..56]), &b[HEADER_BYTES..])
+    crc32c::crc32c_append(crc32c::crc32c(&b[0..56]), &b[HEADER_BYTES_V2..])
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -153,37 +246,56 @@ pub fn check_meta(meta: &ChunkMeta) -> Result<(), String> {
             meta.version
         ));
     }
+    if meta.reserve_bytes > 0
+        && (meta.scheme != UpdateScheme::Plr
+            || meta.applied.is_empty()
+            || !meta.reserve_bytes.is_multiple_of(BLOCK_BYTES as u64)
+            || meta.reserve_bytes > MAX_RESERVE_BYTES)
+    {
+        return Err(format!(
+            "a reserve of {} bytes: only a PLR parity chunk has one, a multiple of {BLOCK_BYTES} up to {MAX_RESERVE_BYTES}",
+            meta.reserve_bytes
+        ));
+    }
     Ok(())
 }
 
-/// The number of applied versions a header announces (0 if the fixed part is unreadable): how many
-/// bytes after the fixed 64 to read before [`decode_header`].
+/// The number of applied versions a header announces (0 if the fixed part is unreadable).
 pub fn applied_count(b: &[u8]) -> usize {
     b.get(30..32).map_or(0, |w| u16_at(w, 0) as usize)
 }
 
-/// Parse and validate a chunk header (the fixed 64 bytes and the applied versions): any byte
-/// string gives a header and its dirty flag, or an error, never a panic; an accepted header
-/// re-encodes to the same bytes.
-pub fn decode_header(b: &[u8]) -> Result<(ChunkMeta, bool), HeaderError> {
-    if b.len() < HEADER_BYTES {
-        return Err(HeaderError::TooShort { got: b.len() });
+/// Bytes of the header that starts `b` (its fixed part and applied versions), from its first 64
+/// bytes: how much to read before [`decode_header`]. At least 64.
+pub fn header_len_of(b: &[u8]) -> usize {
+    let format = b.get(8..12).map_or(FORMAT_VERSION, |w| u32_at(w, 0));
+    fixed_bytes(format) + 8 * applied_count(b)
+}
+
+/// Parse and validate a chunk header (format 2 or 3): any byte string gives a header or an error,
+/// never a panic; an accepted header re-encodes to the same bytes.
+pub fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
+    if b.len() < HEADER_BYTES_V2 {
+        return Err(HeaderError::TooShort {
+            got: b.len(),
+            need: HEADER_BYTES_V2,
+        });
     }
     if b[0..8] != MAGIC {
         return Err(HeaderError::BadMagic);
     }
-    let want = header_bytes(applied_count(b));
-    let Some(b) = b.get(..want) else {
-        return Err(HeaderError::TooShort { got: b.len() });
+    let format = u32_at(b, 8);
+    if !(FORMAT_OLDEST..=FORMAT_VERSION).contains(&format) {
+        return Err(HeaderError::UnknownVersion { got: format });
+    }
+    let need = header_len_of(b);
+    let Some(b) = b.get(..need) else {
+        return Err(HeaderError::TooShort { got: b.len(), need });
     };
     let stored = u32_at(b, 56);
     let computed = header_crc(b);
     if stored != computed {
         return Err(HeaderError::Checksum { stored, computed });
-    }
-    let format = u32_at(b, 8);
-    if format != FORMAT_VERSION {
-        return Err(HeaderError::UnknownVersion { got: format });
     }
     let block = u32_at(b, 12);
     if block as usize != BLOCK_BYTES {
@@ -192,25 +304,50 @@ pub fn decode_header(b: &[u8]) -> Result<(ChunkMeta, bool), HeaderError> {
         )));
     }
     let flags = u16_at(b, 28);
-    if flags & !FLAG_DIRTY != 0 || u32_at(b, 60) != 0 {
+    let known = if format >= 3 {
+        FLAG_DIRTY | SCHEME_MASK
+    } else {
+        FLAG_DIRTY
+    };
+    if flags & !known != 0 || u32_at(b, 60) != 0 {
         return Err(HeaderError::Field(
             "reserved header bytes are not zero".into(),
         ));
     }
+    let (scheme, reserve_bytes, log_gen) = if format >= 3 {
+        let scheme = UpdateScheme::from_code(u32::from((flags & SCHEME_MASK) >> SCHEME_SHIFT))
+            .map_err(HeaderError::Field)?;
+        let gen = u64_at(b, 72);
+        if gen == 0 {
+            return Err(HeaderError::Field("log generation 0".into()));
+        }
+        (scheme, u64_at(b, 64), gen)
+    } else {
+        (UpdateScheme::Fo, 0, 1)
+    };
+    let fixed = fixed_bytes(format);
     let meta = ChunkMeta {
-        reserve_bytes: 0,
-        scheme: Default::default(),
         segment_id: u64_at(b, 16),
         index: u32_at(b, 24),
         version: u64_at(b, 32),
         chunk_bytes: u64_at(b, 40),
         segment_length: u64_at(b, 48),
         applied: (0..applied_count(b))
-            .map(|i| u64_at(b, HEADER_BYTES + 8 * i))
+            .map(|i| u64_at(b, fixed + 8 * i))
             .collect(),
+        scheme,
+        reserve_bytes,
     };
     check_meta(&meta).map_err(HeaderError::Field)?;
-    Ok((meta, flags & FLAG_DIRTY != 0))
+    if format < 3 && log_gen != 1 {
+        return Err(HeaderError::Field("format 2 has no log".into()));
+    }
+    Ok(Header {
+        meta,
+        dirty: flags & FLAG_DIRTY != 0,
+        format,
+        log_gen,
+    })
 }
 
 /// Data blocks of a chunk.
@@ -218,36 +355,36 @@ pub fn blocks(chunk_bytes: u64) -> u64 {
     chunk_bytes.div_ceil(BLOCK_BYTES as u64)
 }
 
-/// File offset of the block checksum table.
+/// File offset of the block checksum table of a new (format-3) chunk.
 pub fn table_offset(meta: &ChunkMeta) -> u64 {
     header_bytes(meta.applied.len()) as u64
 }
 
-/// File offset of the chunk bytes.
+/// File offset of the chunk bytes of a new (format-3) chunk.
 pub fn data_offset(meta: &ChunkMeta) -> u64 {
-    (table_offset(meta) + 4 * blocks(meta.chunk_bytes)).next_multiple_of(4096)
+    Header::new(meta.clone()).data_offset()
 }
 
 /// The chunk file's bytes before its data: header, checksum table (one crc32c per block of
 /// `data`) and the zero padding up to [`data_offset`].
 pub fn encode_prefix(meta: &ChunkMeta, data: &[u8]) -> Vec<u8> {
     let mut b = vec![0u8; data_offset(meta) as usize];
-    write_prefix(meta, &mut b, data);
+    write_prefix(&Header::new(meta.clone()), &mut b, data);
     b
 }
 
-/// Writes the header and the checksum table of `data` into `head` (at least [`data_offset`] bytes,
-/// zero after the table).
-fn write_prefix(meta: &ChunkMeta, head: &mut [u8], data: &[u8]) {
-    let t = table_offset(meta) as usize;
-    head[..t].copy_from_slice(&encode_header(meta, false));
+/// Writes the header and the checksum table of `data` into `head` (at least the data offset's
+/// bytes, zero after the table).
+fn write_prefix(h: &Header, head: &mut [u8], data: &[u8]) {
+    let t = h.table_offset() as usize;
+    head[..t].copy_from_slice(&h.encode());
     for (i, block) in data.chunks(BLOCK_BYTES).enumerate() {
         let at = t + 4 * i;
         head[at..at + 4].copy_from_slice(&crc32c::crc32c(block).to_le_bytes());
     }
 }
 
-/// The whole chunk file image (header, checksum table, data).
+/// The whole chunk file image (header, checksum table, data) of a new chunk, without its reserve.
 pub fn encode_chunk(meta: &ChunkMeta, data: &[u8]) -> Vec<u8> {
     let mut b = encode_prefix(meta, data);
     b.extend_from_slice(data);
@@ -259,7 +396,7 @@ pub fn encode_chunk(meta: &ChunkMeta, data: &[u8]) -> Vec<u8> {
 /// data arrives: the holder of a forwarded chunk copies each frame once, straight into the bytes it
 /// writes ([`ChunkStore::put_image`]).
 pub struct ChunkImage {
-    meta: ChunkMeta,
+    header: Header,
     buf: AlignedBuf,
     /// [`data_offset`] of `meta`.
     data_at: usize,
@@ -271,10 +408,11 @@ impl ChunkImage {
     /// An empty image for `meta` (checked).
     pub fn new(meta: &ChunkMeta) -> std::result::Result<ChunkImage, String> {
         check_meta(meta)?;
-        let data_at = data_offset(meta) as usize;
+        let header = Header::new(meta.clone());
+        let data_at = header.data_offset() as usize;
         let len = (data_at + meta.chunk_bytes as usize).next_multiple_of(DIRECT_ALIGN);
         Ok(ChunkImage {
-            meta: meta.clone(),
+            header,
             buf: AlignedBuf::new(len),
             data_at,
             filled: 0,
@@ -282,16 +420,16 @@ impl ChunkImage {
     }
 
     pub fn meta(&self) -> &ChunkMeta {
-        &self.meta
+        &self.header.meta
     }
 
     /// Appends the chunk's next bytes; more than `chunk_bytes` in all is refused.
     pub fn push(&mut self, bytes: &[u8]) -> std::result::Result<(), String> {
-        let cb = self.meta.chunk_bytes as usize;
+        let cb = self.header.meta.chunk_bytes as usize;
         if bytes.len() > cb - self.filled {
             return Err(format!(
                 "segment {:#x} chunk {}: more than its {cb} bytes sent",
-                self.meta.segment_id, self.meta.index
+                self.header.meta.segment_id, self.header.meta.index
             ));
         }
         let at = self.data_at + self.filled;
@@ -313,9 +451,12 @@ impl ChunkImage {
     /// The file's bytes (header and checksums written now), padded to [`DIRECT_ALIGN`], and the
     /// file's length. Only a complete image is sealed.
     fn seal(&mut self) -> (&[u8], usize) {
-        debug_assert_eq!(self.filled as u64, self.meta.chunk_bytes, "sealed complete");
+        debug_assert_eq!(
+            self.filled as u64, self.header.meta.chunk_bytes,
+            "sealed complete"
+        );
         let (head, data) = self.buf.as_mut_slice().split_at_mut(self.data_at);
-        write_prefix(&self.meta, head, &data[..self.filled]);
+        write_prefix(&self.header, head, &data[..self.filled]);
         (self.buf.as_slice(), self.data_at + self.filled)
     }
 }
@@ -385,6 +526,20 @@ pub enum ChunkStoreError {
         index: u32,
         message: String,
     },
+    #[error("segment {segment:#x} chunk {index}: the reserve has {free} bytes free, the change needs {need}")]
+    ReserveFull {
+        segment: u64,
+        index: u32,
+        need: u64,
+        free: u64,
+    },
+    #[error("segment {segment:#x} chunk {index}: corrupt log ({at}): {message}")]
+    CorruptLog {
+        segment: u64,
+        index: u32,
+        at: String,
+        message: String,
+    },
     #[error("segment {segment:#x} chunk {index}: {message}")]
     Invalid {
         segment: u64,
@@ -403,6 +558,7 @@ impl ChunkStoreError {
                 | ChunkStoreError::Truncated { .. }
                 | ChunkStoreError::Checksum { .. }
                 | ChunkStoreError::Dirty { .. }
+                | ChunkStoreError::CorruptLog { .. }
         )
     }
 }
@@ -416,6 +572,11 @@ pub enum Change {
     /// `from`; a no-op (the delta is not applied again) if it already includes `version`.
     Parity(DeltaStamp),
 }
+
+mod log;
+
+use log::Record;
+pub use log::{RecordKind, RECORD_ALIGN};
 
 pub type Result<T, E = ChunkStoreError> = std::result::Result<T, E>;
 
@@ -467,8 +628,8 @@ pub type ModifyExtents<'a> = &'a mut dyn FnMut(usize, &mut [u8]) -> std::result:
 ///   ([`ChunkStoreError::Locked`]).
 ///
 /// ```
-/// use ecstack_osd::chunk_store::{Change, ChunkStore, FileStore};
-/// use ecstack_osd::ChunkMeta;
+/// use ecstack_osd::chunk_store::{Change, ChunkStore, FileStore, LogPlace};
+/// use ecstack_osd::{ChunkMeta, UpdateScheme};
 ///
 /// let dir = std::env::temp_dir().join(format!("ecstack-doc-{}", std::process::id()));
 /// let store = FileStore::open(&dir).unwrap();
@@ -479,11 +640,18 @@ pub type ModifyExtents<'a> = &'a mut dyn FnMut(usize, &mut [u8]) -> std::result:
 ///     chunk_bytes: 5,
 ///     segment_length: 20,
 ///     applied: Vec::new(),
+///     scheme: UpdateScheme::Fl,
+///     reserve_bytes: 0,
 /// };
 /// store.put(&meta, b"hello").unwrap();
 /// let change = Change::Data { expected: 1, version: 2 };
 /// store.modify(7, 0, 0, 1, change, &mut |b| { b[0] = b'j'; Ok(()) }).unwrap();
 /// assert_eq!(&store.read(7, 0, 0, 5).unwrap().1[..], b"jello");
+/// // Under FL a change is logged beside the chunk; reads merge it.
+/// let change = Change::Data { expected: 2, version: 3 };
+/// store.append(7, 0, LogPlace::Log, &[4..5], b"y", change).unwrap();
+/// assert_eq!(&store.read(7, 0, 0, 5).unwrap().1[..], b"jelly");
+/// assert_eq!(store.merge(7, 0).unwrap(), 1);
 /// assert_eq!(store.list().unwrap(), vec![(7, 0)]);
 /// # drop(store);
 /// # std::fs::remove_dir_all(&dir).unwrap();
@@ -533,6 +701,55 @@ pub trait ChunkStore: Send + Sync {
     /// Every stored chunk, as (segment, index), sorted.
     fn list(&self) -> Result<Vec<(u64, u32)>>;
     fn usage(&self) -> StoreUsage;
+    /// Appends a change to the chunk's log instead of changing it in place (FL, CodFS PL, PLR:
+    /// the scheme's rules in `crate::update` choose `place`): `payload` is the bytes of `extents`
+    /// (sorted, disjoint, inside the chunk) concatenated — a data chunk's new bytes
+    /// ([`Change::Data`]: they replace the chunk's over the extents) or a parity delta
+    /// ([`Change::Parity`]: XORed in). Checked against the chunk's merged versions as
+    /// [`ChunkStore::modify_extents`] checks them (a parity delta already included is a no-op);
+    /// durable on return (one fdatasync). Returns the merged header as it was before. A reserve
+    /// without room for the record is [`ChunkStoreError::ReserveFull`], and nothing changes.
+    fn append(
+        &self,
+        segment: u64,
+        index: u32,
+        place: LogPlace,
+        extents: &[Range<u64>],
+        payload: &[u8],
+        change: Change,
+    ) -> Result<ChunkMeta>;
+    /// Merges the chunk's logged changes into its bytes in place (the dirty-flag cycle of
+    /// [`ChunkStore::modify_extents`]) and empties its log; the number of changes merged.
+    fn merge(&self, segment: u64, index: u32) -> Result<u64>;
+    /// What the chunk's log holds, `None` if the chunk is absent.
+    fn log_state(&self, segment: u64, index: u32) -> Result<Option<LogState>>;
+    /// Sets the PLR reserve after a parity chunk to `bytes` (a multiple of [`BLOCK_BYTES`]); a
+    /// shrink below the changes the reserve holds merges them first; the space cut off is given
+    /// back to the file system. Starts a new measuring interval ([`LogState::peak_bytes`]).
+    fn set_reserve(&self, segment: u64, index: u32, bytes: u64) -> Result<()>;
+}
+
+/// Where [`ChunkStore::append`] puts a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogPlace {
+    /// The chunk's log, apart from the chunk (FL, CodFS PL): a log file beside the chunk file.
+    Log,
+    /// The space reserved right after the chunk in its own file (PLR).
+    Reserve,
+}
+
+/// A chunk's logged changes ([`ChunkStore::log_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogState {
+    /// Changes logged and not merged.
+    pub records: u64,
+    /// Bytes they take in their log (padding included).
+    pub bytes: u64,
+    /// The PLR reserve's size (0: none).
+    pub reserve_bytes: u64,
+    /// The most bytes the log held at once since the last merge or reserve change (Algorithm 1's
+    /// use(p)).
+    pub peak_bytes: u64,
 }
 
 const LOCK_STRIPES: usize = 64;
@@ -553,16 +770,36 @@ impl Default for FileStoreOptions {
 }
 
 /// [`ChunkStore`] over a directory ([`StoreDir`]): `<root>/LOCK` (held with `flock` while the
-/// store is open) and `<root>/chunks/<segment id, 16 hex digits>.<index, 3 digits>.chunk`.
+/// store is open), `<root>/chunks/<segment id, 16 hex digits>.<index, 3 digits>.chunk`, and beside
+/// a chunk under FL or CodFS PL its log, `….log` ([`ChunkStore::append`] with [`LogPlace::Log`]).
 pub struct FileStore {
     dir: Arc<dyn StoreDir>,
     root: PathBuf,
     stripes: Vec<Mutex<()>>,
     chunks: AtomicU64,
     bytes: AtomicU64,
+    /// Bytes of PLR reserves, of logged changes not merged (log files and reserves), and merges.
+    reserved: AtomicU64,
+    logged: AtomicU64,
+    merges: AtomicU64,
     options: FileStoreOptions,
     /// Buffers [`ChunkStore::read`] reads into, reused.
     buffers: Arc<ReadBuffers>,
+    /// The log index of every chunk touched since the store opened that has one (replayed on
+    /// first touch; kept up to date under the chunk's stripe lock).
+    logs: Mutex<HashMap<(u64, u32), LogIndex>>,
+}
+
+/// A chunk's logged changes, replayed: the records that change it (in order; repeated ones
+/// dropped), where the next record goes, and the chunk's header with every record applied.
+#[derive(Debug, Clone)]
+struct LogIndex {
+    records: Vec<Record>,
+    /// Bytes of the log region in use (the next record's offset).
+    end: u64,
+    /// The most bytes in use at once since the last merge or reserve change.
+    peak: u64,
+    merged: ChunkMeta,
 }
 
 /// Buffers that chunk reads go into, taken back when the bytes handed out (and every slice of
@@ -644,6 +881,11 @@ pub fn chunk_name(segment: u64, index: u32) -> String {
     format!("{segment:016x}.{index:03}.chunk")
 }
 
+/// The file name of a chunk's log (FL, CodFS PL).
+pub fn log_name(segment: u64, index: u32) -> String {
+    format!("{segment:016x}.{index:03}.log")
+}
+
 fn parse_name(name: &str) -> Option<(u64, u32)> {
     let stem = name.strip_suffix(".chunk")?;
     let (seg, idx) = stem.split_once('.')?;
@@ -665,6 +907,8 @@ pub enum Part {
     Block(u64),
     /// The header rewritten with the dirty flag, as an in-place change cut short leaves it.
     Dirty,
+    /// Byte `b` of the PLR reserve (where logged changes are).
+    Reserve(u64),
 }
 
 impl FileStore {
@@ -679,7 +923,8 @@ impl FileStore {
     }
 
     /// A store over any [`StoreDir`] (tests put one with power cuts under it): drops the leftovers
-    /// of puts cut short and counts what the directory holds.
+    /// of puts cut short and counts what the directory holds (reading each chunk's header for its
+    /// reserve).
     pub fn on_dir(dir: Arc<dyn StoreDir>, options: FileStoreOptions) -> Result<FileStore> {
         let root = dir.root();
         let store = FileStore {
@@ -688,8 +933,12 @@ impl FileStore {
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             chunks: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            reserved: AtomicU64::new(0),
+            logged: AtomicU64::new(0),
+            merges: AtomicU64::new(0),
             buffers: Arc::default(),
             options,
+            logs: Mutex::default(),
         };
         let at = store.root.display().to_string();
         // Leftovers of a put interrupted by a crash, and the usage counters.
@@ -699,9 +948,22 @@ impl FileStore {
                     .dir
                     .remove(&name)
                     .map_err(io(&store.at(&name), "remove temporary file"))?;
-            } else if parse_name(&name).is_some() {
+            } else if let Some((segment, index)) = parse_name(&name) {
                 store.chunks.fetch_add(1, Ordering::Relaxed);
                 store.bytes.fetch_add(len, Ordering::Relaxed);
+                // A corrupt chunk counts no reserve; reads name its corruption.
+                match store.open_chunk(segment, index, false) {
+                    Ok(Some((_, _, h))) => {
+                        store
+                            .reserved
+                            .fetch_add(h.meta.reserve_bytes, Ordering::Relaxed);
+                    }
+                    Ok(None) => {}
+                    Err(e) if e.is_corruption() => {}
+                    Err(e) => return Err(e),
+                }
+            } else if name.ends_with(".log") {
+                store.logged.fetch_add(len, Ordering::Relaxed);
             }
         }
         Ok(store)
@@ -720,6 +982,11 @@ impl FileStore {
         self.dir.path(&chunk_name(segment, index))
     }
 
+    /// The log file of a chunk (FL, CodFS PL), whether or not it exists.
+    pub fn log_path(&self, segment: u64, index: u32) -> PathBuf {
+        self.dir.path(&log_name(segment, index))
+    }
+
     /// Where file `name` is, for messages.
     fn at(&self, name: &str) -> String {
         self.dir.path(name).display().to_string()
@@ -732,13 +999,17 @@ impl FileStore {
         m.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u32), LogIndex>> {
+        self.logs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Open a chunk file and read its validated header; `None` if absent.
     fn open_chunk(
         &self,
         segment: u64,
         index: u32,
         write: bool,
-    ) -> Result<Option<(DirFile, String, ChunkMeta)>> {
+    ) -> Result<Option<(DirFile, String, Header)>> {
         let at = self.at(&chunk_name(segment, index));
         let Some(file) = self
             .dir
@@ -748,23 +1019,26 @@ impl FileStore {
             return Ok(None);
         };
         let len = file.capacity();
-        let mut h = vec![0u8; (HEADER_BYTES as u64).min(len) as usize];
+        let mut h = vec![0u8; (HEADER_BYTES_V2 as u64).min(len) as usize];
         file.read_at(&mut h, 0).map_err(dev(&at, "read header"))?;
-        let applied = applied_count(&h);
-        if h.len() == HEADER_BYTES && h[0..8] == MAGIC && applied > 0 {
-            h.resize((header_bytes(applied) as u64).min(len) as usize, 0);
-            file.read_at(&mut h[HEADER_BYTES..], HEADER_BYTES as u64)
-                .map_err(dev(&at, "read header"))?;
+        if h.len() == HEADER_BYTES_V2 && h[0..8] == MAGIC {
+            let want = (header_len_of(&h) as u64).min(len) as usize;
+            if want > h.len() {
+                h.resize(want, 0);
+                file.read_at(&mut h[HEADER_BYTES_V2..], HEADER_BYTES_V2 as u64)
+                    .map_err(dev(&at, "read header"))?;
+            }
         }
-        let (meta, dirty) = decode_header(&h).map_err(|error| ChunkStoreError::Header {
+        let header = decode_header(&h).map_err(|error| ChunkStoreError::Header {
             segment,
             index,
             at: at.clone(),
             error,
         })?;
-        if dirty {
+        if header.dirty {
             return Err(ChunkStoreError::Dirty { segment, index, at });
         }
+        let meta = &header.meta;
         if meta.segment_id != segment || meta.index != index {
             return Err(ChunkStoreError::Misplaced {
                 at,
@@ -774,7 +1048,7 @@ impl FileStore {
                 got_index: meta.index,
             });
         }
-        let want = data_offset(&meta) + meta.chunk_bytes;
+        let want = header.file_len();
         if len < want {
             return Err(ChunkStoreError::Truncated {
                 at,
@@ -784,19 +1058,19 @@ impl FileStore {
                 want,
             });
         }
-        Ok(Some((file, at, meta)))
+        Ok(Some((file, at, header)))
     }
 
     /// Read and verify blocks `b0..b1` of an open chunk.
     fn read_blocks(
         file: &dyn BlockDevice,
         at: &str,
-        meta: &ChunkMeta,
+        h: &Header,
         b0: u64,
         b1: u64,
     ) -> Result<(Vec<u8>, Vec<u32>)> {
-        let mut data = vec![0u8; Self::blocks_len(meta, b0, b1)];
-        let crcs = Self::read_blocks_into(file, at, meta, b0, b1, &mut data)?;
+        let mut data = vec![0u8; Self::blocks_len(&h.meta, b0, b1)];
+        let crcs = Self::read_blocks_into(file, at, h, b0, b1, &mut data)?;
         Ok((data, crcs))
     }
 
@@ -813,17 +1087,18 @@ impl FileStore {
     fn read_blocks_into(
         file: &dyn BlockDevice,
         at: &str,
-        meta: &ChunkMeta,
+        h: &Header,
         b0: u64,
         b1: u64,
         data: &mut [u8],
     ) -> Result<Vec<u32>> {
+        let meta = &h.meta;
         debug_assert_eq!(data.len(), Self::blocks_len(meta, b0, b1));
         let start = b0 * BLOCK_BYTES as u64;
-        file.read_at(data, data_offset(meta) + start)
+        file.read_at(data, h.data_offset() + start)
             .map_err(dev(at, "read chunk data"))?;
         let mut crcs = vec![0u8; 4 * (b1 - b0) as usize];
-        file.read_at(&mut crcs, table_offset(meta) + 4 * b0)
+        file.read_at(&mut crcs, h.table_offset() + 4 * b0)
             .map_err(dev(at, "read checksums"))?;
         let crcs: Vec<u32> = (0..(b1 - b0) as usize)
             .map(|i| u32_at(&crcs, 4 * i))
@@ -853,6 +1128,275 @@ impl FileStore {
         Ok(())
     }
 
+    /// The bytes `[0, len)` of a chunk's log region: its reserve, or its log file (empty if there
+    /// is none).
+    fn read_region(
+        &self,
+        file: &dyn BlockDevice,
+        at: &str,
+        h: &Header,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        let (segment, index) = (h.meta.segment_id, h.meta.index);
+        if h.meta.reserve_bytes > 0 {
+            let mut b = vec![0u8; len.min(h.meta.reserve_bytes) as usize];
+            file.read_at(&mut b, h.reserve_offset())
+                .map_err(dev(at, "read reserve"))?;
+            return Ok(b);
+        }
+        let name = log_name(segment, index);
+        let log_at = self.at(&name);
+        let Some(log) = self
+            .dir
+            .open(&name, false)
+            .map_err(io(&log_at, "open log"))?
+        else {
+            return Ok(Vec::new());
+        };
+        let mut b = vec![0u8; len.min(log.capacity()) as usize];
+        log.read_at(&mut b, 0).map_err(dev(&log_at, "read log"))?;
+        Ok(b)
+    }
+
+    /// The chunk's log index (replayed on first touch, then cached). Call under the stripe lock.
+    fn index(&self, file: &dyn BlockDevice, at: &str, h: &Header) -> Result<LogIndex> {
+        let key = (h.meta.segment_id, h.meta.index);
+        if let Some(i) = self.logs().get(&key) {
+            return Ok(i.clone());
+        }
+        let idx = self.replay(file, at, h)?;
+        self.logs().insert(key, idx.clone());
+        Ok(idx)
+    }
+
+    /// Replays a chunk's log from its region (module `log`'s rules).
+    fn replay(&self, file: &dyn BlockDevice, at: &str, h: &Header) -> Result<LogIndex> {
+        let (segment, index) = (h.meta.segment_id, h.meta.index);
+        let empty = LogIndex {
+            records: Vec::new(),
+            end: 0,
+            peak: 0,
+            merged: h.meta.clone(),
+        };
+        if h.format < 3 {
+            return Ok(empty);
+        }
+        let region = self.read_region(file, at, h, u64::MAX)?;
+        let corrupt = |message: String| ChunkStoreError::CorruptLog {
+            segment,
+            index,
+            at: at.to_owned(),
+            message,
+        };
+        let (records, end) = match log::scan(&region, h.log_gen, h.meta.chunk_bytes) {
+            log::Scan::Records { records, end } => (records, end),
+            log::Scan::Corrupt(m) => return Err(corrupt(m)),
+        };
+        let mut idx = LogIndex {
+            end,
+            peak: end,
+            ..empty
+        };
+        for r in records {
+            match stamped(&idx.merged, record_change(&r.head)) {
+                Ok(Some(next)) => {
+                    idx.merged = next;
+                    idx.records.push(r);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(corrupt(format!(
+                        "logged change {} does not follow the ones before it: {e}",
+                        r.head.seq
+                    )))
+                }
+            }
+        }
+        Ok(idx)
+    }
+
+    /// Applies the logged changes of `idx` that overlap chunk bytes `[start, start + buf.len())`
+    /// to `buf` (those bytes as stored in place), reading the log region once.
+    fn overlay(
+        &self,
+        file: &dyn BlockDevice,
+        at: &str,
+        h: &Header,
+        idx: &LogIndex,
+        start: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let end = start + buf.len() as u64;
+        let touches = |r: &Record| {
+            r.head
+                .extents
+                .iter()
+                .any(|e| e.start < end && e.end > start)
+        };
+        if !idx.records.iter().any(touches) {
+            return Ok(());
+        }
+        let region = self.read_region(file, at, h, idx.end)?;
+        for r in idx.records.iter().filter(|r| touches(r)) {
+            let payload = region
+                .get(r.payload_at as usize..(r.payload_at + u64::from(r.head.payload_len)) as usize)
+                .filter(|p| crc32c::crc32c(p) == r.head.payload_crc)
+                .ok_or_else(|| ChunkStoreError::CorruptLog {
+                    segment: h.meta.segment_id,
+                    index: h.meta.index,
+                    at: at.to_owned(),
+                    message: format!("logged change {} no longer reads back", r.head.seq),
+                })?;
+            let mut from = 0usize;
+            for e in &r.head.extents {
+                let len = (e.end - e.start) as usize;
+                let (lo, hi) = (e.start.max(start), e.end.min(end));
+                if lo < hi {
+                    let src =
+                        &payload[from + (lo - e.start) as usize..from + (hi - e.start) as usize];
+                    let dst = &mut buf[(lo - start) as usize..(hi - start) as usize];
+                    match r.head.kind {
+                        RecordKind::Data => dst.copy_from_slice(src),
+                        RecordKind::Parity => {
+                            // Equal lengths by construction.
+                            let _ = ecstack_codes::xor_into(dst, src);
+                        }
+                    }
+                }
+                from += len;
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges `idx`'s records into the chunk in place (dirty flag, blocks, clean header with the
+    /// merged versions and the next log generation) and drops its log file; the new header.
+    fn merge_locked(
+        &self,
+        file: &dyn BlockDevice,
+        at: &str,
+        h: &Header,
+        idx: &LogIndex,
+        reserve_bytes: u64,
+    ) -> Result<Header> {
+        let (segment, index) = (h.meta.segment_id, h.meta.index);
+        let new = Header {
+            meta: ChunkMeta {
+                reserve_bytes,
+                ..idx.merged.clone()
+            },
+            log_gen: h.log_gen + 1,
+            ..h.clone()
+        };
+        if idx.records.is_empty() && idx.end == 0 && reserve_bytes == h.meta.reserve_bytes {
+            return Ok(h.clone());
+        }
+        let mut spans: Vec<(u64, u64)> = idx
+            .records
+            .iter()
+            .flat_map(|r| r.head.extents.iter())
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                (
+                    e.start / BLOCK_BYTES as u64,
+                    e.end.div_ceil(BLOCK_BYTES as u64),
+                )
+            })
+            .collect();
+        spans.sort_unstable();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for (b0, b1) in spans {
+            match runs.last_mut() {
+                Some(last) if b0 <= last.1 => last.1 = last.1.max(b1),
+                _ => runs.push((b0, b1)),
+            }
+        }
+        let mut bufs = Vec::with_capacity(runs.len());
+        for &(b0, b1) in &runs {
+            let (mut data, _) = Self::read_blocks(file, at, h, b0, b1)?;
+            self.overlay(file, at, h, idx, b0 * BLOCK_BYTES as u64, &mut data)?;
+            bufs.push((b0, data));
+        }
+        let dirty = Header {
+            dirty: true,
+            ..h.clone()
+        };
+        file.write_at(&dirty.encode(), 0)
+            .map_err(dev(at, "write header"))?;
+        file.flush().map_err(dev(at, "fsync chunk file"))?;
+        for (b0, data) in &bufs {
+            Self::write_blocks(file, at, h, *b0, data)?;
+        }
+        file.flush().map_err(dev(at, "fsync chunk file"))?;
+        file.write_at(&new.encode(), 0)
+            .map_err(dev(at, "write header"))?;
+        file.flush().map_err(dev(at, "fsync chunk file"))?;
+        // The log's records are of the old generation now: the file can go (a crash first leaves
+        // a log of another generation, ignored and overwritten).
+        if h.meta.reserve_bytes == 0 {
+            let name = log_name(segment, index);
+            if self
+                .dir
+                .remove(&name)
+                .map_err(io(&self.at(&name), "remove log"))?
+            {
+                self.logged.fetch_sub(
+                    idx.end.min(self.logged.load(Ordering::Relaxed)),
+                    Ordering::Relaxed,
+                );
+            }
+        } else {
+            self.logged.fetch_sub(
+                idx.end.min(self.logged.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
+        }
+        if !idx.records.is_empty() {
+            self.merges.fetch_add(1, Ordering::Relaxed);
+        }
+        self.logs().insert(
+            (segment, index),
+            LogIndex {
+                records: Vec::new(),
+                end: 0,
+                peak: 0,
+                merged: new.meta.clone(),
+            },
+        );
+        Ok(new)
+    }
+
+    /// Writes blocks from `b0` and their checksums (not flushed).
+    fn write_blocks(
+        file: &dyn BlockDevice,
+        at: &str,
+        h: &Header,
+        b0: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let mut crcs = Vec::with_capacity(4 * data.len().div_ceil(BLOCK_BYTES));
+        for block in data.chunks(BLOCK_BYTES) {
+            crcs.extend_from_slice(&crc32c::crc32c(block).to_le_bytes());
+        }
+        file.write_at(data, h.data_offset() + b0 * BLOCK_BYTES as u64)
+            .map_err(dev(at, "write chunk data"))?;
+        file.write_at(&crcs, h.table_offset() + 4 * b0)
+            .map_err(dev(at, "write checksums"))
+    }
+
+    /// Opens a chunk for a change: its file, header and log index; not found is an error.
+    fn open_for_change(
+        &self,
+        segment: u64,
+        index: u32,
+    ) -> Result<(DirFile, String, Header, LogIndex)> {
+        let (file, at, h) = self
+            .open_chunk(segment, index, true)?
+            .ok_or(ChunkStoreError::NotFound { segment, index })?;
+        let idx = self.index(&*file, &at, &h)?;
+        Ok((file, at, h, idx))
+    }
+
     /// Corrupts `part` of a stored chunk behind the store's back, durably (tests: every backend's
     /// corruption is named and never served). The header is read raw, so a chunk whose header is
     /// already corrupt can only take [`Part::Header`] and [`Part::Dirty`].
@@ -865,10 +1409,10 @@ impl FileStore {
             .open(&name, true)
             .map_err(io(&at, "open chunk"))?
             .ok_or(ChunkStoreError::NotFound { segment, index })?;
-        let mut h = vec![0u8; HEADER_BYTES];
+        let mut h = vec![0u8; HEADER_BYTES_V2];
         file.read_at(&mut h, 0).map_err(dev(&at, "read header"))?;
-        h.resize(header_bytes(applied_count(&h)), 0);
-        file.read_at(&mut h[HEADER_BYTES..], HEADER_BYTES as u64)
+        h.resize(header_len_of(&h), 0);
+        file.read_at(&mut h[HEADER_BYTES_V2..], HEADER_BYTES_V2 as u64)
             .map_err(dev(&at, "read header"))?;
         let flip = |offset: u64| -> Result<()> {
             let mut b = [0u8];
@@ -876,30 +1420,42 @@ impl FileStore {
             b[0] ^= 0x10;
             file.write_at(&b, offset).map_err(dev(&at, "write"))
         };
+        let decoded = || {
+            decode_header(&h).map_err(|error| ChunkStoreError::Header {
+                segment,
+                index,
+                at: at.clone(),
+                error,
+            })
+        };
         match part {
             Part::Header => flip(33)?,
             Part::Dirty => {
-                let (meta, _) = decode_header(&h).map_err(|error| ChunkStoreError::Header {
-                    segment,
-                    index,
-                    at: at.clone(),
-                    error,
-                })?;
-                file.write_at(&encode_header(&meta, true), 0)
+                let header = Header {
+                    dirty: true,
+                    ..decoded()?
+                };
+                file.write_at(&header.encode(), 0)
                     .map_err(dev(&at, "write header"))?;
             }
             Part::Checksum(b) => flip(h.len() as u64 + 4 * b + 1)?,
-            Part::Block(b) => {
-                let (meta, _) = decode_header(&h).map_err(|error| ChunkStoreError::Header {
-                    segment,
-                    index,
-                    at: at.clone(),
-                    error,
-                })?;
-                flip(data_offset(&meta) + b * BLOCK_BYTES as u64 + 5)?
-            }
+            Part::Block(b) => flip(decoded()?.data_offset() + b * BLOCK_BYTES as u64 + 5)?,
+            Part::Reserve(byte) => flip(decoded()?.reserve_offset() + byte)?,
         }
-        file.flush().map_err(dev(&at, "flush"))
+        file.flush().map_err(dev(&at, "flush"))?;
+        self.logs().remove(&(segment, index));
+        Ok(())
+    }
+}
+
+/// The change a record makes, as [`stamped`] checks it.
+fn record_change(head: &log::RecordHead) -> Change {
+    match head.kind {
+        RecordKind::Data => Change::Data {
+            expected: head.stamp.prior,
+            version: head.stamp.version,
+        },
+        RecordKind::Parity => Change::Parity(head.stamp),
     }
 }
 
@@ -1031,10 +1587,12 @@ impl ChunkStore for FileStore {
         self.put_image(image)
     }
 
-    /// The image goes to `….chunk.tmp` (preallocated, `O_DIRECT` unless the options say otherwise),
-    /// which is flushed, renamed over the chunk's file, and the directory synced.
+    /// The chunk's old log file (if any) goes first, so that no record of the chunk this put
+    /// replaces can apply to the new one; the image goes to `….chunk.tmp` (preallocated,
+    /// `O_DIRECT` unless the options say otherwise, its reserve allocated after it), which is
+    /// flushed, renamed over the chunk's file, and the directory synced.
     fn put_image(&self, mut image: ChunkImage) -> Result<()> {
-        let meta = image.meta.clone();
+        let meta = image.header.meta.clone();
         if image.filled() != meta.chunk_bytes {
             return Err(ChunkStoreError::Invalid {
                 segment: meta.segment_id,
@@ -1046,10 +1604,27 @@ impl ChunkStore for FileStore {
                 ),
             });
         }
-        let _g = self.stripe(meta.segment_id, meta.index);
-        let name = chunk_name(meta.segment_id, meta.index);
+        let (segment, index) = (meta.segment_id, meta.index);
+        let _g = self.stripe(segment, index);
+        let old_reserve = match self.open_chunk(segment, index, false) {
+            Ok(Some((_, _, h))) => h.meta.reserve_bytes,
+            _ => 0,
+        };
+        let log = log_name(segment, index);
+        if let Some(len) = self.dir.len(&log).map_err(io(&self.at(&log), "stat log"))? {
+            self.dir
+                .remove(&log)
+                .map_err(io(&self.at(&log), "remove log"))?;
+            self.logged.fetch_sub(
+                len.min(self.logged.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
+        }
+        self.logs().remove(&(segment, index));
+        let name = chunk_name(segment, index);
         let tmp = format!("{name}.tmp");
         let (at, tmp_at) = (self.at(&name), self.at(&tmp));
+        let total = image.header.file_len();
         let (bytes, file_len) = image.seal();
         let file = self
             .dir
@@ -1057,6 +1632,11 @@ impl ChunkStore for FileStore {
             .map_err(io(&tmp_at, "write chunk file"))?;
         file.flush().map_err(dev(&tmp_at, "fsync chunk file"))?;
         drop(file);
+        if total > file_len as u64 {
+            self.dir
+                .set_len(&tmp, total)
+                .map_err(io(&tmp_at, "allocate reserve"))?;
+        }
         let old = self.dir.len(&name).map_err(io(&at, "stat chunk"))?;
         self.dir
             .rename(&tmp, &name)
@@ -1072,29 +1652,47 @@ impl ChunkStore for FileStore {
                 self.chunks.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.bytes.fetch_add(file_len as u64, Ordering::Relaxed);
+        self.bytes.fetch_add(total, Ordering::Relaxed);
+        self.reserved.fetch_sub(
+            old_reserve.min(self.reserved.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+        self.reserved
+            .fetch_add(meta.reserve_bytes, Ordering::Relaxed);
         Ok(())
     }
 
     fn meta(&self, segment: u64, index: u32) -> Result<Option<ChunkMeta>> {
         let _g = self.stripe(segment, index);
-        Ok(self.open_chunk(segment, index, false)?.map(|(_, _, m)| m))
+        let Some((file, at, h)) = self.open_chunk(segment, index, false)? else {
+            return Ok(None);
+        };
+        Ok(Some(self.index(&*file, &at, &h)?.merged))
     }
 
     fn read(&self, segment: u64, index: u32, offset: u64, len: u64) -> Result<(ChunkMeta, Bytes)> {
         let _g = self.stripe(segment, index);
-        let (file, at, meta) = self
+        let (file, at, h) = self
             .open_chunk(segment, index, false)?
             .ok_or(ChunkStoreError::NotFound { segment, index })?;
-        Self::check_range(&meta, offset, len)?;
+        let idx = self.index(&*file, &at, &h)?;
+        Self::check_range(&h.meta, offset, len)?;
         if len == 0 {
-            return Ok((meta, Bytes::new()));
+            return Ok((idx.merged, Bytes::new()));
         }
         let b0 = offset / BLOCK_BYTES as u64;
         let b1 = (offset + len).div_ceil(BLOCK_BYTES as u64);
-        let n = Self::blocks_len(&meta, b0, b1);
+        let n = Self::blocks_len(&h.meta, b0, b1);
         let mut buf = self.buffers.take(n);
-        Self::read_blocks_into(&*file, &at, &meta, b0, b1, &mut buf[..n])?;
+        Self::read_blocks_into(&*file, &at, &h, b0, b1, &mut buf[..n])?;
+        self.overlay(
+            &*file,
+            &at,
+            &h,
+            &idx,
+            b0 * BLOCK_BYTES as u64,
+            &mut buf[..n],
+        )?;
         let from = (offset - b0 * BLOCK_BYTES as u64) as usize;
         let data = Bytes::from_owner(PooledRead {
             buf,
@@ -1102,13 +1700,14 @@ impl ChunkStore for FileStore {
             pool: self.buffers.clone(),
         });
         // The range inside the whole blocks read: a slice, no copy.
-        Ok((meta, data.slice(from..from + len as usize)))
+        Ok((idx.merged, data.slice(from..from + len as usize)))
     }
 
-    /// Reads and verifies the runs of blocks the extents touch (adjacent or shared blocks read
-    /// once), lets `f` change each extent, then writes, in order, each step flushed before the
-    /// next: the header with the dirty flag, every run's blocks and checksums, the header with the
-    /// new versions and without the flag (three fdatasyncs, however many extents).
+    /// Merges the chunk's logged changes first (if any); then reads and verifies the runs of
+    /// blocks the extents touch (adjacent or shared blocks read once), lets `f` change each
+    /// extent, then writes, in order, each step flushed before the next: the header with the dirty
+    /// flag, every run's blocks and checksums, the header with the new versions and without the
+    /// flag (three fdatasyncs, however many extents).
     fn modify_extents(
         &self,
         segment: u64,
@@ -1118,16 +1717,22 @@ impl ChunkStore for FileStore {
         f: ModifyExtents<'_>,
     ) -> Result<ChunkMeta> {
         let _g = self.stripe(segment, index);
-        let (file, at, meta) = self
-            .open_chunk(segment, index, true)?
-            .ok_or(ChunkStoreError::NotFound { segment, index })?;
-        check_extents(&meta, extents)?;
-        let Some(new) = stamped(&meta, change)? else {
-            return Ok(meta);
+        let (file, at, mut h, idx) = self.open_for_change(segment, index)?;
+        check_extents(&idx.merged, extents)?;
+        let Some(stamp) = stamped(&idx.merged, change)? else {
+            return Ok(idx.merged);
+        };
+        let before = idx.merged.clone();
+        if !idx.records.is_empty() {
+            h = self.merge_locked(&*file, &at, &h, &idx, h.meta.reserve_bytes)?;
+        }
+        let new = Header {
+            meta: stamp,
+            ..h.clone()
         };
         let mut runs = Vec::new();
         for (b0, b1) in block_runs(extents) {
-            let (data, _) = Self::read_blocks(&*file, &at, &meta, b0, b1)?;
+            let (data, _) = Self::read_blocks(&*file, &at, &h, b0, b1)?;
             runs.push((b0, data));
         }
         let mut run = 0;
@@ -1152,44 +1757,69 @@ impl ChunkStore for FileStore {
         }
         // Dirty first (durable), so that a crash between the blocks and the header never leaves
         // new bytes under the old versions (or the reverse) looking valid.
-        file.write_at(&encode_header(&meta, true), 0)
+        let dirty = Header {
+            dirty: true,
+            ..h.clone()
+        };
+        file.write_at(&dirty.encode(), 0)
             .map_err(dev(&at, "write header"))?;
         file.flush().map_err(dev(&at, "fsync chunk file"))?;
         for (b0, data) in &runs {
-            let mut crcs = Vec::with_capacity(4 * data.len().div_ceil(BLOCK_BYTES));
-            for block in data.chunks(BLOCK_BYTES) {
-                crcs.extend_from_slice(&crc32c::crc32c(block).to_le_bytes());
-            }
-            file.write_at(data, data_offset(&meta) + b0 * BLOCK_BYTES as u64)
-                .map_err(dev(&at, "write chunk data"))?;
-            file.write_at(&crcs, table_offset(&meta) + 4 * b0)
-                .map_err(dev(&at, "write checksums"))?;
+            Self::write_blocks(&*file, &at, &h, *b0, data)?;
         }
         // And the blocks durable before the clean header: writes between two flushes reach the
         // media in any order, and the new header over the old blocks (and their old checksums)
         // would read back as valid (found by chunk_store_suite::power_cuts, any-order policy).
         file.flush().map_err(dev(&at, "fsync chunk file"))?;
-        file.write_at(&encode_header(&new, false), 0)
+        file.write_at(&new.encode(), 0)
             .map_err(dev(&at, "write header"))?;
         file.flush().map_err(dev(&at, "fsync chunk file"))?;
-        Ok(meta)
+        self.logs().insert(
+            (segment, index),
+            LogIndex {
+                records: Vec::new(),
+                end: if idx.records.is_empty() { idx.end } else { 0 },
+                peak: if idx.records.is_empty() { idx.peak } else { 0 },
+                merged: new.meta.clone(),
+            },
+        );
+        Ok(before)
     }
 
     fn delete(&self, segment: u64, index: u32) -> Result<bool> {
         let _g = self.stripe(segment, index);
         let name = chunk_name(segment, index);
         let at = self.at(&name);
+        let reserve = match self.open_chunk(segment, index, false) {
+            Ok(Some((_, _, h))) => h.meta.reserve_bytes,
+            _ => 0,
+        };
         let Some(len) = self.dir.len(&name).map_err(io(&at, "stat chunk"))? else {
             return Ok(false);
         };
         self.dir
             .remove(&name)
             .map_err(io(&at, "remove chunk file"))?;
+        let log = log_name(segment, index);
+        if let Some(log_len) = self.dir.len(&log).map_err(io(&self.at(&log), "stat log"))? {
+            self.dir
+                .remove(&log)
+                .map_err(io(&self.at(&log), "remove log"))?;
+            self.logged.fetch_sub(
+                log_len.min(self.logged.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
+        }
         self.dir
             .sync()
             .map_err(io(&self.root.display().to_string(), "fsync directory"))?;
+        self.logs().remove(&(segment, index));
         self.chunks.fetch_sub(1, Ordering::Relaxed);
         self.bytes.fetch_sub(len, Ordering::Relaxed);
+        self.reserved.fetch_sub(
+            reserve.min(self.reserved.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
         Ok(true)
     }
 
@@ -1207,7 +1837,210 @@ impl ChunkStore for FileStore {
         StoreUsage {
             chunks: self.chunks.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
-            ..StoreUsage::default()
+            reserve_bytes: self.reserved.load(Ordering::Relaxed),
+            log_bytes: self.logged.load(Ordering::Relaxed),
+            merges: self.merges.load(Ordering::Relaxed),
         }
     }
+
+    /// The record goes right after the log's last one: in the reserve (one write and one
+    /// fdatasync of the chunk file), or in the log file (the same, the file growing; a new log
+    /// file's name is synced too).
+    fn append(
+        &self,
+        segment: u64,
+        index: u32,
+        place: LogPlace,
+        extents: &[Range<u64>],
+        payload: &[u8],
+        change: Change,
+    ) -> Result<ChunkMeta> {
+        let _g = self.stripe(segment, index);
+        let (file, at, h, mut idx) = self.open_for_change(segment, index)?;
+        let invalid = |message: String| ChunkStoreError::Invalid {
+            segment,
+            index,
+            message,
+        };
+        if h.format < 3 {
+            return Err(invalid(format!(
+                "chunk format {} keeps no log (its changes are in place)",
+                h.format
+            )));
+        }
+        check_extents(&idx.merged, extents)?;
+        let sum: u64 = extents.iter().map(|e| e.end - e.start).sum();
+        if sum != payload.len() as u64 || extents.len() > log::RECORD_EXTENTS_MAX {
+            return Err(invalid(format!(
+                "{} extents cover {sum} bytes, the change has {}",
+                extents.len(),
+                payload.len()
+            )));
+        }
+        let Some(next) = stamped(&idx.merged, change)? else {
+            return Ok(idx.merged);
+        };
+        let (kind, stamp) = match change {
+            Change::Data { version, .. } => (
+                RecordKind::Data,
+                DeltaStamp {
+                    from: index,
+                    prior: idx.merged.version,
+                    version,
+                },
+            ),
+            Change::Parity(s) => (RecordKind::Parity, s),
+        };
+        let seq = idx.records.len() as u32 + 1;
+        let record = log::encode_record(kind, h.log_gen, seq, stamp, extents, payload);
+        let span = record.len() as u64;
+        match place {
+            LogPlace::Reserve => {
+                let free = h.meta.reserve_bytes.saturating_sub(idx.end);
+                if span > free {
+                    return Err(ChunkStoreError::ReserveFull {
+                        segment,
+                        index,
+                        need: span,
+                        free,
+                    });
+                }
+                file.write_at(&record, h.reserve_offset() + idx.end)
+                    .map_err(dev(&at, "append to reserve"))?;
+                file.flush().map_err(dev(&at, "fsync chunk file"))?;
+            }
+            LogPlace::Log => {
+                if h.meta.reserve_bytes > 0 {
+                    return Err(invalid(
+                        "a chunk with a reserve logs its changes there".into(),
+                    ));
+                }
+                let name = log_name(segment, index);
+                let log_at = self.at(&name);
+                if self
+                    .dir
+                    .write_grow(&name, idx.end, &record)
+                    .map_err(io(&log_at, "append to log"))?
+                {
+                    self.dir
+                        .sync()
+                        .map_err(io(&self.root.display().to_string(), "fsync directory"))?;
+                }
+            }
+        }
+        let before = idx.merged.clone();
+        idx.records.push(Record {
+            payload_at: idx.end + head_len(extents.len()),
+            head: log::RecordHead {
+                kind,
+                log_gen: h.log_gen,
+                seq,
+                stamp,
+                extents: extents.to_vec(),
+                payload_len: payload.len() as u32,
+                payload_crc: crc32c::crc32c(payload),
+            },
+        });
+        idx.end += span;
+        idx.peak = idx.peak.max(idx.end);
+        idx.merged = next;
+        self.logged.fetch_add(span, Ordering::Relaxed);
+        self.logs().insert((segment, index), idx);
+        Ok(before)
+    }
+
+    fn merge(&self, segment: u64, index: u32) -> Result<u64> {
+        let _g = self.stripe(segment, index);
+        let (file, at, h, idx) = self.open_for_change(segment, index)?;
+        let n = idx.records.len() as u64;
+        if n > 0 {
+            self.merge_locked(&*file, &at, &h, &idx, h.meta.reserve_bytes)?;
+        }
+        Ok(n)
+    }
+
+    fn log_state(&self, segment: u64, index: u32) -> Result<Option<LogState>> {
+        let _g = self.stripe(segment, index);
+        let Some((file, at, h)) = self.open_chunk(segment, index, false)? else {
+            return Ok(None);
+        };
+        let idx = self.index(&*file, &at, &h)?;
+        Ok(Some(LogState {
+            records: idx.records.len() as u64,
+            bytes: idx.end,
+            reserve_bytes: h.meta.reserve_bytes,
+            peak_bytes: idx.peak,
+        }))
+    }
+
+    /// A shrink below the bytes in use merges first; the header (new size) is flushed before the
+    /// file is cut, so a crash leaves a file longer than its header needs, never shorter.
+    fn set_reserve(&self, segment: u64, index: u32, bytes: u64) -> Result<()> {
+        let _g = self.stripe(segment, index);
+        let (file, at, mut h, mut idx) = self.open_for_change(segment, index)?;
+        let wanted = ChunkMeta {
+            reserve_bytes: bytes,
+            ..h.meta.clone()
+        };
+        check_meta(&wanted).map_err(|message| ChunkStoreError::Invalid {
+            segment,
+            index,
+            message,
+        })?;
+        let old = h.meta.reserve_bytes;
+        if bytes < idx.end {
+            h = self.merge_locked(&*file, &at, &h, &idx, old)?;
+            idx = self.index(&*file, &at, &h)?;
+        }
+        let new = Header {
+            meta: ChunkMeta {
+                reserve_bytes: bytes,
+                ..h.meta.clone()
+            },
+            ..h.clone()
+        };
+        if bytes > old {
+            // Room first, then the header that claims it.
+            drop(file);
+            let name = chunk_name(segment, index);
+            self.dir
+                .set_len(&name, new.file_len())
+                .map_err(io(&at, "grow reserve"))?;
+            let file = self
+                .dir
+                .open(&name, true)
+                .map_err(io(&at, "open chunk"))?
+                .ok_or(ChunkStoreError::NotFound { segment, index })?;
+            file.write_at(&new.encode(), 0)
+                .map_err(dev(&at, "write header"))?;
+            file.flush().map_err(dev(&at, "fsync chunk file"))?;
+        } else {
+            file.write_at(&new.encode(), 0)
+                .map_err(dev(&at, "write header"))?;
+            file.flush().map_err(dev(&at, "fsync chunk file"))?;
+            drop(file);
+            self.dir
+                .set_len(&chunk_name(segment, index), new.file_len())
+                .map_err(io(&at, "cut reserve"))?;
+        }
+        let was = self.bytes.load(Ordering::Relaxed);
+        self.bytes.store(
+            (was + new.file_len()).saturating_sub(h.file_len()),
+            Ordering::Relaxed,
+        );
+        self.reserved.fetch_add(bytes, Ordering::Relaxed);
+        self.reserved.fetch_sub(
+            old.min(self.reserved.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+        idx.peak = idx.end;
+        idx.merged.reserve_bytes = bytes;
+        self.logs().insert((segment, index), idx);
+        Ok(())
+    }
+}
+
+/// Bytes of a record head with `extents` extents.
+fn head_len(extents: usize) -> u64 {
+    (log::RECORD_FIXED + 16 * extents) as u64
 }

@@ -21,7 +21,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use ecstack_base::Rng;
 
 use crate::api::{ChunkMeta, DeltaStamp};
-use crate::chunk_store::{Change, ChunkImage, ChunkStore, ChunkStoreError, Part, BLOCK_BYTES};
+use ecstack_rpc::UpdateScheme;
+
+use crate::chunk_store::{
+    Change, ChunkImage, ChunkStore, ChunkStoreError, LogPlace, Part, BLOCK_BYTES,
+};
 
 type Key = (u64, u32);
 type Model = BTreeMap<Key, (ChunkMeta, Vec<u8>)>;
@@ -645,13 +649,28 @@ enum Step {
         extents: Vec<(u64, Vec<u8>)>,
     },
     Delete(Key),
+    /// A change appended to the chunk's log or reserve (FL, CodFS PL, PLR), read back merged.
+    Append {
+        key: Key,
+        place: LogPlace,
+        change: Change,
+        extents: Vec<(u64, Vec<u8>)>,
+    },
+    /// The logged changes merged into the chunk: it reads the same.
+    Merge(Key),
+    /// The PLR reserve set to this many bytes.
+    SetReserve(Key, u64),
 }
 
 impl Step {
     fn key(&self) -> Key {
         match self {
             Step::Put(m, _) | Step::PutImage(m, _) => (m.segment_id, m.index),
-            Step::Modify { key, .. } | Step::Delete(key) => *key,
+            Step::Modify { key, .. }
+            | Step::Append { key, .. }
+            | Step::Delete(key)
+            | Step::Merge(key)
+            | Step::SetReserve(key, _) => *key,
         }
     }
 
@@ -666,6 +685,13 @@ impl Step {
             Step::Modify { extents, .. } if extents.len() > 1 => "modify parity extents",
             Step::Modify { .. } => "modify parity",
             Step::Delete(_) => "delete",
+            Step::Append {
+                place: LogPlace::Reserve,
+                ..
+            } => "append to reserve",
+            Step::Append { .. } => "append to log",
+            Step::Merge(_) => "merge",
+            Step::SetReserve(..) => "set reserve",
         }
     }
 
@@ -674,7 +700,20 @@ impl Step {
         match self {
             Step::Put(m, d) | Step::PutImage(m, d) => Some((m.clone(), d.clone())),
             Step::Delete(_) => None,
+            Step::Merge(_) => before.cloned(),
+            Step::SetReserve(_, bytes) => before.cloned().map(|(m, d)| {
+                (
+                    ChunkMeta {
+                        reserve_bytes: *bytes,
+                        ..m
+                    },
+                    d,
+                )
+            }),
             Step::Modify {
+                change, extents, ..
+            }
+            | Step::Append {
                 change, extents, ..
             } => {
                 let (mut m, mut d) = before
@@ -746,6 +785,22 @@ impl Step {
                 .map(|_| ())
             }
             Step::Delete((seg, idx)) => s.delete(*seg, *idx).map(|_| ()),
+            Step::Append {
+                key,
+                place,
+                change,
+                extents,
+            } => {
+                let ranges: Vec<std::ops::Range<u64>> = extents
+                    .iter()
+                    .map(|(o, b)| *o..*o + b.len() as u64)
+                    .collect();
+                let payload: Vec<u8> = extents.iter().flat_map(|(_, b)| b.clone()).collect();
+                s.append(key.0, key.1, *place, &ranges, &payload, *change)
+                    .map(|_| ())
+            }
+            Step::Merge((seg, idx)) => s.merge(*seg, *idx).map(|_| ()),
+            Step::SetReserve((seg, idx), bytes) => s.set_reserve(*seg, *idx, *bytes),
         }
     }
 }
@@ -814,6 +869,99 @@ fn workload() -> Vec<Step> {
         Step::Delete(a),
         Step::Put(meta(0x12, 2, 1, 1), vec![0x5a]),
     ]
+    .into_iter()
+    .chain(logged_workload(&mut rng))
+    .collect()
+}
+
+/// The logged schemes' part of the workload: a PLR parity with a reserve, an FL data chunk and a
+/// CodFS PL parity with log files; appends, merges, a reserve shrink (over and under the bytes in
+/// use), an in-place change over logged ones, and deletes.
+fn logged_workload(rng: &mut Rng) -> Vec<Step> {
+    let plr = (0x13, 4);
+    let fl = (0x14, 0);
+    let pl = (0x14, 5);
+    let len = 3 * BLOCK_BYTES as u64;
+    let reserve = 2 * BLOCK_BYTES as u64;
+    let logged = |m: ChunkMeta, scheme: UpdateScheme, reserve_bytes: u64| ChunkMeta {
+        scheme,
+        reserve_bytes,
+        ..m
+    };
+    fn append(
+        rng: &mut Rng,
+        key: Key,
+        place: LogPlace,
+        change: Change,
+        at: &[(u64, usize)],
+    ) -> Step {
+        Step::Append {
+            key,
+            place,
+            change,
+            extents: at.iter().map(|&(o, n)| (o, bytes(rng, n))).collect(),
+        }
+    }
+    let mut out = vec![
+        Step::Put(
+            logged(
+                parity(plr.0, plr.1, len, vec![1, 1]),
+                UpdateScheme::Plr,
+                reserve,
+            ),
+            bytes(rng, len as usize),
+        ),
+        Step::Put(
+            logged(meta(fl.0, fl.1, 1, len), UpdateScheme::Fl, 0),
+            bytes(rng, len as usize),
+        ),
+        Step::Put(
+            logged(
+                parity(pl.0, pl.1, len, vec![1, 1]),
+                UpdateScheme::ParityLog,
+                0,
+            ),
+            bytes(rng, len as usize),
+        ),
+    ];
+    let steps = vec![
+        append(
+            rng,
+            plr,
+            LogPlace::Reserve,
+            delta(0, 1, 2),
+            &[(100, 100), (9000, 100)],
+        ),
+        append(rng, plr, LogPlace::Reserve, delta(1, 1, 3), &[(4000, 3000)]),
+        // A repeated delta: a no-op.
+        append(rng, plr, LogPlace::Reserve, delta(0, 1, 2), &[(100, 1)]),
+        append(rng, fl, LogPlace::Log, data_change(2), &[(4090, 20)]),
+        append(rng, fl, LogPlace::Log, data_change(3), &[(0, 5000)]),
+        append(rng, pl, LogPlace::Log, delta(0, 1, 2), &[(50, 700)]),
+    ];
+    out.extend(steps);
+    out.extend([
+        // Over the bytes in use: no merge; then under them: merged first.
+        Step::SetReserve(plr, reserve + BLOCK_BYTES as u64),
+        Step::SetReserve(plr, BLOCK_BYTES as u64),
+        Step::Merge(fl),
+        // An in-place change of a chunk with logged changes merges them first.
+        Step::Modify {
+            key: pl,
+            change: delta(1, 1, 4),
+            extents: vec![(60, bytes(rng, 10))],
+        },
+        Step::Delete(pl),
+    ]);
+    out.push(append(
+        rng,
+        plr,
+        LogPlace::Reserve,
+        delta(0, 2, 5),
+        &[(0, 40)],
+    ));
+    out.push(Step::Merge(plr));
+    out
 }
 
 /// What a chunk reads as now: its header and bytes, absent, or refused as corrupt (any other error

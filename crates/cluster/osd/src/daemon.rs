@@ -181,6 +181,7 @@ impl Daemon {
             },
             cfg.recovery_bytes_per_sec,
         );
+        osd.set_initial_reserve(cfg.update.reserve.size_bytes);
         // The registration counts as the first heartbeat.
         osd.lease()
             .enable(Duration::from_millis(u64::from(p.down_after_ms)), sent);

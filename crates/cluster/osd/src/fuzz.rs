@@ -72,6 +72,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
     let l = api::layout_to_proto(&layout());
     let parity: Vec<proto::Holder> = l.holders[K..].to_vec();
     let delta = proto::ApplyDeltaRequest {
+        update_scheme: 0,
         target_osd: Some(ME),
         segment_id: 1,
         index: 2,
@@ -139,6 +140,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         (
             "update_chunk",
             proto::UpdateChunkRequest {
+                update_scheme: 0,
                 target_osd: Some(ME),
                 segment_id: 1,
                 index: 0,

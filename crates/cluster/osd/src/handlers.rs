@@ -32,6 +32,7 @@ use crate::metrics::{Metrics, OPS};
 use crate::proto;
 use crate::service::{check_layout, Osd};
 use crate::update::ChunkUpdate;
+use crate::update::Scheme;
 use crate::wire;
 
 impl From<OsdError> for Status {
@@ -294,6 +295,7 @@ impl proto::osd_server::Osd for Osd {
                 version: r.version,
                 expected: r.expected_version,
                 parity: r.parity.iter().map(api::holder_from_proto).collect(),
+                scheme: Scheme::from_code(r.update_scheme).map_err(OsdError::Invalid)?,
             };
             let stale = self.update_chunk_here(update).await?;
             Ok(Response::new(proto::UpdateChunkReply { stale }))
@@ -320,8 +322,16 @@ impl proto::osd_server::Osd for Osd {
                         r.segment_id, r.index
                     ))
                 })?;
-            self.apply_delta_here(r.segment_id, r.index, extents, Vec::from(r.delta), stamp)
-                .await?;
+            let scheme = Scheme::from_code(r.update_scheme).map_err(OsdError::Invalid)?;
+            self.apply_delta_here(
+                r.segment_id,
+                r.index,
+                extents,
+                Vec::from(r.delta),
+                stamp,
+                scheme,
+            )
+            .await?;
             Ok(Response::new(proto::ApplyDeltaReply {}))
         })
         .await

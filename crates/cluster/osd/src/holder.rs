@@ -14,6 +14,7 @@ use crate::error::OsdError;
 use crate::metrics::Metrics;
 use crate::segment::SegState;
 use crate::service::Osd;
+use crate::update::{ParityDelta, Scheme};
 use crate::view::Verdict;
 
 /// A chunk read from a peer that takes this long is counted and logged (a megabyte piece takes
@@ -173,6 +174,7 @@ impl Osd {
         data: Vec<u8>,
         stamp: DeltaStamp,
         parity: Vec<Holder>,
+        scheme: Scheme,
     ) -> Result<Vec<u32>, Miss> {
         let (version, expected) = (stamp.version, stamp.prior);
         if self.is_local(h) {
@@ -184,6 +186,7 @@ impl Osd {
                 version,
                 expected,
                 parity,
+                scheme,
             };
             return self.update_chunk_here(update).await.map_err(|e| match e {
                 OsdError::StaleLayout(m) => Miss::Refused(m),
@@ -191,7 +194,9 @@ impl Osd {
             });
         }
         self.peer(h)?
-            .update_chunk(segment, h.index, offset, &data, version, expected, &parity)
+            .update_chunk(
+                segment, h.index, offset, &data, version, expected, &parity, scheme,
+            )
             .await
             .map_err(remote_miss)
     }
@@ -204,16 +209,22 @@ impl Osd {
         extents: Vec<Range<u64>>,
         delta: Vec<u8>,
         stamp: DeltaStamp,
+        scheme: Scheme,
     ) -> Result<(), Miss> {
         if self.is_local(h) {
-            return self
-                .scheme()
-                .apply_delta(self, segment, h.index, extents, delta, stamp)
+            let d = ParityDelta {
+                segment,
+                index: h.index,
+                extents,
+                delta,
+                stamp,
+            };
+            return crate::update::apply_delta_local(self, scheme, d)
                 .await
                 .map_err(store_miss);
         }
         self.peer(h)?
-            .apply_delta(segment, h.index, &extents, &delta, stamp)
+            .apply_delta(segment, h.index, &extents, &delta, stamp, scheme)
             .await
             .map_err(remote_miss)
     }

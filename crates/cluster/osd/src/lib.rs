@@ -49,6 +49,7 @@ mod write;
 pub use ecstack_osd_proto::{
     Ack, ChunkMeta, ChunkVersions, DeltaStamp, Holder, Layout, OsdCallError, OsdClient, SegmentAge,
 };
+pub use ecstack_rpc::UpdateScheme;
 pub use error::OsdError;
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use ecstack_rpc::UpdateScheme;
+
 use crate::api::{ChunkMeta, Layout};
 use crate::error::OsdError;
 use crate::metrics::Metrics;
@@ -113,9 +115,14 @@ impl Osd {
     /// The header a chunk written whole (write, recovery, repair) carries under `view`.
     pub(crate) fn meta_for(&self, l: &Layout, view: &View, index: u32) -> ChunkMeta {
         let stamp = view.stamp_of(index as usize);
+        let plr_parity = l.scheme == UpdateScheme::Plr && index as usize >= self.k();
         ChunkMeta {
-            reserve_bytes: 0,
-            scheme: Default::default(),
+            reserve_bytes: if plr_parity {
+                self.initial_reserve()
+            } else {
+                0
+            },
+            scheme: l.scheme,
             segment_id: l.segment_id,
             index,
             version: stamp.version,

@@ -7,7 +7,7 @@
 //! - `read.rs` and `pipeline.rs`: ReadSegment and ReadPlan at the primary (the pipelined read);
 //! - `degraded.rs`: the ordinary and degraded read (gather k chunks, decode, repair);
 //! - `update/`: UpdateSegment at the primary, and UpdateChunk and ApplyDelta at the holders, one
-//!   file per update scheme behind [`crate::update::Scheme`] (today `fo.rs`, full overwrite);
+//!   file per update scheme behind [`crate::update::Scheme`] (`fo.rs`, `fl.rs`, `codfs_pl.rs`, `plr.rs`);
 //! - `recover.rs`: rebuilding lost chunks (a recovery task);
 //! - `delete.rs`: DeleteChunk and delete tasks;
 //! - `chunk.rs`: PutChunk, GetChunk and ChunkVersion at a holder;
@@ -39,7 +39,6 @@ use crate::holder::Miss;
 use crate::metrics::Metrics;
 use crate::recover::RateLimit;
 use crate::segment::SegState;
-use crate::update::Scheme;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -64,6 +63,10 @@ pub trait MdsLink: Send + Sync {
     ) -> BoxFuture<'_, Result<(), String>>;
 }
 
+/// The PLR reserve after each new parity chunk unless the config says otherwise: 4 MiB, the
+/// seed's §5.2 setting (equal to its chunk size).
+pub const DEFAULT_RESERVE_BYTES: u64 = 4 << 20;
+
 /// The erasure code and the identity an OSD works with.
 #[derive(Clone)]
 pub struct OsdSetup {
@@ -82,8 +85,8 @@ pub struct Osd {
 
 pub(crate) struct Inner {
     pub(crate) setup: OsdSetup,
-    /// How updates become chunk work ([`crate::update`]).
-    pub(crate) scheme: Scheme,
+    /// Bytes reserved after each new PLR parity chunk ([`Osd::set_initial_reserve`]).
+    pub(crate) initial_reserve: AtomicU64,
     pub(crate) peers: Mutex<HashMap<String, OsdClient>>,
     pub(crate) segments: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<SegState>>>>,
     pub(crate) recovery: tokio::sync::Mutex<RateLimit>,
@@ -101,7 +104,7 @@ impl Osd {
         Osd {
             inner: Arc::new(Inner {
                 setup,
-                scheme: Scheme::default(),
+                initial_reserve: AtomicU64::new(DEFAULT_RESERVE_BYTES),
                 peers: Mutex::new(HashMap::new()),
                 segments: Mutex::new(HashMap::new()),
                 recovery: tokio::sync::Mutex::new(RateLimit::new(recovery_bytes_per_sec)),
@@ -139,9 +142,14 @@ impl Osd {
         &self.inner.metrics
     }
 
-    /// The update scheme this OSD's updates go through ([`crate::update`]).
-    pub fn scheme(&self) -> Scheme {
-        self.inner.scheme
+    /// Bytes reserved after each PLR parity chunk this OSD writes as a segment's primary (a new
+    /// segment's, or a rebuilt chunk's): `[update.reserve] size` in `cluster.toml`.
+    pub fn initial_reserve(&self) -> u64 {
+        self.inner.initial_reserve.load(Ordering::Relaxed)
+    }
+
+    pub fn set_initial_reserve(&self, bytes: u64) {
+        self.inner.initial_reserve.store(bytes, Ordering::Relaxed);
     }
 
     /// The primary lease the daemon's heartbeats renew (`lease.rs`).

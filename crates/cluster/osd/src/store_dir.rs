@@ -56,6 +56,14 @@ pub trait StoreDir: Send + Sync {
     fn sync(&self) -> std::io::Result<()>;
     /// Every file, with its length.
     fn list(&self) -> std::io::Result<Vec<(String, u64)>>;
+    /// Writes `bytes` at `at` in file `name`, creating it (empty) or growing it as needed, and
+    /// flushes the file: the bytes and the length are durable on return (a created file's name
+    /// once [`StoreDir::sync`]ed). Whether the file was created. Space is allocated as the file
+    /// system does for an append (a log file that grows among others fragments, as CodFS's
+    /// logs do).
+    fn write_grow(&self, name: &str, at: u64, bytes: &[u8]) -> std::io::Result<bool>;
+    /// Sets file `name`'s length (cut, or grown with allocated zeros) and flushes it.
+    fn set_len(&self, name: &str, len: u64) -> std::io::Result<()>;
 }
 
 /// A device error as the `std::io::Error` it carries (or one made of its message).
@@ -277,6 +285,42 @@ impl StoreDir for OsDir {
         }
         Ok(out)
     }
+
+    fn write_grow(&self, name: &str, at: u64, bytes: &[u8]) -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let path = self.chunks.join(name);
+        let created = !path.exists();
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        f.write_all_at(bytes, at)?;
+        f.sync_data()?;
+        Ok(created)
+    }
+
+    fn set_len(&self, name: &str, len: u64) -> std::io::Result<()> {
+        let path = self.chunks.join(name);
+        let f = OpenOptions::new().write(true).open(&path)?;
+        let old = f.metadata()?.len();
+        f.set_len(len)?;
+        if len > old {
+            // Allocate the new space (a PLR reserve is contiguous with its parity where the file
+            // system can do it); a hole where it cannot.
+            let dev = FileDevice::open(&path, &FileOptions::default()).map_err(device_io)?;
+            match dev.preallocate(old, len - old) {
+                Ok(()) => {}
+                Err(DeviceError::Io { source, .. })
+                    if matches!(
+                        source.raw_os_error(),
+                        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+                    ) => {}
+                Err(e) => return Err(device_io(e)),
+            }
+        }
+        f.sync_data()
+    }
 }
 
 /// A simulated directory for crash tests: names in memory, each file on its own
@@ -453,6 +497,38 @@ impl SimDir {
         self.seed
     }
 
+    /// A new empty file of `len` bytes (no name yet).
+    fn new_file(&self, st: &mut SimState, name: &str, len: u64) -> std::io::Result<u64> {
+        let ino = st.next_ino;
+        st.next_ino += 1;
+        let cfg = FaultConfig {
+            seed: self.seed ^ ino.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            power_cut: st.policy,
+            ..FaultConfig::default()
+        };
+        let mem = MemDevice::with_name(name, len).map_err(device_io)?;
+        st.files.insert(ino, Arc::new(Faulty::new(mem, cfg)));
+        Ok(ino)
+    }
+
+    /// Gives file `ino` a length of `len` bytes: its content up to `len` (zeros beyond), durable
+    /// as it is (the store changes a file's length only when its writes are flushed; a new
+    /// length, as `fdatasync` after `ftruncate`, is durable at once here).
+    fn resize(&self, st: &mut SimState, ino: u64, name: &str, len: u64) -> std::io::Result<()> {
+        let old = st.files[&ino].clone();
+        let mut keep = vec![0u8; old.capacity().min(len) as usize];
+        old.read_at(&mut keep, 0).map_err(device_io)?;
+        let cfg = FaultConfig {
+            seed: self.seed ^ ino.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len,
+            power_cut: st.policy,
+            ..FaultConfig::default()
+        };
+        let mem = MemDevice::with_name(name, len).map_err(device_io)?;
+        mem.write_at(&keep, 0).map_err(device_io)?;
+        st.files.insert(ino, Arc::new(Faulty::new(mem, cfg)));
+        Ok(())
+    }
+
     fn file(&self, st: &SimState, ino: u64, name: &str) -> DirFile {
         Box::new(SimFile {
             name: name.to_owned(),
@@ -497,18 +573,11 @@ impl StoreDir for SimDir {
             // aligned images.
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let ino = st.next_ino;
-        st.next_ino += 1;
-        let cfg = FaultConfig {
-            seed: self.seed ^ ino.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-            power_cut: st.policy,
-            ..FaultConfig::default()
-        };
-        let mem = MemDevice::with_name(name, len as u64).map_err(device_io)?;
-        let dev = Arc::new(Faulty::new(mem, cfg));
+        let ino = self.new_file(&mut st, name, len as u64)?;
         // The bytes are written, not flushed: a cut before the file's flush loses or tears them.
-        dev.write_at(&image[..len], 0).map_err(device_io)?;
-        st.files.insert(ino, dev);
+        st.files[&ino]
+            .write_at(&image[..len], 0)
+            .map_err(device_io)?;
         st.live.insert(name.to_owned(), ino);
         st.pending.push(DirOp::Link(name.to_owned(), ino));
         Ok(self.file(&st, ino, name))
@@ -548,6 +617,39 @@ impl StoreDir for SimDir {
         st.pending.clear();
         st.durable = st.live.clone();
         Ok(())
+    }
+
+    fn write_grow(&self, name: &str, at: u64, bytes: &[u8]) -> std::io::Result<bool> {
+        let end = at + bytes.len() as u64;
+        let (dev, created) = {
+            let mut st = self.lock();
+            st.gate(&|| format!("grow {}", kind(name)))?;
+            let created = !st.live.contains_key(name);
+            if created {
+                let ino = self.new_file(&mut st, name, end)?;
+                st.live.insert(name.to_owned(), ino);
+                st.pending.push(DirOp::Link(name.to_owned(), ino));
+            }
+            let ino = st.live[name];
+            if st.files[&ino].capacity() < end {
+                self.resize(&mut st, ino, name, end)?;
+            }
+            (st.files[&ino].clone(), created)
+        };
+        self.lock().gate(&|| format!("write {}", kind(name)))?;
+        dev.write_at(bytes, at).map_err(device_io)?;
+        self.lock().gate(&|| format!("flush {}", kind(name)))?;
+        dev.flush().map_err(device_io)?;
+        Ok(created)
+    }
+
+    fn set_len(&self, name: &str, len: u64) -> std::io::Result<()> {
+        let mut st = self.lock();
+        st.gate(&|| format!("set length {}", kind(name)))?;
+        let Some(&ino) = st.live.get(name) else {
+            return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        };
+        self.resize(&mut st, ino, name, len)
     }
 
     fn list(&self) -> std::io::Result<Vec<(String, u64)>> {

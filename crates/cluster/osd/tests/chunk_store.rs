@@ -17,6 +17,7 @@ use ecstack_osd::chunk_store::{
 use ecstack_osd::chunk_store_suite::{self, Crashable};
 use ecstack_osd::store_dir::SimDir;
 use ecstack_osd::ChunkMeta;
+use ecstack_rpc::UpdateScheme;
 use proptest::prelude::*;
 
 fn meta(segment_id: u64, index: u32, version: u64, chunk_bytes: u64) -> ChunkMeta {
@@ -173,6 +174,12 @@ fn file_store_power_cuts_at_every_operation() {
             outcomes.extend(report.outcomes);
         }
         let want_points = [
+            "grow log",
+            "write log",
+            "flush log",
+            "remove log",
+            "set length chunk",
+            "set length tmp",
             "list",
             "remove tmp",
             "create tmp",
@@ -211,6 +218,14 @@ fn file_store_power_cuts_at_every_operation() {
             ("modify parity extents", "corrupt"),
             ("read", "old"),
             ("recovery", "cut"),
+            ("append to reserve", "old"),
+            ("append to reserve", "new"),
+            ("append to log", "old"),
+            ("append to log", "new"),
+            ("merge", "old"),
+            ("merge", "corrupt"),
+            ("set reserve", "old"),
+            ("set reserve", "new"),
         ];
         for (k, o) in want_outcomes {
             assert!(
@@ -218,8 +233,14 @@ fn file_store_power_cuts_at_every_operation() {
                 "{options:?}: no cut during {k} left it {o}: {outcomes:?}"
             );
         }
-        // A whole put or delete is atomic: never corrupt.
-        for k in ["put", "put image", "delete"] {
+        // A whole put or delete is atomic, and so is an append: never corrupt.
+        for k in [
+            "put",
+            "put image",
+            "delete",
+            "append to reserve",
+            "append to log",
+        ] {
             assert!(
                 !outcomes.contains(&(k.to_string(), "corrupt".to_string())),
                 "{options:?}: a {k} cut short left a corrupt chunk"
@@ -404,7 +425,10 @@ fn a_dirty_chunk_is_refused_as_corrupt() {
     let h = encode_header(&m, true);
     b[..h.len()].copy_from_slice(&h);
     std::fs::write(&path, &b).unwrap();
-    assert_eq!(decode_header(&h), Ok((m.clone(), true)));
+    assert_eq!(
+        decode_header(&h).map(|h| (h.meta, h.dirty)),
+        Ok((m.clone(), true))
+    );
     let e = s.read(3, 2, 0, 10).unwrap_err();
     assert!(matches!(e, ChunkStoreError::Dirty { .. }), "{e}");
     assert!(e.is_corruption());
@@ -430,7 +454,7 @@ fn unknown_format_versions_are_named() {
     let h = encode_header(&meta(1, 1, 1, 10), false);
     assert_eq!(
         decode_header(&h[..10]),
-        Err(HeaderError::TooShort { got: 10 })
+        Err(HeaderError::TooShort { got: 10, need: 64 })
     );
     assert_eq!(decode_header(&[0u8; 64]), Err(HeaderError::BadMagic));
 }
@@ -443,11 +467,13 @@ fn any_meta() -> impl Strategy<Value = ChunkMeta> {
         1u64..=(64 << 20),
         1u64..=256,
         0usize..20,
+        0usize..4,
+        0u64..64,
     )
         .prop_map(
-            |(segment_id, index, version, chunk_bytes, f, a)| ChunkMeta {
-                reserve_bytes: 0,
-                scheme: Default::default(),
+            |(segment_id, index, version, chunk_bytes, f, a, scheme, r)| ChunkMeta {
+                scheme: UpdateScheme::ALL[scheme],
+                reserve_bytes: if scheme == 3 && a > 0 { 4096 * r } else { 0 },
                 segment_id,
                 index,
                 version,
@@ -464,9 +490,9 @@ proptest! {
     #[test]
     fn header_round_trips(m in any_meta()) {
         let h = encode_header(&m, false);
-        prop_assert_eq!(decode_header(&h), Ok((m.clone(), false)));
+        prop_assert_eq!(decode_header(&h).map(|h| (h.meta, h.dirty)), Ok((m.clone(), false)));
         let h = encode_header(&m, true);
-        prop_assert_eq!(decode_header(&h), Ok((m, true)));
+        prop_assert_eq!(decode_header(&h).map(|h| (h.meta, h.dirty)), Ok((m, true)));
     }
 
     /// One flipped bit anywhere in a header is always refused.
@@ -512,12 +538,8 @@ fn fuzz_mutated_chunk_files() {
     for case in 0..cases {
         let mut rng = case_rng(seed, case);
         let header = mutate(&mut rng, &image[..HEADER_BYTES], &[&donor[..HEADER_BYTES]]);
-        if let Ok((got, dirty)) = decode_header(&header) {
-            assert_eq!(
-                encode_header(&got, dirty)[..],
-                header[..HEADER_BYTES],
-                "case {case}"
-            );
+        if let Ok(got) = decode_header(&header) {
+            assert_eq!(got.encode()[..], header[..got.len()], "case {case}");
         }
         let bad = mutate(&mut rng, &image, &[&donor]);
         std::fs::write(&path, &bad).unwrap();

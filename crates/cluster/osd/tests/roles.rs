@@ -127,14 +127,18 @@ async fn call(c: &OsdClient, osd_id: u32, method: &str) -> Result<(), OsdCallErr
             c.put_chunk(&meta, Bytes::from_static(b"abcd")).await
         }
         "GetChunk" => c.get_chunk(1, 0, 0, 0, None).await.map(drop),
-        "UpdateChunk" => c.update_chunk(1, 0, 0, b"x", 9, 8, &[]).await.map(drop),
+        "UpdateChunk" => c
+            .update_chunk(1, 0, 0, b"x", 9, 8, &[], Default::default())
+            .await
+            .map(drop),
         "ApplyDelta" => {
             let stamp = DeltaStamp {
                 from: 0,
                 prior: 8,
                 version: 9,
             };
-            c.apply_delta(1, 2, &[0..1], b"x", stamp).await
+            c.apply_delta(1, 2, &[0..1], b"x", stamp, Default::default())
+                .await
         }
         "ChunkVersion" => c.chunk_version(1, 0).await.map(drop),
         "DeleteChunk" => c.delete_chunk(1, 1).await,

@@ -716,7 +716,7 @@ async fn bad_requests_get_one_clear_error() {
         version: 2,
     };
     let e = client
-        .apply_delta(1, 0, &[0..1], &[1], stamp)
+        .apply_delta(1, 0, &[0..1], &[1], stamp, Default::default())
         .await
         .unwrap_err();
     assert!(e.to_string().contains("deltas go to parity chunks"), "{e}");
@@ -830,5 +830,78 @@ async fn rdp_updates_and_degraded_reads_against_a_model() {
         let mut two = marked.clone();
         two.holders[other].usable = false;
         check_reads(&client, &two, &model, &mut rng, 2).await;
+    }
+}
+
+/// Every update scheme through the service, for an RS and an RDP stripe: writes, updates (many
+/// more bytes than a PLR reserve of 16 KiB holds, so reserves fill and merge), reads and degraded
+/// reads against a model; the chunk store's merged view encodes after every update, logs exist
+/// where the scheme keeps them (FL: data and parity, CodFS PL: parity, PLR: in the reserve), and
+/// after merging every chunk the stripe still encodes and reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_update_scheme_against_a_model() {
+    use ecstack_osd::update::Scheme;
+    for (kind, k, m) in [(CodeKind::RsVandermonde, 4, 2), (CodeKind::Rdp, 4, 2)] {
+        for scheme in Scheme::ALL {
+            let c = cluster(kind, k, m).await;
+            for n in &c.nodes {
+                n.osd.set_initial_reserve(16 << 10);
+            }
+            let client = c.client();
+            let mut rng = Rng::new(scheme.code() as u64 + 100);
+            let (seg, len) = (7u64, 200_003usize);
+            let align = if kind == CodeKind::Rdp { 4 } else { 1 };
+            let cb = (len as u64).div_ceil(4).next_multiple_of(align);
+            let l = Layout {
+                scheme,
+                ..c.layout(seg, len as u64)
+            };
+            let mut model = bytes(&mut rng, len);
+            client.write_segment(&l, &model).await.unwrap();
+            for v in 2..14 {
+                let off = rng.below(len as u64);
+                let ulen = 1 + rng.below((len as u64 - off).min(6_000));
+                let new = bytes(&mut rng, ulen as usize);
+                let ack = client.update_segment(&l, off, &new).await.unwrap();
+                assert_eq!((ack.version, ack.stale.clone()), (v, vec![]), "{scheme}");
+                model[off as usize..(off + ulen) as usize].copy_from_slice(&new);
+                assert_stripe_encodes(&c, kind, k, m, seg, cb);
+            }
+            check_reads(&client, &l, &model, &mut rng, 4).await;
+            let mut degraded = l.clone();
+            for h in degraded.holders.iter_mut().take(2) {
+                h.usable = false;
+            }
+            check_reads(&client, &degraded, &model, &mut rng, 4).await;
+            let logged = |range: std::ops::Range<usize>| -> u64 {
+                c.nodes[range]
+                    .iter()
+                    .map(|n| n.store.usage().log_bytes + n.store.usage().merges)
+                    .sum()
+            };
+            let (data_logs, parity_logs) = (logged(0..k), logged(k..k + m));
+            match scheme {
+                Scheme::Fo => assert_eq!((data_logs, parity_logs), (0, 0), "{scheme}"),
+                Scheme::Fl => assert!(data_logs > 0 && parity_logs > 0, "{scheme}"),
+                Scheme::ParityLog | Scheme::Plr => {
+                    assert!(data_logs == 0 && parity_logs > 0, "{scheme}")
+                }
+            }
+            if scheme == Scheme::Plr {
+                let merges: u64 = c.nodes.iter().map(|n| n.store.usage().merges).sum();
+                assert!(merges > 0, "PLR's 16 KiB reserves filled and merged");
+                let meta = c.nodes[k].store.meta(seg, k as u32).unwrap().unwrap();
+                assert_eq!(meta.reserve_bytes, 16 << 10);
+            }
+            for (i, n) in c.nodes.iter().enumerate() {
+                n.store.merge(seg, i as u32).unwrap();
+                assert_eq!(
+                    n.store.log_state(seg, i as u32).unwrap().unwrap().records,
+                    0
+                );
+            }
+            assert_stripe_encodes(&c, kind, k, m, seg, cb);
+            check_reads(&client, &l, &model, &mut rng, 4).await;
+        }
     }
 }

@@ -1,47 +1,133 @@
 //! Updates: how an overwrite of a byte range of a segment (UpdateSegment, at the primary) becomes
-//! chunk work, one file per update scheme behind [`Scheme`] (CodFS §2.1, §4.3.1). Today there is
-//! one scheme, [`Scheme::Fo`] (`fo.rs`, full overwrite: the data holder writes the new bytes in
-//! place and sends one parity delta per parity chunk with ApplyDelta, which the parity holder XORs
-//! in place).
+//! chunk work (CodFS §2.1, §4.3.1), and where each holder keeps it, one file per update scheme
+//! ([`Scheme`], the file's, carried in its layout and in every UpdateChunk and ApplyDelta):
+//! `fo.rs` (in place), `fl.rs` (data and parity logged), `codfs_pl.rs` (parity logged), `plr.rs`
+//! (parity logged in space reserved after it; Algorithm 1 sizes the reserve).
 //!
-//! **The seam.** What every scheme shares stays here, in the primary's `Osd::update`: the
-//! segment's lock and layout checks, refusing an update with fewer than k + 1 usable chunks, the
-//! new version (newest seen + 1, used up whether or not the update is acknowledged), the split into
-//! one `SubUpdate` per data chunk, the lease check before any chunk changes, and the end: stale
-//! chunks marked at the MDS before the reply, fewer than k + 1 chunks holding the new version an
-//! error. A scheme supplies three steps:
+//! **The flow** (`flow.rs`) is the same for all four: CodFS's schemes are all delta-based
+//! (§2.1.2). What every scheme shares stays here, in the primary's `Osd::update`: the segment's
+//! lock and layout checks, refusing an update with fewer than k + 1 usable chunks, the new version
+//! (newest seen + 1, used up whether or not the update is acknowledged), the split into one
+//! `SubUpdate` per data chunk, the lease check before any chunk changes, and the end: stale chunks
+//! marked at the MDS before the reply, fewer than k + 1 chunks holding the new version an error.
+//! The data holder (UpdateChunk) stores its sub-update and sends one delta per parity chunk; the
+//! parity holder (ApplyDelta) stores the delta, refused unless the parity includes exactly the
+//! delta's prior version of that chunk, a no-op if it already includes the new one.
 //!
-//! - `Scheme::apply`, at the primary: carry out the sub-updates at the holders and say which
-//!   chunks did not take them and what the view is afterwards (`Applied`);
-//! - `Scheme::update_chunk`, at a data holder (UpdateChunk): apply one sub-update, refused unless
-//!   the chunk is at the version the primary expects, and pass its deltas on;
-//! - `Scheme::apply_delta`, at a parity holder (ApplyDelta): take one data chunk's delta, refused
-//!   unless the parity includes exactly the delta's prior version of that chunk, a no-op if it
-//!   already includes the new one.
-//!
-//! Whatever a scheme keeps beside a chunk (FL's log, CodFS PL's appended deltas, PLR's reserved
-//! space), a holder answers GetChunk and ChunkVersion with the chunk as of its versions, so the
-//! primary's write, read, degraded read and recovery (`write.rs`, `read.rs`, `degraded.rs`,
-//! `recover.rs`) do not change per scheme. Schemes FL, CodFS PL and PLR are to come as variants
-//! and files beside `fo.rs`.
+//! **The schemes** differ only in how a holder stores a data change ([`store_data`]) and a parity
+//! delta ([`store_delta`]). Whatever a scheme keeps beside a chunk (FL's and CodFS PL's logs, PLR's
+//! reserve), the chunk store answers reads and versions with the chunk as of its logged changes
+//! (a logged change counts once durable), so the primary's write, read, degraded read and
+//! recovery (`write.rs`, `read.rs`, `degraded.rs`, `recover.rs`) and `view.rs` do not change per
+//! scheme. Logs are merged on read (the store's merged read), by the GC task of the OSD daemon
+//! (CodFS's Monitor Module, [`gc_due`]), and under PLR when a delta does not fit its reserve.
 
+mod codfs_pl;
+mod fl;
+mod flow;
 mod fo;
+pub mod plr;
 
 use std::ops::Range;
 
-use crate::api::{Ack, DeltaStamp, Holder, Layout};
-use crate::chunk_store::ChunkStoreError;
+pub use ecstack_mds_proto::UpdateScheme as Scheme;
+
+use crate::api::{Ack, ChunkMeta, DeltaStamp, Holder, Layout};
+use crate::chunk_store::{ChunkStore, ChunkStoreError, LogState};
 use crate::error::OsdError;
 use crate::segment::SegState;
 use crate::service::{check_enough, check_range, Osd};
 use crate::view::View;
 
-/// An update scheme: how sub-updates become chunk changes and parity work (see the module doc).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Scheme {
-    /// Full overwrite (CodFS FO): data and parity changed in place, parity by deltas (`fo.rs`).
-    #[default]
-    Fo,
+/// A data chunk's change at its holder: `new` at `offset`, from version `expected` (0: any) to
+/// `version`.
+pub(crate) struct DataChange {
+    pub segment: u64,
+    pub index: u32,
+    pub offset: u64,
+    pub new: std::sync::Arc<Vec<u8>>,
+    pub expected: u64,
+    pub version: u64,
+}
+
+/// A parity delta at its holder: `delta` is the bytes of `extents`, concatenated.
+pub(crate) struct ParityDelta {
+    pub segment: u64,
+    pub index: u32,
+    pub extents: Vec<Range<u64>>,
+    pub delta: Vec<u8>,
+    pub stamp: DeltaStamp,
+}
+
+impl ParityDelta {
+    /// Where each extent's bytes start in `delta`; refused unless the extents add up to it.
+    pub(crate) fn starts(&self) -> Result<Vec<usize>, ChunkStoreError> {
+        let mut starts = Vec::with_capacity(self.extents.len());
+        let mut at = 0usize;
+        for e in &self.extents {
+            starts.push(at);
+            at = at.saturating_add((e.end.saturating_sub(e.start)) as usize);
+        }
+        if at != self.delta.len() {
+            return Err(ChunkStoreError::Invalid {
+                segment: self.segment,
+                index: self.index,
+                message: format!(
+                    "the extents cover {at} bytes, the delta has {}",
+                    self.delta.len()
+                ),
+            });
+        }
+        Ok(starts)
+    }
+}
+
+/// Stores a data chunk's change by `scheme` (on a blocking thread's store); the bytes it replaces
+/// and the chunk's header before.
+pub(crate) fn store_data(
+    scheme: Scheme,
+    s: &dyn ChunkStore,
+    c: &DataChange,
+) -> Result<(Vec<u8>, ChunkMeta), ChunkStoreError> {
+    match scheme {
+        Scheme::Fo => fo::data(s, c),
+        Scheme::Fl => fl::data(s, c),
+        Scheme::ParityLog => codfs_pl::data(s, c),
+        Scheme::Plr => plr::data(s, c),
+    }
+}
+
+/// Stores a parity delta by `scheme` (on a blocking thread's store).
+pub(crate) fn store_delta(
+    scheme: Scheme,
+    s: &dyn ChunkStore,
+    d: &ParityDelta,
+) -> Result<(), ChunkStoreError> {
+    match scheme {
+        Scheme::Fo => fo::delta(s, d),
+        Scheme::Fl => fl::delta(s, d),
+        Scheme::ParityLog => codfs_pl::delta(s, d),
+        Scheme::Plr => plr::delta(s, d),
+    }
+}
+
+/// A parity delta stored at this OSD, the parity holder (no request to check: the data holder is
+/// this OSD too).
+pub(crate) async fn apply_delta_local(
+    osd: &Osd,
+    scheme: Scheme,
+    d: ParityDelta,
+) -> Result<(), ChunkStoreError> {
+    flow::apply_delta(osd, scheme, d).await
+}
+
+/// The GC's rule (FL, CodFS PL: the Monitor Module's garbage collection, §4.3): a chunk's log is
+/// merged once it holds `max_records` changes or `max_bytes` bytes. PLR's reserves are merged when
+/// full and by Algorithm 1, not by the GC; FO keeps no log.
+pub fn gc_due(log: &LogState, max_records: u64, max_bytes: u64) -> bool {
+    log.reserve_bytes == 0
+        && log.records > 0
+        && (log.records >= max_records || log.bytes >= max_bytes)
 }
 
 /// One sub-update: data chunk `index` gets `data` at `offset` inside the chunk.
@@ -62,7 +148,7 @@ pub(crate) struct Plan<'a> {
     pub parity: Vec<Holder>,
 }
 
-/// What a scheme's chunk work left ([`Scheme::apply`]).
+/// What the chunk work of an update left (`flow::apply`).
 pub(crate) struct Applied {
     /// The view afterwards: every data chunk the update touched is at its version (or among
     /// `stale`), and so is every parity chunk not among `stale`.
@@ -84,55 +170,7 @@ pub(crate) struct ChunkUpdate {
     pub version: u64,
     pub expected: u64,
     pub parity: Vec<Holder>,
-}
-
-impl Scheme {
-    /// Its name in logs and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::Fo => "fo",
-        }
-    }
-
-    /// The primary's chunk work of `plan` (the segment's lock held, the view in `st` known).
-    pub(crate) async fn apply(
-        self,
-        osd: &Osd,
-        plan: &Plan<'_>,
-        st: &SegState,
-    ) -> Result<Applied, OsdError> {
-        match self {
-            Scheme::Fo => fo::apply(osd, plan, st).await,
-        }
-    }
-
-    /// A data holder's part of a sub-update (its request checked); the parity chunks that did not
-    /// take their part.
-    pub(crate) async fn update_chunk(
-        self,
-        osd: &Osd,
-        u: ChunkUpdate,
-    ) -> Result<Vec<u32>, OsdError> {
-        match self {
-            Scheme::Fo => fo::update_chunk(osd, u).await,
-        }
-    }
-
-    /// A parity holder's part of a sub-update: data chunk `stamp.from`'s delta into parity chunk
-    /// `index` over `extents` (the delta is their bytes concatenated).
-    pub(crate) async fn apply_delta(
-        self,
-        osd: &Osd,
-        segment: u64,
-        index: u32,
-        extents: Vec<Range<u64>>,
-        delta: Vec<u8>,
-        stamp: DeltaStamp,
-    ) -> Result<(), ChunkStoreError> {
-        match self {
-            Scheme::Fo => fo::apply_delta(osd, segment, index, extents, delta, stamp).await,
-        }
-    }
+    pub scheme: Scheme,
 }
 
 /// Split an update of `data` at segment byte `offset` into sub-updates per data chunk.
@@ -193,7 +231,7 @@ impl Osd {
             st.forget();
             return Err(e);
         }
-        let applied = match self.scheme().apply(self, &plan, &st).await {
+        let applied = match flow::apply(self, &plan, &st).await {
             Ok(a) => a,
             Err(e) => {
                 st.forget();
@@ -291,7 +329,7 @@ impl Osd {
                 h.index
             )));
         }
-        self.scheme().update_chunk(self, u).await
+        flow::update_chunk(self, u).await
     }
 
     /// ApplyDelta at this OSD, the parity holder: the request checked, then the scheme's part.
@@ -302,6 +340,7 @@ impl Osd {
         extents: Vec<Range<u64>>,
         delta: Vec<u8>,
         stamp: DeltaStamp,
+        scheme: Scheme,
     ) -> Result<(), OsdError> {
         if (index as usize) < self.k() {
             return Err(OsdError::Invalid(format!(
@@ -314,10 +353,19 @@ impl Osd {
                 stamp.from
             )));
         }
-        self.scheme()
-            .apply_delta(self, segment, index, extents, delta, stamp)
-            .await
-            .map_err(OsdError::from)
+        flow::apply_delta(
+            self,
+            scheme,
+            ParityDelta {
+                segment,
+                index,
+                extents,
+                delta,
+                stamp,
+            },
+        )
+        .await
+        .map_err(OsdError::from)
     }
 }
 
