@@ -267,3 +267,20 @@ async fn schemes_and_store_usage_over_grpc() {
     );
     srv.shutdown().await;
 }
+
+/// The MDS takes a new file's default scheme from `cluster.toml`'s `[update] scheme` (fo when the
+/// section is absent).
+#[test]
+fn the_default_scheme_comes_from_the_config() {
+    for scheme in [UpdateScheme::Fo, UpdateScheme::Plr] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = ecstack_rpc::InitOptions {
+            osds: 1,
+            update_scheme: scheme,
+            ..ecstack_rpc::InitOptions::default()
+        };
+        ecstack_rpc::init_cluster(dir.path(), &opts).unwrap();
+        let config = ecstack_rpc::ClusterConfig::load(&dir.path().join("cluster.toml")).unwrap();
+        assert_eq!(MdsSettings::from_config(&config).default_scheme, scheme);
+    }
+}
