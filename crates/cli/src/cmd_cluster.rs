@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use ecstack_client::{Client, ClientOptions, ReadPath};
+use ecstack_client::{Client, ClientOptions, PutOptions, ReadPath, UpdateScheme};
 use ecstack_codes::{new_code, CodeKind};
 use ecstack_lab::codfs_local::{LocalCluster, LocalSpec};
 use ecstack_mds_proto::{ChunkState, ClusterStatus, FileInfo, OsdState, NO_OSD};
@@ -54,6 +54,11 @@ enum ClusterCmd {
     Put {
         local: PathBuf,
         path: String,
+        /// The file's update scheme: fo, fl, codfs-pl or plr (default: the scheme of the file
+        /// PATH replaces, else the cluster's [update] scheme). A file keeps its scheme: another
+        /// one for an existing PATH is refused
+        #[arg(long, value_parser = parse_scheme_arg)]
+        update_scheme: Option<UpdateScheme>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -172,6 +177,10 @@ struct UpArgs {
     /// Run the daemons without TLS (loopback experiments only)
     #[arg(long)]
     insecure: bool,
+    /// The update scheme of files put without one (a new cluster only; written to cluster.toml
+    /// as [update] scheme): fo, fl, codfs-pl or plr [default: fo]
+    #[arg(long, value_parser = parse_scheme_arg)]
+    update_scheme: Option<UpdateScheme>,
 }
 
 #[derive(Args)]
@@ -203,6 +212,10 @@ struct InitArgs {
     /// Address of the MDS (clients and OSDs connect here)
     #[arg(long, default_value = DEFAULT_MDS_ADDR)]
     mds_addr: String,
+    /// The update scheme of files put without one (written to cluster.toml as [update] scheme):
+    /// fo, fl, codfs-pl or plr
+    #[arg(long, default_value = "fo", value_parser = parse_scheme_arg)]
+    update_scheme: UpdateScheme,
     /// Replace an existing cluster in DIR (deletes its config, certificates and MDS database)
     #[arg(long)]
     force: bool,
@@ -228,6 +241,11 @@ struct CertArgs {
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
     ecstack_base::parse_size(s)
+}
+
+/// `fo`, `fl`, `codfs-pl`, `plr`; a bare `pl` is refused with one line naming `codfs-pl`.
+fn parse_scheme_arg(s: &str) -> Result<UpdateScheme, String> {
+    s.parse()
 }
 
 /// The config path: `--config`, else $ECSTACK_CLUSTER, else ./ecstack-cluster/cluster.toml; a
@@ -382,6 +400,7 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
         ClusterCmd::Put {
             local,
             path,
+            update_scheme,
             json,
             conn,
         } => {
@@ -390,7 +409,10 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
                 t.set_total("put", m.len());
             }
             let client = t.client.clone();
-            let size = client.put_file(&path, &local).await;
+            let options = PutOptions {
+                scheme: update_scheme,
+            };
+            let size = client.put_file_with(&path, &local, options).await;
             t.finish();
             let size = size?;
             let info = client.stat(&path).await.ok();
@@ -402,10 +424,19 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
                 print_json(&json!({
                     "path": path, "local": local, "bytes": size,
                     "segments": info.as_ref().map(|i| i.segments.len()),
+                    "update_scheme": info.as_ref().map(|i| i.scheme.name()),
                     "full_redundancy": warning.is_none(),
                 }))?;
             } else {
-                println!("stored {} as {path} ({})", local.display(), fmt_size(size));
+                let scheme = info
+                    .as_ref()
+                    .map(|i| format!(", update scheme {}", i.scheme))
+                    .unwrap_or_default();
+                println!(
+                    "stored {} as {path} ({}{scheme})",
+                    local.display(),
+                    fmt_size(size)
+                );
             }
         }
         ClusterCmd::Get {
@@ -545,6 +576,7 @@ fn file_json(f: &FileInfo) -> serde_json::Value {
         "size": f.size,
         "mtime_ms": f.mtime_ms,
         "segment_bytes": f.segment_bytes,
+        "update_scheme": f.scheme.name(),
         "segments": f.segments.iter().map(|s| json!({
             "index": s.index,
             "segment_id": s.segment_id,
@@ -572,12 +604,13 @@ fn osd_label(id: u32, names: &BTreeMap<u32, String>) -> String {
 
 fn print_stat(f: &FileInfo, names: &BTreeMap<u32, String>) {
     println!(
-        "{}: {} ({} bytes), {} segments of up to {}",
+        "{}: {} ({} bytes), {} segments of up to {}, update scheme {}",
         f.path,
         fmt_size(f.size),
         f.size,
         f.segments.len(),
-        fmt_size(f.segment_bytes)
+        fmt_size(f.segment_bytes),
+        f.scheme
     );
     for s in &f.segments {
         let chunks: Vec<String> = s
@@ -670,6 +703,7 @@ fn status_json(s: &ClusterStatus) -> serde_json::Value {
         "osds": s.osds.iter().map(|o| json!({
             "osd_id": o.osd_id, "name": o.name, "addr": o.addr, "state": state_name(o.state),
             "labels": o.labels, "capacity_bytes": o.capacity_bytes, "used_bytes": o.used_bytes,
+            "reserve_bytes": o.reserve_bytes, "log_bytes": o.log_bytes, "merges": o.merges,
             "last_heartbeat_ms_ago": o.last_heartbeat_ms_ago,
         })).collect::<Vec<_>>(),
         "files": s.files,
@@ -710,12 +744,15 @@ fn print_status(s: &ClusterStatus) {
     );
     for o in &s.osds {
         println!(
-            "  {:>3} {:<10} {:<22} {:<5} used {:>10}  heartbeat {} ms ago",
+            "  {:>3} {:<10} {:<22} {:<5} used {:>10}  reserve {:>10}  log {:>10}  merges {:>6}  heartbeat {} ms ago",
             o.osd_id,
             o.name,
             o.addr,
             state_name(o.state),
             fmt_size(o.used_bytes),
+            fmt_size(o.reserve_bytes),
+            fmt_size(o.log_bytes),
+            o.merges,
             o.last_heartbeat_ms_ago
         );
     }
@@ -760,10 +797,21 @@ async fn up(a: UpArgs) -> Result<()> {
     spec.family = code_name(a.family.as_deref(), a.m);
     spec.segment_bytes = a.segment_size;
     spec.insecure = a.insecure;
+    spec.update_scheme = a.update_scheme.unwrap_or_default();
     let fresh = !spec.config_path().exists();
     if fresh {
         cluster_code(&spec.family, spec.k, spec.m)
             .with_context(|| format!("--code {} -k {} -m {}", spec.family, spec.k, spec.m))?;
+    } else if let Some(wanted) = a.update_scheme {
+        // An existing cluster keeps its config; say so rather than ignore the flag.
+        let config = ClusterConfig::load(&spec.config_path())?;
+        if config.update.scheme != wanted {
+            anyhow::bail!(
+                "--update-scheme {wanted}: the cluster in {} has [update] scheme = \"{}\"; the flag sets a new cluster's (edit its cluster.toml to change the default of new files)",
+                spec.dir.display(),
+                config.update.scheme
+            );
+        }
     }
     let stop = StopSignals::watch()?;
     let mut cluster = LocalCluster::start(spec)?;
@@ -877,6 +925,7 @@ fn init(a: InitArgs) -> Result<()> {
         segment_bytes,
         failure_domain: a.failure_domain,
         mds_addr: a.mds_addr,
+        update_scheme: a.update_scheme,
         force: a.force,
     };
     let config = init_cluster(&a.dir, &opts)?;
@@ -887,6 +936,7 @@ fn init(a: InitArgs) -> Result<()> {
             "config": config_path,
             "code": {"family": config.code.family, "k": config.code.k, "m": config.code.m},
             "segment_bytes": config.segment_bytes,
+            "update_scheme": config.update.scheme.name(),
             "mds_addr": config.mds.addr,
             "certs": config.certs_dir(),
             "osds": opts.osds,
@@ -894,13 +944,14 @@ fn init(a: InitArgs) -> Result<()> {
         }));
     }
     println!(
-        "cluster {} in {}: {} {}+{}, {} segments, MDS at {}",
+        "cluster {} in {}: {} {}+{}, {} segments, update scheme {}, MDS at {}",
         config.cluster_id,
         a.dir.display(),
         config.code.family,
         config.code.k,
         config.code.m,
         fmt_size(config.segment_bytes),
+        config.update.scheme,
         config.mds.addr
     );
     println!(

@@ -90,8 +90,7 @@ pub fn run(a: OsdArgs) -> Result<()> {
         mds_addr: config.mds.addr.clone(),
         security,
         recovery_bytes_per_sec: config.mds.recovery_bytes_per_sec,
-        initial_reserve: ecstack_osd::service::DEFAULT_RESERVE_BYTES,
-        monitor: Default::default(),
+        update: config.update.clone(),
     };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = a.threads {

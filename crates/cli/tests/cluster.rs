@@ -607,6 +607,27 @@ fn cluster_up_starts_and_stops_its_children() {
     spec.m = 1;
     spec.segment_bytes = 1 << 20;
     drop(LocalCluster::start(spec).unwrap());
+    // `--update-scheme` sets a new cluster's default; an existing cluster of another default
+    // says so in one line (its config is not rewritten) before starting anything.
+    let line = stderr_line(&ecstack(&[
+        "cluster",
+        "up",
+        "--osds",
+        "3",
+        "--config",
+        cdir.to_str().unwrap(),
+        "--update-scheme",
+        "plr",
+    ]));
+    assert!(
+        line.contains("--update-scheme plr") && line.contains("[update] scheme = \"fo\""),
+        "{line}"
+    );
+    let mut plr = LocalSpec::new(exe(), dir.path().join("plr"), 0);
+    plr.update_scheme = ecstack_rpc::UpdateScheme::Plr;
+    drop(LocalCluster::start(plr).unwrap());
+    let config = ecstack_rpc::ClusterConfig::load(&dir.path().join("plr/cluster.toml")).unwrap();
+    assert_eq!(config.update.scheme, ecstack_rpc::UpdateScheme::Plr);
     let mut child = Command::new(exe())
         .args([
             "cluster",
@@ -615,6 +636,8 @@ fn cluster_up_starts_and_stops_its_children() {
             "3",
             "--config",
             cdir.to_str().unwrap(),
+            "--update-scheme",
+            "fo",
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -699,4 +722,171 @@ async fn a_file_handle_keeps_the_layout_of_a_promoted_primary() {
     );
     let got = client.read("/h", 0, data.len() as u64).await.unwrap();
     assert!(got == data, "the handle's updates did not all land");
+}
+
+/// Per-file update schemes through the CLI and real processes (issue 41, the MDS side): `put
+/// --update-scheme plr` makes a plr file that `stat` shows; without the flag a new path takes the
+/// cluster's default (fo) and a replaced path keeps its scheme; a bare `pl` names `codfs-pl`;
+/// another scheme for an existing path is refused with one line; `status` shows each OSD's
+/// reserve, log bytes and merges. (Whether the OSDs keep plr's reserve is the chunk store's test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_files_update_scheme_is_set_by_put_and_shown_by_stat() {
+    let rig = Rig::start(RigSpec {
+        osds: 3,
+        k: 2,
+        m: 1,
+        ..RigSpec::default()
+    })
+    .await;
+    let config = rig.cluster.config_path();
+    let config = config.to_str().unwrap();
+    let local = rig.dir.path().join("in.bin");
+    std::fs::write(&local, random_bytes(&mut Rng::new(41), 300_000)).unwrap();
+    let local = local.to_str().unwrap();
+    let ok = |o: std::process::Output| {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let stat_scheme = |path: &str| {
+        let o = ok(ecstack(&[
+            "cluster", "stat", path, "--json", "--config", config,
+        ]));
+        let v: serde_json::Value = serde_json::from_str(&o).unwrap();
+        v["update_scheme"].as_str().unwrap().to_owned()
+    };
+
+    let out = ok(ecstack(&[
+        "cluster",
+        "put",
+        local,
+        "/s/plr",
+        "--update-scheme",
+        "plr",
+        "--config",
+        config,
+    ]));
+    assert!(out.contains("update scheme plr"), "{out}");
+    assert_eq!(stat_scheme("/s/plr"), "plr");
+    let text = ok(ecstack(&["cluster", "stat", "/s/plr", "--config", config]));
+    assert!(
+        text.lines().next().unwrap().ends_with("update scheme plr"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&ok(ecstack(&[
+        "cluster",
+        "put",
+        local,
+        "/s/default",
+        "--json",
+        "--config",
+        config,
+    ])))
+    .unwrap();
+    assert_eq!(v["update_scheme"], "fo", "the cluster's default");
+    assert_eq!(stat_scheme("/s/default"), "fo");
+
+    // A bare `pl` is refused before anything is stored, naming codfs-pl.
+    let o = ecstack(&[
+        "cluster",
+        "put",
+        local,
+        "/s/pl",
+        "--update-scheme",
+        "pl",
+        "--config",
+        config,
+    ]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("codfs-pl"), "{e}");
+    let o = ecstack(&["cluster", "stat", "/s/pl", "--config", config]);
+    assert!(!o.status.success(), "nothing was stored");
+
+    // A file keeps its scheme: another one is refused with one line; none keeps the file's.
+    let line = stderr_line(&ecstack(&[
+        "cluster",
+        "put",
+        local,
+        "/s/plr",
+        "--update-scheme",
+        "fl",
+        "--config",
+        config,
+    ]));
+    assert!(
+        line.contains("changing a file's scheme is refused"),
+        "{line}"
+    );
+    assert!(line.contains("/s/plr is plr"), "{line}");
+    ok(ecstack(&[
+        "cluster", "put", local, "/s/plr", "--config", config,
+    ]));
+    assert_eq!(stat_scheme("/s/plr"), "plr");
+    ok(ecstack(&[
+        "cluster",
+        "put",
+        local,
+        "/s/plr",
+        "--update-scheme",
+        "plr",
+        "--config",
+        config,
+    ]));
+
+    // Each OSD's store usage from its heartbeats.
+    let v: serde_json::Value = serde_json::from_str(&ok(ecstack(&[
+        "cluster", "status", "--json", "--config", config,
+    ])))
+    .unwrap();
+    for o in v["osds"].as_array().unwrap() {
+        for key in ["reserve_bytes", "log_bytes", "merges"] {
+            assert!(o[key].is_u64(), "{key} in {o}");
+        }
+    }
+    let text = ok(ecstack(&["cluster", "status", "--config", config]));
+    assert!(
+        text.contains("reserve") && text.contains("merges"),
+        "{text}"
+    );
+}
+
+/// `cluster init --update-scheme` writes the cluster's default scheme into cluster.toml; a bad
+/// name is refused, a bare `pl` with the codfs-pl hint.
+#[test]
+fn cluster_init_writes_the_update_scheme() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("c");
+    let o = ecstack(&[
+        "cluster",
+        "init",
+        c.to_str().unwrap(),
+        "--osds",
+        "1",
+        "--update-scheme",
+        "codfs-pl",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["update_scheme"], "codfs-pl");
+    let config = ecstack_rpc::ClusterConfig::load(&c.join("cluster.toml")).unwrap();
+    assert_eq!(config.update.scheme, ecstack_rpc::UpdateScheme::ParityLog);
+    assert_eq!(config.update.reserve, ecstack_rpc::ReserveConfig::default());
+    for (bad, hint) in [
+        ("pl", "codfs-pl"),
+        ("raid5", "known: fo, fl, codfs-pl, plr"),
+    ] {
+        let d = dir.path().join(bad);
+        let o = ecstack(&[
+            "cluster",
+            "init",
+            d.to_str().unwrap(),
+            "--update-scheme",
+            bad,
+        ]);
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(hint), "{e}");
+        assert!(!d.join("cluster.toml").exists());
+    }
 }

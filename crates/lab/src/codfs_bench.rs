@@ -1204,6 +1204,7 @@ mod tests {
             segment_bytes: 1 << 20,
             failure_domain: None,
             mds_addr: "127.0.0.1:1".into(),
+            update_scheme: ecstack_rpc::UpdateScheme::Fo,
             force: false,
         };
         let config = ecstack_rpc::init_cluster(dir.path(), &opts).unwrap();

@@ -44,6 +44,8 @@ pub struct LocalSpec {
     pub insecure: bool,
     /// Worker threads of each OSD's runtime (`ecstack osd --threads`); `None`: one per core.
     pub osd_threads: Option<u16>,
+    /// `[update] scheme` of a new cluster: the scheme of a file whose put names none.
+    pub update_scheme: ecstack_rpc::UpdateScheme,
 }
 
 impl LocalSpec {
@@ -61,6 +63,7 @@ impl LocalSpec {
             out_after_ms: 600_000,
             insecure: false,
             osd_threads: None,
+            update_scheme: ecstack_rpc::UpdateScheme::Fo,
         }
     }
 
@@ -418,6 +421,7 @@ fn init(spec: &LocalSpec) -> Result<(), ClientError> {
         segment_bytes: spec.segment_bytes,
         failure_domain: None,
         mds_addr: format!("127.0.0.1:{}", free_port()?),
+        update_scheme: spec.update_scheme,
         force: false,
     };
     let mut config = init_cluster(&spec.dir, &opts)?;

@@ -1207,6 +1207,7 @@ fn make_cluster(
         segment_bytes: seg,
         failure_domain: None,
         mds_addr: format!("{}:{MDS_PORT}", bed.mds.ip),
+        update_scheme: ecstack_rpc::UpdateScheme::Fo,
         force: false,
     };
     let mut config = init_cluster(dir, &opts).map_err(|e| LabError::Run(e.to_string()))?;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes};
 use ecstack_mds_proto::{
     ClusterStatus, FileInfo, FileSummary, MdsClient, MdsError, OsdState, SegmentLayout,
+    UpdateScheme,
 };
 use ecstack_osd_proto::{Layout, OsdCallError, OsdClient, SegmentAge};
 use ecstack_rpc::{limits, retry_with_progress, Backoff, ClusterConfig, Security};
@@ -23,6 +24,16 @@ use tokio::task::JoinSet;
 use crate::error::ClientError;
 use crate::segments::{segment_lengths, split_range, ReadOrder};
 use crate::window::{Leg, Transit};
+
+/// How one put stores its file ([`Client::put_with`] and friends). The default is what
+/// [`Client::put`] does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PutOptions {
+    /// The file's update scheme. `None` (the default): the scheme of the file the put replaces,
+    /// else the cluster's `[update] scheme`, as the MDS decides. A scheme other than the
+    /// replaced file's is refused with one line (a file's scheme is fixed at creation).
+    pub scheme: Option<UpdateScheme>,
+}
 
 /// Deadlines, retries and parallelism of a [`Client`].
 #[derive(Debug, Clone)]
@@ -500,22 +511,47 @@ impl Client {
         path: &str,
         reader: R,
     ) -> Result<u64, ClientError> {
-        self.put_from(path, ReaderSegments(reader)).await
+        self.put_with(path, reader, PutOptions::default()).await
+    }
+
+    /// [`Client::put`] with [`PutOptions`] (the file's update scheme).
+    pub async fn put_with<R: AsyncRead + Unpin>(
+        &self,
+        path: &str,
+        reader: R,
+        options: PutOptions,
+    ) -> Result<u64, ClientError> {
+        self.put_from(path, ReaderSegments(reader), options).await
     }
 
     /// [`Client::put`] of bytes in memory: each segment is sent as slices of `data` (no copy).
     pub async fn put_bytes(&self, path: &str, data: Bytes) -> Result<u64, ClientError> {
-        self.put_from(path, data).await
+        self.put_bytes_with(path, data, PutOptions::default()).await
+    }
+
+    /// [`Client::put_bytes`] with [`PutOptions`].
+    pub async fn put_bytes_with(
+        &self,
+        path: &str,
+        data: Bytes,
+        options: PutOptions,
+    ) -> Result<u64, ClientError> {
+        self.put_from(path, data, options).await
     }
 
     async fn put_from<S: SegmentSource>(
         &self,
         path: &str,
         mut source: S,
+        options: PutOptions,
     ) -> Result<u64, ClientError> {
         let what = format!("put {path}");
+        let scheme = options.scheme;
         let file_id = self
-            .meta(&what, |m| async move { m.create_file(path).await })
+            .meta(
+                &what,
+                |m| async move { m.create_file_with(path, scheme).await },
+            )
             .await?;
         let segment_bytes = self.inner.config.segment_bytes;
         let window = self.inner.options.window_segments_max.max(1);
@@ -619,11 +655,25 @@ impl Client {
 
     /// [`Client::put`] from a local file.
     pub async fn put_file(&self, path: &str, local: &Path) -> Result<u64, ClientError> {
+        self.put_file_with(path, local, PutOptions::default()).await
+    }
+
+    /// [`Client::put_file`] with [`PutOptions`].
+    pub async fn put_file_with(
+        &self,
+        path: &str,
+        local: &Path,
+        options: PutOptions,
+    ) -> Result<u64, ClientError> {
         let f = tokio::fs::File::open(local)
             .await
             .map_err(|e| ClientError::io(format!("cannot open {}", local.display()), e))?;
-        self.put(path, tokio::io::BufReader::with_capacity(1 << 20, f))
-            .await
+        self.put_with(
+            path,
+            tokio::io::BufReader::with_capacity(1 << 20, f),
+            options,
+        )
+        .await
     }
 
     /// The committed file `path` with the layout of every segment.

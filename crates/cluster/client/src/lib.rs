@@ -18,5 +18,8 @@ mod window;
 
 /// The frames [`Client::read_frames`] returns.
 pub use bytes::Bytes;
-pub use client::{summary, Client, ClientOptions, FailedAttempts, FileHandle, ReadPath, ReadStats};
+pub use client::{
+    summary, Client, ClientOptions, FailedAttempts, FileHandle, PutOptions, ReadPath, ReadStats,
+};
+pub use ecstack_mds_proto::UpdateScheme;
 pub use error::ClientError;

@@ -82,6 +82,12 @@ pub struct OsdInfo {
     pub labels: BTreeMap<String, String>,
     pub capacity_bytes: u64,
     pub used_bytes: u64,
+    /// Reserved space next to PLR parity chunks, bytes (latest heartbeat).
+    pub reserve_bytes: u64,
+    /// Bytes in FL / CodFS PL logs and used reserve (latest heartbeat).
+    pub log_bytes: u64,
+    /// Log or reserve merges since the OSD started (latest heartbeat).
+    pub merges: u64,
     pub state: OsdState,
     pub last_heartbeat_ms_ago: u64,
 }
@@ -236,6 +242,10 @@ pub struct Heartbeat {
     pub chunks: u64,
     /// Segments whose DeleteTask for this OSD is done.
     pub deleted_segments: Vec<u64>,
+    /// The store's usage (`ChunkStore::usage`): reserved space, log bytes, merges.
+    pub reserve_bytes: u64,
+    pub log_bytes: u64,
+    pub merges: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -415,6 +425,9 @@ impl From<OsdInfo> for proto::OsdInfo {
             labels: o.labels.into_iter().collect(),
             capacity_bytes: o.capacity_bytes,
             used_bytes: o.used_bytes,
+            reserve_bytes: o.reserve_bytes,
+            log_bytes: o.log_bytes,
+            merges: o.merges,
             state: osd_state_to_proto(o.state) as i32,
             last_heartbeat_ms_ago: o.last_heartbeat_ms_ago,
         }
@@ -431,6 +444,9 @@ impl TryFrom<proto::OsdInfo> for OsdInfo {
             labels: o.labels.into_iter().collect(),
             capacity_bytes: o.capacity_bytes,
             used_bytes: o.used_bytes,
+            reserve_bytes: o.reserve_bytes,
+            log_bytes: o.log_bytes,
+            merges: o.merges,
             state: osd_state_from_proto(o.state)?,
             last_heartbeat_ms_ago: o.last_heartbeat_ms_ago,
         })
@@ -708,6 +724,9 @@ impl MdsClient {
                 used_bytes: h.used_bytes,
                 chunks: h.chunks,
                 deleted_segments: h.deleted_segments.clone(),
+                reserve_bytes: h.reserve_bytes,
+                log_bytes: h.log_bytes,
+                merges: h.merges,
             })
             .await?
             .into_inner();
@@ -721,12 +740,24 @@ impl MdsClient {
         })
     }
 
-    /// Starts a put of `path`; the file stays invisible until [`MdsClient::commit_file`].
+    /// Starts a put of `path`; the file stays invisible until [`MdsClient::commit_file`]. Its
+    /// update scheme is the replaced file's, or the cluster's default for a new path.
     pub async fn create_file(&self, path: &str) -> Result<u64, MdsError> {
+        self.create_file_with(path, None).await
+    }
+
+    /// [`MdsClient::create_file`] with an update scheme (`None`: as `create_file`). A scheme
+    /// other than that of the committed file at `path` is refused (`FailedPrecondition`).
+    pub async fn create_file_with(
+        &self,
+        path: &str,
+        scheme: Option<UpdateScheme>,
+    ) -> Result<u64, MdsError> {
         let reply = self
             .raw()
             .create_file(proto::CreateFileRequest {
                 path: path.to_owned(),
+                update_scheme: scheme.map(UpdateScheme::code),
             })
             .await?
             .into_inner();

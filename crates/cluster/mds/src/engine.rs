@@ -15,7 +15,7 @@ use crate::store::{
 use ecstack_mds_proto::{
     ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
     Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdRegistration, OsdState, OsdTask, RecoverTask,
-    RecoveryProgress, Registered, SegmentLayout, NO_OSD,
+    RecoveryProgress, Registered, SegmentLayout, UpdateScheme, NO_OSD,
 };
 
 /// Longest path the MDS accepts, bytes.
@@ -72,6 +72,8 @@ pub struct MdsSettings {
     /// (`down_after_ms` is in `params`: OSDs derive their primary lease from it.)
     pub out_after_ms: u64,
     pub pending_ttl_ms: u64,
+    /// The scheme of a new file whose put names none (`[update] scheme`).
+    pub default_scheme: UpdateScheme,
 }
 
 impl MdsSettings {
@@ -89,6 +91,7 @@ impl MdsSettings {
             failure_domain: c.placement.failure_domain.clone(),
             out_after_ms: c.mds.out_after_ms,
             pending_ttl_ms: DEFAULT_PENDING_TTL_MS,
+            default_scheme: c.update.scheme,
         }
     }
 }
@@ -154,6 +157,22 @@ fn id_from_name(name: &str) -> Option<u32> {
         .filter(|&n| n < OSD_ID_BY_NAME_MAX)
 }
 
+/// What an OSD's latest heartbeat reported about its store; held in memory only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct OsdUsage {
+    used_bytes: u64,
+    reserve_bytes: u64,
+    log_bytes: u64,
+    merges: u64,
+}
+
+/// One line for a put that would change a path's update scheme (issue 41: refused).
+fn scheme_change_refused(path: &str, old: UpdateScheme, new: UpdateScheme) -> MdsError {
+    MdsError::FailedPrecondition(format!(
+        "changing a file's scheme is refused: {path} is {old}, this put asks for {new} (remove the file first)"
+    ))
+}
+
 /// The metadata server's state machine.
 pub struct MdsCore {
     store: Box<dyn MetadataStore>,
@@ -162,11 +181,12 @@ pub struct MdsCore {
     /// Last heartbeat per OSD (unix ms). After a restart every known OSD starts from the restart
     /// time, so none is declared down before it had `down_after_ms` to heartbeat again.
     last_seen: HashMap<u32, u64>,
-    /// Bytes each OSD's latest heartbeat reported. Kept in memory: a heartbeat that changes no
-    /// state commits nothing (an fsync per heartbeat, 20 a second with ten OSDs, queued behind a
-    /// disk the OSDs saturate, is what held heartbeats back until primary leases lapsed); the
-    /// record's `used_bytes` is written with the next state change and only shown by `status`.
-    used_bytes: HashMap<u32, u64>,
+    /// What each OSD's latest heartbeat reported (bytes used, reserved space, log bytes,
+    /// merges). Kept in memory: a heartbeat that changes no state commits nothing (an fsync per
+    /// heartbeat, 20 a second with ten OSDs, queued behind a disk the OSDs saturate, is what held
+    /// heartbeats back until primary leases lapsed); the record's `used_bytes` is written with
+    /// the next state change, the rest is never stored, and all of it is only shown by `status`.
+    usage: HashMap<u32, OsdUsage>,
     /// The cluster code's `chunk_align_bytes` (1, or p − 1 for RDP): chunk sizes are multiples.
     chunk_align_bytes: u64,
 }
@@ -194,7 +214,7 @@ impl MdsCore {
             settings,
             clock,
             last_seen,
-            used_bytes: HashMap::new(),
+            usage: HashMap::new(),
             chunk_align_bytes,
         })
     }
@@ -241,8 +261,8 @@ impl MdsCore {
             .map_err(internal)?
             .into_iter()
             .map(|mut o| {
-                if let Some(&used) = self.used_bytes.get(&o.osd_id) {
-                    o.used_bytes = used;
+                if let Some(u) = self.usage.get(&o.osd_id) {
+                    o.used_bytes = u.used_bytes;
                 }
                 (o.osd_id, o)
             })
@@ -280,13 +300,36 @@ impl MdsCore {
             .ok_or_else(|| MdsError::NotFound(format!("no segment {segment_id}")))
     }
 
+    /// The update scheme of the file a segment belongs to.
+    fn scheme_of_file(&self, file_id: u64) -> Result<UpdateScheme, MdsError> {
+        self.store
+            .file(file_id)
+            .map_err(internal)?
+            .map(|f| f.scheme)
+            .ok_or_else(|| {
+                MdsError::Internal(format!(
+                    "a segment names file {file_id}, which is not stored"
+                ))
+            })
+    }
+
     fn layout(
         &self,
         s: &SegmentRecord,
         osds: &BTreeMap<u32, OsdRecord>,
     ) -> Result<SegmentLayout, MdsError> {
+        self.layout_in(s, osds, self.scheme_of_file(s.file_id)?)
+    }
+
+    /// [`Self::layout`] when the caller already has the file's scheme.
+    fn layout_in(
+        &self,
+        s: &SegmentRecord,
+        osds: &BTreeMap<u32, OsdRecord>,
+        scheme: UpdateScheme,
+    ) -> Result<SegmentLayout, MdsError> {
         let chunks = self.store.chunks(s.segment_id).map_err(internal)?;
-        Ok(layout_of(s, &chunks, osds))
+        Ok(layout_of(s, &chunks, osds, scheme))
     }
 
     // ---- OSDs
@@ -366,7 +409,15 @@ impl MdsCore {
         }
         batch.commit(self.store.as_mut())?;
         self.last_seen.insert(h.osd_id, now);
-        self.used_bytes.insert(h.osd_id, h.used_bytes);
+        self.usage.insert(
+            h.osd_id,
+            OsdUsage {
+                used_bytes: h.used_bytes,
+                reserve_bytes: h.reserve_bytes,
+                log_bytes: h.log_bytes,
+                merges: h.merges,
+            },
+        );
 
         let mut tasks = Vec::new();
         let mut deletes: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
@@ -446,8 +497,31 @@ impl MdsCore {
         Ok(())
     }
 
+    /// Starts a put of `path` with the cluster's default scheme, or the scheme of the file it
+    /// replaces ([`Self::create_file_with`] with `None`).
     pub fn create_file(&mut self, path: &str) -> Result<u64, MdsError> {
+        self.create_file_with(path, None)
+    }
+
+    /// Starts a put of `path`. Its update scheme is `scheme`; with `None`, the scheme of the
+    /// committed file at `path` (a put replaces a file under its own scheme), else the cluster's
+    /// default. A scheme other than the committed file's is refused: a file's scheme is fixed at
+    /// its first creation (its chunks, logs and reserved space are laid out for it).
+    pub fn create_file_with(
+        &mut self,
+        path: &str,
+        scheme: Option<UpdateScheme>,
+    ) -> Result<u64, MdsError> {
         Self::check_path(path)?;
+        let existing = self.store.committed_file(path).map_err(internal)?;
+        let scheme = match (scheme, existing) {
+            (Some(new), Some(old)) if new != old.scheme => {
+                return Err(scheme_change_refused(path, old.scheme, new))
+            }
+            (Some(new), _) => new,
+            (None, Some(old)) => old.scheme,
+            (None, None) => self.settings.default_scheme,
+        };
         let mut batch = Batch::new();
         let file_id = batch.next(self.store.as_ref(), COUNTER_FILE)?;
         batch.push(Mutation::PutFile(FileRecord {
@@ -456,6 +530,7 @@ impl MdsCore {
             size: 0,
             mtime_ms: self.clock.now_ms(),
             committed: false,
+            scheme,
         }));
         batch.commit(self.store.as_mut())?;
         Ok(file_id)
@@ -563,7 +638,7 @@ impl MdsCore {
         batch.commit(self.store.as_mut())?;
         Ok(records
             .iter()
-            .map(|(s, c)| layout_of(s, c, &osds))
+            .map(|(s, c)| layout_of(s, c, &osds, f.scheme))
             .collect())
     }
 
@@ -604,6 +679,10 @@ impl MdsCore {
         }
         let mut batch = Batch::new();
         if let Some(old) = self.store.committed_file(&f.path).map_err(internal)? {
+            // Checked again here: another put may have committed the path since this one began.
+            if old.scheme != f.scheme {
+                return Err(scheme_change_refused(&f.path, old.scheme, f.scheme));
+            }
             self.drop_file(&mut batch, old.file_id)?;
         }
         batch.push(Mutation::PutFile(FileRecord {
@@ -631,10 +710,10 @@ impl MdsCore {
             .segments_of_file(f.file_id)
             .map_err(internal)?
             .iter()
-            .map(|s| self.layout(s, &osds))
+            .map(|s| self.layout_in(s, &osds, f.scheme))
             .collect::<Result<_, _>>()?;
         Ok(FileInfo {
-            scheme: Default::default(),
+            scheme: f.scheme,
             file_id: f.file_id,
             path: f.path,
             size: f.size,
@@ -1137,20 +1216,26 @@ impl MdsCore {
             params: self.settings.params.clone(),
             osds: osds
                 .values()
-                .map(|o| OsdInfo {
-                    osd_id: o.osd_id,
-                    name: o.name.clone(),
-                    addr: o.addr.clone(),
-                    labels: o.labels.clone(),
-                    capacity_bytes: o.capacity_bytes,
-                    used_bytes: o.used_bytes,
-                    state: o.state,
-                    last_heartbeat_ms_ago: now.saturating_sub(
-                        self.last_seen
-                            .get(&o.osd_id)
-                            .copied()
-                            .unwrap_or(o.last_heartbeat_ms),
-                    ),
+                .map(|o| {
+                    let usage = self.usage.get(&o.osd_id).copied().unwrap_or_default();
+                    OsdInfo {
+                        osd_id: o.osd_id,
+                        name: o.name.clone(),
+                        addr: o.addr.clone(),
+                        labels: o.labels.clone(),
+                        capacity_bytes: o.capacity_bytes,
+                        used_bytes: o.used_bytes,
+                        reserve_bytes: usage.reserve_bytes,
+                        log_bytes: usage.log_bytes,
+                        merges: usage.merges,
+                        state: o.state,
+                        last_heartbeat_ms_ago: now.saturating_sub(
+                            self.last_seen
+                                .get(&o.osd_id)
+                                .copied()
+                                .unwrap_or(o.last_heartbeat_ms),
+                        ),
+                    }
                 })
                 .collect(),
             files,
@@ -1206,14 +1291,17 @@ pub fn segment_health(
     }
 }
 
+/// The one place a [`SegmentLayout`] is built (allocation, lookup, GetSegment, recover tasks,
+/// after promotions): `scheme` is its file's.
 fn layout_of(
     s: &SegmentRecord,
     chunks: &[ChunkRecord],
     osds: &BTreeMap<u32, OsdRecord>,
+    scheme: UpdateScheme,
 ) -> SegmentLayout {
     let addr = |o: u32| osds.get(&o).map(|r| r.addr.clone()).unwrap_or_default();
     SegmentLayout {
-        scheme: Default::default(),
+        scheme,
         segment_id: s.segment_id,
         file_id: s.file_id,
         index: s.index,

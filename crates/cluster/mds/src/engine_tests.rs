@@ -29,6 +29,7 @@ fn settings() -> MdsSettings {
         failure_domain: Some("host".into()),
         out_after_ms: OUT,
         pending_ttl_ms: 60_000,
+        default_scheme: UpdateScheme::Fo,
     }
 }
 
@@ -102,7 +103,16 @@ impl Rig {
     }
 
     fn put(&mut self, path: &str, lengths: &[u64]) -> Vec<SegmentLayout> {
-        let f = self.mds.create_file(path).unwrap();
+        self.put_with(path, lengths, None)
+    }
+
+    fn put_with(
+        &mut self,
+        path: &str,
+        lengths: &[u64],
+        scheme: Option<UpdateScheme>,
+    ) -> Vec<SegmentLayout> {
+        let f = self.mds.create_file_with(path, scheme).unwrap();
         let segs = self.mds.allocate_segments(f, lengths).unwrap();
         self.mds.commit_file(f, lengths.iter().sum()).unwrap();
         segs
@@ -812,4 +822,155 @@ fn a_down_osd_stays_in_when_no_osd_could_ever_take_its_chunks() {
         other => panic!("expected FailedPrecondition, got {other:?}"),
     }
     assert_eq!(r.osd_state(victim), OsdState::Down);
+}
+
+#[test]
+fn every_layout_carries_its_files_scheme() {
+    let mut r = rig(4);
+    let segs = r.put_with("plr", &[SEG, SEG, 10], Some(UpdateScheme::Plr));
+    assert!(segs.iter().all(|s| s.scheme == UpdateScheme::Plr));
+    let f = segs[0].file_id;
+    let fo = r.put("fo", &[SEG]);
+    assert_eq!(fo[0].scheme, UpdateScheme::Fo, "the cluster's default");
+    let info = r.mds.lookup_file("plr").unwrap();
+    assert_eq!(info.scheme, UpdateScheme::Plr);
+    assert_eq!(info.segments, segs);
+    assert_eq!(r.mds.lookup_file("fo").unwrap().scheme, UpdateScheme::Fo);
+    assert_eq!(
+        r.mds.get_segment(segs[1].segment_id).unwrap().scheme,
+        UpdateScheme::Plr
+    );
+    // After a promotion (the primary of segment 0 is down) and once it is out, the new layouts
+    // and the recover tasks carry the scheme too.
+    let victim = segs[0].primary;
+    r.run(2_000, &[]);
+    r.run(DOWN + 1_000, &[victim]);
+    assert_eq!(r.osd_state(victim), OsdState::Down);
+    let promoted = r.mds.get_segment(segs[0].segment_id).unwrap();
+    assert_ne!(promoted.primary, victim);
+    assert_eq!(promoted.scheme, UpdateScheme::Plr);
+    r.run(OUT, &[victim]);
+    assert_eq!(r.osd_state(victim), OsdState::Out);
+    let mut recover = 0;
+    for id in r.ids.clone() {
+        for t in hb(&mut r.mds, id).tasks {
+            if let OsdTask::Recover(t) = t {
+                let want = if t.layout.file_id == f {
+                    UpdateScheme::Plr
+                } else {
+                    UpdateScheme::Fo
+                };
+                assert_eq!(t.layout.scheme, want, "segment {}", t.layout.segment_id);
+                recover += 1;
+            }
+        }
+    }
+    assert!(recover > 0, "the out OSD held chunks to rebuild");
+}
+
+#[test]
+fn a_files_scheme_is_fixed_at_creation() {
+    let mut r = rig(3);
+    r.put_with("p", &[100], Some(UpdateScheme::ParityLog));
+    // Another scheme for the path is refused, with one line.
+    let e = r
+        .mds
+        .create_file_with("p", Some(UpdateScheme::Fo))
+        .unwrap_err();
+    assert!(matches!(e, MdsError::FailedPrecondition(_)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "changing a file's scheme is refused: p is codfs-pl, this put asks for fo (remove the file first)"
+    );
+    // The same scheme, or none (the put keeps the file's), replaces the file.
+    for scheme in [Some(UpdateScheme::ParityLog), None] {
+        let segs = r.put_with("p", &[200], scheme);
+        assert_eq!(segs[0].scheme, UpdateScheme::ParityLog);
+        assert_eq!(
+            r.mds.lookup_file("p").unwrap().scheme,
+            UpdateScheme::ParityLog
+        );
+    }
+    // Two puts racing for a new path under different schemes: the second commit is refused.
+    let a = r.mds.create_file_with("q", Some(UpdateScheme::Fl)).unwrap();
+    let b = r
+        .mds
+        .create_file_with("q", Some(UpdateScheme::Plr))
+        .unwrap();
+    for id in [a, b] {
+        r.mds.allocate_segments(id, &[10]).unwrap();
+    }
+    r.mds.commit_file(a, 10).unwrap();
+    let e = r.mds.commit_file(b, 10).unwrap_err().to_string();
+    assert!(
+        e.starts_with("changing a file's scheme is refused: q is fl"),
+        "{e}"
+    );
+    assert_eq!(r.mds.lookup_file("q").unwrap().scheme, UpdateScheme::Fl);
+    // Once removed, the path may take another scheme.
+    r.mds.remove_file("p").unwrap();
+    assert!(r.mds.create_file_with("p", Some(UpdateScheme::Fo)).is_ok());
+}
+
+#[test]
+fn a_new_file_without_a_scheme_takes_the_clusters_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let s = MdsSettings {
+        default_scheme: UpdateScheme::Plr,
+        ..settings()
+    };
+    let store = SqliteStore::open(&dir.path().join("m.sqlite")).unwrap();
+    let mut mds = MdsCore::open(Box::new(store), s, clock.clone()).unwrap();
+    for i in 0..3 {
+        mds.register_osd(&reg(&format!("osd-{i}"), &format!("h{i}")))
+            .unwrap();
+    }
+    let f = mds.create_file("d").unwrap();
+    assert_eq!(
+        mds.allocate_segments(f, &[5]).unwrap()[0].scheme,
+        UpdateScheme::Plr
+    );
+    let g = mds.create_file_with("e", Some(UpdateScheme::Fo)).unwrap();
+    assert_eq!(
+        mds.allocate_segments(g, &[5]).unwrap()[0].scheme,
+        UpdateScheme::Fo
+    );
+}
+
+#[test]
+fn heartbeats_carry_reserve_log_bytes_and_merges_to_status_without_a_commit() {
+    let mut r = rig(3);
+    let id = r.ids[1];
+    let usage = |r: &Rig| {
+        let st = r.mds.status().unwrap();
+        let o = st.osds.into_iter().find(|o| o.osd_id == id).unwrap();
+        (o.used_bytes, o.reserve_bytes, o.log_bytes, o.merges)
+    };
+    assert_eq!(usage(&r), (0, 0, 0, 0), "nothing before a heartbeat");
+    for (used, reserve, log, merges) in [(4096, 8 << 20, 12_288, 3), (8192, 4 << 20, 0, 5)] {
+        r.mds
+            .heartbeat(&Heartbeat {
+                osd_id: id,
+                used_bytes: used,
+                reserve_bytes: reserve,
+                log_bytes: log,
+                merges,
+                ..Heartbeat::default()
+            })
+            .unwrap();
+        assert_eq!(
+            usage(&r),
+            (used, reserve, log, merges),
+            "the latest heartbeat's"
+        );
+    }
+    // Held in memory: the stored record did not change (no commit per heartbeat).
+    let store = SqliteStore::open(&r.path).unwrap();
+    let stored = crate::store::MetadataStore::osds(&store)
+        .unwrap()
+        .into_iter()
+        .find(|o| o.osd_id == id)
+        .unwrap();
+    assert_eq!(stored.used_bytes, 0);
 }

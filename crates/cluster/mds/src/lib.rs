@@ -21,5 +21,5 @@ mod store_suite;
 pub use ecstack_mds_proto::{
     ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
     Heartbeat, HeartbeatReply, MdsClient, MdsError, OsdInfo, OsdRegistration, OsdState, OsdTask,
-    RecoverTask, RecoveryProgress, Registered, SegmentLayout,
+    RecoverTask, RecoveryProgress, Registered, SegmentLayout, UpdateScheme,
 };

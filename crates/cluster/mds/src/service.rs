@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status};
 
 use crate::engine::MdsCore;
 use ecstack_mds_proto::proto;
-use ecstack_mds_proto::{Heartbeat, MdsError, OsdRegistration, OsdState};
+use ecstack_mds_proto::{Heartbeat, MdsError, OsdRegistration, OsdState, UpdateScheme};
 
 const OSD: &[Role] = &[Role::Osd];
 const CLIENT: &[Role] = &[Role::Client, Role::Admin];
@@ -350,6 +350,9 @@ impl proto::mds_server::Mds for MdsService {
             used_bytes: r.used_bytes,
             chunks: r.chunks,
             deleted_segments: r.deleted_segments,
+            reserve_bytes: r.reserve_bytes,
+            log_bytes: r.log_bytes,
+            merges: r.merges,
         };
         let reply = self.0.run("heartbeat", move |c| c.heartbeat(&hb)).await?;
         Ok(Response::new(proto::HeartbeatReply {
@@ -362,10 +365,16 @@ impl proto::mds_server::Mds for MdsService {
         &self,
         r: Request<proto::CreateFileRequest>,
     ) -> Reply<proto::CreateFileReply> {
-        let path = r.into_inner().path;
+        let r = r.into_inner();
+        let scheme = r
+            .update_scheme
+            .map(UpdateScheme::from_code)
+            .transpose()
+            .map_err(MdsError::InvalidArgument)?;
+        let path = r.path;
         let file_id = self
             .0
-            .run("create_file", move |c| c.create_file(&path))
+            .run("create_file", move |c| c.create_file_with(&path, scheme))
             .await?;
         Ok(Response::new(proto::CreateFileReply { file_id }))
     }

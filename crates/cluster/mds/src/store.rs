@@ -12,14 +12,19 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use ecstack_mds_proto::{ChunkState, OsdState, RecoveryProgress};
+use ecstack_mds_proto::{ChunkState, OsdState, RecoveryProgress, UpdateScheme};
 
 /// First row of the `meta` table: what this file is.
 pub const STORE_MARKER: &str = "ecstack-mds-store";
-/// The schema version this code reads and writes. Version changes: 1 (first).
-pub const STORE_VERSION: u32 = 1;
+/// The schema version this code reads and writes. Version changes (docs/cluster.md
+/// "Versioning"): 1 (first); 2 (`files.update_scheme`, the file's update scheme; version 1
+/// databases are migrated on open, their files become `fo`). Older versions are migrated on
+/// open by [`MIGRATIONS`]; newer ones are refused.
+pub const STORE_VERSION: u32 = 2;
+/// The oldest schema version [`SqliteStore::open`] migrates.
+pub const STORE_VERSION_MIN: u32 = 1;
 
 /// Names of the id counters (never reused, so a removed segment's id never names a new one).
 pub const COUNTER_OSD: &str = "next_osd_id";
@@ -34,7 +39,7 @@ pub enum StoreError {
     Open { path: PathBuf, message: String },
     #[error("{path} is not an ecstack MDS store (marker {found:?}, expected {STORE_MARKER:?})")]
     NotAStore { path: PathBuf, found: String },
-    #[error("metadata store {path} has schema version {found}; this ecstack reads version {STORE_VERSION} only")]
+    #[error("metadata store {path} has schema version {found}; this ecstack reads versions {STORE_VERSION_MIN} to {STORE_VERSION} only")]
     UnknownVersion { path: PathBuf, found: String },
     #[error("metadata store: {0}")]
     Db(String),
@@ -70,6 +75,8 @@ pub struct FileRecord {
     pub mtime_ms: u64,
     /// Visible (close-to-open): at most one committed file per path.
     pub committed: bool,
+    /// How the file's updates are stored; chosen at creation, never changed.
+    pub scheme: UpdateScheme,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,7 +182,10 @@ pub trait MetadataStore: Send {
     fn recovery(&self) -> Result<RecoveryProgress, StoreError>;
 }
 
-const SCHEMA: &str = "
+/// Schema version 1 exactly as it was released: never edit it (databases on disk were made by
+/// it). A new store runs it and then every migration, so a new and a migrated store have one
+/// schema by construction.
+const SCHEMA_V1: &str = "
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE osds (
@@ -238,6 +248,16 @@ CREATE TABLE recovery (
 INSERT INTO recovery VALUES (0, 0, 0, 0, 0, 0);
 ";
 
+/// `MIGRATIONS[i]` takes schema version `STORE_VERSION_MIN + i` to the next one. Each runs inside
+/// the transaction that also writes the new version, so a migration is all or nothing.
+const MIGRATIONS: [&str; 1] = [
+    // 1 → 2: the file's update scheme (`UpdateScheme::code`: 0 fo, 1 fl, 2 codfs-pl, 3 plr).
+    // Files of a version-1 store were all updated in place: fo.
+    "ALTER TABLE files ADD COLUMN update_scheme INTEGER NOT NULL DEFAULT 0;",
+];
+
+const _: () = assert!(STORE_VERSION == STORE_VERSION_MIN + MIGRATIONS.len() as u32);
+
 /// The metadata store in one SQLite database file (WAL, `synchronous=FULL`).
 pub struct SqliteStore {
     conn: Connection,
@@ -277,6 +297,13 @@ fn chunk_state_of(v: i64) -> Result<ChunkState, StoreError> {
         4 => Ok(ChunkState::Lost),
         _ => Err(StoreError::Corrupt(format!("chunk state {v}"))),
     }
+}
+
+fn scheme_of(v: i64) -> Result<UpdateScheme, StoreError> {
+    u32::try_from(v)
+        .map_err(|_| format!("unknown update scheme number {v}"))
+        .and_then(UpdateScheme::from_code)
+        .map_err(|e| StoreError::Corrupt(format!("file {e}")))
 }
 
 // SQLite integers are i64; every u64 we store (ids, sizes, unix ms) is below 2^63.
@@ -330,7 +357,10 @@ impl SqliteStore {
                 });
             }
             let tx = self.conn.transaction()?;
-            tx.execute_batch(SCHEMA)?;
+            tx.execute_batch(SCHEMA_V1)?;
+            for m in MIGRATIONS {
+                tx.execute_batch(m)?;
+            }
             tx.execute(
                 "INSERT INTO meta VALUES ('marker', ?1), ('version', ?2)",
                 params![STORE_MARKER, STORE_VERSION.to_string()],
@@ -353,12 +383,45 @@ impl SqliteStore {
             });
         }
         let version = get("version")?;
-        if version != STORE_VERSION.to_string() {
-            return Err(StoreError::UnknownVersion {
+        match version.parse::<u32>() {
+            Ok(STORE_VERSION) => Ok(()),
+            Ok(v) if (STORE_VERSION_MIN..STORE_VERSION).contains(&v) => self.migrate(path, v),
+            _ => Err(StoreError::UnknownVersion {
                 path: path.to_owned(),
                 found: version,
-            });
+            }),
         }
+    }
+
+    /// Takes a store of an older schema `from` to [`STORE_VERSION`] in one transaction (taken
+    /// before reading anything, so two processes opening one old store cannot both migrate).
+    fn migrate(&mut self, path: &Path, from: u32) -> Result<(), StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now: String =
+            tx.query_row("SELECT value FROM meta WHERE key = 'version'", [], |r| {
+                r.get(0)
+            })?;
+        if now != from.to_string() {
+            // Another process migrated it between our read and our transaction.
+            drop(tx);
+            return self.check_or_init(path);
+        }
+        for m in &MIGRATIONS[(from - STORE_VERSION_MIN) as usize..] {
+            tx.execute_batch(m)?;
+        }
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'version'",
+            [STORE_VERSION.to_string()],
+        )?;
+        tx.commit()?;
+        tracing::info!(
+            path = %path.display(),
+            from,
+            to = STORE_VERSION,
+            "metadata store migrated to the current schema version"
+        );
         Ok(())
     }
 
@@ -378,7 +441,7 @@ impl SqliteStore {
         args: &[&dyn rusqlite::ToSql],
     ) -> Result<Vec<FileRecord>, StoreError> {
         let sql = format!(
-            "SELECT file_id, path, size, mtime_ms, committed FROM files WHERE {cond} ORDER BY file_id"
+            "SELECT file_id, path, size, mtime_ms, committed, update_scheme FROM files WHERE {cond} ORDER BY file_id"
         );
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(args, |r| {
@@ -388,16 +451,18 @@ impl SqliteStore {
                 r.get::<_, i64>(2)?,
                 r.get::<_, i64>(3)?,
                 r.get::<_, i64>(4)?,
+                r.get::<_, i64>(5)?,
             ))
         })?;
         rows.map(|row| {
-            let (id, path, size, mtime, committed) = row?;
+            let (id, path, size, mtime, committed, scheme) = row?;
             Ok(FileRecord {
                 file_id: uint(id)?,
                 path,
                 size: uint(size)?,
                 mtime_ms: uint(mtime)?,
                 committed: committed != 0,
+                scheme: scheme_of(scheme)?,
             })
         })
         .collect()
@@ -475,15 +540,17 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, m: &Mutation) -> Result<(), rusqlit
         }
         Mutation::PutFile(f) => {
             tx.execute(
-                "INSERT INTO files VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(file_id) DO UPDATE SET
+                "INSERT INTO files (file_id, path, size, mtime_ms, committed, update_scheme)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(file_id) DO UPDATE SET
                  path = excluded.path, size = excluded.size, mtime_ms = excluded.mtime_ms,
-                 committed = excluded.committed",
+                 committed = excluded.committed, update_scheme = excluded.update_scheme",
                 params![
                     int(f.file_id),
                     f.path,
                     int(f.size),
                     int(f.mtime_ms),
-                    f.committed as i64
+                    f.committed as i64,
+                    f.scheme.code()
                 ],
             )?;
         }
@@ -795,7 +862,7 @@ mod tests {
         assert_eq!(
             e,
             format!(
-                "metadata store {} has schema version 7; this ecstack reads version 1 only",
+                "metadata store {} has schema version 7; this ecstack reads versions 1 to 2 only",
                 path.display()
             )
         );

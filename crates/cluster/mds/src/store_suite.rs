@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::store::*;
-use ecstack_mds_proto::{ChunkState, OsdState, RecoveryProgress};
+use ecstack_mds_proto::{ChunkState, OsdState, RecoveryProgress, UpdateScheme};
 
 fn osd(id: u32, name: &str, labels: &[(&str, &str)]) -> OsdRecord {
     OsdRecord {
@@ -23,6 +23,7 @@ fn osd(id: u32, name: &str, labels: &[(&str, &str)]) -> OsdRecord {
     }
 }
 
+/// File `id` has scheme `ALL[id % 4]`: files 1, 2, 3, 4 are fl, codfs-pl, plr, fo.
 fn file(id: u64, path: &str, committed: bool) -> FileRecord {
     FileRecord {
         file_id: id,
@@ -30,6 +31,7 @@ fn file(id: u64, path: &str, committed: bool) -> FileRecord {
         size: id * 100,
         mtime_ms: 1_700_000_000_000 + id,
         committed,
+        scheme: UpdateScheme::ALL[(id % 4) as usize],
     }
 }
 
@@ -154,6 +156,37 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
     assert_eq!(s.committed_files("").unwrap().len(), 3);
     assert_eq!(s.pending_files().unwrap(), vec![file(4, "a/x", false)]);
     assert_eq!(s.totals().unwrap(), (3, 100 + 200 + 300));
+    // Every update scheme is kept per file, by every query that returns files.
+    let schemes: Vec<UpdateScheme> = (1..=4)
+        .map(|id| s.file(id).unwrap().unwrap().scheme)
+        .collect();
+    assert_eq!(
+        schemes,
+        [
+            UpdateScheme::Fl,
+            UpdateScheme::ParityLog,
+            UpdateScheme::Plr,
+            UpdateScheme::Fo
+        ]
+    );
+    let listed: Vec<UpdateScheme> = s
+        .committed_files("")
+        .unwrap()
+        .iter()
+        .map(|(f, _)| f.scheme)
+        .collect();
+    assert_eq!(
+        listed,
+        [UpdateScheme::ParityLog, UpdateScheme::Fl, UpdateScheme::Plr],
+        "a/%y, a/x, b/z"
+    );
+    // Replacing a file's record replaces its scheme too (the MDS never does; the store keeps).
+    let mut plr = file(4, "a/x", false);
+    plr.scheme = UpdateScheme::Plr;
+    s.apply(&[Mutation::PutFile(plr.clone())]).unwrap();
+    assert_eq!(s.file(4).unwrap(), Some(plr));
+    s.apply(&[Mutation::PutFile(file(4, "a/x", false))])
+        .unwrap();
 
     let of1: Vec<u64> = s
         .segments_of_file(1)
@@ -307,6 +340,7 @@ fn check_after_reopen(s: &dyn MetadataStore) {
     assert_eq!(s.osds().unwrap()[0].addr, "127.0.0.1:9999");
     assert_eq!(s.counter(COUNTER_SEGMENT).unwrap(), 12);
     assert_eq!(s.committed_file("a/x").unwrap(), Some(file(1, "a/x", true)));
+    assert_eq!(s.file(2).unwrap().unwrap().scheme, UpdateScheme::ParityLog);
     assert_eq!(s.pending_files().unwrap().len(), 1);
     assert_eq!(
         s.chunks(10).unwrap()[2],

@@ -30,6 +30,7 @@ fn settings() -> MdsSettings {
         failure_domain: None,
         out_after_ms: OUT,
         pending_ttl_ms: 3_600_000,
+        default_scheme: UpdateScheme::Fo,
     }
 }
 
@@ -213,4 +214,73 @@ async fn the_cluster_life_cycle_over_grpc() {
         .iter()
         .any(|t| matches!(t, OsdTask::Delete(d) if d.segment_id == segs[2].segment_id)));
     srv.shutdown().await;
+}
+
+/// The update scheme and the store usage fields cross the wire: CreateFile's optional scheme,
+/// the layouts and FileInfo, a refused change, and heartbeats' reserve, log bytes and merges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemes_and_store_usage_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let srv = start(&dir.path().join("mds.sqlite"), &clock).await;
+    let c = srv.client.clone();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(c.register_osd(&reg(i)).await.unwrap().osd_id);
+    }
+    for (path, scheme) in [("a", Some(UpdateScheme::Plr)), ("b", None)] {
+        let f = c.create_file_with(path, scheme).await.unwrap();
+        let segs = c.allocate_segments(f, &[7]).await.unwrap();
+        let want = scheme.unwrap_or_default();
+        assert_eq!(segs[0].scheme, want);
+        c.commit_file(f, 7).await.unwrap();
+        let info = c.lookup_file(path).await.unwrap();
+        assert_eq!(info.scheme, want);
+        assert_eq!(
+            c.get_segment(segs[0].segment_id).await.unwrap().scheme,
+            want
+        );
+    }
+    let e = c
+        .create_file_with("a", Some(UpdateScheme::Fl))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, MdsError::FailedPrecondition(m) if m.starts_with("changing a file's scheme is refused")),
+        "{e:?}"
+    );
+    c.heartbeat(&Heartbeat {
+        osd_id: ids[2],
+        used_bytes: 1,
+        reserve_bytes: 2,
+        log_bytes: 3,
+        merges: 4,
+        ..Heartbeat::default()
+    })
+    .await
+    .unwrap();
+    let st = c.status().await.unwrap();
+    let o = st.osds.iter().find(|o| o.osd_id == ids[2]).unwrap();
+    assert_eq!(
+        (o.used_bytes, o.reserve_bytes, o.log_bytes, o.merges),
+        (1, 2, 3, 4)
+    );
+    srv.shutdown().await;
+}
+
+/// The MDS takes a new file's default scheme from `cluster.toml`'s `[update] scheme` (fo when the
+/// section is absent).
+#[test]
+fn the_default_scheme_comes_from_the_config() {
+    for scheme in [UpdateScheme::Fo, UpdateScheme::Plr] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = ecstack_rpc::InitOptions {
+            osds: 1,
+            update_scheme: scheme,
+            ..ecstack_rpc::InitOptions::default()
+        };
+        ecstack_rpc::init_cluster(dir.path(), &opts).unwrap();
+        let config = ecstack_rpc::ClusterConfig::load(&dir.path().join("cluster.toml")).unwrap();
+        assert_eq!(MdsSettings::from_config(&config).default_scheme, scheme);
+    }
 }

@@ -87,10 +87,9 @@ pub struct DaemonConfig {
     pub mds_addr: String,
     pub security: Security,
     pub recovery_bytes_per_sec: u64,
-    /// PLR: bytes reserved after each new parity chunk (`[update.reserve] size`).
-    pub initial_reserve: u64,
-    /// The Monitor Module: GC of logs, Algorithm 1 ([`crate::monitor`]).
-    pub monitor: MonitorOptions,
+    /// `cluster.toml`'s `[update]`: PLR's reserved space (`reserve.size_bytes` for a new PLR
+    /// parity chunk) and Algorithm 1's parameters and schedule for this OSD's reserve task.
+    pub update: ecstack_rpc::UpdateConfig,
 }
 
 /// A running OSD.
@@ -128,7 +127,10 @@ impl Daemon {
     pub async fn start(cfg: &DaemonConfig) -> Result<Daemon, DaemonError> {
         let store: Arc<dyn ChunkStore> =
             Arc::new(FileStore::open_with(&cfg.store, cfg.store_options)?);
-        let monitor = Arc::new(Monitor::new(store.clone(), cfg.monitor.clone()));
+        let monitor = Arc::new(Monitor::new(
+            store.clone(),
+            MonitorOptions::from_config(&cfg.update.reserve),
+        ));
         let listener = tokio::net::TcpListener::bind(&cfg.addr)
             .await
             .map_err(|source| DaemonError::Bind {
@@ -186,7 +188,7 @@ impl Daemon {
             },
             cfg.recovery_bytes_per_sec,
         );
-        osd.set_initial_reserve(cfg.initial_reserve);
+        osd.set_initial_reserve(cfg.update.reserve.size_bytes);
         // The registration counts as the first heartbeat.
         osd.lease()
             .enable(Duration::from_millis(u64::from(p.down_after_ms)), sent);
@@ -281,6 +283,9 @@ async fn heartbeat_loop(
                     used_bytes: usage.bytes,
                     chunks: usage.chunks,
                     deleted_segments: reported.clone(),
+                    reserve_bytes: usage.reserve_bytes,
+                    log_bytes: usage.log_bytes,
+                    merges: usage.merges,
                 };
                 let (osd, mds, deleted, replies) =
                     (osd.clone(), mds.clone(), deleted.clone(), replies.clone());

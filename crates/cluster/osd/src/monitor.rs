@@ -3,8 +3,8 @@
 //! - **GC** (FL, CodFS PL): every [`MonitorOptions::gc_every`], each chunk whose log holds
 //!   [`MonitorOptions::gc_records`] changes or [`MonitorOptions::gc_bytes`] bytes is merged
 //!   (`update::gc_due`), so logs stay bounded and reads merge few records.
-//! - **Algorithm 1** (PLR, §4.1.2): at each of [`MonitorOptions::shrink_hours`] (UTC; the seed's
-//!   §5.3.2 runs it at 00:00 and 12:00), every parity chunk with a reserve gets its utility
+//! - **Algorithm 1** (PLR, §4.1.2): on [`MonitorOptions::schedule`] (`[update.reserve]`: hours of
+//!   the day in UTC, by default the seed's §5.3.2 00:00 and 12:00, or a period), every parity chunk with a reserve gets its utility
 //!   u_t(p) from the most bytes its reserve held during the interval, shrinks by c(p)
 //!   (`ecstack_base::reserve::next_size`), and — unless `shrink_only` — is merged. u_{t−1}(p) is
 //!   kept in memory per chunk, starting at u_0 ([`ReservePolicy::u0`]); after an OSD restart every
@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ecstack_base::reserve::{next_size, ReservePolicy};
+use ecstack_rpc::config::{ReserveConfig, ShrinkSchedule};
 
 use crate::chunk_store::{ChunkStore, ChunkStoreError};
 use crate::update::gc_due;
@@ -26,26 +27,34 @@ pub struct MonitorOptions {
     pub gc_records: u64,
     pub gc_bytes: u64,
     pub reserve: ReservePolicy,
-    /// Hours of the day (UTC, 0..24) at which Algorithm 1 runs.
-    pub shrink_hours: Vec<u32>,
+    /// When Algorithm 1 runs.
+    pub schedule: ShrinkSchedule,
     /// Algorithm 1 without its merge step (§5.3.2's "shrink only").
     pub shrink_only: bool,
 }
 
 impl Default for MonitorOptions {
     fn default() -> Self {
+        MonitorOptions::from_config(&ReserveConfig::default())
+    }
+}
+
+impl MonitorOptions {
+    /// The GC's defaults (a pass every 10 s; a log of 64 changes or 4 MiB is merged) and
+    /// Algorithm 1 as `[update.reserve]` says.
+    pub fn from_config(r: &ReserveConfig) -> MonitorOptions {
         MonitorOptions {
             gc_every: Duration::from_secs(10),
             gc_records: 64,
             gc_bytes: 4 << 20,
             reserve: ReservePolicy {
-                alpha: 0.3,
-                initial_bytes: crate::service::DEFAULT_RESERVE_BYTES,
-                chunk_bytes: 4096,
-                u0: ecstack_base::reserve::U0,
+                alpha: r.alpha,
+                initial_bytes: r.size_bytes,
+                chunk_bytes: r.granularity_bytes,
+                u0: r.u0,
             },
-            shrink_hours: vec![0, 12],
-            shrink_only: false,
+            schedule: r.schedule(),
+            shrink_only: r.shrink_only,
         }
     }
 }
@@ -167,7 +176,8 @@ fn utc_hour(secs: u64) -> u32 {
 }
 
 /// Runs the Monitor Module forever: a GC pass every `gc_every`, Algorithm 1 whenever the UTC hour
-/// turns into one of `shrink_hours` (each pass on a blocking thread; failures logged).
+/// turns into one of the schedule's hours, or every period (each pass on a blocking thread;
+/// failures logged).
 pub async fn run(monitor: Arc<Monitor>) {
     let now_secs = || {
         std::time::SystemTime::now()
@@ -175,7 +185,13 @@ pub async fn run(monitor: Arc<Monitor>) {
             .map_or(0, |d| d.as_secs())
     };
     let mut hour = utc_hour(now_secs());
-    let mut tick = tokio::time::interval(monitor.options.gc_every);
+    let started = tokio::time::Instant::now();
+    let mut shrinks = 0u32;
+    let every = match &monitor.options.schedule {
+        ShrinkSchedule::Period(p) => monitor.options.gc_every.min(*p),
+        ShrinkSchedule::Hours(_) => monitor.options.gc_every,
+    };
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
@@ -187,7 +203,14 @@ pub async fn run(monitor: Arc<Monitor>) {
             Err(e) => tracing::warn!("GC pass failed: {e}"),
         }
         let h = utc_hour(now_secs());
-        if h != hour && monitor.options.shrink_hours.contains(&h) {
+        let due = match &monitor.options.schedule {
+            ShrinkSchedule::Hours(hours) => h != hour && hours.contains(&h),
+            ShrinkSchedule::Period(p) => {
+                let n = (started.elapsed().as_millis() / p.as_millis().max(1)) as u32;
+                std::mem::replace(&mut shrinks, n) != n
+            }
+        };
+        if due {
             let m = monitor.clone();
             match tokio::task::spawn_blocking(move || m.shrink_pass()).await {
                 Ok(Ok(r)) => tracing::info!(
@@ -275,6 +298,10 @@ mod tests {
             gc_records: 3,
             ..MonitorOptions::default()
         };
+        assert_eq!(
+            MonitorOptions::default().schedule,
+            ShrinkSchedule::Hours(vec![0, 12])
+        );
         let m = Monitor::new(store.clone(), options.clone());
         let r = m.shrink_pass().unwrap();
         let u1 = 0.5 * (held as f64 / 65536.0) + 0.5;

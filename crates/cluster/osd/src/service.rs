@@ -63,9 +63,9 @@ pub trait MdsLink: Send + Sync {
     ) -> BoxFuture<'_, Result<(), String>>;
 }
 
-/// The PLR reserve after each new parity chunk unless the config says otherwise: 4 MiB, the
-/// seed's §5.2 setting (equal to its chunk size).
-pub const DEFAULT_RESERVE_BYTES: u64 = 4 << 20;
+/// The PLR reserve after each new parity chunk unless the config says otherwise (`[update.reserve]
+/// size_bytes`).
+pub use ecstack_rpc::config::DEFAULT_RESERVE_BYTES;
 
 /// The erasure code and the identity an OSD works with.
 #[derive(Clone)]
@@ -143,7 +143,7 @@ impl Osd {
     }
 
     /// Bytes reserved after each PLR parity chunk this OSD writes as a segment's primary (a new
-    /// segment's, or a rebuilt chunk's): `[update.reserve] size` in `cluster.toml`.
+    /// segment's, or a rebuilt chunk's): `[update.reserve] size_bytes` in `cluster.toml`.
     pub fn initial_reserve(&self) -> u64 {
         self.inner.initial_reserve.load(Ordering::Relaxed)
     }

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::UpdateScheme;
+
 /// Smallest and largest segment size (CodFS §4.4.5 uses 16–64 MB; we allow 1–64 MiB).
 pub const MIN_SEGMENT_BYTES: u64 = 1 << 20;
 pub const MAX_SEGMENT_BYTES: u64 = 64 << 20;
@@ -83,7 +85,147 @@ impl Default for OsdConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The unit of reserved space: a reserve's size, and what a shrink takes off, are multiples of
+/// it (the file system block that `fallocate` punches).
+pub const RESERVE_UNIT_BYTES: u64 = 4096;
+/// `[update.reserve] size_bytes` by default: the seed's fixed reserve (§5.2, 4 MB, one chunk).
+pub const DEFAULT_RESERVE_BYTES: u64 = 4 << 20;
+/// `[update.reserve] alpha` by default: Algorithm 1's smoothing factor in the seed (§5.3.2).
+pub const DEFAULT_RESERVE_ALPHA: f64 = 0.3;
+/// `[update.reserve] u0` by default: a reserve starts as if fully used (`ecstack_sim::reserve`).
+pub const DEFAULT_RESERVE_U0: f64 = 1.0;
+/// `[update.reserve] shrink_hours` by default: 00:00 and 12:00 (§5.3.2), UTC.
+pub const DEFAULT_SHRINK_HOURS: [u32; 2] = [0, 12];
+
+/// `[update]`, optional: how the files' small updates are stored (CodFS §2.1.2, §4.1;
+/// docs/cluster.md "Update schemes"). Without it a cluster behaves as before the section existed:
+/// every file is `fo`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateConfig {
+    /// The scheme of a new file whose put names none (`cluster put --update-scheme` does): `fo`
+    /// (default), `fl`, `codfs-pl` or `plr`. A file keeps the scheme it was created with.
+    #[serde(default)]
+    pub scheme: UpdateScheme,
+    /// `[update.reserve]`: reserved space next to each PLR parity chunk, with Algorithm 1 (§4.1.2)
+    /// shrinking it. Read by every OSD; applies to the parity chunks of `plr` files.
+    #[serde(default)]
+    pub reserve: ReserveConfig,
+}
+
+/// `[update.reserve]`: PLR's reserved space and Algorithm 1's parameters (§4.1.2). Every field is
+/// optional. Algorithm 1, every shrink time, per PLR parity chunk p with reserve r_t(p) > 0:
+/// u_t(p) = α·use(p)/r_t(p) + (1 − α)·u_{t−1}(p), c(p) = ⌊(1 − u_t(p))·r_t(p) / g⌋·g with g =
+/// `granularity_bytes`, shrink by c(p), then merge (unless `shrink_only`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReserveConfig {
+    /// The reserve a PLR parity chunk starts with, bytes: a multiple of 4096 and of
+    /// `granularity_bytes` (default 4 MiB, the seed's fixed reserve in §5.2). 0: no reserve, so
+    /// PLR updates parity in place as FO does.
+    pub size_bytes: u64,
+    /// α, the smoothing factor of the utility, in [0, 1] (default 0.3, §5.3.2).
+    pub alpha: f64,
+    /// u_0, the utility a new reserve starts with, in [0, 1] (default 1.0: a reserve starts as if
+    /// fully used, so its first shrink takes off at most α of it; see `ecstack_sim::reserve`).
+    pub u0: f64,
+    /// The seed's "ChunkSize" in c(p): a shrink takes off a multiple of it, bytes; a positive
+    /// multiple of 4096 (default 4096, one file system block: the finest step `fallocate` can
+    /// punch). The seed's literal choice, the coding chunk size, is this set to the chunk size:
+    /// then a reserve of one chunk never shrinks while it is used at all.
+    pub granularity_bytes: u64,
+    /// Hours of the day (UTC, 0–23, ascending) at which every OSD runs Algorithm 1 (default 0 and
+    /// 12: the seed's 00:00 and 12:00). Not with `shrink_period_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shrink_hours: Option<Vec<u32>>,
+    /// Instead of `shrink_hours`: run Algorithm 1 every this many ms from the OSD's start
+    /// (experiments and tests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shrink_period_ms: Option<u64>,
+    /// Shrink without the merge that follows (the seed's "shrink only" variant, §5.3.2): deltas
+    /// held stay, so a shrink never cuts below them.
+    pub shrink_only: bool,
+}
+
+impl Default for ReserveConfig {
+    fn default() -> Self {
+        ReserveConfig {
+            size_bytes: DEFAULT_RESERVE_BYTES,
+            alpha: DEFAULT_RESERVE_ALPHA,
+            u0: DEFAULT_RESERVE_U0,
+            granularity_bytes: RESERVE_UNIT_BYTES,
+            shrink_hours: None,
+            shrink_period_ms: None,
+            shrink_only: false,
+        }
+    }
+}
+
+/// When Algorithm 1 runs on an OSD ([`ReserveConfig::schedule`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShrinkSchedule {
+    /// At these hours of the day, UTC (ascending, each 0..=23).
+    Hours(Vec<u32>),
+    /// Every this long from the OSD's start.
+    Period(std::time::Duration),
+}
+
+impl ReserveConfig {
+    /// When Algorithm 1 runs: `shrink_period_ms`, else `shrink_hours`, else 00:00 and 12:00.
+    pub fn schedule(&self) -> ShrinkSchedule {
+        match (&self.shrink_period_ms, &self.shrink_hours) {
+            (Some(ms), _) => ShrinkSchedule::Period(std::time::Duration::from_millis(*ms)),
+            (None, Some(h)) => ShrinkSchedule::Hours(h.clone()),
+            (None, None) => ShrinkSchedule::Hours(DEFAULT_SHRINK_HOURS.to_vec()),
+        }
+    }
+
+    /// One line naming the first bad value, prefixed `update.reserve.`.
+    pub fn validate(&self) -> Result<(), String> {
+        let g = self.granularity_bytes;
+        if g == 0 || g % RESERVE_UNIT_BYTES != 0 {
+            return Err(format!(
+                "update.reserve.granularity_bytes = {g} is not a positive multiple of 4 KiB ({RESERVE_UNIT_BYTES} bytes)"
+            ));
+        }
+        if self.size_bytes % RESERVE_UNIT_BYTES != 0 {
+            return Err(format!(
+                "update.reserve.size_bytes = {} is not a multiple of 4 KiB ({RESERVE_UNIT_BYTES} bytes)",
+                self.size_bytes
+            ));
+        }
+        if self.size_bytes % g != 0 {
+            return Err(format!(
+                "update.reserve.size_bytes = {} is not a multiple of granularity_bytes ({g})",
+                self.size_bytes
+            ));
+        }
+        for (name, v) in [("alpha", self.alpha), ("u0", self.u0)] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("update.reserve.{name} = {v} is not in [0, 1]"));
+            }
+        }
+        match (&self.shrink_hours, self.shrink_period_ms) {
+            (Some(_), Some(_)) => {
+                return Err("update.reserve: set shrink_hours or shrink_period_ms, not both".into())
+            }
+            (_, Some(0)) => {
+                return Err("update.reserve.shrink_period_ms = 0: must be positive".into())
+            }
+            (Some(h), None) => {
+                if h.is_empty() || h.iter().any(|&x| x > 23) || h.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err(format!(
+                        "update.reserve.shrink_hours = {h:?}: need ascending hours of the day, each 0..=23"
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     pub cluster_id: String,
@@ -94,6 +236,9 @@ pub struct ClusterConfig {
     /// `[osd]`, optional.
     #[serde(default)]
     pub osd: OsdConfig,
+    /// `[update]`, optional: the default update scheme and PLR's reserved space.
+    #[serde(default)]
+    pub update: UpdateConfig,
     /// Directory with `ca.pem` and one `<name>.pem` / `<name>.key` per process, relative to the
     /// config's directory unless absolute.
     pub certs: PathBuf,
@@ -152,7 +297,7 @@ impl ClusterConfig {
                 ));
             }
         }
-        Ok(())
+        self.update.reserve.validate()
     }
 
     /// A path from the config, resolved against the config's directory.
@@ -208,5 +353,138 @@ out_after_ms = 30000
         let e =
             toml::from_str::<ClusterConfig>(&format!("{BASE}[osd]\ndirect = false\n")).unwrap_err();
         assert!(e.message().contains("unknown field"), "{e}");
+    }
+
+    fn parse(extra: &str) -> Result<ClusterConfig, String> {
+        let c: ClusterConfig =
+            toml::from_str(&format!("{BASE}{extra}")).map_err(|e| e.message().to_string())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Without `[update]` a cluster is what it was: every file fo, the seed's reserve defaults.
+    #[test]
+    fn update_defaults_to_fo_with_the_seeds_reserve() {
+        let c = parse("").unwrap();
+        assert_eq!(c.update.scheme, UpdateScheme::Fo);
+        let r = &c.update.reserve;
+        assert_eq!(r.size_bytes, 4 << 20);
+        assert_eq!((r.alpha, r.u0), (0.3, 1.0));
+        assert_eq!(r.granularity_bytes, 4096);
+        assert!(!r.shrink_only);
+        assert_eq!(r.schedule(), ShrinkSchedule::Hours(vec![0, 12]));
+        assert_eq!(parse("[update]\n").unwrap().update, UpdateConfig::default());
+        assert_eq!(
+            parse("[update.reserve]\n").unwrap().update,
+            UpdateConfig::default()
+        );
+    }
+
+    #[test]
+    fn update_scheme_and_reserve_are_read_and_written_back() {
+        let c = parse(
+            "[update]\nscheme = \"plr\"\n[update.reserve]\nsize_bytes = 16777216\nalpha = 0.5\nu0 = 0.0\ngranularity_bytes = 1048576\nshrink_period_ms = 60000\nshrink_only = true\n",
+        )
+        .unwrap();
+        assert_eq!(c.update.scheme, UpdateScheme::Plr);
+        let r = &c.update.reserve;
+        assert_eq!((r.size_bytes, r.granularity_bytes), (16 << 20, 1 << 20));
+        assert_eq!((r.alpha, r.u0, r.shrink_only), (0.5, 0.0, true));
+        assert_eq!(
+            r.schedule(),
+            ShrinkSchedule::Period(std::time::Duration::from_secs(60))
+        );
+        let text = toml::to_string_pretty(&c).unwrap();
+        assert!(text.contains("scheme = \"plr\""), "{text}");
+        let back: ClusterConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back.update, c.update);
+        let c = parse("[update.reserve]\nshrink_hours = [3, 15, 21]\n").unwrap();
+        assert_eq!(
+            c.update.reserve.schedule(),
+            ShrinkSchedule::Hours(vec![3, 15, 21])
+        );
+        for s in ["fo", "fl", "codfs-pl", "plr"] {
+            let c = parse(&format!("[update]\nscheme = \"{s}\"\n")).unwrap();
+            assert_eq!(c.update.scheme.name(), s);
+        }
+    }
+
+    /// Each bad value fails with one line naming it.
+    #[test]
+    fn bad_update_values_are_refused_with_one_line() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "[update]\nscheme = \"pl\"\n",
+                "`pl` is ambiguous: CodFS's parity logging is `codfs-pl`",
+            ),
+            (
+                "[update]\nscheme = \"raid5\"\n",
+                "unknown update scheme `raid5` (known: fo, fl, codfs-pl, plr)",
+            ),
+            (
+                "[update.reserve]\nsize_bytes = 1000\n",
+                "update.reserve.size_bytes = 1000 is not a multiple of 4 KiB",
+            ),
+            (
+                "[update.reserve]\nsize_bytes = 12288\ngranularity_bytes = 8192\n",
+                "not a multiple of granularity_bytes (8192)",
+            ),
+            (
+                "[update.reserve]\ngranularity_bytes = 0\n",
+                "granularity_bytes = 0 is not a positive multiple of 4 KiB",
+            ),
+            (
+                "[update.reserve]\ngranularity_bytes = 6000\n",
+                "granularity_bytes = 6000 is not a positive multiple of 4 KiB",
+            ),
+            (
+                "[update.reserve]\nalpha = 1.5\n",
+                "update.reserve.alpha = 1.5 is not in [0, 1]",
+            ),
+            (
+                "[update.reserve]\nalpha = -0.1\n",
+                "update.reserve.alpha = -0.1 is not in [0, 1]",
+            ),
+            (
+                "[update.reserve]\nalpha = nan\n",
+                "update.reserve.alpha = NaN is not in [0, 1]",
+            ),
+            (
+                "[update.reserve]\nu0 = 2.0\n",
+                "update.reserve.u0 = 2 is not in [0, 1]",
+            ),
+            (
+                "[update.reserve]\nshrink_hours = [12, 0]\n",
+                "need ascending hours of the day",
+            ),
+            (
+                "[update.reserve]\nshrink_hours = [24]\n",
+                "need ascending hours of the day",
+            ),
+            (
+                "[update.reserve]\nshrink_hours = []\n",
+                "need ascending hours of the day",
+            ),
+            (
+                "[update.reserve]\nshrink_period_ms = 0\n",
+                "shrink_period_ms = 0: must be positive",
+            ),
+            (
+                "[update.reserve]\nshrink_hours = [0]\nshrink_period_ms = 10\n",
+                "not both",
+            ),
+            ("[update.reserve]\nsize = 4096\n", "unknown field `size`"),
+            (
+                "[update]\nreserve_bytes = 4096\n",
+                "unknown field `reserve_bytes`",
+            ),
+        ];
+        for (extra, want) in cases {
+            let e = parse(extra).unwrap_err();
+            assert!(e.contains(want), "{extra:?}: {e:?} lacks {want:?}");
+            assert!(!e.contains('\n'), "{extra:?}: {e:?} is more than one line");
+        }
+        // A reserve of 0 is PLR without reserve (FO behaviour), and valid.
+        assert!(parse("[update.reserve]\nsize_bytes = 0\n").is_ok());
     }
 }

@@ -32,10 +32,12 @@ use rcgen::{
 use ring::rand::SecureRandom;
 
 use crate::config::{
-    ClusterConfig, CodeConfig, ConfigError, MdsConfig, PlacementConfig, DEFAULT_SEGMENT_BYTES,
+    ClusterConfig, CodeConfig, ConfigError, MdsConfig, PlacementConfig, UpdateConfig,
+    DEFAULT_SEGMENT_BYTES,
 };
 use crate::roles::Role;
 use crate::security::CLUSTER_DNS_NAME;
+use crate::UpdateScheme;
 
 /// Name of the config file inside a cluster directory.
 pub const CONFIG_FILE: &str = "cluster.toml";
@@ -99,6 +101,8 @@ pub struct InitOptions {
     pub segment_bytes: u64,
     pub failure_domain: Option<String>,
     pub mds_addr: String,
+    /// `[update] scheme`: the scheme of a new file whose put names none.
+    pub update_scheme: UpdateScheme,
     /// Replace an existing cluster in the directory.
     pub force: bool,
 }
@@ -114,6 +118,7 @@ impl Default for InitOptions {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             failure_domain: None,
             mds_addr: DEFAULT_MDS_ADDR.to_owned(),
+            update_scheme: UpdateScheme::Fo,
             force: false,
         }
     }
@@ -351,6 +356,10 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ClusterConfig, Ini
             recovery_bytes_per_sec: 0,
         },
         osd: Default::default(),
+        update: UpdateConfig {
+            scheme: opts.update_scheme,
+            ..UpdateConfig::default()
+        },
         certs: PathBuf::from(CERTS_DIR),
         dir: dir.to_owned(),
     };
@@ -504,11 +513,13 @@ mod tests {
             k: 2,
             m: 1,
             failure_domain: Some("host".to_owned()),
+            update_scheme: UpdateScheme::Plr,
             ..InitOptions::default()
         };
         let made = init_cluster(dir.path(), &opts).unwrap();
         let loaded = ClusterConfig::load(&dir.path().join(CONFIG_FILE)).unwrap();
         assert_eq!(made, loaded);
+        assert_eq!(loaded.update.scheme, UpdateScheme::Plr);
         assert_eq!(loaded.cluster_id.len(), 32);
         assert_eq!((loaded.code.k, loaded.code.m), (2, 1));
         assert_eq!(loaded.placement.failure_domain.as_deref(), Some("host"));

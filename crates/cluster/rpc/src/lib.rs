@@ -25,7 +25,10 @@ pub mod roles;
 pub mod scheme;
 pub mod security;
 
-pub use config::{ClusterConfig, CodeConfig, ConfigError, MdsConfig, OsdConfig, PlacementConfig};
+pub use config::{
+    ClusterConfig, CodeConfig, ConfigError, MdsConfig, OsdConfig, PlacementConfig, ReserveConfig,
+    ShrinkSchedule, UpdateConfig,
+};
 pub use init::{init_cluster, issue_certificate, InitError, InitOptions};
 pub use metrics::{serve_metrics, serve_registry, Registry};
 pub use retry::{

@@ -94,6 +94,21 @@ impl FromStr for UpdateScheme {
     }
 }
 
+/// By name (`cluster.toml`'s `[update] scheme = "plr"`); a bad name fails with the one line of
+/// [`FromStr`] (a bare `pl` names `codfs-pl`).
+impl serde::Serialize for UpdateScheme {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for UpdateScheme {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,174 @@
+//! Every earlier version of the MDS store opens with today's code (docs/cluster.md "Versioning";
+//! STYLE.md §2.6). The databases are stored copies made by the code of their time
+//! (`tests/fixtures/README.md` says how); each test opens a copy, because opening migrates in place.
+//!
+//! Guards against: a schema change that strands the databases already on disk (issue 41 adds each
+//! file's update scheme in version 2).
+
+use std::path::{Path, PathBuf};
+
+use ecstack_mds::engine::{ManualClock, MdsCore, MdsSettings};
+use ecstack_mds::store::{
+    MetadataStore, SqliteStore, COUNTER_FILE, COUNTER_SEGMENT, STORE_VERSION,
+};
+use ecstack_mds::{ChunkState, ClusterParams, UpdateScheme};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A copy of fixture `name` in a fresh directory (the directory lives as long as the guard).
+fn copy_of(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mds.sqlite");
+    std::fs::copy(fixture(name), &path).unwrap();
+    (dir, path)
+}
+
+fn version_of(path: &Path) -> String {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row("SELECT value FROM meta WHERE key = 'version'", [], |r| {
+        r.get(0)
+    })
+    .unwrap()
+}
+
+/// `PRAGMA table_info` of every table: (table, column, type, not null, default).
+fn columns(path: &Path) -> Vec<(String, String, String, bool, Option<String>)> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    tables.sort();
+    let mut out = Vec::new();
+    for t in tables {
+        let mut stmt = conn.prepare(&format!("PRAGMA table_info({t})")).unwrap();
+        let cols = stmt
+            .query_map([], |r| {
+                Ok((
+                    t.clone(),
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)? != 0,
+                    r.get::<_, Option<String>>(4)?,
+                ))
+            })
+            .unwrap();
+        out.extend(cols.map(Result::unwrap));
+    }
+    out
+}
+
+#[test]
+fn a_version_1_store_is_migrated_and_its_files_are_fo_with_their_segments() {
+    let (_dir, path) = copy_of("mds-store-v1.sqlite");
+    assert_eq!(version_of(&path), "1");
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(version_of(&path), STORE_VERSION.to_string());
+
+    // The files, as stored by version 1, now fo.
+    let a = store.committed_file("dir/a").unwrap().unwrap();
+    assert_eq!((a.file_id, a.size), (1, (1 << 20) + 10));
+    let b = store.committed_file("b").unwrap().unwrap();
+    assert_eq!((b.file_id, b.size), (2, 4096));
+    let pending = store.pending_files().unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].path, "pending");
+    for f in [&a, &b, &pending[0]] {
+        assert_eq!(f.scheme, UpdateScheme::Fo, "{}", f.path);
+    }
+    assert_eq!(store.totals().unwrap(), (2, (1 << 20) + 10 + 4096));
+
+    // Their segments and chunks, intact.
+    let segs = store.segments_of_file(1).unwrap();
+    let shape: Vec<(u64, u32, u64)> = segs
+        .iter()
+        .map(|s| (s.segment_id, s.index, s.length))
+        .collect();
+    assert_eq!(shape, vec![(1, 0, 1 << 20), (2, 1, 10)]);
+    assert_eq!(store.segments_of_file(2).unwrap()[0].length, 4096);
+    for id in 1..=4 {
+        let chunks = store.chunks(id).unwrap();
+        assert_eq!(chunks.len(), 3, "segment {id}");
+        assert!(chunks
+            .iter()
+            .all(|c| c.state == ChunkState::Healthy && c.osd_id.is_some()));
+    }
+    assert_eq!(store.osds().unwrap().len(), 4);
+    assert_eq!(store.counter(COUNTER_FILE).unwrap(), 3);
+    assert_eq!(store.counter(COUNTER_SEGMENT).unwrap(), 4);
+    drop(store);
+
+    // Reopening a migrated store is a plain open.
+    drop(SqliteStore::open(&path).unwrap());
+    assert_eq!(version_of(&path), STORE_VERSION.to_string());
+
+    // A migrated store has the schema of a new one, column for column.
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("new.sqlite");
+    drop(SqliteStore::open(&fresh).unwrap());
+    assert_eq!(columns(&path), columns(&fresh));
+}
+
+#[test]
+fn the_mds_serves_a_migrated_store_with_fo_layouts_and_adds_files_of_other_schemes() {
+    let (_dir, path) = copy_of("mds-store-v1.sqlite");
+    let settings = MdsSettings {
+        params: ClusterParams {
+            cluster_id: "fixture".into(),
+            code: "rs-vand".into(),
+            k: 2,
+            m: 1,
+            segment_bytes: 1 << 20,
+            heartbeat_ms: 1000,
+            down_after_ms: 3000,
+        },
+        failure_domain: Some("host".into()),
+        out_after_ms: 10_000,
+        pending_ttl_ms: 3_600_000,
+        default_scheme: UpdateScheme::Fo,
+    };
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = SqliteStore::open(&path).unwrap();
+    let mut mds = MdsCore::open(Box::new(store), settings, clock).unwrap();
+    let info = mds.lookup_file("dir/a").unwrap();
+    assert_eq!(info.scheme, UpdateScheme::Fo);
+    assert_eq!(info.segments.len(), 2);
+    assert!(info.segments.iter().all(|s| s.scheme == UpdateScheme::Fo));
+    let f = mds
+        .create_file_with("new", Some(UpdateScheme::Plr))
+        .unwrap();
+    assert_eq!(f, 4, "the file counter carried over");
+    let segs = mds.allocate_segments(f, &[100]).unwrap();
+    assert_eq!(segs[0].scheme, UpdateScheme::Plr);
+    mds.commit_file(f, 100).unwrap();
+    assert_eq!(mds.lookup_file("new").unwrap().scheme, UpdateScheme::Plr);
+    // Replacing an old file under another scheme is refused; under its own it is a put.
+    let e = mds
+        .create_file_with("b", Some(UpdateScheme::Fl))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("changing a file's scheme is refused"), "{e}");
+    assert!(mds.create_file("b").is_ok());
+}
+
+#[test]
+fn a_failed_migration_leaves_the_store_at_version_1() {
+    let (_dir, path) = copy_of("mds-store-v1.sqlite");
+    // A version-1 database that cannot take the new column (it already has one of that name):
+    // the migration fails, and nothing of it is kept.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("ALTER TABLE files ADD COLUMN update_scheme TEXT")
+            .unwrap();
+    }
+    let e = SqliteStore::open(&path).err().unwrap().to_string();
+    assert!(e.contains("update_scheme"), "{e}");
+    assert_eq!(version_of(&path), "1");
+}
