@@ -46,6 +46,8 @@ pub struct LocalSpec {
     pub osd_threads: Option<u16>,
     /// `[update] scheme` of a new cluster: the scheme of a file whose put names none.
     pub update_scheme: ecstack_rpc::UpdateScheme,
+    /// `[update.reserve]` of a new cluster (`None`: the defaults).
+    pub reserve: Option<ecstack_rpc::config::ReserveConfig>,
 }
 
 impl LocalSpec {
@@ -64,6 +66,7 @@ impl LocalSpec {
             insecure: false,
             osd_threads: None,
             update_scheme: ecstack_rpc::UpdateScheme::Fo,
+            reserve: None,
         }
     }
 
@@ -428,6 +431,9 @@ fn init(spec: &LocalSpec) -> Result<(), ClientError> {
     config.mds.heartbeat_ms = spec.heartbeat_ms;
     config.mds.down_after_ms = spec.down_after_ms;
     config.mds.out_after_ms = spec.out_after_ms;
+    if let Some(r) = &spec.reserve {
+        config.update.reserve = r.clone();
+    }
     let path = spec.config_path();
     config
         .validate()

@@ -57,6 +57,8 @@ pub struct RigSpec {
     pub read_path: ReadPath,
     /// Worker threads of each OSD (`ecstack osd --threads`); `None`: one per core.
     pub osd_threads: Option<u16>,
+    /// `[update.reserve]` of the cluster (`None`: the defaults).
+    pub reserve: Option<ecstack_rpc::config::ReserveConfig>,
 }
 
 impl Default for RigSpec {
@@ -70,6 +72,7 @@ impl Default for RigSpec {
             retry_secs: 20,
             read_path: ReadPath::Primary,
             osd_threads: None,
+            reserve: None,
         }
     }
 }
@@ -167,6 +170,7 @@ impl Rig {
         s.down_after_ms = DOWN_AFTER_MS;
         s.out_after_ms = 3_600_000;
         s.osd_threads = spec.osd_threads;
+        s.reserve = spec.reserve.clone();
         let cluster = LocalCluster::start(s).expect("start the cluster");
         let security =
             Security::load(&cluster.config().certs_dir(), "client").expect("client cert");
