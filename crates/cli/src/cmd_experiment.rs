@@ -70,6 +70,10 @@ struct CodfsArgs {
     /// Segment sizes
     #[arg(long, value_delimiter = ',', default_value = "16M")]
     segment_size: Vec<String>,
+    /// model: the codes to run, each at every M and segment size (the seed's §5.1 ran RDP (6,4)
+    /// beside RS: `--code rs-vand,rdp`)
+    #[arg(long, value_delimiter = ',', default_value = "rs-vand")]
+    code: Vec<String>,
     /// Data chunks per segment (default: 4 for `model`, 8 for `reserve`, as the seed's runs)
     #[arg(short = 'k', long = "k")]
     k: Option<u32>,
@@ -226,6 +230,7 @@ fn codfs(a: CodfsArgs) -> Result<()> {
         .collect::<Result<_>>()?;
     cfg.k = a.k.unwrap_or(4);
     cfg.m = a.m.unwrap_or(2);
+    cfg.codes = a.code;
     cfg.rate_mbit = a.rate_mbit;
     cfg.clients = a.clients;
     cfg.bytes_per_client = crate::util::parse_size(&a.size)?;

@@ -157,6 +157,9 @@ fn streams_are_measured_while_every_client_is_active() {
             "--no-failures",
             "--tcp-cc",
             "reno",
+            // The seed's §5.1 code, on the cluster end to end (its chunks a multiple of p − 1).
+            "--code",
+            "rdp",
         ],
     )
     .output()
@@ -178,8 +181,10 @@ fn streams_are_measured_while_every_client_is_active() {
         assert!(ratio > 0.02 && ratio < 1.05, "{phase} ratio {ratio}: {r}");
     }
     assert!(r["degraded_read_mb_per_sec"].is_null(), "{r}");
+    assert_eq!(r["code"], "rdp", "{r}");
     let md = std::fs::read_to_string(tmp.path().join("out/codfs-model.md")).unwrap();
     assert!(md.contains("Method: streams"), "{md}");
+    assert!(md.contains("| rdp |"), "{md}");
     // Reno is built into every kernel: the hosts ran it, and the report says so.
     assert_eq!(r["tcp_cc"], "reno", "{r}");
     assert!(

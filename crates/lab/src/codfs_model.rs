@@ -63,6 +63,9 @@ pub struct ModelConfig {
     /// The values of M (OSDs) to run.
     pub osds: Vec<usize>,
     pub segment_bytes: Vec<u64>,
+    /// The codes to run, each at every (M, segment size): `rs-vand`, `rdp`, … (the seed's §5.1
+    /// runs RDP (6,4) beside RS).
+    pub codes: Vec<String>,
     pub k: u32,
     pub m: u32,
     /// B: each OSD's link in each direction, Mbit/s (tc tbf).
@@ -91,6 +94,7 @@ impl ModelConfig {
             dir: None,
             osds: vec![6, 8, 10],
             segment_bytes: vec![16 << 20],
+            codes: vec!["rs-vand".into()],
             k: 4,
             m: 2,
             rate_mbit: 100.0,
@@ -114,6 +118,21 @@ impl ModelConfig {
         let cfg = |field, msg: String| Err(LabError::Config { field, msg });
         if self.osds.is_empty() || self.segment_bytes.is_empty() {
             return cfg("osds", "at least one M and one segment size".into());
+        }
+        if self.codes.is_empty() {
+            return cfg("code", "at least one code".into());
+        }
+        for c in &self.codes {
+            let kind = ecstack_codes::CodeKind::parse(c).map_err(|e| LabError::Config {
+                field: "code",
+                msg: e.to_string(),
+            })?;
+            ecstack_codes::new_code(kind, self.k as usize, self.m as usize).map_err(|e| {
+                LabError::Config {
+                    field: "code",
+                    msg: format!("{c} with k = {} and m = {}: {e}", self.k, self.m),
+                }
+            })?;
         }
         if let Some(&m) = self.osds.iter().find(|&&m| m < self.n() as usize) {
             return cfg(
@@ -186,6 +205,8 @@ impl ModelConfig {
 /// One (M, segment size) run.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelRow {
+    /// The code family (`rs-vand`, `rdp`, …).
+    pub code: String,
     pub osds: usize,
     pub segment_bytes: u64,
     pub k: u32,
@@ -346,11 +367,12 @@ impl ModelReport {
                 self.window_segments
             );
         }
-        s += "| M | segment | write MB/s | model | ratio | links in: mean / busiest | read MB/s | model | ratio | links out: mean / busiest | degraded read MB/s | recovery MB/s |\n";
-        s += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        s += "| code | M | segment | write MB/s | model | ratio | links in: mean / busiest | read MB/s | model | ratio | links out: mean / busiest | degraded read MB/s | recovery MB/s |\n";
+        s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for r in &self.rows {
             s += &format!(
-                "| {} | {} MiB | {:.1} | {:.1} | {:.0}% | {:.0}% / {:.0}% | {:.1} | {:.1} | {:.0}% | {:.0}% / {:.0}% | {} | {} |\n",
+                "| {} | {} | {} MiB | {:.1} | {:.1} | {:.0}% | {:.0}% / {:.0}% | {:.1} | {:.1} | {:.0}% | {:.0}% / {:.0}% | {} | {} |\n",
+                r.code,
                 r.osds,
                 r.segment_bytes >> 20,
                 r.write_mb_per_sec,
@@ -371,11 +393,12 @@ impl ModelReport {
               effective bandwidth, 114.5 MB/s on its 1 Gbit/s links): here a bare TCP stream's payload \
               through one OSD's tbf, each way, measured before the daemons start. It is lower than the tc \
               rate by TCP/IP and Ethernet framing, which ecstack's links pay too.\n\n";
-        s += "| M | segment | B_in / B_out measured (MB/s) | write: model / ratio | read: model / ratio | payload per link byte: write / read | the same over the whole phases | ratio from the links: write / read | write acknowledged MB/s (ratio) |\n";
-        s += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        s += "| code | M | segment | B_in / B_out measured (MB/s) | write: model / ratio | read: model / ratio | payload per link byte: write / read | the same over the whole phases | ratio from the links: write / read | write acknowledged MB/s (ratio) |\n";
+        s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for r in &self.rows {
             s += &format!(
-                "| {} | {} MiB | {:.2} / {:.2} | {:.1} / {:.0}% | {:.1} / {:.0}% | {:.3} / {:.3} | {:.3} / {:.3} | {:.0}% / {:.0}% | {} |\n",
+                "| {} | {} | {} MiB | {:.2} / {:.2} | {:.1} / {:.0}% | {:.1} / {:.0}% | {:.3} / {:.3} | {:.3} / {:.3} | {:.0}% / {:.0}% | {} |\n",
+                r.code,
                 r.osds,
                 r.segment_bytes >> 20,
                 r.goodput_in_mb_per_sec,
@@ -416,11 +439,12 @@ impl ModelReport {
         s += "\nWhere a phase loses: its time until the first client finished (every client active) and the \
               links' mean busy fraction in that part; the rest is the tail, with fewer clients than the \
               cluster needs to stay busy. The ratio above is over the whole phase.\n\n";
-        s += "| M | segment | write: all active / phase (s) | links while all active | drops/s per link | read: all active / phase (s) | links while all active | drops/s per link |\n";
-        s += "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        s += "| code | M | segment | write: all active / phase (s) | links while all active | drops/s per link | read: all active / phase (s) | links while all active | drops/s per link |\n";
+        s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         for r in &self.rows {
             s += &format!(
-                "| {} | {} MiB | {:.1} / {:.1} | {:.0}% | {:.1} | {:.1} / {:.1} | {:.0}% | {:.1} |\n",
+                "| {} | {} | {} MiB | {:.1} / {:.1} | {:.0}% | {:.1} | {:.1} / {:.1} | {:.0}% | {:.1} |\n",
+                r.code,
                 r.osds,
                 r.segment_bytes >> 20,
                 r.write_all_active_secs,
@@ -447,23 +471,27 @@ impl ModelReport {
             std::fs::write(&p, t.csv()).map_err(crate::io_at(&p))?;
         }
         let mut series = Vec::new();
-        let mut segments: Vec<u64> = self.rows.iter().map(|r| r.segment_bytes).collect();
-        segments.sort_unstable();
-        segments.dedup();
-        for seg in segments {
+        let mut curves: Vec<(String, u64)> = self
+            .rows
+            .iter()
+            .map(|r| (r.code.clone(), r.segment_bytes))
+            .collect();
+        curves.sort_unstable();
+        curves.dedup();
+        for (code, seg) in curves {
             let rows: Vec<&ModelRow> = self
                 .rows
                 .iter()
-                .filter(|r| r.segment_bytes == seg)
+                .filter(|r| r.segment_bytes == seg && r.code == code)
                 .collect();
             let pts =
                 |f: fn(&ModelRow) -> f64| rows.iter().map(|r| (r.osds as f64, f(r))).collect();
             series.push((
-                format!("write, {} MiB", seg >> 20),
+                format!("write, {code}, {} MiB", seg >> 20),
                 pts(|r| r.write_mb_per_sec),
             ));
             series.push((
-                format!("read, {} MiB", seg >> 20),
+                format!("read, {code}, {} MiB", seg >> 20),
                 pts(|r| r.read_mb_per_sec),
             ));
         }
@@ -1158,20 +1186,22 @@ pub fn run(cfg: &ModelConfig, log: &dyn Fn(&str)) -> Result<ModelReport> {
     };
     let mut rows = Vec::new();
     let mut timelines = Vec::new();
-    for &seg in &cfg.segment_bytes {
-        for &osds in &cfg.osds {
-            log(&format!(
-                "M = {osds} OSDs, {} MiB segments, RS {}+{}, B = {} Mbit/s, {} clients",
-                seg >> 20,
-                cfg.k,
-                cfg.m,
-                cfg.rate_mbit,
-                cfg.clients
-            ));
-            let run_dir = dir.join(format!("m{osds}-s{}", seg >> 20));
-            let (row, t) = one_run(cfg, osds, seg, &run_dir, log)?;
-            rows.push(row);
-            timelines.extend(t);
+    for code in &cfg.codes {
+        for &seg in &cfg.segment_bytes {
+            for &osds in &cfg.osds {
+                log(&format!(
+                    "M = {osds} OSDs, {} MiB segments, {code} {}+{}, B = {} Mbit/s, {} clients",
+                    seg >> 20,
+                    cfg.k,
+                    cfg.m,
+                    cfg.rate_mbit,
+                    cfg.clients
+                ));
+                let run_dir = dir.join(format!("{code}-m{osds}-s{}", seg >> 20));
+                let (row, t) = one_run(cfg, code, osds, seg, &run_dir, log)?;
+                rows.push(row);
+                timelines.extend(t);
+            }
         }
     }
     Ok(ModelReport {
@@ -1190,6 +1220,7 @@ pub fn run(cfg: &ModelConfig, log: &dyn Fn(&str)) -> Result<ModelReport> {
 /// A new cluster in `dir` whose MDS listens on its namespace address.
 fn make_cluster(
     cfg: &ModelConfig,
+    code: &str,
     osds: usize,
     seg: u64,
     dir: &Path,
@@ -1201,7 +1232,7 @@ fn make_cluster(
     let opts = InitOptions {
         osds: osds as u32 + 1, // + the spare that replaces the killed OSD
         clients: 1,
-        code: "rs-vand".into(),
+        code: code.to_owned(),
         k: cfg.k,
         m: cfg.m,
         segment_bytes: seg,
@@ -1237,6 +1268,7 @@ fn osd_args(config_path: &Path, dir: &Path, i: usize, host: &Host) -> Vec<String
 
 fn one_run(
     cfg: &ModelConfig,
+    code: &str,
     osds: usize,
     seg: u64,
     dir: &Path,
@@ -1248,7 +1280,7 @@ fn one_run(
     if let Some(note) = &tcp_cc_note {
         log(&format!("the hosts run {tcp_cc}: {note}"));
     }
-    let config = make_cluster(cfg, osds, seg, dir, &bed)?;
+    let config = make_cluster(cfg, code, osds, seg, dir, &bed)?;
     let config_path = dir.join("cluster.toml");
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).map_err(crate::io_at(&logs))?;
@@ -1338,6 +1370,7 @@ fn one_run(
         },
     ];
     let mut row = ModelRow {
+        code: code.to_owned(),
         osds,
         segment_bytes: seg,
         k: cfg.k,
