@@ -27,6 +27,7 @@ pub mod chunk_store;
 #[doc(hidden)]
 pub mod chunk_store_suite;
 pub mod daemon;
+pub mod device_store;
 mod degraded;
 mod delete;
 pub mod error;
