@@ -99,9 +99,11 @@ impl DeviceDir {
         locks: Vec<DeviceLock>,
     ) -> std::io::Result<DeviceDir> {
         let mut best: Option<(u64, Files)> = None;
+        let mut blank = true;
         for slot in 0..2 {
             let mut head = vec![0u8; BLOCK as usize];
             dev.read_at(&mut head, geo.slot_at(slot)).map_err(dev_err)?;
+            blank &= head.iter().all(|b| *b == 0);
             let Some(len) = checkpoint_len(&head).filter(|&l| l <= geo.slot_bytes) else {
                 continue;
             };
@@ -113,10 +115,15 @@ impl DeviceDir {
                 }
             }
         }
-        let Some((epoch, mut files)) = best else {
-            return Err(std::io::Error::other(
-                "no checkpoint of the chunk table decodes (both slots are damaged)",
-            ));
+        // Both slots blank: a store just made (its first checkpoint is written below).
+        let (epoch, mut files) = match best {
+            Some(b) => b,
+            None if blank => (0, Files::default()),
+            None => {
+                return Err(std::io::Error::other(
+                    "no checkpoint of the chunk table decodes (both slots are damaged)",
+                ))
+            }
         };
         let mut journal = vec![0u8; geo.journal_bytes as usize];
         dev.read_at(&mut journal, geo.journal_at())
@@ -161,14 +168,15 @@ impl DeviceDir {
         Ok(dir)
     }
 
-    /// Writes a new, empty store's table and then its superblock (a cut before the superblock
-    /// leaves a device that is not a store yet).
+    /// Makes a new, empty store: both checkpoint slots blanked (flushed), then the superblock
+    /// (flushed). A cut before the superblock leaves a device that is not a store yet (and is
+    /// blank where it was); after it, [`DeviceDir::load`] finds blank slots and writes the first
+    /// checkpoint.
     pub(super) fn format(dev: &dyn BlockDevice, geo: &Geometry) -> std::io::Result<()> {
-        let empty = encode_checkpoint(1, &Files::default());
-        dev.write_at(&empty, geo.slot_at(1)).map_err(dev_err)?;
-        // An old checkpoint of epoch 0 in slot 0 must not count.
-        dev.write_at(&vec![0u8; BLOCK as usize], geo.slot_at(0))
-            .map_err(dev_err)?;
+        for slot in 0..2 {
+            dev.write_at(&vec![0u8; BLOCK as usize], geo.slot_at(slot))
+                .map_err(dev_err)?;
+        }
         dev.flush().map_err(dev_err)?;
         dev.write_at(&geo.encode(), 0).map_err(dev_err)?;
         dev.flush().map_err(dev_err)
