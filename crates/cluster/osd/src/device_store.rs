@@ -76,7 +76,8 @@ pub fn refuse_virtual_time(spec: &str) -> Option<String> {
                     Some((params, inner))
                         if params.split(',').all(|i| {
                             i.split_once('=').is_some_and(|(k, _)| {
-                                !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                                !k.is_empty()
+                                    && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
                             })
                         }) =>
                     {

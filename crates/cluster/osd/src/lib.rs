@@ -27,9 +27,9 @@ pub mod chunk_store;
 #[doc(hidden)]
 pub mod chunk_store_suite;
 pub mod daemon;
-pub mod device_store;
 mod degraded;
 mod delete;
+pub mod device_store;
 pub mod error;
 mod handlers;
 mod holder;

@@ -147,7 +147,11 @@ fn device_store_power_cuts_at_every_operation() {
             },
             SEEDS,
         );
-        assert_eq!(report.cuts, report.ops * SEEDS, "{name}: cuts per operation");
+        assert_eq!(
+            report.cuts,
+            report.ops * SEEDS,
+            "{name}: cuts per operation"
+        );
         assert!(report.ops > 100, "{name}: {} operations", report.ops);
         if policy.torn_prob > 0.0 {
             assert!(report.torn_writes > 0, "{name}: no cut tore a write");
@@ -273,7 +277,11 @@ fn plr_reserves_are_contiguous_and_interleaved_logs_fragment() {
         }
     }
     let plr: Vec<u64> = (0..4).map(|p| s.fragments(1, 4 + p).unwrap()).collect();
-    assert_eq!(plr, vec![1; 4], "a PLR parity and its reserve are one piece");
+    assert_eq!(
+        plr,
+        vec![1; 4],
+        "a PLR parity and its reserve are one piece"
+    );
     let fo: Vec<u64> = (0..4).map(|p| s.fragments(2, p).unwrap()).collect();
     assert_eq!(fo, vec![1; 4]);
     assert_eq!(f_avg(&plr), 0.0);
@@ -337,10 +345,7 @@ fn plr_reserves_are_contiguous_and_interleaved_logs_fragment() {
     }
     // The log's first blocks may follow the chunk's last (one piece) or not (two).
     let fc = s.fragments(5, 2).unwrap();
-    assert!(
-        (1..=2).contains(&fc),
-        "a log growing alone: {fc} fragments"
-    );
+    assert!((1..=2).contains(&fc), "a log growing alone: {fc} fragments");
     // A merge folds the log in and drops it: one piece again.
     s.merge(5, 0).unwrap();
     assert_eq!(s.fragments(5, 0).unwrap(), 1);
@@ -408,7 +413,10 @@ fn devices_are_locked_and_other_data_is_not_overwritten() {
     std::fs::write(&other, vec![0u8; 32 << 20]).unwrap();
     {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(&other).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&other)
+            .unwrap();
         f.write_all_at(b"some file system", 2048).unwrap();
     }
     let spec = format!("file:{}", other.display());
@@ -436,7 +444,9 @@ fn devices_are_locked_and_other_data_is_not_overwritten() {
         let e = DeviceStore::open_spec(spec, DeviceStoreOptions::default()).unwrap_err();
         let t = e.to_string();
         assert!(
-            t.contains(&format!("--store-device {kind} keeps virtual time; use throttled:profile=")),
+            t.contains(&format!(
+                "--store-device {kind} keeps virtual time; use throttled:profile="
+            )),
             "{t}"
         );
     }

@@ -76,6 +76,7 @@ async fn start(config: &ClusterConfig, store: &Path) -> (String, u32, Vec<onesho
         security: Security::load(&config.certs_dir(), "osd-0").unwrap(),
         recovery_bytes_per_sec: 0,
         store_options: Default::default(),
+        store_device: None,
         initial_reserve: ecstack_osd::service::DEFAULT_RESERVE_BYTES,
         monitor: Default::default(),
     })

@@ -17,7 +17,7 @@ use ecstack_device::{BlockDevice, DeviceError, DeviceLock};
 
 use super::alloc::{blocks_of, push_extent, split_extents, Extent, FreeSpace};
 use super::table::{
-    decode_checkpoint, encode_checkpoint, encode_record, scan_journal, checkpoint_len, Files,
+    checkpoint_len, decode_checkpoint, encode_checkpoint, encode_record, scan_journal, Files,
     Geometry, Inode, Op, BLOCK, NAME_MAX_BYTES, SECTOR,
 };
 use crate::chunk_store::{decode_header, header_len_of};
@@ -62,7 +62,10 @@ fn dev_err(e: DeviceError) -> std::io::Error {
 }
 
 fn not_found(name: &str) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::NotFound, format!("{name}: no such file"))
+    std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        format!("{name}: no such file"),
+    )
 }
 
 /// Where `[offset, offset + len)` of a file held by `extents` lies on the device: (device
@@ -268,7 +271,9 @@ impl DeviceDir {
 
     /// Grows `inode`'s extents to hold `len` bytes (from the block after its last one when free).
     fn grow(st: &mut State, inode: &mut Inode, len: u64) -> std::io::Result<()> {
-        let need = len.div_ceil(BLOCK).saturating_sub(blocks_of(&inode.extents));
+        let need = len
+            .div_ceil(BLOCK)
+            .saturating_sub(blocks_of(&inode.extents));
         if need > 0 {
             let hint = inode.extents.last().map(|&(s, l)| s + l);
             for e in Self::alloc(st, hint, need)? {
@@ -381,11 +386,7 @@ impl StoreDir for DeviceDir {
 
     fn len(&self, name: &str) -> std::io::Result<Option<u64>> {
         let st = self.lock();
-        Ok(st
-            .files
-            .names
-            .get(name)
-            .map(|ino| st.files.inodes[ino].len))
+        Ok(st.files.names.get(name).map(|ino| st.files.inodes[ino].len))
     }
 
     fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
@@ -503,8 +504,8 @@ impl StoreDir for DeviceDir {
             Self::grow(&mut st, &mut inode, len)?;
             inode.len = len;
             let file = self.file(name, &inode);
-            let zeroed = Self::zero(&file, old_len, len)
-                .and_then(|()| self.dev.flush().map_err(dev_err));
+            let zeroed =
+                Self::zero(&file, old_len, len).and_then(|()| self.dev.flush().map_err(dev_err));
             if let Err(e) = zeroed {
                 let (_, fresh) = split_extents(&inode.extents, had);
                 for (s, l) in fresh {
@@ -553,7 +554,8 @@ impl ExtentFile {
     /// Writes anywhere in the file's blocks (past its length too: room allocated ahead).
     fn write_in(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let room = blocks_of(&self.extents) * BLOCK;
-        self.check(offset, buf.len() as u64, room).map_err(dev_err)?;
+        self.check(offset, buf.len() as u64, room)
+            .map_err(dev_err)?;
         let mut from = 0usize;
         for (at, n) in map(&self.geo, &self.extents, offset, buf.len() as u64) {
             self.dev

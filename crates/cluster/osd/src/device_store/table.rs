@@ -159,7 +159,10 @@ impl Geometry {
             ));
         }
         if u32_at(b, 12) as u64 != BLOCK {
-            return Err(format!("block size {} (this build uses {BLOCK})", u32_at(b, 12)));
+            return Err(format!(
+                "block size {} (this build uses {BLOCK})",
+                u32_at(b, 12)
+            ));
         }
         let g = Geometry {
             capacity: u64_at(b, 16),
@@ -189,12 +192,23 @@ pub struct Inode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// Inode `ino` is now `inode` (created, grown or cut).
-    Set { ino: u64, inode: Inode },
+    Set {
+        ino: u64,
+        inode: Inode,
+    },
     /// `name` names `ino` (replacing what it named).
-    Link { name: String, ino: u64 },
+    Link {
+        name: String,
+        ino: u64,
+    },
     /// `from` is renamed `to` (replacing what `to` named).
-    Rename { from: String, to: String },
-    Unlink { name: String },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Unlink {
+        name: String,
+    },
 }
 
 /// The file table: names and inodes.
@@ -258,10 +272,7 @@ impl Files {
         all.sort_unstable();
         for w in all.windows(2) {
             if w[0].0 + w[0].1 > w[1].0 {
-                return Err(format!(
-                    "{} and {} share block {}",
-                    w[0].2, w[1].2, w[1].0
-                ));
+                return Err(format!("{} and {} share block {}", w[0].2, w[1].2, w[1].0));
             }
         }
         Ok(())
@@ -488,7 +499,9 @@ pub fn scan_journal(b: &[u8], epoch: u64) -> Vec<Op> {
             .or_else(|| {
                 let next = (at as u64).next_multiple_of(SECTOR) as usize;
                 (next != at)
-                    .then(|| decode_record(b.get(next..)?, epoch, seq).map(|(op, n)| (op, next + n)))
+                    .then(|| {
+                        decode_record(b.get(next..)?, epoch, seq).map(|(op, n)| (op, next + n))
+                    })
                     .flatten()
             });
         match found {
