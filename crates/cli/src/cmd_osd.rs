@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ecstack_osd::chunk_store::FileStoreOptions;
-use ecstack_osd::daemon::{Daemon, DaemonConfig};
+use ecstack_osd::daemon::{Daemon, DaemonConfig, StoreDevice};
+use ecstack_osd::device_store::DeviceStoreOptions;
 use ecstack_rpc::{ClusterConfig, Security};
 
 use crate::util::shutdown_signal;
@@ -21,8 +22,20 @@ pub struct OsdArgs {
     #[arg(long)]
     config: PathBuf,
     /// Directory of this OSD's chunk store (created if missing; one OSD per store)
-    #[arg(long)]
-    store: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "store_device",
+        conflicts_with = "store_device"
+    )]
+    store: Option<PathBuf>,
+    /// Keep the chunks on one block device instead, with the store's own extent allocator: a
+    /// device spec (docs/devices.md), e.g. throttled:profile=eplog-hdd:file:osd3.img?size=8G.
+    /// A blank device gets a new store; one holding other data is refused without --force
+    #[arg(long, value_name = "SPEC")]
+    store_device: Option<String>,
+    /// With --store-device: make a new store on a device that holds other data (overwriting it)
+    #[arg(long, requires = "store_device")]
+    force: bool,
     /// This OSD's name (osd-0, osd-1, ...): the MDS keeps its id for the name across restarts, and
     /// its certificate is <certs>/<name>.pem and .key
     #[arg(long)]
@@ -68,6 +81,13 @@ fn parse_labels(labels: &[String]) -> Result<BTreeMap<String, String>> {
 
 pub fn run(a: OsdArgs) -> Result<()> {
     crate::cmd_nbd::init_logging("info");
+    if let Some(why) = a
+        .store_device
+        .as_deref()
+        .and_then(ecstack_osd::device_store::refuse_virtual_time)
+    {
+        bail!("{why}");
+    }
     let config = ClusterConfig::load(&a.config)?;
     let labels = parse_labels(&a.labels)?;
     let security = if a.insecure {
@@ -79,11 +99,24 @@ pub fn run(a: OsdArgs) -> Result<()> {
         Security::load(&config.certs_dir(), &a.name)
             .with_context(|| format!("loading the certificate of {:?}", a.name))?
     };
+    let store_device = a.store_device.clone().map(|spec| StoreDevice {
+        spec,
+        options: DeviceStoreOptions {
+            force: a.force,
+            ..Default::default()
+        },
+    });
+    let store_line = match (&a.store, &a.store_device) {
+        (_, Some(spec)) => format!("device {spec}"),
+        (Some(dir), None) => dir.display().to_string(),
+        (None, None) => bail!("give --store DIR or --store-device SPEC"),
+    };
     let cfg = DaemonConfig {
         name: a.name.clone(),
         addr: a.addr.clone(),
         labels,
-        store: a.store.clone(),
+        store: a.store.clone().unwrap_or_default(),
+        store_device,
         store_options: FileStoreOptions {
             direct: a.direct_io.unwrap_or(config.osd.direct_io),
         },
@@ -115,7 +148,7 @@ pub fn run(a: OsdArgs) -> Result<()> {
             cfg.name, daemon.osd_id, daemon.addr
         );
         println!("ecstack osd: metrics on http://{metrics_addr}/metrics");
-        println!("ecstack osd: store {}", cfg.store.display());
+        println!("ecstack osd: store {store_line}");
         daemon.run(shutdown_signal()).await?;
         eprintln!("ecstack osd: stopped");
         Ok(())

@@ -473,6 +473,10 @@ pub enum ChunkStoreError {
     },
     #[error("chunk store {at} is in use by another OSD ({holder}); stop it first")]
     Locked { at: String, holder: String },
+    /// The backing storage cannot hold or open a store (a device holding other data, a damaged
+    /// device table, a spec the store refuses).
+    #[error("chunk store {at}: {message}")]
+    Backing { at: String, message: String },
     #[error("segment {segment:#x} chunk {index}: not stored here")]
     NotFound { segment: u64, index: u32 },
     #[error("segment {segment:#x} chunk {index}: corrupt header ({at}): {error}")]
@@ -730,6 +734,36 @@ pub trait ChunkStore: Send + Sync {
     /// The chunks that may hold logged changes or a reserve (a superset; sorted): what the OSD's
     /// Monitor Module looks at, without opening every chunk.
     fn logged(&self) -> Vec<(u64, u32)>;
+    /// The pieces, contiguous on the storage below, that rebuilding the chunk reads: its bytes
+    /// (header, checksums, data and PLR reserve) followed by its log (FL, CodFS PL), pieces that
+    /// follow each other on the storage counted as one ([`count_fragments`]). At least 1 for a
+    /// stored chunk; a parity and its contiguous reserve are 1. The seed's F_avg (Table 5.1,
+    /// "non-contiguous fragments", 0 for FO and PLR) is the mean of `fragments − 1` over the
+    /// chunks ([`f_avg`]).
+    fn fragments(&self, segment: u64, index: u32) -> Result<u64>;
+}
+
+/// Pieces (offset, length) on the storage, in the order a reader reads them: how many contiguous
+/// runs they make (empty pieces ignored; a piece starting where the last ended continues its run).
+pub fn count_fragments(pieces: &[(u64, u64)]) -> u64 {
+    let mut runs = 0;
+    let mut end = None;
+    for &(at, len) in pieces.iter().filter(|p| p.1 > 0) {
+        if end != Some(at) {
+            runs += 1;
+        }
+        end = Some(at + len);
+    }
+    runs
+}
+
+/// The seed's F_avg (§5.2, Table 5.1) of chunks with these [`ChunkStore::fragments`]: the mean
+/// number of fragments beyond the first; 0 for no chunks.
+pub fn f_avg(fragments: &[u64]) -> f64 {
+    if fragments.is_empty() {
+        return 0.0;
+    }
+    fragments.iter().map(|f| f.saturating_sub(1)).sum::<u64>() as f64 / fragments.len() as f64
 }
 
 /// Where [`ChunkStore::append`] puts a change.
@@ -2047,6 +2081,26 @@ impl ChunkStore for FileStore {
 
     fn logged(&self) -> Vec<(u64, u32)> {
         self.logged_keys()
+    }
+
+    /// From the directory's map of each file (`FIEMAP` on a real one, the allocator's extents on
+    /// a device): the chunk file's pieces, then its log file's.
+    fn fragments(&self, segment: u64, index: u32) -> Result<u64> {
+        let _g = self.stripe(segment, index);
+        let (name, log) = (chunk_name(segment, index), log_name(segment, index));
+        let mut pieces = self
+            .dir
+            .extents(&name)
+            .map_err(io(&self.at(&name), "map chunk file"))?
+            .ok_or(ChunkStoreError::NotFound { segment, index })?;
+        if let Some(l) = self
+            .dir
+            .extents(&log)
+            .map_err(io(&self.at(&log), "map log file"))?
+        {
+            pieces.extend(l);
+        }
+        Ok(count_fragments(&pieces))
     }
 
     /// A shrink below the bytes in use merges first; the header (new size) is flushed before the

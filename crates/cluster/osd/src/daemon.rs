@@ -14,6 +14,7 @@ use ecstack_rpc::Security;
 
 use crate::api::Layout;
 use crate::chunk_store::{ChunkStore, FileStore, FileStoreOptions};
+use crate::device_store::{DeviceStore, DeviceStoreOptions};
 use crate::monitor::{Monitor, MonitorOptions};
 use crate::service::{BoxFuture, MdsLink, Osd, OsdSetup};
 
@@ -82,14 +83,39 @@ pub struct DaemonConfig {
     /// Where to bind (`127.0.0.1:0`: any free port, registered as bound).
     pub addr: String,
     pub labels: BTreeMap<String, String>,
+    /// The chunk store's directory ([`FileStore`]), unless `store_device` is given.
     pub store: PathBuf,
     pub store_options: FileStoreOptions,
+    /// The chunk store on one block device instead ([`DeviceStore`], `--store-device SPEC`).
+    pub store_device: Option<StoreDevice>,
     pub mds_addr: String,
     pub security: Security,
     pub recovery_bytes_per_sec: u64,
     /// `cluster.toml`'s `[update]`: PLR's reserved space (`reserve.size_bytes` for a new PLR
     /// parity chunk) and Algorithm 1's parameters and schedule for this OSD's reserve task.
     pub update: ecstack_rpc::UpdateConfig,
+}
+
+/// A [`DeviceStore`] backend: the device spec (`ecstack_device::spec`) and how to open it.
+#[derive(Debug, Clone)]
+pub struct StoreDevice {
+    pub spec: String,
+    pub options: DeviceStoreOptions,
+}
+
+/// Opens the configured chunk store; its capacity in bytes (the device's, or the file system's).
+fn open_store(cfg: &DaemonConfig) -> Result<(Arc<dyn ChunkStore>, u64), DaemonError> {
+    Ok(match &cfg.store_device {
+        Some(d) => {
+            let store = DeviceStore::open_spec(&d.spec, d.options)?;
+            let bytes = store.capacity();
+            (Arc::new(store), bytes)
+        }
+        None => (
+            Arc::new(FileStore::open_with(&cfg.store, cfg.store_options)?),
+            capacity(&cfg.store),
+        ),
+    })
 }
 
 /// A running OSD.
@@ -125,8 +151,7 @@ fn capacity(path: &Path) -> u64 {
 impl Daemon {
     /// Open the store, bind, register with the MDS (retrying while it does not answer).
     pub async fn start(cfg: &DaemonConfig) -> Result<Daemon, DaemonError> {
-        let store: Arc<dyn ChunkStore> =
-            Arc::new(FileStore::open_with(&cfg.store, cfg.store_options)?);
+        let (store, capacity_bytes) = open_store(cfg)?;
         let monitor = Arc::new(Monitor::new(
             store.clone(),
             MonitorOptions::from_config(&cfg.update.reserve),
@@ -151,7 +176,7 @@ impl Daemon {
             name: cfg.name.clone(),
             addr: addr.to_string(),
             labels: cfg.labels.clone(),
-            capacity_bytes: capacity(&cfg.store),
+            capacity_bytes,
             used_bytes: store.usage().bytes,
         };
         let deadline = tokio::time::Instant::now() + REGISTER_PATIENCE;

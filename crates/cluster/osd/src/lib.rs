@@ -29,6 +29,7 @@ pub mod chunk_store_suite;
 pub mod daemon;
 mod degraded;
 mod delete;
+pub mod device_store;
 pub mod error;
 mod handlers;
 mod holder;

@@ -64,6 +64,16 @@ pub trait StoreDir: Send + Sync {
     fn write_grow(&self, name: &str, at: u64, bytes: &[u8]) -> std::io::Result<bool>;
     /// Sets file `name`'s length (cut, or grown with allocated zeros) and flushes it.
     fn set_len(&self, name: &str, len: u64) -> std::io::Result<()>;
+    /// Where file `name`'s bytes are on the storage below, in file order: (physical byte
+    /// offset, bytes) pieces, `None` if there is no such file; pieces that follow each other on
+    /// the storage may be given apart. `Unsupported` where the storage does not say.
+    fn extents(&self, name: &str) -> std::io::Result<Option<Vec<(u64, u64)>>> {
+        let _ = name;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this directory does not map its files to the storage below",
+        ))
+    }
 }
 
 /// A device error as the `std::io::Error` it carries (or one made of its message).
@@ -95,7 +105,7 @@ fn io_at<'a>(
 }
 
 /// The process holding a store's lock, for [`ChunkStoreError::Locked`]: its pid and command.
-fn holder_line(holder: Option<Holder>) -> String {
+pub(crate) fn holder_line(holder: Option<Holder>) -> String {
     match holder {
         None => "holder not found in /proc/locks".to_string(),
         Some(h) if h.pid == std::process::id() => format!("pid {}, this process", h.pid),
@@ -320,6 +330,78 @@ impl StoreDir for OsDir {
             }
         }
         f.sync_data()
+    }
+
+    /// `FIEMAP` (as `filefrag -v` reads it), after the file's delayed allocations are made.
+    fn extents(&self, name: &str) -> std::io::Result<Option<Vec<(u64, u64)>>> {
+        match File::open(self.chunks.join(name)) {
+            Ok(f) => fiemap(&f).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `struct fiemap` of linux/fiemap.h with room for [`FIEMAP_EXTENTS`] extents.
+#[repr(C)]
+struct Fiemap {
+    start: u64,
+    length: u64,
+    flags: u32,
+    mapped_extents: u32,
+    extent_count: u32,
+    reserved: u32,
+    extents: [FiemapExtent; FIEMAP_EXTENTS],
+}
+
+/// `struct fiemap_extent`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct FiemapExtent {
+    logical: u64,
+    physical: u64,
+    length: u64,
+    reserved64: [u64; 2],
+    flags: u32,
+    reserved: [u32; 3],
+}
+
+const FIEMAP_EXTENTS: usize = 64;
+/// `_IOWR('f', 11, struct fiemap)`.
+const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+const FIEMAP_FLAG_SYNC: u32 = 1;
+const FIEMAP_EXTENT_LAST: u32 = 1;
+
+/// The physical extents of an open file, in file order.
+fn fiemap(f: &File) -> std::io::Result<Vec<(u64, u64)>> {
+    use std::os::unix::io::AsRawFd;
+    let mut out = Vec::new();
+    let mut start = 0u64;
+    loop {
+        let mut m = Fiemap {
+            start,
+            length: u64::MAX - start,
+            flags: FIEMAP_FLAG_SYNC,
+            mapped_extents: 0,
+            extent_count: FIEMAP_EXTENTS as u32,
+            reserved: 0,
+            extents: [FiemapExtent::default(); FIEMAP_EXTENTS],
+        };
+        // SAFETY: FS_IOC_FIEMAP reads the header of `m` and writes at most `extent_count`
+        // extents into its array, which is that long; `m` lives across the call and the
+        // descriptor is open (owned by `f`).
+        let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, &mut m as *mut Fiemap) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = (m.mapped_extents as usize).min(FIEMAP_EXTENTS);
+        for e in &m.extents[..n] {
+            out.push((e.physical, e.length));
+        }
+        match m.extents[..n].last() {
+            Some(e) if e.flags & FIEMAP_EXTENT_LAST == 0 => start = e.logical + e.length,
+            _ => return Ok(out),
+        }
     }
 }
 

@@ -77,6 +77,7 @@ async fn start(config: &ClusterConfig, store: &Path) -> (String, u32, Vec<onesho
         recovery_bytes_per_sec: 0,
         store_options: Default::default(),
         update: config.update.clone(),
+        store_device: None,
     })
     .await
     .unwrap();
