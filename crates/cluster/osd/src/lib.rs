@@ -6,16 +6,19 @@
 //! `ecstack_osd_proto` (re-exported as [`api`]: generated messages, chunk data on the wire without
 //! copies, the typed clients [`api::OsdClient`] and `MdsClient`, the domain types; shared with
 //! clients, which link none of this crate) → `chunk_store` (the
-//! `ChunkStore` seam and `FileStore`, chunk files with versioned headers and per-block crc32c) →
+//! `ChunkStore` seam: `FileStore`, chunk files with versioned headers, per-block crc32c and logged
+//! changes, and `device_store`, the same on one block device with an extent allocator) →
 //! `service` (the [`service::Osd`] type and what its operations share) with one module per
 //! operation, each over the domain error [`OsdError`] (`error`): `write`, `read` and `pipeline`
 //! (the pipelined read), `degraded` (the ordinary and degraded read, repair), [`update`] (one file
-//! per update scheme behind [`update::Scheme`]: `fo`), `recover`, `delete`, `chunk` (PutChunk,
+//! per update scheme behind [`update::Scheme`]: `fo`, `fl`, `codfs_pl`, `plr`; the delta flow they
+//! share in `update/flow.rs`), `recover`, `delete`, `chunk` (PutChunk,
 //! GetChunk, ChunkVersion at a holder), over `holder` (one holder's chunk, local or remote) and
 //! `segment` (the primary's per-segment lock and view, `view`) → `handlers` (the gRPC handlers:
 //! requests decoded, [`OsdError`] mapped to status codes) → `server` (the gRPC service a daemon
 //! mounts: the generated one, with the chunk-data replies sent through `wire`) → `daemon` (the
-//! process: register with the MDS, heartbeat, run recovery and delete tasks); `lease` (a primary
+//! process: register with the MDS, heartbeat, run recovery and delete tasks, and `monitor`, the
+//! Monitor Module: GC of logs and Algorithm 1 on reserves); `lease` (a primary
 //! acts only while the MDS cannot have declared it down); `roles` (which certificate role may call
 //! which RPC, checked where the daemon builds its server).
 
