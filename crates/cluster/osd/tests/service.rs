@@ -905,3 +905,36 @@ async fn every_update_scheme_against_a_model() {
         }
     }
 }
+
+/// An update whose data holder fails while a parity holder misses the other data holders' deltas:
+/// the primary cannot finish the failed sub-update (too few chunks agree), and the update is not
+/// acknowledged — but every chunk that misses it (the failed data chunk and the parity that missed
+/// deltas) is marked stale at the MDS before the error, so the MDS never counts a parity that
+/// disagrees with its data as healthy (found by fault seed 366024: the MDS kept such a parity
+/// healthy, and two later kills left the segment with more than m unusable chunks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_the_primary_cannot_finish_still_marks_what_missed_it() {
+    let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(11);
+    let len = 200_000usize;
+    let l = c.layout(12, len as u64);
+    let model = bytes(&mut rng, len);
+    client.write_segment(&l, &model).await.unwrap();
+    // Data chunk 3's holder and parity chunk 4's holder stop answering (the MDS does not know
+    // yet); parity chunk 5 is already stale.
+    let mut l2 = l.clone();
+    l2.holders[3].addr = dead_addr().await;
+    l2.holders[4].addr = dead_addr().await;
+    l2.holders[5].usable = false;
+    let e = client
+        .update_segment(&l2, 0, &vec![7u8; len])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("cannot finish"), "{e}");
+    let calls = c.calls();
+    assert!(
+        calls.iter().any(|c| c.starts_with("stale 12 [3, 4]")),
+        "{calls:?}"
+    );
+}

@@ -46,6 +46,7 @@ pub(super) async fn apply(osd: &Osd, plan: &Plan<'_>, st: &SegState) -> Result<A
     // the view, compute the deltas and apply them at the parity holders. A parity holder that
     // already took the delta from the data holder before it failed takes it again as a no-op.
     let failed_idx: Vec<u32> = failed.iter().map(|&i| i as u32).collect();
+    let mut unfinished = Vec::new();
     for &i in &failed {
         stale.push(i as u32);
         let s = plan
@@ -53,15 +54,27 @@ pub(super) async fn apply(osd: &Osd, plan: &Plan<'_>, st: &SegState) -> Result<A
             .iter()
             .find(|s| s.index == i)
             .ok_or_else(|| OsdError::Internal("sub-update vanished".into()))?;
-        degraded_deltas(osd, l, &mut now, s, version, &failed_idx, &plan.parity, &mut stale)
-            .await
-            .map_err(|e| {
-                OsdError::NotDurable(format!(
-                    "segment {:#x}: update of chunk {i} failed ({}) and the primary cannot finish it: {e}",
-                    l.segment_id,
-                    reasons.join("; ")
-                ))
-            })?;
+        // A sub-update the primary cannot finish leaves its data chunk stale (its bytes
+        // unknown) and the parity chunks as they were for it; the chunks that missed other
+        // sub-updates' deltas are in `stale` all the same, so the update still ends with every
+        // chunk that misses it marked at the MDS (`settle_update`) before the error.
+        if let Err(e) = degraded_deltas(
+            osd,
+            l,
+            &mut now,
+            s,
+            version,
+            &failed_idx,
+            &plan.parity,
+            &mut stale,
+        )
+        .await
+        {
+            unfinished.push(format!(
+                "update of chunk {i} failed ({}) and the primary cannot finish it: {e}",
+                reasons.join("; ")
+            ));
+        }
     }
     stale.sort_unstable();
     stale.dedup();
@@ -69,6 +82,7 @@ pub(super) async fn apply(osd: &Osd, plan: &Plan<'_>, st: &SegState) -> Result<A
         view: now.view,
         stale,
         reasons,
+        unfinished,
     })
 }
 

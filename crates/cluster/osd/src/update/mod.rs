@@ -157,6 +157,9 @@ pub(crate) struct Applied {
     pub stale: Vec<u32>,
     /// Why, one "chunk i: …" per failed sub-update.
     pub reasons: Vec<String>,
+    /// Sub-updates whose data holder failed and that the primary could not finish either (one
+    /// line each): the update is not durable, and `stale` still names every chunk that misses it.
+    pub unfinished: Vec<String>,
 }
 
 /// UpdateChunk at a data holder: write `data` at `offset` of chunk `index` (refused unless the
@@ -277,13 +280,19 @@ impl Osd {
         newly.sort_unstable();
         newly.dedup();
         let durable = n - unusable.len() - stale.iter().filter(|i| !unusable.contains(i)).count();
-        if durable < k + 1 {
+        if durable < k + 1 || !applied.unfinished.is_empty() {
             // Not acknowledged, but some chunks may hold the new bytes: the ones that do not are
             // marked stale (best effort) so they are never read beside the ones that do.
             if let Err(e) = self.mark_stale(seg, &newly, version).await {
                 tracing::warn!(segment = seg, "{e}");
             }
             st.forget();
+            if !applied.unfinished.is_empty() {
+                return Err(OsdError::NotDurable(format!(
+                    "segment {seg:#x}: {}",
+                    applied.unfinished.join("; ")
+                )));
+            }
             return Err(OsdError::NotDurable(format!(
                 "segment {seg:#x}: update durable on only {durable} of {n} chunks, need k + 1 = {} ({})",
                 k + 1,
