@@ -350,6 +350,32 @@ impl Eplog {
         core.journal_hold(entries)
     }
 
+    /// A device failed while this batch was being read (a fail-stop or a latent sector error found
+    /// by `read_latest` or by a decode), after some of its chunks had been read. The committed-only
+    /// ones among them (no latest version, so no log stripe to decode them from) would be lost
+    /// with the device if a crash tore the parity the batch is about to write: add them to the
+    /// chunks the journal saves before that write (`saved`, per stripe), from the data in hand. A
+    /// rerun after a crash then finds every committed-only chunk of a device failed in its
+    /// metadata either in the journal or in a stripe whose parity was never touched
+    /// (`decode_committed`). Seed 732813: a latent error failed device 4 in the middle of a
+    /// rebuild's parity commit, and a power cut tore the parity of stripe 7, whose chunk on
+    /// device 4 had been read before the error.
+    fn save_read_before_failure(
+        g: &Geometry,
+        batch: &[(u64, DataStripe)],
+        newly: &[usize],
+        saved: &mut [Vec<usize>],
+    ) {
+        for ((s, ds), sv) in batch.iter().zip(saved.iter_mut()) {
+            for p in 0..g.k {
+                let committed_only = ds.latest[p].is_none() && ds.committed[p].is_some();
+                if committed_only && newly.contains(&g.dev_of(*s, p)) && !sv.contains(&p) {
+                    sv.push(p);
+                }
+            }
+        }
+    }
+
     /// The full current content of data chunk (s, pos) when its device cannot serve it.
     fn decode_current(core: &Core, s: u64, pos: usize) -> Result<Vec<u8>> {
         let (ds, ls, rerun) = {
@@ -785,7 +811,7 @@ impl Eplog {
                 logs: &logs,
                 rerun,
             };
-            let (through_parity, from_log) =
+            let (mut saved, from_log) =
                 Self::recover_lost(core, batch, lost, &mut early, &mut data)?;
             decoded += from_log;
             let now = core.devs.failed_list();
@@ -797,10 +823,11 @@ impl Eplog {
                     .collect();
                 let done = &touched[..b * COMMIT_BATCH_STRIPES];
                 held.extend(Self::save_after_failure(core, done, &newly)?);
+                Self::save_read_before_failure(&core.geo, batch, &newly, &mut saved);
                 failed = now;
             }
             // Lines 8-12: new parity from the latest data, written in place.
-            Self::write_parity(core, batch, &data, &through_parity)?;
+            Self::write_parity(core, batch, &data, &saved)?;
             for (_, ds) in batch {
                 chunks += ds.latest.iter().filter(|l| l.is_some()).count() as u64;
             }
@@ -917,8 +944,9 @@ impl Eplog {
     }
 
     /// Encode a commit batch's parity from its latest data and write it in place under the
-    /// journal, which first saves the lost chunks decoded through the parity being overwritten
-    /// (or a rerun after a crash could not decode them from the torn parity).
+    /// journal, which first saves the chunks of `through_parity` (per stripe: the lost chunks
+    /// decoded through the parity being overwritten, and those of devices that failed during the
+    /// batch), or a rerun after a crash could not decode them from the torn parity.
     fn write_parity(
         core: &Core,
         batch: &[(u64, DataStripe)],
