@@ -239,6 +239,7 @@ impl Loaded {
             value_bytes_max: value_bytes(pair_bytes),
             pairs_max: Some(scale.pairs as usize + scale.pairs as usize / 8 + 64),
             salt: Some(cfg.seed),
+            tombstones_max: None,
         };
         let store = Arc::new(KvStore::create(
             Arc::clone(&a) as Arc<dyn BlockDevice>,
