@@ -447,10 +447,21 @@ fn sigkill_during_set_and_del_load_keeps_deleted_keys_dead() {
     let meta = f("meta");
     let o = Command::new(env!("CARGO_BIN_EXE_ecstack"))
         .args(["array", "create", "--scheme", "eplog", "-k", "4", "-m", "2"])
-        .args(["--main", &main.join(","), "--log", &log.join(","), "--meta", &meta])
+        .args([
+            "--main",
+            &main.join(","),
+            "--log",
+            &log.join(","),
+            "--meta",
+            &meta,
+        ])
         .output()
         .unwrap();
-    assert!(o.status.success(), "array create: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "array create: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let dev = format!("array:{meta}");
     const KEYS: usize = 40;
     // The state every acknowledged request left; None: deleted or never set.
@@ -529,7 +540,10 @@ fn sigkill_during_set_and_del_load_keeps_deleted_keys_dead() {
         }
         s.child.wait().unwrap();
     }
-    assert!(dels > 50, "the load deleted keys that held values ({dels} DELs)");
+    assert!(
+        dels > 50,
+        "the load deleted keys that held values ({dels} DELs)"
+    );
 }
 
 extern "C" {
