@@ -289,6 +289,27 @@ fn garbage_gets_an_error_and_a_close_and_many_connections_pipeline() {
     assert_eq!(&got, b":1200\r\n");
 }
 
+/// An eplog (4+2) array of 8 MB files in `dir`, created with `ecstack array create`; its
+/// `--device` spec.
+fn eplog_array_of_files(dir: &std::path::Path) -> String {
+    let f = |n: &str| format!("file:{}?size=8M", dir.join(n).display());
+    let main: Vec<String> = (0..6).map(|i| f(&format!("main{i}"))).collect();
+    let log: Vec<String> = (0..2).map(|i| f(&format!("log{i}"))).collect();
+    let meta = f("meta");
+    let o = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args(["array", "create", "--scheme", "eplog", "-k", "4", "-m", "2"])
+        .args(["--main", &main.join(","), "--log", &log.join(",")])
+        .args(["--meta", &meta])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "array create: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    format!("array:{meta}")
+}
+
 /// SIGKILL a server over an eplog array of files after acknowledged SETs (appendfsync always), restart
 /// it on the same array: every acknowledged pair is there, deleted ones are not.
 #[test]
@@ -297,28 +318,7 @@ fn sigkill_and_restart_on_an_eplog_array() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let f = |n: &str| format!("file:{}?size=8M", dir.path().join(n).display());
-    let main: Vec<String> = (0..6).map(|i| f(&format!("main{i}"))).collect();
-    let log: Vec<String> = (0..2).map(|i| f(&format!("log{i}"))).collect();
-    let meta = f("meta");
-    let o = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args(["array", "create", "--scheme", "eplog", "-k", "4", "-m", "2"])
-        .args([
-            "--main",
-            &main.join(","),
-            "--log",
-            &log.join(","),
-            "--meta",
-            &meta,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "array create: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let dev = format!("array:{meta}");
+    let dev = eplog_array_of_files(dir.path());
     let mut s = start(&["--device", &dev, "--appendfsync", "always"]);
     for i in 0..40 {
         assert_eq!(
@@ -441,28 +441,7 @@ fn resp(t: &mut BufReader<TcpStream>, args: &[&[u8]]) -> std::io::Result<Option<
 #[test]
 fn sigkill_during_set_and_del_load_keeps_deleted_keys_dead() {
     let dir = tempfile::tempdir().unwrap();
-    let f = |n: &str| format!("file:{}?size=8M", dir.path().join(n).display());
-    let main: Vec<String> = (0..6).map(|i| f(&format!("main{i}"))).collect();
-    let log: Vec<String> = (0..2).map(|i| f(&format!("log{i}"))).collect();
-    let meta = f("meta");
-    let o = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args(["array", "create", "--scheme", "eplog", "-k", "4", "-m", "2"])
-        .args([
-            "--main",
-            &main.join(","),
-            "--log",
-            &log.join(","),
-            "--meta",
-            &meta,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "array create: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let dev = format!("array:{meta}");
+    let dev = eplog_array_of_files(dir.path());
     const KEYS: usize = 40;
     // The state every acknowledged request left; None: deleted or never set.
     let mut acked: Vec<Option<Vec<u8>>> = vec![None; KEYS];
