@@ -218,6 +218,24 @@ fn seed_732813_eplog_device_failed_mid_commit_batch_keeps_its_chunks() {
     }
 }
 
+/// Seeds 1030424 (eplog (3+3), chunk 512, device buffer 4) and 1040238 (eplog (2+2), chunk 512,
+/// device buffer 6), found by the fresh-seed sweep of issue 45: a latent sector error sat under
+/// a committed-only chunk; the parity commit that met it was cut by a power cut before its
+/// journal entry was durable, and on open the device read its label fine, so the rerun met the
+/// error anew with the device not failed in the metadata it opened with, and refused ("chunk 1 is
+/// lost and an interrupted parity commit may have torn the parity") although the parity was
+/// whole. The rerun now decodes such a chunk through the parity (with the committed or the latest
+/// versions) and accepts it when it reproduces the chunk's recorded checksum
+/// (`Eplog::decode_checked`); a torn parity still refuses.
+#[test]
+fn seeds_1030424_and_1040238_eplog_rerun_checks_a_chunk_lost_since_open() {
+    for seed in [1_030_424u64, 1_040_238] {
+        if let Err(f) = run_seed(seed, &SimOptions::default()) {
+            panic!("{f}");
+        }
+    }
+}
+
 /// Strict mode (power cuts while md/pl have in-place updates unflushed and a device is impaired
 /// that the array has not noticed) with the update journal on: no seed may lose a byte.
 /// `ECSTACK_STRICT_SEEDS=<count>` sets the sweep size (default 60; the long run is recorded in

@@ -296,11 +296,46 @@ impl Eplog {
             if core.failed_at_open(g.dev_of(s, pos)) {
                 return Self::decode_through_parity(core, s, &ds.committed, pos);
             }
+            // Its device was alive at open and failed since (a latent sector error the rerun
+            // met): the interrupted commit may have read the chunk and rewritten this stripe's
+            // parity without saving it, or may have met the same error and stopped before the
+            // parity (seeds 1030424, 1040238). A decode that reproduces the chunk's recorded
+            // checksum tells that the parity is whole, old or new.
+            if let Some(b) = Self::decode_checked(core, s, ds, pos) {
+                return Ok(b);
+            }
             return Err(ArrayError::DataLoss(format!(
                 "stripe {s}: chunk {pos} is lost and an interrupted parity commit may have torn the parity"
             )));
         }
         Self::decode_through_parity(core, s, &ds.committed, pos)
+    }
+
+    /// Committed-only chunk `pos` of stripe `s` decoded through a parity that an interrupted commit
+    /// may have rewritten: with the committed versions (the parity untouched) or the latest ones
+    /// (the parity rewritten whole), whichever reproduces the chunk's recorded checksum; None if
+    /// neither does or no checksum is known (a torn parity).
+    fn decode_checked(core: &Core, s: u64, ds: &DataStripe, pos: usize) -> Option<Vec<u8>> {
+        let g = &core.geo;
+        let slot = ds.committed[pos]?;
+        let want = core
+            .devs
+            .crcs()
+            .filter(|c| c.enabled())?
+            .get(g.dev_of(s, pos), slot)?;
+        let latest: Vec<Option<u64>> = (0..g.k)
+            .map(|q| ds.latest[q].map(|(sl, _)| sl).or(ds.committed[q]))
+            .collect();
+        let checked = |layout: &[Option<u64>]| {
+            let mut slots = layout.to_vec();
+            slots.extend((0..g.m).map(|_| Some(s)));
+            // No repairs: with the wrong layout the other decoded chunks are wrong too.
+            let mut sh = core
+                .decode_stripe_repairing(s, &slots, &[], &|_, _| Ok(()), false)
+                .ok()?;
+            Some(std::mem::take(&mut sh[pos])).filter(|b| crc32c::crc32c(b) == want)
+        };
+        checked(&ds.committed).or_else(|| checked(&latest))
     }
 
     /// Decode data chunk `pos` of stripe `s` from the data chunks at `data_slots` and the parity.
