@@ -200,6 +200,42 @@ fn seed_8835_eplog_device_buffer_loses_a_committed_chunk() {
     }
 }
 
+/// Seed 732813 (eplog (4+2), chunk 2048), found by a sweep of fresh seeds (issue 45): log device
+/// 6 fail-stopped (step 93), a latent sector error hit device 4 (step 118: two devices impaired,
+/// m = 2), and the final rebuild of device 6 ran its parity commit. That commit's read of the
+/// latest versions met the latent error and failed device 4 after it had read device 4's
+/// committed chunk of stripe 7; the new parity of stripe 7 was then written with no journal entry
+/// for that chunk, and the scheduled power cut tore it. On open the rerun took device 4 (failed in
+/// the metadata) for one the commit had seen failed before touching the parity, and decoded through
+/// the torn parity: "stripe 7: only 3 of the 4 chunks needed are available". The array lost
+/// redundancy it should have kept (the simulator stayed within m). Fix: a device that fails
+/// during a commit batch's reads gets its committed-only chunks of that batch saved in the
+/// journal before the batch's parity is written (`Eplog::save_read_before_failure`).
+#[test]
+fn seed_732813_eplog_device_failed_mid_commit_batch_keeps_its_chunks() {
+    if let Err(f) = run_seed(732_813, &SimOptions::default()) {
+        panic!("{f}");
+    }
+}
+
+/// Seeds 1030424 (eplog (3+3), chunk 512, device buffer 4) and 1040238 (eplog (2+2), chunk 512,
+/// device buffer 6), found by the fresh-seed sweep of issue 45: a latent sector error sat under
+/// a committed-only chunk; the parity commit that met it was cut by a power cut before its
+/// journal entry was durable, and on open the device read its label fine, so the rerun met the
+/// error anew with the device not failed in the metadata it opened with, and refused ("chunk 1 is
+/// lost and an interrupted parity commit may have torn the parity") although the parity was
+/// whole. The rerun now decodes such a chunk through the parity (with the committed or the latest
+/// versions) and accepts it when it reproduces the chunk's recorded checksum
+/// (`Eplog::decode_checked`); a torn parity still refuses.
+#[test]
+fn seeds_1030424_and_1040238_eplog_rerun_checks_a_chunk_lost_since_open() {
+    for seed in [1_030_424u64, 1_040_238] {
+        if let Err(f) = run_seed(seed, &SimOptions::default()) {
+            panic!("{f}");
+        }
+    }
+}
+
 /// Strict mode (power cuts while md/pl have in-place updates unflushed and a device is impaired
 /// that the array has not noticed) with the update journal on: no seed may lose a byte.
 /// `ECSTACK_STRICT_SEEDS=<count>` sets the sweep size (default 60; the long run is recorded in

@@ -14,9 +14,10 @@ pub const SUPERBLOCK_BYTES: usize = 40;
 pub const RECORD_MAGIC: [u8; 4] = *b"EKVR";
 /// The superblock's magic.
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"ECSTKVSB";
-/// The one format version this code writes and reads. Versions 1 (no value kind byte) and 2 (one
-/// record per chunk) are refused by name: see `docs/kv.md`, "Version changes".
-pub const FORMAT_VERSION: u8 = 3;
+/// The one format version this code writes and reads. Versions 1 (no value kind byte), 2 (one
+/// record per chunk) and 3 (deleted pairs zeroed in place, no tombstones) are refused by name: see
+/// `docs/kv.md`, "Version changes".
+pub const FORMAT_VERSION: u8 = 4;
 /// Packed records start at multiples of this many bytes inside their chunk.
 pub const RECORD_ALIGN: usize = 8;
 /// Longest key: the seed's metadata keeps the key size in one byte.
@@ -85,14 +86,21 @@ impl Superblock {
         if version == 1 {
             return Err(
                 "format version 1 (records without a value kind, before hashes and sorted \
-                 sets): this build reads only version 3; recreate the store and load it again"
+                 sets): this build reads only version 4; recreate the store and load it again"
                     .into(),
             );
         }
         if version == 2 {
             return Err(
                 "format version 2 (one record per chunk, before packed records): this build \
-                 reads only version 3; recreate the store and load it again"
+                 reads only version 4; recreate the store and load it again"
+                    .into(),
+            );
+        }
+        if version == 3 {
+            return Err(
+                "format version 3 (deleted pairs zeroed in place, before tombstones): this build \
+                 reads only version 4; recreate the store and load it again"
                     .into(),
             );
         }
@@ -114,7 +122,7 @@ impl Superblock {
     }
 }
 
-/// What a record's value is (header byte 10, format version 2).
+/// What a record's value is (header byte 10, format version 2; tombstones since version 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ValueKind {
     /// A Redis string: the value bytes as given.
@@ -124,6 +132,11 @@ pub enum ValueKind {
     /// One member of a Redis sorted set: the key is `[set key bytes] ‖ set key ‖ member`, the value
     /// the score (f64, 8 bytes little-endian).
     ZsetMember = 2,
+    /// A deleted string or hash (namespace 0): no value. Its sequence number outranks every older
+    /// record of its key, so a scan that finds it keeps the key deleted.
+    Tombstone = 3,
+    /// A deleted sorted-set member (namespace 1): no value.
+    MemberTombstone = 4,
 }
 
 impl ValueKind {
@@ -132,16 +145,32 @@ impl ValueKind {
             0 => Some(ValueKind::String),
             1 => Some(ValueKind::Hash),
             2 => Some(ValueKind::ZsetMember),
+            3 => Some(ValueKind::Tombstone),
+            4 => Some(ValueKind::MemberTombstone),
             _ => None,
         }
     }
 
     /// Records of one namespace share keys: strings and hashes are Redis keys; sorted-set members
-    /// live in a namespace of their own.
+    /// live in a namespace of their own. A tombstone is in the namespace of what it deletes.
     pub fn namespace(self) -> u8 {
         match self {
-            ValueKind::String | ValueKind::Hash => 0,
-            ValueKind::ZsetMember => 1,
+            ValueKind::String | ValueKind::Hash | ValueKind::Tombstone => 0,
+            ValueKind::ZsetMember | ValueKind::MemberTombstone => 1,
+        }
+    }
+
+    /// Whether the record deletes its key instead of holding a value.
+    pub fn is_tombstone(self) -> bool {
+        matches!(self, ValueKind::Tombstone | ValueKind::MemberTombstone)
+    }
+
+    /// The tombstone of namespace `ns`.
+    pub fn tombstone_of(ns: u8) -> ValueKind {
+        if ns == 0 {
+            ValueKind::Tombstone
+        } else {
+            ValueKind::MemberTombstone
         }
     }
 }
@@ -283,7 +312,7 @@ mod tests {
         assert_eq!((h.key_bytes, h.value_bytes, h.seq), (3, 6, 42));
         assert_eq!(h.kind, ValueKind::Hash);
         assert!(verify_record(&out, 8).is_none(), "another store's salt");
-        assert_eq!(out[R_VERSION], 3);
+        assert_eq!(out[R_VERSION], 4);
         for i in 0..(HEADER_BYTES + 9) {
             let mut bad = out.clone();
             bad[i] ^= 0x10;
@@ -302,22 +331,36 @@ mod tests {
         let mut b = sb.encode();
         b[S_SALT] ^= 1;
         assert!(Superblock::decode(&b).is_err());
-        // A version-1 superblock is refused by name.
-        let mut v1 = sb.encode();
-        v1[S_VERSION..S_CHUNK].copy_from_slice(&1u32.to_le_bytes());
-        let crc = crc32c::crc32c(&v1[..S_CRC]);
-        v1[S_CRC..].copy_from_slice(&crc.to_le_bytes());
-        let e = Superblock::decode(&v1).unwrap_err();
-        assert!(e.contains("format version 1"), "{e}");
-        // So is a version-2 one (one record per chunk).
-        let mut v2 = sb.encode();
-        v2[S_VERSION..S_CHUNK].copy_from_slice(&2u32.to_le_bytes());
-        let crc = crc32c::crc32c(&v2[..S_CRC]);
-        v2[S_CRC..].copy_from_slice(&crc.to_le_bytes());
-        let e = Superblock::decode(&v2).unwrap_err();
-        assert!(
-            e.contains("format version 2") && e.contains("packed"),
-            "{e}"
-        );
+        // Older versions are refused by name, saying what changed.
+        let refused = |version: u32| {
+            let mut b = sb.encode();
+            b[S_VERSION..S_CHUNK].copy_from_slice(&version.to_le_bytes());
+            let crc = crc32c::crc32c(&b[..S_CRC]);
+            b[S_CRC..].copy_from_slice(&crc.to_le_bytes());
+            Superblock::decode(&b).unwrap_err()
+        };
+        for (version, what) in [(1, "value kind"), (2, "packed"), (3, "tombstones")] {
+            let e = refused(version);
+            assert!(
+                e.contains(&format!("format version {version}")) && e.contains(what),
+                "{e}"
+            );
+            assert!(e.contains("reads only version 4"), "{e}");
+        }
+        assert!(refused(5).contains("unknown format version 5"));
+    }
+
+    #[test]
+    fn tombstone_kinds_round_trip() {
+        for (kind, ns) in [(ValueKind::Tombstone, 0), (ValueKind::MemberTombstone, 1)] {
+            let mut out = Vec::new();
+            encode_record(&mut out, 7, 9, kind, b"gone", b"", 512);
+            let h = verify_record(&out, 7).unwrap();
+            assert_eq!((h.kind, h.value_bytes, h.seq), (kind, 0, 9));
+            assert!(h.kind.is_tombstone());
+            assert_eq!(h.kind.namespace(), ns);
+            assert_eq!(ValueKind::tombstone_of(ns), kind);
+        }
+        assert!(ValueKind::from_byte(5).is_none());
     }
 }

@@ -1,18 +1,21 @@
 //! [`KvStore`]: the key-value store over a [`BlockDevice`] (EPLOG §4), durable per [`Durability`].
 //!
 //! Every write is out of place: a SET or UPDATE writes a whole new record (with the next sequence
-//! number) into free chunks, points the location table at it, and retires the old record. Retired
-//! records are invalidated (their bytes, or a large record's first chunk, overwritten with zeros;
-//! a pack chunk is rewritten with its live records unchanged) only after the new record is
-//! durable, and a sync makes those invalidations durable too before it returns; a DELETE retires
-//! the pair's record the same way. Hence, after a crash, every record that passes its
-//! checksum is either a pair's current version or one superseded by a higher sequence number, and
-//! never a pair deleted before the last completed sync. Reopening scans the chunks, keeps the
-//! highest sequence number per key and invalidates the rest (`docs/kv.md`, "Crash consistency").
+//! number) into free chunks, points the location table at it, and retires the old record. A
+//! DELETE writes a **tombstone** (a record of the key with no value and the next sequence number)
+//! and retires the pair's record. Retired records are not overwritten: their space is freed once
+//! the next sync has flushed the records that supersede them, and until it is reused they may
+//! still pass their checksum. Every such stale record is outranked by a durable record of its key
+//! with a higher sequence number: the key's live record, or its live tombstone, which the store
+//! keeps (in memory and on the device) until a **compaction** has zeroed every older record of the
+//! key. Hence, after a crash, the record with the highest sequence number per key is the pair's
+//! current version (or says it was deleted), never a version older than the last completed sync.
+//! Reopening scans the chunks, keeps the highest sequence number per key and frees the rest
+//! (`docs/kv.md`, "Durability and crash consistency").
 //!
 //! Torn writes are tolerated: a record that is only partly on the device fails its checksum and is
-//! ignored, and the version before it is still valid because it is retired only after the new one
-//! is durable.
+//! ignored, and the version before it is still valid because its space is freed only after the new
+//! one is durable.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -61,8 +64,8 @@ impl Hasher for Spread {
 
 /// Live records per pack chunk.
 type Packs = HashMap<u64, u32, BuildHasherDefault<Spread>>;
-/// Most chunks a sync zeroes with one write when retired records lie next to each other.
-const ZERO_RUN_CHUNKS_MAX: u64 = 64;
+/// Live tombstones that start a compaction, at least (see [`KvConfig::tombstones_max`]).
+const TOMBSTONES_MIN: usize = 1024;
 /// A chunk with less room than this left after a batch is not kept open for later records.
 const OPEN_ROOM_MIN_BYTES: usize = 64;
 /// Record size the location table is sized for by default (one entry per this many bytes of
@@ -120,6 +123,10 @@ pub struct KvConfig {
     pub pairs_max: Option<usize>,
     /// Checksum salt for a new store (tests pin it; default random).
     pub salt: Option<u64>,
+    /// Live tombstones that start a compaction (a scan of the device that zeroes the records the
+    /// tombstones outrank, then frees the tombstones). Default: one per 8 chunks of device, at
+    /// least 1024, so a compaction's reads come to at most 8 chunks per DELETE.
+    pub tombstones_max: Option<usize>,
 }
 
 impl Default for KvConfig {
@@ -131,6 +138,7 @@ impl Default for KvConfig {
             value_bytes_max: 64 << 20,
             pairs_max: None,
             salt: None,
+            tombstones_max: None,
         }
     }
 }
@@ -150,7 +158,13 @@ pub struct KvStats {
     pub bytes_written: u64,
     pub bytes_read: u64,
     pub flushes: u64,
-    pub invalidations: u64,
+    /// Tombstones written (DELETE, ZREM, a sorted set replaced).
+    pub tombstones_written: u64,
+    /// Live tombstones (deleted keys whose older records a compaction has not zeroed yet).
+    pub tombstones: u64,
+    /// Compactions run, and the stale records they zeroed.
+    pub compactions: u64,
+    pub compacted_records: u64,
     pub chunk_bytes: u64,
     pub chunks_used: u64,
     pub chunks_available: u64,
@@ -175,6 +189,14 @@ impl Meta {
     fn bytes(&self) -> usize {
         record_bytes(self.key_bytes as usize, self.value_bytes as usize)
     }
+}
+
+/// A live tombstone: where it is and its sequence number.
+#[derive(Debug, Clone, Copy)]
+struct Tomb {
+    loc: u64,
+    bytes: usize,
+    seq: u64,
 }
 
 /// A located pair: its metadata and, when the lookup read it, the bytes from the record's header
@@ -221,9 +243,13 @@ struct Inner {
     alloc: Alloc,
     /// Next sequence number.
     seq: u64,
-    /// Records retired by an update or a delete, zeroed by the next sync: (byte address, record
-    /// bytes). A zero-byte entry marks a closed pack chunk without live records (freed by the sync).
+    /// Records retired by an update or a delete, their space freed by the next sync (after its
+    /// flush): (byte address, record bytes). A zero-byte entry marks a closed pack chunk without
+    /// live records.
     retired: Vec<(u64, usize)>,
+    /// Live tombstones by namespace and key: deleted keys whose older records may still pass
+    /// their checksum on the device. Each counts as a live record of its pack chunk.
+    tombstones: [HashMap<Vec<u8>, Tomb>; 2],
     /// Live records per pack chunk (a chunk holding packed records).
     packs: Packs,
     open: Option<OpenChunk>,
@@ -409,6 +435,7 @@ impl KvStore {
                 alloc,
                 seq,
                 retired: Vec::new(),
+                tombstones: [HashMap::new(), HashMap::new()],
                 packs: Packs::default(),
                 open: None,
                 dirty: false,
@@ -428,7 +455,9 @@ impl KvStore {
     }
 
     /// Open an existing store: read the superblock, scan every chunk for valid records, keep the
-    /// highest sequence number per key, invalidate the others, rebuild table and free space.
+    /// highest sequence number per key, free the others, rebuild table and free space. A winning
+    /// tombstone stays live while older records of its key are on the device (a compaction frees
+    /// it); alone, it is freed at once.
     pub fn open(dev: Arc<dyn BlockDevice>, cfg: &KvConfig) -> Result<KvStore> {
         check_capacity(&*dev)?;
         let mut head = vec![0u8; 512];
@@ -437,9 +466,9 @@ impl KvStore {
             .map_err(|why| KvError::NotAStore(format!("device '{}': {why}", dev.name())))?;
         let chunk = sb.chunk_bytes as u64;
         let end = dev.capacity() / chunk;
-        let scan = scan_records(&*dev, &sb, end)?;
-        // Space in use: every chunk holding a valid record (losers too, until they are zeroed);
-        // live records per pack chunk (winners only).
+        let scan = Scan::run(&*dev, &sb, end)?;
+        // Space in use: every chunk holding a valid record (losers too, until the sync below
+        // frees them); live records per pack chunk (winners only).
         let mut used: Vec<(u64, u64)> = Vec::new();
         let mut packs = Packs::default();
         let all = scan.winners.iter().map(|w| (w.loc, w.bytes, true));
@@ -462,7 +491,24 @@ impl KvStore {
         {
             let mut g = store.lock();
             g.packs = packs;
+            let scanned = (scan.winners.len() + scan.losers.len()) as u64;
+            g.retired = scan.losers;
             for w in &scan.winners {
+                if w.kind.is_tombstone() {
+                    let ns = w.kind.namespace();
+                    if scan.contested.contains(&(ns, w.key.clone())) {
+                        let t = Tomb {
+                            loc: w.loc,
+                            bytes: w.bytes,
+                            seq: w.seq,
+                        };
+                        g.tombstones[ns as usize].insert(w.key.clone(), t);
+                    } else {
+                        // Nothing older of its key is on the device: it has done its work.
+                        retire_at(&mut g, chunk, w.loc, w.bytes);
+                    }
+                    continue;
+                }
                 if !g.table.insert(key_hash(&w.key), w.loc) {
                     return Err(KvError::NoSpace(format!(
                         "location table full at {} pairs (raise pairs_max)",
@@ -482,9 +528,8 @@ impl KvStore {
                 g.zsets.entry(zkey).or_default().insert(&member, score);
                 g.zset_members += 1;
             }
-            g.stats.scanned_records = (scan.winners.len() + scan.losers.len()) as u64;
-            // Superseded records are zeroed (and their space freed) as retired ones are.
-            g.retired = scan.losers;
+            g.stats.scanned_records = scanned;
+            // Superseded records and lone tombstones: their space is freed (not overwritten).
             store.sync_locked(&mut g)?;
         }
         Ok(store)
@@ -758,11 +803,15 @@ impl KvStore {
         if g.zsets.contains_key(key) {
             return Ok(Some("zset"));
         }
-        Ok(self.locate(&mut g, key, 0)?.map(|f| match f.meta.kind {
-            ValueKind::String => "string",
-            ValueKind::Hash => "hash",
-            ValueKind::ZsetMember => "zset",
-        }))
+        // The location table never points at a tombstone.
+        Ok(self
+            .locate(&mut g, key, 0)?
+            .and_then(|f| match f.meta.kind {
+                ValueKind::String => Some("string"),
+                ValueKind::Hash => Some("hash"),
+                ValueKind::ZsetMember => Some("zset"),
+                ValueKind::Tombstone | ValueKind::MemberTombstone => None,
+            }))
     }
 
     /// SET: insert or replace. Durable on return under [`Durability::Always`].
@@ -955,6 +1004,11 @@ impl KvStore {
         let mut failed = None;
         for (p, &loc) in puts.iter().zip(&locs) {
             let h = p.hash;
+            if p.kind.is_tombstone() {
+                // Not in the table: the caller removes the deleted record's entry.
+                pointed += 1;
+                continue;
+            }
             match p.old {
                 Some(old) => {
                     let s = slot_of(&g.table, h, old.loc);
@@ -978,6 +1032,9 @@ impl KvStore {
         };
         if let Err(e) = written {
             for (p, &loc) in puts[..pointed].iter().zip(&locs).rev() {
+                if p.kind.is_tombstone() {
+                    continue;
+                }
                 let s = slot_of(&g.table, p.hash, loc);
                 match p.old {
                     Some(old) => g.table.set_value(s, old.loc),
@@ -993,7 +1050,7 @@ impl KvStore {
         if let (Some(o), Some(u)) = (g.open.as_mut(), open_used) {
             o.used = u;
         }
-        for (p, &loc) in puts.iter().zip(&locs) {
+        for (i, (p, &loc)) in puts.iter().zip(&locs).enumerate() {
             let meta = Meta {
                 kind: p.kind,
                 loc,
@@ -1003,7 +1060,24 @@ impl KvStore {
             if meta.bytes() as u64 <= cb {
                 *g.packs.entry(loc / cb).or_insert(0) += 1;
             }
-            if p.kind.namespace() == 0 {
+            let ns = p.kind.namespace() as usize;
+            if p.kind.is_tombstone() {
+                let t = Tomb {
+                    loc,
+                    bytes: meta.bytes(),
+                    seq: g.seq - (puts.len() as u64) + i as u64,
+                };
+                g.stats.tombstones_written += 1;
+                if let Some(old) = g.tombstones[ns].insert(p.key.to_vec(), t) {
+                    retire_at(g, cb, old.loc, old.bytes);
+                }
+            } else if p.old.is_none() && !g.tombstones[ns].is_empty() {
+                // The key is back: its new record outranks the tombstone, which has done its work.
+                if let Some(t) = g.tombstones[ns].remove(p.key) {
+                    retire_at(g, cb, t.loc, t.bytes);
+                }
+            }
+            if !p.kind.is_tombstone() && ns == 0 {
                 // The lookup's cache entry when it hit (no second directory lookup), else by key.
                 let at = p.node.is_some_and(|n| g.cache.update_at(n, p.key, meta));
                 if !at && !g.cache.update_hashed(p.key, p.hash, meta) {
@@ -1081,30 +1155,116 @@ impl KvStore {
         r.map_err(KvError::from)
     }
 
-    /// Mark a record dead: the next sync zeroes it and frees its space (a pack chunk once no live
-    /// record is left in it).
+    /// Mark a record dead: the next sync frees its space (a pack chunk once no live record is left
+    /// in it).
     fn retire(&self, g: &mut Inner, m: Meta) {
-        let cb = self.chunk();
-        if m.bytes() as u64 <= cb {
-            let live = g
-                .packs
-                .get_mut(&(m.loc / cb))
-                .expect("a packed record's chunk is a pack chunk");
-            assert!(*live > 0, "a pack chunk with a live record counts it");
-            *live -= 1;
-        }
-        g.retired.push((m.loc, m.bytes()));
+        retire_at(g, self.chunk(), m.loc, m.bytes());
     }
 
-    /// Forget a located record (DELETE): the table and cache drop it, the next sync zeroes it.
+    /// Forget a located record (DELETE): write its key's tombstone, then the table and cache drop
+    /// the key and the record is retired. Enough live tombstones start a compaction.
     fn invalidate(&self, g: &mut Inner, key: &[u8], f: Found) -> Result<()> {
-        let s = slot_of(&g.table, key_hash(key), f.meta.loc);
+        let h = key_hash(key);
+        let ns = f.meta.kind.namespace();
+        let put = Put {
+            key,
+            kind: ValueKind::tombstone_of(ns),
+            value: &[],
+            old: Some(f.meta),
+            node: None,
+            hash: h,
+        };
+        // Writes the tombstone and retires the deleted record; nothing changes if it fails.
+        self.write_batch(g, &[put])?;
+        let s = slot_of(&g.table, h, f.meta.loc);
         g.table.remove(s);
-        if f.meta.kind.namespace() == 0 {
+        if ns == 0 {
             g.cache.remove(key);
         }
-        self.retire(g, f.meta);
+        let live = g.tombstones[0].len() + g.tombstones[1].len();
+        if live > self.tombstones_max() {
+            self.compact_locked(g)?;
+        }
         Ok(())
+    }
+
+    /// Live tombstones that start a compaction ([`KvConfig::tombstones_max`]).
+    fn tombstones_max(&self) -> usize {
+        let chunks = (self.dev.capacity() / self.chunk()) as usize;
+        self.cfg
+            .tombstones_max
+            .unwrap_or_else(|| TOMBSTONES_MIN.max(chunks / 8))
+    }
+
+    /// Compaction: make every live tombstone unnecessary, then free it. Sync; scan the device for
+    /// the records that a live tombstone outranks (older records of deleted keys, stale since
+    /// their space was freed without being overwritten); zero each of them where it lies (its
+    /// chunk read, the record's bytes zeroed, the chunk written back: any live record in the chunk
+    /// is rewritten with the bytes it has, so a torn rewrite leaves it intact); then retire the
+    /// tombstones, whose space the closing sync frees only after flushing the zeroing. A crash
+    /// before that flush leaves every tombstone on the device, so a record the zeroing missed
+    /// stays outranked.
+    pub fn compact(&self) -> Result<()> {
+        let mut g = self.lock();
+        self.compact_locked(&mut g)
+    }
+
+    fn compact_locked(&self, g: &mut Inner) -> Result<()> {
+        if g.tombstones.iter().all(|t| t.is_empty()) {
+            return Ok(());
+        }
+        self.sync_locked(g)?;
+        let cb = self.chunk();
+        let end = self.dev.capacity() / cb;
+        let mut stale: BTreeMap<u64, Vec<(usize, usize)>> = BTreeMap::new();
+        let mut found = 0u64;
+        scan_records(&*self.dev, &self.sb, end, &mut |s| {
+            let ns = s.kind.namespace() as usize;
+            let Some(t) = g.tombstones[ns].get(&s.key) else {
+                return;
+            };
+            if s.loc == t.loc {
+                return;
+            }
+            debug_assert!(
+                s.seq < t.seq,
+                "a record newer than its key's live tombstone"
+            );
+            let off = (s.loc % cb) as usize;
+            let n = s.bytes.min(cb as usize - off);
+            stale.entry(s.loc / cb).or_default().push((off, n));
+            found += 1;
+        })?;
+        let mut rmw = vec![0u8; cb as usize];
+        for (&c, ranges) in &stale {
+            let buf: &mut Vec<u8> = match g.open.as_mut() {
+                Some(o) if o.chunk == c => &mut o.buf,
+                _ => {
+                    self.dev.read_at(&mut rmw, c * cb)?;
+                    g.stats.bytes_read += cb;
+                    &mut rmw
+                }
+            };
+            for &(off, n) in ranges {
+                buf[off..off + n].fill(0);
+            }
+            self.dev.write_at(buf, c * cb)?;
+            g.stats.bytes_written += cb;
+            g.dirty = true;
+        }
+        // Retired, the tombstones' space is reused only after the sync below has flushed the
+        // zeroing writes.
+        let tombs: Vec<Tomb> = g
+            .tombstones
+            .iter_mut()
+            .flat_map(|t| t.drain().map(|(_, t)| t))
+            .collect();
+        for t in tombs {
+            retire_at(g, cb, t.loc, t.bytes);
+        }
+        g.stats.compactions += 1;
+        g.stats.compacted_records += found;
+        self.sync_locked(g)
     }
     /// The fields of the hash at `key` and its record (None when absent); WRONGTYPE otherwise.
     fn hash_locked(&self, g: &mut Inner, key: &[u8]) -> Result<Option<(hash::Fields, Found)>> {
@@ -1446,8 +1606,15 @@ impl KvStore {
             return Ok(at);
         }
         if !g.retired.is_empty() {
-            // Retired records free their chunks once a sync has invalidated them.
+            // Retired records free their chunks once a sync has flushed what replaced them.
             self.sync_locked(g)?;
+            if let Some(at) = g.alloc.alloc(chunks) {
+                return Ok(at);
+            }
+        }
+        if g.tombstones.iter().any(|t| !t.is_empty()) {
+            // Tombstones hold chunks until a compaction frees them.
+            self.compact_locked(g)?;
             if let Some(at) = g.alloc.alloc(chunks) {
                 return Ok(at);
             }
@@ -1478,8 +1645,8 @@ impl KvStore {
         Ok(true)
     }
 
-    /// Make every completed operation durable: flush; then invalidate the records retired since, and
-    /// flush again so no retired record can outlive a later DELETE of its key.
+    /// Make every completed operation durable: flush, then free the space of the records retired
+    /// since (their successors and tombstones are durable now).
     pub fn sync(&self) -> Result<()> {
         let mut g = self.lock();
         self.sync_locked(&mut g)
@@ -1492,86 +1659,19 @@ impl KvStore {
         self.dev.flush()?;
         g.stats.flushes += 1;
         g.dirty = false;
-        if g.retired.is_empty() {
-            return Ok(());
-        }
-        let retired = std::mem::take(&mut g.retired);
-        match self.zero_retired(g, &retired) {
-            Ok(frees) => {
-                for (c, n) in frees {
-                    g.packs.remove(&c);
-                    g.alloc.free(c, n);
-                }
-                Ok(())
-            }
-            Err(e) => {
-                // Zeroing again is harmless: retry it all with the next sync.
-                g.retired.extend(retired);
-                Err(e)
-            }
-        }
-    }
-
-    /// Zero the `retired` records and flush; the extents to free afterwards. A pack chunk without
-    /// live records (other than the open chunk) and the first chunk of a large record are
-    /// overwritten with zeros (neighbours with one write); in any other pack chunk only the retired
-    /// records are zeroed, by rewriting the chunk (its live records with the bytes they have).
-    fn zero_retired(&self, g: &mut Inner, retired: &[(u64, usize)]) -> Result<Vec<(u64, u64)>> {
         let cb = self.chunk();
-        let mut by_chunk: BTreeMap<u64, Vec<(usize, usize)>> = BTreeMap::new();
-        let mut zero: Vec<u64> = Vec::new();
-        let mut frees: Vec<(u64, u64)> = Vec::new();
-        for &(loc, n) in retired {
-            if n as u64 > cb {
-                zero.push(loc / cb);
-                frees.push((loc / cb, (n as u64).div_ceil(cb)));
-            } else {
-                by_chunk
-                    .entry(loc / cb)
-                    .or_default()
-                    .push(((loc % cb) as usize, n));
-            }
-        }
         let open = g.open.as_ref().map(|o| o.chunk);
-        let mut rmw = vec![0u8; cb as usize];
-        for (&c, ranges) in &by_chunk {
-            if open != Some(c) && g.packs.get(&c).copied().unwrap_or(0) == 0 {
-                zero.push(c);
-                frees.push((c, 1));
-                continue;
-            }
-            let buf: &mut Vec<u8> = match g.open.as_mut() {
-                Some(o) if o.chunk == c => &mut o.buf,
-                _ => {
-                    self.dev.read_at(&mut rmw, c * cb)?;
-                    g.stats.bytes_read += cb;
-                    &mut rmw
-                }
-            };
-            for &(off, n) in ranges {
-                buf[off..off + n].fill(0);
-            }
-            self.dev.write_at(buf, c * cb)?;
-            g.stats.bytes_written += cb;
-        }
-        zero.sort_unstable();
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for c in zero {
-            match runs.last_mut() {
-                Some((start, len)) if *start + *len == c && *len < ZERO_RUN_CHUNKS_MAX => *len += 1,
-                _ => runs.push((c, 1)),
+        for (loc, n) in std::mem::take(&mut g.retired) {
+            let c = loc / cb;
+            if n as u64 > cb {
+                g.alloc.free(c, (n as u64).div_ceil(cb));
+            } else if open != Some(c) && g.packs.get(&c) == Some(&0) {
+                // A pack chunk without live records (each chunk once: its entry goes).
+                g.packs.remove(&c);
+                g.alloc.free(c, 1);
             }
         }
-        let longest = runs.iter().map(|r| r.1).max().unwrap_or(0);
-        let zeros = vec![0u8; (longest * cb) as usize];
-        for &(c, n) in &runs {
-            self.dev.write_at(&zeros[..(n * cb) as usize], c * cb)?;
-            g.stats.bytes_written += n * cb;
-        }
-        g.stats.invalidations += retired.iter().filter(|r| r.1 > 0).count() as u64;
-        self.dev.flush()?;
-        g.stats.flushes += 1;
-        Ok(frees)
+        Ok(())
     }
 
     /// Number of keys (strings, hashes and sorted sets).
@@ -1589,6 +1689,7 @@ impl KvStore {
         let mut s = g.stats.clone();
         s.pairs = (g.table.len() - g.zset_members + g.zsets.len()) as u64;
         s.cache_entries = g.cache.len() as u64;
+        s.tombstones = (g.tombstones[0].len() + g.tombstones[1].len()) as u64;
         let total = self.dev.capacity() / self.chunk() - 1;
         s.chunks_available = g.alloc.available();
         s.chunks_used = total - s.chunks_available;
@@ -1634,6 +1735,20 @@ impl KvStore {
     }
 }
 
+/// Mark the record at `loc` (`bytes` bytes; chunks of `cb` bytes) dead: the next sync frees its
+/// space (a pack chunk once no live record is left in it).
+fn retire_at(g: &mut Inner, cb: u64, loc: u64, bytes: usize) {
+    if bytes as u64 <= cb {
+        let live = g
+            .packs
+            .get_mut(&(loc / cb))
+            .expect("a packed record's chunk is a pack chunk");
+        assert!(*live > 0, "a pack chunk with a live record counts it");
+        *live -= 1;
+    }
+    g.retired.push((loc, bytes));
+}
+
 /// A valid record found by the scan.
 struct Scanned {
     kind: ValueKind,
@@ -1646,10 +1761,14 @@ struct Scanned {
     bytes: usize,
 }
 
+#[derive(Default)]
 struct Scan {
+    /// The record with the highest sequence number per key (and namespace), tombstones included.
     winners: Vec<Scanned>,
     /// Superseded records (byte address, bytes).
     losers: Vec<(u64, usize)>,
+    /// The keys (namespace, key) with more than one record.
+    contested: HashSet<(u8, Vec<u8>)>,
     seq_max: u64,
 }
 
@@ -1659,15 +1778,29 @@ impl Scan {
         self.seq_max = self.seq_max.max(s.seq);
         let id = (s.kind.namespace(), s.key.clone());
         match best.get_mut(&id) {
-            Some(old) if old.seq >= s.seq => self.losers.push((s.loc, s.bytes)),
             Some(old) => {
-                self.losers.push((old.loc, old.bytes));
-                *old = s;
+                if old.seq >= s.seq {
+                    self.losers.push((s.loc, s.bytes));
+                } else {
+                    self.losers.push((old.loc, old.bytes));
+                    *old = s;
+                }
+                self.contested.insert(id);
             }
             None => {
                 best.insert(id, s);
             }
         }
+    }
+
+    /// Scan the device's records (`end`: its chunks) and keep the highest sequence number per key.
+    fn run(dev: &dyn BlockDevice, sb: &Superblock, end: u64) -> Result<Scan> {
+        let mut best: HashMap<(u8, Vec<u8>), Scanned> = HashMap::new();
+        let mut scan = Scan::default();
+        scan_records(dev, sb, end, &mut |s| scan.consider(&mut best, s))?;
+        scan.winners = best.into_values().collect();
+        scan.winners.sort_unstable_by_key(|w| w.loc);
+        Ok(scan)
     }
 }
 
@@ -1687,19 +1820,19 @@ fn scanned(h: &RecordHeader, rec: &[u8], loc: u64) -> Scanned {
     }
 }
 
-/// Read the device in large windows and collect every record that passes its checksum: in each
-/// chunk, at every multiple of [`RECORD_ALIGN`] (after a valid record, from its end on), a packed
-/// record inside the chunk, or at the chunk's start a large record (its chunks are then skipped).
-fn scan_records(dev: &dyn BlockDevice, sb: &Superblock, end: u64) -> Result<Scan> {
+/// Read the device in large windows and pass every record that passes its checksum to `visit`:
+/// in each chunk, at every multiple of [`RECORD_ALIGN`] (after a valid record, from its end on), a
+/// packed record inside the chunk, or at the chunk's start a large record (its chunks are then
+/// skipped).
+fn scan_records(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    end: u64,
+    visit: &mut dyn FnMut(Scanned),
+) -> Result<()> {
     let chunk = u64::from(sb.chunk_bytes);
     let cb = chunk as usize;
     let window_chunks = ((4u64 << 20) / chunk).max(1);
-    let mut best: HashMap<(u8, Vec<u8>), Scanned> = HashMap::new();
-    let mut scan = Scan {
-        winners: Vec::new(),
-        losers: Vec::new(),
-        seq_max: 0,
-    };
     let mut win = Vec::new();
     let mut c = 1;
     let mut win_start = 1;
@@ -1727,7 +1860,7 @@ fn scan_records(dev: &dyn BlockDevice, sb: &Superblock, end: u64) -> Result<Scan
             if n <= cb {
                 match (off + n <= cb).then(|| &win[p..p + n]) {
                     Some(rec) if verify_record(rec, sb.salt).is_some() => {
-                        scan.consider(&mut best, scanned(&h, rec, c * chunk + off as u64));
+                        visit(scanned(&h, rec, c * chunk + off as u64));
                         off += packed_bytes(n);
                     }
                     _ => off += RECORD_ALIGN,
@@ -1753,15 +1886,13 @@ fn scan_records(dev: &dyn BlockDevice, sb: &Superblock, end: u64) -> Result<Scan
                 off += RECORD_ALIGN;
                 continue;
             }
-            scan.consider(&mut best, scanned(&h, rec, c * chunk));
+            visit(scanned(&h, rec, c * chunk));
             next = c + chunks;
             break;
         }
         c = next;
     }
-    scan.winners = best.into_values().collect();
-    scan.winners.sort_unstable_by_key(|w| w.loc);
-    Ok(scan)
+    Ok(())
 }
 
 /// The table slot holding `loc` for a key with hash `h` (the caller knows it is there).

@@ -58,6 +58,20 @@ impl Core {
         unusable: &[usize],
         adjust: &dyn Fn(usize, &mut [u8]) -> Result<()>,
     ) -> Result<Vec<Vec<u8>>> {
+        self.decode_stripe_repairing(s, slots, unusable, adjust, true)
+    }
+
+    /// [`Core::decode_stripe`]; `repair`: write the decoded chunks back over those that failed
+    /// their checksum (off for a speculative decode whose result is checked afterwards: a decode
+    /// through a parity that does not match the data must write nothing).
+    pub(crate) fn decode_stripe_repairing(
+        &self,
+        s: u64,
+        slots: &[Option<u64>],
+        unusable: &[usize],
+        adjust: &dyn Fn(usize, &mut [u8]) -> Result<()>,
+        repair: bool,
+    ) -> Result<Vec<Vec<u8>>> {
         let g = &self.geo;
         let c = g.chunk as usize;
         let mut reread = false;
@@ -105,7 +119,9 @@ impl Core {
                 let mut refs: Vec<&mut [u8]> =
                     shards.iter_mut().map(|v| v.as_mut_slice()).collect();
                 self.code.reconstruct_in_place(&mut refs, &plan.erased)?;
-                self.repair_bad_chunks(s, slots, &plan.erased, unusable, &shards);
+                if repair {
+                    self.repair_bad_chunks(s, slots, &plan.erased, unusable, &shards);
+                }
             }
             return Ok(shards);
         }

@@ -296,11 +296,46 @@ impl Eplog {
             if core.failed_at_open(g.dev_of(s, pos)) {
                 return Self::decode_through_parity(core, s, &ds.committed, pos);
             }
+            // Its device was alive at open and failed since (a latent sector error the rerun
+            // met): the interrupted commit may have read the chunk and rewritten this stripe's
+            // parity without saving it, or may have met the same error and stopped before the
+            // parity (seeds 1030424, 1040238). A decode that reproduces the chunk's recorded
+            // checksum tells that the parity is whole, old or new.
+            if let Some(b) = Self::decode_checked(core, s, ds, pos) {
+                return Ok(b);
+            }
             return Err(ArrayError::DataLoss(format!(
                 "stripe {s}: chunk {pos} is lost and an interrupted parity commit may have torn the parity"
             )));
         }
         Self::decode_through_parity(core, s, &ds.committed, pos)
+    }
+
+    /// Committed-only chunk `pos` of stripe `s` decoded through a parity that an interrupted commit
+    /// may have rewritten: with the committed versions (the parity untouched) or the latest ones
+    /// (the parity rewritten whole), whichever reproduces the chunk's recorded checksum; None if
+    /// neither does or no checksum is known (a torn parity).
+    fn decode_checked(core: &Core, s: u64, ds: &DataStripe, pos: usize) -> Option<Vec<u8>> {
+        let g = &core.geo;
+        let slot = ds.committed[pos]?;
+        let want = core
+            .devs
+            .crcs()
+            .filter(|c| c.enabled())?
+            .get(g.dev_of(s, pos), slot)?;
+        let latest: Vec<Option<u64>> = (0..g.k)
+            .map(|q| ds.latest[q].map(|(sl, _)| sl).or(ds.committed[q]))
+            .collect();
+        let checked = |layout: &[Option<u64>]| {
+            let mut slots = layout.to_vec();
+            slots.extend((0..g.m).map(|_| Some(s)));
+            // No repairs: with the wrong layout the other decoded chunks are wrong too.
+            let mut sh = core
+                .decode_stripe_repairing(s, &slots, &[], &|_, _| Ok(()), false)
+                .ok()?;
+            Some(std::mem::take(&mut sh[pos])).filter(|b| crc32c::crc32c(b) == want)
+        };
+        checked(&ds.committed).or_else(|| checked(&latest))
     }
 
     /// Decode data chunk `pos` of stripe `s` from the data chunks at `data_slots` and the parity.
@@ -348,6 +383,32 @@ impl Eplog {
             }
         }
         core.journal_hold(entries)
+    }
+
+    /// A device failed while this batch was being read (a fail-stop or a latent sector error found
+    /// by `read_latest` or by a decode), after some of its chunks had been read. The committed-only
+    /// ones among them (no latest version, so no log stripe to decode them from) would be lost
+    /// with the device if a crash tore the parity the batch is about to write: add them to the
+    /// chunks the journal saves before that write (`saved`, per stripe), from the data in hand. A
+    /// rerun after a crash then finds every committed-only chunk of a device failed in its
+    /// metadata either in the journal or in a stripe whose parity was never touched
+    /// (`decode_committed`). Seed 732813: a latent error failed device 4 in the middle of a
+    /// rebuild's parity commit, and a power cut tore the parity of stripe 7, whose chunk on
+    /// device 4 had been read before the error.
+    fn save_read_before_failure(
+        g: &Geometry,
+        batch: &[(u64, DataStripe)],
+        newly: &[usize],
+        saved: &mut [Vec<usize>],
+    ) {
+        for ((s, ds), sv) in batch.iter().zip(saved.iter_mut()) {
+            for p in 0..g.k {
+                let committed_only = ds.latest[p].is_none() && ds.committed[p].is_some();
+                if committed_only && newly.contains(&g.dev_of(*s, p)) && !sv.contains(&p) {
+                    sv.push(p);
+                }
+            }
+        }
     }
 
     /// The full current content of data chunk (s, pos) when its device cannot serve it.
@@ -785,7 +846,7 @@ impl Eplog {
                 logs: &logs,
                 rerun,
             };
-            let (through_parity, from_log) =
+            let (mut saved, from_log) =
                 Self::recover_lost(core, batch, lost, &mut early, &mut data)?;
             decoded += from_log;
             let now = core.devs.failed_list();
@@ -797,10 +858,11 @@ impl Eplog {
                     .collect();
                 let done = &touched[..b * COMMIT_BATCH_STRIPES];
                 held.extend(Self::save_after_failure(core, done, &newly)?);
+                Self::save_read_before_failure(&core.geo, batch, &newly, &mut saved);
                 failed = now;
             }
             // Lines 8-12: new parity from the latest data, written in place.
-            Self::write_parity(core, batch, &data, &through_parity)?;
+            Self::write_parity(core, batch, &data, &saved)?;
             for (_, ds) in batch {
                 chunks += ds.latest.iter().filter(|l| l.is_some()).count() as u64;
             }
@@ -917,8 +979,9 @@ impl Eplog {
     }
 
     /// Encode a commit batch's parity from its latest data and write it in place under the
-    /// journal, which first saves the lost chunks decoded through the parity being overwritten
-    /// (or a rerun after a crash could not decode them from the torn parity).
+    /// journal, which first saves the chunks of `through_parity` (per stripe: the lost chunks
+    /// decoded through the parity being overwritten, and those of devices that failed during the
+    /// batch), or a rerun after a crash could not decode them from the torn parity.
     fn write_parity(
         core: &Core,
         batch: &[(u64, DataStripe)],

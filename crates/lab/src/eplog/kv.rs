@@ -10,9 +10,9 @@
 //! parity commit between runs (untimed) gives every run the same empty logs. Every GET is checked
 //! against the version the run last wrote for that key.
 //!
-//! Deviation from the seed (docs/kv.md): our store writes out of place and invalidates the record
-//! an UPDATE retired (one extra chunk write per UPDATE, batched per `everysec` sync); the seed's
-//! store is not described at that level.
+//! Our store writes out of place (docs/kv.md): an UPDATE writes its new record and nothing else
+//! (format version 4: the retired record is left stale, outranked by the new sequence number); the
+//! seed's store is not described at that level.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -97,7 +97,8 @@ fn stamp(buf: &mut [u8], i: u64, v: u32) {
 }
 
 /// The array a run needs: the pairs with a quarter of spare records, and spare and log room for
-/// one run's chunk writes (records + invalidations) between two parity commits.
+/// one run's chunk writes between two parity commits (a record per request, and as much again in
+/// headroom: before format version 4 every UPDATE also zeroed the record it retired).
 fn sizing(scale: KvScale, pair_bytes: u64, s: Setting) -> Sizing {
     let chunks = pair_bytes / CHUNK_BYTES;
     let data = scale.pairs * chunks + scale.pairs * chunks / 4 + 1024;
@@ -239,6 +240,7 @@ impl Loaded {
             value_bytes_max: value_bytes(pair_bytes),
             pairs_max: Some(scale.pairs as usize + scale.pairs as usize / 8 + 64),
             salt: Some(cfg.seed),
+            tombstones_max: None,
         };
         let store = Arc::new(KvStore::create(
             Arc::clone(&a) as Arc<dyn BlockDevice>,
