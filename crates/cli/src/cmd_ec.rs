@@ -253,7 +253,18 @@ fn decode(a: DecodeArgs) -> Result<()> {
 fn info(a: InfoArgs) -> Result<()> {
     let h = shard::read_header(&a.shard)?;
     if a.json {
-        return print_json(&h);
+        // The code by its CLI name (`rs-cauchy`), as every other report names it.
+        return print_json(&serde_json::json!({
+            "code": h.code.name(),
+            "k": h.k,
+            "m": h.m,
+            "index": h.index,
+            "unit": h.unit,
+            "length": h.length,
+            "stripes": h.stripes(),
+            "set_id": h.set_id,
+            "data_crc": h.data_crc,
+        }));
     }
     println!(
         "{}: {} k={} m={} index={} unit={} length={} stripes={} set={:016x} crc={:08x}",

@@ -70,6 +70,11 @@ fn encode_lose_m_decode_roundtrip() {
         (h["k"].as_u64(), h["m"].as_u64(), h["index"].as_u64()),
         (Some(5), Some(3), Some(1))
     );
+    // The code by its CLI name, as `--code` takes it.
+    assert!(
+        ecstack_codes::CodeKind::parse(h["code"].as_str().unwrap()).is_ok(),
+        "{h}"
+    );
 
     // Lose one more: too few shards, one clear error line, exit code 1, no output written.
     std::fs::remove_file(&keep[0]).unwrap();
