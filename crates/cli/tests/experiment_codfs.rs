@@ -23,6 +23,12 @@ fn tools_or_skip() -> bool {
 /// The smallest model run (M = 4, RS 2+1, 1 MiB segments, two clients, 200 Mbit/s) with `extra`
 /// flags, its report (JSON) on stdout and files under `tmp`.
 fn small_model(tmp: &std::path::Path, extra: &[&str]) -> Command {
+    small_model_km(tmp, 1, extra)
+}
+
+/// [`small_model`] with k = 2 and `m` parity chunks.
+fn small_model_km(tmp: &std::path::Path, m: u32, extra: &[&str]) -> Command {
+    let m = m.to_string();
     let mut c = Command::new(env!("CARGO_BIN_EXE_ecstack"));
     c.args([
         "experiment",
@@ -34,7 +40,7 @@ fn small_model(tmp: &std::path::Path, extra: &[&str]) -> Command {
         "-k",
         "2",
         "-m",
-        "1",
+        &m,
         "--segment-size",
         "1M",
         "--clients",
@@ -147,8 +153,10 @@ fn streams_are_measured_while_every_client_is_active() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let out = small_model(
+    // RDP 2+2 (p = 3): the seed's §5.1 code on the cluster end to end.
+    let out = small_model_km(
         tmp.path(),
+        2,
         &[
             "--size",
             "3M",
