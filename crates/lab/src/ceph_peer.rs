@@ -179,6 +179,9 @@ impl Ceph {
             &["--mkfs", "-i", "a", "--monmap", path_str(&monmap)?],
         )?;
         ceph.spawn("mon.a", "ceph-mon", &["-f", "-i", "a"])?;
+        ceph.wait_for("the monitor's answer", |c| {
+            c.ceph(&["mon", "stat"]).map(|_| true)
+        })?;
         ceph.spawn("mgr.x", "ceph-mgr", &["-f", "-i", "x"])?;
         for _ in 0..cfg.osds {
             // Each OSD its own uuid: without it some fail with "wrong fsid" (the recipe).
@@ -350,9 +353,16 @@ impl Ceph {
         loop {
             for (name, child) in &mut self.daemons {
                 if let Ok(Some(st)) = child.try_wait() {
+                    let out =
+                        std::fs::read_to_string(self.dir.join("log").join(format!("{name}.out")))
+                            .unwrap_or_default();
+                    let last = out
+                        .lines()
+                        .rev()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or("");
                     return Err(LabError::Run(format!(
-                        "ceph: {name} exited ({st}) while waiting for {what}; see {}",
-                        self.dir.join("log").display()
+                        "ceph: {name} exited ({st}) while waiting for {what}: {last}"
                     )));
                 }
             }
@@ -415,7 +425,9 @@ fn uuid() -> String {
     )
 }
 
-/// The recipe's ceph.conf (`shared/peers/ceph.md`), with the block file size given.
+/// The recipe's ceph.conf (`shared/peers/ceph.md`), with the block file size given, and the
+/// monitor's free-space check off: it refuses to start below 5 % free on the file system of its
+/// data (`mon data avail crit`), which a shared build machine's disk often is.
 fn ceph_conf(dir: &Path, fsid: &str, block_file_bytes: u64) -> String {
     let d = dir.display();
     format!(
@@ -430,6 +442,8 @@ osd pool default size = 1
 osd crush chooseleaf type = 0
 mon allow pool delete = true
 mon allow pool size one = true
+mon data avail crit = 0
+mon data avail warn = 1
 run dir = {d}/run
 log file = {d}/log/$name.log
 admin socket = {d}/run/$name.asok
