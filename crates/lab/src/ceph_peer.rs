@@ -190,6 +190,15 @@ impl Ceph {
             let osd_dir = dir.join(format!("osd{id}"));
             std::fs::create_dir_all(&osd_dir).map_err(crate::io_at(&osd_dir))?;
             ceph.run("ceph-osd", &["-i", &id, "--mkfs", "--osd-uuid", &u])?;
+            ceph.ceph(&[
+                "osd",
+                "crush",
+                "add",
+                &format!("osd.{id}"),
+                "1.0",
+                "host=localhost",
+                "root=default",
+            ])?;
             ceph.spawn(&format!("osd.{id}"), "ceph-osd", &["-f", "-i", &id])?;
         }
         ceph.wait_for(&format!("{} OSDs up", cfg.osds), |c| {
@@ -427,7 +436,11 @@ fn uuid() -> String {
 
 /// The recipe's ceph.conf (`shared/peers/ceph.md`), with the block file size given, and the
 /// monitor's free-space check off: it refuses to start below 5 % free on the file system of its
-/// data (`mon data avail crit`), which a shared build machine's disk often is.
+/// data (`mon data avail crit`), which a shared build machine's disk often is. The OSDs do not set
+/// their CRUSH device class at start: one of eight failed there with "unable to
+/// update_crush_device_class: (1) Operation not permitted" (2026-12-06), and with that off another
+/// with "unable to update_crush_location" in the same way, so the OSDs are placed in the CRUSH map
+/// by `ceph osd crush add` before they start.
 fn ceph_conf(dir: &Path, fsid: &str, block_file_bytes: u64) -> String {
     let d = dir.display();
     format!(
@@ -448,6 +461,8 @@ run dir = {d}/run
 log file = {d}/log/$name.log
 admin socket = {d}/run/$name.asok
 osd objectstore = bluestore
+osd class update on start = false
+osd crush update on start = false
 bluestore block create = true
 bluestore block size = {block_file_bytes}
 osd memory target = 939524096

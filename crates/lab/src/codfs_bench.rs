@@ -572,7 +572,16 @@ fn random_updates(
     }
     let schemes = schemes?;
     let ceph = if cfg.ceph {
-        Some(ceph_random_updates(cfg, load, &dir.join("ceph"), log)?)
+        match ceph_random_updates(cfg, load, &dir.join("ceph"), log) {
+            Ok(c) => Some(c),
+            // Ours was measured: keep its figures in the one failure line's message.
+            Err(e) => {
+                return Err(LabError::Run(format!(
+                    "{e}\n\nours, measured before Ceph:\n{}",
+                    UpdateLoadReport::new(load, schemes, None).markdown()
+                )))
+            }
+        }
     } else {
         None
     };
