@@ -3,8 +3,10 @@
 use crate::util::{fmt_size, parse_size, print_json};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use ecstack_client::UpdateScheme;
 use ecstack_codes::CodeKind;
 use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
+use ecstack_lab::codfs_updload::UpdateLoadConfig;
 use ecstack_lab::ec_bench::{self, BenchClock, EcBenchConfig, RatelessConfig};
 use ecstack_lab::LabError;
 use std::path::PathBuf;
@@ -87,6 +89,36 @@ struct ClusterBench {
     /// Run our daemons without TLS and MinIO over plain HTTP (default: ours with mTLS, MinIO over HTTPS with a certificate from our cluster's CA, so both pay for TLS)
     #[arg(long)]
     insecure: bool,
+    /// Random-update load (fio randwrite-like): the one file it updates
+    #[arg(long, default_value = "1G")]
+    update_file_size: String,
+    /// Random-update load: queue depths, comma-separated (depth D = D updates in flight from this
+    /// one client process, each task waiting for its ack)
+    #[arg(long, default_value = "1,16")]
+    depths: String,
+    /// Random-update load: seconds per depth
+    #[arg(long, default_value_t = 20.0)]
+    update_seconds: f64,
+    /// Random-update load: updates per depth instead of a duration (Ceph's fio still runs
+    /// --update-seconds, at least 1)
+    #[arg(long)]
+    update_count: Option<u64>,
+    /// Random-update load: the file's update scheme (fo, fl, codfs-pl, plr), or a comma-separated
+    /// list to run each in turn, each on its own file
+    #[arg(long, default_value = "fo,plr")]
+    update_scheme: String,
+    /// Skip the random-update load
+    #[arg(long, conflicts_with_all = ["ceph", "updates_only"])]
+    no_random_updates: bool,
+    /// The random-update load only (no put / get rounds, no MinIO)
+    #[arg(long)]
+    updates_only: bool,
+    /// Run Ceph's EC pool with overwrites (Debian's Pacific: a monitor, a manager and --osds
+    /// BlueStore OSDs on files, k+m, one RBD image of --update-file-size) in the same run, measured
+    /// with fio's rbd engine at the same depths; ratios ours / Ceph per scheme and depth. Fails
+    /// when Ceph or fio cannot run here
+    #[arg(long)]
+    ceph: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long)]
@@ -165,6 +197,32 @@ fn bench_cluster(a: ClusterBench) -> Result<()> {
     cfg.warm = a.warm;
     cfg.osd_threads = a.osd_threads;
     cfg.seed = a.seed;
+    cfg.ceph = a.ceph;
+    if !a.no_random_updates {
+        cfg.update_load = Some(UpdateLoadConfig {
+            file_bytes: parse_size(&a.update_file_size).context("--update-file-size")?,
+            block_bytes: cfg.update_bytes,
+            depths: parse_list(&a.depths, "--depths", |d| {
+                d.parse::<usize>().map_err(|e| e.to_string())
+            })?,
+            seconds: a.update_seconds,
+            count: a.update_count,
+            schemes: parse_list(&a.update_scheme, "--update-scheme", |s| {
+                s.parse::<UpdateScheme>()
+            })?,
+            seed: a.seed,
+        });
+    }
+    if a.updates_only {
+        let report =
+            codfs_bench::run_updates_only(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+        return if a.json {
+            print_json(&report)
+        } else {
+            println!("{}", report.markdown());
+            Ok(())
+        };
+    }
     cfg.minio = if a.no_minio {
         None
     } else {
@@ -190,6 +248,24 @@ fn flag_error(e: LabError) -> anyhow::Error {
         LabError::Config { field, msg } => anyhow::anyhow!("--{field}: {msg}"),
         other => other.into(),
     }
+}
+
+/// A comma-separated list of `what`, each parsed by `one`; one line naming the bad item.
+fn parse_list<T>(
+    s: &str,
+    what: &str,
+    one: impl Fn(&str) -> std::result::Result<T, String>,
+) -> Result<Vec<T>> {
+    let v = s
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| one(x).map_err(|e| anyhow::anyhow!("{what}: '{x}': {e}")))
+        .collect::<Result<Vec<T>>>()?;
+    if v.is_empty() {
+        bail!("{what}: empty list");
+    }
+    Ok(v)
 }
 
 fn parse_rows(s: &str) -> Result<Vec<(usize, usize, usize)>> {

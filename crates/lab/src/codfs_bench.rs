@@ -27,8 +27,10 @@ use ecstack_client::{Client, ClientError, ClientOptions, ReadPath, ReadStats};
 use ecstack_rpc::Security;
 use serde::Serialize;
 
+use crate::ceph_peer::{Ceph, CephConfig};
 use crate::codfs_local::{LocalCluster, LocalSpec};
 use crate::codfs_s3::{S3Client, S3Endpoint, S3Tls};
+use crate::codfs_updload::{self, CephDepth, SchemeFigures, UpdateLoadConfig, UpdateLoadReport};
 use crate::{LabError, Result};
 
 /// MinIO's drive directories (the peer's fixed shape: 8 drives, `EC:m` parity per erasure set).
@@ -72,6 +74,11 @@ pub struct ClusterBenchConfig {
     /// Worker threads of each of our OSDs (`ecstack osd --threads`); `None`: one per core.
     pub osd_threads: Option<u16>,
     pub seed: u64,
+    /// The random-update load (fio randwrite-like, [`crate::codfs_updload`]) in a fresh cluster
+    /// after the rounds; `None`: not run.
+    pub update_load: Option<UpdateLoadConfig>,
+    /// Run Ceph's EC pool with overwrites beside the random-update load ([`crate::ceph_peer`]).
+    pub ceph: bool,
 }
 
 impl ClusterBenchConfig {
@@ -96,6 +103,8 @@ impl ClusterBenchConfig {
             warm: false,
             osd_threads: None,
             seed: 1,
+            update_load: None,
+            ceph: false,
         }
     }
 
@@ -146,6 +155,18 @@ impl ClusterBenchConfig {
                     MINIO_DRIVES / 2
                 ),
             );
+        }
+        if let Some(u) = &self.update_load {
+            u.validate(self.segment_bytes)?;
+        }
+        if self.ceph {
+            if self.update_load.is_none() {
+                return cfg(
+                    "ceph",
+                    "Ceph runs beside the random-update load only".into(),
+                );
+            }
+            crate::ceph_peer::check_installed()?;
         }
         if let Some(p) = &self.minio {
             if !p.is_file() {
@@ -334,6 +355,8 @@ pub struct ClusterBenchReport {
     pub get_ratio: Option<f64>,
     /// MinIO's time to change the bytes over ours (> 1: ours is faster).
     pub update_speedup: Option<f64>,
+    /// The random-update load, ours per scheme and Ceph's (`--ceph`).
+    pub random_updates: Option<UpdateLoadReport>,
 }
 
 impl ClusterBenchReport {
@@ -464,6 +487,10 @@ impl ClusterBenchReport {
         if let Some(mf) = &self.minio {
             s += &format!("| MinIO | {} | {} |\n", cpu(&mf.put_cpu), cpu(&mf.get_cpu));
         }
+        if let Some(u) = &self.random_updates {
+            s += "\n";
+            s += &u.markdown();
+        }
         s
     }
 }
@@ -494,7 +521,174 @@ pub fn run(cfg: &ClusterBenchConfig, log: &dyn Fn(&str)) -> Result<ClusterBenchR
         .enable_all()
         .build()
         .map_err(|e| LabError::Run(format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(run_async(cfg, &dir, log))
+    let mut report = rt.block_on(run_async(cfg, &dir, log))?;
+    report.random_updates = random_updates(cfg, &rt, &dir, log)?;
+    Ok(report)
+}
+
+/// `ecstack bench cluster --updates-only`: the random-update load (and Ceph's, `--ceph`) alone.
+pub fn run_updates_only(cfg: &ClusterBenchConfig, log: &dyn Fn(&str)) -> Result<UpdateLoadReport> {
+    cfg.validate()?;
+    if cfg.update_load.is_none() {
+        return Err(LabError::Config {
+            field: "updates-only",
+            msg: "needs the random-update load (--update-seconds or --update-count)".into(),
+        });
+    }
+    let temp;
+    let dir = match &cfg.dir {
+        Some(d) => d.clone(),
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("ecstack-bench-cluster-")
+                .tempdir()
+                .map_err(|e| LabError::Run(format!("cannot make a temporary directory: {e}")))?;
+            temp.path().to_owned()
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| LabError::Run(format!("cannot start the async runtime: {e}")))?;
+    random_updates(cfg, &rt, &dir, log)?
+        .ok_or_else(|| LabError::Run("no random-update load".into()))
+}
+
+/// The random-update load: ours in a fresh cluster (one file per scheme), then, with `--ceph`,
+/// Ceph's EC pool on the same machine once our daemons are stopped and their files removed.
+fn random_updates(
+    cfg: &ClusterBenchConfig,
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    log: &dyn Fn(&str),
+) -> Result<Option<UpdateLoadReport>> {
+    let Some(load) = &cfg.update_load else {
+        return Ok(None);
+    };
+    let ours_dir = dir.join("random-updates");
+    let schemes = rt.block_on(ours_random_updates(cfg, load, &ours_dir, log));
+    if cfg.dir.is_none() {
+        let _ = std::fs::remove_dir_all(&ours_dir);
+    }
+    let schemes = schemes?;
+    let ceph = if cfg.ceph {
+        match ceph_random_updates(cfg, load, &dir.join("ceph"), log) {
+            Ok(c) => Some(c),
+            // Ours was measured: keep its figures in the one failure line's message.
+            Err(e) => {
+                return Err(LabError::Run(format!(
+                    "{e}\n\nours, measured before Ceph:\n{}",
+                    UpdateLoadReport::new(load, schemes, None).markdown()
+                )))
+            }
+        }
+    } else {
+        None
+    };
+    Ok(Some(UpdateLoadReport::new(load, schemes, ceph)))
+}
+
+async fn ours_random_updates(
+    cfg: &ClusterBenchConfig,
+    load: &UpdateLoadConfig,
+    dir: &Path,
+    log: &dyn Fn(&str),
+) -> Result<Vec<SchemeFigures>> {
+    let mut spec = LocalSpec::new(cfg.exe.clone(), dir.to_owned(), cfg.osds);
+    spec.k = cfg.k;
+    spec.m = cfg.m;
+    spec.segment_bytes = cfg.segment_bytes;
+    spec.insecure = cfg.insecure;
+    spec.osd_threads = cfg.osd_threads;
+    spec.heartbeat_ms = 1_000;
+    spec.down_after_ms = DOWN_AFTER_MS;
+    log(&format!(
+        "random updates: starting an MDS and {} OSDs (RS {}+{}, {} MiB segments) in {}",
+        cfg.osds,
+        cfg.k,
+        cfg.m,
+        cfg.segment_bytes >> 20,
+        dir.display()
+    ));
+    let mut cluster = LocalCluster::start(spec).map_err(client_error)?;
+    let r = async {
+        let client = Client::connect_with(
+            cluster.config(),
+            ours_security(&cluster)?,
+            ClientOptions {
+                read_path: cfg.read_path,
+                ..ClientOptions::default()
+            },
+        )
+        .map_err(client_error)?;
+        client
+            .wait_for_osds(cfg.osds, Duration::from_secs(30))
+            .await
+            .map_err(client_error)?;
+        let mut out = Vec::new();
+        for &scheme in &load.schemes {
+            out.push(
+                codfs_updload::run_scheme(load, &client, cfg.segment_bytes, scheme, log).await?,
+            );
+            cluster.check_alive().map_err(client_error)?;
+        }
+        Ok::<_, LabError>(out)
+    }
+    .await;
+    cluster.stop();
+    r
+}
+
+/// Ceph's side: a scratch cluster, the image written once, then fio's randwrite at each depth.
+fn ceph_random_updates(
+    cfg: &ClusterBenchConfig,
+    load: &UpdateLoadConfig,
+    dir: &Path,
+    log: &dyn Fn(&str),
+) -> Result<Vec<CephDepth>> {
+    let ceph = Ceph::start(
+        &CephConfig {
+            dir: dir.to_owned(),
+            osds: cfg.osds,
+            k: cfg.k,
+            m: cfg.m,
+            block_file_bytes: ceph_block_file_bytes(cfg, load.file_bytes),
+            image_bytes: load.file_bytes,
+        },
+        log,
+    )?;
+    log("ceph: writing the whole image once (fio, sequential 4 MiB)");
+    ceph.prefill()?;
+    let seconds = if load.count.is_some() {
+        load.seconds.max(1.0)
+    } else {
+        load.seconds
+    };
+    let mut out = Vec::new();
+    for &depth in &load.depths {
+        log(&format!(
+            "ceph: fio randwrite {} B, depth {depth}, {seconds} s",
+            load.block_bytes
+        ));
+        out.push(CephDepth {
+            depth,
+            fio: ceph.randwrite(depth, seconds, load.block_bytes)?,
+        });
+    }
+    log(&format!(
+        "ceph: stopping {} daemons by pid, removing {}",
+        ceph.pids().len(),
+        dir.display()
+    ));
+    drop(ceph);
+    Ok(out)
+}
+
+/// Each OSD's BlueStore block file: twice its share of the image's chunks, and at least 1.5 GiB
+/// (BlueFS keeps RocksDB there too). Sparse: only what is written takes disk.
+fn ceph_block_file_bytes(cfg: &ClusterBenchConfig, image_bytes: u64) -> u64 {
+    let share = image_bytes / cfg.k as u64 * (cfg.k + cfg.m) as u64 / cfg.osds.max(1) as u64;
+    (2 * share).max(3 << 29).next_multiple_of(1 << 20)
 }
 
 async fn run_async(
@@ -621,6 +815,7 @@ async fn run_async(
         ours,
         minio,
         rounds,
+        random_updates: None,
     })
 }
 

@@ -25,6 +25,7 @@
 //! * [`array_sim`]: `ecstack sim array`, a sweep of the deterministic array simulator over seeds.
 
 pub mod array_sim;
+pub mod ceph_peer;
 pub mod codfs_bench;
 pub mod codfs_demo;
 pub mod codfs_local;
@@ -32,6 +33,7 @@ pub mod codfs_model;
 pub mod codfs_netns;
 pub mod codfs_reserve;
 pub mod codfs_s3;
+pub mod codfs_updload;
 pub mod device_sim;
 pub mod ec_bench;
 pub mod ec_demo;
