@@ -430,8 +430,8 @@ fn codfs_synthetic(a: CodfsArgs) -> Result<()> {
             "minutes per setting"
         },
     );
-    let report = ecstack_lab::codfs_synthetic::run(&cfg, &crate::util::progress_line)
-        .map_err(flag_error)?;
+    let report =
+        ecstack_lab::codfs_synthetic::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
     drop(scratch);
     report.write(&a.out)?;
     print_report(&report, || report.markdown(), &a.out, a.json)

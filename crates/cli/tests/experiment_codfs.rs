@@ -340,7 +340,10 @@ fn synthetic_and_overhead_experiments_run_quick_and_verify_bytes() {
     let schemes: Vec<&str> = rows.iter().map(|r| r["scheme"].as_str().unwrap()).collect();
     assert_eq!(schemes, ["fo", "fl", "codfs-pl", "plr"]);
     for r in rows {
-        assert_eq!((r["code"].as_str(), r["n"].as_u64(), r["k"].as_u64()), (Some("rdp"), Some(6), Some(4)));
+        assert_eq!(
+            (r["code"].as_str(), r["n"].as_u64(), r["k"].as_u64()),
+            (Some("rdp"), Some(6), Some(4))
+        );
         check_row(r, 4 << 20);
     }
     // Table 5.1's shape: FO and PLR leave no fragments, FL logs data and parity, CodFS PL parity.
@@ -382,12 +385,23 @@ fn synthetic_and_overhead_experiments_run_quick_and_verify_bytes() {
     assert!(out.join("codfs-overhead.md").exists());
     // A bare `pl` is refused in one line naming codfs-pl.
     let bad = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args(["experiment", "codfs", "--exp", "synthetic", "--quick", "--update-scheme", "pl"])
+        .args([
+            "experiment",
+            "codfs",
+            "--exp",
+            "synthetic",
+            "--quick",
+            "--update-scheme",
+            "pl",
+        ])
         .arg("--out")
         .arg(tmp.path().join("bad"))
         .output()
         .unwrap();
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("codfs-pl") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("codfs-pl") && err.lines().count() == 1,
+        "{err}"
+    );
 }

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ecstack_client::{Bytes, Client, ClientError, PutOptions, UpdateScheme};
-use ecstack_rpc::Security;
 use ecstack_osd::chunk_store::{f_avg, ChunkStore, FileStore};
 use ecstack_osd::device_store::{DeviceStore, DeviceStoreOptions};
+use ecstack_rpc::Security;
 use serde::Serialize;
 
 use crate::codfs_local::{LocalCluster, LocalSpec};
@@ -350,7 +350,8 @@ pub fn run(cfg: &SyntheticConfig, log: &dyn Fn(&str)) -> Result<SyntheticReport>
 
 /// The content of block `g` at version `key` (0: as written; else the update's id).
 fn fill_block(buf: &mut [u8], seed: u64, g: u64, key: u64) {
-    let mut x = seed ^ g.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let mut x =
+        seed ^ g.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.wrapping_mul(0xD1B5_4A32_D192_ED03);
     for c in buf.chunks_mut(8) {
         // splitmix64
         x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -478,8 +479,8 @@ async fn run_setting(
     for u in 0..cfg.updaters {
         let c = connect()?;
         let mine = (total_blocks + (cfg.updaters - 1 - u) as u64) / cfg.updaters as u64;
-        let count = updates / cfg.updaters as u64
-            + u64::from((u as u64) < updates % cfg.updaters as u64);
+        let count =
+            updates / cfg.updaters as u64 + u64::from((u as u64) < updates % cfg.updaters as u64);
         let (seed, writers, updaters, record) =
             (cfg.seed, cfg.writers, cfg.updaters as u64, cfg.record_bytes);
         tasks.spawn(async move {
@@ -629,17 +630,13 @@ async fn run_setting(
             .1;
     }
     let st = admin
-        .wait_status(
-            "recovery",
-            Duration::from_secs(RECOVERY_SECS_MAX),
-            |st| {
-                st.segments_degraded == 0
-                    && st.segments_recovering == 0
-                    && st.segments_lost == 0
-                    && st.recovery.chunks_done >= st.recovery.chunks_total
-                    && (chunks == 0 || st.recovery.bytes_done > 0)
-            },
-        )
+        .wait_status("recovery", Duration::from_secs(RECOVERY_SECS_MAX), |st| {
+            st.segments_degraded == 0
+                && st.segments_recovering == 0
+                && st.segments_lost == 0
+                && st.recovery.chunks_done >= st.recovery.chunks_total
+                && (chunks == 0 || st.recovery.bytes_done > 0)
+        })
         .await
         .map_err(client_error)?;
     let recovery_secs = t.elapsed().as_secs_f64();
@@ -793,7 +790,8 @@ impl SyntheticReport {
         let iops = |r: &Row| r.update_iops;
         let read = |r: &Row| r.read_mb_per_sec;
         let rec = |r: &Row| r.recovery_mb_per_sec;
-        let mut s = String::from("## Against the seed\n\n| claim (seed) | seed | ours |\n|---|---|---|\n");
+        let mut s =
+            String::from("## Against the seed\n\n| claim (seed) | seed | ours |\n|---|---|---|\n");
         // Fig. 5.2b: FO has ≥ 21 % fewer IOPS than each other scheme.
         let fo_short = [Fl, Pl, Plr]
             .iter()
@@ -858,7 +856,9 @@ impl SyntheticReport {
                 .iter()
                 .find(|r| r.scheme == scheme && r.n == n && r.k == k)
         };
-        let mut s = String::from("## Against the seed (Fig. 5.3)\n\n| claim (seed) | seed | ours |\n|---|---|---|\n");
+        let mut s = String::from(
+            "## Against the seed (Fig. 5.3)\n\n| claim (seed) | seed | ours |\n|---|---|---|\n",
+        );
         if let (Some(plr), Some(fo86)) = (find("plr", 6, 4), find("fo", 8, 6)) {
             s += &format!(
                 "| FO (8,6) IOPS / PLR (6,4) IOPS | ≤ 0.8 (≥ 20 % slower) | {:.2} |\n",
@@ -931,15 +931,24 @@ impl SyntheticReport {
                 "MB/s",
                 (|r: &Row| r.write_mb_per_sec) as fn(&Row) -> f64,
             ),
-            ("update", "Random 128 KiB updates (Fig. 5.2b / 5.3a)", "IOPS", |r| {
-                r.update_iops
-            }),
-            ("read", "Sequential read after updates (Fig. 5.2c)", "MB/s", |r| {
-                r.read_mb_per_sec
-            }),
-            ("recovery", "Recovery of two OSDs (Fig. 5.2d / 5.3b)", "MB/s", |r| {
-                r.recovery_mb_per_sec
-            }),
+            (
+                "update",
+                "Random 128 KiB updates (Fig. 5.2b / 5.3a)",
+                "IOPS",
+                |r| r.update_iops,
+            ),
+            (
+                "read",
+                "Sequential read after updates (Fig. 5.2c)",
+                "MB/s",
+                |r| r.read_mb_per_sec,
+            ),
+            (
+                "recovery",
+                "Recovery of two OSDs (Fig. 5.2d / 5.3b)",
+                "MB/s",
+                |r| r.recovery_mb_per_sec,
+            ),
         ] {
             Bars {
                 title,
