@@ -222,8 +222,10 @@ impl SyntheticConfig {
 /// CPU and loopback counters over one phase.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Load {
-    /// Busy share of all cores (100 = every core busy all the time).
+    /// Busy share of all cores (100 = every core busy all the time), every process of the machine.
     pub cpu_busy_pct: f64,
+    /// The share of all cores this experiment's processes (the driver, the MDS, the OSDs) used.
+    pub cpu_ours_pct: f64,
     /// Bytes per second received on `lo`.
     pub loopback_mb_per_sec: f64,
 }
@@ -231,8 +233,30 @@ pub struct Load {
 struct Counters {
     busy: u64,
     total: u64,
+    /// utime + stime per process of ours, clock ticks.
+    ours: Vec<(u32, u64)>,
     lo_bytes: u64,
     at: Instant,
+}
+
+/// utime + stime of process `pid` in clock ticks (`None` once it is gone).
+fn process_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn counters_of(cluster: &LocalCluster) -> Counters {
+    let mut pids: Vec<u32> = cluster.pids().into_iter().map(|(_, p)| p).collect();
+    pids.push(std::process::id());
+    let mut c = counters();
+    c.ours = pids
+        .into_iter()
+        .filter_map(|p| Some((p, process_ticks(p)?)))
+        .collect();
+    c
 }
 
 fn counters() -> Counters {
@@ -259,8 +283,16 @@ fn counters() -> Counters {
     Counters {
         busy: total.saturating_sub(idle),
         total,
+        ours: Vec::new(),
         lo_bytes,
         at: Instant::now(),
+    }
+}
+
+impl Load {
+    /// "ours (machine)" in percent of all cores.
+    fn cpu(&self) -> String {
+        format!("{:.0} ({:.0})", self.cpu_ours_pct, self.cpu_busy_pct)
     }
 }
 
@@ -268,9 +300,17 @@ impl Counters {
     fn load_since(&self) -> Load {
         let now = counters();
         let secs = now.at.duration_since(self.at).as_secs_f64().max(1e-9);
+        // Processes that ended in between (the killed OSDs) are left out.
+        let ours: u64 = self
+            .ours
+            .iter()
+            .filter_map(|&(p, t)| Some(process_ticks(p)?.saturating_sub(t)))
+            .sum();
+        // /proc/stat counts in the same USER_HZ ticks as /proc/<pid>/stat.
+        let all = now.total.saturating_sub(self.total).max(1) as f64;
         Load {
-            cpu_busy_pct: 100.0 * now.busy.saturating_sub(self.busy) as f64
-                / now.total.saturating_sub(self.total).max(1) as f64,
+            cpu_busy_pct: 100.0 * now.busy.saturating_sub(self.busy) as f64 / all,
+            cpu_ours_pct: 100.0 * ours as f64 / all,
             loopback_mb_per_sec: now.lo_bytes.saturating_sub(self.lo_bytes) as f64 / 1e6 / secs,
         }
     }
@@ -447,7 +487,7 @@ async fn run_setting(
         }
         files.push(Bytes::from(data));
     }
-    let c0 = counters();
+    let c0 = counters_of(&cluster);
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for (w, data) in files.into_iter().enumerate() {
@@ -473,7 +513,7 @@ async fn run_setting(
     // 2. Random updates: client u owns the blocks g with g % updaters == u.
     let total_blocks = blocks_per_file * cfg.writers as u64;
     let updates = cfg.updates();
-    let c0 = counters();
+    let c0 = counters_of(&cluster);
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for u in 0..cfg.updaters {
@@ -568,7 +608,7 @@ async fn run_setting(
     let version = Arc::new(version);
 
     // 4. Sequential read, every block checked.
-    let c0 = counters();
+    let c0 = counters_of(&cluster);
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..cfg.writers {
@@ -616,7 +656,7 @@ async fn run_setting(
 
     // 5. Recovery after SIGKILL of two OSDs.
     let victims = [cfg.osds - 2, cfg.osds - 1];
-    let c0 = counters();
+    let c0 = counters_of(&cluster);
     let t = Instant::now();
     for &v in &victims {
         cluster.kill_osd(v);
@@ -696,17 +736,21 @@ struct CsvRow<'a> {
     segments: u64,
     write_mb_per_sec: f64,
     write_cpu_pct: f64,
+    write_cpu_ours_pct: f64,
     updates: u64,
     update_iops: f64,
     update_cpu_pct: f64,
+    update_cpu_ours_pct: f64,
     update_loopback_mb_per_sec: f64,
     read_mb_per_sec: f64,
     read_cpu_pct: f64,
+    read_cpu_ours_pct: f64,
     bytes_verified: u64,
     recovery_secs: f64,
     recovery_bytes: u64,
     recovery_mb_per_sec: f64,
     recovery_cpu_pct: f64,
+    recovery_cpu_ours_pct: f64,
     f_avg_data: f64,
     f_avg_parity: f64,
 }
@@ -755,11 +799,11 @@ impl SyntheticReport {
             if c.quick { "(--quick: sizes far too small for the figures to mean anything)" } else { "" },
             self.rows.iter().map(|r| r.bytes_verified).sum::<u64>() / 1_000_000,
         );
-        s += "| setting | segments | write MB/s | update IOPS | read MB/s | recovery MB/s | recovery s | F_avg data | F_avg parity | CPU % write / update / read / recovery | loopback MB/s (update) |\n";
+        s += "| setting | segments | write MB/s | update IOPS | read MB/s | recovery MB/s | recovery s | F_avg data | F_avg parity | CPU % ours (machine) write / update / read / recovery | loopback MB/s (update) |\n";
         s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n";
         for r in &self.rows {
             s += &format!(
-                "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0} / {:.0} / {:.0} / {:.0} | {:.1} |\n",
+                "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {} / {} / {} / {} | {:.1} |\n",
                 r.label,
                 r.segments,
                 r.write_mb_per_sec,
@@ -769,10 +813,10 @@ impl SyntheticReport {
                 r.recovery_secs,
                 r.f_avg_data,
                 r.f_avg_parity,
-                r.write_load.cpu_busy_pct,
-                r.update_load.cpu_busy_pct,
-                r.read_load.cpu_busy_pct,
-                r.recovery_load.cpu_busy_pct,
+                r.write_load.cpu(),
+                r.update_load.cpu(),
+                r.read_load.cpu(),
+                r.recovery_load.cpu(),
                 r.update_load.loopback_mb_per_sec,
             );
         }
@@ -907,17 +951,21 @@ impl SyntheticReport {
                 segments: r.segments,
                 write_mb_per_sec: r.write_mb_per_sec,
                 write_cpu_pct: r.write_load.cpu_busy_pct,
+                write_cpu_ours_pct: r.write_load.cpu_ours_pct,
                 updates: r.updates,
                 update_iops: r.update_iops,
                 update_cpu_pct: r.update_load.cpu_busy_pct,
+                update_cpu_ours_pct: r.update_load.cpu_ours_pct,
                 update_loopback_mb_per_sec: r.update_load.loopback_mb_per_sec,
                 read_mb_per_sec: r.read_mb_per_sec,
                 read_cpu_pct: r.read_load.cpu_busy_pct,
+                read_cpu_ours_pct: r.read_load.cpu_ours_pct,
                 bytes_verified: r.bytes_verified,
                 recovery_secs: r.recovery_secs,
                 recovery_bytes: r.recovery_bytes,
                 recovery_mb_per_sec: r.recovery_mb_per_sec,
                 recovery_cpu_pct: r.recovery_load.cpu_busy_pct,
+                recovery_cpu_ours_pct: r.recovery_load.cpu_ours_pct,
                 f_avg_data: r.f_avg_data,
                 f_avg_parity: r.f_avg_parity,
             })
