@@ -783,7 +783,7 @@ impl SyntheticReport {
             ),
         };
         s += &format!(
-            "{} OSDs ({}), {} MiB of files from {} writers, {} random {} KiB updates (aligned, uniform; {} MiB per 16 MiB of file) from {} clients, one at a time each; {} {}. Every byte read back was checked against the model: {} MB verified in all.\n\n",
+            "{} OSDs ({}), {} MiB of files from {} writers, {} random {} KiB updates (aligned, uniform; {} MiB per 16 MiB of file) from {} clients, one at a time each; {}{}. Every byte read back was checked against the model: {} MB verified in all.\n\n",
             c.osds,
             match &c.profile {
                 Some(p) => format!("each store on `throttled:profile={p}:file:…`"),
@@ -796,7 +796,7 @@ impl SyntheticReport {
             c.update_bytes_per_16mib >> 20,
             c.updaters,
             if c.insecure { "plain HTTP/2 on loopback" } else { "mTLS on loopback" },
-            if c.quick { "(--quick: sizes far too small for the figures to mean anything)" } else { "" },
+            if c.quick { " (--quick: sizes far too small for the figures to mean anything)" } else { "" },
             self.rows.iter().map(|r| r.bytes_verified).sum::<u64>() / 1_000_000,
         );
         s += "| setting | segments | write MB/s | update IOPS | read MB/s | recovery MB/s | recovery s | F_avg data | F_avg parity | CPU % ours (machine) write / update / read / recovery | loopback MB/s (update) |\n";
