@@ -37,9 +37,40 @@ enum ExpCmd {
 
 #[derive(Args)]
 struct CodfsArgs {
-    /// Which experiment: `model` (§5.1 on emulated links) or `reserve` (§5.3.2, a simulation)
+    /// Which experiment: `model` (§5.1 on emulated links), `synthetic` (§5.2: the four update
+    /// schemes on HDD-profiled OSD stores), `overhead` (§5.2.5: PLR (6,4) against (8,6) and (8,4))
+    /// or `reserve` (§5.3.2, a simulation)
     #[arg(long, default_value = "model")]
     exp: String,
+    /// synthetic: the update schemes to compare (fo, fl, codfs-pl, plr)
+    #[arg(long, value_delimiter = ',', default_value = "fo,fl,codfs-pl,plr")]
+    update_scheme: Vec<String>,
+    /// synthetic, overhead: file bytes in all, split over --writers files (default 1G; 4M with --quick)
+    #[arg(long)]
+    data_size: Option<String>,
+    /// synthetic, overhead: clients writing (and later reading) one file each
+    #[arg(long, default_value_t = 4)]
+    writers: usize,
+    /// synthetic, overhead: concurrent clients issuing the random updates, one at a time each
+    #[arg(long, default_value_t = 8)]
+    updaters: usize,
+    /// synthetic, overhead: the update record, aligned (the seed's IOzone: 128K; 32K with --quick)
+    #[arg(long)]
+    record: Option<String>,
+    /// synthetic, overhead: update bytes per 16 MiB of file (the seed: 16M, four PLR reserves)
+    #[arg(long, default_value = "16M")]
+    update_per_16m: String,
+    /// synthetic, overhead: each OSD's store is `throttled:profile=NAME:file:…` (eplog-hdd,
+    /// eplog-ssd), or `none` for directory stores
+    #[arg(long, default_value = "eplog-hdd")]
+    store_profile: String,
+    /// synthetic, overhead: size of each OSD's device file (sparse)
+    #[arg(long, default_value = "4G")]
+    device_size: String,
+    /// synthetic, overhead: daemons speak mTLS (default: plain HTTP/2 on loopback, so that TLS
+    /// does not spend the cores the phases are measured on)
+    #[arg(long)]
+    tls: bool,
     /// reserve: size of the Harvard DEAS03 trace relative to the published 173 M writes (its 41
     /// days are kept)
     #[arg(long, default_value_t = 0.05)]
@@ -64,16 +95,18 @@ struct CodfsArgs {
     /// reserve: every adaptive reserve's size at first
     #[arg(long, default_value = "16M")]
     initial_reserve: String,
-    /// Values of M (OSDs)
-    #[arg(long, value_delimiter = ',', default_value = "6,8,10")]
-    osds: Vec<usize>,
+    /// Values of M (OSDs) (model: default 6,8,10; synthetic and overhead: one value, default 8
+    /// for (6,4) and 10 for overhead's (8,k))
+    #[arg(long, value_delimiter = ',')]
+    osds: Option<Vec<usize>>,
     /// Segment sizes
     #[arg(long, value_delimiter = ',', default_value = "16M")]
     segment_size: Vec<String>,
     /// model: the codes to run, each at every M and segment size (the seed's §5.1 ran RDP (6,4)
     /// beside RS: `--code rs-vand,rdp`)
-    #[arg(long, value_delimiter = ',', default_value = "rs-vand")]
-    code: Vec<String>,
+    /// (synthetic: one code, default rdp)
+    #[arg(long, value_delimiter = ',')]
+    code: Option<Vec<String>>,
     /// Data chunks per segment (default: 4 for `model`, 8 for `reserve`, as the seed's runs)
     #[arg(short = 'k', long = "k")]
     k: Option<u32>,
@@ -218,11 +251,14 @@ fn codfs(a: CodfsArgs) -> Result<()> {
     match a.exp.as_str() {
         "model" => {}
         "reserve" => return codfs_reserve(a),
-        other => anyhow::bail!("--exp: {other:?} is not an experiment (known: model, reserve)"),
+        "synthetic" | "overhead" => return codfs_synthetic(a),
+        other => anyhow::bail!(
+            "--exp: {other:?} is not an experiment (known: model, synthetic, overhead, reserve)"
+        ),
     }
     let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
     let mut cfg = ModelConfig::new(exe);
-    cfg.osds = a.osds;
+    cfg.osds = a.osds.unwrap_or_else(|| vec![6, 8, 10]);
     cfg.segment_bytes = a
         .segment_size
         .iter()
@@ -230,7 +266,7 @@ fn codfs(a: CodfsArgs) -> Result<()> {
         .collect::<Result<_>>()?;
     cfg.k = a.k.unwrap_or(4);
     cfg.m = a.m.unwrap_or(2);
-    cfg.codes = a.code;
+    cfg.codes = a.code.unwrap_or_else(|| vec!["rs-vand".into()]);
     cfg.rate_mbit = a.rate_mbit;
     cfg.clients = a.clients;
     cfg.bytes_per_client = crate::util::parse_size(&a.size)?;
@@ -304,6 +340,101 @@ fn codfs_reserve(a: CodfsArgs) -> Result<()> {
         ecstack_lab::codfs_reserve::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
     e.write(&a.out)?;
     print_report(&e, || e.markdown(), &a.out, a.json)
+}
+
+/// `--exp synthetic` and `--exp overhead`: a local cluster of real processes per setting.
+fn codfs_synthetic(a: CodfsArgs) -> Result<()> {
+    use ecstack_lab::codfs_synthetic::{SyntheticConfig, Which};
+    let which = if a.exp == "overhead" {
+        Which::Overhead
+    } else {
+        Which::Synthetic
+    };
+    let schemes = a
+        .update_scheme
+        .iter()
+        .map(|s| s.parse::<ecstack_client::UpdateScheme>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("--update-scheme: {e}"))?;
+    let segment_bytes = match (a.segment_size.as_slice(), a.quick) {
+        ([one], false) => crate::util::parse_size(one)?,
+        ([_], true) => 1 << 20,
+        _ => anyhow::bail!("--segment-size: give one size"),
+    };
+    let settings = match which {
+        Which::Synthetic => {
+            let code = match a.code.as_deref() {
+                None => "rdp".to_owned(),
+                Some([one]) => one.clone(),
+                Some(_) => anyhow::bail!("--code: the synthetic experiment takes one code"),
+            };
+            SyntheticConfig::synthetic(
+                &schemes,
+                &code,
+                a.k.unwrap_or(4),
+                a.m.unwrap_or(2),
+                segment_bytes,
+            )
+        }
+        // Every configuration stores 8 chunks of segment/4 bytes per segment.
+        Which::Overhead => SyntheticConfig::overhead(segment_bytes / 4),
+    };
+    let osds = match a.osds.as_deref() {
+        None => settings
+            .iter()
+            .map(|s| (s.k + s.m) as usize + 2)
+            .max()
+            .unwrap_or(8),
+        Some([one]) => *one,
+        Some(_) => anyhow::bail!("--osds: give one number"),
+    };
+    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
+    let size = |v: &Option<String>, quick: &str, full: &str| {
+        crate::util::parse_size(v.as_deref().unwrap_or(if a.quick { quick } else { full }))
+    };
+    let mut cfg = SyntheticConfig {
+        which,
+        exe,
+        dir: PathBuf::new(),
+        settings,
+        osds,
+        data_bytes: size(&a.data_size, "4M", "1G")?,
+        writers: a.writers,
+        updaters: a.updaters,
+        record_bytes: size(&a.record, "32K", "128K")?,
+        update_bytes_per_16mib: crate::util::parse_size(&a.update_per_16m)?,
+        profile: (a.store_profile != "none").then(|| a.store_profile.clone()),
+        device_bytes: crate::util::parse_size(if a.quick { "256M" } else { &a.device_size })?,
+        insecure: !a.tls,
+        osd_threads: Some(2),
+        seed: a.seed,
+        quick: a.quick,
+    };
+    cfg.validate().map_err(flag_error)?;
+    crate::signals::exit_on_stop()?;
+    let scratch = match &a.dir {
+        Some(_) => None,
+        None => Some(Scratch::new(None, "codfs")?),
+    };
+    cfg.dir = a
+        .dir
+        .clone()
+        .or(scratch.as_ref().map(|s| s.path().to_owned()))
+        .unwrap_or_default();
+    crate::scratch::announce(
+        &format!("experiment codfs --exp {}", a.exp),
+        &[&cfg.dir, &a.out],
+        if a.quick {
+            "seconds per setting (--quick)"
+        } else {
+            "minutes per setting"
+        },
+    );
+    let report =
+        ecstack_lab::codfs_synthetic::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+    drop(scratch);
+    report.write(&a.out)?;
+    print_report(&report, || report.markdown(), &a.out, a.json)
 }
 
 /// A library configuration error as the flag it came from: `--settings: 'six' is not k+m`.

@@ -299,3 +299,117 @@ fn reserve_experiment_runs_quick_and_names_bad_strategies() {
         "{err}"
     );
 }
+
+/// `--exp synthetic|overhead --quick` as JSON, the files written to `out`: the report and the
+/// time it took.
+fn quick_synthetic(exp: &str, out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
+    let run = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args(["experiment", "codfs", "--exp", exp, "--quick", "--json"])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .arg("--dir")
+        .arg(out.join("run"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    serde_json::from_slice(&run.stdout).unwrap()
+}
+
+/// Every phase of a row ran, its bytes read back verified, F_avg is a number.
+fn check_row(r: &serde_json::Value, data_bytes: u64) {
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {r}"));
+    for k in [
+        "write_mb_per_sec",
+        "update_iops",
+        "read_mb_per_sec",
+        "recovery_mb_per_sec",
+    ] {
+        assert!(f(k) > 0.0, "{k}: {r}");
+    }
+    assert_eq!(r["bytes_verified"].as_u64(), Some(data_bytes), "{r}");
+    assert!(r["recovery_bytes"].as_u64().unwrap() > 0, "{r}");
+    assert!(f("f_avg_data") >= 0.0 && f("f_avg_parity") >= 0.0, "{r}");
+    assert!(r["data_chunks"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["update_load"]["cpu_busy_pct"].as_f64().is_some(), "{r}");
+}
+
+#[test]
+fn synthetic_and_overhead_experiments_run_quick_and_verify_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    // All four schemes on HDD-profiled device stores, RDP (6,4), 8 OSDs.
+    let out = tmp.path().join("synthetic");
+    let v = quick_synthetic("synthetic", &out, &[]);
+    let rows = v["rows"].as_array().unwrap();
+    let schemes: Vec<&str> = rows.iter().map(|r| r["scheme"].as_str().unwrap()).collect();
+    assert_eq!(schemes, ["fo", "fl", "codfs-pl", "plr"]);
+    for r in rows {
+        assert_eq!(
+            (r["code"].as_str(), r["n"].as_u64(), r["k"].as_u64()),
+            (Some("rdp"), Some(6), Some(4))
+        );
+        check_row(r, 4 << 20);
+    }
+    // Table 5.1's shape: FO and PLR leave no fragments, FL logs data and parity, CodFS PL parity.
+    let fa = |i: usize, k: &str| rows[i][k].as_f64().unwrap();
+    assert_eq!((fa(0, "f_avg_data"), fa(0, "f_avg_parity")), (0.0, 0.0));
+    assert!(fa(1, "f_avg_data") > 0.0 && fa(1, "f_avg_parity") > 0.0);
+    assert!(fa(2, "f_avg_data") == 0.0 && fa(2, "f_avg_parity") > 0.0);
+    assert_eq!((fa(3, "f_avg_data"), fa(3, "f_avg_parity")), (0.0, 0.0));
+    let md = std::fs::read_to_string(out.join("codfs-synthetic.md")).unwrap();
+    assert!(md.contains("Table 5.1") && md.contains("Fig. 5.2b"), "{md}");
+    for f in [
+        "codfs-synthetic.csv",
+        "codfs-synthetic-update.svg",
+        "codfs-synthetic-recovery.svg",
+    ] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    // §5.2.5: seven configurations, eight chunks per segment each.
+    let out = tmp.path().join("overhead");
+    let v = quick_synthetic("overhead", &out, &[]);
+    let rows = v["rows"].as_array().unwrap();
+    let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "plr rs-cauchy (6,4)",
+            "fo rs-cauchy (8,6)",
+            "fl rs-cauchy (8,6)",
+            "codfs-pl rs-cauchy (8,6)",
+            "fo rs-cauchy (8,4)",
+            "fl rs-cauchy (8,4)",
+            "codfs-pl rs-cauchy (8,4)"
+        ]
+    );
+    for r in rows {
+        check_row(r, 4 << 20);
+        assert_eq!(r["chunk_bytes"].as_u64(), Some(256 << 10), "{r}");
+    }
+    assert!(out.join("codfs-overhead.md").exists());
+    // A bare `pl` is refused in one line naming codfs-pl.
+    let bad = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args([
+            "experiment",
+            "codfs",
+            "--exp",
+            "synthetic",
+            "--quick",
+            "--update-scheme",
+            "pl",
+        ])
+        .arg("--out")
+        .arg(tmp.path().join("bad"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("codfs-pl") && err.lines().count() == 1,
+        "{err}"
+    );
+}

@@ -48,6 +48,12 @@ pub struct LocalSpec {
     pub update_scheme: ecstack_rpc::UpdateScheme,
     /// `[update.reserve]` of a new cluster (`None`: the defaults).
     pub reserve: Option<ecstack_rpc::config::ReserveConfig>,
+    /// `[update] gc_period_ms` of a new cluster (`None`: the default, 10 s).
+    pub gc_period_ms: Option<u64>,
+    /// Each OSD's chunk store on a block device (`ecstack osd --store-device`) instead of a
+    /// directory: a device spec in which `{osd}` stands for the OSD's index, e.g.
+    /// `throttled:profile=eplog-hdd:file:/tmp/x/osd-{osd}.img?size=2G`. `None`: `<dir>/osd-N/`.
+    pub store_device: Option<String>,
 }
 
 impl LocalSpec {
@@ -67,6 +73,8 @@ impl LocalSpec {
             osd_threads: None,
             update_scheme: ecstack_rpc::UpdateScheme::Fo,
             reserve: None,
+            gc_period_ms: None,
+            store_device: None,
         }
     }
 
@@ -221,6 +229,15 @@ impl LocalCluster {
         self.spec.dir.join(Self::osd_name(i))
     }
 
+    /// The device spec of OSD `i`'s store when the OSDs keep their chunks on devices
+    /// ([`LocalSpec::store_device`]).
+    pub fn osd_store_device(&self, i: usize) -> Option<String> {
+        self.spec
+            .store_device
+            .as_ref()
+            .map(|t| t.replace("{osd}", &i.to_string()))
+    }
+
     pub fn log_dir(&self) -> PathBuf {
         self.spec.dir.join("logs")
     }
@@ -258,9 +275,11 @@ impl LocalCluster {
         }
         let mut args = vec!["osd".to_owned()];
         args.extend(self.common_args());
+        match self.osd_store_device(i) {
+            Some(spec) => args.extend(["--store-device".to_owned(), spec]),
+            None => args.extend(["--store".to_owned(), store.display().to_string()]),
+        }
         args.extend([
-            "--store".to_owned(),
-            store.display().to_string(),
             "--name".to_owned(),
             name.clone(),
             "--addr".to_owned(),
@@ -297,6 +316,14 @@ impl LocalCluster {
     pub fn kill_osd(&mut self, i: usize) {
         if let Some(mut d) = self.osds[i].take() {
             d.kill();
+        }
+    }
+
+    /// SIGTERM OSD `i` and wait for its exit (SIGKILL after the grace period); no-op when it is
+    /// not running. Its store can then be opened by this process.
+    pub fn stop_osd(&mut self, i: usize) {
+        if let Some(mut d) = self.osds[i].take() {
+            d.stop();
         }
     }
 
@@ -434,6 +461,7 @@ fn init(spec: &LocalSpec) -> Result<(), ClientError> {
     if let Some(r) = &spec.reserve {
         config.update.reserve = r.clone();
     }
+    config.update.gc_period_ms = spec.gc_period_ms;
     let path = spec.config_path();
     config
         .validate()

@@ -11,6 +11,8 @@
 //! * [`zombienand`]: ZombieNAND lifetimes to death (thesis ch. 4), one run or the synthetic grid.
 //! * [`codfs_bench`]: `ecstack bench cluster`, the CodFS cluster on loopback against MinIO
 //!   ([`codfs_s3`] is the S3 client for the peer).
+//! * [`codfs_synthetic`]: `ecstack experiment codfs --exp synthetic|overhead`, CodFS's §5.2 update
+//!   schemes on HDD-profiled OSD stores.
 //! * [`codfs_model`]: `ecstack experiment codfs --exp model`, CodFS's §5.1 throughput model against
 //!   the cluster on an emulated network of namespaces ([`codfs_netns`]).
 //! * [`ec_bench`]: `ecstack bench ec`, our erasure-code kernels against ISA-L at each kernel level.
@@ -33,6 +35,7 @@ pub mod codfs_model;
 pub mod codfs_netns;
 pub mod codfs_reserve;
 pub mod codfs_s3;
+pub mod codfs_synthetic;
 pub mod codfs_updload;
 pub mod device_sim;
 pub mod ec_bench;

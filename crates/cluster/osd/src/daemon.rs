@@ -152,10 +152,11 @@ impl Daemon {
     /// Open the store, bind, register with the MDS (retrying while it does not answer).
     pub async fn start(cfg: &DaemonConfig) -> Result<Daemon, DaemonError> {
         let (store, capacity_bytes) = open_store(cfg)?;
-        let monitor = Arc::new(Monitor::new(
-            store.clone(),
-            MonitorOptions::from_config(&cfg.update.reserve),
-        ));
+        let mut monitor_options = MonitorOptions::from_config(&cfg.update.reserve);
+        if let Some(ms) = cfg.update.gc_period_ms {
+            monitor_options.gc_every = Duration::from_millis(ms.max(1));
+        }
+        let monitor = Arc::new(Monitor::new(store.clone(), monitor_options));
         let listener = tokio::net::TcpListener::bind(&cfg.addr)
             .await
             .map_err(|source| DaemonError::Bind {

@@ -111,6 +111,11 @@ pub struct UpdateConfig {
     /// shrinking it. Read by every OSD; applies to the parity chunks of `plr` files.
     #[serde(default)]
     pub reserve: ReserveConfig,
+    /// How often each OSD's Monitor Module merges the FL / CodFS PL logs that grew past its
+    /// thresholds (the GC), ms; default 10 s. Experiments that measure logs as the updates left
+    /// them (CodFS Table 5.1's F_avg) set it far beyond the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gc_period_ms: Option<u64>,
 }
 
 /// `[update.reserve]`: PLR's reserved space and Algorithm 1's parameters (§4.1.2). Every field is
