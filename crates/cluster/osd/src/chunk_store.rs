@@ -190,19 +190,21 @@ fn header_crc(b: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&b[0..56]), &b[HEADER_BYTES_V2..])
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
+/// Little-endian integers at byte offsets of a checked buffer (chunk headers, log records, the
+/// device store's table).
+pub(crate) fn u16_at(b: &[u8], at: usize) -> u16 {
     let mut w = [0u8; 2];
     w.copy_from_slice(&b[at..at + 2]);
     u16::from_le_bytes(w)
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(w)
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(w)

@@ -26,6 +26,7 @@
 
 use std::ops::Range;
 
+use super::{u16_at, u32_at, u64_at};
 use crate::api::DeltaStamp;
 
 pub const RECORD_MAGIC: [u8; 4] = *b"ECLR";
@@ -76,22 +77,6 @@ impl RecordHead {
     pub fn span(&self) -> u64 {
         (self.head_len() as u64 + u64::from(self.payload_len)).next_multiple_of(RECORD_ALIGN)
     }
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
 }
 
 /// The record's bytes, padded with zeros to [`RECORD_ALIGN`]. `payload` is the extents' bytes.

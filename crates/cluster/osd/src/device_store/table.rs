@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::alloc::Extent;
+use crate::chunk_store::{u16_at, u32_at, u64_at};
 
 pub const SUPER_MAGIC: [u8; 8] = *b"ECSOSDDV";
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"ECSOSDCP";
@@ -31,22 +32,6 @@ const CHECKPOINT_HEAD: usize = 48;
 const RECORD_HEAD: usize = 32;
 /// A file name in the table is at most this long.
 pub const NAME_MAX_BYTES: usize = 255;
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
 
 /// Where the regions are, from the superblock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
