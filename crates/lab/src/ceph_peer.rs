@@ -286,23 +286,48 @@ impl Ceph {
         .map(|_| ())
     }
 
-    /// fio's randwrite of `block_bytes` at queue depth `depth` for `seconds`.
-    pub fn randwrite(&self, depth: usize, seconds: f64, block_bytes: u64) -> Result<FioFigures> {
-        let out = self.fio(&[
-            "--rw=randwrite",
-            &format!("--bs={block_bytes}"),
-            &format!("--iodepth={depth}"),
-            &format!("--size={}", self.image_bytes),
-            &format!("--runtime={}", seconds.ceil().max(1.0) as u64),
-            "--time_based",
-            "--lat_percentiles=1",
-        ])?;
+    /// fio's randwrite of `block_bytes` at queue depth `depth` for `seconds`. `rbd_cache` off
+    /// makes librbd send every write to the OSDs before fio sees it complete (acks as durable as
+    /// ours); on is librbd's default, as the recipe runs it: once the client has flushed, a write
+    /// may complete from librbd's write-back cache before any OSD has it.
+    pub fn randwrite(
+        &self,
+        depth: usize,
+        seconds: f64,
+        block_bytes: u64,
+        rbd_cache: bool,
+    ) -> Result<FioFigures> {
+        let out = self.fio_with(
+            rbd_cache,
+            &[
+                "--rw=randwrite",
+                &format!("--bs={block_bytes}"),
+                &format!("--iodepth={depth}"),
+                &format!("--size={}", self.image_bytes),
+                &format!("--runtime={}", seconds.ceil().max(1.0) as u64),
+                "--time_based",
+                "--lat_percentiles=1",
+            ],
+        )?;
         parse_fio_json(&out)
     }
 
     fn fio(&self, args: &[&str]) -> Result<String> {
-        let o = self
-            .command("fio")
+        self.fio_with(true, args)
+    }
+
+    /// fio on the image; `rbd_cache` false runs it with a copy of ceph.conf that turns librbd's
+    /// cache off for this client only.
+    fn fio_with(&self, rbd_cache: bool, args: &[&str]) -> Result<String> {
+        let mut cmd = self.command("fio");
+        if !rbd_cache {
+            let conf = self.dir.join("ceph-rbd-cache-off.conf");
+            let text = std::fs::read_to_string(&self.conf).map_err(crate::io_at(&self.conf))?;
+            std::fs::write(&conf, format!("{text}\n[client]\nrbd cache = false\n"))
+                .map_err(crate::io_at(&conf))?;
+            cmd.env("CEPH_CONF", &conf);
+        }
+        let o = cmd
             .args([
                 "--name=ceph",
                 "--ioengine=rbd",

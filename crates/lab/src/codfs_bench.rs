@@ -666,14 +666,18 @@ fn ceph_random_updates(
     };
     let mut out = Vec::new();
     for &depth in &load.depths {
-        log(&format!(
-            "ceph: fio randwrite {} B, depth {depth}, {seconds} s",
-            load.block_bytes
-        ));
-        out.push(CephDepth {
-            depth,
-            fio: ceph.randwrite(depth, seconds, load.block_bytes)?,
-        });
+        for rbd_cache in [true, false] {
+            log(&format!(
+                "ceph: fio randwrite {} B, depth {depth}, {seconds} s, rbd cache {}",
+                load.block_bytes,
+                if rbd_cache { "on" } else { "off" }
+            ));
+            out.push(CephDepth {
+                depth,
+                rbd_cache,
+                fio: ceph.randwrite(depth, seconds, load.block_bytes, rbd_cache)?,
+            });
+        }
     }
     log(&format!(
         "ceph: stopping {} daemons by pid, removing {}",

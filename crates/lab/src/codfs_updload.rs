@@ -376,6 +376,9 @@ async fn verify(
 #[derive(Debug, Clone, Serialize)]
 pub struct CephDepth {
     pub depth: usize,
+    /// librbd's cache on (its default, as the recipe and the figures ran) or off (every
+    /// write on the OSDs before it completes, as our acks are).
+    pub rbd_cache: bool,
     #[serde(flatten)]
     pub fio: crate::ceph_peer::FioFigures,
 }
@@ -398,8 +401,11 @@ pub struct UpdateLoadReport {
 pub struct Ratio {
     pub scheme: String,
     pub depth: usize,
+    /// Against Ceph as the recipe runs it (librbd's cache on).
     pub iops_ratio: f64,
-    /// The target (PLR ≥ 1.3, FO ≥ 1.0), if the scheme has one.
+    /// Against Ceph with librbd's cache off, when that ran.
+    pub iops_ratio_cache_off: Option<f64>,
+    /// The target (PLR ≥ 1.3, FO ≥ 1.0) against `iops_ratio`, if the scheme has one.
     pub target: Option<f64>,
     pub met: Option<bool>,
     pub ours_p99_ms: f64,
@@ -425,13 +431,18 @@ impl UpdateLoadReport {
         if let Some(c) = &ceph {
             for s in &schemes {
                 for d in &s.depths {
-                    if let Some(cd) = c.iter().find(|c| c.depth == d.depth) {
-                        let r = d.iops / cd.fio.iops.max(1e-9);
+                    let at = |cache: bool| {
+                        c.iter()
+                            .find(|c| c.depth == d.depth && c.rbd_cache == cache)
+                            .map(|c| (d.iops / c.fio.iops.max(1e-9), c))
+                    };
+                    if let Some((r, cd)) = at(true) {
                         let target = target_of(s.scheme);
                         ratios.push(Ratio {
                             scheme: s.scheme.name().to_owned(),
                             depth: d.depth,
                             iops_ratio: r,
+                            iops_ratio_cache_off: at(false).map(|(r, _)| r),
                             target,
                             met: target.map(|t| r >= t),
                             ours_p99_ms: d.p99_ms,
@@ -462,13 +473,17 @@ impl UpdateLoadReport {
                 None => format!("{} s", self.seconds),
             }
         );
-        s += "| system | depth | IOPS | mean ms | p50 ms | p99 ms | ours / Ceph IOPS | target |\n|---|---:|---:|---:|---:|---:|---:|---|\n";
+        s += "| system | depth | IOPS | mean ms | p50 ms | p99 ms | ours / Ceph IOPS | target | ours / Ceph, rbd cache off |\n|---|---:|---:|---:|---:|---:|---:|---|---:|\n";
         for sc in &self.schemes {
             for d in &sc.depths {
                 let r = self
                     .ratios
                     .iter()
                     .find(|r| r.scheme == sc.scheme.name() && r.depth == d.depth);
+                let off = match r.and_then(|r| r.iops_ratio_cache_off) {
+                    Some(x) => format!("{x:.2}x"),
+                    None => "-".into(),
+                };
                 let (ratio, target) = match r {
                     Some(r) => (
                         format!("{:.2}x", r.iops_ratio),
@@ -481,7 +496,7 @@ impl UpdateLoadReport {
                     None => ("-".into(), "-".into()),
                 };
                 s += &format!(
-                    "| ecstack {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {ratio} | {target} |\n",
+                    "| ecstack {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {ratio} | {target} | {off} |\n",
                     sc.scheme, d.depth, d.iops, d.mean_ms, d.p50_ms, d.p99_ms
                 );
             }
@@ -490,8 +505,9 @@ impl UpdateLoadReport {
             Some(c) => {
                 for d in c {
                     s += &format!(
-                        "| Ceph EC pool, fio rbd ({}) | {} | {:.0} | {:.2} | {:.2} | {:.2} | | |\n",
+                        "| Ceph EC pool, fio rbd ({}), rbd cache {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | | | |\n",
                         d.fio.latency,
+                        if d.rbd_cache { "on (default)" } else { "off" },
                         d.depth,
                         d.fio.iops,
                         d.fio.mean_ms,
