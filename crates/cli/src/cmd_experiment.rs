@@ -67,6 +67,11 @@ struct CodfsArgs {
     /// synthetic, overhead: size of each OSD's device file (sparse)
     #[arg(long, default_value = "4G")]
     device_size: String,
+    /// synthetic, overhead: a page cache of this size in each OSD in front of its profiled device
+    /// (what the seed's 8 GB OSDs had; dropped before each phase by restarting the OSDs, as the
+    /// seed dropped it before each test), or 0 for none: every read pays the profile
+    #[arg(long, default_value = "1G")]
+    page_cache: String,
     /// synthetic, overhead: daemons speak mTLS (default: plain HTTP/2 on loopback, so that TLS
     /// does not spend the cores the phases are measured on)
     #[arg(long)]
@@ -405,6 +410,8 @@ fn codfs_synthetic(a: CodfsArgs) -> Result<()> {
         update_bytes_per_16mib: crate::util::parse_size(&a.update_per_16m)?,
         profile: (a.store_profile != "none").then(|| a.store_profile.clone()),
         device_bytes: crate::util::parse_size(if a.quick { "256M" } else { &a.device_size })?,
+        page_cache_bytes: Some(crate::util::parse_size(&a.page_cache)?)
+            .filter(|&b| b > 0 && a.store_profile != "none"),
         insecure: !a.tls,
         osd_threads: Some(2),
         seed: a.seed,

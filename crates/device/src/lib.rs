@@ -14,6 +14,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub mod batch;
+pub mod cached;
 pub mod faulty;
 pub mod file;
 pub mod hist;
@@ -29,6 +30,7 @@ pub(crate) mod uring;
 pub mod workload;
 
 pub use batch::{Batch, IoKind, IoRequest};
+pub use cached::Cached;
 pub use faulty::{
     CutWrite, FaultConfig, FaultCounts, Faulty, Outcome, PowerCutPolicy, PowerCutReport,
 };

@@ -5,6 +5,7 @@
 //! wrapper  := "metered:"
 //!           | "faulty:"    [params ":"]
 //!           | "throttled:" [params ":"]
+//!           | "cached:"    params ":"    (a page-cache model, see `cached.rs`)
 //! base     := "file:" path ["?" key=value ("&" key=value)*]
 //!           | path                      (anything starting with "/", "./", "../" or "~", or
 //!                                        without a known "kind:" prefix: a file or block device)
@@ -31,6 +32,7 @@
 //! * `throttled`: `bw` (bytes/s as a size), `lat` (fixed), `lat_min`+`lat_max` (uniform), `lat_mean`
 //!   (exponential), `lat_median`+`lat_sigma` (log-normal), `seed`, `profile` (eplog-ssd, eplog-hdd:
 //!   service times by request kind instead of `bw`)
+//! * `cached`: `size` (bytes of page cache, required)
 //!
 //! Example: `metered:faulty:seed=7,fail_at=100000:ssd:blocks=4096,op=0.2,mode=tlc`.
 
@@ -38,9 +40,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    BlockDevice, DeviceError, FaultConfig, Faulty, FileDevice, FileOptions, HddConfig, LatencyDist,
-    MemDevice, Metered, Mirror, PowerCutPolicy, Result, ServiceProfile, SimHdd, SimSsd, SsdConfig,
-    ThrottleConfig, Throttled,
+    cached, BlockDevice, Cached, DeviceError, FaultConfig, Faulty, FileDevice, FileOptions,
+    HddConfig, LatencyDist, MemDevice, Metered, Mirror, PowerCutPolicy, Result, ServiceProfile,
+    SimHdd, SimSsd, SsdConfig, ThrottleConfig, Throttled,
 };
 
 fn err(spec: &str, what: impl Into<String>) -> DeviceError {
@@ -200,7 +202,8 @@ pub fn open_spec(spec: &str) -> Result<Arc<dyn BlockDevice>> {
     open_inner(spec, spec.trim())
 }
 
-const KINDS: [&str; 8] = [
+const KINDS: [&str; 9] = [
+    "cached",
     "mirror",
     "file",
     "mem",
@@ -257,6 +260,16 @@ fn open_inner(full: &str, s: &str) -> Result<Arc<dyn BlockDevice>> {
             let cfg = throttle_config(full, ptext)?;
             Ok(Arc::new(Throttled::new(open_inner(full, inner)?, cfg)))
         }
+        "cached" => {
+            let (ptext, inner) = split_wrapper(rest);
+            let p = Params::parse(full, "cached", ptext, ',')?;
+            p.check_keys(&["size"])?;
+            let size = p.size("size")?.filter(|&s| s >= cached::PAGE_BYTES).ok_or_else(|| {
+                err(full, "cached: give size=BYTES (at least 4K), e.g. cached:size=256M:file:d.img")
+            })?;
+            let inner = open_inner(full, inner)?;
+            Ok(Arc::new(Cached::new(inner, size)))
+        }
         "file" => {
             let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
             open_file(full, path, query)
@@ -279,7 +292,7 @@ fn open_inner(full: &str, s: &str) -> Result<Arc<dyn BlockDevice>> {
         }
         other if other.len() > 1 && !other.contains('/') && !other.contains('.') => Err(err(
             full,
-            format!("unknown device kind '{other}' (expected file, mem, ssd, hdd, mirror, metered, faulty, throttled, or a path)"),
+            format!("unknown device kind '{other}' (expected file, mem, ssd, hdd, mirror, metered, faulty, throttled, cached, or a path)"),
         )),
         _ => open_file(full, s, ""),
     }
@@ -623,6 +636,9 @@ mod tests {
             "mem:0",
             "mem:-1",
             "mem:99999999999T",
+            "cached:mem:1M",
+            "cached:size=1K:mem:1M",
+            "cached:size=1M,ways=2:mem:1M",
         ];
         for spec in specs {
             let e = match open_spec(spec) {
@@ -633,6 +649,7 @@ mod tests {
             assert!(e.contains(spec), "{spec}: the error names the spec: {e}");
         }
         // The largest values that are still sane are accepted.
+        assert!(open_spec("cached:size=4K:mem:1M").is_ok());
         assert!(open_spec("throttled:lat=1ns,bw=1:mem:1M").is_ok());
         assert!(open_spec("ssd:blocks=4,pages=4,op=0.2,gc_low=0,gc_high=0,data=1").is_err());
         assert!(open_spec("ssd:blocks=8,pages=4,op=0.5,gc_low=0,gc_high=0").is_ok());

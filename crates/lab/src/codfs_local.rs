@@ -429,9 +429,29 @@ pub fn last_line(log: &Path) -> String {
         .unwrap_or_else(|| format!("(no output; log {})", log.display()))
 }
 
-/// A free loopback port (bound and released; the kernel hands ports out round-robin, so another
-/// process taking it in between is unlikely, and the MDS then fails with one clear line).
+/// A free loopback port for an MDS, which keeps it across restarts. It is taken below the kernel's
+/// ephemeral range (`ip_local_port_range`) when that leaves room: every OSD and client binds port 0
+/// and gets its port from that range, so none of them (in this cluster or another on the machine)
+/// can take the MDS's port between this check and the MDS's bind, or while a killed MDS is down. A
+/// fault run of six processes did lose that race once with a port from the ephemeral range. Where
+/// the range starts too low, a port the kernel hands out (bound and released) is used.
 fn free_port() -> Result<u16, ClientError> {
+    use std::hash::{BuildHasher, Hasher};
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(0);
+    if ephemeral_low >= 16384 {
+        let (lo, hi) = (ephemeral_low / 2, ephemeral_low);
+        for _ in 0..256 {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            let port = lo + (h.finish() % u64::from(hi - lo)) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| ClientError::Local(format!("cannot bind a loopback port: {e}")))?;
     Ok(l.local_addr()

@@ -1,6 +1,9 @@
 //! `ecstack experiment codfs --exp synthetic` (CodFS §5.2: Fig. 5.2a–d, Table 5.1) and
 //! `--exp overhead` (§5.2.5, Fig. 5.3): the four update schemes on a [`LocalCluster`] whose OSDs
-//! keep their chunks on HDD-profiled block devices (`throttled:profile=eplog-hdd:file:…`).
+//! keep their chunks on HDD-profiled block devices (`throttled:profile=eplog-hdd:file:…`), each
+//! behind a page-cache model (`cached:size=…:`, `page_cache_bytes`): the seed's OSDs kept chunks
+//! in ext4 files on 8 GB machines and dropped the buffer cache before each test, not during it, so
+//! the OSDs are restarted (the modelled cache dropped) before the update, read and recovery phases.
 //!
 //! Per setting (a scheme and a code), on a fresh cluster:
 //! 1. **write**: `writers` clients each put one file (sequential; the seed's "all clients write
@@ -106,6 +109,11 @@ pub struct SyntheticConfig {
     /// Each OSD's store device: `throttled:profile=P:file:…` with this profile, or a directory
     /// store when `None`.
     pub profile: Option<String>,
+    /// A page-cache model of this many bytes in front of each OSD's profiled device
+    /// (`cached:size=…:`, `ecstack_device::Cached`), dropped before each phase by restarting the
+    /// OSDs, as the seed's OSDs dropped their buffer cache before each test; `None`: every read
+    /// pays the profile.
+    pub page_cache_bytes: Option<u64>,
     pub device_bytes: u64,
     pub insecure: bool,
     pub osd_threads: Option<u16>,
@@ -192,6 +200,9 @@ impl SyntheticConfig {
                     self.writers, self.record_bytes
                 ),
             );
+        }
+        if let Some(b) = self.page_cache_bytes.filter(|&b| b < 4096) {
+            return bad("page-cache", format!("{b} bytes: less than one 4 KiB page"));
         }
         for s in &self.settings {
             let n = (s.k + s.m) as usize;
@@ -450,8 +461,12 @@ async fn run_setting(
     let device = |i: &str| dir.join("dev").join(format!("osd-{i}.img"));
     let plain_spec = |i: usize| format!("file:{}", device(&i.to_string()).display());
     if let Some(p) = &cfg.profile {
+        let cache = match cfg.page_cache_bytes {
+            Some(b) => format!("cached:size={b}:"),
+            None => String::new(),
+        };
         spec.store_device = Some(format!(
-            "throttled:profile={p}:file:{}?size={}",
+            "{cache}throttled:profile={p}:file:{}?size={}",
             device("{osd}").display(),
             cfg.device_bytes
         ));
@@ -510,6 +525,11 @@ async fn run_setting(
         write_load.cpu_busy_pct
     ));
 
+    // The seed dropped the OSDs' buffer cache before each test: a restart drops the modelled one.
+    if cfg.page_cache_bytes.is_some() {
+        restart_osds(&mut cluster, &admin, cfg.osds, |_, _| Ok(())).await?;
+    }
+
     // 2. Random updates: client u owns the blocks g with g % updaters == u.
     let total_blocks = blocks_per_file * cfg.writers as u64;
     let updates = cfg.updates();
@@ -556,12 +576,10 @@ async fn run_setting(
         update_load.cpu_busy_pct, update_load.loopback_mb_per_sec
     ));
 
-    // 3. F_avg: stop every OSD, open its store here, start it again.
-    let before = admin.status().await.map_err(client_error)?;
-    let old_addrs: Vec<String> = before.osds.iter().map(|o| o.addr.clone()).collect();
+    // 3. F_avg: stop every OSD, open its store here, start it again (which also drops the page
+    // cache before the read test, as the seed did).
     let (mut data_frags, mut parity_frags) = (Vec::new(), Vec::new());
-    for i in 0..cfg.osds {
-        cluster.stop_osd(i);
+    restart_osds(&mut cluster, &admin, cfg.osds, |i, cluster| {
         let store: Box<dyn ChunkStore> = if cfg.profile.is_some() {
             Box::new(
                 DeviceStore::open_spec(&plain_spec(i), DeviceStoreOptions::default())
@@ -578,33 +596,15 @@ async fn run_setting(
                 parity_frags.push(f);
             }
         }
-        drop(store);
-        cluster.start_osd(i).map_err(client_error)?;
-    }
+        Ok(())
+    })
+    .await?;
     let (f_avg_data, f_avg_parity) = (f_avg(&data_frags), f_avg(&parity_frags));
     log(&format!(
         "  F_avg data {f_avg_data:.2} ({} chunks), parity {f_avg_parity:.2} ({} chunks)",
         data_frags.len(),
         parity_frags.len()
     ));
-    // The OSDs come back on new ports: wait until each has registered its new address.
-    let ready = admin
-        .wait_status(
-            "waiting for the restarted OSDs",
-            Duration::from_secs(READY_SECS_MAX),
-            |st| {
-                st.osds
-                    .iter()
-                    .filter(|o| {
-                        o.state == ecstack_mds_proto::OsdState::Up && !old_addrs.contains(&o.addr)
-                    })
-                    .count()
-                    >= cfg.osds
-            },
-        )
-        .await;
-    cluster.check_alive().map_err(client_error)?;
-    ready.map_err(client_error)?;
     let version = Arc::new(version);
 
     // 4. Sequential read, every block checked.
@@ -653,6 +653,10 @@ async fn run_setting(
         verified / 1_000_000,
         read_load.cpu_busy_pct
     ));
+
+    if cfg.page_cache_bytes.is_some() {
+        restart_osds(&mut cluster, &admin, cfg.osds, |_, _| Ok(())).await?;
+    }
 
     // 5. Recovery after SIGKILL of two OSDs.
     let victims = [cfg.osds - 2, cfg.osds - 1];
@@ -717,6 +721,42 @@ async fn run_setting(
         f_avg_data,
         f_avg_parity,
     })
+}
+
+/// Stops every OSD in turn, runs `each(i, cluster)` while OSD i is stopped, starts it again, then
+/// waits until every OSD has registered its new address. Under `page_cache_bytes` this is the
+/// seed's "drop the buffer cache in all OSDs" before a test: the modelled cache lives in the OSD.
+async fn restart_osds(
+    cluster: &mut LocalCluster,
+    admin: &Client,
+    osds: usize,
+    mut each: impl FnMut(usize, &LocalCluster) -> Result<()>,
+) -> Result<()> {
+    let before = admin.status().await.map_err(client_error)?;
+    let old_addrs: Vec<String> = before.osds.iter().map(|o| o.addr.clone()).collect();
+    for i in 0..osds {
+        cluster.stop_osd(i);
+        each(i, cluster)?;
+        cluster.start_osd(i).map_err(client_error)?;
+    }
+    // The OSDs come back on new ports: wait until each has registered its new address.
+    let ready = admin
+        .wait_status(
+            "waiting for the restarted OSDs",
+            Duration::from_secs(READY_SECS_MAX),
+            |st| {
+                st.osds
+                    .iter()
+                    .filter(|o| {
+                        o.state == ecstack_mds_proto::OsdState::Up && !old_addrs.contains(&o.addr)
+                    })
+                    .count()
+                    >= osds
+            },
+        )
+        .await;
+    cluster.check_alive().map_err(client_error)?;
+    ready.map(|_| ()).map_err(client_error)
 }
 
 fn cluster_certs(dir: &Path) -> PathBuf {
@@ -786,7 +826,13 @@ impl SyntheticReport {
             "{} OSDs ({}), {} MiB of files from {} writers, {} random {} KiB updates (aligned, uniform; {} MiB per 16 MiB of file) from {} clients, one at a time each; {}{}. Every byte read back was checked against the model: {} MB verified in all.\n\n",
             c.osds,
             match &c.profile {
-                Some(p) => format!("each store on `throttled:profile={p}:file:…`"),
+                Some(p) => match c.page_cache_bytes {
+                    Some(b) => format!(
+                        "each store on `cached:size={} MiB:throttled:profile={p}:file:…` (a page cache per OSD, dropped before each phase)",
+                        b >> 20
+                    ),
+                    None => format!("each store on `throttled:profile={p}:file:…`, no page cache"),
+                },
                 None => "directory stores".into(),
             },
             c.data_bytes >> 20,
