@@ -362,6 +362,8 @@ fn synthetic_and_overhead_experiments_run_quick_and_verify_bytes() {
     assert_eq!((fa(3, "f_avg_data"), fa(3, "f_avg_parity")), (0.0, 0.0));
     let md = std::fs::read_to_string(out.join("codfs-synthetic.md")).unwrap();
     assert!(md.contains("Table 5.1") && md.contains("Fig. 5.2b"), "{md}");
+    // Each OSD behind the page-cache model (the default), dropped before each phase.
+    assert!(md.contains("`cached:size=1024 MiB:throttled:profile=eplog-hdd"), "{md}");
     for f in [
         "codfs-synthetic.csv",
         "codfs-synthetic-update.svg",
@@ -370,8 +372,9 @@ fn synthetic_and_overhead_experiments_run_quick_and_verify_bytes() {
         assert!(out.join(f).exists(), "{f}");
     }
     // §5.2.5: seven configurations, eight chunks per segment each.
+    // Without the page cache (fewer OSD restarts: CI time).
     let out = tmp.path().join("overhead");
-    let v = quick_synthetic("overhead", &out, &[]);
+    let v = quick_synthetic("overhead", &out, &["--page-cache", "0"]);
     let rows = v["rows"].as_array().unwrap();
     let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
     assert_eq!(
