@@ -363,7 +363,10 @@ fn synthetic_and_overhead_experiments_run_quick_and_verify_bytes() {
     let md = std::fs::read_to_string(out.join("codfs-synthetic.md")).unwrap();
     assert!(md.contains("Table 5.1") && md.contains("Fig. 5.2b"), "{md}");
     // Each OSD behind the page-cache model (the default), dropped before each phase.
-    assert!(md.contains("`cached:size=1024 MiB:throttled:profile=eplog-hdd"), "{md}");
+    assert!(
+        md.contains("`cached:size=1024 MiB:throttled:profile=eplog-hdd"),
+        "{md}"
+    );
     for f in [
         "codfs-synthetic.csv",
         "codfs-synthetic-update.svg",

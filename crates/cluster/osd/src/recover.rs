@@ -106,6 +106,7 @@ impl Osd {
                 st.epoch = l.epoch;
             }
             rebuilt_from.epoch = st.epoch;
+            rebuilt_from.issued = st.issued;
         }
         if !throughout {
             held = None;
@@ -167,13 +168,14 @@ impl Osd {
             Err(e) => return Err(e),
         };
         // A rebuilt chunk carries the view's versions (those of the chunks it was decoded
-        // from); the MDS hears the segment's newest version (it refuses rebuilds older than a
-        // stale mark).
+        // from); the MDS hears the segment's newest version, and at least the newest this
+        // primary issued (it refuses rebuilds older than a stale mark, which an unacknowledged
+        // update may have made at a version no live chunk holds: `SegState::issued`).
         let mut versions = Vec::with_capacity(r.chunks.len());
         for &i in r.chunks {
             let h = &l.holders[i as usize];
             let meta = self.meta_for(l, &from.view, i);
-            versions.push(from.view.newest.max(meta.version));
+            versions.push(from.view.newest.max(from.issued).max(meta.version));
             self.check_lease(seg)?;
             self.put_to(h, meta, Bytes::copy_from_slice(&shards[i as usize]))
                 .await

@@ -57,7 +57,7 @@ impl Osd {
         check_enough(&layout, self.k(), "a write")?;
         self.view_for_write(&layout, &mut st, age == SegmentAge::New && untouched)
             .await;
-        let version = st.view.newest + 1;
+        let version = st.issue();
         let k = self.k();
         let written = View::written(k, version);
         let cb = self.chunk_bytes(layout.length) as usize;

@@ -938,3 +938,48 @@ async fn an_update_the_primary_cannot_finish_still_marks_what_missed_it() {
         "{calls:?}"
     );
 }
+
+/// An update that is not acknowledged and reached no chunk still used up its version: the
+/// chunks that missed it are marked stale at it, and the MDS refuses a rebuild reported below a
+/// stale mark. The primary reports its rebuilds at the newest version it issued, so the
+/// segment recovers (fault seed 367173: an update at version 5 whose data holder and degraded
+/// path both failed marked its chunk stale at 5 while every live chunk stayed at 4, and each
+/// rebuild, reported at 4, was refused for as long as the run waited).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_after_an_update_that_reached_no_chunk_is_reported_at_its_version() {
+    let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(12);
+    let len = 200_000usize;
+    let cb = len.div_ceil(4);
+    let l = c.layout(14, len as u64);
+    let model = bytes(&mut rng, len);
+    client.write_segment(&l, &model).await.unwrap();
+    // An update inside data chunk 3, whose holder stops answering, as does parity 4's; parity 5
+    // is unusable: the primary can neither have chunk 3 updated nor finish it degraded, and no
+    // chunk takes the update.
+    let mut l2 = l.clone();
+    l2.holders[3].addr = dead_addr().await;
+    l2.holders[4].addr = dead_addr().await;
+    l2.holders[5].usable = false;
+    let e = client
+        .update_segment(&l2, 3 * cb as u64 + 10, &[7u8; 1000])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("cannot finish"), "{e}");
+    assert!(
+        c.calls() == ["stale 14 [3] v2"],
+        "chunk 3 is marked stale at the update's version (parity 4 missed no delta)"
+    );
+    // Chunk 3 is rebuilt from the others, all still at version 1; the report says 2.
+    let mut rec = l.clone();
+    rec.holders[3].usable = false;
+    rec.epoch = 2;
+    c.nodes[0].osd.recover(&rec, &[3]).await.unwrap();
+    assert_eq!(c.calls(), ["recovered 14 3 osd3 v2"]);
+    // The stripe reads back as it was before the update that reached no chunk.
+    let mut back = l.clone();
+    back.epoch = 3;
+    let got = client.read_segment(&back, 0, len as u64).await.unwrap();
+    assert!(got == model, "the stripe reads back as written");
+}

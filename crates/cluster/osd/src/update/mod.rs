@@ -218,8 +218,7 @@ impl Osd {
         self.learn_view(&l, &mut st).await;
         let k = self.k();
         // The version is used up whether or not this update is acknowledged.
-        let version = st.view.newest + 1;
-        st.view.newest = version;
+        let version = st.issue();
         let plan = Plan {
             layout: &l,
             version,
