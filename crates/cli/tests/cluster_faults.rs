@@ -187,9 +187,8 @@ async fn fault_run(seed: u64) -> Marks {
         }
     }
     // Heal: restart whatever is down, wait for full redundancy, then every file must read whole.
-    for i in down.drain(..) {
-        rig.cluster.start_osd(i).unwrap();
-    }
+    let restart: Vec<usize> = down.drain(..).collect();
+    rig.restart_and_wait(&restart).await;
     rig.wait_healthy().await;
     for (path, f) in &model {
         let got = rig

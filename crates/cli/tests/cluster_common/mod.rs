@@ -255,6 +255,50 @@ impl Rig {
         out
     }
 
+    /// Starts the OSDs `down` again and waits until the MDS has each up at its new address. A
+    /// restarted OSD listens on a new port, and an MDS that never noticed it was down hands out
+    /// the old one until it registers: a read made then meets refused connections (fault seed
+    /// 367350 read its files in that window after its final restarts and failed).
+    pub async fn restart_and_wait(&mut self, down: &[usize]) {
+        let before = self
+            .client
+            .status()
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()));
+        let old: Vec<(String, String)> = down
+            .iter()
+            .map(|&i| {
+                let name = LocalCluster::osd_name(i);
+                let addr = before
+                    .osds
+                    .iter()
+                    .find(|o| o.name == name)
+                    .map(|o| o.addr.clone())
+                    .unwrap_or_default();
+                (name, addr)
+            })
+            .collect();
+        for &i in down {
+            self.cluster.start_osd(i).unwrap();
+        }
+        self.client
+            .wait_status(
+                "the restarted OSDs registered",
+                Duration::from_secs(60),
+                move |s| {
+                    old.iter().all(|(name, addr)| {
+                        s.osds.iter().any(|o| {
+                            &o.name == name
+                                && o.state == ecstack_mds_proto::OsdState::Up
+                                && &o.addr != addr
+                        })
+                    })
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.logs()));
+    }
+
     /// Waits until the MDS sees OSD `name` in a state other than up.
     pub async fn wait_down(&self, name: &str) {
         let n = name.to_owned();
