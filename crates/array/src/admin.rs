@@ -9,8 +9,11 @@
 //! fail DEV                            take a device out of service
 //! rebuild DEV [--replacement] [SPEC]  rebuild onto SPEC (default: the device's recorded spec);
 //!                                     its RebuildReport (JSON)
-//! scrub [--no-repair] [--mb-per-s N]  check every stripe's parity, repair what can be located;
-//!                                     its ScrubReport (JSON)
+//! scrub [--no-repair] [--mb-per-s N] [--checksums-only]
+//!                                     check every chunk's checksum and every stripe's parity
+//!                                     (--checksums-only: the parity only of stripes with a chunk
+//!                                     whose checksum fails or is not known), repair what can be
+//!                                     located; its ScrubReport (JSON)
 //! scrub-progress                      how far the running scrub is (ScrubProgressReport, JSON):
 //!                                     ask on a second connection while `scrub` runs
 //! help                                this list
@@ -134,6 +137,9 @@ pub enum AdminCommand {
         repair: bool,
         /// Read bandwidth limit, MB/s (0 = none).
         mb_per_s_max: u64,
+        /// Skip the parity check of stripes whose every chunk matches its checksum
+        /// ([`ScrubOptions::checksums_only`]).
+        checksums_only: bool,
     },
     /// How far the scrub running on this admin channel is ([`ScrubProgress`]).
     ScrubProgress,
@@ -184,7 +190,7 @@ impl Drop for ScrubRunning<'_> {
 }
 
 const COMMANDS: &str =
-    "status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC], scrub [--no-repair] [--mb-per-s N], scrub-progress; DEV is an index, mainI or logI";
+    "status, commit, sync, fail DEV, rebuild DEV [--replacement SPEC], scrub [--no-repair] [--mb-per-s N] [--checksums-only], scrub-progress; DEV is an index, mainI or logI";
 
 impl AdminCommand {
     /// Parse one command line.
@@ -229,19 +235,21 @@ impl AdminCommand {
     }
 }
 
-/// `scrub [--no-repair] [--mb-per-s N]`, after the word `scrub`.
+/// `scrub [--no-repair] [--mb-per-s N] [--checksums-only]`, after the word `scrub`.
 fn parse_scrub(words: &[&str]) -> Result<AdminCommand> {
     let usage = || {
         admin_err(format!(
-            "usage: scrub [--no-repair] [--mb-per-s N] ({COMMANDS})"
+            "usage: scrub [--no-repair] [--mb-per-s N] [--checksums-only] ({COMMANDS})"
         ))
     };
     let mut repair = true;
+    let mut checksums_only = false;
     let mut mb_per_s_max = 0u64;
     let mut i = 0;
     while i < words.len() {
         match words[i] {
             "--no-repair" => repair = false,
+            "--checksums-only" => checksums_only = true,
             "--mb-per-s" => {
                 let v: u64 = words
                     .get(i + 1)
@@ -257,6 +265,7 @@ fn parse_scrub(words: &[&str]) -> Result<AdminCommand> {
     Ok(AdminCommand::Scrub {
         repair,
         mb_per_s_max,
+        checksums_only,
     })
 }
 
@@ -281,6 +290,7 @@ impl fmt::Display for AdminCommand {
             AdminCommand::Scrub {
                 repair,
                 mb_per_s_max,
+                checksums_only,
             } => {
                 write!(f, "scrub")?;
                 if !repair {
@@ -288,6 +298,9 @@ impl fmt::Display for AdminCommand {
                 }
                 if *mb_per_s_max > 0 {
                     write!(f, " --mb-per-s {mb_per_s_max}")?;
+                }
+                if *checksums_only {
+                    write!(f, " --checksums-only")?;
                 }
                 Ok(())
             }
@@ -373,10 +386,12 @@ impl Array {
             AdminCommand::Scrub {
                 repair,
                 mb_per_s_max,
+                checksums_only,
             } => {
                 let opts = ScrubOptions {
                     repair: *repair,
                     mb_per_s_max: *mb_per_s_max as f64,
+                    checksums_only: *checksums_only,
                     ..ScrubOptions::default()
                 };
                 if progress.running.swap(true, SeqCst) {

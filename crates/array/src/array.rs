@@ -1291,29 +1291,29 @@ impl Array {
         let total = stripes.len() as u64;
         let mut r = ScrubReport {
             repair: opts.repair,
+            checksums_only: opts.checksums_only,
             ..ScrubReport::default()
         };
         let mut done = 0u64;
-        // One read-ahead thread for the whole scrub (none where device I/O stays on the calling
+        // Read-ahead threads for the whole scrub (none where device I/O stays on the calling
         // thread, as in the simulator).
         let threaded = self.core.devs.parallel.load(Relaxed);
+        let batch = opts.batch_stripes.max(1);
+        let steps: Vec<&[u64]> = stripes.chunks(batch).collect();
         std::thread::scope(|sc| -> Result<()> {
-            let ra = threaded.then(|| crate::scrub::ReadAhead::spawn(sc, &self.core));
-            for step in stripes.chunks(opts.batch_stripes.max(1)) {
+            let mut pipe =
+                crate::scrub::Pipeline::new(sc, &self.core, self.scheme.as_ref(), batch, threaded);
+            for (i, step) in steps.iter().enumerate() {
                 {
                     let _a = self.admin_write();
                     if self.scheme.has_pending(&self.core) {
                         self.commit_locked()?;
                         r.commits += 1;
                     }
-                    crate::scrub::scrub_stripes(
-                        &self.core,
-                        self.scheme.as_ref(),
-                        step,
-                        opts.repair,
-                        &mut r,
-                        ra.as_ref(),
-                    )?;
+                    // The next step's first parts are read while this one is checked (kept only
+                    // if nothing changed on the devices before that step takes the lock).
+                    let next = steps.get(i + 1).copied().unwrap_or(&[]);
+                    pipe.step(step, next, opts, &mut r)?;
                 }
                 done += step.len() as u64;
                 progress(done, total);

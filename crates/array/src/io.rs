@@ -13,7 +13,7 @@ use ecstack_device::{AlignedBuf, Batch, BlockDevice, IoKind};
 use crate::crc::ChunkCrcs;
 
 /// Largest merged request.
-const MAX_MERGE: u64 = 1 << 20;
+pub(crate) const MAX_MERGE: u64 = 1 << 20;
 
 /// Counters of one device (or a device class), as the array saw its requests (merged requests
 /// count once; failed ones in `errors`).
@@ -345,6 +345,9 @@ pub(crate) struct Devs {
     /// The per-chunk checksums every read is verified against and every write updates (set
     /// once the metadata is loaded; none in unit tests of this module).
     crcs: std::sync::OnceLock<Arc<ChunkCrcs>>,
+    /// Bumped before every batch of writes, every device failure and every replacement: bytes
+    /// read while it stayed the same are still what the devices hold ([`Devs::generation`]).
+    generation: AtomicU64,
 }
 
 impl Devs {
@@ -360,7 +363,20 @@ impl Devs {
             verified: (0..n).map(|_| VerifiedChunks::default()).collect(),
             pool: Pool::new(n),
             crcs: std::sync::OnceLock::new(),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// A count that changes before any device's bytes or state can change (writes, failures,
+    /// replacements): scrub reads ahead across the admin lock's steps and keeps what it read only
+    /// if the count, taken under the lock when the reads were planned, is the same under the lock
+    /// when they are checked.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Relaxed)
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Relaxed);
     }
 
     /// Verify reads and record writes with `crcs` from now on (once, when the array opens).
@@ -401,6 +417,7 @@ impl Devs {
 
     pub fn replace(&self, i: usize, dev: Arc<dyn BlockDevice>) {
         let keeps_data = dev.keeps_data();
+        self.changed();
         self.devs.write().unwrap_or_else(|p| p.into_inner())[i] = dev;
         // The new device's generations say nothing about the old one's chunks.
         self.verified[i].clear();
@@ -428,6 +445,7 @@ impl Devs {
     }
 
     pub fn mark_failed(&self, i: usize) {
+        self.changed();
         if !self.failed[i].swap(true, Relaxed) {
             self.failures_seen.fetch_add(1, Relaxed);
         }
@@ -651,6 +669,58 @@ impl Devs {
         }
     }
 
+    /// Read every op straight into its own buffer, one request per op (the caller has merged
+    /// consecutive chunks into one op over one buffer, aligned for `O_DIRECT`), every device's
+    /// share in one batch; sets `ok`. Unlike [`Devs::read`] nothing is verified or copied: the
+    /// caller checks the chunks against their checksums (scrub, which reads into reused buffers
+    /// on its read-ahead threads and verifies on its checking thread). A device that errors is
+    /// marked failed.
+    pub fn read_raw(&self, ops: &mut [Rd<'_>]) {
+        let mut by_dev: Vec<Vec<(usize, u64, IoKind<'_>)>> =
+            (0..self.len()).map(|_| Vec::new()).collect();
+        for (i, o) in ops.iter_mut().enumerate() {
+            if o.buf.is_empty() {
+                o.ok = true;
+            } else if !self.is_failed(o.dev) {
+                by_dev[o.dev].push((i, o.off, IoKind::Read(&mut *o.buf)));
+            }
+        }
+        let used: Vec<usize> = (0..self.len()).filter(|&d| !by_dev[d].is_empty()).collect();
+        let devs: Vec<Arc<dyn BlockDevice>> = used.iter().map(|&d| self.get(d)).collect();
+        let mut who: Vec<Vec<(usize, u64, usize)>> = Vec::with_capacity(used.len());
+        let mut reqs = Vec::with_capacity(used.len());
+        for &d in &used {
+            let rs = std::mem::take(&mut by_dev[d]);
+            who.push(
+                rs.iter()
+                    .map(|(i, off, k)| {
+                        (
+                            *i,
+                            *off,
+                            match k {
+                                IoKind::Read(b) => b.len(),
+                                IoKind::Write(b) => b.len(),
+                            },
+                        )
+                    })
+                    .collect(),
+            );
+            reqs.push(rs.into_iter().map(|(_, off, k)| (off, k)).collect());
+        }
+        let oks = self.submit(&devs, reqs);
+        for ((&d, who), oks) in used.iter().zip(who).zip(oks) {
+            for ((i, off, len), ok) in who.into_iter().zip(oks) {
+                if ok {
+                    self.meters[d].record(false, off, len as u64);
+                    ops[i].ok = true;
+                } else {
+                    self.meters[d].error();
+                    self.mark_failed(d);
+                }
+            }
+        }
+    }
+
     /// [`Devs::read`] of one op: the small-read fast path (a key-value GET reads one ~140-byte
     /// record inside one chunk). The same steps as the general path (one request through the
     /// device's batch seam, the whole chunk verified against its checksum, the bytes copied out,
@@ -734,6 +804,7 @@ impl Devs {
 
     /// Write every op (skipping failed devices); sets `ok`. A device that errors is marked failed.
     pub fn write(&self, ops: &mut [Wr<'_>]) {
+        self.changed();
         let plans = self.plan(ops, |o| (o.dev, o.off, o.buf.len()));
         // Invariant: the writes of one batch to one device do not overlap. A batch's requests may
         // complete in any order (one io_uring submission), so overlapping writes would leave either

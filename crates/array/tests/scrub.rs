@@ -69,12 +69,159 @@ fn snapshot(d: &Dev) -> Vec<u8> {
 }
 
 fn scrub(a: &Array, repair: bool) -> ScrubReport {
+    scrub_with(a, repair, false)
+}
+
+fn scrub_with(a: &Array, repair: bool, checksums_only: bool) -> ScrubReport {
     let opts = ScrubOptions {
         repair,
         batch_stripes: 16,
+        checksums_only,
         ..ScrubOptions::default()
     };
     a.scrub(&opts, &|_, _| {}).unwrap()
+}
+
+/// Make `chunk` wrong while keeping its CRC32C: flip a bit past the first 8 bytes, then change
+/// bits of the first 4 bytes so that the checksum comes out the same (CRC32C is affine over
+/// GF(2): per length, crc(x ^ e) = crc(x) ^ crc(e) ^ crc(0), and any 32 consecutive bits can
+/// reach any checksum change). Wrong bytes that match their checksum: only parity tells.
+fn collide(chunk: &mut [u8], rng: &mut Rng) {
+    let len = chunk.len();
+    let zeros = vec![0u8; len];
+    let lin = |e: &[u8]| crc32c::crc32c(e) ^ crc32c::crc32c(&zeros);
+    let unit = |byte: usize, bit: u64| {
+        let mut e = vec![0u8; len];
+        e[byte] = 1 << bit;
+        e
+    };
+    let before = crc32c::crc32c(chunk);
+    let (flip, bit) = (8 + rng.below(len as u64 - 8) as usize, rng.below(8));
+    // Gaussian elimination over the 32 bits of the first 4 bytes: (their checksum change, bits).
+    let mut basis: Vec<(u32, u32)> = Vec::new();
+    for b in 0..32 {
+        let (mut v, mut m) = (lin(&unit(b / 8, b as u64 % 8)), 1u32 << b);
+        for &(bv, bm) in &basis {
+            if v ^ bv < v {
+                v ^= bv;
+                m ^= bm;
+            }
+        }
+        if v != 0 {
+            basis.push((v, m));
+        }
+    }
+    let (mut t, mut mask) = (lin(&unit(flip, bit)), 0u32);
+    for &(bv, bm) in &basis {
+        if t ^ bv < t {
+            t ^= bv;
+            mask ^= bm;
+        }
+    }
+    assert_eq!(t, 0, "the first 32 bits reach every checksum change");
+    chunk[flip] ^= 1 << bit;
+    for b in 0..32 {
+        if mask >> b & 1 == 1 {
+            chunk[b / 8] ^= 1 << (b % 8);
+        }
+    }
+    assert_eq!(crc32c::crc32c(chunk), before);
+}
+
+/// [`collide`] every chunk slot of main device `d`, behind the array.
+fn collide_device(rig: &Rig, a: &Array, d: usize, seed: u64) {
+    let g = a.geometry();
+    let inner = rig.main[d].inner();
+    let mut rng = Rng::new(seed);
+    let mut b = vec![0u8; g.chunk as usize];
+    for slot in 0..g.slots {
+        inner.read_at(&mut b, g.off(slot)).unwrap();
+        let was = b.clone();
+        collide(&mut b, &mut rng);
+        assert_ne!(b, was);
+        inner.write_at(&b, g.off(slot)).unwrap();
+    }
+}
+
+/// `checksums_only` (the cheap daily mode): chunks that fail their checksum are found and
+/// repaired as by the default scrub; a stripe whose every chunk matched its checksum skips the
+/// parity check; stripes with chunks whose checksum is not known get the full check.
+#[test]
+fn checksums_only_finds_bad_chunks_and_skips_the_parity_of_matching_stripes() {
+    for (i, scheme) in [SchemeKind::Md, SchemeKind::Pl, SchemeKind::Eplog]
+        .into_iter()
+        .enumerate()
+    {
+        let rig = Rig::new(scheme, 4, 2, 90 + i as u64, false);
+        let (a, model) = filled(&rig, scheme, 4, 2, 91 + i as u64);
+        let clean = scrub_with(&a, true, true);
+        assert!(clean.stripes > 0, "{scheme:?}: {clean:?}");
+        assert!(clean.checksums_only);
+        assert_eq!(
+            clean.parity_skipped_stripes, clean.stripes,
+            "{scheme:?}: {clean:?}"
+        );
+        assert_eq!(clean.inconsistent_stripes, 0, "{scheme:?}: {clean:?}");
+        rot_device(&rig, &a, 1, 92);
+        let r = scrub_with(&a, true, true);
+        assert_eq!(r.checksum_errors, r.stripes, "{scheme:?}: {r:?}");
+        assert_eq!(r.inconsistent_stripes, r.stripes, "{scheme:?}: {r:?}");
+        assert_eq!(r.repaired_stripes, r.stripes, "{scheme:?}: {r:?}");
+        assert_eq!(r.parity_skipped_stripes, 0, "{scheme:?}: {r:?}");
+        assert!(r.clean(), "{scheme:?}: {r:?}");
+        verify_all(
+            &a,
+            &model,
+            &format!("{scheme:?} after a checksums-only repair"),
+        );
+        let again = scrub_with(&a, true, true);
+        assert_eq!(again.parity_skipped_stripes, again.stripes, "{again:?}");
+        assert_eq!(again.inconsistent_stripes, 0, "{again:?}");
+    }
+    // Written with checksums off, so none is known: every stripe gets the full check, and a bad
+    // chunk is found and repaired by parity.
+    let rig = Rig::new(SchemeKind::Md, 4, 2, 95, false);
+    let (a, model) = filled_with(&rig, SchemeKind::Md, 4, 2, 96, false);
+    a.set_checksums(true);
+    rot_device(&rig, &a, 2, 97);
+    let r = scrub_with(&a, true, true);
+    assert!(r.stripes > 0);
+    assert_eq!(r.parity_skipped_stripes, 0, "{r:?}");
+    assert_eq!(r.checksum_errors, 0, "{r:?}");
+    assert_eq!(r.inconsistent_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.repaired_stripes, r.stripes, "{r:?}");
+    verify_all(&a, &model, "after a checksums-only scrub without checksums");
+    // The next scrub finds the stripes consistent and gives their chunks checksums; the one after
+    // skips every parity.
+    let learn = scrub_with(&a, true, true);
+    assert_eq!(learn.inconsistent_stripes, 0, "{learn:?}");
+    assert!(learn.checksums_learned > 0, "{learn:?}");
+    let skip = scrub_with(&a, true, true);
+    assert_eq!(skip.parity_skipped_stripes, skip.stripes, "{skip:?}");
+}
+
+/// Wrong bytes that still match their checksum ([`collide`]): `checksums_only` takes the stripes
+/// as written (the mode's documented limit), the default scrub finds the parity mismatch, locates
+/// the chunk by parity (m = 2) and repairs it.
+#[test]
+fn the_default_scrub_finds_a_parity_mismatch_whose_checksums_match() {
+    let rig = Rig::new(SchemeKind::Md, 4, 2, 98, false);
+    let (a, model) = filled(&rig, SchemeKind::Md, 4, 2, 99);
+    collide_device(&rig, &a, 3, 100);
+    let cheap = scrub_with(&a, false, true);
+    assert!(cheap.stripes > 0);
+    assert_eq!(cheap.checksum_errors, 0, "{cheap:?}");
+    assert_eq!(cheap.inconsistent_stripes, 0, "{cheap:?}");
+    assert_eq!(cheap.parity_skipped_stripes, cheap.stripes, "{cheap:?}");
+    let r = scrub(&a, true);
+    assert_eq!(r.checksum_errors, 0, "{r:?}");
+    assert_eq!(r.parity_skipped_stripes, 0, "{r:?}");
+    assert_eq!(r.inconsistent_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.repaired_stripes, r.stripes, "{r:?}");
+    assert_eq!(r.repaired_chunks, r.stripes, "{r:?}");
+    verify_all(&a, &model, "after the parity repair");
+    let again = scrub(&a, true);
+    assert_eq!(again.inconsistent_stripes, 0, "{again:?}");
 }
 
 #[test]
@@ -280,6 +427,7 @@ fn scrub_under_concurrent_writes_finds_no_false_mismatch() {
     while !writer.is_finished() || scrubs == 0 {
         let opts = ScrubOptions {
             batch_stripes: 4,
+            checksums_only: scrubs % 2 == 1,
             ..ScrubOptions::default()
         };
         let r = a.scrub(&opts, &|_, _| {}).unwrap();
@@ -327,6 +475,8 @@ fn the_scrub_command_parses_and_prints_back() {
         "scrub --no-repair",
         "scrub --mb-per-s 50",
         "scrub --no-repair --mb-per-s 7",
+        "scrub --checksums-only",
+        "scrub --no-repair --mb-per-s 7 --checksums-only",
     ] {
         let c = AdminCommand::parse(line).unwrap();
         assert_eq!(c.to_string(), line);

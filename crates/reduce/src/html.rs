@@ -19,6 +19,27 @@ pub const CLASSES: [(u64, &str, f64); 5] = [
     (u64::MAX, "huge (TiBs and up)", 17.0),
 ];
 
+/// Directories labelled on the page (visible text beside the node): the largest by their own files'
+/// bytes, skipping any whose label would overlap one already placed; the root is always labelled.
+pub const LABELS_MAX: usize = 24;
+/// Longest label drawn; a longer path keeps its end, after "…".
+const LABEL_CHARS_MAX: usize = 28;
+/// Label font size and the width assumed per character (sans-serif at 11 px) for the overlap test.
+const LABEL_PX: f64 = 11.0;
+const LABEL_CHAR_PX: f64 = 6.6;
+
+/// The saving legend's keys: (saving, label).
+const SAVING_KEYS: [(f64, &str); 6] = [
+    (0.0, "none"),
+    (0.02, "2%"),
+    (0.08, "8%"),
+    (0.2, "20%"),
+    (0.5, "50%"),
+    (0.9, "90%"),
+];
+/// Side of every legend key's box (the largest size class's circle fits).
+const KEY_PX: usize = 36;
+
 /// The class index of a directory holding `bytes` directly.
 pub fn size_class(bytes: u64) -> usize {
     CLASSES
@@ -79,6 +100,75 @@ fn parent(p: &str) -> Option<&str> {
     } else {
         Some(p.rfind('/').map_or(".", |i| &p[..i]))
     }
+}
+
+/// The text of a node's label: its path below the root (the root: the root's own name), at most
+/// [`LABEL_CHARS_MAX`] characters, keeping the end (the deepest names) after "…".
+fn label_text(path: &str, root: &str) -> String {
+    let full = match path {
+        "." => Path::new(root)
+            .file_name()
+            .map_or_else(|| root.to_string(), |n| n.to_string_lossy().into_owned()),
+        p => p.to_string(),
+    };
+    let chars: Vec<char> = full.chars().collect();
+    if chars.len() <= LABEL_CHARS_MAX {
+        return full;
+    }
+    let tail: String = chars[chars.len() + 1 - LABEL_CHARS_MAX..].iter().collect();
+    format!("…{tail}")
+}
+
+/// The width a label is assumed to take (for the overlap test and the picture's margin).
+fn label_width(text: &str) -> f64 {
+    text.chars().count() as f64 * LABEL_CHAR_PX
+}
+
+/// A label placed on the picture: beside node `node`, its text starting at (x, y) to the right, or
+/// ending there (left of the node).
+struct Label {
+    node: usize,
+    text: String,
+    x: f64,
+    y: f64,
+    right: bool,
+}
+
+/// Place labels for `candidates` (node, text) in order, at most [`LABELS_MAX`], each beside its
+/// node (`at(node)` = centre x, y, radius, whether the label goes to the right), skipping one whose
+/// box would overlap a label already placed.
+fn place_labels(
+    candidates: &[(usize, String)],
+    at: impl Fn(usize) -> (f64, f64, f64, bool),
+) -> Vec<Label> {
+    let mut placed: Vec<Label> = Vec::new();
+    let mut boxes: Vec<[f64; 4]> = Vec::new();
+    let gap = 3.0;
+    for (node, text) in candidates {
+        if placed.len() >= LABELS_MAX {
+            break;
+        }
+        let (cx, cy, r, right) = at(*node);
+        let w = label_width(text);
+        let x = if right { cx + r + gap } else { cx - r - gap };
+        let (x0, x1) = if right { (x, x + w) } else { (x - w, x) };
+        let b = [x0, cy - LABEL_PX * 0.7, x1, cy + LABEL_PX * 0.7];
+        let clash = boxes
+            .iter()
+            .any(|o| b[0] < o[2] && o[0] < b[2] && b[1] < o[3] && o[1] < b[3]);
+        if clash {
+            continue;
+        }
+        boxes.push(b);
+        placed.push(Label {
+            node: *node,
+            text: text.clone(),
+            x,
+            y: cy,
+            right,
+        });
+    }
+    placed
 }
 
 /// Write the HTML tree report of a results directory; at most `nodes_max` directories (the largest by
@@ -191,54 +281,86 @@ pub fn write_html(dir: &Path, out: &Path, nodes_max: usize) -> Result<usize, Red
     let ring = 70.0_f64
         .max(12.0 * leaves as f64 / std::f64::consts::TAU / depth_max.max(1) as f64)
         .min(200.0);
-    let half = ring * depth_max as f64 + 40.0;
+    // Label candidates: the root, then directories with files of their own, largest first.
+    let mut candidates: Vec<(usize, String)> = vec![(0, label_text(".", &m.root))];
+    let mut by_bytes: Vec<usize> = (1..nodes.len()).filter(|&i| nodes[i].files > 0).collect();
+    by_bytes.sort_by(|&a, &b| {
+        (nodes[b].bytes.cmp(&nodes[a].bytes)).then(nodes[a].path.cmp(&nodes[b].path))
+    });
+    candidates.extend(
+        by_bytes
+            .into_iter()
+            .map(|i| (i, label_text(&nodes[i].path, &m.root))),
+    );
+    // Room around the rings for labels beside the outermost nodes.
+    let label_room = candidates
+        .iter()
+        .map(|(_, t)| label_width(t))
+        .fold(0.0, f64::max);
+    let half = ring * depth_max as f64 + 40.0 + label_room;
     let xy = |n: &Node| -> (f64, f64) {
         let r = ring * n.depth as f64;
         (half + r * n.angle.cos(), half + r * n.angle.sin())
     };
+    let radius = |n: &Node| {
+        if n.files == 0 {
+            2.0
+        } else {
+            CLASSES[size_class(n.bytes)].2
+        }
+    };
+    let labels = place_labels(&candidates, |i| {
+        let n = &nodes[i];
+        let (x, y) = xy(n);
+        // Right of the node on the right half of the circle (and at the root), left of it on the left half.
+        (x, y, radius(n), n.depth == 0 || n.angle.cos() >= 0.0)
+    });
 
     let mut h = String::new();
     let title = format!("ecstack reduce: {}", esc(&m.root));
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>\n<style>\
-body{{font-family:sans-serif;margin:1em}} svg{{border:1px solid #ccc;background:#fafafa;max-width:100%;height:auto}} \
-#legend span{{display:inline-block;margin-right:1.2em}} .sw{{display:inline-block;width:14px;height:14px;border:1px solid #555;vertical-align:middle}}\
+body{{font-family:sans-serif;margin:1em}} #tree{{border:1px solid #ccc;background:#fafafa;max-width:100%;height:auto}} \
+#legend{{display:grid;grid-template-columns:repeat({cols},auto);justify-content:start;align-items:center;column-gap:1.2em;row-gap:2px}} \
+#legend .item{{display:flex;align-items:center;gap:6px}} #legend .key{{flex:none;width:{KEY_PX}px;height:{KEY_PX}px;display:flex;align-items:center;justify-content:center}} \
+#legend .sw{{width:14px;height:14px;box-sizing:border-box;border:1px solid #555}}\
 </style></head><body>\n<h1>{title}</h1>\n<p>{} files, {} bytes analysed; {} directories drawn (the largest {} and their ancestors). \
-Node size: bytes of the directory's own files (before reduction); colour: saving of the selected configuration.</p>\n",
+Node size: bytes of the directory's own files (before reduction); colour: saving of the selected configuration; labels: the root and the largest directories.</p>\n",
         m.files,
         m.bytes,
         nodes.len(),
-        nodes_max
+        nodes_max,
+        cols = 1 + CLASSES.len().max(SAVING_KEYS.len()),
     );
     let _ = write!(h, "<p><label>configuration <select id=\"cfg\">");
     for c in &m.configurations {
         let _ = write!(h, "<option value=\"{}\">{}</option>", c.id, esc(&c.label));
     }
     let _ = writeln!(h, "</select></label> <label>search path <input id=\"q\" size=\"40\"></label> <span id=\"hits\"></span></p>");
-    let _ = write!(h, "<div id=\"legend\"><b>size</b> ");
+    // The legend: one grid, a row for sizes and one for savings, every key in a box of the same
+    // size with its label centred beside it, so keys and labels line up along and across the rows.
+    let _ = write!(h, "<div id=\"legend\"><b>size</b>");
+    let half_key = KEY_PX / 2;
     for (_, name, r) in CLASSES {
-        let _ = write!(h, "<span><svg width=\"36\" height=\"36\"><circle cx=\"18\" cy=\"18\" r=\"{r}\" fill=\"#fff\"/></svg>{name}</span>");
+        let _ = write!(h, "<span class=\"item\"><svg class=\"key\" width=\"{KEY_PX}\" height=\"{KEY_PX}\"><circle cx=\"{half_key}\" cy=\"{half_key}\" r=\"{r}\" fill=\"#fff\"/></svg><span class=\"name\">{}</span></span>", esc(name));
     }
-    let _ = write!(h, "<br><b>saving</b> ");
-    for (s, name) in [
-        (0.0, "none"),
-        (0.02, "2%"),
-        (0.08, "8%"),
-        (0.2, "20%"),
-        (0.5, "50%"),
-        (0.9, "90%"),
-    ] {
+    for _ in CLASSES.len()..SAVING_KEYS.len() {
+        let _ = write!(h, "<span></span>");
+    }
+    let _ = write!(h, "<b>saving</b>");
+    for (s, name) in SAVING_KEYS {
         let _ = write!(
             h,
-            "<span><span class=\"sw\" style=\"background:{}\"></span> {name}</span>",
+            "<span class=\"item\"><span class=\"key\"><span class=\"sw\" style=\"background:{}\"></span></span><span class=\"name\">{name}</span></span>",
             colour(s)
         );
     }
     let _ = writeln!(h, "</div>");
     let size = 2.0 * half;
     let _ = writeln!(h, "<svg id=\"tree\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{size:.0}\" height=\"{size:.0}\" viewBox=\"0 0 {size:.0} {size:.0}\">\n\
-<style>circle{{stroke:#555;stroke-width:0.8}} circle.hit{{stroke:#e00;stroke-width:3}} line{{stroke:#bbb;stroke-width:0.8}}</style>");
+<style>circle{{stroke:#555;stroke-width:0.8}} circle.hit{{stroke:#e00;stroke-width:3}} line{{stroke:#bbb;stroke-width:0.8}} \
+text.label{{font-family:sans-serif;font-size:{LABEL_PX}px;fill:#222;dominant-baseline:central;paint-order:stroke;stroke:#fafafa;stroke-width:3px;stroke-linejoin:round}}</style>");
     for n in &nodes {
         let (x1, y1) = xy(n);
         for &k in &n.children {
@@ -266,11 +388,7 @@ Node size: bytes of the directory's own files (before reduction); colour: saving
             .first()
             .and_then(|s| s.parse::<f64>().ok())
             .unwrap_or(0.0);
-        let r = if n.files == 0 {
-            2.0
-        } else {
-            CLASSES[size_class(n.bytes)].2
-        };
+        let r = radius(n);
         let _ = writeln!(
             h,
             "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"{r}\" fill=\"{}\" data-path=\"{}\" data-s=\"{}\"><title>{} — {} files, {} bytes</title></circle>",
@@ -280,6 +398,17 @@ Node size: bytes of the directory's own files (before reduction); colour: saving
             esc(&n.path),
             n.files,
             n.bytes
+        );
+    }
+    for l in &labels {
+        let _ = writeln!(
+            h,
+            "<text class=\"label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{}\" data-path=\"{}\">{}</text>",
+            l.x,
+            l.y,
+            if l.right { "start" } else { "end" },
+            esc(&nodes[l.node].path),
+            esc(&l.text)
         );
     }
     let _ = writeln!(h, "</svg>");

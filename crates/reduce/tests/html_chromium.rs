@@ -118,6 +118,99 @@ fn rgb(hex: &str) -> [u8; 3] {
     [(v >> 16) as u8, (v >> 8) as u8, v as u8]
 }
 
+/// Where Chromium laid out the labels and the legend: a copy of the page with a script that writes
+/// the boxes (`getBoundingClientRect`, CSS pixels) as JSON into the DOM, read back with --dump-dom.
+const MEASURE: &str = "<script>\
+const box=e=>{const r=e.getBoundingClientRect();return [r.left,r.top,r.right,r.bottom];};\
+const out={tree:box(document.getElementById('tree')),labels:[],nodes:{},items:[]};\
+for(const c of document.querySelectorAll('#tree circle'))out.nodes[c.dataset.path]=box(c);\
+for(const t of document.querySelectorAll('#tree text.label')){const cs=getComputedStyle(t);\
+out.labels.push({path:t.dataset.path,text:t.textContent,box:box(t),\
+shown:cs.display!=='none'&&cs.visibility==='visible'&&+cs.opacity>0,font:parseFloat(cs.fontSize)});}\
+for(const it of document.querySelectorAll('#legend .item')){const k=it.querySelector('.key');\
+out.items.push({key:box(k),mark:box(k.firstElementChild),name:box(it.querySelector('.name')),text:it.textContent});}\
+const pre=document.createElement('pre');pre.id='measured';pre.textContent=JSON.stringify(out);document.body.appendChild(pre);\
+</script>";
+
+/// The rendered layout: every label in `labels` drawn, visible, inside the picture, beside its
+/// node and clear of the other labels; every legend key vertically centred on its label, the
+/// label right after its key, and the size and saving rows' keys in the same columns.
+fn check_layout(bin: &str, page: &Path, labels: &[&str]) {
+    let html = std::fs::read_to_string(page).unwrap();
+    let copy = page.with_file_name("measure.html");
+    std::fs::write(&copy, html.replace("</body>", &format!("{MEASURE}</body>"))).unwrap();
+    let o = headless(bin, &["--window-size=1000,1200", "--dump-dom"], &copy);
+    let dom = String::from_utf8_lossy(&o.stdout);
+    let json = dom
+        .split("<pre id=\"measured\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or_else(|| panic!("measuring script did not run: {dom}"))
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let b = |x: &serde_json::Value| -> [f64; 4] {
+        let a = x.as_array().unwrap();
+        [0, 1, 2, 3].map(|i| a[i].as_f64().unwrap())
+    };
+    let mid_y = |r: [f64; 4]| (r[1] + r[3]) / 2.0;
+    let tree = b(&v["tree"]);
+    let drawn = v["labels"].as_array().unwrap();
+    let mut boxes = Vec::new();
+    for want in labels {
+        let l = drawn
+            .iter()
+            .find(|l| l["text"] == *want)
+            .unwrap_or_else(|| panic!("label {want} not drawn: {json}"));
+        let r = b(&l["box"]);
+        assert_eq!(l["shown"], true, "{l}");
+        assert!(l["font"].as_f64().unwrap() >= 9.0, "{l}");
+        assert!(r[2] - r[0] > 5.0 && r[3] - r[1] > 5.0, "empty label {l}");
+        assert!(
+            r[0] >= tree[0] && r[1] >= tree[1] && r[2] <= tree[2] && r[3] <= tree[3],
+            "label {l} outside the picture {tree:?}"
+        );
+        // Beside its node: level with its centre, a few pixels from its edge.
+        let n = b(&v["nodes"][l["path"].as_str().unwrap()]);
+        assert!((mid_y(r) - mid_y(n)).abs() <= 3.0, "{l} vs node {n:?}");
+        let gap = (r[0] - n[2]).max(n[0] - r[2]);
+        assert!(
+            (0.0..=8.0).contains(&gap),
+            "{l} is {gap} px from its node {n:?}"
+        );
+        boxes.push(r);
+    }
+    for (i, p) in boxes.iter().enumerate() {
+        for q in &boxes[i + 1..] {
+            let overlap = p[0] < q[2] && q[0] < p[2] && p[1] < q[3] && q[1] < p[3];
+            assert!(!overlap, "labels overlap: {p:?} {q:?}");
+        }
+    }
+    // The legend: 5 size keys, then 6 saving keys.
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 5 + 6, "{json}");
+    for it in items {
+        let (key, mark, name) = (b(&it["key"]), b(&it["mark"]), b(&it["name"]));
+        assert!(
+            (mid_y(mark) - mid_y(name)).abs() <= 1.5,
+            "legend key not level with its label: {it}"
+        );
+        assert!((mid_y(mark) - mid_y(key)).abs() <= 1.0, "{it}");
+        let after = name[0] - key[2];
+        assert!(
+            (0.0..=10.0).contains(&after),
+            "label {after} px from its key: {it}"
+        );
+    }
+    for (size, saving) in items[..5].iter().zip(&items[5..]) {
+        let (a, c) = (b(&size["key"]), b(&saving["key"]));
+        assert!((a[0] - c[0]).abs() <= 0.5, "columns: {size} above {saving}");
+        assert!(c[1] > a[3] - 0.5, "the saving row is below the size row");
+    }
+}
+
 #[test]
 fn tree_picture_in_headless_chromium() {
     let Some(bin) = chromium() else {
@@ -232,6 +325,21 @@ fn tree_picture_in_headless_chromium() {
     ] {
         assert!(dom.contains(label), "legend/selector lacks {label}");
     }
+
+    // The largest directories are labelled on the page (visible text, not only in tooltips), the
+    // root by its name.
+    for (path, text) in [
+        (".", "tree"),
+        ("zeros", "zeros"),
+        ("noise", "noise"),
+        ("text/deep", "text/deep"),
+    ] {
+        let tag = format!("data-path=\"{path}\">{text}</text>");
+        assert!(dom.contains(&tag), "no label {text} for {path}: {dom}");
+    }
+    // A directory without files of its own ("text") has no label.
+    assert!(!dom.contains("data-path=\"text\">"), "{dom}");
+    check_layout(bin, &page, &["tree", "zeros", "noise", "text/deep"]);
 
     // The picture itself: the nodes' fills and the legend's swatches are on screen.
     let shot = dir.path().join("tree.png");
