@@ -78,7 +78,7 @@ struct CodfsArgs {
     #[arg(long)]
     scale: Option<f64>,
     /// reserve, synthetic, overhead, msr: a small run (seconds), as CI runs it (msr: volumes
-    /// mds0 and rsrch0 at scale 0.0002, 1 MiB segments)
+    /// src22 and mds0 at scale 0.0002, 1 MiB segments, 8 OSDs)
     #[arg(long)]
     quick: bool,
     /// msr: the MSR volumes to replay (each the preset msr-NAME) [default: the seed's ten: src22,
@@ -436,7 +436,7 @@ fn codfs_msr(a: CodfsArgs) -> Result<()> {
     };
     let volumes = match (&a.volumes, a.quick) {
         (Some(v), _) => v.clone(),
-        (None, true) => vec!["mds0".into(), "rsrch0".into()],
+        (None, true) => vec!["src22".into(), "mds0".into()],
         (None, false) => VOLUMES.iter().map(|v| (*v).to_owned()).collect(),
     };
     let mut cfg = MsrConfig {

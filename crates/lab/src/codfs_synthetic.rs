@@ -484,10 +484,46 @@ impl Running {
         Ok((data_frags, parity_frags))
     }
 
-    /// SIGKILL of the last two OSDs, both declared out at once; timed from the kill until the
-    /// MDS reports every chunk rebuilt (the seed's measure), MB/s of rebuilt chunk bytes.
-    pub(crate) async fn recover_two(&mut self, log: &dyn Fn(&str)) -> Result<Recovery> {
-        let victims = [self.osds - 2, self.osds - 1];
+    /// The last two OSDs (process indexes).
+    pub(crate) fn last_two(&self) -> [usize; 2] {
+        [self.osds - 2, self.osds - 1]
+    }
+
+    /// The two OSDs (process indexes) holding the most chunks of file `path`.
+    pub(crate) async fn busiest_two(&self, path: &str) -> Result<[usize; 2]> {
+        let file = self.admin.stat(path).await.map_err(client_error)?;
+        let status = self.admin.status().await.map_err(client_error)?;
+        let mut by: Vec<(usize, usize)> = status
+            .osds
+            .iter()
+            .filter_map(|o| {
+                let i = o.name.strip_prefix("osd-")?.parse().ok()?;
+                let held = file
+                    .segments
+                    .iter()
+                    .flat_map(|l| &l.chunks)
+                    .filter(|c| c.osd_id == o.osd_id)
+                    .count();
+                Some((held, i))
+            })
+            .collect();
+        by.sort_unstable_by(|a, b| b.cmp(a));
+        match by[..] {
+            [(_, a), (_, b), ..] => Ok([a, b]),
+            _ => Err(LabError::Run(format!(
+                "{} OSDs in the status: two are needed",
+                by.len()
+            ))),
+        }
+    }
+
+    /// SIGKILL of OSDs `victims`, both declared out at once; timed from the kill until the MDS
+    /// reports every chunk rebuilt (the seed's measure), MB/s of rebuilt chunk bytes.
+    pub(crate) async fn recover_two(
+        &mut self,
+        victims: [usize; 2],
+        log: &dyn Fn(&str),
+    ) -> Result<Recovery> {
         let c0 = self.counters();
         let t = Instant::now();
         for &v in &victims {
@@ -785,7 +821,7 @@ async fn run_setting(
     ));
 
     // 5. Recovery after SIGKILL of two OSDs.
-    let recovery = bed.recover_two(log).await?;
+    let recovery = bed.recover_two(bed.last_two(), log).await?;
     bed.cluster.stop();
     Ok(Row {
         label: s.label(),
