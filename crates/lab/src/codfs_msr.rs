@@ -204,9 +204,13 @@ pub struct Row {
     pub bytes_verified: u64,
     pub recovery_secs: f64,
     pub recovery_bytes: u64,
+    /// NaN (JSON: null) when the recovery stalled.
     pub recovery_mb_per_sec: f64,
     pub recovery_cpu_pct: f64,
     pub recovery_cpu_ours_pct: f64,
+    /// What the MDS reported when the recovery stopped rebuilding before it finished (empty
+    /// when it finished).
+    pub recovery_stalled: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -396,9 +400,14 @@ async fn run_one(
         bytes_verified: got.len() as u64,
         recovery_secs: recovery.secs,
         recovery_bytes: recovery.bytes,
-        recovery_mb_per_sec: recovery.mb_per_sec,
+        recovery_mb_per_sec: if recovery.stalled.is_some() {
+            f64::NAN
+        } else {
+            recovery.mb_per_sec
+        },
         recovery_cpu_pct: recovery.load.cpu_busy_pct,
         recovery_cpu_ours_pct: recovery.load.cpu_ours_pct,
+        recovery_stalled: recovery.stalled.unwrap_or_default(),
     })
 }
 
@@ -417,7 +426,8 @@ impl MsrReport {
         b: UpdateScheme,
         f: fn(&Row) -> f64,
     ) -> Option<f64> {
-        Some(f(self.row(volume, a)?) / f(self.row(volume, b)?).max(1e-12))
+        let r = f(self.row(volume, a)?) / f(self.row(volume, b)?).max(1e-12);
+        r.is_finite().then_some(r)
     }
 
     /// The mean over volumes of `a / b` (those where both ran) and how many volumes it covers.
@@ -488,8 +498,9 @@ impl MsrReport {
             for t in &self.traces {
                 s += &format!("| {} |", t.volume);
                 for &sc in &schemes {
-                    s += &match self.row(&t.volume, sc) {
-                        Some(r) => format!(" {:.*} |", digits, f(r)),
+                    s += &match self.row(&t.volume, sc).map(f) {
+                        Some(v) if v.is_nan() => " stalled |".into(),
+                        Some(v) => format!(" {v:.digits$} |"),
                         None => " – |".into(),
                     };
                 }
@@ -503,6 +514,12 @@ impl MsrReport {
             |r| r.recovery_mb_per_sec,
             1,
         );
+        for r in self.rows.iter().filter(|r| !r.recovery_stalled.is_empty()) {
+            s += &format!(
+                "\n{} {}: the recovery stalled (nothing rebuilt for two minutes): {}\n",
+                r.volume, r.scheme, r.recovery_stalled
+            );
+        }
         s += &fig("F_avg of data chunks:", |r| r.f_avg_data, 2);
         s += &fig("F_avg of parity chunks:", |r| r.f_avg_parity, 2);
         s += &fig(

@@ -43,6 +43,8 @@ const NEVER_MS: u64 = 365 * 24 * 3_600_000;
 /// How long the OSDs get to register, and recovery to finish.
 const READY_SECS_MAX: u64 = 60;
 const RECOVERY_SECS_MAX: u64 = 3_600;
+/// A recovery that rebuilt nothing more for this long has stalled.
+const RECOVERY_STALL_SECS: u64 = 120;
 
 /// The seed's figures (§5.2), for the report.
 pub const SEED_TABLE_5_1: [(&str, f64, f64); 4] = [
@@ -328,6 +330,9 @@ pub(crate) struct Recovery {
     pub bytes: u64,
     pub mb_per_sec: f64,
     pub load: Load,
+    /// `Some(what the MDS reported)` when the recovery rebuilt nothing more for
+    /// [`RECOVERY_STALL_SECS`] before it finished.
+    pub stalled: Option<String>,
 }
 
 impl Testbed {
@@ -538,17 +543,38 @@ impl Running {
                 .map_err(client_error)?
                 .1;
         }
+        let done = |st: &ecstack_mds_proto::ClusterStatus| {
+            st.segments_degraded == 0
+                && st.segments_recovering == 0
+                && st.segments_lost == 0
+                && st.recovery.chunks_done >= st.recovery.chunks_total
+                && (chunks == 0 || st.recovery.bytes_done > 0)
+        };
+        let mut last = (None, Instant::now());
         let st = self
             .admin
             .wait_status("recovery", Duration::from_secs(RECOVERY_SECS_MAX), |st| {
-                st.segments_degraded == 0
-                    && st.segments_recovering == 0
-                    && st.segments_lost == 0
-                    && st.recovery.chunks_done >= st.recovery.chunks_total
-                    && (chunks == 0 || st.recovery.bytes_done > 0)
+                let now = Some((st.recovery.chunks_done, st.recovery.bytes_done));
+                if now != last.0 {
+                    last = (now, Instant::now());
+                }
+                done(st) || last.1.elapsed() > Duration::from_secs(RECOVERY_STALL_SECS)
             })
             .await
             .map_err(client_error)?;
+        let stalled = (!done(&st)).then(|| {
+            format!(
+                "{}; {} of {} chunks rebuilt",
+                ecstack_client::summary(&st),
+                st.recovery.chunks_done,
+                st.recovery.chunks_total
+            )
+        });
+        if let Some(s) = &stalled {
+            log(&format!(
+                "  recovery stalled: nothing rebuilt for {RECOVERY_STALL_SECS} s: {s}"
+            ));
+        }
         let secs = t.elapsed().as_secs_f64();
         let load = c0.load_since();
         let bytes = st.recovery.bytes_done;
@@ -563,6 +589,7 @@ impl Running {
             bytes,
             mb_per_sec,
             load,
+            stalled,
         })
     }
 }
@@ -823,6 +850,12 @@ async fn run_setting(
     // 5. Recovery after SIGKILL of two OSDs.
     let recovery = bed.recover_two(bed.last_two(), log).await?;
     bed.cluster.stop();
+    if let Some(st) = recovery.stalled {
+        return Err(LabError::Run(format!(
+            "{}: recovery stalled (nothing rebuilt for {RECOVERY_STALL_SECS} s): {st}",
+            s.label()
+        )));
+    }
     Ok(Row {
         label: s.label(),
         scheme: s.scheme.to_string(),
