@@ -22,7 +22,7 @@ pub struct ExperimentArgs {
 enum ExpCmd {
     /// EPLOG §5 Exps 1-6: write traffic, GC, commit frequency, requests/s, recovery, KV store (md vs pl vs eplog)
     Eplog(EplogArgs),
-    /// CodFS: `--exp model` checks the §5.1 throughput model on an emulated network (root, ip, tc); `--exp reserve` simulates §5.3.2's reserved space (Algorithm 1) over the Harvard trace
+    /// CodFS: `--exp model` checks the §5.1 throughput model on an emulated network (root, ip, tc); `synthetic`, `overhead` and `msr` run the update schemes on a local cluster (§5.2, §5.3.1); `--exp reserve` simulates §5.3.2's reserved space (Algorithm 1) over the Harvard trace
     Codfs(CodfsArgs),
     /// RobuSTore ch. 6: every figure (Table 6-2) on the simulator; `--shard i/N`, `--merge DIR`
     Robustore(crate::cmd_robustore::RobustoreExpArgs),
@@ -38,11 +38,12 @@ enum ExpCmd {
 #[derive(Args)]
 struct CodfsArgs {
     /// Which experiment: `model` (§5.1 on emulated links), `synthetic` (§5.2: the four update
-    /// schemes on HDD-profiled OSD stores), `overhead` (§5.2.5: PLR (6,4) against (8,6) and (8,4))
-    /// or `reserve` (§5.3.2, a simulation)
+    /// schemes on HDD-profiled OSD stores), `overhead` (§5.2.5: PLR (6,4) against (8,6) and (8,4)),
+    /// `msr` (§5.3.1: the ten MSR Cambridge volumes replayed by 10 clients under each scheme) or
+    /// `reserve` (§5.3.2, a simulation)
     #[arg(long, default_value = "model")]
     exp: String,
-    /// synthetic: the update schemes to compare (fo, fl, codfs-pl, plr)
+    /// synthetic, msr: the update schemes to compare (fo, fl, codfs-pl, plr)
     #[arg(long, value_delimiter = ',', default_value = "fo,fl,codfs-pl,plr")]
     update_scheme: Vec<String>,
     /// synthetic, overhead: file bytes in all, split over --writers files (default 1G; 4M with --quick)
@@ -60,29 +61,35 @@ struct CodfsArgs {
     /// synthetic, overhead: update bytes per 16 MiB of file (the seed: 16M, four PLR reserves)
     #[arg(long, default_value = "16M")]
     update_per_16m: String,
-    /// synthetic, overhead: each OSD's store is `throttled:profile=NAME:file:…` (eplog-hdd,
+    /// synthetic, overhead, msr: each OSD's store is `throttled:profile=NAME:file:…` (eplog-hdd,
     /// eplog-ssd), or `none` for directory stores
     #[arg(long, default_value = "eplog-hdd")]
     store_profile: String,
-    /// synthetic, overhead: size of each OSD's device file (sparse)
+    /// synthetic, overhead, msr: size of each OSD's device file (sparse)
     #[arg(long, default_value = "4G")]
     device_size: String,
-    /// synthetic, overhead: a page cache of this size in each OSD in front of its profiled device
-    /// (what the seed's 8 GB OSDs had; dropped before each phase by restarting the OSDs, as the
-    /// seed dropped it before each test), or 0 for none: every read pays the profile
+    /// synthetic, overhead, msr: a page cache of this size in each OSD in front of its profiled
+    /// device (what the seed's 8 GB OSDs had; dropped before each phase by restarting the OSDs,
+    /// as the seed dropped it before each test), or 0 for none: every read pays the profile
     #[arg(long, default_value = "1G")]
     page_cache: String,
-    /// synthetic, overhead: daemons speak mTLS (default: plain HTTP/2 on loopback, so that TLS
+    /// synthetic, overhead, msr: daemons speak mTLS (default: plain HTTP/2 on loopback, so that TLS
     /// does not spend the cores the phases are measured on)
     #[arg(long)]
     tls: bool,
     /// reserve: size of the Harvard DEAS03 trace relative to the published 173 M writes (its 41
-    /// days are kept)
-    #[arg(long, default_value_t = 0.05)]
-    scale: f64,
-    /// reserve: a small trace (scale 0.002, seconds), as CI runs it
+    /// days are kept) [default: 0.05]; msr: size of each MSR trace relative to CodFS Table 3.2's
+    /// writes and WSS [default: 0.002]
+    #[arg(long)]
+    scale: Option<f64>,
+    /// reserve, synthetic, overhead, msr: a small run (seconds), as CI runs it (msr: volumes
+    /// src22 and mds0 at scale 0.0002, 1 MiB segments, 8 OSDs)
     #[arg(long)]
     quick: bool,
+    /// msr: the MSR volumes to replay (each the preset msr-NAME) [default: the seed's ten: src22,
+    /// mds0, rsrch0, usr0, web0, ts0, stg0, hm0, prn1, proj0]
+    #[arg(long, value_delimiter = ',')]
+    volumes: Option<Vec<String>>,
     /// reserve: strategies to compare (fixed-SIZE, shrink-only, shrink-merge)
     #[arg(
         long,
@@ -121,7 +128,7 @@ struct CodfsArgs {
     /// B: each OSD's link in each direction (tc tbf), Mbit/s
     #[arg(long, default_value_t = 100.0)]
     rate_mbit: f64,
-    /// Concurrent clients, each on its own emulated host
+    /// Concurrent clients (model: each on its own emulated host; msr: replaying the trace)
     #[arg(long, default_value_t = 10)]
     clients: usize,
     /// Bytes each client puts and gets
@@ -257,8 +264,9 @@ fn codfs(a: CodfsArgs) -> Result<()> {
         "model" => {}
         "reserve" => return codfs_reserve(a),
         "synthetic" | "overhead" => return codfs_synthetic(a),
+        "msr" => return codfs_msr(a),
         other => anyhow::bail!(
-            "--exp: {other:?} is not an experiment (known: model, synthetic, overhead, reserve)"
+            "--exp: {other:?} is not an experiment (known: model, synthetic, overhead, msr, reserve)"
         ),
     }
     let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
@@ -315,7 +323,14 @@ fn codfs(a: CodfsArgs) -> Result<()> {
 /// `--exp reserve`: the simulation of §5.3.2 (no daemons, no root).
 fn codfs_reserve(a: CodfsArgs) -> Result<()> {
     use ecstack_lab::codfs_reserve::{parse_strategy, ReserveConfig};
-    let mut cfg = ReserveConfig::new(if a.quick { 0.002 } else { a.scale }, a.seed);
+    let mut cfg = ReserveConfig::new(
+        if a.quick {
+            0.002
+        } else {
+            a.scale.unwrap_or(0.05)
+        },
+        a.seed,
+    );
     cfg.sim.k = a.k.unwrap_or(cfg.sim.k);
     cfg.sim.m = a.m.unwrap_or(cfg.sim.m);
     cfg.sim.segment_bytes = match a.segment_size.as_slice() {
@@ -355,24 +370,11 @@ fn codfs_synthetic(a: CodfsArgs) -> Result<()> {
     } else {
         Which::Synthetic
     };
-    let schemes = a
-        .update_scheme
-        .iter()
-        .map(|s| s.parse::<ecstack_client::UpdateScheme>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("--update-scheme: {e}"))?;
-    let segment_bytes = match (a.segment_size.as_slice(), a.quick) {
-        ([one], false) => crate::util::parse_size(one)?,
-        ([_], true) => 1 << 20,
-        _ => anyhow::bail!("--segment-size: give one size"),
-    };
+    let schemes = schemes_of(&a)?;
+    let segment_bytes = one_segment_size(&a)?;
     let settings = match which {
         Which::Synthetic => {
-            let code = match a.code.as_deref() {
-                None => "rdp".to_owned(),
-                Some([one]) => one.clone(),
-                Some(_) => anyhow::bail!("--code: the synthetic experiment takes one code"),
-            };
+            let code = one_code(&a)?;
             SyntheticConfig::synthetic(
                 &schemes,
                 &code,
@@ -393,55 +395,145 @@ fn codfs_synthetic(a: CodfsArgs) -> Result<()> {
         Some([one]) => *one,
         Some(_) => anyhow::bail!("--osds: give one number"),
     };
-    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
     let size = |v: &Option<String>, quick: &str, full: &str| {
         crate::util::parse_size(v.as_deref().unwrap_or(if a.quick { quick } else { full }))
     };
     let mut cfg = SyntheticConfig {
         which,
-        exe,
         dir: PathBuf::new(),
         settings,
-        osds,
+        testbed: testbed(&a, osds)?,
         data_bytes: size(&a.data_size, "4M", "1G")?,
         writers: a.writers,
         updaters: a.updaters,
         record_bytes: size(&a.record, "32K", "128K")?,
         update_bytes_per_16mib: crate::util::parse_size(&a.update_per_16m)?,
-        profile: (a.store_profile != "none").then(|| a.store_profile.clone()),
-        device_bytes: crate::util::parse_size(if a.quick { "256M" } else { &a.device_size })?,
-        page_cache_bytes: Some(crate::util::parse_size(&a.page_cache)?)
-            .filter(|&b| b > 0 && a.store_profile != "none"),
-        insecure: !a.tls,
-        osd_threads: Some(2),
         seed: a.seed,
         quick: a.quick,
     };
     cfg.validate().map_err(flag_error)?;
+    let (scratch, dir) = cluster_dir(&a, "setting")?;
+    cfg.dir = dir;
+    let report =
+        ecstack_lab::codfs_synthetic::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+    drop(scratch);
+    report.write(&a.out)?;
+    print_report(&report, || report.markdown(), &a.out, a.json)
+}
+
+/// `--exp msr`: §5.3.1's MSR Cambridge replay, a local cluster of real processes per volume and
+/// scheme.
+fn codfs_msr(a: CodfsArgs) -> Result<()> {
+    use ecstack_lab::codfs_msr::{MsrConfig, VOLUMES};
+    use ecstack_lab::codfs_synthetic::SyntheticConfig;
+    let settings = SyntheticConfig::synthetic(
+        &schemes_of(&a)?,
+        &one_code(&a)?,
+        a.k.unwrap_or(4),
+        a.m.unwrap_or(2),
+        one_segment_size(&a)?,
+    );
+    let osds = match a.osds.as_deref() {
+        None if a.quick => 8,
+        None => 10,
+        Some([one]) => *one,
+        Some(_) => anyhow::bail!("--osds: give one number"),
+    };
+    let volumes = match (&a.volumes, a.quick) {
+        (Some(v), _) => v.clone(),
+        (None, true) => vec!["src22".into(), "mds0".into()],
+        (None, false) => VOLUMES.iter().map(|v| (*v).to_owned()).collect(),
+    };
+    let mut cfg = MsrConfig {
+        dir: PathBuf::new(),
+        settings,
+        volumes,
+        scale: match (a.scale, a.quick) {
+            (Some(s), _) => s,
+            (None, true) => 0.0002,
+            (None, false) => 0.002,
+        },
+        clients: a.clients,
+        testbed: testbed(&a, osds)?,
+        seed: a.seed,
+        quick: a.quick,
+    };
+    cfg.validate().map_err(flag_error)?;
+    let (scratch, dir) = cluster_dir(&a, "volume and scheme")?;
+    cfg.dir = dir;
+    let report =
+        ecstack_lab::codfs_msr::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+    drop(scratch);
+    report.write(&a.out)?;
+    print_report(&report, || report.markdown(), &a.out, a.json)
+}
+
+/// The cluster experiments' testbed: `osds` OSDs on `--store-profile` devices of `--device-size`
+/// (256 MiB with `--quick`), plain HTTP/2 unless `--tls`, two threads per OSD.
+fn testbed(a: &CodfsArgs, osds: usize) -> Result<ecstack_lab::codfs_synthetic::Testbed> {
+    Ok(ecstack_lab::codfs_synthetic::Testbed {
+        exe: std::env::current_exe().context("cannot find the ecstack binary")?,
+        osds,
+        profile: (a.store_profile != "none").then(|| a.store_profile.clone()),
+        page_cache_bytes: Some(crate::util::parse_size(&a.page_cache)?)
+            .filter(|&b| b > 0 && a.store_profile != "none"),
+        device_bytes: crate::util::parse_size(if a.quick { "256M" } else { &a.device_size })?,
+        insecure: !a.tls,
+        osd_threads: Some(2),
+    })
+}
+
+/// `--update-scheme` of the cluster experiments.
+fn schemes_of(a: &CodfsArgs) -> Result<Vec<ecstack_client::UpdateScheme>> {
+    a.update_scheme
+        .iter()
+        .map(|s| s.parse::<ecstack_client::UpdateScheme>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("--update-scheme: {e}"))
+}
+
+/// The one `--segment-size` of the cluster experiments (1 MiB with `--quick`).
+fn one_segment_size(a: &CodfsArgs) -> Result<u64> {
+    match (a.segment_size.as_slice(), a.quick) {
+        ([one], false) => crate::util::parse_size(one),
+        ([_], true) => Ok(1 << 20),
+        _ => anyhow::bail!("--segment-size: give one size"),
+    }
+}
+
+/// The one `--code` of the cluster experiments (default rdp, the seed's).
+fn one_code(a: &CodfsArgs) -> Result<String> {
+    match a.code.as_deref() {
+        None => Ok("rdp".to_owned()),
+        Some([one]) => Ok(one.clone()),
+        Some(_) => anyhow::bail!("--code: the {} experiment takes one code", a.exp),
+    }
+}
+
+/// Where the clusters' files go: the user's `--dir` (kept), or a scratch directory removed at the
+/// end and on Ctrl-C / SIGTERM (returned, to drop when done); announced with the time it takes
+/// (seconds or minutes `per` run).
+fn cluster_dir(a: &CodfsArgs, per: &str) -> Result<(Option<Scratch>, PathBuf)> {
     crate::signals::exit_on_stop()?;
     let scratch = match &a.dir {
         Some(_) => None,
         None => Some(Scratch::new(None, "codfs")?),
     };
-    cfg.dir = a
+    let dir = a
         .dir
         .clone()
         .or(scratch.as_ref().map(|s| s.path().to_owned()))
         .unwrap_or_default();
     crate::scratch::announce(
         &format!("experiment codfs --exp {}", a.exp),
-        &[&cfg.dir, &a.out],
-        if a.quick {
-            "seconds per setting (--quick)"
+        &[&dir, &a.out],
+        &if a.quick {
+            format!("seconds per {per} (--quick)")
         } else {
-            "minutes per setting"
+            format!("minutes per {per}")
         },
     );
-    let report =
-        ecstack_lab::codfs_synthetic::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
-    drop(scratch);
-    report.write(&a.out)?;
-    print_report(&report, || report.markdown(), &a.out, a.json)
+    Ok((scratch, dir))
 }
 
 /// A library configuration error as the flag it came from: `--settings: 'six' is not k+m`.

@@ -724,6 +724,81 @@ async fn a_file_handle_keeps_the_layout_of_a_promoted_primary() {
     assert!(got == data, "the handle's updates did not all land");
 }
 
+/// A file handle's updates and reads send the MDS nothing (over several segments, by both read
+/// paths), where an update or a read by path looks the file up each time. Then the primary of a
+/// segment is killed: the handle's next read retries, fetching that segment's layout, and keeps it,
+/// so the read after it goes straight to the promoted primary (no failed attempt, no MDS request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_handle_reads_and_updates_without_the_mds_and_keeps_a_fresh_layout() {
+    let mut rig = Rig::start(RigSpec::default()).await;
+    let seg = rig.segment_bytes as usize;
+    let failed = Arc::new(FailedAttempts::default());
+    let client = rig.client_with_options(ClientOptions {
+        failed_attempts: Some(failed.clone()),
+        ..client_options(20)
+    });
+    let direct = rig.client_with(ReadPath::Direct);
+    let mut data = random_bytes(&mut Rng::new(9), 3 * seg + 777);
+    client.put("/fh", &data[..]).await.unwrap();
+    let handle = client.open("/fh").await.unwrap();
+    let direct_handle = direct.open("/fh").await.unwrap();
+    assert_eq!(handle.info().size, data.len() as u64);
+    let asked = (client.mds_requests(), direct.mds_requests());
+
+    // Across the boundary of segments 0 and 1, and inside segment 2.
+    let a = random_bytes(&mut Rng::new(10), 5000);
+    handle.update((seg - 1000) as u64, &a).await.unwrap();
+    data[seg - 1000..seg + 4000].copy_from_slice(&a);
+    handle
+        .update((2 * seg + 5) as u64, b"inside")
+        .await
+        .unwrap();
+    data[2 * seg + 5..2 * seg + 11].copy_from_slice(b"inside");
+    for h in [&handle, &direct_handle] {
+        let got = h.read(0, data.len() as u64).await.unwrap();
+        assert!(got == data, "{h:?}: the whole file after the updates");
+        let got = h.read((seg - 10) as u64, 2 * seg as u64).await.unwrap();
+        assert!(got[..] == data[seg - 10..3 * seg - 10], "{h:?}: a range");
+    }
+    assert!(matches!(
+        handle.read(1, data.len() as u64).await,
+        Err(ClientError::Range { .. })
+    ));
+    assert_eq!((client.mds_requests(), direct.mds_requests()), asked);
+    assert_eq!(failed.attempts.load(Ordering::Relaxed), 0);
+    // By path, each call looks the file up.
+    client.update("/fh", 0, b"p").await.unwrap();
+    data[0] = b'p';
+    assert_eq!(client.read("/fh", 0, 1).await.unwrap(), b"p");
+    assert_eq!(client.mds_requests(), asked.0 + 2);
+
+    // The primary of segment 1 dies; another is promoted.
+    let primary = handle.info().segments[1].primary;
+    let status = rig.client.status().await.unwrap();
+    let i = osd_index(&status, primary);
+    rig.cluster.kill_osd(i);
+    rig.wait_down(&LocalCluster::osd_name(i)).await;
+    let got = handle.read(seg as u64, seg as u64).await.unwrap();
+    assert!(got[..] == data[seg..2 * seg], "read across the failover");
+    let after_failover = (
+        failed.attempts.load(Ordering::Relaxed),
+        client.mds_requests(),
+    );
+    assert!(after_failover.0 >= 1, "the dead primary was not tried");
+    assert!(after_failover.1 > asked.0 + 2, "no layout was fetched");
+    let got = handle.read(seg as u64, seg as u64).await.unwrap();
+    assert!(got[..] == data[seg..2 * seg]);
+    assert_eq!(
+        (
+            failed.attempts.load(Ordering::Relaxed),
+            client.mds_requests()
+        ),
+        after_failover,
+        "the handle read from the dead primary again: {:?}",
+        failed.last_error()
+    );
+}
+
 /// Per-file update schemes through the CLI and real processes (issue 41, the MDS side): `put
 /// --update-scheme plr` makes a plr file that `stat` shows; without the flag a new path takes the
 /// cluster's default (fo) and a replaced path keeps its scheme; a bare `pl` names `codfs-pl`;

@@ -1,9 +1,6 @@
 //! `ecstack experiment codfs --exp synthetic` (CodFS §5.2: Fig. 5.2a–d, Table 5.1) and
 //! `--exp overhead` (§5.2.5, Fig. 5.3): the four update schemes on a [`LocalCluster`] whose OSDs
-//! keep their chunks on HDD-profiled block devices (`throttled:profile=eplog-hdd:file:…`), each
-//! behind a page-cache model (`cached:size=…:`, `page_cache_bytes`): the seed's OSDs kept chunks
-//! in ext4 files on 8 GB machines and dropped the buffer cache before each test, not during it, so
-//! the OSDs are restarted (the modelled cache dropped) before the update, read and recovery phases.
+//! keep their chunks on HDD-profiled block devices (`throttled:profile=eplog-hdd:file:…`).
 //!
 //! Per setting (a scheme and a code), on a fresh cluster:
 //! 1. **write**: `writers` clients each put one file (sequential; the seed's "all clients write
@@ -38,7 +35,7 @@ use serde::Serialize;
 
 use crate::codfs_local::{LocalCluster, LocalSpec};
 use crate::plot::Bars;
-use crate::table::write_csv;
+use crate::table::write_report;
 use crate::{LabError, Result};
 
 /// Far beyond any run: Algorithm 1 and the GC never run (a year, in ms).
@@ -46,6 +43,8 @@ const NEVER_MS: u64 = 365 * 24 * 3_600_000;
 /// How long the OSDs get to register, and recovery to finish.
 const READY_SECS_MAX: u64 = 60;
 const RECOVERY_SECS_MAX: u64 = 3_600;
+/// A recovery that rebuilt nothing more for this long has stalled.
+const RECOVERY_STALL_SECS: u64 = 120;
 
 /// The seed's figures (§5.2), for the report.
 pub const SEED_TABLE_5_1: [(&str, f64, f64); 4] = [
@@ -94,11 +93,10 @@ pub enum Which {
 pub struct SyntheticConfig {
     pub which: Which,
     #[serde(skip)]
-    pub exe: PathBuf,
-    #[serde(skip)]
     pub dir: PathBuf,
     pub settings: Vec<Setting>,
-    pub osds: usize,
+    #[serde(flatten)]
+    pub testbed: Testbed,
     /// File bytes in all (split over the writers' files).
     pub data_bytes: u64,
     pub writers: usize,
@@ -106,17 +104,6 @@ pub struct SyntheticConfig {
     pub record_bytes: u64,
     /// Update bytes per 16 MiB of file (the seed: 16 MiB per 16 MiB segment).
     pub update_bytes_per_16mib: u64,
-    /// Each OSD's store device: `throttled:profile=P:file:…` with this profile, or a directory
-    /// store when `None`.
-    pub profile: Option<String>,
-    /// A page-cache model of this many bytes in front of each OSD's profiled device
-    /// (`cached:size=…:`, `ecstack_device::Cached`), dropped before each phase by restarting the
-    /// OSDs, as the seed's OSDs dropped their buffer cache before each test; `None`: every read
-    /// pays the profile.
-    pub page_cache_bytes: Option<u64>,
-    pub device_bytes: u64,
-    pub insecure: bool,
-    pub osd_threads: Option<u16>,
     pub seed: u64,
     pub quick: bool,
 }
@@ -179,9 +166,6 @@ impl SyntheticConfig {
 
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &'static str, msg: String| Err(LabError::Config { field, msg });
-        if self.settings.is_empty() {
-            return bad("update-scheme", "no scheme to run".into());
-        }
         if self.writers == 0 || self.updaters == 0 {
             return bad("clients", "at least one writer and one updater".into());
         }
@@ -201,23 +185,7 @@ impl SyntheticConfig {
                 ),
             );
         }
-        if let Some(b) = self.page_cache_bytes.filter(|&b| b < 4096) {
-            return bad("page-cache", format!("{b} bytes: less than one 4 KiB page"));
-        }
-        for s in &self.settings {
-            let n = (s.k + s.m) as usize;
-            if self.osds < n + 2 {
-                return bad(
-                    "osds",
-                    format!(
-                        "{}: {} OSDs cannot lose two and still hold n = {n} chunks",
-                        s.label(),
-                        self.osds
-                    ),
-                );
-            }
-        }
-        Ok(())
+        self.testbed.check(&self.settings)
     }
 
     fn file_bytes(&self) -> u64 {
@@ -241,7 +209,7 @@ pub struct Load {
     pub loopback_mb_per_sec: f64,
 }
 
-struct Counters {
+pub(crate) struct Counters {
     busy: u64,
     total: u64,
     /// utime + stime per process of ours, clock ticks.
@@ -302,13 +270,13 @@ fn counters() -> Counters {
 
 impl Load {
     /// "ours (machine)" in percent of all cores.
-    fn cpu(&self) -> String {
+    pub(crate) fn cpu(&self) -> String {
         format!("{:.0} ({:.0})", self.cpu_ours_pct, self.cpu_busy_pct)
     }
 }
 
 impl Counters {
-    fn load_since(&self) -> Load {
+    pub(crate) fn load_since(&self) -> Load {
         let now = counters();
         let secs = now.at.duration_since(self.at).as_secs_f64().max(1e-9);
         // Processes that ended in between (the killed OSDs) are left out.
@@ -324,6 +292,350 @@ impl Counters {
             cpu_ours_pct: 100.0 * ours as f64 / all,
             loopback_mb_per_sec: now.lo_bytes.saturating_sub(self.lo_bytes) as f64 / 1e6 / secs,
         }
+    }
+}
+
+/// How a setting's fresh cluster is made (`synthetic`, `overhead` and `msr` alike): `osds` OSDs,
+/// each store on its own `throttled:profile=P:file:…` device (or a directory store without a
+/// profile), the FL / CodFS PL GC and Algorithm 1 kept from running, PLR's reserve fixed at the
+/// setting's, OSDs declared out only by hand.
+#[derive(Debug, Clone, Serialize)]
+pub struct Testbed {
+    /// The `ecstack` binary the daemons run.
+    #[serde(skip)]
+    pub exe: PathBuf,
+    pub osds: usize,
+    /// Each OSD's store device: `throttled:profile=P:file:…` with this profile, or a directory
+    /// store when `None`.
+    pub profile: Option<String>,
+    /// A page-cache model of this many bytes in front of each OSD's profiled device
+    /// (`cached:size=…:`, `ecstack_device::Cached`), dropped by restarting the OSDs
+    /// ([`Running::drop_caches`]) before each phase, as the seed's OSDs dropped their buffer
+    /// cache before each test; `None`: every read pays the profile.
+    pub page_cache_bytes: Option<u64>,
+    pub device_bytes: u64,
+    pub insecure: bool,
+    pub osd_threads: Option<u16>,
+}
+
+/// A setting's cluster, up, with an admin client.
+pub(crate) struct Running {
+    pub cluster: LocalCluster,
+    pub admin: Client,
+    config: ecstack_rpc::ClusterConfig,
+    dir: PathBuf,
+    insecure: bool,
+    osds: usize,
+    profiled: bool,
+    /// The OSDs' profiled devices are behind a page-cache model.
+    page_cache: bool,
+}
+
+/// A recovery after two OSDs were killed.
+pub(crate) struct Recovery {
+    pub secs: f64,
+    pub bytes: u64,
+    pub mb_per_sec: f64,
+    pub load: Load,
+    /// `Some(what the MDS reported)` when the recovery rebuilt nothing more for
+    /// [`RECOVERY_STALL_SECS`] before it finished.
+    pub stalled: Option<String>,
+}
+
+impl Testbed {
+    /// `settings` can run here: at least one, each with n + 2 OSDs (two are lost).
+    pub fn check(&self, settings: &[Setting]) -> Result<()> {
+        let bad = |field: &'static str, msg: String| Err(LabError::Config { field, msg });
+        if settings.is_empty() {
+            return bad("update-scheme", "no scheme to run".into());
+        }
+        if let Some(b) = self.page_cache_bytes.filter(|&b| b < 4096) {
+            return bad("page-cache", format!("{b} bytes: less than one 4 KiB page"));
+        }
+        for s in settings {
+            let n = (s.k + s.m) as usize;
+            if self.osds < n + 2 {
+                return bad(
+                    "osds",
+                    format!(
+                        "{}: {} OSDs cannot lose two and still hold n = {n} chunks",
+                        s.label(),
+                        self.osds
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The OSDs' stores in words, for the reports.
+    pub fn stores(&self) -> String {
+        match (&self.profile, self.page_cache_bytes) {
+            (Some(p), Some(b)) => format!(
+                "each store on `cached:size={} MiB:throttled:profile={p}:file:…` (a page cache per OSD, dropped before each phase)",
+                b >> 20
+            ),
+            (Some(p), None) => format!("each store on `throttled:profile={p}:file:…`, no page cache"),
+            (None, _) => "directory stores".into(),
+        }
+    }
+
+    /// Where OSD `i`'s device file is (`{osd}` for the spec's placeholder).
+    fn device(dir: &Path, i: &str) -> PathBuf {
+        dir.join("dev").join(format!("osd-{i}.img"))
+    }
+
+    /// Starts the cluster of setting `s` in `dir` and waits until every OSD is up.
+    pub(crate) async fn start(&self, s: &Setting, dir: &Path) -> Result<Running> {
+        std::fs::create_dir_all(dir.join("dev")).map_err(crate::io_at(dir))?;
+        let mut spec = LocalSpec::new(self.exe.clone(), dir.join("cluster"), self.osds);
+        spec.family = s.family.clone();
+        spec.k = s.k;
+        spec.m = s.m;
+        spec.segment_bytes = s.segment_bytes;
+        spec.insecure = self.insecure;
+        spec.osd_threads = self.osd_threads;
+        spec.update_scheme = s.scheme;
+        // Busy HDD-profiled OSDs must not be taken for dead; the failed ones are declared out by
+        // hand.
+        spec.heartbeat_ms = 1_000;
+        spec.down_after_ms = 15_000;
+        spec.out_after_ms = NEVER_MS;
+        spec.reserve = Some(ecstack_rpc::config::ReserveConfig {
+            size_bytes: s.reserve_bytes,
+            shrink_period_ms: Some(NEVER_MS),
+            ..Default::default()
+        });
+        spec.gc_period_ms = Some(NEVER_MS);
+        if let Some(p) = &self.profile {
+            let cache = match self.page_cache_bytes {
+                Some(b) => format!("cached:size={b}:"),
+                None => String::new(),
+            };
+            spec.store_device = Some(format!(
+                "{cache}throttled:profile={p}:file:{}?size={}",
+                Self::device(dir, "{osd}").display(),
+                self.device_bytes
+            ));
+        }
+        let mut cluster = LocalCluster::start(spec).map_err(client_error)?;
+        let config = cluster.config().clone();
+        let admin =
+            Client::connect(&config, security(dir, self.insecure)?).map_err(client_error)?;
+        let ready = admin
+            .wait_for_osds(self.osds, Duration::from_secs(READY_SECS_MAX))
+            .await;
+        cluster.check_alive().map_err(client_error)?;
+        ready.map_err(client_error)?;
+        Ok(Running {
+            cluster,
+            admin,
+            config,
+            dir: dir.to_owned(),
+            insecure: self.insecure,
+            osds: self.osds,
+            profiled: self.profile.is_some(),
+            page_cache: self.profile.is_some() && self.page_cache_bytes.is_some(),
+        })
+    }
+}
+
+/// The client certificate of the cluster in `dir` (none when `insecure`).
+fn security(dir: &Path, insecure: bool) -> Result<Security> {
+    if insecure {
+        Ok(Security::Insecure)
+    } else {
+        Security::load(&dir.join("cluster").join("certs"), "client").map_err(run_err)
+    }
+}
+
+impl Running {
+    /// Another client with its own connections.
+    pub(crate) fn connect(&self) -> Result<Client> {
+        Client::connect(&self.config, security(&self.dir, self.insecure)?).map_err(client_error)
+    }
+
+    /// CPU and loopback counters from now, over this cluster's processes and ours.
+    pub(crate) fn counters(&self) -> Counters {
+        counters_of(&self.cluster)
+    }
+
+    /// Every chunk's fragments (data chunks, parity chunks apart; `k` data chunks per segment):
+    /// each OSD is stopped, its store opened here, and started again; returns once every OSD has
+    /// registered its new address.
+    pub(crate) async fn fragments(&mut self, k: u32) -> Result<(Vec<u64>, Vec<u64>)> {
+        let (mut data_frags, mut parity_frags) = (Vec::new(), Vec::new());
+        let (profiled, dir) = (self.profiled, self.dir.clone());
+        self.restart_osds(|i, cluster| {
+            let store: Box<dyn ChunkStore> = if profiled {
+                let plain = format!("file:{}", Testbed::device(&dir, &i.to_string()).display());
+                Box::new(
+                    DeviceStore::open_spec(&plain, DeviceStoreOptions::default())
+                        .map_err(run_err)?,
+                )
+            } else {
+                Box::new(FileStore::open(&cluster.osd_store(i)).map_err(run_err)?)
+            };
+            for (seg, idx) in store.list().map_err(run_err)? {
+                let f = store.fragments(seg, idx).map_err(run_err)?;
+                if idx < k {
+                    data_frags.push(f);
+                } else {
+                    parity_frags.push(f);
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        Ok((data_frags, parity_frags))
+    }
+
+    /// The seed's "drop the buffer cache in all OSDs" before a test: with a page-cache model
+    /// (which lives in each OSD), every OSD is restarted; without one, nothing to do.
+    pub(crate) async fn drop_caches(&mut self) -> Result<()> {
+        if self.page_cache {
+            self.restart_osds(|_, _| Ok(())).await?;
+        }
+        Ok(())
+    }
+
+    /// Stops every OSD in turn, runs `each(i, cluster)` while OSD i is stopped, starts it again,
+    /// then waits until every OSD has registered its new address (they come back on new ports).
+    async fn restart_osds(
+        &mut self,
+        mut each: impl FnMut(usize, &LocalCluster) -> Result<()>,
+    ) -> Result<()> {
+        let before = self.admin.status().await.map_err(client_error)?;
+        let old_addrs: Vec<String> = before.osds.iter().map(|o| o.addr.clone()).collect();
+        for i in 0..self.osds {
+            self.cluster.stop_osd(i);
+            each(i, &self.cluster)?;
+            self.cluster.start_osd(i).map_err(client_error)?;
+        }
+        let osds = self.osds;
+        let ready = self
+            .admin
+            .wait_status(
+                "waiting for the restarted OSDs",
+                Duration::from_secs(READY_SECS_MAX),
+                |st| {
+                    st.osds
+                        .iter()
+                        .filter(|o| {
+                            o.state == ecstack_mds_proto::OsdState::Up
+                                && !old_addrs.contains(&o.addr)
+                        })
+                        .count()
+                        >= osds
+                },
+            )
+            .await;
+        self.cluster.check_alive().map_err(client_error)?;
+        ready.map(|_| ()).map_err(client_error)
+    }
+
+    /// The last two OSDs (process indexes).
+    pub(crate) fn last_two(&self) -> [usize; 2] {
+        [self.osds - 2, self.osds - 1]
+    }
+
+    /// The two OSDs (process indexes) holding the most chunks of file `path`.
+    pub(crate) async fn busiest_two(&self, path: &str) -> Result<[usize; 2]> {
+        let file = self.admin.stat(path).await.map_err(client_error)?;
+        let status = self.admin.status().await.map_err(client_error)?;
+        let mut by: Vec<(usize, usize)> = status
+            .osds
+            .iter()
+            .filter_map(|o| {
+                let i = o.name.strip_prefix("osd-")?.parse().ok()?;
+                let held = file
+                    .segments
+                    .iter()
+                    .flat_map(|l| &l.chunks)
+                    .filter(|c| c.osd_id == o.osd_id)
+                    .count();
+                Some((held, i))
+            })
+            .collect();
+        by.sort_unstable_by(|a, b| b.cmp(a));
+        match by[..] {
+            [(_, a), (_, b), ..] => Ok([a, b]),
+            _ => Err(LabError::Run(format!(
+                "{} OSDs in the status: two are needed",
+                by.len()
+            ))),
+        }
+    }
+
+    /// SIGKILL of OSDs `victims`, both declared out at once; timed from the kill until the MDS
+    /// reports every chunk rebuilt (the seed's measure), MB/s of rebuilt chunk bytes.
+    pub(crate) async fn recover_two(
+        &mut self,
+        victims: [usize; 2],
+        log: &dyn Fn(&str),
+    ) -> Result<Recovery> {
+        let c0 = self.counters();
+        let t = Instant::now();
+        for &v in &victims {
+            self.cluster.kill_osd(v);
+        }
+        let mut chunks = 0;
+        for &v in &victims {
+            chunks += self
+                .admin
+                .osd_out(&LocalCluster::osd_name(v))
+                .await
+                .map_err(client_error)?
+                .1;
+        }
+        let done = |st: &ecstack_mds_proto::ClusterStatus| {
+            st.segments_degraded == 0
+                && st.segments_recovering == 0
+                && st.segments_lost == 0
+                && st.recovery.chunks_done >= st.recovery.chunks_total
+                && (chunks == 0 || st.recovery.bytes_done > 0)
+        };
+        let mut last = (None, Instant::now());
+        let st = self
+            .admin
+            .wait_status("recovery", Duration::from_secs(RECOVERY_SECS_MAX), |st| {
+                let now = Some((st.recovery.chunks_done, st.recovery.bytes_done));
+                if now != last.0 {
+                    last = (now, Instant::now());
+                }
+                done(st) || last.1.elapsed() > Duration::from_secs(RECOVERY_STALL_SECS)
+            })
+            .await
+            .map_err(client_error)?;
+        let stalled = (!done(&st)).then(|| {
+            format!(
+                "{}; {} of {} chunks rebuilt",
+                ecstack_client::summary(&st),
+                st.recovery.chunks_done,
+                st.recovery.chunks_total
+            )
+        });
+        if let Some(s) = &stalled {
+            log(&format!(
+                "  recovery stalled: nothing rebuilt for {RECOVERY_STALL_SECS} s: {s}"
+            ));
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let load = c0.load_since();
+        let bytes = st.recovery.bytes_done;
+        let mb_per_sec = bytes as f64 / 1e6 / secs;
+        log(&format!(
+            "  recovery: {chunks} chunks, {:.1} MB in {secs:.1} s: {mb_per_sec:.1} MB/s (CPU {:.0} %)",
+            bytes as f64 / 1e6,
+            load.cpu_busy_pct
+        ));
+        Ok(Recovery {
+            secs,
+            bytes,
+            mb_per_sec,
+            load,
+            stalled,
+        })
     }
 }
 
@@ -364,7 +676,7 @@ pub struct SyntheticReport {
     pub rows: Vec<Row>,
 }
 
-fn run_err(e: impl std::fmt::Display) -> LabError {
+pub(crate) fn run_err(e: impl std::fmt::Display) -> LabError {
     LabError::Run(e.to_string())
 }
 
@@ -381,7 +693,7 @@ pub fn run(cfg: &SyntheticConfig, log: &dyn Fn(&str)) -> Result<SyntheticReport>
             "{}: {} of {} OSDs, {} MiB segments, {} MiB of files, {} updates of {} KiB",
             s.label(),
             i + 1,
-            cfg.osds,
+            cfg.testbed.osds,
             s.segment_bytes >> 20,
             cfg.data_bytes >> 20,
             cfg.updates(),
@@ -400,7 +712,7 @@ pub fn run(cfg: &SyntheticConfig, log: &dyn Fn(&str)) -> Result<SyntheticReport>
 }
 
 /// The content of block `g` at version `key` (0: as written; else the update's id).
-fn fill_block(buf: &mut [u8], seed: u64, g: u64, key: u64) {
+pub(crate) fn fill_block(buf: &mut [u8], seed: u64, g: u64, key: u64) {
     let mut x =
         seed ^ g.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.wrapping_mul(0xD1B5_4A32_D192_ED03);
     for c in buf.chunks_mut(8) {
@@ -429,7 +741,7 @@ impl Rng {
     }
 }
 
-fn client_error(e: ClientError) -> LabError {
+pub(crate) fn client_error(e: ClientError) -> LabError {
     LabError::Run(e.to_string())
 }
 
@@ -439,55 +751,7 @@ async fn run_setting(
     dir: &Path,
     log: &dyn Fn(&str),
 ) -> Result<Row> {
-    std::fs::create_dir_all(dir.join("dev")).map_err(crate::io_at(dir))?;
-    let mut spec = LocalSpec::new(cfg.exe.clone(), dir.join("cluster"), cfg.osds);
-    spec.family = s.family.clone();
-    spec.k = s.k;
-    spec.m = s.m;
-    spec.segment_bytes = s.segment_bytes;
-    spec.insecure = cfg.insecure;
-    spec.osd_threads = cfg.osd_threads;
-    spec.update_scheme = s.scheme;
-    // Busy HDD-profiled OSDs must not be taken for dead; the failed ones are declared out by hand.
-    spec.heartbeat_ms = 1_000;
-    spec.down_after_ms = 15_000;
-    spec.out_after_ms = NEVER_MS;
-    spec.reserve = Some(ecstack_rpc::config::ReserveConfig {
-        size_bytes: s.reserve_bytes,
-        shrink_period_ms: Some(NEVER_MS),
-        ..Default::default()
-    });
-    spec.gc_period_ms = Some(NEVER_MS);
-    let device = |i: &str| dir.join("dev").join(format!("osd-{i}.img"));
-    let plain_spec = |i: usize| format!("file:{}", device(&i.to_string()).display());
-    if let Some(p) = &cfg.profile {
-        let cache = match cfg.page_cache_bytes {
-            Some(b) => format!("cached:size={b}:"),
-            None => String::new(),
-        };
-        spec.store_device = Some(format!(
-            "{cache}throttled:profile={p}:file:{}?size={}",
-            device("{osd}").display(),
-            cfg.device_bytes
-        ));
-    }
-    let mut cluster = LocalCluster::start(spec).map_err(client_error)?;
-    let security = || -> Result<Security> {
-        if cfg.insecure {
-            Ok(Security::Insecure)
-        } else {
-            Security::load(&cluster_certs(dir), "client").map_err(run_err)
-        }
-    };
-    let config = cluster.config().clone();
-    let connect = || Client::connect(&config, security()?).map_err(client_error);
-    let admin = connect()?;
-    let ready = admin
-        .wait_for_osds(cfg.osds, Duration::from_secs(READY_SECS_MAX))
-        .await;
-    cluster.check_alive().map_err(client_error)?;
-    ready.map_err(client_error)?;
-
+    let mut bed = cfg.testbed.start(s, dir).await?;
     let file_bytes = cfg.file_bytes();
     let blocks_per_file = file_bytes / cfg.record_bytes;
     let rec = cfg.record_bytes as usize;
@@ -502,11 +766,11 @@ async fn run_setting(
         }
         files.push(Bytes::from(data));
     }
-    let c0 = counters_of(&cluster);
+    let c0 = bed.counters();
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for (w, data) in files.into_iter().enumerate() {
-        let c = connect()?;
+        let c = bed.connect()?;
         let p = path(w);
         let opts = PutOptions {
             scheme: Some(s.scheme),
@@ -525,19 +789,17 @@ async fn run_setting(
         write_load.cpu_busy_pct
     ));
 
-    // The seed dropped the OSDs' buffer cache before each test: a restart drops the modelled one.
-    if cfg.page_cache_bytes.is_some() {
-        restart_osds(&mut cluster, &admin, cfg.osds, |_, _| Ok(())).await?;
-    }
+    // The seed dropped the OSDs' buffer cache before each test.
+    bed.drop_caches().await?;
 
     // 2. Random updates: client u owns the blocks g with g % updaters == u.
     let total_blocks = blocks_per_file * cfg.writers as u64;
     let updates = cfg.updates();
-    let c0 = counters_of(&cluster);
+    let c0 = bed.counters();
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for u in 0..cfg.updaters {
-        let c = connect()?;
+        let c = bed.connect()?;
         let mine = (total_blocks + (cfg.updaters - 1 - u) as u64) / cfg.updaters as u64;
         let count =
             updates / cfg.updaters as u64 + u64::from((u as u64) < updates % cfg.updaters as u64);
@@ -576,29 +838,8 @@ async fn run_setting(
         update_load.cpu_busy_pct, update_load.loopback_mb_per_sec
     ));
 
-    // 3. F_avg: stop every OSD, open its store here, start it again (which also drops the page
-    // cache before the read test, as the seed did).
-    let (mut data_frags, mut parity_frags) = (Vec::new(), Vec::new());
-    restart_osds(&mut cluster, &admin, cfg.osds, |i, cluster| {
-        let store: Box<dyn ChunkStore> = if cfg.profile.is_some() {
-            Box::new(
-                DeviceStore::open_spec(&plain_spec(i), DeviceStoreOptions::default())
-                    .map_err(run_err)?,
-            )
-        } else {
-            Box::new(FileStore::open(&cluster.osd_store(i)).map_err(run_err)?)
-        };
-        for (seg, idx) in store.list().map_err(run_err)? {
-            let f = store.fragments(seg, idx).map_err(run_err)?;
-            if idx < s.k {
-                data_frags.push(f);
-            } else {
-                parity_frags.push(f);
-            }
-        }
-        Ok(())
-    })
-    .await?;
+    // 3. F_avg: stop every OSD, open its store here, start it again.
+    let (data_frags, parity_frags) = bed.fragments(s.k).await?;
     let (f_avg_data, f_avg_parity) = (f_avg(&data_frags), f_avg(&parity_frags));
     log(&format!(
         "  F_avg data {f_avg_data:.2} ({} chunks), parity {f_avg_parity:.2} ({} chunks)",
@@ -608,11 +849,11 @@ async fn run_setting(
     let version = Arc::new(version);
 
     // 4. Sequential read, every block checked.
-    let c0 = counters_of(&cluster);
+    let c0 = bed.counters();
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..cfg.writers {
-        let c = connect()?;
+        let c = bed.connect()?;
         let (seed, version) = (cfg.seed, version.clone());
         tasks.spawn(async move {
             let mut out = Vec::with_capacity(file_bytes as usize);
@@ -654,45 +895,17 @@ async fn run_setting(
         read_load.cpu_busy_pct
     ));
 
-    if cfg.page_cache_bytes.is_some() {
-        restart_osds(&mut cluster, &admin, cfg.osds, |_, _| Ok(())).await?;
-    }
+    bed.drop_caches().await?;
 
     // 5. Recovery after SIGKILL of two OSDs.
-    let victims = [cfg.osds - 2, cfg.osds - 1];
-    let c0 = counters_of(&cluster);
-    let t = Instant::now();
-    for &v in &victims {
-        cluster.kill_osd(v);
+    let recovery = bed.recover_two(bed.last_two(), log).await?;
+    bed.cluster.stop();
+    if let Some(st) = recovery.stalled {
+        return Err(LabError::Run(format!(
+            "{}: recovery stalled (nothing rebuilt for {RECOVERY_STALL_SECS} s): {st}",
+            s.label()
+        )));
     }
-    let mut chunks = 0;
-    for &v in &victims {
-        chunks += admin
-            .osd_out(&LocalCluster::osd_name(v))
-            .await
-            .map_err(client_error)?
-            .1;
-    }
-    let st = admin
-        .wait_status("recovery", Duration::from_secs(RECOVERY_SECS_MAX), |st| {
-            st.segments_degraded == 0
-                && st.segments_recovering == 0
-                && st.segments_lost == 0
-                && st.recovery.chunks_done >= st.recovery.chunks_total
-                && (chunks == 0 || st.recovery.bytes_done > 0)
-        })
-        .await
-        .map_err(client_error)?;
-    let recovery_secs = t.elapsed().as_secs_f64();
-    let recovery_load = c0.load_since();
-    let recovery_bytes = st.recovery.bytes_done;
-    let recovery_mb = recovery_bytes as f64 / 1e6 / recovery_secs;
-    log(&format!(
-        "  recovery: {chunks} chunks, {:.1} MB in {recovery_secs:.1} s: {recovery_mb:.1} MB/s (CPU {:.0} %)",
-        recovery_bytes as f64 / 1e6,
-        recovery_load.cpu_busy_pct
-    ));
-    cluster.stop();
     Ok(Row {
         label: s.label(),
         scheme: s.scheme.to_string(),
@@ -712,55 +925,15 @@ async fn run_setting(
         read_mb_per_sec: read_mb,
         read_load,
         bytes_verified: verified,
-        recovery_secs,
-        recovery_bytes,
-        recovery_mb_per_sec: recovery_mb,
-        recovery_load,
+        recovery_secs: recovery.secs,
+        recovery_bytes: recovery.bytes,
+        recovery_mb_per_sec: recovery.mb_per_sec,
+        recovery_load: recovery.load,
         data_chunks: data_frags.len() as u64,
         parity_chunks: parity_frags.len() as u64,
         f_avg_data,
         f_avg_parity,
     })
-}
-
-/// Stops every OSD in turn, runs `each(i, cluster)` while OSD i is stopped, starts it again, then
-/// waits until every OSD has registered its new address. Under `page_cache_bytes` this is the
-/// seed's "drop the buffer cache in all OSDs" before a test: the modelled cache lives in the OSD.
-async fn restart_osds(
-    cluster: &mut LocalCluster,
-    admin: &Client,
-    osds: usize,
-    mut each: impl FnMut(usize, &LocalCluster) -> Result<()>,
-) -> Result<()> {
-    let before = admin.status().await.map_err(client_error)?;
-    let old_addrs: Vec<String> = before.osds.iter().map(|o| o.addr.clone()).collect();
-    for i in 0..osds {
-        cluster.stop_osd(i);
-        each(i, cluster)?;
-        cluster.start_osd(i).map_err(client_error)?;
-    }
-    // The OSDs come back on new ports: wait until each has registered its new address.
-    let ready = admin
-        .wait_status(
-            "waiting for the restarted OSDs",
-            Duration::from_secs(READY_SECS_MAX),
-            |st| {
-                st.osds
-                    .iter()
-                    .filter(|o| {
-                        o.state == ecstack_mds_proto::OsdState::Up && !old_addrs.contains(&o.addr)
-                    })
-                    .count()
-                    >= osds
-            },
-        )
-        .await;
-    cluster.check_alive().map_err(client_error)?;
-    ready.map(|_| ()).map_err(client_error)
-}
-
-fn cluster_certs(dir: &Path) -> PathBuf {
-    dir.join("cluster").join("certs")
 }
 
 /// One row of the CSV (flat).
@@ -824,24 +997,15 @@ impl SyntheticReport {
         };
         s += &format!(
             "{} OSDs ({}), {} MiB of files from {} writers, {} random {} KiB updates (aligned, uniform; {} MiB per 16 MiB of file) from {} clients, one at a time each; {}{}. Every byte read back was checked against the model: {} MB verified in all.\n\n",
-            c.osds,
-            match &c.profile {
-                Some(p) => match c.page_cache_bytes {
-                    Some(b) => format!(
-                        "each store on `cached:size={} MiB:throttled:profile={p}:file:…` (a page cache per OSD, dropped before each phase)",
-                        b >> 20
-                    ),
-                    None => format!("each store on `throttled:profile={p}:file:…`, no page cache"),
-                },
-                None => "directory stores".into(),
-            },
+            c.testbed.osds,
+            c.testbed.stores(),
             c.data_bytes >> 20,
             c.writers,
             self.rows.first().map_or(0, |r| r.updates),
             c.record_bytes >> 10,
             c.update_bytes_per_16mib >> 20,
             c.updaters,
-            if c.insecure { "plain HTTP/2 on loopback" } else { "mTLS on loopback" },
+            if c.testbed.insecure { "plain HTTP/2 on loopback" } else { "mTLS on loopback" },
             if c.quick { " (--quick: sizes far too small for the figures to mean anything)" } else { "" },
             self.rows.iter().map(|r| r.bytes_verified).sum::<u64>() / 1_000_000,
         );
@@ -979,10 +1143,7 @@ impl SyntheticReport {
     }
 
     pub fn write(&self, out: &Path) -> Result<()> {
-        std::fs::create_dir_all(out).map_err(crate::io_at(out))?;
         let name = self.name();
-        let md = out.join(format!("{name}.md"));
-        std::fs::write(&md, self.markdown()).map_err(crate::io_at(&md))?;
         let rows: Vec<CsvRow> = self
             .rows
             .iter()
@@ -1016,7 +1177,7 @@ impl SyntheticReport {
                 f_avg_parity: r.f_avg_parity,
             })
             .collect();
-        write_csv(&out.join(format!("{name}.csv")), &rows)?;
+        write_report(out, name, &self.markdown(), &rows)?;
         let cats: Vec<String> = self.rows.iter().map(|r| r.label.clone()).collect();
         for (file, title, y, f) in [
             (

@@ -12,7 +12,8 @@
 //! * [`codfs_bench`]: `ecstack bench cluster`, the CodFS cluster on loopback against MinIO
 //!   ([`codfs_s3`] is the S3 client for the peer).
 //! * [`codfs_synthetic`]: `ecstack experiment codfs --exp synthetic|overhead`, CodFS's §5.2 update
-//!   schemes on HDD-profiled OSD stores.
+//!   schemes on HDD-profiled OSD stores; [`codfs_msr`]: `--exp msr`, §5.3.1's MSR Cambridge
+//!   replay under each scheme on the same testbed.
 //! * [`codfs_model`]: `ecstack experiment codfs --exp model`, CodFS's §5.1 throughput model against
 //!   the cluster on an emulated network of namespaces ([`codfs_netns`]).
 //! * [`ec_bench`]: `ecstack bench ec`, our erasure-code kernels against ISA-L at each kernel level.
@@ -32,6 +33,7 @@ pub mod codfs_bench;
 pub mod codfs_demo;
 pub mod codfs_local;
 pub mod codfs_model;
+pub mod codfs_msr;
 pub mod codfs_netns;
 pub mod codfs_reserve;
 pub mod codfs_s3;

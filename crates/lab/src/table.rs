@@ -29,6 +29,20 @@ pub fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
     })
 }
 
+/// A report's two text files in `out` (made first): `NAME.md`, the Markdown, and `NAME.csv`, its
+/// rows.
+pub fn write_report<T: Serialize>(
+    out: &Path,
+    name: &str,
+    markdown: &str,
+    rows: &[T],
+) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(crate::io_at(out))?;
+    let md = out.join(format!("{name}.md"));
+    std::fs::write(&md, markdown).map_err(crate::io_at(&md))?;
+    write_csv(&out.join(format!("{name}.csv")), rows)
+}
+
 /// `rows` as CSV text, as [`write_csv`] writes it.
 pub fn csv_text<T: Serialize>(rows: &[T]) -> Result<String> {
     let run = |e: csv::Error| LabError::Run(format!("writing CSV: {e}"));

@@ -204,6 +204,8 @@ struct Inner {
     osds: Mutex<HashMap<String, OsdClient>>,
     /// [`ReadStats`]: primary, direct, fallbacks.
     reads: [AtomicU64; 3],
+    /// Requests to the MDS (attempts, retries included).
+    mds_requests: AtomicU64,
     /// The cluster code's `chunk_align_bytes` (1, or p − 1 for RDP): chunk sizes are multiples.
     chunk_align_bytes: u64,
 }
@@ -235,6 +237,7 @@ impl Client {
                 osds: Mutex::new(HashMap::new()),
                 chunk_align_bytes,
                 reads: Default::default(),
+                mds_requests: AtomicU64::new(0),
             }),
         })
     }
@@ -288,6 +291,13 @@ impl Client {
         }
     }
 
+    /// Requests this client (all its clones together) has sent the MDS so far, each attempt of a
+    /// retried call counted: a [`FileHandle`]'s updates and reads send none until a segment's
+    /// layout goes out of date.
+    pub fn mds_requests(&self) -> u64 {
+        self.inner.mds_requests.load(Ordering::Relaxed)
+    }
+
     /// How this client's get pieces were read so far (all its clones together).
     pub fn read_stats(&self) -> ReadStats {
         let r = |i: usize| self.inner.reads[i].load(Ordering::Relaxed);
@@ -305,7 +315,9 @@ impl Client {
         }
     }
 
+    /// The MDS, for one request (counted: [`Client::mds_requests`]).
     fn mds(&self) -> &MdsClient {
+        self.inner.mds_requests.fetch_add(1, Ordering::Relaxed);
         &self.inner.mds
     }
 
@@ -750,6 +762,20 @@ impl Client {
         sink: &mut S,
     ) -> Result<u64, ClientError> {
         let file = self.stat(path).await?;
+        self.fetch_of(&file, None, ranges, what, sink).await
+    }
+
+    /// [`Client::fetch`] of `file` as looked up already. With `kept` (a [`FileHandle`]'s layouts,
+    /// one per entry of `file.segments`), each piece starts from the kept layout of its segment,
+    /// and a layout a retry fetched from the MDS replaces it.
+    async fn fetch_of<S: FrameSink>(
+        &self,
+        file: &FileInfo,
+        kept: Option<&Arc<Vec<Mutex<SegmentLayout>>>>,
+        ranges: &[(u64, Option<u64>)],
+        what: &str,
+        sink: &mut S,
+    ) -> Result<u64, ClientError> {
         let mut pieces = Vec::new();
         for &(offset, length) in ranges {
             let length = length.unwrap_or(file.size.saturating_sub(offset));
@@ -786,14 +812,28 @@ impl Client {
                     break;
                 };
                 let piece = pieces[i];
-                let layout = segment_of(&file, piece.segment)?.clone();
+                let at = segment_at(&file, piece.segment)?;
+                let kept = kept.cloned();
+                let layout = match &kept {
+                    Some(k) => k[at].lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                    None => file.segments[at].clone(),
+                };
                 let client = self.clone();
                 let seg_what = format!("{what}: segment {}", piece.segment);
                 let leg = transit.start(piece.length);
                 in_flight.spawn(async move {
+                    let fresh = Mutex::new(None);
                     let r = client
-                        .read_piece(&layout, &seg_what, piece.offset, piece.length, &leg)
+                        .read_piece(
+                            &layout,
+                            &seg_what,
+                            piece.offset,
+                            piece.length,
+                            &leg,
+                            Some(&fresh),
+                        )
                         .await;
+                    keep_fresh(kept.as_deref().map(Vec::as_slice), at, fresh);
                     (i, r)
                 });
             }
@@ -822,7 +862,7 @@ impl Client {
     }
 
     /// `length` bytes of one segment from `offset` (inside the segment), by the client's
-    /// [`ReadPath`]; `leg` hears the bytes as they arrive.
+    /// [`ReadPath`]; `leg` hears the bytes as they arrive; `fresh` gets a layout a retry fetched.
     async fn read_piece(
         &self,
         layout: &SegmentLayout,
@@ -830,9 +870,13 @@ impl Client {
         offset: u64,
         length: u64,
         leg: &Arc<Leg>,
+        fresh: Option<&Mutex<Option<SegmentLayout>>>,
     ) -> Result<Vec<Bytes>, ClientError> {
         if self.inner.options.read_path == ReadPath::Direct {
-            if let Some(frames) = self.read_direct(layout, what, offset, length).await? {
+            if let Some(frames) = self
+                .read_direct(layout, what, offset, length, fresh)
+                .await?
+            {
                 self.inner.reads[1].fetch_add(1, Ordering::Relaxed);
                 return Ok(frames);
             }
@@ -841,7 +885,7 @@ impl Client {
             self.inner.reads[0].fetch_add(1, Ordering::Relaxed);
         }
         let received = self.inner.options.received.clone();
-        self.on_primary(layout, what, None, move |osd, l, moved| {
+        self.on_primary_tracking(layout, what, None, fresh, move |osd, l, moved| {
             let (received, leg) = (received.clone(), leg.clone());
             async move {
                 osd.read_segment_frames_with(&l, offset, length, move |n| {
@@ -867,12 +911,13 @@ impl Client {
         what: &str,
         offset: u64,
         length: u64,
+        fresh: Option<&Mutex<Option<SegmentLayout>>>,
     ) -> Result<Option<Vec<Bytes>>, ClientError> {
         if length == 0 {
             return Ok(Some(Vec::new()));
         }
         let (plan, l) = self
-            .on_primary(layout, what, None, |osd, l, _moved| async move {
+            .on_primary_tracking(layout, what, None, fresh, |osd, l, _moved| async move {
                 let plan = osd.read_plan(&l, offset, length).await?;
                 Ok((plan, l))
             })
@@ -962,7 +1007,8 @@ impl Client {
         self.open(path).await?.update(offset, data).await
     }
 
-    /// The file `path` as it is now, for updates without a lookup each ([`FileHandle`]).
+    /// The file `path` as it is now, for updates and reads without a lookup each
+    /// ([`FileHandle`]).
     pub async fn open(&self, path: &str) -> Result<FileHandle, ClientError> {
         let file = self.stat(path).await?;
         Ok(FileHandle {
@@ -1183,12 +1229,28 @@ fn check_range(file: &FileInfo, offset: u64, length: u64) -> Result<(), ClientEr
 }
 
 fn segment_of(file: &FileInfo, index: usize) -> Result<&SegmentLayout, ClientError> {
+    Ok(&file.segments[segment_at(file, index)?])
+}
+
+/// Where segment `index` is in `file.segments`.
+fn segment_at(file: &FileInfo, index: usize) -> Result<usize, ClientError> {
     file.segments
         .iter()
-        .find(|s| s.index as usize == index)
+        .position(|s| s.index as usize == index)
         .ok_or_else(|| {
             ClientError::Layout(format!("{}: the MDS lists no segment {index}", file.path))
         })
+}
+
+/// A layout a retry fetched (`fresh`) replaces entry `at` of a [`FileHandle`]'s `kept` layouts.
+fn keep_fresh(
+    kept: Option<&[Mutex<SegmentLayout>]>,
+    at: usize,
+    fresh: Mutex<Option<SegmentLayout>>,
+) {
+    if let (Some(kept), Some(l)) = (kept, fresh.into_inner().unwrap_or_else(|p| p.into_inner())) {
+        *kept[at].lock().unwrap_or_else(|p| p.into_inner()) = l;
+    }
 }
 
 async fn join_one(set: &mut JoinSet<Result<(), ClientError>>) -> Result<(), ClientError> {
@@ -1267,10 +1329,11 @@ impl FrameSink for Vec<Bytes> {
 }
 
 /// An open file ([`Client::open`]): its size and segment layouts as looked up once, so an update
-/// goes straight to each segment's primary without asking the MDS first. A segment whose primary
-/// moved since is looked up again by the update's retry, and the handle keeps that layout for its
-/// next update. A handle is of one file: if the path is removed (or put anew) its updates fail
-/// with the OSDs' and the MDS's errors; open it again.
+/// or a read goes straight to each segment's primary (or, for a direct read, its holders) without
+/// asking the MDS first. A segment whose primary moved since, or whose layout the primary refuses
+/// as stale (an older epoch than one it has seen), is looked up again by the call's retry, and the
+/// handle keeps that layout for its next call. A handle is of one file: if the path is removed
+/// (or put anew) its calls fail with the OSDs' and the MDS's errors; open it again.
 #[derive(Clone)]
 pub struct FileHandle {
     client: Client,
@@ -1303,11 +1366,7 @@ impl FileHandle {
         let window = self.client.inner.options.window_segments_max.max(1);
         let mut in_flight: JoinSet<Result<(), ClientError>> = JoinSet::new();
         for piece in split_range(offset, data.len() as u64, file.segment_bytes) {
-            let at = file
-                .segments
-                .iter()
-                .position(|l| l.index as usize == piece.segment)
-                .ok_or_else(|| segment_of(file, piece.segment).unwrap_err())?;
+            let at = segment_at(file, piece.segment)?;
             let layout = self.layouts[at]
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -1334,9 +1393,7 @@ impl FileHandle {
                     )
                     .await
                     .map(drop);
-                if let Some(l) = fresh.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                    *layouts[at].lock().unwrap_or_else(|p| p.into_inner()) = l;
-                }
+                keep_fresh(Some(&layouts[..]), at, fresh);
                 r
             });
         }
@@ -1344,6 +1401,26 @@ impl FileHandle {
             join_one(&mut in_flight).await?;
         }
         Ok(())
+    }
+
+    /// `length` bytes of this file from `offset`, in memory: [`Client::read`] without the lookup,
+    /// each segment from its kept layout (a layout a retry fetched is kept, as for updates).
+    pub async fn read(&self, offset: u64, length: u64) -> Result<Vec<u8>, ClientError> {
+        let mut frames = Vec::new();
+        self.client
+            .fetch_of(
+                &self.file,
+                Some(&self.layouts),
+                &[(offset, Some(length))],
+                &format!("get {}", self.file.path),
+                &mut frames,
+            )
+            .await?;
+        let mut out = Vec::with_capacity(length as usize);
+        for f in frames {
+            out.extend_from_slice(&f);
+        }
+        Ok(out)
     }
 }
 
