@@ -25,6 +25,16 @@ pub(super) fn data(
 /// The delta appended to the parity's reserve; a full reserve merged first; a delta larger than
 /// the reserve, or one that another delta beat to the emptied reserve, applied in place.
 pub(super) fn delta(s: &dyn ChunkStore, d: &ParityDelta) -> Result<(), ChunkStoreError> {
+    delta_racing(s, d, &mut || Ok(()))
+}
+
+/// [`delta`], with `between` run after a merge and before the append that follows it: where
+/// another delta to the same parity can come in (the test's way to make it come).
+fn delta_racing(
+    s: &dyn ChunkStore,
+    d: &ParityDelta,
+    between: &mut dyn FnMut() -> Result<(), ChunkStoreError>,
+) -> Result<(), ChunkStoreError> {
     d.starts()?;
     let append = || {
         s.append(
@@ -48,6 +58,7 @@ pub(super) fn delta(s: &dyn ChunkStore, d: &ParityDelta) -> Result<(), ChunkStor
                 .reserve_bytes;
             if need <= reserve {
                 s.merge(d.segment, d.index)?;
+                between()?;
                 match append() {
                     // Another delta to this parity (each data holder sends its own, at once) took
                     // the emptied reserve between the merge and this append: in place, as FO.
@@ -65,109 +76,10 @@ pub(super) fn delta(s: &dyn ChunkStore, d: &ParityDelta) -> Result<(), ChunkStor
 
 #[cfg(test)]
 mod tests {
-    use std::ops::Range;
-    use std::sync::Mutex;
-
-    use bytes::Bytes;
-
     use super::*;
     use crate::api::DeltaStamp;
-    use crate::chunk_store::{
-        ChunkImage, FileStore, LogState, Modify, ModifyExtents, Result, StoreUsage, BLOCK_BYTES,
-    };
+    use crate::chunk_store::{FileStore, BLOCK_BYTES};
     use ecstack_rpc::UpdateScheme;
-
-    /// A [`FileStore`] whose merge lets one more delta in right after it: what another data
-    /// holder's delta to the same parity does when it arrives between this delta's merge and its
-    /// append.
-    struct Racing {
-        inner: FileStore,
-        next: Mutex<Option<ParityDelta>>,
-    }
-
-    impl ChunkStore for Racing {
-        fn put(&self, meta: &ChunkMeta, data: &[u8]) -> Result<()> {
-            self.inner.put(meta, data)
-        }
-        fn put_image(&self, image: ChunkImage) -> Result<()> {
-            self.inner.put_image(image)
-        }
-        fn meta(&self, segment: u64, index: u32) -> Result<Option<ChunkMeta>> {
-            self.inner.meta(segment, index)
-        }
-        fn read(
-            &self,
-            segment: u64,
-            index: u32,
-            offset: u64,
-            len: u64,
-        ) -> Result<(ChunkMeta, Bytes)> {
-            self.inner.read(segment, index, offset, len)
-        }
-        fn modify(
-            &self,
-            segment: u64,
-            index: u32,
-            offset: u64,
-            len: u64,
-            change: Change,
-            f: Modify<'_>,
-        ) -> Result<ChunkMeta> {
-            self.inner.modify(segment, index, offset, len, change, f)
-        }
-        fn modify_extents(
-            &self,
-            segment: u64,
-            index: u32,
-            extents: &[Range<u64>],
-            change: Change,
-            f: ModifyExtents<'_>,
-        ) -> Result<ChunkMeta> {
-            self.inner
-                .modify_extents(segment, index, extents, change, f)
-        }
-        fn delete(&self, segment: u64, index: u32) -> Result<bool> {
-            self.inner.delete(segment, index)
-        }
-        fn list(&self) -> Result<Vec<(u64, u32)>> {
-            self.inner.list()
-        }
-        fn usage(&self) -> StoreUsage {
-            self.inner.usage()
-        }
-        fn append(
-            &self,
-            segment: u64,
-            index: u32,
-            place: LogPlace,
-            extents: &[Range<u64>],
-            payload: &[u8],
-            change: Change,
-        ) -> Result<ChunkMeta> {
-            self.inner
-                .append(segment, index, place, extents, payload, change)
-        }
-        fn merge(&self, segment: u64, index: u32) -> Result<u64> {
-            let n = self.inner.merge(segment, index)?;
-            let next = self.next.lock().unwrap().take();
-            if let Some(other) = next {
-                delta(&self.inner, &other)?;
-            }
-            Ok(n)
-        }
-        fn log_state(&self, segment: u64, index: u32) -> Result<Option<LogState>> {
-            self.inner.log_state(segment, index)
-        }
-        fn set_reserve(&self, segment: u64, index: u32, bytes: u64) -> Result<()> {
-            self.inner.set_reserve(segment, index, bytes)
-        }
-        fn logged(&self) -> Vec<(u64, u32)> {
-            self.inner.logged()
-        }
-        fn fragments(&self, segment: u64, index: u32) -> Result<u64> {
-            self.inner.fragments(segment, index)
-        }
-    }
 
     /// Data chunk `from`'s delta (version 1 to 2) of `len` bytes at `at`, each byte `from + 1`.
     fn change(from: u32, at: u64, len: u64) -> ParityDelta {
@@ -190,11 +102,8 @@ mod tests {
     #[test]
     fn a_delta_beaten_to_the_emptied_reserve_goes_in_place() {
         let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::open(dir.path()).unwrap();
         let chunk = 3 * BLOCK_BYTES as u64;
-        let store = Racing {
-            inner: FileStore::open(dir.path()).unwrap(),
-            next: Mutex::new(Some(change(2, 2000, 5000))),
-        };
         let meta = ChunkMeta {
             segment_id: 7,
             index: 3,
@@ -206,10 +115,15 @@ mod tests {
             reserve_bytes: 2 * BLOCK_BYTES as u64,
         };
         store.put(&meta, &vec![0u8; chunk as usize]).unwrap();
+        delta(&store, &change(0, 0, 5000)).unwrap();
+        let mut raced = 0;
+        delta_racing(&store, &change(1, 1000, 5000), &mut || {
+            raced += 1;
+            delta(&store, &change(2, 2000, 5000))
+        })
+        .unwrap();
+        assert_eq!(raced, 1, "the second delta did not merge");
         let mut want = vec![0u8; chunk as usize];
-        for d in [change(0, 0, 5000), change(1, 1000, 5000)] {
-            delta(&store, &d).unwrap();
-        }
         for (from, at) in [(0u8, 0usize), (1, 1000), (2, 2000)] {
             for b in &mut want[at..at + 5000] {
                 *b ^= from + 1;
@@ -218,9 +132,5 @@ mod tests {
         let (m, got) = store.read(7, 3, 0, chunk).unwrap();
         assert_eq!(m.applied, vec![2, 2, 2]);
         assert!(got[..] == want[..], "a delta lost or doubled");
-        assert!(
-            store.next.lock().unwrap().is_none(),
-            "the race did not happen"
-        );
     }
 }
