@@ -906,6 +906,19 @@ async fn every_update_scheme_against_a_model() {
     }
 }
 
+/// Updates `data` at `offset` of the segment `l` while data chunk 3's holder and parity chunk
+/// 4's holder stop answering (the MDS does not know yet) and parity chunk 5 is already stale:
+/// the primary can neither have chunk 3 updated nor finish its sub-update degraded (3 of the
+/// k = 4 chunks it needs), and the update fails with "cannot finish".
+async fn update_that_cannot_finish(client: &OsdClient, l: &Layout, offset: u64, data: &[u8]) {
+    let mut l2 = l.clone();
+    l2.holders[3].addr = dead_addr().await;
+    l2.holders[4].addr = dead_addr().await;
+    l2.holders[5].usable = false;
+    let e = client.update_segment(&l2, offset, data).await.unwrap_err();
+    assert!(e.to_string().contains("cannot finish"), "{e}");
+}
+
 /// An update whose data holder fails while a parity holder misses the other data holders' deltas:
 /// the primary cannot finish the failed sub-update (too few chunks agree), and the update is not
 /// acknowledged — but every chunk that misses it (the failed data chunk and the parity that missed
@@ -921,17 +934,7 @@ async fn an_update_the_primary_cannot_finish_still_marks_what_missed_it() {
     let l = c.layout(12, len as u64);
     let model = bytes(&mut rng, len);
     client.write_segment(&l, &model).await.unwrap();
-    // Data chunk 3's holder and parity chunk 4's holder stop answering (the MDS does not know
-    // yet); parity chunk 5 is already stale.
-    let mut l2 = l.clone();
-    l2.holders[3].addr = dead_addr().await;
-    l2.holders[4].addr = dead_addr().await;
-    l2.holders[5].usable = false;
-    let e = client
-        .update_segment(&l2, 0, &vec![7u8; len])
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("cannot finish"), "{e}");
+    update_that_cannot_finish(&client, &l, 0, &vec![7u8; len]).await;
     let calls = c.calls();
     assert!(
         calls.iter().any(|c| c.starts_with("stale 12 [3, 4]")),
@@ -955,18 +958,8 @@ async fn a_rebuild_after_an_update_that_reached_no_chunk_is_reported_at_its_vers
     let l = c.layout(14, len as u64);
     let model = bytes(&mut rng, len);
     client.write_segment(&l, &model).await.unwrap();
-    // An update inside data chunk 3, whose holder stops answering, as does parity 4's; parity 5
-    // is unusable: the primary can neither have chunk 3 updated nor finish it degraded, and no
-    // chunk takes the update.
-    let mut l2 = l.clone();
-    l2.holders[3].addr = dead_addr().await;
-    l2.holders[4].addr = dead_addr().await;
-    l2.holders[5].usable = false;
-    let e = client
-        .update_segment(&l2, 3 * cb as u64 + 10, &[7u8; 1000])
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("cannot finish"), "{e}");
+    // An update inside data chunk 3 only: no chunk takes it.
+    update_that_cannot_finish(&client, &l, 3 * cb as u64 + 10, &[7u8; 1000]).await;
     assert!(
         c.calls() == ["stale 14 [3] v2"],
         "chunk 3 is marked stale at the update's version (parity 4 missed no delta)"
