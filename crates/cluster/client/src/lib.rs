@@ -27,6 +27,6 @@ pub use client::{
 };
 pub use ecstack_mds_proto::{
     Attr, DirEntry, Errno, FileInfo, FileKind, FsStats, MdsError, RenameFlags, SegmentLayout,
-    SetAttr, SetTime, UpdateScheme, ROOT_INO,
+    SetAttr, SetTime, UpdateScheme, MAX_SEGMENTS_PER_FILE, ROOT_INO,
 };
 pub use error::ClientError;

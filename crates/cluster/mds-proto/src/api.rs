@@ -16,6 +16,9 @@ use crate::UpdateScheme;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Most segments of one file (so a file is at most this many `segment_bytes` long).
+pub const MAX_SEGMENTS_PER_FILE: u64 = 1 << 20;
+
 /// Health of an OSD as the MDS sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OsdState {

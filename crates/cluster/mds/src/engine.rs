@@ -25,7 +25,7 @@ use ecstack_mds_proto::{
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Most segments one AllocateSegments call may add, and most segments of one file.
 pub const MAX_SEGMENTS_PER_CALL: usize = 4096;
-pub const MAX_SEGMENTS_PER_FILE: u64 = 1 << 20;
+pub use ecstack_mds_proto::MAX_SEGMENTS_PER_FILE;
 /// A file created but not committed for this long is removed (its chunks get DeleteTasks).
 pub const DEFAULT_PENDING_TTL_MS: u64 = 60 * 60 * 1000;
 

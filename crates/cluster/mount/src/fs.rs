@@ -275,6 +275,28 @@ impl CodfsFs {
         Ok(())
     }
 
+    /// [`Self::resize_local`] that grows a file by at most half the cache at a time, flushing in
+    /// between when the cache is full: a large hole (a truncate up, a write far past the end) is
+    /// written as zeros without holding all of them in memory.
+    fn set_size(&mut self, ino: u64, new: u64) -> Res<()> {
+        if new
+            > self
+                .seg
+                .saturating_mul(ecstack_client::MAX_SEGMENTS_PER_FILE)
+        {
+            return Err(libc::EFBIG);
+        }
+        let step = (self.cache.capacity() / 2).max(self.seg);
+        loop {
+            let cur = self.files.get(&ino).ok_or(libc::EBADF)?.size;
+            if new <= cur.saturating_add(step) {
+                return self.resize_local(ino, new);
+            }
+            self.resize_local(ino, cur + step)?;
+            self.make_room()?;
+        }
+    }
+
     /// Writes `ino`'s dirty segments to the cluster and commits its size and times (one SetAttr):
     /// an unchanged-length segment as one update of its dirty range, a new, grown or cut one whole.
     fn flush_file(&mut self, ino: u64) -> Res<()> {
@@ -373,7 +395,7 @@ impl CodfsFs {
     fn write_bytes(&mut self, ino: u64, offset: u64, data: &[u8]) -> Res<()> {
         let end = offset + data.len() as u64;
         if end > self.files.get(&ino).ok_or(libc::EBADF)?.size {
-            self.resize_local(ino, end)?;
+            self.set_size(ino, end)?;
         }
         let mut at = 0usize;
         while at < data.len() {
@@ -476,7 +498,7 @@ impl Filesystem for CodfsFs {
                 if !self.files.contains_key(&ino) {
                     self.open_state(ino)?;
                 }
-                self.resize_local(ino, size)?;
+                self.set_size(ino, size)?;
                 self.flush_file(ino)?;
             }
             let t = |t: TimeOrNow| match t {
@@ -945,7 +967,7 @@ impl Filesystem for CodfsFs {
                 self.open_state(ino)?;
             }
             if end > self.files[&ino].size {
-                self.resize_local(ino, end)?;
+                self.set_size(ino, end)?;
             }
             Ok(())
         })();
