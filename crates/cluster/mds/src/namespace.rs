@@ -140,9 +140,8 @@ impl MdsCore {
 
     /// Inode `ino` staged in `tx` for changing.
     fn stage<'t>(&self, tx: &'t mut Tx, ino: u64) -> Result<&'t mut InodeRecord, MdsError> {
-        if !tx.inodes.contains_key(&ino) {
-            let i = self.inode_of(None, ino)?;
-            tx.inodes.insert(ino, i);
+        if let std::collections::btree_map::Entry::Vacant(v) = tx.inodes.entry(ino) {
+            v.insert(self.inode_of(None, ino)?);
         }
         Ok(tx.inodes.get_mut(&ino).expect("staged"))
     }
@@ -882,12 +881,8 @@ impl MdsCore {
             }
         }
         for (id, _) in resized {
-            if !self
-                .store
-                .segment(*id)
-                .map_err(internal)?
-                .is_some_and(|s| s.file_id == f.file_id)
-            {
+            let theirs = self.store.segment(*id).map_err(internal)?;
+            if theirs.is_none_or(|s| s.file_id != f.file_id) {
                 return Err(MdsError::InvalidArgument(format!(
                     "segment {id} is not a segment of file {}",
                     f.file_id

@@ -76,6 +76,9 @@ pub struct OsdRecord {
     pub last_heartbeat_ms: u64,
 }
 
+/// An extended attribute: (name, value).
+pub type Xattr = (Vec<u8>, Vec<u8>);
+
 /// One inode of the namespace (version 3): a file, a directory, a symlink or a special file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InodeRecord {
@@ -251,7 +254,7 @@ pub trait MetadataStore: Send {
     /// The directory entries naming `ino`: (parent, name), by parent and name.
     fn links(&self, ino: u64) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
     /// An inode's extended attributes, by name.
-    fn xattrs(&self, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
+    fn xattrs(&self, ino: u64) -> Result<Vec<Xattr>, StoreError>;
     /// Inodes in the namespace.
     fn inode_count(&self) -> Result<u64, StoreError>;
     /// Files created but not committed, by id.
@@ -1219,7 +1222,7 @@ impl MetadataStore for SqliteStore {
         .collect()
     }
 
-    fn xattrs(&self, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn xattrs(&self, ino: u64) -> Result<Vec<Xattr>, StoreError> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT name, value FROM xattrs WHERE ino = ?1 ORDER BY name")?;

@@ -252,7 +252,7 @@ impl CodfsFs {
         let (old_n, new_n) = (count(old), count(new));
         let len_in = |idx: u32, size: u64| (size - u64::from(idx) * seg).min(seg);
         if new > old {
-            if old_n > 0 && old % seg != 0 {
+            if old_n > 0 && !old.is_multiple_of(seg) {
                 let idx = old_n - 1;
                 self.load(ino, idx)?;
                 self.cache.set_len((ino, idx), len_in(idx, new));
@@ -262,7 +262,7 @@ impl CodfsFs {
             }
         } else {
             self.cache.drop_from(ino, new_n);
-            if new_n > 0 && new % seg != 0 {
+            if new_n > 0 && !new.is_multiple_of(seg) {
                 let idx = new_n - 1;
                 self.load(ino, idx)?;
                 self.cache.set_len((ino, idx), len_in(idx, new));
