@@ -123,6 +123,17 @@ enum ClusterCmd {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Mount the cluster as a POSIX file system at MOUNTPOINT (FUSE, close-to-open consistency);
+    /// serves until unmounted (`fusermount3 -u MOUNTPOINT`, `umount`) or SIGTERM / SIGINT
+    Mount {
+        mountpoint: PathBuf,
+        /// The segment cache: an LRU of whole segments in which writes are coalesced until close
+        /// or fsync
+        #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
+        cache_size: u64,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// OSDs up/down/out, segments healthy/degraded/recovering/lost, recovery progress
     Status {
         #[arg(long)]
@@ -395,6 +406,29 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub fn run(a: ClusterArgs) -> Result<()> {
+    if let ClusterCmd::Mount {
+        mountpoint,
+        cache_size,
+        conn,
+    } = &a.cmd
+    {
+        // The mount runs its own runtime and blocks this thread until it is unmounted.
+        let config = config_path(conn);
+        if conn.config.is_none() && !config.exists() {
+            anyhow::bail!(
+                "no cluster config at {} (the default without --config or $ECSTACK_CLUSTER): pass --config FILE or set ECSTACK_CLUSTER",
+                config.display()
+            );
+        }
+        ecstack_mount::run(&ecstack_mount::MountSpec {
+            mountpoint: mountpoint.clone(),
+            config,
+            name: conn.name.clone().unwrap_or_else(|| "client".to_owned()),
+            insecure: conn.insecure,
+            cache_bytes: *cache_size,
+        })?;
+        return Ok(());
+    }
     let rt = runtime()?;
     rt.block_on(run_async(a))
 }
@@ -532,6 +566,7 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
                 print_stat(&info, &names);
             }
         }
+        ClusterCmd::Mount { .. } => anyhow::bail!("`cluster mount` runs before the runtime starts"),
         ClusterCmd::Status { json, conn } => {
             let status = connect(&conn)?.status().await?;
             if json {

@@ -315,8 +315,9 @@ impl Client {
         }
     }
 
-    /// The MDS, for one request (counted: [`Client::mds_requests`]).
-    fn mds(&self) -> &MdsClient {
+    /// The typed MDS client underneath (no deadline, no retries), for one request (counted:
+    /// [`Client::mds_requests`]).
+    pub(crate) fn mds(&self) -> &MdsClient {
         self.inner.mds_requests.fetch_add(1, Ordering::Relaxed);
         &self.inner.mds
     }
@@ -351,7 +352,7 @@ impl Client {
     }
 
     /// Runs a metadata call under its deadline, retried by the client's policy.
-    async fn meta<T, F, Fut>(&self, what: &str, call: F) -> Result<T, ClientError>
+    pub(crate) async fn meta<T, F, Fut>(&self, what: &str, call: F) -> Result<T, ClientError>
     where
         F: Fn(MdsClient) -> Fut,
         Fut: Future<Output = Result<T, MdsError>>,
@@ -412,7 +413,7 @@ impl Client {
     /// it failed (a connection reset under a long read) restarts the retry policy's time budget, and
     /// so does the first attempt that ran out its deadline: the deadline outlasts the budget, so
     /// otherwise a primary that once stalled (a segment's lock held by a long rebuild) got no retry.
-    async fn on_primary<T, F, Fut>(
+    pub(crate) async fn on_primary<T, F, Fut>(
         &self,
         segment: &SegmentLayout,
         what: &str,
@@ -863,7 +864,7 @@ impl Client {
 
     /// `length` bytes of one segment from `offset` (inside the segment), by the client's
     /// [`ReadPath`]; `leg` hears the bytes as they arrive; `fresh` gets a layout a retry fetched.
-    async fn read_piece(
+    pub(crate) async fn read_piece(
         &self,
         layout: &SegmentLayout,
         what: &str,

@@ -5,21 +5,28 @@
 //!
 //! Layout (dependencies point down): `error` → `segments` (file ranges → segment pieces) →
 //! `window` (a put's or a get's bytes in transit) → `client`
-//! ([`Client`]). It depends on the protocol crates `ecstack_mds_proto` and `ecstack_osd_proto`
+//! ([`Client`]) → `ns` (the POSIX namespace calls and a mount's segment calls) and `cache` (the
+//! mount's LRU segment cache, CodFS §4.4.4). It depends on the protocol crates `ecstack_mds_proto` and `ecstack_osd_proto`
 //! only: a client links neither server (no SQLite, no chunk store). A cluster of local processes
 //! (`ecstack cluster up`, `ecstack demo`, tests) is `ecstack_lab::codfs_local`.
 
 #![forbid(unsafe_code)]
 
+pub mod cache;
 mod client;
 mod error;
+mod ns;
 pub mod segments;
 mod window;
 
 /// The frames [`Client::read_frames`] returns.
 pub use bytes::Bytes;
+pub use cache::{CacheStats, SegmentCache};
 pub use client::{
     summary, Client, ClientOptions, FailedAttempts, FileHandle, PutOptions, ReadPath, ReadStats,
 };
-pub use ecstack_mds_proto::UpdateScheme;
+pub use ecstack_mds_proto::{
+    Attr, DirEntry, Errno, FileInfo, FileKind, FsStats, MdsError, RenameFlags, SegmentLayout,
+    SetAttr, SetTime, UpdateScheme, MAX_SEGMENTS_PER_FILE, ROOT_INO,
+};
 pub use error::ClientError;

@@ -16,6 +16,9 @@ use crate::UpdateScheme;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Most segments of one file (so a file is at most this many `segment_bytes` long).
+pub const MAX_SEGMENTS_PER_FILE: u64 = 1 << 20;
+
 /// Health of an OSD as the MDS sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OsdState {
@@ -255,6 +258,9 @@ pub struct HeartbeatReply {
     pub tasks: Vec<OsdTask>,
 }
 
+/// The metadata key of a status that carries an [`MdsError::Fs`]'s errno.
+const ERRNO_METADATA: &str = "ecstack-errno";
+
 /// Everything an MDS call can fail with. The service maps its own errors to gRPC codes with
 /// [`MdsError::to_status`]; the client maps codes back with `From<tonic::Status>`.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -284,6 +290,12 @@ pub enum MdsError {
     /// A reply this client cannot understand (version skew or a bug).
     #[error("malformed MDS reply: {0}")]
     Protocol(String),
+    /// A namespace call failed as a file system call does with `errno` (EEXIST, ENOTEMPTY...).
+    #[error("{message}")]
+    Fs {
+        errno: crate::Errno,
+        message: String,
+    },
     /// Any other gRPC status.
     #[error("MDS call failed ({code:?}): {message}")]
     Other { code: tonic::Code, message: String },
@@ -305,6 +317,14 @@ impl MdsError {
             MdsError::Unauthenticated(m) => tonic::Status::unauthenticated(m.clone()),
             MdsError::Internal(m) => tonic::Status::internal(m.clone()),
             MdsError::Protocol(m) => tonic::Status::invalid_argument(m.clone()),
+            MdsError::Fs { errno, message } => {
+                let mut s = tonic::Status::failed_precondition(message.clone());
+                s.metadata_mut().insert(
+                    ERRNO_METADATA,
+                    tonic::metadata::MetadataValue::from_static(errno.name()),
+                );
+                s
+            }
             MdsError::Other { code, message } => tonic::Status::new(*code, message.clone()),
         }
     }
@@ -318,6 +338,14 @@ impl From<tonic::Status> for MdsError {
             return MdsError::Unauthenticated(line);
         }
         let message = s.message().to_owned();
+        if let Some(errno) = s
+            .metadata()
+            .get(ERRNO_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::Errno::from_name)
+        {
+            return MdsError::Fs { errno, message };
+        }
         match s.code() {
             tonic::Code::InvalidArgument => MdsError::InvalidArgument(message),
             tonic::Code::NotFound => MdsError::NotFound(message),
@@ -384,7 +412,7 @@ fn chunk_state_from_proto(v: i32) -> Result<ChunkState, MdsError> {
     }
 }
 
-fn required<T>(v: Option<T>, what: &str) -> Result<T, MdsError> {
+pub(crate) fn required<T>(v: Option<T>, what: &str) -> Result<T, MdsError> {
     v.ok_or_else(|| MdsError::Protocol(format!("reply lacks {what}")))
 }
 
@@ -692,7 +720,7 @@ impl MdsClient {
         }
     }
 
-    fn raw(&self) -> RawClient<Channel> {
+    pub(crate) fn raw(&self) -> RawClient<Channel> {
         self.raw.clone()
     }
 
@@ -948,6 +976,10 @@ mod tests {
             MdsError::FailedPrecondition("x".into()),
             MdsError::Unavailable("x".into()),
             MdsError::Internal("x".into()),
+            MdsError::Fs {
+                errno: crate::Errno::NotEmpty,
+                message: "x".into(),
+            },
         ] {
             assert_eq!(MdsError::from(e.to_status()), e);
         }

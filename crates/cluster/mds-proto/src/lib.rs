@@ -15,6 +15,8 @@ pub mod proto {
 }
 
 mod api;
+mod ns;
 
 pub use api::*;
 pub use ecstack_rpc::UpdateScheme;
+pub use ns::*;

@@ -7,6 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+#[path = "namespace.rs"]
+mod namespace;
+
 use crate::placement::{place_chunk, place_segment, Candidate};
 use crate::store::{
     ChunkRecord, DeleteRecord, FileRecord, MetadataStore, Mutation, OsdRecord, SegmentRecord,
@@ -22,7 +25,7 @@ use ecstack_mds_proto::{
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Most segments one AllocateSegments call may add, and most segments of one file.
 pub const MAX_SEGMENTS_PER_CALL: usize = 4096;
-pub const MAX_SEGMENTS_PER_FILE: u64 = 1 << 20;
+pub use ecstack_mds_proto::MAX_SEGMENTS_PER_FILE;
 /// A file created but not committed for this long is removed (its chunks get DeleteTasks).
 pub const DEFAULT_PENDING_TTL_MS: u64 = 60 * 60 * 1000;
 
@@ -481,59 +484,10 @@ impl MdsCore {
 
     // ---- namespace
 
-    fn check_path(path: &str) -> Result<(), MdsError> {
-        if path.is_empty() {
-            return Err(MdsError::InvalidArgument("path is empty".into()));
-        }
-        if path.len() > MAX_PATH_BYTES {
-            return Err(MdsError::InvalidArgument(format!(
-                "path is {} bytes long; the limit is {MAX_PATH_BYTES}",
-                path.len()
-            )));
-        }
-        if path.contains('\0') {
-            return Err(MdsError::InvalidArgument("path contains a NUL byte".into()));
-        }
-        Ok(())
-    }
-
     /// Starts a put of `path` with the cluster's default scheme, or the scheme of the file it
     /// replaces ([`Self::create_file_with`] with `None`).
     pub fn create_file(&mut self, path: &str) -> Result<u64, MdsError> {
         self.create_file_with(path, None)
-    }
-
-    /// Starts a put of `path`. Its update scheme is `scheme`; with `None`, the scheme of the
-    /// committed file at `path` (a put replaces a file under its own scheme), else the cluster's
-    /// default. A scheme other than the committed file's is refused: a file's scheme is fixed at
-    /// its first creation (its chunks, logs and reserved space are laid out for it).
-    pub fn create_file_with(
-        &mut self,
-        path: &str,
-        scheme: Option<UpdateScheme>,
-    ) -> Result<u64, MdsError> {
-        Self::check_path(path)?;
-        let existing = self.store.committed_file(path).map_err(internal)?;
-        let scheme = match (scheme, existing) {
-            (Some(new), Some(old)) if new != old.scheme => {
-                return Err(scheme_change_refused(path, old.scheme, new))
-            }
-            (Some(new), _) => new,
-            (None, Some(old)) => old.scheme,
-            (None, None) => self.settings.default_scheme,
-        };
-        let mut batch = Batch::new();
-        let file_id = batch.next(self.store.as_ref(), COUNTER_FILE)?;
-        batch.push(Mutation::PutFile(FileRecord {
-            file_id,
-            path: path.to_owned(),
-            size: 0,
-            mtime_ms: self.clock.now_ms(),
-            committed: false,
-            scheme,
-        }));
-        batch.commit(self.store.as_mut())?;
-        Ok(file_id)
     }
 
     /// The segments of files created but not committed (being written, or left by a failed put
@@ -569,6 +523,22 @@ impl MdsCore {
         lengths: &[u64],
     ) -> Result<Vec<SegmentLayout>, MdsError> {
         let f = self.pending_file(file_id)?;
+        let existing = self.store.segments_of_file(file_id).map_err(internal)?;
+        let mut batch = Batch::new();
+        let layouts = self.place_segments(&mut batch, &f, existing.len() as u32, lengths)?;
+        batch.commit(self.store.as_mut())?;
+        Ok(layouts)
+    }
+
+    /// Places new segments of `f` at indexes `first..` into `batch`: their records and chunks,
+    /// with one new epoch; returns their layouts.
+    fn place_segments(
+        &self,
+        batch: &mut Batch,
+        f: &FileRecord,
+        first: u32,
+        lengths: &[u64],
+    ) -> Result<Vec<SegmentLayout>, MdsError> {
         let seg_bytes = self.settings.params.segment_bytes;
         if lengths.is_empty() {
             return Err(MdsError::InvalidArgument("no segment lengths given".into()));
@@ -588,18 +558,16 @@ impl MdsCore {
                 "segment length #{i} is {l}; it must be 1..={seg_bytes} (segment_bytes)"
             )));
         }
-        let existing = self.store.segments_of_file(file_id).map_err(internal)?;
-        if existing.len() as u64 + lengths.len() as u64 > MAX_SEGMENTS_PER_FILE {
+        if u64::from(first) + lengths.len() as u64 > MAX_SEGMENTS_PER_FILE {
             return Err(MdsError::InvalidArgument(format!(
                 "file {} would have {} segments; the limit is {MAX_SEGMENTS_PER_FILE}",
                 f.path,
-                existing.len() + lengths.len()
+                u64::from(first) + lengths.len() as u64
             )));
         }
         let osds = self.osd_map()?;
         let mut candidates = self.candidates(&osds)?;
         let (k, n) = (self.k(), self.n());
-        let mut batch = Batch::new();
         let epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
         let mut records = Vec::with_capacity(lengths.len());
         for (i, &length) in lengths.iter().enumerate() {
@@ -608,8 +576,8 @@ impl MdsCore {
             let segment_id = batch.next(self.store.as_ref(), COUNTER_SEGMENT)?;
             let seg = SegmentRecord {
                 segment_id,
-                file_id,
-                index: (existing.len() + i) as u32,
+                file_id: f.file_id,
+                index: first + i as u32,
                 length,
                 primary: placed[0].expect("chunk 0 is always placed"),
                 epoch,
@@ -635,7 +603,6 @@ impl MdsCore {
             }
             records.push((seg, chunks));
         }
-        batch.commit(self.store.as_mut())?;
         Ok(records
             .iter()
             .map(|(s, c)| layout_of(s, c, &osds, f.scheme))
@@ -657,92 +624,6 @@ impl MdsCore {
         }
         batch.push(Mutation::DeleteFile(file_id));
         Ok(())
-    }
-
-    pub fn commit_file(&mut self, file_id: u64, size: u64) -> Result<(), MdsError> {
-        let f = match self.store.file(file_id).map_err(internal)? {
-            Some(f) if f.committed && f.size == size => return Ok(()), // a retried commit
-            _ => self.pending_file(file_id)?,
-        };
-        let total: u64 = self
-            .store
-            .segments_of_file(file_id)
-            .map_err(internal)?
-            .iter()
-            .map(|s| s.length)
-            .sum();
-        if total != size {
-            return Err(MdsError::InvalidArgument(format!(
-                "file {} commits size {size} but its segments hold {total} bytes",
-                f.path
-            )));
-        }
-        let mut batch = Batch::new();
-        if let Some(old) = self.store.committed_file(&f.path).map_err(internal)? {
-            // Checked again here: another put may have committed the path since this one began.
-            if old.scheme != f.scheme {
-                return Err(scheme_change_refused(&f.path, old.scheme, f.scheme));
-            }
-            self.drop_file(&mut batch, old.file_id)?;
-        }
-        batch.push(Mutation::PutFile(FileRecord {
-            size,
-            mtime_ms: self.clock.now_ms(),
-            committed: true,
-            ..f
-        }));
-        batch.commit(self.store.as_mut())
-    }
-
-    fn committed(&self, path: &str) -> Result<FileRecord, MdsError> {
-        Self::check_path(path)?;
-        self.store
-            .committed_file(path)
-            .map_err(internal)?
-            .ok_or_else(|| MdsError::NotFound(format!("no file {path}")))
-    }
-
-    pub fn lookup_file(&self, path: &str) -> Result<FileInfo, MdsError> {
-        let f = self.committed(path)?;
-        let osds = self.osd_map()?;
-        let segments = self
-            .store
-            .segments_of_file(f.file_id)
-            .map_err(internal)?
-            .iter()
-            .map(|s| self.layout_in(s, &osds, f.scheme))
-            .collect::<Result<_, _>>()?;
-        Ok(FileInfo {
-            scheme: f.scheme,
-            file_id: f.file_id,
-            path: f.path,
-            size: f.size,
-            mtime_ms: f.mtime_ms,
-            segment_bytes: self.settings.params.segment_bytes,
-            segments,
-        })
-    }
-
-    pub fn list_files(&self, prefix: &str) -> Result<Vec<FileSummary>, MdsError> {
-        Ok(self
-            .store
-            .committed_files(prefix)
-            .map_err(internal)?
-            .into_iter()
-            .map(|(f, segments)| FileSummary {
-                path: f.path,
-                size: f.size,
-                mtime_ms: f.mtime_ms,
-                segments,
-            })
-            .collect())
-    }
-
-    pub fn remove_file(&mut self, path: &str) -> Result<(), MdsError> {
-        let f = self.committed(path)?;
-        let mut batch = Batch::new();
-        self.drop_file(&mut batch, f.file_id)?;
-        batch.commit(self.store.as_mut())
     }
 
     pub fn get_segment(&self, segment_id: u64) -> Result<SegmentLayout, MdsError> {

@@ -974,3 +974,406 @@ fn heartbeats_carry_reserve_log_bytes_and_merges_to_status_without_a_commit() {
         .unwrap();
     assert_eq!(stored.used_bytes, 0);
 }
+
+// ---- the POSIX namespace (schema version 3)
+
+fn names_in(r: &Rig, dir: u64) -> Vec<String> {
+    r.mds
+        .read_dir(dir, b"", 0)
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|e| String::from_utf8(e.name).unwrap())
+        .collect()
+}
+
+fn errno_of(e: MdsError) -> Errno {
+    match e {
+        MdsError::Fs { errno, .. } => errno,
+        e => panic!("not an errno: {e:?}"),
+    }
+}
+
+#[test]
+fn directories_files_links_and_symlinks_keep_their_counts() {
+    let mut r = rig(3);
+    let root = r.mds.get_attr(ROOT_INO).unwrap();
+    assert_eq!((root.kind, root.nlink), (FileKind::Dir, 2));
+    let d = r.mds.mkdir(ROOT_INO, b"d", 0o750, 1000, 100).unwrap();
+    assert_eq!((d.mode, d.uid, d.gid, d.nlink), (0o750, 1000, 100, 2));
+    assert_eq!(r.mds.get_attr(ROOT_INO).unwrap().nlink, 3);
+    let f = r
+        .mds
+        .mknod(d.ino, b"f", FileKind::File, 0o640, 1000, 100, 0, true)
+        .unwrap();
+    assert_eq!((f.kind, f.size, f.nlink), (FileKind::File, 0, 1));
+    // Exclusive creation of an existing name fails; a plain one returns the file.
+    assert_eq!(
+        errno_of(
+            r.mds
+                .mknod(d.ino, b"f", FileKind::File, 0o600, 0, 0, 0, true)
+                .unwrap_err()
+        ),
+        Errno::Exist
+    );
+    assert_eq!(
+        r.mds
+            .mknod(d.ino, b"f", FileKind::File, 0o600, 0, 0, 0, false)
+            .unwrap()
+            .ino,
+        f.ino
+    );
+    let l = r.mds.link(f.ino, ROOT_INO, b"hard").unwrap();
+    assert_eq!(l.nlink, 2);
+    let s = r.mds.symlink(ROOT_INO, b"s", b"d/f", 0, 0).unwrap();
+    assert_eq!((s.kind, s.size), (FileKind::Symlink, 3));
+    assert_eq!(r.mds.read_link(s.ino).unwrap(), b"d/f");
+    let fifo = r
+        .mds
+        .mknod(ROOT_INO, b"p", FileKind::Fifo, 0o600, 0, 0, 0, true)
+        .unwrap();
+    assert_eq!(fifo.kind, FileKind::Fifo);
+    assert_eq!(names_in(&r, ROOT_INO), ["d", "hard", "p", "s"]);
+    assert_eq!(r.mds.lookup(ROOT_INO, b"hard").unwrap().ino, f.ino);
+    assert!(matches!(
+        r.mds.lookup(ROOT_INO, b"nope"),
+        Err(MdsError::NotFound(_))
+    ));
+    // Bad names: one errno each.
+    assert_eq!(
+        errno_of(r.mds.mkdir(ROOT_INO, b"a/b", 0o755, 0, 0).unwrap_err()),
+        Errno::Invalid
+    );
+    assert_eq!(
+        errno_of(r.mds.mkdir(ROOT_INO, b"..", 0o755, 0, 0).unwrap_err()),
+        Errno::Invalid
+    );
+    assert_eq!(
+        errno_of(
+            r.mds
+                .mkdir(ROOT_INO, &[b'x'; 256], 0o755, 0, 0)
+                .unwrap_err()
+        ),
+        Errno::NameTooLong
+    );
+    assert_eq!(
+        errno_of(r.mds.mkdir(f.ino, b"x", 0o755, 0, 0).unwrap_err()),
+        Errno::NotDir
+    );
+    // rmdir of a directory with an entry, unlink of a directory.
+    assert_eq!(
+        errno_of(r.mds.rmdir(ROOT_INO, b"d").unwrap_err()),
+        Errno::NotEmpty
+    );
+    assert_eq!(
+        errno_of(r.mds.unlink(ROOT_INO, b"d").unwrap_err()),
+        Errno::IsDir
+    );
+    assert_eq!(
+        errno_of(r.mds.rmdir(ROOT_INO, b"hard").unwrap_err()),
+        Errno::NotDir
+    );
+    // The file goes with its last link.
+    r.mds.unlink(d.ino, b"f").unwrap();
+    assert_eq!(r.mds.get_attr(f.ino).unwrap().nlink, 1);
+    r.mds.unlink(ROOT_INO, b"hard").unwrap();
+    assert!(matches!(r.mds.get_attr(f.ino), Err(MdsError::NotFound(_))));
+    r.mds.rmdir(ROOT_INO, b"d").unwrap();
+    assert_eq!(r.mds.get_attr(ROOT_INO).unwrap().nlink, 2);
+    // A set-group-ID directory hands its group (and, to directories, the bit) down.
+    let g = r.mds.mkdir(ROOT_INO, b"g", 0o2775, 0, 55).unwrap();
+    let sub = r.mds.mkdir(g.ino, b"sub", 0o755, 7, 7).unwrap();
+    assert_eq!((sub.gid, sub.mode), (55, 0o2755));
+    let file = r
+        .mds
+        .mknod(g.ino, b"f", FileKind::File, 0o644, 7, 7, 0, true)
+        .unwrap();
+    assert_eq!((file.gid, file.mode), (55, 0o644));
+}
+
+#[test]
+fn renames_are_atomic_replace_targets_and_refuse_loops() {
+    let mut r = rig(3);
+    let a = r.mds.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
+    let b = r.mds.mkdir(ROOT_INO, b"b", 0o755, 0, 0).unwrap();
+    let sub = r.mds.mkdir(a.ino, b"sub", 0o755, 0, 0).unwrap();
+    let x = r
+        .mds
+        .mknod(a.ino, b"x", FileKind::File, 0o644, 0, 0, 0, true)
+        .unwrap();
+    let y = r
+        .mds
+        .mknod(b.ino, b"y", FileKind::File, 0o644, 0, 0, 0, true)
+        .unwrap();
+    let flags = RenameFlags::default();
+    // A directory into another: link counts move with it.
+    r.mds.rename(a.ino, b"sub", b.ino, b"sub2", flags).unwrap();
+    assert_eq!(r.mds.get_attr(a.ino).unwrap().nlink, 2);
+    assert_eq!(r.mds.get_attr(b.ino).unwrap().nlink, 3);
+    assert_eq!(r.mds.lookup(b.ino, b"sub2").unwrap().ino, sub.ino);
+    // Not below itself.
+    assert_eq!(
+        errno_of(
+            r.mds
+                .rename(ROOT_INO, b"b", sub.ino, b"loop", flags)
+                .unwrap_err()
+        ),
+        Errno::Invalid
+    );
+    // A file over a file: the target's inode goes.
+    r.mds.rename(a.ino, b"x", b.ino, b"y", flags).unwrap();
+    assert_eq!(r.mds.lookup(b.ino, b"y").unwrap().ino, x.ino);
+    assert!(matches!(r.mds.get_attr(y.ino), Err(MdsError::NotFound(_))));
+    // Kinds must agree; a directory replaces only an empty one.
+    let z = r.mds.mkdir(a.ino, b"z", 0o755, 0, 0).unwrap();
+    assert_eq!(
+        errno_of(r.mds.rename(b.ino, b"y", a.ino, b"z", flags).unwrap_err()),
+        Errno::IsDir
+    );
+    assert_eq!(
+        errno_of(r.mds.rename(a.ino, b"z", b.ino, b"y", flags).unwrap_err()),
+        Errno::NotDir
+    );
+    r.mds
+        .mknod(sub.ino, b"in", FileKind::File, 0o644, 0, 0, 0, true)
+        .unwrap();
+    assert_eq!(
+        errno_of(
+            r.mds
+                .rename(a.ino, b"z", b.ino, b"sub2", flags)
+                .unwrap_err()
+        ),
+        Errno::NotEmpty
+    );
+    r.mds.rename(b.ino, b"sub2", a.ino, b"z", flags).unwrap();
+    assert!(matches!(r.mds.get_attr(z.ino), Err(MdsError::NotFound(_))));
+    assert_eq!(r.mds.get_attr(a.ino).unwrap().nlink, 3);
+    assert_eq!(r.mds.get_attr(b.ino).unwrap().nlink, 2);
+    // NOREPLACE and EXCHANGE.
+    let noreplace = RenameFlags {
+        noreplace: true,
+        ..flags
+    };
+    r.mds
+        .mknod(a.ino, b"w", FileKind::File, 0o644, 0, 0, 0, true)
+        .unwrap();
+    assert_eq!(
+        errno_of(
+            r.mds
+                .rename(b.ino, b"y", a.ino, b"w", noreplace)
+                .unwrap_err()
+        ),
+        Errno::Exist
+    );
+    let exchange = RenameFlags {
+        exchange: true,
+        ..flags
+    };
+    r.mds.rename(b.ino, b"y", a.ino, b"z", exchange).unwrap();
+    assert_eq!(r.mds.lookup(a.ino, b"z").unwrap().ino, x.ino);
+    assert_eq!(r.mds.lookup(b.ino, b"y").unwrap().ino, sub.ino);
+    assert_eq!(r.mds.get_attr(a.ino).unwrap().nlink, 2);
+    assert_eq!(r.mds.get_attr(b.ino).unwrap().nlink, 3);
+    // Every change above survived as one batch each: a reopened MDS sees the same tree.
+    let path = r.path.clone();
+    let clock = r.clock.clone();
+    drop(r.mds);
+    let mds = open(&path, &clock);
+    assert_eq!(mds.lookup(b.ino, b"y").unwrap().ino, sub.ino);
+    assert_eq!(mds.list_files("").unwrap().len(), 3);
+}
+
+#[test]
+fn a_file_grows_shrinks_and_commits_its_size_and_version_in_one_setattr() {
+    let mut r = rig(3);
+    for i in 0..3 {
+        let id = r.ids[i];
+        hb(&mut r.mds, id);
+    }
+    let f = r
+        .mds
+        .mknod(ROOT_INO, b"f", FileKind::File, 0o644, 0, 0, 0, true)
+        .unwrap();
+    assert_eq!(f.version, 1);
+    // Growing: two new segments, then the commit of the size.
+    let segs = r.mds.grow_file(f.ino, 0, &[SEG, 100]).unwrap();
+    assert_eq!(segs.len(), 2);
+    assert_eq!(
+        r.mds.open_file(f.ino).unwrap().1.segments.len(),
+        0,
+        "not committed yet"
+    );
+    let bad = SetAttr {
+        size: Some(SEG + 99),
+        data_changed: true,
+        ..SetAttr::default()
+    };
+    let e = r.mds.set_attr(f.ino, &bad).unwrap_err();
+    assert!(
+        matches!(&e, MdsError::InvalidArgument(m) if m.contains("segment 1")),
+        "{e}"
+    );
+    let a = r
+        .mds
+        .set_attr(
+            f.ino,
+            &SetAttr {
+                size: Some(SEG + 100),
+                data_changed: true,
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!((a.size, a.version), (SEG + 100, 2));
+    let (attr, info) = r.mds.open_file(f.ino).unwrap();
+    assert_eq!(attr, a);
+    assert_eq!(info.segments.len(), 2);
+    assert_eq!(r.mds.lookup_file("/f").unwrap().size, SEG + 100);
+    // The last segment rewritten longer, recorded with a new epoch in the same SetAttr.
+    let last = info.segments[1].clone();
+    let a = r
+        .mds
+        .set_attr(
+            f.ino,
+            &SetAttr {
+                size: Some(SEG + 500),
+                resized: vec![(last.segment_id, 500)],
+                data_changed: true,
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.version, 3);
+    let now = r.mds.get_segment(last.segment_id).unwrap();
+    assert_eq!(now.length, 500);
+    assert!(now.epoch > last.epoch);
+    // Cut to one segment: the second goes (with delete tasks for its chunks).
+    let a = r
+        .mds
+        .set_attr(
+            f.ino,
+            &SetAttr {
+                size: Some(SEG),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.size, SEG);
+    assert!(matches!(
+        r.mds.get_segment(last.segment_id),
+        Err(MdsError::NotFound(_))
+    ));
+    let tasks: usize = r
+        .ids
+        .clone()
+        .iter()
+        .map(|&id| {
+            hb(&mut r.mds, id)
+                .tasks
+                .iter()
+                .filter(|t| matches!(t, OsdTask::Delete(d) if d.segment_id == last.segment_id))
+                .count()
+        })
+        .sum();
+    assert_eq!(tasks, 3);
+    // Growing from below the committed end is refused; mode, owner and times are kept.
+    assert!(r.mds.grow_file(f.ino, 0, &[1]).is_err());
+    let a = r
+        .mds
+        .set_attr(
+            f.ino,
+            &SetAttr {
+                mode: Some(0o4755),
+                uid: Some(5),
+                gid: Some(6),
+                mtime: Some(SetTime::Ns(42)),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (a.mode, a.uid, a.gid, a.mtime_ns, a.version),
+        (0o4755, 5, 6, 42, 4)
+    );
+    // xattrs.
+    r.mds
+        .set_xattr(f.ino, b"user.k", b"v", true, false)
+        .unwrap();
+    assert_eq!(
+        errno_of(
+            r.mds
+                .set_xattr(f.ino, b"user.k", b"w", true, false)
+                .unwrap_err()
+        ),
+        Errno::Exist
+    );
+    assert_eq!(
+        errno_of(
+            r.mds
+                .set_xattr(f.ino, b"user.n", b"w", false, true)
+                .unwrap_err()
+        ),
+        Errno::NoData
+    );
+    assert_eq!(r.mds.get_xattr(f.ino, b"user.k").unwrap(), b"v");
+    assert_eq!(r.mds.list_xattr(f.ino).unwrap(), vec![b"user.k".to_vec()]);
+    r.mds.remove_xattr(f.ino, b"user.k").unwrap();
+    assert_eq!(
+        errno_of(r.mds.get_xattr(f.ino, b"user.k").unwrap_err()),
+        Errno::NoData
+    );
+    // statfs: k/n of the up OSDs' capacity.
+    let s = r.mds.stat_fs().unwrap();
+    assert_eq!(s.capacity_bytes, 3 * (1 << 30) / 3 * 2);
+    assert_eq!(s.name_max, 255);
+}
+
+#[test]
+fn puts_make_their_directories_and_replace_files_in_place() {
+    let mut r = rig(3);
+    r.put("/a/b/c", &[10]);
+    let a = r.mds.lookup(ROOT_INO, b"a").unwrap();
+    let b = r.mds.lookup(a.ino, b"b").unwrap();
+    let c = r.mds.lookup(b.ino, b"c").unwrap();
+    assert_eq!(
+        (a.kind, b.kind, c.kind, c.size),
+        (FileKind::Dir, FileKind::Dir, FileKind::File, 10)
+    );
+    assert_eq!(r.mds.get_attr(ROOT_INO).unwrap().nlink, 3);
+    // A replacing put keeps the inode (and its hard links) and bumps its version.
+    r.mds.link(c.ino, ROOT_INO, b"alias").unwrap();
+    r.put("a/b/c", &[20]);
+    let c2 = r.mds.lookup(b.ino, b"c").unwrap();
+    assert_eq!((c2.ino, c2.size, c2.version), (c.ino, 20, c.version + 1));
+    assert_eq!(r.mds.lookup_file("/alias").unwrap().size, 20);
+    // A put through a file, or over a directory, is refused; a path a tree cannot hold too.
+    let f = r.mds.create_file("a/b/c/d").unwrap();
+    r.mds.allocate_segments(f, &[1]).unwrap();
+    assert_eq!(
+        errno_of(r.mds.commit_file(f, 1).unwrap_err()),
+        Errno::NotDir
+    );
+    let f = r.mds.create_file("a/b").unwrap();
+    r.mds.allocate_segments(f, &[1]).unwrap();
+    assert_eq!(errno_of(r.mds.commit_file(f, 1).unwrap_err()), Errno::IsDir);
+    for bad in ["a//b", "./x", "a/../b", "/"] {
+        assert!(
+            matches!(r.mds.create_file(bad), Err(MdsError::InvalidArgument(_))),
+            "{bad}"
+        );
+    }
+    // remove_file unlinks; listing walks the tree.
+    let listed: Vec<String> = r
+        .mds
+        .list_files("/")
+        .unwrap()
+        .into_iter()
+        .map(|f| f.path)
+        .collect();
+    assert_eq!(listed, ["/a/b/c", "/alias"]);
+    assert_eq!(r.mds.list_files("/a/b/").unwrap().len(), 1);
+    assert_eq!(r.mds.list_files("/al").unwrap().len(), 1);
+    r.mds.remove_file("/alias").unwrap();
+    assert!(r.mds.remove_file("a/b").is_err(), "a directory");
+    assert_eq!(r.mds.list_files("").unwrap().len(), 1);
+}

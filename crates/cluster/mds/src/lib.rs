@@ -19,7 +19,8 @@ mod engine_tests;
 mod store_suite;
 
 pub use ecstack_mds_proto::{
-    ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
-    Heartbeat, HeartbeatReply, MdsClient, MdsError, OsdInfo, OsdRegistration, OsdState, OsdTask,
-    RecoverTask, RecoveryProgress, Registered, SegmentLayout, UpdateScheme,
+    Attr, ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, DirEntry, Errno,
+    FileInfo, FileKind, FileSummary, FsStats, Heartbeat, HeartbeatReply, MdsClient, MdsError,
+    OsdInfo, OsdRegistration, OsdState, OsdTask, RecoverTask, RecoveryProgress, Registered,
+    RenameFlags, SegmentLayout, SetAttr, SetTime, UpdateScheme,
 };

@@ -21,7 +21,10 @@ use tonic::{Request, Response, Status};
 
 use crate::engine::MdsCore;
 use ecstack_mds_proto::proto;
-use ecstack_mds_proto::{Heartbeat, MdsError, OsdRegistration, OsdState, UpdateScheme};
+use ecstack_mds_proto::{
+    Attr, FileKind, Heartbeat, MdsError, OsdRegistration, OsdState, RenameFlags, SetAttr,
+    UpdateScheme,
+};
 
 const OSD: &[Role] = &[Role::Osd];
 const CLIENT: &[Role] = &[Role::Client, Role::Admin];
@@ -44,6 +47,25 @@ pub static MDS_ROLES: RoleTable = RoleTable {
         ("GetSegment", CLIENT),
         ("MarkStale", OSD),
         ("ChunkRecovered", OSD),
+        ("Lookup", CLIENT),
+        ("GetAttr", CLIENT),
+        ("SetAttr", CLIENT),
+        ("Mknod", CLIENT),
+        ("Mkdir", CLIENT),
+        ("Unlink", CLIENT),
+        ("Rmdir", CLIENT),
+        ("Rename", CLIENT),
+        ("Link", CLIENT),
+        ("Symlink", CLIENT),
+        ("ReadLink", CLIENT),
+        ("ReadDir", CLIENT),
+        ("StatFs", CLIENT),
+        ("SetXattr", CLIENT),
+        ("GetXattr", CLIENT),
+        ("ListXattr", CLIENT),
+        ("RemoveXattr", CLIENT),
+        ("OpenFile", CLIENT),
+        ("GrowFile", CLIENT),
         ("OsdOut", ADMIN),
         ("Status", CLIENT),
     ],
@@ -490,4 +512,206 @@ impl proto::mds_server::Mds for MdsService {
         let s = self.0.run("status", |c| c.status()).await?;
         Ok(Response::new(s.into()))
     }
+
+    async fn lookup(&self, r: Request<proto::LookupRequest>) -> Reply<proto::Attr> {
+        let r = r.into_inner();
+        attr_reply(
+            self.0
+                .run("lookup", move |c| c.lookup(r.parent, &r.name))
+                .await,
+        )
+    }
+
+    async fn get_attr(&self, r: Request<proto::GetAttrRequest>) -> Reply<proto::Attr> {
+        let ino = r.into_inner().ino;
+        attr_reply(self.0.run("get_attr", move |c| c.get_attr(ino)).await)
+    }
+
+    async fn set_attr(&self, r: Request<proto::SetAttrRequest>) -> Reply<proto::Attr> {
+        let (ino, s): (u64, SetAttr) = r.into_inner().into();
+        attr_reply(self.0.run("set_attr", move |c| c.set_attr(ino, &s)).await)
+    }
+
+    async fn mknod(&self, r: Request<proto::MknodRequest>) -> Reply<proto::Attr> {
+        let r = r.into_inner();
+        let kind = kind_of(r.kind)?;
+        attr_reply(
+            self.0
+                .run("mknod", move |c| {
+                    c.mknod(
+                        r.parent,
+                        &r.name,
+                        kind,
+                        r.mode,
+                        r.uid,
+                        r.gid,
+                        r.rdev,
+                        r.exclusive,
+                    )
+                })
+                .await,
+        )
+    }
+
+    async fn mkdir(&self, r: Request<proto::MkdirRequest>) -> Reply<proto::Attr> {
+        let r = r.into_inner();
+        attr_reply(
+            self.0
+                .run("mkdir", move |c| {
+                    c.mkdir(r.parent, &r.name, r.mode, r.uid, r.gid)
+                })
+                .await,
+        )
+    }
+
+    async fn unlink(&self, r: Request<proto::UnlinkRequest>) -> Reply<proto::UnlinkReply> {
+        let r = r.into_inner();
+        self.0
+            .run("unlink", move |c| c.unlink(r.parent, &r.name))
+            .await?;
+        Ok(Response::new(proto::UnlinkReply {}))
+    }
+
+    async fn rmdir(&self, r: Request<proto::UnlinkRequest>) -> Reply<proto::UnlinkReply> {
+        let r = r.into_inner();
+        self.0
+            .run("rmdir", move |c| c.rmdir(r.parent, &r.name))
+            .await?;
+        Ok(Response::new(proto::UnlinkReply {}))
+    }
+
+    async fn rename(&self, r: Request<proto::RenameRequest>) -> Reply<proto::RenameReply> {
+        let r = r.into_inner();
+        let flags = RenameFlags {
+            noreplace: r.noreplace,
+            exchange: r.exchange,
+        };
+        self.0
+            .run("rename", move |c| {
+                c.rename(r.parent, &r.name, r.new_parent, &r.new_name, flags)
+            })
+            .await?;
+        Ok(Response::new(proto::RenameReply {}))
+    }
+
+    async fn link(&self, r: Request<proto::LinkRequest>) -> Reply<proto::Attr> {
+        let r = r.into_inner();
+        attr_reply(
+            self.0
+                .run("link", move |c| c.link(r.ino, r.new_parent, &r.new_name))
+                .await,
+        )
+    }
+
+    async fn symlink(&self, r: Request<proto::SymlinkRequest>) -> Reply<proto::Attr> {
+        let r = r.into_inner();
+        attr_reply(
+            self.0
+                .run("symlink", move |c| {
+                    c.symlink(r.parent, &r.name, &r.target, r.uid, r.gid)
+                })
+                .await,
+        )
+    }
+
+    async fn read_link(&self, r: Request<proto::GetAttrRequest>) -> Reply<proto::ReadLinkReply> {
+        let ino = r.into_inner().ino;
+        let target = self.0.run("read_link", move |c| c.read_link(ino)).await?;
+        Ok(Response::new(proto::ReadLinkReply { target }))
+    }
+
+    async fn read_dir(&self, r: Request<proto::ReadDirRequest>) -> Reply<proto::ReadDirReply> {
+        let r = r.into_inner();
+        let (entries, more) = self
+            .0
+            .run("read_dir", move |c| c.read_dir(r.ino, &r.after, r.limit))
+            .await?;
+        Ok(Response::new(proto::ReadDirReply {
+            entries: entries
+                .into_iter()
+                .map(|e| proto::DirEntry {
+                    name: e.name,
+                    attr: Some(e.attr.into()),
+                })
+                .collect(),
+            more,
+        }))
+    }
+
+    async fn stat_fs(&self, _: Request<proto::StatFsRequest>) -> Reply<proto::StatFsReply> {
+        let s = self.0.run("stat_fs", |c| c.stat_fs()).await?;
+        Ok(Response::new(s.into()))
+    }
+
+    async fn set_xattr(&self, r: Request<proto::SetXattrRequest>) -> Reply<proto::SetXattrReply> {
+        let r = r.into_inner();
+        self.0
+            .run("set_xattr", move |c| {
+                c.set_xattr(r.ino, &r.name, &r.value, r.create, r.replace)
+            })
+            .await?;
+        Ok(Response::new(proto::SetXattrReply {}))
+    }
+
+    async fn get_xattr(&self, r: Request<proto::GetXattrRequest>) -> Reply<proto::GetXattrReply> {
+        let r = r.into_inner();
+        let value = self
+            .0
+            .run("get_xattr", move |c| c.get_xattr(r.ino, &r.name))
+            .await?;
+        Ok(Response::new(proto::GetXattrReply { value }))
+    }
+
+    async fn list_xattr(&self, r: Request<proto::GetAttrRequest>) -> Reply<proto::ListXattrReply> {
+        let ino = r.into_inner().ino;
+        let names = self.0.run("list_xattr", move |c| c.list_xattr(ino)).await?;
+        Ok(Response::new(proto::ListXattrReply { names }))
+    }
+
+    async fn remove_xattr(
+        &self,
+        r: Request<proto::GetXattrRequest>,
+    ) -> Reply<proto::SetXattrReply> {
+        let r = r.into_inner();
+        self.0
+            .run("remove_xattr", move |c| c.remove_xattr(r.ino, &r.name))
+            .await?;
+        Ok(Response::new(proto::SetXattrReply {}))
+    }
+
+    async fn open_file(&self, r: Request<proto::GetAttrRequest>) -> Reply<proto::OpenFileReply> {
+        let ino = r.into_inner().ino;
+        let (attr, file) = self.0.run("open_file", move |c| c.open_file(ino)).await?;
+        Ok(Response::new(proto::OpenFileReply {
+            attr: Some(attr.into()),
+            file: Some(file.into()),
+        }))
+    }
+
+    async fn grow_file(
+        &self,
+        r: Request<proto::GrowFileRequest>,
+    ) -> Reply<proto::AllocateSegmentsReply> {
+        let r = r.into_inner();
+        let segs = self
+            .0
+            .run("grow_file", move |c| {
+                c.grow_file(r.ino, r.first_index, &r.lengths)
+            })
+            .await?;
+        Ok(Response::new(proto::AllocateSegmentsReply {
+            segments: segs.into_iter().map(Into::into).collect(),
+        }))
+    }
+}
+
+fn attr_reply(a: Result<Attr, MdsError>) -> Reply<proto::Attr> {
+    Ok(Response::new(a?.into()))
+}
+
+fn kind_of(v: i32) -> Result<FileKind, Status> {
+    u32::try_from(v)
+        .ok()
+        .and_then(FileKind::from_code)
+        .ok_or_else(|| MdsError::InvalidArgument(format!("unknown file kind {v}")).into())
 }

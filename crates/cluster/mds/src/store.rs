@@ -14,15 +14,17 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use ecstack_mds_proto::{ChunkState, OsdState, RecoveryProgress, UpdateScheme};
+use ecstack_mds_proto::{ChunkState, FileKind, OsdState, RecoveryProgress, UpdateScheme};
 
 /// First row of the `meta` table: what this file is.
 pub const STORE_MARKER: &str = "ecstack-mds-store";
 /// The schema version this code reads and writes. Version changes (docs/cluster.md
 /// "Versioning"): 1 (first); 2 (`files.update_scheme`, the file's update scheme; version 1
-/// databases are migrated on open, their files become `fo`). Older versions are migrated on
-/// open by [`MIGRATIONS`]; newer ones are refused.
-pub const STORE_VERSION: u32 = 2;
+/// databases are migrated on open, their files become `fo`); 3 (the POSIX namespace: inodes,
+/// directory entries, symlinks, xattrs; a version-2 store's flat paths become directories, those a
+/// tree cannot hold go to `/lost+found`). Older versions are migrated on open by [`MIGRATIONS`];
+/// newer ones are refused.
+pub const STORE_VERSION: u32 = 3;
 /// The oldest schema version [`SqliteStore::open`] migrates.
 pub const STORE_VERSION_MIN: u32 = 1;
 
@@ -32,6 +34,14 @@ pub const COUNTER_FILE: &str = "next_file_id";
 pub const COUNTER_SEGMENT: &str = "next_segment_id";
 /// The global layout epoch: every layout change takes the next value as the segment's epoch.
 pub const COUNTER_EPOCH: &str = "layout_epoch";
+/// The last inode number handed out (never reused; the root is [`ROOT_INO`]).
+pub const COUNTER_INO: &str = "next_ino";
+/// The root directory's inode number (FUSE's root id).
+pub const ROOT_INO: u64 = 1;
+/// Where the migration to version 3 puts the files whose flat path a tree cannot hold.
+pub const LOST_FOUND: &str = "lost+found";
+/// Longest name of one directory entry, bytes (Linux's NAME_MAX).
+pub const NAME_MAX: usize = 255;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -66,9 +76,40 @@ pub struct OsdRecord {
     pub last_heartbeat_ms: u64,
 }
 
+/// An extended attribute: (name, value).
+pub type Xattr = (Vec<u8>, Vec<u8>);
+
+/// One inode of the namespace (version 3): a file, a directory, a symlink or a special file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InodeRecord {
+    pub ino: u64,
+    pub kind: FileKind,
+    /// Permission bits with set-uid, set-gid and sticky (07777).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Directory entries naming it (a directory: 2 + its subdirectories).
+    pub nlink: u32,
+    /// Bytes: a file's length, a symlink's target length, 0 for a directory.
+    pub size: u64,
+    pub rdev: u32,
+    pub atime_ns: u64,
+    pub mtime_ns: u64,
+    pub ctime_ns: u64,
+    /// Bumped at every change of a file's bytes or size (close-to-open: a client whose cached
+    /// segments are of another version drops them at open).
+    pub version: u64,
+    /// A regular file's data (its segments); `None` for every other kind.
+    pub file_id: Option<u64>,
+    /// A symlink's target.
+    pub target: Option<Vec<u8>>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileRecord {
     pub file_id: u64,
+    /// The path a put was started for (where its commit links the file); informational once
+    /// committed (the namespace names files through directory entries).
     pub path: String,
     pub size: u64,
     /// Unix ms: creation while pending, commit time once committed.
@@ -131,6 +172,32 @@ pub enum Mutation {
     PutOsd(OsdRecord),
     /// Insert or replace (by id) a file.
     PutFile(FileRecord),
+    /// Insert or replace (by number) an inode.
+    PutInode(InodeRecord),
+    /// Remove an inode with its xattrs (no directory entry may name it any more).
+    DeleteInode(u64),
+    /// Add a directory entry (refused when `parent` already has `name`).
+    PutDentry {
+        parent: u64,
+        name: Vec<u8>,
+        ino: u64,
+    },
+    DeleteDentry {
+        parent: u64,
+        name: Vec<u8>,
+    },
+    /// Insert or replace an extended attribute.
+    PutXattr {
+        ino: u64,
+        name: Vec<u8>,
+        value: Vec<u8>,
+    },
+    DeleteXattr {
+        ino: u64,
+        name: Vec<u8>,
+    },
+    /// Remove one segment with its chunks (a truncated file's tail).
+    DeleteSegment(u64),
     /// Remove a file with its segments and their chunks.
     DeleteFile(u64),
     PutSegment(SegmentRecord),
@@ -154,10 +221,42 @@ pub trait MetadataStore: Send {
     /// Every OSD, by id.
     fn osds(&self) -> Result<Vec<OsdRecord>, StoreError>;
     fn file(&self, file_id: u64) -> Result<Option<FileRecord>, StoreError>;
-    /// The committed file at `path`.
-    fn committed_file(&self, path: &str) -> Result<Option<FileRecord>, StoreError>;
-    /// Committed files whose path starts with `prefix`, by path, with their segment counts.
-    fn committed_files(&self, prefix: &str) -> Result<Vec<(FileRecord, u32)>, StoreError>;
+    /// The committed file `path` names through the namespace ([`split_path`]; a symlink is not
+    /// followed), if it names a regular file.
+    fn committed_file(&self, path: &str) -> Result<Option<FileRecord>, StoreError> {
+        let Ok(names) = split_path(path) else {
+            return Ok(None);
+        };
+        let mut ino = ROOT_INO;
+        for name in names {
+            match self.lookup(ino, name.as_bytes())? {
+                Some(i) => ino = i.ino,
+                None => return Ok(None),
+            }
+        }
+        match self.inode(ino)?.and_then(|i| i.file_id) {
+            Some(id) => self.file(id),
+            None => Ok(None),
+        }
+    }
+    /// A file's segment count.
+    fn segment_count(&self, file_id: u64) -> Result<u32, StoreError>;
+    fn inode(&self, ino: u64) -> Result<Option<InodeRecord>, StoreError>;
+    /// The inode `parent` names `name`.
+    fn lookup(&self, parent: u64, name: &[u8]) -> Result<Option<InodeRecord>, StoreError>;
+    /// At most `limit` entries of directory `parent` with names after `after`, by name.
+    fn dir_entries(
+        &self,
+        parent: u64,
+        after: &[u8],
+        limit: u32,
+    ) -> Result<Vec<(Vec<u8>, InodeRecord)>, StoreError>;
+    /// The directory entries naming `ino`: (parent, name), by parent and name.
+    fn links(&self, ino: u64) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
+    /// An inode's extended attributes, by name.
+    fn xattrs(&self, ino: u64) -> Result<Vec<Xattr>, StoreError>;
+    /// Inodes in the namespace.
+    fn inode_count(&self) -> Result<u64, StoreError>;
     /// Files created but not committed, by id.
     fn pending_files(&self) -> Result<Vec<FileRecord>, StoreError>;
     /// (committed files, sum of their sizes).
@@ -249,12 +348,307 @@ INSERT INTO recovery VALUES (0, 0, 0, 0, 0, 0);
 ";
 
 /// `MIGRATIONS[i]` takes schema version `STORE_VERSION_MIN + i` to the next one. Each runs inside
-/// the transaction that also writes the new version, so a migration is all or nothing.
-const MIGRATIONS: [&str; 1] = [
+/// the transaction that also writes the new version, so a migration is all or nothing. Never edit
+/// one: databases on disk were migrated by it.
+type Migration = fn(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>;
+const MIGRATIONS: [Migration; 2] = [
     // 1 → 2: the file's update scheme (`UpdateScheme::code`: 0 fo, 1 fl, 2 codfs-pl, 3 plr).
     // Files of a version-1 store were all updated in place: fo.
-    "ALTER TABLE files ADD COLUMN update_scheme INTEGER NOT NULL DEFAULT 0;",
+    |tx| tx.execute_batch("ALTER TABLE files ADD COLUMN update_scheme INTEGER NOT NULL DEFAULT 0;"),
+    // 2 → 3: the POSIX namespace ([`migrate_2_to_3`]).
+    migrate_2_to_3,
 ];
+
+/// The tables of version 3: inodes, directory entries, extended attributes. `files.path` no longer
+/// names a committed file (directory entries do), so its uniqueness goes.
+const SCHEMA_V3: &str = "
+DROP INDEX files_committed_path;
+CREATE TABLE inodes (
+    ino INTEGER PRIMARY KEY,
+    kind INTEGER NOT NULL,
+    mode INTEGER NOT NULL,
+    uid INTEGER NOT NULL,
+    gid INTEGER NOT NULL,
+    nlink INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    rdev INTEGER NOT NULL,
+    atime_ns INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    file_id INTEGER UNIQUE REFERENCES files(file_id),
+    target BLOB
+);
+CREATE TABLE dentries (
+    parent INTEGER NOT NULL REFERENCES inodes(ino),
+    name BLOB NOT NULL,
+    ino INTEGER NOT NULL REFERENCES inodes(ino),
+    PRIMARY KEY (parent, name)
+);
+CREATE INDEX dentries_ino ON dentries(ino);
+CREATE TABLE xattrs (
+    ino INTEGER NOT NULL REFERENCES inodes(ino),
+    name BLOB NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (ino, name)
+);
+";
+
+/// The names of a path from the root: a leading `/` is the root (`/a/b` and `a/b` are one path);
+/// an empty, `.` or `..` component, or one longer than [`NAME_MAX`], is refused with the reason.
+pub fn split_path(path: &str) -> Result<Vec<&str>, String> {
+    let rest = path.strip_prefix('/').unwrap_or(path);
+    if rest.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<&str> = rest.split('/').collect();
+    for n in &names {
+        if n.is_empty() {
+            return Err("it has an empty component".into());
+        }
+        if *n == "." || *n == ".." {
+            return Err(format!("it has a {n:?} component"));
+        }
+        if n.len() > NAME_MAX {
+            return Err(format!(
+                "a component is {} bytes long; the limit is {NAME_MAX}",
+                n.len()
+            ));
+        }
+    }
+    Ok(names)
+}
+
+/// Now, in ns since the Unix epoch.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// A new inode of `kind` with every time `t_ns`, owned by root.
+pub fn new_inode(ino: u64, kind: FileKind, mode: u32, t_ns: u64) -> InodeRecord {
+    InodeRecord {
+        ino,
+        kind,
+        mode,
+        uid: 0,
+        gid: 0,
+        nlink: if kind == FileKind::Dir { 2 } else { 1 },
+        size: 0,
+        rdev: 0,
+        atime_ns: t_ns,
+        mtime_ns: t_ns,
+        ctime_ns: t_ns,
+        version: 1,
+        file_id: None,
+        target: None,
+    }
+}
+
+/// 2 → 3: the tables, the root directory, and every committed file of the flat namespace linked
+/// at its path, oldest file first, with the directories its path names (mode 0755, owned by
+/// root; files 0644, their times the commit time). A path a tree cannot hold (an empty, `.` or
+/// `..` component, a component that names a file already, a path that names an existing entry)
+/// is linked in `/lost+found` (0700) as `FILEID-PATH` (`/` written `%2F`) with one log line:
+/// nothing is dropped. Pending files stay pending.
+fn migrate_2_to_3(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch(SCHEMA_V3)?;
+    let now = now_ns();
+    let mut next_ino = ROOT_INO;
+    put_inode(tx, &new_inode(ROOT_INO, FileKind::Dir, 0o755, now))?;
+    let files: Vec<(i64, String, i64, i64)> = tx
+        .prepare(
+            "SELECT file_id, path, size, mtime_ms FROM files WHERE committed = 1 ORDER BY file_id",
+        )?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut lost_found: Option<u64> = None;
+    for (file_id, path, size, mtime_ms) in files {
+        let t = u64::try_from(mtime_ms)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000);
+        let mut inode = new_inode(0, FileKind::File, 0o644, t);
+        inode.size = u64::try_from(size).unwrap_or(0);
+        inode.file_id = Some(file_id as u64);
+        let placed = match split_path(&path) {
+            Ok(names) if !names.is_empty() => match walk_for_migration(tx, &names)? {
+                Ok(missing_from) => {
+                    let mut parent = ROOT_INO;
+                    for (i, name) in names[..names.len() - 1].iter().enumerate() {
+                        parent = if i < missing_from {
+                            lookup_ino(tx, parent, name.as_bytes())?.expect("walked")
+                        } else {
+                            next_ino += 1;
+                            mkdir_raw(tx, parent, name.as_bytes(), next_ino, now)?;
+                            next_ino
+                        };
+                    }
+                    Some((parent, names[names.len() - 1].as_bytes().to_vec()))
+                }
+                Err(why) => {
+                    log_lost(&path, file_id, &why);
+                    None
+                }
+            },
+            Ok(_) => {
+                log_lost(&path, file_id, "it names the root");
+                None
+            }
+            Err(why) => {
+                log_lost(&path, file_id, &why);
+                None
+            }
+        };
+        let (parent, name) = match placed {
+            Some(p) => p,
+            None => {
+                let dir = match lost_found {
+                    Some(d) => d,
+                    None => {
+                        let d = match lookup_ino(tx, ROOT_INO, LOST_FOUND.as_bytes())? {
+                            Some(d) => d,
+                            None => {
+                                next_ino += 1;
+                                mkdir_raw(tx, ROOT_INO, LOST_FOUND.as_bytes(), next_ino, now)?;
+                                tx.execute(
+                                    "UPDATE inodes SET mode = 448 WHERE ino = ?1",
+                                    [int(next_ino)],
+                                )?;
+                                next_ino
+                            }
+                        };
+                        lost_found = Some(d);
+                        d
+                    }
+                };
+                let mut name = format!("{file_id}-{}", path.replace('/', "%2F"));
+                while name.len() > NAME_MAX {
+                    name.pop();
+                }
+                (dir, name.into_bytes())
+            }
+        };
+        next_ino += 1;
+        inode.ino = next_ino;
+        put_inode(tx, &inode)?;
+        tx.execute(
+            "INSERT INTO dentries VALUES (?1, ?2, ?3)",
+            params![int(parent), name, int(next_ino)],
+        )?;
+    }
+    tx.execute(
+        "INSERT INTO counters VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+        params![COUNTER_INO, int(next_ino)],
+    )?;
+    Ok(())
+}
+
+fn log_lost(path: &str, file_id: i64, why: &str) {
+    tracing::warn!(
+        file_id,
+        path,
+        reason = why,
+        "a flat path the namespace cannot hold: its file goes to /lost+found"
+    );
+}
+
+/// Where a migrated path's directories end: `Ok(i)`: names `..i` exist as directories, the rest
+/// are missing; `Err(why)` when a component names a file or the whole path names an entry.
+fn walk_for_migration(
+    tx: &rusqlite::Transaction<'_>,
+    names: &[&str],
+) -> rusqlite::Result<Result<usize, String>> {
+    let mut parent = ROOT_INO;
+    for (i, name) in names.iter().enumerate() {
+        let found: Option<(i64, i64)> = tx
+            .query_row(
+                "SELECT i.ino, i.kind FROM dentries d JOIN inodes i ON i.ino = d.ino
+                 WHERE d.parent = ?1 AND d.name = ?2",
+                params![int(parent), name.as_bytes()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let last = i + 1 == names.len();
+        match found {
+            None => return Ok(Ok(i)),
+            Some(_) if last => {
+                return Ok(Err(format!("/{} names an entry already", names.join("/"))))
+            }
+            Some((ino, kind)) if kind == i64::from(FileKind::Dir.code()) => parent = ino as u64,
+            Some(_) => {
+                return Ok(Err(format!(
+                    "/{} is a file, not a directory",
+                    names[..=i].join("/")
+                )))
+            }
+        }
+    }
+    Ok(Ok(names.len()))
+}
+
+fn lookup_ino(
+    tx: &rusqlite::Transaction<'_>,
+    parent: u64,
+    name: &[u8],
+) -> rusqlite::Result<Option<u64>> {
+    tx.query_row(
+        "SELECT ino FROM dentries WHERE parent = ?1 AND name = ?2",
+        params![int(parent), name],
+        |r| r.get::<_, i64>(0),
+    )
+    .optional()
+    .map(|v| v.map(|v| v as u64))
+}
+
+/// A new directory `ino` (0755) named `name` in `parent` (whose link count grows by one).
+fn mkdir_raw(
+    tx: &rusqlite::Transaction<'_>,
+    parent: u64,
+    name: &[u8],
+    ino: u64,
+    now: u64,
+) -> rusqlite::Result<()> {
+    put_inode(tx, &new_inode(ino, FileKind::Dir, 0o755, now))?;
+    tx.execute(
+        "INSERT INTO dentries VALUES (?1, ?2, ?3)",
+        params![int(parent), name, int(ino)],
+    )?;
+    tx.execute(
+        "UPDATE inodes SET nlink = nlink + 1 WHERE ino = ?1",
+        [int(parent)],
+    )?;
+    Ok(())
+}
+
+fn put_inode(tx: &rusqlite::Transaction<'_>, i: &InodeRecord) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO inodes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+         ON CONFLICT(ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode,
+         uid = excluded.uid, gid = excluded.gid, nlink = excluded.nlink, size = excluded.size,
+         rdev = excluded.rdev, atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns,
+         ctime_ns = excluded.ctime_ns, version = excluded.version, file_id = excluded.file_id,
+         target = excluded.target",
+        params![
+            int(i.ino),
+            i.kind.code(),
+            i.mode,
+            i.uid,
+            i.gid,
+            i.nlink,
+            int(i.size),
+            i.rdev,
+            int(i.atime_ns),
+            int(i.mtime_ns),
+            int(i.ctime_ns),
+            int(i.version),
+            i.file_id.map(int),
+            i.target
+        ],
+    )?;
+    Ok(())
+}
 
 const _: () = assert!(STORE_VERSION == STORE_VERSION_MIN + MIGRATIONS.len() as u32);
 
@@ -321,6 +715,41 @@ fn uint32(v: i64) -> Result<u32, StoreError> {
 
 type Row = Vec<i64>;
 
+/// The columns of an inode, in [`raw_inode`]'s order (table alias `i`).
+const INODE_COLUMNS: &str = "i.ino, i.kind, i.mode, i.uid, i.gid, i.nlink, i.size, i.rdev, \
+    i.atime_ns, i.mtime_ns, i.ctime_ns, i.version, i.file_id, i.target";
+
+/// An inode row as read: twelve integers, the file id and the target.
+type RawInode = ([i64; 12], Option<i64>, Option<Vec<u8>>);
+
+fn raw_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawInode> {
+    let mut v = [0i64; 12];
+    for (i, x) in v.iter_mut().enumerate() {
+        *x = r.get(i)?;
+    }
+    Ok((v, r.get(12)?, r.get(13)?))
+}
+
+fn inode_of((v, file_id, target): RawInode) -> Result<InodeRecord, StoreError> {
+    Ok(InodeRecord {
+        ino: uint(v[0])?,
+        kind: FileKind::from_code(uint32(v[1])?)
+            .ok_or_else(|| StoreError::Corrupt(format!("inode {} has kind {}", v[0], v[1])))?,
+        mode: uint32(v[2])?,
+        uid: uint32(v[3])?,
+        gid: uint32(v[4])?,
+        nlink: uint32(v[5])?,
+        size: uint(v[6])?,
+        rdev: uint32(v[7])?,
+        atime_ns: uint(v[8])?,
+        mtime_ns: uint(v[9])?,
+        ctime_ns: uint(v[10])?,
+        version: uint(v[11])?,
+        file_id: file_id.map(uint).transpose()?,
+        target,
+    })
+}
+
 impl SqliteStore {
     /// Opens (creating if absent) the store at `path`; refuses a file of another kind or version.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
@@ -359,7 +788,7 @@ impl SqliteStore {
             let tx = self.conn.transaction()?;
             tx.execute_batch(SCHEMA_V1)?;
             for m in MIGRATIONS {
-                tx.execute_batch(m)?;
+                m(&tx)?;
             }
             tx.execute(
                 "INSERT INTO meta VALUES ('marker', ?1), ('version', ?2)",
@@ -409,7 +838,7 @@ impl SqliteStore {
             return self.check_or_init(path);
         }
         for m in &MIGRATIONS[(from - STORE_VERSION_MIN) as usize..] {
-            tx.execute_batch(m)?;
+            m(&tx)?;
         }
         tx.execute(
             "UPDATE meta SET value = ?1 WHERE key = 'version'",
@@ -563,6 +992,39 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, m: &Mutation) -> Result<(), rusqlit
             tx.execute("DELETE FROM segments WHERE file_id = ?1", [id])?;
             tx.execute("DELETE FROM files WHERE file_id = ?1", [id])?;
         }
+        Mutation::PutInode(i) => put_inode(tx, i)?,
+        Mutation::DeleteInode(ino) => {
+            tx.execute("DELETE FROM xattrs WHERE ino = ?1", [int(*ino)])?;
+            tx.execute("DELETE FROM inodes WHERE ino = ?1", [int(*ino)])?;
+        }
+        Mutation::PutDentry { parent, name, ino } => {
+            tx.execute(
+                "INSERT INTO dentries VALUES (?1, ?2, ?3)",
+                params![int(*parent), name, int(*ino)],
+            )?;
+        }
+        Mutation::DeleteDentry { parent, name } => {
+            tx.execute(
+                "DELETE FROM dentries WHERE parent = ?1 AND name = ?2",
+                params![int(*parent), name],
+            )?;
+        }
+        Mutation::PutXattr { ino, name, value } => {
+            tx.execute(
+                "INSERT INTO xattrs VALUES (?1, ?2, ?3) ON CONFLICT(ino, name) DO UPDATE SET value = excluded.value",
+                params![int(*ino), name, value],
+            )?;
+        }
+        Mutation::DeleteXattr { ino, name } => {
+            tx.execute(
+                "DELETE FROM xattrs WHERE ino = ?1 AND name = ?2",
+                params![int(*ino), name],
+            )?;
+        }
+        Mutation::DeleteSegment(id) => {
+            tx.execute("DELETE FROM chunks WHERE segment_id = ?1", [int(*id)])?;
+            tx.execute("DELETE FROM segments WHERE segment_id = ?1", [int(*id)])?;
+        }
         Mutation::PutSegment(s) => {
             tx.execute(
                 "INSERT INTO segments VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(segment_id) DO UPDATE SET
@@ -698,31 +1160,81 @@ impl MetadataStore for SqliteStore {
             .next())
     }
 
-    fn committed_file(&self, path: &str) -> Result<Option<FileRecord>, StoreError> {
-        Ok(self
-            .files_where("committed = 1 AND path = ?1", &[&path])?
-            .into_iter()
-            .next())
+    fn segment_count(&self, file_id: u64) -> Result<u32, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM segments WHERE file_id = ?1",
+            [int(file_id)],
+            |r| r.get(0),
+        )?;
+        uint32(n)
     }
 
-    fn committed_files(&self, prefix: &str) -> Result<Vec<(FileRecord, u32)>, StoreError> {
-        // substr() instead of LIKE: a prefix may contain `%` or `_`.
-        let mut files = self.files_where(
-            "committed = 1 AND substr(path, 1, length(?1)) = ?1",
-            &[&prefix],
+    fn inode(&self, ino: u64) -> Result<Option<InodeRecord>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {INODE_COLUMNS} FROM inodes i WHERE ino = ?1"
+        ))?;
+        let row = stmt.query_row([int(ino)], raw_inode).optional()?;
+        row.map(inode_of).transpose()
+    }
+
+    fn lookup(&self, parent: u64, name: &[u8]) -> Result<Option<InodeRecord>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {INODE_COLUMNS} FROM dentries d JOIN inodes i ON i.ino = d.ino
+             WHERE d.parent = ?1 AND d.name = ?2"
+        ))?;
+        let row = stmt
+            .query_row(params![int(parent), name], raw_inode)
+            .optional()?;
+        row.map(inode_of).transpose()
+    }
+
+    fn dir_entries(
+        &self,
+        parent: u64,
+        after: &[u8],
+        limit: u32,
+    ) -> Result<Vec<(Vec<u8>, InodeRecord)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {INODE_COLUMNS}, d.name FROM dentries d JOIN inodes i ON i.ino = d.ino
+             WHERE d.parent = ?1 AND d.name > ?2 ORDER BY d.name LIMIT ?3"
+        ))?;
+        let rows = stmt.query_map(params![int(parent), after, i64::from(limit)], |r| {
+            Ok((raw_inode(r)?, r.get::<_, Vec<u8>>(14)?))
+        })?;
+        rows.map(|row| {
+            let (raw, name) = row?;
+            Ok((name, inode_of(raw)?))
+        })
+        .collect()
+    }
+
+    fn links(&self, ino: u64) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT parent, name FROM dentries WHERE ino = ?1 ORDER BY parent, name",
         )?;
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        files
-            .into_iter()
-            .map(|f| {
-                let n: i64 = self.conn.query_row(
-                    "SELECT COUNT(*) FROM segments WHERE file_id = ?1",
-                    [int(f.file_id)],
-                    |r| r.get(0),
-                )?;
-                Ok((f, uint32(n)?))
-            })
-            .collect()
+        let rows = stmt.query_map([int(ino)], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })?;
+        rows.map(|row| {
+            let (p, n) = row?;
+            Ok((uint(p)?, n))
+        })
+        .collect()
+    }
+
+    fn xattrs(&self, ino: u64) -> Result<Vec<Xattr>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name, value FROM xattrs WHERE ino = ?1 ORDER BY name")?;
+        let rows = stmt.query_map([int(ino)], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn inode_count(&self) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT COUNT(*) FROM inodes", [], |r| r.get(0))?;
+        uint(n)
     }
 
     fn pending_files(&self) -> Result<Vec<FileRecord>, StoreError> {
@@ -862,7 +1374,7 @@ mod tests {
         assert_eq!(
             e,
             format!(
-                "metadata store {} has schema version 7; this ecstack reads versions 1 to 2 only",
+                "metadata store {} has schema version 7; this ecstack reads versions 1 to 3 only",
                 path.display()
             )
         );

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::store::*;
-use ecstack_mds_proto::{ChunkState, OsdState, RecoveryProgress, UpdateScheme};
+use ecstack_mds_proto::{ChunkState, FileKind, OsdState, RecoveryProgress, UpdateScheme};
 
 fn osd(id: u32, name: &str, labels: &[(&str, &str)]) -> OsdRecord {
     OsdRecord {
@@ -63,6 +63,7 @@ pub fn run(open: &dyn Fn() -> Box<dyn MetadataStore>) {
         let mut s = open();
         osds_round_trip(s.as_mut());
         namespace_round_trip(s.as_mut());
+        inodes_and_entries(s.as_mut());
         batches_are_atomic(s.as_mut());
         delete_tasks_and_recovery(s.as_mut());
     }
@@ -80,6 +81,33 @@ fn empty_store(s: &dyn MetadataStore) {
     assert!(s.osd_loads(4, 1).unwrap().is_empty());
     assert_eq!(s.segment(1).unwrap(), None);
     assert_eq!(s.file(1).unwrap(), None);
+    // A new store has its root directory, and nothing in it.
+    let root = s.inode(ROOT_INO).unwrap().unwrap();
+    assert_eq!(
+        (root.kind, root.nlink, root.mode),
+        (FileKind::Dir, 2, 0o755)
+    );
+    assert_eq!(s.counter(COUNTER_INO).unwrap(), ROOT_INO);
+    assert!(s.dir_entries(ROOT_INO, b"", 10).unwrap().is_empty());
+    assert_eq!(s.inode_count().unwrap(), 1);
+}
+
+fn inode(ino: u64, kind: FileKind, file_id: Option<u64>) -> InodeRecord {
+    InodeRecord {
+        file_id,
+        uid: 1000 + ino as u32,
+        gid: 100,
+        size: file_id.map_or(0, |f| f * 100),
+        ..new_inode(ino, kind, 0o640, 1_700_000_000_000_000_000 + ino)
+    }
+}
+
+fn dentry(parent: u64, name: &str, ino: u64) -> Mutation {
+    Mutation::PutDentry {
+        parent,
+        name: name.as_bytes().to_vec(),
+        ino,
+    }
 }
 
 fn osds_round_trip(s: &mut dyn MetadataStore) {
@@ -113,6 +141,17 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
         Mutation::PutFile(file(2, "a/%y", true)),
         Mutation::PutFile(file(3, "b/z", true)),
         Mutation::PutFile(file(4, "a/x", false)),
+        // The tree: /a/x (file 1), /a/%y (file 2), /b/z (file 3); file 4 is pending.
+        Mutation::PutInode(inode(2, FileKind::Dir, None)),
+        Mutation::PutInode(inode(3, FileKind::File, Some(1))),
+        Mutation::PutInode(inode(4, FileKind::File, Some(2))),
+        Mutation::PutInode(inode(5, FileKind::Dir, None)),
+        Mutation::PutInode(inode(6, FileKind::File, Some(3))),
+        dentry(ROOT_INO, "a", 2),
+        dentry(2, "x", 3),
+        dentry(2, "%y", 4),
+        dentry(ROOT_INO, "b", 5),
+        dentry(5, "z", 6),
         Mutation::PutSegment(seg(10, 1, 1, 500, 1)),
         Mutation::PutSegment(seg(11, 1, 0, 1000, 0)),
         Mutation::PutSegment(seg(12, 3, 0, 3, 1)),
@@ -139,21 +178,15 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
 
     assert_eq!(s.file(4).unwrap(), Some(file(4, "a/x", false)));
     assert_eq!(s.committed_file("a/x").unwrap(), Some(file(1, "a/x", true)));
-    assert_eq!(s.committed_file("a/").unwrap(), None);
-    let listed: Vec<(String, u32)> = s
-        .committed_files("a/")
-        .unwrap()
-        .into_iter()
-        .map(|(f, n)| (f.path, n))
-        .collect();
     assert_eq!(
-        listed,
-        vec![("a/%y".to_string(), 0), ("a/x".to_string(), 2)]
+        s.committed_file("/a/x").unwrap(),
+        Some(file(1, "a/x", true))
     );
-    // `%` and `_` in a prefix are plain characters.
-    assert_eq!(s.committed_files("a/%").unwrap().len(), 1);
-    assert_eq!(s.committed_files("a_").unwrap().len(), 0);
-    assert_eq!(s.committed_files("").unwrap().len(), 3);
+    assert_eq!(s.committed_file("a/").unwrap(), None);
+    assert_eq!(s.committed_file("a").unwrap(), None, "a directory");
+    assert_eq!(s.committed_file("a//x").unwrap(), None);
+    assert_eq!(s.segment_count(1).unwrap(), 2);
+    assert_eq!(s.segment_count(2).unwrap(), 0);
     assert_eq!(s.pending_files().unwrap(), vec![file(4, "a/x", false)]);
     assert_eq!(s.totals().unwrap(), (3, 100 + 200 + 300));
     // Every update scheme is kept per file, by every query that returns files.
@@ -168,17 +201,6 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
             UpdateScheme::Plr,
             UpdateScheme::Fo
         ]
-    );
-    let listed: Vec<UpdateScheme> = s
-        .committed_files("")
-        .unwrap()
-        .iter()
-        .map(|(f, _)| f.scheme)
-        .collect();
-    assert_eq!(
-        listed,
-        [UpdateScheme::ParityLog, UpdateScheme::Fl, UpdateScheme::Plr],
-        "a/%y, a/x, b/z"
     );
     // Replacing a file's record replaces its scheme too (the MDS never does; the store keeps).
     let mut plr = file(4, "a/x", false);
@@ -264,7 +286,18 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
     ))])
     .unwrap();
     assert_eq!(s.chunks_in_state(ChunkState::Recovering).unwrap().len(), 1);
-    s.apply(&[Mutation::DeleteFile(3)]).unwrap();
+    // A file an inode names cannot go before the inode.
+    assert!(s.apply(&[Mutation::DeleteFile(3)]).is_err());
+    s.apply(&[
+        Mutation::DeleteDentry {
+            parent: 5,
+            name: b"z".to_vec(),
+        },
+        Mutation::DeleteInode(6),
+        Mutation::DeleteFile(3),
+    ])
+    .unwrap();
+    assert_eq!(s.lookup(5, b"z").unwrap(), None);
     assert_eq!(s.segment(12).unwrap(), None);
     assert!(s.chunks(12).unwrap().is_empty());
     assert_eq!(s.file(3).unwrap(), None);
@@ -276,16 +309,18 @@ fn batches_are_atomic(s: &mut dyn MetadataStore) {
         s.pending_files().unwrap(),
         s.counter(COUNTER_FILE).unwrap(),
     );
-    // The second committed file at one path violates the store's uniqueness: nothing applies.
+    // A second entry `a` in the root violates the store's uniqueness: nothing applies.
     let r = s.apply(&[
         Mutation::SetCounter {
             name: COUNTER_FILE,
             value: 99,
         },
         Mutation::PutFile(file(5, "new", false)),
-        Mutation::PutFile(file(6, "a/x", true)),
+        Mutation::PutInode(inode(50, FileKind::Dir, None)),
+        dentry(ROOT_INO, "a", 50),
     ]);
-    assert!(r.is_err(), "a second committed a/x must be refused");
+    assert!(r.is_err(), "a second entry a must be refused");
+    assert_eq!(s.inode(50).unwrap(), None);
     let after = (
         s.totals().unwrap(),
         s.pending_files().unwrap(),
@@ -297,6 +332,110 @@ fn batches_are_atomic(s: &mut dyn MetadataStore) {
         .apply(&[Mutation::PutSegment(seg(77, 12345, 0, 1, 0))])
         .is_err());
     assert_eq!(s.segment(77).unwrap(), None);
+}
+
+/// Inodes of every kind, entries by name in pages, links, xattrs, segment removal.
+fn inodes_and_entries(s: &mut dyn MetadataStore) {
+    let mut link = inode(20, FileKind::Symlink, None);
+    link.target = Some(b"../a/x\xff".to_vec());
+    link.size = 7;
+    let mut dev = inode(21, FileKind::CharDev, None);
+    dev.rdev = 0x0501;
+    s.apply(&[
+        Mutation::PutInode(link.clone()),
+        Mutation::PutInode(dev.clone()),
+        dentry(2, "l", 20),
+        dentry(2, "dev", 21),
+        // A hard link of /a/x in /b, and a name that is not UTF-8.
+        Mutation::PutDentry {
+            parent: 5,
+            name: b"x\xfe2".to_vec(),
+            ino: 3,
+        },
+        Mutation::PutXattr {
+            ino: 3,
+            name: b"user.b".to_vec(),
+            value: b"2".to_vec(),
+        },
+        Mutation::PutXattr {
+            ino: 3,
+            name: b"user.a".to_vec(),
+            value: vec![0, 1, 255],
+        },
+    ])
+    .unwrap();
+    assert_eq!(s.inode(20).unwrap(), Some(link.clone()));
+    assert_eq!(s.lookup(2, b"dev").unwrap(), Some(dev));
+    assert_eq!(s.lookup(2, b"nope").unwrap(), None);
+    let names = |after: &[u8], limit| -> Vec<Vec<u8>> {
+        s.dir_entries(2, after, limit)
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect()
+    };
+    let all: Vec<Vec<u8>> = ["%y", "dev", "l", "x"]
+        .iter()
+        .map(|n| n.as_bytes().to_vec())
+        .collect();
+    assert_eq!(names(b"", 10), all);
+    assert_eq!(names(b"", 2), all[..2].to_vec());
+    assert_eq!(names(b"dev", 10), all[2..].to_vec());
+    assert_eq!(
+        s.links(3).unwrap(),
+        vec![(2, b"x".to_vec()), (5, b"x\xfe2".to_vec())]
+    );
+    assert_eq!(
+        s.xattrs(3).unwrap(),
+        vec![
+            (b"user.a".to_vec(), vec![0, 1, 255]),
+            (b"user.b".to_vec(), b"2".to_vec())
+        ]
+    );
+    // Replacing an xattr, removing one; an entry must name an inode that exists.
+    s.apply(&[
+        Mutation::PutXattr {
+            ino: 3,
+            name: b"user.b".to_vec(),
+            value: b"3".to_vec(),
+        },
+        Mutation::DeleteXattr {
+            ino: 3,
+            name: b"user.a".to_vec(),
+        },
+    ])
+    .unwrap();
+    assert_eq!(
+        s.xattrs(3).unwrap(),
+        vec![(b"user.b".to_vec(), b"3".to_vec())]
+    );
+    assert!(s.apply(&[dentry(2, "ghost", 999)]).is_err());
+    // An inode goes with its xattrs once no entry names it.
+    s.apply(&[Mutation::PutXattr {
+        ino: 21,
+        name: b"user.c".to_vec(),
+        value: b"c".to_vec(),
+    }])
+    .unwrap();
+    assert!(
+        s.apply(&[Mutation::DeleteInode(21)]).is_err(),
+        "still named"
+    );
+    s.apply(&[
+        Mutation::DeleteDentry {
+            parent: 2,
+            name: b"dev".to_vec(),
+        },
+        Mutation::DeleteInode(21),
+    ])
+    .unwrap();
+    assert_eq!(s.inode(21).unwrap(), None);
+    assert!(s.xattrs(21).unwrap().is_empty());
+    // A segment goes with its chunks.
+    s.apply(&[Mutation::DeleteSegment(10)]).unwrap();
+    assert_eq!(s.segment(10).unwrap(), None);
+    assert!(s.chunks(10).unwrap().is_empty());
+    assert_eq!(s.segment_count(1).unwrap(), 1);
 }
 
 fn delete_tasks_and_recovery(s: &mut dyn MetadataStore) {
@@ -341,11 +480,11 @@ fn check_after_reopen(s: &dyn MetadataStore) {
     assert_eq!(s.counter(COUNTER_SEGMENT).unwrap(), 12);
     assert_eq!(s.committed_file("a/x").unwrap(), Some(file(1, "a/x", true)));
     assert_eq!(s.file(2).unwrap().unwrap().scheme, UpdateScheme::ParityLog);
+    assert_eq!(s.inode(20).unwrap().unwrap().target.unwrap(), b"../a/x\xff");
+    assert_eq!(s.links(3).unwrap().len(), 2);
+    assert_eq!(s.xattrs(3).unwrap().len(), 1);
     assert_eq!(s.pending_files().unwrap().len(), 1);
-    assert_eq!(
-        s.chunks(10).unwrap()[2],
-        chunk(10, 2, Some(1), ChunkState::Recovering)
-    );
+    assert_eq!(s.segment(10).unwrap(), None);
     assert_eq!(s.segment(12).unwrap(), None);
     assert_eq!(s.deletes_for(1).unwrap().len(), 1);
     assert_eq!(s.recovery().unwrap().chunks_done, 4);

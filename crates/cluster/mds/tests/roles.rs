@@ -9,7 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use ecstack_mds::service::{MdsHandle, MDS_ROLES};
-use ecstack_mds::{Heartbeat, MdsClient, MdsError, OsdRegistration};
+use ecstack_mds::{
+    FileKind, Heartbeat, MdsClient, MdsError, OsdRegistration, RenameFlags, SetAttr,
+};
 use ecstack_rpc::init::{init_cluster, issue_certificate_with_role, InitOptions};
 use ecstack_rpc::roles::proto_rpcs;
 use ecstack_rpc::{ClusterConfig, Security};
@@ -30,6 +32,25 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("GetSegment", &["client", "admin"]),
     ("MarkStale", &["osd"]),
     ("ChunkRecovered", &["osd"]),
+    ("Lookup", &["client", "admin"]),
+    ("GetAttr", &["client", "admin"]),
+    ("SetAttr", &["client", "admin"]),
+    ("Mknod", &["client", "admin"]),
+    ("Mkdir", &["client", "admin"]),
+    ("Unlink", &["client", "admin"]),
+    ("Rmdir", &["client", "admin"]),
+    ("Rename", &["client", "admin"]),
+    ("Link", &["client", "admin"]),
+    ("Symlink", &["client", "admin"]),
+    ("ReadLink", &["client", "admin"]),
+    ("ReadDir", &["client", "admin"]),
+    ("StatFs", &["client", "admin"]),
+    ("SetXattr", &["client", "admin"]),
+    ("GetXattr", &["client", "admin"]),
+    ("ListXattr", &["client", "admin"]),
+    ("RemoveXattr", &["client", "admin"]),
+    ("OpenFile", &["client", "admin"]),
+    ("GrowFile", &["client", "admin"]),
     ("OsdOut", &["admin"]),
     ("Status", &["client", "admin"]),
 ];
@@ -37,7 +58,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
 #[test]
 fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
     let rpcs = proto_rpcs(include_str!("../../mds-proto/proto/mds.proto"));
-    assert_eq!(rpcs.len(), 13, "{rpcs:?}");
+    assert_eq!(rpcs.len(), 32, "{rpcs:?}");
     assert!(EXPECTED
         .iter()
         .map(|(m, _)| *m)
@@ -92,6 +113,28 @@ async fn call(c: &MdsClient, method: &str) -> Result<(), MdsError> {
         "GetSegment" => c.get_segment(999).await.map(drop),
         "MarkStale" => c.mark_stale(999, &[0], 1).await,
         "ChunkRecovered" => c.chunk_recovered(999, 0, 0, 1, Some(0)).await,
+        "Lookup" => c.lookup(999, b"x").await.map(drop),
+        "GetAttr" => c.get_attr(999).await.map(drop),
+        "SetAttr" => c.set_attr(999, SetAttr::default()).await.map(drop),
+        "Mknod" => c
+            .mknod(999, b"x", FileKind::File, 0o644, 0, 0, 0, true)
+            .await
+            .map(drop),
+        "Mkdir" => c.mkdir(999, b"x", 0o755, 0, 0).await.map(drop),
+        "Unlink" => c.unlink(999, b"x").await,
+        "Rmdir" => c.rmdir(999, b"x").await,
+        "Rename" => c.rename(999, b"x", 999, b"y", RenameFlags::default()).await,
+        "Link" => c.link(999, 999, b"x").await.map(drop),
+        "Symlink" => c.symlink(999, b"x", b"t", 0, 0).await.map(drop),
+        "ReadLink" => c.read_link(999).await.map(drop),
+        "ReadDir" => c.read_dir(999, b"", 0).await.map(drop),
+        "StatFs" => c.stat_fs().await.map(drop),
+        "SetXattr" => c.set_xattr(999, b"user.x", b"v", false, false).await,
+        "GetXattr" => c.get_xattr(999, b"user.x").await.map(drop),
+        "ListXattr" => c.list_xattr(999).await.map(drop),
+        "RemoveXattr" => c.remove_xattr(999, b"user.x").await,
+        "OpenFile" => c.open_file(999).await.map(drop),
+        "GrowFile" => c.grow_file(999, 0, &[1]).await.map(drop),
         "OsdOut" => c.osd_out(999).await.map(drop),
         "Status" => c.status().await.map(drop),
         other => panic!("no call for {other}"),
@@ -145,7 +188,7 @@ async fn every_rpc_with_every_role() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 13);
+    assert_eq!(checked, 5 * 32);
 }
 
 /// A client holding another cluster's certificates: the handshake fails, and the error is final

@@ -3,15 +3,16 @@
 //! (`tests/fixtures/README.md` says how); each test opens a copy, because opening migrates in place.
 //!
 //! Guards against: a schema change that strands the databases already on disk (issue 41 adds each
-//! file's update scheme in version 2).
+//! file's update scheme in version 2; issue 42 the POSIX namespace in version 3, where flat paths
+//! become directories and those a tree cannot hold go to `/lost+found`).
 
 use std::path::{Path, PathBuf};
 
 use ecstack_mds::engine::{ManualClock, MdsCore, MdsSettings};
 use ecstack_mds::store::{
-    MetadataStore, SqliteStore, COUNTER_FILE, COUNTER_SEGMENT, STORE_VERSION,
+    MetadataStore, SqliteStore, COUNTER_FILE, COUNTER_INO, COUNTER_SEGMENT, ROOT_INO, STORE_VERSION,
 };
-use ecstack_mds::{ChunkState, ClusterParams, UpdateScheme};
+use ecstack_mds::{ChunkState, ClusterParams, FileKind, UpdateScheme};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -116,10 +117,8 @@ fn a_version_1_store_is_migrated_and_its_files_are_fo_with_their_segments() {
     assert_eq!(columns(&path), columns(&fresh));
 }
 
-#[test]
-fn the_mds_serves_a_migrated_store_with_fo_layouts_and_adds_files_of_other_schemes() {
-    let (_dir, path) = copy_of("mds-store-v1.sqlite");
-    let settings = MdsSettings {
+fn settings() -> MdsSettings {
+    MdsSettings {
         params: ClusterParams {
             cluster_id: "fixture".into(),
             code: "rs-vand".into(),
@@ -133,10 +132,15 @@ fn the_mds_serves_a_migrated_store_with_fo_layouts_and_adds_files_of_other_schem
         out_after_ms: 10_000,
         pending_ttl_ms: 3_600_000,
         default_scheme: UpdateScheme::Fo,
-    };
+    }
+}
+
+#[test]
+fn the_mds_serves_a_migrated_store_with_fo_layouts_and_adds_files_of_other_schemes() {
+    let (_dir, path) = copy_of("mds-store-v1.sqlite");
     let clock = ManualClock::new(1_700_000_000_000);
     let store = SqliteStore::open(&path).unwrap();
-    let mut mds = MdsCore::open(Box::new(store), settings, clock).unwrap();
+    let mut mds = MdsCore::open(Box::new(store), settings(), clock).unwrap();
     let info = mds.lookup_file("dir/a").unwrap();
     assert_eq!(info.scheme, UpdateScheme::Fo);
     assert_eq!(info.segments.len(), 2);
@@ -171,4 +175,113 @@ fn a_failed_migration_leaves_the_store_at_version_1() {
     let e = SqliteStore::open(&path).err().unwrap().to_string();
     assert!(e.contains("update_scheme"), "{e}");
     assert_eq!(version_of(&path), "1");
+}
+
+/// The names in directory `ino`, by name.
+fn names(store: &SqliteStore, ino: u64) -> Vec<String> {
+    store
+        .dir_entries(ino, b"", 100)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| String::from_utf8(n).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_version_2_store_becomes_a_tree_and_what_a_tree_cannot_hold_goes_to_lost_found() {
+    let (_dir, path) = copy_of("mds-store-v2.sqlite");
+    assert_eq!(version_of(&path), "2");
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(version_of(&path), STORE_VERSION.to_string());
+
+    // The flat paths that a tree holds, at their paths, with their schemes and sizes.
+    for (p, id, size, scheme) in [
+        ("dir/a", 1, (1 << 20) + 10, UpdateScheme::Fo),
+        ("/abs/b", 2, 4096, UpdateScheme::Plr),
+        ("dir/sub/c", 3, 7, UpdateScheme::Fl),
+        ("empty", 9, 0, UpdateScheme::Fo),
+    ] {
+        let f = store.committed_file(p).unwrap().unwrap();
+        assert_eq!((f.file_id, f.size, f.scheme), (id, size, scheme), "{p}");
+    }
+    assert_eq!(
+        names(&store, ROOT_INO),
+        ["abs", "dir", "empty", "lost+found"]
+    );
+    let dir = store.lookup(ROOT_INO, b"dir").unwrap().unwrap();
+    assert_eq!((dir.kind, dir.nlink, dir.mode), (FileKind::Dir, 3, 0o755));
+    assert_eq!(names(&store, dir.ino), ["a", "sub"]);
+    let a = store.lookup(dir.ino, b"a").unwrap().unwrap();
+    assert_eq!(
+        (a.kind, a.nlink, a.mode, a.size),
+        (FileKind::File, 1, 0o644, (1 << 20) + 10)
+    );
+    assert_eq!(a.mtime_ns % 1_000_000, 0, "the commit time, in ns");
+    let root = store.inode(ROOT_INO).unwrap().unwrap();
+    assert_eq!(root.nlink, 5, "abs, dir, lost+found and the root's own two");
+
+    // The rest: in /lost+found, each named by its file id and its old path, none dropped.
+    let lf = store.lookup(ROOT_INO, b"lost+found").unwrap().unwrap();
+    assert_eq!((lf.kind, lf.mode), (FileKind::Dir, 0o700));
+    assert_eq!(
+        names(&store, lf.ino),
+        [
+            "4-dir",
+            "5-x%2F%2Fy",
+            "6-.%2Fdot",
+            "7-up%2F..%2Fz",
+            "8-abs%2Fb"
+        ]
+    );
+    for (name, id, size) in [("4-dir", 4, 1), ("5-x%2F%2Fy", 5, 2), ("8-abs%2Fb", 8, 5)] {
+        let i = store.lookup(lf.ino, name.as_bytes()).unwrap().unwrap();
+        assert_eq!((i.file_id, i.size), (Some(id), size), "{name}");
+    }
+    assert_eq!(store.pending_files().unwrap()[0].path, "pending");
+    assert_eq!(store.totals().unwrap().0, 9);
+    // Inode numbers: the root, 4 directories, 9 files.
+    assert_eq!(store.inode_count().unwrap(), 14);
+    assert_eq!(store.counter(COUNTER_INO).unwrap(), 14);
+    assert_eq!(store.segments_of_file(1).unwrap().len(), 2);
+    drop(store);
+
+    // Reopening is a plain open; the schema is a new store's.
+    drop(SqliteStore::open(&path).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("new.sqlite");
+    drop(SqliteStore::open(&fresh).unwrap());
+    assert_eq!(columns(&path), columns(&fresh));
+
+    // The MDS serves it: lookups by path, listings of the tree, new puts beside the old files.
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = SqliteStore::open(&path).unwrap();
+    let mut mds = MdsCore::open(Box::new(store), settings(), clock).unwrap();
+    assert_eq!(mds.lookup_file("/dir/sub/c").unwrap().segments.len(), 1);
+    let listed: Vec<String> = mds
+        .list_files("")
+        .unwrap()
+        .into_iter()
+        .map(|f| f.path)
+        .collect();
+    assert_eq!(listed.len(), 9);
+    assert_eq!(listed[0], "/abs/b");
+    assert_eq!(listed[4], "/lost+found/4-dir");
+    let f = mds.create_file("dir/new").unwrap();
+    assert_eq!(f, 11, "the file counter carried over");
+    mds.allocate_segments(f, &[3]).unwrap();
+    mds.commit_file(f, 3).unwrap();
+    assert_eq!(mds.list_files("/dir/").unwrap().len(), 3);
+}
+
+#[test]
+fn a_failed_migration_leaves_the_store_at_version_2() {
+    let (_dir, path) = copy_of("mds-store-v2.sqlite");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE inodes (x INTEGER)")
+            .unwrap();
+    }
+    let e = SqliteStore::open(&path).err().unwrap().to_string();
+    assert!(e.contains("inodes"), "{e}");
+    assert_eq!(version_of(&path), "2");
 }

@@ -1,0 +1,370 @@
+//! The client's segment cache (CodFS §4.4.4): an LRU of whole segments of open files, so that
+//! repeated reads of a segment cost one fetch and small writes to it are coalesced into one
+//! update (or one whole write, for a segment that is new or changes length) when the file is
+//! closed, fsync'd, or the segment has to make room.
+//!
+//! Close-to-open (§4.4.1) is kept by its user (the mount): every cached segment carries the file
+//! version its clean bytes are of; an open that finds another version at the MDS drops the clean
+//! segments of the file ([`SegmentCache::drop_stale`]). Dirty bytes are this client's own writes,
+//! not yet flushed: they are never dropped, only flushed.
+//!
+//! Pure bookkeeping (no I/O): the caller fetches and flushes; the cache says what to.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+/// A cached segment: (inode, segment index in its file).
+pub type Key = (u64, u32);
+
+/// One cached segment's bytes and state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Every byte of the segment as this client sees it (its length is the segment's length).
+    pub data: Vec<u8>,
+    /// The segment's length in the cluster: 0 when the cluster does not have it yet.
+    pub stored_len: u64,
+    /// The file version the clean bytes were read at (or last flushed as).
+    pub version: u64,
+    /// Bytes written since the last flush, coalesced into one range (the bytes between two
+    /// writes are the cached ones, so one update of the range is exact).
+    pub dirty: Option<Range<u64>>,
+    last_used: u64,
+}
+
+impl Segment {
+    /// It must be written whole: new to the cluster, or of another length there.
+    pub fn needs_whole_write(&self) -> bool {
+        self.stored_len != self.data.len() as u64
+    }
+}
+
+/// Counters of the cache's use (the mount exports them as metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    /// Clean segments dropped to make room.
+    pub evictions: u64,
+    /// Clean segments dropped because the file changed elsewhere (close-to-open).
+    pub invalidations: u64,
+    pub bytes: u64,
+    pub segments: u64,
+}
+
+/// An LRU of segments of at most `capacity` bytes (dirty segments may hold it over until they are
+/// flushed: their bytes exist nowhere else).
+#[derive(Debug)]
+pub struct SegmentCache {
+    capacity: u64,
+    tick: u64,
+    map: HashMap<Key, Segment>,
+    lru: BTreeMap<u64, Key>,
+    stats: CacheStats,
+}
+
+impl SegmentCache {
+    pub fn new(capacity_bytes: u64) -> SegmentCache {
+        SegmentCache {
+            capacity: capacity_bytes,
+            tick: 0,
+            map: HashMap::new(),
+            lru: BTreeMap::new(),
+            stats: CacheStats::default(),
+        }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            segments: self.map.len() as u64,
+            ..self.stats
+        }
+    }
+
+    fn touch(&mut self, key: Key) {
+        self.tick += 1;
+        if let Some(s) = self.map.get_mut(&key) {
+            self.lru.remove(&s.last_used);
+            s.last_used = self.tick;
+            self.lru.insert(self.tick, key);
+        }
+    }
+
+    /// The segment, counted as a hit or a miss, and made the most recently used.
+    pub fn get(&mut self, key: Key) -> Option<&Segment> {
+        if self.map.contains_key(&key) {
+            self.stats.hits += 1;
+            self.touch(key);
+            self.map.get(&key)
+        } else {
+            self.stats.misses += 1;
+            None
+        }
+    }
+
+    /// The segment without counting or touching it.
+    pub fn peek(&self, key: Key) -> Option<&Segment> {
+        self.map.get(&key)
+    }
+
+    /// Caches clean bytes of a segment read at `version` (replacing what was cached).
+    pub fn insert(&mut self, key: Key, data: Vec<u8>, version: u64) {
+        self.remove(key);
+        self.stats.bytes += data.len() as u64;
+        self.tick += 1;
+        self.map.insert(
+            key,
+            Segment {
+                stored_len: data.len() as u64,
+                data,
+                version,
+                dirty: None,
+                last_used: self.tick,
+            },
+        );
+        self.lru.insert(self.tick, key);
+    }
+
+    /// Caches a segment the cluster does not have yet: `len` zero bytes, all dirty.
+    pub fn insert_new(&mut self, key: Key, len: u64, version: u64) {
+        self.insert(key, vec![0; len as usize], version);
+        let s = self.map.get_mut(&key).expect("just inserted");
+        s.stored_len = 0;
+        s.dirty = Some(0..len);
+    }
+
+    pub fn remove(&mut self, key: Key) -> Option<Segment> {
+        let s = self.map.remove(&key)?;
+        self.lru.remove(&s.last_used);
+        self.stats.bytes -= s.data.len() as u64;
+        Some(s)
+    }
+
+    fn mark(s: &mut Segment, r: Range<u64>) {
+        if r.is_empty() {
+            return;
+        }
+        s.dirty = Some(match s.dirty.take() {
+            Some(d) => d.start.min(r.start)..d.end.max(r.end),
+            None => r,
+        });
+    }
+
+    /// Writes `bytes` at `offset` into a cached segment (which must be long enough: see
+    /// [`SegmentCache::set_len`]). `false` when the segment is not cached.
+    pub fn write(&mut self, key: Key, offset: u64, bytes: &[u8]) -> bool {
+        let Some(s) = self.map.get_mut(&key) else {
+            return false;
+        };
+        let end = offset as usize + bytes.len();
+        assert!(end <= s.data.len(), "a write past the cached segment's end");
+        s.data[offset as usize..end].copy_from_slice(bytes);
+        Self::mark(s, offset..end as u64);
+        self.touch(key);
+        true
+    }
+
+    /// Makes a cached segment `len` bytes long (zeros added, or bytes cut); a change is dirty.
+    pub fn set_len(&mut self, key: Key, len: u64) -> bool {
+        let Some(s) = self.map.get_mut(&key) else {
+            return false;
+        };
+        let old = s.data.len() as u64;
+        if old == len {
+            return true;
+        }
+        s.data.resize(len as usize, 0);
+        self.stats.bytes = self.stats.bytes - old + len;
+        if len > old {
+            Self::mark(s, old..len);
+        } else {
+            // A cut: nothing new to write, but the segment is written whole at its new length.
+            match &mut s.dirty {
+                Some(d) => {
+                    d.end = d.end.min(len);
+                    d.start = d.start.min(d.end);
+                }
+                None => s.dirty = Some(len..len),
+            }
+        }
+        true
+    }
+
+    /// The indexes of `ino`'s dirty segments, ascending.
+    pub fn dirty_of(&self, ino: u64) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .map
+            .iter()
+            .filter(|((i, _), s)| *i == ino && s.dirty.is_some())
+            .map(|((_, idx), _)| *idx)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Whether `ino` has dirty segments.
+    pub fn is_dirty(&self, ino: u64) -> bool {
+        self.map
+            .iter()
+            .any(|((i, _), s)| *i == ino && s.dirty.is_some())
+    }
+
+    /// A flushed segment: clean, at `version`, stored at its current length.
+    pub fn mark_clean(&mut self, key: Key, version: u64) {
+        if let Some(s) = self.map.get_mut(&key) {
+            s.dirty = None;
+            s.stored_len = s.data.len() as u64;
+            s.version = version;
+        }
+    }
+
+    /// Every clean segment of `ino` now counts as of `version` (this client's own commit moved
+    /// the version on).
+    pub fn retag(&mut self, ino: u64, version: u64) {
+        for ((i, _), s) in self.map.iter_mut() {
+            if *i == ino && s.dirty.is_none() {
+                s.version = version;
+            }
+        }
+    }
+
+    /// Drops `ino`'s segments at index `from` and above, dirty or not (a truncated file).
+    pub fn drop_from(&mut self, ino: u64, from: u32) {
+        let keys: Vec<Key> = self
+            .map
+            .keys()
+            .filter(|(i, idx)| *i == ino && *idx >= from)
+            .copied()
+            .collect();
+        for k in keys {
+            self.remove(k);
+        }
+    }
+
+    /// Close-to-open: drops `ino`'s clean segments that are not of `version`.
+    pub fn drop_stale(&mut self, ino: u64, version: u64) -> u64 {
+        let keys: Vec<Key> = self
+            .map
+            .iter()
+            .filter(|((i, _), s)| *i == ino && s.dirty.is_none() && s.version != version)
+            .map(|(k, _)| *k)
+            .collect();
+        for &k in &keys {
+            self.remove(k);
+        }
+        self.stats.invalidations += keys.len() as u64;
+        keys.len() as u64
+    }
+
+    /// Drops every segment of `ino` (the file is gone).
+    pub fn drop_file(&mut self, ino: u64) {
+        self.drop_from(ino, 0);
+    }
+
+    /// Makes room: drops clean segments, least recently used first, until the cache fits; returns
+    /// the inodes whose dirty segments still hold it over (the caller flushes those files and
+    /// calls again).
+    pub fn evict(&mut self) -> Vec<u64> {
+        let mut over = Vec::new();
+        let order: Vec<Key> = self.lru.values().copied().collect();
+        for key in order {
+            if self.stats.bytes <= self.capacity {
+                break;
+            }
+            let dirty = self.map.get(&key).is_some_and(|s| s.dirty.is_some());
+            if dirty {
+                if !over.contains(&key.0) {
+                    over.push(key.0);
+                }
+            } else {
+                self.remove(key);
+                self.stats.evictions += 1;
+            }
+        }
+        over
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_hit_writes_coalesce_and_lru_evicts_clean_segments_only() {
+        let mut c = SegmentCache::new(100);
+        assert!(c.get((1, 0)).is_none());
+        c.insert((1, 0), vec![1; 40], 7);
+        c.insert((1, 1), vec![2; 40], 7);
+        assert_eq!(c.get((1, 0)).unwrap().data[0], 1);
+        assert_eq!((c.stats().hits, c.stats().misses), (1, 1));
+        // Two small writes become one dirty range covering both.
+        assert!(c.write((1, 1), 3, b"ab"));
+        assert!(c.write((1, 1), 10, b"c"));
+        let s = c.peek((1, 1)).unwrap();
+        assert_eq!(s.dirty, Some(3..11));
+        assert!(!s.needs_whole_write());
+        assert_eq!(c.dirty_of(1), vec![1]);
+        // Over capacity: the least recently used clean segment goes; (1, 0) was read after
+        // (1, 1) was inserted, but (1, 1) is dirty and stays.
+        c.insert((2, 0), vec![3; 40], 1);
+        assert_eq!(c.evict(), Vec::<u64>::new());
+        assert!(
+            c.peek((1, 0)).is_none(),
+            "the LRU clean segment was evicted"
+        );
+        assert!(c.peek((1, 1)).is_some() && c.peek((2, 0)).is_some());
+        assert_eq!(c.stats().evictions, 1);
+        // Only dirty bytes left over capacity: the caller must flush that file.
+        c.insert((3, 0), vec![0; 30], 1);
+        c.write((3, 0), 0, b"x");
+        c.insert_new((3, 1), 30, 1);
+        assert_eq!(c.stats().bytes, 140);
+        // (1, 1) is dirty and stays; (2, 0) goes, and then it fits.
+        assert_eq!(c.evict(), vec![1]);
+        assert_eq!(c.stats().evictions, 2);
+        c.insert((4, 0), vec![0; 10], 1);
+        assert_eq!(
+            c.evict(),
+            vec![1, 3],
+            "dirty segments of files 1 and 3 hold it over"
+        );
+        assert!(c.peek((4, 0)).is_none());
+        // Once flushed, a segment is clean and may go.
+        c.mark_clean((1, 1), 8);
+        assert_eq!(c.peek((1, 1)).unwrap().version, 8);
+        c.insert((5, 0), vec![0; 10], 1);
+        assert!(c.evict().is_empty());
+        assert!(c.peek((1, 1)).is_none());
+        assert_eq!(c.stats().bytes, 70);
+    }
+
+    #[test]
+    fn lengths_change_whole_and_stale_versions_drop_at_open() {
+        let mut c = SegmentCache::new(1 << 20);
+        c.insert((1, 0), vec![9; 10], 3);
+        assert!(c.set_len((1, 0), 16));
+        let s = c.peek((1, 0)).unwrap();
+        assert_eq!(&s.data[8..], &[9, 9, 0, 0, 0, 0, 0, 0]);
+        assert!(s.needs_whole_write());
+        assert_eq!(s.dirty, Some(10..16));
+        c.insert((1, 1), vec![1; 10], 3);
+        assert!(c.set_len((1, 1), 4));
+        assert!(c.peek((1, 1)).unwrap().needs_whole_write());
+        assert!(c.peek((1, 1)).unwrap().dirty.is_some());
+        c.insert((1, 2), vec![1; 10], 3);
+        c.insert_new((1, 3), 5, 3);
+        assert_eq!(c.peek((1, 3)).unwrap().stored_len, 0);
+        // Another version at the MDS: clean segments go, dirty ones stay.
+        assert_eq!(c.drop_stale(1, 4), 1);
+        assert!(c.peek((1, 2)).is_none());
+        assert_eq!(c.dirty_of(1), vec![0, 1, 3]);
+        c.drop_from(1, 1);
+        assert_eq!(c.dirty_of(1), vec![0]);
+        c.drop_file(1);
+        assert_eq!(c.stats().bytes, 0);
+        assert!(!c.is_dirty(1));
+    }
+}

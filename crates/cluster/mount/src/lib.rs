@@ -1,0 +1,162 @@
+//! The CodFS cluster as a POSIX file system (thesis §4.2: "a CodFS client can access the storage
+//! cluster through a file system interface"): a FUSE mount (`fuser`) over [`ecstack_client`].
+//!
+//! - Metadata: every namespace call goes to the MDS (schema version 3: inodes, directory entries,
+//!   symlinks, xattrs); the kernel caches no attribute or entry (TTL 0), so a second mount sees a
+//!   change at its next call. Permissions are checked by the kernel (`default_permissions`).
+//! - Data: whole segments in the client's LRU [`SegmentCache`] (§4.4.4). Reads fill it a segment
+//!   at a time; writes go into it and are flushed at close, fsync, or when the cache must make
+//!   room: a segment whose length is unchanged as one update of its dirty range at its primary, a
+//!   new or grown or cut segment written whole (new segments placed by GrowFile), then one SetAttr
+//!   commits the size, the new segment lengths and the times (and bumps the file's version).
+//! - Close-to-open (§4.4.1): an open asks the MDS for the file's version and layouts and drops the
+//!   cached clean segments of any other version; a close flushes and commits before it returns.
+//!
+//! See docs/mount.md for the semantics and what is not POSIX.
+
+#![forbid(unsafe_code)]
+
+mod fs;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use fs::CodfsFs;
+
+/// What `ecstack cluster mount` asks for.
+#[derive(Debug, Clone)]
+pub struct MountSpec {
+    pub mountpoint: PathBuf,
+    /// The cluster's `cluster.toml`.
+    pub config: PathBuf,
+    /// The certificate to authenticate with (`certs/NAME.pem`).
+    pub name: String,
+    pub insecure: bool,
+    /// The segment cache's size, bytes.
+    pub cache_bytes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("mountpoint {0} does not exist")]
+    NoMountpoint(PathBuf),
+    #[error("mountpoint {0} is not a directory")]
+    NotADirectory(PathBuf),
+    #[error("mountpoint {0} is not empty (mount on an empty directory)")]
+    NotEmpty(PathBuf),
+    #[error("cannot mount: /dev/fuse is missing (load the fuse module: modprobe fuse; in a container, pass --device /dev/fuse)")]
+    NoFuse,
+    #[error("cannot reach the cluster's MDS: {0}")]
+    Unreachable(String),
+    #[error("{0}")]
+    Client(#[from] ecstack_client::ClientError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot mount {path}: {source}")]
+    Mount {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Checks a mountpoint: it exists, is a directory, and is empty.
+pub fn check_mountpoint(p: &Path) -> Result<(), MountError> {
+    let meta = std::fs::metadata(p).map_err(|_| MountError::NoMountpoint(p.to_owned()))?;
+    if !meta.is_dir() {
+        return Err(MountError::NotADirectory(p.to_owned()));
+    }
+    let mut entries = std::fs::read_dir(p).map_err(|e| MountError::Mount {
+        path: p.to_owned(),
+        source: e,
+    })?;
+    if entries.next().is_some() {
+        return Err(MountError::NotEmpty(p.to_owned()));
+    }
+    Ok(())
+}
+
+/// Mounts the cluster at `spec.mountpoint` and serves it until it is unmounted (`fusermount3 -u`,
+/// `umount`) or the process gets SIGTERM or SIGINT (then it unmounts itself). Every check that
+/// can fail before mounting does (mountpoint, `/dev/fuse`, the MDS answering), each as one line.
+pub fn run(spec: &MountSpec) -> Result<(), MountError> {
+    check_mountpoint(&spec.mountpoint)?;
+    if !Path::new("/dev/fuse").exists() {
+        return Err(MountError::NoFuse);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(MountError::Runtime)?;
+    let options = ecstack_client::ClientOptions {
+        metadata_timeout: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let client = {
+        let _in = rt.enter();
+        ecstack_client::Client::from_config_file_with(
+            &spec.config,
+            &spec.name,
+            spec.insecure,
+            options,
+        )?
+    };
+    // The MDS must answer before anything is mounted (one attempt, a short deadline).
+    let probe = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), client.stat_fs_once()).await
+    });
+    match probe {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(MountError::Unreachable(e.to_string())),
+        Err(_) => {
+            return Err(MountError::Unreachable(format!(
+                "no answer from {} within 5 s",
+                client.config().mds.addr
+            )))
+        }
+    }
+    let segment_bytes = client.config().segment_bytes;
+    let fs = CodfsFs::new(client, rt.handle().clone(), spec.cache_bytes, segment_bytes);
+    let options = [
+        fuser::MountOption::FSName("ecstack".into()),
+        fuser::MountOption::Subtype("codfs".into()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::AllowOther,
+        fuser::MountOption::RW,
+    ];
+    let mut session =
+        fuser::Session::new(fs, &spec.mountpoint, &options).map_err(|e| MountError::Mount {
+            path: spec.mountpoint.clone(),
+            source: e,
+        })?;
+    let mut unmounter = session.unmount_callable();
+    let mountpoint = spec.mountpoint.clone();
+    rt.spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!(mountpoint = %mountpoint.display(), "signal: unmounting");
+        if let Err(e) = unmounter.unmount() {
+            tracing::error!(error = %e, "unmount failed");
+        }
+    });
+    eprintln!(
+        "ecstack: mounted the cluster at {} (unmount: fusermount3 -u, umount, or SIGTERM)",
+        spec.mountpoint.display()
+    );
+    let served = session.run();
+    // Dropping the session flushes what is still dirty (destroy) and unmounts if needed.
+    drop(session);
+    served.map_err(|e| MountError::Mount {
+        path: spec.mountpoint.clone(),
+        source: e,
+    })
+}
