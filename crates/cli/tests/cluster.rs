@@ -456,6 +456,7 @@ async fn a_certificate_from_another_cluster_is_refused() {
         primary: info.segments[0].primary,
         holders: Vec::new(),
         epoch: info.segments[0].epoch,
+        version: info.segments[0].version,
     };
     let r = tokio::time::timeout(Duration::from_secs(20), osd.read_segment(&layout, 0, 5)).await;
     assert!(

@@ -130,6 +130,9 @@ pub struct SegmentLayout {
     pub epoch: u64,
     /// The file's update scheme.
     pub scheme: UpdateScheme,
+    /// The largest segment version a primary reported (stale marks, rebuilds): new versions are
+    /// issued above it, by whichever OSD is the primary.
+    pub version: u64,
 }
 
 impl SegmentLayout {
@@ -503,6 +506,7 @@ impl From<SegmentLayout> for proto::SegmentLayout {
                 .collect(),
             epoch: s.epoch,
             update_scheme: s.scheme.code(),
+            version: s.version,
         }
     }
 }
@@ -542,6 +546,7 @@ impl TryFrom<proto::SegmentLayout> for SegmentLayout {
             epoch: s.epoch,
             scheme: UpdateScheme::from_code(s.update_scheme)
                 .map_err(|e| MdsError::Protocol(format!("segment {}: {e}", s.segment_id)))?,
+            version: s.version,
         })
     }
 }
@@ -876,7 +881,8 @@ impl MdsClient {
     }
 
     /// Reports chunk `chunk` of a segment rebuilt on `osd_id` at `version` by `reporter` (the
-    /// segment's primary; `None`: unchecked).
+    /// segment's primary; `None`: unchecked). Returns the segment's layout epoch with the chunk
+    /// healthy: a layout older than it still calls the chunk stale.
     pub async fn chunk_recovered(
         &self,
         segment_id: u64,
@@ -884,8 +890,9 @@ impl MdsClient {
         osd_id: u32,
         version: u64,
         reporter: Option<u32>,
-    ) -> Result<(), MdsError> {
-        self.raw()
+    ) -> Result<u64, MdsError> {
+        let reply = self
+            .raw()
             .chunk_recovered(proto::ChunkRecoveredRequest {
                 segment_id,
                 chunk,
@@ -894,7 +901,7 @@ impl MdsClient {
                 reporter,
             })
             .await?;
-        Ok(())
+        Ok(reply.into_inner().epoch)
     }
 
     /// Declares an OSD out; returns how many chunks will be rebuilt elsewhere.

@@ -705,6 +705,8 @@ impl MdsCore {
     /// Chunk `chunk` was rebuilt onto `osd_id` at `version` by `reporter` (`None`: unchecked), which
     /// must be the segment's primary: a primary deposed by a promotion (its heartbeats late, not
     /// dead) may still finish a task with an old view, and must not make a chunk healthy.
+    /// Returns the segment's epoch with the chunk healthy: the primary refuses older layouts from
+    /// then on, since they still call the chunk stale and an update under one would skip it.
     pub fn chunk_recovered(
         &mut self,
         segment_id: u64,
@@ -712,7 +714,7 @@ impl MdsCore {
         osd_id: u32,
         version: u64,
         reporter: Option<u32>,
-    ) -> Result<(), MdsError> {
+    ) -> Result<u64, MdsError> {
         let mut s = self.segment(segment_id)?;
         self.check_chunks(segment_id, &[chunk])?;
         if let Some(reporter) = reporter.filter(|&r| r != s.primary) {
@@ -738,7 +740,7 @@ impl MdsCore {
             )));
         }
         if c.state == ChunkState::Healthy {
-            return Ok(());
+            return Ok(s.epoch);
         }
         if version < s.version {
             return Err(MdsError::FailedPrecondition(format!(
@@ -753,6 +755,7 @@ impl MdsCore {
         }));
         s.version = version;
         s.epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
+        let epoch = s.epoch;
         let bytes = self.chunk_bytes(s.length);
         batch.push(Mutation::PutSegment(s));
         let mut r = self.store.recovery().map_err(internal)?;
@@ -771,7 +774,7 @@ impl MdsCore {
             version,
             "chunk healthy again"
         );
-        Ok(())
+        Ok(epoch)
     }
 
     // ---- failures
@@ -1203,5 +1206,6 @@ fn layout_of(
             })
             .collect(),
         epoch: s.epoch,
+        version: s.version,
     }
 }

@@ -442,12 +442,22 @@ fn down_promotes_the_lowest_usable_holder_and_a_return_catches_up() {
         .chunk_recovered(hit.segment_id, idx, victim, 7, Some(deposed))
         .unwrap_err();
     assert!(e.to_string().contains("its rebuild is not recorded"), "{e}");
-    r.mds
+    // The layout carries the version heard of (the stale mark's 7), for whichever OSD is primary.
+    assert_eq!(now.version, 7);
+    let epoch = r
+        .mds
         .chunk_recovered(hit.segment_id, idx, victim, 7, Some(now.primary))
         .unwrap();
+    let healed = r.mds.get_segment(hit.segment_id).unwrap();
+    assert_eq!(healed.chunks[idx as usize].state, ChunkState::Healthy);
+    // The reply's epoch is the new layout's, above every layout that called the chunk stale; a
+    // repeated report answers the same.
+    assert!(epoch > now.epoch && epoch == healed.epoch);
     assert_eq!(
-        r.mds.get_segment(hit.segment_id).unwrap().chunks[idx as usize].state,
-        ChunkState::Healthy
+        r.mds
+            .chunk_recovered(hit.segment_id, idx, victim, 7, Some(now.primary))
+            .unwrap(),
+        epoch
     );
     assert!(hb(&mut r.mds, now.primary)
         .tasks

@@ -492,12 +492,13 @@ impl proto::mds_server::Mds for MdsService {
         r: Request<proto::ChunkRecoveredRequest>,
     ) -> Reply<proto::ChunkRecoveredReply> {
         let r = r.into_inner();
-        self.0
+        let epoch = self
+            .0
             .run("chunk_recovered", move |c| {
                 c.chunk_recovered(r.segment_id, r.chunk, r.osd_id, r.version, r.reporter)
             })
             .await?;
-        Ok(Response::new(proto::ChunkRecoveredReply {}))
+        Ok(Response::new(proto::ChunkRecoveredReply { epoch }))
     }
 
     async fn osd_out(&self, r: Request<proto::OsdOutRequest>) -> Reply<proto::OsdOutReply> {

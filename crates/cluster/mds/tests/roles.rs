@@ -112,7 +112,7 @@ async fn call(c: &MdsClient, method: &str) -> Result<(), MdsError> {
         "RemoveFile" => c.remove_file("/roles/none").await,
         "GetSegment" => c.get_segment(999).await.map(drop),
         "MarkStale" => c.mark_stale(999, &[0], 1).await,
-        "ChunkRecovered" => c.chunk_recovered(999, 0, 0, 1, Some(0)).await,
+        "ChunkRecovered" => c.chunk_recovered(999, 0, 0, 1, Some(0)).await.map(drop),
         "Lookup" => c.lookup(999, b"x").await.map(drop),
         "GetAttr" => c.get_attr(999).await.map(drop),
         "SetAttr" => c.set_attr(999, SetAttr::default()).await.map(drop),

@@ -159,6 +159,9 @@ pub struct Layout {
     pub epoch: u64,
     /// The file's update scheme: where holders keep its updates.
     pub scheme: UpdateScheme,
+    /// The largest segment version the MDS has heard of (stale marks, rebuilds): a primary
+    /// issues new versions above it, even one that never saw them (promoted, restarted).
+    pub version: u64,
 }
 
 impl Layout {
@@ -861,6 +864,7 @@ impl From<&SegmentLayout> for Layout {
                 .collect(),
             epoch: s.epoch,
             scheme: s.scheme,
+            version: s.version,
         }
     }
 }
@@ -957,6 +961,7 @@ pub fn layout_to_proto(l: &Layout) -> proto::Layout {
         holders: l.holders.iter().map(holder_to_proto).collect(),
         epoch: l.epoch,
         update_scheme: l.scheme.code(),
+        version: l.version,
     }
 }
 
@@ -970,6 +975,7 @@ pub fn layout_from_proto(l: &proto::Layout) -> Result<Layout, String> {
         epoch: l.epoch,
         scheme: UpdateScheme::from_code(l.update_scheme)
             .map_err(|e| format!("segment {:#x}: {e}", l.segment_id))?,
+        version: l.version,
     })
 }
 

@@ -44,7 +44,7 @@ impl MdsLink for MdsClient {
         osd_id: u32,
         version: u64,
         reporter: Option<u32>,
-    ) -> BoxFuture<'_, Result<(), String>> {
+    ) -> BoxFuture<'_, Result<u64, String>> {
         Box::pin(async move {
             MdsClient::chunk_recovered(self, segment, chunk, osd_id, version, reporter)
                 .await

@@ -29,8 +29,8 @@ impl MdsLink for NoMds {
         _: u32,
         _: u64,
         _: Option<u32>,
-    ) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async { Ok(()) })
+    ) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async { Ok(0) })
     }
 }
 
@@ -60,6 +60,7 @@ pub(crate) fn local_layout(length: u64, n: u32, osd: u32) -> Layout {
             })
             .collect(),
         epoch: 1,
+        version: 0,
     }
 }
 

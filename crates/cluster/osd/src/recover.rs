@@ -106,6 +106,7 @@ impl Osd {
                 st.epoch = l.epoch;
             }
             rebuilt_from.epoch = st.epoch;
+            st.issued = st.issued.max(l.version);
             rebuilt_from.issued = st.issued;
         }
         if !throughout {
@@ -136,7 +137,9 @@ impl Osd {
             }
         }
         st.served = true;
-        self.report_recovered(l, r.chunks, versions).await.map(Some)
+        self.report_recovered(l, r.chunks, versions, &mut st)
+            .await
+            .map(Some)
     }
 
     /// Gathers k chunks under the view `from`, decodes and stores the lost ones; the version to
@@ -189,23 +192,30 @@ impl Osd {
         Ok(Some(versions))
     }
 
-    /// Tells the MDS each rebuilt chunk is back at its version; the bytes moved.
+    /// Tells the MDS each rebuilt chunk is back at its version; the bytes moved. From then on the
+    /// segment's layouts older than the MDS's new epoch are refused (`st.epoch`): they still call
+    /// the chunk stale, and an update under one would leave it out without marking it, while the
+    /// MDS counts it healthy (a rebuilt PLR parity missed 25 versions this way behind clients'
+    /// file handles, and the segment could not be rebuilt when two more OSDs failed).
     async fn report_recovered(
         &self,
         l: &Layout,
         chunks: &[u32],
         versions: Vec<u64>,
+        st: &mut SegState,
     ) -> Result<u64, OsdError> {
         let cb = self.chunk_bytes(l.length);
         let mut moved = 0;
         for (&i, version) in chunks.iter().zip(versions) {
             let h = &l.holders[i as usize];
-            self.inner
+            let epoch = self
+                .inner
                 .setup
                 .mds
                 .chunk_recovered(l.segment_id, i, h.osd_id, version, Some(self.osd_id()))
                 .await
                 .map_err(OsdError::Mds)?;
+            st.epoch = st.epoch.max(epoch);
             moved += cb;
             Metrics::add(&self.inner.metrics.recovery_chunks, 1);
             Metrics::add(&self.inner.metrics.recovery_bytes, cb);

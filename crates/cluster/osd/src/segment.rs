@@ -30,7 +30,9 @@ pub(crate) struct SegState {
     /// A request of the segment got past [`Osd::check_primary`] on this OSD since it started: the
     /// state was never empty (a new segment's first write is the only one that finds it so).
     pub served: bool,
-    /// The highest version this OSD issued for the segment as its primary, kept by
+    /// The highest version issued for the segment that this OSD knows of: the ones it issued as
+    /// its primary, and the one the MDS last heard of (the layout's `version`: a primary that
+    /// restarted or was promoted learns there what an earlier primary issued). Kept by
     /// [`SegState::forget`]. An update that is not acknowledged may leave its version on no
     /// chunk a view is learned from, yet the MDS has heard it (the chunks that missed it are
     /// marked stale at it, and the MDS refuses rebuilds reported below it): new versions are
@@ -96,6 +98,7 @@ impl Osd {
         if st.provisional {
             st.forget();
         }
+        st.issued = st.issued.max(l.version);
         st.served = true;
         Ok(())
     }

@@ -52,7 +52,8 @@ pub trait MdsLink: Send + Sync {
         chunks: &'a [u32],
         version: u64,
     ) -> BoxFuture<'a, Result<(), String>>;
-    /// A chunk was rebuilt onto `osd_id` at `version` by `reporter` (this OSD, the primary).
+    /// A chunk was rebuilt onto `osd_id` at `version` by `reporter` (this OSD, the primary); the
+    /// segment's layout epoch with the chunk healthy.
     fn chunk_recovered(
         &self,
         segment: u64,
@@ -60,7 +61,7 @@ pub trait MdsLink: Send + Sync {
         osd_id: u32,
         version: u64,
         reporter: Option<u32>,
-    ) -> BoxFuture<'_, Result<(), String>>;
+    ) -> BoxFuture<'_, Result<u64, String>>;
 }
 
 /// The PLR reserve after each new parity chunk unless the config says otherwise (`[update.reserve]

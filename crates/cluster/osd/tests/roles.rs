@@ -102,6 +102,7 @@ fn layout(osd_id: u32) -> Layout {
         primary: osd_id,
         holders: Vec::new(),
         epoch: 1,
+        version: 0,
     }
 }
 

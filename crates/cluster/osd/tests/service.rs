@@ -17,6 +17,10 @@ use ecstack_rpc::Security;
 
 type Calls = Arc<Mutex<Vec<String>>>;
 
+/// The layout epoch the recorder answers a rebuild with (the tests' layouts start at 1 or 2): a
+/// primary refuses the layouts from before a rebuild it reported.
+const REBUILT_EPOCH: u64 = 10;
+
 /// Records what the OSDs tell the MDS.
 struct Recorder(Calls);
 
@@ -40,11 +44,11 @@ impl MdsLink for Recorder {
         osd_id: u32,
         version: u64,
         _reporter: Option<u32>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, String>> + Send + '_>> {
         let line = format!("recovered {segment} {chunk} osd{osd_id} v{version}");
         Box::pin(async move {
             self.0.lock().unwrap().push(line);
-            Ok(())
+            Ok(REBUILT_EPOCH)
         })
     }
 }
@@ -126,6 +130,7 @@ impl Cluster {
                 })
                 .collect(),
             epoch: 1,
+            version: 0,
         }
     }
 
@@ -617,6 +622,7 @@ async fn recovery_rebuilds_chunks_onto_their_targets() {
     );
     // All chunks back: a read using only chunks 2, 3, 4 and 5 decodes the model.
     let mut only = rec.clone();
+    only.epoch = REBUILT_EPOCH;
     only.holders[2].usable = true;
     only.holders[5].usable = true;
     only.holders[0].usable = false;
@@ -652,12 +658,26 @@ async fn recovery_racing_updates_reports_only_what_it_rebuilt() {
     while !recovery.is_finished() && updates < 200 {
         let at = 2 * cb + rng.below(cb as u64 - 4096) as usize;
         let new = bytes(&mut rng, 4096);
-        let ack = client.update_segment(&rec, at as u64, &new).await.unwrap();
-        model[at..at + 4096].copy_from_slice(&new);
-        chunk2_at.insert(ack.version, model[2 * cb..3 * cb].to_vec());
-        updates += 1;
+        match client.update_segment(&rec, at as u64, &new).await {
+            Ok(ack) => {
+                model[at..at + 4096].copy_from_slice(&new);
+                chunk2_at.insert(ack.version, model[2 * cb..3 * cb].to_vec());
+                updates += 1;
+            }
+            // The rebuild was reported: the layout that calls chunk 2 stale is refused.
+            Err(OsdCallError::StaleLayout { .. }) => break,
+            Err(e) => panic!("update {updates}: {e}"),
+        }
     }
     assert_eq!(recovery.await.unwrap().unwrap(), cb as u64);
+    // Once the rebuild is reported, an update under the layout from before it (chunk 2 stale)
+    // would leave the rebuilt chunk behind while the MDS counts it healthy: refused, so the
+    // client fetches the layout again.
+    let e = client
+        .update_segment(&rec, 0, &[1u8; 10])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OsdCallError::StaleLayout { .. }), "{e}");
     let calls = c.calls();
     assert_eq!(calls.len(), 1, "{calls:?}");
     let told: u64 = calls[0]
@@ -972,7 +992,27 @@ async fn a_rebuild_after_an_update_that_reached_no_chunk_is_reported_at_its_vers
     assert_eq!(c.calls(), ["recovered 14 3 osd3 v2"]);
     // The stripe reads back as it was before the update that reached no chunk.
     let mut back = l.clone();
-    back.epoch = 3;
+    back.epoch = REBUILT_EPOCH;
     let got = client.read_segment(&back, 0, len as u64).await.unwrap();
     assert!(got == model, "the stripe reads back as written");
+}
+
+/// A primary that never issued a version of a segment (restarted, or promoted) issues new ones
+/// above the version the MDS last heard of, which the layout carries: an update that reached no
+/// chunk under the previous primary still used its version up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_primary_issues_versions_above_the_layouts() {
+    let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(13);
+    let len = 100_000usize;
+    let mut l = c.layout(15, len as u64);
+    let mut model = bytes(&mut rng, len);
+    assert_eq!(client.write_segment(&l, &model).await.unwrap().version, 1);
+    // The MDS heard of version 7 (a stale mark by an earlier primary); this primary never did.
+    l.version = 7;
+    let ack = client.update_segment(&l, 5, &[9u8; 100]).await.unwrap();
+    model[5..105].fill(9);
+    assert_eq!(ack.version, 8, "issued above the layout's version");
+    check_reads(&client, &l, &model, &mut rng, 3).await;
 }
