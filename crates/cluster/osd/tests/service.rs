@@ -1016,3 +1016,59 @@ async fn a_new_primary_issues_versions_above_the_layouts() {
     assert_eq!(ack.version, 8, "issued above the layout's version");
     check_reads(&client, &l, &model, &mut rng, 3).await;
 }
+
+/// An update that reached too few holders to be finished and missed more than m chunks is rolled
+/// back, not forward: marking what missed it would leave fewer than k usable chunks (the segment
+/// lost, though every chunk held the version before: fault seed 367660, three of six holders
+/// unreachable at once). The chunks it may have reached are marked instead, and the stripe reads
+/// back as before from the others once their holders answer again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_that_missed_more_than_m_chunks_is_rolled_back() {
+    let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(14);
+    let len = 200_000usize;
+    let cb = len.div_ceil(4);
+    let l = c.layout(16, len as u64);
+    let model = bytes(&mut rng, len);
+    client.write_segment(&l, &model).await.unwrap();
+    // Data chunks 1, 2 and 3 change; the holders of 1, 2 and parity 5 do not answer. Chunk 3
+    // and parity 4 take the update (3's delta), which cannot be finished for 1 and 2.
+    let mut away = l.clone();
+    for i in [1, 2, 5] {
+        away.holders[i].addr = dead_addr().await;
+    }
+    let e = client
+        .update_segment(&away, cb as u64 + 100, &vec![7u8; 2 * cb])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("cannot finish"), "{e}");
+    assert_eq!(
+        c.calls(),
+        ["stale 16 [3, 4] v2"],
+        "rolled back: the chunks that took it are marked, not 1, 2 and 5"
+    );
+    // The holders answer again; chunks 3 and 4 are stale at the MDS.
+    let mut back = l.clone();
+    back.holders[3].usable = false;
+    back.holders[4].usable = false;
+    let got = client.read_segment(&back, 0, len as u64).await.unwrap();
+    assert!(got == model, "the stripe reads back as before the update");
+    // Chunks 3 and 4 are rebuilt as they were before the update, reported at the version it
+    // used up; then the stripe is whole, and the next update goes above that version.
+    back.epoch = 2;
+    c.nodes[0].osd.recover(&back, &[3, 4]).await.unwrap();
+    let mut calls = c.calls();
+    calls.sort();
+    assert_eq!(calls, ["recovered 16 3 osd3 v2", "recovered 16 4 osd4 v2"]);
+    let mut whole = l.clone();
+    whole.epoch = REBUILT_EPOCH;
+    let ack = client
+        .update_segment(&whole, 10, &[3u8; 100])
+        .await
+        .unwrap();
+    assert_eq!((ack.version, ack.stale), (3, vec![]));
+    let mut model = model;
+    model[10..110].fill(3);
+    check_reads(&client, &whole, &model, &mut rng, 3).await;
+}

@@ -130,6 +130,46 @@ pub fn gc_due(log: &LogState, max_records: u64, max_bytes: u64) -> bool {
         && (log.records >= max_records || log.bytes >= max_bytes)
 }
 
+/// The chunks an update that is not acknowledged marks stale at the MDS. Going forward, those
+/// that missed it (`newly`), so that they are never read beside the ones that took it. When that
+/// would leave fewer than k chunks usable (the update reached too few holders to be finished, as
+/// when three of six holders were unreachable at once: fault seed 367660 marked them stale and
+/// the segment was lost, though every chunk still held the version before), it is rolled back
+/// instead: the usable chunks it touched that did not miss it (they may hold it) are marked, and
+/// the chunks it did not reach or did not touch keep the version before. A chunk whose outcome is
+/// unknown is judged by its header's versions when the view is next learned (`view.rs`): the
+/// marks keep the MDS's count of healthy chunks true, not the bytes read. If neither way leaves
+/// k usable, the chunks that missed it are marked, as going forward.
+pub(crate) fn unacknowledged_marks(
+    n: usize,
+    k: usize,
+    unusable: &[u32],
+    touched: &[u32],
+    stale: &[u32],
+    newly: &[u32],
+) -> Vec<u32> {
+    let usable_after = |marked: &[u32]| {
+        (0..n as u32)
+            .filter(|i| !unusable.contains(i) && !marked.contains(i))
+            .count()
+    };
+    if usable_after(newly) >= k {
+        return newly.to_vec();
+    }
+    let mut took: Vec<u32> = touched
+        .iter()
+        .copied()
+        .filter(|i| !unusable.contains(i) && !stale.contains(i))
+        .collect();
+    took.sort_unstable();
+    took.dedup();
+    if usable_after(&took) >= k {
+        took
+    } else {
+        newly.to_vec()
+    }
+}
+
 /// One sub-update: data chunk `index` gets `data` at `offset` inside the chunk.
 #[derive(Debug, Clone)]
 pub(crate) struct SubUpdate {
@@ -281,8 +321,26 @@ impl Osd {
         let durable = n - unusable.len() - stale.iter().filter(|i| !unusable.contains(i)).count();
         if durable < k + 1 || !applied.unfinished.is_empty() {
             // Not acknowledged, but some chunks may hold the new bytes: the ones that do not are
-            // marked stale (best effort) so they are never read beside the ones that do.
-            if let Err(e) = self.mark_stale(seg, &newly, version).await {
+            // marked stale (best effort) so they are never read beside the ones that do — unless
+            // that leaves fewer than k usable, in which case the update is rolled back.
+            let touched: Vec<u32> = plan
+                .subs
+                .iter()
+                .map(|s| s.index as u32)
+                .chain(plan.parity.iter().map(|h| h.index))
+                .collect();
+            let marks = unacknowledged_marks(n, k, &unusable, &touched, stale, &newly);
+            if marks != newly {
+                tracing::warn!(
+                    segment = seg,
+                    version,
+                    missed = ?newly,
+                    rolled_back = ?marks,
+                    "an update that cannot be acknowledged missed too many chunks to go forward: \
+                     the chunks that may hold it are marked stale instead"
+                );
+            }
+            if let Err(e) = self.mark_stale(seg, &marks, version).await {
                 tracing::warn!(segment = seg, "{e}");
             }
             st.forget();
@@ -393,5 +451,37 @@ mod tests {
         assert_eq!(subs[1].data[0], 5);
         let subs = split_update(29, &data[..1], 10);
         assert_eq!((subs[0].index, subs[0].offset), (2, 9));
+    }
+
+    /// (4, 2): an update of data chunks 1 and 2 that missed them and parity 5 (fault seed
+    /// 367660) is rolled back: parity 4 is marked, and 0, 1, 2, 3, 5 keep the version before.
+    /// One that missed only two goes forward; one whose roll-back would leave too few as well
+    /// marks what missed it; chunks unusable before count in neither way.
+    #[test]
+    fn an_unacknowledged_update_goes_forward_or_back_by_what_leaves_k_usable() {
+        let touched = [1, 2, 4, 5];
+        assert_eq!(
+            unacknowledged_marks(6, 4, &[], &touched, &[1, 2, 5], &[1, 2, 5]),
+            vec![4]
+        );
+        assert_eq!(
+            unacknowledged_marks(6, 4, &[], &touched, &[1, 5], &[1, 5]),
+            vec![1, 5]
+        );
+        // Chunk 0 unusable before: forward leaves 2, 3, 4; back leaves 1, 3, 5.
+        assert_eq!(
+            unacknowledged_marks(6, 4, &[0], &touched, &[1, 5], &[1, 5]),
+            vec![1, 5],
+            "neither way leaves k: what missed it is marked"
+        );
+        assert_eq!(
+            unacknowledged_marks(6, 4, &[3], &touched, &[5], &[5]),
+            vec![5]
+        );
+        assert_eq!(
+            unacknowledged_marks(6, 4, &[3], &[1, 4, 5], &[1, 5], &[1, 5]),
+            vec![4],
+            "forward leaves 0, 2, 4; back leaves 0, 1, 2, 5"
+        );
     }
 }
