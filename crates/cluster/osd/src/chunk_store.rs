@@ -1297,11 +1297,51 @@ impl FileStore {
         buf: &mut [u8],
     ) -> Result<()> {
         let end = start + buf.len() as u64;
-        if !idx.records.iter().any(|r| touches(r, start, end)) {
+        let spans = payload_spans(idx, start, end);
+        if spans.is_empty() {
             return Ok(());
         }
-        let region = self.read_region(file, at, h, idx.end)?;
-        apply_records(&region, h, at, idx, start, buf)
+        // Only the payloads of the records that touch the range are read (runs of them whose
+        // gaps are small read as one): a small read of a chunk with a long log (FL's data chunks
+        // hold one record per update) reads what it needs, not the whole log.
+        let log = if h.meta.reserve_bytes > 0 {
+            None
+        } else {
+            let name = log_name(h.meta.segment_id, h.meta.index);
+            let log_at = self.at(&name);
+            match self
+                .dir
+                .open(&name, false)
+                .map_err(io(&log_at, "open log"))?
+            {
+                Some(f) => Some((f, log_at)),
+                None => {
+                    return Err(ChunkStoreError::CorruptLog {
+                        segment: h.meta.segment_id,
+                        index: h.meta.index,
+                        at: at.to_owned(),
+                        message: "its log file is gone".into(),
+                    })
+                }
+            }
+        };
+        // A span past the end of the region is cut there: its records then fail as corrupt.
+        let limit = match &log {
+            None => h.meta.reserve_bytes,
+            Some((f, _)) => f.capacity(),
+        };
+        let mut pieces = Vec::with_capacity(spans.len());
+        for (from, to) in spans {
+            let mut b = vec![0u8; to.min(limit).saturating_sub(from) as usize];
+            match &log {
+                None => file
+                    .read_at(&mut b, h.reserve_offset() + from)
+                    .map_err(dev(at, "read reserve"))?,
+                Some((f, log_at)) => f.read_at(&mut b, from).map_err(dev(log_at, "read log"))?,
+            }
+            pieces.push((from, b));
+        }
+        apply_records(&pieces, h, at, idx, start, buf)
     }
 
     /// Merges `idx`'s records into the chunk in place (dirty flag, blocks, clean header with the
@@ -1346,11 +1386,11 @@ impl FileStore {
                 _ => runs.push((b0, b1)),
             }
         }
-        let region = self.read_region(file, at, h, idx.end)?;
+        let pieces = [(0, self.read_region(file, at, h, idx.end)?)];
         let mut bufs = Vec::with_capacity(runs.len());
         for &(b0, b1) in &runs {
             let (mut data, _) = Self::read_blocks(file, at, h, b0, b1)?;
-            apply_records(&region, h, at, idx, b0 * BLOCK_BYTES as u64, &mut data)?;
+            apply_records(&pieces, h, at, idx, b0 * BLOCK_BYTES as u64, &mut data)?;
             bufs.push((b0, data));
         }
         let dirty = Header {
@@ -1492,10 +1532,28 @@ fn touches(r: &Record, start: u64, end: u64) -> bool {
         .any(|e| e.start < end && e.end > start)
 }
 
-/// Applies the records of `idx` that overlap chunk bytes `[start, start + buf.len())` to `buf`,
-/// their payloads taken from `region` (the log region's bytes) and checked.
+/// Records apart by at most this many bytes of the log are read as one piece.
+const LOG_READ_GAP_BYTES: u64 = 64 << 10;
+
+/// The byte ranges of the log (from its start) holding the payloads of the records of `idx` that
+/// touch chunk bytes `[start, end)`, in order, runs closer than [`LOG_READ_GAP_BYTES`] joined.
+fn payload_spans(idx: &LogIndex, start: u64, end: u64) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for r in idx.records.iter().filter(|r| touches(r, start, end)) {
+        let (from, to) = (r.payload_at, r.payload_at + u64::from(r.head.payload_len));
+        match spans.last_mut() {
+            Some(last) if from >= last.1 && from - last.1 <= LOG_READ_GAP_BYTES => last.1 = to,
+            _ => spans.push((from, to)),
+        }
+    }
+    spans
+}
+
+/// Applies the records of `idx` touching `[start, start + buf.len())` to `buf`, their payloads
+/// taken from `pieces` (log bytes read: (offset in the log, bytes)); a payload that is not in
+/// them, or fails its crc, makes the log corrupt.
 fn apply_records(
-    region: &[u8],
+    pieces: &[(u64, Vec<u8>)],
     h: &Header,
     at: &str,
     idx: &LogIndex,
@@ -1504,8 +1562,11 @@ fn apply_records(
 ) -> Result<()> {
     let end = start + buf.len() as u64;
     for r in idx.records.iter().filter(|r| touches(r, start, end)) {
-        let payload = region
-            .get(r.payload_at as usize..(r.payload_at + u64::from(r.head.payload_len)) as usize)
+        let (from, to) = (r.payload_at, r.payload_at + u64::from(r.head.payload_len));
+        let payload = pieces
+            .iter()
+            .find(|(at, b)| *at <= from && to <= at + b.len() as u64)
+            .map(|(at, b)| &b[(from - at) as usize..(to - at) as usize])
             .filter(|p| crc32c::crc32c(p) == r.head.payload_crc)
             .ok_or_else(|| ChunkStoreError::CorruptLog {
                 segment: h.meta.segment_id,
@@ -2182,4 +2243,74 @@ impl FileStore {
 /// Bytes of a record head with `extents` extents.
 fn head_len(extents: usize) -> u64 {
     (log::RECORD_FIXED + 16 * extents) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A data record of `len` bytes at chunk offset `at`, its payload at `payload_at` of the log.
+    fn record(at: u64, len: u64, payload_at: u64) -> Record {
+        Record {
+            head: log::RecordHead {
+                kind: RecordKind::Data,
+                log_gen: 1,
+                seq: 1,
+                stamp: DeltaStamp {
+                    from: 0,
+                    prior: 1,
+                    version: 2,
+                },
+                extents: vec![at..at + len],
+                payload_len: len as u32,
+                payload_crc: 0,
+            },
+            payload_at,
+        }
+    }
+
+    /// A small read of a chunk with a long log reads the payloads of the records it touches, not
+    /// the log (FL's data chunks hold a record per update: a 4 KiB read read 4 MiB of log).
+    #[test]
+    fn a_read_takes_only_the_payloads_of_the_records_it_touches() {
+        let rec = 128 << 10;
+        let step = rec + 512;
+        // 32 records of 128 KiB, one after the other in the log, record i at chunk offset i·rec.
+        let idx = LogIndex {
+            records: (0..32)
+                .map(|i| record(i * rec, rec, 512 + i * step))
+                .collect(),
+            end: 32 * step,
+            peak: 32 * step,
+            merged: ChunkMeta {
+                segment_id: 1,
+                index: 0,
+                version: 2,
+                chunk_bytes: 32 * rec,
+                segment_length: 128 * rec,
+                applied: Vec::new(),
+                scheme: UpdateScheme::Fl,
+                reserve_bytes: 0,
+            },
+        };
+        assert_eq!(
+            payload_spans(&idx, 5 * rec + 10, 5 * rec + 4096),
+            vec![(512 + 5 * step, 512 + 5 * step + rec)]
+        );
+        // Two neighbours in the log read as one piece; records far apart in the log do not.
+        assert_eq!(
+            payload_spans(&idx, 5 * rec + 10, 6 * rec + 10),
+            vec![(512 + 5 * step, 512 + 6 * step + rec)]
+        );
+        let mut far = idx.clone();
+        far.records[20] = record(7 * rec, rec, 512 + 20 * step);
+        assert_eq!(
+            payload_spans(&far, 6 * rec + 10, 7 * rec + 10),
+            vec![
+                (512 + 6 * step, 512 + 7 * step + rec),
+                (512 + 20 * step, 512 + 20 * step + rec)
+            ]
+        );
+        assert!(payload_spans(&idx, 40 * rec, 41 * rec).is_empty());
+    }
 }
