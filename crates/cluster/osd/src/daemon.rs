@@ -51,6 +51,15 @@ impl MdsLink for MdsClient {
                 .map_err(|e| e.to_string())
         })
     }
+
+    fn segment_epoch(&self, segment: u64) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            MdsClient::get_segment(self, segment)
+                .await
+                .map(|l| l.epoch)
+                .map_err(|e| e.to_string())
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

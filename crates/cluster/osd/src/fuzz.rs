@@ -32,6 +32,9 @@ impl MdsLink for NoMds {
     ) -> BoxFuture<'_, Result<u64, String>> {
         Box::pin(async { Ok(0) })
     }
+    fn segment_epoch(&self, _: u64) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async { Ok(0) })
+    }
 }
 
 const K: usize = 2;

@@ -40,6 +40,12 @@ pub(crate) struct SegState {
     /// an update at version 5 whose data holder and degraded path both failed marked its chunk
     /// stale at 5 while every live chunk stayed at 4; each rebuild, reported at 4, was refused.)
     pub issued: u64,
+    /// This OSD asked the MDS for the segment's epoch since it started (its first update did).
+    /// A layout held by a client may be older than a rebuild a previous run of this OSD reported:
+    /// it calls the rebuilt chunk stale, and an update under it would leave that chunk out while
+    /// the MDS counts it healthy. A primary that reported the rebuild itself raises `epoch`
+    /// (`recover.rs`); one that restarted since knows nothing of it, so it asks once.
+    pub epoch_checked: bool,
 }
 
 impl SegState {
@@ -100,6 +106,41 @@ impl Osd {
         }
         st.issued = st.issued.max(l.version);
         st.served = true;
+        Ok(())
+    }
+
+    /// Before a primary's first update of a segment since it started: refuses a layout older
+    /// than the segment's epoch at the MDS ([`SegState::epoch_checked`]). An MDS that does not
+    /// answer fails the update as not durable (the client retries).
+    pub(crate) async fn check_epoch_at_mds(
+        &self,
+        l: &Layout,
+        st: &mut SegState,
+    ) -> Result<(), OsdError> {
+        if st.epoch_checked {
+            return Ok(());
+        }
+        let epoch = self
+            .inner
+            .setup
+            .mds
+            .segment_epoch(l.segment_id)
+            .await
+            .map_err(|e| {
+                OsdError::NotDurable(format!(
+                    "segment {:#x}: the MDS could not confirm the layout is current: {e}",
+                    l.segment_id
+                ))
+            })?;
+        st.epoch_checked = true;
+        if l.epoch < epoch {
+            st.epoch = st.epoch.max(epoch);
+            st.forget();
+            return Err(OsdError::StaleLayout(format!(
+                "segment {:#x}: layout epoch {} is older than epoch {epoch} at the MDS",
+                l.segment_id, l.epoch
+            )));
+        }
         Ok(())
     }
 

@@ -62,6 +62,9 @@ pub trait MdsLink: Send + Sync {
         version: u64,
         reporter: Option<u32>,
     ) -> BoxFuture<'_, Result<u64, String>>;
+    /// A segment's layout epoch at the MDS now (asked once per segment by a primary's first
+    /// update: [`crate::segment::SegState::epoch_checked`]).
+    fn segment_epoch(&self, segment: u64) -> BoxFuture<'_, Result<u64, String>>;
 }
 
 /// The PLR reserve after each new parity chunk unless the config says otherwise (`[update.reserve]

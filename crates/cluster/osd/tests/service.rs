@@ -51,6 +51,21 @@ impl MdsLink for Recorder {
             Ok(REBUILT_EPOCH)
         })
     }
+    /// REBUILT_EPOCH once a rebuild of the segment is among the calls not yet taken, else 0.
+    fn segment_epoch(
+        &self,
+        segment: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, String>> + Send + '_>> {
+        let rebuilt = format!("recovered {segment} ");
+        Box::pin(async move {
+            let calls = self.0.lock().unwrap();
+            Ok(if calls.iter().any(|c| c.starts_with(&rebuilt)) {
+                REBUILT_EPOCH
+            } else {
+                0
+            })
+        })
+    }
 }
 
 struct Node {
@@ -1071,4 +1086,48 @@ async fn an_update_that_missed_more_than_m_chunks_is_rolled_back() {
     let mut model = model;
     model[10..110].fill(3);
     check_reads(&client, &whole, &model, &mut rng, 3).await;
+}
+
+/// A primary that restarted after reporting a rebuild knows nothing of it, yet a client's layout
+/// from before the rebuild still calls the rebuilt chunk stale: its first update of the segment
+/// asks the MDS for the segment's epoch and refuses the older layout, so the rebuilt chunk is not
+/// left out of updates while the MDS counts it healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_primary_refuses_a_layout_from_before_a_rebuild() {
+    let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
+    let client = c.client();
+    let mut rng = Rng::new(15);
+    let len = 100_000usize;
+    let l = c.layout(17, len as u64);
+    let mut model = bytes(&mut rng, len);
+    client.write_segment(&l, &model).await.unwrap();
+    c.nodes[5].store.delete(17, 5).unwrap();
+    let mut rec = l.clone();
+    rec.holders[5].usable = false;
+    rec.epoch = 2;
+    c.nodes[0].osd.recover(&rec, &[5]).await.unwrap();
+    // The primary restarts; a client still holds `rec`.
+    let addr = restarted(&c, 0, CodeKind::RsVandermonde, 4, 2).await;
+    let again = OsdClient::connect(&addr, &Security::Insecure).unwrap();
+    let mut old = rec.clone();
+    old.holders[0].addr = addr.clone();
+    let e = again
+        .update_segment(&old, 10, &[5u8; 100])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, OsdCallError::StaleLayout { .. }), "{e}");
+    // With the current layout the update reaches every chunk, the rebuilt one too.
+    let mut now = l.clone();
+    now.holders[0].addr = addr;
+    now.epoch = REBUILT_EPOCH;
+    let ack = again.update_segment(&now, 10, &[5u8; 100]).await.unwrap();
+    assert!(ack.stale.is_empty(), "{:?}", ack.stale);
+    model[10..110].fill(5);
+    let mut only = now.clone();
+    only.holders[1].usable = false;
+    check_reads(&again, &only, &model, &mut rng, 3).await;
+    assert_eq!(
+        c.nodes[5].store.meta(17, 5).unwrap().unwrap().applied[0],
+        ack.version
+    );
 }

@@ -247,6 +247,7 @@ impl Osd {
         let lock = self.segment_lock(l.segment_id);
         let mut st = lock.lock().await;
         self.check_primary(&l, &mut st).await?;
+        self.check_epoch_at_mds(&l, &mut st).await?;
         check_range(&l, offset, data.len() as u64).map_err(OsdError::OutOfRange)?;
         if data.is_empty() {
             return Err(OsdError::Invalid(format!(
