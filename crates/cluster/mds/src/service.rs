@@ -27,11 +27,13 @@ use ecstack_mds_proto::{
 };
 
 const OSD: &[Role] = &[Role::Osd];
+/// Clients, admins and OSDs: a primary asks for a segment's epoch before its first update of it.
+const CLIENT_OR_OSD: &[Role] = &[Role::Client, Role::Admin, Role::Osd];
 const CLIENT: &[Role] = &[Role::Client, Role::Admin];
 const ADMIN: &[Role] = &[Role::Admin];
 
-/// Who may call each RPC of `mds.proto` (docs/cluster.md, "Roles"): OSDs register, heartbeat and
-/// report chunk state; clients (and admins) use the namespace and read the cluster's status; only
+/// Who may call each RPC of `mds.proto` (docs/cluster.md, "Roles"): OSDs register, heartbeat,
+/// report chunk state and read a segment's layout; clients (and admins) use the namespace and read the cluster's status; only
 /// admins declare an OSD out. The MDS's own certificate calls nothing here (the MDS never calls).
 pub static MDS_ROLES: RoleTable = RoleTable {
     service: "ecstack.mds.v1.Mds",
@@ -44,7 +46,7 @@ pub static MDS_ROLES: RoleTable = RoleTable {
         ("LookupFile", CLIENT),
         ("ListFiles", CLIENT),
         ("RemoveFile", CLIENT),
-        ("GetSegment", CLIENT),
+        ("GetSegment", CLIENT_OR_OSD),
         ("MarkStale", OSD),
         ("ChunkRecovered", OSD),
         ("Lookup", CLIENT),

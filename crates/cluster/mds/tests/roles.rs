@@ -29,7 +29,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("LookupFile", &["client", "admin"]),
     ("ListFiles", &["client", "admin"]),
     ("RemoveFile", &["client", "admin"]),
-    ("GetSegment", &["client", "admin"]),
+    ("GetSegment", &["osd", "client", "admin"]),
     ("MarkStale", &["osd"]),
     ("ChunkRecovered", &["osd"]),
     ("Lookup", &["client", "admin"]),
