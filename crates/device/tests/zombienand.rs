@@ -634,8 +634,9 @@ fn saved_state_bytes_are_stable() {
     }
 }
 
-/// A wear model that does what the test says: the first `switches` erases switch the erased block
-/// (TLC → SLC, 1 of 4 pages left), the next `retires` erases retire it, every later erase keeps it.
+/// A wear model that does what the test says: the first `switches` erases of a TLC block switch it
+/// (to SLC with 3 of its 4 pages: one page lost), the next `retires` erases retire the block, every
+/// later erase keeps it.
 #[derive(Debug)]
 struct Scripted {
     switches: u32,
@@ -648,7 +649,7 @@ impl WearModel for Scripted {
             self.switches -= 1;
             return WearAction::Switch {
                 mode: CellMode::Slc,
-                pages: 1,
+                pages: 3,
             };
         }
         if self.retires > 0 {
@@ -659,15 +660,15 @@ impl WearModel for Scripted {
     }
 }
 
-/// 16 blocks × 4 pages, R = 50% (32 logical pages), GC watermarks 0 (low = high = 2 blocks): the
-/// capacity rule needs (2 + 1) · 4 = 12 spare pages of the 32; the retired-block rule allows
-/// floor((0.5 − 0) · 16) = 8 retired blocks.
+/// 16 blocks × 4 pages, R = 25% (48 logical pages, 16 spare), GC watermarks 0 (low = high = 2
+/// blocks): the capacity rule needs (2 + 1) · 4 = 12 spare pages; the retired-block rule allows
+/// floor((0.25 − 0) · 16) = 4 retired blocks.
 fn scripted_drive(rule: DeathRule, switches: u32, retires: u32) -> SsdModel {
     let cfg = SsdConfig {
         blocks: 16,
         pages_per_block: 4,
         page_size: 4096,
-        op: 0.5,
+        op: 0.25,
         gc_low: 0.0,
         gc_high: 0.0,
         mode: CellMode::Tlc,
@@ -675,15 +676,16 @@ fn scripted_drive(rule: DeathRule, switches: u32, retires: u32) -> SsdModel {
         death_rule: rule,
         ..SsdConfig::default()
     };
-    assert_eq!(cfg.retired_blocks_max(), 8);
+    assert_eq!(cfg.retired_blocks_max(), 4);
     SsdModel::with_wear(cfg, Box::new(Scripted { switches, retires })).unwrap()
 }
 
-/// Rewrite logical pages 0..4 (a live set of 4 pages, so GC always finds room and only the death
-/// rule can end the drive) until it dies or `writes_max` writes are done; the erases seen.
+/// Rewrite logical pages 0..24 in order (a live set of 6 blocks' worth, so GC always finds room and
+/// only the death rule can end the drive; in order, so whole blocks empty and ~10 blocks take turns)
+/// until it dies or `writes_max` writes are done: the death, if any.
 fn churn(m: &mut SsdModel, writes_max: u64) -> Option<String> {
     for i in 0..writes_max {
-        if let Err(e) = m.write_page(i % 4) {
+        if let Err(e) = m.write_page(i % 24) {
             return Some(e.to_string());
         }
     }
@@ -692,51 +694,51 @@ fn churn(m: &mut SsdModel, writes_max: u64) -> Option<String> {
 
 #[test]
 fn death_rule_capacity_counts_switched_and_retired_pages() {
-    // Retirements cost 4 pages each: spare 32 − 4k < 12 first at k = 6.
+    // Retirements cost 4 pages each: spare 16 − 4k < 12 first at k = 2.
     let mut m = scripted_drive(DeathRule::Capacity, 0, 100);
     let err = churn(&mut m, 100_000).expect("the drive must die");
-    assert_eq!(m.stats().retired_blocks, 6, "{err}");
-    assert_eq!(m.stats().erases, 6);
-    assert!(
-        err.contains("capacity 40 pages leaves 8 spare pages"),
+    assert_eq!(
+        (m.stats().retired_blocks, m.stats().erases),
+        (2, 2),
         "{err}"
     );
-    // TLC → SLC switches cost 3 pages each: 32 − 3k < 12 first at k = 7.
+    assert!(
+        err.contains("capacity 56 pages leaves 8 spare pages"),
+        "{err}"
+    );
+    // Switches cost 1 page each: 16 − k < 12 first at k = 5.
     let mut m = scripted_drive(DeathRule::Capacity, 100, 0);
     let err = churn(&mut m, 100_000).expect("the drive must die");
-    assert_eq!(m.stats().mode_switches, 7, "{err}");
+    assert_eq!(m.stats().mode_switches, 5, "{err}");
     assert_eq!(m.stats().retired_blocks, 0);
     assert!(
-        err.contains("capacity 43 pages leaves 11 spare pages"),
+        err.contains("capacity 59 pages leaves 11 spare pages"),
         "{err}"
     );
 }
 
 #[test]
 fn death_rule_retired_blocks_counts_only_dead_blocks() {
-    // Every block switches to SLC (16 switches, 48 pages lost, capacity 16 < the 32 logical
-    // pages): the capacity rule would have ended the drive at the 7th; this rule never fires.
+    // Switches past the capacity rule's 5 do not end the drive.
     let mut m = scripted_drive(DeathRule::RetiredBlocks, 100, 0);
     assert_eq!(churn(&mut m, 100_000), None);
     let s = m.stats();
-    assert_eq!(
-        (s.mode_switches, s.retired_blocks, s.capacity_pages),
-        (16, 0, 16)
-    );
-    assert!(!s.dead);
-    // Retirements: 8 are allowed, the 9th kills the drive (the capacity rule: the 6th).
+    assert!(s.mode_switches > 5, "{s:?}");
+    assert_eq!(s.capacity_pages, 64 - s.mode_switches);
+    assert!(!s.dead && s.retired_blocks == 0);
+    // Retirements: 4 are allowed, the 5th kills the drive (the capacity rule: the 2nd).
     let mut m = scripted_drive(DeathRule::RetiredBlocks, 0, 100);
     let err = churn(&mut m, 100_000).expect("the drive must die");
     let s = m.stats();
-    assert_eq!((s.retired_blocks, s.erases), (9, 9), "{err}");
+    assert_eq!((s.retired_blocks, s.erases), (5, 5), "{err}");
     assert!(
-        err.contains("9 blocks retired, more than the 8 dead blocks"),
+        err.contains("5 blocks retired, more than the 4 dead blocks"),
         "{err}"
     );
-    // Exactly 8 retirements: alive.
-    let mut m = scripted_drive(DeathRule::RetiredBlocks, 0, 8);
+    // Exactly 4 retirements: alive.
+    let mut m = scripted_drive(DeathRule::RetiredBlocks, 0, 4);
     assert_eq!(churn(&mut m, 100_000), None);
-    assert_eq!(m.stats().retired_blocks, 8);
+    assert_eq!(m.stats().retired_blocks, 4);
 }
 
 #[test]

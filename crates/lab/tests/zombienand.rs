@@ -55,7 +55,13 @@ fn sharded_grid_merges_to_the_one_machine_result() {
         csv.starts_with("mode,read_share,reserve,working_set,"),
         "{csv}"
     );
-    assert!(grid::markdown(&whole).lines().count() == 6);
+    // The rule line, a blank line, the header, its rule and the 4 points.
+    let md = grid::markdown(&whole);
+    assert!(
+        md.starts_with("Death rule: capacity; Algorithm 6 average: group.\n\n"),
+        "{md}"
+    );
+    assert_eq!(md.lines().count(), 8, "{md}");
 }
 
 /// "Kills" the lifetime of `cfg` on `w` after its first checkpoint to `path`: a progress callback
