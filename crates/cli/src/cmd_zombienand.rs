@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use ecstack_device::{CellMode, WearPhysics};
+use ecstack_device::{CellMode, DeathRule, LifeAverage, WearPhysics};
 use ecstack_lab::zombienand::grid::{self, GridConfig};
 use ecstack_lab::zombienand::life::{
     mode_label, run_lifetime, Checkpoint, Drive, LifeConfig, Scheme, Workload, LIFE_THRESHOLD,
@@ -38,6 +38,13 @@ pub struct SimZombieArgs {
     /// Algorithm 6's LIFE_THRESHOLD (not given by the seed)
     #[arg(long, default_value_t = LIFE_THRESHOLD)]
     life_threshold: f64,
+    /// When the drive is dead: `capacity` (spare capacity below the GC high-watermark pool plus the
+    /// open block) or `retired-blocks` (more than (R − W) · blocks retired, Eq. 4.1's reading)
+    #[arg(long, default_value = "capacity")]
+    death_rule: String,
+    /// Algorithm 6's avg_life: `group` (normal blocks only) or `element` (every live block)
+    #[arg(long, default_value = "group")]
+    life_average: String,
     /// Working set: fraction of the logical space the uniform random accesses cover
     #[arg(long, default_value_t = 1.0)]
     working_set: f64,
@@ -61,6 +68,15 @@ fn parse_mode(s: &str) -> Result<CellMode> {
         Some(m @ (CellMode::Tlc | CellMode::Mlc)) => Ok(m),
         _ => bail!("--mode {s}: expected tlc or mlc (a drive starts in TLC or MLC, §4.3.2)"),
     }
+}
+
+fn parse_rules(death_rule: &str, life_average: &str) -> Result<(DeathRule, LifeAverage)> {
+    let d = DeathRule::parse(death_rule).with_context(|| {
+        format!("--death-rule {death_rule}: expected capacity or retired-blocks")
+    })?;
+    let a = LifeAverage::parse(life_average)
+        .with_context(|| format!("--life-average {life_average}: expected group or element"))?;
+    Ok((d, a))
 }
 
 fn spinner(what: &str) -> ProgressBar {
@@ -89,7 +105,10 @@ pub fn run_sim(a: SimZombieArgs) -> Result<()> {
             a.physics
         )
     })?;
+    let (death_rule, average) = parse_rules(&a.death_rule, &a.life_average)?;
     let cfg = LifeConfig {
+        death_rule,
+        average,
         drive,
         mode: parse_mode(&a.mode)?,
         reserve: a.reserve.unwrap_or(drive.default_reserve()),
@@ -127,12 +146,14 @@ pub fn run_sim(a: SimZombieArgs) -> Result<()> {
     }
     let s = &l.stats;
     println!(
-        "ZombieNAND lifetime: {} {} drive, {:.0}% reserve, scheme {:?}, physics {:?}, workload {}",
+        "ZombieNAND lifetime: {} {} drive, {:.0}% reserve, scheme {:?}, physics {:?}, death rule {}, average {}, workload {}",
         mode_label(cfg.mode),
         a.drive,
         cfg.reserve * 100.0,
         cfg.scheme,
         cfg.physics,
+        cfg.death_rule.name(),
+        cfg.average.name(),
         l.workload
     );
     println!(
@@ -200,6 +221,13 @@ pub struct ExpZombieArgs {
     read_shares: Option<Vec<f64>>,
     #[arg(long)]
     seed: Option<u64>,
+    /// When the drive is dead: `capacity` (spare capacity below the GC high-watermark pool plus the
+    /// open block) or `retired-blocks` (more than (R − W) · blocks retired, Eq. 4.1's reading)
+    #[arg(long, default_value = "capacity")]
+    death_rule: String,
+    /// Algorithm 6's avg_life: `group` (normal blocks only) or `element` (every live block)
+    #[arg(long, default_value = "group")]
+    life_average: String,
     /// Trace-driven runs (§4.4.4) instead of the synthetic grid: the 1 GiB drive, reserves
     /// 10/20/30%, TLC and MLC, the ten MSR presets (or --traces); with --quick the tiny drive
     #[arg(long)]
@@ -250,6 +278,7 @@ fn run_trace_driven(a: &ExpZombieArgs) -> Result<()> {
     if let Some(s) = a.scale {
         cfg.scale = s;
     }
+    (cfg.death_rule, cfg.average) = parse_rules(&a.death_rule, &a.life_average)?;
     if let Some(s) = a.seed {
         cfg.seed = s;
     }
@@ -333,6 +362,7 @@ pub fn run_experiment(a: ExpZombieArgs) -> Result<()> {
         if let Some(v) = &a.read_shares {
             cfg.read_shares = v.clone();
         }
+        (cfg.death_rule, cfg.average) = parse_rules(&a.death_rule, &a.life_average)?;
         if let Some(s) = a.seed {
             cfg.seed = s;
         }

@@ -70,3 +70,66 @@ fn grid_and_trace_driven_runs_clean_up_and_refuse_a_foreign_journal() {
     assert!(lines[1].contains("trace-journal.jsonl"), "{err}");
     std::fs::remove_file(&journal).unwrap();
 }
+
+/// `--death-rule` and `--life-average` reach the report and the model; a bad value is one error
+/// line naming the flag and its choices.
+#[test]
+fn death_rule_and_life_average_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = ok(
+        &dir.path().join("grid"),
+        &[
+            "--death-rule",
+            "retired-blocks",
+            "--life-average",
+            "element",
+        ],
+    );
+    assert!(
+        md.starts_with("Death rule: retired-blocks; Algorithm 6 average: element."),
+        "{md}"
+    );
+    assert!(!md.contains("spare pages"), "{md}");
+    let o = zombienand(&dir.path().join("bad"), &["--death-rule", "dead"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--death-rule dead: expected capacity or retired-blocks"),
+        "{err}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args([
+            "sim",
+            "zombienand",
+            "--drive",
+            "tiny",
+            "--working-set",
+            "0.1",
+        ])
+        .args(["--death-rule", "retired-blocks", "--life-average", "group"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("death rule retired-blocks, average group"),
+        "{out}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args([
+            "sim",
+            "zombienand",
+            "--drive",
+            "tiny",
+            "--life-average",
+            "pool",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--life-average pool: expected group or element"),
+        "{err}"
+    );
+}

@@ -43,8 +43,8 @@ pub use mirror::{Mirror, MirrorReport};
 pub use rng::SplitMix64;
 pub use sim::hdd::{HddConfig, HddModel, HddStats, Scheduler, SimHdd};
 pub use sim::ssd::{
-    BlockInfo, BlockStatus, CellMode, GcPolicy, NoWear, SimSsd, SsdConfig, SsdModel, SsdStats,
-    WearAction, WearModel,
+    BlockInfo, BlockStatus, CellMode, DeathRule, GcPolicy, LifeAverage, NoWear, SimSsd, SsdConfig,
+    SsdModel, SsdStats, WearAction, WearModel,
 };
 pub use sim::wear::{WearPhysics, ZombieWear};
 pub use spec::{hdd_config, open_spec, parse_duration, parse_size, ssd_config};

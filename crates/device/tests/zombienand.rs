@@ -6,8 +6,8 @@ use ecstack_device::sim::wear::{
     death_threshold, early_switch_blocks, oxide_stress, pages_in_mode,
 };
 use ecstack_device::{
-    BlockInfo, BlockStatus, CellMode, GcPolicy, SplitMix64, SsdConfig, SsdModel, WearAction,
-    WearModel, WearPhysics, ZombieWear,
+    BlockInfo, BlockStatus, CellMode, DeathRule, GcPolicy, LifeAverage, SplitMix64, SsdConfig,
+    SsdModel, WearAction, WearModel, WearPhysics, ZombieWear,
 };
 
 #[test]
@@ -219,6 +219,7 @@ fn leveled(early: u32, life_threshold: f64) -> GcPolicy {
         life_threshold,
         elements: 1,
         early_switch_blocks: early,
+        average: LifeAverage::Group,
     }
 }
 
@@ -396,13 +397,17 @@ fn check_counters(m: &SsdModel, tally: &Tally, err: &str, wear: &ZombieWear) {
         "{mapped} of {}",
         s.logical_pages
     );
+    let by_rule = match cfg.death_rule {
+        DeathRule::Capacity => s.capacity_pages < s.logical_pages + need,
+        DeathRule::RetiredBlocks => s.retired_blocks > cfg.retired_blocks_max(),
+    };
     assert!(
-        s.capacity_pages < s.logical_pages + need
-            || err.contains("no reclaimable")
-            || err.contains("no free block"),
-        "died with capacity {} ≥ {} + {need}: {err}",
+        by_rule || err.contains("no reclaimable") || err.contains("no free block"),
+        "died under {:?} with capacity {} (logical {} + {need}), {} retired: {err}",
+        cfg.death_rule,
         s.capacity_pages,
-        s.logical_pages
+        s.logical_pages,
+        s.retired_blocks
     );
 }
 
@@ -626,5 +631,176 @@ fn saved_state_bytes_are_stable() {
         let mut b = SsdModel::new(tiny_drive(early)).unwrap();
         b.load_state(saved).unwrap();
         assert_eq!(&b.save_state(), saved);
+    }
+}
+
+/// A wear model that does what the test says: the first `switches` erases of a TLC block switch it
+/// (to SLC with 3 of its 4 pages: one page lost), the next `retires` erases retire the block, every
+/// later erase keeps it.
+#[derive(Debug)]
+struct Scripted {
+    switches: u32,
+    retires: u32,
+}
+
+impl WearModel for Scripted {
+    fn after_erase(&mut self, _block: u32, info: &BlockInfo) -> WearAction {
+        if self.switches > 0 && info.mode == CellMode::Tlc {
+            self.switches -= 1;
+            return WearAction::Switch {
+                mode: CellMode::Slc,
+                pages: 3,
+            };
+        }
+        if self.retires > 0 {
+            self.retires -= 1;
+            return WearAction::Retire;
+        }
+        WearAction::Keep
+    }
+}
+
+/// 16 blocks × 4 pages, R = 25% (48 logical pages, 16 spare), GC watermarks 0 (low = high = 2
+/// blocks): the capacity rule needs (2 + 1) · 4 = 12 spare pages; the retired-block rule allows
+/// floor((0.25 − 0) · 16) = 4 retired blocks.
+fn scripted_drive(rule: DeathRule, switches: u32, retires: u32) -> SsdModel {
+    let cfg = SsdConfig {
+        blocks: 16,
+        pages_per_block: 4,
+        page_size: 4096,
+        op: 0.25,
+        gc_low: 0.0,
+        gc_high: 0.0,
+        mode: CellMode::Tlc,
+        gc_policy: GcPolicy::Greedy,
+        death_rule: rule,
+        ..SsdConfig::default()
+    };
+    assert_eq!(cfg.retired_blocks_max(), 4);
+    SsdModel::with_wear(cfg, Box::new(Scripted { switches, retires })).unwrap()
+}
+
+/// Rewrite logical pages 0..24 in order (a live set of 6 blocks' worth, so GC always finds room and
+/// only the death rule can end the drive; in order, so whole blocks empty and ~10 blocks take turns)
+/// until it dies or `writes_max` writes are done: the death, if any.
+fn churn(m: &mut SsdModel, writes_max: u64) -> Option<String> {
+    for i in 0..writes_max {
+        if let Err(e) = m.write_page(i % 24) {
+            return Some(e.to_string());
+        }
+    }
+    None
+}
+
+#[test]
+fn death_rule_capacity_counts_switched_and_retired_pages() {
+    // Retirements cost 4 pages each: spare 16 − 4k < 12 first at k = 2.
+    let mut m = scripted_drive(DeathRule::Capacity, 0, 100);
+    let err = churn(&mut m, 100_000).expect("the drive must die");
+    assert_eq!(
+        (m.stats().retired_blocks, m.stats().erases),
+        (2, 2),
+        "{err}"
+    );
+    assert!(
+        err.contains("capacity 56 pages leaves 8 spare pages"),
+        "{err}"
+    );
+    // Switches cost 1 page each: 16 − k < 12 first at k = 5.
+    let mut m = scripted_drive(DeathRule::Capacity, 100, 0);
+    let err = churn(&mut m, 100_000).expect("the drive must die");
+    assert_eq!(m.stats().mode_switches, 5, "{err}");
+    assert_eq!(m.stats().retired_blocks, 0);
+    assert!(
+        err.contains("capacity 59 pages leaves 11 spare pages"),
+        "{err}"
+    );
+}
+
+#[test]
+fn death_rule_retired_blocks_counts_only_dead_blocks() {
+    // Switches past the capacity rule's 5 do not end the drive.
+    let mut m = scripted_drive(DeathRule::RetiredBlocks, 100, 0);
+    assert_eq!(churn(&mut m, 100_000), None);
+    let s = m.stats();
+    assert!(s.mode_switches > 5, "{s:?}");
+    assert_eq!(s.capacity_pages, 64 - s.mode_switches);
+    assert!(!s.dead && s.retired_blocks == 0);
+    // Retirements: 4 are allowed, the 5th kills the drive (the capacity rule: the 2nd).
+    let mut m = scripted_drive(DeathRule::RetiredBlocks, 0, 100);
+    let err = churn(&mut m, 100_000).expect("the drive must die");
+    let s = m.stats();
+    assert_eq!((s.retired_blocks, s.erases), (5, 5), "{err}");
+    assert!(
+        err.contains("5 blocks retired, more than the 4 dead blocks"),
+        "{err}"
+    );
+    // Exactly 4 retirements: alive.
+    let mut m = scripted_drive(DeathRule::RetiredBlocks, 0, 4);
+    assert_eq!(churn(&mut m, 100_000), None);
+    assert_eq!(m.stats().retired_blocks, 4);
+}
+
+#[test]
+fn retired_blocks_budget_is_eq_4_1_numerator() {
+    let cfg = |op, blocks| SsdConfig {
+        blocks,
+        op,
+        gc_high: 0.05,
+        ..SsdConfig::default()
+    };
+    // (R − W) · B: 0.25 · 128 = 32, 0.05 · 128 = 6.4 → 6, 0.25 · 2048 = 512; R ≤ W: 0.
+    assert_eq!(cfg(0.30, 128).retired_blocks_max(), 32);
+    assert_eq!(cfg(0.10, 128).retired_blocks_max(), 6);
+    assert_eq!(cfg(0.30, 2048).retired_blocks_max(), 512);
+    assert_eq!(cfg(0.05, 128).retired_blocks_max(), 0);
+}
+
+#[test]
+fn algorithm_6_average_over_the_group_or_the_whole_element() {
+    // 8 blocks × 4 pages, pool = block 0. Write 0..16 (blocks 0–3 full), then 4, 5, 8, 9 (block 4)
+    // and 12 (block 5, open): valid pages b0 4, b1 2, b2 2, b3 3, b4 4, b5 1; b6, b7 free.
+    let build = |average| {
+        let policy = GcPolicy::Leveled {
+            life_threshold: 0.98,
+            elements: 1,
+            early_switch_blocks: 1,
+            average,
+        };
+        let wear = ZombieWear::new(WearPhysics::CumulativeCounter, true, 4, CellMode::Tlc);
+        let mut m = SsdModel::with_wear(small(policy), Box::new(wear)).unwrap();
+        for lpn in (0..16).chain([4, 5, 8, 9, 12]) {
+            m.write_page(lpn).unwrap();
+        }
+        let valid: Vec<u32> = m.blocks().iter().map(|b| b.valid).collect();
+        assert_eq!(valid, vec![4, 2, 2, 3, 4, 1, 0, 0]);
+        // Remaining life (1000 − erases): b1 500, b2 900, every other block 1000.
+        m.set_erase_count(1, 500);
+        m.set_erase_count(2, 100);
+        m
+    };
+    // Group: the 7 normal blocks, (500 + 900 + 5 · 1000) / 7 = 914.29; 0.98 × that = 896.0, so
+    // b2 (900) is kept and wins bucket 2 (most life first); b1 (500) is skipped.
+    let m = build(LifeAverage::Group);
+    assert!((m.mean_remaining_life() - 6400.0 / 7.0).abs() < 1e-9);
+    assert_eq!(m.next_victim(), Some(2));
+    // Element: all 8 blocks, 7400 / 8 = 925; 0.98 × 925 = 906.5 skips b2 as well, and the walk
+    // goes on to bucket 3: b3.
+    let m = build(LifeAverage::Element);
+    assert!((m.mean_remaining_life() - 925.0).abs() < 1e-9);
+    assert_eq!(m.next_victim(), Some(3));
+}
+
+#[test]
+fn tiny_drive_runs_to_death_under_the_retired_blocks_rule() {
+    let early = early_switch_blocks(0.30, 0.05, 32, CellMode::Tlc);
+    for fallback in [false, true] {
+        let wear = ZombieWear::new(WearPhysics::OxideStress, fallback, 6, CellMode::Tlc);
+        let cfg = SsdConfig {
+            death_rule: DeathRule::RetiredBlocks,
+            ..tiny_drive(if fallback { early } else { 0 })
+        };
+        let (m, tally, err) = run_to_death(&cfg, wear.clone(), 7);
+        check_counters(&m, &tally, &err, &wear);
     }
 }

@@ -2,7 +2,7 @@
 //! a killed run resumed from its checkpoint ends exactly like an uninterrupted one, and the
 //! scheme never loses to the baseline on these points.
 
-use ecstack_device::{CellMode, WearPhysics};
+use ecstack_device::{CellMode, DeathRule, LifeAverage, WearPhysics};
 use ecstack_lab::zombienand::grid::{self, GridConfig};
 use ecstack_lab::zombienand::life::{
     run_lifetime, Checkpoint, Drive, LifeConfig, Scheme, Workload, BATCH, LIFE_THRESHOLD,
@@ -55,7 +55,13 @@ fn sharded_grid_merges_to_the_one_machine_result() {
         csv.starts_with("mode,read_share,reserve,working_set,"),
         "{csv}"
     );
-    assert!(grid::markdown(&whole).lines().count() == 6);
+    // The rule line, a blank line, the header, its rule and the 4 points.
+    let md = grid::markdown(&whole);
+    assert!(
+        md.starts_with("Death rule: capacity; Algorithm 6 average: group.\n\n"),
+        "{md}"
+    );
+    assert_eq!(md.lines().count(), 8, "{md}");
 }
 
 /// "Kills" the lifetime of `cfg` on `w` after its first checkpoint to `path`: a progress callback
@@ -82,6 +88,8 @@ fn killed_run_resumes_from_its_checkpoint() {
         scheme: Scheme::Zombie,
         physics: WearPhysics::OxideStress,
         life_threshold: LIFE_THRESHOLD,
+        death_rule: DeathRule::Capacity,
+        average: LifeAverage::Group,
         seed: 9,
     };
     let w = Workload::Uniform {
@@ -142,6 +150,8 @@ fn every_drive_runs_with_its_default_reserve() {
                 scheme,
                 physics: WearPhysics::OxideStress,
                 life_threshold: LIFE_THRESHOLD,
+                death_rule: DeathRule::Capacity,
+                average: LifeAverage::Group,
                 seed: 1,
             };
             let m = cfg.model().unwrap_or_else(|e| panic!("{drive:?}: {e}"));
@@ -159,6 +169,8 @@ fn every_drive_runs_with_its_default_reserve() {
         scheme: Scheme::Zombie,
         physics: WearPhysics::OxideStress,
         life_threshold: LIFE_THRESHOLD,
+        death_rule: DeathRule::Capacity,
+        average: LifeAverage::Group,
         seed: 1,
     };
     assert!(tiny(0.10).model().is_err());
@@ -300,6 +312,8 @@ fn full_grid_points_fit_the_drive_and_bad_points_fail_first() {
                 scheme,
                 physics: full.physics,
                 life_threshold: LIFE_THRESHOLD,
+                death_rule: DeathRule::Capacity,
+                average: LifeAverage::Group,
                 seed: 1,
             }
             .model()
@@ -596,4 +610,58 @@ fn a_killed_trace_driven_run_resumes_from_its_journal_and_checkpoints() {
     };
     let e = trace::run_traces_resumable(&other, 1, &|_| panic!("a pair ran"), resume).unwrap_err();
     assert!(e.to_string().contains("another trace-driven run"), "{e}");
+}
+
+/// `death_rule` and `average` reach the model: the same tiny ZombieNAND lifetime ends differently
+/// under each, the retired-block rule's drive dies of dead blocks or a stuck GC (never of spare
+/// capacity), and the grid report names both.
+#[test]
+fn death_rule_and_average_reach_the_model() {
+    let cfg = |death_rule, average| LifeConfig {
+        drive: Drive::Tiny,
+        mode: CellMode::Tlc,
+        reserve: 0.30,
+        scheme: Scheme::Zombie,
+        physics: WearPhysics::OxideStress,
+        life_threshold: LIFE_THRESHOLD,
+        death_rule,
+        average,
+        seed: 1,
+    };
+    let w = Workload::Uniform {
+        working_set: 0.1,
+        read_share: 0.0,
+    };
+    let run = |c: &LifeConfig| run_lifetime(c, &w, None, &mut |_| {}).unwrap();
+    let cap = run(&cfg(DeathRule::Capacity, LifeAverage::Group));
+    assert!(cap.death.contains("spare pages"), "{}", cap.death);
+    let ret = run(&cfg(DeathRule::RetiredBlocks, LifeAverage::Group));
+    assert!(
+        ret.death.contains("blocks retired, more than")
+            || ret.death.contains("no reclaimable")
+            || ret.death.contains("no free block"),
+        "{}",
+        ret.death
+    );
+    assert!(!ret.death.contains("spare pages"), "{}", ret.death);
+    // More flash may be lost to switches: at least as many switches, and a longer life.
+    assert!(ret.stats.mode_switches >= cap.stats.mode_switches);
+    assert!(ret.host_bytes_written > cap.host_bytes_written);
+    let elem = run(&cfg(DeathRule::Capacity, LifeAverage::Element));
+    assert_ne!(elem.host_bytes_written, cap.host_bytes_written);
+
+    let mut g = GridConfig::quick();
+    g.reserves = vec![0.30];
+    g.working_sets = vec![0.1];
+    g.death_rule = DeathRule::RetiredBlocks;
+    g.average = LifeAverage::Element;
+    let r = grid::run_grid(&g, (0, 1), 1, &|_| {}).unwrap();
+    assert_eq!(
+        r.results[0].zombie.config.death_rule,
+        DeathRule::RetiredBlocks
+    );
+    assert_eq!(r.results[0].baseline.config.average, LifeAverage::Element);
+    assert!(
+        grid::markdown(&r).starts_with("Death rule: retired-blocks; Algorithm 6 average: element.")
+    );
 }

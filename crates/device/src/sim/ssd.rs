@@ -35,16 +35,20 @@
 //! `slot < BlockInfo::pages <= pages_per_block`, so a block whose capacity shrinks keeps its place in
 //! every table.
 //! * Capacity accounting: `capacity_pages` is the sum of the usable pages of every block not retired.
-//! * Drive death: the drive is dead when its spare capacity (`capacity_pages − logical_pages`) can no
-//!   longer hold the GC high-watermark pool plus the open block, `(high_blocks + 1) · pages_per_block`
-//!   pages (the seed's "a drive is dead if it exceeds [R − W] dead blocks", Eq. 4.1), or when GC finds no
-//!   victim or no free block. A dead model rejects every later host write and read with one error line.
-//!   With [`NoWear`] capacity never shrinks and `validate` guarantees the spare, so the rule never fires.
+//! * Drive death ([`DeathRule`]): under `Capacity` (the default) the drive is dead when its spare
+//!   capacity (`capacity_pages − logical_pages`) can no longer hold the GC high-watermark pool plus the
+//!   open block, `(high_blocks + 1) · pages_per_block` pages (§4.3.2: "provided the reserved capacity
+//!   of the drive has not fallen below the high-watermark percentage"); under `RetiredBlocks` when more
+//!   than `floor((R − W) · blocks)` blocks are retired (Eq. 4.1: "we consider a drive dead if it
+//!   exceeds this amount of dead blocks"). Under either, when GC finds no victim or no free block. A
+//!   dead model rejects every later host write and read with one error line. With [`NoWear`] capacity
+//!   never shrinks, no block retires and `validate` guarantees the spare, so neither rule fires.
 //! * GC policy ([`GcPolicy`]): greedy (the default, above), or Algorithm 6 of the thesis: buckets by
 //!   valid pages (Algorithm 5's usage table), inside a bucket early-switch blocks first and then the
-//!   most remaining life first; a block whose remaining life is below `life_threshold ×` the mean of its
-//!   group (early-switch blocks or normal blocks) is skipped unless it is an early-switch block (§4.3.1
-//!   baseline wear-leveling; §4.3.2 wear-unleveling when the pool of Eq. 4.1 is non-empty).
+//!   most remaining life first; a normal block whose remaining life is below `life_threshold ×` the
+//!   mean ([`LifeAverage`]: of the normal blocks, or of every live block) is skipped; early-switch
+//!   blocks are never skipped (§4.3.1 baseline wear-leveling; §4.3.2 wear-unleveling when the pool of
+//!   Eq. 4.1 is non-empty).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -341,7 +345,74 @@ pub enum GcPolicy {
         life_threshold: f64,
         elements: u32,
         early_switch_blocks: u32,
+        /// Which blocks Algorithm 6's `avg_life` averages over.
+        #[serde(default)]
+        average: LifeAverage,
     },
+}
+
+/// Algorithm 6's `avg_life ← COMPUTE_AVG_LIFE(element)`: over which blocks the mean remaining life is
+/// taken before a normal block below `life_threshold × avg_life` is skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LifeAverage {
+    /// The normal blocks only (§4.3.2: "early-switch blocks are not wear-leveled against normal
+    /// blocks (and importantly, vice-versa)").
+    #[default]
+    Group,
+    /// Every live block of the element, the early-switch pool included (Algorithm 6 line 1,
+    /// `COMPUTE_AVG_LIFE(element)`; §4.3.1: "the average erase count of the entire package").
+    Element,
+}
+
+impl LifeAverage {
+    pub fn parse(s: &str) -> Option<LifeAverage> {
+        match s {
+            "group" => Some(LifeAverage::Group),
+            "element" => Some(LifeAverage::Element),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            LifeAverage::Group => "group",
+            LifeAverage::Element => "element",
+        }
+    }
+}
+
+/// When a drive whose blocks switch and retire declares itself dead (besides GC finding no victim or
+/// no free block, which ends any drive).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeathRule {
+    /// Spare capacity (usable pages − logical pages) below the GC high-watermark pool plus the open
+    /// block, `(high_blocks + 1) · pages_per_block` pages: every page lost to a mode switch or a
+    /// retirement counts (§4.3.2: "provided the reserved capacity of the drive has not fallen below
+    /// the high-watermark percentage, the block can live on").
+    #[default]
+    Capacity,
+    /// More retired (dead) blocks than `floor((R − W) · blocks)`, R = `op`, W = `gc_high`; a mode
+    /// switch costs no budget (§4.3.2, Eq. 4.1: "we consider a drive dead if it exceeds this amount
+    /// of dead blocks"). Capacity lost to switches still ends the drive once GC can no longer free a
+    /// block.
+    RetiredBlocks,
+}
+
+impl DeathRule {
+    pub fn parse(s: &str) -> Option<DeathRule> {
+        match s {
+            "capacity" => Some(DeathRule::Capacity),
+            "retired-blocks" => Some(DeathRule::RetiredBlocks),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DeathRule::Capacity => "capacity",
+            DeathRule::RetiredBlocks => "retired-blocks",
+        }
+    }
 }
 
 /// No wear: blocks live forever.
@@ -372,6 +443,8 @@ pub struct SsdConfig {
     /// Keep the data (reads return what was written); otherwise metadata only and reads return zeros.
     pub keep_data: bool,
     pub gc_policy: GcPolicy,
+    /// When a wearing drive declares itself dead (never fires without wear).
+    pub death_rule: DeathRule,
 }
 
 impl Default for SsdConfig {
@@ -389,6 +462,7 @@ impl Default for SsdConfig {
             interface_mbps: 300.0,
             keep_data: false,
             gc_policy: GcPolicy::Greedy,
+            death_rule: DeathRule::Capacity,
         }
     }
 }
@@ -431,6 +505,17 @@ impl SsdConfig {
         ((self.gc_high * self.blocks as f64).ceil() as u32).max(self.low_blocks())
     }
 
+    /// [`DeathRule::RetiredBlocks`]'s budget: `floor((R − W) · blocks)` retired blocks (Eq. 4.1's
+    /// `(R − W) · B` per element, summed over the elements), 0 when R ≤ W.
+    pub fn retired_blocks_max(&self) -> u64 {
+        let spare = self.op - self.gc_high;
+        if spare <= 0.0 {
+            return 0;
+        }
+        // The epsilon keeps exact products (0.25 × 128 = 32) from rounding below.
+        (spare * self.blocks as f64 + 1e-9).floor() as u64
+    }
+
     /// Check the configuration; the error is one line.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if self.blocks < 4 || self.pages_per_block == 0 || self.page_size == 0 {
@@ -455,6 +540,7 @@ impl SsdConfig {
             life_threshold,
             elements,
             early_switch_blocks,
+            ..
         } = self.gc_policy
         {
             if !(0.0..=1.0).contains(&life_threshold) {
@@ -972,22 +1058,37 @@ impl SsdModel {
     }
 
     fn check_spare(&mut self) {
-        if self.dead.is_none()
-            && self.capacity_pages < self.logical_pages as u64 + self.spare_needed_pages()
-        {
-            self.dead = Some(format!(
-                "capacity {} pages leaves {} spare pages, below the {} that the GC high watermark \
-                 ({} blocks) plus the open block need ({} mode switches, {} blocks retired, {} \
-                 erases)",
-                self.capacity_pages,
-                self.capacity_pages
-                    .saturating_sub(self.logical_pages as u64),
-                self.spare_needed_pages(),
-                self.high,
-                self.mode_switches,
-                self.retired,
-                self.erases
-            ));
+        if self.dead.is_some() {
+            return;
+        }
+        match self.cfg.death_rule {
+            DeathRule::Capacity => {
+                if self.capacity_pages < self.logical_pages as u64 + self.spare_needed_pages() {
+                    self.dead = Some(format!(
+                        "capacity {} pages leaves {} spare pages, below the {} that the GC high \
+                         watermark ({} blocks) plus the open block need ({} mode switches, {} \
+                         blocks retired, {} erases)",
+                        self.capacity_pages,
+                        self.capacity_pages
+                            .saturating_sub(self.logical_pages as u64),
+                        self.spare_needed_pages(),
+                        self.high,
+                        self.mode_switches,
+                        self.retired,
+                        self.erases
+                    ));
+                }
+            }
+            DeathRule::RetiredBlocks => {
+                let max = self.cfg.retired_blocks_max();
+                if self.retired > max {
+                    self.dead = Some(format!(
+                        "{} blocks retired, more than the {max} dead blocks (R − W) · blocks allows \
+                         ({} mode switches, capacity {} pages, {} erases)",
+                        self.retired, self.mode_switches, self.capacity_pages, self.erases
+                    ));
+                }
+            }
         }
     }
 
@@ -1083,11 +1184,19 @@ impl SsdModel {
         Ok(t)
     }
 
-    /// Mean remaining life of the live blocks outside the early-switch pool (Algorithm 6's avg_life).
+    /// Algorithm 6's avg_life: the mean remaining life of the live blocks outside the early-switch
+    /// pool ([`LifeAverage::Group`], the default) or of every live block ([`LifeAverage::Element`]).
     pub fn mean_remaining_life(&self) -> f64 {
+        let whole = matches!(
+            self.cfg.gc_policy,
+            GcPolicy::Leveled {
+                average: LifeAverage::Element,
+                ..
+            }
+        );
         let (mut sum, mut n) = (0.0, 0u64);
         for info in &self.blocks {
-            if info.status != BlockStatus::Retired && !info.early_switch {
+            if info.status != BlockStatus::Retired && (whole || !info.early_switch) {
                 sum += self.wear.remaining_life(info);
                 n += 1;
             }

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use ecstack_device::{CellMode, WearPhysics};
+use ecstack_device::{CellMode, DeathRule, LifeAverage, WearPhysics};
 use serde::{Deserialize, Serialize};
 
 use super::journal;
@@ -26,6 +26,12 @@ pub struct GridConfig {
     pub read_shares: Vec<f64>,
     pub seed: u64,
     pub physics: WearPhysics,
+    /// When a drive is dead (`--death-rule`).
+    #[serde(default)]
+    pub death_rule: DeathRule,
+    /// Algorithm 6's avg_life (`--life-average`).
+    #[serde(default)]
+    pub average: LifeAverage,
 }
 
 impl GridConfig {
@@ -41,6 +47,8 @@ impl GridConfig {
             read_shares: vec![0.25, 0.5, 0.75],
             seed: 1,
             physics: WearPhysics::OxideStress,
+            death_rule: DeathRule::Capacity,
+            average: LifeAverage::Group,
         }
     }
     /// CI scale: a 32-block drive, TLC only, 2 × 2 × 1 points (seconds). The working sets cover
@@ -55,6 +63,8 @@ impl GridConfig {
             read_shares: vec![0.5],
             seed: 1,
             physics: WearPhysics::OxideStress,
+            death_rule: DeathRule::Capacity,
+            average: LifeAverage::Group,
         }
     }
 
@@ -89,6 +99,8 @@ impl GridConfig {
             scheme,
             physics: self.physics,
             life_threshold: LIFE_THRESHOLD,
+            death_rule: self.death_rule,
+            average: self.average,
             seed: self
                 .seed
                 .wrapping_mul(1_000_003)
@@ -343,7 +355,12 @@ pub fn write_outputs(r: &GridReport, out: &Path) -> Result<PathBuf> {
 
 /// Markdown table of every point.
 pub fn markdown(r: &GridReport) -> String {
-    let mut s = String::from(
+    let mut s = format!(
+        "Death rule: {}; Algorithm 6 average: {}.\n\n",
+        r.config.death_rule.name(),
+        r.config.average.name()
+    );
+    s.push_str(
         "| mode | reads | reserve | working set | early blocks | baseline life (host GiB) | ZombieNAND life (host GiB) | life × | latency × | switches | WA base / zombie | erases pool / rest | death (ZombieNAND) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for x in &r.results {

@@ -9,7 +9,8 @@ use std::time::Instant;
 use ecstack_device::sim::ssd::fnv1a64;
 use ecstack_device::sim::wear::early_switch_blocks;
 use ecstack_device::{
-    CellMode, GcPolicy, SplitMix64, SsdConfig, SsdModel, SsdStats, WearPhysics, ZombieWear,
+    CellMode, DeathRule, GcPolicy, LifeAverage, SplitMix64, SsdConfig, SsdModel, SsdStats,
+    WearPhysics, ZombieWear,
 };
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +84,12 @@ pub struct LifeConfig {
     pub physics: WearPhysics,
     pub life_threshold: f64,
     pub seed: u64,
+    /// When the drive is dead: capacity (the default) or the seed's retired-block count.
+    #[serde(default)]
+    pub death_rule: DeathRule,
+    /// Algorithm 6's avg_life: over the block's group (the default) or the whole element.
+    #[serde(default)]
+    pub average: LifeAverage,
 }
 
 impl LifeConfig {
@@ -110,7 +117,9 @@ impl LifeConfig {
                 life_threshold: self.life_threshold,
                 elements,
                 early_switch_blocks: early,
+                average: self.average,
             },
+            death_rule: self.death_rule,
             ..SsdConfig::default()
         };
         cfg.validate().map_err(|msg| LabError::Config {

@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ecstack_device::{CellMode, WearPhysics};
+use ecstack_device::{CellMode, DeathRule, LifeAverage, WearPhysics};
 use ecstack_trace::synth::SynthStream;
 use ecstack_trace::{AnalyzeOptions, Analyzer, GroupBy, Names, Op, ParseOptions, Record};
 use serde::{Deserialize, Serialize};
@@ -61,6 +61,12 @@ pub struct TraceRunConfig {
     pub distinct_fraction: f64,
     pub seed: u64,
     pub physics: WearPhysics,
+    /// When a drive is dead (`--death-rule`).
+    #[serde(default)]
+    pub death_rule: DeathRule,
+    /// Algorithm 6's avg_life (`--life-average`).
+    #[serde(default)]
+    pub average: LifeAverage,
 }
 
 impl TraceRunConfig {
@@ -78,6 +84,8 @@ impl TraceRunConfig {
             distinct_fraction: 0.5,
             seed: 1,
             physics: WearPhysics::OxideStress,
+            death_rule: DeathRule::Capacity,
+            average: LifeAverage::Group,
         }
     }
     /// CI scale (seconds): the tiny drive, TLC, reserves 20/30% (10% leaves the tiny drive no
@@ -107,6 +115,8 @@ impl TraceRunConfig {
             scheme,
             physics: self.physics,
             life_threshold: LIFE_THRESHOLD,
+            death_rule: self.death_rule,
+            average: self.average,
             seed: self.seed,
         }
     }
@@ -510,7 +520,12 @@ fn run_one(
 
 /// Table 4.3-like trace table plus one row per run.
 pub fn markdown(r: &TraceReport) -> String {
-    let mut s = String::from(
+    let mut s = format!(
+        "Death rule: {}; Algorithm 6 average: {}.\n\n",
+        r.config.death_rule.name(),
+        r.config.average.name()
+    );
+    s.push_str(
         "| trace | records used | cut at limit | distinct MiB | reads (pages %) | write reuse |\n|---|---|---|---|---|---|\n",
     );
     for t in &r.traces {
