@@ -1247,6 +1247,13 @@ impl Tween {
         (!st.full.is_empty() && st.flushing.is_none() && free > floor) || free < st.hdr.gc_threshold
     }
 
+    /// True when the background worker has nothing to do (no full buffer waiting, free segments
+    /// at or above the threshold): what an idle period lets it reach.
+    pub fn background_idle(&self) -> bool {
+        let st = self.lock();
+        !Tween::has_background_work(&st) && st.flushing.is_none()
+    }
+
     /// One piece of the background worker's work (`start_background` runs it in a loop): flush
     /// the oldest full buffer, or collect one segment while fewer than the threshold are free.
     /// Device I/O runs without the lock, so requests go on meanwhile. At the floor of free
@@ -1346,6 +1353,8 @@ impl Tween {
             let items = self.gc_items(&st, victim, &seg, &live[i..i + batch])?;
             self.append_gc(&mut st, &items)?;
             i += batch;
+            drop(st);
+            std::thread::yield_now();
         }
         let mut st = self.lock();
         st.stats.gc_segments += 1;
@@ -1365,7 +1374,9 @@ impl Tween {
             }
             let Some(t) = w.upgrade() else { return };
             match t.background_step() {
-                Ok(true) => {}
+                // Let a waiting request take the lock before the next step (std's mutex is not
+                // fair: the worker could re-take it at once).
+                Ok(true) => std::thread::yield_now(),
                 Ok(false) => {
                     let st = t.lock();
                     if !s.load(Ordering::Acquire) && !Tween::has_background_work(&st) {

@@ -118,7 +118,8 @@ pub struct TweenParams {
     pub tween: TweenConfig,
     /// Chunk = this many flash blocks (the NVRAM holds groups × k chunks).
     pub chunk_blocks: u32,
-    /// Periodic mode: idle GC runs after every this many requests (outside their latency).
+    /// Periodic mode: idle GC runs after every this many requests (outside their latency);
+    /// background mode: an idle period there lets the worker finish (outside their latency).
     pub idle_every: u64,
 }
 
@@ -146,6 +147,8 @@ pub(crate) struct Rig {
     pub nvram_bytes: Option<u64>,
     /// tween: TWEEN's over-provisioning in effect (derived at equal raw flash).
     pub tween_op: Option<f64>,
+    /// tween: NVRAM buffers in effect (fewer at equal raw flash when md's flash is tight).
+    pub tween_groups: Option<usize>,
     pub idle_every: u64,
     /// tween in background mode: its worker (stopped before the files go).
     _background: Option<BackgroundGc>,
@@ -386,6 +389,7 @@ pub(crate) fn baseline(w: &Work, scheme: SchemeKind, s: Setting, backing: &Backi
         ssds,
         nvram_bytes: None,
         tween_op: None,
+        tween_groups: None,
         idle_every: 0,
         _background: None,
         _files: Some(RunFiles(files)),
@@ -428,6 +432,17 @@ pub(crate) fn tween(
             )));
         }
         segments = fit;
+        // TWEEN keeps at least N + 3 spare segments (`gc.rs`); where md's flash leaves fewer, it
+        // runs with fewer NVRAM buffers (the variant shows N).
+        let spare = fit - data;
+        if spare < t.groups as u64 + 3 {
+            if spare < 4 {
+                return Err(LabError::Run(format!(
+                    "md's raw flash leaves TWEEN {spare} spare segments, it needs at least 4"
+                )));
+            }
+            t.groups = (spare - 3) as usize;
+        }
         // Just below (S − data)/S, so that ⌈S · op⌉ = S − data.
         t.over_provisioning = ((fit - data) as f64 / fit as f64 - 1e-9).max(0.0);
         raw = Some(c);
@@ -484,7 +499,8 @@ pub(crate) fn tween(
         ssds,
         nvram_bytes: Some(t.groups as u64 * stripe),
         tween_op: Some(t.over_provisioning),
-        idle_every: if t.gc_mode == GcMode::Periodic {
+        tween_groups: Some(t.groups),
+        idle_every: if matches!(t.gc_mode, GcMode::Periodic | GcMode::Background) {
             p.idle_every.max(1)
         } else {
             0
