@@ -71,7 +71,9 @@ impl Default for TweenConfig {
             alpha: 0.5,
             beta: 0.1,
             gc_mode: GcMode::Background,
-            victim: VictimPolicy::CostBenefit,
+            // Measured (issue 45, docs/tween.md): with the cleaning stream and one hotness group,
+            // greedy erased less than cost-benefit on every workload.
+            victim: VictimPolicy::Greedy,
             adaptive_groups: true,
             gc_stream: true,
             gc_threshold: None,
@@ -406,6 +408,37 @@ impl State {
             .ok_or_else(|| ArrayError::NoSpace("TWEEN has no free log segment".into()))
     }
 
+    /// NVRAM buffers that can take appends or wait for a flush: all N, except that hotness groups
+    /// the layer does not use now (adaptive grouping) receive nothing, so no collection run has to
+    /// find segments for their buffers.
+    fn active_buffers(&self) -> usize {
+        self.active_buffers_with(self.host_groups)
+    }
+
+    fn active_buffers_with(&self, host_groups: usize) -> usize {
+        if self.hdr.policy & POLICY_ADAPTIVE_GROUPS == 0 {
+            return self.lay.groups;
+        }
+        self.lay.groups - (self.plan.host - host_groups.min(self.plan.host))
+    }
+
+    /// The free-segment floor at which the request path collects (`gc.rs`'s N + 2 over the
+    /// buffers in use).
+    fn floor(&self) -> u64 {
+        gc::threshold_floor(self.active_buffers())
+    }
+
+    /// The threshold below which GC collects (active mode; the background worker): the recorded
+    /// one, lowered by the buffers not in use, never below the floor. Free segments kept beyond
+    /// what the buffers in use need are spare that holds no stale data.
+    fn threshold(&self) -> u64 {
+        let unused = (self.lay.groups - self.active_buffers()) as u64;
+        self.hdr
+            .gc_threshold
+            .saturating_sub(unused)
+            .max(self.floor())
+    }
+
     fn victim_policy(&self) -> VictimPolicy {
         if self.hdr.policy & POLICY_COST_BENEFIT != 0 {
             VictimPolicy::CostBenefit
@@ -521,7 +554,13 @@ impl State {
             self.runtime.epochs += 1;
             self.runtime.skew = self.skew.skew;
             if self.hdr.policy & POLICY_ADAPTIVE_GROUPS != 0 {
-                self.host_groups = self.skew.groups(self.plan.host);
+                let want = self.skew.groups(self.plan.host);
+                // More groups raise the floor: only when free segments already clear the new one
+                // (else a later epoch tries again), so no collection run starts below its floor.
+                let floor = gc::threshold_floor(self.active_buffers_with(want));
+                if want <= self.host_groups || self.free_segments() > floor {
+                    self.host_groups = want;
+                }
             }
             if self.host_groups > 1 {
                 self.runtime.grouped_epochs += 1;
@@ -1093,9 +1132,9 @@ impl Tween {
     /// inside GC's own flushes).
     fn ensure_free(&self, st: &mut State) -> Result<()> {
         if !st.in_gc {
-            let floor = gc::threshold_floor(st.lay.groups);
+            let floor = st.floor();
             let want = match GcMode::from_id(st.hdr.gc_mode) {
-                Some(GcMode::Active) => st.hdr.gc_threshold,
+                Some(GcMode::Active) => st.threshold(),
                 _ => floor,
             };
             let mut rounds = st.hdr.segments;
@@ -1242,9 +1281,9 @@ impl Tween {
 
     /// Whether the background worker has something to do now.
     fn has_background_work(st: &State) -> bool {
-        let floor = gc::threshold_floor(st.lay.groups);
+        let floor = st.floor();
         let free = st.free_segments();
-        (!st.full.is_empty() && st.flushing.is_none() && free > floor) || free < st.hdr.gc_threshold
+        (!st.full.is_empty() && st.flushing.is_none() && free > floor) || free < st.threshold()
     }
 
     /// True when the background worker has nothing to do (no full buffer waiting, free segments
@@ -1260,7 +1299,7 @@ impl Tween {
     /// segments it collects as the request path would (lock held). True when it did something.
     pub fn background_step(&self) -> Result<bool> {
         let mut st = self.lock();
-        let floor = gc::threshold_floor(st.lay.groups);
+        let floor = st.floor();
         let free = st.free_segments();
         if free < floor && !st.in_gc {
             let n = st.stats.gc_segments;
@@ -1271,7 +1310,7 @@ impl Tween {
             self.flush_background(st)?;
             return Ok(true);
         }
-        if free < st.hdr.gc_threshold {
+        if free < st.threshold() {
             return self.clean_background(st);
         }
         Ok(false)
@@ -1336,7 +1375,7 @@ impl Tween {
                 let b = st.stream_buf[st.plan.host];
                 let room = (st.slots() - st.fill[b]) as usize;
                 if st.spare_buffer().is_none() {
-                    let floor = gc::threshold_floor(st.lay.groups);
+                    let floor = st.floor();
                     if room <= 1
                         && !st.full.is_empty()
                         && st.flushing.is_none()
@@ -1401,7 +1440,7 @@ impl Tween {
     pub fn collect(&self) -> Result<u64> {
         let mut st = self.lock();
         let mut n = 0;
-        while st.free_segments() < st.hdr.gc_threshold && n < st.hdr.segments {
+        while st.free_segments() < st.threshold() && n < st.hdr.segments {
             if !self.collect_one(&mut st)? {
                 break;
             }

@@ -125,13 +125,17 @@ fn run_model(seed: u64, steps: usize, mode: GcMode) {
     let (nv, img) = NvramSpec::memory();
     // Background: four buffers (a hotness group or two, the cleaning stream, the spare).
     let groups = if mode == GcMode::Background { 4 } else { 2 };
-    let mut t = Tween::create(
-        &array_cfg(3, 1),
-        rig.devices(),
-        &tween_cfg(groups, mode),
-        &nv,
-    )
-    .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+    // Background runs cost-benefit victims (the other modes the default, greedy).
+    let cfg = TweenConfig {
+        victim: if mode == GcMode::Background {
+            VictimPolicy::CostBenefit
+        } else {
+            VictimPolicy::Greedy
+        },
+        ..tween_cfg(groups, mode)
+    };
+    let mut t = Tween::create(&array_cfg(3, 1), rig.devices(), &cfg, &nv)
+        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
     let cap = t.size();
     let stripe = 3 * CHUNK as u64;
     let mut model = vec![0u8; cap as usize];

@@ -48,8 +48,8 @@ pub struct TweenArgs {
     /// periodic (idle)
     #[arg(long, default_value = "background")]
     gc: String,
-    /// tween: GC victims by cost-benefit or greedy (the seed's)
-    #[arg(long, default_value = "cost-benefit")]
+    /// tween: GC victims greedy (most stale; measured best here, docs/tween.md) or cost-benefit
+    #[arg(long, default_value = "greedy")]
     victim: String,
     /// tween: use every hotness group always (default: the layer uses one unless writes are
     /// skewed)
@@ -275,8 +275,8 @@ pub struct ExpTweenArgs {
     /// TWEEN's GC mode: background (default), active or periodic
     #[arg(long, default_value = "background")]
     tween_gc: String,
-    /// TWEEN's GC victims: cost-benefit (default) or greedy
-    #[arg(long, default_value = "cost-benefit")]
+    /// TWEEN's GC victims: greedy (default) or cost-benefit
+    #[arg(long, default_value = "greedy")]
     tween_victim: String,
     /// TWEEN uses every hotness group always (default: the layer chooses)
     #[arg(long)]

@@ -32,7 +32,7 @@ mod workload;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ecstack_array::{GcMode, SchemeKind, TweenConfig};
+use ecstack_array::{GcMode, SchemeKind, TweenConfig, VictimPolicy};
 use ecstack_device::SimSsd;
 use serde::Serialize;
 
@@ -583,7 +583,7 @@ impl Runner<'_> {
         let variants = [
             seed.clone(),
             TweenConfig {
-                victim: d.victim,
+                victim: VictimPolicy::CostBenefit,
                 ..seed.clone()
             },
             TweenConfig {
@@ -603,6 +603,10 @@ impl Runner<'_> {
                 ..seed.clone()
             },
             d.clone(),
+            TweenConfig {
+                victim: VictimPolicy::CostBenefit,
+                ..d.clone()
+            },
             TweenConfig {
                 adaptive_groups: false,
                 ..d.clone()
