@@ -549,6 +549,7 @@ impl Runner<'_> {
             ..t
         };
         let v = variant(&t, rig.nvram_bytes, op, align);
+        let basis = rig.basis.unwrap_or(basis);
         let row = measure(part, v, Some(basis), w, &rig, align, testbed(&backing))?;
         self.rows.push(row);
         Ok(())

@@ -149,6 +149,8 @@ pub(crate) struct Rig {
     pub tween_op: Option<f64>,
     /// tween: NVRAM buffers in effect (fewer at equal raw flash when md's flash is tight).
     pub tween_groups: Option<usize>,
+    /// tween: how its SSDs were sized in the end.
+    pub basis: Option<FlashBasis>,
     pub idle_every: u64,
     /// tween in background mode: its worker (stopped before the files go).
     _background: Option<BackgroundGc>,
@@ -390,6 +392,7 @@ pub(crate) fn baseline(w: &Work, scheme: SchemeKind, s: Setting, backing: &Backi
         nvram_bytes: None,
         tween_op: None,
         tween_groups: None,
+        basis: None,
         idle_every: 0,
         _background: None,
         _files: Some(RunFiles(files)),
@@ -419,33 +422,26 @@ pub(crate) fn tween(
     let data = w.wss.div_ceil(stripe);
     let mut segments = t.segments_for(data);
     let mut raw: Option<SsdConfig> = None;
+    let mut basis = basis;
     if let (FlashBasis::EqualRaw, Backing::Sim(setup)) = (basis, backing) {
         let md = setup.config(md_main_bytes(w, s));
         let c = setup.config_raw(md.blocks);
         let logical = c.logical_pages() * c.page_size as u64;
         // The alignment pad's block and the array's first chunk (labels) stay outside.
         let fit = logical.saturating_sub(block + chunk) / chunk;
-        if fit <= data {
-            return Err(LabError::Run(format!(
-                "md's raw flash ({} blocks per SSD) holds {fit} TWEEN segments, the working set needs {data}",
-                md.blocks
-            )));
-        }
-        segments = fit;
         // TWEEN keeps at least N + 3 spare segments (`gc.rs`); where md's flash leaves fewer, it
-        // runs with fewer NVRAM buffers (the variant shows N).
-        let spare = fit - data;
-        if spare < t.groups as u64 + 3 {
-            if spare < 4 {
-                return Err(LabError::Run(format!(
-                    "md's raw flash leaves TWEEN {spare} spare segments, it needs at least 4"
-                )));
-            }
-            t.groups = (spare - 3) as usize;
+        // runs with fewer NVRAM buffers (the variant shows N); below 4 (one buffer) it cannot run
+        // there at all, and the run is footprint-sized instead (labelled so: tiny `--quick` sets).
+        let spare = fit.saturating_sub(data);
+        if spare >= 4 {
+            segments = fit;
+            t.groups = t.groups.min((spare - 3) as usize);
+            // Just below (S − data)/S, so that ⌈S · op⌉ = S − data.
+            t.over_provisioning = (spare as f64 / fit as f64 - 1e-9).max(0.0);
+            raw = Some(c);
+        } else {
+            basis = FlashBasis::Footprint;
         }
-        // Just below (S − data)/S, so that ⌈S · op⌉ = S − data.
-        t.over_provisioning = ((fit - data) as f64 / fit as f64 - 1e-9).max(0.0);
-        raw = Some(c);
     }
     let t = &t;
     let main_bytes = chunk + segments * chunk;
@@ -500,6 +496,7 @@ pub(crate) fn tween(
         nvram_bytes: Some(t.groups as u64 * stripe),
         tween_op: Some(t.over_provisioning),
         tween_groups: Some(t.groups),
+        basis: Some(basis),
         idle_every: if matches!(t.gc_mode, GcMode::Periodic | GcMode::Background) {
             p.idle_every.max(1)
         } else {
