@@ -416,7 +416,9 @@ impl State {
     }
 
     fn active_buffers_with(&self, host_groups: usize) -> usize {
-        if self.hdr.policy & POLICY_ADAPTIVE_GROUPS == 0 {
+        // Without a cleaning stream, cleaning output is classified over every hotness group, the
+        // unused ones too: all N buffers take appends.
+        if self.hdr.policy & POLICY_ADAPTIVE_GROUPS == 0 || !self.plan.gc {
             return self.lay.groups;
         }
         self.lay.groups - (self.plan.host - host_groups.min(self.plan.host))
