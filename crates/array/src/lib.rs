@@ -70,7 +70,10 @@ pub use status::{
     ArrayStatus, ChecksumStatus, ClassStatus, CommitStats, DeviceStatus, MetaStatus, PendingStatus,
     RequestStats, SsdSummary,
 };
-pub use tween::{GcMode, NvramImage, NvramSpec, Tween, TweenConfig, TweenStats};
+pub use tween::{
+    BackgroundGc, GcMode, NvramImage, NvramSpec, Tween, TweenConfig, TweenRuntime, TweenStats,
+    VictimPolicy,
+};
 
 pub use ecstack_codes::CodeKind;
 pub use ecstack_device::BlockDevice;

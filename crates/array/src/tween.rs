@@ -10,7 +10,9 @@ mod gc;
 mod hotness;
 mod nvram;
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use ecstack_device::{AlignedBuf, BlockDevice, DeviceError, DeviceStats};
@@ -19,17 +21,22 @@ use crate::array::{Array, ArrayDevices, OpenOptions};
 use crate::format::ArrayConfig;
 use crate::{ArrayError, Result, SchemeKind};
 
-pub use gc::GcMode;
+pub use gc::{GcMode, VictimPolicy};
 pub use nvram::{NvramImage, NvramSpec};
 
 use gc::SegmentUse;
-use hotness::{update_hotness, HotnessGroups};
-use nvram::{BufferEntry, Header, Layout, MapEntry, Region, ENTRY_BYTES, LOC_NVRAM};
+use hotness::{update_hotness, HotnessGroups, SkewEstimate};
+use nvram::{
+    BufferEntry, Header, Layout, MapEntry, Region, ENTRY_BYTES, LOC_NVRAM, POLICY_ADAPTIVE_GROUPS,
+    POLICY_COST_BENEFIT, POLICY_GC_STREAM,
+};
 
 /// TWEEN's parameters (the stripe size is the array's: k · chunk size).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TweenConfig {
-    /// Hotness groups N (= NVRAM buffers).
+    /// NVRAM buffers N (each one segment). They serve the hotness groups, the cleaning stream
+    /// (`gc_stream`) and, in background mode, one spare that lets a full buffer be flushed off the
+    /// request path (`BufferPlan`); with none of those, one hotness group per buffer (the seed's).
     pub groups: usize,
     /// Logical extent: the unit of hotness and of the map (divides the stripe).
     pub extent_bytes: u32,
@@ -38,6 +45,14 @@ pub struct TweenConfig {
     /// Aging factor β of the sequential k-means.
     pub beta: f64,
     pub gc_mode: GcMode,
+    /// How GC chooses its victim.
+    pub victim: VictimPolicy,
+    /// The layer chooses how many hotness groups take host writes (one unless the host's writes
+    /// are skewed, `hotness::SkewEstimate`); false: every host group always.
+    pub adaptive_groups: bool,
+    /// Cleaning output goes to a buffer of its own, never mixed with host writes (false: it is
+    /// re-classified into the hotness groups, as the seed does).
+    pub gc_stream: bool,
     /// Collect while fewer segments are free (at least N + 2, below the spare segments; default
     /// N + 3 when the spare allows, see `gc.rs`).
     pub gc_threshold: Option<u64>,
@@ -55,7 +70,12 @@ impl Default for TweenConfig {
             extent_bytes: 4096,
             alpha: 0.5,
             beta: 0.1,
-            gc_mode: GcMode::Active,
+            gc_mode: GcMode::Background,
+            // Measured (issue 45, docs/tween.md): with the cleaning stream and one hotness group,
+            // greedy erased less than cost-benefit on every workload.
+            victim: VictimPolicy::Greedy,
+            adaptive_groups: true,
+            gc_stream: true,
             gc_threshold: None,
             over_provisioning: 0.1,
             seed: 1,
@@ -64,6 +84,32 @@ impl Default for TweenConfig {
 }
 
 impl TweenConfig {
+    /// The seed's TWEEN as issue 15 built it: greedy victims, cleaning inside writes (active),
+    /// N fixed hotness groups, cleaning output re-classified with host writes.
+    pub fn seed_design() -> TweenConfig {
+        TweenConfig {
+            gc_mode: GcMode::Active,
+            victim: VictimPolicy::Greedy,
+            adaptive_groups: false,
+            gc_stream: false,
+            ..TweenConfig::default()
+        }
+    }
+
+    fn policy(&self) -> u32 {
+        let mut p = 0;
+        if self.victim == VictimPolicy::CostBenefit {
+            p |= POLICY_COST_BENEFIT;
+        }
+        if self.adaptive_groups {
+            p |= POLICY_ADAPTIVE_GROUPS;
+        }
+        if self.gc_stream {
+            p |= POLICY_GC_STREAM;
+        }
+        p
+    }
+
     /// The fewest log segments whose logical capacity holds `data_segments` segments' worth of
     /// extents under this configuration (its spare included).
     pub fn segments_for(&self, data_segments: u64) -> u64 {
@@ -131,6 +177,48 @@ impl TweenStats {
     }
 }
 
+/// Counters of this process's run (not persisted): where flushes and collections ran, and the
+/// hotness groups in use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct TweenRuntime {
+    /// Buffers flushed and segments collected by the background worker (off the request path).
+    pub background_flushes: u64,
+    pub background_gc_segments: u64,
+    /// Hotness groups taking host writes now, and at most.
+    pub host_groups: usize,
+    pub host_groups_max: usize,
+    /// The last skew estimate (short-rewrite share over the uniform share; 0 before one epoch).
+    pub skew: f64,
+    /// Epochs (one working set of host writes each) spent with more than one group in use.
+    pub grouped_epochs: u64,
+    pub epochs: u64,
+}
+
+/// How the N NVRAM buffers are used: `host` hotness-group streams, then (`gc`) one cleaning
+/// stream, and `spare` buffers that let a full buffer wait for the background worker while its
+/// stream goes on in a spare. Streams are numbered 0..host (hotness groups), host (cleaning).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct BufferPlan {
+    host: usize,
+    gc: bool,
+    spare: usize,
+}
+
+impl BufferPlan {
+    fn new(buffers: usize, mode: GcMode, gc_stream: bool) -> BufferPlan {
+        let spare = usize::from(mode == GcMode::Background && buffers >= 2);
+        let gc = gc_stream && buffers - spare >= 2;
+        BufferPlan {
+            host: buffers - spare - usize::from(gc),
+            gc,
+            spare,
+        }
+    }
+    fn streams(&self) -> usize {
+        self.host + usize::from(self.gc)
+    }
+}
+
 fn cfg_err(s: impl Into<String>) -> ArrayError {
     ArrayError::Config(s.into())
 }
@@ -144,8 +232,31 @@ struct State {
     fill: Vec<u64>,
     entries: Vec<Vec<BufferEntry>>,
     live: Vec<u32>,
+    /// The stream that filled each segment (a hotness group, or the cleaning stream).
     seg_group: Vec<u16>,
+    /// Host time of the youngest host write of the extents a segment was written with (the age of
+    /// cost-benefit counts from it). Not persisted: recomputed from the map on open.
+    seg_stamp: Vec<u64>,
+    /// The extent each segment slot was written with (`segments · slots`; live when the map
+    /// still names that slot): GC's victims find their live extents without a scan of the map.
+    seg_ext: Vec<u64>,
     groups: HotnessGroups,
+    plan: BufferPlan,
+    /// Each stream's open buffer (every stream always has one).
+    stream_buf: Vec<usize>,
+    /// Each buffer's stream when open for one (None: empty spare, or full and waiting).
+    buf_stream: Vec<Option<usize>>,
+    /// The stream that last filled each buffer (recorded with its segment).
+    buf_filler: Vec<u16>,
+    /// Full buffers no stream writes to, oldest first, waiting for a flush.
+    full: VecDeque<usize>,
+    /// The buffer the background worker is writing out without the lock, and its segment
+    /// (reserved: never another buffer's, never counted free).
+    flushing: Option<(usize, u64)>,
+    /// Hotness groups in use and the layer's skew estimate behind it.
+    host_groups: usize,
+    skew: SkewEstimate,
+    runtime: TweenRuntime,
     /// Write clock: ticks for every extent write (host or GC); orders copies (`seq`).
     clock: u64,
     /// Host-write clock: ticks for every extent the host writes; the time t of the hotness
@@ -170,6 +281,8 @@ struct Pending {
 pub struct Tween {
     array: Array,
     st: Mutex<State>,
+    /// Signals the background worker: a buffer filled, or free segments fell.
+    work: Condvar,
     name: String,
 }
 
@@ -278,21 +391,183 @@ impl State {
         at
     }
 
+    /// Segments with no live extent, the one a background flush is writing excepted.
     fn free_segments(&self) -> u64 {
-        self.live.iter().filter(|&&l| l == 0).count() as u64
+        let reserved = self.flushing.map(|(_, s)| s);
+        self.live
+            .iter()
+            .enumerate()
+            .filter(|&(i, &l)| l == 0 && Some(i as u64) != reserved)
+            .count() as u64
+    }
+
+    fn free_segment(&self) -> Result<u64> {
+        let reserved = self.flushing.map(|(_, s)| s);
+        (0..self.live.len() as u64)
+            .find(|&s| self.live[s as usize] == 0 && Some(s) != reserved)
+            .ok_or_else(|| ArrayError::NoSpace("TWEEN has no free log segment".into()))
+    }
+
+    /// NVRAM buffers that can take appends or wait for a flush: all N, except that hotness groups
+    /// the layer does not use now (adaptive grouping) receive nothing, so no collection run has to
+    /// find segments for their buffers.
+    fn active_buffers(&self) -> usize {
+        self.active_buffers_with(self.host_groups)
+    }
+
+    fn active_buffers_with(&self, host_groups: usize) -> usize {
+        // Without a cleaning stream, cleaning output is classified over every hotness group, the
+        // unused ones too: all N buffers take appends.
+        if self.hdr.policy & POLICY_ADAPTIVE_GROUPS == 0 || !self.plan.gc {
+            return self.lay.groups;
+        }
+        self.lay.groups - (self.plan.host - host_groups.min(self.plan.host))
+    }
+
+    /// The free-segment floor at which the request path collects (`gc.rs`'s N + 2 over the
+    /// buffers in use).
+    fn floor(&self) -> u64 {
+        gc::threshold_floor(self.active_buffers())
+    }
+
+    /// The threshold below which GC collects (active mode; the background worker): the recorded
+    /// one, lowered by the buffers not in use, never below the floor. Free segments kept beyond
+    /// what the buffers in use need are spare that holds no stale data.
+    fn threshold(&self) -> u64 {
+        let unused = (self.lay.groups - self.active_buffers()) as u64;
+        self.hdr
+            .gc_threshold
+            .saturating_sub(unused)
+            .max(self.floor())
+    }
+
+    fn victim_policy(&self) -> VictimPolicy {
+        if self.hdr.policy & POLICY_COST_BENEFIT != 0 {
+            VictimPolicy::CostBenefit
+        } else {
+            VictimPolicy::Greedy
+        }
+    }
+
+    /// The hotness of the stream that filled a segment (the cleaning stream: coldest).
+    fn stream_hotness(&self, stream: usize) -> f64 {
+        if stream < self.plan.host {
+            self.groups.hotness_of(stream)
+        } else {
+            0.0
+        }
     }
 
     fn segment_uses(&self) -> Vec<SegmentUse> {
         let slots = self.slots() as u32;
-        self.live
-            .iter()
-            .zip(&self.seg_group)
-            .map(|(&live, &g)| SegmentUse {
-                live,
+        (0..self.live.len())
+            .map(|i| SegmentUse {
+                live: self.live[i],
                 written: slots,
-                hotness: self.groups.hotness_of(g as usize),
+                hotness: self.stream_hotness(self.seg_group[i] as usize),
+                age: self.host_clock.saturating_sub(self.seg_stamp[i]),
             })
             .collect()
+    }
+
+    fn pick_victim(&self) -> Option<u64> {
+        gc::pick_victim(self.victim_policy(), &self.segment_uses(), &|_| false)
+    }
+
+    /// The live extents of segment `seg`: (slot, extent, seq), in slot order.
+    fn live_of(&self, seg: u64) -> Vec<(u64, u64, u64)> {
+        let slots = self.slots();
+        (0..slots)
+            .filter_map(|slot| {
+                let e = self.seg_ext[(seg * slots + slot) as usize];
+                let m = self.map.get(e as usize)?;
+                (m.loc == self.dev_loc(seg, slot)).then_some((slot, e, m.seq))
+            })
+            .collect()
+    }
+
+    /// Buffer `b` now holds a segment's worth: record what the segment `seg` it was written to
+    /// holds (map, live counts, reverse index, age stamp). Returns the NVRAM offsets to persist.
+    fn settle_flush(&mut self, b: usize, seg: u64) -> Vec<u64> {
+        let mut offs = Vec::new();
+        let mut stamp = 0;
+        let slots = self.slots();
+        for slot in 0..slots {
+            let ent = self.entries[b][slot as usize];
+            let m = self.map[ent.extent as usize];
+            if m.loc == nv_loc(b, slot) && m.seq == ent.seq {
+                debug_assert_eq!(m.data_crc, ent.data_crc, "extent {}", ent.extent);
+                let loc = self.dev_loc(seg, slot);
+                offs.push(self.put_map(ent.extent, MapEntry { loc, ..m }));
+                self.live[seg as usize] += 1;
+                self.seg_ext[(seg * slots + slot) as usize] = ent.extent;
+                stamp = stamp.max(m.t_hat);
+            }
+        }
+        self.seg_group[seg as usize] = self.buf_filler[b];
+        self.seg_stamp[seg as usize] = stamp;
+        offs.push(self.put_usage(seg));
+        self.stats.flushes += 1;
+        offs.extend(self.stage_stats());
+        offs
+    }
+
+    /// Buffer `b` is empty again: persist its fill, and give it back to the pool when no stream
+    /// writes to it.
+    fn reset_buffer(&mut self, b: usize) -> Result<()> {
+        self.fill[b] = 0;
+        let at = self.lay.fill_at(b);
+        self.put_u64(at, 0);
+        self.persist(at, 8)?;
+        self.full.retain(|&x| x != b);
+        Ok(())
+    }
+
+    /// An empty buffer no stream writes to (not the one being flushed).
+    fn spare_buffer(&self) -> Option<usize> {
+        (0..self.lay.groups).find(|&b| {
+            self.buf_stream[b].is_none()
+                && self.fill[b] == 0
+                && !self.full.contains(&b)
+                && self.flushing.map(|f| f.0) != Some(b)
+        })
+    }
+
+    /// The stream a write goes to: host writes to their hotness group (Algorithm 2 over the
+    /// groups in use), cleaning output to the cleaning stream when there is one.
+    fn stream_for(&mut self, hot: f64, host: bool) -> usize {
+        if !host && self.plan.gc {
+            return self.plan.host;
+        }
+        let n = if host {
+            self.host_groups
+        } else {
+            // Cleaning output without a stream of its own: any hotness group (the seed's
+            // re-classification).
+            self.plan.host
+        };
+        self.groups.classify_among(hot, n)
+    }
+
+    /// A host write of an extent last written by the host at `t_hat`: the skew estimate, and the
+    /// hotness groups in use when an epoch ends.
+    fn observe_host_write(&mut self, t_hat: u64, now: u64) {
+        if self.skew.record(t_hat, now) {
+            self.runtime.epochs += 1;
+            self.runtime.skew = self.skew.skew;
+            if self.hdr.policy & POLICY_ADAPTIVE_GROUPS != 0 {
+                let want = self.skew.groups(self.plan.host);
+                // More groups raise the floor: only when free segments already clear the new one
+                // (else a later epoch tries again), so no collection run starts below its floor.
+                let floor = gc::threshold_floor(self.active_buffers_with(want));
+                if want <= self.host_groups || self.free_segments() > floor {
+                    self.host_groups = want;
+                }
+            }
+            if self.host_groups > 1 {
+                self.runtime.grouped_epochs += 1;
+            }
+        }
     }
 
     /// Debug builds: the live counts follow from the map.
@@ -404,6 +679,8 @@ impl Tween {
             gc_mode: tcfg.gc_mode.id(),
             gc_threshold: threshold,
             seed: tcfg.seed,
+            policy: tcfg.policy(),
+            version: nvram::NV_VERSION,
         };
         let lay = Layout::new(&hdr)?;
         let mut nv = Region::open(nvram, lay.end, true)?;
@@ -456,18 +733,19 @@ impl Tween {
     fn assemble(array: Array, nv: Region) -> Result<Tween> {
         let st = load(&array, nv)?;
         let name = format!("tween:{}", st.nv.describe());
-        let full: Vec<usize> = (0..st.lay.groups)
-            .filter(|&g| st.fill[g] == st.slots())
-            .collect();
         let t = Tween {
             array,
             st: Mutex::new(st),
+            work: Condvar::new(),
             name,
         };
         {
+            // Buffers a crash left full are written out now.
             let mut st = t.lock();
-            for g in full {
-                t.flush(&mut st, g)?;
+            for b in 0..st.lay.groups {
+                if st.fill[b] == st.slots() {
+                    t.flush(&mut st, b)?;
+                }
             }
         }
         Ok(t)
@@ -499,6 +777,31 @@ impl Tween {
 
     pub fn gc_mode(&self) -> GcMode {
         GcMode::from_id(self.lock().hdr.gc_mode).unwrap_or(GcMode::Active)
+    }
+
+    pub fn victim_policy(&self) -> VictimPolicy {
+        self.lock().victim_policy()
+    }
+
+    /// This process's counters (background work, hotness groups in use).
+    pub fn runtime(&self) -> TweenRuntime {
+        let st = self.lock();
+        TweenRuntime {
+            host_groups: st.host_groups,
+            host_groups_max: st.plan.host,
+            ..st.runtime
+        }
+    }
+
+    /// The segment GC would collect now under the array's victim policy (None: none has stale
+    /// data).
+    pub fn next_victim(&self) -> Option<u64> {
+        self.lock().pick_victim()
+    }
+
+    /// Live extents per log segment (0: free).
+    pub fn segment_live(&self) -> Vec<u32> {
+        self.lock().live.clone()
     }
 
     /// Current cluster centers of the hotness groups.
@@ -691,14 +994,19 @@ impl Tween {
             }
             let now = st.host_clock;
             let m = st.map[*e as usize];
+            if host {
+                st.observe_host_write(m.t_hat, now);
+            }
             let hot = update_hotness(st.hdr.alpha, m.hot as f64, m.t_hat, now);
             let t_hat = if host { now } else { m.t_hat };
-            let g = st.groups.classify(hot);
+            let stream = st.stream_for(hot, host);
+            let mut g = st.stream_buf[stream];
             let mut slot = st.fill[g] + st.pending.iter().filter(|p| p.group == g).count() as u64;
             if slot == st.slots() {
                 // A buffer found full: GC appending while its flush makes room.
                 self.commit_pending(st)?;
-                self.flush(st, g)?;
+                self.buffer_full(st, stream)?;
+                g = st.stream_buf[stream];
                 slot = st.fill[g];
             }
             assert!(slot < st.slots(), "buffer {g} overfilled");
@@ -736,10 +1044,38 @@ impl Tween {
             }
             if slot + 1 == st.slots() {
                 self.commit_pending(st)?;
-                self.flush(st, g)?;
+                self.buffer_full(st, stream)?;
             }
         }
         self.commit_pending(st)
+    }
+
+    /// The open buffer of `stream` is full: the stream goes on in a spare buffer and the full one
+    /// waits for the background worker; with no spare, a waiting buffer (or else this one) is
+    /// flushed here, on the request path.
+    fn buffer_full(&self, st: &mut State, stream: usize) -> Result<()> {
+        for _ in 0..=st.lay.groups + 1 {
+            let b = st.stream_buf[stream];
+            if st.fill[b] < st.slots() {
+                return Ok(()); // a nested flush emptied it
+            }
+            if let Some(sp) = st.spare_buffer() {
+                st.buf_stream[b] = None;
+                st.full.push_back(b);
+                st.buf_stream[sp] = Some(stream);
+                st.buf_filler[sp] = stream as u16;
+                st.stream_buf[stream] = sp;
+                self.work.notify_one();
+                return Ok(());
+            }
+            match st.full.front() {
+                Some(&q) => self.flush(st, q)?,
+                None => return self.flush(st, b),
+            }
+        }
+        Err(ArrayError::Meta(format!(
+            "tween: stream {stream} found no buffer to continue in"
+        )))
     }
 
     /// Steps 1–3 of the write ordering for the pending appends.
@@ -798,10 +1134,10 @@ impl Tween {
     /// inside GC's own flushes).
     fn ensure_free(&self, st: &mut State) -> Result<()> {
         if !st.in_gc {
-            let floor = gc::threshold_floor(st.lay.groups);
+            let floor = st.floor();
             let want = match GcMode::from_id(st.hdr.gc_mode) {
-                Some(GcMode::Periodic) => floor,
-                _ => st.hdr.gc_threshold,
+                Some(GcMode::Active) => st.threshold(),
+                _ => floor,
             };
             let mut rounds = st.hdr.segments;
             while st.free_segments() < want && rounds > 0 {
@@ -819,13 +1155,6 @@ impl Tween {
         Ok(())
     }
 
-    fn free_segment(&self, st: &State) -> Result<u64> {
-        match st.live.iter().position(|&l| l == 0) {
-            Some(s) => Ok(s as u64),
-            None => Err(ArrayError::NoSpace("TWEEN has no free log segment".into())),
-        }
-    }
-
     /// Write buffer `g` (full) as one full-stripe write, then move its live entries to the segment.
     /// The GC that makes room first may append to this very buffer and flush it itself.
     fn flush(&self, st: &mut State, g: usize) -> Result<()> {
@@ -834,42 +1163,12 @@ impl Tween {
         if st.fill[g] < st.slots() {
             return Ok(());
         }
-        let seg = self.free_segment(st)?;
-        let (a, len) = (
-            st.lay.buffer_data_at(g, 0) as usize,
-            st.hdr.stripe_bytes as usize,
-        );
-        // Every extent still live in this buffer is checked before fresh parity is computed over
-        // it: a flip in NVRAM must not become a consistent, wrong stripe.
-        for slot in 0..st.slots() {
-            let ent = st.entries[g][slot as usize];
-            let m = st.map[ent.extent as usize];
-            if m.loc == nv_loc(g, slot) && m.seq == ent.seq {
-                st.check_slot(g, slot)?;
-            }
-        }
-        let data = st.nv.bytes()[a..a + len].to_vec();
+        let seg = st.free_segment()?;
+        let data = buffer_image(st, g)?;
         self.array.write_segment(seg, &data)?;
-        let mut offs = Vec::new();
-        for slot in 0..st.slots() {
-            let ent = st.entries[g][slot as usize];
-            let m = st.map[ent.extent as usize];
-            if m.loc == nv_loc(g, slot) && m.seq == ent.seq {
-                debug_assert_eq!(m.data_crc, ent.data_crc, "extent {}", ent.extent);
-                let loc = st.dev_loc(seg, slot);
-                offs.push(st.put_map(ent.extent, MapEntry { loc, ..m }));
-                st.live[seg as usize] += 1;
-            }
-        }
-        st.seg_group[seg as usize] = g as u16;
-        offs.push(st.put_usage(seg));
-        st.stats.flushes += 1;
-        offs.extend(st.stage_stats());
+        let offs = st.settle_flush(g, seg);
         st.persist_entries(offs)?;
-        st.fill[g] = 0;
-        let at = st.lay.fill_at(g);
-        st.put_u64(at, 0);
-        st.persist(at, 8)?;
+        st.reset_buffer(g)?;
         st.check_live("flush");
         Ok(())
     }
@@ -878,7 +1177,7 @@ impl Tween {
     fn direct(&self, st: &mut State, e: u64, data: &[u8]) -> Result<()> {
         self.commit_pending(st)?;
         self.ensure_free(st)?;
-        let seg = self.free_segment(st)?;
+        let seg = st.free_segment()?;
         self.array.write_segment(seg, data)?;
         let mut offs = Vec::new();
         let ext = st.ext() as usize;
@@ -888,6 +1187,7 @@ impl Tween {
             let (t, now) = (st.clock, st.host_clock);
             let x = e + slot;
             let m = st.map[x as usize];
+            st.observe_host_write(m.t_hat, now);
             let hot = update_hotness(st.hdr.alpha, m.hot as f64, m.t_hat, now) as f32;
             let data_crc = crc32c::crc32c(&data[slot as usize * ext..(slot as usize + 1) * ext]);
             if let Some(s) = st.release(m.loc) {
@@ -905,7 +1205,11 @@ impl Tween {
                 },
             ));
             st.live[seg as usize] += 1;
+            let slots = st.slots();
+            st.seg_ext[(seg * slots + slot) as usize] = x;
         }
+        st.seg_group[seg as usize] = 0;
+        st.seg_stamp[seg as usize] = st.host_clock;
         offs.push(st.put_usage(seg));
         st.stats.direct_stripes += 1;
         st.stats.flushes += 1;
@@ -915,54 +1219,222 @@ impl Tween {
         Ok(())
     }
 
-    /// Collect one segment (greedy); false when none has stale data.
+    /// Collect one segment on the request path (the lock held throughout); false when none has
+    /// stale data.
     fn collect_one(&self, st: &mut State) -> Result<bool> {
-        let Some(victim) = gc::pick_victim(&st.segment_uses(), &|_| false) else {
+        let Some(victim) = st.pick_victim() else {
             return Ok(false);
         };
-        let sbytes = st.hdr.stripe_bytes;
-        let ext = st.ext();
-        let mut seg = vec![0u8; sbytes as usize];
-        self.array.read_stripes(&mut seg, victim * sbytes)?;
-        let lo = st.dev_loc(victim, 0);
-        let hi = lo + st.slots();
-        let mut live: Vec<(u64, u64)> = st
-            .map
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| (lo..hi).contains(&m.loc))
-            .map(|(e, m)| (m.loc - lo, e as u64))
-            .collect();
-        live.sort_unstable();
-        let old_seqs: Vec<u64> = live.iter().map(|&(_, e)| st.map[e as usize].seq).collect();
+        let live = st.live_of(victim);
+        let mut seg = vec![0u8; st.hdr.stripe_bytes as usize];
+        self.array
+            .read_stripes(&mut seg, victim * st.hdr.stripe_bytes)?;
+        let items = self.gc_items(st, victim, &seg, &live)?;
+        debug_assert_eq!(items.len(), live.len());
+        self.append_gc(st, &items)?;
+        // Every live extent has a newer copy now (the victim itself may already be refilled by
+        // a flush that took it once it was free).
+        assert!(
+            live.iter().all(|&(_, e, seq)| st.map[e as usize].seq > seq),
+            "GC left live extents in segment {victim}"
+        );
+        st.stats.gc_segments += 1;
+        Ok(true)
+    }
+
+    /// The extents of `live` (slot, extent, seq when the victim was chosen) still in `victim` at
+    /// that seq, with their data from `seg` (the victim read), each checked against its map entry's
+    /// CRC32C: the array checked whole chunks; the extent's own checksum must agree before the
+    /// data is logged again (a mismatch would otherwise get a fresh, matching checksum).
+    fn gc_items(
+        &self,
+        st: &State,
+        victim: u64,
+        seg: &[u8],
+        live: &[(u64, u64, u64)],
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        let ext = st.ext() as usize;
         let check = self.array.core.devs.keeps_data();
-        let mut items: Vec<(u64, Vec<u8>)> = Vec::with_capacity(live.len());
-        for &(slot, e) in &live {
-            let a = (slot * ext) as usize;
-            let data = seg[a..a + ext as usize].to_vec();
-            // The array checked whole chunks; the extent's own CRC32C must agree before the data
-            // is logged again (a mismatch would otherwise get a fresh, matching checksum).
-            if check && crc32c::crc32c(&data) != st.map[e as usize].data_crc {
+        let mut items = Vec::with_capacity(live.len());
+        for &(slot, e, seq) in live {
+            let m = st.map[e as usize];
+            if m.seq != seq || m.loc != st.dev_loc(victim, slot) {
+                continue; // overwritten (or moved) since the victim was chosen
+            }
+            let a = slot as usize * ext;
+            let data = seg[a..a + ext].to_vec();
+            if check && crc32c::crc32c(&data) != m.data_crc {
                 return Err(ArrayError::DataLoss(format!(
                     "tween: GC of segment {victim}: slot {slot} (extent {e}): extent checksum mismatch"
                 )));
             }
             items.push((e, data));
         }
+        Ok(items)
+    }
+
+    fn append_gc(&self, st: &mut State, items: &[(u64, Vec<u8>)]) -> Result<()> {
         let was = st.in_gc;
         st.in_gc = true;
-        let r = self.append(st, &items, false);
+        let r = self.append(st, items, false);
         st.in_gc = was;
-        r?;
-        // Every live extent has a newer copy now (the victim itself may already be refilled by
-        // a flush that took it once it was free).
-        let seqs: Vec<u64> = live.iter().map(|&(_, e)| st.map[e as usize].seq).collect();
-        assert!(
-            seqs.iter().zip(&old_seqs).all(|(n, o)| n > o),
-            "GC left live extents in segment {victim}"
-        );
+        r
+    }
+
+    /// Whether the background worker has something to do now.
+    fn has_background_work(st: &State) -> bool {
+        let floor = st.floor();
+        let free = st.free_segments();
+        (!st.full.is_empty() && st.flushing.is_none() && free > floor) || free < st.threshold()
+    }
+
+    /// True when the background worker has nothing to do (no full buffer waiting, free segments
+    /// at or above the threshold): what an idle period lets it reach.
+    pub fn background_idle(&self) -> bool {
+        let st = self.lock();
+        !Tween::has_background_work(&st) && st.flushing.is_none()
+    }
+
+    /// One piece of the background worker's work (`start_background` runs it in a loop): flush
+    /// the oldest full buffer, or collect one segment while fewer than the threshold are free.
+    /// Device I/O runs without the lock, so requests go on meanwhile. At the floor of free
+    /// segments it collects as the request path would (lock held). True when it did something.
+    pub fn background_step(&self) -> Result<bool> {
+        let mut st = self.lock();
+        let floor = st.floor();
+        let free = st.free_segments();
+        if free < floor && !st.in_gc {
+            let n = st.stats.gc_segments;
+            self.ensure_free(&mut st)?;
+            return Ok(st.stats.gc_segments > n);
+        }
+        if !st.full.is_empty() && st.flushing.is_none() && free > floor {
+            self.flush_background(st)?;
+            return Ok(true);
+        }
+        if free < st.threshold() {
+            return self.clean_background(st);
+        }
+        Ok(false)
+    }
+
+    /// Write the oldest full buffer to a free segment without holding the lock (the segment is
+    /// reserved meanwhile and the buffer is no stream's), then record it as `flush` does.
+    fn flush_background(&self, mut st: MutexGuard<'_, State>) -> Result<()> {
+        let Some(b) = st.full.pop_front() else {
+            return Ok(());
+        };
+        let seg = match st.free_segment() {
+            Ok(s) => s,
+            Err(e) => {
+                st.full.push_front(b);
+                return Err(e);
+            }
+        };
+        let data = match buffer_image(&st, b) {
+            Ok(d) => d,
+            Err(e) => {
+                st.full.push_front(b);
+                return Err(e);
+            }
+        };
+        st.flushing = Some((b, seg));
+        drop(st);
+        let written = self.array.write_segment(seg, &data);
+        let mut st = self.lock();
+        st.flushing = None;
+        if let Err(e) = written {
+            st.full.push_front(b);
+            return Err(e);
+        }
+        let offs = st.settle_flush(b, seg);
+        st.persist_entries(offs)?;
+        st.reset_buffer(b)?;
+        st.runtime.background_flushes += 1;
+        st.check_live("background flush");
+        Ok(())
+    }
+
+    /// Collect one segment with the victim's read outside the lock and its live extents appended
+    /// in small batches (the lock released between them). A batch never fills the cleaning
+    /// stream's buffer unless a spare buffer takes over; without one, a waiting full buffer is
+    /// flushed (off the lock) first.
+    fn clean_background(&self, st: MutexGuard<'_, State>) -> Result<bool> {
+        const BATCH_EXTENTS: usize = 64;
+        let Some(victim) = st.pick_victim() else {
+            return Ok(false);
+        };
+        let live = st.live_of(victim);
+        let sbytes = st.hdr.stripe_bytes;
+        drop(st);
+        let mut seg = vec![0u8; sbytes as usize];
+        self.array.read_stripes(&mut seg, victim * sbytes)?;
+        let mut i = 0;
+        while i < live.len() {
+            let mut st = self.lock();
+            let mut batch = BATCH_EXTENTS.min(live.len() - i);
+            if st.plan.gc {
+                let b = st.stream_buf[st.plan.host];
+                let room = (st.slots() - st.fill[b]) as usize;
+                if st.spare_buffer().is_none() {
+                    let floor = st.floor();
+                    if room <= 1
+                        && !st.full.is_empty()
+                        && st.flushing.is_none()
+                        && st.free_segments() > floor
+                    {
+                        self.flush_background(st)?;
+                        continue;
+                    }
+                    batch = batch.min(room.saturating_sub(1)).max(1);
+                } else if room > 0 {
+                    batch = batch.min(room);
+                }
+            }
+            let items = self.gc_items(&st, victim, &seg, &live[i..i + batch])?;
+            self.append_gc(&mut st, &items)?;
+            i += batch;
+            drop(st);
+            std::thread::yield_now();
+        }
+        let mut st = self.lock();
         st.stats.gc_segments += 1;
+        st.runtime.background_gc_segments += 1;
         Ok(true)
+    }
+
+    /// A thread running `background_step` while there is work, waiting for a full buffer or a
+    /// fall in free segments otherwise; it stops when the handle is dropped (or the `Tween` is).
+    pub fn start_background(self: &Arc<Self>) -> BackgroundGc {
+        let stop = Arc::new(AtomicBool::new(false));
+        let weak: Weak<Tween> = Arc::downgrade(self);
+        let (s, w) = (Arc::clone(&stop), weak.clone());
+        let handle = std::thread::spawn(move || loop {
+            if s.load(Ordering::Acquire) {
+                return;
+            }
+            let Some(t) = w.upgrade() else { return };
+            match t.background_step() {
+                // Let a waiting request take the lock before the next step (std's mutex is not
+                // fair: the worker could re-take it at once).
+                Ok(true) => std::thread::yield_now(),
+                Ok(false) => {
+                    let st = t.lock();
+                    if !s.load(Ordering::Acquire) && !Tween::has_background_work(&st) {
+                        let _ = t.work.wait_timeout(st, Duration::from_millis(20));
+                    }
+                }
+                Err(e) => {
+                    tracing_free_log(&e);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        });
+        BackgroundGc {
+            stop,
+            tween: weak,
+            handle: Some(handle),
+        }
     }
 
     /// Periodic GC: collect while fewer segments than the threshold are free. Returns the number of
@@ -970,7 +1442,7 @@ impl Tween {
     pub fn collect(&self) -> Result<u64> {
         let mut st = self.lock();
         let mut n = 0;
-        while st.free_segments() < st.hdr.gc_threshold && n < st.hdr.segments {
+        while st.free_segments() < st.threshold() && n < st.hdr.segments {
             if !self.collect_one(&mut st)? {
                 break;
             }
@@ -1046,7 +1518,41 @@ impl Tween {
 }
 
 fn tracing_free_log(e: &ArrayError) {
-    eprintln!("tween: idle GC: {e}");
+    eprintln!("tween: background GC: {e}");
+}
+
+/// The background worker of a `Tween` (`Tween::start_background`); dropping it stops the worker
+/// and waits for it (work in progress finishes; what is left is done on the request path).
+pub struct BackgroundGc {
+    stop: Arc<AtomicBool>,
+    tween: Weak<Tween>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for BackgroundGc {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.tween.upgrade() {
+            t.work.notify_all();
+        }
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The bytes of full buffer `b`, every extent still live in it checked first: a flip in NVRAM
+/// must not become a consistent, wrong stripe under fresh parity.
+fn buffer_image(st: &State, b: usize) -> Result<Vec<u8>> {
+    for slot in 0..st.slots() {
+        let ent = st.entries[b][slot as usize];
+        let m = st.map[ent.extent as usize];
+        if m.loc == nv_loc(b, slot) && m.seq == ent.seq {
+            st.check_slot(b, slot)?;
+        }
+    }
+    let a = st.lay.buffer_data_at(b, 0) as usize;
+    Ok(st.nv.bytes()[a..a + st.hdr.stripe_bytes as usize].to_vec())
 }
 
 /// Load and check the NVRAM region against the array, and recover the writes a crash left between
@@ -1077,6 +1583,11 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         return Err(err(format!("unknown GC mode {}", hdr.gc_mode)));
     }
     let lay = Layout::new(&hdr)?;
+    let plan = BufferPlan::new(
+        lay.groups,
+        GcMode::from_id(hdr.gc_mode).unwrap_or(GcMode::Active),
+        hdr.policy & POLICY_GC_STREAM != 0,
+    );
     let spare_floor = gc::threshold_floor(lay.groups) + 1;
     if hdr.extents > hdr.segments.saturating_sub(spare_floor) * lay.slots {
         return Err(err(format!(
@@ -1149,6 +1660,11 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         fill.push(f);
         entries.push(ents);
     }
+    let host_groups = if hdr.policy & POLICY_ADAPTIVE_GROUPS != 0 {
+        1
+    } else {
+        plan.host
+    };
     let mut st = State {
         nv,
         lay,
@@ -1162,6 +1678,17 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         entries,
         live: Vec::new(),
         seg_group: Vec::new(),
+        seg_stamp: Vec::new(),
+        seg_ext: Vec::new(),
+        plan,
+        stream_buf: Vec::new(),
+        buf_stream: vec![None; n],
+        buf_filler: vec![0; n],
+        full: VecDeque::new(),
+        flushing: None,
+        host_groups,
+        skew: SkewEstimate::default(),
+        runtime: TweenRuntime::default(),
         clock,
         host_clock: 0,
         stats: TweenStats::default(),
@@ -1211,9 +1738,12 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         offs.push(st.put_map(ent.extent, e));
     }
     st.host_clock = host_clock;
-    // Every map entry names a place that holds its write; the usage cache follows from the map.
+    // Every map entry names a place that holds its write; the usage cache, the reverse index and
+    // the age stamps follow from the map.
     st.live = vec![0; st.hdr.segments as usize];
     st.seg_group = vec![0; st.hdr.segments as usize];
+    st.seg_stamp = vec![0; st.hdr.segments as usize];
+    st.seg_ext = vec![u64::MAX; (st.hdr.segments * st.slots()) as usize];
     for e in 0..st.hdr.extents {
         let m = st.map[e as usize];
         match st.loc(m.loc) {
@@ -1237,8 +1767,24 @@ fn load(array: &Array, nv: Region) -> Result<State> {
                     )));
                 }
                 st.live[seg as usize] += 1;
+                let i = (m.loc - 1) as usize;
+                st.seg_ext[i] = e;
+                st.seg_stamp[seg as usize] = st.seg_stamp[seg as usize].max(m.t_hat);
+                // The skew estimate's working set: extents the host has written.
             }
         }
+        if m.t_hat != 0 {
+            st.skew.working_set += 1;
+        }
+    }
+    assign_buffers(&mut st)?;
+    if st.hdr.version < nvram::NV_VERSION {
+        // A version-2 region: the same layout; its header is rewritten as version 3 (policy 0,
+        // i.e. what version 2 did), persisted below with everything else.
+        st.hdr.version = nvram::NV_VERSION;
+        let h = st.hdr.clone();
+        h.encode(&mut st.nv.bytes_mut()[..4096]);
+        offs.extend(ranges(0, 4096));
     }
     for seg in 0..st.hdr.segments {
         let v = nvram::read_u64(st.nv.bytes(), st.lay.usage_at(seg));
@@ -1249,6 +1795,39 @@ fn load(array: &Array, nv: Region) -> Result<State> {
     offs.extend(st.stage_stats());
     st.persist_entries(offs)?;
     Ok(st)
+}
+
+/// Give every stream an open buffer: the partly filled buffers first (a crash keeps what each
+/// stream had appended; which stream gets which only affects placement), then empty ones, then
+/// (only if no empty is left) a full one, which the stream's next append flushes. The other full
+/// buffers wait in `full` (the open flushes them).
+fn assign_buffers(st: &mut State) -> Result<()> {
+    let slots = st.slots();
+    let n = st.lay.groups;
+    let streams = st.plan.streams();
+    let partial: Vec<usize> = (0..n)
+        .filter(|&b| st.fill[b] > 0 && st.fill[b] < slots)
+        .collect();
+    if partial.len() > streams {
+        return Err(nvram::nvram_error(format!(
+            "{} partly filled buffers, more than the {streams} streams that write to buffers",
+            partial.len()
+        )));
+    }
+    let empty = (0..n).filter(|&b| st.fill[b] == 0);
+    let full: Vec<usize> = (0..n).filter(|&b| st.fill[b] == slots).collect();
+    let mut order: Vec<usize> = partial.into_iter().chain(empty).collect();
+    order.extend(full.iter().copied());
+    st.stream_buf = order[..streams].to_vec();
+    for (s, &b) in st.stream_buf.clone().iter().enumerate() {
+        st.buf_stream[b] = Some(s);
+        st.buf_filler[b] = s as u16;
+    }
+    st.full = full
+        .into_iter()
+        .filter(|&b| st.buf_stream[b].is_none())
+        .collect();
+    Ok(())
 }
 
 fn to_dev_err(name: &str, e: ArrayError) -> DeviceError {

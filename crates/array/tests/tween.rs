@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use ecstack_array::{
     ArrayConfig, ArrayDevices, GcMode, NvramImage, NvramSpec, SchemeKind, Tween, TweenConfig,
+    VictimPolicy,
 };
 use ecstack_base::Rng;
 use ecstack_device::{BlockDevice, DeviceStats, FaultConfig, Faulty, MemDevice, PowerCutPolicy};
@@ -122,12 +123,24 @@ fn run_model(seed: u64, steps: usize, mode: GcMode) {
     let mut rng = Rng::new(seed);
     let rig = Rig::new(4, 96 << 10, seed);
     let (nv, img) = NvramSpec::memory();
-    let mut t = Tween::create(&array_cfg(3, 1), rig.devices(), &tween_cfg(2, mode), &nv)
+    // Background: four buffers (a hotness group or two, the cleaning stream, the spare).
+    let groups = if mode == GcMode::Background { 4 } else { 2 };
+    // Background runs cost-benefit victims (the other modes the default, greedy).
+    let cfg = TweenConfig {
+        victim: if mode == GcMode::Background {
+            VictimPolicy::CostBenefit
+        } else {
+            VictimPolicy::Greedy
+        },
+        ..tween_cfg(groups, mode)
+    };
+    let mut t = Tween::create(&array_cfg(3, 1), rig.devices(), &cfg, &nv)
         .unwrap_or_else(|e| panic!("{what}: create: {e}"));
     let cap = t.size();
     let stripe = 3 * CHUNK as u64;
     let mut model = vec![0u8; cap as usize];
     let (mut crashes, mut flushes, mut gcs, mut directs) = (0u64, 0u64, 0u64, 0u64);
+    let mut background = (0u64, 0u64);
     for step in 0..steps {
         let ctx = format!("{what} step {step}");
         if rng.chance(0.04) {
@@ -145,11 +158,14 @@ fn run_model(seed: u64, steps: usize, mode: GcMode) {
                     "{ctx}: read at {off}+{len} differs from the model"
                 );
             }
-            1 if mode == GcMode::Periodic => match t.collect() {
+            1 if mode != GcMode::Active => match background_or_collect(&t, mode, &mut rng) {
                 Ok(_) => {}
                 Err(_) if img.is_cut() => {
                     // A crash mid-GC: nothing acknowledged may change.
                     crashes += 1;
+                    let r = t.runtime();
+                    background.0 += r.background_flushes;
+                    background.1 += r.background_gc_segments;
                     let s = t.stats();
                     flushes += s.flushes;
                     gcs += s.gc_segments;
@@ -174,6 +190,9 @@ fn run_model(seed: u64, steps: usize, mode: GcMode) {
                     Ok(()) => model[off as usize..off as usize + len].copy_from_slice(&data),
                     Err(_) if img.is_cut() => {
                         crashes += 1;
+                        let r = t.runtime();
+                        background.0 += r.background_flushes;
+                        background.1 += r.background_gc_segments;
                         let s = t.stats();
                         flushes += s.flushes;
                         gcs += s.gc_segments;
@@ -209,6 +228,17 @@ fn run_model(seed: u64, steps: usize, mode: GcMode) {
     flushes += s.flushes;
     gcs += s.gc_segments;
     directs += s.direct_stripes;
+    let r = t.runtime();
+    background.0 += r.background_flushes;
+    background.1 += r.background_gc_segments;
+    if mode == GcMode::Background {
+        assert!(
+            background.0 >= 5 && background.1 >= 5,
+            "{what}: background worker flushed {} buffers, collected {} segments",
+            background.0,
+            background.1
+        );
+    }
     // A clean reopen (no cut) loses nothing either.
     drop(t);
     let t = Tween::open(rig.devices(), &nv).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
@@ -240,6 +270,201 @@ fn acknowledged_writes_survive_crashes_periodic_gc() {
     for seed in seeds(1) {
         run_model(seed + 1000, 1500, GcMode::Periodic);
     }
+}
+
+/// Periodic: `collect`; background: a few steps of the worker's work, run here (deterministic,
+/// one thread) between requests.
+fn background_or_collect(t: &Tween, mode: GcMode, rng: &mut Rng) -> ecstack_array::Result<()> {
+    if mode == GcMode::Periodic {
+        return t.collect().map(|_| ());
+    }
+    for _ in 0..1 + rng.below(4) {
+        if !t.background_step()? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Background mode, its work done between requests by `background_step` (the worker's unit:
+/// flush a waiting full buffer without the lock, or collect a segment in batches), with crashes
+/// anywhere between NVRAM persists, inside that work too.
+#[test]
+fn acknowledged_writes_survive_crashes_background_gc() {
+    for seed in seeds(2) {
+        run_model(seed + 2000, 1500, GcMode::Background);
+    }
+}
+
+/// The background worker as a real thread beside a writer: NVRAM cut at random points (which
+/// may land inside the worker's flush or collection as well as a request), devices power-cut,
+/// reopened; every acknowledged write reads back, and the worker did flush and collect.
+#[test]
+fn background_worker_loses_nothing_across_crashes() {
+    for seed in seeds(2) {
+        let what = format!("background worker seed {seed}");
+        let mut rng = Rng::new(seed + 3000);
+        let rig = Rig::new(4, 96 << 10, seed + 3000);
+        let (nv, img) = NvramSpec::memory();
+        let cfg = tween_cfg(4, GcMode::Background);
+        let mut t = Arc::new(Tween::create(&array_cfg(3, 1), rig.devices(), &cfg, &nv).unwrap());
+        let mut worker = Some(t.start_background());
+        let cap = t.size();
+        let mut model = vec![0u8; cap as usize];
+        let (mut crashes, mut bg_flushes, mut bg_gc) = (0, 0, 0);
+        for step in 0..3000 {
+            if step % 500 == 250 {
+                img.cut_after(rng.below(40));
+            }
+            let span = if rng.chance(0.8) { cap / 10 } else { cap };
+            let len = 1 + rng.below(EXTENT as u64 * 2) as usize;
+            let off = rng.below(span - len as u64);
+            let mut data = vec![0u8; len];
+            rng.fill(&mut data);
+            match t.write(&data, off) {
+                Ok(()) => model[off as usize..off as usize + len].copy_from_slice(&data),
+                Err(e) if img.is_cut() => {
+                    let _ = e;
+                    crashes += 1;
+                    drop(worker.take()); // stops and joins the worker
+                    let r = t.runtime();
+                    bg_flushes += r.background_flushes;
+                    bg_gc += r.background_gc_segments;
+                    drop(t);
+                    t = Arc::new(open_retry(&rig, &img, &nv, &what));
+                    let mut back = vec![0u8; cap as usize];
+                    t.read(&mut back, 0).unwrap();
+                    for i in 0..cap as usize {
+                        if back[i] != model[i] {
+                            let o = off as usize;
+                            assert!(
+                                (o..o + len).contains(&i) && back[i] == data[i - o],
+                                "{what} step {step}: byte {i} lost (interrupted write {off}+{len})"
+                            );
+                        }
+                    }
+                    model.copy_from_slice(&back);
+                    worker = Some(t.start_background());
+                }
+                Err(e) => panic!("{what} step {step}: write: {e}"),
+            }
+            if step % 64 == 0 {
+                // Give the worker the CPU now and then (it runs beside, not instead of, requests).
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        drop(worker);
+        let r = t.runtime();
+        bg_flushes += r.background_flushes;
+        bg_gc += r.background_gc_segments;
+        let mut back = vec![0u8; cap as usize];
+        t.read(&mut back, 0).unwrap();
+        assert!(back == model, "{what}: differs from the model at the end");
+        drop(t);
+        let t = Tween::open(rig.devices(), &nv).unwrap();
+        t.read(&mut back, 0).unwrap();
+        assert!(
+            back == model,
+            "{what}: differs from the model after a reopen"
+        );
+        assert!(crashes >= 3, "{what}: {crashes} crashes");
+        assert!(
+            bg_flushes >= 10 && bg_gc >= 5,
+            "{what}: the worker flushed {bg_flushes}, collected {bg_gc}"
+        );
+    }
+}
+
+/// Cost-benefit against greedy on one layout of segments made by real writes: a cold segment
+/// (written first, then left alone while ten others are written) with 2 of its 6 extents
+/// overwritten, and a young one with 3 of 6 overwritten. Greedy must take the young one (more
+/// stale); cost-benefit the cold one ((1 − 4/6) · age / (1 + 4/6) with an age of ~80 host extent
+/// writes against (1 − 1/2) · ~5 / 1.5). The same writes under `VictimPolicy::Greedy` show that
+/// this test would fail with greedy selection.
+#[test]
+fn cost_benefit_chooses_the_old_segment_greedy_would_not() {
+    let victim = |policy: VictimPolicy| {
+        let rig = Rig::new(4, 96 << 10, 77);
+        let (nv, _img) = NvramSpec::memory();
+        let cfg = TweenConfig {
+            groups: 1,
+            victim: policy,
+            adaptive_groups: false,
+            gc_stream: false,
+            ..tween_cfg(1, GcMode::Periodic)
+        };
+        let t = Tween::create(&array_cfg(3, 1), rig.devices(), &cfg, &nv).unwrap();
+        let ext = EXTENT as u64;
+        let slots = 3 * CHUNK as u64 / ext; // 6 extents per segment
+        let put = |e: u64| {
+            t.write(&vec![e as u8 + 1; EXTENT as usize], e * ext)
+                .unwrap()
+        };
+        // The cold segment, ten all-live fillers, then the young segment.
+        (0..slots).for_each(put);
+        (100..100 + 10 * slots).for_each(put);
+        (300..300 + slots).for_each(put);
+        let live = t.segment_live();
+        let seg_of = |count: u32| live.iter().filter(|&&l| l == count).count();
+        assert_eq!(seg_of(slots as u32), 12, "{live:?}");
+        // Overwrites (they stay in the NVRAM buffer: fewer than a segment's worth).
+        put(300);
+        put(301);
+        put(302);
+        put(0);
+        put(1);
+        let live = t.segment_live();
+        let cold = live.iter().position(|&l| l == 4).unwrap() as u64;
+        let young = live.iter().position(|&l| l == 3).unwrap() as u64;
+        (t.next_victim().unwrap(), cold, young)
+    };
+    let (v, cold, young) = victim(VictimPolicy::CostBenefit);
+    assert_eq!(v, cold, "cost-benefit must take the old, cold segment");
+    let (v, _, young_g) = victim(VictimPolicy::Greedy);
+    assert_eq!(
+        (v, young_g),
+        (young, young),
+        "greedy takes the young segment"
+    );
+}
+
+/// A version-2 region (before the policy field: checksum at bytes 92..96) opens with version 2's
+/// behaviour (greedy victims, groups fixed, cleaning output with host writes), keeps its data, and
+/// its header is rewritten as version 3.
+#[test]
+fn a_version_2_region_opens_and_is_migrated() {
+    let (rig, nv, img, t) = memory_tween(23);
+    let mut rng = Rng::new(23);
+    let mut model = vec![0u8; t.size() as usize];
+    for _ in 0..300 {
+        let len = 1 + rng.below(1500) as usize;
+        let off = rng.below(t.size() - len as u64);
+        let mut d = vec![0u8; len];
+        rng.fill(&mut d);
+        t.write(&d, off).unwrap();
+        model[off as usize..off as usize + len].copy_from_slice(&d);
+    }
+    drop(t);
+    img.with_bytes(|b| {
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 3);
+        // Version 2's header: version 2, no policy field, its CRC32C at 92 over 0..92.
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        b[92..100].fill(0);
+        let crc = crc32c::crc32c(&b[..92]);
+        b[92..96].copy_from_slice(&crc.to_le_bytes());
+    });
+    let t = Tween::open(rig.devices(), &nv).unwrap();
+    assert_eq!(t.victim_policy(), VictimPolicy::Greedy);
+    assert_eq!(t.gc_mode(), GcMode::Active);
+    let r = t.runtime();
+    assert_eq!((r.host_groups, r.host_groups_max), (2, 2), "{r:?}");
+    let mut back = vec![0u8; model.len()];
+    t.read(&mut back, 0).unwrap();
+    assert!(back == model, "a version-2 region's data changed");
+    img.with_bytes(|b| assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 3));
+    drop(t);
+    let t = Tween::open(rig.devices(), &nv).unwrap();
+    assert_eq!(t.victim_policy(), VictimPolicy::Greedy);
 }
 
 /// A main device that records every write (offset, length).

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use ecstack_array::{
     Array, ArrayConfig, ArrayDevices, GcMode, NvramSpec, ScrubProgress, Tween, TweenConfig,
+    VictimPolicy,
 };
 use ecstack_device::BlockDevice;
 use ecstack_nbd::Admin;
@@ -25,7 +26,7 @@ pub struct TweenArgs {
     /// k chunks of the largest power of two up to 8M / k: 8M for k = 4 or 8, 6M for k = 6)
     #[arg(long)]
     stripe: Option<String>,
-    /// tween: hotness groups N (one NVRAM buffer each)
+    /// tween: NVRAM buffers N (hotness groups, the cleaning stream and a spare; docs/tween.md)
     #[arg(long, default_value_t = 4)]
     groups: usize,
     /// tween: logical extent size (unit of hotness and of the map)
@@ -43,9 +44,21 @@ pub struct TweenArgs {
     /// tween: size of a new NVRAM file (default: what the layout needs)
     #[arg(long)]
     nvram_size: Option<String>,
-    /// tween: GC mode, active (threshold) or periodic (idle)
-    #[arg(long, default_value = "active")]
+    /// tween: GC mode, background (a worker off the request path), active (inside writes) or
+    /// periodic (idle)
+    #[arg(long, default_value = "background")]
     gc: String,
+    /// tween: GC victims greedy (most stale; measured best here, docs/tween.md) or cost-benefit
+    #[arg(long, default_value = "greedy")]
+    victim: String,
+    /// tween: use every hotness group always (default: the layer uses one unless writes are
+    /// skewed)
+    #[arg(long)]
+    fixed_groups: bool,
+    /// tween: re-classify cleaning output with host writes (the seed's) instead of a cleaning
+    /// stream of its own
+    #[arg(long)]
+    no_gc_stream: bool,
     /// tween: collect while fewer log segments are free (default N + 3, at least N + 2)
     #[arg(long)]
     gc_threshold: Option<u64>,
@@ -114,6 +127,9 @@ pub fn create(
         alpha: t.alpha,
         beta: t.beta,
         gc_mode: GcMode::parse(&t.gc)?,
+        victim: VictimPolicy::parse(&t.victim)?,
+        adaptive_groups: !t.fixed_groups,
+        gc_stream: !t.no_gc_stream,
         gc_threshold: t.gc_threshold,
         over_provisioning: t.over_provisioning,
         ..TweenConfig::default()
@@ -168,6 +184,7 @@ impl Admin for TweenAdmin {
                 "stats": Tween::stats(t),
                 "free_segments": t.free_segments(),
                 "centers": t.centers(),
+                "runtime": t.runtime(),
                 "capacity": t.size(),
             });
             return Ok(st.to_string());
@@ -188,6 +205,8 @@ pub fn serve(array: Array, nvram: Option<&Path>, s: Export) -> Result<()> {
     if tw.gc_mode() == GcMode::Periodic {
         tw.spawn_idle_gc(SERVE_IDLE_GC);
     }
+    // Background mode: the worker runs while the export does (dropped at the end of serve).
+    let _background = (tw.gc_mode() == GcMode::Background).then(|| tw.start_background());
     let admin: Arc<dyn Admin> = Arc::new(TweenAdmin(Arc::clone(&tw), ScrubProgress::default()));
     let dev: Arc<dyn BlockDevice> = Arc::clone(&tw) as Arc<dyn BlockDevice>;
     let what = format!("tween {}", tw.array().name());
@@ -228,7 +247,7 @@ pub struct ExpTweenArgs {
     /// Traces of the sensitivity sweep (default fin,web; --quick fin)
     #[arg(long, value_delimiter = ',')]
     sweep_traces: Option<Vec<String>>,
-    /// Hotness groups N
+    /// TWEEN's NVRAM buffers N (hotness groups, the cleaning stream, a spare)
     #[arg(long, default_value_t = 4)]
     groups: usize,
     #[arg(long, default_value_t = 0.5)]
@@ -241,13 +260,30 @@ pub struct ExpTweenArgs {
     /// Simulated SSDs: over-provisioning
     #[arg(long, default_value_t = 0.15)]
     ssd_op: f64,
-    /// Simulated SSDs of tween only: over-provisioning (default --ssd-op); with --tween-op this
-    /// compares at equal raw flash (tween's full-block writes need no SSD spare)
+    /// Simulated SSDs of tween's footprint-sized runs only: over-provisioning (default --ssd-op).
+    /// (tween's equal-raw-flash runs always get md's raw flash with the least SSD
+    /// over-provisioning the model accepts.)
     #[arg(long)]
     tween_ssd_op: Option<f64>,
-    /// TWEEN's own over-provisioning: fraction of segments kept for its GC (at least N + 3)
+    /// TWEEN's own over-provisioning of its footprint-sized runs: fraction of segments kept for
+    /// its GC (at least N + 3; at equal raw flash it is what md's flash leaves)
     #[arg(long, default_value_t = 0.1)]
     tween_op: f64,
+    /// traces/sync: tween at equal raw flash only (no footprint-sized run beside it)
+    #[arg(long)]
+    no_footprint: bool,
+    /// TWEEN's GC mode: background (default), active or periodic
+    #[arg(long, default_value = "background")]
+    tween_gc: String,
+    /// TWEEN's GC victims: greedy (default) or cost-benefit
+    #[arg(long, default_value = "greedy")]
+    tween_victim: String,
+    /// TWEEN uses every hotness group always (default: the layer chooses)
+    #[arg(long)]
+    fixed_groups: bool,
+    /// TWEEN re-classifies cleaning output with host writes (no cleaning stream)
+    #[arg(long)]
+    no_gc_stream: bool,
     /// TWEEN's active GC threshold in free segments (default N + 3; at least N + 2)
     #[arg(long)]
     tween_gc_threshold: Option<u64>,
@@ -309,9 +345,14 @@ pub fn experiment(a: ExpTweenArgs) -> Result<()> {
         seed: a.seed,
         over_provisioning: a.tween_op,
         gc_threshold: a.tween_gc_threshold,
+        gc_mode: GcMode::parse(&a.tween_gc).context("--tween-gc")?,
+        victim: VictimPolicy::parse(&a.tween_victim).context("--tween-victim")?,
+        adaptive_groups: !a.fixed_groups,
+        gc_stream: !a.no_gc_stream,
         ..TweenConfig::default()
     };
     cfg.tween_ssd_op = a.tween_ssd_op;
+    cfg.footprint_too = !a.no_footprint;
     cfg.chunk_blocks = a.chunk_blocks;
     cfg.ssd.op = a.ssd_op;
     if let Some(p) = a.ssd_block_pages {

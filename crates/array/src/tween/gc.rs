@@ -1,5 +1,8 @@
-//! TWEEN's GC module: which segment to collect (greedy: most stale extents, ties to the hotter
-//! group) and when (active: below a free-segment threshold; periodic: when idle).
+//! TWEEN's GC module: which segment to collect (cost-benefit, the default: the most
+//! `(1 − u) · age / (1 + u)`, as LFS cleans; or the seed's greedy: most stale extents, ties to the
+//! hotter group) and when (background, the default: a worker thread off the request path, the
+//! request path collecting only at the floor; active: below a free-segment threshold, inside
+//! writes; periodic: when idle).
 //!
 //! Why a victim always exists and free segments never run out: the logical capacity is
 //! `(S − spare) · slots` extents with `spare ≥ threshold + 1` (`spare_segments`). Collection runs
@@ -24,6 +27,11 @@ pub enum GcMode {
     /// When the device has been idle (`Tween::collect_idle`), while fewer than the threshold are
     /// free; the active rule still runs at the floor of N + 2 free segments.
     Periodic,
+    /// Off the request path: a worker (`Tween::start_background`) flushes full NVRAM buffers (a
+    /// stream whose buffer fills moves to a spare buffer) and collects while fewer than the
+    /// threshold are free; the request path flushes and collects itself only when no spare buffer
+    /// is left or free segments fall to the floor of N + 2 (and always when no worker runs).
+    Background,
 }
 
 impl GcMode {
@@ -31,8 +39,9 @@ impl GcMode {
         match s.trim().to_ascii_lowercase().as_str() {
             "active" => Ok(GcMode::Active),
             "periodic" | "idle" => Ok(GcMode::Periodic),
+            "background" => Ok(GcMode::Background),
             o => Err(crate::ArrayError::Config(format!(
-                "unknown GC mode '{o}' (expected active or periodic)"
+                "unknown GC mode '{o}' (expected background, active or periodic)"
             ))),
         }
     }
@@ -40,12 +49,21 @@ impl GcMode {
         match self {
             GcMode::Active => 0,
             GcMode::Periodic => 1,
+            GcMode::Background => 2,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            GcMode::Active => "active",
+            GcMode::Periodic => "periodic",
+            GcMode::Background => "background",
         }
     }
     pub(crate) fn from_id(id: u32) -> Option<GcMode> {
         match id {
             0 => Some(GcMode::Active),
             1 => Some(GcMode::Periodic),
+            2 => Some(GcMode::Background),
             _ => None,
         }
     }
@@ -72,6 +90,37 @@ pub(crate) fn default_threshold(groups: usize, spare: u64) -> u64 {
     }
 }
 
+/// How the GC module chooses its victim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VictimPolicy {
+    /// The seed's (§6.2.1): the segment with the most stale extents.
+    Greedy,
+    /// LFS's (Rosenblum and Ousterhout, the seed's reference [57]): the segment with the largest
+    /// `(1 − u) · age / (1 + u)`, u its live fraction and age the host time since its youngest
+    /// extent was written: a cold segment is worth cleaning at a higher u than a hot one, whose
+    /// remaining live data is about to die anyway.
+    CostBenefit,
+}
+
+impl VictimPolicy {
+    pub fn parse(s: &str) -> crate::Result<VictimPolicy> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "greedy" => Ok(VictimPolicy::Greedy),
+            "cost-benefit" | "costbenefit" => Ok(VictimPolicy::CostBenefit),
+            o => Err(crate::ArrayError::Config(format!(
+                "unknown victim policy '{o}' (expected cost-benefit or greedy)"
+            ))),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            VictimPolicy::Greedy => "greedy",
+            VictimPolicy::CostBenefit => "cost-benefit",
+        }
+    }
+}
+
 /// One segment as GC sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct SegmentUse {
@@ -80,11 +129,44 @@ pub(crate) struct SegmentUse {
     pub written: u32,
     /// Hotness of the group that flushed it (its center at selection time).
     pub hotness: f64,
+    /// Host time since the youngest extent in it was written by the host.
+    pub age: u64,
 }
 
-/// The greedy victim: the used segment with the most stale extents, ties to the hotter one, then
-/// the lower index; None when no used segment has a stale extent.
-pub(crate) fn pick_victim(segs: &[SegmentUse], excluded: &dyn Fn(u64) -> bool) -> Option<u64> {
+/// The victim under `policy`; None when no used segment has a stale extent.
+pub(crate) fn pick_victim(
+    policy: VictimPolicy,
+    segs: &[SegmentUse],
+    excluded: &dyn Fn(u64) -> bool,
+) -> Option<u64> {
+    match policy {
+        VictimPolicy::Greedy => pick_greedy(segs, excluded),
+        VictimPolicy::CostBenefit => pick_cost_benefit(segs, excluded),
+    }
+}
+
+/// Cost-benefit: the largest `(1 − u) · age / (1 + u)` (reading the segment costs 1, writing its
+/// live data back u; the space won, 1 − u, lasts in proportion to the data's age); ties to the
+/// lower index. Age counts from 1, so among segments written at the same time the emptiest wins.
+fn pick_cost_benefit(segs: &[SegmentUse], excluded: &dyn Fn(u64) -> bool) -> Option<u64> {
+    let mut best: Option<(u64, f64)> = None;
+    for (i, s) in segs.iter().enumerate() {
+        let i = i as u64;
+        if s.live == 0 || excluded(i) || s.written <= s.live {
+            continue;
+        }
+        let u = s.live as f64 / s.written as f64;
+        let score = (1.0 - u) * (s.age as f64 + 1.0) / (1.0 + u);
+        if best.is_none_or(|(_, b)| score > b) {
+            best = Some((i, score));
+        }
+    }
+    best.map(|b| b.0)
+}
+
+/// Greedy: the used segment with the most stale extents, ties to the hotter one, then the lower
+/// index.
+fn pick_greedy(segs: &[SegmentUse], excluded: &dyn Fn(u64) -> bool) -> Option<u64> {
     let mut best: Option<(u64, u32, f64)> = None;
     for (i, s) in segs.iter().enumerate() {
         let i = i as u64;
@@ -115,7 +197,48 @@ mod tests {
             live,
             written,
             hotness,
+            age: 0,
         }
+    }
+
+    fn aged(live: u32, age: u64) -> SegmentUse {
+        SegmentUse {
+            live,
+            written: 8,
+            hotness: 0.0,
+            age,
+        }
+    }
+
+    /// Where the two policies must differ: a hot segment half stale but just written, and a cold
+    /// one with fewer stale extents that has not changed for a long time. Greedy takes the hot one
+    /// (4 stale > 3), whose live half is about to die anyway; cost-benefit takes the cold one:
+    /// (1 − 5/8) · 1001 / (1 + 5/8) = 231 against (1 − 1/2) · 11 / (1 + 1/2) = 3.7.
+    #[test]
+    fn cost_benefit_prefers_old_cold_space_over_young_hot_space() {
+        let segs = [aged(4, 10), aged(5, 1000), aged(8, 5000), seg(0, 8, 0.0)];
+        assert_eq!(
+            pick_victim(VictimPolicy::Greedy, &segs, &|_| false),
+            Some(0)
+        );
+        assert_eq!(
+            pick_victim(VictimPolicy::CostBenefit, &segs, &|_| false),
+            Some(1)
+        );
+        // At equal age it is greedy's order (the emptiest first), and all-live is never a victim.
+        let same = [aged(6, 50), aged(2, 50), aged(8, 50)];
+        assert_eq!(
+            pick_victim(VictimPolicy::CostBenefit, &same, &|_| false),
+            Some(1)
+        );
+        assert_eq!(
+            pick_victim(VictimPolicy::CostBenefit, &same, &|s| s == 1),
+            Some(0)
+        );
+        assert_eq!(
+            pick_victim(VictimPolicy::CostBenefit, &[aged(8, 9)], &|_| false),
+            None
+        );
     }
 
     #[test]
@@ -127,10 +250,11 @@ mod tests {
             seg(3, 8, 0.5), // 5 stale, hotter: the victim
             seg(8, 8, 1.0), // all live
         ];
-        assert_eq!(pick_victim(&segs, &|_| false), Some(3));
-        assert_eq!(pick_victim(&segs, &|s| s == 3), Some(2));
+        let g = VictimPolicy::Greedy;
+        assert_eq!(pick_victim(g, &segs, &|_| false), Some(3));
+        assert_eq!(pick_victim(g, &segs, &|s| s == 3), Some(2));
         assert_eq!(
-            pick_victim(&[seg(8, 8, 0.0), seg(0, 0, 0.0)], &|_| false),
+            pick_victim(g, &[seg(8, 8, 0.0), seg(0, 0, 0.0)], &|_| false),
             None
         );
     }

@@ -9,10 +9,14 @@ use std::sync::{Arc, Mutex};
 use crate::{ArrayError, Result};
 
 pub(crate) const NV_MAGIC: &[u8; 8] = b"ECSTKTWN";
-/// Version 2: map entries carry their extent's data CRC32C (and t̂ as an age, see `MapEntry`), the
-/// header page holds the persisted counters (`StatsRecord`), t̂ counts host extent writes. Version 1
-/// regions are refused by name (`Header::decode`).
-pub(crate) const NV_VERSION: u32 = 2;
+/// Version 3: the header records TWEEN's policies (`Header::policy`: cost-benefit victims, adaptive
+/// hotness groups, a separate cleaning stream) and GC mode 2 (background); the layout is version
+/// 2's. A version-2 region is read as it is (policy 0: greedy, fixed groups, cleaning output
+/// classified with host writes — what version 2 did) and its header is rewritten as version 3 on
+/// open (`migrate_v2_header`). Version 2: map entries carry their extent's data CRC32C (and t̂ as an
+/// age, see `MapEntry`), the header page holds the persisted counters (`StatsRecord`), t̂ counts
+/// host extent writes. Version 1 regions are refused by name (`Header::decode`).
+pub(crate) const NV_VERSION: u32 = 3;
 /// Areas start on this boundary.
 const AREA_ALIGN: u64 = 4096;
 const HEADER_BYTES: u64 = 4096;
@@ -276,11 +280,23 @@ pub(crate) struct Header {
     pub extents: u64,
     pub alpha: f64,
     pub beta: f64,
-    /// 0 = active, 1 = periodic.
+    /// 0 = active, 1 = periodic, 2 = background (version 3).
     pub gc_mode: u32,
     pub gc_threshold: u64,
     pub seed: u64,
+    /// Version 3: TWEEN's policies, `POLICY_*` bits (0 in a version-2 region).
+    pub policy: u32,
+    /// The version the region was written with (2 or 3; `encode` always writes 3).
+    pub version: u32,
 }
+
+/// Victims by cost-benefit ((1 − u) · age / (1 + u)) instead of greedy (most stale).
+pub(crate) const POLICY_COST_BENEFIT: u32 = 1;
+/// The layer chooses how many hotness groups take host writes (1 when the writes show no skew).
+pub(crate) const POLICY_ADAPTIVE_GROUPS: u32 = 2;
+/// Cleaning output goes to a buffer of its own (a cold stream), never mixed with host writes.
+pub(crate) const POLICY_GC_STREAM: u32 = 4;
+pub(crate) const POLICY_ALL: u32 = POLICY_COST_BENEFIT | POLICY_ADAPTIVE_GROUPS | POLICY_GC_STREAM;
 
 const H_VERSION: usize = 8;
 const H_UUID: usize = H_VERSION + 4;
@@ -294,7 +310,10 @@ const H_BETA: usize = H_ALPHA + 8;
 const H_GC_MODE: usize = H_BETA + 8;
 const H_GC_THRESHOLD: usize = H_GC_MODE + 4;
 const H_SEED: usize = H_GC_THRESHOLD + 8;
-const H_CRC: usize = H_SEED + 8;
+/// Version 2 ended here: its CRC32C at this offset.
+const H_CRC_V2: usize = H_SEED + 8;
+const H_POLICY: usize = H_SEED + 8;
+const H_CRC: usize = H_POLICY + 4;
 const H_END: usize = H_CRC + 4;
 const _: () = assert!(H_END as u64 <= HEADER_BYTES);
 
@@ -321,6 +340,7 @@ impl Header {
         b[H_GC_MODE..H_GC_MODE + 4].copy_from_slice(&self.gc_mode.to_le_bytes());
         b[H_GC_THRESHOLD..H_GC_THRESHOLD + 8].copy_from_slice(&self.gc_threshold.to_le_bytes());
         b[H_SEED..H_SEED + 8].copy_from_slice(&self.seed.to_le_bytes());
+        b[H_POLICY..H_POLICY + 4].copy_from_slice(&self.policy.to_le_bytes());
         let crc = crc32c::crc32c(&b[..H_CRC]);
         b[H_CRC..H_CRC + 4].copy_from_slice(&crc.to_le_bytes());
     }
@@ -335,20 +355,30 @@ impl Header {
                 "no TWEEN header (bad magic): not a TWEEN NVRAM region",
             ));
         }
-        // The checksum first: a flipped version field is corruption, not an old version.
-        if crc32c::crc32c(&b[..H_CRC]) != le32(b, H_CRC) {
+        // The checksum first: a flipped version field is corruption, not an old version. Version 2
+        // had its checksum at H_CRC_V2 (no policy field).
+        let v3 = crc32c::crc32c(&b[..H_CRC]) == le32(b, H_CRC);
+        let v2 = crc32c::crc32c(&b[..H_CRC_V2]) == le32(b, H_CRC_V2);
+        if !v3 && !v2 {
             return Err(nv_err("header checksum mismatch: the region is corrupt"));
         }
         let v = le32(b, H_VERSION);
+        if (v == 2 && !v2) || (v == NV_VERSION && !v3) {
+            return Err(nv_err("header checksum mismatch: the region is corrupt"));
+        }
         if v == 1 {
             return Err(nv_err(
                 "version 1 region (map without per-extent checksums, written by an older ecstack): this build reads version 2 only; read the data out with the older build and create the array again",
             ));
         }
-        if v != NV_VERSION {
+        if v != NV_VERSION && v != 2 {
             return Err(nv_err(format!(
-                "header version {v} is not supported (this build reads version {NV_VERSION})"
+                "header version {v} is not supported (this build reads versions 2 and {NV_VERSION})"
             )));
+        }
+        let policy = if v == 2 { 0 } else { le32(b, H_POLICY) };
+        if policy & !POLICY_ALL != 0 {
+            return Err(nv_err(format!("unknown policy bits {policy:#x}")));
         }
         Ok(Header {
             uuid: le64(b, H_UUID),
@@ -362,6 +392,8 @@ impl Header {
             gc_mode: le32(b, H_GC_MODE),
             gc_threshold: le64(b, H_GC_THRESHOLD),
             seed: le64(b, H_SEED),
+            policy,
+            version: v,
         })
     }
 }
@@ -643,6 +675,8 @@ mod tests {
             gc_mode: 0,
             gc_threshold: 10,
             seed: 7,
+            policy: POLICY_ALL,
+            version: NV_VERSION,
         }
     }
 

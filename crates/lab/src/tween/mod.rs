@@ -8,7 +8,10 @@
 //! * `sensitivity`: tween alone over hotness groups N, α, β and NVRAM size (chunk = 1, 2, 4 flash
 //!   blocks), and the flash alignment TWEEN assumes.
 //! * `gc`: TWEEN's GC modes, active (threshold, inside writes) against periodic (idle, between
-//!   bursts of requests).
+//!   bursts of requests) and background (a worker thread beside the requests).
+//! * `cleaner`: issue 45's changes to TWEEN's cleaner, each alone on the seed's design (greedy,
+//!   active, N fixed groups, cleaning output re-classified with host writes) and all together (the
+//!   defaults), with md, at equal raw flash, on every trace and SYNC4K.
 //! * `files`: md vs eplog vs tween on O_DIRECT device files (TWEEN's NVRAM a mapped file), the traces
 //!   and the sync workload, for real request latencies.
 //!
@@ -29,11 +32,11 @@ mod workload;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ecstack_array::{GcMode, SchemeKind, TweenConfig};
+use ecstack_array::{GcMode, SchemeKind, TweenConfig, VictimPolicy};
 use ecstack_device::SimSsd;
 use serde::Serialize;
 
-pub use rig::{Backing, SsdSetup, TweenParams};
+pub use rig::{Backing, FlashBasis, SsdSetup, TweenParams};
 pub use workload::Work;
 
 use crate::eplog::{Setting, TraceName};
@@ -47,15 +50,17 @@ pub enum Part {
     Sync,
     Sensitivity,
     Gc,
+    Cleaner,
     Files,
 }
 
 impl Part {
-    pub const ALL: [Part; 5] = [
+    pub const ALL: [Part; 6] = [
         Part::Traces,
         Part::Sync,
         Part::Sensitivity,
         Part::Gc,
+        Part::Cleaner,
         Part::Files,
     ];
 
@@ -65,10 +70,11 @@ impl Part {
             "sync" => Ok(Part::Sync),
             "sensitivity" => Ok(Part::Sensitivity),
             "gc" => Ok(Part::Gc),
+            "cleaner" => Ok(Part::Cleaner),
             "files" => Ok(Part::Files),
             o => Err(LabError::Config {
                 field: "parts",
-                msg: format!("unknown part '{o}' (traces, sync, sensitivity, gc, files)"),
+                msg: format!("unknown part '{o}' (traces, sync, sensitivity, gc, cleaner, files)"),
             }),
         }
     }
@@ -79,6 +85,7 @@ impl Part {
             Part::Sync => "sync",
             Part::Sensitivity => "sensitivity",
             Part::Gc => "gc",
+            Part::Cleaner => "cleaner",
             Part::Files => "files",
         }
     }
@@ -96,10 +103,12 @@ pub struct TweenExpConfig {
     pub files_scale: f64,
     pub setting: Setting,
     pub ssd: SsdSetup,
-    /// Over-provisioning of tween's SSDs when it differs from md's and eplog's (`ssd.op`): tween's
-    /// full-block writes need none, so its SSDs can give that flash to TWEEN's own spare segments
-    /// (`tween.over_provisioning`) at equal raw flash.
+    /// Over-provisioning of tween's footprint-sized SSDs when it differs from md's and eplog's
+    /// (`ssd.op`). (At equal raw flash tween's SSDs always get the least the model accepts.)
     pub tween_ssd_op: Option<f64>,
+    /// `traces` and `sync`: beside tween at equal raw flash with md, also tween on SSDs sized to
+    /// its footprint (labelled).
+    pub footprint_too: bool,
     /// TWEEN's defaults of every run outside the sweeps (groups, α, β, GC mode, seed).
     pub tween: TweenConfig,
     /// TWEEN's chunk in flash blocks.
@@ -130,6 +139,7 @@ impl TweenExpConfig {
                 ..SsdSetup::default()
             },
             tween_ssd_op: None,
+            footprint_too: true,
             tween: TweenConfig::default(),
             chunk_blocks: 1,
             idle_every: 256,
@@ -205,6 +215,9 @@ pub struct TweenRow {
     pub scheme: String,
     /// tween: its parameters (N, α, β, NVRAM, GC mode); md/eplog: "-".
     pub variant: String,
+    /// tween: how its SSDs were sized (equal raw flash with md's, or its footprint); md/eplog:
+    /// None (always their footprint).
+    pub flash_basis: Option<FlashBasis>,
     pub requests: u64,
     pub host_write_bytes: u64,
     /// Simulated SSDs only: raw flash of one main SSD (blocks × block bytes, over-provisioning
@@ -224,16 +237,26 @@ pub struct TweenRow {
     pub flash_per_host_byte: Option<f64>,
     /// Modeled busy time of the busiest main SSD over the replay, seconds.
     pub ssd_busy_s: Option<f64>,
+    /// Requests over the time spent in them (idle periods excluded).
     pub requests_per_s: f64,
+    /// Requests over the replay's wall time, idle periods (periodic and background modes)
+    /// included: the rate without idle time to hide work in.
+    pub wall_requests_per_s: f64,
     pub latency_p50_us: f64,
     pub latency_p99_us: f64,
     pub latency_p999_us: f64,
     pub latency_max_us: f64,
     pub nvram_bytes: Option<u64>,
-    /// tween only: segments collected (inside writes / during idle periods), extents GC moved
-    /// through NVRAM, full-stripe flushes.
+    /// tween only: segments collected inside writes / off the request path (periodic mode's idle
+    /// periods, or the background worker), extents GC moved through NVRAM, full-stripe flushes
+    /// (and how many of them the background worker did).
     pub tween_gc_segments: Option<u64>,
     pub tween_idle_gc_segments: Option<u64>,
+    pub tween_background_flushes: Option<u64>,
+    /// tween only: hotness groups taking host writes at the end (of at most), the layer's skew
+    /// estimate, and the share of epochs it used more than one group.
+    pub tween_host_groups: Option<String>,
+    pub tween_skew: Option<f64>,
     pub tween_gc_extents: Option<u64>,
     pub tween_flushes: Option<u64>,
     /// tween only: the hotness groups' cluster centers after the replay (JSON only).
@@ -245,6 +268,10 @@ pub struct TweenRow {
 pub struct VersusMd {
     pub part: Part,
     pub workload: String,
+    /// How tween's SSDs were sized (md's are footprint-sized).
+    pub flash_basis: FlashBasis,
+    pub md_raw_flash_bytes: Option<u64>,
+    pub tween_raw_flash_bytes: Option<u64>,
     pub md_gc_per_ssd: f64,
     pub tween_gc_per_ssd: f64,
     pub gc_change_pct: f64,
@@ -255,6 +282,11 @@ pub struct VersusMd {
     pub tween_flash_per_host_byte: f64,
     pub flash_change_pct: f64,
     pub ssd_write_change_pct: f64,
+    /// tween's requests/s over md's (target ≥ 1), and the same over wall time (idle included).
+    pub requests_per_s_ratio: f64,
+    pub wall_requests_per_s_ratio: f64,
+    /// tween's p99.9 latency over md's (target ≤ 2).
+    pub p999_ratio: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -304,9 +336,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// Wait (up to `IDLE_MAX`) until tween's background worker has nothing left to do.
+const IDLE_MAX: Duration = Duration::from_secs(2);
+
 /// Replay `w` on `rig`, timing each request (its fsync included). Periodic-mode idle GC runs
-/// between requests, outside the clock: it stands for the device's idle time.
-fn replay(rig: &rig::Rig, w: &Work) -> Result<(f64, Vec<f64>, u64)> {
+/// between requests, outside the clock: it stands for the device's idle time; in background mode
+/// the same idle periods let the worker catch up (waiting until it is idle). Returns the request
+/// time, the latencies, the segments idle GC collected and the wall time (idle periods included).
+fn replay(rig: &rig::Rig, w: &Work) -> Result<(f64, Vec<f64>, u64, f64)> {
+    let start = Instant::now();
     let buf: Vec<u8> = (0..w.max_len())
         .map(|i| (i as u8).wrapping_mul(7))
         .collect();
@@ -324,18 +362,31 @@ fn replay(rig: &rig::Rig, w: &Work) -> Result<(f64, Vec<f64>, u64)> {
         lat.push(dt.as_secs_f64() * 1e6);
         if rig.idle_every > 0 && (i as u64 + 1).is_multiple_of(rig.idle_every) {
             if let Some(t) = rig.tween() {
-                idle_gc += t.collect_idle(Duration::ZERO)?;
+                if t.gc_mode() == GcMode::Background {
+                    let until = Instant::now() + IDLE_MAX;
+                    while !t.background_idle() && Instant::now() < until {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                } else {
+                    idle_gc += t.collect_idle(Duration::ZERO)?;
+                }
             }
         }
     }
     lat.sort_by(f64::total_cmp);
-    Ok((busy.as_secs_f64(), lat, idle_gc))
+    Ok((
+        busy.as_secs_f64(),
+        lat,
+        idle_gc,
+        start.elapsed().as_secs_f64(),
+    ))
 }
 
 /// Pre-write, replay and measure one rig.
 fn measure(
     part: Part,
     variant: String,
+    basis: Option<FlashBasis>,
     w: &Work,
     rig: &rig::Rig,
     align: bool,
@@ -346,7 +397,7 @@ fn measure(
     a.reset_stats();
     let before = SsdSnap::of(&rig.ssds);
     let t0 = rig.tween().map(|t| t.stats());
-    let (secs, lat, idle_gc) = replay(rig, w)?;
+    let (secs, lat, idle_gc, wall) = replay(rig, w)?;
     rig.finish()?;
     let after = SsdSnap::of(&rig.ssds);
     let st = a.status();
@@ -357,6 +408,8 @@ fn measure(
     let page = ecstack_device::SsdConfig::default().page_size as u64;
     let t1 = rig.tween().map(|t| t.stats());
     let tw = t0.zip(t1);
+    let rt = rig.tween().map(|t| t.runtime());
+    let bg_gc = rt.map(|r| r.background_gc_segments).unwrap_or(0);
     let on_sim = |x: f64| sim.then_some(x);
     Ok(TweenRow {
         part,
@@ -364,6 +417,7 @@ fn measure(
         workload: w.name.clone(),
         scheme: rig.scheme.name().into(),
         variant,
+        flash_basis: basis,
         requests: w.reqs.len() as u64,
         host_write_bytes: w.bytes(),
         ssd_raw_bytes: rig.ssds.first().map(|d| {
@@ -390,31 +444,44 @@ fn measure(
                 / 1e9,
         ),
         requests_per_s: w.reqs.len() as f64 / secs.max(1e-9),
+        wall_requests_per_s: w.reqs.len() as f64 / wall.max(1e-9),
         latency_p50_us: percentile(&lat, 0.5),
         latency_p99_us: percentile(&lat, 0.99),
         latency_p999_us: percentile(&lat, 0.999),
         latency_max_us: lat.last().copied().unwrap_or(0.0),
         nvram_bytes: rig.nvram_bytes,
-        tween_gc_segments: tw.map(|(a, b)| b.gc_segments - a.gc_segments - idle_gc),
-        tween_idle_gc_segments: tw.map(|_| idle_gc),
+        tween_gc_segments: tw.map(|(a, b)| b.gc_segments - a.gc_segments - idle_gc - bg_gc),
+        tween_idle_gc_segments: tw.map(|_| idle_gc + bg_gc),
+        tween_background_flushes: rt.map(|r| r.background_flushes),
+        tween_host_groups: rt.map(|r| {
+            format!(
+                "{}/{} ({}/{} epochs grouped)",
+                r.host_groups, r.host_groups_max, r.grouped_epochs, r.epochs
+            )
+        }),
+        tween_skew: rt.map(|r| r.skew),
         tween_gc_extents: tw.map(|(a, b)| b.gc_extents - a.gc_extents),
         tween_flushes: tw.map(|(a, b)| b.flushes - a.flushes),
         tween_centers: rig.tween().map(|t| t.centers()),
     })
 }
 
-fn variant(t: &TweenConfig, nvram: Option<u64>, align: bool) -> String {
+fn variant(t: &TweenConfig, nvram: Option<u64>, op: f64, align: bool) -> String {
     let mut v = format!(
-        "N={} a={} b={} NVRAM={} op={} gc={}",
+        "N={} a={} b={} NVRAM={} op={:.3} gc={} victim={} groups={} gc-stream={}",
         t.groups,
         t.alpha,
         t.beta,
         fmt_bytes(nvram.unwrap_or(0)),
-        t.over_provisioning,
-        match t.gc_mode {
-            GcMode::Active => "active",
-            GcMode::Periodic => "periodic",
-        }
+        op,
+        t.gc_mode.name(),
+        t.victim.name(),
+        if t.adaptive_groups {
+            "adaptive"
+        } else {
+            "fixed"
+        },
+        if t.gc_stream { "yes" } else { "no" },
     );
     if let Some(thr) = t.gc_threshold {
         v.push_str(&format!(" thr={thr}"));
@@ -442,7 +509,7 @@ impl Runner<'_> {
     fn baselines(&mut self, part: Part, w: &Work, backing: &Backing) -> Result<()> {
         for scheme in [SchemeKind::Md, SchemeKind::Eplog] {
             let rig = rig::baseline(w, scheme, self.cfg.setting, backing)?;
-            let row = measure(part, "-".into(), w, &rig, true, testbed(backing))?;
+            let row = measure(part, "-".into(), None, w, &rig, true, testbed(backing))?;
             self.rows.push(row);
         }
         Ok(())
@@ -456,33 +523,109 @@ impl Runner<'_> {
         t: TweenConfig,
         chunk_blocks: u32,
         align: bool,
+        basis: FlashBasis,
     ) -> Result<()> {
-        let backing = match (backing, self.cfg.tween_ssd_op) {
-            (Backing::Sim(s), Some(op)) => Backing::Sim(SsdSetup { op, ..*s }),
-            (b, _) => b.clone(),
+        let backing = match (backing, self.cfg.tween_ssd_op, basis) {
+            (Backing::Sim(s), Some(op), FlashBasis::Footprint) => {
+                Backing::Sim(SsdSetup { op, ..*s })
+            }
+            (b, _, _) => b.clone(),
+        };
+        // Equal raw flash is a property of simulated SSDs; device files are sized to the footprint.
+        let basis = match backing {
+            Backing::Sim(_) => basis,
+            Backing::Files { .. } => FlashBasis::Footprint,
         };
         let rig = rig::tween(
             w,
             self.cfg.setting,
             &self.cfg.params(t.clone(), chunk_blocks),
             &backing,
+            basis,
         )?;
-        let v = variant(&t, rig.nvram_bytes, align);
-        let row = measure(part, v, w, &rig, align, testbed(&backing))?;
+        let op = rig.tween_op.unwrap_or(t.over_provisioning);
+        let t = TweenConfig {
+            groups: rig.tween_groups.unwrap_or(t.groups),
+            ..t
+        };
+        let v = variant(&t, rig.nvram_bytes, op, align);
+        let basis = rig.basis.unwrap_or(basis);
+        let row = measure(part, v, Some(basis), w, &rig, align, testbed(&backing))?;
         self.rows.push(row);
         Ok(())
     }
 
+    /// md, eplog, then tween at equal raw flash with md and (simulated SSDs) tween on SSDs sized
+    /// to its footprint, labelled.
     fn all_three(&mut self, part: Part, w: &Work, backing: &Backing) -> Result<()> {
         self.baselines(part, w, backing)?;
         let t = self.cfg.tween.clone();
-        self.tween(part, w, backing, t, self.cfg.chunk_blocks, true)
+        let cb = self.cfg.chunk_blocks;
+        self.tween(part, w, backing, t.clone(), cb, true, FlashBasis::EqualRaw)?;
+        if matches!(backing, Backing::Sim(_)) && self.cfg.footprint_too {
+            self.tween(part, w, backing, t, cb, true, FlashBasis::Footprint)?;
+        }
+        Ok(())
+    }
+
+    /// The cleaner's changes (issue 45), each alone on the seed's design and all together, at
+    /// equal raw flash with md (run first, same process).
+    fn cleaner(&mut self, w: &Work) -> Result<()> {
+        let sim = self.cfg.sim();
+        let md = rig::baseline(w, SchemeKind::Md, self.cfg.setting, &sim)?;
+        let row = measure(Part::Cleaner, "-".into(), None, w, &md, true, testbed(&sim))?;
+        self.rows.push(row);
+        drop(md);
+        let seed = TweenConfig {
+            groups: self.cfg.tween.groups,
+            ..TweenConfig::seed_design()
+        };
+        let d = self.cfg.tween.clone();
+        let variants = [
+            seed.clone(),
+            TweenConfig {
+                victim: VictimPolicy::CostBenefit,
+                ..seed.clone()
+            },
+            TweenConfig {
+                gc_stream: d.gc_stream,
+                ..seed.clone()
+            },
+            TweenConfig {
+                gc_mode: d.gc_mode,
+                ..seed.clone()
+            },
+            TweenConfig {
+                adaptive_groups: d.adaptive_groups,
+                ..seed.clone()
+            },
+            TweenConfig {
+                groups: 1,
+                ..seed.clone()
+            },
+            d.clone(),
+            TweenConfig {
+                victim: VictimPolicy::CostBenefit,
+                ..d.clone()
+            },
+            TweenConfig {
+                adaptive_groups: false,
+                ..d.clone()
+            },
+        ];
+        let cb = self.cfg.chunk_blocks;
+        for t in variants {
+            self.tween(Part::Cleaner, w, &sim, t, cb, true, FlashBasis::EqualRaw)?;
+        }
+        Ok(())
     }
 
     fn sweep(&mut self, w: &Work) -> Result<()> {
         let base = self.cfg.tween.clone();
         let sim = self.cfg.sim();
         let cb = self.cfg.chunk_blocks;
+        // At equal raw flash with md, except the rows that vary TWEEN's over-provisioning (which
+        // equal raw flash derives): those are footprint-sized.
         let mut runs: Vec<(TweenConfig, u32, bool)> = Vec::new();
         for groups in [1, 2, 4, 8] {
             runs.push((
@@ -526,7 +669,12 @@ impl Runner<'_> {
         }
         runs.push((base.clone(), cb, false));
         for (t, blocks, align) in runs {
-            self.tween(Part::Sensitivity, w, &sim, t, blocks, align)?;
+            let basis = if t.over_provisioning != base.over_provisioning {
+                FlashBasis::Footprint
+            } else {
+                FlashBasis::EqualRaw
+            };
+            self.tween(Part::Sensitivity, w, &sim, t, blocks, align, basis)?;
         }
         Ok(())
     }
@@ -586,13 +734,24 @@ fn run_part(r: &mut Runner<'_>, part: Part) -> Result<()> {
         Part::Gc => {
             for &name in &cfg.traces {
                 let w = load(name, cfg.scale)?;
-                for gc_mode in [GcMode::Active, GcMode::Periodic] {
+                for gc_mode in [GcMode::Active, GcMode::Periodic, GcMode::Background] {
                     let t = TweenConfig {
                         gc_mode,
                         ..cfg.tween.clone()
                     };
-                    r.tween(Part::Gc, &w, &sim, t, cfg.chunk_blocks, true)?;
+                    let basis = FlashBasis::EqualRaw;
+                    r.tween(Part::Gc, &w, &sim, t, cfg.chunk_blocks, true, basis)?;
                 }
+            }
+        }
+        Part::Cleaner => {
+            let mut works = Vec::new();
+            for &name in &cfg.traces {
+                works.push(load(name, cfg.scale)?);
+            }
+            works.push(cfg.sync_work(cfg.scale));
+            for w in &works {
+                r.cleaner(w)?;
             }
         }
         Part::Files => {
@@ -630,43 +789,55 @@ fn change_pct(from: f64, to: f64) -> f64 {
 }
 
 /// tween (default parameters) against md on every simulated workload of the `traces` and `sync`
-/// parts.
+/// parts, one entry per flash basis tween ran at.
 fn versus_md(rows: &[TweenRow]) -> Vec<VersusMd> {
     let mut out = Vec::new();
     for md in rows
         .iter()
         .filter(|r| matches!(r.part, Part::Traces | Part::Sync) && r.scheme == "md")
     {
-        let Some(tw) = rows
+        for tw in rows
             .iter()
-            .find(|r| r.part == md.part && r.workload == md.workload && r.scheme == "tween")
-        else {
-            continue;
-        };
-        let g = |r: &TweenRow, f: fn(&TweenRow) -> Option<f64>| f(r).unwrap_or(0.0);
-        let (mg, tg) = (g(md, |r| r.gc_per_ssd), g(tw, |r| r.gc_per_ssd));
-        let (mw, twa) = (
-            g(md, |r| r.flash_write_amplification),
-            g(tw, |r| r.flash_write_amplification),
-        );
-        let (mf, tf) = (
-            g(md, |r| r.flash_per_host_byte),
-            g(tw, |r| r.flash_per_host_byte),
-        );
-        out.push(VersusMd {
-            part: md.part,
-            workload: md.workload.clone(),
-            md_gc_per_ssd: mg,
-            tween_gc_per_ssd: tg,
-            gc_change_pct: change_pct(mg, tg),
-            md_flash_wa: mw,
-            tween_flash_wa: twa,
-            wa_change_pct: change_pct(mw, twa),
-            md_flash_per_host_byte: mf,
-            tween_flash_per_host_byte: tf,
-            flash_change_pct: change_pct(mf, tf),
-            ssd_write_change_pct: change_pct(md.ssd_write_bytes as f64, tw.ssd_write_bytes as f64),
-        });
+            .filter(|r| r.part == md.part && r.workload == md.workload && r.scheme == "tween")
+        {
+            let Some(basis) = tw.flash_basis else {
+                continue;
+            };
+            let g = |r: &TweenRow, f: fn(&TweenRow) -> Option<f64>| f(r).unwrap_or(0.0);
+            let (mg, tg) = (g(md, |r| r.gc_per_ssd), g(tw, |r| r.gc_per_ssd));
+            let (mw, twa) = (
+                g(md, |r| r.flash_write_amplification),
+                g(tw, |r| r.flash_write_amplification),
+            );
+            let (mf, tf) = (
+                g(md, |r| r.flash_per_host_byte),
+                g(tw, |r| r.flash_per_host_byte),
+            );
+            out.push(VersusMd {
+                part: md.part,
+                workload: md.workload.clone(),
+                flash_basis: basis,
+                md_raw_flash_bytes: md.ssd_raw_bytes,
+                tween_raw_flash_bytes: tw.ssd_raw_bytes,
+                md_gc_per_ssd: mg,
+                tween_gc_per_ssd: tg,
+                gc_change_pct: change_pct(mg, tg),
+                md_flash_wa: mw,
+                tween_flash_wa: twa,
+                wa_change_pct: change_pct(mw, twa),
+                md_flash_per_host_byte: mf,
+                tween_flash_per_host_byte: tf,
+                flash_change_pct: change_pct(mf, tf),
+                ssd_write_change_pct: change_pct(
+                    md.ssd_write_bytes as f64,
+                    tw.ssd_write_bytes as f64,
+                ),
+                requests_per_s_ratio: tw.requests_per_s / md.requests_per_s.max(1e-9),
+                wall_requests_per_s_ratio: tw.wall_requests_per_s
+                    / md.wall_requests_per_s.max(1e-9),
+                p999_ratio: tw.latency_p999_us / md.latency_p999_us.max(1e-9),
+            });
+        }
     }
     out
 }
@@ -690,14 +861,17 @@ pub fn render(rep: &TweenReport) -> String {
             continue;
         }
         out.push_str(&format!("\n## {} ({})\n\n", part.name(), rows[0].testbed));
-        out.push_str("| workload | scheme | variant | requests | raw flash/SSD MiB | SSD writes MiB | SSD reads MiB | log writes MiB | GC/SSD | GC copies/SSD | flash WA | flash/host | SSD busy s | req/s | p50 us | p99 us | p99.9 us | tween GC segs (idle) |\n");
-        out.push_str("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        out.push_str("| workload | scheme | SSDs sized | variant | groups used | skew | requests | raw flash/SSD MiB | SSD writes MiB | SSD reads MiB | log writes MiB | GC/SSD | GC copies/SSD | flash WA | flash/host | SSD busy s | req/s | p50 us | p99 us | p99.9 us | tween GC segs (off path) |\n");
+        out.push_str("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for r in rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} |\n",
                 r.workload,
                 r.scheme,
+                r.flash_basis.map(|b| b.label()).unwrap_or("footprint"),
                 r.variant,
+                r.tween_host_groups.as_deref().unwrap_or("-"),
+                opt(r.tween_skew, 2),
                 r.requests,
                 opt(r.ssd_raw_bytes.map(mib), 1),
                 mib(r.ssd_write_bytes),
@@ -723,13 +897,18 @@ pub fn render(rep: &TweenReport) -> String {
         out.push_str(&format!("\n## {} FAILED\n\n{}\n", f.part.name(), f.error));
     }
     if !rep.versus_md.is_empty() {
-        out.push_str("\n## tween against md (simulated SSDs; negative = tween lower)\n\n");
-        out.push_str("| workload | GC/SSD md | GC/SSD tween | change | flash WA md | flash WA tween | change | flash/host md | flash/host tween | change | SSD writes change |\n");
-        out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        out.push_str("\n## tween against md (simulated SSDs; negative = tween lower; targets at equal raw flash: GC change ≤ 0, flash WA 1.00, req/s ratio ≥ 1, p99.9 ratio ≤ 2)\n\n");
+        out.push_str("| workload | tween SSDs | raw flash/SSD MiB md / tween | GC/SSD md | GC/SSD tween | change | flash WA md | flash WA tween | change | flash/host md | flash/host tween | change | SSD writes change | req/s tween/md | wall req/s tween/md | p99.9 tween/md |\n");
+        out.push_str(
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
         for v in &rep.versus_md {
             out.push_str(&format!(
-                "| {} | {:.1} | {:.1} | {:+.1}% | {:.3} | {:.3} | {:+.1}% | {:.2} | {:.2} | {:+.1}% | {:+.1}% |\n",
+                "| {} | {} | {} / {} | {:.1} | {:.1} | {:+.1}% | {:.3} | {:.3} | {:+.1}% | {:.2} | {:.2} | {:+.1}% | {:+.1}% | {:.2} | {:.2} | {:.2} |\n",
                 v.workload,
+                v.flash_basis.label(),
+                opt(v.md_raw_flash_bytes.map(mib), 1),
+                opt(v.tween_raw_flash_bytes.map(mib), 1),
                 v.md_gc_per_ssd,
                 v.tween_gc_per_ssd,
                 v.gc_change_pct,
@@ -740,6 +919,9 @@ pub fn render(rep: &TweenReport) -> String {
                 v.tween_flash_per_host_byte,
                 v.flash_change_pct,
                 v.ssd_write_change_pct,
+                v.requests_per_s_ratio,
+                v.wall_requests_per_s_ratio,
+                v.p999_ratio,
             ));
         }
     }
@@ -766,8 +948,17 @@ mod tests {
         let cfg = tiny(vec![Part::Traces]);
         let rep = run(&cfg).unwrap();
         let rows = &rep.rows;
-        assert_eq!(rows.len(), 3);
-        let tw = rows.iter().find(|r| r.scheme == "tween").unwrap();
+        assert_eq!(rows.len(), 4);
+        // md's SSDs and tween's at equal raw flash have the same raw size.
+        let md = rows.iter().find(|r| r.scheme == "md").unwrap();
+        let eq = |b| {
+            rows.iter()
+                .find(|r| r.scheme == "tween" && r.flash_basis == Some(b))
+                .unwrap()
+        };
+        assert_eq!(eq(FlashBasis::EqualRaw).ssd_raw_bytes, md.ssd_raw_bytes);
+        assert!(eq(FlashBasis::Footprint).ssd_raw_bytes.is_some());
+        let tw = eq(FlashBasis::EqualRaw);
         let chunk = cfg.ssd.block_bytes() * cfg.chunk_blocks as u64;
         let flushes = tw.tween_flushes.unwrap();
         assert!(flushes > 0, "no flush during the replay");
@@ -779,7 +970,7 @@ mod tests {
         assert!(rows
             .iter()
             .all(|r| r.requests > 0 && r.requests_per_s > 0.0));
-        assert_eq!(rep.versus_md.len(), 1);
+        assert_eq!(rep.versus_md.len(), 2);
     }
 
     /// Aged SSDs aligned to flash blocks: every flash block TWEEN overwrites is whole, so the

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ecstack_array::{
-    Array, ArrayConfig, ArrayDevices, NvramSpec, OpenOptions, SchemeKind, Tween, TweenConfig,
+    Array, ArrayConfig, ArrayDevices, BackgroundGc, GcMode, NvramSpec, OpenOptions, SchemeKind,
+    Tween, TweenConfig,
 };
 use ecstack_device::{open_spec, BlockDevice, MemDevice, SimSsd, SsdConfig};
 
@@ -47,7 +48,7 @@ impl SsdSetup {
     }
 
     /// An SSD whose logical capacity holds `bytes` plus one spare block (the alignment pad's page).
-    fn config(&self, bytes: u64) -> SsdConfig {
+    pub(crate) fn config(&self, bytes: u64) -> SsdConfig {
         let base = SsdConfig::default();
         let pages = bytes.div_ceil(base.page_size as u64) + self.block_pages as u64;
         let per_block = self.block_pages as f64 * (1.0 - self.op);
@@ -57,6 +58,44 @@ impl SsdSetup {
             pages_per_block: self.block_pages,
             op: self.op,
             ..base
+        }
+    }
+
+    /// An SSD of exactly `blocks` flash blocks with the least over-provisioning the model's GC
+    /// watermarks accept (the free pool + 2 blocks outside the logical pages): tween at equal raw
+    /// flash, whose full-block writes never need the SSD's own spare.
+    pub(crate) fn config_raw(&self, blocks: u32) -> SsdConfig {
+        let base = SsdConfig {
+            blocks,
+            pages_per_block: self.block_pages,
+            ..SsdConfig::default()
+        };
+        let outside = (base.high_blocks() as u64 + 2) * self.block_pages as u64;
+        let total = blocks as u64 * self.block_pages as u64;
+        // The smallest op whose floor(total · (1 − op)) leaves `outside` pages out.
+        let op = outside as f64 / total as f64 + 1e-9;
+        SsdConfig { op, ..base }
+    }
+}
+
+/// How tween's SSDs are sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FlashBasis {
+    /// The same raw flash per SSD as md's (footprint-sized md SSDs): the SSDs get the least
+    /// over-provisioning their GC accepts and every other block becomes TWEEN segments (TWEEN's
+    /// own spare is what is left beyond the working set).
+    EqualRaw,
+    /// Sized to TWEEN's footprint: its segments (with TWEEN's over-provisioning) on SSDs with the
+    /// same over-provisioning as md's (the experiment's defaults before issue 45).
+    Footprint,
+}
+
+impl FlashBasis {
+    pub fn label(self) -> &'static str {
+        match self {
+            FlashBasis::EqualRaw => "equal raw flash",
+            FlashBasis::Footprint => "footprint",
         }
     }
 }
@@ -79,7 +118,8 @@ pub struct TweenParams {
     pub tween: TweenConfig,
     /// Chunk = this many flash blocks (the NVRAM holds groups × k chunks).
     pub chunk_blocks: u32,
-    /// Periodic mode: idle GC runs after every this many requests (outside their latency).
+    /// Periodic mode: idle GC runs after every this many requests (outside their latency);
+    /// background mode: an idle period there lets the worker finish (outside their latency).
     pub idle_every: u64,
 }
 
@@ -96,7 +136,7 @@ impl Drop for RunFiles {
 
 pub(crate) enum Target {
     Array(Array),
-    Tween(Tween),
+    Tween(Arc<Tween>),
 }
 
 /// One scheme's array ready for a replay.
@@ -105,7 +145,15 @@ pub(crate) struct Rig {
     pub target: Target,
     pub ssds: Vec<Arc<SimSsd>>,
     pub nvram_bytes: Option<u64>,
+    /// tween: TWEEN's over-provisioning in effect (derived at equal raw flash).
+    pub tween_op: Option<f64>,
+    /// tween: NVRAM buffers in effect (fewer at equal raw flash when md's flash is tight).
+    pub tween_groups: Option<usize>,
+    /// tween: how its SSDs were sized in the end.
+    pub basis: Option<FlashBasis>,
     pub idle_every: u64,
+    /// tween in background mode: its worker (stopped before the files go).
+    _background: Option<BackgroundGc>,
     _files: Option<RunFiles>,
 }
 
@@ -119,7 +167,7 @@ impl Rig {
 
     pub fn tween(&self) -> Option<&Tween> {
         match &self.target {
-            Target::Tween(t) => Some(t),
+            Target::Tween(t) => Some(t.as_ref()),
             _ => None,
         }
     }
@@ -137,7 +185,7 @@ impl Rig {
     pub fn sync(&self) -> Result<()> {
         match &self.target {
             Target::Array(a) => a.sync()?,
-            Target::Tween(t) => BlockDevice::flush(t)?,
+            Target::Tween(t) => BlockDevice::flush(t.as_ref())?,
         }
         Ok(())
     }
@@ -219,9 +267,13 @@ fn align_write_point(s: &SimSsd) -> Result<()> {
 }
 
 fn sim_ssds(setup: &SsdSetup, n: usize, bytes: u64) -> Result<Vec<Arc<SimSsd>>> {
+    sim_ssds_with(setup, n, setup.config(bytes))
+}
+
+fn sim_ssds_with(setup: &SsdSetup, n: usize, c: SsdConfig) -> Result<Vec<Arc<SimSsd>>> {
     (0..n)
         .map(|_| {
-            let s = Arc::new(SimSsd::new(setup.config(bytes))?);
+            let s = Arc::new(SimSsd::new(c.clone())?);
             if setup.aged {
                 age(&s)?;
             }
@@ -276,6 +328,11 @@ fn as_dyn(s: &[Arc<SimSsd>]) -> Vec<Arc<dyn BlockDevice>> {
 /// An md or eplog array for `w` (4 KiB chunks, as in the EPLOG experiment): md's footprint is its
 /// stripes, eplog's adds the spare area for out-of-place versions; eplog's log devices are
 /// simulated HDDs (or files), not counted among the SSDs.
+/// The bytes one of md's main devices holds for `w` (its stripes of 4 KiB chunks and the labels).
+fn md_main_bytes(w: &Work, s: Setting) -> u64 {
+    CHUNK_BYTES + w.sizing(s).stripes * CHUNK_BYTES
+}
+
 pub(crate) fn baseline(w: &Work, scheme: SchemeKind, s: Setting, backing: &Backing) -> Result<Rig> {
     let sz = w.sizing(s);
     let (slots, stripes) = match scheme {
@@ -333,28 +390,68 @@ pub(crate) fn baseline(w: &Work, scheme: SchemeKind, s: Setting, backing: &Backi
         target: Target::Array(array),
         ssds,
         nvram_bytes: None,
+        tween_op: None,
+        tween_groups: None,
+        basis: None,
         idle_every: 0,
+        _background: None,
         _files: Some(RunFiles(files)),
     })
 }
 
 /// A tween array for `w`: chunk = `chunk_blocks` flash blocks, segments for the working set plus
 /// TWEEN's spare (over-provisioning, at least N + 3), NVRAM in memory (simulated SSDs) or a file.
-pub(crate) fn tween(w: &Work, s: Setting, p: &TweenParams, backing: &Backing) -> Result<Rig> {
+///
+/// `EqualRaw` (simulated SSDs only): the SSDs get md's raw flash (`md_raw_blocks`), the least
+/// over-provisioning their GC accepts, and TWEEN's over-provisioning becomes whatever the segments
+/// beyond the working set are (the `tween.over_provisioning` given is ignored).
+pub(crate) fn tween(
+    w: &Work,
+    s: Setting,
+    p: &TweenParams,
+    backing: &Backing,
+    basis: FlashBasis,
+) -> Result<Rig> {
     let block = match backing {
         Backing::Sim(setup) => setup.block_bytes(),
         Backing::Files { .. } => SsdSetup::default().block_bytes(),
     };
     let chunk = block * p.chunk_blocks.max(1) as u64;
     let stripe = s.k as u64 * chunk;
-    let t = &p.tween;
+    let mut t = p.tween.clone();
     let data = w.wss.div_ceil(stripe);
-    let segments = t.segments_for(data);
+    let mut segments = t.segments_for(data);
+    let mut raw: Option<SsdConfig> = None;
+    let mut basis = basis;
+    if let (FlashBasis::EqualRaw, Backing::Sim(setup)) = (basis, backing) {
+        let md = setup.config(md_main_bytes(w, s));
+        let c = setup.config_raw(md.blocks);
+        let logical = c.logical_pages() * c.page_size as u64;
+        // The alignment pad's block and the array's first chunk (labels) stay outside.
+        let fit = logical.saturating_sub(block + chunk) / chunk;
+        // TWEEN keeps at least N + 3 spare segments (`gc.rs`); where md's flash leaves fewer, it
+        // runs with fewer NVRAM buffers (the variant shows N); below 4 (one buffer) it cannot run
+        // there at all, and the run is footprint-sized instead (labelled so: tiny `--quick` sets).
+        let spare = fit.saturating_sub(data);
+        if spare >= 4 {
+            segments = fit;
+            t.groups = t.groups.min((spare - 3) as usize);
+            // Just below (S − data)/S, so that ⌈S · op⌉ = S − data.
+            t.over_provisioning = (spare as f64 / fit as f64 - 1e-9).max(0.0);
+            raw = Some(c);
+        } else {
+            basis = FlashBasis::Footprint;
+        }
+    }
+    let t = &t;
     let main_bytes = chunk + segments * chunk;
     let mut files = Vec::new();
     let (ssds, main, nv) = match backing {
         Backing::Sim(setup) => {
-            let ssds = sim_ssds(setup, s.n(), main_bytes)?;
+            let ssds = match raw {
+                Some(c) => sim_ssds_with(setup, s.n(), c)?,
+                None => sim_ssds(setup, s.n(), main_bytes)?,
+            };
             let main = as_dyn(&ssds);
             (ssds, main, NvramSpec::memory().0)
         }
@@ -383,7 +480,8 @@ pub(crate) fn tween(w: &Work, s: Setting, p: &TweenParams, backing: &Backing) ->
         force: true,
         ..OpenOptions::default()
     };
-    let tw = Tween::create_with(&acfg, devices, t, &nv, &force)?;
+    let tw = Arc::new(Tween::create_with(&acfg, devices, t, &nv, &force)?);
+    let background = (t.gc_mode == GcMode::Background).then(|| tw.start_background());
     if tw.size() < w.wss {
         return Err(LabError::Run(format!(
             "tween capacity {} below the working set {}",
@@ -396,11 +494,15 @@ pub(crate) fn tween(w: &Work, s: Setting, p: &TweenParams, backing: &Backing) ->
         target: Target::Tween(tw),
         ssds,
         nvram_bytes: Some(t.groups as u64 * stripe),
-        idle_every: if t.gc_mode == ecstack_array::GcMode::Periodic {
+        tween_op: Some(t.over_provisioning),
+        tween_groups: Some(t.groups),
+        basis: Some(basis),
+        idle_every: if matches!(t.gc_mode, GcMode::Periodic | GcMode::Background) {
             p.idle_every.max(1)
         } else {
             0
         },
+        _background: background,
         _files: Some(RunFiles(files)),
     })
 }
