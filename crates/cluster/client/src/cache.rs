@@ -47,7 +47,10 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Clean segments dropped because the file changed elsewhere (close-to-open).
     pub invalidations: u64,
+    /// Bytes cached, all segments.
     pub bytes: u64,
+    /// Bytes of the segments holding unflushed writes (whole segments: what a flush may write).
+    pub dirty_bytes: u64,
     pub segments: u64,
 }
 
@@ -80,6 +83,12 @@ impl SegmentCache {
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             segments: self.map.len() as u64,
+            dirty_bytes: self
+                .map
+                .values()
+                .filter(|s| s.dirty.is_some())
+                .map(|s| s.data.len() as u64)
+                .sum(),
             ..self.stats
         }
     }
@@ -322,6 +331,7 @@ mod tests {
         c.write((3, 0), 0, b"x");
         c.insert_new((3, 1), 30, 1);
         assert_eq!(c.stats().bytes, 140);
+        assert_eq!(c.stats().dirty_bytes, 40 + 30 + 30);
         // (1, 1) is dirty and stays; (2, 0) goes, and then it fits.
         assert_eq!(c.evict(), vec![1]);
         assert_eq!(c.stats().evictions, 2);
