@@ -39,6 +39,8 @@ const NAME_MAX: usize = 255;
 const KERNEL_BACKGROUND_MAX: u16 = 64;
 /// The largest write the kernel sends in one request.
 const KERNEL_WRITE_BYTES_MAX: u32 = 1 << 20;
+/// Segment updates a flush has in flight at once.
+const UPDATES_IN_FLIGHT_MAX: usize = 16;
 
 /// One open file's state in this mount (under its [`Entry::state`] lock).
 #[derive(Debug)]
@@ -406,9 +408,12 @@ impl Shared {
                 if s.needs_whole_write() {
                     resized.push((layout.segment_id, s.data.len() as u64));
                     whole.push((layout, Bytes::copy_from_slice(&s.data)));
-                } else if let Some(r) = s.dirty.clone().filter(|r| !r.is_empty()) {
-                    let data = Bytes::copy_from_slice(&s.data[r.start as usize..r.end as usize]);
-                    updates.push((layout, r.start, data));
+                } else {
+                    for r in s.runs.iter().filter(|r| !r.is_empty()) {
+                        let data =
+                            Bytes::copy_from_slice(&s.data[r.start as usize..r.end as usize]);
+                        updates.push((layout.clone(), r.start, data));
+                    }
                 }
             }
             dirty
@@ -420,10 +425,18 @@ impl Shared {
         for (layout, data) in whole {
             c.write_segment(&layout, data, false).await.map_err(errno)?;
         }
+        // The updates in parallel (their ranges are disjoint; each segment's primary serializes
+        // its own), at most UPDATES_IN_FLIGHT_MAX at a time.
+        let mut flight = tokio::task::JoinSet::new();
         for (layout, offset, data) in updates {
-            c.update_segment(&layout, offset, data)
-                .await
-                .map_err(errno)?;
+            if flight.len() >= UPDATES_IN_FLIGHT_MAX {
+                Self::joined(flight.join_next().await)?;
+            }
+            let c = c.clone();
+            flight.spawn(async move { c.update_segment(&layout, offset, data).await });
+        }
+        while let Some(r) = flight.join_next().await {
+            Self::joined(Some(r))?;
         }
         if !new.is_empty() {
             let lengths: Vec<u64> = new.iter().map(|d| d.len() as u64).collect();
@@ -453,6 +466,18 @@ impl Shared {
         st.info = info;
         st.changed = false;
         Ok(())
+    }
+
+    /// The result of one update task of [`Self::flush_file`].
+    fn joined(r: Option<Result<Result<(), ClientError>, tokio::task::JoinError>>) -> Res<()> {
+        match r {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(errno(e)),
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "a segment update task failed");
+                Err(libc::EIO)
+            }
+        }
     }
 
     /// Keeps the cache within its size: clean segments are dropped; files whose dirty segments
@@ -656,6 +681,18 @@ impl CodfsFs {
     {
         let s = self.shared.clone();
         self.spawn(reply, async move { s.with_file(ino, work).await }, done)
+    }
+
+    /// Flushes and commits a file (close's flush, fsync).
+    fn spawn_flush(&self, reply: ReplyEmpty, ino: u64) {
+        self.spawn_file(
+            reply,
+            ino,
+            move |s: &Shared, st: &mut FileState| {
+                Box::pin(async move { s.flush_file(ino, st).await })
+            },
+            |_, reply, ()| reply.ok(),
+        )
     }
 }
 
@@ -973,14 +1010,7 @@ impl Filesystem for CodfsFs {
     }
 
     fn flush(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _lock: u64, reply: ReplyEmpty) {
-        self.spawn_file(
-            reply,
-            ino,
-            move |s: &Shared, st: &mut FileState| {
-                Box::pin(async move { s.flush_file(ino, st).await })
-            },
-            |_, reply, ()| reply.ok(),
-        )
+        self.spawn_flush(reply, ino)
     }
 
     fn release(
@@ -1015,14 +1045,7 @@ impl Filesystem for CodfsFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn_file(
-            reply,
-            ino,
-            move |s: &Shared, st: &mut FileState| {
-                Box::pin(async move { s.flush_file(ino, st).await })
-            },
-            |_, reply, ()| reply.ok(),
-        )
+        self.spawn_flush(reply, ino)
     }
 
     fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {

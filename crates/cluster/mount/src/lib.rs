@@ -7,11 +7,13 @@
 //!   Permissions are checked by the kernel (`default_permissions`).
 //! - Data: whole segments in the client's LRU [`SegmentCache`] (§4.4.4). Reads fill it a segment
 //!   at a time; writes go into it and are flushed at close, fsync, or when the cache must make
-//!   room: a segment whose length is unchanged as one update of its dirty range at its primary, a
+//!   room: a segment whose length is unchanged as one update per written range at its primary, a
 //!   new or grown or cut segment written whole (new segments placed by GrowFile), then one SetAttr
 //!   commits the size, the new segment lengths and the times (and bumps the file's version).
-//! - Close-to-open (§4.4.1): an open asks the MDS for the file's version and layouts and drops the
-//!   cached clean segments of any other version; a close flushes and commits before it returns.
+//! - Close-to-open (§4.4.1): an open asks the MDS for the file's version and layouts, drops the
+//!   cached clean segments of any other version and the kernel's cached attributes of the file; a
+//!   close flushes and commits before it returns.
+//! - Requests run concurrently on the mount's runtime; one file's data path one at a time.
 //!
 //! See docs/mount.md for the semantics and what is not POSIX.
 
