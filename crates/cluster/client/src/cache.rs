@@ -151,7 +151,7 @@ impl SegmentCache {
         let s = self.map.get_mut(&key).expect("just inserted");
         s.stored_len = 0;
         s.dirty = Some(0..len);
-        s.runs = vec![0..len];
+        s.runs = std::iter::once(0..len).collect();
     }
 
     pub fn remove(&mut self, key: Key) -> Option<Segment> {

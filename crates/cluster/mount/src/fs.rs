@@ -67,13 +67,16 @@ struct Entry {
     unflushed: Mutex<Option<(u64, u64)>>,
 }
 
+/// A directory's entries as opendir read them: (inode, type, name), `.` and `..` first.
+type Listing = Vec<(u64, FileType, Vec<u8>)>;
+
 /// The file system state the handlers' tasks share.
 pub(crate) struct Shared {
     client: Client,
     cache: Mutex<SegmentCache>,
     files: Mutex<HashMap<u64, Arc<Entry>>>,
     /// Directory listings read at opendir (readdir pages through them by offset).
-    dirs: Mutex<HashMap<u64, Arc<Vec<(u64, FileType, Vec<u8>)>>>>,
+    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_fh: AtomicU64,
     seg: u64,
     /// How long the kernel keeps entries and attributes (docs/mount.md).
