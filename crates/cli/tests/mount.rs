@@ -573,9 +573,13 @@ fn prove_failures(out: &str) -> Vec<(String, Vec<u32>)> {
     let mut failures = Vec::new();
     let mut lines = out.lines().peekable();
     while let Some(l) = lines.next() {
-        let Some((file, _)) = l.split_once(" (Wstat:") else {
+        let Some((file, counts)) = l.split_once(" (Wstat:") else {
             continue;
         };
+        // A file listed only for "TODO passed" (Failed: 0) has no failure.
+        if counts.contains("Failed: 0)") {
+            continue;
+        }
         let file = file
             .split("/tests/")
             .nth(1)
@@ -637,7 +641,9 @@ async fn pjdfstest_passes_in_a_mount_but_for_the_known_list() {
         .unwrap_or("(no summary)");
     eprintln!("pjdfstest in the mount: {summary}");
     let mut unknown = Vec::new();
-    for (file, tests) in prove_failures(&text) {
+    let failures = prove_failures(&text);
+    eprintln!("pjdfstest failures (known ones included): {failures:?}");
+    for (file, tests) in failures {
         let known = PJDFSTEST_KNOWN.iter().find(|(f, _, _)| *f == file);
         let extra: Vec<u32> = tests
             .into_iter()
@@ -666,6 +672,9 @@ Test Summary Report
 -------------------
 /x/pjdfstest/tests/unlink/14.t (Wstat: 0 Tests: 7 Failed: 1)
   Failed test:  4
+/x/pjdfstest/tests/chown/00.t          (Wstat: 0 Tests: 1280 Failed: 0)
+  TODO passed:   1054, 1058, 1064, 1069, 1073, 1079, 1084
+                1088, 1094
 /x/pjdfstest/tests/chmod/12.t (Wstat: 0 Tests: 14 Failed: 3)
   Failed tests:  3-4, 9
 Files=57, Tests=798, 73 wallclock secs

@@ -46,7 +46,6 @@ pub struct MountSpec {
 /// The mount's metrics in the Prometheus text format: the segment cache's counters and sizes.
 pub fn metrics_text(s: &ecstack_client::CacheStats, capacity_bytes: u64) -> String {
     use prometheus_client::metrics::counter::Counter;
-    use prometheus_client::metrics::gauge::Gauge;
     let mut r = prometheus_client::registry::Registry::default();
     for (name, help, v) in [
         (
@@ -75,32 +74,31 @@ pub fn metrics_text(s: &ecstack_client::CacheStats, capacity_bytes: u64) -> Stri
         // prometheus-client appends `_total`.
         r.register(name, help, c);
     }
-    for (name, help, v) in [
-        (
-            "ecstack_mount_cache_bytes",
-            "bytes of segments in the cache",
-            s.bytes,
-        ),
-        (
-            "ecstack_mount_cache_dirty_bytes",
-            "bytes of cached segments holding writes not yet flushed",
-            s.dirty_bytes,
-        ),
-        (
-            "ecstack_mount_cache_segments",
-            "segments in the cache",
-            s.segments,
-        ),
-        (
-            "ecstack_mount_cache_capacity_bytes",
-            "the cache's size (--cache-size)",
-            capacity_bytes,
-        ),
-    ] {
-        let g = Gauge::<i64>::default();
-        g.set(i64::try_from(v).unwrap_or(i64::MAX));
-        r.register(name, help, g);
-    }
+    ecstack_rpc::metrics::register_gauges(
+        &mut r,
+        &[
+            (
+                "ecstack_mount_cache_bytes",
+                "bytes of segments in the cache",
+                s.bytes,
+            ),
+            (
+                "ecstack_mount_cache_dirty_bytes",
+                "bytes of cached segments holding writes not yet flushed",
+                s.dirty_bytes,
+            ),
+            (
+                "ecstack_mount_cache_segments",
+                "segments in the cache",
+                s.segments,
+            ),
+            (
+                "ecstack_mount_cache_capacity_bytes",
+                "the cache's size (--cache-size)",
+                capacity_bytes,
+            ),
+        ],
+    );
     ecstack_rpc::metrics::encode(&r)
 }
 
