@@ -410,6 +410,7 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
             temp.path().to_owned()
         }
     };
+    std::fs::create_dir_all(&dir).map_err(|e| run_err(&format!("mkdir {}", dir.display()), e))?;
     let stamp = std::process::id();
     let tarball = match &cfg.tree {
         Some(tree) => {
