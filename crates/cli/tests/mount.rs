@@ -409,6 +409,8 @@ async fn fio_verifies_and_git_commits_through_a_mount() {
             ])
             .args(extra)
             .arg(format!("--filename={}", m.path("fio.dat").display()))
+            // fio saves its verify state in the working directory.
+            .current_dir(m.dir.parent().expect("the mountpoint has a parent"))
             .output()
             .expect("run fio");
         let text = format!(
