@@ -8,6 +8,7 @@ use ecstack_codes::CodeKind;
 use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
 use ecstack_lab::codfs_updload::UpdateLoadConfig;
 use ecstack_lab::ec_bench::{self, BenchClock, EcBenchConfig, RatelessConfig};
+use ecstack_lab::mount_bench::{self, MountBenchConfig};
 use ecstack_lab::LabError;
 use std::path::PathBuf;
 
@@ -27,6 +28,45 @@ enum BenchWhat {
     /// against MinIO (8 drives, EC:m) in the same run, and a small update (FO) against MinIO's
     /// whole-object rewrite. The logic is `ecstack_lab::codfs_bench`
     Cluster(ClusterBench),
+    /// File-system work through FUSE mounts side by side: our cluster's mount (8 OSDs, RS 6+2),
+    /// bindfs over a local directory, and a GlusterFS volume given by its mountpoint (set up per
+    /// ../shared/peers/glusterfs.md). The logic is `ecstack_lab::mount_bench`
+    Mount(MountBench),
+}
+
+#[derive(Args)]
+struct MountBench {
+    #[arg(long, default_value_t = 8)]
+    osds: usize,
+    #[arg(short = 'k', long = "k", default_value_t = 6)]
+    k: u32,
+    #[arg(short = 'm', long = "m", default_value_t = 2)]
+    m: u32,
+    #[arg(long, default_value = "16M")]
+    segment_size: String,
+    /// The mount's segment cache
+    #[arg(long, default_value = "256M")]
+    cache_size: String,
+    /// Small files of the create / stat / rename / unlink runs
+    #[arg(long, default_value_t = 10_000)]
+    files: usize,
+    /// The sequential write and read
+    #[arg(long, default_value = "1G")]
+    seq_size: String,
+    /// A source tree to extract with tar into each mount and run `git status` on
+    #[arg(long)]
+    tree: Option<PathBuf>,
+    /// A mounted GlusterFS volume (its mountpoint) to run beside ours
+    #[arg(long)]
+    gluster: Option<PathBuf>,
+    /// Leave bindfs out
+    #[arg(long)]
+    no_bindfs: bool,
+    /// Where the cluster and the scratch files live (default: a temporary directory)
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -174,6 +214,30 @@ pub fn run(a: BenchArgs) -> Result<()> {
     match a.what {
         BenchWhat::Ec(e) => bench_ec(e),
         BenchWhat::Cluster(c) => bench_cluster(c),
+        BenchWhat::Mount(m) => bench_mount(m),
+    }
+}
+
+fn bench_mount(a: MountBench) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
+    let mut cfg = MountBenchConfig::new(exe);
+    cfg.osds = a.osds;
+    cfg.k = a.k;
+    cfg.m = a.m;
+    cfg.segment_bytes = parse_size(&a.segment_size).context("--segment-size")?;
+    cfg.cache_bytes = parse_size(&a.cache_size).context("--cache-size")?;
+    cfg.files = a.files;
+    cfg.seq_bytes = parse_size(&a.seq_size).context("--seq-size")?;
+    cfg.tree = a.tree;
+    cfg.gluster = a.gluster;
+    cfg.bindfs = !a.no_bindfs;
+    cfg.dir = a.dir;
+    let report = mount_bench::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+    if a.json {
+        print_json(&report)
+    } else {
+        println!("{}", report.markdown());
+        Ok(())
     }
 }
 

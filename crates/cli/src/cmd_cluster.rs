@@ -131,6 +131,14 @@ enum ClusterCmd {
         /// or fsync
         #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
         cache_size: u64,
+        /// Seconds the kernel keeps attributes and directory entries (0: ask the MDS at every
+        /// stat and lookup); an open always revalidates at the MDS
+        #[arg(long, default_value_t = 1.0)]
+        attr_timeout: f64,
+        /// Loopback address of the Prometheus metrics endpoint (the segment cache's counters;
+        /// port 0 picks a free one, printed at mount)
+        #[arg(long, default_value = "127.0.0.1:0")]
+        metrics_addr: String,
         #[command(flatten)]
         conn: Conn,
     },
@@ -409,9 +417,14 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     if let ClusterCmd::Mount {
         mountpoint,
         cache_size,
+        attr_timeout,
+        metrics_addr,
         conn,
     } = &a.cmd
     {
+        if !(attr_timeout.is_finite() && (0.0..=3600.0).contains(attr_timeout)) {
+            anyhow::bail!("--attr-timeout {attr_timeout}: give seconds from 0 to 3600");
+        }
         // The mount runs its own runtime and blocks this thread until it is unmounted.
         let config = config_path(conn);
         if conn.config.is_none() && !config.exists() {
@@ -426,6 +439,8 @@ pub fn run(a: ClusterArgs) -> Result<()> {
             name: conn.name.clone().unwrap_or_else(|| "client".to_owned()),
             insecure: conn.insecure,
             cache_bytes: *cache_size,
+            attr_timeout: std::time::Duration::from_secs_f64(*attr_timeout),
+            metrics_addr: metrics_addr.clone(),
         })?;
         return Ok(());
     }

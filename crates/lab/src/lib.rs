@@ -11,6 +11,7 @@
 //! * [`zombienand`]: ZombieNAND lifetimes to death (thesis ch. 4), one run or the synthetic grid.
 //! * [`codfs_bench`]: `ecstack bench cluster`, the CodFS cluster on loopback against MinIO
 //!   ([`codfs_s3`] is the S3 client for the peer).
+//! * [`mount_bench`]: `ecstack bench mount`, the cluster's FUSE mount beside bindfs and GlusterFS
 //! * [`codfs_synthetic`]: `ecstack experiment codfs --exp synthetic|overhead`, CodFS's §5.2 update
 //!   schemes on HDD-profiled OSD stores; [`codfs_msr`]: `--exp msr`, §5.3.1's MSR Cambridge
 //!   replay under each scheme on the same testbed.
@@ -45,6 +46,7 @@ pub mod ec_demo;
 pub mod eplog;
 pub mod kv_bench;
 pub mod kv_bench_ycsb;
+pub mod mount_bench;
 pub mod plot;
 pub mod rainfs;
 pub mod robustore;

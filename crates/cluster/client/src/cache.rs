@@ -1,7 +1,7 @@
 //! The client's segment cache (CodFS §4.4.4): an LRU of whole segments of open files, so that
-//! repeated reads of a segment cost one fetch and small writes to it are coalesced into one
-//! update (or one whole write, for a segment that is new or changes length) when the file is
-//! closed, fsync'd, or the segment has to make room.
+//! repeated reads of a segment cost one fetch and small writes to it are coalesced into the ranges
+//! written, one update each (or one whole write, for a segment that is new or changes length)
+//! when the file is closed, fsync'd, or the segment has to make room.
 //!
 //! Close-to-open (§4.4.1) is kept by its user (the mount): every cached segment carries the file
 //! version its clean bytes are of; an open that finds another version at the MDS drops the clean
@@ -25,11 +25,18 @@ pub struct Segment {
     pub stored_len: u64,
     /// The file version the clean bytes were read at (or last flushed as).
     pub version: u64,
-    /// Bytes written since the last flush, coalesced into one range (the bytes between two
-    /// writes are the cached ones, so one update of the range is exact).
+    /// Bytes written since the last flush: the range from the first to the last (the bytes
+    /// between two writes are the cached ones, so one update of the range is exact).
     pub dirty: Option<Range<u64>>,
+    /// The ranges actually written inside `dirty`, ascending, disjoint and not touching: a flush
+    /// updates each (random small writes cost their own bytes, not the span between them). At
+    /// most [`DIRTY_RUNS_MAX`]: past that the two closest merge.
+    pub runs: Vec<Range<u64>>,
     last_used: u64,
 }
+
+/// Written ranges a segment tracks apart at most (see [`Segment::runs`]).
+pub const DIRTY_RUNS_MAX: usize = 64;
 
 impl Segment {
     /// It must be written whole: new to the cluster, or of another length there.
@@ -47,7 +54,10 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Clean segments dropped because the file changed elsewhere (close-to-open).
     pub invalidations: u64,
+    /// Bytes cached, all segments.
     pub bytes: u64,
+    /// Bytes of the segments holding unflushed writes (whole segments: what a flush may write).
+    pub dirty_bytes: u64,
     pub segments: u64,
 }
 
@@ -80,6 +90,12 @@ impl SegmentCache {
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             segments: self.map.len() as u64,
+            dirty_bytes: self
+                .map
+                .values()
+                .filter(|s| s.dirty.is_some())
+                .map(|s| s.data.len() as u64)
+                .sum(),
             ..self.stats
         }
     }
@@ -122,6 +138,7 @@ impl SegmentCache {
                 data,
                 version,
                 dirty: None,
+                runs: Vec::new(),
                 last_used: self.tick,
             },
         );
@@ -134,6 +151,7 @@ impl SegmentCache {
         let s = self.map.get_mut(&key).expect("just inserted");
         s.stored_len = 0;
         s.dirty = Some(0..len);
+        s.runs = std::iter::once(0..len).collect();
     }
 
     pub fn remove(&mut self, key: Key) -> Option<Segment> {
@@ -149,8 +167,24 @@ impl SegmentCache {
         }
         s.dirty = Some(match s.dirty.take() {
             Some(d) => d.start.min(r.start)..d.end.max(r.end),
-            None => r,
+            None => r.clone(),
         });
+        // Merge `r` with every run it overlaps or touches.
+        let first = s.runs.partition_point(|x| x.end < r.start);
+        let last = s.runs.partition_point(|x| x.start <= r.end);
+        let merged = if first < last {
+            s.runs[first].start.min(r.start)..s.runs[last - 1].end.max(r.end)
+        } else {
+            r
+        };
+        s.runs.splice(first..last, [merged]);
+        if s.runs.len() > DIRTY_RUNS_MAX {
+            let i = (1..s.runs.len())
+                .min_by_key(|&i| s.runs[i].start - s.runs[i - 1].end)
+                .expect("more than one run");
+            let end = s.runs.remove(i).end;
+            s.runs[i - 1].end = end;
+        }
     }
 
     /// Writes `bytes` at `offset` into a cached segment (which must be long enough: see
@@ -189,6 +223,10 @@ impl SegmentCache {
                 }
                 None => s.dirty = Some(len..len),
             }
+            s.runs.retain_mut(|r| {
+                r.end = r.end.min(len);
+                r.start < r.end
+            });
         }
         true
     }
@@ -216,6 +254,7 @@ impl SegmentCache {
     pub fn mark_clean(&mut self, key: Key, version: u64) {
         if let Some(s) = self.map.get_mut(&key) {
             s.dirty = None;
+            s.runs.clear();
             s.stored_len = s.data.len() as u64;
             s.version = version;
         }
@@ -292,6 +331,43 @@ impl SegmentCache {
 mod tests {
     use super::*;
 
+    /// The runs against a byte map of what was written, over seeded random writes: every written
+    /// byte is in a run, the runs are sorted, disjoint and apart, at most DIRTY_RUNS_MAX, and
+    /// inside the hull.
+    #[test]
+    fn dirty_runs_cover_every_written_byte() {
+        let mut rng = ecstack_base::Rng::new(11);
+        for round in 0..50 {
+            let len = 4096u64;
+            let mut c = SegmentCache::new(1 << 20);
+            c.insert((1, 0), vec![0; len as usize], 1);
+            let mut written = vec![false; len as usize];
+            for _ in 0..rng.below(200) + 1 {
+                let at = rng.below(len);
+                let n = (rng.below(64) + 1).min(len - at);
+                c.write((1, 0), at, &vec![1; n as usize]);
+                written[at as usize..(at + n) as usize].fill(true);
+            }
+            let s = c.peek((1, 0)).unwrap();
+            let hull = s.dirty.clone().unwrap();
+            assert!(s.runs.len() <= DIRTY_RUNS_MAX, "round {round}");
+            for w in s.runs.windows(2) {
+                assert!(w[0].end < w[1].start, "round {round}: {:?}", s.runs);
+            }
+            for (i, &w) in written.iter().enumerate() {
+                let i = i as u64;
+                if w {
+                    assert!(
+                        s.runs.iter().any(|r| r.contains(&i)),
+                        "round {round}: byte {i}"
+                    );
+                }
+            }
+            assert_eq!(s.runs.first().unwrap().start, hull.start);
+            assert_eq!(s.runs.last().unwrap().end, hull.end);
+        }
+    }
+
     #[test]
     fn reads_hit_writes_coalesce_and_lru_evicts_clean_segments_only() {
         let mut c = SegmentCache::new(100);
@@ -305,6 +381,7 @@ mod tests {
         assert!(c.write((1, 1), 10, b"c"));
         let s = c.peek((1, 1)).unwrap();
         assert_eq!(s.dirty, Some(3..11));
+        assert_eq!(s.runs, vec![3..5, 10..11]);
         assert!(!s.needs_whole_write());
         assert_eq!(c.dirty_of(1), vec![1]);
         // Over capacity: the least recently used clean segment goes; (1, 0) was read after
@@ -322,6 +399,7 @@ mod tests {
         c.write((3, 0), 0, b"x");
         c.insert_new((3, 1), 30, 1);
         assert_eq!(c.stats().bytes, 140);
+        assert_eq!(c.stats().dirty_bytes, 40 + 30 + 30);
         // (1, 1) is dirty and stays; (2, 0) goes, and then it fits.
         assert_eq!(c.evict(), vec![1]);
         assert_eq!(c.stats().evictions, 2);

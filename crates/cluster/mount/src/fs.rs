@@ -1,10 +1,23 @@
-//! [`CodfsFs`]: `fuser::Filesystem` over the client. The kernel calls one method at a time (one
-//! session thread); each runs its cluster calls to completion on the mount's runtime.
+//! [`CodfsFs`]: `fuser::Filesystem` over the client.
+//!
+//! The kernel's requests arrive on one session thread; each handler takes what it needs from the
+//! request and hands the work to the mount's tokio runtime, which replies when the cluster has
+//! answered (fuser's replies are `Send`). So requests run concurrently: lookups, stats and reads
+//! of different files overlap, and a slow flush of one file holds up no other file.
+//!
+//! Ordering: the work on one file's bytes (open, read, write, flush, fsync, release, truncate,
+//! fallocate) takes the file's lock ([`Entry::state`]), so it runs one request at a time per
+//! file, as the segment cache's bookkeeping needs. Namespace requests need no lock here: the
+//! kernel's VFS already waits for the reply of a directory change before it sends a conflicting
+//! one, and each is one MDS transaction.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::future::Future;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -13,19 +26,23 @@ use ecstack_client::{
     SetAttr, SetTime,
 };
 use fuser::{
-    FileAttr, FileType, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow,
 };
 use tokio::runtime::Handle;
 
-/// Attributes and entries are not cached by the kernel: every stat and lookup asks the MDS, so a
-/// change made through another mount is seen at once (close-to-open needs at least that much).
-const TTL: Duration = Duration::ZERO;
 /// The block size `stat` and `statfs` report.
 const BLOCK: u32 = 4096;
 const NAME_MAX: usize = 255;
+/// Requests the kernel may have in flight in the background (readahead, async direct I/O).
+const KERNEL_BACKGROUND_MAX: u16 = 64;
+/// The largest write the kernel sends in one request.
+const KERNEL_WRITE_BYTES_MAX: u32 = 1 << 20;
+/// Segment updates a flush has in flight at once.
+const UPDATES_IN_FLIGHT_MAX: usize = 16;
 
-/// One open file's state in this mount.
+/// One open file's state in this mount (under its [`Entry::state`] lock).
 #[derive(Debug)]
 struct FileState {
     /// As the MDS had it at the last open or commit.
@@ -41,22 +58,37 @@ struct FileState {
     opens: u32,
 }
 
-/// What a file handle names: an open file (its state is per inode), or a directory listing read
-/// at opendir (readdir pages through it by offset).
-enum Opened {
-    File,
-    Dir(Vec<(u64, FileType, Vec<u8>)>),
+/// One file this mount has opened or resized.
+#[derive(Debug, Default)]
+struct Entry {
+    /// Loaded at the first open (None before): the per-file lock of the data path.
+    state: tokio::sync::Mutex<Option<FileState>>,
+    /// Size and mtime of writes not yet committed, for `stat` while a write holds the lock.
+    unflushed: Mutex<Option<(u64, u64)>>,
+}
+
+/// A directory's entries as opendir read them: (inode, type, name), `.` and `..` first.
+type Listing = Vec<(u64, FileType, Vec<u8>)>;
+
+/// The file system state the handlers' tasks share.
+pub(crate) struct Shared {
+    client: Client,
+    cache: Mutex<SegmentCache>,
+    files: Mutex<HashMap<u64, Arc<Entry>>>,
+    /// Directory listings read at opendir (readdir pages through them by offset).
+    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
+    next_fh: AtomicU64,
+    seg: u64,
+    /// How long the kernel keeps entries and attributes (docs/mount.md).
+    ttl: Duration,
+    /// Set once the session exists: invalidates the kernel's attributes of a file at its open.
+    notifier: OnceLock<fuser::Notifier>,
 }
 
 /// The file system of one mount.
 pub struct CodfsFs {
-    client: Client,
+    shared: Arc<Shared>,
     rt: Handle,
-    cache: SegmentCache,
-    files: HashMap<u64, FileState>,
-    handles: HashMap<u64, Opened>,
-    next_fh: u64,
-    seg: u64,
 }
 
 fn now_ns() -> u64 {
@@ -84,7 +116,7 @@ fn kind_of(k: FileKind) -> FileType {
 
 /// The errno a failed call answers the kernel with; failures of the cluster itself (more than m
 /// OSDs down, the MDS unreachable) are EIO with a log line.
-fn errno(e: &ClientError) -> i32 {
+fn errno(e: ClientError) -> i32 {
     let fs_errno = |e: &MdsError| match e {
         MdsError::NotFound(_) => Some(libc::ENOENT),
         MdsError::InvalidArgument(_) => Some(libc::EINVAL),
@@ -103,7 +135,7 @@ fn errno(e: &ClientError) -> i32 {
         }),
         _ => None,
     };
-    match e {
+    match &e {
         ClientError::Mds(m) => fs_errno(m).unwrap_or_else(|| {
             tracing::error!(error = %e, "cluster call failed");
             libc::EIO
@@ -117,43 +149,87 @@ fn errno(e: &ClientError) -> i32 {
 }
 
 type Res<T> = Result<T, i32>;
+/// The work on one file's state under its lock (see [`Shared::with_file`]).
+type BoxFut<'a, T> = std::pin::Pin<Box<dyn Future<Output = Res<T>> + Send + 'a>>;
 
-fn name_ok(name: &OsStr) -> Res<&[u8]> {
+/// A name from the kernel, owned (it moves into the request's task).
+fn name_ok(name: &OsStr) -> Res<Vec<u8>> {
     let b = name.as_bytes();
     if b.len() > NAME_MAX {
         return Err(libc::ENAMETOOLONG);
     }
-    Ok(b)
+    Ok(b.to_vec())
 }
 
-impl CodfsFs {
-    pub fn new(client: Client, rt: Handle, cache_bytes: u64, segment_bytes: u64) -> CodfsFs {
-        CodfsFs {
-            client,
-            rt,
-            cache: SegmentCache::new(cache_bytes),
-            files: HashMap::new(),
-            handles: HashMap::new(),
-            next_fh: 1,
-            seg: segment_bytes.max(1),
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(s) => SetTime::Ns(
+            s.duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+        ),
+    }
+}
+
+/// A reply that can carry an errno (every fuser reply type can).
+trait Fail {
+    fn fail(self, errno: i32);
+}
+
+macro_rules! fail_replies {
+    ($($t:ty),*) => {$(
+        impl Fail for $t {
+            fn fail(self, errno: i32) {
+                self.error(errno)
+            }
         }
+    )*};
+}
+fail_replies!(
+    ReplyAttr,
+    ReplyCreate,
+    ReplyData,
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyOpen,
+    ReplyStatfs,
+    ReplyWrite,
+    ReplyXattr
+);
+
+/// What an xattr call answers: the value's size when asked with size 0, ERANGE when it does not
+/// fit, else the value.
+fn xattr_reply(reply: ReplyXattr, size: u32, v: &[u8]) {
+    if size == 0 {
+        reply.size(v.len() as u32)
+    } else if v.len() > size as usize {
+        reply.error(libc::ERANGE)
+    } else {
+        reply.data(v)
+    }
+}
+
+impl Shared {
+    fn cache(&self) -> MutexGuard<'_, SegmentCache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The cache's counters (hits, misses, evictions, invalidations).
-    pub fn cache_stats(&self) -> ecstack_client::CacheStats {
-        self.cache.stats()
-    }
-
-    fn block<T>(&self, f: impl std::future::Future<Output = Result<T, ClientError>>) -> Res<T> {
-        self.rt.block_on(f).map_err(|e| errno(&e))
+    /// The entry of `ino` (made on first use).
+    fn entry(&self, ino: u64) -> Arc<Entry> {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        files.entry(ino).or_default().clone()
     }
 
     /// The attributes the kernel sees: the MDS's, with this mount's unflushed size and mtime.
     fn file_attr(&self, a: &Attr) -> FileAttr {
-        let (size, mtime) = match self.files.get(&a.ino) {
-            Some(st) if st.changed => (st.size, st.mtime_ns),
-            _ => (a.size, a.mtime_ns),
-        };
+        let unflushed = self
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&a.ino)
+            .and_then(|e| *e.unflushed.lock().unwrap_or_else(|p| p.into_inner()));
+        let (size, mtime) = unflushed.unwrap_or((a.size, a.mtime_ns));
         FileAttr {
             ino: a.ino,
             size,
@@ -173,20 +249,30 @@ impl CodfsFs {
         }
     }
 
-    fn fh(&mut self, h: Opened) -> u64 {
-        let fh = self.next_fh;
-        self.next_fh += 1;
-        self.handles.insert(fh, h);
-        fh
+    fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Shows `st`'s unflushed size and mtime to `stat` (or none once committed).
+    fn publish(entry: &Entry, st: &FileState) {
+        *entry.unflushed.lock().unwrap_or_else(|p| p.into_inner()) =
+            st.changed.then_some((st.size, st.mtime_ns));
     }
 
     /// Close-to-open: the file's version and layouts from the MDS; clean cached segments of
-    /// another version are dropped. This mount's own unflushed writes stay.
-    fn open_state(&mut self, ino: u64) -> Res<()> {
-        let c = self.client.clone();
-        let (attr, info) = self.block(async move { c.open_file(ino).await })?;
-        self.cache.drop_stale(ino, attr.version);
-        match self.files.get_mut(&ino) {
+    /// another version are dropped, and so are the kernel's cached attributes of the file (its
+    /// next size check asks again). This mount's own unflushed writes stay.
+    async fn open_state(&self, ino: u64, slot: &mut Option<FileState>) -> Res<()> {
+        let (attr, info) = self.client.open_file(ino).await.map_err(errno)?;
+        self.cache().drop_stale(ino, attr.version);
+        if let Some(n) = self.notifier.get() {
+            // Attributes only (offset < 0): the page cache goes at the open itself (no
+            // FOPEN_KEEP_CACHE). ENOENT (the kernel has no such inode cached) is harmless.
+            if let Err(e) = n.inval_inode(ino, -1, 0) {
+                tracing::debug!(ino, error = %e, "attribute invalidation");
+            }
+        }
+        match slot {
             Some(st) if st.changed => {}
             Some(st) => {
                 st.size = attr.size;
@@ -194,57 +280,62 @@ impl CodfsFs {
                 st.info = info;
             }
             None => {
-                self.files.insert(
-                    ino,
-                    FileState {
-                        size: attr.size,
-                        mtime_ns: attr.mtime_ns,
-                        attr,
-                        info,
-                        changed: false,
-                        opens: 0,
-                    },
-                );
+                *slot = Some(FileState {
+                    size: attr.size,
+                    mtime_ns: attr.mtime_ns,
+                    attr,
+                    info,
+                    changed: false,
+                    opens: 0,
+                });
             }
         }
         Ok(())
     }
 
-    /// Segment `idx` of `ino` in the cache (read whole from the cluster on a miss).
-    fn load(&mut self, ino: u64, idx: u32) -> Res<()> {
-        if self.cache.get((ino, idx)).is_some() {
-            return Ok(());
+    /// Runs `f` on the cache with segment `idx` of `ino` in it (read whole from the cluster on a
+    /// miss). Under one hold of the cache lock, so no eviction comes between the load and `f`.
+    async fn with_segment<R>(
+        &self,
+        ino: u64,
+        idx: u32,
+        st: &FileState,
+        f: impl FnOnce(&mut SegmentCache) -> R,
+    ) -> Res<R> {
+        {
+            let mut cache = self.cache();
+            if cache.get((ino, idx)).is_some() {
+                return Ok(f(&mut cache));
+            }
         }
-        let st = self.files.get(&ino).ok_or(libc::EBADF)?;
         let layout = st
             .info
             .segments
             .iter()
             .find(|s| s.index == idx)
-            .cloned()
             .ok_or_else(|| {
                 tracing::error!(ino, idx, "a segment inside the file is not in its layout");
                 libc::EIO
             })?;
-        let version = st.attr.version;
-        let c = self.client.clone();
-        let frames = self.block(async move { c.read_segment(&layout, 0, layout.length).await })?;
+        let frames = self
+            .client
+            .read_segment(layout, 0, layout.length)
+            .await
+            .map_err(errno)?;
         let mut data = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
         for f in frames {
             data.extend_from_slice(&f);
         }
-        self.cache.insert((ino, idx), data, version);
-        Ok(())
+        let mut cache = self.cache();
+        cache.insert((ino, idx), data, st.attr.version);
+        Ok(f(&mut cache))
     }
 
     /// Makes this mount's view of `ino` `new` bytes long: the cut or grown last segment is made
     /// its new length in the cache, new segments are zeros, segments past the end go.
-    fn resize_local(&mut self, ino: u64, new: u64) -> Res<()> {
+    async fn resize_local(&self, ino: u64, st: &mut FileState, new: u64) -> Res<()> {
         let seg = self.seg;
-        let (old, version) = {
-            let st = self.files.get(&ino).ok_or(libc::EBADF)?;
-            (st.size, st.attr.version)
-        };
+        let (old, version) = (st.size, st.attr.version);
         if new == old {
             return Ok(());
         }
@@ -254,21 +345,21 @@ impl CodfsFs {
         if new > old {
             if old_n > 0 && !old.is_multiple_of(seg) {
                 let idx = old_n - 1;
-                self.load(ino, idx)?;
-                self.cache.set_len((ino, idx), len_in(idx, new));
+                self.with_segment(ino, idx, st, |c| c.set_len((ino, idx), len_in(idx, new)))
+                    .await?;
             }
+            let mut cache = self.cache();
             for idx in old_n..new_n {
-                self.cache.insert_new((ino, idx), len_in(idx, new), version);
+                cache.insert_new((ino, idx), len_in(idx, new), version);
             }
         } else {
-            self.cache.drop_from(ino, new_n);
+            self.cache().drop_from(ino, new_n);
             if new_n > 0 && !new.is_multiple_of(seg) {
                 let idx = new_n - 1;
-                self.load(ino, idx)?;
-                self.cache.set_len((ino, idx), len_in(idx, new));
+                self.with_segment(ino, idx, st, |c| c.set_len((ino, idx), len_in(idx, new)))
+                    .await?;
             }
         }
-        let st = self.files.get_mut(&ino).expect("checked");
         st.size = new;
         st.changed = true;
         st.mtime_ns = now_ns();
@@ -278,7 +369,7 @@ impl CodfsFs {
     /// [`Self::resize_local`] that grows a file by at most half the cache at a time, flushing in
     /// between when the cache is full: a large hole (a truncate up, a write far past the end) is
     /// written as zeros without holding all of them in memory.
-    fn set_size(&mut self, ino: u64, new: u64) -> Res<()> {
+    async fn set_size(&self, ino: u64, st: &mut FileState, new: u64) -> Res<()> {
         if new
             > self
                 .seg
@@ -286,75 +377,92 @@ impl CodfsFs {
         {
             return Err(libc::EFBIG);
         }
-        let step = (self.cache.capacity() / 2).max(self.seg);
+        let step = (self.cache().capacity() / 2).max(self.seg);
         loop {
-            let cur = self.files.get(&ino).ok_or(libc::EBADF)?.size;
+            let cur = st.size;
             if new <= cur.saturating_add(step) {
-                return self.resize_local(ino, new);
+                return self.resize_local(ino, st, new).await;
             }
-            self.resize_local(ino, cur + step)?;
-            self.make_room()?;
+            self.resize_local(ino, st, cur + step).await?;
+            self.make_room(ino, st).await?;
         }
     }
 
     /// Writes `ino`'s dirty segments to the cluster and commits its size and times (one SetAttr):
     /// an unchanged-length segment as one update of its dirty range, a new, grown or cut one whole.
-    fn flush_file(&mut self, ino: u64) -> Res<()> {
-        let dirty = self.cache.dirty_of(ino);
-        let Some(st) = self.files.get(&ino) else {
-            return Ok(());
+    async fn flush_file(&self, ino: u64, st: &mut FileState) -> Res<()> {
+        // What to write, copied out under one hold of the cache lock (this file's lock keeps
+        // its dirty segments as they are until they are marked clean below).
+        let committed = st.info.segments.len() as u32;
+        let mut resized = Vec::new();
+        let mut whole = Vec::new();
+        let mut updates = Vec::new();
+        let mut new = Vec::new();
+        let dirty = {
+            let cache = self.cache();
+            let dirty = cache.dirty_of(ino);
+            for &idx in &dirty {
+                let s = cache.peek((ino, idx)).expect("dirty segments are cached");
+                if idx >= committed {
+                    new.push(Bytes::copy_from_slice(&s.data));
+                    continue;
+                }
+                let layout = st.info.segments[idx as usize].clone();
+                if s.needs_whole_write() {
+                    resized.push((layout.segment_id, s.data.len() as u64));
+                    whole.push((layout, Bytes::copy_from_slice(&s.data)));
+                } else {
+                    for r in s.runs.iter().filter(|r| !r.is_empty()) {
+                        let data =
+                            Bytes::copy_from_slice(&s.data[r.start as usize..r.end as usize]);
+                        updates.push((layout.clone(), r.start, data));
+                    }
+                }
+            }
+            dirty
         };
         if dirty.is_empty() && !st.changed {
             return Ok(());
         }
-        let committed = st.info.segments.len() as u32;
-        let size = st.size;
-        let mut resized = Vec::new();
-        let mut new = Vec::new();
-        for &idx in &dirty {
-            let s = self
-                .cache
-                .peek((ino, idx))
-                .expect("dirty segments are cached");
-            if idx >= committed {
-                new.push((idx, Bytes::copy_from_slice(&s.data)));
-                continue;
+        let c = &self.client;
+        for (layout, data) in whole {
+            c.write_segment(&layout, data, false).await.map_err(errno)?;
+        }
+        // The updates in parallel (their ranges are disjoint; each segment's primary serializes
+        // its own), at most UPDATES_IN_FLIGHT_MAX at a time.
+        let mut flight = tokio::task::JoinSet::new();
+        for (layout, offset, data) in updates {
+            if flight.len() >= UPDATES_IN_FLIGHT_MAX {
+                Self::joined(flight.join_next().await)?;
             }
-            let layout = st.info.segments[idx as usize].clone();
-            let c = self.client.clone();
-            if s.needs_whole_write() {
-                let data = Bytes::copy_from_slice(&s.data);
-                resized.push((layout.segment_id, data.len() as u64));
-                self.block(async move { c.write_segment(&layout, data, false).await })?;
-            } else if let Some(r) = s.dirty.clone().filter(|r| !r.is_empty()) {
-                let data = Bytes::copy_from_slice(&s.data[r.start as usize..r.end as usize]);
-                self.block(async move { c.update_segment(&layout, r.start, data).await })?;
-            }
+            let c = c.clone();
+            flight.spawn(async move { c.update_segment(&layout, offset, data).await });
+        }
+        while let Some(r) = flight.join_next().await {
+            Self::joined(Some(r))?;
         }
         if !new.is_empty() {
-            let lengths: Vec<u64> = new.iter().map(|(_, d)| d.len() as u64).collect();
-            let c = self.client.clone();
-            let layouts = self.block(async move { c.grow_file(ino, committed, &lengths).await })?;
-            for (layout, (_, data)) in layouts.into_iter().zip(new) {
-                let c = self.client.clone();
-                self.block(async move { c.write_segment(&layout, data, true).await })?;
+            let lengths: Vec<u64> = new.iter().map(|d| d.len() as u64).collect();
+            let layouts = c.grow_file(ino, committed, &lengths).await.map_err(errno)?;
+            for (layout, data) in layouts.iter().zip(new) {
+                c.write_segment(layout, data, true).await.map_err(errno)?;
             }
         }
         let set = SetAttr {
-            size: Some(size),
+            size: Some(st.size),
             resized,
             data_changed: true,
             ..SetAttr::default()
         };
-        let c = self.client.clone();
-        self.block(async move { c.set_attr(ino, &set).await })?;
-        let c = self.client.clone();
-        let (attr, info) = self.block(async move { c.open_file(ino).await })?;
-        for idx in dirty {
-            self.cache.mark_clean((ino, idx), attr.version);
+        c.set_attr(ino, &set).await.map_err(errno)?;
+        let (attr, info) = c.open_file(ino).await.map_err(errno)?;
+        {
+            let mut cache = self.cache();
+            for idx in dirty {
+                cache.mark_clean((ino, idx), attr.version);
+            }
+            cache.retag(ino, attr.version);
         }
-        self.cache.retag(ino, attr.version);
-        let st = self.files.get_mut(&ino).expect("checked");
         st.size = attr.size;
         st.mtime_ns = attr.mtime_ns;
         st.attr = attr;
@@ -363,39 +471,84 @@ impl CodfsFs {
         Ok(())
     }
 
-    /// Keeps the cache within its size: clean segments are dropped; files whose dirty segments
-    /// still hold it over are flushed.
-    fn make_room(&mut self) -> Res<()> {
-        for ino in self.cache.evict() {
-            self.flush_file(ino)?;
+    /// The result of one update task of [`Self::flush_file`].
+    fn joined(r: Option<Result<Result<(), ClientError>, tokio::task::JoinError>>) -> Res<()> {
+        match r {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(errno(e)),
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "a segment update task failed");
+                Err(libc::EIO)
+            }
         }
-        self.cache.evict();
+    }
+
+    /// Keeps the cache within its size: clean segments are dropped; files whose dirty segments
+    /// still hold it over are flushed (`ino`, whose lock the caller holds, and any other whose
+    /// lock is free: a busy one is flushed by its own request's end).
+    async fn make_room(&self, ino: u64, st: &mut FileState) -> Res<()> {
+        let over = self.cache().evict();
+        if over.is_empty() {
+            return Ok(());
+        }
+        for other in over {
+            if other == ino {
+                self.flush_file(ino, st).await?;
+                continue;
+            }
+            let entry = self
+                .files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&other)
+                .cloned();
+            let Some(entry) = entry else { continue };
+            let Ok(mut guard) = entry.state.try_lock() else {
+                continue;
+            };
+            if let Some(o) = guard.as_mut() {
+                match self.flush_file(other, o).await {
+                    Ok(()) => Self::publish(&entry, o),
+                    Err(e) => {
+                        tracing::error!(ino = other, errno = e, "could not flush to make room")
+                    }
+                }
+            }
+        }
+        self.cache().evict();
         Ok(())
     }
 
-    fn read_bytes(&mut self, ino: u64, offset: u64, size: u64) -> Res<Vec<u8>> {
-        let len = self.files.get(&ino).ok_or(libc::EBADF)?.size;
-        let end = (offset + size).min(len);
+    async fn read_bytes(
+        &self,
+        ino: u64,
+        st: &mut FileState,
+        offset: u64,
+        size: u64,
+    ) -> Res<Vec<u8>> {
+        let end = offset.saturating_add(size).min(st.size);
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
         let mut at = offset;
         while at < end {
             let idx = (at / self.seg) as u32;
             let within = at % self.seg;
             let n = (self.seg - within).min(end - at);
-            self.load(ino, idx)?;
-            let s = self.cache.peek((ino, idx)).expect("loaded");
-            let stop = ((within + n) as usize).min(s.data.len());
-            out.extend_from_slice(&s.data[within as usize..stop]);
+            self.with_segment(ino, idx, st, |c| {
+                let s = c.peek((ino, idx)).expect("with_segment holds it");
+                let stop = ((within + n) as usize).min(s.data.len());
+                out.extend_from_slice(&s.data[within as usize..stop]);
+            })
+            .await?;
             at += n;
         }
-        self.make_room()?;
+        self.make_room(ino, st).await?;
         Ok(out)
     }
 
-    fn write_bytes(&mut self, ino: u64, offset: u64, data: &[u8]) -> Res<()> {
+    async fn write_bytes(&self, ino: u64, st: &mut FileState, offset: u64, data: &[u8]) -> Res<()> {
         let end = offset + data.len() as u64;
-        if end > self.files.get(&ino).ok_or(libc::EBADF)?.size {
-            self.set_size(ino, end)?;
+        if end > st.size {
+            self.set_size(ino, st, end).await?;
         }
         let mut at = 0usize;
         while at < data.len() {
@@ -403,43 +556,177 @@ impl CodfsFs {
             let idx = (pos / self.seg) as u32;
             let within = pos % self.seg;
             let n = ((self.seg - within) as usize).min(data.len() - at);
-            self.load(ino, idx)?;
-            self.cache.write((ino, idx), within, &data[at..at + n]);
+            self.with_segment(ino, idx, st, |c| {
+                c.write((ino, idx), within, &data[at..at + n])
+            })
+            .await?;
             at += n;
         }
-        let st = self.files.get_mut(&ino).expect("checked");
         st.changed = true;
         st.mtime_ns = now_ns();
-        self.make_room()
+        self.make_room(ino, st).await
     }
 
-    fn entry_reply(&self, r: Res<Attr>, reply: ReplyEntry) {
-        match r {
-            Ok(a) => reply.entry(&TTL, &self.file_attr(&a), 0),
-            Err(e) => reply.error(e),
+    /// Runs `work` on `ino`'s state under its lock (loading it at the MDS first unless `open`
+    /// already did), then shows its unflushed size and mtime to `stat`.
+    async fn with_file<T>(
+        &self,
+        ino: u64,
+        work: impl for<'a> FnOnce(&'a Shared, &'a mut FileState) -> BoxFut<'a, T>,
+    ) -> Res<T> {
+        let entry = self.entry(ino);
+        let mut guard = entry.state.lock().await;
+        if guard.is_none() {
+            self.open_state(ino, &mut guard).await?;
         }
-    }
-
-    fn attr_of(&mut self, ino: u64) -> Res<Attr> {
-        let c = self.client.clone();
-        self.block(async move { c.get_attr(ino).await })
+        let st = guard.as_mut().expect("loaded");
+        let r = work(self, st).await;
+        Self::publish(&entry, st);
+        r
     }
 
     /// Flushes every file with unflushed writes (unmount).
-    fn flush_all(&mut self) {
-        let inos: Vec<u64> = self.files.keys().copied().collect();
-        for ino in inos {
-            if let Err(e) = self.flush_file(ino) {
-                tracing::error!(ino, errno = e, "could not flush a file at unmount");
+    async fn flush_all(&self) {
+        let entries: Vec<(u64, Arc<Entry>)> = self
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        for (ino, entry) in entries {
+            let mut guard = entry.state.lock().await;
+            if let Some(st) = guard.as_mut() {
+                if let Err(e) = self.flush_file(ino, st).await {
+                    tracing::error!(ino, errno = e, "could not flush a file at unmount");
+                }
             }
         }
     }
 }
 
+impl CodfsFs {
+    /// `attr_ttl`: how long the kernel keeps attributes and directory entries (docs/mount.md).
+    pub fn new(
+        client: Client,
+        rt: Handle,
+        cache_bytes: u64,
+        segment_bytes: u64,
+        attr_ttl: Duration,
+    ) -> CodfsFs {
+        CodfsFs {
+            shared: Arc::new(Shared {
+                client,
+                cache: Mutex::new(SegmentCache::new(cache_bytes)),
+                files: Mutex::default(),
+                dirs: Mutex::default(),
+                next_fh: AtomicU64::new(1),
+                seg: segment_bytes.max(1),
+                ttl: attr_ttl,
+                notifier: OnceLock::new(),
+            }),
+            rt,
+        }
+    }
+
+    /// A handle on the state the mount's tasks share (for metrics and the session's notifier).
+    pub fn handle(&self) -> FsHandle {
+        FsHandle(self.shared.clone())
+    }
+
+    /// Runs `work` on the runtime and answers `reply` with `done`'s reply or the errno: the one
+    /// shape of every handler.
+    fn spawn<R, T, F>(&self, reply: R, work: F, done: impl FnOnce(&Shared, R, T) + Send + 'static)
+    where
+        R: Fail + Send + 'static,
+        T: Send + 'static,
+        F: Future<Output = Res<T>> + Send + 'static,
+    {
+        let shared = self.shared.clone();
+        self.rt.spawn(async move {
+            match work.await {
+                Ok(v) => done(&shared, reply, v),
+                Err(e) => reply.fail(e),
+            }
+        });
+    }
+
+    /// [`Self::spawn`] of a call answered with an entry (lookup, mknod, mkdir, symlink, link).
+    fn spawn_entry<F>(&self, reply: ReplyEntry, work: impl FnOnce(Arc<Shared>) -> F)
+    where
+        F: Future<Output = Res<Attr>> + Send + 'static,
+    {
+        let w = work(self.shared.clone());
+        self.spawn(reply, w, |s, reply, a| {
+            reply.entry(&s.ttl, &s.file_attr(&a), 0)
+        })
+    }
+
+    /// [`Self::spawn`] of a call answered with nothing.
+    fn spawn_empty<F>(&self, reply: ReplyEmpty, work: impl FnOnce(Arc<Shared>) -> F)
+    where
+        F: Future<Output = Res<()>> + Send + 'static,
+    {
+        let w = work(self.shared.clone());
+        self.spawn(reply, w, |_, reply, ()| reply.ok())
+    }
+
+    /// [`Self::spawn`] of work on one file's bytes under its lock.
+    fn spawn_file<R, T>(
+        &self,
+        reply: R,
+        ino: u64,
+        work: impl for<'a> FnOnce(&'a Shared, &'a mut FileState) -> BoxFut<'a, T> + Send + 'static,
+        done: impl FnOnce(&Shared, R, T) + Send + 'static,
+    ) where
+        R: Fail + Send + 'static,
+        T: Send + 'static,
+    {
+        let s = self.shared.clone();
+        self.spawn(reply, async move { s.with_file(ino, work).await }, done)
+    }
+
+    /// Flushes and commits a file (close's flush, fsync).
+    fn spawn_flush(&self, reply: ReplyEmpty, ino: u64) {
+        self.spawn_file(
+            reply,
+            ino,
+            move |s: &Shared, st: &mut FileState| {
+                Box::pin(async move { s.flush_file(ino, st).await })
+            },
+            |_, reply, ()| reply.ok(),
+        )
+    }
+}
+
+/// The mount's shared state, for what runs beside the session: the cache's counters for the
+/// metrics endpoint, and the session's notifier.
+#[derive(Clone)]
+pub struct FsHandle(Arc<Shared>);
+
+impl FsHandle {
+    /// The cache's counters (hits, misses, evictions, invalidations, bytes, dirty bytes).
+    pub fn cache_stats(&self) -> ecstack_client::CacheStats {
+        self.0.cache().stats()
+    }
+
+    /// Lets open invalidate the kernel's cached attributes of the file it opens.
+    pub fn set_notifier(&self, n: fuser::Notifier) {
+        let _ = self.0.notifier.set(n);
+    }
+}
+
 impl Filesystem for CodfsFs {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+        let _ = config.set_max_background(KERNEL_BACKGROUND_MAX);
+        let _ = config.set_max_write(KERNEL_WRITE_BYTES_MAX);
+        Ok(())
+    }
+
     fn destroy(&mut self) {
-        self.flush_all();
-        let s = self.cache.stats();
+        let s = self.shared.clone();
+        self.rt.block_on(async move { s.flush_all().await });
+        let s = self.shared.cache().stats();
         tracing::info!(
             hits = s.hits,
             misses = s.misses,
@@ -450,29 +737,33 @@ impl Filesystem for CodfsFs {
     }
 
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
-        let r = name_ok(name).and_then(|n| {
-            let c = self.client.clone();
-            self.block(async move { c.lookup(parent, n).await })
-        });
-        self.entry_reply(r, reply)
+        let name = name_ok(name);
+        self.spawn_entry(reply, |s| async move {
+            s.client.lookup(parent, &name?).await.map_err(errno)
+        })
     }
 
     fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
-        let idle = self
-            .files
-            .get(&ino)
-            .is_some_and(|st| st.opens == 0 && !st.changed && !self.cache.is_dirty(ino));
-        if idle {
-            self.files.remove(&ino);
-            self.cache.drop_file(ino);
+        let mut files = self.shared.files.lock().unwrap_or_else(|p| p.into_inner());
+        // The kernel forgets an inode it holds no reference to: no request of it is in flight.
+        let idle = files.get(&ino).is_some_and(|e| {
+            e.state
+                .try_lock()
+                .is_ok_and(|st| st.as_ref().is_none_or(|st| st.opens == 0 && !st.changed))
+        });
+        if idle && !self.shared.cache().is_dirty(ino) {
+            files.remove(&ino);
+            self.shared.cache().drop_file(ino);
         }
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        match self.attr_of(ino) {
-            Ok(a) => reply.attr(&TTL, &self.file_attr(&a)),
-            Err(e) => reply.error(e),
-        }
+        let s = self.shared.clone();
+        self.spawn(
+            reply,
+            async move { s.client.get_attr(ino).await.map_err(errno) },
+            |s, reply, a| reply.attr(&s.ttl, &s.file_attr(&a)),
+        )
     }
 
     fn setattr(
@@ -493,52 +784,51 @@ impl Filesystem for CodfsFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        let r = (|| -> Res<Attr> {
+        let set = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ..SetAttr::default()
+        };
+        let s = self.shared.clone();
+        let work = async move {
             if let Some(size) = size {
-                if !self.files.contains_key(&ino) {
-                    self.open_state(ino)?;
-                }
-                self.set_size(ino, size)?;
-                self.flush_file(ino)?;
+                s.with_file(ino, move |s: &Shared, st: &mut FileState| {
+                    Box::pin(async move {
+                        s.set_size(ino, st, size).await?;
+                        s.flush_file(ino, st).await
+                    })
+                })
+                .await?;
             }
-            let t = |t: TimeOrNow| match t {
-                TimeOrNow::Now => SetTime::Now,
-                TimeOrNow::SpecificTime(s) => SetTime::Ns(
-                    s.duration_since(UNIX_EPOCH)
-                        .map(|d| d.as_nanos() as u64)
-                        .unwrap_or(0),
-                ),
-            };
-            let set = SetAttr {
-                mode: mode.map(|m| m & 0o7777),
-                uid,
-                gid,
-                atime: atime.map(t),
-                mtime: mtime.map(t),
-                ..SetAttr::default()
-            };
             if set == SetAttr::default() {
-                return self.attr_of(ino);
+                return s.client.get_attr(ino).await.map_err(errno);
             }
-            let c = self.client.clone();
-            let a = self.block(async move { c.set_attr(ino, &set).await })?;
-            if let (Some(st), Some(_)) = (self.files.get_mut(&ino), mtime) {
-                st.mtime_ns = a.mtime_ns;
+            let a = s.client.set_attr(ino, &set).await.map_err(errno)?;
+            if mtime.is_some() {
+                let entry = s.entry(ino);
+                let mut guard = entry.state.lock().await;
+                if let Some(st) = guard.as_mut() {
+                    st.mtime_ns = a.mtime_ns;
+                    Shared::publish(&entry, st);
+                }
             }
             Ok(a)
-        })();
-        match r {
-            Ok(a) => reply.attr(&TTL, &self.file_attr(&a)),
-            Err(e) => reply.error(e),
-        }
+        };
+        self.spawn(reply, work, |s, reply, a| {
+            reply.attr(&s.ttl, &s.file_attr(&a))
+        })
     }
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
-        let c = self.client.clone();
-        match self.block(async move { c.read_link(ino).await }) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(e),
-        }
+        let s = self.shared.clone();
+        self.spawn(
+            reply,
+            async move { s.client.read_link(ino).await.map_err(errno) },
+            |_, reply, t| reply.data(&t),
+        )
     }
 
     fn mknod(
@@ -559,15 +849,13 @@ impl Filesystem for CodfsFs {
             libc::S_IFSOCK => FileKind::Socket,
             _ => return reply.error(libc::EINVAL),
         };
-        let (uid, gid) = (req.uid(), req.gid());
-        let r = name_ok(name).and_then(|n| {
-            let c = self.client.clone();
-            self.block(async move {
-                c.mknod(parent, n, kind, mode & 0o7777, uid, gid, rdev, true)
-                    .await
-            })
-        });
-        self.entry_reply(r, reply)
+        let (uid, gid, name) = (req.uid(), req.gid(), name_ok(name));
+        self.spawn_entry(reply, |s| async move {
+            s.client
+                .mknod(parent, &name?, kind, mode & 0o7777, uid, gid, rdev, true)
+                .await
+                .map_err(errno)
+        })
     }
 
     fn mkdir(
@@ -579,34 +867,27 @@ impl Filesystem for CodfsFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let (uid, gid) = (req.uid(), req.gid());
-        let r = name_ok(name).and_then(|n| {
-            let c = self.client.clone();
-            self.block(async move { c.mkdir(parent, n, mode & 0o7777, uid, gid).await })
-        });
-        self.entry_reply(r, reply)
+        let (uid, gid, name) = (req.uid(), req.gid(), name_ok(name));
+        self.spawn_entry(reply, |s| async move {
+            s.client
+                .mkdir(parent, &name?, mode & 0o7777, uid, gid)
+                .await
+                .map_err(errno)
+        })
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        let r = name_ok(name).and_then(|n| {
-            let c = self.client.clone();
-            self.block(async move { c.unlink(parent, n).await })
-        });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        let name = name_ok(name);
+        self.spawn_empty(reply, |s| async move {
+            s.client.unlink(parent, &name?).await.map_err(errno)
+        })
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        let r = name_ok(name).and_then(|n| {
-            let c = self.client.clone();
-            self.block(async move { c.rmdir(parent, n).await })
-        });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        let name = name_ok(name);
+        self.spawn_empty(reply, |s| async move {
+            s.client.rmdir(parent, &name?).await.map_err(errno)
+        })
     }
 
     fn symlink(
@@ -617,13 +898,14 @@ impl Filesystem for CodfsFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let (uid, gid) = (req.uid(), req.gid());
+        let (uid, gid, name) = (req.uid(), req.gid(), name_ok(link_name));
         let target = target.as_os_str().as_bytes().to_vec();
-        let r = name_ok(link_name).and_then(|n| {
-            let c = self.client.clone();
-            self.block(async move { c.symlink(parent, n, &target, uid, gid).await })
-        });
-        self.entry_reply(r, reply)
+        self.spawn_entry(reply, |s| async move {
+            s.client
+                .symlink(parent, &name?, &target, uid, gid)
+                .await
+                .map_err(errno)
+        })
     }
 
     fn rename(
@@ -645,15 +927,13 @@ impl Filesystem for CodfsFs {
             noreplace: flags & NOREPLACE != 0,
             exchange: flags & EXCHANGE != 0,
         };
-        let r = name_ok(name).and_then(|a| {
-            let b = name_ok(newname)?;
-            let c = self.client.clone();
-            self.block(async move { c.rename(parent, a, newparent, b, flags).await })
-        });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        let (a, b) = (name_ok(name), name_ok(newname));
+        self.spawn_empty(reply, |s| async move {
+            s.client
+                .rename(parent, &a?, newparent, &b?, flags)
+                .await
+                .map_err(errno)
+        })
     }
 
     fn link(
@@ -664,23 +944,25 @@ impl Filesystem for CodfsFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = name_ok(newname).and_then(|n| {
-            let c = self.client.clone();
-            self.block(async move { c.link(ino, newparent, n).await })
-        });
-        self.entry_reply(r, reply)
+        let name = name_ok(newname);
+        self.spawn_entry(reply, |s| async move {
+            s.client.link(ino, newparent, &name?).await.map_err(errno)
+        })
     }
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        match self.open_state(ino) {
-            Ok(()) => {
-                self.files.get_mut(&ino).expect("opened").opens += 1;
-                let fh = self.fh(Opened::File);
-                // No FOPEN_KEEP_CACHE: the kernel drops its page cache of the file at each open.
-                reply.opened(fh, 0)
-            }
-            Err(e) => reply.error(e),
-        }
+        let entry = self.shared.entry(ino);
+        let s = self.shared.clone();
+        let work = async move {
+            let mut guard = entry.state.lock().await;
+            s.open_state(ino, &mut guard).await?;
+            let st = guard.as_mut().expect("opened");
+            st.opens += 1;
+            Shared::publish(&entry, st);
+            Ok(s.new_fh())
+        };
+        // No FOPEN_KEEP_CACHE: the kernel drops its page cache of the file at each open.
+        self.spawn(reply, work, |_, reply, fh| reply.opened(fh, 0))
     }
 
     fn read(
@@ -694,10 +976,15 @@ impl Filesystem for CodfsFs {
         _lock_owner: Option<u64>,
         reply: ReplyData,
     ) {
-        match self.read_bytes(ino, offset.max(0) as u64, u64::from(size)) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(e),
-        }
+        let offset = offset.max(0) as u64;
+        self.spawn_file(
+            reply,
+            ino,
+            move |s: &Shared, st: &mut FileState| {
+                Box::pin(async move { s.read_bytes(ino, st, offset, u64::from(size)).await })
+            },
+            |_, reply, d| reply.data(&d),
+        )
     }
 
     fn write(
@@ -712,38 +999,45 @@ impl Filesystem for CodfsFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
-        match self.write_bytes(ino, offset.max(0) as u64, data) {
-            Ok(()) => reply.written(data.len() as u32),
-            Err(e) => reply.error(e),
-        }
+        let offset = offset.max(0) as u64;
+        let data = data.to_vec();
+        let n = data.len() as u32;
+        self.spawn_file(
+            reply,
+            ino,
+            move |s: &Shared, st: &mut FileState| {
+                Box::pin(async move { s.write_bytes(ino, st, offset, &data).await })
+            },
+            move |_, reply, ()| reply.written(n),
+        )
     }
 
     fn flush(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _lock: u64, reply: ReplyEmpty) {
-        match self.flush_file(ino) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.spawn_flush(reply, ino)
     }
 
     fn release(
         &mut self,
         _req: &Request<'_>,
         ino: u64,
-        fh: u64,
+        _fh: u64,
         _flags: i32,
         _lock_owner: Option<u64>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles.remove(&fh);
-        let r = self.flush_file(ino);
-        if let Some(st) = self.files.get_mut(&ino) {
-            st.opens = st.opens.saturating_sub(1);
-        }
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.spawn_file(
+            reply,
+            ino,
+            move |s: &Shared, st: &mut FileState| {
+                Box::pin(async move {
+                    let r = s.flush_file(ino, st).await;
+                    st.opens = st.opens.saturating_sub(1);
+                    r
+                })
+            },
+            |_, reply, ()| reply.ok(),
+        )
     }
 
     fn fsync(
@@ -754,30 +1048,30 @@ impl Filesystem for CodfsFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.flush_file(ino) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.spawn_flush(reply, ino)
     }
 
     fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        let c = self.client.clone();
-        match self.block(async move { c.read_dir_all(ino).await }) {
-            Ok(entries) => {
-                let mut list = vec![
-                    (ino, FileType::Directory, b".".to_vec()),
-                    (ino, FileType::Directory, b"..".to_vec()),
-                ];
-                list.extend(
-                    entries
-                        .into_iter()
-                        .map(|e| (e.attr.ino, kind_of(e.attr.kind), e.name)),
-                );
-                let fh = self.fh(Opened::Dir(list));
-                reply.opened(fh, 0)
-            }
-            Err(e) => reply.error(e),
-        }
+        let s = self.shared.clone();
+        let work = async move {
+            let entries = s.client.read_dir_all(ino).await.map_err(errno)?;
+            let mut list = vec![
+                (ino, FileType::Directory, b".".to_vec()),
+                (ino, FileType::Directory, b"..".to_vec()),
+            ];
+            list.extend(
+                entries
+                    .into_iter()
+                    .map(|e| (e.attr.ino, kind_of(e.attr.kind), e.name)),
+            );
+            let fh = s.new_fh();
+            s.dirs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(fh, Arc::new(list));
+            Ok(fh)
+        };
+        self.spawn(reply, work, |_, reply, fh| reply.opened(fh, 0))
     }
 
     fn readdir(
@@ -788,7 +1082,15 @@ impl Filesystem for CodfsFs {
         offset: i64,
         mut reply: ReplyDirectory,
     ) {
-        let Some(Opened::Dir(list)) = self.handles.get(&fh) else {
+        // From memory: answered here, on the session thread.
+        let list = self
+            .shared
+            .dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .cloned();
+        let Some(list) = list else {
             return reply.error(libc::EBADF);
         };
         for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset.max(0) as usize) {
@@ -807,14 +1109,20 @@ impl Filesystem for CodfsFs {
         _flags: i32,
         reply: ReplyEmpty,
     ) {
-        self.handles.remove(&fh);
+        self.shared
+            .dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh);
         reply.ok()
     }
 
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
-        let c = self.client.clone();
-        match self.block(async move { c.stat_fs().await }) {
-            Ok(s) => {
+        let s = self.shared.clone();
+        self.spawn(
+            reply,
+            async move { s.client.stat_fs().await.map_err(errno) },
+            |_, reply, s| {
                 let b = u64::from(BLOCK);
                 reply.statfs(
                     s.capacity_bytes / b,
@@ -826,9 +1134,8 @@ impl Filesystem for CodfsFs {
                     s.name_max,
                     BLOCK,
                 )
-            }
-            Err(e) => reply.error(e),
-        }
+            },
+        )
     }
 
     fn setxattr(
@@ -846,11 +1153,12 @@ impl Filesystem for CodfsFs {
             flags & libc::XATTR_REPLACE != 0,
         );
         let (name, value) = (name.as_bytes().to_vec(), value.to_vec());
-        let c = self.client.clone();
-        match self.block(async move { c.set_xattr(ino, &name, &value, create, replace).await }) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.spawn_empty(reply, |s| async move {
+            s.client
+                .set_xattr(ino, &name, &value, create, replace)
+                .await
+                .map_err(errno)
+        })
     }
 
     fn getxattr(
@@ -862,43 +1170,35 @@ impl Filesystem for CodfsFs {
         reply: ReplyXattr,
     ) {
         let name = name.as_bytes().to_vec();
-        let c = self.client.clone();
-        match self.block(async move { c.get_xattr(ino, &name).await }) {
-            Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() > size as usize => reply.error(libc::ERANGE),
-            Ok(v) => reply.data(&v),
-            Err(e) => reply.error(e),
-        }
+        let s = self.shared.clone();
+        self.spawn(
+            reply,
+            async move { s.client.get_xattr(ino, &name).await.map_err(errno) },
+            move |_, reply, v| xattr_reply(reply, size, &v),
+        )
     }
 
     fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
-        let c = self.client.clone();
-        match self.block(async move { c.list_xattr(ino).await }) {
-            Ok(names) => {
+        let s = self.shared.clone();
+        self.spawn(
+            reply,
+            async move { s.client.list_xattr(ino).await.map_err(errno) },
+            move |_, reply, names| {
                 let mut v = Vec::new();
                 for n in names {
                     v.extend_from_slice(&n);
                     v.push(0);
                 }
-                if size == 0 {
-                    reply.size(v.len() as u32)
-                } else if v.len() > size as usize {
-                    reply.error(libc::ERANGE)
-                } else {
-                    reply.data(&v)
-                }
-            }
-            Err(e) => reply.error(e),
-        }
+                xattr_reply(reply, size, &v)
+            },
+        )
     }
 
     fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name.as_bytes().to_vec();
-        let c = self.client.clone();
-        match self.block(async move { c.remove_xattr(ino, &name).await }) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.spawn_empty(reply, |s| async move {
+            s.client.remove_xattr(ino, &name).await.map_err(errno)
+        })
     }
 
     fn access(&mut self, _req: &Request<'_>, _ino: u64, _mask: i32, reply: ReplyEmpty) {
@@ -916,14 +1216,15 @@ impl Filesystem for CodfsFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (uid, gid) = (req.uid(), req.gid());
+        let (uid, gid, name) = (req.uid(), req.gid(), name_ok(name));
         let exclusive = flags & libc::O_EXCL != 0;
-        let r = name_ok(name).and_then(|n| {
-            let c = self.client.clone();
-            self.block(async move {
-                c.mknod(
+        let s = self.shared.clone();
+        let work = async move {
+            let a = s
+                .client
+                .mknod(
                     parent,
-                    n,
+                    &name?,
                     FileKind::File,
                     mode & 0o7777,
                     uid,
@@ -932,20 +1233,18 @@ impl Filesystem for CodfsFs {
                     exclusive,
                 )
                 .await
-            })
-        });
-        let r = r.and_then(|a| {
-            self.open_state(a.ino)?;
-            self.files.get_mut(&a.ino).expect("opened").opens += 1;
-            Ok(a)
-        });
-        match r {
-            Ok(a) => {
-                let fh = self.fh(Opened::File);
-                reply.created(&TTL, &self.file_attr(&a), 0, fh, 0)
-            }
-            Err(e) => reply.error(e),
-        }
+                .map_err(errno)?;
+            let entry = s.entry(a.ino);
+            let mut guard = entry.state.lock().await;
+            s.open_state(a.ino, &mut guard).await?;
+            let st = guard.as_mut().expect("opened");
+            st.opens += 1;
+            Shared::publish(&entry, st);
+            Ok((a, s.new_fh()))
+        };
+        self.spawn(reply, work, |s, reply, (a, fh)| {
+            reply.created(&s.ttl, &s.file_attr(&a), 0, fh, 0)
+        })
     }
 
     fn fallocate(
@@ -962,18 +1261,18 @@ impl Filesystem for CodfsFs {
             return reply.error(libc::EOPNOTSUPP);
         }
         let end = (offset.max(0) + length.max(0)) as u64;
-        let r = (|| {
-            if !self.files.contains_key(&ino) {
-                self.open_state(ino)?;
-            }
-            if end > self.files[&ino].size {
-                self.set_size(ino, end)?;
-            }
-            Ok(())
-        })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.spawn_file(
+            reply,
+            ino,
+            move |s: &Shared, st: &mut FileState| {
+                Box::pin(async move {
+                    if end > st.size {
+                        s.set_size(ino, st, end).await?;
+                    }
+                    Ok(())
+                })
+            },
+            |_, reply, ()| reply.ok(),
+        )
     }
 }

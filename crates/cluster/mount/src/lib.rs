@@ -2,15 +2,18 @@
 //! cluster through a file system interface"): a FUSE mount (`fuser`) over [`ecstack_client`].
 //!
 //! - Metadata: every namespace call goes to the MDS (schema version 3: inodes, directory entries,
-//!   symlinks, xattrs); the kernel caches no attribute or entry (TTL 0), so a second mount sees a
-//!   change at its next call. Permissions are checked by the kernel (`default_permissions`).
+//!   symlinks, xattrs); the kernel keeps attributes and directory entries for `attr_timeout`
+//!   (1 s by default), so a second mount sees a change within that; an open always asks the MDS.
+//!   Permissions are checked by the kernel (`default_permissions`).
 //! - Data: whole segments in the client's LRU [`SegmentCache`] (§4.4.4). Reads fill it a segment
 //!   at a time; writes go into it and are flushed at close, fsync, or when the cache must make
-//!   room: a segment whose length is unchanged as one update of its dirty range at its primary, a
+//!   room: a segment whose length is unchanged as one update per written range at its primary, a
 //!   new or grown or cut segment written whole (new segments placed by GrowFile), then one SetAttr
 //!   commits the size, the new segment lengths and the times (and bumps the file's version).
-//! - Close-to-open (§4.4.1): an open asks the MDS for the file's version and layouts and drops the
-//!   cached clean segments of any other version; a close flushes and commits before it returns.
+//! - Close-to-open (§4.4.1): an open asks the MDS for the file's version and layouts, drops the
+//!   cached clean segments of any other version and the kernel's cached attributes of the file; a
+//!   close flushes and commits before it returns.
+//! - Requests run concurrently on the mount's runtime; one file's data path one at a time.
 //!
 //! See docs/mount.md for the semantics and what is not POSIX.
 
@@ -34,6 +37,69 @@ pub struct MountSpec {
     pub insecure: bool,
     /// The segment cache's size, bytes.
     pub cache_bytes: u64,
+    /// How long the kernel keeps attributes and directory entries (docs/mount.md).
+    pub attr_timeout: Duration,
+    /// Where the Prometheus metrics endpoint listens (port 0 picks a free one).
+    pub metrics_addr: String,
+}
+
+/// The mount's metrics in the Prometheus text format: the segment cache's counters and sizes.
+pub fn metrics_text(s: &ecstack_client::CacheStats, capacity_bytes: u64) -> String {
+    use prometheus_client::metrics::counter::Counter;
+    let mut r = prometheus_client::registry::Registry::default();
+    for (name, help, v) in [
+        (
+            "ecstack_mount_cache_hits",
+            "segment cache lookups that found the segment",
+            s.hits,
+        ),
+        (
+            "ecstack_mount_cache_misses",
+            "segment cache lookups that read the segment from the cluster",
+            s.misses,
+        ),
+        (
+            "ecstack_mount_cache_evictions",
+            "clean segments dropped to make room",
+            s.evictions,
+        ),
+        (
+            "ecstack_mount_cache_invalidations",
+            "clean segments dropped at an open because the file changed elsewhere (close-to-open)",
+            s.invalidations,
+        ),
+    ] {
+        let c = Counter::<u64>::default();
+        c.inc_by(v);
+        // prometheus-client appends `_total`.
+        r.register(name, help, c);
+    }
+    ecstack_rpc::metrics::register_gauges(
+        &mut r,
+        &[
+            (
+                "ecstack_mount_cache_bytes",
+                "bytes of segments in the cache",
+                s.bytes,
+            ),
+            (
+                "ecstack_mount_cache_dirty_bytes",
+                "bytes of cached segments holding writes not yet flushed",
+                s.dirty_bytes,
+            ),
+            (
+                "ecstack_mount_cache_segments",
+                "segments in the cache",
+                s.segments,
+            ),
+            (
+                "ecstack_mount_cache_capacity_bytes",
+                "the cache's size (--cache-size)",
+                capacity_bytes,
+            ),
+        ],
+    );
+    ecstack_rpc::metrics::encode(&r)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +118,8 @@ pub enum MountError {
     Client(#[from] ecstack_client::ClientError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("{0}")]
+    Metrics(#[from] ecstack_rpc::metrics::MetricsError),
     #[error("cannot mount {path}: {source}")]
     Mount {
         path: PathBuf,
@@ -116,7 +184,22 @@ pub fn run(spec: &MountSpec) -> Result<(), MountError> {
         }
     }
     let segment_bytes = client.config().segment_bytes;
-    let fs = CodfsFs::new(client, rt.handle().clone(), spec.cache_bytes, segment_bytes);
+    let fs = CodfsFs::new(
+        client,
+        rt.handle().clone(),
+        spec.cache_bytes,
+        segment_bytes,
+        spec.attr_timeout,
+    );
+    let handle = fs.handle();
+    let (metrics_addr, _metrics) = rt.block_on({
+        let handle = handle.clone();
+        let capacity = spec.cache_bytes;
+        ecstack_rpc::metrics::serve_metrics(&spec.metrics_addr, move || {
+            let text = metrics_text(&handle.cache_stats(), capacity);
+            async move { text }
+        })
+    })?;
     let options = [
         fuser::MountOption::FSName("ecstack".into()),
         fuser::MountOption::Subtype("codfs".into()),
@@ -129,6 +212,7 @@ pub fn run(spec: &MountSpec) -> Result<(), MountError> {
             path: spec.mountpoint.clone(),
             source: e,
         })?;
+    handle.set_notifier(session.notifier());
     let mut unmounter = session.unmount_callable();
     let mountpoint = spec.mountpoint.clone();
     rt.spawn(async move {
@@ -152,6 +236,7 @@ pub fn run(spec: &MountSpec) -> Result<(), MountError> {
         "ecstack: mounted the cluster at {} (unmount: fusermount3 -u, umount, or SIGTERM)",
         spec.mountpoint.display()
     );
+    eprintln!("ecstack: mount metrics on http://{metrics_addr}/metrics");
     let served = session.run();
     // Dropping the session flushes what is still dirty (destroy) and unmounts if needed.
     drop(session);

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -190,18 +189,17 @@ impl Metrics {
         for (name, help, c) in counters {
             r.register(name, help, c.clone());
         }
-        for (name, help, v) in [
-            ("ecstack_osd_chunks", "chunks in the store", chunks),
-            (
-                "ecstack_osd_stored_bytes",
-                "bytes of chunk files in the store",
-                stored_bytes,
-            ),
-        ] {
-            let g = Gauge::<i64>::default();
-            g.set(i64::try_from(v).unwrap_or(i64::MAX));
-            r.register(name, help, g);
-        }
+        ecstack_rpc::metrics::register_gauges(
+            &mut r,
+            &[
+                ("ecstack_osd_chunks", "chunks in the store", chunks),
+                (
+                    "ecstack_osd_stored_bytes",
+                    "bytes of chunk files in the store",
+                    stored_bytes,
+                ),
+            ],
+        );
         ecstack_rpc::metrics::encode(&r)
     }
 }

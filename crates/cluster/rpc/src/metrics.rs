@@ -245,6 +245,19 @@ pub fn encode(registry: &prometheus_client::registry::Registry) -> String {
     out
 }
 
+/// Registers one gauge per (name, help, value) in `registry`, set to the value (a value past
+/// `i64::MAX` reads as `i64::MAX`): for metrics rendered from a snapshot at scrape time.
+pub fn register_gauges(
+    registry: &mut prometheus_client::registry::Registry,
+    gauges: &[(&str, &str, u64)],
+) {
+    for &(name, help, v) in gauges {
+        let g = PromGauge::<i64>::default();
+        g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        registry.register(name, help, g);
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("cannot serve metrics on {addr}: {source}")]
 pub struct MetricsError {

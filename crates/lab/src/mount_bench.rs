@@ -1,0 +1,580 @@
+//! `ecstack bench mount`: file-system work through FUSE mounts, side by side in one run:
+//! our cluster's mount (`ecstack cluster mount` over local MDS and OSD processes, RS k+m),
+//! bindfs over a local directory (the FUSE-overhead floor) and, when given its mountpoint, a
+//! GlusterFS disperse volume set up per `../shared/peers/glusterfs.md`.
+//!
+//! Each target runs the same work in a fresh directory: create, stat, rename and unlink of small
+//! files (each create writes a few bytes and closes), `tar` extract of a real source tree and
+//! `git status` on it, a sequential write (then fsync) and read of one big file in 1 MiB requests.
+//! Reads come after the kernel's page cache is dropped (when the process may) and through a new
+//! open. Ratios are ours / GlusterFS (and ours / bindfs).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::codfs_local::{LocalCluster, LocalSpec};
+use crate::{LabError, Result};
+
+/// How long a mount gets to appear.
+const MOUNT_WAIT_SECS_MAX: u64 = 30;
+/// Bytes each small file gets.
+const SMALL_FILE_BYTES: usize = 64;
+/// The request size of the sequential write and read.
+const SEQ_REQUEST_BYTES: usize = 1 << 20;
+
+/// What `ecstack bench mount` runs.
+#[derive(Debug, Clone)]
+pub struct MountBenchConfig {
+    /// The `ecstack` binary (starts the daemons and the mount).
+    pub exe: PathBuf,
+    pub osds: usize,
+    pub k: u32,
+    pub m: u32,
+    pub segment_bytes: u64,
+    /// The mount's segment cache.
+    pub cache_bytes: u64,
+    /// Small files of the metadata runs.
+    pub files: usize,
+    /// The sequential file's size.
+    pub seq_bytes: u64,
+    /// A source tree to `tar` into each target (and run `git status` on); None: skipped.
+    pub tree: Option<PathBuf>,
+    /// A mounted GlusterFS volume to run on (None: not run).
+    pub gluster: Option<PathBuf>,
+    /// Run bindfs over a local directory too.
+    pub bindfs: bool,
+    /// Where everything lives (None: a temporary directory).
+    pub dir: Option<PathBuf>,
+}
+
+impl MountBenchConfig {
+    pub fn new(exe: PathBuf) -> MountBenchConfig {
+        MountBenchConfig {
+            exe,
+            osds: 8,
+            k: 6,
+            m: 2,
+            segment_bytes: 16 << 20,
+            cache_bytes: 256 << 20,
+            files: 10_000,
+            seq_bytes: 1 << 30,
+            tree: None,
+            gluster: None,
+            bindfs: true,
+            dir: None,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.osds < (self.k + self.m) as usize {
+            return Err(LabError::Config {
+                field: "osds",
+                msg: format!(
+                    "{}: RS {}+{} needs at least {} OSDs",
+                    self.osds,
+                    self.k,
+                    self.m,
+                    self.k + self.m
+                ),
+            });
+        }
+        if self.files == 0 || self.seq_bytes == 0 {
+            return Err(LabError::Config {
+                field: "files",
+                msg: "--files and --seq-size must be above 0".into(),
+            });
+        }
+        if let Some(g) = &self.gluster {
+            if !is_mountpoint(g) {
+                return Err(LabError::Config {
+                    field: "gluster",
+                    msg: format!(
+                        "{}: not a mountpoint (mount the volume first: ../shared/peers/glusterfs.md)",
+                        g.display()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One measured workload: a figure per target, in `unit`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub workload: String,
+    pub unit: String,
+    /// (target, figure), in the report's target order.
+    pub figures: Vec<(String, f64)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MountBenchReport {
+    pub targets: Vec<String>,
+    pub rows: Vec<Row>,
+    pub files: usize,
+    pub seq_bytes: u64,
+    pub osds: usize,
+    pub k: u32,
+    pub m: u32,
+    pub segment_bytes: u64,
+    pub cache_bytes: u64,
+}
+
+impl MountBenchReport {
+    fn figure(row: &Row, target: &str) -> Option<f64> {
+        row.figures.iter().find(|(t, _)| t == target).map(|x| x.1)
+    }
+
+    /// The table: one column per target, then ours / GlusterFS and ours / bindfs where both ran
+    /// (higher is better for every unit here).
+    pub fn markdown(&self) -> String {
+        let mut out = format!(
+            "Mount benchmark: {} small files, a {} MiB sequential file; ours = {} OSDs, RS {}+{}, {} MiB segments, {} MiB cache\n\n",
+            self.files,
+            self.seq_bytes >> 20,
+            self.osds,
+            self.k,
+            self.m,
+            self.segment_bytes >> 20,
+            self.cache_bytes >> 20
+        );
+        let ratios: Vec<&str> = ["gluster", "bindfs"]
+            .into_iter()
+            .filter(|t| self.targets.iter().any(|x| x == t))
+            .collect();
+        out.push_str("| workload | unit |");
+        for t in &self.targets {
+            out.push_str(&format!(" {t} |"));
+        }
+        for r in &ratios {
+            out.push_str(&format!(" ours / {r} |"));
+        }
+        out.push_str("\n|---|---|");
+        out.push_str(&"---:|".repeat(self.targets.len() + ratios.len()));
+        out.push('\n');
+        for row in &self.rows {
+            out.push_str(&format!("| {} | {} |", row.workload, row.unit));
+            for t in &self.targets {
+                match Self::figure(row, t) {
+                    Some(v) => out.push_str(&format!(" {v:.1} |")),
+                    None => out.push_str(" – |"),
+                }
+            }
+            for r in &ratios {
+                match (Self::figure(row, "ours"), Self::figure(row, r)) {
+                    (Some(a), Some(b)) if b > 0.0 => out.push_str(&format!(" {:.2} |", a / b)),
+                    _ => out.push_str(" – |"),
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn run_err(what: &str, e: impl std::fmt::Display) -> LabError {
+    LabError::Run(format!("{what}: {e}"))
+}
+
+/// Whether `dir` is a mountpoint now (listed in /proc/self/mounts).
+fn is_mountpoint(dir: &Path) -> bool {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == dir.to_str())
+}
+
+fn wait_mounted(dir: &Path, what: &str) -> Result<()> {
+    let start = Instant::now();
+    while !is_mountpoint(dir) {
+        if start.elapsed() > Duration::from_secs(MOUNT_WAIT_SECS_MAX) {
+            return Err(LabError::Run(format!(
+                "{what} did not mount at {} within {MOUNT_WAIT_SECS_MAX} s",
+                dir.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn run_tool(cmd: &mut Command) -> Result<()> {
+    let o = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| run_err(&format!("{cmd:?}"), e))?;
+    if !o.status.success() {
+        return Err(LabError::Run(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// A mount this benchmark made; unmounted (and its process stopped) on drop.
+struct Mounted {
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+        if let Some(mut c) = self.child.take() {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Drops the kernel's clean page cache (root only; otherwise the read may be served from it,
+/// and the report says nothing different: run as root).
+fn drop_page_cache() {
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+fn per_sec(n: usize, t: Duration) -> f64 {
+    n as f64 / t.as_secs_f64().max(1e-9)
+}
+
+/// The metadata runs in `dir`: (create, stat, rename, unlink) ops/s.
+fn metadata(dir: &Path, files: usize) -> Result<[f64; 4]> {
+    let name = |i: usize| dir.join(format!("f{i:06}"));
+    let moved = |i: usize| dir.join(format!("g{i:06}"));
+    let body = [b'x'; SMALL_FILE_BYTES];
+    let io = |what: &str, e: std::io::Error| run_err(what, e);
+    let t = Instant::now();
+    for i in 0..files {
+        let mut f = File::create(name(i)).map_err(|e| io("create", e))?;
+        f.write_all(&body).map_err(|e| io("write", e))?;
+    }
+    let create = per_sec(files, t.elapsed());
+    let t = Instant::now();
+    for i in 0..files {
+        std::fs::metadata(name(i)).map_err(|e| io("stat", e))?;
+    }
+    let stat = per_sec(files, t.elapsed());
+    let t = Instant::now();
+    for i in 0..files {
+        std::fs::rename(name(i), moved(i)).map_err(|e| io("rename", e))?;
+    }
+    let rename = per_sec(files, t.elapsed());
+    let t = Instant::now();
+    for i in 0..files {
+        std::fs::remove_file(moved(i)).map_err(|e| io("unlink", e))?;
+    }
+    Ok([create, stat, rename, per_sec(files, t.elapsed())])
+}
+
+/// Sequential write (with fsync) then read of `bytes` at `path`: (write, read) MB/s.
+fn sequential(path: &Path, bytes: u64) -> Result<(f64, f64)> {
+    let mut buf = vec![0u8; SEQ_REQUEST_BYTES];
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i * 31 % 251) as u8;
+    }
+    let t = Instant::now();
+    let mut f = File::create(path).map_err(|e| run_err("create", e))?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        f.write_all(&buf[..n]).map_err(|e| run_err("write", e))?;
+        left -= n as u64;
+    }
+    f.sync_all().map_err(|e| run_err("fsync", e))?;
+    drop(f);
+    let write = bytes as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9);
+    drop_page_cache();
+    let t = Instant::now();
+    let mut f = File::open(path).map_err(|e| run_err("open", e))?;
+    let mut got = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| run_err("read", e))?;
+        if n == 0 {
+            break;
+        }
+        got += n as u64;
+    }
+    if got != bytes {
+        return Err(LabError::Run(format!(
+            "{}: read {got} bytes back of {bytes}",
+            path.display()
+        )));
+    }
+    Ok((
+        write,
+        bytes as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9),
+    ))
+}
+
+/// `tar -xf` of `tarball` into `dir/tree`, then `git status` there (after an untimed
+/// `git init`, `add`, `commit`): (files/s of the extract, runs/s of `git status`).
+fn tree_work(dir: &Path, tarball: &Path, files: usize, home: &Path) -> Result<(f64, f64)> {
+    let tree = dir.join("tree");
+    std::fs::create_dir(&tree).map_err(|e| run_err("mkdir", e))?;
+    let t = Instant::now();
+    run_tool(
+        Command::new("tar")
+            .arg("-xf")
+            .arg(tarball)
+            .arg("-C")
+            .arg(&tree),
+    )?;
+    let extract = per_sec(files, t.elapsed());
+    let git = |args: &[&str]| {
+        run_tool(
+            Command::new("git")
+                .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost"])
+                .args(args)
+                .current_dir(&tree)
+                .env("HOME", home)
+                .env("GIT_CONFIG_NOSYSTEM", "1"),
+        )
+    };
+    git(&["init", "-q"])?;
+    git(&["add", "-A"])?;
+    git(&["commit", "-q", "-m", "bench"])?;
+    const RUNS: usize = 3;
+    let t = Instant::now();
+    for _ in 0..RUNS {
+        git(&["status", "--porcelain"])?;
+    }
+    Ok((extract, per_sec(RUNS, t.elapsed())))
+}
+
+/// Every workload on one target (`work` is a fresh directory inside its mount).
+fn run_target(
+    cfg: &MountBenchConfig,
+    work: &Path,
+    tarball: Option<&(PathBuf, usize)>,
+    home: &Path,
+    log: &dyn Fn(&str),
+) -> Result<Vec<(String, &'static str, f64)>> {
+    std::fs::create_dir_all(work).map_err(|e| run_err("mkdir", e))?;
+    let meta = work.join("meta");
+    std::fs::create_dir(&meta).map_err(|e| run_err("mkdir", e))?;
+    let [create, stat, rename, unlink] = metadata(&meta, cfg.files)?;
+    log(&format!("  metadata: create {create:.0}/s, stat {stat:.0}/s, rename {rename:.0}/s, unlink {unlink:.0}/s"));
+    let mut rows = vec![
+        (
+            "create (small file, write, close)".to_owned(),
+            "ops/s",
+            create,
+        ),
+        ("stat".to_owned(), "ops/s", stat),
+        ("rename".to_owned(), "ops/s", rename),
+        ("unlink".to_owned(), "ops/s", unlink),
+    ];
+    if let Some((tarball, files)) = tarball {
+        let (extract, status) = tree_work(work, tarball, *files, home)?;
+        log(&format!(
+            "  tree: tar extract {extract:.0} files/s, git status {status:.2}/s"
+        ));
+        rows.push(("tar extract".to_owned(), "files/s", extract));
+        rows.push(("git status".to_owned(), "runs/s", status));
+    }
+    let (write, read) = sequential(&work.join("seq.bin"), cfg.seq_bytes)?;
+    log(&format!(
+        "  sequential: write {write:.0} MB/s, read {read:.0} MB/s"
+    ));
+    rows.push(("sequential write (1 MiB, fsync)".to_owned(), "MB/s", write));
+    rows.push(("sequential read (1 MiB)".to_owned(), "MB/s", read));
+    Ok(rows)
+}
+
+/// Runs the benchmark; every process and mount it started is stopped whatever happens.
+pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchReport> {
+    cfg.validate()?;
+    let temp;
+    let dir = match &cfg.dir {
+        Some(d) => d.clone(),
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("ecstack-bench-mount-")
+                .tempdir()
+                .map_err(|e| run_err("cannot make a temporary directory", e))?;
+            temp.path().to_owned()
+        }
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| run_err(&format!("mkdir {}", dir.display()), e))?;
+    let stamp = std::process::id();
+    let tarball = match &cfg.tree {
+        Some(tree) => {
+            let tarball = dir.join("tree.tar");
+            run_tool(
+                Command::new("tar")
+                    .arg("-cf")
+                    .arg(&tarball)
+                    .arg("--exclude=./target")
+                    .arg("--exclude=./.git")
+                    .arg("-C")
+                    .arg(tree)
+                    .arg("."),
+            )?;
+            let out = Command::new("tar")
+                .arg("-tf")
+                .arg(&tarball)
+                .output()
+                .map_err(|e| run_err("tar -tf", e))?;
+            Some((tarball, out.stdout.split(|&b| b == b'\n').count()))
+        }
+        None => None,
+    };
+
+    let mut spec = LocalSpec::new(cfg.exe.clone(), dir.join("cluster"), cfg.osds);
+    spec.k = cfg.k;
+    spec.m = cfg.m;
+    spec.segment_bytes = cfg.segment_bytes;
+    log(&format!(
+        "starting the cluster: {} OSDs, RS {}+{}",
+        cfg.osds, cfg.k, cfg.m
+    ));
+    let mut cluster = LocalCluster::start(spec).map_err(|e| run_err("cluster", e))?;
+    // Every OSD registered before the mount writes.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| run_err("cannot start the async runtime", e))?;
+    rt.block_on(async {
+        let client = ecstack_client::Client::from_config_file_with(
+            &cluster.config_path(),
+            "client",
+            false,
+            ecstack_client::ClientOptions::default(),
+        )?;
+        client
+            .wait_for_osds(cfg.osds, Duration::from_secs(60))
+            .await
+    })
+    .map_err(|e| run_err("waiting for the OSDs", e))?;
+    let ours_dir = dir.join("mnt-ours");
+    std::fs::create_dir_all(&ours_dir).map_err(|e| run_err("mkdir", e))?;
+    let mount_log = File::create(dir.join("mount.log")).map_err(|e| run_err("log", e))?;
+    let child = Command::new(&cfg.exe)
+        .args(["cluster", "mount"])
+        .arg(&ours_dir)
+        .arg("--cache-size")
+        .arg(cfg.cache_bytes.to_string())
+        .arg("--config")
+        .arg(cluster.config_path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(mount_log)
+        .spawn()
+        .map_err(|e| run_err("ecstack cluster mount", e))?;
+    let ours = Mounted {
+        dir: ours_dir.clone(),
+        child: Some(child),
+    };
+    wait_mounted(&ours_dir, "ecstack cluster mount")?;
+
+    let mut targets: Vec<(String, PathBuf, Option<Mounted>)> =
+        vec![("ours".into(), ours_dir, None)];
+    let _ours = ours;
+    if cfg.bindfs {
+        let src = dir.join("bindfs-src");
+        let mnt = dir.join("mnt-bindfs");
+        std::fs::create_dir_all(&src).map_err(|e| run_err("mkdir", e))?;
+        std::fs::create_dir_all(&mnt).map_err(|e| run_err("mkdir", e))?;
+        run_tool(Command::new("bindfs").arg(&src).arg(&mnt))?;
+        wait_mounted(&mnt, "bindfs")?;
+        targets.push((
+            "bindfs".into(),
+            mnt.clone(),
+            Some(Mounted {
+                dir: mnt,
+                child: None,
+            }),
+        ));
+    }
+    if let Some(g) = &cfg.gluster {
+        targets.push(("gluster".into(), g.clone(), None));
+    }
+
+    let mut rows: Vec<Row> = Vec::new();
+    for (name, mnt, _) in &targets {
+        log(&format!("{name}: {}", mnt.display()));
+        let work = mnt.join(format!("ecstack-bench-{stamp}"));
+        let figures = run_target(cfg, &work, tarball.as_ref(), &dir, log)?;
+        for (workload, unit, v) in figures {
+            match rows.iter_mut().find(|r| r.workload == workload) {
+                Some(r) => r.figures.push((name.clone(), v)),
+                None => rows.push(Row {
+                    workload,
+                    unit: unit.to_owned(),
+                    figures: vec![(name.clone(), v)],
+                }),
+            }
+        }
+        if let Err(e) = std::fs::remove_dir_all(&work) {
+            log(&format!(
+                "{name}: could not clean up {}: {e}",
+                work.display()
+            ));
+        }
+    }
+    drop(targets);
+    drop(_ours);
+    cluster.stop();
+    Ok(MountBenchReport {
+        targets: rows
+            .first()
+            .map(|r| r.figures.iter().map(|f| f.0.clone()).collect())
+            .unwrap_or_default(),
+        rows,
+        files: cfg.files,
+        seq_bytes: cfg.seq_bytes,
+        osds: cfg.osds,
+        k: cfg.k,
+        m: cfg.m,
+        segment_bytes: cfg.segment_bytes,
+        cache_bytes: cfg.cache_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_a_column_per_target_and_ratios_to_the_peers() {
+        let report = MountBenchReport {
+            targets: vec!["ours".into(), "bindfs".into(), "gluster".into()],
+            rows: vec![Row {
+                workload: "stat".into(),
+                unit: "ops/s".into(),
+                figures: vec![
+                    ("ours".into(), 300.0),
+                    ("bindfs".into(), 600.0),
+                    ("gluster".into(), 200.0),
+                ],
+            }],
+            files: 10,
+            seq_bytes: 1 << 20,
+            osds: 8,
+            k: 6,
+            m: 2,
+            segment_bytes: 16 << 20,
+            cache_bytes: 256 << 20,
+        };
+        let md = report.markdown();
+        assert!(
+            md.contains("| stat | ops/s | 300.0 | 600.0 | 200.0 | 1.50 | 0.50 |"),
+            "{md}"
+        );
+    }
+}
