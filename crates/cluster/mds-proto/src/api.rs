@@ -259,8 +259,6 @@ pub struct HeartbeatReply {
     /// The MDS's global layout epoch (the largest segment epoch).
     pub epoch: u64,
     pub tasks: Vec<OsdTask>,
-    /// Every OSD's address as it last registered, by osd_id.
-    pub osd_addrs: BTreeMap<u32, String>,
 }
 
 /// The metadata key of a status that carries an [`MdsError::Fs`]'s errno.
@@ -772,7 +770,6 @@ impl MdsClient {
                 .into_iter()
                 .map(TryInto::try_into)
                 .collect::<Result<_, _>>()?,
-            osd_addrs: reply.osd_addrs.into_iter().collect(),
         })
     }
 

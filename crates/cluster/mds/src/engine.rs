@@ -440,7 +440,6 @@ impl MdsCore {
         Ok(HeartbeatReply {
             epoch: self.store.counter(COUNTER_EPOCH).map_err(internal)?,
             tasks,
-            osd_addrs: osds.values().map(|o| (o.osd_id, o.addr.clone())).collect(),
         })
     }
 

@@ -382,7 +382,6 @@ impl proto::mds_server::Mds for MdsService {
         Ok(Response::new(proto::HeartbeatReply {
             epoch: reply.epoch,
             tasks: reply.tasks.into_iter().map(Into::into).collect(),
-            osd_addrs: reply.osd_addrs.into_iter().collect(),
         }))
     }
 

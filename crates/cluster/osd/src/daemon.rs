@@ -330,9 +330,6 @@ async fn heartbeat_loop(
                     match tokio::time::timeout(patience, mds.heartbeat(&beat)).await {
                         Ok(Ok(reply)) => {
                             osd.lease().renew(sent);
-                            osd.set_osd_addrs(
-                                reply.osd_addrs.iter().map(|(&id, a)| (id, a.clone())),
-                            );
                             lock(&deleted).retain(|s| !reported.contains(s));
                             let _ = replies.try_send(reply);
                         }

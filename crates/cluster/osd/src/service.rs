@@ -92,9 +92,6 @@ pub(crate) struct Inner {
     /// Bytes reserved after each new PLR parity chunk ([`Osd::set_initial_reserve`]).
     pub(crate) initial_reserve: AtomicU64,
     pub(crate) peers: Mutex<HashMap<String, OsdClient>>,
-    /// Every OSD's address as the MDS last gave it (heartbeat replies): OSD-to-OSD calls go there
-    /// rather than to the layout's address ([`Osd::set_osd_addrs`]).
-    pub(crate) osd_addrs: Mutex<HashMap<u32, String>>,
     pub(crate) segments: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<SegState>>>>,
     pub(crate) recovery: tokio::sync::Mutex<RateLimit>,
     pub(crate) metrics: Metrics,
@@ -113,7 +110,6 @@ impl Osd {
                 setup,
                 initial_reserve: AtomicU64::new(DEFAULT_RESERVE_BYTES),
                 peers: Mutex::new(HashMap::new()),
-                osd_addrs: Mutex::new(HashMap::new()),
                 segments: Mutex::new(HashMap::new()),
                 recovery: tokio::sync::Mutex::new(RateLimit::new(recovery_bytes_per_sec)),
                 metrics: Metrics::default(),
@@ -221,42 +217,14 @@ impl Osd {
     /// A client of holder `h`'s OSD (connections cached by address), its calls meant for that
     /// OSD's id only.
     pub(crate) fn peer(&self, h: &Holder) -> Result<OsdClient, Miss> {
-        let addr = self.addr_of(h);
         let mut peers = self.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = peers.get(&addr) {
+        if let Some(c) = peers.get(&h.addr) {
             return Ok(c.clone().for_osd(h.osd_id));
         }
-        let c = OsdClient::connect(&addr, &self.inner.setup.security)
+        let c = OsdClient::connect(&h.addr, &self.inner.setup.security)
             .map_err(|e| Miss::NotSent(e.to_string()))?;
-        peers.insert(addr, c.clone());
+        peers.insert(h.addr.clone(), c.clone());
         Ok(c.for_osd(h.osd_id))
-    }
-
-    /// Where holder `h` answers: its OSD's address as the MDS last gave it, else the layout's.
-    /// A client keeps a segment's layout until a call fails, so after a holder restarted on
-    /// another port the layout still names the old one; an update sent there missed the holder
-    /// and marked its chunk stale (fault seeds 16, 38, 364824 and 367660 met this beside kills).
-    pub(crate) fn addr_of(&self, h: &Holder) -> String {
-        let addrs = self
-            .inner
-            .osd_addrs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match addrs.get(&h.osd_id) {
-            Some(a) if !a.is_empty() => a.clone(),
-            _ => h.addr.clone(),
-        }
-    }
-
-    /// The OSDs' addresses from an MDS heartbeat reply (by osd_id).
-    pub fn set_osd_addrs(&self, addrs: impl IntoIterator<Item = (u32, String)>) {
-        let mut map = self
-            .inner
-            .osd_addrs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        map.clear();
-        map.extend(addrs);
     }
 
     /// Refuses a chunk call meant for another OSD (`None`: any).

@@ -1131,34 +1131,3 @@ async fn a_restarted_primary_refuses_a_layout_from_before_a_rebuild() {
         ack.version
     );
 }
-
-/// A holder that restarted on another port is reached at the address the MDS gave in its last
-/// heartbeat reply, not at the one a client's kept layout names: the update reaches every chunk
-/// and marks nothing stale (without the map, chunk 5 missed it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holders_are_reached_at_their_registered_address() {
-    let c = cluster(CodeKind::RsVandermonde, 4, 2).await;
-    let client = c.client();
-    let mut rng = Rng::new(16);
-    let len = 100_000usize;
-    let l = c.layout(18, len as u64);
-    let mut model = bytes(&mut rng, len);
-    client.write_segment(&l, &model).await.unwrap();
-    // The client's layout still names chunk 5's holder at an address nothing answers on.
-    let mut kept = l.clone();
-    kept.holders[5].addr = dead_addr().await;
-    c.nodes[0].osd.set_osd_addrs(
-        c.nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (i as u32, n.addr.clone())),
-    );
-    let ack = client
-        .update_segment(&kept, 3 * 25_000 + 7, &[4u8; 500])
-        .await
-        .unwrap();
-    assert!(ack.stale.is_empty(), "{:?}", ack.stale);
-    assert!(c.calls().is_empty());
-    model[75_007..75_507].fill(4);
-    check_reads(&client, &kept, &model, &mut rng, 3).await;
-}

@@ -264,15 +264,10 @@ impl Osd {
             layout: &l,
             version,
             subs: split_update(offset, &data, self.chunk_bytes(l.length)),
-            // The data holders send their deltas to these addresses: the primary's, as the MDS
-            // last gave them ([`Osd::addr_of`]), not the client's.
             parity: l.holders[k..]
                 .iter()
                 .filter(|h| h.usable)
-                .map(|h| Holder {
-                    addr: self.addr_of(h),
-                    ..h.clone()
-                })
+                .cloned()
                 .collect(),
         };
         if let Err(e) = self.check_lease(l.segment_id) {
