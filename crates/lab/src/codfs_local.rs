@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ecstack_device::{lock_exclusive, DeviceLock, LockError};
+use ecstack_device::{lock_file_with_pid, DeviceLock, LockError};
 use ecstack_rpc::{init_cluster, issue_certificate, ClusterConfig, InitOptions};
 
 use ecstack_client::ClientError;
@@ -390,13 +390,7 @@ fn lock_dir(dir: &Path) -> Result<DeviceLock, ClientError> {
     let local = |what: &str, e: &dyn std::fmt::Display| {
         ClientError::Local(format!("cannot {what} {}: {e}", path.display()))
     };
-    let mut pid_file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| local("create", &e))?;
-    let lock = match lock_exclusive(&path) {
+    let lock = match lock_file_with_pid(&path) {
         Ok(l) => l,
         Err(LockError::Busy { holder }) => {
             let by = match holder {
@@ -411,8 +405,6 @@ fn lock_dir(dir: &Path) -> Result<DeviceLock, ClientError> {
         }
         Err(LockError::Io(e)) => return Err(local("lock", &e)),
     };
-    pid_file.set_len(0).map_err(|e| local("write", &e))?;
-    write!(pid_file, "{}", std::process::id()).map_err(|e| local("write", &e))?;
     Ok(lock)
 }
 
