@@ -96,6 +96,26 @@ fn mds_serves_on_port_zero_and_keeps_its_metadata_across_a_restart() {
         .build()
         .unwrap();
     let mds = start(&config);
+    // A second MDS on the same store is refused (before it serves anything), naming the first.
+    let second = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args(["mds", "--insecure", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    let err: Vec<&str> = err.lines().filter(|l| !l.contains("WARNING")).collect();
+    assert_eq!(err.len(), 1, "{err:?}");
+    let err = err[0];
+    let store = dir.path().join("mds.sqlite");
+    assert!(
+        err.starts_with(&format!(
+            "ecstack: error: metadata store {} is in use by another MDS (pid {}: ecstack mds --insecure --config ",
+            store.display(),
+            mds.child.id()
+        )),
+        "{err}"
+    );
     let id = rt.block_on(async {
         let c = MdsClient::connect(&mds.addr, &Security::Insecure).unwrap();
         let mut id = 0;
@@ -145,4 +165,32 @@ fn mds_serves_on_port_zero_and_keeps_its_metadata_across_a_restart() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("ca.pem"), "{err}");
+}
+
+/// `[mds] store` naming a PostgreSQL server that is not there: one line naming the URL (without
+/// its password) and the reason, and no hang.
+#[test]
+fn an_unreachable_postgresql_store_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "store = \"mds.sqlite\"",
+        "store = \"postgresql://mds:secret@127.0.0.1:1/ecstack\"",
+    );
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args(["mds", "--insecure", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.contains("WARNING")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with(
+            "ecstack: error: cannot open metadata store postgresql://mds:***@127.0.0.1:1/ecstack: error connecting to server"
+        ),
+        "{err}"
+    );
 }

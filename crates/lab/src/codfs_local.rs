@@ -54,6 +54,8 @@ pub struct LocalSpec {
     /// directory: a device spec in which `{osd}` stands for the OSD's index, e.g.
     /// `throttled:profile=eplog-hdd:file:/tmp/x/osd-{osd}.img?size=2G`. `None`: `<dir>/osd-N/`.
     pub store_device: Option<String>,
+    /// `[mds] store` of a new cluster (a PostgreSQL URL, say); `None`: `<dir>/mds.db`.
+    pub mds_store: Option<String>,
 }
 
 impl LocalSpec {
@@ -75,6 +77,7 @@ impl LocalSpec {
             reserve: None,
             gc_period_ms: None,
             store_device: None,
+            mds_store: None,
         }
     }
 
@@ -474,6 +477,9 @@ fn init(spec: &LocalSpec) -> Result<(), ClientError> {
         config.update.reserve = r.clone();
     }
     config.update.gc_period_ms = spec.gc_period_ms;
+    if let Some(store) = &spec.mds_store {
+        config.mds.store = PathBuf::from(store);
+    }
     let path = spec.config_path();
     config
         .validate()

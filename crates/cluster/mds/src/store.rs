@@ -1,8 +1,9 @@
 //! The MDS's durable state: the `MetadataStore` trait (reads as queries, writes as atomic batches of
-//! [`Mutation`]s) and its SQLite implementation. The MDS logic above decides; a store only keeps.
+//! [`Mutation`]s), its implementation over SQL engines ([`SqlStore`], `store_sql`), and the SQLite
+//! engine (PostgreSQL: `store_pg`). The MDS logic above decides; a store only keeps.
 //!
 //! Durability contract: [`MetadataStore::apply`] returns only after the whole batch is committed and
-//! on stable storage (SQLite: WAL with `synchronous=FULL`), so the MDS replies to an RPC after its
+//! on stable storage (SQLite: WAL with `synchronous=FULL`; PostgreSQL: `synchronous_commit=on`), so the MDS replies to an RPC after its
 //! mutation is durable. A batch is all or nothing.
 //!
 //! Recover tasks are not stored: they are derived from chunk states (a `Stale` or `Recovering` chunk
@@ -219,7 +220,8 @@ pub enum Mutation {
     SetRecovery(RecoveryProgress),
 }
 
-/// The MDS's durable state. Implementations: [`SqliteStore`] (PostgreSQL is planned).
+/// The MDS's durable state. Implementations: [`SqliteStore`] and [`crate::store_pg::PgStore`],
+/// both a [`SqlStore`] (`store_sql`).
 pub trait MetadataStore: Send {
     /// Applies a batch atomically; returns once it is durable.
     fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError>;
@@ -286,6 +288,23 @@ pub trait MetadataStore: Send {
     /// the segment's length, k and the code's `align_bytes`) and primaries.
     fn osd_loads(&self, k: u32, align_bytes: u64) -> Result<BTreeMap<u32, OsdLoad>, StoreError>;
     fn recovery(&self) -> Result<RecoveryProgress, StoreError>;
+}
+
+/// Opens the store `[mds] store` names; also returns how to name it in messages (a PostgreSQL
+/// URL without its password).
+pub fn open_store(
+    store: &ecstack_rpc::MdsStore,
+) -> Result<(Box<dyn MetadataStore>, String), StoreError> {
+    Ok(match store {
+        ecstack_rpc::MdsStore::Sqlite(path) => (
+            Box::new(SqliteStore::open(path)?),
+            path.display().to_string(),
+        ),
+        ecstack_rpc::MdsStore::PostgreSql(url) => (
+            Box::new(crate::store_pg::PgStore::connect(url)?),
+            crate::store_pg::redact_url(url),
+        ),
+    })
 }
 
 /// Schema version 1 exactly as it was released: never edit it (databases on disk were made by

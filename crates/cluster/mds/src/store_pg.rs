@@ -150,11 +150,6 @@ struct Session {
     prepared: HashMap<String, Statement>,
 }
 
-/// Whether a `[mds] store` value names a PostgreSQL database.
-pub fn is_pg_url(store: &str) -> bool {
-    store.starts_with("postgresql://") || store.starts_with("postgres://")
-}
-
 /// `url` without its password, for messages.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
