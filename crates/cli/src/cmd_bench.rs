@@ -8,6 +8,7 @@ use ecstack_codes::CodeKind;
 use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
 use ecstack_lab::codfs_updload::UpdateLoadConfig;
 use ecstack_lab::ec_bench::{self, BenchClock, EcBenchConfig, RatelessConfig};
+use ecstack_lab::mds_bench::{self, MdsBenchConfig};
 use ecstack_lab::LabError;
 use std::path::PathBuf;
 
@@ -27,6 +28,29 @@ enum BenchWhat {
     /// against MinIO (8 drives, EC:m) in the same run, and a small update (FO) against MinIO's
     /// whole-object rewrite. The logic is `ecstack_lab::codfs_bench`
     Cluster(ClusterBench),
+    /// Metadata ops/s (create, stat, rename, unlink of small files through the client library)
+    /// with the MDS's store in SQLite and in PostgreSQL, side by side. The logic is
+    /// `ecstack_lab::mds_bench`
+    Mds(MdsBench),
+}
+
+#[derive(Args)]
+struct MdsBench {
+    /// An empty PostgreSQL database for the MDS (postgresql://USER@HOST/DB, or
+    /// postgresql://USER@/DB?host=/socket/dir)
+    #[arg(long)]
+    postgres: String,
+    /// Files each phase creates, stats, renames and unlinks
+    #[arg(long, default_value_t = 10_000)]
+    files: u64,
+    /// Client tasks issuing operations at once
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// No TLS between the client and the MDS
+    #[arg(long)]
+    insecure: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -174,6 +198,22 @@ pub fn run(a: BenchArgs) -> Result<()> {
     match a.what {
         BenchWhat::Ec(e) => bench_ec(e),
         BenchWhat::Cluster(c) => bench_cluster(c),
+        BenchWhat::Mds(m) => bench_mds(m),
+    }
+}
+
+fn bench_mds(a: MdsBench) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
+    let mut cfg = MdsBenchConfig::new(exe, a.postgres);
+    cfg.files = a.files;
+    cfg.concurrency = a.concurrency;
+    cfg.insecure = a.insecure;
+    let report = mds_bench::run(&cfg, &|line| eprintln!("{line}"))?;
+    if a.json {
+        print_json(&report)
+    } else {
+        println!("{}", report.markdown());
+        Ok(())
     }
 }
 

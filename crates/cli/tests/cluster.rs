@@ -1008,3 +1008,38 @@ async fn an_mds_on_postgresql_serves_puts_and_gets_across_a_restart() {
     let st = rig.client.status().await.unwrap();
     assert_eq!((st.files, st.bytes), (1, data.len() as u64));
 }
+
+/// `ecstack bench mds` (small): both stores run all four phases and the report says so.
+#[test]
+fn bench_mds_compares_sqlite_and_postgresql() {
+    let Some(pg) = ecstack_testkit::postgres::shared() else {
+        return;
+    };
+    let url = pg.create_db("bench");
+    let out = ecstack(&[
+        "bench",
+        "mds",
+        "--postgres",
+        &url,
+        "--files",
+        "40",
+        "--concurrency",
+        "4",
+        "--insecure",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ops = report["ops"].as_array().unwrap();
+    let names: Vec<&str> = ops.iter().map(|o| o["op"].as_str().unwrap()).collect();
+    assert_eq!(names, ["create", "stat", "rename", "unlink"]);
+    for o in ops {
+        for k in ["sqlite_ops_per_sec", "postgresql_ops_per_sec", "ratio"] {
+            assert!(o[k].as_f64().unwrap() > 0.0, "{o}");
+        }
+    }
+}

@@ -495,7 +495,7 @@ impl ClusterBenchReport {
     }
 }
 
-fn client_error(e: ClientError) -> LabError {
+pub(crate) fn client_error(e: ClientError) -> LabError {
     LabError::Run(e.to_string())
 }
 
@@ -922,7 +922,7 @@ fn mean_median(ms: &mut [f64]) -> (f64, f64) {
     (mean, ms.get(ms.len() / 2).copied().unwrap_or(0.0))
 }
 
-fn ours_security(cluster: &LocalCluster) -> Result<Security> {
+pub(crate) fn ours_security(cluster: &LocalCluster) -> Result<Security> {
     if cluster.insecure() {
         Ok(Security::Insecure)
     } else {

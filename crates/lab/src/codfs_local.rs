@@ -10,7 +10,6 @@
 //! test or an early error leaves no orphan behind.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
