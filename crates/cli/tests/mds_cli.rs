@@ -78,6 +78,21 @@ fn start(config: &Path) -> Mds {
     }
 }
 
+/// `ecstack mds --insecure` on `config` that must fail: its one error line (the warning about
+/// --insecure aside).
+fn failed_start(config: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args(["mds", "--insecure", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.contains("WARNING")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    lines[0].to_owned()
+}
+
 fn get_metrics(addr: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -97,16 +112,7 @@ fn mds_serves_on_port_zero_and_keeps_its_metadata_across_a_restart() {
         .unwrap();
     let mds = start(&config);
     // A second MDS on the same store is refused (before it serves anything), naming the first.
-    let second = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args(["mds", "--insecure", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(!second.status.success());
-    let err = String::from_utf8_lossy(&second.stderr);
-    let err: Vec<&str> = err.lines().filter(|l| !l.contains("WARNING")).collect();
-    assert_eq!(err.len(), 1, "{err:?}");
-    let err = err[0];
+    let err = failed_start(&config);
     let store = dir.path().join("mds.sqlite");
     assert!(
         err.starts_with(&format!(
@@ -178,17 +184,9 @@ fn an_unreachable_postgresql_store_is_one_line() {
         "store = \"postgresql://mds:secret@127.0.0.1:1/ecstack\"",
     );
     std::fs::write(&config, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args(["mds", "--insecure", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = err.lines().filter(|l| !l.contains("WARNING")).collect();
-    assert_eq!(lines.len(), 1, "{err}");
+    let err = failed_start(&config);
     assert!(
-        lines[0].starts_with(
+        err.starts_with(
             "ecstack: error: cannot open metadata store postgresql://mds:***@127.0.0.1:1/ecstack: error connecting to server"
         ),
         "{err}"

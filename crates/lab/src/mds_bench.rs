@@ -103,10 +103,7 @@ impl MdsBenchReport {
 /// Runs the four phases against both stores; every process it started is stopped whatever happens.
 pub fn run(cfg: &MdsBenchConfig, log: &dyn Fn(&str)) -> Result<MdsBenchReport> {
     cfg.validate()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| LabError::Run(format!("cannot start the async runtime: {e}")))?;
+    let rt = crate::codfs_bench::runtime()?;
     let mut per_store = Vec::new();
     for (name, store) in [
         ("SQLite", None),

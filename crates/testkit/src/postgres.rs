@@ -87,22 +87,27 @@ fn remove_stale_dirs(tmp: &Path) {
 }
 
 impl TempPostgres {
-    fn command(&self, program: &str) -> Command {
-        let path = self.bin.join(program);
-        match &self.as_user {
-            Some((user, group)) => {
-                let mut c = Command::new("setpriv");
-                c.args([
-                    &format!("--reuid={user}"),
-                    &format!("--regid={group}"),
-                    "--clear-groups",
-                    "--",
-                ])
-                .arg(path);
-                c
-            }
-            None => Command::new(path),
+    /// `program` through `setpriv`: as [`Self::as_user`] when set, with a parent-death signal
+    /// (SIGINT) when `tied`.
+    fn setpriv(&self, program: &Path, tied: bool) -> Command {
+        let mut c = Command::new("setpriv");
+        if tied {
+            c.arg("--pdeathsig=INT");
         }
+        if let Some((user, group)) = &self.as_user {
+            c.args([
+                format!("--reuid={user}"),
+                format!("--regid={group}"),
+                "--clear-groups".to_owned(),
+            ]);
+        }
+        c.arg("--").arg(program);
+        c
+    }
+
+    /// One of the server's tools (`initdb`, `createdb`).
+    fn command(&self, program: &str) -> Command {
+        self.setpriv(&self.bin.join(program), false)
     }
 
     fn run(&self, mut c: Command, what: &str) -> Result<(), String> {
@@ -128,20 +133,7 @@ impl TempPostgres {
         let _ = std::fs::remove_dir_all(&dir);
         let as_user = is_root().then(|| ("nobody".to_owned(), "nogroup".to_owned()));
         let pg = TempPostgres { bin, dir, as_user };
-        let mut mkdir = match &pg.as_user {
-            Some((user, group)) => {
-                let mut c = Command::new("setpriv");
-                c.args([
-                    &format!("--reuid={user}"),
-                    &format!("--regid={group}"),
-                    "--clear-groups",
-                    "--",
-                    "mkdir",
-                ]);
-                c
-            }
-            None => Command::new("mkdir"),
-        };
+        let mut mkdir = pg.setpriv(Path::new("mkdir"), false);
         mkdir.arg("-p").arg(pg.dir.join("sock"));
         pg.run(mkdir, "mkdir")?;
         let mut initdb = pg.command("initdb");
@@ -158,26 +150,7 @@ impl TempPostgres {
         pg.run(initdb, "initdb")?;
         // The postmaster is a child of a thread that lives as long as this process: its
         // parent-death signal (a fast shutdown) fires when the test binary exits.
-        let mut postgres = match &pg.as_user {
-            Some((user, group)) => {
-                let mut c = Command::new("setpriv");
-                c.args([
-                    "--pdeathsig=INT",
-                    &format!("--reuid={user}"),
-                    &format!("--regid={group}"),
-                    "--clear-groups",
-                    "--",
-                ])
-                .arg(pg.bin.join("postgres"));
-                c
-            }
-            None => {
-                let mut c = Command::new("setpriv");
-                c.args(["--pdeathsig=INT", "--"])
-                    .arg(pg.bin.join("postgres"));
-                c
-            }
-        };
+        let mut postgres = pg.setpriv(&pg.bin.join("postgres"), true);
         postgres
             .arg("-D")
             .arg(pg.dir.join("data"))
