@@ -693,7 +693,8 @@ pub type SqliteStore = SqlStore<SqliteDb>;
 /// The SQLite engine under [`SqliteStore`]: one connection and the store's lock.
 pub struct SqliteDb {
     conn: Connection,
-    _lock: DeviceLock,
+    /// `None` only for [`SqliteStore::peek`] (tests).
+    _lock: Option<DeviceLock>,
 }
 
 impl Db for SqliteDb {
@@ -755,10 +756,24 @@ impl SqlStore<SqliteDb> {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_err)?;
         let mut store = SqlStore {
-            db: SqliteDb { conn, _lock: lock },
+            db: SqliteDb {
+                conn,
+                _lock: Some(lock),
+            },
         };
         store.check_or_init(path)?;
         Ok(store)
+    }
+
+    /// A read-only second handle beside a running MDS's, for tests that look at what it
+    /// committed: no lock, no schema check.
+    #[cfg(test)]
+    pub(crate) fn peek(path: &Path) -> SqliteStore {
+        let conn =
+            Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        SqlStore {
+            db: SqliteDb { conn, _lock: None },
+        }
     }
 
     fn check_or_init(&mut self, path: &Path) -> Result<(), StoreError> {
