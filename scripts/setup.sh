@@ -21,8 +21,9 @@ done
 # iproute2 (ip, tc): `ecstack experiment codfs` emulates links with network namespaces (crates/cli/tests/experiment_codfs.rs).
 # redis-tools (redis-cli, redis-benchmark), redis-server: the clients `ecstack kv serve` is tested with, and its benchmark peer.
 # maven, default-jdk-headless: rainfs/ (Java), built and tested with `mvn test` (Hadoop's contract tests).
+# postgresql: the MDS's PostgreSQL store is tested on a throwaway server (crates/testkit/src/postgres.rs runs initdb and postgres from /usr/lib/postgresql/*/bin).
 # borgbackup restic gzip lz4 zstd: `ecstack reduce anchors` (crates/cli/tests/reduce.rs); chromium: the reduce tree picture's headless screenshot test.
-PKGS=(build-essential pkg-config python3 xxd libisal-dev nasm autoconf automake libtool fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless borgbackup restic gzip lz4 zstd chromium)
+PKGS=(build-essential pkg-config python3 xxd libisal-dev nasm autoconf automake libtool fio libnbd-bin protobuf-compiler iproute2 redis-tools redis-server maven default-jdk-headless postgresql borgbackup restic gzip lz4 zstd chromium)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -46,6 +47,7 @@ fi
 for tool in fio nbdinfo nbdcopy protoc redis-cli redis-benchmark mvn java borg restic lz4 zstd chromium; do
   command -v "$tool" >/dev/null 2>&1 || echo "setup: '$tool' is still missing after the install" >&2
 done
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || echo "setup: PostgreSQL's initdb is still missing after the install" >&2
 if command -v fio >/dev/null 2>&1 && ! fio --enghelp=nbd 2>/dev/null | grep -q uri; then
   echo "setup: this fio has no nbd ioengine (Debian's fio package has it)" >&2
 fi

@@ -8,6 +8,7 @@ use ecstack_codes::CodeKind;
 use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
 use ecstack_lab::codfs_updload::UpdateLoadConfig;
 use ecstack_lab::ec_bench::{self, BenchClock, EcBenchConfig, RatelessConfig};
+use ecstack_lab::mds_bench::{self, MdsBenchConfig};
 use ecstack_lab::mount_bench::{self, MountBenchConfig};
 use ecstack_lab::LabError;
 use std::path::PathBuf;
@@ -32,6 +33,10 @@ enum BenchWhat {
     /// bindfs over a local directory, and a GlusterFS volume given by its mountpoint (set up per
     /// ../shared/peers/glusterfs.md). The logic is `ecstack_lab::mount_bench`
     Mount(MountBench),
+    /// Metadata ops/s (create, stat, rename, unlink of small files through the client library)
+    /// with the MDS's store in SQLite and in PostgreSQL, side by side. The logic is
+    /// `ecstack_lab::mds_bench`
+    Mds(MdsBench),
 }
 
 #[derive(Args)]
@@ -65,6 +70,25 @@ struct MountBench {
     /// Where the cluster and the scratch files live (default: a temporary directory)
     #[arg(long)]
     dir: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct MdsBench {
+    /// An empty PostgreSQL database for the MDS (postgresql://USER@HOST/DB, or
+    /// postgresql://USER@/DB?host=/socket/dir)
+    #[arg(long)]
+    postgres: String,
+    /// Files each phase creates, stats, renames and unlinks
+    #[arg(long, default_value_t = 10_000)]
+    files: u64,
+    /// Client tasks issuing operations at once
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// No TLS between the client and the MDS
+    #[arg(long)]
+    insecure: bool,
     #[arg(long)]
     json: bool,
 }
@@ -215,6 +239,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         BenchWhat::Ec(e) => bench_ec(e),
         BenchWhat::Cluster(c) => bench_cluster(c),
         BenchWhat::Mount(m) => bench_mount(m),
+        BenchWhat::Mds(m) => bench_mds(m),
     }
 }
 
@@ -233,6 +258,21 @@ fn bench_mount(a: MountBench) -> Result<()> {
     cfg.bindfs = !a.no_bindfs;
     cfg.dir = a.dir;
     let report = mount_bench::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+    if a.json {
+        print_json(&report)
+    } else {
+        println!("{}", report.markdown());
+        Ok(())
+    }
+}
+
+fn bench_mds(a: MdsBench) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
+    let mut cfg = MdsBenchConfig::new(exe, a.postgres);
+    cfg.files = a.files;
+    cfg.concurrency = a.concurrency;
+    cfg.insecure = a.insecure;
+    let report = mds_bench::run(&cfg, &|line| eprintln!("{line}"))?;
     if a.json {
         print_json(&report)
     } else {

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ecstack_mds::engine::{MdsCore, MdsSettings, SystemClock};
 use ecstack_mds::service::MdsHandle;
-use ecstack_mds::store::SqliteStore;
+use ecstack_mds::store::open_store;
 use ecstack_rpc::{ClusterConfig, Security};
 
 use crate::util::shutdown_signal;
@@ -48,10 +48,9 @@ pub fn run(a: MdsArgs) -> Result<()> {
         Security::load(&config.certs_dir(), &a.name)
             .with_context(|| format!("loading the certificate of {:?}", a.name))?
     };
-    let store_path = config.resolve(&config.mds.store);
-    let store = SqliteStore::open(&store_path)?;
+    let (store, store_name) = open_store(&config.mds_store())?;
     let settings = MdsSettings::from_config(&config);
-    let core = MdsCore::open(Box::new(store), settings, Arc::new(SystemClock))?;
+    let core = MdsCore::open(store, settings, Arc::new(SystemClock))?;
     let handle = MdsHandle::new(core);
     let addr = a.addr.unwrap_or_else(|| config.mds.addr.clone());
     let metrics_addr = a
@@ -86,7 +85,7 @@ pub fn run(a: MdsArgs) -> Result<()> {
             listener.local_addr()?
         ));
         say(format!("ecstack mds: metrics on http://{metrics}/metrics"));
-        say(format!("ecstack mds: store {}", store_path.display()));
+        say(format!("ecstack mds: store {store_name}"));
         handle.spawn_failure_detector(detector_every);
         handle.serve(listener, &security, shutdown_signal()).await?;
         eprintln!("ecstack mds: stopped");

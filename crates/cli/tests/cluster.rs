@@ -966,3 +966,80 @@ fn cluster_init_writes_the_update_scheme() {
         assert!(!d.join("cluster.toml").exists());
     }
 }
+
+/// An MDS on PostgreSQL (the testkit's throwaway server): a put and a get of a two-segment file
+/// through OSDs and the client, the MDS restarted on the same database, the file read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mds_on_postgresql_serves_puts_and_gets_across_a_restart() {
+    let Some(pg) = ecstack_testkit::postgres::shared() else {
+        return;
+    };
+    let url = pg.create_db("cluster");
+    let mut rig = Rig::start(RigSpec {
+        osds: 4,
+        k: 2,
+        m: 1,
+        mds_store: Some(url.clone()),
+        ..RigSpec::default()
+    })
+    .await;
+    let log = std::fs::read_to_string(rig.cluster.log_dir().join("mds.log")).unwrap();
+    assert!(log.contains(&format!("ecstack mds: store {url}")), "{log}");
+    let data = random_bytes(&mut Rng::new(43), 1_500_000);
+    let n = rig.client.put("/pg/a", &data[..]).await.unwrap();
+    assert_eq!(n, data.len() as u64);
+    let got = rig
+        .client
+        .read("/pg/a", 0, data.len() as u64)
+        .await
+        .unwrap();
+    assert!(got == data, "the file read back differs");
+    rig.cluster.kill_mds();
+    rig.cluster.start_mds().unwrap();
+    let got = rig
+        .client
+        .read("/pg/a", 0, data.len() as u64)
+        .await
+        .unwrap();
+    assert!(
+        got == data,
+        "the file read back after the MDS restart differs"
+    );
+    let st = rig.client.status().await.unwrap();
+    assert_eq!((st.files, st.bytes), (1, data.len() as u64));
+}
+
+/// `ecstack bench mds` (small): both stores run all four phases and the report says so.
+#[test]
+fn bench_mds_compares_sqlite_and_postgresql() {
+    let Some(pg) = ecstack_testkit::postgres::shared() else {
+        return;
+    };
+    let url = pg.create_db("bench");
+    let out = ecstack(&[
+        "bench",
+        "mds",
+        "--postgres",
+        &url,
+        "--files",
+        "40",
+        "--concurrency",
+        "4",
+        "--insecure",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ops = report["ops"].as_array().unwrap();
+    let names: Vec<&str> = ops.iter().map(|o| o["op"].as_str().unwrap()).collect();
+    assert_eq!(names, ["create", "stat", "rename", "unlink"]);
+    for o in ops {
+        for k in ["sqlite_ops_per_sec", "postgresql_ops_per_sec", "ratio"] {
+            assert!(o[k].as_f64().unwrap() > 0.0, "{o}");
+        }
+    }
+}

@@ -78,6 +78,21 @@ fn start(config: &Path) -> Mds {
     }
 }
 
+/// `ecstack mds --insecure` on `config` that must fail: its one error line (the warning about
+/// --insecure aside).
+fn failed_start(config: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ecstack"))
+        .args(["mds", "--insecure", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.contains("WARNING")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    lines[0].to_owned()
+}
+
 fn get_metrics(addr: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -96,6 +111,17 @@ fn mds_serves_on_port_zero_and_keeps_its_metadata_across_a_restart() {
         .build()
         .unwrap();
     let mds = start(&config);
+    // A second MDS on the same store is refused (before it serves anything), naming the first.
+    let err = failed_start(&config);
+    let store = dir.path().join("mds.sqlite");
+    assert!(
+        err.starts_with(&format!(
+            "ecstack: error: metadata store {} is in use by another MDS (pid {}: ecstack mds --insecure --config ",
+            store.display(),
+            mds.child.id()
+        )),
+        "{err}"
+    );
     let id = rt.block_on(async {
         let c = MdsClient::connect(&mds.addr, &Security::Insecure).unwrap();
         let mut id = 0;
@@ -145,4 +171,24 @@ fn mds_serves_on_port_zero_and_keeps_its_metadata_across_a_restart() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("ca.pem"), "{err}");
+}
+
+/// `[mds] store` naming a PostgreSQL server that is not there: one line naming the URL (without
+/// its password) and the reason, and no hang.
+#[test]
+fn an_unreachable_postgresql_store_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "store = \"mds.sqlite\"",
+        "store = \"postgresql://mds:secret@127.0.0.1:1/ecstack\"",
+    );
+    std::fs::write(&config, text).unwrap();
+    let err = failed_start(&config);
+    assert!(
+        err.starts_with(
+            "ecstack: error: cannot open metadata store postgresql://mds:***@127.0.0.1:1/ecstack: error connecting to server"
+        ),
+        "{err}"
+    );
 }

@@ -36,7 +36,7 @@ pub use faulty::{
 };
 pub use file::{AlignedBuf, FileDevice, FileOptions, DIRECT_ALIGN};
 pub use hist::LatencyHistogram;
-pub use lock::{lock_exclusive, DeviceLock, Holder, LockError};
+pub use lock::{holder_line, lock_exclusive, lock_file_with_pid, DeviceLock, Holder, LockError};
 pub use mem::MemDevice;
 pub use metered::Metered;
 pub use mirror::{Mirror, MirrorReport};

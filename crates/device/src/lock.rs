@@ -72,6 +72,16 @@ impl Holder {
     }
 }
 
+/// The process holding a lock, for a refusal's one line: `pid N: COMMAND`, `pid N, this
+/// process`, or that `/proc/locks` did not name it.
+pub fn holder_line(holder: Option<Holder>) -> String {
+    match holder {
+        None => "holder not found in /proc/locks".to_string(),
+        Some(h) if h.pid == std::process::id() => format!("pid {}, this process", h.pid),
+        Some(h) => format!("pid {}: {}", h.pid, h.command(120)),
+    }
+}
+
 /// Why a lock was not taken.
 #[derive(Debug)]
 pub enum LockError {
@@ -119,6 +129,23 @@ pub fn lock_exclusive(path: &Path) -> Result<DeviceLock, LockError> {
         _file: file,
         path: path.to_path_buf(),
     })
+}
+
+/// Take the exclusive lock on the lock file `path` (created if absent), then write this process's
+/// pid in it for people reading it. A refusal's holder comes from `/proc/locks`, which is right
+/// even when the file's pid is stale (the file is never truncated before the lock is held).
+pub fn lock_file_with_pid(path: &Path) -> Result<DeviceLock, LockError> {
+    use std::io::Write;
+    let mut pid_file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(LockError::Io)?;
+    let lock = lock_exclusive(path)?;
+    pid_file.set_len(0).map_err(LockError::Io)?;
+    write!(pid_file, "{}", std::process::id()).map_err(LockError::Io)?;
+    Ok(lock)
 }
 
 /// The process holding a `flock` on `path`, from `/proc/locks`.

@@ -495,7 +495,15 @@ impl ClusterBenchReport {
     }
 }
 
-fn client_error(e: ClientError) -> LabError {
+/// A multi-threaded tokio runtime for a benchmark's clients.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| LabError::Run(format!("cannot start the async runtime: {e}")))
+}
+
+pub(crate) fn client_error(e: ClientError) -> LabError {
     LabError::Run(e.to_string())
 }
 
@@ -517,10 +525,7 @@ pub fn run(cfg: &ClusterBenchConfig, log: &dyn Fn(&str)) -> Result<ClusterBenchR
             temp.path().to_owned()
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| LabError::Run(format!("cannot start the async runtime: {e}")))?;
+    let rt = runtime()?;
     let mut report = rt.block_on(run_async(cfg, &dir, log))?;
     report.random_updates = random_updates(cfg, &rt, &dir, log)?;
     Ok(report)
@@ -546,10 +551,7 @@ pub fn run_updates_only(cfg: &ClusterBenchConfig, log: &dyn Fn(&str)) -> Result<
             temp.path().to_owned()
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| LabError::Run(format!("cannot start the async runtime: {e}")))?;
+    let rt = runtime()?;
     random_updates(cfg, &rt, &dir, log)?
         .ok_or_else(|| LabError::Run("no random-update load".into()))
 }
@@ -922,7 +924,7 @@ fn mean_median(ms: &mut [f64]) -> (f64, f64) {
     (mean, ms.get(ms.len() / 2).copied().unwrap_or(0.0))
 }
 
-fn ours_security(cluster: &LocalCluster) -> Result<Security> {
+pub(crate) fn ours_security(cluster: &LocalCluster) -> Result<Security> {
     if cluster.insecure() {
         Ok(Security::Insecure)
     } else {

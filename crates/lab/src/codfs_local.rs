@@ -10,12 +10,11 @@
 //! test or an early error leaves no orphan behind.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ecstack_device::{lock_exclusive, DeviceLock, LockError};
+use ecstack_device::{lock_file_with_pid, DeviceLock, LockError};
 use ecstack_rpc::{init_cluster, issue_certificate, ClusterConfig, InitOptions};
 
 use ecstack_client::ClientError;
@@ -54,6 +53,8 @@ pub struct LocalSpec {
     /// directory: a device spec in which `{osd}` stands for the OSD's index, e.g.
     /// `throttled:profile=eplog-hdd:file:/tmp/x/osd-{osd}.img?size=2G`. `None`: `<dir>/osd-N/`.
     pub store_device: Option<String>,
+    /// `[mds] store` of a new cluster (a PostgreSQL URL, say); `None`: `<dir>/mds.db`.
+    pub mds_store: Option<String>,
 }
 
 impl LocalSpec {
@@ -75,6 +76,7 @@ impl LocalSpec {
             reserve: None,
             gc_period_ms: None,
             store_device: None,
+            mds_store: None,
         }
     }
 
@@ -390,13 +392,7 @@ fn lock_dir(dir: &Path) -> Result<DeviceLock, ClientError> {
     let local = |what: &str, e: &dyn std::fmt::Display| {
         ClientError::Local(format!("cannot {what} {}: {e}", path.display()))
     };
-    let mut pid_file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| local("create", &e))?;
-    let lock = match lock_exclusive(&path) {
+    let lock = match lock_file_with_pid(&path) {
         Ok(l) => l,
         Err(LockError::Busy { holder }) => {
             let by = match holder {
@@ -411,8 +407,6 @@ fn lock_dir(dir: &Path) -> Result<DeviceLock, ClientError> {
         }
         Err(LockError::Io(e)) => return Err(local("lock", &e)),
     };
-    pid_file.set_len(0).map_err(|e| local("write", &e))?;
-    write!(pid_file, "{}", std::process::id()).map_err(|e| local("write", &e))?;
     Ok(lock)
 }
 
@@ -482,6 +476,9 @@ fn init(spec: &LocalSpec) -> Result<(), ClientError> {
         config.update.reserve = r.clone();
     }
     config.update.gc_period_ms = spec.gc_period_ms;
+    if let Some(store) = &spec.mds_store {
+        config.mds.store = PathBuf::from(store);
+    }
     let path = spec.config_path();
     config
         .validate()

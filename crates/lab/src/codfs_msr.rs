@@ -192,10 +192,7 @@ pub struct MsrReport {
 /// Runs every volume under every scheme; `log` hears progress lines.
 pub fn run(cfg: &MsrConfig, log: &dyn Fn(&str)) -> Result<MsrReport> {
     cfg.validate()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| LabError::Run(format!("cannot start the async runtime: {e}")))?;
+    let rt = crate::codfs_bench::runtime()?;
     let segment_bytes = cfg.settings[0].segment_bytes;
     let (mut traces, mut rows) = (Vec::new(), Vec::new());
     for (v, volume) in cfg.volumes.iter().enumerate() {

@@ -683,10 +683,7 @@ pub(crate) fn run_err(e: impl std::fmt::Display) -> LabError {
 /// Runs every setting; `log` hears progress lines.
 pub fn run(cfg: &SyntheticConfig, log: &dyn Fn(&str)) -> Result<SyntheticReport> {
     cfg.validate()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| LabError::Run(format!("cannot start the async runtime: {e}")))?;
+    let rt = crate::codfs_bench::runtime()?;
     let mut rows = Vec::new();
     for (i, s) in cfg.settings.iter().enumerate() {
         log(&format!(

@@ -46,6 +46,7 @@ pub mod ec_demo;
 pub mod eplog;
 pub mod kv_bench;
 pub mod kv_bench_ycsb;
+pub mod mds_bench;
 pub mod mount_bench;
 pub mod plot;
 pub mod rainfs;

@@ -25,6 +25,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod postgres;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 

@@ -59,6 +59,8 @@ pub struct RigSpec {
     pub osd_threads: Option<u16>,
     /// `[update.reserve]` of the cluster (`None`: the defaults).
     pub reserve: Option<ecstack_rpc::config::ReserveConfig>,
+    /// `[mds] store` (a PostgreSQL URL); `None`: the SQLite file in the cluster's directory.
+    pub mds_store: Option<String>,
 }
 
 impl Default for RigSpec {
@@ -73,6 +75,7 @@ impl Default for RigSpec {
             read_path: ReadPath::Primary,
             osd_threads: None,
             reserve: None,
+            mds_store: None,
         }
     }
 }
@@ -171,6 +174,7 @@ impl Rig {
         s.out_after_ms = 3_600_000;
         s.osd_threads = spec.osd_threads;
         s.reserve = spec.reserve.clone();
+        s.mds_store = spec.mds_store.clone();
         let cluster = LocalCluster::start(s).expect("start the cluster");
         let security =
             Security::load(&cluster.config().certs_dir(), "client").expect("client cert");

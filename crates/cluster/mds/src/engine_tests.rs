@@ -578,7 +578,10 @@ fn a_restart_loses_no_acknowledged_mutation() {
         .map(|s| r.mds.get_segment(s.segment_id).unwrap())
         .collect();
     let path = r.path.clone();
-    drop(std::mem::replace(&mut r.mds, open(&path, &r.clock)));
+    // The old MDS goes first (its store lock with it): a core on a scratch store stands in.
+    let scratch = path.with_file_name("scratch.sqlite");
+    drop(std::mem::replace(&mut r.mds, open(&scratch, &r.clock)));
+    r.mds = open(&path, &r.clock);
     let after = r.mds.status().unwrap();
     assert_eq!(
         after
@@ -708,7 +711,7 @@ fn heartbeats_commit_only_state_changes() {
     let mut r = rig(3);
     let id = r.ids[0];
     let stored = |r: &Rig| {
-        let store = SqliteStore::open(&r.path).unwrap();
+        let store = SqliteStore::peek(&r.path);
         let o = crate::store::MetadataStore::osds(&store)
             .unwrap()
             .into_iter()
@@ -976,7 +979,7 @@ fn heartbeats_carry_reserve_log_bytes_and_merges_to_status_without_a_commit() {
         );
     }
     // Held in memory: the stored record did not change (no commit per heartbeat).
-    let store = SqliteStore::open(&r.path).unwrap();
+    let store = SqliteStore::peek(&r.path);
     let stored = crate::store::MetadataStore::osds(&store)
         .unwrap()
         .into_iter()

@@ -3,7 +3,7 @@
 //!
 //! Layout (dependencies point down): the protocol crate `ecstack_mds_proto` (generated messages,
 //! domain types and the typed client, shared with OSDs and clients) → `store` (the `MetadataStore` trait and its SQLite
-//! implementation) → `placement` → `engine` (the MDS logic on an injectable clock) → `service`
+//! engine; `store_sql`, the store over any SQL engine; `store_pg`, the PostgreSQL engine) → `placement` → `engine` (the MDS logic on an injectable clock) → `service`
 //! (the gRPC server, failure detector task and metrics).
 
 #![forbid(unsafe_code)]
@@ -12,6 +12,8 @@ pub mod engine;
 pub mod placement;
 pub mod service;
 pub mod store;
+pub mod store_pg;
+pub mod store_sql;
 
 #[cfg(test)]
 mod engine_tests;

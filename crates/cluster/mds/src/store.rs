@@ -1,8 +1,9 @@
 //! The MDS's durable state: the `MetadataStore` trait (reads as queries, writes as atomic batches of
-//! [`Mutation`]s) and its SQLite implementation. The MDS logic above decides; a store only keeps.
+//! [`Mutation`]s), its implementation over SQL engines ([`SqlStore`], `store_sql`), and the SQLite
+//! engine (PostgreSQL: `store_pg`). The MDS logic above decides; a store only keeps.
 //!
 //! Durability contract: [`MetadataStore::apply`] returns only after the whole batch is committed and
-//! on stable storage (SQLite: WAL with `synchronous=FULL`), so the MDS replies to an RPC after its
+//! on stable storage (SQLite: WAL with `synchronous=FULL`; PostgreSQL: `synchronous_commit=on`), so the MDS replies to an RPC after its
 //! mutation is durable. A batch is all or nothing.
 //!
 //! Recover tasks are not stored: they are derived from chunk states (a `Stale` or `Recovering` chunk
@@ -12,7 +13,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use ecstack_device::{holder_line, lock_file_with_pid, DeviceLock, LockError};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::store_sql::{int, put_inode_stmt, set_counter_stmt};
+pub use crate::store_sql::{Db, Row, SqlStore, Stmt, Value};
 
 use ecstack_mds_proto::{ChunkState, FileKind, OsdState, RecoveryProgress, UpdateScheme};
 
@@ -45,12 +50,15 @@ pub const NAME_MAX: usize = 255;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot open metadata store {path}: {message}")]
-    Open { path: PathBuf, message: String },
-    #[error("{path} is not an ecstack MDS store (marker {found:?}, expected {STORE_MARKER:?})")]
-    NotAStore { path: PathBuf, found: String },
-    #[error("metadata store {path} has schema version {found}; this ecstack reads versions {STORE_VERSION_MIN} to {STORE_VERSION} only")]
-    UnknownVersion { path: PathBuf, found: String },
+    /// `at`: the database file, or a PostgreSQL URL without its password.
+    #[error("cannot open metadata store {at}: {message}")]
+    Open { at: String, message: String },
+    #[error("{at} is not an ecstack MDS store (marker {found:?}, expected {STORE_MARKER:?})")]
+    NotAStore { at: String, found: String },
+    #[error("metadata store {at} has schema version {found}; this ecstack reads versions {min} to {STORE_VERSION} only")]
+    UnknownVersion { at: String, found: String, min: u32 },
+    #[error("metadata store {path} is in use by another MDS ({holder}); stop it first, or give this MDS a store of its own")]
+    Locked { path: String, holder: String },
     #[error("metadata store: {0}")]
     Db(String),
     #[error("metadata store holds a bad value: {0}")]
@@ -212,7 +220,8 @@ pub enum Mutation {
     SetRecovery(RecoveryProgress),
 }
 
-/// The MDS's durable state. Implementations: [`SqliteStore`] (PostgreSQL is planned).
+/// The MDS's durable state. Implementations: [`SqliteStore`] and [`crate::store_pg::PgStore`],
+/// both a [`SqlStore`] (`store_sql`).
 pub trait MetadataStore: Send {
     /// Applies a batch atomically; returns once it is durable.
     fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError>;
@@ -279,6 +288,23 @@ pub trait MetadataStore: Send {
     /// the segment's length, k and the code's `align_bytes`) and primaries.
     fn osd_loads(&self, k: u32, align_bytes: u64) -> Result<BTreeMap<u32, OsdLoad>, StoreError>;
     fn recovery(&self) -> Result<RecoveryProgress, StoreError>;
+}
+
+/// Opens the store `[mds] store` names; also returns how to name it in messages (a PostgreSQL
+/// URL without its password).
+pub fn open_store(
+    store: &ecstack_rpc::MdsStore,
+) -> Result<(Box<dyn MetadataStore>, String), StoreError> {
+    Ok(match store {
+        ecstack_rpc::MdsStore::Sqlite(path) => (
+            Box::new(SqliteStore::open(path)?),
+            path.display().to_string(),
+        ),
+        ecstack_rpc::MdsStore::PostgreSql(url) => (
+            Box::new(crate::store_pg::PgStore::connect(url)?),
+            crate::store_pg::redact_url(url),
+        ),
+    })
 }
 
 /// Schema version 1 exactly as it was released: never edit it (databases on disk were made by
@@ -393,6 +419,32 @@ CREATE TABLE xattrs (
     PRIMARY KEY (ino, name)
 );
 ";
+
+/// What the `meta` table of the store at `at` says, for an engine that reads versions `min` to
+/// [`STORE_VERSION`]: `None` when it is current, `Some(from)` when it needs the migrations from
+/// version `from`; another marker or an unknown version is refused.
+pub(crate) fn check_meta(
+    at: &str,
+    marker: String,
+    version: String,
+    min: u32,
+) -> Result<Option<u32>, StoreError> {
+    if marker != STORE_MARKER {
+        return Err(StoreError::NotAStore {
+            at: at.to_owned(),
+            found: marker,
+        });
+    }
+    match version.parse::<u32>() {
+        Ok(STORE_VERSION) => Ok(None),
+        Ok(v) if (min..STORE_VERSION).contains(&v) => Ok(Some(v)),
+        _ => Err(StoreError::UnknownVersion {
+            at: at.to_owned(),
+            found: version,
+            min,
+        }),
+    }
+}
 
 /// The names of a path from the root: a leading `/` is the root (`/a/b` and `a/b` are one path);
 /// an empty, `.` or `..` component, or one longer than [`NAME_MAX`], is refused with the reason.
@@ -538,10 +590,7 @@ fn migrate_2_to_3(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
             params![int(parent), name, int(next_ino)],
         )?;
     }
-    tx.execute(
-        "INSERT INTO counters VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-        params![COUNTER_INO, int(next_ino)],
-    )?;
+    exec(tx, &set_counter_stmt(COUNTER_INO, next_ino))?;
     Ok(())
 }
 
@@ -623,140 +672,82 @@ fn mkdir_raw(
 }
 
 fn put_inode(tx: &rusqlite::Transaction<'_>, i: &InodeRecord) -> rusqlite::Result<()> {
-    tx.execute(
-        "INSERT INTO inodes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
-         ON CONFLICT(ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode,
-         uid = excluded.uid, gid = excluded.gid, nlink = excluded.nlink, size = excluded.size,
-         rdev = excluded.rdev, atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns,
-         ctime_ns = excluded.ctime_ns, version = excluded.version, file_id = excluded.file_id,
-         target = excluded.target",
-        params![
-            int(i.ino),
-            i.kind.code(),
-            i.mode,
-            i.uid,
-            i.gid,
-            i.nlink,
-            int(i.size),
-            i.rdev,
-            int(i.atime_ns),
-            int(i.mtime_ns),
-            int(i.ctime_ns),
-            int(i.version),
-            i.file_id.map(int),
-            i.target
-        ],
-    )?;
+    exec(tx, &put_inode_stmt(i))
+}
+
+/// Runs one statement of a batch.
+fn exec(conn: &Connection, s: &Stmt) -> rusqlite::Result<()> {
+    conn.prepare_cached(s.sql)?
+        .execute(rusqlite::params_from_iter(s.args.iter()))?;
     Ok(())
 }
 
 const _: () = assert!(STORE_VERSION == STORE_VERSION_MIN + MIGRATIONS.len() as u32);
 
-/// The metadata store in one SQLite database file (WAL, `synchronous=FULL`).
-pub struct SqliteStore {
+/// The metadata store in one SQLite database file (WAL, `synchronous=FULL`), held exclusively:
+/// the store's life long it holds an OS lock (`flock`) on the file beside the database named
+/// [`sqlite_lock_path`], so a second MDS (any process opening the store with [`SqliteStore::open`])
+/// is refused with one line naming the holder.
+pub type SqliteStore = SqlStore<SqliteDb>;
+
+/// The SQLite engine under [`SqliteStore`]: one connection and the store's lock.
+pub struct SqliteDb {
     conn: Connection,
+    /// `None` only for [`SqliteStore::peek`] (tests).
+    _lock: Option<DeviceLock>,
 }
 
-fn osd_state_code(s: OsdState) -> i64 {
-    match s {
-        OsdState::Up => 1,
-        OsdState::Down => 2,
-        OsdState::Out => 3,
+impl Db for SqliteDb {
+    fn transact(&mut self, stmts: &[Stmt]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for s in stmts {
+            exec(&tx, s)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn query(&self, sql: &str, args: &[Value]) -> Result<Vec<Row>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let width = stmt.column_count();
+        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
+            (0..width).map(|i| r.get::<_, Value>(i)).collect()
+        })?;
+        Ok(rows.collect::<Result<Vec<Row>, _>>()?)
     }
 }
 
-fn osd_state_of(v: i64) -> Result<OsdState, StoreError> {
-    match v {
-        1 => Ok(OsdState::Up),
-        2 => Ok(OsdState::Down),
-        3 => Ok(OsdState::Out),
-        _ => Err(StoreError::Corrupt(format!("OSD state {v}"))),
-    }
+/// The lock file of the SQLite store at `path`: `mds.db` → `mds.db.lock`.
+pub fn sqlite_lock_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    path.with_file_name(name)
 }
 
-fn chunk_state_code(s: ChunkState) -> i64 {
-    match s {
-        ChunkState::Healthy => 1,
-        ChunkState::Stale => 2,
-        ChunkState::Recovering => 3,
-        ChunkState::Lost => 4,
-    }
-}
-
-fn chunk_state_of(v: i64) -> Result<ChunkState, StoreError> {
-    match v {
-        1 => Ok(ChunkState::Healthy),
-        2 => Ok(ChunkState::Stale),
-        3 => Ok(ChunkState::Recovering),
-        4 => Ok(ChunkState::Lost),
-        _ => Err(StoreError::Corrupt(format!("chunk state {v}"))),
-    }
-}
-
-fn scheme_of(v: i64) -> Result<UpdateScheme, StoreError> {
-    u32::try_from(v)
-        .map_err(|_| format!("unknown update scheme number {v}"))
-        .and_then(UpdateScheme::from_code)
-        .map_err(|e| StoreError::Corrupt(format!("file {e}")))
-}
-
-// SQLite integers are i64; every u64 we store (ids, sizes, unix ms) is below 2^63.
-fn int(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn uint(v: i64) -> Result<u64, StoreError> {
-    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative value {v}")))
-}
-
-fn uint32(v: i64) -> Result<u32, StoreError> {
-    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("value {v} out of u32 range")))
-}
-
-type Row = Vec<i64>;
-
-/// The columns of an inode, in [`raw_inode`]'s order (table alias `i`).
-const INODE_COLUMNS: &str = "i.ino, i.kind, i.mode, i.uid, i.gid, i.nlink, i.size, i.rdev, \
-    i.atime_ns, i.mtime_ns, i.ctime_ns, i.version, i.file_id, i.target";
-
-/// An inode row as read: twelve integers, the file id and the target.
-type RawInode = ([i64; 12], Option<i64>, Option<Vec<u8>>);
-
-fn raw_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawInode> {
-    let mut v = [0i64; 12];
-    for (i, x) in v.iter_mut().enumerate() {
-        *x = r.get(i)?;
-    }
-    Ok((v, r.get(12)?, r.get(13)?))
-}
-
-fn inode_of((v, file_id, target): RawInode) -> Result<InodeRecord, StoreError> {
-    Ok(InodeRecord {
-        ino: uint(v[0])?,
-        kind: FileKind::from_code(uint32(v[1])?)
-            .ok_or_else(|| StoreError::Corrupt(format!("inode {} has kind {}", v[0], v[1])))?,
-        mode: uint32(v[2])?,
-        uid: uint32(v[3])?,
-        gid: uint32(v[4])?,
-        nlink: uint32(v[5])?,
-        size: uint(v[6])?,
-        rdev: uint32(v[7])?,
-        atime_ns: uint(v[8])?,
-        mtime_ns: uint(v[9])?,
-        ctime_ns: uint(v[10])?,
-        version: uint(v[11])?,
-        file_id: file_id.map(uint).transpose()?,
-        target,
+/// Takes the store's lock for this process, or refuses naming the holder.
+fn lock_store(path: &Path) -> Result<DeviceLock, StoreError> {
+    let lock_path = sqlite_lock_path(path);
+    lock_file_with_pid(&lock_path).map_err(|e| match e {
+        LockError::Busy { holder } => StoreError::Locked {
+            path: path.display().to_string(),
+            holder: holder_line(holder),
+        },
+        LockError::Io(e) => StoreError::Open {
+            at: lock_path.display().to_string(),
+            message: format!("cannot lock: {e}"),
+        },
     })
 }
 
-impl SqliteStore {
-    /// Opens (creating if absent) the store at `path`; refuses a file of another kind or version.
+impl SqlStore<SqliteDb> {
+    /// Opens (creating if absent) the store at `path`; refuses a file of another kind or version,
+    /// and a store another process (or another handle of this one) has open.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let open_err = |e: rusqlite::Error| StoreError::Open {
-            path: path.to_owned(),
+            at: path.display().to_string(),
             message: e.to_string(),
         };
+        let lock = lock_store(path)?;
         let conn = Connection::open(path).map_err(open_err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(open_err)?;
@@ -764,28 +755,45 @@ impl SqliteStore {
             .map_err(open_err)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_err)?;
-        let mut store = SqliteStore { conn };
+        let mut store = SqlStore {
+            db: SqliteDb {
+                conn,
+                _lock: Some(lock),
+            },
+        };
         store.check_or_init(path)?;
         Ok(store)
     }
 
+    /// A read-only second handle beside a running MDS's, for tests that look at what it
+    /// committed: no lock, no schema check.
+    #[cfg(test)]
+    pub(crate) fn peek(path: &Path) -> SqliteStore {
+        let conn =
+            Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        SqlStore {
+            db: SqliteDb { conn, _lock: None },
+        }
+    }
+
     fn check_or_init(&mut self, path: &Path) -> Result<(), StoreError> {
-        let has_meta: bool = self.conn.query_row(
+        let has_meta: bool = self.db.conn.query_row(
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
             [],
             |r| r.get::<_, i64>(0).map(|n| n > 0),
         )?;
         if !has_meta {
             let tables: i64 =
-                self.conn
+                self.db
+                    .conn
                     .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))?;
             if tables > 0 {
                 return Err(StoreError::NotAStore {
-                    path: path.to_owned(),
+                    at: path.display().to_string(),
                     found: String::new(),
                 });
             }
-            let tx = self.conn.transaction()?;
+            let tx = self.db.conn.transaction()?;
             tx.execute_batch(SCHEMA_V1)?;
             for m in MIGRATIONS {
                 m(&tx)?;
@@ -799,26 +807,20 @@ impl SqliteStore {
         }
         let get = |key: &str| -> Result<String, StoreError> {
             Ok(self
+                .db
                 .conn
                 .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
                 .optional()?
                 .unwrap_or_default())
         };
-        let marker = get("marker")?;
-        if marker != STORE_MARKER {
-            return Err(StoreError::NotAStore {
-                path: path.to_owned(),
-                found: marker,
-            });
-        }
-        let version = get("version")?;
-        match version.parse::<u32>() {
-            Ok(STORE_VERSION) => Ok(()),
-            Ok(v) if (STORE_VERSION_MIN..STORE_VERSION).contains(&v) => self.migrate(path, v),
-            _ => Err(StoreError::UnknownVersion {
-                path: path.to_owned(),
-                found: version,
-            }),
+        match check_meta(
+            &path.display().to_string(),
+            get("marker")?,
+            get("version")?,
+            STORE_VERSION_MIN,
+        )? {
+            None => Ok(()),
+            Some(from) => self.migrate(path, from),
         }
     }
 
@@ -826,6 +828,7 @@ impl SqliteStore {
     /// before reading anything, so two processes opening one old store cannot both migrate).
     fn migrate(&mut self, path: &Path, from: u32) -> Result<(), StoreError> {
         let tx = self
+            .db
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now: String =
@@ -853,499 +856,6 @@ impl SqliteStore {
         );
         Ok(())
     }
-
-    fn ints(&self, sql: &str, args: &[i64], width: usize) -> Result<Vec<Row>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(sql)?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
-            (0..width)
-                .map(|i| r.get::<_, i64>(i))
-                .collect::<Result<Row, _>>()
-        })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
-    }
-
-    fn files_where(
-        &self,
-        cond: &str,
-        args: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<FileRecord>, StoreError> {
-        let sql = format!(
-            "SELECT file_id, path, size, mtime_ms, committed, update_scheme FROM files WHERE {cond} ORDER BY file_id"
-        );
-        let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(args, |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, i64>(3)?,
-                r.get::<_, i64>(4)?,
-                r.get::<_, i64>(5)?,
-            ))
-        })?;
-        rows.map(|row| {
-            let (id, path, size, mtime, committed, scheme) = row?;
-            Ok(FileRecord {
-                file_id: uint(id)?,
-                path,
-                size: uint(size)?,
-                mtime_ms: uint(mtime)?,
-                committed: committed != 0,
-                scheme: scheme_of(scheme)?,
-            })
-        })
-        .collect()
-    }
-
-    fn segments_where(&self, cond: &str, arg: i64) -> Result<Vec<SegmentRecord>, StoreError> {
-        let sql = format!(
-            "SELECT segment_id, file_id, seg_index, length, primary_osd, epoch, version FROM segments WHERE {cond} ORDER BY file_id, seg_index"
-        );
-        self.ints(&sql, &[arg], 7)?
-            .into_iter()
-            .map(|r| {
-                Ok(SegmentRecord {
-                    segment_id: uint(r[0])?,
-                    file_id: uint(r[1])?,
-                    index: uint32(r[2])?,
-                    length: uint(r[3])?,
-                    primary: uint32(r[4])?,
-                    epoch: uint(r[5])?,
-                    version: uint(r[6])?,
-                })
-            })
-            .collect()
-    }
-
-    fn chunks_where(&self, cond: &str, args: &[i64]) -> Result<Vec<ChunkRecord>, StoreError> {
-        let sql = format!(
-            "SELECT segment_id, chunk_index, COALESCE(osd_id, -1), state FROM chunks WHERE {cond} ORDER BY segment_id, chunk_index"
-        );
-        self.ints(&sql, args, 4)?
-            .into_iter()
-            .map(|r| {
-                Ok(ChunkRecord {
-                    segment_id: uint(r[0])?,
-                    index: uint32(r[1])?,
-                    osd_id: if r[2] < 0 { None } else { Some(uint32(r[2])?) },
-                    state: chunk_state_of(r[3])?,
-                })
-            })
-            .collect()
-    }
-}
-
-fn apply_one(tx: &rusqlite::Transaction<'_>, m: &Mutation) -> Result<(), rusqlite::Error> {
-    match m {
-        Mutation::SetCounter { name, value } => {
-            tx.execute(
-                "INSERT INTO counters VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                params![name, int(*value)],
-            )?;
-        }
-        Mutation::PutOsd(o) => {
-            tx.execute(
-                "INSERT INTO osds VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(osd_id) DO UPDATE SET
-                 name = excluded.name, addr = excluded.addr, capacity_bytes = excluded.capacity_bytes,
-                 used_bytes = excluded.used_bytes, state = excluded.state,
-                 last_heartbeat_ms = excluded.last_heartbeat_ms",
-                params![
-                    o.osd_id,
-                    o.name,
-                    o.addr,
-                    int(o.capacity_bytes),
-                    int(o.used_bytes),
-                    osd_state_code(o.state),
-                    int(o.last_heartbeat_ms)
-                ],
-            )?;
-            tx.execute("DELETE FROM osd_labels WHERE osd_id = ?1", [o.osd_id])?;
-            for (k, v) in &o.labels {
-                tx.execute(
-                    "INSERT INTO osd_labels VALUES (?1, ?2, ?3)",
-                    params![o.osd_id, k, v],
-                )?;
-            }
-        }
-        Mutation::PutFile(f) => {
-            tx.execute(
-                "INSERT INTO files (file_id, path, size, mtime_ms, committed, update_scheme)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(file_id) DO UPDATE SET
-                 path = excluded.path, size = excluded.size, mtime_ms = excluded.mtime_ms,
-                 committed = excluded.committed, update_scheme = excluded.update_scheme",
-                params![
-                    int(f.file_id),
-                    f.path,
-                    int(f.size),
-                    int(f.mtime_ms),
-                    f.committed as i64,
-                    f.scheme.code()
-                ],
-            )?;
-        }
-        Mutation::DeleteFile(id) => {
-            let id = int(*id);
-            tx.execute(
-                "DELETE FROM chunks WHERE segment_id IN (SELECT segment_id FROM segments WHERE file_id = ?1)",
-                [id],
-            )?;
-            tx.execute("DELETE FROM segments WHERE file_id = ?1", [id])?;
-            tx.execute("DELETE FROM files WHERE file_id = ?1", [id])?;
-        }
-        Mutation::PutInode(i) => put_inode(tx, i)?,
-        Mutation::DeleteInode(ino) => {
-            tx.execute("DELETE FROM xattrs WHERE ino = ?1", [int(*ino)])?;
-            tx.execute("DELETE FROM inodes WHERE ino = ?1", [int(*ino)])?;
-        }
-        Mutation::PutDentry { parent, name, ino } => {
-            tx.execute(
-                "INSERT INTO dentries VALUES (?1, ?2, ?3)",
-                params![int(*parent), name, int(*ino)],
-            )?;
-        }
-        Mutation::DeleteDentry { parent, name } => {
-            tx.execute(
-                "DELETE FROM dentries WHERE parent = ?1 AND name = ?2",
-                params![int(*parent), name],
-            )?;
-        }
-        Mutation::PutXattr { ino, name, value } => {
-            tx.execute(
-                "INSERT INTO xattrs VALUES (?1, ?2, ?3) ON CONFLICT(ino, name) DO UPDATE SET value = excluded.value",
-                params![int(*ino), name, value],
-            )?;
-        }
-        Mutation::DeleteXattr { ino, name } => {
-            tx.execute(
-                "DELETE FROM xattrs WHERE ino = ?1 AND name = ?2",
-                params![int(*ino), name],
-            )?;
-        }
-        Mutation::DeleteSegment(id) => {
-            tx.execute("DELETE FROM chunks WHERE segment_id = ?1", [int(*id)])?;
-            tx.execute("DELETE FROM segments WHERE segment_id = ?1", [int(*id)])?;
-        }
-        Mutation::PutSegment(s) => {
-            tx.execute(
-                "INSERT INTO segments VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(segment_id) DO UPDATE SET
-                 file_id = excluded.file_id, seg_index = excluded.seg_index, length = excluded.length,
-                 primary_osd = excluded.primary_osd, epoch = excluded.epoch, version = excluded.version",
-                params![
-                    int(s.segment_id),
-                    int(s.file_id),
-                    s.index,
-                    int(s.length),
-                    s.primary,
-                    int(s.epoch),
-                    int(s.version)
-                ],
-            )?;
-        }
-        Mutation::PutChunk(c) => {
-            tx.execute(
-                "INSERT INTO chunks VALUES (?1, ?2, ?3, ?4) ON CONFLICT(segment_id, chunk_index) DO UPDATE SET
-                 osd_id = excluded.osd_id, state = excluded.state",
-                params![
-                    int(c.segment_id),
-                    c.index,
-                    c.osd_id,
-                    chunk_state_code(c.state)
-                ],
-            )?;
-        }
-        Mutation::PutDelete(d) => {
-            tx.execute(
-                "INSERT OR IGNORE INTO delete_tasks VALUES (?1, ?2, ?3)",
-                params![d.osd_id, int(d.segment_id), d.chunk],
-            )?;
-        }
-        Mutation::RemoveDeletes { osd_id, segment_id } => {
-            tx.execute(
-                "DELETE FROM delete_tasks WHERE osd_id = ?1 AND segment_id = ?2",
-                params![osd_id, int(*segment_id)],
-            )?;
-        }
-        Mutation::SetRecovery(r) => {
-            tx.execute(
-                "UPDATE recovery SET chunks_total = ?1, chunks_done = ?2, bytes_done = ?3,
-                 started_ms = ?4, finished_ms = ?5 WHERE id = 0",
-                params![
-                    int(r.chunks_total),
-                    int(r.chunks_done),
-                    int(r.bytes_done),
-                    int(r.started_ms),
-                    int(r.finished_ms)
-                ],
-            )?;
-        }
-    }
-    Ok(())
-}
-
-impl MetadataStore for SqliteStore {
-    fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
-        for m in batch {
-            apply_one(&tx, m)?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn counter(&self, name: &str) -> Result<u64, StoreError> {
-        let v: Option<i64> = self
-            .conn
-            .query_row("SELECT value FROM counters WHERE name = ?1", [name], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        uint(v.unwrap_or(0))
-    }
-
-    fn osds(&self) -> Result<Vec<OsdRecord>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT osd_id, name, addr, capacity_bytes, used_bytes, state, last_heartbeat_ms FROM osds ORDER BY osd_id",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                [
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, i64>(4)?,
-                    r.get::<_, i64>(5)?,
-                    r.get::<_, i64>(6)?,
-                ],
-            ))
-        })?;
-        let mut osds = Vec::new();
-        for row in rows {
-            let (id, name, addr, v) = row?;
-            osds.push(OsdRecord {
-                osd_id: uint32(id)?,
-                name,
-                addr,
-                labels: BTreeMap::new(),
-                capacity_bytes: uint(v[0])?,
-                used_bytes: uint(v[1])?,
-                state: osd_state_of(v[2])?,
-                last_heartbeat_ms: uint(v[3])?,
-            });
-        }
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT osd_id, key, value FROM osd_labels")?;
-        let labels = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?;
-        for l in labels {
-            let (id, k, v) = l?;
-            let id = uint32(id)?;
-            if let Some(o) = osds.iter_mut().find(|o| o.osd_id == id) {
-                o.labels.insert(k, v);
-            }
-        }
-        Ok(osds)
-    }
-
-    fn file(&self, file_id: u64) -> Result<Option<FileRecord>, StoreError> {
-        Ok(self
-            .files_where("file_id = ?1", &[&int(file_id)])?
-            .into_iter()
-            .next())
-    }
-
-    fn segment_count(&self, file_id: u64) -> Result<u32, StoreError> {
-        let n: i64 = self.conn.query_row(
-            "SELECT COUNT(*) FROM segments WHERE file_id = ?1",
-            [int(file_id)],
-            |r| r.get(0),
-        )?;
-        uint32(n)
-    }
-
-    fn inode(&self, ino: u64) -> Result<Option<InodeRecord>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {INODE_COLUMNS} FROM inodes i WHERE ino = ?1"
-        ))?;
-        let row = stmt.query_row([int(ino)], raw_inode).optional()?;
-        row.map(inode_of).transpose()
-    }
-
-    fn lookup(&self, parent: u64, name: &[u8]) -> Result<Option<InodeRecord>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {INODE_COLUMNS} FROM dentries d JOIN inodes i ON i.ino = d.ino
-             WHERE d.parent = ?1 AND d.name = ?2"
-        ))?;
-        let row = stmt
-            .query_row(params![int(parent), name], raw_inode)
-            .optional()?;
-        row.map(inode_of).transpose()
-    }
-
-    fn dir_entries(
-        &self,
-        parent: u64,
-        after: &[u8],
-        limit: u32,
-    ) -> Result<Vec<(Vec<u8>, InodeRecord)>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {INODE_COLUMNS}, d.name FROM dentries d JOIN inodes i ON i.ino = d.ino
-             WHERE d.parent = ?1 AND d.name > ?2 ORDER BY d.name LIMIT ?3"
-        ))?;
-        let rows = stmt.query_map(params![int(parent), after, i64::from(limit)], |r| {
-            Ok((raw_inode(r)?, r.get::<_, Vec<u8>>(14)?))
-        })?;
-        rows.map(|row| {
-            let (raw, name) = row?;
-            Ok((name, inode_of(raw)?))
-        })
-        .collect()
-    }
-
-    fn links(&self, ino: u64) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT parent, name FROM dentries WHERE ino = ?1 ORDER BY parent, name",
-        )?;
-        let rows = stmt.query_map([int(ino)], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
-        })?;
-        rows.map(|row| {
-            let (p, n) = row?;
-            Ok((uint(p)?, n))
-        })
-        .collect()
-    }
-
-    fn xattrs(&self, ino: u64) -> Result<Vec<Xattr>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT name, value FROM xattrs WHERE ino = ?1 ORDER BY name")?;
-        let rows = stmt.query_map([int(ino)], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    fn inode_count(&self) -> Result<u64, StoreError> {
-        let n: i64 = self
-            .conn
-            .query_row("SELECT COUNT(*) FROM inodes", [], |r| r.get(0))?;
-        uint(n)
-    }
-
-    fn pending_files(&self) -> Result<Vec<FileRecord>, StoreError> {
-        self.files_where("committed = 0", &[])
-    }
-
-    fn totals(&self) -> Result<(u64, u64), StoreError> {
-        let (n, bytes): (i64, i64) = self.conn.query_row(
-            "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files WHERE committed = 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        Ok((uint(n)?, uint(bytes)?))
-    }
-
-    fn segment(&self, segment_id: u64) -> Result<Option<SegmentRecord>, StoreError> {
-        Ok(self
-            .segments_where("segment_id = ?1", int(segment_id))?
-            .into_iter()
-            .next())
-    }
-
-    fn segments_of_file(&self, file_id: u64) -> Result<Vec<SegmentRecord>, StoreError> {
-        self.segments_where("file_id = ?1", int(file_id))
-    }
-
-    fn segments_with_primary(&self, osd_id: u32) -> Result<Vec<SegmentRecord>, StoreError> {
-        self.segments_where("primary_osd = ?1", i64::from(osd_id))
-    }
-
-    fn chunks(&self, segment_id: u64) -> Result<Vec<ChunkRecord>, StoreError> {
-        self.chunks_where("segment_id = ?1", &[int(segment_id)])
-    }
-
-    fn chunks_on_osd(&self, osd_id: u32) -> Result<Vec<ChunkRecord>, StoreError> {
-        self.chunks_where("osd_id = ?1", &[i64::from(osd_id)])
-    }
-
-    fn chunks_in_state(&self, state: ChunkState) -> Result<Vec<ChunkRecord>, StoreError> {
-        self.chunks_where("state = ?1", &[chunk_state_code(state)])
-    }
-
-    fn all_chunks(&self) -> Result<Vec<ChunkRecord>, StoreError> {
-        self.chunks_where("1", &[])
-    }
-
-    fn deletes_for(&self, osd_id: u32) -> Result<Vec<DeleteRecord>, StoreError> {
-        self.ints(
-            "SELECT osd_id, segment_id, chunk_index FROM delete_tasks WHERE osd_id = ?1 ORDER BY segment_id, chunk_index",
-            &[i64::from(osd_id)],
-            3,
-        )?
-        .into_iter()
-        .map(|r| {
-            Ok(DeleteRecord {
-                osd_id: uint32(r[0])?,
-                segment_id: uint(r[1])?,
-                chunk: uint32(r[2])?,
-            })
-        })
-        .collect()
-    }
-
-    fn osd_loads(&self, k: u32, align_bytes: u64) -> Result<BTreeMap<u32, OsdLoad>, StoreError> {
-        let mut loads: BTreeMap<u32, OsdLoad> = BTreeMap::new();
-        // Counted per segment length, sized in Rust: the chunk size has one definition.
-        for r in self.ints(
-            "SELECT c.osd_id, s.length, c.chunk_index < ?1, COUNT(*)
-             FROM chunks c JOIN segments s ON s.segment_id = c.segment_id
-             WHERE c.osd_id IS NOT NULL GROUP BY c.osd_id, s.length, c.chunk_index < ?1",
-            &[i64::from(k)],
-            4,
-        )? {
-            let l = loads.entry(uint32(r[0])?).or_default();
-            let count = uint(r[3])?;
-            let bytes =
-                count * ecstack_mds_proto::chunk_bytes(uint(r[1])?, k as usize, align_bytes);
-            l.chunks += count;
-            l.bytes += bytes;
-            if r[2] != 0 {
-                l.data_bytes += bytes;
-            }
-        }
-        for r in self.ints(
-            "SELECT primary_osd, COUNT(*) FROM segments GROUP BY primary_osd",
-            &[],
-            2,
-        )? {
-            loads.entry(uint32(r[0])?).or_default().primaries = uint(r[1])?;
-        }
-        Ok(loads)
-    }
-
-    fn recovery(&self) -> Result<RecoveryProgress, StoreError> {
-        let r = self.ints(
-            "SELECT chunks_total, chunks_done, bytes_done, started_ms, finished_ms FROM recovery WHERE id = 0",
-            &[],
-            5,
-        )?;
-        let r = r
-            .into_iter()
-            .next()
-            .ok_or_else(|| StoreError::Corrupt("recovery row missing".into()))?;
-        Ok(RecoveryProgress {
-            chunks_total: uint(r[0])?,
-            chunks_done: uint(r[1])?,
-            bytes_done: uint(r[2])?,
-            started_ms: uint(r[3])?,
-            finished_ms: uint(r[4])?,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -1359,6 +869,63 @@ mod tests {
         crate::store_suite::run(&|| {
             Box::new(SqliteStore::open(&path).unwrap()) as Box<dyn MetadataStore>
         });
+    }
+
+    /// The child half of [`a_second_process_cannot_open_a_locked_store`]: opens the store named
+    /// by the environment and says what happened on stdout.
+    const LOCK_CHILD_ENV: &str = "ECSTACK_TEST_STORE_LOCK_CHILD";
+
+    fn open_in_a_child_process(path: &Path) -> String {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "store::tests::a_second_process_cannot_open_a_locked_store",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(LOCK_CHILD_ENV, path)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "child failed: {stdout}");
+        stdout
+            .lines()
+            .find_map(|l| l.split_once("child: ").map(|(_, said)| said))
+            .unwrap_or_else(|| panic!("the child said nothing: {stdout}"))
+            .to_owned()
+    }
+
+    /// Two MDS processes on one database would each believe their cached counters and leases
+    /// (ids reused, two primaries of one segment): the second is refused, naming the first.
+    #[test]
+    fn a_second_process_cannot_open_a_locked_store() {
+        if let Some(path) = std::env::var_os(LOCK_CHILD_ENV) {
+            match SqliteStore::open(Path::new(&path)) {
+                Ok(_) => println!("child: opened"),
+                Err(e) => println!("child: {e}"),
+            }
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mds.sqlite");
+        let held = SqliteStore::open(&path).unwrap();
+        let said = open_in_a_child_process(&path);
+        assert_eq!(
+            said,
+            format!(
+                "metadata store {} is in use by another MDS (pid {}: {}); stop it first, or give this MDS a store of its own",
+                path.display(),
+                std::process::id(),
+                ecstack_device::lock::holder_of(&sqlite_lock_path(&path))
+                    .map(|h| h.command(120))
+                    .unwrap_or_default()
+            )
+        );
+        // In this process too (another open of the same file).
+        let e = SqliteStore::open(&path).err().unwrap().to_string();
+        assert!(e.contains("this process"), "{e}");
+        drop(held);
+        assert_eq!(open_in_a_child_process(&path), "opened");
     }
 
     #[test]

@@ -7,13 +7,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use ecstack_device::{
-    lock_exclusive, BlockDevice, DeviceError, DeviceLock, FaultConfig, Faulty, FileDevice,
-    FileOptions, Holder, LockError, MemDevice, Outcome, PowerCutPolicy, SplitMix64, DIRECT_ALIGN,
+    lock_file_with_pid, BlockDevice, DeviceError, DeviceLock, FaultConfig, Faulty, FileDevice,
+    FileOptions, LockError, MemDevice, Outcome, PowerCutPolicy, SplitMix64, DIRECT_ALIGN,
 };
 
 use crate::chunk_store::{ChunkStoreError, Result};
@@ -104,27 +103,14 @@ fn io_at<'a>(
     }
 }
 
-/// The process holding a store's lock, for [`ChunkStoreError::Locked`]: its pid and command.
-pub(crate) fn holder_line(holder: Option<Holder>) -> String {
-    match holder {
-        None => "holder not found in /proc/locks".to_string(),
-        Some(h) if h.pid == std::process::id() => format!("pid {}, this process", h.pid),
-        Some(h) => format!("pid {}: {}", h.pid, h.command(120)),
-    }
-}
+pub(crate) use ecstack_device::holder_line;
 
 impl OsDir {
     /// Opens (or creates) a store directory and locks it for this process.
     pub fn open(root: &Path) -> Result<OsDir> {
         std::fs::create_dir_all(root).map_err(io_at(root, "create store directory"))?;
         let lock_path = root.join("LOCK");
-        let mut pid_file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(io_at(&lock_path, "open lock file"))?;
-        let lock = match lock_exclusive(&lock_path) {
+        let lock = match lock_file_with_pid(&lock_path) {
             Ok(l) => l,
             Err(LockError::Busy { holder }) => {
                 return Err(ChunkStoreError::Locked {
@@ -134,12 +120,6 @@ impl OsDir {
             }
             Err(LockError::Io(e)) => return Err(io_at(&lock_path, "lock")(e)),
         };
-        // The pid in the file is for people reading it; the holder a refusal names comes from
-        // /proc/locks, which is right even when the file is stale.
-        pid_file
-            .set_len(0)
-            .map_err(io_at(&lock_path, "write lock file"))?;
-        write!(pid_file, "{}", std::process::id()).map_err(io_at(&lock_path, "write lock file"))?;
         let chunks = root.join("chunks");
         std::fs::create_dir_all(&chunks).map_err(io_at(&chunks, "create chunks directory"))?;
         Ok(OsDir {

@@ -52,7 +52,9 @@ pub struct MdsConfig {
     pub addr: String,
     /// Loopback address of its Prometheus metrics endpoint.
     pub metrics_addr: String,
-    /// SQLite database file, relative to the config's directory unless absolute.
+    /// Where the metadata lives ([`ClusterConfig::mds_store`]): a SQLite database file, relative
+    /// to the config's directory unless absolute, or a PostgreSQL database
+    /// (`postgresql://user@host:port/db`, or `postgresql://user@/db?host=/socket/dir`).
     pub store: PathBuf,
     /// OSDs heartbeat this often.
     pub heartbeat_ms: u64,
@@ -63,6 +65,20 @@ pub struct MdsConfig {
     /// Recovery bandwidth limit per primary OSD, bytes per second (0 = unlimited).
     #[serde(default)]
     pub recovery_bytes_per_sec: u64,
+}
+
+/// The metadata store `[mds] store` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MdsStore {
+    /// A SQLite database file (resolved against the config's directory).
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL.
+    PostgreSql(String),
+}
+
+/// Whether a `[mds] store` value names a PostgreSQL database (`postgresql://` or `postgres://`).
+pub fn is_postgresql_url(store: &str) -> bool {
+    store.starts_with("postgresql://") || store.starts_with("postgres://")
 }
 
 /// Every OSD of the cluster.
@@ -314,6 +330,14 @@ impl ClusterConfig {
         }
     }
 
+    /// The metadata store of the MDS: a PostgreSQL URL as written, else a SQLite file.
+    pub fn mds_store(&self) -> MdsStore {
+        match self.mds.store.to_str() {
+            Some(s) if is_postgresql_url(s) => MdsStore::PostgreSql(s.to_owned()),
+            _ => MdsStore::Sqlite(self.resolve(&self.mds.store)),
+        }
+    }
+
     pub fn certs_dir(&self) -> PathBuf {
         self.resolve(&self.certs)
     }
@@ -365,6 +389,23 @@ out_after_ms = 30000
             toml::from_str(&format!("{BASE}{extra}")).map_err(|e| e.message().to_string())?;
         c.validate()?;
         Ok(c)
+    }
+
+    #[test]
+    fn the_mds_store_is_a_file_or_a_postgresql_url() {
+        let mut c = parse("").unwrap();
+        c.dir = PathBuf::from("/etc/ecstack");
+        assert_eq!(
+            c.mds_store(),
+            MdsStore::Sqlite(PathBuf::from("/etc/ecstack/mds.db"))
+        );
+        for url in [
+            "postgresql://mds@db:5432/ecstack",
+            "postgres://mds@/e?host=/run/pg",
+        ] {
+            c.mds.store = PathBuf::from(url);
+            assert_eq!(c.mds_store(), MdsStore::PostgreSql(url.to_owned()));
+        }
     }
 
     /// Without `[update]` a cluster is what it was: every file fo, the seed's reserve defaults.

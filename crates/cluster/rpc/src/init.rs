@@ -309,11 +309,16 @@ fn check_options(opts: &InitOptions) -> Result<(), InitError> {
 /// the old config or the default one); other files stay.
 fn remove_old_cluster(dir: &Path) -> Result<(), InitError> {
     let config_path = dir.join(CONFIG_FILE);
-    let mut store = dir.join(DEFAULT_MDS_STORE);
+    let mut store = Some(dir.join(DEFAULT_MDS_STORE));
     if let Ok(old) = ClusterConfig::load(&config_path) {
-        store = old.resolve(&old.mds.store);
+        // A PostgreSQL database is not ours to remove.
+        store = match old.mds_store() {
+            crate::config::MdsStore::Sqlite(p) => Some(p),
+            crate::config::MdsStore::PostgreSql(_) => None,
+        };
     }
-    for suffix in ["", "-wal", "-shm"] {
+    for suffix in ["", "-wal", "-shm", ".lock"] {
+        let Some(store) = &store else { break };
         let p = PathBuf::from(format!("{}{suffix}", store.display()));
         if p.exists() {
             std::fs::remove_file(&p).map_err(io(&p))?;

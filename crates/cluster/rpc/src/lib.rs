@@ -26,8 +26,8 @@ pub mod scheme;
 pub mod security;
 
 pub use config::{
-    ClusterConfig, CodeConfig, ConfigError, MdsConfig, OsdConfig, PlacementConfig, ReserveConfig,
-    ShrinkSchedule, UpdateConfig,
+    ClusterConfig, CodeConfig, ConfigError, MdsConfig, MdsStore, OsdConfig, PlacementConfig,
+    ReserveConfig, ShrinkSchedule, UpdateConfig,
 };
 pub use init::{init_cluster, issue_certificate, InitError, InitOptions};
 pub use metrics::{serve_metrics, serve_registry, Registry};

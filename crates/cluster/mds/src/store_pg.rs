@@ -1,0 +1,551 @@
+//! The metadata store in a PostgreSQL database (`[mds] store = "postgresql://…"`): the same
+//! tables, schema versions and statements as the SQLite store ([`crate::store_sql`]), on an
+//! existing database engine that can live on another machine than the MDS.
+//!
+//! - **Versions.** A new database starts at [`STORE_VERSION`] (the first version PostgreSQL stores
+//!   have is 3, [`PG_STORE_VERSION_MIN`]); later versions add one migration to [`PG_MIGRATIONS`]
+//!   beside the SQLite one, run in the transaction that writes the new version.
+//! - **Durability.** Each `apply` is one transaction with `synchronous_commit = on` (set for the
+//!   session, whatever the server's default), so it is on the server's disk when it returns.
+//! - **One MDS.** The session holds an advisory lock ([`PG_LOCK_KEY`]) while the store lives; a
+//!   second MDS on the same database is refused, naming the holder's `application_name` and
+//!   address from `pg_stat_activity`. A session that dies (the MDS killed) releases it.
+//! - **Connection.** No TLS (a unix socket or a trusted network); `connect_timeout` defaults to
+//!   [`PG_CONNECT_TIMEOUT_S`] seconds, so an unreachable server is one error line, not a hang.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::error::Error as _;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use postgres::types::{to_sql_checked, IsNull, ToSql, Type};
+use postgres::{Client, NoTls, Statement};
+
+use ecstack_mds_proto::FileKind;
+
+use crate::store::{
+    check_meta, new_inode, now_ns, StoreError, COUNTER_INO, ROOT_INO, STORE_VERSION,
+};
+use crate::store_sql::{put_inode_stmt, set_counter_stmt, Db, Row, SqlStore, Stmt, Value};
+
+/// The first schema version a PostgreSQL store has (the version PostgreSQL support came with).
+pub const PG_STORE_VERSION_MIN: u32 = 3;
+/// `PG_MIGRATIONS[i]` takes version `PG_STORE_VERSION_MIN + i` to the next (none yet).
+const PG_MIGRATIONS: [&str; 0] = [];
+const _: () = assert!(STORE_VERSION == PG_STORE_VERSION_MIN + PG_MIGRATIONS.len() as u32);
+
+/// The advisory lock key of the MDS's session ("ecstack" read as a number, below 2^32 so that
+/// `pg_locks` shows it in `objid`).
+pub const PG_LOCK_KEY: i64 = 0x6563_7374;
+/// Default connect timeout, seconds (a URL's `connect_timeout` wins).
+pub const PG_CONNECT_TIMEOUT_S: u64 = 10;
+
+/// The schema of version 3, the tables of `SCHEMA_V1` and its migrations in the SQLite store
+/// with PostgreSQL's types (`BIGINT` for every integer, `BYTEA` for bytes).
+const PG_SCHEMA_V3: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
+CREATE TABLE osds (
+    osd_id BIGINT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    addr TEXT NOT NULL,
+    capacity_bytes BIGINT NOT NULL,
+    used_bytes BIGINT NOT NULL,
+    state BIGINT NOT NULL,
+    last_heartbeat_ms BIGINT NOT NULL
+);
+CREATE TABLE osd_labels (
+    osd_id BIGINT NOT NULL REFERENCES osds(osd_id),
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (osd_id, key)
+);
+CREATE TABLE files (
+    file_id BIGINT PRIMARY KEY,
+    path TEXT NOT NULL,
+    size BIGINT NOT NULL,
+    mtime_ms BIGINT NOT NULL,
+    committed BIGINT NOT NULL,
+    update_scheme BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE segments (
+    segment_id BIGINT PRIMARY KEY,
+    file_id BIGINT NOT NULL REFERENCES files(file_id),
+    seg_index BIGINT NOT NULL,
+    length BIGINT NOT NULL,
+    primary_osd BIGINT NOT NULL,
+    epoch BIGINT NOT NULL,
+    version BIGINT NOT NULL,
+    UNIQUE (file_id, seg_index)
+);
+CREATE INDEX segments_primary ON segments(primary_osd);
+CREATE TABLE chunks (
+    segment_id BIGINT NOT NULL REFERENCES segments(segment_id),
+    chunk_index BIGINT NOT NULL,
+    osd_id BIGINT,
+    state BIGINT NOT NULL,
+    PRIMARY KEY (segment_id, chunk_index)
+);
+CREATE INDEX chunks_osd ON chunks(osd_id);
+CREATE INDEX chunks_state ON chunks(state);
+CREATE TABLE delete_tasks (
+    osd_id BIGINT NOT NULL,
+    segment_id BIGINT NOT NULL,
+    chunk_index BIGINT NOT NULL,
+    PRIMARY KEY (osd_id, segment_id, chunk_index)
+);
+CREATE TABLE recovery (
+    id BIGINT PRIMARY KEY CHECK (id = 0),
+    chunks_total BIGINT NOT NULL,
+    chunks_done BIGINT NOT NULL,
+    bytes_done BIGINT NOT NULL,
+    started_ms BIGINT NOT NULL,
+    finished_ms BIGINT NOT NULL
+);
+INSERT INTO recovery VALUES (0, 0, 0, 0, 0, 0);
+CREATE TABLE inodes (
+    ino BIGINT PRIMARY KEY,
+    kind BIGINT NOT NULL,
+    mode BIGINT NOT NULL,
+    uid BIGINT NOT NULL,
+    gid BIGINT NOT NULL,
+    nlink BIGINT NOT NULL,
+    size BIGINT NOT NULL,
+    rdev BIGINT NOT NULL,
+    atime_ns BIGINT NOT NULL,
+    mtime_ns BIGINT NOT NULL,
+    ctime_ns BIGINT NOT NULL,
+    version BIGINT NOT NULL,
+    file_id BIGINT UNIQUE REFERENCES files(file_id),
+    target BYTEA
+);
+CREATE TABLE dentries (
+    parent BIGINT NOT NULL REFERENCES inodes(ino),
+    name BYTEA NOT NULL,
+    ino BIGINT NOT NULL REFERENCES inodes(ino),
+    PRIMARY KEY (parent, name)
+);
+CREATE INDEX dentries_ino ON dentries(ino);
+CREATE TABLE xattrs (
+    ino BIGINT NOT NULL REFERENCES inodes(ino),
+    name BYTEA NOT NULL,
+    value BYTEA NOT NULL,
+    PRIMARY KEY (ino, name)
+);
+";
+
+/// The metadata store in a PostgreSQL database.
+pub type PgStore = SqlStore<PgDb>;
+
+/// The PostgreSQL engine under [`PgStore`]: one session (holding the MDS's advisory lock) and its
+/// prepared statements.
+pub struct PgDb {
+    session: RefCell<Session>,
+}
+
+struct Session {
+    client: Client,
+    /// Prepared statements by their `?N` text.
+    prepared: HashMap<String, Statement>,
+}
+
+/// `url` without its password, for messages.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let shown = match authority.rsplit_once('@') {
+        Some((user_info, host)) => match user_info.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.find("password=") {
+        Some(i) => {
+            let end = tail[i..].find('&').map_or(tail.len(), |e| i + e);
+            format!("{}password=***{}", &tail[..i], &tail[end..])
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{shown}{tail}")
+}
+
+/// One line for a client error: the server's own message when it sent one.
+fn pg_message(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
+    }
+    match e.source() {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
+impl From<postgres::Error> for StoreError {
+    fn from(e: postgres::Error) -> Self {
+        StoreError::Db(pg_message(&e))
+    }
+}
+
+/// PostgreSQL's parameters are `$N` where the shared SQL has `?N`.
+fn pg_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '?' && chars.peek().is_some_and(|d| d.is_ascii_digit()) {
+            out.push('$');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A shared [`Value`] as the parameter type PostgreSQL inferred for its place.
+#[derive(Debug)]
+struct Param<'a>(&'a Value);
+
+impl ToSql for Param<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self.0 {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Integer(v) => match *ty {
+                Type::INT8 => v.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*v)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(*v)?.to_sql(ty, out),
+                _ => Err(format!("an integer for a parameter of type {ty}").into()),
+            },
+            Value::Real(v) => v.to_sql(ty, out),
+            Value::Text(s) => s.as_str().to_sql(ty, out),
+            Value::Blob(b) => b.as_slice().to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+/// A result row as shared [`Value`]s, by each column's type.
+fn row_of(r: &postgres::Row) -> Result<Row, postgres::Error> {
+    (0..r.len())
+        .map(|i| {
+            let int = |v: Option<i64>| v.map_or(Value::Null, Value::Integer);
+            Ok(match *r.columns()[i].type_() {
+                Type::INT8 => int(r.try_get::<_, Option<i64>>(i)?),
+                Type::INT4 => int(r.try_get::<_, Option<i32>>(i)?.map(i64::from)),
+                Type::INT2 => int(r.try_get::<_, Option<i16>>(i)?.map(i64::from)),
+                Type::BOOL => int(r.try_get::<_, Option<bool>>(i)?.map(i64::from)),
+                Type::BYTEA => r
+                    .try_get::<_, Option<Vec<u8>>>(i)?
+                    .map_or(Value::Null, Value::Blob),
+                _ => r
+                    .try_get::<_, Option<String>>(i)?
+                    .map_or(Value::Null, Value::Text),
+            })
+        })
+        .collect()
+}
+
+impl Session {
+    fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        if let Some(s) = self.prepared.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(&pg_sql(sql))?;
+        self.prepared.insert(sql.to_owned(), s.clone());
+        Ok(s)
+    }
+}
+
+fn params(args: &[Value]) -> Vec<Param<'_>> {
+    args.iter().map(Param).collect()
+}
+
+fn refs<'a>(p: &'a [Param<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
+    p.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+}
+
+impl Db for PgDb {
+    fn transact(&mut self, stmts: &[Stmt]) -> Result<(), StoreError> {
+        let session = self.session.get_mut();
+        let prepared = stmts
+            .iter()
+            .map(|s| session.statement(s.sql))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut tx = session.client.transaction()?;
+        for (statement, s) in prepared.iter().zip(stmts) {
+            let p = params(&s.args);
+            tx.execute(statement, &refs(&p))?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn query(&self, sql: &str, args: &[Value]) -> Result<Vec<Row>, StoreError> {
+        let mut session = self.session.borrow_mut();
+        let statement = session.statement(sql)?;
+        let p = params(args);
+        let rows = session.client.query(&statement, &refs(&p))?;
+        Ok(rows.iter().map(row_of).collect::<Result<_, _>>()?)
+    }
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        // Release the lock before the socket closes, so a reopen right after this drop finds it
+        // free (the server notices a closed socket only later).
+        let _ = self
+            .session
+            .get_mut()
+            .client
+            .batch_execute("SELECT pg_advisory_unlock_all()");
+    }
+}
+
+impl SqlStore<PgDb> {
+    /// Connects to the database `url` names (`postgresql://user@host:port/db`, or with
+    /// `?host=/socket/dir`), takes the MDS's lock, and creates the schema in an empty database;
+    /// refuses a database holding other tables, another version, or another MDS's session.
+    pub fn connect(url: &str) -> Result<PgStore, StoreError> {
+        let at = redact_url(url);
+        let open = |message: String| StoreError::Open {
+            at: at.clone(),
+            message,
+        };
+        let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| {
+            open(format!("not a PostgreSQL URL: {}", pg_message(&e)))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(PG_CONNECT_TIMEOUT_S));
+        }
+        config.application_name(&format!("ecstack mds pid {}", std::process::id()));
+        config.options("-c synchronous_commit=on");
+        let client = config.connect(NoTls).map_err(|e| open(pg_message(&e)))?;
+        let mut store = SqlStore {
+            db: PgDb {
+                session: RefCell::new(Session {
+                    client,
+                    prepared: HashMap::new(),
+                }),
+            },
+        };
+        store.lock(&at)?;
+        store.check_or_init(&at)?;
+        Ok(store)
+    }
+
+    fn client(&mut self) -> &mut Client {
+        &mut self.db.session.get_mut().client
+    }
+
+    /// Takes the MDS's advisory lock for this session, or refuses naming the session holding it.
+    fn lock(&mut self, at: &str) -> Result<(), StoreError> {
+        let got: bool = self
+            .client()
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&PG_LOCK_KEY])?
+            .get(0);
+        if got {
+            return Ok(());
+        }
+        let holder = self
+            .client()
+            .query_opt(
+                "SELECT a.application_name, COALESCE(host(a.client_addr), 'local socket'), a.pid
+                 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = $1
+                 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                &[&(PG_LOCK_KEY as u32)],
+            )?
+            .map(|r| {
+                format!(
+                    "{}, from {}, server pid {}",
+                    r.get::<_, String>(0),
+                    r.get::<_, String>(1),
+                    r.get::<_, i32>(2)
+                )
+            })
+            .unwrap_or_else(|| "holder not found in pg_locks".into());
+        Err(StoreError::Locked {
+            path: at.to_owned(),
+            holder,
+        })
+    }
+
+    fn check_or_init(&mut self, at: &str) -> Result<(), StoreError> {
+        let tables: i64 = self
+            .client()
+            .query_one(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()",
+                &[],
+            )?
+            .get(0);
+        let has_meta: bool = self
+            .client()
+            .query_one(
+                "SELECT COUNT(*) > 0 FROM information_schema.tables
+                 WHERE table_schema = current_schema() AND table_name = 'meta'",
+                &[],
+            )?
+            .get(0);
+        if !has_meta {
+            if tables > 0 {
+                return Err(StoreError::NotAStore {
+                    at: at.to_owned(),
+                    found: String::new(),
+                });
+            }
+            let mut tx = self.client().transaction()?;
+            tx.batch_execute(PG_SCHEMA_V3)?;
+            // What the SQLite store's migration to version 3 makes: the root directory.
+            let root = new_inode(ROOT_INO, FileKind::Dir, 0o755, now_ns());
+            for s in [
+                put_inode_stmt(&root),
+                set_counter_stmt(COUNTER_INO, ROOT_INO),
+            ] {
+                let p = params(&s.args);
+                tx.execute(&pg_sql(s.sql) as &str, &refs(&p))?;
+            }
+            tx.execute(
+                "INSERT INTO meta VALUES ('marker', $1), ('version', $2)",
+                &[&crate::store::STORE_MARKER, &STORE_VERSION.to_string()],
+            )?;
+            tx.commit()?;
+            return Ok(());
+        }
+        let mut get = |key: &str| -> Result<String, StoreError> {
+            Ok(self
+                .client()
+                .query_opt("SELECT value FROM meta WHERE key = $1", &[&key])?
+                .map(|r| r.get(0))
+                .unwrap_or_default())
+        };
+        let (marker, version) = (get("marker")?, get("version")?);
+        match check_meta(at, marker, version, PG_STORE_VERSION_MIN)? {
+            None => Ok(()),
+            Some(from) => {
+                let mut tx = self.client().transaction()?;
+                for m in &PG_MIGRATIONS[(from - PG_STORE_VERSION_MIN) as usize..] {
+                    tx.batch_execute(m)?;
+                }
+                tx.execute(
+                    "UPDATE meta SET value = $1 WHERE key = 'version'",
+                    &[&STORE_VERSION.to_string()],
+                )?;
+                tx.commit()?;
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MetadataStore;
+
+    fn server() -> Option<&'static ecstack_testkit::postgres::TempPostgres> {
+        ecstack_testkit::postgres::shared()
+    }
+
+    #[test]
+    fn postgresql_passes_the_store_suite() {
+        let Some(pg) = server() else { return };
+        let url = pg.create_db("suite");
+        crate::store_suite::run(&|| {
+            Box::new(PgStore::connect(&url).unwrap()) as Box<dyn MetadataStore>
+        });
+    }
+
+    /// A second MDS on one database is refused while the first lives, naming its session.
+    #[test]
+    fn a_second_mds_on_one_database_is_refused() {
+        let Some(pg) = server() else { return };
+        let url = pg.create_db("locked");
+        let first = PgStore::connect(&url).unwrap();
+        let e = PgStore::connect(&url).err().unwrap().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "metadata store {url} is in use by another MDS (ecstack mds pid {}, from local socket, server pid {}); stop it first, or give this MDS a store of its own",
+                std::process::id(),
+                e.rsplit("server pid ").next().unwrap().split(')').next().unwrap()
+            )
+        );
+        drop(first);
+        PgStore::connect(&url).unwrap();
+    }
+
+    /// A bad URL, an unreachable server, a missing database, a database of something else or of
+    /// an unknown version: one line each.
+    #[test]
+    fn bad_stores_are_refused_with_one_line() {
+        let line = |url: &str| {
+            let e = PgStore::connect(url).err().unwrap().to_string();
+            assert_eq!(e.lines().count(), 1, "{e}");
+            e
+        };
+        let e = line("postgresql://mds@127.0.0.1:1/x?connect_timeout=zz");
+        assert!(e.contains("not a PostgreSQL URL"), "{e}");
+        let e = line("postgresql://mds:pw@127.0.0.1:1/x");
+        assert!(
+            e.starts_with("cannot open metadata store postgresql://mds:***@127.0.0.1:1/x: error connecting to server"),
+            "{e}"
+        );
+        let Some(pg) = server() else { return };
+        let e = line(&pg.url("absent"));
+        assert!(e.contains("database \"absent\" does not exist"), "{e}");
+        let url = pg.create_db("other");
+        {
+            let mut c = Client::connect(&url, NoTls).unwrap();
+            c.batch_execute("CREATE TABLE t (x INTEGER)").unwrap();
+        }
+        let e = line(&url);
+        assert!(e.contains("is not an ecstack MDS store"), "{e}");
+        let url = pg.create_db("future");
+        drop(PgStore::connect(&url).unwrap());
+        {
+            let mut c = Client::connect(&url, NoTls).unwrap();
+            c.batch_execute("UPDATE meta SET value = '9' WHERE key = 'version'")
+                .unwrap();
+        }
+        assert_eq!(
+            line(&url),
+            format!("metadata store {url} has schema version 9; this ecstack reads versions 3 to 3 only")
+        );
+    }
+
+    #[test]
+    fn urls_lose_their_password_in_messages() {
+        assert_eq!(
+            redact_url("postgresql://mds:secret@db.example:5432/ecstack"),
+            "postgresql://mds:***@db.example:5432/ecstack"
+        );
+        assert_eq!(
+            redact_url("postgresql://mds@db/ecstack?password=s3&sslmode=disable"),
+            "postgresql://mds@db/ecstack?password=***&sslmode=disable"
+        );
+        assert_eq!(
+            redact_url("postgresql:///ecstack?host=/tmp/pg"),
+            "postgresql:///ecstack?host=/tmp/pg"
+        );
+    }
+
+    #[test]
+    fn parameters_are_renumbered_for_postgresql() {
+        assert_eq!(
+            pg_sql("SELECT a FROM t WHERE x = ?1 AND y > ?12"),
+            "SELECT a FROM t WHERE x = $1 AND y > $12"
+        );
+    }
+}

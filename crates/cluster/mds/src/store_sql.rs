@@ -1,0 +1,646 @@
+//! The [`MetadataStore`] of every SQL engine, written once: [`SqlStore`] turns reads into queries
+//! and each [`Mutation`] into statements, and a [`Db`] (SQLite: [`crate::store::SqliteDb`];
+//! PostgreSQL: [`crate::store_pg::PgDb`]) runs them. The SQL is the dialect both engines speak
+//! (`INSERT … ON CONFLICT … DO UPDATE`, `CAST(… AS BIGINT)`, `CASE`, `TRUE`); parameters are
+//! written `?1`, `?2`, … (PostgreSQL's `$1` is made from them). Every integer column is a 64-bit
+//! integer on both engines, so one set of conversions reads both.
+
+use std::collections::BTreeMap;
+
+pub use rusqlite::types::Value;
+
+use ecstack_mds_proto::{ChunkState, FileKind, OsdState, RecoveryProgress, UpdateScheme};
+
+use crate::store::*;
+
+/// One row of a query result, one value per column.
+pub type Row = Vec<Value>;
+
+/// A statement of a batch: SQL with `?N` parameters and their values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stmt {
+    pub sql: &'static str,
+    pub args: Vec<Value>,
+}
+
+/// A SQL engine under [`SqlStore`].
+pub trait Db: Send {
+    /// Runs `stmts` in one transaction: all or nothing, durable when it returns.
+    fn transact(&mut self, stmts: &[Stmt]) -> Result<(), StoreError>;
+    /// The rows of one query.
+    fn query(&self, sql: &str, args: &[Value]) -> Result<Vec<Row>, StoreError>;
+}
+
+/// The metadata store over the SQL engine `D`.
+pub struct SqlStore<D> {
+    pub(crate) db: D,
+}
+
+fn v(x: u64) -> Value {
+    Value::Integer(int(x))
+}
+
+fn v32(x: u32) -> Value {
+    Value::Integer(i64::from(x))
+}
+
+fn stmt(sql: &'static str, args: Vec<Value>) -> Stmt {
+    Stmt { sql, args }
+}
+
+pub(crate) fn osd_state_code(s: OsdState) -> i64 {
+    match s {
+        OsdState::Up => 1,
+        OsdState::Down => 2,
+        OsdState::Out => 3,
+    }
+}
+
+fn osd_state_of(v: i64) -> Result<OsdState, StoreError> {
+    match v {
+        1 => Ok(OsdState::Up),
+        2 => Ok(OsdState::Down),
+        3 => Ok(OsdState::Out),
+        _ => Err(StoreError::Corrupt(format!("OSD state {v}"))),
+    }
+}
+
+pub(crate) fn chunk_state_code(s: ChunkState) -> i64 {
+    match s {
+        ChunkState::Healthy => 1,
+        ChunkState::Stale => 2,
+        ChunkState::Recovering => 3,
+        ChunkState::Lost => 4,
+    }
+}
+
+fn chunk_state_of(v: i64) -> Result<ChunkState, StoreError> {
+    match v {
+        1 => Ok(ChunkState::Healthy),
+        2 => Ok(ChunkState::Stale),
+        3 => Ok(ChunkState::Recovering),
+        4 => Ok(ChunkState::Lost),
+        _ => Err(StoreError::Corrupt(format!("chunk state {v}"))),
+    }
+}
+
+fn scheme_of(v: i64) -> Result<UpdateScheme, StoreError> {
+    u32::try_from(v)
+        .map_err(|_| format!("unknown update scheme number {v}"))
+        .and_then(UpdateScheme::from_code)
+        .map_err(|e| StoreError::Corrupt(format!("file {e}")))
+}
+
+// SQL integers are i64; every u64 we store (ids, sizes, unix ms) is below 2^63.
+pub(crate) fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn uint(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative value {v}")))
+}
+
+fn uint32(v: i64) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("value {v} out of u32 range")))
+}
+
+fn bad(i: usize, want: &str, found: Option<&Value>) -> StoreError {
+    StoreError::Corrupt(format!("column {i}: expected {want}, found {found:?}"))
+}
+
+fn opt_i(r: &[Value], i: usize) -> Result<Option<i64>, StoreError> {
+    match r.get(i) {
+        Some(Value::Integer(x)) => Ok(Some(*x)),
+        Some(Value::Null) => Ok(None),
+        other => Err(bad(i, "an integer", other)),
+    }
+}
+
+fn get_i(r: &[Value], i: usize) -> Result<i64, StoreError> {
+    opt_i(r, i)?.ok_or_else(|| bad(i, "an integer", Some(&Value::Null)))
+}
+
+fn get_u(r: &[Value], i: usize) -> Result<u64, StoreError> {
+    uint(get_i(r, i)?)
+}
+
+fn get_u32(r: &[Value], i: usize) -> Result<u32, StoreError> {
+    uint32(get_i(r, i)?)
+}
+
+fn get_text(r: &[Value], i: usize) -> Result<String, StoreError> {
+    match r.get(i) {
+        Some(Value::Text(s)) => Ok(s.clone()),
+        other => Err(bad(i, "text", other)),
+    }
+}
+
+fn opt_blob(r: &[Value], i: usize) -> Result<Option<Vec<u8>>, StoreError> {
+    match r.get(i) {
+        Some(Value::Blob(b)) => Ok(Some(b.clone())),
+        Some(Value::Null) => Ok(None),
+        other => Err(bad(i, "bytes", other)),
+    }
+}
+
+fn get_blob(r: &[Value], i: usize) -> Result<Vec<u8>, StoreError> {
+    opt_blob(r, i)?.ok_or_else(|| bad(i, "bytes", Some(&Value::Null)))
+}
+
+/// The columns of an inode, in [`inode_of`]'s order (table alias `i`).
+const INODE_COLUMNS: &str = "i.ino, i.kind, i.mode, i.uid, i.gid, i.nlink, i.size, i.rdev, \
+    i.atime_ns, i.mtime_ns, i.ctime_ns, i.version, i.file_id, i.target";
+
+fn inode_of(r: &[Value]) -> Result<InodeRecord, StoreError> {
+    let ino = get_u(r, 0)?;
+    let kind = get_u32(r, 1)?;
+    Ok(InodeRecord {
+        ino,
+        kind: FileKind::from_code(kind)
+            .ok_or_else(|| StoreError::Corrupt(format!("inode {ino} has kind {kind}")))?,
+        mode: get_u32(r, 2)?,
+        uid: get_u32(r, 3)?,
+        gid: get_u32(r, 4)?,
+        nlink: get_u32(r, 5)?,
+        size: get_u(r, 6)?,
+        rdev: get_u32(r, 7)?,
+        atime_ns: get_u(r, 8)?,
+        mtime_ns: get_u(r, 9)?,
+        ctime_ns: get_u(r, 10)?,
+        version: get_u(r, 11)?,
+        file_id: opt_i(r, 12)?.map(uint).transpose()?,
+        target: opt_blob(r, 13)?,
+    })
+}
+
+/// Insert or replace an inode (also run by the SQLite migration to version 3).
+pub(crate) fn put_inode_stmt(i: &InodeRecord) -> Stmt {
+    stmt(
+        "INSERT INTO inodes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+         ON CONFLICT(ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode,
+         uid = excluded.uid, gid = excluded.gid, nlink = excluded.nlink, size = excluded.size,
+         rdev = excluded.rdev, atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns,
+         ctime_ns = excluded.ctime_ns, version = excluded.version, file_id = excluded.file_id,
+         target = excluded.target",
+        vec![
+            v(i.ino),
+            v32(i.kind.code()),
+            v32(i.mode),
+            v32(i.uid),
+            v32(i.gid),
+            v32(i.nlink),
+            v(i.size),
+            v32(i.rdev),
+            v(i.atime_ns),
+            v(i.mtime_ns),
+            v(i.ctime_ns),
+            v(i.version),
+            i.file_id.map_or(Value::Null, v),
+            i.target.clone().map_or(Value::Null, Value::Blob),
+        ],
+    )
+}
+
+/// Set a counter (also run by the SQLite migration to version 3).
+pub(crate) fn set_counter_stmt(name: &str, value: u64) -> Stmt {
+    stmt(
+        "INSERT INTO counters VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+        vec![Value::Text(name.to_owned()), v(value)],
+    )
+}
+
+/// The statements of one mutation, in order.
+fn statements(m: &Mutation, out: &mut Vec<Stmt>) {
+    match m {
+        Mutation::SetCounter { name, value } => out.push(set_counter_stmt(name, *value)),
+        Mutation::PutOsd(o) => {
+            out.push(stmt(
+                "INSERT INTO osds VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(osd_id) DO UPDATE SET
+                 name = excluded.name, addr = excluded.addr, capacity_bytes = excluded.capacity_bytes,
+                 used_bytes = excluded.used_bytes, state = excluded.state,
+                 last_heartbeat_ms = excluded.last_heartbeat_ms",
+                vec![
+                    v32(o.osd_id),
+                    Value::Text(o.name.clone()),
+                    Value::Text(o.addr.clone()),
+                    v(o.capacity_bytes),
+                    v(o.used_bytes),
+                    Value::Integer(osd_state_code(o.state)),
+                    v(o.last_heartbeat_ms),
+                ],
+            ));
+            out.push(stmt(
+                "DELETE FROM osd_labels WHERE osd_id = ?1",
+                vec![v32(o.osd_id)],
+            ));
+            for (k, val) in &o.labels {
+                out.push(stmt(
+                    "INSERT INTO osd_labels VALUES (?1, ?2, ?3)",
+                    vec![v32(o.osd_id), Value::Text(k.clone()), Value::Text(val.clone())],
+                ));
+            }
+        }
+        Mutation::PutFile(f) => out.push(stmt(
+            "INSERT INTO files (file_id, path, size, mtime_ms, committed, update_scheme)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(file_id) DO UPDATE SET
+             path = excluded.path, size = excluded.size, mtime_ms = excluded.mtime_ms,
+             committed = excluded.committed, update_scheme = excluded.update_scheme",
+            vec![
+                v(f.file_id),
+                Value::Text(f.path.clone()),
+                v(f.size),
+                v(f.mtime_ms),
+                Value::Integer(f.committed as i64),
+                v32(f.scheme.code()),
+            ],
+        )),
+        Mutation::DeleteFile(id) => {
+            out.push(stmt(
+                "DELETE FROM chunks WHERE segment_id IN (SELECT segment_id FROM segments WHERE file_id = ?1)",
+                vec![v(*id)],
+            ));
+            out.push(stmt("DELETE FROM segments WHERE file_id = ?1", vec![v(*id)]));
+            out.push(stmt("DELETE FROM files WHERE file_id = ?1", vec![v(*id)]));
+        }
+        Mutation::PutInode(i) => out.push(put_inode_stmt(i)),
+        Mutation::DeleteInode(ino) => {
+            out.push(stmt("DELETE FROM xattrs WHERE ino = ?1", vec![v(*ino)]));
+            out.push(stmt("DELETE FROM inodes WHERE ino = ?1", vec![v(*ino)]));
+        }
+        Mutation::PutDentry { parent, name, ino } => out.push(stmt(
+            "INSERT INTO dentries VALUES (?1, ?2, ?3)",
+            vec![v(*parent), Value::Blob(name.clone()), v(*ino)],
+        )),
+        Mutation::DeleteDentry { parent, name } => out.push(stmt(
+            "DELETE FROM dentries WHERE parent = ?1 AND name = ?2",
+            vec![v(*parent), Value::Blob(name.clone())],
+        )),
+        Mutation::PutXattr { ino, name, value } => out.push(stmt(
+            "INSERT INTO xattrs VALUES (?1, ?2, ?3) ON CONFLICT(ino, name) DO UPDATE SET value = excluded.value",
+            vec![v(*ino), Value::Blob(name.clone()), Value::Blob(value.clone())],
+        )),
+        Mutation::DeleteXattr { ino, name } => out.push(stmt(
+            "DELETE FROM xattrs WHERE ino = ?1 AND name = ?2",
+            vec![v(*ino), Value::Blob(name.clone())],
+        )),
+        Mutation::DeleteSegment(id) => {
+            out.push(stmt("DELETE FROM chunks WHERE segment_id = ?1", vec![v(*id)]));
+            out.push(stmt("DELETE FROM segments WHERE segment_id = ?1", vec![v(*id)]));
+        }
+        Mutation::PutSegment(s) => out.push(stmt(
+            "INSERT INTO segments VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(segment_id) DO UPDATE SET
+             file_id = excluded.file_id, seg_index = excluded.seg_index, length = excluded.length,
+             primary_osd = excluded.primary_osd, epoch = excluded.epoch, version = excluded.version",
+            vec![
+                v(s.segment_id),
+                v(s.file_id),
+                v32(s.index),
+                v(s.length),
+                v32(s.primary),
+                v(s.epoch),
+                v(s.version),
+            ],
+        )),
+        Mutation::PutChunk(c) => out.push(stmt(
+            "INSERT INTO chunks VALUES (?1, ?2, ?3, ?4) ON CONFLICT(segment_id, chunk_index) DO UPDATE SET
+             osd_id = excluded.osd_id, state = excluded.state",
+            vec![
+                v(c.segment_id),
+                v32(c.index),
+                c.osd_id.map_or(Value::Null, v32),
+                Value::Integer(chunk_state_code(c.state)),
+            ],
+        )),
+        Mutation::PutDelete(d) => out.push(stmt(
+            "INSERT INTO delete_tasks VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            vec![v32(d.osd_id), v(d.segment_id), v32(d.chunk)],
+        )),
+        Mutation::RemoveDeletes { osd_id, segment_id } => out.push(stmt(
+            "DELETE FROM delete_tasks WHERE osd_id = ?1 AND segment_id = ?2",
+            vec![v32(*osd_id), v(*segment_id)],
+        )),
+        Mutation::SetRecovery(r) => out.push(stmt(
+            "UPDATE recovery SET chunks_total = ?1, chunks_done = ?2, bytes_done = ?3,
+             started_ms = ?4, finished_ms = ?5 WHERE id = 0",
+            vec![
+                v(r.chunks_total),
+                v(r.chunks_done),
+                v(r.bytes_done),
+                v(r.started_ms),
+                v(r.finished_ms),
+            ],
+        )),
+    }
+}
+
+impl<D: Db> SqlStore<D> {
+    fn one(&self, sql: &str, args: &[Value]) -> Result<Option<Row>, StoreError> {
+        Ok(self.db.query(sql, args)?.into_iter().next())
+    }
+
+    fn count(&self, sql: &str, args: &[Value]) -> Result<u64, StoreError> {
+        match self.one(sql, args)? {
+            Some(r) => get_u(&r, 0),
+            None => Err(StoreError::Corrupt(format!("no row from {sql}"))),
+        }
+    }
+
+    fn files_where(&self, cond: &str, args: &[Value]) -> Result<Vec<FileRecord>, StoreError> {
+        let sql = format!(
+            "SELECT file_id, path, size, mtime_ms, committed, update_scheme FROM files WHERE {cond} ORDER BY file_id"
+        );
+        self.db
+            .query(&sql, args)?
+            .iter()
+            .map(|r| {
+                Ok(FileRecord {
+                    file_id: get_u(r, 0)?,
+                    path: get_text(r, 1)?,
+                    size: get_u(r, 2)?,
+                    mtime_ms: get_u(r, 3)?,
+                    committed: get_i(r, 4)? != 0,
+                    scheme: scheme_of(get_i(r, 5)?)?,
+                })
+            })
+            .collect()
+    }
+
+    fn segments_where(&self, cond: &str, arg: Value) -> Result<Vec<SegmentRecord>, StoreError> {
+        let sql = format!(
+            "SELECT segment_id, file_id, seg_index, length, primary_osd, epoch, version FROM segments WHERE {cond} ORDER BY file_id, seg_index"
+        );
+        self.db
+            .query(&sql, &[arg])?
+            .iter()
+            .map(|r| {
+                Ok(SegmentRecord {
+                    segment_id: get_u(r, 0)?,
+                    file_id: get_u(r, 1)?,
+                    index: get_u32(r, 2)?,
+                    length: get_u(r, 3)?,
+                    primary: get_u32(r, 4)?,
+                    epoch: get_u(r, 5)?,
+                    version: get_u(r, 6)?,
+                })
+            })
+            .collect()
+    }
+
+    fn chunks_where(&self, cond: &str, args: &[Value]) -> Result<Vec<ChunkRecord>, StoreError> {
+        let sql = format!(
+            "SELECT segment_id, chunk_index, osd_id, state FROM chunks WHERE {cond} ORDER BY segment_id, chunk_index"
+        );
+        self.db
+            .query(&sql, args)?
+            .iter()
+            .map(|r| {
+                Ok(ChunkRecord {
+                    segment_id: get_u(r, 0)?,
+                    index: get_u32(r, 1)?,
+                    osd_id: opt_i(r, 2)?.map(uint32).transpose()?,
+                    state: chunk_state_of(get_i(r, 3)?)?,
+                })
+            })
+            .collect()
+    }
+
+    fn inodes(&self, sql: &str, args: &[Value]) -> Result<Option<InodeRecord>, StoreError> {
+        self.one(sql, args)?.map(|r| inode_of(&r)).transpose()
+    }
+}
+
+impl<D: Db> MetadataStore for SqlStore<D> {
+    fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {
+        let mut stmts = Vec::with_capacity(batch.len());
+        for m in batch {
+            statements(m, &mut stmts);
+        }
+        self.db.transact(&stmts)
+    }
+
+    fn counter(&self, name: &str) -> Result<u64, StoreError> {
+        match self.one(
+            "SELECT value FROM counters WHERE name = ?1",
+            &[Value::Text(name.to_owned())],
+        )? {
+            Some(r) => get_u(&r, 0),
+            None => Ok(0),
+        }
+    }
+
+    fn osds(&self) -> Result<Vec<OsdRecord>, StoreError> {
+        let mut osds = self
+            .db
+            .query(
+                "SELECT osd_id, name, addr, capacity_bytes, used_bytes, state, last_heartbeat_ms FROM osds ORDER BY osd_id",
+                &[],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(OsdRecord {
+                    osd_id: get_u32(r, 0)?,
+                    name: get_text(r, 1)?,
+                    addr: get_text(r, 2)?,
+                    labels: BTreeMap::new(),
+                    capacity_bytes: get_u(r, 3)?,
+                    used_bytes: get_u(r, 4)?,
+                    state: osd_state_of(get_i(r, 5)?)?,
+                    last_heartbeat_ms: get_u(r, 6)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        for r in self
+            .db
+            .query("SELECT osd_id, key, value FROM osd_labels", &[])?
+        {
+            let id = get_u32(&r, 0)?;
+            if let Some(o) = osds.iter_mut().find(|o| o.osd_id == id) {
+                o.labels.insert(get_text(&r, 1)?, get_text(&r, 2)?);
+            }
+        }
+        Ok(osds)
+    }
+
+    fn file(&self, file_id: u64) -> Result<Option<FileRecord>, StoreError> {
+        Ok(self
+            .files_where("file_id = ?1", &[v(file_id)])?
+            .into_iter()
+            .next())
+    }
+
+    fn segment_count(&self, file_id: u64) -> Result<u32, StoreError> {
+        let n = self.count(
+            "SELECT COUNT(*) FROM segments WHERE file_id = ?1",
+            &[v(file_id)],
+        )?;
+        u32::try_from(n).map_err(|_| StoreError::Corrupt(format!("{n} segments")))
+    }
+
+    fn inode(&self, ino: u64) -> Result<Option<InodeRecord>, StoreError> {
+        self.inodes(
+            &format!("SELECT {INODE_COLUMNS} FROM inodes i WHERE ino = ?1"),
+            &[v(ino)],
+        )
+    }
+
+    fn lookup(&self, parent: u64, name: &[u8]) -> Result<Option<InodeRecord>, StoreError> {
+        self.inodes(
+            &format!(
+                "SELECT {INODE_COLUMNS} FROM dentries d JOIN inodes i ON i.ino = d.ino
+                 WHERE d.parent = ?1 AND d.name = ?2"
+            ),
+            &[v(parent), Value::Blob(name.to_vec())],
+        )
+    }
+
+    fn dir_entries(
+        &self,
+        parent: u64,
+        after: &[u8],
+        limit: u32,
+    ) -> Result<Vec<(Vec<u8>, InodeRecord)>, StoreError> {
+        self.db
+            .query(
+                &format!(
+                    "SELECT {INODE_COLUMNS}, d.name FROM dentries d JOIN inodes i ON i.ino = d.ino
+                     WHERE d.parent = ?1 AND d.name > ?2 ORDER BY d.name LIMIT ?3"
+                ),
+                &[v(parent), Value::Blob(after.to_vec()), v32(limit)],
+            )?
+            .iter()
+            .map(|r| Ok((get_blob(r, 14)?, inode_of(r)?)))
+            .collect()
+    }
+
+    fn links(&self, ino: u64) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        self.db
+            .query(
+                "SELECT parent, name FROM dentries WHERE ino = ?1 ORDER BY parent, name",
+                &[v(ino)],
+            )?
+            .iter()
+            .map(|r| Ok((get_u(r, 0)?, get_blob(r, 1)?)))
+            .collect()
+    }
+
+    fn xattrs(&self, ino: u64) -> Result<Vec<Xattr>, StoreError> {
+        self.db
+            .query(
+                "SELECT name, value FROM xattrs WHERE ino = ?1 ORDER BY name",
+                &[v(ino)],
+            )?
+            .iter()
+            .map(|r| Ok((get_blob(r, 0)?, get_blob(r, 1)?)))
+            .collect()
+    }
+
+    fn inode_count(&self) -> Result<u64, StoreError> {
+        self.count("SELECT COUNT(*) FROM inodes", &[])
+    }
+
+    fn pending_files(&self) -> Result<Vec<FileRecord>, StoreError> {
+        self.files_where("committed = 0", &[])
+    }
+
+    fn totals(&self) -> Result<(u64, u64), StoreError> {
+        let r = self
+            .one(
+                "SELECT COUNT(*), CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM files WHERE committed = 1",
+                &[],
+            )?
+            .ok_or_else(|| StoreError::Corrupt("no totals".into()))?;
+        Ok((get_u(&r, 0)?, get_u(&r, 1)?))
+    }
+
+    fn segment(&self, segment_id: u64) -> Result<Option<SegmentRecord>, StoreError> {
+        Ok(self
+            .segments_where("segment_id = ?1", v(segment_id))?
+            .into_iter()
+            .next())
+    }
+
+    fn segments_of_file(&self, file_id: u64) -> Result<Vec<SegmentRecord>, StoreError> {
+        self.segments_where("file_id = ?1", v(file_id))
+    }
+
+    fn segments_with_primary(&self, osd_id: u32) -> Result<Vec<SegmentRecord>, StoreError> {
+        self.segments_where("primary_osd = ?1", v32(osd_id))
+    }
+
+    fn chunks(&self, segment_id: u64) -> Result<Vec<ChunkRecord>, StoreError> {
+        self.chunks_where("segment_id = ?1", &[v(segment_id)])
+    }
+
+    fn chunks_on_osd(&self, osd_id: u32) -> Result<Vec<ChunkRecord>, StoreError> {
+        self.chunks_where("osd_id = ?1", &[v32(osd_id)])
+    }
+
+    fn chunks_in_state(&self, state: ChunkState) -> Result<Vec<ChunkRecord>, StoreError> {
+        self.chunks_where("state = ?1", &[Value::Integer(chunk_state_code(state))])
+    }
+
+    fn all_chunks(&self) -> Result<Vec<ChunkRecord>, StoreError> {
+        self.chunks_where("TRUE", &[])
+    }
+
+    fn deletes_for(&self, osd_id: u32) -> Result<Vec<DeleteRecord>, StoreError> {
+        self.db
+            .query(
+                "SELECT osd_id, segment_id, chunk_index FROM delete_tasks WHERE osd_id = ?1 ORDER BY segment_id, chunk_index",
+                &[v32(osd_id)],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(DeleteRecord {
+                    osd_id: get_u32(r, 0)?,
+                    segment_id: get_u(r, 1)?,
+                    chunk: get_u32(r, 2)?,
+                })
+            })
+            .collect()
+    }
+
+    fn osd_loads(&self, k: u32, align_bytes: u64) -> Result<BTreeMap<u32, OsdLoad>, StoreError> {
+        let mut loads: BTreeMap<u32, OsdLoad> = BTreeMap::new();
+        // Counted per segment length, sized in Rust: the chunk size has one definition.
+        for r in self.db.query(
+            "SELECT c.osd_id, s.length, CASE WHEN c.chunk_index < ?1 THEN 1 ELSE 0 END AS data, COUNT(*)
+             FROM chunks c JOIN segments s ON s.segment_id = c.segment_id
+             WHERE c.osd_id IS NOT NULL GROUP BY c.osd_id, s.length, data",
+            &[v32(k)],
+        )? {
+            let l = loads.entry(get_u32(&r, 0)?).or_default();
+            let count = get_u(&r, 3)?;
+            let bytes =
+                count * ecstack_mds_proto::chunk_bytes(get_u(&r, 1)?, k as usize, align_bytes);
+            l.chunks += count;
+            l.bytes += bytes;
+            if get_i(&r, 2)? != 0 {
+                l.data_bytes += bytes;
+            }
+        }
+        for r in self.db.query(
+            "SELECT primary_osd, COUNT(*) FROM segments GROUP BY primary_osd",
+            &[],
+        )? {
+            loads.entry(get_u32(&r, 0)?).or_default().primaries = get_u(&r, 1)?;
+        }
+        Ok(loads)
+    }
+
+    fn recovery(&self) -> Result<RecoveryProgress, StoreError> {
+        let r = self
+            .one(
+                "SELECT chunks_total, chunks_done, bytes_done, started_ms, finished_ms FROM recovery WHERE id = 0",
+                &[],
+            )?
+            .ok_or_else(|| StoreError::Corrupt("recovery row missing".into()))?;
+        Ok(RecoveryProgress {
+            chunks_total: get_u(&r, 0)?,
+            chunks_done: get_u(&r, 1)?,
+            bytes_done: get_u(&r, 2)?,
+            started_ms: get_u(&r, 3)?,
+            finished_ms: get_u(&r, 4)?,
+        })
+    }
+}
