@@ -1,6 +1,6 @@
 //! `ecstack bench`: throughput measurements, side by side with the peer (library or server) in the same run.
 
-use crate::util::{fmt_size, parse_size, print_json};
+use crate::util::{fmt_size, parse_size, print_json, print_json_or};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_client::UpdateScheme;
@@ -258,12 +258,7 @@ fn bench_mount(a: MountBench) -> Result<()> {
     cfg.bindfs = !a.no_bindfs;
     cfg.dir = a.dir;
     let report = mount_bench::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
-    if a.json {
-        print_json(&report)
-    } else {
-        println!("{}", report.markdown());
-        Ok(())
-    }
+    print_json_or(&report, || report.markdown(), a.json)
 }
 
 fn bench_mds(a: MdsBench) -> Result<()> {
@@ -273,12 +268,7 @@ fn bench_mds(a: MdsBench) -> Result<()> {
     cfg.concurrency = a.concurrency;
     cfg.insecure = a.insecure;
     let report = mds_bench::run(&cfg, &|line| eprintln!("{line}"))?;
-    if a.json {
-        print_json(&report)
-    } else {
-        println!("{}", report.markdown());
-        Ok(())
-    }
+    print_json_or(&report, || report.markdown(), a.json)
 }
 
 fn bench_cluster(a: ClusterBench) -> Result<()> {
@@ -320,12 +310,7 @@ fn bench_cluster(a: ClusterBench) -> Result<()> {
     if a.updates_only {
         let report =
             codfs_bench::run_updates_only(&cfg, &crate::util::progress_line).map_err(flag_error)?;
-        return if a.json {
-            print_json(&report)
-        } else {
-            println!("{}", report.markdown());
-            Ok(())
-        };
+        return print_json_or(&report, || report.markdown(), a.json);
     }
     cfg.minio = if a.no_minio {
         None
@@ -338,12 +323,7 @@ fn bench_cluster(a: ClusterBench) -> Result<()> {
         })
     };
     let report = codfs_bench::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
-    if a.json {
-        print_json(&report)
-    } else {
-        println!("{}", report.markdown());
-        Ok(())
-    }
+    print_json_or(&report, || report.markdown(), a.json)
 }
 
 /// A library configuration error as the flag it came from: `--objects: 4 objects for 8 clients`.

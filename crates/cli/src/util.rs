@@ -59,6 +59,19 @@ pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     Ok(())
 }
 
+/// A report on stdout: the JSON with `--json`, otherwise its Markdown.
+pub fn print_json_or<T: serde::Serialize>(
+    report: &T,
+    markdown: impl FnOnce() -> String,
+    json: bool,
+) -> Result<()> {
+    if json {
+        return print_json(report);
+    }
+    println!("{}", markdown());
+    Ok(())
+}
+
 /// An experiment's report, already written to `out`: the JSON with `--json`, otherwise its Markdown
 /// on stdout and where the files are on stderr.
 pub fn print_report<T: serde::Serialize>(
