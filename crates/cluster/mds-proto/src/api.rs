@@ -947,6 +947,7 @@ mod tests {
                 })
                 .collect(),
             epoch: 5,
+            version: 12,
         }
     }
 

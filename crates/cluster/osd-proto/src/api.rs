@@ -1058,6 +1058,7 @@ mod tests {
                 })
                 .collect(),
             epoch: 9,
+            version: 41,
         };
         assert_eq!(layout_from_proto(&layout_to_proto(&l)), Ok(l.clone()));
         assert_eq!(l.primary_addr(), Some("127.0.0.1:4000"));
