@@ -506,7 +506,13 @@ impl Running {
         mut each: impl FnMut(usize, &LocalCluster) -> Result<()>,
     ) -> Result<()> {
         let before = self.admin.status().await.map_err(client_error)?;
-        let old_addrs: Vec<String> = before.osds.iter().map(|o| o.addr.clone()).collect();
+        // Each OSD's old address, by id: a restarted OSD may well get a port another OSD had
+        // (every one binds port 0), so only its own old address says it has not re-registered.
+        let old_addrs: std::collections::HashMap<u32, String> = before
+            .osds
+            .iter()
+            .map(|o| (o.osd_id, o.addr.clone()))
+            .collect();
         for i in 0..self.osds {
             self.cluster.stop_osd(i);
             each(i, &self.cluster)?;
@@ -523,7 +529,7 @@ impl Running {
                         .iter()
                         .filter(|o| {
                             o.state == ecstack_mds_proto::OsdState::Up
-                                && !old_addrs.contains(&o.addr)
+                                && old_addrs.get(&o.osd_id) != Some(&o.addr)
                         })
                         .count()
                         >= osds
