@@ -1169,14 +1169,6 @@ impl Drop for Minio {
     }
 }
 
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| LabError::Run(format!("cannot bind a loopback port: {e}")))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| LabError::Run(format!("cannot read a bound port: {e}")))
-}
-
 /// The name MinIO's certificate is issued under. It carries no role: MinIO only serves HTTPS with
 /// it, and every RPC of our cluster refuses a certificate without a role.
 const MINIO_CERT_NAME: &str = "minio";
@@ -1220,7 +1212,7 @@ async fn start_minio(
     let out = std::fs::File::create(&log).map_err(crate::io_at(&log))?;
     let err = out.try_clone().map_err(crate::io_at(&log))?;
     let endpoint = S3Endpoint {
-        host: format!("127.0.0.1:{}", free_port()?),
+        host: format!("127.0.0.1:{}", crate::free_loopback_port()?),
         access_key: "ecstack-bench".into(),
         secret_key: "ecstack-bench-secret".into(),
         region: "us-east-1".into(),
@@ -1233,7 +1225,7 @@ async fn start_minio(
         "--address",
         &endpoint.host,
         "--console-address",
-        &format!("127.0.0.1:{}", free_port()?),
+        &format!("127.0.0.1:{}", crate::free_loopback_port()?),
     ]);
     if let Some(d) = &certs_dir {
         command.arg("--certs-dir").arg(d);

@@ -3,7 +3,7 @@
 //! persistence off) in the same run; the ratio measures protocol and server overhead (issue 14's
 //! target: within 2×).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,11 +91,6 @@ pub struct KvBenchReport {
 
 fn run_err(msg: String) -> LabError {
     LabError::Run(msg)
-}
-
-pub(crate) fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| run_err(format!("bind: {e}")))?;
-    Ok(l.local_addr().map_err(|e| run_err(e.to_string()))?.port())
 }
 
 /// A memory-backed array big enough for `keys` one-chunk records written twice over.
@@ -435,7 +430,7 @@ pub fn run(cfg: &KvBenchConfig, progress: &dyn Fn(&str)) -> Result<KvBenchReport
     drop(store);
     array.close()?;
     // redis-server, persistence off.
-    let port = free_port()?;
+    let port = crate::free_loopback_port()?;
     let mut child = spawn_redis_server(port)?;
     let pid = child.id();
     let res = wait_ping(port).and_then(|()| {

@@ -24,8 +24,7 @@ use ecstack_kv::{Durability, KvConfig, KvStore};
 use serde::Serialize;
 
 use crate::kv_bench::{
-    command, free_port, memory_array, read_reply, spawn_redis_server, wait_ping, KvBenchConfig,
-    Reply,
+    command, memory_array, read_reply, spawn_redis_server, wait_ping, KvBenchConfig, Reply,
 };
 use crate::{LabError, Result};
 
@@ -421,7 +420,7 @@ fn start_ecstack(cfg: &YcsbConfig) -> Result<(Server, u16)> {
 }
 
 fn start_redis() -> Result<(Server, u16)> {
-    let port = free_port()?;
+    let port = crate::free_loopback_port()?;
     let child = spawn_redis_server(port)?;
     let server = Server::Redis(child);
     if let Err(e) = wait_ping(port) {

@@ -95,6 +95,17 @@ pub(crate) fn io_at(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> La
     }
 }
 
+/// A loopback port free at the time of the call (bound to port 0 and released): for a peer server
+/// (MinIO, redis-server) or a daemon of ours that is told its port. The cluster's MDS, which must
+/// keep its port across restarts, takes one below the ephemeral range (`codfs_local`).
+pub(crate) fn free_loopback_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| LabError::Run(format!("cannot bind a loopback port: {e}")))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| LabError::Run(format!("cannot read a bound port: {e}")))
+}
+
 /// Serialize a value through its `Display` text (typed keys appear in JSON and CSV as their labels).
 pub(crate) fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
     v: &T,
