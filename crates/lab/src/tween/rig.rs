@@ -537,8 +537,9 @@ mod tests {
         assert_eq!(m.blocks, n.blocks);
         let outside =
             |c: &SsdConfig| c.blocks as u64 * c.pages_per_block as u64 - c.logical_pages();
-        assert_eq!(outside(&m), (6 + 2) * 64); // ⌈0.05 · 101⌉ = 6
-        assert_eq!(outside(&n), (2 + 2) * 64);
+        // At least the pool + 2 blocks (the op's rounding may leave one page more out).
+        assert!((4 * 64..5 * 64).contains(&outside(&n)), "{}", outside(&n));
+        assert_eq!(outside(&m) - outside(&n), 4 * 64); // ⌈0.05 · 101⌉ = 6 blocks against 2
         assert!(m.validate().is_ok() && n.validate().is_ok());
     }
 }
