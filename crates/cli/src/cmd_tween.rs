@@ -265,6 +265,11 @@ pub struct ExpTweenArgs {
     /// over-provisioning the model accepts.)
     #[arg(long)]
     tween_ssd_op: Option<f64>,
+    /// tween's SSDs at equal raw flash keep the SSD model's GC free pool (5 % of the blocks)
+    /// instead of its minimum, 2 blocks (TWEEN's whole-block writes never need more; the blocks
+    /// freed become TWEEN segments)
+    #[arg(long)]
+    tween_ssd_model_pool: bool,
     /// TWEEN's own over-provisioning of its footprint-sized runs: fraction of segments kept for
     /// its GC (at least N + 3; at equal raw flash it is what md's flash leaves)
     #[arg(long, default_value_t = 0.1)]
@@ -359,6 +364,7 @@ pub fn experiment(a: ExpTweenArgs) -> Result<()> {
         cfg.ssd.block_pages = p;
     }
     cfg.ssd.aged = !a.fresh;
+    cfg.ssd.tween_min_pool = !a.tween_ssd_model_pool;
     cfg.seed = a.seed;
     cfg.validate()?; // before anything is created
                      // Scratch directories for the files part only (the other parts run on simulated SSDs).

@@ -29,6 +29,11 @@ pub struct SsdSetup {
     /// After the pre-write, pad each SSD's write point to a flash-block boundary, so a chunk of
     /// whole blocks lands in whole blocks (the alignment TWEEN's design assumes).
     pub align: bool,
+    /// tween's SSDs at equal raw flash: the model's GC free pool at its minimum (2 blocks) instead
+    /// of its default (5 % of the blocks, at least 2). TWEEN writes whole, aligned flash blocks, so
+    /// its SSDs never relocate a page and their pool only has to hold the blocks being erased; the
+    /// blocks this frees become TWEEN segments. md and eplog keep the model's pool (they need it).
+    pub tween_min_pool: bool,
 }
 
 impl Default for SsdSetup {
@@ -38,6 +43,7 @@ impl Default for SsdSetup {
             op: 0.15,
             aged: true,
             align: true,
+            tween_min_pool: true,
         }
     }
 }
@@ -63,13 +69,18 @@ impl SsdSetup {
 
     /// An SSD of exactly `blocks` flash blocks with the least over-provisioning the model's GC
     /// watermarks accept (the free pool + 2 blocks outside the logical pages): tween at equal raw
-    /// flash, whose full-block writes never need the SSD's own spare.
+    /// flash, whose full-block writes never need the SSD's own spare. With `tween_min_pool` the
+    /// pool is the model's minimum, 2 blocks (watermarks at 0: `low_blocks` is at least 2).
     pub(crate) fn config_raw(&self, blocks: u32) -> SsdConfig {
-        let base = SsdConfig {
+        let mut base = SsdConfig {
             blocks,
             pages_per_block: self.block_pages,
             ..SsdConfig::default()
         };
+        if self.tween_min_pool {
+            base.gc_low = 0.0;
+            base.gc_high = 0.0;
+        }
         let outside = (base.high_blocks() as u64 + 2) * self.block_pages as u64;
         let total = blocks as u64 * self.block_pages as u64;
         // The smallest op whose floor(total · (1 − op)) leaves `outside` pages out.
@@ -505,4 +516,30 @@ pub(crate) fn tween(
         _background: background,
         _files: Some(RunFiles(files)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// tween's equal-raw-flash SSDs: the model's pool keeps 5 % of the blocks + 2 outside the
+    /// logical pages; the minimal pool 2 + 2, and those blocks become logical (TWEEN segments).
+    #[test]
+    fn minimal_pool_gives_the_model_pool_to_the_logical_space() {
+        let blocks = 101; // USR's md SSD at scale 0.05
+        let model = SsdSetup {
+            tween_min_pool: false,
+            ..SsdSetup::default()
+        };
+        let min = SsdSetup::default();
+        assert!(min.tween_min_pool, "the minimal pool is the default");
+        let (m, n) = (model.config_raw(blocks), min.config_raw(blocks));
+        assert_eq!(m.blocks, n.blocks);
+        let outside =
+            |c: &SsdConfig| c.blocks as u64 * c.pages_per_block as u64 - c.logical_pages();
+        // At least the pool + 2 blocks (the op's rounding may leave one page more out).
+        assert!((4 * 64..5 * 64).contains(&outside(&n)), "{}", outside(&n));
+        assert_eq!(outside(&m) - outside(&n), 4 * 64); // ⌈0.05 · 101⌉ = 6 blocks against 2
+        assert!(m.validate().is_ok() && n.validate().is_ok());
+    }
 }
