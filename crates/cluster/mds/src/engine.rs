@@ -100,7 +100,11 @@ impl MdsSettings {
 }
 
 fn internal(e: StoreError) -> MdsError {
-    MdsError::Internal(e.to_string())
+    match e {
+        // Retryable: the caller's retry reaches the MDS that took over.
+        StoreError::Deposed { .. } => MdsError::Unavailable(e.to_string()),
+        e => MdsError::Internal(e.to_string()),
+    }
 }
 
 /// Mutations of one operation plus the counters it advanced; written in one transaction.

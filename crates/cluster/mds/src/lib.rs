@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod engine;
+pub mod lease;
 pub mod placement;
 pub mod service;
 pub mod store;

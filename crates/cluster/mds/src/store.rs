@@ -61,6 +61,12 @@ pub enum StoreError {
     Locked { path: String, holder: String },
     #[error("metadata store: {0}")]
     Db(String),
+    /// A fenced store's MDS lost its lease: another MDS took over (term `now`); this one commits
+    /// nothing more.
+    #[error(
+        "this MDS was deposed: it holds the store's lease term {mine}, the store is at term {now}"
+    )]
+    Deposed { mine: u64, now: u64 },
     #[error("metadata store holds a bad value: {0}")]
     Corrupt(String),
 }
