@@ -12,6 +12,7 @@ pub mod engine;
 pub mod lease;
 pub mod placement;
 pub mod service;
+pub mod standby;
 pub mod store;
 pub mod store_pg;
 pub mod store_sql;

@@ -97,6 +97,8 @@ pub struct DaemonConfig {
     pub store_options: FileStoreOptions,
     /// The chunk store on one block device instead ([`DeviceStore`], `--store-device SPEC`).
     pub store_device: Option<StoreDevice>,
+    /// The MDS's address, or a comma-separated list of an active MDS and its standbys (tried in
+    /// turn, `MdsClient::connect`).
     pub mds_addr: String,
     pub security: Security,
     pub recovery_bytes_per_sec: u64,
