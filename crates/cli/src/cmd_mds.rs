@@ -74,6 +74,12 @@ pub fn run(a: MdsArgs) -> Result<()> {
         }
     };
     let addr = a.addr.unwrap_or_else(|| config.mds.addr.clone());
+    if shared.is_some() && !config.mds.addrs.contains(&addr) {
+        anyhow::bail!(
+            "--addr {addr} is not one of [mds] addrs {:?}: clients and OSDs would never reach this MDS",
+            config.mds.addrs
+        );
+    }
     let metrics_addr = a
         .metrics_addr
         .unwrap_or_else(|| config.mds.metrics_addr.clone());
@@ -109,7 +115,7 @@ pub fn run(a: MdsArgs) -> Result<()> {
         let lease_loop = shared.map(|url| {
             let opts = StandbyOptions {
                 url,
-                holder: format!("{} (pid {})", bound, std::process::id()),
+                holder: format!("{addr} (pid {})", std::process::id()),
                 lease_ms: config.mds.lease_ms,
                 settings,
             };
