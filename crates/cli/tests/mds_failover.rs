@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use cluster_common::*;
 use ecstack_lab::mds_failover::{active_mds, wait_active, wait_standby, DirLoad};
+use ecstack_lab::mount_bench::is_mountpoint;
 use ecstack_mds_proto::{MdsClient, MdsError};
 use ecstack_rpc::Security;
 
@@ -33,14 +34,6 @@ fn run(cmd: &mut Command) {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-}
-
-fn mounted(dir: &Path) -> bool {
-    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
-    std::fs::read_to_string("/proc/self/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == dir.to_str())
 }
 
 /// `ecstack cluster mount DIR`, unmounted by SIGTERM when dropped.
@@ -64,7 +57,7 @@ impl Mounted {
             .spawn()
             .expect("run ecstack cluster mount");
         let start = Instant::now();
-        while !mounted(dir) {
+        while !is_mountpoint(dir) {
             assert!(start.elapsed() < Duration::from_secs(20), "no mount");
             std::thread::sleep(Duration::from_millis(50));
         }

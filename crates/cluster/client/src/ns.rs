@@ -264,6 +264,16 @@ impl Client {
 
 impl Client {
     /// One StatFs call, without retries (a mount's check that the MDS answers).
+    /// An online backup of a SQLite metadata store (the admin certificate): the database file's
+    /// pieces handed to `sink` in order; the bytes in all. Not retried (a retry would repeat
+    /// bytes already handed on).
+    pub async fn backup_metadata(
+        &self,
+        sink: impl FnMut(&[u8]) -> Result<(), ecstack_mds_proto::MdsError>,
+    ) -> Result<u64, ClientError> {
+        Ok(self.mds().backup(sink).await?)
+    }
+
     pub async fn stat_fs_once(&self) -> Result<FsStats, ClientError> {
         Ok(self.mds().stat_fs().await?)
     }

@@ -232,6 +232,9 @@ pub struct OsdRegistration {
     pub labels: BTreeMap<String, String>,
     pub capacity_bytes: u64,
     pub used_bytes: u64,
+    /// The largest segment id of a chunk it holds (0: none): the MDS never hands out an id up to
+    /// it (metadata restored from a backup may not know the segment).
+    pub max_segment_id: u64,
 }
 
 /// The MDS's answer to a registration: the OSD's stable id (kept across restarts for its name).
@@ -770,6 +773,7 @@ impl MdsClient {
                 labels: r.labels.clone().into_iter().collect(),
                 capacity_bytes: r.capacity_bytes,
                 used_bytes: r.used_bytes,
+                max_segment_id: r.max_segment_id,
             })
             .await?
             .into_inner();
@@ -952,6 +956,25 @@ impl MdsClient {
             .await?
             .into_inner();
         reply.try_into()
+    }
+
+    /// An online backup of a SQLite metadata store: each piece of the database file, in order,
+    /// handed to `sink`; the bytes in all.
+    pub async fn backup(
+        &self,
+        mut sink: impl FnMut(&[u8]) -> Result<(), MdsError>,
+    ) -> Result<u64, MdsError> {
+        let mut stream = self
+            .raw()
+            .backup(proto::BackupRequest {})
+            .await?
+            .into_inner();
+        let mut bytes = 0;
+        while let Some(chunk) = stream.message().await? {
+            sink(&chunk.data)?;
+            bytes += chunk.data.len() as u64;
+        }
+        Ok(bytes)
     }
 }
 

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backup;
 pub mod engine;
 pub mod lease;
 pub mod placement;

@@ -70,8 +70,12 @@ pub static MDS_ROLES: RoleTable = RoleTable {
         ("GrowFile", CLIENT),
         ("OsdOut", ADMIN),
         ("Status", CLIENT),
+        ("Backup", ADMIN),
     ],
 };
+
+/// Bytes per message of a backup stream.
+const BACKUP_CHUNK_BYTES: usize = 1 << 20;
 
 /// The `op` label of a request metric.
 type OpLabel = [(&'static str, &'static str); 1];
@@ -439,6 +443,7 @@ impl proto::mds_server::Mds for MdsService {
             labels: r.labels.into_iter().collect(),
             capacity_bytes: r.capacity_bytes,
             used_bytes: r.used_bytes,
+            max_segment_id: r.max_segment_id,
         };
         let done = self
             .0
@@ -601,6 +606,40 @@ impl proto::mds_server::Mds for MdsService {
         Ok(Response::new(proto::OsdOutReply {
             chunks_to_recover: n,
         }))
+    }
+
+    type BackupStream = std::pin::Pin<
+        Box<
+            dyn tonic::codegen::tokio_stream::Stream<Item = Result<proto::BackupChunk, Status>>
+                + Send,
+        >,
+    >;
+
+    async fn backup(&self, _: Request<proto::BackupRequest>) -> Reply<Self::BackupStream> {
+        let bytes = self
+            .0
+            .run("backup", |c| {
+                // One backup at a time (under the core's lock): one file name per process.
+                let file = std::env::temp_dir()
+                    .join(format!("ecstack-mds-backup-{}.db", std::process::id()));
+                let _ = std::fs::remove_file(&file);
+                let made = c.snapshot(&file);
+                let read = made.and_then(|()| {
+                    std::fs::read(&file).map_err(|e| {
+                        MdsError::Internal(format!("backup: cannot read {}: {e}", file.display()))
+                    })
+                });
+                let _ = std::fs::remove_file(&file);
+                read
+            })
+            .await?;
+        let chunks: Vec<Result<proto::BackupChunk, Status>> = bytes
+            .chunks(BACKUP_CHUNK_BYTES)
+            .map(|c| Ok(proto::BackupChunk { data: c.to_vec() }))
+            .collect();
+        Ok(Response::new(Box::pin(tonic::codegen::tokio_stream::iter(
+            chunks,
+        ))))
     }
 
     async fn status(&self, _: Request<proto::StatusRequest>) -> Reply<proto::StatusReply> {

@@ -231,6 +231,9 @@ pub enum Mutation {
 pub trait MetadataStore: Send {
     /// Applies a batch atomically; returns once it is durable.
     fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError>;
+    /// A consistent copy of the store in the new file `to`, while it is in use (SQLite: `VACUUM
+    /// INTO`; PostgreSQL refuses: `pg_dump` backs it up).
+    fn snapshot(&self, to: &Path) -> Result<(), StoreError>;
     /// A counter's value (0 if never set).
     fn counter(&self, name: &str) -> Result<u64, StoreError>;
     /// Every OSD, by id.
@@ -720,6 +723,14 @@ impl Db for SqliteDb {
             (0..width).map(|i| r.get::<_, Value>(i)).collect()
         })?;
         Ok(rows.collect::<Result<Vec<Row>, _>>()?)
+    }
+
+    fn snapshot(&self, to: &Path) -> Result<(), StoreError> {
+        let to = to
+            .to_str()
+            .ok_or_else(|| StoreError::Db(format!("backup path {} is not UTF-8", to.display())))?;
+        self.conn.execute("VACUUM INTO ?1", [to])?;
+        Ok(())
     }
 }
 

@@ -311,6 +311,13 @@ impl Db for PgDb {
         let rows = session.client.query(&statement, &refs(&p))?;
         Ok(rows.iter().map(row_of).collect::<Result<_, _>>()?)
     }
+
+    fn snapshot(&self, _to: &std::path::Path) -> Result<(), StoreError> {
+        Err(StoreError::Db(
+            "a PostgreSQL store is backed up with pg_dump (`ecstack cluster backup` runs it)"
+                .into(),
+        ))
+    }
 }
 
 impl Drop for PgDb {

@@ -94,6 +94,7 @@ async fn call(c: &MdsClient, method: &str) -> Result<(), MdsError> {
                 labels: BTreeMap::new(),
                 capacity_bytes: 1 << 30,
                 used_bytes: 0,
+                max_segment_id: 0,
             })
             .await
             .map(drop),
@@ -137,6 +138,7 @@ async fn call(c: &MdsClient, method: &str) -> Result<(), MdsError> {
         "GrowFile" => c.grow_file(999, 0, &[1]).await.map(drop),
         "OsdOut" => c.osd_out(999).await.map(drop),
         "Status" => c.status().await.map(drop),
+        "Backup" => c.backup(|_| Ok(())).await.map(drop),
         other => panic!("no call for {other}"),
     }
 }

@@ -81,6 +81,7 @@ fn reg(i: u32) -> OsdRegistration {
         labels: BTreeMap::from([("host".to_string(), format!("h{i}"))]),
         capacity_bytes: 1 << 30,
         used_bytes: 0,
+        max_segment_id: 0,
     }
 }
 

@@ -190,6 +190,7 @@ impl Daemon {
             labels: cfg.labels.clone(),
             capacity_bytes,
             used_bytes: store.usage().bytes,
+            max_segment_id: store.list()?.iter().map(|&(s, _)| s).max().unwrap_or(0),
         };
         let deadline = tokio::time::Instant::now() + REGISTER_PATIENCE;
         let mut wait = Duration::from_millis(100);
