@@ -33,14 +33,18 @@ async fn backup_wipe_restore(store: Option<String>, wipe: impl FnOnce(&Rig)) {
         files.push((path, data));
     }
     let backup = rig.dir.path().join("meta.backup");
-    let o = ecstack(&[
-        "cluster",
-        "backup",
-        backup.to_str().unwrap(),
-        "--config",
-        config,
-        "--json",
-    ]);
+    // `ecstack cluster backup|restore FILE --config … --json`.
+    let cli = |cmd: &str| {
+        ecstack(&[
+            "cluster",
+            cmd,
+            backup.to_str().unwrap(),
+            "--config",
+            config,
+            "--json",
+        ])
+    };
+    let o = cli("backup");
     assert!(o.status.success(), "{}", stderr_line(&o));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(report["bytes"].as_u64().unwrap() > 0, "{report}");
@@ -60,13 +64,7 @@ async fn backup_wipe_restore(store: Option<String>, wipe: impl FnOnce(&Rig)) {
         .unwrap();
 
     // A restore with the MDS running is refused.
-    let o = ecstack(&[
-        "cluster",
-        "restore",
-        backup.to_str().unwrap(),
-        "--config",
-        config,
-    ]);
+    let o = cli("restore");
     assert!(!o.status.success());
     assert!(stderr_line(&o).contains("stop"), "{}", stderr_line(&o));
 
@@ -75,14 +73,7 @@ async fn backup_wipe_restore(store: Option<String>, wipe: impl FnOnce(&Rig)) {
         rig.cluster.stop_osd(i);
     }
     wipe(&rig);
-    let o = ecstack(&[
-        "cluster",
-        "restore",
-        backup.to_str().unwrap(),
-        "--config",
-        config,
-        "--json",
-    ]);
+    let o = cli("restore");
     assert!(o.status.success(), "{}", stderr_line(&o));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["files"], 4, "{report}");
