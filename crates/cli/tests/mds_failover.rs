@@ -58,7 +58,11 @@ impl Mounted {
             .expect("run ecstack cluster mount");
         let start = Instant::now();
         while !is_mountpoint(dir) {
-            assert!(start.elapsed() < Duration::from_secs(20), "no mount");
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no mount: {}",
+                std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Mounted {

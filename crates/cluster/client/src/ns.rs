@@ -274,7 +274,16 @@ impl Client {
         Ok(self.mds().backup(sink).await?)
     }
 
+    /// `statfs` without the retry policy: one attempt at each listed MDS (`[mds] addrs`: a
+    /// standby answers `Unavailable` at once and the next attempt goes to the next MDS).
     pub async fn stat_fs_once(&self) -> Result<FsStats, ClientError> {
-        Ok(self.mds().stat_fs().await?)
+        let mut tries = self.config().mds_addrs().len();
+        loop {
+            tries -= 1;
+            match self.mds().stat_fs().await {
+                Err(e) if e.is_retryable() && tries > 0 => continue,
+                r => return Ok(r?),
+            }
+        }
     }
 }
