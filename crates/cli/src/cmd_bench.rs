@@ -9,6 +9,7 @@ use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
 use ecstack_lab::codfs_updload::UpdateLoadConfig;
 use ecstack_lab::ec_bench::{self, BenchClock, EcBenchConfig, RatelessConfig};
 use ecstack_lab::mds_bench::{self, MdsBenchConfig};
+use ecstack_lab::mds_failover::{self, FailoverBenchConfig};
 use ecstack_lab::mount_bench::{self, MountBenchConfig};
 use ecstack_lab::LabError;
 use std::path::PathBuf;
@@ -37,6 +38,32 @@ enum BenchWhat {
     /// with the MDS's store in SQLite and in PostgreSQL, side by side. The logic is
     /// `ecstack_lab::mds_bench`
     Mds(MdsBench),
+    /// MDS failover: two MDSs on one PostgreSQL database, the active one SIGKILLed N times under
+    /// a metadata load; time from each kill to the first successful call at the standby, and
+    /// acknowledged metadata lost. The logic is `ecstack_lab::mds_failover`
+    Failover(FailoverBench),
+}
+
+#[derive(Args)]
+struct FailoverBench {
+    /// An empty PostgreSQL database the two MDSs share (postgresql://USER@HOST/DB, or
+    /// postgresql://USER@/DB?host=/socket/dir)
+    #[arg(long)]
+    postgres: String,
+    /// Kills of the active MDS
+    #[arg(long, default_value_t = 20)]
+    kills: usize,
+    /// [mds] lease_ms (default: the cluster default)
+    #[arg(long)]
+    lease_ms: Option<u64>,
+    /// Metadata load between a takeover and the next kill, ms
+    #[arg(long, default_value_t = 500)]
+    load_ms: u64,
+    /// No TLS between the client and the MDSs
+    #[arg(long)]
+    insecure: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -240,6 +267,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         BenchWhat::Cluster(c) => bench_cluster(c),
         BenchWhat::Mount(m) => bench_mount(m),
         BenchWhat::Mds(m) => bench_mds(m),
+        BenchWhat::Failover(f) => bench_failover(f),
     }
 }
 
@@ -268,6 +296,17 @@ fn bench_mds(a: MdsBench) -> Result<()> {
     cfg.concurrency = a.concurrency;
     cfg.insecure = a.insecure;
     let report = mds_bench::run(&cfg, &|line| eprintln!("{line}"))?;
+    print_json_or(&report, || report.markdown(), a.json)
+}
+
+fn bench_failover(a: FailoverBench) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
+    let mut cfg = FailoverBenchConfig::new(exe, a.postgres);
+    cfg.kills = a.kills;
+    cfg.lease_ms = a.lease_ms;
+    cfg.load_between = std::time::Duration::from_millis(a.load_ms);
+    cfg.insecure = a.insecure;
+    let report = mds_failover::run(&cfg, &|line| eprintln!("{line}"))?;
     print_json_or(&report, || report.markdown(), a.json)
 }
 

@@ -14,9 +14,10 @@ use clap::{Args, Subcommand};
 use ecstack_client::{Client, ClientOptions, PutOptions, ReadPath, UpdateScheme};
 use ecstack_codes::{new_code, CodeKind};
 use ecstack_lab::codfs_local::{LocalCluster, LocalSpec};
+use ecstack_mds::backup;
 use ecstack_mds_proto::{ChunkState, ClusterStatus, FileInfo, OsdState, NO_OSD};
 use ecstack_rpc::init::{init_cluster, InitOptions, DEFAULT_MDS_ADDR};
-use ecstack_rpc::ClusterConfig;
+use ecstack_rpc::{ClusterConfig, MdsStore};
 use serde_json::json;
 
 use crate::util::{fmt_size, parse_size, print_json};
@@ -153,6 +154,24 @@ enum ClusterCmd {
     Osd {
         #[command(subcommand)]
         cmd: OsdCmd,
+    },
+    /// Back the metadata up into FILE while the cluster runs: a consistent copy of a SQLite
+    /// store streamed by the MDS (admin certificate), or `pg_dump` of a PostgreSQL store
+    Backup {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Replace the metadata by the backup FILE, with the MDS stopped (restart the OSDs with it:
+    /// their registrations move the segment ids past every chunk they hold)
+    Restore {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
     },
     /// Start an MDS and N OSDs on 127.0.0.1 as child processes (a new cluster in DIR unless one is
     /// there); Ctrl-C stops them all
@@ -606,6 +625,67 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
                 print_json(&json!({"osd_id": id, "name": name, "chunks_to_rebuild": chunks}))?;
             } else {
                 println!("OSD {id} ({name}) is out; {chunks} chunks will be rebuilt on other OSDs");
+            }
+        }
+        ClusterCmd::Backup { file, json, conn } => {
+            let config = ClusterConfig::load(&config_path(&conn))?;
+            let bytes = match config.mds_store() {
+                MdsStore::Sqlite(_) => {
+                    let mut data = Vec::new();
+                    let n = connect_admin(&conn)?
+                        .backup_metadata(|b| {
+                            data.extend_from_slice(b);
+                            Ok(())
+                        })
+                        .await?;
+                    backup::write_atomically(&file, |f| {
+                        std::io::Write::write_all(f, &data).map_err(|source| {
+                            backup::BackupError::Io {
+                                what: "cannot write",
+                                path: file.clone(),
+                                source,
+                            }
+                        })
+                    })?;
+                    n
+                }
+                MdsStore::PostgreSql(url) => {
+                    let to = file.clone();
+                    tokio::task::spawn_blocking(move || backup::pg_dump(&url, &to)).await??;
+                    std::fs::metadata(&file)?.len()
+                }
+            };
+            let files = match config.mds_store() {
+                MdsStore::Sqlite(_) => Some(backup::check_sqlite(&file)?),
+                MdsStore::PostgreSql(_) => None,
+            };
+            if json {
+                print_json(&json!({"file": file, "bytes": bytes, "files": files}))?;
+            } else {
+                println!(
+                    "metadata backup in {}: {}{}",
+                    file.display(),
+                    fmt_size(bytes),
+                    files.map(|n| format!(", {n} files")).unwrap_or_default()
+                );
+            }
+        }
+        ClusterCmd::Restore { file, json, conn } => {
+            let config = ClusterConfig::load(&config_path(&conn))?;
+            // The PostgreSQL client is synchronous: off the async threads.
+            let from = file.clone();
+            let files = tokio::task::spawn_blocking(move || match config.mds_store() {
+                MdsStore::Sqlite(path) => backup::restore_sqlite(&from, &path),
+                MdsStore::PostgreSql(url) => backup::pg_restore(&url, &from),
+            })
+            .await??;
+            if json {
+                print_json(&json!({"file": file, "files": files}))?;
+            } else {
+                println!(
+                    "metadata restored from {}: {files} files; start the MDS, then the OSDs",
+                    file.display()
+                );
             }
         }
         ClusterCmd::Up(a) => up(a).await?,

@@ -4,6 +4,7 @@
 //! start it on port 0 can find it.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,8 +12,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ecstack_mds::engine::{MdsCore, MdsSettings, SystemClock};
 use ecstack_mds::service::MdsHandle;
+use ecstack_mds::standby::{self, StandbyOptions};
 use ecstack_mds::store::open_store;
-use ecstack_rpc::{ClusterConfig, Security};
+use ecstack_rpc::{ClusterConfig, MdsStore, Security};
 
 use crate::util::shutdown_signal;
 use tokio::net::TcpListener;
@@ -28,7 +30,8 @@ pub struct MdsArgs {
     /// Plain HTTP/2 without TLS or client certificates (loopback experiments only)
     #[arg(long)]
     insecure: bool,
-    /// Address of the MDS service (default: the config's [mds] addr; port 0 picks one)
+    /// Address of the MDS service (default: the config's [mds] addr, the first of [mds] addrs;
+    /// port 0 picks one). A standby gives its own, one of [mds] addrs
     #[arg(long)]
     addr: Option<String>,
     /// Loopback address of the Prometheus metrics endpoint (default: the config's [mds] metrics_addr)
@@ -48,11 +51,35 @@ pub fn run(a: MdsArgs) -> Result<()> {
         Security::load(&config.certs_dir(), &a.name)
             .with_context(|| format!("loading the certificate of {:?}", a.name))?
     };
-    let (store, store_name) = open_store(&config.mds_store())?;
     let settings = MdsSettings::from_config(&config);
-    let core = MdsCore::open(store, settings, Arc::new(SystemClock))?;
-    let handle = MdsHandle::new(core);
+    // With [mds] addrs on PostgreSQL, this MDS is one of an active and its standbys: the lease
+    // loop (ecstack_mds::standby) opens the core when it takes the store's lease.
+    let shared = match config.mds_store() {
+        MdsStore::PostgreSql(url) if !config.mds.addrs.is_empty() => Some(url),
+        _ => None,
+    };
+    let (handle, store_name) = match &shared {
+        Some(url) => (
+            MdsHandle::standby(Arc::new(SystemClock)),
+            format!(
+                "{} (shared by [mds] addrs; lease {} ms)",
+                ecstack_mds::store_pg::redact_url(url),
+                config.mds.lease_ms
+            ),
+        ),
+        None => {
+            let (store, store_name) = open_store(&config.mds_store())?;
+            let core = MdsCore::open(store, settings.clone(), Arc::new(SystemClock))?;
+            (MdsHandle::new(core), store_name)
+        }
+    };
     let addr = a.addr.unwrap_or_else(|| config.mds.addr.clone());
+    if shared.is_some() && !config.mds.addrs.contains(&addr) {
+        anyhow::bail!(
+            "--addr {addr} is not one of [mds] addrs {:?}: clients and OSDs would never reach this MDS",
+            config.mds.addrs
+        );
+    }
     let metrics_addr = a
         .metrics_addr
         .unwrap_or_else(|| config.mds.metrics_addr.clone());
@@ -80,14 +107,28 @@ pub fn run(a: MdsArgs) -> Result<()> {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{line}").and_then(|_| out.flush());
         };
-        say(format!(
-            "ecstack mds: listening on {}",
-            listener.local_addr()?
-        ));
+        let bound = listener.local_addr()?;
+        say(format!("ecstack mds: listening on {bound}"));
         say(format!("ecstack mds: metrics on http://{metrics}/metrics"));
         say(format!("ecstack mds: store {store_name}"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let lease_loop = shared.map(|url| {
+            let opts = StandbyOptions {
+                url,
+                holder: format!("{addr} (pid {})", std::process::id()),
+                lease_ms: config.mds.lease_ms,
+                settings,
+            };
+            standby::spawn(handle.clone(), opts, stop.clone())
+        });
         handle.spawn_failure_detector(detector_every);
-        handle.serve(listener, &security, shutdown_signal()).await?;
+        let served = handle.serve(listener, &security, shutdown_signal()).await;
+        stop.store(true, Ordering::Relaxed);
+        if let Some(t) = lease_loop {
+            // Gives the lease up, so a standby takes over at once.
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        served?;
         eprintln!("ecstack mds: stopped");
         Ok(())
     })

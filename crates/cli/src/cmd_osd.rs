@@ -120,7 +120,7 @@ pub fn run(a: OsdArgs) -> Result<()> {
         store_options: FileStoreOptions {
             direct: a.direct_io.unwrap_or(config.osd.direct_io),
         },
-        mds_addr: config.mds.addr.clone(),
+        mds_addr: config.mds_addrs().join(","),
         security,
         recovery_bytes_per_sec: config.mds.recovery_bytes_per_sec,
         update: config.update.clone(),

@@ -133,6 +133,7 @@ fn mds_serves_on_port_zero_and_keeps_its_metadata_across_a_restart() {
                     labels: Default::default(),
                     capacity_bytes: 1 << 30,
                     used_bytes: 0,
+                    max_segment_id: 0,
                 })
                 .await
                 .unwrap()

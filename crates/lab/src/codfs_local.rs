@@ -55,6 +55,11 @@ pub struct LocalSpec {
     pub store_device: Option<String>,
     /// `[mds] store` of a new cluster (a PostgreSQL URL, say); `None`: `<dir>/mds.db`.
     pub mds_store: Option<String>,
+    /// Standby MDSs beside the active one (`[mds] addrs`, each on a free loopback port; needs a
+    /// PostgreSQL `mds_store`).
+    pub mds_standbys: usize,
+    /// `[mds] lease_ms` of a new cluster (`None`: the default).
+    pub mds_lease_ms: Option<u64>,
 }
 
 impl LocalSpec {
@@ -77,6 +82,8 @@ impl LocalSpec {
             gc_period_ms: None,
             store_device: None,
             mds_store: None,
+            mds_standbys: 0,
+            mds_lease_ms: None,
         }
     }
 
@@ -173,7 +180,8 @@ pub struct LocalCluster {
     _lock: DeviceLock,
     spec: LocalSpec,
     config: ClusterConfig,
-    mds: Option<Daemon>,
+    /// One per `[mds] addrs` entry (one MDS: one).
+    mds: Vec<Option<Daemon>>,
     osds: Vec<Option<Daemon>>,
 }
 
@@ -192,9 +200,9 @@ impl LocalCluster {
         let mut cluster = LocalCluster {
             _lock: lock,
             osds: (0..spec.osds).map(|_| None).collect(),
+            mds: config.mds_addrs().iter().map(|_| None).collect(),
             spec,
             config,
-            mds: None,
         };
         cluster.start_mds()?;
         for i in 0..cluster.spec.osds {
@@ -255,17 +263,54 @@ impl LocalCluster {
         args
     }
 
-    /// Starts the MDS (again, after a kill: same address, same database).
+    /// Starts every MDS that is not running (again, after a kill: same address, same database).
     pub fn start_mds(&mut self) -> Result<(), ClientError> {
+        for i in 0..self.mds.len() {
+            if self.mds[i].is_none() {
+                self.start_mds_at(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The MDSs `[mds] addrs` lists (1 without standbys).
+    pub fn mds_count(&self) -> usize {
+        self.mds.len()
+    }
+
+    /// Starts MDS `i` of `[mds] addrs` (`mds` for the first, `mds-<i>` for the others' logs).
+    pub fn start_mds_at(&mut self, i: usize) -> Result<(), ClientError> {
         let mut args = vec!["mds".to_owned()];
         args.extend(self.common_args());
-        self.mds = Some(Daemon::spawn(
+        let name = if i == 0 {
+            "mds".to_owned()
+        } else {
+            format!("mds-{i}")
+        };
+        if !self.config.mds.addrs.is_empty() {
+            args.extend(["--addr".to_owned(), self.config.mds_addrs()[i].clone()]);
+        }
+        self.mds[i] = Some(Daemon::spawn(
             &self.spec.exe,
             &args,
-            "mds",
+            &name,
             &self.log_dir(),
         )?);
         Ok(())
+    }
+
+    /// SIGKILL MDS `i` (no-op when it is not running).
+    pub fn kill_mds_at(&mut self, i: usize) {
+        if let Some(mut d) = self.mds[i].take() {
+            d.kill();
+        }
+    }
+
+    /// Sends `sig` (SIGSTOP, SIGCONT) to MDS `i` if it runs.
+    pub fn signal_mds(&self, i: usize, sig: i32) {
+        if let Some(d) = &self.mds[i] {
+            signal(d.pid(), sig);
+        }
     }
 
     /// Starts OSD `i` (again, after a kill: same store and name, a new port).
@@ -307,10 +352,10 @@ impl LocalCluster {
         Ok(i)
     }
 
-    /// SIGKILL the MDS.
+    /// SIGKILL every MDS.
     pub fn kill_mds(&mut self) {
-        if let Some(mut d) = self.mds.take() {
-            d.kill();
+        for i in 0..self.mds.len() {
+            self.kill_mds_at(i);
         }
     }
 
@@ -337,7 +382,11 @@ impl LocalCluster {
     /// port taken): `Err` with their log's last lines.
     pub fn check_alive(&mut self) -> Result<(), ClientError> {
         let mut dead = Vec::new();
-        let all = self.mds.iter_mut().chain(self.osds.iter_mut().flatten());
+        let all = self
+            .mds
+            .iter_mut()
+            .flatten()
+            .chain(self.osds.iter_mut().flatten());
         for d in all {
             if let Some(status) = d.exited() {
                 dead.push(format!(
@@ -358,6 +407,7 @@ impl LocalCluster {
     pub fn pids(&self) -> Vec<(String, u32)> {
         self.mds
             .iter()
+            .flatten()
             .chain(self.osds.iter().flatten())
             .map(|d| (d.name.clone(), d.pid()))
             .collect()
@@ -373,8 +423,10 @@ impl LocalCluster {
                 d.stop();
             }
         }
-        if let Some(mut d) = self.mds.take() {
-            d.stop();
+        for slot in &mut self.mds {
+            if let Some(mut d) = slot.take() {
+                d.stop();
+            }
         }
     }
 }
@@ -478,6 +530,19 @@ fn init(spec: &LocalSpec) -> Result<(), ClientError> {
     config.update.gc_period_ms = spec.gc_period_ms;
     if let Some(store) = &spec.mds_store {
         config.mds.store = PathBuf::from(store);
+    }
+    if let Some(ms) = spec.mds_lease_ms {
+        config.mds.lease_ms = ms;
+    }
+    if spec.mds_standbys > 0 {
+        let mut addrs = vec![config.mds.addr.clone()];
+        while addrs.len() <= spec.mds_standbys {
+            let a = format!("127.0.0.1:{}", free_port()?);
+            if !addrs.contains(&a) {
+                addrs.push(a);
+            }
+        }
+        config.mds.addrs = addrs;
     }
     let path = spec.config_path();
     config

@@ -47,6 +47,7 @@ pub mod eplog;
 pub mod kv_bench;
 pub mod kv_bench_ycsb;
 pub mod mds_bench;
+pub mod mds_failover;
 pub mod mount_bench;
 pub mod plot;
 pub mod rainfs;

@@ -183,7 +183,7 @@ fn run_err(what: &str, e: impl std::fmt::Display) -> LabError {
 }
 
 /// Whether `dir` is a mountpoint now (listed in /proc/self/mounts).
-fn is_mountpoint(dir: &Path) -> bool {
+pub fn is_mountpoint(dir: &Path) -> bool {
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
     std::fs::read_to_string("/proc/self/mounts")
         .unwrap_or_default()

@@ -61,6 +61,8 @@ pub struct RigSpec {
     pub reserve: Option<ecstack_rpc::config::ReserveConfig>,
     /// `[mds] store` (a PostgreSQL URL); `None`: the SQLite file in the cluster's directory.
     pub mds_store: Option<String>,
+    /// Standby MDSs (`[mds] addrs`; needs a PostgreSQL `mds_store`).
+    pub mds_standbys: usize,
 }
 
 impl Default for RigSpec {
@@ -76,6 +78,7 @@ impl Default for RigSpec {
             osd_threads: None,
             reserve: None,
             mds_store: None,
+            mds_standbys: 0,
         }
     }
 }
@@ -175,6 +178,7 @@ impl Rig {
         s.osd_threads = spec.osd_threads;
         s.reserve = spec.reserve.clone();
         s.mds_store = spec.mds_store.clone();
+        s.mds_standbys = spec.mds_standbys;
         let cluster = LocalCluster::start(s).expect("start the cluster");
         let security =
             Security::load(&cluster.config().certs_dir(), "client").expect("client cert");

@@ -222,7 +222,7 @@ impl Client {
         security: Security,
         options: ClientOptions,
     ) -> Result<Client, ClientError> {
-        let mds = MdsClient::connect(&config.mds.addr, &security)?;
+        let mds = MdsClient::connect_any(&config.mds_addrs(), &security)?;
         let c = &config.code;
         let chunk_align_bytes =
             ecstack_codes::chunk_align_bytes_of(&c.family, c.k as usize, c.m as usize)

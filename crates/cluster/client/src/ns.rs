@@ -264,7 +264,26 @@ impl Client {
 
 impl Client {
     /// One StatFs call, without retries (a mount's check that the MDS answers).
+    /// An online backup of a SQLite metadata store (the admin certificate): the database file's
+    /// pieces handed to `sink` in order; the bytes in all. Not retried (a retry would repeat
+    /// bytes already handed on).
+    pub async fn backup_metadata(
+        &self,
+        sink: impl FnMut(&[u8]) -> Result<(), ecstack_mds_proto::MdsError>,
+    ) -> Result<u64, ClientError> {
+        Ok(self.mds().backup(sink).await?)
+    }
+
+    /// `statfs` without the retry policy: one attempt at each listed MDS (`[mds] addrs`: a
+    /// standby answers `Unavailable` at once and the next attempt goes to the next MDS).
     pub async fn stat_fs_once(&self) -> Result<FsStats, ClientError> {
-        Ok(self.mds().stat_fs().await?)
+        let mut tries = self.config().mds_addrs().len();
+        loop {
+            tries -= 1;
+            match self.mds().stat_fs().await {
+                Err(e) if e.is_retryable() && tries > 0 => continue,
+                r => return Ok(r?),
+            }
+        }
     }
 }

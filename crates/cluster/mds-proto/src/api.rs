@@ -10,6 +10,7 @@ use tonic::transport::Channel;
 
 use crate::proto;
 use crate::proto::mds_client::MdsClient as RawClient;
+use crate::FailoverChannel;
 use crate::UpdateScheme;
 
 /// How long a client waits to connect to the MDS, and for one MDS request.
@@ -231,6 +232,9 @@ pub struct OsdRegistration {
     pub labels: BTreeMap<String, String>,
     pub capacity_bytes: u64,
     pub used_bytes: u64,
+    /// The largest segment id of a chunk it holds (0: none): the MDS never hands out an id up to
+    /// it (metadata restored from a backup may not know the segment).
+    pub max_segment_id: u64,
 }
 
 /// The MDS's answer to a registration: the OSD's stable id (kept across restarts for its name).
@@ -702,30 +706,60 @@ impl TryFrom<proto::StatusReply> for ClusterStatus {
     }
 }
 
-/// A typed client of the MDS. Cheap to clone (one HTTP/2 channel underneath); every call takes
-/// `&self`.
+/// A typed client of the MDS. Cheap to clone (one HTTP/2 channel per MDS underneath); every call
+/// takes `&self`. With several MDSs (an active and its standbys) a call goes to the one that
+/// answered last and a failed call moves the client on to the next ([`FailoverChannel`]).
 #[derive(Debug, Clone)]
 pub struct MdsClient {
-    raw: RawClient<Channel>,
+    raw: RawClient<FailoverChannel>,
+    channel: FailoverChannel,
 }
 
 impl MdsClient {
-    /// A client of the MDS at `addr` (`host:port`); connects lazily, on the first call.
+    /// A client of the MDS at `addr` (`host:port`), or of the MDSs a comma-separated list names
+    /// (`[mds] addrs`: an active and its standbys); connects lazily, on the first call.
     pub fn connect(addr: &str, security: &Security) -> Result<MdsClient, MdsError> {
-        let channel = security
-            .channel(addr, CONNECT_TIMEOUT, Some(REQUEST_TIMEOUT))
-            .map_err(|e| MdsError::Unavailable(format!("MDS at {addr}: {e}")))?;
-        Ok(MdsClient::from_channel(channel))
+        let addrs: Vec<String> = addr.split(',').map(|a| a.trim().to_owned()).collect();
+        MdsClient::connect_any(&addrs, security)
+    }
+
+    /// A client of the MDSs at `addrs`, tried in turn (`ClusterConfig::mds_addrs`).
+    pub fn connect_any(addrs: &[String], security: &Security) -> Result<MdsClient, MdsError> {
+        if addrs.is_empty() || addrs.iter().any(String::is_empty) {
+            return Err(MdsError::InvalidArgument(format!(
+                "no MDS address in {addrs:?}"
+            )));
+        }
+        let channels = addrs
+            .iter()
+            .map(|addr| {
+                security
+                    .channel(addr, CONNECT_TIMEOUT, Some(REQUEST_TIMEOUT))
+                    .map(|c| (addr.clone(), c))
+                    .map_err(|e| MdsError::Unavailable(format!("MDS at {addr}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(MdsClient::from_failover(FailoverChannel::new(channels)))
     }
 
     /// A client over a channel made elsewhere (`Security::channel`).
     pub fn from_channel(channel: Channel) -> MdsClient {
+        MdsClient::from_failover(FailoverChannel::new(vec![(String::new(), channel)]))
+    }
+
+    fn from_failover(channel: FailoverChannel) -> MdsClient {
         MdsClient {
-            raw: RawClient::new(channel),
+            raw: RawClient::new(channel.clone()),
+            channel,
         }
     }
 
-    pub(crate) fn raw(&self) -> RawClient<Channel> {
+    /// The MDS the next call goes to.
+    pub fn current_addr(&self) -> &str {
+        self.channel.current_addr()
+    }
+
+    pub(crate) fn raw(&self) -> RawClient<FailoverChannel> {
         self.raw.clone()
     }
 
@@ -739,6 +773,7 @@ impl MdsClient {
                 labels: r.labels.clone().into_iter().collect(),
                 capacity_bytes: r.capacity_bytes,
                 used_bytes: r.used_bytes,
+                max_segment_id: r.max_segment_id,
             })
             .await?
             .into_inner();
@@ -921,6 +956,25 @@ impl MdsClient {
             .await?
             .into_inner();
         reply.try_into()
+    }
+
+    /// An online backup of a SQLite metadata store: each piece of the database file, in order,
+    /// handed to `sink`; the bytes in all.
+    pub async fn backup(
+        &self,
+        mut sink: impl FnMut(&[u8]) -> Result<(), MdsError>,
+    ) -> Result<u64, MdsError> {
+        let mut stream = self
+            .raw()
+            .backup(proto::BackupRequest {})
+            .await?
+            .into_inner();
+        let mut bytes = 0;
+        while let Some(chunk) = stream.message().await? {
+            sink(&chunk.data)?;
+            bytes += chunk.data.len() as u64;
+        }
+        Ok(bytes)
     }
 }
 

@@ -15,8 +15,10 @@ pub mod proto {
 }
 
 mod api;
+mod failover;
 mod ns;
 
 pub use api::*;
 pub use ecstack_rpc::UpdateScheme;
+pub use failover::FailoverChannel;
 pub use ns::*;

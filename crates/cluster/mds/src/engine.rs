@@ -100,7 +100,11 @@ impl MdsSettings {
 }
 
 fn internal(e: StoreError) -> MdsError {
-    MdsError::Internal(e.to_string())
+    match e {
+        // Retryable: the caller's retry reaches the MDS that took over.
+        StoreError::Deposed { .. } => MdsError::Unavailable(e.to_string()),
+        e => MdsError::Internal(e.to_string()),
+    }
 }
 
 /// Mutations of one operation plus the counters it advanced; written in one transaction.
@@ -368,6 +372,19 @@ impl MdsCore {
             },
         };
         let previous = osds.get(&osd_id).map(|o| o.state);
+        // Ids up to a segment the OSD holds chunks of are never handed out (the metadata may be a
+        // restored backup that does not know the segment).
+        if r.max_segment_id > self.store.counter(COUNTER_SEGMENT).map_err(internal)? {
+            tracing::info!(
+                osd = %r.name,
+                max_segment_id = r.max_segment_id,
+                "segment ids move past the largest an OSD holds"
+            );
+            batch.push(Mutation::SetCounter {
+                name: COUNTER_SEGMENT,
+                value: r.max_segment_id,
+            });
+        }
         batch.push(Mutation::PutOsd(OsdRecord {
             osd_id,
             name: r.name.clone(),
@@ -1079,6 +1096,14 @@ impl MdsCore {
     }
 
     // ---- status
+
+    /// A consistent copy of the store in the new file `to` (an online backup; SQLite stores).
+    pub fn snapshot(&self, to: &std::path::Path) -> Result<(), MdsError> {
+        self.store.snapshot(to).map_err(|e| match e {
+            StoreError::Db(m) => MdsError::FailedPrecondition(m),
+            e => internal(e),
+        })
+    }
 
     pub fn status(&self) -> Result<ClusterStatus, MdsError> {
         let now = self.clock.now_ms();

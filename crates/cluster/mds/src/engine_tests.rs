@@ -45,6 +45,7 @@ fn reg(name: &str, host: &str) -> OsdRegistration {
         labels: BTreeMap::from([("host".to_string(), host.to_string())]),
         capacity_bytes: 1 << 30,
         used_bytes: 0,
+        max_segment_id: 0,
     }
 }
 

@@ -8,9 +8,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backup;
 pub mod engine;
+pub mod lease;
 pub mod placement;
 pub mod service;
+pub mod standby;
 pub mod store;
 pub mod store_pg;
 pub mod store_sql;

@@ -70,8 +70,12 @@ pub static MDS_ROLES: RoleTable = RoleTable {
         ("GrowFile", CLIENT),
         ("OsdOut", ADMIN),
         ("Status", CLIENT),
+        ("Backup", ADMIN),
     ],
 };
+
+/// Bytes per message of a backup stream.
+const BACKUP_CHUNK_BYTES: usize = 1 << 20;
 
 /// The `op` label of a request metric.
 type OpLabel = [(&'static str, &'static str); 1];
@@ -96,10 +100,23 @@ impl Default for OpMetrics {
     }
 }
 
+/// Whether an MDS answers: the only MDS always; of an active and its standbys
+/// ([`crate::standby`]) only the one holding the store's lease, until its lease could lapse.
+#[derive(Debug, Clone)]
+enum Gate {
+    Always,
+    /// Active until this instant (renewals move it on).
+    Until(Instant),
+    /// Not active; the lease row names the active MDS (or why none is known).
+    Standby(String),
+}
+
 /// A running MDS: its core, shared by the RPC handlers and the failure detector. Cheap to clone.
 #[derive(Clone)]
 pub struct MdsHandle {
-    core: Arc<Mutex<MdsCore>>,
+    /// `None` while a standby.
+    core: Arc<Mutex<Option<MdsCore>>>,
+    gate: Arc<Mutex<Gate>>,
     ops: OpMetrics,
     /// When each OSD's latest heartbeat reached this process, on the core's clock: the failure
     /// detector judges silence by it ([`MdsCore::note_arrivals`]), not by when the core got to the
@@ -120,10 +137,76 @@ impl MdsHandle {
     pub fn new(core: MdsCore) -> MdsHandle {
         MdsHandle {
             clock: core.clock().clone(),
-            core: Arc::new(Mutex::new(core)),
+            core: Arc::new(Mutex::new(Some(core))),
+            gate: Arc::new(Mutex::new(Gate::Always)),
             ops: OpMetrics::default(),
             arrivals: Arc::default(),
         }
+    }
+
+    /// An MDS that waits for the store's lease ([`crate::standby`]): it answers every call with
+    /// `Unavailable` naming the active MDS until [`MdsHandle::activate`].
+    pub fn standby(clock: Arc<dyn crate::engine::Clock>) -> MdsHandle {
+        MdsHandle {
+            clock,
+            core: Arc::new(Mutex::new(None)),
+            gate: Arc::new(Mutex::new(Gate::Standby("not known yet".into()))),
+            ops: OpMetrics::default(),
+            arrivals: Arc::default(),
+        }
+    }
+
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This MDS took the lease: it answers with `core` until `until` (unless extended).
+    pub fn activate(&self, core: MdsCore, until: Instant) {
+        self.arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        *self.core.lock().unwrap_or_else(|p| p.into_inner()) = Some(core);
+        *self.gate() = Gate::Until(until);
+    }
+
+    /// A renewal: the active MDS answers until `until`.
+    pub fn extend(&self, until: Instant) {
+        let mut g = self.gate();
+        if let Gate::Until(t) = *g {
+            *g = Gate::Until(t.max(until));
+        }
+    }
+
+    /// Not (or no longer) active: answer `Unavailable` naming `active`; the core, if any, is
+    /// returned (dropped by the caller, off the async threads).
+    pub fn depose(&self, active: String) -> Option<MdsCore> {
+        *self.gate() = Gate::Standby(active);
+        self.core.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Whether this MDS answers now; else the `Unavailable` to answer.
+    fn check(&self) -> Result<(), MdsError> {
+        match &*self.gate() {
+            Gate::Always => Ok(()),
+            Gate::Until(t) if Instant::now() < *t => Ok(()),
+            Gate::Until(_) => Err(MdsError::Unavailable(
+                "this MDS could not renew its lease in the metadata store; it answers nothing until it does or a standby takes over".into(),
+            )),
+            Gate::Standby(active) => Err(MdsError::Unavailable(format!(
+                "this MDS is a standby; the active MDS is {active}"
+            ))),
+        }
+    }
+
+    /// The clock the MDS judges OSDs' silence by.
+    pub fn clock(&self) -> &Arc<dyn crate::engine::Clock> {
+        &self.clock
+    }
+
+    /// Whether this MDS answers now.
+    pub fn is_active(&self) -> bool {
+        self.check().is_ok()
     }
 
     /// Runs one core operation on a blocking thread and records its metrics.
@@ -133,12 +216,19 @@ impl MdsHandle {
         f: impl FnOnce(&mut MdsCore) -> Result<T, MdsError> + Send + 'static,
     ) -> Result<T, MdsError> {
         let start = Instant::now();
+        self.check()?;
         let core = self.core.clone();
+        let this = self.clone();
         let result = tokio::task::spawn_blocking(move || {
             // A panic inside the core is a bug; the store's transactions keep it consistent, so
             // the next operation may go on.
             let mut core = core.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut core)
+            // Again under the lock: the lease may have lapsed while this call waited for it.
+            this.check()?;
+            match core.as_mut() {
+                Some(core) => f(core),
+                None => Err(MdsError::Unavailable("this MDS is a standby".into())),
+            }
         })
         .await
         .unwrap_or_else(|e| {
@@ -164,6 +254,9 @@ impl MdsHandle {
 
     /// One failure-detector round (tests call it after moving their clock).
     pub async fn tick(&self) -> Result<(), MdsError> {
+        if !self.is_active() {
+            return Ok(());
+        }
         let arrivals = self.arrivals.clone();
         self.run("tick", move |c| {
             let arrived = arrivals.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -350,6 +443,7 @@ impl proto::mds_server::Mds for MdsService {
             labels: r.labels.into_iter().collect(),
             capacity_bytes: r.capacity_bytes,
             used_bytes: r.used_bytes,
+            max_segment_id: r.max_segment_id,
         };
         let done = self
             .0
@@ -363,6 +457,9 @@ impl proto::mds_server::Mds for MdsService {
 
     async fn heartbeat(&self, r: Request<proto::HeartbeatRequest>) -> Reply<proto::HeartbeatReply> {
         let r = r.into_inner();
+        // A standby, or an MDS whose lease lapsed, acknowledges no heartbeat: the
+        // acknowledgements renew the OSDs' primary leases.
+        self.0.check()?;
         let now = self.0.clock.now_ms();
         self.0
             .arrivals
@@ -509,6 +606,40 @@ impl proto::mds_server::Mds for MdsService {
         Ok(Response::new(proto::OsdOutReply {
             chunks_to_recover: n,
         }))
+    }
+
+    type BackupStream = std::pin::Pin<
+        Box<
+            dyn tonic::codegen::tokio_stream::Stream<Item = Result<proto::BackupChunk, Status>>
+                + Send,
+        >,
+    >;
+
+    async fn backup(&self, _: Request<proto::BackupRequest>) -> Reply<Self::BackupStream> {
+        let bytes = self
+            .0
+            .run("backup", |c| {
+                // One backup at a time (under the core's lock): one file name per process.
+                let file = std::env::temp_dir()
+                    .join(format!("ecstack-mds-backup-{}.db", std::process::id()));
+                let _ = std::fs::remove_file(&file);
+                let made = c.snapshot(&file);
+                let read = made.and_then(|()| {
+                    std::fs::read(&file).map_err(|e| {
+                        MdsError::Internal(format!("backup: cannot read {}: {e}", file.display()))
+                    })
+                });
+                let _ = std::fs::remove_file(&file);
+                read
+            })
+            .await?;
+        let chunks: Vec<Result<proto::BackupChunk, Status>> = bytes
+            .chunks(BACKUP_CHUNK_BYTES)
+            .map(|c| Ok(proto::BackupChunk { data: c.to_vec() }))
+            .collect();
+        Ok(Response::new(Box::pin(tonic::codegen::tokio_stream::iter(
+            chunks,
+        ))))
     }
 
     async fn status(&self, _: Request<proto::StatusRequest>) -> Reply<proto::StatusReply> {

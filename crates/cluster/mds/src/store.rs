@@ -61,6 +61,12 @@ pub enum StoreError {
     Locked { path: String, holder: String },
     #[error("metadata store: {0}")]
     Db(String),
+    /// A fenced store's MDS lost its lease: another MDS took over (term `now`); this one commits
+    /// nothing more.
+    #[error(
+        "this MDS was deposed: it holds the store's lease term {mine}, the store is at term {now}"
+    )]
+    Deposed { mine: u64, now: u64 },
     #[error("metadata store holds a bad value: {0}")]
     Corrupt(String),
 }
@@ -225,6 +231,9 @@ pub enum Mutation {
 pub trait MetadataStore: Send {
     /// Applies a batch atomically; returns once it is durable.
     fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError>;
+    /// A consistent copy of the store in the new file `to`, while it is in use (SQLite: `VACUUM
+    /// INTO`; PostgreSQL refuses: `pg_dump` backs it up).
+    fn snapshot(&self, to: &Path) -> Result<(), StoreError>;
     /// A counter's value (0 if never set).
     fn counter(&self, name: &str) -> Result<u64, StoreError>;
     /// Every OSD, by id.
@@ -714,6 +723,14 @@ impl Db for SqliteDb {
             (0..width).map(|i| r.get::<_, Value>(i)).collect()
         })?;
         Ok(rows.collect::<Result<Vec<Row>, _>>()?)
+    }
+
+    fn snapshot(&self, to: &Path) -> Result<(), StoreError> {
+        let to = to
+            .to_str()
+            .ok_or_else(|| StoreError::Db(format!("backup path {} is not UTF-8", to.display())))?;
+        self.conn.execute("VACUUM INTO ?1", [to])?;
+        Ok(())
     }
 }
 

@@ -142,6 +142,10 @@ pub type PgStore = SqlStore<PgDb>;
 /// prepared statements.
 pub struct PgDb {
     session: RefCell<Session>,
+    /// The lease term this store's MDS holds ([`crate::lease`]): each `apply` checks in its
+    /// transaction that the store is still at that term, so a deposed MDS commits nothing.
+    /// `None`: the store is locked to one MDS instead (advisory lock).
+    fence: Option<u64>,
 }
 
 struct Session {
@@ -284,6 +288,14 @@ impl Db for PgDb {
             .map(|s| session.statement(s.sql))
             .collect::<Result<Vec<_>, _>>()?;
         let mut tx = session.client.transaction()?;
+        if let Some(mine) = self.fence {
+            // FOR SHARE: a takeover's update of the lease row waits for this transaction, so
+            // what it commits is seen by the MDS that takes over.
+            let now = crate::lease::term_in(&mut tx, true)?;
+            if now != mine {
+                return Err(StoreError::Deposed { mine, now });
+            }
+        }
         for (statement, s) in prepared.iter().zip(stmts) {
             let p = params(&s.args);
             tx.execute(statement, &refs(&p))?;
@@ -299,6 +311,13 @@ impl Db for PgDb {
         let rows = session.client.query(&statement, &refs(&p))?;
         Ok(rows.iter().map(row_of).collect::<Result<_, _>>()?)
     }
+
+    fn snapshot(&self, _to: &std::path::Path) -> Result<(), StoreError> {
+        Err(StoreError::Db(
+            "a PostgreSQL store is backed up with pg_dump (`ecstack cluster backup` runs it)"
+                .into(),
+        ))
+    }
 }
 
 impl Drop for PgDb {
@@ -313,34 +332,55 @@ impl Drop for PgDb {
     }
 }
 
+/// A session with the database `url` names (`what`: which part of the MDS, for
+/// `application_name`), with [`PG_CONNECT_TIMEOUT_S`] unless the URL sets one and
+/// `synchronous_commit` on; the error as one line.
+pub(crate) fn pg_connect(url: &str, what: &str) -> Result<Client, String> {
+    let mut config: postgres::Config = url
+        .parse()
+        .map_err(|e: postgres::Error| format!("not a PostgreSQL URL: {}", pg_message(&e)))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(PG_CONNECT_TIMEOUT_S));
+    }
+    config.application_name(&format!("ecstack {what} pid {}", std::process::id()));
+    config.options("-c synchronous_commit=on");
+    config.connect(NoTls).map_err(|e| pg_message(&e))
+}
+
 impl SqlStore<PgDb> {
     /// Connects to the database `url` names (`postgresql://user@host:port/db`, or with
     /// `?host=/socket/dir`), takes the MDS's lock, and creates the schema in an empty database;
     /// refuses a database holding other tables, another version, or another MDS's session.
     pub fn connect(url: &str) -> Result<PgStore, StoreError> {
+        PgStore::open(url, None)
+    }
+
+    /// Connects to the database `url` names for the MDS holding lease `term` ([`crate::lease`]):
+    /// no advisory lock (the standby shares the database), and every `apply` commits only while
+    /// the store's lease is still at `term`.
+    pub fn connect_fenced(url: &str, term: u64) -> Result<PgStore, StoreError> {
+        PgStore::open(url, Some(term))
+    }
+
+    fn open(url: &str, fence: Option<u64>) -> Result<PgStore, StoreError> {
         let at = redact_url(url);
         let open = |message: String| StoreError::Open {
             at: at.clone(),
             message,
         };
-        let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| {
-            open(format!("not a PostgreSQL URL: {}", pg_message(&e)))
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(PG_CONNECT_TIMEOUT_S));
-        }
-        config.application_name(&format!("ecstack mds pid {}", std::process::id()));
-        config.options("-c synchronous_commit=on");
-        let client = config.connect(NoTls).map_err(|e| open(pg_message(&e)))?;
+        let client = pg_connect(url, "mds").map_err(open)?;
         let mut store = SqlStore {
             db: PgDb {
                 session: RefCell::new(Session {
                     client,
                     prepared: HashMap::new(),
                 }),
+                fence,
             },
         };
-        store.lock(&at)?;
+        if fence.is_none() {
+            store.lock(&at)?;
+        }
         store.check_or_init(&at)?;
         Ok(store)
     }

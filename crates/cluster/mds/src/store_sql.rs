@@ -29,6 +29,9 @@ pub trait Db: Send {
     fn transact(&mut self, stmts: &[Stmt]) -> Result<(), StoreError>;
     /// The rows of one query.
     fn query(&self, sql: &str, args: &[Value]) -> Result<Vec<Row>, StoreError>;
+    /// A consistent copy of the whole database in the new file `to`, made while the store is in
+    /// use (an online backup).
+    fn snapshot(&self, to: &std::path::Path) -> Result<(), StoreError>;
 }
 
 /// The metadata store over the SQL engine `D`.
@@ -410,6 +413,10 @@ impl<D: Db> SqlStore<D> {
 }
 
 impl<D: Db> MetadataStore for SqlStore<D> {
+    fn snapshot(&self, to: &std::path::Path) -> Result<(), StoreError> {
+        self.db.snapshot(to)
+    }
+
     fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {
         let mut stmts = Vec::with_capacity(batch.len());
         for m in batch {

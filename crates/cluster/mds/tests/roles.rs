@@ -53,12 +53,13 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("GrowFile", &["client", "admin"]),
     ("OsdOut", &["admin"]),
     ("Status", &["client", "admin"]),
+    ("Backup", &["admin"]),
 ];
 
 #[test]
 fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
     let rpcs = proto_rpcs(include_str!("../../mds-proto/proto/mds.proto"));
-    assert_eq!(rpcs.len(), 32, "{rpcs:?}");
+    assert_eq!(rpcs.len(), 33, "{rpcs:?}");
     assert!(EXPECTED
         .iter()
         .map(|(m, _)| *m)
@@ -94,6 +95,7 @@ async fn call(c: &MdsClient, method: &str) -> Result<(), MdsError> {
                 labels: BTreeMap::new(),
                 capacity_bytes: 1 << 30,
                 used_bytes: 0,
+                max_segment_id: 0,
             })
             .await
             .map(drop),
@@ -137,6 +139,7 @@ async fn call(c: &MdsClient, method: &str) -> Result<(), MdsError> {
         "GrowFile" => c.grow_file(999, 0, &[1]).await.map(drop),
         "OsdOut" => c.osd_out(999).await.map(drop),
         "Status" => c.status().await.map(drop),
+        "Backup" => c.backup(|_| Ok(())).await.map(drop),
         other => panic!("no call for {other}"),
     }
 }
@@ -188,7 +191,7 @@ async fn every_rpc_with_every_role() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 32);
+    assert_eq!(checked, 5 * 33);
 }
 
 /// A client holding another cluster's certificates: the handshake fails, and the error is final

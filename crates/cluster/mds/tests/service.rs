@@ -36,6 +36,7 @@ fn settings() -> MdsSettings {
 
 struct Server {
     handle: MdsHandle,
+    addr: String,
     client: MdsClient,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
@@ -59,6 +60,7 @@ async fn start(path: &Path, clock: &Arc<ManualClock>) -> Server {
     let client = MdsClient::connect(&addr, &Security::Insecure).unwrap();
     Server {
         handle,
+        addr,
         client,
         stop: Some(stop),
         task,
@@ -79,6 +81,7 @@ fn reg(i: u32) -> OsdRegistration {
         labels: BTreeMap::from([("host".to_string(), format!("h{i}"))]),
         capacity_bytes: 1 << 30,
         used_bytes: 0,
+        max_segment_id: 0,
     }
 }
 
@@ -283,4 +286,53 @@ fn the_default_scheme_comes_from_the_config() {
         let config = ecstack_rpc::ClusterConfig::load(&dir.path().join("cluster.toml")).unwrap();
         assert_eq!(MdsSettings::from_config(&config).default_scheme, scheme);
     }
+}
+
+/// A client given several MDS addresses (`[mds] addrs`) moves on from one that refuses
+/// connections and from a standby (which answers `Unavailable` naming the active), and stays with
+/// the one that answers.
+#[tokio::test]
+async fn a_client_of_several_mdss_moves_on_to_the_one_that_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let server = start(&dir.path().join("mds.db"), &clock).await;
+    // A standby: every call is `Unavailable`.
+    let standby = MdsHandle::standby(clock.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let standby_addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let _ = standby
+            .serve(listener, &Security::Insecure, std::future::pending())
+            .await;
+    });
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let active_addr = server.addr.clone();
+    let c = MdsClient::connect(
+        &format!("{refused},{standby_addr},{active_addr}"),
+        &Security::Insecure,
+    )
+    .unwrap();
+    let mut errors = Vec::new();
+    let status = loop {
+        match c.status().await {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(e.is_retryable(), "{e}");
+                errors.push(e.to_string());
+                assert!(errors.len() < 5, "{errors:?}");
+            }
+        }
+    };
+    assert_eq!(status.cluster_id, "svc");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[1].contains("this MDS is a standby; the active MDS is not known yet"),
+        "{errors:?}"
+    );
+    assert_eq!(c.current_addr(), active_addr);
+    c.status().await.unwrap();
+    server.shutdown().await;
 }

@@ -97,6 +97,8 @@ pub struct DaemonConfig {
     pub store_options: FileStoreOptions,
     /// The chunk store on one block device instead ([`DeviceStore`], `--store-device SPEC`).
     pub store_device: Option<StoreDevice>,
+    /// The MDS's address, or a comma-separated list of an active MDS and its standbys (tried in
+    /// turn, `MdsClient::connect`).
     pub mds_addr: String,
     pub security: Security,
     pub recovery_bytes_per_sec: u64,
@@ -188,6 +190,7 @@ impl Daemon {
             labels: cfg.labels.clone(),
             capacity_bytes,
             used_bytes: store.usage().bytes,
+            max_segment_id: store.list()?.iter().map(|&(s, _)| s).max().unwrap_or(0),
         };
         let deadline = tokio::time::Instant::now() + REGISTER_PATIENCE;
         let mut wait = Duration::from_millis(100);

@@ -48,8 +48,18 @@ pub struct PlacementConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MdsConfig {
-    /// Address of the MDS gRPC service (clients and OSDs connect here).
+    /// Address of the MDS gRPC service (clients and OSDs connect here). With `addrs` it is the
+    /// first of them ([`ClusterConfig::load`] fills it in).
+    #[serde(default)]
     pub addr: String,
+    /// The addresses of an active and its standby MDSs, on one PostgreSQL store (docs/cluster.md
+    /// "Active and standby MDSs"); clients and OSDs try them in turn. Empty: the one `addr`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addrs: Vec<String>,
+    /// How long the active MDS's lease in the store lasts after each renewal, ms (renewed every
+    /// third of it). A standby takes over this long after the active stopped renewing.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
     /// Loopback address of its Prometheus metrics endpoint.
     pub metrics_addr: String,
     /// Where the metadata lives ([`ClusterConfig::mds_store`]): a SQLite database file, relative
@@ -65,6 +75,14 @@ pub struct MdsConfig {
     /// Recovery bandwidth limit per primary OSD, bytes per second (0 = unlimited).
     #[serde(default)]
     pub recovery_bytes_per_sec: u64,
+}
+
+/// `[mds] lease_ms` by default: a standby MDS takes over within about this long (plus a poll of a
+/// sixth of it) after the active one died.
+pub const DEFAULT_MDS_LEASE_MS: u64 = 3_000;
+
+fn default_lease_ms() -> u64 {
+    DEFAULT_MDS_LEASE_MS
 }
 
 /// The metadata store `[mds] store` names.
@@ -279,6 +297,11 @@ impl ClusterConfig {
             message: e.message().to_string(),
         })?;
         config.dir = path.parent().map(Path::to_owned).unwrap_or_default();
+        if config.mds.addr.is_empty() {
+            if let Some(first) = config.mds.addrs.first() {
+                config.mds.addr = first.clone();
+            }
+        }
         config.validate().map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
             message,
@@ -311,6 +334,27 @@ impl ClusterConfig {
                 m.heartbeat_ms, m.down_after_ms, m.out_after_ms
             ));
         }
+        if m.addr.is_empty() && m.addrs.is_empty() {
+            return Err("[mds]: give addr (one MDS) or addrs (an active and its standbys)".into());
+        }
+        if !m.addrs.is_empty() && !m.addr.is_empty() && !m.addrs.contains(&m.addr) {
+            return Err(format!(
+                "[mds]: addr = {:?} is not one of addrs = {:?} (give one of them, or addrs only)",
+                m.addr, m.addrs
+            ));
+        }
+        if m.addrs.len() > 1 && !matches!(self.mds_store(), MdsStore::PostgreSql(_)) {
+            return Err(format!(
+                "[mds] addrs lists {} MDSs, but a standby MDS needs a PostgreSQL store (store = \"postgresql://…\"); SQLite is one MDS's file",
+                m.addrs.len()
+            ));
+        }
+        if m.lease_ms < 3 {
+            return Err(format!(
+                "[mds] lease_ms = {}: need at least 3 (it is renewed every third of it)",
+                m.lease_ms
+            ));
+        }
         if let Some(d) = &self.placement.failure_domain {
             if d != "host" && d != "rack" {
                 return Err(format!(
@@ -335,6 +379,15 @@ impl ClusterConfig {
         match self.mds.store.to_str() {
             Some(s) if is_postgresql_url(s) => MdsStore::PostgreSql(s.to_owned()),
             _ => MdsStore::Sqlite(self.resolve(&self.mds.store)),
+        }
+    }
+
+    /// The MDS addresses clients and OSDs try, in order: `[mds] addrs`, or the one `addr`.
+    pub fn mds_addrs(&self) -> Vec<String> {
+        if self.mds.addrs.is_empty() {
+            vec![self.mds.addr.clone()]
+        } else {
+            self.mds.addrs.clone()
         }
     }
 
@@ -406,6 +459,38 @@ out_after_ms = 30000
             c.mds.store = PathBuf::from(url);
             assert_eq!(c.mds_store(), MdsStore::PostgreSql(url.to_owned()));
         }
+    }
+
+    /// `[mds] addrs` lists an active and its standbys (PostgreSQL only); `addr` alone still works.
+    #[test]
+    fn mds_addrs_list_standbys_on_postgresql_only() {
+        let c = parse("").unwrap();
+        assert_eq!(c.mds_addrs(), vec!["127.0.0.1:7100".to_owned()]);
+        assert_eq!(c.mds.lease_ms, DEFAULT_MDS_LEASE_MS);
+        let two = BASE
+            .replace(
+                "addr = \"127.0.0.1:7100\"\n",
+                "addrs = [\"a:1\", \"b:2\"]\n",
+            )
+            .replace("store = \"mds.db\"", "store = \"postgresql://mds@db/e\"");
+        let c: ClusterConfig = toml::from_str(&two).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.mds_addrs(), vec!["a:1".to_owned(), "b:2".to_owned()]);
+        let sqlite = BASE.replace(
+            "addr = \"127.0.0.1:7100\"\n",
+            "addrs = [\"a:1\", \"b:2\"]\n",
+        );
+        let c: ClusterConfig = toml::from_str(&sqlite).unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("needs a PostgreSQL store"), "{e}");
+        let e = parse("").map(|mut c| {
+            c.mds.addrs = vec!["x:1".into()];
+            c.validate()
+        });
+        assert!(e.unwrap().unwrap_err().contains("is not one of addrs"));
+        let none = BASE.replace("addr = \"127.0.0.1:7100\"\n", "");
+        let c: ClusterConfig = toml::from_str(&none).unwrap();
+        assert!(c.validate().unwrap_err().contains("give addr"));
     }
 
     /// Without `[update]` a cluster is what it was: every file fo, the seed's reserve defaults.

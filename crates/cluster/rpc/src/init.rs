@@ -353,6 +353,8 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ClusterConfig, Ini
         },
         mds: MdsConfig {
             addr: opts.mds_addr.clone(),
+            addrs: Vec::new(),
+            lease_ms: crate::config::DEFAULT_MDS_LEASE_MS,
             metrics_addr: DEFAULT_METRICS_ADDR.to_owned(),
             store: PathBuf::from(DEFAULT_MDS_STORE),
             heartbeat_ms: DEFAULT_HEARTBEAT_MS,
