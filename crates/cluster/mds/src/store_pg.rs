@@ -339,6 +339,7 @@ impl SqlStore<PgDb> {
                     prepared: HashMap::new(),
                 }),
             },
+            loads: Default::default(),
         };
         store.lock(&at)?;
         store.check_or_init(&at)?;
