@@ -53,6 +53,9 @@ pub struct MountBenchConfig {
     pub tree: Option<PathBuf>,
     /// A mounted GlusterFS volume to run on (None: not run).
     pub gluster: Option<PathBuf>,
+    /// Set up a GlusterFS disperse k+m volume for the run ([`crate::gluster_peer`]) and run on
+    /// it (instead of `gluster`).
+    pub gluster_setup: bool,
     /// Run bindfs over a local directory too.
     pub bindfs: bool,
     /// Where everything lives (None: a temporary directory).
@@ -72,6 +75,7 @@ impl MountBenchConfig {
             seq_bytes: 1 << 30,
             tree: None,
             gluster: None,
+            gluster_setup: false,
             bindfs: true,
             dir: None,
         }
@@ -94,6 +98,12 @@ impl MountBenchConfig {
             return Err(LabError::Config {
                 field: "files",
                 msg: "--files and --seq-size must be above 0".into(),
+            });
+        }
+        if self.gluster.is_some() && self.gluster_setup {
+            return Err(LabError::Config {
+                field: "gluster",
+                msg: "--gluster names a mounted volume, --gluster-setup makes one: not both".into(),
             });
         }
         if let Some(g) = &self.gluster {
@@ -596,6 +606,23 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
             }),
         ));
     }
+    let mut made_volume = None;
+    if cfg.gluster_setup {
+        log(&format!(
+            "setting up GlusterFS: disperse {}+{} over {} bricks",
+            cfg.k,
+            cfg.m,
+            cfg.k + cfg.m
+        ));
+        let v = crate::gluster_peer::GlusterVolume::create(
+            &dir.join("gluster"),
+            &format!("ecstack{stamp}"),
+            cfg.k,
+            cfg.m,
+        )?;
+        targets.push(("gluster".into(), v.mountpoint.clone(), None));
+        made_volume = Some(v);
+    }
     if let Some(g) = &cfg.gluster {
         targets.push(("gluster".into(), g.clone(), None));
     }
@@ -661,6 +688,7 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
         }
     }
     drop(targets);
+    drop(made_volume);
     drop(_ours);
     cluster.stop();
     Ok(MountBenchReport {
