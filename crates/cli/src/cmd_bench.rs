@@ -91,6 +91,10 @@ struct MountBench {
     /// A mounted GlusterFS volume (its mountpoint) to run beside ours
     #[arg(long)]
     gluster: Option<PathBuf>,
+    /// Set up a GlusterFS disperse k+m volume over k+m bricks in --dir for the run (glusterd,
+    /// volume create/start, mount; all removed after) and run beside ours; root only
+    #[arg(long, conflicts_with = "gluster")]
+    gluster_setup: bool,
     /// Leave bindfs out
     #[arg(long)]
     no_bindfs: bool,
@@ -283,6 +287,7 @@ fn bench_mount(a: MountBench) -> Result<()> {
     cfg.seq_bytes = parse_size(&a.seq_size).context("--seq-size")?;
     cfg.tree = a.tree;
     cfg.gluster = a.gluster;
+    cfg.gluster_setup = a.gluster_setup;
     cfg.bindfs = !a.no_bindfs;
     cfg.dir = a.dir;
     let report = mount_bench::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;

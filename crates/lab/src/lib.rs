@@ -44,6 +44,7 @@ pub mod device_sim;
 pub mod ec_bench;
 pub mod ec_demo;
 pub mod eplog;
+pub mod gluster_peer;
 pub mod kv_bench;
 pub mod kv_bench_ycsb;
 pub mod mds_bench;

@@ -20,8 +20,15 @@ use serde::Serialize;
 use crate::codfs_local::{LocalCluster, LocalSpec};
 use crate::{LabError, Result};
 
+/// The degraded read's row.
+const DEGRADED_ROW: &str = "sequential read, 2 OSDs / bricks killed (1 MiB)";
 /// How long a mount gets to appear.
 const MOUNT_WAIT_SECS_MAX: u64 = 30;
+/// OSDs (bricks) killed for the degraded read: m of RS 6+2, the most the read survives.
+const DEGRADED_KILLED: usize = 2;
+/// How long after the kill the degraded read starts: the MDS has declared the OSDs down (its
+/// `down_after_ms`, 2 s, and a heartbeat) and promoted new primaries.
+const DEGRADED_SETTLE: Duration = Duration::from_secs(4);
 /// Bytes each small file gets.
 const SMALL_FILE_BYTES: usize = 64;
 /// The request size of the sequential write and read.
@@ -46,6 +53,9 @@ pub struct MountBenchConfig {
     pub tree: Option<PathBuf>,
     /// A mounted GlusterFS volume to run on (None: not run).
     pub gluster: Option<PathBuf>,
+    /// Set up a GlusterFS disperse k+m volume for the run ([`crate::gluster_peer`]) and run on
+    /// it (instead of `gluster`).
+    pub gluster_setup: bool,
     /// Run bindfs over a local directory too.
     pub bindfs: bool,
     /// Where everything lives (None: a temporary directory).
@@ -65,6 +75,7 @@ impl MountBenchConfig {
             seq_bytes: 1 << 30,
             tree: None,
             gluster: None,
+            gluster_setup: false,
             bindfs: true,
             dir: None,
         }
@@ -87,6 +98,12 @@ impl MountBenchConfig {
             return Err(LabError::Config {
                 field: "files",
                 msg: "--files and --seq-size must be above 0".into(),
+            });
+        }
+        if self.gluster.is_some() && self.gluster_setup {
+            return Err(LabError::Config {
+                field: "gluster",
+                msg: "--gluster names a mounted volume, --gluster-setup makes one: not both".into(),
             });
         }
         if let Some(g) = &self.gluster {
@@ -298,6 +315,12 @@ fn sequential(path: &Path, bytes: u64) -> Result<(f64, f64)> {
     f.sync_all().map_err(|e| run_err("fsync", e))?;
     drop(f);
     let write = bytes as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9);
+    Ok((write, read_back(path, bytes)?))
+}
+
+/// Reads `path` whole in 1 MiB requests through a new open after dropping the page cache: MB/s.
+fn read_back(path: &Path, bytes: u64) -> Result<f64> {
+    let mut buf = vec![0u8; SEQ_REQUEST_BYTES];
     drop_page_cache();
     let t = Instant::now();
     let mut f = File::open(path).map_err(|e| run_err("open", e))?;
@@ -315,10 +338,92 @@ fn sequential(path: &Path, bytes: u64) -> Result<(f64, f64)> {
             path.display()
         )));
     }
-    Ok((
-        write,
-        bytes as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9),
-    ))
+    Ok(bytes as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// `ecstack cluster put` of a local file of `bytes` and `cluster get` of it back, on the cluster
+/// the mount runs on: (put, get) MB/s, the figures the mount's sequential ones are set against.
+fn put_get(exe: &Path, config: &Path, dir: &Path, bytes: u64) -> Result<(f64, f64)> {
+    let local = dir.join("put-source.bin");
+    let mut buf = vec![0u8; SEQ_REQUEST_BYTES];
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i * 31 % 251) as u8;
+    }
+    {
+        let mut f = File::create(&local).map_err(|e| run_err("create", e))?;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            f.write_all(&buf[..n]).map_err(|e| run_err("write", e))?;
+            left -= n as u64;
+        }
+    }
+    let cluster = |args: &[&std::ffi::OsStr]| -> Result<f64> {
+        let t = Instant::now();
+        run_tool(
+            Command::new(exe)
+                .arg("cluster")
+                .args(args)
+                .arg("--config")
+                .arg(config),
+        )?;
+        Ok(bytes as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9))
+    };
+    let put = cluster(&["put".as_ref(), local.as_os_str(), "/bench-put.bin".as_ref()])?;
+    let _ = std::fs::remove_file(&local);
+    drop_page_cache();
+    let got = dir.join("get-copy.bin");
+    let get = cluster(&["get".as_ref(), "/bench-put.bin".as_ref(), got.as_os_str()])?;
+    let _ = std::fs::remove_file(&got);
+    cluster(&["rm".as_ref(), "/bench-put.bin".as_ref()])?;
+    Ok((put, get))
+}
+
+/// The GlusterFS volume mounted at `mnt` (from /proc/self/mounts: `host:/volume`).
+fn gluster_volume_of(mnt: &Path) -> Result<String> {
+    let mnt = mnt.canonicalize().unwrap_or_else(|_| mnt.to_owned());
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(' ');
+            let (src, at) = (f.next()?, f.next()?);
+            (at == mnt.to_str()?)
+                .then(|| src.rsplit_once(":/").map(|(_, v)| v.to_owned()))
+                .flatten()
+        })
+        .ok_or_else(|| {
+            LabError::Run(format!(
+                "{}: no GlusterFS volume mounted there",
+                mnt.display()
+            ))
+        })
+}
+
+/// SIGKILLs `count` brick processes of GlusterFS volume `volume` (pids from `gluster volume
+/// status`): the peer's failed OSDs.
+fn kill_gluster_bricks(volume: &str, count: usize) -> Result<()> {
+    let out = Command::new("gluster")
+        .args(["volume", "status", volume])
+        .output()
+        .map_err(|e| run_err("gluster volume status", e))?;
+    let pids: Vec<i32> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("Brick "))
+        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
+        .filter(|&p: &i32| p > 0)
+        .take(count)
+        .collect();
+    if pids.len() < count {
+        return Err(LabError::Run(format!(
+            "gluster volume status {volume}: {} running bricks, {count} to kill",
+            pids.len()
+        )));
+    }
+    for pid in pids {
+        run_tool(Command::new("kill").args(["-KILL", &pid.to_string()]))?;
+    }
+    Ok(())
 }
 
 /// `tar -xf` of `tarball` into `dir/tree`, then `git status` there (after an untimed
@@ -501,6 +606,23 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
             }),
         ));
     }
+    let mut made_volume = None;
+    if cfg.gluster_setup {
+        log(&format!(
+            "setting up GlusterFS: disperse {}+{} over {} bricks",
+            cfg.k,
+            cfg.m,
+            cfg.k + cfg.m
+        ));
+        let v = crate::gluster_peer::GlusterVolume::create(
+            &dir.join("gluster"),
+            &format!("ecstack{stamp}"),
+            cfg.k,
+            cfg.m,
+        )?;
+        targets.push(("gluster".into(), v.mountpoint.clone(), None));
+        made_volume = Some(v);
+    }
     if let Some(g) = &cfg.gluster {
         targets.push(("gluster".into(), g.clone(), None));
     }
@@ -509,7 +631,45 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
     for (name, mnt, _) in &targets {
         log(&format!("{name}: {}", mnt.display()));
         let work = mnt.join(format!("ecstack-bench-{stamp}"));
-        let figures = run_target(cfg, &work, tarball.as_ref(), &dir, log)?;
+        let mut figures = run_target(cfg, &work, tarball.as_ref(), &dir, log)?;
+        let seq = work.join("seq.bin");
+        match name.as_str() {
+            "ours" => {
+                let (put, get) = put_get(&cfg.exe, &cluster.config_path(), &dir, cfg.seq_bytes)?;
+                log(&format!(
+                    "  cluster put {put:.0} MB/s, cluster get {get:.0} MB/s (same cluster)"
+                ));
+                figures.push(("cluster put (same cluster)".to_owned(), "MB/s", put));
+                figures.push(("cluster get (same cluster)".to_owned(), "MB/s", get));
+                for i in 0..DEGRADED_KILLED {
+                    cluster.kill_osd(i);
+                }
+                std::thread::sleep(DEGRADED_SETTLE);
+                let read = read_back(&seq, cfg.seq_bytes)?;
+                log(&format!(
+                    "  degraded read ({DEGRADED_KILLED} OSDs killed): {read:.0} MB/s"
+                ));
+                figures.push((DEGRADED_ROW.to_owned(), "MB/s", read));
+                for i in 0..DEGRADED_KILLED {
+                    cluster
+                        .start_osd(i)
+                        .map_err(|e| run_err("restarting an OSD", e))?;
+                }
+            }
+            "gluster" => {
+                let volume = gluster_volume_of(mnt)?;
+                kill_gluster_bricks(&volume, DEGRADED_KILLED)?;
+                std::thread::sleep(DEGRADED_SETTLE);
+                let read = read_back(&seq, cfg.seq_bytes);
+                run_tool(Command::new("gluster").args(["volume", "start", &volume, "force"]))?;
+                let read = read?;
+                log(&format!(
+                    "  degraded read ({DEGRADED_KILLED} bricks killed): {read:.0} MB/s"
+                ));
+                figures.push((DEGRADED_ROW.to_owned(), "MB/s", read));
+            }
+            _ => {}
+        }
         for (workload, unit, v) in figures {
             match rows.iter_mut().find(|r| r.workload == workload) {
                 Some(r) => r.figures.push((name.clone(), v)),
@@ -528,6 +688,7 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
         }
     }
     drop(targets);
+    drop(made_volume);
     drop(_ours);
     cluster.stop();
     Ok(MountBenchReport {

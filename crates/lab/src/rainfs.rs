@@ -31,7 +31,8 @@ pub struct Tools {
     pub module: PathBuf,
 }
 
-fn on_path(name: &str) -> Option<PathBuf> {
+/// The first `name` on `PATH`.
+pub(crate) fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))

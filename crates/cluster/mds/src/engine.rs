@@ -480,6 +480,10 @@ impl MdsCore {
             }
         }
         let mut tasks = Vec::new();
+        if wanted.is_empty() {
+            // (Every heartbeat comes here: the pending files are read only when needed.)
+            return Ok(tasks);
+        }
         let pending = self.pending_segments()?;
         for (segment_id, mut chunks) in wanted {
             let Some(s) = self.store.segment(segment_id).map_err(internal)? else {

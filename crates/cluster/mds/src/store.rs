@@ -777,6 +777,7 @@ impl SqlStore<SqliteDb> {
                 conn,
                 _lock: Some(lock),
             },
+            loads: Default::default(),
         };
         store.check_or_init(path)?;
         Ok(store)
@@ -790,6 +791,7 @@ impl SqlStore<SqliteDb> {
             Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         SqlStore {
             db: SqliteDb { conn, _lock: None },
+            loads: Default::default(),
         }
     }
 

@@ -377,6 +377,7 @@ impl SqlStore<PgDb> {
                 }),
                 fence,
             },
+            loads: Default::default(),
         };
         if fence.is_none() {
             store.lock(&at)?;

@@ -70,6 +70,59 @@ pub fn run(open: &dyn Fn() -> Box<dyn MetadataStore>) {
     // Everything applied above is still there after the handle is dropped and reopened.
     let s = open();
     check_after_reopen(s.as_ref());
+    drop(s);
+    loads_follow_batches(open);
+}
+
+/// The loads one handle reports after a run of batches (a refused batch, new segments, a resized
+/// segment with a new primary, moved and replaced chunks, a removed segment and file) are what a
+/// fresh handle counts.
+fn loads_follow_batches(open: &dyn Fn() -> Box<dyn MetadataStore>) {
+    use ChunkState::*;
+    let mut s = open();
+    let before = s.osd_loads(2, 1).unwrap();
+    // A refused batch first (it drops the count: the loads are counted again below).
+    let steps = [
+        vec![
+            Mutation::PutFile(file(901, "l/a", true)),
+            Mutation::PutSegment(seg(9004, 901, 2, 5, 0)),
+            Mutation::PutSegment(seg(9005, 424242, 0, 1, 0)),
+        ],
+        vec![
+            Mutation::PutFile(file(901, "l/a", true)),
+            Mutation::PutFile(file(902, "l/b", true)),
+            Mutation::PutSegment(seg(9001, 901, 0, 600, 0)),
+            Mutation::PutChunk(chunk(9001, 0, Some(0), Healthy)),
+            Mutation::PutChunk(chunk(9001, 1, Some(1), Healthy)),
+            Mutation::PutChunk(chunk(9001, 2, Some(1), Healthy)),
+            Mutation::PutSegment(seg(9002, 901, 1, 7, 1)),
+            Mutation::PutChunk(chunk(9002, 0, Some(1), Healthy)),
+            Mutation::PutChunk(chunk(9002, 1, None, Lost)),
+            Mutation::PutSegment(seg(9003, 902, 0, 40, 1)),
+            Mutation::PutChunk(chunk(9003, 0, Some(1), Healthy)),
+            Mutation::PutChunk(chunk(9003, 1, Some(0), Healthy)),
+        ],
+        vec![
+            Mutation::PutSegment(seg(9002, 901, 1, 300, 0)),
+            Mutation::PutChunk(chunk(9002, 1, Some(0), Recovering)),
+        ],
+        vec![Mutation::PutChunk(chunk(9001, 2, Some(0), Stale))],
+        vec![Mutation::DeleteFile(902)],
+        vec![
+            Mutation::PutSegment(seg(9006, 901, 2, 5, 1)),
+            Mutation::PutChunk(chunk(9006, 0, Some(1), Healthy)),
+            Mutation::PutChunk(chunk(9006, 1, Some(0), Healthy)),
+        ],
+        vec![Mutation::DeleteSegment(9001)],
+    ];
+    for (i, batch) in steps.iter().enumerate() {
+        assert_eq!(s.apply(batch).is_err(), i == 0, "batch {i}");
+        s.osd_loads(2, 1).unwrap();
+    }
+    let cached = s.osd_loads(2, 1).unwrap();
+    assert_ne!(cached, before);
+    drop(s);
+    assert_eq!(cached, open().osd_loads(2, 1).unwrap());
 }
 
 fn empty_store(s: &dyn MetadataStore) {

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use ecstack_client::{
-    Attr, Client, ClientError, Errno, FileInfo, FileKind, MdsError, RenameFlags, SegmentCache,
+    Attr, Client, ClientError, Errno, FileKind, MdsError, RenameFlags, SegmentCache, SegmentLayout,
     SetAttr, SetTime,
 };
 use fuser::{
@@ -47,8 +47,8 @@ const UPDATES_IN_FLIGHT_MAX: usize = 16;
 struct FileState {
     /// As the MDS had it at the last open or commit.
     attr: Attr,
-    /// The committed segments' layouts.
-    info: FileInfo,
+    /// The committed segments' layouts, by index.
+    segments: Vec<SegmentLayout>,
     /// The size this mount sees (its own writes included).
     size: u64,
     /// The size or bytes changed here since the last commit.
@@ -56,6 +56,20 @@ struct FileState {
     /// When this mount last wrote (shown as mtime until the commit).
     mtime_ns: u64,
     opens: u32,
+}
+
+impl FileState {
+    /// A file as the MDS has it: not changed here, not open.
+    fn new(attr: Attr, segments: Vec<SegmentLayout>) -> FileState {
+        FileState {
+            size: attr.size,
+            mtime_ns: attr.mtime_ns,
+            attr,
+            segments,
+            changed: false,
+            opens: 0,
+        }
+    }
 }
 
 /// One file this mount has opened or resized.
@@ -265,6 +279,7 @@ impl Shared {
     async fn open_state(&self, ino: u64, slot: &mut Option<FileState>) -> Res<()> {
         let (attr, info) = self.client.open_file(ino).await.map_err(errno)?;
         self.cache().drop_stale(ino, attr.version);
+        let segments = info.segments;
         if let Some(n) = self.notifier.get() {
             // Attributes only (offset < 0): the page cache goes at the open itself (no
             // FOPEN_KEEP_CACHE). ENOENT (the kernel has no such inode cached) is harmless.
@@ -277,18 +292,9 @@ impl Shared {
             Some(st) => {
                 st.size = attr.size;
                 st.attr = attr;
-                st.info = info;
+                st.segments = segments;
             }
-            None => {
-                *slot = Some(FileState {
-                    size: attr.size,
-                    mtime_ns: attr.mtime_ns,
-                    attr,
-                    info,
-                    changed: false,
-                    opens: 0,
-                });
-            }
+            None => *slot = Some(FileState::new(attr, segments)),
         }
         Ok(())
     }
@@ -308,15 +314,10 @@ impl Shared {
                 return Ok(f(&mut cache));
             }
         }
-        let layout = st
-            .info
-            .segments
-            .iter()
-            .find(|s| s.index == idx)
-            .ok_or_else(|| {
-                tracing::error!(ino, idx, "a segment inside the file is not in its layout");
-                libc::EIO
-            })?;
+        let layout = st.segments.iter().find(|s| s.index == idx).ok_or_else(|| {
+            tracing::error!(ino, idx, "a segment inside the file is not in its layout");
+            libc::EIO
+        })?;
         let frames = self
             .client
             .read_segment(layout, 0, layout.length)
@@ -393,7 +394,7 @@ impl Shared {
     async fn flush_file(&self, ino: u64, st: &mut FileState) -> Res<()> {
         // What to write, copied out under one hold of the cache lock (this file's lock keeps
         // its dirty segments as they are until they are marked clean below).
-        let committed = st.info.segments.len() as u32;
+        let committed = st.segments.len() as u32;
         let mut resized = Vec::new();
         let mut whole = Vec::new();
         let mut updates = Vec::new();
@@ -407,7 +408,7 @@ impl Shared {
                     new.push(Bytes::copy_from_slice(&s.data));
                     continue;
                 }
-                let layout = st.info.segments[idx as usize].clone();
+                let layout = st.segments[idx as usize].clone();
                 if s.needs_whole_write() {
                     resized.push((layout.segment_id, s.data.len() as u64));
                     whole.push((layout, Bytes::copy_from_slice(&s.data)));
@@ -441,21 +442,33 @@ impl Shared {
         while let Some(r) = flight.join_next().await {
             Self::joined(Some(r))?;
         }
+        let mut grown = Vec::new();
         if !new.is_empty() {
             let lengths: Vec<u64> = new.iter().map(|d| d.len() as u64).collect();
-            let layouts = c.grow_file(ino, committed, &lengths).await.map_err(errno)?;
-            for (layout, data) in layouts.iter().zip(new) {
+            grown = c.grow_file(ino, committed, &lengths).await.map_err(errno)?;
+            for (layout, data) in grown.iter().zip(new) {
                 c.write_segment(layout, data, true).await.map_err(errno)?;
             }
         }
+        let relaid = !resized.is_empty();
         let set = SetAttr {
             size: Some(st.size),
             resized,
             data_changed: true,
             ..SetAttr::default()
         };
-        c.set_attr(ino, &set).await.map_err(errno)?;
-        let (attr, info) = c.open_file(ino).await.map_err(errno)?;
+        let attr = c.set_attr(ino, &set).await.map_err(errno)?;
+        let segments = if relaid {
+            // A segment rewritten whole has a new epoch at the MDS: its layouts, as they are now.
+            c.open_file(ino).await.map_err(errno)?.1.segments
+        } else {
+            // The commit changed no layout but for dropping segments past the end: the ones
+            // this mount had and the ones it just placed.
+            let mut segments = std::mem::take(&mut st.segments);
+            segments.extend(grown);
+            segments.truncate(st.size.div_ceil(self.seg) as usize);
+            segments
+        };
         {
             let mut cache = self.cache();
             for idx in dirty {
@@ -466,7 +479,7 @@ impl Shared {
         st.size = attr.size;
         st.mtime_ns = attr.mtime_ns;
         st.attr = attr;
-        st.info = info;
+        st.segments = segments;
         st.changed = false;
         Ok(())
     }
@@ -1236,7 +1249,13 @@ impl Filesystem for CodfsFs {
                 .map_err(errno)?;
             let entry = s.entry(a.ino);
             let mut guard = entry.state.lock().await;
-            s.open_state(a.ino, &mut guard).await?;
+            if a.size == 0 && guard.is_none() {
+                // A new (or empty) file has no segments: Mknod's reply is all an open would
+                // learn, so no OpenFile.
+                *guard = Some(FileState::new(a.clone(), Vec::new()));
+            } else {
+                s.open_state(a.ino, &mut guard).await?;
+            }
             let st = guard.as_mut().expect("opened");
             st.opens += 1;
             Shared::publish(&entry, st);
