@@ -9,13 +9,13 @@
 
 mod cluster_common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cluster_common::mount::{run, Mount};
 use cluster_common::*;
 use ecstack_lab::mds_failover::{active_mds, wait_active, wait_standby, DirLoad};
-use ecstack_lab::mount_bench::is_mountpoint;
 use ecstack_mds_proto::{MdsClient, MdsError};
 use ecstack_rpc::Security;
 
@@ -24,70 +24,6 @@ fn kills() -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
-}
-
-fn run(cmd: &mut Command) {
-    let o = cmd.output().expect("run a tool");
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// `ecstack cluster mount DIR`, unmounted by SIGTERM when dropped.
-struct Mounted {
-    dir: PathBuf,
-    child: Child,
-}
-
-impl Mounted {
-    fn start(rig: &Rig, dir: &Path) -> Mounted {
-        std::fs::create_dir_all(dir).unwrap();
-        let child = Command::new(exe())
-            .args(["cluster", "mount"])
-            .arg(dir)
-            .arg("--config")
-            .arg(rig.cluster.config_path())
-            .env_remove("ECSTACK_CLUSTER")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.with_extension("log")).unwrap())
-            .spawn()
-            .expect("run ecstack cluster mount");
-        let start = Instant::now();
-        while !is_mountpoint(dir) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "no mount: {}",
-                std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Mounted {
-            dir: dir.to_owned(),
-            child,
-        }
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let start = Instant::now();
-        while self.child.try_wait().ok().flatten().is_none() {
-            if start.elapsed() > Duration::from_secs(20) {
-                let _ = self.child.kill();
-                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.wait();
-    }
 }
 
 fn security(rig: &Rig) -> Security {
@@ -148,7 +84,7 @@ async fn the_active_mds_killed_during_a_tar_extract_through_the_mount_loses_noth
         .arg(&tree)
         .arg("."));
     let total = files_under(&tree);
-    let mnt = Mounted::start(&rig, &rig.dir.path().join("mnt"));
+    let mnt = Mount::start(&rig, &rig.dir.path().join("mnt"), "256M");
     for round in 0..kills() {
         let active = wait_active(&rig.cluster, &sec, Duration::from_secs(60))
             .await

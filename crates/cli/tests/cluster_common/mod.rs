@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod mount;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
