@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster_common::mount::{run, Mount};
+use cluster_common::mount::{run, tar_of, Mount};
 use cluster_common::*;
 use ecstack_lab::mds_failover::{active_mds, wait_active, wait_standby, DirLoad};
 use ecstack_mds_proto::{MdsClient, MdsError};
@@ -77,12 +77,7 @@ async fn the_active_mds_killed_during_a_tar_extract_through_the_mount_loses_noth
         .arg(root.join("crates/cluster/client"))
         .arg(&tree));
     let tarball = work.join("tree.tar");
-    run(Command::new("tar")
-        .arg("-cf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&tree)
-        .arg("."));
+    tar_of(&tree, &tarball);
     let total = files_under(&tree);
     let mnt = Mount::start(&rig, &rig.dir.path().join("mnt"), "256M");
     for round in 0..kills() {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cluster_common::mount::{mounted, run, Mount};
+use cluster_common::mount::{mounted, run, tar_of, Mount};
 use cluster_common::*;
 use ecstack_base::Rng;
 
@@ -75,12 +75,7 @@ async fn two_mounts_run_tar_and_diff_and_see_each_others_closes() {
     let tree = work.join("tree");
     source_tree(&tree, &mut rng, seg);
     let tarball = work.join("tree.tar");
-    run(Command::new("tar")
-        .arg("-cf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&tree)
-        .arg("."));
+    tar_of(&tree, &tarball);
 
     // A small cache on one mount: reads and writes of the big file go through evictions.
     let mut a = Mount::start(&rig, &rig.dir.path().join("mnt-a"), "2M");

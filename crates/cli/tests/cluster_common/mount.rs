@@ -19,6 +19,16 @@ pub fn run(cmd: &mut Command) -> std::process::Output {
     o
 }
 
+/// `tar -cf tarball -C tree .`: the tree to extract into a mount.
+pub fn tar_of(tree: &Path, tarball: &Path) {
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(tree)
+        .arg("."));
+}
+
 /// Whether `dir` is a mountpoint now (listed in /proc/self/mounts).
 pub fn mounted(dir: &Path) -> bool {
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
