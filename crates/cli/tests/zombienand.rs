@@ -98,35 +98,29 @@ fn death_rule_and_life_average_flags() {
         err.contains("--death-rule dead: expected capacity or retired-blocks"),
         "{err}"
     );
-    let o = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args([
-            "sim",
-            "zombienand",
-            "--drive",
-            "tiny",
-            "--working-set",
-            "0.1",
-        ])
-        .args(["--death-rule", "retired-blocks", "--life-average", "group"])
-        .output()
-        .unwrap();
+    // `ecstack sim zombienand --drive tiny` with more flags.
+    let sim = |more: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ecstack"))
+            .args(["sim", "zombienand", "--drive", "tiny"])
+            .args(more)
+            .output()
+            .unwrap()
+    };
+    let o = sim(&[
+        "--working-set",
+        "0.1",
+        "--death-rule",
+        "retired-blocks",
+        "--life-average",
+        "group",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("death rule retired-blocks, average group"),
         "{out}"
     );
-    let o = Command::new(env!("CARGO_BIN_EXE_ecstack"))
-        .args([
-            "sim",
-            "zombienand",
-            "--drive",
-            "tiny",
-            "--life-average",
-            "pool",
-        ])
-        .output()
-        .unwrap();
+    let o = sim(&["--life-average", "pool"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("--life-average pool: expected group or element"),
