@@ -92,6 +92,8 @@ pub struct OsdInfo {
     pub log_bytes: u64,
     /// Log or reserve merges since the OSD started (latest heartbeat).
     pub merges: u64,
+    /// The OSD's measured store throughput and load (latest heartbeat; [`OsdLoad`]).
+    pub load: OsdLoad,
     pub state: OsdState,
     pub last_heartbeat_ms_ago: u64,
 }
@@ -177,6 +179,8 @@ pub enum OsdTask {
     /// To a holder: drop these chunks of a removed or replaced segment, then report the segment in
     /// the next heartbeat's `deleted_segments`.
     Delete(DeleteTask),
+    /// To a holder: drop blocks of a removed or updated robust object.
+    DeleteObject(DeleteObjectTask),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +194,34 @@ pub struct RecoverTask {
 pub struct DeleteTask {
     pub segment_id: u64,
     pub chunks: Vec<u32>,
+}
+
+/// A coded block of a robust object: its coded id and the object version it was written at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RobustBlockKey {
+    pub id: u32,
+    pub version: u64,
+}
+
+/// To a holder: drop blocks of a robust object (`blocks` empty: every block of it), then report
+/// the object in the next heartbeat's `deleted_objects`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteObjectTask {
+    pub object_id: u64,
+    pub blocks: Vec<RobustBlockKey>,
+}
+
+/// What an OSD measures of its store and reports in each heartbeat (RobuSTore §5.3.1: writers and
+/// readers pick OSDs by bandwidth and load). Held in the MDS's memory, like `used_bytes`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OsdLoad {
+    /// Store read and write throughput, bytes/s (bytes over busy time, decayed; a probe at start).
+    pub read_bytes_per_s: u64,
+    pub write_bytes_per_s: u64,
+    /// Block and chunk requests queued or in service now.
+    pub queue_depth: u32,
+    /// Coded blocks of robust objects stored.
+    pub robust_blocks: u64,
 }
 
 /// Recovery progress since the last time recovery started from idle.
@@ -256,6 +288,10 @@ pub struct Heartbeat {
     pub reserve_bytes: u64,
     pub log_bytes: u64,
     pub merges: u64,
+    /// Measured throughput and load ([`OsdLoad`]).
+    pub load: OsdLoad,
+    /// Robust objects whose DeleteObjectTask for this OSD is done.
+    pub deleted_objects: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -463,6 +499,10 @@ impl From<OsdInfo> for proto::OsdInfo {
             reserve_bytes: o.reserve_bytes,
             log_bytes: o.log_bytes,
             merges: o.merges,
+            read_bytes_per_s: o.load.read_bytes_per_s,
+            write_bytes_per_s: o.load.write_bytes_per_s,
+            queue_depth: o.load.queue_depth,
+            robust_blocks: o.load.robust_blocks,
             state: osd_state_to_proto(o.state) as i32,
             last_heartbeat_ms_ago: o.last_heartbeat_ms_ago,
         }
@@ -482,6 +522,12 @@ impl TryFrom<proto::OsdInfo> for OsdInfo {
             reserve_bytes: o.reserve_bytes,
             log_bytes: o.log_bytes,
             merges: o.merges,
+            load: OsdLoad {
+                read_bytes_per_s: o.read_bytes_per_s,
+                write_bytes_per_s: o.write_bytes_per_s,
+                queue_depth: o.queue_depth,
+                robust_blocks: o.robust_blocks,
+            },
             state: osd_state_from_proto(o.state)?,
             last_heartbeat_ms_ago: o.last_heartbeat_ms_ago,
         })
@@ -565,6 +611,7 @@ impl From<FileInfo> for proto::FileInfo {
             segment_bytes: f.segment_bytes,
             segments: f.segments.into_iter().map(Into::into).collect(),
             update_scheme: f.scheme.code(),
+            robust: None,
         }
     }
 }
@@ -622,6 +669,12 @@ impl From<OsdTask> for proto::OsdTask {
                 segment_id: d.segment_id,
                 chunks: d.chunks,
             }),
+            OsdTask::DeleteObject(d) => {
+                proto::osd_task::Task::DeleteObject(proto::DeleteObjectTask {
+                    object_id: d.object_id,
+                    blocks: d.blocks.into_iter().map(Into::into).collect(),
+                })
+            }
         };
         proto::OsdTask { task: Some(task) }
     }
@@ -639,7 +692,29 @@ impl TryFrom<proto::OsdTask> for OsdTask {
                 segment_id: d.segment_id,
                 chunks: d.chunks,
             }),
+            proto::osd_task::Task::DeleteObject(d) => OsdTask::DeleteObject(DeleteObjectTask {
+                object_id: d.object_id,
+                blocks: d.blocks.into_iter().map(Into::into).collect(),
+            }),
         })
+    }
+}
+
+impl From<RobustBlockKey> for proto::RobustBlockKey {
+    fn from(k: RobustBlockKey) -> Self {
+        proto::RobustBlockKey {
+            id: k.id,
+            version: k.version,
+        }
+    }
+}
+
+impl From<proto::RobustBlockKey> for RobustBlockKey {
+    fn from(k: proto::RobustBlockKey) -> Self {
+        RobustBlockKey {
+            id: k.id,
+            version: k.version,
+        }
     }
 }
 
@@ -680,6 +755,8 @@ impl From<ClusterStatus> for proto::StatusReply {
             segments_recovering: s.segments_recovering,
             segments_lost: s.segments_lost,
             recovery: Some(s.recovery.into()),
+            robust_files: 0,
+            robust_objects_below_n: 0,
         }
     }
 }
@@ -795,6 +872,11 @@ impl MdsClient {
                 reserve_bytes: h.reserve_bytes,
                 log_bytes: h.log_bytes,
                 merges: h.merges,
+                read_bytes_per_s: h.load.read_bytes_per_s,
+                write_bytes_per_s: h.load.write_bytes_per_s,
+                queue_depth: h.load.queue_depth,
+                robust_blocks: h.load.robust_blocks,
+                deleted_objects: h.deleted_objects.clone(),
             })
             .await?
             .into_inner();
@@ -843,6 +925,7 @@ impl MdsClient {
             .allocate_segments(proto::AllocateSegmentsRequest {
                 file_id,
                 lengths: lengths.to_vec(),
+                osd_hint: Vec::new(),
             })
             .await?
             .into_inner();

@@ -17,7 +17,7 @@ use crate::store::{
 };
 use ecstack_mds_proto::{
     ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
-    Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdRegistration, OsdState, OsdTask, RecoverTask,
+    Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdLoad, OsdRegistration, OsdState, OsdTask, RecoverTask,
     RecoveryProgress, Registered, SegmentLayout, UpdateScheme, NO_OSD,
 };
 
@@ -171,6 +171,7 @@ struct OsdUsage {
     reserve_bytes: u64,
     log_bytes: u64,
     merges: u64,
+    load: OsdLoad,
 }
 
 /// One line for a put that would change a path's update scheme (issue 41: refused).
@@ -436,6 +437,7 @@ impl MdsCore {
                 reserve_bytes: h.reserve_bytes,
                 log_bytes: h.log_bytes,
                 merges: h.merges,
+                load: h.load,
             },
         );
 
@@ -1141,6 +1143,7 @@ impl MdsCore {
                         reserve_bytes: usage.reserve_bytes,
                         log_bytes: usage.log_bytes,
                         merges: usage.merges,
+                        load: usage.load,
                         state: o.state,
                         last_heartbeat_ms_ago: now.saturating_sub(
                             self.last_seen

@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status};
 
 use crate::engine::MdsCore;
 use ecstack_mds_proto::proto;
-use ecstack_mds_proto::{
+use ecstack_mds_proto::{OsdLoad, 
     Attr, FileKind, Heartbeat, MdsError, OsdRegistration, OsdState, RenameFlags, SetAttr,
     UpdateScheme,
 };
@@ -474,6 +474,13 @@ impl proto::mds_server::Mds for MdsService {
             reserve_bytes: r.reserve_bytes,
             log_bytes: r.log_bytes,
             merges: r.merges,
+            load: OsdLoad {
+                read_bytes_per_s: r.read_bytes_per_s,
+                write_bytes_per_s: r.write_bytes_per_s,
+                queue_depth: r.queue_depth,
+                robust_blocks: r.robust_blocks,
+            },
+            deleted_objects: r.deleted_objects,
         };
         let reply = self.0.run("heartbeat", move |c| c.heartbeat(&hb)).await?;
         Ok(Response::new(proto::HeartbeatReply {
