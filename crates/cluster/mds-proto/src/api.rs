@@ -147,8 +147,8 @@ impl SegmentLayout {
     }
 }
 
-/// A committed file with the layout of every segment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A committed file with the layout of every segment (or, for a robust file, its block map).
+#[derive(Debug, Clone, PartialEq)]
 pub struct FileInfo {
     pub file_id: u64,
     pub path: String,
@@ -158,6 +158,8 @@ pub struct FileInfo {
     pub segments: Vec<SegmentLayout>,
     /// How the file's updates are stored (chosen at creation, never changed).
     pub scheme: UpdateScheme,
+    /// A robust file's coding and block map (then `segments` is empty).
+    pub robust: Option<crate::RobustInfo>,
 }
 
 /// One line of a listing.
@@ -253,6 +255,9 @@ pub struct ClusterStatus {
     /// Fewer than k usable chunks.
     pub segments_lost: u64,
     pub recovery: RecoveryProgress,
+    /// Committed robust files, and their objects with fewer than n blocks on OSDs not out.
+    pub robust_files: u64,
+    pub robust_objects_below_n: u64,
 }
 
 /// What an OSD tells the MDS when it starts.
@@ -611,7 +616,7 @@ impl From<FileInfo> for proto::FileInfo {
             segment_bytes: f.segment_bytes,
             segments: f.segments.into_iter().map(Into::into).collect(),
             update_scheme: f.scheme.code(),
-            robust: None,
+            robust: f.robust.map(Into::into),
         }
     }
 }
@@ -632,6 +637,7 @@ impl TryFrom<proto::FileInfo> for FileInfo {
                 .collect::<Result<_, _>>()?,
             scheme: UpdateScheme::from_code(f.update_scheme)
                 .map_err(|e| MdsError::Protocol(format!("file {}: {e}", f.file_id)))?,
+            robust: f.robust.map(TryInto::try_into).transpose()?,
         })
     }
 }
@@ -755,8 +761,8 @@ impl From<ClusterStatus> for proto::StatusReply {
             segments_recovering: s.segments_recovering,
             segments_lost: s.segments_lost,
             recovery: Some(s.recovery.into()),
-            robust_files: 0,
-            robust_objects_below_n: 0,
+            robust_files: s.robust_files,
+            robust_objects_below_n: s.robust_objects_below_n,
         }
     }
 }
@@ -779,6 +785,8 @@ impl TryFrom<proto::StatusReply> for ClusterStatus {
             segments_recovering: s.segments_recovering,
             segments_lost: s.segments_lost,
             recovery: s.recovery.map(Into::into).unwrap_or_default(),
+            robust_files: s.robust_files,
+            robust_objects_below_n: s.robust_objects_below_n,
         })
     }
 }
@@ -920,12 +928,23 @@ impl MdsClient {
         file_id: u64,
         lengths: &[u64],
     ) -> Result<Vec<SegmentLayout>, MdsError> {
+        self.allocate_segments_on(file_id, lengths, &[]).await
+    }
+
+    /// [`MdsClient::allocate_segments`] with the chunks placed on the OSDs of `osd_hint` only
+    /// (empty: anywhere), e.g. an RS file on the OSDs a robust file it is compared with uses.
+    pub async fn allocate_segments_on(
+        &self,
+        file_id: u64,
+        lengths: &[u64],
+        osd_hint: &[u32],
+    ) -> Result<Vec<SegmentLayout>, MdsError> {
         let reply = self
             .raw()
             .allocate_segments(proto::AllocateSegmentsRequest {
                 file_id,
                 lengths: lengths.to_vec(),
-                osd_hint: Vec::new(),
+                osd_hint: osd_hint.to_vec(),
             })
             .await?
             .into_inner();

@@ -17,8 +17,10 @@ pub mod proto {
 mod api;
 mod failover;
 mod ns;
+mod robust;
 
 pub use api::*;
 pub use ecstack_rpc::UpdateScheme;
 pub use failover::FailoverChannel;
 pub use ns::*;
+pub use robust::*;

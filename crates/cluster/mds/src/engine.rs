@@ -9,16 +9,18 @@ use std::sync::Arc;
 
 #[path = "namespace.rs"]
 mod namespace;
+#[path = "robust.rs"]
+mod robust;
 
 use crate::placement::{place_chunk, place_segment, Candidate};
 use crate::store::{
-    ChunkRecord, DeleteRecord, FileRecord, MetadataStore, Mutation, OsdRecord, SegmentRecord,
-    StoreError, COUNTER_EPOCH, COUNTER_FILE, COUNTER_OSD, COUNTER_SEGMENT,
+    ChunkRecord, DeleteRecord, FileRecord, MetadataStore, Mutation, OsdRecord, RobustMutation,
+    SegmentRecord, StoreError, COUNTER_EPOCH, COUNTER_FILE, COUNTER_OSD, COUNTER_SEGMENT,
 };
 use ecstack_mds_proto::{
     ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
-    Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdLoad, OsdRegistration, OsdState, OsdTask, RecoverTask,
-    RecoveryProgress, Registered, SegmentLayout, UpdateScheme, NO_OSD,
+    Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdLoad, OsdRegistration, OsdState, OsdTask,
+    RecoverTask, RecoveryProgress, Registered, SegmentLayout, UpdateScheme, NO_OSD,
 };
 
 /// Longest path the MDS accepts, bytes.
@@ -428,6 +430,12 @@ impl MdsCore {
                 segment_id,
             });
         }
+        for &object_id in &h.deleted_objects {
+            batch.push(Mutation::Robust(RobustMutation::RemoveDeletes {
+                osd_id: h.osd_id,
+                object_id,
+            }));
+        }
         batch.commit(self.store.as_mut())?;
         self.last_seen.insert(h.osd_id, now);
         self.usage.insert(
@@ -451,6 +459,7 @@ impl MdsCore {
                 .into_iter()
                 .map(|(segment_id, chunks)| OsdTask::Delete(DeleteTask { segment_id, chunks })),
         );
+        tasks.extend(self.object_delete_tasks(h.osd_id)?);
         tasks.extend(
             self.recover_tasks(h.osd_id, &osds)?
                 .into_iter()
@@ -545,10 +554,28 @@ impl MdsCore {
         file_id: u64,
         lengths: &[u64],
     ) -> Result<Vec<SegmentLayout>, MdsError> {
+        self.allocate_segments_on(file_id, lengths, &[])
+    }
+
+    /// [`Self::allocate_segments`] on the OSDs of `osd_hint` only (empty: any), e.g. an RS file
+    /// on the OSDs a robust file it is compared with uses; refused unless n of them are UP.
+    pub fn allocate_segments_on(
+        &mut self,
+        file_id: u64,
+        lengths: &[u64],
+        osd_hint: &[u32],
+    ) -> Result<Vec<SegmentLayout>, MdsError> {
         let f = self.pending_file(file_id)?;
+        if self.store.robust_file(file_id).map_err(internal)?.is_some() {
+            return Err(MdsError::InvalidArgument(format!(
+                "file {} is a robust file: it has blocks, not segments",
+                f.path
+            )));
+        }
         let existing = self.store.segments_of_file(file_id).map_err(internal)?;
         let mut batch = Batch::new();
-        let layouts = self.place_segments(&mut batch, &f, existing.len() as u32, lengths)?;
+        let layouts =
+            self.place_segments(&mut batch, &f, existing.len() as u32, lengths, osd_hint)?;
         batch.commit(self.store.as_mut())?;
         Ok(layouts)
     }
@@ -561,6 +588,7 @@ impl MdsCore {
         f: &FileRecord,
         first: u32,
         lengths: &[u64],
+        osd_hint: &[u32],
     ) -> Result<Vec<SegmentLayout>, MdsError> {
         let seg_bytes = self.settings.params.segment_bytes;
         if lengths.is_empty() {
@@ -591,6 +619,15 @@ impl MdsCore {
         let osds = self.osd_map()?;
         let mut candidates = self.candidates(&osds)?;
         let (k, n) = (self.k(), self.n());
+        if !osd_hint.is_empty() {
+            candidates.retain(|c| osd_hint.contains(&c.osd_id));
+            if candidates.len() < n as usize {
+                return Err(MdsError::FailedPrecondition(format!(
+                    "the placement hint names {} OSDs that are up; a segment needs n = {n}",
+                    candidates.len()
+                )));
+            }
+        }
         let epoch = batch.next(self.store.as_ref(), COUNTER_EPOCH)?;
         let mut records = Vec::with_capacity(lengths.len());
         for (i, &length) in lengths.iter().enumerate() {
@@ -645,6 +682,7 @@ impl MdsCore {
                 }
             }
         }
+        self.drop_robust_blocks(batch, file_id)?;
         batch.push(Mutation::DeleteFile(file_id));
         Ok(())
     }
@@ -1126,7 +1164,10 @@ impl MdsCore {
         for chunks in by_segment.values() {
             counts[segment_health(chunks, &osds, self.k(), self.n()) as usize] += 1;
         }
+        let (robust_files, robust_objects_below_n) = self.robust_census(&osds)?;
         Ok(ClusterStatus {
+            robust_files,
+            robust_objects_below_n,
             cluster_id: self.settings.params.cluster_id.clone(),
             params: self.settings.params.clone(),
             osds: osds

@@ -511,7 +511,7 @@ fn out_moves_chunks_to_new_holders_and_recovery_completes() {
             .into_iter()
             .filter_map(|t| match t {
                 OsdTask::Recover(x) => Some(x),
-                OsdTask::Delete(_) => None,
+                OsdTask::Delete(_) | OsdTask::DeleteObject(_) => None,
             })
             .collect();
         assert_eq!(&got, expected);
@@ -1390,4 +1390,247 @@ fn puts_make_their_directories_and_replace_files_in_place() {
     r.mds.remove_file("/alias").unwrap();
     assert!(r.mds.remove_file("a/b").is_err(), "a directory");
     assert_eq!(r.mds.list_files("").unwrap().len(), 1);
+}
+
+// ---- robust files
+
+fn robust_params() -> RobustParams {
+    RobustParams {
+        code: RobustCode::RaptorQ,
+        block_bytes: 1024,
+        redundancy: 1.0,
+        object_blocks: 2,
+        lt_c: 0.0,
+        lt_delta: 0.0,
+    }
+}
+
+fn robust_object(index: u32, length: u64) -> RobustObject {
+    let k = length.div_ceil(1024) as u32;
+    RobustObject {
+        object_id: 0,
+        index,
+        length,
+        k,
+        n: 2 * k,
+        id_space: 4 * k,
+        seed: 0,
+        version: 1,
+        blocks: Vec::new(),
+    }
+}
+
+/// Blocks 0..count of an object at `version`, round-robin on `osds`.
+fn placements(count: u32, version: u64, osds: &[u32]) -> Vec<BlockPlacement> {
+    (0..count)
+        .map(|id| BlockPlacement {
+            key: RobustBlockKey { id, version },
+            osd_id: osds[id as usize % osds.len()],
+            addr: String::new(),
+            up: false,
+        })
+        .collect()
+}
+
+#[test]
+fn a_robust_file_is_visible_at_its_commit_and_its_blocks_are_dropped_with_it() {
+    let mut r = rig(4);
+    let objects = [robust_object(0, 2048), robust_object(1, 100)];
+    let (f, ids) = r
+        .mds
+        .create_robust_file("/r/x", robust_params(), 2148, &objects)
+        .unwrap();
+    assert!(
+        r.mds.lookup_file("/r/x").is_err(),
+        "invisible before the commit"
+    );
+    let committed: Vec<RobustObject> = objects
+        .iter()
+        .zip(&ids)
+        .map(|(o, &id)| RobustObject {
+            object_id: id,
+            blocks: placements(o.n, 1, &r.ids),
+            ..o.clone()
+        })
+        .collect();
+    r.mds.commit_robust_file(f, &committed).unwrap();
+    r.mds.commit_robust_file(f, &committed).unwrap(); // a retried commit
+    let info = r.mds.lookup_file("/r/x").unwrap();
+    let robust = info.robust.unwrap();
+    assert_eq!(robust.objects.len(), 2);
+    assert_eq!(robust.objects[0].blocks.len(), 4);
+    assert_eq!(robust.objects_below_n, 0);
+    assert!(robust.objects[0]
+        .blocks
+        .iter()
+        .all(|b| b.up && !b.addr.is_empty()));
+    let st = r.mds.status().unwrap();
+    assert_eq!((st.robust_files, st.robust_objects_below_n), (1, 0));
+
+    // Replacing the file drops every block of the old one: one task per object and holder.
+    let (g, gids) = r
+        .mds
+        .create_robust_file("/r/x", robust_params(), 100, &[robust_object(0, 100)])
+        .unwrap();
+    let mut o = robust_object(0, 100);
+    o.object_id = gids[0];
+    o.blocks = placements(2, 1, &r.ids[..1]);
+    r.mds.commit_robust_file(g, &[o]).unwrap();
+    let tasks = hb(&mut r.mds, r.ids[0]).tasks;
+    let dropped: Vec<u64> = tasks
+        .iter()
+        .filter_map(|t| match t {
+            OsdTask::DeleteObject(d) if d.blocks.is_empty() => Some(d.object_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dropped, ids, "both old objects had blocks on the first OSD");
+    r.mds
+        .heartbeat(&Heartbeat {
+            osd_id: r.ids[0],
+            deleted_objects: ids.clone(),
+            ..Heartbeat::default()
+        })
+        .unwrap();
+    assert!(hb(&mut r.mds, r.ids[0])
+        .tasks
+        .iter()
+        .all(|t| !matches!(t, OsdTask::DeleteObject(_))));
+
+    // An OSD out leaves the object below N, counted by status.
+    r.mds.osd_out(r.ids[0]).unwrap();
+    let st = r.mds.status().unwrap();
+    assert_eq!(st.robust_objects_below_n, 1);
+}
+
+#[test]
+fn robust_puts_with_bad_objects_or_blocks_are_refused_with_one_line() {
+    let mut r = rig(4);
+    let p = robust_params();
+    let bad = |r: &mut Rig, params: RobustParams, size: u64, o: RobustObject| {
+        r.mds
+            .create_robust_file("/bad", params, size, &[o])
+            .unwrap_err()
+            .to_string()
+    };
+    let e = bad(
+        &mut r,
+        RobustParams {
+            redundancy: 0.0,
+            ..p
+        },
+        100,
+        robust_object(0, 100),
+    );
+    assert!(e.contains("redundancy D = 0"), "{e}");
+    let e = bad(&mut r, p, 101, robust_object(0, 100));
+    assert!(e.contains("hold 100 bytes, the file is 101"), "{e}");
+    let e = bad(&mut r, p, 5000, robust_object(0, 5000));
+    assert!(e.contains("exceeds the file's 2 source blocks"), "{e}");
+    let mut o = robust_object(0, 100);
+    o.n = 1;
+    let e = bad(&mut r, p, 100, o);
+    assert!(e.contains("K < N"), "{e}");
+
+    let (f, ids) = r
+        .mds
+        .create_robust_file("/r/y", p, 2048, &[robust_object(0, 2048)])
+        .unwrap();
+    let mut o = robust_object(0, 2048);
+    o.object_id = ids[0];
+    o.blocks = placements(1, 1, &r.ids);
+    let e = r
+        .mds
+        .commit_robust_file(f, &[o.clone()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("fewer than its K = 2"), "{e}");
+    o.blocks = placements(3, 1, &r.ids);
+    o.blocks[2].key.id = 0;
+    let e = r
+        .mds
+        .commit_robust_file(f, &[o.clone()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("names block 0 twice"), "{e}");
+    o.blocks[2].key.id = 99;
+    let e = r
+        .mds
+        .commit_robust_file(f, &[o.clone()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("outside its id space of 8"), "{e}");
+    o.blocks[2].key.id = 2;
+    o.blocks[2].osd_id = 77;
+    let e = r
+        .mds
+        .commit_robust_file(f, &[o.clone()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown OSD 77"), "{e}");
+    let e = r.mds.commit_file(f, 2048).unwrap_err().to_string();
+    assert!(e.contains("is a robust file"), "{e}");
+    let e = r.mds.allocate_segments(f, &[10]).unwrap_err().to_string();
+    assert!(e.contains("is a robust file"), "{e}");
+}
+
+#[test]
+fn an_update_records_the_next_version_and_drops_the_blocks_it_replaces() {
+    let mut r = rig(4);
+    let (f, ids) = r
+        .mds
+        .create_robust_file("/u", robust_params(), 2048, &[robust_object(0, 2048)])
+        .unwrap();
+    let mut o = robust_object(0, 2048);
+    o.object_id = ids[0];
+    o.blocks = placements(4, 1, &r.ids);
+    r.mds.commit_robust_file(f, &[o]).unwrap();
+    // Blocks 0 and 1 rewritten at version 2 on other OSDs; block 3 dropped.
+    let mut added = placements(2, 2, &r.ids[2..]);
+    added[1].osd_id = r.ids[3];
+    let u = RobustUpdate {
+        file_id: f,
+        object_id: ids[0],
+        version: 2,
+        added,
+        dropped: vec![RobustBlockKey { id: 3, version: 1 }],
+        seed: 0,
+    };
+    let now = r.mds.update_robust_object(&u).unwrap();
+    assert_eq!(now.version, 2);
+    let keys: Vec<(u32, u64)> = now
+        .blocks
+        .iter()
+        .map(|b| (b.key.id, b.key.version))
+        .collect();
+    assert_eq!(keys, [(0, 2), (1, 2), (2, 1)]);
+    // A second update at the same version is refused: another came first.
+    let e = r.mds.update_robust_object(&u).unwrap_err().to_string();
+    assert!(e.contains("is at version 2"), "{e}");
+    // The replaced blocks' holders are told to drop exactly them.
+    let tasks = hb(&mut r.mds, r.ids[0]).tasks;
+    assert!(tasks.contains(&OsdTask::DeleteObject(DeleteObjectTask {
+        object_id: ids[0],
+        blocks: vec![RobustBlockKey { id: 0, version: 1 }],
+    })));
+    let tasks = hb(&mut r.mds, r.ids[3]).tasks;
+    assert!(tasks.contains(&OsdTask::DeleteObject(DeleteObjectTask {
+        object_id: ids[0],
+        blocks: vec![RobustBlockKey { id: 3, version: 1 }],
+    })));
+    // Below K is refused.
+    let e = r
+        .mds
+        .update_robust_object(&RobustUpdate {
+            version: 3,
+            added: Vec::new(),
+            dropped: vec![
+                RobustBlockKey { id: 0, version: 2 },
+                RobustBlockKey { id: 1, version: 2 },
+            ],
+            ..u
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("would keep 1 blocks"), "{e}");
 }

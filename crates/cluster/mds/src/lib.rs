@@ -16,6 +16,7 @@ pub mod service;
 pub mod standby;
 pub mod store;
 pub mod store_pg;
+pub mod store_robust;
 pub mod store_sql;
 
 #[cfg(test)]
@@ -28,4 +29,8 @@ pub use ecstack_mds_proto::{
     FileInfo, FileKind, FileSummary, FsStats, Heartbeat, HeartbeatReply, MdsClient, MdsError,
     OsdInfo, OsdRegistration, OsdState, OsdTask, RecoverTask, RecoveryProgress, Registered,
     RenameFlags, SegmentLayout, SetAttr, SetTime, UpdateScheme,
+};
+pub use ecstack_mds_proto::{
+    BlockPlacement, DeleteObjectTask, OsdLoad, RobustBlockKey, RobustCode, RobustInfo,
+    RobustObject, RobustParams, RobustUpdate,
 };

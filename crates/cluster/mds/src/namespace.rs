@@ -230,6 +230,7 @@ impl MdsCore {
             mtime_ms: i.mtime_ns / 1_000_000,
             segment_bytes: seg,
             segments,
+            robust: self.robust_info(f.file_id, &osds)?,
         })
     }
 
@@ -941,7 +942,7 @@ impl MdsCore {
                 tx.drops.push(Mutation::DeleteSegment(s.segment_id));
             }
         }
-        let layouts = self.place_segments(&mut tx.batch, &f, first, lengths)?;
+        let layouts = self.place_segments(&mut tx.batch, &f, first, lengths, &[])?;
         // The new segments go after the old ones at their indexes are gone.
         let placed = std::mem::take(&mut tx.batch.muts);
         tx.drops.extend(placed);
@@ -1011,6 +1012,18 @@ impl MdsCore {
         path: &str,
         scheme: Option<UpdateScheme>,
     ) -> Result<u64, MdsError> {
+        let (batch, file_id) = self.start_file(path, scheme)?;
+        batch.commit(self.store.as_mut())?;
+        Ok(file_id)
+    }
+
+    /// [`Self::create_file_with`]'s checks and its new pending file, in a batch not yet
+    /// committed (a robust put adds its objects to it).
+    pub(super) fn start_file(
+        &self,
+        path: &str,
+        scheme: Option<UpdateScheme>,
+    ) -> Result<(Batch, u64), MdsError> {
         if path.is_empty() {
             return Err(MdsError::InvalidArgument("path is empty".into()));
         }
@@ -1051,8 +1064,7 @@ impl MdsCore {
             committed: false,
             scheme,
         }));
-        batch.commit(self.store.as_mut())?;
-        Ok(file_id)
+        Ok((batch, file_id))
     }
 
     /// Makes a put visible at its path: the directories the path names are made (0755, owned by
@@ -1063,6 +1075,12 @@ impl MdsCore {
             Some(f) if f.committed && f.size == size => return Ok(()), // a retried commit
             _ => self.pending_file(file_id)?,
         };
+        if self.store.robust_file(file_id).map_err(internal)?.is_some() {
+            return Err(MdsError::InvalidArgument(format!(
+                "file {} is a robust file: commit it with its blocks (CommitRobustFile)",
+                f.path
+            )));
+        }
         let total: u64 = self
             .store
             .segments_of_file(file_id)
@@ -1076,6 +1094,18 @@ impl MdsCore {
                 f.path
             )));
         }
+        self.link_committed(f, size, Vec::new())
+    }
+
+    /// Links pending file `f` at its path with `size` bytes, with `extra` mutations in the same
+    /// transaction (a robust file's blocks): the rest of [`Self::commit_file`].
+    pub(super) fn link_committed(
+        &mut self,
+        f: FileRecord,
+        size: u64,
+        extra: Vec<Mutation>,
+    ) -> Result<(), MdsError> {
+        let file_id = f.file_id;
         let names = split_path(&f.path)
             .map_err(|why| MdsError::InvalidArgument(format!("path {:?}: {why}", f.path)))?;
         let Some((last, dirs)) = names.split_last() else {
@@ -1117,6 +1147,7 @@ impl MdsCore {
             committed: true,
             ..f.clone()
         }));
+        tx.files.extend(extra);
         let existing = if made {
             None
         } else {

@@ -21,9 +21,9 @@ use tonic::{Request, Response, Status};
 
 use crate::engine::MdsCore;
 use ecstack_mds_proto::proto;
-use ecstack_mds_proto::{OsdLoad, 
-    Attr, FileKind, Heartbeat, MdsError, OsdRegistration, OsdState, RenameFlags, SetAttr,
-    UpdateScheme,
+use ecstack_mds_proto::{
+    Attr, BlockPlacement, FileKind, Heartbeat, MdsError, OsdLoad, OsdRegistration, OsdState,
+    RenameFlags, RobustObject, RobustParams, RobustUpdate, SetAttr, UpdateScheme,
 };
 
 const OSD: &[Role] = &[Role::Osd];
@@ -68,6 +68,9 @@ pub static MDS_ROLES: RoleTable = RoleTable {
         ("RemoveXattr", CLIENT),
         ("OpenFile", CLIENT),
         ("GrowFile", CLIENT),
+        ("CreateRobustFile", CLIENT),
+        ("CommitRobustFile", CLIENT),
+        ("UpdateRobustObject", CLIENT),
         ("OsdOut", ADMIN),
         ("Status", CLIENT),
         ("Backup", ADMIN),
@@ -515,7 +518,7 @@ impl proto::mds_server::Mds for MdsService {
         let segs = self
             .0
             .run("allocate_segments", move |c| {
-                c.allocate_segments(r.file_id, &r.lengths)
+                c.allocate_segments_on(r.file_id, &r.lengths, &r.osd_hint)
             })
             .await?;
         Ok(Response::new(proto::AllocateSegmentsReply {
@@ -532,6 +535,71 @@ impl proto::mds_server::Mds for MdsService {
             .run("commit_file", move |c| c.commit_file(r.file_id, r.size))
             .await?;
         Ok(Response::new(proto::CommitFileReply {}))
+    }
+
+    async fn create_robust_file(
+        &self,
+        r: Request<proto::CreateRobustFileRequest>,
+    ) -> Reply<proto::CreateRobustFileReply> {
+        let r = r.into_inner();
+        let params: RobustParams = r
+            .params
+            .ok_or_else(|| MdsError::InvalidArgument("a robust file needs its parameters".into()))?
+            .try_into()
+            .map_err(|e: MdsError| MdsError::InvalidArgument(e.to_string()))?;
+        let objects = robust_objects(r.objects)?;
+        let (file_id, object_ids) = self
+            .0
+            .run("create_robust_file", move |c| {
+                c.create_robust_file(&r.path, params, r.size, &objects)
+            })
+            .await?;
+        Ok(Response::new(proto::CreateRobustFileReply {
+            file_id,
+            object_ids,
+        }))
+    }
+
+    async fn commit_robust_file(
+        &self,
+        r: Request<proto::CommitRobustFileRequest>,
+    ) -> Reply<proto::CommitFileReply> {
+        let r = r.into_inner();
+        let objects = robust_objects(r.objects)?;
+        self.0
+            .run("commit_robust_file", move |c| {
+                c.commit_robust_file(r.file_id, &objects)
+            })
+            .await?;
+        Ok(Response::new(proto::CommitFileReply {}))
+    }
+
+    async fn update_robust_object(
+        &self,
+        r: Request<proto::UpdateRobustObjectRequest>,
+    ) -> Reply<proto::UpdateRobustObjectReply> {
+        let r = r.into_inner();
+        let added = r
+            .added
+            .into_iter()
+            .map(BlockPlacement::try_from)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| MdsError::InvalidArgument(e.to_string()))?;
+        let u = RobustUpdate {
+            file_id: r.file_id,
+            object_id: r.object_id,
+            version: r.version,
+            added,
+            dropped: r.dropped.into_iter().map(Into::into).collect(),
+            seed: r.seed,
+        };
+        let object = self
+            .0
+            .run("update_robust_object", move |c| c.update_robust_object(&u))
+            .await?;
+        Ok(Response::new(proto::UpdateRobustObjectReply {
+            object: Some(object.into()),
+        }))
     }
 
     async fn lookup_file(&self, r: Request<proto::LookupFileRequest>) -> Reply<proto::FileInfo> {
@@ -855,4 +923,13 @@ fn kind_of(v: i32) -> Result<FileKind, Status> {
         .ok()
         .and_then(FileKind::from_code)
         .ok_or_else(|| MdsError::InvalidArgument(format!("unknown file kind {v}")).into())
+}
+
+/// Robust objects of a request as domain types; a malformed one is the caller's error.
+fn robust_objects(objects: Vec<proto::RobustObject>) -> Result<Vec<RobustObject>, MdsError> {
+    objects
+        .into_iter()
+        .map(RobustObject::try_from)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| MdsError::InvalidArgument(e.to_string()))
 }

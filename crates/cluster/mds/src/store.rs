@@ -16,6 +16,10 @@ use std::path::{Path, PathBuf};
 use ecstack_device::{holder_line, lock_file_with_pid, DeviceLock, LockError};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+pub use crate::store_robust::{
+    BlockRecord, ObjectCensus, ObjectDeleteRecord, RobustFileRecord, RobustMutation,
+    RobustObjectRecord,
+};
 use crate::store_sql::{int, put_inode_stmt, set_counter_stmt};
 pub use crate::store_sql::{Db, Row, SqlStore, Stmt, Value};
 
@@ -27,9 +31,10 @@ pub const STORE_MARKER: &str = "ecstack-mds-store";
 /// "Versioning"): 1 (first); 2 (`files.update_scheme`, the file's update scheme; version 1
 /// databases are migrated on open, their files become `fo`); 3 (the POSIX namespace: inodes,
 /// directory entries, symlinks, xattrs; a version-2 store's flat paths become directories, those a
-/// tree cannot hold go to `/lost+found`). Older versions are migrated on open by [`MIGRATIONS`];
-/// newer ones are refused.
-pub const STORE_VERSION: u32 = 3;
+/// tree cannot hold go to `/lost+found`); 4 (robust files: their coding, objects and coded
+/// blocks, `store_robust`; nothing existing changes). Older versions are migrated on open by
+/// [`MIGRATIONS`]; newer ones are refused.
+pub const STORE_VERSION: u32 = 4;
 /// The oldest schema version [`SqliteStore::open`] migrates.
 pub const STORE_VERSION_MIN: u32 = 1;
 
@@ -176,7 +181,7 @@ pub struct OsdLoad {
 }
 
 /// One change; [`MetadataStore::apply`] applies a batch of them atomically.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Mutation {
     SetCounter {
         name: &'static str,
@@ -224,6 +229,8 @@ pub enum Mutation {
         segment_id: u64,
     },
     SetRecovery(RecoveryProgress),
+    /// A change to robust files' tables (schema version 4).
+    Robust(RobustMutation),
 }
 
 /// The MDS's durable state. Implementations: [`SqliteStore`] and [`crate::store_pg::PgStore`],
@@ -297,6 +304,17 @@ pub trait MetadataStore: Send {
     /// the segment's length, k and the code's `align_bytes`) and primaries.
     fn osd_loads(&self, k: u32, align_bytes: u64) -> Result<BTreeMap<u32, OsdLoad>, StoreError>;
     fn recovery(&self) -> Result<RecoveryProgress, StoreError>;
+    /// A robust file's coding; `None` for a file of segments.
+    fn robust_file(&self, file_id: u64) -> Result<Option<RobustFileRecord>, StoreError>;
+    /// A robust file's objects, by index.
+    fn robust_objects(&self, file_id: u64) -> Result<Vec<RobustObjectRecord>, StoreError>;
+    fn robust_object(&self, object_id: u64) -> Result<Option<RobustObjectRecord>, StoreError>;
+    /// An object's committed blocks, by id.
+    fn blocks(&self, object_id: u64) -> Result<Vec<BlockRecord>, StoreError>;
+    /// Pending block deletions of an OSD, by (object, block).
+    fn object_deletes_for(&self, osd_id: u32) -> Result<Vec<ObjectDeleteRecord>, StoreError>;
+    /// (committed robust files, per committed object its n and its blocks per holder).
+    fn robust_census(&self) -> Result<(u64, Vec<ObjectCensus>), StoreError>;
 }
 
 /// Opens the store `[mds] store` names; also returns how to name it in messages (a PostgreSQL
@@ -386,12 +404,14 @@ INSERT INTO recovery VALUES (0, 0, 0, 0, 0, 0);
 /// the transaction that also writes the new version, so a migration is all or nothing. Never edit
 /// one: databases on disk were migrated by it.
 type Migration = fn(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>;
-const MIGRATIONS: [Migration; 2] = [
+const MIGRATIONS: [Migration; 3] = [
     // 1 → 2: the file's update scheme (`UpdateScheme::code`: 0 fo, 1 fl, 2 codfs-pl, 3 plr).
     // Files of a version-1 store were all updated in place: fo.
     |tx| tx.execute_batch("ALTER TABLE files ADD COLUMN update_scheme INTEGER NOT NULL DEFAULT 0;"),
     // 2 → 3: the POSIX namespace ([`migrate_2_to_3`]).
     migrate_2_to_3,
+    // 3 → 4: robust files (`store_robust`).
+    |tx| tx.execute_batch(crate::store_robust::SCHEMA_V4),
 ];
 
 /// The tables of version 3: inodes, directory entries, extended attributes. `files.path` no longer
@@ -960,7 +980,7 @@ mod tests {
         assert_eq!(
             e,
             format!(
-                "metadata store {} has schema version 7; this ecstack reads versions 1 to 3 only",
+                "metadata store {} has schema version 7; this ecstack reads versions 1 to {STORE_VERSION} only",
                 path.display()
             )
         );

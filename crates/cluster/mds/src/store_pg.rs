@@ -31,8 +31,11 @@ use crate::store_sql::{put_inode_stmt, set_counter_stmt, Db, Row, SqlStore, Stmt
 
 /// The first schema version a PostgreSQL store has (the version PostgreSQL support came with).
 pub const PG_STORE_VERSION_MIN: u32 = 3;
-/// `PG_MIGRATIONS[i]` takes version `PG_STORE_VERSION_MIN + i` to the next (none yet).
-const PG_MIGRATIONS: [&str; 0] = [];
+/// `PG_MIGRATIONS[i]` takes version `PG_STORE_VERSION_MIN + i` to the next. Never edit one.
+const PG_MIGRATIONS: [&str; 1] = [
+    // 3 → 4: robust files (`store_robust`).
+    crate::store_robust::PG_SCHEMA_V4,
+];
 const _: () = assert!(STORE_VERSION == PG_STORE_VERSION_MIN + PG_MIGRATIONS.len() as u32);
 
 /// The advisory lock key of the MDS's session ("ecstack" read as a number, below 2^32 so that
@@ -448,6 +451,9 @@ impl SqlStore<PgDb> {
             }
             let mut tx = self.client().transaction()?;
             tx.batch_execute(PG_SCHEMA_V3)?;
+            for m in PG_MIGRATIONS {
+                tx.batch_execute(m)?;
+            }
             // What the SQLite store's migration to version 3 makes: the root directory.
             let root = new_inode(ROOT_INO, FileKind::Dir, 0o755, now_ns());
             for s in [
@@ -508,6 +514,57 @@ mod tests {
         });
     }
 
+    /// A database of version 3 (what this code's first PostgreSQL release made: the frozen
+    /// [`PG_SCHEMA_V3`], its root and a file) is migrated on open, keeping what it held, and
+    /// ends with a new database's schema.
+    #[test]
+    fn a_version_3_database_is_migrated_on_open() {
+        let Some(pg) = server() else { return };
+        let url = pg.create_db("v3");
+        {
+            let mut c = Client::connect(&url, NoTls).unwrap();
+            c.batch_execute(PG_SCHEMA_V3).unwrap();
+            c.batch_execute(
+                "INSERT INTO meta VALUES ('marker', 'ecstack-mds-store'), ('version', '3');
+                 INSERT INTO files VALUES (5, '/a', 7, 1700000000000, 1, 3);",
+            )
+            .unwrap();
+        }
+        let store = PgStore::connect(&url).unwrap();
+        let f = store.file(5).unwrap().unwrap();
+        assert_eq!(
+            (f.size, f.scheme),
+            (7, ecstack_mds_proto::UpdateScheme::Plr)
+        );
+        assert!(store.robust_file(5).unwrap().is_none());
+        assert_eq!(store.robust_census().unwrap(), (0, Vec::new()));
+        drop(store);
+        let columns = |url: &str| -> Vec<(String, String, String)> {
+            let mut c = Client::connect(url, NoTls).unwrap();
+            let mut cols: Vec<(String, String, String)> = c
+                .query(
+                    "SELECT table_name::text, column_name::text, data_type::text FROM information_schema.columns
+                     WHERE table_schema = current_schema()",
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect();
+            cols.sort();
+            cols
+        };
+        let fresh = pg.create_db("v4fresh");
+        drop(PgStore::connect(&fresh).unwrap());
+        assert_eq!(columns(&url), columns(&fresh));
+        let mut c = Client::connect(&url, NoTls).unwrap();
+        let v: String = c
+            .query_one("SELECT value FROM meta WHERE key = 'version'", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(v, STORE_VERSION.to_string());
+    }
+
     /// A second MDS on one database is refused while the first lives, naming its session.
     #[test]
     fn a_second_mds_on_one_database_is_refused() {
@@ -562,7 +619,7 @@ mod tests {
         }
         assert_eq!(
             line(&url),
-            format!("metadata store {url} has schema version 9; this ecstack reads versions 3 to 3 only")
+            format!("metadata store {url} has schema version 9; this ecstack reads versions 3 to {STORE_VERSION} only")
         );
     }
 

@@ -191,19 +191,19 @@ fn opt_i(r: &[Value], i: usize) -> Result<Option<i64>, StoreError> {
     }
 }
 
-fn get_i(r: &[Value], i: usize) -> Result<i64, StoreError> {
+pub(crate) fn get_i(r: &[Value], i: usize) -> Result<i64, StoreError> {
     opt_i(r, i)?.ok_or_else(|| bad(i, "an integer", Some(&Value::Null)))
 }
 
-fn get_u(r: &[Value], i: usize) -> Result<u64, StoreError> {
+pub(crate) fn get_u(r: &[Value], i: usize) -> Result<u64, StoreError> {
     uint(get_i(r, i)?)
 }
 
-fn get_u32(r: &[Value], i: usize) -> Result<u32, StoreError> {
+pub(crate) fn get_u32(r: &[Value], i: usize) -> Result<u32, StoreError> {
     uint32(get_i(r, i)?)
 }
 
-fn get_text(r: &[Value], i: usize) -> Result<String, StoreError> {
+pub(crate) fn get_text(r: &[Value], i: usize) -> Result<String, StoreError> {
     match r.get(i) {
         Some(Value::Text(s)) => Ok(s.clone()),
         other => Err(bad(i, "text", other)),
@@ -330,6 +330,7 @@ fn statements(m: &Mutation, out: &mut Vec<Stmt>) {
             ],
         )),
         Mutation::DeleteFile(id) => {
+            crate::store_robust::delete_file_statements(*id, out);
             out.push(stmt(
                 "DELETE FROM chunks WHERE segment_id IN (SELECT segment_id FROM segments WHERE file_id = ?1)",
                 vec![v(*id)],
@@ -394,6 +395,7 @@ fn statements(m: &Mutation, out: &mut Vec<Stmt>) {
             "DELETE FROM delete_tasks WHERE osd_id = ?1 AND segment_id = ?2",
             vec![v32(*osd_id), v(*segment_id)],
         )),
+        Mutation::Robust(r) => crate::store_robust::statements(r, out),
         Mutation::SetRecovery(r) => out.push(stmt(
             "UPDATE recovery SET chunks_total = ?1, chunks_done = ?2, bytes_done = ?3,
              started_ms = ?4, finished_ms = ?5 WHERE id = 0",
@@ -545,7 +547,8 @@ impl<D: Db> SqlStore<D> {
                 | Mutation::DeleteXattr { .. }
                 | Mutation::PutDelete(_)
                 | Mutation::RemoveDeletes { .. }
-                | Mutation::SetRecovery(_) => {}
+                | Mutation::SetRecovery(_)
+                | Mutation::Robust(_) => {}
             }
             if ids.len() > LOAD_CACHE_SEGMENTS_MAX {
                 return Ok(None);
@@ -810,6 +813,30 @@ impl<D: Db> MetadataStore for SqlStore<D> {
             loads: loads.clone(),
         });
         Ok(loads)
+    }
+
+    fn robust_file(&self, file_id: u64) -> Result<Option<RobustFileRecord>, StoreError> {
+        self.robust_file_row(file_id)
+    }
+
+    fn robust_objects(&self, file_id: u64) -> Result<Vec<RobustObjectRecord>, StoreError> {
+        self.robust_objects_of(file_id)
+    }
+
+    fn robust_object(&self, object_id: u64) -> Result<Option<RobustObjectRecord>, StoreError> {
+        self.robust_object_row(object_id)
+    }
+
+    fn blocks(&self, object_id: u64) -> Result<Vec<BlockRecord>, StoreError> {
+        self.blocks_of(object_id)
+    }
+
+    fn object_deletes_for(&self, osd_id: u32) -> Result<Vec<ObjectDeleteRecord>, StoreError> {
+        self.object_deletes_of(osd_id)
+    }
+
+    fn robust_census(&self) -> Result<(u64, Vec<ObjectCensus>), StoreError> {
+        self.robust_census_rows()
     }
 
     fn recovery(&self) -> Result<RecoveryProgress, StoreError> {

@@ -66,6 +66,7 @@ pub fn run(open: &dyn Fn() -> Box<dyn MetadataStore>) {
         inodes_and_entries(s.as_mut());
         batches_are_atomic(s.as_mut());
         delete_tasks_and_recovery(s.as_mut());
+        robust_files(s.as_mut());
     }
     // Everything applied above is still there after the handle is dropped and reopened.
     let s = open();
@@ -541,4 +542,103 @@ fn check_after_reopen(s: &dyn MetadataStore) {
     assert_eq!(s.segment(12).unwrap(), None);
     assert_eq!(s.deletes_for(1).unwrap().len(), 1);
     assert_eq!(s.recovery().unwrap().chunks_done, 4);
+}
+
+/// Robust files: coding, objects and blocks round-trip (D and LT's C, δ exactly), a block is
+/// replaced by id, the census counts per holder, delete tasks come and go, and a file's removal
+/// takes its robust rows with it.
+fn robust_files(s: &mut dyn MetadataStore) {
+    use ecstack_mds_proto::{RobustBlockKey, RobustCode, RobustParams};
+    let params = RobustParams {
+        code: RobustCode::Lt,
+        block_bytes: 1 << 20,
+        redundancy: 0.1 + 0.2,
+        object_blocks: 1024,
+        lt_c: 1.0,
+        lt_delta: 0.5,
+    };
+    let object = RobustObjectRecord {
+        object_id: 900,
+        file_id: 90,
+        index: 0,
+        length: 3 << 20,
+        k: 3,
+        n: 4,
+        id_space: 8,
+        seed: 12,
+        version: 1,
+    };
+    let block = |id: u32, version: u64, osd_id: u32| {
+        Mutation::Robust(RobustMutation::PutBlock(BlockRecord {
+            object_id: 900,
+            key: RobustBlockKey { id, version },
+            osd_id,
+        }))
+    };
+    s.apply(&[
+        Mutation::PutFile(file(90, "/robust", true)),
+        Mutation::Robust(RobustMutation::PutFile(RobustFileRecord {
+            file_id: 90,
+            params,
+        })),
+        Mutation::Robust(RobustMutation::PutObject(object.clone())),
+        block(0, 1, 1),
+        block(5, 1, 1),
+        block(2, 1, 2),
+        block(2, 2, 3),
+    ])
+    .unwrap();
+    let r = s.robust_file(90).unwrap().unwrap();
+    assert_eq!(r.params, params, "D = 0.1 + 0.2 reads back bit for bit");
+    assert_eq!(s.robust_objects(90).unwrap(), [object.clone()]);
+    assert_eq!(s.robust_object(900).unwrap(), Some(object));
+    let keys: Vec<(u32, u64, u32)> = s
+        .blocks(900)
+        .unwrap()
+        .iter()
+        .map(|b| (b.key.id, b.key.version, b.osd_id))
+        .collect();
+    assert_eq!(keys, [(0, 1, 1), (2, 2, 3), (5, 1, 1)]);
+    let (files, census) = s.robust_census().unwrap();
+    assert_eq!(files, 1);
+    assert_eq!(census[0].holders, [(1, 2), (3, 1)]);
+    s.apply(&[
+        Mutation::Robust(RobustMutation::DeleteBlock {
+            object_id: 900,
+            id: 5,
+        }),
+        Mutation::Robust(RobustMutation::PutDelete(ObjectDeleteRecord {
+            osd_id: 1,
+            object_id: 900,
+            block: Some(RobustBlockKey { id: 5, version: 1 }),
+        })),
+        Mutation::Robust(RobustMutation::PutDelete(ObjectDeleteRecord {
+            osd_id: 1,
+            object_id: 901,
+            block: None,
+        })),
+    ])
+    .unwrap();
+    assert_eq!(s.blocks(900).unwrap().len(), 2);
+    let tasks = s.object_deletes_for(1).unwrap();
+    assert_eq!(tasks.len(), 2);
+    assert_eq!(tasks[1].block, None);
+    s.apply(&[
+        Mutation::Robust(RobustMutation::RemoveDeletes {
+            osd_id: 1,
+            object_id: 900,
+        }),
+        Mutation::DeleteFile(90),
+    ])
+    .unwrap();
+    assert_eq!(s.object_deletes_for(1).unwrap().len(), 1);
+    assert!(s.robust_file(90).unwrap().is_none());
+    assert!(s.robust_objects(90).unwrap().is_empty());
+    assert!(s.blocks(900).unwrap().is_empty());
+    assert_eq!(s.robust_census().unwrap(), (0, Vec::new()));
+    s.apply(&[Mutation::Robust(RobustMutation::RemoveDeletes {
+        osd_id: 1,
+        object_id: 901,
+    })])
+    .unwrap();
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use ecstack_mds::service::{MdsHandle, MDS_ROLES};
 use ecstack_mds::{
-    FileKind, Heartbeat, MdsClient, MdsError, OsdRegistration, RenameFlags, SetAttr,
+    FileKind, Heartbeat, MdsClient, MdsError, OsdRegistration, RenameFlags, RobustCode,
+    RobustParams, RobustUpdate, SetAttr,
 };
 use ecstack_rpc::init::{init_cluster, issue_certificate_with_role, InitOptions};
 use ecstack_rpc::roles::proto_rpcs;
@@ -51,6 +52,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("RemoveXattr", &["client", "admin"]),
     ("OpenFile", &["client", "admin"]),
     ("GrowFile", &["client", "admin"]),
+    ("CreateRobustFile", &["client", "admin"]),
+    ("CommitRobustFile", &["client", "admin"]),
+    ("UpdateRobustObject", &["client", "admin"]),
     ("OsdOut", &["admin"]),
     ("Status", &["client", "admin"]),
     ("Backup", &["admin"]),
@@ -59,7 +63,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
 #[test]
 fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
     let rpcs = proto_rpcs(include_str!("../../mds-proto/proto/mds.proto"));
-    assert_eq!(rpcs.len(), 33, "{rpcs:?}");
+    assert_eq!(rpcs.len(), 36, "{rpcs:?}");
     assert!(EXPECTED
         .iter()
         .map(|(m, _)| *m)
@@ -137,6 +141,34 @@ async fn call(c: &MdsClient, method: &str) -> Result<(), MdsError> {
         "RemoveXattr" => c.remove_xattr(999, b"user.x").await,
         "OpenFile" => c.open_file(999).await.map(drop),
         "GrowFile" => c.grow_file(999, 0, &[1]).await.map(drop),
+        "CreateRobustFile" => c
+            .create_robust_file(
+                "/roles/robust",
+                RobustParams {
+                    code: RobustCode::RaptorQ,
+                    block_bytes: 0,
+                    redundancy: 1.0,
+                    object_blocks: 1,
+                    lt_c: 0.0,
+                    lt_delta: 0.0,
+                },
+                0,
+                &[],
+            )
+            .await
+            .map(drop),
+        "CommitRobustFile" => c.commit_robust_file(999, &[]).await,
+        "UpdateRobustObject" => c
+            .update_robust_object(&RobustUpdate {
+                file_id: 999,
+                object_id: 999,
+                version: 2,
+                added: Vec::new(),
+                dropped: Vec::new(),
+                seed: 0,
+            })
+            .await
+            .map(drop),
         "OsdOut" => c.osd_out(999).await.map(drop),
         "Status" => c.status().await.map(drop),
         "Backup" => c.backup(|_| Ok(())).await.map(drop),
@@ -191,7 +223,7 @@ async fn every_rpc_with_every_role() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 33);
+    assert_eq!(checked, 5 * 36);
 }
 
 /// A client holding another cluster's certificates: the handshake fails, and the error is final

@@ -285,3 +285,102 @@ fn a_failed_migration_leaves_the_store_at_version_2() {
     assert!(e.contains("inodes"), "{e}");
     assert_eq!(version_of(&path), "2");
 }
+
+/// A robust file's coding for the tests: LT, 1 KiB blocks, D = 0.5.
+fn robust_params() -> ecstack_mds::RobustParams {
+    ecstack_mds::RobustParams {
+        code: ecstack_mds::RobustCode::Lt,
+        block_bytes: 1024,
+        redundancy: 0.5,
+        object_blocks: 4,
+        lt_c: 1.0,
+        lt_delta: 0.5,
+    }
+}
+
+#[test]
+fn a_version_3_store_keeps_its_namespace_and_takes_robust_files() {
+    let (_dir, path) = copy_of("mds-store-v3.sqlite");
+    assert_eq!(version_of(&path), "3");
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(version_of(&path), STORE_VERSION.to_string());
+
+    // Everything version 3 held is where it was.
+    for (p, id, size, scheme) in [
+        ("dir/a", 1, (1 << 20) + 10, UpdateScheme::Fo),
+        ("dir/sub/b", 2, 4096, UpdateScheme::Plr),
+        ("c", 3, 7, UpdateScheme::Fl),
+    ] {
+        let f = store.committed_file(p).unwrap().unwrap();
+        assert_eq!((f.file_id, f.size, f.scheme), (id, size, scheme), "{p}");
+        assert!(store.robust_file(id).unwrap().is_none(), "{p} has segments");
+    }
+    assert_eq!(names(&store, ROOT_INO), ["c", "dir", "empty-dir"]);
+    let d = store.lookup(ROOT_INO, b"empty-dir").unwrap().unwrap();
+    assert_eq!((d.kind, d.mode, d.uid), (FileKind::Dir, 0o750, 1000));
+    let link = store.lookup(d.ino, b"link").unwrap().unwrap();
+    assert_eq!(link.target.as_deref(), Some(&b"../c"[..]));
+    let c = store.lookup(ROOT_INO, b"c").unwrap().unwrap();
+    assert_eq!(
+        store.xattrs(c.ino).unwrap(),
+        [(b"user.note".to_vec(), b"v3".to_vec())]
+    );
+    assert_eq!(store.pending_files().unwrap()[0].path, "pending");
+    let segments = store.counter(COUNTER_SEGMENT).unwrap();
+    assert_eq!(segments, 5);
+    drop(store);
+
+    // The schema is a new store's.
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("new.sqlite");
+    drop(SqliteStore::open(&fresh).unwrap());
+    assert_eq!(columns(&path), columns(&fresh));
+
+    // The MDS serves it, and a robust file goes in beside the old files: its object ids come
+    // after the segments' (one counter), its blocks are on the fixture's OSDs.
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = SqliteStore::open(&path).unwrap();
+    let mut mds = MdsCore::open(Box::new(store), settings(), clock).unwrap();
+    assert_eq!(mds.lookup_file("/dir/sub/b").unwrap().segments.len(), 1);
+    let object = ecstack_mds::RobustObject {
+        object_id: 0,
+        index: 0,
+        length: 3000,
+        k: 3,
+        n: 5,
+        id_space: 8,
+        seed: 7,
+        version: 1,
+        blocks: Vec::new(),
+    };
+    let (f, ids) = mds
+        .create_robust_file("/r/obj", robust_params(), 3000, &[object.clone()])
+        .unwrap();
+    assert_eq!(ids, [segments + 1]);
+    let blocks: Vec<ecstack_mds::BlockPlacement> = (0..5u32)
+        .map(|i| ecstack_mds::BlockPlacement {
+            key: ecstack_mds::RobustBlockKey {
+                id: i * 3 % 8,
+                version: 1,
+            },
+            osd_id: i % 4,
+            addr: String::new(),
+            up: false,
+        })
+        .collect();
+    mds.commit_robust_file(
+        f,
+        &[ecstack_mds::RobustObject {
+            object_id: ids[0],
+            blocks,
+            ..object
+        }],
+    )
+    .unwrap();
+    let info = mds.lookup_file("/r/obj").unwrap();
+    assert!(info.segments.is_empty());
+    let r = info.robust.expect("a robust file");
+    assert_eq!(r.params, robust_params());
+    assert_eq!(r.objects[0].blocks.len(), 5);
+    assert_eq!(info.size, 3000);
+}
