@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use ecstack_client::robust::{blocks_per_osd, RobustOptions};
 use ecstack_client::{Client, ClientOptions, PutOptions, ReadPath, UpdateScheme};
 use ecstack_codes::{new_code, CodeKind};
 use ecstack_lab::codfs_local::{LocalCluster, LocalSpec};
 use ecstack_mds::backup;
-use ecstack_mds_proto::{ChunkState, ClusterStatus, FileInfo, OsdState, NO_OSD};
+use ecstack_mds_proto::{ChunkState, ClusterStatus, FileInfo, OsdState, RobustCode, NO_OSD};
 use ecstack_rpc::init::{init_cluster, InitOptions, DEFAULT_MDS_ADDR};
 use ecstack_rpc::{ClusterConfig, MdsStore};
 use serde_json::json;
@@ -60,6 +61,25 @@ enum ClusterCmd {
         /// one for an existing PATH is refused
         #[arg(long, value_parser = parse_scheme_arg)]
         update_scheme: Option<UpdateScheme>,
+        /// How the file is stored: "segments" (CodFS: erasure-coded segments through primary
+        /// OSDs) or "robust" (RobuSTore: rateless-coded blocks written until N are durable on
+        /// --disks OSDs, read all-then-cancel; docs/robustore.md "On the cluster")
+        #[arg(long, default_value = "segments", value_parser = ["segments", "robust"])]
+        mode: String,
+        /// Robust mode: the rateless code, raptorq or lt (C = 1, δ = 0.5)
+        #[arg(long, default_value = "raptorq")]
+        code: String,
+        /// Robust mode: bytes per coded block (RaptorQ: a multiple of 32)
+        #[arg(long, default_value = "1M", value_parser = parse_size_arg)]
+        block_size: u64,
+        /// Robust mode: redundancy D, N = (1 + D)·K blocks stored (default: (1 + ε)·max_i(B_ir /
+        /// B_iw) − 1 over the chosen OSDs' measured rates, at least 0.2)
+        #[arg(long)]
+        redundancy: Option<f64>,
+        /// Robust mode: H, the OSDs written to (default: the 8 best by bandwidth, load and free
+        /// space, or all that are up if fewer)
+        #[arg(long)]
+        disks: Option<usize>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -472,9 +492,52 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
         ClusterCmd::Put {
             local,
             path,
+            mode,
+            code,
+            block_size,
+            redundancy,
+            disks,
+            json,
+            conn,
+            ..
+        } if mode == "robust" => {
+            let code = RobustCode::parse(&code).map_err(anyhow::Error::msg)?;
+            let block_bytes = u32::try_from(block_size)
+                .map_err(|_| anyhow::anyhow!("--block-size {block_size} is too large"))?;
+            let data = std::fs::read(&local)
+                .with_context(|| format!("cannot read {}", local.display()))?;
+            let client = connect(&conn)?;
+            let opts = RobustOptions {
+                code,
+                block_bytes,
+                redundancy,
+                disks,
+                ..RobustOptions::default()
+            };
+            let report = client.put_robust(&path, data.into(), &opts).await?;
+            if json {
+                print_json(
+                    &json!({"path": path, "local": local, "mode": "robust", "code": code.name(), "report": report}),
+                )?;
+            } else {
+                println!(
+                    "stored {} as {path} ({}, robust: {code}, D = {:.2}, {} blocks on {} OSDs, {} refused streams moved)",
+                    local.display(),
+                    fmt_size(report.bytes),
+                    report.redundancy,
+                    report.blocks,
+                    report.per_osd.len(),
+                    report.refused
+                );
+            }
+        }
+        ClusterCmd::Put {
+            local,
+            path,
             update_scheme,
             json,
             conn,
+            ..
         } => {
             let t = Transfer::start(&conn, ClientOptions::default())?;
             if let Ok(m) = std::fs::metadata(&local) {
@@ -725,6 +788,18 @@ fn file_json(f: &FileInfo) -> serde_json::Value {
                 "state": format!("{:?}", c.state).to_lowercase(),
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
+        "robust": f.robust.as_ref().map(|r| json!({
+            "code": r.params.code.name(),
+            "block_bytes": r.params.block_bytes,
+            "redundancy": r.params.redundancy,
+            "object_blocks": r.params.object_blocks,
+            "objects_below_n": r.objects_below_n,
+            "blocks_per_osd": blocks_per_osd(r),
+            "objects": r.objects.iter().map(|o| json!({
+                "index": o.index, "object_id": o.object_id, "length": o.length, "k": o.k,
+                "n": o.n, "id_space": o.id_space, "version": o.version, "blocks": o.blocks.len(),
+            })).collect::<Vec<_>>(),
+        })),
     })
 }
 
@@ -737,6 +812,38 @@ fn osd_label(id: u32, names: &BTreeMap<u32, String>) -> String {
 }
 
 fn print_stat(f: &FileInfo, names: &BTreeMap<u32, String>) {
+    if let Some(r) = &f.robust {
+        println!(
+            "{}: {} ({} bytes), robust: {} blocks of {}, D = {:.3}, {} objects, {} below N",
+            f.path,
+            fmt_size(f.size),
+            f.size,
+            r.params.code,
+            fmt_size(u64::from(r.params.block_bytes)),
+            r.params.redundancy,
+            r.objects.len(),
+            r.objects_below_n
+        );
+        for o in &r.objects {
+            println!(
+                "  object {:>4}  id {:<8} {:>10}  K {}  N {}  N' {}  version {}  blocks {}",
+                o.index,
+                o.object_id,
+                fmt_size(o.length),
+                o.k,
+                o.n,
+                o.id_space,
+                o.version,
+                o.blocks.len()
+            );
+        }
+        let per: Vec<String> = blocks_per_osd(r)
+            .iter()
+            .map(|(id, n)| format!("{}:{n}", osd_label(*id, names)))
+            .collect();
+        println!("  blocks per OSD: {}", per.join(" "));
+        return;
+    }
     println!(
         "{}: {} ({} bytes), {} segments of up to {}, update scheme {}",
         f.path,
@@ -838,10 +945,14 @@ fn status_json(s: &ClusterStatus) -> serde_json::Value {
             "osd_id": o.osd_id, "name": o.name, "addr": o.addr, "state": state_name(o.state),
             "labels": o.labels, "capacity_bytes": o.capacity_bytes, "used_bytes": o.used_bytes,
             "reserve_bytes": o.reserve_bytes, "log_bytes": o.log_bytes, "merges": o.merges,
+            "read_bytes_per_s": o.load.read_bytes_per_s, "write_bytes_per_s": o.load.write_bytes_per_s,
+            "queue_depth": o.load.queue_depth, "robust_blocks": o.load.robust_blocks,
             "last_heartbeat_ms_ago": o.last_heartbeat_ms_ago,
         })).collect::<Vec<_>>(),
         "files": s.files,
         "bytes": s.bytes,
+        "robust_files": s.robust_files,
+        "robust_objects_below_n": s.robust_objects_below_n,
         "segments": {
             "healthy": s.segments_healthy,
             "degraded": s.segments_degraded,
@@ -878,7 +989,7 @@ fn print_status(s: &ClusterStatus) {
     );
     for o in &s.osds {
         println!(
-            "  {:>3} {:<10} {:<22} {:<5} used {:>10}  reserve {:>10}  log {:>10}  merges {:>6}  heartbeat {} ms ago",
+            "  {:>3} {:<10} {:<22} {:<5} used {:>10}  reserve {:>10}  log {:>10}  merges {:>6}  read {:>9}/s  write {:>9}/s  queue {:>3}  blocks {:>6}  heartbeat {} ms ago",
             o.osd_id,
             o.name,
             o.addr,
@@ -887,10 +998,20 @@ fn print_status(s: &ClusterStatus) {
             fmt_size(o.reserve_bytes),
             fmt_size(o.log_bytes),
             o.merges,
+            fmt_size(o.load.read_bytes_per_s),
+            fmt_size(o.load.write_bytes_per_s),
+            o.load.queue_depth,
+            o.load.robust_blocks,
             o.last_heartbeat_ms_ago
         );
     }
     println!("files: {} ({})", s.files, fmt_size(s.bytes));
+    if s.robust_files > 0 {
+        println!(
+            "robust files: {} ({} objects below N)",
+            s.robust_files, s.robust_objects_below_n
+        );
+    }
     println!(
         "segments: {} healthy, {} degraded, {} recovering, {} lost",
         s.segments_healthy, s.segments_degraded, s.segments_recovering, s.segments_lost

@@ -326,6 +326,10 @@ impl Client {
         self.inner.options.metadata_timeout
     }
 
+    pub(crate) fn osd_client(&self, addr: &str) -> Result<OsdClient, ClientError> {
+        self.osd(addr)
+    }
+
     fn osd(&self, addr: &str) -> Result<OsdClient, ClientError> {
         let mut osds = self.inner.osds.lock().expect("OSD client map poisoned");
         if let Some(c) = osds.get(addr) {
@@ -763,7 +767,37 @@ impl Client {
         sink: &mut S,
     ) -> Result<u64, ClientError> {
         let file = self.stat(path).await?;
+        if file.robust.is_some() {
+            return self.fetch_robust(&file, ranges, sink).await;
+        }
         self.fetch_of(&file, None, ranges, what, sink).await
+    }
+
+    /// [`Client::fetch`] of a robust file: the whole file read (all, then cancel), the ranges
+    /// written from it.
+    async fn fetch_robust<S: FrameSink>(
+        &self,
+        file: &FileInfo,
+        ranges: &[(u64, Option<u64>)],
+        sink: &mut S,
+    ) -> Result<u64, ClientError> {
+        let mut spans = Vec::with_capacity(ranges.len());
+        for &(offset, length) in ranges {
+            let length = length.unwrap_or(file.size.saturating_sub(offset));
+            check_range(file, offset, length)?;
+            spans.push((offset, length));
+        }
+        let (bytes, _) = self
+            .get_robust(file, ecstack_osd_proto::StreamPriority::Normal)
+            .await?;
+        let mut written = 0;
+        for (offset, length) in spans {
+            let piece = bytes.slice(offset as usize..(offset + length) as usize);
+            sink.take(vec![piece]).await?;
+            self.advance(length);
+            written += length;
+        }
+        Ok(written)
     }
 
     /// [`Client::fetch`] of `file` as looked up already. With `kept` (a [`FileHandle`]'s layouts,
@@ -1005,7 +1039,20 @@ impl Client {
     /// inside the file): one FO update at the primary of every segment the range touches. Looks
     /// the file up first; a program that updates one file often keeps a [`FileHandle`] instead.
     pub async fn update(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), ClientError> {
-        self.open(path).await?.update(offset, data).await
+        let handle = self.open(path).await?;
+        if handle.info().robust.is_some() {
+            // A robust file's update re-encodes the objects it touches (`robust.rs`).
+            return self
+                .update_robust(
+                    path,
+                    offset,
+                    data,
+                    ecstack_osd_proto::StreamPriority::Normal,
+                )
+                .await
+                .map(drop);
+        }
+        handle.update(offset, data).await
     }
 
     /// The file `path` as it is now, for updates and reads without a lookup each

@@ -16,6 +16,7 @@ pub mod cache;
 mod client;
 mod error;
 mod ns;
+pub mod robust;
 pub mod segments;
 mod window;
 
