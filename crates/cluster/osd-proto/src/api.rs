@@ -269,6 +269,11 @@ pub enum OsdCallError {
     Protocol { addr: String, message: String },
     #[error("cannot connect to OSD: {0}")]
     Security(#[from] ecstack_rpc::SecurityError),
+    /// The OSD refused a block stream (admission control: it cannot serve one more without
+    /// collapsing the ones it serves, or a high-priority stream preempted this one). Final at this
+    /// OSD: go to another.
+    #[error("OSD {addr} refused the stream: {msg}")]
+    Refused { addr: String, msg: String },
 }
 
 impl OsdCallError {
@@ -280,6 +285,9 @@ impl OsdCallError {
             return OsdCallError::Unauthenticated { addr, message };
         }
         let message = ecstack_rpc::status_detail(s);
+        if ecstack_rpc::is_refusal(s) {
+            return OsdCallError::Refused { addr, msg: message };
+        }
         match s.code() {
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
                 OsdCallError::Unreachable { addr, message }
@@ -318,12 +326,12 @@ impl OsdCallError {
 /// A typed async client of one OSD.
 #[derive(Clone)]
 pub struct OsdClient {
-    addr: String,
-    raw: RawClient<Channel>,
+    pub(crate) addr: String,
+    pub(crate) raw: RawClient<Channel>,
     /// The channel `raw` uses: the chunk-data calls go through [`crate::wire`].
     channel: Channel,
     /// The OSD id chunk calls are meant for (`None`: whoever answers at `addr`).
-    target: Option<u32>,
+    pub(crate) target: Option<u32>,
 }
 
 impl std::fmt::Debug for OsdClient {
@@ -369,11 +377,11 @@ impl OsdClient {
         &self.addr
     }
 
-    fn err(&self, s: Status) -> OsdCallError {
+    pub(crate) fn err(&self, s: Status) -> OsdCallError {
         OsdCallError::from_status(&self.addr, &s)
     }
 
-    fn protocol(&self, message: impl Into<String>) -> OsdCallError {
+    pub(crate) fn protocol(&self, message: impl Into<String>) -> OsdCallError {
         OsdCallError::Protocol {
             addr: self.addr.clone(),
             message: message.into(),
@@ -1186,5 +1194,15 @@ mod tests {
         assert!(e(Code::Unavailable).is_retryable());
         assert!(!e(Code::DataLoss).is_retryable());
         assert_eq!(e(Code::Aborted).to_string(), "OSD a:1: not durable: x");
+        // A refusal sends the client elsewhere: not retried here.
+        let mut s = Status::resource_exhausted("full");
+        s.metadata_mut().insert(
+            ecstack_rpc::retry::REFUSED_KEY,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        let r = OsdCallError::from_status("a:1", &s);
+        assert!(matches!(r, OsdCallError::Refused { .. }), "{r:?}");
+        assert!(!r.is_retryable());
+        assert_eq!(r.to_string(), "OSD a:1 refused the stream: full");
     }
 }

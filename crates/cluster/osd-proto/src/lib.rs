@@ -6,7 +6,8 @@
 //! without copies, both ends: a streamed reply's data kept as the slices it arrived in, sent from
 //! the buffer it was read into) → `api` (the domain types [`Layout`], [`Holder`], [`ChunkMeta`],
 //! [`Ack`], the typed client [`OsdClient`] and its error [`OsdCallError`], the OSD's view of an
-//! MDS [`ecstack_mds_proto::SegmentLayout`]).
+//! MDS [`ecstack_mds_proto::SegmentLayout`]) and `blocks` (a robust object's coded blocks:
+//! [`OsdClient::put_blocks`], [`OsdClient::get_blocks`], [`OsdClient::delete_blocks`]).
 
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,8 @@ pub mod proto {
 }
 
 mod api;
+mod blocks;
 pub mod wire;
 
 pub use api::*;
+pub use blocks::*;

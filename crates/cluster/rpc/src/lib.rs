@@ -32,7 +32,7 @@ pub use config::{
 pub use init::{init_cluster, issue_certificate, InitError, InitOptions};
 pub use metrics::{serve_metrics, serve_registry, Registry};
 pub use retry::{
-    handshake_refusal, is_transient, retry, retry_with_progress, status_detail, Backoff,
+    handshake_refusal, is_refusal, is_transient, retry, retry_with_progress, status_detail, Backoff,
 };
 pub use roles::{Role, RoleGuard, RoleTable};
 pub use scheme::UpdateScheme;

@@ -149,7 +149,7 @@ where
 /// code: rustls reports it as an I/O error of kind `InvalidData` somewhere in the status's
 /// source chain.
 pub fn is_transient(status: &Status) -> bool {
-    if tls_refused(status) {
+    if tls_refused(status) || is_refusal(status) {
         return false;
     }
     matches!(
@@ -161,6 +161,16 @@ pub fn is_transient(status: &Status) -> bool {
             | Code::Aborted
             | Code::Unknown
     )
+}
+
+/// The gRPC metadata key an OSD sets on a `ResourceExhausted` that refuses a block stream
+/// (admission control, docs/robustore.md "Admission control on OSDs"): the OSD will not serve it
+/// now, so the caller goes to another OSD instead of retrying this one.
+pub const REFUSED_KEY: &str = "ecstack-refused";
+
+/// Whether `status` is an OSD's refusal of a stream ([`REFUSED_KEY`]): final at that OSD.
+pub fn is_refusal(status: &Status) -> bool {
+    status.metadata().get(REFUSED_KEY).is_some()
 }
 
 /// Whether the status's source chain holds an `InvalidData` I/O error: rustls's verdict on a
@@ -238,6 +248,19 @@ pub fn status_detail(status: &Status) -> String {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
+
+    /// A refusal is final at the OSD that refused (the client moves elsewhere); the same code
+    /// without the key stays an overload worth a retry.
+    #[test]
+    fn a_refusal_is_not_transient() {
+        let mut s = Status::resource_exhausted("osd 3 serves 4 streams at its floor");
+        assert!(is_transient(&s) && !is_refusal(&s));
+        s.metadata_mut().insert(
+            REFUSED_KEY,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        assert!(!is_transient(&s) && is_refusal(&s));
+    }
 
     #[test]
     fn status_detail_names_the_cause_in_the_source_chain() {
