@@ -12,6 +12,7 @@ use clap::Args;
 use ecstack_osd::chunk_store::FileStoreOptions;
 use ecstack_osd::daemon::{Daemon, DaemonConfig, StoreDevice};
 use ecstack_osd::device_store::DeviceStoreOptions;
+use ecstack_osd::service::BlockConfig;
 use ecstack_rpc::{ClusterConfig, Security};
 
 use crate::util::shutdown_signal;
@@ -61,6 +62,29 @@ pub struct OsdArgs {
     /// config's [osd] direct_io (true)
     #[arg(long, value_name = "BOOL")]
     direct_io: Option<bool>,
+    /// Admission control of robust files' block streams (PutBlocks, GetBlocks): admit a new
+    /// stream only if every admitted one keeps at least --admission-floor of the store's measured
+    /// throughput, first come first admitted; a refused client goes to another OSD, and a
+    /// high-priority stream may preempt a normal one (docs/robustore.md "Admission control on
+    /// OSDs"). false: admit every stream. Default: the config's [osd] admission (true)
+    #[arg(long, value_name = "BOOL")]
+    admission: Option<bool>,
+    /// The throughput each admitted block stream must keep, per second (a size: 4M = 4 MiB/s).
+    /// Default: the config's [osd] admission_floor_bytes_per_s (4 MiB/s)
+    #[arg(long, value_name = "SIZE", value_parser = parse_floor)]
+    admission_floor: Option<u64>,
+    /// Worker threads that read and write robust files' blocks (the OSD's block I/O queue: a
+    /// dropped stream's queued reads are taken back from it). Default: the config's [osd]
+    /// block_io_threads (4)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    block_io_threads: Option<u32>,
+}
+
+fn parse_floor(s: &str) -> Result<u64, String> {
+    match ecstack_base::parse_size(s)? {
+        0 => Err("must be positive".into()),
+        n => Ok(n),
+    }
 }
 
 fn parse_labels(labels: &[String]) -> Result<BTreeMap<String, String>> {
@@ -124,6 +148,14 @@ pub fn run(a: OsdArgs) -> Result<()> {
         security,
         recovery_bytes_per_sec: config.mds.recovery_bytes_per_sec,
         update: config.update.clone(),
+        blocks: BlockConfig::from_config(&ecstack_rpc::OsdConfig {
+            admission: a.admission.unwrap_or(config.osd.admission),
+            admission_floor_bytes_per_s: a
+                .admission_floor
+                .unwrap_or(config.osd.admission_floor_bytes_per_s),
+            block_io_threads: a.block_io_threads.unwrap_or(config.osd.block_io_threads),
+            ..config.osd.clone()
+        }),
     };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = a.threads {

@@ -552,6 +552,18 @@ pub enum ChunkStoreError {
         index: u32,
         message: String,
     },
+    /// A coded block failed a check (its record's head, a 4 KiB piece's checksum): it is lost,
+    /// never served.
+    #[error("object {object:#x} block {id}@{version}: lost: {message}")]
+    BlockLost {
+        object: u64,
+        id: u32,
+        version: u64,
+        message: String,
+    },
+    /// Blocks the store refuses (a size other than the object's, too large).
+    #[error("object {object:#x}: {message}")]
+    BlocksInvalid { object: u64, message: String },
 }
 
 impl ChunkStoreError {
@@ -565,6 +577,7 @@ impl ChunkStoreError {
                 | ChunkStoreError::Checksum { .. }
                 | ChunkStoreError::Dirty { .. }
                 | ChunkStoreError::CorruptLog { .. }
+                | ChunkStoreError::BlockLost { .. }
         )
     }
 }
@@ -579,7 +592,14 @@ pub enum Change {
     Parity(DeltaStamp),
 }
 
+mod blocks;
 mod log;
+
+pub use blocks::{
+    blocks_name, record_offset, record_span, BlockPart, BlockTable, ObjectBlocks, StoredBlock,
+    BLOCK_FILE_FORMAT, BLOCK_HEAD_BYTES, BLOCK_PIECE_BYTES, STORE_MAX_BLOCK_BYTES,
+};
+pub use ecstack_mds_proto::RobustBlockKey as BlockKey;
 
 use log::Record;
 pub use log::{RecordKind, RECORD_ALIGN};
@@ -590,7 +610,7 @@ pub type Result<T, E = ChunkStoreError> = std::result::Result<T, E>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreUsage {
     pub chunks: u64,
-    /// Bytes of the chunk files (headers included).
+    /// Bytes of the chunk files (headers included) and of the block files.
     pub bytes: u64,
     /// PLR: bytes reserved after parity chunks for their deltas (used or not).
     pub reserve_bytes: u64,
@@ -598,6 +618,8 @@ pub struct StoreUsage {
     pub log_bytes: u64,
     /// Merges of logged changes into their chunks since the store was opened.
     pub merges: u64,
+    /// Coded blocks of robust objects (each key once); their files' bytes are in `bytes`.
+    pub blocks: u64,
 }
 
 /// A change applied to a chunk range in place by [`ChunkStore::modify`]: it receives the range's
@@ -743,6 +765,23 @@ pub trait ChunkStore: Send + Sync {
     /// "non-contiguous fragments", 0 for FO and PLR) is the mean of `fragments − 1` over the
     /// chunks ([`f_avg`]).
     fn fragments(&self, segment: u64, index: u32) -> Result<u64>;
+
+    // ---- Coded blocks of robust objects (`chunk_store/blocks.rs`) ----
+
+    /// Appends coded blocks of robust object `object` (each `block_bytes` long, every block of an
+    /// object the same size) after its stored ones, in the order given: durable on return (one
+    /// fdatasync for the batch). A key already stored is replaced (the newer record wins).
+    fn put_blocks(&self, object: u64, block_bytes: u32, blocks: &[(BlockKey, &[u8])])
+        -> Result<()>;
+    /// The object's block table (its blocks in stored order), `None` if no block of it is here.
+    fn block_table(&self, object: u64) -> Result<Option<BlockTable>>;
+    /// The object's blocks opened for reading ([`ObjectBlocks::read_block`]: verified, stoppable
+    /// between 4 KiB pieces), `None` if no block of it is here.
+    fn open_blocks(&self, object: u64) -> Result<Option<ObjectBlocks>>;
+    /// Deletes the listed blocks of an object (`None`: all of them); how many were stored.
+    fn delete_blocks(&self, object: u64, keys: Option<&[BlockKey]>) -> Result<u32>;
+    /// Every object with blocks here, sorted.
+    fn objects(&self) -> Result<Vec<u64>>;
 }
 
 /// Pieces (offset, length) on the storage, in the order a reader reads them: how many contiguous
@@ -829,6 +868,12 @@ pub struct FileStore {
     logs: Mutex<HashMap<(u64, u32), LogIndex>>,
     /// [`ChunkStore::logged`]: chunks with a reserve or a log file (from the open, then kept).
     with_logs: Mutex<std::collections::BTreeSet<(u64, u32)>>,
+    /// Robust objects' block files: each one's table (replayed at the open, then kept), a lock
+    /// per object (striped) for appends and deletions, the blocks and their files' bytes.
+    objects: Mutex<HashMap<u64, blocks::ObjectState>>,
+    block_stripes: Vec<Mutex<()>>,
+    blocks: AtomicU64,
+    block_bytes: AtomicU64,
 }
 
 /// A chunk's logged changes, replayed: the records that change it (in order; repeated ones
@@ -985,6 +1030,10 @@ impl FileStore {
             options,
             logs: Mutex::default(),
             with_logs: Mutex::default(),
+            objects: Mutex::default(),
+            block_stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            blocks: AtomicU64::new(0),
+            block_bytes: AtomicU64::new(0),
         };
         let at = store.root.display().to_string();
         // Leftovers of a put interrupted by a crash, and the usage counters.
@@ -1014,6 +1063,10 @@ impl FileStore {
             } else if let Some(key) = parse_log_name(&name) {
                 store.logged.fetch_add(len, Ordering::Relaxed);
                 store.note_logged(key.0, key.1, true);
+            } else if let Some(object) = blocks::parse_blocks_name(&name) {
+                if let Some(state) = store.replay_blocks(&name, object)? {
+                    store.note_object(object, state);
+                }
             }
         }
         Ok(store)
@@ -2013,7 +2066,8 @@ impl ChunkStore for FileStore {
     fn usage(&self) -> StoreUsage {
         StoreUsage {
             chunks: self.chunks.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed) + self.block_bytes.load(Ordering::Relaxed),
+            blocks: self.blocks.load(Ordering::Relaxed),
             reserve_bytes: self.reserved.load(Ordering::Relaxed),
             log_bytes: self.logged.load(Ordering::Relaxed),
             merges: self.merges.load(Ordering::Relaxed),
@@ -2246,6 +2300,31 @@ impl ChunkStore for FileStore {
         idx.merged.reserve_bytes = bytes;
         self.logs().insert((segment, index), idx);
         Ok(())
+    }
+
+    fn put_blocks(
+        &self,
+        object: u64,
+        block_bytes: u32,
+        blocks: &[(BlockKey, &[u8])],
+    ) -> Result<()> {
+        self.put_blocks_impl(object, block_bytes, blocks)
+    }
+
+    fn block_table(&self, object: u64) -> Result<Option<BlockTable>> {
+        Ok(self.block_table_impl(object))
+    }
+
+    fn open_blocks(&self, object: u64) -> Result<Option<ObjectBlocks>> {
+        self.open_blocks_impl(object)
+    }
+
+    fn delete_blocks(&self, object: u64, keys: Option<&[BlockKey]>) -> Result<u32> {
+        self.delete_blocks_impl(object, keys)
+    }
+
+    fn objects(&self) -> Result<Vec<u64>> {
+        Ok(self.object_ids())
     }
 }
 

@@ -1,6 +1,7 @@
 //! The OSD process: open the chunk store, bind the service, register with the MDS (the address it
-//! actually bound), heartbeat every `heartbeat_ms` and run the tasks the replies carry (recover
-//! segments as their primary, delete chunks); run the Monitor Module (GC of logs, Algorithm 1).
+//! actually bound), heartbeat every `heartbeat_ms` (with the store's measured load, after a short
+//! probe at start) and run the tasks the replies carry (recover segments as their primary, delete
+//! chunks, delete robust objects' blocks); run the Monitor Module (GC of logs, Algorithm 1).
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -13,10 +14,11 @@ use ecstack_mds_proto::{Heartbeat, MdsClient, OsdRegistration, OsdTask};
 use ecstack_rpc::Security;
 
 use crate::api::Layout;
+use crate::blockio::PROBE_OBJECT;
 use crate::chunk_store::{ChunkStore, FileStore, FileStoreOptions};
 use crate::device_store::{DeviceStore, DeviceStoreOptions};
 use crate::monitor::{Monitor, MonitorOptions};
-use crate::service::{BoxFuture, MdsLink, Osd, OsdSetup};
+use crate::service::{BlockConfig, BoxFuture, MdsLink, Osd, OsdSetup};
 
 /// How many segments one OSD recovers at once (the byte rate is limited separately).
 pub const RECOVERY_PARALLELISM: usize = 4;
@@ -105,6 +107,9 @@ pub struct DaemonConfig {
     /// `cluster.toml`'s `[update]`: PLR's reserved space (`reserve.size_bytes` for a new PLR
     /// parity chunk) and Algorithm 1's parameters and schedule for this OSD's reserve task.
     pub update: ecstack_rpc::UpdateConfig,
+    /// How robust objects' blocks are served: the block I/O queue's threads, admission control
+    /// (`[osd]` in `cluster.toml`, `ecstack osd --admission …`).
+    pub blocks: BlockConfig,
 }
 
 /// A [`DeviceStore`] backend: the device spec (`ecstack_device::spec`) and how to open it.
@@ -190,7 +195,14 @@ impl Daemon {
             labels: cfg.labels.clone(),
             capacity_bytes,
             used_bytes: store.usage().bytes,
-            max_segment_id: store.list()?.iter().map(|&(s, _)| s).max().unwrap_or(0),
+            // Robust objects' ids come from the same counter as segments'.
+            max_segment_id: store
+                .list()?
+                .iter()
+                .map(|&(s, _)| s)
+                .chain(store.objects()?.into_iter().filter(|&o| o != PROBE_OBJECT))
+                .max()
+                .unwrap_or(0),
         };
         let deadline = tokio::time::Instant::now() + REGISTER_PATIENCE;
         let mut wait = Duration::from_millis(100);
@@ -227,6 +239,7 @@ impl Daemon {
             cfg.recovery_bytes_per_sec,
         );
         osd.set_initial_reserve(cfg.update.reserve.size_bytes);
+        osd.configure_blocks(cfg.blocks);
         // The registration counts as the first heartbeat.
         osd.lease()
             .enable(Duration::from_millis(u64::from(p.down_after_ms)), sent);
@@ -268,6 +281,27 @@ impl Daemon {
                 tonic::transport::server::TcpIncoming::from(self.listener),
                 shutdown,
             );
+        // A figure of the store's throughput before any traffic (admission control and the
+        // MDS's choice of OSDs for robust files use it).
+        let probe = {
+            let osd = self.osd.clone();
+            async move {
+                let started = std::time::Instant::now();
+                match osd.block_io().probe().await {
+                    Ok(()) => {
+                        let l = osd.load();
+                        tracing::info!(
+                            read_mb_s = l.read_bytes_per_s as f64 / 1e6,
+                            write_mb_s = l.write_bytes_per_s as f64 / 1e6,
+                            ms = started.elapsed().as_millis() as u64,
+                            "store probed"
+                        );
+                    }
+                    Err(e) => tracing::warn!("store probe failed: {e}"),
+                }
+                std::future::pending::<()>().await
+            }
+        };
         let beats = heartbeat_loop(
             self.osd.clone(),
             self.mds.clone(),
@@ -279,6 +313,7 @@ impl Daemon {
             r = server => r.map_err(|e| DaemonError::Serve(e.to_string())),
             () = beats => Ok(()),
             () = crate::monitor::run(self.monitor) => Ok(()),
+            () = probe => Ok(()),
         }
     }
 }
@@ -300,12 +335,14 @@ async fn heartbeat_loop(
     patience: Duration,
 ) {
     let deleted: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let deleted_objects: Arc<Mutex<Vec<u64>>> = Arc::default();
     let in_flight = Arc::new(tokio::sync::Semaphore::new(HEARTBEATS_IN_FLIGHT));
     // Replies wait here for the task runner; one that finds it full is dropped (the MDS hands
     // every task again until it is done, so the next reply carries them).
     let (replies, mut to_run) = tokio::sync::mpsc::channel(2);
     let beats = {
-        let (osd, deleted) = (osd.clone(), deleted.clone());
+        let (osd, deleted, deleted_objects) =
+            (osd.clone(), deleted.clone(), deleted_objects.clone());
         async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -316,6 +353,7 @@ async fn heartbeat_loop(
                 };
                 let usage = osd.store().usage();
                 let reported = lock(&deleted).clone();
+                let reported_objects = lock(&deleted_objects).clone();
                 let beat = Heartbeat {
                     osd_id,
                     used_bytes: usage.bytes,
@@ -324,9 +362,16 @@ async fn heartbeat_loop(
                     reserve_bytes: usage.reserve_bytes,
                     log_bytes: usage.log_bytes,
                     merges: usage.merges,
+                    load: osd.load(),
+                    deleted_objects: reported_objects.clone(),
                 };
-                let (osd, mds, deleted, replies) =
-                    (osd.clone(), mds.clone(), deleted.clone(), replies.clone());
+                let (osd, mds, deleted, deleted_objects, replies) = (
+                    osd.clone(),
+                    mds.clone(),
+                    deleted.clone(),
+                    deleted_objects.clone(),
+                    replies.clone(),
+                );
                 tokio::spawn(async move {
                     let _slot = slot;
                     let sent = std::time::Instant::now();
@@ -334,6 +379,7 @@ async fn heartbeat_loop(
                         Ok(Ok(reply)) => {
                             osd.lease().renew(sent);
                             lock(&deleted).retain(|s| !reported.contains(s));
+                            lock(&deleted_objects).retain(|o| !reported_objects.contains(o));
                             let _ = replies.try_send(reply);
                         }
                         Ok(Err(e)) => tracing::warn!("heartbeat to the MDS failed: {e}"),
@@ -350,7 +396,11 @@ async fn heartbeat_loop(
     let running: Arc<Mutex<HashSet<u64>>> = Arc::default();
     let tasks = async move {
         while let Some(reply) = to_run.recv().await {
-            run_tasks(&osd, reply, &deleted, &slots, &running).await;
+            let done = Done {
+                segments: &deleted,
+                objects: &deleted_objects,
+            };
+            run_tasks(&osd, reply, done, &slots, &running).await;
         }
     };
     tokio::join!(beats, tasks);
@@ -360,24 +410,36 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Deletions done, reported in the next heartbeats until one is answered.
+struct Done<'a> {
+    segments: &'a Mutex<Vec<u64>>,
+    objects: &'a Mutex<Vec<u64>>,
+}
+
+fn note_done(list: &Mutex<Vec<u64>>, id: u64) {
+    let mut d = lock(list);
+    if !d.contains(&id) {
+        d.push(id);
+    }
+}
+
 /// One heartbeat reply's tasks.
 async fn run_tasks(
     osd: &Osd,
     reply: ecstack_mds_proto::HeartbeatReply,
-    deleted: &Mutex<Vec<u64>>,
+    done: Done<'_>,
     slots: &Arc<tokio::sync::Semaphore>,
     running: &Arc<Mutex<HashSet<u64>>>,
 ) {
     for task in reply.tasks {
         match task {
             OsdTask::Delete(t) => match osd.delete_chunks(t.segment_id, &t.chunks).await {
-                Ok(()) => {
-                    let mut d = lock(deleted);
-                    if !d.contains(&t.segment_id) {
-                        d.push(t.segment_id);
-                    }
-                }
+                Ok(()) => note_done(done.segments, t.segment_id),
                 Err(e) => tracing::warn!(segment = t.segment_id, "delete failed: {e}"),
+            },
+            OsdTask::DeleteObject(t) => match osd.delete_blocks_here(t.object_id, t.blocks).await {
+                Ok(_) => note_done(done.objects, t.object_id),
+                Err(e) => tracing::warn!(object = t.object_id, "block delete failed: {e}"),
             },
             OsdTask::Recover(t) => {
                 let seg = t.layout.segment_id;

@@ -25,8 +25,9 @@ use ecstack_device::{
 
 use crate::api::ChunkMeta;
 use crate::chunk_store::{
-    Change, ChunkImage, ChunkStore, ChunkStoreError, FileStore, FileStoreOptions, LogPlace,
-    LogState, Modify, ModifyExtents, Part, Result, StoreUsage,
+    BlockKey, BlockPart, BlockTable, Change, ChunkImage, ChunkStore, ChunkStoreError, FileStore,
+    FileStoreOptions, LogPlace, LogState, Modify, ModifyExtents, ObjectBlocks, Part, Result,
+    StoreUsage,
 };
 use crate::store_dir::holder_line;
 
@@ -198,6 +199,12 @@ impl DeviceStore {
         &self.dir
     }
 
+    /// [`FileStore::damage_block`] on the device (tests).
+    #[doc(hidden)]
+    pub fn damage_block(&self, object: u64, key: BlockKey, part: BlockPart) -> Result<()> {
+        self.store.damage_block(object, key, part)
+    }
+
     /// [`FileStore::damage`] on the device (tests).
     #[doc(hidden)]
     pub fn damage(&self, segment: u64, index: u32, part: Part) -> Result<()> {
@@ -273,6 +280,26 @@ impl ChunkStore for DeviceStore {
     }
     fn logged(&self) -> Vec<(u64, u32)> {
         self.store.logged()
+    }
+    fn put_blocks(
+        &self,
+        object: u64,
+        block_bytes: u32,
+        blocks: &[(BlockKey, &[u8])],
+    ) -> Result<()> {
+        self.store.put_blocks(object, block_bytes, blocks)
+    }
+    fn block_table(&self, object: u64) -> Result<Option<BlockTable>> {
+        self.store.block_table(object)
+    }
+    fn open_blocks(&self, object: u64) -> Result<Option<ObjectBlocks>> {
+        self.store.open_blocks(object)
+    }
+    fn delete_blocks(&self, object: u64, keys: Option<&[BlockKey]>) -> Result<u32> {
+        self.store.delete_blocks(object, keys)
+    }
+    fn objects(&self) -> Result<Vec<u64>> {
+        self.store.objects()
     }
     fn fragments(&self, segment: u64, index: u32) -> Result<u64> {
         self.store.fragments(segment, index)

@@ -48,6 +48,11 @@ pub enum OsdError {
     /// failed, an encode or decode that failed.
     #[error("{0}")]
     Internal(String),
+    /// A block stream this OSD will not serve now (admission control: it cannot without
+    /// collapsing the streams it serves; or a high-priority stream preempted it). Not worth
+    /// retrying here: the caller goes to another OSD.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl OsdError {
@@ -75,6 +80,7 @@ impl From<ChunkStoreError> for OsdError {
             ChunkStoreError::Range { .. } => OsdError::OutOfRange(e.to_string()),
             ChunkStoreError::Invalid { .. } => OsdError::Invalid(e.to_string()),
             ChunkStoreError::Conflict { .. } => OsdError::StaleLayout(e.to_string()),
+            ChunkStoreError::BlocksInvalid { .. } => OsdError::Invalid(e.to_string()),
             e if e.is_corruption() => OsdError::Unrecoverable(e.to_string()),
             _ => OsdError::Internal(e.to_string()),
         }
@@ -102,6 +108,7 @@ mod tests {
             OsdError::NotFound(m()),
             OsdError::Unrecoverable(m()),
             OsdError::Internal(m()),
+            OsdError::Refused(m()),
             OsdError::Request("gone".into()),
         ] {
             assert!(!e.retryable(), "{e:?}");

@@ -13,6 +13,7 @@
 //! | `Unrecoverable` | `DATA_LOSS` | `Unrecoverable` |
 //! | `Request` | the request stream's own status, unchanged | |
 //! | `Internal` | `INTERNAL` | `Remote` |
+//! | `Refused` | `RESOURCE_EXHAUSTED` with metadata `ecstack-refused: 1` | `Refused` (go elsewhere) |
 //!
 //! The four calls that carry chunk data reach the same handlers through [`crate::wire`] too
 //! (`server.rs`).
@@ -24,12 +25,15 @@ use bytes::Bytes;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::admission::StreamKind;
 use crate::api::{
     self, layout_from_proto, meta_from_proto, meta_to_proto, DeltaStamp, Layout, SegmentAge,
+    StreamPriority,
 };
 use crate::error::OsdError;
 use crate::metrics::{Metrics, OPS};
 use crate::proto;
+use crate::robust::InBlock;
 use crate::service::{check_layout, Osd};
 use crate::update::ChunkUpdate;
 use crate::update::Scheme;
@@ -50,6 +54,14 @@ impl From<OsdError> for Status {
                 Err(e) => Status::internal(e.to_string()),
             },
             OsdError::Internal(m) => Status::internal(m),
+            OsdError::Refused(m) => {
+                let mut s = Status::resource_exhausted(m);
+                s.metadata_mut().insert(
+                    api::REFUSED_KEY,
+                    tonic::metadata::MetadataValue::from_static("1"),
+                );
+                s
+            }
         }
     }
 }
@@ -357,6 +369,135 @@ impl proto::osd_server::Osd for Osd {
         .await
     }
 
+    type PutBlocksStream = FrameStream<proto::BlockAck>;
+
+    /// The header, the admission, then the blocks' acknowledgements as they become durable
+    /// (`robust.rs`); a refusal is the call's status, before any reply.
+    async fn put_blocks(
+        &self,
+        req: Request<Streaming<proto::BlockWrite>>,
+    ) -> Result<Response<Self::PutBlocksStream>, Status> {
+        self.timed("put_blocks", async move {
+            let mut s = req.into_inner();
+            let h = match s.next().await {
+                Some(Ok(proto::BlockWrite {
+                    part: Some(proto::block_write::Part::Header(h)),
+                })) => h,
+                Some(Err(e)) => return Err(request_error(e)),
+                _ => {
+                    return Err(OsdError::Invalid(
+                        "PutBlocks must start with the header".into(),
+                    ))
+                }
+            };
+            self.check_target(h.target_osd)?;
+            let object = h.object_id;
+            if h.block_bytes == 0 || h.block_bytes > api::MAX_BLOCK_BYTES {
+                return Err(OsdError::Invalid(format!(
+                    "PutBlocks of object {object:#x}: block size {} is outside 1..={}",
+                    h.block_bytes,
+                    api::MAX_BLOCK_BYTES
+                )));
+            }
+            let priority = StreamPriority::from_proto(h.priority);
+            let what = format!("PutBlocks of object {object:#x}");
+            let ticket = self.admit(StreamKind::Write, priority, &what)?;
+            let blocks = s.map(move |m| match m.map_err(request_error)?.part {
+                Some(proto::block_write::Part::Block(b)) => Ok(InBlock {
+                    key: api::BlockKey {
+                        id: b.id,
+                        version: b.version,
+                    },
+                    data: b.data,
+                }),
+                _ => Err(OsdError::Invalid(format!(
+                    "PutBlocks of object {object:#x}: a second header"
+                ))),
+            });
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let osd = self.clone();
+            let block_bytes = h.block_bytes;
+            tokio::spawn(async move {
+                osd.put_blocks_here(object, block_bytes, priority, ticket, blocks, tx)
+                    .await
+            });
+            let admitted = proto::BlockAck {
+                admitted: true,
+                block: None,
+            };
+            let acks = tokio_stream::wrappers::ReceiverStream::new(rx).map(|a| {
+                a.map(|k| proto::BlockAck {
+                    admitted: false,
+                    block: Some(proto::BlockKey {
+                        id: k.id,
+                        version: k.version,
+                    }),
+                })
+                .map_err(Status::from)
+            });
+            let reply: Self::PutBlocksStream =
+                Box::pin(tokio_stream::iter([Ok(admitted)]).chain(acks));
+            Ok(Response::new(reply))
+        })
+        .await
+    }
+
+    type GetBlocksStream = FrameStream<proto::BlockFrame>;
+
+    async fn get_blocks(
+        &self,
+        req: Request<proto::GetBlocksRequest>,
+    ) -> Result<Response<Self::GetBlocksStream>, Status> {
+        self.timed("get_blocks", async move {
+            let r = req.into_inner();
+            self.check_target(r.target_osd)?;
+            let priority = StreamPriority::from_proto(r.priority);
+            let frames = self
+                .get_blocks_here(r.object_id, r.max_version, priority)
+                .await?;
+            let admitted = proto::BlockFrame {
+                admitted: true,
+                ..Default::default()
+            };
+            let blocks = frames.map(|b| {
+                b.map(|(k, data)| proto::BlockFrame {
+                    admitted: false,
+                    block: Some(proto::BlockKey {
+                        id: k.id,
+                        version: k.version,
+                    }),
+                    data,
+                })
+                .map_err(Status::from)
+            });
+            let reply: Self::GetBlocksStream =
+                Box::pin(tokio_stream::iter([Ok(admitted)]).chain(blocks));
+            Ok(Response::new(reply))
+        })
+        .await
+    }
+
+    async fn delete_blocks(
+        &self,
+        req: Request<proto::DeleteBlocksRequest>,
+    ) -> Result<Response<proto::DeleteBlocksReply>, Status> {
+        self.timed("delete_blocks", async move {
+            let r = req.into_inner();
+            self.check_target(r.target_osd)?;
+            let keys = r
+                .blocks
+                .iter()
+                .map(|k| api::BlockKey {
+                    id: k.id,
+                    version: k.version,
+                })
+                .collect();
+            let deleted = self.delete_blocks_here(r.object_id, keys).await?;
+            Ok(Response::new(proto::DeleteBlocksReply { deleted }))
+        })
+        .await
+    }
+
     async fn delete_chunk(
         &self,
         req: Request<proto::DeleteChunkRequest>,
@@ -391,6 +532,7 @@ mod tests {
             (OsdError::NotDurable(m()), tonic::Code::Aborted),
             (OsdError::Unrecoverable(m()), tonic::Code::DataLoss),
             (OsdError::Internal(m()), tonic::Code::Internal),
+            (OsdError::Refused(m()), tonic::Code::ResourceExhausted),
         ];
         for (e, code) in cases {
             let retryable = e.retryable();

@@ -25,6 +25,8 @@
 pub use ecstack_osd_proto as api;
 use ecstack_osd_proto::{proto, wire};
 
+pub mod admission;
+pub mod blockio;
 mod chunk;
 pub mod chunk_store;
 #[doc(hidden)]
@@ -42,6 +44,7 @@ pub mod monitor;
 mod pipeline;
 mod read;
 mod recover;
+mod robust;
 pub mod roles;
 mod segment;
 pub mod server;

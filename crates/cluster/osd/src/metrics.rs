@@ -10,8 +10,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::blockio::BlockCounters;
+
 /// The RPCs an OSD serves, in the order of the proto.
-pub const OPS: [&str; 10] = [
+pub const OPS: [&str; 13] = [
     "write_segment",
     "read_segment",
     "read_plan",
@@ -22,6 +24,9 @@ pub const OPS: [&str; 10] = [
     "apply_delta",
     "chunk_version",
     "delete_chunk",
+    "put_blocks",
+    "get_blocks",
+    "delete_blocks",
 ];
 
 /// Upper bounds of the latency buckets, seconds.
@@ -53,6 +58,21 @@ pub struct Metrics {
     pub lease_refusals: Counter,
     pub slow_peer_fetches: Counter,
     pub new_segment_writes: Counter,
+    /// The block I/O queue's counters (`blockio.rs`).
+    pub blocks: BlockCounters,
+    pub streams_admitted: Counter,
+    pub streams_refused: Counter,
+    pub streams_preempted: Counter,
+}
+
+/// Gauges of robust objects' blocks, as [`Metrics::render`] shows them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BlockGauges {
+    pub robust_blocks: u64,
+    pub queue_depth: u64,
+    pub read_bytes_per_s: u64,
+    pub write_bytes_per_s: u64,
+    pub streams: u64,
 }
 
 fn op_result(op: usize, ok: bool) -> OpResult {
@@ -75,6 +95,10 @@ impl Default for Metrics {
             lease_refusals: Counter::default(),
             slow_peer_fetches: Counter::default(),
             new_segment_writes: Counter::default(),
+            blocks: BlockCounters::default(),
+            streams_admitted: Counter::default(),
+            streams_refused: Counter::default(),
+            streams_preempted: Counter::default(),
         };
         // Every operation's series exist from the start, at zero.
         for (i, op) in OPS.iter().enumerate() {
@@ -114,8 +138,15 @@ impl Metrics {
             .sum()
     }
 
-    /// The Prometheus text exposition; `chunks` and `stored_bytes` come from the chunk store.
-    pub fn render(&self, osd_id: u32, chunks: u64, stored_bytes: u64) -> String {
+    /// The Prometheus text exposition; `chunks` and `stored_bytes` come from the chunk store,
+    /// `blocks` from the store and the block I/O queue.
+    pub fn render(
+        &self,
+        osd_id: u32,
+        chunks: u64,
+        stored_bytes: u64,
+        blocks: &BlockGauges,
+    ) -> String {
         let osd = (Cow::Borrowed("osd"), Cow::Owned(osd_id.to_string()));
         let mut r = Registry::with_labels(std::iter::once(osd));
         // prometheus-client appends `_total` to counter names.
@@ -129,7 +160,7 @@ impl Metrics {
             "OSD RPC latency",
             self.op_seconds.clone(),
         );
-        let counters: [(&str, &str, &Counter); 11] = [
+        let counters: [(&str, &str, &Counter); 19] = [
             (
                 "ecstack_osd_bytes_in",
                 "segment and chunk bytes received",
@@ -185,6 +216,46 @@ impl Metrics {
                 "writes of a just-allocated segment that asked no holder for its versions",
                 &self.new_segment_writes,
             ),
+            (
+                "ecstack_osd_blocks_written",
+                "coded blocks of robust objects stored (durable)",
+                &self.blocks.blocks_written,
+            ),
+            (
+                "ecstack_osd_blocks_read",
+                "coded blocks read whole for GetBlocks streams",
+                &self.blocks.blocks_read,
+            ),
+            (
+                "ecstack_osd_blocks_lost",
+                "coded blocks that failed a checksum when read (not served)",
+                &self.blocks.blocks_lost,
+            ),
+            (
+                "ecstack_osd_cancelled_reads",
+                "block reads cancelled (queued reads of a dropped stream, or stopped in service)",
+                &self.blocks.cancelled_reads,
+            ),
+            (
+                "ecstack_osd_bytes_read_after_cancel",
+                "bytes a block read in service read after its stream was cancelled",
+                &self.blocks.bytes_read_after_cancel,
+            ),
+            (
+                "ecstack_osd_streams_admitted",
+                "block streams admitted",
+                &self.streams_admitted,
+            ),
+            (
+                "ecstack_osd_streams_refused",
+                "block streams refused by admission control",
+                &self.streams_refused,
+            ),
+            (
+                "ecstack_osd_streams_preempted",
+                "normal block streams ended to admit a high-priority one",
+                &self.streams_preempted,
+            ),
         ];
         for (name, help, c) in counters {
             r.register(name, help, c.clone());
@@ -195,8 +266,33 @@ impl Metrics {
                 ("ecstack_osd_chunks", "chunks in the store", chunks),
                 (
                     "ecstack_osd_stored_bytes",
-                    "bytes of chunk files in the store",
+                    "bytes of chunk and block files in the store",
                     stored_bytes,
+                ),
+                (
+                    "ecstack_osd_robust_blocks",
+                    "coded blocks of robust objects in the store",
+                    blocks.robust_blocks,
+                ),
+                (
+                    "ecstack_osd_queue_depth",
+                    "block and chunk store requests queued or in service",
+                    blocks.queue_depth,
+                ),
+                (
+                    "ecstack_osd_store_read_bytes_per_second",
+                    "measured store read throughput (bytes over busy time, decayed)",
+                    blocks.read_bytes_per_s,
+                ),
+                (
+                    "ecstack_osd_store_write_bytes_per_second",
+                    "measured store write throughput (bytes over busy time, decayed)",
+                    blocks.write_bytes_per_s,
+                ),
+                (
+                    "ecstack_osd_block_streams",
+                    "block streams admitted and running",
+                    blocks.streams,
                 ),
             ],
         );
@@ -215,7 +311,7 @@ mod tests {
         m.record(1, true, Duration::from_millis(30));
         m.record(1, false, Duration::from_secs(9));
         Metrics::add(&m.bytes_out, 42);
-        let t = m.render(3, 7, 9000);
+        let t = m.render(3, 7, 9000, &BlockGauges::default());
         assert!(t.contains("ecstack_osd_ops_total{osd=\"3\",op=\"read_segment\",result=\"ok\"} 2"));
         assert!(
             t.contains("ecstack_osd_ops_total{osd=\"3\",op=\"read_segment\",result=\"error\"} 1")

@@ -4,7 +4,8 @@
 //! Clients (and admins) call a segment's primary: write, read, update, and a direct read's plan.
 //! A direct read also fetches chunk ranges from the holders (`GetChunk`), so `GetChunk` is open to
 //! clients too: it reads no more than `ReadSegment` would. Every other chunk call (store, update,
-//! parity delta, version, delete) is OSD-to-OSD only.
+//! parity delta, version, delete) is OSD-to-OSD only. A robust file's blocks (`PutBlocks`,
+//! `GetBlocks`, `DeleteBlocks`) are client calls: its writer and readers talk to every OSD.
 
 use ecstack_rpc::roles::{Role, RoleTable};
 
@@ -25,5 +26,8 @@ pub static OSD_ROLES: RoleTable = RoleTable {
         ("ApplyDelta", OSD),
         ("ChunkVersion", OSD),
         ("DeleteChunk", OSD),
+        ("PutBlocks", CLIENT),
+        ("GetBlocks", CLIENT),
+        ("DeleteBlocks", CLIENT),
     ],
 };

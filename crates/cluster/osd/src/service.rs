@@ -25,12 +25,16 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ecstack_codes::ErasureCode;
+use ecstack_mds_proto::OsdLoad;
 use ecstack_rpc::Security;
+
+use crate::admission::{Admission, AdmissionConfig};
+use crate::blockio::BlockIo;
 
 use crate::api::{Holder, Layout, OsdClient};
 use crate::chunk_store::{ChunkStore, ChunkStoreError};
@@ -101,6 +105,46 @@ pub(crate) struct Inner {
     /// Per holder address, the pieces of pipelined reads on their way from it
     /// ([`crate::pipeline::READ_PIECES_PER_PEER`]).
     pub(crate) piece_slots: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Robust objects' blocks: the block I/O queue (started on first use, with the threads
+    /// [`Osd::configure_blocks`] set), admission control and its settings.
+    pub(crate) block_io: OnceLock<Arc<BlockIo>>,
+    pub(crate) block_config: Mutex<BlockConfig>,
+    pub(crate) admission: Arc<Admission>,
+    /// Chunk-store calls on blocking threads now (the heartbeat's queue depth counts them).
+    pub(crate) chunk_jobs: AtomicU32,
+}
+
+/// How an OSD serves robust objects' blocks (`[osd]` in `cluster.toml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockConfig {
+    /// Worker threads of the block I/O queue.
+    pub threads: usize,
+    pub admission: AdmissionConfig,
+}
+
+impl BlockConfig {
+    /// The settings of `cluster.toml`'s `[osd]`.
+    pub fn from_config(c: &ecstack_rpc::OsdConfig) -> BlockConfig {
+        BlockConfig {
+            threads: c.block_io_threads as usize,
+            admission: AdmissionConfig {
+                enabled: c.admission,
+                floor_bytes_per_s: c.admission_floor_bytes_per_s,
+            },
+        }
+    }
+}
+
+/// `[osd] block_io_threads` by default.
+pub const DEFAULT_BLOCK_IO_THREADS: usize = ecstack_rpc::config::DEFAULT_BLOCK_IO_THREADS as usize;
+
+impl Default for BlockConfig {
+    fn default() -> Self {
+        BlockConfig {
+            threads: DEFAULT_BLOCK_IO_THREADS,
+            admission: AdmissionConfig::default(),
+        }
+    }
 }
 
 impl Osd {
@@ -118,7 +162,60 @@ impl Osd {
                     ecstack_rpc::limits::PEER_FETCH_IDLE.as_millis() as u64,
                 ),
                 piece_slots: Mutex::new(HashMap::new()),
+                block_io: OnceLock::new(),
+                block_config: Mutex::new(BlockConfig::default()),
+                admission: Arc::default(),
+                chunk_jobs: AtomicU32::new(0),
             }),
+        }
+    }
+
+    /// Sets how this OSD serves blocks; the queue's threads count only before its first use.
+    pub fn configure_blocks(&self, config: BlockConfig) {
+        *self
+            .inner
+            .block_config
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = config;
+    }
+
+    pub(crate) fn admission_config(&self) -> AdmissionConfig {
+        self.inner
+            .block_config
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admission
+    }
+
+    /// The block I/O queue (started now if it was not).
+    pub fn block_io(&self) -> Arc<BlockIo> {
+        self.inner
+            .block_io
+            .get_or_init(|| {
+                let threads = self
+                    .inner
+                    .block_config
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .threads;
+                Arc::new(BlockIo::new(
+                    self.inner.setup.store.clone(),
+                    threads,
+                    self.inner.metrics.blocks.clone(),
+                ))
+            })
+            .clone()
+    }
+
+    /// What the heartbeats report of this OSD's store and load ([`OsdLoad`]).
+    pub fn load(&self) -> OsdLoad {
+        let io = self.block_io();
+        let (read, write) = io.rates();
+        OsdLoad {
+            read_bytes_per_s: read.unwrap_or(0.0) as u64,
+            write_bytes_per_s: write.unwrap_or(0.0) as u64,
+            queue_depth: io.depth() + self.inner.chunk_jobs.load(Ordering::Relaxed),
+            robust_blocks: self.store().usage().blocks,
         }
     }
 
@@ -193,7 +290,19 @@ impl Osd {
     /// This OSD's metrics in the Prometheus text format.
     pub fn metrics_text(&self) -> String {
         let u = self.store().usage();
-        self.inner.metrics.render(self.osd_id(), u.chunks, u.bytes)
+        let load = self.load();
+        self.inner.metrics.render(
+            self.osd_id(),
+            u.chunks,
+            u.bytes,
+            &crate::metrics::BlockGauges {
+                robust_blocks: u.blocks,
+                queue_depth: load.queue_depth as u64,
+                read_bytes_per_s: load.read_bytes_per_s,
+                write_bytes_per_s: load.write_bytes_per_s,
+                streams: self.inner.admission.streams() as u64,
+            },
+        )
     }
 
     pub(crate) fn code(&self) -> &Arc<dyn ErasureCode> {
@@ -248,7 +357,11 @@ impl Osd {
         f: impl FnOnce(&dyn ChunkStore) -> Result<T, ChunkStoreError> + Send + 'static,
     ) -> Result<T, ChunkStoreError> {
         let store = self.inner.setup.store.clone();
-        match tokio::task::spawn_blocking(move || f(&*store)).await {
+        let inner = self.inner.clone();
+        inner.chunk_jobs.fetch_add(1, Ordering::Relaxed);
+        let r = tokio::task::spawn_blocking(move || f(&*store)).await;
+        inner.chunk_jobs.fetch_sub(1, Ordering::Relaxed);
+        match r {
             Ok(r) => r,
             Err(e) => Err(ChunkStoreError::Invalid {
                 segment: 0,

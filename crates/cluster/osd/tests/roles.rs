@@ -78,6 +78,7 @@ async fn start(config: &ClusterConfig, store: &Path) -> (String, u32, Vec<onesho
         store_options: Default::default(),
         update: config.update.clone(),
         store_device: None,
+        blocks: Default::default(),
     })
     .await
     .unwrap();

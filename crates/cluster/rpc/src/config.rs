@@ -107,15 +107,61 @@ pub struct OsdConfig {
     /// the page cache (for A/B measurements). `ecstack osd --direct-io` overrides it.
     #[serde(default = "yes")]
     pub direct_io: bool,
+    /// Admission control of robust objects' block streams (docs/robustore.md "Admission control
+    /// on OSDs"): a new stream is admitted only if every admitted one keeps at least
+    /// `admission_floor_bytes_per_s` of the store's measured throughput. `ecstack osd
+    /// --admission` overrides it.
+    #[serde(default = "yes")]
+    pub admission: bool,
+    /// The throughput each admitted block stream must keep, bytes/s (> 0).
+    #[serde(default = "default_admission_floor")]
+    pub admission_floor_bytes_per_s: u64,
+    /// Worker threads of the OSD's block I/O queue (1–256).
+    #[serde(default = "default_block_io_threads")]
+    pub block_io_threads: u32,
 }
+
+/// `[osd] admission_floor_bytes_per_s` by default: 4 MiB/s.
+pub const DEFAULT_ADMISSION_FLOOR_BYTES_PER_S: u64 = 4 << 20;
+/// `[osd] block_io_threads` by default.
+pub const DEFAULT_BLOCK_IO_THREADS: u32 = 4;
 
 fn yes() -> bool {
     true
 }
 
+fn default_admission_floor() -> u64 {
+    DEFAULT_ADMISSION_FLOOR_BYTES_PER_S
+}
+
+fn default_block_io_threads() -> u32 {
+    DEFAULT_BLOCK_IO_THREADS
+}
+
 impl Default for OsdConfig {
     fn default() -> Self {
-        OsdConfig { direct_io: true }
+        OsdConfig {
+            direct_io: true,
+            admission: true,
+            admission_floor_bytes_per_s: DEFAULT_ADMISSION_FLOOR_BYTES_PER_S,
+            block_io_threads: DEFAULT_BLOCK_IO_THREADS,
+        }
+    }
+}
+
+impl OsdConfig {
+    /// One line naming the first bad value.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.admission_floor_bytes_per_s == 0 {
+            return Err("osd.admission_floor_bytes_per_s = 0: must be positive".into());
+        }
+        if !(1..=256).contains(&self.block_io_threads) {
+            return Err(format!(
+                "osd.block_io_threads = {}: must be 1..=256",
+                self.block_io_threads
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -362,6 +408,7 @@ impl ClusterConfig {
                 ));
             }
         }
+        self.osd.validate()?;
         self.update.reserve.validate()
     }
 
@@ -435,6 +482,38 @@ out_after_ms = 30000
         let e =
             toml::from_str::<ClusterConfig>(&format!("{BASE}[osd]\ndirect = false\n")).unwrap_err();
         assert!(e.message().contains("unknown field"), "{e}");
+        // Admission control: on, 4 MiB/s per stream, 4 block I/O threads unless told.
+        assert!(c.osd.admission);
+        assert_eq!(c.osd.admission_floor_bytes_per_s, 4 << 20);
+        assert_eq!(c.osd.block_io_threads, 4);
+        let c: ClusterConfig = toml::from_str(&format!(
+            "{BASE}[osd]\nadmission = false\nadmission_floor_bytes_per_s = 1000\nblock_io_threads = 8\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            (
+                c.osd.admission,
+                c.osd.admission_floor_bytes_per_s,
+                c.osd.block_io_threads
+            ),
+            (false, 1000, 8)
+        );
+        let zero = OsdConfig {
+            admission_floor_bytes_per_s: 0,
+            ..OsdConfig::default()
+        };
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .contains("admission_floor_bytes_per_s = 0"));
+        let many = OsdConfig {
+            block_io_threads: 1000,
+            ..OsdConfig::default()
+        };
+        assert!(many
+            .validate()
+            .unwrap_err()
+            .contains("block_io_threads = 1000"));
     }
 
     fn parse(extra: &str) -> Result<ClusterConfig, String> {
