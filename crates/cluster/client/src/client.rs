@@ -1257,6 +1257,10 @@ fn check_range(file: &FileInfo, offset: u64, length: u64) -> Result<(), ClientEr
             })
         }
     }
+    if file.robust.is_some() {
+        // Blocks, not segments: the range is all there is to check.
+        return Ok(());
+    }
     if file.segment_bytes == 0 {
         return Err(ClientError::Layout(format!(
             "{}: segment size 0",

@@ -40,10 +40,20 @@ pub const DEFAULT_BLOCK_BYTES: u32 = 1 << 20;
 /// falls with K); RaptorQ objects stay at 256 MiB so an update re-encodes a bounded part.
 pub const DEFAULT_LT_OBJECT_BLOCKS: u32 = 1024;
 pub const DEFAULT_RAPTORQ_OBJECT_BLOCKS: u32 = 256;
-/// ε of the default redundancy D = (1 + ε)·max_i(B_ir / B_iw) − 1.
-pub const DEFAULT_EPSILON: f64 = 0.2;
-/// The smallest default D (when reads and writes run at one speed, D = ε would leave a slow disk
-/// no room).
+/// ε of the default redundancy D = (1 + ε)·max_i(B_ir / B_iw) − 1 (§5.3.2): the code's reception
+/// overhead, (1 + ε)·K blocks decode. LT at C = 1, δ = 0.5 needs about a quarter more than K at the
+/// object sizes used here; RaptorQ decodes from K blocks almost always.
+pub fn reception_epsilon(code: RobustCode) -> f64 {
+    match code {
+        RobustCode::Lt => 0.25,
+        RobustCode::RaptorQ => 0.01,
+    }
+}
+/// The largest per-disk variation B_ir / B_iw the default takes: the seed calls the formula "a
+/// strict boundary" and notes a very large D is not needed in practice; an OSD whose reads come
+/// from its page cache reports reads far above writes without being a slow writer.
+pub const MAX_DEFAULT_VARIATION: f64 = 4.0;
+/// The smallest default D: a little room for an OSD slower at read time than at write time.
 pub const MIN_DEFAULT_REDUNDANCY: f64 = 0.2;
 /// Blocks each write stream keeps in flight.
 pub const BLOCKS_IN_FLIGHT: usize = 2;
@@ -153,9 +163,10 @@ pub fn object_code(params: &RobustParams, o: &RobustObject) -> Result<BlockCode,
     .map_err(|e| local(format!("object #{}: {e}", o.index)))
 }
 
-/// D = (1 + ε)·max_i(B_ir / B_iw) − 1 over `osds` (an OSD without figures counts as 1), at least
+/// D = (1 + ε)·max_i(B_ir / B_iw) − 1 over `osds` (ε: [`reception_epsilon`]; an OSD without
+/// figures counts as 1; the variation at most [`MAX_DEFAULT_VARIATION`]), at least
 /// [`MIN_DEFAULT_REDUNDANCY`].
-pub fn default_redundancy(osds: &[OsdInfo]) -> f64 {
+pub fn default_redundancy(code: RobustCode, osds: &[OsdInfo]) -> f64 {
     let ratio = osds
         .iter()
         .map(|o| {
@@ -166,8 +177,9 @@ pub fn default_redundancy(osds: &[OsdInfo]) -> f64 {
                 r as f64 / w as f64
             }
         })
-        .fold(1.0f64, f64::max);
-    ((1.0 + DEFAULT_EPSILON) * ratio - 1.0).max(MIN_DEFAULT_REDUNDANCY)
+        .fold(1.0f64, f64::max)
+        .min(MAX_DEFAULT_VARIATION);
+    ((1.0 + reception_epsilon(code)) * ratio - 1.0).max(MIN_DEFAULT_REDUNDANCY)
 }
 
 /// The H OSDs a put writes to: UP, with room for their share, best first by measured bandwidth
@@ -277,12 +289,12 @@ impl Client {
             (None, Some(ids)) => ids.len(),
             (None, None) => up.min(DEFAULT_DISKS),
         };
-        let d = opts
-            .redundancy
-            .unwrap_or_else(|| default_redundancy(&candidates));
         let bs = u64::from(opts.block_bytes);
         let share = (data.len() as u64).div_ceil(bs) * bs * 2 / h.max(1) as u64;
         let chosen = choose_osds(&candidates, h, share)?;
+        let d = opts
+            .redundancy
+            .unwrap_or_else(|| default_redundancy(opts.code, &chosen));
         let spares: Vec<OsdInfo> = candidates
             .iter()
             .filter(|o| o.state == OsdState::Up && !chosen.iter().any(|c| c.osd_id == o.osd_id))
