@@ -468,18 +468,19 @@ impl Client {
                     } else {
                         report.refused += 1;
                     }
-                    let mut s = state.lock().expect("write state poisoned");
-                    let lost: Vec<(u32, u32)> = s
-                        .pending
-                        .iter()
-                        .copied()
-                        .filter(|&(_, on)| on == osd.osd_id)
-                        .collect();
-                    for p in &lost {
-                        s.pending.remove(p);
+                    {
+                        let mut s = state.lock().expect("write state poisoned");
+                        let lost: Vec<(u32, u32)> = s
+                            .pending
+                            .iter()
+                            .copied()
+                            .filter(|&(_, on)| on == osd.osd_id)
+                            .collect();
+                        for p in &lost {
+                            s.pending.remove(p);
+                        }
+                        s.lost += lost.len() as u64;
                     }
-                    s.lost += lost.len() as u64;
-                    drop(s);
                     if !*stop_rx.borrow() {
                         if let Some(spare) = (!spares.is_empty()).then(|| spares.remove(0)) {
                             spawn(&mut streams, spare);
@@ -488,30 +489,30 @@ impl Client {
                 }
             }
         }
-        let s = state.lock().expect("write state poisoned");
-        let ids: Vec<u32> = s.acked.iter().map(|&(id, _)| id).collect();
-        report.blocks_wasted += s.pending.len() as u64 + s.lost;
-        if ids.len() < s.target || !code.decodable(&ids) {
+        let (acked, pending, lost, target) = {
+            let s = state.lock().expect("write state poisoned");
+            (s.acked.clone(), s.pending.clone(), s.lost, s.target)
+        };
+        let ids: Vec<u32> = acked.iter().map(|&(id, _)| id).collect();
+        report.blocks_wasted += pending.len() as u64 + lost;
+        if ids.len() < target || !code.decodable(&ids) {
             return Err(last_error.unwrap_or_else(|| {
                 local(format!(
-                    "object #{}: only {} blocks durable ({} needed), and no OSD left to write to",
+                    "object #{}: only {} blocks durable ({target} needed), and no OSD left to write to",
                     o.index,
                     ids.len(),
-                    s.target
                 ))
             }));
         }
         // Blocks sent but not acknowledged may still have been stored: drop them (best effort;
         // they are not in the block map, so no reader takes them).
         let mut orphans: HashMap<u32, Vec<BlockKey>> = HashMap::new();
-        for &(id, osd) in &s.pending {
+        for &(id, osd) in &pending {
             orphans
                 .entry(osd)
                 .or_default()
                 .push(BlockKey { id, version });
         }
-        let acked = s.acked.clone();
-        drop(s);
         for (osd_id, keys) in orphans {
             if let Some(info) = osds
                 .iter()
