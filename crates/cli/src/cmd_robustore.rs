@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use ecstack_base::parse_size;
 use ecstack_sim::robustore::{
-    run_point, BgInterval, Config, Op, Rateless, Scheme, Split, Variation,
+    run_point, BgInterval, Config, Op, Rateless, Scheme, Split, TestbedSpec, Variation,
 };
 use serde_json::json;
 
@@ -76,6 +76,13 @@ pub struct RobustoreArgs {
     /// Competitive workloads with each disk's interval drawn per access, uniform on LO,HI ms
     #[arg(long, value_delimiter = ',')]
     bg_random: Option<Vec<f64>>,
+    /// Fixed per-disk rates instead: a comma-separated list of MB/s (MB = 2^20 bytes), one per disk,
+    /// or @FILE, a testbed JSON ({"version": 1, "disks": [{"mbps": 53, "delay_ms": 0}, ...]}, as
+    /// `ecstack experiment robustore-cluster` writes it). Each disk transfers at its rate with no
+    /// positioning or overhead; delay_ms adds to its round trip. The list is the pool each access
+    /// draws its --disks from (--total-disks is not used)
+    #[arg(long, value_name = "LIST|@FILE", conflicts_with_all = ["bg_interval_ms", "bg_random"])]
+    disk_mbps: Option<String>,
     /// Filer caches on (2 GB, 4-way, 4 KiB lines unless set)
     #[arg(long)]
     cache: bool,
@@ -123,13 +130,16 @@ pub fn run(a: RobustoreArgs) -> Result<()> {
     if a.bg_random.as_ref().is_some_and(|v| v.len() != 2) {
         bail!("--bg-random: expected LO,HI in ms, e.g. 6,200");
     }
-    let variation = match (&a.bg_interval_ms, &a.bg_random) {
-        (Some(x), _) => Variation::Background(BgInterval::Fixed(x / 1e3)),
-        (None, Some(v)) => Variation::Background(BgInterval::Uniform {
+    let variation = match (&a.disk_mbps, &a.bg_interval_ms, &a.bg_random) {
+        (Some(list), _, _) => {
+            Variation::Fixed(TestbedSpec::parse_arg(list).map_err(|e| anyhow::anyhow!("--{e}"))?)
+        }
+        (None, Some(x), _) => Variation::Background(BgInterval::Fixed(x / 1e3)),
+        (None, None, Some(v)) => Variation::Background(BgInterval::Uniform {
             lo: v[0] / 1e3,
             hi: v[1] / 1e3,
         }),
-        (None, None) => Variation::Layout,
+        (None, None, None) => Variation::Layout,
     };
     let cfg = Config {
         op: match a.op {
@@ -169,10 +179,11 @@ pub fn run(a: RobustoreArgs) -> Result<()> {
         return print_json(&v);
     }
     println!(
-        "{} {:?}: {} disks, {} in {} blocks, D = {}, RTT {} ms, {} accesses",
+        "{} {:?}: {} of {} disks, {} in {} blocks, D = {}, RTT {} ms, {} accesses",
         scheme,
         cfg.op,
         cfg.disks,
+        cfg.pool(),
         ecstack_base::fmt_size(cfg.data_bytes),
         ecstack_base::fmt_size(cfg.block_bytes),
         cfg.redundancy,

@@ -58,6 +58,7 @@
 //! assert!(code.verify(&all).unwrap());
 //! ```
 
+mod blocks;
 mod code;
 mod decode_cache;
 mod gf;
@@ -73,12 +74,13 @@ mod rng;
 mod select;
 pub mod shard;
 
+pub use blocks::{BlockCode, BlockCodeKind, BlockDecoder, BlockEncoder};
 pub use code::{
     new_linear_code, new_linear_code_with, CodeKind, CodeOptions, ErasureCode, LinearCode,
 };
 pub use decode_cache::{DecodeCacheStats, DECODE_CACHE_BYTES_MAX, DECODE_CACHE_ENTRIES_MAX};
 pub use kernels::Simd;
-pub use lt::{LtCode, LtDecoder, LtParams};
+pub use lt::{Graph as LtGraph, LtCode, LtDecoder, LtParams};
 pub use matrix::Matrix;
 pub use raptor::{RaptorQ, RaptorQDecoder};
 pub use rateless::{Packet, RatelessCode, RatelessDecoder};
@@ -160,6 +162,9 @@ pub enum CodeError {
     /// The list of erased shards names one shard twice.
     #[error("shard {index} is listed as erased twice")]
     DuplicateErasure { index: usize },
+    /// A [`BlockCode`] was given a coded-block id outside its id space.
+    #[error("coded block id {id} is outside the id space 0..{id_space}")]
+    BlockId { id: u32, id_space: usize },
     /// A rateless code was given an object longer than the K source blocks it was built for.
     #[error("object is {got} bytes but the code holds at most {max}")]
     ObjectTooLarge { got: usize, max: usize },

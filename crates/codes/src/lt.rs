@@ -84,15 +84,21 @@ pub fn robust_soliton_cdf(k: usize, c: f64, delta: f64) -> Vec<f64> {
 }
 
 /// The bipartite coding graph in compressed rows: coded block i joins `nbr[off[i]..off[i+1]]`.
+/// [`LtCode::graph`] exposes it: an update regenerates only the coded blocks whose neighbours changed.
 #[derive(Clone, Debug)]
-pub(crate) struct Graph {
-    pub k: usize,
-    pub off: Vec<u32>,
-    pub nbr: Vec<u32>,
+pub struct Graph {
+    k: usize,
+    off: Vec<u32>,
+    nbr: Vec<u32>,
 }
 
 impl Graph {
-    pub fn generate(k: usize, n: usize, cdf: &[f64], seed: u64) -> Graph {
+    /// Source blocks.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    fn generate(k: usize, n: usize, cdf: &[f64], seed: u64) -> Graph {
         let mut rng = Rng::new(seed);
         let mut perm: Vec<u32> = (0..k as u32).collect();
         rng.shuffle(&mut perm);
@@ -135,10 +141,12 @@ impl Graph {
         Graph { k, off, nbr }
     }
 
+    /// Coded blocks.
     pub fn n(&self) -> usize {
         self.off.len() - 1
     }
 
+    /// The source blocks coded block `i` is the XOR of. Panics if `i >= n()`.
     pub fn neighbours(&self, i: usize) -> &[u32] {
         &self.nbr[self.off[i] as usize..self.off[i + 1] as usize]
     }
@@ -315,6 +323,58 @@ impl LtCode {
     }
     pub fn params(&self) -> &LtParams {
         &self.params
+    }
+
+    /// The checked coding graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Would the coded blocks `ids` decode the object? Peels the graph alone (no data); ids outside
+    /// the graph and repeats add nothing.
+    pub fn decodable(&self, ids: impl IntoIterator<Item = usize>) -> bool {
+        let mut p = Peeler::new(&self.graph);
+        for c in ids {
+            if c < self.graph.n() {
+                p.receive(&self.graph, c, &mut |_, _| {});
+                if p.complete() {
+                    return true;
+                }
+            }
+        }
+        p.complete()
+    }
+
+    /// Coded block `id` into `out` (`block_size` bytes) from the padded object (K x block size bytes):
+    /// one multi-source XOR of its neighbours, so any block costs its degree in block reads.
+    pub fn encode_block(&self, padded: &[u8], id: usize, out: &mut [u8]) -> Result<()> {
+        let bs = self.params.block_size;
+        if id >= self.graph.n() {
+            return Err(CodeError::IndexOutOfRange {
+                index: id,
+                n: self.graph.n(),
+            });
+        }
+        if padded.len() != self.object_len() {
+            return Err(CodeError::ShardSize {
+                what: "padded object",
+                index: 0,
+                got: padded.len(),
+                want: self.object_len(),
+            });
+        }
+        if out.len() != bs {
+            return Err(CodeError::ShardSize {
+                what: "output block",
+                index: id,
+                got: out.len(),
+                want: bs,
+            });
+        }
+        let mut scratch = Vec::new();
+        let sources = self.graph.neighbours(id).iter().map(|&s| s as usize * bs);
+        kernels::xor_gather(kernels::active(), out, padded, sources, &mut scratch);
+        Ok(())
     }
 
     /// Reception overhead over `trials` random reception orders: for each, the number of coded blocks

@@ -4,6 +4,14 @@
 //! inbound and outbound bandwidth is the B of CodFS's throughput model (thesis §5.1). The MDS's and
 //! the clients' links are not limited (the model charges only the OSDs).
 //!
+//! A heterogeneous testbed ([`Testbed::create_shaped`], RobuSTore's servers of different speeds and
+//! distances) gives every OSD its own [`Shaping`]: its rate (the tbf, both directions) and a delay
+//! added to every round trip through it. The delay is a `netem` qdisc on the host's outbound side
+//! only, at the root of its link with the tbf as its child (`netem` holds each packet for the delay,
+//! then the tbf paces what leaves: a delay in front of a rate, the two composing as a slower link
+//! further away would); its queue holds 10^5 packets, far more than a link's bandwidth-delay product
+//! here, so it never drops. [`Testbed::create`] is the homogeneous case: one rate, no delay.
+//!
 //! Needs root and iproute2 (`ip`, `tc`). Every namespace is deleted when the [`Testbed`] is dropped,
 //! on Ctrl-C or SIGTERM (the binary's signal handler calls [`cleanup`]; this library installs none),
 //! and namespaces of an earlier run whose process is gone are deleted when a new testbed is created.
@@ -90,6 +98,28 @@ pub struct Host {
     hub_link: String,
     /// tc rate of its link in each direction, Mbit/s (`None`: not limited).
     pub rate_mbit: Option<f64>,
+    /// Added to every round trip through this host (netem on its outbound side), ms.
+    pub delay_ms: f64,
+}
+
+/// One host's link shaping in a heterogeneous testbed: a rate in each direction and a delay added to
+/// every round trip through the host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shaping {
+    /// Mbit/s, each direction (tbf).
+    pub rate_mbit: f64,
+    /// ms, on the host's outbound side (netem).
+    pub delay_ms: f64,
+}
+
+impl Shaping {
+    /// A rate and no delay.
+    pub fn rate(rate_mbit: f64) -> Shaping {
+        Shaping {
+            rate_mbit,
+            delay_ms: 0.0,
+        }
+    }
 }
 
 /// What a host's link has carried so far, in bytes as the veth counts them (Ethernet frames, but a
@@ -389,6 +419,31 @@ fn burst_bytes(rate_mbit: f64) -> u64 {
     ((rate_mbit * 1e6 / 8.0 / 200.0) as u64).max(64 << 10)
 }
 
+/// Every rate finite and > 0, every delay finite and >= 0: one line naming the first OSD that is not.
+fn check_shaping(osds: &[Shaping]) -> Result<()> {
+    let many = osds.len() > 1;
+    for (i, s) in osds.iter().enumerate() {
+        let who = if many {
+            format!("OSD {i}: ")
+        } else {
+            String::new()
+        };
+        if !(s.rate_mbit.is_finite() && s.rate_mbit > 0.0) {
+            return Err(LabError::Config {
+                field: "rate-mbit",
+                msg: format!("{who}{}: must be a positive number of Mbit/s", s.rate_mbit),
+            });
+        }
+        if !(s.delay_ms.is_finite() && s.delay_ms >= 0.0) {
+            return Err(LabError::Config {
+                field: "delay-ms",
+                msg: format!("{who}{}: must be a finite number of ms >= 0", s.delay_ms),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Testbed {
     /// Creates the hub, the MDS host, `osds` OSD hosts limited to `rate_mbit` in each direction,
     /// and `clients` client hosts. On error, whatever was created is deleted.
@@ -401,13 +456,17 @@ impl Testbed {
         rate_mbit: f64,
         tcp_cc: Option<&str>,
     ) -> Result<Testbed> {
+        Testbed::create_shaped(&vec![Shaping::rate(rate_mbit); osds], clients, tcp_cc)
+    }
+
+    /// [`Testbed::create`] with one [`Shaping`] per OSD (its rate and delay; `osds.len()` OSDs).
+    pub fn create_shaped(
+        osds: &[Shaping],
+        clients: usize,
+        tcp_cc: Option<&str>,
+    ) -> Result<Testbed> {
+        check_shaping(osds)?;
         check_tools()?;
-        if !(rate_mbit.is_finite() && rate_mbit > 0.0) {
-            return Err(LabError::Config {
-                field: "rate-mbit",
-                msg: format!("{rate_mbit}: must be a positive number of Mbit/s"),
-            });
-        }
         let mut cc_note = None;
         let mut tcp_cc = tcp_cc;
         if let Some(cc) = tcp_cc {
@@ -429,6 +488,7 @@ impl Testbed {
                 ip: host_ip(0),
                 hub_link: String::new(),
                 rate_mbit: None,
+                delay_ms: 0.0,
             },
             osds: Vec::new(),
             clients: Vec::new(),
@@ -437,20 +497,22 @@ impl Testbed {
         sh(&["ip", "-n", &hub, "link", "add", "br0", "type", "bridge"])?;
         sh(&["ip", "-n", &hub, "link", "set", "br0", "up"])?;
         let mut index = 0;
-        let mut host = |bed: &mut Testbed, name: String, rate: Option<f64>| -> Result<Host> {
-            let h = Host {
-                namespace: format!("{prefix}-{name}"),
-                ip: host_ip(index),
-                hub_link: format!("v{index}"),
-                rate_mbit: rate,
+        let mut host =
+            |bed: &mut Testbed, name: String, shaping: Option<Shaping>| -> Result<Host> {
+                let h = Host {
+                    namespace: format!("{prefix}-{name}"),
+                    ip: host_ip(index),
+                    hub_link: format!("v{index}"),
+                    rate_mbit: shaping.map(|s| s.rate_mbit),
+                    delay_ms: shaping.map_or(0.0, |s| s.delay_ms),
+                };
+                index += 1;
+                bed.add_host(&h)?;
+                Ok(h)
             };
-            index += 1;
-            bed.add_host(&h)?;
-            Ok(h)
-        };
         bed.mds = host(&mut bed, "mds".into(), None)?;
-        for i in 0..osds {
-            let h = host(&mut bed, format!("o{i}"), Some(rate_mbit))?;
+        for (i, &shaping) in osds.iter().enumerate() {
+            let h = host(&mut bed, format!("o{i}"), Some(shaping))?;
             bed.osds.push(h);
         }
         for j in 0..clients {
@@ -538,18 +600,68 @@ impl Testbed {
             "eth0",
         ])?;
         sh(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
+        // Outbound of the host: its own end's egress, the delay (netem) in front of the rate (tbf).
+        // Inbound: the hub end's egress, the rate only.
+        let delayed = h.delay_ms > 0.0;
+        if delayed {
+            sh(&[
+                "tc",
+                "-n",
+                ns,
+                "qdisc",
+                "add",
+                "dev",
+                "eth0",
+                "root",
+                "handle",
+                "1:",
+                "netem",
+                "delay",
+                &format!("{}ms", h.delay_ms),
+                "limit",
+                "100000",
+            ])?;
+        }
         if let Some(rate) = h.rate_mbit {
             let rate_arg = format!("{rate}mbit");
             let burst = burst_bytes(rate).to_string();
-            // Outbound of the host: its own end's egress. Inbound: the hub end's egress.
-            for (netns, dev) in [(ns, "eth0"), (hub, h.hub_link.as_str())] {
-                sh(&[
-                    "ip", "netns", "exec", netns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-                    "rate", &rate_arg, "burst", &burst, "latency", "100ms",
-                ])?;
+            let out_parent: &[&str] = if delayed {
+                &["parent", "1:1", "handle", "10:"]
+            } else {
+                &["root"]
+            };
+            for (netns, dev, parent) in [
+                (ns, "eth0", out_parent),
+                (hub, h.hub_link.as_str(), &["root"][..]),
+            ] {
+                let mut args = vec!["tc", "-n", netns, "qdisc", "add", "dev", dev];
+                args.extend_from_slice(parent);
+                args.extend_from_slice(&[
+                    "tbf", "rate", &rate_arg, "burst", &burst, "latency", "100ms",
+                ]);
+                sh(&args)?;
             }
         }
         Ok(())
+    }
+
+    /// The `tc -s -j qdisc show` of `host`'s own end of its link (its outbound side): what the
+    /// shaping installed there, with counters.
+    pub fn outbound_qdiscs(host: &Host) -> Result<Vec<serde_json::Value>> {
+        let out = sh_output(&[
+            "tc",
+            "-n",
+            &host.namespace,
+            "-s",
+            "-j",
+            "qdisc",
+            "show",
+            "dev",
+            "eth0",
+        ])?;
+        json_list(&out, "qdiscs", |w| {
+            LabError::Run(format!("tc -s -j qdisc show ({}): {w}", host.namespace))
+        })
     }
 
     /// `ip netns exec NS` before a command that must run on `host`.
@@ -639,6 +751,59 @@ impl Testbed {
             .map_err(|_| LabError::Run("goodput: the receiver thread panicked".into()))?;
         sent?;
         got
+    }
+
+    /// The median time of `samples` TCP connects from `from` to `to` (s): each completes when the
+    /// SYN-ACK is back, so it is one round trip of the path, every delay on it included.
+    pub fn tcp_connect_rtt(from: &Host, to: &Host, samples: usize) -> Result<f64> {
+        use std::net::{SocketAddr, TcpListener, TcpStream};
+        use std::time::Instant;
+        let run = |e: std::io::Error, what: &str| LabError::Run(format!("connect rtt {what}: {e}"));
+        let samples = samples.max(1);
+        let (tx, rx) = std::sync::mpsc::channel::<Result<u16>>();
+        let to_host = to.clone();
+        let listener = std::thread::spawn(move || -> Result<()> {
+            let l = Testbed::enter(&to_host).and_then(|()| {
+                TcpListener::bind(SocketAddr::from((to_host.ip, 0))).map_err(|e| run(e, "bind"))
+            });
+            let l = match l {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = tx.send(Err(LabError::Run(e.to_string())));
+                    return Err(e);
+                }
+            };
+            let _ = tx.send(l.local_addr().map(|a| a.port()).map_err(|e| run(e, "bind")));
+            for _ in 0..samples {
+                l.accept().map_err(|e| run(e, "accept"))?;
+            }
+            Ok(())
+        });
+        let port = rx
+            .recv()
+            .map_err(|_| LabError::Run("connect rtt: the listener thread ended".into()))??;
+        let (from_host, to_ip) = (from.clone(), to.ip);
+        let times = std::thread::spawn(move || -> Result<Vec<f64>> {
+            Testbed::enter(&from_host)?;
+            (0..samples)
+                .map(|_| {
+                    let t = Instant::now();
+                    let c = TcpStream::connect(SocketAddr::from((to_ip, port)))
+                        .map_err(|e| run(e, "connect"))?;
+                    let secs = t.elapsed().as_secs_f64();
+                    drop(c);
+                    Ok(secs)
+                })
+                .collect()
+        })
+        .join()
+        .map_err(|_| LabError::Run("connect rtt: the connecting thread panicked".into()))?;
+        listener
+            .join()
+            .map_err(|_| LabError::Run("connect rtt: the listener thread panicked".into()))??;
+        let mut times = times?;
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
     }
 
     /// A probe of the link counters of `hosts` (hosts of this testbed).

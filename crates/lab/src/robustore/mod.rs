@@ -272,7 +272,7 @@ pub fn jobs(c: &RobustoreConfig) -> Vec<Job> {
                         scheme_at(s, x).then(|| Config {
                             op,
                             redundancy: x,
-                            variation,
+                            variation: variation.clone(),
                             ..base(s)
                         })
                     }),

@@ -119,6 +119,15 @@ impl DiskModel {
         }
     }
 
+    /// A disk serving at a fixed `bytes_per_sec`: a request of b bytes takes b / rate, nothing else
+    /// (no positioning, overhead or zone; [`super::Variation::Fixed`]). Requests are the largest
+    /// column's 1024 sectors.
+    pub fn rate(bytes_per_sec: f64) -> DiskModel {
+        let index = BLOCKING_FACTORS.len() - 1;
+        let chunk = BLOCKING_FACTORS[index] as f64 * SECTOR as f64;
+        DiskModel::fixed(index, chunk / bytes_per_sec)
+    }
+
     pub fn chunk_bytes(&self) -> u64 {
         self.layout.chunk_bytes()
     }

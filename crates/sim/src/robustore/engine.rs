@@ -62,6 +62,8 @@ pub struct DiskSetup {
     pub model: DiskModel,
     /// Mean interval of the background stream (s); none when unloaded.
     pub bg_interval: Option<f64>,
+    /// Added to every round trip between the client and this disk (s): half each way.
+    pub extra_rtt: f64,
 }
 
 /// The scheme's side: told of every block (read) or acknowledgement (write) reaching the client:
@@ -239,6 +241,11 @@ impl<'a> Engine<'a> {
         self.disks.len()
     }
 
+    /// One way between the client and `disk`'s filer: half the RTT and half the disk's extra one.
+    fn half_rtt(&self, disk: usize) -> f64 {
+        (self.rtt + self.disks[disk].setup.extra_rtt) / 2.0
+    }
+
     /// Send block requests to `disk` now (they reach its filer half an RTT later).
     pub fn request(&mut self, disk: usize, jobs: Vec<Job>) {
         self.request_at(self.now, disk, jobs)
@@ -249,12 +256,12 @@ impl<'a> Engine<'a> {
         if jobs.is_empty() {
             return;
         }
-        self.push(t + self.rtt / 2.0, Kind::Request { disk, jobs });
+        self.push(t + self.half_rtt(disk), Kind::Request { disk, jobs });
     }
 
     /// Send a cancel to `disk` now.
     pub fn cancel(&mut self, disk: usize, what: CancelWhat) {
-        let t = self.now + self.rtt / 2.0;
+        let t = self.now + self.half_rtt(disk);
         self.push(t, Kind::Cancel { disk, what });
     }
 
@@ -385,7 +392,7 @@ impl<'a> Engine<'a> {
         self.live_jobs -= removed_jobs;
         self.stats[disk].chunks_removed += removed_chunks;
         if let Some((id, bytes)) = deliver_now {
-            let t = self.link_free[filer].max(now) + self.rtt / 2.0;
+            let t = self.link_free[filer].max(now) + self.half_rtt(disk);
             self.push(t, Kind::Deliver { disk, id, bytes });
         }
     }
@@ -486,9 +493,9 @@ impl<'a> Engine<'a> {
                     let f = self.disks[disk].setup.filer;
                     let start = self.link_free[f].max(now);
                     self.link_free[f] = start + bytes as f64 / self.link_rate;
-                    self.link_free[f] + self.rtt / 2.0
+                    self.link_free[f] + self.half_rtt(disk)
                 }
-                IoKind::Write => now + self.rtt / 2.0,
+                IoKind::Write => now + self.half_rtt(disk),
             };
             if last {
                 self.live_jobs -= 1;
@@ -533,6 +540,7 @@ mod tests {
             filer: 0,
             model: DiskModel::fixed(0, 1.0),
             bg_interval: None,
+            extra_rtt: 0.0,
         };
         Engine::new(
             IoKind::Read,

@@ -23,6 +23,7 @@
 pub mod cache;
 pub mod disk;
 pub mod engine;
+pub mod testbed;
 
 use ecstack_base::Rng;
 use ecstack_codes::{LtCode, LtDecoder, LtParams, RaptorQ, RatelessCode};
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use cache::Cache;
 use disk::{DiskModel, Layout, MB};
 use engine::{CancelWhat, Client, DiskSetup, Engine, IoKind, Job};
+pub use testbed::{TestbedDisk, TestbedSpec, TESTBED_VERSION};
 
 /// Errors: one line naming the setting.
 #[derive(Debug, thiserror::Error)]
@@ -117,12 +119,15 @@ pub enum BgInterval {
 }
 
 /// Where the disks' performance variation comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Variation {
     /// In-disk layout (§6.3.1): every disk draws a Table 6-1 cell per access; no background load.
     Layout,
     /// Competitive workloads (§6.3.2): every disk has [`Layout::FAST`] and a background stream.
     Background(BgInterval),
+    /// Fixed per-disk rates ([`testbed`]): the testbed's disks are the world (`total_disks` is not
+    /// used), each serving at its own constant rate with its own extra round trip.
+    Fixed(TestbedSpec),
 }
 
 /// How RRAID-A divides the unreceived data of the disk it helps (§6.2.1: "identifies the disk with
@@ -239,15 +244,36 @@ impl Config {
     }
 
     fn filers(&self) -> usize {
-        self.total_disks.div_ceil(self.disks_per_filer.max(1))
+        self.pool().div_ceil(self.disks_per_filer.max(1))
+    }
+
+    /// The disks each access draws its H from: the testbed's with fixed rates, else `total_disks`.
+    pub fn pool(&self) -> usize {
+        match &self.variation {
+            Variation::Fixed(t) => t.disks.len(),
+            _ => self.total_disks,
+        }
     }
 
     /// Check every setting; one error naming the first bad one.
     pub fn validate(&self) -> Result<(), SimError> {
-        if self.total_disks == 0 || self.disks == 0 || self.disks > self.total_disks {
+        if let Variation::Fixed(t) = &self.variation {
+            t.validate()?;
+            if self.disks > t.disks.len() {
+                return Err(bad(
+                    "disks",
+                    format!(
+                        "an access uses {} disks but the testbed has only {}",
+                        self.disks,
+                        t.disks.len()
+                    ),
+                ));
+            }
+        }
+        if self.pool() == 0 || self.disks == 0 || self.disks > self.pool() {
             return Err(bad(
                 "disks",
-                format!("need 1..={} disks, got {}", self.total_disks, self.disks),
+                format!("need 1..={} disks, got {}", self.pool(), self.disks),
             ));
         }
         if self.disks_per_filer == 0 {
@@ -399,7 +425,7 @@ struct Object {
 impl Object {
     fn new(cfg: &Config, index: usize) -> Object {
         let mut rng = Rng::new(mix(cfg.seed ^ 0x000b_1ec7, index as u64));
-        let mut all: Vec<usize> = (0..cfg.total_disks).collect();
+        let mut all: Vec<usize> = (0..cfg.pool()).collect();
         rng.shuffle(&mut all);
         all.truncate(cfg.disks);
         Object {
@@ -415,18 +441,27 @@ fn setups(cfg: &Config, obj: &Object, rng: &mut Rng) -> Vec<DiskSetup> {
     obj.disks
         .iter()
         .map(|&g| {
-            let (layout, bg) = match cfg.variation {
-                Variation::Layout => (Layout::random(rng), None),
-                Variation::Background(BgInterval::Fixed(x)) => (Layout::FAST, Some(x)),
-                Variation::Background(BgInterval::Uniform { lo, hi }) => {
-                    (Layout::FAST, Some(lo + (hi - lo) * rng.next_f64()))
+            let (model, bg, extra_rtt) = match &cfg.variation {
+                Variation::Layout => (DiskModel::new(Layout::random(rng), rng), None, 0.0),
+                Variation::Background(BgInterval::Fixed(x)) => {
+                    (DiskModel::new(Layout::FAST, rng), Some(*x), 0.0)
                 }
+                Variation::Background(BgInterval::Uniform { lo, hi }) => {
+                    let bg = lo + (hi - lo) * rng.next_f64();
+                    (DiskModel::new(Layout::FAST, rng), Some(bg), 0.0)
+                }
+                Variation::Fixed(t) => (
+                    DiskModel::rate(t.disks[g].mbps * MB),
+                    None,
+                    t.disks[g].delay_ms / 1e3,
+                ),
             };
             DiskSetup {
                 global: g,
                 filer: g / cfg.disks_per_filer,
-                model: DiskModel::new(layout, rng),
+                model,
                 bg_interval: bg,
+                extra_rtt,
             }
         })
         .collect()
@@ -434,7 +469,7 @@ fn setups(cfg: &Config, obj: &Object, rng: &mut Rng) -> Vec<DiskSetup> {
 
 fn warmup(cfg: &Config) -> f64 {
     match cfg.variation {
-        Variation::Layout => 0.0,
+        Variation::Layout | Variation::Fixed(_) => 0.0,
         Variation::Background(_) => 2.0,
     }
 }
