@@ -546,6 +546,7 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
             let client = t.client.clone();
             let options = PutOptions {
                 scheme: update_scheme,
+                ..PutOptions::default()
             };
             let size = client.put_file_with(&path, &local, options).await;
             t.finish();

@@ -26,6 +26,10 @@ enum ExpCmd {
     Codfs(CodfsArgs),
     /// RobuSTore ch. 6: every figure (Table 6-2) on the simulator; `--shard i/N`, `--merge DIR`
     Robustore(crate::cmd_robustore::RobustoreExpArgs),
+    /// RobuSTore on the real cluster: 16 OSDs on throttled stores at Table 6-1's rates, robust
+    /// (LT, RaptorQ) and RS 6+2 files on 8 random OSDs per access, each figure beside the
+    /// simulator's on the same disks (docs/robustore.md "On the cluster")
+    RobustoreCluster(crate::cmd_robustore::RobustoreClusterArgs),
     /// ZombieNAND §4.4.3 synthetic grid to death, parallel, --shard i/N + --merge (docs/zombienand.md)
     Zombienand(crate::cmd_zombienand::ExpZombieArgs),
     /// TWEEN's first evaluation: md vs eplog vs tween on simulated SSDs, EPLOG traces (docs/tween.md)
@@ -253,6 +257,7 @@ pub fn run(a: ExperimentArgs) -> Result<()> {
         ExpCmd::Eplog(e) => eplog(e),
         ExpCmd::Codfs(c) => codfs(c),
         ExpCmd::Robustore(r) => crate::cmd_robustore::experiment(r),
+        ExpCmd::RobustoreCluster(r) => crate::cmd_robustore::cluster_experiment(r),
         ExpCmd::Zombienand(z) => crate::cmd_zombienand::run_experiment(z),
         ExpCmd::Tween(t) => crate::cmd_tween::experiment(t),
         ExpCmd::Rainfs(r) => crate::cmd_rainfs::experiment(r),

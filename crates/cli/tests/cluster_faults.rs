@@ -66,6 +66,7 @@ async fn fault_run(seed: u64) -> Marks {
     .await;
     let put_options = || PutOptions {
         scheme: Some(scheme),
+        ..PutOptions::default()
     };
     let mut rig = rig;
     let mut rng = Rng::new(seed);

@@ -53,6 +53,9 @@ pub struct LocalSpec {
     /// directory: a device spec in which `{osd}` stands for the OSD's index, e.g.
     /// `throttled:profile=eplog-hdd:file:/tmp/x/osd-{osd}.img?size=2G`. `None`: `<dir>/osd-N/`.
     pub store_device: Option<String>,
+    /// One device spec per OSD (index i for OSD i), instead of `store_device`: stores of
+    /// different speeds (`throttled:bw=...`), as RobuSTore's heterogeneous testbed has.
+    pub store_devices: Vec<String>,
     /// `[mds] store` of a new cluster (a PostgreSQL URL, say); `None`: `<dir>/mds.db`.
     pub mds_store: Option<String>,
     /// Standby MDSs beside the active one (`[mds] addrs`, each on a free loopback port; needs a
@@ -81,6 +84,7 @@ impl LocalSpec {
             reserve: None,
             gc_period_ms: None,
             store_device: None,
+            store_devices: Vec::new(),
             mds_store: None,
             mds_standbys: 0,
             mds_lease_ms: None,
@@ -242,6 +246,9 @@ impl LocalCluster {
     /// The device spec of OSD `i`'s store when the OSDs keep their chunks on devices
     /// ([`LocalSpec::store_device`]).
     pub fn osd_store_device(&self, i: usize) -> Option<String> {
+        if let Some(d) = self.spec.store_devices.get(i) {
+            return Some(d.clone());
+        }
         self.spec
             .store_device
             .as_ref()

@@ -251,6 +251,7 @@ async fn run_one(
             Bytes::from(data),
             PutOptions {
                 scheme: Some(s.scheme),
+                ..PutOptions::default()
             },
         )
         .await

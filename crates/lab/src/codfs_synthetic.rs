@@ -777,6 +777,7 @@ async fn run_setting(
         let p = path(w);
         let opts = PutOptions {
             scheme: Some(s.scheme),
+            ..PutOptions::default()
         };
         tasks.spawn(async move { c.put_bytes_with(&p, data, opts).await });
     }

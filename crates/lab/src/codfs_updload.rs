@@ -186,6 +186,7 @@ pub async fn run_scheme(
             Bytes::from(data),
             PutOptions {
                 scheme: Some(scheme),
+                ..PutOptions::default()
             },
         )
         .await

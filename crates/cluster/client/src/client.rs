@@ -27,12 +27,15 @@ use crate::window::{Leg, Transit};
 
 /// How one put stores its file ([`Client::put_with`] and friends). The default is what
 /// [`Client::put`] does.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PutOptions {
     /// The file's update scheme. `None` (the default): the scheme of the file the put replaces,
     /// else the cluster's `[update] scheme`, as the MDS decides. A scheme other than the
     /// replaced file's is refused with one line (a file's scheme is fixed at creation).
     pub scheme: Option<UpdateScheme>,
+    /// Place the segments' chunks on these OSDs only (empty: where the MDS chooses), e.g. an RS
+    /// file on the OSDs of a robust file it is compared with.
+    pub osd_hint: Vec<u32>,
 }
 
 /// Deadlines, retries and parallelism of a [`Client`].
@@ -605,9 +608,10 @@ impl Client {
             }
             let lens: Vec<u64> = batch.iter().map(|d| d.len() as u64).collect();
             let lens = &lens;
+            let hint = &options.osd_hint;
             let layouts = self
                 .meta(&what, |m| async move {
-                    m.allocate_segments(file_id, lens).await
+                    m.allocate_segments_on(file_id, lens, hint).await
                 })
                 .await?;
             if layouts.len() != batch.len() {

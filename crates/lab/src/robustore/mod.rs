@@ -10,6 +10,7 @@
 //! the thread count. `--shard i/N` runs jobs i, i+N, i+2N, ... and writes their rows alone;
 //! `merge` gathers the shard files and renders exactly what one machine would have.
 
+pub mod cluster;
 mod reasons;
 mod report;
 mod rows;
