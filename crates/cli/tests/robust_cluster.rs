@@ -369,3 +369,50 @@ async fn fault_run(seed: u64) {
         }
     }
 }
+
+/// `experiment robustore-cluster --quick` end to end: every mode read back exactly (the run checks
+/// each read), the report with its targets and the simulator beside each figure, and a
+/// `testbed.json` the simulator takes (`sim robustore --disk-mbps @testbed.json`).
+#[test]
+fn the_cluster_experiment_runs_quick_and_its_testbed_feeds_the_simulator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("exp");
+    let o = ecstack(&[
+        "experiment",
+        "robustore-cluster",
+        "--quick",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files: Vec<String> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(files.len(), 4, "{files:?}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for want in [
+        "| rs-primary |",
+        "| rs-direct |",
+        "| robust-lt |",
+        "| robust-raptorq |",
+        "RaptorQ reception overhead",
+        "within 25 %",
+    ] {
+        assert!(report.contains(want), "{want} missing:\n{report}");
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 5, "{csv}");
+    let testbed = format!("@{}", out.join("testbed.json").display());
+    let o = ecstack(&[
+        "sim",
+        "robustore",
+        "--disk-mbps",
+        &testbed,
+        "--disks",
+        "8",
+        "--accesses",
+        "2",
+        "--size",
+        "8M",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
