@@ -416,3 +416,71 @@ fn the_cluster_experiment_runs_quick_and_its_testbed_feeds_the_simulator() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// Admission control from the client's side: an OSD on a slow store (2 MB/s: each stream needs more
+/// than its whole throughput at the 4 MiB/s floor) serving one block stream refuses the next, and a
+/// robust put whose first-choice OSD refuses moves that stream to its spare; the file reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_stream_moves_to_a_spare_osd() {
+    let imgs = tempfile::tempdir().unwrap();
+    let rig = Rig::start(RigSpec {
+        osds: 3,
+        store_device: Some(format!(
+            "throttled:bw=2M:file:{}/osd-{{osd}}.img?size=256M",
+            imgs.path().display()
+        )),
+        ..RigSpec::default()
+    })
+    .await;
+    let st = rig.client.status().await.unwrap();
+    let mut ids: Vec<u32> = st.osds.iter().map(|o| o.osd_id).collect();
+    ids.sort_unstable();
+    let mut rng = Rng::new(46);
+    let hold = random_bytes(&mut rng, 16 * (256 << 10));
+    rig.client
+        .put_robust(
+            "/hold",
+            Bytes::from(hold),
+            &RobustOptions {
+                osds: Some(vec![ids[0]]),
+                redundancy: Some(0.2),
+                object_blocks: Some(16),
+                block_bytes: 256 << 10,
+                ..RobustOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let info = rig.client.stat("/hold").await.unwrap();
+    let o = &info.robust.as_ref().unwrap().objects[0];
+    let addr = &o.blocks[0].addr;
+    let security =
+        ecstack_rpc::Security::load(&rig.cluster.config().certs_dir(), "client").unwrap();
+    let osd = ecstack_osd_proto::OsdClient::connect(addr, &security)
+        .unwrap()
+        .for_osd(ids[0]);
+    // Reading 4.8 MiB at 2 MB/s: the stream stays admitted for seconds.
+    let reader = osd
+        .get_blocks(o.object_id, o.version, Default::default())
+        .await
+        .unwrap();
+    let data = random_bytes(&mut rng, 200_000);
+    let report = rig
+        .client
+        .put_robust(
+            "/moved",
+            Bytes::from(data.clone()),
+            &RobustOptions {
+                osds: Some(vec![ids[0], ids[1], ids[2]]),
+                disks: Some(2),
+                ..opts(RobustCode::RaptorQ, 1.0)
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", rig.logs()));
+    drop(reader);
+    assert!(report.refused >= 1, "{report:?}");
+    assert!(!report.per_osd.contains_key(&ids[0]), "{report:?}");
+    assert!(report.per_osd.contains_key(&ids[2]), "{report:?}");
+    assert_eq!(read_all(&rig.client, "/moved").await, data);
+}

@@ -65,6 +65,8 @@ pub struct RigSpec {
     pub mds_store: Option<String>,
     /// Standby MDSs (`[mds] addrs`; needs a PostgreSQL `mds_store`).
     pub mds_standbys: usize,
+    /// Every OSD's store on a device (`LocalSpec::store_device`, `{osd}` its index).
+    pub store_device: Option<String>,
 }
 
 impl Default for RigSpec {
@@ -81,6 +83,7 @@ impl Default for RigSpec {
             reserve: None,
             mds_store: None,
             mds_standbys: 0,
+            store_device: None,
         }
     }
 }
@@ -181,6 +184,7 @@ impl Rig {
         s.reserve = spec.reserve.clone();
         s.mds_store = spec.mds_store.clone();
         s.mds_standbys = spec.mds_standbys;
+        s.store_device = spec.store_device.clone();
         let cluster = LocalCluster::start(s).expect("start the cluster");
         let security =
             Security::load(&cluster.config().certs_dir(), "client").expect("client cert");

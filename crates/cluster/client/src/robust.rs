@@ -69,7 +69,8 @@ pub struct RobustOptions {
     pub redundancy: Option<f64>,
     /// H, the OSDs written to; `None`: [`DEFAULT_DISKS`] or all that are up.
     pub disks: Option<usize>,
-    /// These OSDs exactly (by id), instead of choosing by bandwidth, load and space.
+    /// These OSDs (by id), in this order of preference, instead of choosing by bandwidth, load
+    /// and space: the first H are written to, the rest are spares for a refused or failed stream.
     pub osds: Option<Vec<u32>>,
     /// Source blocks per object; `None`: [`DEFAULT_LT_OBJECT_BLOCKS`] / [`DEFAULT_RAPTORQ_OBJECT_BLOCKS`].
     pub object_blocks: Option<u32>,
@@ -291,7 +292,16 @@ impl Client {
         };
         let bs = u64::from(opts.block_bytes);
         let share = (data.len() as u64).div_ceil(bs) * bs * 2 / h.max(1) as u64;
-        let chosen = choose_osds(&candidates, h, share)?;
+        let chosen = match &opts.osds {
+            Some(_) if candidates.len() < h => {
+                return Err(local(format!(
+                    "a robust put on {h} disks was given {} OSDs",
+                    candidates.len()
+                )))
+            }
+            Some(_) => candidates[..h].to_vec(),
+            None => choose_osds(&candidates, h, share)?,
+        };
         let d = opts
             .redundancy
             .unwrap_or_else(|| default_redundancy(opts.code, &chosen));
