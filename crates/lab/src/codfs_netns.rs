@@ -394,6 +394,43 @@ pub(crate) fn in_namespace<T: Send + 'static>(
     .map_err(|_| LabError::Run("a thread moved into a namespace panicked".into()))?
 }
 
+/// A TCP listener on `host`'s address, on a thread of its own moved into its namespace, which then
+/// runs `serve` with it: the port, and the thread to join for `serve`'s result. `what` names the
+/// measurement in errors.
+fn listen_on<T: Send + 'static>(
+    host: &Host,
+    what: &'static str,
+    serve: impl FnOnce(std::net::TcpListener) -> Result<T> + Send + 'static,
+) -> Result<(u16, std::thread::JoinHandle<Result<T>>)> {
+    let (tx, rx) = std::sync::mpsc::channel::<Result<u16>>();
+    let host = host.clone();
+    let thread = std::thread::spawn(move || -> Result<T> {
+        let bound = Testbed::enter(&host).and_then(|()| {
+            let l = std::net::TcpListener::bind((host.ip, 0))
+                .map_err(|e| LabError::Run(format!("{what} bind: {e}")))?;
+            let port = l
+                .local_addr()
+                .map_err(|e| LabError::Run(format!("{what} bind: {e}")))?
+                .port();
+            Ok((l, port))
+        });
+        match bound {
+            Ok((l, port)) => {
+                let _ = tx.send(Ok(port));
+                serve(l)
+            }
+            Err(e) => {
+                let _ = tx.send(Err(LabError::Run(e.to_string())));
+                Err(e)
+            }
+        }
+    });
+    let port = rx
+        .recv()
+        .map_err(|_| LabError::Run(format!("{what}: the listener thread ended")))??;
+    Ok((port, thread))
+}
+
 /// Deletes namespaces left by runs whose process no longer exists (a SIGKILLed experiment).
 fn delete_leftovers() {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
@@ -691,21 +728,7 @@ impl Testbed {
         use std::net::{SocketAddr, TcpListener, TcpStream};
         use std::time::{Duration, Instant};
         let run = |e: std::io::Error, what: &str| LabError::Run(format!("goodput {what}: {e}"));
-        let (tx, rx) = std::sync::mpsc::channel::<Result<u16>>();
-        let to_host = to.clone();
-        let receiver = std::thread::spawn(move || -> Result<f64> {
-            let listener = Testbed::enter(&to_host).and_then(|()| {
-                TcpListener::bind(SocketAddr::from((to_host.ip, 0))).map_err(|e| run(e, "bind"))
-            });
-            let listener = match listener {
-                Ok(l) => l,
-                Err(e) => {
-                    let _ = tx.send(Err(LabError::Run(e.to_string())));
-                    return Err(e);
-                }
-            };
-            let port = listener.local_addr().map_err(|e| run(e, "bind"))?.port();
-            let _ = tx.send(Ok(port));
+        let (port, receiver) = listen_on(to, "goodput", move |listener: TcpListener| {
             let (mut conn, _) = listener.accept().map_err(|e| run(e, "accept"))?;
             let mut buf = vec![0u8; 1 << 20];
             let start = Instant::now();
@@ -728,10 +751,7 @@ impl Testbed {
             let t0 =
                 from_t.ok_or_else(|| LabError::Run("goodput: the stream ended too soon".into()))?;
             Ok(counted as f64 / t0.elapsed().as_secs_f64().max(1e-9))
-        });
-        let port = rx
-            .recv()
-            .map_err(|_| LabError::Run("goodput: the receiver thread ended".into()))??;
+        })?;
         let (from_host, to_ip) = (from.clone(), to.ip);
         let sender = std::thread::spawn(move || -> Result<()> {
             Testbed::enter(&from_host)?;
@@ -763,28 +783,12 @@ impl Testbed {
         use std::time::Instant;
         let run = |e: std::io::Error, what: &str| LabError::Run(format!("connect rtt {what}: {e}"));
         let samples = samples.max(1);
-        let (tx, rx) = std::sync::mpsc::channel::<Result<u16>>();
-        let to_host = to.clone();
-        let listener = std::thread::spawn(move || -> Result<()> {
-            let l = Testbed::enter(&to_host).and_then(|()| {
-                TcpListener::bind(SocketAddr::from((to_host.ip, 0))).map_err(|e| run(e, "bind"))
-            });
-            let l = match l {
-                Ok(l) => l,
-                Err(e) => {
-                    let _ = tx.send(Err(LabError::Run(e.to_string())));
-                    return Err(e);
-                }
-            };
-            let _ = tx.send(l.local_addr().map(|a| a.port()).map_err(|e| run(e, "bind")));
+        let (port, listener) = listen_on(to, "connect rtt", move |l: TcpListener| {
             for _ in 0..samples {
                 l.accept().map_err(|e| run(e, "accept"))?;
             }
             Ok(())
-        });
-        let port = rx
-            .recv()
-            .map_err(|_| LabError::Run("connect rtt: the listener thread ended".into()))??;
+        })?;
         let (from_host, to_ip) = (from.clone(), to.ip);
         let times = std::thread::spawn(move || -> Result<Vec<f64>> {
             Testbed::enter(&from_host)?;

@@ -148,6 +148,23 @@ fn receive(fd: &OwnedFd, buf: &mut [u8]) -> Got {
     }
 }
 
+/// Reads frames from `fd` until told to stop or the socket fails, handing each to `take` (which
+/// returns false to stop).
+fn pump(fd: &OwnedFd, stop: &AtomicBool, mut take: impl FnMut(&[u8]) -> bool) {
+    let mut buf = vec![0u8; FRAME_MAX];
+    while !stop.load(Ordering::Relaxed) {
+        match receive(fd, &mut buf) {
+            Got::Frame(n) => {
+                if !take(&buf[..n]) {
+                    return;
+                }
+            }
+            Got::Nothing => {}
+            Got::Closed => return,
+        }
+    }
+}
+
 fn send(fd: &OwnedFd, frame: &[u8]) -> bool {
     // SAFETY: `frame` is live for the call. A full queue (ENOBUFS) drops the frame, like a link.
     let n = unsafe { libc::send(fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
@@ -186,21 +203,9 @@ impl DelayLine {
             threads.push(spawn(
                 format!("delay-in-{host_side}"),
                 Box::new(move || {
-                    let mut buf = vec![0u8; FRAME_MAX];
-                    while !stop.load(Ordering::Relaxed) {
-                        match receive(&host, &mut buf) {
-                            Got::Frame(n) => {
-                                if tx
-                                    .send((Instant::now() + delay, buf[..n].to_vec()))
-                                    .is_err()
-                                {
-                                    return;
-                                }
-                            }
-                            Got::Nothing => {}
-                            Got::Closed => return,
-                        }
-                    }
+                    pump(&host, &stop, |frame| {
+                        tx.send((Instant::now() + delay, frame.to_vec())).is_ok()
+                    })
                 }),
             )?);
         }
@@ -233,20 +238,7 @@ impl DelayLine {
             let stop = stop.clone();
             threads.push(spawn(
                 format!("delay-back-{host_side}"),
-                Box::new(move || {
-                    let mut buf = vec![0u8; FRAME_MAX];
-                    while !stop.load(Ordering::Relaxed) {
-                        match receive(&bridge, &mut buf) {
-                            Got::Frame(n) => {
-                                if !send(&host, &buf[..n]) {
-                                    return;
-                                }
-                            }
-                            Got::Nothing => {}
-                            Got::Closed => return,
-                        }
-                    }
-                }),
+                Box::new(move || pump(&bridge, &stop, |frame| send(&host, frame))),
             )?);
         }
         Ok(DelayLine { stop, threads })
