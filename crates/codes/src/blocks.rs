@@ -328,7 +328,7 @@ fn esis(id: u32) -> Range<u32> {
     first..first + SYMBOLS_PER_BLOCK as u32
 }
 
-/// Produces coded blocks of one object by id.
+/// Produces coded blocks of one object by id. `Send + Sync`: one encoder can serve many threads.
 pub struct BlockEncoder {
     code: BlockCode,
     padded: Vec<u8>,
@@ -444,7 +444,8 @@ mod tests {
     #[test]
     fn thread_safety() {
         assert_send_sync::<BlockCode>();
-        assert_send::<BlockEncoder>();
+        // One encoder can serve every OSD stream of a write at once (`Arc<BlockEncoder>`).
+        assert_send_sync::<BlockEncoder>();
         assert_send::<BlockDecoder>();
     }
 }
