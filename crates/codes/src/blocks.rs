@@ -65,6 +65,15 @@ impl BlockCodeKind {
         BlockCodeKind::LT_DEFAULT
     }
 
+    /// "lt" (with [`BlockCodeKind::LT_DEFAULT`]'s parameters) or "raptorq", case-insensitive.
+    pub fn parse(name: &str) -> Option<BlockCodeKind> {
+        match name.to_ascii_lowercase().as_str() {
+            "lt" => Some(BlockCodeKind::LT_DEFAULT),
+            "raptorq" => Some(BlockCodeKind::RaptorQ),
+            _ => None,
+        }
+    }
+
     /// "lt" or "raptorq".
     pub fn name(&self) -> &'static str {
         match self {

@@ -173,6 +173,15 @@ fn lt_default_is_the_simulators() {
         (64, 16, 200)
     );
     assert_eq!(code.kind().name(), "lt");
+    assert_eq!(
+        BlockCodeKind::parse("LT"),
+        Some(BlockCodeKind::lt_default())
+    );
+    assert_eq!(
+        BlockCodeKind::parse("raptorq"),
+        Some(BlockCodeKind::RaptorQ)
+    );
+    assert_eq!(BlockCodeKind::parse("rs"), None);
     assert_eq!(code.lt().unwrap().graph().n(), 200);
 }
 
