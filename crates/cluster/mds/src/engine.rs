@@ -17,8 +17,8 @@ use crate::store::{
 };
 use ecstack_mds_proto::{
     ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
-    Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdLoad, OsdRegistration, OsdState, OsdTask,
-    RecoverTask, RecoveryProgress, Registered, SegmentLayout, UpdateScheme, NO_OSD,
+    Heartbeat, HeartbeatReply, MdsError, OsdInfo, OsdLoad, OsdRegistration, OsdState, OsdTask, RecoverTask,
+    RecoveryProgress, Registered, SegmentLayout, UpdateScheme, NO_OSD,
 };
 
 /// Longest path the MDS accepts, bytes.

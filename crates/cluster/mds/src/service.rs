@@ -21,8 +21,8 @@ use tonic::{Request, Response, Status};
 
 use crate::engine::MdsCore;
 use ecstack_mds_proto::proto;
-use ecstack_mds_proto::{
-    Attr, FileKind, Heartbeat, MdsError, OsdLoad, OsdRegistration, OsdState, RenameFlags, SetAttr,
+use ecstack_mds_proto::{OsdLoad, 
+    Attr, FileKind, Heartbeat, MdsError, OsdRegistration, OsdState, RenameFlags, SetAttr,
     UpdateScheme,
 };
 
