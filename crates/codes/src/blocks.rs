@@ -65,6 +65,15 @@ impl BlockCodeKind {
         BlockCodeKind::LT_DEFAULT
     }
 
+    /// "lt" (with [`BlockCodeKind::LT_DEFAULT`]'s parameters) or "raptorq", case-insensitive.
+    pub fn parse(name: &str) -> Option<BlockCodeKind> {
+        match name.to_ascii_lowercase().as_str() {
+            "lt" => Some(BlockCodeKind::LT_DEFAULT),
+            "raptorq" => Some(BlockCodeKind::RaptorQ),
+            _ => None,
+        }
+    }
+
     /// "lt" or "raptorq".
     pub fn name(&self) -> &'static str {
         match self {
@@ -328,7 +337,7 @@ fn esis(id: u32) -> Range<u32> {
     first..first + SYMBOLS_PER_BLOCK as u32
 }
 
-/// Produces coded blocks of one object by id.
+/// Produces coded blocks of one object by id. `Send + Sync`: one encoder can serve many threads.
 pub struct BlockEncoder {
     code: BlockCode,
     padded: Vec<u8>,
@@ -444,7 +453,8 @@ mod tests {
     #[test]
     fn thread_safety() {
         assert_send_sync::<BlockCode>();
-        assert_send::<BlockEncoder>();
+        // One encoder can serve every OSD stream of a write at once (`Arc<BlockEncoder>`).
+        assert_send_sync::<BlockEncoder>();
         assert_send::<BlockDecoder>();
     }
 }

@@ -355,14 +355,7 @@ impl LtCode {
                 n: self.graph.n(),
             });
         }
-        if padded.len() != self.object_len() {
-            return Err(CodeError::ShardSize {
-                what: "padded object",
-                index: 0,
-                got: padded.len(),
-                want: self.object_len(),
-            });
-        }
+        self.check_padded(padded)?;
         if out.len() != bs {
             return Err(CodeError::ShardSize {
                 what: "output block",
@@ -411,14 +404,7 @@ impl LtCode {
                 max: self.graph.n(),
             });
         }
-        if padded.len() != self.object_len() {
-            return Err(CodeError::ShardSize {
-                what: "padded object",
-                index: 0,
-                got: padded.len(),
-                want: self.object_len(),
-            });
-        }
+        self.check_padded(padded)?;
         if out.len() != count * bs {
             return Err(CodeError::ShardSize {
                 what: "output buffer",
@@ -454,6 +440,18 @@ impl LtCode {
 
     fn object_len(&self) -> usize {
         self.params.k * self.params.block_size
+    }
+
+    fn check_padded(&self, padded: &[u8]) -> Result<()> {
+        if padded.len() != self.object_len() {
+            return Err(CodeError::ShardSize {
+                what: "padded object",
+                index: 0,
+                got: padded.len(),
+                want: self.object_len(),
+            });
+        }
+        Ok(())
     }
 }
 

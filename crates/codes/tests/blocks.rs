@@ -114,8 +114,8 @@ proptest! {
             }
             packets.chunks(32).map(|c| c.iter().flat_map(|p| p.data.clone()).collect()).collect()
         };
-        for id in 0..id_space {
-            prop_assert_eq!(&enc.block(id as u32).unwrap(), &want[id], "block {}", id);
+        for (id, w) in want.iter().enumerate() {
+            prop_assert_eq!(&enc.block(id as u32).unwrap(), w, "block {}", id);
         }
         if !lt {
             // Systematic: blocks 0..K are the data.
@@ -141,7 +141,7 @@ proptest! {
         for byte in &mut new[lo as usize..hi as usize] {
             *byte = !*byte;
         }
-        let held: Vec<u32> = (0..id_space as u32).filter(|i| (i ^ seed as u32) % 3 != 0).collect();
+        let held: Vec<u32> = (0..id_space as u32).filter(|i| !(i ^ seed as u32).is_multiple_of(3)).collect();
         let sources = code.source_blocks_of(lo..hi);
         prop_assert!(sources.start as u64 * bs as u64 <= lo);
         prop_assert!(hi == lo || sources.end as u64 * bs as u64 >= hi);
@@ -173,6 +173,15 @@ fn lt_default_is_the_simulators() {
         (64, 16, 200)
     );
     assert_eq!(code.kind().name(), "lt");
+    assert_eq!(
+        BlockCodeKind::parse("LT"),
+        Some(BlockCodeKind::lt_default())
+    );
+    assert_eq!(
+        BlockCodeKind::parse("raptorq"),
+        Some(BlockCodeKind::RaptorQ)
+    );
+    assert_eq!(BlockCodeKind::parse("rs"), None);
     assert_eq!(code.lt().unwrap().graph().n(), 200);
 }
 

@@ -6,11 +6,14 @@
 //!
 //! A heterogeneous testbed ([`Testbed::create_shaped`], RobuSTore's servers of different speeds and
 //! distances) gives every OSD its own [`Shaping`]: its rate (the tbf, both directions) and a delay
-//! added to every round trip through it. The delay is a `netem` qdisc on the host's outbound side
-//! only, at the root of its link with the tbf as its child (`netem` holds each packet for the delay,
-//! then the tbf paces what leaves: a delay in front of a rate, the two composing as a slower link
-//! further away would); its queue holds 10^5 packets, far more than a link's bandwidth-delay product
-//! here, so it never drops. [`Testbed::create`] is the homogeneous case: one rate, no delay.
+//! added to every round trip through it, on the host's outbound side. `netem` would be the tool, but
+//! the kernels this project runs on are built without it (`CONFIG_NET_SCH_NETEM` unset: "Specified
+//! qdisc kind is unknown"), so the delay is a userspace delay line in the hub namespace
+//! (`crate::delay_line`): the delayed host's hub-side veth end leaves the bridge, and the line
+//! forwards its frames to a second veth pair whose other end is the bridge port, each frame `delay`
+//! after it left the host's tbf (the rate, then the distance, as on a slower link further away);
+//! frames to the host pass at once, through the tbf on the hub-side end. [`Testbed::create`] is the
+//! homogeneous case: one rate, no delay, no delay lines.
 //!
 //! Needs root and iproute2 (`ip`, `tc`). Every namespace is deleted when the [`Testbed`] is dropped,
 //! on Ctrl-C or SIGTERM (the binary's signal handler calls [`cleanup`]; this library installs none),
@@ -263,6 +266,8 @@ pub struct Testbed {
     pub mds: Host,
     pub osds: Vec<Host>,
     pub clients: Vec<Host>,
+    /// The delayed hosts' delay lines (stopped on drop).
+    delay_lines: Vec<crate::delay_line::DelayLine>,
 }
 
 /// Runs a command; its stderr (or status) as one error line on failure.
@@ -376,7 +381,7 @@ fn enter_namespace(ns: &str) -> Result<()> {
 
 /// Runs `f` on a thread of its own moved into namespace `ns` (so its /proc/sys/net is that
 /// namespace's); the calling thread stays where it is.
-fn in_namespace<T: Send + 'static>(
+pub(crate) fn in_namespace<T: Send + 'static>(
     ns: &str,
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
@@ -387,6 +392,43 @@ fn in_namespace<T: Send + 'static>(
     })
     .join()
     .map_err(|_| LabError::Run("a thread moved into a namespace panicked".into()))?
+}
+
+/// A TCP listener on `host`'s address, on a thread of its own moved into its namespace, which then
+/// runs `serve` with it: the port, and the thread to join for `serve`'s result. `what` names the
+/// measurement in errors.
+fn listen_on<T: Send + 'static>(
+    host: &Host,
+    what: &'static str,
+    serve: impl FnOnce(std::net::TcpListener) -> Result<T> + Send + 'static,
+) -> Result<(u16, std::thread::JoinHandle<Result<T>>)> {
+    let (tx, rx) = std::sync::mpsc::channel::<Result<u16>>();
+    let host = host.clone();
+    let thread = std::thread::spawn(move || -> Result<T> {
+        let bound = Testbed::enter(&host).and_then(|()| {
+            let l = std::net::TcpListener::bind((host.ip, 0))
+                .map_err(|e| LabError::Run(format!("{what} bind: {e}")))?;
+            let port = l
+                .local_addr()
+                .map_err(|e| LabError::Run(format!("{what} bind: {e}")))?
+                .port();
+            Ok((l, port))
+        });
+        match bound {
+            Ok((l, port)) => {
+                let _ = tx.send(Ok(port));
+                serve(l)
+            }
+            Err(e) => {
+                let _ = tx.send(Err(LabError::Run(e.to_string())));
+                Err(e)
+            }
+        }
+    });
+    let port = rx
+        .recv()
+        .map_err(|_| LabError::Run(format!("{what}: the listener thread ended")))??;
+    Ok((port, thread))
 }
 
 /// Deletes namespaces left by runs whose process no longer exists (a SIGKILLed experiment).
@@ -412,6 +454,11 @@ fn delete_leftovers() {
 
 fn host_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 77, (i / 250) as u8, (i % 250 + 2) as u8)
+}
+
+/// A delayed host's second veth pair in the hub: (bridge port, delay line's end).
+fn delay_pair(hub_link: &str) -> (String, String) {
+    (format!("{hub_link}p"), format!("{hub_link}d"))
 }
 
 /// tbf burst: a few milliseconds of the rate, and at least a GSO packet (64 KiB).
@@ -492,6 +539,7 @@ impl Testbed {
             },
             osds: Vec::new(),
             clients: Vec::new(),
+            delay_lines: Vec::new(),
         };
         bed.add_namespace(&hub)?;
         sh(&["ip", "-n", &hub, "link", "add", "br0", "type", "bridge"])?;
@@ -561,7 +609,8 @@ impl Testbed {
 
     fn add_host(&mut self, h: &Host) -> Result<()> {
         self.add_namespace(&h.namespace)?;
-        let hub = self.hub.as_str();
+        let hub = self.hub.clone();
+        let hub = hub.as_str();
         let ns = h.namespace.as_str();
         sh(&[
             "ip",
@@ -578,17 +627,29 @@ impl Testbed {
             "netns",
             ns,
         ])?;
-        sh(&[
-            "ip",
-            "-n",
-            hub,
-            "link",
-            "set",
-            &h.hub_link,
-            "master",
-            "br0",
-            "up",
-        ])?;
+        if h.delay_ms > 0.0 {
+            // The host's hub-side end stays out of the bridge; a delay line carries its frames to
+            // a second pair whose far end is the bridge port.
+            let (port, line_end) = delay_pair(&h.hub_link);
+            sh(&[
+                "ip", "-n", hub, "link", "add", &port, "type", "veth", "peer", "name", &line_end,
+            ])?;
+            sh(&["ip", "-n", hub, "link", "set", &port, "master", "br0", "up"])?;
+            sh(&["ip", "-n", hub, "link", "set", &line_end, "up"])?;
+            sh(&["ip", "-n", hub, "link", "set", &h.hub_link, "up"])?;
+        } else {
+            sh(&[
+                "ip",
+                "-n",
+                hub,
+                "link",
+                "set",
+                &h.hub_link,
+                "master",
+                "br0",
+                "up",
+            ])?;
+        }
         sh(&[
             "ip",
             "-n",
@@ -600,47 +661,26 @@ impl Testbed {
             "eth0",
         ])?;
         sh(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
-        // Outbound of the host: its own end's egress, the delay (netem) in front of the rate (tbf).
-        // Inbound: the hub end's egress, the rate only.
-        let delayed = h.delay_ms > 0.0;
-        if delayed {
-            sh(&[
-                "tc",
-                "-n",
-                ns,
-                "qdisc",
-                "add",
-                "dev",
-                "eth0",
-                "root",
-                "handle",
-                "1:",
-                "netem",
-                "delay",
-                &format!("{}ms", h.delay_ms),
-                "limit",
-                "100000",
-            ])?;
-        }
         if let Some(rate) = h.rate_mbit {
             let rate_arg = format!("{rate}mbit");
             let burst = burst_bytes(rate).to_string();
-            let out_parent: &[&str] = if delayed {
-                &["parent", "1:1", "handle", "10:"]
-            } else {
-                &["root"]
-            };
-            for (netns, dev, parent) in [
-                (ns, "eth0", out_parent),
-                (hub, h.hub_link.as_str(), &["root"][..]),
-            ] {
-                let mut args = vec!["tc", "-n", netns, "qdisc", "add", "dev", dev];
-                args.extend_from_slice(parent);
-                args.extend_from_slice(&[
-                    "tbf", "rate", &rate_arg, "burst", &burst, "latency", "100ms",
-                ]);
-                sh(&args)?;
+            // Outbound of the host: its own end's egress. Inbound: the hub end's egress.
+            for (netns, dev) in [(ns, "eth0"), (hub, h.hub_link.as_str())] {
+                sh(&[
+                    "tc", "-n", netns, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                    &rate_arg, "burst", &burst, "latency", "100ms",
+                ])?;
             }
+        }
+        if h.delay_ms > 0.0 {
+            let (_, line_end) = delay_pair(&h.hub_link);
+            let line = crate::delay_line::DelayLine::start(
+                hub,
+                &h.hub_link,
+                &line_end,
+                std::time::Duration::from_secs_f64(h.delay_ms / 1e3),
+            )?;
+            self.delay_lines.push(line);
         }
         Ok(())
     }
@@ -688,21 +728,7 @@ impl Testbed {
         use std::net::{SocketAddr, TcpListener, TcpStream};
         use std::time::{Duration, Instant};
         let run = |e: std::io::Error, what: &str| LabError::Run(format!("goodput {what}: {e}"));
-        let (tx, rx) = std::sync::mpsc::channel::<Result<u16>>();
-        let to_host = to.clone();
-        let receiver = std::thread::spawn(move || -> Result<f64> {
-            let listener = Testbed::enter(&to_host).and_then(|()| {
-                TcpListener::bind(SocketAddr::from((to_host.ip, 0))).map_err(|e| run(e, "bind"))
-            });
-            let listener = match listener {
-                Ok(l) => l,
-                Err(e) => {
-                    let _ = tx.send(Err(LabError::Run(e.to_string())));
-                    return Err(e);
-                }
-            };
-            let port = listener.local_addr().map_err(|e| run(e, "bind"))?.port();
-            let _ = tx.send(Ok(port));
+        let (port, receiver) = listen_on(to, "goodput", move |listener: TcpListener| {
             let (mut conn, _) = listener.accept().map_err(|e| run(e, "accept"))?;
             let mut buf = vec![0u8; 1 << 20];
             let start = Instant::now();
@@ -725,10 +751,7 @@ impl Testbed {
             let t0 =
                 from_t.ok_or_else(|| LabError::Run("goodput: the stream ended too soon".into()))?;
             Ok(counted as f64 / t0.elapsed().as_secs_f64().max(1e-9))
-        });
-        let port = rx
-            .recv()
-            .map_err(|_| LabError::Run("goodput: the receiver thread ended".into()))??;
+        })?;
         let (from_host, to_ip) = (from.clone(), to.ip);
         let sender = std::thread::spawn(move || -> Result<()> {
             Testbed::enter(&from_host)?;
@@ -760,28 +783,12 @@ impl Testbed {
         use std::time::Instant;
         let run = |e: std::io::Error, what: &str| LabError::Run(format!("connect rtt {what}: {e}"));
         let samples = samples.max(1);
-        let (tx, rx) = std::sync::mpsc::channel::<Result<u16>>();
-        let to_host = to.clone();
-        let listener = std::thread::spawn(move || -> Result<()> {
-            let l = Testbed::enter(&to_host).and_then(|()| {
-                TcpListener::bind(SocketAddr::from((to_host.ip, 0))).map_err(|e| run(e, "bind"))
-            });
-            let l = match l {
-                Ok(l) => l,
-                Err(e) => {
-                    let _ = tx.send(Err(LabError::Run(e.to_string())));
-                    return Err(e);
-                }
-            };
-            let _ = tx.send(l.local_addr().map(|a| a.port()).map_err(|e| run(e, "bind")));
+        let (port, listener) = listen_on(to, "connect rtt", move |l: TcpListener| {
             for _ in 0..samples {
                 l.accept().map_err(|e| run(e, "accept"))?;
             }
             Ok(())
-        });
-        let port = rx
-            .recv()
-            .map_err(|_| LabError::Run("connect rtt: the listener thread ended".into()))??;
+        })?;
         let (from_host, to_ip) = (from.clone(), to.ip);
         let times = std::thread::spawn(move || -> Result<Vec<f64>> {
             Testbed::enter(&from_host)?;
@@ -826,6 +833,10 @@ impl Testbed {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
+        // The lines stop together (each thread notices within 100 ms); dropping them joins.
+        for line in &self.delay_lines {
+            line.signal_stop();
+        }
         let mut c = CLEANUP.lock().unwrap_or_else(|e| e.into_inner());
         for ns in self.namespaces().iter().rev() {
             if !ns.is_empty() {

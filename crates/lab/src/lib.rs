@@ -40,6 +40,7 @@ pub mod codfs_reserve;
 pub mod codfs_s3;
 pub mod codfs_synthetic;
 pub mod codfs_updload;
+mod delay_line;
 pub mod device_sim;
 pub mod ec_bench;
 pub mod ec_demo;

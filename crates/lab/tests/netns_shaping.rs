@@ -1,5 +1,5 @@
-//! A heterogeneous testbed (`Testbed::create_shaped`): every OSD's own rate (tbf) and delay (netem in
-//! front of the tbf on its outbound side), checked with `tc -s qdisc` and measured: the round trip to
+//! A heterogeneous testbed (`Testbed::create_shaped`): every OSD's own rate (tbf) and delay (a delay
+//! line on its outbound side), the tbfs checked with `tc -s qdisc`, both measured: the round trip to
 //! a delayed host by TCP connects, the rates by short TCP transfers. Needs root and iproute2 (a
 //! failure under CI=true, a skip notice elsewhere).
 
@@ -32,40 +32,33 @@ fn per_osd_rates_and_delays_are_installed_and_measured() {
     let (o_fast, o_far, client) = (&bed.osds[0], &bed.osds[1], &bed.clients[0]);
     assert_eq!((o_far.rate_mbit, o_far.delay_ms), (Some(20.0), 30.0));
 
-    // What tc installed: the fast OSD a root tbf only; the far one a netem root with the tbf its child.
-    let kinds = |q: &[serde_json::Value]| -> Vec<(String, String)> {
-        q.iter()
-            .map(|q| {
-                let parent = if q["root"] == true {
-                    "root".to_owned()
-                } else {
-                    q["parent"].as_str().unwrap_or("?").to_owned()
-                };
-                (q["kind"].as_str().unwrap_or("?").to_owned(), parent)
-            })
-            .collect()
-    };
-    let q_fast = kinds(&Testbed::outbound_qdiscs(o_fast).unwrap());
-    assert_eq!(q_fast, vec![("tbf".to_owned(), "root".to_owned())]);
-    let q_far_json = Testbed::outbound_qdiscs(o_far).unwrap();
-    let q_far = kinds(&q_far_json);
-    assert!(
-        q_far.contains(&("netem".to_owned(), "root".to_owned())),
-        "{q_far:?}"
-    );
-    assert!(
-        q_far.contains(&("tbf".to_owned(), "1:1".to_owned())),
-        "{q_far:?}"
-    );
-    let netem = q_far_json.iter().find(|q| q["kind"] == "netem").unwrap();
-    let delay = netem["options"]["delay"]["delay"].as_f64().unwrap();
-    assert!((delay - 0.030).abs() < 1e-6, "netem delay {delay} s");
+    // What tc installed on each OSD's outbound side: the tbf at the root, at the OSD's rate (the
+    // delay is not a qdisc: this kernel has no netem, see codfs_netns).
+    for (osd, mbit) in [(o_fast, 80.0), (o_far, 20.0)] {
+        let q = Testbed::outbound_qdiscs(osd).unwrap();
+        assert_eq!(q.len(), 1, "{q:?}");
+        assert_eq!(
+            (&q[0]["kind"], &q[0]["root"]),
+            (&"tbf".into(), &true.into()),
+            "{q:?}"
+        );
+        let rate = q[0]["options"]["rate"].as_f64().unwrap();
+        assert!(
+            (rate - mbit * 1e6 / 8.0).abs() < 1.0,
+            "tbf rate {rate} B/s for {mbit} Mbit/s"
+        );
+    }
 
     // Round trips: the delay is on the far OSD's outbound side, so every round trip through it gains
-    // 30 ms; the fast OSD's stays well under a millisecond or two (veth and bridge). The upper bound
+    // 30 ms (the delay line's sleep overshoots by well under a millisecond); the fast OSD's stays well under a millisecond or two (veth and bridge). The upper bound
     // leaves 15 ms for a loaded 2-core machine scheduling the threads.
     let rtt_fast = Testbed::tcp_connect_rtt(client, o_fast, 9).unwrap();
     let rtt_far = Testbed::tcp_connect_rtt(client, o_far, 9).unwrap();
+    println!(
+        "connect RTT: fast OSD {:.2} ms, far OSD {:.2} ms",
+        rtt_fast * 1e3,
+        rtt_far * 1e3
+    );
     assert!(rtt_fast < 0.010, "fast OSD's RTT {rtt_fast} s");
     assert!(
         (0.0295..0.045).contains(&rtt_far),
@@ -83,6 +76,10 @@ fn per_osd_rates_and_delays_are_installed_and_measured() {
     ] {
         let got = Testbed::tcp_goodput(from, to, 1.5).unwrap();
         let ratio = got / (mbit * 1e6 / 8.0);
+        println!(
+            "{mbit} Mbit/s link: {:.3} MB/s goodput, {ratio:.3} of the rate",
+            got / 1e6
+        );
         assert!(
             (0.80..1.05).contains(&ratio),
             "{} -> {}: {:.2} MB/s is {ratio:.2} of {mbit} Mbit/s",

@@ -485,15 +485,22 @@ fn fixed_rates_replay_per_seed() {
     // The 16 cells of Table 6-1 as a testbed; each access draws 8 of the 16.
     let rates: Vec<f64> = TABLE_6_1.iter().flatten().copied().collect();
     for scheme in Scheme::ALL {
-        let cfg = Config {
-            data_bytes: 16 << 20,
-            accesses: 3,
-            ..fixed_cfg(scheme, TestbedSpec::from_rates(&rates))
-        };
-        let a = run_point(&cfg).unwrap();
-        assert_eq!(a, run_point(&cfg).unwrap(), "{scheme}");
-        let other = run_point(&Config { seed: 2, ..cfg }).unwrap();
-        assert_ne!(a.0, other.0, "{scheme}: another seed draws other disks");
+        for op in [Op::Read, Op::Write, Op::ReadAfterWrite] {
+            let cfg = Config {
+                data_bytes: 16 << 20,
+                accesses: 3,
+                op,
+                ..fixed_cfg(scheme, TestbedSpec::from_rates(&rates))
+            };
+            let a = run_point(&cfg).unwrap();
+            assert!(a.0.bandwidth_mbps > 0.0, "{scheme} {op:?}");
+            assert_eq!(a, run_point(&cfg).unwrap(), "{scheme} {op:?}");
+            let other = run_point(&Config { seed: 2, ..cfg }).unwrap();
+            assert_ne!(
+                a.0, other.0,
+                "{scheme} {op:?}: another seed draws other disks"
+            );
+        }
     }
 }
 
