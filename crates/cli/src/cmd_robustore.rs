@@ -351,6 +351,12 @@ pub struct RobustoreClusterArgs {
     /// Table 6-1's rates (0.52-53 MB/s) times this, for the 16 OSDs' stores
     #[arg(long, default_value_t = 0.5)]
     scale: f64,
+    /// Skip the point with Poisson background load (not run with --quick either)
+    #[arg(long)]
+    no_background: bool,
+    /// How busy the background reads keep each OSD's store (0.01-0.99)
+    #[arg(long, default_value_t = 0.5)]
+    background_busy: f64,
     /// Print the files written as a JSON array
     #[arg(long)]
     json: bool,
@@ -369,6 +375,8 @@ pub fn cluster_experiment(a: RobustoreClusterArgs) -> Result<()> {
         .map_err(|_| anyhow::anyhow!("--block-size {} is too large", a.block_size))?;
     cfg.redundancy = a.redundancy;
     cfg.scale = a.scale;
+    cfg.background = !a.no_background;
+    cfg.background_busy = a.background_busy;
     crate::scratch::announce(
         "experiment robustore-cluster",
         &[&cfg.out],
