@@ -730,8 +730,12 @@ impl FileStore {
 
     /// Corrupts `part` of the record of `key` behind the store's back, durably (tests: rot is
     /// reported lost, never served).
-    #[doc(hidden)]
-    pub fn damage_block(&self, object: u64, key: BlockKey, part: BlockPart) -> Result<()> {
+    pub(super) fn damage_block_impl(
+        &self,
+        object: u64,
+        key: BlockKey,
+        part: BlockPart,
+    ) -> Result<()> {
         let _g = self.blocks_lock(object);
         let name = blocks_name(object);
         let at = self.at(&name);
