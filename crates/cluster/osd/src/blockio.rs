@@ -22,7 +22,7 @@ use crate::chunk_store::{BlockKey, ChunkStore, ChunkStoreError, ObjectBlocks};
 /// How fast a measurement fades: its weight halves every this long.
 pub const METER_HALF_LIFE: Duration = Duration::from_secs(10);
 /// A rate needs at least this much busy time behind it.
-const METER_BUSY_MIN: Duration = Duration::from_millis(5);
+const METER_BUSY_MIN: Duration = Duration::from_micros(100);
 
 /// Bytes over busy time, decayed: a device's throughput while it works, whatever its idle time.
 #[derive(Debug)]
