@@ -18,31 +18,9 @@ use ecstack_osd::chunk_store::{
     blocks_name, record_offset, ChunkStore, FileStore, BLOCK_HEAD_BYTES,
 };
 use ecstack_osd::device_store::{DeviceStore, DeviceStoreOptions};
-use ecstack_osd::service::{BlockConfig, BoxFuture, MdsLink, Osd, OsdSetup};
+use ecstack_osd::service::{BlockConfig, NoMds, Osd, OsdSetup};
 use ecstack_osd::{OsdCallError, OsdClient};
 use ecstack_rpc::Security;
-
-/// The block calls never reach the MDS.
-struct NoMds;
-
-impl MdsLink for NoMds {
-    fn mark_stale<'a>(&'a self, _: u64, _: &'a [u32], _: u64) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async { Err("no MDS in this test".to_owned()) })
-    }
-    fn chunk_recovered(
-        &self,
-        _: u64,
-        _: u32,
-        _: u32,
-        _: u64,
-        _: Option<u32>,
-    ) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async { Err("no MDS in this test".to_owned()) })
-    }
-    fn segment_epoch(&self, _: u64) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async { Err("no MDS in this test".to_owned()) })
-    }
-}
 
 const ME: u32 = 5;
 const MIB: u32 = 1 << 20;

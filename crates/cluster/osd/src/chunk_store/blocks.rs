@@ -382,6 +382,19 @@ impl FileStore {
         m.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The block file `name` of an object the store knows.
+    fn open_block_file(&self, name: &str, at: &str) -> Result<DirFile> {
+        self.dir
+            .open(name, false)
+            .map_err(io(at, "open"))?
+            .ok_or_else(|| {
+                io(at, "open")(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the block file is gone",
+                ))
+            })
+    }
+
     fn objects(&self) -> std::sync::MutexGuard<'_, HashMap<u64, ObjectState>> {
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -413,10 +426,12 @@ impl FileStore {
                 .map_err(|e| io(&at, "read")(device_io(e)))?;
             true
         };
-        let (block_bytes, nonce) = match header_ok
-            .then(|| decode_file_header(&header, object))
-            .unwrap_or_else(|| Err("shorter than its header".into()))
-        {
+        let decoded = if header_ok {
+            decode_file_header(&header, object)
+        } else {
+            Err("shorter than its header".into())
+        };
+        let (block_bytes, nonce) = match decoded {
             Ok(h) => h,
             Err(why) => {
                 // A file whose first append was cut short, or whose header rotted: nothing
@@ -602,16 +617,7 @@ impl FileStore {
         };
         let name = blocks_name(object);
         let at = self.at(&name);
-        let file = self
-            .dir
-            .open(&name, false)
-            .map_err(io(&at, "open"))?
-            .ok_or_else(|| {
-                io(&at, "open")(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the block file is gone",
-                ))
-            })?;
+        let file = self.open_block_file(&name, &at)?;
         Ok(Some(ObjectBlocks {
             table: state.table,
             file,
@@ -655,16 +661,7 @@ impl FileStore {
         let tmp = format!("{name}.tmp");
         let tmp_at = self.at(&tmp);
         self.dir.remove(&tmp).map_err(io(&tmp_at, "remove"))?;
-        let file = self
-            .dir
-            .open(&name, false)
-            .map_err(io(&at, "open"))?
-            .ok_or_else(|| {
-                io(&at, "open")(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the block file is gone",
-                ))
-            })?;
+        let file = self.open_block_file(&name, &at)?;
         let nonce = new_nonce(object);
         let mut image = encode_file_header(object, bb, nonce);
         let mut written = 0u64;
