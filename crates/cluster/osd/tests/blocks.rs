@@ -38,16 +38,7 @@ async fn serve(store: Arc<dyn ChunkStore>, blocks: BlockConfig) -> (Osd, String)
         0,
     );
     osd.configure_blocks(blocks);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let svc = osd.grpc();
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
-            .await
-            .unwrap();
-    });
+    let addr = osd.serve_loopback().await.unwrap();
     (osd, addr)
 }
 
