@@ -349,3 +349,45 @@ async fn a_full_osd_refuses_and_a_high_stream_preempts() {
     let _x = c.get_blocks(0x66, 0, StreamPriority::Normal).await.unwrap();
     let _y = c.get_blocks(0x66, 0, StreamPriority::Normal).await.unwrap();
 }
+
+/// A normal writer whose place a high-priority stream takes ends with the refusal at its next
+/// block (its acknowledged blocks stay stored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_writer_ends_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = BlockConfig {
+        admission: AdmissionConfig {
+            enabled: true,
+            floor_bytes_per_s: 1 << 50,
+        },
+        ..BlockConfig::default()
+    };
+    let (osd, addr) = serve(dir_store(dir.path()), config).await;
+    osd.block_io().probe().await.unwrap();
+    let c = client(&addr);
+    let b = blocks(7, 0..2, 1, 4096);
+    let mut w = c
+        .put_blocks(0x70, 4096, StreamPriority::Normal, 0)
+        .await
+        .unwrap();
+    w.send(b[0].0, b[0].1.clone()).await.unwrap();
+    assert_eq!(w.ack().await.unwrap(), Some(b[0].0));
+    let _high = c
+        .put_blocks(0x71, 4096, StreamPriority::High, 0)
+        .await
+        .unwrap();
+    let _ = w.send(b[1].0, b[1].1.clone()).await;
+    w.close();
+    let e = loop {
+        match w.ack().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the writer was not preempted"),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(e, OsdCallError::Refused { .. }), "{e:?}");
+    assert!(!e.is_retryable());
+    assert_eq!(osd.metrics().streams_preempted.get(), 1);
+    let t = osd.store().block_table(0x70).unwrap().unwrap();
+    assert_eq!(t.blocks[0].key, b[0].0, "the acknowledged block stays");
+}
