@@ -1416,9 +1416,9 @@ pub fn blocks(open: &dyn Fn() -> Box<dyn ChunkStore>) {
 /// Rot and torn appends in a block file ([`ChunkStore::damage_block`] flips a byte of a stored
 /// block behind the store's back, durably); `open` as for [`run`]. A
 /// block whose head or a piece rotted is reported lost (one line naming the object and the
-/// block), never served, and the other blocks still read; at the next open a damaged last batch
-/// counts as an append cut short (never acknowledged): it is cut off whole, and the blocks before
-/// it are kept.
+/// block), never served, and the other blocks still read; at the next open a damaged record of
+/// the last batch counts as an append cut short (or rot): it is dropped and the batch's other
+/// records are kept.
 pub fn block_rot(open: &dyn Fn() -> Box<dyn ChunkStore>) {
     let damage = |s: &dyn ChunkStore, o, k, p| s.damage_block(o, k, p).unwrap();
     let mut rng = Rng::new(45);
@@ -1467,16 +1467,25 @@ pub fn block_rot(open: &dyn Fn() -> Box<dyn ChunkStore>) {
             lost[1].contains("block 3@1: lost") && lost[1].contains("bad head"),
             "{lost:?}"
         );
-        // The last batch rots too: at the next open it reads as an append cut short.
-        damage(&*s, o, bkey(6, 1), BlockPart::Piece(0));
+        // The first record of the last batch rots too: at the next open it reads as an append
+        // cut short.
+        damage(&*s, o, bkey(5, 1), BlockPart::Piece(0));
     }
     let s = open();
     let t = s.block_table(o).unwrap().unwrap();
     let keys: Vec<u32> = t.blocks.iter().map(|b| b.key.id).collect();
-    // Block 3's head is unreadable: its key is unknown, counted as lost.
-    assert_eq!(keys, vec![0, 1, 2, 4], "the torn last batch is cut off");
-    assert_eq!(t.lost, 1);
-    assert_eq!(s.usage().blocks, 4);
+    // Block 3's head is unreadable (its key is unknown) and block 5 was dropped: two lost.
+    assert_eq!(
+        keys,
+        vec![0, 1, 2, 4, 6],
+        "the bad record of the last batch is dropped"
+    );
+    assert_eq!(t.lost, 2);
+    assert_eq!(s.usage().blocks, 5);
+    drop(s);
+    // Stable: the dropped record stays dropped.
+    let s = open();
+    assert_eq!(s.block_table(o).unwrap().unwrap(), t);
     // Appending again goes after the kept records; a deletion rewrites the file without the
     // unreadable head (its block stays lost: not copied) and keeps the rotted piece rotted.
     put_model_blocks(&*s, o, bb, &third).unwrap();
@@ -1498,6 +1507,33 @@ pub fn block_rot(open: &dyn Fn() -> Box<dyn ChunkStore>) {
     assert_eq!(s.block_table(o).unwrap().unwrap().blocks.len(), 5);
     s.delete_blocks(o, None).unwrap();
     assert!(s.objects().unwrap().is_empty());
+}
+
+/// Whether `got` is `before` with some of a batch's blocks appended whole (an append cut short
+/// keeps each of its records that landed whole): every block before is there, and every block is
+/// `before`'s or one of the batch's, byte for byte.
+fn partly_put(
+    before: &Option<Blocks>,
+    got: &Option<Blocks>,
+    steps: &[BlockStep],
+    object: u64,
+) -> bool {
+    let before = before.clone().unwrap_or_default();
+    let Some(got) = got else {
+        return false;
+    };
+    let batch_blocks: Vec<&(BlockKey, Vec<u8>)> = steps
+        .iter()
+        .filter_map(|s| match s {
+            BlockStep::Put(o, _, b) if *o == object => Some(b.iter()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    before.iter().all(|(k, _)| got.iter().any(|(g, _)| g == k))
+        && got
+            .iter()
+            .all(|b| before.contains(b) || batch_blocks.iter().any(|x| **x == *b))
 }
 
 #[derive(Clone)]
@@ -1651,6 +1687,8 @@ pub fn block_power_cuts(fresh: &dyn Fn(u64) -> Box<dyn Crashable>, seeds: u64) -
                 "old"
             } else if got == after {
                 "new"
+            } else if kind == "put blocks" && partly_put(&before, &got, &steps, object) {
+                "part"
             } else {
                 panic!(
                     "{ctx}: object {object:#x} reads as neither its state before {kind} nor after"

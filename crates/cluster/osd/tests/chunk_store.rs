@@ -90,7 +90,8 @@ fn file_store_blocks_suite() {
 }
 
 /// Power cuts at every operation of the block workload under every policy: every acknowledged
-/// block survives; an append or a deletion cut short leaves the object old or new.
+/// block survives; an append cut short leaves the object old, new, or old with some of the new
+/// blocks whole; a deletion cut short leaves it old or new.
 #[test]
 fn file_store_block_power_cuts() {
     let mut outcomes = std::collections::BTreeSet::new();
