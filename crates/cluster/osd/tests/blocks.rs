@@ -277,12 +277,8 @@ async fn dropping_a_reader_cancels_its_reads_at_the_osd() {
     );
 }
 
-/// A full OSD refuses (the client is told to go elsewhere, not to retry here); a high-priority
-/// stream preempts the latest normal one, which ends with the refusal.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_osd_refuses_and_a_high_stream_preempts() {
-    let dir = tempfile::tempdir().unwrap();
-    // A floor no store reaches: one stream at a time.
+/// An OSD whose admission floor no store reaches (one stream at a time), its store measured.
+async fn one_stream_at_a_time(dir: &std::path::Path) -> (Osd, String) {
     let config = BlockConfig {
         admission: AdmissionConfig {
             enabled: true,
@@ -290,8 +286,17 @@ async fn a_full_osd_refuses_and_a_high_stream_preempts() {
         },
         ..BlockConfig::default()
     };
-    let (osd, addr) = serve(dir_store(dir.path()), config).await;
+    let (osd, addr) = serve(dir_store(dir), config).await;
     osd.block_io().probe().await.unwrap();
+    (osd, addr)
+}
+
+/// A full OSD refuses (the client is told to go elsewhere, not to retry here); a high-priority
+/// stream preempts the latest normal one, which ends with the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_osd_refuses_and_a_high_stream_preempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (osd, addr) = one_stream_at_a_time(dir.path()).await;
     let (read, write) = osd.block_io().rates();
     assert!(
         read.unwrap() > 0.0 && write.unwrap() > 0.0,
@@ -355,15 +360,7 @@ async fn a_full_osd_refuses_and_a_high_stream_preempts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preempted_writer_ends_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let config = BlockConfig {
-        admission: AdmissionConfig {
-            enabled: true,
-            floor_bytes_per_s: 1 << 50,
-        },
-        ..BlockConfig::default()
-    };
-    let (osd, addr) = serve(dir_store(dir.path()), config).await;
-    osd.block_io().probe().await.unwrap();
+    let (osd, addr) = one_stream_at_a_time(dir.path()).await;
     let c = client(&addr);
     let b = blocks(7, 0..2, 1, 4096);
     let mut w = c
