@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use ecstack_client::UpdateScheme;
 use ecstack_codes::CodeKind;
+use ecstack_lab::admission_bench::{self, AdmissionBenchConfig};
 use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
 use ecstack_lab::codfs_updload::UpdateLoadConfig;
 use ecstack_lab::ec_bench::{self, BenchClock, EcBenchConfig, RatelessConfig};
@@ -42,6 +43,42 @@ enum BenchWhat {
     /// a metadata load; time from each kill to the first successful call at the standby, and
     /// acknowledged metadata lost. The logic is `ecstack_lab::mds_failover`
     Failover(FailoverBench),
+    /// Admission control of block streams at one OSD whose store pays for positioning when
+    /// streams interleave (EPLOG's HDD profile): the aggregate throughput of many concurrent
+    /// GetBlocks readers with admission off and on (docs/robustore.md "Admission control on
+    /// OSDs"). The logic is `ecstack_lab::admission_bench`
+    Admission(AdmissionBench),
+}
+
+#[derive(Args)]
+struct AdmissionBench {
+    /// Readers at once, each reading its own object over and over
+    #[arg(long, default_value_t = 48)]
+    streams: usize,
+    /// Bytes per object
+    #[arg(long, default_value = "4M")]
+    object_size: String,
+    /// Bytes per coded block
+    #[arg(long, default_value = "1M")]
+    block_size: String,
+    /// Block I/O threads of the OSD in the first two runs (0: one per stream)
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// The throughput each admitted stream keeps, per second (a size)
+    #[arg(long, default_value = "8M")]
+    floor: String,
+    /// Seconds each run reads
+    #[arg(long, default_value_t = 8.0)]
+    seconds: f64,
+    /// The store's device spec (docs/devices.md); `{size}` stands for a capacity that holds the
+    /// objects
+    #[arg(long, default_value = "throttled:profile=eplog-hdd:mem:{size}")]
+    device: String,
+    /// A short run: 40 readers of 2 MiB objects for 3 s
+    #[arg(long)]
+    quick: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -272,7 +309,28 @@ pub fn run(a: BenchArgs) -> Result<()> {
         BenchWhat::Mount(m) => bench_mount(m),
         BenchWhat::Mds(m) => bench_mds(m),
         BenchWhat::Failover(f) => bench_failover(f),
+        BenchWhat::Admission(a) => bench_admission(a),
     }
+}
+
+fn bench_admission(a: AdmissionBench) -> Result<()> {
+    let mut cfg = if a.quick {
+        AdmissionBenchConfig::quick()
+    } else {
+        AdmissionBenchConfig {
+            streams: a.streams,
+            object_bytes: parse_size(&a.object_size).context("--object-size")?,
+            seconds: a.seconds,
+            ..AdmissionBenchConfig::default()
+        }
+    };
+    cfg.block_bytes = u32::try_from(parse_size(&a.block_size).context("--block-size")?)
+        .map_err(|_| anyhow::anyhow!("--block-size: at most 2 MiB"))?;
+    cfg.threads = a.threads;
+    cfg.floor_bytes_per_s = parse_size(&a.floor).context("--floor")?;
+    cfg.device = a.device;
+    let report = admission_bench::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
+    print_json_or(&report, || report.markdown(), a.json)
 }
 
 fn bench_mount(a: MountBench) -> Result<()> {

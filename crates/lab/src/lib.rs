@@ -28,6 +28,7 @@
 //!   simulated SSD and HDD models, and what the model saw.
 //! * [`array_sim`]: `ecstack sim array`, a sweep of the deterministic array simulator over seeds.
 
+pub mod admission_bench;
 pub mod array_sim;
 pub mod ceph_peer;
 pub mod codfs_bench;

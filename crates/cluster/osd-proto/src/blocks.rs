@@ -224,7 +224,9 @@ impl BlockWriter {
         }
     }
 
-    /// Queues one block (bounded: waits when the stream is a few blocks ahead).
+    /// Queues one block (bounded: waits when the stream is a few blocks ahead). If the OSD ended
+    /// the stream (an error, a preemption), that end is the error; the acknowledgements that came
+    /// before it are still [`BlockWriter::ack`]'s.
     pub async fn send(&mut self, key: BlockKey, data: Bytes) -> Result<(), OsdCallError> {
         if data.len() != self.block_bytes as usize {
             return Err(OsdCallError::Invalid {
@@ -260,11 +262,8 @@ impl BlockWriter {
         self.tx = None;
         self.drain().await;
         match &self.ended {
-            Some(Err(e)) => Err(OsdCallError::Remote {
-                addr: self.addr.clone(),
-                code: tonic::Code::Aborted,
-                message: format!("the PutBlocks stream ended: {e}"),
-            }),
+            // The stream's own end (a refusal stays a refusal: the writer moves elsewhere).
+            Some(Err(e)) => Err(clone_error(e)),
             _ => Err(OsdCallError::Protocol {
                 addr: self.addr.clone(),
                 message: "the OSD ended the PutBlocks stream before its blocks did".into(),

@@ -300,12 +300,12 @@ mod tests {
         assert_eq!(v, Verdict::Admitted { preempted: 1 });
         assert!(!first.is_preempted() && second.is_preempted());
         // Only high streams left to take from: a second high stream is refused.
-        let (_, v) = a.admit(c, StreamKind::Read, StreamPriority::High, rates);
+        let (high2, v) = a.admit(c, StreamKind::Read, StreamPriority::High, rates);
         assert_eq!(v, Verdict::Admitted { preempted: 1 });
         assert!(first.is_preempted());
         let (t, v) = a.admit(c, StreamKind::Read, StreamPriority::High, rates);
         assert!(t.is_none());
         assert!(matches!(v, Verdict::Refused(w) if w.contains("none of them is a normal")));
-        drop(high);
+        drop((high, high2));
     }
 }

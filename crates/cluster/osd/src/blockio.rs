@@ -22,7 +22,7 @@ use crate::chunk_store::{BlockKey, ChunkStore, ChunkStoreError, ObjectBlocks};
 /// How fast a measurement fades: its weight halves every this long.
 pub const METER_HALF_LIFE: Duration = Duration::from_secs(10);
 /// A rate needs at least this much busy time behind it.
-const METER_BUSY_MIN: Duration = Duration::from_millis(5);
+const METER_BUSY_MIN: Duration = Duration::from_micros(100);
 
 /// Bytes over busy time, decayed: a device's throughput while it works, whatever its idle time.
 #[derive(Debug)]
@@ -230,7 +230,18 @@ impl BlockIo {
         })
     }
 
-    fn push(&self, high: bool, job: Job) {
+    /// Queues the job `work` makes (given where its result goes); the result's receiver.
+    fn queue<T>(
+        &self,
+        stream: &Arc<StreamCtl>,
+        high: bool,
+        work: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> Work,
+    ) -> tokio::sync::oneshot::Receiver<T> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let job = Job {
+            stream: stream.clone(),
+            work: work(reply),
+        };
         let mut q = self.shared.lock();
         if high {
             q.high.push_back(job);
@@ -239,6 +250,7 @@ impl BlockIo {
         }
         drop(q);
         self.shared.ready.notify_one();
+        rx
     }
 
     /// Queues a read of block `index` of `blocks` for `stream`.
@@ -249,20 +261,11 @@ impl BlockIo {
         blocks: Arc<ObjectBlocks>,
         index: usize,
     ) -> tokio::sync::oneshot::Receiver<ReadResult> {
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        let work = Work::Read {
+        self.queue(stream, high, |reply| Work::Read {
             blocks,
             index,
             reply,
-        };
-        self.push(
-            high,
-            Job {
-                stream: stream.clone(),
-                work,
-            },
-        );
-        rx
+        })
     }
 
     /// Queues a batch of blocks to append (durable when the reply comes).
@@ -274,21 +277,12 @@ impl BlockIo {
         block_bytes: u32,
         blocks: Vec<(BlockKey, Bytes)>,
     ) -> tokio::sync::oneshot::Receiver<Result<(), ChunkStoreError>> {
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        let work = Work::Write {
+        self.queue(stream, high, |reply| Work::Write {
             object,
             block_bytes,
             blocks,
             reply,
-        };
-        self.push(
-            high,
-            Job {
-                stream: stream.clone(),
-                work,
-            },
-        );
-        rx
+        })
     }
 
     /// The stream is gone: its queued reads are dropped (counted as cancelled), the one in

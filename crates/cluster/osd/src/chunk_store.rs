@@ -782,6 +782,10 @@ pub trait ChunkStore: Send + Sync {
     fn delete_blocks(&self, object: u64, keys: Option<&[BlockKey]>) -> Result<u32>;
     /// Every object with blocks here, sorted.
     fn objects(&self) -> Result<Vec<u64>>;
+    /// Corrupts `part` of a stored block behind the store's back, durably (tests: rot is
+    /// reported lost, never served).
+    #[doc(hidden)]
+    fn damage_block(&self, object: u64, key: BlockKey, part: BlockPart) -> Result<()>;
 }
 
 /// Pieces (offset, length) on the storage, in the order a reader reads them: how many contiguous
@@ -2325,6 +2329,10 @@ impl ChunkStore for FileStore {
 
     fn objects(&self) -> Result<Vec<u64>> {
         Ok(self.object_ids())
+    }
+
+    fn damage_block(&self, object: u64, key: BlockKey, part: BlockPart) -> Result<()> {
+        self.damage_block_impl(object, key, part)
     }
 }
 

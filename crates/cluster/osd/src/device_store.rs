@@ -199,12 +199,6 @@ impl DeviceStore {
         &self.dir
     }
 
-    /// [`FileStore::damage_block`] on the device (tests).
-    #[doc(hidden)]
-    pub fn damage_block(&self, object: u64, key: BlockKey, part: BlockPart) -> Result<()> {
-        self.store.damage_block(object, key, part)
-    }
-
     /// [`FileStore::damage`] on the device (tests).
     #[doc(hidden)]
     pub fn damage(&self, segment: u64, index: u32, part: Part) -> Result<()> {
@@ -300,6 +294,9 @@ impl ChunkStore for DeviceStore {
     }
     fn objects(&self) -> Result<Vec<u64>> {
         self.store.objects()
+    }
+    fn damage_block(&self, object: u64, key: BlockKey, part: BlockPart) -> Result<()> {
+        self.store.damage_block(object, key, part)
     }
     fn fragments(&self, segment: u64, index: u32) -> Result<u64> {
         self.store.fragments(segment, index)

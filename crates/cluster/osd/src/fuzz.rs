@@ -14,28 +14,8 @@ use crate::api::{self, layout_from_proto, meta_from_proto, Holder, Layout};
 use crate::chunk_store::{check_meta, FileStore};
 use crate::proto;
 use crate::proto::osd_server::Osd as _;
-use crate::service::{check_layout, check_range, BoxFuture, MdsLink, Osd, OsdSetup};
-
-pub(crate) struct NoMds;
-
-impl MdsLink for NoMds {
-    fn mark_stale<'a>(&'a self, _: u64, _: &'a [u32], _: u64) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn chunk_recovered(
-        &self,
-        _: u64,
-        _: u32,
-        _: u32,
-        _: u64,
-        _: Option<u32>,
-    ) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async { Ok(0) })
-    }
-    fn segment_epoch(&self, _: u64) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async { Ok(0) })
-    }
-}
+pub(crate) use crate::service::NoMds;
+use crate::service::{check_layout, check_range, Osd, OsdSetup};
 
 const K: usize = 2;
 const M: usize = 1;

@@ -132,10 +132,12 @@ impl Osd {
         let high = priority == StreamPriority::High;
         let mut group: Vec<(BlockKey, Bytes)> = Vec::new();
         let mut group_bytes = 0usize;
-        let mut writing: Option<(
+        // The group being written: its durability, its keys.
+        type Writing = (
             tokio::sync::oneshot::Receiver<Result<(), ChunkStoreError>>,
             Vec<BlockKey>,
-        )> = None;
+        );
+        let mut writing: Option<Writing> = None;
         let mut ended = false;
         let fail = |e: OsdError| {
             let acks = acks.clone();

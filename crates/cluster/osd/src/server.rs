@@ -42,6 +42,22 @@ impl Osd {
     }
 }
 
+impl Osd {
+    /// Serves this OSD's service without TLS on a free port of 127.0.0.1, in the background
+    /// (tests, and benchmarks of one OSD's block calls, which need no MDS); its address.
+    pub async fn serve_loopback(&self) -> std::io::Result<String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let svc = self.grpc();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        Ok(addr)
+    }
+}
+
 impl NamedService for OsdService {
     const NAME: &'static str = proto::osd_server::SERVICE_NAME;
 }

@@ -71,6 +71,30 @@ pub trait MdsLink: Send + Sync {
     fn segment_epoch(&self, segment: u64) -> BoxFuture<'_, Result<u64, String>>;
 }
 
+/// An [`MdsLink`] that agrees to everything: an OSD without an MDS (tests, and benchmarks of the
+/// block calls, which never reach the MDS).
+#[doc(hidden)]
+pub struct NoMds;
+
+impl MdsLink for NoMds {
+    fn mark_stale<'a>(&'a self, _: u64, _: &'a [u32], _: u64) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn chunk_recovered(
+        &self,
+        _: u64,
+        _: u32,
+        _: u32,
+        _: u64,
+        _: Option<u32>,
+    ) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async { Ok(0) })
+    }
+    fn segment_epoch(&self, _: u64) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async { Ok(0) })
+    }
+}
+
 /// The PLR reserve after each new parity chunk unless the config says otherwise (`[update.reserve]
 /// size_bytes`).
 pub use ecstack_rpc::config::DEFAULT_RESERVE_BYTES;
@@ -357,11 +381,16 @@ impl Osd {
         f: impl FnOnce(&dyn ChunkStore) -> Result<T, ChunkStoreError> + Send + 'static,
     ) -> Result<T, ChunkStoreError> {
         let store = self.inner.setup.store.clone();
-        let inner = self.inner.clone();
-        inner.chunk_jobs.fetch_add(1, Ordering::Relaxed);
-        let r = tokio::task::spawn_blocking(move || f(&*store)).await;
-        inner.chunk_jobs.fetch_sub(1, Ordering::Relaxed);
-        match r {
+        /// Counts the call while it runs (a dropped caller included).
+        struct Running<'a>(&'a AtomicU32);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.inner.chunk_jobs.fetch_add(1, Ordering::Relaxed);
+        let _running = Running(&self.inner.chunk_jobs);
+        match tokio::task::spawn_blocking(move || f(&*store)).await {
             Ok(r) => r,
             Err(e) => Err(ChunkStoreError::Invalid {
                 segment: 0,

@@ -75,6 +75,56 @@ fn file_store_suite_on_tmpfs() {
     }
 }
 
+/// Robust objects' blocks: the suite's block cases, rot and torn appends, on disk and on tmpfs,
+/// O_DIRECT on and off.
+#[test]
+fn file_store_blocks_suite() {
+    for options in [DIRECT, BUFFERED] {
+        let dir = tempfile::tempdir().unwrap();
+        chunk_store_suite::blocks(&reopen(dir.path(), options));
+        let dir = tempfile::tempdir().unwrap();
+        chunk_store_suite::block_rot(&reopen(dir.path(), options));
+    }
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    chunk_store_suite::blocks(&reopen(dir.path(), DIRECT));
+}
+
+/// Power cuts at every operation of the block workload under every policy: every acknowledged
+/// block survives; an append cut short leaves the object old, new, or old with some of the new
+/// blocks whole; a deletion cut short leaves it old or new.
+#[test]
+fn file_store_block_power_cuts() {
+    let mut outcomes = std::collections::BTreeSet::new();
+    let mut torn = 0;
+    for (name, policy) in policies() {
+        let report = chunk_store_suite::block_power_cuts(
+            &|seed| {
+                Box::new(OnSimDir {
+                    dir: Arc::new(SimDir::new(seed, policy)),
+                    options: DIRECT,
+                }) as Box<dyn Crashable>
+            },
+            4,
+        );
+        assert_eq!(report.cuts, report.ops * 4, "{name}");
+        assert!(report.ops > 20, "{name}: {} operations", report.ops);
+        torn += report.torn_writes;
+        outcomes.extend(report.outcomes);
+    }
+    assert!(torn > 0, "no cut tore a write");
+    for want in [
+        ("put blocks", "old"),
+        ("put blocks", "new"),
+        ("delete blocks", "old"),
+        ("delete blocks", "new"),
+        ("delete object", "old"),
+        ("delete object", "new"),
+    ] {
+        let want = (want.0.to_string(), want.1.to_string());
+        assert!(outcomes.contains(&want), "never {want:?}: {outcomes:?}");
+    }
+}
+
 #[test]
 fn file_store_corruption_suite() {
     for options in [DIRECT, BUFFERED] {

@@ -60,6 +60,49 @@ fn device_store_suite() {
     });
 }
 
+/// Robust objects' blocks on a device: the suite's block cases, rot and torn appends.
+#[test]
+fn device_store_blocks_suite() {
+    let dev = mem(64 * MIB);
+    chunk_store_suite::blocks(&|| Box::new(open(&dev)) as Box<dyn ChunkStore>);
+    let dev = mem(64 * MIB);
+    chunk_store_suite::block_rot(&|| Box::new(open(&dev)) as Box<dyn ChunkStore>);
+}
+
+/// Power cuts at every operation of the block workload on a device under every policy.
+#[test]
+fn device_store_block_power_cuts() {
+    let journal_bytes = Some(8192);
+    let options = DeviceStoreOptions {
+        journal_bytes,
+        ..Default::default()
+    };
+    let mut outcomes = std::collections::BTreeSet::new();
+    for (name, policy) in policies() {
+        let report = chunk_store_suite::block_power_cuts(
+            &|seed| {
+                Box::new(OnSimDevice {
+                    dev: Arc::new(SimDevice::new(seed, policy, 16 * MIB, journal_bytes)),
+                    options,
+                }) as Box<dyn Crashable>
+            },
+            4,
+        );
+        assert_eq!(report.cuts, report.ops * 4, "{name}");
+        assert!(report.ops > 20, "{name}: {} operations", report.ops);
+        outcomes.extend(report.outcomes);
+    }
+    for want in [
+        ("put blocks", "old"),
+        ("put blocks", "new"),
+        ("delete blocks", "old"),
+        ("delete blocks", "new"),
+    ] {
+        let want = (want.0.to_string(), want.1.to_string());
+        assert!(outcomes.contains(&want), "never {want:?}: {outcomes:?}");
+    }
+}
+
 #[test]
 fn device_store_corruption_suite() {
     let s = open(&mem(64 * MIB));

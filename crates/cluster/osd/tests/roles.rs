@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ecstack_mds::service::MdsHandle;
-use ecstack_osd::api::DeltaStamp;
+use ecstack_osd::api::{DeltaStamp, StreamPriority};
 use ecstack_osd::daemon::{Daemon, DaemonConfig};
 use ecstack_osd::roles::OSD_ROLES;
 use ecstack_osd::{ChunkMeta, Layout, OsdCallError, OsdClient};
@@ -36,12 +36,15 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("ApplyDelta", &["osd"]),
     ("ChunkVersion", &["osd"]),
     ("DeleteChunk", &["osd"]),
+    ("PutBlocks", &["client", "admin"]),
+    ("GetBlocks", &["client", "admin"]),
+    ("DeleteBlocks", &["client", "admin"]),
 ];
 
 #[test]
 fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
     let rpcs = proto_rpcs(include_str!("../../osd-proto/proto/osd.proto"));
-    assert_eq!(rpcs.len(), 10, "{rpcs:?}");
+    assert_eq!(rpcs.len(), 13, "{rpcs:?}");
     assert!(EXPECTED
         .iter()
         .map(|(m, _)| *m)
@@ -145,6 +148,12 @@ async fn call(c: &OsdClient, osd_id: u32, method: &str) -> Result<(), OsdCallErr
         }
         "ChunkVersion" => c.chunk_version(1, 0).await.map(drop),
         "DeleteChunk" => c.delete_chunk(1, 1).await,
+        "PutBlocks" => c
+            .put_blocks(1, 8, StreamPriority::Normal, 0)
+            .await
+            .map(drop),
+        "GetBlocks" => c.get_blocks(1, 0, StreamPriority::Normal).await.map(drop),
+        "DeleteBlocks" => c.delete_blocks(1, &[]).await.map(drop),
         other => panic!("no call for {other}"),
     }
 }
@@ -201,7 +210,7 @@ async fn every_rpc_with_every_role() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 10);
+    assert_eq!(checked, 5 * EXPECTED.len());
 }
 
 /// Another cluster's certificate, straight to an OSD: final (not `Unreachable`, which the client

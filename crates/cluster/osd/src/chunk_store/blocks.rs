@@ -16,9 +16,11 @@
 //! The block table is the chain of record heads, read once when the store opens and kept in
 //! memory (a key and a slot per block). An append writes a batch of records after the last one
 //! and flushes once: the batch is durable on return. Replay (at open) checks every head and
-//! every byte of the last batch: a batch cut short (a head missing or bad, a piece failing its
-//! checksum) was never acknowledged and is cut off; earlier batches were flushed, so a bad record
-//! among them is bit rot: that block is lost (its key too, if its head is bad), never served. A
+//! every byte of the last batch: a record of it that fails (an append cut short, never
+//! acknowledged; or rot) is dropped — it replaces nothing, its head is zeroed, the file is cut
+//! after the last good record — and the batch's good records stay; earlier batches were flushed,
+//! so a bad record among them is bit rot: that block is lost (its key too, if its head is bad),
+//! never served. A
 //! record whose key is stored before it replaces the older one (the newer record wins). A record
 //! of another file (a nonce or a slot that does not match its place) is not this file's.
 //! Deleting some blocks rewrites the file without them (a new file, renamed over the old one);
@@ -382,6 +384,19 @@ impl FileStore {
         m.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The block file `name` of an object the store knows.
+    fn open_block_file(&self, name: &str, at: &str) -> Result<DirFile> {
+        self.dir
+            .open(name, false)
+            .map_err(io(at, "open"))?
+            .ok_or_else(|| {
+                io(at, "open")(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the block file is gone",
+                ))
+            })
+    }
+
     fn objects(&self) -> std::sync::MutexGuard<'_, HashMap<u64, ObjectState>> {
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -413,10 +428,12 @@ impl FileStore {
                 .map_err(|e| io(&at, "read")(device_io(e)))?;
             true
         };
-        let (block_bytes, nonce) = match header_ok
-            .then(|| decode_file_header(&header, object))
-            .unwrap_or_else(|| Err("shorter than its header".into()))
-        {
+        let decoded = if header_ok {
+            decode_file_header(&header, object)
+        } else {
+            Err("shorter than its header".into())
+        };
+        let (block_bytes, nonce) = match decoded {
             Ok(h) => h,
             Err(why) => {
                 // A file whose first append was cut short, or whose header rotted: nothing
@@ -444,21 +461,21 @@ impl FileStore {
             };
             heads.push(h);
         }
-        // The last batch: from the first slot the last good head names, all of it there and
-        // every byte of it verified, or it is cut off.
+        // The last batch (from the first slot the last good head names): each of its records
+        // stays only if its head and every byte check out. One that does not was never
+        // acknowledged (an append cut short) or rotted since: it is dropped, and does not
+        // replace an older record of its key; its head is zeroed if good records follow it, and
+        // the file is cut after the last good one.
+        let mut dropped = Vec::new();
         let keep = match heads.iter().rposition(Option::is_some) {
             None => 0,
             Some(last) => {
-                let h = heads[last].clone().expect("a good head");
-                let end = h.batch_first + u64::from(h.batch_len);
-                let mut whole = end as usize == last + 1;
+                let first = heads[last].as_ref().expect("a good head").batch_first;
                 let mut data = vec![0u8; (span - BLOCK_HEAD_BYTES) as usize];
-                for s in h.batch_first..end.min(last as u64 + 1) {
-                    if !whole {
-                        break;
-                    }
-                    whole = match &heads[s as usize] {
-                        Some(r) if r.batch_first == h.batch_first && r.batch_len == h.batch_len => {
+                let mut keep = first;
+                for s in first..=last as u64 {
+                    let ok = match &heads[s as usize] {
+                        Some(r) if r.batch_first == first => {
                             let off = record_offset(block_bytes, s) + BLOCK_HEAD_BYTES;
                             file.read_at(&mut data, off)
                                 .map_err(|e| io(&at, "read")(device_io(e)))?;
@@ -466,14 +483,34 @@ impl FileStore {
                         }
                         _ => false,
                     };
+                    if ok {
+                        keep = s + 1;
+                    } else {
+                        heads[s as usize] = None;
+                        dropped.push(s);
+                    }
                 }
-                if whole {
-                    end
-                } else {
-                    h.batch_first
-                }
+                keep
             }
         };
+        dropped.retain(|&s| s < keep);
+        if !dropped.is_empty() {
+            tracing::warn!(
+                "{at}: {} record(s) of the last append failed their checks at open (cut short or rotted): dropped",
+                dropped.len()
+            );
+            let w = self
+                .dir
+                .open(name, true)
+                .map_err(io(&at, "open"))?
+                .ok_or_else(|| Self::blocks_invalid(object, "the block file is gone".into()))?;
+            let zeros = vec![0u8; BLOCK_HEAD_BYTES as usize];
+            for &s in &dropped {
+                w.write_at(&zeros, record_offset(block_bytes, s))
+                    .map_err(|e| io(&at, "write")(device_io(e)))?;
+            }
+            w.flush().map_err(|e| io(&at, "flush")(device_io(e)))?;
+        }
         heads.truncate(keep as usize);
         drop(file);
         let want = record_offset(block_bytes, keep);
@@ -602,16 +639,7 @@ impl FileStore {
         };
         let name = blocks_name(object);
         let at = self.at(&name);
-        let file = self
-            .dir
-            .open(&name, false)
-            .map_err(io(&at, "open"))?
-            .ok_or_else(|| {
-                io(&at, "open")(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the block file is gone",
-                ))
-            })?;
+        let file = self.open_block_file(&name, &at)?;
         Ok(Some(ObjectBlocks {
             table: state.table,
             file,
@@ -655,16 +683,7 @@ impl FileStore {
         let tmp = format!("{name}.tmp");
         let tmp_at = self.at(&tmp);
         self.dir.remove(&tmp).map_err(io(&tmp_at, "remove"))?;
-        let file = self
-            .dir
-            .open(&name, false)
-            .map_err(io(&at, "open"))?
-            .ok_or_else(|| {
-                io(&at, "open")(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the block file is gone",
-                ))
-            })?;
+        let file = self.open_block_file(&name, &at)?;
         let nonce = new_nonce(object);
         let mut image = encode_file_header(object, bb, nonce);
         let mut written = 0u64;
@@ -730,8 +749,12 @@ impl FileStore {
 
     /// Corrupts `part` of the record of `key` behind the store's back, durably (tests: rot is
     /// reported lost, never served).
-    #[doc(hidden)]
-    pub fn damage_block(&self, object: u64, key: BlockKey, part: BlockPart) -> Result<()> {
+    pub(super) fn damage_block_impl(
+        &self,
+        object: u64,
+        key: BlockKey,
+        part: BlockPart,
+    ) -> Result<()> {
         let _g = self.blocks_lock(object);
         let name = blocks_name(object);
         let at = self.at(&name);
