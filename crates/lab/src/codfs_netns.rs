@@ -33,12 +33,11 @@
 //! changes). Where that is refused, the hosts keep the machine's default and the testbed says why
 //! ([`Testbed::congestion_note`]); the experiment never fails for it.
 
-use std::fs::File;
 use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::Mutex;
 
+use crate::netns_thread::{enter_namespace, in_namespace};
 use crate::{LabError, Result};
 
 /// Namespaces of this tool start with this (then the owning pid, so leftovers can be recognised).
@@ -362,36 +361,6 @@ pub fn allow_congestion_control(cc: &str) -> std::result::Result<(), String> {
         )
     })?;
     Ok(())
-}
-
-/// Moves the calling thread into network namespace `ns`.
-fn enter_namespace(ns: &str) -> Result<()> {
-    let path = format!("/run/netns/{ns}");
-    let f = File::open(&path).map_err(|e| LabError::Run(format!("{path}: {e}")))?;
-    // SAFETY: setns on a namespace file descriptor we hold open; it changes only this thread.
-    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    if r != 0 {
-        return Err(LabError::Run(format!(
-            "setns {path}: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(())
-}
-
-/// Runs `f` on a thread of its own moved into namespace `ns` (so its /proc/sys/net is that
-/// namespace's); the calling thread stays where it is.
-pub(crate) fn in_namespace<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    let ns = ns.to_owned();
-    std::thread::spawn(move || {
-        enter_namespace(&ns)?;
-        f()
-    })
-    .join()
-    .map_err(|_| LabError::Run("a thread moved into a namespace panicked".into()))?
 }
 
 /// A TCP listener on `host`'s address, on a thread of its own moved into its namespace, which then

@@ -185,7 +185,7 @@ impl DelayLine {
         delay: Duration,
     ) -> Result<DelayLine> {
         let (host_if, bridge_if) = (host_side.to_owned(), bridge_side.to_owned());
-        let (host, bridge) = crate::codfs_netns::in_namespace(ns, move || {
+        let (host, bridge) = crate::netns_thread::in_namespace(ns, move || {
             Ok((packet_socket(&host_if)?, packet_socket(&bridge_if)?))
         })?;
         let (host, bridge) = (Arc::new(host), Arc::new(bridge));

@@ -52,6 +52,7 @@ pub mod kv_bench_ycsb;
 pub mod mds_bench;
 pub mod mds_failover;
 pub mod mount_bench;
+mod netns_thread;
 pub mod plot;
 pub mod rainfs;
 pub mod robustore;

@@ -530,7 +530,13 @@ impl Client {
                 .find(|i| i.osd_id == osd_id)
             {
                 if let Ok(c) = self.osd_client(&info.addr) {
-                    let _ = c.for_osd(osd_id).delete_blocks(o.object_id, &keys).await;
+                    // In the background: a slow OSD deletes them only after the blocks still
+                    // queued ahead of them are stored, and a write ends when N blocks are
+                    // durable (§5.3), not when its slowest disk is done.
+                    let object_id = o.object_id;
+                    tokio::spawn(async move {
+                        let _ = c.for_osd(osd_id).delete_blocks(object_id, &keys).await;
+                    });
                 }
             }
         }

@@ -776,6 +776,7 @@ impl MdsCore {
                 return Err(fs(Errno::IsDir, format!("inode {ino} is a directory")));
             }
             let f = self.file_of(&cur)?;
+            self.refuse_robust(&f, "resized")?;
             self.resize(&mut tx, &f, s.size.unwrap_or(cur.size), &s.resized)?;
         }
         let i = self.stage(&mut tx, ino)?;
@@ -919,6 +920,7 @@ impl MdsCore {
     ) -> Result<Vec<SegmentLayout>, MdsError> {
         let i = self.inode_of(None, ino)?;
         let f = self.file_of(&i)?;
+        self.refuse_robust(&f, "grown by segments")?;
         let count = segments_for(i.size, self.settings.params.segment_bytes);
         if u64::from(first) < count {
             return Err(MdsError::InvalidArgument(format!(

@@ -306,6 +306,25 @@ impl MdsCore {
         Ok(out)
     }
 
+    /// Refuses a segment operation (`what`) on a robust file: its bytes are blocks (EINVAL).
+    pub(super) fn refuse_robust(&self, f: &FileRecord, what: &str) -> Result<(), MdsError> {
+        if self
+            .store
+            .robust_file(f.file_id)
+            .map_err(internal)?
+            .is_some()
+        {
+            return Err(MdsError::Fs {
+                errno: ecstack_mds_proto::Errno::Invalid,
+                message: format!(
+                    "{} is a robust file: it cannot be {what} (put it again, or update it with `cluster update`)",
+                    f.path
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// A robust file's coding and block map (`None` for a file of segments).
     pub(super) fn robust_info(
         &self,

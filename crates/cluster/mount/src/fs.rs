@@ -278,6 +278,11 @@ impl Shared {
     /// next size check asks again). This mount's own unflushed writes stay.
     async fn open_state(&self, ino: u64, slot: &mut Option<FileState>) -> Res<()> {
         let (attr, info) = self.client.open_file(ino).await.map_err(errno)?;
+        if info.robust.is_some() {
+            // Its bytes are rateless-coded blocks, not segments: `cluster get` reads it.
+            tracing::warn!(ino, path = %info.path, "a robust file cannot be opened through the mount (read it with `ecstack cluster get`)");
+            return Err(libc::EOPNOTSUPP);
+        }
         self.cache().drop_stale(ino, attr.version);
         let segments = info.segments;
         if let Some(n) = self.notifier.get() {

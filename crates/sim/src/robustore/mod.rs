@@ -23,6 +23,7 @@
 pub mod cache;
 pub mod disk;
 pub mod engine;
+mod error;
 pub mod testbed;
 
 use ecstack_base::Rng;
@@ -32,23 +33,9 @@ use serde::{Deserialize, Serialize};
 use cache::Cache;
 use disk::{DiskModel, Layout, MB};
 use engine::{CancelWhat, Client, DiskSetup, Engine, IoKind, Job};
+use error::bad;
+pub use error::SimError;
 pub use testbed::{TestbedDisk, TestbedSpec, TESTBED_VERSION};
-
-/// Errors: one line naming the setting.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    #[error("{field}: {msg}")]
-    Config { field: &'static str, msg: String },
-    #[error("codes layer: {0}")]
-    Code(#[from] ecstack_codes::CodeError),
-}
-
-fn bad(field: &'static str, msg: impl Into<String>) -> SimError {
-    SimError::Config {
-        field,
-        msg: msg.into(),
-    }
-}
 
 /// A storage scheme of §6.2.1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]

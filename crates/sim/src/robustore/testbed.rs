@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, SimError};
+use super::error::{bad, SimError};
 
 /// The testbed JSON's current version.
 pub const TESTBED_VERSION: u32 = 1;
