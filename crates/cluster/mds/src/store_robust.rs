@@ -18,7 +18,7 @@
 use ecstack_mds_proto::{RobustBlockKey, RobustCode, RobustParams};
 
 use crate::store::StoreError;
-use crate::store_sql::{get_i, get_text, get_u, get_u32, Db, SqlStore, Stmt, Value};
+use crate::store_sql::{get_i, get_text, get_u, get_u32, stmt, v, v32, Db, SqlStore, Stmt, Value};
 
 /// A robust file's coding (one per robust file).
 #[derive(Debug, Clone, PartialEq)]
@@ -168,14 +168,6 @@ CREATE TABLE object_delete_tasks (
 );
 ";
 
-fn v(x: u64) -> Value {
-    Value::Integer(crate::store_sql::int(x))
-}
-
-fn v32(x: u32) -> Value {
-    Value::Integer(i64::from(x))
-}
-
 fn text_f64(x: f64) -> Value {
     Value::Text(x.to_string())
 }
@@ -184,10 +176,6 @@ fn get_f64(r: &[Value], i: usize) -> Result<f64, StoreError> {
     let t = get_text(r, i)?;
     t.parse::<f64>()
         .map_err(|_| StoreError::Corrupt(format!("column {i}: {t:?} is not a number")))
-}
-
-fn stmt(sql: &'static str, args: Vec<Value>) -> Stmt {
-    Stmt { sql, args }
 }
 
 /// The statements of one robust mutation.

@@ -111,15 +111,15 @@ impl LoadCache {
     }
 }
 
-fn v(x: u64) -> Value {
+pub(crate) fn v(x: u64) -> Value {
     Value::Integer(int(x))
 }
 
-fn v32(x: u32) -> Value {
+pub(crate) fn v32(x: u32) -> Value {
     Value::Integer(i64::from(x))
 }
 
-fn stmt(sql: &'static str, args: Vec<Value>) -> Stmt {
+pub(crate) fn stmt(sql: &'static str, args: Vec<Value>) -> Stmt {
     Stmt { sql, args }
 }
 
