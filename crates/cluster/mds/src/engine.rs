@@ -238,7 +238,7 @@ impl MdsCore {
     /// count from their arrival, even if the core got to them later: a core held up (a commit's
     /// fsync waiting seconds behind a disk saturated by the OSDs' reads) saw every OSD silent at
     /// its next failure-detector round, their heartbeats queued behind it, and declared all eight
-    /// down at once (docs/benchmarks.md "Session of 2026-11-28 07:41").
+    /// down at once.
     pub fn note_arrivals(&mut self, arrivals: &HashMap<u32, u64>) {
         for (id, &at) in arrivals {
             if let Some(seen) = self.last_seen.get_mut(id) {

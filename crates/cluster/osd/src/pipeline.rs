@@ -40,7 +40,7 @@ const READ_LANE_PIECES_MIN: usize = 4;
 /// connection among its streams: with every read asking each of its holders for 4 pieces at once,
 /// a holder had dozens of one primary's pieces on their way together, and each took about as long
 /// as all of them (the 480 s 64 MiB read of the model experiment: 4,206 pieces of 1 MiB took 10 s
-/// or more, median 16 s, the slowest 74 s; docs/benchmarks.md "Session of 2026-11-28 07:41"),
+/// or more, median 16 s, the slowest 74 s),
 /// which left a client's read without a byte for long stretches once the primary's own chunk was
 /// sent. A few at a time, a piece takes about its own share of the link, and 8 per holder for each
 /// of the other primaries still keep every link busy.

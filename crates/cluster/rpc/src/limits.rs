@@ -65,7 +65,7 @@ pub const CONNECTION_WINDOW_BYTES: u32 = 16 << 20;
 /// sender hands TLS 64 KiB at a time, so each `writev` carries four records and TCP moves 64 KiB
 /// packets. Larger frames gain nothing more (rustls buffers at most 64 KiB of records before they
 /// are written) and hold a connection's other streams back longer: a 1 MiB frame is 84 ms of a
-/// 100 Mbit/s link (docs/benchmarks.md, session of 2026-11-27).
+/// 100 Mbit/s link.
 pub const FRAME_BYTES_MAX: u32 = 64 << 10;
 /// HTTP/2 keep-alive pings: a peer that does not answer within the timeout is dropped, so a call
 /// to a dead (not cleanly closed) process or across a broken link fails instead of hanging until

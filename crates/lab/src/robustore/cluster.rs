@@ -12,8 +12,9 @@
 //! `file_bytes` on exactly those OSDs in each mode — RS 6+2 (a placement hint), LT and RaptorQ robust
 //! files with redundancy D — then reads each back, timed: RS through the segments' primaries and
 //! directly from the data chunks' holders, the robust files all-then-cancel. The files are removed
-//! before the next access. The simulator runs the same point (`run_point` with the testbed's fixed
-//! rates, H = 8, the same K, block size and D): RobuSTore for the robust files, RAID-0 standing for RS.
+//! before the next access. The simulator runs the same accesses (`run_point` per access, on a
+//! testbed of exactly the disks that access used, read after write, the same K, block size and D):
+//! RobuSTore for the robust files, RAID-0 over the RS file's six data holders standing for RS.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -25,7 +26,7 @@ use ecstack_mds_proto::RobustCode;
 use ecstack_osd_proto::StreamPriority;
 use ecstack_rpc::Security;
 use ecstack_sim::robustore::{
-    disk::TABLE_6_1, run_point, Config, Rateless, Scheme, TestbedSpec, Variation,
+    disk::TABLE_6_1, run_point, Config, Op, Rateless, Scheme, TestbedSpec, Variation,
 };
 
 use crate::codfs_local::{LocalCluster, LocalSpec};
@@ -119,6 +120,10 @@ pub struct ModeRow {
     pub sim_bandwidth_mbps: f64,
     pub sim_latency_std_s: f64,
     pub write_mean_s: f64,
+    /// Per access, the testbed disks (indices into `testbed_rates`) the read used: the H picked
+    /// for a robust file, the data chunks' holders for RS. The simulator runs on exactly these.
+    #[serde(skip)]
+    pub disk_sets: Vec<Vec<usize>>,
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -141,30 +146,50 @@ fn security_of(cluster: &LocalCluster) -> Result<Security> {
     Security::load(&cluster.config().certs_dir(), "client").map_err(run_err)
 }
 
-/// The simulator's point for `scheme` on the testbed.
+/// The simulator on exactly the disks each access of the cluster run used: one simulated access
+/// per real one, on a testbed of those disks' rates (so the simulator picks all of them), reading
+/// after a write as the cluster did (RobuSTore's speculative write leaves the fast disks holding
+/// more blocks; RAID-0's layout does not depend on its write). Returns (mean MB/s, latency std s).
 fn sim_point(
     c: &ClusterExpConfig,
     scheme: Scheme,
     code: Rateless,
-    disks: usize,
+    rates: &[f64],
+    disk_sets: &[Vec<usize>],
 ) -> Result<(f64, f64)> {
-    let mut cfg = Config::baseline(scheme);
-    cfg.disks = disks;
-    cfg.data_bytes = c.file_bytes();
-    cfg.block_bytes = u64::from(c.block_bytes);
-    cfg.redundancy = if scheme == Scheme::Raid0 {
-        0.0
-    } else {
-        c.redundancy
-    };
-    cfg.variation = Variation::Fixed(TestbedSpec::from_rates(&testbed_rates(c.scale)));
-    cfg.code = code;
-    cfg.rtt = 1e-4;
-    cfg.metadata_cost = 1e-3;
-    cfg.accesses = c.accesses().max(20);
-    cfg.seed = c.seed;
-    let (p, _) = run_point(&cfg).map_err(run_err)?;
-    Ok((p.bandwidth_mbps, p.latency_std_s))
+    let mut latencies = Vec::with_capacity(disk_sets.len());
+    for (a, set) in disk_sets.iter().enumerate() {
+        let mut cfg = Config::baseline(scheme);
+        cfg.op = Op::ReadAfterWrite;
+        cfg.disks = set.len();
+        cfg.data_bytes = c.file_bytes();
+        // RS stores a one-segment file as K data chunks of a K-th of it, one per data holder:
+        // RAID-0 with that stripe unit puts exactly one block on each of the K disks.
+        cfg.block_bytes = if scheme == Scheme::Raid0 {
+            c.file_bytes().div_ceil(set.len().max(1) as u64)
+        } else {
+            u64::from(c.block_bytes)
+        };
+        cfg.redundancy = if scheme == Scheme::Raid0 {
+            0.0
+        } else {
+            c.redundancy
+        };
+        let chosen: Vec<f64> = set.iter().map(|&d| rates[d]).collect();
+        cfg.variation = Variation::Fixed(TestbedSpec::from_rates(&chosen));
+        cfg.code = code;
+        cfg.rtt = 1e-4;
+        cfg.metadata_cost = 1e-3;
+        cfg.accesses = 1;
+        cfg.seed = c.seed.wrapping_mul(1_000_003).wrapping_add(a as u64);
+        let (_, all) = run_point(&cfg).map_err(run_err)?;
+        latencies.extend(all.iter().map(|r| r.latency));
+    }
+    let mb = c.file_bytes() as f64 / 1_048_576.0;
+    Ok((
+        mean(&latencies.iter().map(|l| mb / l).collect::<Vec<_>>()),
+        std_dev(&latencies),
+    ))
 }
 
 /// Runs the experiment; returns the files written (report.md, results.csv, bandwidth.svg,
@@ -204,7 +229,10 @@ pub fn run(c: &ClusterExpConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
     spec.k = RS_K;
     spec.m = RS_M;
     spec.family = "rs-vand".into();
-    spec.segment_bytes = u64::from(RS_K) << 20;
+    // One segment per RS file, so that its six data chunks sit on six of the access's OSDs, as
+    // RAID-0's blocks on its six disks (with smaller segments, a file's segments spread their data
+    // chunks over up to all eight, and the slowest data holder is drawn from more disks).
+    spec.segment_bytes = c.file_bytes().next_multiple_of(u64::from(RS_K) << 20);
     let image = (4 * c.file_bytes() * (1 + c.redundancy.ceil() as u64)).max(256 << 20);
     spec.store_devices = rates
         .iter()
@@ -236,12 +264,7 @@ pub fn run(c: &ClusterExpConfig, progress: &(dyn Fn(usize, usize) + Sync)) -> Re
             _ => (Scheme::Raid0, Rateless::Lt { c: 1.0, delta: 0.5 }),
         };
         // RS reads its K = 6 data chunks: RAID-0 over the 6 data holders stands for it.
-        let disks = if scheme == Scheme::Raid0 {
-            RS_K as usize
-        } else {
-            H
-        };
-        let (bw, std) = sim_point(c, scheme, code, disks)?;
+        let (bw, std) = sim_point(c, scheme, code, &rates, &row.disk_sets)?;
         row.sim_bandwidth_mbps = bw;
         row.sim_latency_std_s = std;
     }
@@ -351,6 +374,9 @@ async fn accesses(
     let mut lat: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
     let mut writes: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
     let mut overhead = vec![(0u64, 0u64, 0u64); MODES.len()]; // (k, received, used)
+    let mut disk_sets: Vec<Vec<Vec<usize>>> = vec![Vec::new(); MODES.len()];
+    // OSD i stores on testbed disk i (`store_devices` in order).
+    let disk_of = |id: u32| ids.iter().position(|&x| x == id).unwrap_or(0);
     for a in 0..n {
         progress(a, n);
         let mut pick = ids.clone();
@@ -374,7 +400,17 @@ async fn accesses(
             .await
             .map_err(client_error)?;
         let w = t.elapsed().as_secs_f64();
+        let info = client.stat(&path).await.map_err(client_error)?;
+        let mut holders: Vec<usize> = info
+            .segments
+            .iter()
+            .flat_map(|s| s.chunks.iter().filter(|ch| ch.index < RS_K))
+            .map(|ch| disk_of(ch.osd_id))
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
         for (m, reader) in [(0usize, &client), (1, &direct)] {
+            disk_sets[m].push(holders.clone());
             let t = Instant::now();
             let mut out = Vec::with_capacity(data.len());
             reader
@@ -409,6 +445,7 @@ async fn accesses(
                 .await
                 .map_err(client_error)?;
             writes[m].push(t.elapsed().as_secs_f64());
+            disk_sets[m].push(pick.iter().map(|&id| disk_of(id)).collect());
             let t = Instant::now();
             let info = client.stat(&path).await.map_err(client_error)?;
             let (got, report) = client
@@ -450,6 +487,7 @@ async fn accesses(
                 sim_bandwidth_mbps: 0.0,
                 sim_latency_std_s: 0.0,
                 write_mean_s: mean(&writes[m]),
+                disk_sets: disk_sets[m].clone(),
             }
         })
         .collect())
@@ -572,11 +610,15 @@ fn report(c: &ClusterExpConfig, rates: &[f64], rows: &[ModeRow]) -> String {
     }
     s.push_str(
         "\n## Why the cluster and the simulator differ\n\n\
-         - The simulator's RAID-0 (over the 6 data holders, standing for RS 6+2) reads each block \
-         once from a disk at its fixed rate; RS reads its K data chunks, through a primary (two \
-         hops) or directly, each a whole chunk of the segment, so the slowest of the six data \
-         holders sets the time; RAID-0 spreads a file's blocks round-robin, so with a file of few \
-         blocks its disks hold unequal shares.\n\
+         - Each simulated access runs on exactly the disks its cluster access used (the H picked \
+         for a robust file; the data chunks' holders of the RS file, one segment each) and reads \
+         after a write, as the cluster did: RobuSTore's speculative write leaves the fast disks \
+         holding more blocks.\n\
+         - The simulator's RAID-0 stands for RS 6+2: its stripe unit is the RS file's chunk (a \
+         sixth of the file), so each of the six data holders holds one unit, and the slowest of \
+         them sets the time, as on the cluster. RS reads its chunks through a primary (two hops: \
+         a holder to the primary, the primary to the client) or directly; the simulator moves \
+         each block once.\n\
          - A throttled store charges every request at its rate with no positioning, as the \
          simulator's fixed-rate disks do; the network is loopback (the simulator's RTT is set to \
          0.1 ms and its metadata cost to 1 ms to match).\n\
