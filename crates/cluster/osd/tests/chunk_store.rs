@@ -772,3 +772,80 @@ fn fuzz_mutated_reserves() {
         }
     }
 }
+
+// ---- Block files of earlier formats ----
+
+/// The bytes of block `id@version` written `generation`-th time in the block-file fixtures
+/// (`tests/fixtures/block-format-*`): a formula, so that a test knows them without a copy.
+fn fixture_block(id: u32, version: u64, generation: u32, len: u32) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            (i.wrapping_mul(7) ^ (i >> 8))
+                .wrapping_add(u64::from(id) * 31 + version * 101 + u64::from(generation) * 53)
+                as u8
+        })
+        .collect()
+}
+
+/// The block-file fixture's objects: object 0x1f (blocks of 5,000 bytes) in three batches, one
+/// key stored again; object 0x20 (blocks of 100 bytes) in one batch, then one block deleted.
+/// Each object as (block bytes, its blocks as (id, version, generation) in stored order).
+fn fixture_objects() -> Vec<(u64, u32, Vec<(u32, u64, u32)>)> {
+    vec![
+        (
+            0x1f,
+            5000,
+            vec![
+                (0, 1, 0),
+                (2, 1, 0),
+                (3, 1, 0),
+                (4, 1, 0),
+                (1, 1, 1),
+                (0, 2, 0),
+                (1, 2, 0),
+            ],
+        ),
+        (0x20, 100, vec![(0, 1, 0), (2, 1, 0), (3, 1, 0)]),
+    ]
+}
+
+/// Writes `tests/fixtures/block-format-<BLOCK_FILE_FORMAT>/` with this build's store (the
+/// fixture of an earlier format is made by this test at the commit before the format changed;
+/// README there). Run: `cargo test -p ecstack-osd --test chunk_store -- --ignored
+/// make_block_file_fixture`.
+#[test]
+#[ignore]
+fn make_block_file_fixture() {
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "tests/fixtures/block-format-{}",
+        chunk_store::BLOCK_FILE_FORMAT
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path()).unwrap();
+    let k = |id, version| chunk_store::BlockKey { id, version };
+    let put = |o: u64, bb: u32, blocks: &[(u32, u64, u32)]| {
+        let data: Vec<_> = blocks
+            .iter()
+            .map(|&(id, v, g)| (k(id, v), fixture_block(id, v, g, bb)))
+            .collect();
+        let refs: Vec<_> = data.iter().map(|(k, d)| (*k, &d[..])).collect();
+        s.put_blocks(o, bb, &refs).unwrap();
+    };
+    put(0x1f, 5000, &[(0, 1, 0), (1, 1, 0), (2, 1, 0)]);
+    put(0x1f, 5000, &[(3, 1, 0), (4, 1, 0), (1, 1, 1)]);
+    put(0x1f, 5000, &[(0, 2, 0), (1, 2, 0)]);
+    put(0x20, 100, &[(0, 1, 0), (1, 1, 0), (2, 1, 0), (3, 1, 0)]);
+    assert_eq!(s.delete_blocks(0x20, Some(&[k(1, 1)])).unwrap(), 1);
+    for (o, bb, blocks) in fixture_objects() {
+        let t = s.block_table(o).unwrap().unwrap();
+        assert_eq!(t.block_bytes, bb);
+        let keys: Vec<_> = blocks.iter().map(|&(id, v, _)| k(id, v)).collect();
+        assert_eq!(t.blocks.iter().map(|b| b.key).collect::<Vec<_>>(), keys);
+    }
+    drop(s);
+    std::fs::create_dir_all(&out).unwrap();
+    for (o, ..) in fixture_objects() {
+        let name = chunk_store::blocks_name(o);
+        std::fs::copy(dir.path().join("chunks").join(&name), out.join(&name)).unwrap();
+    }
+}
