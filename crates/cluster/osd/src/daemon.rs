@@ -314,7 +314,23 @@ impl Daemon {
             () = beats => Ok(()),
             () = crate::monitor::run(self.monitor) => Ok(()),
             () = probe => Ok(()),
+            () = compaction_loop(self.osd.clone()) => Ok(()),
         }
+    }
+}
+
+/// How often the OSD looks for block files to compact.
+pub const COMPACT_EVERY: Duration = Duration::from_secs(5);
+
+/// Compacts robust objects' block files that want it, every [`COMPACT_EVERY`], off the write
+/// path: deletions only append deletion records, and the block I/O queue serves the
+/// compactions after every stream's jobs.
+async fn compaction_loop(osd: Osd) {
+    let mut tick = tokio::time::interval(COMPACT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        osd.compact_blocks_pass().await;
     }
 }
 

@@ -89,6 +89,32 @@ fn file_store_blocks_suite() {
     chunk_store_suite::blocks(&reopen(dir.path(), DIRECT));
 }
 
+/// Deletions of some blocks (appended records, nothing rewritten; torn at the tail, rotted in the
+/// middle; many keys) and compaction (readers opened before, appends and deletions meanwhile).
+#[test]
+fn file_store_block_deletions() {
+    let dir = tempfile::tempdir().unwrap();
+    chunk_store_suite::block_deletions(&reopen(dir.path(), DIRECT));
+}
+
+/// Random puts, deletions, reopens and compactions against a model, on disk and on a simulated
+/// directory; `ECSTACK_SEED=<seed>` replays one seed, `ECSTACK_FUZZ_CASES` sets how many.
+#[test]
+fn file_store_block_model() {
+    let seed = fuzz_seed(0);
+    let cases = fuzz_cases(12);
+    for case in 0..cases {
+        let seed = seed + case;
+        let dir = tempfile::tempdir().unwrap();
+        chunk_store_suite::block_model(&reopen(dir.path(), DIRECT), seed, 60);
+        let sim = OnSimDir {
+            dir: Arc::new(SimDir::new(seed, PowerCutPolicy::default())),
+            options: DIRECT,
+        };
+        chunk_store_suite::block_model(&|| sim.open().unwrap(), seed, 60);
+    }
+}
+
 /// Power cuts at every operation of the block workload under every policy: every acknowledged
 /// block survives; an append cut short leaves the object old, new, or old with some of the new
 /// blocks whole; a deletion cut short leaves it old or new.
@@ -119,6 +145,7 @@ fn file_store_block_power_cuts() {
         ("delete blocks", "new"),
         ("delete object", "old"),
         ("delete object", "new"),
+        ("compact", "old"),
     ] {
         let want = (want.0.to_string(), want.1.to_string());
         assert!(outcomes.contains(&want), "never {want:?}: {outcomes:?}");
@@ -848,4 +875,82 @@ fn make_block_file_fixture() {
         let name = chunk_store::blocks_name(o);
         std::fs::copy(dir.path().join("chunks").join(&name), out.join(&name)).unwrap();
     }
+}
+
+/// Block files stored by the build before format 17 (`tests/fixtures/block-format-16`, README
+/// there) open with today's store: every block reads back exactly; deleting one block of a file
+/// rewrites its header as format 17 and appends a deletion record (the records before it are
+/// byte for byte what they were); appending to the other keeps it format 16; after a reopen
+/// both serve what they should, and a compaction makes a format-17 file of the first.
+#[test]
+fn block_files_of_format_16_open_and_take_deletions() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/block-format-16");
+    let dir = tempfile::tempdir().unwrap();
+    let chunks = dir.path().join("chunks");
+    std::fs::create_dir_all(&chunks).unwrap();
+    let objects = fixture_objects();
+    for (o, ..) in &objects {
+        let name = chunk_store::blocks_name(*o);
+        std::fs::copy(fixtures.join(&name), chunks.join(&name)).unwrap();
+    }
+    let raw = |o: u64| std::fs::read(chunks.join(chunk_store::blocks_name(o))).unwrap();
+    let format = |b: &[u8]| u32::from_le_bytes(b[8..12].try_into().unwrap());
+    let k = |id, version| chunk_store::BlockKey { id, version };
+    // Every block of `want` (id, version, generation) in order, byte for byte.
+    let check = |s: &FileStore, o: u64, bb: u32, want: &[(u32, u64, u32)], ctx: &str| {
+        let opened = s.open_blocks(o).unwrap().unwrap();
+        let keys: Vec<_> = opened.table.blocks.iter().map(|b| b.key).collect();
+        let want_keys: Vec<_> = want.iter().map(|&(id, v, _)| k(id, v)).collect();
+        assert_eq!(keys, want_keys, "{ctx}: object {o:#x}");
+        for (i, &(id, v, g)) in want.iter().enumerate() {
+            let d = opened.read_block(i, &mut |_| true).unwrap().unwrap();
+            assert!(
+                d == fixture_block(id, v, g, bb),
+                "{ctx}: block {id}@{v} of {o:#x}"
+            );
+        }
+    };
+    let s = FileStore::open(dir.path()).unwrap();
+    assert_eq!(s.objects().unwrap(), vec![0x1f, 0x20]);
+    for (o, bb, want) in &objects {
+        assert_eq!(format(&raw(*o)), 16);
+        check(&s, *o, *bb, want, "as stored");
+    }
+    let (o, bb, mut want) = objects[0].clone();
+    let before = raw(o);
+    assert_eq!(s.delete_blocks(o, Some(&[k(3, 1)])).unwrap(), 1);
+    want.retain(|&(id, v, _)| k(id, v) != k(3, 1));
+    let after = raw(o);
+    assert_eq!(
+        format(&after),
+        17,
+        "upgraded before its first deletion record"
+    );
+    assert_eq!(
+        after.len() as u64,
+        before.len() as u64 + chunk_store::record_span(bb)
+    );
+    assert_eq!(
+        &after[4096..before.len()],
+        &before[4096..],
+        "nothing rewritten"
+    );
+    assert_eq!(&after[44..4096], &before[44..4096]);
+    check(&s, o, bb, &want, "after a deletion");
+    let (o2, bb2, mut want2) = objects[1].clone();
+    let b = fixture_block(7, 1, 0, bb2);
+    s.put_blocks(o2, bb2, &[(k(7, 1), &b[..])]).unwrap();
+    want2.push((7, 1, 0));
+    assert_eq!(format(&raw(o2)), 16, "appends keep format 16");
+    drop(s);
+    let s = FileStore::open(dir.path()).unwrap();
+    check(&s, o, bb, &want, "reopened");
+    check(&s, o2, bb2, &want2, "reopened");
+    let c = s.compact_blocks(o, &mut || true).unwrap().unwrap();
+    assert_eq!((c.slots_before, c.slots_after), (9, 6));
+    assert_eq!(format(&raw(o)), 17);
+    drop(s);
+    let s = FileStore::open(dir.path()).unwrap();
+    check(&s, o, bb, &want, "compacted, reopened");
+    check(&s, o2, bb2, &want2, "reopened twice");
 }

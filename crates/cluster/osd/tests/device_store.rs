@@ -69,6 +69,28 @@ fn device_store_blocks_suite() {
     chunk_store_suite::block_rot(&|| Box::new(open(&dev)) as Box<dyn ChunkStore>);
 }
 
+/// Deletions as appended records and compaction on a device.
+#[test]
+fn device_store_block_deletions() {
+    let dev = mem(64 * MIB);
+    chunk_store_suite::block_deletions(&|| Box::new(open(&dev)) as Box<dyn ChunkStore>);
+}
+
+/// Random puts, deletions, reopens and compactions against a model on a device;
+/// `ECSTACK_SEED=<seed>` replays one seed, `ECSTACK_FUZZ_CASES` sets how many.
+#[test]
+fn device_store_block_model() {
+    let seed = ecstack_base::mutate::fuzz_seed(100);
+    for case in 0..ecstack_base::mutate::fuzz_cases(12) {
+        let dev = mem(64 * MIB);
+        chunk_store_suite::block_model(
+            &|| Box::new(open(&dev)) as Box<dyn ChunkStore>,
+            seed + case,
+            60,
+        );
+    }
+}
+
 /// Power cuts at every operation of the block workload on a device under every policy.
 #[test]
 fn device_store_block_power_cuts() {
@@ -97,6 +119,7 @@ fn device_store_block_power_cuts() {
         ("put blocks", "new"),
         ("delete blocks", "old"),
         ("delete blocks", "new"),
+        ("compact", "old"),
     ] {
         let want = (want.0.to_string(), want.1.to_string());
         assert!(outcomes.contains(&want), "never {want:?}: {outcomes:?}");
