@@ -814,10 +814,12 @@ fn fixture_block(id: u32, version: u64, generation: u32, len: u32) -> Vec<u8> {
         .collect()
 }
 
+type FixtureObject = (u64, u32, Vec<(u32, u64, u32)>);
+
 /// The block-file fixture's objects: object 0x1f (blocks of 5,000 bytes) in three batches, one
 /// key stored again; object 0x20 (blocks of 100 bytes) in one batch, then one block deleted.
-/// Each object as (block bytes, its blocks as (id, version, generation) in stored order).
-fn fixture_objects() -> Vec<(u64, u32, Vec<(u32, u64, u32)>)> {
+/// Each object as (object, block bytes, its blocks as (id, version, generation) in stored order).
+fn fixture_objects() -> Vec<FixtureObject> {
     vec![
         (
             0x1f,

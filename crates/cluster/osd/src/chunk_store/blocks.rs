@@ -851,12 +851,12 @@ impl FileStore {
         };
         // Earlier batches were flushed: a deletion record whose keys are in its data area has
         // them read and checked now (the table needs them); one that fails is rot.
-        for s in 0..first.min(keep) as usize {
-            if let Ok(h) = &mut slots[s] {
+        for slot in &mut slots[..first.min(keep) as usize] {
+            if let Ok(h) = slot {
                 if matches!(h.kind, Kind::Deletion { .. }) && !h.crcs.is_empty() {
                     read_data(h, &mut data)?;
                     if !fill_deletion_keys(h, block_bytes, &data) {
-                        slots[s] = Err(Damage::Deletion);
+                        *slot = Err(Damage::Deletion);
                     }
                 }
             }
