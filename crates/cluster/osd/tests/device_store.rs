@@ -572,3 +572,45 @@ fn file_store_fragments_through_fiemap() {
     let e = s.fragments(9, 9).unwrap_err();
     assert!(matches!(e, ChunkStoreError::NotFound { .. }), "{e}");
 }
+
+/// A figure, not a check: what deleting 2 blocks of an 8 MiB block file costs on a device store
+/// over a throttled device (20 MB/s), now (a deletion record) and as before format 17 (the file
+/// rewritten without them: what a compaction does today). Run:
+/// `cargo test --release -p ecstack-osd --test device_store -- --ignored --nocapture deletion_cost`.
+#[test]
+#[ignore]
+fn deletion_cost_figure() {
+    use ecstack_osd::chunk_store::BlockKey;
+    let s =
+        DeviceStore::open_spec("throttled:bw=20M:mem:512M", DeviceStoreOptions::default()).unwrap();
+    let bb = 128 << 10;
+    let mut rng = Rng::new(9);
+    let data: Vec<(BlockKey, Vec<u8>)> = (0..64)
+        .map(|id| (BlockKey { id, version: 1 }, bytes(&mut rng, bb as usize)))
+        .collect();
+    let refs: Vec<(BlockKey, &[u8])> = data.iter().map(|(k, d)| (*k, &d[..])).collect();
+    let mut deletes = Vec::new();
+    for round in 0..3u64 {
+        let o = 0x100 + round;
+        s.put_blocks(o, bb, &refs).unwrap();
+        let t = std::time::Instant::now();
+        let gone = [
+            BlockKey { id: 5, version: 1 },
+            BlockKey { id: 9, version: 1 },
+        ];
+        assert_eq!(s.delete_blocks(o, Some(&gone)).unwrap(), 2);
+        let delete = t.elapsed();
+        let t = std::time::Instant::now();
+        s.compact_blocks(o, &mut || true).unwrap().unwrap();
+        let rewrite = t.elapsed();
+        deletes.push((delete, rewrite));
+    }
+    for (d, r) in &deletes {
+        println!(
+            "delete 2 of 64 blocks of 128 KiB (8 MiB file) at 20 MB/s: deletion record {:.1} ms, \
+             rewrite (format 16's deletion, today's compaction) {:.1} ms",
+            d.as_secs_f64() * 1e3,
+            r.as_secs_f64() * 1e3
+        );
+    }
+}
