@@ -1,7 +1,8 @@
 //! The OSD process: open the chunk store, bind the service, register with the MDS (the address it
 //! actually bound), heartbeat every `heartbeat_ms` (with the store's measured load, after a short
 //! probe at start) and run the tasks the replies carry (recover segments as their primary, delete
-//! chunks, delete robust objects' blocks); run the Monitor Module (GC of logs, Algorithm 1).
+//! chunks, delete robust objects' blocks); run the Monitor Module (GC of logs, Algorithm 1) and
+//! compact robust objects' block files that are mostly dead slots (every [`COMPACT_EVERY`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;

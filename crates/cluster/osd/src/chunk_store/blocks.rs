@@ -752,6 +752,18 @@ impl FileStore {
         self.block_bytes.fetch_sub(len(before), Ordering::Relaxed);
     }
 
+    /// After an append that failed: the file cut back to the records the state knows, or removed
+    /// if it knows none (best effort), so that no record of the failed batch stays after the next append's (which
+    /// starts where the known records end) to be replayed as part of its batch. A power cut
+    /// makes this fail too; the next open drops a torn batch anyway.
+    fn cut_back(&self, name: &str, state: Option<&ObjectState>) {
+        let _ = match state {
+            Some(s) => self.dir.set_len(name, s.file_len()),
+            // A file the failed append created: no record of it was acknowledged.
+            None => self.dir.remove(name).map(|_| ()),
+        };
+    }
+
     /// Replays the block file `name` (at open): its state, with a batch cut short cut off the
     /// file; `None` (and the file removed) if its header is unreadable or no block of it is left.
     pub(super) fn replay_blocks(&self, name: &str, object: u64) -> Result<Option<ObjectState>> {
@@ -975,10 +987,13 @@ impl FileStore {
             Some(s) => s.file_len(),
             None => 0,
         };
-        let created = self
-            .dir
-            .write_grow(&name, write_at, &image)
-            .map_err(io(&at, "append blocks"))?;
+        let created = match self.dir.write_grow(&name, write_at, &image) {
+            Ok(c) => c,
+            Err(e) => {
+                self.cut_back(&name, before.as_ref());
+                return Err(io(&at, "append blocks")(e));
+            }
+        };
         if created || before.is_none() {
             self.dir.sync().map_err(io(&at, "sync directory"))?;
         }
@@ -1092,9 +1107,13 @@ impl FileStore {
             .enumerate()
             .map(|(i, r)| (record_offset(bb, first + i as u64), &r[..]))
             .collect();
-        self.dir
+        if let Err(e) = self
+            .dir
             .write_sparse(&name, &pieces, record_offset(bb, first + n))
-            .map_err(io(&at, "append a deletion"))?;
+        {
+            self.cut_back(&name, Some(&before));
+            return Err(io(&at, "append a deletion")(e));
+        }
         let gone: HashSet<BlockKey> = gone.into_iter().collect();
         let mut after = before.clone();
         after.format = FORMAT_DELETIONS;
@@ -1179,7 +1198,14 @@ impl FileStore {
             }
             Ok(true)
         };
-        let copied_all = copy_live();
+        // What was copied is written out before the lock is taken: under it, only what was
+        // appended or deleted meanwhile is written.
+        let copied_all = copy_live().and_then(|all| {
+            if all && !new.image.is_empty() {
+                new.write(&*self.dir)?;
+            }
+            Ok(all)
+        });
         drop(file);
         match copied_all {
             Ok(true) => {}
