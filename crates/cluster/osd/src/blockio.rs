@@ -2,7 +2,9 @@
 //! the OSD owns (not `spawn_blocking`, which nothing cancels), so that a block stream's reads can
 //! be taken back. Each queued job belongs to a stream; [`BlockIo::cancel`] (a GetBlocks reply
 //! dropped) removes the stream's queued jobs and makes the one in service stop at its next 4 KiB
-//! piece. High-priority streams' jobs are served first.
+//! piece. High-priority streams' jobs are served first; block-file compactions
+//! ([`BlockIo::compact`]) last, and one in service stops between records to serve every job
+//! queued meanwhile, so it never holds up a stream's reads or writes for longer than a record.
 //!
 //! The queue also measures the store: read and write bytes over busy time (time with at least one
 //! job in service), decayed with a half-life of [`METER_HALF_LIFE`], which admission control
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 
-use crate::chunk_store::{BlockKey, ChunkStore, ChunkStoreError, ObjectBlocks};
+use crate::chunk_store::{BlockKey, ChunkStore, ChunkStoreError, Compacted, ObjectBlocks};
 
 /// How fast a measurement fades: its weight halves every this long.
 pub const METER_HALF_LIFE: Duration = Duration::from_secs(10);
@@ -132,6 +134,10 @@ enum Work {
         blocks: Vec<(BlockKey, Bytes)>,
         reply: tokio::sync::oneshot::Sender<Result<(), ChunkStoreError>>,
     },
+    Compact {
+        object: u64,
+        reply: tokio::sync::oneshot::Sender<Result<Option<Compacted>, ChunkStoreError>>,
+    },
 }
 
 struct Job {
@@ -143,6 +149,8 @@ struct Job {
 struct Queue {
     high: VecDeque<Job>,
     normal: VecDeque<Job>,
+    /// Compactions: served when no other job waits, not counted in [`BlockIo::depth`].
+    low: VecDeque<Job>,
     stop: bool,
 }
 
@@ -285,6 +293,22 @@ impl BlockIo {
         })
     }
 
+    /// Queues a compaction of `object`'s block file ([`ChunkStore::compact_blocks`]) behind every
+    /// other job: it copies record by record, serving the jobs queued meanwhile between records.
+    pub fn compact(
+        &self,
+        object: u64,
+    ) -> tokio::sync::oneshot::Receiver<Result<Option<Compacted>, ChunkStoreError>> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let job = Job {
+            stream: self.stream(),
+            work: Work::Compact { object, reply },
+        };
+        self.shared.lock().low.push_back(job);
+        self.shared.ready.notify_one();
+        rx
+    }
+
     /// The stream is gone: its queued reads are dropped (counted as cancelled), the one in
     /// service stops at its next 4 KiB piece. Queued writes still run (their blocks were sent).
     pub fn cancel(&self, stream: &StreamCtl) {
@@ -383,12 +407,48 @@ fn worker(shared: &Shared) {
                     shared.in_service.fetch_add(1, Ordering::Relaxed);
                     break j;
                 }
+                if let Some(j) = q.low.pop_front() {
+                    drop(q);
+                    compact(shared, j);
+                    q = shared.lock();
+                    continue;
+                }
                 q = shared.ready.wait(q).unwrap_or_else(|p| p.into_inner());
             }
         };
         serve(shared, job);
         shared.in_service.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Serves a compaction job; between records it serves every high and normal job queued (their
+/// own worker, for the while), and gives up if the queue stops.
+fn compact(shared: &Shared, job: Job) {
+    let Work::Compact { object, reply } = job.work else {
+        debug_assert!(false, "only compactions wait in the low lane");
+        return;
+    };
+    let r = shared.store.compact_blocks(object, &mut || loop {
+        let next = {
+            let mut q = shared.lock();
+            if q.stop {
+                return false;
+            }
+            let j = q.high.pop_front().or_else(|| q.normal.pop_front());
+            if j.is_some() {
+                shared.in_service.fetch_add(1, Ordering::Relaxed);
+            }
+            j
+        };
+        match next {
+            Some(j) => {
+                serve(shared, j);
+                shared.in_service.fetch_sub(1, Ordering::Relaxed);
+            }
+            None => return true,
+        }
+    });
+    let _ = reply.send(r);
 }
 
 fn serve(shared: &Shared, job: Job) {
@@ -446,6 +506,10 @@ fn serve(shared: &Shared, job: Job) {
             };
             shared.write.finish(bytes);
             let _ = reply.send(r);
+        }
+        // Only queued in the low lane (served by `compact`); whole if it ever gets here.
+        Work::Compact { object, reply } => {
+            let _ = reply.send(shared.store.compact_blocks(object, &mut || true));
         }
     }
 }

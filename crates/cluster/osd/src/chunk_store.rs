@@ -596,8 +596,9 @@ mod blocks;
 mod log;
 
 pub use blocks::{
-    blocks_name, record_offset, record_span, BlockPart, BlockTable, ObjectBlocks, StoredBlock,
-    BLOCK_FILE_FORMAT, BLOCK_HEAD_BYTES, BLOCK_PIECE_BYTES, STORE_MAX_BLOCK_BYTES,
+    blocks_name, deletion_capacity, record_offset, record_span, BlockPart, BlockTable, Compacted,
+    ObjectBlocks, StoredBlock, BLOCK_FILE_FORMAT, BLOCK_FILE_FORMAT_MIN, BLOCK_HEAD_BYTES,
+    BLOCK_PIECE_BYTES, COMPACT_MIN_DEAD, HEAD_KEYS, STORE_MAX_BLOCK_BYTES,
 };
 pub use ecstack_mds_proto::RobustBlockKey as BlockKey;
 
@@ -779,9 +780,24 @@ pub trait ChunkStore: Send + Sync {
     /// between 4 KiB pieces), `None` if no block of it is here.
     fn open_blocks(&self, object: u64) -> Result<Option<ObjectBlocks>>;
     /// Deletes the listed blocks of an object (`None`: all of them); how many were stored.
+    /// Durable on return; some blocks: one small append (a deletion record, one fdatasync), the
+    /// file is not rewritten ([`ChunkStore::compact_blocks`] gives the space back later).
     fn delete_blocks(&self, object: u64, keys: Option<&[BlockKey]>) -> Result<u32>;
     /// Every object with blocks here, sorted.
     fn objects(&self) -> Result<Vec<u64>>;
+    /// Objects whose block files want compaction ([`BlockTable::wants_compaction`]: dead slots
+    /// more than half of the file's and at least [`COMPACT_MIN_DEAD`]), sorted.
+    fn compactable(&self) -> Vec<u64>;
+    /// Rewrites an object's block file with only its live blocks, if it has dead slots: the live
+    /// records are copied without the object's lock, `go_on` called before each (it may do other
+    /// work, appends and deletions of this object included; `false` abandons the compaction),
+    /// then the new file takes the place of the old one under the lock. A reader that opened the
+    /// object before keeps reading what it opened. `None`: nothing done.
+    fn compact_blocks(
+        &self,
+        object: u64,
+        go_on: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<Compacted>>;
     /// Corrupts `part` of a stored block behind the store's back, durably (tests: rot is
     /// reported lost, never served).
     #[doc(hidden)]
@@ -876,6 +892,9 @@ pub struct FileStore {
     /// per object (striped) for appends and deletions, the blocks and their files' bytes.
     objects: Mutex<HashMap<u64, blocks::ObjectState>>,
     block_stripes: Vec<Mutex<()>>,
+    /// Held by a block-file compaction (one at a time: they share no state, but a temporary
+    /// name each and the disk).
+    compaction: Mutex<()>,
     blocks: AtomicU64,
     block_bytes: AtomicU64,
 }
@@ -1036,6 +1055,7 @@ impl FileStore {
             with_logs: Mutex::default(),
             objects: Mutex::default(),
             block_stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            compaction: Mutex::new(()),
             blocks: AtomicU64::new(0),
             block_bytes: AtomicU64::new(0),
         };
@@ -2329,6 +2349,18 @@ impl ChunkStore for FileStore {
 
     fn objects(&self) -> Result<Vec<u64>> {
         Ok(self.object_ids())
+    }
+
+    fn compactable(&self) -> Vec<u64> {
+        self.compactable_objects()
+    }
+
+    fn compact_blocks(
+        &self,
+        object: u64,
+        go_on: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<Compacted>> {
+        self.compact_blocks_impl(object, go_on)
     }
 
     fn damage_block(&self, object: u64, key: BlockKey, part: BlockPart) -> Result<()> {

@@ -17,7 +17,15 @@
 //!   test asserts that every path was reached;
 //! * [`blocks`], [`block_rot`] and [`block_power_cuts`]: the same for robust objects' coded
 //!   blocks (appends, replacement, deletion, stoppable reads; rot reported lost; torn appends cut
-//!   off; power cuts at every operation of a block workload).
+//!   off; power cuts at every operation of a block workload, deletions and a compaction
+//!   interleaved with appends);
+//! * [`block_deletions`]: deletions as appended records (nothing rewritten), deleted keys stored
+//!   again, deletions of many keys (their keys in the data area, batches of records), a torn
+//!   deletion at the tail dropped, a bad one in the middle making the blocks before it lost,
+//!   compaction (only the live blocks kept; a reader opened before still reads; appends and
+//!   deletions between its records; abandoned);
+//! * [`block_model`]: a seeded random sequence of puts, deletions, reopens and compactions
+//!   against an in-memory model (a failing seed replays: `ECSTACK_SEED`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,8 +35,9 @@ use crate::api::{ChunkMeta, DeltaStamp};
 use ecstack_rpc::UpdateScheme;
 
 use crate::chunk_store::{
-    BlockKey, BlockPart, Change, ChunkImage, ChunkStore, ChunkStoreError, LogPlace, Part,
-    BLOCK_BYTES, BLOCK_HEAD_BYTES, BLOCK_PIECE_BYTES, STORE_MAX_BLOCK_BYTES,
+    deletion_capacity, record_span, BlockKey, BlockPart, Change, ChunkImage, ChunkStore,
+    ChunkStoreError, LogPlace, Part, BLOCK_BYTES, BLOCK_HEAD_BYTES, BLOCK_PIECE_BYTES, HEAD_KEYS,
+    STORE_MAX_BLOCK_BYTES,
 };
 
 type Key = (u64, u32);
@@ -1486,10 +1495,17 @@ pub fn block_rot(open: &dyn Fn() -> Box<dyn ChunkStore>) {
     // Stable: the dropped record stays dropped.
     let s = open();
     assert_eq!(s.block_table(o).unwrap().unwrap(), t);
-    // Appending again goes after the kept records; a deletion rewrites the file without the
-    // unreadable head (its block stays lost: not copied) and keeps the rotted piece rotted.
+    // Appending again goes after the kept records; a deletion appends its record; compaction
+    // rewrites the file without the unreadable head (its block stays lost: not copied) and keeps
+    // the rotted piece rotted.
     put_model_blocks(&*s, o, bb, &third).unwrap();
     assert_eq!(s.delete_blocks(o, Some(&[bkey(0, 1)])).unwrap(), 1);
+    let t = s.block_table(o).unwrap().unwrap();
+    let keys: Vec<u32> = t.blocks.iter().map(|b| b.key.id).collect();
+    assert_eq!(keys, vec![1, 2, 4, 5, 6]);
+    assert_eq!((t.slots, t.lost), (10, 2));
+    let c = s.compact_blocks(o, &mut || true).unwrap().unwrap();
+    assert_eq!((c.slots_before, c.slots_after, c.blocks), (10, 5, 5));
     let t = s.block_table(o).unwrap().unwrap();
     let keys: Vec<u32> = t.blocks.iter().map(|b| b.key.id).collect();
     assert_eq!(keys, vec![1, 2, 4, 5, 6]);
@@ -1540,12 +1556,14 @@ fn partly_put(
 enum BlockStep {
     Put(u64, u32, Blocks),
     Delete(u64, Option<Vec<BlockKey>>),
+    /// The object's block file compacted: the same blocks.
+    Compact(u64),
 }
 
 impl BlockStep {
     fn object(&self) -> u64 {
         match self {
-            BlockStep::Put(o, ..) | BlockStep::Delete(o, _) => *o,
+            BlockStep::Put(o, ..) | BlockStep::Delete(o, _) | BlockStep::Compact(o) => *o,
         }
     }
 
@@ -1554,6 +1572,7 @@ impl BlockStep {
             BlockStep::Put(..) => "put blocks",
             BlockStep::Delete(_, Some(_)) => "delete blocks",
             BlockStep::Delete(_, None) => "delete object",
+            BlockStep::Compact(_) => "compact",
         }
     }
 
@@ -1561,12 +1580,16 @@ impl BlockStep {
         match self {
             BlockStep::Put(o, bb, b) => put_model_blocks(s, *o, *bb, b),
             BlockStep::Delete(o, keys) => s.delete_blocks(*o, keys.as_deref()).map(|_| ()),
+            BlockStep::Compact(o) => s.compact_blocks(*o, &mut || true).map(|c| {
+                assert!(c.is_some(), "object {o:#x} had dead slots to compact");
+            }),
         }
     }
 
     fn model(&self, model: &mut BlockModel) {
         match self {
             BlockStep::Put(o, bb, b) => model_put(model, *o, *bb, b),
+            BlockStep::Compact(_) => {}
             BlockStep::Delete(o, None) => {
                 model.remove(o);
             }
@@ -1593,14 +1616,21 @@ fn block_workload() -> Vec<BlockStep> {
         // A key stored again, with new bytes.
         BlockStep::Put(0x51, bb, b(1..2, 1)),
         BlockStep::Delete(0x51, Some(vec![bkey(0, 1), bkey(3, 1)])),
+        // Deletions interleaved with appends: a deleted key stored again, deleted again.
+        BlockStep::Put(0x51, bb, b(0..1, 1)),
+        BlockStep::Delete(0x51, Some(vec![bkey(2, 1), bkey(9, 9)])),
         BlockStep::Put(0x51, bb, b(7..9, 2)),
+        BlockStep::Delete(0x51, Some(vec![bkey(0, 1), bkey(7, 2)])),
+        BlockStep::Compact(0x51),
+        BlockStep::Put(0x51, bb, b(9..10, 2)),
+        BlockStep::Delete(0x51, Some(vec![bkey(1, 1)])),
         BlockStep::Delete(0x52, None),
         BlockStep::Put(0x52, bb, b(4..6, 1)),
     ]
 }
 
 /// Power cuts at every operation of a block workload (appends, a replaced key, deletions of
-/// listed blocks and of whole objects), over `fresh(seed)` backends as in [`power_cuts`]. After
+/// listed blocks interleaved with appends, a compaction, deletions of whole objects), over `fresh(seed)` backends as in [`power_cuts`]. After
 /// each cut the store reopens with every acknowledged block there, in order, byte for byte; the
 /// step cut short left its object as before it or after it, never a mix, and never a block
 /// served as lost. The report's `outcomes` say which.
@@ -1719,4 +1749,385 @@ pub fn block_power_cuts(fresh: &dyn Fn(u64) -> Box<dyn Crashable>, seeds: u64) -
         }
     }
     report
+}
+
+/// The stored keys of an object, in order.
+fn table_keys(s: &dyn ChunkStore, object: u64) -> Vec<BlockKey> {
+    s.block_table(object)
+        .unwrap()
+        .map(|t| t.blocks.iter().map(|b| b.key).collect())
+        .unwrap_or_default()
+}
+
+fn model_delete(model: &mut BlockModel, object: u64, keys: &[BlockKey]) -> u32 {
+    let Some((_, b)) = model.get_mut(&object) else {
+        return 0;
+    };
+    let before = b.len();
+    b.retain(|(k, _)| !keys.contains(k));
+    let n = (before - b.len()) as u32;
+    if b.is_empty() {
+        model.remove(&object);
+    }
+    n
+}
+
+/// Deletions of some blocks as appended records, and compaction (every backend; `open` as for
+/// [`run`], the store holding no blocks):
+///
+/// * a deletion appends one record (the file grows by one slot, no block moves) and survives a
+///   reopen; a deleted key stored again is there, deleted again is gone;
+/// * a deletion of more keys than a head holds keeps them in its data area, and of more than a
+///   record holds is a batch of records; a reopen replays them;
+/// * a deletion record at the tail that fails its checks (a deletion cut short) is dropped at the
+///   next open: the blocks are still there; one record of a batch of them failing drops only its
+///   keys' deletion;
+/// * a deletion record in the middle of the file that fails its checks (rot: a bad head, a bad
+///   piece of keys) makes every block stored before it lost, never served; the blocks stored after
+///   it stay;
+/// * compaction keeps exactly the live blocks, in order, and gives the dead slots back; a reader
+///   opened before it still reads its blocks; appends and deletions made between its records (from
+///   `go_on`) are in the result; a compaction abandoned changes nothing.
+pub fn block_deletions(open: &dyn Fn() -> Box<dyn ChunkStore>) {
+    let mut rng = Rng::new(47);
+    let mut model = BlockModel::new();
+    let bb = 5000u32;
+    let span = record_span(bb);
+    let o = 0x60;
+    {
+        let s = open();
+        let b = some_blocks(&mut rng, 0..6, 1, bb as usize);
+        put_model_blocks(&*s, o, bb, &b).unwrap();
+        model_put(&mut model, o, bb, &b);
+        let before = s.block_table(o).unwrap().unwrap();
+        let used = s.usage().bytes;
+        // One deletion: one record appended, nothing moved.
+        let gone = [bkey(1, 1), bkey(4, 1), bkey(99, 1)];
+        assert_eq!(s.delete_blocks(o, Some(&gone)).unwrap(), 2);
+        model_delete(&mut model, o, &gone);
+        assert_eq!(s.usage().bytes, used + span, "a deletion appends one slot");
+        let t = s.block_table(o).unwrap().unwrap();
+        let kept: Vec<_> = before
+            .blocks
+            .iter()
+            .filter(|b| !gone.contains(&b.key))
+            .copied()
+            .collect();
+        assert_eq!(t.blocks, kept, "no block moved");
+        assert_eq!((t.slots, t.lost), (7, 0));
+        check_blocks(&*s, &model, "after a deletion");
+        // Deleted, stored again (the new record wins), deleted again, stored again.
+        for round in 0..3 {
+            let again = vec![(bkey(1, 1), bytes(&mut rng, bb as usize))];
+            put_model_blocks(&*s, o, bb, &again).unwrap();
+            model_put(&mut model, o, bb, &again);
+            check_blocks(&*s, &model, &format!("stored again, round {round}"));
+            if round < 2 {
+                assert_eq!(s.delete_blocks(o, Some(&[bkey(1, 1)])).unwrap(), 1);
+                model_delete(&mut model, o, &[bkey(1, 1)]);
+                check_blocks(&*s, &model, &format!("deleted again, round {round}"));
+            }
+        }
+    }
+    let s = open();
+    check_blocks(&*s, &model, "deletions reopened");
+    assert_eq!(s.block_table(o).unwrap().unwrap().slots, 12);
+
+    // Many keys: in the data area, and a batch of records (blocks of 1 byte: 341 keys a record).
+    let big = 0x61;
+    let cap = deletion_capacity(1);
+    assert!(cap > HEAD_KEYS);
+    let n = 2 * cap as u32 + 60;
+    for ids in [0..n / 2, n / 2..n] {
+        let b = some_blocks(&mut rng, ids, 1, 1);
+        put_model_blocks(&*s, big, 1, &b).unwrap();
+        model_put(&mut model, big, 1, &b);
+    }
+    let mut gone: Vec<BlockKey> = (0..n).filter(|i| i % 50 != 0).map(|i| bkey(i, 1)).collect();
+    rng.shuffle(&mut gone);
+    let listed_before = model[&big].1.clone();
+    let slots = s.block_table(big).unwrap().unwrap().slots;
+    assert_eq!(
+        s.delete_blocks(big, Some(&gone)).unwrap(),
+        gone.len() as u32
+    );
+    model_delete(&mut model, big, &gone);
+    let t = s.block_table(big).unwrap().unwrap();
+    let records = gone.len().div_ceil(cap) as u64;
+    assert_eq!(records, 3);
+    assert_eq!(t.slots, slots + records);
+    check_blocks(&*s, &model, "a deletion of many keys");
+    drop(s);
+    let s = open();
+    check_blocks(&*s, &model, "a deletion of many keys, reopened");
+    // The first record of that batch rots: at the next open the batch reads as cut short, and
+    // only the other records' deletions stay (the keys of the first are the first `cap` deleted
+    // in stored order).
+    s.damage_block(big, bkey(0, 1), BlockPart::SlotPiece(slots, 0))
+        .unwrap();
+    drop(s);
+    let s = open();
+    let deleted_in_order: Vec<BlockKey> = listed_before
+        .iter()
+        .map(|(k, _)| *k)
+        .filter(|k| gone.contains(k))
+        .collect();
+    let back = &deleted_in_order[..cap];
+    let want: Blocks = listed_before
+        .iter()
+        .filter(|(k, _)| !gone.contains(k) || back.contains(k))
+        .cloned()
+        .collect();
+    model.insert(big, (1, want));
+    check_blocks(
+        &*s,
+        &model,
+        "a batch of deletions with its first record dropped",
+    );
+    assert_eq!(s.block_table(big).unwrap().unwrap().slots, slots + records);
+    // Rot in the keys of a deletion record in the middle of the file (a batch follows it): the
+    // blocks stored before it may have been deleted by it: lost, never served.
+    let later = some_blocks(&mut rng, n..n + 2, 1, 1);
+    put_model_blocks(&*s, big, 1, &later).unwrap();
+    s.damage_block(big, bkey(0, 1), BlockPart::SlotPiece(slots + 1, 0))
+        .unwrap();
+    drop(s);
+    let s = open();
+    let t = s.block_table(big).unwrap().unwrap();
+    assert_eq!(
+        t.lost,
+        1 + listed_before.len() as u64,
+        "the zeroed record, and every block stored before the bad one"
+    );
+    model.insert(big, (1, later.clone()));
+    check_blocks(&*s, &model, "a bad deletion record in the middle");
+    assert_eq!(s.delete_blocks(big, None).unwrap(), 2);
+    model.remove(&big);
+
+    // A torn deletion at the tail is dropped: the blocks are there. A bad one in the middle: the
+    // blocks stored before it are lost, those stored after are not.
+    let t3 = 0x62;
+    let b = some_blocks(&mut rng, 0..4, 1, bb as usize);
+    put_model_blocks(&*s, t3, bb, &b).unwrap();
+    model_put(&mut model, t3, bb, &b);
+    assert_eq!(
+        s.delete_blocks(t3, Some(&[bkey(0, 1), bkey(1, 1)]))
+            .unwrap(),
+        2
+    );
+    s.damage_block(t3, bkey(2, 1), BlockPart::SlotHead(4))
+        .unwrap();
+    drop(s);
+    let s = open();
+    check_blocks(&*s, &model, "a torn deletion at the tail");
+    let t = s.block_table(t3).unwrap().unwrap();
+    assert_eq!((t.slots, t.lost), (4, 0), "the torn record cut off");
+    assert_eq!(s.delete_blocks(t3, Some(&[bkey(0, 1)])).unwrap(), 1);
+    let after = some_blocks(&mut rng, 5..7, 1, bb as usize);
+    put_model_blocks(&*s, t3, bb, &after).unwrap();
+    s.damage_block(t3, bkey(2, 1), BlockPart::SlotHead(4))
+        .unwrap();
+    drop(s);
+    let s = open();
+    let t = s.block_table(t3).unwrap().unwrap();
+    assert_eq!(table_keys(&*s, t3), vec![bkey(5, 1), bkey(6, 1)]);
+    assert_eq!((t.slots, t.lost), (7, 4));
+    model.insert(t3, (bb, after));
+    check_blocks(&*s, &model, "a bad deletion record in the middle");
+
+    // Compaction: exactly the live blocks, in order; the dead slots given back; a reader opened
+    // before it still reads its blocks.
+    let c4 = 0x63;
+    let b = some_blocks(&mut rng, 0..10, 1, bb as usize);
+    put_model_blocks(&*s, c4, bb, &b).unwrap();
+    model_put(&mut model, c4, bb, &b);
+    for id in 0..8 {
+        // Dead slots 2·id of 10 + id: wanted from 8 dead on.
+        assert_eq!(
+            s.compactable().contains(&c4),
+            id >= 4,
+            "after {id} deletions"
+        );
+        assert_eq!(s.delete_blocks(c4, Some(&[bkey(id, 1)])).unwrap(), 1);
+        model_delete(&mut model, c4, &[bkey(id, 1)]);
+    }
+    assert!(s.compactable().contains(&c4), "16 dead slots of 18");
+    let reader = s.open_blocks(c4).unwrap().unwrap();
+    let used = s.usage().bytes;
+    let c = s.compact_blocks(c4, &mut || true).unwrap().unwrap();
+    assert_eq!((c.slots_before, c.slots_after, c.blocks), (18, 2, 2));
+    assert_eq!(s.usage().bytes, used - 16 * span);
+    assert!(!s.compactable().contains(&c4));
+    check_blocks(&*s, &model, "compacted");
+    for i in 0..reader.table.blocks.len() {
+        let d = reader.read_block(i, &mut |_| true).unwrap().unwrap();
+        assert!(
+            d == model[&c4].1[i].1,
+            "a reader opened before the compaction"
+        );
+    }
+    drop(reader);
+    assert_eq!(
+        s.compact_blocks(c4, &mut || true).unwrap(),
+        None,
+        "nothing dead"
+    );
+    drop(s);
+    let s = open();
+    check_blocks(&*s, &model, "compacted, reopened");
+    assert_eq!(s.block_table(c4).unwrap().unwrap().slots, 2);
+
+    // Appends and deletions between a compaction's records: a block stored anew, a copied key
+    // stored again, a copied key deleted, an old block deleted.
+    let b = some_blocks(&mut rng, 10..20, 1, bb as usize);
+    put_model_blocks(&*s, c4, bb, &b).unwrap();
+    model_put(&mut model, c4, bb, &b);
+    let gone: Vec<BlockKey> = (10..15).map(|i| bkey(i, 1)).collect();
+    s.delete_blocks(c4, Some(&gone)).unwrap();
+    model_delete(&mut model, c4, &gone);
+    let mut calls = 0;
+    let mut during = model.clone();
+    let c = s
+        .compact_blocks(c4, &mut || {
+            calls += 1;
+            match calls {
+                2 => {
+                    let b = vec![
+                        (bkey(30, 1), bytes(&mut rng, bb as usize)),
+                        (bkey(8, 1), bytes(&mut rng, bb as usize)),
+                    ];
+                    put_model_blocks(&*s, c4, bb, &b).unwrap();
+                    model_put(&mut during, c4, bb, &b);
+                }
+                4 => {
+                    let gone = [bkey(9, 1), bkey(16, 1), bkey(30, 1)];
+                    assert_eq!(s.delete_blocks(c4, Some(&gone)).unwrap(), 3);
+                    model_delete(&mut during, c4, &gone);
+                }
+                _ => {}
+            }
+            true
+        })
+        .unwrap()
+        .unwrap();
+    model = during;
+    assert_eq!(c.blocks, model[&c4].1.len() as u64);
+    check_blocks(
+        &*s,
+        &model,
+        "compacted with appends and deletions meanwhile",
+    );
+    drop(s);
+    let s = open();
+    check_blocks(
+        &*s,
+        &model,
+        "compacted with appends and deletions meanwhile, reopened",
+    );
+    // Abandoned: nothing changes.
+    s.delete_blocks(c4, Some(&[bkey(17, 1)])).unwrap();
+    model_delete(&mut model, c4, &[bkey(17, 1)]);
+    let t = s.block_table(c4).unwrap().unwrap();
+    let mut calls = 0;
+    let stop = &mut || {
+        calls += 1;
+        calls < 2
+    };
+    assert_eq!(s.compact_blocks(c4, stop).unwrap(), None);
+    assert_eq!(s.block_table(c4).unwrap().unwrap(), t);
+    check_blocks(&*s, &model, "a compaction abandoned");
+    drop(s);
+    let s = open();
+    check_blocks(&*s, &model, "a compaction abandoned, reopened");
+    for o in s.objects().unwrap() {
+        s.delete_blocks(o, None).unwrap();
+    }
+    assert!(s.objects().unwrap().is_empty());
+}
+
+/// A seeded random sequence of `steps` puts, deletions (listed keys, some not stored; whole
+/// objects), reopens and compactions (some with puts and deletions of the same object between
+/// their records, some abandoned) on two objects, checked against a model after every step.
+/// `open` as for [`run`], the store holding no blocks. A failure names the seed and the step:
+/// the same seed replays it exactly.
+pub fn block_model(open: &dyn Fn() -> Box<dyn ChunkStore>, seed: u64, steps: usize) {
+    let mut rng = Rng::new(seed);
+    let mut model = BlockModel::new();
+    let objects = [(0x70u64, 1u32), (0x71, 5000)];
+    let mut s = open();
+    let random_keys = |rng: &mut Rng, n: u64| -> Vec<BlockKey> {
+        (0..1 + rng.below(n))
+            .map(|_| bkey(rng.below(12) as u32, 1 + rng.below(2)))
+            .collect()
+    };
+    for step in 0..steps {
+        let (o, bb) = objects[rng.below(2) as usize];
+        let ctx = format!("seed {seed}, step {step}");
+        match rng.below(10) {
+            0..=3 => {
+                let b: Blocks = random_keys(&mut rng, 4)
+                    .into_iter()
+                    .map(|k| (k, bytes(&mut rng, bb as usize)))
+                    .collect();
+                put_model_blocks(&*s, o, bb, &b).unwrap_or_else(|e| panic!("{ctx}: put: {e}"));
+                model_put(&mut model, o, bb, &b);
+            }
+            4..=6 => {
+                let keys = random_keys(&mut rng, 5);
+                let n = s
+                    .delete_blocks(o, Some(&keys))
+                    .unwrap_or_else(|e| panic!("{ctx}: delete: {e}"));
+                assert_eq!(n, model_delete(&mut model, o, &keys), "{ctx}: deleted");
+            }
+            7 if rng.chance(0.3) => {
+                let n = s.delete_blocks(o, None).unwrap();
+                let had = model.remove(&o).map_or(0, |(_, b)| b.len());
+                assert_eq!(n as usize, had, "{ctx}: deleted all");
+            }
+            7 => {
+                drop(s);
+                s = open();
+            }
+            _ => {
+                let abandon_at = rng.chance(0.2).then(|| 1 + rng.below(4));
+                let mut during = model.clone();
+                let mut calls = 0;
+                let store = &*s;
+                let r = store.compact_blocks(o, &mut || {
+                    calls += 1;
+                    if Some(calls) == abandon_at {
+                        return false;
+                    }
+                    if rng.chance(0.3) {
+                        let b: Blocks = random_keys(&mut rng, 3)
+                            .into_iter()
+                            .map(|k| (k, bytes(&mut rng, bb as usize)))
+                            .collect();
+                        put_model_blocks(store, o, bb, &b).unwrap();
+                        model_put(&mut during, o, bb, &b);
+                    }
+                    if rng.chance(0.3) {
+                        let keys = random_keys(&mut rng, 3);
+                        let n = store.delete_blocks(o, Some(&keys)).unwrap();
+                        assert_eq!(n, model_delete(&mut during, o, &keys));
+                    }
+                    true
+                });
+                let r = r.unwrap_or_else(|e| panic!("{ctx}: compact: {e}"));
+                model = during;
+                let t = s.block_table(o).unwrap();
+                if let (Some(c), Some(t)) = (r, t) {
+                    assert_eq!(c.blocks, t.blocks.len() as u64, "{ctx}: compacted");
+                    assert!(t.slots >= c.slots_after, "{ctx}: slots");
+                }
+            }
+        }
+        check_blocks(&*s, &model, &ctx);
+    }
+    drop(s);
+    let s = open();
+    check_blocks(&*s, &model, &format!("seed {seed}, reopened at the end"));
+    for o in s.objects().unwrap() {
+        s.delete_blocks(o, None).unwrap();
+    }
 }

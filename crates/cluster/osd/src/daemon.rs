@@ -1,7 +1,8 @@
 //! The OSD process: open the chunk store, bind the service, register with the MDS (the address it
 //! actually bound), heartbeat every `heartbeat_ms` (with the store's measured load, after a short
 //! probe at start) and run the tasks the replies carry (recover segments as their primary, delete
-//! chunks, delete robust objects' blocks); run the Monitor Module (GC of logs, Algorithm 1).
+//! chunks, delete robust objects' blocks); run the Monitor Module (GC of logs, Algorithm 1) and
+//! compact robust objects' block files that are mostly dead slots (every [`COMPACT_EVERY`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -314,7 +315,23 @@ impl Daemon {
             () = beats => Ok(()),
             () = crate::monitor::run(self.monitor) => Ok(()),
             () = probe => Ok(()),
+            () = compaction_loop(self.osd.clone()) => Ok(()),
         }
+    }
+}
+
+/// How often the OSD looks for block files to compact.
+pub const COMPACT_EVERY: Duration = Duration::from_secs(5);
+
+/// Compacts robust objects' block files that want it, every [`COMPACT_EVERY`], off the write
+/// path: deletions only append deletion records, and the block I/O queue serves the
+/// compactions after every stream's jobs.
+async fn compaction_loop(osd: Osd) {
+    let mut tick = tokio::time::interval(COMPACT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        osd.compact_blocks_pass().await;
     }
 }
 

@@ -25,9 +25,9 @@ use ecstack_device::{
 
 use crate::api::ChunkMeta;
 use crate::chunk_store::{
-    BlockKey, BlockPart, BlockTable, Change, ChunkImage, ChunkStore, ChunkStoreError, FileStore,
-    FileStoreOptions, LogPlace, LogState, Modify, ModifyExtents, ObjectBlocks, Part, Result,
-    StoreUsage,
+    BlockKey, BlockPart, BlockTable, Change, ChunkImage, ChunkStore, ChunkStoreError, Compacted,
+    FileStore, FileStoreOptions, LogPlace, LogState, Modify, ModifyExtents, ObjectBlocks, Part,
+    Result, StoreUsage,
 };
 use crate::store_dir::holder_line;
 
@@ -294,6 +294,16 @@ impl ChunkStore for DeviceStore {
     }
     fn objects(&self) -> Result<Vec<u64>> {
         self.store.objects()
+    }
+    fn compactable(&self) -> Vec<u64> {
+        self.store.compactable()
+    }
+    fn compact_blocks(
+        &self,
+        object: u64,
+        go_on: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<Compacted>> {
+        self.store.compact_blocks(object, go_on)
     }
     fn damage_block(&self, object: u64, key: BlockKey, part: BlockPart) -> Result<()> {
         self.store.damage_block(object, key, part)

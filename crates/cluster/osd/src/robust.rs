@@ -3,7 +3,9 @@
 //! the OSD's block I/O queue (`blockio.rs`). A PutBlocks stream's blocks are appended in groups
 //! (those that arrived while the previous group was written: one fdatasync each) and acknowledged
 //! once durable. A GetBlocks stream reads the object's blocks in stored order, a few ahead of what
-//! the client has taken; dropping the reply cancels the rest.
+//! the client has taken; dropping the reply cancels the rest. DeleteBlocks appends a deletion
+//! record (no rewrite); [`Osd::compact_blocks_pass`] (the daemon runs it periodically) gives the
+//! dead space back through the block I/O queue's low lane.
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -278,6 +280,34 @@ impl Osd {
             .await?;
         Ok(n)
     }
+
+    /// Compacts every block file that wants it ([`crate::chunk_store::ChunkStore::compactable`]),
+    /// one at a time through the block I/O queue at low priority (streams' jobs first); how
+    /// many were compacted. A failure is logged and the others go on.
+    pub async fn compact_blocks_pass(&self) -> u64 {
+        let io = self.block_io();
+        let mut done = 0;
+        for object in self.store().compactable() {
+            let started = std::time::Instant::now();
+            match io.compact(object).await {
+                Ok(Ok(Some(c))) => {
+                    done += 1;
+                    tracing::info!(
+                        object,
+                        slots_before = c.slots_before,
+                        slots_after = c.slots_after,
+                        blocks = c.blocks,
+                        ms = started.elapsed().as_millis() as u64,
+                        "block file compacted"
+                    );
+                }
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => tracing::warn!(object, "block file compaction failed: {e}"),
+                Err(_) => return done, // the queue stopped
+            }
+        }
+        done
+    }
 }
 
 #[cfg(test)]
@@ -296,6 +326,7 @@ mod tests {
             block_bytes: 8,
             blocks: vec![b(5, 1, 0), b(2, 1, 1), b(5, 3, 2), b(7, 2, 3), b(2, 2, 4)],
             lost: 0,
+            slots: 5,
         };
         assert_eq!(blocks_to_serve(&table, 0), vec![2, 3, 4]);
         assert_eq!(blocks_to_serve(&table, 1), vec![0, 1]);

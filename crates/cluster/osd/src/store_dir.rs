@@ -61,6 +61,13 @@ pub trait StoreDir: Send + Sync {
     /// system does for an append (a log file that grows among others fragments, as CodFS's
     /// logs do).
     fn write_grow(&self, name: &str, at: u64, bytes: &[u8]) -> std::io::Result<bool>;
+    /// Writes each of `pieces` (offset, bytes) in file `name`, creating it (empty) or growing it
+    /// to at least `len` (and past every piece), and flushes the file once: the bytes and the
+    /// length are durable on return, as with [`StoreDir::write_grow`]. The growth no piece covers
+    /// is not written: a hole (zeros) in a file system's file, whatever its blocks held on a
+    /// device store. Only for files whose readers never read those bytes (a block file's
+    /// deletion record writes its head and a few pieces of its fixed-size slot).
+    fn write_sparse(&self, name: &str, pieces: &[(u64, &[u8])], len: u64) -> std::io::Result<bool>;
     /// Sets file `name`'s length (cut, or grown with allocated zeros) and flushes it.
     fn set_len(&self, name: &str, len: u64) -> std::io::Result<()>;
     /// Where file `name`'s bytes are on the storage below, in file order: (physical byte
@@ -286,6 +293,27 @@ impl StoreDir for OsDir {
             .truncate(false)
             .open(&path)?;
         f.write_all_at(bytes, at)?;
+        f.sync_data()?;
+        Ok(created)
+    }
+
+    /// The pieces written, the file extended with `ftruncate` (a hole, no blocks), one
+    /// `fdatasync`.
+    fn write_sparse(&self, name: &str, pieces: &[(u64, &[u8])], len: u64) -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let path = self.chunks.join(name);
+        let created = !path.exists();
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        for (at, bytes) in pieces {
+            f.write_all_at(bytes, *at)?;
+        }
+        if f.metadata()?.len() < len {
+            f.set_len(len)?;
+        }
         f.sync_data()?;
         Ok(created)
     }
@@ -700,6 +728,37 @@ impl StoreDir for SimDir {
         };
         self.lock().gate(&|| format!("write {}", kind(name)))?;
         dev.write_at(bytes, at).map_err(device_io)?;
+        self.lock().gate(&|| format!("flush {}", kind(name)))?;
+        dev.flush().map_err(device_io)?;
+        Ok(created)
+    }
+
+    /// As `write_grow`: the new length is durable at once, each piece is a write (torn or lost by
+    /// a cut before the flush), then one flush.
+    fn write_sparse(&self, name: &str, pieces: &[(u64, &[u8])], len: u64) -> std::io::Result<bool> {
+        let end = pieces
+            .iter()
+            .map(|(at, b)| at + b.len() as u64)
+            .fold(len, u64::max);
+        let (dev, created) = {
+            let mut st = self.lock();
+            st.gate(&|| format!("grow {}", kind(name)))?;
+            let created = !st.live.contains_key(name);
+            if created {
+                let ino = self.new_file(&mut st, name, end)?;
+                st.live.insert(name.to_owned(), ino);
+                st.pending.push(DirOp::Link(name.to_owned(), ino));
+            }
+            let ino = st.live[name];
+            if st.files[&ino].capacity() < end {
+                self.resize(&mut st, ino, name, end)?;
+            }
+            (st.files[&ino].clone(), created)
+        };
+        for (at, bytes) in pieces {
+            self.lock().gate(&|| format!("write {}", kind(name)))?;
+            dev.write_at(bytes, *at).map_err(device_io)?;
+        }
         self.lock().gate(&|| format!("flush {}", kind(name)))?;
         dev.flush().map_err(device_io)?;
         Ok(created)

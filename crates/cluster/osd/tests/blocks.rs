@@ -388,3 +388,59 @@ async fn a_preempted_writer_ends_refused() {
     let t = osd.store().block_table(0x70).unwrap().unwrap();
     assert_eq!(t.blocks[0].key, b[0].0, "the acknowledged block stays");
 }
+
+/// Deleting some blocks appends a deletion record (the file grows by one slot a call, nothing is
+/// rewritten); a compaction through the block I/O queue's low lane (a read queued with it is
+/// served too) and the OSD's periodic pass (`Osd::compact_blocks_pass`) give the dead slots back;
+/// the blocks read back exactly throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletions_append_and_compaction_gives_the_space_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir_store(dir.path());
+    let one_thread = BlockConfig {
+        threads: 1,
+        ..BlockConfig::default()
+    };
+    let (osd, addr) = serve(store.clone(), one_thread).await;
+    let c = client(&addr);
+    let all = blocks(7, 0..400, 1, 4096);
+    put(&c, 0x90, 4096, &all).await;
+    let path = dir.path().join("chunks").join(blocks_name(0x90));
+    let len = std::fs::metadata(&path).unwrap().len();
+    for (i, group) in all[..300].chunks(100).enumerate() {
+        let keys: Vec<BlockKey> = group.iter().map(|(k, _)| *k).collect();
+        assert_eq!(c.delete_blocks(0x90, &keys).await.unwrap(), 100);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            len + (i as u64 + 1) * 8192,
+            "one slot appended"
+        );
+    }
+    let t = store.block_table(0x90).unwrap().unwrap();
+    assert_eq!((t.blocks.len(), t.slots), (100, 403));
+    assert_eq!(store.compactable(), vec![0x90]);
+    assert_eq!(get_all(&c, 0x90, 0).await, all[300..]);
+    // A compaction and a read queued together: both done, the read exact.
+    let io = osd.block_io();
+    let opened = Arc::new(store.open_blocks(0x90).unwrap().unwrap());
+    let compaction = io.compact(0x90);
+    let stream = io.stream();
+    let read = io.read(&stream, false, opened.clone(), 7);
+    let (compacted, read) = tokio::join!(compaction, read);
+    assert_eq!(read.unwrap().unwrap().unwrap(), all[307].1);
+    let compacted = compacted.unwrap().unwrap().unwrap();
+    assert_eq!((compacted.slots_before, compacted.slots_after), (403, 100));
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        BLOCK_HEAD_BYTES + 100 * 8192
+    );
+    assert_eq!(get_all(&c, 0x90, 0).await, all[300..]);
+    // The periodic pass: only files that want it.
+    assert_eq!(osd.compact_blocks_pass().await, 0);
+    let keys: Vec<BlockKey> = all[300..380].iter().map(|(k, _)| *k).collect();
+    assert_eq!(c.delete_blocks(0x90, &keys).await.unwrap(), 80);
+    assert_eq!(osd.compact_blocks_pass().await, 1);
+    let t = store.block_table(0x90).unwrap().unwrap();
+    assert_eq!((t.blocks.len(), t.slots), (20, 20));
+    assert_eq!(get_all(&c, 0x90, 0).await, all[380..]);
+}

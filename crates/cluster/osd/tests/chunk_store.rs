@@ -89,6 +89,32 @@ fn file_store_blocks_suite() {
     chunk_store_suite::blocks(&reopen(dir.path(), DIRECT));
 }
 
+/// Deletions of some blocks (appended records, nothing rewritten; torn at the tail, rotted in the
+/// middle; many keys) and compaction (readers opened before, appends and deletions meanwhile).
+#[test]
+fn file_store_block_deletions() {
+    let dir = tempfile::tempdir().unwrap();
+    chunk_store_suite::block_deletions(&reopen(dir.path(), DIRECT));
+}
+
+/// Random puts, deletions, reopens and compactions against a model, on disk and on a simulated
+/// directory; `ECSTACK_SEED=<seed>` replays one seed, `ECSTACK_FUZZ_CASES` sets how many.
+#[test]
+fn file_store_block_model() {
+    let seed = fuzz_seed(0);
+    let cases = fuzz_cases(12);
+    for case in 0..cases {
+        let seed = seed + case;
+        let dir = tempfile::tempdir().unwrap();
+        chunk_store_suite::block_model(&reopen(dir.path(), DIRECT), seed, 60);
+        let sim = OnSimDir {
+            dir: Arc::new(SimDir::new(seed, PowerCutPolicy::default())),
+            options: DIRECT,
+        };
+        chunk_store_suite::block_model(&|| sim.open().unwrap(), seed, 60);
+    }
+}
+
 /// Power cuts at every operation of the block workload under every policy: every acknowledged
 /// block survives; an append cut short leaves the object old, new, or old with some of the new
 /// blocks whole; a deletion cut short leaves it old or new.
@@ -119,6 +145,7 @@ fn file_store_block_power_cuts() {
         ("delete blocks", "new"),
         ("delete object", "old"),
         ("delete object", "new"),
+        ("compact", "old"),
     ] {
         let want = (want.0.to_string(), want.1.to_string());
         assert!(outcomes.contains(&want), "never {want:?}: {outcomes:?}");
@@ -771,4 +798,161 @@ fn fuzz_mutated_reserves() {
             Err(e) => assert!(e.is_corruption(), "case {case}: {e}"),
         }
     }
+}
+
+// ---- Block files of earlier formats ----
+
+/// The bytes of block `id@version` written `generation`-th time in the block-file fixtures
+/// (`tests/fixtures/block-format-*`): a formula, so that a test knows them without a copy.
+fn fixture_block(id: u32, version: u64, generation: u32, len: u32) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            (i.wrapping_mul(7) ^ (i >> 8))
+                .wrapping_add(u64::from(id) * 31 + version * 101 + u64::from(generation) * 53)
+                as u8
+        })
+        .collect()
+}
+
+type FixtureObject = (u64, u32, Vec<(u32, u64, u32)>);
+
+/// The block-file fixture's objects: object 0x1f (blocks of 5,000 bytes) in three batches, one
+/// key stored again; object 0x20 (blocks of 100 bytes) in one batch, then one block deleted.
+/// Each object as (object, block bytes, its blocks as (id, version, generation) in stored order).
+fn fixture_objects() -> Vec<FixtureObject> {
+    vec![
+        (
+            0x1f,
+            5000,
+            vec![
+                (0, 1, 0),
+                (2, 1, 0),
+                (3, 1, 0),
+                (4, 1, 0),
+                (1, 1, 1),
+                (0, 2, 0),
+                (1, 2, 0),
+            ],
+        ),
+        (0x20, 100, vec![(0, 1, 0), (2, 1, 0), (3, 1, 0)]),
+    ]
+}
+
+/// Writes `tests/fixtures/block-format-<BLOCK_FILE_FORMAT>/` with this build's store (the
+/// fixture of an earlier format is made by this test at the commit before the format changed;
+/// README there). Run: `cargo test -p ecstack-osd --test chunk_store -- --ignored
+/// make_block_file_fixture`.
+#[test]
+#[ignore]
+fn make_block_file_fixture() {
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "tests/fixtures/block-format-{}",
+        chunk_store::BLOCK_FILE_FORMAT
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path()).unwrap();
+    let k = |id, version| chunk_store::BlockKey { id, version };
+    let put = |o: u64, bb: u32, blocks: &[(u32, u64, u32)]| {
+        let data: Vec<_> = blocks
+            .iter()
+            .map(|&(id, v, g)| (k(id, v), fixture_block(id, v, g, bb)))
+            .collect();
+        let refs: Vec<_> = data.iter().map(|(k, d)| (*k, &d[..])).collect();
+        s.put_blocks(o, bb, &refs).unwrap();
+    };
+    put(0x1f, 5000, &[(0, 1, 0), (1, 1, 0), (2, 1, 0)]);
+    put(0x1f, 5000, &[(3, 1, 0), (4, 1, 0), (1, 1, 1)]);
+    put(0x1f, 5000, &[(0, 2, 0), (1, 2, 0)]);
+    put(0x20, 100, &[(0, 1, 0), (1, 1, 0), (2, 1, 0), (3, 1, 0)]);
+    assert_eq!(s.delete_blocks(0x20, Some(&[k(1, 1)])).unwrap(), 1);
+    for (o, bb, blocks) in fixture_objects() {
+        let t = s.block_table(o).unwrap().unwrap();
+        assert_eq!(t.block_bytes, bb);
+        let keys: Vec<_> = blocks.iter().map(|&(id, v, _)| k(id, v)).collect();
+        assert_eq!(t.blocks.iter().map(|b| b.key).collect::<Vec<_>>(), keys);
+    }
+    drop(s);
+    std::fs::create_dir_all(&out).unwrap();
+    for (o, ..) in fixture_objects() {
+        let name = chunk_store::blocks_name(o);
+        std::fs::copy(dir.path().join("chunks").join(&name), out.join(&name)).unwrap();
+    }
+}
+
+/// Block files stored by the build before format 17 (`tests/fixtures/block-format-16`, README
+/// there) open with today's store: every block reads back exactly; deleting one block of a file
+/// rewrites its header as format 17 and appends a deletion record (the records before it are
+/// byte for byte what they were); appending to the other keeps it format 16; after a reopen
+/// both serve what they should, and a compaction makes a format-17 file of the first.
+#[test]
+fn block_files_of_format_16_open_and_take_deletions() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/block-format-16");
+    let dir = tempfile::tempdir().unwrap();
+    let chunks = dir.path().join("chunks");
+    std::fs::create_dir_all(&chunks).unwrap();
+    let objects = fixture_objects();
+    for (o, ..) in &objects {
+        let name = chunk_store::blocks_name(*o);
+        std::fs::copy(fixtures.join(&name), chunks.join(&name)).unwrap();
+    }
+    let raw = |o: u64| std::fs::read(chunks.join(chunk_store::blocks_name(o))).unwrap();
+    let format = |b: &[u8]| u32::from_le_bytes(b[8..12].try_into().unwrap());
+    let k = |id, version| chunk_store::BlockKey { id, version };
+    // Every block of `want` (id, version, generation) in order, byte for byte.
+    let check = |s: &FileStore, o: u64, bb: u32, want: &[(u32, u64, u32)], ctx: &str| {
+        let opened = s.open_blocks(o).unwrap().unwrap();
+        let keys: Vec<_> = opened.table.blocks.iter().map(|b| b.key).collect();
+        let want_keys: Vec<_> = want.iter().map(|&(id, v, _)| k(id, v)).collect();
+        assert_eq!(keys, want_keys, "{ctx}: object {o:#x}");
+        for (i, &(id, v, g)) in want.iter().enumerate() {
+            let d = opened.read_block(i, &mut |_| true).unwrap().unwrap();
+            assert!(
+                d == fixture_block(id, v, g, bb),
+                "{ctx}: block {id}@{v} of {o:#x}"
+            );
+        }
+    };
+    let s = FileStore::open(dir.path()).unwrap();
+    assert_eq!(s.objects().unwrap(), vec![0x1f, 0x20]);
+    for (o, bb, want) in &objects {
+        assert_eq!(format(&raw(*o)), 16);
+        check(&s, *o, *bb, want, "as stored");
+    }
+    let (o, bb, mut want) = objects[0].clone();
+    let before = raw(o);
+    assert_eq!(s.delete_blocks(o, Some(&[k(3, 1)])).unwrap(), 1);
+    want.retain(|&(id, v, _)| k(id, v) != k(3, 1));
+    let after = raw(o);
+    assert_eq!(
+        format(&after),
+        17,
+        "upgraded before its first deletion record"
+    );
+    assert_eq!(
+        after.len() as u64,
+        before.len() as u64 + chunk_store::record_span(bb)
+    );
+    assert_eq!(
+        &after[4096..before.len()],
+        &before[4096..],
+        "nothing rewritten"
+    );
+    assert_eq!(&after[44..4096], &before[44..4096]);
+    check(&s, o, bb, &want, "after a deletion");
+    let (o2, bb2, mut want2) = objects[1].clone();
+    let b = fixture_block(7, 1, 0, bb2);
+    s.put_blocks(o2, bb2, &[(k(7, 1), &b[..])]).unwrap();
+    want2.push((7, 1, 0));
+    assert_eq!(format(&raw(o2)), 16, "appends keep format 16");
+    drop(s);
+    let s = FileStore::open(dir.path()).unwrap();
+    check(&s, o, bb, &want, "reopened");
+    check(&s, o2, bb2, &want2, "reopened");
+    let c = s.compact_blocks(o, &mut || true).unwrap().unwrap();
+    assert_eq!((c.slots_before, c.slots_after), (9, 6));
+    assert_eq!(format(&raw(o)), 17);
+    drop(s);
+    let s = FileStore::open(dir.path()).unwrap();
+    check(&s, o, bb, &want, "compacted, reopened");
+    check(&s, o2, bb2, &want2, "reopened twice");
 }

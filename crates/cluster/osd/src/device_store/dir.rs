@@ -293,6 +293,69 @@ impl DeviceDir {
         }
     }
 
+    /// Writes `pieces` (offset, bytes) into file `name` (created if there is none), grown to at
+    /// least `len` and past every piece: the bytes between the old length and the first piece
+    /// are zeroed, the rest of the growth no piece covers is left as the blocks held it. The
+    /// pieces are written and flushed (when the file grows), then the length journaled and
+    /// flushed.
+    fn write_grown(&self, name: &str, pieces: &[(u64, &[u8])], len: u64) -> std::io::Result<bool> {
+        check_name(name)?;
+        let end = pieces
+            .iter()
+            .map(|(at, b)| at + b.len() as u64)
+            .fold(len, u64::max);
+        let mut st = self.lock();
+        let created = !st.files.names.contains_key(name);
+        let (ino, mut inode) = match st.files.names.get(name) {
+            Some(&ino) => (ino, st.files.inodes[&ino].clone()),
+            None => {
+                st.next_ino += 1;
+                (st.next_ino - 1, Inode::default())
+            }
+        };
+        let old_len = inode.len;
+        Self::grow(&mut st, &mut inode, end)?;
+        inode.len = old_len.max(end);
+        let file = self.file(name, &inode);
+        let written = (|| {
+            let first = pieces.iter().map(|p| p.0).min().unwrap_or(end);
+            if first > old_len {
+                Self::zero(&file, old_len, first)?;
+            }
+            for (at, bytes) in pieces {
+                file.write_in(bytes, *at)?;
+            }
+            if inode.len > old_len {
+                self.dev.flush().map_err(dev_err)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = written {
+            let had = st
+                .files
+                .names
+                .get(name)
+                .map_or(0, |i| blocks_of(&st.files.inodes[i].extents));
+            let (_, fresh) = split_extents(&inode.extents, had);
+            for (s, l) in fresh {
+                st.free.free(s, l);
+            }
+            return Err(e);
+        }
+        Self::change(&mut st, Op::Set { ino, inode });
+        if created {
+            Self::change(
+                &mut st,
+                Op::Link {
+                    name: name.to_owned(),
+                    ino,
+                },
+            );
+        }
+        self.commit(&mut st)?;
+        Ok(created)
+    }
+
     /// Writes zeros over `[from, to)` of a file (not flushed).
     fn zero(file: &ExtentFile, from: u64, to: u64) -> std::io::Result<()> {
         let zeros = vec![0u8; ZERO_PIECE_BYTES.min((to - from) as usize)];
@@ -439,57 +502,15 @@ impl StoreDir for DeviceDir {
     /// fragments, as CodFS's logs do on a file system). The record is written and flushed, then
     /// the new length journaled and flushed.
     fn write_grow(&self, name: &str, at: u64, bytes: &[u8]) -> std::io::Result<bool> {
-        check_name(name)?;
-        let end = at + bytes.len() as u64;
-        let mut st = self.lock();
-        let created = !st.files.names.contains_key(name);
-        let (ino, mut inode) = match st.files.names.get(name) {
-            Some(&ino) => (ino, st.files.inodes[&ino].clone()),
-            None => {
-                st.next_ino += 1;
-                (st.next_ino - 1, Inode::default())
-            }
-        };
-        let old_len = inode.len;
-        Self::grow(&mut st, &mut inode, end)?;
-        inode.len = old_len.max(end);
-        let file = self.file(name, &inode);
-        let written = (|| {
-            if at > old_len {
-                Self::zero(&file, old_len, at)?;
-            }
-            file.write_in(bytes, at)?;
-            if inode.len > old_len {
-                self.dev.flush().map_err(dev_err)?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = written {
-            let had = st
-                .files
-                .names
-                .get(name)
-                .map_or(0, |i| blocks_of(&st.files.inodes[i].extents));
-            let (_, fresh) = split_extents(&inode.extents, had);
-            for (s, l) in fresh {
-                st.free.free(s, l);
-            }
-            return Err(e);
-        }
-        Self::change(&mut st, Op::Set { ino, inode });
-        if created {
-            Self::change(
-                &mut st,
-                Op::Link {
-                    name: name.to_owned(),
-                    ino,
-                },
-            );
-        }
-        self.commit(&mut st)?;
-        Ok(created)
+        self.write_grown(name, &[(at, bytes)], at + bytes.len() as u64)
     }
 
+    /// As [`StoreDir::write_grow`], the blocks the pieces do not cover allocated and left as
+    /// they were (not zeroed: a block file's deletion record uses a few blocks of its slot, and
+    /// no reader reads the rest).
+    fn write_sparse(&self, name: &str, pieces: &[(u64, &[u8])], len: u64) -> std::io::Result<bool> {
+        self.write_grown(name, pieces, len)
+    }
     /// A cut frees the blocks past the new length once durable; a growth writes zeros over the
     /// new bytes (flushed) before the table gives the file its length.
     fn set_len(&self, name: &str, len: u64) -> std::io::Result<()> {
