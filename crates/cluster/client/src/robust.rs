@@ -523,6 +523,10 @@ impl Client {
                 .or_default()
                 .push(BlockKey { id, version });
         }
+        // Awaited, all OSDs at once: a deletion is one small record appended to the object's block
+        // file and flushed (the OSD compacts the file later, off its reads' path), so the put
+        // returns with no unacknowledged block of it left behind on a reachable OSD.
+        let mut deletions = tokio::task::JoinSet::new();
         for (osd_id, keys) in orphans {
             if let Some(info) = osds
                 .iter()
@@ -530,15 +534,14 @@ impl Client {
                 .find(|i| i.osd_id == osd_id)
             {
                 if let Ok(c) = self.osd_client(&info.addr) {
-                    // Awaited: an OSD deletes some blocks of an object by rewriting its block
-                    // file, which on a slow store takes long and, left running, slows the next
-                    // reads of the store (measured: robust reads 4x slower with the deletions in
-                    // the background). A deletion mark in the block file would let a write end
-                    // at N durable blocks.
-                    let _ = c.for_osd(osd_id).delete_blocks(o.object_id, &keys).await;
+                    let object = o.object_id;
+                    deletions.spawn(async move {
+                        let _ = c.for_osd(osd_id).delete_blocks(object, &keys).await;
+                    });
                 }
             }
         }
+        while deletions.join_next().await.is_some() {}
         let addr_of = |id: u32| {
             osds.iter()
                 .chain(spares.iter())
