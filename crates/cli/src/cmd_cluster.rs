@@ -954,6 +954,12 @@ fn status_json(s: &ClusterStatus) -> serde_json::Value {
         "bytes": s.bytes,
         "robust_files": s.robust_files,
         "robust_objects_below_n": s.robust_objects_below_n,
+        "orphans": {
+            "chunks_pending": s.orphans.chunks_pending,
+            "chunks_deleted": s.orphans.chunks_deleted,
+            "objects_pending": s.orphans.objects_pending,
+            "objects_deleted": s.orphans.objects_deleted,
+        },
         "segments": {
             "healthy": s.segments_healthy,
             "degraded": s.segments_degraded,
@@ -1017,6 +1023,13 @@ fn print_status(s: &ClusterStatus) {
         "segments: {} healthy, {} degraded, {} recovering, {} lost",
         s.segments_healthy, s.segments_degraded, s.segments_recovering, s.segments_lost
     );
+    let o = &s.orphans;
+    if *o != Default::default() {
+        println!(
+            "orphans (on OSDs, unknown to the metadata): {} chunks and {} block files waiting out the grace, {} chunks and {} block files deleted",
+            o.chunks_pending, o.objects_pending, o.chunks_deleted, o.objects_deleted
+        );
+    }
     let r = &s.recovery;
     match recovery_secs(s) {
         None => println!("recovery: none ran"),

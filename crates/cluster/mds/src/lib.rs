@@ -22,12 +22,14 @@ pub mod store_sql;
 #[cfg(test)]
 mod engine_tests;
 #[cfg(test)]
+mod inventory_tests;
+#[cfg(test)]
 mod store_suite;
 
 pub use ecstack_mds_proto::{
     Attr, ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, DirEntry, Errno,
-    FileInfo, FileKind, FileSummary, FsStats, Heartbeat, HeartbeatReply, MdsClient, MdsError,
-    OsdInfo, OsdRegistration, OsdState, OsdTask, RecoverTask, RecoveryProgress, Registered,
+    FileInfo, FileKind, FileSummary, FsStats, HeldSegment, Heartbeat, HeartbeatReply,
+    InventoryPage, MdsClient, MdsError, OrphanCounts, OsdInfo, OsdRegistration, OsdState, OsdTask, RecoverTask, RecoveryProgress, Registered,
     RenameFlags, SegmentLayout, SetAttr, SetTime, UpdateScheme,
 };
 pub use ecstack_mds_proto::{
