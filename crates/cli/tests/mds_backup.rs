@@ -382,9 +382,16 @@ async fn after_a_restore_the_later_files_chunks_go_after_the_grace_without_an_os
             .unwrap_or_else(|e| panic!("{path}: {e}\n{}", rig.logs()));
         assert!(&got == data, "{path} read back differs after the restore");
     }
-    let got = rig.client.read("/o/new", 0, new.len() as u64).await.unwrap();
+    let got = rig
+        .client
+        .read("/o/new", 0, new.len() as u64)
+        .await
+        .unwrap();
     assert!(got == new);
     let mut got = Vec::new();
-    rig.client.get("/o/new-robust", 0, None, &mut got).await.unwrap();
+    rig.client
+        .get("/o/new-robust", 0, None, &mut got)
+        .await
+        .unwrap();
     assert!(got == new_robust);
 }

@@ -14,7 +14,7 @@
 //! every OSD reported the largest id it holds (at registration, or in the first page of an
 //! inventory, which heartbeat replies ask running OSDs for); its segment counter moves past them.
 //! The chunks and block files of files written after the backup are orphans: deleted after
-//! `[mds] orphan_grace_ms` (`engine::inventory`).
+//! `[mds] orphan_grace_ms` (`crate::orphans`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

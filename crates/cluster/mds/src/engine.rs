@@ -30,8 +30,8 @@ use ecstack_mds_proto::{
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Most segments one AllocateSegments call may add, and most segments of one file.
 pub const MAX_SEGMENTS_PER_CALL: usize = 4096;
+pub use crate::orphans::{IDS_WAIT_MAX_MS, ORPHAN_CANDIDATES_MAX, ORPHAN_DELETES_PER_PASS};
 pub use ecstack_mds_proto::MAX_SEGMENTS_PER_FILE;
-pub use inventory::{IDS_WAIT_MAX_MS, ORPHAN_CANDIDATES_MAX, ORPHAN_DELETES_PER_PASS};
 /// A file created but not committed for this long is removed (its chunks get DeleteTasks).
 pub const DEFAULT_PENDING_TTL_MS: u64 = 60 * 60 * 1000;
 
@@ -209,7 +209,7 @@ pub struct MdsCore {
     chunk_align_bytes: u64,
     /// OSDs' inventories: passes under way, orphan candidates, and after a restore the wait for
     /// the OSDs' largest ids (memory only: a restarted MDS learns them again).
-    inventories: inventory::Inventories,
+    inventories: crate::orphans::Inventories,
 }
 
 impl MdsCore {
@@ -243,7 +243,7 @@ impl MdsCore {
             last_seen,
             usage: HashMap::new(),
             chunk_align_bytes,
-            inventories: inventory::Inventories::new(restored, now),
+            inventories: crate::orphans::Inventories::new(restored, now),
         })
     }
 

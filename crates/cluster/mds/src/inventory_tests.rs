@@ -51,7 +51,12 @@ fn reg(i: u32, max_segment_id: u64) -> OsdRegistration {
     }
 }
 
-fn beat(mds: &mut MdsCore, osd_id: u32, deleted: &[u64], deleted_objects: &[u64]) -> HeartbeatReply {
+fn beat(
+    mds: &mut MdsCore,
+    osd_id: u32,
+    deleted: &[u64],
+    deleted_objects: &[u64],
+) -> HeartbeatReply {
     mds.heartbeat(&Heartbeat {
         osd_id,
         deleted_segments: deleted.to_vec(),
@@ -243,7 +248,11 @@ fn unknown_chunks_and_block_files_are_deleted_after_the_grace_and_nothing_else()
     // Once a pass's first page moved the counter past it, the next passes judge it.
     clock.advance(GRACE + 1);
     pass(&mut mds, 0, 6, &rest, &[object], above);
-    assert_eq!(orphans(&mds).chunks_pending, 0, "not in the pass that moved the counter");
+    assert_eq!(
+        orphans(&mds).chunks_pending,
+        0,
+        "not in the pass that moved the counter"
+    );
     pass(&mut mds, 0, 7, &rest, &[object], above);
     assert_eq!(orphans(&mds).chunks_pending, 1);
     clock.advance(GRACE + 1);
@@ -262,7 +271,8 @@ fn a_restarted_mds_learns_candidates_again_and_drops_passes_from_before() {
     let clock = ManualClock::new(1_700_000_000_000);
     let mut mds = open(&path, &clock);
     for i in 0..3 {
-        mds.register_osd(&reg(i, if i == 1 { 500 } else { 0 })).unwrap();
+        mds.register_osd(&reg(i, if i == 1 { 500 } else { 0 }))
+            .unwrap();
     }
     let orphan: &[(u64, &[u32])] = &[(400, &[1])];
     pass(&mut mds, 1, 1, orphan, &[], 500);
@@ -306,7 +316,10 @@ fn a_restarted_mds_learns_candidates_again_and_drops_passes_from_before() {
             ..InventoryPage::default()
         })
         .unwrap_err();
-    assert!(matches!(e, MdsError::NotFound(ref m) if m.contains("register first")), "{e}");
+    assert!(
+        matches!(e, MdsError::NotFound(ref m) if m.contains("register first")),
+        "{e}"
+    );
     let e = mds
         .report_inventory(&InventoryPage {
             osd_id: 1,
@@ -391,6 +404,10 @@ fn after_a_restore_new_ids_wait_for_every_osds_largest() {
     drop(mds);
     let store = SqliteStore::open(&path).unwrap();
     use crate::store::MetadataStore;
-    assert_eq!(store.counter(COUNTER_RESTORED).unwrap(), 0, "the mark is cleared");
+    assert_eq!(
+        store.counter(COUNTER_RESTORED).unwrap(),
+        0,
+        "the mark is cleared"
+    );
     assert_eq!(store.counter(COUNTER_SEGMENT).unwrap(), 951);
 }

@@ -688,7 +688,12 @@ fn known_ids(s: &mut dyn MetadataStore) {
     ])
     .unwrap();
     let ids: Vec<u64> = (4700..5300).collect();
-    let known = |osd: u32| s.known_ids(osd, &ids).unwrap().into_iter().collect::<Vec<u64>>();
+    let known = |osd: u32| {
+        s.known_ids(osd, &ids)
+            .unwrap()
+            .into_iter()
+            .collect::<Vec<u64>>()
+    };
     assert_eq!(known(1), [5001, 5002, 5003]);
     assert_eq!(known(2), [5001, 5002, 5004]);
     assert_eq!(known(3), [5001, 5002]);

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use ecstack_mds::service::{MdsHandle, MDS_ROLES};
 use ecstack_mds::{
-    FileKind, Heartbeat, InventoryPage, MdsClient, MdsError, OsdRegistration, RenameFlags, RobustCode,
-    RobustParams, RobustUpdate, SetAttr,
+    FileKind, Heartbeat, InventoryPage, MdsClient, MdsError, OsdRegistration, RenameFlags,
+    RobustCode, RobustParams, RobustUpdate, SetAttr,
 };
 use ecstack_rpc::init::{init_cluster, issue_certificate_with_role, InitOptions};
 use ecstack_rpc::roles::proto_rpcs;

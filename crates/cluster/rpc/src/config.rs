@@ -554,9 +554,13 @@ out_after_ms = 30000
         assert_eq!(c.mds.orphan_grace_ms, 3_600_000);
         assert_eq!(c.osd.inventory_period_ms, 600_000);
         let with = BASE.replace("[mds]\n", "[mds]\norphan_grace_ms = 5000\n");
-        let c: ClusterConfig = toml::from_str(&format!("{with}[osd]\ninventory_period_ms = 700\n")).unwrap();
+        let c: ClusterConfig =
+            toml::from_str(&format!("{with}[osd]\ninventory_period_ms = 700\n")).unwrap();
         c.validate().unwrap();
-        assert_eq!((c.mds.orphan_grace_ms, c.osd.inventory_period_ms), (5000, 700));
+        assert_eq!(
+            (c.mds.orphan_grace_ms, c.osd.inventory_period_ms),
+            (5000, 700)
+        );
         let zero = BASE.replace("[mds]\n", "[mds]\norphan_grace_ms = 0\n");
         let c: ClusterConfig = toml::from_str(&zero).unwrap();
         assert!(c.validate().unwrap_err().contains("orphan_grace_ms = 0"));
