@@ -184,8 +184,9 @@ enum ClusterCmd {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Replace the metadata by the backup FILE, with the MDS stopped (restart the OSDs with it:
-    /// their registrations move the segment ids past every chunk they hold)
+    /// Replace the metadata by the backup FILE, with the MDS stopped; then start the MDS (the OSDs
+    /// need no restart: new ids wait until each reported the largest it holds, and the chunks of
+    /// files written after the backup are deleted after [mds] orphan_grace_ms)
     Restore {
         file: PathBuf,
         #[arg(long)]
@@ -747,7 +748,7 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
                 print_json(&json!({"file": file, "files": files}))?;
             } else {
                 println!(
-                    "metadata restored from {}: {files} files; start the MDS, then the OSDs",
+                    "metadata restored from {}: {files} files; start the MDS (running OSDs need no restart)",
                     file.display()
                 );
             }
