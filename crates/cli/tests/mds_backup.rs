@@ -358,8 +358,14 @@ async fn after_a_restore_the_later_files_chunks_go_after_the_grace_without_an_os
     let o = ecstack(&["cluster", "status", "--json", "--config", &config]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["orphans"]["chunks_deleted"], st.orphans.chunks_deleted, "{j}");
-    assert_eq!(j["orphans"]["objects_deleted"], st.orphans.objects_deleted, "{j}");
+    assert_eq!(
+        j["orphans"]["chunks_deleted"], st.orphans.chunks_deleted,
+        "{j}"
+    );
+    assert_eq!(
+        j["orphans"]["objects_deleted"], st.orphans.objects_deleted,
+        "{j}"
+    );
     let o = ecstack(&["cluster", "status", "--config", &config]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
