@@ -184,8 +184,9 @@ enum ClusterCmd {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Replace the metadata by the backup FILE, with the MDS stopped (restart the OSDs with it:
-    /// their registrations move the segment ids past every chunk they hold)
+    /// Replace the metadata by the backup FILE, with the MDS stopped; then start the MDS (the OSDs
+    /// need no restart: new ids wait until each reported the largest it holds, and the chunks of
+    /// files written after the backup are deleted after [mds] orphan_grace_ms)
     Restore {
         file: PathBuf,
         #[arg(long)]
@@ -747,7 +748,7 @@ async fn run_async(a: ClusterArgs) -> Result<()> {
                 print_json(&json!({"file": file, "files": files}))?;
             } else {
                 println!(
-                    "metadata restored from {}: {files} files; start the MDS, then the OSDs",
+                    "metadata restored from {}: {files} files; start the MDS (running OSDs need no restart)",
                     file.display()
                 );
             }
@@ -954,6 +955,12 @@ fn status_json(s: &ClusterStatus) -> serde_json::Value {
         "bytes": s.bytes,
         "robust_files": s.robust_files,
         "robust_objects_below_n": s.robust_objects_below_n,
+        "orphans": {
+            "chunks_pending": s.orphans.chunks_pending,
+            "chunks_deleted": s.orphans.chunks_deleted,
+            "objects_pending": s.orphans.objects_pending,
+            "objects_deleted": s.orphans.objects_deleted,
+        },
         "segments": {
             "healthy": s.segments_healthy,
             "degraded": s.segments_degraded,
@@ -1017,6 +1024,13 @@ fn print_status(s: &ClusterStatus) {
         "segments: {} healthy, {} degraded, {} recovering, {} lost",
         s.segments_healthy, s.segments_degraded, s.segments_recovering, s.segments_lost
     );
+    let o = &s.orphans;
+    if *o != Default::default() {
+        println!(
+            "orphans (on OSDs, unknown to the metadata): {} chunks and {} block files waiting out the grace, {} chunks and {} block files deleted",
+            o.chunks_pending, o.objects_pending, o.chunks_deleted, o.objects_deleted
+        );
+    }
     let r = &s.recovery;
     match recovery_secs(s) {
         None => println!("recovery: none ran"),

@@ -156,6 +156,7 @@ pub fn run(a: OsdArgs) -> Result<()> {
             block_io_threads: a.block_io_threads.unwrap_or(config.osd.block_io_threads),
             ..config.osd.clone()
         }),
+        inventory_period: std::time::Duration::from_millis(config.osd.inventory_period_ms),
     };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = a.threads {

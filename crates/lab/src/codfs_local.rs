@@ -63,6 +63,9 @@ pub struct LocalSpec {
     pub mds_standbys: usize,
     /// `[mds] lease_ms` of a new cluster (`None`: the default).
     pub mds_lease_ms: Option<u64>,
+    /// Any other change to a new cluster's `cluster.toml` (tests: a short `[mds]
+    /// orphan_grace_ms`, `[osd] inventory_period_ms`), made before it is checked and written.
+    pub configure: Option<fn(&mut ClusterConfig)>,
 }
 
 impl LocalSpec {
@@ -88,6 +91,7 @@ impl LocalSpec {
             mds_store: None,
             mds_standbys: 0,
             mds_lease_ms: None,
+            configure: None,
         }
     }
 
@@ -550,6 +554,9 @@ fn init(spec: &LocalSpec) -> Result<(), ClientError> {
             }
         }
         config.mds.addrs = addrs;
+    }
+    if let Some(f) = spec.configure {
+        f(&mut config);
     }
     let path = spec.config_path();
     config

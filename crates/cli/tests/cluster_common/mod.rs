@@ -67,6 +67,8 @@ pub struct RigSpec {
     pub mds_standbys: usize,
     /// Every OSD's store on a device (`LocalSpec::store_device`, `{osd}` its index).
     pub store_device: Option<String>,
+    /// Any other change to the cluster's `cluster.toml` (`LocalSpec::configure`).
+    pub configure: Option<fn(&mut ecstack_rpc::ClusterConfig)>,
 }
 
 impl Default for RigSpec {
@@ -84,6 +86,7 @@ impl Default for RigSpec {
             mds_store: None,
             mds_standbys: 0,
             store_device: None,
+            configure: None,
         }
     }
 }
@@ -185,6 +188,7 @@ impl Rig {
         s.mds_store = spec.mds_store.clone();
         s.mds_standbys = spec.mds_standbys;
         s.store_device = spec.store_device.clone();
+        s.configure = spec.configure;
         let cluster = LocalCluster::start(s).expect("start the cluster");
         let security =
             Security::load(&cluster.config().certs_dir(), "client").expect("client cert");

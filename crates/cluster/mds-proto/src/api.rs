@@ -258,6 +258,52 @@ pub struct ClusterStatus {
     /// Committed robust files, and their objects with fewer than n blocks on OSDs not out.
     pub robust_files: u64,
     pub robust_objects_below_n: u64,
+    /// What OSDs' inventories showed that the metadata does not know, since the MDS started.
+    pub orphans: OrphanCounts,
+}
+
+/// Chunks and robust objects' block files OSDs hold that the MDS's metadata does not know
+/// (docs/cluster.md "Orphans"), as counted in the MDS's memory since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OrphanCounts {
+    /// Chunks seen unknown, waiting out `[mds] orphan_grace_ms`.
+    pub chunks_pending: u64,
+    /// Chunks given delete tasks.
+    pub chunks_deleted: u64,
+    /// Block files (one per object and OSD) seen unknown, waiting out the grace.
+    pub objects_pending: u64,
+    /// Block files given delete tasks.
+    pub objects_deleted: u64,
+}
+
+/// Most entries (chunks plus objects) an OSD puts in one [`InventoryPage`]; the MDS refuses a
+/// page of more than [`INVENTORY_PAGE_ENTRIES_MAX`].
+pub const INVENTORY_PAGE_ENTRIES: usize = 8192;
+pub const INVENTORY_PAGE_ENTRIES_MAX: usize = 8 * INVENTORY_PAGE_ENTRIES;
+
+/// The chunks of one segment an OSD holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeldSegment {
+    pub segment_id: u64,
+    /// Chunk indexes, ascending.
+    pub chunks: Vec<u32>,
+}
+
+/// One page of an OSD's inventory pass (`ReportInventory`): pages 0, 1, … of one listing of
+/// its store, ids ascending.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InventoryPage {
+    pub osd_id: u32,
+    /// The OSD's number for this pass (a new one per listing).
+    pub pass: u64,
+    pub page: u32,
+    /// The pass's last page.
+    pub last: bool,
+    /// Page 0: the largest segment or robust object id the OSD holds (0: none).
+    pub max_segment_id: u64,
+    pub segments: Vec<HeldSegment>,
+    /// Robust objects it holds a block file of.
+    pub objects: Vec<u64>,
 }
 
 /// What an OSD tells the MDS when it starts.
@@ -304,6 +350,9 @@ pub struct HeartbeatReply {
     /// The MDS's global layout epoch (the largest segment epoch).
     pub epoch: u64,
     pub tasks: Vec<OsdTask>,
+    /// The MDS wants this OSD's inventory now: it runs on metadata restored from a backup and
+    /// waits for every OSD's largest id before it hands out new ones.
+    pub inventory_wanted: bool,
 }
 
 /// The metadata key of a status that carries an [`MdsError::Fs`]'s errno.
@@ -763,6 +812,12 @@ impl From<ClusterStatus> for proto::StatusReply {
             recovery: Some(s.recovery.into()),
             robust_files: s.robust_files,
             robust_objects_below_n: s.robust_objects_below_n,
+            orphans: Some(proto::OrphanCounts {
+                chunks_pending: s.orphans.chunks_pending,
+                chunks_deleted: s.orphans.chunks_deleted,
+                objects_pending: s.orphans.objects_pending,
+                objects_deleted: s.orphans.objects_deleted,
+            }),
         }
     }
 }
@@ -787,7 +842,58 @@ impl TryFrom<proto::StatusReply> for ClusterStatus {
             recovery: s.recovery.map(Into::into).unwrap_or_default(),
             robust_files: s.robust_files,
             robust_objects_below_n: s.robust_objects_below_n,
+            orphans: s
+                .orphans
+                .map(|o| OrphanCounts {
+                    chunks_pending: o.chunks_pending,
+                    chunks_deleted: o.chunks_deleted,
+                    objects_pending: o.objects_pending,
+                    objects_deleted: o.objects_deleted,
+                })
+                .unwrap_or_default(),
         })
+    }
+}
+
+impl From<InventoryPage> for proto::InventoryPage {
+    fn from(p: InventoryPage) -> Self {
+        proto::InventoryPage {
+            osd_id: p.osd_id,
+            pass: p.pass,
+            page: p.page,
+            last: p.last,
+            max_segment_id: p.max_segment_id,
+            segments: p
+                .segments
+                .into_iter()
+                .map(|s| proto::HeldSegment {
+                    segment_id: s.segment_id,
+                    chunks: s.chunks,
+                })
+                .collect(),
+            objects: p.objects,
+        }
+    }
+}
+
+impl From<proto::InventoryPage> for InventoryPage {
+    fn from(p: proto::InventoryPage) -> Self {
+        InventoryPage {
+            osd_id: p.osd_id,
+            pass: p.pass,
+            page: p.page,
+            last: p.last,
+            max_segment_id: p.max_segment_id,
+            segments: p
+                .segments
+                .into_iter()
+                .map(|s| HeldSegment {
+                    segment_id: s.segment_id,
+                    chunks: s.chunks,
+                })
+                .collect(),
+            objects: p.objects,
+        }
     }
 }
 
@@ -895,7 +1001,19 @@ impl MdsClient {
                 .into_iter()
                 .map(TryInto::try_into)
                 .collect::<Result<_, _>>()?,
+            inventory_wanted: reply.inventory_wanted,
         })
+    }
+
+    /// One page of an inventory pass; `true` when the MDS dropped the pass (it holds none this
+    /// page continues): start a new one at page 0.
+    pub async fn report_inventory(&self, page: InventoryPage) -> Result<bool, MdsError> {
+        let reply = self
+            .raw()
+            .report_inventory(proto::InventoryPage::from(page))
+            .await?
+            .into_inner();
+        Ok(reply.pass_dropped)
     }
 
     /// Starts a put of `path`; the file stays invisible until [`MdsClient::commit_file`]. Its

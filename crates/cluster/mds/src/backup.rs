@@ -9,14 +9,41 @@
 //!   `pg_restore --clean --if-exists --single-transaction`, refused while an MDS holds the store
 //!   (its advisory lock, or an unexpired lease of `[mds] addrs`).
 //!
-//! No id is reused after a restore: every OSD reports the largest segment id it holds when it
-//! registers, and the MDS's segment counter moves past it (so restart the OSDs with the MDS).
+//! No id is reused after a restore, and no OSD needs a restart: the restore marks the store
+//! ([`COUNTER_RESTORED`]), and the MDS that opens it hands out no new segment or object id until
+//! every OSD reported the largest id it holds (at registration, or in the first page of an
+//! inventory, which heartbeat replies ask running OSDs for); its segment counter moves past them.
+//! The chunks and block files of files written after the backup are orphans: deleted after
+//! `[mds] orphan_grace_ms` (`crate::orphans`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::store::{sqlite_lock_path, MetadataStore, SqliteStore, StoreError};
+use crate::store::{
+    sqlite_lock_path, MetadataStore, Mutation, SqliteStore, StoreError, COUNTER_RESTORED,
+};
+
+/// Now in unix ms (at least 1: the value of [`COUNTER_RESTORED`] after a restore).
+fn restored_at() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64)
+        .max(1)
+}
+
+/// Marks the SQLite database `file` (a checked backup's copy, not open elsewhere) as restored
+/// ([`COUNTER_RESTORED`]), leaving it one self-contained file (rollback journal, so no `-wal`
+/// holds the change).
+fn mark_restored_sqlite(file: &Path) -> Result<(), StoreError> {
+    let conn = rusqlite::Connection::open(file)?;
+    conn.pragma_update(None, "journal_mode", "DELETE")?;
+    conn.execute(
+        "INSERT INTO counters VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+        rusqlite::params![COUNTER_RESTORED, i64::try_from(restored_at()).unwrap_or(i64::MAX)],
+    )?;
+    conn.close().map_err(|(_, e)| StoreError::from(e))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
@@ -118,6 +145,10 @@ pub fn restore_sqlite(from: &Path, store: &Path) -> Result<u64, BackupError> {
     })?;
     let part = part_of(store);
     std::fs::copy(from, &part).map_err(io("cannot copy", from))?;
+    if let Err(e) = mark_restored_sqlite(&part) {
+        let _ = std::fs::remove_file(&part);
+        return Err(e.into());
+    }
     std::fs::File::open(&part)
         .and_then(|f| f.sync_all())
         .map_err(io("cannot sync", &part))?;
@@ -224,6 +255,10 @@ pub fn pg_restore(url: &str, from: &Path) -> Result<u64, BackupError> {
         ],
     )?;
     drop(c);
-    let store = crate::store_pg::PgStore::connect(url)?;
+    let mut store = crate::store_pg::PgStore::connect(url)?;
+    store.apply(&[Mutation::SetCounter {
+        name: COUNTER_RESTORED,
+        value: restored_at(),
+    }])?;
     Ok(store.totals()?.0)
 }

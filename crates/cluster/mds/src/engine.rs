@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+#[path = "inventory.rs"]
+mod inventory;
 #[path = "namespace.rs"]
 mod namespace;
 #[path = "robust.rs"]
@@ -15,7 +17,8 @@ mod robust;
 use crate::placement::{place_chunk, place_segment, Candidate};
 use crate::store::{
     ChunkRecord, DeleteRecord, FileRecord, MetadataStore, Mutation, OsdRecord, RobustMutation,
-    SegmentRecord, StoreError, COUNTER_EPOCH, COUNTER_FILE, COUNTER_OSD, COUNTER_SEGMENT,
+    SegmentRecord, StoreError, COUNTER_EPOCH, COUNTER_FILE, COUNTER_OSD, COUNTER_RESTORED,
+    COUNTER_SEGMENT,
 };
 use ecstack_mds_proto::{
     ChunkPlacement, ChunkState, ClusterParams, ClusterStatus, DeleteTask, FileInfo, FileSummary,
@@ -27,6 +30,7 @@ use ecstack_mds_proto::{
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Most segments one AllocateSegments call may add, and most segments of one file.
 pub const MAX_SEGMENTS_PER_CALL: usize = 4096;
+pub use crate::orphans::{IDS_WAIT_MAX_MS, ORPHAN_CANDIDATES_MAX, ORPHAN_DELETES_PER_PASS};
 pub use ecstack_mds_proto::MAX_SEGMENTS_PER_FILE;
 /// A file created but not committed for this long is removed (its chunks get DeleteTasks).
 pub const DEFAULT_PENDING_TTL_MS: u64 = 60 * 60 * 1000;
@@ -79,6 +83,9 @@ pub struct MdsSettings {
     pub pending_ttl_ms: u64,
     /// The scheme of a new file whose put names none (`[update] scheme`).
     pub default_scheme: UpdateScheme,
+    /// How long a chunk or block file OSDs report must stay unknown before it is deleted
+    /// (`[mds] orphan_grace_ms`; `engine::inventory`).
+    pub orphan_grace_ms: u64,
 }
 
 impl MdsSettings {
@@ -97,6 +104,7 @@ impl MdsSettings {
             out_after_ms: c.mds.out_after_ms,
             pending_ttl_ms: DEFAULT_PENDING_TTL_MS,
             default_scheme: c.update.scheme,
+            orphan_grace_ms: c.mds.orphan_grace_ms,
         }
     }
 }
@@ -199,6 +207,9 @@ pub struct MdsCore {
     usage: HashMap<u32, OsdUsage>,
     /// The cluster code's `chunk_align_bytes` (1, or p − 1 for RDP): chunk sizes are multiples.
     chunk_align_bytes: u64,
+    /// OSDs' inventories: passes under way, orphan candidates, and after a restore the wait for
+    /// the OSDs' largest ids (memory only: a restarted MDS learns them again).
+    inventories: crate::orphans::Inventories,
 }
 
 impl MdsCore {
@@ -219,6 +230,12 @@ impl MdsCore {
             .into_iter()
             .map(|o| (o.osd_id, o.last_heartbeat_ms.max(now)))
             .collect();
+        let restored = store.counter(COUNTER_RESTORED).map_err(internal)? != 0;
+        if restored {
+            tracing::warn!(
+                "the metadata store was restored from a backup: new ids wait until every OSD reported the largest id it holds"
+            );
+        }
         Ok(MdsCore {
             store,
             settings,
@@ -226,6 +243,7 @@ impl MdsCore {
             last_seen,
             usage: HashMap::new(),
             chunk_align_bytes,
+            inventories: crate::orphans::Inventories::new(restored, now),
         })
     }
 
@@ -249,6 +267,12 @@ impl MdsCore {
 
     pub fn settings(&self) -> &MdsSettings {
         &self.settings
+    }
+
+    /// The store under the core, for tests that change it behind the core's back.
+    #[cfg(test)]
+    pub(crate) fn store_mut(&mut self) -> &mut dyn MetadataStore {
+        self.store.as_mut()
     }
 
     fn k(&self) -> u32 {
@@ -377,17 +401,7 @@ impl MdsCore {
         let previous = osds.get(&osd_id).map(|o| o.state);
         // Ids up to a segment the OSD holds chunks of are never handed out (the metadata may be a
         // restored backup that does not know the segment).
-        if r.max_segment_id > self.store.counter(COUNTER_SEGMENT).map_err(internal)? {
-            tracing::info!(
-                osd = %r.name,
-                max_segment_id = r.max_segment_id,
-                "segment ids move past the largest an OSD holds"
-            );
-            batch.push(Mutation::SetCounter {
-                name: COUNTER_SEGMENT,
-                value: r.max_segment_id,
-            });
-        }
+        self.counter_past(&mut batch, &r.name, r.max_segment_id)?;
         batch.push(Mutation::PutOsd(OsdRecord {
             osd_id,
             name: r.name.clone(),
@@ -401,6 +415,8 @@ impl MdsCore {
         batch.commit(self.store.as_mut())?;
         self.last_seen.insert(osd_id, now);
         tracing::info!(osd_id, name = %r.name, addr = %r.addr, ?previous, "OSD registered");
+        self.inventories.ids_reported(osd_id);
+        self.settle_ids_wait()?;
         Ok(Registered {
             osd_id,
             params: self.settings.params.clone(),
@@ -411,6 +427,7 @@ impl MdsCore {
         let now = self.clock.now_ms();
         let mut osds = self.osd_map()?;
         let Some(osd) = osds.get_mut(&h.osd_id) else {
+            self.inventories.stranger_heard(h.osd_id, now);
             return Err(MdsError::NotFound(format!(
                 "unknown OSD id {}; register first",
                 h.osd_id
@@ -468,6 +485,7 @@ impl MdsCore {
         Ok(HeartbeatReply {
             epoch: self.store.counter(COUNTER_EPOCH).map_err(internal)?,
             tasks,
+            inventory_wanted: self.inventories.wants_inventory(h.osd_id),
         })
     }
 
@@ -616,6 +634,7 @@ impl MdsCore {
                 u64::from(first) + lengths.len() as u64
             )));
         }
+        self.ids_free()?;
         let osds = self.osd_map()?;
         let mut candidates = self.candidates(&osds)?;
         let (k, n) = (self.k(), self.n());
@@ -1136,6 +1155,7 @@ impl MdsCore {
             }
         }
         self.place_lost()?;
+        self.settle_ids_wait()?;
         self.expire_pending()
     }
 
@@ -1168,6 +1188,7 @@ impl MdsCore {
         Ok(ClusterStatus {
             robust_files,
             robust_objects_below_n,
+            orphans: self.inventories.counts(),
             cluster_id: self.settings.params.cluster_id.clone(),
             params: self.settings.params.clone(),
             osds: osds

@@ -14,6 +14,7 @@ const M: u32 = 1;
 const SEG: u64 = 1 << 20;
 const DOWN: u64 = 3_000;
 const OUT: u64 = 10_000;
+const GRACE: u64 = 60_000;
 
 fn settings() -> MdsSettings {
     MdsSettings {
@@ -30,6 +31,7 @@ fn settings() -> MdsSettings {
         out_after_ms: OUT,
         pending_ttl_ms: 60_000,
         default_scheme: UpdateScheme::Fo,
+        orphan_grace_ms: GRACE,
     }
 }
 

@@ -79,6 +79,7 @@ impl MdsCore {
                 "{path}: the objects hold {total} bytes, the file is {size}"
             )));
         }
+        self.ids_free()?;
         let (mut batch, file_id) = self.start_file(path, None)?;
         batch.push(Mutation::Robust(RobustMutation::PutFile(
             RobustFileRecord { file_id, params },

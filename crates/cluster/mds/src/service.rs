@@ -22,8 +22,8 @@ use tonic::{Request, Response, Status};
 use crate::engine::MdsCore;
 use ecstack_mds_proto::proto;
 use ecstack_mds_proto::{
-    Attr, BlockPlacement, FileKind, Heartbeat, MdsError, OsdLoad, OsdRegistration, OsdState,
-    RenameFlags, RobustObject, RobustParams, RobustUpdate, SetAttr, UpdateScheme,
+    Attr, BlockPlacement, FileKind, Heartbeat, InventoryPage, MdsError, OsdLoad, OsdRegistration,
+    OsdState, RenameFlags, RobustObject, RobustParams, RobustUpdate, SetAttr, UpdateScheme,
 };
 
 const OSD: &[Role] = &[Role::Osd];
@@ -33,13 +33,14 @@ const CLIENT: &[Role] = &[Role::Client, Role::Admin];
 const ADMIN: &[Role] = &[Role::Admin];
 
 /// Who may call each RPC of `mds.proto` (docs/cluster.md, "Roles"): OSDs register, heartbeat,
-/// report chunk state and read a segment's layout; clients (and admins) use the namespace and read the cluster's status; only
+/// report what they hold and chunk state and read a segment's layout; clients (and admins) use the namespace and read the cluster's status; only
 /// admins declare an OSD out. The MDS's own certificate calls nothing here (the MDS never calls).
 pub static MDS_ROLES: RoleTable = RoleTable {
     service: "ecstack.mds.v1.Mds",
     methods: &[
         ("RegisterOsd", OSD),
         ("Heartbeat", OSD),
+        ("ReportInventory", OSD),
         ("CreateFile", CLIENT),
         ("AllocateSegments", CLIENT),
         ("CommitFile", CLIENT),
@@ -489,7 +490,20 @@ impl proto::mds_server::Mds for MdsService {
         Ok(Response::new(proto::HeartbeatReply {
             epoch: reply.epoch,
             tasks: reply.tasks.into_iter().map(Into::into).collect(),
+            inventory_wanted: reply.inventory_wanted,
         }))
+    }
+
+    async fn report_inventory(
+        &self,
+        r: Request<proto::InventoryPage>,
+    ) -> Reply<proto::InventoryReply> {
+        let page = InventoryPage::from(r.into_inner());
+        let pass_dropped = self
+            .0
+            .run("report_inventory", move |c| c.report_inventory(&page))
+            .await?;
+        Ok(Response::new(proto::InventoryReply { pass_dropped }))
     }
 
     async fn create_file(

@@ -10,7 +10,7 @@
 //! with a holder needs its segment's primary to rebuild it), so they cannot drift from the layout.
 //! Delete tasks are stored (their segments are gone from the other tables).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use ecstack_device::{holder_line, lock_file_with_pid, DeviceLock, LockError};
@@ -44,6 +44,10 @@ pub const COUNTER_FILE: &str = "next_file_id";
 pub const COUNTER_SEGMENT: &str = "next_segment_id";
 /// The global layout epoch: every layout change takes the next value as the segment's epoch.
 pub const COUNTER_EPOCH: &str = "layout_epoch";
+/// Set (to the unix ms of the restore) by `ecstack cluster restore` in the store it restores, and
+/// cleared by the MDS once every OSD reported the largest id it holds: until then new segment and
+/// object ids wait (`engine::inventory`). 0 or absent: not a fresh restore.
+pub const COUNTER_RESTORED: &str = "restored_ms";
 /// The last inode number handed out (never reused; the root is [`ROOT_INO`]).
 pub const COUNTER_INO: &str = "next_ino";
 /// The root directory's inode number (FUSE's root id).
@@ -315,6 +319,10 @@ pub trait MetadataStore: Send {
     fn object_deletes_for(&self, osd_id: u32) -> Result<Vec<ObjectDeleteRecord>, StoreError>;
     /// (committed robust files, per committed object its n and its blocks per holder).
     fn robust_census(&self) -> Result<(u64, Vec<ObjectCensus>), StoreError>;
+    /// Of `ids`, those the store knows: a segment's or a robust object's (committed or pending),
+    /// or one with a delete task of `osd_id` (chunks or blocks). What an OSD's inventory names
+    /// beyond these is an orphan candidate (`MdsCore::report_inventory`).
+    fn known_ids(&self, osd_id: u32, ids: &[u64]) -> Result<BTreeSet<u64>, StoreError>;
 }
 
 /// Opens the store `[mds] store` names; also returns how to name it in messages (a PostgreSQL

@@ -5,7 +5,7 @@
 //! written `?1`, `?2`, … (PostgreSQL's `$1` is made from them). Every integer column is a 64-bit
 //! integer on both engines, so one set of conversions reads both.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use rusqlite::types::Value;
 
@@ -582,6 +582,26 @@ impl<D: Db> SqlStore<D> {
     }
 }
 
+/// Ids one [`MetadataStore::known_ids`] query asks about.
+const KNOWN_IDS_PER_QUERY: usize = 256;
+
+/// The query of [`MetadataStore::known_ids`]: `?1` the OSD, `?2`… the ids.
+fn known_ids_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let list = (2..KNOWN_IDS_PER_QUERY + 2)
+            .map(|i| format!("?{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "SELECT segment_id FROM segments WHERE segment_id IN ({list})
+             UNION SELECT object_id FROM robust_objects WHERE object_id IN ({list})
+             UNION SELECT segment_id FROM delete_tasks WHERE osd_id = ?1 AND segment_id IN ({list})
+             UNION SELECT object_id FROM object_delete_tasks WHERE osd_id = ?1 AND object_id IN ({list})"
+        )
+    })
+}
+
 impl<D: Db> MetadataStore for SqlStore<D> {
     fn snapshot(&self, to: &std::path::Path) -> Result<(), StoreError> {
         self.db.snapshot(to)
@@ -837,6 +857,22 @@ impl<D: Db> MetadataStore for SqlStore<D> {
 
     fn robust_census(&self) -> Result<(u64, Vec<ObjectCensus>), StoreError> {
         self.robust_census_rows()
+    }
+
+    fn known_ids(&self, osd_id: u32, ids: &[u64]) -> Result<BTreeSet<u64>, StoreError> {
+        let mut known = BTreeSet::new();
+        for part in ids.chunks(KNOWN_IDS_PER_QUERY) {
+            let mut args = Vec::with_capacity(KNOWN_IDS_PER_QUERY + 1);
+            args.push(v32(osd_id));
+            args.extend(part.iter().map(|&id| v(id)));
+            // Padded with the last id: one statement whatever the length.
+            let last = *part.last().expect("chunks are never empty");
+            args.resize(KNOWN_IDS_PER_QUERY + 1, v(last));
+            for r in self.db.query(known_ids_sql(), &args)? {
+                known.insert(get_u(&r, 0)?);
+            }
+        }
+        Ok(known)
     }
 
     fn recovery(&self) -> Result<RecoveryProgress, StoreError> {

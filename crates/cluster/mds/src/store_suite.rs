@@ -67,6 +67,7 @@ pub fn run(open: &dyn Fn() -> Box<dyn MetadataStore>) {
         batches_are_atomic(s.as_mut());
         delete_tasks_and_recovery(s.as_mut());
         robust_files(s.as_mut());
+        known_ids(s.as_mut());
     }
     // Everything applied above is still there after the handle is dropped and reopened.
     let s = open();
@@ -641,4 +642,75 @@ fn robust_files(s: &mut dyn MetadataStore) {
         object_id: 901,
     })])
     .unwrap();
+}
+
+/// `known_ids`: a pending file's segment and a robust object are known to every OSD, a delete
+/// task only to its own OSD; more ids than one query takes are all answered; the rows made here
+/// go again.
+fn known_ids(s: &mut dyn MetadataStore) {
+    use ecstack_mds_proto::{RobustCode, RobustParams};
+    s.apply(&[
+        Mutation::PutFile(file(500, "/known/seg", false)),
+        Mutation::PutSegment(seg(5001, 500, 0, 100, 1)),
+        Mutation::PutFile(file(501, "/known/robust", false)),
+        Mutation::Robust(RobustMutation::PutFile(RobustFileRecord {
+            file_id: 501,
+            params: RobustParams {
+                code: RobustCode::RaptorQ,
+                block_bytes: 1 << 16,
+                redundancy: 1.0,
+                object_blocks: 8,
+                lt_c: 0.0,
+                lt_delta: 0.0,
+            },
+        })),
+        Mutation::Robust(RobustMutation::PutObject(RobustObjectRecord {
+            object_id: 5002,
+            file_id: 501,
+            index: 0,
+            length: 1 << 16,
+            k: 1,
+            n: 2,
+            id_space: 4,
+            seed: 0,
+            version: 1,
+        })),
+        Mutation::PutDelete(DeleteRecord {
+            osd_id: 1,
+            segment_id: 5003,
+            chunk: 2,
+        }),
+        Mutation::Robust(RobustMutation::PutDelete(ObjectDeleteRecord {
+            osd_id: 2,
+            object_id: 5004,
+            block: None,
+        })),
+    ])
+    .unwrap();
+    let ids: Vec<u64> = (4700..5300).collect();
+    let known = |osd: u32| {
+        s.known_ids(osd, &ids)
+            .unwrap()
+            .into_iter()
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(known(1), [5001, 5002, 5003]);
+    assert_eq!(known(2), [5001, 5002, 5004]);
+    assert_eq!(known(3), [5001, 5002]);
+    assert!(s.known_ids(1, &[]).unwrap().is_empty());
+    assert_eq!(s.known_ids(1, &[5003]).unwrap().len(), 1);
+    s.apply(&[
+        Mutation::DeleteFile(500),
+        Mutation::DeleteFile(501),
+        Mutation::RemoveDeletes {
+            osd_id: 1,
+            segment_id: 5003,
+        },
+        Mutation::Robust(RobustMutation::RemoveDeletes {
+            osd_id: 2,
+            object_id: 5004,
+        }),
+    ])
+    .unwrap();
+    assert!(s.known_ids(1, &ids).unwrap().is_empty());
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use ecstack_mds::service::{MdsHandle, MDS_ROLES};
 use ecstack_mds::{
-    FileKind, Heartbeat, MdsClient, MdsError, OsdRegistration, RenameFlags, RobustCode,
-    RobustParams, RobustUpdate, SetAttr,
+    FileKind, Heartbeat, InventoryPage, MdsClient, MdsError, OsdRegistration, RenameFlags,
+    RobustCode, RobustParams, RobustUpdate, SetAttr,
 };
 use ecstack_rpc::init::{init_cluster, issue_certificate_with_role, InitOptions};
 use ecstack_rpc::roles::proto_rpcs;
@@ -24,6 +24,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 const EXPECTED: &[(&str, &[&str])] = &[
     ("RegisterOsd", &["osd"]),
     ("Heartbeat", &["osd"]),
+    ("ReportInventory", &["osd"]),
     ("CreateFile", &["client", "admin"]),
     ("AllocateSegments", &["client", "admin"]),
     ("CommitFile", &["client", "admin"]),
@@ -63,7 +64,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
 #[test]
 fn the_table_and_this_test_cover_every_rpc_of_the_proto() {
     let rpcs = proto_rpcs(include_str!("../../mds-proto/proto/mds.proto"));
-    assert_eq!(rpcs.len(), 36, "{rpcs:?}");
+    assert_eq!(rpcs.len(), 37, "{rpcs:?}");
     assert!(EXPECTED
         .iter()
         .map(|(m, _)| *m)
@@ -107,6 +108,14 @@ async fn call(c: &MdsClient, method: &str) -> Result<(), MdsError> {
             .heartbeat(&Heartbeat {
                 osd_id: 77,
                 ..Heartbeat::default()
+            })
+            .await
+            .map(drop),
+        "ReportInventory" => c
+            .report_inventory(InventoryPage {
+                osd_id: 77,
+                last: true,
+                ..InventoryPage::default()
             })
             .await
             .map(drop),
@@ -223,7 +232,7 @@ async fn every_rpc_with_every_role() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 5 * 36);
+    assert_eq!(checked, 5 * 37);
 }
 
 /// A client holding another cluster's certificates: the handshake fails, and the error is final

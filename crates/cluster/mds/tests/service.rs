@@ -31,6 +31,7 @@ fn settings() -> MdsSettings {
         out_after_ms: OUT,
         pending_ttl_ms: 3_600_000,
         default_scheme: UpdateScheme::Fo,
+        orphan_grace_ms: 3_600_000,
     }
 }
 

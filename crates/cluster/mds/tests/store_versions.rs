@@ -132,6 +132,7 @@ fn settings() -> MdsSettings {
         out_after_ms: 10_000,
         pending_ttl_ms: 3_600_000,
         default_scheme: UpdateScheme::Fo,
+        orphan_grace_ms: 3_600_000,
     }
 }
 

@@ -1,8 +1,11 @@
 //! The OSD process: open the chunk store, bind the service, register with the MDS (the address it
 //! actually bound), heartbeat every `heartbeat_ms` (with the store's measured load, after a short
 //! probe at start) and run the tasks the replies carry (recover segments as their primary, delete
-//! chunks, delete robust objects' blocks); run the Monitor Module (GC of logs, Algorithm 1) and
-//! compact robust objects' block files that are mostly dead slots (every [`COMPACT_EVERY`]).
+//! chunks, delete robust objects' blocks); send the MDS its inventory (what the store holds, in
+//! pages) after registering and every `[osd] inventory_period_ms`, and at once when a heartbeat
+//! reply asks; register again when the MDS no longer knows it (metadata restored from a backup
+//! older than the OSD); run the Monitor Module (GC of logs, Algorithm 1) and compact robust
+//! objects' block files that are mostly dead slots (every [`COMPACT_EVERY`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -11,7 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ecstack_codes::{new_code, CodeKind};
-use ecstack_mds_proto::{Heartbeat, MdsClient, OsdRegistration, OsdTask};
+use ecstack_mds_proto::{
+    Heartbeat, HeldSegment, InventoryPage, MdsClient, MdsError, OsdRegistration, OsdTask,
+    INVENTORY_PAGE_ENTRIES,
+};
 use ecstack_rpc::Security;
 
 use crate::api::Layout;
@@ -111,6 +117,8 @@ pub struct DaemonConfig {
     /// How robust objects' blocks are served: the block I/O queue's threads, admission control
     /// (`[osd]` in `cluster.toml`, `ecstack osd --admission …`).
     pub blocks: BlockConfig,
+    /// How often the OSD sends the MDS its inventory (`[osd] inventory_period_ms`).
+    pub inventory_period: Duration,
 }
 
 /// A [`DeviceStore`] backend: the device spec (`ecstack_device::spec`) and how to open it.
@@ -148,6 +156,9 @@ pub struct Daemon {
     listener: tokio::net::TcpListener,
     security: Security,
     monitor: Arc<Monitor>,
+    /// What it registered with (sent again, with a fresh largest id, when the MDS forgets it).
+    registration: OsdRegistration,
+    inventory_period: Duration,
 }
 
 /// Bytes the filesystem of `path` can hold in total.
@@ -196,14 +207,7 @@ impl Daemon {
             labels: cfg.labels.clone(),
             capacity_bytes,
             used_bytes: store.usage().bytes,
-            // Robust objects' ids come from the same counter as segments'.
-            max_segment_id: store
-                .list()?
-                .iter()
-                .map(|&(s, _)| s)
-                .chain(store.objects()?.into_iter().filter(|&o| o != PROBE_OBJECT))
-                .max()
-                .unwrap_or(0),
+            max_segment_id: Listing::of(store.as_ref())?.max_id(),
         };
         let deadline = tokio::time::Instant::now() + REGISTER_PATIENCE;
         let mut wait = Duration::from_millis(100);
@@ -262,6 +266,8 @@ impl Daemon {
             listener,
             security: cfg.security.clone(),
             monitor,
+            registration: reg,
+            inventory_period: cfg.inventory_period.max(Duration::from_millis(1)),
         })
     }
 
@@ -303,16 +309,21 @@ impl Daemon {
                 std::future::pending::<()>().await
             }
         };
-        let beats = heartbeat_loop(
-            self.osd.clone(),
-            self.mds.clone(),
-            self.osd_id,
-            self.heartbeat,
-            self.heartbeat_patience,
-        );
+        let link = Link {
+            osd: self.osd.clone(),
+            mds: self.mds.clone(),
+            osd_id: self.osd_id,
+            inventory_wanted: Arc::default(),
+            forgotten: Arc::default(),
+        };
+        let beats = heartbeat_loop(link.clone(), self.heartbeat, self.heartbeat_patience);
+        let inventories = inventory_loop(link.clone(), self.inventory_period);
+        let reregister = reregister_loop(link, self.registration);
         tokio::select! {
             r = server => r.map_err(|e| DaemonError::Serve(e.to_string())),
             () = beats => Ok(()),
+            () = inventories => Ok(()),
+            e = reregister => Err(e),
             () = crate::monitor::run(self.monitor) => Ok(()),
             () = probe => Ok(()),
             () = compaction_loop(self.osd.clone()) => Ok(()),
@@ -335,6 +346,194 @@ async fn compaction_loop(osd: Osd) {
     }
 }
 
+/// What the OSD's loops with the MDS share.
+#[derive(Clone)]
+struct Link {
+    osd: Osd,
+    mds: MdsClient,
+    osd_id: u32,
+    /// A heartbeat reply asked for an inventory now.
+    inventory_wanted: Arc<tokio::sync::Notify>,
+    /// The MDS answered that it does not know this OSD: register again.
+    forgotten: Arc<tokio::sync::Notify>,
+}
+
+impl Link {
+    /// Notes an MDS error of a call made as this OSD: an MDS that no longer knows the OSD (its
+    /// metadata restored from a backup older than the OSD's registration) gets a registration.
+    fn note_error(&self, e: &MdsError) {
+        if matches!(e, MdsError::NotFound(m) if m.starts_with("unknown OSD id")) {
+            self.forgotten.notify_one();
+        }
+    }
+}
+
+/// What the store holds: chunks by segment (ids ascending) and robust objects' block files.
+struct Listing {
+    segments: Vec<HeldSegment>,
+    objects: Vec<u64>,
+}
+
+impl Listing {
+    fn of(store: &dyn ChunkStore) -> Result<Listing, crate::chunk_store::ChunkStoreError> {
+        let mut segments: Vec<HeldSegment> = Vec::new();
+        for (segment_id, chunk) in store.list()? {
+            match segments.last_mut() {
+                Some(s) if s.segment_id == segment_id => s.chunks.push(chunk),
+                _ => segments.push(HeldSegment {
+                    segment_id,
+                    chunks: vec![chunk],
+                }),
+            }
+        }
+        let mut objects: Vec<u64> = store
+            .objects()?
+            .into_iter()
+            .filter(|&o| o != PROBE_OBJECT)
+            .collect();
+        objects.sort_unstable();
+        Ok(Listing { segments, objects })
+    }
+
+    /// The largest segment or object id held (robust objects' ids come from the same counter as
+    /// segments'); 0 for none.
+    fn max_id(&self) -> u64 {
+        let s = self.segments.last().map_or(0, |s| s.segment_id);
+        s.max(self.objects.last().copied().unwrap_or(0))
+    }
+
+    /// The pages of one inventory pass: at most [`INVENTORY_PAGE_ENTRIES`] chunks and objects
+    /// each (a segment's chunks stay on one page), always at least one.
+    fn pages(self, osd_id: u32, pass: u64) -> Vec<InventoryPage> {
+        let max_segment_id = self.max_id();
+        let mut pages = vec![InventoryPage {
+            osd_id,
+            pass,
+            max_segment_id,
+            ..InventoryPage::default()
+        }];
+        let mut entries = 0usize;
+        let mut room = |pages: &mut Vec<InventoryPage>, n: usize| {
+            if entries + n > INVENTORY_PAGE_ENTRIES && entries > 0 {
+                let page = pages.len() as u32;
+                pages.push(InventoryPage {
+                    osd_id,
+                    pass,
+                    page,
+                    ..InventoryPage::default()
+                });
+                entries = 0;
+            }
+            entries += n;
+        };
+        for s in self.segments {
+            room(&mut pages, s.chunks.len());
+            pages.last_mut().expect("one page").segments.push(s);
+        }
+        for o in self.objects {
+            room(&mut pages, 1);
+            pages.last_mut().expect("one page").objects.push(o);
+        }
+        pages.last_mut().expect("one page").last = true;
+        pages
+    }
+}
+
+/// Attempts of one inventory page that meets an unavailable MDS.
+const INVENTORY_PAGE_ATTEMPTS: u32 = 5;
+
+/// One inventory pass: the store listed now, sent page by page.
+async fn inventory_pass(link: &Link, pass: u64) -> Result<(), String> {
+    let store = link.osd.store().clone();
+    let listing = tokio::task::spawn_blocking(move || Listing::of(store.as_ref()))
+        .await
+        .map_err(|e| format!("listing the store: {e}"))?
+        .map_err(|e| format!("listing the store: {e}"))?;
+    let pages = listing.pages(link.osd_id, pass);
+    let count = pages.len();
+    for page in pages {
+        let n = page.page;
+        let mut wait = Duration::from_millis(200);
+        let mut attempt = 1;
+        let dropped = loop {
+            match link.mds.report_inventory(page.clone()).await {
+                Ok(dropped) => break dropped,
+                Err(e) if e.is_retryable() && attempt < INVENTORY_PAGE_ATTEMPTS => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                    attempt += 1;
+                }
+                Err(e) => {
+                    link.note_error(&e);
+                    return Err(format!("page {n} of {count}: {e}"));
+                }
+            }
+        };
+        if dropped {
+            return Err(format!(
+                "the MDS dropped the pass at page {n} of {count} (it restarted since)"
+            ));
+        }
+    }
+    tracing::debug!(pass, pages = count, "inventory sent");
+    Ok(())
+}
+
+/// Inventories: one right after registration, then every `period`, and one at once when a
+/// heartbeat reply asks (a pass asked for while one runs follows it).
+async fn inventory_loop(link: Link, period: Duration) {
+    let mut pass = 0u64;
+    loop {
+        pass += 1;
+        if let Err(e) = inventory_pass(&link, pass).await {
+            tracing::warn!(pass, "inventory not sent: {e}");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = link.inventory_wanted.notified() => {}
+        }
+    }
+}
+
+/// Registers again whenever the MDS answers that it does not know this OSD (its metadata was
+/// restored from a backup older than the OSD): under its name it gets its id back (`osd-N` is id
+/// N), and the registration carries the largest id it holds. Returns only if the MDS gives it
+/// another id, which a running OSD cannot take (restart it).
+async fn reregister_loop(link: Link, mut reg: OsdRegistration) -> DaemonError {
+    loop {
+        link.forgotten.notified().await;
+        let store = link.osd.store().clone();
+        let listed = tokio::task::spawn_blocking(move || Listing::of(store.as_ref())).await;
+        match listed {
+            Ok(Ok(l)) => reg.max_segment_id = l.max_id(),
+            Ok(Err(e)) => tracing::warn!("listing the store to register again: {e}"),
+            Err(e) => tracing::warn!("listing the store to register again: {e}"),
+        }
+        reg.used_bytes = link.osd.store().usage().bytes;
+        let sent = std::time::Instant::now();
+        match link.mds.register_osd(&reg).await {
+            Ok(r) if r.osd_id == link.osd_id => {
+                link.osd.lease().renew(sent);
+                tracing::warn!(
+                    osd_id = r.osd_id,
+                    "the MDS did not know this OSD (restored metadata?): registered again"
+                );
+                link.inventory_wanted.notify_one();
+            }
+            Ok(r) => {
+                return DaemonError::Mds {
+                    addr: link.mds.current_addr().to_owned(),
+                    message: format!(
+                        "registered again after the MDS forgot this OSD, it got id {} instead of {}; restart the OSD",
+                        r.osd_id, link.osd_id
+                    ),
+                }
+            }
+            Err(e) => tracing::warn!("registering again failed: {e}"),
+        }
+    }
+}
+
 /// Heartbeats one OSD keeps on their way to the MDS at once. Beats leave on schedule whether
 /// or not earlier ones were answered: each reply renews the primary lease from its own sending, so
 /// an MDS that answers late but answers keeps the lease alive (a beat sent only after the previous
@@ -344,13 +543,8 @@ pub const HEARTBEATS_IN_FLIGHT: usize = 8;
 /// Heartbeat forever on schedule; run the tasks of the replies (recoveries in the background, at
 /// most [`RECOVERY_PARALLELISM`] at once, each segment once at a time; deletions in order,
 /// reported in the heartbeats after them until one is answered).
-async fn heartbeat_loop(
-    osd: Osd,
-    mds: MdsClient,
-    osd_id: u32,
-    every: Duration,
-    patience: Duration,
-) {
+async fn heartbeat_loop(link: Link, every: Duration, patience: Duration) {
+    let (osd, mds, osd_id) = (link.osd.clone(), link.mds.clone(), link.osd_id);
     let deleted: Arc<Mutex<Vec<u64>>> = Arc::default();
     let deleted_objects: Arc<Mutex<Vec<u64>>> = Arc::default();
     let in_flight = Arc::new(tokio::sync::Semaphore::new(HEARTBEATS_IN_FLIGHT));
@@ -382,12 +576,13 @@ async fn heartbeat_loop(
                     load: osd.load(),
                     deleted_objects: reported_objects.clone(),
                 };
-                let (osd, mds, deleted, deleted_objects, replies) = (
+                let (osd, mds, deleted, deleted_objects, replies, link) = (
                     osd.clone(),
                     mds.clone(),
                     deleted.clone(),
                     deleted_objects.clone(),
                     replies.clone(),
+                    link.clone(),
                 );
                 tokio::spawn(async move {
                     let _slot = slot;
@@ -397,9 +592,15 @@ async fn heartbeat_loop(
                             osd.lease().renew(sent);
                             lock(&deleted).retain(|s| !reported.contains(s));
                             lock(&deleted_objects).retain(|o| !reported_objects.contains(o));
+                            if reply.inventory_wanted {
+                                link.inventory_wanted.notify_one();
+                            }
                             let _ = replies.try_send(reply);
                         }
-                        Ok(Err(e)) => tracing::warn!("heartbeat to the MDS failed: {e}"),
+                        Ok(Err(e)) => {
+                            link.note_error(&e);
+                            tracing::warn!("heartbeat to the MDS failed: {e}")
+                        }
                         Err(_) => tracing::warn!(
                             "heartbeat to the MDS got no answer in {} ms",
                             patience.as_millis()

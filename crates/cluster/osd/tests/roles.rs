@@ -82,6 +82,7 @@ async fn start(config: &ClusterConfig, store: &Path) -> (String, u32, Vec<onesho
         update: config.update.clone(),
         store_device: None,
         blocks: Default::default(),
+        inventory_period: std::time::Duration::from_millis(config.osd.inventory_period_ms),
     })
     .await
     .unwrap();

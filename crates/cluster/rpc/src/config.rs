@@ -75,6 +75,18 @@ pub struct MdsConfig {
     /// Recovery bandwidth limit per primary OSD, bytes per second (0 = unlimited).
     #[serde(default)]
     pub recovery_bytes_per_sec: u64,
+    /// A chunk or robust block file an OSD's inventory reports, whose segment or object the
+    /// metadata does not know, is deleted once it has been seen unknown this long, ms (docs/cluster.md
+    /// "Orphans"; > 0).
+    #[serde(default = "default_orphan_grace_ms")]
+    pub orphan_grace_ms: u64,
+}
+
+/// `[mds] orphan_grace_ms` by default: an hour.
+pub const DEFAULT_ORPHAN_GRACE_MS: u64 = 60 * 60 * 1000;
+
+fn default_orphan_grace_ms() -> u64 {
+    DEFAULT_ORPHAN_GRACE_MS
 }
 
 /// `[mds] lease_ms` by default: a standby MDS takes over within about this long (plus a poll of a
@@ -119,6 +131,17 @@ pub struct OsdConfig {
     /// Worker threads of the OSD's block I/O queue (1–256).
     #[serde(default = "default_block_io_threads")]
     pub block_io_threads: u32,
+    /// How often each OSD sends the MDS its inventory (the segments it holds chunks of, the
+    /// robust objects it holds blocks of), ms; also once after it registers (> 0).
+    #[serde(default = "default_inventory_period_ms")]
+    pub inventory_period_ms: u64,
+}
+
+/// `[osd] inventory_period_ms` by default: ten minutes.
+pub const DEFAULT_INVENTORY_PERIOD_MS: u64 = 10 * 60 * 1000;
+
+fn default_inventory_period_ms() -> u64 {
+    DEFAULT_INVENTORY_PERIOD_MS
 }
 
 /// `[osd] admission_floor_bytes_per_s` by default: 4 MiB/s.
@@ -145,6 +168,7 @@ impl Default for OsdConfig {
             admission: true,
             admission_floor_bytes_per_s: DEFAULT_ADMISSION_FLOOR_BYTES_PER_S,
             block_io_threads: DEFAULT_BLOCK_IO_THREADS,
+            inventory_period_ms: DEFAULT_INVENTORY_PERIOD_MS,
         }
     }
 }
@@ -160,6 +184,9 @@ impl OsdConfig {
                 "osd.block_io_threads = {}: must be 1..=256",
                 self.block_io_threads
             ));
+        }
+        if self.inventory_period_ms == 0 {
+            return Err("osd.inventory_period_ms = 0: must be positive".into());
         }
         Ok(())
     }
@@ -395,6 +422,9 @@ impl ClusterConfig {
                 m.addrs.len()
             ));
         }
+        if m.orphan_grace_ms == 0 {
+            return Err("[mds] orphan_grace_ms = 0: must be positive".into());
+        }
         if m.lease_ms < 3 {
             return Err(format!(
                 "[mds] lease_ms = {}: need at least 3 (it is renewed every third of it)",
@@ -514,6 +544,28 @@ out_after_ms = 30000
             .validate()
             .unwrap_err()
             .contains("block_io_threads = 1000"));
+    }
+
+    /// Orphan deletion's two knobs: an hour's grace at the MDS, an inventory every ten minutes
+    /// from each OSD, unless told; zero is refused, naming the key.
+    #[test]
+    fn orphan_grace_and_inventory_period_default_and_must_be_positive() {
+        let c = parse("").unwrap();
+        assert_eq!(c.mds.orphan_grace_ms, 3_600_000);
+        assert_eq!(c.osd.inventory_period_ms, 600_000);
+        let with = BASE.replace("[mds]\n", "[mds]\norphan_grace_ms = 5000\n");
+        let c: ClusterConfig =
+            toml::from_str(&format!("{with}[osd]\ninventory_period_ms = 700\n")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            (c.mds.orphan_grace_ms, c.osd.inventory_period_ms),
+            (5000, 700)
+        );
+        let zero = BASE.replace("[mds]\n", "[mds]\norphan_grace_ms = 0\n");
+        let c: ClusterConfig = toml::from_str(&zero).unwrap();
+        assert!(c.validate().unwrap_err().contains("orphan_grace_ms = 0"));
+        let e = parse("[osd]\ninventory_period_ms = 0\n").unwrap_err();
+        assert!(e.contains("inventory_period_ms = 0"), "{e}");
     }
 
     fn parse(extra: &str) -> Result<ClusterConfig, String> {

@@ -361,6 +361,7 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ClusterConfig, Ini
             down_after_ms: DEFAULT_DOWN_AFTER_MS,
             out_after_ms: DEFAULT_OUT_AFTER_MS,
             recovery_bytes_per_sec: 0,
+            orphan_grace_ms: crate::config::DEFAULT_ORPHAN_GRACE_MS,
         },
         osd: Default::default(),
         update: UpdateConfig {
