@@ -34,6 +34,17 @@ use tokio::task::JoinSet;
 use crate::client::Client;
 use crate::error::ClientError;
 
+/// How long a robust read keeps asking holders that refused its stream (admission control) while
+/// the blocks of the others do not decode.
+pub const REFUSED_READ_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What a `GetBlocks` stream of a read hands the decoding loop.
+enum StreamItem {
+    Block((BlockKey, Bytes)),
+    /// The stream failed; `true`: the OSD refused it (admission control).
+    Failed(bool, ClientError),
+}
+
 /// Default bytes per coded block (RobuSTore's 1 MB blocks).
 pub const DEFAULT_BLOCK_BYTES: u32 = 1 << 20;
 /// Default source blocks per object: LT keeps the seed's 1 GB objects (K = 1024: its overhead
@@ -691,86 +702,114 @@ impl Client {
                 holders.insert(b.osd_id, b.addr.clone());
             }
         }
-        let (tx, mut rx) = mpsc::channel::<(u32, Result<(BlockKey, Bytes), ClientError>)>(64);
-        let mut streams = JoinSet::new();
-        for (osd_id, addr) in &holders {
-            let (tx, this, addr, osd_id) = (tx.clone(), self.clone(), addr.clone(), *osd_id);
-            let (object_id, version) = (o.object_id, o.version);
-            streams.spawn(async move {
-                let reader = match this.osd_client(&addr) {
-                    Ok(c) => {
-                        c.for_osd(osd_id)
-                            .get_blocks(object_id, version, priority)
-                            .await
-                    }
-                    Err(e) => {
-                        let _ = tx.send((osd_id, Err(e))).await;
-                        return;
-                    }
-                };
-                let mut reader = match reader {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = tx.send((osd_id, Err(e.into()))).await;
-                        return;
-                    }
-                };
-                loop {
-                    match reader.next().await {
-                        Ok(Some(b)) => {
-                            if tx.send((osd_id, Ok(b))).await.is_err() {
-                                return; // the object decoded: dropping the reader cancels
-                            }
-                        }
-                        Ok(None) => return,
-                        Err(e) => {
-                            let _ = tx.send((osd_id, Err(e.into()))).await;
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-        drop(tx);
         let decoder: Arc<Mutex<Option<BlockDecoder>>> = Arc::new(Mutex::new(Some(code.decoder())));
         let mut taken: HashSet<u32> = HashSet::new();
         let mut complete = false;
-        let mut errors = Vec::new();
-        while let Some((osd_id, item)) = rx.recv().await {
-            match item {
-                Ok((key, data)) => {
-                    report.received += 1;
-                    let ok = wanted.get(&key.id) == Some(&(key.version, osd_id));
-                    if !ok || taken.contains(&key.id) {
-                        report.stale += u64::from(!ok);
-                        continue;
+        // The last error of each holder whose stream failed.
+        let mut errors: BTreeMap<u32, String> = BTreeMap::new();
+        // Rounds: every holder at once; then, while the blocks received do not decode, the
+        // holders whose admission control refused the stream (busy with other streams, it may
+        // have room a moment later: a reader has no other copy of their blocks) again, after a
+        // growing wait, within REFUSED_READ_PATIENCE.
+        let mut round: Vec<(u32, String)> = holders.into_iter().collect();
+        let mut wait = std::time::Duration::from_millis(50);
+        let deadline = Instant::now() + REFUSED_READ_PATIENCE;
+        loop {
+            let (tx, mut rx) = mpsc::channel::<(u32, String, StreamItem)>(64);
+            let mut streams = JoinSet::new();
+            for (osd_id, addr) in round.drain(..) {
+                let (tx, this) = (tx.clone(), self.clone());
+                let (object_id, version) = (o.object_id, o.version);
+                streams.spawn(async move {
+                    let failed = |e: OsdCallError| {
+                        let refused = matches!(e, OsdCallError::Refused { .. });
+                        StreamItem::Failed(refused, e.into())
+                    };
+                    let reader = match this.osd_client(&addr) {
+                        Ok(c) => {
+                            c.for_osd(osd_id)
+                                .get_blocks(object_id, version, priority)
+                                .await
+                        }
+                        Err(e) => {
+                            let _ = tx.send((osd_id, addr, StreamItem::Failed(false, e))).await;
+                            return;
+                        }
+                    };
+                    let mut reader = match reader {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let _ = tx.send((osd_id, addr, failed(e))).await;
+                            return;
+                        }
+                    };
+                    loop {
+                        match reader.next().await {
+                            Ok(Some(b)) => {
+                                if tx
+                                    .send((osd_id, addr.clone(), StreamItem::Block(b)))
+                                    .await
+                                    .is_err()
+                                {
+                                    return; // the object decoded: dropping the reader cancels
+                                }
+                            }
+                            Ok(None) => return,
+                            Err(e) => {
+                                let _ = tx.send((osd_id, addr, failed(e))).await;
+                                return;
+                            }
+                        }
                     }
-                    taken.insert(key.id);
-                    report.used += 1;
-                    let dec = decoder.clone();
-                    let done = tokio::task::spawn_blocking(move || {
-                        let mut g = dec.lock().expect("decoder poisoned");
-                        g.as_mut()
-                            .expect("decoder present until finished")
-                            .push(key.id, data.to_vec())
-                    })
-                    .await
-                    .map_err(|e| local(format!("decoding task failed: {e}")))?
-                    .map_err(|e| local(format!("{path}: object #{}: {e}", o.index)))?;
-                    if done {
-                        complete = true;
-                        break;
+                });
+            }
+            drop(tx);
+            let mut refused = Vec::new();
+            while let Some((osd_id, addr, item)) = rx.recv().await {
+                match item {
+                    StreamItem::Block((key, data)) => {
+                        report.received += 1;
+                        let ok = wanted.get(&key.id) == Some(&(key.version, osd_id));
+                        if !ok || taken.contains(&key.id) {
+                            report.stale += u64::from(!ok);
+                            continue;
+                        }
+                        taken.insert(key.id);
+                        report.used += 1;
+                        let dec = decoder.clone();
+                        let done = tokio::task::spawn_blocking(move || {
+                            let mut g = dec.lock().expect("decoder poisoned");
+                            g.as_mut()
+                                .expect("decoder present until finished")
+                                .push(key.id, data.to_vec())
+                        })
+                        .await
+                        .map_err(|e| local(format!("decoding task failed: {e}")))?
+                        .map_err(|e| local(format!("{path}: object #{}: {e}", o.index)))?;
+                        if done {
+                            complete = true;
+                            break;
+                        }
                     }
-                }
-                Err(e) => {
-                    report.failed_streams += 1;
-                    errors.push(e.to_string());
+                    StreamItem::Failed(was_refused, e) => {
+                        report.failed_streams += 1;
+                        if was_refused {
+                            refused.push((osd_id, addr));
+                        }
+                        errors.insert(osd_id, e.to_string());
+                    }
                 }
             }
+            // Cancel every stream still running (their readers are dropped with the tasks).
+            streams.abort_all();
+            drop(rx);
+            if complete || refused.is_empty() || Instant::now() + wait > deadline {
+                break;
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(std::time::Duration::from_secs(2));
+            round = refused;
         }
-        // Cancel every stream still running (their readers are dropped with the tasks).
-        streams.abort_all();
-        drop(rx);
         report.k += u64::from(o.k);
         if !complete {
             return Err(local(format!(
@@ -781,6 +820,7 @@ impl Client {
                 if errors.is_empty() {
                     String::new()
                 } else {
+                    let errors: Vec<String> = errors.into_values().collect();
                     format!("; {}", errors.join("; "))
                 }
             )));

@@ -710,27 +710,7 @@ impl StoreDir for SimDir {
     }
 
     fn write_grow(&self, name: &str, at: u64, bytes: &[u8]) -> std::io::Result<bool> {
-        let end = at + bytes.len() as u64;
-        let (dev, created) = {
-            let mut st = self.lock();
-            st.gate(&|| format!("grow {}", kind(name)))?;
-            let created = !st.live.contains_key(name);
-            if created {
-                let ino = self.new_file(&mut st, name, end)?;
-                st.live.insert(name.to_owned(), ino);
-                st.pending.push(DirOp::Link(name.to_owned(), ino));
-            }
-            let ino = st.live[name];
-            if st.files[&ino].capacity() < end {
-                self.resize(&mut st, ino, name, end)?;
-            }
-            (st.files[&ino].clone(), created)
-        };
-        self.lock().gate(&|| format!("write {}", kind(name)))?;
-        dev.write_at(bytes, at).map_err(device_io)?;
-        self.lock().gate(&|| format!("flush {}", kind(name)))?;
-        dev.flush().map_err(device_io)?;
-        Ok(created)
+        self.write_sparse(name, &[(at, bytes)], at + bytes.len() as u64)
     }
 
     /// As `write_grow`: the new length is durable at once, each piece is a write (torn or lost by
