@@ -284,17 +284,7 @@ impl StoreDir for OsDir {
     }
 
     fn write_grow(&self, name: &str, at: u64, bytes: &[u8]) -> std::io::Result<bool> {
-        use std::os::unix::fs::FileExt;
-        let path = self.chunks.join(name);
-        let created = !path.exists();
-        let f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
-        f.write_all_at(bytes, at)?;
-        f.sync_data()?;
-        Ok(created)
+        self.write_sparse(name, &[(at, bytes)], at + bytes.len() as u64)
     }
 
     /// The pieces written, the file extended with `ftruncate` (a hole, no blocks), one
@@ -311,7 +301,9 @@ impl StoreDir for OsDir {
         for (at, bytes) in pieces {
             f.write_all_at(bytes, *at)?;
         }
-        if f.metadata()?.len() < len {
+        // The pieces reach `len` already (a plain write): no length to look up.
+        let written = pieces.iter().map(|(at, b)| at + b.len() as u64).max();
+        if written.is_none_or(|end| end < len) && f.metadata()?.len() < len {
             f.set_len(len)?;
         }
         f.sync_data()?;
