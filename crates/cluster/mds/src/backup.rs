@@ -203,7 +203,7 @@ pub fn pg_dump(url: &str, to: &Path) -> Result<(), BackupError> {
 pub fn pg_restore(url: &str, from: &Path) -> Result<u64, BackupError> {
     let shown = crate::store_pg::redact_url(url);
     let mut c =
-        crate::store_pg::pg_connect(url, "restore").map_err(|message| StoreError::Open {
+        crate::store_pg::pg_connect(url, "restore", None).map_err(|message| StoreError::Open {
             at: shown.clone(),
             message,
         })?;

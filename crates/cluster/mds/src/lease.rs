@@ -33,6 +33,14 @@ pub const LOCAL_MARGIN: (u64, u64) = (1, 10);
 /// The server's clock in unix ms.
 const SERVER_NOW_MS: &str = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
 
+/// How long a transaction of an MDS's session may sit idle before the server ends it
+/// ([`crate::store_pg::pg_connect`]): half the lease. An active MDS's transactions are a few
+/// statements sent back to back; one idle this long belongs to a stopped MDS, whose lease lapses
+/// after at most `lease_ms` anyway, so the standby's takeover is not delayed past it.
+pub fn stall_ms(lease_ms: u64) -> u64 {
+    (lease_ms / 2).max(1)
+}
+
 /// The lease row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRow {
@@ -116,10 +124,15 @@ impl PgLease {
         f: impl FnOnce(&mut Transaction<'_>, LeaseRow, i64) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         if self.client.is_none() {
-            let c = pg_connect(&self.url, "mds lease").map_err(|message| StoreError::Open {
-                at: crate::store_pg::redact_url(&self.url),
-                message,
-            })?;
+            let mut c = pg_connect(&self.url, "mds lease", Some(stall_ms(self.lease_ms))).map_err(
+                |message| StoreError::Open {
+                    at: crate::store_pg::redact_url(&self.url),
+                    message,
+                },
+            )?;
+            // A row lock held by a session the server has not ended yet fails this attempt (the
+            // loop tries again) instead of holding the loop up.
+            c.batch_execute(&format!("SET lock_timeout = {}", self.lease_ms.max(1)))?;
             self.client = Some(c);
         }
         let client = self.client.as_mut().expect("connected above");
@@ -248,9 +261,9 @@ mod tests {
         let mut a = PgLease::new(&url, "a:1 (pid 1)", 300);
         let mut b = PgLease::new(&url, "b:2 (pid 2)", 300);
         // The schema first (an MDS opens its store before it takes the lease).
-        drop(PgStore::connect_fenced(&url, 0).unwrap());
+        drop(PgStore::connect_fenced(&url, 0, 1_000).unwrap());
         assert_eq!(a.try_take().unwrap(), Take::Took(1));
-        let mut store_a = PgStore::connect_fenced(&url, 1).unwrap();
+        let mut store_a = PgStore::connect_fenced(&url, 1, 1_000).unwrap();
         let set = |v| {
             [Mutation::SetCounter {
                 name: "test",
@@ -274,11 +287,57 @@ mod tests {
         assert!(!a.renew(1).unwrap());
         let e = store_a.apply(&set(2)).unwrap_err();
         assert!(matches!(e, StoreError::Deposed { mine: 1, now: 2 }), "{e}");
-        let mut store_b = PgStore::connect_fenced(&url, 2).unwrap();
+        let mut store_b = PgStore::connect_fenced(&url, 2, 1_000).unwrap();
         assert_eq!(store_b.counter("test").unwrap(), 1);
         store_b.apply(&set(3)).unwrap();
         b.release(2).unwrap();
         assert_eq!(a.try_take().unwrap(), Take::Took(3));
         assert_eq!(a.read().unwrap().holder, "a:1 (pid 1)");
+    }
+
+    /// An MDS stopped inside a transaction holding the lease row (as an `apply` holds it `FOR
+    /// SHARE`) keeps its session open; the server ends that transaction after the stall time, so
+    /// a standby takes the lapsed lease instead of waiting for the stopped MDS to resume.
+    #[test]
+    fn a_session_stopped_holding_the_lease_row_does_not_hold_a_takeover_up() {
+        let Some(pg) = ecstack_testkit::postgres::shared() else {
+            return;
+        };
+        let url = pg.create_db("lease_stall");
+        let lease_ms = 400;
+        drop(PgStore::connect_fenced(&url, 0, stall_ms(lease_ms)).unwrap());
+        let mut a = PgLease::new(&url, "a:1 (pid 1)", lease_ms);
+        let mut b = PgLease::new(&url, "b:2 (pid 2)", lease_ms);
+        assert_eq!(a.try_take().unwrap(), Take::Took(1));
+        // The stopped MDS's store session, in the middle of an apply's transaction.
+        let mut stopped = pg_connect(&url, "stopped mds", Some(stall_ms(lease_ms))).unwrap();
+        stopped.batch_execute("BEGIN").unwrap();
+        stopped
+            .query_one(
+                "SELECT value FROM meta WHERE key = $1 FOR SHARE",
+                &[&LEASE_KEY],
+            )
+            .unwrap();
+        let start = std::time::Instant::now();
+        let took = loop {
+            match b.try_take() {
+                Ok(Take::Took(term)) => break term,
+                Ok(Take::Held { .. }) | Err(_) => {
+                    assert!(
+                        start.elapsed() < std::time::Duration::from_secs(10),
+                        "the standby never took the lease"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            }
+        };
+        assert_eq!(took, 2);
+        assert!(
+            start.elapsed() < std::time::Duration::from_millis(3 * lease_ms),
+            "{:?}",
+            start.elapsed()
+        );
+        // The stopped session's transaction was ended: resumed, it commits nothing.
+        assert!(stopped.batch_execute("COMMIT").is_err() || stopped.is_closed());
     }
 }

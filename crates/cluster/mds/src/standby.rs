@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::{MdsCore, MdsSettings};
-use crate::lease::{PgLease, Take, LOCAL_MARGIN};
+use crate::lease::{stall_ms, PgLease, Take, LOCAL_MARGIN};
 use crate::service::MdsHandle;
 use crate::store_pg::PgStore;
 
@@ -92,7 +92,7 @@ fn run(handle: &MdsHandle, opts: &StandbyOptions, stop: &AtomicBool) {
         let taken = if schema_made {
             lease.try_take()
         } else {
-            PgStore::connect_fenced(&opts.url, 0).and_then(|s| {
+            PgStore::connect_fenced(&opts.url, 0, stall_ms(opts.lease_ms)).and_then(|s| {
                 drop(s);
                 schema_made = true;
                 lease.try_take()
@@ -101,7 +101,7 @@ fn run(handle: &MdsHandle, opts: &StandbyOptions, stop: &AtomicBool) {
         match taken {
             Ok(Take::Took(term)) => {
                 say(format!("MDS {}: took the lease, term {term}", opts.holder));
-                let opened = PgStore::connect_fenced(&opts.url, term)
+                let opened = PgStore::connect_fenced(&opts.url, term, stall_ms(opts.lease_ms))
                     .map_err(|e| e.to_string())
                     .and_then(|s| {
                         MdsCore::open(Box::new(s), opts.settings.clone(), handle.clock().clone())

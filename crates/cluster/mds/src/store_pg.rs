@@ -338,7 +338,11 @@ impl Drop for PgDb {
 /// A session with the database `url` names (`what`: which part of the MDS, for
 /// `application_name`), with [`PG_CONNECT_TIMEOUT_S`] unless the URL sets one and
 /// `synchronous_commit` on; the error as one line.
-pub(crate) fn pg_connect(url: &str, what: &str) -> Result<Client, String> {
+/// Connects to `url` as `what`. With `stall_ms`, the server ends a transaction of this session
+/// left idle that long (`idle_in_transaction_session_timeout`): a stopped MDS (SIGSTOP, a frozen
+/// VM) keeps its TCP session open, and a row it holds (the lease row `FOR SHARE` in an `apply`,
+/// `FOR UPDATE` in a renewal) would otherwise block a standby's takeover until it resumes.
+pub(crate) fn pg_connect(url: &str, what: &str, stall_ms: Option<u64>) -> Result<Client, String> {
     let mut config: postgres::Config = url
         .parse()
         .map_err(|e: postgres::Error| format!("not a PostgreSQL URL: {}", pg_message(&e)))?;
@@ -346,7 +350,14 @@ pub(crate) fn pg_connect(url: &str, what: &str) -> Result<Client, String> {
         config.connect_timeout(Duration::from_secs(PG_CONNECT_TIMEOUT_S));
     }
     config.application_name(&format!("ecstack {what} pid {}", std::process::id()));
-    config.options("-c synchronous_commit=on");
+    let mut options = "-c synchronous_commit=on".to_owned();
+    if let Some(ms) = stall_ms {
+        options.push_str(&format!(
+            " -c idle_in_transaction_session_timeout={}",
+            ms.max(1)
+        ));
+    }
+    config.options(&options);
     config.connect(NoTls).map_err(|e| pg_message(&e))
 }
 
@@ -360,18 +371,20 @@ impl SqlStore<PgDb> {
 
     /// Connects to the database `url` names for the MDS holding lease `term` ([`crate::lease`]):
     /// no advisory lock (the standby shares the database), and every `apply` commits only while
-    /// the store's lease is still at `term`.
-    pub fn connect_fenced(url: &str, term: u64) -> Result<PgStore, StoreError> {
-        PgStore::open(url, Some(term))
+    /// the store's lease is still at `term`. A transaction of its session left idle `stall_ms`
+    /// (the MDS stopped in it) is ended by the server, so it cannot hold a takeover up.
+    pub fn connect_fenced(url: &str, term: u64, stall_ms: u64) -> Result<PgStore, StoreError> {
+        PgStore::open(url, Some((term, stall_ms)))
     }
 
-    fn open(url: &str, fence: Option<u64>) -> Result<PgStore, StoreError> {
+    fn open(url: &str, fenced: Option<(u64, u64)>) -> Result<PgStore, StoreError> {
+        let fence = fenced.map(|(term, _)| term);
         let at = redact_url(url);
         let open = |message: String| StoreError::Open {
             at: at.clone(),
             message,
         };
-        let client = pg_connect(url, "mds").map_err(open)?;
+        let client = pg_connect(url, "mds", fenced.map(|(_, ms)| ms)).map_err(open)?;
         let mut store = SqlStore {
             db: PgDb {
                 session: RefCell::new(Session {
