@@ -71,19 +71,6 @@ impl LeaseRow {
     }
 }
 
-/// The store's lease term, read in `tx` (`FOR SHARE` when `share`); 0 when no MDS ever took it.
-pub(crate) fn term_in(tx: &mut Transaction<'_>, share: bool) -> Result<u64, StoreError> {
-    let sql = if share {
-        "SELECT value FROM meta WHERE key = $1 FOR SHARE"
-    } else {
-        "SELECT value FROM meta WHERE key = $1"
-    };
-    match tx.query_opt(sql, &[&LEASE_KEY])? {
-        Some(r) => Ok(LeaseRow::parse(&r.get::<_, String>(0))?.term),
-        None => Ok(0),
-    }
-}
-
 /// What [`PgLease::try_take`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Take {

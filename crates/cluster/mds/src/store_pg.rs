@@ -10,12 +10,20 @@
 //! - **One MDS.** The session holds an advisory lock ([`PG_LOCK_KEY`]) while the store lives; a
 //!   second MDS on the same database is refused, naming the holder's `application_name` and
 //!   address from `pg_stat_activity`. A session that dies (the MDS killed) releases it.
+//! - **One round trip per batch.** An `apply`'s statements, its fence and its `COMMIT` are
+//!   pipelined (sent together, answered in order): the MDS waits for the server once per
+//!   batch, not once per statement. A statement that fails aborts the transaction, and the
+//!   pipelined `COMMIT` then rolls it back; one that cannot be sent at all (its parameters do not
+//!   encode) makes the batch end with `ROLLBACK` instead.
 //! - **Connection.** No TLS (a unix socket or a trusted network); `connect_timeout` defaults to
 //!   [`PG_CONNECT_TIMEOUT_S`] seconds, so an unreachable server is one error line, not a hang.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::error::Error as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -151,10 +159,101 @@ pub struct PgDb {
     fence: Option<u64>,
 }
 
+/// The store's session: a tokio-postgres client on a runtime of its own (one thread: the
+/// connection is driven while a request is awaited), so that a batch's requests can be pipelined,
+/// which the synchronous client cannot do.
 struct Session {
-    client: Client,
+    rt: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
     /// Prepared statements by their `?N` text.
     prepared: HashMap<String, Statement>,
+}
+
+/// The SQLSTATE the fence function raises for a deposed MDS.
+const DEPOSED_SQLSTATE: &str = "EC001";
+
+/// The fenced store's check, one statement of each batch: the lease row's term, held `FOR SHARE`
+/// (a takeover's update of the lease row waits for this transaction, so what it commits is seen
+/// by the MDS that takes over), and an error ([`DEPOSED_SQLSTATE`], the store's term in its
+/// detail) when it is not this MDS's. A function of the session (`pg_temp`), not of the schema.
+fn fence_function() -> String {
+    format!(
+        "CREATE FUNCTION pg_temp.ecstack_fence(mine BIGINT) RETURNS BIGINT LANGUAGE plpgsql AS $f$
+         DECLARE now BIGINT;
+         BEGIN
+             SELECT CAST(split_part(value, ' ', 1) AS BIGINT) INTO now FROM meta
+             WHERE key = '{key}' FOR SHARE;
+             IF now IS DISTINCT FROM mine THEN
+                 RAISE EXCEPTION USING ERRCODE = '{DEPOSED_SQLSTATE}',
+                     MESSAGE = format('this MDS holds lease term %s; the store is at %s', mine, COALESCE(now, 0)),
+                     DETAIL = COALESCE(now, 0)::TEXT;
+             END IF;
+             RETURN now;
+         END $f$",
+        key = crate::lease::LEASE_KEY
+    )
+}
+
+const FENCE_SQL: &str = "SELECT pg_temp.ecstack_fence(?1)";
+
+/// A request of a pipelined batch.
+type Request<'a> = Pin<Box<dyn Future<Output = Result<u64, postgres::Error>> + Send + 'a>>;
+
+/// Sends `requests` (each when first polled, in order), then `COMMIT` — or `ROLLBACK` when one
+/// failed before it was sent (a failure this early is the client's: its parameters did not
+/// encode, or the session is gone) — and waits for every answer. The requests' results, then the
+/// end's.
+async fn pipelined<'a>(
+    client: &'a tokio_postgres::Client,
+    mut requests: Vec<Request<'a>>,
+) -> (
+    Vec<Result<u64, postgres::Error>>,
+    Result<(), postgres::Error>,
+) {
+    let mut done: Vec<Option<Result<u64, postgres::Error>>> =
+        requests.iter().map(|_| None).collect();
+    let mut end: Option<Pin<Box<dyn Future<Output = Result<(), postgres::Error>> + Send + 'a>>> =
+        None;
+    let mut end_done = None;
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (r, d) in requests.iter_mut().zip(done.iter_mut()) {
+            if d.is_none() {
+                match r.as_mut().poll(cx) {
+                    Poll::Ready(v) => *d = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if end.is_none() {
+            // The first pass sent every request: none could have its answer yet (the
+            // connection runs only when this future waits), so one ready is the client's failure.
+            let unsent = done.iter().any(|d| matches!(d, Some(Err(_))));
+            end = Some(Box::pin(client.batch_execute(if unsent {
+                "ROLLBACK"
+            } else {
+                "COMMIT"
+            })));
+        }
+        if end_done.is_none() {
+            match end.as_mut().expect("made above").as_mut().poll(cx) {
+                Poll::Ready(v) => end_done = Some(v),
+                Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    (
+        done.into_iter()
+            .map(|d| d.expect("every request answered"))
+            .collect(),
+        end_done.expect("the end answered"),
+    )
 }
 
 /// `url` without its password, for messages.
@@ -265,13 +364,73 @@ fn row_of(r: &postgres::Row) -> Result<Row, postgres::Error> {
 }
 
 impl Session {
+    fn connect(url: &str, what: &str, stall_ms: Option<u64>) -> Result<Session, String> {
+        let config = pg_config(url, what, stall_ms)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot make the PostgreSQL session's runtime: {e}"))?;
+        let (client, connection) = rt
+            .block_on(config.connect(NoTls))
+            .map_err(|e| pg_message(&e))?;
+        rt.spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("PostgreSQL session ended: {}", pg_message(&e));
+            }
+        });
+        Ok(Session {
+            rt,
+            client,
+            prepared: HashMap::new(),
+        })
+    }
+
     fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
         if let Some(s) = self.prepared.get(sql) {
             return Ok(s.clone());
         }
-        let s = self.client.prepare(&pg_sql(sql))?;
+        let s = self.rt.block_on(self.client.prepare(&pg_sql(sql)))?;
         self.prepared.insert(sql.to_owned(), s.clone());
         Ok(s)
+    }
+
+    fn batch_execute(&self, sql: &str) -> Result<(), postgres::Error> {
+        self.rt.block_on(self.client.batch_execute(sql))
+    }
+
+    fn query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<postgres::Row, postgres::Error> {
+        self.rt.block_on(self.client.query_one(sql, params))
+    }
+
+    fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<postgres::Row>, postgres::Error> {
+        self.rt.block_on(self.client.query_opt(sql, params))
+    }
+
+    fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, postgres::Error> {
+        self.rt.block_on(self.client.execute(sql, params))
+    }
+
+    /// Runs `f` in a transaction: committed when it succeeds, rolled back when it fails.
+    fn in_transaction(
+        &self,
+        f: impl FnOnce(&Session) -> Result<(), postgres::Error>,
+    ) -> Result<(), postgres::Error> {
+        self.batch_execute("BEGIN")?;
+        match f(self) {
+            Ok(()) => self.batch_execute("COMMIT"),
+            Err(e) => {
+                let _ = self.batch_execute("ROLLBACK");
+                Err(e)
+            }
+        }
     }
 }
 
@@ -286,24 +445,50 @@ fn refs<'a>(p: &'a [Param<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
 impl Db for PgDb {
     fn transact(&mut self, stmts: &[Stmt]) -> Result<(), StoreError> {
         let session = self.session.get_mut();
+        let fence = match self.fence {
+            Some(mine) => Some((
+                mine,
+                crate::store_sql::int(mine),
+                session.statement(FENCE_SQL)?,
+            )),
+            None => None,
+        };
         let prepared = stmts
             .iter()
             .map(|s| session.statement(s.sql))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut tx = session.client.transaction()?;
-        if let Some(mine) = self.fence {
-            // FOR SHARE: a takeover's update of the lease row waits for this transaction, so
-            // what it commits is seen by the MDS that takes over.
-            let now = crate::lease::term_in(&mut tx, true)?;
-            if now != mine {
-                return Err(StoreError::Deposed { mine, now });
+        let params: Vec<Vec<Param<'_>>> = stmts.iter().map(|s| params(&s.args)).collect();
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = params.iter().map(|p| refs(p)).collect();
+        let fence_args: Vec<&(dyn ToSql + Sync)> = fence
+            .iter()
+            .map(|(_, mine, _)| mine as &(dyn ToSql + Sync))
+            .collect();
+        let client = &session.client;
+        let mut requests: Vec<Request<'_>> = Vec::with_capacity(stmts.len() + 2);
+        requests.push(Box::pin(async move {
+            client.batch_execute("BEGIN").await.map(|()| 0)
+        }));
+        if let Some((_, _, statement)) = &fence {
+            requests.push(Box::pin(client.execute(statement, &fence_args)));
+        }
+        for (statement, r) in prepared.iter().zip(&refs) {
+            requests.push(Box::pin(client.execute(statement, r)));
+        }
+        let (answers, end) = session.rt.block_on(pipelined(client, requests));
+        // The first error is what went wrong: the requests after it were refused because the
+        // transaction had aborted, and the `COMMIT` rolled it back.
+        for a in answers {
+            if let Err(e) = a {
+                if let (Some((mine, ..)), Some(db)) = (fence.as_ref(), e.as_db_error()) {
+                    if db.code().code() == DEPOSED_SQLSTATE {
+                        let now = db.detail().and_then(|d| d.parse().ok()).unwrap_or(0);
+                        return Err(StoreError::Deposed { mine: *mine, now });
+                    }
+                }
+                return Err(e.into());
             }
         }
-        for (statement, s) in prepared.iter().zip(stmts) {
-            let p = params(&s.args);
-            tx.execute(statement, &refs(&p))?;
-        }
-        tx.commit()?;
+        end?;
         Ok(())
     }
 
@@ -311,7 +496,9 @@ impl Db for PgDb {
         let mut session = self.session.borrow_mut();
         let statement = session.statement(sql)?;
         let p = params(args);
-        let rows = session.client.query(&statement, &refs(&p))?;
+        let rows = session
+            .rt
+            .block_on(session.client.query(&statement, &refs(&p)))?;
         Ok(rows.iter().map(row_of).collect::<Result<_, _>>()?)
     }
 
@@ -330,7 +517,6 @@ impl Drop for PgDb {
         let _ = self
             .session
             .get_mut()
-            .client
             .batch_execute("SELECT pg_advisory_unlock_all()");
     }
 }
@@ -343,7 +529,18 @@ impl Drop for PgDb {
 /// VM) keeps its TCP session open, and a row it holds (the lease row `FOR SHARE` in an `apply`,
 /// `FOR UPDATE` in a renewal) would otherwise block a standby's takeover until it resumes.
 pub(crate) fn pg_connect(url: &str, what: &str, stall_ms: Option<u64>) -> Result<Client, String> {
-    let mut config: postgres::Config = url
+    postgres::Config::from(pg_config(url, what, stall_ms)?)
+        .connect(NoTls)
+        .map_err(|e| pg_message(&e))
+}
+
+/// [`pg_connect`]'s configuration.
+fn pg_config(
+    url: &str,
+    what: &str,
+    stall_ms: Option<u64>,
+) -> Result<tokio_postgres::Config, String> {
+    let mut config: tokio_postgres::Config = url
         .parse()
         .map_err(|e: postgres::Error| format!("not a PostgreSQL URL: {}", pg_message(&e)))?;
     if config.get_connect_timeout().is_none() {
@@ -358,7 +555,7 @@ pub(crate) fn pg_connect(url: &str, what: &str, stall_ms: Option<u64>) -> Result
         ));
     }
     config.options(&options);
-    config.connect(NoTls).map_err(|e| pg_message(&e))
+    Ok(config)
 }
 
 impl SqlStore<PgDb> {
@@ -384,13 +581,10 @@ impl SqlStore<PgDb> {
             at: at.clone(),
             message,
         };
-        let client = pg_connect(url, "mds", fenced.map(|(_, ms)| ms)).map_err(open)?;
+        let session = Session::connect(url, "mds", fenced.map(|(_, ms)| ms)).map_err(open)?;
         let mut store = SqlStore {
             db: PgDb {
-                session: RefCell::new(Session {
-                    client,
-                    prepared: HashMap::new(),
-                }),
+                session: RefCell::new(session),
                 fence,
             },
             loads: Default::default(),
@@ -399,24 +593,27 @@ impl SqlStore<PgDb> {
             store.lock(&at)?;
         }
         store.check_or_init(&at)?;
+        if fence.is_some() {
+            store.session().batch_execute(&fence_function())?;
+        }
         Ok(store)
     }
 
-    fn client(&mut self) -> &mut Client {
-        &mut self.db.session.get_mut().client
+    fn session(&mut self) -> &mut Session {
+        self.db.session.get_mut()
     }
 
     /// Takes the MDS's advisory lock for this session, or refuses naming the session holding it.
     fn lock(&mut self, at: &str) -> Result<(), StoreError> {
         let got: bool = self
-            .client()
+            .session()
             .query_one("SELECT pg_try_advisory_lock($1)", &[&PG_LOCK_KEY])?
             .get(0);
         if got {
             return Ok(());
         }
         let holder = self
-            .client()
+            .session()
             .query_opt(
                 "SELECT a.application_name, COALESCE(host(a.client_addr), 'local socket'), a.pid
                  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -441,14 +638,14 @@ impl SqlStore<PgDb> {
 
     fn check_or_init(&mut self, at: &str) -> Result<(), StoreError> {
         let tables: i64 = self
-            .client()
+            .session()
             .query_one(
                 "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()",
                 &[],
             )?
             .get(0);
         let has_meta: bool = self
-            .client()
+            .session()
             .query_one(
                 "SELECT COUNT(*) > 0 FROM information_schema.tables
                  WHERE table_schema = current_schema() AND table_name = 'meta'",
@@ -462,30 +659,31 @@ impl SqlStore<PgDb> {
                     found: String::new(),
                 });
             }
-            let mut tx = self.client().transaction()?;
-            tx.batch_execute(PG_SCHEMA_V3)?;
-            for m in PG_MIGRATIONS {
-                tx.batch_execute(m)?;
-            }
-            // What the SQLite store's migration to version 3 makes: the root directory.
-            let root = new_inode(ROOT_INO, FileKind::Dir, 0o755, now_ns());
-            for s in [
-                put_inode_stmt(&root),
-                set_counter_stmt(COUNTER_INO, ROOT_INO),
-            ] {
-                let p = params(&s.args);
-                tx.execute(&pg_sql(s.sql) as &str, &refs(&p))?;
-            }
-            tx.execute(
-                "INSERT INTO meta VALUES ('marker', $1), ('version', $2)",
-                &[&crate::store::STORE_MARKER, &STORE_VERSION.to_string()],
-            )?;
-            tx.commit()?;
+            self.session().in_transaction(|tx| {
+                tx.batch_execute(PG_SCHEMA_V3)?;
+                for m in PG_MIGRATIONS {
+                    tx.batch_execute(m)?;
+                }
+                // What the SQLite store's migration to version 3 makes: the root directory.
+                let root = new_inode(ROOT_INO, FileKind::Dir, 0o755, now_ns());
+                for s in [
+                    put_inode_stmt(&root),
+                    set_counter_stmt(COUNTER_INO, ROOT_INO),
+                ] {
+                    let p = params(&s.args);
+                    tx.execute(&pg_sql(s.sql), &refs(&p))?;
+                }
+                tx.execute(
+                    "INSERT INTO meta VALUES ('marker', $1), ('version', $2)",
+                    &[&crate::store::STORE_MARKER, &STORE_VERSION.to_string()],
+                )?;
+                Ok(())
+            })?;
             return Ok(());
         }
         let mut get = |key: &str| -> Result<String, StoreError> {
             Ok(self
-                .client()
+                .session()
                 .query_opt("SELECT value FROM meta WHERE key = $1", &[&key])?
                 .map(|r| r.get(0))
                 .unwrap_or_default())
@@ -494,15 +692,16 @@ impl SqlStore<PgDb> {
         match check_meta(at, marker, version, PG_STORE_VERSION_MIN)? {
             None => Ok(()),
             Some(from) => {
-                let mut tx = self.client().transaction()?;
-                for m in &PG_MIGRATIONS[(from - PG_STORE_VERSION_MIN) as usize..] {
-                    tx.batch_execute(m)?;
-                }
-                tx.execute(
-                    "UPDATE meta SET value = $1 WHERE key = 'version'",
-                    &[&STORE_VERSION.to_string()],
-                )?;
-                tx.commit()?;
+                self.session().in_transaction(|tx| {
+                    for m in &PG_MIGRATIONS[(from - PG_STORE_VERSION_MIN) as usize..] {
+                        tx.batch_execute(m)?;
+                    }
+                    tx.execute(
+                        "UPDATE meta SET value = $1 WHERE key = 'version'",
+                        &[&STORE_VERSION.to_string()],
+                    )?;
+                    Ok(())
+                })?;
                 Ok(())
             }
         }
@@ -513,6 +712,7 @@ impl SqlStore<PgDb> {
 mod tests {
     use super::*;
     use crate::store::MetadataStore;
+    use crate::store_sql::Db;
 
     fn server() -> Option<&'static ecstack_testkit::postgres::TempPostgres> {
         ecstack_testkit::postgres::shared()
@@ -576,6 +776,58 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(v, STORE_VERSION.to_string());
+    }
+
+    /// A pipelined batch is all or nothing: a statement the server refuses (a duplicate key) and
+    /// one the client cannot send (an integer for a text parameter) each leave nothing of their
+    /// batch committed, and the session goes on.
+    #[test]
+    fn a_failing_statement_commits_nothing_of_its_batch() {
+        let Some(pg) = server() else { return };
+        let url = pg.create_db("pipelined");
+        let mut store = PgStore::connect(&url).unwrap();
+        let set = |name: &str, value: i64| {
+            crate::store_sql::stmt(
+                "INSERT INTO counters VALUES (?1, ?2)",
+                vec![Value::Text(name.into()), Value::Integer(value)],
+            )
+        };
+        let count = |store: &PgStore, name: &str| {
+            store
+                .db
+                .query(
+                    "SELECT COUNT(*) FROM counters WHERE name = ?1",
+                    &[Value::Text(name.into())],
+                )
+                .unwrap()[0][0]
+                .clone()
+        };
+        // Refused by the server: the second insert's key is the first's.
+        let e = store
+            .db
+            .transact(&[set("a", 1), set("b", 2), set("a", 3)])
+            .unwrap_err();
+        assert!(e.to_string().contains("duplicate key"), "{e}");
+        // Refused by the client before it was sent: the batch ends with ROLLBACK.
+        let unsendable = crate::store_sql::stmt(
+            "INSERT INTO counters VALUES (?1, ?2)",
+            vec![Value::Integer(7), Value::Integer(1)],
+        );
+        let e = store
+            .db
+            .transact(&[set("c", 1), unsendable, set("d", 1)])
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("an integer for a parameter of type text"),
+            "{e}"
+        );
+        for name in ["a", "b", "c", "d"] {
+            assert_eq!(count(&store, name), Value::Integer(0), "{name}");
+        }
+        store.db.transact(&[set("a", 1), set("b", 2)]).unwrap();
+        assert_eq!(count(&store, "a"), Value::Integer(1));
+        assert_eq!(count(&store, "b"), Value::Integer(1));
     }
 
     /// A second MDS on one database is refused while the first lives, naming its session.
