@@ -806,8 +806,10 @@ impl SqlStore<SqliteDb> {
                 _lock: Some(lock),
             },
             loads: Default::default(),
+            rows: crate::store_sql::RowCache::new(),
         };
         store.check_or_init(path)?;
+        store.rows.clear();
         Ok(store)
     }
 
@@ -820,6 +822,7 @@ impl SqlStore<SqliteDb> {
         SqlStore {
             db: SqliteDb { conn, _lock: None },
             loads: Default::default(),
+            rows: crate::store_sql::RowCache::off(),
         }
     }
 

@@ -588,11 +588,13 @@ impl SqlStore<PgDb> {
                 fence,
             },
             loads: Default::default(),
+            rows: crate::store_sql::RowCache::new(),
         };
         if fence.is_none() {
             store.lock(&at)?;
         }
         store.check_or_init(&at)?;
+        store.rows.clear();
         if fence.is_some() {
             store.session().batch_execute(&fence_function())?;
         }

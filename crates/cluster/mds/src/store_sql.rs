@@ -5,7 +5,8 @@
 //! written `?1`, `?2`, … (PostgreSQL's `$1` is made from them). Every integer column is a 64-bit
 //! integer on both engines, so one set of conversions reads both.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use rusqlite::types::Value;
 
@@ -39,6 +40,96 @@ pub struct SqlStore<D> {
     pub(crate) db: D,
     /// [`MetadataStore::osd_loads`] as last computed, kept current by `apply`.
     pub(crate) loads: LoadCache,
+    /// Inodes and counters as last read or written.
+    pub(crate) rows: RowCache,
+}
+
+/// Most inodes [`RowCache`] holds; past it, it starts again empty.
+const ROW_CACHE_INODES_MAX: usize = 65_536;
+
+/// Inodes and counters as last read or written by this handle. The namespace reads them again
+/// and again (a create reads its parent's inode three times and two counters), and each read of
+/// a store a round trip away (PostgreSQL) costs as much as a statement of its batch. Valid while
+/// this handle is the store's only writer, as the store's lock or lease fence makes it (like
+/// [`LoadCache`]): a batch puts what it writes, any other statement writing those tables or a
+/// failed batch empties it. Off ([`RowCache::off`]) for a handle beside another's.
+#[derive(Debug)]
+pub struct RowCache {
+    on: bool,
+    inodes: RefCell<HashMap<u64, Option<InodeRecord>>>,
+    counters: RefCell<HashMap<String, u64>>,
+}
+
+impl RowCache {
+    /// A cache for the store's only writer.
+    pub fn new() -> RowCache {
+        RowCache {
+            on: true,
+            inodes: RefCell::default(),
+            counters: RefCell::default(),
+        }
+    }
+
+    /// No cache: every read goes to the database (a handle reading what another one writes).
+    pub fn off() -> RowCache {
+        RowCache {
+            on: false,
+            ..RowCache::new()
+        }
+    }
+
+    fn inode(&self, ino: u64) -> Option<Option<InodeRecord>> {
+        self.inodes.borrow().get(&ino).cloned()
+    }
+
+    fn keep_inode(&self, ino: u64, i: Option<InodeRecord>) {
+        if !self.on {
+            return;
+        }
+        let mut map = self.inodes.borrow_mut();
+        if map.len() >= ROW_CACHE_INODES_MAX && !map.contains_key(&ino) {
+            map.clear();
+        }
+        map.insert(ino, i);
+    }
+
+    fn counter(&self, name: &str) -> Option<u64> {
+        self.counters.borrow().get(name).copied()
+    }
+
+    fn keep_counter(&self, name: &str, value: u64) {
+        if self.on {
+            self.counters.borrow_mut().insert(name.to_owned(), value);
+        }
+    }
+
+    /// Forgets everything (the tables were written around it, e.g. by a migration).
+    pub(crate) fn clear(&self) {
+        self.inodes.borrow_mut().clear();
+        self.counters.borrow_mut().clear();
+    }
+
+    /// What the committed `batch` (whose statements were `stmts`, `spans[i]` those of
+    /// `batch[i]`) leaves in the tables this cache follows.
+    fn committed(&self, batch: &[Mutation], stmts: &[Stmt], spans: &[std::ops::Range<usize>]) {
+        for (m, span) in batch.iter().zip(spans) {
+            match m {
+                Mutation::PutInode(i) => self.keep_inode(i.ino, Some(i.clone())),
+                Mutation::DeleteInode(ino) => self.keep_inode(*ino, None),
+                Mutation::SetCounter { name, value } => self.keep_counter(name, *value),
+                _ => {
+                    let writes =
+                        |table: &str| stmts[span.clone()].iter().any(|s| s.sql.contains(table));
+                    if writes("inodes") {
+                        self.inodes.borrow_mut().clear();
+                    }
+                    if writes("counters") {
+                        self.counters.borrow_mut().clear();
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Most segments one batch may touch for [`LoadCache`] to follow it; a batch touching more (a
@@ -609,8 +700,11 @@ impl<D: Db> MetadataStore for SqlStore<D> {
 
     fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {
         let mut stmts = Vec::with_capacity(batch.len());
+        let mut spans = Vec::with_capacity(batch.len());
         for m in batch {
+            let from = stmts.len();
             statements(m, &mut stmts);
+            spans.push(from..stmts.len());
         }
         // The touched segments' share of the cached loads, before and after.
         let follow = match self.loads.key() {
@@ -635,17 +729,27 @@ impl<D: Db> MetadataStore for SqlStore<D> {
             (Ok(()), None) => {}
             (Err(_), _) => self.loads.drop_all(),
         }
+        match r {
+            Ok(()) => self.rows.committed(batch, &stmts, &spans),
+            // Perhaps committed, perhaps not.
+            Err(_) => self.rows.clear(),
+        }
         r
     }
 
     fn counter(&self, name: &str) -> Result<u64, StoreError> {
-        match self.one(
+        if let Some(value) = self.rows.counter(name) {
+            return Ok(value);
+        }
+        let value = match self.one(
             "SELECT value FROM counters WHERE name = ?1",
             &[Value::Text(name.to_owned())],
         )? {
-            Some(r) => get_u(&r, 0),
-            None => Ok(0),
-        }
+            Some(r) => get_u(&r, 0)?,
+            None => 0,
+        };
+        self.rows.keep_counter(name, value);
+        Ok(value)
     }
 
     fn osds(&self) -> Result<Vec<OsdRecord>, StoreError> {
@@ -697,10 +801,15 @@ impl<D: Db> MetadataStore for SqlStore<D> {
     }
 
     fn inode(&self, ino: u64) -> Result<Option<InodeRecord>, StoreError> {
-        self.inodes(
+        if let Some(i) = self.rows.inode(ino) {
+            return Ok(i);
+        }
+        let i = self.inodes(
             &format!("SELECT {INODE_COLUMNS} FROM inodes i WHERE ino = ?1"),
             &[v(ino)],
-        )
+        )?;
+        self.rows.keep_inode(ino, i.clone());
+        Ok(i)
     }
 
     fn lookup(&self, parent: u64, name: &[u8]) -> Result<Option<InodeRecord>, StoreError> {

@@ -74,6 +74,63 @@ pub fn run(open: &dyn Fn() -> Box<dyn MetadataStore>) {
     check_after_reopen(s.as_ref());
     drop(s);
     loads_follow_batches(open);
+    reads_follow_batches(open);
+}
+
+/// Inodes and counters one handle reads between its batches (new, changed, deleted, a refused
+/// batch) are what a fresh handle reads.
+fn reads_follow_batches(open: &dyn Fn() -> Box<dyn MetadataStore>) {
+    let mut s = open();
+    let read = |s: &dyn MetadataStore| {
+        (
+            [
+                s.inode(70).unwrap(),
+                s.inode(71).unwrap(),
+                s.inode(ROOT_INO).unwrap(),
+            ],
+            s.counter("suite_rows").unwrap(),
+        )
+    };
+    let mut changed = inode(70, FileKind::Dir, None);
+    changed.mode = 0o700;
+    let steps = [
+        vec![
+            Mutation::PutInode(inode(70, FileKind::Dir, None)),
+            Mutation::PutInode(inode(71, FileKind::Dir, None)),
+            Mutation::SetCounter {
+                name: "suite_rows",
+                value: 1,
+            },
+        ],
+        // Refused (an entry of a missing parent).
+        vec![
+            Mutation::PutInode(changed.clone()),
+            Mutation::SetCounter {
+                name: "suite_rows",
+                value: 2,
+            },
+            dentry(424_242, "x", 70),
+        ],
+        vec![Mutation::PutInode(changed), Mutation::DeleteInode(71)],
+        vec![Mutation::SetCounter {
+            name: "suite_rows",
+            value: 3,
+        }],
+    ];
+    for (i, batch) in steps.iter().enumerate() {
+        read(s.as_ref());
+        assert_eq!(s.apply(batch).is_err(), i == 1, "batch {i}");
+        let seen = read(s.as_ref());
+        // A store has one writer: the fresh handle comes after this one (and reads into its own
+        // cache, which the next batch then follows).
+        drop(s);
+        s = open();
+        assert_eq!(seen, read(s.as_ref()), "after batch {i}");
+    }
+    let (inodes, counter) = read(s.as_ref());
+    assert_eq!(inodes[0].as_ref().map(|i| i.mode), Some(0o700));
+    assert_eq!(inodes[1], None);
+    assert_eq!(counter, 3);
 }
 
 /// The loads one handle reports after a run of batches (a refused batch, new segments, a resized
