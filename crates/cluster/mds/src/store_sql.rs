@@ -44,12 +44,13 @@ pub struct SqlStore<D> {
     pub(crate) rows: RowCache,
 }
 
-/// Most inodes [`RowCache`] holds; past it, it starts again empty.
-const ROW_CACHE_INODES_MAX: usize = 65_536;
+/// Most inodes, and most directory entries, [`RowCache`] holds; past it, it starts again empty.
+const ROW_CACHE_MAX: usize = 65_536;
 
-/// Inodes and counters as last read or written by this handle. The namespace reads them again
-/// and again (a create reads its parent's inode three times and two counters), and each read of
-/// a store a round trip away (PostgreSQL) costs as much as a statement of its batch. Valid while
+/// Inodes, directory entries and counters as last read or written by this handle. The namespace
+/// reads them again and again (a create reads its parent's inode three times, its name and two
+/// counters; a stat reads a name), and each read of a store a round trip away (PostgreSQL)
+/// costs as much as a statement of its batch. Valid while
 /// this handle is the store's only writer, as the store's lock or lease fence makes it (like
 /// [`LoadCache`]): a batch puts what it writes, any other statement writing those tables or a
 /// failed batch empties it. Off ([`RowCache::off`]) for a handle beside another's.
@@ -57,6 +58,8 @@ const ROW_CACHE_INODES_MAX: usize = 65_536;
 pub struct RowCache {
     on: bool,
     inodes: RefCell<HashMap<u64, Option<InodeRecord>>>,
+    /// The inode each (directory, name) names, or none.
+    entries: RefCell<HashMap<(u64, Vec<u8>), Option<u64>>>,
     counters: RefCell<HashMap<String, u64>>,
 }
 
@@ -66,6 +69,7 @@ impl RowCache {
         RowCache {
             on: true,
             inodes: RefCell::default(),
+            entries: RefCell::default(),
             counters: RefCell::default(),
         }
     }
@@ -87,10 +91,25 @@ impl RowCache {
             return;
         }
         let mut map = self.inodes.borrow_mut();
-        if map.len() >= ROW_CACHE_INODES_MAX && !map.contains_key(&ino) {
+        if map.len() >= ROW_CACHE_MAX && !map.contains_key(&ino) {
             map.clear();
         }
         map.insert(ino, i);
+    }
+
+    fn entry(&self, parent: u64, name: &[u8]) -> Option<Option<u64>> {
+        self.entries.borrow().get(&(parent, name.to_vec())).copied()
+    }
+
+    fn keep_entry(&self, parent: u64, name: &[u8], ino: Option<u64>) {
+        if !self.on {
+            return;
+        }
+        let mut map = self.entries.borrow_mut();
+        if map.len() >= ROW_CACHE_MAX {
+            map.clear();
+        }
+        map.insert((parent, name.to_vec()), ino);
     }
 
     fn counter(&self, name: &str) -> Option<u64> {
@@ -106,6 +125,7 @@ impl RowCache {
     /// Forgets everything (the tables were written around it, e.g. by a migration).
     pub(crate) fn clear(&self) {
         self.inodes.borrow_mut().clear();
+        self.entries.borrow_mut().clear();
         self.counters.borrow_mut().clear();
     }
 
@@ -117,11 +137,18 @@ impl RowCache {
                 Mutation::PutInode(i) => self.keep_inode(i.ino, Some(i.clone())),
                 Mutation::DeleteInode(ino) => self.keep_inode(*ino, None),
                 Mutation::SetCounter { name, value } => self.keep_counter(name, *value),
+                Mutation::PutDentry { parent, name, ino } => {
+                    self.keep_entry(*parent, name, Some(*ino))
+                }
+                Mutation::DeleteDentry { parent, name } => self.keep_entry(*parent, name, None),
                 _ => {
                     let writes =
                         |table: &str| stmts[span.clone()].iter().any(|s| s.sql.contains(table));
                     if writes("inodes") {
                         self.inodes.borrow_mut().clear();
+                    }
+                    if writes("dentries") {
+                        self.entries.borrow_mut().clear();
                     }
                     if writes("counters") {
                         self.counters.borrow_mut().clear();
@@ -813,13 +840,24 @@ impl<D: Db> MetadataStore for SqlStore<D> {
     }
 
     fn lookup(&self, parent: u64, name: &[u8]) -> Result<Option<InodeRecord>, StoreError> {
-        self.inodes(
+        match self.rows.entry(parent, name) {
+            Some(Some(ino)) => return self.inode(ino),
+            Some(None) => return Ok(None),
+            None => {}
+        }
+        let i = self.inodes(
             &format!(
                 "SELECT {INODE_COLUMNS} FROM dentries d JOIN inodes i ON i.ino = d.ino
                  WHERE d.parent = ?1 AND d.name = ?2"
             ),
             &[v(parent), Value::Blob(name.to_vec())],
-        )
+        )?;
+        self.rows
+            .keep_entry(parent, name, i.as_ref().map(|i| i.ino));
+        if let Some(i) = &i {
+            self.rows.keep_inode(i.ino, Some(i.clone()));
+        }
+        Ok(i)
     }
 
     fn dir_entries(

@@ -87,6 +87,9 @@ fn reads_follow_batches(open: &dyn Fn() -> Box<dyn MetadataStore>) {
                 s.inode(70).unwrap(),
                 s.inode(71).unwrap(),
                 s.inode(ROOT_INO).unwrap(),
+                s.lookup(ROOT_INO, b"rows_a").unwrap(),
+                s.lookup(ROOT_INO, b"rows_b").unwrap(),
+                s.lookup(70, b"rows_c").unwrap(),
             ],
             s.counter("suite_rows").unwrap(),
         )
@@ -111,7 +114,31 @@ fn reads_follow_batches(open: &dyn Fn() -> Box<dyn MetadataStore>) {
             },
             dentry(424_242, "x", 70),
         ],
-        vec![Mutation::PutInode(changed), Mutation::DeleteInode(71)],
+        vec![
+            Mutation::PutInode(changed),
+            dentry(ROOT_INO, "rows_a", 70),
+            dentry(ROOT_INO, "rows_b", 71),
+        ],
+        // A rename of a directory entry, and one into the other directory.
+        vec![
+            Mutation::DeleteDentry {
+                parent: ROOT_INO,
+                name: b"rows_a".to_vec(),
+            },
+            dentry(ROOT_INO, "rows_c", 70),
+            Mutation::DeleteDentry {
+                parent: ROOT_INO,
+                name: b"rows_b".to_vec(),
+            },
+            dentry(70, "rows_c", 71),
+        ],
+        vec![
+            Mutation::DeleteDentry {
+                parent: 70,
+                name: b"rows_c".to_vec(),
+            },
+            Mutation::DeleteInode(71),
+        ],
         vec![Mutation::SetCounter {
             name: "suite_rows",
             value: 3,
@@ -127,9 +154,16 @@ fn reads_follow_batches(open: &dyn Fn() -> Box<dyn MetadataStore>) {
         s = open();
         assert_eq!(seen, read(s.as_ref()), "after batch {i}");
     }
-    let (inodes, counter) = read(s.as_ref());
-    assert_eq!(inodes[0].as_ref().map(|i| i.mode), Some(0o700));
-    assert_eq!(inodes[1], None);
+    let (rows, counter) = read(s.as_ref());
+    assert_eq!(rows[0].as_ref().map(|i| i.mode), Some(0o700));
+    assert_eq!(rows[1], None);
+    assert_eq!(rows[3], None);
+    assert_eq!(rows[4], None);
+    assert_eq!(rows[5], None);
+    assert_eq!(
+        s.lookup(ROOT_INO, b"rows_c").unwrap().map(|i| i.ino),
+        Some(70)
+    );
     assert_eq!(counter, 3);
 }
 
