@@ -8,10 +8,19 @@
 //! segments of the file ([`SegmentCache::drop_stale`]). Dirty bytes are this client's own writes,
 //! not yet flushed: they are never dropped, only flushed.
 //!
+//! Write-behind: a segment the caller writes whole while its file is still open (a full new
+//! segment of a file written sequentially) is handed out as [`Bytes`] sharing the cached buffer
+//! ([`SegmentCache::start_write`]); it counts as clean from then on, but stays cached (not evicted,
+//! not dropped as stale) until the caller reports the write's end ([`SegmentCache::end_write`]); a
+//! failed write makes it dirty again, to be written whole by the next flush.
+//!
 //! Pure bookkeeping (no I/O): the caller fetches and flushes; the cache says what to.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
 
 /// A cached segment: (inode, segment index in its file).
 pub type Key = (u64, u32);
@@ -20,7 +29,9 @@ pub type Key = (u64, u32);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {
     /// Every byte of the segment as this client sees it (its length is the segment's length).
-    pub data: Vec<u8>,
+    /// Shared with the [`Bytes`] of writes under way ([`Segment::bytes`]): a change while one is
+    /// copies it first.
+    pub data: Arc<Vec<u8>>,
     /// The segment's length in the cluster: 0 when the cluster does not have it yet.
     pub stored_len: u64,
     /// The file version the clean bytes were read at (or last flushed as).
@@ -32,6 +43,8 @@ pub struct Segment {
     /// updates each (random small writes cost their own bytes, not the span between them). At
     /// most [`DIRTY_RUNS_MAX`]: past that the two closest merge.
     pub runs: Vec<Range<u64>>,
+    /// A whole write of it is under way ([`SegmentCache::start_write`]).
+    writing: bool,
     last_used: u64,
 }
 
@@ -42,6 +55,31 @@ impl Segment {
     /// It must be written whole: new to the cluster, or of another length there.
     pub fn needs_whole_write(&self) -> bool {
         self.stored_len != self.data.len() as u64
+    }
+
+    /// Every byte of it was written (or is new zeros) since the last flush: one run from 0 to
+    /// its end.
+    pub fn fully_dirty(&self) -> bool {
+        matches!(self.runs.as_slice(), [r] if r.start == 0 && r.end == self.data.len() as u64)
+    }
+
+    /// A whole write of it is under way ([`SegmentCache::start_write`]).
+    pub fn is_writing(&self) -> bool {
+        self.writing
+    }
+
+    /// Its bytes, sharing the cached buffer (no copy); `range` of them with [`Bytes::slice`].
+    pub fn bytes(&self) -> Bytes {
+        Bytes::from_owner(SharedBuf(self.data.clone()))
+    }
+}
+
+/// A cached segment's buffer as the owner of a [`Bytes`].
+struct SharedBuf(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for SharedBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
 
@@ -56,7 +94,8 @@ pub struct CacheStats {
     pub invalidations: u64,
     /// Bytes cached, all segments.
     pub bytes: u64,
-    /// Bytes of the segments holding unflushed writes (whole segments: what a flush may write).
+    /// Bytes of the segments holding unflushed writes (whole segments: what a flush may write),
+    /// and of those being written.
     pub dirty_bytes: u64,
     pub segments: u64,
 }
@@ -93,7 +132,7 @@ impl SegmentCache {
             dirty_bytes: self
                 .map
                 .values()
-                .filter(|s| s.dirty.is_some())
+                .filter(|s| s.dirty.is_some() || s.writing)
                 .map(|s| s.data.len() as u64)
                 .sum(),
             ..self.stats
@@ -135,10 +174,11 @@ impl SegmentCache {
             key,
             Segment {
                 stored_len: data.len() as u64,
-                data,
+                data: Arc::new(data),
                 version,
                 dirty: None,
                 runs: Vec::new(),
+                writing: false,
                 last_used: self.tick,
             },
         );
@@ -195,7 +235,7 @@ impl SegmentCache {
         };
         let end = offset as usize + bytes.len();
         assert!(end <= s.data.len(), "a write past the cached segment's end");
-        s.data[offset as usize..end].copy_from_slice(bytes);
+        Arc::make_mut(&mut s.data)[offset as usize..end].copy_from_slice(bytes);
         Self::mark(s, offset..end as u64);
         self.touch(key);
         true
@@ -210,7 +250,7 @@ impl SegmentCache {
         if old == len {
             return true;
         }
-        s.data.resize(len as usize, 0);
+        Arc::make_mut(&mut s.data).resize(len as usize, 0);
         self.stats.bytes = self.stats.bytes - old + len;
         if len > old {
             Self::mark(s, old..len);
@@ -243,11 +283,42 @@ impl SegmentCache {
         v
     }
 
-    /// Whether `ino` has dirty segments.
+    /// Whether `ino` has dirty segments or segments being written.
     pub fn is_dirty(&self, ino: u64) -> bool {
         self.map
             .iter()
-            .any(|((i, _), s)| *i == ino && s.dirty.is_some())
+            .any(|((i, _), s)| *i == ino && (s.dirty.is_some() || s.writing))
+    }
+
+    /// Starts a whole write of a cached segment: its bytes (shared, not copied), and it is clean
+    /// from now on (at its length in the cluster; writes after this one make it dirty again) but
+    /// held in the cache until [`SegmentCache::end_write`]. None when it is not cached or already
+    /// being written.
+    pub fn start_write(&mut self, key: Key) -> Option<Bytes> {
+        let s = self.map.get_mut(&key)?;
+        if s.writing {
+            return None;
+        }
+        s.writing = true;
+        s.dirty = None;
+        s.runs.clear();
+        s.stored_len = s.data.len() as u64;
+        Some(s.bytes())
+    }
+
+    /// The write [`SegmentCache::start_write`] started ended: the segment may go again. A failed
+    /// one leaves the segment dirty, all of it, to be written whole (the cluster may not have it).
+    /// Nothing when the segment is no longer cached (a truncation dropped it).
+    pub fn end_write(&mut self, key: Key, ok: bool) {
+        let Some(s) = self.map.get_mut(&key) else {
+            return;
+        };
+        s.writing = false;
+        if !ok {
+            s.stored_len = 0;
+            let len = s.data.len() as u64;
+            Self::mark(s, 0..len);
+        }
     }
 
     /// A flushed segment: clean, at `version`, stored at its current length.
@@ -288,7 +359,9 @@ impl SegmentCache {
         let keys: Vec<Key> = self
             .map
             .iter()
-            .filter(|((i, _), s)| *i == ino && s.dirty.is_none() && s.version != version)
+            .filter(|((i, _), s)| {
+                *i == ino && s.dirty.is_none() && !s.writing && s.version != version
+            })
             .map(|(k, _)| *k)
             .collect();
         for &k in &keys {
@@ -305,7 +378,7 @@ impl SegmentCache {
 
     /// Makes room: drops clean segments, least recently used first, until the cache fits; returns
     /// the inodes whose dirty segments still hold it over (the caller flushes those files and
-    /// calls again).
+    /// calls again). Segments being written stay (their writes end on their own).
     pub fn evict(&mut self) -> Vec<u64> {
         let mut over = Vec::new();
         let order: Vec<Key> = self.lru.values().copied().collect();
@@ -313,8 +386,13 @@ impl SegmentCache {
             if self.stats.bytes <= self.capacity {
                 break;
             }
-            let dirty = self.map.get(&key).is_some_and(|s| s.dirty.is_some());
-            if dirty {
+            let Some(s) = self.map.get(&key) else {
+                continue;
+            };
+            if s.writing {
+                continue;
+            }
+            if s.dirty.is_some() {
                 if !over.contains(&key.0) {
                     over.push(key.0);
                 }
@@ -417,6 +495,62 @@ mod tests {
         assert!(c.evict().is_empty());
         assert!(c.peek((1, 1)).is_none());
         assert_eq!(c.stats().bytes, 70);
+    }
+
+    /// A segment being written is handed out without a copy, is clean but stays cached (no
+    /// eviction, no stale drop) until its write ends; a write meanwhile copies the buffer (the
+    /// bytes handed out do not change) and makes it dirty by that range only; a failed write makes
+    /// it dirty whole.
+    #[test]
+    fn segments_being_written_stay_until_their_write_ends() {
+        let mut c = SegmentCache::new(10);
+        c.insert_new((1, 0), 8, 1);
+        c.write((1, 0), 0, b"abcdefgh");
+        let s = c.peek((1, 0)).unwrap();
+        assert!(s.fully_dirty() && s.needs_whole_write());
+        let sent = c.start_write((1, 0)).unwrap();
+        assert_eq!(&sent[..], b"abcdefgh");
+        assert_eq!(
+            sent.as_ptr(),
+            c.peek((1, 0)).unwrap().data.as_ptr(),
+            "shared, not copied"
+        );
+        assert!(c.start_write((1, 0)).is_none(), "one write at a time");
+        let s = c.peek((1, 0)).unwrap();
+        assert!(s.is_writing() && s.dirty.is_none() && !s.needs_whole_write());
+        assert!(c.dirty_of(1).is_empty());
+        assert!(c.is_dirty(1));
+        assert_eq!(c.stats().dirty_bytes, 8);
+        // Over capacity, and a new version elsewhere: it stays all the same.
+        c.insert((2, 0), vec![0; 8], 1);
+        assert!(c.evict().is_empty());
+        assert!(c.peek((1, 0)).is_some() && c.peek((2, 0)).is_none());
+        assert_eq!(c.drop_stale(1, 9), 0);
+        // A write during the write: copied first.
+        c.write((1, 0), 2, b"XY");
+        assert_eq!(&sent[..], b"abcdefgh");
+        let s = c.peek((1, 0)).unwrap();
+        assert_eq!(&s.data[..], b"abXYefgh");
+        assert_eq!(s.runs, vec![2..4]);
+        assert!(!s.needs_whole_write());
+        drop(sent);
+        c.end_write((1, 0), true);
+        assert!(!c.peek((1, 0)).unwrap().is_writing());
+        // A failed write: dirty whole again, to be written whole.
+        c.mark_clean((1, 0), 2);
+        c.start_write((1, 0)).unwrap();
+        c.end_write((1, 0), false);
+        let s = c.peek((1, 0)).unwrap();
+        assert!(s.fully_dirty() && s.needs_whole_write() && !s.is_writing());
+        assert_eq!(c.dirty_of(1), vec![0]);
+        // Clean and done: it may go.
+        c.mark_clean((1, 0), 3);
+        c.insert((2, 0), vec![0; 8], 1);
+        assert!(c.evict().is_empty());
+        assert!(c.peek((1, 0)).is_none());
+        // The end of a write of a segment a truncation dropped: nothing.
+        c.end_write((1, 0), false);
+        assert!(c.peek((1, 0)).is_none());
     }
 
     #[test]

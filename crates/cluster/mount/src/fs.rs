@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use ecstack_client::{
     Attr, Client, ClientError, Errno, FileKind, MdsError, RenameFlags, SegmentCache, SegmentLayout,
     SetAttr, SetTime,
@@ -42,6 +41,10 @@ const KERNEL_WRITE_BYTES_MAX: u32 = 1 << 20;
 /// Segment updates a flush has in flight at once.
 const UPDATES_IN_FLIGHT_MAX: usize = 16;
 
+/// The background writes of one file's full new segments ([`Shared::write_behind`]): each ends
+/// with the write's result.
+type Behind = tokio::task::JoinSet<Result<(), ClientError>>;
+
 /// One open file's state in this mount (under its [`Entry::state`] lock).
 #[derive(Debug)]
 struct FileState {
@@ -56,6 +59,13 @@ struct FileState {
     /// When this mount last wrote (shown as mtime until the commit).
     mtime_ns: u64,
     opens: u32,
+    /// Whole writes of full new segments under way in the background (write-behind; their
+    /// layouts are in `segments` already). A flush waits for them first.
+    behind: Behind,
+    /// An error of a write the application has not been told of (a background segment write, a
+    /// flush of this file to make room for another): the file's next write, fsync or close
+    /// answers it. The bytes stay dirty, so the next flush writes them again.
+    error: Option<i32>,
 }
 
 impl FileState {
@@ -68,6 +78,8 @@ impl FileState {
             segments,
             changed: false,
             opens: 0,
+            behind: Behind::new(),
+            error: None,
         }
     }
 }
@@ -81,18 +93,38 @@ struct Entry {
     unflushed: Mutex<Option<(u64, u64)>>,
 }
 
+/// Ends a background segment write in the cache when its task ends, however it ends (a write
+/// not known to have succeeded leaves the segment dirty).
+struct WriteEnd {
+    cache: Arc<Mutex<SegmentCache>>,
+    key: (u64, u32),
+    ok: bool,
+}
+
+impl Drop for WriteEnd {
+    fn drop(&mut self) {
+        lock_cache(&self.cache).end_write(self.key, self.ok);
+    }
+}
+
 /// A directory's entries as opendir read them: (inode, type, name), `.` and `..` first.
 type Listing = Vec<(u64, FileType, Vec<u8>)>;
 
 /// The file system state the handlers' tasks share.
 pub(crate) struct Shared {
     client: Client,
-    cache: Mutex<SegmentCache>,
+    /// Shared with the background segment writes, which mark their segment's write ended.
+    cache: Arc<Mutex<SegmentCache>>,
+    /// Whole segment writes in the background at once, all files (see [`Shared::write_behind`]).
+    behind_slots: Arc<tokio::sync::Semaphore>,
     files: Mutex<HashMap<u64, Arc<Entry>>>,
     /// Directory listings read at opendir (readdir pages through them by offset).
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_fh: AtomicU64,
     seg: u64,
+    /// Whole segment writes in flight at once: in the background, all files
+    /// (`behind_slots`'s permits), and in one flush.
+    window: usize,
     /// How long the kernel keeps entries and attributes (docs/mount.md).
     ttl: Duration,
     /// Set once the session exists: invalidates the kernel's attributes of a file at its open.
@@ -224,9 +256,18 @@ fn xattr_reply(reply: ReplyXattr, size: u32, v: &[u8]) {
     }
 }
 
+fn lock_cache(cache: &Mutex<SegmentCache>) -> MutexGuard<'_, SegmentCache> {
+    cache.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Takes `st`'s unreported error (see [`FileState::error`]).
+fn reported(st: &mut FileState) -> Res<()> {
+    st.error.take().map_or(Ok(()), Err)
+}
+
 impl Shared {
     fn cache(&self) -> MutexGuard<'_, SegmentCache> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        lock_cache(&self.cache)
     }
 
     /// The entry of `ino` (made on first use).
@@ -395,10 +436,15 @@ impl Shared {
     }
 
     /// Writes `ino`'s dirty segments to the cluster and commits its size and times (one SetAttr):
-    /// an unchanged-length segment as one update of its dirty range, a new, grown or cut one whole.
+    /// an unchanged-length segment as one update per written range, a new, grown or cut one
+    /// whole. It first waits for the file's background segment writes ([`Self::write_behind`]);
+    /// their errors stay in `st.error` for the caller to answer ([`reported`]), and a segment
+    /// whose write failed is dirty again, so this flush writes it again.
     async fn flush_file(&self, ino: u64, st: &mut FileState) -> Res<()> {
-        // What to write, copied out under one hold of the cache lock (this file's lock keeps
-        // its dirty segments as they are until they are marked clean below).
+        Self::drain(ino, st).await;
+        // What to write, under one hold of the cache lock: the segments' bytes shared, not
+        // copied (this file's lock keeps its dirty segments as they are until they are marked
+        // clean below).
         let committed = st.segments.len() as u32;
         let mut resized = Vec::new();
         let mut whole = Vec::new();
@@ -410,17 +456,17 @@ impl Shared {
             for &idx in &dirty {
                 let s = cache.peek((ino, idx)).expect("dirty segments are cached");
                 if idx >= committed {
-                    new.push(Bytes::copy_from_slice(&s.data));
+                    new.push(s.bytes());
                     continue;
                 }
                 let layout = st.segments[idx as usize].clone();
                 if s.needs_whole_write() {
                     resized.push((layout.segment_id, s.data.len() as u64));
-                    whole.push((layout, Bytes::copy_from_slice(&s.data)));
+                    whole.push((layout, s.bytes(), false));
                 } else {
+                    let bytes = s.bytes();
                     for r in s.runs.iter().filter(|r| !r.is_empty()) {
-                        let data =
-                            Bytes::copy_from_slice(&s.data[r.start as usize..r.end as usize]);
+                        let data = bytes.slice(r.start as usize..r.end as usize);
                         updates.push((layout.clone(), r.start, data));
                     }
                 }
@@ -431,30 +477,31 @@ impl Shared {
             return Ok(());
         }
         let c = &self.client;
-        for (layout, data) in whole {
-            c.write_segment(&layout, data, false).await.map_err(errno)?;
-        }
-        // The updates in parallel (their ranges are disjoint; each segment's primary serializes
-        // its own), at most UPDATES_IN_FLIGHT_MAX at a time.
-        let mut flight = tokio::task::JoinSet::new();
-        for (layout, offset, data) in updates {
-            if flight.len() >= UPDATES_IN_FLIGHT_MAX {
-                Self::joined(flight.join_next().await)?;
-            }
-            let c = c.clone();
-            flight.spawn(async move { c.update_segment(&layout, offset, data).await });
-        }
-        while let Some(r) = flight.join_next().await {
-            Self::joined(Some(r))?;
-        }
         let mut grown = Vec::new();
         if !new.is_empty() {
             let lengths: Vec<u64> = new.iter().map(|d| d.len() as u64).collect();
             grown = c.grow_file(ino, committed, &lengths).await.map_err(errno)?;
-            for (layout, data) in grown.iter().zip(new) {
-                c.write_segment(layout, data, true).await.map_err(errno)?;
-            }
+            whole.extend(grown.iter().cloned().zip(new).map(|(l, d)| (l, d, true)));
         }
+        // Whole writes, `window` at a time, then the updates, UPDATES_IN_FLIGHT_MAX at a time
+        // (all of different segments or disjoint ranges; each segment's primary serializes its
+        // own).
+        Self::in_parallel(
+            self.window,
+            whole.into_iter().map(|(layout, data, new)| {
+                let c = c.clone();
+                async move { c.write_segment(&layout, data, new).await }
+            }),
+        )
+        .await?;
+        Self::in_parallel(
+            UPDATES_IN_FLIGHT_MAX,
+            updates.into_iter().map(|(layout, offset, data)| {
+                let c = c.clone();
+                async move { c.update_segment(&layout, offset, data).await }
+            }),
+        )
+        .await?;
         let relaid = !resized.is_empty();
         let set = SetAttr {
             size: Some(st.size),
@@ -489,15 +536,126 @@ impl Shared {
         Ok(())
     }
 
-    /// The result of one update task of [`Self::flush_file`].
+    /// The result of one write task of [`Self::flush_file`].
     fn joined(r: Option<Result<Result<(), ClientError>, tokio::task::JoinError>>) -> Res<()> {
         match r {
             None | Some(Ok(Ok(()))) => Ok(()),
             Some(Ok(Err(e))) => Err(errno(e)),
             Some(Err(e)) => {
-                tracing::error!(error = %e, "a segment update task failed");
+                tracing::error!(error = %e, "a segment write task failed");
                 Err(libc::EIO)
             }
+        }
+    }
+
+    /// Runs `jobs`, at most `max` at a time; the first error (the rest are then cancelled).
+    async fn in_parallel<F>(max: usize, jobs: impl IntoIterator<Item = F>) -> Res<()>
+    where
+        F: Future<Output = Result<(), ClientError>> + Send + 'static,
+    {
+        let mut flight = tokio::task::JoinSet::new();
+        for job in jobs {
+            if flight.len() >= max.max(1) {
+                Self::joined(flight.join_next().await)?;
+            }
+            flight.spawn(job);
+        }
+        while let Some(r) = flight.join_next().await {
+            Self::joined(Some(r))?;
+        }
+        Ok(())
+    }
+
+    /// Write-behind: starts whole writes of `ino`'s full new segments, the ones next to be placed
+    /// whose every byte is written (a file written sequentially fills one segment after
+    /// another), placed by one GrowFile, in the background: at most `window` in flight in the
+    /// whole mount, as `cluster put` keeps a window of segments in flight (a write waits for a
+    /// slot). So by close or fsync only the last, partly written segment is left to write. A
+    /// segment stays cached until its write ends; a failure is kept for the file's next write,
+    /// fsync or close (EIO) and leaves the segment dirty, for the next flush to write again.
+    async fn write_behind(&self, ino: u64, st: &mut FileState) -> Res<()> {
+        let first = st.segments.len() as u32;
+        let lengths: Vec<u64> = {
+            let cache = self.cache();
+            (first..)
+                .map_while(|idx| {
+                    cache
+                        .peek((ino, idx))
+                        .filter(|s| {
+                            s.data.len() as u64 == self.seg
+                                && s.stored_len == 0
+                                && s.fully_dirty()
+                                && !s.is_writing()
+                        })
+                        .map(|s| s.data.len() as u64)
+                })
+                .collect()
+        };
+        if lengths.is_empty() {
+            return Ok(());
+        }
+        let layouts = self
+            .client
+            .grow_file(ino, first, &lengths)
+            .await
+            .map_err(errno)?;
+        for (idx, layout) in (first..).zip(layouts) {
+            let slot = self
+                .behind_slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| libc::EIO)?;
+            let key = (ino, idx);
+            let data = self.cache().start_write(key).ok_or_else(|| {
+                tracing::error!(ino, idx, "a full segment to write left the cache");
+                libc::EIO
+            })?;
+            st.segments.push(layout.clone());
+            let end = WriteEnd {
+                cache: self.cache.clone(),
+                key,
+                ok: false,
+            };
+            let c = self.client.clone();
+            st.behind.spawn(async move {
+                let mut end = end;
+                let r = c.write_segment(&layout, data, true).await;
+                end.ok = r.is_ok();
+                drop((end, slot));
+                r
+            });
+        }
+        Ok(())
+    }
+
+    /// One ended background write of `ino` ([`Self::write_behind`]): a failure is kept in
+    /// `st.error` (EIO) with a log line.
+    fn behind_ended(
+        ino: u64,
+        st: &mut FileState,
+        r: Result<Result<(), ClientError>, tokio::task::JoinError>,
+    ) {
+        let e = match r {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::error!(ino, error = %e, "a background segment write failed (the file's next write, fsync or close answers EIO)");
+        st.error.get_or_insert(libc::EIO);
+    }
+
+    /// Collects `ino`'s background writes that have ended, without waiting.
+    fn reap(ino: u64, st: &mut FileState) {
+        while let Some(r) = st.behind.try_join_next() {
+            Self::behind_ended(ino, st, r);
+        }
+    }
+
+    /// Waits for all of `ino`'s background writes.
+    async fn drain(ino: u64, st: &mut FileState) {
+        while let Some(r) = st.behind.join_next().await {
+            Self::behind_ended(ino, st, r);
         }
     }
 
@@ -528,7 +686,8 @@ impl Shared {
                 match self.flush_file(other, o).await {
                     Ok(()) => Self::publish(&entry, o),
                     Err(e) => {
-                        tracing::error!(ino = other, errno = e, "could not flush to make room")
+                        tracing::error!(ino = other, errno = e, "could not flush to make room");
+                        o.error.get_or_insert(e);
                     }
                 }
             }
@@ -564,6 +723,8 @@ impl Shared {
     }
 
     async fn write_bytes(&self, ino: u64, st: &mut FileState, offset: u64, data: &[u8]) -> Res<()> {
+        Self::reap(ino, st);
+        reported(st)?;
         let end = offset + data.len() as u64;
         if end > st.size {
             self.set_size(ino, st, end).await?;
@@ -582,6 +743,7 @@ impl Shared {
         }
         st.changed = true;
         st.mtime_ns = now_ns();
+        self.write_behind(ino, st).await?;
         self.make_room(ino, st).await
     }
 
@@ -615,7 +777,8 @@ impl Shared {
         for (ino, entry) in entries {
             let mut guard = entry.state.lock().await;
             if let Some(st) = guard.as_mut() {
-                if let Err(e) = self.flush_file(ino, st).await {
+                let r = self.flush_file(ino, st).await;
+                if let Err(e) = r.and(reported(st)) {
                     tracing::error!(ino, errno = e, "could not flush a file at unmount");
                 }
             }
@@ -632,14 +795,23 @@ impl CodfsFs {
         segment_bytes: u64,
         attr_ttl: Duration,
     ) -> CodfsFs {
+        let seg = segment_bytes.max(1);
+        // Background segment writes: put's window, but no more than the cache holds beside the
+        // segment being filled (the segments being written stay cached).
+        let window = (cache_bytes / seg)
+            .saturating_sub(1)
+            .min(client.options().window_segments_max as u64)
+            .max(1) as usize;
         CodfsFs {
             shared: Arc::new(Shared {
                 client,
-                cache: Mutex::new(SegmentCache::new(cache_bytes)),
+                cache: Arc::new(Mutex::new(SegmentCache::new(cache_bytes))),
+                behind_slots: Arc::new(tokio::sync::Semaphore::new(window)),
+                window,
                 files: Mutex::default(),
                 dirs: Mutex::default(),
                 next_fh: AtomicU64::new(1),
-                seg: segment_bytes.max(1),
+                seg,
                 ttl: attr_ttl,
                 notifier: OnceLock::new(),
             }),
@@ -704,13 +876,17 @@ impl CodfsFs {
         self.spawn(reply, async move { s.with_file(ino, work).await }, done)
     }
 
-    /// Flushes and commits a file (close's flush, fsync).
+    /// Flushes and commits a file (close's flush, fsync), and answers an earlier write's error
+    /// not answered yet.
     fn spawn_flush(&self, reply: ReplyEmpty, ino: u64) {
         self.spawn_file(
             reply,
             ino,
             move |s: &Shared, st: &mut FileState| {
-                Box::pin(async move { s.flush_file(ino, st).await })
+                Box::pin(async move {
+                    let r = s.flush_file(ino, st).await;
+                    r.and(reported(st))
+                })
             },
             |_, reply, ()| reply.ok(),
         )
@@ -1051,7 +1227,7 @@ impl Filesystem for CodfsFs {
                 Box::pin(async move {
                     let r = s.flush_file(ino, st).await;
                     st.opens = st.opens.saturating_sub(1);
-                    r
+                    r.and(reported(st))
                 })
             },
             |_, reply, ()| reply.ok(),
