@@ -465,7 +465,10 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         if !(attr_timeout.is_finite() && (0.0..=3600.0).contains(attr_timeout)) {
             anyhow::bail!("--attr-timeout {attr_timeout}: give seconds from 0 to 3600");
         }
-        // The mount runs its own runtime and blocks this thread until it is unmounted.
+        // The mount runs its own runtime and blocks this thread until it is unmounted; its log
+        // lines (a failed cluster call, a background segment write that failed, the unmount) go
+        // to stderr.
+        crate::cmd_nbd::init_logging("info");
         let config = config_path(conn);
         if conn.config.is_none() && !config.exists() {
             anyhow::bail!(

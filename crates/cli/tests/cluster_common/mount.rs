@@ -1,4 +1,5 @@
-//! `ecstack cluster mount` processes for the tests that use a mount (`mount.rs`, `mds_failover.rs`),
+//! `ecstack cluster mount` processes for the tests that use a mount (`mount.rs`,
+//! `mount_write_behind.rs`, `mds_failover.rs`),
 //! and running a tool that must succeed.
 
 use std::path::{Path, PathBuf};
@@ -6,6 +7,19 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{exe, Rig};
+
+/// Whether `/dev/fuse` is there (without it a mount test fails under CI=true, else skips).
+pub fn fuse_present() -> bool {
+    ecstack_testkit::require("/dev/fuse", Path::new("/dev/fuse").exists(), "fuse3")
+}
+
+/// A sample's value in Prometheus text (`name` with no labels).
+pub fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
 
 /// Runs `cmd`, which must succeed; its output.
 pub fn run(cmd: &mut Command) -> std::process::Output {

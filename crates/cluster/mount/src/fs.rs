@@ -621,6 +621,9 @@ impl Shared {
             st.behind.spawn(async move {
                 let mut end = end;
                 let r = c.write_segment(&layout, data, true).await;
+                if let Err(e) = &r {
+                    tracing::error!(ino, segment = idx, error = %e, "a background segment write failed (the file's next write, fsync or close answers EIO; its bytes stay dirty)");
+                }
                 end.ok = r.is_ok();
                 drop((end, slot));
                 r
@@ -629,19 +632,20 @@ impl Shared {
         Ok(())
     }
 
-    /// One ended background write of `ino` ([`Self::write_behind`]): a failure is kept in
-    /// `st.error` (EIO) with a log line.
+    /// One ended background write of `ino` ([`Self::write_behind`]): a failure (the task logged
+    /// it) is kept in `st.error` as EIO.
     fn behind_ended(
         ino: u64,
         st: &mut FileState,
         r: Result<Result<(), ClientError>, tokio::task::JoinError>,
     ) {
-        let e = match r {
+        match r {
             Ok(Ok(())) => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => e.to_string(),
-        };
-        tracing::error!(ino, error = %e, "a background segment write failed (the file's next write, fsync or close answers EIO)");
+            Ok(Err(_)) => {}
+            Err(e) => {
+                tracing::error!(ino, error = %e, "a background segment write's task ended early (the file's next write, fsync or close answers EIO)")
+            }
+        }
         st.error.get_or_insert(libc::EIO);
     }
 
