@@ -126,6 +126,11 @@ impl SegmentCache {
         self.capacity
     }
 
+    /// Bytes cached, all segments.
+    pub fn bytes(&self) -> u64 {
+        self.stats.bytes
+    }
+
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             segments: self.map.len() as u64,

@@ -87,8 +87,9 @@ impl FileState {
 /// One file this mount has opened or resized.
 #[derive(Debug, Default)]
 struct Entry {
-    /// Loaded at the first open (None before): the per-file lock of the data path.
-    state: tokio::sync::Mutex<Option<FileState>>,
+    /// Loaded at the first open (None before): the per-file lock of the data path (in an `Arc`: a
+    /// write done on the session thread hands it to the task that finishes the write's work).
+    state: Arc<tokio::sync::Mutex<Option<FileState>>>,
     /// Size and mtime of writes not yet committed, for `stat` while a write holds the lock.
     unflushed: Mutex<Option<(u64, u64)>>,
 }
@@ -105,6 +106,30 @@ impl Drop for WriteEnd {
     fn drop(&mut self) {
         lock_cache(&self.cache).end_write(self.key, self.ok);
     }
+}
+
+/// A file's lock held by a task (see [`Entry::state`]).
+type FileGuard = tokio::sync::OwnedMutexGuard<Option<FileState>>;
+
+/// The pieces of a request of `len` bytes at `offset` in segments of `seg` bytes: (segment index,
+/// offset in it, range of the request).
+fn pieces(
+    seg: u64,
+    offset: u64,
+    len: usize,
+) -> impl Iterator<Item = (u32, u64, std::ops::Range<usize>)> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        if at >= len {
+            return None;
+        }
+        let pos = offset + at as u64;
+        let within = pos % seg;
+        let n = ((seg - within) as usize).min(len - at);
+        let piece = ((pos / seg) as u32, within, at..at + n);
+        at += n;
+        Some(piece)
+    })
 }
 
 /// A directory's entries as opendir read them: (inode, type, name), `.` and `..` first.
@@ -390,14 +415,17 @@ impl Shared {
         let (old_n, new_n) = (count(old), count(new));
         let len_in = |idx: u32, size: u64| (size - u64::from(idx) * seg).min(seg);
         if new > old {
-            if old_n > 0 && !old.is_multiple_of(seg) {
-                let idx = old_n - 1;
-                self.with_segment(ino, idx, st, |c| c.set_len((ino, idx), len_in(idx, new)))
-                    .await?;
-            }
-            let mut cache = self.cache();
-            for idx in old_n..new_n {
-                cache.insert_new((ino, idx), len_in(idx, new), version);
+            let grown = if old_n > 0 && !old.is_multiple_of(seg) {
+                self.with_segment(ino, old_n - 1, st, |c| {
+                    self.grow_cached(c, ino, old, new, version)
+                })
+                .await?
+            } else {
+                self.grow_cached(&mut self.cache(), ino, old, new, version)
+            };
+            if !grown {
+                tracing::error!(ino, "the last segment to grow left the cache");
+                return Err(libc::EIO);
             }
         } else {
             self.cache().drop_from(ino, new_n);
@@ -411,6 +439,32 @@ impl Shared {
         st.changed = true;
         st.mtime_ns = now_ns();
         Ok(())
+    }
+
+    /// Grows `ino` from `old` to `new` bytes in `cache`: its partial last segment made longer
+    /// (false when it is not cached), new segments of zeros after it.
+    fn grow_cached(
+        &self,
+        cache: &mut SegmentCache,
+        ino: u64,
+        old: u64,
+        new: u64,
+        version: u64,
+    ) -> bool {
+        let seg = self.seg;
+        let count = |size: u64| size.div_ceil(seg) as u32;
+        let len_in = |idx: u32, size: u64| (size - u64::from(idx) * seg).min(seg);
+        let (old_n, new_n) = (count(old), count(new));
+        if old_n > 0
+            && !old.is_multiple_of(seg)
+            && !cache.set_len((ino, old_n - 1), len_in(old_n - 1, new))
+        {
+            return false;
+        }
+        for idx in old_n..new_n {
+            cache.insert_new((ino, idx), len_in(idx, new), version);
+        }
+        true
     }
 
     /// [`Self::resize_local`] that grows a file by at most half the cache at a time, flushing in
@@ -575,22 +629,9 @@ impl Shared {
     /// fsync or close (EIO) and leaves the segment dirty, for the next flush to write again.
     async fn write_behind(&self, ino: u64, st: &mut FileState) -> Res<()> {
         let first = st.segments.len() as u32;
-        let lengths: Vec<u64> = {
-            let cache = self.cache();
-            (first..)
-                .map_while(|idx| {
-                    cache
-                        .peek((ino, idx))
-                        .filter(|s| {
-                            s.data.len() as u64 == self.seg
-                                && s.stored_len == 0
-                                && s.fully_dirty()
-                                && !s.is_writing()
-                        })
-                        .map(|s| s.data.len() as u64)
-                })
-                .collect()
-        };
+        let lengths: Vec<u64> = (first..first + self.full_new_segments(&self.cache(), ino, st))
+            .map(|_| self.seg)
+            .collect();
         if lengths.is_empty() {
             return Ok(());
         }
@@ -630,6 +671,21 @@ impl Shared {
             });
         }
         Ok(())
+    }
+
+    /// How many of `ino`'s segments from the first not placed yet are full and written to their
+    /// every byte ([`Self::write_behind`] starts them).
+    fn full_new_segments(&self, cache: &SegmentCache, ino: u64, st: &FileState) -> u32 {
+        (st.segments.len() as u32..)
+            .take_while(|&idx| {
+                cache.peek((ino, idx)).is_some_and(|s| {
+                    s.data.len() as u64 == self.seg
+                        && s.stored_len == 0
+                        && s.fully_dirty()
+                        && !s.is_writing()
+                })
+            })
+            .count() as u32
     }
 
     /// One ended background write of `ino` ([`Self::write_behind`]): a failure (the task logged
@@ -733,22 +789,84 @@ impl Shared {
         if end > st.size {
             self.set_size(ino, st, end).await?;
         }
-        let mut at = 0usize;
-        while at < data.len() {
-            let pos = offset + at as u64;
-            let idx = (pos / self.seg) as u32;
-            let within = pos % self.seg;
-            let n = ((self.seg - within) as usize).min(data.len() - at);
-            self.with_segment(ino, idx, st, |c| {
-                c.write((ino, idx), within, &data[at..at + n])
-            })
-            .await?;
-            at += n;
+        for (idx, within, part) in pieces(self.seg, offset, data.len()) {
+            self.with_segment(ino, idx, st, |c| c.write((ino, idx), within, &data[part]))
+                .await?;
         }
         st.changed = true;
         st.mtime_ns = now_ns();
         self.write_behind(ino, st).await?;
         self.make_room(ino, st).await
+    }
+
+    /// A write done at once on the calling thread (the session's), when it needs no I/O: `ino`'s
+    /// state is loaded and its lock free, no error waits to be answered, the write starts inside
+    /// the file or at its end and ends at most a segment past it, and every segment it touches
+    /// that the file has is cached (so a file written sequentially is written here but for the
+    /// write that fills a segment). None: not done (the caller takes [`Self::write_bytes`]'s way).
+    /// Some(tail): done; `tail` holds the file's lock when write-behind or room-making is left
+    /// to do ([`Self::write_tail`]).
+    fn write_cached(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Option<Option<(Arc<Entry>, FileGuard)>> {
+        let entry = self
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&ino)
+            .cloned()?;
+        let mut guard = entry.state.clone().try_lock_owned().ok()?;
+        let st = guard.as_mut()?;
+        Self::reap(ino, st);
+        let end = offset + data.len() as u64;
+        let most = self
+            .seg
+            .saturating_mul(ecstack_client::MAX_SEGMENTS_PER_FILE);
+        if st.error.is_some()
+            || offset > st.size
+            || end > st.size.saturating_add(self.seg)
+            || end > most
+        {
+            return None;
+        }
+        let tail = {
+            let mut cache = self.cache();
+            let had = st.size.div_ceil(self.seg);
+            let cached = pieces(self.seg, offset, data.len())
+                .all(|(idx, _, _)| u64::from(idx) >= had || cache.get((ino, idx)).is_some());
+            if !cached
+                || (end > st.size
+                    && !self.grow_cached(&mut cache, ino, st.size, end, st.attr.version))
+            {
+                return None;
+            }
+            for (idx, within, part) in pieces(self.seg, offset, data.len()) {
+                cache.write((ino, idx), within, &data[part]);
+            }
+            st.size = st.size.max(end);
+            cache.bytes() > cache.capacity() || self.full_new_segments(&cache, ino, st) > 0
+        };
+        st.changed = true;
+        st.mtime_ns = now_ns();
+        Self::publish(&entry, st);
+        Some(tail.then_some((entry, guard)))
+    }
+
+    /// What is left of a write [`Self::write_cached`] did: write-behind and making room, under the
+    /// file's lock it still holds. An error is kept for the file's next write, fsync or close.
+    async fn write_tail(&self, ino: u64, entry: &Entry, guard: &mut FileGuard) {
+        let Some(st) = guard.as_mut() else { return };
+        let r = match self.write_behind(ino, st).await {
+            Ok(()) => self.make_room(ino, st).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            st.error.get_or_insert(e);
+        }
+        Self::publish(entry, st);
     }
 
     /// Runs `work` on `ino`'s state under its lock (loading it at the MDS first unless `open`
@@ -1198,8 +1316,19 @@ impl Filesystem for CodfsFs {
         reply: ReplyWrite,
     ) {
         let offset = offset.max(0) as u64;
-        let data = data.to_vec();
         let n = data.len() as u32;
+        // Written here, without a copy of the request or a hop to the runtime, when it needs no
+        // I/O (most writes of a file written sequentially); what is left runs on the runtime.
+        if let Some(tail) = self.shared.write_cached(ino, offset, data) {
+            reply.written(n);
+            if let Some((entry, mut guard)) = tail {
+                let s = self.shared.clone();
+                self.rt
+                    .spawn(async move { s.write_tail(ino, &entry, &mut guard).await });
+            }
+            return;
+        }
+        let data = data.to_vec();
         self.spawn_file(
             reply,
             ino,
