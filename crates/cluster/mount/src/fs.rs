@@ -11,7 +11,7 @@
 //! kernel's VFS already waits for the reply of a directory change before it sends a conflicting
 //! one, and each is one MDS transaction.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::future::Future;
 use std::os::unix::ffi::OsStrExt;
@@ -41,16 +41,17 @@ const KERNEL_WRITE_BYTES_MAX: u32 = 1 << 20;
 /// Segment updates a flush has in flight at once.
 const UPDATES_IN_FLIGHT_MAX: usize = 16;
 
-/// The background writes of one file's full new segments ([`Shared::write_behind`]): each ends
-/// with the write's result.
-type Behind = tokio::task::JoinSet<Result<(), ClientError>>;
+/// The background writes of one file's full new segments ([`Shared::start_behind`]): each ends
+/// with its segment's index and the layout GrowFile gave it, or the error.
+type Behind = tokio::task::JoinSet<(u32, Result<SegmentLayout, ClientError>)>;
 
 /// One open file's state in this mount (under its [`Entry::state`] lock).
 #[derive(Debug)]
 struct FileState {
     /// As the MDS had it at the last open or commit.
     attr: Attr,
-    /// The committed segments' layouts, by index.
+    /// The layouts of segments 0.. as far as they are known: the committed ones, then those
+    /// placed by this mount (a flush, or write-behind in order).
     segments: Vec<SegmentLayout>,
     /// The size this mount sees (its own writes included).
     size: u64,
@@ -59,9 +60,19 @@ struct FileState {
     /// When this mount last wrote (shown as mtime until the commit).
     mtime_ns: u64,
     opens: u32,
-    /// Whole writes of full new segments under way in the background (write-behind; their
-    /// layouts are in `segments` already). A flush waits for them first.
+    /// Write-behind: whole writes of full new segments under way in the background, each
+    /// placing its segment (GrowFile) first. A flush waits for them first.
     behind: Behind,
+    /// The segment each of `behind`'s tasks writes (for a task that ended abnormally).
+    behind_idx: HashMap<tokio::task::Id, u32>,
+    /// The next segment write-behind starts, when full (`segments.len()` or past it).
+    behind_next: u32,
+    /// Layouts of segments written in the background that cannot go into `segments` yet (one
+    /// before them is still under way, or failed).
+    placed: BTreeMap<u32, SegmentLayout>,
+    /// Segments whose background write failed: dirty again, placed and written anew by the next
+    /// flush.
+    failed: BTreeSet<u32>,
     /// An error of a write the application has not been told of (a background segment write, a
     /// flush of this file to make room for another): the file's next write, fsync or close
     /// answers it. The bytes stay dirty, so the next flush writes them again.
@@ -79,6 +90,10 @@ impl FileState {
             changed: false,
             opens: 0,
             behind: Behind::new(),
+            behind_idx: HashMap::new(),
+            behind_next: 0,
+            placed: BTreeMap::new(),
+            failed: BTreeSet::new(),
             error: None,
         }
     }
@@ -92,20 +107,6 @@ struct Entry {
     state: Arc<tokio::sync::Mutex<Option<FileState>>>,
     /// Size and mtime of writes not yet committed, for `stat` while a write holds the lock.
     unflushed: Mutex<Option<(u64, u64)>>,
-}
-
-/// Ends a background segment write in the cache when its task ends, however it ends (a write
-/// not known to have succeeded leaves the segment dirty).
-struct WriteEnd {
-    cache: Arc<Mutex<SegmentCache>>,
-    key: (u64, u32),
-    ok: bool,
-}
-
-impl Drop for WriteEnd {
-    fn drop(&mut self) {
-        lock_cache(&self.cache).end_write(self.key, self.ok);
-    }
 }
 
 /// A file's lock held by a task (see [`Entry::state`]).
@@ -138,10 +139,11 @@ type Listing = Vec<(u64, FileType, Vec<u8>)>;
 /// The file system state the handlers' tasks share.
 pub(crate) struct Shared {
     client: Client,
-    /// Shared with the background segment writes, which mark their segment's write ended.
-    cache: Arc<Mutex<SegmentCache>>,
-    /// Whole segment writes in the background at once, all files (see [`Shared::write_behind`]).
+    cache: Mutex<SegmentCache>,
+    /// Whole segment writes in the background at once, all files (see [`Shared::start_behind`]).
     behind_slots: Arc<tokio::sync::Semaphore>,
+    /// The mount's runtime (write-behind starts its tasks from the session thread too).
+    rt: Handle,
     files: Mutex<HashMap<u64, Arc<Entry>>>,
     /// Directory listings read at opendir (readdir pages through them by offset).
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
@@ -281,10 +283,6 @@ fn xattr_reply(reply: ReplyXattr, size: u32, v: &[u8]) {
     }
 }
 
-fn lock_cache(cache: &Mutex<SegmentCache>) -> MutexGuard<'_, SegmentCache> {
-    cache.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Takes `st`'s unreported error (see [`FileState::error`]).
 fn reported(st: &mut FileState) -> Res<()> {
     st.error.take().map_or(Ok(()), Err)
@@ -292,7 +290,7 @@ fn reported(st: &mut FileState) -> Res<()> {
 
 impl Shared {
     fn cache(&self) -> MutexGuard<'_, SegmentCache> {
-        lock_cache(&self.cache)
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The entry of `ino` (made on first use).
@@ -385,7 +383,11 @@ impl Shared {
                 return Ok(f(&mut cache));
             }
         }
-        let layout = st.segments.iter().find(|s| s.index == idx).ok_or_else(|| {
+        let layout = st
+            .segments
+            .get(idx as usize)
+            .or_else(|| st.placed.get(&idx));
+        let layout = layout.filter(|s| s.index == idx).ok_or_else(|| {
             tracing::error!(ino, idx, "a segment inside the file is not in its layout");
             libc::EIO
         })?;
@@ -491,11 +493,12 @@ impl Shared {
 
     /// Writes `ino`'s dirty segments to the cluster and commits its size and times (one SetAttr):
     /// an unchanged-length segment as one update per written range, a new, grown or cut one
-    /// whole. It first waits for the file's background segment writes ([`Self::write_behind`]);
+    /// whole. It first waits for the file's background segment writes ([`Self::start_behind`]);
     /// their errors stay in `st.error` for the caller to answer ([`reported`]), and a segment
-    /// whose write failed is dirty again, so this flush writes it again.
+    /// whose write failed is dirty again, so this flush places and writes it again.
     async fn flush_file(&self, ino: u64, st: &mut FileState) -> Res<()> {
-        Self::drain(ino, st).await;
+        self.drain(ino, st).await;
+        self.rewrite_failed(ino, st).await?;
         // What to write, under one hold of the cache lock: the segments' bytes shared, not
         // copied (this file's lock keeps its dirty segments as they are until they are marked
         // clean below).
@@ -587,6 +590,9 @@ impl Shared {
         st.attr = attr;
         st.segments = segments;
         st.changed = false;
+        // Layouts past a truncation that dropped a failed segment before them: gone at the MDS.
+        st.placed.clear();
+        st.behind_next = st.segments.len() as u32;
         Ok(())
     }
 
@@ -620,103 +626,145 @@ impl Shared {
         Ok(())
     }
 
-    /// Write-behind: starts whole writes of `ino`'s full new segments, the ones next to be placed
-    /// whose every byte is written (a file written sequentially fills one segment after
-    /// another), placed by one GrowFile, in the background: at most `window` in flight in the
-    /// whole mount, as `cluster put` keeps a window of segments in flight (a write waits for a
-    /// slot). So by close or fsync only the last, partly written segment is left to write. A
-    /// segment stays cached until its write ends; a failure is kept for the file's next write,
-    /// fsync or close (EIO) and leaves the segment dirty, for the next flush to write again.
-    async fn write_behind(&self, ino: u64, st: &mut FileState) -> Res<()> {
-        let first = st.segments.len() as u32;
-        let lengths: Vec<u64> = (first..first + self.full_new_segments(&self.cache(), ino, st))
-            .map(|_| self.seg)
-            .collect();
-        if lengths.is_empty() {
-            return Ok(());
-        }
-        let layouts = self
-            .client
-            .grow_file(ino, first, &lengths)
-            .await
-            .map_err(errno)?;
-        for (idx, layout) in (first..).zip(layouts) {
-            let slot = self
-                .behind_slots
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| libc::EIO)?;
-            let key = (ino, idx);
-            let data = self.cache().start_write(key).ok_or_else(|| {
-                tracing::error!(ino, idx, "a full segment to write left the cache");
-                libc::EIO
-            })?;
-            st.segments.push(layout.clone());
-            let end = WriteEnd {
-                cache: self.cache.clone(),
-                key,
-                ok: false,
+    /// Write-behind: starts background whole writes of `ino`'s full new segments, in order from
+    /// `st.behind_next`, each as soon as its every byte is written (a file written sequentially
+    /// fills one segment after another), while the mount has fewer than `window` in flight (as
+    /// `cluster put` keeps a window of segments in flight). Each task places its segment
+    /// (GrowFile) and writes it; the segment stays cached, held, until the file's next request
+    /// collects the task's end ([`Self::behind_ended`]). So by close or fsync only the last,
+    /// partly written segment is left to write. No I/O here: true when a full segment is left
+    /// waiting for a slot (the caller waits for one, [`Self::write_behind`]).
+    fn start_behind(&self, ino: u64, st: &mut FileState) -> bool {
+        loop {
+            let idx = st.behind_next.max(st.segments.len() as u32);
+            let full = self.cache().peek((ino, idx)).is_some_and(|s| {
+                s.data.len() as u64 == self.seg
+                    && s.stored_len == 0
+                    && s.fully_dirty()
+                    && !s.is_writing()
+            });
+            if !full {
+                return false;
+            }
+            let Ok(slot) = self.behind_slots.clone().try_acquire_owned() else {
+                return true;
             };
+            let data = self
+                .cache()
+                .start_write((ino, idx))
+                .expect("a full segment is cached and not being written");
+            st.behind_next = idx + 1;
             let c = self.client.clone();
-            st.behind.spawn(async move {
-                let mut end = end;
-                let r = c.write_segment(&layout, data, true).await;
+            let seg = self.seg;
+            let task = async move {
+                let r = async {
+                    let layout = c.grow_file(ino, idx, &[seg]).await?.pop().ok_or_else(|| {
+                        ClientError::Layout(format!("GrowFile placed no segment {idx}"))
+                    })?;
+                    c.write_segment(&layout, data, true).await?;
+                    Ok(layout)
+                }
+                .await;
                 if let Err(e) = &r {
                     tracing::error!(ino, segment = idx, error = %e, "a background segment write failed (the file's next write, fsync or close answers EIO; its bytes stay dirty)");
                 }
-                end.ok = r.is_ok();
-                drop((end, slot));
-                r
-            });
+                drop(slot);
+                (idx, r)
+            };
+            let id = st.behind.spawn_on(task, &self.rt).id();
+            st.behind_idx.insert(id, idx);
         }
-        Ok(())
     }
 
-    /// How many of `ino`'s segments from the first not placed yet are full and written to their
-    /// every byte ([`Self::write_behind`] starts them).
-    fn full_new_segments(&self, cache: &SegmentCache, ino: u64, st: &FileState) -> u32 {
-        (st.segments.len() as u32..)
-            .take_while(|&idx| {
-                cache.peek((ino, idx)).is_some_and(|s| {
-                    s.data.len() as u64 == self.seg
-                        && s.stored_len == 0
-                        && s.fully_dirty()
-                        && !s.is_writing()
-                })
-            })
-            .count() as u32
+    /// [`Self::start_behind`], waiting for a slot while a full segment needs one (a write waits
+    /// so, as a put waits for room in its window).
+    async fn write_behind(&self, ino: u64, st: &mut FileState) {
+        while self.start_behind(ino, st) {
+            drop(self.behind_slots.acquire().await);
+        }
     }
 
-    /// One ended background write of `ino` ([`Self::write_behind`]): a failure (the task logged
-    /// it) is kept in `st.error` as EIO.
+    /// One ended background write of `ino` ([`Self::start_behind`]): its segment may leave the
+    /// cache again; its layout joins `st.segments` once every segment before it is there. A
+    /// failure (the task logged it) leaves the segment dirty, in `st.failed`, and is kept in
+    /// `st.error` as EIO.
     fn behind_ended(
+        &self,
         ino: u64,
         st: &mut FileState,
-        r: Result<Result<(), ClientError>, tokio::task::JoinError>,
+        r: Result<
+            (tokio::task::Id, (u32, Result<SegmentLayout, ClientError>)),
+            tokio::task::JoinError,
+        >,
     ) {
-        match r {
-            Ok(Ok(())) => return,
-            Ok(Err(_)) => {}
+        let (id, outcome) = match r {
+            Ok((id, (idx, r))) => (id, Some((idx, r.ok()))),
             Err(e) => {
-                tracing::error!(ino, error = %e, "a background segment write's task ended early (the file's next write, fsync or close answers EIO)")
+                tracing::error!(ino, error = %e, "a background segment write's task ended early (the file's next write, fsync or close answers EIO)");
+                (e.id(), None)
+            }
+        };
+        let Some(idx) = st.behind_idx.remove(&id) else {
+            return;
+        };
+        let layout = outcome.and_then(|(_, l)| l);
+        self.cache().end_write((ino, idx), layout.is_some());
+        match layout {
+            Some(l) => {
+                st.placed.insert(idx, l);
+            }
+            None => {
+                st.failed.insert(idx);
+                st.error.get_or_insert(libc::EIO);
             }
         }
-        st.error.get_or_insert(libc::EIO);
+        while let Some(l) = st.placed.remove(&(st.segments.len() as u32)) {
+            st.segments.push(l);
+        }
     }
 
     /// Collects `ino`'s background writes that have ended, without waiting.
-    fn reap(ino: u64, st: &mut FileState) {
-        while let Some(r) = st.behind.try_join_next() {
-            Self::behind_ended(ino, st, r);
+    fn reap(&self, ino: u64, st: &mut FileState) {
+        while let Some(r) = st.behind.try_join_next_with_id() {
+            self.behind_ended(ino, st, r);
         }
     }
 
     /// Waits for all of `ino`'s background writes.
-    async fn drain(ino: u64, st: &mut FileState) {
-        while let Some(r) = st.behind.join_next().await {
-            Self::behind_ended(ino, st, r);
+    async fn drain(&self, ino: u64, st: &mut FileState) {
+        while let Some(r) = st.behind.join_next_with_id().await {
+            self.behind_ended(ino, st, r);
         }
+    }
+
+    /// Places and writes anew each segment whose background write failed (it is dirty, so
+    /// cached; past a truncation, gone and skipped), after which every layout write-behind
+    /// placed is in `st.segments`.
+    async fn rewrite_failed(&self, ino: u64, st: &mut FileState) -> Res<()> {
+        while let Some(&idx) = st.failed.first() {
+            let data = self
+                .cache()
+                .peek((ino, idx))
+                .filter(|s| s.dirty.is_some())
+                .map(|s| s.bytes());
+            if let Some(data) = data {
+                let c = &self.client;
+                let layout = c
+                    .grow_file(ino, idx, &[data.len() as u64])
+                    .await
+                    .map_err(errno)?
+                    .pop()
+                    .ok_or(libc::EIO)?;
+                c.write_segment(&layout, data, true).await.map_err(errno)?;
+                self.cache().mark_clean((ino, idx), st.attr.version);
+                st.placed.insert(idx, layout);
+            }
+            st.failed.remove(&idx);
+            while let Some(l) = st.placed.remove(&(st.segments.len() as u32)) {
+                st.segments.push(l);
+            }
+        }
+        Ok(())
     }
 
     /// Keeps the cache within its size: clean segments are dropped; files whose dirty segments
@@ -783,7 +831,7 @@ impl Shared {
     }
 
     async fn write_bytes(&self, ino: u64, st: &mut FileState, offset: u64, data: &[u8]) -> Res<()> {
-        Self::reap(ino, st);
+        self.reap(ino, st);
         reported(st)?;
         let end = offset + data.len() as u64;
         if end > st.size {
@@ -795,17 +843,17 @@ impl Shared {
         }
         st.changed = true;
         st.mtime_ns = now_ns();
-        self.write_behind(ino, st).await?;
+        self.write_behind(ino, st).await;
         self.make_room(ino, st).await
     }
 
     /// A write done at once on the calling thread (the session's), when it needs no I/O: `ino`'s
     /// state is loaded and its lock free, no error waits to be answered, the write starts inside
     /// the file or at its end and ends at most a segment past it, and every segment it touches
-    /// that the file has is cached (so a file written sequentially is written here but for the
-    /// write that fills a segment). None: not done (the caller takes [`Self::write_bytes`]'s way).
-    /// Some(tail): done; `tail` holds the file's lock when write-behind or room-making is left
-    /// to do ([`Self::write_tail`]).
+    /// that the file has is cached (so a file written sequentially is written here, full segments
+    /// started in the background too). None: not done (the caller takes [`Self::write_bytes`]'s
+    /// way). Some(tail): done; `tail` holds the file's lock when a full segment waits for a slot
+    /// or dirty segments hold the cache over its size ([`Self::write_tail`]).
     fn write_cached(
         &self,
         ino: u64,
@@ -820,7 +868,7 @@ impl Shared {
             .cloned()?;
         let mut guard = entry.state.clone().try_lock_owned().ok()?;
         let st = guard.as_mut()?;
-        Self::reap(ino, st);
+        self.reap(ino, st);
         let end = offset + data.len() as u64;
         let most = self
             .seg
@@ -832,7 +880,7 @@ impl Shared {
         {
             return None;
         }
-        let tail = {
+        {
             let mut cache = self.cache();
             let had = st.size.div_ceil(self.seg);
             let cached = pieces(self.seg, offset, data.len())
@@ -847,23 +895,24 @@ impl Shared {
                 cache.write((ino, idx), within, &data[part]);
             }
             st.size = st.size.max(end);
-            cache.bytes() > cache.capacity() || self.full_new_segments(&cache, ino, st) > 0
-        };
+        }
         st.changed = true;
         st.mtime_ns = now_ns();
+        let waiting = self.start_behind(ino, st);
+        let over = {
+            let mut cache = self.cache();
+            cache.bytes() > cache.capacity() && !cache.evict().is_empty()
+        };
         Self::publish(&entry, st);
-        Some(tail.then_some((entry, guard)))
+        Some((waiting || over).then_some((entry, guard)))
     }
 
     /// What is left of a write [`Self::write_cached`] did: write-behind and making room, under the
     /// file's lock it still holds. An error is kept for the file's next write, fsync or close.
     async fn write_tail(&self, ino: u64, entry: &Entry, guard: &mut FileGuard) {
         let Some(st) = guard.as_mut() else { return };
-        let r = match self.write_behind(ino, st).await {
-            Ok(()) => self.make_room(ino, st).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = r {
+        self.write_behind(ino, st).await;
+        if let Err(e) = self.make_room(ino, st).await {
             st.error.get_or_insert(e);
         }
         Self::publish(entry, st);
@@ -927,7 +976,8 @@ impl CodfsFs {
         CodfsFs {
             shared: Arc::new(Shared {
                 client,
-                cache: Arc::new(Mutex::new(SegmentCache::new(cache_bytes))),
+                cache: Mutex::new(SegmentCache::new(cache_bytes)),
+                rt: rt.clone(),
                 behind_slots: Arc::new(tokio::sync::Semaphore::new(window)),
                 window,
                 files: Mutex::default(),
