@@ -192,7 +192,13 @@ impl SegmentCache {
 
     /// Caches a segment the cluster does not have yet: `len` zero bytes, all dirty.
     pub fn insert_new(&mut self, key: Key, len: u64, version: u64) {
-        self.insert(key, vec![0; len as usize], version);
+        self.insert_new_from(key, vec![0; len as usize], version);
+    }
+
+    /// Caches a segment the cluster does not have yet: `data`, all dirty.
+    fn insert_new_from(&mut self, key: Key, data: Vec<u8>, version: u64) {
+        let len = data.len() as u64;
+        self.insert(key, data, version);
         let s = self.map.get_mut(&key).expect("just inserted");
         s.stored_len = 0;
         s.dirty = Some(0..len);
@@ -242,6 +248,38 @@ impl SegmentCache {
         assert!(end <= s.data.len(), "a write past the cached segment's end");
         Arc::make_mut(&mut s.data)[offset as usize..end].copy_from_slice(bytes);
         Self::mark(s, offset..end as u64);
+        self.touch(key);
+        true
+    }
+
+    /// Writes `bytes` at `at`, the end of segment `key`, growing it (or makes a new segment of
+    /// them, as [`SegmentCache::insert_new`] and a write, when `at` is 0 and it is not cached):
+    /// [`SegmentCache::set_len`] and [`SegmentCache::write`] in one, with no zeros written first.
+    /// When its buffer must grow and `room` is past the new end, the buffer is made `room` long
+    /// at once (a segment written in order is then not copied as it grows). False, and nothing
+    /// done, when `at` is not the segment's end.
+    pub fn append(&mut self, key: Key, at: u64, bytes: &[u8], room: u64, version: u64) -> bool {
+        let n = bytes.len() as u64;
+        let Some(s) = self.map.get_mut(&key) else {
+            if at != 0 {
+                return false;
+            }
+            let mut data = Vec::with_capacity(room.max(n) as usize);
+            data.extend_from_slice(bytes);
+            self.insert_new_from(key, data, version);
+            return true;
+        };
+        if s.data.len() as u64 != at {
+            return false;
+        }
+        let data = Arc::make_mut(&mut s.data);
+        let end = at + n;
+        if end > data.capacity() as u64 && room > end {
+            data.reserve_exact((room - at) as usize);
+        }
+        data.extend_from_slice(bytes);
+        self.stats.bytes += n;
+        Self::mark(s, at..end);
         self.touch(key);
         true
     }
@@ -556,6 +594,36 @@ mod tests {
         // The end of a write of a segment a truncation dropped: nothing.
         c.end_write((1, 0), false);
         assert!(c.peek((1, 0)).is_none());
+    }
+
+    /// Appends grow a segment as `set_len` and `write` would, reserving the room asked for once;
+    /// an append not at the end does nothing.
+    #[test]
+    fn appends_grow_segments_in_place() {
+        let mut c = SegmentCache::new(1 << 20);
+        assert!(
+            !c.append((1, 0), 4, b"late", 64, 1),
+            "no segment to append to"
+        );
+        assert!(c.append((1, 0), 0, b"abcd", 64, 1));
+        let s = c.peek((1, 0)).unwrap();
+        assert_eq!(&s.data[..], b"abcd");
+        assert!(s.data.capacity() >= 64 && s.fully_dirty() && s.needs_whole_write());
+        let before = s.data.as_ptr();
+        assert!(c.append((1, 0), 4, b"efgh", 64, 1));
+        assert!(!c.append((1, 0), 3, b"x", 64, 1));
+        let s = c.peek((1, 0)).unwrap();
+        assert_eq!(&s.data[..], b"abcdefgh");
+        assert_eq!(s.data.as_ptr(), before, "grown in place");
+        assert_eq!(s.runs, vec![0..8]);
+        assert_eq!(c.stats().bytes, 8);
+        // On a clean segment: dirty from the old end only, and it is still stored whole there.
+        c.insert((2, 0), b"0123".to_vec(), 3);
+        assert!(c.append((2, 0), 4, b"45", 0, 3));
+        let s = c.peek((2, 0)).unwrap();
+        assert_eq!((s.dirty.clone(), s.runs.clone()), (Some(4..6), vec![4..6]));
+        assert!(s.needs_whole_write());
+        assert_eq!(c.stats().bytes, 14);
     }
 
     #[test]

@@ -42,8 +42,9 @@ const KERNEL_WRITE_BYTES_MAX: u32 = 1 << 20;
 const UPDATES_IN_FLIGHT_MAX: usize = 16;
 
 /// The background writes of one file's full new segments ([`Shared::start_behind`]): each ends
-/// with its segment's index and the layout GrowFile gave it, or the error.
-type Behind = tokio::task::JoinSet<(u32, Result<SegmentLayout, ClientError>)>;
+/// with its segment's index and the write's result (the layout GrowFile gave it goes to
+/// [`Entry::placed`]).
+type Behind = tokio::task::JoinSet<(u32, Result<(), ClientError>)>;
 
 /// One open file's state in this mount (under its [`Entry::state`] lock).
 #[derive(Debug)]
@@ -67,9 +68,6 @@ struct FileState {
     behind_idx: HashMap<tokio::task::Id, u32>,
     /// The next segment write-behind starts, when full (`segments.len()` or past it).
     behind_next: u32,
-    /// Layouts of segments written in the background that cannot go into `segments` yet (one
-    /// before them is still under way, or failed).
-    placed: BTreeMap<u32, SegmentLayout>,
     /// Segments whose background write failed: dirty again, placed and written anew by the next
     /// flush.
     failed: BTreeSet<u32>,
@@ -92,7 +90,6 @@ impl FileState {
             behind: Behind::new(),
             behind_idx: HashMap::new(),
             behind_next: 0,
-            placed: BTreeMap::new(),
             failed: BTreeSet::new(),
             error: None,
         }
@@ -107,6 +104,11 @@ struct Entry {
     state: Arc<tokio::sync::Mutex<Option<FileState>>>,
     /// Size and mtime of writes not yet committed, for `stat` while a write holds the lock.
     unflushed: Mutex<Option<(u64, u64)>>,
+    /// Layouts of segments write-behind placed and wrote, put here by its tasks as they end
+    /// (before their segments may leave the cache): they join the state's `segments` in order,
+    /// under its lock ([`Shared::join_placed`]); a read of such a segment meanwhile finds its
+    /// layout here.
+    placed: Mutex<BTreeMap<u32, SegmentLayout>>,
 }
 
 /// A file's lock held by a task (see [`Entry::state`]).
@@ -139,7 +141,8 @@ type Listing = Vec<(u64, FileType, Vec<u8>)>;
 /// The file system state the handlers' tasks share.
 pub(crate) struct Shared {
     client: Client,
-    cache: Mutex<SegmentCache>,
+    /// Shared with write-behind's tasks, which end their segment's write in it.
+    cache: Arc<Mutex<SegmentCache>>,
     /// Whole segment writes in the background at once, all files (see [`Shared::start_behind`]).
     behind_slots: Arc<tokio::sync::Semaphore>,
     /// The mount's runtime (write-behind starts its tasks from the session thread too).
@@ -283,6 +286,10 @@ fn xattr_reply(reply: ReplyXattr, size: u32, v: &[u8]) {
     }
 }
 
+fn lock_cache(cache: &Mutex<SegmentCache>) -> MutexGuard<'_, SegmentCache> {
+    cache.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Takes `st`'s unreported error (see [`FileState::error`]).
 fn reported(st: &mut FileState) -> Res<()> {
     st.error.take().map_or(Ok(()), Err)
@@ -290,7 +297,7 @@ fn reported(st: &mut FileState) -> Res<()> {
 
 impl Shared {
     fn cache(&self) -> MutexGuard<'_, SegmentCache> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        lock_cache(&self.cache)
     }
 
     /// The entry of `ino` (made on first use).
@@ -383,17 +390,19 @@ impl Shared {
                 return Ok(f(&mut cache));
             }
         }
-        let layout = st
-            .segments
-            .get(idx as usize)
-            .or_else(|| st.placed.get(&idx));
+        let placed = || {
+            let entry = self.entry(ino);
+            let placed = entry.placed.lock().unwrap_or_else(|p| p.into_inner());
+            placed.get(&idx).cloned()
+        };
+        let layout = st.segments.get(idx as usize).cloned().or_else(placed);
         let layout = layout.filter(|s| s.index == idx).ok_or_else(|| {
             tracing::error!(ino, idx, "a segment inside the file is not in its layout");
             libc::EIO
         })?;
         let frames = self
             .client
-            .read_segment(layout, 0, layout.length)
+            .read_segment(&layout, 0, layout.length)
             .await
             .map_err(errno)?;
         let mut data = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
@@ -591,7 +600,11 @@ impl Shared {
         st.segments = segments;
         st.changed = false;
         // Layouts past a truncation that dropped a failed segment before them: gone at the MDS.
-        st.placed.clear();
+        self.entry(ino)
+            .placed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         st.behind_next = st.segments.len() as u32;
         Ok(())
     }
@@ -630,8 +643,8 @@ impl Shared {
     /// `st.behind_next`, each as soon as its every byte is written (a file written sequentially
     /// fills one segment after another), while the mount has fewer than `window` in flight (as
     /// `cluster put` keeps a window of segments in flight). Each task places its segment
-    /// (GrowFile) and writes it; the segment stays cached, held, until the file's next request
-    /// collects the task's end ([`Self::behind_ended`]). So by close or fsync only the last,
+    /// (GrowFile) and writes it, and puts the layout in [`Entry::placed`]; the segment stays
+    /// cached until then. So by close or fsync only the last,
     /// partly written segment is left to write. No I/O here: true when a full segment is left
     /// waiting for a slot (the caller waits for one, [`Self::write_behind`]).
     fn start_behind(&self, ino: u64, st: &mut FileState) -> bool {
@@ -654,7 +667,7 @@ impl Shared {
                 .start_write((ino, idx))
                 .expect("a full segment is cached and not being written");
             st.behind_next = idx + 1;
-            let c = self.client.clone();
+            let (c, cache, entry) = (self.client.clone(), self.cache.clone(), self.entry(ino));
             let seg = self.seg;
             let task = async move {
                 let r = async {
@@ -665,9 +678,18 @@ impl Shared {
                     Ok(layout)
                 }
                 .await;
-                if let Err(e) = &r {
-                    tracing::error!(ino, segment = idx, error = %e, "a background segment write failed (the file's next write, fsync or close answers EIO; its bytes stay dirty)");
-                }
+                let r = match r {
+                    Ok(layout) => {
+                        let mut placed = entry.placed.lock().unwrap_or_else(|p| p.into_inner());
+                        placed.insert(idx, layout);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        tracing::error!(ino, segment = idx, error = %e, "a background segment write failed (the file's next write, fsync or close answers EIO; its bytes stay dirty)");
+                        Err(e)
+                    }
+                };
+                lock_cache(&cache).end_write((ino, idx), r.is_ok());
                 drop(slot);
                 (idx, r)
             };
@@ -684,41 +706,41 @@ impl Shared {
         }
     }
 
-    /// One ended background write of `ino` ([`Self::start_behind`]): its segment may leave the
-    /// cache again; its layout joins `st.segments` once every segment before it is there. A
-    /// failure (the task logged it) leaves the segment dirty, in `st.failed`, and is kept in
-    /// `st.error` as EIO.
+    /// One ended background write of `ino` ([`Self::start_behind`]): a failure (the task logged
+    /// it, and left the segment dirty) puts it in `st.failed` and is kept in `st.error` as EIO;
+    /// the layouts that can join `st.segments` do.
     fn behind_ended(
         &self,
         ino: u64,
         st: &mut FileState,
-        r: Result<
-            (tokio::task::Id, (u32, Result<SegmentLayout, ClientError>)),
-            tokio::task::JoinError,
-        >,
+        r: Result<(tokio::task::Id, (u32, Result<(), ClientError>)), tokio::task::JoinError>,
     ) {
-        let (id, outcome) = match r {
-            Ok((id, (idx, r))) => (id, Some((idx, r.ok()))),
+        let (id, ok) = match r {
+            Ok((id, (_, r))) => (id, r.is_ok()),
             Err(e) => {
                 tracing::error!(ino, error = %e, "a background segment write's task ended early (the file's next write, fsync or close answers EIO)");
-                (e.id(), None)
+                (e.id(), false)
             }
         };
-        let Some(idx) = st.behind_idx.remove(&id) else {
-            return;
-        };
-        let layout = outcome.and_then(|(_, l)| l);
-        self.cache().end_write((ino, idx), layout.is_some());
-        match layout {
-            Some(l) => {
-                st.placed.insert(idx, l);
-            }
-            None => {
+        if let Some(idx) = st.behind_idx.remove(&id) {
+            if !ok {
+                // A task that ended early did not end its write in the cache: ended here.
+                let mut cache = self.cache();
+                if cache.peek((ino, idx)).is_some_and(|s| s.is_writing()) {
+                    cache.end_write((ino, idx), false);
+                }
                 st.failed.insert(idx);
                 st.error.get_or_insert(libc::EIO);
             }
         }
-        while let Some(l) = st.placed.remove(&(st.segments.len() as u32)) {
+        self.join_placed(ino, st);
+    }
+
+    /// Moves the layouts write-behind placed that follow `st.segments` into it, in order.
+    fn join_placed(&self, ino: u64, st: &mut FileState) {
+        let entry = self.entry(ino);
+        let mut placed = entry.placed.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(l) = placed.remove(&(st.segments.len() as u32)) {
             st.segments.push(l);
         }
     }
@@ -757,12 +779,12 @@ impl Shared {
                     .ok_or(libc::EIO)?;
                 c.write_segment(&layout, data, true).await.map_err(errno)?;
                 self.cache().mark_clean((ino, idx), st.attr.version);
-                st.placed.insert(idx, layout);
+                let entry = self.entry(ino);
+                let mut placed = entry.placed.lock().unwrap_or_else(|p| p.into_inner());
+                placed.insert(idx, layout);
             }
             st.failed.remove(&idx);
-            while let Some(l) = st.placed.remove(&(st.segments.len() as u32)) {
-                st.segments.push(l);
-            }
+            self.join_placed(ino, st);
         }
         Ok(())
     }
@@ -882,17 +904,34 @@ impl Shared {
         }
         {
             let mut cache = self.cache();
-            let had = st.size.div_ceil(self.seg);
-            let cached = pieces(self.seg, offset, data.len())
-                .all(|(idx, _, _)| u64::from(idx) >= had || cache.get((ino, idx)).is_some());
-            if !cached
-                || (end > st.size
-                    && !self.grow_cached(&mut cache, ino, st.size, end, st.attr.version))
-            {
-                return None;
-            }
-            for (idx, within, part) in pieces(self.seg, offset, data.len()) {
-                cache.write((ino, idx), within, &data[part]);
+            // At the end of the file (a file written in order): appended, no zeros written
+            // first; a segment after the first gets its whole length's buffer at once.
+            let room = |idx: u32| if idx > 0 { self.seg } else { 0 };
+            let appends = offset == st.size
+                && pieces(self.seg, offset, data.len()).all(|(idx, within, _)| {
+                    cache
+                        .peek((ino, idx))
+                        .map_or(within == 0, |s| s.data.len() as u64 == within)
+                });
+            if appends {
+                for (idx, within, part) in pieces(self.seg, offset, data.len()) {
+                    let done =
+                        cache.append((ino, idx), within, &data[part], room(idx), st.attr.version);
+                    debug_assert!(done, "checked above");
+                }
+            } else {
+                let had = st.size.div_ceil(self.seg);
+                let cached = pieces(self.seg, offset, data.len())
+                    .all(|(idx, _, _)| u64::from(idx) >= had || cache.get((ino, idx)).is_some());
+                if !cached
+                    || (end > st.size
+                        && !self.grow_cached(&mut cache, ino, st.size, end, st.attr.version))
+                {
+                    return None;
+                }
+                for (idx, within, part) in pieces(self.seg, offset, data.len()) {
+                    cache.write((ino, idx), within, &data[part]);
+                }
             }
             st.size = st.size.max(end);
         }
@@ -976,7 +1015,7 @@ impl CodfsFs {
         CodfsFs {
             shared: Arc::new(Shared {
                 client,
-                cache: Mutex::new(SegmentCache::new(cache_bytes)),
+                cache: Arc::new(Mutex::new(SegmentCache::new(cache_bytes))),
                 rt: rt.clone(),
                 behind_slots: Arc::new(tokio::sync::Semaphore::new(window)),
                 window,
