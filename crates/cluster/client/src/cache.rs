@@ -364,9 +364,13 @@ impl SegmentCache {
         }
     }
 
-    /// A flushed segment: clean, at `version`, stored at its current length.
+    /// A flushed segment: clean, at `version`, stored at its current length (and its buffer no
+    /// longer than that: an [`SegmentCache::append`] may have made it longer).
     pub fn mark_clean(&mut self, key: Key, version: u64) {
         if let Some(s) = self.map.get_mut(&key) {
+            if let Some(d) = Arc::get_mut(&mut s.data) {
+                d.shrink_to_fit();
+            }
             s.dirty = None;
             s.runs.clear();
             s.stored_len = s.data.len() as u64;
@@ -624,6 +628,9 @@ mod tests {
         assert_eq!((s.dirty.clone(), s.runs.clone()), (Some(4..6), vec![4..6]));
         assert!(s.needs_whole_write());
         assert_eq!(c.stats().bytes, 14);
+        // Flushed: the room it did not use is given back.
+        c.mark_clean((1, 0), 2);
+        assert_eq!(c.peek((1, 0)).unwrap().data.capacity(), 8);
     }
 
     #[test]

@@ -643,10 +643,10 @@ impl Shared {
     /// `st.behind_next`, each as soon as its every byte is written (a file written sequentially
     /// fills one segment after another), while the mount has fewer than `window` in flight (as
     /// `cluster put` keeps a window of segments in flight). Each task places its segment
-    /// (GrowFile) and writes it, and puts the layout in [`Entry::placed`]; the segment stays
-    /// cached until then. So by close or fsync only the last,
-    /// partly written segment is left to write. No I/O here: true when a full segment is left
-    /// waiting for a slot (the caller waits for one, [`Self::write_behind`]).
+    /// (GrowFile), writes it and puts the layout in [`Entry::placed`]; the segment stays cached,
+    /// held, until then. So by close or fsync only the last, partly written segment is left to
+    /// write. No I/O here: true when a full segment is left waiting for a slot (the caller waits
+    /// for one, [`Self::write_behind`]).
     fn start_behind(&self, ino: u64, st: &mut FileState) -> bool {
         loop {
             let idx = st.behind_next.max(st.segments.len() as u32);
@@ -905,7 +905,8 @@ impl Shared {
         {
             let mut cache = self.cache();
             // At the end of the file (a file written in order): appended, no zeros written
-            // first; a segment after the first gets its whole length's buffer at once.
+            // first; a segment after the first gets its whole length's buffer at once (kept
+            // until its flush: SegmentCache::mark_clean gives back what it does not use).
             let room = |idx: u32| if idx > 0 { self.seg } else { 0 };
             let appends = offset == st.size
                 && pieces(self.seg, offset, data.len()).all(|(idx, within, _)| {

@@ -6,10 +6,14 @@
 //!   (1 s by default), so a second mount sees a change within that; an open always asks the MDS.
 //!   Permissions are checked by the kernel (`default_permissions`).
 //! - Data: whole segments in the client's LRU [`SegmentCache`] (§4.4.4). Reads fill it a segment
-//!   at a time; writes go into it and are flushed at close, fsync, or when the cache must make
-//!   room: a segment whose length is unchanged as one update per written range at its primary, a
-//!   new or grown or cut segment written whole (new segments placed by GrowFile), then one SetAttr
-//!   commits the size, the new segment lengths and the times (and bumps the file's version).
+//!   at a time; writes go into it. A new segment completely written (a file written in order) is
+//!   written whole at once in the background (write-behind: placed by GrowFile, at most put's
+//!   window of segments in flight in the mount); the rest is flushed at close, fsync, or when the
+//!   cache must make room: a segment whose length is unchanged as one update per written range at
+//!   its primary, a new or grown or cut segment written whole, then one SetAttr commits the size,
+//!   the new segment lengths and the times (and bumps the file's version). A close or fsync waits
+//!   for the background writes too; one that failed answers EIO at the file's next write, fsync
+//!   or close, and its bytes stay dirty until a flush writes them.
 //! - Close-to-open (§4.4.1): an open asks the MDS for the file's version and layouts, drops the
 //!   cached clean segments of any other version and the kernel's cached attributes of the file; a
 //!   close flushes and commits before it returns.
