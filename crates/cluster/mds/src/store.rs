@@ -223,6 +223,10 @@ pub enum Mutation {
     DeleteSegment(u64),
     /// Remove a file with its segments and their chunks.
     DeleteFile(u64),
+    /// Remove a file that has no segments and no robust objects (as the operation removing it
+    /// read): its records only, two statements where [`Mutation::DeleteFile`] runs seven. A
+    /// segment or object it does have makes the batch fail (foreign keys), never leaves them.
+    DeleteEmptyFile(u64),
     PutSegment(SegmentRecord),
     /// Insert or replace chunk (segment, index).
     PutChunk(ChunkRecord),

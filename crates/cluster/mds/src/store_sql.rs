@@ -447,6 +447,13 @@ fn statements(m: &Mutation, out: &mut Vec<Stmt>) {
                 v32(f.scheme.code()),
             ],
         )),
+        Mutation::DeleteEmptyFile(id) => {
+            out.push(stmt(
+                "DELETE FROM robust_files WHERE file_id = ?1",
+                vec![v(*id)],
+            ));
+            out.push(stmt("DELETE FROM files WHERE file_id = ?1", vec![v(*id)]));
+        }
         Mutation::DeleteFile(id) => {
             crate::store_robust::delete_file_statements(*id, out);
             out.push(stmt(
@@ -655,6 +662,7 @@ impl<D: Db> SqlStore<D> {
                     );
                 }
                 Mutation::SetCounter { .. }
+                | Mutation::DeleteEmptyFile(_)
                 | Mutation::PutOsd(_)
                 | Mutation::PutFile(_)
                 | Mutation::PutInode(_)
