@@ -437,9 +437,10 @@ async fn a_backup_copies_one_committed_state_while_operations_go_on() {
         std::fs::write(&copy, &data).unwrap();
         ecstack_mds::backup::check_sqlite(&copy).unwrap();
         let store = SqliteStore::open(&copy).unwrap();
-        let mut entries = store.dir_entries(ROOT_INO, b"", 4096).unwrap();
-        while let Some((last, _)) = entries.last().filter(|_| entries.len() % 4096 == 0) {
-            let more = store.dir_entries(ROOT_INO, &last.clone(), 4096).unwrap();
+        let mut entries: Vec<(Vec<u8>, _)> = Vec::new();
+        loop {
+            let after = entries.last().map(|e| e.0.clone()).unwrap_or_default();
+            let more = store.dir_entries(ROOT_INO, &after, 4096).unwrap();
             if more.is_empty() {
                 break;
             }
