@@ -21,7 +21,7 @@ use crate::codfs_local::{LocalCluster, LocalSpec};
 use crate::{LabError, Result};
 
 /// The root directory's inode (FUSE's root id, the MDS's `ROOT_INO`).
-const ROOT: u64 = 1;
+pub(crate) const ROOT: u64 = 1;
 /// The operations, in the order they run.
 pub const OPS: [&str; 4] = ["create", "stat", "rename", "unlink"];
 

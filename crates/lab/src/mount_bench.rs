@@ -222,7 +222,8 @@ fn wait_mounted(dir: &Path, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn run_tool(cmd: &mut Command) -> Result<()> {
+/// Runs `cmd` to its end; its standard output, or its standard error in the error.
+pub(crate) fn run_tool(cmd: &mut Command) -> Result<Vec<u8>> {
     let o = cmd
         .stdin(Stdio::null())
         .output()
@@ -233,7 +234,7 @@ fn run_tool(cmd: &mut Command) -> Result<()> {
             String::from_utf8_lossy(&o.stderr).trim()
         )));
     }
-    Ok(())
+    Ok(o.stdout)
 }
 
 /// A mount this benchmark made; unmounted (and its process stopped) on drop.

@@ -1168,9 +1168,10 @@ impl MdsCore {
 
     // ---- status
 
-    /// A consistent copy of the store in the new file `to` (an online backup; SQLite stores).
-    pub fn snapshot(&self, to: &std::path::Path) -> Result<(), MdsError> {
-        self.store.snapshot(to).map_err(|e| match e {
+    /// The database file an online backup copies (SQLite stores; `crate::backup::snapshot_sqlite`
+    /// copies it without the core).
+    pub fn backup_source(&self) -> Result<std::path::PathBuf, MdsError> {
+        self.store.backup_source().map_err(|e| match e {
             StoreError::Db(m) => MdsError::FailedPrecondition(m),
             e => internal(e),
         })
