@@ -188,6 +188,10 @@ struct MdsBench {
     /// Client tasks issuing operations at once
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    /// Rounds of the four phases; the two stores take turns phase by phase, and each ratio is
+    /// the median of the rounds'
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// No TLS between the client and the MDS
     #[arg(long)]
     insecure: bool,
@@ -392,6 +396,7 @@ fn bench_mds(a: MdsBench) -> Result<()> {
     let mut cfg = MdsBenchConfig::new(exe, a.postgres);
     cfg.files = a.files;
     cfg.concurrency = a.concurrency;
+    cfg.rounds = a.rounds;
     cfg.insecure = a.insecure;
     let report = mds_bench::run(&cfg, &|line| eprintln!("{line}"))?;
     print_json_or(&report, || report.markdown(), a.json)
