@@ -17,17 +17,12 @@ use cluster_common::mount::{run, tar_of, Mount};
 use cluster_common::*;
 use ecstack_lab::mds_failover::{active_mds, wait_active, wait_standby, DirLoad};
 use ecstack_mds_proto::{MdsClient, MdsError};
-use ecstack_rpc::Security;
 
 fn kills() -> usize {
     std::env::var("ECSTACK_FAILOVER_KILLS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
-}
-
-fn security(rig: &Rig) -> Security {
-    Security::load(&rig.cluster.config().certs_dir(), "client").unwrap()
 }
 
 /// Files under `dir`, counted.
@@ -65,7 +60,7 @@ async fn the_active_mds_killed_during_a_tar_extract_through_the_mount_loses_noth
         ..RigSpec::default()
     })
     .await;
-    let sec = security(&rig);
+    let sec = rig.security();
     // A real tree: the MDS's and the client's sources.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let work = rig.dir.path().join("work");
@@ -142,7 +137,7 @@ async fn a_deposed_mds_commits_nothing() {
         ..RigSpec::default()
     })
     .await;
-    let sec = security(&rig);
+    let sec = rig.security();
     let active = wait_active(&rig.cluster, &sec, Duration::from_secs(60))
         .await
         .unwrap();
