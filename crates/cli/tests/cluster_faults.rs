@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use cluster_common::*;
 use ecstack_base::Rng;
-use ecstack_client::{ClientError, PutOptions, ReadPath};
+use ecstack_client::{Client, ClientError, PutOptions, ReadPath};
 use ecstack_lab::codfs_local::LocalCluster;
 use ecstack_lab::mds_failover::{wait_active, wait_standby};
 use ecstack_mds_proto::{ChunkState, UpdateScheme};
@@ -50,6 +50,8 @@ struct Marks {
     /// restarts of a killed MDS (it comes back as the standby).
     mds_kills: u64,
     mds_double_kills: u64,
+    /// Of the kills, those made while a put or an update was under way.
+    mds_kills_during_writes: u64,
     mds_restarts: u64,
     /// Active MDSs stopped (SIGSTOP) until the standby took over, then continued (SIGCONT): each
     /// deposed, answering as a standby again.
@@ -73,6 +75,7 @@ impl Marks {
         self.direct_fallbacks += m.direct_fallbacks;
         self.mds_kills += m.mds_kills;
         self.mds_double_kills += m.mds_double_kills;
+        self.mds_kills_during_writes += m.mds_kills_during_writes;
         self.mds_restarts += m.mds_restarts;
         self.mds_deposed += m.mds_deposed;
     }
@@ -104,6 +107,10 @@ impl MdsFaults {
         };
         let took = self.active(rig, ctx).await;
         assert_ne!(took, stopped, "{ctx}: the stopped MDS answered");
+        note(
+            ctx,
+            &format!("SIGCONT MDS {stopped} (MDS {took} took over)"),
+        );
         rig.cluster.signal_mds(stopped, libc::SIGCONT);
         wait_standby(&rig.cluster, stopped, &self.security)
             .await
@@ -197,6 +204,7 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
                     .collect();
                 let i = running[rng.below(running.len() as u64) as usize];
                 if kill_keeps_m(&rig, &down, i, &ctx).await {
+                    note(&ctx, &format!("kill osd-{i}"));
                     rig.cluster.kill_osd(i);
                     down.push(i);
                     marks.kills += 1;
@@ -207,6 +215,7 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
             // Restart a killed OSD (it catches up on what it missed).
             2 if !down.is_empty() => {
                 let i = down.remove(rng.below(down.len() as u64) as usize);
+                note(&ctx, &format!("restart osd-{i}"));
                 rig.cluster.start_osd(i).unwrap();
                 marks.restarts += 1;
             }
@@ -215,6 +224,7 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
                 let i = down.remove(rng.below(down.len() as u64) as usize);
                 let name = LocalCluster::osd_name(i);
                 rig.wait_down(&name).await;
+                note(&ctx, &format!("osd out {name}"));
                 rig.admin()
                     .osd_out(&name)
                     .await
@@ -224,52 +234,56 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
             }
             // A new file.
             4 => {
-                let path = format!("/n{step}");
-                let len = (rng.below(2 * seg as u64 + 100)) as usize;
-                let data = random_bytes(&mut rng, len);
-                match rig.client.put_with(&path, &data[..], put_options()).await {
-                    Ok(_) => {
-                        marks.puts_ok += 1;
-                        model.insert(path, FileModel::new(data));
-                    }
-                    Err(e) => {
-                        assert_clean(&e, &ctx);
-                        marks.put_errors += 1;
-                    }
-                }
+                let w = Write::put(&mut rng, step, seg);
+                let answer = w.run(&rig.client, put_options()).await;
+                w.record(answer, &mut model, &mut marks, &ctx);
             }
             // An update of a random range.
             5..=6 => {
-                let (path, f) = pick(&mut rng, &model);
-                let size = f.cur.len();
-                if size == 0 {
+                let Some(w) = Write::update(&mut rng, &model, seg) else {
                     continue;
-                }
-                let offset = rng.below(size as u64) as usize;
-                let len = 1 + rng.below(((size - offset) as u64).min(seg as u64 + 10)) as usize;
-                let data = random_bytes(&mut rng, len);
-                match rig.client.update(&path, offset as u64, &data).await {
-                    Ok(()) => {
-                        marks.updates_ok += 1;
-                        model.get_mut(&path).unwrap().updated(offset, &data);
-                    }
-                    Err(e) => {
-                        assert_clean(&e, &ctx);
-                        marks.update_errors += 1;
-                        model.get_mut(&path).unwrap().maybe_updated(offset, &data);
-                    }
-                }
+                };
+                let answer = w.run(&rig.client, put_options()).await;
+                w.record(answer, &mut model, &mut marks, &ctx);
             }
             // SIGKILL the active MDS: the standby takes over once its lease lapses; or restart the
             // one killed before (it comes back as the standby).
             10 | 11 if failovers => {
                 mds.continue_stopped(&rig, &mut marks, &ctx).await;
                 if let Some(i) = mds.down.take() {
+                    note(&ctx, &format!("restart MDS {i}"));
                     rig.cluster.start_mds_at(i).unwrap();
                     marks.mds_restarts += 1;
                 } else {
                     let active = mds.active(&rig, &ctx).await;
-                    rig.cluster.kill_mds_at(active);
+                    // Half the kills land during a write (0–400 ms into a put or an update): a
+                    // put's metadata commit or an update's primary lease meets the dying MDS, and
+                    // the write must be acknowledged and persist, or fail cleanly.
+                    let during = match rng.below(4) {
+                        0 => Some(Write::put(&mut rng, step, seg)),
+                        1 => Write::update(&mut rng, &model, seg),
+                        _ => None,
+                    };
+                    if let Some(w) = during {
+                        let client = rig.client.clone();
+                        let options = put_options();
+                        let write = tokio::spawn(async move {
+                            let answer = w.run(&client, options).await;
+                            (w, answer)
+                        });
+                        tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
+                        note(
+                            &ctx,
+                            &format!("kill the active MDS {active} during a write"),
+                        );
+                        rig.cluster.kill_mds_at(active);
+                        let (w, answer) = write.await.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                        w.record(answer, &mut model, &mut marks, &ctx);
+                        marks.mds_kills_during_writes += 1;
+                    } else {
+                        note(&ctx, &format!("kill the active MDS {active}"));
+                        rig.cluster.kill_mds_at(active);
+                    }
                     mds.down = Some(active);
                     marks.mds_kills += 1;
                     // Now and then two failovers close together: once the standby answers, the
@@ -278,6 +292,10 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
                     if rng.below(4) == 0 {
                         let took = mds.active(&rig, &ctx).await;
                         assert_ne!(took, active, "{ctx}: the killed MDS answered");
+                        note(
+                            &ctx,
+                            &format!("restart MDS {active}, kill the active MDS {took}"),
+                        );
                         rig.cluster.start_mds_at(active).unwrap();
                         marks.mds_restarts += 1;
                         rig.cluster.kill_mds_at(took);
@@ -292,6 +310,7 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
             // then it is continued, deposed.
             12 if failovers && mds.down.is_none() && mds.stopped.is_none() => {
                 let active = mds.active(&rig, &ctx).await;
+                note(&ctx, &format!("SIGSTOP the active MDS {active}"));
                 rig.cluster.signal_mds(active, libc::SIGSTOP);
                 mds.stopped = Some((active, step + 1 + rng.below(4) as usize));
             }
@@ -313,6 +332,7 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
                         }
                     }
                     Err(e) => {
+                        note(&ctx, &format!("read {path} {offset}+{len} failed: {e}"));
                         assert_clean(&e, &ctx);
                         marks.read_errors += 1;
                     }
@@ -325,6 +345,7 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
     let ctx = format!("seed {seed} at the end");
     mds.continue_stopped(&rig, &mut marks, &ctx).await;
     if let Some(i) = mds.down.take() {
+        note(&ctx, &format!("restart MDS {i}"));
         rig.cluster.start_mds_at(i).unwrap();
         marks.mds_restarts += 1;
     }
@@ -356,6 +377,92 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
         assert!(reads.direct > 0, "seed {seed}: no piece was read directly");
     }
     marks
+}
+
+/// A write a step draws: a put of a new file or an update of a random range of a file.
+enum Write {
+    Put {
+        path: String,
+        data: Vec<u8>,
+    },
+    Update {
+        path: String,
+        offset: usize,
+        data: Vec<u8>,
+    },
+}
+
+impl Write {
+    /// A new file `/n<step>` of up to two segments.
+    fn put(rng: &mut Rng, step: usize, seg: usize) -> Write {
+        let path = format!("/n{step}");
+        let len = (rng.below(2 * seg as u64 + 100)) as usize;
+        let data = random_bytes(rng, len);
+        Write::Put { path, data }
+    }
+
+    /// New bytes for a random range of a random file (`None` when that file is empty).
+    fn update(rng: &mut Rng, model: &Model, seg: usize) -> Option<Write> {
+        let (path, f) = pick(rng, model);
+        let size = f.cur.len();
+        if size == 0 {
+            return None;
+        }
+        let offset = rng.below(size as u64) as usize;
+        let len = 1 + rng.below(((size - offset) as u64).min(seg as u64 + 10)) as usize;
+        let data = random_bytes(rng, len);
+        Some(Write::Update { path, offset, data })
+    }
+
+    fn what(&self) -> String {
+        match self {
+            Write::Put { path, data } => format!("put {path} ({} bytes)", data.len()),
+            Write::Update { path, offset, data } => {
+                format!("update {path} {offset}+{}", data.len())
+            }
+        }
+    }
+
+    async fn run(&self, client: &Client, options: PutOptions) -> Result<(), ClientError> {
+        match self {
+            Write::Put { path, data } => client.put_with(path, &data[..], options).await.map(drop),
+            Write::Update { path, offset, data } => client.update(path, *offset as u64, data).await,
+        }
+    }
+
+    /// Adds the client's answer to the model (an acknowledged write must read back; a failed
+    /// update may have reached some chunks) and the marks; a failure must be clean (and is
+    /// printed, for `--nocapture`).
+    fn record(
+        self,
+        answer: Result<(), ClientError>,
+        model: &mut Model,
+        marks: &mut Marks,
+        ctx: &str,
+    ) {
+        if let Err(e) = &answer {
+            note(ctx, &format!("{} failed: {e}", self.what()));
+        }
+        match (self, answer) {
+            (Write::Put { path, data }, Ok(())) => {
+                marks.puts_ok += 1;
+                model.insert(path, FileModel::new(data));
+            }
+            (Write::Put { .. }, Err(e)) => {
+                assert_clean(&e, ctx);
+                marks.put_errors += 1;
+            }
+            (Write::Update { path, offset, data }, Ok(())) => {
+                marks.updates_ok += 1;
+                model.get_mut(&path).unwrap().updated(offset, &data);
+            }
+            (Write::Update { path, offset, data }, Err(e)) => {
+                assert_clean(&e, ctx);
+                marks.update_errors += 1;
+                model.get_mut(&path).unwrap().maybe_updated(offset, &data);
+            }
+        }
+    }
 }
 
 /// Whether killing OSD `victim` (a rig index) keeps every segment of the cluster within m
@@ -408,6 +515,22 @@ async fn kill_keeps_m(rig: &Rig, down: &[usize], victim: usize, ctx: &str) -> bo
         }
     }
     true
+}
+
+/// One line on stderr (shown with `--nocapture`, and for a failing test) of a fault made or an
+/// operation failed, with the time of day (UTC, as the daemons' logs have it).
+fn note(ctx: &str, what: &str) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let s = now.as_secs() % 86_400;
+    eprintln!(
+        "{:02}:{:02}:{:02}.{:03} {ctx}: {what}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        now.subsec_millis()
+    );
 }
 
 fn pick(rng: &mut Rng, model: &Model) -> (String, FileModel) {
