@@ -1,7 +1,8 @@
 //! Active and standby MDSs on one PostgreSQL database (issue 43), real processes: the active MDS
 //! SIGKILLed while `tar` extracts a source tree through `ecstack cluster mount` (the extract
 //! completes, `diff -r` is clean), and an MDS stopped (SIGSTOP) past its lease that, continued,
-//! commits nothing and answers as a standby. PostgreSQL is the testkit's throwaway server; without
+//! commits nothing and answers as a standby, and an OSD started while the active MDS is stopped
+//! registers with the one that took over. PostgreSQL is the testkit's throwaway server; without
 //! it, `/dev/fuse`, `tar` or `diff` these fail under CI=true and say SKIPPED otherwise.
 //!
 //! Long mode: `ECSTACK_FAILOVER_KILLS=20 cargo test -p ecstack --test mds_failover` kills the
