@@ -12,7 +12,7 @@ use ecstack_lab::ec_bench::{self, BenchClock, EcBenchConfig, RatelessConfig};
 use ecstack_lab::mds_backup::{self, BackupBenchConfig};
 use ecstack_lab::mds_bench::{self, MdsBenchConfig};
 use ecstack_lab::mds_failover::{self, FailoverBenchConfig};
-use ecstack_lab::mount_bench::{self, MountBenchConfig};
+use ecstack_lab::mount_bench::{self, MountBenchConfig, MountWorkload};
 use ecstack_lab::LabError;
 use std::path::PathBuf;
 
@@ -172,6 +172,15 @@ struct MountBench {
     /// Where the cluster and the scratch files live (default: a temporary directory)
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Run only these workloads: metadata, tree, sequential (with `cluster put|get` on the same
+    /// cluster), degraded (needs sequential)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "metadata,tree,sequential,degraded",
+        value_name = "WORKLOADS"
+    )]
+    only: Vec<String>,
     #[arg(long)]
     json: bool,
 }
@@ -387,6 +396,12 @@ fn bench_mount(a: MountBench) -> Result<()> {
     cfg.gluster_setup = a.gluster_setup;
     cfg.bindfs = !a.no_bindfs;
     cfg.dir = a.dir;
+    cfg.workloads = a
+        .only
+        .iter()
+        .map(|w| w.parse::<MountWorkload>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(flag_error)?;
     let report = mount_bench::run(&cfg, &crate::util::progress_line).map_err(flag_error)?;
     print_json_or(&report, || report.markdown(), a.json)
 }

@@ -34,6 +34,56 @@ const SMALL_FILE_BYTES: usize = 64;
 /// The request size of the sequential write and read.
 const SEQ_REQUEST_BYTES: usize = 1 << 20;
 
+/// The workloads of a run; `ecstack bench mount --only` picks some.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountWorkload {
+    /// Create, stat, rename and unlink of small files.
+    Metadata,
+    /// `tar` extract of `--tree` and `git status` on it.
+    Tree,
+    /// The sequential write and read, and `cluster put|get` of as many bytes on the same cluster.
+    Sequential,
+    /// The sequential file read again with two OSDs (bricks) killed (needs `Sequential`'s file).
+    Degraded,
+}
+
+impl MountWorkload {
+    pub const ALL: [MountWorkload; 4] = [
+        MountWorkload::Metadata,
+        MountWorkload::Tree,
+        MountWorkload::Sequential,
+        MountWorkload::Degraded,
+    ];
+}
+
+impl std::fmt::Display for MountWorkload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MountWorkload::Metadata => "metadata",
+            MountWorkload::Tree => "tree",
+            MountWorkload::Sequential => "sequential",
+            MountWorkload::Degraded => "degraded",
+        })
+    }
+}
+
+impl std::str::FromStr for MountWorkload {
+    type Err = LabError;
+
+    fn from_str(s: &str) -> Result<MountWorkload> {
+        MountWorkload::ALL
+            .into_iter()
+            .find(|w| w.to_string() == s.trim())
+            .ok_or_else(|| LabError::Config {
+                field: "only",
+                msg: format!(
+                    "unknown workload '{}' (expected metadata, tree, sequential, degraded)",
+                    s.trim()
+                ),
+            })
+    }
+}
+
 /// What `ecstack bench mount` runs.
 #[derive(Debug, Clone)]
 pub struct MountBenchConfig {
@@ -60,6 +110,8 @@ pub struct MountBenchConfig {
     pub bindfs: bool,
     /// Where everything lives (None: a temporary directory).
     pub dir: Option<PathBuf>,
+    /// The workloads to run (all by default).
+    pub workloads: Vec<MountWorkload>,
 }
 
 impl MountBenchConfig {
@@ -78,7 +130,13 @@ impl MountBenchConfig {
             gluster_setup: false,
             bindfs: true,
             dir: None,
+            workloads: MountWorkload::ALL.to_vec(),
         }
+    }
+
+    /// Whether the run includes `w`.
+    pub fn runs(&self, w: MountWorkload) -> bool {
+        self.workloads.contains(&w)
     }
 
     fn validate(&self) -> Result<()> {
@@ -98,6 +156,18 @@ impl MountBenchConfig {
             return Err(LabError::Config {
                 field: "files",
                 msg: "--files and --seq-size must be above 0".into(),
+            });
+        }
+        if self.workloads.is_empty() {
+            return Err(LabError::Config {
+                field: "only",
+                msg: "no workload to run".into(),
+            });
+        }
+        if self.runs(MountWorkload::Degraded) && !self.runs(MountWorkload::Sequential) {
+            return Err(LabError::Config {
+                field: "only",
+                msg: "degraded reads the sequential run's file: add sequential".into(),
             });
         }
         if self.gluster.is_some() && self.gluster_setup {
@@ -141,6 +211,8 @@ pub struct MountBenchReport {
     pub m: u32,
     pub segment_bytes: u64,
     pub cache_bytes: u64,
+    /// The workloads run (`--only`).
+    pub workloads: Vec<String>,
 }
 
 impl MountBenchReport {
@@ -152,7 +224,8 @@ impl MountBenchReport {
     /// (higher is better for every unit here).
     pub fn markdown(&self) -> String {
         let mut out = format!(
-            "Mount benchmark: {} small files, a {} MiB sequential file; ours = {} OSDs, RS {}+{}, {} MiB segments, {} MiB cache\n\n",
+            "Mount benchmark ({}): {} small files, a {} MiB sequential file; ours = {} OSDs, RS {}+{}, {} MiB segments, {} MiB cache\n\n",
+            self.workloads.join(", "),
             self.files,
             self.seq_bytes >> 20,
             self.osds,
@@ -471,20 +544,23 @@ fn run_target(
     log: &dyn Fn(&str),
 ) -> Result<Vec<(String, &'static str, f64)>> {
     std::fs::create_dir_all(work).map_err(|e| run_err("mkdir", e))?;
-    let meta = work.join("meta");
-    std::fs::create_dir(&meta).map_err(|e| run_err("mkdir", e))?;
-    let [create, stat, rename, unlink] = metadata(&meta, cfg.files)?;
-    log(&format!("  metadata: create {create:.0}/s, stat {stat:.0}/s, rename {rename:.0}/s, unlink {unlink:.0}/s"));
-    let mut rows = vec![
-        (
-            "create (small file, write, close)".to_owned(),
-            "ops/s",
-            create,
-        ),
-        ("stat".to_owned(), "ops/s", stat),
-        ("rename".to_owned(), "ops/s", rename),
-        ("unlink".to_owned(), "ops/s", unlink),
-    ];
+    let mut rows = Vec::new();
+    if cfg.runs(MountWorkload::Metadata) {
+        let meta = work.join("meta");
+        std::fs::create_dir(&meta).map_err(|e| run_err("mkdir", e))?;
+        let [create, stat, rename, unlink] = metadata(&meta, cfg.files)?;
+        log(&format!("  metadata: create {create:.0}/s, stat {stat:.0}/s, rename {rename:.0}/s, unlink {unlink:.0}/s"));
+        rows.extend([
+            (
+                "create (small file, write, close)".to_owned(),
+                "ops/s",
+                create,
+            ),
+            ("stat".to_owned(), "ops/s", stat),
+            ("rename".to_owned(), "ops/s", rename),
+            ("unlink".to_owned(), "ops/s", unlink),
+        ]);
+    }
     if let Some((tarball, files)) = tarball {
         let (extract, status) = tree_work(work, tarball, *files, home)?;
         log(&format!(
@@ -493,12 +569,14 @@ fn run_target(
         rows.push(("tar extract".to_owned(), "files/s", extract));
         rows.push(("git status".to_owned(), "runs/s", status));
     }
-    let (write, read) = sequential(&work.join("seq.bin"), cfg.seq_bytes)?;
-    log(&format!(
-        "  sequential: write {write:.0} MB/s, read {read:.0} MB/s"
-    ));
-    rows.push(("sequential write (1 MiB, fsync)".to_owned(), "MB/s", write));
-    rows.push(("sequential read (1 MiB)".to_owned(), "MB/s", read));
+    if cfg.runs(MountWorkload::Sequential) {
+        let (write, read) = sequential(&work.join("seq.bin"), cfg.seq_bytes)?;
+        log(&format!(
+            "  sequential: write {write:.0} MB/s, read {read:.0} MB/s"
+        ));
+        rows.push(("sequential write (1 MiB, fsync)".to_owned(), "MB/s", write));
+        rows.push(("sequential read (1 MiB)".to_owned(), "MB/s", read));
+    }
     Ok(rows)
 }
 
@@ -519,7 +597,7 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
     std::fs::create_dir_all(&dir).map_err(|e| run_err(&format!("mkdir {}", dir.display()), e))?;
     let stamp = std::process::id();
     let tarball = match &cfg.tree {
-        Some(tree) => {
+        Some(tree) if cfg.runs(MountWorkload::Tree) => {
             let tarball = dir.join("tree.tar");
             run_tool(
                 Command::new("tar")
@@ -538,7 +616,7 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
                 .map_err(|e| run_err("tar -tf", e))?;
             Some((tarball, out.stdout.split(|&b| b == b'\n').count()))
         }
-        None => None,
+        _ => None,
     };
 
     let mut spec = LocalSpec::new(cfg.exe.clone(), dir.join("cluster"), cfg.osds);
@@ -634,14 +712,17 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
         let work = mnt.join(format!("ecstack-bench-{stamp}"));
         let mut figures = run_target(cfg, &work, tarball.as_ref(), &dir, log)?;
         let seq = work.join("seq.bin");
+        if name == "ours" && cfg.runs(MountWorkload::Sequential) {
+            let (put, get) = put_get(&cfg.exe, &cluster.config_path(), &dir, cfg.seq_bytes)?;
+            log(&format!(
+                "  cluster put {put:.0} MB/s, cluster get {get:.0} MB/s (same cluster)"
+            ));
+            figures.push(("cluster put (same cluster)".to_owned(), "MB/s", put));
+            figures.push(("cluster get (same cluster)".to_owned(), "MB/s", get));
+        }
         match name.as_str() {
+            _ if !cfg.runs(MountWorkload::Degraded) => {}
             "ours" => {
-                let (put, get) = put_get(&cfg.exe, &cluster.config_path(), &dir, cfg.seq_bytes)?;
-                log(&format!(
-                    "  cluster put {put:.0} MB/s, cluster get {get:.0} MB/s (same cluster)"
-                ));
-                figures.push(("cluster put (same cluster)".to_owned(), "MB/s", put));
-                figures.push(("cluster get (same cluster)".to_owned(), "MB/s", get));
                 for i in 0..DEGRADED_KILLED {
                     cluster.kill_osd(i);
                 }
@@ -705,6 +786,7 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
         m: cfg.m,
         segment_bytes: cfg.segment_bytes,
         cache_bytes: cfg.cache_bytes,
+        workloads: cfg.workloads.iter().map(|w| w.to_string()).collect(),
     })
 }
 
@@ -732,11 +814,28 @@ mod tests {
             m: 2,
             segment_bytes: 16 << 20,
             cache_bytes: 256 << 20,
+            workloads: vec!["metadata".into()],
         };
         let md = report.markdown();
         assert!(
             md.contains("| stat | ops/s | 300.0 | 600.0 | 200.0 | 1.50 | 0.50 |"),
             "{md}"
         );
+        assert!(md.starts_with("Mount benchmark (metadata):"), "{md}");
+    }
+
+    #[test]
+    fn only_names_the_workloads_and_degraded_needs_sequential() {
+        for w in MountWorkload::ALL {
+            assert_eq!(w.to_string().parse::<MountWorkload>().unwrap(), w);
+        }
+        assert!("fio".parse::<MountWorkload>().is_err());
+        let mut cfg = MountBenchConfig::new(PathBuf::from("ecstack"));
+        cfg.workloads = vec![MountWorkload::Sequential];
+        assert!(cfg.validate().is_ok());
+        cfg.workloads = vec![MountWorkload::Degraded];
+        assert!(cfg.validate().is_err());
+        cfg.workloads.clear();
+        assert!(cfg.validate().is_err());
     }
 }
