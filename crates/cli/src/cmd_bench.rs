@@ -172,6 +172,10 @@ struct MountBench {
     /// Where the cluster and the scratch files live (default: a temporary directory)
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Our MDS's metadata in this empty PostgreSQL database (postgresql://USER@HOST/DB, or
+    /// postgresql://USER@/DB?host=/socket/dir) instead of SQLite
+    #[arg(long)]
+    postgres: Option<String>,
     /// Run only these workloads: metadata, tree, sequential (with `cluster put|get` on the same
     /// cluster), degraded (needs sequential)
     #[arg(
@@ -395,6 +399,7 @@ fn bench_mount(a: MountBench) -> Result<()> {
     cfg.gluster = a.gluster;
     cfg.gluster_setup = a.gluster_setup;
     cfg.bindfs = !a.no_bindfs;
+    cfg.mds_store = a.postgres;
     cfg.dir = a.dir;
     cfg.workloads = a
         .only
