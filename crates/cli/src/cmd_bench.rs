@@ -9,6 +9,7 @@ use ecstack_lab::admission_bench::{self, AdmissionBenchConfig};
 use ecstack_lab::codfs_bench::{self, ClusterBenchConfig};
 use ecstack_lab::codfs_updload::UpdateLoadConfig;
 use ecstack_lab::ec_bench::{self, BenchClock, EcBenchConfig, RatelessConfig};
+use ecstack_lab::mds_backup::{self, BackupBenchConfig};
 use ecstack_lab::mds_bench::{self, MdsBenchConfig};
 use ecstack_lab::mds_failover::{self, FailoverBenchConfig};
 use ecstack_lab::mount_bench::{self, MountBenchConfig, MountWorkload};
@@ -43,6 +44,11 @@ enum BenchWhat {
     /// a metadata load; time from each kill to the first successful call at the standby, and
     /// acknowledged metadata lost. The logic is `ecstack_lab::mds_failover`
     Failover(FailoverBench),
+    /// Online backup of the metadata of a namespace of many files (one MDS, no OSDs) under a
+    /// metadata load: the load's latency and ops/s during `cluster backup` beside those without
+    /// a backup, the backup's duration and size, and a restore of it. SQLite, and PostgreSQL
+    /// (`pg_dump`) with --postgres. The logic is `ecstack_lab::mds_backup`
+    Backup(BackupBench),
     /// Admission control of block streams at one OSD whose store pays for positioning when
     /// streams interleave (EPLOG's HDD profile): the aggregate throughput of many concurrent
     /// GetBlocks readers with admission off and on (docs/robustore.md "Admission control on
@@ -104,6 +110,34 @@ struct FailoverBench {
 }
 
 #[derive(Args)]
+struct BackupBench {
+    /// Files in the namespace (empty, made with mknod, 1,000 per directory)
+    #[arg(long, default_value_t = 100_000)]
+    files: u64,
+    /// Client tasks filling the namespace at once
+    #[arg(long, default_value_t = 16)]
+    fill_tasks: usize,
+    /// Client tasks of the load (each repeating stat + create + unlink without pause)
+    #[arg(long, default_value_t = 4)]
+    load_tasks: usize,
+    /// Seconds of the idle window; backups run back to back for at least as long
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// An empty PostgreSQL database to run against as well (postgresql://USER@HOST/DB, or
+    /// postgresql://USER@/DB?host=/socket/dir)
+    #[arg(long)]
+    postgres: Option<String>,
+    /// Where the clusters and backups live (default: a temporary directory)
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// No TLS between the clients and the MDS
+    #[arg(long)]
+    insecure: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct MountBench {
     #[arg(long, default_value_t = 8)]
     osds: usize,
@@ -138,6 +172,10 @@ struct MountBench {
     /// Where the cluster and the scratch files live (default: a temporary directory)
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Our MDS's metadata in this empty PostgreSQL database (postgresql://USER@HOST/DB, or
+    /// postgresql://USER@/DB?host=/socket/dir) instead of SQLite
+    #[arg(long)]
+    postgres: Option<String>,
     /// Run only these workloads: metadata, tree, sequential (with `cluster put|get` on the same
     /// cluster), degraded (needs sequential)
     #[arg(
@@ -163,6 +201,10 @@ struct MdsBench {
     /// Client tasks issuing operations at once
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    /// Rounds of the four phases; the two stores take turns phase by phase, and each ratio is
+    /// the median of the rounds'
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// No TLS between the client and the MDS
     #[arg(long)]
     insecure: bool,
@@ -318,6 +360,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         BenchWhat::Mount(m) => bench_mount(m),
         BenchWhat::Mds(m) => bench_mds(m),
         BenchWhat::Failover(f) => bench_failover(f),
+        BenchWhat::Backup(b) => bench_backup(b),
         BenchWhat::Admission(a) => bench_admission(a),
     }
 }
@@ -356,6 +399,7 @@ fn bench_mount(a: MountBench) -> Result<()> {
     cfg.gluster = a.gluster;
     cfg.gluster_setup = a.gluster_setup;
     cfg.bindfs = !a.no_bindfs;
+    cfg.mds_store = a.postgres;
     cfg.dir = a.dir;
     cfg.workloads = a
         .only
@@ -372,6 +416,7 @@ fn bench_mds(a: MdsBench) -> Result<()> {
     let mut cfg = MdsBenchConfig::new(exe, a.postgres);
     cfg.files = a.files;
     cfg.concurrency = a.concurrency;
+    cfg.rounds = a.rounds;
     cfg.insecure = a.insecure;
     let report = mds_bench::run(&cfg, &|line| eprintln!("{line}"))?;
     print_json_or(&report, || report.markdown(), a.json)
@@ -385,6 +430,20 @@ fn bench_failover(a: FailoverBench) -> Result<()> {
     cfg.load_between = std::time::Duration::from_millis(a.load_ms);
     cfg.insecure = a.insecure;
     let report = mds_failover::run(&cfg, &|line| eprintln!("{line}"))?;
+    print_json_or(&report, || report.markdown(), a.json)
+}
+
+fn bench_backup(a: BackupBench) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the ecstack binary")?;
+    let mut cfg = BackupBenchConfig::new(exe);
+    cfg.files = a.files;
+    cfg.fill_tasks = a.fill_tasks;
+    cfg.load_tasks = a.load_tasks;
+    cfg.seconds = a.seconds;
+    cfg.postgres_url = a.postgres;
+    cfg.dir = a.dir;
+    cfg.insecure = a.insecure;
+    let report = mds_backup::run(&cfg, &|line| eprintln!("{line}")).map_err(flag_error)?;
     print_json_or(&report, || report.markdown(), a.json)
 }
 

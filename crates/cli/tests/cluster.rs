@@ -1025,6 +1025,8 @@ fn bench_mds_compares_sqlite_and_postgresql() {
         "40",
         "--concurrency",
         "4",
+        "--rounds",
+        "2",
         "--insecure",
         "--json",
     ]);
@@ -1041,5 +1043,6 @@ fn bench_mds_compares_sqlite_and_postgresql() {
         for k in ["sqlite_ops_per_sec", "postgresql_ops_per_sec", "ratio"] {
             assert!(o[k].as_f64().unwrap() > 0.0, "{o}");
         }
+        assert_eq!(o["round_ratios"].as_array().unwrap().len(), 2, "{o}");
     }
 }

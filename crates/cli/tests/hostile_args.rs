@@ -45,6 +45,10 @@ fn hostile_values_are_one_error_line() {
         (vec!["bench", "ec", "--time", "1e300"], "--time"),
         (vec!["bench", "ec", "--time", "inf"], "--time"),
         (vec!["bench", "ec", "--time", "0"], "--time"),
+        (vec!["bench", "backup", "--seconds", "NaN"], "--seconds"),
+        (vec!["bench", "backup", "--seconds", "inf"], "--seconds"),
+        (vec!["bench", "backup", "--files", "0"], "--files"),
+        (vec!["bench", "backup", "--load-tasks", "0"], "--load-tasks"),
     ];
     for (args, want) in &cases {
         refused(args, want);

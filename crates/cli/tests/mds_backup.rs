@@ -416,3 +416,41 @@ async fn after_a_restore_the_later_files_chunks_go_after_the_grace_without_an_os
         .unwrap();
     assert!(got == new_robust);
 }
+
+/// `ecstack bench backup` at a small scale (2,000 files, 1 s windows, SQLite): the load ran in
+/// both windows, at least one backup was made, and every file is listed after its restore.
+#[test]
+fn the_backup_bench_runs_at_a_small_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = ecstack(&[
+        "bench",
+        "backup",
+        "--files",
+        "2000",
+        "--seconds",
+        "1",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let stores = report["stores"].as_array().unwrap();
+    assert_eq!(stores.len(), 1, "{report}");
+    let s = &stores[0];
+    assert_eq!(s["store"], "SQLite");
+    for window in ["idle", "during_backup"] {
+        let all = &s[window]["latency"][0];
+        assert_eq!(all["op"], "all");
+        assert!(all["ops"].as_u64().unwrap() > 0, "{window}: {report}");
+        assert!(all["p50_ms"].as_f64().unwrap() > 0.0, "{window}: {report}");
+        assert!(
+            all["max_ms"].as_f64().unwrap() >= all["p99_ms"].as_f64().unwrap(),
+            "{report}"
+        );
+    }
+    let backups = s["backups"].as_array().unwrap();
+    assert!(!backups.is_empty());
+    assert!(backups.iter().all(|b| b["bytes"].as_u64().unwrap() > 0));
+    assert_eq!(s["files_after_restore"], 2000);
+}

@@ -1,7 +1,8 @@
 //! Active and standby MDSs on one PostgreSQL database (issue 43), real processes: the active MDS
 //! SIGKILLed while `tar` extracts a source tree through `ecstack cluster mount` (the extract
 //! completes, `diff -r` is clean), and an MDS stopped (SIGSTOP) past its lease that, continued,
-//! commits nothing and answers as a standby. PostgreSQL is the testkit's throwaway server; without
+//! commits nothing and answers as a standby, and an OSD started while the active MDS is stopped
+//! registers with the one that took over. PostgreSQL is the testkit's throwaway server; without
 //! it, `/dev/fuse`, `tar` or `diff` these fail under CI=true and say SKIPPED otherwise.
 //!
 //! Long mode: `ECSTACK_FAILOVER_KILLS=20 cargo test -p ecstack --test mds_failover` kills the
@@ -17,17 +18,12 @@ use cluster_common::mount::{run, tar_of, Mount};
 use cluster_common::*;
 use ecstack_lab::mds_failover::{active_mds, wait_active, wait_standby, DirLoad};
 use ecstack_mds_proto::{MdsClient, MdsError};
-use ecstack_rpc::Security;
 
 fn kills() -> usize {
     std::env::var("ECSTACK_FAILOVER_KILLS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
-}
-
-fn security(rig: &Rig) -> Security {
-    Security::load(&rig.cluster.config().certs_dir(), "client").unwrap()
 }
 
 /// Files under `dir`, counted.
@@ -65,7 +61,7 @@ async fn the_active_mds_killed_during_a_tar_extract_through_the_mount_loses_noth
         ..RigSpec::default()
     })
     .await;
-    let sec = security(&rig);
+    let sec = rig.security();
     // A real tree: the MDS's and the client's sources.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let work = rig.dir.path().join("work");
@@ -142,7 +138,7 @@ async fn a_deposed_mds_commits_nothing() {
         ..RigSpec::default()
     })
     .await;
-    let sec = security(&rig);
+    let sec = rig.security();
     let active = wait_active(&rig.cluster, &sec, Duration::from_secs(60))
         .await
         .unwrap();
@@ -191,4 +187,52 @@ async fn a_deposed_mds_commits_nothing() {
         lost, 0,
         "{lost} of {acknowledged} acknowledged directories lost"
     );
+}
+
+/// An OSD started while the active MDS is stopped (hung, not dead) registers with the MDS that
+/// took over within a metadata call's deadline: its registration attempt at the stopped MDS, the
+/// first listed (where a new client's first call goes), is given up rather than held for the
+/// channel's 30 s request timeout. Two such waits once used an OSD's whole 60 s registration
+/// patience, and the OSD exited (fault seed 310 with MDS failovers, `cluster_faults.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_osd_started_while_the_active_mds_is_stopped_registers_promptly() {
+    let Some(pg) = ecstack_testkit::postgres::shared() else {
+        return;
+    };
+    let url = pg.create_db("failover_register");
+    let mut rig = Rig::start(RigSpec {
+        osds: 0,
+        mds_store: Some(url),
+        mds_standbys: 1,
+        ..RigSpec::default()
+    })
+    .await;
+    let sec = rig.security();
+    let mut active = wait_active(&rig.cluster, &sec, Duration::from_secs(60))
+        .await
+        .unwrap();
+    if active == 1 {
+        rig.cluster.kill_mds_at(1);
+        active = wait_active(&rig.cluster, &sec, Duration::from_secs(60))
+            .await
+            .unwrap();
+        rig.cluster.start_mds_at(1).unwrap();
+    }
+    assert_eq!(active, 0);
+    wait_standby(&rig.cluster, 1, &sec).await.unwrap();
+    rig.cluster.signal_mds(0, libc::SIGSTOP);
+    let took = wait_active(&rig.cluster, &sec, Duration::from_secs(30)).await;
+    assert_eq!(took.unwrap(), 1);
+    let started = Instant::now();
+    rig.cluster.add_osd().unwrap();
+    let registered = rig.client.wait_for_osds(1, Duration::from_secs(60)).await;
+    let after = started.elapsed();
+    rig.cluster.signal_mds(0, libc::SIGCONT);
+    registered.unwrap_or_else(|e| panic!("{e}\n{}", rig.logs()));
+    assert!(
+        after < Duration::from_secs(20),
+        "the OSD was up {after:?} after its start\n{}",
+        rig.logs()
+    );
+    rig.cluster.check_alive().unwrap();
 }

@@ -15,10 +15,11 @@
 //!   directory. `target/release/ecstack` is the ecstack under test (long mode: the repository's).
 //! * **Small sizes.** `size=NG` in a device spec becomes `size=N×256M` (a 4 GiB device is 1 GiB, sparse);
 //!   `--size NG` becomes `--size N×8M`; `--seeds N` above 20 becomes `--seeds 20`.
-//! * **Servers.** `cluster up` and every `… serve` start in the background, and the next command
-//!   waits (60 s at most) for the line that says "Ctrl-C stops". One started in the foreground (the
-//!   user's own terminal) is stopped with SIGTERM, as Ctrl-C would, before the next server starts; one
-//!   started with `&` is the README's to stop (`kill %1`, after which the run waits for it to exit).
+//! * **Servers.** `cluster up`, `cluster mount` and every `… serve` start in the background, and the
+//!   next command waits (60 s at most) for the line that says "Ctrl-C stops". One started in the
+//!   foreground (the user's own terminal) is stopped with SIGTERM, as Ctrl-C would, before the next
+//!   foreground server starts; one started with `&` is the README's to stop (`kill %1`, after which
+//!   the run waits for it to exit, or `fusermount3 -u` for a mount).
 //!   Every server left is stopped at the end of its block and must exit within 15 s.
 //! * **Timeouts.** Each command has 120 s (SIGTERM, then SIGKILL); a pipeline fails if any of its
 //!   commands fails (a reader's early exit, SIGPIPE, is fine).
@@ -137,7 +138,7 @@ fn strip_comment(line: &str) -> &str {
 enum Kind {
     /// A variable, `export`, `kill` or `cd`: run in the block's own shell.
     Shell,
-    /// `cluster up` or `… serve`; `background`: README started it with `&`.
+    /// `cluster up`, `cluster mount` or `… serve`; `background`: README started it with `&`.
     Server { background: bool },
     /// Whole only in long mode (see the module's rules).
     Long,
@@ -166,7 +167,10 @@ fn kind(cmd: &str) -> Kind {
         return Kind::Shell;
     }
     let sub = ecstack_words(&words);
-    if sub.starts_with(&["cluster", "up"]) || sub.get(1) == Some(&"serve") {
+    if sub.starts_with(&["cluster", "up"])
+        || sub.starts_with(&["cluster", "mount"])
+        || sub.get(1) == Some(&"serve")
+    {
         return Kind::Server {
             background: cmd.ends_with('&'),
         };
@@ -269,7 +273,7 @@ fn q(s: &str) -> String {
 
 /// The functions every block's script uses: `step`, `help_step`, `shell`, `server`, `stop_all`.
 const LIB: &str = r#"
-n=0; fails=0; fg_servers=(); all_servers=()
+n=0; fails=0; fg_servers=(); bg_servers=(); all_servers=()
 now() { date +%s%N; }
 secs() { local d=$(( $(now) - $1 )); printf '%d.%d' $((d / 1000000000)) $(( (d / 100000000) % 10 )); }
 report() { # STATUS ORIG LOG T0 [WHAT]
@@ -290,10 +294,15 @@ step() { # TIMEOUT ORIG CMD [WHAT]
   report $? "$2" "$log" "$t0" "${4:-}"
 }
 # In this shell: variables, export, cd, kill (`kill %N` then waits up to 15 s for job N to exit).
+# README's job N is the Nth server it started with `&` (the runner starts foreground ones in the
+# background too: they are the user's other terminal, not jobs of this one).
 shell() { # ORIG CMD
-  n=$((n + 1)); local t0 pid="" s; t0=$(now)
-  case "$2" in kill\ %*) pid=$(jobs -p "${2##* }") ;; esac
-  eval "$2"; s=$?
+  n=$((n + 1)); local t0 pid="" s cmd="$2"; t0=$(now)
+  case "$2" in kill\ %*)
+    pid=${bg_servers[$(( ${2##*%} - 1 ))]:-}
+    [ -n "$pid" ] && cmd="kill $pid" ;;
+  esac
+  eval "$cmd"; s=$?
   if [ "$s" = 0 ] && [ -n "$pid" ]; then gone "$pid" || s=124; fi
   report "$s" "$1" /dev/null "$t0"
 }
@@ -313,12 +322,13 @@ stop() { # PID: SIGTERM (Ctrl-C's twin for every ecstack server), then SIGKILL a
 stop_fg() { local p; for p in "${fg_servers[@]}"; do stop "$p"; done; fg_servers=(); }
 # A server in the background; ready when its output says "Ctrl-C stop".
 server() { # BACKGROUND(0|1) ORIG CMD
-  stop_fg
+  [ "$1" = 0 ] && stop_fg
   n=$((n + 1)); local log="$LOGS/$BLOCK.$n.log" t0 pid i; t0=$(now)
   : >"$log"
   bash -c "exec $3" >"$log" 2>&1 </dev/null &
   pid=$!
-  all_servers+=("$pid"); [ "$1" = 0 ] && fg_servers+=("$pid")
+  all_servers+=("$pid")
+  if [ "$1" = 0 ]; then fg_servers+=("$pid"); else bg_servers+=("$pid"); fi
   for i in $(seq $((READY_SECS * 10))); do
     if grep -q 'Ctrl-C stop' "$log"; then report 0 "$2" "$log" "$t0" "  (ready, pid $pid)"; return; fi
     if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; local s=$?; report $((s == 0 ? 1 : s)) "$2" "$log" "$t0" "  (exited before it was ready)"; return; fi
@@ -611,6 +621,10 @@ fn the_rules_on_readme_lines() {
     assert_eq!(
         kind("ecstack cluster up --osds 9"),
         Kind::Server { background: false }
+    );
+    assert_eq!(
+        kind("ecstack cluster mount /srv/m &"),
+        Kind::Server { background: true }
     );
     assert_eq!(kind("sudo ecstack experiment codfs --osds 10"), Kind::Long);
     assert_eq!(kind("target/release/ecstack bench ec"), Kind::Long);

@@ -49,6 +49,7 @@ pub mod eplog;
 pub mod gluster_peer;
 pub mod kv_bench;
 pub mod kv_bench_ycsb;
+pub mod mds_backup;
 pub mod mds_bench;
 pub mod mds_failover;
 pub mod mount_bench;

@@ -112,6 +112,8 @@ pub struct MountBenchConfig {
     pub dir: Option<PathBuf>,
     /// The workloads to run (all by default).
     pub workloads: Vec<MountWorkload>,
+    /// Our MDS's store: `None` SQLite (the default), or a PostgreSQL URL (an empty database).
+    pub mds_store: Option<String>,
 }
 
 impl MountBenchConfig {
@@ -131,6 +133,7 @@ impl MountBenchConfig {
             bindfs: true,
             dir: None,
             workloads: MountWorkload::ALL.to_vec(),
+            mds_store: None,
         }
     }
 
@@ -295,7 +298,8 @@ fn wait_mounted(dir: &Path, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn run_tool(cmd: &mut Command) -> Result<()> {
+/// Runs `cmd` to its end; its standard output, or its standard error in the error.
+pub(crate) fn run_tool(cmd: &mut Command) -> Result<Vec<u8>> {
     let o = cmd
         .stdin(Stdio::null())
         .output()
@@ -306,7 +310,7 @@ fn run_tool(cmd: &mut Command) -> Result<()> {
             String::from_utf8_lossy(&o.stderr).trim()
         )));
     }
-    Ok(())
+    Ok(o.stdout)
 }
 
 /// A mount this benchmark made; unmounted (and its process stopped) on drop.
@@ -622,9 +626,17 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
     spec.k = cfg.k;
     spec.m = cfg.m;
     spec.segment_bytes = cfg.segment_bytes;
+    spec.mds_store = cfg.mds_store.clone();
     log(&format!(
-        "starting the cluster: {} OSDs, RS {}+{}",
-        cfg.osds, cfg.k, cfg.m
+        "starting the cluster: {} OSDs, RS {}+{}, metadata in {}",
+        cfg.osds,
+        cfg.k,
+        cfg.m,
+        if cfg.mds_store.is_some() {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        }
     ));
     let mut cluster = LocalCluster::start(spec).map_err(|e| run_err("cluster", e))?;
     // Every OSD registered before the mount writes.

@@ -225,9 +225,12 @@ impl Rig {
 
     /// Another client of the rig's cluster with `options`.
     pub fn client_with_options(&self, options: ClientOptions) -> Client {
-        let security =
-            Security::load(&self.cluster.config().certs_dir(), "client").expect("client cert");
-        Client::connect_with(self.cluster.config(), security, options).expect("client")
+        Client::connect_with(self.cluster.config(), self.security(), options).expect("client")
+    }
+
+    /// The `client` certificate of the rig's cluster (for an `MdsClient` of a test's own).
+    pub fn security(&self) -> Security {
+        Security::load(&self.cluster.config().certs_dir(), "client").expect("client cert")
     }
 
     /// A client of the rig's cluster with the `admin` certificate (`osd out` needs it).

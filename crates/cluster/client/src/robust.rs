@@ -68,6 +68,9 @@ pub const MAX_DEFAULT_VARIATION: f64 = 4.0;
 pub const MIN_DEFAULT_REDUNDANCY: f64 = 0.2;
 /// Blocks each write stream keeps in flight.
 pub const BLOCKS_IN_FLIGHT: usize = 2;
+/// How long a stopped write stream waits for the OSD to end it (its blocks in flight stored or
+/// dropped) before the put deletes what it did not acknowledge anyway.
+const WIND_DOWN: std::time::Duration = std::time::Duration::from_secs(10);
 /// Disks a robust put uses by default (at most; fewer when fewer are up).
 pub const DEFAULT_DISKS: usize = 8;
 
@@ -623,11 +626,14 @@ impl Client {
                 }
                 in_flight += 1;
             }
-            if *stop.borrow() || in_flight == 0 {
+            if in_flight == 0 {
                 return StreamEnd::Done;
             }
+            if *stop.borrow() {
+                return wind_down(&mut w, in_flight).await;
+            }
             tokio::select! {
-                _ = stop.changed() => return StreamEnd::Done,
+                _ = stop.changed() => return wind_down(&mut w, in_flight).await,
                 ack = w.ack() => match ack {
                     Ok(Some(key)) => {
                         in_flight -= 1;
@@ -1003,6 +1009,25 @@ impl Client {
 }
 
 /// Blocks per OSD of a robust file (for `cluster stat`), by OSD id.
+/// A stopped write stream's end: closed, then its OSD's acknowledgements of the `in_flight` blocks
+/// sent before the stop awaited (they stay pending: the put deletes them) until the OSD ends the
+/// stream, for at most [`WIND_DOWN`]. Without it the put's deletion of those blocks could reach
+/// the OSD before their writes (another RPC, while the stream still winds down there) and leave
+/// them stored, outside the block map.
+async fn wind_down(w: &mut ecstack_osd_proto::BlockWriter, mut in_flight: usize) -> StreamEnd {
+    w.close();
+    let _ = tokio::time::timeout(WIND_DOWN, async {
+        while in_flight > 0 {
+            match w.ack().await {
+                Ok(Some(_)) => in_flight -= 1,
+                Ok(None) | Err(_) => break,
+            }
+        }
+    })
+    .await;
+    StreamEnd::Done
+}
+
 pub fn blocks_per_osd(r: &RobustInfo) -> BTreeMap<u32, u64> {
     let mut m = BTreeMap::new();
     for o in &r.objects {

@@ -1,8 +1,12 @@
 //! Backups of the metadata store (`ecstack cluster backup FILE`, `ecstack cluster restore FILE`).
 //!
-//! - **SQLite**, online: the MDS makes a consistent copy of its database (`VACUUM INTO`, under the
-//!   core's lock, so between two operations) and streams it (`Backup` RPC, admin only); the copy
-//!   is written to `FILE.part`, synced and renamed, and must open as a store ([`check_sqlite`]).
+//! - **SQLite**, online: the MDS makes a consistent copy of its database and streams it (`Backup`
+//!   RPC, admin only). Under the core's lock it only looks up the database's file; the copy is
+//!   made outside it ([`snapshot_sqlite`]: `VACUUM INTO` on a read-only connection of its own, one
+//!   read transaction beside the MDS's writer in WAL mode), so metadata operations go on while a
+//!   large database is copied, and the copy is the state after one committed transaction. The
+//!   command writes it to `FILE.part`, syncs and renames it, and it must open as a store
+//!   ([`check_sqlite`]).
 //!   Restore, with the MDS stopped (its store lock is taken for the time of the restore): the copy
 //!   is checked, then replaces the database (its `-wal` and `-shm` go).
 //! - **PostgreSQL**: `pg_dump --format=custom` of the store's database; restore with
@@ -97,6 +101,28 @@ where
         return Err(e);
     }
     std::fs::rename(&part, to).map_err(io("cannot rename into place", to))
+}
+
+/// A consistent copy of the SQLite store `db` in the new file `to`, made beside the MDS that has
+/// it open: a read-only connection of its own (it takes no store lock) runs `VACUUM INTO`, one read
+/// transaction, while the MDS's connection goes on committing (WAL). The copy holds the state after
+/// one committed transaction, the state a crash at that instant would leave.
+pub fn snapshot_sqlite(db: &Path, to: &Path) -> Result<(), StoreError> {
+    let to = to
+        .to_str()
+        .ok_or_else(|| StoreError::Db(format!("backup path {} is not UTF-8", to.display())))?;
+    let conn = rusqlite::Connection::open_with_flags(
+        db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| StoreError::Open {
+        at: db.display().to_string(),
+        message: e.to_string(),
+    })?;
+    // A reader waits only while the writer resets the WAL.
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.execute("VACUUM INTO ?1", [to])?;
+    conn.close().map_err(|(_, e)| StoreError::from(e))
 }
 
 /// Opens the SQLite store copy at `file` (a backup) as the MDS would, in a scratch copy (the

@@ -690,7 +690,9 @@ impl MdsCore {
 
     /// Delete tasks for every chunk of a file, and the file's removal.
     fn drop_file(&self, batch: &mut Batch, file_id: u64) -> Result<(), MdsError> {
-        for s in self.store.segments_of_file(file_id).map_err(internal)? {
+        let segments = self.store.segments_of_file(file_id).map_err(internal)?;
+        let empty = segments.is_empty();
+        for s in segments {
             for c in self.store.chunks(s.segment_id).map_err(internal)? {
                 if let Some(osd_id) = c.osd_id {
                     batch.push(Mutation::PutDelete(DeleteRecord {
@@ -701,8 +703,13 @@ impl MdsCore {
                 }
             }
         }
-        self.drop_robust_blocks(batch, file_id)?;
-        batch.push(Mutation::DeleteFile(file_id));
+        let objects = self.drop_robust_blocks(batch, file_id)?;
+        // A file with neither (an empty file, a create's): its records only.
+        batch.push(if empty && objects == 0 {
+            Mutation::DeleteEmptyFile(file_id)
+        } else {
+            Mutation::DeleteFile(file_id)
+        });
         Ok(())
     }
 
@@ -1161,9 +1168,10 @@ impl MdsCore {
 
     // ---- status
 
-    /// A consistent copy of the store in the new file `to` (an online backup; SQLite stores).
-    pub fn snapshot(&self, to: &std::path::Path) -> Result<(), MdsError> {
-        self.store.snapshot(to).map_err(|e| match e {
+    /// The database file an online backup copies (SQLite stores; `crate::backup::snapshot_sqlite`
+    /// copies it without the core).
+    pub fn backup_source(&self) -> Result<std::path::PathBuf, MdsError> {
+        self.store.backup_source().map_err(|e| match e {
             StoreError::Db(m) => MdsError::FailedPrecondition(m),
             e => internal(e),
         })

@@ -359,12 +359,15 @@ impl MdsCore {
     }
 
     /// Delete tasks for every block of a robust file's objects (one per object and holder).
+    /// Returns how many objects the file has.
     pub(super) fn drop_robust_blocks(
         &self,
         batch: &mut Batch,
         file_id: u64,
-    ) -> Result<(), MdsError> {
-        for o in self.store.robust_objects(file_id).map_err(internal)? {
+    ) -> Result<usize, MdsError> {
+        let objects = self.store.robust_objects(file_id).map_err(internal)?;
+        let count = objects.len();
+        for o in objects {
             let holders: BTreeSet<u32> = self
                 .store
                 .blocks(o.object_id)
@@ -382,7 +385,7 @@ impl MdsCore {
                 )));
             }
         }
-        Ok(())
+        Ok(count)
     }
 
     /// The DeleteObject tasks of an OSD, one per object.

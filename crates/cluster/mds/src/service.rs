@@ -80,6 +80,8 @@ pub static MDS_ROLES: RoleTable = RoleTable {
 
 /// Bytes per message of a backup stream.
 const BACKUP_CHUNK_BYTES: usize = 1 << 20;
+/// Numbers the backups of this process (each copies into a file of its own: they run at once).
+static BACKUP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The `op` label of a request metric.
 type OpLabel = [(&'static str, &'static str); 1];
@@ -705,23 +707,28 @@ impl proto::mds_server::Mds for MdsService {
     >;
 
     async fn backup(&self, _: Request<proto::BackupRequest>) -> Reply<Self::BackupStream> {
-        let bytes = self
-            .0
-            .run("backup", |c| {
-                // One backup at a time (under the core's lock): one file name per process.
-                let file = std::env::temp_dir()
-                    .join(format!("ecstack-mds-backup-{}.db", std::process::id()));
-                let _ = std::fs::remove_file(&file);
-                let made = c.snapshot(&file);
-                let read = made.and_then(|()| {
-                    std::fs::read(&file).map_err(|e| {
-                        MdsError::Internal(format!("backup: cannot read {}: {e}", file.display()))
-                    })
-                });
-                let _ = std::fs::remove_file(&file);
-                read
-            })
-            .await?;
+        // Under the core's lock only the database's file: the copy is made outside it, by a
+        // read-only connection of its own, while operations go on (`backup::snapshot_sqlite`).
+        let db = self.0.run("backup", |c| c.backup_source()).await?;
+        let file = std::env::temp_dir().join(format!(
+            "ecstack-mds-backup-{}-{}.db",
+            std::process::id(),
+            BACKUP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let bytes = tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_file(&file);
+            let made = crate::backup::snapshot_sqlite(&db, &file)
+                .map_err(|e| MdsError::Internal(format!("backup of {}: {e}", db.display())));
+            let read = made.and_then(|()| {
+                std::fs::read(&file).map_err(|e| {
+                    MdsError::Internal(format!("backup: cannot read {}: {e}", file.display()))
+                })
+            });
+            let _ = std::fs::remove_file(&file);
+            read
+        })
+        .await
+        .unwrap_or_else(|e| Err(MdsError::Internal(format!("backup failed: {e}"))))?;
         let chunks: Vec<Result<proto::BackupChunk, Status>> = bytes
             .chunks(BACKUP_CHUNK_BYTES)
             .map(|c| Ok(proto::BackupChunk { data: c.to_vec() }))

@@ -223,6 +223,10 @@ pub enum Mutation {
     DeleteSegment(u64),
     /// Remove a file with its segments and their chunks.
     DeleteFile(u64),
+    /// Remove a file that has no segments and no robust objects (as the operation removing it
+    /// read): its records only, two statements where [`Mutation::DeleteFile`] runs seven. A
+    /// segment or object it does have makes the batch fail (foreign keys), never leaves them.
+    DeleteEmptyFile(u64),
     PutSegment(SegmentRecord),
     /// Insert or replace chunk (segment, index).
     PutChunk(ChunkRecord),
@@ -242,9 +246,10 @@ pub enum Mutation {
 pub trait MetadataStore: Send {
     /// Applies a batch atomically; returns once it is durable.
     fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError>;
-    /// A consistent copy of the store in the new file `to`, while it is in use (SQLite: `VACUUM
-    /// INTO`; PostgreSQL refuses: `pg_dump` backs it up).
-    fn snapshot(&self, to: &Path) -> Result<(), StoreError>;
+    /// The database file an online backup copies while the store is in use, by a read-only
+    /// connection of its own (SQLite: `crate::backup::snapshot_sqlite`; PostgreSQL refuses:
+    /// `pg_dump` backs it up).
+    fn backup_source(&self) -> Result<PathBuf, StoreError>;
     /// A counter's value (0 if never set).
     fn counter(&self, name: &str) -> Result<u64, StoreError>;
     /// Every OSD, by id.
@@ -724,12 +729,16 @@ const _: () = assert!(STORE_VERSION == STORE_VERSION_MIN + MIGRATIONS.len() as u
 /// The metadata store in one SQLite database file (WAL, `synchronous=FULL`), held exclusively:
 /// the store's life long it holds an OS lock (`flock`) on the file beside the database named
 /// [`sqlite_lock_path`], so a second MDS (any process opening the store with [`SqliteStore::open`])
-/// is refused with one line naming the holder.
+/// is refused with one line naming the holder. An online backup's read-only connection
+/// (`crate::backup::snapshot_sqlite`) takes no lock: it writes nothing, and WAL lets it read one
+/// committed state beside the store's writer.
 pub type SqliteStore = SqlStore<SqliteDb>;
 
 /// The SQLite engine under [`SqliteStore`]: one connection and the store's lock.
 pub struct SqliteDb {
     conn: Connection,
+    /// The database file.
+    path: PathBuf,
     /// `None` only for [`SqliteStore::peek`] (tests).
     _lock: Option<DeviceLock>,
 }
@@ -753,12 +762,8 @@ impl Db for SqliteDb {
         Ok(rows.collect::<Result<Vec<Row>, _>>()?)
     }
 
-    fn snapshot(&self, to: &Path) -> Result<(), StoreError> {
-        let to = to
-            .to_str()
-            .ok_or_else(|| StoreError::Db(format!("backup path {} is not UTF-8", to.display())))?;
-        self.conn.execute("VACUUM INTO ?1", [to])?;
-        Ok(())
+    fn backup_source(&self) -> Result<PathBuf, StoreError> {
+        Ok(self.path.clone())
     }
 }
 
@@ -803,6 +808,7 @@ impl SqlStore<SqliteDb> {
         let mut store = SqlStore {
             db: SqliteDb {
                 conn,
+                path: path.to_owned(),
                 _lock: Some(lock),
             },
             loads: Default::default(),
@@ -820,7 +826,11 @@ impl SqlStore<SqliteDb> {
         let conn =
             Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         SqlStore {
-            db: SqliteDb { conn, _lock: None },
+            db: SqliteDb {
+                conn,
+                path: path.to_owned(),
+                _lock: None,
+            },
             loads: Default::default(),
             rows: crate::store_sql::RowCache::off(),
         }

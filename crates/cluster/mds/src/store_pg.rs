@@ -502,7 +502,7 @@ impl Db for PgDb {
         Ok(rows.iter().map(row_of).collect::<Result<_, _>>()?)
     }
 
-    fn snapshot(&self, _to: &std::path::Path) -> Result<(), StoreError> {
+    fn backup_source(&self) -> Result<std::path::PathBuf, StoreError> {
         Err(StoreError::Db(
             "a PostgreSQL store is backed up with pg_dump (`ecstack cluster backup` runs it)"
                 .into(),

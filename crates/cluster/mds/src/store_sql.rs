@@ -30,9 +30,10 @@ pub trait Db: Send {
     fn transact(&mut self, stmts: &[Stmt]) -> Result<(), StoreError>;
     /// The rows of one query.
     fn query(&self, sql: &str, args: &[Value]) -> Result<Vec<Row>, StoreError>;
-    /// A consistent copy of the whole database in the new file `to`, made while the store is in
-    /// use (an online backup).
-    fn snapshot(&self, to: &std::path::Path) -> Result<(), StoreError>;
+    /// The database file an online backup copies, by a read-only connection of its own beside
+    /// this one (`crate::backup::snapshot_sqlite`); an engine backed up otherwise refuses, saying
+    /// how.
+    fn backup_source(&self) -> Result<std::path::PathBuf, StoreError>;
 }
 
 /// The metadata store over the SQL engine `D`.
@@ -447,6 +448,13 @@ fn statements(m: &Mutation, out: &mut Vec<Stmt>) {
                 v32(f.scheme.code()),
             ],
         )),
+        Mutation::DeleteEmptyFile(id) => {
+            out.push(stmt(
+                "DELETE FROM robust_files WHERE file_id = ?1",
+                vec![v(*id)],
+            ));
+            out.push(stmt("DELETE FROM files WHERE file_id = ?1", vec![v(*id)]));
+        }
         Mutation::DeleteFile(id) => {
             crate::store_robust::delete_file_statements(*id, out);
             out.push(stmt(
@@ -655,6 +663,7 @@ impl<D: Db> SqlStore<D> {
                     );
                 }
                 Mutation::SetCounter { .. }
+                | Mutation::DeleteEmptyFile(_)
                 | Mutation::PutOsd(_)
                 | Mutation::PutFile(_)
                 | Mutation::PutInode(_)
@@ -721,8 +730,8 @@ fn known_ids_sql() -> &'static str {
 }
 
 impl<D: Db> MetadataStore for SqlStore<D> {
-    fn snapshot(&self, to: &std::path::Path) -> Result<(), StoreError> {
-        self.db.snapshot(to)
+    fn backup_source(&self) -> Result<std::path::PathBuf, StoreError> {
+        self.db.backup_source()
     }
 
     fn apply(&mut self, batch: &[Mutation]) -> Result<(), StoreError> {

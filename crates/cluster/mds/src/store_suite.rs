@@ -447,6 +447,24 @@ fn namespace_round_trip(s: &mut dyn MetadataStore) {
     assert_eq!(s.segment(12).unwrap(), None);
     assert!(s.chunks(12).unwrap().is_empty());
     assert_eq!(s.file(3).unwrap(), None);
+    // An empty file goes by its records only; one with a segment is refused that way, whole.
+    s.apply(&[
+        Mutation::PutFile(file(40, "empty", true)),
+        Mutation::PutFile(file(41, "full", true)),
+        Mutation::PutSegment(seg(4100, 41, 0, 9, 0)),
+        Mutation::PutChunk(chunk(4100, 0, Some(0), ChunkState::Healthy)),
+    ])
+    .unwrap();
+    assert!(s
+        .apply(&[Mutation::DeleteEmptyFile(40), Mutation::DeleteEmptyFile(41)])
+        .is_err());
+    assert!(s.file(40).unwrap().is_some());
+    assert_eq!(s.chunks(4100).unwrap().len(), 1);
+    s.apply(&[Mutation::DeleteEmptyFile(40), Mutation::DeleteFile(41)])
+        .unwrap();
+    assert_eq!(s.file(40).unwrap(), None);
+    assert_eq!(s.file(41).unwrap(), None);
+    assert!(s.chunks(4100).unwrap().is_empty());
 }
 
 fn batches_are_atomic(s: &mut dyn MetadataStore) {

@@ -237,7 +237,7 @@ pub fn run(spec: &MountSpec) -> Result<(), MountError> {
         }
     });
     eprintln!(
-        "ecstack: mounted the cluster at {} (unmount: fusermount3 -u, umount, or SIGTERM)",
+        "ecstack: mounted the cluster at {}; Ctrl-C stops (unmounts), as do fusermount3 -u, umount and SIGTERM",
         spec.mountpoint.display()
     );
     eprintln!("ecstack: mount metrics on http://{metrics_addr}/metrics");

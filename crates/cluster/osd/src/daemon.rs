@@ -32,6 +32,26 @@ pub const RECOVERY_PARALLELISM: usize = 4;
 /// How long an OSD keeps trying to register with an MDS that does not answer yet.
 pub const REGISTER_PATIENCE: Duration = Duration::from_secs(60);
 
+/// One registration call, given up (as `Unavailable`, which moves the client on to the next
+/// listed MDS) after a metadata call's deadline: an MDS that is stopped, not dead, accepts the
+/// connection and then holds its TLS handshake, and with it the call, until it runs again, beyond
+/// the channel's request timeout (an OSD started while the active MDS was SIGSTOPped never
+/// registered with the standby that had taken over).
+async fn register_once(
+    mds: &MdsClient,
+    reg: &OsdRegistration,
+) -> Result<ecstack_mds_proto::Registered, MdsError> {
+    let deadline = ecstack_rpc::limits::METADATA_RPC_TIMEOUT;
+    let addr = mds.current_addr().to_owned();
+    tokio::time::timeout(deadline, mds.register_osd(reg))
+        .await
+        .unwrap_or_else(|_| {
+            Err(MdsError::Unavailable(format!(
+                "the MDS at {addr} did not answer within {deadline:?}"
+            )))
+        })
+}
+
 impl MdsLink for MdsClient {
     fn mark_stale<'a>(
         &'a self,
@@ -213,7 +233,7 @@ impl Daemon {
         let mut wait = Duration::from_millis(100);
         let (registered, sent) = loop {
             let sent = std::time::Instant::now();
-            match mds.register_osd(&reg).await {
+            match register_once(&mds, &reg).await {
                 Ok(r) => break (r, sent),
                 Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
                     tracing::info!("MDS not answering yet ({e}); retrying in {wait:?}");
@@ -511,7 +531,7 @@ async fn reregister_loop(link: Link, mut reg: OsdRegistration) -> DaemonError {
         }
         reg.used_bytes = link.osd.store().usage().bytes;
         let sent = std::time::Instant::now();
-        match link.mds.register_osd(&reg).await {
+        match register_once(&link.mds, &reg).await {
             Ok(r) if r.osd_id == link.osd_id => {
                 link.osd.lease().renew(sent);
                 tracing::warn!(

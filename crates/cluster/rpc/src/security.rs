@@ -11,6 +11,7 @@ use crate::limits::{
     CONNECTION_WINDOW_BYTES, FRAME_BYTES_MAX, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT,
     STREAM_WINDOW_BYTES,
 };
+use hyper_util::client::legacy::connect::HttpConnector;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{
     Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
@@ -171,7 +172,8 @@ impl Security {
         }
     }
 
-    /// A lazily connecting channel to `addr` (`host:port`) with the given connect deadline and a
+    /// A lazily connecting channel to `addr` (`host:port`) with the given connect deadline (the
+    /// TCP connect and the TLS handshake together) and a
     /// deadline on every call up to its response's headers (`None`: none; the caller bounds its
     /// calls, e.g. on progress — for a client-streaming call the headers come after the whole
     /// upload).
@@ -216,7 +218,15 @@ impl Security {
                     .map_err(|e| SecurityError::Tls(e.to_string()))?
             }
         };
-        Ok(endpoint.connect_lazy())
+        // Tonic's own lazy connector bounds only the TCP connect by `connect_timeout`; given the
+        // connector, it bounds the whole connection with it, TLS handshake included: a peer that
+        // accepts and never answers (a stopped process: the kernel still accepts for it) fails
+        // the call after `connect_timeout` instead of holding it up.
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(connect_timeout));
+        Ok(endpoint.connect_with_connector_lazy(tcp))
     }
 }
 

@@ -163,3 +163,36 @@ fn no_client_cert_channel(ca_pem: &[u8], addr: &str) -> tonic::transport::Channe
         .unwrap()
         .connect_lazy()
 }
+
+/// A peer that accepts the TCP connection and never answers (a stopped process: the kernel
+/// accepts for it) fails a call after the connect deadline, TLS handshake included.
+#[tokio::test]
+async fn a_peer_that_never_handshakes_fails_within_the_connect_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = cluster(dir.path());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let me = Security::load(&a.certs_dir(), "client").unwrap();
+    let channel = me.channel(&addr, Duration::from_millis(300), None).unwrap();
+    let start = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        HealthClient::new(channel).check(HealthCheckRequest {
+            service: String::new(),
+        }),
+    )
+    .await
+    .expect("the call was held up past 10 s");
+    assert!(r.is_err());
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+}
