@@ -156,6 +156,12 @@ struct MountBench {
     /// The sequential write and read
     #[arg(long, default_value = "1G")]
     seq_size: String,
+    /// The file fio's random writes land in (written whole first, not timed)
+    #[arg(long, default_value = "1G")]
+    random_file_size: String,
+    /// fio's 4 KiB random writes (O_DIRECT, queue depth 16; then an fsync), each target alike
+    #[arg(long, default_value_t = 16_384)]
+    random_writes: u64,
     /// A source tree to extract with tar into each mount and run `git status` on
     #[arg(long)]
     tree: Option<PathBuf>,
@@ -177,11 +183,11 @@ struct MountBench {
     #[arg(long)]
     postgres: Option<String>,
     /// Run only these workloads: metadata, tree, sequential (with `cluster put|get` on the same
-    /// cluster), degraded (needs sequential)
+    /// cluster), degraded (needs sequential), random (fio; ours with the cache on and off)
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "metadata,tree,sequential,degraded",
+        default_value = "metadata,tree,sequential,degraded,random",
         value_name = "WORKLOADS"
     )]
     only: Vec<String>,
@@ -395,6 +401,8 @@ fn bench_mount(a: MountBench) -> Result<()> {
     cfg.cache_bytes = parse_size(&a.cache_size).context("--cache-size")?;
     cfg.files = a.files;
     cfg.seq_bytes = parse_size(&a.seq_size).context("--seq-size")?;
+    cfg.random_file_bytes = parse_size(&a.random_file_size).context("--random-file-size")?;
+    cfg.random_writes = a.random_writes;
     cfg.tree = a.tree;
     cfg.gluster = a.gluster;
     cfg.gluster_setup = a.gluster_setup;

@@ -149,7 +149,8 @@ enum ClusterCmd {
     Mount {
         mountpoint: PathBuf,
         /// The segment cache: an LRU of whole segments in which writes are coalesced until close
-        /// or fsync
+        /// or fsync (0: off; reads ask the OSDs for their bytes, writes inside a file are updates
+        /// before they return, only new bytes past its end wait for close or fsync)
         #[arg(long, default_value = "256M", value_parser = parse_size_arg)]
         cache_size: u64,
         /// Seconds the kernel keeps attributes and directory entries (0: ask the MDS at every

@@ -231,9 +231,11 @@ fn cache_metrics_count_what_the_mount_did(a: &Mount, seg: usize) {
 
 /// Real clients that check their own bytes: fio writes 4 KiB blocks at random with crc32c
 /// headers through O_DIRECT at queue depth 16 (concurrent requests on one file, through a cache
-/// too small for the file, so flushes happen mid-run) and verifies them, then verifies them again
-/// through a second mount (reading what the cluster stores); git commits a real tree and
-/// `git fsck --full` rereads every object.
+/// too small for the file, so flushes happen mid-run; the writes land in partial segments, filled
+/// when fio reads them back) and verifies them, then verifies them again through a second mount
+/// (reading what the cluster stores); the same through a third mount with the cache off (every
+/// write an update before its reply, reads of exactly the bytes asked), verified again through
+/// the first; git commits a real tree and `git fsck --full` rereads every object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fio_verifies_and_git_commits_through_a_mount() {
     if !(fuse_present()
@@ -245,7 +247,8 @@ async fn fio_verifies_and_git_commits_through_a_mount() {
     let rig = mount_rig().await;
     let a = Mount::start(&rig, &rig.dir.path().join("mnt-a"), "2M");
     let b = Mount::start(&rig, &rig.dir.path().join("mnt-b"), "64M");
-    let fio = |m: &Mount, extra: &[&str]| {
+    let c = Mount::start(&rig, &rig.dir.path().join("mnt-c"), "0");
+    let fio = |m: &Mount, file: &str, extra: &[&str]| {
         let out = Command::new("fio")
             .args([
                 "--name=verify",
@@ -260,7 +263,7 @@ async fn fio_verifies_and_git_commits_through_a_mount() {
                 "--randseed=7",
             ])
             .args(extra)
-            .arg(format!("--filename={}", m.path("fio.dat").display()))
+            .arg(format!("--filename={}", m.path(file).display()))
             // fio saves its verify state in the working directory.
             .current_dir(m.dir.parent().expect("the mountpoint has a parent"))
             .output()
@@ -279,14 +282,23 @@ async fn fio_verifies_and_git_commits_through_a_mount() {
         text
     };
     let t = Instant::now();
-    let written = fio(&a, &[]);
+    let written = fio(&a, "fio.dat", &[]);
     eprintln!("fio write + verify through A: {:?}", t.elapsed());
     assert!(written.contains("WRITE:"), "{written}");
     let t = Instant::now();
-    let reread = fio(&b, &["--verify_only"]);
+    let reread = fio(&b, "fio.dat", &["--verify_only"]);
     eprintln!("fio verify through B: {:?}", t.elapsed());
-    let t = Instant::now();
     assert!(reread.contains("verify"), "{reread}");
+    let t = Instant::now();
+    let written = fio(&c, "fio-off.dat", &[]);
+    assert!(written.contains("WRITE:"), "{written}");
+    let reread = fio(&a, "fio-off.dat", &["--verify_only"]);
+    assert!(reread.contains("verify"), "{reread}");
+    eprintln!(
+        "fio write + verify through C (cache off), verify through A: {:?}",
+        t.elapsed()
+    );
+    let t = Instant::now();
 
     let repo = a.path("repo");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cluster/client");

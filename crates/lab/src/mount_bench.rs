@@ -33,6 +33,12 @@ const DEGRADED_SETTLE: Duration = Duration::from_secs(4);
 const SMALL_FILE_BYTES: usize = 64;
 /// The request size of the sequential write and read.
 const SEQ_REQUEST_BYTES: usize = 1 << 20;
+/// The random writes' size and queue depth (fio, O_DIRECT).
+const RANDOM_BLOCK_BYTES: u64 = 4096;
+const RANDOM_DEPTH: u32 = 16;
+/// The row of the random writes with our mount's cache off.
+const RANDOM_ROW: &str = "4 KiB random writes (O_DIRECT, depth 16, fsync)";
+const RANDOM_OFF_ROW: &str = "4 KiB random writes, cache off (--cache-size 0)";
 
 /// The workloads of a run; `ecstack bench mount --only` picks some.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,14 +51,18 @@ pub enum MountWorkload {
     Sequential,
     /// The sequential file read again with two OSDs (bricks) killed (needs `Sequential`'s file).
     Degraded,
+    /// fio 4 KiB random writes (O_DIRECT, queue depth 16) inside a file written first, then an
+    /// fsync; on ours with the segment cache on and off.
+    Random,
 }
 
 impl MountWorkload {
-    pub const ALL: [MountWorkload; 4] = [
+    pub const ALL: [MountWorkload; 5] = [
         MountWorkload::Metadata,
         MountWorkload::Tree,
         MountWorkload::Sequential,
         MountWorkload::Degraded,
+        MountWorkload::Random,
     ];
 }
 
@@ -63,6 +73,7 @@ impl std::fmt::Display for MountWorkload {
             MountWorkload::Tree => "tree",
             MountWorkload::Sequential => "sequential",
             MountWorkload::Degraded => "degraded",
+            MountWorkload::Random => "random",
         })
     }
 }
@@ -77,7 +88,7 @@ impl std::str::FromStr for MountWorkload {
             .ok_or_else(|| LabError::Config {
                 field: "only",
                 msg: format!(
-                    "unknown workload '{}' (expected metadata, tree, sequential, degraded)",
+                    "unknown workload '{}' (expected metadata, tree, sequential, degraded, random)",
                     s.trim()
                 ),
             })
@@ -99,6 +110,10 @@ pub struct MountBenchConfig {
     pub files: usize,
     /// The sequential file's size.
     pub seq_bytes: u64,
+    /// The file the random writes land in (written whole first).
+    pub random_file_bytes: u64,
+    /// 4 KiB random writes, all targets alike.
+    pub random_writes: u64,
     /// A source tree to `tar` into each target (and run `git status` on); None: skipped.
     pub tree: Option<PathBuf>,
     /// A mounted GlusterFS volume to run on (None: not run).
@@ -127,6 +142,8 @@ impl MountBenchConfig {
             cache_bytes: 256 << 20,
             files: 10_000,
             seq_bytes: 1 << 30,
+            random_file_bytes: 1 << 30,
+            random_writes: 16_384,
             tree: None,
             gluster: None,
             gluster_setup: false,
@@ -159,6 +176,14 @@ impl MountBenchConfig {
             return Err(LabError::Config {
                 field: "files",
                 msg: "--files and --seq-size must be above 0".into(),
+            });
+        }
+        if self.random_writes == 0 || self.random_file_bytes < RANDOM_BLOCK_BYTES {
+            return Err(LabError::Config {
+                field: "random_writes",
+                msg: format!(
+                    "--random-writes must be above 0 and --random-file-size at least {RANDOM_BLOCK_BYTES} bytes"
+                ),
             });
         }
         if self.workloads.is_empty() {
@@ -377,11 +402,18 @@ fn metadata(dir: &Path, files: usize) -> Result<[f64; 4]> {
 
 /// Sequential write (with fsync) then read of `bytes` at `path`: (write, read) MB/s.
 fn sequential(path: &Path, bytes: u64) -> Result<(f64, f64)> {
+    let t = Instant::now();
+    write_file(path, bytes)?;
+    let write = bytes as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9);
+    Ok((write, read_back(path, bytes)?))
+}
+
+/// Writes `bytes` at `path` in 1 MiB requests, then fsync.
+fn write_file(path: &Path, bytes: u64) -> Result<()> {
     let mut buf = vec![0u8; SEQ_REQUEST_BYTES];
     for (i, b) in buf.iter_mut().enumerate() {
         *b = (i * 31 % 251) as u8;
     }
-    let t = Instant::now();
     let mut f = File::create(path).map_err(|e| run_err("create", e))?;
     let mut left = bytes;
     while left > 0 {
@@ -389,10 +421,28 @@ fn sequential(path: &Path, bytes: u64) -> Result<(f64, f64)> {
         f.write_all(&buf[..n]).map_err(|e| run_err("write", e))?;
         left -= n as u64;
     }
-    f.sync_all().map_err(|e| run_err("fsync", e))?;
-    drop(f);
-    let write = bytes as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9);
-    Ok((write, read_back(path, bytes)?))
+    f.sync_all().map_err(|e| run_err("fsync", e))
+}
+
+/// fio's 4 KiB random writes into a file of `file_bytes` at `path` (written whole first, not
+/// timed): `writes` of them, O_DIRECT, libaio at queue depth 16, the same seed on every target,
+/// then an fsync. Writes per second over the whole fio run, its final fsync included (a cache
+/// that only holds the writes gains nothing until they are stored).
+fn random_writes(path: &Path, file_bytes: u64, writes: u64) -> Result<f64> {
+    write_file(path, file_bytes)?;
+    let t = Instant::now();
+    run_tool(
+        Command::new("fio")
+            .arg("--name=randwrite")
+            .arg(format!("--filename={}", path.display()))
+            .args(["--rw=randwrite", "--direct=1", "--ioengine=libaio"])
+            .arg(format!("--bs={RANDOM_BLOCK_BYTES}"))
+            .arg(format!("--iodepth={RANDOM_DEPTH}"))
+            .arg(format!("--size={file_bytes}"))
+            .arg(format!("--io_size={}", writes * RANDOM_BLOCK_BYTES))
+            .args(["--end_fsync=1", "--randseed=42", "--output-format=terse"]),
+    )?;
+    Ok(per_sec(writes as usize, t.elapsed()))
 }
 
 /// Reads `path` whole in 1 MiB requests through a new open after dropping the page cache: MB/s.
@@ -538,6 +588,35 @@ fn tree_work(dir: &Path, tarball: &Path, files: usize, home: &Path) -> Result<(f
     Ok((extract, per_sec(RUNS, t.elapsed())))
 }
 
+/// `ecstack cluster mount` of the cluster at `config` on `mnt` (made), its log beside it.
+fn mount_ours(
+    cfg: &MountBenchConfig,
+    config: &Path,
+    mnt: &Path,
+    cache_bytes: u64,
+) -> Result<Mounted> {
+    std::fs::create_dir_all(mnt).map_err(|e| run_err("mkdir", e))?;
+    let log = File::create(mnt.with_extension("log")).map_err(|e| run_err("log", e))?;
+    let child = Command::new(&cfg.exe)
+        .args(["cluster", "mount"])
+        .arg(mnt)
+        .arg("--cache-size")
+        .arg(cache_bytes.to_string())
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| run_err("ecstack cluster mount", e))?;
+    let mounted = Mounted {
+        dir: mnt.to_owned(),
+        child: Some(child),
+    };
+    wait_mounted(mnt, "ecstack cluster mount")?;
+    Ok(mounted)
+}
+
 /// Every workload on one target (`work` is a fresh directory inside its mount).
 fn run_target(
     cfg: &MountBenchConfig,
@@ -579,6 +658,15 @@ fn run_target(
         ));
         rows.push(("sequential write (1 MiB, fsync)".to_owned(), "MB/s", write));
         rows.push(("sequential read (1 MiB)".to_owned(), "MB/s", read));
+    }
+    if cfg.runs(MountWorkload::Random) {
+        let path = work.join("random.bin");
+        let iops = random_writes(&path, cfg.random_file_bytes, cfg.random_writes)?;
+        log(&format!(
+            "  random: {iops:.0} writes/s (4 KiB, O_DIRECT, depth {RANDOM_DEPTH}, fsync included)"
+        ));
+        rows.push((RANDOM_ROW.to_owned(), "writes/s", iops));
+        std::fs::remove_file(&path).map_err(|e| run_err("rm", e))?;
     }
     Ok(rows)
 }
@@ -657,25 +745,7 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
     })
     .map_err(|e| run_err("waiting for the OSDs", e))?;
     let ours_dir = dir.join("mnt-ours");
-    std::fs::create_dir_all(&ours_dir).map_err(|e| run_err("mkdir", e))?;
-    let mount_log = File::create(dir.join("mount.log")).map_err(|e| run_err("log", e))?;
-    let child = Command::new(&cfg.exe)
-        .args(["cluster", "mount"])
-        .arg(&ours_dir)
-        .arg("--cache-size")
-        .arg(cfg.cache_bytes.to_string())
-        .arg("--config")
-        .arg(cluster.config_path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(mount_log)
-        .spawn()
-        .map_err(|e| run_err("ecstack cluster mount", e))?;
-    let ours = Mounted {
-        dir: ours_dir.clone(),
-        child: Some(child),
-    };
-    wait_mounted(&ours_dir, "ecstack cluster mount")?;
+    let ours = mount_ours(cfg, &cluster.config_path(), &ours_dir, cfg.cache_bytes)?;
 
     let mut targets: Vec<(String, PathBuf, Option<Mounted>)> =
         vec![("ours".into(), ours_dir, None)];
@@ -730,6 +800,16 @@ pub fn run(cfg: &MountBenchConfig, log: &dyn Fn(&str)) -> Result<MountBenchRepor
             ));
             figures.push(("cluster put (same cluster)".to_owned(), "MB/s", put));
             figures.push(("cluster get (same cluster)".to_owned(), "MB/s", get));
+        }
+        if name == "ours" && cfg.runs(MountWorkload::Random) {
+            let off_dir = dir.join("mnt-ours-cache-off");
+            let off = mount_ours(cfg, &cluster.config_path(), &off_dir, 0)?;
+            let path = off_dir.join(format!("random-{stamp}.bin"));
+            let iops = random_writes(&path, cfg.random_file_bytes, cfg.random_writes)?;
+            log(&format!("  random, cache off: {iops:.0} writes/s"));
+            figures.push((RANDOM_OFF_ROW.to_owned(), "writes/s", iops));
+            std::fs::remove_file(&path).map_err(|e| run_err("rm", e))?;
+            drop(off);
         }
         match name.as_str() {
             _ if !cfg.runs(MountWorkload::Degraded) => {}

@@ -14,6 +14,14 @@
 //! not dropped as stale) until the caller reports the write's end ([`SegmentCache::end_write`]); a
 //! failed write makes it dirty again, to be written whole by the next flush.
 //!
+//! Partial segments: a write inside a segment that is not cached, which leaves its length as it
+//! is, needs none of its other bytes ([`SegmentCache::patch`]): the segment is cached *partial*,
+//! only the ranges written known (its other bytes are the cluster's), and counts only those bytes
+//! against the capacity. A flush updates each range, as for any segment of unchanged length; a
+//! read or a change of length needs the rest first ([`SegmentCache::fill`]); once flushed it goes
+//! (it holds nothing a read could use). So random small writes over a file larger than the cache
+//! read nothing and hold only what they wrote.
+//!
 //! Pure bookkeeping (no I/O): the caller fetches and flushes; the cache says what to.
 
 use std::collections::{BTreeMap, HashMap};
@@ -45,11 +53,18 @@ pub struct Segment {
     pub runs: Vec<Range<u64>>,
     /// A whole write of it is under way ([`SegmentCache::start_write`]).
     writing: bool,
+    /// Only the bytes in `runs` are known (this client's writes); the rest of `data` is zeros
+    /// standing for bytes in the cluster, not read ([`SegmentCache::patch`]).
+    partial: bool,
     last_used: u64,
 }
 
 /// Written ranges a segment tracks apart at most (see [`Segment::runs`]).
 pub const DIRTY_RUNS_MAX: usize = 64;
+
+/// Written ranges a partial segment tracks apart at most: its runs cannot merge (the bytes between
+/// them are not known), so past this a write needs the segment filled first.
+pub const PARTIAL_RUNS_MAX: usize = 16384;
 
 impl Segment {
     /// It must be written whole: new to the cluster, or of another length there.
@@ -71,6 +86,22 @@ impl Segment {
     /// Its bytes, sharing the cached buffer (no copy); `range` of them with [`Bytes::slice`].
     pub fn bytes(&self) -> Bytes {
         Bytes::from_owner(SharedBuf(self.data.clone()))
+    }
+
+    /// Only its written ranges (`runs`) are known: a read needs it filled
+    /// ([`SegmentCache::fill`]).
+    pub fn is_partial(&self) -> bool {
+        self.partial
+    }
+
+    /// What it costs against the cache's capacity: its length, or for a partial segment the bytes
+    /// written.
+    fn cost(&self) -> u64 {
+        if self.partial {
+            self.runs.iter().map(|r| r.end - r.start).sum()
+        } else {
+            self.data.len() as u64
+        }
     }
 }
 
@@ -138,7 +169,7 @@ impl SegmentCache {
                 .map
                 .values()
                 .filter(|s| s.dirty.is_some() || s.writing)
-                .map(|s| s.data.len() as u64)
+                .map(Segment::cost)
                 .sum(),
             ..self.stats
         }
@@ -184,6 +215,7 @@ impl SegmentCache {
                 dirty: None,
                 runs: Vec::new(),
                 writing: false,
+                partial: false,
                 last_used: self.tick,
             },
         );
@@ -208,7 +240,7 @@ impl SegmentCache {
     pub fn remove(&mut self, key: Key) -> Option<Segment> {
         let s = self.map.remove(&key)?;
         self.lru.remove(&s.last_used);
-        self.stats.bytes -= s.data.len() as u64;
+        self.stats.bytes -= s.cost();
         Some(s)
     }
 
@@ -229,7 +261,7 @@ impl SegmentCache {
             r
         };
         s.runs.splice(first..last, [merged]);
-        if s.runs.len() > DIRTY_RUNS_MAX {
+        if s.runs.len() > DIRTY_RUNS_MAX && !s.partial {
             let i = (1..s.runs.len())
                 .min_by_key(|&i| s.runs[i].start - s.runs[i - 1].end)
                 .expect("more than one run");
@@ -239,16 +271,104 @@ impl SegmentCache {
     }
 
     /// Writes `bytes` at `offset` into a cached segment (which must be long enough: see
-    /// [`SegmentCache::set_len`]). `false` when the segment is not cached.
+    /// [`SegmentCache::set_len`]). `false` when the segment is not cached, or is partial and
+    /// would need more than [`PARTIAL_RUNS_MAX`] runs (fill it first).
     pub fn write(&mut self, key: Key, offset: u64, bytes: &[u8]) -> bool {
         let Some(s) = self.map.get_mut(&key) else {
             return false;
         };
         let end = offset as usize + bytes.len();
         assert!(end <= s.data.len(), "a write past the cached segment's end");
+        if s.partial && !Self::fits_partial(s, offset..end as u64) {
+            return false;
+        }
+        let before = s.cost();
         Arc::make_mut(&mut s.data)[offset as usize..end].copy_from_slice(bytes);
         Self::mark(s, offset..end as u64);
+        self.stats.bytes = self.stats.bytes - before + s.cost();
         self.touch(key);
+        true
+    }
+
+    /// Whether a partial segment may take a write of `r` (its runs stay within
+    /// [`PARTIAL_RUNS_MAX`]).
+    fn fits_partial(s: &Segment, r: Range<u64>) -> bool {
+        let first = s.runs.partition_point(|x| x.end < r.start);
+        let last = s.runs.partition_point(|x| x.start <= r.end);
+        first < last || s.runs.len() < PARTIAL_RUNS_MAX
+    }
+
+    /// Whether [`SegmentCache::patch`] of `len` bytes at `offset` would be done: the segment is
+    /// not cached, or cached whole, or partial with room for the run.
+    pub fn can_patch(&self, key: Key, offset: u64, len: u64) -> bool {
+        match self.map.get(&key) {
+            None => true,
+            Some(s) if offset + len > s.data.len() as u64 => false,
+            Some(s) => !s.partial || Self::fits_partial(s, offset..offset + len),
+        }
+    }
+
+    /// Writes `bytes` at `offset` into segment `key`, `len` bytes long in the cluster (and in
+    /// this client's view: the write leaves its length as it is), without its other bytes: a
+    /// segment not cached becomes a partial one holding only what is written. False, and nothing
+    /// done, when [`SegmentCache::can_patch`] is not.
+    pub fn patch(&mut self, key: Key, offset: u64, bytes: &[u8], len: u64, version: u64) -> bool {
+        if !self.can_patch(key, offset, bytes.len() as u64) {
+            return false;
+        }
+        if !self.map.contains_key(&key) {
+            assert!(
+                offset + bytes.len() as u64 <= len,
+                "a patch past the segment's end"
+            );
+            self.tick += 1;
+            self.map.insert(
+                key,
+                Segment {
+                    // Zeros from the allocator: pages the writes never touch cost nothing.
+                    data: Arc::new(vec![0; len as usize]),
+                    stored_len: len,
+                    version,
+                    dirty: None,
+                    runs: Vec::new(),
+                    writing: false,
+                    partial: true,
+                    last_used: self.tick,
+                },
+            );
+            self.lru.insert(self.tick, key);
+        }
+        self.write(key, offset, bytes)
+    }
+
+    /// A partial segment's other bytes, read from the cluster (`data`, its whole length): it is
+    /// whole from now on, its written ranges on top (still dirty). Nothing when it is not cached
+    /// or not partial; false, and nothing done, when `data` is not the segment's length.
+    pub fn fill(&mut self, key: Key, mut data: Vec<u8>) -> bool {
+        let Some(s) = self.map.get_mut(&key) else {
+            return true;
+        };
+        if !s.partial {
+            return true;
+        }
+        if data.len() as u64 != s.stored_len {
+            return false;
+        }
+        for r in &s.runs {
+            let r = r.start as usize..r.end as usize;
+            data[r.clone()].copy_from_slice(&s.data[r]);
+        }
+        let before = s.cost();
+        s.data = Arc::new(data);
+        s.partial = false;
+        while s.runs.len() > DIRTY_RUNS_MAX {
+            let i = (1..s.runs.len())
+                .min_by_key(|&i| s.runs[i].start - s.runs[i - 1].end)
+                .expect("more than one run");
+            let end = s.runs.remove(i).end;
+            s.runs[i - 1].end = end;
+        }
+        self.stats.bytes = self.stats.bytes - before + s.cost();
         true
     }
 
@@ -269,7 +389,7 @@ impl SegmentCache {
             self.insert_new_from(key, data, version);
             return true;
         };
-        if s.data.len() as u64 != at {
+        if s.partial || s.data.len() as u64 != at {
             return false;
         }
         let data = Arc::make_mut(&mut s.data);
@@ -285,10 +405,14 @@ impl SegmentCache {
     }
 
     /// Makes a cached segment `len` bytes long (zeros added, or bytes cut); a change is dirty.
+    /// False when it is not cached, or partial (fill it first).
     pub fn set_len(&mut self, key: Key, len: u64) -> bool {
         let Some(s) = self.map.get_mut(&key) else {
             return false;
         };
+        if s.partial {
+            return false;
+        }
         let old = s.data.len() as u64;
         if old == len {
             return true;
@@ -335,11 +459,11 @@ impl SegmentCache {
 
     /// Starts a whole write of a cached segment: its bytes (shared, not copied), and it is clean
     /// from now on (at its length in the cluster; writes after this one make it dirty again) but
-    /// held in the cache until [`SegmentCache::end_write`]. None when it is not cached or already
-    /// being written.
+    /// held in the cache until [`SegmentCache::end_write`]. None when it is not cached, partial, or
+    /// already being written.
     pub fn start_write(&mut self, key: Key) -> Option<Bytes> {
         let s = self.map.get_mut(&key)?;
-        if s.writing {
+        if s.writing || s.partial {
             return None;
         }
         s.writing = true;
@@ -365,8 +489,13 @@ impl SegmentCache {
     }
 
     /// A flushed segment: clean, at `version`, stored at its current length (and its buffer no
-    /// longer than that: an [`SegmentCache::append`] may have made it longer).
+    /// longer than that: an [`SegmentCache::append`] may have made it longer). A partial one goes
+    /// (a read could use none of it).
     pub fn mark_clean(&mut self, key: Key, version: u64) {
+        if self.map.get(&key).is_some_and(|s| s.partial) {
+            self.remove(key);
+            return;
+        }
         if let Some(s) = self.map.get_mut(&key) {
             if let Some(d) = Arc::get_mut(&mut s.data) {
                 d.shrink_to_fit();
@@ -658,5 +787,87 @@ mod tests {
         c.drop_file(1);
         assert_eq!(c.stats().bytes, 0);
         assert!(!c.is_dirty(1));
+    }
+
+    /// Partial segments against a model, over seeded random writes: a patch reads nothing and
+    /// costs only the bytes written; a fill puts the cluster's bytes under the writes (the
+    /// written bytes win) and merges runs down to DIRTY_RUNS_MAX; a partial segment does not
+    /// grow, append, start a whole write or stay once flushed.
+    #[test]
+    fn partial_segments_hold_only_their_writes_until_filled() {
+        let mut rng = ecstack_base::Rng::new(23);
+        for round in 0..40 {
+            let len = 1u64 << 16;
+            let mut c = SegmentCache::new(1 << 30);
+            let key = (7, 3);
+            let mut model: Vec<Option<u8>> = vec![None; len as usize];
+            for _ in 0..rng.below(300) + 1 {
+                let at = rng.below(len);
+                let n = (rng.below(512) + 1).min(len - at);
+                let b = rng.below(255) as u8 + 1;
+                assert!(
+                    c.patch(key, at, &vec![b; n as usize], len, 5),
+                    "round {round}"
+                );
+                model[at as usize..(at + n) as usize].fill(Some(b));
+            }
+            let written = model.iter().filter(|m| m.is_some()).count() as u64;
+            let s = c.peek(key).unwrap();
+            assert!(s.is_partial() && !s.needs_whole_write(), "round {round}");
+            assert_eq!(
+                c.bytes(),
+                written,
+                "round {round}: only written bytes count"
+            );
+            for r in &s.runs {
+                for i in r.clone() {
+                    assert_eq!(Some(s.data[i as usize]), model[i as usize], "round {round}");
+                }
+            }
+            let covered: u64 = s.runs.iter().map(|r| r.end - r.start).sum();
+            assert_eq!(
+                covered, written,
+                "round {round}: the runs are exactly the writes"
+            );
+            assert!(!c.set_len(key, len + 1) && !c.append(key, len, b"x", 0, 5));
+            assert!(c.start_write(key).is_none());
+            let cluster: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            assert!(!c.fill(key, vec![0; 3]), "another length");
+            assert!(c.fill(key, cluster.clone()));
+            let s = c.peek(key).unwrap();
+            assert!(
+                !s.is_partial() && s.runs.len() <= DIRTY_RUNS_MAX,
+                "round {round}"
+            );
+            for (i, m) in model.iter().enumerate() {
+                assert_eq!(
+                    s.data[i],
+                    m.unwrap_or(cluster[i]),
+                    "round {round}: byte {i}"
+                );
+                if m.is_some() {
+                    assert!(
+                        s.runs.iter().any(|r| r.contains(&(i as u64))),
+                        "round {round}"
+                    );
+                }
+            }
+            assert_eq!(c.bytes(), len, "round {round}: whole now");
+        }
+        // Flushed, a partial segment goes; one at its run limit takes no new run.
+        let mut c = SegmentCache::new(1 << 30);
+        assert!(c.patch((1, 0), 10, b"ab", 100, 1));
+        c.mark_clean((1, 0), 2);
+        assert!(c.peek((1, 0)).is_none() && c.bytes() == 0);
+        let big = (PARTIAL_RUNS_MAX as u64) * 2 + 2;
+        for i in 0..PARTIAL_RUNS_MAX as u64 {
+            assert!(c.patch((2, 0), i * 2, b"x", big, 1));
+        }
+        assert!(!c.can_patch((2, 0), big - 1, 1) && !c.write((2, 0), big - 1, b"y"));
+        assert!(
+            c.patch((2, 0), 1, b"y", big, 1),
+            "a write joining runs still fits"
+        );
+        assert_eq!(c.stats().dirty_bytes, PARTIAL_RUNS_MAX as u64 + 1);
     }
 }

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use ecstack_client::{
     Attr, Client, ClientError, Errno, FileKind, MdsError, RenameFlags, SegmentCache, SegmentLayout,
     SetAttr, SetTime,
@@ -155,6 +156,11 @@ pub(crate) struct Shared {
     /// Whole segment writes in flight at once: in the background, all files
     /// (`behind_slots`'s permits), and in one flush.
     window: usize,
+    /// `--cache-size 0`: no byte the cluster has is kept or written over in the cache. A read
+    /// asks the OSDs for its bytes; a write inside a file is an update at each segment's primary
+    /// before its reply ([`Shared::write_through`]); only new bytes past a file's stored end wait
+    /// in the cache, to be written as whole segments.
+    cache_off: bool,
     /// How long the kernel keeps entries and attributes (docs/mount.md).
     ttl: Duration,
     /// Set once the session exists: invalidates the kernel's attributes of a file at its open.
@@ -375,8 +381,9 @@ impl Shared {
         Ok(())
     }
 
-    /// Runs `f` on the cache with segment `idx` of `ino` in it (read whole from the cluster on a
-    /// miss). Under one hold of the cache lock, so no eviction comes between the load and `f`.
+    /// Runs `f` on the cache with segment `idx` of `ino` in it whole (read from the cluster on a
+    /// miss, or to fill a partial one). Under one hold of the cache lock, so no eviction comes
+    /// between the load and `f`.
     async fn with_segment<R>(
         &self,
         ino: u64,
@@ -386,32 +393,83 @@ impl Shared {
     ) -> Res<R> {
         {
             let mut cache = self.cache();
-            if cache.get((ino, idx)).is_some() {
+            if cache.get((ino, idx)).is_some_and(|s| !s.is_partial()) {
                 return Ok(f(&mut cache));
             }
         }
+        let data = self.read_whole(ino, idx, st).await?;
+        let mut cache = self.cache();
+        // A partial segment (this mount's writes, not flushed) is filled, its writes on top; the
+        // file's lock, held, keeps anything else from caching the segment meanwhile.
+        match cache.peek((ino, idx)) {
+            Some(s) if s.is_partial() => {
+                if !cache.fill((ino, idx), data) {
+                    tracing::error!(
+                        ino,
+                        idx,
+                        "a segment read back at another length than its layout's"
+                    );
+                    return Err(libc::EIO);
+                }
+            }
+            Some(_) => {}
+            None => cache.insert((ino, idx), data, st.attr.version),
+        }
+        Ok(f(&mut cache))
+    }
+
+    /// The layout of `ino`'s segment `idx`: committed or placed by this mount.
+    fn layout_of(&self, ino: u64, idx: u32, st: &FileState) -> Res<SegmentLayout> {
         let placed = || {
             let entry = self.entry(ino);
             let placed = entry.placed.lock().unwrap_or_else(|p| p.into_inner());
             placed.get(&idx).cloned()
         };
         let layout = st.segments.get(idx as usize).cloned().or_else(placed);
-        let layout = layout.filter(|s| s.index == idx).ok_or_else(|| {
+        layout.filter(|s| s.index == idx).ok_or_else(|| {
             tracing::error!(ino, idx, "a segment inside the file is not in its layout");
             libc::EIO
-        })?;
+        })
+    }
+
+    /// The length of `ino`'s segment `idx` when a write inside it may go into the cache without
+    /// its other bytes ([`SegmentCache::patch`]): it is committed, at the length this mount sees.
+    fn patch_len(&self, idx: u32, st: &FileState) -> Option<u64> {
+        let start = u64::from(idx).checked_mul(self.seg)?;
+        if start >= st.size {
+            return None;
+        }
+        let len = (st.size - start).min(self.seg);
+        let layout = st.segments.get(idx as usize)?;
+        (layout.index == idx && layout.length == len).then_some(len)
+    }
+
+    /// `len` bytes at `offset` of `ino`'s segment `idx` as the cluster has them.
+    async fn read_range(
+        &self,
+        ino: u64,
+        idx: u32,
+        st: &FileState,
+        offset: u64,
+        len: u64,
+    ) -> Res<Vec<u8>> {
+        let layout = self.layout_of(ino, idx, st)?;
         let frames = self
             .client
-            .read_segment(&layout, 0, layout.length)
+            .read_segment(&layout, offset, len)
             .await
             .map_err(errno)?;
         let mut data = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
         for f in frames {
             data.extend_from_slice(&f);
         }
-        let mut cache = self.cache();
-        cache.insert((ino, idx), data, st.attr.version);
-        Ok(f(&mut cache))
+        Ok(data)
+    }
+
+    /// `ino`'s segment `idx` whole, as the cluster has it.
+    async fn read_whole(&self, ino: u64, idx: u32, st: &FileState) -> Res<Vec<u8>> {
+        let length = self.layout_of(ino, idx, st)?.length;
+        self.read_range(ino, idx, st, 0, length).await
     }
 
     /// Makes this mount's view of `ino` `new` bytes long: the cut or grown last segment is made
@@ -840,12 +898,18 @@ impl Shared {
             let idx = (at / self.seg) as u32;
             let within = at % self.seg;
             let n = (self.seg - within).min(end - at);
-            self.with_segment(ino, idx, st, |c| {
-                let s = c.peek((ino, idx)).expect("with_segment holds it");
-                let stop = ((within + n) as usize).min(s.data.len());
-                out.extend_from_slice(&s.data[within as usize..stop]);
-            })
-            .await?;
+            let whole = |c: &mut SegmentCache| c.get((ino, idx)).is_some_and(|s| !s.is_partial());
+            if self.cache_off && !whole(&mut self.cache()) {
+                let data = self.read_range(ino, idx, st, within, n).await?;
+                out.extend_from_slice(&data);
+            } else {
+                self.with_segment(ino, idx, st, |c| {
+                    let s = c.peek((ino, idx)).expect("with_segment holds it");
+                    let stop = ((within + n) as usize).min(s.data.len());
+                    out.extend_from_slice(&s.data[within as usize..stop]);
+                })
+                .await?;
+            }
             at += n;
         }
         self.make_room(ino, st).await?;
@@ -860,8 +924,20 @@ impl Shared {
             self.set_size(ino, st, end).await?;
         }
         for (idx, within, part) in pieces(self.seg, offset, data.len()) {
-            self.with_segment(ino, idx, st, |c| c.write((ino, idx), within, &data[part]))
-                .await?;
+            let patched = !self.cache_off
+                && self.patch_len(idx, st).is_some_and(|len| {
+                    self.cache().patch(
+                        (ino, idx),
+                        within,
+                        &data[part.clone()],
+                        len,
+                        st.attr.version,
+                    )
+                });
+            if !patched {
+                self.with_segment(ino, idx, st, |c| c.write((ino, idx), within, &data[part]))
+                    .await?;
+            }
         }
         st.changed = true;
         st.mtime_ns = now_ns();
@@ -921,17 +997,35 @@ impl Shared {
                     debug_assert!(done, "checked above");
                 }
             } else {
+                // Each piece into a segment cached whole, new (past the old end) or one a patch
+                // may take without its other bytes (not with the cache off).
                 let had = st.size.div_ceil(self.seg);
-                let cached = pieces(self.seg, offset, data.len())
-                    .all(|(idx, _, _)| u64::from(idx) >= had || cache.get((ino, idx)).is_some());
-                if !cached
-                    || (end > st.size
-                        && !self.grow_cached(&mut cache, ino, st.size, end, st.attr.version))
+                let mut lens = Vec::new();
+                for (idx, within, part) in pieces(self.seg, offset, data.len()) {
+                    let n = part.len() as u64;
+                    let len = if u64::from(idx) >= had
+                        || cache.get((ino, idx)).is_some_and(|s| !s.is_partial())
+                    {
+                        0
+                    } else if self.cache_off {
+                        return None;
+                    } else {
+                        let len = self.patch_len(idx, st)?;
+                        if within + n > len || !cache.can_patch((ino, idx), within, n) {
+                            return None;
+                        }
+                        len
+                    };
+                    lens.push(len);
+                }
+                if end > st.size
+                    && !self.grow_cached(&mut cache, ino, st.size, end, st.attr.version)
                 {
                     return None;
                 }
-                for (idx, within, part) in pieces(self.seg, offset, data.len()) {
-                    cache.write((ino, idx), within, &data[part]);
+                for ((idx, within, part), len) in pieces(self.seg, offset, data.len()).zip(lens) {
+                    let done = cache.patch((ino, idx), within, &data[part], len, st.attr.version);
+                    debug_assert!(done, "checked above");
                 }
             }
             st.size = st.size.max(end);
@@ -945,6 +1039,57 @@ impl Shared {
         };
         Self::publish(&entry, st);
         Some((waiting || over).then_some((entry, guard)))
+    }
+
+    /// A write with the cache off ([`Shared::cache_off`]): each piece inside a segment the cluster
+    /// has at this length, and not cached, is an update at its primary, all of them in parallel
+    /// and after the file's lock is let go (so writes of one file overlap, as the application
+    /// sent them); any other write (past the end, into a new or cached segment) is done as with
+    /// the cache on.
+    async fn write_through(&self, ino: u64, offset: u64, data: Bytes) -> Res<()> {
+        let updates = self
+            .with_file(ino, move |s: &Shared, st: &mut FileState| {
+                Box::pin(async move {
+                    s.reap(ino, st);
+                    reported(st)?;
+                    let end = offset + data.len() as u64;
+                    let plan: Option<Vec<_>> = (end <= st.size)
+                        .then(|| {
+                            let cache = s.cache();
+                            pieces(s.seg, offset, data.len())
+                                .map(|(idx, within, part)| {
+                                    let len = s.patch_len(idx, st)?;
+                                    let fits = within + part.len() as u64 <= len
+                                        && cache.peek((ino, idx)).is_none();
+                                    let layout = st.segments[idx as usize].clone();
+                                    fits.then(|| (layout, within, data.slice(part)))
+                                })
+                                .collect()
+                        })
+                        .flatten();
+                    match plan {
+                        Some(plan) => {
+                            st.changed = true;
+                            st.mtime_ns = now_ns();
+                            Ok(plan)
+                        }
+                        None => {
+                            s.write_bytes(ino, st, offset, &data).await?;
+                            Ok(Vec::new())
+                        }
+                    }
+                })
+            })
+            .await?;
+        let c = &self.client;
+        Self::in_parallel(
+            UPDATES_IN_FLIGHT_MAX,
+            updates.into_iter().map(|(layout, offset, data)| {
+                let c = c.clone();
+                async move { c.update_segment(&layout, offset, data).await }
+            }),
+        )
+        .await
     }
 
     /// What is left of a write [`Self::write_cached`] did: write-behind and making room, under the
@@ -1007,11 +1152,20 @@ impl CodfsFs {
         attr_ttl: Duration,
     ) -> CodfsFs {
         let seg = segment_bytes.max(1);
+        let put_window = client.options().window_segments_max.max(1);
+        // Cache off (0): only new bytes past a file's stored end are held, gathering into whole
+        // segments: put's window of them being written and the one being filled.
+        let cache_off = cache_bytes == 0;
+        let cache_bytes = if cache_off {
+            seg.saturating_mul(put_window as u64 + 1)
+        } else {
+            cache_bytes
+        };
         // Background segment writes: put's window, but no more than the cache holds beside the
         // segment being filled (the segments being written stay cached).
         let window = (cache_bytes / seg)
             .saturating_sub(1)
-            .min(client.options().window_segments_max as u64)
+            .min(put_window as u64)
             .max(1) as usize;
         CodfsFs {
             shared: Arc::new(Shared {
@@ -1020,6 +1174,7 @@ impl CodfsFs {
                 rt: rt.clone(),
                 behind_slots: Arc::new(tokio::sync::Semaphore::new(window)),
                 window,
+                cache_off,
                 files: Mutex::default(),
                 dirs: Mutex::default(),
                 next_fh: AtomicU64::new(1),
@@ -1126,6 +1281,9 @@ impl Filesystem for CodfsFs {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
         let _ = config.set_max_background(KERNEL_BACKGROUND_MAX);
         let _ = config.set_max_write(KERNEL_WRITE_BYTES_MAX);
+        // Direct I/O (O_DIRECT) requests of one file sent without waiting for each other (as
+        // an application's asynchronous I/O asks): the file's lock orders what must be ordered.
+        let _ = config.add_capabilities(fuser::consts::FUSE_ASYNC_DIO);
         Ok(())
     }
 
@@ -1417,6 +1575,15 @@ impl Filesystem for CodfsFs {
                     .spawn(async move { s.write_tail(ino, &entry, &mut guard).await });
             }
             return;
+        }
+        if self.shared.cache_off {
+            let s = self.shared.clone();
+            let data = Bytes::copy_from_slice(data);
+            return self.spawn(
+                reply,
+                async move { s.write_through(ino, offset, data).await },
+                move |_, reply, ()| reply.written(n),
+            );
         }
         let data = data.to_vec();
         self.spawn_file(
