@@ -136,6 +136,28 @@ fn pieces(
     })
 }
 
+/// The items of `lists` taken one from each list in turn: the first of every list, then the
+/// second of every list that has one, and so on.
+fn round_robin<T>(lists: Vec<Vec<T>>) -> impl Iterator<Item = T> {
+    let mut iters: Vec<_> = lists.into_iter().map(Vec::into_iter).collect();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while !iters.is_empty() {
+            at %= iters.len();
+            match iters[at].next() {
+                Some(x) => {
+                    at += 1;
+                    return Some(x);
+                }
+                None => {
+                    iters.remove(at);
+                }
+            }
+        }
+        None
+    })
+}
+
 /// A directory's entries as opendir read them: (inode, type, name), `.` and `..` first.
 type Listing = Vec<(u64, FileType, Vec<u8>)>;
 
@@ -572,7 +594,8 @@ impl Shared {
         let committed = st.segments.len() as u32;
         let mut resized = Vec::new();
         let mut whole = Vec::new();
-        let mut updates = Vec::new();
+        // Per segment, each segment's written ranges.
+        let mut updates: Vec<Vec<_>> = Vec::new();
         let mut new = Vec::new();
         let dirty = {
             let cache = self.cache();
@@ -589,10 +612,11 @@ impl Shared {
                     whole.push((layout, s.bytes(), false));
                 } else {
                     let bytes = s.bytes();
-                    for r in s.runs.iter().filter(|r| !r.is_empty()) {
+                    let runs = s.runs.iter().filter(|r| !r.is_empty()).map(|r| {
                         let data = bytes.slice(r.start as usize..r.end as usize);
-                        updates.push((layout.clone(), r.start, data));
-                    }
+                        (layout.clone(), r.start, data)
+                    });
+                    updates.push(runs.collect());
                 }
             }
             dirty
@@ -608,8 +632,9 @@ impl Shared {
             whole.extend(grown.iter().cloned().zip(new).map(|(l, d)| (l, d, true)));
         }
         // Whole writes, `window` at a time, then the updates, UPDATES_IN_FLIGHT_MAX at a time
-        // (all of different segments or disjoint ranges; each segment's primary serializes its
-        // own).
+        // (all of different segments or disjoint ranges). Each segment's primary serializes its
+        // own, so the updates go one segment after another in turn (random writes over a file
+        // keep as many primaries busy as they can, not one).
         Self::in_parallel(
             self.window,
             whole.into_iter().map(|(layout, data, new)| {
@@ -620,7 +645,7 @@ impl Shared {
         .await?;
         Self::in_parallel(
             UPDATES_IN_FLIGHT_MAX,
-            updates.into_iter().map(|(layout, offset, data)| {
+            round_robin(updates).map(|(layout, offset, data)| {
                 let c = c.clone();
                 async move { c.update_segment(&layout, offset, data).await }
             }),
@@ -1864,5 +1889,17 @@ impl Filesystem for CodfsFs {
             },
             |_, reply, ()| reply.ok(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_robin_takes_one_from_each_list_in_turn() {
+        let got: Vec<u32> = round_robin(vec![vec![1, 4, 6], vec![], vec![2], vec![3, 5]]).collect();
+        assert_eq!(got, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(round_robin(Vec::<Vec<u8>>::new()).count(), 0);
     }
 }
