@@ -90,6 +90,7 @@ async fn two_mounts_run_tar_and_diff_and_see_each_others_closes() {
         Path::new("mds/Cargo.toml")
     );
     cache_metrics_count_what_the_mount_did(&a, seg);
+    a_segment_read_ahead_is_not_served_after_the_file_changes(&a, seg);
 
     // What a mount wrote, `cluster get` reads; what `cluster put` stored, a mount lists.
     let config = rig.cluster.config_path();
@@ -190,8 +191,11 @@ async fn two_mounts_run_tar_and_diff_and_see_each_others_closes() {
 fn cache_metrics_count_what_the_mount_did(a: &Mount, seg: usize) {
     use std::io::Write;
     let before = a.scrape();
+    // Its four segments: read when first touched, or read ahead of the reader.
     assert!(
-        metric(&before, "ecstack_mount_cache_misses_total") >= 3,
+        metric(&before, "ecstack_mount_cache_misses_total")
+            + metric(&before, "ecstack_mount_cache_read_ahead_total")
+            >= 3,
         "{before}"
     );
     // diff reads a segment in many requests: all but the first hit.
@@ -227,6 +231,44 @@ fn cache_metrics_count_what_the_mount_did(a: &Mount, seg: usize) {
         "{read}"
     );
     std::fs::remove_file(a.path("dirty")).unwrap();
+}
+
+/// A read at the start of a file makes the mount read its second segment ahead; a write into
+/// that segment and an fsync follow (the write goes into the cache without the segment's bytes,
+/// and the flush drops what it cached); the next read of the written range must see the write,
+/// not the segment read ahead before it. O_DIRECT keeps the kernel's page cache out of the way.
+fn a_segment_read_ahead_is_not_served_after_the_file_changes(a: &Mount, seg: usize) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    const BLOCK: usize = 4096;
+    // Four segments through a cache of two: the first two are not cached when it is read.
+    std::fs::write(a.path("ahead"), vec![b'a'; 4 * seg]).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(a.path("ahead"))
+        .unwrap();
+    // O_DIRECT wants aligned buffers: a block-aligned window of a larger allocation.
+    let mut mem = vec![0u8; 3 * BLOCK];
+    let skip = mem.as_ptr().align_offset(BLOCK);
+    let buf = &mut mem[skip..skip + BLOCK];
+    assert_eq!(f.read_at(buf, 0).unwrap(), BLOCK);
+    assert!(buf.iter().all(|&b| b == b'a'));
+    // Let the read-ahead of segment 1 finish: what it holds is now older than the file.
+    std::thread::sleep(Duration::from_millis(500));
+    let at = (seg + 2 * BLOCK) as u64;
+    buf.fill(b'b');
+    assert_eq!(f.write_at(buf, at).unwrap(), BLOCK);
+    f.sync_all().unwrap();
+    buf.fill(0);
+    assert_eq!(f.read_at(buf, at).unwrap(), BLOCK);
+    assert!(
+        buf.iter().all(|&b| b == b'b'),
+        "a read after a write and fsync saw {:?}, not the write",
+        buf[0] as char
+    );
+    drop(f);
+    std::fs::remove_file(a.path("ahead")).unwrap();
 }
 
 /// Real clients that check their own bytes: fio writes 4 KiB blocks at random with crc32c

@@ -119,6 +119,9 @@ impl AsRef<[u8]> for SharedBuf {
 pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
+    /// Segments read in the background ahead of a sequential reader, and used
+    /// ([`SegmentCache::insert_read_ahead`]).
+    pub read_ahead: u64,
     /// Clean segments dropped to make room.
     pub evictions: u64,
     /// Clean segments dropped because the file changed elsewhere (close-to-open).
@@ -220,6 +223,15 @@ impl SegmentCache {
             },
         );
         self.lru.insert(self.tick, key);
+    }
+
+    /// Caches clean bytes of a segment read ahead of a reader, at `version` (counted apart from
+    /// misses: the reader finds it cached). Nothing when it is cached already.
+    pub fn insert_read_ahead(&mut self, key: Key, data: Vec<u8>, version: u64) {
+        if !self.map.contains_key(&key) {
+            self.insert(key, data, version);
+            self.stats.read_ahead += 1;
+        }
     }
 
     /// Caches a segment the cluster does not have yet: `len` zero bytes, all dirty.

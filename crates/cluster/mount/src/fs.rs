@@ -76,9 +76,38 @@ struct FileState {
     /// flush of this file to make room for another): the file's next write, fsync or close
     /// answers it. The bytes stay dirty, so the next flush writes them again.
     error: Option<i32>,
+    /// Bumped whenever the file's bytes may have changed here or at the MDS (a write, a resize, a
+    /// flush, an open): a segment read ahead before is not used ([`Ahead`]).
+    gen: u64,
+    /// The segment after the last one a sequential reader read, being read in the background.
+    ahead: Option<Ahead>,
+    /// Where the last read ended (a read starting there is sequential).
+    read_end: u64,
+}
+
+/// A segment read ahead of a sequential reader ([`Shared::read_ahead`]): its index, the file's
+/// `gen` when the read started, and the read's result when it ends.
+#[derive(Debug)]
+struct Ahead {
+    idx: u32,
+    gen: u64,
+    rx: tokio::sync::oneshot::Receiver<Res<Vec<u8>>>,
 }
 
 impl FileState {
+    /// Its bytes changed here (a write, a resize): not committed yet, and nothing read ahead
+    /// before now is used.
+    fn wrote(&mut self) {
+        self.changed = true;
+        self.forget_ahead();
+    }
+
+    /// Nothing read ahead before now is used.
+    fn forget_ahead(&mut self) {
+        self.gen += 1;
+        self.ahead = None;
+    }
+
     /// A file as the MDS has it: not changed here, not open.
     fn new(attr: Attr, segments: Vec<SegmentLayout>) -> FileState {
         FileState {
@@ -93,6 +122,9 @@ impl FileState {
             behind_next: 0,
             failed: BTreeSet::new(),
             error: None,
+            gen: 0,
+            ahead: None,
+            read_end: 0,
         }
     }
 }
@@ -134,6 +166,19 @@ fn pieces(
         at += n;
         Some(piece)
     })
+}
+
+/// `len` bytes at `offset` of the segment at `layout`, as the cluster has them.
+async fn fetch(client: &Client, layout: &SegmentLayout, offset: u64, len: u64) -> Res<Vec<u8>> {
+    let frames = client
+        .read_segment(layout, offset, len)
+        .await
+        .map_err(errno)?;
+    let mut data = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
+    for f in frames {
+        data.extend_from_slice(&f);
+    }
+    Ok(data)
 }
 
 /// The items of `lists` taken one from each list in turn: the first of every list, then the
@@ -397,6 +442,7 @@ impl Shared {
                 st.size = attr.size;
                 st.attr = attr;
                 st.segments = segments;
+                st.forget_ahead();
             }
             None => *slot = Some(FileState::new(attr, segments)),
         }
@@ -476,16 +522,7 @@ impl Shared {
         len: u64,
     ) -> Res<Vec<u8>> {
         let layout = self.layout_of(ino, idx, st)?;
-        let frames = self
-            .client
-            .read_segment(&layout, offset, len)
-            .await
-            .map_err(errno)?;
-        let mut data = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
-        for f in frames {
-            data.extend_from_slice(&f);
-        }
-        Ok(data)
+        fetch(&self.client, &layout, offset, len).await
     }
 
     /// `ino`'s segment `idx` whole, as the cluster has it.
@@ -527,7 +564,7 @@ impl Shared {
             }
         }
         st.size = new;
-        st.changed = true;
+        st.wrote();
         st.mtime_ns = now_ns();
         Ok(())
     }
@@ -586,6 +623,7 @@ impl Shared {
     /// their errors stay in `st.error` for the caller to answer ([`reported`]), and a segment
     /// whose write failed is dirty again, so this flush places and writes it again.
     async fn flush_file(&self, ino: u64, st: &mut FileState) -> Res<()> {
+        st.forget_ahead();
         self.drain(ino, st).await;
         self.rewrite_failed(ino, st).await?;
         // What to write, under one hold of the cache lock: the segments' bytes shared, not
@@ -909,15 +947,10 @@ impl Shared {
         Ok(())
     }
 
-    async fn read_bytes(
-        &self,
-        ino: u64,
-        st: &mut FileState,
-        offset: u64,
-        size: u64,
-    ) -> Res<Vec<u8>> {
+    async fn read_bytes(&self, ino: u64, st: &mut FileState, offset: u64, size: u64) -> Res<Bytes> {
         let end = offset.saturating_add(size).min(st.size);
-        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        // The pieces, each shared with its cached segment (no copy), joined only when several.
+        let mut out: Vec<Bytes> = Vec::new();
         let mut at = offset;
         while at < end {
             let idx = (at / self.seg) as u32;
@@ -926,19 +959,73 @@ impl Shared {
             let whole = |c: &mut SegmentCache| c.get((ino, idx)).is_some_and(|s| !s.is_partial());
             if self.cache_off && !whole(&mut self.cache()) {
                 let data = self.read_range(ino, idx, st, within, n).await?;
-                out.extend_from_slice(&data);
+                out.push(Bytes::from(data));
             } else {
+                self.take_ahead(ino, idx, st).await;
                 self.with_segment(ino, idx, st, |c| {
                     let s = c.peek((ino, idx)).expect("with_segment holds it");
                     let stop = ((within + n) as usize).min(s.data.len());
-                    out.extend_from_slice(&s.data[within as usize..stop]);
+                    out.push(s.bytes().slice(within as usize..stop));
                 })
                 .await?;
             }
             at += n;
         }
+        if offset == st.read_end && end > offset {
+            self.read_ahead(ino, ((end - 1) / self.seg) as u32 + 1, st);
+        }
+        st.read_end = end;
         self.make_room(ino, st).await?;
-        Ok(out)
+        Ok(match out.len() {
+            0 => Bytes::new(),
+            1 => out.pop().expect("one"),
+            _ => Bytes::from(out.concat()),
+        })
+    }
+
+    /// Read-ahead: a read that follows the one before (a sequential reader) starts reading segment
+    /// `idx` whole in the background, unless the file has no such segment, it is cached, or is
+    /// being read ahead already; [`Self::take_ahead`] caches it when a read reaches it. So a file
+    /// read in order has its next segment on the way while the current one is served from the
+    /// cache. Nothing with the cache off.
+    fn read_ahead(&self, ino: u64, idx: u32, st: &mut FileState) {
+        let start = u64::from(idx).saturating_mul(self.seg);
+        if self.cache_off
+            || start >= st.size
+            || st.ahead.as_ref().is_some_and(|a| a.idx == idx)
+            || self.cache().peek((ino, idx)).is_some()
+        {
+            return;
+        }
+        let Some(layout) = st.segments.get(idx as usize).filter(|l| l.index == idx) else {
+            return;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (client, layout) = (self.client.clone(), layout.clone());
+        self.rt.spawn(async move {
+            let _ = tx.send(fetch(&client, &layout, 0, layout.length).await);
+        });
+        st.ahead = Some(Ahead {
+            idx,
+            gen: st.gen,
+            rx,
+        });
+    }
+
+    /// Caches segment `idx` of `ino` from its read ahead, if one was started since the file last
+    /// changed and it succeeded (otherwise the caller reads it as usual).
+    async fn take_ahead(&self, ino: u64, idx: u32, st: &mut FileState) {
+        if !st.ahead.as_ref().is_some_and(|a| a.idx == idx) {
+            return;
+        }
+        let a = st.ahead.take().expect("checked");
+        if a.gen != st.gen {
+            return;
+        }
+        if let Ok(Ok(data)) = a.rx.await {
+            self.cache()
+                .insert_read_ahead((ino, idx), data, st.attr.version);
+        }
     }
 
     async fn write_bytes(&self, ino: u64, st: &mut FileState, offset: u64, data: &[u8]) -> Res<()> {
@@ -964,7 +1051,7 @@ impl Shared {
                     .await?;
             }
         }
-        st.changed = true;
+        st.wrote();
         st.mtime_ns = now_ns();
         self.write_behind(ino, st).await;
         self.make_room(ino, st).await
@@ -1055,7 +1142,7 @@ impl Shared {
             }
             st.size = st.size.max(end);
         }
-        st.changed = true;
+        st.wrote();
         st.mtime_ns = now_ns();
         let waiting = self.start_behind(ino, st);
         let over = {
@@ -1094,7 +1181,7 @@ impl Shared {
                         .flatten();
                     match plan {
                         Some(plan) => {
-                            st.changed = true;
+                            st.wrote();
                             st.mtime_ns = now_ns();
                             Ok(plan)
                         }

@@ -63,6 +63,11 @@ pub fn metrics_text(s: &ecstack_client::CacheStats, capacity_bytes: u64) -> Stri
             s.misses,
         ),
         (
+            "ecstack_mount_cache_read_ahead",
+            "segments read in the background ahead of a sequential reader, and used",
+            s.read_ahead,
+        ),
+        (
             "ecstack_mount_cache_evictions",
             "clean segments dropped to make room",
             s.evictions,
