@@ -6,10 +6,14 @@
 //! testkit's throwaway PostgreSQL (without it the test fails under CI=true and says SKIPPED
 //! otherwise), the active one SIGKILLed (then restarted as the standby, now and then two
 //! failovers close together) or SIGSTOPped past its lease (then continued, deposed) between the
-//! steps, OSD kills going on. Also: more than m failures, MDS SIGKILL + restart, a stale chunk that
+//! steps, OSD kills going on. The same runs with a mount in the mix (`fault_runs_with_a_mount`,
+//! issue 42): an `ecstack cluster mount` process with a cache smaller than the files writes new
+//! files (write, fsync), updates them (pwrite, fsync) and reads any file, a third of the steps,
+//! among the same kills. Also: more than m failures, MDS SIGKILL + restart, a stale chunk that
 //! must never be served, a corrupted chunk file.
 //!
-//! CI runs `seeds(4)` of `fault_runs` and `seeds(1)` of `fault_runs_with_mds_failovers`; the long
+//! CI runs `seeds(4)` of `fault_runs` and `seeds(1)` of `fault_runs_with_mds_failovers` and of
+//! `fault_runs_with_a_mount` (long mode `ECSTACK_CLUSTER_SEEDS=N … -- fault_runs_with_a_mount`); the long
 //! mode is `ECSTACK_CLUSTER_SEEDS=200 cargo test --release -p ecstack --test cluster_faults --
 //! --exact fault_runs` (without `--exact` the filter matches both tests), and
 //! `ECSTACK_CLUSTER_SEEDS=30 … -- fault_runs_with_mds_failovers` for the runs with failovers
@@ -20,6 +24,7 @@ mod cluster_common;
 
 use std::time::Duration;
 
+use cluster_common::mount::{fuse_present, Mount};
 use cluster_common::*;
 use ecstack_base::Rng;
 use ecstack_client::{Client, ClientError, PutOptions, ReadPath};
@@ -57,6 +62,12 @@ struct Marks {
     /// Active MDSs stopped (SIGSTOP) until the standby took over, then continued (SIGCONT): each
     /// deposed, answering as a standby again.
     mds_deposed: u64,
+    /// Through the mount: new files and updates (each fsynced) acknowledged and failed, reads
+    /// that returned the model's bytes and reads that failed (EIO).
+    mount_writes_ok: u64,
+    mount_write_errors: u64,
+    mount_reads_ok: u64,
+    mount_read_errors: u64,
 }
 
 impl Marks {
@@ -79,6 +90,10 @@ impl Marks {
         self.mds_kills_during_writes += m.mds_kills_during_writes;
         self.mds_restarts += m.mds_restarts;
         self.mds_deposed += m.mds_deposed;
+        self.mount_writes_ok += m.mount_writes_ok;
+        self.mount_write_errors += m.mount_write_errors;
+        self.mount_reads_ok += m.mount_reads_ok;
+        self.mount_read_errors += m.mount_read_errors;
     }
 }
 
@@ -128,7 +143,12 @@ impl MdsFaults {
 /// deposed MDS). OSD kills go on meanwhile, and the operations made during a takeover wait for it
 /// within the client's retry budget (30 s) or fail cleanly. `None`: one MDS on SQLite, never
 /// failed here.
-async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
+///
+/// `with_mount`: an `ecstack cluster mount` of the cluster (a 4 MiB cache) takes a third of the
+/// steps ([`mount_step`]); the files it writes (`/m…`) are written only through it (a write it
+/// failed stays dirty in its cache and may land at any later flush), the others only through the
+/// library; it reads both. Unmounted (flushing what it holds) once the OSDs are back.
+async fn fault_run(seed: u64, mds_store: Option<String>, with_mount: bool) -> Marks {
     let failovers = mds_store.is_some();
     // Even seeds read the default way, straight from the holders (ReadPath::Direct): its plans,
     // version checks and fallbacks to the primary meet the same kills, restarts, stale chunks and
@@ -162,6 +182,7 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
         down: None,
         stopped: None,
     };
+    let mut mount = with_mount.then(|| Mount::start(&rig, &rig.dir.path().join("mnt"), "4M"));
     let put_options = || PutOptions {
         scheme: Some(scheme),
         ..PutOptions::default()
@@ -195,6 +216,35 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
         );
         if mds.stopped.is_some_and(|(_, at)| step >= at) {
             mds.continue_stopped(&rig, &mut marks, &ctx).await;
+        }
+        if let Some(mnt) = &mount {
+            if rng.below(3) == 0 {
+                let mut model_now = std::mem::take(&mut model);
+                let degraded = !down.is_empty();
+                let mnt = mnt.dir.clone();
+                let (mut r, mut mk) = (rng.clone(), Marks::default());
+                let ctx2 = ctx.clone();
+                // Blocking file calls, off the runtime's workers.
+                let (r, mk, m) = tokio::task::spawn_blocking(move || {
+                    mount_step(
+                        &mut r,
+                        &mnt,
+                        step,
+                        seg,
+                        &mut model_now,
+                        &mut mk,
+                        degraded,
+                        &ctx2,
+                    );
+                    (r, mk, model_now)
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{ctx}: {e}\n{}", rig.logs()));
+                rng = r;
+                model = m;
+                marks.add(&mk);
+                continue;
+            }
         }
         match rng.below(kinds) {
             // Kill a running OSD, unless that could leave a segment with more than m unusable
@@ -352,6 +402,12 @@ async fn fault_run(seed: u64, mds_store: Option<String>) -> Marks {
     }
     let restart: Vec<usize> = down.drain(..).collect();
     rig.restart_and_wait(&restart).await;
+    if let Some(mut mnt) = mount.take() {
+        // SIGTERM: it flushes what it still holds (writes it answered EIO to included) and exits.
+        tokio::task::spawn_blocking(move || mnt.stop())
+            .await
+            .unwrap_or_else(|e| panic!("{ctx}: unmount: {e}\n{}", rig.logs()));
+    }
     rig.wait_healthy().await;
     for (path, f) in &model {
         let got = rig
@@ -402,9 +458,10 @@ impl Write {
         Write::Put { path, data }
     }
 
-    /// New bytes for a random range of a random file (`None` when that file is empty).
+    /// New bytes for a random range of a random file the library wrote (`None` when that file is
+    /// empty).
     fn update(rng: &mut Rng, model: &Model, seg: usize) -> Option<Write> {
-        let (path, f) = pick(rng, model);
+        let (path, f) = pick_where(rng, model, |p| !p.starts_with("/m"));
         let size = f.cur.len();
         if size == 0 {
             return None;
@@ -535,9 +592,123 @@ fn note(ctx: &str, what: &str) {
 }
 
 fn pick(rng: &mut Rng, model: &Model) -> (String, FileModel) {
-    let i = rng.below(model.len() as u64) as usize;
-    let (p, f) = model.iter().nth(i).unwrap();
+    pick_where(rng, model, |_| true)
+}
+
+/// A random file of those whose path `keep` takes (the draw is as [`pick`]'s when it takes all).
+fn pick_where(rng: &mut Rng, model: &Model, keep: impl Fn(&str) -> bool) -> (String, FileModel) {
+    let n = model.keys().filter(|p| keep(p)).count();
+    let i = rng.below(n as u64) as usize;
+    let (p, f) = model.iter().filter(|(p, _)| keep(p)).nth(i).unwrap();
     (p.clone(), f.clone())
+}
+
+/// One step through the mount at `mnt`: a new file `/m<step>` (create, write, fsync), an update
+/// of a random range of a file the mount wrote (pwrite, fsync), or a read of a random range of any
+/// file. An acknowledged write joins the model; a failed one must be an I/O error, and its bytes
+/// may land later (the mount keeps them dirty), so they become possible values; a read returns
+/// the model's bytes or fails with an I/O error.
+#[allow(clippy::too_many_arguments)]
+fn mount_step(
+    rng: &mut Rng,
+    mnt: &std::path::Path,
+    step: usize,
+    seg: usize,
+    model: &mut Model,
+    marks: &mut Marks,
+    degraded: bool,
+    ctx: &str,
+) {
+    use std::io::Write as _;
+    use std::os::unix::fs::FileExt;
+    let at = |path: &str| mnt.join(&path[1..]);
+    let ours = model.keys().filter(|p| p.starts_with("/m")).count();
+    let failed = |what: &str, e: std::io::Error, marks: &mut u64| {
+        note(ctx, &format!("mount: {what} failed: {e}"));
+        // More than m failures at a time never happen here (kills keep m), but a write or read
+        // may still time out against a holder that just died: EIO, never another kind.
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EIO),
+            "{ctx}: mount: {what}: {e}"
+        );
+        *marks += 1;
+    };
+    match rng.below(3) {
+        0 => {
+            let path = format!("/m{step}");
+            let len = rng.below(2 * seg as u64 + 100) as usize;
+            let data = random_bytes(rng, len);
+            let r = std::fs::File::create(at(&path)).and_then(|mut f| {
+                f.write_all(&data)?;
+                f.sync_all()
+            });
+            match r {
+                Ok(()) => {
+                    marks.mount_writes_ok += 1;
+                    model.insert(path, FileModel::new(data));
+                }
+                Err(e) => failed(&format!("write {path}"), e, &mut marks.mount_write_errors),
+            }
+        }
+        1 if ours > 0 => {
+            let (path, f) = pick_where(rng, model, |p| p.starts_with("/m"));
+            let size = f.cur.len();
+            if size == 0 {
+                return;
+            }
+            let offset = rng.below(size as u64) as usize;
+            let len = 1 + rng.below(((size - offset) as u64).min(seg as u64 + 10)) as usize;
+            let data = random_bytes(rng, len);
+            let r = std::fs::OpenOptions::new()
+                .write(true)
+                .open(at(&path))
+                .and_then(|f| {
+                    f.write_all_at(&data, offset as u64)?;
+                    f.sync_all()
+                });
+            let m = model.get_mut(&path).expect("picked from it");
+            match r {
+                Ok(()) => {
+                    marks.mount_writes_ok += 1;
+                    m.updated(offset, &data);
+                }
+                Err(e) => {
+                    m.maybe_updated(offset, &data);
+                    failed(
+                        &format!("update {path} {offset}+{len}"),
+                        e,
+                        &mut marks.mount_write_errors,
+                    );
+                }
+            }
+        }
+        _ => {
+            let (path, f) = pick(rng, model);
+            let size = f.cur.len();
+            let offset = rng.below(size as u64 + 1) as usize;
+            let len = rng.below((size - offset) as u64 + 1) as usize;
+            let mut got = vec![0u8; len];
+            let r = std::fs::File::open(at(&path))
+                .and_then(|file| file.read_exact_at(&mut got, offset as u64));
+            match r {
+                Ok(()) => {
+                    if let Some(at) = f.check(offset, &got) {
+                        panic!("{ctx}: the mount's read of {path} {offset}+{len} returned a wrong byte at {at}");
+                    }
+                    marks.mount_reads_ok += 1;
+                    if degraded {
+                        marks.reads_degraded_ok += 1;
+                    }
+                }
+                Err(e) => failed(
+                    &format!("read {path} {offset}+{len}"),
+                    e,
+                    &mut marks.mount_read_errors,
+                ),
+            }
+        }
+    }
 }
 
 /// A failure is acceptable only as one line of a known kind (never a panic, never wrong bytes).
@@ -560,7 +731,7 @@ fn assert_clean(e: &ClientError, ctx: &str) {
 // "Consistency of a stripe"); these runs check it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_runs() {
-    let total = run_seeds("fault_runs", &seeds(4), |_| None).await;
+    let total = run_seeds("fault_runs", &seeds(4), false, |_| None).await;
     // The runs reached the paths they are for, updates included (an OSD refused by the MDS on a
     // call its role lacked once failed every update of every seed, and the runs still passed).
     assert!(
@@ -577,7 +748,7 @@ async fn fault_runs_with_mds_failovers() {
     let Some(pg) = ecstack_testkit::postgres::shared() else {
         return;
     };
-    let total = run_seeds("fault_runs_with_mds_failovers", &seeds(1), |seed| {
+    let total = run_seeds("fault_runs_with_mds_failovers", &seeds(1), false, |seed| {
         Some(pg.create_db(&format!("faults_{seed}")))
     })
     .await;
@@ -587,15 +758,35 @@ async fn fault_runs_with_mds_failovers() {
     );
 }
 
+/// The fault runs with a mount in the mix (issue 42): its writes, updates and reads meet the same
+/// kills, restarts and outs; every byte it reads is the model's, and everything it acknowledged
+/// reads back through the library after recovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_runs_with_a_mount() {
+    if !fuse_present() {
+        return;
+    }
+    let total = run_seeds("fault_runs_with_a_mount", &seeds(1), true, |_| None).await;
+    assert!(
+        total.kills > 0 && total.mount_writes_ok > 0 && total.mount_reads_ok > 0,
+        "{total:?}"
+    );
+}
+
 /// Runs [`fault_run`] for every seed (with the MDS store `mds_store` gives it), each in its own
 /// task: a failing seed is reported with its replay line and the others still run, so a long
 /// mode counts failures instead of stopping at the first. The marks added up; panics naming the
 /// seeds that failed.
-async fn run_seeds(test: &str, seeds: &[u64], mds_store: impl Fn(u64) -> Option<String>) -> Marks {
+async fn run_seeds(
+    test: &str,
+    seeds: &[u64],
+    with_mount: bool,
+    mds_store: impl Fn(u64) -> Option<String>,
+) -> Marks {
     let mut total = Marks::default();
     let mut failed = Vec::new();
     for &seed in seeds {
-        let m = match tokio::spawn(fault_run(seed, mds_store(seed))).await {
+        let m = match tokio::spawn(fault_run(seed, mds_store(seed), with_mount)).await {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("seed {seed} FAILED: {e} (replay: ECSTACK_SEED={seed} ... -- {test})");
