@@ -12,7 +12,7 @@ mod cluster_common;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use cluster_common::mount::{fuse_present, metric, mounted, run, tar_of, Mount};
 use cluster_common::*;
@@ -91,6 +91,7 @@ async fn two_mounts_run_tar_and_diff_and_see_each_others_closes() {
     );
     cache_metrics_count_what_the_mount_did(&a, seg);
     a_segment_read_ahead_is_not_served_after_the_file_changes(&a, seg);
+    attributes_set_through_a_descriptor_commit_with_its_writes(&a, &b);
 
     // What a mount wrote, `cluster get` reads; what `cluster put` stored, a mount lists.
     let config = rig.cluster.config_path();
@@ -231,6 +232,40 @@ fn cache_metrics_count_what_the_mount_did(a: &Mount, seg: usize) {
         "{read}"
     );
     std::fs::remove_file(a.path("dirty")).unwrap();
+}
+
+/// tar's way of restoring a file: create, write, then `futimens`, `fchown` and `fchmod` on the
+/// descriptor, then close. The mtime, owner and mode set after the write are what the other mount
+/// sees after the close (a close used to set the mtime to its own time), and what the writing
+/// mount shows before it.
+fn attributes_set_through_a_descriptor_commit_with_its_writes(a: &Mount, b: &Mount) {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let then = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let mut f = std::fs::File::create(a.path("restored")).unwrap();
+    f.write_all(b"restored bytes").unwrap();
+    f.set_times(std::fs::FileTimes::new().set_modified(then))
+        .unwrap();
+    std::os::unix::fs::fchown(&f, Some(4321), Some(8765)).unwrap();
+    f.set_permissions(std::fs::Permissions::from_mode(0o640))
+        .unwrap();
+    let shown = f.metadata().unwrap();
+    assert_eq!(shown.modified().unwrap(), then);
+    assert_eq!(
+        (shown.uid(), shown.gid(), shown.mode() & 0o7777),
+        (4321, 8765, 0o640)
+    );
+    drop(f);
+    for (m, which) in [(a, "the writing mount"), (b, "the other mount")] {
+        let md = std::fs::metadata(m.path("restored")).unwrap();
+        assert_eq!(md.modified().unwrap(), then, "{which}: mtime");
+        assert_eq!(
+            (md.uid(), md.gid(), md.mode() & 0o7777, md.len()),
+            (4321, 8765, 0o640, 14),
+            "{which}"
+        );
+    }
+    std::fs::remove_file(a.path("restored")).unwrap();
 }
 
 /// A read at the start of a file makes the mount read its second segment ahead; a write into

@@ -83,6 +83,29 @@ struct FileState {
     ahead: Option<Ahead>,
     /// Where the last read ended (a read starting there is sequential).
     read_end: u64,
+    /// Attribute changes made through a descriptor while the file has writes not committed
+    /// (tar's `fchmod`, `fchown`, `futimens` before its close): committed with them, by the
+    /// close's or fsync's SetAttr ([`Shared::setattr_pending`]).
+    pending: Pending,
+}
+
+/// Attribute changes kept for a file's next commit (see [`FileState::pending`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Pending {
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    atime_ns: Option<u64>,
+    /// When the last of them was made (the ctime shown until the commit).
+    ctime_ns: Option<u64>,
+}
+
+/// What `stat` shows of a file with writes or attribute changes not committed yet.
+#[derive(Debug, Clone, Copy)]
+struct Unflushed {
+    size: u64,
+    mtime_ns: u64,
+    pending: Pending,
 }
 
 /// A segment read ahead of a sequential reader ([`Shared::read_ahead`]): its index, the file's
@@ -125,6 +148,7 @@ impl FileState {
             gen: 0,
             ahead: None,
             read_end: 0,
+            pending: Pending::default(),
         }
     }
 }
@@ -136,7 +160,7 @@ struct Entry {
     /// write done on the session thread hands it to the task that finishes the write's work).
     state: Arc<tokio::sync::Mutex<Option<FileState>>>,
     /// Size and mtime of writes not yet committed, for `stat` while a write holds the lock.
-    unflushed: Mutex<Option<(u64, u64)>>,
+    unflushed: Mutex<Option<Unflushed>>,
     /// Layouts of segments write-behind placed and wrote, put here by its tasks as they end
     /// (before their segments may leave the cache): they join the state's `segments` in order,
     /// under its lock ([`Shared::join_placed`]); a read of such a segment meanwhile finds its
@@ -387,20 +411,22 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .get(&a.ino)
             .and_then(|e| *e.unflushed.lock().unwrap_or_else(|p| p.into_inner()));
-        let (size, mtime) = unflushed.unwrap_or((a.size, a.mtime_ns));
+        let (size, mtime, p) = unflushed.map_or((a.size, a.mtime_ns, Pending::default()), |u| {
+            (u.size, u.mtime_ns, u.pending)
+        });
         FileAttr {
             ino: a.ino,
             size,
             blocks: size.div_ceil(512),
-            atime: time_of(a.atime_ns),
+            atime: time_of(p.atime_ns.unwrap_or(a.atime_ns)),
             mtime: time_of(mtime),
-            ctime: time_of(a.ctime_ns),
+            ctime: time_of(p.ctime_ns.unwrap_or(a.ctime_ns)),
             crtime: time_of(a.ctime_ns),
             kind: kind_of(a.kind),
-            perm: (a.mode & 0o7777) as u16,
+            perm: (p.mode.unwrap_or(a.mode) & 0o7777) as u16,
             nlink: a.nlink,
-            uid: a.uid,
-            gid: a.gid,
+            uid: p.uid.unwrap_or(a.uid),
+            gid: p.gid.unwrap_or(a.gid),
             rdev: a.rdev,
             blksize: BLOCK,
             flags: 0,
@@ -414,7 +440,11 @@ impl Shared {
     /// Shows `st`'s unflushed size and mtime to `stat` (or none once committed).
     fn publish(entry: &Entry, st: &FileState) {
         *entry.unflushed.lock().unwrap_or_else(|p| p.into_inner()) =
-            st.changed.then_some((st.size, st.mtime_ns));
+            st.changed.then_some(Unflushed {
+                size: st.size,
+                mtime_ns: st.mtime_ns,
+                pending: st.pending,
+            });
     }
 
     /// Close-to-open: the file's version and layouts from the MDS; clean cached segments of
@@ -690,10 +720,18 @@ impl Shared {
         )
         .await?;
         let relaid = !resized.is_empty();
+        // The mtime this mount shows (its last write's, or one set since through a descriptor),
+        // not the commit's; attribute changes kept for the commit go with it.
+        let p = st.pending;
         let set = SetAttr {
             size: Some(st.size),
             resized,
             data_changed: true,
+            mtime: Some(SetTime::Ns(st.mtime_ns)),
+            mode: p.mode,
+            uid: p.uid,
+            gid: p.gid,
+            atime: p.atime_ns.map(SetTime::Ns),
             ..SetAttr::default()
         };
         let attr = c.set_attr(ino, &set).await.map_err(errno)?;
@@ -720,6 +758,7 @@ impl Shared {
         st.attr = attr;
         st.segments = segments;
         st.changed = false;
+        st.pending = Pending::default();
         // Layouts past a truncation that dropped a failed segment before them: gone at the MDS.
         self.entry(ino)
             .placed
@@ -1204,6 +1243,47 @@ impl Shared {
         .await
     }
 
+    /// A change of mode, owner or times made through a descriptor of `ino` while it has writes
+    /// not committed: kept with them for the close's or fsync's SetAttr (one MDS transaction
+    /// instead of one more per change), and the attributes as they now are. None when the file
+    /// has nothing uncommitted (the change goes to the MDS at once). Permissions were checked by
+    /// the kernel (`default_permissions`).
+    async fn setattr_pending(&self, ino: u64, set: SetAttr) -> Res<Option<Attr>> {
+        self.with_file(ino, move |_s: &Shared, st: &mut FileState| {
+            Box::pin(async move {
+                if !st.changed {
+                    return Ok(None);
+                }
+                let now = now_ns();
+                let at = |t: SetTime| match t {
+                    SetTime::Now => now,
+                    SetTime::Ns(ns) => ns,
+                };
+                let p = &mut st.pending;
+                p.mode = set.mode.or(p.mode);
+                p.uid = set.uid.or(p.uid);
+                p.gid = set.gid.or(p.gid);
+                p.atime_ns = set.atime.map(at).or(p.atime_ns);
+                p.ctime_ns = Some(now);
+                if let Some(t) = set.mtime {
+                    st.mtime_ns = at(t);
+                }
+                let p = st.pending;
+                Ok(Some(Attr {
+                    mode: p.mode.unwrap_or(st.attr.mode),
+                    uid: p.uid.unwrap_or(st.attr.uid),
+                    gid: p.gid.unwrap_or(st.attr.gid),
+                    atime_ns: p.atime_ns.unwrap_or(st.attr.atime_ns),
+                    ctime_ns: now,
+                    mtime_ns: st.mtime_ns,
+                    size: st.size,
+                    ..st.attr.clone()
+                }))
+            })
+        })
+        .await
+    }
+
     /// What is left of a write [`Self::write_cached`] did: write-behind and making room, under the
     /// file's lock it still holds. An error is kept for the file's next write, fsync or close.
     async fn write_tail(&self, ino: u64, entry: &Entry, guard: &mut FileGuard) {
@@ -1453,7 +1533,7 @@ impl Filesystem for CodfsFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<u64>,
+        fh: Option<u64>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -1481,6 +1561,11 @@ impl Filesystem for CodfsFs {
             }
             if set == SetAttr::default() {
                 return s.client.get_attr(ino).await.map_err(errno);
+            }
+            if fh.is_some() {
+                if let Some(a) = s.setattr_pending(ino, set.clone()).await? {
+                    return Ok(a);
+                }
             }
             let a = s.client.set_attr(ino, &set).await.map_err(errno)?;
             if mtime.is_some() {
