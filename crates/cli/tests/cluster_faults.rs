@@ -624,7 +624,16 @@ fn mount_step(
     let at = |path: &str| mnt.join(&path[1..]);
     let ours = model.keys().filter(|p| p.starts_with("/m")).count();
     let failed = |what: &str, e: std::io::Error, marks: &mut u64| {
-        note(ctx, &format!("mount: {what} failed: {e}"));
+        // The mount's own account of it: the last lines of its log (beside the mountpoint).
+        let log = std::fs::read_to_string(mnt.with_extension("log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(3).collect();
+        note(
+            ctx,
+            &format!(
+                "mount: {what} failed: {e} (mount log: {})",
+                tail.join(" | ")
+            ),
+        );
         // More than m failures at a time never happen here (kills keep m), but a write or read
         // may still time out against a holder that just died: EIO, never another kind.
         assert_eq!(

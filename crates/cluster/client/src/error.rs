@@ -47,6 +47,18 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// A segment's primary refused a write or update as not durable (too few of the layout's
+    /// holders usable), itself or as the last error of the retries given up: a new placement of
+    /// a segment not committed yet may avoid the holders that are down.
+    pub fn is_not_durable(&self) -> bool {
+        match self {
+            ClientError::Osd(OsdCallError::NotDurable { .. }) => true,
+            // The retries keep the last error as text (its Display, `OSD …: not durable: …`).
+            ClientError::GaveUp { last, .. } => last.contains(": not durable: "),
+            _ => false,
+        }
+    }
+
     /// Worth retrying after a backoff (and, for a segment, a fresh layout).
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -62,5 +74,31 @@ impl ClientError {
             what: what.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_durable_is_seen_itself_and_as_the_last_error_of_retries() {
+        let refused = ClientError::Osd(OsdCallError::NotDurable {
+            addr: "127.0.0.1:1".into(),
+            message: "a write needs k + 1 = 5 usable chunks, the layout has 4".into(),
+        });
+        assert!(refused.is_not_durable());
+        let gave_up = |last: &ClientError| ClientError::GaveUp {
+            what: "write segment 1".into(),
+            attempts: 3,
+            ms: 10,
+            last: last.to_string(),
+        };
+        assert!(gave_up(&refused).is_not_durable());
+        let unreachable = ClientError::Osd(OsdCallError::Unreachable {
+            addr: "127.0.0.1:1".into(),
+            message: "connection refused".into(),
+        });
+        assert!(!unreachable.is_not_durable() && !gave_up(&unreachable).is_not_durable());
     }
 }

@@ -30,4 +30,5 @@ pub use ecstack_mds_proto::{
     Attr, DirEntry, Errno, FileInfo, FileKind, FsStats, MdsError, RenameFlags, SegmentLayout,
     SetAttr, SetTime, UpdateScheme, MAX_SEGMENTS_PER_FILE, ROOT_INO,
 };
+pub use ecstack_osd_proto::OsdCallError;
 pub use error::ClientError;

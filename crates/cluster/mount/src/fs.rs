@@ -192,6 +192,41 @@ fn pieces(
     })
 }
 
+/// Times a new segment is placed anew when its write fails, and the wait before each.
+const PLACE_ATTEMPTS: u32 = 4;
+const PLACE_RETRY_WAIT: Duration = Duration::from_secs(1);
+
+/// Places `ino`'s new segment `idx` (GrowFile) and writes `data` as all of it; a write the primary
+/// refuses as not durable (its layout names OSDs that just died, which the MDS has not seen down
+/// yet: "a write needs k + 1 usable chunks") is placed anew after a wait, up to
+/// [`PLACE_ATTEMPTS`] placements. The layout it was written at.
+async fn place_and_write(
+    c: &Client,
+    ino: u64,
+    idx: u32,
+    data: bytes::Bytes,
+) -> Result<SegmentLayout, ClientError> {
+    let mut attempt = 1;
+    loop {
+        let layout = c
+            .grow_file(ino, idx, &[data.len() as u64])
+            .await?
+            .pop()
+            .ok_or_else(|| ClientError::Layout(format!("GrowFile placed no segment {idx}")))?;
+        match c.write_segment(&layout, data.clone(), true).await {
+            Ok(()) => return Ok(layout),
+            // The primary answered that too few of the layout's holders are usable: another
+            // placement may avoid them (an unreachable primary was retried by the client already).
+            Err(e) if e.is_not_durable() && attempt < PLACE_ATTEMPTS => {
+                tracing::warn!(ino, segment = idx, attempt, error = %e, "a new segment's write failed; placing it anew");
+                tokio::time::sleep(PLACE_RETRY_WAIT * attempt).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `len` bytes at `offset` of the segment at `layout`, as the cluster has them.
 async fn fetch(client: &Client, layout: &SegmentLayout, offset: u64, len: u64) -> Res<Vec<u8>> {
     let frames = client
@@ -830,14 +865,8 @@ impl Shared {
             let (c, cache, entry) = (self.client.clone(), self.cache.clone(), self.entry(ino));
             let seg = self.seg;
             let task = async move {
-                let r = async {
-                    let layout = c.grow_file(ino, idx, &[seg]).await?.pop().ok_or_else(|| {
-                        ClientError::Layout(format!("GrowFile placed no segment {idx}"))
-                    })?;
-                    c.write_segment(&layout, data, true).await?;
-                    Ok(layout)
-                }
-                .await;
+                let r = place_and_write(&c, ino, idx, data).await;
+                debug_assert!(r.as_ref().map_or(true, |l| l.length == seg));
                 let r = match r {
                     Ok(layout) => {
                         let mut placed = entry.placed.lock().unwrap_or_else(|p| p.into_inner());
@@ -930,14 +959,9 @@ impl Shared {
                 .filter(|s| s.dirty.is_some())
                 .map(|s| s.bytes());
             if let Some(data) = data {
-                let c = &self.client;
-                let layout = c
-                    .grow_file(ino, idx, &[data.len() as u64])
+                let layout = place_and_write(&self.client, ino, idx, data)
                     .await
-                    .map_err(errno)?
-                    .pop()
-                    .ok_or(libc::EIO)?;
-                c.write_segment(&layout, data, true).await.map_err(errno)?;
+                    .map_err(errno)?;
                 self.cache().mark_clean((ino, idx), st.attr.version);
                 let entry = self.entry(ino);
                 let mut placed = entry.placed.lock().unwrap_or_else(|p| p.into_inner());
