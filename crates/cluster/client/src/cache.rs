@@ -273,7 +273,15 @@ impl SegmentCache {
             r
         };
         s.runs.splice(first..last, [merged]);
-        if s.runs.len() > DIRTY_RUNS_MAX && !s.partial {
+        if !s.partial {
+            Self::merge_closest(s);
+        }
+    }
+
+    /// Merges a whole segment's two closest runs (with the cached bytes between them) until it
+    /// has at most [`DIRTY_RUNS_MAX`].
+    fn merge_closest(s: &mut Segment) {
+        while s.runs.len() > DIRTY_RUNS_MAX {
             let i = (1..s.runs.len())
                 .min_by_key(|&i| s.runs[i].start - s.runs[i - 1].end)
                 .expect("more than one run");
@@ -373,13 +381,7 @@ impl SegmentCache {
         let before = s.cost();
         s.data = Arc::new(data);
         s.partial = false;
-        while s.runs.len() > DIRTY_RUNS_MAX {
-            let i = (1..s.runs.len())
-                .min_by_key(|&i| s.runs[i].start - s.runs[i - 1].end)
-                .expect("more than one run");
-            let end = s.runs.remove(i).end;
-            s.runs[i - 1].end = end;
-        }
+        Self::merge_closest(s);
         self.stats.bytes = self.stats.bytes - before + s.cost();
         true
     }
