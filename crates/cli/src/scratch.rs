@@ -38,8 +38,13 @@ impl Scratch {
         };
         if first {
             crate::signals::on_stop(|| {
-                for p in live().drain(..) {
-                    let _ = std::fs::remove_dir_all(&p);
+                // Removed first, told after: the experiment's threads go on until the exit,
+                // and a run that finds its directory gone fails without making it again.
+                let gone: Vec<PathBuf> = live().drain(..).collect();
+                for p in &gone {
+                    remove_while_written(p);
+                }
+                for p in &gone {
                     eprintln!("ecstack: interrupted: removed {}", p.display());
                 }
             })?;
@@ -57,6 +62,19 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
         live().retain(|p| *p != self.path);
+    }
+}
+
+/// Removes `path` whole though a thread of the run may still be making files in it: a file made
+/// after `remove_dir_all` listed the directory makes its last `rmdir` fail, so it goes again
+/// until the directory is gone (a run never makes it anew), for at most 5 s.
+fn remove_while_written(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::fs::remove_dir_all(path).is_err()
+        && path.exists()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

@@ -215,7 +215,9 @@ fn an_interrupted_experiment_removes_its_scratch_files() {
     assert!(err.contains("interrupted: removed"), "{err}");
     assert!(
         is_empty_dir(&dir) && is_empty_dir(&nv),
-        "scratch left behind"
+        "scratch left behind: {:?} {:?} {err}",
+        walk(&dir),
+        walk(&nv)
     );
 }
 
@@ -282,4 +284,15 @@ fn flag_convention_with_deprecated_aliases() {
         help.contains("--code") && !help.contains("--family") && help.contains("--k"),
         "{help}"
     );
+}
+
+fn walk(p: &std::path::Path) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Ok(d) = std::fs::read_dir(p) {
+        for e in d.flatten() {
+            v.push(e.path().display().to_string());
+            v.extend(walk(&e.path()));
+        }
+    }
+    v
 }

@@ -760,6 +760,10 @@ fn run_part(r: &mut Runner<'_>, part: Part) -> Result<()> {
                 nvram_dir: cfg.nvram_dir.clone(),
             };
             let made = !cfg.files_dir.exists();
+            // Both directories are made here, once: the runs use them as they find them.
+            for d in [&cfg.files_dir, &cfg.nvram_dir] {
+                std::fs::create_dir_all(d).map_err(crate::io_at(d))?;
+            }
             let result = (|| {
                 for &name in &cfg.traces {
                     r.all_three(Part::Files, &load(name, cfg.files_scale)?, &files)?;

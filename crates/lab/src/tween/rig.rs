@@ -300,7 +300,9 @@ fn file_devices(
     bytes: u64,
     files: &mut Vec<PathBuf>,
 ) -> Result<Vec<Arc<dyn BlockDevice>>> {
-    std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+    // The directory is the caller's (made once per experiment): never made again here, or a
+    // scratch directory removed on SIGINT would come back under a run still going.
+    ensure_dir(dir)?;
     (0..n)
         .map(|i| {
             let p = dir.join(format!("tween-exp-{}-{tag}{i}.img", std::process::id()));
@@ -309,6 +311,17 @@ fn file_devices(
             Ok(open_spec(&format!("file:{}?direct=1", p.display()))?)
         })
         .collect()
+}
+
+fn ensure_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        Ok(())
+    } else {
+        Err(LabError::Run(format!(
+            "the device directory {} is gone (or was never made)",
+            dir.display()
+        )))
+    }
 }
 
 /// Written through (no holes), so no run pays the file system's block allocation.
@@ -468,7 +481,7 @@ pub(crate) fn tween(
         }
         Backing::Files { dir, nvram_dir } => {
             let main = file_devices(dir, "tween", s.n(), main_bytes, &mut files)?;
-            std::fs::create_dir_all(nvram_dir).map_err(io_at(nvram_dir))?;
+            ensure_dir(nvram_dir)?;
             let p = nvram_dir.join(format!("tween-exp-{}-nvram", std::process::id()));
             let _ = std::fs::remove_file(&p);
             files.push(p.clone());
