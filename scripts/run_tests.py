@@ -25,19 +25,26 @@ import time
 # one long binary while the other workers are idle (longest first: the makespan is then close to
 # the total divided by the workers).
 LONG_FIRST = [
-    "rainfs",
+    "cluster_faults",
     "metadata",
+    "mount",
+    "cluster_faults_mount",
+    "mount_write_behind",
+    "experiment_codfs",
+    "robust_cluster",
+    "service",
+    "rainfs",
+    "bench_admission",
     "kv_bench",
+    "mds_backup",
+    "tour",
+    "analyze",
     "tween_nbd",
     "shard",
     "reduce",
-    "analyze",
-    "experiment_codfs",
     "array_fio",
     "reliability",
-    "service",
     "zombienand",
-    "cluster_faults",
 ]
 
 
