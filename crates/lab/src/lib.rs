@@ -93,6 +93,23 @@ pub enum LabError {
 
 pub type Result<T> = std::result::Result<T, LabError>;
 
+/// A count setting within `range`, or the one-line error naming it (`field` is the CLI flag
+/// without `--`): "must be at least N" for an open range, "N is outside A..=B" otherwise.
+pub(crate) fn count_within(
+    field: &'static str,
+    n: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<()> {
+    if range.contains(&n) {
+        return Ok(());
+    }
+    let msg = match *range.end() {
+        u64::MAX => format!("must be at least {}", range.start()),
+        end => format!("{n} is outside {}..={end}", range.start()),
+    };
+    Err(LabError::Config { field, msg })
+}
+
 /// Attach a path to an I/O error.
 pub(crate) fn io_at(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> LabError + '_ {
     move |source| LabError::Io {

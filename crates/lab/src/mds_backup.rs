@@ -82,24 +82,9 @@ impl BackupBenchConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        let tasks = |field: &'static str, n: usize| {
-            if n == 0 || n > 1024 {
-                Err(LabError::Config {
-                    field,
-                    msg: format!("{n} is outside 1..=1024"),
-                })
-            } else {
-                Ok(())
-            }
-        };
-        if self.files == 0 {
-            return Err(LabError::Config {
-                field: "files",
-                msg: "must be at least 1".into(),
-            });
-        }
-        tasks("fill-tasks", self.fill_tasks)?;
-        tasks("load-tasks", self.load_tasks)?;
+        crate::count_within("files", self.files, 1..=u64::MAX)?;
+        crate::count_within("fill-tasks", self.fill_tasks as u64, 1..=1024)?;
+        crate::count_within("load-tasks", self.load_tasks as u64, 1..=1024)?;
         if !(self.seconds > 0.0 && self.seconds <= 3600.0) {
             return Err(LabError::Config {
                 field: "seconds",

@@ -58,24 +58,9 @@ impl MdsBenchConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        if self.files == 0 {
-            return Err(LabError::Config {
-                field: "files",
-                msg: "must be at least 1".into(),
-            });
-        }
-        if self.concurrency == 0 || self.concurrency > 1024 {
-            return Err(LabError::Config {
-                field: "concurrency",
-                msg: format!("{} is outside 1..=1024", self.concurrency),
-            });
-        }
-        if self.rounds == 0 || self.rounds > 100 {
-            return Err(LabError::Config {
-                field: "rounds",
-                msg: format!("{} is outside 1..=100", self.rounds),
-            });
-        }
+        crate::count_within("files", self.files, 1..=u64::MAX)?;
+        crate::count_within("concurrency", self.concurrency as u64, 1..=1024)?;
+        crate::count_within("rounds", self.rounds as u64, 1..=100)?;
         Ok(())
     }
 }

@@ -530,21 +530,36 @@ fn gluster_volume_of(mnt: &Path) -> Result<String> {
 /// SIGKILLs `count` brick processes of GlusterFS volume `volume` (pids from `gluster volume
 /// status`): the peer's failed OSDs.
 fn kill_gluster_bricks(volume: &str, count: usize) -> Result<()> {
-    let out = Command::new("gluster")
-        .args(["volume", "status", volume])
-        .output()
-        .map_err(|e| run_err("gluster volume status", e))?;
-    let pids: Vec<i32> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("Brick "))
-        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
-        .filter(|&p: &i32| p > 0)
-        .take(count)
-        .collect();
+    // glusterd answers a status now and then with no bricks (a transaction of its own in
+    // progress): asked again, up to 10 times a second apart, and its last answer quoted.
+    let mut last = String::new();
+    let mut pids: Vec<i32> = Vec::new();
+    for attempt in 0..10 {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        let out = Command::new("gluster")
+            .args(["volume", "status", volume])
+            .output()
+            .map_err(|e| run_err("gluster volume status", e))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        pids = stdout
+            .lines()
+            .filter(|l| l.starts_with("Brick "))
+            .filter_map(|l| l.split_whitespace().last()?.parse().ok())
+            .filter(|&p: &i32| p > 0)
+            .take(count)
+            .collect();
+        if pids.len() == count {
+            break;
+        }
+        last = format!("{}{}", stdout, String::from_utf8_lossy(&out.stderr));
+    }
     if pids.len() < count {
         return Err(LabError::Run(format!(
-            "gluster volume status {volume}: {} running bricks, {count} to kill",
-            pids.len()
+            "gluster volume status {volume}: {} running bricks, {count} to kill (it said: {})",
+            pids.len(),
+            last.split_whitespace().collect::<Vec<_>>().join(" ")
         )));
     }
     for pid in pids {
