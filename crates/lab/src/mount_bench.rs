@@ -543,13 +543,7 @@ fn kill_gluster_bricks(volume: &str, count: usize) -> Result<()> {
             .output()
             .map_err(|e| run_err("gluster volume status", e))?;
         let stdout = String::from_utf8_lossy(&out.stdout);
-        pids = stdout
-            .lines()
-            .filter(|l| l.starts_with("Brick "))
-            .filter_map(|l| l.split_whitespace().last()?.parse().ok())
-            .filter(|&p: &i32| p > 0)
-            .take(count)
-            .collect();
+        pids = brick_pids(&stdout).into_iter().take(count).collect();
         if pids.len() == count {
             break;
         }
@@ -566,6 +560,28 @@ fn kill_gluster_bricks(volume: &str, count: usize) -> Result<()> {
         run_tool(Command::new("kill").args(["-KILL", &pid.to_string()]))?;
     }
     Ok(())
+}
+
+/// The pids of the running bricks in a `gluster volume status` table: `Brick HOST:PATH  PORT
+/// RDMA-PORT  ONLINE  PID`, where a long `HOST:PATH` wraps the rest onto the next line.
+fn brick_pids(status: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    let mut lines = status.lines();
+    while let Some(line) = lines.next() {
+        if !line.starts_with("Brick ") {
+            continue;
+        }
+        let mut fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 6 {
+            fields.extend(lines.next().unwrap_or("").split_whitespace());
+        }
+        if let Some(pid) = fields.last().and_then(|p| p.parse::<i32>().ok()) {
+            if pid > 0 {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
 }
 
 /// `tar -xf` of `tarball` into `dir/tree`, then `git status` there (after an untimed
@@ -928,6 +944,19 @@ mod tests {
             "{md}"
         );
         assert!(md.starts_with("Mount benchmark (metadata):"), "{md}");
+    }
+
+    #[test]
+    fn brick_pids_are_read_from_wrapped_status_lines_too() {
+        let status = "Status of volume: v\n\
+Gluster process                             TCP Port  RDMA Port  Online  Pid\n\
+------------------------------------------------------------------------------\n\
+Brick vm:/var/tmp/a/b0                      51865     0          Y       14383\n\
+Brick vm:/var/tmp/mb/full2/gluster/bricks/b\n\
+1                                           51138     0          Y       14399\n\
+Brick vm:/var/tmp/a/b2                      N/A       N/A        N       N/A\n\
+Self-heal Daemon on localhost               N/A       N/A        Y       14512\n";
+        assert_eq!(brick_pids(status), vec![14383, 14399]);
     }
 
     #[test]
