@@ -530,30 +530,18 @@ fn gluster_volume_of(mnt: &Path) -> Result<String> {
 /// SIGKILLs `count` brick processes of GlusterFS volume `volume` (pids from `gluster volume
 /// status`): the peer's failed OSDs.
 fn kill_gluster_bricks(volume: &str, count: usize) -> Result<()> {
-    // glusterd answers a status now and then with no bricks (a transaction of its own in
-    // progress): asked again, up to 10 times a second apart, and its last answer quoted.
-    let mut last = String::new();
-    let mut pids: Vec<i32> = Vec::new();
-    for attempt in 0..10 {
-        if attempt > 0 {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        let out = Command::new("gluster")
-            .args(["volume", "status", volume])
-            .output()
-            .map_err(|e| run_err("gluster volume status", e))?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        pids = brick_pids(&stdout).into_iter().take(count).collect();
-        if pids.len() == count {
-            break;
-        }
-        last = format!("{}{}", stdout, String::from_utf8_lossy(&out.stderr));
-    }
+    let out = Command::new("gluster")
+        .args(["volume", "status", volume])
+        .output()
+        .map_err(|e| run_err("gluster volume status", e))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let pids: Vec<i32> = brick_pids(&stdout).into_iter().take(count).collect();
     if pids.len() < count {
+        let said = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
         return Err(LabError::Run(format!(
             "gluster volume status {volume}: {} running bricks, {count} to kill (it said: {})",
             pids.len(),
-            last.split_whitespace().collect::<Vec<_>>().join(" ")
+            said.split_whitespace().collect::<Vec<_>>().join(" ")
         )));
     }
     for pid in pids {
