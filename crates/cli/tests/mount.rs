@@ -92,6 +92,7 @@ async fn two_mounts_run_tar_and_diff_and_see_each_others_closes() {
     cache_metrics_count_what_the_mount_did(&a, seg);
     a_segment_read_ahead_is_not_served_after_the_file_changes(&a, seg);
     attributes_set_through_a_descriptor_commit_with_its_writes(&a, &b);
+    xattrs_are_kept_by_the_mount_and_asked_again_at_an_open(&rig, &a, &b);
 
     // What a mount wrote, `cluster get` reads; what `cluster put` stored, a mount lists.
     let config = rig.cluster.config_path();
@@ -232,6 +233,100 @@ fn cache_metrics_count_what_the_mount_did(a: &Mount, seg: usize) {
         "{read}"
     );
     std::fs::remove_file(a.path("dirty")).unwrap();
+}
+
+/// `name`'s value on `path` (None: ENODATA), through the kernel.
+fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let x = xattr_args(path, name);
+    let mut buf = vec![0u8; 256];
+    // SAFETY: FFI with NUL-terminated strings and a buffer of the length given.
+    let n = unsafe {
+        libc::getxattr(
+            x.0.as_ptr(),
+            x.1.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::ENODATA),
+            "getxattr {name}: {e}"
+        );
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(buf)
+}
+
+/// Sets `name` to `value` on `path` (None: removes it), through the kernel.
+fn set_xattr(path: &Path, name: &str, value: Option<&[u8]>) {
+    let x = xattr_args(path, name);
+    // SAFETY: FFI with NUL-terminated strings and a value of the length given.
+    let r = unsafe {
+        match value {
+            Some(v) => libc::setxattr(x.0.as_ptr(), x.1.as_ptr(), v.as_ptr().cast(), v.len(), 0),
+            None => libc::removexattr(x.0.as_ptr(), x.1.as_ptr()),
+        }
+    };
+    assert_eq!(r, 0, "{name}: {}", std::io::Error::last_os_error());
+}
+
+fn xattr_args(path: &Path, name: &str) -> (std::ffi::CString, std::ffi::CString) {
+    use std::os::unix::ffi::OsStrExt;
+    (
+        std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap(),
+        std::ffi::CString::new(name).unwrap(),
+    )
+}
+
+/// The MDS's count of GetXattr calls.
+fn mds_get_xattrs(rig: &Rig) -> u64 {
+    metric(
+        &scrape_daemon(rig, "mds"),
+        "ecstack_mds_requests_total{op=\"get_xattr\"}",
+    )
+}
+
+/// The kernel asks for `security.capability` before every write request: `a` (attribute timeout
+/// 1 s) answers from what the MDS last said, so 64 writes do not make 64 MDS calls. A name set or
+/// removed through `a` is seen by `a` at once; one changed through `b` is seen by `a` at its next
+/// open of the file (close-to-open), and by `b` (timeout 0) always.
+fn xattrs_are_kept_by_the_mount_and_asked_again_at_an_open(rig: &Rig, a: &Mount, b: &Mount) {
+    use std::io::Write;
+    let (pa, pb) = (a.path("xattrs"), b.path("xattrs"));
+    std::fs::write(&pa, b"x").unwrap();
+    assert_eq!(get_xattr(&pb, "user.k"), None);
+    let before = mds_get_xattrs(rig);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&pa).unwrap();
+    for _ in 0..64 {
+        f.write_all(&[1u8; 4096]).unwrap();
+    }
+    drop(f);
+    let asked = mds_get_xattrs(rig) - before;
+    // One after the open, and one more per second the writes took (a loaded machine).
+    assert!(
+        asked < 16,
+        "64 writes asked the MDS for xattrs {asked} times"
+    );
+
+    set_xattr(&pa, "user.k", Some(b"one"));
+    assert_eq!(get_xattr(&pa, "user.k").as_deref(), Some(&b"one"[..]));
+    assert_eq!(get_xattr(&pb, "user.k").as_deref(), Some(&b"one"[..]));
+    set_xattr(&pb, "user.k", Some(b"two"));
+    assert_eq!(get_xattr(&pb, "user.k").as_deref(), Some(&b"two"[..]));
+    drop(std::fs::File::open(&pa).unwrap());
+    assert_eq!(
+        get_xattr(&pa, "user.k").as_deref(),
+        Some(&b"two"[..]),
+        "A asks again after an open"
+    );
+    set_xattr(&pa, "user.k", None);
+    assert_eq!(get_xattr(&pa, "user.k"), None, "A's own removal, at once");
+    assert_eq!(get_xattr(&pb, "user.k"), None);
+    std::fs::remove_file(&pa).unwrap();
 }
 
 /// tar's way of restoring a file: create, write, then `futimens`, `fchown` and `fchmod` on the

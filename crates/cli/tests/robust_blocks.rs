@@ -6,8 +6,6 @@
 
 mod cluster_common;
 
-use std::io::{Read, Write};
-
 use bytes::Bytes;
 use cluster_common::*;
 use ecstack_base::Rng;
@@ -59,26 +57,9 @@ async fn osd_client(rig: &Rig, i: usize) -> OsdClient {
         .for_osd(o.osd_id)
 }
 
-/// The text of OSD `i`'s metrics endpoint (its address from the OSD's log).
+/// The text of OSD `i`'s metrics endpoint.
 fn scrape(rig: &Rig, i: usize) -> String {
-    let log = std::fs::read_to_string(rig.cluster.log_dir().join(format!("osd-{i}.log")))
-        .unwrap_or_default();
-    let addr = log
-        .lines()
-        .rev()
-        .find_map(|l| l.split("metrics on http://").nth(1))
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address in the log of osd-{i}:\n{log}"))
-        .to_owned();
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
+    scrape_daemon(rig, &format!("osd-{i}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

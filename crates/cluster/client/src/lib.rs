@@ -20,6 +20,8 @@ pub mod robust;
 pub mod segments;
 mod window;
 
+pub use window::{Leg, Transit};
+
 /// The frames [`Client::read_frames`] returns.
 pub use bytes::Bytes;
 pub use cache::{CacheStats, SegmentCache};

@@ -222,13 +222,27 @@ impl Client {
         data: Bytes,
         new: bool,
     ) -> Result<(), ClientError> {
+        self.write_segment_with(layout, data, new, |_| {}).await
+    }
+
+    /// [`Client::write_segment`], telling `moved` of the bytes as they reach the primary (a
+    /// retried attempt's again: a [`Leg`](crate::Leg) counts no byte twice), so that a writer
+    /// keeping a window of bytes in transit starts its next segment while this one's primary
+    /// encodes and its holders sync.
+    pub async fn write_segment_with(
+        &self,
+        layout: &SegmentLayout,
+        data: Bytes,
+        new: bool,
+        moved: impl Fn(u64) + Clone + Send + Sync + 'static,
+    ) -> Result<(), ClientError> {
         let mut layout = layout.clone();
         layout.length = data.len() as u64;
         let what = format!("write segment {}", layout.segment_id);
         let first = std::sync::atomic::AtomicBool::new(new);
         let len = data.len() as u64;
-        self.on_primary(&layout, &what, Some(len), |osd, mut l, moved| {
-            let data = data.clone();
+        self.on_primary(&layout, &what, Some(len), |osd, mut l, at_primary| {
+            let (data, moved) = (data.clone(), moved.clone());
             l.length = len;
             let age = match first.swap(false, Ordering::Relaxed) {
                 true => SegmentAge::New,
@@ -236,7 +250,8 @@ impl Client {
             };
             async move {
                 osd.write_segment_bytes_with(&l, data, age, move |n| {
-                    moved.fetch_add(n, Ordering::Relaxed);
+                    at_primary.fetch_add(n, Ordering::Relaxed);
+                    moved(n);
                 })
                 .await
             }

@@ -1,4 +1,4 @@
-//! The window of a put or a get: bytes in transit, not segments.
+//! The window of a put or a get (and of a mount's write-behind): bytes in transit, not segments.
 //!
 //! A put or a get keeps `window_segments_max` segments' worth of bytes moving: another segment
 //! starts as soon as the bytes of those in flight still to move (to their primary for a put,
@@ -27,7 +27,7 @@ struct Shared {
 
 /// One put's or get's window.
 #[derive(Debug)]
-pub(crate) struct Transit {
+pub struct Transit {
     budget: u64,
     segments_max: usize,
     shared: Arc<Shared>,
@@ -36,7 +36,7 @@ pub(crate) struct Transit {
 /// One segment's part of a [`Transit`]: its bytes still to move. Dropped (the segment's task ended,
 /// however), its remaining bytes leave the window.
 #[derive(Debug)]
-pub(crate) struct Leg {
+pub struct Leg {
     left: AtomicU64,
     shared: Arc<Shared>,
 }
@@ -98,9 +98,14 @@ impl Leg {
 }
 
 impl Drop for Leg {
+    /// The segment ended (however): its bytes not moved leave the window, and a waiter in
+    /// [`Transit::moved`] is woken even when none were left (a segment fewer is in flight).
     fn drop(&mut self) {
         let left = self.left.swap(0, Ordering::AcqRel);
         self.give_back(left);
+        if left == 0 {
+            self.shared.fell.notify_one();
+        }
     }
 }
 

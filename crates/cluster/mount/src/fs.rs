@@ -18,12 +18,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use ecstack_client::{
-    Attr, Client, ClientError, Errno, FileKind, MdsError, RenameFlags, SegmentCache, SegmentLayout,
-    SetAttr, SetTime,
+    Attr, Client, ClientError, Errno, FileKind, Leg, MdsError, RenameFlags, SegmentCache,
+    SegmentLayout, SetAttr, SetTime, Transit,
 };
 use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData,
@@ -31,6 +31,8 @@ use fuser::{
     Request, TimeOrNow,
 };
 use tokio::runtime::Handle;
+
+use crate::xattrs::XattrCache;
 
 /// The block size `stat` and `statfs` report.
 const BLOCK: u32 = 4096;
@@ -199,12 +201,14 @@ const PLACE_RETRY_WAIT: Duration = Duration::from_secs(1);
 /// Places `ino`'s new segment `idx` (GrowFile) and writes `data` as all of it; a write the primary
 /// refuses as not durable (its layout names OSDs that just died, which the MDS has not seen down
 /// yet: "a write needs k + 1 usable chunks") is placed anew after a wait, up to
-/// [`PLACE_ATTEMPTS`] placements. The layout it was written at.
+/// [`PLACE_ATTEMPTS`] placements. `moved` is told of the bytes as they reach the primary (again
+/// after a new placement). The layout it was written at.
 async fn place_and_write(
     c: &Client,
     ino: u64,
     idx: u32,
     data: bytes::Bytes,
+    moved: impl Fn(u64) + Clone + Send + Sync + 'static,
 ) -> Result<SegmentLayout, ClientError> {
     let mut attempt = 1;
     loop {
@@ -213,7 +217,10 @@ async fn place_and_write(
             .await?
             .pop()
             .ok_or_else(|| ClientError::Layout(format!("GrowFile placed no segment {idx}")))?;
-        match c.write_segment(&layout, data.clone(), true).await {
+        match c
+            .write_segment_with(&layout, data.clone(), true, moved.clone())
+            .await
+        {
             Ok(()) => return Ok(layout),
             // The primary answered that too few of the layout's holders are usable: another
             // placement may avoid them (an unreachable primary was retried by the client already).
@@ -224,6 +231,23 @@ async fn place_and_write(
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// One background segment write's place in the mount's write-behind window: its bytes in
+/// transit (`leg`) and its count in flight, both given back when the write ends however (its task
+/// finished, or aborted with its file's state).
+struct BehindSlot {
+    in_flight: Arc<Mutex<usize>>,
+    leg: Arc<Leg>,
+}
+
+impl Drop for BehindSlot {
+    fn drop(&mut self) {
+        let mut n = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        debug_assert!(*n > 0, "a write-behind slot given back twice");
+        *n = n.saturating_sub(1);
+        // `leg` drops after this, waking a writer waiting for room with the count already down.
     }
 }
 
@@ -270,8 +294,11 @@ pub(crate) struct Shared {
     client: Client,
     /// Shared with write-behind's tasks, which end their segment's write in it.
     cache: Arc<Mutex<SegmentCache>>,
-    /// Whole segment writes in the background at once, all files (see [`Shared::start_behind`]).
-    behind_slots: Arc<tokio::sync::Semaphore>,
+    /// Write-behind's window, all files (see [`Shared::start_behind`]): `window` segments' bytes
+    /// in transit to their primaries, as a put's, and at most one segment more in flight.
+    behind_window: Transit,
+    /// Background segment writes in flight, all files (each ends with its [`BehindSlot`]).
+    behind_in_flight: Arc<Mutex<usize>>,
     /// The mount's runtime (write-behind starts its tasks from the session thread too).
     rt: Handle,
     files: Mutex<HashMap<u64, Arc<Entry>>>,
@@ -279,8 +306,8 @@ pub(crate) struct Shared {
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_fh: AtomicU64,
     seg: u64,
-    /// Whole segment writes in flight at once: in the background, all files
-    /// (`behind_slots`'s permits), and in one flush.
+    /// Whole segment writes in flight at once in one flush; write-behind's window in segments'
+    /// bytes in transit (`behind_window`).
     window: usize,
     /// `--cache-size 0`: no byte the cluster has is kept or written over in the cache. A read
     /// asks the OSDs for its bytes; a write inside a file is an update at each segment's primary
@@ -289,6 +316,8 @@ pub(crate) struct Shared {
     cache_off: bool,
     /// How long the kernel keeps entries and attributes (docs/mount.md).
     ttl: Duration,
+    /// Extended attributes as the MDS answered them, kept as long (`xattrs.rs`).
+    xattrs: Mutex<XattrCache>,
     /// Set once the session exists: invalidates the kernel's attributes of a file at its open.
     notifier: OnceLock<fuser::Notifier>,
 }
@@ -428,6 +457,10 @@ fn reported(st: &mut FileState) -> Res<()> {
 }
 
 impl Shared {
+    fn xattrs(&self) -> MutexGuard<'_, XattrCache> {
+        self.xattrs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn cache(&self) -> MutexGuard<'_, SegmentCache> {
         lock_cache(&self.cache)
     }
@@ -836,8 +869,10 @@ impl Shared {
 
     /// Write-behind: starts background whole writes of `ino`'s full new segments, in order from
     /// `st.behind_next`, each as soon as its every byte is written (a file written sequentially
-    /// fills one segment after another), while the mount has fewer than `window` in flight (as
-    /// `cluster put` keeps a window of segments in flight). Each task places its segment
+    /// fills one segment after another), while the mount's window has room: fewer than `window`
+    /// segments' bytes on their way to the primaries and at most `window` + 1 segments in flight
+    /// (`cluster put`'s window, `window.rs`: a slot held until the holders synced idled the CPUs
+    /// while they did). Each task places its segment
     /// (GrowFile), writes it and puts the layout in [`Entry::placed`]; the segment stays cached,
     /// held, until then. So by close or fsync only the last, partly written segment is left to
     /// write. No I/O here: true when a full segment is left waiting for a slot (the caller waits
@@ -854,8 +889,19 @@ impl Shared {
             if !full {
                 return false;
             }
-            let Ok(slot) = self.behind_slots.clone().try_acquire_owned() else {
-                return true;
+            let slot = {
+                let mut n = self
+                    .behind_in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if !self.behind_window.has_room(*n) {
+                    return true;
+                }
+                *n += 1;
+                BehindSlot {
+                    in_flight: self.behind_in_flight.clone(),
+                    leg: self.behind_window.start(self.seg),
+                }
             };
             let data = self
                 .cache()
@@ -865,7 +911,8 @@ impl Shared {
             let (c, cache, entry) = (self.client.clone(), self.cache.clone(), self.entry(ino));
             let seg = self.seg;
             let task = async move {
-                let r = place_and_write(&c, ino, idx, data).await;
+                let leg = slot.leg.clone();
+                let r = place_and_write(&c, ino, idx, data, move |n| leg.moved(n)).await;
                 debug_assert!(r.as_ref().map_or(true, |l| l.length == seg));
                 let r = match r {
                     Ok(layout) => {
@@ -887,11 +934,11 @@ impl Shared {
         }
     }
 
-    /// [`Self::start_behind`], waiting for a slot while a full segment needs one (a write waits
-    /// so, as a put waits for room in its window).
+    /// [`Self::start_behind`], waiting for room in the window while a full segment needs it (a
+    /// write waits so, as a put waits for room in its window).
     async fn write_behind(&self, ino: u64, st: &mut FileState) {
         while self.start_behind(ino, st) {
-            drop(self.behind_slots.acquire().await);
+            self.behind_window.moved().await;
         }
     }
 
@@ -959,7 +1006,7 @@ impl Shared {
                 .filter(|s| s.dirty.is_some())
                 .map(|s| s.bytes());
             if let Some(data) = data {
-                let layout = place_and_write(&self.client, ino, idx, data)
+                let layout = place_and_write(&self.client, ino, idx, data, |_| {})
                     .await
                     .map_err(errno)?;
                 self.cache().mark_clean((ino, idx), st.attr.version);
@@ -1370,17 +1417,18 @@ impl CodfsFs {
         let seg = segment_bytes.max(1);
         let put_window = client.options().window_segments_max.max(1);
         // Cache off (0): only new bytes past a file's stored end are held, gathering into whole
-        // segments: put's window of them being written and the one being filled.
+        // segments: put's window of them (and one more) being written and the one being filled.
         let cache_off = cache_bytes == 0;
         let cache_bytes = if cache_off {
-            seg.saturating_mul(put_window as u64 + 1)
+            seg.saturating_mul(put_window as u64 + 2)
         } else {
             cache_bytes
         };
         // Background segment writes: put's window, but no more than the cache holds beside the
-        // segment being filled (the segments being written stay cached).
+        // segment being filled (the segments being written stay cached; one more than the window
+        // may be in flight).
         let window = (cache_bytes / seg)
-            .saturating_sub(1)
+            .saturating_sub(2)
             .min(put_window as u64)
             .max(1) as usize;
         CodfsFs {
@@ -1388,7 +1436,8 @@ impl CodfsFs {
                 client,
                 cache: Arc::new(Mutex::new(SegmentCache::new(cache_bytes))),
                 rt: rt.clone(),
-                behind_slots: Arc::new(tokio::sync::Semaphore::new(window)),
+                behind_window: Transit::new(window, seg),
+                behind_in_flight: Arc::default(),
                 window,
                 cache_off,
                 files: Mutex::default(),
@@ -1396,6 +1445,7 @@ impl CodfsFs {
                 next_fh: AtomicU64::new(1),
                 seg,
                 ttl: attr_ttl,
+                xattrs: Mutex::new(XattrCache::new(attr_ttl)),
                 notifier: OnceLock::new(),
             }),
             rt,
@@ -1524,6 +1574,7 @@ impl Filesystem for CodfsFs {
     }
 
     fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
+        self.shared.xattrs().forget(ino);
         let mut files = self.shared.files.lock().unwrap_or_else(|p| p.into_inner());
         // The kernel forgets an inode it holds no reference to: no request of it is in flight.
         let idle = files.get(&ino).is_some_and(|e| {
@@ -1564,6 +1615,10 @@ impl Filesystem for CodfsFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
+        if mode.is_some() || uid.is_some() || gid.is_some() {
+            // A change of owner or mode may remove `security.capability` (the kernel's killpriv).
+            self.shared.xattrs().forget(ino);
+        }
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -1736,6 +1791,8 @@ impl Filesystem for CodfsFs {
     }
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        // Close-to-open for extended attributes too: asked of the MDS again after an open.
+        self.shared.xattrs().forget(ino);
         let entry = self.shared.entry(ino);
         let s = self.shared.clone();
         let work = async move {
@@ -1958,11 +2015,15 @@ impl Filesystem for CodfsFs {
             flags & libc::XATTR_REPLACE != 0,
         );
         let (name, value) = (name.as_bytes().to_vec(), value.to_vec());
+        self.shared.xattrs().forget(ino);
         self.spawn_empty(reply, |s| async move {
-            s.client
+            let r = s
+                .client
                 .set_xattr(ino, &name, &value, create, replace)
                 .await
-                .map_err(errno)
+                .map_err(errno);
+            s.xattrs().forget(ino);
+            r
         })
     }
 
@@ -1974,11 +2035,32 @@ impl Filesystem for CodfsFs {
         size: u32,
         reply: ReplyXattr,
     ) {
+        // Answered here when the answer is kept: the kernel asks for `security.capability`
+        // before every write (`xattrs.rs`).
+        let now = Instant::now();
+        let kept = self.shared.xattrs().get(ino, name.as_bytes(), now).cloned();
+        match kept {
+            Some(Some(v)) => return xattr_reply(reply, size, &v),
+            Some(None) => return reply.error(libc::ENODATA),
+            None => {}
+        }
         let name = name.as_bytes().to_vec();
+        let generation = self.shared.xattrs().generation();
         let s = self.shared.clone();
         self.spawn(
             reply,
-            async move { s.client.get_xattr(ino, &name).await.map_err(errno) },
+            async move {
+                let r = s.client.get_xattr(ino, &name).await.map_err(errno);
+                let answer = match &r {
+                    Ok(v) => Some(Some(v.clone())),
+                    Err(e) if *e == libc::ENODATA => Some(None),
+                    Err(_) => None,
+                };
+                if let Some(answer) = answer {
+                    s.xattrs().put(ino, &name, answer, generation, now);
+                }
+                r
+            },
             move |_, reply, v| xattr_reply(reply, size, &v),
         )
     }
@@ -2001,8 +2083,11 @@ impl Filesystem for CodfsFs {
 
     fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name.as_bytes().to_vec();
+        self.shared.xattrs().forget(ino);
         self.spawn_empty(reply, |s| async move {
-            s.client.remove_xattr(ino, &name).await.map_err(errno)
+            let r = s.client.remove_xattr(ino, &name).await.map_err(errno);
+            s.xattrs().forget(ino);
+            r
         })
     }
 

@@ -7,8 +7,8 @@
 //!   Permissions are checked by the kernel (`default_permissions`).
 //! - Data: whole segments in the client's LRU [`SegmentCache`] (§4.4.4). Reads fill it a segment
 //!   at a time; writes go into it. A new segment completely written (a file written in order) is
-//!   written whole at once in the background (write-behind: placed by GrowFile, at most put's
-//!   window of segments in flight in the mount); the rest is flushed at close, fsync, or when the
+//!   written whole at once in the background (write-behind: placed by GrowFile, put's window of
+//!   bytes in transit in the whole mount); the rest is flushed at close, fsync, or when the
 //!   cache must make room: a segment whose length is unchanged as one update per written range at
 //!   its primary, a new or grown or cut segment written whole, then one SetAttr commits the size,
 //!   the new segment lengths and the times (and bumps the file's version). A close or fsync waits
@@ -17,6 +17,8 @@
 //! - Close-to-open (§4.4.1): an open asks the MDS for the file's version and layouts, drops the
 //!   cached clean segments of any other version and the kernel's cached attributes of the file; a
 //!   close flushes and commits before it returns.
+//! - Extended attributes as the MDS last answered them are kept for `attr_timeout` (the kernel
+//!   asks for `security.capability` before every write): `xattrs`.
 //! - Requests run concurrently on the mount's runtime; one file's data path one at a time.
 //!
 //! See docs/mount.md for the semantics and what is not POSIX.
@@ -24,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 mod fs;
+mod xattrs;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
