@@ -11,7 +11,7 @@
 //! kernel's VFS already waits for the reply of a directory change before it sends a conflicting
 //! one, and each is one MDS transaction.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::future::Future;
 use std::os::unix::ffi::OsStrExt;
@@ -81,8 +81,9 @@ struct FileState {
     /// Bumped whenever the file's bytes may have changed here or at the MDS (a write, a resize, a
     /// flush, an open): a segment read ahead before is not used ([`Ahead`]).
     gen: u64,
-    /// The segment after the last one a sequential reader read, being read in the background.
-    ahead: Option<Ahead>,
+    /// The segments after the last one a sequential reader read, being read in the background
+    /// (in order of index, at most [`Shared::ahead_segments`]).
+    ahead: VecDeque<Ahead>,
     /// Where the last read ended (a read starting there is sequential).
     read_end: u64,
     /// Attribute changes made through a descriptor while the file has writes not committed
@@ -130,7 +131,7 @@ impl FileState {
     /// Nothing read ahead before now is used.
     fn forget_ahead(&mut self) {
         self.gen += 1;
-        self.ahead = None;
+        self.ahead.clear();
     }
 
     /// A file as the MDS has it: not changed here, not open.
@@ -148,7 +149,7 @@ impl FileState {
             failed: BTreeSet::new(),
             error: None,
             gen: 0,
-            ahead: None,
+            ahead: VecDeque::new(),
             read_end: 0,
             pending: Pending::default(),
         }
@@ -309,6 +310,9 @@ pub(crate) struct Shared {
     /// Whole segment writes in flight at once in one flush; write-behind's window in segments'
     /// bytes in transit (`behind_window`).
     window: usize,
+    /// Segments a sequential reader has read ahead ([`Shared::read_ahead`]): put's window, or
+    /// fewer when the cache holds fewer than twice as many.
+    ahead_segments: usize,
     /// `--cache-size 0`: no byte the cluster has is kept or written over in the cache. A read
     /// asks the OSDs for its bytes; a write inside a file is an update at each segment's primary
     /// before its reply ([`Shared::write_through`]); only new bytes past a file's stored end wait
@@ -1093,42 +1097,58 @@ impl Shared {
         })
     }
 
-    /// Read-ahead: a read that follows the one before (a sequential reader) starts reading segment
-    /// `idx` whole in the background, unless the file has no such segment, it is cached, or is
-    /// being read ahead already; [`Self::take_ahead`] caches it when a read reaches it. So a file
-    /// read in order has its next segment on the way while the current one is served from the
-    /// cache. Nothing with the cache off.
-    fn read_ahead(&self, ino: u64, idx: u32, st: &mut FileState) {
-        let start = u64::from(idx).saturating_mul(self.seg);
-        if self.cache_off
-            || start >= st.size
-            || st.ahead.as_ref().is_some_and(|a| a.idx == idx)
-            || self.cache().peek((ino, idx)).is_some()
-        {
+    /// Read-ahead: a read that follows the one before (a sequential reader) starts reading the
+    /// [`Shared::ahead_segments`] segments from `from` whole in the background (as a get keeps a
+    /// window of segments coming), each unless the file has no such segment, it is cached, or is
+    /// being read ahead already; [`Self::take_ahead`] caches one when a read reaches it. So a file
+    /// read in order has its next segments on the way while the current one is served from the
+    /// cache (one segment ahead left the links and disks idle half the time: reads wait on the
+    /// OSDs' disks, and a degraded segment's whole gather and decode at its primary). Nothing
+    /// with the cache off.
+    fn read_ahead(&self, ino: u64, from: u32, st: &mut FileState) {
+        if self.cache_off {
             return;
         }
-        let Some(layout) = st.segments.get(idx as usize).filter(|l| l.index == idx) else {
-            return;
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (client, layout) = (self.client.clone(), layout.clone());
-        self.rt.spawn(async move {
-            let _ = tx.send(fetch(&client, &layout, 0, layout.length).await);
-        });
-        st.ahead = Some(Ahead {
-            idx,
-            gen: st.gen,
-            rx,
-        });
+        let upto = from.saturating_add(self.ahead_segments as u32);
+        for idx in from..upto {
+            let start = u64::from(idx).saturating_mul(self.seg);
+            if start >= st.size {
+                break;
+            }
+            if st.ahead.iter().any(|a| a.idx == idx) || self.cache().peek((ino, idx)).is_some() {
+                continue;
+            }
+            let Some(layout) = st.segments.get(idx as usize).filter(|l| l.index == idx) else {
+                break;
+            };
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let (client, layout) = (self.client.clone(), layout.clone());
+            self.rt.spawn(async move {
+                let _ = tx.send(fetch(&client, &layout, 0, layout.length).await);
+            });
+            let at = st.ahead.partition_point(|a| a.idx < idx);
+            st.ahead.insert(
+                at,
+                Ahead {
+                    idx,
+                    gen: st.gen,
+                    rx,
+                },
+            );
+        }
     }
 
     /// Caches segment `idx` of `ino` from its read ahead, if one was started since the file last
-    /// changed and it succeeded (otherwise the caller reads it as usual).
+    /// changed and it succeeded (otherwise the caller reads it as usual). Reads ahead of segments
+    /// before `idx` (the reader went past them) are dropped.
     async fn take_ahead(&self, ino: u64, idx: u32, st: &mut FileState) {
-        if !st.ahead.as_ref().is_some_and(|a| a.idx == idx) {
+        while st.ahead.front().is_some_and(|a| a.idx < idx) {
+            st.ahead.pop_front();
+        }
+        if !st.ahead.front().is_some_and(|a| a.idx == idx) {
             return;
         }
-        let a = st.ahead.take().expect("checked");
+        let a = st.ahead.pop_front().expect("checked");
         if a.gen != st.gen {
             return;
         }
@@ -1437,6 +1457,7 @@ impl CodfsFs {
                 cache: Arc::new(Mutex::new(SegmentCache::new(cache_bytes))),
                 rt: rt.clone(),
                 behind_window: Transit::new(window, seg),
+                ahead_segments: (cache_bytes / seg / 2).min(put_window as u64).max(1) as usize,
                 behind_in_flight: Arc::default(),
                 window,
                 cache_off,
