@@ -16,7 +16,7 @@ use std::ffi::OsStr;
 use std::future::Future;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -112,12 +112,24 @@ struct Unflushed {
 }
 
 /// A segment read ahead of a sequential reader ([`Shared::read_ahead`]): its index, the file's
-/// `gen` when the read started, and the read's result when it ends.
+/// `gen` when the read started, the read's result when it ends, and its place in the mount's count
+/// of segments read ahead (given back when it is used or dropped).
 #[derive(Debug)]
 struct Ahead {
     idx: u32,
     gen: u64,
     rx: tokio::sync::oneshot::Receiver<Res<Vec<u8>>>,
+    _counted: AheadCount,
+}
+
+/// One segment in [`Shared::ahead_held`]'s count while its [`Ahead`] lives.
+#[derive(Debug)]
+struct AheadCount(Arc<AtomicUsize>);
+
+impl Drop for AheadCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl FileState {
@@ -313,6 +325,10 @@ pub(crate) struct Shared {
     /// Segments a sequential reader has read ahead ([`Shared::read_ahead`]): put's window, or
     /// fewer when the cache holds fewer than twice as many.
     ahead_segments: usize,
+    /// Segments read ahead and not yet used or dropped, all files: at most half the cache's
+    /// worth (`ahead_held_max`), so many files read at once hold no more memory than that.
+    ahead_held: Arc<AtomicUsize>,
+    ahead_held_max: usize,
     /// `--cache-size 0`: no byte the cluster has is kept or written over in the cache. A read
     /// asks the OSDs for its bytes; a write inside a file is an update at each segment's primary
     /// before its reply ([`Shared::write_through`]); only new bytes past a file's stored end wait
@@ -875,9 +891,8 @@ impl Shared {
     /// `st.behind_next`, each as soon as its every byte is written (a file written sequentially
     /// fills one segment after another), while the mount's window has room: fewer than `window`
     /// segments' bytes on their way to the primaries and at most `window` + 1 segments in flight
-    /// (`cluster put`'s window, `window.rs`: a slot held until the holders synced idled the CPUs
-    /// while they did). Each task places its segment
-    /// (GrowFile), writes it and puts the layout in [`Entry::placed`]; the segment stays cached,
+    /// (`cluster put`'s window, `window.rs`). Each task places its segment (GrowFile), writes it
+    /// and puts the layout in [`Entry::placed`]; the segment stays cached,
     /// held, until then. So by close or fsync only the last, partly written segment is left to
     /// write. No I/O here: true when a full segment is left waiting for a slot (the caller waits
     /// for one, [`Self::write_behind`]).
@@ -1103,8 +1118,8 @@ impl Shared {
     /// being read ahead already; [`Self::take_ahead`] caches one when a read reaches it. So a file
     /// read in order has its next segments on the way while the current one is served from the
     /// cache (one segment ahead left the links and disks idle half the time: reads wait on the
-    /// OSDs' disks, and a degraded segment's whole gather and decode at its primary). Nothing
-    /// with the cache off.
+    /// OSDs' disks, and a degraded segment's whole gather and decode at its primary). The mount
+    /// holds at most `ahead_held_max` segments read ahead, all files. Nothing with the cache off.
     fn read_ahead(&self, ino: u64, from: u32, st: &mut FileState) {
         if self.cache_off {
             return;
@@ -1121,6 +1136,11 @@ impl Shared {
             let Some(layout) = st.segments.get(idx as usize).filter(|l| l.index == idx) else {
                 break;
             };
+            if self.ahead_held.fetch_add(1, Ordering::AcqRel) >= self.ahead_held_max {
+                self.ahead_held.fetch_sub(1, Ordering::AcqRel);
+                break;
+            }
+            let counted = AheadCount(self.ahead_held.clone());
             let (tx, rx) = tokio::sync::oneshot::channel();
             let (client, layout) = (self.client.clone(), layout.clone());
             self.rt.spawn(async move {
@@ -1133,6 +1153,7 @@ impl Shared {
                     idx,
                     gen: st.gen,
                     rx,
+                    _counted: counted,
                 },
             );
         }
@@ -1458,6 +1479,8 @@ impl CodfsFs {
                 rt: rt.clone(),
                 behind_window: Transit::new(window, seg),
                 ahead_segments: (cache_bytes / seg / 2).min(put_window as u64).max(1) as usize,
+                ahead_held: Arc::default(),
+                ahead_held_max: (cache_bytes / seg / 2).max(1) as usize,
                 behind_in_flight: Arc::default(),
                 window,
                 cache_off,
