@@ -88,6 +88,17 @@ impl Leg {
         self.give_back(took);
     }
 
+    /// The segment ended (its task is done, however): its bytes not moved leave the window and a
+    /// waiter in [`Transit::moved`] is woken, now, whatever clones of the leg live on (a callback
+    /// kept by a request stream may outlive the task that made it).
+    pub fn end(&self) {
+        let left = self.left.swap(0, Ordering::AcqRel);
+        self.give_back(left);
+        if left == 0 {
+            self.shared.fell.notify_one();
+        }
+    }
+
     fn give_back(&self, bytes: u64) {
         if bytes > 0 {
             let prev = self.shared.outstanding.fetch_sub(bytes, Ordering::AcqRel);
@@ -98,14 +109,9 @@ impl Leg {
 }
 
 impl Drop for Leg {
-    /// The segment ended (however): its bytes not moved leave the window, and a waiter in
-    /// [`Transit::moved`] is woken even when none were left (a segment fewer is in flight).
+    /// The segment ended (however): [`Leg::end`].
     fn drop(&mut self) {
-        let left = self.left.swap(0, Ordering::AcqRel);
-        self.give_back(left);
-        if left == 0 {
-            self.shared.fell.notify_one();
-        }
+        self.end();
     }
 }
 
@@ -149,6 +155,30 @@ mod tests {
         drop(a);
         assert_eq!(t.shared.outstanding.load(Ordering::Relaxed), 0);
         assert!(t.has_room(1));
+    }
+
+    #[tokio::test]
+    async fn an_ended_leg_wakes_a_waiter_while_clones_of_it_live_on() {
+        let t = Arc::new(Transit::new(1, 10));
+        let a = t.start(10);
+        a.moved(10);
+        let kept = a.clone();
+        // The waiter was told of the bytes already; it waits for the segment's end.
+        let waiter = {
+            let t = t.clone();
+            tokio::spawn(async move {
+                t.moved().await;
+                t.moved().await
+            })
+        };
+        tokio::task::yield_now().await;
+        a.end();
+        drop(a);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken by the end, not by the last clone's drop")
+            .unwrap();
+        drop(kept);
     }
 
     #[tokio::test]

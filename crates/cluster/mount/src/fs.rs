@@ -260,7 +260,10 @@ impl Drop for BehindSlot {
         let mut n = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         debug_assert!(*n > 0, "a write-behind slot given back twice");
         *n = n.saturating_sub(1);
-        // `leg` drops after this, waking a writer waiting for room with the count already down.
+        drop(n);
+        // Ended here, not at the leg's last drop: a clone of it in a request stream's callback
+        // may live on after the write, and a writer waiting for room must be woken now.
+        self.leg.end();
     }
 }
 
