@@ -40,15 +40,21 @@ pub fn seeds(default: u64) -> Vec<u64> {
 /// The text of a daemon's metrics endpoint (`GET /metrics` at the address the last line of its
 /// log `NAME.log` that says "metrics on http://…" names): `mds`, `osd-3`.
 pub fn scrape_daemon(rig: &Rig, name: &str) -> String {
-    use std::io::{Read, Write};
     let log = std::fs::read_to_string(rig.cluster.log_dir().join(format!("{name}.log")))
         .unwrap_or_default();
+    scrape_logged(&log, name)
+}
+
+/// `GET /metrics` at the address the last "metrics on http://…" line of `log` (`who`'s) names:
+/// the whole HTTP response.
+pub fn scrape_logged(log: &str, who: &str) -> String {
+    use std::io::{Read, Write};
     let addr = log
         .lines()
         .rev()
         .find_map(|l| l.split("metrics on http://").nth(1))
         .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no metrics address in the log of {name}:\n{log}"))
+        .unwrap_or_else(|| panic!("no metrics address in the log of {who}:\n{log}"))
         .to_owned();
     let mut s = std::net::TcpStream::connect(&addr).unwrap();
     write!(

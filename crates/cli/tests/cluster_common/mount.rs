@@ -107,18 +107,7 @@ impl Mount {
 
     /// The mount's metrics endpoint, scraped: `GET /metrics` at the address its log names.
     pub fn scrape(&self) -> String {
-        use std::io::{Read, Write};
-        let log = self.log();
-        let addr = log
-            .lines()
-            .find_map(|l| l.split("metrics on http://").nth(1))
-            .and_then(|rest| rest.strip_suffix("/metrics"))
-            .unwrap_or_else(|| panic!("no metrics address in the mount's log: {log}"));
-        let mut conn = std::net::TcpStream::connect(addr).unwrap();
-        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .unwrap();
-        let mut text = String::new();
-        conn.read_to_string(&mut text).unwrap();
+        let text = super::scrape_logged(&self.log(), "the mount");
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
         text
     }
