@@ -667,6 +667,7 @@ fn degraded_reads_and_rebuild() {
 fn file_nvram_tween(
     tag: &str,
     seed: u64,
+    mode: GcMode,
 ) -> (
     std::path::PathBuf,
     std::path::PathBuf,
@@ -680,19 +681,13 @@ fn file_nvram_tween(
     let _ = std::fs::remove_file(&path);
     let rig = Rig::new(4, 96 << 10, seed);
     let nv = NvramSpec::file(&path);
-    let t = Tween::create(
-        &array_cfg(3, 1),
-        rig.devices(),
-        &tween_cfg(2, GcMode::Active),
-        &nv,
-    )
-    .unwrap();
+    let t = Tween::create(&array_cfg(3, 1), rig.devices(), &tween_cfg(2, mode), &nv).unwrap();
     (dir, path, rig, nv, t)
 }
 
 #[test]
 fn file_backed_nvram_survives_reopen() {
-    let (dir, _path, rig, nv, t) = file_nvram_tween("ecstack-tween", 11);
+    let (dir, _path, rig, nv, t) = file_nvram_tween("ecstack-tween", 11, GcMode::Active);
     t.write(b"persistent in NVRAM", 1000).unwrap();
     drop(t);
     let t = Tween::open(rig.devices(), &nv).unwrap();
@@ -762,7 +757,7 @@ fn bad_parameters_are_refused_before_anything_is_written() {
 #[test]
 fn flipped_nvram_data_is_an_error_on_read() {
     use std::os::unix::fs::FileExt;
-    let (dir, path, _rig, _nv, t) = file_nvram_tween("ecstack-tween-flip", 13);
+    let (dir, path, _rig, _nv, t) = file_nvram_tween("ecstack-tween-flip", 13, GcMode::Active);
     let pattern: Vec<u8> = (0..EXTENT)
         .map(|i| (i as u8).wrapping_mul(31) ^ 0xa5)
         .collect();
@@ -790,6 +785,66 @@ fn flipped_nvram_data_is_an_error_on_read() {
         msg.contains("nvram") && msg.contains("data checksum mismatch") && !msg.contains('\n'),
         "{msg}"
     );
+    drop(t);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A flip in a full buffer waiting for the background worker is caught before the flush (which
+/// copies the buffer and checks it outside TWEEN's lock): the step fails naming the slot, nothing
+/// reaches the devices, and the buffer stays where it was.
+#[test]
+fn flipped_nvram_data_is_not_flushed_by_the_background_worker() {
+    use std::os::unix::fs::FileExt;
+    let (dir, path, _rig, _nv, t) =
+        file_nvram_tween("ecstack-tween-flip-bg", 14, GcMode::Background);
+    // N = 2 in background mode: one hotness group and a spare; a buffer is one stripe (3 chunks
+    // of 1 KiB), six extents.
+    let per_buffer = (3 * CHUNK / EXTENT) as u64;
+    let patterns: Vec<Vec<u8>> = (0..per_buffer)
+        .map(|e| {
+            (0..EXTENT)
+                .map(|i| (i as u8).wrapping_mul(29) ^ (e as u8).wrapping_mul(71) ^ 0x3c)
+                .collect()
+        })
+        .collect();
+    for (e, p) in patterns.iter().enumerate() {
+        t.write(p, e as u64 * EXTENT as u64).unwrap();
+    }
+    let before = t.stats();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let image = std::fs::read(&path).unwrap();
+    let victim = &patterns[3];
+    let at = image
+        .windows(victim.len())
+        .position(|w| w == victim.as_slice())
+        .expect("the buffered extent is in the region");
+    file.write_all_at(&[image[at + 11] ^ 0x04], (at + 11) as u64)
+        .unwrap();
+    let e = t
+        .background_step()
+        .expect_err("a flipped buffer must not be flushed");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("nvram") && msg.contains("slot 3") && msg.contains("data checksum mismatch"),
+        "{msg}"
+    );
+    assert_eq!(t.runtime().background_flushes, 0);
+    assert_eq!(t.stats().flushes, before.flushes, "nothing was flushed");
+    // The other extents still read back from the buffer; the flipped one is an error.
+    let mut back = vec![0u8; EXTENT as usize];
+    for (e, p) in patterns.iter().enumerate() {
+        let r = t.read(&mut back, e as u64 * EXTENT as u64);
+        if e == 3 {
+            assert!(r.is_err(), "the flipped extent must not be read");
+        } else {
+            r.unwrap();
+            assert_eq!(&back, p, "extent {e}");
+        }
+    }
     drop(t);
     std::fs::remove_dir_all(&dir).unwrap();
 }
