@@ -192,6 +192,8 @@ pub struct TweenRuntime {
     /// Epochs (one working set of host writes each) spent with more than one group in use.
     pub grouped_epochs: u64,
     pub epochs: u64,
+    /// Buffers of hotness groups not in use serving as spares now.
+    pub lent_buffers: u64,
 }
 
 /// How the N NVRAM buffers are used: `host` hotness-group streams, then (`gc`) one cleaning
@@ -242,7 +244,8 @@ struct State {
     seg_ext: Vec<u64>,
     groups: HotnessGroups,
     plan: BufferPlan,
-    /// Each stream's open buffer (every stream always has one).
+    /// Each stream's open buffer: every stream in use always has one; a hotness group not in use
+    /// may have lent its empty buffer to the spares ([`NO_BUFFER`], [`State::lend_idle_buffers`]).
     stream_buf: Vec<usize>,
     /// Each buffer's stream when open for one (None: empty spare, or full and waiting).
     buf_stream: Vec<Option<usize>>,
@@ -432,7 +435,65 @@ impl State {
         if self.hdr.policy & POLICY_ADAPTIVE_GROUPS == 0 || !self.plan.gc {
             return self.lay.groups;
         }
-        self.lay.groups - (self.plan.host - host_groups.min(self.plan.host))
+        // An unused group's own buffer takes nothing; one it lent to the spares does.
+        let idle = (host_groups.min(self.plan.host)..self.plan.host)
+            .filter(|&s| self.stream_buf.get(s) != Some(&NO_BUFFER))
+            .count();
+        self.lay.groups - idle
+    }
+
+    /// Hotness groups not in use lend their empty buffers to the spares (background mode with a
+    /// cleaning stream and adaptive groups): with one host group, a burst of host writes then
+    /// fills two spares before a request has to flush a buffer itself, which the background
+    /// worker had not written out yet (request-path flushes were tween's p99.9). A lent buffer
+    /// counts among the buffers in use (the floor and the threshold rise by one), so it is lent
+    /// only when free segments are not below the floor that counts it: no collection run starts
+    /// below its floor (`gc.rs`); else a later epoch tries again.
+    fn lend_idle_buffers(&mut self) {
+        if self.hdr.policy & POLICY_ADAPTIVE_GROUPS == 0 || !self.plan.gc || self.plan.spare == 0
+        {
+            return;
+        }
+        for s in self.host_groups..self.plan.host {
+            let b = self.stream_buf[s];
+            if b == NO_BUFFER || self.fill[b] != 0 {
+                continue;
+            }
+            if self.free_segments() < gc::threshold_floor(self.active_buffers() + 1) {
+                return;
+            }
+            self.stream_buf[s] = NO_BUFFER;
+            self.buf_stream[b] = None;
+            self.runtime.lent_buffers += 1;
+        }
+    }
+
+    /// Hotness groups `host_groups..want` about to be used get a buffer back from the spares for
+    /// each that lent its own; false (nothing taken) when the spares have too few empty buffers.
+    fn take_back_buffers(&mut self, want: usize) -> bool {
+        let lent: Vec<usize> = (self.host_groups..want)
+            .filter(|&s| self.stream_buf[s] == NO_BUFFER)
+            .collect();
+        let mut spares = Vec::new();
+        for _ in &lent {
+            let Some(b) = (0..self.lay.groups).find(|&b| {
+                self.buf_stream[b].is_none()
+                    && self.fill[b] == 0
+                    && !self.full.contains(&b)
+                    && self.flushing.map(|f| f.0) != Some(b)
+                    && !spares.contains(&b)
+            }) else {
+                return false;
+            };
+            spares.push(b);
+        }
+        for (s, b) in lent.into_iter().zip(spares) {
+            self.stream_buf[s] = b;
+            self.buf_stream[b] = Some(s);
+            self.buf_filler[b] = s as u16;
+            self.runtime.lent_buffers -= 1;
+        }
+        true
     }
 
     /// The free-segment floor at which the request path collects (`gc.rs`'s N + 2 over the
@@ -571,9 +632,12 @@ impl State {
                 // More groups raise the floor: only when free segments already clear the new one
                 // (else a later epoch tries again), so no collection run starts below its floor.
                 let floor = gc::threshold_floor(self.active_buffers_with(want));
-                if want <= self.host_groups || self.free_segments() > floor {
+                if want <= self.host_groups
+                    || (self.free_segments() > floor && self.take_back_buffers(want))
+                {
                     self.host_groups = want;
                 }
+                self.lend_idle_buffers();
             }
             if self.host_groups > 1 {
                 self.runtime.grouped_epochs += 1;
@@ -1581,6 +1645,9 @@ fn buffer_image(st: &State, b: usize) -> Result<Vec<u8>> {
     Ok(st.nv.bytes()[a..a + st.hdr.stripe_bytes as usize].to_vec())
 }
 
+/// [`State::stream_buf`] of a hotness group not in use that lent its buffer to the spares.
+const NO_BUFFER: usize = usize::MAX;
+
 /// Bytes of a full buffer the background flush copies per hold of the lock (~5–10 µs each).
 const IMAGE_PIECE: usize = 64 << 10;
 
@@ -1976,5 +2043,51 @@ mod tests {
         assert_eq!((st.host_clock, w.t_hat), (100_001, 100_001));
         assert!((w.hot as f64 - (0.5 / 99_991.0 + 0.5 * now.hot as f64)).abs() < 1e-6);
         assert_eq!(w.data_crc, crc32c::crc32c(&[1u8; 512]));
+    }
+
+    /// With one hotness group in use (uniform writes), the unused group's empty buffer serves as a
+    /// second spare: two buffers' worth of host writes wait for the background worker without a
+    /// flush on the request path (one spare alone would flush the first of them inline), and a
+    /// group added later takes a buffer back.
+    #[test]
+    fn an_unused_hotness_group_lends_its_buffer_to_the_spares() {
+        let t = small_tween(4);
+        let ext = 512u64;
+        let n = t.size() / ext;
+        let mut rng = ecstack_base::rng::Rng::new(11);
+        let mut write = |t: &Tween| {
+            let e = rng.below(n);
+            t.write(&[e as u8; 512], e * ext).unwrap();
+        };
+        for _ in 0..3000 {
+            write(&t);
+            while t.background_step().unwrap() {}
+        }
+        let rt = t.runtime();
+        assert_eq!((rt.host_groups, rt.host_groups_max), (1, 2));
+        assert_eq!(rt.lent_buffers, 1, "the unused group's buffer is a spare");
+        let slots = {
+            let st = t.lock();
+            st.slots() - st.fill[st.stream_buf[0]]
+        };
+        let flushes = t.stats().flushes;
+        for _ in 0..slots + 6 {
+            write(&t);
+        }
+        {
+            let st = t.lock();
+            assert_eq!(st.stats.flushes, flushes, "no flush on the request path");
+            assert_eq!(st.full.len(), 2, "both full buffers wait for the worker");
+        }
+        while t.background_step().unwrap() {}
+        assert!(t.stats().flushes >= flushes + 2);
+        assert!(t.lock().full.is_empty(), "the worker wrote both out");
+        // A second group in use takes a buffer back from the spares.
+        let mut st = t.lock();
+        assert!(st.take_back_buffers(2));
+        assert_eq!(st.runtime.lent_buffers, 0);
+        assert_ne!(st.stream_buf[1], NO_BUFFER);
+        let b = st.stream_buf[1];
+        assert_eq!(st.buf_stream[b], Some(1));
     }
 }
