@@ -11,7 +11,7 @@ mod hotness;
 mod nvram;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -286,6 +286,10 @@ pub struct Tween {
     st: Mutex<State>,
     /// Signals the background worker: a buffer filled, or free segments fell.
     work: Condvar,
+    /// Requests waiting for the lock: the background worker, which takes it many times in a row
+    /// (a buffer's pieces, GC's batches), lets them in first (`lock_worker`); std's mutex is not
+    /// fair, and a request woken by an unlock lost the race to the worker's next lock.
+    waiting: AtomicUsize,
     name: String,
 }
 
@@ -450,8 +454,7 @@ impl State {
     /// only when free segments are not below the floor that counts it: no collection run starts
     /// below its floor (`gc.rs`); else a later epoch tries again.
     fn lend_idle_buffers(&mut self) {
-        if self.hdr.policy & POLICY_ADAPTIVE_GROUPS == 0 || !self.plan.gc || self.plan.spare == 0
-        {
+        if self.hdr.policy & POLICY_ADAPTIVE_GROUPS == 0 || !self.plan.gc || self.plan.spare == 0 {
             return;
         }
         for s in self.host_groups..self.plan.host {
@@ -812,6 +815,7 @@ impl Tween {
             array,
             st: Mutex::new(st),
             work: Condvar::new(),
+            waiting: AtomicUsize::new(0),
             name,
         };
         {
@@ -828,6 +832,24 @@ impl Tween {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock for a request (read, write, discard): counted as waiting while it waits.
+    fn lock_request(&self) -> MutexGuard<'_, State> {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let st = self.lock();
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        st
+    }
+
+    /// The lock for the background worker: while a request waits for it (at most
+    /// [`WORKER_YIELD`]), the worker lets it go first.
+    fn lock_worker(&self) -> MutexGuard<'_, State> {
+        let until = Instant::now() + WORKER_YIELD;
+        while self.waiting.load(Ordering::Acquire) > 0 && Instant::now() < until {
+            std::thread::yield_now();
+        }
+        self.lock()
     }
 
     /// The array under the log layer (status, device failure, rebuild).
@@ -899,7 +921,7 @@ impl Tween {
 
     /// Read `buf.len()` bytes at logical byte `off`.
     pub fn read(&self, buf: &mut [u8], off: u64) -> Result<()> {
-        let mut st = self.lock();
+        let mut st = self.lock_request();
         self.check_range(&st, off, buf.len() as u64)?;
         st.last_io = Instant::now();
         self.read_locked(&mut st, buf, off)
@@ -1017,7 +1039,7 @@ impl Tween {
     /// Write `buf` at logical byte `off`; acknowledged once persistent in NVRAM (or, for whole
     /// stripes written directly, on the devices).
     pub fn write(&self, buf: &[u8], off: u64) -> Result<()> {
-        let mut st = self.lock();
+        let mut st = self.lock_request();
         self.check_range(&st, off, buf.len() as u64)?;
         st.last_io = Instant::now();
         st.stats.host_write_bytes += buf.len() as u64;
@@ -1375,7 +1397,7 @@ impl Tween {
     /// Device I/O runs without the lock, so requests go on meanwhile. At the floor of free
     /// segments it collects as the request path would (lock held). True when it did something.
     pub fn background_step(&self) -> Result<bool> {
-        let mut st = self.lock();
+        let mut st = self.lock_worker();
         let floor = st.floor();
         let free = st.free_segments();
         if free < floor && !st.in_gc {
@@ -1422,7 +1444,7 @@ impl Tween {
         let mut data = vec![0u8; len];
         for at in (0..len).step_by(IMAGE_PIECE) {
             let n = IMAGE_PIECE.min(len - at);
-            let st = self.lock();
+            let st = self.lock_worker();
             data[at..at + n].copy_from_slice(&st.nv.bytes()[from + at..from + at + n]);
         }
         let bad = live.iter().find(|&&(slot, crc)| {
@@ -1435,7 +1457,7 @@ impl Tween {
             ))),
             None => self.array.write_segment(seg, &data),
         };
-        let mut st = self.lock();
+        let mut st = self.lock_worker();
         st.flushing = None;
         if let Err(e) = written {
             st.full.push_front(b);
@@ -1465,7 +1487,7 @@ impl Tween {
         self.array.read_stripes(&mut seg, victim * sbytes)?;
         let mut i = 0;
         while i < live.len() {
-            let mut st = self.lock();
+            let mut st = self.lock_worker();
             let mut batch = BATCH_EXTENTS.min(live.len() - i);
             if st.plan.gc {
                 let b = st.stream_buf[st.plan.host];
@@ -1568,7 +1590,7 @@ impl Tween {
     /// Discard whole extents (they read as zeros); partial extents at the ends are zeroed.
     pub fn discard(&self, off: u64, len: u64) -> Result<()> {
         let (a, b, cap) = {
-            let st = self.lock();
+            let st = self.lock_request();
             self.check_range(&st, off, len)?;
             let ext = st.ext();
             (
@@ -1644,6 +1666,10 @@ fn buffer_image(st: &State, b: usize) -> Result<Vec<u8>> {
     let a = st.lay.buffer_data_at(b, 0) as usize;
     Ok(st.nv.bytes()[a..a + st.hdr.stripe_bytes as usize].to_vec())
 }
+
+/// How long the background worker lets waiting requests take TWEEN's lock before it takes it
+/// again (`Tween::lock_worker`).
+const WORKER_YIELD: Duration = Duration::from_micros(200);
 
 /// [`State::stream_buf`] of a hotness group not in use that lent its buffer to the spares.
 const NO_BUFFER: usize = usize::MAX;
