@@ -751,12 +751,29 @@ fn bad_parameters_are_refused_before_anything_is_written() {
     assert!(img.with_bytes(|b| b.is_empty()));
 }
 
+/// XOR `mask` into byte `at` of the first copy of `pattern` in the NVRAM file at `path` (the
+/// region maps it: the running array sees the flip).
+fn flip_in_region(path: &std::path::Path, pattern: &[u8], at: usize, mask: u8) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let image = std::fs::read(path).unwrap();
+    let start = image
+        .windows(pattern.len())
+        .position(|w| w == pattern)
+        .expect("the buffered extent is in the region");
+    file.write_all_at(&[image[start + at] ^ mask], (start + at) as u64)
+        .unwrap();
+}
+
 /// A flip in an NVRAM buffer's data while the array runs (here: through the file the region maps)
 /// is caught by the buffer entry's data CRC32C on the read: an error naming the slot, never the
 /// flipped bytes.
 #[test]
 fn flipped_nvram_data_is_an_error_on_read() {
-    use std::os::unix::fs::FileExt;
     let (dir, path, _rig, _nv, t) = file_nvram_tween("ecstack-tween-flip", 13, GcMode::Active);
     let pattern: Vec<u8> = (0..EXTENT)
         .map(|i| (i as u8).wrapping_mul(31) ^ 0xa5)
@@ -765,18 +782,7 @@ fn flipped_nvram_data_is_an_error_on_read() {
     let mut back = vec![0u8; EXTENT as usize];
     t.read(&mut back, 4 * EXTENT as u64).unwrap();
     assert_eq!(back, pattern);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let image = std::fs::read(&path).unwrap();
-    let at = image
-        .windows(pattern.len())
-        .position(|w| w == pattern.as_slice())
-        .expect("the buffered extent is in the region");
-    file.write_all_at(&[image[at + 7] ^ 0x10], (at + 7) as u64)
-        .unwrap();
+    flip_in_region(&path, &pattern, 7, 0x10);
     let e = t
         .read(&mut back, 4 * EXTENT as u64)
         .expect_err("a flipped buffer must not be read");
@@ -794,7 +800,6 @@ fn flipped_nvram_data_is_an_error_on_read() {
 /// reaches the devices, and the buffer stays where it was.
 #[test]
 fn flipped_nvram_data_is_not_flushed_by_the_background_worker() {
-    use std::os::unix::fs::FileExt;
     let (dir, path, _rig, _nv, t) =
         file_nvram_tween("ecstack-tween-flip-bg", 14, GcMode::Background);
     // N = 2 in background mode: one hotness group and a spare; a buffer is one stripe (3 chunks
@@ -811,19 +816,7 @@ fn flipped_nvram_data_is_not_flushed_by_the_background_worker() {
         t.write(p, e as u64 * EXTENT as u64).unwrap();
     }
     let before = t.stats();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let image = std::fs::read(&path).unwrap();
-    let victim = &patterns[3];
-    let at = image
-        .windows(victim.len())
-        .position(|w| w == victim.as_slice())
-        .expect("the buffered extent is in the region");
-    file.write_all_at(&[image[at + 11] ^ 0x04], (at + 11) as u64)
-        .unwrap();
+    flip_in_region(&path, &patterns[3], 11, 0x04);
     let e = t
         .background_step()
         .expect_err("a flipped buffer must not be flushed");
