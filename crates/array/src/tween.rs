@@ -324,9 +324,7 @@ impl State {
         let data = &self.nv.bytes()[at..at + self.ext() as usize];
         let want = self.entries[g][slot as usize].data_crc;
         if crc32c::crc32c(data) != want {
-            return Err(ArrayError::DataLoss(format!(
-                "nvram: buffer {g} slot {slot}: data checksum mismatch"
-            )));
+            return Err(buffered_extent_corrupt(g, slot));
         }
         Ok(())
     }
@@ -345,6 +343,7 @@ impl State {
             })
             .collect()
     }
+
     fn ext(&self) -> u64 {
         self.lay.extent_bytes
     }
@@ -467,7 +466,6 @@ impl State {
             }
             self.stream_buf[s] = NO_BUFFER;
             self.buf_stream[b] = None;
-            self.runtime.lent_buffers += 1;
         }
     }
 
@@ -479,13 +477,8 @@ impl State {
             .collect();
         let mut spares = Vec::new();
         for _ in &lent {
-            let Some(b) = (0..self.lay.groups).find(|&b| {
-                self.buf_stream[b].is_none()
-                    && self.fill[b] == 0
-                    && !self.full.contains(&b)
-                    && self.flushing.map(|f| f.0) != Some(b)
-                    && !spares.contains(&b)
-            }) else {
+            let Some(b) = (0..self.lay.groups).find(|&b| self.is_spare(b) && !spares.contains(&b))
+            else {
                 return false;
             };
             spares.push(b);
@@ -494,7 +487,6 @@ impl State {
             self.stream_buf[s] = b;
             self.buf_stream[b] = Some(s);
             self.buf_filler[b] = s as u16;
-            self.runtime.lent_buffers -= 1;
         }
         true
     }
@@ -600,12 +592,20 @@ impl State {
 
     /// An empty buffer no stream writes to (not the one being flushed).
     fn spare_buffer(&self) -> Option<usize> {
-        (0..self.lay.groups).find(|&b| {
-            self.buf_stream[b].is_none()
-                && self.fill[b] == 0
-                && !self.full.contains(&b)
-                && self.flushing.map(|f| f.0) != Some(b)
-        })
+        (0..self.lay.groups).find(|&b| self.is_spare(b))
+    }
+
+    /// Whether buffer `b` is an empty spare: no stream's, empty, not waiting, not being flushed.
+    fn is_spare(&self, b: usize) -> bool {
+        self.buf_stream[b].is_none()
+            && self.fill[b] == 0
+            && !self.full.contains(&b)
+            && self.flushing.map(|f| f.0) != Some(b)
+    }
+
+    /// Hotness groups not in use whose buffer is lent to the spares now.
+    fn lent_buffers(&self) -> u64 {
+        self.stream_buf.iter().filter(|&&b| b == NO_BUFFER).count() as u64
     }
 
     /// The stream a write goes to: host writes to their hotness group (Algorithm 2 over the
@@ -886,6 +886,7 @@ impl Tween {
         TweenRuntime {
             host_groups: st.host_groups,
             host_groups_max: st.plan.host,
+            lent_buffers: st.lent_buffers(),
             ..st.runtime
         }
     }
@@ -1441,20 +1442,18 @@ impl Tween {
         let from = st.lay.buffer_data_at(b, 0) as usize;
         let len = st.hdr.stripe_bytes as usize;
         drop(st);
-        let mut data = vec![0u8; len];
+        let mut data = Vec::with_capacity(len);
         for at in (0..len).step_by(IMAGE_PIECE) {
             let n = IMAGE_PIECE.min(len - at);
             let st = self.lock_worker();
-            data[at..at + n].copy_from_slice(&st.nv.bytes()[from + at..from + at + n]);
+            data.extend_from_slice(&st.nv.bytes()[from + at..from + at + n]);
         }
         let bad = live.iter().find(|&&(slot, crc)| {
             let a = slot as usize * ext;
             crc32c::crc32c(&data[a..a + ext]) != crc
         });
         let written = match bad {
-            Some(&(slot, _)) => Err(ArrayError::DataLoss(format!(
-                "nvram: buffer {b} slot {slot}: data checksum mismatch"
-            ))),
+            Some(&(slot, _)) => Err(buffered_extent_corrupt(b, slot)),
             None => self.array.write_segment(seg, &data),
         };
         let mut st = self.lock_worker();
@@ -1665,6 +1664,13 @@ fn buffer_image(st: &State, b: usize) -> Result<Vec<u8>> {
     }
     let a = st.lay.buffer_data_at(b, 0) as usize;
     Ok(st.nv.bytes()[a..a + st.hdr.stripe_bytes as usize].to_vec())
+}
+
+/// A buffered extent (buffer `g`, slot `slot`) whose bytes fail its buffer entry's data CRC32C.
+fn buffered_extent_corrupt(g: usize, slot: u64) -> ArrayError {
+    ArrayError::DataLoss(format!(
+        "nvram: buffer {g} slot {slot}: data checksum mismatch"
+    ))
 }
 
 /// How long the background worker lets waiting requests take TWEEN's lock before it takes it
@@ -2111,7 +2117,7 @@ mod tests {
         // A second group in use takes a buffer back from the spares.
         let mut st = t.lock();
         assert!(st.take_back_buffers(2));
-        assert_eq!(st.runtime.lent_buffers, 0);
+        assert_eq!(st.lent_buffers(), 0);
         assert_ne!(st.stream_buf[1], NO_BUFFER);
         let b = st.stream_buf[1];
         assert_eq!(st.buf_stream[b], Some(1));
