@@ -101,6 +101,27 @@ struct Run {
     ops: Vec<usize>,
 }
 
+/// The bytes of one run of a write batch: its op's own buffer, or an aligned copy of its ops.
+enum RunBuf<'a> {
+    Borrowed(&'a [u8]),
+    Owned(AlignedBuf),
+}
+
+impl RunBuf<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            RunBuf::Borrowed(b) => b,
+            RunBuf::Owned(b) => b.as_slice(),
+        }
+    }
+}
+
+/// A buffer an `O_DIRECT` device takes as it is: aligned start and length.
+fn is_direct_aligned(b: &[u8]) -> bool {
+    b.as_ptr().align_offset(ecstack_device::DIRECT_ALIGN) == 0
+        && b.len() % ecstack_device::DIRECT_ALIGN == 0
+}
+
 /// Results of one `exec`: the caller sleeps once, until the last task has answered (one wake-up per
 /// batch instead of one per device).
 struct Latch<R> {
@@ -822,14 +843,19 @@ impl Devs {
             }
         }
         let devs: Vec<Arc<dyn BlockDevice>> = plans.iter().map(|(d, _)| self.get(*d)).collect();
-        // One aligned buffer per merged run, its ops' data copied in once (not zeroed first).
-        let bufs: Vec<Vec<AlignedBuf>> = plans
+        // One aligned buffer per merged run, its ops' data copied in once (not zeroed first); a
+        // run of one op whose buffer is already aligned (a full stripe's chunk cut from an aligned
+        // segment image) is written from it.
+        let bufs: Vec<Vec<RunBuf<'_>>> = plans
             .iter()
             .map(|(_, runs)| {
                 runs.iter()
-                    .map(|r| {
-                        let pieces: Vec<&[u8]> = r.ops.iter().map(|&i| ops[i].buf).collect();
-                        AlignedBuf::concat(&pieces)
+                    .map(|r| match r.ops[..] {
+                        [i] if is_direct_aligned(ops[i].buf) => RunBuf::Borrowed(ops[i].buf),
+                        _ => {
+                            let pieces: Vec<&[u8]> = r.ops.iter().map(|&i| ops[i].buf).collect();
+                            RunBuf::Owned(AlignedBuf::concat(&pieces))
+                        }
                     })
                     .collect()
             })
@@ -915,6 +941,7 @@ impl Devs {
 mod tests {
     use super::*;
     use ecstack_device::{IoRequest, MemDevice};
+    use std::sync::Mutex;
 
     /// A device that overrides `submit`, counting batches and requests, and counts direct
     /// `read_at`/`write_at` calls separately.
@@ -1006,6 +1033,79 @@ mod tests {
             assert_eq!(counting[0].requests.load(Relaxed), 4, "two runs per call");
             assert_eq!(counting[1].requests.load(Relaxed), 2);
             assert_eq!(devs.meters[0].get().write_ops, 2, "merged run metered once");
+        }
+    }
+
+    /// A write run of one op whose buffer is already aligned reaches the device as that very
+    /// buffer (no copy); an unaligned one, or a run merged from several ops, as an aligned copy.
+    /// The bytes land the same either way.
+    #[test]
+    fn an_aligned_single_op_run_is_written_from_its_own_buffer() {
+        #[derive(Debug)]
+        struct Seen {
+            inner: MemDevice,
+            ptrs: Mutex<Vec<usize>>,
+        }
+        impl BlockDevice for Seen {
+            fn name(&self) -> &str {
+                "seen"
+            }
+            fn capacity(&self) -> u64 {
+                self.inner.capacity()
+            }
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> ecstack_device::Result<()> {
+                self.inner.read_at(buf, offset)
+            }
+            fn write_at(&self, buf: &[u8], offset: u64) -> ecstack_device::Result<()> {
+                self.inner.write_at(buf, offset)
+            }
+            fn flush(&self) -> ecstack_device::Result<()> {
+                Ok(())
+            }
+            fn discard(&self, _: u64, _: u64) -> ecstack_device::Result<()> {
+                Ok(())
+            }
+            fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
+                for r in &reqs {
+                    if let IoKind::Write(b) = &r.kind {
+                        self.ptrs.lock().unwrap().push(b.as_ptr() as usize);
+                    }
+                }
+                batch.run_now(&self.inner, reqs);
+            }
+        }
+        let dev = Arc::new(Seen {
+            inner: MemDevice::new(1 << 20).unwrap(),
+            ptrs: Mutex::new(Vec::new()),
+        });
+        let devs = Devs::new(vec![Arc::clone(&dev) as Arc<dyn BlockDevice>], false);
+        let mut aligned = ecstack_device::AlignedBuf::with_capacity(3 * 4096 + 1);
+        for i in 0..3u8 {
+            aligned.push(&[i + 1; 4096]);
+        }
+        aligned.push(&[9]);
+        let a = aligned.as_slice();
+        // An aligned chunk alone; an unaligned one (one byte in) alone; two adjacent aligned
+        // chunks merged into one run.
+        let cases: [(&[u8], u64, bool); 3] = [
+            (&a[..4096], 0, true),
+            (&a[1..4097], 65536, false),
+            (&a[4096..8192], 131072, false),
+        ];
+        for (buf, off, own) in cases {
+            dev.ptrs.lock().unwrap().clear();
+            let mut w = vec![Wr::new(0, off, buf)];
+            if off == 131072 {
+                w.push(Wr::new(0, off + 4096, &a[8192..12288]));
+            }
+            devs.write(&mut w);
+            assert!(w.iter().all(|o| o.ok));
+            let ptrs = dev.ptrs.lock().unwrap().clone();
+            assert_eq!(ptrs.len(), 1, "one request per run");
+            assert_eq!(ptrs[0] == buf.as_ptr() as usize, own, "write at {off}");
+            let mut back = vec![0u8; buf.len()];
+            dev.inner.read_at(&mut back, off).unwrap();
+            assert_eq!(back, buf, "write at {off}");
         }
     }
 

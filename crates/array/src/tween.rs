@@ -1262,8 +1262,7 @@ impl Tween {
             return Ok(());
         }
         let seg = st.free_segment()?;
-        let data = buffer_image(st, g)?;
-        self.array.write_segment(seg, &data)?;
+        self.array.write_segment(seg, buffer_image(st, g)?)?;
         let offs = st.settle_flush(g, seg);
         st.persist_entries(offs)?;
         st.reset_buffer(g)?;
@@ -1442,19 +1441,21 @@ impl Tween {
         let from = st.lay.buffer_data_at(b, 0) as usize;
         let len = st.hdr.stripe_bytes as usize;
         drop(st);
-        let mut data = Vec::with_capacity(len);
+        // Aligned, so that the array writes each chunk from it without another copy.
+        let mut data = AlignedBuf::with_capacity(len);
         for at in (0..len).step_by(IMAGE_PIECE) {
             let n = IMAGE_PIECE.min(len - at);
             let st = self.lock_worker();
-            data.extend_from_slice(&st.nv.bytes()[from + at..from + at + n]);
+            data.push(&st.nv.bytes()[from + at..from + at + n]);
         }
+        let data = data.as_slice();
         let bad = live.iter().find(|&&(slot, crc)| {
             let a = slot as usize * ext;
             crc32c::crc32c(&data[a..a + ext]) != crc
         });
         let written = match bad {
             Some(&(slot, _)) => Err(buffered_extent_corrupt(b, slot)),
-            None => self.array.write_segment(seg, &data),
+            None => self.array.write_segment(seg, data),
         };
         let mut st = self.lock_worker();
         st.flushing = None;
@@ -1471,9 +1472,10 @@ impl Tween {
     }
 
     /// Collect one segment with the victim's read outside the lock and its live extents appended
-    /// in small batches (the lock released between them). A batch never fills the cleaning
-    /// stream's buffer unless a spare buffer takes over; without one, a waiting full buffer is
-    /// flushed (off the lock) first.
+    /// in small batches (the lock released between them). Before each batch a waiting full buffer
+    /// is flushed (off the lock) if a free segment above the floor takes it, so host buffers
+    /// never wait for a whole victim. A batch never fills the cleaning stream's buffer unless a
+    /// spare buffer takes over.
     fn clean_background(&self, st: MutexGuard<'_, State>) -> Result<bool> {
         const BATCH_EXTENTS: usize = 16;
         let Some(victim) = st.pick_victim() else {
@@ -1486,21 +1488,19 @@ impl Tween {
         self.array.read_stripes(&mut seg, victim * sbytes)?;
         let mut i = 0;
         while i < live.len() {
-            let mut st = self.lock_worker();
+            let st = self.lock_worker();
+            // Host buffers that filled while this victim is being cleaned go first: a request
+            // that finds no spare flushes one itself (~1 ms), the tail this worker is for.
+            if !st.full.is_empty() && st.flushing.is_none() && st.free_segments() > st.floor() {
+                self.flush_background(st)?;
+                continue;
+            }
+            let mut st = st;
             let mut batch = BATCH_EXTENTS.min(live.len() - i);
             if st.plan.gc {
                 let b = st.stream_buf[st.plan.host];
                 let room = (st.slots() - st.fill[b]) as usize;
                 if st.spare_buffer().is_none() {
-                    let floor = st.floor();
-                    if room <= 1
-                        && !st.full.is_empty()
-                        && st.flushing.is_none()
-                        && st.free_segments() > floor
-                    {
-                        self.flush_background(st)?;
-                        continue;
-                    }
                     batch = batch.min(room.saturating_sub(1)).max(1);
                 } else if room > 0 {
                     batch = batch.min(room);
@@ -1658,12 +1658,12 @@ impl Drop for BackgroundGc {
 
 /// The bytes of full buffer `b`, every extent still live in it checked first: a flip in NVRAM
 /// must not become a consistent, wrong stripe under fresh parity.
-fn buffer_image(st: &State, b: usize) -> Result<Vec<u8>> {
+fn buffer_image(st: &State, b: usize) -> Result<&[u8]> {
     for (slot, _) in st.live_slots(b) {
         st.check_slot(b, slot)?;
     }
     let a = st.lay.buffer_data_at(b, 0) as usize;
-    Ok(st.nv.bytes()[a..a + st.hdr.stripe_bytes as usize].to_vec())
+    Ok(&st.nv.bytes()[a..a + st.hdr.stripe_bytes as usize])
 }
 
 /// A buffered extent (buffer `g`, slot `slot`) whose bytes fail its buffer entry's data CRC32C.

@@ -92,6 +92,27 @@ impl AlignedBuf {
         );
         AlignedBuf { v, off, len }
     }
+    /// An empty aligned buffer with room for `capacity` bytes, filled by [`push`] without a
+    /// zero fill first (for data gathered in pieces).
+    ///
+    /// [`push`]: AlignedBuf::push
+    pub fn with_capacity(capacity: usize) -> Self {
+        let mut v: Vec<u8> = Vec::with_capacity(capacity + DIRECT_ALIGN);
+        let off = v.as_ptr().align_offset(DIRECT_ALIGN);
+        v.resize(off, 0);
+        AlignedBuf { v, off, len: 0 }
+    }
+    /// Appends `bytes`; the buffer never grows past the capacity it was made with (the start
+    /// would move off its alignment), so pushing beyond it panics.
+    pub fn push(&mut self, bytes: &[u8]) {
+        // The allocation holds the capacity asked for after any aligned start.
+        assert!(
+            self.len + bytes.len() <= self.v.capacity() - DIRECT_ALIGN,
+            "AlignedBuf::push beyond its capacity"
+        );
+        self.v.extend_from_slice(bytes);
+        self.len += bytes.len();
+    }
     pub fn len(&self) -> usize {
         self.len
     }
@@ -443,6 +464,26 @@ impl BlockDevice for FileDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `with_capacity` + `push` hold the pushed bytes from an aligned start and never move it;
+    /// pushing past the capacity panics rather than realigning.
+    #[test]
+    fn pushed_pieces_stay_at_an_aligned_start() {
+        let mut b = AlignedBuf::with_capacity(3 * 4096);
+        assert!(b.is_empty());
+        let start = b.as_slice().as_ptr() as usize;
+        assert_eq!(start % DIRECT_ALIGN, 0);
+        let mut want = Vec::new();
+        for i in 0..3u8 {
+            let piece = vec![i; 4096];
+            b.push(&piece);
+            want.extend_from_slice(&piece);
+            assert_eq!(b.as_slice().as_ptr() as usize, start, "start moved");
+        }
+        assert_eq!(b.as_slice(), want.as_slice());
+        let over = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.push(&[0])));
+        assert!(over.is_err(), "a push past the capacity must panic");
+    }
 
     /// `concat` holds exactly the pieces, from an aligned start, for lengths around the
     /// alignment (an empty one included).

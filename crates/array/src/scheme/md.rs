@@ -3,6 +3,7 @@
 //! deltas) or reconstruct-write (read the untouched data chunks, re-encode), whichever reads less.
 //! Parity is updated in place. Degraded stripes are decoded, patched and re-encoded.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -188,8 +189,9 @@ impl UpdateScheme for Md {
                 .map(|&s| (s, mi.state.is_written(s)))
                 .collect()
         };
-        // Stripes written whole (new stripes, full-stripe writes).
-        let mut full: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
+        // Stripes written whole (new stripes, full-stripe writes): the writes' own bytes when
+        // they cover every data chunk, else the stripe's new content gathered.
+        let mut full: Vec<(u64, Vec<Cow<'_, [u8]>>)> = Vec::new();
         // Written stripes with a failed device: written whole under the journal.
         let mut journaled: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
         let mut new_stripes = Vec::new();
@@ -202,7 +204,17 @@ impl UpdateScheme for Md {
             // A chunk that failed its checksum is treated like one of a failed device: the
             // stripe is decoded around it and written whole, which rewrites it.
             let degraded = (0..n).any(|p| !core.devs.usable(g.dev_of(s, p), s));
-            if !written[&s] || wl.len() == k || degraded {
+            if wl.len() == k && (!written[&s] || !(degraded || journal_all)) {
+                let mut data: Vec<Cow<'_, [u8]>> = vec![Cow::Borrowed(&[][..]); k];
+                for w in wl {
+                    debug_assert!(data[w.pos].is_empty(), "two writes to one chunk");
+                    data[w.pos] = Cow::Borrowed(w.data);
+                }
+                if !written[&s] {
+                    new_stripes.push(s);
+                }
+                full.push((s, data));
+            } else if !written[&s] || wl.len() == k || degraded {
                 let mut data = if written[&s] && wl.len() < k {
                     let mut sh = core.decode_stripe(s, &vec![Some(s); n], &[], &|_, _| Ok(()))?;
                     sh.truncate(k);
@@ -215,11 +227,11 @@ impl UpdateScheme for Md {
                 }
                 if !written[&s] {
                     new_stripes.push(s);
-                    full.push((s, data));
+                    full.push((s, data.into_iter().map(Cow::Owned).collect()));
                 } else if degraded || journal_all {
                     journaled.push((s, data));
                 } else {
-                    full.push((s, data));
+                    full.push((s, data.into_iter().map(Cow::Owned).collect()));
                 }
             } else {
                 let w = wl.len();
@@ -293,12 +305,16 @@ impl UpdateScheme for Md {
         write_full_journaled(core, &journaled)?;
         let mut parities = Vec::new();
         for (s, data) in &full {
-            let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+            let refs: Vec<&[u8]> = data.iter().map(|v| v.as_ref()).collect();
             parities.push((*s, core.encode_parity(&refs)?));
         }
         let mut ops = Vec::new();
         for ((s, data), (_, parity)) in full.iter().zip(&parities) {
-            for (p, b) in data.iter().chain(parity.iter()).enumerate() {
+            let chunks = data
+                .iter()
+                .map(|b| b.as_ref())
+                .chain(parity.iter().map(|b| &b[..]));
+            for (p, b) in chunks.enumerate() {
                 ops.push(Wr::new(g.dev_of(*s, p), g.off(*s), b));
             }
         }
