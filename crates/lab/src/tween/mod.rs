@@ -253,6 +253,8 @@ pub struct TweenRow {
     pub tween_gc_segments: Option<u64>,
     pub tween_idle_gc_segments: Option<u64>,
     pub tween_background_flushes: Option<u64>,
+    /// tween only: host writes that waited for the background worker's flush (TWEEN's pacing).
+    pub tween_paced_waits: Option<u64>,
     /// tween only: hotness groups taking host writes at the end (of at most), the layer's skew
     /// estimate, and the share of epochs it used more than one group.
     pub tween_host_groups: Option<String>,
@@ -453,6 +455,7 @@ fn measure(
         tween_gc_segments: tw.map(|(a, b)| b.gc_segments - a.gc_segments - idle_gc - bg_gc),
         tween_idle_gc_segments: tw.map(|_| idle_gc + bg_gc),
         tween_background_flushes: rt.map(|r| r.background_flushes),
+        tween_paced_waits: rt.map(|r| r.paced_waits),
         tween_host_groups: rt.map(|r| {
             format!(
                 "{}/{} ({}/{} epochs grouped)",
