@@ -3,7 +3,7 @@
 //! overwrites, truncations, extensions, splices; `ecstack_base::mutate`) and each decoder must give
 //! a clean error or a correct result, never a panic.
 //!
-//! Cases per target: `ECSTACK_FUZZ_CASES` (default 2,000; the long mode in `docs/benchmarks.md`
+//! Cases per target: `ECSTACK_FUZZ_CASES` (default 2,000; the long mode in `docs/testing.md`
 //! runs 1,000,000). A failure names its target, seed and case; `ECSTACK_SEED=<seed>
 //! ECSTACK_FUZZ_CASES=<case + 1>` replays it.
 

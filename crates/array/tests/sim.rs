@@ -239,7 +239,7 @@ fn seeds_1030424_and_1040238_eplog_rerun_checks_a_chunk_lost_since_open() {
 /// Strict mode (power cuts while md/pl have in-place updates unflushed and a device is impaired
 /// that the array has not noticed) with the update journal on: no seed may lose a byte.
 /// `ECSTACK_STRICT_SEEDS=<count>` sets the sweep size (default 60; the long run is recorded in
-/// docs/benchmarks.md).
+/// docs/testing.md).
 #[test]
 fn strict_sweep_with_the_update_journal_loses_no_acknowledged_write() {
     let count = env_u64("ECSTACK_STRICT_SEEDS").unwrap_or(60);

@@ -14,7 +14,7 @@
 //! mode is `ECSTACK_CLUSTER_SEEDS=200 cargo test --release -p ecstack --test cluster_faults --
 //! --exact fault_runs` (without `--exact` the filter matches both tests), and
 //! `ECSTACK_CLUSTER_SEEDS=30 … -- fault_runs_with_mds_failovers` for the runs with failovers
-//! (docs/benchmarks.md, "CodFS cluster fault runs"); `ECSTACK_CLUSTER_SEED_FROM=k` starts the
+//! (docs/testing.md, "CodFS cluster fault runs"); `ECSTACK_CLUSTER_SEED_FROM=k` starts the
 //! seeds at k (to split a long mode over processes); `ECSTACK_SEED=n` replays one seed.
 
 mod cluster_common;

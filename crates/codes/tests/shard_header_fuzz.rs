@@ -5,7 +5,7 @@
 //! (`spec_accepts`, written from the table in `shard.rs`'s module doc, not from the parser), refuse with a
 //! one-line error, never panic, and re-encode an accepted header to exactly the bytes it parsed.
 //!
-//! Cases: `ECSTACK_FUZZ_CASES` (default 4096, so CI stays fast); the long run in docs/benchmarks.md used
+//! Cases: `ECSTACK_FUZZ_CASES` (default 4096, so CI stays fast); the long run in docs/testing.md used
 //! `ECSTACK_FUZZ_CASES=1000000`. A failure prints the case, and proptest's regression file replays it.
 
 use ecstack_codes::shard::{ShardHeader, HEADER_LEN};

@@ -11,7 +11,7 @@
 //!   valid (supported command and flags, range inside the export), and READ data equal to a byte
 //!   model of the export. It must never hang or crash.
 //!
-//! Cases per target: `ECSTACK_FUZZ_CASES` (default 2,000; the long mode in `docs/benchmarks.md` runs
+//! Cases per target: `ECSTACK_FUZZ_CASES` (default 2,000; the long mode in `docs/testing.md` runs
 //! 1,000,000). A failure names the case; `ECSTACK_SEED` and `ECSTACK_FUZZ_CASES` replay it.
 
 mod common;
