@@ -951,6 +951,8 @@ mod tests {
         batches: AtomicU64,
         requests: AtomicU64,
         direct: AtomicU64,
+        /// The address of every buffer a batched write handed over.
+        write_ptrs: Mutex<Vec<usize>>,
     }
 
     impl Counting {
@@ -960,6 +962,7 @@ mod tests {
                 batches: AtomicU64::new(0),
                 requests: AtomicU64::new(0),
                 direct: AtomicU64::new(0),
+                write_ptrs: Mutex::new(Vec::new()),
             }
         }
     }
@@ -988,6 +991,11 @@ mod tests {
         fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
             self.batches.fetch_add(1, Relaxed);
             self.requests.fetch_add(reqs.len() as u64, Relaxed);
+            for r in &reqs {
+                if let IoKind::Write(b) = &r.kind {
+                    self.write_ptrs.lock().unwrap().push(b.as_ptr() as usize);
+                }
+            }
             batch.run_now(&self.inner, reqs);
         }
     }
@@ -1041,43 +1049,7 @@ mod tests {
     /// The bytes land the same either way.
     #[test]
     fn an_aligned_single_op_run_is_written_from_its_own_buffer() {
-        #[derive(Debug)]
-        struct Seen {
-            inner: MemDevice,
-            ptrs: Mutex<Vec<usize>>,
-        }
-        impl BlockDevice for Seen {
-            fn name(&self) -> &str {
-                "seen"
-            }
-            fn capacity(&self) -> u64 {
-                self.inner.capacity()
-            }
-            fn read_at(&self, buf: &mut [u8], offset: u64) -> ecstack_device::Result<()> {
-                self.inner.read_at(buf, offset)
-            }
-            fn write_at(&self, buf: &[u8], offset: u64) -> ecstack_device::Result<()> {
-                self.inner.write_at(buf, offset)
-            }
-            fn flush(&self) -> ecstack_device::Result<()> {
-                Ok(())
-            }
-            fn discard(&self, _: u64, _: u64) -> ecstack_device::Result<()> {
-                Ok(())
-            }
-            fn submit<'a>(&'a self, reqs: Vec<IoRequest<'a>>, batch: &mut Batch<'a>) {
-                for r in &reqs {
-                    if let IoKind::Write(b) = &r.kind {
-                        self.ptrs.lock().unwrap().push(b.as_ptr() as usize);
-                    }
-                }
-                batch.run_now(&self.inner, reqs);
-            }
-        }
-        let dev = Arc::new(Seen {
-            inner: MemDevice::new(1 << 20).unwrap(),
-            ptrs: Mutex::new(Vec::new()),
-        });
+        let dev = Arc::new(Counting::new());
         let devs = Devs::new(vec![Arc::clone(&dev) as Arc<dyn BlockDevice>], false);
         let mut aligned = ecstack_device::AlignedBuf::with_capacity(3 * 4096 + 1);
         for i in 0..3u8 {
@@ -1093,14 +1065,14 @@ mod tests {
             (&a[4096..8192], 131072, false),
         ];
         for (buf, off, own) in cases {
-            dev.ptrs.lock().unwrap().clear();
+            dev.write_ptrs.lock().unwrap().clear();
             let mut w = vec![Wr::new(0, off, buf)];
             if off == 131072 {
                 w.push(Wr::new(0, off + 4096, &a[8192..12288]));
             }
             devs.write(&mut w);
             assert!(w.iter().all(|o| o.ok));
-            let ptrs = dev.ptrs.lock().unwrap().clone();
+            let ptrs = dev.write_ptrs.lock().unwrap().clone();
             assert_eq!(ptrs.len(), 1, "one request per run");
             assert_eq!(ptrs[0] == buf.as_ptr() as usize, own, "write at {off}");
             let mut back = vec![0u8; buf.len()];
