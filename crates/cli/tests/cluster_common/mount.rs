@@ -126,7 +126,10 @@ impl Mount {
                 assert!(status.success(), "mount exited {status}: {}", self.log());
                 break;
             }
-            if start.elapsed() > Duration::from_secs(20) {
+            // Bounded by what the mount may still be flushing: a write-behind update of a
+            // segment with too few chunks up retries for a call's deadline (~30 s) before it
+            // answers EIO (a cold CI run's seed 1 was still flushing after 20 s).
+            if start.elapsed() > Duration::from_secs(60) {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!("the mount did not stop on SIGTERM: {}", self.log());
