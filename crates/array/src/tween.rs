@@ -255,12 +255,8 @@ struct State {
     buf_filler: Vec<u16>,
     /// Full buffers no stream writes to, oldest first, waiting for a flush.
     full: VecDeque<usize>,
-    /// The buffer the background worker is writing out without the lock, and its segment
-    /// (reserved: never another buffer's, never counted free).
-    flushing: Option<(usize, u64)>,
-    /// While the worker flushes: when it began and how full the fullest host stream's buffer was
-    /// then (the start of [`Tween::pace`]'s allowance).
-    flush_began: Option<(Instant, f64)>,
+    /// The flush the background worker is doing without the lock.
+    flushing: Option<Flushing>,
     /// Seconds a background flush takes, a moving average (0 before the first).
     flush_secs: f64,
     /// Hotness groups in use and the layer's skew estimate behind it.
@@ -277,6 +273,19 @@ struct State {
     /// Appended to buffers but not yet recorded in the map (steps 2–3 of the write ordering).
     pending: Vec<Pending>,
     last_io: Instant,
+}
+
+/// A background flush in progress ([`State::flushing`]).
+#[derive(Debug, Clone, Copy)]
+struct Flushing {
+    /// The buffer being written out, and its segment (reserved: never another buffer's, never
+    /// counted free).
+    buf: usize,
+    seg: u64,
+    /// When it began, and how full the fullest host stream's buffer was then (the start of
+    /// [`Tween::pace`]'s allowance).
+    began: Instant,
+    base_fill: f64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -420,7 +429,7 @@ impl State {
 
     /// Segments with no live extent, the one a background flush is writing excepted.
     fn free_segments(&self) -> u64 {
-        let reserved = self.flushing.map(|(_, s)| s);
+        let reserved = self.flushing.map(|f| f.seg);
         self.live
             .iter()
             .enumerate()
@@ -429,7 +438,7 @@ impl State {
     }
 
     fn free_segment(&self) -> Result<u64> {
-        let reserved = self.flushing.map(|(_, s)| s);
+        let reserved = self.flushing.map(|f| f.seg);
         (0..self.live.len() as u64)
             .find(|&s| self.live[s as usize] == 0 && Some(s) != reserved)
             .ok_or_else(|| ArrayError::NoSpace("TWEEN has no free log segment".into()))
@@ -620,7 +629,7 @@ impl State {
         self.buf_stream[b].is_none()
             && self.fill[b] == 0
             && !self.full.contains(&b)
-            && self.flushing.map(|f| f.0) != Some(b)
+            && self.flushing.map(|f| f.buf) != Some(b)
     }
 
     /// Hotness groups not in use whose buffer is lent to the spares now.
@@ -884,7 +893,12 @@ impl Tween {
         let until = Instant::now() + PACE_MAX;
         let mut counted = false;
         loop {
-            let Some((began, base)) = st.flush_began else {
+            let Some(Flushing {
+                began,
+                base_fill: base,
+                ..
+            }) = st.flushing
+            else {
                 return st;
             };
             if st.flush_secs == 0.0 || st.spare_buffer().is_some() {
@@ -1497,8 +1511,12 @@ impl Tween {
                 return Err(e);
             }
         };
-        st.flushing = Some((b, seg));
-        st.flush_began = Some((Instant::now(), st.host_fill()));
+        st.flushing = Some(Flushing {
+            buf: b,
+            seg,
+            began: Instant::now(),
+            base_fill: st.host_fill(),
+        });
         let live = st.live_slots(b);
         let ext = st.ext() as usize;
         let from = st.lay.buffer_data_at(b, 0) as usize;
@@ -1521,10 +1539,9 @@ impl Tween {
             None => self.array.write_segment(seg, data),
         };
         let mut st = self.lock_worker();
-        st.flushing = None;
         self.flushes_ended.fetch_add(1, Ordering::AcqRel);
-        if let Some((began, _)) = st.flush_began.take() {
-            let secs = began.elapsed().as_secs_f64();
+        if let Some(f) = st.flushing.take() {
+            let secs = f.began.elapsed().as_secs_f64();
             st.flush_secs = if st.flush_secs == 0.0 {
                 secs
             } else {
@@ -1917,7 +1934,6 @@ fn load(array: &Array, nv: Region) -> Result<State> {
         buf_filler: vec![0; n],
         full: VecDeque::new(),
         flushing: None,
-        flush_began: None,
         flush_secs: 0.0,
         host_groups,
         skew: SkewEstimate::default(),
