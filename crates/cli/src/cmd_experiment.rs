@@ -77,6 +77,11 @@ struct CodfsArgs {
     /// as the seed dropped it before each test), or 0 for none: every read pays the profile
     #[arg(long, default_value = "1G")]
     page_cache: String,
+    /// synthetic, overhead, msr: PLR's merge ahead (`[update.reserve] merge_ahead`): a reserve a
+    /// delta leaves at least this fraction full is merged off the update path; 0 (default): only
+    /// when a delta does not fit, as the seed's §5.2
+    #[arg(long, default_value_t = 0.0)]
+    merge_ahead: f64,
     /// synthetic, overhead, msr: daemons speak mTLS (default: plain HTTP/2 on loopback, so that TLS
     /// does not spend the cores the phases are measured on)
     #[arg(long)]
@@ -485,6 +490,7 @@ fn testbed(a: &CodfsArgs, osds: usize) -> Result<ecstack_lab::codfs_synthetic::T
         device_bytes: crate::util::parse_size(if a.quick { "256M" } else { &a.device_size })?,
         insecure: !a.tls,
         osd_threads: Some(2),
+        merge_ahead: a.merge_ahead,
     })
 }
 

@@ -316,6 +316,9 @@ pub struct Testbed {
     pub device_bytes: u64,
     pub insecure: bool,
     pub osd_threads: Option<u16>,
+    /// PLR's `[update.reserve] merge_ahead` (0: a reserve is merged only when a delta does not fit,
+    /// as in the seed's §5.2).
+    pub merge_ahead: f64,
 }
 
 /// A setting's cluster, up, with an admin client.
@@ -352,6 +355,12 @@ impl Testbed {
         if let Some(b) = self.page_cache_bytes.filter(|&b| b < 4096) {
             return bad("page-cache", format!("{b} bytes: less than one 4 KiB page"));
         }
+        if !(0.0..=1.0).contains(&self.merge_ahead) {
+            return bad(
+                "merge-ahead",
+                format!("{}: a fraction of the reserve, in [0, 1]", self.merge_ahead),
+            );
+        }
         for s in settings {
             let n = (s.k + s.m) as usize;
             if self.osds < n + 2 {
@@ -368,8 +377,20 @@ impl Testbed {
         Ok(())
     }
 
-    /// The OSDs' stores in words, for the reports.
+    /// The OSDs' stores in words, for the reports (with PLR's merge ahead, when on).
     pub fn stores(&self) -> String {
+        let stores = self.store_words();
+        if self.merge_ahead > 0.0 {
+            format!(
+                "{stores}; PLR reserves merged ahead, off the update path, once {} full",
+                self.merge_ahead
+            )
+        } else {
+            stores
+        }
+    }
+
+    fn store_words(&self) -> String {
         match (&self.profile, self.page_cache_bytes) {
             (Some(p), Some(b)) => format!(
                 "each store on `cached:size={} MiB:throttled:profile={p}:file:…` (a page cache per OSD, dropped before each phase)",
@@ -404,6 +425,7 @@ impl Testbed {
         spec.reserve = Some(ecstack_rpc::config::ReserveConfig {
             size_bytes: s.reserve_bytes,
             shrink_period_ms: Some(NEVER_MS),
+            merge_ahead: self.merge_ahead,
             ..Default::default()
         });
         spec.gc_period_ms = Some(NEVER_MS);

@@ -152,13 +152,15 @@ pub async fn fault_run(seed: u64, mds_store: Option<String>, with_mount: bool) -
     // codfs-pl, plr: seeds 1–4 are fl, plr, fo, codfs-pl, and over more seeds every scheme meets
     // both read paths. PLR reserves are 16 KiB:
     // updates fill them, so merges on the update path meet the kills too; Algorithm 1 runs every
-    // 2 s and the GC every 10 s (its default), merging logs under the same faults.
+    // 2 s and the GC every 10 s (its default), merging logs under the same faults. Seeds 0–3,
+    // 8–11, … merge reserves ahead once half full (the Monitor merging while updates append).
     let scheme = UpdateScheme::ALL[((seed / 2 + seed) % 4) as usize];
     let rig = Rig::start(RigSpec {
         read_path,
         reserve: Some(ReserveConfig {
             size_bytes: 16 << 10,
             shrink_period_ms: Some(2_000),
+            merge_ahead: if (seed / 4) % 2 == 0 { 0.5 } else { 0.0 },
             ..ReserveConfig::default()
         }),
         retry_secs: if failovers { 30 } else { 20 },

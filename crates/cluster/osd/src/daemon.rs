@@ -264,6 +264,8 @@ impl Daemon {
             cfg.recovery_bytes_per_sec,
         );
         osd.set_initial_reserve(cfg.update.reserve.size_bytes);
+        osd.merge_ahead()
+            .set_fraction(cfg.update.reserve.merge_ahead);
         osd.configure_blocks(cfg.blocks);
         // The registration counts as the first heartbeat.
         osd.lease()
@@ -344,7 +346,7 @@ impl Daemon {
             () = beats => Ok(()),
             () = inventories => Ok(()),
             e = reregister => Err(e),
-            () = crate::monitor::run(self.monitor) => Ok(()),
+            () = crate::monitor::run(self.monitor, self.osd.merge_ahead().clone()) => Ok(()),
             () = probe => Ok(()),
             () = compaction_loop(self.osd.clone()) => Ok(()),
         }

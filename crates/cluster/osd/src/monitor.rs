@@ -9,6 +9,9 @@
 //!   (`ecstack_base::reserve::next_size`), and — unless `shrink_only` — is merged. u_{t−1}(p) is
 //!   kept in memory per chunk, starting at u_0 ([`ReservePolicy::u0`]); after an OSD restart every
 //!   reserve starts again from u_0 (a restart forgets the history, it does not shrink anything).
+//! - **Merge ahead** (PLR, `[update.reserve] merge_ahead`): the parities that deltas left at least
+//!   that full ([`MergeAhead`], filled on the update path) are merged as soon as they are queued,
+//!   one at a time, off the update path ([`Monitor::merge_ahead_pass`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +22,7 @@ use ecstack_rpc::config::{ReserveConfig, ShrinkSchedule};
 
 use crate::chunk_store::{ChunkStore, ChunkStoreError};
 use crate::update::gc_due;
+use crate::update::plr::{merge_ahead_due, MergeAhead};
 
 /// How the Monitor Module runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,6 +167,35 @@ impl Monitor {
         Ok(r)
     }
 
+    /// Merges each listed PLR parity whose reserve is still due at `fraction` (blocking I/O): the
+    /// queue of a [`MergeAhead`], drained. A chunk deleted, found corrupt, or merged meanwhile (by
+    /// an update that found its reserve full) is skipped.
+    pub fn merge_ahead_pass(
+        &self,
+        keys: &[(u64, u32)],
+        fraction: f64,
+    ) -> Result<PassReport, ChunkStoreError> {
+        let mut r = PassReport::default();
+        for &(segment, index) in keys {
+            r.chunks += 1;
+            let due = match self.store.log_state(segment, index) {
+                Ok(Some(s)) => merge_ahead_due(&s, fraction),
+                Ok(None) => false,
+                Err(e) if e.is_corruption() => false,
+                Err(e) => return Err(e),
+            };
+            if due {
+                match self.store.merge(segment, index) {
+                    Ok(n) if n > 0 => r.merged += 1,
+                    Ok(_) | Err(ChunkStoreError::NotFound { .. }) => {}
+                    Err(e) if e.is_corruption() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(r)
+    }
+
     /// The u_{t−1} Algorithm 1 keeps for a chunk (tests, reports).
     pub fn utility_of(&self, segment: u64, index: u32) -> Option<f64> {
         let utility = self.utility.lock().unwrap_or_else(|p| p.into_inner());
@@ -176,9 +209,9 @@ fn utc_hour(secs: u64) -> u32 {
 }
 
 /// Runs the Monitor Module forever: a GC pass every `gc_every`, Algorithm 1 whenever the UTC hour
-/// turns into one of the schedule's hours, or every period (each pass on a blocking thread;
-/// failures logged).
-pub async fn run(monitor: Arc<Monitor>) {
+/// turns into one of the schedule's hours, or every period, and the merges `ahead` queues as they
+/// come (each pass on a blocking thread; failures logged).
+pub async fn run(monitor: Arc<Monitor>, ahead: Arc<MergeAhead>) {
     let now_secs = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -194,7 +227,22 @@ pub async fn run(monitor: Arc<Monitor>) {
     let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = ahead.wait() => {
+                let keys = ahead.take();
+                let (m, fraction) = (monitor.clone(), ahead.fraction());
+                match tokio::task::spawn_blocking(move || m.merge_ahead_pass(&keys, fraction)).await {
+                    Ok(Ok(r)) if r.merged > 0 => {
+                        tracing::debug!(merged = r.merged, "merged reserves ahead")
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!("merge ahead failed: {e}"),
+                    Err(e) => tracing::warn!("merge ahead failed: {e}"),
+                }
+                continue;
+            }
+        }
         let m = monitor.clone();
         match tokio::task::spawn_blocking(move || m.gc_pass()).await {
             Ok(Ok(r)) if r.merged > 0 => tracing::info!(merged = r.merged, "GC merged logs"),

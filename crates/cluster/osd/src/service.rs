@@ -119,6 +119,8 @@ pub(crate) struct Inner {
     pub(crate) setup: OsdSetup,
     /// Bytes reserved after each new PLR parity chunk ([`Osd::set_initial_reserve`]).
     pub(crate) initial_reserve: AtomicU64,
+    /// PLR parities due for a merge off the update path ([`Osd::merge_ahead`]).
+    pub(crate) merge_ahead: Arc<crate::update::plr::MergeAhead>,
     pub(crate) peers: Mutex<HashMap<String, OsdClient>>,
     pub(crate) segments: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<SegState>>>>,
     pub(crate) recovery: tokio::sync::Mutex<RateLimit>,
@@ -177,6 +179,7 @@ impl Osd {
             inner: Arc::new(Inner {
                 setup,
                 initial_reserve: AtomicU64::new(DEFAULT_RESERVE_BYTES),
+                merge_ahead: Arc::default(),
                 peers: Mutex::new(HashMap::new()),
                 segments: Mutex::new(HashMap::new()),
                 recovery: tokio::sync::Mutex::new(RateLimit::new(recovery_bytes_per_sec)),
@@ -275,6 +278,12 @@ impl Osd {
 
     pub fn set_initial_reserve(&self, bytes: u64) {
         self.inner.initial_reserve.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The queue of PLR parities due for a merge ahead (`[update.reserve] merge_ahead`: its
+    /// fraction is set here, the Monitor Module drains it).
+    pub fn merge_ahead(&self) -> &Arc<crate::update::plr::MergeAhead> {
+        &self.inner.merge_ahead
     }
 
     /// The primary lease the daemon's heartbeats renew (`lease.rs`).

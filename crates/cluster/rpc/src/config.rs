@@ -257,6 +257,11 @@ pub struct ReserveConfig {
     /// Shrink without the merge that follows (the seed's "shrink only" variant, §5.3.2): deltas
     /// held stay, so a shrink never cuts below them.
     pub shrink_only: bool,
+    /// Merge ahead: once a delta leaves a reserve at least this fraction full, the OSD's Monitor
+    /// Module merges it off the update path (as Algorithm 1's merge is), so that the update which
+    /// would have found it full does not wait for the merge. In (0, 1]; 0 (the default): a
+    /// reserve is merged only when a delta does not fit (the seed's §5.2 setting).
+    pub merge_ahead: f64,
 }
 
 impl Default for ReserveConfig {
@@ -269,6 +274,7 @@ impl Default for ReserveConfig {
             shrink_hours: None,
             shrink_period_ms: None,
             shrink_only: false,
+            merge_ahead: 0.0,
         }
     }
 }
@@ -312,7 +318,11 @@ impl ReserveConfig {
                 self.size_bytes
             ));
         }
-        for (name, v) in [("alpha", self.alpha), ("u0", self.u0)] {
+        for (name, v) in [
+            ("alpha", self.alpha),
+            ("u0", self.u0),
+            ("merge_ahead", self.merge_ahead),
+        ] {
             if !(0.0..=1.0).contains(&v) {
                 return Err(format!("update.reserve.{name} = {v} is not in [0, 1]"));
             }
@@ -714,6 +724,10 @@ out_after_ms = 30000
             (
                 "[update.reserve]\nu0 = 2.0\n",
                 "update.reserve.u0 = 2 is not in [0, 1]",
+            ),
+            (
+                "[update.reserve]\nmerge_ahead = 1.5\n",
+                "update.reserve.merge_ahead = 1.5 is not in [0, 1]",
             ),
             (
                 "[update.reserve]\nshrink_hours = [12, 0]\n",

@@ -247,7 +247,15 @@ pub(super) async fn apply_delta(
     scheme: Scheme,
     d: ParityDelta,
 ) -> Result<(), ChunkStoreError> {
-    osd.blocking(move |s| store_delta(scheme, s, &d)).await
+    let ahead = osd.merge_ahead().clone();
+    osd.blocking(move |s| {
+        store_delta(scheme, s, &d)?;
+        if scheme == Scheme::Plr {
+            ahead.note(s, d.segment, d.index);
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// One parity chunk's change: the extents it covers and its bytes over them, concatenated.

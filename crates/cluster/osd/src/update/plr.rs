@@ -7,10 +7,21 @@
 //! into the emptied reserve; a delta larger than the whole reserve (or a reserve of 0 bytes) is
 //! applied in place after that merge, as FO. How large each reserve is, is Algorithm 1's job
 //! ([`next_size`], run by the OSD's Monitor Module in `crate::daemon`).
+//!
+//! **Merge ahead** (`[update.reserve] merge_ahead`, off by default): a delta that leaves its
+//! reserve at least that fraction full puts the parity on a [`MergeAhead`] queue, and the Monitor
+//! Module merges it off the update path (`crate::monitor`), so that the update which would have
+//! found the reserve full does not wait for the merge. The merge is the store's own
+//! ([`ChunkStore::merge`], under the chunk's lock and the dirty-flag cycle), so nothing about
+//! durability changes: a delta that arrives during it waits for the lock, then finds room.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use super::{fo, DataChange, ParityDelta};
 use crate::api::ChunkMeta;
-use crate::chunk_store::{Change, ChunkStore, ChunkStoreError, LogPlace};
+use crate::chunk_store::{Change, ChunkStore, ChunkStoreError, LogPlace, LogState};
 
 pub use ecstack_base::reserve::{next_size, ReservePolicy};
 
@@ -71,6 +82,68 @@ fn delta_racing(
             }
         }
         r => r,
+    }
+}
+
+/// Whether a reserve whose state is `log` is due for a merge ahead at `fraction` (0: never).
+pub fn merge_ahead_due(log: &LogState, fraction: f64) -> bool {
+    fraction > 0.0
+        && log.reserve_bytes > 0
+        && log.records > 0
+        && log.bytes as f64 >= fraction * log.reserve_bytes as f64
+}
+
+/// The parity chunks waiting for a merge ahead (each once), and the fraction that puts them there.
+#[derive(Debug, Default)]
+pub struct MergeAhead {
+    /// The fraction, as `f64` bits (0: off).
+    fraction: AtomicU64,
+    due: Mutex<BTreeSet<(u64, u32)>>,
+    wake: tokio::sync::Notify,
+}
+
+impl MergeAhead {
+    pub fn fraction(&self) -> f64 {
+        f64::from_bits(self.fraction.load(Ordering::Relaxed))
+    }
+
+    /// Sets the fraction (`[update.reserve] merge_ahead`, checked by the config: in [0, 1]).
+    pub fn set_fraction(&self, fraction: f64) {
+        debug_assert!((0.0..=1.0).contains(&fraction), "merge_ahead {fraction}");
+        self.fraction.store(fraction.to_bits(), Ordering::Relaxed);
+    }
+
+    /// After a delta to a PLR parity was stored (blocking: reads the chunk's log state): queues
+    /// the parity if its reserve is now due. A chunk gone or corrupt is not queued (its read names
+    /// the corruption).
+    pub fn note(&self, s: &dyn ChunkStore, segment: u64, index: u32) {
+        let fraction = self.fraction();
+        if fraction <= 0.0 {
+            return;
+        }
+        if let Ok(Some(log)) = s.log_state(segment, index) {
+            if merge_ahead_due(&log, fraction) {
+                let fresh = self
+                    .due
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert((segment, index));
+                if fresh {
+                    self.wake.notify_one();
+                }
+            }
+        }
+    }
+
+    /// The parities queued so far (the queue emptied), in key order.
+    pub fn take(&self) -> Vec<(u64, u32)> {
+        let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *due).into_iter().collect()
+    }
+
+    /// Until a parity is queued (at once if one was queued since the last wait).
+    pub async fn wait(&self) {
+        self.wake.notified().await
     }
 }
 
