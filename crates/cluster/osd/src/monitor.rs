@@ -415,6 +415,47 @@ mod tests {
         assert_eq!((s.records, s.reserve_bytes), (1, 20_480));
     }
 
+    /// Merge ahead at 1/2 of a 16 KiB reserve: the first 5,000-byte delta (5,120 bytes logged)
+    /// queues nothing, the second (10,240 ≥ 8,192) queues the parity once, however often it is
+    /// noted; the pass merges it (the bytes read back as the deltas applied, once) and skips it
+    /// when nothing is due any more. Off (0), nothing is ever queued.
+    #[test]
+    fn merge_ahead_queues_a_reserve_past_its_fraction_and_the_monitor_merges_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ChunkStore> = Arc::new(FileStore::open(dir.path()).unwrap());
+        let data = vec![7u8; 64 << 10];
+        store
+            .put(&parity(1, UpdateScheme::Plr, 16 << 10), &data)
+            .unwrap();
+        let ahead = MergeAhead::default();
+        delta(&*store, 1, LogPlace::Reserve, 2, 5000);
+        ahead.note(&*store, 1, 2);
+        assert!(ahead.take().is_empty(), "queued while off");
+        ahead.set_fraction(0.5);
+        ahead.note(&*store, 1, 2);
+        assert!(ahead.take().is_empty(), "5,120 of 16,384 bytes is not half");
+        delta(&*store, 1, LogPlace::Reserve, 3, 5000);
+        ahead.note(&*store, 1, 2);
+        ahead.note(&*store, 1, 2);
+        let keys = ahead.take();
+        assert_eq!(keys, vec![(1, 2)]);
+        let m = Monitor::new(store.clone(), MonitorOptions::default());
+        let r = m.merge_ahead_pass(&keys, ahead.fraction()).unwrap();
+        assert_eq!((r.chunks, r.merged), (1, 1));
+        let s = store.log_state(1, 2).unwrap().unwrap();
+        assert_eq!((s.records, s.bytes, s.reserve_bytes), (0, 0, 16 << 10));
+        let (meta, bytes) = store.read(1, 2, 0, 5000).unwrap();
+        assert_eq!(meta.applied, vec![3, 1]);
+        assert!(
+            bytes.iter().all(|&b| b == 7 ^ 2 ^ 3),
+            "a delta lost or doubled"
+        );
+        // Already merged (an update found it full first): skipped. A chunk gone: skipped.
+        let again = m.merge_ahead_pass(&[(1, 2), (9, 9)], 0.5).unwrap();
+        assert_eq!((again.chunks, again.merged), (2, 0));
+        assert!(!merge_ahead_due(&s, 0.0));
+    }
+
     #[test]
     fn hours_are_utc() {
         assert_eq!(utc_hour(0), 0);

@@ -655,13 +655,14 @@ out_after_ms = 30000
     #[test]
     fn update_scheme_and_reserve_are_read_and_written_back() {
         let c = parse(
-            "[update]\nscheme = \"plr\"\n[update.reserve]\nsize_bytes = 16777216\nalpha = 0.5\nu0 = 0.0\ngranularity_bytes = 1048576\nshrink_period_ms = 60000\nshrink_only = true\n",
+            "[update]\nscheme = \"plr\"\n[update.reserve]\nsize_bytes = 16777216\nalpha = 0.5\nu0 = 0.0\ngranularity_bytes = 1048576\nshrink_period_ms = 60000\nshrink_only = true\nmerge_ahead = 0.9\n",
         )
         .unwrap();
         assert_eq!(c.update.scheme, UpdateScheme::Plr);
         let r = &c.update.reserve;
         assert_eq!((r.size_bytes, r.granularity_bytes), (16 << 20, 1 << 20));
         assert_eq!((r.alpha, r.u0, r.shrink_only), (0.5, 0.0, true));
+        assert_eq!(r.merge_ahead, 0.9);
         assert_eq!(
             r.schedule(),
             ShrinkSchedule::Period(std::time::Duration::from_secs(60))
