@@ -82,6 +82,11 @@ struct CodfsArgs {
     /// when a delta does not fit, as the seed's §5.2
     #[arg(long, default_value_t = 0.0)]
     merge_ahead: f64,
+    /// synthetic, overhead, msr: the page cache writes back (10 % of it dirty starts a write-back,
+    /// in address order) and ignores fsync — the seed's prototype wrote through the buffer cache
+    /// and names no sync; nothing is durable at the acknowledgement (a model, for comparison)
+    #[arg(long)]
+    writeback: bool,
     /// synthetic, overhead, msr: daemons speak mTLS (default: plain HTTP/2 on loopback, so that TLS
     /// does not spend the cores the phases are measured on)
     #[arg(long)]
@@ -491,6 +496,7 @@ fn testbed(a: &CodfsArgs, osds: usize) -> Result<ecstack_lab::codfs_synthetic::T
         insecure: !a.tls,
         osd_threads: Some(2),
         merge_ahead: a.merge_ahead,
+        writeback: a.writeback,
     })
 }
 

@@ -13,8 +13,19 @@
 //! `capacity_bytes` is reached. A discard drops the pages. Nothing here survives the process: a
 //! restart is a dropped cache. Concurrent writes to one page have no defined order here, as on
 //! any device (callers do not issue them).
+//!
+//! **Write-back** (`cached:size=…,writeback=BYTES:`, [`Cached::with_writeback`]), a model of a
+//! program that writes through the buffer cache and never syncs — as CodFS's prototype did (the
+//! seed names no sync and drops the cache before each test): a write only changes cached pages
+//! (a page it covers in part is read first if not cached) and marks them dirty; `flush` does
+//! nothing, so **nothing is durable until written back**. Once `BYTES` of pages are dirty (Linux
+//! starts writing back at `dirty_background_ratio`, 10 % of memory) the writer that crossed the
+//! mark writes every dirty page back, in address order, consecutive pages as one request of up to
+//! 1 MiB (the elevator's sort); so does dropping the device (a daemon's clean stop). Dirty pages
+//! and pages being written back are never evicted, so a read never sees the device's older bytes.
+//! An experiment setting, never a store's.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Mutex, MutexGuard};
 
@@ -23,11 +34,16 @@ use crate::{BlockDevice, DeviceStats, Result};
 /// Bytes of one cached page.
 pub const PAGE_BYTES: u64 = 4096;
 
+/// Largest request write-back sends: consecutive dirty pages up to this many bytes.
+const WRITEBACK_RUN_BYTES: u64 = 1 << 20;
+
 /// A page-cache model over `D` (see the module doc).
-pub struct Cached<D> {
+pub struct Cached<D: BlockDevice> {
     inner: D,
     name: String,
     pages_max: usize,
+    /// Write-back: dirty pages written back once this many are dirty (None: write-through).
+    writeback_pages: Option<usize>,
     state: Mutex<Pages>,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -43,6 +59,10 @@ struct Pages {
     /// last use → page index: the least recently used first.
     by_use: BTreeMap<u64, u64>,
     tick: u64,
+    /// Write-back: pages changed since they were last written to the device.
+    dirty: BTreeSet<u64>,
+    /// Write-back: pages on their way to the device (not evictable until there).
+    writing: HashMap<u64, u32>,
 }
 
 impl Pages {
@@ -65,10 +85,23 @@ impl Pages {
             self.by_use.remove(&used);
         }
         self.by_use.insert(tick, page);
-        while self.map.len() > pages_max {
+        // Least recently used clean pages go; dirty ones and ones being written back stay (and
+        // are passed over: at most one look at each page).
+        let mut looked = 0;
+        while self.map.len() > pages_max && looked < self.by_use.len() {
             let Some((_, victim)) = self.by_use.pop_first() else {
                 break;
             };
+            looked += 1;
+            if self.dirty.contains(&victim) || self.writing.contains_key(&victim) {
+                self.tick += 1;
+                let t = self.tick;
+                self.by_use.insert(t, victim);
+                if let Some(entry) = self.map.get_mut(&victim) {
+                    entry.1 = t;
+                }
+                continue;
+            }
             self.map.remove(&victim);
         }
         debug_assert_eq!(self.map.len(), self.by_use.len());
@@ -78,6 +111,7 @@ impl Pages {
         if let Some((_, used)) = self.map.remove(&page) {
             self.by_use.remove(&used);
         }
+        self.dirty.remove(&page);
     }
 }
 
@@ -91,13 +125,21 @@ impl<D: BlockDevice> std::fmt::Debug for Cached<D> {
 }
 
 impl<D: BlockDevice> Cached<D> {
-    /// A cache of at most `capacity_bytes` (rounded down to whole pages, at least one page).
+    /// A write-through cache of at most `capacity_bytes` (rounded down to whole pages, at least
+    /// one page).
     pub fn new(inner: D, capacity_bytes: u64) -> Cached<D> {
+        Cached::with_writeback(inner, capacity_bytes, None)
+    }
+
+    /// A cache that writes back once `dirty_bytes` are dirty and ignores flushes (the module
+    /// doc's write-back: nothing is durable until written back); `None`: write-through.
+    pub fn with_writeback(inner: D, capacity_bytes: u64, dirty_bytes: Option<u64>) -> Cached<D> {
         let name = format!("cached:{}", inner.name());
         Cached {
             inner,
             name,
             pages_max: (capacity_bytes / PAGE_BYTES).max(1) as usize,
+            writeback_pages: dirty_bytes.map(|b| (b / PAGE_BYTES).max(1) as usize),
             state: Mutex::new(Pages::default()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -113,6 +155,108 @@ impl<D: BlockDevice> Cached<D> {
     /// Pages cached now.
     pub fn cached_pages(&self) -> usize {
         self.lock().map.len()
+    }
+
+    /// Pages changed and not yet written back (always 0 when writing through).
+    pub fn dirty_pages(&self) -> usize {
+        self.lock().dirty.len()
+    }
+
+    /// Writes every dirty page back, in address order, consecutive pages as one request of up
+    /// to [`WRITEBACK_RUN_BYTES`] (not flushed: the device's own flush makes them durable). A
+    /// page written again meanwhile stays dirty; one that failed to go is dirty again.
+    pub fn write_back(&self) -> Result<()> {
+        let runs: Vec<(u64, Vec<u8>)> = {
+            let mut st = self.lock();
+            let dirty = std::mem::take(&mut st.dirty);
+            let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+            for page in dirty {
+                let Some((bytes, _)) = st.map.get(&page) else {
+                    continue; // dropped by a discard
+                };
+                let bytes = bytes.clone();
+                *st.writing.entry(page).or_insert(0) += 1;
+                match runs.last_mut() {
+                    Some((first, b))
+                        if *first + (b.len() as u64 / PAGE_BYTES) == page
+                            && (b.len() as u64) < WRITEBACK_RUN_BYTES =>
+                    {
+                        b.extend_from_slice(&bytes)
+                    }
+                    _ => runs.push((page, bytes.into_vec())),
+                }
+            }
+            runs
+        };
+        let mut result = Ok(());
+        let cap = self.inner.capacity();
+        for (first, bytes) in &runs {
+            let at = first * PAGE_BYTES;
+            // The device's last page may be partial: only what it holds goes.
+            let len = (bytes.len() as u64).min(cap.saturating_sub(at)) as usize;
+            let r = self.inner.write_at(&bytes[..len], at);
+            let mut st = self.lock();
+            for page in *first..*first + bytes.len() as u64 / PAGE_BYTES {
+                if r.is_err() && st.map.contains_key(&page) {
+                    st.dirty.insert(page);
+                }
+                if let Some(n) = st.writing.get_mut(&page) {
+                    *n -= 1;
+                    if *n == 0 {
+                        st.writing.remove(&page);
+                    }
+                }
+            }
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    }
+
+    /// Write-back: a write changes the cached pages only (pages it covers in part read first if
+    /// not cached) and marks them dirty; the writer that takes the dirty pages to the mark writes
+    /// them all back.
+    fn write_behind(&self, buf: &[u8], offset: u64, mark: usize) -> Result<()> {
+        let end = offset + buf.len() as u64;
+        if end > self.inner.capacity() {
+            return self.inner.write_at(buf, offset); // beyond capacity: the device says so
+        }
+        let pages = offset / PAGE_BYTES..end.div_ceil(PAGE_BYTES);
+        self.writes.fetch_add(1, SeqCst);
+        let dirty = {
+            let mut st = self.lock();
+            for page in pages {
+                let p0 = page * PAGE_BYTES;
+                let (a, b) = (offset.max(p0), end.min(p0 + PAGE_BYTES));
+                let src = &buf[(a - offset) as usize..(b - offset) as usize];
+                let mut bytes = if b - a == PAGE_BYTES {
+                    src.to_vec()
+                } else if let Some((cached, _)) = st.map.get(&page) {
+                    cached.to_vec()
+                } else {
+                    // A page covered in part is read first (zeros past the device's end).
+                    drop(st);
+                    let len = PAGE_BYTES.min(self.inner.capacity() - p0) as usize;
+                    let mut whole = vec![0u8; PAGE_BYTES as usize];
+                    self.inner.read_at(&mut whole[..len], p0)?;
+                    st = self.lock();
+                    match st.map.get(&page) {
+                        Some((cached, _)) => cached.to_vec(), // newer, written meanwhile
+                        None => whole,
+                    }
+                };
+                bytes[(a - p0) as usize..(b - p0) as usize].copy_from_slice(src);
+                // Dirty first: the insertion's eviction passes over dirty pages.
+                st.dirty.insert(page);
+                st.insert(page, &bytes, self.pages_max);
+            }
+            st.dirty.len()
+        };
+        if dirty >= mark {
+            self.write_back()?;
+        }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Pages> {
@@ -181,6 +325,16 @@ impl<D: BlockDevice> BlockDevice for Cached<D> {
         for page in first..=last {
             let p0 = page * PAGE_BYTES;
             let in_span = (p0 - from) as usize;
+            let (a, b) = (offset.max(p0), end.min(p0 + PAGE_BYTES).min(to));
+            // A page of the span that is cached is newer than the device's (under write-back it
+            // may be dirty): the caller gets it, and it stays.
+            if let Some((bytes, _)) = st.map.get(&page) {
+                if a < b {
+                    buf[(a - offset) as usize..(b - offset) as usize]
+                        .copy_from_slice(&bytes[(a - p0) as usize..(b - p0) as usize]);
+                }
+                continue;
+            }
             if unchanged && p0 + PAGE_BYTES <= to {
                 st.insert(
                     page,
@@ -188,8 +342,7 @@ impl<D: BlockDevice> BlockDevice for Cached<D> {
                     self.pages_max,
                 );
             }
-            // Copy what the caller asked for from the fresh bytes (cached or not).
-            let (a, b) = (offset.max(p0), end.min(p0 + PAGE_BYTES).min(to));
+            // Copy what the caller asked for from the fresh bytes.
             if a < b {
                 let at = (a - from) as usize;
                 buf[(a - offset) as usize..(b - offset) as usize]
@@ -200,6 +353,11 @@ impl<D: BlockDevice> BlockDevice for Cached<D> {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        if let Some(mark) = self.writeback_pages {
+            if !buf.is_empty() {
+                return self.write_behind(buf, offset, mark);
+            }
+        }
         let end = offset + buf.len() as u64;
         let pages = offset / PAGE_BYTES..end.div_ceil(PAGE_BYTES);
         self.writes.fetch_add(1, SeqCst);
@@ -227,10 +385,17 @@ impl<D: BlockDevice> BlockDevice for Cached<D> {
     }
 
     fn flush(&self) -> Result<()> {
+        if self.writeback_pages.is_some() {
+            return Ok(()); // the modelled program never syncs: see the module doc
+        }
         self.inner.flush()
     }
 
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        if self.writeback_pages.is_some() {
+            // Dirty bytes beside the range, on pages it covers in part, must not go with them.
+            self.write_back()?;
+        }
         {
             let mut st = self.lock();
             for page in offset / PAGE_BYTES..(offset + len).div_ceil(PAGE_BYTES) {
@@ -248,6 +413,17 @@ impl<D: BlockDevice> BlockDevice for Cached<D> {
     }
     fn backing_paths(&self) -> Vec<std::path::PathBuf> {
         self.inner.backing_paths()
+    }
+}
+
+impl<D: BlockDevice> Drop for Cached<D> {
+    /// A clean stop writes every dirty page back and flushes (errors can only be logged).
+    fn drop(&mut self) {
+        if self.writeback_pages.is_some() {
+            if let Err(e) = self.write_back().and_then(|()| self.inner.flush()) {
+                eprintln!("{}: write-back at close failed: {e}", self.name);
+            }
+        }
     }
 }
 
@@ -300,6 +476,93 @@ mod tests {
         let before = d.inner.stats().read_ops;
         d.read_at(&mut b, 12288).unwrap();
         assert_eq!(d.inner.stats().read_ops, before + 1, "the page was dropped");
+    }
+
+    /// Write-back: writes stay in memory (no device write, flush ignored) until the dirty mark,
+    /// then go in address order, consecutive pages as one request; reads see the newest bytes
+    /// throughout; dropping the cache writes the rest back.
+    #[test]
+    fn write_back_holds_writes_until_the_mark_then_writes_them_sorted() {
+        let plain = std::sync::Arc::new(Metered::new(MemDevice::new(1 << 20).unwrap()));
+        let d = Cached::with_writeback(plain.clone(), 64 << 10, Some(4 * PAGE_BYTES));
+        d.write_at(&[1u8; 4096], 40960).unwrap();
+        d.write_at(&[2u8; 8192], 8192).unwrap();
+        d.flush().unwrap();
+        assert_eq!(plain.stats().write_ops, 0, "written before the mark");
+        assert_eq!(d.dirty_pages(), 3);
+        let mut b = vec![0u8; 4096];
+        d.read_at(&mut b, 40960).unwrap();
+        assert_eq!(b, vec![1u8; 4096]);
+        // A write covering a page in part reads it first, then the fourth dirty page writes all.
+        let reads = plain.stats().read_ops;
+        d.write_at(&[3u8; 100], 16384 + 50).unwrap();
+        assert_eq!(
+            plain.stats().read_ops,
+            reads + 1,
+            "page 4 read before it was patched"
+        );
+        assert_eq!(d.dirty_pages(), 0);
+        let s = plain.stats();
+        assert_eq!(
+            s.write_ops, 2,
+            "pages 2–4 as one request, page 10 as another"
+        );
+        let mut got = vec![0u8; 4096];
+        plain.read_at(&mut got, 8192).unwrap();
+        assert_eq!(got, vec![2u8; 4096]);
+        plain.read_at(&mut got, 16384).unwrap();
+        assert_eq!(&got[..50], &[0u8; 50][..]);
+        assert_eq!(&got[50..150], &[3u8; 100][..]);
+        d.write_at(&[4u8; 4096], 0).unwrap();
+        drop(d);
+        plain.read_at(&mut got, 0).unwrap();
+        assert_eq!(got, vec![4u8; 4096], "the drop wrote the rest back");
+    }
+
+    /// Write-back with a cache of few pages: dirty pages are never evicted, so every read returns
+    /// what the device without the cache returns, and after the drop the device holds it (300
+    /// seeds of writes, reads and discards at any offsets and sizes).
+    #[test]
+    fn write_back_reads_match_the_device_without_a_cache_and_lands_at_drop() {
+        let cap = 65536u64;
+        for seed in 0..300u64 {
+            let mut rng = SplitMix64::new(seed);
+            let plain = MemDevice::new(cap).unwrap();
+            let under = std::sync::Arc::new(MemDevice::new(cap).unwrap());
+            let pages = 2 + rng.below(8);
+            let d = Cached::with_writeback(
+                under.clone(),
+                pages * PAGE_BYTES,
+                Some((1 + rng.below(pages)) * PAGE_BYTES),
+            );
+            for _ in 0..1 + rng.below(80) {
+                let off = rng.below(60_000);
+                let len = (1 + rng.below(9_000)).min(cap - off) as usize;
+                let fill = rng.below(256) as u8;
+                match rng.below(3) {
+                    0 => {
+                        let bytes: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
+                        plain.write_at(&bytes, off).unwrap();
+                        d.write_at(&bytes, off).unwrap();
+                    }
+                    1 => {
+                        let (mut a, mut b) = (vec![0u8; len], vec![1u8; len]);
+                        plain.read_at(&mut a, off).unwrap();
+                        d.read_at(&mut b, off).unwrap();
+                        assert!(a == b, "seed {seed}: read of {len} at {off} differs");
+                    }
+                    _ => {
+                        plain.discard(off, len as u64).unwrap();
+                        d.discard(off, len as u64).unwrap();
+                    }
+                }
+            }
+            drop(d);
+            let (mut a, mut b) = (vec![0u8; cap as usize], vec![1u8; cap as usize]);
+            plain.read_at(&mut a, 0).unwrap();
+            under.read_at(&mut b, 0).unwrap();
+            assert!(a == b, "seed {seed}: the device after the drop differs");
+        }
     }
 
     /// Any mix of reads, writes and discards, at any offsets and sizes, with a cache smaller than

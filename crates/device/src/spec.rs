@@ -32,7 +32,9 @@
 //! * `throttled`: `bw` (bytes/s as a size), `lat` (fixed), `lat_min`+`lat_max` (uniform), `lat_mean`
 //!   (exponential), `lat_median`+`lat_sigma` (log-normal), `seed`, `profile` (eplog-ssd, eplog-hdd:
 //!   service times by request kind instead of `bw`)
-//! * `cached`: `size` (bytes of page cache, required)
+//! * `cached`: `size` (bytes of page cache, required), `writeback` (bytes: write back once this
+//!   many are dirty and ignore flushes — a model of a program that never syncs, nothing durable
+//!   until written back; without it, write-through)
 //!
 //! Example: `metered:faulty:seed=7,fail_at=100000:ssd:blocks=4096,op=0.2,mode=tlc`.
 
@@ -263,12 +265,19 @@ fn open_inner(full: &str, s: &str) -> Result<Arc<dyn BlockDevice>> {
         "cached" => {
             let (ptext, inner) = split_wrapper(rest);
             let p = Params::parse(full, "cached", ptext, ',')?;
-            p.check_keys(&["size"])?;
+            p.check_keys(&["size", "writeback"])?;
             let size = p.size("size")?.filter(|&s| s >= cached::PAGE_BYTES).ok_or_else(|| {
                 err(full, "cached: give size=BYTES (at least 4K), e.g. cached:size=256M:file:d.img")
             })?;
+            let writeback = p.size("writeback")?;
+            if let Some(w) = writeback.filter(|&w| w < cached::PAGE_BYTES || w > size / 2) {
+                return Err(err(
+                    full,
+                    format!("cached: writeback={w}: the dirty bytes that start a write-back, from 4K to half of size ({size})"),
+                ));
+            }
             let inner = open_inner(full, inner)?;
-            Ok(Arc::new(Cached::new(inner, size)))
+            Ok(Arc::new(Cached::with_writeback(inner, size, writeback)))
         }
         "file" => {
             let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -639,6 +648,8 @@ mod tests {
             "cached:mem:1M",
             "cached:size=1K:mem:1M",
             "cached:size=1M,ways=2:mem:1M",
+            "cached:size=1M,writeback=1K:mem:1M",
+            "cached:size=1M,writeback=768K:mem:1M",
         ];
         for spec in specs {
             let e = match open_spec(spec) {
@@ -650,6 +661,7 @@ mod tests {
         }
         // The largest values that are still sane are accepted.
         assert!(open_spec("cached:size=4K:mem:1M").is_ok());
+        assert!(open_spec("cached:size=1M,writeback=512K:mem:1M").is_ok());
         assert!(open_spec("throttled:lat=1ns,bw=1:mem:1M").is_ok());
         assert!(open_spec("ssd:blocks=4,pages=4,op=0.2,gc_low=0,gc_high=0,data=1").is_err());
         assert!(open_spec("ssd:blocks=8,pages=4,op=0.5,gc_low=0,gc_high=0").is_ok());

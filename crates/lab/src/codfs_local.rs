@@ -66,6 +66,9 @@ pub struct LocalSpec {
     /// Any other change to a new cluster's `cluster.toml` (tests: a short `[mds]
     /// orphan_grace_ms`, `[osd] inventory_period_ms`), made before it is checked and written.
     pub configure: Option<fn(&mut ClusterConfig)>,
+    /// How long a daemon may take to stop after SIGTERM before it is SIGKILLed (default 5 s;
+    /// stores on a write-back page-cache model write their dirty pages back as they stop).
+    pub stop_grace: Duration,
 }
 
 impl LocalSpec {
@@ -92,6 +95,7 @@ impl LocalSpec {
             mds_standbys: 0,
             mds_lease_ms: None,
             configure: None,
+            stop_grace: Duration::from_millis(STOP_GRACE_MS_MAX),
         }
     }
 
@@ -142,13 +146,13 @@ impl Daemon {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM, wait for the exit (bounded), then SIGKILL.
-    fn stop(&mut self) {
+    /// SIGTERM, wait for the exit (at most `grace`), then SIGKILL.
+    fn stop(&mut self, grace: Duration) {
         if let Ok(Some(_)) = self.child.try_wait() {
             return;
         }
         signal(self.pid(), libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_millis(STOP_GRACE_MS_MAX);
+        let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
@@ -381,7 +385,7 @@ impl LocalCluster {
     /// not running. Its store can then be opened by this process.
     pub fn stop_osd(&mut self, i: usize) {
         if let Some(mut d) = self.osds[i].take() {
-            d.stop();
+            d.stop(self.spec.stop_grace);
         }
     }
 
@@ -429,14 +433,15 @@ impl LocalCluster {
         for d in self.osds.iter_mut().flatten() {
             signal(d.pid(), libc::SIGTERM);
         }
+        let grace = self.spec.stop_grace;
         for slot in &mut self.osds {
             if let Some(mut d) = slot.take() {
-                d.stop();
+                d.stop(grace);
             }
         }
         for slot in &mut self.mds {
             if let Some(mut d) = slot.take() {
-                d.stop();
+                d.stop(grace);
             }
         }
     }

@@ -319,6 +319,11 @@ pub struct Testbed {
     /// PLR's `[update.reserve] merge_ahead` (0: a reserve is merged only when a delta does not fit,
     /// as in the seed's §5.2).
     pub merge_ahead: f64,
+    /// The page cache writes back instead of through (`cached:…,writeback=…`: 10 % of it dirty
+    /// starts a write-back, as Linux's `dirty_background_ratio`; flushes ignored): the seed's
+    /// prototype writing through the buffer cache without syncing. Nothing is durable at the
+    /// acknowledgement; an OSD's clean stop (each phase's cache drop) writes its pages back.
+    pub writeback: bool,
 }
 
 /// A setting's cluster, up, with an admin client.
@@ -354,6 +359,13 @@ impl Testbed {
         }
         if let Some(b) = self.page_cache_bytes.filter(|&b| b < 4096) {
             return bad("page-cache", format!("{b} bytes: less than one 4 KiB page"));
+        }
+        if self.writeback && (self.profile.is_none() || self.page_cache_bytes.is_none()) {
+            return bad(
+                "writeback",
+                "write-back is a mode of the page cache: give a --store-profile and a --page-cache"
+                    .into(),
+            );
         }
         if !(0.0..=1.0).contains(&self.merge_ahead) {
             return bad(
@@ -392,6 +404,11 @@ impl Testbed {
 
     fn store_words(&self) -> String {
         match (&self.profile, self.page_cache_bytes) {
+            (Some(p), Some(b)) if self.writeback => format!(
+                "each store on `cached:size={} MiB,writeback={} MiB:throttled:profile={p}:file:…` (a page cache per OSD that **writes back** once 10 % of it is dirty and ignores fsync, as the seed's buffered prototype: nothing durable at the acknowledgement; written back and dropped before each phase)",
+                b >> 20,
+                (b / 10) >> 20
+            ),
             (Some(p), Some(b)) => format!(
                 "each store on `cached:size={} MiB:throttled:profile={p}:file:…` (a page cache per OSD, dropped before each phase)",
                 b >> 20
@@ -429,8 +446,16 @@ impl Testbed {
             ..Default::default()
         });
         spec.gc_period_ms = Some(NEVER_MS);
+        if self.writeback {
+            // A stop writes every dirty page back through the profiled device first.
+            spec.stop_grace = std::time::Duration::from_secs(600);
+        }
         if let Some(p) = &self.profile {
             let cache = match self.page_cache_bytes {
+                Some(b) if self.writeback => format!(
+                    "cached:size={b},writeback={}:",
+                    (b / 10).max(4096) / 4096 * 4096
+                ),
                 Some(b) => format!("cached:size={b}:"),
                 None => String::new(),
             };

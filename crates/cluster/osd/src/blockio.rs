@@ -175,10 +175,11 @@ struct Shared {
     counters: BlockCounters,
 }
 
-/// The block I/O queue and its workers (stopped when it is dropped).
+/// The block I/O queue and its workers (stopped and joined when it is dropped).
 pub struct BlockIo {
     shared: Arc<Shared>,
     threads: usize,
+    handles: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for BlockIo {
@@ -188,9 +189,19 @@ impl std::fmt::Debug for BlockIo {
 }
 
 impl Drop for BlockIo {
+    /// Stops the workers and waits for them: a worker's job in progress ends first, and the
+    /// workers' hold on the store is gone when this returns (so a store that does work when it is
+    /// dropped, such as a write-back cache writing its pages back, does it before the process
+    /// ends; a detached worker would be killed by the exit).
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.ready.notify_all();
+        let me = std::thread::current().id();
+        for h in self.handles.drain(..) {
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
+        }
     }
 }
 
@@ -220,14 +231,20 @@ impl BlockIo {
             counters,
         });
         let threads = threads.max(1);
-        for i in 0..threads {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("osd-blockio-{i}"))
-                .spawn(move || worker(&shared))
-                .expect("spawning a block I/O thread");
+        let handles = (0..threads)
+            .map(|i| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("osd-blockio-{i}"))
+                    .spawn(move || worker(&shared))
+                    .expect("spawning a block I/O thread")
+            })
+            .collect();
+        BlockIo {
+            shared,
+            threads,
+            handles,
         }
-        BlockIo { shared, threads }
     }
 
     /// A new stream's hold on its jobs.

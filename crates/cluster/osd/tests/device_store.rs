@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use ecstack_base::Rng;
-use ecstack_device::{BlockDevice, MemDevice, PowerCutPolicy};
+use ecstack_device::{BlockDevice, Cached, MemDevice, PowerCutPolicy};
 use ecstack_osd::chunk_store::{
     f_avg, Change, ChunkStore, ChunkStoreError, FileStore, LogPlace, BLOCK_BYTES,
 };
@@ -57,6 +57,21 @@ fn device_store_suite() {
     };
     chunk_store_suite::run(&|| {
         Box::new(DeviceStore::open(dev.clone(), "mem", small).unwrap()) as Box<dyn ChunkStore>
+    });
+}
+
+/// The suite over a store whose device is behind a write-back page-cache model
+/// (`cached:…,writeback=…`, what `experiment codfs --writeback` gives each OSD), a new cache at
+/// each open over the same device: what a store wrote reaches the device when the store is dropped
+/// (an OSD's clean stop), so every reopen finds it.
+#[test]
+fn device_store_suite_on_a_write_back_cache() {
+    let dev = mem(64 * MIB);
+    chunk_store_suite::run(&|| {
+        let cached: Arc<dyn BlockDevice> =
+            Arc::new(Cached::with_writeback(dev.clone(), 4 * MIB, Some(MIB)));
+        Box::new(DeviceStore::open(cached, "mem", DeviceStoreOptions::default()).unwrap())
+            as Box<dyn ChunkStore>
     });
 }
 
