@@ -478,6 +478,35 @@ mod tests {
         assert_eq!(d.inner.stats().read_ops, before + 1, "the page was dropped");
     }
 
+    /// Up to 80 reads, writes and discards at any offsets and sizes (of a 64 KiB device), the
+    /// same on `plain` and `d`: every read of `d` must return what `plain` returns.
+    fn mixed_ops(rng: &mut SplitMix64, seed: u64, plain: &MemDevice, d: &dyn BlockDevice) {
+        let cap = plain.capacity();
+        for _ in 0..1 + rng.below(80) {
+            let off = rng.below(60_000);
+            let len = (1 + rng.below(9_000)).min(cap - off) as usize;
+            let fill = rng.below(256) as u8;
+            match rng.below(3) {
+                0 => {
+                    let bytes: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
+                    plain.write_at(&bytes, off).unwrap();
+                    d.write_at(&bytes, off).unwrap();
+                }
+                1 => {
+                    let (mut a, mut b) = (vec![0u8; len], vec![1u8; len]);
+                    plain.read_at(&mut a, off).unwrap();
+                    d.read_at(&mut b, off).unwrap();
+                    assert!(a == b, "seed {seed}: read of {len} at {off} differs");
+                }
+                _ => {
+                    // MemDevice zeroes a discarded range; both see the same.
+                    plain.discard(off, len as u64).unwrap();
+                    d.discard(off, len as u64).unwrap();
+                }
+            }
+        }
+    }
+
     /// Write-back: writes stay in memory (no device write, flush ignored) until the dirty mark,
     /// then go in address order, consecutive pages as one request; reads see the newest bytes
     /// throughout; dropping the cache writes the rest back.
@@ -535,28 +564,7 @@ mod tests {
                 pages * PAGE_BYTES,
                 Some((1 + rng.below(pages)) * PAGE_BYTES),
             );
-            for _ in 0..1 + rng.below(80) {
-                let off = rng.below(60_000);
-                let len = (1 + rng.below(9_000)).min(cap - off) as usize;
-                let fill = rng.below(256) as u8;
-                match rng.below(3) {
-                    0 => {
-                        let bytes: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
-                        plain.write_at(&bytes, off).unwrap();
-                        d.write_at(&bytes, off).unwrap();
-                    }
-                    1 => {
-                        let (mut a, mut b) = (vec![0u8; len], vec![1u8; len]);
-                        plain.read_at(&mut a, off).unwrap();
-                        d.read_at(&mut b, off).unwrap();
-                        assert!(a == b, "seed {seed}: read of {len} at {off} differs");
-                    }
-                    _ => {
-                        plain.discard(off, len as u64).unwrap();
-                        d.discard(off, len as u64).unwrap();
-                    }
-                }
-            }
+            mixed_ops(&mut rng, seed, &plain, &d);
             drop(d);
             let (mut a, mut b) = (vec![0u8; cap as usize], vec![1u8; cap as usize]);
             plain.read_at(&mut a, 0).unwrap();
@@ -574,29 +582,7 @@ mod tests {
             let mut rng = SplitMix64::new(seed);
             let plain = MemDevice::new(cap).unwrap();
             let d = dev(cap, (1 + rng.below(8)) * PAGE_BYTES);
-            for _ in 0..1 + rng.below(80) {
-                let off = rng.below(60_000);
-                let len = (1 + rng.below(9_000)).min(cap - off) as usize;
-                let fill = rng.below(256) as u8;
-                match rng.below(3) {
-                    0 => {
-                        let bytes: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
-                        plain.write_at(&bytes, off).unwrap();
-                        d.write_at(&bytes, off).unwrap();
-                    }
-                    1 => {
-                        let (mut a, mut b) = (vec![0u8; len], vec![1u8; len]);
-                        plain.read_at(&mut a, off).unwrap();
-                        d.read_at(&mut b, off).unwrap();
-                        assert!(a == b, "seed {seed}: read of {len} at {off} differs");
-                    }
-                    _ => {
-                        // MemDevice zeroes a discarded range; both see the same.
-                        plain.discard(off, len as u64).unwrap();
-                        d.discard(off, len as u64).unwrap();
-                    }
-                }
-            }
+            mixed_ops(&mut rng, seed, &plain, &d);
         }
     }
 }
