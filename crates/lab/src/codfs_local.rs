@@ -186,6 +186,37 @@ fn signal(pid: u32, sig: libc::c_int) {
     }
 }
 
+/// Waits until every thread of process `pid` is stopped (state `T` in `/proc/PID/task/*/stat`).
+/// kill(2) with SIGSTOP returns before the stop: one thread takes the signal when it next runs and
+/// only then stops the others, which until then go on serving (a loaded machine may take tens of
+/// milliseconds to get there).
+pub fn wait_stopped(pid: u32, within: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+    loop {
+        let states: Vec<u8> = std::fs::read_dir(&tasks)
+            .map_err(|e| format!("process {pid}: {}: {e}", tasks.display()))?
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+            // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses; STATE follows the last ')'.
+            .filter_map(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, r)| r.trim_start().bytes().next())
+            })
+            .collect();
+        if !states.is_empty() && states.iter().all(|&c| c == b'T' || c == b't') {
+            return Ok(());
+        }
+        if start.elapsed() >= within {
+            return Err(format!(
+                "process {pid}: not every thread stopped within {within:?} (states {})",
+                String::from_utf8_lossy(&states)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// The running cluster. Dropping it kills every daemon.
 pub struct LocalCluster {
     /// `<dir>/cluster.lock`, held while the cluster runs: one `cluster up` per directory.
@@ -321,10 +352,17 @@ impl LocalCluster {
         }
     }
 
-    /// Sends `sig` (SIGSTOP, SIGCONT) to MDS `i` if it runs.
+    /// Sends `sig` (SIGSTOP, SIGCONT) to MDS `i` if it runs. SIGSTOP returns once every thread of
+    /// the MDS has stopped ([`wait_stopped`]): the kernel stops a process's threads one by one as
+    /// they next run, so a call sent right after kill(2) could otherwise still be served.
     pub fn signal_mds(&self, i: usize, sig: i32) {
         if let Some(d) = &self.mds[i] {
             signal(d.pid(), sig);
+            if sig == libc::SIGSTOP {
+                if let Err(e) = wait_stopped(d.pid(), Duration::from_secs(10)) {
+                    eprintln!("MDS {i}: {e}");
+                }
+            }
         }
     }
 
@@ -573,4 +611,23 @@ fn init(spec: &LocalSpec) -> Result<(), ClientError> {
     std::fs::write(&path, text)
         .map_err(|e| ClientError::Local(format!("cannot write {}: {e}", path.display())))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_stopped_returns_once_every_thread_is_stopped() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let e = wait_stopped(pid, Duration::from_millis(50)).unwrap_err();
+        assert!(e.contains("not every thread stopped"), "{e}");
+        signal(pid, libc::SIGSTOP);
+        wait_stopped(pid, Duration::from_secs(10)).unwrap();
+        signal(pid, libc::SIGCONT);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(wait_stopped(pid, Duration::from_millis(10)).is_err());
+    }
 }
