@@ -31,7 +31,9 @@
 //!   repeatable), `heal` (0/1), `bitrot`, `cut_at` (op), `survive`, `torn`, `reorder` (0/1), `sector`
 //! * `throttled`: `bw` (bytes/s as a size), `lat` (fixed), `lat_min`+`lat_max` (uniform), `lat_mean`
 //!   (exponential), `lat_median`+`lat_sigma` (log-normal), `seed`, `profile` (eplog-ssd, eplog-hdd:
-//!   service times by request kind instead of `bw`)
+//!   service times by request kind instead of `bw`), `ncq` (with a profile: how many of the latest
+//!   requests' ends the sequential test looks at, in place of the profile's own; 1 = where the
+//!   previous one ended)
 //! * `cached`: `size` (bytes of page cache, required), `writeback` (bytes: write back once this
 //!   many are dirty and ignore flushes — a model of a program that never syncs, nothing durable
 //!   until written back; without it, write-through)
@@ -486,6 +488,7 @@ fn throttle_config(full: &str, text: &str) -> Result<ThrottleConfig> {
         "lat_sigma",
         "seed",
         "profile",
+        "ncq",
     ])?;
     // parse_duration keeps durations within u64 nanoseconds.
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -523,7 +526,7 @@ fn throttle_config(full: &str, text: &str) -> Result<ThrottleConfig> {
     if bandwidth == Some(0.0) {
         return Err(err(full, "throttled: bw must be positive"));
     }
-    let profile = match p.get("profile") {
+    let mut profile = match p.get("profile") {
         None => None,
         Some(name) => Some(ServiceProfile::preset(name).ok_or_else(|| {
             err(
@@ -537,6 +540,18 @@ fn throttle_config(full: &str, text: &str) -> Result<ThrottleConfig> {
     };
     if profile.is_some() && bandwidth.is_some() {
         return Err(err(full, "throttled: give bw or profile, not both"));
+    }
+    if let Some(ncq) = p.num::<usize>("ncq")? {
+        let Some(prof) = profile.as_mut() else {
+            return Err(err(
+                full,
+                "throttled: ncq sets a profile's sequential test: give a profile",
+            ));
+        };
+        if !(1..=1024).contains(&ncq) {
+            return Err(p.bad("ncq", p.get("ncq").unwrap_or(""), "must be 1 to 1024"));
+        }
+        prof.reorder = ncq;
     }
     Ok(ThrottleConfig {
         bandwidth,

@@ -181,3 +181,32 @@ fn profile_spec_parses_and_rejects() {
         .to_string();
     assert!(e.contains("not both"), "{e}");
 }
+
+/// Two interleaved append streams: the HDD profile's sequential test looks at the last 32 ends
+/// (NCQ), so both stay sequential; with `ncq=1` only the previous request counts, and every
+/// request of the interleave is a random write (a seek each).
+#[test]
+fn ncq_sets_how_far_back_the_sequential_test_looks() {
+    let charged = |spec: &str| {
+        let d = ecstack_device::open_spec(spec).unwrap();
+        let buf = vec![1u8; 4096];
+        for i in 0..12u64 {
+            let stream = (i % 2) << 19;
+            d.write_at(&buf, stream + (i / 2) * 4096).unwrap();
+        }
+        d.stats().modeled_ns
+    };
+    let ncq32 = charged("throttled:profile=eplog-hdd:mem:1M");
+    let ncq1 = charged("throttled:profile=eplog-hdd,ncq=1:mem:1M");
+    // Random 4 KiB writes at 1.1 MB/s take ~3.7 ms; sequential ones at 91.6 MB/s ~45 µs.
+    assert!(ncq1 >= 11 * 3_500_000, "{ncq1}");
+    assert!(ncq32 <= 2 * 3_800_000 + 10 * 200_000, "{ncq32}");
+    for (spec, want) in [
+        ("throttled:ncq=1:mem:1M", "give a profile"),
+        ("throttled:profile=eplog-hdd,ncq=0:mem:1M", "1 to 1024"),
+        ("throttled:profile=eplog-hdd,ncq=x:mem:1M", "not a number"),
+    ] {
+        let e = ecstack_device::open_spec(spec).unwrap_err().to_string();
+        assert!(e.contains(want), "{spec}: {e}");
+    }
+}
