@@ -33,7 +33,8 @@
 //!   (exponential), `lat_median`+`lat_sigma` (log-normal), `seed`, `profile` (eplog-ssd, eplog-hdd:
 //!   service times by request kind instead of `bw`), `ncq` (with a profile: how many of the latest
 //!   requests' ends the sequential test looks at, in place of the profile's own; 1 = where the
-//!   previous one ended)
+//!   previous one ended), `ncq_queued` (0/1: of those, only the previous one and the ones still
+//!   queued when the request arrives)
 //! * `cached`: `size` (bytes of page cache, required), `writeback` (bytes: write back once this
 //!   many are dirty and ignore flushes — a model of a program that never syncs, nothing durable
 //!   until written back; without it, write-through)
@@ -489,6 +490,7 @@ fn throttle_config(full: &str, text: &str) -> Result<ThrottleConfig> {
         "seed",
         "profile",
         "ncq",
+        "ncq_queued",
     ])?;
     // parse_duration keeps durations within u64 nanoseconds.
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -552,6 +554,15 @@ fn throttle_config(full: &str, text: &str) -> Result<ThrottleConfig> {
             return Err(p.bad("ncq", p.get("ncq").unwrap_or(""), "must be 1 to 1024"));
         }
         prof.reorder = ncq;
+    }
+    if let Some(queued) = p.flag("ncq_queued")? {
+        let Some(prof) = profile.as_mut() else {
+            return Err(err(
+                full,
+                "throttled: ncq_queued sets a profile's sequential test: give a profile",
+            ));
+        };
+        prof.queued_only = queued;
     }
     Ok(ThrottleConfig {
         bandwidth,

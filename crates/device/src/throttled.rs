@@ -80,6 +80,10 @@ pub struct ServiceProfile {
     /// concurrent writers deliver slightly out of order without seeking between them; an SSD's
     /// fast sequential reads come from read-ahead of one stream, so it keeps 1.
     pub reorder: usize,
+    /// Of those, only the previous request and the ones still queued or in service when this one
+    /// arrives count (a disk reorders the commands it holds, not ones it finished while its head
+    /// went elsewhere); off in the presets.
+    pub queued_only: bool,
 }
 
 /// 4 KiB, the request size the profiles are measured with.
@@ -100,6 +104,7 @@ impl ServiceProfile {
                 stream: 500.0 * MB,
                 seq_window: 64 << 10,
                 reorder: 1,
+                queued_only: false,
             }),
             "eplog-hdd" => Some(ServiceProfile {
                 seq_read: 94.2 * MB,
@@ -109,6 +114,7 @@ impl ServiceProfile {
                 stream: 150.0 * MB,
                 seq_window: 64 << 10,
                 reorder: 32,
+                queued_only: false,
             }),
             _ => None,
         }
@@ -156,8 +162,9 @@ impl Default for ThrottleConfig {
 #[derive(Debug)]
 struct State {
     busy_until: Instant,
-    /// Where the most recent requests ended (for the profile's sequential test), newest last.
-    recent_ends: std::collections::VecDeque<u64>,
+    /// Where the most recent requests ended (for the profile's sequential test) and when their
+    /// modeled service ends, newest last.
+    recent_ends: std::collections::VecDeque<(u64, Instant)>,
     rng: SplitMix64,
     delayed_ns: u64,
     /// Service time charged so far (queueing and latency excluded): depends only on the requests.
@@ -231,14 +238,10 @@ impl<D: BlockDevice> Throttled<D> {
     fn schedule(&self, arrival: Instant, write: bool, offset: u64, len: u64) -> Instant {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let service = if let Some(p) = &self.cfg.profile {
-            let seq = st
-                .recent_ends
-                .iter()
-                .any(|&e| offset.abs_diff(e) < p.seq_window);
-            while st.recent_ends.len() >= p.reorder.max(1) {
-                st.recent_ends.pop_front();
-            }
-            st.recent_ends.push_back(offset + len);
+            let last = st.recent_ends.len().saturating_sub(1);
+            let seq = st.recent_ends.iter().enumerate().any(|(i, &(e, done))| {
+                (!p.queued_only || i == last || done > arrival) && offset.abs_diff(e) < p.seq_window
+            });
             Some(Duration::from_nanos(p.service_ns(write, seq, len)))
         } else {
             self.cfg
@@ -254,6 +257,13 @@ impl<D: BlockDevice> Throttled<D> {
             let start = st.busy_until.max(arrival);
             st.busy_until = later(start, service);
             t = st.busy_until;
+        }
+        if let Some(p) = &self.cfg.profile {
+            while st.recent_ends.len() >= p.reorder.max(1) {
+                st.recent_ends.pop_front();
+            }
+            let done = st.busy_until;
+            st.recent_ends.push_back((offset + len, done));
         }
         let lat = self.cfg.latency.sample(&mut st.rng);
         let wake = later(t, Duration::from_nanos(lat));

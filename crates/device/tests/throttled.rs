@@ -198,13 +198,17 @@ fn ncq_sets_how_far_back_the_sequential_test_looks() {
     };
     let ncq32 = charged("throttled:profile=eplog-hdd:mem:1M");
     let ncq1 = charged("throttled:profile=eplog-hdd,ncq=1:mem:1M");
+    // One request at a time: none is queued when the next arrives, so only the previous counts.
+    let queued = charged("throttled:profile=eplog-hdd,ncq_queued=1:mem:1M");
     // Random 4 KiB writes at 1.1 MB/s take ~3.7 ms; sequential ones at 91.6 MB/s ~45 µs.
     assert!(ncq1 >= 11 * 3_500_000, "{ncq1}");
+    assert!(queued >= 11 * 3_500_000, "{queued}");
     assert!(ncq32 <= 2 * 3_800_000 + 10 * 200_000, "{ncq32}");
     for (spec, want) in [
         ("throttled:ncq=1:mem:1M", "give a profile"),
         ("throttled:profile=eplog-hdd,ncq=0:mem:1M", "1 to 1024"),
         ("throttled:profile=eplog-hdd,ncq=x:mem:1M", "not a number"),
+        ("throttled:ncq_queued=1:mem:1M", "give a profile"),
     ] {
         let e = ecstack_device::open_spec(spec).unwrap_err().to_string();
         assert!(e.contains(want), "{spec}: {e}");
