@@ -38,8 +38,9 @@ async fn fault_runs() {
     // The runs reached the paths they are for, updates included (an OSD refused by the MDS on a
     // call its role lacked once failed every update of every seed, and the runs still passed).
     assert!(
-        total.kills > 0 && total.reads_degraded_ok > 0 && total.updates_ok > 0,
-        "{total:?}"
+        replaying_one_seed()
+            || (total.kills > 0 && total.reads_degraded_ok > 0 && total.updates_ok > 0),
+        "the seeds did not reach every path: {total:?}"
     );
 }
 
@@ -56,8 +57,12 @@ async fn fault_runs_with_mds_failovers() {
     })
     .await;
     assert!(
-        total.mds_kills > 0 && total.mds_deposed > 0 && total.kills > 0 && total.updates_ok > 0,
-        "{total:?}"
+        replaying_one_seed()
+            || (total.mds_kills > 0
+                && total.mds_deposed > 0
+                && total.kills > 0
+                && total.updates_ok > 0),
+        "the seeds did not reach every path: {total:?}"
     );
 }
 

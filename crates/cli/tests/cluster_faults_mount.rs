@@ -13,7 +13,7 @@ mod cluster_common;
 mod fault_engine;
 
 use cluster_common::mount::fuse_present;
-use cluster_common::seeds;
+use cluster_common::{replaying_one_seed, seeds};
 use fault_engine::run_seeds;
 
 /// The fault runs with a mount in the mix (issue 42): its writes, updates and reads meet the same
@@ -26,7 +26,8 @@ async fn fault_runs_with_a_mount() {
     }
     let total = run_seeds("fault_runs_with_a_mount", &seeds(1), true, |_| None).await;
     assert!(
-        total.kills > 0 && total.mount_writes_ok > 0 && total.mount_reads_ok > 0,
-        "{total:?}"
+        replaying_one_seed()
+            || (total.kills > 0 && total.mount_writes_ok > 0 && total.mount_reads_ok > 0),
+        "the seeds did not reach every path: {total:?}"
     );
 }
