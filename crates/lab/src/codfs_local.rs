@@ -190,7 +190,7 @@ fn signal(pid: u32, sig: libc::c_int) {
 /// kill(2) with SIGSTOP returns before the stop: one thread takes the signal when it next runs and
 /// only then stops the others, which until then go on serving (a loaded machine may take tens of
 /// milliseconds to get there).
-pub fn wait_stopped(pid: u32, within: Duration) -> Result<(), String> {
+fn wait_stopped(pid: u32, within: Duration) -> Result<(), String> {
     let start = Instant::now();
     let tasks = PathBuf::from(format!("/proc/{pid}/task"));
     loop {
@@ -353,7 +353,7 @@ impl LocalCluster {
     }
 
     /// Sends `sig` (SIGSTOP, SIGCONT) to MDS `i` if it runs. SIGSTOP returns once every thread of
-    /// the MDS has stopped ([`wait_stopped`]): the kernel stops a process's threads one by one as
+    /// the MDS has stopped (`wait_stopped`): the kernel stops a process's threads one by one as
     /// they next run, so a call sent right after kill(2) could otherwise still be served.
     pub fn signal_mds(&self, i: usize, sig: i32) {
         if let Some(d) = &self.mds[i] {

@@ -20,23 +20,24 @@ use ecstack_rpc::{Backoff, Security};
 pub const HEARTBEAT_MS: u64 = 100;
 pub const DOWN_AFTER_MS: u64 = 700;
 
-/// Seeds a test runs: `ECSTACK_SEED=<n>` reruns one, `ECSTACK_CLUSTER_SEEDS=<count>` runs many
-/// (the long mode), otherwise `default` seeds from 1.
+/// The one seed `ECSTACK_SEED=<n>` asks to replay.
+fn replayed_seed() -> Option<u64> {
+    std::env::var("ECSTACK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+}
+
 /// Whether `ECSTACK_SEED` replays one seed ([`seeds`]). A fault run's invariants hold for every
 /// seed; the checks that the runs reached their paths (an MDS stopped, a degraded read) hold over
 /// the CI set of seeds, which one replayed seed need not reach.
 pub fn replaying_one_seed() -> bool {
-    std::env::var("ECSTACK_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .is_some()
+    replayed_seed().is_some()
 }
 
+/// Seeds a test runs: `ECSTACK_SEED=<n>` reruns one, `ECSTACK_CLUSTER_SEEDS=<count>` runs many
+/// (the long mode), otherwise `default` seeds from 1.
 pub fn seeds(default: u64) -> Vec<u64> {
-    if let Some(s) = std::env::var("ECSTACK_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(s) = replayed_seed() {
         return vec![s];
     }
     let env = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
